@@ -1,0 +1,84 @@
+"""cuasync: asyncio-native GPU futures.
+
+Every device operation is a lazy awaitable :class:`DeviceOp`; its work is enqueued on
+the first ``await`` (or ``.sync()``), and completion reaches the awaiting task through a
+native reactor that watches flag words the GPU writes, without blocking the event loop.
+
+>>> import cuasync, numpy as np
+>>> t = await cuasync.from_host(np.arange(4.0))
+>>> await t.to_host()
+array([0., 1., 2., 3.])
+"""
+
+from __future__ import annotations
+
+from . import errors as errors
+from ._backends import backend_name as backend_name
+from ._copies import dup as dup
+from ._copies import empty as empty
+from ._copies import from_host as from_host
+from ._copies import memcpy as memcpy
+from ._copies import to_host as to_host
+from ._copies import zeros as zeros
+from ._core.completion import Stats as Stats
+from ._core.completion import stats as stats
+from ._core.context import ExecutionContext as ExecutionContext
+from ._core.device import Device as Device
+from ._core.device import Event as Event
+from ._core.device import MemoryInfo as MemoryInfo
+from ._core.device import Stream as Stream
+from ._core.device import device_count as device_count
+from ._core.device import get_default_device as get_default_device
+from ._core.device import set_default_device as set_default_device
+from ._core.op import DeviceFuture as DeviceFuture
+from ._core.op import DeviceOp as DeviceOp
+from ._core.op import SharedOp as SharedOp
+from ._core.op import device_op as device_op
+from ._core.op import value as value
+from ._core.op import zip as zip  # noqa: A004
+from ._core.output import Output as Output
+from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
+from ._core.scheduling import SingleStream as SingleStream
+from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
+from ._core.scheduling import use_policy as use_policy
+from ._tensor import Partition as Partition
+from ._tensor import Tensor as Tensor
+from .errors import DeviceError as DeviceError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Device",
+    "DeviceError",
+    "DeviceFuture",
+    "DeviceOp",
+    "Event",
+    "ExecutionContext",
+    "MemoryInfo",
+    "Output",
+    "Partition",
+    "SchedulingPolicy",
+    "SharedOp",
+    "SingleStream",
+    "Stats",
+    "Stream",
+    "StreamPoolRoundRobin",
+    "Tensor",
+    "__version__",
+    "backend_name",
+    "device_count",
+    "device_op",
+    "dup",
+    "empty",
+    "errors",
+    "from_host",
+    "get_default_device",
+    "memcpy",
+    "set_default_device",
+    "stats",
+    "to_host",
+    "use_policy",
+    "value",
+    "zeros",
+    "zip",
+]

@@ -1,0 +1,204 @@
+"""The driver-level interface both backends implement.
+
+Handles (streams, events, device pointers, modules, functions, graphs) are plain
+ints, as in the driver API. Every method raises :class:`cuasync.errors.DriverError`
+(or a subclass) on failure; once a device's context has faulted, every call that
+touches that device raises :class:`cuasync.errors.DeviceFaultError`.
+
+Nothing here knows about ops, tensors or event loops: the dependency direction is
+public modules -> ``_core`` -> ``_backends``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+#: Stream capture modes, as in ``CUstreamCaptureMode``.
+CAPTURE_GLOBAL = 0
+CAPTURE_THREAD_LOCAL = 1
+CAPTURE_RELAXED = 2
+
+
+class Backend(ABC):
+    """One implementation of the driver semantics cuasync is built on."""
+
+    #: ``"cuda"`` or ``"emulator"``.
+    name: str = ""
+
+    # -- devices -------------------------------------------------------------------
+    @abstractmethod
+    def device_count(self) -> int: ...
+
+    @abstractmethod
+    def device_name(self, ordinal: int) -> str: ...
+
+    @abstractmethod
+    def device_total_memory(self, ordinal: int) -> int: ...
+
+    @abstractmethod
+    def device_compute_capability(self, ordinal: int) -> tuple[int, int]: ...
+
+    @abstractmethod
+    def device_synchronize(self, ordinal: int) -> None: ...
+
+    @abstractmethod
+    def device_fault(self, ordinal: int) -> BaseException | None:
+        """The sticky fault of ``ordinal``'s context if one is known, else None."""
+
+    def supports_stream_memops(self, ordinal: int) -> bool:
+        """Whether ``write_value32`` works on this device (the reactor needs it)."""
+        return True
+
+    # -- streams -------------------------------------------------------------------
+    @abstractmethod
+    def stream_create(self, ordinal: int) -> int: ...
+
+    @abstractmethod
+    def stream_destroy(self, stream: int) -> None: ...
+
+    @abstractmethod
+    def stream_device(self, stream: int) -> int:
+        """The ordinal of the device a (possibly foreign) stream belongs to."""
+
+    @abstractmethod
+    def stream_query(self, stream: int) -> bool:
+        """True when all work on the stream has completed; raises on a fault."""
+
+    @abstractmethod
+    def stream_synchronize(self, stream: int) -> None: ...
+
+    @abstractmethod
+    def stream_wait_event(self, stream: int, event: int) -> None: ...
+
+    # -- events --------------------------------------------------------------------
+    @abstractmethod
+    def event_create(self, ordinal: int, *, timing: bool = False) -> int: ...
+
+    @abstractmethod
+    def event_destroy(self, event: int) -> None: ...
+
+    @abstractmethod
+    def event_record(self, event: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def event_query(self, event: int) -> bool: ...
+
+    @abstractmethod
+    def event_synchronize(self, event: int) -> None: ...
+
+    @abstractmethod
+    def event_elapsed_ms(self, start: int, end: int) -> float: ...
+
+    # -- memory --------------------------------------------------------------------
+    @abstractmethod
+    def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        """Stream-ordered allocation from the device's pool; OutOfMemoryError on failure."""
+
+    @abstractmethod
+    def mem_free_async(self, ptr: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def host_alloc(self, nbytes: int) -> int:
+        """Page-locked, device-mapped, portable host memory; returns its address."""
+
+    @abstractmethod
+    def host_free(self, ptr: int) -> None: ...
+
+    @abstractmethod
+    def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """Copy from host address ``src`` (pinned) to device pointer ``dst``."""
+
+    @abstractmethod
+    def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """Copy from device pointer ``src`` to host address ``dst`` (pinned)."""
+
+    @abstractmethod
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def memcpy_2d_async(
+        self,
+        dst: int,
+        dst_pitch: int,
+        src: int,
+        src_pitch: int,
+        width: int,
+        height: int,
+        stream: int,
+        kind: str,
+    ) -> None:
+        """Copy ``height`` rows of ``width`` bytes; ``kind`` is "htod", "dtoh" or "dtod"."""
+
+    @abstractmethod
+    def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None: ...
+
+    # -- completion primitives -----------------------------------------------------
+    @abstractmethod
+    def write_value32(self, stream: int, address: int, value: int) -> None:
+        """After prior work on ``stream``, store ``value`` into the host word at ``address``."""
+
+    @abstractmethod
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on a driver thread after prior work on ``stream``.
+
+        ``fn`` must not call the driver. It is kept alive until it has run.
+        """
+
+    # -- modules and kernels ---------------------------------------------------------
+    @abstractmethod
+    def module_load(self, ordinal: int, image: bytes) -> int:
+        """Load a cubin, fatbin or PTX image into ``ordinal``'s context."""
+
+    @abstractmethod
+    def module_unload(self, module: int) -> None: ...
+
+    @abstractmethod
+    def module_function(self, module: int, name: str) -> int: ...
+
+    @abstractmethod
+    def launch_kernel(
+        self,
+        function: int,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        params: int,
+    ) -> None:
+        """``cuLaunchKernel`` with ``params`` the address of a ``void*[]`` of argument pointers."""
+
+    @abstractmethod
+    def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn`` as device work on ``stream`` (emulator only; cuda raises)."""
+
+    # -- graphs --------------------------------------------------------------------
+    @abstractmethod
+    def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None: ...
+
+    @abstractmethod
+    def stream_end_capture(self, stream: int) -> int:
+        """End capture and return the recorded graph's handle."""
+
+    @abstractmethod
+    def stream_is_capturing(self, stream: int) -> bool: ...
+
+    @abstractmethod
+    def graph_instantiate(self, graph: int) -> int: ...
+
+    @abstractmethod
+    def graph_upload(self, graph_exec: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def graph_launch(self, graph_exec: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def graph_destroy(self, graph: int) -> None: ...
+
+    @abstractmethod
+    def graph_exec_destroy(self, graph_exec: int) -> None: ...
+
+    # -- native fast paths -----------------------------------------------------------
+    def driver_entry_points(self, names: Sequence[str]) -> dict[str, int]:
+        """Addresses of driver functions for the native reactor; empty when not available."""
+        return {}

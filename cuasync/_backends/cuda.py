@@ -1,0 +1,863 @@
+"""The CUDA backend: :class:`~cuasync._backends.base.Backend` on ``cuda.bindings.driver``.
+
+What lives here:
+
+* :func:`probe` says whether this backend can run on this machine (driver present,
+  ``cuInit`` succeeds, at least one device) and, if not, why, in one line.
+* :class:`CudaBackend` maps every backend method onto one driver call. Handles are
+  plain ints in and out; the backend remembers which device each stream, event,
+  module and graph it created belongs to, so that it can make that device's primary
+  context current on the calling thread before the call (a per-thread cache of the
+  current ordinal keeps that to one comparison on the hot path).
+* Errors: every ``CUresult`` other than ``CUDA_SUCCESS`` becomes a
+  :class:`~cuasync.errors.DriverError` (or the subclass that fits); a sticky code
+  (:data:`~cuasync.errors.STICKY_CODES`) is remembered per device and reported by
+  :meth:`CudaBackend.device_fault`.
+* The host-function trampoline: one ``ctypes`` C callback, created once, that runs
+  the Python callables queued with :meth:`CudaBackend.launch_host_func`.
+
+``cuda.bindings`` is imported lazily, so importing this module never fails on a
+machine without an NVIDIA driver.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import itertools
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import (
+    STICKY_CODES,
+    ArgumentError,
+    BackendUnavailableError,
+    DeviceError,
+    DriverError,
+    InvalidDeviceError,
+    OutOfMemoryError,
+    driver_error,
+)
+from .base import CAPTURE_RELAXED, Backend
+
+__all__ = ["CudaBackend", "probe"]
+
+#: ``cuda.bindings.driver`` once :func:`_load_driver` has imported it.
+_d: Any = None
+
+# CUresult codes the backend branches on (CUresult is an int subclass in cuda.bindings).
+_NOT_READY = 600
+_OUT_OF_MEMORY = 2
+_NO_DEVICE = 100
+# Codes that may mean "another library switched this thread's current context".
+_CONTEXT_CODES = frozenset({201, 400, 709})  # INVALID_CONTEXT, INVALID_HANDLE, CONTEXT_IS_DESTROYED
+_QUERIES = frozenset({"cuStreamQuery", "cuEventQuery"})
+
+# Values of driver flags and enums (checked against cuda.bindings 13.4 at load time).
+_STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
+_EVENT_DEFAULT = 0  # CU_EVENT_DEFAULT
+_EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
+_HOSTALLOC_FLAGS = 0x1 | 0x2  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
+_MEMORYTYPE_HOST = 1  # CU_MEMORYTYPE_HOST
+_MEMORYTYPE_DEVICE = 2  # CU_MEMORYTYPE_DEVICE
+_UINT64_MAX = (1 << 64) - 1
+
+# Filled by _load_driver(): enum members that cuda.bindings wants as enums, not ints.
+_ATTR_CC_MAJOR: Any = None
+_ATTR_CC_MINOR: Any = None
+_ATTR_STREAM_MEM_OPS: Any = None
+_POOL_RELEASE_THRESHOLD: Any = None
+_CAPTURE_MODES: tuple[Any, ...] = ()
+_CAPTURE_STATUS_NONE = 0  # CU_STREAM_CAPTURE_STATUS_NONE
+_PROC_ADDRESS_DEFAULT = 0  # CU_GET_PROC_ADDRESS_DEFAULT
+_PROC_ADDRESS_SUCCESS = 0  # CU_GET_PROC_ADDRESS_SUCCESS
+
+_load_lock = threading.Lock()
+
+
+def _load_driver() -> Any:
+    """Import ``cuda.bindings.driver`` and cache the enum members the backend uses."""
+    global _d, _ATTR_CC_MAJOR, _ATTR_CC_MINOR, _ATTR_STREAM_MEM_OPS
+    global _POOL_RELEASE_THRESHOLD, _CAPTURE_MODES
+    if _d is not None:
+        return _d
+    with _load_lock:
+        if _d is not None:
+            return _d
+        from cuda.bindings import driver
+
+        attr = driver.CUdevice_attribute
+        _ATTR_CC_MAJOR = attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        _ATTR_CC_MINOR = attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+        # Named CAN_USE_STREAM_MEM_OPS before CUDA 12 and ..._V1 since.
+        _ATTR_STREAM_MEM_OPS = getattr(
+            attr,
+            "CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1",
+            getattr(attr, "CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS", None),
+        )
+        _POOL_RELEASE_THRESHOLD = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        mode = driver.CUstreamCaptureMode
+        _CAPTURE_MODES = (
+            mode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+            mode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            mode.CU_STREAM_CAPTURE_MODE_RELAXED,
+        )
+        assert int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING) == _STREAM_NON_BLOCKING
+        assert int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING) == _EVENT_DISABLE_TIMING
+        assert driver.CU_MEMHOSTALLOC_PORTABLE | driver.CU_MEMHOSTALLOC_DEVICEMAP == (
+            _HOSTALLOC_FLAGS
+        )
+        assert int(driver.CUmemorytype.CU_MEMORYTYPE_HOST) == _MEMORYTYPE_HOST
+        assert int(driver.CUmemorytype.CU_MEMORYTYPE_DEVICE) == _MEMORYTYPE_DEVICE
+        _d = driver
+        return driver
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _init_driver() -> tuple[Any, str | None]:
+    """Load the bindings and run ``cuInit(0)``; return ``(driver, reason_or_None)``."""
+    try:
+        driver = _load_driver()
+    except Exception as exc:
+        return None, f"cuda-bindings could not be imported ({_one_line(exc)})"
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as exc:
+        # cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError) or an OSError
+        # when libcuda.so.1 is missing; anything else is reported as it is.
+        name = type(exc).__name__
+        if "DynamicLib" in name or "NotFound" in name or isinstance(exc, OSError):
+            return None, "no NVIDIA driver found (libcuda could not be loaded)"
+        return None, f"the CUDA driver could not be initialised ({_one_line(exc)})"
+    if err:
+        if int(err) == _NO_DEVICE:
+            return None, "no CUDA-capable device is present (cuInit: CUDA_ERROR_NO_DEVICE)"
+        return None, f"cuInit failed: {driver_error(int(err), 'cuInit')}"
+    try:
+        err, count = driver.cuDeviceGetCount()
+    except Exception as exc:
+        return None, f"cuDeviceGetCount failed ({_one_line(exc)})"
+    if err:
+        return None, f"cuDeviceGetCount failed: {driver_error(int(err), 'cuDeviceGetCount')}"
+    if count < 1:
+        return None, "the NVIDIA driver sees no device (check CUDA_VISIBLE_DEVICES)"
+    return driver, None
+
+
+def probe() -> str | None:
+    """None when the CUDA backend can run here, else a one-line reason why not.
+
+    Loads the driver and runs ``cuInit(0)`` and ``cuDeviceGetCount``; creates no
+    context. Never raises.
+    """
+    try:
+        return _init_driver()[1]
+    except Exception as exc:  # pragma: no cover - defensive: probe must never raise
+        return f"the CUDA backend could not be probed ({_one_line(exc)})"
+
+
+# -- host functions ------------------------------------------------------------------
+# One C callback for every cuLaunchHostFunc: userData is an integer id that selects
+# the Python callable in _host_fns. cuda.bindings calls the trampoline with the GIL
+# held (from a driver thread); ctypes makes that safe.
+
+_host_fns: dict[int, Callable[[], None]] = {}
+_host_ids = itertools.count(1)  # 0 would be passed as NULL
+
+
+class _Unraisable:
+    """Duck-typed ``sys.UnraisableHookArgs`` for a custom ``sys.unraisablehook``."""
+
+    __slots__ = ("err_msg", "exc_traceback", "exc_type", "exc_value", "object")
+
+    def __init__(self, exc: BaseException, err_msg: str, obj: object) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = exc.__traceback__
+        self.err_msg = err_msg
+        self.object = obj
+
+
+def _report_unraisable(exc: BaseException, fn: object) -> None:
+    """Report an exception raised by a host function the way CPython reports unraisables."""
+    msg = "Exception ignored in cuasync host function"
+    try:
+        hook = sys.unraisablehook
+        if hook is not sys.__unraisablehook__:
+            # The default hook only accepts the interpreter's own args type; custom
+            # hooks (pytest's, an application's) read the attributes.
+            hook(_Unraisable(exc, msg, fn))  # type: ignore[arg-type]
+            return
+    except BaseException:
+        pass
+    try:
+        print(f"{msg}: {fn!r}", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+    except BaseException:
+        pass
+
+
+def _run_host_fn(data: int | None) -> None:
+    fn = _host_fns.pop(data or 0, None)
+    if fn is None:
+        return
+    try:
+        fn()
+    except BaseException as exc:  # never let anything unwind into the driver
+        _report_unraisable(exc, fn)
+
+
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_trampoline = _HOST_FN_TYPE(_run_host_fn)  # kept alive for the life of the process
+_TRAMPOLINE_ADDRESS: int = ctypes.cast(_trampoline, ctypes.c_void_p).value or 0
+
+
+# -- 2D copies -----------------------------------------------------------------------
+_KINDS_2D = {
+    "htod": (_MEMORYTYPE_HOST, _MEMORYTYPE_DEVICE),
+    "dtoh": (_MEMORYTYPE_DEVICE, _MEMORYTYPE_HOST),
+    "dtod": (_MEMORYTYPE_DEVICE, _MEMORYTYPE_DEVICE),
+}
+
+
+def _memcpy2d_params(
+    dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, kind: str
+) -> Any:
+    """A filled ``CUDA_MEMCPY2D`` for :meth:`CudaBackend.memcpy_2d_async`."""
+    try:
+        src_type, dst_type = _KINDS_2D[kind]
+    except KeyError:
+        raise ArgumentError(
+            f"memcpy_2d_async: kind must be 'htod', 'dtoh' or 'dtod'; got {kind!r}"
+        ) from None
+    p = _load_driver().CUDA_MEMCPY2D()
+    p.srcMemoryType = src_type
+    p.dstMemoryType = dst_type
+    if src_type == _MEMORYTYPE_HOST:
+        p.srcHost = src
+    else:
+        p.srcDevice = src
+    if dst_type == _MEMORYTYPE_HOST:
+        p.dstHost = dst
+    else:
+        p.dstDevice = dst
+    p.srcPitch = src_pitch
+    p.dstPitch = dst_pitch
+    p.WidthInBytes = width
+    p.Height = height
+    return p
+
+
+class _Current(threading.local):
+    """The ordinal whose primary context this backend last made current on this thread."""
+
+    ordinal: int = -1
+
+
+class CudaBackend(Backend):
+    """The driver semantics of cuasync, on a real GPU through ``cuda.bindings``.
+
+    One instance per process is enough; it is thread-safe. Raises
+    :class:`~cuasync.errors.BackendUnavailableError` when the driver cannot be used
+    (see :func:`probe`).
+    """
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        driver, reason = _init_driver()
+        if reason is not None:
+            raise BackendUnavailableError(f"the cuda backend cannot run here: {reason}")
+        self._lock = threading.Lock()
+        self._tls = _Current()
+        self._faults: dict[int, DriverError] = {}
+        err, version = driver.cuDriverGetVersion()
+        self._check(err, "cuDriverGetVersion")
+        #: CUDA version the driver supports, as 1000 * major + 10 * minor.
+        self.driver_version: int = int(version)
+        err, count = driver.cuDeviceGetCount()
+        self._check(err, "cuDeviceGetCount")
+        self._count = int(count)
+        self._devices: list[Any] = []  # CUdevice per ordinal
+        for ordinal in range(self._count):
+            err, dev = driver.cuDeviceGet(ordinal)
+            self._check(err, "cuDeviceGet")
+            self._devices.append(dev)
+        self._device_ordinal = {int(dev): i for i, dev in enumerate(self._devices)}
+        self._contexts: dict[int, Any] = {}  # ordinal -> retained primary CUcontext
+        self._context_ordinal: dict[int, int] = {}  # int(CUcontext) -> ordinal
+        self._pools_configured: set[int] = set()
+        # handle -> ordinal, for what this backend created.
+        self._streams: dict[int, int] = {}
+        self._events: dict[int, int] = {}
+        self._modules: dict[int, int] = {}
+        self._graphs: dict[int, int] = {}
+        self._graph_execs: dict[int, int] = {}
+        # Pinned allocations whose device pointer differs from the host address
+        # (never on 64-bit Linux with UVA; kept sorted by host address).
+        self._host_remap: list[tuple[int, int, int]] = []  # (host, nbytes, device)
+        self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
+        self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
+
+    # -- errors and contexts ---------------------------------------------------------
+    def _fail(self, err: Any, call: str, ordinal: int = -1) -> DriverError:
+        """The exception for a failed call; remembers sticky faults per device."""
+        code = int(err)
+        exc = driver_error(code, call=call)
+        if code in STICKY_CODES:
+            if ordinal < 0:
+                ordinal = self._tls.ordinal
+            if ordinal >= 0:
+                self._faults.setdefault(ordinal, exc)
+        return exc
+
+    def _check(self, err: Any, call: str, ordinal: int = -1) -> None:
+        if err:
+            raise self._fail(err, call, ordinal)
+
+    def _redo(self, res: tuple[Any, ...], ordinal: int, call: str, *args: Any) -> tuple[Any, ...]:
+        """Slow path after ``res[0]`` was an error.
+
+        If another library made a different context current on this thread behind
+        the backend's back, make ``ordinal``'s context current again and retry once;
+        otherwise (or if the retry fails too) raise.
+        """
+        code = int(res[0])
+        if code in _CONTEXT_CODES and ordinal >= 0 and self._resync(ordinal):
+            res = getattr(_d, call)(*args)
+            code = int(res[0])
+            if code == 0 or (code == _NOT_READY and call in _QUERIES):
+                return res
+        raise self._fail(code, call, ordinal)
+
+    def _resync(self, ordinal: int) -> bool:
+        """Make ``ordinal``'s context current if it is not; True if it was not."""
+        ctx = self._contexts.get(ordinal)
+        if ctx is None:
+            return False
+        err, current = _d.cuCtxGetCurrent()
+        if err or int(current) == int(ctx):
+            return False
+        self._switch(ordinal)
+        return True
+
+    def _retain(self, ordinal: int) -> Any:
+        """Retain ``ordinal``'s primary context (once per process) and return it."""
+        with self._lock:
+            ctx = self._contexts.get(ordinal)
+            if ctx is not None:
+                return ctx
+            dev = self._device(ordinal)
+            err, ctx = _d.cuDevicePrimaryCtxRetain(dev)
+            self._check(err, "cuDevicePrimaryCtxRetain", ordinal)
+            self._context_ordinal[int(ctx)] = ordinal
+            self._contexts[ordinal] = ctx
+            return ctx
+
+    def _switch(self, ordinal: int) -> None:
+        """Make ``ordinal``'s primary context current on this thread (unconditionally)."""
+        ctx = self._contexts.get(ordinal)
+        if ctx is None:
+            ctx = self._retain(ordinal)
+        (err,) = _d.cuCtxSetCurrent(ctx)
+        if err:
+            self._tls.ordinal = -1
+            raise self._fail(err, "cuCtxSetCurrent", ordinal)
+        self._tls.ordinal = ordinal
+
+    def _use(self, ordinal: int) -> None:
+        """Make ``ordinal``'s context current unless the per-thread cache says it is."""
+        if self._tls.ordinal != ordinal:
+            self._switch(ordinal)
+
+    def _enter(self, stream: int) -> int:
+        """Make the context of ``stream``'s device current; return the ordinal."""
+        ordinal = self._streams.get(stream)
+        if ordinal is None:
+            ordinal = self.stream_device(stream)
+        if self._tls.ordinal != ordinal:
+            self._switch(ordinal)
+        return ordinal
+
+    def _device(self, ordinal: int) -> Any:
+        if not 0 <= ordinal < self._count:
+            raise InvalidDeviceError(
+                f"device ordinal must be in 0..{self._count - 1} (this machine has "
+                f"{self._count} CUDA device(s)); got {ordinal!r}"
+            )
+        return self._devices[ordinal]
+
+    def _ordinal_of_device(self, dev: Any) -> int:
+        ordinal = self._device_ordinal.get(int(dev))
+        if ordinal is None:  # pragma: no cover - CUdevice handles are the ordinals
+            raise InvalidDeviceError(f"unknown CUdevice handle {int(dev)}")
+        return ordinal
+
+    def _default_ordinal(self) -> int:
+        ordinal = self._tls.ordinal
+        return ordinal if ordinal >= 0 else 0
+
+    # -- devices ---------------------------------------------------------------------
+    def device_count(self) -> int:
+        return self._count
+
+    def device_name(self, ordinal: int) -> str:
+        err, raw = _d.cuDeviceGetName(256, self._device(ordinal))
+        self._check(err, "cuDeviceGetName", ordinal)
+        return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def device_total_memory(self, ordinal: int) -> int:
+        err, nbytes = _d.cuDeviceTotalMem(self._device(ordinal))
+        self._check(err, "cuDeviceTotalMem", ordinal)
+        return int(nbytes)
+
+    def device_compute_capability(self, ordinal: int) -> tuple[int, int]:
+        dev = self._device(ordinal)
+        err, major = _d.cuDeviceGetAttribute(_ATTR_CC_MAJOR, dev)
+        self._check(err, "cuDeviceGetAttribute", ordinal)
+        err, minor = _d.cuDeviceGetAttribute(_ATTR_CC_MINOR, dev)
+        self._check(err, "cuDeviceGetAttribute", ordinal)
+        return int(major), int(minor)
+
+    def device_synchronize(self, ordinal: int) -> None:
+        self._device(ordinal)
+        self._switch(ordinal)
+        (err,) = _d.cuCtxSynchronize()
+        self._check(err, "cuCtxSynchronize", ordinal)
+
+    def device_fault(self, ordinal: int) -> BaseException | None:
+        return self._faults.get(ordinal)
+
+    def supports_stream_memops(self, ordinal: int) -> bool:
+        # Since CUDA 12 the driver always enables stream memory operations
+        # (cuStreamWriteValue32 and friends). The legacy attribute
+        # CAN_USE_STREAM_MEM_OPS(_V1) only describes the pre-12 opt-in and may read
+        # 0 even so: the reference run on an H200 (driver 13.0) printed
+        # "stream mem ops 0" while cuStreamWriteValue32 worked. So: supported when
+        # the driver is 12.0 or newer, or when the legacy attribute says so.
+        dev = self._device(ordinal)
+        if self.driver_version >= 12000:
+            return True
+        if _ATTR_STREAM_MEM_OPS is None:
+            return False
+        err, value = _d.cuDeviceGetAttribute(_ATTR_STREAM_MEM_OPS, dev)
+        return not err and bool(value)
+
+    # -- streams ---------------------------------------------------------------------
+    def stream_create(self, ordinal: int) -> int:
+        self._device(ordinal)
+        self._switch(ordinal)
+        err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
+        self._check(err, "cuStreamCreate", ordinal)
+        handle = int(stream)
+        self._streams[handle] = ordinal
+        return handle
+
+    def stream_destroy(self, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamDestroy(stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamDestroy", stream)
+        self._streams.pop(stream, None)
+
+    def stream_device(self, stream: int) -> int:
+        ordinal = self._streams.get(stream)
+        if ordinal is not None:
+            return ordinal
+        if stream in (0, 1, 2):  # NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+            return self._default_ordinal()
+        if self._has_stream_get_device:
+            try:
+                err, dev = _d.cuStreamGetDevice(stream)
+            except RuntimeError:  # the driver predates cuStreamGetDevice (CUDA 12.8)
+                self._has_stream_get_device = False
+            else:
+                self._check(err, "cuStreamGetDevice")
+                return self._ordinal_of_device(dev)
+        return self._stream_device_from_context(stream)
+
+    def _stream_device_from_context(self, stream: int) -> int:
+        """``stream_device`` for drivers without ``cuStreamGetDevice``."""
+        err, ctx = _d.cuStreamGetCtx(stream)
+        self._check(err, "cuStreamGetCtx")
+        ordinal = self._context_ordinal.get(int(ctx))
+        if ordinal is not None:
+            return ordinal
+        if self._has_ctx_get_device_v2:
+            try:
+                err, dev = _d.cuCtxGetDevice_v2(ctx)
+            except RuntimeError:  # driver older than CUDA 13.0
+                self._has_ctx_get_device_v2 = False
+            else:
+                self._check(err, "cuCtxGetDevice_v2")
+                return self._ordinal_of_device(dev)
+        # Push the stream's context, ask for its device, pop it again.
+        (err,) = _d.cuCtxPushCurrent(ctx)
+        self._check(err, "cuCtxPushCurrent")
+        try:
+            err, dev = _d.cuCtxGetDevice()
+            self._check(err, "cuCtxGetDevice")
+        finally:
+            _d.cuCtxPopCurrent()
+        return self._ordinal_of_device(dev)
+
+    def stream_query(self, stream: int) -> bool:
+        ordinal = self._enter(stream)
+        (err,) = _d.cuStreamQuery(stream)
+        if not err:
+            return True
+        if err == _NOT_READY:
+            return False
+        return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
+
+    def stream_synchronize(self, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamSynchronize(stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamSynchronize", stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamWaitEvent(stream, event, 0)
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamWaitEvent", stream, event, 0)
+
+    # -- events ----------------------------------------------------------------------
+    def event_create(self, ordinal: int, *, timing: bool = False) -> int:
+        self._device(ordinal)
+        self._switch(ordinal)
+        flags = _EVENT_DEFAULT if timing else _EVENT_DISABLE_TIMING
+        err, event = _d.cuEventCreate(flags)
+        self._check(err, "cuEventCreate", ordinal)
+        handle = int(event)
+        self._events[handle] = ordinal
+        return handle
+
+    def _enter_event(self, event: int) -> int:
+        """Make the context of an event this backend created current; -1 if foreign."""
+        ordinal = self._events.get(event, -1)
+        if ordinal >= 0 and self._tls.ordinal != ordinal:
+            self._switch(ordinal)
+        return ordinal
+
+    def event_destroy(self, event: int) -> None:
+        ordinal = self._enter_event(event)
+        res = _d.cuEventDestroy(event)
+        if res[0]:
+            self._redo(res, ordinal, "cuEventDestroy", event)
+        self._events.pop(event, None)
+
+    def event_record(self, event: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuEventRecord(event, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuEventRecord", event, stream)
+
+    def event_query(self, event: int) -> bool:
+        ordinal = self._enter_event(event)
+        (err,) = _d.cuEventQuery(event)
+        if not err:
+            return True
+        if err == _NOT_READY:
+            return False
+        return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
+
+    def event_synchronize(self, event: int) -> None:
+        ordinal = self._enter_event(event)
+        res = _d.cuEventSynchronize(event)
+        if res[0]:
+            self._redo(res, ordinal, "cuEventSynchronize", event)
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        ordinal = self._enter_event(start)
+        res = _d.cuEventElapsedTime(start, end)
+        if res[0]:
+            res = self._redo(res, ordinal, "cuEventElapsedTime", start, end)
+        return float(res[1])
+
+    # -- memory ----------------------------------------------------------------------
+    def _configure_pool(self, ordinal: int) -> None:
+        """Keep freed memory in the device's default pool for reuse (once per device)."""
+        with self._lock:
+            if ordinal in self._pools_configured:
+                return
+            err, pool = _d.cuDeviceGetDefaultMemPool(self._devices[ordinal])
+            self._check(err, "cuDeviceGetDefaultMemPool", ordinal)
+            (err,) = _d.cuMemPoolSetAttribute(
+                pool, _POOL_RELEASE_THRESHOLD, _d.cuuint64_t(_UINT64_MAX)
+            )
+            self._check(err, "cuMemPoolSetAttribute", ordinal)
+            self._pools_configured.add(ordinal)
+
+    def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        ordinal = self._enter(stream)
+        if ordinal not in self._pools_configured:
+            self._configure_pool(ordinal)
+        res = _d.cuMemAllocAsync(nbytes, stream)
+        if res[0]:
+            if res[0] == _OUT_OF_MEMORY:
+                raise OutOfMemoryError(nbytes, "device memory")
+            res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
+        return int(res[1])
+
+    def mem_free_async(self, ptr: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuMemFreeAsync(ptr, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemFreeAsync", ptr, stream)
+
+    def host_alloc(self, nbytes: int) -> int:
+        ordinal = self._default_ordinal()
+        self._switch(ordinal)
+        err, ptr = _d.cuMemHostAlloc(nbytes, _HOSTALLOC_FLAGS)
+        if err:
+            if err == _OUT_OF_MEMORY:
+                raise OutOfMemoryError(nbytes, "pinned host memory")
+            raise self._fail(err, "cuMemHostAlloc", ordinal)
+        host = int(ptr)
+        # With unified addressing the host address is the device pointer; verify it
+        # and remember the exceptions (see host_device_pointer).
+        err, dptr = _d.cuMemHostGetDevicePointer(host, 0)
+        if err:
+            _d.cuMemFreeHost(host)
+            raise self._fail(err, "cuMemHostGetDevicePointer", ordinal)
+        if int(dptr) != host:
+            with self._lock:
+                bisect.insort(self._host_remap, (host, nbytes, int(dptr)))
+        return host
+
+    def host_free(self, ptr: int) -> None:
+        if self._host_remap:
+            with self._lock:
+                self._host_remap = [r for r in self._host_remap if r[0] != ptr]
+        self._use(self._default_ordinal())
+        (err,) = _d.cuMemFreeHost(ptr)
+        self._check(err, "cuMemFreeHost")
+
+    def host_device_pointer(self, ptr: int) -> int:
+        """The device pointer of host address ``ptr`` inside a :meth:`host_alloc` block.
+
+        The same number wherever unified addressing lets the device use the host
+        address (every 64-bit Linux system CUDA supports today).
+        """
+        remap = self._host_remap
+        if not remap:
+            return ptr
+        i = bisect.bisect_right(remap, (ptr, _UINT64_MAX, _UINT64_MAX)) - 1
+        if i >= 0:
+            host, nbytes, device = remap[i]
+            if host <= ptr < host + nbytes:
+                return device + (ptr - host)
+        return ptr
+
+    def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuMemcpyHtoDAsync(dst, src, nbytes, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
+
+    def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuMemcpyDtoHAsync(dst, src, nbytes, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
+
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
+
+    def memcpy_2d_async(
+        self,
+        dst: int,
+        dst_pitch: int,
+        src: int,
+        src_pitch: int,
+        width: int,
+        height: int,
+        stream: int,
+        kind: str,
+    ) -> None:
+        params = _memcpy2d_params(dst, dst_pitch, src, src_pitch, width, height, kind)
+        ordinal = self._enter(stream)
+        res = _d.cuMemcpy2DAsync(params, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemcpy2DAsync", params, stream)
+
+    def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuMemsetD8Async(ptr, value, nbytes, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemsetD8Async", ptr, value, nbytes, stream)
+
+    # -- completion primitives -------------------------------------------------------
+    def write_value32(self, stream: int, address: int, value: int) -> None:
+        ordinal = self._enter(stream)
+        if self._host_remap:
+            address = self.host_device_pointer(address)
+        # flags 0 (CU_STREAM_WRITE_VALUE_DEFAULT): the write is fenced after prior work.
+        res = _d.cuStreamWriteValue32(stream, address, value, 0)
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
+
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on a driver thread once prior work on ``stream`` is done.
+
+        ``fn`` must not call the CUDA driver (directly or through this backend): the
+        driver forbids it in host functions and may deadlock. Exceptions it raises
+        are reported through ``sys.unraisablehook`` and go no further. If the context
+        faults first, the driver never runs ``fn``.
+        """
+        ordinal = self._enter(stream)
+        key = next(_host_ids)
+        _host_fns[key] = fn
+        try:
+            res = _d.cuLaunchHostFunc(stream, _TRAMPOLINE_ADDRESS, key)
+            if res[0]:
+                self._redo(res, ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+        except BaseException:
+            _host_fns.pop(key, None)
+            raise
+
+    # -- modules and kernels ---------------------------------------------------------
+    def module_load(self, ordinal: int, image: bytes) -> int:
+        self._device(ordinal)
+        self._switch(ordinal)
+        data = bytes(image)
+        if not data.endswith(b"\0"):
+            data += b"\0"  # PTX must be NUL-terminated; harmless after a cubin/fatbin
+        err, module = _d.cuModuleLoadData(data)  # `data` stays alive across the call
+        self._check(err, "cuModuleLoadData", ordinal)
+        handle = int(module)
+        self._modules[handle] = ordinal
+        return handle
+
+    def module_unload(self, module: int) -> None:
+        ordinal = self._modules.pop(module, -1)
+        if ordinal >= 0:
+            self._use(ordinal)
+        (err,) = _d.cuModuleUnload(module)
+        self._check(err, "cuModuleUnload", ordinal)
+
+    def module_function(self, module: int, name: str) -> int:
+        ordinal = self._modules.get(module, -1)
+        if ordinal >= 0:
+            self._use(ordinal)
+        err, function = _d.cuModuleGetFunction(module, name.encode())
+        self._check(err, "cuModuleGetFunction", ordinal)
+        return int(function)
+
+    def launch_kernel(
+        self,
+        function: int,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        params: int,
+    ) -> None:
+        ordinal = self._enter(stream)
+        gx, gy, gz = grid
+        bx, by, bz = block
+        # kernelParams given as an int is used as the void** address as it is.
+        res = _d.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+        if res[0]:
+            args = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+            self._redo(res, ordinal, "cuLaunchKernel", *args)
+
+    def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
+        raise DeviceError("launch_emulated is an emulator-only entry point")
+
+    # -- graphs ----------------------------------------------------------------------
+    def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamBeginCapture(stream, _CAPTURE_MODES[mode])
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
+
+    def stream_end_capture(self, stream: int) -> int:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamEndCapture(stream)
+        if res[0]:
+            res = self._redo(res, ordinal, "cuStreamEndCapture", stream)
+        graph = int(res[1])
+        if not graph:  # invalidated capture without an error code
+            raise self._fail(901, "cuStreamEndCapture", ordinal)
+        self._graphs[graph] = ordinal
+        return graph
+
+    def stream_is_capturing(self, stream: int) -> bool:
+        ordinal = self._enter(stream)
+        res = _d.cuStreamIsCapturing(stream)
+        if res[0]:
+            res = self._redo(res, ordinal, "cuStreamIsCapturing", stream)
+        # ACTIVE or INVALIDATED: both still need cuStreamEndCapture.
+        return int(res[1]) != _CAPTURE_STATUS_NONE
+
+    def graph_instantiate(self, graph: int) -> int:
+        ordinal = self._graphs.get(graph, -1)
+        if ordinal >= 0:
+            self._use(ordinal)
+        err, graph_exec = _d.cuGraphInstantiate(graph, 0)
+        self._check(err, "cuGraphInstantiate", ordinal)
+        handle = int(graph_exec)
+        self._graph_execs[handle] = ordinal if ordinal >= 0 else self._default_ordinal()
+        return handle
+
+    def graph_upload(self, graph_exec: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuGraphUpload(graph_exec, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuGraphUpload", graph_exec, stream)
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        ordinal = self._enter(stream)
+        res = _d.cuGraphLaunch(graph_exec, stream)
+        if res[0]:
+            self._redo(res, ordinal, "cuGraphLaunch", graph_exec, stream)
+
+    def graph_destroy(self, graph: int) -> None:
+        ordinal = self._graphs.pop(graph, -1)
+        if ordinal >= 0:
+            self._use(ordinal)
+        (err,) = _d.cuGraphDestroy(graph)
+        self._check(err, "cuGraphDestroy", ordinal)
+
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        ordinal = self._graph_execs.pop(graph_exec, -1)
+        if ordinal >= 0:
+            self._use(ordinal)
+        (err,) = _d.cuGraphExecDestroy(graph_exec)
+        self._check(err, "cuGraphExecDestroy", ordinal)
+
+    # -- native fast paths -----------------------------------------------------------
+    def driver_entry_points(self, names: Sequence[str]) -> dict[str, int]:
+        """Addresses of driver functions, resolved with ``cuGetProcAddress``.
+
+        Asked for at this driver's own CUDA version, so each address is the newest
+        ABI of that name: call it through the typedef in the current ``cuda.h``
+        (e.g. ``cuStreamWriteValue32`` resolves to ``cuStreamWriteValue32_v2``).
+        Names the driver does not know are left out.
+        """
+        found: dict[str, int] = {}
+        for name in names:
+            try:
+                res = _d.cuGetProcAddress(name.encode(), self.driver_version, _PROC_ADDRESS_DEFAULT)
+            except Exception:
+                continue
+            if res[0] or res[1] is None:
+                continue
+            if len(res) > 2 and res[2] is not None and int(res[2]) != _PROC_ADDRESS_SUCCESS:
+                continue
+            address = int(res[1])
+            if address:
+                found[name] = address
+        return found

@@ -1,0 +1,550 @@
+"""A CPU model of the driver semantics cuasync relies on, for machines without a GPU.
+
+* Each stream is a worker thread that runs its commands in FIFO order.
+* Events record a generation when their record command runs; cross-stream waits block
+  the waiting stream's worker until that generation is reached.
+* Device memory is an emulated address space of numpy buffers. Allocation and free are
+  stream-ordered; any command touching freed or unallocated memory faults the device
+  with ``CUDA_ERROR_ILLEGAL_ADDRESS``.
+* ``write_value32`` stores into real host memory, so the native reactor sees it.
+* A fault (illegal address, an emulated kernel raising, :func:`inject_fault`) is sticky:
+  queued work is dropped, flags stop landing, queries and later calls raise it.
+* Stream capture records the commands enqueued on a stream; a graph launch replays them.
+* Knobs for tests: a per-command delay and a gate that holds every worker.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import itertools
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DeviceError, DeviceFaultError, DriverError, OutOfMemoryError, driver_error
+from .base import CAPTURE_RELAXED, Backend
+
+Command = Callable[[], None]
+
+_ILLEGAL_ADDRESS = 700
+_LAUNCH_FAILED = 719
+_INVALID_VALUE = 1
+_INVALID_HANDLE = 400
+_NOT_SUPPORTED = 801
+_CAPTURE_UNSUPPORTED = 900
+
+#: Each device owns a 1 TiB window of the emulated address space.
+_DEVICE_WINDOW = 1 << 40
+_ALIGN = 256
+
+
+class _IllegalAddress(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class _Device:
+    ordinal: int
+    total_memory: int
+    fault: DeviceFaultError | None = None
+    used: int = 0
+    next_address: int = 0
+    bases: list[int] = field(default_factory=list)
+    buffers: dict[int, np.ndarray] = field(default_factory=dict)
+    streams: set[_Stream] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Stream:
+    """A FIFO of commands run by one worker thread."""
+
+    def __init__(self, backend: EmulatorBackend, handle: int, device: _Device) -> None:
+        self.backend = backend
+        self.handle = handle
+        self.device = device
+        self.commands: deque[Command | None] = deque()
+        self.pending = 0
+        self.cond = threading.Condition()
+        self.capture: list[Command] | None = None
+        self.worker = threading.Thread(
+            target=self._run, name=f"cuasync-emu-stream-{handle:x}", daemon=True
+        )
+        self.worker.start()
+
+    def put(self, command: Command | None) -> None:
+        with self.cond:
+            if command is not None:
+                self.pending += 1
+            self.commands.append(command)
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        backend = self.backend
+        while True:
+            with self.cond:
+                while not self.commands:
+                    self.cond.wait()
+                command = self.commands.popleft()
+            if command is None:
+                return
+            backend._gate.wait()
+            if backend.delay_us and self.device.fault is None:
+                time.sleep(backend.delay_us / 1e6)
+            if self.device.fault is None:
+                try:
+                    command()
+                except _IllegalAddress as exc:
+                    backend._fault(self.device, _ILLEGAL_ADDRESS, str(exc))
+                except Exception as exc:
+                    detail = "".join(traceback.format_exception_only(exc)).strip()
+                    backend._fault(self.device, _LAUNCH_FAILED, f"emulated kernel raised {detail}")
+            with self.cond:
+                self.pending -= 1
+                self.cond.notify_all()
+
+    def wait_idle(self) -> None:
+        with self.cond:
+            while self.pending and self.device.fault is None:
+                self.cond.wait(0.05)
+
+
+class _Event:
+    def __init__(self, device: _Device, timing: bool) -> None:
+        self.device = device
+        self.timing = timing
+        self.recorded = 0
+        self.completed = 0
+        self.time = 0.0
+        self.cond = threading.Condition()
+
+    def reached(self, generation: int) -> bool:
+        return self.completed >= generation
+
+
+@dataclass
+class _Graph:
+    commands: list[Command]
+
+
+class EmulatorBackend(Backend):
+    """The emulator backend; see the module docstring."""
+
+    name = "emulator"
+
+    def __init__(self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0) -> None:
+        self._devices = [
+            _Device(i, memory, next_address=(i + 1) * _DEVICE_WINDOW) for i in range(devices)
+        ]
+        self._streams: dict[int, _Stream] = {}
+        self._events: dict[int, _Event] = {}
+        self._graphs: dict[int, _Graph] = {}
+        self._execs: dict[int, list[Command]] = {}
+        self._host: dict[int, np.ndarray] = {}
+        self._handles = itertools.count(0x1000)
+        self._lock = threading.Lock()
+        self._gate = threading.Event()
+        self._gate.set()
+        self.delay_us = delay_us
+
+    # -- knobs ---------------------------------------------------------------------
+    def pause(self) -> None:
+        """Hold every stream worker before its next command."""
+        self._gate.clear()
+
+    def resume(self) -> None:
+        self._gate.set()
+
+    def inject_fault(self, ordinal: int, code: int = 715) -> None:
+        self._fault(self._device(ordinal), code, "injected by cuasync.emulator.inject_fault")
+
+    def _fault(self, device: _Device, code: int, detail: str) -> None:
+        with device.lock:
+            if device.fault is None:
+                error = driver_error(code, "emulated device", detail)
+                if not isinstance(error, DeviceFaultError):
+                    error = DeviceFaultError(code, "emulated device", detail)
+                device.fault = error
+            streams = list(device.streams)
+        for stream in streams:
+            with stream.cond:
+                stream.cond.notify_all()
+        with self._lock:
+            events = [e for e in self._events.values() if e.device is device]
+        for event in events:
+            with event.cond:
+                event.cond.notify_all()
+
+    # -- helpers ---------------------------------------------------------------------
+    def _device(self, ordinal: int) -> _Device:
+        if not 0 <= ordinal < len(self._devices):
+            raise DriverError(101, "device", f"ordinal {ordinal}")
+        return self._devices[ordinal]
+
+    def _check(self, device: _Device) -> None:
+        if device.fault is not None:
+            raise device.fault
+
+    def _stream(self, handle: int) -> _Stream:
+        try:
+            return self._streams[handle]
+        except KeyError:
+            raise DriverError(_INVALID_HANDLE, "stream", f"unknown stream {handle:#x}") from None
+
+    def _event(self, handle: int) -> _Event:
+        try:
+            return self._events[handle]
+        except KeyError:
+            raise DriverError(_INVALID_HANDLE, "event", f"unknown event {handle:#x}") from None
+
+    def _enqueue(self, handle: int, command: Command) -> None:
+        stream = self._stream(handle)
+        self._check(stream.device)
+        if stream.capture is not None:
+            stream.capture.append(command)
+        else:
+            stream.put(command)
+
+    def _resolve(self, ptr: int, nbytes: int) -> np.ndarray:
+        """The bytes ``[ptr, ptr + nbytes)`` of emulated device memory, or an illegal access."""
+        device_index = ptr // _DEVICE_WINDOW - 1
+        if not 0 <= device_index < len(self._devices):
+            raise _IllegalAddress(f"address {ptr:#x} is not device memory")
+        device = self._devices[device_index]
+        with device.lock:
+            i = bisect.bisect_right(device.bases, ptr) - 1
+            base = device.bases[i] if i >= 0 else -1
+            buffer = device.buffers.get(base)
+        if buffer is None or ptr + nbytes > base + buffer.nbytes:
+            raise _IllegalAddress(
+                f"{nbytes} bytes at {ptr:#x} are not inside a live allocation (freed or never allocated)"
+            )
+        return buffer[ptr - base : ptr - base + nbytes]
+
+    def device_view(self, ptr: int, nbytes: int) -> np.ndarray:
+        """Bytes of device memory for emulated kernels; raises an illegal-address fault."""
+        return self._resolve(ptr, nbytes)
+
+    @staticmethod
+    def _host_view(address: int, nbytes: int) -> np.ndarray:
+        if nbytes == 0:
+            return np.empty(0, np.uint8)
+        return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+
+    # -- devices -------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def device_name(self, ordinal: int) -> str:
+        self._device(ordinal)
+        return f"cuasync emulator device {ordinal}"
+
+    def device_total_memory(self, ordinal: int) -> int:
+        return self._device(ordinal).total_memory
+
+    def device_compute_capability(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        return (9, 0)
+
+    def device_synchronize(self, ordinal: int) -> None:
+        device = self._device(ordinal)
+        for stream in list(device.streams):
+            stream.wait_idle()
+        self._check(device)
+
+    def device_fault(self, ordinal: int) -> BaseException | None:
+        return self._device(ordinal).fault
+
+    # -- streams -------------------------------------------------------------------
+    def stream_create(self, ordinal: int) -> int:
+        device = self._device(ordinal)
+        self._check(device)
+        handle = next(self._handles)
+        stream = _Stream(self, handle, device)
+        with self._lock:
+            self._streams[handle] = stream
+        with device.lock:
+            device.streams.add(stream)
+        return handle
+
+    def stream_destroy(self, stream: int) -> None:
+        with self._lock:
+            s = self._streams.pop(stream, None)
+        if s is None:
+            raise DriverError(_INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
+        with s.device.lock:
+            s.device.streams.discard(s)
+        s.put(None)  # the worker drains what is queued, then exits
+
+    def stream_device(self, stream: int) -> int:
+        return self._stream(stream).device.ordinal
+
+    def stream_query(self, stream: int) -> bool:
+        s = self._stream(stream)
+        if s.capture is not None:
+            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamQuery", "the stream is capturing")
+        self._check(s.device)
+        return s.pending == 0
+
+    def stream_synchronize(self, stream: int) -> None:
+        s = self._stream(stream)
+        if s.capture is not None:
+            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamSynchronize", "the stream is capturing")
+        s.wait_idle()
+        self._check(s.device)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        e = self._event(event)
+        target = e.recorded
+
+        def wait() -> None:
+            with e.cond:
+                while not e.reached(target) and e.device.fault is None:
+                    e.cond.wait(0.05)
+
+        self._enqueue(stream, wait)
+
+    # -- events --------------------------------------------------------------------
+    def event_create(self, ordinal: int, *, timing: bool = False) -> int:
+        device = self._device(ordinal)
+        handle = next(self._handles)
+        with self._lock:
+            self._events[handle] = _Event(device, timing)
+        return handle
+
+    def event_destroy(self, event: int) -> None:
+        with self._lock:
+            if self._events.pop(event, None) is None:
+                raise DriverError(_INVALID_HANDLE, "cuEventDestroy", f"unknown event {event:#x}")
+
+    def event_record(self, event: int, stream: int) -> None:
+        e = self._event(event)
+        self._check(self._stream(stream).device)
+        e.recorded += 1
+        generation = e.recorded
+
+        def record() -> None:
+            with e.cond:
+                e.time = time.perf_counter()
+                e.completed = max(e.completed, generation)
+                e.cond.notify_all()
+
+        self._enqueue(stream, record)
+
+    def event_query(self, event: int) -> bool:
+        e = self._event(event)
+        self._check(e.device)
+        return e.reached(e.recorded)
+
+    def event_synchronize(self, event: int) -> None:
+        e = self._event(event)
+        target = e.recorded
+        with e.cond:
+            while not e.reached(target) and e.device.fault is None:
+                e.cond.wait(0.05)
+        self._check(e.device)
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        a, b = self._event(start), self._event(end)
+        if not (a.timing and b.timing):
+            raise DriverError(_INVALID_HANDLE, "cuEventElapsedTime", "events created without timing")
+        if not (a.reached(a.recorded) and b.reached(b.recorded)) or not (a.recorded and b.recorded):
+            raise DriverError(600, "cuEventElapsedTime")
+        return (b.time - a.time) * 1e3
+
+    # -- memory --------------------------------------------------------------------
+    def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        device = self._stream(stream).device
+        self._check(device)
+        size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        with device.lock:
+            if device.used + size > device.total_memory:
+                raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory")
+            device.used += size
+            ptr = device.next_address
+            device.next_address += size + _ALIGN  # a gap so overruns are illegal accesses
+            device.buffers[ptr] = np.zeros(size, np.uint8)
+            device.bases.append(ptr)  # addresses only grow: the list stays sorted
+        return ptr
+
+    def mem_free_async(self, ptr: int, stream: int) -> None:
+        device = self._stream(stream).device
+
+        def free() -> None:
+            with device.lock:
+                buffer = device.buffers.pop(ptr, None)
+                if buffer is None:
+                    raise _IllegalAddress(f"free of {ptr:#x}, which is not a live allocation")
+                device.bases.pop(bisect.bisect_left(device.bases, ptr))
+                device.used -= buffer.nbytes
+
+        self._enqueue(stream, free)
+
+    def host_alloc(self, nbytes: int) -> int:
+        buffer = np.zeros(max(nbytes, 1) + 64, np.uint8)
+        address = buffer.ctypes.data
+        address += (-address) % 64
+        with self._lock:
+            self._host[address] = buffer
+        return address
+
+    def host_free(self, ptr: int) -> None:
+        with self._lock:
+            if self._host.pop(ptr, None) is None:
+                raise DriverError(_INVALID_VALUE, "cuMemFreeHost", f"{ptr:#x} is not pinned memory")
+
+    def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        def copy() -> None:
+            self._resolve(dst, nbytes)[:] = self._host_view(src, nbytes)
+
+        self._enqueue(stream, copy)
+
+    def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        def copy() -> None:
+            self._host_view(dst, nbytes)[:] = self._resolve(src, nbytes)
+
+        self._enqueue(stream, copy)
+
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        def copy() -> None:
+            self._resolve(dst, nbytes)[:] = self._resolve(src, nbytes)
+
+        self._enqueue(stream, copy)
+
+    def memcpy_2d_async(
+        self,
+        dst: int,
+        dst_pitch: int,
+        src: int,
+        src_pitch: int,
+        width: int,
+        height: int,
+        stream: int,
+        kind: str,
+    ) -> None:
+        if kind not in ("htod", "dtoh", "dtod"):
+            raise DriverError(_INVALID_VALUE, "cuMemcpy2DAsync", f"kind {kind!r}")
+        src_view = self._host_view if kind == "htod" else self._resolve
+        dst_view = self._host_view if kind == "dtoh" else self._resolve
+
+        def copy() -> None:
+            if height == 0 or width == 0:
+                return
+            span_src = src_pitch * (height - 1) + width
+            span_dst = dst_pitch * (height - 1) + width
+            s = np.lib.stride_tricks.as_strided(
+                src_view(src, span_src), (height, width), (src_pitch, 1)
+            )
+            d = np.lib.stride_tricks.as_strided(
+                dst_view(dst, span_dst), (height, width), (dst_pitch, 1)
+            )
+            d[...] = s
+
+        self._enqueue(stream, copy)
+
+    def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        def memset() -> None:
+            self._resolve(ptr, nbytes)[:] = value & 0xFF
+
+        self._enqueue(stream, memset)
+
+    # -- completion primitives -----------------------------------------------------
+    def write_value32(self, stream: int, address: int, value: int) -> None:
+        word = ctypes.c_uint32.from_address(address)
+
+        def write() -> None:
+            word.value = value & 0xFFFFFFFF
+
+        self._enqueue(stream, write)
+
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        def host() -> None:
+            try:
+                fn()
+            except Exception:
+                print("cuasync: a host function raised; ignored:", file=sys.stderr)
+                traceback.print_exc()
+
+        self._enqueue(stream, host)
+
+    # -- modules and kernels ---------------------------------------------------------
+    def module_load(self, ordinal: int, image: bytes) -> int:
+        raise DeviceError(
+            "the emulator cannot run cubin or PTX images; give the kernel an emulate= function "
+            "or run with CUASYNC_BACKEND=cuda on a machine with a GPU"
+        )
+
+    def module_unload(self, module: int) -> None:
+        raise DriverError(_INVALID_HANDLE, "cuModuleUnload")
+
+    def module_function(self, module: int, name: str) -> int:
+        raise DriverError(_INVALID_HANDLE, "cuModuleGetFunction")
+
+    def launch_kernel(
+        self,
+        function: int,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        params: int,
+    ) -> None:
+        raise DriverError(_NOT_SUPPORTED, "cuLaunchKernel", "the emulator runs emulate= functions")
+
+    def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
+        self._enqueue(stream, fn)
+
+    # -- graphs --------------------------------------------------------------------
+    def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
+        s = self._stream(stream)
+        self._check(s.device)
+        if s.capture is not None:
+            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture", "already capturing")
+        s.capture = []
+
+    def stream_end_capture(self, stream: int) -> int:
+        s = self._stream(stream)
+        if s.capture is None:
+            raise DriverError(_INVALID_VALUE, "cuStreamEndCapture", "the stream is not capturing")
+        commands, s.capture = s.capture, None
+        handle = next(self._handles)
+        self._graphs[handle] = _Graph(commands)
+        return handle
+
+    def stream_is_capturing(self, stream: int) -> bool:
+        return self._stream(stream).capture is not None
+
+    def graph_instantiate(self, graph: int) -> int:
+        try:
+            commands = list(self._graphs[graph].commands)
+        except KeyError:
+            raise DriverError(_INVALID_HANDLE, "cuGraphInstantiate") from None
+        handle = next(self._handles)
+        self._execs[handle] = commands
+        return handle
+
+    def graph_upload(self, graph_exec: int, stream: int) -> None:
+        if graph_exec not in self._execs:
+            raise DriverError(_INVALID_HANDLE, "cuGraphUpload")
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        try:
+            commands = self._execs[graph_exec]
+        except KeyError:
+            raise DriverError(_INVALID_HANDLE, "cuGraphLaunch") from None
+        for command in commands:
+            self._enqueue(stream, command)
+
+    def graph_destroy(self, graph: int) -> None:
+        if self._graphs.pop(graph, None) is None:
+            raise DriverError(_INVALID_HANDLE, "cuGraphDestroy")
+
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        if self._execs.pop(graph_exec, None) is None:
+            raise DriverError(_INVALID_HANDLE, "cuGraphExecDestroy")

@@ -1,0 +1,72 @@
+"""The ``CUASYNC_*`` environment variables, read once, in one place.
+
+=============================  ==========================================================
+``CUASYNC_BACKEND``            ``auto`` (default), ``cuda`` or ``emulator``
+``CUASYNC_EMU_DEVICES``        number of emulated devices (default 1)
+``CUASYNC_EMU_DELAY_US``       delay before each emulated command, microseconds (default 0)
+``CUASYNC_EMU_MEMORY``         emulated device memory per device in bytes (default 1 GiB)
+``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off)
+``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384)
+``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
+                               (``cuLaunchHostFunc`` for every await)
+``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
+=============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import ArgumentError
+
+_BACKENDS = ("auto", "cuda", "emulator")
+_HOST_SYNC = ("reactor", "callback")
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ArgumentError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ArgumentError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name, default).strip().lower() or default
+    if raw not in choices:
+        raise ArgumentError(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
+    return raw
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str
+    emu_devices: int
+    emu_delay_us: int
+    emu_memory: int
+    spin_budget_us: int
+    slots: int
+    host_sync: str
+    stale_us: int
+
+
+def _read() -> Config:
+    return Config(
+        backend=_choice("CUASYNC_BACKEND", "auto", _BACKENDS),
+        emu_devices=_int("CUASYNC_EMU_DEVICES", 1, minimum=1),
+        emu_delay_us=_int("CUASYNC_EMU_DELAY_US", 0),
+        emu_memory=_int("CUASYNC_EMU_MEMORY", 1 << 30, minimum=1 << 20),
+        spin_budget_us=_int("CUASYNC_SPIN_BUDGET_US", 20),
+        slots=_int("CUASYNC_SLOTS", 16384, minimum=1),
+        host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
+        stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
+    )
+
+
+CONFIG = _read()

@@ -1,0 +1,253 @@
+"""Copies as lazy ops: ``from_host``, ``to_host``, ``dup``, ``memcpy``, and ``empty``/``zeros``.
+
+Host data always moves through pinned staging blocks: a copy between device memory
+and pageable memory would block the calling thread until the stream drains.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ._backends import get_backend
+from ._core.context import ExecutionContext
+from ._core.device import Device, get_default_device
+from ._core.memory import Allocation
+from ._core.op import DeviceOp, device_op
+from ._core.output import Output
+from ._core.staging import staging_pool
+from ._dtypes import as_dtype, dtype_name
+from ._tensor import Shape, Tensor, check_shape
+from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+
+__all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
+
+
+def _device_arg(device: Any) -> Device:
+    return get_default_device() if device is None else Device(device)
+
+
+def copy_strided(
+    ctx: ExecutionContext,
+    kind: str,
+    dst: int,
+    dst_strides: Shape,
+    src: int,
+    src_strides: Shape,
+    shape: Shape,
+    itemsize: int,
+) -> None:
+    """Enqueue a copy of a strided block (strides in bytes) with as few driver calls as possible."""
+    if any(d == 0 for d in shape):
+        return
+    backend = get_backend()
+    # Drop unit dimensions, then merge dimensions that are contiguous in both layouts.
+    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides, strict=True) if d != 1]
+    merged: list[tuple[int, int, int]] = []
+    for d, s, t in reversed(dims):
+        if merged and s == merged[-1][0] * merged[-1][1] and t == merged[-1][0] * merged[-1][2]:
+            n, s0, t0 = merged[-1]
+            merged[-1] = (n * d, s0, t0)
+        else:
+            merged.append((d, s, t))
+    merged.reverse()  # outermost first
+    if not merged or (len(merged) == 1 and merged[0][1] == merged[0][2] == itemsize):
+        nbytes = (merged[0][0] if merged else 1) * itemsize
+        getattr(backend, f"memcpy_{kind}_async")(dst, src, nbytes, ctx.handle)
+        return
+    n0, s0, t0 = merged[-1]
+    if s0 == t0 == itemsize:  # rows of contiguous bytes
+        width = n0 * itemsize
+        if len(merged) >= 2:
+            height, src_pitch, dst_pitch = merged[-2]
+            outer = merged[:-2]
+        else:
+            height, src_pitch, dst_pitch, outer = 1, width, width, []
+    else:  # one element per row
+        width, height, src_pitch, dst_pitch = itemsize, n0, s0, t0
+        outer = merged[:-1]
+    for index in itertools.product(*(range(d) for d, _, _ in outer)):
+        s_off = sum(i * s for i, (_, s, _) in zip(index, outer, strict=True))
+        d_off = sum(i * t for i, (_, _, t) in zip(index, outer, strict=True))
+        backend.memcpy_2d_async(
+            dst + d_off, dst_pitch, src + s_off, src_pitch, width, height, ctx.handle, kind
+        )
+
+
+def _byte_strides(t: Tensor) -> Shape:
+    return tuple(s * t.itemsize for s in t.strides)
+
+
+def _contiguous_byte_strides(shape: Shape, itemsize: int) -> Shape:
+    from ._tensor import contiguous_strides
+
+    return tuple(s * itemsize for s in contiguous_strides(shape))
+
+
+def _check_tensor(t: Any, argument: str) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise ArgumentError(f"{argument} must be a cuasync.Tensor, got {type(t).__name__}")
+    return t
+
+
+def from_host(array: Any, *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+    """An op copying a numpy array (or anything ``np.asarray`` accepts) to a new tensor.
+
+    The array is read when the op executes, not when it is built.
+
+    >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))
+    """
+    if isinstance(array, Tensor):
+        raise ArgumentError("from_host got a cuasync.Tensor, which is already on a device; use .dup()")
+    try:
+        source = np.asarray(array)
+    except Exception as exc:
+        raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
+    dtype = as_dtype(source.dtype, "array.dtype")
+    target = _device_arg(device)
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        ctx.reject_in_capture("from_host")
+        block = staging_pool().acquire(source.nbytes)
+        np.copyto(block.array(dtype, source.shape), source)
+        alloc = Allocation(ctx.device, source.nbytes, ctx.stream)
+        ptr = ctx.write(alloc)
+        if source.nbytes:
+            get_backend().memcpy_htod_async(ptr, block.address, source.nbytes, ctx.handle)
+        ctx.retain(block)
+        return Output.ready(Tensor(alloc, source.shape, dtype))
+
+    return device_op(enqueue, target, "from_host")
+
+
+def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
+    """An op copying ``tensor`` into a new numpy array (backed by pinned memory).
+
+    >>> a = await t.to_host()
+    """
+    t = _check_tensor(tensor, "tensor")
+
+    def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
+        block = staging_pool().acquire(t.nbytes)
+        src = ctx.read(t.allocation) + t.offset * t.itemsize
+        copy_strided(
+            ctx,
+            "dtoh",
+            block.address,
+            _contiguous_byte_strides(t.shape, t.itemsize),
+            src,
+            _byte_strides(t),
+            t.shape,
+            t.itemsize,
+        )
+        ctx.retain(block)
+        return Output.ready(block.array(t.dtype, t.shape))
+
+    return device_op(enqueue, t.device, "to_host")
+
+
+def dup(tensor: Tensor) -> DeviceOp[Tensor]:
+    """An op producing a contiguous copy of ``tensor`` on its device."""
+    t = _check_tensor(tensor, "tensor")
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        ctx.reject_in_capture("dup")
+        src = ctx.read(t.allocation) + t.offset * t.itemsize
+        alloc = Allocation(ctx.device, t.nbytes, ctx.stream)
+        dst = ctx.write(alloc)
+        copy_strided(
+            ctx,
+            "dtod",
+            dst,
+            _contiguous_byte_strides(t.shape, t.itemsize),
+            src,
+            _byte_strides(t),
+            t.shape,
+            t.itemsize,
+        )
+        return Output.ready(Tensor(alloc, t.shape, t.dtype))
+
+    return device_op(enqueue, t.device, "dup")
+
+
+def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
+    """An op copying ``src`` into ``dst`` (same dtype and element count); outputs ``dst``.
+
+    Shapes may differ when both tensors are contiguous.
+
+    >>> await cuasync.memcpy(out[0:2], staging)
+    """
+    d = _check_tensor(dst, "dst")
+    s = _check_tensor(src, "src")
+    if d.dtype != s.dtype:
+        raise DTypeError(
+            f"memcpy needs equal dtypes: dst is {dtype_name(d.dtype)}, src is "
+            f"{dtype_name(s.dtype)}; convert one of them first"
+        )
+    if d.size != s.size:
+        raise ShapeError(
+            f"memcpy needs equal element counts: dst has {d.size} {d.shape}, src has "
+            f"{s.size} {s.shape}"
+        )
+    if d.device is not s.device:
+        raise InvalidDeviceError(
+            f"memcpy between devices {s.device.ordinal} and {d.device.ordinal} is not supported; "
+            "go through the host (to_host then from_host)"
+        )
+    if d.shape != s.shape and not (d.is_contiguous and s.is_contiguous):
+        raise ShapeError(
+            f"memcpy between shapes {s.shape} and {d.shape} needs both tensors contiguous"
+        )
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        sp = ctx.read(s.allocation, "src") + s.offset * s.itemsize
+        dp = ctx.write(d.allocation, "dst") + d.offset * d.itemsize
+        if d.shape == s.shape:
+            copy_strided(ctx, "dtod", dp, _byte_strides(d), sp, _byte_strides(s), s.shape, s.itemsize)
+        elif s.nbytes:
+            get_backend().memcpy_dtod_async(dp, sp, s.nbytes, ctx.handle)
+        return Output.ready(d)
+
+    return device_op(enqueue, d.device, "memcpy")
+
+
+def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+    """An op allocating an uninitialized tensor.
+
+    >>> buf = await cuasync.empty((1024,), "uint8")
+    """
+    dims = check_shape(shape)
+    dt = as_dtype(dtype)
+    target = _device_arg(device)
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        ctx.reject_in_capture("empty")
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+        alloc = Allocation(ctx.device, nbytes, ctx.stream)
+        ctx.write(alloc)
+        return Output.ready(Tensor(alloc, dims, dt))
+
+    return device_op(enqueue, target, "empty")
+
+
+def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+    """An op allocating a tensor filled with zeros.
+
+    >>> z = await cuasync.zeros((16, 16), "float16")
+    """
+    dims = check_shape(shape)
+    dt = as_dtype(dtype)
+    target = _device_arg(device)
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        ctx.reject_in_capture("zeros")
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+        alloc = Allocation(ctx.device, nbytes, ctx.stream)
+        ptr = ctx.write(alloc)
+        if nbytes:
+            get_backend().memset_d8_async(ptr, 0, nbytes, ctx.handle)
+        return Output.ready(Tensor(alloc, dims, dt))
+
+    return device_op(enqueue, target, "zeros")

@@ -1,0 +1,1 @@
+"""The op layer: devices and streams, memory, execution contexts, ops, completion."""

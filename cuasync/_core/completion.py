@@ -1,0 +1,433 @@
+"""Completions: how the host learns that submitted work has finished.
+
+Every submission that is awaited or turned into a future gets a :class:`Completion`.
+Its work is followed on the stream by one of:
+
+* a **flag write**: the next generation of a 32-bit slot in a pinned, device-mapped slab
+  (``write_value32``). The awaiting side spins on it briefly (inline spin), then arms it
+  in the native reactor, which wakes the owning event loop;
+* a **host callback** (``launch_host_func``) when the slot pool is exhausted, the native
+  module is missing, stream memory operations are unsupported, or
+  ``CUASYNC_HOST_SYNC=callback`` asks for it.
+
+When completion is observed the output is realized (``map`` functions run), the stream's
+completed sequence number advances and every object the work used is released.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._backends import get_backend
+from .._config import CONFIG
+from ..errors import DeviceError, DeviceFaultError
+from .output import Output
+
+if TYPE_CHECKING:
+    from .context import ExecutionContext
+
+try:
+    from .. import _reactor  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: host callbacks only
+    _reactor = None
+
+PENDING, DONE, FAILED = 0, 1, 2
+INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
+
+
+@dataclass
+class Stats:
+    """Counters of the completion machinery (see :func:`cuasync.stats`)."""
+
+    completed_inline: int = 0
+    completed_reactor: int = 0
+    completed_host_callback: int = 0
+    completed_blocking: int = 0
+    reactor_wakeups: int = 0
+    slots_armed: int = 0
+    slots_total: int = 0
+    fallbacks: int = 0
+    faults: int = 0
+    stale_probes: int = 0
+    reactor: bool = False
+
+
+Waiter = Callable[["Completion"], None]
+
+
+class Completion:
+    """One submitted execution, tracked until its completion is observed."""
+
+    __slots__ = (
+        "_lock",
+        "_waiters",
+        "address",
+        "armed_at",
+        "ctx",
+        "device",
+        "error",
+        "gen",
+        "landed_by_callback",
+        "out",
+        "path",
+        "slot",
+        "state",
+        "stream",
+        "value",
+        "watcher",
+    )
+
+    def __init__(self, ctx: ExecutionContext, out: Output[Any]) -> None:
+        self.ctx: ExecutionContext | None = ctx
+        self.out: Output[Any] | None = out
+        self.stream = ctx.stream
+        self.device = ctx.device
+        self.slot = -1
+        self.gen = 0
+        self.address = 0
+        self.state = PENDING
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.path = ""
+        self.landed_by_callback = False
+        self.armed_at = 0.0
+        self.watcher: Any = None  # the loop bridge whose queue the reactor reports to
+        self._lock = threading.Lock()
+        self._waiters: list[Waiter] = []
+
+    # -- observation -------------------------------------------------------------------
+    def landed(self) -> bool:
+        """Whether the device has finished the work (never blocks)."""
+        if self.state != PENDING:
+            return True
+        if self.slot >= 0:
+            word = _reactor.load32(self.address) if _reactor else _load32(self.address)
+            return ((word - self.gen) & 0xFFFFFFFF) < 0x80000000
+        return self.landed_by_callback
+
+    def poll(self) -> bool:
+        """Finish on this thread if the work has landed; True when no longer pending."""
+        if self.state == PENDING and self.landed():
+            self.finish(INLINE)
+        return self.state != PENDING
+
+    def add_waiter(self, waiter: Waiter) -> None:
+        """Call ``waiter(self)`` once finished (now, if it already is)."""
+        with self._lock:
+            if self.state == PENDING:
+                self._waiters.append(waiter)
+                return
+        waiter(self)
+
+    def result(self) -> Any:
+        if self.state == FAILED:
+            assert self.error is not None
+            raise self.error
+        return self.value
+
+    # -- resolution ----------------------------------------------------------------------
+    def finish(self, path: str) -> None:
+        """The work completed: realize the output, release what it used, wake waiters."""
+        with self._lock:
+            if self.state != PENDING:
+                return
+            ctx, out = self.ctx, self.out
+            self.ctx = self.out = None
+            self.path = path
+            assert ctx is not None and out is not None
+            self.stream._mark_completed(ctx.seq)
+            try:
+                self.value = out.get()
+                self.state = DONE
+            except BaseException as exc:  # a map/inspect function raised
+                self.error = exc
+                self.state = FAILED
+            waiters, self._waiters = self._waiters, []
+        del ctx  # releases every retained object now that the device is done with them
+        hub = _hub
+        if hub is not None:
+            hub.release(self, path)
+        for waiter in waiters:
+            waiter(self)
+
+    def fail(self, error: BaseException) -> None:
+        """The work will never complete (device fault): resolve with ``error``.
+
+        What the work used is leaked rather than released: the faulted device may still
+        hold references to it.
+        """
+        with self._lock:
+            if self.state != PENDING:
+                return
+            if self.ctx is not None:
+                _leaked.append(self.ctx.retained)
+            self.ctx = self.out = None
+            self.error = error
+            self.state = FAILED
+            self.path = "fault"
+            waiters, self._waiters = self._waiters, []
+        hub = _hub
+        if hub is not None:
+            hub.forget(self)
+        for waiter in waiters:
+            waiter(self)
+
+
+#: Objects used by work that faulted: kept forever rather than freed under a dead context.
+_leaked: list[list[Any]] = []
+
+
+def _load32(address: int) -> int:
+    import ctypes
+
+    return ctypes.c_uint32.from_address(address).value
+
+
+class Hub:
+    """Process-wide completion machinery: the slot slab, the reactor, the fallbacks."""
+
+    def __init__(self) -> None:
+        backend = get_backend()
+        self.backend = backend
+        self.stats = Stats()
+        self.lock = threading.Lock()
+        self.nslots = CONFIG.slots
+        self.slab = backend.host_alloc(4 * self.nslots)
+        self.gens = [0] * self.nslots
+        self.table: list[Completion | None] = [None] * self.nslots
+        self.free = list(range(self.nslots - 1, -1, -1))
+        self.stats.slots_total = self.nslots
+        self.callback_pending: set[Completion] = set()
+        self.reactor: Any = None
+        self.write_flag: Callable[[int, int, int], None] = backend.write_value32
+        if _reactor is not None and CONFIG.host_sync == "reactor":
+            self.reactor = _reactor.Reactor(
+                self.slab,
+                self.nslots,
+                stale_ns=CONFIG.stale_us * 1000,
+                stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
+            )
+            self.stats.reactor = True
+            self._native_flag_writes()
+
+    def _native_flag_writes(self) -> None:
+        """On cuda, write flags through the native module (no Python driver wrapper)."""
+        entry = self.backend.driver_entry_points(["cuStreamWriteValue32"])
+        address = entry.get("cuStreamWriteValue32")
+        if not address:
+            return
+        _reactor.set_entry_points(write_value32=address)
+        native = _reactor.write_value32
+        from ..errors import driver_error
+
+        def write(stream: int, flag: int, value: int) -> None:
+            result = native(stream, flag, value)
+            if result:
+                raise driver_error(result, "cuStreamWriteValue32")
+
+        self.write_flag = write
+
+    # -- submission side (under the execution lock) --------------------------------------
+    def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
+        """Create the completion of ``ctx`` and enqueue its notification after the work."""
+        comp = Completion(ctx, out)
+        if ctx.capturing:
+            raise DeviceError("internal: completions cannot be attached while capturing")
+        slot = -1
+        if self.reactor is not None and self.backend.supports_stream_memops(ctx.device.ordinal):
+            with self.lock:
+                if self.free:
+                    slot = self.free.pop()
+                    self.stats.slots_armed += 1
+            if slot < 0:
+                self.stats.fallbacks += 1
+        if slot >= 0:
+            gen = (self.gens[slot] + 1) & 0xFFFFFFFF
+            self.gens[slot] = gen
+            comp.slot, comp.gen, comp.address = slot, gen, self.slab + 4 * slot
+            self.table[slot] = comp
+            try:
+                self.write_flag(ctx.stream.handle, comp.address, gen)
+            except BaseException:
+                self._free_slot(slot)
+                comp.slot = -1
+                raise
+        else:
+            self._attach_callback(comp)
+        return comp
+
+    def _attach_callback(self, comp: Completion) -> None:
+        def landed() -> None:  # runs on a driver thread: no driver calls here
+            comp.landed_by_callback = True
+            comp.finish(CALLBACK)
+
+        with self.lock:
+            self.callback_pending.add(comp)
+        comp.armed_at = time.monotonic()
+        self.backend.launch_host_func(comp.stream.handle, landed)
+        _watchdog().kick()
+
+    # -- observation side ------------------------------------------------------------------
+    def spin(self, comp: Completion, budget_us: int) -> bool:
+        if comp.slot < 0 or _reactor is None:
+            return comp.landed()
+        return bool(_reactor.spin_wait(comp.address, comp.gen, budget_us * 1000))
+
+    def arm(self, comp: Completion, queue: Any) -> None:
+        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land."""
+        comp.armed_at = time.monotonic()
+        self.reactor.arm(comp.slot, comp.gen, queue)
+
+    def on_landed(self, slot: int) -> None:
+        comp = self.table[slot]
+        # A slot can be reported after its completion was finished another way and the
+        # slot reused: only a completion whose own generation has landed is finished.
+        if comp is not None and comp.landed():
+            comp.finish(REACTOR)
+
+    def on_stale(self, slot: int) -> None:
+        comp = self.table[slot]
+        if comp is not None:
+            self.probe(comp)
+
+    def probe(self, comp: Completion) -> None:
+        """Query the stream of a completion that is making no progress, to find faults."""
+        stream = comp.stream
+        if stream._capturing or comp.state != PENDING:
+            return
+        self.stats.stale_probes += 1
+        try:
+            self.backend.stream_query(stream.handle)
+        except DeviceFaultError as exc:
+            self.fail_device(comp.device, exc)
+        except DeviceError as exc:
+            fault = self.backend.device_fault(comp.device.ordinal)
+            self.fail_device(comp.device, fault if fault is not None else exc)
+
+    def fail_device(self, device: Any, error: BaseException) -> None:
+        """Resolve every pending completion of ``device`` with ``error``."""
+        with self.lock:
+            victims = [c for c in self.table if c is not None and c.device is device]
+            victims += [c for c in self.callback_pending if c.device is device]
+        if victims:
+            self.stats.faults += 1
+        for comp in victims:
+            if comp.slot >= 0 and self.reactor is not None:
+                self.reactor.disarm(comp.slot)
+            comp.fail(error)
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def release(self, comp: Completion, path: str) -> None:
+        stats = self.stats
+        if path == INLINE:
+            stats.completed_inline += 1
+        elif path == REACTOR:
+            stats.completed_reactor += 1
+        elif path == CALLBACK:
+            stats.completed_host_callback += 1
+        else:
+            stats.completed_blocking += 1
+        if comp.slot >= 0:
+            if self.reactor is not None and path != REACTOR:
+                self.reactor.disarm(comp.slot)
+            self._free_slot(comp.slot)
+        else:
+            with self.lock:
+                self.callback_pending.discard(comp)
+
+    def forget(self, comp: Completion) -> None:
+        """A failed completion: its slot is retired (its flag may never land)."""
+        with self.lock:
+            if comp.slot >= 0:
+                self.table[comp.slot] = None
+                self.stats.slots_armed -= 1
+            self.callback_pending.discard(comp)
+
+    def _free_slot(self, slot: int) -> None:
+        with self.lock:
+            self.table[slot] = None
+            self.free.append(slot)
+            self.stats.slots_armed -= 1
+
+    def snapshot(self) -> Stats:
+        stats = Stats(**vars(self.stats))
+        if self.reactor is not None:
+            stats.reactor_wakeups = self.reactor.wakeups
+        return stats
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def get_hub() -> Hub:
+    global _hub
+    hub = _hub
+    if hub is None:
+        with _hub_lock:
+            if _hub is None:
+                _hub = Hub()
+            hub = _hub
+    return hub
+
+
+class _Watchdog:
+    """A thread that probes streams of host-callback completions making no progress.
+
+    The reactor reports stale flag slots itself; host callbacks have no such report, so
+    this thread wakes every few milliseconds while any are pending.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def kick(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="cuasync-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        stale = CONFIG.stale_us / 1e6
+        while True:
+            hub = get_hub()
+            with self._cond:
+                while not hub.callback_pending:
+                    self._cond.wait()
+            time.sleep(max(stale, 0.005))
+            now = time.monotonic()
+            with hub.lock:
+                old = [c for c in hub.callback_pending if now - c.armed_at > stale]
+            for comp in old:
+                try:
+                    hub.probe(comp)
+                except Exception:
+                    pass
+
+
+_watchdog_instance: _Watchdog | None = None
+
+
+def _watchdog() -> _Watchdog:
+    global _watchdog_instance
+    if _watchdog_instance is None:
+        _watchdog_instance = _Watchdog()
+    return _watchdog_instance
+
+
+def stats() -> Stats:
+    """Counters of the completion machinery.
+
+    >>> s = cuasync.stats()
+    >>> s.completed_inline, s.completed_reactor, s.slots_armed
+    """
+    hub = get_hub()
+    return hub.snapshot()

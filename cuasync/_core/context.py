@@ -1,0 +1,120 @@
+"""The execution context of one submission and the execution lock around submissions.
+
+Submission runs synchronously on the calling thread under one process-wide lock. A
+thread that is already submitting (a ``then`` closure, a ``map`` that runs during
+submission) and tries to execute another op gets :class:`ReentrancyError` instead of
+a deadlock or interleaved streams. ``then_unchecked`` releases the lock for its closure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CaptureError, InvalidDeviceError, ReentrancyError
+
+if TYPE_CHECKING:
+    from .device import Device, Stream
+    from .memory import Allocation
+
+_lock = threading.Lock()
+_local = threading.local()
+
+
+def submitting() -> bool:
+    """Whether the current thread holds the execution lock."""
+    return getattr(_local, "active", False)
+
+
+def check_not_submitting(what: str) -> None:
+    if submitting():
+        raise ReentrancyError(
+            f"{what} was called while this thread is submitting another op (inside a then() "
+            "closure). Return the op from the closure instead, or use then_unchecked()."
+        )
+
+
+@contextmanager
+def execution_lock(what: str) -> Iterator[None]:
+    check_not_submitting(what)
+    with _lock:
+        _local.active = True
+        try:
+            yield
+        finally:
+            _local.active = False
+
+
+@contextmanager
+def released() -> Iterator[None]:
+    """Temporarily leave the execution lock (``then_unchecked``)."""
+    _local.active = False
+    _lock.release()
+    try:
+        yield
+    finally:
+        _lock.acquire()
+        _local.active = True
+
+
+class ExecutionContext:
+    """Everything one submission needs: its stream, its sequence number, what it retains."""
+
+    __slots__ = ("capturing", "device", "retained", "seq", "stream")
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.device: Device = stream.device
+        self.seq = stream._next_seq()
+        self.retained: list[Any] = []
+        self.capturing = stream._capturing
+
+    @property
+    def handle(self) -> int:
+        return self.stream.handle
+
+    def retain(self, obj: Any) -> None:
+        """Keep ``obj`` alive until this submission's completion is observed."""
+        self.retained.append(obj)
+
+    def _check_device(self, alloc: Allocation, argument: str) -> None:
+        if alloc.device is not self.device:
+            raise InvalidDeviceError(
+                f"{argument} lives on device {alloc.device.ordinal} but the op runs on a stream "
+                f"of device {self.device.ordinal}; copy it there first or schedule the op on "
+                f"device {alloc.device.ordinal}"
+            )
+
+    def read(self, alloc: Allocation, argument: str = "tensor") -> int:
+        """Declare a read of ``alloc`` by the work about to be enqueued; returns its pointer."""
+        self._check_device(alloc, argument)
+        alloc.use(self.stream, self.seq, write=False)
+        self.retained.append(alloc)
+        return alloc.ptr
+
+    def write(self, alloc: Allocation, argument: str = "tensor") -> int:
+        """Declare a write of ``alloc``; returns its pointer."""
+        self._check_device(alloc, argument)
+        alloc.use(self.stream, self.seq, write=True)
+        self.retained.append(alloc)
+        return alloc.ptr
+
+    def reject_in_capture(self, what: str) -> None:
+        if self.capturing:
+            raise CaptureError(
+                f"{what} allocates device memory, which a CUDA graph cannot own; pre-allocate "
+                "the tensor before capture and record an op that writes into it instead"
+            )
+
+
+def no_capture(stream: Stream, what: str) -> None:
+    if stream._capturing:
+        raise CaptureError(
+            f"{what} would wait for the device while stream {stream.handle:#x} is capturing a "
+            "graph; record ops into the graph and wait on graph.launch() instead"
+        )
+
+
+Callback = Callable[[], None]

@@ -1,0 +1,334 @@
+"""Devices, streams and events: thin, owning wrappers around backend handles."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .._backends import get_backend
+from ..errors import ArgumentError, InvalidDeviceError
+
+if TYPE_CHECKING:
+    from .scheduling import SchedulingPolicy
+
+__all__ = [
+    "Device",
+    "Event",
+    "MemoryInfo",
+    "Stream",
+    "device_count",
+    "get_default_device",
+    "set_default_device",
+]
+
+
+class MemoryInfo(NamedTuple):
+    """``used``: bytes of cuasync's live device allocations; ``total``: the device's memory."""
+
+    used: int
+    total: int
+
+
+def device_count() -> int:
+    """Number of devices the current backend exposes."""
+    return get_backend().device_count()
+
+
+def _check_ordinal(ordinal: object, argument: str = "ordinal") -> int:
+    if isinstance(ordinal, Device):
+        return ordinal.ordinal
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool):
+        raise InvalidDeviceError(
+            f"{argument} must be an int device ordinal or a cuasync.Device, "
+            f"got {type(ordinal).__name__} {ordinal!r}"
+        )
+    count = device_count()
+    if not 0 <= ordinal < count:
+        raise InvalidDeviceError(
+            f"{argument}={ordinal} is out of range: this {get_backend().name} backend has "
+            f"{count} device(s), ordinals 0..{count - 1}"
+            + (" (set CUASYNC_EMU_DEVICES for more)" if get_backend().name == "emulator" else "")
+        )
+    return ordinal
+
+
+class Device:
+    """A GPU (or emulated device), identified by its ordinal.
+
+    ``Device(i)`` always returns the same object for the same ordinal.
+
+    >>> dev = cuasync.Device(0)
+    >>> dev.name, dev.memory_info()
+    """
+
+    _instances: dict[int, Device] = {}
+    _instances_lock = threading.Lock()
+
+    ordinal: int
+    _used: int
+    _policy: SchedulingPolicy | None
+
+    def __new__(cls, ordinal: int = 0) -> Device:
+        ordinal = _check_ordinal(ordinal)
+        with cls._instances_lock:
+            device = cls._instances.get(ordinal)
+            if device is None:
+                device = super().__new__(cls)
+                device.ordinal = ordinal
+                device._used = 0
+                device._policy = None
+                device._lock = threading.Lock()
+                device._name = None
+                device._utility: Stream | None = None
+                cls._instances[ordinal] = device
+        return device
+
+    def __repr__(self) -> str:
+        return f"<cuasync.Device {self.ordinal}: {self.name}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Device, (self.ordinal,))
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            self._name = get_backend().device_name(self.ordinal)
+        return self._name
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        return get_backend().device_compute_capability(self.ordinal)
+
+    def new_stream(self) -> Stream:
+        """A new stream owned by cuasync (destroyed when the object is collected)."""
+        return Stream._create(self)
+
+    def synchronize(self) -> None:
+        """Block until all work on this device has finished (raises on a device fault)."""
+        get_backend().device_synchronize(self.ordinal)
+
+    def memory_info(self) -> MemoryInfo:
+        return MemoryInfo(self._used, get_backend().device_total_memory(self.ordinal))
+
+    @property
+    def fault(self) -> BaseException | None:
+        """The sticky fault of this device's context, if it has faulted."""
+        return get_backend().device_fault(self.ordinal)
+
+    @property
+    def policy(self) -> SchedulingPolicy:
+        """This device's default scheduling policy (a 4-stream round robin)."""
+        if self._policy is None:
+            from .scheduling import StreamPoolRoundRobin
+
+            with self._lock:
+                if self._policy is None:
+                    self._policy = StreamPoolRoundRobin(self)
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: SchedulingPolicy) -> None:
+        from .scheduling import SchedulingPolicy
+
+        if not isinstance(policy, SchedulingPolicy):
+            raise ArgumentError(
+                f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"
+            )
+        self._policy = policy
+
+    def _utility_stream(self) -> Stream:
+        """A cuasync-private stream for frees and bookkeeping that no op is ordered on."""
+        if self._utility is None:
+            with self._lock:
+                if self._utility is None:
+                    self._utility = Stream._create(self)
+        return self._utility
+
+
+_default_device: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "cuasync_default_device", default=0
+)
+
+
+def set_default_device(device: int | Device) -> None:
+    """Make ``device`` the default for the current context (thread or asyncio task)."""
+    _default_device.set(_check_ordinal(device, "device"))
+
+
+def get_default_device() -> Device:
+    """The default device of the current context (device 0 unless set)."""
+    return Device(_default_device.get())
+
+
+def _destroy_stream(handle: int) -> None:
+    try:
+        get_backend().stream_destroy(handle)
+    except Exception:  # interpreter shutdown or a faulted context: nothing to release
+        pass
+
+
+class Stream:
+    """An ordered queue of device work.
+
+    Streams from :meth:`Device.new_stream` are owned; :meth:`from_handle` wraps a foreign
+    stream (PyTorch, CuPy, cuda.core, ...) that cuasync never destroys.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_capturing",
+        "_completed",
+        "_event",
+        "_event_seq",
+        "_lock",
+        "_submitted",
+        "device",
+        "handle",
+        "owned",
+    )
+
+    def __init__(self, handle: int, device: Device, owned: bool) -> None:
+        self.handle = handle
+        self.device = device
+        self.owned = owned
+        self._submitted = 0  # sequence number of the last execution submitted here
+        self._completed = 0  # highest sequence number known to have completed
+        self._event: int | None = None
+        self._event_seq = -1
+        self._capturing = False
+        self._lock = threading.Lock()
+        if owned:
+            weakref.finalize(self, _destroy_stream, handle)
+
+    @classmethod
+    def _create(cls, device: Device) -> Stream:
+        return cls(get_backend().stream_create(device.ordinal), device, owned=True)
+
+    @classmethod
+    def from_handle(cls, handle: int | Any, device: int | Device | None = None) -> Stream:
+        """Wrap a foreign stream: an int handle or an object with ``__cuda_stream__``.
+
+        The stream is never destroyed by cuasync; work enqueued there can be awaited.
+        """
+        if hasattr(handle, "__cuda_stream__"):
+            version, raw = handle.__cuda_stream__()
+            handle = raw
+        if not isinstance(handle, int) or isinstance(handle, bool):
+            raise ArgumentError(
+                "handle must be an int CUstream or an object with __cuda_stream__(), "
+                f"got {type(handle).__name__}"
+            )
+        if device is None:
+            device = get_backend().stream_device(handle)
+        return cls(handle, Device(device) if isinstance(device, int) else device, owned=False)
+
+    def __repr__(self) -> str:
+        kind = "owned" if self.owned else "foreign"
+        return f"<cuasync.Stream {self.handle:#x} on device {self.device.ordinal} ({kind})>"
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol: ``(version, handle)``."""
+        return (0, self.handle)
+
+    def synchronize(self) -> None:
+        """Block until all work on this stream has finished (raises on a device fault)."""
+        get_backend().stream_synchronize(self.handle)
+        self._completed = self._submitted
+
+    def query(self) -> bool:
+        """True when all work on this stream has finished; never blocks."""
+        idle = get_backend().stream_query(self.handle)
+        if idle:
+            self._completed = self._submitted
+        return idle
+
+    @property
+    def is_capturing(self) -> bool:
+        return self._capturing
+
+    # -- cross-stream ordering ---------------------------------------------------------
+    def _next_seq(self) -> int:
+        self._submitted += 1
+        return self._submitted
+
+    def _mark_completed(self, seq: int) -> None:
+        if seq > self._completed:
+            self._completed = seq
+
+    def _pending(self, seq: int) -> bool:
+        return seq > self._completed
+
+    def _order_after(self, other: Stream, seq: int) -> None:
+        """Make this stream wait for ``other``'s work up to sequence number ``seq``."""
+        if other is self or not other._pending(seq):
+            return
+        backend = get_backend()
+        with other._lock:
+            if other._event is None:
+                other._event = backend.event_create(other.device.ordinal)
+            if other._event_seq < seq:
+                backend.event_record(other._event, other.handle)
+                other._event_seq = other._submitted
+            event = other._event
+        backend.stream_wait_event(self.handle, event)
+
+    def __del__(self) -> None:
+        event = self._event
+        if event is not None:
+            try:
+                get_backend().event_destroy(event)
+            except Exception:
+                pass
+
+
+class Event:
+    """A marker in a stream's work; query it, wait for it, or time between two of them.
+
+    >>> start, end = cuasync.Event(timing=True), cuasync.Event(timing=True)
+    >>> start.record(stream); ...; end.record(stream); end.synchronize()
+    >>> start.elapsed_ms(end)
+    """
+
+    __slots__ = ("__weakref__", "device", "handle", "timing")
+
+    def __init__(self, device: int | Device | None = None, *, timing: bool = False) -> None:
+        self.device = get_default_device() if device is None else Device(_check_ordinal(device))
+        self.timing = timing
+        self.handle = get_backend().event_create(self.device.ordinal, timing=timing)
+        weakref.finalize(self, _destroy_event, self.handle)
+
+    def record(self, stream: Stream) -> Event:
+        if not isinstance(stream, Stream):
+            raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        if stream.device is not self.device:
+            raise InvalidDeviceError(
+                f"event is on device {self.device.ordinal} but stream is on device "
+                f"{stream.device.ordinal}; create the event on the stream's device"
+            )
+        get_backend().event_record(self.handle, stream.handle)
+        return self
+
+    def query(self) -> bool:
+        return get_backend().event_query(self.handle)
+
+    def synchronize(self) -> None:
+        get_backend().event_synchronize(self.handle)
+
+    def wait(self, stream: Stream) -> None:
+        """Make ``stream`` wait (on the device) until this event has completed."""
+        get_backend().stream_wait_event(stream.handle, self.handle)
+
+    def elapsed_ms(self, end: Event) -> float:
+        """Milliseconds between this event and ``end`` (both created with ``timing=True``)."""
+        if not (self.timing and end.timing):
+            raise ArgumentError("elapsed_ms needs two events created with timing=True")
+        return get_backend().event_elapsed_ms(self.handle, end.handle)
+
+
+def _destroy_event(handle: int) -> None:
+    try:
+        get_backend().event_destroy(handle)
+    except Exception:
+        pass

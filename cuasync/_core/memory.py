@@ -1,0 +1,90 @@
+"""Device allocations: stream-ordered alloc/free and the access records that order streams.
+
+An :class:`Allocation` remembers which stream last wrote it and which streams read it
+since, each with that stream's execution sequence number. An execution on another
+stream that conflicts (read after write, write after read, write after write) is made
+to wait on an event of the earlier stream; once an earlier execution is known to have
+completed, no wait is needed. The memory is freed stream-ordered after its last use,
+when the last reference to the allocation goes away.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import TYPE_CHECKING
+
+from .._backends import get_backend
+from ..errors import ArgumentError
+
+if TYPE_CHECKING:
+    from .device import Device, Stream
+
+_leak_warned = False
+
+
+class Allocation:
+    """``nbytes`` of device memory on ``device`` at address ``ptr``."""
+
+    __slots__ = ("__weakref__", "_lock", "_reads", "_write", "device", "nbytes", "ptr")
+
+    def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:
+        if nbytes < 0:
+            raise ArgumentError(f"nbytes must be >= 0, got {nbytes}")
+        self.device = device
+        self.nbytes = nbytes
+        self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        with device._lock:
+            device._used += nbytes
+        self._lock = threading.Lock()
+        # The allocation itself is ordered on ``stream``: count it as a write there.
+        self._write: tuple[Stream, int] | None = (stream, stream._submitted)
+        self._reads: dict[Stream, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<Allocation {self.nbytes} B at {self.ptr:#x} on device {self.device.ordinal}>"
+
+    def use(self, stream: Stream, seq: int, write: bool) -> None:
+        """Order ``stream`` after conflicting earlier uses, then record this use."""
+        with self._lock:
+            if self._write is not None:
+                prev_stream, prev_seq = self._write
+                stream._order_after(prev_stream, prev_seq)
+            if write:
+                for reader, reader_seq in self._reads.items():
+                    stream._order_after(reader, reader_seq)
+                self._reads.clear()
+                self._write = (stream, seq)
+            else:
+                self._reads[stream] = seq
+
+    def _last_uses(self) -> list[tuple[Stream, int]]:
+        uses = list(self._reads.items())
+        if self._write is not None:
+            uses.append(self._write)
+        return [(s, q) for s, q in uses if s._pending(q)]
+
+    def __del__(self) -> None:
+        global _leak_warned
+        try:
+            device = self.device
+            with device._lock:
+                device._used -= self.nbytes
+            if device.fault is not None:
+                if not _leak_warned:
+                    _leak_warned = True
+                    warnings.warn(
+                        f"device {device.ordinal} has faulted ({device.fault}); its allocations "
+                        "are leaked rather than freed",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                return
+            pending = self._last_uses()
+            stream = pending[-1][0] if pending else device._utility_stream()
+            for other, seq in pending:
+                stream._order_after(other, seq)
+            get_backend().mem_free_async(self.ptr, stream.handle)
+        except Exception:
+            # Interpreter shutdown or a fault raced with us: leaking is the safe choice.
+            pass

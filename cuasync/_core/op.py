@@ -1,0 +1,486 @@
+"""``DeviceOp``: a lazy, single-use device operation, and its combinators.
+
+Building an op enqueues nothing. Executing it (``await op``, ``op.sync()``,
+``op.sync_on(stream)``, ``op.submit()``, ``op.schedule(policy)``) picks a stream,
+enqueues the work under the execution lock and returns (or awaits) the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import threading
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .._backends import get_backend
+from ..errors import ArgumentError, OpConsumedError
+from .completion import BLOCKING, Completion, get_hub
+from .context import ExecutionContext, execution_lock, no_capture, released
+from .device import Device, Stream
+from .loops import block_on, check_blocking_allowed, wait_for, watch_in_background
+from .output import Output
+from .scheduling import SchedulingPolicy, current_policy, stream_from
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["DeviceFuture", "DeviceOp", "SharedOp", "value", "zip"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class DeviceOp(Generic[T]):
+    """A lazy device operation producing a ``T``; single-use, like a coroutine.
+
+    >>> x = await cuasync.from_host(np.arange(4.0))          # asyncio, uvloop or trio
+    >>> y = cuasync.from_host(np.ones(4)).map(lambda t: t.shape).sync()
+    >>> fut = op.submit(); ...; result = await fut
+    """
+
+    __slots__ = ("_consumed", "_device")
+
+    def __init__(self, device: Device | None = None) -> None:
+        self._consumed = False
+        self._device = device
+
+    # -- to implement ------------------------------------------------------------------
+    def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        """Enqueue the work on ``ctx.stream`` and return its (stream-ordered) output."""
+        raise NotImplementedError
+
+    @property
+    def device(self) -> Device | None:
+        """The device this op's inputs live on (None: any, the default device's policy)."""
+        return self._device
+
+    def _take(self) -> None:
+        if self._consumed:
+            raise OpConsumedError(
+                f"this {type(self).__name__} was already executed; ops are single-use, like "
+                "coroutines. Call .shared() before executing it to run the work once and "
+                "reuse the result any number of times."
+            )
+        self._consumed = True
+
+    def __del__(self) -> None:  # pragma: no cover - nothing to release: unexecuted ops hold no work
+        pass
+
+    # -- execution -----------------------------------------------------------------------
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        self._take()
+        _check_stream(stream, self._device)
+        no_capture(stream, "executing an op")
+        with execution_lock("executing an op"):
+            ctx = ExecutionContext(stream)
+            try:
+                out = self._enqueue(ctx)
+                return get_hub().attach(ctx, out) if notify else Completion(ctx, out)
+            except BaseException:
+                _release_when_drained(ctx)
+                raise
+
+    def sync(self, *, allow_in_loop: bool = False) -> T:
+        """Execute on the policy's next stream and block until done; returns the output.
+
+        Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
+        (``await`` the op there instead) unless ``allow_in_loop=True``.
+        """
+        check_blocking_allowed(".sync()", allow_in_loop)
+        return self._sync(stream_from(current_policy(self._device), self._device))
+
+    def sync_on(self, stream: Stream, *, allow_in_loop: bool = False) -> T:
+        """Execute on ``stream`` and block until done."""
+        check_blocking_allowed(".sync_on()", allow_in_loop)
+        if not isinstance(stream, Stream):
+            raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        return self._sync(stream)
+
+    def _sync(self, stream: Stream) -> T:
+        comp = self._start(stream, notify=False)
+        try:
+            get_backend().stream_synchronize(stream.handle)
+        except BaseException as exc:
+            comp.fail(exc)
+            raise
+        comp.finish(BLOCKING)
+        return comp.result()  # type: ignore[no-any-return]
+
+    def submit(self) -> DeviceFuture[T]:
+        """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
+        return DeviceFuture(self._start(stream_from(current_policy(self._device), self._device), True))
+
+    def schedule(self, policy: SchedulingPolicy) -> DeviceFuture[T]:
+        """Enqueue now on ``policy.next_stream()``; returns a :class:`DeviceFuture`."""
+        if not isinstance(policy, SchedulingPolicy):
+            raise ArgumentError(
+                f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"
+            )
+        return DeviceFuture(self._start(stream_from(policy, self._device), True))
+
+    def submit_on(self, stream: Stream) -> DeviceFuture[T]:
+        """Enqueue now on ``stream``; returns a :class:`DeviceFuture`."""
+        if not isinstance(stream, Stream):
+            raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        return DeviceFuture(self._start(stream, True))
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        comp = self._start(stream_from(current_policy(self._device), self._device), True)
+        return (yield from wait_for(comp))  # type: ignore[no-any-return]
+
+    # -- combinators ---------------------------------------------------------------------
+    def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
+        """Chain dependent device work on the same stream.
+
+        ``f`` runs during submission with this op's output (device tensors are usable at
+        once: the next op is stream-ordered after this one) and returns the next op.
+        Executing other ops inside ``f`` raises :class:`~cuasync.errors.ReentrancyError`.
+
+        >>> y = await cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 2.0))
+        """
+        return _Then(self, f, unchecked=False)
+
+    def then_unchecked(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
+        """Like :meth:`then`, but ``f`` runs outside the execution lock.
+
+        ``f`` may execute other ops; their ordering with this chain is then the caller's job.
+        """
+        return _Then(self, f, unchecked=True)
+
+    def map(self, f: Callable[[T], U]) -> DeviceOp[U]:
+        """Transform the output on the host, no GPU work; ``f`` runs once the work completed.
+
+        >>> total = await t.to_host().map(lambda a: a.sum())
+        """
+        return _Map(self, f)
+
+    def inspect(self, f: Callable[[T], Any]) -> DeviceOp[T]:
+        """Call ``f(output)`` on the host when the output is delivered; passes it through."""
+
+        def passthrough(v: T) -> T:
+            f(v)
+            return v
+
+        return _Map(self, passthrough)
+
+    def first(self) -> DeviceOp[Any]:
+        """The first element of a tuple output."""
+        return _Map(self, operator.itemgetter(0))
+
+    def last(self) -> DeviceOp[Any]:
+        """The last element of a tuple output."""
+        return _Map(self, operator.itemgetter(-1))
+
+    def unzip(self, n: int | None = None) -> tuple[DeviceOp[Any], ...]:
+        """Split a tuple-producing op into ``n`` ops that share one execution.
+
+        ``n`` is inferred for ``cuasync.zip(...)``; pass it for other ops.
+
+        >>> a_op, b_op = cuasync.zip(a, b).unzip()
+        """
+        if n is None:
+            n = self._arity()
+            if n is None:
+                raise ArgumentError(
+                    "unzip() cannot tell how many elements this op produces; pass n, "
+                    "e.g. op.unzip(2)"
+                )
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ArgumentError(f"n must be an int >= 1, got {n!r}")
+        shared = self.shared()
+        return tuple(_Map(shared, operator.itemgetter(i)) for i in range(n))
+
+    def _arity(self) -> int | None:
+        return None
+
+    def shared(self) -> SharedOp[T]:
+        """A reusable, execute-once op: the work runs once, every execution gets its output.
+
+        Executions may happen concurrently from tasks or threads; one on another stream is
+        ordered after the producing work with an event.
+        """
+        self._take()
+        return SharedOp(self)
+
+
+def _check_stream(stream: Stream, device: Device | None) -> None:
+    fault = get_backend().device_fault(stream.device.ordinal)
+    if fault is not None:
+        raise fault
+    if device is not None and stream.device is not device:
+        from ..errors import SchedulingError
+
+        raise SchedulingError(
+            f"the op's inputs live on device {device.ordinal} but the stream is on device "
+            f"{stream.device.ordinal}; use a stream of device {device.ordinal}"
+        )
+
+
+def _release_when_drained(ctx: ExecutionContext) -> None:
+    """A submission failed part-way: keep what it enqueued alive until the stream drains."""
+    if not ctx.retained:
+        return
+    try:
+        comp = get_hub().attach(ctx, Output.ready(None))
+    except BaseException:
+        from .completion import _leaked
+
+        _leaked.append(ctx.retained)  # a faulted device: never free under it
+        return
+    watch_in_background(comp)
+
+
+class DeviceFuture(Generic[T]):
+    """Submitted work; awaitable any number of times.
+
+    >>> fut = op.submit()
+    >>> fut.done()        # never blocks
+    >>> await fut         # or fut.wait() outside an event loop
+    """
+
+    __slots__ = ("_comp",)
+
+    def __init__(self, comp: Completion) -> None:
+        self._comp = comp
+
+    @property
+    def stream(self) -> Stream:
+        return self._comp.stream
+
+    def done(self) -> bool:
+        """Whether the work has completed (or failed); never blocks."""
+        return self._comp.poll()
+
+    def result(self) -> T:
+        """The output; raises the work's error, or ``InvalidStateError`` if not done yet."""
+        if not self._comp.poll():
+            raise asyncio.InvalidStateError(
+                "the device work has not completed yet: await the future, call .wait(), "
+                "or check .done() first"
+            )
+        return self._comp.result()  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        if not self._comp.poll():
+            raise asyncio.InvalidStateError("the device work has not completed yet")
+        return self._comp.error
+
+    def wait(self, *, allow_in_loop: bool = False) -> T:
+        """Block until done and return the output (not inside a running event loop)."""
+        check_blocking_allowed("DeviceFuture.wait()", allow_in_loop)
+        block_on(self._comp)
+        return self._comp.result()  # type: ignore[no-any-return]
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        return (yield from wait_for(self._comp))  # type: ignore[no-any-return]
+
+    def __del__(self) -> None:
+        comp = self._comp
+        if comp.state == 0:
+            try:
+                watch_in_background(comp)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        state = "pending" if self._comp.state == 0 else ("failed" if self._comp.error else "done")
+        return f"<cuasync.DeviceFuture {state} on {self._comp.stream!r}>"
+
+
+class _Then(DeviceOp[U]):
+    __slots__ = ("_f", "_inner", "_unchecked")
+
+    def __init__(self, inner: DeviceOp[Any], f: Callable[[Any], DeviceOp[U]], unchecked: bool):
+        if not callable(f):
+            raise ArgumentError(f"then() needs a callable, got {type(f).__name__}")
+        super().__init__(inner.device)
+        inner._take()
+        self._inner = inner
+        self._f = f
+        self._unchecked = unchecked
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
+        value = self._inner._enqueue(ctx).get()
+        ctx.retain(value)
+        if self._unchecked:
+            with released():
+                nxt = self._f(value)
+        else:
+            nxt = self._f(value)
+        if not isinstance(nxt, DeviceOp):
+            raise ArgumentError(
+                f"the function passed to then() must return a DeviceOp, got "
+                f"{type(nxt).__name__}; use map() for host-side transforms"
+            )
+        nxt._take()
+        return nxt._enqueue(ctx)
+
+
+class _Map(DeviceOp[U]):
+    __slots__ = ("_f", "_inner")
+
+    def __init__(self, inner: DeviceOp[Any], f: Callable[[Any], U]) -> None:
+        if not callable(f):
+            raise ArgumentError(f"map() needs a callable, got {type(f).__name__}")
+        super().__init__(inner.device)
+        if not isinstance(inner, SharedOp):
+            inner._take()
+        self._inner = inner
+        self._f = f
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
+        return self._inner._enqueue(ctx).then(self._f)
+
+
+class _Zip(DeviceOp[tuple[Any, ...]]):
+    __slots__ = ("_ops",)
+
+    def __init__(self, ops: Sequence[DeviceOp[Any]]) -> None:
+        devices = {op.device for op in ops if op.device is not None}
+        if len(devices) > 1:
+            from ..errors import InvalidDeviceError
+
+            raise InvalidDeviceError(
+                "zip() members live on devices "
+                f"{sorted(d.ordinal for d in devices)}; zip runs them on one stream, so they "
+                "must share a device (await them separately, e.g. with asyncio.gather)"
+            )
+        super().__init__(devices.pop() if devices else None)
+        for op in ops:
+            op._take()
+        self._ops = tuple(ops)
+
+    def _arity(self) -> int:
+        return len(self._ops)
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[tuple[Any, ...]]:
+        outs = [op._enqueue(ctx) for op in self._ops]
+        return Output(lambda: tuple(o.get() for o in outs))
+
+
+class _Value(DeviceOp[T]):
+    __slots__ = ("_value",)
+
+    def __init__(self, x: T) -> None:
+        super().__init__(None)
+        self._value = x
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        return Output.ready(self._value)
+
+
+class SharedOp(DeviceOp[T]):
+    """An execute-once op that can be executed any number of times (see ``DeviceOp.shared``)."""
+
+    __slots__ = (
+        "_error",
+        "_inner",
+        "_lock",
+        "_out",
+        "_producer",
+        "_realized",
+        "_result",
+        "_retained",
+    )
+
+    def __init__(self, inner: DeviceOp[T]) -> None:
+        super().__init__(inner.device)
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._producer: tuple[Stream, int] | None = None
+        self._out: Output[T] | None = None
+        self._error: BaseException | None = None
+        self._realized = False
+        self._result: Any = None
+        self._retained: list[Any] = []
+
+    def _take(self) -> None:
+        pass  # reusable
+
+    def shared(self) -> SharedOp[T]:
+        return self
+
+    def _realize(self) -> T:
+        with self._lock:
+            if not self._realized:
+                assert self._out is not None
+                try:
+                    self._result = self._out.get()
+                except BaseException as exc:
+                    self._error = exc
+                self._realized = True
+            if self._error is not None:
+                raise self._error
+            return self._result  # type: ignore[no-any-return]
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        with self._lock:
+            if self._error is not None and self._producer is None:
+                raise self._error
+            if self._producer is None:
+                try:
+                    self._out = self._inner._enqueue(ctx)
+                except BaseException as exc:
+                    self._error = exc
+                    raise
+                self._producer = (ctx.stream, ctx.seq)
+                # Whoever executes the shared op keeps the producer's work alive too.
+                self._retained = ctx.retained
+            else:
+                stream, seq = self._producer
+                ctx.stream._order_after(stream, seq)
+                ctx.retained.extend(self._retained)
+        return Output(self._realize)
+
+
+def value(x: T) -> DeviceOp[T]:
+    """An op that does no device work and produces ``x``.
+
+    >>> await cuasync.value(3).map(lambda v: v + 1)   # 4
+    """
+    return _Value(x)
+
+
+def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:  # noqa: A001 - the crate's name
+    """One op running ``ops`` on one stream, producing the tuple of their outputs.
+
+    >>> a, b = await cuasync.zip(x.to_host(), y.to_host())
+    """
+    if not ops:
+        raise ArgumentError("zip() needs at least one op")
+    for i, op in enumerate(ops):
+        if not isinstance(op, DeviceOp):
+            raise ArgumentError(
+                f"zip() argument {i} must be a cuasync.DeviceOp, got {type(op).__name__}; "
+                "wrap plain values with cuasync.value(x)"
+            )
+    return _Zip(ops)
+
+
+class _FnOp(DeviceOp[T]):
+    """An op whose work is one function of the execution context."""
+
+    __slots__ = ("_fn", "_name")
+
+    def __init__(
+        self, fn: Callable[[ExecutionContext], Output[T]], device: Device | None, name: str
+    ) -> None:
+        super().__init__(device)
+        self._fn = fn
+        self._name = name
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        return self._fn(ctx)
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
+
+
+def device_op(
+    fn: Callable[[ExecutionContext], Output[T]], device: Device | None = None, name: str = "op"
+) -> DeviceOp[T]:
+    """Build an op from ``fn(ctx) -> Output``: enqueue on ``ctx.stream``, declare every
+    device allocation read or written with ``ctx.read``/``ctx.write``, retain host objects
+    with ``ctx.retain``."""
+    return _FnOp(fn, device, name)

@@ -1,0 +1,130 @@
+"""Scheduling policies map ops to streams.
+
+``StreamPoolRoundRobin`` (each device's default) rotates through a few streams so that
+independent ops overlap; ``SingleStream`` pins everything to one stream; subclass
+:class:`SchedulingPolicy` for anything else. :func:`use_policy` overrides the policy for
+the current context (thread or asyncio task).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..errors import ArgumentError, SchedulingError
+from .device import Device, Stream, get_default_device
+
+__all__ = ["SchedulingPolicy", "SingleStream", "StreamPoolRoundRobin", "current_policy", "use_policy"]
+
+
+class SchedulingPolicy(ABC):
+    """Decides on which stream the next op runs.
+
+    >>> class Busiest(cuasync.SchedulingPolicy):
+    ...     def next_stream(self): return my_stream
+    """
+
+    @abstractmethod
+    def next_stream(self) -> Stream:
+        """The stream for the next op."""
+
+
+class StreamPoolRoundRobin(SchedulingPolicy):
+    """Rotates through ``num_streams`` streams of ``device`` (default: the default device).
+
+    >>> policy = cuasync.StreamPoolRoundRobin(device=0, num_streams=8)
+    >>> fut = op.schedule(policy)
+    """
+
+    def __init__(self, device: int | Device | None = None, num_streams: int = 4) -> None:
+        if not isinstance(num_streams, int) or isinstance(num_streams, bool) or num_streams < 1:
+            raise ArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
+        self.device = get_default_device() if device is None else Device(device)
+        self.num_streams = num_streams
+        self._streams: list[Stream] = []
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    @property
+    def streams(self) -> list[Stream]:
+        """The pool's streams (created on first use)."""
+        if not self._streams:
+            with self._lock:
+                if not self._streams:
+                    self._streams = [self.device.new_stream() for _ in range(self.num_streams)]
+        return list(self._streams)
+
+    def next_stream(self) -> Stream:
+        streams = self._streams or self.streams
+        return streams[next(self._counter) % self.num_streams]
+
+    def __repr__(self) -> str:
+        return f"StreamPoolRoundRobin(device={self.device.ordinal}, num_streams={self.num_streams})"
+
+
+class SingleStream(SchedulingPolicy):
+    """Every op on one stream (in order).
+
+    >>> with cuasync.use_policy(cuasync.SingleStream(stream)): await op
+    """
+
+    def __init__(self, stream: Stream) -> None:
+        if not isinstance(stream, Stream):
+            raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        self.stream = stream
+
+    def next_stream(self) -> Stream:
+        return self.stream
+
+    def __repr__(self) -> str:
+        return f"SingleStream({self.stream!r})"
+
+
+_policy: contextvars.ContextVar[SchedulingPolicy | None] = contextvars.ContextVar(
+    "cuasync_policy", default=None
+)
+
+
+@contextmanager
+def use_policy(policy: SchedulingPolicy) -> Iterator[SchedulingPolicy]:
+    """Use ``policy`` for ops executed in this context (safe across asyncio tasks).
+
+    >>> with cuasync.use_policy(cuasync.SingleStream(s)):
+    ...     await op
+    """
+    if not isinstance(policy, SchedulingPolicy):
+        raise ArgumentError(f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}")
+    token = _policy.set(policy)
+    try:
+        yield policy
+    finally:
+        _policy.reset(token)
+
+
+def current_policy(device: Device | None) -> SchedulingPolicy:
+    """The policy in force: :func:`use_policy`'s, else the op's device's default."""
+    policy = _policy.get()
+    if policy is not None:
+        return policy
+    return (device or get_default_device()).policy
+
+
+def stream_from(policy: SchedulingPolicy, device: Device | None) -> Stream:
+    """Ask ``policy`` for a stream and check it can run an op bound to ``device``."""
+    stream = policy.next_stream()
+    if not isinstance(stream, Stream):
+        raise SchedulingError(
+            f"{type(policy).__name__}.next_stream() must return a cuasync.Stream, "
+            f"got {type(stream).__name__}"
+        )
+    if device is not None and stream.device is not device:
+        raise SchedulingError(
+            f"{type(policy).__name__} returned a stream of device {stream.device.ordinal} for an "
+            f"op whose tensors live on device {device.ordinal}; use that device's policy "
+            f"(cuasync.Device({device.ordinal}).policy)"
+        )
+    return stream

@@ -1,0 +1,317 @@
+"""``Tensor``: a typed, strided view of a device allocation, and ``Partition``.
+
+Views (slicing, ``reshape``, ``view``, ``reinterpret``) share the allocation and never
+copy; the allocation is freed, stream-ordered, when the last view goes away.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._core.device import Device
+from ._core.memory import Allocation
+from ._dtypes import as_dtype, dtype_name
+from .errors import ArgumentError, ShapeError
+
+if TYPE_CHECKING:
+    from ._core.op import DeviceOp
+
+__all__ = ["Partition", "Tensor", "check_shape"]
+
+Shape = tuple[int, ...]
+
+
+def check_shape(shape: Any, argument: str = "shape") -> Shape:
+    """Normalize an int or a sequence of ints >= 0, or raise :class:`ShapeError`."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(
+            f"{argument} must be an int or a sequence of ints, got {type(shape).__name__}"
+        ) from None
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+            raise ShapeError(
+                f"{argument}={shape!r}: every dimension must be an int, got {type(d).__name__} "
+                f"{d!r}"
+            )
+        if d < 0:
+            raise ShapeError(f"{argument}={shape!r}: dimensions must be >= 0, got {d}")
+    return tuple(int(d) for d in dims)
+
+
+def contiguous_strides(shape: Shape) -> Shape:
+    strides = []
+    step = 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    """An n-dimensional array in device memory.
+
+    ``strides`` are in elements. Create tensors with :func:`cuasync.from_host`,
+    :func:`cuasync.empty` or :func:`cuasync.zeros`; they are outputs of ops.
+
+    >>> t = await cuasync.from_host(np.arange(12, dtype=np.float32).reshape(3, 4))
+    >>> t[1:3, 2:4].shape, t.reshape((4, 3)).strides
+    ((2, 2), (3, 1))
+    """
+
+    __slots__ = ("__weakref__", "_alloc", "dtype", "offset", "shape", "strides")
+
+    def __init__(
+        self,
+        alloc: Allocation,
+        shape: Shape,
+        dtype: np.dtype[Any],
+        strides: Shape | None = None,
+        offset: int = 0,
+    ) -> None:
+        self._alloc = alloc
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = contiguous_strides(shape) if strides is None else strides
+        self.offset = offset  # in elements from the start of the allocation
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        return self._alloc.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        """Device address of the first element."""
+        return self._alloc.ptr + self.offset * self.dtype.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.size <= 1 or all(
+            s == c or d == 1
+            for s, c, d in zip(self.strides, contiguous_strides(self.shape), self.shape, strict=True)
+        )
+
+    @property
+    def allocation(self) -> Allocation:
+        return self._alloc
+
+    def __repr__(self) -> str:
+        return (
+            f"<cuasync.Tensor shape={self.shape} dtype={dtype_name(self.dtype)} "
+            f"device={self.device.ordinal}{'' if self.is_contiguous else ' strided'}>"
+        )
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def span(self) -> tuple[int, int]:
+        """The element offsets ``[lo, hi)`` of the allocation this view can touch."""
+        if self.size == 0:
+            return (self.offset, self.offset)
+        lo = self.offset + sum(s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s < 0)
+        hi = self.offset + sum(s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s > 0)
+        return (lo, hi + 1)
+
+    # -- views -----------------------------------------------------------------------------
+    def _resolve_shape(self, shape: Any) -> Shape:
+        dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+        if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:
+            raise ShapeError(f"shape={tuple(dims)}: only one dimension may be -1")
+        if -1 in dims:
+            known = math.prod(d for d in dims if d != -1)
+            if known == 0 or self.size % known:
+                raise ShapeError(
+                    f"shape={tuple(dims)} cannot hold the tensor's {self.size} elements"
+                )
+            dims[dims.index(-1)] = self.size // known
+        new = check_shape(dims)
+        if math.prod(new) != self.size:
+            raise ShapeError(
+                f"shape={new} holds {math.prod(new)} elements but the tensor has {self.size}; "
+                "the element count must stay the same"
+            )
+        return new
+
+    def reshape(self, shape: Any) -> Tensor:
+        """The same elements in another shape, zero-copy (contiguous tensors only; -1 infers)."""
+        new = self._resolve_shape(shape)
+        if not self.is_contiguous:
+            raise ShapeError(
+                f"reshape of a non-contiguous view (shape {self.shape}, strides {self.strides}) "
+                "cannot be zero-copy; make a contiguous copy first with .dup()"
+            )
+        return Tensor(self._alloc, new, self.dtype, None, self.offset)
+
+    def view(self, shape: Any) -> Tensor:
+        """Alias of :meth:`reshape`: a zero-copy view in another shape."""
+        return self.reshape(shape)
+
+    def reinterpret(self, dtype: Any, shape: Any = None) -> Tensor:
+        """The same bytes seen as ``dtype`` (and ``shape``); sizes and alignment are checked.
+
+        >>> bits = t.reinterpret("uint32")      # float32 -> its bit patterns
+        """
+        dt = as_dtype(dtype)
+        if not self.is_contiguous:
+            raise ShapeError("reinterpret needs a contiguous tensor; make a copy with .dup() first")
+        if shape is None:
+            if self.nbytes % dt.itemsize:
+                raise ShapeError(
+                    f"{self.nbytes} bytes cannot be reinterpreted as {dtype_name(dt)} "
+                    f"(itemsize {dt.itemsize}); pass a shape"
+                )
+            last = self.shape[-1] if self.shape else 1
+            if (last * self.itemsize) % dt.itemsize:
+                new: Shape = (self.nbytes // dt.itemsize,)
+            else:
+                new = (*self.shape[:-1], last * self.itemsize // dt.itemsize)
+        else:
+            new = check_shape(shape)
+        if math.prod(new) * dt.itemsize != self.nbytes:
+            raise ShapeError(
+                f"reinterpret as {dtype_name(dt)}{new} needs {math.prod(new) * dt.itemsize} bytes, "
+                f"the tensor has {self.nbytes}"
+            )
+        byte_offset = self.offset * self.itemsize
+        if byte_offset % dt.itemsize:
+            raise ShapeError(
+                f"the view starts at byte {byte_offset} of its allocation, which is not aligned "
+                f"to {dtype_name(dt)}'s {dt.itemsize} bytes"
+            )
+        return Tensor(self._alloc, new, dt, None, byte_offset // dt.itemsize)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """numpy-style basic indexing: ints, slices (positive steps) and ``...``; zero-copy."""
+        items = index if isinstance(index, tuple) else (index,)
+        if sum(1 for i in items if i is Ellipsis) > 1:
+            raise ShapeError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            fill = self.ndim - (len(items) - 1)
+            items = items[:at] + (slice(None),) * fill + items[at + 1 :]
+        if len(items) > self.ndim:
+            raise ShapeError(f"too many indices: {len(items)} for a {self.ndim}-d tensor")
+        offset = self.offset
+        shape: list[int] = []
+        strides: list[int] = []
+        for axis, (item, dim, stride) in enumerate(zip(items, self.shape, self.strides, strict=False)):
+            if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                i = int(item)
+                if not -dim <= i < dim:
+                    raise ShapeError(
+                        f"index {i} is out of range for axis {axis} with size {dim}"
+                    )
+                offset += (i % dim) * stride
+            elif isinstance(item, slice):
+                start, stop, step = self._check_slice(item, dim, axis)
+                n = max(0, -(-(stop - start) // step))
+                offset += start * stride if n else 0
+                shape.append(n)
+                strides.append(stride * step)
+            else:
+                raise ShapeError(
+                    f"unsupported index {item!r} for axis {axis}: use ints, slices or '...'"
+                )
+        shape.extend(self.shape[len(items) :])
+        strides.extend(self.strides[len(items) :])
+        return Tensor(self._alloc, tuple(shape), self.dtype, tuple(strides), offset)
+
+    @staticmethod
+    def _check_slice(item: slice, dim: int, axis: int) -> tuple[int, int, int]:
+        step = 1 if item.step is None else item.step
+        if not isinstance(step, int) or step <= 0:
+            raise ShapeError(f"slice step on axis {axis} must be a positive int, got {item.step!r}")
+        bounds = []
+        for name, value, default in (("start", item.start, 0), ("stop", item.stop, dim)):
+            if value is None:
+                bounds.append(default)
+                continue
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise ShapeError(f"slice {name} on axis {axis} must be an int, got {value!r}")
+            v = int(value)
+            if not -dim <= v <= dim:
+                raise ShapeError(
+                    f"slice {name}={v} is out of range for axis {axis} with size {dim} "
+                    f"(expected {-dim}..{dim})"
+                )
+            bounds.append(v + dim if v < 0 else v)
+        start, stop = bounds
+        return start, max(start, stop), step
+
+    def partition(self, tile_shape: Any) -> Partition:
+        """Split into tiles of ``tile_shape`` for a kernel launch (one tile per block).
+
+        >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
+        """
+        return Partition(self, tile_shape)
+
+    # -- copies (lazy ops) ---------------------------------------------------------------
+    def to_host(self) -> DeviceOp[np.ndarray]:
+        """An op copying the tensor into a new numpy array (through pinned memory)."""
+        from ._copies import to_host
+
+        return to_host(self)
+
+    def dup(self) -> DeviceOp[Tensor]:
+        """An op producing a contiguous copy of the tensor on the same device."""
+        from ._copies import dup
+
+        return dup(self)
+
+
+class Partition:
+    """A tensor split into equal tiles; the output wrapper for kernel launches.
+
+    ``grid`` is the number of tiles along each axis; ``unpartition()`` gives the tensor back.
+    """
+
+    __slots__ = ("grid", "tensor", "tile_shape")
+
+    def __init__(self, tensor: Tensor, tile_shape: Any) -> None:
+        if not isinstance(tensor, Tensor):
+            raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
+        tile = check_shape(tile_shape, "tile_shape")
+        if len(tile) != tensor.ndim:
+            raise ShapeError(
+                f"tile_shape={tile} has {len(tile)} dimensions but the tensor has {tensor.ndim}"
+            )
+        for axis, (d, t) in enumerate(zip(tensor.shape, tile, strict=True)):
+            if t == 0 or d % t:
+                raise ShapeError(
+                    f"tile_shape={tile} does not divide the tensor's shape {tensor.shape} "
+                    f"(axis {axis}: {d} is not a multiple of {t})"
+                )
+        self.tensor = tensor
+        self.tile_shape = tile
+        self.grid = tuple(d // t for d, t in zip(tensor.shape, tile, strict=True))
+
+    def unpartition(self) -> Tensor:
+        return self.tensor
+
+    def __repr__(self) -> str:
+        return f"<cuasync.Partition of {self.tensor.shape} into tiles {self.tile_shape}, grid {self.grid}>"

@@ -1,0 +1,76 @@
+"""Knobs of the emulator backend, for tests and demos without a GPU.
+
+>>> import cuasync.emulator as emu
+>>> emu.set_delay(2000)          # every emulated command now takes >= 2 ms
+>>> with emu.paused():           # hold all stream workers: work stays in flight
+...     fut = op.submit()
+>>> emu.inject_fault(device=0)   # the device's context becomes sticky-faulted
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ._backends import get_backend
+from ._backends.emulator import EmulatorBackend
+from .errors import BackendUnavailableError
+
+__all__ = ["active", "get_delay", "inject_fault", "paused", "set_delay"]
+
+
+def active() -> bool:
+    """Whether this process runs on the emulator backend."""
+    return isinstance(get_backend(), EmulatorBackend)
+
+
+def _emulator() -> EmulatorBackend:
+    backend = get_backend()
+    if not isinstance(backend, EmulatorBackend):
+        raise BackendUnavailableError(
+            f"cuasync.emulator knobs need the emulator backend, but this process uses "
+            f"{backend.name!r}; run with CUASYNC_BACKEND=emulator"
+        )
+    return backend
+
+
+def set_delay(us: int) -> None:
+    """Delay every emulated command by ``us`` microseconds (0 turns it off)."""
+    if not isinstance(us, int) or isinstance(us, bool) or us < 0:
+        raise ValueError(f"us must be an int >= 0, got {us!r}")
+    _emulator().delay_us = us
+
+
+def get_delay() -> int:
+    return _emulator().delay_us
+
+
+@contextmanager
+def delay(us: int) -> Iterator[None]:
+    """Temporarily delay every emulated command by ``us`` microseconds."""
+    previous = get_delay()
+    set_delay(us)
+    try:
+        yield
+    finally:
+        set_delay(previous)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Hold every stream worker before its next command until the block exits."""
+    backend = _emulator()
+    backend.pause()
+    try:
+        yield
+    finally:
+        backend.resume()
+
+
+def inject_fault(device: int = 0, code: int = 715) -> None:
+    """Make ``device``'s context sticky-faulted, as a trapped kernel does on a GPU.
+
+    Queued work stops, flags stop landing, queries and later calls raise
+    :class:`cuasync.errors.DeviceFaultError` (``CUDA_ERROR_ILLEGAL_INSTRUCTION`` by default).
+    """
+    _emulator().inject_fault(device, code)

@@ -1,0 +1,194 @@
+"""Every exception cuasync raises, in one tree.
+
+::
+
+    DeviceError                        base of everything cuasync raises
+    ├── BackendUnavailableError        the requested backend cannot run here (no driver, ...)
+    ├── DriverError                    a CUresult other than CUDA_SUCCESS (.code, .name, .explanation)
+    │   ├── DeviceFaultError           sticky context fault: trap, illegal address, ...
+    │   └── OutOfMemoryError           also a MemoryError; names the size requested
+    ├── ArgumentError                  also a ValueError: a bad argument, named
+    │   ├── DTypeError                 also a TypeError: unknown or mismatched dtype
+    │   ├── ShapeError                 negative/non-integer shapes, bad slices, size mismatches
+    │   ├── InvalidDeviceError         ordinal out of range, tensor on another device
+    │   └── LaunchError                kernel launch preconditions (issue: kernels)
+    ├── SchedulingError                a policy returned something unusable
+    ├── OpConsumedError                also a RuntimeError: a single-use op executed twice
+    ├── ReentrancyError                also a RuntimeError: executing an op inside a ``then`` closure
+    ├── SyncInEventLoopError           also a RuntimeError: ``.sync()`` inside a running loop
+    ├── CaptureError                   graph capture misuse
+    ├── KernelCompileError             NVRTC failed; carries the log
+    ├── BusyResourceError              a pinned buffer is in flight
+    └── TransferRejected               a transfer was refused; ``.package`` hands back the inputs
+
+Messages name the argument, what was expected, what was given and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ArgumentError",
+    "BackendUnavailableError",
+    "BusyResourceError",
+    "CaptureError",
+    "DTypeError",
+    "DeviceError",
+    "DeviceFaultError",
+    "DriverError",
+    "InvalidDeviceError",
+    "KernelCompileError",
+    "LaunchError",
+    "OpConsumedError",
+    "OutOfMemoryError",
+    "ReentrancyError",
+    "SchedulingError",
+    "ShapeError",
+    "SyncInEventLoopError",
+    "TransferRejected",
+]
+
+
+class DeviceError(Exception):
+    """Base class of every error raised by cuasync."""
+
+
+class BackendUnavailableError(DeviceError):
+    """The requested backend cannot be used on this machine; the message says why."""
+
+
+# CUresult values and their explanations, for the ones users meet in practice.
+_RESULTS: dict[int, tuple[str, str]] = {
+    1: ("CUDA_ERROR_INVALID_VALUE", "an argument passed to the driver was out of range"),
+    2: ("CUDA_ERROR_OUT_OF_MEMORY", "the device could not allocate the memory requested"),
+    3: ("CUDA_ERROR_NOT_INITIALIZED", "the driver has not been initialized"),
+    4: ("CUDA_ERROR_DEINITIALIZED", "the driver is shutting down"),
+    100: ("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is present"),
+    101: ("CUDA_ERROR_INVALID_DEVICE", "the device ordinal is not valid"),
+    200: ("CUDA_ERROR_INVALID_IMAGE", "the kernel image is not valid for this device"),
+    201: ("CUDA_ERROR_INVALID_CONTEXT", "no valid context is current on this thread"),
+    209: ("CUDA_ERROR_NO_BINARY_FOR_GPU", "the module has no code for this architecture"),
+    218: ("CUDA_ERROR_INVALID_PTX", "the PTX could not be compiled for this device"),
+    400: ("CUDA_ERROR_INVALID_HANDLE", "a stream, event or module handle is not valid"),
+    500: ("CUDA_ERROR_NOT_FOUND", "the named symbol was not found"),
+    600: ("CUDA_ERROR_NOT_READY", "work is still pending"),
+    700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel or copy touched memory that is not allocated"),
+    701: ("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many registers or threads for this launch"),
+    702: ("CUDA_ERROR_LAUNCH_TIMEOUT", "a kernel ran past the watchdog limit"),
+    710: ("CUDA_ERROR_ASSERT", "a device-side assert fired"),
+    714: ("CUDA_ERROR_HARDWARE_STACK_ERROR", "the device call stack overflowed"),
+    715: ("CUDA_ERROR_ILLEGAL_INSTRUCTION", "a kernel executed an illegal instruction (trap)"),
+    716: ("CUDA_ERROR_MISALIGNED_ADDRESS", "a kernel accessed a misaligned address"),
+    719: ("CUDA_ERROR_LAUNCH_FAILED", "a kernel failed while executing (trap or exception)"),
+    801: ("CUDA_ERROR_NOT_SUPPORTED", "the operation is not supported on this device"),
+    900: ("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "not allowed while the stream is capturing"),
+    901: ("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "the capture was invalidated by an error"),
+}
+
+#: CUresult codes after which the context is unusable ("sticky" errors).
+STICKY_CODES = frozenset({700, 702, 710, 714, 715, 716, 719})
+
+
+class DriverError(DeviceError):
+    """A driver call returned an error.
+
+    ``code`` is the numeric ``CUresult``, ``name`` its enum name and ``explanation``
+    what it means. Use :func:`driver_error` to build the fitting subclass.
+    """
+
+    def __init__(self, code: int, call: str = "", detail: str = "") -> None:
+        self.code = int(code)
+        self.name, self.explanation = _RESULTS.get(
+            self.code, (f"CUresult {self.code}", "see the CUDA driver API documentation")
+        )
+        self.call = call
+        where = f"{call}: " if call else ""
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"{where}{self.name}: {self.explanation}{extra}")
+
+
+class DeviceFaultError(DriverError):
+    """The device context hit a sticky fault; every later call on that device fails."""
+
+
+class OutOfMemoryError(DriverError, MemoryError):
+    """A device or pinned allocation failed for lack of memory."""
+
+    def __init__(self, nbytes: int, where: str = "device memory") -> None:
+        self.nbytes = nbytes
+        super().__init__(
+            2,
+            call="allocation",
+            detail=f"{nbytes} bytes of {where} requested; free tensors or allocate less",
+        )
+
+
+def driver_error(code: int, call: str = "", detail: str = "") -> DriverError:
+    """Return the :class:`DriverError` subclass that fits ``code``."""
+    if int(code) in STICKY_CODES:
+        return DeviceFaultError(code, call, detail)
+    return DriverError(code, call, detail)
+
+
+class ArgumentError(DeviceError, ValueError):
+    """An argument was not acceptable; the message names it and says what to pass."""
+
+
+class DTypeError(ArgumentError, TypeError):
+    """A dtype name is unknown or a dtype does not match what is required."""
+
+
+class ShapeError(ArgumentError):
+    """A shape, index, slice or element count is not acceptable."""
+
+
+class InvalidDeviceError(ArgumentError):
+    """A device ordinal is out of range or an object lives on another device."""
+
+
+class LaunchError(ArgumentError):
+    """A kernel launch precondition failed; nothing was enqueued."""
+
+
+class SchedulingError(DeviceError):
+    """A scheduling policy returned something that cannot run the op."""
+
+
+class OpConsumedError(DeviceError, RuntimeError):
+    """A single-use :class:`~cuasync.DeviceOp` was executed a second time."""
+
+
+class ReentrancyError(DeviceError, RuntimeError):
+    """An op was executed from inside a ``then`` closure, under the execution lock."""
+
+
+class SyncInEventLoopError(DeviceError, RuntimeError):
+    """A blocking call was made from inside a running event loop."""
+
+
+class CaptureError(DeviceError):
+    """Graph capture was misused (allocation recorded, sync during capture, ...)."""
+
+
+class KernelCompileError(DeviceError):
+    """NVRTC could not compile a kernel; ``log`` holds its output."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        self.log = log
+        super().__init__(f"{message}\n{log}" if log else message)
+
+
+class BusyResourceError(DeviceError):
+    """A resource is in use by in-flight device work and cannot be touched yet."""
+
+
+class TransferRejected(DeviceError):
+    """A transfer was refused before anything was enqueued.
+
+    ``package`` holds what was given, untouched, so the caller can reuse it.
+    """
+
+    def __init__(self, message: str, package: Any) -> None:
+        self.package = package
+        super().__init__(message)

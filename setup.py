@@ -1,0 +1,15 @@
+"""Declares the native reactor extension; everything else lives in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "cuasync._reactor",
+            sources=["reactor/reactor.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
+            libraries=["pthread"],
+            optional=True,  # without a C compiler cuasync falls back to host callbacks
+        )
+    ]
+)
