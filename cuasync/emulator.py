@@ -16,7 +16,15 @@ from ._backends import get_backend
 from ._backends.emulator import EmulatorBackend
 from .errors import BackendUnavailableError
 
-__all__ = ["active", "get_delay", "inject_fault", "paused", "set_delay"]
+__all__ = [
+    "active",
+    "commands_enqueued",
+    "delay",
+    "get_delay",
+    "inject_fault",
+    "paused",
+    "set_delay",
+]
 
 
 def active() -> bool:
@@ -74,3 +82,8 @@ def inject_fault(device: int = 0, code: int = 715) -> None:
     :class:`cuasync.errors.DeviceFaultError` (``CUDA_ERROR_ILLEGAL_INSTRUCTION`` by default).
     """
     _emulator().inject_fault(device, code)
+
+
+def commands_enqueued() -> int:
+    """How many commands (copies, kernels, flag writes, ...) have been enqueued so far."""
+    return _emulator().enqueued

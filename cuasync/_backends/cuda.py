@@ -378,7 +378,11 @@ class CudaBackend(Backend):
             self._switch(ordinal)
 
     def _enter(self, stream: int) -> int:
-        """Make the context of ``stream``'s device current; return the ordinal."""
+        """Make the context of ``stream``'s device current; return the ordinal.
+
+        Hot paths inline the fast case (a stream this backend created, whose context
+        the per-thread cache says is current) and call this otherwise.
+        """
         ordinal = self._streams.get(stream)
         if ordinal is None:
             ordinal = self.stream_device(stream)
@@ -461,7 +465,9 @@ class CudaBackend(Backend):
         return handle
 
     def stream_destroy(self, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamDestroy(stream)
         if res[0]:
             self._redo(res, ordinal, "cuStreamDestroy", stream)
@@ -509,7 +515,9 @@ class CudaBackend(Backend):
         return self._ordinal_of_device(dev)
 
     def stream_query(self, stream: int) -> bool:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         (err,) = _d.cuStreamQuery(stream)
         if not err:
             return True
@@ -518,13 +526,17 @@ class CudaBackend(Backend):
         return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
 
     def stream_synchronize(self, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamSynchronize(stream)
         if res[0]:
             self._redo(res, ordinal, "cuStreamSynchronize", stream)
 
     def stream_wait_event(self, stream: int, event: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamWaitEvent(stream, event, 0)
         if res[0]:
             self._redo(res, ordinal, "cuStreamWaitEvent", stream, event, 0)
@@ -548,20 +560,26 @@ class CudaBackend(Backend):
         return ordinal
 
     def event_destroy(self, event: int) -> None:
-        ordinal = self._enter_event(event)
+        ordinal = self._events.get(event, -1)
+        if ordinal >= 0 and self._tls.ordinal != ordinal:
+            self._switch(ordinal)
         res = _d.cuEventDestroy(event)
         if res[0]:
             self._redo(res, ordinal, "cuEventDestroy", event)
         self._events.pop(event, None)
 
     def event_record(self, event: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuEventRecord(event, stream)
         if res[0]:
             self._redo(res, ordinal, "cuEventRecord", event, stream)
 
     def event_query(self, event: int) -> bool:
-        ordinal = self._enter_event(event)
+        ordinal = self._events.get(event, -1)
+        if ordinal >= 0 and self._tls.ordinal != ordinal:
+            self._switch(ordinal)
         (err,) = _d.cuEventQuery(event)
         if not err:
             return True
@@ -570,7 +588,9 @@ class CudaBackend(Backend):
         return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
 
     def event_synchronize(self, event: int) -> None:
-        ordinal = self._enter_event(event)
+        ordinal = self._events.get(event, -1)
+        if ordinal >= 0 and self._tls.ordinal != ordinal:
+            self._switch(ordinal)
         res = _d.cuEventSynchronize(event)
         if res[0]:
             self._redo(res, ordinal, "cuEventSynchronize", event)
@@ -597,7 +617,9 @@ class CudaBackend(Backend):
             self._pools_configured.add(ordinal)
 
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         if ordinal not in self._pools_configured:
             self._configure_pool(ordinal)
         res = _d.cuMemAllocAsync(nbytes, stream)
@@ -608,7 +630,9 @@ class CudaBackend(Backend):
         return int(res[1])
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemFreeAsync(ptr, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemFreeAsync", ptr, stream)
@@ -658,19 +682,25 @@ class CudaBackend(Backend):
         return ptr
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemcpyHtoDAsync(dst, src, nbytes, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
     def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemcpyDtoHAsync(dst, src, nbytes, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
 
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
@@ -687,20 +717,26 @@ class CudaBackend(Backend):
         kind: str,
     ) -> None:
         params = _memcpy2d_params(dst, dst_pitch, src, src_pitch, width, height, kind)
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemcpy2DAsync(params, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemcpy2DAsync", params, stream)
 
     def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuMemsetD8Async(ptr, value, nbytes, stream)
         if res[0]:
             self._redo(res, ordinal, "cuMemsetD8Async", ptr, value, nbytes, stream)
 
     # -- completion primitives -------------------------------------------------------
     def write_value32(self, stream: int, address: int, value: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         if self._host_remap:
             address = self.host_device_pointer(address)
         # flags 0 (CU_STREAM_WRITE_VALUE_DEFAULT): the write is fenced after prior work.
@@ -716,7 +752,9 @@ class CudaBackend(Backend):
         are reported through ``sys.unraisablehook`` and go no further. If the context
         faults first, the driver never runs ``fn``.
         """
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         key = next(_host_ids)
         _host_fns[key] = fn
         try:
@@ -764,7 +802,9 @@ class CudaBackend(Backend):
         stream: int,
         params: int,
     ) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         gx, gy, gz = grid
         bx, by, bz = block
         # kernelParams given as an int is used as the void** address as it is.
@@ -778,13 +818,17 @@ class CudaBackend(Backend):
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamBeginCapture(stream, _CAPTURE_MODES[mode])
         if res[0]:
             self._redo(res, ordinal, "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
 
     def stream_end_capture(self, stream: int) -> int:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamEndCapture(stream)
         if res[0]:
             res = self._redo(res, ordinal, "cuStreamEndCapture", stream)
@@ -795,7 +839,9 @@ class CudaBackend(Backend):
         return graph
 
     def stream_is_capturing(self, stream: int) -> bool:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuStreamIsCapturing(stream)
         if res[0]:
             res = self._redo(res, ordinal, "cuStreamIsCapturing", stream)
@@ -813,13 +859,17 @@ class CudaBackend(Backend):
         return handle
 
     def graph_upload(self, graph_exec: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuGraphUpload(graph_exec, stream)
         if res[0]:
             self._redo(res, ordinal, "cuGraphUpload", graph_exec, stream)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
-        ordinal = self._enter(stream)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
         res = _d.cuGraphLaunch(graph_exec, stream)
         if res[0]:
             self._redo(res, ordinal, "cuGraphLaunch", graph_exec, stream)

@@ -152,6 +152,7 @@ class EmulatorBackend(Backend):
         self._gate = threading.Event()
         self._gate.set()
         self.delay_us = delay_us
+        self.enqueued = 0  # commands accepted so far, for tests that check laziness
 
     # -- knobs ---------------------------------------------------------------------
     def pause(self) -> None:
@@ -206,6 +207,7 @@ class EmulatorBackend(Backend):
     def _enqueue(self, handle: int, command: Command) -> None:
         stream = self._stream(handle)
         self._check(stream.device)
+        self.enqueued += 1
         if stream.capture is not None:
             stream.capture.append(command)
         else:

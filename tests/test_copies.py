@@ -1,0 +1,108 @@
+"""Copies are lazy device ops: from_host, to_host, dup, memcpy, empty, zeros."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuasync
+from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, OutOfMemoryError, ShapeError
+from conftest import ON_EMULATOR
+
+
+def test_building_copies_enqueues_nothing(emu) -> None:
+    dev = cuasync.Device(0)
+    t = cuasync.from_host(np.arange(4.0)).sync()
+    before = (emu.commands_enqueued(), dev.memory_info().used)
+    ops = [
+        cuasync.from_host(np.ones(100)),
+        t.to_host(),
+        t.dup(),
+        cuasync.memcpy(t, t),
+        cuasync.zeros((100,)),
+        cuasync.empty((100,)),
+    ]
+    assert (emu.commands_enqueued(), dev.memory_info().used) == before
+    del ops
+
+
+def test_from_host_reads_the_array_when_executed() -> None:
+    data = np.zeros(4)
+    op = cuasync.from_host(data)
+    data[:] = 7
+    np.testing.assert_array_equal(op.sync().to_host().sync(), np.full(4, 7.0))
+
+
+def test_from_host_accepts_array_likes_and_scalars() -> None:
+    np.testing.assert_array_equal(cuasync.from_host([[1, 2], [3, 4]]).sync().to_host().sync(), [[1, 2], [3, 4]])
+    zero_d = cuasync.from_host(np.float32(2.5)).sync()
+    assert zero_d.shape == () and zero_d.to_host().sync() == np.float32(2.5)
+    empty = cuasync.from_host(np.zeros((0, 3))).sync()
+    assert empty.shape == (0, 3) and empty.to_host().sync().shape == (0, 3)
+
+
+def test_from_host_refuses_a_tensor() -> None:
+    t = cuasync.zeros((2,)).sync()
+    with pytest.raises(ArgumentError, match="dup"):
+        cuasync.from_host(t)
+
+
+def test_dup_is_a_contiguous_copy() -> None:
+    host = np.arange(60, dtype=np.int16).reshape(3, 4, 5)
+    t = cuasync.from_host(host).sync()
+    view = t[:, 1:3, ::2]
+    d = view.dup().sync()
+    assert d.is_contiguous and d.allocation is not t.allocation
+    np.testing.assert_array_equal(d.to_host().sync(), host[:, 1:3, ::2])
+
+
+def test_memcpy_checks_and_copies() -> None:
+    a = cuasync.from_host(np.arange(6, dtype=np.float32)).sync()
+    b = cuasync.zeros((2, 3), "float32").sync()
+    out = cuasync.memcpy(b, a).sync()
+    assert out is b
+    np.testing.assert_array_equal(b.to_host().sync(), np.arange(6, dtype=np.float32).reshape(2, 3))
+    c = cuasync.zeros((4, 4), "float32").sync()
+    cuasync.memcpy(c[1:3, 1:4], b).sync()
+    expected = np.zeros((4, 4), np.float32)
+    expected[1:3, 1:4] = np.arange(6).reshape(2, 3)
+    np.testing.assert_array_equal(c.to_host().sync(), expected)
+    with pytest.raises(ShapeError, match="equal element counts: dst has 16"):
+        cuasync.memcpy(c, a)
+    with pytest.raises(DTypeError, match="dst is float32, src is float64"):
+        cuasync.memcpy(b, cuasync.zeros((6,), "float64").sync())
+    with pytest.raises(ArgumentError, match="src must be a cuasync.Tensor"):
+        cuasync.memcpy(b, np.zeros(6))  # type: ignore[arg-type]
+
+
+def test_memcpy_across_devices_is_refused() -> None:
+    if cuasync.device_count() < 2:
+        pytest.skip("needs 2 devices")
+    a = cuasync.zeros((4,), device=0).sync()
+    b = cuasync.zeros((4,), device=1).sync()
+    with pytest.raises(InvalidDeviceError, match="devices 1 and 0"):
+        cuasync.memcpy(a, b)
+
+
+def test_zeros_and_empty() -> None:
+    z = cuasync.zeros((3, 5), "complex64").sync()
+    np.testing.assert_array_equal(z.to_host().sync(), np.zeros((3, 5), np.complex64))
+    e = cuasync.empty(7, "uint8").sync()
+    assert e.shape == (7,) and e.dtype == np.uint8
+
+
+def test_out_of_memory_names_the_size() -> None:
+    total = cuasync.Device(0).memory_info().total
+    with pytest.raises(OutOfMemoryError, match=str(total * 2)):
+        cuasync.empty((total * 2,), "uint8").sync()
+    # nothing leaked by the failed submission
+    assert cuasync.zeros((4,)).sync().to_host().sync().sum() == 0
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's address space")
+def test_tensors_on_several_devices_live_apart() -> None:
+    if cuasync.device_count() < 2:
+        pytest.skip("needs 2 devices")
+    a = cuasync.from_host(np.ones(3), device=1).sync()
+    assert a.device.ordinal == 1
+    np.testing.assert_array_equal(a.to_host().sync(), np.ones(3))
