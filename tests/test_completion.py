@@ -1,0 +1,233 @@
+"""How awaits learn about completion: inline spin, native reactor, host callbacks, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cuasync
+from conftest import ON_EMULATOR
+
+pytestmark = pytest.mark.anyio
+
+
+def run_script(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter (configuration is read once per process)."""
+    full = {**os.environ, "CUASYNC_BACKEND": "emulator", **env}
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+async def test_work_in_flight_goes_through_the_reactor(anyio_backend, emu) -> None:
+    before = cuasync.stats()
+    emu.set_delay(5000)  # longer than the inline spin budget
+    out = await cuasync.from_host(np.arange(4.0)).then(lambda t: t.to_host())
+    after = cuasync.stats()
+    np.testing.assert_array_equal(out, np.arange(4.0))
+    assert after.completed_reactor == before.completed_reactor + 1
+    assert after.reactor_wakeups > before.reactor_wakeups
+
+
+async def test_short_work_completes_inline_without_suspending(anyio_backend) -> None:
+    before = cuasync.stats().completed_inline
+    # the emulator finishes a flag write in microseconds: the spin sees it
+    hits = 0
+    for _ in range(20):
+        await cuasync.value(1)
+        hits += 1
+    assert cuasync.stats().completed_inline - before >= 10
+
+
+def test_stats_fields() -> None:
+    s = cuasync.stats()
+    for name in (
+        "completed_inline",
+        "completed_reactor",
+        "completed_host_callback",
+        "reactor_wakeups",
+        "slots_armed",
+        "slots_total",
+        "fallbacks",
+        "faults",
+    ):
+        assert isinstance(getattr(s, name), int), name
+    assert s.slots_total >= 4096
+
+
+async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend, emu, baseline) -> None:
+    import anyio
+
+    emu.set_delay(200)
+    policy = cuasync.StreamPoolRoundRobin(num_streams=8)
+    results: dict[int, float] = {}
+
+    async def one(i: int) -> None:
+        a = await cuasync.from_host(np.full(3, float(i))).then(lambda t: t.to_host()).schedule(policy)
+        results[i] = float(a[0])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(300):
+            tg.start_soon(one, i)
+    assert results == {i: float(i) for i in range(300)}
+
+
+def test_several_loops_in_several_threads_each_get_their_own_completions(emu) -> None:
+    emu.set_delay(1000)
+    errors: list[BaseException] = []
+    got: dict[int, list[float]] = {}
+
+    def loop_thread(k: int) -> None:
+        async def main() -> None:
+            outs = await asyncio.gather(
+                *(cuasync.from_host(np.full(2, 10.0 * k + i)).then(lambda t: t.to_host()) for i in range(10))
+            )
+            got[k] = [float(o[0]) for o in outs]
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop_thread, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert got == {k: [10.0 * k + i for i in range(10)] for k in range(4)}
+
+
+def test_host_callback_mode_is_selectable() -> None:
+    out = run_script(
+        """
+        import asyncio, numpy as np, cuasync, cuasync.emulator as emu
+        emu.set_delay(3000)
+        async def main():
+            a = await cuasync.from_host(np.arange(3.0)).then(lambda t: t.to_host())
+            print(a.tolist())
+        asyncio.run(main())
+        s = cuasync.stats()
+        print(s.reactor, s.completed_host_callback, s.completed_reactor)
+        """,
+        CUASYNC_HOST_SYNC="callback",
+    )
+    assert out.split("\n")[:2] == ["[0.0, 1.0, 2.0]", "False 1 0"]
+
+
+def test_slot_exhaustion_falls_back_to_host_callbacks() -> None:
+    out = run_script(
+        """
+        import asyncio, numpy as np, cuasync, cuasync.emulator as emu
+        emu.set_delay(2000)
+        async def main():
+            outs = await asyncio.gather(*(cuasync.from_host(np.full(2, float(i))).then(lambda t: t.to_host()) for i in range(12)))
+            print([int(o[0]) for o in outs])
+        asyncio.run(main())
+        s = cuasync.stats()
+        print(s.slots_total, s.fallbacks > 0, s.completed_host_callback == s.fallbacks, s.slots_armed)
+        """,
+        CUASYNC_SLOTS="4",
+    )
+    lines = out.split("\n")
+    assert lines[0] == str(list(range(12)))
+    assert lines[1] == "4 True True 0"
+
+
+def test_spin_budget_zero_sends_every_await_through_the_reactor() -> None:
+    out = run_script(
+        """
+        import asyncio, cuasync
+        async def main():
+            for _ in range(50):
+                await cuasync.value(1)
+        asyncio.run(main())
+        s = cuasync.stats()
+        print(s.completed_inline, s.completed_reactor)
+        """,
+        CUASYNC_SPIN_BUDGET_US="0",
+    )
+    inline, reactor = map(int, out.split())
+    assert reactor + inline == 50 and reactor >= 45
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
+def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_fast() -> None:
+    out = run_script(
+        """
+        import asyncio, time, numpy as np, cuasync, cuasync.emulator as emu
+        from cuasync.errors import DeviceFaultError
+        emu.set_delay(2000)
+        async def main():
+            policy = cuasync.StreamPoolRoundRobin(num_streams=4)
+            futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).schedule(policy) for _ in range(16)]
+            await asyncio.sleep(0)
+            t0 = time.monotonic()
+            emu.inject_fault(0)
+            results = await asyncio.gather(*(f for f in futs), return_exceptions=True)
+            took = time.monotonic() - t0
+            kinds = {type(r).__name__ for r in results}
+            print(kinds, took < 0.1)
+            t1 = time.monotonic()
+            try:
+                await cuasync.zeros((4,))
+            except DeviceFaultError as e:
+                print('fast', time.monotonic() - t1 < 0.01, 'ILLEGAL_INSTRUCTION' in str(e))
+        asyncio.run(main())
+        print('faults', cuasync.stats().faults >= 1)
+        """,
+    )
+    lines = out.split("\n")
+    assert lines[0] == "{'DeviceFaultError'} True", out
+    assert lines[1] == "fast True True"
+    assert lines[2] == "faults True"
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
+def test_fault_also_ends_host_callback_waits() -> None:
+    out = run_script(
+        """
+        import asyncio, time, numpy as np, cuasync, cuasync.emulator as emu
+        emu.set_delay(3000)
+        async def main():
+            fut = cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).submit()
+            t0 = time.monotonic()
+            emu.inject_fault(0)
+            try:
+                await fut
+            except cuasync.DeviceError as e:
+                print(type(e).__name__, time.monotonic() - t0 < 0.1)
+        asyncio.run(main())
+        """,
+        CUASYNC_HOST_SYNC="callback",
+    )
+    assert out.strip() == "DeviceFaultError True"
+
+
+def test_blocking_wait_outside_a_loop(emu) -> None:
+    emu.set_delay(3000)
+    fut = cuasync.from_host(np.arange(5.0)).then(lambda t: t.to_host()).submit()
+    t0 = time.monotonic()
+    np.testing.assert_array_equal(fut.wait(), np.arange(5.0))
+    assert time.monotonic() - t0 < 5
+
+
+async def test_wait_inside_a_loop_is_refused(anyio_backend) -> None:
+    fut = cuasync.value(1).submit()
+    with pytest.raises(cuasync.errors.SyncInEventLoopError):
+        fut.wait()
+    assert await fut == 1

@@ -1,0 +1,855 @@
+"""Tests of the native completion reactor ``cuasync._reactor`` (no GPU needed).
+
+A numpy ``uint32`` array stands in for the pinned slab; writer threads play the GPU
+with ``store32`` (a release store, like ``cuStreamWriteValue32`` with default flags).
+Synchronisation is done with events, barriers, ``select`` on the queue's fd and
+explicit waits whose timeouts are failure guards only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import os
+import queue as thread_queue
+import select
+import threading
+import time
+
+import numpy as np
+import pytest
+
+_reactor = pytest.importorskip("cuasync._reactor")
+
+TIMEOUT = 10.0  # failure guard for every wait; never reached when things work
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+class Slab:
+    """A host "slab" of uint32 flag words."""
+
+    def __init__(self, n: int) -> None:
+        self.arr = np.zeros(n, dtype=np.uint32)
+        self.base = self.arr.ctypes.data
+
+    def addr(self, slot: int) -> int:
+        return self.base + 4 * slot
+
+    def store(self, slot: int, value: int) -> None:
+        _reactor.store32(self.addr(slot), value)
+
+
+@pytest.fixture
+def slab():
+    return Slab(1024)
+
+
+@pytest.fixture
+def make_reactor(slab):
+    """Reactors over ``slab``; closed at teardown, before the slab can go away."""
+    made = []
+
+    def make(**kw):
+        nslots = kw.pop("nslots", len(slab.arr))
+        # Stale reports are off unless a test asks for them: on a loaded CI box a
+        # 2 ms default could add stale entries to assertions about completions.
+        kw.setdefault("stale_ns", 0)
+        r = _reactor.Reactor(slab.base, nslots, **kw)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+@pytest.fixture
+def make_queue():
+    made = []
+
+    def make():
+        q = _reactor.LoopQueue()
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()
+
+
+def readable(q, timeout: float = 0.0) -> bool:
+    r, _, _ = select.select([q.fileno()], [], [], timeout)
+    return bool(r)
+
+
+def wait_until(pred, timeout: float = TIMEOUT, what: str = "condition") -> None:
+    """Poll ``pred`` until true; the deadline is a failure guard."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.0002)
+
+
+def collect(q, n_done: int, n_stale: int = 0, timeout: float = TIMEOUT):
+    """Drain ``q`` whenever its fd is readable until the counts are reached.
+
+    Relies solely on fd readiness, so a lost wake-up shows up as a timeout."""
+    done: list[int] = []
+    stale: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(done) < n_done or len(stale) < n_stale:
+        left = deadline - time.monotonic()
+        if left <= 0 or not readable(q, left):
+            raise AssertionError(
+                f"timed out: got {len(done)}/{n_done} completions, {len(stale)}/{n_stale} stale"
+            )
+        d, s = q.drain()
+        done += d
+        stale += s
+    return done, stale
+
+
+def read_eventfd(q) -> int:
+    return int.from_bytes(os.read(q.fileno(), 8), "little")
+
+
+# -- basic completion ---------------------------------------------------------------
+
+
+def test_arm_then_store_pushes_exactly_once(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    r.arm(5, 1, q)
+    assert r.armed == 1
+    assert q.pending == 0 and not readable(q)
+
+    slab.store(5, 1)
+    done, stale = collect(q, 1)
+    assert done == [5] and stale == []
+    assert r.armed == 0 and r.completed == 1
+
+    # Writing the word again must not produce a second push: complete another slot
+    # afterwards and check that only that one shows up.
+    slab.store(5, 2)
+    r.arm(6, 1, q)
+    slab.store(6, 1)
+    done, stale = collect(q, 1)
+    assert done == [6] and stale == []
+    assert q.pending == 0 and not readable(q)
+    assert r.completed == 2
+
+
+def test_drain_returns_lists_and_empty_drain_does_not_block(make_queue):
+    q = make_queue()
+    assert q.drain() == ([], [])
+    done, stale = q.drain()
+    assert isinstance(done, list) and isinstance(stale, list)
+    assert q.fileno() >= 0
+
+
+def test_immediate_completion_when_already_reached(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    slab.store(9, 7)
+    r.arm(9, 7, q)  # equal
+    assert q.pending == 1  # pushed synchronously, no thread hop
+    assert readable(q)
+    r.arm(9, 5, q)  # already past
+    assert q.drain() == ([9, 9], [])
+    assert r.armed == 0 and r.completed == 2
+    assert r.wakeups == 0  # the thread was never needed
+    assert not r.parked
+
+
+@pytest.mark.parametrize(
+    ("word", "expected", "reached"),
+    [
+        (5, 5, True),
+        (6, 5, True),
+        (4, 5, False),
+        (0, 0xFFFFFFFF, True),
+        (0xFFFFFFFF, 0, False),
+        (3, 0xFFFFFFFE, True),
+        (0x7FFFFFFF + 5, 5, True),
+        (0x80000000 + 5, 5, False),
+    ],
+)
+def test_reached_is_signed_difference(slab, word, expected, reached):
+    slab.store(0, word)
+    assert _reactor.load32(slab.addr(0)) == word
+    assert _reactor.spin_wait(slab.addr(0), expected, 0) is reached
+
+
+def test_generation_wraparound(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    slab.store(3, 0xFFFFFFFF)
+    r.arm(3, 0, q)  # generation after 0xFFFFFFFF is 0: not reached yet
+    assert r.armed == 1 and q.pending == 0
+
+    slab.store(3, 0)
+    assert collect(q, 1) == ([3], [])
+
+    # and the next generation after the wrap
+    r.arm(3, 1, q)
+    assert r.armed == 1
+    slab.store(3, 1)
+    assert collect(q, 1) == ([3], [])
+
+
+# -- eventfd edge semantics -------------------------------------------------------
+
+
+@pytest.mark.skipif(not _reactor.HAVE_EVENTFD, reason="eventfd counter semantics (Linux)")
+def test_eventfd_signalled_once_per_edge(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    r.arm(1, 1, q)
+    r.arm(2, 1, q)
+    slab.store(1, 1)
+    slab.store(2, 1)
+    wait_until(lambda: q.pending == 2, what="two completions")
+    # two completions before a drain = one fd read of count 1
+    assert read_eventfd(q) == 1
+    assert not readable(q)
+    assert sorted(q.drain()[0]) == [1, 2]
+
+    # the next completion is a new empty -> non-empty edge
+    r.arm(1, 2, q)
+    slab.store(1, 2)
+    wait_until(lambda: q.pending == 1, what="third completion")
+    assert read_eventfd(q) == 1
+    assert q.drain() == ([1], [])
+
+    # immediate completions follow the same rule
+    r.arm(1, 2, q)
+    r.arm(2, 1, q)
+    assert q.pending == 2
+    assert read_eventfd(q) == 1
+    assert q.drain() == ([1, 2], [])
+
+
+def test_drain_reads_fd_first(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    slab.store(0, 1)
+    slab.store(1, 1)
+    r.arm(0, 1, q)
+    r.arm(1, 1, q)
+    assert readable(q)
+    assert q.drain() == ([0, 1], [])
+    # drain cleared the wake-up together with the entries
+    assert not readable(q) and q.pending == 0
+
+    # a push after the drain signals again
+    r.arm(2, 1, q)
+    slab.store(2, 1)
+    assert readable(q, TIMEOUT)
+    assert q.drain() == ([2], [])
+    assert not readable(q)
+
+
+def test_no_lost_wakeups_under_a_racing_writer(slab, make_reactor, make_queue):
+    """The consumer drains only when the fd is readable; with the drain ordering
+    wrong, a push landing between pop and fd read would strand an entry."""
+    r, q = make_reactor(spin_ns=1_000_000), make_queue()
+    n_slots, rounds = 64, 40
+    for s in range(n_slots):
+        r.arm(s, 1, q)
+    go = threading.Event()
+
+    def writer():
+        go.wait(TIMEOUT)
+        for gen in range(1, rounds + 1):
+            for s in range(n_slots):
+                slab.store(s, gen)
+            # wait until the consumer re-armed every slot for the next generation
+            wait_until(lambda g=gen: min_gen[0] >= g, what="re-arm")
+
+    min_gen = [0]
+    armed_gen = dict.fromkeys(range(n_slots), 1)
+    t = threading.Thread(target=writer)
+    t.start()
+    go.set()
+    got = 0
+    for gen in range(1, rounds + 1):
+        remaining = set(range(n_slots))
+        while remaining:
+            done, _ = collect(q, 1)
+            for s in done:
+                assert s in remaining
+                remaining.discard(s)
+                got += 1
+        for s in range(n_slots):
+            if gen < rounds:
+                armed_gen[s] = gen + 1
+                r.arm(s, gen + 1, q)
+        min_gen[0] = gen
+    t.join(TIMEOUT)
+    assert not t.is_alive()
+    assert got == n_slots * rounds
+    assert r.completed == n_slots * rounds
+
+
+def test_queues_receive_only_their_own_slots(slab, make_reactor, make_queue):
+    r = make_reactor()
+    queues = [make_queue() for _ in range(3)]
+    owner = {}
+    for s in range(60):
+        owner[s] = s % 3
+        r.arm(s, 1, queues[s % 3])
+    start = threading.Event()
+
+    def writer():
+        start.wait(TIMEOUT)
+        for s in reversed(range(60)):
+            slab.store(s, 1)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    start.set()
+    for i, q in enumerate(queues):
+        done, stale = collect(q, 20)
+        assert stale == []
+        assert sorted(done) == [s for s in range(60) if owner[s] == i]
+    t.join(TIMEOUT)
+    for q in queues:
+        assert q.pending == 0
+    assert r.completed == 60
+
+
+# -- asyncio integration -------------------------------------------------------------
+
+
+def test_asyncio_add_reader_delivers_1000_completions(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    n_slots, total = 100, 1000
+    to_writer: thread_queue.Queue = thread_queue.Queue()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        futures: dict[int, asyncio.Future] = {}
+        gens = [0] * n_slots
+        delivered = []
+
+        def arm(slot):
+            gens[slot] += 1
+            fut = loop.create_future()
+            futures[slot] = fut
+            r.arm(slot, gens[slot] & 0xFFFFFFFF, q)
+            to_writer.put((slot, gens[slot]))
+            return fut
+
+        def on_readable():
+            done, stale = q.drain()
+            assert stale == []
+            for s in done:
+                futures.pop(s).set_result(s)
+
+        async def worker(slot, count):
+            for _ in range(count):
+                assert await arm(slot) == slot
+                delivered.append(slot)
+
+        loop.add_reader(q.fileno(), on_readable)
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(worker(s, total // n_slots) for s in range(n_slots))), TIMEOUT
+            )
+        finally:
+            loop.remove_reader(q.fileno())
+        return delivered
+
+    def writer():
+        for _ in range(total):
+            item = to_writer.get(timeout=TIMEOUT)
+            slab.store(*item)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    delivered = asyncio.run(main())
+    t.join(TIMEOUT)
+    assert len(delivered) == total
+    assert sorted(set(delivered)) == list(range(n_slots))
+    assert r.completed == total
+    assert r.armed == 0
+
+
+# -- threads --------------------------------------------------------------------------
+
+
+def test_many_threads_arming_concurrently(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    n_threads, per = 8, 120
+    barrier = threading.Barrier(n_threads)
+    errors = []
+
+    def worker(k):
+        try:
+            barrier.wait(TIMEOUT)
+            mine = range(k * per, (k + 1) * per)
+            for s in mine:
+                r.arm(s, 1, q)
+            for s in mine:
+                slab.store(s, 1)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    done, stale = collect(q, n_threads * per)
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not errors
+    assert stale == []
+    assert sorted(done) == list(range(n_threads * per))
+    assert r.completed == n_threads * per
+    assert r.armed == 0
+
+
+def test_concurrent_arm_of_one_slot_succeeds_once(make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    n = 8
+    barrier = threading.Barrier(n)
+    results = []
+    lock = threading.Lock()
+
+    def worker():
+        barrier.wait(TIMEOUT)
+        try:
+            r.arm(7, 1, q)
+            outcome = "ok"
+        except RuntimeError:
+            outcome = "busy"
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert results.count("ok") == 1 and results.count("busy") == n - 1
+    assert r.armed == 1
+    assert r.disarm(7) is True
+
+
+def test_spin_wait_releases_the_gil(slab):
+    """spin_wait must let other Python threads run while it spins."""
+    addr = slab.addr(0)
+    entered = threading.Event()
+    out = {}
+
+    def spinner():
+        entered.set()
+        t0 = time.monotonic()
+        out["reached"] = _reactor.spin_wait(addr, 1, 5_000_000_000)
+        out["elapsed"] = time.monotonic() - t0
+
+    t = threading.Thread(target=spinner)
+    t.start()
+    assert entered.wait(TIMEOUT)
+    # Pure-Python work on this thread; it can only run if the spinner dropped the GIL.
+    work, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 0.05:
+        work += 1
+    slab.store(0, 1)
+    t.join(TIMEOUT)
+    assert work > 0
+    assert out["reached"] is True
+    assert out["elapsed"] < 4.0
+
+
+# -- parking ----------------------------------------------------------------------------
+
+
+def test_parking_wakeups_only_on_empty_to_armed_edges(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    assert r.wakeups == 0 and not r.parked
+
+    r.arm(0, 1, q)  # first arm starts the thread (born parked)
+    wait_until(lambda: r.wakeups == 1, what="first wakeup")
+    r.arm(1, 1, q)  # already non-empty: no edge
+    slab.store(0, 1)
+    slab.store(1, 1)
+    assert sorted(collect(q, 2)[0]) == [0, 1]
+    wait_until(lambda: r.parked, what="park")
+    assert r.wakeups == 1
+
+    # an immediate completion while parked does not wake the thread
+    slab.store(2, 3)
+    r.arm(2, 3, q)
+    assert q.drain() == ([2], [])
+    assert r.parked and r.wakeups == 1
+
+    r.arm(0, 2, q)  # empty -> armed edge while parked
+    wait_until(lambda: r.wakeups == 2, what="second wakeup")
+    slab.store(0, 2)
+    assert collect(q, 1)[0] == [0]
+    wait_until(lambda: r.parked, what="park again")
+    assert r.wakeups == 2
+
+    # disarm of the only slot also parks the thread
+    r.arm(4, 1, q)
+    wait_until(lambda: r.wakeups == 3, what="third wakeup")
+    assert r.disarm(4) is True
+    wait_until(lambda: r.parked, what="park after disarm")
+    assert r.wakeups == 3
+
+
+# -- stale reports ----------------------------------------------------------------------
+
+
+def test_stale_reports_repeat_then_stop_after_completion(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=4_000_000)
+    q = make_queue()
+    t0 = time.monotonic_ns()
+    r.arm(2, 1, q)  # never written (yet)
+    done, stale = collect(q, 0, 1)
+    t1 = time.monotonic_ns()
+    assert done == [] and set(stale) == {2}  # more than one if this thread was slow
+    assert t1 - t0 >= 1_000_000  # not before stale_ns
+    assert r.stale_reports >= 1
+
+    done, stale = collect(q, 0, 2)  # reports continue (doubling, capped)
+    assert done == [] and set(stale) == {2}
+    assert r.stale_reports >= 3
+    assert r.armed == 1
+
+    slab.store(2, 1)
+    done, _ = collect(q, 1)
+    assert done == [2]
+    assert r.armed == 0
+
+    # Prove time has passed on the reactor thread: wait for two stale reports of
+    # another slot; slot 2 must not be reported again.
+    r.arm(3, 1, q)
+    done, stale = collect(q, 0, 2)
+    assert done == []
+    assert 2 not in stale and set(stale) == {3}
+    assert r.disarm(3)
+
+
+def test_stale_reports_disabled_with_zero(slab, make_reactor, make_queue):
+    r, q = make_reactor(stale_ns=0), make_queue()
+    r.arm(0, 1, q)
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    assert not readable(q, 0.02)  # nothing may arrive within the wait
+    assert r.stale_reports == 0
+    slab.store(0, 1)
+    assert collect(q, 1) == ([0], [])
+
+
+def test_no_stale_report_after_disarm(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=2_000_000)
+    q, q2 = make_queue(), make_queue()
+    r.arm(0, 1, q)
+    assert r.disarm(0) is True
+    r.arm(1, 1, q2)
+    collect(q2, 0, 2)  # the thread has run well past slot 0's stale deadline
+    assert q.pending == 0 and not readable(q)
+
+
+# -- disarm / errors -------------------------------------------------------------------
+
+
+def test_disarm(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    r.arm(10, 1, q)
+    assert r.disarm(10) is True
+    assert r.disarm(10) is False
+    assert r.disarm(11) is False
+    assert r.armed == 0
+    slab.store(10, 1)
+    # the disarmed slot is not reported; a later one is
+    r.arm(12, 1, q)
+    slab.store(12, 1)
+    assert collect(q, 1) == ([12], [])
+    assert q.pending == 0
+    # re-arming a disarmed slot works
+    r.arm(10, 2, q)
+    slab.store(10, 2)
+    assert collect(q, 1) == ([10], [])
+    with pytest.raises(ValueError):
+        r.disarm(-1)
+    with pytest.raises(ValueError):
+        r.disarm(r.nslots)
+
+
+def test_argument_errors(slab, make_reactor, make_queue):
+    r, q = make_reactor(nslots=8), make_queue()
+    with pytest.raises(ValueError):
+        r.arm(8, 1, q)
+    with pytest.raises(ValueError):
+        r.arm(-1, 1, q)
+    with pytest.raises(ValueError):
+        r.arm(2**70, 1, q)
+    with pytest.raises(ValueError):
+        r.arm(0, 2**32, q)
+    with pytest.raises(ValueError):
+        r.arm(0, -1, q)
+    with pytest.raises(TypeError):
+        r.arm(0, 1, object())
+    with pytest.raises(TypeError):
+        r.arm(0, 1)
+    r.arm(0, 1, q)
+    with pytest.raises(RuntimeError):
+        r.arm(0, 1, q)
+    with pytest.raises(RuntimeError):
+        r.arm(0, 2, make_queue())
+    assert r.armed == 1
+    # numpy integers are accepted (via __index__)
+    r.arm(np.uint32(1), np.uint32(1), q)
+    assert r.armed == 2
+
+    with pytest.raises(ValueError):
+        _reactor.Reactor(0, 4)
+    with pytest.raises(ValueError):
+        _reactor.Reactor(slab.base + 2, 4)
+    with pytest.raises(ValueError):
+        _reactor.Reactor(slab.base, 0)
+    with pytest.raises(ValueError):
+        _reactor.Reactor(slab.base, 4, stale_ns=-1)
+    with pytest.raises(TypeError):
+        _reactor.Reactor(slab.base, 4, 1000)  # options are keyword-only
+    with pytest.raises(TypeError):
+        _reactor.LoopQueue(1)
+    with pytest.raises(ValueError):
+        _reactor.load32(0)
+    with pytest.raises(ValueError):
+        _reactor.store32(slab.base + 1, 1)
+    with pytest.raises(ValueError):
+        _reactor.store32(slab.base, 2**32)
+    with pytest.raises(ValueError):
+        _reactor.spin_wait(slab.base, 1, -1)
+
+
+# -- lifetimes -------------------------------------------------------------------------
+
+
+def test_close_is_idempotent_with_slots_still_armed(slab, make_reactor, make_queue):
+    r, q = make_reactor(stale_ns=1_000_000), make_queue()
+    for s in range(5):
+        r.arm(s, 1, q)
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    r.close()
+    assert r.closed and r.armed == 0
+    q.drain()  # stale reports may have arrived before close()
+    r.close()
+    with pytest.raises(RuntimeError):
+        r.arm(7, 1, q)
+    assert r.disarm(0) is False
+    for s in range(5):
+        slab.store(s, 1)
+    # the thread is joined: nothing can be pushed any more
+    assert q.pending == 0
+    assert q.drain() == ([], [])
+
+
+def test_close_from_several_threads(make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    r.arm(0, 1, q)
+    barrier = threading.Barrier(4)
+
+    def closer():
+        barrier.wait(TIMEOUT)
+        r.close()
+        assert r.closed
+
+    threads = [threading.Thread(target=closer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert r.closed and r.armed == 0
+
+
+def test_dealloc_with_armed_slots_closes(slab, make_queue):
+    q = make_queue()
+    r = _reactor.Reactor(slab.base, 16, stale_ns=0)
+    r.arm(0, 1, q)
+    r.arm(1, 1, q)
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    del r
+    gc.collect()
+    slab.store(0, 1)
+    # the queue survives and is still usable
+    assert q.drain() == ([], [])
+    r2 = _reactor.Reactor(slab.base, 16, stale_ns=0)
+    r2.arm(1, 1, q)
+    slab.store(1, 1)
+    assert collect(q, 1) == ([1], [])
+    r2.close()
+
+
+def test_queue_closed_while_armed(slab, make_reactor):
+    r = make_reactor()
+    q = _reactor.LoopQueue()
+    r.arm(0, 1, q)
+    r.arm(1, 1, q)
+    q.close()
+    q.close()
+    assert q.closed
+    with pytest.raises(ValueError):
+        q.drain()
+    with pytest.raises(ValueError):
+        q.fileno()
+    assert q.pending == 0
+    slab.store(0, 1)
+    wait_until(lambda: r.armed == 1, what="completion on a closed queue")
+    assert r.completed == 1  # pushed, silently dropped
+    # arming to a closed queue is accepted; the push is dropped
+    slab.store(2, 1)
+    r.arm(2, 1, q)
+    assert q.pending == 0
+    assert r.disarm(1) is True
+
+
+def test_queue_garbage_collected_while_armed(slab, make_reactor, make_queue):
+    r = make_reactor()
+    q = _reactor.LoopQueue()
+    r.arm(0, 1, q)
+    del q
+    gc.collect()
+    slab.store(0, 1)
+    wait_until(lambda: r.armed == 0, what="completion on a dropped queue")
+    assert r.completed == 1
+    q2 = make_queue()  # the reactor keeps working for other queues
+    r.arm(1, 1, q2)
+    slab.store(1, 1)
+    assert collect(q2, 1) == ([1], [])
+
+
+# -- spin_wait --------------------------------------------------------------------------
+
+
+def test_spin_wait(slab):
+    addr = slab.addr(0)
+    assert _reactor.spin_wait(addr, 0, 0) is True
+    assert _reactor.spin_wait(addr, 1, 0) is False
+
+    t0 = time.monotonic()
+    assert _reactor.spin_wait(addr, 1, 20_000_000) is False
+    elapsed = time.monotonic() - t0
+    assert 0.019 <= elapsed < 2.0  # the budget is honoured, roughly
+
+    ready = threading.Event()
+
+    def writer():
+        ready.wait(TIMEOUT)
+        slab.store(0, 1)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    ready.set()
+    t0 = time.monotonic()
+    assert _reactor.spin_wait(addr, 1, 5_000_000_000) is True
+    assert time.monotonic() - t0 < 4.0
+    t.join(TIMEOUT)
+
+
+def test_load_store_roundtrip(slab):
+    for v in (0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF):
+        _reactor.store32(slab.addr(3), v)
+        assert _reactor.load32(slab.addr(3)) == v
+        assert int(slab.arr[3]) == v
+
+
+# -- driver entry points -----------------------------------------------------------------
+
+WRITE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint32,
+                           ctypes.c_uint)
+LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7),
+                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@pytest.fixture
+def entry_points():
+    _reactor.set_entry_points()
+    keep = []
+
+    def install(write=None, launch=None):
+        keep.extend(x for x in (write, launch) if x is not None)
+        _reactor.set_entry_points(
+            write_value32=ctypes.cast(write, ctypes.c_void_p).value if write else 0,
+            launch_kernel=ctypes.cast(launch, ctypes.c_void_p).value if launch else 0,
+        )
+
+    yield install
+    _reactor.set_entry_points()  # never leave dangling callback pointers behind
+
+
+def test_entry_points_missing_raise(slab, entry_points):
+    with pytest.raises(RuntimeError):
+        _reactor.write_value32(0, slab.base, 1)
+    with pytest.raises(RuntimeError):
+        _reactor.launch_and_write(1, 1, 1, 1, 32, 1, 1, 0, 0, 0, slab.base, 1)
+
+    calls = []
+
+    @WRITE_T
+    def fake_write(stream, addr, value, flags):
+        calls.append(value)
+        return 0
+
+    entry_points(write=fake_write)  # launch still missing
+    with pytest.raises(RuntimeError):
+        _reactor.launch_and_write(1, 1, 1, 1, 32, 1, 1, 0, 0, 0, slab.base, 1)
+    assert calls == []
+
+
+def test_entry_points_called_with_the_driver_signatures(slab, entry_points, make_reactor,
+                                                        make_queue):
+    writes, launches = [], []
+    launch_rc = [0]
+    write_rc = [0]
+
+    @WRITE_T
+    def fake_write(stream, addr, value, flags):
+        writes.append((stream, addr, value, flags))
+        if write_rc[0] == 0:
+            _reactor.store32(addr, value)  # the "GPU" writes the flag word
+        return write_rc[0]
+
+    @LAUNCH_T
+    def fake_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        launches.append((f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))
+        return launch_rc[0]
+
+    entry_points(write=fake_write, launch=fake_launch)
+    r, q = make_reactor(), make_queue()
+
+    assert _reactor.write_value32(0x1234, slab.addr(4), 0xFFFFFFFF) == 0
+    assert writes[-1] == (0x1234, slab.addr(4), 0xFFFFFFFF, 0)
+    assert slab.arr[4] == 0xFFFFFFFF
+
+    params = (ctypes.c_void_p * 2)()
+    p_addr = ctypes.addressof(params)
+    r.arm(5, 1, q)
+    rc = _reactor.launch_and_write(0xF00, 2, 3, 4, 128, 2, 1, 4096, 0x55, p_addr,
+                                   slab.addr(5), 1)
+    assert rc == 0
+    assert launches[-1] == (0xF00, 2, 3, 4, 128, 2, 1, 4096, 0x55, p_addr, None)
+    assert writes[-1] == (0x55, slab.addr(5), 1, 0)
+    assert collect(q, 1) == ([5], [])
+
+    # address 0: launch only
+    n_writes = len(writes)
+    assert _reactor.launch_and_write(0xF00, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0) == 0
+    assert len(writes) == n_writes
+
+    # a failed launch is returned and the flag is not written
+    launch_rc[0] = 700
+    assert _reactor.launch_and_write(0xF00, 1, 1, 1, 1, 1, 1, 0, 0, 0, slab.addr(6), 1) == 700
+    assert len(writes) == n_writes
+    assert slab.arr[6] == 0
+
+    # a failed write is returned too
+    launch_rc[0] = 0
+    write_rc[0] = 1
+    assert _reactor.launch_and_write(0xF00, 1, 1, 1, 1, 1, 1, 0, 0, 0, slab.addr(6), 1) == 1
+
+    with pytest.raises(OverflowError):
+        _reactor.launch_and_write(0xF00, 2**32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0)
+    with pytest.raises(TypeError):
+        _reactor.launch_and_write(0xF00, 1, 1)
