@@ -278,6 +278,7 @@ typedef struct {
     int closed;
     u32vec done;
     u32vec stale;
+    atomic_size_t npending; /* done.n + stale.n, mirrored for lock-free reads */
 } qcore;
 
 static void
@@ -326,6 +327,7 @@ qcore_new(void)
         return NULL;
     }
     atomic_init(&q->refs, 1);
+    atomic_init(&q->npending, 0);
     return q;
 }
 
@@ -398,10 +400,14 @@ qcore_push(qcore *q, uint32_t slot, int stale)
     pthread_mutex_lock(&q->mu);
     if (!q->closed) {
         int was_empty = (q->done.n == 0 && q->stale.n == 0);
-        if (u32vec_push(stale ? &q->stale : &q->done, slot) < 0)
+        if (u32vec_push(stale ? &q->stale : &q->done, slot) < 0) {
             rc = -1;
-        else if (was_empty)
-            qcore_signal_locked(q);
+        }
+        else {
+            atomic_store_explicit(&q->npending, q->done.n + q->stale.n, memory_order_relaxed);
+            if (was_empty)
+                qcore_signal_locked(q);
+        }
     }
     pthread_mutex_unlock(&q->mu);
     return rc;
@@ -451,6 +457,7 @@ qcore_close(qcore *q)
         qcore_close_fds_locked(q);
         u32vec_free(&q->done);
         u32vec_free(&q->stale);
+        atomic_store_explicit(&q->npending, 0, memory_order_relaxed);
     }
     pthread_mutex_unlock(&q->mu);
 }
@@ -541,6 +548,7 @@ LoopQueue_drain(LoopQueue *self, PyObject *Py_UNUSED(ignored))
     qcore_clear_fd_locked(q);
     dv = take_locked(&q->done, dbuf, &dsteal, &dn);
     sv = take_locked(&q->stale, sbuf, &ssteal, &sn);
+    atomic_store_explicit(&q->npending, 0, memory_order_relaxed);
     pthread_mutex_unlock(&q->mu);
 
     /* Python objects are built only after the lock is released. */
@@ -567,11 +575,8 @@ LoopQueue_close(LoopQueue *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 LoopQueue_get_pending(LoopQueue *self, void *Py_UNUSED(closure))
 {
-    qcore *q = self->core;
-    pthread_mutex_lock(&q->mu);
-    size_t n = q->done.n + q->stale.n;
-    pthread_mutex_unlock(&q->mu);
-    return PyLong_FromSize_t(n);
+    /* lock-free, so polling it never contends with the reactor's push */
+    return PyLong_FromSize_t(atomic_load_explicit(&self->core->npending, memory_order_relaxed));
 }
 
 static PyObject *

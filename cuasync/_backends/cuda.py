@@ -305,6 +305,25 @@ class CudaBackend(Backend):
         self._host_remap: list[tuple[int, int, int]] = []  # (host, nbytes, device)
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
+        self._native: Any = self._native_entry_points()
+
+    def _native_entry_points(self) -> Any:
+        """The native module with the driver's launch and flag-write entry points set.
+
+        Calling them from C skips the bindings' per-call argument wrapping (several
+        microseconds for cuLaunchKernel): the two calls on the path of every await.
+        """
+        try:
+            from .. import _reactor  # type: ignore[attr-defined]
+        except ImportError:
+            return None
+        entry = self.driver_entry_points(["cuStreamWriteValue32", "cuLaunchKernel"])
+        if len(entry) != 2:
+            return None
+        _reactor.set_entry_points(
+            write_value32=entry["cuStreamWriteValue32"], launch_kernel=entry["cuLaunchKernel"]
+        )
+        return _reactor
 
     # -- errors and contexts ---------------------------------------------------------
     def _fail(self, err: Any, call: str, ordinal: int = -1) -> DriverError:
@@ -740,7 +759,13 @@ class CudaBackend(Backend):
         if self._host_remap:
             address = self.host_device_pointer(address)
         # flags 0 (CU_STREAM_WRITE_VALUE_DEFAULT): the write is fenced after prior work.
-        res = _d.cuStreamWriteValue32(stream, address, value, 0)
+        native = self._native
+        if native is not None:
+            if native.write_value32(stream, address, value) == 0:
+                return
+            res = _d.cuStreamWriteValue32(stream, address, value, 0)
+        else:
+            res = _d.cuStreamWriteValue32(stream, address, value, 0)
         if res[0]:
             self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
 
@@ -807,6 +832,11 @@ class CudaBackend(Backend):
             ordinal = self._enter(stream)
         gx, gy, gz = grid
         bx, by, bz = block
+        native = self._native
+        if native is not None and not native.launch_and_write(
+            function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0, 0
+        ):
+            return
         # kernelParams given as an int is used as the void** address as it is.
         res = _d.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         if res[0]:

@@ -203,7 +203,6 @@ class Hub:
         self.stats.slots_total = self.nslots
         self.callback_pending: set[Completion] = set()
         self.reactor: Any = None
-        self.write_flag: Callable[[int, int, int], None] = backend.write_value32
         if _reactor is not None and CONFIG.host_sync == "reactor":
             self.reactor = _reactor.Reactor(
                 self.slab,
@@ -212,24 +211,6 @@ class Hub:
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
             )
             self.stats.reactor = True
-            self._native_flag_writes()
-
-    def _native_flag_writes(self) -> None:
-        """On cuda, write flags through the native module (no Python driver wrapper)."""
-        entry = self.backend.driver_entry_points(["cuStreamWriteValue32"])
-        address = entry.get("cuStreamWriteValue32")
-        if not address:
-            return
-        _reactor.set_entry_points(write_value32=address)
-        native = _reactor.write_value32
-        from ..errors import driver_error
-
-        def write(stream: int, flag: int, value: int) -> None:
-            result = native(stream, flag, value)
-            if result:
-                raise driver_error(result, "cuStreamWriteValue32")
-
-        self.write_flag = write
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -251,7 +232,7 @@ class Hub:
             comp.slot, comp.gen, comp.address = slot, gen, self.slab + 4 * slot
             self.table[slot] = comp
             try:
-                self.write_flag(ctx.stream.handle, comp.address, gen)
+                self.backend.write_value32(ctx.stream.handle, comp.address, gen)
             except BaseException:
                 self._free_slot(slot)
                 comp.slot = -1
