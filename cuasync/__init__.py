@@ -41,6 +41,10 @@ from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._kernel import CompileOptions as CompileOptions
+from ._kernel import DevicePointer as DevicePointer
+from ._kernel import Kernel as Kernel
+from ._kernel import Module as Module
 from ._tensor import Partition as Partition
 from ._tensor import Tensor as Tensor
 from .errors import DeviceError as DeviceError
@@ -48,6 +52,10 @@ from .errors import DeviceError as DeviceError
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompileOptions",
+    "DevicePointer",
+    "Kernel",
+    "Module",
     "Device",
     "DeviceError",
     "DeviceFuture",

@@ -46,11 +46,12 @@
  *    inside one critical section of the queue mutex, which also keeps a
  *    concurrent close() from closing the fd under a reader.)
  *
- * 6. Reactor state (armed list, counters, thread control) is protected by the
- *    reactor's own pthread mutex, never by the GIL, so the module is safe on
- *    free-threaded CPython (Py_mod_gil = Py_MOD_GIL_NOT_USED).  No critical
- *    section calls into Python, so an attached thread blocking on one of these
- *    mutexes can never deadlock against the GIL or a stop-the-world pause.
+ * 6. Reactor state (armed list, thread control) is protected by the
+ *    reactor's own pthread mutex (counters are C11 atomics), never by the GIL,
+ *    so the module is safe on free-threaded CPython (Py_mod_gil =
+ *    Py_MOD_GIL_NOT_USED).  No critical section calls into Python, so an
+ *    attached thread blocking on one of these mutexes can never deadlock
+ *    against the GIL or a stop-the-world pause.
  *    Lock order: reactor mutex -> queue mutex (never the reverse).
  */
 

@@ -1,0 +1,452 @@
+"""User kernels: CUDA C++ compiled with NVRTC (or a cubin/PTX you bring), launched as ops.
+
+>>> saxpy = cuasync.Kernel(SOURCE, "saxpy", emulate=lambda a, x, y, n: y.__setitem__(slice(None), a * x + y))
+>>> y = await saxpy[(n + 255) // 256, 256](2.0, x, y, n)
+
+Arguments are checked against the C signature before anything is enqueued: tensors
+(and views and partitions) for pointers, Python scalars converted to the parameter's
+type, :class:`DevicePointer` for raw addresses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._backends import get_backend
+from ._core.context import ExecutionContext
+from ._core.device import Device, get_default_device
+from ._core.op import DeviceOp, device_op
+from ._core.output import Output
+from ._dtypes import dtype_name
+from ._nvrtc import compile_cubin
+from ._signature import Param, parse_params
+from ._tensor import Partition, Tensor
+from .errors import ArgumentError, DeviceError, LaunchError
+
+__all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
+
+Dim3 = tuple[int, int, int]
+
+
+class DevicePointer(int):
+    """A raw device address passed to a pointer parameter (cuasync does not track it)."""
+
+    def __repr__(self) -> str:
+        return f"DevicePointer({int(self):#x})"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """NVRTC options; part of the compile cache key.
+
+    >>> cuasync.CompileOptions(opt_level=3, defines={"TILE": 64}, max_registers=64)
+    """
+
+    opt_level: int = 3
+    line_info: bool = False
+    debug: bool = False
+    max_registers: int | None = None
+    defines: tuple[tuple[str, str], ...] | dict[str, Any] = ()
+    extra: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if isinstance(self.defines, dict):
+            object.__setattr__(
+                self, "defines", tuple(sorted((str(k), str(v)) for k, v in self.defines.items()))
+            )
+        if not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
+            raise ArgumentError(f"opt_level must be an int in 0..3, got {self.opt_level!r}")
+        object.__setattr__(self, "extra", tuple(self.extra))
+
+    def flags(self) -> list[str]:
+        out = [f"--ptxas-options=-O{self.opt_level}"]
+        if self.line_info:
+            out.append("--generate-line-info")
+        if self.debug:
+            out.append("--device-debug")
+        if self.max_registers is not None:
+            out.append(f"--maxrregcount={self.max_registers}")
+        out += [f"-D{k}={v}" for k, v in self.defines]  # type: ignore[misc]
+        return out + list(self.extra)
+
+
+def _dim3(value: Any, argument: str) -> Dim3:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims
+    ):
+        raise LaunchError(f"{argument} must be 1 to 3 positive ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+_CTYPES: dict[str, Any] = {
+    "bool": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "uint8": ctypes.c_uint8,
+    "int16": ctypes.c_int16,
+    "uint16": ctypes.c_uint16,
+    "int32": ctypes.c_int32,
+    "uint32": ctypes.c_uint32,
+    "int64": ctypes.c_int64,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "float16": ctypes.c_uint16,  # bit pattern
+    "bfloat16": ctypes.c_uint16,
+    "complex64": ctypes.c_float * 2,
+    "complex128": ctypes.c_double * 2,
+}
+
+
+class _Launchable:
+    """What ``Kernel`` and ``Module.kernel`` share: checking arguments and enqueuing launches."""
+
+    name: str
+    params: list[Param]
+    emulate: Callable[..., Any] | None
+
+    def _function(self, device: Device) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
+        """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
+            raise LaunchError("use kernel[grid, block] or kernel[grid, block, shared_mem]")
+        grid, block, *rest = config
+
+        def launcher(*args: Any) -> DeviceOp[Any]:
+            return self.launch(*args, grid=grid, block=block, shared_mem=rest[0] if rest else 0)
+
+        return launcher
+
+    def launch(
+        self,
+        *args: Any,
+        grid: Any = None,
+        block: Any = None,
+        shared_mem: int = 0,
+    ) -> DeviceOp[Any]:
+        """An op launching the kernel; its output is the tensor(s) bound to non-const pointers."""
+        if len(args) != len(self.params):
+            sig = ", ".join(p.describe() for p in self.params)
+            raise LaunchError(
+                f"{self.name}() takes {len(self.params)} argument(s) ({sig}), got {len(args)}"
+            )
+        if not isinstance(shared_mem, int) or shared_mem < 0:
+            raise LaunchError(f"shared_mem must be an int >= 0, got {shared_mem!r}")
+        converted, tensors, outputs, partitions = self._convert(args)
+        device = self._device_of(tensors)
+        grid3 = self._grid(grid, partitions)
+        block3 = _dim3(block if block is not None else 128, "block")
+        if block3[0] * block3[1] * block3[2] > 1024:
+            raise LaunchError(f"block={block3} has more than 1024 threads")
+        output: Any = None
+        if len(outputs) == 1:
+            output = outputs[0]
+        elif outputs:
+            output = tuple(outputs)
+        if get_backend().name == "emulator":
+            enqueue = self._emulated(converted, tensors, output, grid3, block3)
+        else:
+            enqueue = self._native(converted, tensors, output, grid3, block3, shared_mem)
+        return device_op(enqueue, device, self.name)
+
+    # -- argument checking -------------------------------------------------------------
+    def _convert(
+        self, args: Sequence[Any]
+    ) -> tuple[list[Any], list[tuple[Tensor, Param]], list[Any], list[tuple[Partition, Param]]]:
+        converted: list[Any] = []
+        tensors: list[tuple[Tensor, Param]] = []
+        outputs: list[Any] = []
+        partitions: list[tuple[Partition, Param]] = []
+        for param, arg in zip(self.params, args, strict=True):
+            where = f"{self.name}() parameter {param.name!r} ({param.describe()})"
+            if param.pointer:
+                tensor = arg.tensor if isinstance(arg, Partition) else arg
+                if isinstance(tensor, Tensor):
+                    if param.dtype is not None and tensor.dtype != param.dtype:
+                        raise LaunchError(
+                            f"{where} expects {dtype_name(param.dtype)} data, got a "
+                            f"{dtype_name(tensor.dtype)} tensor; convert it first"
+                        )
+                    tensors.append((tensor, param))
+                    if isinstance(arg, Partition):
+                        partitions.append((arg, param))
+                    if param.is_output:
+                        outputs.append(arg)
+                    converted.append(tensor)
+                elif isinstance(arg, DevicePointer):
+                    converted.append(arg)
+                else:
+                    raise LaunchError(
+                        f"{where} expects a tensor, view or partition (or a cuasync.DevicePointer "
+                        f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
+                    )
+            else:
+                converted.append(self._scalar(param, arg, where))
+        return converted, tensors, outputs, partitions
+
+    @staticmethod
+    def _scalar(param: Param, arg: Any, where: str) -> Any:
+        if param.dtype is None:
+            raise LaunchError(f"{where}: cuasync does not know the C type {param.ctype!r}")
+        if isinstance(arg, (Tensor, Partition, DevicePointer)):
+            raise LaunchError(f"{where} is a scalar, got {type(arg).__name__}")
+        kind = param.dtype.kind
+        ok = (
+            isinstance(arg, (bool, np.bool_))
+            if kind == "b"
+            else isinstance(arg, (int, np.integer)) and not isinstance(arg, bool)
+            if kind in "iu"
+            else isinstance(arg, (int, float, np.integer, np.floating)) and not isinstance(arg, bool)
+            if kind == "f"
+            else isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, bool)
+        )
+        if not ok:
+            raise LaunchError(f"{where} expects a {dtype_name(param.dtype)} scalar, got {type(arg).__name__} {arg!r}")
+        if kind in "iu":
+            info = np.iinfo(param.dtype)
+            if not info.min <= int(arg) <= info.max:
+                raise LaunchError(f"{where}: {arg} does not fit in {dtype_name(param.dtype)}")
+        return param.dtype.type(arg)
+
+    @staticmethod
+    def _device_of(tensors: list[tuple[Tensor, Param]]) -> Device:
+        devices = {t.device for t, _ in tensors}
+        if len(devices) > 1:
+            listing = ", ".join(f"{p.name} on device {t.device.ordinal}" for t, p in tensors)
+            raise LaunchError(f"kernel arguments live on different devices ({listing})")
+        return devices.pop() if devices else get_default_device()
+
+    def _grid(self, grid: Any, partitions: list[tuple[Partition, Param]]) -> Dim3:
+        tiles = {p.grid for p, _ in partitions}
+        if len(tiles) > 1:
+            raise LaunchError(f"partitions with different tile grids {sorted(tiles)} in one launch")
+        if grid is None:
+            if not tiles:
+                raise LaunchError(
+                    f"{self.name}(): pass grid= (or kernel[grid, block]); it can only be inferred "
+                    "from a partition argument"
+                )
+            inferred = tiles.pop()
+            if len(inferred) > 3:
+                raise LaunchError(f"a partition grid {inferred} has more than 3 dimensions")
+            return _dim3(inferred, "grid")
+        grid3 = _dim3(grid, "grid")
+        for p, param in partitions:
+            expected = _dim3(p.grid, "grid")
+            if expected != grid3:
+                raise LaunchError(
+                    f"grid={grid3} does not match the {p.grid} tiles of partition argument "
+                    f"{param.name!r}; omit grid= to infer it"
+                )
+        return grid3
+
+    # -- enqueuing --------------------------------------------------------------------------
+    def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
+        for tensor, param in tensors:
+            if param.const:
+                ctx.read(tensor.allocation, param.name)
+            else:
+                ctx.write(tensor.allocation, param.name)
+
+    def _native(
+        self,
+        args: list[Any],
+        tensors: list[tuple[Tensor, Param]],
+        output: Any,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: int,
+    ) -> Callable[[ExecutionContext], Output[Any]]:
+        params = self.params
+
+        def enqueue(ctx: ExecutionContext) -> Output[Any]:
+            function = self._function(ctx.device)
+            self._declare(ctx, tensors)
+            values = []
+            for param, arg in zip(params, args, strict=True):
+                if isinstance(arg, Tensor):
+                    values.append(ctypes.c_uint64(arg.ptr))
+                elif param.pointer:
+                    values.append(ctypes.c_uint64(int(arg)))
+                else:
+                    assert param.dtype is not None
+                    ct = _CTYPES[dtype_name(param.dtype)]
+                    raw = np.asarray(arg, dtype=param.dtype).tobytes()
+                    values.append(ct.from_buffer_copy(raw))
+            array = (ctypes.c_void_p * max(len(values), 1))(
+                *[ctypes.addressof(v) for v in values]
+            )
+            get_backend().launch_kernel(
+                function, grid, block, shared_mem, ctx.handle, ctypes.addressof(array)
+            )
+            return Output.ready(output)
+
+        return enqueue
+
+    def _emulated(
+        self,
+        args: list[Any],
+        tensors: list[tuple[Tensor, Param]],
+        output: Any,
+        grid: Dim3,
+        block: Dim3,
+    ) -> Callable[[ExecutionContext], Output[Any]]:
+        emulate = self.emulate
+        if emulate is None:
+            raise LaunchError(
+                f"kernel {self.name!r} has no emulate= function, so it cannot run on the "
+                "emulator backend; pass emulate=<numpy function taking the same arguments> to "
+                "cuasync.Kernel, or run with CUASYNC_BACKEND=cuda on a GPU"
+            )
+        backend = get_backend()
+
+        def view(t: Tensor) -> np.ndarray:
+            lo, hi = t.span()
+            raw = backend.device_view(  # type: ignore[attr-defined]
+                t.allocation.ptr + lo * t.itemsize, (hi - lo) * t.itemsize
+            )
+            base = raw.view(t.dtype)
+            return np.lib.stride_tricks.as_strided(
+                base[t.offset - lo :],
+                t.shape,
+                tuple(s * t.itemsize for s in t.strides),
+                writeable=True,
+            )
+
+        def run() -> None:
+            emulate(*[view(a) if isinstance(a, Tensor) else a for a in args])
+
+        def enqueue(ctx: ExecutionContext) -> Output[Any]:
+            self._declare(ctx, tensors)
+            backend.launch_emulated(ctx.handle, run)
+            return Output.ready(output)
+
+        return enqueue
+
+
+class Kernel(_Launchable):
+    """A CUDA C++ kernel compiled with NVRTC for each device's architecture.
+
+    ``name`` is the ``__global__`` function, or a name expression with explicit template
+    arguments (``"axpy<float>"``). ``emulate`` is its numpy twin for the emulator backend:
+    it receives the launch arguments with tensors replaced by numpy arrays viewing the
+    emulated device memory (writes land in the tensors).
+
+    >>> k = cuasync.Kernel(src, "scale", emulate=lambda x, a, n: x.__imul__(a))
+    >>> await k[(n + 127) // 128, 128](x, 3.0, n)
+    """
+
+    _cache: dict[tuple[Any, ...], tuple[int, int]] = {}
+    _cache_lock = threading.Lock()
+
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        *,
+        emulate: Callable[..., Any] | None = None,
+        options: CompileOptions | None = None,
+    ) -> None:
+        if not isinstance(source, str) or not source.strip():
+            raise ArgumentError("source must be a non-empty string of CUDA C++")
+        if not isinstance(name, str) or not name.strip():
+            raise ArgumentError("name must be the kernel's name (or a name expression)")
+        if emulate is not None and not callable(emulate):
+            raise ArgumentError(f"emulate must be callable, got {type(emulate).__name__}")
+        if options is not None and not isinstance(options, CompileOptions):
+            raise ArgumentError(f"options must be a cuasync.CompileOptions, got {type(options).__name__}")
+        self.source = source
+        self.name = name.strip()
+        self.emulate = emulate
+        self.options = options or CompileOptions()
+        self.params = parse_params(source, self.name)
+
+    def __repr__(self) -> str:
+        sig = ", ".join(p.describe() for p in self.params)
+        return f"<cuasync.Kernel {self.name}({sig})>"
+
+    def _key(self, arch: str) -> tuple[Any, ...]:
+        return (self.source, self.name, self.options, arch)
+
+    def compile_image(self, arch: str) -> tuple[bytes, str]:
+        """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed."""
+        compiled = compile_cubin(self.source, self.name, arch, self.options.flags())
+        return compiled.image, compiled.lowered_name
+
+    def compile(self, device: int | Device | None = None) -> None:
+        """Compile and load now for ``device`` (default: the default device)."""
+        dev = get_default_device() if device is None else Device(device)
+        if get_backend().name == "emulator":
+            return
+        self._function(dev)
+
+    def _function(self, device: Device) -> int:
+        major, minor = device.compute_capability
+        arch = f"sm_{major}{minor}"
+        key = (*self._key(arch), device.ordinal)
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._cache_lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    image, lowered = self.compile_image(arch)
+                    backend = get_backend()
+                    module = backend.module_load(device.ordinal, image)
+                    entry = (module, backend.module_function(module, lowered))
+                    self._cache[key] = entry
+        return entry[1]
+
+
+class Module:
+    """A cubin, fatbin or PTX image you compiled, loaded on one device.
+
+    >>> mod = cuasync.Module(open("k.cubin", "rb").read())
+    >>> k = mod.kernel("scale", "float* x, float a, int n")
+    >>> await k[blocks, 128](x, 2.0, n)
+    """
+
+    def __init__(self, image: bytes, device: int | Device | None = None) -> None:
+        if not isinstance(image, (bytes, bytearray)) or not image:
+            raise ArgumentError("image must be the non-empty bytes of a cubin, fatbin or PTX file")
+        self.device = get_default_device() if device is None else Device(device)
+        self.handle = get_backend().module_load(self.device.ordinal, bytes(image))
+
+    def kernel(
+        self, name: str, signature: str, *, emulate: Callable[..., Any] | None = None
+    ) -> _ModuleKernel:
+        """The function ``name`` with C parameter list ``signature`` (e.g. ``"float* x, int n"``)."""
+        params = parse_params(f"__global__ void {name}({signature})", name)
+        return _ModuleKernel(self, name, params, emulate)
+
+    def __del__(self) -> None:
+        try:
+            get_backend().module_unload(self.handle)
+        except Exception:
+            pass
+
+
+class _ModuleKernel(_Launchable):
+    def __init__(
+        self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
+    ) -> None:
+        self.module = module
+        self.name = name
+        self.params = params
+        self.emulate = emulate
+        self._handle = get_backend().module_function(module.handle, name)
+
+    def _function(self, device: Device) -> int:
+        if device is not self.module.device:
+            raise DeviceError(
+                f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
+                f"device {device.ordinal}; load the image on that device too"
+            )
+        return self._handle

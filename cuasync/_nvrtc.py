@@ -1,0 +1,74 @@
+"""Compiling CUDA C++ with NVRTC (``cuda.bindings.nvrtc``); needs no GPU and no driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import KernelCompileError
+
+
+@dataclass(frozen=True)
+class Compiled:
+    image: bytes  # cubin
+    lowered_name: str
+    log: str
+
+
+def _check(result: object, call: str, log: str = "") -> None:
+    code = int(result)  # type: ignore[call-overload]
+    if code:
+        raise KernelCompileError(f"{call} failed with nvrtcResult {code}", log)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    nvrtc = _load()
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def _load():  # type: ignore[no-untyped-def]
+    try:
+        from cuda.bindings import nvrtc
+    except Exception as exc:  # pragma: no cover - cuda-bindings is a dependency
+        raise KernelCompileError(f"NVRTC is not available: {exc}") from None
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as exc:
+        raise KernelCompileError(
+            "NVRTC (libnvrtc) could not be loaded; install it with "
+            f"'pip install nvidia-cuda-nvrtc' ({type(exc).__name__}: {exc})"
+        ) from None
+    return nvrtc
+
+
+def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]) -> Compiled:
+    """Compile ``source`` for ``arch`` (e.g. ``"sm_90"``) and return the cubin and lowered name."""
+    nvrtc = _load()
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cuasync_kernel.cu", 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        (err,) = nvrtc.nvrtcAddNameExpression(prog, name_expression.encode())
+        _check(err, "nvrtcAddNameExpression")
+        options = [f"--gpu-architecture={arch}", *flags]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(err, "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.rstrip(b"\0 ").decode(errors="replace")
+        if int(result):
+            raise KernelCompileError(
+                f"NVRTC could not compile {name_expression!r} for {arch}; its log follows", log
+            )
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(err, "nvrtcGetCUBINSize", log)
+        image = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
+        _check(err, "nvrtcGetCUBIN", log)
+        err, lowered = nvrtc.nvrtcGetLoweredName(prog, name_expression.encode())
+        _check(err, "nvrtcGetLoweredName", log)
+        lowered_name = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
+        return Compiled(image, lowered_name, log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
