@@ -203,14 +203,18 @@ class Hub:
         self.stats.slots_total = self.nslots
         self.callback_pending: set[Completion] = set()
         self.reactor: Any = None
-        if _reactor is not None and CONFIG.host_sync == "reactor":
+        if _reactor is not None:
             self.reactor = _reactor.Reactor(
                 self.slab,
                 self.nslots,
                 stale_ns=CONFIG.stale_us * 1000,
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
             )
-            self.stats.reactor = True
+        #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
+        self.use_reactor = self.reactor is not None and CONFIG.host_sync == "reactor"
+        self.stats.reactor = self.use_reactor
+        #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
+        self.spin_budget_us = CONFIG.spin_budget_us
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -219,7 +223,7 @@ class Hub:
         if ctx.capturing:
             raise DeviceError("internal: completions cannot be attached while capturing")
         slot = -1
-        if self.reactor is not None and self.backend.supports_stream_memops(ctx.device.ordinal):
+        if self.use_reactor and self.backend.supports_stream_memops(ctx.device.ordinal):
             with self.lock:
                 if self.free:
                     slot = self.free.pop()

@@ -18,7 +18,6 @@ import weakref
 from collections.abc import Generator
 from typing import Any
 
-from .._config import CONFIG
 from ..errors import SyncInEventLoopError
 from .completion import INLINE, PENDING, Completion, Hub, _reactor, get_hub
 
@@ -114,8 +113,8 @@ def spin_then_check(comp: Completion) -> bool:
     """Inline spin; True when the completion is no longer pending."""
     if comp.state != PENDING:
         return True
-    budget = CONFIG.spin_budget_us
     hub = get_hub()
+    budget = hub.spin_budget_us
     if budget and hub.spin(comp, budget):
         comp.finish(INLINE)
     elif comp.slot >= 0 and comp.landed():

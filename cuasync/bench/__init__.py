@@ -1,0 +1,5 @@
+"""Benchmarks: ``python -m cuasync.bench {completion,launch,all} [--json PATH]``.
+
+Every figure is measured side by side with its alternatives in one process, so ratios
+are meaningful on the machine they ran on. See docs/performance.md for recorded runs.
+"""

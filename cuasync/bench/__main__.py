@@ -1,0 +1,40 @@
+"""``python -m cuasync.bench SUITE... [--json PATH]``; suites: completion, launch, all."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._util import Report, machine_meta
+
+SUITES = ("completion", "launch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cuasync.bench", description=__doc__)
+    parser.add_argument("suites", nargs="*", default=["all"], help=f"{', '.join(SUITES)} or all")
+    parser.add_argument("--json", help="also write the results as JSON to this path")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
+    args = parser.parse_args(argv)
+    chosen = list(SUITES) if "all" in args.suites else args.suites
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or all")
+    report = Report(meta=machine_meta())
+    print("machine:", ", ".join(f"{k}={v}" for k, v in report.meta.items()), flush=True)
+    for suite in chosen:
+        if suite == "completion":
+            from . import completion
+
+            completion.run(report, n=200 if args.quick else 2000, concurrent=512 if args.quick else 8192)
+        elif suite == "launch":
+            from . import launch
+
+            launch.run(report, count=500 if args.quick else 20000)
+    if args.json:
+        report.dump(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

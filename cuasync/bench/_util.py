@@ -1,0 +1,90 @@
+"""Timing helpers and the result table shared by the benchmark suites."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Row:
+    suite: str
+    name: str
+    p50_us: float | None = None
+    p99_us: float | None = None
+    value: float | None = None
+    unit: str = ""
+    note: str = ""
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def latency(self, suite: str, name: str, samples_ns: list[int] | np.ndarray, note: str = "") -> Row:
+        a = np.asarray(samples_ns, dtype=np.float64) / 1e3
+        row = Row(suite, name, float(np.percentile(a, 50)), float(np.percentile(a, 99)), note=note)
+        self.rows.append(row)
+        print(f"  {name:<58} p50 {row.p50_us:8.1f} us   p99 {row.p99_us:8.1f} us  {note}", flush=True)
+        return row
+
+    def value(self, suite: str, name: str, value: float, unit: str, note: str = "") -> Row:
+        row = Row(suite, name, value=float(value), unit=unit, note=note)
+        self.rows.append(row)
+        print(f"  {name:<58} {value:12,.2f} {unit}  {note}", flush=True)
+        return row
+
+    def find(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({"meta": self.meta, "rows": [asdict(r) for r in self.rows]}, f, indent=2)
+
+
+def machine_meta() -> dict[str, Any]:
+    import cuasync
+
+    meta: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "backend": cuasync.backend_name(),
+        "device": cuasync.Device(0).name,
+        "numpy": np.__version__,
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    try:
+        import cuda.bindings
+
+        meta["cuda_bindings"] = cuda.bindings.__version__
+    except Exception:
+        pass
+    backend = cuasync._backends.get_backend()
+    if hasattr(backend, "driver_version"):
+        meta["driver_cuda_version"] = backend.driver_version
+    for mod in ("uvloop", "torch", "cupy", "trio", "anyio"):
+        try:
+            meta[mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    return meta
+
+
+def timed(fn: Callable[[], Any], n: int, warmup: int = 50) -> list[int]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        t0 = clock()
+        fn()
+        out.append(clock() - t0)
+    return out

@@ -1,0 +1,295 @@
+"""``completion``: how fast an event loop learns that a tiny kernel finished.
+
+Side by side in one process: raw ``cuda.bindings`` launch + ``cuStreamSynchronize``,
+PyTorch and CuPy equivalents, ``run_in_executor(synchronize)``, and cuasync ``await`` on
+asyncio and uvloop with the default inline spin, with spin 0 (every await through the
+reactor) and in host-callback mode; then 8192 concurrent awaits, the loop's lag while
+64 long kernels are in flight, and the reactor's CPU use when idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+
+import cuasync
+from cuasync._backends import get_backend
+from cuasync._core.completion import get_hub
+
+from ._util import Report, timed
+
+SUITE = "completion"
+
+TINY_SOURCE = r"""
+extern "C" __global__ void cuasync_tiny() {}
+extern "C" __global__ void cuasync_spin_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+
+tiny = cuasync.Kernel(TINY_SOURCE, "cuasync_tiny", emulate=lambda: None)
+spin_ns = cuasync.Kernel(
+    TINY_SOURCE, "cuasync_spin_ns", emulate=lambda ns: time.sleep(int(ns) / 1e9)
+)
+
+
+def _raw_launcher(stream: cuasync.Stream) -> tuple[Callable[[], None], Callable[[], None]] | None:
+    """(launch, synchronize) through cuda.bindings, or None on the emulator."""
+    if get_backend().name != "cuda":
+        return None
+    from cuda.bindings import driver as d
+
+    function = tiny._function(stream.device)
+    h = stream.handle
+
+    def launch() -> None:
+        d.cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, h, 0, 0)
+
+    def sync() -> None:
+        d.cuStreamSynchronize(h)
+
+    return launch, sync
+
+
+def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, float]:
+    results: dict[str, float] = {}
+    raw = _raw_launcher(stream)
+    if raw is not None:
+        launch, sync = raw
+
+        def raw_once() -> None:
+            launch()
+            sync()
+
+        row = report.latency(SUITE, "raw cuda.bindings: launch + cuStreamSynchronize", timed(raw_once, n))
+        results["raw"] = row.p50_us or 0.0
+    try:
+        import torch
+
+        if get_backend().name == "cuda" and torch.cuda.is_available():
+            x = torch.zeros(1, device="cuda")
+
+            def torch_once() -> None:
+                x.add_(1)
+                torch.cuda.synchronize()
+
+            row = report.latency(SUITE, f"torch {torch.__version__}: add_ + cuda.synchronize", timed(torch_once, n))
+            results["torch"] = row.p50_us or 0.0
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        if get_backend().name == "cuda":
+            a = cupy.zeros(1)
+            st = cupy.cuda.Stream(non_blocking=True)
+
+            def cupy_once() -> None:
+                with st:
+                    a.__iadd__(1)
+                st.synchronize()
+
+            row = report.latency(SUITE, f"cupy {cupy.__version__}: a += 1 + stream.synchronize", timed(cupy_once, n))
+            results["cupy"] = row.p50_us or 0.0
+    except ImportError:
+        pass
+    row = report.latency(
+        SUITE, "cuasync: tiny[1, 32]().sync_on(stream)", timed(lambda: tiny[1, 32]().sync_on(stream), n)
+    )
+    results["sync"] = row.p50_us or 0.0
+    return results
+
+
+async def _await_latency(n: int, stream: cuasync.Stream) -> list[int]:
+    clock = time.perf_counter_ns
+    policy = cuasync.SingleStream(stream)
+    out = []
+    with cuasync.use_policy(policy):
+        for i in range(n + 50):
+            t0 = clock()
+            await tiny[1, 32]()
+            if i >= 50:
+                out.append(clock() - t0)
+    return out
+
+
+async def _executor_latency(n: int, stream: cuasync.Stream) -> list[int]:
+    loop = asyncio.get_running_loop()
+    raw = _raw_launcher(stream)
+    if raw is not None:
+        launch, sync = raw
+
+        def once() -> None:
+            launch()
+            sync()
+    else:
+
+        def once() -> None:
+            tiny[1, 32]().sync_on(stream)
+
+    clock = time.perf_counter_ns
+    out = []
+    for i in range(n + 50):
+        t0 = clock()
+        await loop.run_in_executor(None, once)
+        if i >= 50:
+            out.append(clock() - t0)
+    return out
+
+
+async def _concurrent(count: int) -> float:
+    """ops/s of ``count`` concurrent awaits of a tiny kernel over the default stream pool."""
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_one() for _ in range(count)))
+    return count / (time.perf_counter() - t0)
+
+
+async def _one() -> None:
+    await tiny[1, 32]()
+
+
+async def _executor_concurrent(count: int, stream: cuasync.Stream) -> float:
+    loop = asyncio.get_running_loop()
+    raw = _raw_launcher(stream)
+    streams = [cuasync.Device(0).new_stream() for _ in range(4)]
+
+    def once(i: int) -> None:
+        s = streams[i % 4]
+        if raw is not None:
+            from cuda.bindings import driver as d
+
+            d.cuLaunchKernel(tiny._function(s.device), 1, 1, 1, 32, 1, 1, 0, s.handle, 0, 0)
+            d.cuStreamSynchronize(s.handle)
+        else:
+            tiny[1, 32]().sync_on(s)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop.run_in_executor(None, once, i) for i in range(count)))
+    return count / (time.perf_counter() - t0)
+
+
+def _sequential_raw(count: int, stream: cuasync.Stream) -> float:
+    raw = _raw_launcher(stream)
+    t0 = time.perf_counter()
+    for _ in range(count):
+        if raw is not None:
+            raw[0]()
+            raw[1]()
+        else:
+            tiny[1, 32]().sync_on(stream)
+    return count / (time.perf_counter() - t0)
+
+
+async def _loop_lag(kernels: int, ms: float) -> tuple[float, float, float]:
+    """p99 and max lateness of a 1 ms ticker, and process CPU %, with long kernels in flight."""
+    lags: list[float] = []
+    running = True
+
+    async def ticker() -> None:
+        while running:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append(time.perf_counter() - t0 - 0.001)
+
+    policy = cuasync.StreamPoolRoundRobin(num_streams=kernels)
+    policy.streams  # create them before measuring  # noqa: B018
+    tick = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0.01)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(_long(policy, ms) for _ in range(kernels)))
+    cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0) * 100
+    running = False
+    await tick
+    a = np.asarray(lags) * 1e6
+    return float(np.percentile(a, 99)), float(a.max()), cpu
+
+
+async def _long(policy: cuasync.SchedulingPolicy, ms: float) -> None:
+    await spin_ns[1, 1](int(ms * 1e6)).schedule(policy)
+
+
+def _idle_cpu(seconds: float) -> float:
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    return (time.process_time() - cpu0) / (time.perf_counter() - wall0) * 100
+
+
+def _run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro())
+    return asyncio.run(coro())
+
+
+def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
+    print(f"== completion ({cuasync.backend_name()}: {cuasync.Device(0).name})", flush=True)
+    hub = get_hub()
+    stream = cuasync.Device(0).new_stream()
+    tiny.compile()
+    spin_ns.compile()
+    base = _baselines(report, n, stream)
+    default_spin = hub.spin_budget_us
+    loops = ["asyncio"]
+    try:
+        import uvloop  # noqa: F401
+
+        loops.append("uvloop")
+    except ImportError:
+        pass
+    for kind in loops:
+        row = report.latency(SUITE, f"{kind}: run_in_executor(launch + synchronize)", _run_loop(kind, lambda: _executor_latency(n, stream)))
+        base[f"{kind}-executor"] = row.p50_us or 0.0
+        for label, spin, reactor in (
+            (f"spin {default_spin} us", default_spin, True),
+            ("spin 0 (reactor)", 0, True),
+            ("host callback", 0, False),
+        ):
+            hub.spin_budget_us, hub.use_reactor = spin, reactor and hub.reactor is not None
+            before = cuasync.stats()
+            samples = _run_loop(kind, lambda: _await_latency(n, stream))
+            after = cuasync.stats()
+            note = (
+                f"inline {after.completed_inline - before.completed_inline}, "
+                f"reactor {after.completed_reactor - before.completed_reactor}, "
+                f"callback {after.completed_host_callback - before.completed_host_callback}"
+            )
+            row = report.latency(SUITE, f"{kind}: cuasync await tiny kernel, {label}", samples, note)
+            base[f"{kind}-{label}"] = row.p50_us or 0.0
+        hub.spin_budget_us, hub.use_reactor = default_spin, hub.reactor is not None
+        ops = _run_loop(kind, lambda: _concurrent(concurrent))
+        report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s")
+        ops = _run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
+        report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
+    report.value(SUITE, f"sequential raw loop, {concurrent} launch + sync", _sequential_raw(concurrent, stream), "ops/s")
+    for kind in loops:
+        p99, worst, cpu = _run_loop(kind, lambda: _loop_lag(64, 10.0))
+        report.value(SUITE, f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight", p99, "us", f"max {worst:.0f} us, process CPU {cpu:.1f}%")
+    report.value(SUITE, "idle process CPU (reactor parked), 1 s", _idle_cpu(1.0), "% of a core", f"reactor wakeups so far {cuasync.stats().reactor_wakeups}")
+    _ratios(report, base, loops, default_spin, concurrent)
+
+
+def _ratios(report: Report, base: dict[str, float], loops: list[str], spin: int, concurrent: int) -> None:
+    raw = base.get("raw")
+    if not raw:
+        return
+    print("-- targets (ratios inside this run)")
+    for kind in loops:
+        p50 = base[f"{kind}-spin {spin} us"]
+        report.value(SUITE, f"{kind}: await p50 / raw p50 (target <= 1.0)", p50 / raw, "x")
+        if "torch" in base:
+            report.value(SUITE, f"{kind}: await p50 / torch p50 (target < 1.0)", p50 / base["torch"], "x")
+        report.value(SUITE, f"{kind}: spin-0 p50 - raw p50 (target <= 15)", base[f"{kind}-spin 0 (reactor)"] - raw, "us")
+    seq = report.find(f"sequential raw loop, {concurrent} launch + sync")
+    for kind in loops:
+        conc = report.find(f"{kind}: {concurrent} concurrent cuasync awaits")
+        exe = report.find(f"{kind}: {concurrent} concurrent run_in_executor")
+        if seq and conc and exe and seq.value and exe.value and conc.value:
+            report.value(SUITE, f"{kind}: concurrent / sequential raw (target >= 1.5)", conc.value / seq.value, "x")
+            report.value(SUITE, f"{kind}: concurrent / run_in_executor (target >= 5)", conc.value / exe.value, "x")

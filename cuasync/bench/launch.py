@@ -1,0 +1,90 @@
+"""``launch``: host cost of enqueuing one kernel launch.
+
+Raw ``cuda.bindings`` ``cuLaunchKernel``, CuPy ``RawKernel`` and cuasync, in one process:
+cuasync per submitted op (launch + completion flag) and per launch inside one op.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import cuasync
+from cuasync._backends import get_backend
+
+from ._util import Report
+
+SUITE = "launch"
+
+SOURCE = r"""
+extern "C" __global__ void cuasync_bump(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+
+
+def _emulate(x: np.ndarray, n: int) -> None:
+    x[:n] += 1
+
+
+bump = cuasync.Kernel(SOURCE, "cuasync_bump", emulate=_emulate)
+
+
+def _per_call(fn, count: int) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter_ns()
+    for _ in range(count):
+        fn()
+    return (time.perf_counter_ns() - t0) / count / 1e3
+
+
+def run(report: Report, count: int = 20000) -> None:
+    print(f"== launch ({cuasync.backend_name()}: {cuasync.Device(0).name})", flush=True)
+    dev = cuasync.Device(0)
+    stream = dev.new_stream()
+    x = cuasync.zeros((256,), "float32").sync_on(stream)
+    bump.compile()
+    if get_backend().name == "cuda":
+        import ctypes
+
+        from cuda.bindings import driver as d
+
+        function = bump._function(dev)
+        ptr, n = ctypes.c_uint64(x.ptr), ctypes.c_int32(256)
+        params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
+        addr, h = ctypes.addressof(params), stream.handle
+
+        def raw() -> None:
+            d.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, h, addr, 0)
+
+        report.value(SUITE, "raw cuda.bindings cuLaunchKernel", _per_call(raw, count), "us/launch")
+        stream.synchronize()
+        try:
+            import cupy
+
+            k = cupy.RawKernel(SOURCE, "cuasync_bump")
+            a = cupy.zeros(256, dtype=cupy.float32)
+            st = cupy.cuda.Stream(non_blocking=True)
+            with st:
+                k((1,), (256,), (a, np.int32(256)))
+                st.synchronize()
+                us = _per_call(lambda: k((1,), (256,), (a, np.int32(256))), count)
+                st.synchronize()
+            report.value(SUITE, f"cupy {cupy.__version__} RawKernel call", us, "us/launch")
+        except ImportError:
+            pass
+    futures: list[cuasync.DeviceFuture] = []
+    us = _per_call(lambda: futures.append(bump[1, 256](x, 256).submit_on(stream)), count)
+    for f in futures:
+        f.wait()
+    report.value(SUITE, "cuasync: kernel[1, 256](x, n).submit_on(stream)", us, "us/launch", "op + launch + completion flag")
+    chain = 100
+    reps = max(count // chain, 1)
+
+    def many() -> None:
+        cuasync.zip(*(bump[1, 256](x, 256) for _ in range(chain))).submit_on(stream)
+
+    us = _per_call(many, reps) / chain
+    stream.synchronize()
+    report.value(SUITE, f"cuasync: {chain} launches in one zip op", us, "us/launch")
