@@ -11,6 +11,7 @@ type, :class:`DevicePointer` for raw addresses.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class CompileOptions:
 
 
 def _dim3(value: Any, argument: str) -> Dim3:
+    if type(value) is int and value >= 1:
+        return (value, 1, 1)
     dims = (value,) if isinstance(value, int) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(
         isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims
@@ -85,23 +88,67 @@ def _dim3(value: Any, argument: str) -> Dim3:
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
-_CTYPES: dict[str, Any] = {
-    "bool": ctypes.c_bool,
-    "int8": ctypes.c_int8,
-    "uint8": ctypes.c_uint8,
-    "int16": ctypes.c_int16,
-    "uint16": ctypes.c_uint16,
-    "int32": ctypes.c_int32,
-    "uint32": ctypes.c_uint32,
-    "int64": ctypes.c_int64,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-    "float16": ctypes.c_uint16,  # bit pattern
-    "bfloat16": ctypes.c_uint16,
-    "complex64": ctypes.c_float * 2,
-    "complex128": ctypes.c_double * 2,
+#: struct codes of scalar parameters (half types travel as their bit patterns).
+_STRUCT: dict[str, str] = {
+    "bool": "?",
+    "int8": "b",
+    "uint8": "B",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "uint64": "Q",
+    "float32": "f",
+    "float64": "d",
+    "float16": "e",
+    "bfloat16": "H",
+    "complex64": "ff",
+    "complex128": "dd",
 }
+
+
+class _ParamBlock:
+    """The ``void*[]`` of a launch and the argument values it points to, packed in one buffer.
+
+    Each parameter gets a 16-byte-aligned slot after the pointer array; one
+    ``struct.pack_into`` per launch fills pointers and values together.
+    """
+
+    def __init__(self, params: list[Param]) -> None:
+        n = len(params)
+        self.codes: list[str] = []
+        self.offsets: list[int] = []
+        fmt = f"<{n}Q"
+        pos = 8 * n
+        for p in params:
+            code = "Q" if p.pointer else _STRUCT.get(dtype_name(p.dtype), "") if p.dtype is not None else ""
+            aligned = -(-pos // 16) * 16
+            if aligned > pos:
+                fmt += f"{aligned - pos}x"
+            fmt += code or "8x"
+            self.offsets.append(aligned)
+            self.codes.append(code)
+            pos = aligned + (struct.calcsize("<" + code) if code else 8)
+        self.fmt = fmt
+        self.size = max(pos, 8)
+        self.complex = {i for i, c in enumerate(self.codes) if len(c) == 2}
+
+    def pack(self, values: list[Any]) -> Any:
+        """A buffer holding the pointer array (at its start) and ``values``; keep it alive."""
+        buf = ctypes.create_string_buffer(self.size)
+        base = ctypes.addressof(buf)
+        flat: list[Any] = [base + o for o in self.offsets]
+        if self.complex:
+            for i, v in enumerate(values):
+                if i in self.complex:
+                    flat += (v.real, v.imag)
+                else:
+                    flat.append(v)
+        else:
+            flat += values
+        struct.pack_into(self.fmt, buf, 0, *flat)
+        return buf
 
 
 class _Launchable:
@@ -116,14 +163,39 @@ class _Launchable:
 
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
+        try:
+            return self._launchers[config]
+        except (KeyError, TypeError):
+            pass
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
             raise LaunchError("use kernel[grid, block] or kernel[grid, block, shared_mem]")
         grid, block, *rest = config
+        spec = self._spec(grid, block, rest[0] if rest else 0)
 
         def launcher(*args: Any) -> DeviceOp[Any]:
-            return self.launch(*args, grid=grid, block=block, shared_mem=rest[0] if rest else 0)
+            return self._launch(args, *spec)
 
+        try:
+            self._launchers[config] = launcher
+        except TypeError:  # unhashable (lists): fine, just not cached
+            pass
         return launcher
+
+    @property
+    def _launchers(self) -> dict[Any, Callable[..., DeviceOp[Any]]]:
+        cache: dict[Any, Callable[..., DeviceOp[Any]]] | None = self.__dict__.get("_launcher_cache")
+        if cache is None:
+            cache = self.__dict__["_launcher_cache"] = {}
+        return cache
+
+    @staticmethod
+    def _spec(grid: Any, block: Any, shared_mem: Any) -> tuple[Dim3 | None, Dim3, int]:
+        if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or shared_mem < 0:
+            raise LaunchError(f"shared_mem must be an int >= 0, got {shared_mem!r}")
+        block3 = _dim3(block if block is not None else 128, "block")
+        if block3[0] * block3[1] * block3[2] > 1024:
+            raise LaunchError(f"block={block3} has more than 1024 threads")
+        return (None if grid is None else _dim3(grid, "grid")), block3, shared_mem
 
     def launch(
         self,
@@ -132,30 +204,37 @@ class _Launchable:
         block: Any = None,
         shared_mem: int = 0,
     ) -> DeviceOp[Any]:
-        """An op launching the kernel; its output is the tensor(s) bound to non-const pointers."""
+        """An op launching the kernel; its output is the tensor(s) bound to non-const pointers.
+
+        ``grid`` may be omitted when a partition argument gives it (one block per tile);
+        ``block`` defaults to 128 threads.
+        """
+        return self._launch(args, *self._spec(grid, block, shared_mem))
+
+    def _launch(
+        self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
+    ) -> DeviceOp[Any]:
         if len(args) != len(self.params):
             sig = ", ".join(p.describe() for p in self.params)
             raise LaunchError(
                 f"{self.name}() takes {len(self.params)} argument(s) ({sig}), got {len(args)}"
             )
-        if not isinstance(shared_mem, int) or shared_mem < 0:
-            raise LaunchError(f"shared_mem must be an int >= 0, got {shared_mem!r}")
         converted, tensors, outputs, partitions = self._convert(args)
         device = self._device_of(tensors)
-        grid3 = self._grid(grid, partitions)
-        block3 = _dim3(block if block is not None else 128, "block")
-        if block3[0] * block3[1] * block3[2] > 1024:
-            raise LaunchError(f"block={block3} has more than 1024 threads")
+        grid3 = self._grid(grid, partitions) if partitions or grid is None else grid
         output: Any = None
         if len(outputs) == 1:
             output = outputs[0]
         elif outputs:
             output = tuple(outputs)
         if get_backend().name == "emulator":
-            enqueue = self._emulated(converted, tensors, output, grid3, block3)
+            enqueue = self._emulated(converted, tensors, output, grid3, block)
         else:
-            enqueue = self._native(converted, tensors, output, grid3, block3, shared_mem)
+            enqueue = self._native(converted, tensors, output, grid3, block, shared_mem)
         return device_op(enqueue, device, self.name)
+
+    def _where(self, param: Param) -> str:
+        return f"{self.name}() parameter {param.name!r} ({param.describe()})"
 
     # -- argument checking -------------------------------------------------------------
     def _convert(
@@ -166,13 +245,12 @@ class _Launchable:
         outputs: list[Any] = []
         partitions: list[tuple[Partition, Param]] = []
         for param, arg in zip(self.params, args, strict=True):
-            where = f"{self.name}() parameter {param.name!r} ({param.describe()})"
             if param.pointer:
-                tensor = arg.tensor if isinstance(arg, Partition) else arg
-                if isinstance(tensor, Tensor):
+                tensor = arg.tensor if type(arg) is Partition else arg
+                if type(tensor) is Tensor or isinstance(tensor, Tensor):
                     if param.dtype is not None and tensor.dtype != param.dtype:
                         raise LaunchError(
-                            f"{where} expects {dtype_name(param.dtype)} data, got a "
+                            f"{self._where(param)} expects {dtype_name(param.dtype)} data, got a "
                             f"{dtype_name(tensor.dtype)} tensor; convert it first"
                         )
                     tensors.append((tensor, param))
@@ -185,46 +263,58 @@ class _Launchable:
                     converted.append(arg)
                 else:
                     raise LaunchError(
-                        f"{where} expects a tensor, view or partition (or a cuasync.DevicePointer "
+                        f"{self._where(param)} expects a tensor, view or partition (or a cuasync.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:
-                converted.append(self._scalar(param, arg, where))
+                converted.append(self._scalar(param, arg))
         return converted, tensors, outputs, partitions
 
-    @staticmethod
-    def _scalar(param: Param, arg: Any, where: str) -> Any:
-        if param.dtype is None:
-            raise LaunchError(f"{where}: cuasync does not know the C type {param.ctype!r}")
-        if isinstance(arg, (Tensor, Partition, DevicePointer)):
-            raise LaunchError(f"{where} is a scalar, got {type(arg).__name__}")
-        kind = param.dtype.kind
-        ok = (
-            isinstance(arg, (bool, np.bool_))
-            if kind == "b"
-            else isinstance(arg, (int, np.integer)) and not isinstance(arg, bool)
-            if kind in "iu"
-            else isinstance(arg, (int, float, np.integer, np.floating)) and not isinstance(arg, bool)
-            if kind == "f"
-            else isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, bool)
-        )
-        if not ok:
-            raise LaunchError(f"{where} expects a {dtype_name(param.dtype)} scalar, got {type(arg).__name__} {arg!r}")
-        if kind in "iu":
-            info = np.iinfo(param.dtype)
-            if not info.min <= int(arg) <= info.max:
-                raise LaunchError(f"{where}: {arg} does not fit in {dtype_name(param.dtype)}")
-        return param.dtype.type(arg)
+    def _scalar(self, param: Param, arg: Any) -> Any:
+        """``arg`` as a plain Python value of the parameter's C type, or a LaunchError."""
+        dtype = param.dtype
+        if dtype is None:
+            raise LaunchError(f"{self._where(param)}: cuasync does not know the C type {param.ctype!r}")
+        kind = dtype.kind
+        t = type(arg)
+        if kind == "f" and (t is float or t is int):
+            return float(arg)
+        if kind in "iu" and t is int:
+            value = arg
+        elif isinstance(arg, (Tensor, Partition, DevicePointer)):
+            raise LaunchError(f"{self._where(param)} is a scalar, got {type(arg).__name__}")
+        elif kind == "b" and isinstance(arg, (bool, np.bool_)):
+            return bool(arg)
+        elif kind in "iu" and isinstance(arg, np.integer):
+            value = int(arg)
+        elif kind == "f" and isinstance(arg, (np.integer, np.floating)) and not isinstance(arg, bool):
+            return float(arg)
+        elif kind == "c" and isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, bool):
+            return complex(arg)
+        else:
+            raise LaunchError(
+                f"{self._where(param)} expects a {dtype_name(dtype)} scalar, got "
+                f"{type(arg).__name__} {arg!r}"
+            )
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise LaunchError(f"{self._where(param)}: {value} does not fit in {dtype_name(dtype)}")
+        return value
 
     @staticmethod
     def _device_of(tensors: list[tuple[Tensor, Param]]) -> Device:
+        if not tensors:
+            return get_default_device()
+        first = tensors[0][0].device
+        if all(t.device is first for t, _ in tensors):
+            return first
         devices = {t.device for t, _ in tensors}
         if len(devices) > 1:
             listing = ", ".join(f"{p.name} on device {t.device.ordinal}" for t, p in tensors)
             raise LaunchError(f"kernel arguments live on different devices ({listing})")
         return devices.pop() if devices else get_default_device()
 
-    def _grid(self, grid: Any, partitions: list[tuple[Partition, Param]]) -> Dim3:
+    def _grid(self, grid: Dim3 | None, partitions: list[tuple[Partition, Param]]) -> Dim3:
         tiles = {p.grid for p, _ in partitions}
         if len(tiles) > 1:
             raise LaunchError(f"partitions with different tile grids {sorted(tiles)} in one launch")
@@ -238,7 +328,7 @@ class _Launchable:
             if len(inferred) > 3:
                 raise LaunchError(f"a partition grid {inferred} has more than 3 dimensions")
             return _dim3(inferred, "grid")
-        grid3 = _dim3(grid, "grid")
+        grid3 = grid
         for p, param in partitions:
             expected = _dim3(p.grid, "grid")
             if expected != grid3:
@@ -265,31 +355,24 @@ class _Launchable:
         block: Dim3,
         shared_mem: int,
     ) -> Callable[[ExecutionContext], Output[Any]]:
-        params = self.params
+        block_layout = self._param_block()
+        values = [a.ptr if type(a) is Tensor or isinstance(a, Tensor) else a for a in args]
+        launch = get_backend().launch_kernel
 
         def enqueue(ctx: ExecutionContext) -> Output[Any]:
             function = self._function(ctx.device)
             self._declare(ctx, tensors)
-            values = []
-            for param, arg in zip(params, args, strict=True):
-                if isinstance(arg, Tensor):
-                    values.append(ctypes.c_uint64(arg.ptr))
-                elif param.pointer:
-                    values.append(ctypes.c_uint64(int(arg)))
-                else:
-                    assert param.dtype is not None
-                    ct = _CTYPES[dtype_name(param.dtype)]
-                    raw = np.asarray(arg, dtype=param.dtype).tobytes()
-                    values.append(ct.from_buffer_copy(raw))
-            array = (ctypes.c_void_p * max(len(values), 1))(
-                *[ctypes.addressof(v) for v in values]
-            )
-            get_backend().launch_kernel(
-                function, grid, block, shared_mem, ctx.handle, ctypes.addressof(array)
-            )
+            buf = block_layout.pack(values)
+            launch(function, grid, block, shared_mem, ctx.handle, ctypes.addressof(buf))
             return Output.ready(output)
 
         return enqueue
+
+    def _param_block(self) -> _ParamBlock:
+        layout: _ParamBlock | None = self.__dict__.get("_layout")
+        if layout is None:
+            layout = self.__dict__["_layout"] = _ParamBlock(self.params)
+        return layout
 
     def _emulated(
         self,
@@ -321,8 +404,13 @@ class _Launchable:
                 writeable=True,
             )
 
+        values = [
+            a if isinstance(a, (Tensor, DevicePointer)) or p.dtype is None else p.dtype.type(a)
+            for a, p in zip(args, self.params, strict=True)
+        ]
+
         def run() -> None:
-            emulate(*[view(a) if isinstance(a, Tensor) else a for a in args])
+            emulate(*[view(a) if isinstance(a, Tensor) else a for a in values])
 
         def enqueue(ctx: ExecutionContext) -> Output[Any]:
             self._declare(ctx, tensors)

@@ -215,6 +215,7 @@ class Hub:
         self.stats.reactor = self.use_reactor
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
         self.spin_budget_us = CONFIG.spin_budget_us
+        self._memops: dict[int, bool] = {}
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -223,7 +224,11 @@ class Hub:
         if ctx.capturing:
             raise DeviceError("internal: completions cannot be attached while capturing")
         slot = -1
-        if self.use_reactor and self.backend.supports_stream_memops(ctx.device.ordinal):
+        ordinal = ctx.device.ordinal
+        memops = self._memops.get(ordinal)
+        if memops is None:
+            memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
+        if self.use_reactor and memops:
             with self.lock:
                 if self.free:
                     slot = self.free.pop()
@@ -317,8 +322,8 @@ class Hub:
         else:
             stats.completed_blocking += 1
         if comp.slot >= 0:
-            if self.reactor is not None and path != REACTOR:
-                self.reactor.disarm(comp.slot)
+            if comp.watcher is not None and path != REACTOR:
+                self.reactor.disarm(comp.slot)  # it was armed: take it back
             self._free_slot(comp.slot)
         else:
             with self.lock:

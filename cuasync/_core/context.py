@@ -36,6 +36,11 @@ def check_not_submitting(what: str) -> None:
         )
 
 
+#: The lock itself, for hot paths that inline :func:`execution_lock`.
+LOCK = _lock
+LOCAL = _local
+
+
 @contextmanager
 def execution_lock(what: str) -> Iterator[None]:
     check_not_submitting(what)

@@ -71,6 +71,9 @@ class Device:
     _policy: SchedulingPolicy | None
 
     def __new__(cls, ordinal: int = 0) -> Device:
+        known = cls._instances.get(ordinal) if type(ordinal) is int else None
+        if known is not None:
+            return known
         ordinal = _check_ordinal(ordinal)
         with cls._instances_lock:
             device = cls._instances.get(ordinal)
@@ -159,7 +162,8 @@ def set_default_device(device: int | Device) -> None:
 
 def get_default_device() -> Device:
     """The default device of the current context (device 0 unless set)."""
-    return Device(_default_device.get())
+    ordinal = _default_device.get()
+    return Device._instances.get(ordinal) or Device(ordinal)
 
 
 def _destroy_stream(handle: int) -> None:

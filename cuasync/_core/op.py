@@ -14,9 +14,10 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._backends import get_backend
+from .._backends import get_backend as _backend
 from ..errors import ArgumentError, OpConsumedError
 from .completion import BLOCKING, Completion, get_hub
-from .context import ExecutionContext, execution_lock, no_capture, released
+from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import block_on, check_blocking_allowed, wait_for, watch_in_background
 from .output import Output
@@ -71,8 +72,12 @@ class DeviceOp(Generic[T]):
     def _start(self, stream: Stream, notify: bool) -> Completion:
         self._take()
         _check_stream(stream, self._device)
-        no_capture(stream, "executing an op")
-        with execution_lock("executing an op"):
+        if stream._capturing:
+            no_capture(stream, "executing an op")
+        if getattr(LOCAL, "active", False):
+            check_not_submitting("executing an op")
+        with LOCK:
+            LOCAL.active = True
             ctx = ExecutionContext(stream)
             try:
                 out = self._enqueue(ctx)
@@ -80,6 +85,8 @@ class DeviceOp(Generic[T]):
             except BaseException:
                 _release_when_drained(ctx)
                 raise
+            finally:
+                LOCAL.active = False
 
     def sync(self, *, allow_in_loop: bool = False) -> T:
         """Execute on the policy's next stream and block until done; returns the output.
@@ -205,7 +212,7 @@ class DeviceOp(Generic[T]):
 
 
 def _check_stream(stream: Stream, device: Device | None) -> None:
-    fault = get_backend().device_fault(stream.device.ordinal)
+    fault = _backend().device_fault(stream.device.ordinal)
     if fault is not None:
         raise fault
     if device is not None and stream.device is not device:
