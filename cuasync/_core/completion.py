@@ -163,8 +163,11 @@ class Completion:
         with self._lock:
             if self.state != PENDING:
                 return
-            if self.ctx is not None:
+            if self.ctx is not None and self.ctx.retained:
                 _leaked.append(self.ctx.retained)
+                from .memory import warn_leak
+
+                warn_leak(self.device, "the inputs and outputs of its pending work")
             self.ctx = self.out = None
             self.error = error
             self.state = FAILED

@@ -23,6 +23,20 @@ if TYPE_CHECKING:
 _leak_warned = False
 
 
+def warn_leak(device: Device, what: str) -> None:
+    """Warn, once per process, that memory of a faulted device is leaked on purpose."""
+    global _leak_warned
+    if _leak_warned:
+        return
+    _leak_warned = True
+    warnings.warn(
+        f"device {device.ordinal} has faulted ({device.fault}); {what} are leaked rather than "
+        "freed, since the faulted context may still reference them",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 class Allocation:
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
@@ -65,20 +79,12 @@ class Allocation:
         return [(s, q) for s, q in uses if s._pending(q)]
 
     def __del__(self) -> None:
-        global _leak_warned
         try:
             device = self.device
             with device._lock:
                 device._used -= self.nbytes
             if device.fault is not None:
-                if not _leak_warned:
-                    _leak_warned = True
-                    warnings.warn(
-                        f"device {device.ordinal} has faulted ({device.fault}); its allocations "
-                        "are leaked rather than freed",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+                warn_leak(device, "its allocations")
                 return
             pending = self._last_uses()
             stream = pending[-1][0] if pending else device._utility_stream()

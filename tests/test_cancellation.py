@@ -1,0 +1,214 @@
+"""Cancellation never blocks the loop and never frees memory the device may still touch."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import cuasync
+from conftest import ON_EMULATOR, settle
+
+pytestmark = pytest.mark.anyio
+
+
+def in_flight(stream: cuasync.Stream) -> bool:
+    return not stream.query()
+
+
+async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(anyio_backend, emu, baseline) -> None:
+    import anyio
+
+    s = cuasync.Device(0).new_stream()
+    ran = {}
+    with emu.paused():  # the device makes no progress until the block ends
+        with anyio.CancelScope() as scope:
+            async def waiter() -> None:
+                ran["out"] = await cuasync.from_host(np.ones(1 << 12)).then(lambda t: t.to_host()).submit_on(s)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.sleep(0.01)
+                t0 = time.monotonic()
+                scope.cancel()
+        assert time.monotonic() - t0 < 0.5  # the cancel did not wait for the device
+        assert "out" not in ran
+        assert in_flight(s)  # the work was not cancelled on the device
+        assert cuasync.stats().slots_armed >= 1  # and its completion is still watched
+    s.synchronize()
+
+
+async def test_timeouts_are_cancellation(anyio_backend, emu, baseline) -> None:
+    import anyio
+
+    emu.set_delay(20_000)
+    with anyio.move_on_after(0.005) as scope:
+        await cuasync.from_host(np.ones(64)).then(lambda t: t.to_host())
+    assert scope.cancelled_caught
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.005):
+            await cuasync.zeros((64,)).then(lambda t: t.to_host())
+
+
+async def test_task_group_cancellation(anyio_backend, emu, baseline) -> None:
+    import anyio
+
+    emu.set_delay(10_000)
+    policy = cuasync.StreamPoolRoundRobin(num_streams=4)
+    finished = []
+
+    async def one(i: int) -> None:
+        await cuasync.from_host(np.full(16, i)).then(lambda t: t.to_host()).schedule(policy)
+        finished.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(one, i)
+        await anyio.sleep(0.002)
+        tg.cancel_scope.cancel()
+    assert finished == []
+
+
+def test_asyncio_timeout_and_wait_for(emu, baseline) -> None:
+    emu.set_delay(20_000)
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.005):
+                await cuasync.from_host(np.ones(8)).then(lambda t: t.to_host())
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(_await(cuasync.zeros((8,)).then(lambda t: t.to_host())), 0.005)
+        # the loop is still healthy and later work completes
+        emu.set_delay(0)
+        assert (await cuasync.from_host(np.arange(3)).then(lambda t: t.to_host())).tolist() == [0, 1, 2]
+
+    asyncio.run(main())
+
+
+async def _await(op: cuasync.DeviceOp) -> object:
+    return await op
+
+
+def test_unawaited_future_collected_keeps_everything_alive_until_done(emu, baseline) -> None:
+    dev = cuasync.Device(0)
+    s = dev.new_stream()
+    used = dev.memory_info().used
+    with emu.paused():
+        fut = cuasync.from_host(np.ones(1 << 14, np.float32)).then(lambda t: t.dup()).submit_on(s)
+        del fut
+        gc.collect()
+        # inputs, outputs and the staging buffer are still held: the device may touch them
+        assert dev.memory_info().used == used + 2 * (1 << 16)
+        assert cuasync.stats().slots_armed >= 1
+
+
+def test_never_executed_op_holds_nothing(emu, baseline) -> None:
+    before = (emu.commands_enqueued(), cuasync.Device(0).memory_info().used)
+    op = cuasync.from_host(np.ones(1 << 10)).then(lambda t: t.dup())
+    del op
+    gc.collect()
+    assert (emu.commands_enqueued(), cuasync.Device(0).memory_info().used) == before
+
+
+async def test_dropping_the_last_reference_while_in_flight_is_safe(anyio_backend, emu, baseline) -> None:
+    """Every Python reference to x goes away while two streams still read it.
+
+    The emulator faults with an illegal address if any command touches freed memory, so
+    a correct result proves the free was ordered after the last use."""
+    emu.set_delay(3000)
+    s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
+    x = await cuasync.from_host(np.arange(1 << 10, dtype=np.float32)).submit_on(s1)
+    views = [x[:512], x[512:]]
+    futs = [views[0].dup().then(lambda t: t.to_host()).submit_on(s1),
+            views[1].dup().then(lambda t: t.to_host()).submit_on(s2)]
+    del x, views
+    gc.collect()
+    a, b = [await f for f in futs]
+    np.testing.assert_array_equal(np.concatenate([a, b]), np.arange(1 << 10, dtype=np.float32))
+    assert cuasync.Device(0).fault is None
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
+def test_faulted_outputs_are_leaked_with_one_warning() -> None:
+    code = textwrap.dedent(
+        """
+        import asyncio, gc, warnings, numpy as np, cuasync, cuasync.emulator as emu
+        warnings.simplefilter("always")
+        emu.set_delay(3000)
+        async def main():
+            futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.dup()).submit() for _ in range(5)]
+            emu.inject_fault(0)
+            res = await asyncio.gather(*futs, return_exceptions=True)
+            print(sorted({type(r).__name__ for r in res}))
+        with warnings.catch_warnings(record=True) as caught:
+            asyncio.run(main())
+            gc.collect()
+        msgs = [str(w.message) for w in caught if "leaked" in str(w.message)]
+        print(len(msgs))
+        """
+    )
+    env = {**os.environ, "CUASYNC_BACKEND": "emulator"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split()
+    assert lines == ["['DeviceFaultError']", "1"], r.stdout + r.stderr
+
+
+def test_stress_random_cancellations_and_timeouts(emu, caplog) -> None:
+    """10,000 tasks over 8 streams; a third cancelled, a third timed out, the rest checked."""
+    emu.set_delay(30)
+    settle()
+    dev = cuasync.Device(0)
+    base = (dev.memory_info().used, cuasync.stats().slots_armed)
+    rng = random.Random(1234)
+    policy = cuasync.StreamPoolRoundRobin(num_streams=8)
+    n = int(os.environ.get("CUASYNC_STRESS_TASKS", "10000"))
+    handler_calls: list[dict] = []
+
+    async def work(i: int) -> None:
+        out = await cuasync.from_host(np.full(4, i, np.int64)).then(lambda t: t.to_host()).schedule(policy)
+        assert out.tolist() == [i] * 4, (i, out)
+
+    async def with_timeout(i: int, seconds: float) -> None:
+        async with asyncio.timeout(seconds):
+            await work(i)
+
+    async def main() -> tuple[int, int, int]:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: handler_calls.append(ctx))
+        tasks = []
+        for i in range(n):
+            roll = rng.random()
+            if roll < 1 / 3:
+                tasks.append(asyncio.ensure_future(with_timeout(i, rng.uniform(0, 0.002))))
+            else:
+                tasks.append(asyncio.ensure_future(work(i)))
+            if i % 64 == 0:
+                await asyncio.sleep(0)
+        for t in rng.sample(tasks, n // 3):
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        ok = sum(r is None for r in results)
+        cancelled = sum(isinstance(r, asyncio.CancelledError) for r in results)
+        timeouts = sum(isinstance(r, TimeoutError) for r in results)
+        others = [r for r in results if r is not None and not isinstance(r, (asyncio.CancelledError, TimeoutError))]
+        assert not others, others[:3]
+        return ok, cancelled, timeouts
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        ok, cancelled, timeouts = asyncio.run(main())
+        gc.collect()
+    assert ok + cancelled + timeouts == n
+    assert ok > 0 and cancelled > 0
+    assert not handler_calls, handler_calls[:3]
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    settle()
+    assert (dev.memory_info().used, cuasync.stats().slots_armed) == base
