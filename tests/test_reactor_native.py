@@ -248,46 +248,76 @@ def test_drain_reads_fd_first(slab, make_reactor, make_queue):
     assert not readable(q)
 
 
-def test_no_lost_wakeups_under_a_racing_writer(slab, make_reactor, make_queue):
-    """The consumer drains only when the fd is readable; with the drain ordering
-    wrong, a push landing between pop and fd read would strand an entry."""
-    r, q = make_reactor(spin_ns=1_000_000), make_queue()
-    n_slots, rounds = 64, 40
-    for s in range(n_slots):
-        r.arm(s, 1, q)
-    go = threading.Event()
+def test_exactly_once_with_racing_writer_and_rearm(make_queue):
+    """Every generation of every slot is delivered exactly once while a writer
+    races ahead of the consumer that re-arms (some re-arms complete at once).
+    The consumer drains only when the fd is readable, so a lost wake-up stalls it.
+    The writer drops the GIL between small batches of stores (spin_wait on a word
+    that never changes)."""
+    n, rounds = 256, 40
+    words = Slab(n + 1)  # the last word is the writer's pacing word, never written
+    r = _reactor.Reactor(words.base, n, stale_ns=0)
+    q = make_queue()
+    try:
+        for s in range(n):
+            r.arm(s, 1, q)
+        go = threading.Event()
 
-    def writer():
-        go.wait(TIMEOUT)
-        for gen in range(1, rounds + 1):
-            for s in range(n_slots):
-                slab.store(s, gen)
-            # wait until the consumer re-armed every slot for the next generation
-            wait_until(lambda g=gen: min_gen[0] >= g, what="re-arm")
+        def writer():
+            go.wait(TIMEOUT)
+            for gen in range(1, rounds + 1):
+                for s in range(n):
+                    words.store(s, gen)
+                    if s % 4 == 3:
+                        _reactor.spin_wait(words.addr(n), 1, 3_000)
 
-    min_gen = [0]
-    armed_gen = dict.fromkeys(range(n_slots), 1)
-    t = threading.Thread(target=writer)
-    t.start()
-    go.set()
-    got = 0
-    for gen in range(1, rounds + 1):
-        remaining = set(range(n_slots))
-        while remaining:
-            done, _ = collect(q, 1)
+        t = threading.Thread(target=writer)
+        t.start()
+        go.set()
+        seen = [0] * n  # generation last delivered per slot
+        total = 0
+        deadline = time.monotonic() + 4 * TIMEOUT
+        while total < n * rounds:
+            left = deadline - time.monotonic()
+            assert left > 0 and readable(q, min(left, TIMEOUT)), (
+                f"stalled after {total}/{n * rounds} completions: lost wake-up?"
+            )
+            done, stale = q.drain()
+            assert stale == []
             for s in done:
-                assert s in remaining
-                remaining.discard(s)
-                got += 1
-        for s in range(n_slots):
-            if gen < rounds:
-                armed_gen[s] = gen + 1
-                r.arm(s, gen + 1, q)
-        min_gen[0] = gen
-    t.join(TIMEOUT)
-    assert not t.is_alive()
-    assert got == n_slots * rounds
-    assert r.completed == n_slots * rounds
+                seen[s] += 1
+                total += 1
+                if seen[s] < rounds:
+                    r.arm(s, seen[s] + 1, q)  # may complete at once if the writer is ahead
+        t.join(TIMEOUT)
+        assert not t.is_alive()
+        assert seen == [rounds] * n
+        assert r.completed == n * rounds
+        assert q.pending == 0
+    finally:
+        r.close()
+
+
+def test_no_lost_wakeups_with_pushes_racing_drains(make_reactor, make_queue):
+    """Stale reports are pushed by the reactor thread on its own clock, independent
+    of the GIL, so they land while the consumer is inside drain(). If drain popped
+    before clearing the fd, a push landing in between would have its wake-up
+    swallowed; every later push would find the queue non-empty and stay quiet,
+    and the consumer (which drains only when the fd is readable) would stall."""
+    r = make_reactor(stale_ns=20_000, stale_max_ns=20_000, spin_ns=10**10)
+    q = make_queue()
+    for s in range(32):
+        r.arm(s, 1, q)
+    received = drains = 0
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline or drains < 2000:
+        assert readable(q, 2.0), f"stalled after {drains} drains: lost wake-up"
+        done, stale = q.drain()
+        assert done == []
+        received += len(stale)
+        drains += 1
+    assert received >= drains
+    assert set(range(32)) >= set(stale)
 
 
 def test_queues_receive_only_their_own_slots(slab, make_reactor, make_queue):

@@ -33,6 +33,11 @@ from .base import CAPTURE_RELAXED, Backend
 
 Command = Callable[[], None]
 
+try:
+    from .._reactor import store32 as _store32  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler
+    _store32 = None
+
 _ILLEGAL_ADDRESS = 700
 _LAUNCH_FAILED = 719
 _INVALID_VALUE = 1
@@ -458,10 +463,17 @@ class EmulatorBackend(Backend):
 
     # -- completion primitives -----------------------------------------------------
     def write_value32(self, stream: int, address: int, value: int) -> None:
-        word = ctypes.c_uint32.from_address(address)
+        value &= 0xFFFFFFFF
+        if _store32 is not None:
 
-        def write() -> None:
-            word.value = value & 0xFFFFFFFF
+            def write() -> None:  # a release store, ordered after the work's writes
+                _store32(address, value)
+
+        else:
+            word = ctypes.c_uint32.from_address(address)
+
+            def write() -> None:
+                word.value = value
 
         self._enqueue(stream, write)
 

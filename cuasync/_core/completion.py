@@ -16,6 +16,7 @@ completed sequence number advances and every object the work used is released.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Callable
@@ -213,6 +214,7 @@ class Hub:
                 stale_ns=CONFIG.stale_us * 1000,
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
             )
+            atexit.register(self.reactor.close)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
         self.use_reactor = self.reactor is not None and CONFIG.host_sync == "reactor"
         self.stats.reactor = self.use_reactor
