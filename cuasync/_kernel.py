@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._backends import get_backend
+from ._backends import get_backend as _backend
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, device_op
@@ -229,9 +230,10 @@ class _Launchable:
             output = tuple(outputs)
         if get_backend().name == "emulator":
             enqueue = self._emulated(converted, tensors, output, grid3, block)
-        else:
-            enqueue = self._native(converted, tensors, output, grid3, block, shared_mem)
-        return device_op(enqueue, device, self.name)
+            return device_op(enqueue, device, self.name)
+        op = self._native(converted, tensors, output, grid3, block, shared_mem)
+        op._device = device
+        return op
 
     def _where(self, param: Param) -> str:
         return f"{self.name}() parameter {param.name!r} ({param.describe()})"
@@ -354,19 +356,9 @@ class _Launchable:
         grid: Dim3,
         block: Dim3,
         shared_mem: int,
-    ) -> Callable[[ExecutionContext], Output[Any]]:
-        block_layout = self._param_block()
+    ) -> _NativeLaunch:
         values = [a.ptr if type(a) is Tensor or isinstance(a, Tensor) else a for a in args]
-        launch = get_backend().launch_kernel
-
-        def enqueue(ctx: ExecutionContext) -> Output[Any]:
-            function = self._function(ctx.device)
-            self._declare(ctx, tensors)
-            buf = block_layout.pack(values)
-            launch(function, grid, block, shared_mem, ctx.handle, ctypes.addressof(buf))
-            return Output.ready(output)
-
-        return enqueue
+        return _NativeLaunch(self, values, tensors, output, grid, block, shared_mem)
 
     def _param_block(self) -> _ParamBlock:
         layout: _ParamBlock | None = self.__dict__.get("_layout")
@@ -420,6 +412,53 @@ class _Launchable:
         return enqueue
 
 
+class _NativeLaunch(DeviceOp[Any]):
+    """One kernel launch on a GPU: the arguments are checked and packed already."""
+
+    __slots__ = ("_block", "_grid", "_kernel", "_output", "_shared_mem", "_tensors", "_values")
+
+    def __init__(
+        self,
+        kernel: _Launchable,
+        values: list[Any],
+        tensors: list[tuple[Tensor, Param]],
+        output: Any,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: int,
+    ) -> None:
+        self._consumed = False
+        self._kernel = kernel
+        self._values = values
+        self._tensors = tensors
+        self._output = output
+        self._grid = grid
+        self._block = block
+        self._shared_mem = shared_mem
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
+        kernel = self._kernel
+        function = kernel._function(ctx.device)
+        for tensor, param in self._tensors:
+            if param.const:
+                ctx.read(tensor.allocation, param.name)
+            else:
+                ctx.write(tensor.allocation, param.name)
+        values = self._values
+        if values:
+            buf = kernel._param_block().pack(values)  # alive until the launch call returns
+            params = ctypes.addressof(buf)
+        else:
+            params = 0
+        _backend().launch_kernel(
+            function, self._grid, self._block, self._shared_mem, ctx.stream.handle, params
+        )
+        return Output.ready(self._output)
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp launch {self._kernel.name}{' (consumed)' if self._consumed else ''}>"
+
+
 class Kernel(_Launchable):
     """A CUDA C++ kernel compiled with NVRTC for each device's architecture.
 
@@ -456,6 +495,7 @@ class Kernel(_Launchable):
         self.emulate = emulate
         self.options = options or CompileOptions()
         self.params = parse_params(source, self.name)
+        self._functions: dict[int, int] = {}  # ordinal -> CUfunction, once loaded
 
     def __repr__(self) -> str:
         sig = ", ".join(p.describe() for p in self.params)
@@ -477,6 +517,9 @@ class Kernel(_Launchable):
         self._function(dev)
 
     def _function(self, device: Device) -> int:
+        handle = self._functions.get(device.ordinal)
+        if handle is not None:
+            return handle
         major, minor = device.compute_capability
         arch = f"sm_{major}{minor}"
         key = (*self._key(arch), device.ordinal)
@@ -490,6 +533,7 @@ class Kernel(_Launchable):
                     module = backend.module_load(device.ordinal, image)
                     entry = (module, backend.module_function(module, lowered))
                     self._cache[key] = entry
+        self._functions[device.ordinal] = entry[1]
         return entry[1]
 
 

@@ -36,7 +36,7 @@ try:
 except ImportError:  # built without a C compiler: host callbacks only
     _reactor = None
 
-PENDING, DONE, FAILED = 0, 1, 2
+PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
 
 
@@ -58,6 +58,9 @@ class Stats:
 
 
 Waiter = Callable[["Completion"], None]
+
+#: Guards every completion's state transition; never held while calling out.
+_STATE_LOCK = threading.Lock()
 
 
 class Completion:
@@ -97,8 +100,8 @@ class Completion:
         self.landed_by_callback = False
         self.armed_at = 0.0
         self.watcher: Any = None  # the loop bridge whose queue the reactor reports to
-        self._lock = threading.Lock()
-        self._waiters: list[Waiter] = []
+        self._lock = _STATE_LOCK
+        self._waiters: list[Waiter] | None = None
 
     # -- observation -------------------------------------------------------------------
     def landed(self) -> bool:
@@ -111,16 +114,19 @@ class Completion:
         return self.landed_by_callback
 
     def poll(self) -> bool:
-        """Finish on this thread if the work has landed; True when no longer pending."""
+        """Finish on this thread if the work has landed; True once the result is available."""
         if self.state == PENDING and self.landed():
             self.finish(INLINE)
-        return self.state != PENDING
+        return self.state >= DONE
 
     def add_waiter(self, waiter: Waiter) -> None:
         """Call ``waiter(self)`` once finished (now, if it already is)."""
         with self._lock:
-            if self.state == PENDING:
-                self._waiters.append(waiter)
+            if self.state < DONE:
+                if self._waiters is None:
+                    self._waiters = [waiter]
+                else:
+                    self._waiters.append(waiter)
                 return
         waiter(self)
 
@@ -136,24 +142,27 @@ class Completion:
         with self._lock:
             if self.state != PENDING:
                 return
+            self.state = FINISHING
             ctx, out = self.ctx, self.out
             self.ctx = self.out = None
-            self.path = path
-            assert ctx is not None and out is not None
-            self.stream._mark_completed(ctx.seq)
-            try:
-                self.value = out.get()
-                self.state = DONE
-            except BaseException as exc:  # a map/inspect function raised
-                self.error = exc
-                self.state = FAILED
-            waiters, self._waiters = self._waiters, []
-        del ctx  # releases every retained object now that the device is done with them
+        assert ctx is not None and out is not None
+        self.stream._mark_completed(ctx.seq)
+        error: BaseException | None = None
+        try:
+            value = out.get()  # map/inspect functions run here, outside any lock
+        except BaseException as exc:
+            value, error = None, exc
+        del ctx, out  # releases every retained object now that the device is done with them
         hub = _hub
         if hub is not None:
             hub.release(self, path)
-        for waiter in waiters:
-            waiter(self)
+        with self._lock:
+            self.value, self.error, self.path = value, error, path
+            self.state = DONE if error is None else FAILED
+            waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                waiter(self)
 
     def fail(self, error: BaseException) -> None:
         """The work will never complete (device fault): resolve with ``error``.
@@ -173,11 +182,11 @@ class Completion:
             self.error = error
             self.state = FAILED
             self.path = "fault"
-            waiters, self._waiters = self._waiters, []
+            waiters, self._waiters = self._waiters, None
         hub = _hub
         if hub is not None:
             hub.forget(self)
-        for waiter in waiters:
+        for waiter in waiters or ():
             waiter(self)
 
 

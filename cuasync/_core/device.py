@@ -84,6 +84,7 @@ class Device:
                 device._policy = None
                 device._lock = threading.Lock()
                 device._name = None
+                device._cc = None
                 device._utility: Stream | None = None
                 cls._instances[ordinal] = device
         return device
@@ -102,7 +103,10 @@ class Device:
 
     @property
     def compute_capability(self) -> tuple[int, int]:
-        return get_backend().device_compute_capability(self.ordinal)
+        """``(major, minor)``, e.g. ``(9, 0)`` for an H100/H200."""
+        if self._cc is None:
+            self._cc = get_backend().device_compute_capability(self.ordinal)
+        return self._cc
 
     def new_stream(self) -> Stream:
         """A new stream owned by cuasync (destroyed when the object is collected)."""

@@ -19,7 +19,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ..errors import SyncInEventLoopError
-from .completion import INLINE, PENDING, Completion, Hub, _reactor, get_hub
+from .completion import DONE, INLINE, PENDING, Completion, Hub, _reactor, get_hub
 
 
 class _Bridge:
@@ -110,16 +110,16 @@ def _arm(hub: Hub, comp: Completion, bridge: _Bridge) -> None:
 
 
 def spin_then_check(comp: Completion) -> bool:
-    """Inline spin; True when the completion is no longer pending."""
+    """Inline spin; True when the result is available."""
     if comp.state != PENDING:
-        return True
+        return comp.state >= DONE
     hub = get_hub()
     budget = hub.spin_budget_us
     if budget and hub.spin(comp, budget):
         comp.finish(INLINE)
     elif comp.slot >= 0 and comp.landed():
         comp.finish(INLINE)
-    return comp.state != PENDING
+    return comp.state >= DONE
 
 
 def wait_for(comp: Completion) -> Generator[Any, Any, Any]:
