@@ -13,6 +13,7 @@ array([0., 1., 2., 3.])
 from __future__ import annotations
 
 from . import errors as errors
+from . import kernel_cache as kernel_cache
 from ._backends import backend_name as backend_name
 from ._copies import dup as dup
 from ._copies import empty as empty
@@ -30,6 +31,9 @@ from ._core.device import Stream as Stream
 from ._core.device import device_count as device_count
 from ._core.device import get_default_device as get_default_device
 from ._core.device import set_default_device as set_default_device
+from ._core.graph import CudaGraph as CudaGraph
+from ._core.graph import GraphScope as GraphScope
+from ._core.graph import graph_scope as graph_scope
 from ._core.op import DeviceFuture as DeviceFuture
 from ._core.op import DeviceOp as DeviceOp
 from ._core.op import SharedOp as SharedOp
@@ -41,6 +45,16 @@ from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._creation import arange as arange
+from ._creation import convert as convert
+from ._creation import eye as eye
+from ._creation import eye_rect as eye_rect
+from ._creation import fill as fill
+from ._creation import full as full
+from ._creation import linspace as linspace
+from ._creation import ones as ones
+from ._creation import rand as rand
+from ._creation import randn as randn
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import DevicePointer as DevicePointer
 from ._kernel import Kernel as Kernel
@@ -52,6 +66,9 @@ from .errors import DeviceError as DeviceError
 __version__ = "0.1.0"
 
 __all__ = [
+    "CudaGraph",
+    "GraphScope",
+    "graph_scope",
     "CompileOptions",
     "DevicePointer",
     "Kernel",
@@ -73,15 +90,26 @@ __all__ = [
     "StreamPoolRoundRobin",
     "Tensor",
     "__version__",
+    "arange",
     "backend_name",
+    "convert",
     "device_count",
     "device_op",
     "dup",
     "empty",
     "errors",
+    "eye",
+    "eye_rect",
+    "fill",
     "from_host",
+    "full",
     "get_default_device",
+    "kernel_cache",
+    "linspace",
     "memcpy",
+    "ones",
+    "rand",
+    "randn",
     "set_default_device",
     "stats",
     "to_host",

@@ -210,7 +210,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             get_backend().memcpy_dtod_async(dp, sp, s.nbytes, ctx.handle)
         return Output.ready(d)
 
-    return device_op(enqueue, d.device, "memcpy")
+    return device_op(enqueue, d.device, "memcpy", graph_node=True)
 
 
 def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:

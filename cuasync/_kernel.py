@@ -23,7 +23,7 @@ from ._backends import get_backend
 from ._backends import get_backend as _backend
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
-from ._core.op import DeviceOp, device_op
+from ._core.op import DeviceOp, _NativeLaunchBase, device_op
 from ._core.output import Output
 from ._dtypes import dtype_name
 from ._nvrtc import compile_cubin
@@ -230,7 +230,7 @@ class _Launchable:
             output = tuple(outputs)
         if get_backend().name == "emulator":
             enqueue = self._emulated(converted, tensors, output, grid3, block)
-            return device_op(enqueue, device, self.name)
+            return device_op(enqueue, device, self.name, graph_node=True)
         op = self._native(converted, tensors, output, grid3, block, shared_mem)
         op._device = device
         return op
@@ -412,7 +412,7 @@ class _Launchable:
         return enqueue
 
 
-class _NativeLaunch(DeviceOp[Any]):
+class _NativeLaunch(_NativeLaunchBase[Any]):
     """One kernel launch on a GPU: the arguments are checked and packed already."""
 
     __slots__ = ("_block", "_grid", "_kernel", "_output", "_shared_mem", "_tensors", "_values")

@@ -110,6 +110,7 @@ class _Stream:
                 except Exception as exc:
                     detail = "".join(traceback.format_exception_only(exc)).strip()
                     backend._fault(self.device, _LAUNCH_FAILED, f"emulated kernel raised {detail}")
+            command = None  # drop what the command captured before waiting for the next
             with self.cond:
                 self.pending -= 1
                 self.cond.notify_all()

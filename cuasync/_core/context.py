@@ -67,14 +67,16 @@ def released() -> Iterator[None]:
 class ExecutionContext:
     """Everything one submission needs: its stream, its sequence number, what it retains."""
 
-    __slots__ = ("capturing", "device", "retained", "seq", "stream")
+    __slots__ = ("accesses", "capturing", "device", "retained", "seq", "stream")
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.device: Device = stream.device
-        self.seq = stream._next_seq()
         self.retained: list[Any] = []
         self.capturing = stream._capturing
+        # While capturing nothing runs: accesses are recorded and replayed by each launch.
+        self.accesses: list[tuple[Allocation, bool]] | None = [] if self.capturing else None
+        self.seq = stream._submitted if self.capturing else stream._next_seq()
 
     @property
     def handle(self) -> int:
@@ -95,22 +97,30 @@ class ExecutionContext:
     def read(self, alloc: Allocation, argument: str = "tensor") -> int:
         """Declare a read of ``alloc`` by the work about to be enqueued; returns its pointer."""
         self._check_device(alloc, argument)
-        alloc.use(self.stream, self.seq, write=False)
+        if self.accesses is None:
+            alloc.use(self.stream, self.seq, write=False)
+        else:
+            self.accesses.append((alloc, False))
         self.retained.append(alloc)
         return alloc.ptr
 
     def write(self, alloc: Allocation, argument: str = "tensor") -> int:
         """Declare a write of ``alloc``; returns its pointer."""
         self._check_device(alloc, argument)
-        alloc.use(self.stream, self.seq, write=True)
+        if self.accesses is None:
+            alloc.use(self.stream, self.seq, write=True)
+        else:
+            self.accesses.append((alloc, True))
         self.retained.append(alloc)
         return alloc.ptr
 
     def reject_in_capture(self, what: str) -> None:
         if self.capturing:
             raise CaptureError(
-                f"{what} allocates device memory, which a CUDA graph cannot own; pre-allocate "
-                "the tensor before capture and record an op that writes into it instead"
+                f"{what} allocates device memory, which cannot be recorded into a CUDA graph: "
+                "every replay would reuse one allocation baked in at capture. Pre-allocate the "
+                "tensor before capture (e.g. `buf = await cuasync.empty(shape)`) and record an "
+                "op that writes into it (a kernel launch, cuasync.memcpy, cuasync.fill)"
             )
 
 

@@ -88,6 +88,10 @@ class DeviceOp(Generic[T]):
             finally:
                 LOCAL.active = False
 
+    def _pick_stream(self) -> Stream:
+        """The stream ``await``, ``sync()`` and ``submit()`` use: the policy's next one."""
+        return stream_from(current_policy(self._device), self._device)
+
     def sync(self, *, allow_in_loop: bool = False) -> T:
         """Execute on the policy's next stream and block until done; returns the output.
 
@@ -95,7 +99,7 @@ class DeviceOp(Generic[T]):
         (``await`` the op there instead) unless ``allow_in_loop=True``.
         """
         check_blocking_allowed(".sync()", allow_in_loop)
-        return self._sync(stream_from(current_policy(self._device), self._device))
+        return self._sync(self._pick_stream())
 
     def sync_on(self, stream: Stream, *, allow_in_loop: bool = False) -> T:
         """Execute on ``stream`` and block until done."""
@@ -116,7 +120,7 @@ class DeviceOp(Generic[T]):
 
     def submit(self) -> DeviceFuture[T]:
         """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
-        return DeviceFuture(self._start(stream_from(current_policy(self._device), self._device), True))
+        return DeviceFuture(self._start(self._pick_stream(), True))
 
     def schedule(self, policy: SchedulingPolicy) -> DeviceFuture[T]:
         """Enqueue now on ``policy.next_stream()``; returns a :class:`DeviceFuture`."""
@@ -133,7 +137,7 @@ class DeviceOp(Generic[T]):
         return DeviceFuture(self._start(stream, True))
 
     def __await__(self) -> Generator[Any, Any, T]:
-        comp = self._start(stream_from(current_policy(self._device), self._device), True)
+        comp = self._start(self._pick_stream(), True)
         return (yield from wait_for(comp))  # type: ignore[no-any-return]
 
     # -- combinators ---------------------------------------------------------------------
@@ -200,6 +204,19 @@ class DeviceOp(Generic[T]):
 
     def _arity(self) -> int | None:
         return None
+
+    def graph(self, stream: Stream | None = None, *, mode: str = "relaxed") -> Any:
+        """Capture this op into a :class:`cuasync.CudaGraph` (instantiated and uploaded).
+
+        ``stream`` is the graph's stream (a new one by default); ``mode`` is ``"relaxed"``
+        (default), ``"global"`` or ``"thread_local"``. Allocating ops cannot be captured.
+
+        >>> graph = kernel[grid, block](x, y).graph()
+        >>> await graph.launch()
+        """
+        from .graph import capture
+
+        return capture(self, stream, mode)
 
     def shared(self) -> SharedOp[T]:
         """A reusable, execute-once op: the work runs once, every execution gets its output.
@@ -468,14 +485,19 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:  # noqa: A001 - the c
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_fn", "_name")
+    __slots__ = ("_fn", "_graph_node", "_name")
 
     def __init__(
-        self, fn: Callable[[ExecutionContext], Output[T]], device: Device | None, name: str
+        self,
+        fn: Callable[[ExecutionContext], Output[T]],
+        device: Device | None,
+        name: str,
+        graph_node: bool = False,
     ) -> None:
         super().__init__(device)
         self._fn = fn
         self._name = name
+        self._graph_node = graph_node
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         return self._fn(ctx)
@@ -485,9 +507,20 @@ class _FnOp(DeviceOp[T]):
 
 
 def device_op(
-    fn: Callable[[ExecutionContext], Output[T]], device: Device | None = None, name: str = "op"
+    fn: Callable[[ExecutionContext], Output[T]],
+    device: Device | None = None,
+    name: str = "op",
+    *,
+    graph_node: bool = False,
 ) -> DeviceOp[T]:
     """Build an op from ``fn(ctx) -> Output``: enqueue on ``ctx.stream``, declare every
     device allocation read or written with ``ctx.read``/``ctx.write``, retain host objects
-    with ``ctx.retain``."""
-    return _FnOp(fn, device, name)
+    with ``ctx.retain``. ``graph_node``: the op only writes into existing tensors, so
+    ``CudaGraph.update`` accepts it."""
+    return _FnOp(fn, device, name, graph_node)
+
+
+class _NativeLaunchBase(DeviceOp[T]):
+    """Marker base of kernel launch ops (graph nodes)."""
+
+    __slots__ = ()

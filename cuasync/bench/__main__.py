@@ -1,4 +1,4 @@
-"""``python -m cuasync.bench SUITE... [--json PATH]``; suites: completion, launch, all."""
+"""``python -m cuasync.bench SUITE... [--json PATH]``; suites: completion, launch, graphs, all."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch")
+SUITES = ("completion", "launch", "graphs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import launch
 
             launch.run(report, count=500 if args.quick else 20000)
+        elif suite == "graphs":
+            from . import graphs
+
+            graphs.run(report, reps=3 if args.quick else 50)
     if args.json:
         report.dump(args.json)
     return 0
