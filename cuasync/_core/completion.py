@@ -64,44 +64,30 @@ _STATE_LOCK = threading.Lock()
 
 
 class Completion:
-    """One submitted execution, tracked until its completion is observed."""
+    """One submitted execution, tracked until its completion is observed.
 
-    __slots__ = (
-        "_lock",
-        "_waiters",
-        "address",
-        "armed_at",
-        "ctx",
-        "device",
-        "error",
-        "gen",
-        "landed_by_callback",
-        "out",
-        "path",
-        "slot",
-        "state",
-        "stream",
-        "value",
-        "watcher",
-    )
+    Attributes that most completions never change are class-level defaults, so that
+    creating one (on the path of every await) sets only four attributes.
+    """
+
+    slot = -1
+    gen = 0
+    address = 0
+    state = PENDING
+    value: Any = None
+    error: BaseException | None = None
+    path = ""
+    landed_by_callback = False
+    armed_at = 0.0
+    watcher: Any = None  # the loop bridge whose queue the reactor reports to
+    _waiters: list[Waiter] | None = None
+    _lock = _STATE_LOCK
 
     def __init__(self, ctx: ExecutionContext, out: Output[Any]) -> None:
         self.ctx: ExecutionContext | None = ctx
         self.out: Output[Any] | None = out
         self.stream = ctx.stream
         self.device = ctx.device
-        self.slot = -1
-        self.gen = 0
-        self.address = 0
-        self.state = PENDING
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.path = ""
-        self.landed_by_callback = False
-        self.armed_at = 0.0
-        self.watcher: Any = None  # the loop bridge whose queue the reactor reports to
-        self._lock = _STATE_LOCK
-        self._waiters: list[Waiter] | None = None
 
     # -- observation -------------------------------------------------------------------
     def landed(self) -> bool:
@@ -238,30 +224,32 @@ class Hub:
         if ctx.capturing:
             raise DeviceError("internal: completions cannot be attached while capturing")
         slot = -1
-        ordinal = ctx.device.ordinal
-        memops = self._memops.get(ordinal)
-        if memops is None:
-            memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
-        if self.use_reactor and memops:
-            with self.lock:
-                if self.free:
-                    slot = self.free.pop()
-                    self.stats.slots_armed += 1
-            if slot < 0:
-                self.stats.fallbacks += 1
-        if slot >= 0:
-            gen = (self.gens[slot] + 1) & 0xFFFFFFFF
-            self.gens[slot] = gen
-            comp.slot, comp.gen, comp.address = slot, gen, self.slab + 4 * slot
-            self.table[slot] = comp
-            try:
-                self.backend.write_value32(ctx.stream.handle, comp.address, gen)
-            except BaseException:
-                self._free_slot(slot)
-                comp.slot = -1
-                raise
-        else:
+        if self.use_reactor:
+            ordinal = ctx.device.ordinal
+            memops = self._memops.get(ordinal)
+            if memops is None:
+                memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
+            if memops:
+                with self.lock:
+                    if self.free:
+                        slot = self.free.pop()
+                        self.stats.slots_armed += 1
+                if slot < 0:
+                    self.stats.fallbacks += 1
+        if slot < 0:
             self._attach_callback(comp)
+            return comp
+        gen = (self.gens[slot] + 1) & 0xFFFFFFFF
+        self.gens[slot] = gen
+        address = self.slab + 4 * slot
+        comp.slot, comp.gen, comp.address = slot, gen, address
+        self.table[slot] = comp
+        try:
+            self.backend.write_value32(ctx.stream.handle, address, gen)
+        except BaseException:
+            self._free_slot(slot)
+            comp.slot = -1
+            raise
         return comp
 
     def _attach_callback(self, comp: Completion) -> None:

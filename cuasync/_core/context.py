@@ -73,10 +73,16 @@ class ExecutionContext:
         self.stream = stream
         self.device: Device = stream.device
         self.retained: list[Any] = []
-        self.capturing = stream._capturing
-        # While capturing nothing runs: accesses are recorded and replayed by each launch.
-        self.accesses: list[tuple[Allocation, bool]] | None = [] if self.capturing else None
-        self.seq = stream._submitted if self.capturing else stream._next_seq()
+        if stream._capturing:
+            # Nothing runs while capturing: accesses are recorded, each launch replays them.
+            self.capturing = True
+            self.accesses: list[tuple[Allocation, bool]] | None = []
+            self.seq = stream._submitted
+        else:
+            self.capturing = False
+            self.accesses = None
+            stream._submitted += 1
+            self.seq = stream._submitted
 
     @property
     def handle(self) -> int:

@@ -26,9 +26,10 @@ class Output(Generic[T]):
         self._fn = fn
         self._value = value
 
-    @classmethod
-    def ready(cls, value: T) -> Output[T]:
-        return cls(None, value)
+    @staticmethod
+    def ready(value: T) -> Output[T]:
+        """An output that is already a value (device handles, for instance)."""
+        return _Ready(value)
 
     def get(self) -> T:
         if self._value is _UNSET:
@@ -40,3 +41,15 @@ class Output(Generic[T]):
     def then(self, fn: Callable[[T], U]) -> Output[U]:
         """An output realized as ``fn(self.get())``."""
         return Output(lambda: fn(self.get()))
+
+
+class _Ready(Output[T]):
+    """An output known at submission: no function to run."""
+
+    __slots__ = ()
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def get(self) -> T:
+        return self._value  # type: ignore[no-any-return]

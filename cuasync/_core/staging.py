@@ -1,16 +1,21 @@
-"""Pinned host blocks for staging copies, reused by size class.
+"""Pinned host blocks, reused by size class: the memory behind staging copies and
+:class:`cuasync.PinnedPool`.
 
-Allocating page-locked memory costs milliseconds for large sizes, so blocks return to
-a per-size-class free list when the last reference to them goes away. Copies between
-device and pageable memory are never issued: they would block the calling thread
-(the event loop) until the stream drains.
+Allocating page-locked memory costs milliseconds for large sizes, so pooled blocks return
+to a per-size-class free list when the last reference to them goes away (a numpy view of
+a block keeps it alive). A block made without a pool owns its memory and frees it with
+``host_free`` when collected. Copies between device and pageable memory are never
+issued: they would block the calling thread (the event loop) until the stream drains.
+
+The process's :func:`staging_pool` serves ``from_host``/``to_host`` staging and
+:meth:`cuasync.PinnedPool.default` alike, so both draw on one set of pinned blocks.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,15 +29,21 @@ def size_class(nbytes: int) -> int:
 
 
 class PinnedBlock:
-    """``capacity`` bytes of pinned host memory at ``address``; back to the pool on release."""
+    """``capacity`` bytes of pinned host memory at ``address``.
+
+    Pooled blocks go back to their pool's free list when collected; a block without a
+    pool frees its memory with the backend's ``host_free``.
+    """
 
     __slots__ = ("__weakref__", "_pool", "address", "capacity", "size_class")
 
-    def __init__(self, pool: StagingPool, address: int, size_class: int) -> None:
+    def __init__(
+        self, pool: StagingPool | None, address: int, size_class: int, capacity: int | None = None
+    ) -> None:
         self._pool = pool
         self.address = address
         self.size_class = size_class
-        self.capacity = 1 << size_class
+        self.capacity = (1 << size_class) if capacity is None else capacity
 
     def array(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of the block's first bytes that keeps the block alive."""
@@ -44,39 +55,96 @@ class PinnedBlock:
 
     def __del__(self) -> None:
         try:
-            self._pool._give_back(self.address, self.size_class)
+            pool = self._pool
+            if pool is None:
+                get_backend().host_free(self.address)
+            else:
+                pool._give_back(self.address, self.size_class)
         except Exception:
-            pass
+            pass  # interpreter shutdown: the process is releasing everything anyway
+
+
+class PoolStats(NamedTuple):
+    """Counters of a pinned pool.
+
+    ``allocations``: blocks allocated from the driver; ``reuses``: acquisitions served
+    from the free lists; ``bytes_allocated``: pinned bytes the pool owns (in use and
+    idle); ``bytes_cached``: idle bytes waiting in the free lists; ``bytes_in_use``:
+    the difference.
+    """
+
+    allocations: int
+    reuses: int
+    bytes_allocated: int
+    bytes_cached: int
+    bytes_in_use: int
 
 
 class StagingPool:
-    """Free lists of pinned blocks by power-of-two size class."""
+    """Free lists of pinned blocks by power-of-two size class (4 KiB and up)."""
 
     def __init__(self) -> None:
         self._free: dict[int, list[int]] = {}
         self._lock = threading.Lock()
         self.allocated_bytes = 0
+        self.cached_bytes = 0
+        self.allocations = 0
+        self.reuses = 0
 
     def acquire(self, nbytes: int) -> PinnedBlock:
         cls = size_class(nbytes)
         with self._lock:
             free = self._free.get(cls)
             address = free.pop() if free else 0
+            if address:
+                self.reuses += 1
+                self.cached_bytes -= 1 << cls
         if not address:
             address = get_backend().host_alloc(1 << cls)
-            self.allocated_bytes += 1 << cls
+            with self._lock:
+                self.allocations += 1
+                self.allocated_bytes += 1 << cls
         return PinnedBlock(self, address, cls)
 
     def _give_back(self, address: int, cls: int) -> None:
         with self._lock:
             self._free.setdefault(cls, []).append(address)
+            self.cached_bytes += 1 << cls
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            return PoolStats(
+                self.allocations,
+                self.reuses,
+                self.allocated_bytes,
+                self.cached_bytes,
+                self.allocated_bytes - self.cached_bytes,
+            )
+
+    def trim(self) -> int:
+        """Free every idle block with ``host_free``; returns the bytes freed."""
+        with self._lock:
+            free, self._free = self._free, {}
+            freed = sum(len(addresses) << cls for cls, addresses in free.items())
+            self.cached_bytes -= freed
+            self.allocated_bytes -= freed
+        backend = get_backend()
+        for addresses in free.values():
+            for address in addresses:
+                backend.host_free(address)
+        return freed
 
 
 _pool: StagingPool | None = None
+_pool_lock = threading.Lock()
 
 
 def staging_pool() -> StagingPool:
     global _pool
-    if _pool is None:
-        _pool = StagingPool()
-    return _pool
+    pool = _pool
+    if pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = StagingPool()
+            pool = _pool
+    return pool
