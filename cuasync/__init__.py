@@ -59,8 +59,14 @@ from ._kernel import CompileOptions as CompileOptions
 from ._kernel import DevicePointer as DevicePointer
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
+from ._pinned import PinnedHostBuffer as PinnedHostBuffer
+from ._pinned import PinnedPool as PinnedPool
 from ._tensor import Partition as Partition
 from ._tensor import Tensor as Tensor
+from ._transfers import PendingTransfer as PendingTransfer
+from ._transfers import download_into as download_into
+from ._transfers import download_pending as download_pending
+from ._transfers import upload_pending as upload_pending
 from .errors import DeviceError as DeviceError
 
 __version__ = "0.1.0"
@@ -82,6 +88,9 @@ __all__ = [
     "MemoryInfo",
     "Output",
     "Partition",
+    "PendingTransfer",
+    "PinnedHostBuffer",
+    "PinnedPool",
     "SchedulingPolicy",
     "SharedOp",
     "SingleStream",
@@ -95,6 +104,8 @@ __all__ = [
     "convert",
     "device_count",
     "device_op",
+    "download_into",
+    "download_pending",
     "dup",
     "empty",
     "errors",
@@ -113,6 +124,7 @@ __all__ = [
     "set_default_device",
     "stats",
     "to_host",
+    "upload_pending",
     "use_policy",
     "value",
     "zeros",

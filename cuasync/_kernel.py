@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import kernel_cache
 from ._backends import get_backend
 from ._backends import get_backend as _backend
 from ._core.context import ExecutionContext
@@ -505,8 +506,17 @@ class Kernel(_Launchable):
         return (self.source, self.name, self.options, arch)
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
-        """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed."""
-        compiled = compile_cubin(self.source, self.name, arch, self.options.flags())
+        """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed.
+
+        Consults the on-disk cache when :func:`cuasync.kernel_cache.enable` was called.
+        """
+        flags = self.options.flags()
+        key = kernel_cache.key_for(self.source, self.name, flags, arch)  # None when disabled
+        if key is not None and (hit := kernel_cache.lookup(key)) is not None:
+            return hit
+        compiled = compile_cubin(self.source, self.name, arch, flags)
+        if key is not None:
+            kernel_cache.store(key, compiled.image, compiled.lowered_name)
         return compiled.image, compiled.lowered_name
 
     def compile(self, device: int | Device | None = None) -> None:

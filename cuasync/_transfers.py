@@ -1,0 +1,386 @@
+"""Pending transfers between pinned host buffers and device tensors, and ``download_into``.
+
+``upload_pending(buffer, tensor)`` and ``download_pending(tensor, buffer)`` enqueue one
+copy at once and return a :class:`PendingTransfer`: ``is_ready()`` never waits, ``wait()``
+blocks (outside event loops), ``await`` suspends the task; both hand back
+``(tensor, buffer)``. The buffer is in flight until the copy is known to be done.
+
+A refused submission raises :class:`~cuasync.errors.TransferRejected` before anything is
+enqueued, with ``.package == (buffer, tensor)`` untouched. Dropping an unwaited handle is
+safe: the copy keeps buffer and tensor alive until it completes, and its completion is
+still observed so that they are released then.
+
+>>> pending = cuasync.upload_pending(buf, tensor)
+>>> ...                                  # the copy runs while the host does other work
+>>> tensor, buf = await pending
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from ._backends import get_backend
+from ._config import CONFIG
+from ._copies import copy_strided
+from ._core.completion import DONE, PENDING, Completion, get_hub
+from ._core.context import ExecutionContext
+from ._core.device import Stream
+from ._core.loops import block_on, check_blocking_allowed, wait_for, watch_in_background
+from ._core.op import device_op
+from ._core.output import Output
+from ._core.scheduling import current_policy, stream_from
+from ._dtypes import dtype_name
+from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
+from ._tensor import Tensor, contiguous_strides
+from .errors import (
+    ArgumentError,
+    BusyResourceError,
+    DTypeError,
+    ShapeError,
+    TransferRejected,
+)
+
+__all__ = [
+    "BusyTransferRejected",
+    "PendingTransfer",
+    "download_into",
+    "download_pending",
+    "upload_pending",
+]
+
+#: Polls of an unfinished transfer query its stream for faults at most this often.
+_PROBE_INTERVAL_S = CONFIG.stale_us / 1e6
+
+
+class BusyTransferRejected(TransferRejected, BusyResourceError):
+    """A transfer refused because its buffer is still in flight.
+
+    Both a :class:`~cuasync.errors.TransferRejected` (``.package`` hands the inputs back)
+    and a :class:`~cuasync.errors.BusyResourceError`.
+    """
+
+
+class PendingTransfer:
+    """A copy in flight between a pinned buffer and a device tensor.
+
+    >>> pending = cuasync.download_pending(tensor, buf)
+    >>> pending.is_ready()          # never waits; raises the device error if the copy failed
+    >>> tensor, buf = await pending # or pending.wait() outside an event loop
+    """
+
+    __slots__ = ("_buffer", "_comp", "_kind", "_probe_at", "_tensor")
+
+    def __init__(self, comp: Completion, kind: str, tensor: Tensor, buffer: PinnedHostBuffer) -> None:
+        self._comp = comp
+        self._kind = kind
+        self._tensor = tensor
+        self._buffer = buffer
+        self._probe_at = 0.0
+
+    @property
+    def buffer(self) -> PinnedHostBuffer:
+        return self._buffer
+
+    @property
+    def tensor(self) -> Tensor:
+        return self._tensor
+
+    @property
+    def stream(self) -> Stream:
+        """The stream the copy was enqueued on."""
+        return self._comp.stream
+
+    @property
+    def kind(self) -> str:
+        """``"upload_pending"`` or ``"download_pending"``."""
+        return self._kind
+
+    def is_ready(self) -> bool:
+        """True once the copy has completed, False while it has not; never waits.
+
+        Raises the device error (e.g. :class:`~cuasync.errors.DeviceFaultError`) if the
+        copy failed, so "not yet" and "never" are told apart. A small copy may already be
+        done at the first call.
+        """
+        comp = self._comp
+        if comp.poll():
+            if comp.error is not None:
+                raise comp.error
+            return True
+        if comp.state == PENDING:
+            # Not landed: every so often ask the stream, so that a faulted device is
+            # reported even when nobody awaits (the reactor only probes armed slots).
+            now = time.monotonic()
+            if not self._probe_at:
+                self._probe_at = now + _PROBE_INTERVAL_S
+            elif now >= self._probe_at:
+                self._probe_at = now + _PROBE_INTERVAL_S
+                fault = get_backend().device_fault(comp.device.ordinal)
+                if fault is not None:
+                    get_hub().fail_device(comp.device, fault)
+                else:
+                    get_hub().probe(comp)
+                if comp.error is not None:
+                    raise comp.error
+        return False
+
+    def wait(self, *, allow_in_loop: bool = False) -> tuple[Tensor, PinnedHostBuffer]:
+        """Block until the copy is done; returns ``(tensor, buffer)``.
+
+        Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
+        (``await`` the transfer there) unless ``allow_in_loop=True``.
+        """
+        check_blocking_allowed("PendingTransfer.wait()", allow_in_loop)
+        comp = self._comp
+        block_on(comp)
+        return comp.result()  # type: ignore[no-any-return]
+
+    def __await__(self) -> Generator[Any, Any, tuple[Tensor, PinnedHostBuffer]]:
+        return (yield from wait_for(self._comp))  # type: ignore[no-any-return]
+
+    def __del__(self) -> None:
+        comp = self._comp
+        if comp.state == PENDING:
+            try:
+                watch_in_background(comp)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        comp = self._comp
+        state = "pending" if comp.state < DONE else ("failed" if comp.error else "done")
+        return (
+            f"<cuasync.PendingTransfer {self._kind} {self._buffer.nbytes} B {state} "
+            f"on {comp.stream!r}>"
+        )
+
+
+def _reject(kind: str, message: str, buffer: Any, tensor: Any) -> TransferRejected:
+    return TransferRejected(f"{kind}: {message}", (buffer, tensor))
+
+
+def _refusal(kind: str, buffer: Any, tensor: Any, upload: bool) -> TransferRejected | None:
+    """Why ``(buffer, tensor)`` cannot be submitted, or None; nothing is touched."""
+    if not isinstance(buffer, PinnedHostBuffer):
+        other = (
+            "cuasync.from_host(array) for a one-off copy"
+            if upload
+            else "tensor.to_host() or cuasync.download_into(tensor, out) for a numpy result"
+        )
+        return _reject(
+            kind,
+            f"buffer must be a cuasync.PinnedHostBuffer (page-locked memory the copy can use "
+            f"without blocking the host), got {type(buffer).__module__}.{type(buffer).__name__}; "
+            "take one from cuasync.PinnedPool.default().acquire(nbytes) and fill or read it "
+            f"through .array(), or use {other}",
+            buffer,
+            tensor,
+        )
+    if not isinstance(tensor, Tensor):
+        return _reject(
+            kind,
+            f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}",
+            buffer,
+            tensor,
+        )
+    flight = buffer._busy
+    if flight is not None and buffer.in_flight:
+        return BusyTransferRejected(
+            f"{kind}: {buffer!r} is already in flight: {flight.describe()} before submitting "
+            "it again",
+            (buffer, tensor),
+        )
+    if buffer._block is None:
+        return _reject(kind, "the buffer was released; acquire another one", buffer, tensor)
+    if buffer.dtype is not None and buffer.dtype != tensor.dtype:
+        return _reject(
+            kind,
+            f"the buffer holds {dtype_name(buffer.dtype)} data but the tensor is "
+            f"{dtype_name(tensor.dtype)}; use a buffer of dtype {dtype_name(tensor.dtype)} (or "
+            "a raw one, dtype=None), or convert the tensor with cuasync.convert",
+            buffer,
+            tensor,
+        )
+    if buffer.nbytes != tensor.nbytes:
+        return _reject(
+            kind,
+            f"the buffer holds {buffer.nbytes} bytes but the tensor (shape {tensor.shape}, "
+            f"{dtype_name(tensor.dtype)}) has {tensor.nbytes}; sizes must match exactly: "
+            f"use a buffer of {tensor.nbytes} bytes",
+            buffer,
+            tensor,
+        )
+    strides = tensor.strides
+    if not (len(strides) == 1 and strides[0] == 1) and not tensor.is_contiguous:
+        fix = (
+            "upload into a contiguous tensor, then copy into the view with cuasync.memcpy"
+            if upload
+            else "make a contiguous copy with tensor.dup() first"
+        )
+        return _reject(
+            kind,
+            f"the tensor is a non-contiguous view (shape {tensor.shape}, strides {strides}) "
+            f"and a pending transfer copies one contiguous range; {fix}",
+            buffer,
+            tensor,
+        )
+    return None
+
+
+def _submit(
+    kind: str, buffer: Any, tensor: Any, stream: Stream | None, upload: bool
+) -> PendingTransfer:
+    refusal = _refusal(kind, buffer, tensor, upload)
+    if refusal is not None:
+        raise refusal
+    device = tensor._alloc.device
+    if stream is None:
+        stream = stream_from(current_policy(device), device)
+    elif not isinstance(stream, Stream) or stream.device is not device:
+        got = (
+            f"a stream of device {stream.device.ordinal}"
+            if isinstance(stream, Stream)
+            else type(stream).__name__
+        )
+        raise _reject(
+            kind,
+            f"stream must be a cuasync.Stream of the tensor's device {device.ordinal}, got {got}",
+            buffer,
+            tensor,
+        )
+    block = buffer._block
+    nbytes = buffer.nbytes
+    alloc = tensor._alloc
+    offset = tensor.offset * tensor.itemsize
+    address = block.address
+    backend = get_backend()
+    flight = _Flight(kind, stream)
+
+    def done() -> tuple[Tensor, PinnedHostBuffer]:
+        if buffer._busy is flight:
+            buffer._busy = None
+        return (tensor, buffer)
+
+    def enqueue(ctx: ExecutionContext) -> Output[tuple[Tensor, PinnedHostBuffer]]:
+        # Checked again under the execution lock: another thread may have submitted the
+        # buffer since the check above.
+        if buffer._busy is not None and buffer.in_flight:
+            raise BusyTransferRejected(
+                f"{kind}: {buffer!r} was submitted by another thread meanwhile: "
+                f"{buffer._busy.describe()}",  # type: ignore[union-attr]
+                (buffer, tensor),
+            )
+        if upload:
+            ptr = ctx.write(alloc, "tensor") + offset
+            if nbytes:
+                backend.memcpy_htod_async(ptr, address, nbytes, ctx.handle)
+        else:
+            ptr = ctx.read(alloc, "tensor") + offset
+            if nbytes:
+                backend.memcpy_dtoh_async(address, ptr, nbytes, ctx.handle)
+        buffer._busy = flight
+        ctx.retain(block)  # even if the buffer is released meanwhile
+        return Output(done)
+
+    try:
+        comp = device_op(enqueue, device, kind)._start(stream, True)
+    except BaseException as exc:
+        if buffer._busy is flight:
+            flight.error = exc  # the copy was enqueued: the buffer stays unusable
+        raise
+    flight.comp = comp
+    return PendingTransfer(comp, kind, tensor, buffer)
+
+
+def upload_pending(
+    buffer: PinnedHostBuffer, tensor: Tensor, *, stream: Stream | None = None
+) -> PendingTransfer:
+    """Enqueue a copy of ``buffer`` into the existing device ``tensor`` now.
+
+    The buffer must hold exactly ``tensor.nbytes`` bytes (and, if typed, the tensor's
+    dtype); the tensor must be contiguous. The copy runs on ``stream`` (default: the
+    policy's next stream for the tensor's device); later ops using the tensor are ordered
+    after it automatically. Refusals raise :class:`~cuasync.errors.TransferRejected`
+    with ``.package == (buffer, tensor)``.
+
+    >>> buf.array()[:] = batch
+    >>> tensor, buf = await cuasync.upload_pending(buf, tensor)
+    """
+    return _submit("upload_pending", buffer, tensor, stream, True)
+
+
+def download_pending(
+    tensor: Tensor, buffer: PinnedHostBuffer, *, stream: Stream | None = None
+) -> PendingTransfer:
+    """Enqueue a copy of the device ``tensor`` into ``buffer`` now.
+
+    Same rules as :func:`upload_pending`; read the buffer once the transfer is done.
+
+    >>> tensor, buf = await cuasync.download_pending(tensor, buf)
+    >>> result = buf.array("float32", tensor.shape).copy()
+    """
+    return _submit("download_pending", buffer, tensor, stream, False)
+
+
+def download_into(tensor: Tensor, out: np.ndarray, *, allow_in_loop: bool = False) -> np.ndarray:
+    """Copy ``tensor`` into the existing numpy array ``out`` and return ``out``; blocking.
+
+    For repeated readback of same-size results: ``out`` is reused, so the loop allocates
+    and page-faults nothing; the copy goes through a pooled pinned buffer. ``out`` must be
+    writable with the tensor's dtype and element count (its shape may differ); the tensor
+    may be a strided view. Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a
+    running event loop (``await tensor.to_host()`` there) unless ``allow_in_loop=True``.
+
+    >>> out = np.empty((1024,), np.float32)
+    >>> for step in range(n): cuasync.download_into(result, out)
+    """
+    check_blocking_allowed("cuasync.download_into()", allow_in_loop)
+    if not isinstance(tensor, Tensor):
+        raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
+    if not isinstance(out, np.ndarray):
+        raise ArgumentError(
+            f"out must be a numpy.ndarray to copy into, got {type(out).__name__}; "
+            "use tensor.to_host() for a new array"
+        )
+    if out.dtype != tensor.dtype:
+        raise DTypeError(
+            f"out is {out.dtype} but the tensor is {dtype_name(tensor.dtype)}; pass an array "
+            f"of dtype {dtype_name(tensor.dtype)}"
+        )
+    if out.size != tensor.size:
+        raise ShapeError(
+            f"out has {out.size} elements {out.shape} but the tensor has {tensor.size} "
+            f"{tensor.shape}; pass an array with the same number of elements"
+        )
+    if not out.flags.writeable:
+        raise ArgumentError("out is read-only; pass a writable array")
+    t = tensor
+    itemsize = t.itemsize
+    block = PinnedPool.default()._blocks.acquire(t.nbytes)
+    address = block.address
+
+    def enqueue(ctx: ExecutionContext) -> Output[None]:
+        src = ctx.read(t.allocation, "tensor") + t.offset * itemsize
+        copy_strided(
+            ctx,
+            "dtoh",
+            address,
+            tuple(s * itemsize for s in contiguous_strides(t.shape)),
+            src,
+            tuple(s * itemsize for s in t.strides),
+            t.shape,
+            itemsize,
+        )
+        ctx.retain(block)
+        return Output.ready(None)
+
+    device_op(enqueue, t.device, "download_into").sync(allow_in_loop=True)
+    staged = block.array(t.dtype, t.shape)
+    if staged.shape != out.shape:
+        staged = staged.reshape(out.shape)
+    np.copyto(out, staged)
+    return out

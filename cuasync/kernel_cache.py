@@ -1,0 +1,249 @@
+"""An opt-in on-disk cache of compiled kernels (cubins), shared by processes.
+
+NVRTC takes a few hundred milliseconds per kernel. With the cache enabled, a kernel
+compiled once for an architecture is read back from disk by later processes instead.
+Entries are keyed by a hash of everything that decides the cubin: the source, the name
+expression, the compile flags (:class:`cuasync.CompileOptions`), the architecture and
+the NVRTC version, so a changed kernel or a new NVRTC never gets a stale image.
+
+>>> from cuasync import kernel_cache
+>>> kernel_cache.enable()                   # ~/.cache/cuasync/kernels
+>>> kernel_cache.stats()
+CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'))
+>>> kernel_cache.disable()
+
+Entries are written atomically (a temporary file renamed into place), so concurrent
+processes can share one directory; an unreadable or truncated entry counts as a miss.
+Delete the directory (or call :func:`clear`) to drop everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ArgumentError
+
+__all__ = [
+    "CacheStats",
+    "clear",
+    "default_path",
+    "disable",
+    "enable",
+    "enabled",
+    "key_for",
+    "lookup",
+    "stats",
+    "store",
+]
+
+_MAGIC = b"CUASYNC-CUBIN-1\n"
+_SUFFIX = ".cubin"
+_FORMAT = 1  # bump when the key or the entry layout changes
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters since :func:`enable` and the number of entries on disk."""
+
+    hits: int
+    misses: int
+    entries: int
+    path: Path | None
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.path: Path | None = None
+        self.hits = 0
+        self.misses = 0
+        self.nvrtc: tuple[int, int] | None = None
+
+
+_state = _State()
+
+
+def default_path() -> Path:
+    """``$XDG_CACHE_HOME/cuasync/kernels``, by default ``~/.cache/cuasync/kernels``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cuasync" / "kernels"
+
+
+def enable(path: str | os.PathLike[str] | None = None) -> Path:
+    """Start caching compiled kernels in ``path`` (created if missing); returns the path.
+
+    Resets the hit and miss counters. Calling it again switches to another directory.
+    """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"path must be a str, a path or None, got {type(path).__name__}")
+    target = Path(path).expanduser() if path is not None else default_path()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(
+            f"path={str(target)!r} cannot be used as a kernel cache: {exc}"
+        ) from None
+    if not os.access(target, os.W_OK):
+        raise ArgumentError(f"path={str(target)!r} is not writable")
+    with _state.lock:
+        _state.path = target
+        _state.hits = 0
+        _state.misses = 0
+    return target
+
+
+def disable() -> None:
+    """Stop using the disk cache (the files stay where they are)."""
+    with _state.lock:
+        _state.path = None
+
+
+def enabled() -> bool:
+    """Whether :func:`enable` is in effect."""
+    return _state.path is not None
+
+
+def _entries(path: Path | None) -> int:
+    if path is None:
+        return 0
+    try:
+        return sum(1 for p in path.iterdir() if p.suffix == _SUFFIX)
+    except OSError:
+        return 0
+
+
+def stats() -> CacheStats:
+    """Hits and misses since :func:`enable`, and the entries in the cache directory."""
+    with _state.lock:
+        path, hits, misses = _state.path, _state.hits, _state.misses
+    return CacheStats(hits=hits, misses=misses, entries=_entries(path), path=path)
+
+
+def clear() -> int:
+    """Delete every entry of the enabled cache; returns how many were removed."""
+    path = _state.path
+    if path is None:
+        return 0
+    removed = 0
+    for entry in list(path.iterdir()):
+        if entry.suffix == _SUFFIX:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                removed += 1
+    return removed
+
+
+def _nvrtc_version() -> tuple[int, int]:
+    if _state.nvrtc is None:
+        from ._nvrtc import nvrtc_version
+
+        _state.nvrtc = nvrtc_version()
+    return _state.nvrtc
+
+
+def key_for(
+    source: str,
+    name_expression: str,
+    flags: Sequence[str],
+    arch: str,
+    nvrtc_version: tuple[int, int] | None = None,
+) -> str | None:
+    """The cache key of one compilation, or ``None`` while the cache is disabled.
+
+    A SHA-256 over the source, name expression, NVRTC flags, architecture and NVRTC
+    version (asked from NVRTC when not given).
+    """
+    if _state.path is None:
+        return None
+    version = _nvrtc_version() if nvrtc_version is None else nvrtc_version
+    h = hashlib.sha256()
+    fields = [
+        str(_FORMAT),
+        source,
+        name_expression,
+        "\0".join(flags),
+        arch,
+        "{}.{}".format(*version),
+    ]
+    for f in fields:
+        data = f.encode()
+        h.update(struct.pack("<Q", len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _entry_path(key: str) -> Path | None:
+    path = _state.path
+    if path is None:
+        return None
+    if not (len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        raise ArgumentError(f"key must be a key_for() digest, got {key!r}"[:120])
+    return path / f"{key}{_SUFFIX}"
+
+
+def lookup(key: str) -> tuple[bytes, str] | None:
+    """The ``(cubin, lowered name)`` stored under ``key``, or ``None`` (counted as a miss).
+
+    Also ``None`` while the cache is disabled (not counted).
+    """
+    entry = _entry_path(key)
+    if entry is None:
+        return None
+    found: tuple[bytes, str] | None = None
+    try:
+        data = entry.read_bytes()
+    except OSError:
+        data = b""
+    if data.startswith(_MAGIC) and len(data) >= len(_MAGIC) + 12:
+        name_len, image_len = struct.unpack_from("<IQ", data, len(_MAGIC))
+        start = len(_MAGIC) + 12
+        if len(data) == start + name_len + image_len and image_len:
+            try:
+                name = data[start : start + name_len].decode()
+            except UnicodeDecodeError:
+                name = ""
+            if name:
+                found = (data[start + name_len :], name)
+    with _state.lock:
+        if found is None:
+            _state.misses += 1
+        else:
+            _state.hits += 1
+    return found
+
+
+def store(key: str, image: bytes, lowered_name: str) -> None:
+    """Save a compiled ``image`` and its lowered kernel name under ``key``.
+
+    Does nothing while the cache is disabled. Write failures (a full disk, a read-only
+    directory) are ignored: the cache is an optimization, never a reason to fail.
+    """
+    entry = _entry_path(key)
+    if entry is None:
+        return
+    if not isinstance(image, (bytes, bytearray)) or not image:
+        raise ArgumentError("image must be the non-empty bytes of a compiled kernel")
+    if not isinstance(lowered_name, str) or not lowered_name:
+        raise ArgumentError("lowered_name must be the kernel's non-empty lowered name")
+    name = lowered_name.encode()
+    payload = _MAGIC + struct.pack("<IQ", len(name), len(image)) + name + bytes(image)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, entry)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        pass

@@ -1,0 +1,414 @@
+"""User kernels: launches (emulate= twins on the emulator), argument checks, compilation,
+CompileOptions, Module, and the opt-in disk cache of compiled kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ON_EMULATOR
+
+import cuasync
+from cuasync import kernel_cache
+from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
+
+pytestmark = pytest.mark.anyio
+
+
+def nvrtc_available() -> bool:
+    try:
+        from cuasync._nvrtc import nvrtc_version
+
+        nvrtc_version()
+    except Exception:
+        return False
+    return True
+
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC cannot be loaded here")
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def saxpy_twin(a: np.float32, x: np.ndarray, y: np.ndarray, n: np.int32) -> None:
+    y[:n] = a * x[:n] + y[:n]
+
+
+SCALE = r"""
+template <typename T>
+__global__ void scale(T* x, T factor, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= factor;
+}
+"""
+
+
+def scale_twin(x: np.ndarray, factor: Any, n: Any) -> None:
+    x[:n] *= factor
+
+
+TILES = r"""
+// one block per 16-element tile: adds the tile's index to each of its elements
+extern "C" __global__ void add_tile_index(float* x) {
+    x[blockIdx.x * 16 + threadIdx.x] += (float)blockIdx.x;
+}
+"""
+
+
+def tiles_twin(x: np.ndarray) -> None:
+    x += np.repeat(np.arange(x.size // 16, dtype=x.dtype), 16)
+
+
+SPLIT = r"""
+extern "C" __global__ void split(const float* x, float* neg, float* pos, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { neg[i] = x[i] < 0 ? x[i] : 0; pos[i] = x[i] > 0 ? x[i] : 0; }
+}
+"""
+
+
+def split_twin(x: np.ndarray, neg: np.ndarray, pos: np.ndarray, n: Any) -> None:
+    neg[:] = np.minimum(x, 0)
+    pos[:] = np.maximum(x, 0)
+
+
+PROBE = r"""
+extern "C" __global__ void probe(const float* x, int n) { }
+"""
+
+
+def ramp(n: int, dtype: Any = np.float32) -> np.ndarray:
+    return np.arange(n, dtype=dtype)
+
+
+# -- launches --------------------------------------------------------------------------------
+async def test_saxpy_launch_forms(anyio_backend) -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    n = 1000
+    x = await cuasync.from_host(ramp(n))
+    y = await cuasync.ones(n)
+    out = await k[(n + 255) // 256, 256](2.0, x, y, n)
+    assert out is y  # the one non-const pointer is the output
+    np.testing.assert_array_equal(await y.to_host(), 2 * ramp(n) + 1)
+    out = await k.launch(np.float32(-1.0), x, y, np.int64(n), grid=(4, 1, 1), block=(256,))
+    np.testing.assert_array_equal(await out.to_host(), ramp(n) + 1)
+
+
+def test_kernel_parses_the_signature() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    assert [p.name for p in k.params] == ["a", "x", "y", "n"]
+    assert [p.is_output for p in k.params] == [False, False, True, False]
+    assert "saxpy(float a, const float* x, float* y, int n)" in repr(k)
+
+
+async def test_template_kernel_by_name_expression(anyio_backend) -> None:
+    for name, dtype in (("scale<float>", np.float32), ("scale<double>", np.float64)):
+        k = cuasync.Kernel(SCALE, name, emulate=scale_twin)
+        assert k.params[0].dtype == np.dtype(dtype) and k.params[1].dtype == np.dtype(dtype)
+        x = await cuasync.from_host(ramp(300, dtype))
+        await k[3, 128](x, 3.0, 300)
+        np.testing.assert_array_equal(await x.to_host(), 3 * ramp(300, dtype))
+    k32 = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
+    x64 = await cuasync.from_host(ramp(4, np.float64))
+    with pytest.raises(LaunchError, match=r"parameter 'x'.*expects float32 data.*float64"):
+        k32[1, 32](x64, 2.0, 4)
+
+
+async def test_partition_infers_the_grid(anyio_backend) -> None:
+    k = cuasync.Kernel(TILES, "add_tile_index", emulate=tiles_twin)
+    x = await cuasync.zeros((64,))
+    part = x.partition((16,))
+    out = await k.launch(part, block=16)
+    assert isinstance(out, cuasync.Partition) and out.unpartition() is x
+    expected = np.repeat(np.arange(4, dtype=np.float32), 16)
+    np.testing.assert_array_equal(await x.to_host(), expected)
+    await k.launch(part, grid=4, block=16)  # an explicit grid that matches is fine
+    np.testing.assert_array_equal(await x.to_host(), 2 * expected)
+
+
+async def test_several_outputs_give_a_tuple(anyio_backend) -> None:
+    k = cuasync.Kernel(SPLIT, "split", emulate=split_twin)
+    x = await cuasync.linspace(-2.0, 2.0, 9)
+    neg, pos = await cuasync.zeros(9), await cuasync.zeros(9)
+    out = await k[1, 32](x, neg, pos, 9)
+    assert out == (neg, pos)
+    a = np.linspace(-2.0, 2.0, 9, dtype=np.float32)
+    np.testing.assert_array_equal(await neg.to_host(), np.minimum(a, 0))
+    np.testing.assert_array_equal(await pos.to_host(), np.maximum(a, 0))
+
+
+async def test_no_outputs_give_none(anyio_backend) -> None:
+    seen: list[float] = []
+    k = cuasync.Kernel(PROBE, "probe", emulate=lambda x, n: seen.append(float(x[:n].sum())))
+    x = await cuasync.arange(5)
+    assert await k[1, 32](x, 5) is None
+    if ON_EMULATOR:
+        assert seen == [10.0]
+
+
+async def test_kernel_output_chains_with_then(anyio_backend) -> None:
+    k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
+    host = await cuasync.arange(8).then(lambda t: k[1, 32](t, 0.5, 8)).then(lambda t: t.to_host())
+    np.testing.assert_array_equal(host, ramp(8) / 2)
+
+
+# -- bad launches ----------------------------------------------------------------------------
+def _bad_launches() -> list[tuple[str, Callable[[], Any], str]]:
+    saxpy = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    tiles = cuasync.Kernel(TILES, "add_tile_index", emulate=tiles_twin)
+    odd = cuasync.Kernel(
+        "struct P { int a; };\n__global__ void odd(P p, float* x) {}", "odd", emulate=print
+    )
+    x = cuasync.arange(8).sync()
+    y = cuasync.zeros(8).sync()
+    x64 = cuasync.arange(8, "float64").sync()
+    xi = cuasync.arange(8, "int32").sync()
+    part = cuasync.zeros(64).sync().partition((16,))
+    cases: list[tuple[str, Callable[[], Any], str]] = [
+        ("too few", lambda: saxpy[1, 32](2.0, x, y), r"saxpy\(\) takes 4 argument\(s\).*got 3"),
+        ("too many", lambda: saxpy[1, 32](2.0, x, y, 8, 9), r"takes 4 argument\(s\).*got 5"),
+        ("scalar for pointer", lambda: saxpy[1, 32](2.0, 3.0, y, 8), r"parameter 'x'.*got float"),
+        ("array for pointer", lambda: saxpy[1, 32](2.0, np.ones(8), y, 8), r"parameter 'x'"),
+        ("pointer for scalar", lambda: saxpy[1, 32](x, x, y, 8), r"parameter 'a'.*scalar"),
+        ("dtype", lambda: saxpy[1, 32](2.0, x64, y, 8), r"parameter 'x'.*float32.*float64"),
+        ("int dtype", lambda: saxpy[1, 32](2.0, x, xi, 8), r"parameter 'y'.*float32.*int32"),
+        ("float for int", lambda: saxpy[1, 32](2.0, x, y, 8.0), r"parameter 'n'.*int32 scalar"),
+        ("int range", lambda: saxpy[1, 32](2.0, x, y, 2**40), r"parameter 'n'.*does not fit"),
+        ("str scalar", lambda: saxpy[1, 32]("2", x, y, 8), r"parameter 'a'.*float32 scalar"),
+        ("bool scalar", lambda: saxpy[1, 32](True, x, y, 8), r"parameter 'a'"),
+        ("unknown C type", lambda: odd[1, 1](1, y), r"parameter 'p'.*C type 'P'"),
+        ("grid mismatch", lambda: tiles.launch(part, grid=3, block=16), r"does not match.*'x'"),
+        ("no grid", lambda: saxpy.launch(2.0, x, y, 8, block=32), r"pass grid="),
+        ("zero grid", lambda: saxpy.launch(2.0, x, y, 8, grid=0), r"grid must be"),
+        ("4-d grid", lambda: saxpy.launch(2.0, x, y, 8, grid=(1, 1, 1, 1)), r"grid must be"),
+        ("big block", lambda: saxpy[1, (64, 32)](2.0, x, y, 8), r"more than 1024 threads"),
+        ("shared mem", lambda: saxpy[1, 32, -1](2.0, x, y, 8), r"shared_mem must be"),
+        ("config", lambda: saxpy[1](2.0, x, y, 8), r"kernel\[grid, block\]"),
+    ]
+    if cuasync.device_count() >= 2:
+        x1 = cuasync.arange(8, device=1).sync()
+        cases.append(
+            (
+                "devices",
+                lambda: saxpy[1, 32](2.0, x1, y, 8),
+                r"different devices \(x on device 1, y on device 0\)",
+            )
+        )
+    return cases
+
+
+@pytest.mark.emulator_only
+def test_bad_launches_raise_launch_error_and_enqueue_nothing(emu) -> None:
+    cases = _bad_launches()
+    assert any(label == "devices" for label, _, _ in cases), "the session has 2 devices"
+    cuasync.Device(0).synchronize()
+    before = emu.commands_enqueued()
+    for label, launch, match in cases:
+        with pytest.raises(LaunchError, match=match):
+            launch()
+        assert emu.commands_enqueued() == before, label
+
+
+def test_bad_launches_on_any_backend() -> None:
+    for _, launch, match in _bad_launches():
+        with pytest.raises(LaunchError, match=match):
+            launch()
+
+
+def test_launch_error_is_an_argument_error() -> None:
+    assert issubclass(LaunchError, ArgumentError) and issubclass(LaunchError, ValueError)
+
+
+@pytest.mark.emulator_only
+def test_kernel_without_emulate_says_to_pass_one(emu) -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy")
+    x, y = cuasync.arange(4).sync(), cuasync.zeros(4).sync()
+    before = emu.commands_enqueued()
+    with pytest.raises(LaunchError, match=r"no emulate= function.*pass emulate="):
+        k[1, 32](2.0, x, y, 4)
+    assert emu.commands_enqueued() == before
+    k.compile()  # nothing to compile for the emulator: not an error
+
+
+def test_kernel_constructor_checks() -> None:
+    with pytest.raises(KernelCompileError, match="no __global__ function named 'saxpi'"):
+        cuasync.Kernel(SAXPY, "saxpi")
+    with pytest.raises(ArgumentError, match="source"):
+        cuasync.Kernel("  ", "saxpy")
+    with pytest.raises(ArgumentError, match="emulate must be callable"):
+        cuasync.Kernel(SAXPY, "saxpy", emulate=3)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match=r"options must be a cuasync\.CompileOptions"):
+        cuasync.Kernel(SAXPY, "saxpy", options={"opt_level": 2})  # type: ignore[arg-type]
+
+
+# -- compilation ---------------------------------------------------------------------------
+@needs_nvrtc
+def test_compile_error_carries_the_nvrtc_log() -> None:
+    k = cuasync.Kernel("__global__ void broken(float* x) { x[0] = undefined_thing; }", "broken")
+    with pytest.raises(KernelCompileError) as info:
+        k.compile_image("sm_80")
+    assert "undefined_thing" in info.value.log and "error" in info.value.log
+    assert info.value.log in str(info.value) and "'broken'" in str(info.value)
+
+
+@needs_nvrtc
+def test_compile_image_gives_a_cubin_and_the_lowered_name() -> None:
+    image, lowered = cuasync.Kernel(SCALE, "scale<float>").compile_image("sm_90")
+    assert image[:4] == b"\x7fELF" and lowered.startswith("_Z") and "scale" in lowered
+    image, lowered = cuasync.Kernel(SAXPY, "saxpy").compile_image("sm_80")
+    assert lowered == "saxpy"
+
+
+def test_compile_options_normalize_and_validate() -> None:
+    a = cuasync.CompileOptions(defines={"B": 2, "A": "x"})
+    b = cuasync.CompileOptions(defines={"A": "x", "B": "2"})
+    assert a == b and hash(a) == hash(b)
+    assert a.flags() == ["--ptxas-options=-O3", "-DA=x", "-DB=2"]
+    flags = cuasync.CompileOptions(opt_level=1, line_info=True, max_registers=32).flags()
+    assert "--ptxas-options=-O1" in flags and "--generate-line-info" in flags
+    assert "--maxrregcount=32" in flags
+    with pytest.raises(ArgumentError, match="opt_level"):
+        cuasync.CompileOptions(opt_level=7)
+
+
+def test_compile_options_are_part_of_the_cache_key() -> None:
+    plain = cuasync.Kernel(SAXPY, "saxpy")
+    tuned = cuasync.Kernel(SAXPY, "saxpy", options=cuasync.CompileOptions(max_registers=32))
+    same = cuasync.Kernel(SAXPY, "saxpy", options=cuasync.CompileOptions())
+    assert plain._key("sm_90") != tuned._key("sm_90")
+    assert plain._key("sm_90") == same._key("sm_90")
+    assert plain._key("sm_80") != plain._key("sm_90")
+
+
+DEFINED = r"""
+extern "C" __global__ void k(int* out) { out[0] = VALUE; }
+"""
+
+
+@needs_nvrtc
+def test_compile_options_change_the_compiled_code() -> None:
+    def image(value: int) -> bytes:
+        options = cuasync.CompileOptions(defines={"VALUE": value})
+        return cuasync.Kernel(DEFINED, "k", options=options).compile_image("sm_90")[0]
+
+    assert image(1234567) != image(7654321)
+    assert image(1234567) == image(1234567)
+
+
+# -- Module ---------------------------------------------------------------------------------
+@pytest.mark.emulator_only
+def test_module_raises_a_clear_error_on_the_emulator(emu) -> None:
+    with pytest.raises(DeviceError, match="emulator cannot run cubin or PTX images"):
+        cuasync.Module(b"\x7fELF not really a cubin")
+
+
+def test_module_checks_its_image() -> None:
+    with pytest.raises(ArgumentError, match="image must be"):
+        cuasync.Module(b"")
+
+
+@pytest.mark.gpu
+@needs_nvrtc
+async def test_module_raw_launch_on_a_gpu(anyio_backend) -> None:
+    dev = cuasync.Device(0)
+    major, minor = dev.compute_capability
+    image, lowered = cuasync.Kernel(SAXPY, "saxpy").compile_image(f"sm_{major}{minor}")
+    mod = cuasync.Module(image)
+    k = mod.kernel(lowered, "float a, const float* x, float* y, int n")
+    x, y = await cuasync.arange(64), await cuasync.ones(64)
+    await k[1, 64](2.0, x, y, 64)
+    np.testing.assert_array_equal(await y.to_host(), 2 * ramp(64) + 1)
+
+
+# -- the disk cache --------------------------------------------------------------------------
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[Path]:
+    path = kernel_cache.enable(tmp_path / "kernels")
+    try:
+        yield path
+    finally:
+        kernel_cache.disable()
+
+
+def test_cache_is_off_by_default_and_keys_need_it() -> None:
+    assert not kernel_cache.enabled()
+    assert kernel_cache.key_for("src", "k", [], "sm_90", (13, 0)) is None
+    assert kernel_cache.stats().path is None
+
+
+def test_cache_key_covers_everything_that_decides_the_cubin(cache: Path) -> None:
+    base = ("src", "k<float>", ["-DA=1"], "sm_90", (13, 0))
+    key = kernel_cache.key_for(*base)
+    assert key is not None and len(key) == 64
+    assert kernel_cache.key_for(*base) == key
+    variants = [
+        ("src2", "k<float>", ["-DA=1"], "sm_90", (13, 0)),
+        ("src", "k<double>", ["-DA=1"], "sm_90", (13, 0)),
+        ("src", "k<float>", ["-DA=2"], "sm_90", (13, 0)),
+        ("src", "k<float>", ["-DA=1", "-G"], "sm_90", (13, 0)),
+        ("src", "k<float>", ["-DA=1"], "sm_80", (13, 0)),
+        ("src", "k<float>", ["-DA=1"], "sm_90", (13, 1)),
+    ]
+    keys = {kernel_cache.key_for(*v) for v in variants}
+    assert len(keys) == len(variants) and key not in keys
+    flags_a = cuasync.CompileOptions(max_registers=32).flags()
+    flags_b = cuasync.CompileOptions().flags()
+    assert kernel_cache.key_for("s", "k", flags_a, "sm_90", (13, 0)) != kernel_cache.key_for(
+        "s", "k", flags_b, "sm_90", (13, 0)
+    )
+
+
+def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:
+    key = kernel_cache.key_for("src", "k", [], "sm_90", (13, 0))
+    assert key is not None
+    assert kernel_cache.lookup(key) is None
+    kernel_cache.store(key, b"\x7fELF-image", "_Z1kv")
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+    stats = kernel_cache.stats()
+    assert (stats.hits, stats.misses, stats.entries, stats.path) == (1, 1, 1, cache)
+    assert [p.name for p in cache.iterdir()] == [f"{key}.cubin"]  # no temporary files left
+    # a truncated entry is a miss, never an error
+    entry = cache / f"{key}.cubin"
+    entry.write_bytes(entry.read_bytes()[:-3])
+    assert kernel_cache.lookup(key) is None
+    assert kernel_cache.clear() == 1 and kernel_cache.stats().entries == 0
+    with pytest.raises(ArgumentError, match="key must be"):
+        kernel_cache.lookup("../../etc/passwd")
+    with pytest.raises(ArgumentError, match="image must be"):
+        kernel_cache.store(key, b"", "k")
+
+
+def test_cache_enable_checks_its_path(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(ArgumentError, match="cannot be used as a kernel cache"):
+        kernel_cache.enable(not_a_dir)
+    with pytest.raises(ArgumentError, match="path must be"):
+        kernel_cache.enable(3)  # type: ignore[arg-type]
+    assert not kernel_cache.enabled()
+
+
+def test_cache_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert kernel_cache.default_path() == tmp_path / "cuasync" / "kernels"
+    try:
+        assert kernel_cache.enable() == tmp_path / "cuasync" / "kernels"
+    finally:
+        kernel_cache.disable()
+
+
+@needs_nvrtc
+def test_cache_round_trips_a_real_compilation(cache: Path) -> None:
+    k = cuasync.Kernel(SCALE, "scale<double>")
+    first = k.compile_image("sm_90")
+    assert kernel_cache.stats().misses == 1
+    assert k.compile_image("sm_90") == first
+    assert kernel_cache.stats().hits == 1 and kernel_cache.stats().entries == 1
