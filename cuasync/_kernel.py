@@ -11,6 +11,7 @@ type, :class:`DevicePointer` for raw addresses.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -110,47 +111,57 @@ _STRUCT: dict[str, str] = {
 }
 
 
-class _ParamBlock:
-    """The ``void*[]`` of a launch and the argument values it points to, packed in one buffer.
+@functools.cache
+def _int_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
-    Each parameter gets a 16-byte-aligned slot after the pointer array; one
-    ``struct.pack_into`` per launch fills pointers and values together.
+
+class _ParamBlock:
+    """The ``void*[]`` of a kernel's launches and the argument slots it points to.
+
+    One buffer per kernel: the pointer array at its start (written once) and a
+    16-byte-aligned slot per parameter after it. A launch packs its values into the
+    slots with one ``struct.pack_into``; ``cuLaunchKernel`` copies them before it
+    returns (graph capture copies them too), and launches are enqueued under the
+    execution lock, so the buffer is reused by every launch.
     """
 
     def __init__(self, params: list[Param]) -> None:
         n = len(params)
-        self.codes: list[str] = []
-        self.offsets: list[int] = []
-        fmt = f"<{n}Q"
+        codes: list[str] = []
+        offsets: list[int] = []
+        fmt = "<"
         pos = 8 * n
+        start = pos
         for p in params:
             code = "Q" if p.pointer else _STRUCT.get(dtype_name(p.dtype), "") if p.dtype is not None else ""
             aligned = -(-pos // 16) * 16
             if aligned > pos:
                 fmt += f"{aligned - pos}x"
             fmt += code or "8x"
-            self.offsets.append(aligned)
-            self.codes.append(code)
+            offsets.append(aligned)
+            codes.append(code)
             pos = aligned + (struct.calcsize("<" + code) if code else 8)
         self.fmt = fmt
-        self.size = max(pos, 8)
-        self.complex = {i for i, c in enumerate(self.codes) if len(c) == 2}
+        self.start = start
+        self.complex = {i for i, c in enumerate(codes) if len(c) == 2}
+        self.buffer = ctypes.create_string_buffer(max(pos, 8))
+        self.address = ctypes.addressof(self.buffer)
+        struct.pack_into(f"<{n}Q", self.buffer, 0, *(self.address + o for o in offsets))
 
-    def pack(self, values: list[Any]) -> Any:
-        """A buffer holding the pointer array (at its start) and ``values``; keep it alive."""
-        buf = ctypes.create_string_buffer(self.size)
-        base = ctypes.addressof(buf)
-        flat: list[Any] = [base + o for o in self.offsets]
+    def pack(self, values: list[Any]) -> int:
+        """Write ``values`` into the slots; returns the address of the pointer array."""
         if self.complex:
+            flat: list[Any] = []
             for i, v in enumerate(values):
                 if i in self.complex:
                     flat += (v.real, v.imag)
                 else:
                     flat.append(v)
-        else:
-            flat += values
-        struct.pack_into(self.fmt, buf, 0, *flat)
-        return buf
+            values = flat
+        struct.pack_into(self.fmt, self.buffer, self.start, *values)
+        return self.address
 
 
 class _Launchable:
@@ -299,8 +310,8 @@ class _Launchable:
                 f"{self._where(param)} expects a {dtype_name(dtype)} scalar, got "
                 f"{type(arg).__name__} {arg!r}"
             )
-        info = np.iinfo(dtype)
-        if not info.min <= value <= info.max:
+        low, high = _int_bounds(dtype)
+        if not low <= value <= high:
             raise LaunchError(f"{self._where(param)}: {value} does not fit in {dtype_name(dtype)}")
         return value
 
@@ -446,11 +457,7 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
             else:
                 ctx.write(tensor.allocation, param.name)
         values = self._values
-        if values:
-            buf = kernel._param_block().pack(values)  # alive until the launch call returns
-            params = ctypes.addressof(buf)
-        else:
-            params = 0
+        params = kernel._param_block().pack(values) if values else 0
         _backend().launch_kernel(
             function, self._grid, self._block, self._shared_mem, ctx.stream.handle, params
         )

@@ -216,6 +216,8 @@ class Hub:
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
         self.spin_budget_us = CONFIG.spin_budget_us
         self._memops: dict[int, bool] = {}
+        self._last_probe: dict[int, float] = {}
+        self._probe_interval = CONFIG.stale_us / 1e6
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -287,17 +289,27 @@ class Hub:
             self.probe(comp)
 
     def probe(self, comp: Completion) -> None:
-        """Query the stream of a completion that is making no progress, to find faults."""
+        """Query the stream of a completion that is making no progress, to find faults.
+
+        A device fault is sticky for the whole context, so one probe per device per
+        ``CUASYNC_STALE_US`` is enough however many slots are stale: with many long
+        kernels in flight the loop is not kept busy probing.
+        """
         stream = comp.stream
         if stream._capturing or comp.state != PENDING:
             return
+        ordinal = comp.device.ordinal
+        now = time.monotonic()
+        if now - self._last_probe.get(ordinal, -1.0) < self._probe_interval:
+            return
+        self._last_probe[ordinal] = now
         self.stats.stale_probes += 1
         try:
             self.backend.stream_query(stream.handle)
         except DeviceFaultError as exc:
             self.fail_device(comp.device, exc)
         except DeviceError as exc:
-            fault = self.backend.device_fault(comp.device.ordinal)
+            fault = self.backend.device_fault(ordinal)
             self.fail_device(comp.device, fault if fault is not None else exc)
 
     def fail_device(self, device: Any, error: BaseException) -> None:

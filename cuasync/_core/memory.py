@@ -10,7 +10,6 @@ when the last reference to the allocation goes away.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,7 @@ def warn_leak(device: Device, what: str) -> None:
 class Allocation:
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
-    __slots__ = ("__weakref__", "_lock", "_reads", "_write", "device", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_reads", "_write", "device", "nbytes", "ptr")
 
     def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:
         if nbytes < 0:
@@ -50,7 +49,6 @@ class Allocation:
         self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
         with device._lock:
             device._used += nbytes
-        self._lock = threading.Lock()
         # The allocation itself is ordered on ``stream``: count it as a write there.
         self._write: tuple[Stream, int] | None = (stream, stream._submitted)
         self._reads: dict[Stream, int] = {}
@@ -59,18 +57,22 @@ class Allocation:
         return f"<Allocation {self.nbytes} B at {self.ptr:#x} on device {self.device.ordinal}>"
 
     def use(self, stream: Stream, seq: int, write: bool) -> None:
-        """Order ``stream`` after conflicting earlier uses, then record this use."""
-        with self._lock:
-            if self._write is not None:
-                prev_stream, prev_seq = self._write
-                stream._order_after(prev_stream, prev_seq)
-            if write:
+        """Order ``stream`` after conflicting earlier uses, then record this use.
+
+        Called only while enqueuing, under the execution lock, which serializes it.
+        """
+        last = self._write
+        if last is not None and last[0] is not stream:
+            stream._order_after(last[0], last[1])
+        if write:
+            if self._reads:
                 for reader, reader_seq in self._reads.items():
-                    stream._order_after(reader, reader_seq)
+                    if reader is not stream:
+                        stream._order_after(reader, reader_seq)
                 self._reads.clear()
-                self._write = (stream, seq)
-            else:
-                self._reads[stream] = seq
+            self._write = (stream, seq)
+        else:
+            self._reads[stream] = seq
 
     def _last_uses(self) -> list[tuple[Stream, int]]:
         uses = list(self._reads.items())
