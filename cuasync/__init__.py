@@ -39,7 +39,7 @@ from ._core.op import DeviceOp as DeviceOp
 from ._core.op import SharedOp as SharedOp
 from ._core.op import device_op as device_op
 from ._core.op import value as value
-from ._core.op import zip as zip  # noqa: A004
+from ._core.op import zip as zip
 from ._core.output import Output as Output
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream

@@ -100,7 +100,9 @@ def from_host(array: Any, *, device: int | Device | None = None) -> DeviceOp[Ten
     >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))
     """
     if isinstance(array, Tensor):
-        raise ArgumentError("from_host got a cuasync.Tensor, which is already on a device; use .dup()")
+        raise ArgumentError(
+            "from_host got a cuasync.Tensor, which is already on a device; use .dup()"
+        )
     try:
         source = np.asarray(array)
     except Exception as exc:
@@ -205,7 +207,9 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
         sp = ctx.read(s.allocation, "src") + s.offset * s.itemsize
         dp = ctx.write(d.allocation, "dst") + d.offset * d.itemsize
         if d.shape == s.shape:
-            copy_strided(ctx, "dtod", dp, _byte_strides(d), sp, _byte_strides(s), s.shape, s.itemsize)
+            copy_strided(
+                ctx, "dtod", dp, _byte_strides(d), sp, _byte_strides(s), s.shape, s.itemsize
+            )
         elif s.nbytes:
             get_backend().memcpy_dtod_async(dp, sp, s.nbytes, ctx.handle)
         return Output.ready(d)
@@ -213,7 +217,9 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     return device_op(enqueue, d.device, "memcpy", graph_node=True)
 
 
-def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+def empty(
+    shape: Any, dtype: Any = "float32", *, device: int | Device | None = None
+) -> DeviceOp[Tensor]:
     """An op allocating an uninitialized tensor.
 
     >>> buf = await cuasync.empty((1024,), "uint8")
@@ -232,7 +238,9 @@ def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = N
     return device_op(enqueue, target, "empty")
 
 
-def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+def zeros(
+    shape: Any, dtype: Any = "float32", *, device: int | Device | None = None
+) -> DeviceOp[Tensor]:
     """An op allocating a tensor filled with zeros.
 
     >>> z = await cuasync.zeros((16, 16), "float16")

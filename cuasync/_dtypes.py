@@ -46,8 +46,7 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
         dt = None
     if dt is None or dt not in _BY_DTYPE:
         raise DTypeError(
-            f"{argument}={dtype!r} is not a supported dtype; expected one of "
-            f"{', '.join(SUPPORTED)}"
+            f"{argument}={dtype!r} is not a supported dtype; expected one of {', '.join(SUPPORTED)}"
         )
     return dt
 

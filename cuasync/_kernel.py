@@ -1,6 +1,7 @@
 """User kernels: CUDA C++ compiled with NVRTC (or a cubin/PTX you bring), launched as ops.
 
->>> saxpy = cuasync.Kernel(SOURCE, "saxpy", emulate=lambda a, x, y, n: y.__setitem__(slice(None), a * x + y))
+>>> def saxpy_numpy(a, x, y, n): y[:n] += a * x[:n]
+>>> saxpy = cuasync.Kernel(SOURCE, "saxpy", emulate=saxpy_numpy)
 >>> y = await saxpy[(n + 255) // 256, 256](2.0, x, y, n)
 
 Arguments are checked against the C signature before anything is enqueued: tensors
@@ -76,7 +77,7 @@ class CompileOptions:
             out.append("--device-debug")
         if self.max_registers is not None:
             out.append(f"--maxrregcount={self.max_registers}")
-        out += [f"-D{k}={v}" for k, v in self.defines]  # type: ignore[misc]
+        out += [f"-D{k}={v}" for k, v in self.defines]  # type: ignore[str-unpack]
         return out + list(self.extra)
 
 
@@ -135,7 +136,13 @@ class _ParamBlock:
         pos = 8 * n
         start = pos
         for p in params:
-            code = "Q" if p.pointer else _STRUCT.get(dtype_name(p.dtype), "") if p.dtype is not None else ""
+            code = (
+                "Q"
+                if p.pointer
+                else _STRUCT.get(dtype_name(p.dtype), "")
+                if p.dtype is not None
+                else ""
+            )
             aligned = -(-pos // 16) * 16
             if aligned > pos:
                 fmt += f"{aligned - pos}x"
@@ -277,7 +284,8 @@ class _Launchable:
                     converted.append(arg)
                 else:
                     raise LaunchError(
-                        f"{self._where(param)} expects a tensor, view or partition (or a cuasync.DevicePointer "
+                        f"{self._where(param)} expects a tensor, view or partition (or a "
+                        "cuasync.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:
@@ -288,7 +296,9 @@ class _Launchable:
         """``arg`` as a plain Python value of the parameter's C type, or a LaunchError."""
         dtype = param.dtype
         if dtype is None:
-            raise LaunchError(f"{self._where(param)}: cuasync does not know the C type {param.ctype!r}")
+            raise LaunchError(
+                f"{self._where(param)}: cuasync does not know the C type {param.ctype!r}"
+            )
         kind = dtype.kind
         t = type(arg)
         if kind == "f" and (t is float or t is int):
@@ -301,9 +311,15 @@ class _Launchable:
             return bool(arg)
         elif kind in "iu" and isinstance(arg, np.integer):
             value = int(arg)
-        elif kind == "f" and isinstance(arg, (np.integer, np.floating)) and not isinstance(arg, bool):
+        elif (
+            kind == "f" and isinstance(arg, (np.integer, np.floating)) and not isinstance(arg, bool)
+        ):
             return float(arg)
-        elif kind == "c" and isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, bool):
+        elif (
+            kind == "c"
+            and isinstance(arg, (int, float, complex, np.number))
+            and not isinstance(arg, bool)
+        ):
             return complex(arg)
         else:
             raise LaunchError(
@@ -464,7 +480,8 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
         return Output.ready(self._output)
 
     def __repr__(self) -> str:
-        return f"<cuasync.DeviceOp launch {self._kernel.name}{' (consumed)' if self._consumed else ''}>"
+        consumed = " (consumed)" if self._consumed else ""
+        return f"<cuasync.DeviceOp launch {self._kernel.name}{consumed}>"
 
 
 class Kernel(_Launchable):
@@ -497,7 +514,9 @@ class Kernel(_Launchable):
         if emulate is not None and not callable(emulate):
             raise ArgumentError(f"emulate must be callable, got {type(emulate).__name__}")
         if options is not None and not isinstance(options, CompileOptions):
-            raise ArgumentError(f"options must be a cuasync.CompileOptions, got {type(options).__name__}")
+            raise ArgumentError(
+                f"options must be a cuasync.CompileOptions, got {type(options).__name__}"
+            )
         self.source = source
         self.name = name.strip()
         self.emulate = emulate
@@ -571,7 +590,7 @@ class Module:
     def kernel(
         self, name: str, signature: str, *, emulate: Callable[..., Any] | None = None
     ) -> _ModuleKernel:
-        """The function ``name`` with C parameter list ``signature`` (e.g. ``"float* x, int n"``)."""
+        """The function ``name`` with C parameters ``signature`` (``"float* x, int n"``)."""
         params = parse_params(f"__global__ void {name}({signature})", name)
         return _ModuleKernel(self, name, params, emulate)
 

@@ -75,7 +75,9 @@ class Param:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1
@@ -102,7 +104,9 @@ def _template_bindings(source: str, base: str, name: str) -> dict[str, str]:
         return {}
     args = _split_top_level(name[name.index("<") + 1 : name.rindex(">")])
     pattern = re.compile(
-        r"template\s*<([^>]*)>\s*(?:__global__|[\w\s]*__global__)[\w\s()]*?\b" + re.escape(base) + r"\s*\("
+        r"template\s*<([^>]*)>\s*(?:__global__|[\w\s]*__global__)[\w\s()]*?\b"
+        + re.escape(base)
+        + r"\s*\("
     )
     m = pattern.search(source)
     if not m:
@@ -134,7 +138,7 @@ def parse_params(source: str, name: str) -> list[Param]:
     if raw in ("", "void"):
         return []
     bindings = _template_bindings(text, base, name)
-    params = []
+    params: list[Param] = []
     for decl in _split_top_level(raw):
         decl = decl.split("=", 1)[0].strip()
         pointer = "*" in decl or "[" in decl

@@ -111,7 +111,9 @@ class Tensor:
     def is_contiguous(self) -> bool:
         return self.size <= 1 or all(
             s == c or d == 1
-            for s, c, d in zip(self.strides, contiguous_strides(self.shape), self.shape, strict=True)
+            for s, c, d in zip(
+                self.strides, contiguous_strides(self.shape), self.shape, strict=True
+            )
         )
 
     @property
@@ -133,8 +135,12 @@ class Tensor:
         """The element offsets ``[lo, hi)`` of the allocation this view can touch."""
         if self.size == 0:
             return (self.offset, self.offset)
-        lo = self.offset + sum(s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s < 0)
-        hi = self.offset + sum(s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s > 0)
+        lo = self.offset + sum(
+            s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s < 0
+        )
+        hi = self.offset + sum(
+            s * (d - 1) for s, d in zip(self.strides, self.shape, strict=True) if s > 0
+        )
         return (lo, hi + 1)
 
     # -- views -----------------------------------------------------------------------------
@@ -219,13 +225,13 @@ class Tensor:
         offset = self.offset
         shape: list[int] = []
         strides: list[int] = []
-        for axis, (item, dim, stride) in enumerate(zip(items, self.shape, self.strides, strict=False)):
+        for axis, (item, dim, stride) in enumerate(
+            zip(items, self.shape, self.strides, strict=False)
+        ):
             if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
                 i = int(item)
                 if not -dim <= i < dim:
-                    raise ShapeError(
-                        f"index {i} is out of range for axis {axis} with size {dim}"
-                    )
+                    raise ShapeError(f"index {i} is out of range for axis {axis} with size {dim}")
                 offset += (i % dim) * stride
             elif isinstance(item, slice):
                 start, stop, step = self._check_slice(item, dim, axis)
@@ -314,4 +320,5 @@ class Partition:
         return self.tensor
 
     def __repr__(self) -> str:
-        return f"<cuasync.Partition of {self.tensor.shape} into tiles {self.tile_shape}, grid {self.grid}>"
+        shape, tiles = self.tensor.shape, self.tile_shape
+        return f"<cuasync.Partition of {shape} into tiles {tiles}, grid {self.grid}>"

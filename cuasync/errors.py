@@ -4,7 +4,7 @@
 
     DeviceError                        base of everything cuasync raises
     ├── BackendUnavailableError        the requested backend cannot run here (no driver, ...)
-    ├── DriverError                    a CUresult other than CUDA_SUCCESS (.code, .name, .explanation)
+    ├── DriverError                    a failed CUresult (.code, .name, .explanation)
     │   ├── DeviceFaultError           sticky context fault: trap, illegal address, ...
     │   └── OutOfMemoryError           also a MemoryError; names the size requested
     ├── ArgumentError                  also a ValueError: a bad argument, named
@@ -14,7 +14,7 @@
     │   └── LaunchError                kernel launch preconditions (issue: kernels)
     ├── SchedulingError                a policy returned something unusable
     ├── OpConsumedError                also a RuntimeError: a single-use op executed twice
-    ├── ReentrancyError                also a RuntimeError: executing an op inside a ``then`` closure
+    ├── ReentrancyError                also a RuntimeError: executing an op inside ``then``
     ├── SyncInEventLoopError           also a RuntimeError: ``.sync()`` inside a running loop
     ├── CaptureError                   graph capture misuse
     ├── KernelCompileError             NVRTC failed; carries the log

@@ -32,20 +32,22 @@ N = 4096
 
 async def main() -> None:
     print(f"backend {cuasync.backend_name()}: {cuasync.Device(0).name}")
-    x = await cuasync.zeros((N,))          # pre-allocated: graphs bake pointers in
+    x = await cuasync.zeros((N,))  # pre-allocated: graphs bake pointers in
     y = await cuasync.zeros((N,))
     graph = step[(N + 255) // 256, 256](x, y, N).graph()
     tokens = [np.full(N, float(t), np.float32) for t in range(1, 9)]
     t0 = time.perf_counter()
     for token in tokens:
         staging = await cuasync.from_host(token)
-        graph.update(cuasync.memcpy(x, staging))   # ordered before the launch on the graph's stream
+        graph.update(cuasync.memcpy(x, staging))  # ordered before the launch on the graph's stream
         await graph.launch()
     result = await y.to_host()
     elapsed = (time.perf_counter() - t0) * 1e3
     expected = 2.0 * sum(t[0] for t in tokens)
     assert np.all(result == expected), (result[:4], expected)
-    print(f"{len(tokens)} graph replays in {elapsed:.1f} ms; y[0] = {result[0]} (expected {expected})")
+    print(
+        f"{len(tokens)} graph replays in {elapsed:.1f} ms; y[0] = {result[0]} (expected {expected})"
+    )
 
 
 if __name__ == "__main__":

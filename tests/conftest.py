@@ -10,7 +10,7 @@ import pytest
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 
-import cuasync  # noqa: E402
+import cuasync
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"

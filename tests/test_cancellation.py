@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ON_EMULATOR, settle
 
 import cuasync
-from conftest import ON_EMULATOR, settle
 
 pytestmark = pytest.mark.anyio
 
@@ -25,15 +25,22 @@ def in_flight(stream: cuasync.Stream) -> bool:
     return not stream.query()
 
 
-async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(anyio_backend, emu, baseline) -> None:
+async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(
+    anyio_backend, emu, baseline
+) -> None:
     import anyio
 
     s = cuasync.Device(0).new_stream()
     ran = {}
     with emu.paused():  # the device makes no progress until the block ends
         with anyio.CancelScope() as scope:
+
             async def waiter() -> None:
-                ran["out"] = await cuasync.from_host(np.ones(1 << 12)).then(lambda t: t.to_host()).submit_on(s)
+                ran["out"] = (
+                    await cuasync.from_host(np.ones(1 << 12))
+                    .then(lambda t: t.to_host())
+                    .submit_on(s)
+                )
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(waiter)
@@ -89,7 +96,11 @@ def test_asyncio_timeout_and_wait_for(emu, baseline) -> None:
             await asyncio.wait_for(_await(cuasync.zeros((8,)).then(lambda t: t.to_host())), 0.005)
         # the loop is still healthy and later work completes
         emu.set_delay(0)
-        assert (await cuasync.from_host(np.arange(3)).then(lambda t: t.to_host())).tolist() == [0, 1, 2]
+        assert (await cuasync.from_host(np.arange(3)).then(lambda t: t.to_host())).tolist() == [
+            0,
+            1,
+            2,
+        ]
 
     asyncio.run(main())
 
@@ -119,7 +130,9 @@ def test_never_executed_op_holds_nothing(emu, baseline) -> None:
     assert (emu.commands_enqueued(), cuasync.Device(0).memory_info().used) == before
 
 
-async def test_dropping_the_last_reference_while_in_flight_is_safe(anyio_backend, emu, baseline) -> None:
+async def test_dropping_the_last_reference_while_in_flight_is_safe(
+    anyio_backend, emu, baseline
+) -> None:
     """Every Python reference to x goes away while two streams still read it.
 
     The emulator faults with an illegal address if any command touches freed memory, so
@@ -128,8 +141,10 @@ async def test_dropping_the_last_reference_while_in_flight_is_safe(anyio_backend
     s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     x = await cuasync.from_host(np.arange(1 << 10, dtype=np.float32)).submit_on(s1)
     views = [x[:512], x[512:]]
-    futs = [views[0].dup().then(lambda t: t.to_host()).submit_on(s1),
-            views[1].dup().then(lambda t: t.to_host()).submit_on(s2)]
+    futs = [
+        views[0].dup().then(lambda t: t.to_host()).submit_on(s1),
+        views[1].dup().then(lambda t: t.to_host()).submit_on(s2),
+    ]
     del x, views
     gc.collect()
     a, b = [await f for f in futs]
@@ -157,7 +172,9 @@ def test_faulted_outputs_are_leaked_with_one_warning() -> None:
         """
     )
     env = {**os.environ, "CUASYNC_BACKEND": "emulator"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split()
     assert lines == ["['DeviceFaultError']", "1"], r.stdout + r.stderr
@@ -175,7 +192,11 @@ def test_stress_random_cancellations_and_timeouts(emu, caplog) -> None:
     handler_calls: list[dict] = []
 
     async def work(i: int) -> None:
-        out = await cuasync.from_host(np.full(4, i, np.int64)).then(lambda t: t.to_host()).schedule(policy)
+        out = (
+            await cuasync.from_host(np.full(4, i, np.int64))
+            .then(lambda t: t.to_host())
+            .schedule(policy)
+        )
         assert out.tolist() == [i] * 4, (i, out)
 
     async def with_timeout(i: int, seconds: float) -> None:
@@ -183,7 +204,9 @@ def test_stress_random_cancellations_and_timeouts(emu, caplog) -> None:
             await work(i)
 
     async def main() -> tuple[int, int, int]:
-        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: handler_calls.append(ctx))
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, ctx: handler_calls.append(ctx)
+        )
         tasks = []
         for i in range(n):
             roll = rng.random()
@@ -199,7 +222,11 @@ def test_stress_random_cancellations_and_timeouts(emu, caplog) -> None:
         ok = sum(r is None for r in results)
         cancelled = sum(isinstance(r, asyncio.CancelledError) for r in results)
         timeouts = sum(isinstance(r, TimeoutError) for r in results)
-        others = [r for r in results if r is not None and not isinstance(r, (asyncio.CancelledError, TimeoutError))]
+        others = [
+            r
+            for r in results
+            if r is not None and not isinstance(r, (asyncio.CancelledError, TimeoutError))
+        ]
         assert not others, others[:3]
         return ok, cancelled, timeouts
 

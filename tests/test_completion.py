@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ON_EMULATOR
 
 import cuasync
-from conftest import ON_EMULATOR
 
 pytestmark = pytest.mark.anyio
 
@@ -83,7 +83,9 @@ def test_stats_fields() -> None:
     assert s.slots_total >= 4096
 
 
-async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend, emu, baseline) -> None:
+async def test_many_concurrent_awaits_resolve_and_free_their_slots(
+    anyio_backend, emu, baseline
+) -> None:
     import anyio
 
     emu.set_delay(200)
@@ -91,7 +93,11 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
     results: dict[int, float] = {}
 
     async def one(i: int) -> None:
-        a = await cuasync.from_host(np.full(3, float(i))).then(lambda t: t.to_host()).schedule(policy)
+        a = (
+            await cuasync.from_host(np.full(3, float(i)))
+            .then(lambda t: t.to_host())
+            .schedule(policy)
+        )
         results[i] = float(a[0])
 
     async with anyio.create_task_group() as tg:
@@ -108,7 +114,10 @@ def test_several_loops_in_several_threads_each_get_their_own_completions(emu) ->
     def loop_thread(k: int) -> None:
         async def main() -> None:
             outs = await asyncio.gather(
-                *(cuasync.from_host(np.full(2, 10.0 * k + i)).then(lambda t: t.to_host()) for i in range(10))
+                *(
+                    cuasync.from_host(np.full(2, 10.0 * k + i)).then(lambda t: t.to_host())
+                    for i in range(10)
+                )
             )
             got[k] = [float(o[0]) for o in outs]
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ON_EMULATOR
 
 import cuasync
-from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, OutOfMemoryError, ShapeError
-from conftest import ON_EMULATOR
+from cuasync.errors import (
+    ArgumentError,
+    DTypeError,
+    InvalidDeviceError,
+    OutOfMemoryError,
+    ShapeError,
+)
 
 
 def test_building_copies_enqueues_nothing(emu) -> None:
@@ -34,7 +40,9 @@ def test_from_host_reads_the_array_when_executed() -> None:
 
 
 def test_from_host_accepts_array_likes_and_scalars() -> None:
-    np.testing.assert_array_equal(cuasync.from_host([[1, 2], [3, 4]]).sync().to_host().sync(), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(
+        cuasync.from_host([[1, 2], [3, 4]]).sync().to_host().sync(), [[1, 2], [3, 4]]
+    )
     zero_d = cuasync.from_host(np.float32(2.5)).sync()
     assert zero_d.shape == () and zero_d.to_host().sync() == np.float32(2.5)
     empty = cuasync.from_host(np.zeros((0, 3))).sync()

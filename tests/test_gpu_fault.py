@@ -51,7 +51,9 @@ SCRIPT = textwrap.dedent(
 
 def test_trap_kernel_resolves_every_waiter_and_fails_later_work_fast() -> None:
     env = {**os.environ, "CUASYNC_BACKEND": "cuda"}
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "kinds=DeviceFaultError\n" in out, out + r.stderr

@@ -113,9 +113,8 @@ async def test_scope_records_several_ops(anyio_backend) -> None:
     ids=["zeros", "empty", "from_host", "ones", "full", "arange", "rand", "randn"],
 )
 def test_allocating_ops_are_rejected_with_an_explanation(make) -> None:
-    with pytest.raises(CaptureError, match="Pre-allocate"):
-        with cuasync.CudaGraph.scope() as scope:
-            scope.record(make())
+    with pytest.raises(CaptureError, match="Pre-allocate"), cuasync.CudaGraph.scope() as scope:
+        scope.record(make())
     # the failed scope ended its capture: the stream works normally again
     assert scope.graph is None
 
@@ -128,10 +127,9 @@ def test_dup_is_rejected_too() -> None:
 
 def test_capture_ends_on_exceptions_and_the_stream_is_usable() -> None:
     s = cuasync.Device(0).new_stream()
-    with pytest.raises(ZeroDivisionError):
-        with cuasync.CudaGraph.scope(s) as scope:
-            scope.record(cuasync.value(1))
-            1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), cuasync.CudaGraph.scope(s) as scope:
+        scope.record(cuasync.value(1))
+        1 / 0  # noqa: B018
     assert not s.is_capturing
     assert cuasync.zeros((2,)).sync_on(s).shape == (2,)
 

@@ -133,13 +133,19 @@ def test_then_unchecked_may_execute_other_ops() -> None:
 
 async def test_map_runs_after_completion_on_host(anyio_backend, emu) -> None:
     emu.set_delay(2000)
-    total = await cuasync.from_host(ramp()).then(lambda t: t.to_host()).map(lambda a: float(a.sum()))
+    total = (
+        await cuasync.from_host(ramp()).then(lambda t: t.to_host()).map(lambda a: float(a.sum()))
+    )
     assert total == float(ramp().sum())
 
 
 async def test_inspect_sees_and_passes_through(anyio_backend) -> None:
     seen: list[float] = []
-    out = await cuasync.from_host(ramp()).then(lambda t: t.to_host()).inspect(lambda a: seen.append(a[3]))
+    out = (
+        await cuasync.from_host(ramp())
+        .then(lambda t: t.to_host())
+        .inspect(lambda a: seen.append(a[3]))
+    )
     assert seen == [3.0] and out[3] == 3.0
 
 
@@ -149,7 +155,9 @@ async def test_map_errors_propagate(anyio_backend) -> None:
 
 
 async def test_zip_first_last_unzip(anyio_backend) -> None:
-    a, b = await cuasync.zip(cuasync.value(1), cuasync.from_host(ramp(2)).then(lambda t: t.to_host()))
+    a, b = await cuasync.zip(
+        cuasync.value(1), cuasync.from_host(ramp(2)).then(lambda t: t.to_host())
+    )
     assert a == 1 and list(b) == [0.0, 1.0]
     assert await cuasync.zip(cuasync.value("x"), cuasync.value("y")).first() == "x"
     assert await cuasync.zip(cuasync.value("x"), cuasync.value("y")).last() == "y"
@@ -160,7 +168,9 @@ async def test_zip_first_last_unzip(anyio_backend) -> None:
 
 
 def test_zip_and_unzip_bad_input() -> None:
-    with pytest.raises(ArgumentError, match=r"argument 1 must be a cuasync.DeviceOp.*cuasync.value"):
+    with pytest.raises(
+        ArgumentError, match=r"argument 1 must be a cuasync.DeviceOp.*cuasync.value"
+    ):
         cuasync.zip(cuasync.value(1), 2)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="at least one op"):
         cuasync.zip()
@@ -170,7 +180,10 @@ def test_zip_and_unzip_bad_input() -> None:
 
 async def test_failing_zip_member_fails_the_zip(anyio_backend) -> None:
     with pytest.raises(ValueError, match="member"):
-        await cuasync.zip(cuasync.value(1), cuasync.value(0).map(lambda _: (_ for _ in ()).throw(ValueError("member"))))
+        await cuasync.zip(
+            cuasync.value(1),
+            cuasync.value(0).map(lambda _: (_ for _ in ()).throw(ValueError("member"))),
+        )
 
 
 async def test_unzipped_ops_share_one_execution(anyio_backend, emu) -> None:
@@ -210,7 +223,9 @@ def test_shared_executed_concurrently_from_threads(emu) -> None:
     assert len(results) == 6 and all(r is results[0] for r in results)
 
 
-async def test_shared_consumer_on_another_stream_is_ordered_after_the_producer(anyio_backend, emu) -> None:
+async def test_shared_consumer_on_another_stream_is_ordered_after_the_producer(
+    anyio_backend, emu
+) -> None:
     emu.set_delay(3000)
     s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     shared = cuasync.from_host(ramp(1 << 12)).shared()
@@ -240,9 +255,13 @@ async def test_policy_of_another_device_is_a_scheduling_error(anyio_backend) -> 
     if cuasync.device_count() < 2:
         pytest.skip("needs 2 devices")
     t = await cuasync.zeros((4,), device=0)
-    with cuasync.use_policy(cuasync.Device(1).policy):
-        with pytest.raises(SchedulingError, match="stream of device 1 for an op whose tensors live on device 0"):
-            await t.to_host()
+    with (
+        cuasync.use_policy(cuasync.Device(1).policy),
+        pytest.raises(
+            SchedulingError, match="stream of device 1 for an op whose tensors live on device 0"
+        ),
+    ):
+        await t.to_host()
 
 
 async def test_custom_policy_returning_garbage(anyio_backend) -> None:

@@ -699,7 +699,7 @@ def test_dealloc_with_armed_slots_closes(slab, make_queue):
     r = _reactor.Reactor(slab.base, 16, stale_ns=0)
     r.arm(0, 1, q)
     r.arm(1, 1, q)
-    wait_until(lambda: r.wakeups == 1, what="thread start")
+    wait_until(lambda: r.wakeups == 1, what="thread start")  # noqa: F821 (r is deleted below)
     del r
     gc.collect()
     slab.store(0, 1)
@@ -787,10 +787,17 @@ def test_load_store_roundtrip(slab):
 
 # -- driver entry points -----------------------------------------------------------------
 
-WRITE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint32,
-                           ctypes.c_uint)
-LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7),
-                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+WRITE_T = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint32, ctypes.c_uint
+)
+LAUNCH_T = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p,
+    *([ctypes.c_uint] * 7),
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+)
 
 
 @pytest.fixture
@@ -828,8 +835,9 @@ def test_entry_points_missing_raise(slab, entry_points):
     assert calls == []
 
 
-def test_entry_points_called_with_the_driver_signatures(slab, entry_points, make_reactor,
-                                                        make_queue):
+def test_entry_points_called_with_the_driver_signatures(
+    slab, entry_points, make_reactor, make_queue
+):
     writes, launches = [], []
     launch_rc = [0]
     write_rc = [0]
@@ -856,8 +864,7 @@ def test_entry_points_called_with_the_driver_signatures(slab, entry_points, make
     params = (ctypes.c_void_p * 2)()
     p_addr = ctypes.addressof(params)
     r.arm(5, 1, q)
-    rc = _reactor.launch_and_write(0xF00, 2, 3, 4, 128, 2, 1, 4096, 0x55, p_addr,
-                                   slab.addr(5), 1)
+    rc = _reactor.launch_and_write(0xF00, 2, 3, 4, 128, 2, 1, 4096, 0x55, p_addr, slab.addr(5), 1)
     assert rc == 0
     assert launches[-1] == (0xF00, 2, 3, 4, 128, 2, 1, 4096, 0x55, p_addr, None)
     assert writes[-1] == (0x55, slab.addr(5), 1, 0)

@@ -79,7 +79,9 @@ def test_reshape_and_view(grid: cuasync.Tensor) -> None:
     r = grid.reshape((4, -1))
     assert r.shape == (4, 12) and r.allocation is grid.allocation
     assert grid.view((48,)).shape == (48,)
-    np.testing.assert_array_equal(r.to_host().sync(), np.arange(48, dtype=np.float32).reshape(4, 12))
+    np.testing.assert_array_equal(
+        r.to_host().sync(), np.arange(48, dtype=np.float32).reshape(4, 12)
+    )
     with pytest.raises(ShapeError, match="holds 50 elements but the tensor has 48"):
         grid.reshape((5, 10))
     with pytest.raises(ShapeError, match=r"non-contiguous view.*\.dup\(\)"):

@@ -314,7 +314,7 @@ class CudaBackend(Backend):
         microseconds for cuLaunchKernel): the two calls on the path of every await.
         """
         try:
-            from .. import _reactor  # type: ignore[attr-defined]
+            from .. import _reactor
         except ImportError:
             return None
         entry = self.driver_entry_points(["cuStreamWriteValue32", "cuLaunchKernel"])

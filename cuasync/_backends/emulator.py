@@ -34,7 +34,7 @@ from .base import CAPTURE_RELAXED, Backend
 Command = Callable[[], None]
 
 try:
-    from .._reactor import store32 as _store32  # type: ignore[attr-defined]
+    from .._reactor import store32 as _store32
 except ImportError:  # built without a C compiler
     _store32 = None
 
@@ -231,7 +231,8 @@ class EmulatorBackend(Backend):
             buffer = device.buffers.get(base)
         if buffer is None or ptr + nbytes > base + buffer.nbytes:
             raise _IllegalAddress(
-                f"{nbytes} bytes at {ptr:#x} are not inside a live allocation (freed or never allocated)"
+                f"{nbytes} bytes at {ptr:#x} are not inside a live allocation "
+                "(freed or never allocated)"
             )
         return buffer[ptr - base : ptr - base + nbytes]
 
@@ -303,7 +304,9 @@ class EmulatorBackend(Backend):
     def stream_synchronize(self, stream: int) -> None:
         s = self._stream(stream)
         if s.capture is not None:
-            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamSynchronize", "the stream is capturing")
+            raise DriverError(
+                _CAPTURE_UNSUPPORTED, "cuStreamSynchronize", "the stream is capturing"
+            )
         s.wait_idle()
         self._check(s.device)
 
@@ -361,7 +364,9 @@ class EmulatorBackend(Backend):
     def event_elapsed_ms(self, start: int, end: int) -> float:
         a, b = self._event(start), self._event(end)
         if not (a.timing and b.timing):
-            raise DriverError(_INVALID_HANDLE, "cuEventElapsedTime", "events created without timing")
+            raise DriverError(
+                _INVALID_HANDLE, "cuEventElapsedTime", "events created without timing"
+            )
         if not (a.reached(a.recorded) and b.reached(b.recorded)) or not (a.recorded and b.recorded):
             raise DriverError(600, "cuEventElapsedTime")
         return (b.time - a.time) * 1e3

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .context import ExecutionContext
 
 try:
-    from .. import _reactor  # type: ignore[attr-defined]
+    from .. import _reactor
 except ImportError:  # built without a C compiler: host callbacks only
     _reactor = None
 

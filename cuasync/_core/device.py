@@ -69,8 +69,12 @@ class Device:
     ordinal: int
     _used: int
     _policy: SchedulingPolicy | None
+    _lock: threading.Lock
+    _name: str | None
+    _cc: tuple[int, int] | None
+    _utility: Stream | None
 
-    def __new__(cls, ordinal: int = 0) -> Device:
+    def __new__(cls, ordinal: int | Device = 0) -> Device:
         known = cls._instances.get(ordinal) if type(ordinal) is int else None
         if known is not None:
             return known
@@ -85,7 +89,7 @@ class Device:
                 device._lock = threading.Lock()
                 device._name = None
                 device._cc = None
-                device._utility: Stream | None = None
+                device._utility = None
                 cls._instances[ordinal] = device
         return device
 
@@ -221,7 +225,7 @@ class Stream:
         The stream is never destroyed by cuasync; work enqueued there can be awaited.
         """
         if hasattr(handle, "__cuda_stream__"):
-            version, raw = handle.__cuda_stream__()
+            _version, raw = handle.__cuda_stream__()
             handle = raw
         if not isinstance(handle, int) or isinstance(handle, bool):
             raise ArgumentError(

@@ -30,7 +30,11 @@ from .output import Output
 
 __all__ = ["CudaGraph", "GraphScope", "graph_scope"]
 
-_MODES = {"relaxed": CAPTURE_RELAXED, "global": CAPTURE_GLOBAL, "thread_local": CAPTURE_THREAD_LOCAL}
+_MODES = {
+    "relaxed": CAPTURE_RELAXED,
+    "global": CAPTURE_GLOBAL,
+    "thread_local": CAPTURE_THREAD_LOCAL,
+}
 
 
 def _mode(mode: str) -> int:

@@ -115,9 +115,7 @@ def spin_then_check(comp: Completion) -> bool:
         return comp.state >= DONE
     hub = get_hub()
     budget = hub.spin_budget_us
-    if budget and hub.spin(comp, budget):
-        comp.finish(INLINE)
-    elif comp.slot >= 0 and comp.landed():
+    if (budget and hub.spin(comp, budget)) or (comp.slot >= 0 and comp.landed()):
         comp.finish(INLINE)
     return comp.state >= DONE
 
@@ -204,7 +202,7 @@ def _trio_bridge() -> _TrioBridge:
     if _trio_var is None:
         _trio_var = trio.lowlevel.RunVar("cuasync_bridge")
     try:
-        return _trio_var.get()  # type: ignore[no-any-return]
+        return _trio_var.get()
     except LookupError:
         bridge = _TrioBridge()
         _trio_var.set(bridge)

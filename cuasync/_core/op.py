@@ -116,7 +116,7 @@ class DeviceOp(Generic[T]):
             comp.fail(exc)
             raise
         comp.finish(BLOCKING)
-        return comp.result()  # type: ignore[no-any-return]
+        return comp.result()
 
     def submit(self) -> DeviceFuture[T]:
         """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
@@ -138,7 +138,7 @@ class DeviceOp(Generic[T]):
 
     def __await__(self) -> Generator[Any, Any, T]:
         comp = self._start(self._pick_stream(), True)
-        return (yield from wait_for(comp))  # type: ignore[no-any-return]
+        return (yield from wait_for(comp))
 
     # -- combinators ---------------------------------------------------------------------
     def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
@@ -283,7 +283,7 @@ class DeviceFuture(Generic[T]):
                 "the device work has not completed yet: await the future, call .wait(), "
                 "or check .done() first"
             )
-        return self._comp.result()  # type: ignore[no-any-return]
+        return self._comp.result()
 
     def exception(self) -> BaseException | None:
         if not self._comp.poll():
@@ -294,10 +294,10 @@ class DeviceFuture(Generic[T]):
         """Block until done and return the output (not inside a running event loop)."""
         check_blocking_allowed("DeviceFuture.wait()", allow_in_loop)
         block_on(self._comp)
-        return self._comp.result()  # type: ignore[no-any-return]
+        return self._comp.result()
 
     def __await__(self) -> Generator[Any, Any, T]:
-        return (yield from wait_for(self._comp))  # type: ignore[no-any-return]
+        return (yield from wait_for(self._comp))
 
     def __del__(self) -> None:
         comp = self._comp
@@ -436,7 +436,7 @@ class SharedOp(DeviceOp[T]):
                 self._realized = True
             if self._error is not None:
                 raise self._error
-            return self._result  # type: ignore[no-any-return]
+            return self._result
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         with self._lock:
@@ -466,7 +466,7 @@ def value(x: T) -> DeviceOp[T]:
     return _Value(x)
 
 
-def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:  # noqa: A001 - the crate's name
+def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
     """One op running ``ops`` on one stream, producing the tuple of their outputs.
 
     >>> a, b = await cuasync.zip(x.to_host(), y.to_host())

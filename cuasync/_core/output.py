@@ -36,7 +36,7 @@ class Output(Generic[T]):
             assert self._fn is not None
             self._value = self._fn()
             self._fn = None
-        return self._value  # type: ignore[no-any-return]
+        return self._value
 
     def then(self, fn: Callable[[T], U]) -> Output[U]:
         """An output realized as ``fn(self.get())``."""
@@ -52,4 +52,4 @@ class _Ready(Output[T]):
         self._value = value
 
     def get(self) -> T:
-        return self._value  # type: ignore[no-any-return]
+        return self._value

@@ -18,7 +18,13 @@ from contextlib import contextmanager
 from ..errors import ArgumentError, SchedulingError
 from .device import Device, Stream, get_default_device
 
-__all__ = ["SchedulingPolicy", "SingleStream", "StreamPoolRoundRobin", "current_policy", "use_policy"]
+__all__ = [
+    "SchedulingPolicy",
+    "SingleStream",
+    "StreamPoolRoundRobin",
+    "current_policy",
+    "use_policy",
+]
 
 
 class SchedulingPolicy(ABC):
@@ -97,7 +103,9 @@ def use_policy(policy: SchedulingPolicy) -> Iterator[SchedulingPolicy]:
     ...     await op
     """
     if not isinstance(policy, SchedulingPolicy):
-        raise ArgumentError(f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}")
+        raise ArgumentError(
+            f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"
+        )
     token = _policy.set(policy)
     try:
         yield policy

@@ -50,7 +50,7 @@ class PinnedBlock:
         dt = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(self.address)
-        raw._owner = self  # type: ignore[attr-defined]
+        raw._owner = self
         return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dt).reshape(shape)
 
     def __del__(self) -> None:

@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         if suite == "completion":
             from . import completion
 
-            completion.run(report, n=200 if args.quick else 2000, concurrent=512 if args.quick else 8192)
+            completion.run(
+                report, n=200 if args.quick else 2000, concurrent=512 if args.quick else 8192
+            )
         elif suite == "launch":
             from . import launch
 

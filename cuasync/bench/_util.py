@@ -29,11 +29,15 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def latency(self, suite: str, name: str, samples_ns: list[int] | np.ndarray, note: str = "") -> Row:
+    def latency(
+        self, suite: str, name: str, samples_ns: list[int] | np.ndarray, note: str = ""
+    ) -> Row:
         a = np.asarray(samples_ns, dtype=np.float64) / 1e3
         row = Row(suite, name, float(np.percentile(a, 50)), float(np.percentile(a, 99)), note=note)
         self.rows.append(row)
-        print(f"  {name:<58} p50 {row.p50_us:8.1f} us   p99 {row.p99_us:8.1f} us  {note}", flush=True)
+        print(
+            f"  {name:<58} p50 {row.p50_us:8.1f} us   p99 {row.p99_us:8.1f} us  {note}", flush=True
+        )
         return row
 
     def value(self, suite: str, name: str, value: float, unit: str, note: str = "") -> Row:

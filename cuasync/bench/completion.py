@@ -67,7 +67,9 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
             launch()
             sync()
 
-        row = report.latency(SUITE, "raw cuda.bindings: launch + cuStreamSynchronize", timed(raw_once, n))
+        row = report.latency(
+            SUITE, "raw cuda.bindings: launch + cuStreamSynchronize", timed(raw_once, n)
+        )
         results["raw"] = row.p50_us or 0.0
     try:
         import torch
@@ -79,7 +81,9 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
                 x.add_(1)
                 torch.cuda.synchronize()
 
-            row = report.latency(SUITE, f"torch {torch.__version__}: add_ + cuda.synchronize", timed(torch_once, n))
+            row = report.latency(
+                SUITE, f"torch {torch.__version__}: add_ + cuda.synchronize", timed(torch_once, n)
+            )
             results["torch"] = row.p50_us or 0.0
     except ImportError:
         pass
@@ -95,12 +99,16 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
                     a.__iadd__(1)
                 st.synchronize()
 
-            row = report.latency(SUITE, f"cupy {cupy.__version__}: a += 1 + stream.synchronize", timed(cupy_once, n))
+            row = report.latency(
+                SUITE, f"cupy {cupy.__version__}: a += 1 + stream.synchronize", timed(cupy_once, n)
+            )
             results["cupy"] = row.p50_us or 0.0
     except ImportError:
         pass
     row = report.latency(
-        SUITE, "cuasync: tiny[1, 32]().sync_on(stream)", timed(lambda: tiny[1, 32]().sync_on(stream), n)
+        SUITE,
+        "cuasync: tiny[1, 32]().sync_on(stream)",
+        timed(lambda: tiny[1, 32]().sync_on(stream), n),
     )
     results["sync"] = row.p50_us or 0.0
     return results
@@ -244,7 +252,11 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
     except ImportError:
         pass
     for kind in loops:
-        row = report.latency(SUITE, f"{kind}: run_in_executor(launch + synchronize)", _run_loop(kind, lambda: _executor_latency(n, stream)))
+        row = report.latency(
+            SUITE,
+            f"{kind}: run_in_executor(launch + synchronize)",
+            _run_loop(kind, lambda: _executor_latency(n, stream)),
+        )
         base[f"{kind}-executor"] = row.p50_us or 0.0
         for label, spin, reactor in (
             (f"spin {default_spin} us", default_spin, True),
@@ -260,22 +272,43 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
                 f"reactor {after.completed_reactor - before.completed_reactor}, "
                 f"callback {after.completed_host_callback - before.completed_host_callback}"
             )
-            row = report.latency(SUITE, f"{kind}: cuasync await tiny kernel, {label}", samples, note)
+            row = report.latency(
+                SUITE, f"{kind}: cuasync await tiny kernel, {label}", samples, note
+            )
             base[f"{kind}-{label}"] = row.p50_us or 0.0
         hub.spin_budget_us, hub.use_reactor = default_spin, hub.reactor is not None
         ops = _run_loop(kind, lambda: _concurrent(concurrent))
         report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s")
         ops = _run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
-    report.value(SUITE, f"sequential raw loop, {concurrent} launch + sync", _sequential_raw(concurrent, stream), "ops/s")
+    report.value(
+        SUITE,
+        f"sequential raw loop, {concurrent} launch + sync",
+        _sequential_raw(concurrent, stream),
+        "ops/s",
+    )
     for kind in loops:
         p99, worst, cpu = _run_loop(kind, lambda: _loop_lag(64, 10.0))
-        report.value(SUITE, f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight", p99, "us", f"max {worst:.0f} us, process CPU {cpu:.1f}%")
-    report.value(SUITE, "idle process CPU (reactor parked), 1 s", _idle_cpu(1.0), "% of a core", f"reactor wakeups so far {cuasync.stats().reactor_wakeups}")
+        report.value(
+            SUITE,
+            f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight",
+            p99,
+            "us",
+            f"max {worst:.0f} us, process CPU {cpu:.1f}%",
+        )
+    report.value(
+        SUITE,
+        "idle process CPU (reactor parked), 1 s",
+        _idle_cpu(1.0),
+        "% of a core",
+        f"reactor wakeups so far {cuasync.stats().reactor_wakeups}",
+    )
     _ratios(report, base, loops, default_spin, concurrent)
 
 
-def _ratios(report: Report, base: dict[str, float], loops: list[str], spin: int, concurrent: int) -> None:
+def _ratios(
+    report: Report, base: dict[str, float], loops: list[str], spin: int, concurrent: int
+) -> None:
     raw = base.get("raw")
     if not raw:
         return
@@ -284,12 +317,29 @@ def _ratios(report: Report, base: dict[str, float], loops: list[str], spin: int,
         p50 = base[f"{kind}-spin {spin} us"]
         report.value(SUITE, f"{kind}: await p50 / raw p50 (target <= 1.0)", p50 / raw, "x")
         if "torch" in base:
-            report.value(SUITE, f"{kind}: await p50 / torch p50 (target < 1.0)", p50 / base["torch"], "x")
-        report.value(SUITE, f"{kind}: spin-0 p50 - raw p50 (target <= 15)", base[f"{kind}-spin 0 (reactor)"] - raw, "us")
+            report.value(
+                SUITE, f"{kind}: await p50 / torch p50 (target < 1.0)", p50 / base["torch"], "x"
+            )
+        report.value(
+            SUITE,
+            f"{kind}: spin-0 p50 - raw p50 (target <= 15)",
+            base[f"{kind}-spin 0 (reactor)"] - raw,
+            "us",
+        )
     seq = report.find(f"sequential raw loop, {concurrent} launch + sync")
     for kind in loops:
         conc = report.find(f"{kind}: {concurrent} concurrent cuasync awaits")
         exe = report.find(f"{kind}: {concurrent} concurrent run_in_executor")
         if seq and conc and exe and seq.value and exe.value and conc.value:
-            report.value(SUITE, f"{kind}: concurrent / sequential raw (target >= 1.5)", conc.value / seq.value, "x")
-            report.value(SUITE, f"{kind}: concurrent / run_in_executor (target >= 5)", conc.value / exe.value, "x")
+            report.value(
+                SUITE,
+                f"{kind}: concurrent / sequential raw (target >= 1.5)",
+                conc.value / seq.value,
+                "x",
+            )
+            report.value(
+                SUITE,
+                f"{kind}: concurrent / run_in_executor (target >= 5)",
+                conc.value / exe.value,
+                "x",
+            )

@@ -60,7 +60,9 @@ def run(report: Report, kernels: int = 100, reps: int = 50) -> None:
         return best / 1e3 / kernels
 
     eager_host = host_only(lambda: [bump[1, 256](x, 256).submit_on(stream) for _ in range(kernels)])
-    zip_host = host_only(lambda: cuasync.zip(*(bump[1, 256](x, 256) for _ in range(kernels))).submit_on(stream))
+    zip_host = host_only(
+        lambda: cuasync.zip(*(bump[1, 256](x, 256) for _ in range(kernels))).submit_on(stream)
+    )
     graph_host = host_only(lambda: graph.launch().submit_on(stream))
     report.value(SUITE, f"eager: {kernels} ops, host per kernel", eager_host, "us")
     report.value(SUITE, f"zip: one op of {kernels} launches, host per kernel", zip_host, "us")
@@ -79,7 +81,9 @@ def run(report: Report, kernels: int = 100, reps: int = 50) -> None:
             for _ in range(kernels):
                 d.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, h, addr, 0)
 
-        report.value(SUITE, f"raw cuda.bindings: {kernels} launches, host per kernel", host_only(raw), "us")
+        report.value(
+            SUITE, f"raw cuda.bindings: {kernels} launches, host per kernel", host_only(raw), "us"
+        )
     report.value(SUITE, "eager host / graph host (goal >= 10)", eager_host / graph_host, "x")
     report.value(SUITE, f"end to end: eager {kernels} ops", _best(eager_enqueue, reps), "us")
     report.value(SUITE, f"end to end: zip of {kernels}", _best(zip_enqueue, reps), "us")

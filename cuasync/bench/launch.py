@@ -78,7 +78,13 @@ def run(report: Report, count: int = 20000) -> None:
     us = _per_call(lambda: futures.append(bump[1, 256](x, 256).submit_on(stream)), count)
     for f in futures:
         f.wait()
-    report.value(SUITE, "cuasync: kernel[1, 256](x, n).submit_on(stream)", us, "us/launch", "op + launch + completion flag")
+    report.value(
+        SUITE,
+        "cuasync: kernel[1, 256](x, n).submit_on(stream)",
+        us,
+        "us/launch",
+        "op + launch + completion flag",
+    )
     chain = 100
     reps = max(count // chain, 1)
 
