@@ -88,6 +88,7 @@ class Completion:
         self.out: Output[Any] | None = out
         self.stream = ctx.stream
         self.device = ctx.device
+        self.seq = ctx.seq
 
     # -- observation -------------------------------------------------------------------
     def landed(self) -> bool:

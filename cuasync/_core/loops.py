@@ -110,11 +110,18 @@ def _arm(hub: Hub, comp: Completion, bridge: _Bridge) -> None:
 
 
 def spin_then_check(comp: Completion) -> bool:
-    """Inline spin; True when the result is available."""
+    """Inline spin; True when the result is available.
+
+    The spin only pays off when this work is all its stream has to do: when earlier
+    work on the stream is still pending (many concurrent awaits), spinning would only
+    burn the budget, so the await suspends at once.
+    """
     if comp.state != PENDING:
         return comp.state >= DONE
     hub = get_hub()
     budget = hub.spin_budget_us
+    if budget and comp.stream._completed < comp.seq - 1:
+        budget = 0
     if (budget and hub.spin(comp, budget)) or (comp.slot >= 0 and comp.landed()):
         comp.finish(INLINE)
     return comp.state >= DONE
