@@ -63,7 +63,8 @@ class _Flight:
         return not comp.poll()  # finishes it here if the copy has landed
 
     def describe(self) -> str:
-        where = f"{self.kind} on stream {self.stream.handle:#x} (device {self.stream.device.ordinal})"
+        stream = self.stream
+        where = f"{self.kind} on stream {stream.handle:#x} (device {stream.device.ordinal})"
         if self.comp is None and self.error is not None:
             return (
                 f"{where}, whose submission failed part-way ({self.error}); the copy may still "

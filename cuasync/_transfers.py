@@ -17,16 +17,14 @@ still observed so that they are released then.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from ._backends import get_backend
-from ._config import CONFIG
 from ._copies import copy_strided
-from ._core.completion import DONE, PENDING, Completion, get_hub
+from ._core.completion import DONE, INLINE, PENDING, Completion, get_hub
 from ._core.context import ExecutionContext
 from ._core.device import Stream
 from ._core.loops import block_on, check_blocking_allowed, wait_for, watch_in_background
@@ -44,6 +42,12 @@ from .errors import (
     TransferRejected,
 )
 
+#: ``wait()`` spins on the completion flag for about twice the copy's expected time at
+#: this (deliberately low) rate, plus a margin, before sleeping; never longer than the cap.
+_WAIT_SPIN_RATE_BYTES_PER_US = 10_000  # 10 GB/s
+_WAIT_SPIN_MARGIN_US = 50
+_WAIT_SPIN_CAP_US = 10_000
+
 __all__ = [
     "BusyTransferRejected",
     "PendingTransfer",
@@ -51,9 +55,6 @@ __all__ = [
     "download_pending",
     "upload_pending",
 ]
-
-#: Polls of an unfinished transfer query its stream for faults at most this often.
-_PROBE_INTERVAL_S = CONFIG.stale_us / 1e6
 
 
 class BusyTransferRejected(TransferRejected, BusyResourceError):
@@ -72,14 +73,15 @@ class PendingTransfer:
     >>> tensor, buf = await pending # or pending.wait() outside an event loop
     """
 
-    __slots__ = ("_buffer", "_comp", "_kind", "_probe_at", "_tensor")
+    __slots__ = ("_buffer", "_comp", "_kind", "_tensor")
 
-    def __init__(self, comp: Completion, kind: str, tensor: Tensor, buffer: PinnedHostBuffer) -> None:
+    def __init__(
+        self, comp: Completion, kind: str, tensor: Tensor, buffer: PinnedHostBuffer
+    ) -> None:
         self._comp = comp
         self._kind = kind
         self._tensor = tensor
         self._buffer = buffer
-        self._probe_at = 0.0
 
     @property
     def buffer(self) -> PinnedHostBuffer:
@@ -112,35 +114,44 @@ class PendingTransfer:
                 raise comp.error
             return True
         if comp.state == PENDING:
-            # Not landed: every so often ask the stream, so that a faulted device is
-            # reported even when nobody awaits (the reactor only probes armed slots).
-            now = time.monotonic()
-            if not self._probe_at:
-                self._probe_at = now + _PROBE_INTERVAL_S
-            elif now >= self._probe_at:
-                self._probe_at = now + _PROBE_INTERVAL_S
-                fault = get_backend().device_fault(comp.device.ordinal)
-                if fault is not None:
-                    get_hub().fail_device(comp.device, fault)
-                else:
-                    get_hub().probe(comp)
-                if comp.error is not None:
-                    raise comp.error
+            # Not landed. A faulted device never lands its flags, and the reactor only
+            # probes slots somebody awaits: look for a fault here (the hub rate-limits
+            # the stream queries), so that "not yet" is never reported for "never".
+            fault = get_backend().device_fault(comp.device.ordinal)
+            hub = get_hub()
+            if fault is not None:
+                hub.fail_device(comp.device, fault)
+            else:
+                hub.probe(comp)
+            if comp.error is not None:
+                raise comp.error
         return False
 
     def wait(self, *, allow_in_loop: bool = False) -> tuple[Tensor, PinnedHostBuffer]:
         """Block until the copy is done; returns ``(tensor, buffer)``.
+
+        The calling thread spins on the completion flag for about the copy's expected
+        duration (at most 10 ms), then sleeps until the completion is reported.
 
         Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
         (``await`` the transfer there) unless ``allow_in_loop=True``.
         """
         check_blocking_allowed("PendingTransfer.wait()", allow_in_loop)
         comp = self._comp
+        if comp.state == PENDING and comp.slot >= 0:
+            # A blocking wait may burn this thread for about as long as the copy takes,
+            # as cuStreamSynchronize does: it sees the flag land at once, where a sleep
+            # would add the reactor's back-off and a thread wake-up to every transfer.
+            budget = _WAIT_SPIN_MARGIN_US + 2 * self._buffer.nbytes // _WAIT_SPIN_RATE_BYTES_PER_US
+            if get_hub().spin(comp, min(budget, _WAIT_SPIN_CAP_US)):
+                comp.finish(INLINE)
         block_on(comp)
-        return comp.result()  # type: ignore[no-any-return]
+        result: tuple[Tensor, PinnedHostBuffer] = comp.result()
+        return result
 
     def __await__(self) -> Generator[Any, Any, tuple[Tensor, PinnedHostBuffer]]:
-        return (yield from wait_for(self._comp))  # type: ignore[no-any-return]
+        result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(self._comp)
+        return result
 
     def __del__(self) -> None:
         comp = self._comp
@@ -234,9 +245,18 @@ def _refusal(kind: str, buffer: Any, tensor: Any, upload: bool) -> TransferRejec
 def _submit(
     kind: str, buffer: Any, tensor: Any, stream: Stream | None, upload: bool
 ) -> PendingTransfer:
-    refusal = _refusal(kind, buffer, tensor, upload)
-    if refusal is not None:
-        raise refusal
+    if not (  # the common case, checked inline; anything else gets the full diagnosis
+        type(buffer) is PinnedHostBuffer
+        and type(tensor) is Tensor
+        and buffer._busy is None
+        and buffer._block is not None
+        and tensor.strides == (1,)
+        and buffer.nbytes == tensor.shape[0] * tensor.dtype.itemsize
+        and (buffer.dtype is None or buffer.dtype == tensor.dtype)
+    ):
+        refusal = _refusal(kind, buffer, tensor, upload)
+        if refusal is not None:
+            raise refusal
     device = tensor._alloc.device
     if stream is None:
         stream = stream_from(current_policy(device), device)
@@ -253,6 +273,8 @@ def _submit(
             tensor,
         )
     block = buffer._block
+    if block is None:  # released by another thread since the check
+        raise _reject(kind, "the buffer was released; acquire another one", buffer, tensor)
     nbytes = buffer.nbytes
     alloc = tensor._alloc
     offset = tensor.offset * tensor.itemsize
@@ -268,10 +290,10 @@ def _submit(
     def enqueue(ctx: ExecutionContext) -> Output[tuple[Tensor, PinnedHostBuffer]]:
         # Checked again under the execution lock: another thread may have submitted the
         # buffer since the check above.
-        if buffer._busy is not None and buffer.in_flight:
+        other = buffer._busy
+        if other is not None and buffer.in_flight:
             raise BusyTransferRejected(
-                f"{kind}: {buffer!r} was submitted by another thread meanwhile: "
-                f"{buffer._busy.describe()}",  # type: ignore[union-attr]
+                f"{kind}: {buffer!r} was submitted by another thread meanwhile: {other.describe()}",
                 (buffer, tensor),
             )
         if upload:

@@ -209,6 +209,7 @@ class Hub:
                 self.nslots,
                 stale_ns=CONFIG.stale_us * 1000,
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
+                backoff_max_ns=100_000,
             )
             atexit.register(self.reactor.close)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
@@ -408,14 +409,23 @@ class _Watchdog:
                 while not hub.callback_pending:
                     self._cond.wait()
             time.sleep(max(stale, 0.005))
-            now = time.monotonic()
-            with hub.lock:
-                old = [c for c in hub.callback_pending if now - c.armed_at > stale]
-            for comp in old:
-                try:
-                    hub.probe(comp)
-                except Exception:
-                    pass
+            self._probe_old(hub, stale)
+
+    @staticmethod
+    def _probe_old(hub: Hub, stale: float) -> None:
+        """Probe the streams of callback completions pending for longer than ``stale``.
+
+        A function of its own so that no completion (nor its output) stays referenced
+        from the thread's frame while it waits.
+        """
+        now = time.monotonic()
+        with hub.lock:
+            old = [c for c in hub.callback_pending if now - c.armed_at > stale]
+        for comp in old:
+            try:
+                hub.probe(comp)
+            except Exception:
+                pass
 
 
 _watchdog_instance: _Watchdog | None = None

@@ -10,6 +10,7 @@ when the last reference to the allocation goes away.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import TYPE_CHECKING
 
@@ -88,8 +89,15 @@ class Allocation:
             if device.fault is not None:
                 warn_leak(device, "its allocations")
                 return
+            if sys.is_finalizing():
+                return  # the process is exiting: the driver releases everything
             pending = self._last_uses()
-            stream = pending[-1][0] if pending else device._utility_stream()
+            if pending:
+                stream = pending[-1][0]
+            elif self._write is not None:
+                stream = self._write[0]
+            else:
+                stream = device._utility_stream()
             for other, seq in pending:
                 stream._order_after(other, seq)
             get_backend().mem_free_async(self.ptr, stream.handle)

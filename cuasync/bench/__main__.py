@@ -1,4 +1,7 @@
-"""``python -m cuasync.bench SUITE... [--json PATH]``; suites: completion, launch, graphs, all."""
+"""``python -m cuasync.bench SUITE... [--json PATH]``.
+
+Suites: completion, launch, graphs, transfers, all.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import sys
 
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs")
+SUITES = ("completion", "launch", "graphs", "transfers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import graphs
 
             graphs.run(report, reps=3 if args.quick else 50)
+        elif suite == "transfers":
+            from . import transfers
+
+            transfers.run(report, quick=args.quick)
     if args.json:
         report.dump(args.json)
     return 0

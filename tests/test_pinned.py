@@ -1,0 +1,266 @@
+"""PinnedHostBuffer and PinnedPool: views, size checks, release, reuse, busy while in flight."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import cuasync
+from cuasync._backends import get_backend
+from cuasync.errors import ArgumentError, BusyResourceError, DTypeError, ShapeError
+
+
+@pytest.fixture
+def freed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Addresses handed to the backend's ``host_free`` during the test."""
+    backend = get_backend()
+    original = backend.host_free
+    calls: list[int] = []
+
+    def recording(ptr: int) -> None:
+        calls.append(ptr)
+        original(ptr)
+
+    monkeypatch.setattr(backend, "host_free", recording)
+    yield calls
+
+
+# -- PinnedHostBuffer ------------------------------------------------------------------------
+def test_buffer_basics() -> None:
+    buf = cuasync.PinnedHostBuffer(4096)
+    assert buf.nbytes == 4096 and buf.dtype is None and buf.pool is None
+    assert isinstance(buf.address, int) and buf.address != 0
+    assert not buf.in_flight and not buf.released
+    raw = buf.array()
+    assert raw.dtype == np.uint8 and raw.shape == (4096,)
+    assert raw.ctypes.data == buf.address
+    f = buf.array("float32")
+    assert f.shape == (1024,) and f.dtype == np.float32
+    m = buf.array(np.float64, (16, 32))
+    assert m.shape == (16, 32)
+    m[3, 4] = 2.5
+    assert buf.array("float64")[3 * 32 + 4] == 2.5  # views share the memory
+    assert "PinnedHostBuffer 4096 B at 0x" in repr(buf)
+
+
+def test_typed_buffer_views_default_to_its_dtype() -> None:
+    buf = cuasync.PinnedHostBuffer(96, "int32")
+    assert buf.dtype == np.int32
+    assert buf.array().shape == (24,) and buf.array().dtype == np.int32
+    assert buf.array(shape=(4, 6)).shape == (4, 6)
+    assert buf.array("uint8").shape == (96,)  # reinterpreting is explicit and allowed
+    assert "int32" in repr(buf)
+
+
+def test_array_shape_and_dtype_are_checked_against_nbytes() -> None:
+    buf = cuasync.PinnedHostBuffer(100)
+    with pytest.raises(
+        ShapeError, match=r"shape=\(10, 3\) of float32 covers 120 bytes but the buffer holds 100"
+    ):
+        buf.array("float32", (10, 3))
+    with pytest.raises(ShapeError, match="not a whole number of float64 elements"):
+        buf.array("float64")
+    with pytest.raises(ShapeError, match="must be >= 0"):
+        buf.array("uint8", (-100,))
+    with pytest.raises(DTypeError, match="not a supported dtype"):
+        buf.array("object")
+    assert buf.array("float32", (5, 5)).shape == (5, 5)
+
+
+def test_bad_sizes_and_dtypes_are_refused() -> None:
+    for bad in (-1, 1.5, True, "4096"):
+        with pytest.raises(ArgumentError, match="nbytes must be an int >= 0"):
+            cuasync.PinnedHostBuffer(bad)  # type: ignore[arg-type]
+    with pytest.raises(ShapeError, match="not a whole number of float32"):
+        cuasync.PinnedHostBuffer(10, "float32")
+    with pytest.raises(DTypeError):
+        cuasync.PinnedHostBuffer(16, "str")
+
+
+def test_zero_byte_buffer() -> None:
+    buf = cuasync.PinnedHostBuffer(0, "float32")
+    assert buf.array().shape == (0,)
+    assert buf.array(shape=(0, 5)).shape == (0, 5)
+
+
+def test_standalone_buffer_is_freed_when_collected(freed: list[int]) -> None:
+    buf = cuasync.PinnedHostBuffer(8192)
+    address = buf.address
+    del buf
+    gc.collect()
+    assert freed == [address]
+
+
+def test_a_view_keeps_the_memory_alive(freed: list[int]) -> None:
+    buf = cuasync.PinnedHostBuffer(8192)
+    address = buf.address
+    view = buf.array("float32")
+    view[:] = 7
+    del buf
+    gc.collect()
+    assert freed == []
+    assert float(view.sum()) == 7 * 2048  # still readable
+    del view
+    gc.collect()
+    assert freed == [address]
+
+
+def test_release_makes_the_buffer_unusable(freed: list[int]) -> None:
+    buf = cuasync.PinnedHostBuffer(4096)
+    address = buf.address
+    buf.release()
+    assert buf.released and freed == [address]
+    with pytest.raises(ArgumentError, match="released"):
+        buf.array()
+    with pytest.raises(ArgumentError, match="released"):
+        _ = buf.address
+    buf.release()  # idempotent
+    assert "released" in repr(buf)
+
+
+def test_context_manager_releases(freed: list[int]) -> None:
+    with cuasync.PinnedHostBuffer(4096) as buf:
+        address = buf.address
+        buf.array()[:] = 1
+    assert buf.released and freed == [address]
+
+
+# -- PinnedPool --------------------------------------------------------------------------------
+def test_pool_hands_the_same_block_back_after_release(freed: list[int]) -> None:
+    pool = cuasync.PinnedPool()
+    a = pool.acquire(5000)
+    assert a.nbytes == 5000 and a.pool is pool
+    address = a.address
+    a.release()
+    b = pool.acquire(6000)  # same 8 KiB size class
+    assert b.address == address and b.nbytes == 6000
+    s = pool.stats()
+    assert (s.allocations, s.reuses, s.bytes_allocated) == (1, 1, 8192)
+    assert (s.bytes_cached, s.bytes_in_use) == (0, 8192)
+    assert freed == []  # pooled memory goes back to the pool, not to the driver
+
+
+def test_pool_reuses_after_collection_and_context_manager() -> None:
+    pool = cuasync.PinnedPool()
+    buf = pool.acquire(4096, "float32")
+    address = buf.address
+    del buf
+    gc.collect()
+    with pool.acquire(4096) as again:
+        assert again.address == address
+    assert again.released
+    assert pool.acquire(100).address == address  # 100 B rounds up to the 4 KiB class
+    assert pool.stats().reuses == 2
+
+
+def test_pool_size_classes_do_not_mix() -> None:
+    pool = cuasync.PinnedPool()
+    small = pool.acquire(4096)
+    big = pool.acquire(4097)
+    small_address = small.address
+    assert small_address != big.address
+    s = pool.stats()
+    assert s.allocations == 2 and s.bytes_allocated == 4096 + 8192
+    small.release()
+    assert pool.stats().bytes_cached == 4096
+    other = pool.acquire(8192)  # the idle 4 KiB block does not serve the 8 KiB class
+    assert other.address not in (small_address, big.address)
+    assert pool.stats().allocations == 3
+
+
+def test_pool_trim_frees_idle_blocks(freed: list[int]) -> None:
+    pool = cuasync.PinnedPool()
+    bufs = [pool.acquire(4096) for _ in range(3)]
+    addresses = sorted(b.address for b in bufs)
+    keep = bufs.pop()
+    for b in bufs:
+        b.release()
+    assert pool.stats().bytes_cached == 8192
+    assert pool.trim() == 8192
+    assert sorted(freed) == sorted(a for a in addresses if a != keep.address)
+    s = pool.stats()
+    assert (s.bytes_cached, s.bytes_allocated, s.bytes_in_use) == (0, 4096, 4096)
+    assert "4096 B in use" in repr(pool)
+
+
+def test_default_pool_is_shared_and_serves_staging() -> None:
+    pool = cuasync.PinnedPool.default()
+    assert pool is cuasync.PinnedPool.default()
+    before = pool.stats()
+    data = np.arange(3000, dtype=np.float64)  # 24000 B: the 32 KiB class
+    t = cuasync.from_host(data).sync()
+    np.testing.assert_array_equal(t.to_host().sync(), data)
+    gc.collect()
+    after = pool.stats()
+    assert after.allocations + after.reuses >= before.allocations + before.reuses + 2
+
+
+def test_pool_acquire_checks_its_arguments() -> None:
+    pool = cuasync.PinnedPool()
+    with pytest.raises(ArgumentError, match="nbytes"):
+        pool.acquire(-5)
+    with pytest.raises(ShapeError):
+        pool.acquire(10, "float64")
+
+
+# -- busy while in flight ------------------------------------------------------------------------
+def test_buffer_in_flight_refuses_views_and_names_the_transfer(emu) -> None:
+    t = cuasync.zeros((1024,), "float32").sync()
+    buf = cuasync.PinnedPool.default().acquire(4096, "float32")
+    buf.array()[:] = 3
+    with emu.paused():
+        pending = cuasync.upload_pending(buf, t)
+        assert buf.in_flight
+        with pytest.raises(
+            BusyResourceError,
+            match=r"upload_pending on stream 0x[0-9a-f]+ .*await the PendingTransfer",
+        ) as info:
+            buf.array()
+        assert "PinnedHostBuffer 4096 B float32" in str(info.value)
+        assert buf.in_flight  # still: the device is held
+    tensor, same = pending.wait()
+    assert same is buf and not buf.in_flight
+    assert float(buf.array().sum()) == 3 * 1024
+    np.testing.assert_array_equal(tensor.to_host().sync(), np.full(1024, 3, np.float32))
+
+
+def test_download_buffer_is_busy_until_the_copy_is_observed(emu) -> None:
+    t = cuasync.full((256,), 5.0, "float64").sync()
+    buf = cuasync.PinnedHostBuffer(2048, "float64")
+    with emu.paused():
+        pending = cuasync.download_pending(t, buf)
+        with pytest.raises(BusyResourceError, match="download_pending"):
+            buf.array()
+    pending.wait()
+    np.testing.assert_array_equal(buf.array(), np.full(256, 5.0))
+
+
+def test_in_flight_clears_when_the_copy_lands_without_waiting(emu) -> None:
+    t = cuasync.zeros((16,), "uint8").sync()
+    buf = cuasync.PinnedHostBuffer(16)
+    with emu.paused():
+        pending = cuasync.upload_pending(buf, t)
+        assert buf.in_flight
+    pending.stream.synchronize()
+    assert not buf.in_flight  # polling observed the completion: no wait() needed
+    assert pending.is_ready()
+
+
+def test_release_while_in_flight_returns_the_block_only_after_the_copy(emu, baseline) -> None:
+    pool = cuasync.PinnedPool()
+    t = cuasync.zeros((2048,), "uint8").sync()
+    buf = pool.acquire(2048)
+    address = buf.address
+    with emu.paused():
+        pending = cuasync.upload_pending(buf, t)
+        buf.release()
+        gc.collect()
+        assert pool.stats().bytes_cached == 0  # the device may still read it
+        assert pool.acquire(2048).address != address
+    tensor, same = pending.wait()
+    del pending, same, tensor, t
+    gc.collect()
+    assert pool.acquire(2048).address == address
