@@ -57,10 +57,15 @@ def settle() -> None:
     """Wait until every completion has been observed (background watcher included)."""
     import time
 
+    def in_flight() -> bool:
+        s = cuasync.stats()
+        return bool(s.slots_armed or s.callbacks_pending)
+
     gc.collect()
     deadline = time.monotonic() + 10
-    while cuasync.stats().slots_armed and time.monotonic() < deadline:
-        cuasync.Device(0).synchronize()
+    while in_flight() and time.monotonic() < deadline:
+        for ordinal in range(cuasync.device_count()):
+            cuasync.Device(ordinal).synchronize()
         gc.collect()
         time.sleep(0.001)  # polling a condition with a deadline, not synchronization by sleep
 
@@ -73,5 +78,6 @@ def baseline():
     before = (dev.memory_info().used, cuasync.stats().slots_armed)
     yield before
     settle()
+    gc.collect()
     after = (dev.memory_info().used, cuasync.stats().slots_armed)
     assert after == before, f"leaked: (bytes, slots) before {before}, after {after}"

@@ -18,10 +18,15 @@ import cuasync
 
 pytestmark = pytest.mark.anyio
 
+reactor_path = pytest.mark.skipif(
+    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
+    reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
+)
+
 
 def run_script(code: str, **env: str) -> str:
     """Run ``code`` in a fresh interpreter (configuration is read once per process)."""
-    full = {**os.environ, "CUASYNC_BACKEND": "emulator", **env}
+    full = {**os.environ, "CUASYNC_BACKEND": "emulator", "CUASYNC_HOST_SYNC": "reactor", **env}
     r = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -33,6 +38,7 @@ def run_script(code: str, **env: str) -> str:
     return r.stdout
 
 
+@reactor_path
 async def test_work_in_flight_goes_through_the_reactor(anyio_backend, emu) -> None:
     before = cuasync.stats()
     emu.set_delay(5000)  # longer than the inline spin budget
@@ -58,6 +64,7 @@ def spin_budget():
     hub.spin_budget_us = saved
 
 
+@reactor_path
 async def test_short_work_completes_inline_without_suspending(anyio_backend, spin_budget) -> None:
     spin_budget(200)
     before = cuasync.stats().completed_inline

@@ -51,6 +51,7 @@ class Stats:
     reactor_wakeups: int = 0
     slots_armed: int = 0
     slots_total: int = 0
+    callbacks_pending: int = 0
     fallbacks: int = 0
     faults: int = 0
     stale_probes: int = 0
@@ -361,6 +362,7 @@ class Hub:
 
     def snapshot(self) -> Stats:
         stats = Stats(**vars(self.stats))
+        stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:
             stats.reactor_wakeups = self.reactor.wakeups
         return stats
