@@ -814,6 +814,12 @@ def entry_points():
 
     yield install
     _reactor.set_entry_points()  # never leave dangling callback pointers behind
+    # On the cuda backend, give the process its real driver entry points back.
+    from cuasync._backends import get_backend
+
+    backend = get_backend()
+    if hasattr(backend, "_native_entry_points"):
+        backend._native = backend._native_entry_points()
 
 
 def test_entry_points_missing_raise(slab, entry_points):

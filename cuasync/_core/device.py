@@ -174,7 +174,8 @@ def get_default_device() -> Device:
     return Device._instances.get(ordinal) or Device(ordinal)
 
 
-def _destroy_stream(handle: int) -> None:
+def _destroy_stream(handle: int, alive: list[bool]) -> None:
+    alive[0] = False  # first: objects collected in the same cycle must not use the handle
     try:
         get_backend().stream_destroy(handle)
     except Exception:  # interpreter shutdown or a faulted context: nothing to release
@@ -190,6 +191,7 @@ class Stream:
 
     __slots__ = (
         "__weakref__",
+        "_alive",
         "_capturing",
         "_completed",
         "_event",
@@ -211,8 +213,11 @@ class Stream:
         self._event_seq = -1
         self._capturing = False
         self._lock = threading.Lock()
+        # Cleared when an owned stream's handle is destroyed. In a garbage cycle the
+        # finalizer can run before another object's __del__ that still refers to us.
+        self._alive = [True]
         if owned:
-            weakref.finalize(self, _destroy_stream, handle)
+            weakref.finalize(self, _destroy_stream, handle, self._alive)
 
     @classmethod
     def _create(cls, device: Device) -> Stream:
@@ -274,7 +279,7 @@ class Stream:
 
     def _order_after(self, other: Stream, seq: int) -> None:
         """Make this stream wait for ``other``'s work up to sequence number ``seq``."""
-        if other is self or not other._pending(seq):
+        if other is self or not other._pending(seq) or not other._alive[0]:
             return
         backend = get_backend()
         with other._lock:
