@@ -108,3 +108,20 @@ def test_default_device_does_not_leak_between_tasks_on_several_devices() -> None
         return list(await asyncio.gather(task(0), task(1)))
 
     assert asyncio.run(main()) == [0, 1]
+
+
+def test_memory_used_on_a_foreign_stream_is_freed_after_its_owner_destroyed_it() -> None:
+    dev = cuasync.Device(0)
+    before = dev.memory_info().used
+    owner = dev.new_stream()
+    foreign = cuasync.Stream.from_handle(owner.handle)
+    x = cuasync.from_host(np.arange(8.0)).sync_on(foreign)
+    foreign.synchronize()
+    del owner  # the owner destroys the handle; the foreign wrapper lives on in x's records
+    import gc
+
+    gc.collect()
+    del x, foreign
+    gc.collect()
+    assert dev.memory_info().used == before
+    assert cuasync.zeros((4,)).sync().shape == (4,)  # and the device is fine

@@ -79,7 +79,9 @@ class Allocation:
         uses = list(self._reads.items())
         if self._write is not None:
             uses.append(self._write)
-        return [(s, q) for s, q in uses if s._alive[0] and s._pending(q)]
+        # Foreign streams are left out: their owner may have destroyed the handle already,
+        # and work on them that used this allocation has completed (contexts retain it).
+        return [(s, q) for s, q in uses if s.owned and s._alive[0] and s._pending(q)]
 
     def __del__(self) -> None:
         try:
@@ -94,7 +96,7 @@ class Allocation:
             pending = self._last_uses()
             if pending:
                 stream = pending[-1][0]
-            elif self._write is not None and self._write[0]._alive[0]:
+            elif self._write is not None and self._write[0].owned and self._write[0]._alive[0]:
                 stream = self._write[0]
             else:
                 stream = device._utility_stream()
