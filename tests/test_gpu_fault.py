@@ -75,6 +75,7 @@ def test_trap_kernel_resolves_every_waiter_and_fails_later_work_fast() -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
+    print("\n" + out)
     assert "kinds=DeviceFaultError\n" in out, out + r.stderr
     assert "within_100ms_of_report=True:" in out, out
     assert "fail_fast=True:CUDA_ERROR_" in out, out
