@@ -199,6 +199,19 @@ def test_stress_random_cancellations_and_timeouts(caplog) -> None:
             emu.set_delay(0)
 
 
+SPIN = cuasync.Kernel(
+    r"""
+    extern "C" __global__ void spin_ns(unsigned long long ns) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    }
+    """,
+    "spin_ns",
+    emulate=lambda ns: None,
+)
+
+
 def _stress(caplog) -> None:
     settle()
     dev = cuasync.Device(0)
@@ -208,11 +221,13 @@ def _stress(caplog) -> None:
     n = int(os.environ.get("CUASYNC_STRESS_TASKS", "10000"))
     handler_calls: list[dict] = []
 
+    def busy_then_read(t: cuasync.Tensor) -> cuasync.DeviceOp:
+        # on a GPU, hold the stream ~200 us so that timeouts and cancels hit work in flight
+        return SPIN[1, 1](200_000).then(lambda _: t.to_host()) if not ON_EMULATOR else t.to_host()
+
     async def work(i: int) -> None:
         out = (
-            await cuasync.from_host(np.full(4, i, np.int64))
-            .then(lambda t: t.to_host())
-            .schedule(policy)
+            await cuasync.from_host(np.full(4, i, np.int64)).then(busy_then_read).schedule(policy)
         )
         assert out.tolist() == [i] * 4, (i, out)
 
