@@ -36,7 +36,7 @@ from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
 from ._tensor import Tensor, contiguous_strides
 from .errors import (
     ArgumentError,
-    BusyResourceError,
+    BusyTransferRejected,
     DTypeError,
     ShapeError,
     TransferRejected,
@@ -49,20 +49,11 @@ _WAIT_SPIN_MARGIN_US = 50
 _WAIT_SPIN_CAP_US = 10_000
 
 __all__ = [
-    "BusyTransferRejected",
     "PendingTransfer",
     "download_into",
     "download_pending",
     "upload_pending",
 ]
-
-
-class BusyTransferRejected(TransferRejected, BusyResourceError):
-    """A transfer refused because its buffer is still in flight.
-
-    Both a :class:`~cuasync.errors.TransferRejected` (``.package`` hands the inputs back)
-    and a :class:`~cuasync.errors.BusyResourceError`.
-    """
 
 
 class PendingTransfer:

@@ -20,6 +20,7 @@
     ├── KernelCompileError             NVRTC failed; carries the log
     ├── BusyResourceError              a pinned buffer is in flight
     └── TransferRejected               a transfer was refused; ``.package`` hands back the inputs
+        └── BusyTransferRejected       ... because its buffer is in flight (also a BusyResourceError)
 
 Messages name the argument, what was expected, what was given and what to do.
 """
@@ -32,6 +33,7 @@ __all__ = [
     "ArgumentError",
     "BackendUnavailableError",
     "BusyResourceError",
+    "BusyTransferRejected",
     "CaptureError",
     "DTypeError",
     "DeviceError",
@@ -192,3 +194,11 @@ class TransferRejected(DeviceError):
     def __init__(self, message: str, package: Any) -> None:
         self.package = package
         super().__init__(message)
+
+
+class BusyTransferRejected(TransferRejected, BusyResourceError):
+    """A transfer refused because its buffer is still in flight.
+
+    Both a :class:`TransferRejected` (``.package`` hands the inputs back) and a
+    :class:`BusyResourceError`.
+    """
