@@ -20,7 +20,7 @@
     ├── KernelCompileError             NVRTC failed; carries the log
     ├── BusyResourceError              a pinned buffer is in flight
     └── TransferRejected               a transfer was refused; ``.package`` hands back the inputs
-        └── BusyTransferRejected       ... because its buffer is in flight (also a BusyResourceError)
+        └── BusyTransferRejected       ... because its buffer is in flight (also Busy...)
 
 Messages name the argument, what was expected, what was given and what to do.
 """
