@@ -7,6 +7,7 @@ and pageable memory would block the calling thread until the stream drains.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,18 @@ def copy_strided(
         )
 
 
+def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: str) -> Tensor:
+    """Allocate a contiguous tensor on ``ctx``'s stream, declared as written by ``what``.
+
+    Refused while capturing a graph (the allocation would be baked into every replay).
+    """
+    ctx.reject_in_capture(what)
+    nbytes = math.prod(shape) * dtype.itemsize
+    alloc = Allocation(ctx.device, nbytes, ctx.stream)
+    ctx.write(alloc)
+    return Tensor(alloc, shape, dtype)
+
+
 def _byte_strides(t: Tensor) -> Shape:
     return tuple(s * t.itemsize for s in t.strides)
 
@@ -111,15 +124,13 @@ def from_host(array: Any, *, device: int | Device | None = None) -> DeviceOp[Ten
     target = _device_arg(device)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        ctx.reject_in_capture("from_host")
+        tensor = new_tensor(ctx, source.shape, dtype, "from_host")
         block = staging_pool().acquire(source.nbytes)
         np.copyto(block.array(dtype, source.shape), source)
-        alloc = Allocation(ctx.device, source.nbytes, ctx.stream)
-        ptr = ctx.write(alloc)
         if source.nbytes:
-            get_backend().memcpy_htod_async(ptr, block.address, source.nbytes, ctx.handle)
+            get_backend().memcpy_htod_async(tensor.ptr, block.address, source.nbytes, ctx.handle)
         ctx.retain(block)
-        return Output.ready(Tensor(alloc, source.shape, dtype))
+        return Output.ready(tensor)
 
     return device_op(enqueue, target, "from_host")
 
@@ -155,21 +166,19 @@ def dup(tensor: Tensor) -> DeviceOp[Tensor]:
     t = _check_tensor(tensor, "tensor")
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        ctx.reject_in_capture("dup")
+        out = new_tensor(ctx, t.shape, t.dtype, "dup")
         src = ctx.read(t.allocation) + t.offset * t.itemsize
-        alloc = Allocation(ctx.device, t.nbytes, ctx.stream)
-        dst = ctx.write(alloc)
         copy_strided(
             ctx,
             "dtod",
-            dst,
+            out.ptr,
             _contiguous_byte_strides(t.shape, t.itemsize),
             src,
             _byte_strides(t),
             t.shape,
             t.itemsize,
         )
-        return Output.ready(Tensor(alloc, t.shape, t.dtype))
+        return Output.ready(out)
 
     return device_op(enqueue, t.device, "dup")
 
@@ -229,11 +238,7 @@ def empty(
     target = _device_arg(device)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        ctx.reject_in_capture("empty")
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-        alloc = Allocation(ctx.device, nbytes, ctx.stream)
-        ctx.write(alloc)
-        return Output.ready(Tensor(alloc, dims, dt))
+        return Output.ready(new_tensor(ctx, dims, dt, "empty"))
 
     return device_op(enqueue, target, "empty")
 
@@ -250,12 +255,9 @@ def zeros(
     target = _device_arg(device)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        ctx.reject_in_capture("zeros")
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-        alloc = Allocation(ctx.device, nbytes, ctx.stream)
-        ptr = ctx.write(alloc)
-        if nbytes:
-            get_backend().memset_d8_async(ptr, 0, nbytes, ctx.handle)
-        return Output.ready(Tensor(alloc, dims, dt))
+        tensor = new_tensor(ctx, dims, dt, "zeros")
+        if tensor.nbytes:
+            get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
+        return Output.ready(tensor)
 
     return device_op(enqueue, target, "zeros")

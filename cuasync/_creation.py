@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from ._backends import get_backend
-from ._copies import _device_arg
+from ._copies import _device_arg, new_tensor
 from ._core.context import ExecutionContext
 from ._core.device import Device
-from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import SUPPORTED, as_dtype, dtype_name
@@ -684,14 +683,6 @@ def _chunks(t: Tensor) -> list[tuple[Tensor, list[int], list[int], int]]:
     return out
 
 
-def _new_tensor(ctx: ExecutionContext, shape: Shape, dt: np.dtype[Any], what: str) -> Tensor:
-    ctx.reject_in_capture(what)
-    nbytes = math.prod(shape) * dt.itemsize
-    alloc = Allocation(ctx.device, nbytes, ctx.stream)
-    ctx.write(alloc)
-    return Tensor(alloc, shape, dt)
-
-
 def _flat(t: Tensor) -> Tensor:
     return _storage_view(Tensor(t.allocation, (t.size,), t.dtype, None, t.offset))
 
@@ -828,7 +819,7 @@ def _fill_op(
     shape: Shape, dt: np.dtype[Any], bits: tuple[int, int], device: Device, name: str
 ) -> DeviceOp[Tensor]:
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = _new_tensor(ctx, shape, dt, name)
+        t = new_tensor(ctx, shape, dt, name)
         _enqueue_fill(ctx, t, bits)
         return Output.ready(t)
 
@@ -899,7 +890,7 @@ def eye_rect(
     target = _device_arg(device)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = _new_tensor(ctx, (r, c), dt, "eye")
+        t = new_tensor(ctx, (r, c), dt, "eye")
         if t.nbytes:
             get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
             diagonal = Tensor(t.allocation, (min(r, c),), dt, (c + 1,), 0)
@@ -933,7 +924,7 @@ def _ramp_op(
     kernel = _kernel("linspace", dtype_name(dt))
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = _new_tensor(ctx, (n,), dt, name)
+        t = new_tensor(ctx, (n,), dt, name)
         if n:
             _launch(ctx, kernel, n, _flat(t), n, start, stop, delta, step, div, floor_ints)
         return Output.ready(t)
@@ -1005,7 +996,7 @@ def convert(tensor: Tensor, dtype: Any) -> DeviceOp[Tensor]:
     code = _CODES[dtype_name(src.dtype)]
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = _new_tensor(ctx, src.shape, dt, "convert")
+        t = new_tensor(ctx, src.shape, dt, "convert")
         if t.size:
             flat = _flat(t)
             for sub, dims, strides, first in _chunks(src):
@@ -1069,7 +1060,7 @@ def _random_op(
     per = 2 if family == "randn" or dtype_name(dt) == "float64" else 4
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = _new_tensor(ctx, dims, dt, family)
+        t = new_tensor(ctx, dims, dt, family)
         if n:
             _launch(ctx, kernel, (n + per - 1) // per, _flat(t), n, *args)
         return Output.ready(t)
