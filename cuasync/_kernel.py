@@ -467,11 +467,7 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
         function = kernel._function(ctx.device)
-        for tensor, param in self._tensors:
-            if param.const:
-                ctx.read(tensor.allocation, param.name)
-            else:
-                ctx.write(tensor.allocation, param.name)
+        kernel._declare(ctx, self._tensors)
         values = self._values
         params = kernel._param_block().pack(values) if values else 0
         _backend().launch_kernel(
