@@ -9,7 +9,7 @@ a deadlock or interleaved streams. ``then_unchecked`` releases the lock for its 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +136,3 @@ def no_capture(stream: Stream, what: str) -> None:
             f"{what} would wait for the device while stream {stream.handle:#x} is capturing a "
             "graph; record ops into the graph and wait on graph.launch() instead"
         )
-
-
-Callback = Callable[[], None]

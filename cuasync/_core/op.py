@@ -11,7 +11,7 @@ import asyncio
 import operator
 import threading
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .._backends import get_backend
 from .._backends import get_backend as _backend
@@ -22,9 +22,6 @@ from .device import Device, Stream
 from .loops import block_on, check_blocking_allowed, wait_for, watch_in_background
 from .output import Output
 from .scheduling import SchedulingPolicy, current_policy, stream_from
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["DeviceFuture", "DeviceOp", "SharedOp", "value", "zip"]
 
@@ -64,9 +61,6 @@ class DeviceOp(Generic[T]):
                 "reuse the result any number of times."
             )
         self._consumed = True
-
-    def __del__(self) -> None:  # pragma: no cover - nothing to release: unexecuted ops hold no work
-        pass
 
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
