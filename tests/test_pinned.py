@@ -12,6 +12,8 @@ import cuasync
 from cuasync._backends import get_backend
 from cuasync.errors import ArgumentError, BusyResourceError, DTypeError, ShapeError
 
+CHUNK = 1 << 20  # pinned chunk that blocks below 64 KiB are carved from
+
 
 @pytest.fixture
 def freed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
@@ -138,8 +140,9 @@ def test_pool_hands_the_same_block_back_after_release(freed: list[int]) -> None:
     b = pool.acquire(6000)  # same 8 KiB size class
     assert b.address == address and b.nbytes == 6000
     s = pool.stats()
-    assert (s.allocations, s.reuses, s.bytes_allocated) == (1, 1, 8192)
-    assert (s.bytes_cached, s.bytes_in_use) == (0, 8192)
+    # small classes are carved out of one 1 MiB pinned chunk
+    assert (s.allocations, s.reuses, s.bytes_allocated) == (1, 1, CHUNK)
+    assert (s.bytes_cached, s.bytes_in_use) == (CHUNK - 8192, 8192)
     assert freed == []  # pooled memory goes back to the pool, not to the driver
 
 
@@ -163,27 +166,34 @@ def test_pool_size_classes_do_not_mix() -> None:
     small_address = small.address
     assert small_address != big.address
     s = pool.stats()
-    assert s.allocations == 2 and s.bytes_allocated == 4096 + 8192
+    assert s.allocations == 2 and s.bytes_allocated == 2 * CHUNK  # one chunk per class
+    assert s.bytes_in_use == 4096 + 8192
     small.release()
-    assert pool.stats().bytes_cached == 4096
+    assert pool.stats().bytes_in_use == 8192
     other = pool.acquire(8192)  # the idle 4 KiB block does not serve the 8 KiB class
     assert other.address not in (small_address, big.address)
-    assert pool.stats().allocations == 3
+    assert pool.stats().allocations == 2  # carved from the 8 KiB chunk
 
 
 def test_pool_trim_frees_idle_blocks(freed: list[int]) -> None:
     pool = cuasync.PinnedPool()
     bufs = [pool.acquire(4096) for _ in range(3)]
-    addresses = sorted(b.address for b in bufs)
+    chunk = min(b.address for b in bufs)  # the first block handed out is the chunk's base
     keep = bufs.pop()
     for b in bufs:
         b.release()
-    assert pool.stats().bytes_cached == 8192
-    assert pool.trim() == 8192
-    assert sorted(freed) == sorted(a for a in addresses if a != keep.address)
-    s = pool.stats()
-    assert (s.bytes_cached, s.bytes_allocated, s.bytes_in_use) == (0, 4096, 4096)
+    assert pool.stats().bytes_in_use == 4096
+    assert pool.trim() == 0  # a chunk goes back only when all of its blocks are idle
+    assert freed == []
     assert "4096 B in use" in repr(pool)
+    big = pool.acquire(1 << 16)  # 64 KiB and up: one allocation per block
+    big.release()
+    assert pool.trim() == 1 << 16
+    keep.release()
+    assert pool.trim() == CHUNK
+    assert chunk in freed and len(freed) == 2
+    s = pool.stats()
+    assert (s.bytes_cached, s.bytes_allocated, s.bytes_in_use) == (0, 0, 0)
 
 
 def test_default_pool_is_shared_and_serves_staging() -> None:
@@ -258,7 +268,7 @@ def test_release_while_in_flight_returns_the_block_only_after_the_copy(emu, base
         pending = cuasync.upload_pending(buf, t)
         buf.release()
         gc.collect()
-        assert pool.stats().bytes_cached == 0  # the device may still read it
+        assert pool.stats().bytes_in_use == 4096  # the device may still read it
         assert pool.acquire(2048).address != address
     tensor, same = pending.wait()
     del pending, same, tensor, t

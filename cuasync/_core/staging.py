@@ -22,6 +22,12 @@ import numpy as np
 from .._backends import get_backend
 
 _MIN_CLASS = 12  # 4 KiB
+#: Blocks below 64 KiB are carved out of 1 MiB chunks: each page-locked allocation has a
+#: cost in the driver and in the system's locked memory well above 4 KiB, so thousands of
+#: small transfers in flight must not mean thousands of allocations (seen on the H200:
+#: other processes could no longer create a CUDA context).
+_CHUNKED_BELOW = 16
+_CHUNK_CLASS = 20
 
 
 def size_class(nbytes: int) -> int:
@@ -81,10 +87,15 @@ class PoolStats(NamedTuple):
 
 
 class StagingPool:
-    """Free lists of pinned blocks by power-of-two size class (4 KiB and up)."""
+    """Free lists of pinned blocks by power-of-two size class (4 KiB and up).
+
+    Classes below 64 KiB are carved out of 1 MiB chunks; larger blocks are allocated one
+    by one. Idle blocks wait in the free lists; :meth:`trim` gives idle memory back.
+    """
 
     def __init__(self) -> None:
         self._free: dict[int, list[int]] = {}
+        self._chunks: dict[int, int] = {}  # chunk base address -> size class carved from it
         self._lock = threading.Lock()
         self.allocated_bytes = 0
         self.cached_bytes = 0
@@ -100,11 +111,27 @@ class StagingPool:
                 self.reuses += 1
                 self.cached_bytes -= 1 << cls
         if not address:
+            address = self._allocate(cls)
+        return PinnedBlock(self, address, cls)
+
+    def _allocate(self, cls: int) -> int:
+        """A new block of class ``cls`` (and, for small classes, its chunk's siblings)."""
+        if cls >= _CHUNKED_BELOW:
             address = get_backend().host_alloc(1 << cls)
             with self._lock:
                 self.allocations += 1
                 self.allocated_bytes += 1 << cls
-        return PinnedBlock(self, address, cls)
+            return address
+        base = get_backend().host_alloc(1 << _CHUNK_CLASS)
+        count = 1 << (_CHUNK_CLASS - cls)
+        with self._lock:
+            self.allocations += 1
+            self.allocated_bytes += 1 << _CHUNK_CLASS
+            self._chunks[base] = cls
+            siblings = [base + (i << cls) for i in range(count - 1, 0, -1)]
+            self._free.setdefault(cls, []).extend(siblings)
+            self.cached_bytes += len(siblings) << cls
+        return base
 
     def _give_back(self, address: int, cls: int) -> None:
         with self._lock:
@@ -122,16 +149,33 @@ class StagingPool:
             )
 
     def trim(self) -> int:
-        """Free every idle block with ``host_free``; returns the bytes freed."""
+        """Free idle memory with ``host_free``: every idle large block, and every chunk
+        whose blocks are all idle. Returns the bytes freed."""
+        release: list[int] = []
+        freed = 0
         with self._lock:
-            free, self._free = self._free, {}
-            freed = sum(len(addresses) << cls for cls, addresses in free.items())
+            for cls in list(self._free):
+                addresses = self._free[cls]
+                if cls >= _CHUNKED_BELOW:
+                    release += addresses
+                    freed += len(addresses) << cls
+                    del self._free[cls]
+                    continue
+                idle = set(addresses)
+                per_chunk = 1 << (_CHUNK_CLASS - cls)
+                for base, chunk_cls in list(self._chunks.items()):
+                    blocks = {base + (i << cls) for i in range(per_chunk)}
+                    if chunk_cls == cls and blocks <= idle:
+                        idle -= blocks
+                        del self._chunks[base]
+                        release.append(base)
+                        freed += 1 << _CHUNK_CLASS
+                self._free[cls] = [a for a in addresses if a in idle]
             self.cached_bytes -= freed
             self.allocated_bytes -= freed
         backend = get_backend()
-        for addresses in free.values():
-            for address in addresses:
-                backend.host_free(address)
+        for address in release:
+            backend.host_free(address)
         return freed
 
 
