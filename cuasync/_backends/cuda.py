@@ -294,6 +294,7 @@ class CudaBackend(Backend):
         self._contexts: dict[int, Any] = {}  # ordinal -> retained primary CUcontext
         self._context_ordinal: dict[int, int] = {}  # int(CUcontext) -> ordinal
         self._pools_configured: set[int] = set()
+        self._pools: dict[int, Any] = {}  # ordinal -> CUmemoryPool
         # handle -> ordinal, for what this backend created.
         self._streams: dict[int, int] = {}
         self._events: dict[int, int] = {}
@@ -633,7 +634,19 @@ class CudaBackend(Backend):
                 pool, _POOL_RELEASE_THRESHOLD, _d.cuuint64_t(_UINT64_MAX)
             )
             self._check(err, "cuMemPoolSetAttribute", ordinal)
+            self._pools[ordinal] = pool
             self._pools_configured.add(ordinal)
+
+    def _trim_pool(self, ordinal: int) -> None:
+        """Give the pool's idle memory back to the device (after an allocation failed).
+
+        A failed oversized request can leave the pool holding everything it reserved
+        while trying; with the release threshold at its maximum nothing would ever give
+        it back, and other processes could not even create a context.
+        """
+        pool = self._pools.get(ordinal)
+        if pool is not None:
+            _d.cuMemPoolTrimTo(pool, 0)
 
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         ordinal = self._streams.get(stream)
@@ -644,8 +657,13 @@ class CudaBackend(Backend):
         res = _d.cuMemAllocAsync(nbytes, stream)
         if res[0]:
             if res[0] == _OUT_OF_MEMORY:
-                raise OutOfMemoryError(nbytes, "device memory")
-            res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
+                self._trim_pool(ordinal)  # idle cached memory may satisfy it once released
+                res = _d.cuMemAllocAsync(nbytes, stream)
+                if res[0] == _OUT_OF_MEMORY:
+                    self._trim_pool(ordinal)
+                    raise OutOfMemoryError(nbytes, "device memory")
+            if res[0]:
+                res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
         return int(res[1])
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
