@@ -19,13 +19,16 @@ if TYPE_CHECKING:
     from .device import Device, Stream
     from .memory import Allocation
 
-_lock = threading.Lock()
-_local = threading.local()
+#: The execution lock, and the per-thread flag saying the thread holds it. Submission
+#: paths take them inline (``with LOCK: LOCAL.active = True ...``): a context manager
+#: around them costs more than the rest of a small submission.
+LOCK = threading.Lock()
+LOCAL = threading.local()
 
 
 def submitting() -> bool:
     """Whether the current thread holds the execution lock."""
-    return getattr(_local, "active", False)
+    return getattr(LOCAL, "active", False)
 
 
 def check_not_submitting(what: str) -> None:
@@ -36,32 +39,16 @@ def check_not_submitting(what: str) -> None:
         )
 
 
-#: The lock itself, for hot paths that inline :func:`execution_lock`.
-LOCK = _lock
-LOCAL = _local
-
-
-@contextmanager
-def execution_lock(what: str) -> Iterator[None]:
-    check_not_submitting(what)
-    with _lock:
-        _local.active = True
-        try:
-            yield
-        finally:
-            _local.active = False
-
-
 @contextmanager
 def released() -> Iterator[None]:
     """Temporarily leave the execution lock (``then_unchecked``)."""
-    _local.active = False
-    _lock.release()
+    LOCAL.active = False
+    LOCK.release()
     try:
         yield
     finally:
-        _lock.acquire()
-        _local.active = True
+        LOCK.acquire()
+        LOCAL.active = True
 
 
 class ExecutionContext:

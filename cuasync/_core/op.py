@@ -14,7 +14,6 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._backends import get_backend
-from .._backends import get_backend as _backend
 from ..errors import ArgumentError, OpConsumedError
 from .completion import BLOCKING, Completion, get_hub
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
@@ -223,7 +222,7 @@ class DeviceOp(Generic[T]):
 
 
 def _check_stream(stream: Stream, device: Device | None) -> None:
-    fault = _backend().device_fault(stream.device.ordinal)
+    fault = get_backend().device_fault(stream.device.ordinal)
     if fault is not None:
         raise fault
     if device is not None and stream.device is not device:
