@@ -1,4 +1,4 @@
-"""The ``CUASYNC_*`` environment variables, read once, in one place.
+"""The ``CUASYNC_*`` environment variables, read once (at first use), in one place.
 
 =============================  ==========================================================
 ``CUASYNC_BACKEND``            ``auto`` (default), ``cuda`` or ``emulator``
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, cast
 
 from .errors import ArgumentError
 
@@ -69,4 +70,20 @@ def _read() -> Config:
     )
 
 
-CONFIG = _read()
+class _ReadOnFirstUse:
+    """``CONFIG``: the variables are read at first use, not at import.
+
+    So a test runner (or the pytest plugin, which pytest imports early) can set
+    ``CUASYNC_*`` variables after ``import cuasync`` and before cuasync does anything.
+    """
+
+    _config: Config | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        config = self._config
+        if config is None:
+            config = _ReadOnFirstUse._config = _read()
+        return getattr(config, name)
+
+
+CONFIG: Config = cast(Config, _ReadOnFirstUse())

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 

@@ -45,7 +45,8 @@ def test_cuda_without_driver_is_a_typed_error_that_says_why() -> None:
 
 
 def test_unknown_backend_value_is_rejected_with_the_choices() -> None:
-    r = run("import cuasync", CUASYNC_BACKEND="opencl")
+    # Variables are read at first use (so that a test runner can set them after import).
+    r = run("import cuasync; cuasync.backend_name()", CUASYNC_BACKEND="opencl")
     assert r.returncode != 0
     assert "CUASYNC_BACKEND must be one of auto, cuda, emulator" in r.stderr
 

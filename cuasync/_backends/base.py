@@ -14,6 +14,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+class EmulatedFault(BaseException):
+    """Raised inside emulated device work to fault the device, as a GPU kernel can.
+
+    An illegal memory access or a ``__trap()`` makes a GPU context sticky-faulted; an
+    emulated kernel signals the same by raising a subclass of this. It derives from
+    ``BaseException`` so that code catching a numpy twin's own errors (``except
+    Exception``) lets it through to the emulator.
+    """
+
+    code = 719  # CUDA_ERROR_LAUNCH_FAILED
+
+
+class EmulatedTrap(EmulatedFault):
+    """``__trap()`` in an emulated kernel (see :func:`cuasync.testing.trap`)."""
+
+
 #: Stream capture modes, as in ``CUstreamCaptureMode``.
 CAPTURE_GLOBAL = 0
 CAPTURE_THREAD_LOCAL = 1
@@ -137,6 +153,12 @@ class Backend(ABC):
     @abstractmethod
     def write_value32(self, stream: int, address: int, value: int) -> None:
         """After prior work on ``stream``, store ``value`` into the host word at ``address``."""
+
+    @abstractmethod
+    def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
+        """Make later work on ``stream`` wait until the host word at ``address`` reaches
+        ``value`` (``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ``: the 32-bit
+        difference ``word - value`` read as signed is >= 0, so values may wrap)."""
 
     @abstractmethod
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:

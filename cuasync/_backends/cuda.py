@@ -787,6 +787,17 @@ class CudaBackend(Backend):
         if res[0]:
             self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
 
+    def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
+        if self._host_remap:
+            address = self.host_device_pointer(address)
+        # flags 0 (CU_STREAM_WAIT_VALUE_GEQ): a cyclic greater-or-equal on 32 bits.
+        res = _d.cuStreamWaitValue32(stream, address, value & 0xFFFFFFFF, 0)
+        if res[0]:
+            self._redo(res, ordinal, "cuStreamWaitValue32", stream, address, value, 0)
+
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a driver thread once prior work on ``stream`` is done.
 

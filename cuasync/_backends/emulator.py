@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DeviceError, DeviceFaultError, DriverError, OutOfMemoryError, driver_error
-from .base import CAPTURE_RELAXED, Backend
+from .base import CAPTURE_RELAXED, Backend, EmulatedFault
 
 Command = Callable[[], None]
 
@@ -50,8 +50,8 @@ _DEVICE_WINDOW = 1 << 40
 _ALIGN = 256
 
 
-class _IllegalAddress(Exception):
-    pass
+class _IllegalAddress(EmulatedFault):
+    code = _ILLEGAL_ADDRESS
 
 
 @dataclass(eq=False)
@@ -105,8 +105,9 @@ class _Stream:
             if self.device.fault is None:
                 try:
                     command()
-                except _IllegalAddress as exc:
-                    backend._fault(self.device, _ILLEGAL_ADDRESS, str(exc))
+                except EmulatedFault as exc:
+                    detail = str(exc) or f"emulated kernel raised {type(exc).__name__}"
+                    backend._fault(self.device, exc.code, detail)
                 except Exception as exc:
                     detail = "".join(traceback.format_exception_only(exc)).strip()
                     backend._fault(self.device, _LAUNCH_FAILED, f"emulated kernel raised {detail}")
@@ -482,6 +483,21 @@ class EmulatorBackend(Backend):
                 word.value = value
 
         self._enqueue(stream, write)
+
+    def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
+        word = ctypes.c_uint32.from_address(address)
+        value &= 0xFFFFFFFF
+        device = self._stream(stream).device
+
+        def wait() -> None:
+            # The emulated device polls the word, as the GPU's front end does; the pause
+            # grows to 1 ms so that a long wait costs little CPU.
+            pause = 1e-5
+            while ((word.value - value) & 0xFFFFFFFF) >= 0x80000000 and device.fault is None:
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
+
+        self._enqueue(stream, wait)
 
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
         def host() -> None:

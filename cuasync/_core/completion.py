@@ -268,6 +268,41 @@ class Hub:
         self.backend.launch_host_func(comp.stream.handle, landed)
         _watchdog().kick()
 
+    # -- host-written words (cuasync.testing gates) -----------------------------------------
+    def claim_word(self) -> tuple[int, int, int]:
+        """A slab word for the host to write: ``(slot, address, value)``.
+
+        ``value`` is the word's next generation, not written yet: a stream told to wait
+        for it (``stream_wait_value32``) waits until :meth:`release_word` writes it.
+        Counted in ``slots_armed`` until then, so leak checks see a gate left closed.
+        """
+        with self.lock:
+            if not self.free:
+                raise DeviceError(
+                    f"all {self.nslots} flag slots are in use; open some gates or raise "
+                    "CUASYNC_SLOTS"
+                )
+            slot = self.free.pop()
+            self.stats.slots_armed += 1
+        value = (self.gens[slot] + 1) & 0xFFFFFFFF
+        self.gens[slot] = value
+        return slot, self.slab + 4 * slot, value
+
+    def release_word(self, slot: int, value: int) -> None:
+        """Write ``value`` into a claimed word (a release store) and give the slot back.
+
+        Reusing the slot at once is safe: every later write to the word is a higher
+        generation, which still satisfies a wait for ``value`` that has not run yet.
+        """
+        address = self.slab + 4 * slot
+        if _reactor is not None:
+            _reactor.store32(address, value)
+        else:
+            import ctypes
+
+            ctypes.c_uint32.from_address(address).value = value
+        self._free_slot(slot)
+
     # -- observation side ------------------------------------------------------------------
     def spin(self, comp: Completion, budget_us: int) -> bool:
         if comp.slot < 0 or _reactor is None:

@@ -1,0 +1,113 @@
+"""Gates: hold streams at a point until the host opens them.
+
+A gate claims one word of the completion slab (pinned, device-mapped host memory) and
+enqueues ``cuStreamWaitValue32`` on it on each stream it holds: work submitted after the
+gate on those streams (and work on other streams ordered after it) waits until the host
+writes the word. The emulator models the same wait, so tests built on gates run on both
+backends.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from .._backends import get_backend
+from .._core.completion import get_hub
+from .._core.context import LOCK, check_not_submitting, no_capture
+from .._core.device import Stream
+from .._core.scheduling import SingleStream, StreamPoolRoundRobin, current_policy
+from ..errors import ArgumentError
+
+__all__ = ["Gate", "gate"]
+
+
+class Gate:
+    """Streams held at a point; :meth:`open` lets them go on. See :func:`gate`."""
+
+    __slots__ = ("_slot", "_value", "streams")
+
+    def __init__(self, streams: tuple[Stream, ...]) -> None:
+        self.streams = streams
+        hub = get_hub()
+        slot, address, value = hub.claim_word()
+        self._slot: int | None = slot
+        self._value = value
+        backend = get_backend()
+        try:
+            with LOCK:  # ordered with submissions made by other threads
+                for stream in streams:
+                    backend.stream_wait_value32(stream.handle, address, value)
+        except BaseException:
+            self.open()
+            raise
+
+    @property
+    def is_open(self) -> bool:
+        return self._slot is None
+
+    def open(self) -> None:
+        """Let the held streams go on (idempotent; never blocks)."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            get_hub().release_word(slot, self._value)
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.open()
+
+    def __del__(self) -> None:
+        # A gate nobody opens would hold its streams forever; the store never blocks.
+        if getattr(self, "_slot", None) is not None:
+            try:
+                self.open()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<cuasync.testing.Gate {state} on {len(self.streams)} stream(s)>"
+
+
+def _default_streams() -> tuple[Stream, ...]:
+    policy = current_policy(None)
+    if isinstance(policy, StreamPoolRoundRobin):
+        return tuple(policy.streams)
+    if isinstance(policy, SingleStream):
+        return (policy.stream,)
+    raise ArgumentError(
+        f"gate() cannot tell which streams a {type(policy).__name__} uses; pass the streams "
+        "to hold, e.g. cuasync.testing.gate(stream)"
+    )
+
+
+def gate(*streams: Stream) -> Gate:
+    """Hold ``streams`` (default: every stream of the current scheduling policy) at this
+    point: work submitted to them afterwards waits until the gate opens.
+
+    Use it as a context manager (the gate opens when the block exits) or call
+    :meth:`Gate.open`. Work in flight behind a gate is how tests observe cancellation,
+    timeouts and ordering deterministically, on a GPU and on the emulator alike.
+
+    >>> with cuasync.testing.gate() as g:
+    ...     fut = cuasync.zeros((4,)).submit()
+    ...     assert not fut.done()
+    ...     g.open()
+    ...     await fut
+    """
+    check_not_submitting("cuasync.testing.gate()")
+    if not streams:
+        streams = _default_streams()
+    for i, stream in enumerate(streams):
+        if not isinstance(stream, Stream):
+            raise ArgumentError(
+                f"gate() argument {i} must be a cuasync.Stream, got {type(stream).__name__}"
+            )
+        no_capture(stream, "cuasync.testing.gate()")
+    return Gate(tuple(streams))
