@@ -171,9 +171,9 @@ def test_pytest_plugin_fixtures_and_loop_marker(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=4, errors=1)  # the leak fails at teardown
     result.stdout.fnmatch_lines(
         [
-            "*test_service?asyncio? PASSED*",
-            "*test_service?uvloop? PASSED*",
-            "*test_service?trio? PASSED*",
             "*cuasync leaked*",
+            "PASSED *test_service?asyncio?",
+            "PASSED *test_service?uvloop?",
+            "PASSED *test_service?trio?",
         ]
     )
