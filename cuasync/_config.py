@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -87,3 +88,19 @@ class _ReadOnFirstUse:
 
 
 CONFIG: Config = cast(Config, _ReadOnFirstUse())
+
+
+def _read_debug_origins() -> bool:
+    # Like asyncio's coroutine origin tracking: on under -X dev or PYTHONASYNCIODEBUG.
+    return bool(sys.flags.dev_mode or os.environ.get("PYTHONASYNCIODEBUG"))
+
+
+_debug_origins: bool | None = None
+
+
+def debug_origins() -> bool:
+    """Whether ops record where they were built (for the "never executed" warning)."""
+    global _debug_origins
+    if _debug_origins is None:
+        _debug_origins = _read_debug_origins()
+    return _debug_origins

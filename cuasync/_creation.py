@@ -873,7 +873,7 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
         _enqueue_fill(ctx, t, bits)
         return Output.ready(t)
 
-    return device_op(enqueue, t.device, "fill")
+    return device_op(enqueue, t.device, "fill", graph_node=True)
 
 
 def eye_rect(

@@ -32,7 +32,7 @@ from ._dtypes import dtype_name
 from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor
-from .errors import ArgumentError, DeviceError, LaunchError
+from .errors import ArgumentError, DeviceError, KernelError, LaunchError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -429,11 +429,21 @@ class _Launchable:
             for a, p in zip(args, self.params, strict=True)
         ]
 
-        def run() -> None:
-            emulate(*[view(a) if isinstance(a, Tensor) else a for a in values])
-
         def enqueue(ctx: ExecutionContext) -> Output[Any]:
             self._declare(ctx, tensors)
+            errors = ctx.error_box()
+            name = self.name
+
+            def run() -> None:
+                try:
+                    emulate(*[view(a) if isinstance(a, Tensor) else a for a in values])
+                except Exception as exc:
+                    # A bug in this launch's twin fails this submission, not the device:
+                    # only real faults (EmulatedFault: illegal address, trap) are sticky.
+                    error = KernelError(f"the emulated kernel {name!r} raised {exc!r}")
+                    error.__cause__ = exc
+                    errors.append(error)
+
             backend.launch_emulated(ctx.handle, run)
             return Output.ready(output)
 

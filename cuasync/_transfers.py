@@ -24,16 +24,17 @@ import numpy as np
 
 from ._backends import get_backend
 from ._copies import copy_strided
-from ._core.completion import DONE, INLINE, PENDING, Completion, get_hub
+from ._core.completion import DONE, INLINE, PENDING, Completion, fresh, get_hub
 from ._core.context import ExecutionContext
 from ._core.device import Stream
-from ._core.loops import block_on, check_blocking_allowed, wait_for, watch_in_background
+from ._core.loops import block_on, check_blocking_allowed, running_loop, wait_for
 from ._core.op import device_op
 from ._core.output import Output
 from ._core.scheduling import current_policy, stream_from
 from ._dtypes import dtype_name
 from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
 from ._tensor import Tensor, contiguous_strides
+from ._unraisable import report_unraisable
 from .errors import (
     ArgumentError,
     BusyTransferRejected,
@@ -100,22 +101,10 @@ class PendingTransfer:
         done at the first call.
         """
         comp = self._comp
-        if comp.poll():
+        if comp.poll():  # also looks for a device fault, so "never" is not "not yet"
             if comp.error is not None:
-                raise comp.error
+                raise fresh(comp.error)
             return True
-        if comp.state == PENDING:
-            # Not landed. A faulted device never lands its flags, and the reactor only
-            # probes slots somebody awaits: look for a fault here (the hub rate-limits
-            # the stream queries), so that "not yet" is never reported for "never".
-            fault = get_backend().device_fault(comp.device.ordinal)
-            hub = get_hub()
-            if fault is not None:
-                hub.fail_device(comp.device, fault)
-            else:
-                hub.probe(comp)
-            if comp.error is not None:
-                raise comp.error
         return False
 
     def wait(self, *, allow_in_loop: bool = False) -> tuple[Tensor, PinnedHostBuffer]:
@@ -141,16 +130,17 @@ class PendingTransfer:
         return result
 
     def __await__(self) -> Generator[Any, Any, tuple[Tensor, PinnedHostBuffer]]:
-        result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(self._comp)
+        result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(self._comp, running_loop())
         return result
 
     def __del__(self) -> None:
-        comp = self._comp
-        if comp.state == PENDING:
+        comp = getattr(self, "_comp", None)
+        if comp is not None and comp.state == PENDING:
+            comp.abandon()
             try:
-                watch_in_background(comp)
-            except Exception:
-                pass
+                get_hub().watch_in_background(comp)
+            except Exception as exc:
+                report_unraisable(exc, self, "Exception ignored in PendingTransfer finalizer")
 
     def __repr__(self) -> str:
         comp = self._comp
@@ -299,8 +289,10 @@ def _submit(
         ctx.retain(block)  # even if the buffer is released meanwhile
         return Output(done)
 
+    op = device_op(enqueue, device, kind)
+    op._take()
     try:
-        comp = device_op(enqueue, device, kind)._start(stream, True)
+        comp = op._start(stream, True)
     except BaseException as exc:
         if buffer._busy is flight:
             flight.error = exc  # the copy was enqueued: the buffer stays unusable

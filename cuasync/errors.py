@@ -17,6 +17,7 @@
     ├── ReentrancyError                also a RuntimeError: executing an op inside ``then``
     ├── SyncInEventLoopError           also a RuntimeError: ``.sync()`` inside a running loop
     ├── CaptureError                   graph capture misuse
+    ├── KernelError                    a kernel failed without faulting the device
     ├── KernelCompileError             NVRTC failed; carries the log
     ├── BusyResourceError              a pinned buffer is in flight
     └── TransferRejected               a transfer was refused; ``.package`` hands back the inputs
@@ -41,6 +42,7 @@ __all__ = [
     "DriverError",
     "InvalidDeviceError",
     "KernelCompileError",
+    "KernelError",
     "LaunchError",
     "OpConsumedError",
     "OutOfMemoryError",
@@ -171,6 +173,12 @@ class SyncInEventLoopError(DeviceError, RuntimeError):
 
 class CaptureError(DeviceError):
     """Graph capture was misused (allocation recorded, sync during capture, ...)."""
+
+
+class KernelError(DeviceError):
+    """A kernel failed while it ran, without faulting the device; on the emulator, its
+    numpy twin raised (the twin's exception is the ``__cause__``). The op fails; the
+    device stays usable."""
 
 
 class KernelCompileError(DeviceError):

@@ -7,8 +7,6 @@ import os
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 
@@ -16,6 +14,8 @@ import cuasync
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
+
+pytest_plugins = ["pytester"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -73,10 +73,12 @@ async def test_update_copies_new_inputs_before_the_next_launch(anyio_backend) ->
 async def test_update_accepts_graph_nodes_only(anyio_backend) -> None:
     x = await cuasync.zeros((N,))
     graph = add_scaled[1, N](x, x, 1.0, N).graph()
+    allocating, reading = cuasync.zeros((N,)), x.to_host()
     with pytest.raises(CaptureError, match="graph nodes only"):
-        graph.update(cuasync.zeros((N,)))
+        graph.update(allocating)
     with pytest.raises(CaptureError):
-        graph.update(x.to_host())
+        graph.update(reading)
+    await cuasync.zip(allocating, reading)  # refused, not consumed
     with pytest.raises(ArgumentError):
         graph.update("op")  # type: ignore[arg-type]
     await graph.update(cuasync.value(1))
@@ -143,12 +145,14 @@ def test_sync_during_capture_is_rejected() -> None:
 
 
 def test_bad_mode_and_stream() -> None:
+    op = cuasync.value(1)
     with pytest.raises(ArgumentError, match="relaxed"):
-        cuasync.value(1).graph(mode="loose")
+        op.graph(mode="loose")
     with pytest.raises(ArgumentError, match="stream"):
         cuasync.CudaGraph.scope("s")  # type: ignore[arg-type]
     with pytest.raises(CaptureError, match="only valid inside"):
-        cuasync.CudaGraph.scope().record(cuasync.value(1))
+        cuasync.CudaGraph.scope().record(op)
+    assert op.sync() == 1  # refused, not consumed
 
 
 @pytest.mark.parametrize("mode", ["relaxed", "global", "thread_local"])

@@ -43,8 +43,10 @@ def test_sync_and_sync_on() -> None:
     s = cuasync.Device(0).new_stream()
     t = cuasync.from_host(ramp()).sync_on(s)
     np.testing.assert_array_equal(t.to_host().sync_on(s), ramp())
+    op = cuasync.value(1)
     with pytest.raises(ArgumentError, match="stream must be a cuasync.Stream"):
-        cuasync.value(1).sync_on("s")  # type: ignore[arg-type]
+        op.sync_on("s")  # type: ignore[arg-type]
+    assert op.sync_on(s) == 1  # the refused call did not consume the op
 
 
 async def test_sync_inside_a_running_loop_says_to_await(anyio_backend) -> None:
@@ -82,8 +84,10 @@ async def test_schedule_uses_the_policy(anyio_backend) -> None:
     fut = cuasync.zeros((3,)).schedule(cuasync.SingleStream(s))
     assert fut.stream is s
     await fut
+    op = cuasync.zeros((3,))
     with pytest.raises(ArgumentError, match="SchedulingPolicy"):
-        cuasync.zeros((3,)).schedule(s)  # type: ignore[arg-type]
+        op.schedule(s)  # type: ignore[arg-type]
+    assert (await op).shape == (3,)  # the refused call did not consume the op
 
 
 async def test_then_chains_on_one_stream(anyio_backend) -> None:
@@ -101,8 +105,10 @@ async def test_then_chains_on_one_stream(anyio_backend) -> None:
 async def test_then_must_return_an_op(anyio_backend) -> None:
     with pytest.raises(ArgumentError, match="must return a DeviceOp, got int; use map"):
         await cuasync.value(1).then(lambda v: v + 1)  # type: ignore[arg-type,return-value]
+    op = cuasync.value(1)
     with pytest.raises(ArgumentError, match="needs a callable"):
-        cuasync.value(1).then(3)  # type: ignore[arg-type]
+        op.then(3)  # type: ignore[arg-type]
+    assert await op == 1
 
 
 async def test_then_closure_errors_propagate_and_release_the_lock(anyio_backend) -> None:
@@ -168,14 +174,16 @@ async def test_zip_first_last_unzip(anyio_backend) -> None:
 
 
 def test_zip_and_unzip_bad_input() -> None:
+    op = cuasync.value((1, 2))
     with pytest.raises(
         ArgumentError, match=r"argument 1 must be a cuasync.DeviceOp.*cuasync.value"
     ):
-        cuasync.zip(cuasync.value(1), 2)  # type: ignore[arg-type]
+        cuasync.zip(op, 2)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="at least one op"):
         cuasync.zip()
     with pytest.raises(ArgumentError, match="pass n"):
-        cuasync.value((1, 2)).unzip()
+        op.unzip()
+    assert op.sync() == (1, 2)  # neither refusal consumed the op
 
 
 async def test_failing_zip_member_fails_the_zip(anyio_backend) -> None:
@@ -243,7 +251,10 @@ async def test_failing_shared_op_fails_every_consumer_with_the_same_error(anyio_
         with pytest.raises(IndexError) as info:
             await shared
         errors.append(info.value)
-    assert errors[0] is errors[1]
+    # The same error for every consumer; raised again as a fresh copy chained to the
+    # first, so that repeated raises do not grow one traceback without bound.
+    assert type(errors[1]) is type(errors[0]) and str(errors[1]) == str(errors[0])
+    assert errors[1].__cause__ is errors[0]
 
 
 async def test_value(anyio_backend) -> None:

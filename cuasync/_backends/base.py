@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+
 class EmulatedFault(BaseException):
     """Raised inside emulated device work to fault the device, as a GPU kernel can.
 

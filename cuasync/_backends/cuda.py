@@ -25,12 +25,11 @@ from __future__ import annotations
 import bisect
 import ctypes
 import itertools
-import sys
 import threading
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._unraisable import report_unraisable
 from ..errors import (
     STICKY_CODES,
     ArgumentError,
@@ -172,38 +171,6 @@ _host_fns: dict[int, Callable[[], None]] = {}
 _host_ids = itertools.count(1)  # 0 would be passed as NULL
 
 
-class _Unraisable:
-    """Duck-typed ``sys.UnraisableHookArgs`` for a custom ``sys.unraisablehook``."""
-
-    __slots__ = ("err_msg", "exc_traceback", "exc_type", "exc_value", "object")
-
-    def __init__(self, exc: BaseException, err_msg: str, obj: object) -> None:
-        self.exc_type = type(exc)
-        self.exc_value = exc
-        self.exc_traceback = exc.__traceback__
-        self.err_msg = err_msg
-        self.object = obj
-
-
-def _report_unraisable(exc: BaseException, fn: object) -> None:
-    """Report an exception raised by a host function the way CPython reports unraisables."""
-    msg = "Exception ignored in cuasync host function"
-    try:
-        hook = sys.unraisablehook
-        if hook is not sys.__unraisablehook__:
-            # The default hook only accepts the interpreter's own args type; custom
-            # hooks (pytest's, an application's) read the attributes.
-            hook(_Unraisable(exc, msg, fn))  # type: ignore[arg-type]
-            return
-    except BaseException:
-        pass
-    try:
-        print(f"{msg}: {fn!r}", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-    except BaseException:
-        pass
-
-
 def _run_host_fn(data: int | None) -> None:
     fn = _host_fns.pop(data or 0, None)
     if fn is None:
@@ -211,7 +178,7 @@ def _run_host_fn(data: int | None) -> None:
     try:
         fn()
     except BaseException as exc:  # never let anything unwind into the driver
-        _report_unraisable(exc, fn)
+        report_unraisable(exc, fn, "Exception ignored in cuasync host function")
 
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -12,13 +12,24 @@ Its work is followed on the stream by one of:
 
 When completion is observed the output is realized (``map`` functions run), the stream's
 completed sequence number advances and every object the work used is released.
+
+Work nobody awaits any more (a cancelled task, a future dropped unawaited, a closed
+loop) is handed to the **background watcher**: one daemon thread, started with the hub
+(never from a destructor), that drains its own reactor queue and probes host-callback
+completions that make no progress.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
+import logging
+import os
+import select
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +46,8 @@ try:
     from .. import _reactor
 except ImportError:  # built without a C compiler: host callbacks only
     _reactor = None
+
+log = logging.getLogger("cuasync.completion")
 
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
@@ -56,12 +69,33 @@ class Stats:
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
+    #: Whether the native module ``cuasync._reactor`` is loaded (else host callbacks only).
+    native: bool = False
 
 
 Waiter = Callable[["Completion"], None]
 
-#: Guards every completion's state transition; never held while calling out.
-_STATE_LOCK = threading.Lock()
+#: Guards every completion's state transition; never held while calling out. Reentrant:
+#: a garbage collection inside a critical section may run a finalizer that takes it.
+_STATE_LOCK = threading.RLock()
+
+
+def fresh(error: BaseException) -> BaseException:
+    """A new exception like ``error``, chained to it, to raise once more.
+
+    Raising one exception object again and again grows its traceback without bound
+    (each raise appends the raising frames); every later raise gets a copy instead.
+    """
+    try:
+        again = copy.copy(error)
+    except Exception:
+        return error
+    if type(again) is not type(error):
+        return error
+    again.__traceback__ = None
+    again.__cause__ = error
+    again.__context__ = None
+    return again
 
 
 class Completion:
@@ -81,6 +115,8 @@ class Completion:
     landed_by_callback = False
     armed_at = 0.0
     watcher: Any = None  # the loop bridge whose queue the reactor reports to
+    abandoned = False  # nobody will read the output: drop it at finish
+    raised = False  # the error was raised once: raise fresh copies from now on
     _waiters: list[Waiter] | None = None
     _lock = _STATE_LOCK
 
@@ -102,9 +138,18 @@ class Completion:
         return self.landed_by_callback
 
     def poll(self) -> bool:
-        """Finish on this thread if the work has landed; True once the result is available."""
-        if self.state == PENDING and self.landed():
-            self.finish(INLINE)
+        """Finish on this thread if the work has landed; True once the result is available.
+
+        Never blocks. Work that has not landed is checked for a device fault (a faulted
+        device never lands its flags), so polling tells "not yet" from "never".
+        """
+        if self.state == PENDING:
+            if self.landed():
+                self.finish(INLINE)
+            else:
+                hub = _hub
+                if hub is not None:
+                    hub.check_fault(self)
         return self.state >= DONE
 
     def add_waiter(self, waiter: Waiter) -> None:
@@ -120,9 +165,23 @@ class Completion:
 
     def result(self) -> Any:
         if self.state == FAILED:
-            assert self.error is not None
-            raise self.error
+            error = self.error
+            assert error is not None
+            if self.raised:
+                raise fresh(error)
+            self.raised = True
+            raise error
         return self.value
+
+    def abandon(self) -> None:
+        """Nobody will read the output: release it as soon as the work lands.
+
+        Frames of a cancelled task can keep the completion reachable through reference
+        cycles until the cyclic GC runs; without the output it holds no device memory.
+        """
+        self.abandoned = True
+        if self.state >= DONE:
+            self.value = None
 
     # -- resolution ----------------------------------------------------------------------
     def finish(self, path: str) -> None:
@@ -136,11 +195,16 @@ class Completion:
         assert ctx is not None and out is not None
         self.stream._mark_completed(ctx.seq)
         error: BaseException | None = None
-        try:
-            value = out.get()  # map/inspect functions run here, outside any lock
-        except BaseException as exc:
-            value, error = None, exc
+        if ctx.errors:
+            value, error = None, ctx.errors[0]
+        else:
+            try:
+                value = out.get()  # map/inspect functions run here, outside any lock
+            except BaseException as exc:
+                value, error = None, exc
         del ctx, out  # releases every retained object now that the device is done with them
+        if self.abandoned:
+            value = None
         hub = _hub
         if hub is not None:
             hub.release(self, path)
@@ -195,16 +259,19 @@ class Hub:
         backend = get_backend()
         self.backend = backend
         self.stats = Stats()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # reentrant: finalizers may run inside its sections
         self.nslots = CONFIG.slots
         self.slab = backend.host_alloc(4 * self.nslots)
         self.gens = [0] * self.nslots
         self.table: list[Completion | None] = [None] * self.nslots
         self.free = list(range(self.nslots - 1, -1, -1))
         self.stats.slots_total = self.nslots
+        self.stats.native = _reactor is not None
         self.callback_pending: set[Completion] = set()
         self.reactor: Any = None
-        if _reactor is not None:
+        if _reactor is None:
+            _warn_no_native()
+        else:
             self.reactor = _reactor.Reactor(
                 self.slab,
                 self.nslots,
@@ -221,6 +288,8 @@ class Hub:
         self._memops: dict[int, bool] = {}
         self._last_probe: dict[int, float] = {}
         self._probe_interval = CONFIG.stale_us / 1e6
+        # Last: it uses the reactor, and it is the one thread the hub starts.
+        self.background = _BackgroundWatcher(self)
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -248,6 +317,7 @@ class Hub:
         self.gens[slot] = gen
         address = self.slab + 4 * slot
         comp.slot, comp.gen, comp.address = slot, gen, address
+        comp.armed_at = time.monotonic()
         self.table[slot] = comp
         try:
             self.backend.write_value32(ctx.stream.handle, address, gen)
@@ -266,7 +336,7 @@ class Hub:
             self.callback_pending.add(comp)
         comp.armed_at = time.monotonic()
         self.backend.launch_host_func(comp.stream.handle, landed)
-        _watchdog().kick()
+        self.background.kick()  # it probes host callbacks that make no progress
 
     # -- host-written words (cuasync.testing gates) -----------------------------------------
     def claim_word(self) -> tuple[int, int, int]:
@@ -313,6 +383,51 @@ class Hub:
         """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land."""
         comp.armed_at = time.monotonic()
         self.reactor.arm(comp.slot, comp.gen, queue)
+
+    def drain(self, queue: Any) -> None:
+        """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
+        done, stale = queue.drain()
+        for slot in done:
+            self.on_landed(slot)
+        for slot in stale:
+            self.on_stale(slot)
+
+    def watch_in_background(self, comp: Completion) -> None:
+        """Make sure ``comp`` is observed, and what it uses released, with nobody awaiting.
+
+        Moves it from whichever loop watched it to the background watcher. Never blocks
+        and never starts a thread (destructors call it); does nothing once the
+        interpreter is finalizing (the process is exiting: the driver releases all).
+        """
+        if comp.state != PENDING or comp.slot < 0 or self.reactor is None:
+            return  # finished, or a host callback will finish it
+        if sys.is_finalizing():
+            return
+        background = self.background
+        with comp._lock:
+            watcher = comp.watcher
+            if watcher is background:
+                return
+            if watcher is not None:
+                # False: it was already pushed to that queue, so it has landed (see below).
+                self.reactor.disarm(comp.slot)
+            comp.watcher = background
+        if comp.landed():
+            comp.finish(INLINE)
+        else:
+            self.arm(comp, background.queue)
+
+    def check_fault(self, comp: Completion) -> None:
+        """``comp`` has not landed: fail it (and its device) if the device has faulted.
+
+        Queries the stream only for work pending longer than ``CUASYNC_STALE_US``, at
+        most once per device per that interval (see :meth:`probe`).
+        """
+        fault = self.backend.device_fault(comp.device.ordinal)
+        if fault is not None:
+            self.fail_device(comp.device, fault)
+        elif time.monotonic() - comp.armed_at > self._probe_interval:
+            self.probe(comp)
 
     def on_landed(self, slot: int) -> None:
         comp = self.table[slot]
@@ -418,34 +533,57 @@ def get_hub() -> Hub:
     return hub
 
 
-class _Watchdog:
-    """A thread that probes streams of host-callback completions making no progress.
+class _BackgroundWatcher:
+    """The hub's one daemon thread: it observes completions that no event loop waits for
+    (their reactor queue is this watcher's) and probes the streams of host-callback
+    completions that make no progress (a faulted device never runs their callbacks).
 
-    The reactor reports stale flag slots itself; host callbacks have no such report, so
-    this thread wakes every few milliseconds while any are pending.
+    It waits with ``poll()`` (never ``select()``, which fails for fds above 1023 in busy
+    servers) on its queue and a wake-up pipe. An unexpected error is logged and the
+    thread carries on: a dead watcher would leak every abandoned completion.
     """
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        self.queue: Any = _reactor.LoopQueue() if hub.reactor is not None else None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poll = select.poll()
+        self._poll.register(self._wake_r, select.POLLIN)
+        if self.queue is not None:
+            self._poll.register(self.queue.fileno(), select.POLLIN)
+        self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
+        self.thread.start()
 
     def kick(self) -> None:
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="cuasync-watchdog", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify()
+        """Wake the thread (never blocks: a full pipe already means a wake-up is due)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
 
     def _run(self) -> None:
-        stale = CONFIG.stale_us / 1e6
+        stale = max(CONFIG.stale_us / 1e6, 0.005)
         while True:
-            hub = get_hub()
-            with self._cond:
-                while not hub.callback_pending:
-                    self._cond.wait()
-            time.sleep(max(stale, 0.005))
+            try:
+                self._step(stale)
+            except Exception:
+                log.exception("cuasync background watcher: unexpected error; it keeps running")
+
+    def _step(self, stale: float) -> None:
+        hub = self._hub
+        timeout = stale * 1000 if hub.callback_pending else None
+        for fd, _ in self._poll.poll(timeout):
+            if fd == self._wake_r:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            else:
+                hub.drain(self.queue)  # reads the queue's fd first, so poll() re-arms
+        if hub.callback_pending:
             self._probe_old(hub, stale)
 
     @staticmethod
@@ -459,20 +597,25 @@ class _Watchdog:
         with hub.lock:
             old = [c for c in hub.callback_pending if now - c.armed_at > stale]
         for comp in old:
-            try:
-                hub.probe(comp)
-            except Exception:
-                pass
+            hub.probe(comp)
 
 
-_watchdog_instance: _Watchdog | None = None
+_native_warned = False
 
 
-def _watchdog() -> _Watchdog:
-    global _watchdog_instance
-    if _watchdog_instance is None:
-        _watchdog_instance = _Watchdog()
-    return _watchdog_instance
+def _warn_no_native() -> None:
+    global _native_warned
+    if _native_warned:
+        return
+    _native_warned = True
+    warnings.warn(
+        "cuasync's native module (cuasync._reactor) is not built, so every await completes "
+        "through a driver host callback, about 5x slower. Reinstall with a C compiler "
+        "present (e.g. `pip install --force-reinstall --no-deps -e .` with gcc installed); "
+        "cuasync.stats().native tells whether it is loaded.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def stats() -> Stats:

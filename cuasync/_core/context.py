@@ -54,12 +54,15 @@ def released() -> Iterator[None]:
 class ExecutionContext:
     """Everything one submission needs: its stream, its sequence number, what it retains."""
 
-    __slots__ = ("accesses", "capturing", "device", "retained", "seq", "stream")
+    __slots__ = ("accesses", "capturing", "device", "errors", "retained", "seq", "stream")
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.device: Device = stream.device
         self.retained: list[Any] = []
+        #: Errors raised by this submission's device work itself (an emulated kernel's
+        #: numpy twin): the submission fails with the first when it completes.
+        self.errors: list[BaseException] | None = None
         if stream._capturing:
             # Nothing runs while capturing: accesses are recorded, each launch replays them.
             self.capturing = True
@@ -74,6 +77,12 @@ class ExecutionContext:
     @property
     def handle(self) -> int:
         return self.stream.handle
+
+    def error_box(self) -> list[BaseException]:
+        """The list device work appends its own errors to (see ``errors``)."""
+        if self.errors is None:
+            self.errors = []
+        return self.errors
 
     def retain(self, obj: Any) -> None:
         """Keep ``obj`` alive until this submission's completion is observed."""

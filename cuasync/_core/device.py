@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._backends import get_backend
 from ..errors import ArgumentError, InvalidDeviceError
+from .context import LOCK, submitting
 
 if TYPE_CHECKING:
     from .scheduling import SchedulingPolicy
@@ -69,7 +70,7 @@ class Device:
     ordinal: int
     _used: int
     _policy: SchedulingPolicy | None
-    _lock: threading.Lock
+    _lock: threading.RLock
     _name: str | None
     _cc: tuple[int, int] | None
     _utility: Stream | None
@@ -86,7 +87,8 @@ class Device:
                 device.ordinal = ordinal
                 device._used = 0
                 device._policy = None
-                device._lock = threading.Lock()
+                # Reentrant: a finalizer (Allocation.__del__) may run inside a section.
+                device._lock = threading.RLock()
                 device._name = None
                 device._cc = None
                 device._utility = None
@@ -212,7 +214,7 @@ class Stream:
         self._event: int | None = None
         self._event_seq = -1
         self._capturing = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: finalizers may order frees inside it
         # Cleared when an owned stream's handle is destroyed. In a garbage cycle the
         # finalizer can run before another object's __del__ that still refers to us.
         self._alive = [True]
@@ -251,15 +253,29 @@ class Stream:
 
     def synchronize(self) -> None:
         """Block until all work on this stream has finished (raises on a device fault)."""
+        covered = self._enqueued()
         get_backend().stream_synchronize(self.handle)
-        self._completed = self._submitted
+        self._mark_completed(covered)
 
     def query(self) -> bool:
         """True when all work on this stream has finished; never blocks."""
+        covered = self._enqueued()
         idle = get_backend().stream_query(self.handle)
         if idle:
-            self._completed = self._submitted
+            self._mark_completed(covered)
         return idle
+
+    def _enqueued(self) -> int:
+        """The last sequence number whose work is fully enqueued on this stream.
+
+        Read under the execution lock: a submission numbers itself before it enqueues,
+        so an unlocked read could count work that another thread has yet to enqueue,
+        and a later read-after-write on another stream would skip its event.
+        """
+        if submitting():
+            return self._submitted  # this thread holds the lock: nothing is half-enqueued
+        with LOCK:
+            return self._submitted
 
     @property
     def is_capturing(self) -> bool:
@@ -287,7 +303,10 @@ class Stream:
                 other._event = backend.event_create(other.device.ordinal)
             if other._event_seq < seq:
                 backend.event_record(other._event, other.handle)
-                other._event_seq = other._submitted
+                # The event covers everything enqueued on ``other`` so far: all of it when
+                # this thread holds the execution lock, else (a finalizer freeing memory)
+                # only what is known to be enqueued, ``seq``.
+                other._event_seq = other._submitted if submitting() else seq
             event = other._event
         backend.stream_wait_event(self.handle, event)
 

@@ -3,15 +3,14 @@
 Each event loop gets a bridge: a reactor ``LoopQueue`` whose fd the loop watches
 (``add_reader`` on asyncio and uvloop, a system task on ``wait_readable`` on trio).
 The loop reads the fd, drains the queue and finishes completions on its own thread,
-so futures are resolved without any cross-thread hop. A background thread plays the
-same role for blocking waits and for work nobody awaits any more (cancelled tasks,
-futures collected unawaited), so that what such work uses is still released.
+so futures are resolved without any cross-thread hop. Work that no loop waits for any
+more (a cancelled task, a dropped future, a closed loop, a future awaited from a second
+loop) goes to the hub's background watcher (see :mod:`.completion`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import select
 import sys
 import threading
 import weakref
@@ -21,92 +20,110 @@ from typing import Any
 from ..errors import SyncInEventLoopError
 from .completion import DONE, INLINE, PENDING, Completion, Hub, _reactor, get_hub
 
+#: What :func:`running_loop` returns inside a trio run.
+TRIO = "trio"
+
 
 class _Bridge:
-    """A reactor queue and the thread that drains it."""
+    """A reactor queue that one event loop drains."""
 
     def __init__(self) -> None:
         self.queue = _reactor.LoopQueue()
-        self.thread = threading.get_ident()
 
     def drain(self) -> None:
+        get_hub().drain(self.queue)
+
+    def hand_over(self) -> None:
+        """The loop is going away: the background watcher takes over what it watched."""
         hub = get_hub()
-        done, stale = self.queue.drain()
-        for slot in done:
-            hub.on_landed(slot)
-        for slot in stale:
-            hub.on_stale(slot)
+        for comp in list(hub.table):
+            if comp is not None and comp.watcher is self:
+                hub.watch_in_background(comp)
+        hub.drain(self.queue)  # nothing is armed to it any more: what is left has landed
+        self.queue.close()
 
 
 class _AsyncioBridge(_Bridge):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
-        loop.add_reader(self.queue.fileno(), self.drain)
-
-
-class _BackgroundBridge(_Bridge):
-    """Drains completions that no event loop is waiting for."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.worker = threading.Thread(target=self._run, name="cuasync-background", daemon=True)
-        self.thread = -1
-        self.worker.start()
-
-    def _run(self) -> None:
-        self.thread = threading.get_ident()
-        fd = self.queue.fileno()
-        while True:
-            select.select([fd], [], [])
-            try:
-                self.drain()
-            except Exception:  # never let the thread die
-                import traceback
-
-                traceback.print_exc()
+        self.fd = self.queue.fileno()
+        loop.add_reader(self.fd, self.drain)
+        _hand_over_on_close(loop, self)
 
 
 _asyncio_bridges: weakref.WeakKeyDictionary[Any, _AsyncioBridge] = weakref.WeakKeyDictionary()
-_background: _BackgroundBridge | None = None
-_bridge_lock = threading.Lock()
 
 
-def _background_bridge() -> _BackgroundBridge:
-    global _background
-    if _background is None:
-        with _bridge_lock:
-            if _background is None:
-                _background = _BackgroundBridge()
-    return _background
+def _hand_over_on_close(loop: asyncio.AbstractEventLoop, bridge: _AsyncioBridge) -> None:
+    """Make ``loop.close()`` hand the loop's pending completions to the background.
+
+    asyncio has no close hook, so the instance's ``close`` is wrapped (asyncio's and
+    uvloop's loops both allow it). Without this, completions queued for a closed loop
+    would keep their memory, slots, tasks and the loop itself alive forever.
+    """
+    original = loop.close
+
+    def close() -> None:
+        if not loop.is_closed() and not loop.is_running():
+            if _asyncio_bridges.get(loop) is bridge:
+                del _asyncio_bridges[loop]
+            try:
+                loop.remove_reader(bridge.fd)
+            finally:
+                bridge.hand_over()
+        original()
+
+    try:
+        loop.close = close  # type: ignore[method-assign]
+    except AttributeError:  # a loop type that refuses: cancelled tasks still hand over
+        pass
 
 
-def watch_in_background(comp: Completion) -> None:
-    """Make sure ``comp`` is observed (and what it uses released) with nobody awaiting it."""
-    hub = get_hub()
-    if comp.state != PENDING or comp.slot < 0 or hub.reactor is None:
-        return  # finished, or a host callback will finish it
-    background = _background_bridge()
-    with comp._lock:
-        watcher = comp.watcher
-        if watcher is background:
-            return
-        if watcher is not None:
-            # False: it was already pushed to that queue, so it has landed (finished below).
-            hub.reactor.disarm(comp.slot)
-        comp.watcher = background
-    if comp.landed():
-        comp.finish(INLINE)
-    else:
-        hub.arm(comp, background.queue)
+def _asyncio_bridge(loop: asyncio.AbstractEventLoop) -> _AsyncioBridge:
+    bridge = _asyncio_bridges.get(loop)
+    if bridge is None:
+        bridge = _asyncio_bridges[loop] = _AsyncioBridge(loop)
+    return bridge
 
 
 def _arm(hub: Hub, comp: Completion, bridge: _Bridge) -> None:
-    """Arm ``comp`` on ``bridge`` unless some bridge already watches it."""
+    """Arm ``comp`` on ``bridge``; if another loop watches it already, move it to the
+    background watcher, which wakes the waiters of every loop."""
     with comp._lock:
-        if comp.state != PENDING or comp.watcher is not None:
+        if comp.state != PENDING:
             return
-        comp.watcher = bridge
-    hub.arm(comp, bridge.queue)
+        watcher = comp.watcher
+        if watcher is None:
+            comp.watcher = bridge
+        elif watcher is bridge or watcher is hub.background:
+            return
+    if watcher is None:
+        hub.arm(comp, bridge.queue)
+    else:
+        hub.watch_in_background(comp)
+
+
+def running_loop() -> Any:
+    """The running asyncio loop, :data:`TRIO` inside a trio run, else a RuntimeError.
+
+    Checked before anything is submitted, so awaiting an op where no supported loop
+    runs (curio, a bare ``coro.send``) enqueues nothing and leaks nothing.
+    """
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        return loop
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+            return TRIO
+        except RuntimeError:
+            pass
+    raise RuntimeError(
+        "cuasync ops can be awaited inside asyncio, uvloop or trio (directly or through "
+        "anyio), but no such event loop is running in this thread; outside an event loop "
+        "use op.sync() (or fut.wait())"
+    )
 
 
 def spin_then_check(comp: Completion) -> bool:
@@ -127,16 +144,14 @@ def spin_then_check(comp: Completion) -> bool:
     return comp.state >= DONE
 
 
-def wait_for(comp: Completion) -> Generator[Any, Any, Any]:
-    """The body of ``await``: spin, then suspend on the running loop until finished."""
+def wait_for(comp: Completion, loop: Any) -> Generator[Any, Any, Any]:
+    """The body of ``await`` on ``loop`` (from :func:`running_loop`): spin, then suspend
+    until finished."""
     if not spin_then_check(comp):
-        loop = asyncio._get_running_loop()
-        if loop is not None:
-            yield from _wait_asyncio(comp, loop)
-        elif "trio" in sys.modules:
+        if loop is TRIO:
             yield from _wait_trio(comp)
         else:
-            raise RuntimeError("cuasync ops can be awaited on asyncio, uvloop or trio event loops")
+            yield from _wait_asyncio(comp, loop)
     return comp.result()
 
 
@@ -148,11 +163,7 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 def _wait_asyncio(comp: Completion, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
     hub = get_hub()
     fut: asyncio.Future[None] = loop.create_future()
-    bridge: _AsyncioBridge | None = None
-    if comp.slot >= 0:
-        bridge = _asyncio_bridges.get(loop)
-        if bridge is None:
-            bridge = _asyncio_bridges[loop] = _AsyncioBridge(loop)
+    bridge = _asyncio_bridge(loop) if comp.slot >= 0 and hub.reactor is not None else None
     loop_thread = threading.get_ident()
 
     def wake(_: Completion) -> None:
@@ -172,7 +183,7 @@ def _wait_asyncio(comp: Completion, loop: asyncio.AbstractEventLoop) -> Generato
     except BaseException:
         # Cancelled (or the loop is going away): the work goes on; make sure its
         # completion is still observed so that what it uses is released.
-        watch_in_background(comp)
+        hub.watch_in_background(comp)
         raise
 
 
@@ -192,11 +203,7 @@ class _TrioBridge(_Bridge):
                 await trio.lowlevel.wait_readable(fd)
                 self.drain()
         finally:
-            # The run is ending: whatever is still armed here goes to the background.
-            hub = get_hub()
-            for comp in list(hub.table):
-                if comp is not None and comp.watcher is self:
-                    watch_in_background(comp)
+            self.hand_over()  # the run is ending
 
 
 _trio_var: Any = None
@@ -209,7 +216,7 @@ def _trio_bridge() -> _TrioBridge:
     if _trio_var is None:
         _trio_var = trio.lowlevel.RunVar("cuasync_bridge")
     try:
-        return _trio_var.get()
+        return _trio_var.get()  # type: ignore[no-any-return]
     except LookupError:
         bridge = _TrioBridge()
         _trio_var.set(bridge)
@@ -237,26 +244,21 @@ def _wait_trio(comp: Completion) -> Generator[Any, Any, None]:
     def abort(_: Any) -> Any:
         nonlocal aborted
         aborted = True
-        watch_in_background(comp)
+        hub.watch_in_background(comp)
         return trio.lowlevel.Abort.SUCCEEDED
 
-    if comp.slot >= 0:
+    if comp.slot >= 0 and hub.reactor is not None:
         _arm(hub, comp, _trio_bridge())
     comp.add_waiter(wake)
     yield from trio.lowlevel.wait_task_rescheduled(abort).__await__()
 
 
 def in_running_loop() -> bool:
-    if asyncio._get_running_loop() is not None:
-        return True
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_task()
-            return True
-        except RuntimeError:
-            return False
-    return False
+    try:
+        running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def check_blocking_allowed(what: str, allow: bool) -> None:
@@ -274,7 +276,12 @@ def block_on(comp: Completion) -> None:
     done = threading.Event()
     comp.add_waiter(lambda _: done.set())
     if comp.slot >= 0:
-        watch_in_background(comp)
+        get_hub().watch_in_background(comp)
     while not done.wait(0.5):
         if comp.poll():
             break
+
+
+def watch_in_background(comp: Completion) -> None:
+    """See :meth:`Hub.watch_in_background`."""
+    get_hub().watch_in_background(comp)

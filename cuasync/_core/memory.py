@@ -45,9 +45,11 @@ class Allocation:
     def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:
         if nbytes < 0:
             raise ArgumentError(f"nbytes must be >= 0, got {nbytes}")
+        if device._utility is None:
+            device._utility_stream()  # now, not in __del__: creating a stream may start a thread
         self.device = device
-        self.nbytes = nbytes
         self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        self.nbytes = nbytes  # only once allocated: __del__ of a failed one subtracts nothing
         with device._lock:
             device._used += nbytes
         # The allocation itself is ordered on ``stream``: count it as a write there.
@@ -86,8 +88,12 @@ class Allocation:
     def __del__(self) -> None:
         try:
             device = self.device
+            nbytes = self.nbytes  # AttributeError: the allocation failed, nothing to free
+        except AttributeError:
+            return
+        try:
             with device._lock:
-                device._used -= self.nbytes
+                device._used -= nbytes
             if device.fault is not None:
                 warn_leak(device, "its allocations")
                 return

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sys
 import threading
+import traceback
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._backends import get_backend
+from .._config import debug_origins
+from .._unraisable import report_unraisable
 from ..errors import ArgumentError, OpConsumedError
-from .completion import BLOCKING, Completion, get_hub
+from .completion import BLOCKING, Completion, fresh, get_hub
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
-from .loops import block_on, check_blocking_allowed, wait_for, watch_in_background
+from .loops import block_on, check_blocking_allowed, running_loop, wait_for
 from .output import Output
 from .scheduling import SchedulingPolicy, current_policy, stream_from
 
@@ -36,11 +41,23 @@ class DeviceOp(Generic[T]):
     >>> fut = op.submit(); ...; result = await fut
     """
 
-    __slots__ = ("_consumed", "_device")
+    __slots__ = ("_consumed", "_device", "_origin")
 
     def __init__(self, device: Device | None = None) -> None:
         self._consumed = False
         self._device = device
+        if debug_origins():
+            self._origin = _origin()
+
+    def __del__(self) -> None:
+        # Like a coroutine that was never awaited: building an op does nothing, so an op
+        # collected unexecuted is almost always a forgotten ``await``.
+        if not getattr(self, "_consumed", True) and not sys.is_finalizing():
+            _warn_never_executed(self)
+
+    def __repr__(self) -> str:
+        consumed = " (consumed)" if getattr(self, "_consumed", False) else ""
+        return f"<cuasync.DeviceOp {type(self).__name__.lstrip('_')}{consumed}>"
 
     # -- to implement ------------------------------------------------------------------
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
@@ -63,7 +80,7 @@ class DeviceOp(Generic[T]):
 
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
-        self._take()
+        """Enqueue on ``stream`` (the caller has taken the op) and track the completion."""
         _check_stream(stream, self._device)
         if stream._capturing:
             no_capture(stream, "executing an op")
@@ -92,6 +109,7 @@ class DeviceOp(Generic[T]):
         (``await`` the op there instead) unless ``allow_in_loop=True``.
         """
         check_blocking_allowed(".sync()", allow_in_loop)
+        self._take()
         return self._sync(self._pick_stream())
 
     def sync_on(self, stream: Stream, *, allow_in_loop: bool = False) -> T:
@@ -99,6 +117,7 @@ class DeviceOp(Generic[T]):
         check_blocking_allowed(".sync_on()", allow_in_loop)
         if not isinstance(stream, Stream):
             raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        self._take()
         return self._sync(stream)
 
     def _sync(self, stream: Stream) -> T:
@@ -113,6 +132,7 @@ class DeviceOp(Generic[T]):
 
     def submit(self) -> DeviceFuture[T]:
         """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
+        self._take()
         return DeviceFuture(self._start(self._pick_stream(), True))
 
     def schedule(self, policy: SchedulingPolicy) -> DeviceFuture[T]:
@@ -121,17 +141,31 @@ class DeviceOp(Generic[T]):
             raise ArgumentError(
                 f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"
             )
+        self._take()
         return DeviceFuture(self._start(stream_from(policy, self._device), True))
 
     def submit_on(self, stream: Stream) -> DeviceFuture[T]:
         """Enqueue now on ``stream``; returns a :class:`DeviceFuture`."""
         if not isinstance(stream, Stream):
             raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
+        self._take()
         return DeviceFuture(self._start(stream, True))
 
     def __await__(self) -> Generator[Any, Any, T]:
+        """Execute on the policy's next stream and suspend the task until done.
+
+        Cancelling the awaiting task (or a timeout) raises at once; the device work goes
+        on, and what it uses stays alive until it lands, then is released. Nothing is
+        enqueued when no asyncio, uvloop or trio loop runs in this thread.
+        """
+        loop = running_loop()  # before submitting: an unsupported loop must leak nothing
+        self._take()
         comp = self._start(self._pick_stream(), True)
-        return (yield from wait_for(comp))
+        try:
+            return (yield from wait_for(comp, loop))
+        except BaseException:
+            comp.abandon()  # cancelled: nobody can read the output any more
+            raise
 
     # -- combinators ---------------------------------------------------------------------
     def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
@@ -221,10 +255,30 @@ class DeviceOp(Generic[T]):
         return SharedOp(self)
 
 
+def _origin() -> str:
+    return "".join(traceback.format_list(traceback.extract_stack()[:-3][-8:]))
+
+
+def _warn_never_executed(op: DeviceOp[Any]) -> None:
+    origin = getattr(op, "_origin", None)
+    where = (
+        f"; it was built at (most recent call last):\n{origin}"
+        if origin
+        else " (run with -X dev or PYTHONASYNCIODEBUG=1 to see where it was built)"
+    )
+    warnings.warn(
+        f"{op!r} was never executed: building an op does nothing until it is awaited (or "
+        f"run with .sync(), .submit()){where}",
+        RuntimeWarning,
+        stacklevel=2,
+        source=op,
+    )
+
+
 def _check_stream(stream: Stream, device: Device | None) -> None:
     fault = get_backend().device_fault(stream.device.ordinal)
     if fault is not None:
-        raise fault
+        raise fresh(fault)
     if device is not None and stream.device is not device:
         from ..errors import SchedulingError
 
@@ -239,20 +293,25 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
     if not ctx.retained:
         return
     try:
-        comp = get_hub().attach(ctx, Output.ready(None))
+        hub = get_hub()
+        comp = hub.attach(ctx, Output.ready(None))
     except BaseException:
         from .completion import _leaked
 
         _leaked.append(ctx.retained)  # a faulted device: never free under it
         return
-    watch_in_background(comp)
+    hub.watch_in_background(comp)
 
 
 class DeviceFuture(Generic[T]):
-    """Submitted work; awaitable any number of times.
+    """Submitted work; awaitable any number of times, from any number of tasks and loops.
+
+    Cancelling a task that awaits the future does not cancel the work: the future stays
+    valid and can be awaited again. A future collected unawaited lets its work finish
+    and releases what it used once it lands.
 
     >>> fut = op.submit()
-    >>> fut.done()        # never blocks
+    >>> fut.done()        # never blocks; True also once the work failed (device fault)
     >>> await fut         # or fut.wait() outside an event loop
     """
 
@@ -290,15 +349,16 @@ class DeviceFuture(Generic[T]):
         return self._comp.result()
 
     def __await__(self) -> Generator[Any, Any, T]:
-        return (yield from wait_for(self._comp))
+        return (yield from wait_for(self._comp, running_loop()))
 
     def __del__(self) -> None:
-        comp = self._comp
-        if comp.state == 0:
+        comp = getattr(self, "_comp", None)
+        if comp is not None and comp.state == 0:
+            comp.abandon()
             try:
-                watch_in_background(comp)
-            except Exception:
-                pass
+                get_hub().watch_in_background(comp)
+            except Exception as exc:
+                report_unraisable(exc, self, "Exception ignored in DeviceFuture finalizer")
 
     def __repr__(self) -> str:
         state = "pending" if self._comp.state == 0 else ("failed" if self._comp.error else "done")
@@ -413,7 +473,7 @@ class SharedOp(DeviceOp[T]):
         self._retained: list[Any] = []
 
     def _take(self) -> None:
-        pass  # reusable
+        self._consumed = True  # reusable: executing it (or building on it) counts as use
 
     def shared(self) -> SharedOp[T]:
         return self
@@ -426,15 +486,18 @@ class SharedOp(DeviceOp[T]):
                     self._result = self._out.get()
                 except BaseException as exc:
                     self._error = exc
+                    self._realized = True
+                    raise
                 self._realized = True
             if self._error is not None:
-                raise self._error
+                raise fresh(self._error)
             return self._result
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        self._consumed = True
         with self._lock:
             if self._error is not None and self._producer is None:
-                raise self._error
+                raise fresh(self._error)
             if self._producer is None:
                 try:
                     self._out = self._inner._enqueue(ctx)
