@@ -24,7 +24,7 @@ import numpy as np
 
 from ._backends import get_backend
 from ._copies import copy_strided
-from ._core.completion import DONE, INLINE, PENDING, Completion, fresh, get_hub
+from ._core.completion import DONE, INLINE, PENDING, Completion, get_hub
 from ._core.context import ExecutionContext
 from ._core.device import Stream
 from ._core.loops import block_on, check_blocking_allowed, running_loop, wait_for
@@ -32,9 +32,9 @@ from ._core.op import device_op
 from ._core.output import Output
 from ._core.scheduling import current_policy, stream_from
 from ._dtypes import dtype_name
+from ._exceptions import fresh, report_unraisable
 from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
 from ._tensor import Tensor, contiguous_strides
-from ._unraisable import report_unraisable
 from .errors import (
     ArgumentError,
     BusyTransferRejected,
@@ -130,13 +130,21 @@ class PendingTransfer:
         return result
 
     def __await__(self) -> Generator[Any, Any, tuple[Tensor, PinnedHostBuffer]]:
-        result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(self._comp, running_loop())
+        try:
+            result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(
+                self._comp, running_loop()
+            )
+        except BaseException:
+            del self  # see DeviceFuture.__await__: a cancelled await's frame must not keep it
+            raise
         return result
 
     def __del__(self) -> None:
         comp = getattr(self, "_comp", None)
-        if comp is not None and comp.state == PENDING:
-            comp.abandon()
+        if comp is None:
+            return
+        comp.abandon()
+        if comp.state == PENDING:
             try:
                 get_hub().watch_in_background(comp)
             except Exception as exc:

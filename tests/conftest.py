@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 
 import cuasync
+import cuasync.testing
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
@@ -57,29 +57,11 @@ def emu():
 
 def settle() -> None:
     """Wait until every completion has been observed (background watcher included)."""
-    import time
-
-    def in_flight() -> bool:
-        s = cuasync.stats()
-        return bool(s.slots_armed or s.callbacks_pending)
-
-    gc.collect()
-    deadline = time.monotonic() + 10
-    while in_flight() and time.monotonic() < deadline:
-        for ordinal in range(cuasync.device_count()):
-            cuasync.Device(ordinal).synchronize()
-        gc.collect()
-        time.sleep(0.001)  # polling a condition with a deadline, not synchronization by sleep
+    cuasync.testing.settle()
 
 
 @pytest.fixture
 def baseline():
-    """Asserts that memory and slots return to where they were."""
-    settle()
-    dev = cuasync.Device(0)
-    before = (dev.memory_info().used, cuasync.stats().slots_armed)
-    yield before
-    settle()
-    gc.collect()
-    after = (dev.memory_info().used, cuasync.stats().slots_armed)
-    assert after == before, f"leaked: (bytes, slots) before {before}, after {after}"
+    """Asserts that memory (every device) and slots return to where they were."""
+    with cuasync.testing.no_leaks() as before:
+        yield before

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from typing import Any, NoReturn
 
 from .._config import CONFIG
 from ..errors import BackendUnavailableError
@@ -50,6 +52,36 @@ def get_backend() -> Backend:
         return _backend
 
 
+FORKED_MESSAGE = (
+    "cuasync was initialized in the parent process before os.fork(): its CUDA context "
+    "(or its emulator's threads) and completion threads do not exist in a forked child. "
+    "Start worker processes with multiprocessing's 'spawn' or 'forkserver' method, or "
+    "fork before cuasync is first used (importing it is fine)."
+)
+
+
+class _ForkedBackend:
+    """The backend of a child forked after initialization: every use raises, clearly."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise RuntimeError(FORKED_MESSAGE)
+
+
+def _after_fork_in_child() -> None:
+    global _backend
+    if _backend is not None:
+        _backend = _ForkedBackend()  # type: ignore[assignment]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked() -> bool:
+    """Whether this process was forked after cuasync was initialized in its parent."""
+    return isinstance(_backend, _ForkedBackend)
+
+
 def backend_name() -> str:
     """``"cuda"`` or ``"emulator"``: which backend this process uses."""
-    return get_backend().name
+    backend: Any = get_backend()
+    return backend.name  # type: ignore[no-any-return]

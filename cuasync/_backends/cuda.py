@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._unraisable import report_unraisable
+from .._exceptions import report_unraisable
 from ..errors import (
     STICKY_CODES,
     ArgumentError,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._exceptions import fresh
 from ..errors import DeviceError, DeviceFaultError, DriverError, OutOfMemoryError, driver_error
 from .base import CAPTURE_RELAXED, Backend, EmulatedFault
 
@@ -197,7 +198,7 @@ class EmulatorBackend(Backend):
 
     def _check(self, device: _Device) -> None:
         if device.fault is not None:
-            raise device.fault
+            raise fresh(device.fault)  # sticky: raised by every call, so a copy each time
 
     def _stream(self, handle: int) -> _Stream:
         try:

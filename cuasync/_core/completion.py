@@ -22,7 +22,6 @@ completions that make no progress.
 from __future__ import annotations
 
 import atexit
-import copy
 import logging
 import os
 import select
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._backends import get_backend
 from .._config import CONFIG
+from .._exceptions import fresh
 from ..errors import DeviceError, DeviceFaultError
 from .output import Output
 
@@ -78,24 +78,6 @@ Waiter = Callable[["Completion"], None]
 #: Guards every completion's state transition; never held while calling out. Reentrant:
 #: a garbage collection inside a critical section may run a finalizer that takes it.
 _STATE_LOCK = threading.RLock()
-
-
-def fresh(error: BaseException) -> BaseException:
-    """A new exception like ``error``, chained to it, to raise once more.
-
-    Raising one exception object again and again grows its traceback without bound
-    (each raise appends the raising frames); every later raise gets a copy instead.
-    """
-    try:
-        again = copy.copy(error)
-    except Exception:
-        return error
-    if type(again) is not type(error):
-        return error
-    again.__traceback__ = None
-    again.__cause__ = error
-    again.__context__ = None
-    return again
 
 
 class Completion:
@@ -387,10 +369,12 @@ class Hub:
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
         done, stale = queue.drain()
-        for slot in done:
-            self.on_landed(slot)
-        for slot in stale:
-            self.on_stale(slot)
+        for slots, handle in ((done, self.on_landed), (stale, self.on_stale)):
+            for slot in slots:
+                try:
+                    handle(slot)
+                except Exception:  # one bad entry must not lose the rest of the batch
+                    log.exception("cuasync: error while handling completion slot %d", slot)
 
     def watch_in_background(self, comp: Completion) -> None:
         """Make sure ``comp`` is observed, and what it uses released, with nobody awaiting.
@@ -475,7 +459,7 @@ class Hub:
         for comp in victims:
             if comp.slot >= 0 and self.reactor is not None:
                 self.reactor.disarm(comp.slot)
-            comp.fail(error)
+            comp.fail(fresh(error))  # one object per waiter: each is raised on its own
 
     # -- bookkeeping -------------------------------------------------------------------------
     def release(self, comp: Completion, path: str) -> None:
@@ -520,6 +504,22 @@ class Hub:
 
 _hub: Hub | None = None
 _hub_lock = threading.Lock()
+#: Hubs of the parent process, kept (never freed) in a forked child: freeing one would
+#: join a reactor thread that does not exist in the child.
+_forked_hubs: list[Hub] = []
+
+
+def _after_fork_in_child() -> None:
+    global _hub, _hub_lock
+    _hub_lock = threading.Lock()  # another thread of the parent may have held it
+    hub, _hub = _hub, None
+    if hub is not None:
+        _forked_hubs.append(hub)
+        if hub.reactor is not None:
+            atexit.unregister(hub.reactor.close)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def get_hub() -> Hub:

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._backends import get_backend
 from .._backends.base import CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL
+from .._exceptions import fresh
 from ..errors import ArgumentError, CaptureError
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting
 from .device import Device, Stream, get_default_device
@@ -225,7 +226,7 @@ def _begin(stream: Stream, mode: int) -> ExecutionContext:
         raise CaptureError(f"stream {stream.handle:#x} is already capturing a graph")
     fault = stream.device.fault
     if fault is not None:
-        raise fault
+        raise fresh(fault)
     get_backend().stream_begin_capture(stream.handle, mode)
     stream._capturing = True
     return ExecutionContext(stream)

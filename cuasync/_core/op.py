@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
 import sys
 import threading
 import traceback
@@ -18,9 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from .._backends import get_backend
 from .._config import debug_origins
-from .._unraisable import report_unraisable
+from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
-from .completion import BLOCKING, Completion, fresh, get_hub
+from .completion import BLOCKING, Completion, get_hub
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import block_on, check_blocking_allowed, running_loop, wait_for
@@ -255,8 +256,13 @@ class DeviceOp(Generic[T]):
         return SharedOp(self)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _origin() -> str:
-    return "".join(traceback.format_list(traceback.extract_stack()[:-3][-8:]))
+    """Where the op being built was built: the caller's frames, outside cuasync."""
+    frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
+    return "".join(traceback.format_list(frames[-8:]))
 
 
 def _warn_never_executed(op: DeviceOp[Any]) -> None:
@@ -349,12 +355,20 @@ class DeviceFuture(Generic[T]):
         return self._comp.result()
 
     def __await__(self) -> Generator[Any, Any, T]:
-        return (yield from wait_for(self._comp, running_loop()))
+        try:
+            return (yield from wait_for(self._comp, running_loop()))
+        except BaseException:
+            # A cancelled await leaves this frame in a traceback, often inside a reference
+            # cycle: it must not keep the future (and so its output) alive.
+            del self
+            raise
 
     def __del__(self) -> None:
         comp = getattr(self, "_comp", None)
-        if comp is not None and comp.state == 0:
-            comp.abandon()
+        if comp is None:
+            return
+        comp.abandon()  # the future was the only way to read the output
+        if comp.state == 0:
             try:
                 get_hub().watch_in_background(comp)
             except Exception as exc:

@@ -1,0 +1,64 @@
+"""Exceptions raised more than once, and errors that cannot propagate (finalizers, driver
+callbacks), reported the way CPython does."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+__all__ = ["fresh", "report_unraisable"]
+
+
+def fresh(error: BaseException) -> BaseException:
+    """A new exception like ``error``, chained to it, to raise once more.
+
+    Raising one exception object again and again grows its traceback without bound
+    (each raise appends the raising frames), and keeps every frame it passed alive;
+    a sticky device fault is raised by every later call. Raise a copy instead.
+    """
+    cls = type(error)
+    try:
+        # Not copy.copy: that calls __init__ with .args, which many exception classes
+        # (DriverError among them) do not take back.
+        again = cls.__new__(cls, *error.args)
+        again.args = error.args
+        again.__dict__.update(getattr(error, "__dict__", {}))
+    except Exception:
+        return error
+    again.__cause__ = error
+    again.__context__ = None
+    return again
+
+
+class _Unraisable:
+    """Duck-typed ``sys.UnraisableHookArgs`` for a custom ``sys.unraisablehook``."""
+
+    __slots__ = ("err_msg", "exc_traceback", "exc_type", "exc_value", "object")
+
+    def __init__(self, exc: BaseException, err_msg: str, obj: object) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = exc.__traceback__
+        self.err_msg = err_msg
+        self.object = obj
+
+
+def report_unraisable(exc: BaseException, obj: object, msg: str) -> None:
+    """Hand ``exc`` to ``sys.unraisablehook`` (pytest's, an application's), else print it.
+
+    Never raises: it is called where nothing may propagate.
+    """
+    try:
+        hook = sys.unraisablehook
+        if hook is not sys.__unraisablehook__:
+            # The default hook only accepts the interpreter's own args type; custom
+            # hooks (pytest's, an application's) read the attributes.
+            hook(_Unraisable(exc, msg, obj))  # type: ignore[arg-type]
+            return
+    except BaseException:
+        pass
+    try:
+        print(f"{msg}: {obj!r}", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+    except BaseException:
+        pass
