@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import KernelCompileError
 
@@ -27,6 +29,16 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+@functools.cache
+def nvrtc_available() -> bool:
+    """Whether libnvrtc can be loaded in this process (asked once)."""
+    try:
+        _load()
+    except KernelCompileError:
+        return False
+    return True
+
+
 def _load():  # type: ignore[no-untyped-def]
     try:
         from cuda.bindings import nvrtc
@@ -42,6 +54,18 @@ def _load():  # type: ignore[no-untyped-def]
     return nvrtc
 
 
+def _program_log(nvrtc: Any, prog: Any) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(err, "nvrtcGetProgramLogSize")
+    # NVRTC writes into the buffer it is given, so it must be mutable memory we own:
+    # a ``bytes`` is immutable, and a one-byte one (an empty log) is CPython's shared
+    # singleton, so writing into ``b" " * 1`` would turn every ``b" "`` into ``b"\x00"``.
+    buf = bytearray(size)
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+    _check(err, "nvrtcGetProgramLog")
+    return buf.rstrip(b"\0 ").decode(errors="replace")
+
+
 def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]) -> Compiled:
     """Compile ``source`` for ``arch`` (e.g. ``"sm_90"``) and return the cubin and lowered name."""
     nvrtc = _load()
@@ -52,23 +76,19 @@ def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]
         _check(err, "nvrtcAddNameExpression")
         options = [f"--gpu-architecture={arch}", *flags]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(err, "nvrtcGetProgramLogSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0 ").decode(errors="replace")
+        log = _program_log(nvrtc, prog)
         if int(result):
             raise KernelCompileError(
                 f"NVRTC could not compile {name_expression!r} for {arch}; its log follows", log
             )
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize", log)
-        image = b" " * size
+        image = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
         _check(err, "nvrtcGetCUBIN", log)
         err, lowered = nvrtc.nvrtcGetLoweredName(prog, name_expression.encode())
         _check(err, "nvrtcGetLoweredName", log)
         lowered_name = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
-        return Compiled(image, lowered_name, log)
+        return Compiled(bytes(image), lowered_name, log)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
