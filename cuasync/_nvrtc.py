@@ -30,20 +30,23 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 @functools.cache
-def nvrtc_available() -> bool:
-    """Whether libnvrtc can be loaded in this process (asked once)."""
+def nvrtc_problem() -> str | None:
+    """Why NVRTC cannot be used in this process, or ``None`` when it loads (asked once)."""
     try:
         _load()
-    except KernelCompileError:
-        return False
-    return True
+    except KernelCompileError as exc:
+        return str(exc)
+    return None
 
 
 def _load():  # type: ignore[no-untyped-def]
     try:
         from cuda.bindings import nvrtc
     except Exception as exc:  # pragma: no cover - cuda-bindings is a dependency
-        raise KernelCompileError(f"NVRTC is not available: {exc}") from None
+        raise KernelCompileError(
+            f"NVRTC is not available ({exc}); install it with "
+            "'pip install cuda-bindings nvidia-cuda-nvrtc'"
+        ) from None
     try:
         nvrtc.nvrtcVersion()
     except Exception as exc:

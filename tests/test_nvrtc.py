@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cuasync._nvrtc import nvrtc_available
+from cuasync._nvrtc import nvrtc_problem
 
-pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (libnvrtc) is not installed")
+pytestmark = pytest.mark.skipif(nvrtc_problem() is not None, reason=str(nvrtc_problem()))
 
 # Compiled in a fresh interpreter: if NVRTC ever writes into a shared ``bytes`` object
 # again, the corruption stays in that process instead of breaking the rest of the suite.
