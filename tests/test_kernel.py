@@ -4,6 +4,9 @@ CompileOptions, Module, and the opt-in disk cache of compiled kernels."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -519,3 +522,109 @@ def test_cache_round_trips_a_real_compilation(cache: Path, monkeypatch) -> None:
     compiled = _count_compiles(monkeypatch)
     assert k.compile_image("sm_90") == first and compiled == []
     assert kernel_cache.stats().hits == 1 and kernel_cache.stats().entries == 1
+
+
+# -- the disk cache's trust model: only this user's private entries are loaded --------------
+OTHER_UID = 65534  # "nobody"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _give_away(path: Path) -> None:
+    try:
+        os.chown(path, OTHER_UID, -1)
+    except (PermissionError, AttributeError):
+        pytest.skip("chown to another uid needs root (the refusal is tested in CI as root)")
+
+
+def _stored(cache: Path) -> tuple[str, Path]:
+    key = kernel_cache.key_for("src", "k", [], "sm_90", (13, 0))
+    assert key is not None
+    kernel_cache.store(key, b"\x7fELF-image", "_Z1kv")
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+    return key, cache / f"{key}.cubin"
+
+
+def _refused(key: str, match: str) -> None:
+    """The lookup misses, warning once for the directory."""
+    misses = kernel_cache.stats().misses
+    with pytest.warns(RuntimeWarning, match=match):
+        assert kernel_cache.lookup(key) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernel_cache.lookup(key) is None  # refused again, without a second warning
+    assert kernel_cache.stats().misses == misses + 2
+
+
+def test_cache_directory_is_created_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = kernel_cache.enable(tmp_path / "cache" / "kernels")
+    finally:
+        os.umask(old)
+        kernel_cache.disable()
+    assert _mode(path) == 0o700
+
+
+def test_cache_entries_are_private_and_replaced_atomically(cache: Path) -> None:
+    key, entry = _stored(cache)
+    assert _mode(entry) == 0o600
+    inode = entry.stat().st_ino
+    kernel_cache.store(key, b"\x7fELF-newer", "_Z1kv")  # a new file renamed over the old one
+    assert entry.stat().st_ino != inode and _mode(entry) == 0o600
+    assert kernel_cache.lookup(key) == (b"\x7fELF-newer", "_Z1kv")
+    assert [p.name for p in cache.iterdir()] == [entry.name]
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o1777], ids=["g+w", "o+w", "sticky-tmp"])
+def test_cache_refuses_a_directory_others_can_write(cache: Path, mode: int) -> None:
+    key, _ = _stored(cache)
+    cache.chmod(mode)
+    _refused(key, r"can be written by other users.*chmod 700")
+    kernel_cache.store(key, b"\x7fELF-other", "_Z1kv")  # not written there either
+    cache.chmod(0o700)
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+
+
+def test_cache_refuses_a_directory_owned_by_another_user(cache: Path) -> None:
+    key, _ = _stored(cache)
+    _give_away(cache)
+    _refused(key, rf"directory is owned by uid {OTHER_UID}, not by this process's user")
+
+
+def test_cache_refuses_an_entry_owned_by_another_user(cache: Path) -> None:
+    key, entry = _stored(cache)
+    _give_away(entry)
+    _refused(key, rf"entry {key}\.cubin is owned by uid {OTHER_UID}.*kernel_cache\.clear\(\)")
+
+
+def test_cache_refuses_an_entry_others_can_write(cache: Path) -> None:
+    key, entry = _stored(cache)
+    entry.chmod(0o666)
+    _refused(key, rf"entry {key}\.cubin can be written by other users")
+
+
+def test_enabling_a_directory_others_can_write_warns_at_once(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"not loading kernels from .*shared"):
+            kernel_cache.enable(shared)
+    finally:
+        kernel_cache.disable()
+
+
+@needs_nvrtc
+def test_kernels_never_load_another_users_entry(cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_kernel, "_images", {})
+    k = cuasync.Kernel(SCALE, "scale<float>")
+    key = kernel_cache.key_for(k.source, k.name, k.options.flags(), "sm_90")
+    assert key is not None
+    kernel_cache.store(key, b"\x7fELF planted by another user", "_Z5scaleIfEvPT_S0_i")
+    _give_away(cache / f"{key}.cubin")
+    with pytest.warns(RuntimeWarning, match="owned by uid"):
+        image, _ = k.compile_image("sm_90")
+    assert image[:4] == b"\x7fELF" and b"planted" not in image
