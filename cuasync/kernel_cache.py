@@ -300,12 +300,14 @@ def store(key: str, image: bytes, lowered_name: str) -> None:
     optimization, never a reason to fail.
     """
     entry = _entry_path(key)
-    if entry is None or _untrusted_directory(entry.parent) is not None:
+    if entry is None:
         return
     if not isinstance(image, (bytes, bytearray)) or not image:
         raise ArgumentError("image must be the non-empty bytes of a compiled kernel")
     if not isinstance(lowered_name, str) or not lowered_name:
         raise ArgumentError("lowered_name must be the kernel's non-empty lowered name")
+    if _untrusted_directory(entry.parent) is not None:
+        return  # lookups would refuse it anyway
     name = lowered_name.encode()
     payload = _MAGIC + struct.pack("<IQ", len(name), len(image)) + name + bytes(image)
     try:
