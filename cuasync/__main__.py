@@ -27,12 +27,21 @@ async def handle(request: int) -> tuple[int, float]:
     return request, total
 
 
+def _why_not_cuda() -> str:
+    """Why the cuda backend was not chosen: the one-line reason of its probe."""
+    from ._backends import cuda
+
+    return cuda.probe() or "CUASYNC_BACKEND=emulator"
+
+
 async def main() -> None:
     dev = cuasync.get_default_device()
     print(
         f"cuasync {cuasync.__version__}: backend {cuasync.backend_name()!r}, "
         f"device {dev.ordinal}: {dev.name}"
     )
+    if cuasync.backend_name() == "emulator":
+        print(f"  (not on a GPU: {_why_not_cuda()})")
     start = time.perf_counter()
     results = await asyncio.gather(*(handle(i) for i in range(8)))
     elapsed = (time.perf_counter() - start) * 1e3

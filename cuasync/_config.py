@@ -5,6 +5,10 @@
 ``CUASYNC_EMU_DEVICES``        number of emulated devices (default 1)
 ``CUASYNC_EMU_DELAY_US``       delay before each emulated command, microseconds (default 0)
 ``CUASYNC_EMU_MEMORY``         emulated device memory per device in bytes (default 1 GiB)
+``CUASYNC_EMU_COMPILE``        whether the emulator compiles each ``Kernel``'s CUDA source with
+                               NVRTC at its first launch, so device-code errors surface
+                               without a GPU: ``auto`` (default: when NVRTC loads), ``on``
+                               (NVRTC required) or ``off`` (only the ``emulate=`` twin runs)
 ``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off)
 ``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384)
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
@@ -24,6 +28,7 @@ from .errors import ArgumentError
 
 _BACKENDS = ("auto", "cuda", "emulator")
 _HOST_SYNC = ("reactor", "callback")
+_EMU_COMPILE = ("auto", "on", "off")
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -52,6 +57,7 @@ class Config:
     emu_devices: int
     emu_delay_us: int
     emu_memory: int
+    emu_compile: str
     spin_budget_us: int
     slots: int
     host_sync: str
@@ -64,6 +70,7 @@ def _read() -> Config:
         emu_devices=_int("CUASYNC_EMU_DEVICES", 1, minimum=1),
         emu_delay_us=_int("CUASYNC_EMU_DELAY_US", 0),
         emu_memory=_int("CUASYNC_EMU_MEMORY", 1 << 30, minimum=1 << 20),
+        emu_compile=_choice("CUASYNC_EMU_COMPILE", "auto", _EMU_COMPILE),
         spin_budget_us=_int("CUASYNC_SPIN_BUDGET_US", 20),
         slots=_int("CUASYNC_SLOTS", 16384, minimum=1),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),

@@ -26,12 +26,12 @@ _NAMES = (
 )
 
 SUPPORTED: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in _NAMES}
-try:  # bfloat16 where ml_dtypes is installed
+try:  # numpy has no bfloat16 of its own
     import ml_dtypes
-
-    SUPPORTED["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - depends on the environment
+except ImportError:  # a dependency: missing only after an install with --no-deps
     pass
+else:
+    SUPPORTED["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
 
 _BY_DTYPE = {dt: name for name, dt in SUPPORTED.items()}
 
@@ -40,6 +40,11 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
     """Normalize ``dtype`` (a name, a numpy type or dtype) or raise :class:`DTypeError`."""
     if isinstance(dtype, str) and dtype in SUPPORTED:
         return SUPPORTED[dtype]
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        raise DTypeError(
+            f"{argument}='bfloat16' needs ml_dtypes, a dependency of cuasync that is not "
+            "installed here; install it with 'pip install ml_dtypes'"
+        )
     try:
         dt = np.dtype(dtype)
     except TypeError:

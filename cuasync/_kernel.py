@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernel_cache
+from . import _config, kernel_cache
 from ._backends import get_backend
 from ._backends import get_backend as _backend
 from ._core.context import ExecutionContext
@@ -29,10 +29,10 @@ from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase, device_op
 from ._core.output import Output
 from ._dtypes import dtype_name
-from ._nvrtc import compile_cubin
+from ._nvrtc import compile_cubin, nvrtc_problem
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor
-from .errors import ArgumentError, DeviceError, KernelError, LaunchError
+from .errors import ArgumentError, DeviceError, KernelCompileError, KernelError, LaunchError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -180,6 +180,9 @@ class _Launchable:
 
     def _function(self, device: Device) -> int:
         raise NotImplementedError
+
+    def _check_source(self, device: Device) -> None:
+        """On the emulator, before a launch: fail as the GPU would on bad device code."""
 
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
@@ -430,6 +433,7 @@ class _Launchable:
         ]
 
         def enqueue(ctx: ExecutionContext) -> Output[Any]:
+            self._check_source(ctx.device)
             self._declare(ctx, tensors)
             errors = ctx.error_box()
             name = self.name
@@ -490,6 +494,33 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
         return f"<cuasync.DeviceOp launch {self._kernel.name}{consumed}>"
 
 
+#: Compiled images by ``(source, name expression, options, arch)``, shared by every
+#: Kernel: a source is compiled once per process, whether for a GPU, for the emulator's
+#: check or by ``compile_image``.
+_images: dict[tuple[Any, ...], tuple[bytes, str]] = {}
+_images_lock = threading.Lock()
+
+
+def _arch(device: Device) -> str:
+    major, minor = device.compute_capability
+    return f"sm_{major}{minor}"
+
+
+def _emulator_compiles() -> bool:
+    """Whether the emulator compiles kernel sources (``CUASYNC_EMU_COMPILE``)."""
+    mode = _config.CONFIG.emu_compile
+    if mode == "off":
+        return False
+    problem = nvrtc_problem()
+    if problem is not None and mode == "on":
+        raise KernelCompileError(
+            "CUASYNC_EMU_COMPILE=on: the emulator compiles every kernel's source, but NVRTC "
+            f"cannot be used: {problem}. Install it ('pip install nvidia-cuda-nvrtc'), or "
+            "set CUASYNC_EMU_COMPILE=auto to skip the compile where NVRTC is missing"
+        )
+    return problem is None
+
+
 class Kernel(_Launchable):
     """A CUDA C++ kernel compiled with NVRTC for each device's architecture.
 
@@ -529,6 +560,7 @@ class Kernel(_Launchable):
         self.options = options or CompileOptions()
         self.params = parse_params(source, self.name)
         self._functions: dict[int, int] = {}  # ordinal -> CUfunction, once loaded
+        self._checked: set[int] = set()  # emulated device ordinals the source was checked for
 
     def __repr__(self) -> str:
         sig = ", ".join(p.describe() for p in self.params)
@@ -540,8 +572,19 @@ class Kernel(_Launchable):
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed.
 
-        Consults the on-disk cache when :func:`cuasync.kernel_cache.enable` was called.
+        Each source is compiled once per process; the on-disk cache is consulted too when
+        :func:`cuasync.kernel_cache.enable` was called.
         """
+        key = self._key(arch)
+        found = _images.get(key)
+        if found is None:
+            with _images_lock:
+                found = _images.get(key)
+                if found is None:
+                    found = _images[key] = self._compile(arch)
+        return found
+
+    def _compile(self, arch: str) -> tuple[bytes, str]:
         flags = self.options.flags()
         key = kernel_cache.key_for(self.source, self.name, flags, arch)  # None when disabled
         if key is not None and (hit := kernel_cache.lookup(key)) is not None:
@@ -552,18 +595,31 @@ class Kernel(_Launchable):
         return compiled.image, compiled.lowered_name
 
     def compile(self, device: int | Device | None = None) -> None:
-        """Compile and load now for ``device`` (default: the default device)."""
+        """Compile and load now for ``device`` (default: the default device).
+
+        On the emulator this compiles the source as the first launch would (see
+        ``CUASYNC_EMU_COMPILE``), so device-code errors show without a GPU.
+        """
         dev = get_default_device() if device is None else Device(device)
         if get_backend().name == "emulator":
+            self._check_source(dev)
             return
         self._function(dev)
+
+    def _check_source(self, device: Device) -> None:
+        # The emulator runs the numpy twin, but a source that NVRTC rejects must fail
+        # here as it would on a GPU, or broken device code passes CI.
+        if device.ordinal in self._checked:
+            return
+        if _emulator_compiles():
+            self.compile_image(_arch(device))
+        self._checked.add(device.ordinal)
 
     def _function(self, device: Device) -> int:
         handle = self._functions.get(device.ordinal)
         if handle is not None:
             return handle
-        major, minor = device.compute_capability
-        arch = f"sm_{major}{minor}"
+        arch = _arch(device)
         key = (*self._key(arch), device.ordinal)
         entry = self._cache.get(key)
         if entry is None:

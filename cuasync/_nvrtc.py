@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import KernelCompileError
 
@@ -27,11 +29,24 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+@functools.cache
+def nvrtc_problem() -> str | None:
+    """Why NVRTC cannot be used in this process, or ``None`` when it loads (asked once)."""
+    try:
+        _load()
+    except KernelCompileError as exc:
+        return str(exc)
+    return None
+
+
 def _load():  # type: ignore[no-untyped-def]
     try:
         from cuda.bindings import nvrtc
     except Exception as exc:  # pragma: no cover - cuda-bindings is a dependency
-        raise KernelCompileError(f"NVRTC is not available: {exc}") from None
+        raise KernelCompileError(
+            f"NVRTC is not available ({exc}); install it with "
+            "'pip install cuda-bindings nvidia-cuda-nvrtc'"
+        ) from None
     try:
         nvrtc.nvrtcVersion()
     except Exception as exc:
@@ -40,6 +55,18 @@ def _load():  # type: ignore[no-untyped-def]
             f"'pip install nvidia-cuda-nvrtc' ({type(exc).__name__}: {exc})"
         ) from None
     return nvrtc
+
+
+def _program_log(nvrtc: Any, prog: Any) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(err, "nvrtcGetProgramLogSize")
+    # NVRTC writes into the buffer it is given, so it must be mutable memory we own:
+    # a ``bytes`` is immutable, and a one-byte one (an empty log) is CPython's shared
+    # singleton, so writing into ``b" " * 1`` would turn every ``b" "`` into ``b"\x00"``.
+    buf = bytearray(size)
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+    _check(err, "nvrtcGetProgramLog")
+    return buf.rstrip(b"\0 ").decode(errors="replace")
 
 
 def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]) -> Compiled:
@@ -52,23 +79,19 @@ def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]
         _check(err, "nvrtcAddNameExpression")
         options = [f"--gpu-architecture={arch}", *flags]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(err, "nvrtcGetProgramLogSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0 ").decode(errors="replace")
+        log = _program_log(nvrtc, prog)
         if int(result):
             raise KernelCompileError(
                 f"NVRTC could not compile {name_expression!r} for {arch}; its log follows", log
             )
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize", log)
-        image = b" " * size
+        image = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
         _check(err, "nvrtcGetCUBIN", log)
         err, lowered = nvrtc.nvrtcGetLoweredName(prog, name_expression.encode())
         _check(err, "nvrtcGetLoweredName", log)
         lowered_name = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
-        return Compiled(image, lowered_name, log)
+        return Compiled(bytes(image), lowered_name, log)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

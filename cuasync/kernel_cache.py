@@ -12,9 +12,16 @@ the NVRTC version, so a changed kernel or a new NVRTC never gets a stale image.
 CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'))
 >>> kernel_cache.disable()
 
-Entries are written atomically (a temporary file renamed into place), so concurrent
-processes can share one directory; an unreadable or truncated entry counts as a miss.
-Delete the directory (or call :func:`clear`) to drop everything.
+Entries are written atomically (a temporary file renamed into place, mode ``0600``), so
+concurrent processes of one user can share the directory; an unreadable or truncated entry
+counts as a miss. Delete the directory (or call :func:`clear`) to drop everything.
+
+Trust: an entry is machine code that runs in this process's GPU context, where it can
+write any device memory and the host memory mapped into it. So, as CPython does for
+``__pycache__`` and pip for its cache, the directory is created ``0700`` and an entry is
+only loaded when it and its directory belong to this process's user and no other user
+can write to either; anything else is a miss, with one ``RuntimeWarning`` per directory
+saying what to fix. Never point the cache at a directory other users can write to.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import struct
 import tempfile
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +75,7 @@ class _State:
         self.hits = 0
         self.misses = 0
         self.nvrtc: tuple[int, int] | None = None
+        self.warned: set[Path] = set()  # directories already warned about
 
 
 _state = _State()
@@ -78,15 +88,17 @@ def default_path() -> Path:
 
 
 def enable(path: str | os.PathLike[str] | None = None) -> Path:
-    """Start caching compiled kernels in ``path`` (created if missing); returns the path.
+    """Start caching compiled kernels in ``path`` (created ``0700`` if missing); returns it.
 
     Resets the hit and miss counters. Calling it again switches to another directory.
+    The directory must belong to you and be writable by you only, or its entries are
+    ignored (a ``RuntimeWarning`` says so).
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise ArgumentError(f"path must be a str, a path or None, got {type(path).__name__}")
     target = Path(path).expanduser() if path is not None else default_path()
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ArgumentError(
             f"path={str(target)!r} cannot be used as a kernel cache: {exc}"
@@ -97,6 +109,9 @@ def enable(path: str | os.PathLike[str] | None = None) -> Path:
         _state.path = target
         _state.hits = 0
         _state.misses = 0
+    problem = _untrusted_directory(target)
+    if problem is not None:
+        _warn_once(target, problem)
     return target
 
 
@@ -189,19 +204,76 @@ def _entry_path(key: str) -> Path | None:
     return path / f"{key}{_SUFFIX}"
 
 
+def _foreign(st: os.stat_result) -> str | None:
+    """Why a file or directory with this ``stat`` may hold another user's code, or None."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None and st.st_uid != uid:
+        return f"is owned by uid {st.st_uid}, not by this process's user (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"can be written by other users (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
+def _untrusted_directory(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None  # gone: every lookup misses anyway
+    problem = _foreign(st)
+    if problem is None:
+        return None
+    return (
+        f"the directory {problem}; use a directory only you can write "
+        f"(chmod 700 {str(path)!r} if it is yours, or kernel_cache.enable() without a path)"
+    )
+
+
+def _warn_once(path: Path, problem: str) -> None:
+    with _state.lock:
+        if path in _state.warned:
+            return
+        _state.warned.add(path)
+    warnings.warn(
+        f"cuasync.kernel_cache: not loading kernels from {str(path)!r}: {problem}. A cached "
+        "kernel runs in this process's GPU context, so entries that another user could "
+        "have written are treated as misses",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _read_trusted(entry: Path) -> tuple[bytes, str | None]:
+    """The entry's bytes (``b""`` if unreadable), or why it must not be loaded."""
+    try:
+        with open(entry, "rb") as f:
+            # fstat the file actually opened, so it cannot be swapped after the check.
+            problem = _foreign(os.fstat(f.fileno()))
+            if problem is not None:
+                return b"", (
+                    f"its entry {entry.name} {problem}; delete the entries you did not write "
+                    "(kernel_cache.clear())"
+                )
+            return f.read(), None
+    except OSError:
+        return b"", None
+
+
 def lookup(key: str) -> tuple[bytes, str] | None:
     """The ``(cubin, lowered name)`` stored under ``key``, or ``None`` (counted as a miss).
 
-    Also ``None`` while the cache is disabled (not counted).
+    Also ``None`` while the cache is disabled (not counted). An entry another user could
+    have written is a miss too (see the module's docstring).
     """
     entry = _entry_path(key)
     if entry is None:
         return None
     found: tuple[bytes, str] | None = None
-    try:
-        data = entry.read_bytes()
-    except OSError:
-        data = b""
+    problem = _untrusted_directory(entry.parent)
+    data = b""
+    if problem is None:
+        data, problem = _read_trusted(entry)
+    if problem is not None:
+        _warn_once(entry.parent, problem)
     if data.startswith(_MAGIC) and len(data) >= len(_MAGIC) + 12:
         name_len, image_len = struct.unpack_from("<IQ", data, len(_MAGIC))
         start = len(_MAGIC) + 12
@@ -223,8 +295,9 @@ def lookup(key: str) -> tuple[bytes, str] | None:
 def store(key: str, image: bytes, lowered_name: str) -> None:
     """Save a compiled ``image`` and its lowered kernel name under ``key``.
 
-    Does nothing while the cache is disabled. Write failures (a full disk, a read-only
-    directory) are ignored: the cache is an optimization, never a reason to fail.
+    Does nothing while the cache is disabled or its directory is not private to this
+    user. Write failures (a full disk, a read-only directory) are ignored: the cache is an
+    optimization, never a reason to fail.
     """
     entry = _entry_path(key)
     if entry is None:
@@ -233,9 +306,12 @@ def store(key: str, image: bytes, lowered_name: str) -> None:
         raise ArgumentError("image must be the non-empty bytes of a compiled kernel")
     if not isinstance(lowered_name, str) or not lowered_name:
         raise ArgumentError("lowered_name must be the kernel's non-empty lowered name")
+    if _untrusted_directory(entry.parent) is not None:
+        return  # lookups would refuse it anyway
     name = lowered_name.encode()
     payload = _MAGIC + struct.pack("<IQ", len(name), len(image)) + name + bytes(image)
     try:
+        # mkstemp: a new file in the same directory (so the rename is atomic), mode 0600.
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
         try:
             with os.fdopen(fd, "wb") as f:

@@ -59,3 +59,42 @@ def test_emulated_device_count_follows_the_environment() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "3"
+
+
+class _FakeDriver:
+    """The few driver calls the probe makes, answering for a driver of ``version``."""
+
+    CUDA_VERSION = 13040  # the headers cuda-bindings 13.4 was built on
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+    def cuInit(self, flags: int) -> tuple[int]:
+        return (0,)
+
+    def cuDriverGetVersion(self) -> tuple[int, int]:
+        return 0, self.version
+
+    def cuDeviceGetCount(self) -> tuple[int, int]:
+        return 0, 1
+
+
+def test_a_driver_older_than_the_bindings_gets_a_reason_that_names_the_fix(monkeypatch) -> None:
+    from cuasync._backends import cuda
+    from cuasync.errors import BackendUnavailableError
+
+    monkeypatch.setattr(cuda, "_load_driver", lambda: _FakeDriver(12080))
+    reason = cuda.probe()
+    assert reason is not None and "\n" not in reason
+    assert "the NVIDIA driver supports CUDA 12.8" in reason
+    assert "cuda-bindings 13 needs a driver for CUDA 13.0 or newer" in reason
+    assert "upgrade the NVIDIA driver (R580 or newer)" in reason
+    assert "cuda-bindings 12 with nvidia-cuda-nvrtc-cu12 (that combination is not tested)" in reason
+    with pytest.raises(
+        BackendUnavailableError, match=r"cannot run here: the NVIDIA driver supports CUDA 12\.8"
+    ):
+        cuda.CudaBackend()
+
+    for version in (13000, 13020, 14000):  # a driver for CUDA 13.x or newer passes the check
+        monkeypatch.setattr(cuda, "_load_driver", lambda v=version: _FakeDriver(v))
+        assert cuda.probe() is None, version

@@ -1,31 +1,25 @@
 """Every built-in CUDA kernel compiles with NVRTC, for every dtype instantiation.
 
 Runs without a GPU (NVRTC is a compiler library), so a CUDA source error in a built-in
-kernel fails CI even though CI only runs the numpy twins.
+kernel fails CI even though CI only runs the numpy twins. The images are shared with the
+emulator's own compile at first launch (``CUASYNC_EMU_COMPILE``): nothing is compiled twice.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from cuasync import _creation
+import cuasync
+from cuasync import _creation, _kernel
 from cuasync._kernel import Kernel
+from cuasync._nvrtc import nvrtc_problem
 from cuasync.errors import KernelCompileError
 
 ARCHS = ("sm_80", "sm_90")
 
-
-def _nvrtc_problem() -> str | None:
-    try:
-        from cuasync._nvrtc import nvrtc_version
-
-        nvrtc_version()
-    except Exception as exc:  # libnvrtc missing or unloadable
-        return f"NVRTC cannot be loaded: {exc}"
-    return None
-
-
-PROBLEM = _nvrtc_problem()
+PROBLEM = nvrtc_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in _creation.builtin_kernels()}
@@ -50,3 +44,15 @@ def test_builtin_kernel_compiles(name: str, arch: str) -> None:
         pytest.fail(f"{name} does not compile for {arch}:\n{exc.log}")
     assert image[:4] == b"\x7fELF", "NVRTC should give a cubin (an ELF image)"
     assert lowered.startswith("_Z") and name.split("<")[0] in lowered
+
+
+@pytest.mark.emulator_only
+def test_the_emulator_and_this_check_share_compiled_images(monkeypatch) -> None:
+    cuasync.arange(4, "int16").sync()  # the emulator compiled ca_linspace<..., int16> for sm_90
+
+    def refuse(source: str, name: str, arch: str, flags: list[str]) -> Any:
+        raise AssertionError(f"{name} was compiled for {arch} a second time")
+
+    monkeypatch.setattr(_kernel, "compile_cubin", refuse)
+    image, _ = _creation._kernel("linspace", "int16").compile_image("sm_90")
+    assert image[:4] == b"\x7fELF"

@@ -7,7 +7,11 @@ GPU the kernel does, and both must give numpy's values.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,9 +32,8 @@ from cuasync.errors import (
 pytestmark = pytest.mark.anyio
 
 ALL = [name for name in SUPPORTED]
-REAL_FLOATS = [n for n in ("float16", "bfloat16", "float32", "float64") if n in SUPPORTED]
+REAL_FLOATS = ["float16", "bfloat16", "float32", "float64"]
 NUMERIC = [n for n in ALL if n != "bool"]
-HAS_BF16 = "bfloat16" in SUPPORTED
 
 
 def np_dtype(name: str) -> np.dtype[Any]:
@@ -248,7 +251,6 @@ def test_convert_rounding_and_wrapping(src: str, dst: str, values: list[Any]) ->
     same(host(cuasync.convert(cuasync.from_host(a).sync(), dst).sync()), numpy_cast(a, dst))
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="needs ml_dtypes for bfloat16")
 def test_convert_bfloat16_rounds_through_float32_like_ml_dtypes() -> None:
     sources = {
         # 1 + 2^-8 + 2^-40 rounds to a tie in float32, then to even: 1.0 (not 1 + 2^-7)
@@ -269,6 +271,23 @@ def test_convert_bfloat16_rounds_through_float32_like_ml_dtypes() -> None:
     for dst in ("int16", "uint8", "int64"):
         got = host(cuasync.convert(cuasync.from_host(b).sync(), dst).sync())
         same(got, numpy_cast(b, dst))
+
+
+def test_bfloat16_without_ml_dtypes_says_to_install_it() -> None:
+    # A broken install (ml_dtypes is a dependency), in a fresh interpreter that cannot import it.
+    code = (
+        "import sys; sys.modules['ml_dtypes'] = None\n"
+        "import cuasync\n"
+        "try:\n"
+        "    cuasync.zeros(2, 'bfloat16')\n"
+        "except cuasync.errors.DTypeError as e:\n"
+        "    print(e)\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "dtype='bfloat16' needs ml_dtypes" in r.stdout and "pip install ml_dtypes" in r.stdout
 
 
 def test_convert_strided_and_high_dimensional_sources() -> None:

@@ -34,3 +34,19 @@ def test_example_runs(path: Path) -> None:
         f"{path.name} exited with {proc.returncode}\n"
         f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
     )
+
+
+def test_the_demo_runs_and_says_why_it_is_not_on_a_gpu() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CUASYNC_BACKEND"}  # auto, as installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuasync"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "all results checked" in proc.stdout
+    if "backend 'emulator'" in proc.stdout:
+        from cuasync._backends import cuda
+
+        assert f"(not on a GPU: {cuda.probe()})" in proc.stdout
+    else:
+        assert "backend 'cuda'" in proc.stdout and "not on a GPU" not in proc.stdout

@@ -3,6 +3,10 @@ CompileOptions, Module, and the opt-in disk cache of compiled kernels."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import stat
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,20 +16,16 @@ import pytest
 from conftest import ON_EMULATOR
 
 import cuasync
-from cuasync import kernel_cache
+from cuasync import _config, _kernel, kernel_cache
 from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
 
 pytestmark = pytest.mark.anyio
 
 
 def nvrtc_available() -> bool:
-    try:
-        from cuasync._nvrtc import nvrtc_version
+    from cuasync._nvrtc import nvrtc_problem
 
-        nvrtc_version()
-    except Exception:
-        return False
-    return True
+    return nvrtc_problem() is None
 
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC cannot be loaded here")
@@ -235,7 +235,6 @@ def test_kernel_without_emulate_says_to_pass_one(emu) -> None:
     with pytest.raises(LaunchError, match=r"no emulate= function.*pass emulate="):
         k[1, 32](2.0, x, y, 4)
     assert emu.commands_enqueued() == before
-    k.compile()  # nothing to compile for the emulator: not an error
 
 
 def test_kernel_constructor_checks() -> None:
@@ -265,6 +264,114 @@ def test_compile_image_gives_a_cubin_and_the_lowered_name() -> None:
     assert image[:4] == b"\x7fELF" and lowered.startswith("_Z") and "scale" in lowered
     image, lowered = cuasync.Kernel(SAXPY, "saxpy").compile_image("sm_80")
     assert lowered == "saxpy"
+
+
+# -- the emulator compiles the source too (CUASYNC_EMU_COMPILE) ------------------------------
+BROKEN = r"""
+extern "C" __global__ void broken_but_emulated(float* x) { x[0] = undefined_thing; }
+"""
+
+
+def _emu_compile(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    monkeypatch.setattr(_config, "CONFIG", dataclasses.replace(_config.CONFIG, emu_compile=mode))
+
+
+def _count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    compiled: list[str] = []
+    real = _kernel.compile_cubin
+
+    def counting(source: str, name: str, arch: str, flags: list[str]) -> Any:
+        compiled.append(f"{name} {arch}")
+        return real(source, name, arch, flags)
+
+    monkeypatch.setattr(_kernel, "compile_cubin", counting)
+    return compiled
+
+
+@needs_nvrtc
+def test_broken_device_code_fails_its_launch_on_every_backend() -> None:
+    ran: list[Any] = []
+    k = cuasync.Kernel(BROKEN, "broken_but_emulated", emulate=ran.append)
+    x = cuasync.zeros(4).sync()
+    with pytest.raises(KernelCompileError) as info:
+        k[1, 1](x).sync()
+    assert "undefined_thing" in info.value.log and "broken_but_emulated" in str(info.value)
+    with pytest.raises(KernelCompileError, match="undefined_thing"):
+        k.compile()
+    assert ran == []
+
+
+@needs_nvrtc
+@pytest.mark.emulator_only
+def test_emulator_compile_error_comes_before_anything_is_enqueued(emu) -> None:
+    k = cuasync.Kernel(BROKEN, "broken_but_emulated", emulate=print)
+    x = cuasync.zeros(4).sync()
+    op = k[1, 1](x)
+    cuasync.Device(0).synchronize()
+    before = emu.commands_enqueued()
+    with pytest.raises(KernelCompileError):
+        op.sync()
+    assert emu.commands_enqueued() == before
+
+
+@needs_nvrtc
+@pytest.mark.emulator_only
+def test_emulator_compiles_each_source_once_per_process(emu, monkeypatch) -> None:
+    compiled = _count_compiles(monkeypatch)
+    source = SCALE + "// compiled once by test_emulator_compiles_each_source_once_per_process\n"
+    x, x1 = cuasync.arange(8).sync(), cuasync.arange(8, device=1).sync()
+    for tensor in (x, x1, x):  # other Kernel objects and devices reuse the image
+        k = cuasync.Kernel(source, "scale<float>", emulate=scale_twin)
+        k[1, 32](tensor, 2.0, 8).sync()
+        k[1, 32](tensor, 2.0, 8).sync()
+    assert compiled == ["scale<float> sm_90"]  # the emulator is compute capability 9.0
+    k.compile_image("sm_90")
+    assert len(compiled) == 1, "compile_image shares the emulator's compiles"
+    tuned = cuasync.Kernel(
+        source, "scale<float>", emulate=scale_twin, options=cuasync.CompileOptions(opt_level=2)
+    )
+    tuned[1, 32](x, 2.0, 8).sync()
+    assert len(compiled) == 2, "other options are another compile"
+    np.testing.assert_array_equal(x.to_host().sync(), ramp(8) * 2**5)
+
+
+@pytest.mark.emulator_only
+def test_emu_compile_off_runs_only_the_twin(emu, monkeypatch) -> None:
+    _emu_compile(monkeypatch, "off")
+    compiled = _count_compiles(monkeypatch)
+    k = cuasync.Kernel(BROKEN, "broken_but_emulated", emulate=lambda x: x.fill(5))
+    x = cuasync.zeros(4).sync()
+    k[1, 1](x).sync()
+    k.compile()
+    assert x.to_host().sync().tolist() == [5.0] * 4 and compiled == []
+
+
+@pytest.mark.emulator_only
+def test_emu_compile_without_nvrtc(emu, monkeypatch) -> None:
+    monkeypatch.setattr(_kernel, "nvrtc_problem", lambda: "libnvrtc.so.13: cannot open it")
+    x = cuasync.arange(8).sync()
+    _emu_compile(monkeypatch, "on")
+    k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
+    with pytest.raises(
+        KernelCompileError,
+        match=r"CUASYNC_EMU_COMPILE=on.*libnvrtc\.so\.13: cannot open it.*"
+        r"pip install nvidia-cuda-nvrtc.*CUASYNC_EMU_COMPILE=auto",
+    ):
+        k[1, 32](x, 2.0, 8).sync()
+    _emu_compile(monkeypatch, "auto")  # auto: without NVRTC only the twin runs
+    k[1, 32](x, 2.0, 8).sync()
+    np.testing.assert_array_equal(x.to_host().sync(), ramp(8) * 2)
+
+
+def test_emu_compile_is_read_from_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("CUASYNC_EMU_COMPILE", raising=False)
+    assert _config._read().emu_compile == "auto"
+    for raw, mode in (("on", "on"), ("OFF", "off"), (" auto ", "auto")):
+        monkeypatch.setenv("CUASYNC_EMU_COMPILE", raw)
+        assert _config._read().emu_compile == mode
+    monkeypatch.setenv("CUASYNC_EMU_COMPILE", "yes")
+    with pytest.raises(ArgumentError, match="CUASYNC_EMU_COMPILE must be one of auto, on, off"):
+        _config._read()
 
 
 def test_compile_options_normalize_and_validate() -> None:
@@ -406,9 +513,118 @@ def test_cache_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 @needs_nvrtc
-def test_cache_round_trips_a_real_compilation(cache: Path) -> None:
+def test_cache_round_trips_a_real_compilation(cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_kernel, "_images", {})  # forget this process's compiles
     k = cuasync.Kernel(SCALE, "scale<double>")
     first = k.compile_image("sm_90")
     assert kernel_cache.stats().misses == 1
-    assert k.compile_image("sm_90") == first
+    monkeypatch.setattr(_kernel, "_images", {})  # as a new process would
+    compiled = _count_compiles(monkeypatch)
+    assert k.compile_image("sm_90") == first and compiled == []
     assert kernel_cache.stats().hits == 1 and kernel_cache.stats().entries == 1
+
+
+# -- the disk cache's trust model: only this user's private entries are loaded --------------
+OTHER_UID = 65534  # "nobody"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _give_away(path: Path) -> None:
+    try:
+        os.chown(path, OTHER_UID, -1)
+    except (PermissionError, AttributeError):
+        pytest.skip("chown to another uid needs root (the refusal is tested in CI as root)")
+
+
+def _stored(cache: Path) -> tuple[str, Path]:
+    key = kernel_cache.key_for("src", "k", [], "sm_90", (13, 0))
+    assert key is not None
+    kernel_cache.store(key, b"\x7fELF-image", "_Z1kv")
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+    return key, cache / f"{key}.cubin"
+
+
+def _refused(key: str, match: str) -> None:
+    """The lookup misses, warning once for the directory."""
+    misses = kernel_cache.stats().misses
+    with pytest.warns(RuntimeWarning, match=match):
+        assert kernel_cache.lookup(key) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernel_cache.lookup(key) is None  # refused again, without a second warning
+    assert kernel_cache.stats().misses == misses + 2
+
+
+def test_cache_directory_is_created_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = kernel_cache.enable(tmp_path / "cache" / "kernels")
+    finally:
+        os.umask(old)
+        kernel_cache.disable()
+    assert _mode(path) == 0o700
+
+
+def test_cache_entries_are_private_and_replaced_atomically(cache: Path) -> None:
+    key, entry = _stored(cache)
+    assert _mode(entry) == 0o600
+    inode = entry.stat().st_ino
+    kernel_cache.store(key, b"\x7fELF-newer", "_Z1kv")  # a new file renamed over the old one
+    assert entry.stat().st_ino != inode and _mode(entry) == 0o600
+    assert kernel_cache.lookup(key) == (b"\x7fELF-newer", "_Z1kv")
+    assert [p.name for p in cache.iterdir()] == [entry.name]
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o1777], ids=["g+w", "o+w", "sticky-tmp"])
+def test_cache_refuses_a_directory_others_can_write(cache: Path, mode: int) -> None:
+    key, _ = _stored(cache)
+    cache.chmod(mode)
+    _refused(key, r"can be written by other users.*chmod 700")
+    kernel_cache.store(key, b"\x7fELF-other", "_Z1kv")  # not written there either
+    cache.chmod(0o700)
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+
+
+def test_cache_refuses_a_directory_owned_by_another_user(cache: Path) -> None:
+    key, _ = _stored(cache)
+    _give_away(cache)
+    _refused(key, rf"directory is owned by uid {OTHER_UID}, not by this process's user")
+
+
+def test_cache_refuses_an_entry_owned_by_another_user(cache: Path) -> None:
+    key, entry = _stored(cache)
+    _give_away(entry)
+    _refused(key, rf"entry {key}\.cubin is owned by uid {OTHER_UID}.*kernel_cache\.clear\(\)")
+
+
+def test_cache_refuses_an_entry_others_can_write(cache: Path) -> None:
+    key, entry = _stored(cache)
+    entry.chmod(0o666)
+    _refused(key, rf"entry {key}\.cubin can be written by other users")
+
+
+def test_enabling_a_directory_others_can_write_warns_at_once(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"not loading kernels from .*shared"):
+            kernel_cache.enable(shared)
+    finally:
+        kernel_cache.disable()
+
+
+@needs_nvrtc
+def test_kernels_never_load_another_users_entry(cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_kernel, "_images", {})
+    k = cuasync.Kernel(SCALE, "scale<float>")
+    key = kernel_cache.key_for(k.source, k.name, k.options.flags(), "sm_90")
+    assert key is not None
+    kernel_cache.store(key, b"\x7fELF planted by another user", "_Z5scaleIfEvPT_S0_i")
+    _give_away(cache / f"{key}.cubin")
+    with pytest.warns(RuntimeWarning, match="owned by uid"):
+        image, _ = k.compile_image("sm_90")
+    assert image[:4] == b"\x7fELF" and b"planted" not in image

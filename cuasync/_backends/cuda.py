@@ -120,6 +120,28 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+def _cuda_version(version: int) -> str:
+    """``12080`` → ``"12.8"`` (the driver API's 1000 * major + 10 * minor)."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _driver_too_old(driver: Any) -> str | None:
+    """Why the driver cannot serve these bindings (an older CUDA major), or None."""
+    err, version = driver.cuDriverGetVersion()  # answers with or without cuInit
+    if err:
+        return None  # cuInit's own error says more
+    major = int(driver.CUDA_VERSION) // 1000  # the CUDA headers the bindings were built on
+    if int(version) >= major * 1000:
+        return None
+    old = int(version) // 1000
+    return (
+        f"the NVIDIA driver supports CUDA {_cuda_version(int(version))}, but cuda-bindings "
+        f"{major} needs a driver for CUDA {major}.0 or newer; upgrade the NVIDIA driver"
+        f"{' (R580 or newer)' if major == 13 else ''}, or install cuda-bindings {old} with "
+        f"nvidia-cuda-nvrtc-cu{old} (that combination is not tested)"
+    )
+
+
 def _init_driver() -> tuple[Any, str | None]:
     """Load the bindings and run ``cuInit(0)``; return ``(driver, reason_or_None)``."""
     try:
@@ -128,6 +150,9 @@ def _init_driver() -> tuple[Any, str | None]:
         return None, f"cuda-bindings could not be imported ({_one_line(exc)})"
     try:
         (err,) = driver.cuInit(0)
+        # Checked before cuInit's result: a driver older than the bindings may fail
+        # cuInit (or calls after it) with a code that does not say why.
+        too_old = _driver_too_old(driver)
     except Exception as exc:
         # cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError) or an OSError
         # when libcuda.so.1 is missing; anything else is reported as it is.
@@ -135,6 +160,8 @@ def _init_driver() -> tuple[Any, str | None]:
         if "DynamicLib" in name or "NotFound" in name or isinstance(exc, OSError):
             return None, "no NVIDIA driver found (libcuda could not be loaded)"
         return None, f"the CUDA driver could not be initialised ({_one_line(exc)})"
+    if too_old is not None:
+        return None, too_old
     if err:
         if int(err) == _NO_DEVICE:
             return None, "no CUDA-capable device is present (cuInit: CUDA_ERROR_NO_DEVICE)"

@@ -1,0 +1,41 @@
+"""What a plain ``pip install cuasync`` brings: everything the package needs at run time."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _names(requirements: list[str]) -> set[str]:
+    """Distribution names, normalized as pip does (``ml_dtypes`` → ``ml-dtypes``)."""
+    names = set()
+    for requirement in requirements:
+        match = re.match(r"[A-Za-z0-9._-]+", requirement)
+        assert match, requirement
+        names.add(re.sub(r"[-_.]+", "-", match.group()).lower())
+    return names
+
+
+def _cuda_imports() -> set[str]:
+    found = set()
+    for path in (ROOT / "cuasync").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.split(".")[0] == "cuda"}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "cuda":
+                found.add(node.module or "")
+    return found
+
+
+def test_a_plain_install_brings_nvrtc_the_bindings_and_bfloat16() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dependencies = _names(project["dependencies"])
+    # NVRTC compiles every kernel (the built-in creation ops too), so it is no test extra.
+    assert {"cuda-bindings", "nvidia-cuda-nvrtc", "numpy", "ml-dtypes"} <= dependencies
+    # cuda-python is a metapackage; the package imports cuda.bindings only.
+    assert "cuda-python" not in dependencies
+    assert _cuda_imports() == {"cuda.bindings"}
