@@ -276,7 +276,9 @@ typedef struct {
     atomic_size_t refs;
     pthread_mutex_t mu;
     int rfd, wfd; /* eventfd: rfd == wfd; otherwise a pipe. -1 once closed */
-    int closed;
+    atomic_int closed; /* written under mu; read lock-free by the reactor's scan */
+    int draining;      /* a drain() is building its lists (between its two critical sections) */
+    uint64_t epoch;    /* bumped by close(): a drain that straddles it hands nothing out */
     u32vec done;
     u32vec stale;
     atomic_size_t npending; /* done.n + stale.n, mirrored for lock-free reads */
@@ -329,6 +331,7 @@ qcore_new(void)
     }
     atomic_init(&q->refs, 1);
     atomic_init(&q->npending, 0);
+    atomic_init(&q->closed, 0);
     return q;
 }
 
@@ -391,27 +394,51 @@ qcore_clear_fd_locked(qcore *q)
     (void)rc; /* EAGAIN: nothing was pending */
 }
 
+static inline int
+qcore_is_closed(qcore *q)
+{
+    return atomic_load_explicit(&q->closed, memory_order_acquire);
+}
+
+static inline void
+qcore_update_pending_locked(qcore *q)
+{
+    atomic_store_explicit(&q->npending, q->done.n + q->stale.n, memory_order_relaxed);
+}
+
+enum { PUSH_OK = 0, PUSH_NOMEM, PUSH_CLOSED };
+
 /* Push a completed (stale == 0) or stale (stale == 1) slot id.  Signals the fd on
- * the empty -> non-empty edge.  A closed queue drops the push silently.
- * Returns -1 only on allocation failure (the caller retries later). */
+ * the empty -> non-empty edge.  Returns PUSH_CLOSED on a closed queue (the reactor
+ * then routes the entry to its orphan queue) and PUSH_NOMEM if the array cannot
+ * grow (the reactor retries at its next scan). */
 static int
 qcore_push(qcore *q, uint32_t slot, int stale)
 {
-    int rc = 0;
+    int rc = PUSH_CLOSED;
     pthread_mutex_lock(&q->mu);
     if (!q->closed) {
         int was_empty = (q->done.n == 0 && q->stale.n == 0);
-        if (u32vec_push(stale ? &q->stale : &q->done, slot) < 0) {
-            rc = -1;
-        }
-        else {
-            atomic_store_explicit(&q->npending, q->done.n + q->stale.n, memory_order_relaxed);
+        rc = u32vec_push(stale ? &q->stale : &q->done, slot) < 0 ? PUSH_NOMEM : PUSH_OK;
+        if (rc == PUSH_OK) {
+            qcore_update_pending_locked(q);
             if (was_empty)
                 qcore_signal_locked(q);
         }
     }
     pthread_mutex_unlock(&q->mu);
     return rc;
+}
+
+/* Mark closed and close the fd; the entries stay for the caller to take. */
+static void
+qcore_close_locked(qcore *q)
+{
+    if (!q->closed) {
+        atomic_store_explicit(&q->closed, 1, memory_order_release);
+        q->epoch++;
+        qcore_close_fds_locked(q);
+    }
 }
 
 /* ---------------------------------------------------------------------------- */
@@ -433,10 +460,9 @@ typedef struct {
 static PyObject *
 LoopQueue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "LoopQueue() takes no arguments");
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":LoopQueue", kwlist))
         return NULL;
-    }
     LoopQueue *self = (LoopQueue *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -450,28 +476,20 @@ LoopQueue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static void
-qcore_close(qcore *q)
-{
-    pthread_mutex_lock(&q->mu);
-    if (!q->closed) {
-        q->closed = 1;
-        qcore_close_fds_locked(q);
-        u32vec_free(&q->done);
-        u32vec_free(&q->stale);
-        atomic_store_explicit(&q->npending, 0, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&q->mu);
-}
-
-static void
 LoopQueue_dealloc(LoopQueue *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    if (self->core != NULL) {
-        /* Slots still armed to this queue keep the core alive; their pushes
-         * are dropped because the queue is closed. */
-        qcore_close(self->core);
-        qcore_decref(self->core);
+    qcore *q = self->core;
+    if (q != NULL) {
+        /* Entries nobody took are discarded; slots still armed to this queue keep
+         * the core alive and report to the reactor's orphan queue from now on. */
+        pthread_mutex_lock(&q->mu);
+        qcore_close_locked(q);
+        u32vec_free(&q->done);
+        u32vec_free(&q->stale);
+        qcore_update_pending_locked(q);
+        pthread_mutex_unlock(&q->mu);
+        qcore_decref(q);
         self->core = NULL;
     }
     tp->tp_free((PyObject *)self);
@@ -492,8 +510,6 @@ LoopQueue_fileno(LoopQueue *self, PyObject *Py_UNUSED(ignored))
     return PyLong_FromLong(fd);
 }
 
-#define DRAIN_INLINE 64
-
 static PyObject *
 u32_list(const uint32_t *v, size_t n)
 {
@@ -511,66 +527,112 @@ u32_list(const uint32_t *v, size_t n)
     return lst;
 }
 
-/* Take the entries out of vec while holding the lock, without allocating:
- * small batches are copied into buf, large ones are stolen whole. */
-static const uint32_t *
-take_locked(u32vec *vec, uint32_t *buf, uint32_t **stolen, size_t *n)
+/* (list(done), list(stale)); NULL with MemoryError if any allocation fails */
+static PyObject *
+pair_of_lists(const uint32_t *done, size_t nd, const uint32_t *stale, size_t ns)
 {
-    *n = vec->n;
-    *stolen = NULL;
-    if (vec->n <= DRAIN_INLINE) {
-        if (vec->n)
-            memcpy(buf, vec->v, vec->n * sizeof(uint32_t));
-        vec->n = 0;
-        return buf;
-    }
-    *stolen = vec->v;
-    vec->v = NULL;
-    vec->n = vec->cap = 0;
-    return *stolen;
+    PyObject *result = NULL, *dl = u32_list(done, nd), *sl = NULL;
+    if (dl != NULL)
+        sl = u32_list(stale, ns);
+    if (sl != NULL)
+        result = PyTuple_Pack(2, dl, sl);
+    Py_XDECREF(dl);
+    Py_XDECREF(sl);
+    return result;
 }
 
+static void
+u32vec_drop_front(u32vec *a, size_t n)
+{
+    memmove(a->v, a->v + n, (a->n - n) * sizeof(uint32_t));
+    a->n -= n;
+}
+
+#define DRAIN_INLINE 128
+
+/* Two critical sections around the list building, which allocates and so must not
+ * run under the queue mutex: the first clears the fd and copies the entries, the
+ * second removes them only once the lists exist.  If building them fails, the
+ * entries are still in the queue and the fd is signalled again: nothing is lost.
+ * Entries pushed in between are kept and re-signalled the same way. */
 static PyObject *
 LoopQueue_drain(LoopQueue *self, PyObject *Py_UNUSED(ignored))
 {
     qcore *q = self->core;
-    uint32_t dbuf[DRAIN_INLINE], sbuf[DRAIN_INLINE];
-    uint32_t *dsteal, *ssteal;
-    const uint32_t *dv, *sv;
-    size_t dn, sn;
-
+    uint32_t inline_buf[DRAIN_INLINE], *buf = inline_buf;
     pthread_mutex_lock(&q->mu);
     if (q->closed) {
         pthread_mutex_unlock(&q->mu);
         PyErr_SetString(PyExc_ValueError, "drain() on a closed LoopQueue");
         return NULL;
     }
-    /* FIRST clear the wake-up, THEN pop (see the ordering notes at the top). */
+    size_t nd = q->done.n, ns = q->stale.n;
+    if (q->draining) /* another thread, or a finalizer run by this drain's allocations */
+        nd = ns = 0;
+    else if (nd + ns > DRAIN_INLINE && (buf = malloc((nd + ns) * sizeof(uint32_t))) == NULL) {
+        pthread_mutex_unlock(&q->mu);
+        return PyErr_NoMemory();
+    }
+    if (nd + ns == 0) {
+        if (!q->draining)
+            qcore_clear_fd_locked(q);
+        pthread_mutex_unlock(&q->mu);
+        return pair_of_lists(NULL, 0, NULL, 0);
+    }
+    /* FIRST clear the wake-up, THEN take the entries (ordering note 5). */
     qcore_clear_fd_locked(q);
-    dv = take_locked(&q->done, dbuf, &dsteal, &dn);
-    sv = take_locked(&q->stale, sbuf, &ssteal, &sn);
-    atomic_store_explicit(&q->npending, 0, memory_order_relaxed);
+    memcpy(buf, q->done.v, nd * sizeof(uint32_t));
+    memcpy(buf + nd, q->stale.v, ns * sizeof(uint32_t));
+    q->draining = 1;
+    uint64_t epoch = q->epoch;
     pthread_mutex_unlock(&q->mu);
 
-    /* Python objects are built only after the lock is released. */
-    PyObject *result = NULL, *dl = NULL, *sl = NULL;
-    dl = u32_list(dv, dn);
-    if (dl != NULL)
-        sl = u32_list(sv, sn);
-    if (sl != NULL)
-        result = PyTuple_Pack(2, dl, sl);
-    Py_XDECREF(dl);
-    Py_XDECREF(sl);
-    free(dsteal);
-    free(ssteal);
+    PyObject *result = pair_of_lists(buf, nd, buf + nd, ns);
+
+    pthread_mutex_lock(&q->mu);
+    q->draining = 0;
+    int taken_by_close = q->epoch != epoch;
+    if (!taken_by_close) {
+        if (result != NULL) {
+            u32vec_drop_front(&q->done, nd);
+            u32vec_drop_front(&q->stale, ns);
+            qcore_update_pending_locked(q);
+        }
+        if (q->done.n + q->stale.n)
+            qcore_signal_locked(q); /* what is left needs a wake-up of its own */
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (buf != inline_buf)
+        free(buf);
+    if (taken_by_close && result != NULL) /* close() returned these entries */
+        Py_SETREF(result, pair_of_lists(NULL, 0, NULL, 0));
     return result;
 }
 
 static PyObject *
 LoopQueue_close(LoopQueue *self, PyObject *Py_UNUSED(ignored))
 {
-    qcore_close(self->core);
-    Py_RETURN_NONE;
+    qcore *q = self->core;
+    pthread_mutex_lock(&q->mu);
+    qcore_close_locked(q);
+    u32vec done = q->done, stale = q->stale; /* steal: no allocation under the lock */
+    q->done = q->stale = (u32vec){NULL, 0, 0};
+    qcore_update_pending_locked(q);
+    pthread_mutex_unlock(&q->mu);
+
+    PyObject *result = pair_of_lists(done.v, done.n, stale.v, stale.n);
+    if (result == NULL) {
+        /* A closed queue takes no pushes: put the entries back for a later close(). */
+        pthread_mutex_lock(&q->mu);
+        q->done = done;
+        q->stale = stale;
+        qcore_update_pending_locked(q);
+        pthread_mutex_unlock(&q->mu);
+        return NULL;
+    }
+    u32vec_free(&done);
+    u32vec_free(&stale);
+    return result;
 }
 
 static PyObject *
@@ -583,11 +645,7 @@ LoopQueue_get_pending(LoopQueue *self, void *Py_UNUSED(closure))
 static PyObject *
 LoopQueue_get_closed(LoopQueue *self, void *Py_UNUSED(closure))
 {
-    qcore *q = self->core;
-    pthread_mutex_lock(&q->mu);
-    int c = q->closed;
-    pthread_mutex_unlock(&q->mu);
-    return PyBool_FromLong(c);
+    return PyBool_FromLong(qcore_is_closed(self->core));
 }
 
 static PyMethodDef LoopQueue_methods[] = {
@@ -595,10 +653,12 @@ static PyMethodDef LoopQueue_methods[] = {
      "fileno() -> int\n\nThe fd to watch for readability (eventfd; a pipe's read end off Linux)."},
     {"drain", (PyCFunction)LoopQueue_drain, METH_NOARGS,
      "drain() -> (completed: list[int], stale: list[int])\n\n"
-     "Clears the fd first, then pops every pending entry."},
+     "Clears the fd first, then pops every pending entry. On MemoryError nothing is popped."},
     {"close", (PyCFunction)LoopQueue_close, METH_NOARGS,
-     "close() -> None\n\nCloses the fd and drops pending entries; idempotent. Later pushes are "
-     "dropped; slots still armed to this queue stay safe."},
+     "close() -> (completed: list[int], stale: list[int])\n\n"
+     "Closes the fd and pops the entries still pending, atomically with closing; later calls "
+     "return empty lists. Slots still armed to this queue report to the reactor's orphan "
+     "queue from now on."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -654,6 +714,7 @@ typedef struct {
     uint64_t arm_seq;
     int stop, closed, started;
     pthread_t thread;
+    qcore *orphan; /* receives reports of entries whose own queue is closed; may be NULL */
 
     /* serialises close() callers so that each returns after the join */
     pthread_mutex_t close_mu;
@@ -661,7 +722,7 @@ typedef struct {
     /* lock-free */
     atomic_int contenders; /* Python threads waiting for mu: the spinner yields to them */
     atomic_int parked;
-    _Atomic uint64_t wakeups, completed, stale_reports;
+    _Atomic uint64_t wakeups, completed, stale_reports, dropped;
 } Reactor;
 
 static inline void
@@ -690,41 +751,98 @@ armed_remove_locked(Reactor *r, size_t i)
     }
 }
 
-/* One pass over the armed entries.  Returns the number of completions pushed. */
+/* The orphan queue if it can take reports, else NULL. */
+static inline qcore *
+live_orphan_locked(Reactor *r)
+{
+    return r->orphan != NULL && !qcore_is_closed(r->orphan) ? r->orphan : NULL;
+}
+
+/* Push slot to *q; if *q is closed, to the orphan queue instead (updating *q).
+ * PUSH_CLOSED: no open queue can take it. */
+static int
+push_or_orphan_locked(Reactor *r, qcore **q, uint32_t slot, int stale)
+{
+    for (;;) {
+        int rc = *q != NULL ? qcore_push(*q, slot, stale) : PUSH_CLOSED;
+        if (rc != PUSH_CLOSED || *q == NULL)
+            return rc;
+        *q = *q == r->orphan ? NULL : live_orphan_locked(r);
+    }
+}
+
+/* Re-target entry e to q (the orphan queue) so that its later reports go there too. */
+static void
+retarget_locked(armed_t *e, qcore *q)
+{
+    if (q != NULL && q != e->q) {
+        qcore_incref(q);
+        qcore_decref(e->q);
+        e->q = q;
+    }
+}
+
+/* Push a report of entry e, following it to the orphan queue if needed. */
+static int
+entry_push_locked(Reactor *r, armed_t *e, int stale)
+{
+    qcore *q = e->q;
+    int rc = push_or_orphan_locked(r, &q, e->slot, stale);
+    retarget_locked(e, q);
+    return rc;
+}
+
+/* Counters move before the push so that a consumer that has drained an entry never
+ * sees a counter that does not include it yet; a failed push takes it back. */
+static int
+entry_report_locked(Reactor *r, armed_t *e, int stale)
+{
+    _Atomic uint64_t *counter = stale ? &r->stale_reports : &r->completed;
+    atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+    int rc = entry_push_locked(r, e, stale);
+    if (rc != PUSH_OK)
+        atomic_fetch_sub_explicit(counter, 1, memory_order_relaxed);
+    return rc;
+}
+
+/* One pass over the armed entries.  Completed entries and entries that no open
+ * queue can receive any more (counted in dropped) leave the armed array.
+ * Returns the number of completions pushed. */
 static size_t
 reactor_scan_locked(Reactor *r, uint64_t t)
 {
-    size_t found = 0;
-    size_t i = 0;
+    size_t found = 0, i = 0;
     while (i < r->narmed) {
         armed_t *e = &r->armed[i];
-        uint32_t w = load_acquire(&r->words[e->slot]);
-        /* Counters move before the push so that a consumer that has drained an
-         * entry never sees a counter that does not include it yet. */
-        if (gen_reached(w, e->expected)) {
-            atomic_fetch_add_explicit(&r->completed, 1, memory_order_relaxed);
-            if (qcore_push(e->q, e->slot, 0) == 0) {
-                qcore *q = e->q;
-                armed_remove_locked(r, i); /* armed[i] now holds the former last entry */
-                qcore_decref(q);
-                found++;
-                continue;
-            }
-            /* out of memory: leave it armed and retry on the next scan */
-            atomic_fetch_sub_explicit(&r->completed, 1, memory_order_relaxed);
+        int reached = gen_reached(load_acquire(&r->words[e->slot]), e->expected);
+        int rc = PUSH_OK;
+        if (reached) {
+            rc = entry_report_locked(r, e, 0);
         }
         else if (r->stale_ns && t >= e->next_stale_ns) {
-            atomic_fetch_add_explicit(&r->stale_reports, 1, memory_order_relaxed);
-            if (qcore_push(e->q, e->slot, 1) == 0) {
+            rc = entry_report_locked(r, e, 1);
+            if (rc == PUSH_OK) {
                 uint64_t nxt = e->stale_interval_ns * 2;
                 e->stale_interval_ns = nxt > r->stale_max_ns ? r->stale_max_ns : nxt;
                 e->next_stale_ns = t + e->stale_interval_ns;
             }
-            else {
-                atomic_fetch_sub_explicit(&r->stale_reports, 1, memory_order_relaxed);
-            }
         }
-        i++;
+        else if (qcore_is_closed(e->q)) {
+            qcore *q = live_orphan_locked(r);
+            retarget_locked(e, q);
+            rc = q != NULL ? PUSH_OK : PUSH_CLOSED;
+        }
+        if (rc == PUSH_CLOSED || (reached && rc == PUSH_OK)) {
+            if (rc == PUSH_CLOSED)
+                atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
+            else
+                found++;
+            qcore *q = e->q;
+            armed_remove_locked(r, i); /* armed[i] now holds the former last entry */
+            qcore_decref(q);
+            continue;
+        }
+        i++; /* still armed (PUSH_NOMEM: retried at the next scan) */
     }
     return found;
 }
@@ -836,6 +954,10 @@ reactor_shutdown(Reactor *r)
         qcore_decref(r->armed[i].q);
     }
     r->narmed = 0;
+    if (r->orphan != NULL) {
+        qcore_decref(r->orphan);
+        r->orphan = NULL;
+    }
     atomic_store_explicit(&r->parked, 0, memory_order_relaxed);
     reactor_unlock(r);
     pthread_mutex_unlock(&r->close_mu);
@@ -885,6 +1007,7 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     atomic_init(&self->wakeups, 0);
     atomic_init(&self->completed, 0);
     atomic_init(&self->stale_reports, 0);
+    atomic_init(&self->dropped, 0);
 
     self->index = malloc((size_t)nslots * sizeof(int32_t));
     if (self->index == NULL) {
@@ -949,6 +1072,21 @@ parse_slot(Reactor *r, PyObject *o, uint32_t *slot)
     return 0;
 }
 
+/* The core of a LoopQueue argument; NULL with TypeError for anything else. */
+static qcore *
+queue_core(Reactor *r, PyObject *o, const char *what)
+{
+    modstate *st = (modstate *)PyType_GetModuleState(Py_TYPE(r));
+    if (st == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(o, st->queue_type)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a LoopQueue, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return ((LoopQueue *)o)->core;
+}
+
 enum { ARM_OK = 0, ARM_CLOSED, ARM_BUSY, ARM_NOMEM, ARM_THREAD };
 
 static PyObject *
@@ -963,30 +1101,34 @@ Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (get_u32(args[1], "expected", &expected) < 0)
         return NULL;
-    modstate *st = (modstate *)PyType_GetModuleState(Py_TYPE(self));
-    if (st == NULL)
+    qcore *q = queue_core(self, args[2], "queue");
+    if (q == NULL)
         return NULL;
-    if (!PyObject_TypeCheck(args[2], st->queue_type)) {
-        PyErr_Format(PyExc_TypeError, "queue must be a LoopQueue, not %.100s",
-                     Py_TYPE(args[2])->tp_name);
-        return NULL;
-    }
-    qcore *q = ((LoopQueue *)args[2])->core;
     int err = ARM_OK, thread_err = 0;
 
     reactor_lock(self);
+    if (qcore_is_closed(q))
+        q = live_orphan_locked(self);
     if (self->closed) {
         err = ARM_CLOSED;
     }
     else if (self->index[slot] >= 0) {
         err = ARM_BUSY;
     }
+    else if (q == NULL) {
+        /* armed to a closed queue and no orphan queue: nobody could receive it */
+        atomic_fetch_add_explicit(&self->dropped, 1, memory_order_relaxed);
+    }
     else if (gen_reached(load_acquire(&self->words[slot]), expected)) {
         /* already there: push now, no thread hop */
         atomic_fetch_add_explicit(&self->completed, 1, memory_order_relaxed);
-        if (qcore_push(q, slot, 0) < 0) {
+        int rc = push_or_orphan_locked(self, &q, slot, 0);
+        if (rc != PUSH_OK) {
             atomic_fetch_sub_explicit(&self->completed, 1, memory_order_relaxed);
-            err = ARM_NOMEM;
+            if (rc == PUSH_CLOSED)
+                atomic_fetch_add_explicit(&self->dropped, 1, memory_order_relaxed);
+            else
+                err = ARM_NOMEM;
         }
     }
     else {
@@ -1077,6 +1219,34 @@ Reactor_disarm(Reactor *self, PyObject *arg)
 }
 
 static PyObject *
+Reactor_set_orphan_queue(Reactor *self, PyObject *arg)
+{
+    qcore *q = NULL;
+    if (arg != Py_None && (q = queue_core(self, arg, "the orphan queue")) == NULL)
+        return NULL;
+    if (q != NULL && qcore_is_closed(q)) {
+        PyErr_SetString(PyExc_ValueError, "the orphan queue must be open, got a closed LoopQueue");
+        return NULL;
+    }
+    reactor_lock(self);
+    int closed = self->closed;
+    if (!closed) {
+        qcore *old = self->orphan;
+        if (q != NULL)
+            qcore_incref(q);
+        self->orphan = q;
+        if (old != NULL)
+            qcore_decref(old);
+    }
+    reactor_unlock(self);
+    if (closed && q != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the Reactor is closed");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 Reactor_close(Reactor *self, PyObject *Py_UNUSED(ignored))
 {
     Py_BEGIN_ALLOW_THREADS
@@ -1125,6 +1295,13 @@ Reactor_get_stale_reports(Reactor *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+Reactor_get_dropped(Reactor *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(
+        atomic_load_explicit(&self->dropped, memory_order_relaxed));
+}
+
+static PyObject *
 Reactor_get_parked(Reactor *self, void *Py_UNUSED(closure))
 {
     return PyBool_FromLong(atomic_load_explicit(&self->parked, memory_order_acquire));
@@ -1142,6 +1319,10 @@ static PyMethodDef Reactor_methods[] = {
      "Watch slot until (int32)(word - expected) >= 0, then push it onto queue. Pushes at once "
      "if already reached. ValueError: slot out of range; RuntimeError: already armed or "
      "closed; TypeError: queue is not a LoopQueue."},
+    {"set_orphan_queue", (PyCFunction)Reactor_set_orphan_queue, METH_O,
+     "set_orphan_queue(queue) -> None\n\n"
+     "Reports of slots armed to a closed queue go to queue instead (None: they are dropped "
+     "and counted in dropped)."},
     {"disarm", (PyCFunction)Reactor_disarm, METH_O,
      "disarm(slot) -> bool\n\nStop watching slot without notifying; True if it was armed."},
     {"close", (PyCFunction)Reactor_close, METH_NOARGS,
@@ -1157,6 +1338,8 @@ static PyGetSetDef Reactor_getset[] = {
     {"completed", (getter)Reactor_get_completed, NULL,
      "completions pushed (thread + immediate)", NULL},
     {"stale_reports", (getter)Reactor_get_stale_reports, NULL, "stale reports pushed", NULL},
+    {"dropped", (getter)Reactor_get_dropped, NULL,
+     "armed slots dropped because their queue was closed and no orphan queue was open", NULL},
     {"parked", (getter)Reactor_get_parked, NULL,
      "whether the thread is parked waiting for an arm (diagnostics/tests)", NULL},
     {"nslots", (getter)Reactor_get_nslots, NULL, "number of slots", NULL},

@@ -712,13 +712,13 @@ def test_dealloc_with_armed_slots_closes(slab, make_queue):
     r2.close()
 
 
-def test_queue_closed_while_armed(slab, make_reactor):
+def test_queue_closed_while_armed_without_orphan_queue(slab, make_reactor):
     r = make_reactor()
     q = _reactor.LoopQueue()
     r.arm(0, 1, q)
     r.arm(1, 1, q)
-    q.close()
-    q.close()
+    assert q.close() == ([], [])
+    assert q.close() == ([], [])
     assert q.closed
     with pytest.raises(ValueError):
         q.drain()
@@ -726,13 +726,16 @@ def test_queue_closed_while_armed(slab, make_reactor):
         q.fileno()
     assert q.pending == 0
     slab.store(0, 1)
-    wait_until(lambda: r.armed == 1, what="completion on a closed queue")
-    assert r.completed == 1  # pushed, silently dropped
-    # arming to a closed queue is accepted; the push is dropped
+    # Nobody can receive them: both entries are dropped (the landed one and the one
+    # still waiting), counted, never silently.
+    wait_until(lambda: r.armed == 0, what="entries of a closed queue dropped")
+    assert r.dropped == 2 and r.completed == 0
+    # arming to a closed queue drops at once, whether the word has landed or not
     slab.store(2, 1)
     r.arm(2, 1, q)
-    assert q.pending == 0
-    assert r.disarm(1) is True
+    r.arm(3, 1, q)
+    assert r.armed == 0 and r.dropped == 4
+    assert r.disarm(1) is False
 
 
 def test_queue_garbage_collected_while_armed(slab, make_reactor, make_queue):
@@ -743,11 +746,205 @@ def test_queue_garbage_collected_while_armed(slab, make_reactor, make_queue):
     gc.collect()
     slab.store(0, 1)
     wait_until(lambda: r.armed == 0, what="completion on a dropped queue")
-    assert r.completed == 1
+    assert r.dropped == 1 and r.completed == 0
     q2 = make_queue()  # the reactor keeps working for other queues
     r.arm(1, 1, q2)
     slab.store(1, 1)
     assert collect(q2, 1) == ([1], [])
+
+
+# -- closed queues and the orphan queue --------------------------------------------------
+
+
+def test_completions_of_a_closed_queue_go_to_the_orphan_queue(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(0, 1, q)
+    r.arm(1, 1, q)
+    assert q.close() == ([], [])
+    slab.store(0, 1)
+    assert collect(orphan, 1) == ([0], [])
+    slab.store(1, 1)
+    assert collect(orphan, 1) == ([1], [])
+    assert r.completed == 2 and r.dropped == 0 and r.armed == 0
+
+
+def test_arming_to_a_closed_queue_targets_the_orphan_queue(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    q.close()
+    slab.store(4, 1)
+    r.arm(4, 1, q)  # already landed: pushed at once, to the orphan queue
+    assert orphan.pending == 1
+    r.arm(5, 1, q)
+    slab.store(5, 1)
+    assert collect(orphan, 2) == ([4, 5], [])
+    assert r.dropped == 0
+
+
+def test_stale_reports_follow_an_entry_to_the_orphan_queue(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=2_000_000)
+    q, orphan = make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(2, 1, q)
+    q.close()
+    # The entry was re-targeted: every later report, stale or complete, goes there.
+    done, stale = collect(orphan, 0, 2)
+    assert done == [] and set(stale) == {2}
+    slab.store(2, 1)
+    done, _ = collect(orphan, 1)
+    assert done == [2]
+    assert r.armed == 0 and r.dropped == 0
+
+
+def test_clearing_the_orphan_queue_drops_again(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.set_orphan_queue(None)
+    r.arm(0, 1, q)
+    q.close()
+    wait_until(lambda: r.armed == 0, what="entry dropped")
+    assert r.dropped == 1 and orphan.pending == 0
+
+
+def test_entries_of_a_closed_orphan_queue_are_dropped(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(0, 1, q)
+    q.close()
+    orphan.close()
+    wait_until(lambda: r.armed == 0, what="entry dropped")
+    assert r.dropped == 1
+
+
+def test_set_orphan_queue_argument_errors(make_reactor, make_queue):
+    r = make_reactor()
+    with pytest.raises(TypeError, match="LoopQueue"):
+        r.set_orphan_queue(object())
+    closed = make_queue()
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        r.set_orphan_queue(closed)
+    r.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        r.set_orphan_queue(make_queue())
+    r.set_orphan_queue(None)
+
+
+def test_closed_queue_whose_flag_never_lands_lets_the_reactor_park(make_reactor, make_queue):
+    r = make_reactor()
+    q = make_queue()
+    r.arm(0, 1, q)  # its flag never lands
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    q.close()
+    wait_until(lambda: r.parked, what="the reactor parks")
+    assert r.armed == 0 and r.dropped == 1
+
+
+def test_close_returns_the_pending_entries(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=1_000_000)
+    q = make_queue()
+    for s in range(3):
+        r.arm(s, 1, q)
+    r.arm(7, 1, q)  # never lands: reported stale
+    for s in range(3):
+        slab.store(s, 1)
+    wait_until(lambda: r.completed == 3 and r.stale_reports >= 1, what="pushes")
+    assert r.disarm(7)
+    done, stale = q.close()
+    assert sorted(done) == [0, 1, 2] and set(stale) == {7}
+    assert q.pending == 0
+    assert q.close() == ([], [])
+
+
+def test_nothing_is_lost_between_drains_and_close(make_queue):
+    """Completions racing a drain-then-close reach the loop's drains, close()'s result
+    or the orphan queue: each exactly once."""
+    n = 2000
+    words = Slab(n)
+    r = _reactor.Reactor(words.base, n, stale_ns=0)
+    q, orphan = _reactor.LoopQueue(), make_queue()
+    try:
+        r.set_orphan_queue(orphan)
+        for s in range(n):
+            r.arm(s, 1, q)
+        go = threading.Event()
+
+        def writer():
+            go.wait(TIMEOUT)
+            for s in range(n):
+                words.store(s, 1)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        go.set()
+        seen: list[int] = []
+        while len(seen) < n // 4:
+            assert readable(q, TIMEOUT)
+            seen += q.drain()[0]
+        seen += q.close()[0]
+        t.join(TIMEOUT)
+        wait_until(lambda: r.armed == 0, what="all completions pushed")
+        seen += orphan.drain()[0]
+        assert sorted(seen) == list(range(n))
+        assert r.completed == n and r.dropped == 0
+    finally:
+        r.close()
+
+
+def _fail_each_allocation_in_turn(call, check_intact):
+    """Call ``call()`` with its 1st, 2nd, ... allocation failing until it succeeds;
+    after every MemoryError, ``check_intact()``. Returns (result, failures)."""
+    testcapi = pytest.importorskip("_testcapi", reason="needs _testcapi.set_nomemory")
+    for k in range(1000):
+        testcapi.set_nomemory(k, k + 1)
+        try:
+            result = call()
+        except MemoryError:
+            result = None
+        finally:
+            testcapi.remove_mem_hooks()
+        if result is not None:
+            return result, k
+        check_intact()
+    raise AssertionError("never succeeded")
+
+
+@pytest.mark.parametrize("count", [40, 400])  # within and beyond the inline buffer
+def test_drain_keeps_its_entries_when_building_the_lists_fails(
+    slab, make_reactor, make_queue, count
+):
+    r, q = make_reactor(), make_queue()
+    slots = list(range(300, 300 + count))  # ints above 256 are allocated
+    for s in slots:
+        slab.store(s, 1)
+        r.arm(s, 1, q)
+    assert q.pending == count
+
+    def intact():
+        assert q.pending == count
+        assert readable(q), "the wake-up was lost with the failed drain"
+
+    (done, stale), failures = _fail_each_allocation_in_turn(q.drain, intact)
+    assert failures >= 3  # the lists, the ints and the tuple each failed once
+    assert done == slots and stale == []
+    assert q.pending == 0 and not readable(q)
+
+
+def test_close_keeps_its_entries_when_building_the_lists_fails(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    slots = list(range(300, 340))
+    for s in slots:
+        slab.store(s, 1)
+        r.arm(s, 1, q)
+
+    def intact():
+        assert q.closed and q.pending == len(slots)
+
+    (done, stale), failures = _fail_each_allocation_in_turn(q.close, intact)
+    assert failures >= 3
+    assert done == slots and stale == []
+    assert q.close() == ([], [])
 
 
 # -- spin_wait --------------------------------------------------------------------------
