@@ -702,7 +702,7 @@ typedef struct {
     /* immutable after construction */
     _Atomic uint32_t *words;
     uint32_t nslots;
-    uint64_t stale_ns, stale_max_ns, spin_ns, backoff_max_ns;
+    uint64_t stale_ns, stale_max_ns, spin_ns, backoff_max_ns, long_ns, long_backoff_max_ns;
     int sync_ok;
 
     /* protected by mu */
@@ -713,6 +713,7 @@ typedef struct {
     size_t narmed, cap;
     uint64_t arm_seq;
     int stop, closed, started;
+    int long_nap; /* the thread waits on cv for longer than backoff_max_ns: arm() wakes it */
     pthread_t thread;
     qcore *orphan; /* receives reports of entries whose own queue is closed; may be NULL */
 
@@ -722,7 +723,7 @@ typedef struct {
     /* lock-free */
     atomic_int contenders; /* Python threads waiting for mu: the spinner yields to them */
     atomic_int parked;
-    _Atomic uint64_t wakeups, completed, stale_reports, dropped;
+    _Atomic uint64_t wakeups, completed, stale_reports, dropped, scans, backoff_ns;
 } Reactor;
 
 static inline void
@@ -805,13 +806,20 @@ entry_report_locked(Reactor *r, armed_t *e, int stale)
     return rc;
 }
 
+typedef struct {
+    size_t found;           /* completions pushed */
+    uint64_t youngest_arm;  /* latest arm time among the entries still armed */
+    uint64_t next_stale;    /* earliest stale deadline among them */
+} scan_t;
+
 /* One pass over the armed entries.  Completed entries and entries that no open
- * queue can receive any more (counted in dropped) leave the armed array.
- * Returns the number of completions pushed. */
-static size_t
+ * queue can receive any more (counted in dropped) leave the armed array. */
+static scan_t
 reactor_scan_locked(Reactor *r, uint64_t t)
 {
-    size_t found = 0, i = 0;
+    scan_t sc = {0, 0, UINT64_MAX};
+    size_t i = 0;
+    atomic_fetch_add_explicit(&r->scans, 1, memory_order_relaxed);
     while (i < r->narmed) {
         armed_t *e = &r->armed[i];
         int reached = gen_reached(load_acquire(&r->words[e->slot]), e->expected);
@@ -836,27 +844,77 @@ reactor_scan_locked(Reactor *r, uint64_t t)
             if (rc == PUSH_CLOSED)
                 atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
             else
-                found++;
+                sc.found++;
             qcore *q = e->q;
             armed_remove_locked(r, i); /* armed[i] now holds the former last entry */
             qcore_decref(q);
             continue;
         }
-        i++; /* still armed (PUSH_NOMEM: retried at the next scan) */
+        /* still armed (PUSH_NOMEM: retried at the next scan) */
+        if (e->arm_ns > sc.youngest_arm)
+            sc.youngest_arm = e->arm_ns;
+        if (r->stale_ns && e->next_stale_ns < sc.next_stale)
+            sc.next_stale = e->next_stale_ns;
+        i++;
     }
-    return found;
+    return sc;
 }
 
 #define BACKOFF_START_NS 1000u
+#define LONG_AGE_DIVISOR 16u
+
+/* The next sleep between scans while entries stay armed without progress: 1 us,
+ * doubling, up to a cap.  The cap is backoff_max_ns while the youngest entry is
+ * younger than long_ns, so that short work is seen within ~backoff_max_ns of its
+ * flag landing.  Beyond, it is the youngest entry's age / 16 (the report comes at
+ * most ~6% after the time the work has already run), up to long_backoff_max_ns:
+ * one long kernel then costs ~500 wake-ups per second instead of ~10,000. */
+static uint64_t
+next_backoff(const Reactor *r, uint64_t backoff, uint64_t youngest_age)
+{
+    uint64_t cap = r->backoff_max_ns;
+    if (youngest_age >= r->long_ns && youngest_age / LONG_AGE_DIVISOR > cap)
+        cap = youngest_age / LONG_AGE_DIVISOR;
+    if (cap > r->long_backoff_max_ns)
+        cap = r->long_backoff_max_ns;
+    backoff = backoff ? backoff * 2 : BACKOFF_START_NS;
+    return backoff < cap ? backoff : cap;
+}
+
+/* Wait on cv for up to ns with mu held (released while waiting): arm() and close()
+ * wake it, so a long nap never delays a new arm. */
+static void
+long_nap_locked(Reactor *r, uint64_t ns)
+{
+    r->long_nap = 1;
+#ifdef __APPLE__
+    struct timespec rel = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    pthread_cond_timedwait_relative_np(&r->cv, &r->mu, &rel);
+#else
+    uint64_t deadline = now_ns() + ns; /* cv runs on CLOCK_MONOTONIC (see Reactor_new) */
+    struct timespec abs = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+    pthread_cond_timedwait(&r->cv, &r->mu, &abs);
+#endif
+    r->long_nap = 0;
+}
+
+static void
+name_this_thread(void)
+{
+#if defined(__APPLE__)
+    pthread_setname_np("cuasync-reactor");
+#elif defined(__linux__)
+    pthread_setname_np(pthread_self(), "cuasync-reactor"); /* <= 15 characters */
+    /* default timer slack (50 us) would turn a 1 us nanosleep into ~60 us */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
+}
 
 static void *
 reactor_main(void *arg)
 {
     Reactor *r = (Reactor *)arg;
-#ifdef __linux__
-    /* default timer slack (50 us) would turn a 1 us nanosleep into ~60 us */
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-#endif
+    name_this_thread();
     uint64_t backoff = 0;
     uint64_t last_progress;
     uint64_t seen_seq;
@@ -874,7 +932,10 @@ reactor_main(void *arg)
             last_progress = t;
             backoff = 0;
         }
-        if (r->narmed && reactor_scan_locked(r, t)) {
+        scan_t sc = {0, t, UINT64_MAX};
+        if (r->narmed)
+            sc = reactor_scan_locked(r, t);
+        if (sc.found) {
             last_progress = t;
             backoff = 0;
         }
@@ -884,6 +945,7 @@ reactor_main(void *arg)
             /* Nothing armed and the spin window is over: park.  (Lingering for the
              * spin window first keeps a back-to-back await loop from paying a
              * futex wake-up per await.)  cond_wait releases the mutex. */
+            atomic_store_explicit(&r->backoff_ns, 0, memory_order_relaxed);
             atomic_store_explicit(&r->parked, 1, memory_order_release);
             while (r->narmed == 0 && !r->stop)
                 pthread_cond_wait(&r->cv, &r->mu);
@@ -897,23 +959,30 @@ reactor_main(void *arg)
             continue; /* scan at once */
         }
 
+        uint64_t nap = 0;
+        if (!spinning) {
+            /* armed but idle past the spin window: sleep 1us, 2us, 4us, ... (capped),
+             * never past the next stale report */
+            backoff = next_backoff(r, backoff, t > sc.youngest_arm ? t - sc.youngest_arm : 0);
+            nap = backoff;
+            if (sc.next_stale > t && sc.next_stale - t < nap)
+                nap = sc.next_stale - t;
+        }
+        atomic_store_explicit(&r->backoff_ns, nap, memory_order_relaxed);
+        if (nap > r->backoff_max_ns) {
+            long_nap_locked(r, nap);
+            continue; /* the mutex is held again; Python threads had it while we waited */
+        }
         pthread_mutex_unlock(&r->mu);
         if (spinning) {
             for (int k = 0; k < 8; k++)
                 cpu_relax();
         }
+        else if (nap) {
+            sleep_ns(nap);
+        }
         else {
-            /* armed but idle past the spin window: sleep 1us, 2us, 4us, ... */
-            if (backoff == 0)
-                backoff = BACKOFF_START_NS;
-            else
-                backoff *= 2;
-            if (backoff > r->backoff_max_ns)
-                backoff = r->backoff_max_ns;
-            if (backoff)
-                sleep_ns(backoff);
-            else
-                sched_yield();
+            sched_yield();
         }
         /* Let Python threads blocked in arm()/disarm() take the mutex first. */
         for (int k = 0; k < 100000 && atomic_load_explicit(&r->contenders, memory_order_relaxed);
@@ -966,16 +1035,17 @@ reactor_shutdown(Reactor *r)
 static PyObject *
 Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"address",  "nslots",         "stale_ns", "stale_max_ns",
-                             "spin_ns", "backoff_max_ns", NULL};
+    static char *kwlist[] = {"address",        "nslots",  "stale_ns",
+                             "stale_max_ns",   "spin_ns", "backoff_max_ns",
+                             "long_ns",        "long_backoff_max_ns", NULL};
     unsigned long long address = 0;
     Py_ssize_t nslots = 0;
     long long stale_ns = 2000000, stale_max_ns = 50000000, spin_ns = 50000,
-              backoff_max_ns = 200000;
+              backoff_max_ns = 200000, long_ns = 10000000, long_backoff_max_ns = 2000000;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&n|$LLLL:Reactor", kwlist, conv_u64,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&n|$LLLLLL:Reactor", kwlist, conv_u64,
                                      &address, &nslots, &stale_ns, &stale_max_ns, &spin_ns,
-                                     &backoff_max_ns))
+                                     &backoff_max_ns, &long_ns, &long_backoff_max_ns))
         return NULL;
     if (address == 0 || (address & 3u) != 0) {
         PyErr_Format(PyExc_ValueError,
@@ -987,9 +1057,10 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "nslots must be in [1, 2**31), got %zd", nslots);
         return NULL;
     }
-    if (stale_ns < 0 || stale_max_ns < 0 || spin_ns < 0 || backoff_max_ns < 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "stale_ns, stale_max_ns, spin_ns and backoff_max_ns must be >= 0");
+    if (stale_ns < 0 || stale_max_ns < 0 || spin_ns < 0 || backoff_max_ns < 0 || long_ns < 0 ||
+        long_backoff_max_ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "stale_ns, stale_max_ns, spin_ns, backoff_max_ns, "
+                                          "long_ns and long_backoff_max_ns must be >= 0");
         return NULL;
     }
 
@@ -1002,12 +1073,18 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->stale_max_ns = (uint64_t)(stale_max_ns < stale_ns ? stale_ns : stale_max_ns);
     self->spin_ns = (uint64_t)spin_ns;
     self->backoff_max_ns = (uint64_t)backoff_max_ns;
+    self->long_ns = (uint64_t)long_ns;
+    self->long_backoff_max_ns = (uint64_t)(long_backoff_max_ns < backoff_max_ns
+                                               ? backoff_max_ns
+                                               : long_backoff_max_ns);
     atomic_init(&self->contenders, 0);
     atomic_init(&self->parked, 0);
     atomic_init(&self->wakeups, 0);
     atomic_init(&self->completed, 0);
     atomic_init(&self->stale_reports, 0);
     atomic_init(&self->dropped, 0);
+    atomic_init(&self->scans, 0);
+    atomic_init(&self->backoff_ns, 0);
 
     self->index = malloc((size_t)nslots * sizeof(int32_t));
     if (self->index == NULL) {
@@ -1017,9 +1094,20 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     memset(self->index, 0xFF, (size_t)nslots * sizeof(int32_t)); /* all -1 */
 
     int ok = pthread_mutex_init(&self->mu, NULL) == 0;
-    if (ok && pthread_cond_init(&self->cv, NULL) != 0) {
+    pthread_condattr_t cv_attr;
+    if (ok && pthread_condattr_init(&cv_attr) != 0) {
         pthread_mutex_destroy(&self->mu);
         ok = 0;
+    }
+    if (ok) {
+#ifndef __APPLE__
+        pthread_condattr_setclock(&cv_attr, CLOCK_MONOTONIC); /* long naps: see now_ns() */
+#endif
+        if (pthread_cond_init(&self->cv, &cv_attr) != 0) {
+            pthread_mutex_destroy(&self->mu);
+            ok = 0;
+        }
+        pthread_condattr_destroy(&cv_attr);
     }
     if (ok && pthread_mutex_init(&self->close_mu, NULL) != 0) {
         pthread_cond_destroy(&self->cv);
@@ -1173,6 +1261,12 @@ Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
                     self->started = 1;
                 }
             }
+            else if (self->long_nap) {
+                /* a long nap must not delay short work: wake the thread */
+                self->long_nap = 0;
+                atomic_fetch_add_explicit(&self->wakeups, 1, memory_order_relaxed);
+                pthread_cond_signal(&self->cv);
+            }
             else if (self->narmed == 1) {
                 /* empty -> armed edge: wake the parked thread */
                 pthread_cond_signal(&self->cv);
@@ -1302,6 +1396,19 @@ Reactor_get_dropped(Reactor *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+Reactor_get_scans(Reactor *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(&self->scans, memory_order_relaxed));
+}
+
+static PyObject *
+Reactor_get_backoff_ns(Reactor *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(
+        atomic_load_explicit(&self->backoff_ns, memory_order_relaxed));
+}
+
+static PyObject *
 Reactor_get_parked(Reactor *self, void *Py_UNUSED(closure))
 {
     return PyBool_FromLong(atomic_load_explicit(&self->parked, memory_order_acquire));
@@ -1333,8 +1440,11 @@ static PyMethodDef Reactor_methods[] = {
 
 static PyGetSetDef Reactor_getset[] = {
     {"armed", (getter)Reactor_get_armed, NULL, "number of armed slots", NULL},
-    {"wakeups", (getter)Reactor_get_wakeups, NULL, "times the thread left the parked state",
-     NULL},
+    {"wakeups", (getter)Reactor_get_wakeups, NULL,
+     "times an arm had to wake the thread (from parked, or from a long nap)", NULL},
+    {"scans", (getter)Reactor_get_scans, NULL, "passes over the armed slots", NULL},
+    {"backoff_ns", (getter)Reactor_get_backoff_ns, NULL,
+     "the thread's current sleep between scans (0 while spinning or parked)", NULL},
     {"completed", (getter)Reactor_get_completed, NULL,
      "completions pushed (thread + immediate)", NULL},
     {"stale_reports", (getter)Reactor_get_stale_reports, NULL, "stale reports pushed", NULL},
@@ -1353,7 +1463,8 @@ static PyType_Slot Reactor_slots[] = {
     {Py_tp_methods, Reactor_methods},
     {Py_tp_getset, Reactor_getset},
     {Py_tp_doc, (void *)"Reactor(address, nslots, *, stale_ns=2_000_000, "
-                        "stale_max_ns=50_000_000, spin_ns=50_000, backoff_max_ns=200_000)\n\n"
+                        "stale_max_ns=50_000_000, spin_ns=50_000, backoff_max_ns=200_000, "
+                        "long_ns=10_000_000, long_backoff_max_ns=2_000_000)\n\n"
                         "Watches armed uint32 flag words of a host slab on one native thread."},
     {0, NULL},
 };

@@ -527,6 +527,98 @@ def test_parking_wakeups_only_on_empty_to_armed_edges(slab, make_reactor, make_q
     assert r.wakeups == 3
 
 
+# -- backoff while slots stay armed ---------------------------------------------------
+
+
+def reactor_threads() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return [n for n in names if n == "cuasync-reactor"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_reactor_thread_is_named(make_reactor, make_queue):
+    before = len(reactor_threads())
+    r, q = make_reactor(), make_queue()
+    r.arm(0, 1, q)
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    assert len(reactor_threads()) == before + 1
+    r.close()
+    assert len(reactor_threads()) == before
+
+
+def sample_backoff(r, scans: int) -> list[int]:
+    """The thread's sleep length, sampled until it has scanned ``scans`` more times."""
+    target = r.scans + scans
+    samples = []
+    deadline = time.monotonic() + TIMEOUT
+    while r.scans < target:
+        assert time.monotonic() < deadline, "the reactor stopped scanning"
+        samples.append(r.backoff_ns)
+    return samples
+
+
+def test_backoff_is_capped_while_armed_work_is_young(make_reactor, make_queue):
+    # long_ns is never reached: short work keeps the backoff_max_ns cap however long.
+    r = make_reactor(backoff_max_ns=100_000, long_ns=10**10, long_backoff_max_ns=10**9)
+    q = make_queue()
+    r.arm(0, 1, q)
+    wait_until(lambda: r.backoff_ns == 100_000, what="backoff reaching its cap")
+    assert max(sample_backoff(r, 100)) == 100_000
+
+
+def test_backoff_grows_for_long_pending_work_then_resets(slab, make_reactor, make_queue):
+    r = make_reactor(backoff_max_ns=100_000, long_ns=1_000_000, long_backoff_max_ns=4_000_000)
+    q = make_queue()
+    r.arm(0, 1, q)
+    # The cap grows with the entry's age (age / 16) up to long_backoff_max_ns.
+    wait_until(lambda: r.backoff_ns == 4_000_000, what="the long backoff cap")
+    assert max(sample_backoff(r, 5)) == 4_000_000
+    slab.store(0, 1)
+    assert collect(q, 1) == ([0], [])  # still delivered
+    wait_until(lambda: r.parked, what="park")
+    assert r.backoff_ns == 0
+
+
+def test_new_arm_wakes_a_long_nap(slab, make_reactor, make_queue):
+    """A slot armed while the thread sleeps long for old work is not delayed by that
+    sleep: the arm wakes the thread (counted in wakeups)."""
+    r = make_reactor(backoff_max_ns=100_000, long_ns=1_000_000, long_backoff_max_ns=10**9)
+    q = make_queue()
+    r.arm(0, 1, q)  # old work, never lands
+    for gen in range(1, 6):
+        # Sleeping >= 20 ms: the arm below almost surely lands inside a nap (it misses
+        # only if it falls in the microseconds between two naps; then try again).
+        wait_until(lambda: r.backoff_ns >= 20_000_000, what="a long nap")
+        woken = r.wakeups
+        r.arm(1, gen, q)
+        slab.store(1, gen)
+        assert collect(q, 1) == ([1], [])
+        if r.wakeups == woken + 1:
+            break
+    else:
+        raise AssertionError("no arm woke the napping thread")
+
+
+def test_naps_never_pass_the_next_stale_report(make_reactor, make_queue):
+    r = make_reactor(
+        stale_ns=5_000_000, stale_max_ns=5_000_000, long_ns=0, long_backoff_max_ns=10**9
+    )
+    q = make_queue()
+    r.arm(0, 1, q)
+    samples = []
+    # 40 reports take 200 ms; age / 16 would allow naps of 12 ms by then.
+    while r.stale_reports < 40:
+        samples.append(r.backoff_ns)
+        time.sleep(0.0005)
+    assert 0 < max(samples) <= 5_000_000
+
+
 # -- stale reports ----------------------------------------------------------------------
 
 
