@@ -219,16 +219,94 @@ get_uint(PyObject *o, const char *what, unsigned int *out)
     return 0;
 }
 
-/* A host address of a uint32 word: non-zero and 4-byte aligned. */
+/* ---------------------------------------------------------------------------- */
+/* live slabs: the only memory load32/store32/spin_wait may touch               */
+
+typedef struct {
+    const void *owner; /* the Reactor that registered it */
+    uintptr_t lo, hi;  /* [lo, hi) */
+} slab_range;
+
+static pthread_mutex_t g_slabs_mu = PTHREAD_MUTEX_INITIALIZER;
+static slab_range *g_slabs;
+static size_t g_nslabs, g_slabs_cap;
+
+static int
+slab_register(const void *owner, uintptr_t lo, uintptr_t hi)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_slabs_mu);
+    if (g_nslabs == g_slabs_cap) {
+        size_t cap = g_slabs_cap ? 2 * g_slabs_cap : 4;
+        slab_range *p = realloc(g_slabs, cap * sizeof(*p));
+        if (p == NULL)
+            rc = -1;
+        else {
+            g_slabs = p;
+            g_slabs_cap = cap;
+        }
+    }
+    if (rc == 0)
+        g_slabs[g_nslabs++] = (slab_range){owner, lo, hi};
+    pthread_mutex_unlock(&g_slabs_mu);
+    return rc;
+}
+
+static void
+slab_unregister(const void *owner)
+{
+    pthread_mutex_lock(&g_slabs_mu);
+    for (size_t i = 0; i < g_nslabs; i++) {
+        if (g_slabs[i].owner == owner) {
+            g_slabs[i] = g_slabs[--g_nslabs];
+            break;
+        }
+    }
+    if (g_nslabs == 0) {
+        free(g_slabs);
+        g_slabs = NULL;
+        g_slabs_cap = 0;
+    }
+    pthread_mutex_unlock(&g_slabs_mu);
+}
+
+/* 1 if [a, a + 4) is an aligned word of a live slab; else 0 and, in ranges, the
+ * valid ranges for the error message. */
+static int
+slab_word_ok(uintptr_t a, char *ranges, size_t size)
+{
+    int ok = 0;
+    pthread_mutex_lock(&g_slabs_mu);
+    for (size_t i = 0; i < g_nslabs && !ok; i++)
+        ok = (a & 3u) == 0 && a >= g_slabs[i].lo && a < g_slabs[i].hi;
+    if (!ok) {
+        size_t used = (size_t)snprintf(ranges, size, g_nslabs ? "" : "none (no Reactor is open)");
+        for (size_t i = 0; i < g_nslabs && used < size; i++)
+            used += (size_t)snprintf(ranges + used, size - used, "%s[0x%llx, 0x%llx)",
+                                     i ? ", " : "", (unsigned long long)g_slabs[i].lo,
+                                     (unsigned long long)g_slabs[i].hi);
+    }
+    pthread_mutex_unlock(&g_slabs_mu);
+    return ok;
+}
+
+/* The address of a uint32 flag word: an aligned word of a live Reactor's slab.
+ * Anything else is refused, so that these helpers cannot write into arbitrary
+ * memory (the interpreter's, say) by mistake. */
 static int
 get_word_address(PyObject *o, _Atomic uint32_t **out)
 {
     unsigned long long v;
+    char ranges[256];
     if (get_u64(o, &v) < 0)
         return -1;
-    if (v == 0 || (v & 3u) != 0 || v > (unsigned long long)UINTPTR_MAX) {
-        PyErr_Format(PyExc_ValueError,
-                     "address must be a non-zero, 4-byte aligned host address, got 0x%llx", v);
+    if (v > (unsigned long long)UINTPTR_MAX || !slab_word_ok((uintptr_t)v, ranges, sizeof ranges)) {
+        char msg[400]; /* PyErr_Format has no %llx before 3.12 */
+        snprintf(msg, sizeof msg,
+                 "address 0x%llx is not a 4-byte aligned word of a live Reactor's slab; "
+                 "valid ranges: %s",
+                 v, ranges);
+        PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
     *out = (_Atomic uint32_t *)(uintptr_t)v;
@@ -1010,6 +1088,7 @@ reactor_shutdown(Reactor *r)
     }
     r->closed = 1;
     r->stop = 1;
+    slab_unregister(r);
     int join = r->started;
     pthread_cond_broadcast(&r->cv);
     reactor_unlock(r);
@@ -1047,14 +1126,19 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &address, &nslots, &stale_ns, &stale_max_ns, &spin_ns,
                                      &backoff_max_ns, &long_ns, &long_backoff_max_ns))
         return NULL;
+    char hex[24]; /* PyErr_Format has no %llx before 3.12 */
+    snprintf(hex, sizeof hex, "0x%llx", address);
     if (address == 0 || (address & 3u) != 0) {
         PyErr_Format(PyExc_ValueError,
-                     "address must be a non-zero, 4-byte aligned host address, got 0x%llx",
-                     address);
+                     "address must be a non-zero, 4-byte aligned host address, got %s", hex);
         return NULL;
     }
     if (nslots <= 0 || nslots > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "nslots must be in [1, 2**31), got %zd", nslots);
+        return NULL;
+    }
+    if (address > (unsigned long long)(UINTPTR_MAX - 4 * (uintptr_t)nslots)) {
+        PyErr_Format(PyExc_ValueError, "a slab of %zd words does not fit at %s", nslots, hex);
         return NULL;
     }
     if (stale_ns < 0 || stale_max_ns < 0 || spin_ns < 0 || backoff_max_ns < 0 || long_ns < 0 ||
@@ -1120,6 +1204,10 @@ Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     self->sync_ok = 1;
+    if (slab_register(self, (uintptr_t)address, (uintptr_t)address + 4 * (uintptr_t)nslots) < 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     return (PyObject *)self;
 }
 
@@ -1623,10 +1711,11 @@ static PyMethodDef module_methods[] = {
     {"spin_wait", (PyCFunction)(void (*)(void))mod_spin_wait, METH_FASTCALL,
      "spin_wait(address, expected, budget_ns) -> bool\n\n"
      "Busy-wait (GIL released when budget_ns > 0) until the word reaches expected or the "
-     "budget is spent. budget_ns == 0 checks once."},
-    {"load32", (PyCFunction)mod_load32, METH_O, "load32(address) -> int (acquire load)"},
+     "budget is spent. budget_ns == 0 checks once. address: a word of a live Reactor's slab."},
+    {"load32", (PyCFunction)mod_load32, METH_O,
+     "load32(address) -> int\n\nAcquire load of a word of a live Reactor's slab."},
     {"store32", (PyCFunction)(void (*)(void))mod_store32, METH_FASTCALL,
-     "store32(address, value) -> None (release store)"},
+     "store32(address, value) -> None\n\nRelease store to a word of a live Reactor's slab."},
     {"set_entry_points", (PyCFunction)(void (*)(void))mod_set_entry_points,
      METH_VARARGS | METH_KEYWORDS,
      "set_entry_points(*, write_value32=0, launch_kernel=0) -> None\n\n"

@@ -2,6 +2,8 @@
 
 A numpy ``uint32`` array stands in for the pinned slab; writer threads play the GPU
 with ``store32`` (a release store, like ``cuStreamWriteValue32`` with default flags).
+The word helpers accept only words of a live reactor's slab, so every ``Slab`` keeps a
+reactor of its own open over its words.
 Synchronisation is done with events, barriers, ``select`` on the queue's fd and
 explicit waits whose timeouts are failure guards only.
 """
@@ -13,6 +15,7 @@ import ctypes
 import gc
 import os
 import queue as thread_queue
+import re
 import select
 import threading
 import time
@@ -29,11 +32,15 @@ TIMEOUT = 10.0  # failure guard for every wait; never reached when things work
 
 
 class Slab:
-    """A host "slab" of uint32 flag words."""
+    """A host "slab" of uint32 flag words, registered by a reactor of its own."""
 
     def __init__(self, n: int) -> None:
         self.arr = np.zeros(n, dtype=np.uint32)
         self.base = self.arr.ctypes.data
+        self.owner = _reactor.Reactor(self.base, n)
+
+    def close(self) -> None:
+        self.owner.close()
 
     def addr(self, slot: int) -> int:
         return self.base + 4 * slot
@@ -44,7 +51,9 @@ class Slab:
 
 @pytest.fixture
 def slab():
-    return Slab(1024)
+    s = Slab(1024)
+    yield s
+    s.close()
 
 
 @pytest.fixture
@@ -296,6 +305,7 @@ def test_exactly_once_with_racing_writer_and_rearm(make_queue):
         assert q.pending == 0
     finally:
         r.close()
+        words.close()
 
 
 def test_no_lost_wakeups_with_pushes_racing_drains(make_reactor, make_queue):
@@ -982,6 +992,7 @@ def test_nothing_is_lost_between_drains_and_close(make_queue):
         assert r.completed == n and r.dropped == 0
     finally:
         r.close()
+        words.close()
 
 
 def _fail_each_allocation_in_turn(call, check_intact):
@@ -1072,6 +1083,43 @@ def test_load_store_roundtrip(slab):
         _reactor.store32(slab.addr(3), v)
         assert _reactor.load32(slab.addr(3)) == v
         assert int(slab.arr[3]) == v
+
+
+def test_word_helpers_accept_only_words_of_a_live_slab():
+    slab = Slab(8)
+    first, last = slab.addr(0), slab.addr(7)
+    stray = np.zeros(4, dtype=np.uint32)  # memory no reactor watches
+    try:
+        _reactor.store32(last, 5)
+        assert _reactor.load32(first) == 0 and _reactor.load32(last) == 5
+        assert _reactor.spin_wait(last, 5, 0) is True
+        valid = f"[{first:#x}, {first + 32:#x})"
+        for bad in (stray.ctypes.data, slab.addr(8), first - 4, first + 2, 0):
+            with pytest.raises(ValueError, match=rf"address {bad:#x} .*{re.escape(valid)}"):
+                _reactor.load32(bad)
+            with pytest.raises(ValueError, match=f"{bad:#x}"):
+                _reactor.store32(bad, 1)
+            with pytest.raises(ValueError, match=f"{bad:#x}"):
+                _reactor.spin_wait(bad, 1, 1000)
+        assert list(stray) == [0, 0, 0, 0]
+    finally:
+        slab.close()
+    # a closed reactor's slab is no longer writable through the helpers
+    with pytest.raises(ValueError, match="live Reactor"):
+        _reactor.store32(first, 1)
+    assert int(slab.arr[0]) == 0
+
+
+def test_slab_stays_valid_while_any_reactor_over_it_is_open():
+    slab = Slab(4)
+    other = _reactor.Reactor(slab.base, 4)
+    slab.close()
+    _reactor.store32(slab.addr(1), 3)  # still registered by the other reactor
+    del other
+    gc.collect()
+    with pytest.raises(ValueError):
+        _reactor.store32(slab.addr(1), 4)
+    assert int(slab.arr[1]) == 3
 
 
 # -- driver entry points -----------------------------------------------------------------

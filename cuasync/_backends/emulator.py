@@ -473,7 +473,10 @@ class EmulatorBackend(Backend):
         if _store32 is not None:
 
             def write() -> None:  # a release store, ordered after the work's writes
-                _store32(address, value)
+                try:
+                    _store32(address, value)
+                except ValueError:  # not a word of a reactor's slab: store32 refuses those
+                    ctypes.c_uint32.from_address(address).value = value
 
         else:
             word = ctypes.c_uint32.from_address(address)
