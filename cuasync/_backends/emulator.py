@@ -36,7 +36,7 @@ Command = Callable[[], None]
 try:
     from .._reactor import store32 as _store32
 except ImportError:  # built without a C compiler
-    _store32 = None
+    _store32 = None  # type: ignore[assignment]
 
 _ILLEGAL_ADDRESS = 700
 _LAUNCH_FAILED = 719

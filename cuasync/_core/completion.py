@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 try:
     from .. import _reactor
 except ImportError:  # built without a C compiler: host callbacks only
-    _reactor = None
+    _reactor = None  # type: ignore[assignment]
 
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
