@@ -57,6 +57,8 @@ u32vec_push(u32vec *a, uint32_t x)
 static void
 u32vec_drop_front(u32vec *a, size_t n)
 {
+    if (n == 0)
+        return; /* a->v may be NULL: no pointer arithmetic or memmove on it */
     memmove(a->v, a->v + n, (a->n - n) * sizeof(uint32_t));
     a->n -= n;
 }
@@ -218,8 +220,10 @@ qcore_take_begin(qcore *q, uint32_t *buf, size_t cap, qtake *t)
             clear_fd_locked(q); /* FIRST clear the wake-up, THEN take */
             t->nd = q->done.n;
             t->ns = q->stale.n;
-            memcpy(t->v, q->done.v, t->nd * sizeof(uint32_t));
-            memcpy(t->v + t->nd, q->stale.v, t->ns * sizeof(uint32_t));
+            if (t->nd) /* an empty array may be NULL, which memcpy must not see */
+                memcpy(t->v, q->done.v, t->nd * sizeof(uint32_t));
+            if (t->ns)
+                memcpy(t->v + t->nd, q->stale.v, t->ns * sizeof(uint32_t));
             t->epoch = q->epoch;
             q->draining = n > 0;
         }
