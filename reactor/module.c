@@ -47,10 +47,7 @@ LoopQueue_dealloc(LoopQueue *self)
     if (self->core != NULL) {
         /* Entries nobody took are discarded; slots still armed to this queue keep the
          * core alive and report to the reactor's orphan queue from now on. */
-        u32vec done, stale;
-        qcore_close_take(self->core, &done, &stale);
-        u32vec_free(&done);
-        u32vec_free(&stale);
+        qcore_discard(self->core);
         qcore_decref(self->core);
     }
     tp->tp_free((PyObject *)self);

@@ -7,7 +7,7 @@
  * drain takes under it, so unlock/lock hands the flag's acquire on to the loop; the fd
  * only wakes.  A push signals on the empty -> non-empty edge.  A drain clears the fd
  * FIRST and THEN takes, in one critical section, and signals again for whatever it
- * leaves behind: no push can find the queue non-empty with its wake-up swallowed.
+ * leaves behind: an entry is never left queued without a pending wake-up.
  */
 #include "reactor.h"
 
