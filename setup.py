@@ -6,7 +6,8 @@ setup(
     ext_modules=[
         Extension(
             "cuasync._reactor",
-            sources=["reactor/reactor.c"],
+            sources=[f"reactor/{name}.c" for name in ("module", "reactor", "queue", "driver")],
+            depends=["reactor/reactor.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],
             optional=True,  # without a C compiler cuasync falls back to host callbacks

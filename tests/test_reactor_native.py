@@ -2,6 +2,8 @@
 
 A numpy ``uint32`` array stands in for the pinned slab; writer threads play the GPU
 with ``store32`` (a release store, like ``cuStreamWriteValue32`` with default flags).
+The word helpers accept only words of a live reactor's slab, so every ``Slab`` keeps a
+reactor of its own open over its words.
 Synchronisation is done with events, barriers, ``select`` on the queue's fd and
 explicit waits whose timeouts are failure guards only.
 """
@@ -13,6 +15,7 @@ import ctypes
 import gc
 import os
 import queue as thread_queue
+import re
 import select
 import threading
 import time
@@ -29,11 +32,15 @@ TIMEOUT = 10.0  # failure guard for every wait; never reached when things work
 
 
 class Slab:
-    """A host "slab" of uint32 flag words."""
+    """A host "slab" of uint32 flag words, registered by a reactor of its own."""
 
     def __init__(self, n: int) -> None:
         self.arr = np.zeros(n, dtype=np.uint32)
         self.base = self.arr.ctypes.data
+        self.owner = _reactor.Reactor(self.base, n)
+
+    def close(self) -> None:
+        self.owner.close()
 
     def addr(self, slot: int) -> int:
         return self.base + 4 * slot
@@ -44,7 +51,9 @@ class Slab:
 
 @pytest.fixture
 def slab():
-    return Slab(1024)
+    s = Slab(1024)
+    yield s
+    s.close()
 
 
 @pytest.fixture
@@ -296,6 +305,7 @@ def test_exactly_once_with_racing_writer_and_rearm(make_queue):
         assert q.pending == 0
     finally:
         r.close()
+        words.close()
 
 
 def test_no_lost_wakeups_with_pushes_racing_drains(make_reactor, make_queue):
@@ -527,6 +537,98 @@ def test_parking_wakeups_only_on_empty_to_armed_edges(slab, make_reactor, make_q
     assert r.wakeups == 3
 
 
+# -- backoff while slots stay armed ---------------------------------------------------
+
+
+def reactor_threads() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return [n for n in names if n == "cuasync-reactor"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_reactor_thread_is_named(make_reactor, make_queue):
+    before = len(reactor_threads())
+    r, q = make_reactor(), make_queue()
+    r.arm(0, 1, q)
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    assert len(reactor_threads()) == before + 1
+    r.close()
+    assert len(reactor_threads()) == before
+
+
+def sample_backoff(r, scans: int) -> list[int]:
+    """The thread's sleep length, sampled until it has scanned ``scans`` more times."""
+    target = r.scans + scans
+    samples = []
+    deadline = time.monotonic() + TIMEOUT
+    while r.scans < target:
+        assert time.monotonic() < deadline, "the reactor stopped scanning"
+        samples.append(r.backoff_ns)
+    return samples
+
+
+def test_backoff_is_capped_while_armed_work_is_young(make_reactor, make_queue):
+    # long_ns is never reached: short work keeps the backoff_max_ns cap however long.
+    r = make_reactor(backoff_max_ns=100_000, long_ns=10**10, long_backoff_max_ns=10**9)
+    q = make_queue()
+    r.arm(0, 1, q)
+    wait_until(lambda: r.backoff_ns == 100_000, what="backoff reaching its cap")
+    assert max(sample_backoff(r, 100)) == 100_000
+
+
+def test_backoff_grows_for_long_pending_work_then_resets(slab, make_reactor, make_queue):
+    r = make_reactor(backoff_max_ns=100_000, long_ns=1_000_000, long_backoff_max_ns=4_000_000)
+    q = make_queue()
+    r.arm(0, 1, q)
+    # The cap grows with the entry's age (age / 16) up to long_backoff_max_ns.
+    wait_until(lambda: r.backoff_ns == 4_000_000, what="the long backoff cap")
+    assert max(sample_backoff(r, 5)) == 4_000_000
+    slab.store(0, 1)
+    assert collect(q, 1) == ([0], [])  # still delivered
+    wait_until(lambda: r.parked, what="park")
+    assert r.backoff_ns == 0
+
+
+def test_new_arm_wakes_a_long_nap(slab, make_reactor, make_queue):
+    """A slot armed while the thread sleeps long for old work is not delayed by that
+    sleep: the arm wakes the thread (counted in wakeups)."""
+    r = make_reactor(backoff_max_ns=100_000, long_ns=1_000_000, long_backoff_max_ns=10**9)
+    q = make_queue()
+    r.arm(0, 1, q)  # old work, never lands
+    for gen in range(1, 6):
+        # Sleeping >= 20 ms: the arm below almost surely lands inside a nap (it misses
+        # only if it falls in the microseconds between two naps; then try again).
+        wait_until(lambda: r.backoff_ns >= 20_000_000, what="a long nap")
+        woken = r.wakeups
+        r.arm(1, gen, q)
+        slab.store(1, gen)
+        assert collect(q, 1) == ([1], [])
+        if r.wakeups == woken + 1:
+            break
+    else:
+        raise AssertionError("no arm woke the napping thread")
+
+
+def test_naps_never_pass_the_next_stale_report(make_reactor, make_queue):
+    r = make_reactor(
+        stale_ns=5_000_000, stale_max_ns=5_000_000, long_ns=0, long_backoff_max_ns=10**9
+    )
+    q = make_queue()
+    r.arm(0, 1, q)
+    samples = []
+    # 40 reports take 200 ms; age / 16 would allow naps of 12 ms by then.
+    while r.stale_reports < 40:
+        samples.append(r.backoff_ns)
+        time.sleep(0.0005)
+    assert 0 < max(samples) <= 5_000_000
+
+
 # -- stale reports ----------------------------------------------------------------------
 
 
@@ -603,7 +705,7 @@ def test_disarm(slab, make_reactor, make_queue):
     with pytest.raises(ValueError):
         r.disarm(-1)
     with pytest.raises(ValueError):
-        r.disarm(r.nslots)
+        r.disarm(len(slab.arr))
 
 
 def test_argument_errors(slab, make_reactor, make_queue):
@@ -663,7 +765,7 @@ def test_close_is_idempotent_with_slots_still_armed(slab, make_reactor, make_que
         r.arm(s, 1, q)
     wait_until(lambda: r.wakeups == 1, what="thread start")
     r.close()
-    assert r.closed and r.armed == 0
+    assert r.armed == 0
     q.drain()  # stale reports may have arrived before close()
     r.close()
     with pytest.raises(RuntimeError):
@@ -680,18 +782,21 @@ def test_close_from_several_threads(make_reactor, make_queue):
     r, q = make_reactor(), make_queue()
     r.arm(0, 1, q)
     barrier = threading.Barrier(4)
+    armed_after_close = []
 
     def closer():
         barrier.wait(TIMEOUT)
-        r.close()
-        assert r.closed
+        r.close()  # returns only once the thread is joined and the slots dropped
+        armed_after_close.append(r.armed)
 
     threads = [threading.Thread(target=closer) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(TIMEOUT)
-    assert r.closed and r.armed == 0
+    assert armed_after_close == [0, 0, 0, 0]
+    with pytest.raises(RuntimeError, match="closed"):
+        r.arm(1, 1, q)
 
 
 def test_dealloc_with_armed_slots_closes(slab, make_queue):
@@ -712,27 +817,29 @@ def test_dealloc_with_armed_slots_closes(slab, make_queue):
     r2.close()
 
 
-def test_queue_closed_while_armed(slab, make_reactor):
+def test_queue_closed_while_armed_without_orphan_queue(slab, make_reactor):
     r = make_reactor()
     q = _reactor.LoopQueue()
     r.arm(0, 1, q)
     r.arm(1, 1, q)
-    q.close()
-    q.close()
-    assert q.closed
+    assert q.close() == ([], [])
+    assert q.close() == ([], [])
     with pytest.raises(ValueError):
         q.drain()
     with pytest.raises(ValueError):
         q.fileno()
     assert q.pending == 0
     slab.store(0, 1)
-    wait_until(lambda: r.armed == 1, what="completion on a closed queue")
-    assert r.completed == 1  # pushed, silently dropped
-    # arming to a closed queue is accepted; the push is dropped
+    # Nobody can receive them: both entries are dropped (the landed one and the one
+    # still waiting), counted, never silently.
+    wait_until(lambda: r.armed == 0, what="entries of a closed queue dropped")
+    assert r.dropped == 2 and r.completed == 0
+    # arming to a closed queue drops at once, whether the word has landed or not
     slab.store(2, 1)
     r.arm(2, 1, q)
-    assert q.pending == 0
-    assert r.disarm(1) is True
+    r.arm(3, 1, q)
+    assert r.armed == 0 and r.dropped == 4
+    assert r.disarm(1) is False
 
 
 def test_queue_garbage_collected_while_armed(slab, make_reactor, make_queue):
@@ -743,11 +850,208 @@ def test_queue_garbage_collected_while_armed(slab, make_reactor, make_queue):
     gc.collect()
     slab.store(0, 1)
     wait_until(lambda: r.armed == 0, what="completion on a dropped queue")
-    assert r.completed == 1
+    assert r.dropped == 1 and r.completed == 0
     q2 = make_queue()  # the reactor keeps working for other queues
     r.arm(1, 1, q2)
     slab.store(1, 1)
     assert collect(q2, 1) == ([1], [])
+
+
+# -- closed queues and the orphan queue --------------------------------------------------
+
+
+def test_completions_of_a_closed_queue_go_to_the_orphan_queue(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(0, 1, q)
+    r.arm(1, 1, q)
+    assert q.close() == ([], [])
+    slab.store(0, 1)
+    assert collect(orphan, 1) == ([0], [])
+    slab.store(1, 1)
+    assert collect(orphan, 1) == ([1], [])
+    assert r.completed == 2 and r.dropped == 0 and r.armed == 0
+
+
+def test_arming_to_a_closed_queue_targets_the_orphan_queue(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    q.close()
+    slab.store(4, 1)
+    r.arm(4, 1, q)  # already landed: pushed at once, to the orphan queue
+    assert orphan.pending == 1
+    r.arm(5, 1, q)
+    slab.store(5, 1)
+    assert collect(orphan, 2) == ([4, 5], [])
+    assert r.dropped == 0
+
+
+def test_stale_reports_follow_an_entry_to_the_orphan_queue(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=2_000_000)
+    q, orphan = make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(2, 1, q)
+    q.close()
+    # The entry was re-targeted: every later report, stale or complete, goes there.
+    done, stale = collect(orphan, 0, 2)
+    assert done == [] and set(stale) == {2}
+    slab.store(2, 1)
+    done, _ = collect(orphan, 1)
+    assert done == [2]
+    assert r.armed == 0 and r.dropped == 0
+
+
+def test_clearing_the_orphan_queue_drops_again(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.set_orphan_queue(None)
+    r.arm(0, 1, q)
+    q.close()
+    wait_until(lambda: r.armed == 0, what="entry dropped")
+    assert r.dropped == 1 and orphan.pending == 0
+
+
+def test_entries_of_a_closed_orphan_queue_are_dropped(slab, make_reactor, make_queue):
+    r, q, orphan = make_reactor(), make_queue(), make_queue()
+    r.set_orphan_queue(orphan)
+    r.arm(0, 1, q)
+    q.close()
+    orphan.close()
+    wait_until(lambda: r.armed == 0, what="entry dropped")
+    assert r.dropped == 1
+
+
+def test_set_orphan_queue_argument_errors(make_reactor, make_queue):
+    r = make_reactor()
+    with pytest.raises(TypeError, match="LoopQueue"):
+        r.set_orphan_queue(object())
+    closed = make_queue()
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        r.set_orphan_queue(closed)
+    r.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        r.set_orphan_queue(make_queue())
+    r.set_orphan_queue(None)
+
+
+def test_closed_queue_whose_flag_never_lands_lets_the_reactor_park(make_reactor, make_queue):
+    r = make_reactor()
+    q = make_queue()
+    r.arm(0, 1, q)  # its flag never lands
+    wait_until(lambda: r.wakeups == 1, what="thread start")
+    q.close()
+    wait_until(lambda: r.parked, what="the reactor parks")
+    assert r.armed == 0 and r.dropped == 1
+
+
+def test_close_returns_the_pending_entries(slab, make_reactor, make_queue):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=1_000_000)
+    q = make_queue()
+    for s in range(3):
+        r.arm(s, 1, q)
+    r.arm(7, 1, q)  # never lands: reported stale
+    for s in range(3):
+        slab.store(s, 1)
+    wait_until(lambda: r.completed == 3 and r.stale_reports >= 1, what="pushes")
+    assert r.disarm(7)
+    done, stale = q.close()
+    assert sorted(done) == [0, 1, 2] and set(stale) == {7}
+    assert q.pending == 0
+    assert q.close() == ([], [])
+
+
+def test_nothing_is_lost_between_drains_and_close(make_queue):
+    """Completions racing a drain-then-close reach the loop's drains, close()'s result
+    or the orphan queue: each exactly once."""
+    n = 2000
+    words = Slab(n)
+    r = _reactor.Reactor(words.base, n, stale_ns=0)
+    q, orphan = _reactor.LoopQueue(), make_queue()
+    try:
+        r.set_orphan_queue(orphan)
+        for s in range(n):
+            r.arm(s, 1, q)
+        go = threading.Event()
+
+        def writer():
+            go.wait(TIMEOUT)
+            for s in range(n):
+                words.store(s, 1)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        go.set()
+        seen: list[int] = []
+        while len(seen) < n // 4:
+            assert readable(q, TIMEOUT)
+            seen += q.drain()[0]
+        seen += q.close()[0]
+        t.join(TIMEOUT)
+        wait_until(lambda: r.armed == 0, what="all completions pushed")
+        seen += orphan.drain()[0]
+        assert sorted(seen) == list(range(n))
+        assert r.completed == n and r.dropped == 0
+    finally:
+        r.close()
+        words.close()
+
+
+def _fail_each_allocation_in_turn(call, check_intact):
+    """Call ``call()`` with its 1st, 2nd, ... allocation failing until it succeeds;
+    after every MemoryError, ``check_intact()``. Returns (result, failures)."""
+    testcapi = pytest.importorskip("_testcapi", reason="needs _testcapi.set_nomemory")
+    for k in range(1000):
+        testcapi.set_nomemory(k, k + 1)
+        try:
+            result = call()
+        except MemoryError:
+            result = None
+        finally:
+            testcapi.remove_mem_hooks()
+        if result is not None:
+            return result, k
+        check_intact()
+    raise AssertionError("never succeeded")
+
+
+@pytest.mark.parametrize("count", [40, 400])  # within and beyond the inline buffer
+def test_drain_keeps_its_entries_when_building_the_lists_fails(
+    slab, make_reactor, make_queue, count
+):
+    r, q = make_reactor(), make_queue()
+    slots = list(range(300, 300 + count))  # ints above 256 are allocated
+    for s in slots:
+        slab.store(s, 1)
+        r.arm(s, 1, q)
+    assert q.pending == count
+
+    def intact():
+        assert q.pending == count
+        assert readable(q), "the wake-up was lost with the failed drain"
+
+    (done, stale), failures = _fail_each_allocation_in_turn(q.drain, intact)
+    assert failures >= 3  # the lists, the ints and the tuple each failed once
+    assert done == slots and stale == []
+    assert q.pending == 0 and not readable(q)
+
+
+def test_close_keeps_its_entries_when_building_the_lists_fails(slab, make_reactor, make_queue):
+    r, q = make_reactor(), make_queue()
+    slots = list(range(300, 340))
+    for s in slots:
+        slab.store(s, 1)
+        r.arm(s, 1, q)
+
+    def intact():
+        assert q.pending == len(slots)
+        with pytest.raises(ValueError, match="closed"):
+            q.drain()
+
+    (done, stale), failures = _fail_each_allocation_in_turn(q.close, intact)
+    assert failures >= 3
+    assert done == slots and stale == []
+    assert q.close() == ([], [])
 
 
 # -- spin_wait --------------------------------------------------------------------------
@@ -783,6 +1087,43 @@ def test_load_store_roundtrip(slab):
         _reactor.store32(slab.addr(3), v)
         assert _reactor.load32(slab.addr(3)) == v
         assert int(slab.arr[3]) == v
+
+
+def test_word_helpers_accept_only_words_of_a_live_slab():
+    slab = Slab(8)
+    first, last = slab.addr(0), slab.addr(7)
+    stray = np.zeros(4, dtype=np.uint32)  # memory no reactor watches
+    try:
+        _reactor.store32(last, 5)
+        assert _reactor.load32(first) == 0 and _reactor.load32(last) == 5
+        assert _reactor.spin_wait(last, 5, 0) is True
+        valid = f"[{first:#x}, {first + 32:#x})"
+        for bad in (stray.ctypes.data, slab.addr(8), first - 4, first + 2, 0):
+            with pytest.raises(ValueError, match=rf"address {bad:#x} .*{re.escape(valid)}"):
+                _reactor.load32(bad)
+            with pytest.raises(ValueError, match=f"{bad:#x}"):
+                _reactor.store32(bad, 1)
+            with pytest.raises(ValueError, match=f"{bad:#x}"):
+                _reactor.spin_wait(bad, 1, 1000)
+        assert list(stray) == [0, 0, 0, 0]
+    finally:
+        slab.close()
+    # a closed reactor's slab is no longer writable through the helpers
+    with pytest.raises(ValueError, match="live Reactor"):
+        _reactor.store32(first, 1)
+    assert int(slab.arr[0]) == 0
+
+
+def test_slab_stays_valid_while_any_reactor_over_it_is_open():
+    slab = Slab(4)
+    other = _reactor.Reactor(slab.base, 4)
+    slab.close()
+    _reactor.store32(slab.addr(1), 3)  # still registered by the other reactor
+    del other
+    gc.collect()
+    with pytest.raises(ValueError):
+        _reactor.store32(slab.addr(1), 4)
+    assert int(slab.arr[1]) == 3
 
 
 # -- driver entry points -----------------------------------------------------------------

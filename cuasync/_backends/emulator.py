@@ -37,7 +37,7 @@ Command = Callable[[], None]
 try:
     from .._reactor import store32 as _store32
 except ImportError:  # built without a C compiler
-    _store32 = None
+    _store32 = None  # type: ignore[assignment]
 
 _ILLEGAL_ADDRESS = 700
 _LAUNCH_FAILED = 719
@@ -475,7 +475,10 @@ class EmulatorBackend(Backend):
         if _store32 is not None:
 
             def write() -> None:  # a release store, ordered after the work's writes
-                _store32(address, value)
+                try:
+                    _store32(address, value)
+                except ValueError:  # not a word of a reactor's slab: store32 refuses those
+                    ctypes.c_uint32.from_address(address).value = value
 
         else:
             word = ctypes.c_uint32.from_address(address)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 try:
     from .. import _reactor
 except ImportError:  # built without a C compiler: host callbacks only
-    _reactor = None
+    _reactor = None  # type: ignore[assignment]
 
 log = logging.getLogger("cuasync.completion")
 

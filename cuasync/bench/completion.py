@@ -4,12 +4,15 @@ Side by side in one process: raw ``cuda.bindings`` launch + ``cuStreamSynchroniz
 PyTorch and CuPy equivalents, ``run_in_executor(synchronize)``, and cuasync ``await`` on
 asyncio and uvloop with the default inline spin, with spin 0 (every await through the
 reactor) and in host-callback mode; then 8192 concurrent awaits, the loop's lag while
-64 long kernels are in flight, and the reactor's CPU use when idle.
+64 long kernels are in flight, and the reactor's CPU use when idle and while one long
+command is pending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -251,6 +254,86 @@ def _idle_cpu(seconds: float) -> float:
     return (time.process_time() - cpu0) / (time.perf_counter() - wall0) * 100
 
 
+def _reactor_thread() -> int | None:
+    """The native id of the reactor thread (the native module names it), or None."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # not Linux
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() == "cuasync-reactor":
+                    return int(tid)
+        except OSError:
+            pass
+    return None
+
+
+def _thread_usage(tid: int) -> tuple[float, int]:
+    """(CPU seconds, context switches) of one thread of this process.
+
+    CPU time comes from ``schedstat`` (nanoseconds) where the kernel has it, else from
+    utime + stime in ``stat`` (clock ticks, too coarse for a 2 s sample of a thread
+    that mostly sleeps).
+    """
+    base = f"/proc/self/task/{tid}"
+    try:
+        with open(f"{base}/schedstat") as f:
+            cpu = int(f.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        with open(f"{base}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    switches = 0
+    with open(f"{base}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                switches += int(value)
+    return cpu, switches
+
+
+def _long_pending_cpu(seconds: float) -> tuple[float, float] | None:
+    """(% of a core, context switches/s) of the reactor thread while one armed slot's
+    flag lands only after ``seconds``: Python stores it, standing in for a long kernel.
+    None without the native reactor or /proc."""
+    from .. import _reactor  # present whenever hub.reactor is
+
+    hub = get_hub()
+    if hub.reactor is None:
+        return None
+    with hub.lock:
+        if not hub.free:
+            return None
+        slot = hub.free.pop()
+    queue = _reactor.LoopQueue()
+    try:
+        gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
+        address = hub.slab + 4 * slot
+        hub.reactor.arm(slot, gen, queue)
+        tid, deadline = None, time.monotonic() + 1.0
+        while tid is None and time.monotonic() < deadline:  # a new thread names itself
+            tid = _reactor_thread()
+            time.sleep(0.001)
+        if tid is None:
+            hub.reactor.disarm(slot)
+            return None
+        cpu0, switches0 = _thread_usage(tid)
+        wall0 = time.perf_counter()
+        time.sleep(seconds)
+        cpu1, switches1 = _thread_usage(tid)
+        wall = time.perf_counter() - wall0
+        _reactor.store32(address, gen)
+        select.select([queue.fileno()], [], [], 5.0)  # the reactor reports it
+        hub.reactor.disarm(slot)  # in case it did not (False when it did)
+    finally:
+        queue.close()
+        with hub.lock:
+            hub.free.append(slot)
+    return (cpu1 - cpu0) / wall * 100, (switches1 - switches0) / wall
+
+
 def _run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     if kind == "uvloop":
         import uvloop
@@ -328,6 +411,16 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         "% of a core",
         f"reactor wakeups so far {cuasync.stats().reactor_wakeups}",
     )
+    pending = _long_pending_cpu(2.0)
+    if pending is not None:
+        cpu, switches = pending
+        report.value(
+            SUITE,
+            "reactor CPU with one long command pending, 2 s",
+            cpu,
+            "% of a core",
+            f"{switches:,.0f} context switches/s",
+        )
     _ratios(report, base, loops, default_spin, concurrent)
 
 

@@ -1,0 +1,101 @@
+"""Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
+
+from typing import Final, SupportsIndex, final
+
+HAVE_EVENTFD: Final[int]
+"""1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
+
+@final
+class LoopQueue:
+    """Per-event-loop completion queue; its fd becomes readable when entries arrive."""
+
+    def __new__(cls) -> LoopQueue: ...
+    def fileno(self) -> int:
+        """The fd to watch for readability. ValueError once closed."""
+
+    def drain(self) -> tuple[list[int], list[int]]:
+        """Clear the fd, then pop ``(completed, stale)`` slot ids. ValueError once closed."""
+
+    def close(self) -> tuple[list[int], list[int]]:
+        """Close the fd and pop the entries still pending, atomically; idempotent."""
+
+    @property
+    def pending(self) -> int:
+        """Entries waiting to be drained (lock-free)."""
+
+@final
+class Reactor:
+    """Watches armed uint32 flag words of a host slab on one native thread."""
+
+    def __new__(
+        cls,
+        address: SupportsIndex,
+        nslots: SupportsIndex,
+        *,
+        stale_ns: int = 2_000_000,
+        stale_max_ns: int = 50_000_000,
+        spin_ns: int = 50_000,
+        backoff_max_ns: int = 200_000,
+        long_ns: int = 10_000_000,
+        long_backoff_max_ns: int = 2_000_000,
+    ) -> Reactor: ...
+    def arm(self, slot: SupportsIndex, expected: SupportsIndex, queue: LoopQueue, /) -> None:
+        """Push ``slot`` onto ``queue`` once its word reaches ``expected``."""
+
+    def disarm(self, slot: SupportsIndex, /) -> bool:
+        """Stop watching ``slot`` without notifying; True if it was armed."""
+
+    def set_orphan_queue(self, queue: LoopQueue | None, /) -> None:
+        """Where reports of slots armed to a closed queue go (None: dropped, counted)."""
+
+    def close(self) -> None:
+        """Join the thread, drop every armed slot, unregister the slab; idempotent."""
+
+    @property
+    def armed(self) -> int: ...
+    @property
+    def parked(self) -> bool: ...
+    @property
+    def wakeups(self) -> int: ...
+    @property
+    def completed(self) -> int: ...
+    @property
+    def stale_reports(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def scans(self) -> int: ...
+    @property
+    def backoff_ns(self) -> int: ...
+
+def spin_wait(address: SupportsIndex, expected: SupportsIndex, budget_ns: SupportsIndex, /) -> bool:
+    """Busy-wait (GIL released) until the slab word reaches ``expected`` or the budget ends."""
+
+def load32(address: SupportsIndex, /) -> int:
+    """Acquire load of a word of a live Reactor's slab."""
+
+def store32(address: SupportsIndex, value: SupportsIndex, /) -> None:
+    """Release store to a word of a live Reactor's slab."""
+
+def set_entry_points(*, write_value32: SupportsIndex = 0, launch_kernel: SupportsIndex = 0) -> None:
+    """Driver entry points from ``cuGetProcAddress``; 0 clears. Both are replaced."""
+
+def write_value32(stream: SupportsIndex, address: SupportsIndex, value: SupportsIndex, /) -> int:
+    """``cuStreamWriteValue32(stream, address, value, 0)``; returns the CUresult."""
+
+def launch_and_write(
+    function: SupportsIndex,
+    gx: SupportsIndex,
+    gy: SupportsIndex,
+    gz: SupportsIndex,
+    bx: SupportsIndex,
+    by: SupportsIndex,
+    bz: SupportsIndex,
+    shared_mem: SupportsIndex,
+    stream: SupportsIndex,
+    params: SupportsIndex,
+    address: SupportsIndex,
+    value: SupportsIndex,
+    /,
+) -> int:
+    """``cuLaunchKernel``, then (launch succeeded, address != 0) ``cuStreamWriteValue32``."""

@@ -1,0 +1,375 @@
+/*
+ * Driver fast paths and flag-word helpers of cuasync._reactor: argument converters
+ * shared by the module, the registry of live slabs, load32/store32/spin_wait, and
+ * calls into cuStreamWriteValue32 and cuLaunchKernel through entry points Python gets
+ * from cuGetProcAddress (no CUDA headers; libcuda is never linked).
+ *
+ * spin_wait, load32, write_value32 and launch_and_write run on every await, and
+ * store32 on every emulated flag write: they stay METH_FASTCALL with the small
+ * converters below.  PyArg_ParseTuple would need an argument tuple (METH_VARARGS)
+ * and interpret a format string on each call, which is measurable at this rate.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reactor.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* -- argument converters ------------------------------------------------------------ */
+
+/* int -> unsigned long long; accepts __index__ objects (numpy ints). */
+int
+get_u64(PyObject *o, unsigned long long *out)
+{
+    unsigned long long v;
+    if (PyLong_Check(o)) {
+        v = PyLong_AsUnsignedLongLong(o);
+    }
+    else {
+        PyObject *i = PyNumber_Index(o);
+        if (i == NULL)
+            return -1;
+        v = PyLong_AsUnsignedLongLong(i);
+        Py_DECREF(i);
+    }
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int
+get_i64(PyObject *o, long long *out)
+{
+    long long v;
+    if (PyLong_Check(o)) {
+        v = PyLong_AsLongLong(o);
+    }
+    else {
+        PyObject *i = PyNumber_Index(o);
+        if (i == NULL)
+            return -1;
+        v = PyLong_AsLongLong(i);
+        Py_DECREF(i);
+    }
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A 32-bit value (generation); out of range -> ValueError. */
+int
+get_u32(PyObject *o, const char *what, uint32_t *out)
+{
+    long long v;
+    if (get_i64(o, &v) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s must be in [0, 2**32), got a larger int", what);
+        }
+        return -1;
+    }
+    if (v < 0 || v > 0xFFFFFFFFll) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [0, 2**32), got %lld", what, v);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* A 32-bit unsigned launch parameter; out of range -> OverflowError. */
+static int
+get_uint(PyObject *o, const char *what, unsigned int *out)
+{
+    unsigned long long v;
+    if (get_u64(o, &v) < 0)
+        return -1;
+    if (v > UINT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s does not fit in an unsigned int", what);
+        return -1;
+    }
+    *out = (unsigned int)v;
+    return 0;
+}
+
+int
+conv_u64(PyObject *o, void *out)
+{
+    return get_u64(o, (unsigned long long *)out) < 0 ? 0 : 1;
+}
+
+/* TypeError unless nargs == expected */
+int
+check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs == expected)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name,
+                 expected, nargs);
+    return -1;
+}
+
+/* -- live slabs: the only memory the word helpers may touch ------------------------- */
+
+typedef struct {
+    const void *owner; /* the Reactor that registered it */
+    uintptr_t lo, hi;  /* [lo, hi) */
+} slab_range;
+
+static pthread_mutex_t g_slabs_mu = PTHREAD_MUTEX_INITIALIZER;
+static slab_range *g_slabs;
+static size_t g_nslabs, g_slabs_cap;
+
+int
+slab_register(const void *owner, uintptr_t lo, uintptr_t hi)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_slabs_mu);
+    if (g_nslabs == g_slabs_cap) {
+        size_t cap = g_slabs_cap ? 2 * g_slabs_cap : 4;
+        slab_range *p = realloc(g_slabs, cap * sizeof(*p));
+        if (p == NULL)
+            rc = -1;
+        else {
+            g_slabs = p;
+            g_slabs_cap = cap;
+        }
+    }
+    if (rc == 0)
+        g_slabs[g_nslabs++] = (slab_range){owner, lo, hi};
+    pthread_mutex_unlock(&g_slabs_mu);
+    return rc;
+}
+
+void
+slab_unregister(const void *owner)
+{
+    pthread_mutex_lock(&g_slabs_mu);
+    for (size_t i = 0; i < g_nslabs; i++) {
+        if (g_slabs[i].owner == owner) {
+            g_slabs[i] = g_slabs[--g_nslabs];
+            break;
+        }
+    }
+    if (g_nslabs == 0) {
+        free(g_slabs);
+        g_slabs = NULL;
+        g_slabs_cap = 0;
+    }
+    pthread_mutex_unlock(&g_slabs_mu);
+}
+
+/* 1 if [a, a + 4) is an aligned word of a live slab; else 0 and, in ranges, the
+ * valid ranges for the error message. */
+static int
+slab_word_ok(uintptr_t a, char *ranges, size_t size)
+{
+    int ok = 0;
+    pthread_mutex_lock(&g_slabs_mu);
+    for (size_t i = 0; i < g_nslabs && !ok; i++)
+        ok = (a & 3u) == 0 && a >= g_slabs[i].lo && a < g_slabs[i].hi;
+    if (!ok) {
+        size_t used = (size_t)snprintf(ranges, size, g_nslabs ? "" : "none (no Reactor is open)");
+        for (size_t i = 0; i < g_nslabs && used < size; i++)
+            used += (size_t)snprintf(ranges + used, size - used, "%s[0x%llx, 0x%llx)",
+                                     i ? ", " : "", (unsigned long long)g_slabs[i].lo,
+                                     (unsigned long long)g_slabs[i].hi);
+    }
+    pthread_mutex_unlock(&g_slabs_mu);
+    return ok;
+}
+
+/* The address of a uint32 flag word: an aligned word of a live Reactor's slab.
+ * Anything else is refused, so that these helpers cannot write into arbitrary
+ * memory (the interpreter's, say) by mistake. */
+static int
+get_word_address(PyObject *o, _Atomic uint32_t **out)
+{
+    unsigned long long v;
+    char ranges[256];
+    if (get_u64(o, &v) < 0)
+        return -1;
+    if (v > (unsigned long long)UINTPTR_MAX || !slab_word_ok((uintptr_t)v, ranges, sizeof ranges)) {
+        char msg[400]; /* PyErr_Format has no %llx before 3.12 */
+        snprintf(msg, sizeof msg,
+                 "address 0x%llx is not a 4-byte aligned word of a live Reactor's slab; "
+                 "valid ranges: %s",
+                 v, ranges);
+        PyErr_SetString(PyExc_ValueError, msg);
+        return -1;
+    }
+    *out = (_Atomic uint32_t *)(uintptr_t)v;
+    return 0;
+}
+
+/* -- word helpers ------------------------------------------------------------------ */
+
+static PyObject *
+mod_spin_wait(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("spin_wait", nargs, 3) < 0)
+        return NULL;
+    _Atomic uint32_t *p;
+    uint32_t expected;
+    long long budget;
+    if (get_word_address(args[0], &p) < 0 || get_u32(args[1], "expected", &expected) < 0 ||
+        get_i64(args[2], &budget) < 0)
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "budget_ns must be >= 0");
+        return NULL;
+    }
+    int reached = gen_reached(load_acquire(p), expected);
+    if (!reached && budget > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        uint64_t start = now_ns();
+        for (;;) {
+            for (int k = 0; k < 16 && !reached; k++) {
+                cpu_relax();
+                reached = gen_reached(load_acquire(p), expected);
+            }
+            if (reached || now_ns() - start >= (uint64_t)budget)
+                break;
+        }
+        if (!reached)
+            reached = gen_reached(load_acquire(p), expected);
+        Py_END_ALLOW_THREADS
+    }
+    return PyBool_FromLong(reached);
+}
+
+static PyObject *
+mod_load32(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    _Atomic uint32_t *p;
+    if (get_word_address(arg, &p) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(load_acquire(p));
+}
+
+static PyObject *
+mod_store32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("store32", nargs, 2) < 0)
+        return NULL;
+    _Atomic uint32_t *p;
+    uint32_t value;
+    if (get_word_address(args[0], &p) < 0 || get_u32(args[1], "value", &value) < 0)
+        return NULL;
+    atomic_store_explicit(p, value, memory_order_release);
+    Py_RETURN_NONE;
+}
+
+/* -- driver entry points ---------------------------------------------------------- */
+
+/* the cuStreamWriteValue32_v2 and cuLaunchKernel ABIs of cuda.h */
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef CUresult (*pfn_write_value32)(void *stream, CUdeviceptr addr, uint32_t value,
+                                      unsigned int flags);
+typedef CUresult (*pfn_launch_kernel)(void *f, unsigned int gx, unsigned int gy,
+                                      unsigned int gz, unsigned int bx, unsigned int by,
+                                      unsigned int bz, unsigned int shared_mem, void *stream,
+                                      void **params, void **extra);
+
+static _Atomic uintptr_t g_write_value32 = 0;
+static _Atomic uintptr_t g_launch_kernel = 0;
+
+static PyObject *
+mod_set_entry_points(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"write_value32", "launch_kernel", NULL};
+    unsigned long long wv = 0, lk = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O&O&:set_entry_points", kwlist, conv_u64,
+                                     &wv, conv_u64, &lk))
+        return NULL;
+    atomic_store_explicit(&g_write_value32, (uintptr_t)wv, memory_order_release);
+    atomic_store_explicit(&g_launch_kernel, (uintptr_t)lk, memory_order_release);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+mod_write_value32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("write_value32", nargs, 3) < 0)
+        return NULL;
+    uintptr_t fp = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    if (fp == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cuStreamWriteValue32 entry point not set (call set_entry_points)");
+        return NULL;
+    }
+    unsigned long long stream, address;
+    uint32_t value;
+    if (get_u64(args[0], &stream) < 0 || get_u64(args[1], &address) < 0 ||
+        get_u32(args[2], "value", &value) < 0)
+        return NULL;
+    CUresult rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((pfn_write_value32)fp)((void *)(uintptr_t)stream, (CUdeviceptr)address, value, 0u);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *
+mod_launch_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("launch_and_write", nargs, 12) < 0)
+        return NULL;
+    unsigned long long function, stream, params, address;
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    uint32_t value;
+    if (get_u64(args[0], &function) < 0 || get_uint(args[1], "gx", &gx) < 0 ||
+        get_uint(args[2], "gy", &gy) < 0 || get_uint(args[3], "gz", &gz) < 0 ||
+        get_uint(args[4], "bx", &bx) < 0 || get_uint(args[5], "by", &by) < 0 ||
+        get_uint(args[6], "bz", &bz) < 0 || get_uint(args[7], "shared_mem", &shmem) < 0 ||
+        get_u64(args[8], &stream) < 0 || get_u64(args[9], &params) < 0 ||
+        get_u64(args[10], &address) < 0 || get_u32(args[11], "value", &value) < 0)
+        return NULL;
+
+    uintptr_t lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
+    uintptr_t wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    if (lk == 0 || (address != 0 && wv == 0)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        lk == 0 ? "cuLaunchKernel entry point not set (call set_entry_points)"
+                                : "cuStreamWriteValue32 entry point not set "
+                                  "(call set_entry_points)");
+        return NULL;
+    }
+    CUresult rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)function, gx, gy, gz, bx, by, bz, shmem,
+                                 (void *)(uintptr_t)stream, (void **)(uintptr_t)params, NULL);
+    if (rc == 0 && address != 0)
+        rc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address, value,
+                                     0u);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+PyMethodDef cuasync_driver_methods[] = {
+    {"spin_wait", (PyCFunction)(void (*)(void))mod_spin_wait, METH_FASTCALL,
+     "spin_wait($module, address, expected, budget_ns, /)\n--\n\n"
+     "Busy-wait (GIL released when budget_ns > 0) until the word reaches expected or the "
+     "budget is spent. budget_ns == 0 checks once. address: a word of a live Reactor's slab."},
+    {"load32", (PyCFunction)mod_load32, METH_O,
+     "load32($module, address, /)\n--\n\nAcquire load of a word of a live Reactor's slab."},
+    {"store32", (PyCFunction)(void (*)(void))mod_store32, METH_FASTCALL,
+     "store32($module, address, value, /)\n--\n\nRelease store to a word of a live Reactor's slab."},
+    {"set_entry_points", (PyCFunction)(void (*)(void))mod_set_entry_points,
+     METH_VARARGS | METH_KEYWORDS,
+     "set_entry_points($module, /, *, write_value32=0, launch_kernel=0)\n--\n\n"
+     "Driver entry points from cuGetProcAddress; 0 clears. Both are replaced on every call."},
+    {"write_value32", (PyCFunction)(void (*)(void))mod_write_value32, METH_FASTCALL,
+     "write_value32($module, stream, address, value, /)\n--\n\n"
+     "cuStreamWriteValue32(stream, address, value, 0)."},
+    {"launch_and_write", (PyCFunction)(void (*)(void))mod_launch_and_write, METH_FASTCALL,
+     "launch_and_write($module, function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, "
+     "address, value, /)\n--\n\n"
+     "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32."},
+    {NULL, NULL, 0, NULL},
+};

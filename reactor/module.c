@@ -1,0 +1,494 @@
+/*
+ * The Python face of cuasync._reactor: the LoopQueue and Reactor types over the queue
+ * cores (queue.c) and the reactor (reactor.c), and the module definition.  The word
+ * helpers and driver fast paths are in driver.c.  Design notes: README.md.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reactor.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+typedef struct {
+    PyTypeObject *reactor_type;
+    PyTypeObject *queue_type;
+} modstate;
+
+/* -- LoopQueue --------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    qcore *core;
+} LoopQueue;
+
+static PyObject *
+LoopQueue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":LoopQueue", kwlist))
+        return NULL;
+    LoopQueue *self = (LoopQueue *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->core = qcore_new()) == NULL) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+LoopQueue_dealloc(LoopQueue *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->core != NULL) {
+        /* Entries nobody took are discarded; slots still armed to this queue keep the
+         * core alive and report to the reactor's orphan queue from now on. */
+        qcore_discard(self->core);
+        qcore_decref(self->core);
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+LoopQueue_fileno(LoopQueue *self, PyObject *Py_UNUSED(ignored))
+{
+    int fd = qcore_fileno(self->core);
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "fileno() on a closed LoopQueue");
+        return NULL;
+    }
+    return PyLong_FromLong(fd);
+}
+
+static PyObject *
+u32_list(const uint32_t *v, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLong(v[i]);
+        if (x == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+/* (completed, stale) as lists; NULL with MemoryError if any allocation fails */
+static PyObject *
+pair_of_lists(const uint32_t *done, size_t nd, const uint32_t *stale, size_t ns)
+{
+    PyObject *result = NULL, *dl = u32_list(done, nd), *sl = NULL;
+    if (dl != NULL && (sl = u32_list(stale, ns)) != NULL)
+        result = PyTuple_Pack(2, dl, sl);
+    Py_XDECREF(dl);
+    Py_XDECREF(sl);
+    return result;
+}
+
+#define DRAIN_INLINE 128
+
+/* The lists are built between the two halves of the take, outside the queue mutex;
+ * if that fails, the entries stay queued and signalled (queue.c). */
+static PyObject *
+LoopQueue_drain(LoopQueue *self, PyObject *Py_UNUSED(ignored))
+{
+    uint32_t buf[DRAIN_INLINE];
+    qtake t;
+    switch (qcore_take_begin(self->core, buf, DRAIN_INLINE, &t)) {
+    case TAKE_CLOSED:
+        PyErr_SetString(PyExc_ValueError, "drain() on a closed LoopQueue");
+        return NULL;
+    case TAKE_NOMEM:
+        return PyErr_NoMemory();
+    }
+    PyObject *result = pair_of_lists(t.v, t.nd, t.v + t.nd, t.ns);
+    if (!qcore_take_end(self->core, &t, result != NULL) && result != NULL)
+        Py_SETREF(result, pair_of_lists(NULL, 0, NULL, 0)); /* close() returned them */
+    return result;
+}
+
+static PyObject *
+LoopQueue_close(LoopQueue *self, PyObject *Py_UNUSED(ignored))
+{
+    u32vec done, stale;
+    qcore_close_take(self->core, &done, &stale);
+    PyObject *result = pair_of_lists(done.v, done.n, stale.v, stale.n);
+    if (result == NULL) {
+        qcore_untake(self->core, &done, &stale); /* for a later close() */
+        return NULL;
+    }
+    u32vec_free(&done);
+    u32vec_free(&stale);
+    return result;
+}
+
+static PyObject *
+LoopQueue_get_pending(LoopQueue *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(qcore_pending(self->core)); /* lock-free */
+}
+
+static PyMethodDef LoopQueue_methods[] = {
+    {"fileno", (PyCFunction)LoopQueue_fileno, METH_NOARGS,
+     "fileno($self, /)\n--\n\nThe fd to watch for readability (eventfd; a pipe's read end off Linux)."},
+    {"drain", (PyCFunction)LoopQueue_drain, METH_NOARGS,
+     "drain($self, /)\n--\n\n"
+     "Clear the fd, then pop every pending entry: (completed, stale) lists of slot ids. On "
+     "MemoryError nothing is popped."},
+    {"close", (PyCFunction)LoopQueue_close, METH_NOARGS,
+     "close($self, /)\n--\n\n"
+     "Close the fd and pop the entries still pending, atomically with closing: (completed, "
+     "stale) lists of slot ids; later calls return empty lists. Slots still armed to this "
+     "queue report to the reactor's orphan queue from now on."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef LoopQueue_getset[] = {
+    {"pending", (getter)LoopQueue_get_pending, NULL, "entries waiting to be drained", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot LoopQueue_slots[] = {
+    {Py_tp_new, (void *)LoopQueue_new},
+    {Py_tp_dealloc, (void *)LoopQueue_dealloc},
+    {Py_tp_methods, LoopQueue_methods},
+    {Py_tp_getset, LoopQueue_getset},
+    {Py_tp_doc, (void *)"LoopQueue()\n--\n\nPer-event-loop completion queue with an eventfd wake-up."},
+    {0, NULL},
+};
+
+static PyType_Spec LoopQueue_spec = {
+    .name = "cuasync._reactor.LoopQueue",
+    .basicsize = sizeof(LoopQueue),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = LoopQueue_slots,
+};
+
+/* -- Reactor ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    reactor r;
+} Reactor;
+
+static PyObject *
+Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"address",        "nslots",  "stale_ns",
+                             "stale_max_ns",   "spin_ns", "backoff_max_ns",
+                             "long_ns",        "long_backoff_max_ns", NULL};
+    unsigned long long address = 0;
+    Py_ssize_t nslots = 0;
+    long long o[6] = {2000000, 50000000, 50000, 200000, 10000000, 2000000}; /* defaults */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&n|$LLLLLL:Reactor", kwlist, conv_u64,
+                                     &address, &nslots, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                     &o[5]))
+        return NULL;
+    char hex[24]; /* PyErr_Format has no %llx before 3.12 */
+    snprintf(hex, sizeof hex, "0x%llx", address);
+    if (address == 0 || (address & 3u) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "address must be a non-zero, 4-byte aligned host address, got %s", hex);
+        return NULL;
+    }
+    if (nslots <= 0 || nslots > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "nslots must be in [1, 2**31), got %zd", nslots);
+        return NULL;
+    }
+    if (address > (unsigned long long)(UINTPTR_MAX - 4 * (uintptr_t)nslots)) {
+        PyErr_Format(PyExc_ValueError, "a slab of %zd words does not fit at %s", nslots, hex);
+        return NULL;
+    }
+    for (int i = 0; i < 6; i++) {
+        if (o[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s must be >= 0, got %lld", kwlist[i + 2], o[i]);
+            return NULL;
+        }
+    }
+    reactor_params p = {(uint64_t)o[0], (uint64_t)o[1], (uint64_t)o[2],
+                        (uint64_t)o[3], (uint64_t)o[4], (uint64_t)o[5]};
+    Reactor *self = (Reactor *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (reactor_init(&self->r, (_Atomic uint32_t *)(uintptr_t)address, (uint32_t)nslots, &p) <
+            0 ||
+        slab_register(self, (uintptr_t)address, (uintptr_t)address + 4 * (uintptr_t)nslots) <
+            0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void
+Reactor_dealloc(Reactor *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    slab_unregister(self);
+    /* The thread never needs the GIL, so joining while holding it cannot deadlock;
+     * it takes at most one sleep of the thread. */
+    reactor_destroy(&self->r);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int
+parse_slot(Reactor *self, PyObject *o, uint32_t *slot)
+{
+    long long v = -1;
+    int failed = get_i64(o, &v) < 0;
+    if (failed && !PyErr_ExceptionMatches(PyExc_OverflowError))
+        return -1;
+    if (failed || v < 0 || v >= (long long)self->r.nslots) {
+        PyErr_Clear();
+        if (failed)
+            PyErr_Format(PyExc_ValueError, "slot must be in [0, %u), got a larger int",
+                         self->r.nslots);
+        else
+            PyErr_Format(PyExc_ValueError, "slot must be in [0, %u), got %lld", self->r.nslots,
+                         v);
+        return -1;
+    }
+    *slot = (uint32_t)v;
+    return 0;
+}
+
+/* the core of a LoopQueue argument; NULL with TypeError for anything else */
+static qcore *
+queue_core(Reactor *self, PyObject *o, const char *what)
+{
+    modstate *st = (modstate *)PyType_GetModuleState(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(o, st->queue_type)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a LoopQueue, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return ((LoopQueue *)o)->core;
+}
+
+/* METH_FASTCALL: arm() runs on every await that suspends (see driver.c) */
+static PyObject *
+Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint32_t slot, expected;
+    qcore *q;
+    int thread_err = 0;
+    if (check_nargs("arm", nargs, 3) < 0 || parse_slot(self, args[0], &slot) < 0 ||
+        get_u32(args[1], "expected", &expected) < 0 ||
+        (q = queue_core(self, args[2], "queue")) == NULL)
+        return NULL;
+    switch (reactor_arm(&self->r, slot, expected, q, &thread_err)) {
+    case ARM_OK:
+        Py_RETURN_NONE;
+    case ARM_CLOSED:
+        PyErr_SetString(PyExc_RuntimeError, "the Reactor is closed");
+        return NULL;
+    case ARM_BUSY:
+        PyErr_Format(PyExc_RuntimeError, "slot %u is already armed", slot);
+        return NULL;
+    case ARM_NOMEM:
+        return PyErr_NoMemory();
+    default:
+        errno = thread_err;
+        PyErr_SetFromErrno(PyExc_RuntimeError);
+        return NULL;
+    }
+}
+
+static PyObject *
+Reactor_disarm(Reactor *self, PyObject *arg)
+{
+    uint32_t slot;
+    if (parse_slot(self, arg, &slot) < 0)
+        return NULL;
+    return PyBool_FromLong(reactor_disarm(&self->r, slot));
+}
+
+static PyObject *
+Reactor_set_orphan_queue(Reactor *self, PyObject *arg)
+{
+    qcore *q = NULL;
+    if (arg != Py_None && (q = queue_core(self, arg, "the orphan queue")) == NULL)
+        return NULL;
+    if (q != NULL && qcore_is_closed(q)) {
+        PyErr_SetString(PyExc_ValueError, "the orphan queue must be open, got a closed LoopQueue");
+        return NULL;
+    }
+    if (reactor_set_orphan(&self->r, q) < 0 && q != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the Reactor is closed");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Reactor_close(Reactor *self, PyObject *Py_UNUSED(ignored))
+{
+    slab_unregister(self);
+    Py_BEGIN_ALLOW_THREADS
+    reactor_shutdown(&self->r);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Reactor_get_armed(Reactor *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(reactor_narmed(&self->r));
+}
+
+static PyObject *
+Reactor_get_parked(Reactor *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(atomic_load_explicit(&self->r.parked, memory_order_acquire));
+}
+
+#define COUNTER(name)                                                                      \
+    static PyObject *Reactor_get_##name(Reactor *self, void *Py_UNUSED(closure))           \
+    {                                                                                      \
+        return PyLong_FromUnsignedLongLong(                                                \
+            atomic_load_explicit(&self->r.name, memory_order_relaxed));                    \
+    }
+COUNTER(wakeups)
+COUNTER(completed)
+COUNTER(stale_reports)
+COUNTER(dropped)
+COUNTER(scans)
+COUNTER(backoff_ns)
+
+static PyMethodDef Reactor_methods[] = {
+    {"arm", (PyCFunction)(void (*)(void))Reactor_arm, METH_FASTCALL,
+     "arm($self, slot, expected, queue, /)\n--\n\n"
+     "Watch slot until (int32)(word - expected) >= 0, then push it onto queue (pushed at once "
+     "if already reached). ValueError: slot out of range; RuntimeError: already armed or "
+     "closed; TypeError: queue is not a LoopQueue."},
+    {"disarm", (PyCFunction)Reactor_disarm, METH_O,
+     "disarm($self, slot, /)\n--\n\nStop watching slot without notifying; True if it was armed."},
+    {"set_orphan_queue", (PyCFunction)Reactor_set_orphan_queue, METH_O,
+     "set_orphan_queue($self, queue, /)\n--\n\n"
+     "Reports of slots armed to a closed queue go to queue instead (None: they are dropped "
+     "and counted in dropped)."},
+    {"close", (PyCFunction)Reactor_close, METH_NOARGS,
+     "close($self, /)\n--\n\nStop and join the thread (GIL released), drop all armed slots and "
+     "unregister the slab; idempotent."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Reactor_getset[] = {
+    {"armed", (getter)Reactor_get_armed, NULL, "number of armed slots", NULL},
+    {"parked", (getter)Reactor_get_parked, NULL, "whether the thread is parked", NULL},
+    {"wakeups", (getter)Reactor_get_wakeups, NULL,
+     "times an arm had to wake the thread (from parked, or from a long nap)", NULL},
+    {"completed", (getter)Reactor_get_completed, NULL, "completions pushed", NULL},
+    {"stale_reports", (getter)Reactor_get_stale_reports, NULL, "stale reports pushed", NULL},
+    {"dropped", (getter)Reactor_get_dropped, NULL,
+     "armed slots dropped because their queue was closed and no orphan queue was open", NULL},
+    {"scans", (getter)Reactor_get_scans, NULL, "passes over the armed slots", NULL},
+    {"backoff_ns", (getter)Reactor_get_backoff_ns, NULL,
+     "the thread's current sleep between scans (0 while spinning or parked)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Reactor_slots[] = {
+    {Py_tp_new, (void *)Reactor_new},
+    {Py_tp_dealloc, (void *)Reactor_dealloc},
+    {Py_tp_methods, Reactor_methods},
+    {Py_tp_getset, Reactor_getset},
+    {Py_tp_doc, (void *)"Reactor(address, nslots, *, stale_ns=2_000_000, "
+                        "stale_max_ns=50_000_000, spin_ns=50_000, backoff_max_ns=200_000, "
+                        "long_ns=10_000_000, long_backoff_max_ns=2_000_000)\n--\n\n"
+                        "Watches armed uint32 flag words of a host slab on one native thread."},
+    {0, NULL},
+};
+
+static PyType_Spec Reactor_spec = {
+    .name = "cuasync._reactor.Reactor",
+    .basicsize = sizeof(Reactor),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Reactor_slots,
+};
+
+/* -- the module (multi-phase init) ------------------------------------------------- */
+
+static int
+module_exec(PyObject *m)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
+    st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
+    if (st->queue_type == NULL || st->reactor_type == NULL ||
+        PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||
+        PyModule_AddObjectRef(m, "Reactor", (PyObject *)st->reactor_type) < 0 ||
+        PyModule_AddFunctions(m, cuasync_driver_methods) < 0)
+        return -1;
+#ifdef CUASYNC_HAVE_EVENTFD
+    return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);
+#else
+    return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 0);
+#endif
+}
+
+static int
+module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    if (st != NULL) {
+        Py_VISIT(st->queue_type);
+        Py_VISIT(st->reactor_type);
+    }
+    return 0;
+}
+
+static int
+module_clear(PyObject *m)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    if (st != NULL) {
+        Py_CLEAR(st->queue_type);
+        Py_CLEAR(st->reactor_type);
+    }
+    return 0;
+}
+
+static void
+module_free(void *m)
+{
+    module_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, (void *)module_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef reactor_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "cuasync._reactor",
+    .m_doc = "Native completion reactor of cuasync: watches pinned-host flag words written by "
+             "cuStreamWriteValue32 and wakes event loops through eventfds.",
+    .m_size = sizeof(modstate),
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__reactor(void)
+{
+    return PyModuleDef_Init(&reactor_module);
+}

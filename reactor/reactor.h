@@ -1,0 +1,170 @@
+/*
+ * Shared declarations of cuasync._reactor (design notes: reactor/README.md).
+ *
+ *   reactor.c  the reactor: armed slots, the scan/spin/backoff/park thread, orphan
+ *              routing, the memory-ordering argument.
+ *   queue.c    queue cores: the completed/stale lists and eventfd behind a LoopQueue.
+ *   module.c   the Python types LoopQueue and Reactor, and the module definition.
+ *   driver.c   argument converters, the registry of live slabs, the word helpers
+ *              (load32, store32, spin_wait) and the driver fast paths.
+ *
+ * reactor.c and queue.c never include Python.h, so the compiler enforces that nothing
+ * running on the reactor thread or under its mutexes calls the Python API.
+ */
+#ifndef CUASYNC_REACTOR_H
+#define CUASYNC_REACTOR_H
+
+/* first include of reactor.c and queue.c (Python.h, which comes first elsewhere, sets
+ * the same): clock_gettime, pthread_setname_np, eventfd under -std=c11 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __linux__
+#define CUASYNC_HAVE_EVENTFD 1 /* else a non-blocking pipe */
+#endif
+
+_Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic uint32 must be 4 bytes");
+
+static inline uint64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("pause" ::: "memory");
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* (int32_t)(word - expected) >= 0, without the implementation-defined conversion */
+static inline int
+gen_reached(uint32_t word, uint32_t expected)
+{
+    return (uint32_t)(word - expected) < 0x80000000u;
+}
+
+/* pairs with the release of cuStreamWriteValue32 (and of store32) */
+static inline uint32_t
+load_acquire(_Atomic uint32_t *p)
+{
+    return atomic_load_explicit(p, memory_order_acquire);
+}
+
+/* -- queue cores (queue.c) ------------------------------------------------------ */
+
+typedef struct {
+    uint32_t *v;
+    size_t n, cap;
+} u32vec;
+
+void u32vec_free(u32vec *a);
+
+typedef struct qcore qcore; /* shared by a LoopQueue and every entry armed to it */
+
+qcore *qcore_new(void); /* NULL with errno set */
+void qcore_incref(qcore *q);
+void qcore_decref(qcore *q);
+int qcore_is_closed(qcore *q);
+size_t qcore_pending(qcore *q); /* lock-free */
+int qcore_fileno(qcore *q);     /* -1 once closed */
+
+enum { PUSH_OK = 0, PUSH_NOMEM, PUSH_CLOSED };
+
+int qcore_push(qcore *q, uint32_t slot, int stale);
+
+enum { TAKE_OK = 0, TAKE_CLOSED, TAKE_NOMEM };
+
+typedef struct {
+    uint32_t *v; /* nd completed entries, then ns stale ones */
+    size_t nd, ns;
+    uint64_t epoch;
+    int owned; /* v was allocated by qcore_take_begin */
+} qtake;
+
+/* A drain in two halves around the building of its Python lists. */
+int qcore_take_begin(qcore *q, uint32_t *buf, size_t cap, qtake *t);
+int qcore_take_end(qcore *q, qtake *t, int delivered); /* 0: close() took them */
+/* Close (idempotent) and move the pending entries out; qcore_untake puts them back. */
+void qcore_close_take(qcore *q, u32vec *done, u32vec *stale);
+void qcore_untake(qcore *q, u32vec *done, u32vec *stale);
+void qcore_discard(qcore *q); /* close and drop the pending entries */
+
+/* -- the reactor (reactor.c) ---------------------------------------------------- */
+
+typedef struct {
+    uint64_t stale_ns, stale_max_ns, spin_ns, backoff_max_ns, long_ns, long_backoff_max_ns;
+} reactor_params;
+
+typedef struct armed_t armed_t;
+
+typedef struct {
+    /* immutable after reactor_init */
+    _Atomic uint32_t *words;
+    uint32_t nslots;
+    reactor_params p;
+    int sync_ok;
+
+    /* protected by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *index; /* slot -> position in armed[], -1 if not armed */
+    armed_t *armed;
+    size_t narmed, cap;
+    uint64_t arm_seq;
+    int stop, closed, started;
+    int long_nap;  /* the thread waits on cv longer than backoff_max_ns: arm() wakes it */
+    qcore *orphan; /* receives reports of entries whose own queue is closed; may be NULL */
+    pthread_t thread;
+
+    pthread_mutex_t close_mu; /* serialises close() callers: each returns after the join */
+
+    /* lock-free */
+    atomic_int contenders; /* threads waiting for mu: the spinning thread yields to them */
+    atomic_int parked;
+    _Atomic uint64_t wakeups, completed, stale_reports, dropped, scans, backoff_ns;
+} reactor;
+
+enum { ARM_OK = 0, ARM_CLOSED, ARM_BUSY, ARM_NOMEM, ARM_THREAD };
+
+int reactor_init(reactor *r, _Atomic uint32_t *words, uint32_t nslots,
+                 const reactor_params *p); /* -1: out of memory */
+void reactor_destroy(reactor *r);
+void reactor_shutdown(reactor *r); /* stop and join the thread; idempotent */
+int reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, int *thread_err);
+int reactor_disarm(reactor *r, uint32_t slot);
+int reactor_set_orphan(reactor *r, qcore *q); /* -1 once closed */
+size_t reactor_narmed(reactor *r);
+
+/* -- live slabs (driver.c) ------------------------------------------------------ */
+
+int slab_register(const void *owner, uintptr_t lo, uintptr_t hi); /* -1: out of memory */
+void slab_unregister(const void *owner);
+
+#ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
+
+int get_u64(PyObject *o, unsigned long long *out);
+int get_i64(PyObject *o, long long *out);
+int get_u32(PyObject *o, const char *what, uint32_t *out);
+int conv_u64(PyObject *o, void *out); /* the same as an "O&" converter */
+int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected);
+
+extern PyMethodDef cuasync_driver_methods[];
+
+#endif
+#endif
