@@ -182,7 +182,10 @@ def bfloat16_bits(value: float) -> int:
     >>> hex(bfloat16_bits(1.0))
     '0x3f80'
     """
-    (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    except OverflowError:  # beyond float32 already
+        return 0xFF80 if value < 0 else 0x7F80
     if bits & 0x7FFFFFFF > 0x7F800000:
         return 0xFFC0 if bits >> 31 else 0x7FC0
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
@@ -193,13 +196,12 @@ def _fits_float(value: float, dtype: np.dtype[Any]) -> bool:
     name = dtype_name(dtype)
     if name == "float64":
         return math.isfinite(value)
+    if name == "bfloat16":
+        return bfloat16_bits(value) & 0x7F80 != 0x7F80
     try:  # struct raises OverflowError exactly when the rounded value would be inf
-        packed = struct.pack("<e" if name == "float16" else "<f", value)
+        struct.pack("<e" if name == "float16" else "<f", value)
     except OverflowError:
         return False
-    if name == "bfloat16":
-        (f32,) = struct.unpack("<f", packed)
-        return bfloat16_bits(f32) & 0x7F80 != 0x7F80
     return True
 
 

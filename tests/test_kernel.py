@@ -14,6 +14,7 @@ from conftest import ON_EMULATOR
 
 import cuasync
 from cuasync import kernel_cache
+from cuasync._dtypes import SUPPORTED
 from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
 
 pytestmark = pytest.mark.anyio
@@ -350,8 +351,42 @@ def test_bfloat16_bits_round_to_nearest_even_like_ml_dtypes() -> None:
     assert bfloat16_bits(1.0) == 0x3F80 and bfloat16_bits(-2.0) == 0xC000
     assert bfloat16_bits(1 + 2**-8) == 0x3F80  # a tie: to even
     assert bfloat16_bits(1 + 3 * 2**-8) == 0x3F82  # a tie: to even (up)
+    assert bfloat16_bits(1 + 2**-8 + 2**-30) == 0x3F80  # through float32 first, as ml_dtypes
     assert bfloat16_bits(math.inf) == 0x7F80 and bfloat16_bits(math.nan) == 0x7FC0
     assert bfloat16_bits(F32_MAX) == 0x7F80  # past the largest bfloat16: inf
+    assert bfloat16_bits(-1e300) == 0xFF80
+
+
+BF16 = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void bf16(__nv_bfloat16 x, float* out) { out[0] = __bfloat162float(x); }
+"""
+
+
+def test_bfloat16_parameters_take_floats_and_refuse_overflow() -> None:
+    pytest.importorskip("ml_dtypes")
+    from cuasync._kernel import _ParamBlock
+
+    seen: list[Any] = []
+    k = cuasync.Kernel(BF16, "bf16", emulate=lambda x, out: seen.append(x))
+    out = cuasync.zeros(1).sync()
+    with pytest.raises(LaunchError, match=r"'x'.*does not fit in bfloat16"):
+        k[1, 1](1e39, out)
+    with pytest.raises(LaunchError, match=r"'x'.*does not fit in bfloat16"):
+        k[1, 1](math.ldexp(2 - 2.0**-8, 127), out)  # halfway past the largest: to inf
+    for value in (1.5, -3, np.float32(0.1), math.inf):
+        op = k[1, 1](value, out)
+        # on a GPU the value travels as its bits: the same ones ml_dtypes makes
+        layout = _ParamBlock(k.params)
+        layout.pack([k._convert((value, out))[0][0], out.ptr])
+        raw = bytes(layout.buffer)
+        slot = int.from_bytes(raw[:8], "little") - layout.address  # where x's pointer points
+        bits = int.from_bytes(raw[slot : slot + 2], "little")
+        expected = np.asarray(SUPPORTED["bfloat16"].type(float(value)))
+        assert bits == int(expected.view(np.uint16))
+        if ON_EMULATOR:
+            op.sync()
+            assert seen.pop() == expected
 
 
 def test_launch_error_is_an_argument_error() -> None:
