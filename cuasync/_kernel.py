@@ -70,8 +70,29 @@ class CompileOptions:
             object.__setattr__(
                 self, "defines", tuple(sorted((str(k), str(v)) for k, v in self.defines.items()))
             )
-        if not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
+        elif not isinstance(self.defines, (tuple, list)) or not all(
+            isinstance(d, tuple) and len(d) == 2 for d in self.defines
+        ):
+            raise ArgumentError(
+                f"defines must be a dict or a tuple of (name, value) pairs, got {self.defines!r}"
+            )
+        else:
+            object.__setattr__(self, "defines", tuple((str(k), str(v)) for k, v in self.defines))
+        if not is_size(self.opt_level) or not 0 <= self.opt_level <= 3:
             raise ArgumentError(f"opt_level must be an int in 0..3, got {self.opt_level!r}")
+        registers = self.max_registers
+        if registers is not None and (not is_size(registers) or not 1 <= registers <= 255):
+            raise ArgumentError(
+                f"max_registers must be None or an int in 1..255 (registers per thread), got "
+                f"{registers!r}"
+            )
+        # a bare string would become one flag per character
+        if isinstance(self.extra, str) or not all(isinstance(f, str) for f in self.extra):
+            raise ArgumentError(
+                f"extra must be a tuple of NVRTC option strings, got {self.extra!r}; "
+                'pass ("-G",), not "-G"'
+            )
+        object.__setattr__(self, "opt_level", int(self.opt_level))
         object.__setattr__(self, "extra", tuple(self.extra))
 
     def flags(self) -> list[str]:
@@ -389,6 +410,10 @@ class _Launchable:
                         outputs.append(arg)
                     converted.append(tensor)
                 elif isinstance(arg, DevicePointer):
+                    if not 0 <= arg < 1 << 64:
+                        raise LaunchError(
+                            f"{self._where(param)}: {arg!r} is not a 64-bit device address"
+                        )
                     converted.append(arg)
                 else:
                     raise LaunchError(

@@ -443,6 +443,33 @@ def test_compile_options_normalize_and_validate() -> None:
     assert "--maxrregcount=32" in flags
     with pytest.raises(ArgumentError, match="opt_level"):
         cuasync.CompileOptions(opt_level=7)
+    assert cuasync.CompileOptions(opt_level=np.int64(2), max_registers=np.uint8(64)).flags()[
+        :2
+    ] == [
+        "--ptxas-options=-O2",
+        "--maxrregcount=64",
+    ]
+    assert cuasync.CompileOptions(defines=(("N", 4),)).flags()[1] == "-DN=4"
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"opt_level": True}, "opt_level"),  # would have been "-OTrue"
+        ({"max_registers": -3}, "max_registers"),
+        ({"max_registers": "64"}, "max_registers"),
+        ({"extra": "-G"}, r'pass \("-G",\)'),  # would have been "-", "G"
+        ({"extra": ("-G", 3)}, "extra"),
+        ({"defines": ("N",)}, "defines"),
+        ({"defines": "N=4"}, "defines"),
+    ]
+    for kwargs, match in bad:
+        with pytest.raises(ArgumentError, match=match):
+            cuasync.CompileOptions(**kwargs)
+
+
+def test_device_pointers_must_be_64_bit_addresses() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    y = cuasync.zeros(4).sync()
+    for address in (-1, 1 << 64):
+        with pytest.raises(LaunchError, match=r"parameter 'x'.*not a 64-bit device address"):
+            k[1, 32](1.0, cuasync.DevicePointer(address), y, 4)
 
 
 def test_compile_options_are_part_of_the_cache_key() -> None:
