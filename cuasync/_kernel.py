@@ -304,7 +304,11 @@ class _Launchable:
 
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
-        cacheable = type(config) is tuple and _cacheable(config)
+        cacheable = type(config) is tuple and (
+            # kernel[int, int] checked inline: this is on every launch
+            (len(config) == 2 and type(config[0]) is int and type(config[1]) is int)
+            or _cacheable(config)
+        )
         if cacheable:
             cached = self._launchers.get(config)
             if cached is not None:
