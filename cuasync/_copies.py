@@ -21,9 +21,12 @@ from ._core.output import Output
 from ._core.staging import staging_pool
 from ._dtypes import as_dtype, dtype_name
 from ._tensor import Shape, Tensor, check_shape
-from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .errors import ArgumentError, DTypeError, InvalidDeviceError, OutOfMemoryError, ShapeError
 
 __all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
+
+#: More bytes than any device can address.
+_ADDRESSABLE = 2**64
 
 
 def _device_arg(device: Any) -> Device:
@@ -84,6 +87,8 @@ def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: 
     """
     ctx.reject_in_capture(what)
     nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= _ADDRESSABLE:  # the driver's size_t could not even express it
+        raise OutOfMemoryError(nbytes, f"device memory for a tensor of shape {shape}")
     alloc = Allocation(ctx.device, nbytes, ctx.stream)
     ctx.write(alloc)
     return Tensor(alloc, shape, dtype)

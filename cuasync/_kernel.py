@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import struct
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,15 +30,18 @@ from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase, device_op
 from ._core.output import Output
-from ._dtypes import dtype_name
+from ._dtypes import SUPPORTED, dtype_name
 from ._nvrtc import compile_cubin, nvrtc_problem
 from ._signature import Param, parse_params
-from ._tensor import Partition, Tensor
+from ._tensor import Partition, Tensor, is_size
 from .errors import ArgumentError, DeviceError, KernelCompileError, KernelError, LaunchError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
 Dim3 = tuple[int, int, int]
+
+#: Launchers cached per kernel (by exact-int launch config) before the cache is cleared.
+_LAUNCHER_CACHE_SIZE = 256
 
 
 class DevicePointer(int):
@@ -65,8 +70,29 @@ class CompileOptions:
             object.__setattr__(
                 self, "defines", tuple(sorted((str(k), str(v)) for k, v in self.defines.items()))
             )
-        if not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
+        elif not isinstance(self.defines, (tuple, list)) or not all(
+            isinstance(d, tuple) and len(d) == 2 for d in self.defines
+        ):
+            raise ArgumentError(
+                f"defines must be a dict or a tuple of (name, value) pairs, got {self.defines!r}"
+            )
+        else:
+            object.__setattr__(self, "defines", tuple((str(k), str(v)) for k, v in self.defines))
+        if not is_size(self.opt_level) or not 0 <= self.opt_level <= 3:
             raise ArgumentError(f"opt_level must be an int in 0..3, got {self.opt_level!r}")
+        registers = self.max_registers
+        if registers is not None and (not is_size(registers) or not 1 <= registers <= 255):
+            raise ArgumentError(
+                f"max_registers must be None or an int in 1..255 (registers per thread), got "
+                f"{registers!r}"
+            )
+        # a bare string would become one flag per character
+        if isinstance(self.extra, str) or not all(isinstance(f, str) for f in self.extra):
+            raise ArgumentError(
+                f"extra must be a tuple of NVRTC option strings, got {self.extra!r}; "
+                'pass ("-G",), not "-G"'
+            )
+        object.__setattr__(self, "opt_level", int(self.opt_level))
         object.__setattr__(self, "extra", tuple(self.extra))
 
     def flags(self) -> list[str]:
@@ -81,15 +107,52 @@ class CompileOptions:
         return out + list(self.extra)
 
 
+#: CUDA's limits on each launch dimension (x, y, z), the same on every architecture.
+_DIM_LIMITS: dict[str, Dim3] = {"grid": (2**31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
+
+
 def _dim3(value: Any, argument: str) -> Dim3:
-    if type(value) is int and value >= 1:
+    """``grid`` or ``block`` as three positive sizes within CUDA's limits, or a LaunchError.
+
+    An int or numpy integer, or a tuple or list of 1 to 3 of them (bools are not sizes).
+    """
+    limits = _DIM_LIMITS[argument]
+    if type(value) is int and 1 <= value <= limits[0]:
         return (value, 1, 1)
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims
-    ):
-        raise LaunchError(f"{argument} must be 1 to 3 positive ints, got {value!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    expected = f"{argument} must be a positive int or a tuple of 1 to 3 positive ints"
+    dims = (value,) if is_size(value) else value
+    if not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3:
+        raise LaunchError(f"{expected}, got {type(value).__name__} {value!r}"[:200])
+    for axis, d in zip("xyz", dims, strict=False):
+        if not is_size(d) or d < 1:
+            where = "" if dims is not value else f" for {axis}"
+            raise LaunchError(f"{expected}, got {type(d).__name__} {d!r}{where}"[:200])
+    padded = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    for axis, d, limit in zip("xyz", padded, limits, strict=True):
+        if d > limit:
+            raise LaunchError(
+                f"{argument}={value!r}: {axis} is {d}, above CUDA's limit of {limit} for "
+                f"{argument} {axis}"
+            )
+    return padded  # type: ignore[return-value]
+
+
+def _cacheable(config: tuple[Any, ...]) -> bool:
+    """Whether a launch config is made of exact ints (or None), so it can key the cache.
+
+    ``(1.0, 256) == (1, 256)`` and ``(True, 32) == (1, 32)`` (equal and hash-equal), so a
+    float or bool config must never be looked up in a cache of int ones: it would get
+    their already-validated launcher.
+    """
+    for member in config:
+        if type(member) is int or member is None:
+            continue
+        if type(member) is not tuple:
+            return False
+        for d in member:
+            if type(d) is not int:
+                return False
+    return True
 
 
 #: struct codes of scalar parameters (half types travel as their bit patterns).
@@ -116,6 +179,56 @@ _STRUCT: dict[str, str] = {
 def _int_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
+
+
+#: The largest finite value of each floating-point parameter type; larger finite values
+#: may still round down to it (or overflow to inf: see _fits_float).
+_FLOAT_MAX: dict[np.dtype[Any], float] = {
+    SUPPORTED[name]: limit
+    for name, limit in (
+        ("float16", 65504.0),
+        ("bfloat16", math.ldexp(2 - 2.0**-7, 127)),
+        ("float32", math.ldexp(2 - 2.0**-23, 127)),
+        ("float64", sys.float_info.max),
+    )
+    if name in SUPPORTED
+}
+
+
+def bfloat16_bits(value: float) -> int:
+    """The bits of ``value`` as a bfloat16: through float32, rounded to nearest even.
+
+    Like ml_dtypes (and cuasync's CUDA code); a NaN becomes the quiet NaN.
+
+    >>> hex(bfloat16_bits(1.0))
+    '0x3f80'
+    """
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    except OverflowError:  # beyond float32 already
+        return 0xFF80 if value < 0 else 0x7F80
+    if bits & 0x7FFFFFFF > 0x7F800000:
+        return 0xFFC0 if bits >> 31 else 0x7FC0
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _fits_float(value: float, dtype: np.dtype[Any]) -> bool:
+    """Whether a finite ``value`` stays finite once rounded to the float ``dtype``."""
+    name = dtype_name(dtype)
+    if name == "float64":
+        return math.isfinite(value)
+    if name == "bfloat16":
+        return bfloat16_bits(value) & 0x7F80 != 0x7F80
+    try:  # struct raises OverflowError exactly when the rounded value would be inf
+        struct.pack("<e" if name == "float16" else "<f", value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _is_inf(value: Any) -> bool:
+    """Whether a real number is itself infinite (ints never are, however large)."""
+    return not isinstance(value, (int, np.integer)) and bool(np.isinf(value))
 
 
 class _ParamBlock:
@@ -153,17 +266,25 @@ class _ParamBlock:
         self.fmt = fmt
         self.start = start
         self.complex = {i for i, c in enumerate(codes) if len(c) == 2}
+        # bfloat16 values arrive as floats and travel as their bits
+        self.bfloat16 = {
+            i
+            for i, p in enumerate(params)
+            if not p.pointer and p.dtype is not None and dtype_name(p.dtype) == "bfloat16"
+        }
         self.buffer = ctypes.create_string_buffer(max(pos, 8))
         self.address = ctypes.addressof(self.buffer)
         struct.pack_into(f"<{n}Q", self.buffer, 0, *(self.address + o for o in offsets))
 
     def pack(self, values: list[Any]) -> int:
         """Write ``values`` into the slots; returns the address of the pointer array."""
-        if self.complex:
+        if self.complex or self.bfloat16:
             flat: list[Any] = []
             for i, v in enumerate(values):
                 if i in self.complex:
                     flat += (v.real, v.imag)
+                elif i in self.bfloat16:
+                    flat.append(bfloat16_bits(v))
                 else:
                     flat.append(v)
             values = flat
@@ -186,22 +307,31 @@ class _Launchable:
 
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
-        try:
-            return self._launchers[config]
-        except (KeyError, TypeError):
-            pass
+        cacheable = type(config) is tuple and (
+            # kernel[int, int] checked inline: this is on every launch
+            (len(config) == 2 and type(config[0]) is int and type(config[1]) is int)
+            or _cacheable(config)
+        )
+        if cacheable:
+            cached = self._launchers.get(config)
+            if cached is not None:
+                return cached
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
-            raise LaunchError("use kernel[grid, block] or kernel[grid, block, shared_mem]")
+            raise LaunchError(
+                "use kernel[grid, block] or kernel[grid, block, shared_mem], got "
+                f"kernel[{config!r}]"[:200]
+            )
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
 
         def launcher(*args: Any) -> DeviceOp[Any]:
             return self._launch(args, *spec)
 
-        try:
-            self._launchers[config] = launcher
-        except TypeError:  # unhashable (lists): fine, just not cached
-            pass
+        if cacheable:
+            cache = self._launchers
+            if len(cache) >= _LAUNCHER_CACHE_SIZE:  # grids computed per call: stay bounded
+                cache.clear()
+            cache[config] = launcher
         return launcher
 
     @property
@@ -213,12 +343,15 @@ class _Launchable:
 
     @staticmethod
     def _spec(grid: Any, block: Any, shared_mem: Any) -> tuple[Dim3 | None, Dim3, int]:
-        if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or shared_mem < 0:
-            raise LaunchError(f"shared_mem must be an int >= 0, got {shared_mem!r}")
+        if not is_size(shared_mem) or shared_mem < 0:
+            raise LaunchError(
+                f"shared_mem must be an int >= 0 (bytes of dynamic shared memory), got "
+                f"{type(shared_mem).__name__} {shared_mem!r}"[:200]
+            )
         block3 = _dim3(block if block is not None else 128, "block")
         if block3[0] * block3[1] * block3[2] > 1024:
             raise LaunchError(f"block={block3} has more than 1024 threads")
-        return (None if grid is None else _dim3(grid, "grid")), block3, shared_mem
+        return (None if grid is None else _dim3(grid, "grid")), block3, int(shared_mem)
 
     def launch(
         self,
@@ -284,6 +417,10 @@ class _Launchable:
                         outputs.append(arg)
                     converted.append(tensor)
                 elif isinstance(arg, DevicePointer):
+                    if not 0 <= arg < 1 << 64:
+                        raise LaunchError(
+                            f"{self._where(param)}: {arg!r} is not a 64-bit device address"
+                        )
                     converted.append(arg)
                 else:
                     raise LaunchError(
@@ -296,16 +433,23 @@ class _Launchable:
         return converted, tensors, outputs, partitions
 
     def _scalar(self, param: Param, arg: Any) -> Any:
-        """``arg`` as a plain Python value of the parameter's C type, or a LaunchError."""
+        """``arg`` as a plain Python value of the parameter's C type, or a LaunchError.
+
+        Nothing is clamped or wrapped: ints must be in range, and a finite number that
+        would overflow a float parameter to inf is refused (inf and nan themselves pass).
+        """
         dtype = param.dtype
         if dtype is None:
             raise LaunchError(
                 f"{self._where(param)}: cuasync does not know the C type {param.ctype!r}"
             )
-        kind = dtype.kind
         t = type(arg)
-        if kind == "f" and (t is float or t is int):
-            return float(arg)
+        limit = _FLOAT_MAX.get(dtype)
+        if limit is not None and (t is float or t is int):
+            if t is float and -limit <= arg <= limit:
+                return arg
+            return self._real(param, arg, dtype)
+        kind = dtype.kind
         if kind in "iu" and t is int:
             value = arg
         elif isinstance(arg, (Tensor, Partition, DevicePointer)):
@@ -314,25 +458,46 @@ class _Launchable:
             return bool(arg)
         elif kind in "iu" and isinstance(arg, np.integer):
             value = int(arg)
-        elif (
-            kind == "f" and isinstance(arg, (np.integer, np.floating)) and not isinstance(arg, bool)
-        ):
-            return float(arg)
+        elif limit is not None and isinstance(arg, (np.integer, np.floating)):
+            return self._real(param, arg, dtype)
         elif (
             kind == "c"
             and isinstance(arg, (int, float, complex, np.number))
             and not isinstance(arg, bool)
         ):
-            return complex(arg)
+            part = SUPPORTED["float32" if dtype_name(dtype) == "complex64" else "float64"]
+            return complex(
+                self._real(param, arg.real, part, "the real part "),
+                self._real(param, arg.imag, part, "the imaginary part "),
+            )
         else:
             raise LaunchError(
                 f"{self._where(param)} expects a {dtype_name(dtype)} scalar, got "
-                f"{type(arg).__name__} {arg!r}"
+                f"{type(arg).__name__} {arg!r}"[:300]
             )
         low, high = _int_bounds(dtype)
         if not low <= value <= high:
-            raise LaunchError(f"{self._where(param)}: {value} does not fit in {dtype_name(dtype)}")
+            raise LaunchError(
+                f"{self._where(param)}: {value} does not fit in {dtype_name(dtype)} ({low}..{high})"
+            )
         return value
+
+    def _real(self, param: Param, arg: Any, dtype: np.dtype[Any], what: str = "") -> float:
+        """A real ``arg`` as a float that fits the float ``dtype`` (or is nan/inf as given)."""
+        try:
+            value = float(arg)
+        except OverflowError:  # an int beyond float64
+            value = math.inf
+        limit = _FLOAT_MAX[dtype]
+        if -limit <= value <= limit or value != value or _is_inf(arg):
+            return value
+        if math.isfinite(value) and _fits_float(value, dtype):
+            return value  # rounds down to the largest finite value, as C would
+        raise LaunchError(
+            f"{self._where(param)}: {what}{arg!r} does not fit in {dtype_name(dtype)} (it would "
+            f"become inf; the largest finite {dtype_name(dtype)} is {limit:.6g}); pass a "
+            "smaller value, or inf itself if that is what you mean"
+        )
 
     @staticmethod
     def _device_of(tensors: list[tuple[Tensor, Param]]) -> Device:

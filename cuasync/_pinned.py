@@ -26,8 +26,8 @@ import numpy as np
 from ._backends import get_backend
 from ._core.staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 from ._dtypes import as_dtype, dtype_name
-from ._tensor import check_shape
-from .errors import ArgumentError, BusyResourceError, ShapeError
+from ._tensor import check_shape, is_size
+from .errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -77,8 +77,10 @@ class _Flight:
 
 
 def _check_nbytes(nbytes: Any) -> int:
-    if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
-        raise ArgumentError(f"nbytes must be an int >= 0, got {nbytes!r}")
+    if not is_size(nbytes) or nbytes < 0:
+        raise ArgumentError(f"nbytes must be an int >= 0, got {type(nbytes).__name__} {nbytes!r}")
+    if nbytes >= 1 << 64:  # the driver's size_t could not even express it
+        raise OutOfMemoryError(int(nbytes), "pinned host memory")
     return int(nbytes)
 
 

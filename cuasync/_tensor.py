@@ -7,6 +7,7 @@ copy; the allocation is freed, stream-ordered, when the last view goes away.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,35 +15,62 @@ import numpy as np
 from ._core.device import Device
 from ._core.memory import Allocation
 from ._dtypes import as_dtype, dtype_name
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
 
-__all__ = ["Partition", "Tensor", "check_shape"]
+__all__ = ["Partition", "Tensor", "check_shape", "is_size"]
 
 Shape = tuple[int, ...]
 
 
-def check_shape(shape: Any, argument: str = "shape") -> Shape:
-    """Normalize an int or a sequence of ints >= 0, or raise :class:`ShapeError`."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ShapeError(
-            f"{argument} must be an int or a sequence of ints, got {type(shape).__name__}"
-        ) from None
-    for d in dims:
-        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+def is_size(value: Any) -> bool:
+    """Whether ``value`` is an integer a size or index may be: an int or numpy integer.
+
+    Bools are not (``True`` as a size is almost always a bug), nor are floats, even
+    integral ones.
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _given(value: Any) -> str:
+    """``value`` for an error message: its type and (a bounded) repr."""
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _dimensions(shape: Any, argument: str) -> tuple[Any, ...]:
+    """``shape`` as a tuple of sizes (not yet range-checked), or :class:`ShapeError`."""
+    if is_size(shape):
+        return (shape,)
+    # Only real sequences: a dict, set, str or generator is not a shape, even though
+    # tuple() would accept it (tuple({}) is the 0-d shape).
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = shape.tolist()
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"{argument} must be an int or a tuple of ints, got {_given(shape)}")
+    for d in shape:
+        if not is_size(d):
             raise ShapeError(
-                f"{argument}={shape!r}: every dimension must be an int, got {type(d).__name__} "
-                f"{d!r}"
+                f"{argument}={tuple(shape)!r}: every dimension must be an int, got {_given(d)}"
             )
+    return tuple(shape)
+
+
+def check_shape(shape: Any, argument: str = "shape") -> Shape:
+    """Normalize an int or a sequence of ints >= 0, or raise :class:`ShapeError`.
+
+    Numpy integers are accepted; bools, floats and anything that is not a tuple, list
+    or 1-d array of ints are not.
+
+    >>> check_shape((np.int64(2), 3))
+    (2, 3)
+    """
+    dims = tuple(int(d) for d in _dimensions(shape, argument))
+    for d in dims:
         if d < 0:
-            raise ShapeError(f"{argument}={shape!r}: dimensions must be >= 0, got {d}")
-    return tuple(int(d) for d in dims)
+            raise ShapeError(f"{argument}={dims}: dimensions must be >= 0, got {d}")
+    return dims
 
 
 def contiguous_strides(shape: Shape) -> Shape:
@@ -52,6 +80,19 @@ def contiguous_strides(shape: Shape) -> Shape:
         strides.append(step)
         step *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def _unsupported_index(item: Any) -> str:
+    """Why ``item`` is not a basic index, and what to do instead."""
+    given = f"cannot index a tensor with {_given(item)}"
+    if isinstance(item, (np.ndarray, list, tuple)) or hasattr(item, "__array__"):
+        return (
+            f"{given}: tensor[...] only makes zero-copy views (ints, slices, '...', None); "
+            "gathering by an integer array or masking by a boolean array copies data and will "
+            "be cuasync.take / cuasync.where; until then, index the host copy "
+            "(await tensor.to_host())"
+        )
+    return f"{given}: use ints, slices, '...' or None"
 
 
 class Tensor:
@@ -127,9 +168,33 @@ class Tensor:
         )
 
     def __len__(self) -> int:
+        """The length of the first axis (``TypeError`` for a 0-d tensor, as in numpy)."""
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        """Zero-copy views along the first axis: ``list(t)`` has ``len(t)`` tensors.
+
+        >>> rows = list(t)            # t[0], t[1], ...
+        """
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return map(self.__getitem__, range(self.shape[0]))
+
+    def __contains__(self, value: Any) -> bool:
+        # Without this, `in` would iterate views and compare them by identity: always False.
+        raise TypeError(
+            "`value in tensor` would need the tensor's data on the host; use "
+            "`value in await tensor.to_host()`"
+        )
+
+    def __bool__(self) -> bool:
+        # Without this, `if t:` would be len(t) != 0: truthy whatever the data is.
+        raise TypeError(
+            "the truth value of a device tensor is not known without copying it to the host; "
+            "compare `t is not None`, or test the data: `(await t.to_host()).any()`"
+        )
 
     def span(self) -> tuple[int, int]:
         """The element offsets ``[lo, hi)`` of the allocation this view can touch."""
@@ -145,9 +210,12 @@ class Tensor:
 
     # -- views -----------------------------------------------------------------------------
     def _resolve_shape(self, shape: Any) -> Shape:
-        dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
-        if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:
-            raise ShapeError(f"shape={tuple(dims)}: only one dimension may be -1")
+        dims = [int(d) for d in _dimensions(shape, "shape")]
+        if any(d < -1 for d in dims) or dims.count(-1) > 1:
+            raise ShapeError(
+                f"shape={tuple(dims)}: dimensions must be >= 0, and one of them may be -1 "
+                "(inferred from the element count)"
+            )
         if -1 in dims:
             known = math.prod(d for d in dims if d != -1)
             if known == 0 or self.size % known:
@@ -212,53 +280,92 @@ class Tensor:
         return Tensor(self._alloc, new, dt, None, byte_offset // dt.itemsize)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """numpy-style basic indexing: ints, slices (positive steps) and ``...``; zero-copy."""
-        items = index if isinstance(index, tuple) else (index,)
-        if sum(1 for i in items if i is Ellipsis) > 1:
-            raise ShapeError("an index can only have a single ellipsis ('...')")
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
-            fill = self.ndim - (len(items) - 1)
-            items = items[:at] + (slice(None),) * fill + items[at + 1 :]
-        if len(items) > self.ndim:
-            raise ShapeError(f"too many indices: {len(items)} for a {self.ndim}-d tensor")
+        """numpy-style basic indexing, zero-copy: ints, slices (positive steps), ``...``, None.
+
+        An int past its axis raises :class:`~cuasync.errors.IndexOutOfRangeError` (an
+        ``IndexError``); arrays, lists and other objects raise
+        :class:`~cuasync.errors.UnsupportedIndexError`. Slice bounds past the axis raise
+        :class:`~cuasync.errors.ShapeError` rather than clamping.
+
+        >>> t[1:5, ::2].shape, t[None, 0].shape, t[..., -1].shape
+        ((4, 4), (1, 8), (6,))
+        """
+        items = index if type(index) is tuple else (index,)
+        consumed = self._check_items(items)
+        if consumed > self.ndim:
+            raise IndexOutOfRangeError(
+                f"too many indices: {consumed} for a {self.ndim}-d tensor of shape {self.shape}"
+            )
         offset = self.offset
         shape: list[int] = []
         strides: list[int] = []
-        for axis, (item, dim, stride) in enumerate(
-            zip(items, self.shape, self.strides, strict=False)
-        ):
-            if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-                i = int(item)
-                if not -dim <= i < dim:
-                    raise ShapeError(f"index {i} is out of range for axis {axis} with size {dim}")
-                offset += (i % dim) * stride
-            elif isinstance(item, slice):
+        axis = 0
+        for item in items:
+            if item is None:  # a new axis of length 1
+                shape.append(1)
+                strides.append(0)
+                continue
+            if item is Ellipsis:
+                fill = self.ndim - consumed
+                shape.extend(self.shape[axis : axis + fill])
+                strides.extend(self.strides[axis : axis + fill])
+                axis += fill
+                continue
+            dim, stride = self.shape[axis], self.strides[axis]
+            if type(item) is slice:
                 start, stop, step = self._check_slice(item, dim, axis)
                 n = max(0, -(-(stop - start) // step))
                 offset += start * stride if n else 0
                 shape.append(n)
                 strides.append(stride * step)
             else:
-                raise ShapeError(
-                    f"unsupported index {item!r} for axis {axis}: use ints, slices or '...'"
-                )
-        shape.extend(self.shape[len(items) :])
-        strides.extend(self.strides[len(items) :])
+                i = int(item)
+                if not -dim <= i < dim:
+                    raise IndexOutOfRangeError(
+                        f"index {i} is out of range for axis {axis} with size {dim} "
+                        f"(expected {-dim}..{dim - 1})"
+                    )
+                offset += (i % dim) * stride
+            axis += 1
+        shape.extend(self.shape[axis:])
+        strides.extend(self.strides[axis:])
         return Tensor(self._alloc, tuple(shape), self.dtype, tuple(strides), offset)
+
+    @staticmethod
+    def _check_items(items: tuple[Any, ...]) -> int:
+        """The number of axes ``items`` index; raises for anything but basic indices."""
+        consumed = 0
+        ellipsis = False
+        for item in items:
+            if item is None:
+                continue
+            if item is Ellipsis:
+                if ellipsis:
+                    raise UnsupportedIndexError("an index can only have a single ellipsis ('...')")
+                ellipsis = True
+                continue
+            if type(item) is not slice and not is_size(item):
+                raise UnsupportedIndexError(_unsupported_index(item))
+            consumed += 1
+        return consumed
 
     @staticmethod
     def _check_slice(item: slice, dim: int, axis: int) -> tuple[int, int, int]:
         step = 1 if item.step is None else item.step
-        if not isinstance(step, int) or step <= 0:
-            raise ShapeError(f"slice step on axis {axis} must be a positive int, got {item.step!r}")
+        if not is_size(step) or step <= 0:
+            raise ShapeError(
+                f"slice step on axis {axis} must be a positive int, got {item.step!r}; "
+                "reversed views are not supported"
+            )
         bounds = []
         for name, value, default in (("start", item.start, 0), ("stop", item.stop, dim)):
             if value is None:
                 bounds.append(default)
                 continue
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise ShapeError(f"slice {name} on axis {axis} must be an int, got {value!r}")
+            if not is_size(value):
+                raise ShapeError(
+                    f"slice {name} on axis {axis} must be an int or None, got {_given(value)}"
+                )
             v = int(value)
             if not -dim <= v <= dim:
                 raise ShapeError(
@@ -267,7 +374,7 @@ class Tensor:
                 )
             bounds.append(v + dim if v < 0 else v)
         start, stop = bounds
-        return start, max(start, stop), step
+        return start, max(start, stop), int(step)
 
     def partition(self, tile_shape: Any) -> Partition:
         """Split into tiles of ``tile_shape`` for a kernel launch (one tile per block).

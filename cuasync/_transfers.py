@@ -245,7 +245,13 @@ def _submit(
     ):
         refusal = _refusal(kind, buffer, tensor, upload)
         if refusal is not None:
-            raise refusal
+            try:
+                raise refusal
+            finally:
+                # The frame must not keep its own exception (frame -> exception ->
+                # traceback -> frame): that cycle would keep the package alive until a
+                # garbage collection.
+                del refusal
     device = tensor._alloc.device
     if stream is None:
         stream = stream_from(current_policy(device), device)

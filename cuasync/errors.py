@@ -10,6 +10,8 @@
     ├── ArgumentError                  also a ValueError: a bad argument, named
     │   ├── DTypeError                 also a TypeError: unknown or mismatched dtype
     │   ├── ShapeError                 negative/non-integer shapes, bad slices, size mismatches
+    │   │   ├── IndexOutOfRangeError   also an IndexError: an index past its axis, too many indices
+    │   │   └── UnsupportedIndexError  also an IndexError: arrays, lists, floats, ... as indices
     │   ├── InvalidDeviceError         ordinal out of range, tensor on another device
     │   └── LaunchError                kernel launch preconditions (issue: kernels)
     ├── SchedulingError                a policy returned something unusable
@@ -40,6 +42,7 @@ __all__ = [
     "DeviceError",
     "DeviceFaultError",
     "DriverError",
+    "IndexOutOfRangeError",
     "InvalidDeviceError",
     "KernelCompileError",
     "KernelError",
@@ -51,6 +54,7 @@ __all__ = [
     "ShapeError",
     "SyncInEventLoopError",
     "TransferRejected",
+    "UnsupportedIndexError",
 ]
 
 
@@ -145,6 +149,23 @@ class DTypeError(ArgumentError, TypeError):
 
 class ShapeError(ArgumentError):
     """A shape, index, slice or element count is not acceptable."""
+
+
+class IndexOutOfRangeError(ShapeError, IndexError):
+    """An integer index is outside its axis, or there are more indices than axes.
+
+    Also an :class:`IndexError`, as in numpy, so iterating with ``__getitem__`` stops
+    at the end of the first axis.
+    """
+
+
+class UnsupportedIndexError(ShapeError, IndexError):
+    """An index that basic (zero-copy) indexing does not take.
+
+    Integer or boolean arrays and lists (gathering or masking copies data: use
+    ``cuasync.take`` / ``cuasync.where``), floats, strings, ... Also an
+    :class:`IndexError`, as numpy raises for indices it does not understand.
+    """
 
 
 class InvalidDeviceError(ArgumentError):

@@ -108,6 +108,22 @@ def test_out_of_memory_names_the_size() -> None:
     assert cuasync.zeros((4,)).sync().to_host().sync().sum() == 0
 
 
+def test_sizes_no_device_can_address_are_out_of_memory() -> None:
+    # more than 2**64 bytes: the driver's size_t cannot even hold the request
+    with pytest.raises(OutOfMemoryError, match=r"shape \(1099511627776, 1099511627776\)"):
+        cuasync.zeros((2**40, 2**40)).sync()
+    with pytest.raises(OutOfMemoryError):
+        cuasync.from_host(np.zeros(1)).then(lambda t: cuasync.empty((2**62, 8))).sync()
+
+
+def test_empty_and_zeros_refuse_what_is_not_a_shape() -> None:
+    # a dict or set went through tuple() and became a shape ({} the 0-d one)
+    for shape in ({}, {3: 1}, {2, 3}, "3", (2, True), np.float64(3), (np.float32(2),)):
+        for make in (cuasync.empty, cuasync.zeros):
+            with pytest.raises(ShapeError, match="shape"):
+                make(shape)
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's address space")
 def test_tensors_on_several_devices_live_apart() -> None:
     if cuasync.device_count() < 2:

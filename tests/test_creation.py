@@ -422,6 +422,10 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
     return [
         ("negative dim", lambda: cuasync.ones((2, -1)), ShapeError, "shape"),
         ("float dim", lambda: cuasync.full((2.5,), 1), ShapeError, "shape"),
+        ("bool dim", lambda: cuasync.ones((True, 2)), ShapeError, "shape"),
+        ("dict shape", lambda: cuasync.full({}, 1), ShapeError, "shape must be an int or a tuple"),
+        ("set shape", lambda: cuasync.rand({2, 3}), ShapeError, "shape must be an int or a tuple"),
+        ("str shape", lambda: cuasync.randn("4"), ShapeError, "shape must be an int or a tuple"),
         ("unknown dtype", lambda: cuasync.ones(3, "float8"), DTypeError, "dtype"),
         ("int overflow", lambda: cuasync.full(3, 300, "int8"), ArgumentError, "value=300"),
         ("not an integer", lambda: cuasync.full(3, 1.5, "int32"), ArgumentError, "value=1.5"),

@@ -4,6 +4,7 @@ CompileOptions, Module, and the opt-in disk cache of compiled kernels."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import stat
 import warnings
@@ -17,6 +18,7 @@ from conftest import ON_EMULATOR
 
 import cuasync
 from cuasync import _config, _kernel, kernel_cache
+from cuasync._dtypes import SUPPORTED
 from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
 
 pytestmark = pytest.mark.anyio
@@ -192,6 +194,14 @@ def _bad_launches() -> list[tuple[str, Callable[[], Any], str]]:
         ("big block", lambda: saxpy[1, (64, 32)](2.0, x, y, 8), r"more than 1024 threads"),
         ("shared mem", lambda: saxpy[1, 32, -1](2.0, x, y, 8), r"shared_mem must be"),
         ("config", lambda: saxpy[1](2.0, x, y, 8), r"kernel\[grid, block\]"),
+        ("float grid", lambda: saxpy[1.0, 32](2.0, x, y, 8), r"grid must be.*got float 1\.0"),
+        ("bool block", lambda: saxpy[1, True](2.0, x, y, 8), r"block must be.*got bool"),
+        ("str grid", lambda: saxpy["4", 32](2.0, x, y, 8), r"grid must be.*got str"),
+        ("float in tuple", lambda: saxpy[(1, 2.0), 32](2.0, x, y, 8), r"got float 2\.0 for y"),
+        ("grid y limit", lambda: saxpy[(1, 65536), 32](2.0, x, y, 8), r"limit of 65535"),
+        ("block z limit", lambda: saxpy[1, (1, 1, 65)](2.0, x, y, 8), r"limit of 64 for block z"),
+        ("float32 overflow", lambda: saxpy[1, 32](1e300, x, y, 8), r"'a'.*does not fit in float32"),
+        ("float shared mem", lambda: saxpy[1, 32, 0.0](2.0, x, y, 8), r"shared_mem must be"),
     ]
     if cuasync.device_count() >= 2:
         x1 = cuasync.arange(8, device=1).sync()
@@ -221,6 +231,162 @@ def test_bad_launches_on_any_backend() -> None:
     for _, launch, match in _bad_launches():
         with pytest.raises(LaunchError, match=match):
             launch()
+
+
+def test_launch_config_takes_numpy_integers() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    x, y = cuasync.from_host(ramp(300)).sync(), cuasync.zeros(300).sync()
+    k[np.int64(2), np.int32(256)](1.0, x, y, 300).sync()
+    k[(np.uint8(2),), [np.int16(256)], np.int64(0)](1.0, x, y, 300).sync()
+    k.launch(1.0, x, y, 300, grid=np.int64(2), block=(np.uint32(256), 1), shared_mem=np.int8(0))
+    k.launch(1.0, x, y, 300, grid=np.int64(2), block=np.int64(256)).sync()
+    np.testing.assert_array_equal(y.to_host().sync(), 3 * ramp(300))
+
+
+def test_a_config_equal_to_a_cached_one_is_still_checked() -> None:
+    # (1.0, 256) == (1, 256) and hashes the same: it must not get the cached int launcher
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    bad: list[tuple[Any, ...]] = [
+        (1.0, 256),
+        (True, 256),
+        (1, 256.0),
+        (1, True),
+        ((1.0,), 256),
+        ((1, 1.0), 256),
+        (1, 256, 0.0),
+        (1, 256, False),
+    ]
+    for config in bad:
+        twin = tuple(tuple(int(d) for d in m) if isinstance(m, tuple) else int(m) for m in config)
+        assert k[twin] is k[twin]  # cached
+        with pytest.raises(LaunchError, match="must be"):
+            k[config]
+
+
+def test_the_launcher_cache_stays_bounded() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    for blocks in range(1, 1000):  # a grid computed from each request's size
+        k[blocks, 128]
+    assert 0 < len(k._launchers) <= 256
+
+
+SCALARS = r"""
+extern "C" __global__ void scalars(float f, double d, float* out) {
+    out[0] = f;
+    out[1] = (float)d;
+}
+"""
+
+
+def scalars_twin(f: np.float32, d: np.float64, out: np.ndarray) -> None:
+    with np.errstate(over="ignore"):  # (float)d overflows to inf, as on the GPU
+        out[0], out[1] = f, d
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+F32_MAX_MIDPOINT = math.ldexp(2 - 2.0**-24, 127)
+
+
+def test_float_parameters_refuse_overflow_but_keep_inf_nan_and_round_like_c() -> None:
+    k = cuasync.Kernel(SCALARS, "scalars", emulate=scalars_twin)
+    out = cuasync.zeros(2).sync()
+    refused: list[tuple[Any, Any, str]] = [
+        (1e300, 0.0, "f"),
+        (-1e39, 0.0, "f"),
+        (10**39, 0.0, "f"),
+        (np.float64(1e300), 0.0, "f"),
+        (F32_MAX_MIDPOINT, 0.0, "f"),  # halfway to the next power of two: rounds to inf
+        (0.0, 10**400, "d"),
+        (0.0, -(10**400), "d"),
+    ]
+    for f, d, param in refused:
+        with pytest.raises(LaunchError, match=rf"'{param}'.*does not fit in float(32|64)"):
+            k[1, 1](f, d, out)
+    kept: list[tuple[Any, Any, list[float]]] = [
+        (math.inf, math.nan, [math.inf, math.nan]),
+        (-math.inf, -math.inf, [-math.inf, -math.inf]),
+        (np.float32(np.inf), np.float64(-np.inf), [math.inf, -math.inf]),
+        (F32_MAX, 1e300, [F32_MAX, math.inf]),  # the kernel's own cast may overflow
+        (math.nextafter(F32_MAX_MIDPOINT, 0), 0.0, [F32_MAX, 0.0]),  # rounds down to the max
+        (2**100, 10**300, [2.0**100, math.inf]),
+        (0.1, np.int64(7), [np.float32(0.1), 7.0]),
+    ]
+    for f, d, expected in kept:
+        k[1, 1](f, d, out).sync()
+        np.testing.assert_array_equal(out.to_host().sync(), np.array(expected, np.float32))
+
+
+OTHER_SCALARS = r"""
+extern "C" __global__ void others(__half h, float2 c, double2 z, bool b, unsigned char u) {}
+"""
+
+
+def test_other_scalars_are_never_clamped_or_wrapped() -> None:
+    k = cuasync.Kernel(OTHER_SCALARS, "others", emulate=lambda *a: None)
+    refused: list[tuple[tuple[Any, ...], str]] = [
+        ((65520.0, 0j, 0j, True, 0), r"'h'.*65520\.0 does not fit in float16"),
+        ((-1e5, 0j, 0j, True, 0), r"'h'.*does not fit in float16"),
+        ((0.0, complex(1e300, 0), 0j, True, 0), r"'c'.*does not fit in float32"),
+        ((0.0, complex(0, -1e39), 0j, True, 0), r"'c'.*does not fit in float32"),
+        ((0.0, 10**40, 0j, True, 0), r"'c'.*does not fit in float32"),
+        ((0.0, 0j, 10**400, True, 0), r"'z'.*does not fit in float64"),
+        ((0.0, 0j, 0j, 1, 0), r"'b'.*expects a bool scalar, got int"),
+        ((0.0, 0j, 0j, True, 256), r"'u'.*256 does not fit in uint8 \(0..255\)"),
+        ((0.0, 0j, 0j, True, -1), r"'u'.*-1 does not fit in uint8"),
+        ((0.0, 0j, 0j, True, np.uint64(2**63)), r"'u'.*does not fit in uint8"),
+        ((0.0, 0j, 0j, True, 1.0), r"'u'.*expects a uint8 scalar, got float"),
+    ]
+    for args, match in refused:
+        with pytest.raises(LaunchError, match=match):
+            k[1, 1](*args)
+    # in range: building the launch checks every argument (no op is executed here)
+    k[1, 1](65519.0, complex(math.inf, -1e38), complex(1e300, math.nan), np.bool_(False), 255)
+    k[1, 1](np.float16(-65504), np.complex64(1j), np.complex128(2), False, np.uint8(7))
+    k[1, 1](math.nan, 3, 1.5, True, np.int64(0))
+
+
+def test_bfloat16_bits_round_to_nearest_even_like_ml_dtypes() -> None:
+    from cuasync._kernel import bfloat16_bits
+
+    assert bfloat16_bits(1.0) == 0x3F80 and bfloat16_bits(-2.0) == 0xC000
+    assert bfloat16_bits(1 + 2**-8) == 0x3F80  # a tie: to even
+    assert bfloat16_bits(1 + 3 * 2**-8) == 0x3F82  # a tie: to even (up)
+    assert bfloat16_bits(1 + 2**-8 + 2**-30) == 0x3F80  # through float32 first, as ml_dtypes
+    assert bfloat16_bits(math.inf) == 0x7F80 and bfloat16_bits(math.nan) == 0x7FC0
+    assert bfloat16_bits(F32_MAX) == 0x7F80  # past the largest bfloat16: inf
+    assert bfloat16_bits(-1e300) == 0xFF80
+
+
+BF16 = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void bf16(__nv_bfloat16 x, float* out) { out[0] = __bfloat162float(x); }
+"""
+
+
+def test_bfloat16_parameters_take_floats_and_refuse_overflow() -> None:
+    pytest.importorskip("ml_dtypes")
+    from cuasync._kernel import _ParamBlock
+
+    seen: list[Any] = []
+    k = cuasync.Kernel(BF16, "bf16", emulate=lambda x, out: seen.append(x))
+    out = cuasync.zeros(1).sync()
+    with pytest.raises(LaunchError, match=r"'x'.*does not fit in bfloat16"):
+        k[1, 1](1e39, out)
+    with pytest.raises(LaunchError, match=r"'x'.*does not fit in bfloat16"):
+        k[1, 1](math.ldexp(2 - 2.0**-8, 127), out)  # halfway past the largest: to inf
+    for value in (1.5, -3, np.float32(0.1), math.inf):
+        op = k[1, 1](value, out)
+        # on a GPU the value travels as its bits: the same ones ml_dtypes makes
+        layout = _ParamBlock(k.params)
+        layout.pack([k._convert((value, out))[0][0], out.ptr])
+        raw = bytes(layout.buffer)
+        slot = int.from_bytes(raw[:8], "little") - layout.address  # where x's pointer points
+        bits = int.from_bytes(raw[slot : slot + 2], "little")
+        expected = np.asarray(SUPPORTED["bfloat16"].type(float(value)))
+        assert bits == int(expected.view(np.uint16))
+        if ON_EMULATOR:
+            op.sync()
+            assert seen.pop() == expected
 
 
 def test_launch_error_is_an_argument_error() -> None:
@@ -384,6 +550,33 @@ def test_compile_options_normalize_and_validate() -> None:
     assert "--maxrregcount=32" in flags
     with pytest.raises(ArgumentError, match="opt_level"):
         cuasync.CompileOptions(opt_level=7)
+    assert cuasync.CompileOptions(opt_level=np.int64(2), max_registers=np.uint8(64)).flags()[
+        :2
+    ] == [
+        "--ptxas-options=-O2",
+        "--maxrregcount=64",
+    ]
+    assert cuasync.CompileOptions(defines=(("N", 4),)).flags()[1] == "-DN=4"
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"opt_level": True}, "opt_level"),  # would have been "-OTrue"
+        ({"max_registers": -3}, "max_registers"),
+        ({"max_registers": "64"}, "max_registers"),
+        ({"extra": "-G"}, r'pass \("-G",\)'),  # would have been "-", "G"
+        ({"extra": ("-G", 3)}, "extra"),
+        ({"defines": ("N",)}, "defines"),
+        ({"defines": "N=4"}, "defines"),
+    ]
+    for kwargs, match in bad:
+        with pytest.raises(ArgumentError, match=match):
+            cuasync.CompileOptions(**kwargs)
+
+
+def test_device_pointers_must_be_64_bit_addresses() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    y = cuasync.zeros(4).sync()
+    for address in (-1, 1 << 64):
+        with pytest.raises(LaunchError, match=r"parameter 'x'.*not a 64-bit device address"):
+            k[1, 32](1.0, cuasync.DevicePointer(address), y, 4)
 
 
 def test_compile_options_are_part_of_the_cache_key() -> None:

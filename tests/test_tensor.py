@@ -7,7 +7,15 @@ import pytest
 
 import cuasync
 from cuasync._dtypes import SUPPORTED
-from cuasync.errors import ArgumentError, DTypeError, ShapeError
+from cuasync.errors import (
+    ArgumentError,
+    DTypeError,
+    IndexOutOfRangeError,
+    ShapeError,
+    UnsupportedIndexError,
+)
+
+HOST = np.arange(48, dtype=np.float32).reshape(6, 8)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +48,27 @@ def test_unknown_dtype_names_the_choices() -> None:
         cuasync.from_host(np.array(["a", "b"]))
 
 
-@pytest.mark.parametrize("shape", [(-1,), (2.5,), ("3",), object()])
+@pytest.mark.parametrize(
+    "shape", [(-1,), (2.5,), ("3",), object(), (True, 2), {}, {2: 3}, {2, 3}, "3", 2.0]
+)
 def test_bad_shapes(shape: object) -> None:
     with pytest.raises(ShapeError, match="shape"):
         cuasync.zeros(shape)
+
+
+def test_numpy_integers_are_sizes_everywhere(grid: cuasync.Tensor) -> None:
+    i = np.int64
+    for make in (cuasync.empty, cuasync.zeros, cuasync.ones, cuasync.rand):
+        assert make((i(2), np.uint8(3))).sync().shape == (2, 3), make
+    assert cuasync.full(np.int32(4), 1.0).sync().shape == (4,)
+    assert cuasync.zeros(np.array([2, 3])).sync().shape == (2, 3)
+    assert grid.reshape((i(-1), np.int16(12))).shape == (4, 12)
+    assert grid.view(i(48)).shape == (48,)
+    assert grid.partition((i(2), np.uint32(4))).grid == (3, 2)
+    view = grid[i(1) : np.int8(5), :: np.uint16(2)]
+    assert view.shape == (4, 4) and view.strides == (8, 2)
+    np.testing.assert_array_equal(view.to_host().sync(), HOST[1:5, ::2])
+    np.testing.assert_array_equal(grid[np.int32(-1)].to_host().sync(), HOST[-1])
 
 
 def test_slicing_views_share_memory_and_chain(grid: cuasync.Tensor) -> None:
@@ -59,20 +84,95 @@ def test_slicing_views_share_memory_and_chain(grid: cuasync.Tensor) -> None:
     np.testing.assert_array_equal(grid[-2:, :].to_host().sync(), host[-2:, :])
 
 
+def test_new_axes_are_zero_copy_views(grid: cuasync.Tensor) -> None:
+    for index in ((None,), (slice(None), None), (1, None, ..., None), (..., None)):
+        view = grid[index]
+        assert view.shape == HOST[index].shape and view.allocation is grid.allocation
+        np.testing.assert_array_equal(view.to_host().sync(), HOST[index])
+
+
 @pytest.mark.parametrize(
     "index, message",
     [
-        ((6,), "index 6 is out of range for axis 0 with size 6"),
         ((slice(0, 9),), "slice stop=9 is out of range for axis 0"),
         ((slice(None), slice(-9, None)), "slice start=-9 is out of range for axis 1"),
-        ((0, 0, 0), "too many indices"),
         ((slice(None, None, -1),), "step on axis 0 must be a positive int"),
-        (([0, 1],), "unsupported index"),
+        ((slice(None, None, 0),), "step on axis 0 must be a positive int"),
+        ((slice(None, None, True),), "step on axis 0 must be a positive int"),
+        ((slice(None, None, 1.0),), "step on axis 0 must be a positive int"),
+        ((slice(0.0, 2),), "slice start on axis 0 must be an int or None, got float"),
+        ((slice(0, "2"),), "slice stop on axis 0 must be an int or None, got str"),
     ],
 )
-def test_bad_indices(grid: cuasync.Tensor, index: tuple[object, ...], message: str) -> None:
+def test_bad_slices(grid: cuasync.Tensor, index: tuple[object, ...], message: str) -> None:
     with pytest.raises(ShapeError, match=message):
         grid[index]
+
+
+@pytest.mark.parametrize(
+    "index, message",
+    [
+        ((6,), r"index 6 is out of range for axis 0 with size 6 \(expected -6..5\)"),
+        ((0, -9), "index -9 is out of range for axis 1 with size 8"),
+        ((0, 0, 0), r"too many indices: 3 for a 2-d tensor of shape \(6, 8\)"),
+        ((..., 0, 0, 0), "too many indices"),
+    ],
+)
+def test_out_of_range_indices_are_index_errors(
+    grid: cuasync.Tensor, index: tuple[object, ...], message: str
+) -> None:
+    # an IndexError as in numpy (iteration relies on it), still a ShapeError
+    for error in (IndexOutOfRangeError, IndexError, ShapeError):
+        with pytest.raises(error, match=message):
+            grid[index]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        np.array([0, 1]),
+        np.array([True, False, True, False, True, False]),
+        [0, 1],
+        [True, False],
+        (slice(None), np.array([1])),
+        ((0, 1),),
+    ],
+    ids=["int array", "bool array", "list", "bool list", "array in a tuple", "nested tuple"],
+)
+def test_array_indices_point_to_take_and_where(grid: cuasync.Tensor, index: object) -> None:
+    with pytest.raises(UnsupportedIndexError, match=r"cuasync\.take / cuasync\.where"):
+        grid[index]
+
+
+@pytest.mark.parametrize(
+    "index", ["a", 1.0, np.float32(1), {}, True, np.bool_(True), object(), (..., ...)]
+)
+def test_other_junk_indices_are_typed(grid: cuasync.Tensor, index: object) -> None:
+    with pytest.raises(UnsupportedIndexError) as info:
+        grid[index]
+    assert isinstance(info.value, IndexError) and isinstance(info.value, ShapeError)
+
+
+def test_iteration_gives_views_along_the_first_axis(grid: cuasync.Tensor) -> None:
+    rows = list(grid)
+    assert len(rows) == len(grid) == 6
+    assert all(r.shape == (8,) and r.allocation is grid.allocation for r in rows)
+    np.testing.assert_array_equal(np.stack([r.to_host().sync() for r in rows]), HOST)
+    assert [t.shape for t in grid[:, 1:3]] == [(2,)] * 6
+    assert list(grid[:0]) == []
+    scalar = grid[0, 0]
+    with pytest.raises(TypeError, match="0-d"):
+        len(scalar)
+    with pytest.raises(TypeError, match="0-d"):
+        iter(scalar)
+
+
+def test_truth_value_and_membership_are_refused(grid: cuasync.Tensor) -> None:
+    # both would otherwise answer without looking at the data
+    with pytest.raises(TypeError, match="truth value"):
+        bool(grid)
+    with pytest.raises(TypeError, match="to_host"):
+        0.0 in grid  # noqa: B015
 
 
 def test_reshape_and_view(grid: cuasync.Tensor) -> None:
@@ -86,6 +186,29 @@ def test_reshape_and_view(grid: cuasync.Tensor) -> None:
         grid.reshape((5, 10))
     with pytest.raises(ShapeError, match=r"non-contiguous view.*\.dup\(\)"):
         grid[:, 1:3].reshape((12,))
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        (("a", -1), r"shape=\('a', -1\): every dimension must be an int, got str 'a'"),
+        ((-1.0, 12), "every dimension must be an int, got float -1.0"),
+        ((4, 12.0), "every dimension must be an int, got float 12.0"),
+        ((True, 48), "got bool True"),
+        ((-1, -1), "one of them may be -1"),
+        ((-2, -24), "dimensions must be >= 0"),
+        ((-1, 0), "cannot hold the tensor's 48 elements"),
+        ((-1, 5), "cannot hold the tensor's 48 elements"),
+        ({}, "must be an int or a tuple of ints, got dict"),
+        ("48", "must be an int or a tuple of ints, got str"),
+        (None, "must be an int or a tuple of ints, got NoneType"),
+    ],
+)
+def test_bad_reshape_targets(grid: cuasync.Tensor, shape: object, message: str) -> None:
+    with pytest.raises(ShapeError, match=message):
+        grid.reshape(shape)
+    with pytest.raises(ShapeError, match=message):
+        grid.view(shape)
 
 
 def test_reinterpret_checks_size_and_alignment(grid: cuasync.Tensor) -> None:

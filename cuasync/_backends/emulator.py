@@ -402,7 +402,10 @@ class EmulatorBackend(Backend):
         self._enqueue(stream, free)
 
     def host_alloc(self, nbytes: int) -> int:
-        buffer = np.zeros(max(nbytes, 1) + 64, np.uint8)
+        try:
+            buffer = np.zeros(max(nbytes, 1) + 64, np.uint8)
+        except (MemoryError, ValueError):  # ValueError: more than numpy can index
+            raise OutOfMemoryError(nbytes, "pinned host memory") from None
         address = buffer.ctypes.data
         address += (-address) % 64
         with self._lock:
