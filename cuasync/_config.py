@@ -97,6 +97,18 @@ class _ReadOnFirstUse:
 CONFIG: Config = cast(Config, _ReadOnFirstUse())
 
 
+def config() -> Config:
+    """The variables as read (reading them now if nothing has yet)."""
+    if isinstance(CONFIG, Config):  # replaced, e.g. by a test
+        return CONFIG
+    return CONFIG._config or _read_once()
+
+
+def _read_once() -> Config:
+    _ReadOnFirstUse._config = _ReadOnFirstUse._config or _read()
+    return _ReadOnFirstUse._config
+
+
 def _read_debug_origins() -> bool:
     # Like asyncio's coroutine origin tracking: on under -X dev or PYTHONASYNCIODEBUG.
     return bool(sys.flags.dev_mode or os.environ.get("PYTHONASYNCIODEBUG"))

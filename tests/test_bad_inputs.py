@@ -324,8 +324,9 @@ def _int_twin(value: Any) -> Any:
 
 # -- kernel scalar arguments ------------------------------------------------------------------
 SCALARS = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+// The half types by layout: NVRTC has no CUDA headers on its search path here.
+struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
 extern "C" __global__ void scalars(float f, double d, int i, unsigned char u, __half h, bool b,
                                    float2 c, __nv_bfloat16 bf, float* out) {}
 """

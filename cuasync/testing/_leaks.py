@@ -33,8 +33,9 @@ def settle(timeout: float = 10.0) -> bool:
     """
     deadline = time.monotonic() + timeout
     while True:
-        gc.collect()  # also after the last completion: it may free tasks that held outputs
+        gc.collect()
         if not _in_flight():
+            gc.collect()  # after the last completion too: it may free tasks holding outputs
             return True
         if time.monotonic() >= deadline:
             return False
