@@ -272,6 +272,10 @@ class Hub:
         self._probe_interval = CONFIG.stale_us / 1e6
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = _BackgroundWatcher(self)
+        if self.reactor is not None:
+            # Reports for a queue closed with slots still armed (a loop that went away)
+            # go to the background watcher instead of being dropped.
+            self.reactor.set_orphan_queue(self.background.queue)
 
     # -- submission side (under the execution lock) --------------------------------------
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
@@ -368,7 +372,10 @@ class Hub:
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
-        done, stale = queue.drain()
+        self.handle_reports(*queue.drain())
+
+    def handle_reports(self, done: list[int], stale: list[int]) -> None:
+        """Finish the completed slots and probe the stale ones."""
         for slots, handle in ((done, self.on_landed), (stale, self.on_stale)):
             for slot in slots:
                 try:

@@ -39,8 +39,9 @@ class _Bridge:
         for comp in list(hub.table):
             if comp is not None and comp.watcher is self:
                 hub.watch_in_background(comp)
-        hub.drain(self.queue)  # nothing is armed to it any more: what is left has landed
-        self.queue.close()
+        # Nothing is armed to it any more; what it still holds has landed. Reports that
+        # race with the close go to the background watcher (the reactor's orphan queue).
+        hub.handle_reports(*self.queue.close())
 
 
 class _AsyncioBridge(_Bridge):
