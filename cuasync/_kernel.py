@@ -96,6 +96,11 @@ class CompileOptions:
         object.__setattr__(self, "extra", tuple(self.extra))
 
     def flags(self) -> list[str]:
+        """The NVRTC command-line options these settings stand for, ``extra`` last.
+
+        >>> CompileOptions(opt_level=2, max_registers=64).flags()
+        ['--ptxas-options=-O2', '--maxrregcount=64']
+        """
         out = [f"--ptxas-options=-O{self.opt_level}"]
         if self.line_info:
             out.append("--generate-line-info")

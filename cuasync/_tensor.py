@@ -125,22 +125,27 @@ class Tensor:
     # -- properties ----------------------------------------------------------------------
     @property
     def device(self) -> Device:
+        """The device whose memory holds the data."""
         return self._alloc.device
 
     @property
     def ndim(self) -> int:
+        """The number of axes: ``len(t.shape)``."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements (1 for a 0-d tensor)."""
         return math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the elements this view covers (``size * itemsize``)."""
         return self.size * self.dtype.itemsize
 
     @property
@@ -150,6 +155,7 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
+        """Whether the elements are dense and in row-major (C) order."""
         return self.size <= 1 or all(
             s == c or d == 1
             for s, c, d in zip(
@@ -159,6 +165,7 @@ class Tensor:
 
     @property
     def allocation(self) -> Allocation:
+        """The device allocation this view belongs to (shared by all its views)."""
         return self._alloc
 
     def __repr__(self) -> str:
@@ -424,6 +431,7 @@ class Partition:
         self.grid = tuple(d // t for d, t in zip(tensor.shape, tile, strict=True))
 
     def unpartition(self) -> Tensor:
+        """The partitioned tensor itself (a kernel's output, after the launch)."""
         return self.tensor
 
     def __repr__(self) -> str:

@@ -77,10 +77,12 @@ class PendingTransfer:
 
     @property
     def buffer(self) -> PinnedHostBuffer:
+        """The pinned buffer being copied from or to (unusable until the copy lands)."""
         return self._buffer
 
     @property
     def tensor(self) -> Tensor:
+        """The device tensor being copied to or from."""
         return self._tensor
 
     @property

@@ -50,6 +50,7 @@ def set_delay(us: int) -> None:
 
 
 def get_delay() -> int:
+    """The current delay before each emulated command, in microseconds."""
     return _emulator().delay_us
 
 

@@ -94,6 +94,7 @@ class CudaGraph:
 
     @property
     def device(self) -> Device:
+        """The device the graph runs on (its stream's)."""
         return self.stream.device
 
     def take_output(self) -> Any:
