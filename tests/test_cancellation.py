@@ -227,9 +227,7 @@ def _stress(caplog) -> None:
         return SPIN[1, 1](200_000).then(lambda _: t.to_host()) if not ON_EMULATOR else t.to_host()
 
     async def work(i: int) -> None:
-        out = (
-            await cuasync.from_host(np.full(4, i, np.int64)).then(busy_then_read).schedule(policy)
-        )
+        out = await cuasync.from_host(np.full(4, i, np.int64)).then(busy_then_read).schedule(policy)
         assert out.tolist() == [i] * 4, (i, out)
 
     async def with_timeout(i: int, seconds: float) -> None:
@@ -266,7 +264,9 @@ def _stress(caplog) -> None:
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         ok, cancelled, timeouts = asyncio.run(main())
         gc.collect()
-    print(f"\nstress: {n} tasks: {ok} completed and checked, {cancelled} cancelled, {timeouts} timed out")
+    print(
+        f"\nstress: {n} tasks: {ok} completed and checked, {cancelled} cancelled, {timeouts} timed out"
+    )
     assert ok + cancelled + timeouts == n
     assert ok > 0 and cancelled > 0
     assert not handler_calls, handler_calls[:3]

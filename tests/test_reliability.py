@@ -338,7 +338,7 @@ def test_missing_native_module_warns_once_and_shows_in_stats() -> None:
     )
     lines = r.stdout.splitlines()
     assert lines[0] == "(4,) (4,)"
-    assert lines[1] == "warnings: [\"cuasync's native module\"]"
+    assert lines[1] == 'warnings: ["cuasync\'s native module"]'
     assert lines[2] == "native: False"
 
 
@@ -365,9 +365,7 @@ async def test_emulated_kernel_that_raises_fails_only_its_op(anyio_backend, base
     def twin(x, n):
         raise TypeError("bad twin")
 
-    kernel = cuasync.Kernel(
-        'extern "C" __global__ void k(float* x, int n) { }', "k", emulate=twin
-    )
+    kernel = cuasync.Kernel('extern "C" __global__ void k(float* x, int n) { }', "k", emulate=twin)
     x = await cuasync.zeros((4,))
     with pytest.raises(cuasync.errors.KernelError, match="bad twin") as info:
         await kernel[1, 1](x, 4)
@@ -377,6 +375,10 @@ async def test_emulated_kernel_that_raises_fails_only_its_op(anyio_backend, base
     np.testing.assert_array_equal(await cuasync.fill(x, 1.0).then(lambda t: t.to_host()), 1.0)
     with pytest.raises(cuasync.errors.KernelError):  # also inside a then chain
         await cuasync.zeros((4,)).then(lambda t: kernel[1, 1](t, 4))
+    shared = kernel[1, 1](x, 4).shared()
+    for _ in range(3):  # every consumer of a shared op fails, not only the first
+        with pytest.raises(cuasync.errors.KernelError):
+            await shared
 
 
 # -- 18: a forgotten await says so -------------------------------------------------------

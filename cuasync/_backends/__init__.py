@@ -84,4 +84,5 @@ def forked() -> bool:
 def backend_name() -> str:
     """``"cuda"`` or ``"emulator"``: which backend this process uses."""
     backend: Any = get_backend()
-    return backend.name  # type: ignore[no-any-return]
+    name: str = backend.name
+    return name

@@ -381,10 +381,14 @@ class EmulatorBackend(Backend):
         with device.lock:
             if device.used + size > device.total_memory:
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory")
+            try:
+                buffer = np.zeros(size, np.uint8)
+            except MemoryError:  # the host ran out first: the same error a device gives
+                raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
             ptr = device.next_address
             device.next_address += size + _ALIGN  # a gap so overruns are illegal accesses
-            device.buffers[ptr] = np.zeros(size, np.uint8)
+            device.buffers[ptr] = buffer
             device.bases.append(ptr)  # addresses only grow: the list stays sorted
         return ptr
 

@@ -217,7 +217,7 @@ def _trio_bridge() -> _TrioBridge:
     if _trio_var is None:
         _trio_var = trio.lowlevel.RunVar("cuasync_bridge")
     try:
-        return _trio_var.get()  # type: ignore[no-any-return]
+        return _trio_var.get()
     except LookupError:
         bridge = _TrioBridge()
         _trio_var.set(bridge)

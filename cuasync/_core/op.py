@@ -466,6 +466,7 @@ class SharedOp(DeviceOp[T]):
 
     __slots__ = (
         "_error",
+        "_errors",
         "_inner",
         "_lock",
         "_out",
@@ -485,6 +486,7 @@ class SharedOp(DeviceOp[T]):
         self._realized = False
         self._result: Any = None
         self._retained: list[Any] = []
+        self._errors: list[BaseException] | None = None
 
     def _take(self) -> None:
         self._consumed = True  # reusable: executing it (or building on it) counts as use
@@ -494,6 +496,9 @@ class SharedOp(DeviceOp[T]):
 
     def _realize(self) -> T:
         with self._lock:
+            errors = self._errors
+            if errors:  # the shared device work itself failed (an emulated kernel raised)
+                raise fresh(errors[0])
             if not self._realized:
                 assert self._out is not None
                 try:
@@ -519,8 +524,10 @@ class SharedOp(DeviceOp[T]):
                     self._error = exc
                     raise
                 self._producer = (ctx.stream, ctx.seq)
-                # Whoever executes the shared op keeps the producer's work alive too.
+                # Whoever executes the shared op keeps the producer's work alive too, and
+                # fails if that work fails.
                 self._retained = ctx.retained
+                self._errors = ctx.error_box()
             else:
                 stream, seq = self._producer
                 ctx.stream._order_after(stream, seq)

@@ -27,7 +27,7 @@ import pytest
 
 from . import _leaks
 
-_LOOPS = (
+_LOOPS: tuple[tuple[str, tuple[str, dict[str, object]], str | None], ...] = (
     ("asyncio", ("asyncio", {}), None),
     ("uvloop", ("asyncio", {"use_uvloop": True}), "uvloop"),
     ("trio", ("trio", {}), "trio"),
@@ -48,7 +48,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     params = []
     for name, value, module in _LOOPS:
-        marks = ()
+        marks: tuple[pytest.MarkDecorator, ...] = ()
         if module is not None and importlib.util.find_spec(module) is None:
             marks = (pytest.mark.skip(reason=f"{module} is not installed"),)
         params.append(pytest.param(value, id=name, marks=marks))
