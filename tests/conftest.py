@@ -1,8 +1,16 @@
-"""Shared fixtures: the event-loop matrix, emulator knobs, leak checks."""
+"""Shared fixtures: the event-loop matrix, backend command counts, leak checks, helpers.
+
+Behaviour tests hold work in flight with ``cuasync.testing`` (gates, the sleep op, the
+trap), so they run unchanged on a GPU and on the emulator. Only tests of the emulator's
+own knobs are marked ``@pytest.mark.emulator_only(reason=...)``.
+"""
 
 from __future__ import annotations
 
+import gc
 import os
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -11,6 +19,7 @@ os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 
 import cuasync
 import cuasync.testing
+from cuasync._backends import get_backend
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
@@ -25,12 +34,13 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="needs a real GPU (run with CUASYNC_BACKEND=cuda)")
-    skip_emu = pytest.mark.skip(reason="uses emulator knobs (delay, pause, fault injection)")
     for item in items:
         if "gpu" in item.keywords and ON_EMULATOR:
             item.add_marker(skip_gpu)
-        if "emulator_only" in item.keywords and not ON_EMULATOR:
-            item.add_marker(skip_emu)
+        marker = item.get_closest_marker("emulator_only")
+        if marker is not None and not ON_EMULATOR:
+            reason = marker.kwargs.get("reason", "uses the emulator's own knobs")
+            item.add_marker(pytest.mark.skip(reason=f"emulator only: {reason}"))
 
 
 @pytest.fixture(
@@ -46,13 +56,66 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
 
 @pytest.fixture
 def emu():
-    """The emulator knobs, reset after the test."""
+    """The emulator's own knobs (``cuasync.emulator``), reset after the test."""
     import cuasync.emulator as emulator
 
     if not ON_EMULATOR:
-        pytest.skip("uses emulator knobs")
+        pytest.skip("tests the emulator's own knobs (cuasync.emulator)")
     yield emulator
     emulator.set_delay(0)
+
+
+#: Backend calls that put a command on a stream (or, for allocations, order one there).
+STREAM_COMMANDS = (
+    "mem_alloc_async",
+    "mem_free_async",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_dtod_async",
+    "memcpy_2d_async",
+    "memset_d8_async",
+    "write_value32",
+    "stream_wait_value32",
+    "launch_host_func",
+    "launch_kernel",
+    "launch_emulated",
+    "event_record",
+    "stream_wait_event",
+    "graph_upload",
+    "graph_launch",
+)
+
+#: How an await learns about completion: a flag write (reactor) or a host function.
+COMPLETION = ("write_value32", "launch_host_func")
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the stream commands handed to the backend during the test, in order.
+
+    Counts at the driver interface, so "building an op enqueues nothing" is checked on a
+    GPU and on the emulator alike. No garbage collection runs meanwhile unless the test
+    asks for it: collecting earlier tests' reference cycles frees tensors, and each free
+    is a command.
+    """
+    settle()
+    backend = get_backend()
+    calls: list[str] = []
+
+    def counting(name: str, call: Callable[..., object]) -> Callable[..., object]:
+        def command(*args: object, **kwargs: object) -> object:
+            calls.append(name)  # list.append is atomic: finalizers on other threads may free
+            return call(*args, **kwargs)
+
+        return command
+
+    for name in STREAM_COMMANDS:
+        monkeypatch.setattr(backend, name, counting(name, getattr(backend, name)))
+    gc.disable()
+    try:
+        yield calls
+    finally:
+        gc.enable()
 
 
 def settle() -> None:
@@ -65,3 +128,29 @@ def baseline():
     """Asserts that memory (every device) and slots return to where they were."""
     with cuasync.testing.no_leaks() as before:
         yield before
+
+
+def still_pending(done: Callable[[], bool], seconds: float = 0.02) -> bool:
+    """Whether ``done()`` stays false for ``seconds``.
+
+    For work held behind a closed gate, directly or through ordering on another stream:
+    it can never finish, so this holds whatever the timing. Were the ordering missing,
+    the work would run at once and finish well within the window; the window only gives
+    that failure time to show.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if done():
+            return False
+        time.sleep(0.0005)  # polling a condition with a deadline
+    return not done()
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the event loop run until ``condition()`` holds (e.g. every task is waiting)."""
+    import anyio
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        await anyio.sleep(0)

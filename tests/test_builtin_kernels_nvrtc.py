@@ -2,7 +2,8 @@
 
 Runs without a GPU (NVRTC is a compiler library), so a CUDA source error in a built-in
 kernel fails CI even though CI only runs the numpy twins. The images are shared with the
-emulator's own compile at first launch (``CUASYNC_EMU_COMPILE``): nothing is compiled twice.
+launches' compiles (on a GPU, and on the emulator with ``CUASYNC_EMU_COMPILE``): nothing is
+compiled twice.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ def test_builtin_kernel_compiles(name: str, arch: str) -> None:
     assert lowered.startswith("_Z") and name.split("<")[0] in lowered
 
 
-@pytest.mark.emulator_only
-def test_the_emulator_and_this_check_share_compiled_images(monkeypatch) -> None:
-    cuasync.arange(4, "int16").sync()  # the emulator compiled ca_linspace<..., int16> for sm_90
+def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:
+    # A launch compiles for the device's architecture: on a GPU to run the kernel, on the
+    # emulator (sm_90) to check its source before the numpy twin runs.
+    arch = _kernel._arch(cuasync.Device(0))
+    cuasync.arange(4, "int16").sync()  # compiled ca_linspace<..., int16> for arch
 
     def refuse(source: str, name: str, arch: str, flags: list[str]) -> Any:
         raise AssertionError(f"{name} was compiled for {arch} a second time")
 
     monkeypatch.setattr(_kernel, "compile_cubin", refuse)
-    image, _ = _creation._kernel("linspace", "int16").compile_image("sm_90")
+    image, _ = _creation._kernel("linspace", "int16").compile_image(arch)
     assert image[:4] == b"\x7fELF"

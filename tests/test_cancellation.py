@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ON_EMULATOR, settle
+from conftest import settle, wait_until
 
 import cuasync
+import cuasync.testing as ct
 
 pytestmark = pytest.mark.anyio
 
@@ -26,13 +27,13 @@ def in_flight(stream: cuasync.Stream) -> bool:
 
 
 async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(
-    anyio_backend, emu, baseline
+    anyio_backend, baseline
 ) -> None:
     import anyio
 
     s = cuasync.Device(0).new_stream()
     ran = {}
-    with emu.paused():  # the device makes no progress until the block ends
+    with ct.gate(s):  # the work waits at the gate until the block ends
         with anyio.CancelScope() as scope:
 
             async def waiter() -> None:
@@ -51,52 +52,62 @@ async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(
         assert "out" not in ran
         assert in_flight(s)  # the work was not cancelled on the device
         s_ = cuasync.stats()
-        assert s_.slots_armed + s_.callbacks_pending >= 1  # its completion is still watched
+        assert s_.slots_armed + s_.callbacks_pending >= 2  # the gate's word and the work's
     s.synchronize()
 
 
-async def test_timeouts_are_cancellation(anyio_backend, emu, baseline) -> None:
+async def test_timeouts_are_cancellation(anyio_backend, baseline) -> None:
     import anyio
 
-    emu.set_delay(20_000)
+    with ct.gate():  # every stream of the policy: the awaits below cannot complete
+        with anyio.move_on_after(0.005) as scope:
+            await cuasync.from_host(np.ones(64)).then(lambda t: t.to_host())
+        assert scope.cancelled_caught
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.005):
+                await cuasync.zeros((64,)).then(lambda t: t.to_host())
+
+
+async def test_timeout_on_long_device_work(anyio_backend, baseline) -> None:
+    import anyio
+
     with anyio.move_on_after(0.005) as scope:
-        await cuasync.from_host(np.ones(64)).then(lambda t: t.to_host())
+        await ct.sleep(50_000).then(lambda _: cuasync.zeros((64,)))  # 50 ms of device time
     assert scope.cancelled_caught
-    with pytest.raises(TimeoutError):
-        with anyio.fail_after(0.005):
-            await cuasync.zeros((64,)).then(lambda t: t.to_host())
 
 
-async def test_task_group_cancellation(anyio_backend, emu, baseline) -> None:
+async def test_task_group_cancellation(anyio_backend, baseline) -> None:
     import anyio
 
-    emu.set_delay(10_000)
     policy = cuasync.StreamPoolRoundRobin(num_streams=4)
-    finished = []
+    waiting: list[int] = []
+    finished: list[int] = []
 
     async def one(i: int) -> None:
+        waiting.append(i)  # in the same step as the submission below: no yield between
         await cuasync.from_host(np.full(16, i)).then(lambda t: t.to_host()).schedule(policy)
         finished.append(i)
 
-    async with anyio.create_task_group() as tg:
-        for i in range(16):
-            tg.start_soon(one, i)
-        await anyio.sleep(0.002)
-        tg.cancel_scope.cancel()
+    with ct.gate(*policy.streams):
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+            await wait_until(lambda: len(waiting) == 16)  # every task waits on its work
+            tg.cancel_scope.cancel()
     assert finished == []
 
 
-def test_asyncio_timeout_and_wait_for(emu, baseline) -> None:
-    emu.set_delay(20_000)
-
+def test_asyncio_timeout_and_wait_for(baseline) -> None:
     async def main() -> None:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.005):
-                await cuasync.from_host(np.ones(8)).then(lambda t: t.to_host())
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(_await(cuasync.zeros((8,)).then(lambda t: t.to_host())), 0.005)
+        with ct.gate():
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.005):
+                    await cuasync.from_host(np.ones(8)).then(lambda t: t.to_host())
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(
+                    _await(cuasync.zeros((8,)).then(lambda t: t.to_host())), 0.005
+                )
         # the loop is still healthy and later work completes
-        emu.set_delay(0)
         assert (await cuasync.from_host(np.arange(3)).then(lambda t: t.to_host())).tolist() == [
             0,
             1,
@@ -110,62 +121,66 @@ async def _await(op: cuasync.DeviceOp) -> object:
     return await op
 
 
-def test_unawaited_future_collected_keeps_everything_alive_until_done(emu, baseline) -> None:
+def test_unawaited_future_collected_keeps_everything_alive_until_done(baseline) -> None:
     dev = cuasync.Device(0)
     s = dev.new_stream()
     used = dev.memory_info().used
-    with emu.paused():
+    with ct.gate(s):
         fut = cuasync.from_host(np.ones(1 << 14, np.float32)).then(lambda t: t.dup()).submit_on(s)
         del fut
         gc.collect()
         # inputs, outputs and the staging buffer are still held: the device may touch them
         assert dev.memory_info().used == used + 2 * (1 << 16)
         s_ = cuasync.stats()
-        assert s_.slots_armed + s_.callbacks_pending >= 1
+        assert s_.slots_armed + s_.callbacks_pending >= 2  # the gate's word and the work's
 
 
-def test_never_executed_op_holds_nothing(emu, baseline) -> None:
-    before = (emu.commands_enqueued(), cuasync.Device(0).memory_info().used)
+def test_never_executed_op_holds_nothing(enqueued, baseline) -> None:
+    used = cuasync.Device(0).memory_info().used
     op = cuasync.from_host(np.ones(1 << 10)).then(lambda t: t.dup())
     with pytest.warns(RuntimeWarning, match="was never executed"):  # like a coroutine
         del op
         gc.collect()
-    assert (emu.commands_enqueued(), cuasync.Device(0).memory_info().used) == before
+    assert enqueued == []
+    assert cuasync.Device(0).memory_info().used == used
 
 
-async def test_dropping_the_last_reference_while_in_flight_is_safe(
-    anyio_backend, emu, baseline
-) -> None:
+async def test_dropping_the_last_reference_while_in_flight_is_safe(anyio_backend, baseline) -> None:
     """Every Python reference to x goes away while two streams still read it.
 
-    The emulator faults with an illegal address if any command touches freed memory, so
-    a correct result proves the free was ordered after the last use."""
-    emu.set_delay(3000)
+    The second reader waits at a gate, so the memory must outlive the first reader's
+    stream. The emulator faults with an illegal address if any command touches freed
+    memory, so a correct result proves the free was ordered after the last use."""
     s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     x = await cuasync.from_host(np.arange(1 << 10, dtype=np.float32)).submit_on(s1)
     views = [x[:512], x[512:]]
-    futs = [
-        views[0].dup().then(lambda t: t.to_host()).submit_on(s1),
-        views[1].dup().then(lambda t: t.to_host()).submit_on(s2),
-    ]
-    del x, views
-    gc.collect()
-    a, b = [await f for f in futs]
-    np.testing.assert_array_equal(np.concatenate([a, b]), np.arange(1 << 10, dtype=np.float32))
+    with ct.gate(s2):
+        futs = [
+            views[0].dup().then(lambda t: t.to_host()).submit_on(s1),
+            views[1].dup().then(lambda t: t.to_host()).submit_on(s2),
+        ]
+        del x, views
+        gc.collect()
+        first = await futs[0]
+        assert not futs[1].done()
+    second = await futs[1]
+    np.testing.assert_array_equal(
+        np.concatenate([first, second]), np.arange(1 << 10, dtype=np.float32)
+    )
     assert cuasync.Device(0).fault is None
 
 
-@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
 def test_faulted_outputs_are_leaked_with_one_warning() -> None:
+    # A fault is sticky for the process: a fresh interpreter on this suite's backend.
     code = textwrap.dedent(
         """
-        import asyncio, gc, warnings, numpy as np, cuasync, cuasync.emulator as emu
+        import asyncio, gc, warnings, numpy as np, cuasync, cuasync.testing as ct
         warnings.simplefilter("always")
-        emu.set_delay(3000)
         async def main():
-            futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.dup()).submit() for _ in range(5)]
-            emu.inject_fault(0)
-            res = await asyncio.gather(*futs, return_exceptions=True)
+            with ct.gate():  # the work waits on the policy's streams when the device faults
+                futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.dup()).submit() for _ in range(5)]
+                trap = ct.trap(stream=cuasync.Device(0).new_stream()).submit()
+                res = await asyncio.gather(trap, *futs, return_exceptions=True)
             print(sorted({type(r).__name__ for r in res}))
         with warnings.catch_warnings(record=True) as caught:
             asyncio.run(main())
@@ -174,9 +189,8 @@ def test_faulted_outputs_are_leaked_with_one_warning() -> None:
         print(len(msgs))
         """
     )
-    env = {**os.environ, "CUASYNC_BACKEND": "emulator"}
     r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=120
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split()
@@ -186,31 +200,10 @@ def test_faulted_outputs_are_leaked_with_one_warning() -> None:
 def test_stress_random_cancellations_and_timeouts(caplog) -> None:
     """10,000 tasks over 8 streams; a third cancelled, a third timed out, the rest checked.
 
-    On the emulator each command is delayed 30 us so that work is in flight when the
-    cancellations land; on a GPU the work is real (``CUASYNC_STRESS_TASKS`` sets the size).
+    Each task holds its stream ~200 us with the sleep op, so that work is in flight when
+    the cancellations land (``CUASYNC_STRESS_TASKS`` sets the size).
     """
-    if ON_EMULATOR:
-        import cuasync.emulator as emu
-
-        emu.set_delay(30)
-    try:
-        _stress(caplog)
-    finally:
-        if ON_EMULATOR:
-            emu.set_delay(0)
-
-
-SPIN = cuasync.Kernel(
-    r"""
-    extern "C" __global__ void spin_ns(unsigned long long ns) {
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-    }
-    """,
-    "spin_ns",
-    emulate=lambda ns: None,
-)
+    _stress(caplog)
 
 
 def _stress(caplog) -> None:
@@ -223,8 +216,8 @@ def _stress(caplog) -> None:
     handler_calls: list[dict] = []
 
     def busy_then_read(t: cuasync.Tensor) -> cuasync.DeviceOp:
-        # on a GPU, hold the stream ~200 us so that timeouts and cancels hit work in flight
-        return SPIN[1, 1](200_000).then(lambda _: t.to_host()) if not ON_EMULATOR else t.to_host()
+        # hold the stream ~200 us so that timeouts and cancels hit work in flight
+        return ct.sleep(200).then(lambda _: t.to_host())
 
     async def work(i: int) -> None:
         out = await cuasync.from_host(np.full(4, i, np.int64)).then(busy_then_read).schedule(policy)

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ON_EMULATOR
+from conftest import wait_until
 
 import cuasync
+import cuasync.testing as ct
 
 pytestmark = pytest.mark.anyio
 
@@ -25,8 +26,9 @@ reactor_path = pytest.mark.skipif(
 
 
 def run_script(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter (configuration is read once per process)."""
-    full = {**os.environ, "CUASYNC_BACKEND": "emulator", "CUASYNC_HOST_SYNC": "reactor", **env}
+    """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
+    once per process)."""
+    full = {**os.environ, "CUASYNC_HOST_SYNC": "reactor", **env}
     r = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -39,10 +41,13 @@ def run_script(code: str, **env: str) -> str:
 
 
 @reactor_path
-async def test_work_in_flight_goes_through_the_reactor(anyio_backend, emu) -> None:
+async def test_work_in_flight_goes_through_the_reactor(anyio_backend) -> None:
     before = cuasync.stats()
-    emu.set_delay(5000)  # longer than the inline spin budget
-    out = await cuasync.from_host(np.arange(4.0)).then(lambda t: t.to_host())
+    out = (  # 5 ms of device work first: longer than the inline spin budget
+        await ct.sleep(5000)
+        .then(lambda _: cuasync.from_host(np.arange(4.0)))
+        .then(lambda t: t.to_host())
+    )
     after = cuasync.stats()
     np.testing.assert_array_equal(out, np.arange(4.0))
     assert after.completed_reactor == before.completed_reactor + 1
@@ -90,16 +95,15 @@ def test_stats_fields() -> None:
     assert s.slots_total >= 4096
 
 
-async def test_many_concurrent_awaits_resolve_and_free_their_slots(
-    anyio_backend, emu, baseline
-) -> None:
+async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend, baseline) -> None:
     import anyio
 
-    emu.set_delay(200)
     policy = cuasync.StreamPoolRoundRobin(num_streams=8)
+    waiting: list[int] = []
     results: dict[int, float] = {}
 
     async def one(i: int) -> None:
+        waiting.append(i)  # in the same step as the submission below: no yield between
         a = (
             await cuasync.from_host(np.full(3, float(i)))
             .then(lambda t: t.to_host())
@@ -107,35 +111,48 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(
         )
         results[i] = float(a[0])
 
+    armed = cuasync.stats().slots_armed
     async with anyio.create_task_group() as tg:
-        for i in range(300):
-            tg.start_soon(one, i)
-    assert results == {i: float(i) for i in range(300)}
+        with ct.gate(*policy.streams):
+            for i in range(300):
+                tg.start_soon(one, i)
+            await wait_until(lambda: len(waiting) == 300)  # all 300 wait at once
+            if cuasync.stats().reactor:
+                assert cuasync.stats().slots_armed == armed + 1 + 300  # the gate's and theirs
+            assert not results
+    assert results == {i: float(i) for i in range(300)}  # baseline: the slots come back
 
 
-def test_several_loops_in_several_threads_each_get_their_own_completions(emu) -> None:
-    emu.set_delay(1000)
+def test_several_loops_in_several_threads_each_get_their_own_completions() -> None:
     errors: list[BaseException] = []
     got: dict[int, list[float]] = {}
+    waiting = [threading.Event() for _ in range(4)]
 
     def loop_thread(k: int) -> None:
         async def main() -> None:
-            outs = await asyncio.gather(
+            gathered = asyncio.gather(
                 *(
                     cuasync.from_host(np.full(2, 10.0 * k + i)).then(lambda t: t.to_host())
                     for i in range(10)
                 )
             )
+            await asyncio.sleep(0)  # each task has submitted its op and waits on it
+            waiting[k].set()
+            outs = await gathered
             got[k] = [float(o[0]) for o in outs]
 
         try:
             asyncio.run(main())
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
+            waiting[k].set()
 
     threads = [threading.Thread(target=loop_thread, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
+    with ct.gate():  # all 40 awaits, on 4 loops, are in flight together
+        for t in threads:
+            t.start()
+        assert all(w.wait(10) for w in waiting)
+        assert not got
     for t in threads:
         t.join()
     assert not errors
@@ -145,9 +162,10 @@ def test_several_loops_in_several_threads_each_get_their_own_completions(emu) ->
 def test_host_callback_mode_is_selectable() -> None:
     out = run_script(
         """
-        import asyncio, numpy as np, cuasync, cuasync.emulator as emu
-        emu.set_delay(3000)
+        import asyncio, numpy as np, cuasync, cuasync.testing as ct
         async def main():
+            gate = ct.gate()
+            asyncio.get_running_loop().call_soon(gate.open)  # once the await below waits
             a = await cuasync.from_host(np.arange(3.0)).then(lambda t: t.to_host())
             print(a.tolist())
         asyncio.run(main())
@@ -162,10 +180,13 @@ def test_host_callback_mode_is_selectable() -> None:
 def test_slot_exhaustion_falls_back_to_host_callbacks() -> None:
     out = run_script(
         """
-        import asyncio, numpy as np, cuasync, cuasync.emulator as emu
-        emu.set_delay(2000)
+        import asyncio, numpy as np, cuasync, cuasync.testing as ct
         async def main():
-            outs = await asyncio.gather(*(cuasync.from_host(np.full(2, float(i))).then(lambda t: t.to_host()) for i in range(12)))
+            gate = ct.gate()  # takes one of the 4 slots
+            gathered = asyncio.gather(*(cuasync.from_host(np.full(2, float(i))).then(lambda t: t.to_host()) for i in range(12)))
+            await asyncio.sleep(0)  # all 12 wait behind the gate: 3 slots, 9 host callbacks
+            gate.open()
+            outs = await gathered
             print([int(o[0]) for o in outs])
         asyncio.run(main())
         s = cuasync.stats()
@@ -195,28 +216,30 @@ def test_spin_budget_zero_sends_every_await_through_the_reactor() -> None:
     assert reactor + inline == 50 and reactor >= 45
 
 
-@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
 def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_fast() -> None:
     out = run_script(
         """
-        import asyncio, time, numpy as np, cuasync, cuasync.emulator as emu
+        import asyncio, time, numpy as np, cuasync, cuasync.testing as ct
         from cuasync.errors import DeviceFaultError
-        emu.set_delay(2000)
         async def main():
             policy = cuasync.StreamPoolRoundRobin(num_streams=4)
-            futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).schedule(policy) for _ in range(16)]
-            await asyncio.sleep(0)
-            t0 = time.monotonic()
-            emu.inject_fault(0)
-            results = await asyncio.gather(*(f for f in futs), return_exceptions=True)
-            took = time.monotonic() - t0
+            with ct.gate(*policy.streams):  # 16 awaits pending when the device faults
+                futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).schedule(policy) for _ in range(16)]
+                await asyncio.sleep(0)
+                try:
+                    await ct.trap()   # on another stream: faults the device
+                except DeviceFaultError as e:
+                    trapped = e
+                t0 = time.monotonic()  # cuasync knows of the fault: the rest follows at once
+                results = await asyncio.gather(*(f for f in futs), return_exceptions=True)
+                took = time.monotonic() - t0
             kinds = {type(r).__name__ for r in results}
             print(kinds, took < 0.1)
             t1 = time.monotonic()
             try:
                 await cuasync.zeros((4,))
             except DeviceFaultError as e:
-                print('fast', time.monotonic() - t1 < 0.01, 'ILLEGAL_INSTRUCTION' in str(e))
+                print('fast', time.monotonic() - t1 < 0.01, e.name == trapped.name)
         asyncio.run(main())
         print('faults', cuasync.stats().faults >= 1)
         """,
@@ -227,20 +250,22 @@ def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_
     assert lines[2] == "faults True"
 
 
-@pytest.mark.skipif(not ON_EMULATOR, reason="faults a private emulator process")
 def test_fault_also_ends_host_callback_waits() -> None:
     out = run_script(
         """
-        import asyncio, time, numpy as np, cuasync, cuasync.emulator as emu
-        emu.set_delay(3000)
+        import asyncio, time, numpy as np, cuasync, cuasync.testing as ct
         async def main():
-            fut = cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).submit()
-            t0 = time.monotonic()
-            emu.inject_fault(0)
-            try:
-                await fut
-            except cuasync.DeviceError as e:
-                print(type(e).__name__, time.monotonic() - t0 < 0.1)
+            s = cuasync.Device(0).new_stream()
+            with ct.gate(s):  # its host callback can only run after the gate: it never does
+                fut = cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).submit_on(s)
+                try:
+                    await ct.trap()
+                except cuasync.DeviceError:
+                    t0 = time.monotonic()
+                try:
+                    await fut
+                except cuasync.DeviceError as e:
+                    print(type(e).__name__, time.monotonic() - t0 < 0.1)
         asyncio.run(main())
         """,
         CUASYNC_HOST_SYNC="callback",
@@ -248,11 +273,14 @@ def test_fault_also_ends_host_callback_waits() -> None:
     assert out.strip() == "DeviceFaultError True"
 
 
-def test_blocking_wait_outside_a_loop(emu) -> None:
-    emu.set_delay(3000)
-    fut = cuasync.from_host(np.arange(5.0)).then(lambda t: t.to_host()).submit()
-    t0 = time.monotonic()
-    np.testing.assert_array_equal(fut.wait(), np.arange(5.0))
+def test_blocking_wait_outside_a_loop() -> None:
+    s = cuasync.Device(0).new_stream()
+    with ct.gate(s) as gate:
+        fut = cuasync.from_host(np.arange(5.0)).then(lambda t: t.to_host()).submit_on(s)
+        assert not fut.done()
+        threading.Timer(0.01, gate.open).start()  # from another thread, while wait() blocks
+        t0 = time.monotonic()
+        np.testing.assert_array_equal(fut.wait(), np.arange(5.0))
     assert time.monotonic() - t0 < 5
 
 

@@ -1,23 +1,32 @@
-"""The emulator is a faithful model of the driver semantics cuasync depends on."""
+"""The emulator is a faithful model of the driver semantics cuasync depends on.
+
+Each test drives a private emulator instance, not the suite's backend: the model is
+checked on every machine (on a GPU too), and faulting it ends nothing else. Only the
+test of the ``cuasync.emulator`` knobs needs the suite to run on the emulator.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import cuasync
-from cuasync._backends import get_backend
+from cuasync._backends.emulator import EmulatorBackend
 from cuasync.errors import DeviceFaultError, DriverError
-
-pytestmark = pytest.mark.emulator_only
 
 
 @pytest.fixture
-def be(emu):
-    yield get_backend()
+def be() -> Iterator[EmulatorBackend]:
+    """A private emulator with two devices; its stream workers end with the test."""
+    backend = EmulatorBackend(devices=2, memory=1 << 20)
+    yield backend
+    backend.resume()
+    for handle in list(backend._streams):
+        backend.stream_destroy(handle)  # never blocks: the worker drains, then exits
 
 
 def test_streams_run_commands_in_fifo_order(be) -> None:
@@ -30,32 +39,39 @@ def test_streams_run_commands_in_fifo_order(be) -> None:
     be.stream_destroy(s)
 
 
-def test_event_wait_orders_another_stream(be, emu) -> None:
+def test_event_wait_orders_another_stream(be) -> None:
     a, b = be.stream_create(0), be.stream_create(0)
     seen: list[str] = []
     ev = be.event_create(0)
-    with emu.paused():
+    be.pause()  # every stream worker holds before its next command
+    try:
         be.launch_host_func(a, lambda: seen.append("a"))
         be.event_record(ev, a)
         be.stream_wait_event(b, ev)
         be.launch_host_func(b, lambda: seen.append("b"))
         assert not be.event_query(ev)
+    finally:
+        be.resume()
     be.stream_synchronize(b)
     assert seen == ["a", "b"]
 
 
-def test_write_value32_lands_in_real_host_memory(be, emu) -> None:
+def test_write_value32_lands_in_real_host_memory(be) -> None:
     word = be.host_alloc(4)
     s = be.stream_create(0)
-    with emu.paused():
+    be.pause()
+    try:
         be.write_value32(s, word, 0xDEADBEEF)
         assert ctypes.c_uint32.from_address(word).value == 0
         assert be.stream_query(s) is False
+    finally:
+        be.resume()
     be.stream_synchronize(s)
     assert ctypes.c_uint32.from_address(word).value == 0xDEADBEEF
     be.host_free(word)
 
 
+@pytest.mark.emulator_only(reason="tests the emulator's own delay knob (cuasync.emulator)")
 def test_delay_knob_holds_work_in_flight(emu) -> None:
     emu.set_delay(20_000)
     s = cuasync.Device(0).new_stream()
@@ -67,57 +83,47 @@ def test_delay_knob_holds_work_in_flight(emu) -> None:
 
 
 def test_freed_memory_access_is_an_illegal_address_fault(be) -> None:
-    # A private emulator: faulting the shared one would end the rest of the suite.
-    from cuasync._backends.emulator import EmulatorBackend
-
-    e = EmulatorBackend(devices=1, memory=1 << 20)
-    s = e.stream_create(0)
-    ptr = e.mem_alloc_async(64, s)
-    host = e.host_alloc(64)
-    e.memcpy_dtoh_async(host, ptr, 64, s)
-    e.mem_free_async(ptr, s)
-    e.memcpy_dtoh_async(host, ptr, 64, s)  # use after free
+    s = be.stream_create(0)
+    ptr = be.mem_alloc_async(64, s)
+    host = be.host_alloc(64)
+    be.memcpy_dtoh_async(host, ptr, 64, s)
+    be.mem_free_async(ptr, s)
+    be.memcpy_dtoh_async(host, ptr, 64, s)  # use after free
     with pytest.raises(DeviceFaultError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
-        e.stream_synchronize(s)
+        be.stream_synchronize(s)
     # sticky: every later call on the device fails the same way
     with pytest.raises(DeviceFaultError):
-        e.stream_query(s)
+        be.stream_query(s)
     with pytest.raises(DeviceFaultError):
-        e.mem_alloc_async(64, s)
-    assert isinstance(e.device_fault(0), DeviceFaultError)
+        be.mem_alloc_async(64, s)
+    assert isinstance(be.device_fault(0), DeviceFaultError)
 
 
-def test_injected_fault_stops_queued_work_and_is_sticky() -> None:
-    from cuasync._backends.emulator import EmulatorBackend
-
-    e = EmulatorBackend(devices=2, memory=1 << 20)
-    s0, s1 = e.stream_create(0), e.stream_create(1)
+def test_injected_fault_stops_queued_work_and_is_sticky(be) -> None:
+    s0, s1 = be.stream_create(0), be.stream_create(1)
     ran: list[int] = []
     gate = threading.Event()
-    e.launch_host_func(s0, gate.wait)
-    e.launch_host_func(s0, lambda: ran.append(0))
-    e.inject_fault(0)
+    be.launch_host_func(s0, gate.wait)
+    be.launch_host_func(s0, lambda: ran.append(0))
+    be.inject_fault(0)
     gate.set()
     with pytest.raises(DeviceFaultError, match="ILLEGAL_INSTRUCTION"):
-        e.stream_synchronize(s0)
+        be.stream_synchronize(s0)
     assert ran == []  # queued work never ran
-    e.launch_host_func(s1, lambda: ran.append(1))  # the other device is unaffected
-    e.stream_synchronize(s1)
+    be.launch_host_func(s1, lambda: ran.append(1))  # the other device is unaffected
+    be.stream_synchronize(s1)
     assert ran == [1]
 
 
-def test_emulated_kernel_raising_faults_the_device() -> None:
-    from cuasync._backends.emulator import EmulatorBackend
-
-    e = EmulatorBackend(devices=1, memory=1 << 20)
-    s = e.stream_create(0)
+def test_emulated_kernel_raising_faults_the_device(be) -> None:
+    s = be.stream_create(0)
 
     def kernel() -> None:
         raise ZeroDivisionError("boom")
 
-    e.launch_emulated(s, kernel)
+    be.launch_emulated(s, kernel)
     with pytest.raises(DeviceFaultError, match="ZeroDivisionError: boom"):
-        e.stream_synchronize(s)
+        be.stream_synchronize(s)
 
 
 def test_capture_records_and_launch_replays(be) -> None:
@@ -157,8 +163,8 @@ def test_memcpy_2d_and_memset(be) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
-def test_events_time_work(be, emu) -> None:
-    emu.set_delay(2000)
+def test_events_time_work(be) -> None:
+    be.delay_us = 2000  # every command takes >= 2 ms
     s = be.stream_create(0)
     a, b = be.event_create(0, timing=True), be.event_create(0, timing=True)
     be.event_record(a, s)
@@ -169,8 +175,7 @@ def test_events_time_work(be, emu) -> None:
 
 
 def test_several_devices_have_separate_address_spaces(be) -> None:
-    if be.device_count() < 2:
-        pytest.skip("needs 2 devices")
+    assert be.device_count() == 2
     s0, s1 = be.stream_create(0), be.stream_create(1)
     p0, p1 = be.mem_alloc_async(16, s0), be.mem_alloc_async(16, s1)
     assert be.stream_device(s1) == 1

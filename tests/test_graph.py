@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import still_pending
 
 import cuasync
+import cuasync.testing as ct
 from cuasync.errors import ArgumentError, CaptureError
 
 pytestmark = pytest.mark.anyio
@@ -177,13 +179,15 @@ def test_graph_keeps_recorded_tensors_alive(baseline) -> None:
     del graph, out
 
 
-async def test_graph_launches_are_ordered_against_other_streams(anyio_backend, emu) -> None:
-    emu.set_delay(2000)
+async def test_graph_launches_are_ordered_against_other_streams(anyio_backend) -> None:
     x = await cuasync.zeros((N,))
     y = await cuasync.from_host(host(1.0))
     graph = add_scaled[1, N](x, y, 1.0, N).graph()
     other = cuasync.Device(0).new_stream()
-    await graph.launch().submit()
-    # a read on another stream right after a launch sees the launch's write
-    seen = await x.to_host().submit_on(other)
-    np.testing.assert_array_equal(seen, host(1.0))
+    with ct.gate(graph.stream):
+        launched = graph.launch().submit_on(graph.stream)
+        # a read on another stream right after a launch sees the launch's write
+        read = x.to_host().submit_on(other)
+        assert still_pending(read.done), "the read did not wait for the launch"
+    await launched
+    np.testing.assert_array_equal(await read, host(1.0))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
+from conftest import COMPLETION, still_pending, wait_until
 
 import cuasync
+import cuasync.testing as ct
 from cuasync.errors import (
     ArgumentError,
     OpConsumedError,
@@ -68,8 +71,8 @@ async def test_submit_returns_an_awaitable_future(anyio_backend) -> None:
     assert await fut is out  # awaiting again yields the same object
 
 
-def test_future_result_before_done_raises_and_wait_blocks(emu) -> None:
-    with emu.paused():
+def test_future_result_before_done_raises_and_wait_blocks() -> None:
+    with ct.gate():
         fut = cuasync.zeros((4,)).submit()
         assert not fut.done()
         with pytest.raises(asyncio.InvalidStateError, match="not completed yet"):
@@ -137,12 +140,28 @@ def test_then_unchecked_may_execute_other_ops() -> None:
     assert cuasync.from_host(ramp()).then_unchecked(nested).sync() == 42
 
 
-async def test_map_runs_after_completion_on_host(anyio_backend, emu) -> None:
-    emu.set_delay(2000)
-    total = (
-        await cuasync.from_host(ramp()).then(lambda t: t.to_host()).map(lambda a: float(a.sum()))
-    )
-    assert total == float(ramp().sum())
+async def test_map_runs_after_completion_on_host(anyio_backend) -> None:
+    import anyio
+
+    calls: list[float] = []
+    waiting: list[bool] = []
+    totals: list[float] = []
+
+    def total(a: np.ndarray) -> float:
+        calls.append(float(a.sum()))
+        return calls[-1]
+
+    async def waiter() -> None:
+        waiting.append(True)  # in the same step as the await's submission: no yield between
+        totals.append(await cuasync.from_host(ramp()).then(lambda t: t.to_host()).map(total))
+
+    async with anyio.create_task_group() as tg:
+        with ct.gate() as gate:
+            tg.start_soon(waiter)
+            await wait_until(lambda: bool(waiting))  # the waiter waits on its op
+            assert calls == []  # the work waits at the gate: map has not run
+            gate.open()
+    assert calls == totals == [float(ramp().sum())]
 
 
 async def test_inspect_sees_and_passes_through(anyio_backend) -> None:
@@ -194,53 +213,63 @@ async def test_failing_zip_member_fails_the_zip(anyio_backend) -> None:
         )
 
 
-async def test_unzipped_ops_share_one_execution(anyio_backend, emu) -> None:
-    before = emu.commands_enqueued()
+async def test_unzipped_ops_share_one_execution(anyio_backend, enqueued) -> None:
     x, y = cuasync.zip(cuasync.zeros((4,)), cuasync.zeros((4,))).unzip()
     tx, ty = await x, await y
-    # the zip's two memsets ran once; each await added only its completion flag write
     assert tx.shape == ty.shape == (4,)
-    assert emu.commands_enqueued() - before == 2 + 2
+    # the zip's two allocations and memsets ran once; each await added only its completion
+    work = [c for c in enqueued if c not in COMPLETION]
+    assert work == ["mem_alloc_async", "memset_d8_async"] * 2
+    assert len(enqueued) - len(work) == 2
 
 
-async def test_shared_runs_once_and_yields_the_same_object(anyio_backend, emu) -> None:
-    before = emu.commands_enqueued()
+async def test_shared_runs_once_and_yields_the_same_object(anyio_backend, enqueued) -> None:
     calls: list[int] = []
     shared = cuasync.zeros((4,)).inspect(lambda t: calls.append(1)).shared()
     results = [await shared for _ in range(3)]
     assert results[0] is results[1] is results[2]
     assert calls == [1]
-    assert emu.commands_enqueued() - before == 1 + 3  # one memset, three flag writes
+    work = [c for c in enqueued if c not in COMPLETION]
+    assert work == ["mem_alloc_async", "memset_d8_async"]  # one execution
+    assert len(enqueued) - len(work) == 3  # a completion for each await
 
 
-def test_shared_executed_concurrently_from_threads(emu) -> None:
-    emu.set_delay(1000)
-    shared = cuasync.from_host(ramp()).shared()
+def test_shared_executed_concurrently_from_threads(enqueued) -> None:
+    calls: list[int] = []
+    shared = cuasync.from_host(ramp()).inspect(lambda t: calls.append(1)).shared()
     results: list[object] = []
-    barrier = threading.Barrier(6)
+    barrier = threading.Barrier(7)
 
     def worker() -> None:
         barrier.wait()
         results.append(shared.sync())
 
     threads = [threading.Thread(target=worker) for _ in range(6)]
-    for t in threads:
-        t.start()
+    with ct.gate():  # the first execution stays in flight while the others join it
+        for t in threads:
+            t.start()
+        barrier.wait()
+        deadline = time.monotonic() + 10
+        while "memcpy_htod_async" not in enqueued and time.monotonic() < deadline:
+            time.sleep(0.0005)  # polling a condition: one thread has submitted the copy
+        assert not results
     for t in threads:
         t.join()
     assert len(results) == 6 and all(r is results[0] for r in results)
+    assert calls == [1] and enqueued.count("memcpy_htod_async") == 1
 
 
 async def test_shared_consumer_on_another_stream_is_ordered_after_the_producer(
-    anyio_backend, emu
+    anyio_backend,
 ) -> None:
-    emu.set_delay(3000)
     s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     shared = cuasync.from_host(ramp(1 << 12)).shared()
-    fut = shared.submit_on(s1)
-    # consumer on s2: reads the tensor the producer is still writing on s1
-    t = await shared.then(lambda t: t.to_host()).submit_on(s2)
-    np.testing.assert_array_equal(t, ramp(1 << 12))
+    with ct.gate(s1):  # the producer has not written the tensor yet
+        fut = shared.submit_on(s1)
+        # consumer on s2: reads the tensor the producer is still writing on s1
+        consumer = shared.then(lambda t: t.to_host()).submit_on(s2)
+        assert still_pending(consumer.done), "the consumer did not wait for the producer"
+    np.testing.assert_array_equal(await consumer, ramp(1 << 12))
     await fut
 
 

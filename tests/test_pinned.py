@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cuasync
+import cuasync.testing as ct
 from cuasync._backends import get_backend
 from cuasync.errors import ArgumentError, BusyResourceError, DTypeError, ShapeError
 
@@ -217,12 +218,13 @@ def test_pool_acquire_checks_its_arguments() -> None:
 
 
 # -- busy while in flight ------------------------------------------------------------------------
-def test_buffer_in_flight_refuses_views_and_names_the_transfer(emu) -> None:
+def test_buffer_in_flight_refuses_views_and_names_the_transfer() -> None:
+    s = cuasync.Device(0).new_stream()
     t = cuasync.zeros((1024,), "float32").sync()
     buf = cuasync.PinnedPool.default().acquire(4096, "float32")
     buf.array()[:] = 3
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         assert buf.in_flight
         with pytest.raises(
             BusyResourceError,
@@ -230,42 +232,45 @@ def test_buffer_in_flight_refuses_views_and_names_the_transfer(emu) -> None:
         ) as info:
             buf.array()
         assert "PinnedHostBuffer 4096 B float32" in str(info.value)
-        assert buf.in_flight  # still: the device is held
+        assert buf.in_flight  # still: the copy waits at the gate
     tensor, same = pending.wait()
     assert same is buf and not buf.in_flight
     assert float(buf.array().sum()) == 3 * 1024
     np.testing.assert_array_equal(tensor.to_host().sync(), np.full(1024, 3, np.float32))
 
 
-def test_download_buffer_is_busy_until_the_copy_is_observed(emu) -> None:
+def test_download_buffer_is_busy_until_the_copy_is_observed() -> None:
+    s = cuasync.Device(0).new_stream()
     t = cuasync.full((256,), 5.0, "float64").sync()
     buf = cuasync.PinnedHostBuffer(2048, "float64")
-    with emu.paused():
-        pending = cuasync.download_pending(t, buf)
+    with ct.gate(s):
+        pending = cuasync.download_pending(t, buf, stream=s)
         with pytest.raises(BusyResourceError, match="download_pending"):
             buf.array()
     pending.wait()
     np.testing.assert_array_equal(buf.array(), np.full(256, 5.0))
 
 
-def test_in_flight_clears_when_the_copy_lands_without_waiting(emu) -> None:
+def test_in_flight_clears_when_the_copy_lands_without_waiting() -> None:
+    s = cuasync.Device(0).new_stream()
     t = cuasync.zeros((16,), "uint8").sync()
     buf = cuasync.PinnedHostBuffer(16)
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         assert buf.in_flight
     pending.stream.synchronize()
     assert not buf.in_flight  # polling observed the completion: no wait() needed
     assert pending.is_ready()
 
 
-def test_release_while_in_flight_returns_the_block_only_after_the_copy(emu, baseline) -> None:
+def test_release_while_in_flight_returns_the_block_only_after_the_copy(baseline) -> None:
+    s = cuasync.Device(0).new_stream()
     pool = cuasync.PinnedPool()
     t = cuasync.zeros((2048,), "uint8").sync()
     buf = pool.acquire(2048)
     address = buf.address
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         buf.release()
         gc.collect()
         assert pool.stats().bytes_in_use == 4096  # the device may still read it

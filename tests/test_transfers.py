@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import subprocess
@@ -10,14 +9,15 @@ import sys
 import textwrap
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
+from conftest import settle, still_pending
 
 import cuasync
+import cuasync.testing as ct
 from cuasync.errors import (
     ArgumentError,
     BusyResourceError,
@@ -99,13 +99,15 @@ async def test_round_trip_with_await(anyio_backend, dtype: str, shape: tuple[int
     np.testing.assert_array_equal(down.array(shape=shape), data)
 
 
-async def test_await_while_the_copy_is_slow(anyio_backend, emu) -> None:
-    emu.set_delay(3000)
+async def test_await_while_the_copy_is_slow(anyio_backend) -> None:
+    s = cuasync.Device(0).new_stream()
     data = np.arange(1 << 14, dtype=np.float32)
-    t = await cuasync.empty(data.shape, "float32")
-    tensor, _ = await cuasync.upload_pending(filled(data), t)
+    t = await cuasync.empty(data.shape, "float32").submit_on(s)
+    ct.sleep(3000, stream=s).submit()  # 3 ms of device work before each copy
+    tensor, _ = await cuasync.upload_pending(filled(data), t, stream=s)
     buf = cuasync.PinnedHostBuffer(data.nbytes, "float32")
-    tensor, buf = await cuasync.download_pending(tensor, buf)
+    ct.sleep(3000, stream=s).submit()
+    tensor, buf = await cuasync.download_pending(tensor, buf, stream=s)
     np.testing.assert_array_equal(buf.array(), data)
 
 
@@ -122,15 +124,17 @@ def test_transfer_into_a_contiguous_view_at_an_offset() -> None:
     np.testing.assert_array_equal(out.array(), data)
 
 
-def test_later_ops_on_other_streams_are_ordered_after_the_upload(emu) -> None:
-    emu.set_delay(2000)
+def test_later_ops_on_other_streams_are_ordered_after_the_upload() -> None:
     s1, s2 = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     data = np.arange(4096, dtype=np.float64)
     t = cuasync.zeros(data.shape, "float64").sync_on(s1)
-    pending = cuasync.upload_pending(filled(data), t, stream=s1)
-    assert pending.stream is s1
-    # no wait: the read on s2 waits for the copy on s1 (event ordering), not the host
-    np.testing.assert_array_equal(t.to_host().sync_on(s2), data)
+    with ct.gate(s1):
+        pending = cuasync.upload_pending(filled(data), t, stream=s1)
+        assert pending.stream is s1
+        # no wait: the read on s2 waits for the copy on s1 (event ordering), not the host
+        read = t.to_host().submit_on(s2)
+        assert still_pending(read.done), "the read did not wait for the upload"
+    np.testing.assert_array_equal(read.wait(), data)
     pending.wait()
 
 
@@ -147,11 +151,12 @@ def test_explicit_stream_and_properties() -> None:
 
 
 # -- is_ready -------------------------------------------------------------------------------------
-def test_is_ready_is_false_then_true(emu) -> None:
+def test_is_ready_is_false_then_true() -> None:
+    s = cuasync.Device(0).new_stream()
     t = cuasync.zeros((256,), "float32").sync()
     buf = filled(np.ones(256, np.float32))
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         assert [pending.is_ready() for _ in range(5)] == [False] * 5
         assert buf.in_flight
     polls = 0
@@ -169,14 +174,18 @@ def test_is_ready_may_already_be_true_and_tells_faults_apart() -> None:
     # A fault is sticky for the process's device: run it in a fresh interpreter.
     code = textwrap.dedent(
         """
-        import numpy as np, cuasync, cuasync.emulator as emu
+        import numpy as np, cuasync, cuasync.testing as ct
         from cuasync.errors import DeviceFaultError
+        s = cuasync.Device(0).new_stream()
         t = cuasync.zeros((1024,), "float32").sync()
         buf = cuasync.PinnedHostBuffer(4096)
-        with emu.paused():
-            pending = cuasync.upload_pending(buf, t)
+        with ct.gate(s):
+            pending = cuasync.upload_pending(buf, t, stream=s)
             print("before", pending.is_ready())
-            emu.inject_fault(0)
+            try:
+                ct.trap().sync()  # on another stream: faults the device
+            except DeviceFaultError:
+                pass
         try:
             for _ in range(1000):
                 pending.is_ready()
@@ -189,9 +198,8 @@ def test_is_ready_may_already_be_true_and_tells_faults_apart() -> None:
             print("wait raised")
         """
     )
-    env = {**os.environ, "CUASYNC_BACKEND": "emulator"}
     r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=120
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:3] == ["before False", "raised DeviceFaultError", "wait raised"]
@@ -277,37 +285,25 @@ def test_refusals_hand_the_package_back_untouched(
         assert (buffer == 4.0).all()
 
 
-@contextlib.contextmanager
-def no_collection() -> Iterator[None]:
-    """No garbage collection while commands are counted: it frees tensors (earlier tests'
-    reference cycles), and each free is a command."""
-    settle()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def test_refusals_enqueue_nothing(emu) -> None:
+def test_refusals_enqueue_nothing(enqueued) -> None:
     t = cuasync.zeros((100,), "float32").sync()
     for make, route, _ in [c[1:] for c in _refusals()]:
         buffer, tensor = make()
-        with no_collection():
-            before = emu.commands_enqueued()
-            with pytest.raises(TransferRejected):
-                _submit(route, buffer, tensor)
-            assert emu.commands_enqueued() == before
+        before = len(enqueued)
+        with pytest.raises(TransferRejected):
+            _submit(route, buffer, tensor)
+        assert enqueued[before:] == [], route
     del t
 
 
-def test_a_buffer_in_flight_is_refused_with_a_busy_rejection(emu) -> None:
+def test_a_buffer_in_flight_is_refused_with_a_busy_rejection(enqueued) -> None:
+    s = cuasync.Device(0).new_stream()
     t = cuasync.zeros((100,), "float32").sync()
     t2 = cuasync.zeros((100,), "float32").sync()
     buf = cuasync.PinnedHostBuffer(400)
-    with no_collection(), emu.paused():
-        first = cuasync.upload_pending(buf, t)
-        before = emu.commands_enqueued()
+    with ct.gate(s):
+        first = cuasync.upload_pending(buf, t, stream=s)
+        before = len(enqueued)
         for route in ("upload_pending", "download_pending"):
             with pytest.raises(
                 TransferRejected, match="already in flight: upload_pending on stream"
@@ -316,7 +312,7 @@ def test_a_buffer_in_flight_is_refused_with_a_busy_rejection(emu) -> None:
             assert isinstance(info.value, BusyResourceError)
             assert info.value.package == (buf, t2)
             assert info.value.package[0] is buf and info.value.package[1] is t2
-        assert emu.commands_enqueued() == before
+        assert enqueued[before:] == []
     first.wait()
     cuasync.download_pending(t2, buf).wait()  # free again once the first one is done
 
@@ -349,7 +345,8 @@ def test_transfers_on_a_second_device() -> None:
 
 
 # -- lifetimes ------------------------------------------------------------------------------------
-def test_dropping_an_unwaited_transfer_keeps_everything_alive_until_done(emu, baseline) -> None:
+def test_dropping_an_unwaited_transfer_keeps_everything_alive_until_done(baseline) -> None:
+    s = cuasync.Device(0).new_stream()
     dev = cuasync.Device(0)
     used = dev.memory_info().used
     data = np.arange(1 << 12, dtype=np.float32)
@@ -358,38 +355,40 @@ def test_dropping_an_unwaited_transfer_keeps_everything_alive_until_done(emu, ba
     buf = cuasync.PinnedHostBuffer(data.nbytes, "float32")
     buf.array()[:] = data
     alive_t, alive_buf = weakref.ref(t), weakref.ref(buf)
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         del pending, t, buf
         gc.collect()
         # the device may still read the buffer and write the tensor: both are held
         assert alive_t() is not None and alive_buf() is not None
         assert dev.memory_info().used == used + data.nbytes
         if cuasync.stats().reactor:
-            assert cuasync.stats().slots_armed >= 1  # its completion is still watched
+            assert cuasync.stats().slots_armed >= 2  # its completion is watched; the gate
     # the background watcher (or the host callback) observes the completion and releases them
     assert released(alive_t) and released(alive_buf)
 
 
-async def test_dropping_an_unwaited_download_inside_a_loop(anyio_backend, emu, baseline) -> None:
+async def test_dropping_an_unwaited_download_inside_a_loop(anyio_backend, baseline) -> None:
+    s = cuasync.Device(0).new_stream()
     t = await cuasync.full((512,), 2.0, "float64")
     buf = cuasync.PinnedHostBuffer(4096, "float64")
     alive = weakref.ref(buf)
-    with emu.paused():
-        cuasync.download_pending(t, buf)
+    with ct.gate(s):
+        cuasync.download_pending(t, buf, stream=s)
         del buf, t
         gc.collect()
         assert alive() is not None
     assert released(alive)
 
 
-async def test_cancelled_await_leaves_the_transfer_running(anyio_backend, emu, baseline) -> None:
+async def test_cancelled_await_leaves_the_transfer_running(anyio_backend, baseline) -> None:
     import anyio
 
+    s = cuasync.Device(0).new_stream()
     t = await cuasync.zeros((64,), "float32")
     buf = filled(np.full(64, 9, np.float32))
-    with emu.paused():
-        pending = cuasync.upload_pending(buf, t)
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
         with anyio.move_on_after(0.01) as scope:
             await pending
         assert scope.cancelled_caught
