@@ -372,23 +372,17 @@ def test_emulated_kernel_that_raises_fails_only_its_op(baseline) -> None:
     assert isinstance(info.value.__cause__, TypeError)
     assert not isinstance(info.value, (cuasync.errors.ArgumentError, DeviceFaultError))
     assert cuasync.Device(0).fault is None
-<<<<<<< HEAD
-    np.testing.assert_array_equal(await cuasync.fill(x, 1.0).then(lambda t: t.to_host()), 1.0)
-    with pytest.raises(cuasync.errors.KernelError):  # also inside a then chain
-        await cuasync.zeros((4,)).then(lambda t: kernel[1, 1](t, 4))
-    shared = kernel[1, 1](x, 4).shared()
-    for _ in range(3):  # every consumer of a shared op fails, not only the first
-        with pytest.raises(cuasync.errors.KernelError):
-            await shared
-=======
     np.testing.assert_array_equal(cuasync.fill(x, 1.0).then(lambda t: t.to_host()).sync(), 1.0)
     with pytest.raises(cuasync.errors.KernelError):  # also inside a then chain, awaited
         asyncio.run(_await(cuasync.zeros((4,)).then(lambda t: kernel[1, 1](t, 4))))
+    shared = kernel[1, 1](x, 4).shared()
+    for _ in range(3):  # every consumer of a shared op fails, not only the first
+        with pytest.raises(cuasync.errors.KernelError):
+            shared.sync()
 
 
 async def _await(op: cuasync.DeviceOp) -> object:
     return await op
->>>>>>> helper-d
 
 
 # -- 18: a forgotten await says so -------------------------------------------------------
