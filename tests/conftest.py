@@ -27,6 +27,18 @@ ON_EMULATOR = BACKEND == "emulator"
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_loaded_before_any_gate():
+    """On a GPU, loading a kernel module waits for the device's pending work, so a kernel
+    first launched behind a closed gate would wait for the gate: load them all up front."""
+    if not ON_EMULATOR:
+        from cuasync._creation import builtin_kernels
+
+        for kernel in builtin_kernels():
+            kernel.compile()
+        cuasync.testing.sleep(0)  # loads the testing kernels
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     dev = cuasync.Device(0)
     return f"cuasync backend: {BACKEND} ({dev.name}); CUASYNC_SPIN_BUDGET_US={os.environ.get('CUASYNC_SPIN_BUDGET_US', '20')}"

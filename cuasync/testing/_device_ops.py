@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from .._backends.base import EmulatedTrap
 from .._core.context import ExecutionContext
-from .._core.device import Stream
+from .._core.device import Device, Stream
 from .._core.op import DeviceOp
 from .._core.output import Output
 from .._kernel import Kernel
@@ -45,6 +45,17 @@ def _kernels() -> tuple[Kernel, Kernel]:
         Kernel(source, "cuasync_sleep", emulate=_sleep_twin),
         Kernel(source, "cuasync_trap", emulate=_trap_twin),
     )
+
+
+def load(device: Device | None = None) -> None:
+    """Compile and load the sleep and trap kernels on ``device`` (default: the default one).
+
+    On a GPU, loading a module waits for the device's pending work: loading one while a
+    gate holds a stream would wait for the gate, and loading the trap's while a sleep op
+    runs would wait for the sleep. So both are loaded together, before either is used.
+    """
+    for kernel in _kernels():
+        kernel.compile(device)
 
 
 class _OnStream(DeviceOp[T]):
@@ -89,6 +100,7 @@ def sleep(us: float, stream: Stream | None = None) -> DeviceOp[None]:
     ns = round(us * 1000)
     if ns >= 1 << 63:
         raise ArgumentError(f"us={us!r} is too long for a sleep op")
+    load(None if stream is None else stream.device)
     op: DeviceOp[None] = _kernels()[0][1, 1](ns)
     return _on(op, stream)
 
@@ -104,5 +116,6 @@ def trap(stream: Stream | None = None) -> DeviceOp[None]:
     >>> with pytest.raises(cuasync.errors.DeviceFaultError):
     ...     await cuasync.testing.trap()
     """
+    load(None if stream is None else stream.device)
     op: DeviceOp[None] = _kernels()[1][1, 1]()
     return _on(op, stream)

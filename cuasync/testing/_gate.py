@@ -17,6 +17,7 @@ from .._core.context import LOCK, check_not_submitting, no_capture
 from .._core.device import Stream
 from .._core.scheduling import SingleStream, StreamPoolRoundRobin, current_policy
 from ..errors import ArgumentError
+from ._device_ops import load
 
 __all__ = ["Gate", "gate"]
 
@@ -92,7 +93,9 @@ def gate(*streams: Stream) -> Gate:
     point: work submitted to them afterwards waits until the gate opens.
 
     Use it as a context manager (the gate opens when the block exits) or call
-    :meth:`Gate.open`. Work in flight behind a gate is how tests observe cancellation,
+    :meth:`Gate.open`. On a GPU, loading a kernel module waits for all pending work on
+    the device, so a kernel launched for the first time behind a closed gate would wait
+    for the gate: launch (or ``Kernel.compile()``) each kernel once before closing one. Work in flight behind a gate is how tests observe cancellation,
     timeouts and ordering deterministically, on a GPU and on the emulator alike.
 
     >>> with cuasync.testing.gate() as g:
@@ -110,4 +113,8 @@ def gate(*streams: Stream) -> Gate:
                 f"gate() argument {i} must be a cuasync.Stream, got {type(stream).__name__}"
             )
         no_capture(stream, "cuasync.testing.gate()")
+    for device in {s.device for s in streams}:
+        # Loading a module waits for the device's pending work, so a kernel first loaded
+        # behind a closed gate waits for the gate: load the testing kernels now.
+        load(device)
     return Gate(tuple(streams))
