@@ -95,7 +95,8 @@ def gate(*streams: Stream) -> Gate:
     Use it as a context manager (the gate opens when the block exits) or call
     :meth:`Gate.open`. On a GPU, loading a kernel module waits for all pending work on
     the device, so a kernel launched for the first time behind a closed gate would wait
-    for the gate: launch (or ``Kernel.compile()``) each kernel once before closing one. Work in flight behind a gate is how tests observe cancellation,
+    for the gate: launch (or ``Kernel.compile()``) each kernel once before closing one.
+    Work in flight behind a gate is how tests observe cancellation,
     timeouts and ordering deterministically, on a GPU and on the emulator alike.
 
     >>> with cuasync.testing.gate() as g:
