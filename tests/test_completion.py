@@ -50,8 +50,8 @@ async def test_work_in_flight_goes_through_the_reactor(anyio_backend) -> None:
     )
     after = cuasync.stats()
     np.testing.assert_array_equal(out, np.arange(4.0))
+    # (No claim on reactor_wakeups: a reactor still hot from earlier awaits never parks.)
     assert after.completed_reactor == before.completed_reactor + 1
-    assert after.reactor_wakeups > before.reactor_wakeups
 
 
 @pytest.fixture
