@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 
@@ -37,6 +40,22 @@ def _kernels_loaded_before_any_gate():
         for kernel in builtin_kernels():
             kernel.compile()
         cuasync.testing._device_ops.load()  # the sleep and trap kernels
+
+
+def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
+    once per process, and some behaviour is per process: exits, forks, sticky faults);
+    fails on a non-zero exit."""
+    full = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", **env}
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=timeout,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
 
 
 def pytest_report_header(config: pytest.Config) -> str:

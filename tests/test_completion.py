@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
+import conftest
 import numpy as np
 import pytest
 from conftest import wait_until
@@ -26,18 +24,8 @@ reactor_path = pytest.mark.skipif(
 
 
 def run_script(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
-    once per process)."""
-    full = {**os.environ, "CUASYNC_HOST_SYNC": "reactor", **env}
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    """``conftest.run_script``'s output, with the reactor path unless ``env`` says otherwise."""
+    return conftest.run_script(code, **{"CUASYNC_HOST_SYNC": "reactor", **env}).stdout
 
 
 @reactor_path

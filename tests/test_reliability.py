@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -21,26 +18,13 @@ import weakref
 
 import numpy as np
 import pytest
+from conftest import run_script
 
 import cuasync
 import cuasync.testing as ct
 from cuasync.errors import DeviceError, DeviceFaultError, OutOfMemoryError
 
 pytestmark = pytest.mark.anyio
-
-
-def run_script(code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter on this suite's backend; fails on a non-zero exit."""
-    full = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", **env}
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=timeout,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
 
 
 # -- 2: a process with work in flight exits promptly ------------------------------------
