@@ -31,6 +31,7 @@ from ._core.device import Stream as Stream
 from ._core.device import device_count as device_count
 from ._core.device import get_default_device as get_default_device
 from ._core.device import set_default_device as set_default_device
+from ._core.device import use_device as use_device
 from ._core.graph import CudaGraph as CudaGraph
 from ._core.graph import GraphScope as GraphScope
 from ._core.graph import graph_scope as graph_scope
@@ -125,6 +126,7 @@ __all__ = [
     "stats",
     "to_host",
     "upload_pending",
+    "use_device",
     "use_policy",
     "value",
     "zeros",

@@ -5,6 +5,9 @@
 ``CUASYNC_EMU_DEVICES``        number of emulated devices (default 1)
 ``CUASYNC_EMU_DELAY_US``       delay before each emulated command, microseconds (default 0)
 ``CUASYNC_EMU_MEMORY``         emulated device memory per device in bytes (default 1 GiB)
+``CUASYNC_EMU_PEER``           whether emulated devices can access each other's memory:
+                               ``on`` (default) or ``off`` (copies between them are staged
+                               through pinned host memory, as on GPUs without peer access)
 ``CUASYNC_EMU_COMPILE``        whether the emulator compiles each ``Kernel``'s CUDA source with
                                NVRTC at its first launch, so device-code errors surface
                                without a GPU: ``auto`` (default: when NVRTC loads), ``on``
@@ -29,6 +32,7 @@ from .errors import ArgumentError
 _BACKENDS = ("auto", "cuda", "emulator")
 _HOST_SYNC = ("reactor", "callback")
 _EMU_COMPILE = ("auto", "on", "off")
+_ON_OFF = ("on", "off")
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -57,6 +61,7 @@ class Config:
     emu_devices: int
     emu_delay_us: int
     emu_memory: int
+    emu_peer: bool
     emu_compile: str
     spin_budget_us: int
     slots: int
@@ -70,6 +75,7 @@ def _read() -> Config:
         emu_devices=_int("CUASYNC_EMU_DEVICES", 1, minimum=1),
         emu_delay_us=_int("CUASYNC_EMU_DELAY_US", 0),
         emu_memory=_int("CUASYNC_EMU_MEMORY", 1 << 30, minimum=1 << 20),
+        emu_peer=_choice("CUASYNC_EMU_PEER", "on", _ON_OFF) == "on",
         emu_compile=_choice("CUASYNC_EMU_COMPILE", "auto", _EMU_COMPILE),
         spin_budget_us=_int("CUASYNC_SPIN_BUDGET_US", 20),
         slots=_int("CUASYNC_SLOTS", 16384, minimum=1),

@@ -21,7 +21,7 @@ from ._core.output import Output
 from ._core.staging import staging_pool
 from ._dtypes import as_dtype, dtype_name
 from ._tensor import Shape, Tensor, check_shape
-from .errors import ArgumentError, DTypeError, InvalidDeviceError, OutOfMemoryError, ShapeError
+from .errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 
 __all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
 
@@ -191,7 +191,10 @@ def dup(tensor: Tensor) -> DeviceOp[Tensor]:
 def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     """An op copying ``src`` into ``dst`` (same dtype and element count); outputs ``dst``.
 
-    Shapes may differ when both tensors are contiguous.
+    Shapes may differ when both tensors are contiguous. The tensors may live on different
+    devices: the copy then runs on a stream of ``dst``'s device, device to device where
+    the two can access each other's memory, else staged through pinned host memory
+    (see docs/multi-gpu.md).
 
     >>> await cuasync.memcpy(out[0:2], staging)
     """
@@ -207,14 +210,15 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             f"memcpy needs equal element counts: dst has {d.size} {d.shape}, src has "
             f"{s.size} {s.shape}"
         )
-    if d.device is not s.device:
-        raise InvalidDeviceError(
-            f"memcpy between devices {s.device.ordinal} and {d.device.ordinal} is not supported; "
-            "go through the host (to_host then from_host)"
-        )
     if d.shape != s.shape and not (d.is_contiguous and s.is_contiguous):
         raise ShapeError(
             f"memcpy between shapes {s.shape} and {d.shape} needs both tensors contiguous"
+        )
+    if d.device is not s.device:
+        from ._peer import copy_between_devices
+
+        return device_op(
+            lambda ctx: copy_between_devices(ctx, d, s), d.device, "memcpy", graph_node=True
         )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:

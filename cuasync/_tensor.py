@@ -403,6 +403,21 @@ class Tensor:
 
         return dup(self)
 
+    def to(self, device: int | Device) -> DeviceOp[Tensor]:
+        """An op producing a contiguous copy of the tensor on ``device``.
+
+        Always a new tensor, on the same device too (then it is :meth:`dup`): what you get
+        never aliases the input, however many devices the machine has. Between devices
+        the copy goes device to device where they can access each other's memory, else
+        through pinned host memory; it runs on a stream of ``device``'s policy and waits
+        for pending writes to this tensor (see docs/multi-gpu.md).
+
+        >>> y = await x.to(1)                     # x on device 0, y on device 1
+        """
+        from ._peer import to_device
+
+        return to_device(self, device)
+
 
 class Partition:
     """A tensor split into equal tiles; the output wrapper for kernel launches.

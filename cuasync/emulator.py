@@ -5,6 +5,8 @@
 >>> with emu.paused():           # hold all stream workers: work stays in flight
 ...     fut = op.submit()
 >>> emu.inject_fault(device=0)   # the device's context becomes sticky-faulted
+>>> with emu.peer_access(False):  # devices that cannot reach each other: copies are staged
+...     y = await x.to(1)
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ __all__ = [
     "get_delay",
     "inject_fault",
     "paused",
+    "peer_access",
+    "peer_access_enabled",
+    "peer_copies",
     "set_delay",
+    "set_peer_access",
 ]
 
 
@@ -88,3 +94,36 @@ def inject_fault(device: int = 0, code: int = 715) -> None:
 def commands_enqueued() -> int:
     """How many commands (copies, kernels, flag writes, ...) have been enqueued so far."""
     return _emulator().enqueued
+
+
+def set_peer_access(capable: bool) -> None:
+    """Model devices that can (True, the default) or cannot access each other's memory.
+
+    Without peer access, copies between devices are staged through pinned host memory;
+    ``CUASYNC_EMU_PEER=off`` sets the same at start.
+    """
+    if not isinstance(capable, bool):
+        raise ValueError(f"capable must be a bool, got {capable!r}")
+    _emulator().set_peer_access(capable)
+
+
+@contextmanager
+def peer_access(capable: bool) -> Iterator[None]:
+    """Temporarily model devices that can (or cannot) access each other's memory."""
+    backend = _emulator()
+    previous = backend.peer_capable
+    set_peer_access(capable)
+    try:
+        yield
+    finally:
+        backend.set_peer_access(previous)
+
+
+def peer_access_enabled(device: int, peer: int) -> bool:
+    """Whether ``device`` has been given access to ``peer``'s memory (once per direction)."""
+    return _emulator().peer_access_enabled(device, peer)
+
+
+def peer_copies() -> int:
+    """How many direct device-to-device copies between two devices were enqueued so far."""
+    return _emulator().peer_copies

@@ -17,7 +17,9 @@ _backend: Backend | None = None
 def _make_emulator() -> Backend:
     from .emulator import EmulatorBackend
 
-    return EmulatorBackend(CONFIG.emu_devices, CONFIG.emu_memory, CONFIG.emu_delay_us)
+    return EmulatorBackend(
+        CONFIG.emu_devices, CONFIG.emu_memory, CONFIG.emu_delay_us, peer_access=CONFIG.emu_peer
+    )
 
 
 def _make_cuda() -> Backend:

@@ -67,6 +67,30 @@ class Backend(ABC):
         """Whether ``write_value32`` works on this device (the reactor needs it)."""
         return True
 
+    # -- peers ---------------------------------------------------------------------
+    @abstractmethod
+    def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
+        """Whether ``ordinal`` can reach ``peer``'s memory directly (``cuDeviceCanAccessPeer``).
+
+        False when ``ordinal == peer``, as the driver answers.
+        """
+
+    @abstractmethod
+    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+        """Let ``ordinal`` access ``peer``'s memory, stream-ordered pool memory included.
+
+        One direction only; idempotent. Raises :class:`~cuasync.errors.DriverError`
+        (``CUDA_ERROR_PEER_ACCESS_UNSUPPORTED``) where :meth:`device_can_access_peer` says no.
+        """
+
+    @abstractmethod
+    def memcpy_peer_async(
+        self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
+    ) -> None:
+        """Copy ``nbytes`` from ``src`` (memory of device ``src_ordinal``) to ``dst`` (of
+        ``dst_ordinal``) on ``stream`` (``cuMemcpyPeerAsync``); direct where peer access is
+        enabled."""
+
     # -- streams -------------------------------------------------------------------
     @abstractmethod
     def stream_create(self, ordinal: int) -> int: ...

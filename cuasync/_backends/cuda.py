@@ -62,6 +62,10 @@ _EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 _HOSTALLOC_FLAGS = 0x1 | 0x2  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
 _MEMORYTYPE_HOST = 1  # CU_MEMORYTYPE_HOST
 _MEMORYTYPE_DEVICE = 2  # CU_MEMORYTYPE_DEVICE
+_LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
+_ACCESS_READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+_PEER_ACCESS_UNSUPPORTED = 217  # CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+_PEER_ACCESS_ALREADY_ENABLED = 704  # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 _UINT64_MAX = (1 << 64) - 1
 
 # Filled by _load_driver(): enum members that cuda.bindings wants as enums, not ints.
@@ -111,6 +115,10 @@ def _load_driver() -> Any:
         )
         assert int(driver.CUmemorytype.CU_MEMORYTYPE_HOST) == _MEMORYTYPE_HOST
         assert int(driver.CUmemorytype.CU_MEMORYTYPE_DEVICE) == _MEMORYTYPE_DEVICE
+        assert int(driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE) == _LOCATION_DEVICE
+        assert int(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE) == (
+            _ACCESS_READWRITE
+        )
         _d = driver
         return driver
 
@@ -289,6 +297,8 @@ class CudaBackend(Backend):
         self._context_ordinal: dict[int, int] = {}  # int(CUcontext) -> ordinal
         self._pools_configured: set[int] = set()
         self._pools: dict[int, Any] = {}  # ordinal -> CUmemoryPool
+        self._can_access_peer: dict[tuple[int, int], bool] = {}  # (ordinal, peer) -> answer
+        self._peers_enabled: set[tuple[int, int]] = set()  # (ordinal, peer): ordinal reaches peer
         # handle -> ordinal, for what this backend created.
         self._streams: dict[int, int] = {}
         self._events: dict[int, int] = {}
@@ -374,6 +384,11 @@ class CudaBackend(Backend):
             self._context_ordinal[int(ctx)] = ordinal
             self._contexts[ordinal] = ctx
             return ctx
+
+    def _context(self, ordinal: int) -> Any:
+        """``ordinal``'s primary context, retained on first use."""
+        ctx = self._contexts.get(ordinal)
+        return ctx if ctx is not None else self._retain(ordinal)
 
     def _switch(self, ordinal: int) -> None:
         """Make ``ordinal``'s primary context current on this thread (unconditionally)."""
@@ -467,6 +482,59 @@ class CudaBackend(Backend):
             return False
         err, value = _d.cuDeviceGetAttribute(_ATTR_STREAM_MEM_OPS, dev)
         return not err and bool(value)
+
+    # -- peers -----------------------------------------------------------------------
+    def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
+        known = self._can_access_peer.get((ordinal, peer))
+        if known is not None:
+            return known
+        dev, peer_dev = self._device(ordinal), self._device(peer)
+        if ordinal == peer:
+            return False
+        err, can = _d.cuDeviceCanAccessPeer(dev, peer_dev)
+        self._check(err, "cuDeviceCanAccessPeer", ordinal)
+        self._can_access_peer[(ordinal, peer)] = bool(can)  # the topology never changes
+        return bool(can)
+
+    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+        if (ordinal, peer) in self._peers_enabled:
+            return
+        if not self.device_can_access_peer(ordinal, peer):
+            raise driver_error(
+                _PEER_ACCESS_UNSUPPORTED,
+                "cuCtxEnablePeerAccess",
+                f"device {ordinal} cannot access device {peer} (cuDeviceCanAccessPeer is 0)",
+            )
+        peer_ctx = self._context(peer)
+        self._switch(ordinal)
+        # From ``ordinal``'s context: access is one-way. Another thread may have won the
+        # race to enable it (ALREADY_ENABLED), which is as good.
+        (err,) = _d.cuCtxEnablePeerAccess(peer_ctx, 0)
+        if err and int(err) != _PEER_ACCESS_ALREADY_ENABLED:
+            raise self._fail(err, "cuCtxEnablePeerAccess", ordinal)
+        # Pool allocations (cuMemAllocAsync, all of cuasync's) do not follow the context's
+        # peer access: the pool itself must grant it.
+        err, pool = _d.cuDeviceGetDefaultMemPool(self._devices[peer])
+        self._check(err, "cuDeviceGetDefaultMemPool", peer)
+        access = _d.CUmemAccessDesc()
+        access.location.type = _LOCATION_DEVICE
+        access.location.id = int(self._devices[ordinal])
+        access.flags = _ACCESS_READWRITE
+        (err,) = _d.cuMemPoolSetAccess(pool, [access], 1)
+        self._check(err, "cuMemPoolSetAccess", peer)
+        self._peers_enabled.add((ordinal, peer))
+
+    def memcpy_peer_async(
+        self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
+    ) -> None:
+        dst_ctx, src_ctx = self._context(dst_ordinal), self._context(src_ordinal)
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
+        args = (dst, dst_ctx, src, src_ctx, nbytes, stream)
+        res = _d.cuMemcpyPeerAsync(*args)
+        if res[0]:
+            self._redo(res, ordinal, "cuMemcpyPeerAsync", *args)
 
     # -- streams ---------------------------------------------------------------------
     def stream_create(self, ordinal: int) -> int:

@@ -10,6 +10,9 @@
 * A fault (illegal address, an emulated kernel raising, :func:`inject_fault`) is sticky:
   queued work is dropped, flags stop landing, queries and later calls raise it.
 * Stream capture records the commands enqueued on a stream; a graph launch replays them.
+* Peers: every device can access every other one unless ``peer_access=False`` (a machine
+  whose GPUs cannot reach each other); access is enabled per direction, and peer copies
+  check that each pointer is memory of the device named for it, as the driver does.
 * Knobs for tests: a per-command delay and a gate that holds every worker.
 """
 
@@ -44,6 +47,7 @@ _LAUNCH_FAILED = 719
 _INVALID_VALUE = 1
 _INVALID_HANDLE = 400
 _NOT_SUPPORTED = 801
+_PEER_ACCESS_UNSUPPORTED = 217
 _CAPTURE_UNSUPPORTED = 900
 
 #: Each device owns a 1 TiB window of the emulated address space.
@@ -146,7 +150,9 @@ class EmulatorBackend(Backend):
 
     name = "emulator"
 
-    def __init__(self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0) -> None:
+    def __init__(
+        self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0, peer_access: bool = True
+    ) -> None:
         self._devices = [
             _Device(i, memory, next_address=(i + 1) * _DEVICE_WINDOW) for i in range(devices)
         ]
@@ -161,6 +167,10 @@ class EmulatorBackend(Backend):
         self._gate.set()
         self.delay_us = delay_us
         self.enqueued = 0  # commands accepted so far, for tests that check laziness
+        #: Whether the emulated devices can reach each other's memory (a knob).
+        self.peer_capable = peer_access
+        self._peers_enabled: set[tuple[int, int]] = set()
+        self.peer_copies = 0  # memcpy_peer_async calls accepted so far, for tests
 
     # -- knobs ---------------------------------------------------------------------
     def pause(self) -> None:
@@ -169,6 +179,15 @@ class EmulatorBackend(Backend):
 
     def resume(self) -> None:
         self._gate.set()
+
+    def set_peer_access(self, capable: bool) -> None:
+        """Model a machine whose devices can (or cannot) access each other's memory."""
+        self.peer_capable = capable
+        if not capable:
+            self._peers_enabled.clear()
+
+    def peer_access_enabled(self, ordinal: int, peer: int) -> bool:
+        return (ordinal, peer) in self._peers_enabled
 
     def inject_fault(self, ordinal: int, code: int = 715) -> None:
         self._fault(self._device(ordinal), code, "injected by cuasync.emulator.inject_fault")
@@ -221,12 +240,18 @@ class EmulatorBackend(Backend):
         else:
             stream.put(command)
 
-    def _resolve(self, ptr: int, nbytes: int) -> np.ndarray:
-        """The bytes ``[ptr, ptr + nbytes)`` of emulated device memory, or an illegal access."""
+    def _resolve(self, ptr: int, nbytes: int, owner: _Device | None = None) -> np.ndarray:
+        """The bytes ``[ptr, ptr + nbytes)`` of emulated device memory (of ``owner`` if
+        given), or an illegal access."""
         device_index = ptr // _DEVICE_WINDOW - 1
         if not 0 <= device_index < len(self._devices):
             raise _IllegalAddress(f"address {ptr:#x} is not device memory")
         device = self._devices[device_index]
+        if owner is not None and device is not owner:
+            raise _IllegalAddress(
+                f"address {ptr:#x} is memory of device {device.ordinal}, not of device "
+                f"{owner.ordinal}"
+            )
         with device.lock:
             i = bisect.bisect_right(device.bases, ptr) - 1
             base = device.bases[i] if i >= 0 else -1
@@ -271,6 +296,32 @@ class EmulatorBackend(Backend):
 
     def device_fault(self, ordinal: int) -> BaseException | None:
         return self._device(ordinal).fault
+
+    # -- peers ---------------------------------------------------------------------
+    def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
+        self._device(ordinal)
+        self._device(peer)
+        return ordinal != peer and self.peer_capable
+
+    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+        if not self.device_can_access_peer(ordinal, peer):
+            raise driver_error(
+                _PEER_ACCESS_UNSUPPORTED,
+                "cuCtxEnablePeerAccess",
+                f"emulated device {ordinal} cannot access device {peer}",
+            )
+        self._peers_enabled.add((ordinal, peer))
+
+    def memcpy_peer_async(
+        self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
+    ) -> None:
+        dst_device, src_device = self._device(dst_ordinal), self._device(src_ordinal)
+
+        def copy() -> None:
+            self._resolve(dst, nbytes, dst_device)[:] = self._resolve(src, nbytes, src_device)
+
+        self._enqueue(stream, copy)
+        self.peer_copies += 1
 
     # -- streams -------------------------------------------------------------------
     def stream_create(self, ordinal: int) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._backends import get_backend
@@ -22,6 +24,7 @@ __all__ = [
     "device_count",
     "get_default_device",
     "set_default_device",
+    "use_device",
 ]
 
 
@@ -114,6 +117,19 @@ class Device:
             self._cc = get_backend().device_compute_capability(self.ordinal)
         return self._cc
 
+    def can_access_peer(self, other: int | Device) -> bool:
+        """Whether this device can read and write ``other``'s memory directly.
+
+        Copies between two devices that can reach each other go device to device (NVLink
+        or PCIe peer to peer; cuasync enables the access on first use); others are staged
+        through pinned host memory. A device always reaches its own memory.
+
+        >>> cuasync.Device(0).can_access_peer(1)
+        True
+        """
+        peer = _check_ordinal(other, "other")
+        return peer == self.ordinal or get_backend().device_can_access_peer(self.ordinal, peer)
+
     def new_stream(self) -> Stream:
         """A new stream owned by cuasync (destroyed when the object is collected)."""
         return Stream._create(self)
@@ -168,6 +184,23 @@ _default_device: contextvars.ContextVar[int] = contextvars.ContextVar(
 def set_default_device(device: int | Device) -> None:
     """Make ``device`` the default for the current context (thread or asyncio task)."""
     _default_device.set(_check_ordinal(device, "device"))
+
+
+@contextmanager
+def use_device(device: int | Device) -> Iterator[Device]:
+    """Make ``device`` the default inside the block, for this thread or asyncio task only.
+
+    Ops built there without ``device=`` allocate on it, and ops whose tensors do not say
+    run on its scheduling policy.
+
+    >>> with cuasync.use_device(1):
+    ...     t = await cuasync.zeros((4,))   # on device 1
+    """
+    token = _default_device.set(_check_ordinal(device, "device"))
+    try:
+        yield get_default_device()
+    finally:
+        _default_device.reset(token)
 
 
 def get_default_device() -> Device:

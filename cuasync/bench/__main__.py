@@ -1,6 +1,6 @@
 """``python -m cuasync.bench SUITE... [--json PATH]``.
 
-Suites: completion, launch, graphs, transfers, all.
+Suites: completion, launch, graphs, transfers, peer, all.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers")
+SUITES = ("completion", "launch", "graphs", "transfers", "peer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import transfers
 
             transfers.run(report, quick=args.quick)
+        elif suite == "peer":
+            from . import peer
+
+            peer.run(report, quick=args.quick)
     if args.json:
         report.dump(args.json)
     return 0
