@@ -90,26 +90,32 @@ def test_background_watcher_logs_an_error_and_keeps_running(caplog) -> None:
     try:
         with ct.gate(s):
             cuasync.zeros((8,)).submit_on(s)  # dropped: finished by the background watcher
-        deadline = time.monotonic() + 10
-        while not failures and time.monotonic() < deadline:
-            s.synchronize()
-            time.sleep(0.001)
+        # The watcher logs right after the failure, on its own thread: wait for the log.
+        assert wait_for_condition(lambda: "error while handling completion slot" in caplog.text)
+        assert failures
+        completion.Hub.on_landed = original  # type: ignore[method-assign]
+        # Still alive: a completion nobody awaits is finished after the failure.
+        armed = cuasync.stats().slots_armed  # still counts the one whose handling failed
+        with ct.gate(s):
+            cuasync.zeros((8,)).submit_on(s)
+            assert cuasync.stats().slots_armed == armed + 2  # the gate holds a slot too
+        assert wait_for_condition(lambda: cuasync.stats().slots_armed <= armed)
+        assert hub.background.thread.is_alive()
     finally:
         completion.Hub.on_landed = original  # type: ignore[method-assign]
-    assert failures
-    assert "error while handling completion slot" in caplog.text
-    # Still alive: a completion nobody awaits is finished after the failure.
-    armed = cuasync.stats().slots_armed  # still counts the one whose handling failed
-    with ct.gate(s):
-        cuasync.zeros((8,)).submit_on(s)
-        assert cuasync.stats().slots_armed == armed + 2  # the gate holds a slot too
-    deadline = time.monotonic() + 10
-    while cuasync.stats().slots_armed > armed and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert cuasync.stats().slots_armed == armed
-    assert hub.background.thread.is_alive()
-    hub.on_landed(failures[0])  # finish the one the test broke
+        for slot in failures:
+            hub.on_landed(slot)  # finish the one the test broke, whatever happened
     assert ct.settle()
+
+
+def wait_for_condition(condition, timeout: float = 10) -> bool:
+    """Poll ``condition`` (work finished on another thread) until true or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 # -- 4: "known complete" is ordered with submissions ------------------------------------
