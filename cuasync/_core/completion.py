@@ -234,6 +234,13 @@ def _load32(address: int) -> int:
     return ctypes.c_uint32.from_address(address).value
 
 
+def _store32(address: int, value: int) -> None:
+    """The fallback of ``_reactor.store32`` (no native module: no reactor reads the word)."""
+    import ctypes
+
+    ctypes.c_uint32.from_address(address).value = value
+
+
 class Hub:
     """Process-wide completion machinery: the slot slab, the reactor, the fallbacks."""
 
@@ -354,9 +361,7 @@ class Hub:
         if _reactor is not None:
             _reactor.store32(address, value)
         else:
-            import ctypes
-
-            ctypes.c_uint32.from_address(address).value = value
+            _store32(address, value)
         self._free_slot(slot)
 
     # -- observation side ------------------------------------------------------------------

@@ -281,8 +281,3 @@ def block_on(comp: Completion) -> None:
     while not done.wait(0.5):
         if comp.poll():
             break
-
-
-def watch_in_background(comp: Completion) -> None:
-    """See :meth:`Hub.watch_in_background`."""
-    get_hub().watch_in_background(comp)
