@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,12 @@ from cuasync._backends import get_backend
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
+
+#: For tests of the flag-write reactor itself (a run with host callbacks has none).
+reactor_path = pytest.mark.skipif(
+    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
+    reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
+)
 
 pytest_plugins = ["pytester"]
 
@@ -45,17 +52,54 @@ def _kernels_loaded_before_any_gate():
 def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
     once per process, and some behaviour is per process: exits, forks, sticky faults);
-    fails on a non-zero exit."""
+    fails on a non-zero exit, or (with every thread's stack) past ``timeout``."""
+    return run_python("-c", textwrap.dedent(code), timeout=timeout, **env)
+
+
+def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
+    """``python -X faulthandler *args`` on this suite's backend; fails on a non-zero exit.
+
+    Past ``timeout`` the process is stopped with SIGABRT, so the failure shows where each
+    of its threads was."""
     full = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", **env}
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=timeout,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
+    argv = [sys.executable, "-X", "faulthandler", *args]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=cwd
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate()
+            pytest.fail(f"still running after {timeout} s; its stacks:\n{out[-4000:]}{err}")
+    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+#: ``CUASYNC_TEST_HANG_DUMP=FILE``: a test still running after ``CUASYNC_TEST_HANG_SECONDS``
+#: (default 60) appends every thread's stack to FILE (tools/gpu-check sets it), so that a
+#: hang on a machine you cannot watch comes back with its cause.
+_HANG_DUMP = os.environ.get("CUASYNC_TEST_HANG_DUMP")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _HANG_DUMP:
+        yield
+        return
+    import faulthandler
+
+    with open(_HANG_DUMP, "a") as dump:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        dump.write(f"{worker} {item.nodeid}\n")  # which test a dump below belongs to
+        dump.flush()
+        faulthandler.dump_traceback_later(
+            float(os.environ.get("CUASYNC_TEST_HANG_SECONDS", "60")), file=dump
+        )
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

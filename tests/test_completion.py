@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
 import conftest
 import numpy as np
 import pytest
-from conftest import wait_until
+from conftest import reactor_path, wait_until
 
 import cuasync
 import cuasync.testing as ct
 
 pytestmark = pytest.mark.anyio
-
-reactor_path = pytest.mark.skipif(
-    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
-    reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
-)
 
 
 def run_script(code: str, **env: str) -> str:

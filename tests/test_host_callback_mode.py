@@ -8,23 +8,22 @@ this suite's backend.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from conftest import run_python
 
 HERE = Path(__file__).parent
 
 
+@pytest.mark.skipif(
+    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
+    reason="this whole run already uses CUASYNC_HOST_SYNC=callback",
+)
 def test_ops_and_cancellation_suites_pass_with_host_callbacks() -> None:
-    env = {**os.environ, "CUASYNC_HOST_SYNC": "callback"}
     suites = ["test_ops.py", "test_cancellation.py", "test_cross_stream.py", "test_graph.py"]
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    r = run_python(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites,
+        timeout=600, cwd=str(HERE), CUASYNC_HOST_SYNC="callback",
+    )  # fmt: skip
     assert " passed" in r.stdout and " failed" not in r.stdout

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_script
+from conftest import ON_EMULATOR, reactor_path, run_script
 
 import cuasync
 import cuasync.testing as ct
@@ -70,6 +70,7 @@ def test_background_watcher_works_with_more_than_1024_open_fds() -> None:
     assert r.stdout.strip() == "watcher fd True"
 
 
+@reactor_path
 def test_background_watcher_logs_an_error_and_keeps_running(caplog) -> None:
     from cuasync._core import completion
 
@@ -116,6 +117,33 @@ def wait_for_condition(condition, timeout: float = 10) -> bool:
             return False
         time.sleep(0.001)
     return True
+
+
+def test_host_callback_completions_finish_off_the_driver_thread(baseline) -> None:
+    # A host function runs on a driver thread, where any driver call may deadlock the
+    # driver. Finishing a completion frees memory and runs map functions: never there.
+    from cuasync._backends import get_backend
+    from cuasync._core import completion
+
+    hub = completion.get_hub()
+    saved, hub.use_reactor = hub.use_reactor, False  # every completion by host callback
+    threads: list[str] = []
+    try:
+        s = cuasync.Device(0).new_stream()
+        with ct.gate(s):
+            mapped = cuasync.zeros((256,)).map(
+                lambda t: threads.append(threading.current_thread().name) or t
+            )
+            fut = mapped.submit_on(s)
+            dropped = cuasync.zeros((1 << 16,)).submit_on(s)
+            del dropped  # its output is freed by whoever finishes it
+        assert fut.wait().shape == (256,)
+        assert ct.settle()
+    finally:
+        hub.use_reactor = saved
+    assert threads and threads[0] in ("cuasync-watcher", threading.current_thread().name)
+    if ON_EMULATOR:
+        assert get_backend().host_function_calls == []
 
 
 # -- 4: "known complete" is ordered with submissions ------------------------------------

@@ -9,6 +9,8 @@
 * ``write_value32`` stores into real host memory, so the native reactor sees it.
 * A fault (illegal address, an emulated kernel raising, :func:`inject_fault`) is sticky:
   queued work is dropped, flags stop landing, queries and later calls raise it.
+* Host functions run on the stream's worker; a driver call made from inside one is
+  refused with ``CUDA_ERROR_NOT_PERMITTED`` and remembered (the driver may deadlock).
 * Stream capture records the commands enqueued on a stream; a graph launch replays them.
 * Peers: every device can access every other one unless ``peer_access=False`` (a machine
   whose GPUs cannot reach each other); access is enabled per direction, and peer copies
@@ -44,6 +46,7 @@ except ImportError:  # built without a C compiler
 
 _ILLEGAL_ADDRESS = 700
 _LAUNCH_FAILED = 719
+_NOT_PERMITTED = 800
 _INVALID_VALUE = 1
 _INVALID_HANDLE = 400
 _NOT_SUPPORTED = 801
@@ -145,6 +148,10 @@ class _Graph:
     commands: list[Command]
 
 
+#: ``active`` while this thread runs a host function (``launch_host_func``).
+_host_function = threading.local()
+
+
 class EmulatorBackend(Backend):
     """The emulator backend; see the module docstring."""
 
@@ -171,6 +178,8 @@ class EmulatorBackend(Backend):
         self.peer_capable = peer_access
         self._peers_enabled: set[tuple[int, int]] = set()
         self.peer_copies = 0  # memcpy_peer_async calls accepted so far, for tests
+        #: Driver calls refused because they came from inside a host function (a bug).
+        self.host_function_calls: list[str] = []
 
     # -- knobs ---------------------------------------------------------------------
     def pause(self) -> None:
@@ -210,7 +219,18 @@ class EmulatorBackend(Backend):
                 event.cond.notify_all()
 
     # -- helpers ---------------------------------------------------------------------
+    def _refuse_in_host_function(self, what: str) -> None:
+        """CUDA forbids driver calls from a host function (they may deadlock the driver):
+        refuse them loudly, and remember each in :attr:`host_function_calls`, since the
+        caller may be a finalizer that swallows the error."""
+        if getattr(_host_function, "active", False):
+            self.host_function_calls.append(what)
+            raise DriverError(
+                _NOT_PERMITTED, what, "a driver call from inside a host function (cuLaunchHostFunc)"
+            )
+
     def _device(self, ordinal: int) -> _Device:
+        self._refuse_in_host_function("device call")
         if not 0 <= ordinal < len(self._devices):
             raise DriverError(101, "device", f"ordinal {ordinal}")
         return self._devices[ordinal]
@@ -220,12 +240,14 @@ class EmulatorBackend(Backend):
             raise fresh(device.fault)  # sticky: raised by every call, so a copy each time
 
     def _stream(self, handle: int) -> _Stream:
+        self._refuse_in_host_function("stream call")
         try:
             return self._streams[handle]
         except KeyError:
             raise DriverError(_INVALID_HANDLE, "stream", f"unknown stream {handle:#x}") from None
 
     def _event(self, handle: int) -> _Event:
+        self._refuse_in_host_function("event call")
         try:
             return self._events[handle]
         except KeyError:
@@ -468,6 +490,7 @@ class EmulatorBackend(Backend):
         return address
 
     def host_free(self, ptr: int) -> None:
+        self._refuse_in_host_function("cuMemFreeHost")
         with self._lock:
             if self._host.pop(ptr, None) is None:
                 raise DriverError(_INVALID_VALUE, "cuMemFreeHost", f"{ptr:#x} is not pinned memory")
@@ -563,11 +586,14 @@ class EmulatorBackend(Backend):
 
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
         def host() -> None:
+            _host_function.active = True
             try:
                 fn()
             except Exception:
                 print("cuasync: a host function raised; ignored:", file=sys.stderr)
                 traceback.print_exc()
+            finally:
+                _host_function.active = False
 
         self._enqueue(stream, host)
 

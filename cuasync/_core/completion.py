@@ -22,6 +22,7 @@ completions that make no progress.
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
 import os
 import select
@@ -321,9 +322,14 @@ class Hub:
         return comp
 
     def _attach_callback(self, comp: Completion) -> None:
-        def landed() -> None:  # runs on a driver thread: no driver calls here
+        background = self.background
+
+        def landed() -> None:
+            # Runs on a driver thread, where a driver call may deadlock the driver. So it
+            # only records the landing: finishing releases memory and runs the op's map
+            # functions (both call the driver), so the background watcher does it.
             comp.landed_by_callback = True
-            comp.finish(CALLBACK)
+            background.finish_soon(comp)
 
         with self.lock:
             self.callback_pending.add(comp)
@@ -565,8 +571,14 @@ class _BackgroundWatcher:
         self._poll.register(self._wake_r, select.POLLIN)
         if self.queue is not None:
             self._poll.register(self.queue.fileno(), select.POLLIN)
+        self._landed: collections.deque[Completion] = collections.deque()
         self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
         self.thread.start()
+
+    def finish_soon(self, comp: Completion) -> None:
+        """Finish ``comp`` on this thread soon (from a host function: no driver calls)."""
+        self._landed.append(comp)
+        self.kick()
 
     def kick(self) -> None:
         """Wake the thread (never blocks: a full pipe already means a wake-up is due)."""
@@ -595,8 +607,19 @@ class _BackgroundWatcher:
                     pass
             else:
                 hub.drain(self.queue)  # reads the queue's fd first, so poll() re-arms
+        self._finish_landed()
         if hub.callback_pending:
             self._probe_old(hub, stale)
+
+    def _finish_landed(self) -> None:
+        landed = self._landed
+        while landed:
+            comp = landed.popleft()
+            try:
+                comp.finish(CALLBACK)
+            except Exception:
+                log.exception("cuasync: error while finishing a host-callback completion")
+            del comp  # hold nothing while waiting for the next wake-up
 
     @staticmethod
     def _probe_old(hub: Hub, stale: float) -> None:
