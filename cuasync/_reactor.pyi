@@ -5,6 +5,10 @@ from typing import Final, SupportsIndex, final
 HAVE_EVENTFD: Final[int]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
 
+HOST_SIGNAL_FN: Final[int]
+"""Address of a C host function (``void fn(void *data)``, for ``cuLaunchHostFunc``) that
+pushes ``data`` (a 32-bit id) onto the host-signal queue: no GIL, no CUDA call."""
+
 @final
 class LoopQueue:
     """Per-event-loop completion queue; its fd becomes readable when entries arrive."""
@@ -67,6 +71,9 @@ class Reactor:
     def scans(self) -> int: ...
     @property
     def backoff_ns(self) -> int: ...
+
+def set_host_signal_queue(queue: LoopQueue | None, /) -> None:
+    """Make ``queue`` the one ``HOST_SIGNAL_FN`` pushes to (None: signals are dropped)."""
 
 def spin_wait(address: SupportsIndex, expected: SupportsIndex, budget_ns: SupportsIndex, /) -> bool:
     """Busy-wait (GIL released) until the slab word reaches ``expected`` or the budget ends."""

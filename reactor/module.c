@@ -416,6 +416,39 @@ static PyType_Spec Reactor_spec = {
     .slots = Reactor_slots,
 };
 
+/* -- host signals ------------------------------------------------------------------ */
+
+static PyObject *
+mod_set_host_signal_queue(PyObject *m, PyObject *arg)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    if (st == NULL)
+        return NULL;
+    qcore *q = NULL;
+    if (arg != Py_None) {
+        if (!PyObject_TypeCheck(arg, st->queue_type)) {
+            PyErr_Format(PyExc_TypeError, "the host-signal queue must be a LoopQueue or None, "
+                         "not %.100s", Py_TYPE(arg)->tp_name);
+            return NULL;
+        }
+        q = ((LoopQueue *)arg)->core;
+        if (qcore_is_closed(q)) {
+            PyErr_SetString(PyExc_ValueError,
+                            "the host-signal queue must be open, got a closed LoopQueue");
+            return NULL;
+        }
+    }
+    hostsig_set(q);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_host_signal_queue", (PyCFunction)mod_set_host_signal_queue, METH_O,
+     "set_host_signal_queue($module, queue, /)\n--\n\n"
+     "Make queue (a LoopQueue, or None) the one that HOST_SIGNAL_FN pushes its ids to."},
+    {NULL, NULL, 0, NULL},
+};
+
 /* -- the module (multi-phase init) ------------------------------------------------- */
 
 static int
@@ -427,7 +460,13 @@ module_exec(PyObject *m)
     if (st->queue_type == NULL || st->reactor_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||
         PyModule_AddObjectRef(m, "Reactor", (PyObject *)st->reactor_type) < 0 ||
-        PyModule_AddFunctions(m, cuasync_driver_methods) < 0)
+        PyModule_AddFunctions(m, cuasync_driver_methods) < 0 ||
+        PyModule_AddFunctions(m, module_methods) < 0)
+        return -1;
+    PyObject *fn = PyLong_FromVoidPtr((void *)hostsig_fn);
+    int rc = fn == NULL ? -1 : PyModule_AddObjectRef(m, "HOST_SIGNAL_FN", fn);
+    Py_XDECREF(fn);
+    if (rc < 0)
         return -1;
 #ifdef CUASYNC_HAVE_EVENTFD
     return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);

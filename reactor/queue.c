@@ -291,3 +291,38 @@ qcore_discard(qcore *q)
     u32vec_free(&done);
     u32vec_free(&stale);
 }
+
+/* -- host signals -------------------------------------------------------------------
+ * hostsig_fn is a CUDA host function (cuLaunchHostFunc, C ABI void fn(void *)): the
+ * driver runs it on one of its own threads once the stream's prior work is done.  It
+ * pushes its userData, a 32-bit id, onto the process's signal queue and returns: no
+ * GIL, no CUDA call (the driver forbids both there; either can deadlock it).  The
+ * mutex only guards the queue pointer against hostsig_set; qcore_push nests inside it
+ * and never takes it, so the lock order is always g_sig_mu, then the queue's mutex. */
+static pthread_mutex_t g_sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static qcore *g_sig = NULL;
+
+void
+hostsig_set(qcore *q)
+{
+    if (q != NULL)
+        qcore_incref(q);
+    pthread_mutex_lock(&g_sig_mu);
+    qcore *old = g_sig;
+    g_sig = q;
+    pthread_mutex_unlock(&g_sig_mu);
+    if (old != NULL)
+        qcore_decref(old);
+}
+
+void
+hostsig_fn(void *data)
+{
+    pthread_mutex_lock(&g_sig_mu);
+    if (g_sig != NULL) {
+        /* PUSH_NOMEM or PUSH_CLOSED lose the signal; the waiter is then finished by
+         * the watcher's probe, which sees the stream idle (cuasync/_core/completion.py) */
+        (void)qcore_push(g_sig, (uint32_t)(uintptr_t)data, 0);
+    }
+    pthread_mutex_unlock(&g_sig_mu);
+}

@@ -105,6 +105,11 @@ void qcore_close_take(qcore *q, u32vec *done, u32vec *stale);
 void qcore_untake(qcore *q, u32vec *done, u32vec *stale);
 void qcore_discard(qcore *q); /* close and drop the pending entries */
 
+/* The host function of host-callback completions: pushes (uint32)data onto the queue
+ * last given to hostsig_set (NULL: none; the signal is dropped). */
+void hostsig_set(qcore *q); /* takes its own reference; releases the previous queue's */
+void hostsig_fn(void *data);
+
 /* -- the reactor (reactor.c) ---------------------------------------------------- */
 
 typedef struct {

@@ -152,6 +152,7 @@ STREAM_COMMANDS = (
     "write_value32",
     "stream_wait_value32",
     "launch_host_func",
+    "launch_host_signal",
     "launch_kernel",
     "launch_emulated",
     "event_record",
@@ -161,7 +162,7 @@ STREAM_COMMANDS = (
 )
 
 #: How an await learns about completion: a flag write (reactor) or a host function.
-COMPLETION = ("write_value32", "launch_host_func")
+COMPLETION = ("write_value32", "launch_host_signal", "launch_host_func")
 
 
 @pytest.fixture

@@ -1237,3 +1237,50 @@ def test_entry_points_called_with_the_driver_signatures(
         _reactor.launch_and_write(0xF00, 2**32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0)
     with pytest.raises(TypeError):
         _reactor.launch_and_write(0xF00, 1, 1)
+
+
+# -- host signals (the host function of host-callback completions) ----------------------
+@pytest.fixture
+def signal_queue(make_queue):
+    """A fresh host-signal queue for the test; the hub's own one is put back after."""
+    from cuasync._core import completion
+
+    q = make_queue()
+    _reactor.set_host_signal_queue(q)
+    yield q
+    _reactor.set_host_signal_queue(completion.get_hub().background.signals)
+
+
+def test_host_signal_fn_pushes_its_data_from_many_threads(signal_queue):
+    host_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_reactor.HOST_SIGNAL_FN)
+
+    def signal(first: int) -> None:  # a foreign call: no GIL held while it runs
+        for sid in range(first, first + 1000):
+            host_fn(sid)
+
+    threads = [threading.Thread(target=signal, args=(1 + 1000 * k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert select.select([signal_queue.fileno()], [], [], 5)[0]  # the loop is woken
+    got = signal_queue.drain()
+    assert sorted(got[0]) == list(range(1, 8001)) and got[1] == []
+    host_fn(0xFFFFFFFF)  # every 32-bit id travels intact
+    assert signal_queue.drain() == ([0xFFFFFFFF], [])
+
+
+def test_host_signals_without_a_queue_are_dropped(signal_queue):
+    host_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_reactor.HOST_SIGNAL_FN)
+    _reactor.set_host_signal_queue(None)
+    host_fn(5)
+    assert signal_queue.drain() == ([], [])
+
+
+def test_set_host_signal_queue_argument_errors(make_queue, signal_queue):
+    with pytest.raises(TypeError, match="LoopQueue or None"):
+        _reactor.set_host_signal_queue(3)
+    closed = make_queue()
+    closed.close()
+    with pytest.raises(ValueError, match="must be open"):
+        _reactor.set_host_signal_queue(closed)

@@ -189,8 +189,16 @@ class Backend(ABC):
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a driver thread after prior work on ``stream``.
 
-        ``fn`` must not call the driver. It is kept alive until it has run.
+        ``fn`` must not call the driver. It is kept alive until it has run. Python on a
+        driver thread needs the GIL there, which may deadlock the driver against a
+        thread that holds the GIL in a driver call: prefer :meth:`launch_host_signal`.
         """
+
+    @abstractmethod
+    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+        """Call the C function at address ``fn`` (``void fn(void *data)``) on a driver
+        thread after prior work on ``stream``; it must take no GIL and call no driver
+        API (``cuasync._reactor.HOST_SIGNAL_FN`` is such a function)."""
 
     # -- modules and kernels ---------------------------------------------------------
     @abstractmethod

@@ -881,6 +881,14 @@ class CudaBackend(Backend):
             _host_fns.pop(key, None)
             raise
 
+    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal = self._enter(stream)
+        res = _d.cuLaunchHostFunc(stream, fn, data)
+        if res[0]:
+            self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+
     # -- modules and kernels ---------------------------------------------------------
     def module_load(self, ordinal: int, image: bytes) -> int:
         self._device(ordinal)

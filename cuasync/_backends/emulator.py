@@ -148,6 +148,8 @@ class _Graph:
     commands: list[Command]
 
 
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
 #: ``active`` while this thread runs a host function (``launch_host_func``).
 _host_function = threading.local()
 
@@ -594,6 +596,14 @@ class EmulatorBackend(Backend):
                 traceback.print_exc()
             finally:
                 _host_function.active = False
+
+        self._enqueue(stream, host)
+
+    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+        c_fn = _HOST_FN_TYPE(fn)  # a foreign call: no GIL held, as on a driver thread
+
+        def host() -> None:
+            c_fn(data)
 
         self._enqueue(stream, host)
 

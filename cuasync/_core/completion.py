@@ -96,6 +96,7 @@ class Completion:
     error: BaseException | None = None
     path = ""
     landed_by_callback = False
+    signal = 0  # the id its host function pushes (host-callback completions, native)
     armed_at = 0.0
     watcher: Any = None  # the loop bridge whose queue the reactor reports to
     abandoned = False  # nobody will read the output: drop it at finish
@@ -118,7 +119,9 @@ class Completion:
         if self.slot >= 0:
             word = _reactor.load32(self.address) if _reactor else _load32(self.address)
             return ((word - self.gen) & 0xFFFFFFFF) < 0x80000000
-        return self.landed_by_callback
+        # A host callback's signal may still be on its way to the watcher after the
+        # stream was seen idle (Stream.synchronize, Stream.query): that says it too.
+        return self.landed_by_callback or not self.stream._pending(self.seq)
 
     def poll(self) -> bool:
         """Finish on this thread if the work has landed; True once the result is available.
@@ -258,6 +261,9 @@ class Hub:
         self.stats.slots_total = self.nslots
         self.stats.native = _reactor is not None
         self.callback_pending: set[Completion] = set()
+        #: Host-callback completions by the id their native host function pushes.
+        self.signals: dict[int, Completion] = {}
+        self._last_signal = 0
         self.reactor: Any = None
         if _reactor is None:
             _warn_no_native()
@@ -322,20 +328,57 @@ class Hub:
         return comp
 
     def _attach_callback(self, comp: Completion) -> None:
+        """Complete ``comp`` through a host function enqueued after its work.
+
+        With the native module, the host function is C (``HOST_SIGNAL_FN``): it pushes
+        an id to the background watcher's signal queue and takes no GIL. A host function
+        that needs the GIL can deadlock the driver against any thread that holds the GIL
+        while the driver waits for that host function; without the native module there
+        is no other way, and its Python is kept to the minimum.
+        """
         background = self.background
-
-        def landed() -> None:
-            # Runs on a driver thread, where a driver call may deadlock the driver. So it
-            # only records the landing: finishing releases memory and runs the op's map
-            # functions (both call the driver), so the background watcher does it.
-            comp.landed_by_callback = True
-            background.finish_soon(comp)
-
         with self.lock:
             self.callback_pending.add(comp)
         comp.armed_at = time.monotonic()
-        self.backend.launch_host_func(comp.stream.handle, landed)
-        self.background.kick()  # it probes host callbacks that make no progress
+        try:
+            if background.signals is not None:
+                with self.lock:
+                    comp.signal = self._next_signal()
+                    self.signals[comp.signal] = comp
+                self.backend.launch_host_signal(
+                    comp.stream.handle, _reactor.HOST_SIGNAL_FN, comp.signal
+                )
+            else:
+
+                def landed() -> None:
+                    # On a driver thread: only record the landing. Finishing frees memory
+                    # and runs map functions (driver calls): the background watcher does it.
+                    comp.landed_by_callback = True
+                    background.finish_soon(comp)
+
+                self.backend.launch_host_func(comp.stream.handle, landed)
+        except BaseException:
+            self.forget(comp)
+            comp.signal = 0
+            raise
+        background.kick()  # it probes host callbacks that make no progress
+
+    def _next_signal(self) -> int:
+        """A free 32-bit signal id, never 0 (under the lock)."""
+        sid = self._last_signal
+        while True:
+            sid = sid % 0xFFFFFFFF + 1
+            if sid not in self.signals:
+                self._last_signal = sid
+                return sid
+
+    def on_signal(self, sid: int) -> None:
+        """The host function of signal ``sid`` ran: its work is done."""
+        with self.lock:
+            comp = self.signals.pop(sid, None)
+        if comp is not None:
+            comp.landed_by_callback = True
+            comp.finish(CALLBACK)
 
     # -- host-written words (cuasync.testing gates) -----------------------------------------
     def claim_word(self) -> tuple[int, int, int]:
@@ -460,12 +503,18 @@ class Hub:
         self._last_probe[ordinal] = now
         self.stats.stale_probes += 1
         try:
-            self.backend.stream_query(stream.handle)
+            idle = self.backend.stream_query(stream.handle)
         except DeviceFaultError as exc:
             self.fail_device(comp.device, exc)
         except DeviceError as exc:
             fault = self.backend.device_fault(ordinal)
             self.fail_device(comp.device, fault if fault is not None else exc)
+        else:
+            if idle and comp.slot < 0:
+                # Its host function has run (it is a command of the idle stream), but its
+                # signal was lost (no memory for the queue): finish it here.
+                comp.landed_by_callback = True
+                comp.finish(CALLBACK)
 
     def fail_device(self, device: Any, error: BaseException) -> None:
         """Resolve every pending completion of ``device`` with ``error``."""
@@ -497,6 +546,8 @@ class Hub:
         else:
             with self.lock:
                 self.callback_pending.discard(comp)
+                if comp.signal:
+                    self.signals.pop(comp.signal, None)
 
     def forget(self, comp: Completion) -> None:
         """A failed completion: its slot is retired (its flag may never land)."""
@@ -505,6 +556,8 @@ class Hub:
                 self.table[comp.slot] = None
                 self.stats.slots_armed -= 1
             self.callback_pending.discard(comp)
+            if comp.signal:
+                self.signals.pop(comp.signal, None)
 
     def _free_slot(self, slot: int) -> None:
         with self.lock:
@@ -571,6 +624,12 @@ class _BackgroundWatcher:
         self._poll.register(self._wake_r, select.POLLIN)
         if self.queue is not None:
             self._poll.register(self.queue.fileno(), select.POLLIN)
+        #: Where the native host function of host-callback completions pushes their ids.
+        self.signals: Any = None
+        if _reactor is not None:
+            self.signals = _reactor.LoopQueue()
+            self._poll.register(self.signals.fileno(), select.POLLIN)
+            _reactor.set_host_signal_queue(self.signals)
         self._landed: collections.deque[Completion] = collections.deque()
         self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
         self.thread.start()
@@ -605,6 +664,12 @@ class _BackgroundWatcher:
                         pass
                 except BlockingIOError:
                     pass
+            elif self.signals is not None and fd == self.signals.fileno():
+                for sid in self.signals.drain()[0]:
+                    try:
+                        hub.on_signal(sid)
+                    except Exception:
+                        log.exception("cuasync: error while finishing host signal %d", sid)
             else:
                 hub.drain(self.queue)  # reads the queue's fd first, so poll() re-arms
         self._finish_landed()
