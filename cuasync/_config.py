@@ -17,6 +17,10 @@
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
                                (``cuLaunchHostFunc`` for every await)
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
+``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
+                               where the two can access each other's memory) or ``off``
+                               (always staged through pinned host memory, as where peer
+                               access is broken or slow)
 =============================  ==========================================================
 """
 
@@ -33,6 +37,7 @@ _BACKENDS = ("auto", "cuda", "emulator")
 _HOST_SYNC = ("reactor", "callback")
 _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
+_PEER = ("auto", "off")
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -67,6 +72,7 @@ class Config:
     slots: int
     host_sync: str
     stale_us: int
+    peer: str
 
 
 def _read() -> Config:
@@ -81,6 +87,7 @@ def _read() -> Config:
         slots=_int("CUASYNC_SLOTS", 16384, minimum=1),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
+        peer=_choice("CUASYNC_PEER", "auto", _PEER),
     )
 
 

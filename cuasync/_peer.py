@@ -6,7 +6,7 @@ Two routes, chosen per pair of devices:
   both ways), cuasync enables peer access for the pair on first use (both directions,
   the stream-ordered pools included) and the destination's stream copies device to
   device (``cuMemcpyPeerAsync``);
-* **staged**: otherwise a stream of the source device copies into a pinned host block,
+* **staged**: otherwise (or with ``CUASYNC_PEER=off``) a stream of the source device copies into a pinned host block,
   and the destination's stream copies the block on once an event of the source stream
   says the first half is done. Nothing blocks the calling thread.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 
 from ._backends import get_backend
+from ._config import CONFIG
 from ._copies import _byte_strides, _contiguous_byte_strides, copy_strided, dup, new_tensor
 from ._core.context import ExecutionContext
 from ._core.device import Device, _check_ordinal
@@ -47,6 +48,8 @@ def peer_route(src: Device, dst: Device) -> bool:
     Enables peer access for the pair, both directions, the first time it is asked; the
     backend remembers, so later calls are a few dictionary lookups.
     """
+    if CONFIG.peer == "off":
+        return False
     backend = get_backend()
     a, b = src.ordinal, dst.ordinal
     if not (backend.device_can_access_peer(a, b) and backend.device_can_access_peer(b, a)):

@@ -8,6 +8,7 @@ need a second device skip with the reason on a machine that has one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from conftest import BACKEND, ON_EMULATOR
 
 import cuasync
 import cuasync.testing
+from cuasync import _config
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 pytestmark = pytest.mark.anyio
@@ -37,18 +39,13 @@ needs_two = pytest.mark.skipif(
 
 
 @pytest.fixture(params=["machine", "staged"])
-def route(request: pytest.FixtureRequest):
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """``machine``: whatever route this machine's topology gives (peer where the devices
-    can reach each other); ``staged``: peer access turned off (emulator knob)."""
-    if request.param == "machine":
-        yield "machine"
-        return
-    if not ON_EMULATOR:
-        pytest.skip("forcing the staged route needs the emulator's peer-access knob")
-    import cuasync.emulator as emulator
-
-    with emulator.peer_access(False):
-        yield "staged"
+    can reach each other); ``staged``: peer access not used (``CUASYNC_PEER=off``)."""
+    if request.param == "staged":
+        staged = dataclasses.replace(_config.config(), peer="off")
+        monkeypatch.setattr(_config._ReadOnFirstUse, "_config", staged)
+    yield request.param
 
 
 def _bits(a: np.ndarray) -> bytes:
@@ -286,6 +283,15 @@ async def test_ops_on_tensors_of_device_1_use_device_1s_policy(anyio_backend) ->
         assert dev0.policy.calls == 1  # type: ignore[attr-defined]
     finally:
         dev0.policy, dev1.policy = saved
+
+
+@needs_two
+def test_cuasync_peer_off_stages_every_copy(route: str) -> None:
+    from cuasync._peer import peer_route
+
+    d0, d1 = cuasync.Device(0), cuasync.Device(1)
+    topology = d0.can_access_peer(d1) and d1.can_access_peer(d0)
+    assert peer_route(d0, d1) is (topology and route == "machine")
 
 
 @needs_two
