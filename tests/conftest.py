@@ -47,6 +47,11 @@ def _kernels_loaded_before_any_gate():
         for kernel in builtin_kernels():
             kernel.compile()
         cuasync.testing._device_ops.load()  # the sleep and trap kernels
+        # The first stream-ordered allocation of a process grows the device's memory
+        # pool, which took 5 ms in the driver on an H200: tests that time an await
+        # against work in flight would see it land during the enqueue.
+        for ordinal in range(cuasync.device_count()):
+            cuasync.zeros((1 << 20,), "uint8", device=ordinal).sync()
 
 
 def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:

@@ -80,6 +80,11 @@ def test_stats_fields() -> None:
 async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend, baseline) -> None:
     import anyio
 
+    # Behind a closed gate the driver blocks the enqueuing thread once about 56 commands
+    # follow pending host functions (measured on an H200; about 1000 without them), and
+    # this thread is the one that opens the gate: host callbacks get fewer awaits.
+    n = 300 if cuasync.stats().reactor else 32
+
     policy = cuasync.StreamPoolRoundRobin(num_streams=8)
     waiting: list[int] = []
     results: dict[int, float] = {}
@@ -96,13 +101,13 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
     armed = cuasync.stats().slots_armed
     async with anyio.create_task_group() as tg:
         with ct.gate(*policy.streams):
-            for i in range(300):
+            for i in range(n):
                 tg.start_soon(one, i)
-            await wait_until(lambda: len(waiting) == 300)  # all 300 wait at once
+            await wait_until(lambda: len(waiting) == n)  # all n wait at once
             if cuasync.stats().reactor:
-                assert cuasync.stats().slots_armed == armed + 1 + 300  # the gate's and theirs
+                assert cuasync.stats().slots_armed == armed + 1 + n  # the gate's and theirs
             assert not results
-    assert results == {i: float(i) for i in range(300)}  # baseline: the slots come back
+    assert results == {i: float(i) for i in range(n)}  # baseline: the slots come back
 
 
 def test_several_loops_in_several_threads_each_get_their_own_completions() -> None:
