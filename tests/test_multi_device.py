@@ -366,7 +366,6 @@ def test_a_copy_from_a_device_that_faults_first_raises_its_fault(peer: str) -> N
     assert proc.stdout.split("\n")[:2] == ["raised DeviceFaultError", "device 1 ok"]
 
 
-@pytest.mark.emulator_only
 def test_emulated_peer_copies_check_whose_memory_each_pointer_is() -> None:
     from cuasync._backends.emulator import EmulatorBackend
     from cuasync.errors import DeviceFaultError
