@@ -36,7 +36,7 @@ from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size
 from .errors import ArgumentError, DeviceError, LaunchError
 
-__all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module", "bfloat16_bits"]
+__all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
 Dim3 = tuple[int, int, int]
 

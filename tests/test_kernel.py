@@ -157,6 +157,39 @@ async def test_no_outputs_give_none(anyio_backend) -> None:
         assert seen == [10.0]
 
 
+STRIDED = r"""
+extern "C" __global__ void twice_strided(float* x, long long stride, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i * stride] *= 2.0f;
+}
+"""
+
+
+async def test_strided_views_are_the_arrays_a_launch_sees(anyio_backend) -> None:
+    # A view travels as the address of its first element; the emulator hands the twin a
+    # numpy view of the same elements of the emulated memory.
+    seen: list[tuple[int, ...]] = []
+
+    def twin(x: np.ndarray, stride: Any, n: Any) -> None:
+        seen.append(x.strides)
+        x *= 2
+
+    k = cuasync.Kernel(STRIDED, "twice_strided", emulate=twin)
+    x = await cuasync.from_host(ramp(12))
+    expected = ramp(12)
+    for view, elements in (
+        (x[1::4], [1, 5, 9]),
+        (x[2:11:3], [2, 5, 8]),
+        (x.reshape((3, 4))[:, 3], [3, 7, 11]),
+        (x[5:5], []),
+    ):
+        await k[1, 32](view, view.strides[0], view.shape[0])
+        expected[elements] *= 2
+        np.testing.assert_array_equal(await x.to_host(), expected)
+    if ON_EMULATOR:
+        assert seen == [(16,), (12,), (16,), (4,)]
+
+
 async def test_kernel_output_chains_with_then(anyio_backend) -> None:
     k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
     host = await cuasync.arange(8).then(lambda t: k[1, 32](t, 0.5, 8)).then(lambda t: t.to_host())

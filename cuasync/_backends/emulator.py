@@ -719,6 +719,14 @@ class EmulatorBackend(Backend):
 
         if twin is None:
             raise LaunchError(f"kernel {name!r} was prepared with compile_only: it has no twin")
+        device = self._stream(stream).device
+        if device.ordinal != kernel.ordinal:  # as the driver: a function is of one context
+            raise DriverError(
+                Code.INVALID_HANDLE,
+                "cuLaunchKernel",
+                f"{name} was prepared for device {kernel.ordinal}, the stream is of device "
+                f"{device.ordinal}",
+            )
 
         def run() -> None:
             try:
