@@ -35,8 +35,8 @@ from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._core.scheduling import stream_from
-from ._core.staging import staging_pool
 from ._exceptions import fresh
+from ._staging import staging_pool
 from ._tensor import Tensor
 from .errors import ArgumentError, CaptureError
 

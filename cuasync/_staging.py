@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backends import get_backend
+from ._backends import get_backend
 
 _MIN_CLASS = 12  # 4 KiB
 #: Blocks below 64 KiB are carved out of 1 MiB chunks: each page-locked allocation has a
