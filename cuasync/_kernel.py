@@ -34,7 +34,13 @@ from ._dtypes import SUPPORTED, dtype_name
 from ._nvrtc import compile_cubin, nvrtc_problem
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size
-from .errors import ArgumentError, DeviceError, KernelCompileError, KernelError, LaunchError
+from .errors import (
+    ArgumentError,
+    InvalidDeviceError,
+    KernelCompileError,
+    KernelError,
+    LaunchError,
+)
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -845,7 +851,7 @@ class _ModuleKernel(_Launchable):
 
     def _function(self, device: Device) -> int:
         if device is not self.module.device:
-            raise DeviceError(
+            raise InvalidDeviceError(
                 f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
                 f"device {device.ordinal}; load the image on that device too"
             )
