@@ -436,7 +436,7 @@ class _Launchable:
                 else:
                     raise LaunchError(
                         f"{self._where(param)} expects a tensor, view or partition (or a "
-                        "cuasync.DevicePointer "
+                        "cuasync.lowlevel.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:
