@@ -31,6 +31,7 @@ from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase, device_op
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
+from ._exceptions import report_once
 from ._nvrtc import compile_cubin, nvrtc_problem
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size
@@ -835,8 +836,8 @@ class Module:
     def __del__(self) -> None:
         try:
             get_backend().module_unload(self.handle)
-        except Exception:
-            pass
+        except Exception as exc:
+            report_once("cuasync.kernel", "unload a module", exc)
 
 
 class _ModuleKernel(_Launchable):

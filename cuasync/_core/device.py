@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._backends import get_backend
+from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError
 from .context import LOCK, submitting
 
@@ -213,8 +214,8 @@ def _destroy_stream(handle: int, alive: list[bool]) -> None:
     alive[0] = False  # first: objects collected in the same cycle must not use the handle
     try:
         get_backend().stream_destroy(handle)
-    except Exception:  # interpreter shutdown or a faulted context: nothing to release
-        pass
+    except Exception as exc:  # a faulted context, or shutdown: leak it
+        report_once("cuasync.device", "destroy a stream", exc)
 
 
 class Stream:
@@ -385,8 +386,8 @@ class Stream:
         if event is not None:
             try:
                 get_backend().event_destroy(event)
-            except Exception:
-                pass
+            except Exception as exc:
+                report_once("cuasync.device", "destroy a stream's ordering event", exc)
 
 
 class Event:
@@ -436,5 +437,5 @@ class Event:
 def _destroy_event(handle: int) -> None:
     try:
         get_backend().event_destroy(handle)
-    except Exception:
-        pass
+    except Exception as exc:
+        report_once("cuasync.device", "destroy an event", exc)
