@@ -3,6 +3,8 @@
 Every device operation is a lazy awaitable :class:`DeviceOp`; its work is enqueued on
 the first ``await`` (or ``.sync()``), and completion reaches the awaiting task through a
 native reactor that watches flag words the GPU writes, without blocking the event loop.
+Runtime failures raise :class:`DeviceError` (the tree is in :mod:`cuasync.errors`); the
+plumbing for writing custom ops is in :mod:`cuasync.lowlevel`.
 
 >>> import cuasync, numpy as np
 >>> t = await cuasync.from_host(np.arange(4.0))

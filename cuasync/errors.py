@@ -37,9 +37,9 @@ Builtin bases stay, so idiomatic ``except ValueError`` / ``IndexError`` still wo
 Messages name the argument, what was expected, what was given and what to do.
 
 >>> try:
-...     await cuasync.from_host(data).to_host()
-... except cuasync.DeviceError:   # a fault, out of memory, ...: retry or degrade
-...     ...
+...     t = await cuasync.from_host(data)
+... except cuasync.DeviceError:   # out of memory, a device fault, ...: degrade or retry
+...     t = None                  # a wrong argument is a UsageError: it propagates
 """
 
 from __future__ import annotations
