@@ -21,7 +21,7 @@ import pytest
 
 from cuasync._backends import cuda
 from cuasync._backends.base import CAPTURE_RELAXED
-from cuasync.errors import DeviceError, DriverError, OutOfMemoryError
+from cuasync.errors import DriverError, InternalError, InvalidDeviceError, OutOfMemoryError
 
 _REASON = (
     "set CUASYNC_BACKEND=cuda to run the CUDA backend tests"
@@ -153,12 +153,12 @@ def test_device_info(backend: cuda.CudaBackend) -> None:
 
 
 def test_invalid_ordinal(backend: cuda.CudaBackend) -> None:
-    with pytest.raises(DeviceError):
+    with pytest.raises(InvalidDeviceError):
         backend.stream_create(backend.device_count())
 
 
 def test_launch_emulated_raises(backend: cuda.CudaBackend, stream: int) -> None:
-    with pytest.raises(DeviceError, match="emulator-only"):
+    with pytest.raises(InternalError, match="emulator-only"):
         backend.launch_emulated(stream, lambda: None)
 
 

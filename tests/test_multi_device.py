@@ -421,5 +421,5 @@ async def test_a_kernel_on_device_1_reads_pool_memory_of_device_0(anyio_backend)
     await x0.to(1)  # the first copy between the pair enables peer access
     out = await cuasync.zeros((256,), device=1)
     kernel = cuasync.Kernel(PEER_READ, "peer_read")
-    await kernel[1, 256](cuasync.DevicePointer(x0.ptr), out, 256)
+    await kernel[1, 256](cuasync.lowlevel.DevicePointer(x0.ptr), out, 256)
     np.testing.assert_array_equal(await out.to_host(), np.arange(256, dtype=np.float32))

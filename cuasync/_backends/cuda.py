@@ -34,8 +34,8 @@ from ..errors import (
     STICKY_CODES,
     ArgumentError,
     BackendUnavailableError,
-    DeviceError,
     DriverError,
+    InternalError,
     InvalidDeviceError,
     OutOfMemoryError,
     driver_error,
@@ -943,7 +943,7 @@ class CudaBackend(Backend):
             self._redo(res, ordinal, "cuLaunchKernel", *args)
 
     def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
-        raise DeviceError("launch_emulated is an emulator-only entry point")
+        raise InternalError("launch_emulated is an emulator-only entry point")
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
