@@ -3,6 +3,8 @@
 Every device operation is a lazy awaitable :class:`DeviceOp`; its work is enqueued on
 the first ``await`` (or ``.sync()``), and completion reaches the awaiting task through a
 native reactor that watches flag words the GPU writes, without blocking the event loop.
+Runtime failures raise :class:`DeviceError` (the tree is in :mod:`cuasync.errors`); the
+plumbing for writing custom ops is in :mod:`cuasync.lowlevel`.
 
 >>> import cuasync, numpy as np
 >>> t = await cuasync.from_host(np.arange(4.0))
@@ -12,8 +14,12 @@ array([0., 1., 2., 3.])
 
 from __future__ import annotations
 
+import warnings as _warnings
+from typing import Any as _Any
+
 from . import errors as errors
 from . import kernel_cache as kernel_cache
+from . import lowlevel as lowlevel
 from ._backends import backend_name as backend_name
 from ._copies import dup as dup
 from ._copies import empty as empty
@@ -23,7 +29,6 @@ from ._copies import to_host as to_host
 from ._copies import zeros as zeros
 from ._core.completion import Stats as Stats
 from ._core.completion import stats as stats
-from ._core.context import ExecutionContext as ExecutionContext
 from ._core.device import Device as Device
 from ._core.device import Event as Event
 from ._core.device import MemoryInfo as MemoryInfo
@@ -38,10 +43,8 @@ from ._core.graph import graph_scope as graph_scope
 from ._core.op import DeviceFuture as DeviceFuture
 from ._core.op import DeviceOp as DeviceOp
 from ._core.op import SharedOp as SharedOp
-from ._core.op import device_op as device_op
 from ._core.op import value as value
 from ._core.op import zip as zip
-from ._core.output import Output as Output
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
@@ -57,7 +60,6 @@ from ._creation import ones as ones
 from ._creation import rand as rand
 from ._creation import randn as randn
 from ._kernel import CompileOptions as CompileOptions
-from ._kernel import DevicePointer as DevicePointer
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
@@ -72,6 +74,25 @@ from .errors import DeviceError as DeviceError
 
 __version__ = "0.1.0"
 
+# Plumbing that moved to cuasync.lowlevel in 0.2; importable from here for one release.
+_MOVED = frozenset({"DevicePointer", "ExecutionContext", "Output", "device_op"})
+_warned: set[str] = set()
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _MOVED:
+        if name not in _warned:
+            _warned.add(name)
+            _warnings.warn(
+                f"cuasync.{name} moved to cuasync.lowlevel.{name}; the old name goes away "
+                "in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return getattr(lowlevel, name)
+    raise AttributeError(f"module 'cuasync' has no attribute {name!r}")
+
+
 __all__ = [
     "CompileOptions",
     "CudaGraph",
@@ -79,14 +100,11 @@ __all__ = [
     "DeviceError",
     "DeviceFuture",
     "DeviceOp",
-    "DevicePointer",
     "Event",
-    "ExecutionContext",
     "GraphScope",
     "Kernel",
     "MemoryInfo",
     "Module",
-    "Output",
     "Partition",
     "PendingTransfer",
     "PinnedHostBuffer",
@@ -103,7 +121,6 @@ __all__ = [
     "backend_name",
     "convert",
     "device_count",
-    "device_op",
     "download_into",
     "download_pending",
     "dup",
@@ -118,6 +135,7 @@ __all__ = [
     "graph_scope",
     "kernel_cache",
     "linspace",
+    "lowlevel",
     "memcpy",
     "ones",
     "rand",

@@ -18,8 +18,8 @@ from ._core.device import Device, get_default_device
 from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
-from ._core.staging import staging_pool
 from ._dtypes import as_dtype, dtype_name
+from ._staging import staging_pool
 from ._tensor import Shape, Tensor, check_shape
 from .errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 

@@ -1,37 +1,84 @@
-"""The dtypes tensors support, and turning user spellings into numpy dtypes."""
+"""The dtypes tensors support: one table, and turning user spellings into numpy dtypes.
+
+Every other dtype table derives from :data:`DTYPES`: the numpy dtypes (:data:`SUPPORTED`),
+the C types of kernel signatures (``cuasync._signature``) and the codes and storage types
+of the built-in CUDA kernels (``cuasync/kernels/cast.cuh``).
+
+>>> DTYPES["bfloat16"].storage                 # its bits, in the built-in kernels
+'unsigned short'
+>>> as_dtype("float16") is SUPPORTED["float16"]
+True
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import DTypeError
 
-_NAMES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-)
 
-SUPPORTED: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in _NAMES}
-try:  # numpy has no bfloat16 of its own
-    import ml_dtypes
-except ImportError:  # a dependency: missing only after an install with --no-deps
-    pass
-else:
-    SUPPORTED["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+@dataclass(frozen=True)
+class DType:
+    """One supported dtype, as numpy, kernel signatures and the built-in kernels see it."""
+
+    name: str
+    #: Its code in the built-in CUDA kernels (their ``K`` template argument).
+    code: int
+    #: The C type the built-in kernels store it as: float16 and bfloat16 as their bits.
+    storage: str
+    #: How a kernel signature may spell it.
+    ctypes: tuple[str, ...]
+    #: ``"b"``, ``"i"``, ``"u"``, ``"f"`` or ``"c"`` (numpy's kind; bfloat16 is ``"f"`` too).
+    kind: str
+    #: Floats: the significand's bits, the implicit one included; 0 otherwise.
+    significand: int = 0
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("bool", 0, "bool", ("bool",), "b"),
+        DType("int8", 1, "signed char", ("char", "signed char", "int8_t"), "i"),
+        DType("int16", 2, "short", ("short", "int16_t"), "i"),
+        DType("int32", 3, "int", ("int", "int32_t"), "i"),
+        DType("int64", 4, "long long", ("long", "long long", "int64_t"), "i"),
+        DType("uint8", 5, "unsigned char", ("unsigned char", "uint8_t"), "u"),
+        DType("uint16", 6, "unsigned short", ("unsigned short", "uint16_t"), "u"),
+        DType("uint32", 7, "unsigned int", ("unsigned", "unsigned int", "uint32_t"), "u"),
+        DType(
+            "uint64",
+            8,
+            "unsigned long long",
+            ("unsigned long", "unsigned long long", "uint64_t", "size_t"),
+            "u",
+        ),
+        DType("float16", 9, "unsigned short", ("__half", "half"), "f", 11),
+        DType("bfloat16", 10, "unsigned short", ("__nv_bfloat16",), "f", 8),
+        DType("float32", 11, "float", ("float",), "f", 24),
+        DType("float64", 12, "double", ("double",), "f", 53),
+        DType("complex64", 13, "float2", ("float2", "cuFloatComplex"), "c"),
+        DType("complex128", 14, "double2", ("double2", "cuDoubleComplex"), "c"),
+    )
+}
+
+
+def _numpy(name: str) -> np.dtype[Any] | None:
+    if name != "bfloat16":
+        return np.dtype(name)
+    try:  # numpy has no bfloat16 of its own
+        import ml_dtypes
+    except ImportError:  # a dependency: missing only after an install with --no-deps
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+#: The numpy dtype of each supported name (bfloat16 only where ml_dtypes imports).
+SUPPORTED: dict[str, np.dtype[Any]] = {
+    name: dt for name in DTYPES if (dt := _numpy(name)) is not None
+}
 
 _BY_DTYPE = {dt: name for name, dt in SUPPORTED.items()}
 
@@ -58,3 +105,12 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
 
 def dtype_name(dtype: np.dtype[Any]) -> str:
     return _BY_DTYPE.get(dtype, str(dtype))
+
+
+def dtype_info(dtype: np.dtype[Any]) -> DType:
+    """The table's row for a supported numpy dtype.
+
+    >>> dtype_info(np.dtype("uint8")).storage
+    'unsigned char'
+    """
+    return DTYPES[_BY_DTYPE[dtype]]

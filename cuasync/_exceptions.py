@@ -3,10 +3,13 @@ callbacks), reported the way CPython does."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 
-__all__ = ["fresh", "report_unraisable"]
+from .errors import DeviceFaultError
+
+__all__ = ["fresh", "report_once", "report_unraisable"]
 
 
 def fresh(error: BaseException) -> BaseException:
@@ -62,3 +65,37 @@ def report_unraisable(exc: BaseException, obj: object, msg: str) -> None:
         traceback.print_exception(exc, file=sys.stderr)
     except BaseException:
         pass
+
+
+_reported: set[tuple[str, str, type[BaseException]]] = set()
+
+
+def report_once(logger: str, what: str, exc: BaseException) -> None:
+    """Log that a finalizer could not ``what``, once per logger, action and error type.
+
+    For destructors, which must neither raise nor block: the resource is leaked (the
+    safe choice) and the first failure of each kind is logged to ``logger`` (one of the
+    ``cuasync.*`` loggers). A device that has faulted fails every release, as expected,
+    so that is logged at INFO (its fault was already raised to the ops that met it);
+    anything else at WARNING, with the traceback. Quiet at interpreter shutdown.
+
+    >>> report_once("cuasync.device", "destroy a stream", exc)
+    """
+    try:
+        if sys.is_finalizing():
+            return
+        key = (logger, what, type(exc))
+        if key in _reported:
+            return
+        _reported.add(key)
+        log = logging.getLogger(logger)
+        if isinstance(exc, DeviceFaultError):
+            log.info("could not %s on a faulted device, leaking it: %s", what, exc)
+        else:
+            log.warning(
+                "could not %s; leaking it (reported once per kind of error)",
+                what,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+    except BaseException:
+        pass  # the reporter of last resort: nothing may escape a finalizer

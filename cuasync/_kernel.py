@@ -31,10 +31,11 @@ from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
+from ._exceptions import report_once
 from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size
-from .errors import ArgumentError, DeviceError, LaunchError
+from .errors import ArgumentError, InvalidDeviceError, LaunchError, UsageError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -341,7 +342,7 @@ class _Launchable:
                 else:
                     raise LaunchError(
                         f"{self._where(param)} expects a tensor, view or partition (or a "
-                        "cuasync.DevicePointer "
+                        "cuasync.lowlevel.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:
@@ -630,8 +631,8 @@ class Module:
     def __del__(self) -> None:
         try:
             get_backend().module_unload(self.handle)
-        except Exception:
-            pass
+        except Exception as exc:
+            report_once("cuasync.kernel", "unload a module", exc)
 
 
 class _ModuleKernel(_Launchable):
@@ -647,11 +648,11 @@ class _ModuleKernel(_Launchable):
         self._prepare(module.device)  # an unknown name fails here
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
-        raise DeviceError(f"{self.name} is a function of a loaded Module: it has no source")
+        raise UsageError(f"{self.name} is a function of a loaded Module: it has no source")
 
     def _prepare(self, device: Device) -> PreparedKernel:
         if device is not self.module.device:
-            raise DeviceError(
+            raise InvalidDeviceError(
                 f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
                 f"device {device.ordinal}; load the image on that device too"
             )

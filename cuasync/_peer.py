@@ -7,9 +7,9 @@ Two routes, chosen per pair of devices:
   the stream-ordered pools included) and the destination's stream copies device to
   device (``cuMemcpyPeerAsync``);
 * **staged**: otherwise (or with ``CUASYNC_PEER=off``) a stream of the source device
-  copies into a pinned host block, and the destination's stream copies the block on once
-  an event of the source stream says the first half is done. Nothing blocks the calling
-  thread.
+  copies into a pinned host block, and the destination's stream copies the block on
+  once an event of the source stream says the first half is done. Nothing blocks the
+  calling thread.
 
 The copy is an op of the destination device: it runs on a stream of that device's
 policy, so later uses of the destination are ordered after it like those of any op.
@@ -35,8 +35,8 @@ from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._core.scheduling import stream_from
-from ._core.staging import staging_pool
 from ._exceptions import fresh
+from ._staging import staging_pool
 from ._tensor import Tensor
 from .errors import ArgumentError, CaptureError
 

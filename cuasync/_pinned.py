@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._backends import get_backend
-from ._core.staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 from ._dtypes import as_dtype, dtype_name
+from ._staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 from ._tensor import check_shape, is_size
 from .errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
 

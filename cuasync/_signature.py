@@ -14,42 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ._dtypes import SUPPORTED
+from ._dtypes import DTYPES, SUPPORTED
 from .errors import KernelCompileError
 
-_C_TYPES: dict[str, str] = {
-    "bool": "bool",
-    "char": "int8",
-    "signed char": "int8",
-    "int8_t": "int8",
-    "unsigned char": "uint8",
-    "uint8_t": "uint8",
-    "short": "int16",
-    "int16_t": "int16",
-    "unsigned short": "uint16",
-    "uint16_t": "uint16",
-    "int": "int32",
-    "int32_t": "int32",
-    "unsigned": "uint32",
-    "unsigned int": "uint32",
-    "uint32_t": "uint32",
-    "long": "int64",
-    "long long": "int64",
-    "int64_t": "int64",
-    "unsigned long": "uint64",
-    "unsigned long long": "uint64",
-    "uint64_t": "uint64",
-    "size_t": "uint64",
-    "__half": "float16",
-    "half": "float16",
-    "__nv_bfloat16": "bfloat16",
-    "float": "float32",
-    "double": "float64",
-    "float2": "complex64",
-    "cuFloatComplex": "complex64",
-    "double2": "complex128",
-    "cuDoubleComplex": "complex128",
-}
+_C_TYPES: dict[str, str] = {ctype: d.name for d in DTYPES.values() for ctype in d.ctypes}
 
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
 

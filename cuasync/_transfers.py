@@ -60,6 +60,12 @@ __all__ = [
 class PendingTransfer:
     """A copy in flight between a pinned buffer and a device tensor.
 
+    Cancellation: cancelling a task that awaits it raises ``CancelledError`` (trio:
+    ``Cancelled``) at once and cancels the wait, not the copy: the buffer stays in flight
+    (``buf.in_flight``; touching it raises :class:`~cuasync.errors.BusyResourceError`)
+    until the copy lands, and the transfer can be awaited again. Collected unawaited, the
+    copy finishes and the tensor and buffer are released once it lands.
+
     >>> pending = cuasync.download_pending(tensor, buf)
     >>> pending.is_ready()          # never waits; raises the device error if the copy failed
     >>> tensor, buf = await pending # or pending.wait() outside an event loop

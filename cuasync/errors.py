@@ -1,31 +1,45 @@
 """Every exception cuasync raises, in one tree.
 
+Two roots, as httpx separates transport failures from misuse: :class:`DeviceError` is
+what can go wrong at run time, however correct the program; :class:`UsageError` is a
+bug in the calling code, and is never a ``DeviceError``, so ``except DeviceError``
+around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync.
+
 ::
 
-    DeviceError                        base of everything cuasync raises
-    ├── BackendUnavailableError        the requested backend cannot run here (no driver, ...)
-    ├── DriverError                    a failed CUresult (.code, .name, .explanation)
-    │   ├── DeviceFaultError           sticky context fault: trap, illegal address, ...
-    │   └── OutOfMemoryError           also a MemoryError; names the size requested
-    ├── ArgumentError                  also a ValueError: a bad argument, named
-    │   ├── DTypeError                 also a TypeError: unknown or mismatched dtype
-    │   ├── ShapeError                 negative/non-integer shapes, bad slices, size mismatches
-    │   │   ├── IndexOutOfRangeError   also an IndexError: an index past its axis, too many indices
-    │   │   └── UnsupportedIndexError  also an IndexError: arrays, lists, floats, ... as indices
-    │   ├── InvalidDeviceError         ordinal out of range, tensor on another device
-    │   └── LaunchError                kernel launch preconditions (issue: kernels)
-    ├── SchedulingError                a policy returned something unusable
-    ├── OpConsumedError                also a RuntimeError: a single-use op executed twice
-    ├── ReentrancyError                also a RuntimeError: executing an op inside ``then``
-    ├── SyncInEventLoopError           also a RuntimeError: ``.sync()`` inside a running loop
-    ├── CaptureError                   graph capture misuse
-    ├── KernelError                    a kernel failed without faulting the device
-    ├── KernelCompileError             NVRTC failed; carries the log
-    ├── BusyResourceError              a pinned buffer is in flight
-    └── TransferRejected               a transfer was refused; ``.package`` hands back the inputs
-        └── BusyTransferRejected       ... because its buffer is in flight (also Busy...)
+    CuasyncError                       base of everything cuasync raises
+    ├── DeviceError                    runtime failures: catch these
+    │   ├── BackendUnavailableError    the requested backend cannot run here (no driver, ...)
+    │   ├── DriverError                a failed CUresult (.code, .name, .explanation)
+    │   │   ├── DeviceFaultError       sticky context fault: trap, illegal address, ...
+    │   │   └── OutOfMemoryError       also a MemoryError; names the size requested
+    │   ├── KernelError                a kernel failed without faulting the device
+    │   ├── KernelCompileError         NVRTC failed; carries the log
+    │   ├── BusyResourceError          a pinned buffer is in flight
+    │   └── TransferRejected           a transfer was refused; ``.package`` hands back the inputs
+    │       └── BusyTransferRejected   ... because its buffer is in flight (also Busy...)
+    ├── UsageError                     misuse: fix the calling code
+    │   ├── ArgumentError              also a ValueError: a bad argument, named
+    │   │   ├── DTypeError             also a TypeError: unknown or mismatched dtype
+    │   │   ├── ShapeError             negative/non-integer shapes, bad slices, size mismatches
+    │   │   │   ├── IndexOutOfRangeError   also an IndexError: past an axis, too many indices
+    │   │   │   └── UnsupportedIndexError  also an IndexError: arrays, lists, floats, ...
+    │   │   ├── InvalidDeviceError     ordinal out of range, object on another device
+    │   │   └── LaunchError            kernel launch preconditions; nothing was enqueued
+    │   ├── SchedulingError            a policy returned something unusable
+    │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
+    │   ├── ReentrancyError            also a RuntimeError: executing an op inside ``then``
+    │   ├── SyncInEventLoopError       also a RuntimeError: ``.sync()`` inside a running loop
+    │   └── CaptureError               also a RuntimeError: graph capture misuse
+    └── InternalError                  also a RuntimeError: a bug in cuasync; please report it
 
+Builtin bases stay, so idiomatic ``except ValueError`` / ``IndexError`` still works.
 Messages name the argument, what was expected, what was given and what to do.
+
+>>> try:
+...     t = await cuasync.from_host(data)
+... except cuasync.DeviceError:   # out of memory, a device fault, ...: degrade or retry
+...     t = None                  # a wrong argument is a UsageError: it propagates
 """
 
 from __future__ import annotations
@@ -40,11 +54,13 @@ __all__ = [
     "BusyResourceError",
     "BusyTransferRejected",
     "CaptureError",
+    "CuasyncError",
     "DTypeError",
     "DeviceError",
     "DeviceFaultError",
     "DriverError",
     "IndexOutOfRangeError",
+    "InternalError",
     "InvalidDeviceError",
     "KernelCompileError",
     "KernelError",
@@ -57,11 +73,30 @@ __all__ = [
     "SyncInEventLoopError",
     "TransferRejected",
     "UnsupportedIndexError",
+    "UsageError",
 ]
 
 
-class DeviceError(Exception):
-    """Base class of every error raised by cuasync."""
+class CuasyncError(Exception):
+    """Base class of every exception cuasync raises."""
+
+
+class DeviceError(CuasyncError):
+    """A runtime failure: the driver, the device, memory, a kernel, a busy resource.
+
+    What to catch around an ``await``; programming errors raise :class:`UsageError`.
+    """
+
+
+class UsageError(CuasyncError):
+    """The calling code misused cuasync; the message says what to change.
+
+    Not a :class:`DeviceError`: ``except DeviceError`` does not catch it.
+    """
+
+
+class InternalError(CuasyncError, RuntimeError):
+    """A cuasync bug (an invariant broke); please report it with the traceback."""
 
 
 class BackendUnavailableError(DeviceError):
@@ -116,7 +151,7 @@ def driver_error(code: int, call: str = "", detail: str = "") -> DriverError:
     return DriverError(code, call, detail)
 
 
-class ArgumentError(DeviceError, ValueError):
+class ArgumentError(UsageError, ValueError):
     """An argument was not acceptable; the message names it and says what to pass."""
 
 
@@ -153,23 +188,23 @@ class LaunchError(ArgumentError):
     """A kernel launch precondition failed; nothing was enqueued."""
 
 
-class SchedulingError(DeviceError):
+class SchedulingError(UsageError):
     """A scheduling policy returned something that cannot run the op."""
 
 
-class OpConsumedError(DeviceError, RuntimeError):
+class OpConsumedError(UsageError, RuntimeError):
     """A single-use :class:`~cuasync.DeviceOp` was executed a second time."""
 
 
-class ReentrancyError(DeviceError, RuntimeError):
+class ReentrancyError(UsageError, RuntimeError):
     """An op was executed from inside a ``then`` closure, under the execution lock."""
 
 
-class SyncInEventLoopError(DeviceError, RuntimeError):
+class SyncInEventLoopError(UsageError, RuntimeError):
     """A blocking call was made from inside a running event loop."""
 
 
-class CaptureError(DeviceError):
+class CaptureError(UsageError, RuntimeError):
     """Graph capture was misused (allocation recorded, sync during capture, ...)."""
 
 

@@ -42,7 +42,7 @@ def _kernels_loaded_before_any_gate():
     """On a GPU, loading a kernel module waits for the device's pending work, so a kernel
     first launched behind a closed gate would wait for the gate: load them all up front."""
     if not ON_EMULATOR:
-        from cuasync._creation import builtin_kernels
+        from cuasync._builtin import builtin_kernels
 
         for kernel in builtin_kernels():
             kernel.compile()

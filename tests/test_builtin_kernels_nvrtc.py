@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 import cuasync
-from cuasync import _creation, _kernel
+from cuasync import _builtin, _kernel
 from cuasync._backends import get_backend
+from cuasync._dtypes import SUPPORTED
 from cuasync._kernel import Kernel
 from cuasync._nvrtc import nvrtc_problem
 from cuasync.errors import KernelCompileError
@@ -24,13 +25,13 @@ ARCHS = ("sm_80", "sm_90")
 PROBLEM = nvrtc_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
-KERNELS: dict[str, Kernel] = {k.name: k for k in _creation.builtin_kernels()}
+KERNELS: dict[str, Kernel] = {k.name: k for k in _builtin.builtin_kernels()}
 
 
 def test_every_family_and_dtype_is_listed() -> None:
     families = {name.split("<")[0] for name in KERNELS}
     assert families == {"ca_fill", "ca_linspace", "ca_convert", "ca_rand", "ca_randn"}
-    dtypes = len([n for n in _creation._CODES if n in _creation.SUPPORTED])
+    dtypes = len(SUPPORTED)
     assert sum(name.startswith("ca_convert<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_linspace<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_fill<") for name in KERNELS) == 5
@@ -58,5 +59,5 @@ def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:
         raise AssertionError(f"{name} was compiled for {arch} a second time")
 
     monkeypatch.setattr(_kernel, "compile_cubin", refuse)
-    image, _ = _creation._kernel("linspace", "int16").compile_image(arch)
+    image, _ = _builtin.kernel("linspace", "int16").compile_image(arch)
     assert image[:4] == b"\x7fELF"

@@ -19,7 +19,7 @@ import pytest
 from conftest import ON_EMULATOR
 
 import cuasync
-from cuasync import _creation
+from cuasync import _builtin, _twins
 from cuasync._dtypes import SUPPORTED
 from cuasync.errors import (
     ArgumentError,
@@ -328,14 +328,14 @@ PHILOX_KAT = [
 
 @pytest.mark.parametrize(("counter", "key", "expected"), PHILOX_KAT)
 def test_philox_numpy_twin_known_answers(counter: Any, key: Any, expected: Any) -> None:
-    got = _creation.philox4x32_10(np.array(counter, np.uint32), key)
+    got = _twins.philox4x32_10(np.array(counter, np.uint32), key)
     assert [int(w) for w in got] == list(expected)
 
 
 def test_philox_twin_is_vectorized() -> None:
     counters = np.array([c for c, _, _ in PHILOX_KAT[:2]], np.uint32)
     # both rows under key 0: the first row must still give the first known answer
-    got = _creation.philox4x32_10(counters, (0, 0))
+    got = _twins.philox4x32_10(counters, (0, 0))
     assert got.shape == (2, 4) and [int(w) for w in got[0]] == list(PHILOX_KAT[0][2])
 
 
@@ -367,7 +367,7 @@ async def test_rand_is_deterministic_in_range_and_uniform(anyio_backend) -> None
         assert x.min() >= 0.0 and x.max() < 1.0
         assert abs(x.mean() - 0.5) < 0.005
         assert abs(x.std() - math.sqrt(1 / 12)) < 0.005
-        expected = _creation.uniform_twin(a.size, 1234, 0, name).astype(np_dtype(name))
+        expected = _twins.uniform_twin(a.size, 1234, 0, name).astype(np_dtype(name))
         same(a, expected)
 
 
@@ -380,7 +380,7 @@ def test_rand_seeds_and_shapes() -> None:
     big_seed = 2**64 - 1
     same(
         host(cuasync.rand((9,), seed=big_seed).sync()),
-        _creation.uniform_twin(9, 0xFFFFFFFF, 0xFFFFFFFF, "float32").astype(np.float32),
+        _twins.uniform_twin(9, 0xFFFFFFFF, 0xFFFFFFFF, "float32").astype(np.float32),
     )
     # no seed: a fresh one each time
     assert not np.array_equal(host(cuasync.rand(64).sync()), host(cuasync.rand(64).sync()))
@@ -407,10 +407,10 @@ def test_randn_matches_the_twin_formula() -> None:
     got = host(cuasync.randn((1001,), mean=1.0, std=2.0, seed=3, dtype="float64").sync())
     # log/cos/sin differ in the last bits between libraries: compare with an absolute
     # tolerance too (mean + std z cancels near 0, so relative errors alone can look large)
-    expected64 = _creation.normal_twin(1001, 3, 0, 1.0, 2.0)
+    expected64 = _twins.normal_twin(1001, 3, 0, 1.0, 2.0)
     np.testing.assert_allclose(got, expected64, rtol=1e-13, atol=1e-13)
     got32 = host(cuasync.randn((1001,), mean=1.0, std=2.0, seed=3).sync())
-    expected = _creation.normal_twin(1001, 3, 0, 1.0, 2.0).astype(np.float32)
+    expected = _twins.normal_twin(1001, 3, 0, 1.0, 2.0).astype(np.float32)
     # float32 results are the correctly rounded float64 ones: equal but for (very rare)
     # last-bit differences of log/cos/sin between libraries
     assert np.count_nonzero(got32 != expected) <= 1
@@ -534,5 +534,5 @@ async def test_fill_is_a_graph_node(anyio_backend) -> None:
 
 @pytest.mark.skipif(ON_EMULATOR, reason="the CUDA kernels themselves (on a GPU)")
 def test_kernels_compile_and_load_on_this_gpu() -> None:
-    for kernel in _creation.builtin_kernels():
+    for kernel in _builtin.builtin_kernels():
         kernel.compile()

@@ -23,7 +23,7 @@ import pytest
 from cuasync._backends import cuda
 from cuasync._backends.base import CAPTURE_RELAXED
 from cuasync._signature import parse_params
-from cuasync.errors import DeviceError, DriverError, OutOfMemoryError
+from cuasync.errors import DriverError, InvalidDeviceError, OutOfMemoryError
 
 _REASON = (
     "set CUASYNC_BACKEND=cuda to run the CUDA backend tests"
@@ -171,7 +171,7 @@ def test_device_info(backend: cuda.CudaBackend) -> None:
 
 
 def test_invalid_ordinal(backend: cuda.CudaBackend) -> None:
-    with pytest.raises(DeviceError):
+    with pytest.raises(InvalidDeviceError):
         backend.stream_create(backend.device_count())
 
 

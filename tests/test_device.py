@@ -80,6 +80,56 @@ def test_from_handle_rejects_garbage() -> None:
         cuasync.Stream.from_handle("stream")  # type: ignore[arg-type]
 
 
+def test_streams_are_not_constructed_directly() -> None:
+    with pytest.raises(TypeError, match=r"Device\.new_stream\(\).*Stream\.from_handle\(\)"):
+        cuasync.Stream(1, cuasync.Device(0), False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="cannot be constructed directly"):
+        cuasync.Stream()
+
+
+class _ForeignStream:
+    """A foreign library's stream: speaks ``__cuda_stream__``, owns its handle."""
+
+    def __init__(self, version: int = 0) -> None:
+        self.inner = cuasync.Device(0).new_stream()
+        self.version = version
+
+    def __cuda_stream__(self) -> object:
+        return (self.version, self.inner.handle)
+
+
+def test_from_handle_keeps_the_protocol_object_alive() -> None:
+    import gc
+    import weakref
+
+    owner = _ForeignStream()
+    ref = weakref.ref(owner)
+    wrapped = cuasync.Stream.from_handle(owner)
+    assert wrapped.handle == owner.inner.handle and not wrapped.owned
+    del owner
+    gc.collect()
+    assert ref() is not None  # the wrapper holds it: its stream handle stays valid
+    x = cuasync.from_host(np.arange(4.0)).sync_on(wrapped)
+    np.testing.assert_array_equal(x.to_host().sync_on(wrapped), np.arange(4.0))
+    del x, wrapped
+    gc.collect()
+    assert ref() is None
+
+
+def test_from_handle_checks_the_protocol_version() -> None:
+    with pytest.raises(ArgumentError, match="protocol version 1.*version 0"):
+        cuasync.Stream.from_handle(_ForeignStream(version=1))
+
+
+def test_from_handle_rejects_a_malformed_protocol_answer() -> None:
+    class Bad:
+        def __cuda_stream__(self) -> object:
+            return 12345
+
+    with pytest.raises(ArgumentError, match=r"\(version, handle\)"):
+        cuasync.Stream.from_handle(Bad())
+
+
 def test_events_record_query_synchronize_and_time() -> None:
     s = cuasync.Device(0).new_stream()
     start, end = cuasync.Event(timing=True), cuasync.Event(timing=True)

@@ -615,7 +615,7 @@ def test_device_pointers_must_be_64_bit_addresses() -> None:
     y = cuasync.zeros(4).sync()
     for address in (-1, 1 << 64):
         with pytest.raises(LaunchError, match=r"parameter 'x'.*not a 64-bit device address"):
-            k[1, 32](1.0, cuasync.DevicePointer(address), y, 4)
+            k[1, 32](1.0, cuasync.lowlevel.DevicePointer(address), y, 4)
 
 
 def test_compile_options_are_part_of_the_cache_key() -> None:

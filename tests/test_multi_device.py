@@ -129,7 +129,7 @@ async def test_a_kernel_built_without_tensors_runs_on_the_device_it_lands_on(any
     got: list[tuple[int, int]] = []
     k = cuasync.Kernel(COUNTER, "store_on", emulate=twin)
     word = await cuasync.zeros((1,), "uint64", device=1)
-    await cuasync.fill(word, 0).then(lambda w: k[1, 1](cuasync.DevicePointer(w.ptr), 7))
+    await cuasync.fill(word, 0).then(lambda w: k[1, 1](cuasync.lowlevel.DevicePointer(w.ptr), 7))
     if ON_EMULATOR:  # the twin gets the raw address as it is
         assert got == [(word.ptr, 7)]
     else:
@@ -445,5 +445,5 @@ async def test_a_kernel_on_device_1_reads_pool_memory_of_device_0(anyio_backend)
     await x0.to(1)  # the first copy between the pair enables peer access
     out = await cuasync.zeros((256,), device=1)
     kernel = cuasync.Kernel(PEER_READ, "peer_read")
-    await kernel[1, 256](cuasync.DevicePointer(x0.ptr), out, 256)
+    await kernel[1, 256](cuasync.lowlevel.DevicePointer(x0.ptr), out, 256)
     np.testing.assert_array_equal(await out.to_host(), np.arange(256, dtype=np.float32))

@@ -177,3 +177,26 @@ def test_pytest_plugin_fixtures_and_loop_marker(pytester: pytest.Pytester) -> No
             "PASSED *test_service?trio?",
         ]
     )
+
+
+def test_pytest_plugin_fixtures_work_under_pytest_asyncio(pytester: pytest.Pytester) -> None:
+    # Many services test with pytest-asyncio rather than anyio: the fixtures serve both.
+    pytester.makepyfile(
+        test_asyncio_service="""
+        import pytest, cuasync, cuasync.testing as ct
+
+        @pytest.mark.asyncio
+        async def test_gated_work_waits(cuasync_no_leaks, cuasync_backend):
+            with ct.gate():
+                fut = cuasync.zeros((4,)).submit()
+                assert not fut.done()
+            assert (await fut).shape == (4,)
+
+        @pytest.mark.asyncio
+        async def test_a_leak_is_reported(cuasync_no_leaks):
+            test_a_leak_is_reported.kept = await cuasync.zeros((4,))
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "asyncio", "-rA")
+    result.assert_outcomes(passed=2, errors=1)  # the leak fails at teardown
+    result.stdout.fnmatch_lines(["*cuasync leaked*"])

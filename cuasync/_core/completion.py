@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from .._backends import get_backend
 from .._config import CONFIG
 from .._exceptions import fresh
-from ..errors import DeviceError, DeviceFaultError
+from ..errors import DeviceError, DeviceFaultError, InternalError
 from .output import Output
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ class Hub:
         """Create the completion of ``ctx`` and enqueue its notification after the work."""
         comp = Completion(ctx, out)
         if ctx.capturing:
-            raise DeviceError("internal: completions cannot be attached while capturing")
+            raise InternalError("completions cannot be attached while capturing")
         slot = -1
         if self.use_reactor:
             ordinal = ctx.device.ordinal

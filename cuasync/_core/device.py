@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._backends import get_backend
+from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError
 from .context import LOCK, submitting
 
@@ -214,15 +215,19 @@ def _destroy_stream(handle: int, alive: list[bool]) -> None:
     alive[0] = False  # first: objects collected in the same cycle must not use the handle
     try:
         get_backend().stream_destroy(handle)
-    except Exception:  # interpreter shutdown or a faulted context: nothing to release
-        pass
+    except Exception as exc:  # a faulted context, or shutdown: leak it
+        report_once("cuasync.device", "destroy a stream", exc)
 
 
 class Stream:
     """An ordered queue of device work.
 
-    Streams from :meth:`Device.new_stream` are owned; :meth:`from_handle` wraps a foreign
-    stream (PyTorch, CuPy, cuda.core, ...) that cuasync never destroys.
+    Not constructed directly (as in cuda.core): :meth:`Device.new_stream` makes an owned
+    stream; :meth:`from_handle` wraps a foreign one (PyTorch, CuPy, cuda.core, ...) that
+    cuasync never destroys.
+
+    >>> s = cuasync.Device(0).new_stream()
+    >>> t = await cuasync.zeros(4).submit_on(s)
     """
 
     __slots__ = (
@@ -233,13 +238,26 @@ class Stream:
         "_event",
         "_event_seq",
         "_lock",
+        "_owner",
         "_submitted",
         "device",
         "handle",
         "owned",
     )
 
-    def __init__(self, handle: int, device: Device, owned: bool) -> None:
+    def __new__(cls, *args: object, **kwargs: object) -> Stream:
+        raise TypeError(
+            "cuasync.Stream cannot be constructed directly; use Device.new_stream() for a "
+            "new stream or Stream.from_handle() to wrap a foreign one"
+        )
+
+    @classmethod
+    def _new(cls, handle: int, device: Device, owned: bool, owner: object = None) -> Stream:
+        self = object.__new__(cls)
+        self._init(handle, device, owned, owner)
+        return self
+
+    def _init(self, handle: int, device: Device, owned: bool, owner: object) -> None:
         self.handle = handle
         self.device = device
         self.owned = owned
@@ -252,22 +270,41 @@ class Stream:
         # Cleared when an owned stream's handle is destroyed. In a garbage cycle the
         # finalizer can run before another object's __del__ that still refers to us.
         self._alive = [True]
+        self._owner = owner  # a foreign stream's object: its handle lives as long as it
         if owned:
             weakref.finalize(self, _destroy_stream, handle, self._alive)
 
     @classmethod
     def _create(cls, device: Device) -> Stream:
-        return cls(get_backend().stream_create(device.ordinal), device, owned=True)
+        return cls._new(get_backend().stream_create(device.ordinal), device, owned=True)
 
     @classmethod
     def from_handle(cls, handle: int | Any, device: int | Device | None = None) -> Stream:
         """Wrap a foreign stream: an int handle or an object with ``__cuda_stream__``.
 
-        The stream is never destroyed by cuasync; work enqueued there can be awaited.
+        The stream is never destroyed by cuasync; work enqueued there can be awaited. An
+        object's ``__cuda_stream__()`` must return ``(0, handle)`` (protocol version 0);
+        the object is kept alive as long as the returned :class:`Stream`, so its stream
+        is not destroyed under cuasync. With a bare int, keeping the stream alive is the
+        caller's job.
+
+        >>> s = cuasync.Stream.from_handle(torch.cuda.current_stream())
         """
+        owner = None
         if hasattr(handle, "__cuda_stream__"):
-            _version, raw = handle.__cuda_stream__()
-            handle = raw
+            owner = handle
+            protocol = handle.__cuda_stream__()
+            if not (isinstance(protocol, tuple) and len(protocol) == 2):
+                raise ArgumentError(
+                    "__cuda_stream__() must return a (version, handle) tuple, "
+                    f"got {protocol!r} from {type(owner).__name__}"
+                )
+            version, handle = protocol
+            if version != 0:
+                raise ArgumentError(
+                    f"{type(owner).__name__}.__cuda_stream__() speaks protocol version "
+                    f"{version!r}; cuasync understands version 0"
+                )
         if not isinstance(handle, int) or isinstance(handle, bool):
             raise ArgumentError(
                 "handle must be an int CUstream or an object with __cuda_stream__(), "
@@ -275,7 +312,8 @@ class Stream:
             )
         if device is None:
             device = get_backend().stream_device(handle)
-        return cls(handle, Device(device) if isinstance(device, int) else device, owned=False)
+        device = Device(_check_ordinal(device, "device"))
+        return cls._new(handle, device, owned=False, owner=owner)
 
     def __repr__(self) -> str:
         kind = "owned" if self.owned else "foreign"
@@ -349,8 +387,8 @@ class Stream:
         if event is not None:
             try:
                 get_backend().event_destroy(event)
-            except Exception:
-                pass
+            except Exception as exc:
+                report_once("cuasync.device", "destroy a stream's ordering event", exc)
 
 
 class Event:
@@ -400,5 +438,5 @@ class Event:
 def _destroy_event(handle: int) -> None:
     try:
         get_backend().event_destroy(handle)
-    except Exception:
-        pass
+    except Exception as exc:
+        report_once("cuasync.device", "destroy an event", exc)

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._backends import get_backend
 from .._backends.base import CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL
-from .._exceptions import fresh
+from .._exceptions import fresh, report_once
 from ..errors import ArgumentError, CaptureError
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting
 from .device import Device, Stream, get_default_device
@@ -62,8 +62,8 @@ def _destroy(graph: int, graph_exec: int) -> None:
     for fn, handle in ((backend.graph_exec_destroy, graph_exec), (backend.graph_destroy, graph)):
         try:
             fn(handle)
-        except Exception:  # interpreter shutdown or a faulted context
-            pass
+        except Exception as exc:  # a faulted context, or shutdown: leak it
+            report_once("cuasync.graph", "destroy a graph", exc)
 
 
 class CudaGraph:

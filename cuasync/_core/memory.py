@@ -15,6 +15,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
+from .._exceptions import report_once
 from ..errors import ArgumentError
 
 if TYPE_CHECKING:
@@ -109,6 +110,6 @@ class Allocation:
             for other, seq in pending:
                 stream._order_after(other, seq)
             get_backend().mem_free_async(self.ptr, stream.handle)
-        except Exception:
-            # Interpreter shutdown or a fault raced with us: leaking is the safe choice.
-            pass
+        except Exception as exc:
+            # Shutdown or a fault raced with us: leaking is the safe choice.
+            report_once("cuasync.memory", "free device memory", exc)

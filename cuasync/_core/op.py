@@ -155,9 +155,16 @@ class DeviceOp(Generic[T]):
     def __await__(self) -> Generator[Any, Any, T]:
         """Execute on the policy's next stream and suspend the task until done.
 
-        Cancelling the awaiting task (or a timeout) raises at once; the device work goes
-        on, and what it uses stays alive until it lands, then is released. Nothing is
-        enqueued when no asyncio, uvloop or trio loop runs in this thread.
+        Cancellation: cancelling the awaiting task (a timeout, a task group's cancel
+        scope) raises ``CancelledError`` (trio: ``Cancelled``) here at once, without
+        blocking. The device work is not cancelled: it goes on, and what it uses stays
+        alive until it lands, then is released; its result is dropped. The op is consumed
+        either way: to await the result after a cancellation, ``submit()`` and await the
+        :class:`DeviceFuture` instead. Nothing is enqueued when no asyncio, uvloop or trio
+        loop runs in this thread. See docs/cancellation.md.
+
+        >>> with anyio.move_on_after(0.05):
+        ...     t = await cuasync.zeros((1 << 20,))
         """
         loop = running_loop()  # before submitting: an unsupported loop must leak nothing
         self._take()
@@ -312,9 +319,10 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
 class DeviceFuture(Generic[T]):
     """Submitted work; awaitable any number of times, from any number of tasks and loops.
 
-    Cancelling a task that awaits the future does not cancel the work: the future stays
-    valid and can be awaited again. A future collected unawaited lets its work finish
-    and releases what it used once it lands.
+    Cancellation: cancelling a task that awaits the future raises ``CancelledError``
+    (trio: ``Cancelled``) in that task at once, and cancels the wait, not the work: the
+    future stays valid and can be awaited again, by this task or another. A future
+    collected unawaited lets its work finish and releases what it used once it lands.
 
     >>> fut = op.submit()
     >>> fut.done()        # never blocks; True also once the work failed (device fault)
@@ -355,6 +363,7 @@ class DeviceFuture(Generic[T]):
         return self._comp.result()
 
     def __await__(self) -> Generator[Any, Any, T]:
+        """Suspend the task until the work is done; a cancelled wait leaves the work going."""
         try:
             return (yield from wait_for(self._comp, running_loop()))
         except BaseException:

@@ -16,6 +16,7 @@ from .._core.completion import get_hub
 from .._core.context import LOCK, check_not_submitting, no_capture
 from .._core.device import Stream
 from .._core.scheduling import SingleStream, StreamPoolRoundRobin, current_policy
+from .._exceptions import report_once
 from ..errors import ArgumentError
 from ._device_ops import load
 
@@ -68,8 +69,8 @@ class Gate:
         if getattr(self, "_slot", None) is not None:
             try:
                 self.open()
-            except Exception:
-                pass
+            except Exception as exc:
+                report_once("cuasync.testing", "open a gate", exc)
 
     def __repr__(self) -> str:
         state = "open" if self.is_open else "closed"

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backends import get_backend
+from ._backends import get_backend
+from ._exceptions import report_once
 
 _MIN_CLASS = 12  # 4 KiB
 #: Blocks below 64 KiB are carved out of 1 MiB chunks: each page-locked allocation has a
@@ -66,8 +67,8 @@ class PinnedBlock:
                 get_backend().host_free(self.address)
             else:
                 pool._give_back(self.address, self.size_class)
-        except Exception:
-            pass  # interpreter shutdown: the process is releasing everything anyway
+        except Exception as exc:  # shutdown: the process is releasing everything anyway
+            report_once("cuasync.staging", "free a pinned host block", exc)
 
 
 class PoolStats(NamedTuple):

@@ -1,0 +1,152 @@
+"""The built-in kernels: one :class:`~cuasync.Kernel` per family and dtype, and their launches.
+
+The CUDA source is ``cuasync/kernels/*.cu`` (package data), compiled as one translation
+unit; each kernel is a template instantiation of it, chosen by a name expression such as
+``"ca_convert<float, 11>"`` (the dtype's storage type and code, from
+:data:`~cuasync._dtypes.DTYPES`), with its numpy twin from :mod:`cuasync._twins` for the
+emulator.
+
+>>> k = kernel("convert", "float16")            # ca_convert<unsigned short, 9>
+>>> launch(ctx, k, n, out, src, code, n, *dims, *strides)   # inside an op's enqueue
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from . import _twins
+from ._core.context import ExecutionContext
+from ._dtypes import DTYPES, SUPPORTED, dtype_name
+from ._kernel import Kernel
+from ._tensor import Tensor
+
+#: The translation unit's files, in order: the shared code, then each family.
+_FILES = ("cast.cuh", "index.cuh", "fill.cu", "linspace.cu", "convert.cu", "random.cu")
+
+#: The float dtypes ``rand`` and ``randn`` make.
+RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f")
+
+#: ``fill`` only moves bits: one instantiation per element size, storing it as this dtype.
+FILL_DTYPES: dict[int, str] = {
+    SUPPORTED[name].itemsize: name for name in ("uint8", "uint16", "uint32", "uint64", "complex128")
+}
+
+_BLOCK = 256
+_MAX_BLOCKS = 1 << 16
+
+
+@functools.cache
+def source() -> str:
+    """The CUDA source of every built-in kernel."""
+    files = resources.files("cuasync.kernels")
+    text = "\n".join((files / name).read_text(encoding="utf-8") for name in _FILES)
+    # The leading newline keeps the text 0.1 compiled, and so the kernel cache's keys.
+    return "\n" + text
+
+
+# -- the kernels ------------------------------------------------------------------------
+_kernels: dict[tuple[str, str], Kernel] = {}
+_kernels_lock = threading.Lock()
+
+_TWINS = {
+    "linspace": _twins.linspace_twin,
+    "convert": _twins.convert_twin,
+    "rand": _twins.rand_twin,
+    "randn": _twins.randn_twin,
+}
+
+
+def _make(family: str, key: str) -> Kernel:
+    if family == "fill":
+        storage = DTYPES[FILL_DTYPES[int(key)]].storage
+        return Kernel(source(), f"ca_fill<{storage}>", emulate=_twins.fill_twin)
+    d = DTYPES[key]
+    expression = f"ca_{family}<{d.storage}, {d.code}>"
+    return Kernel(source(), expression, emulate=_TWINS[family](SUPPORTED[key]))
+
+
+def kernel(family: str, key: str) -> Kernel:
+    """The kernel of ``family`` for ``key``: a dtype name, or an element size for ``fill``."""
+    found = _kernels.get((family, key))
+    if found is None:
+        with _kernels_lock:
+            found = _kernels.get((family, key))
+            if found is None:
+                found = _kernels[(family, key)] = _make(family, key)
+    return found
+
+
+def builtin_kernels() -> list[Kernel]:
+    """Every built-in kernel, one per dtype instantiation (for compile checks)."""
+    keys: list[tuple[str, str]] = [("fill", str(size)) for size in FILL_DTYPES]
+    names = list(SUPPORTED)
+    keys += [(family, name) for family in ("linspace", "convert") for name in names]
+    keys += [
+        (family, name) for family in ("rand", "randn") for name in RANDOM_DTYPES if name in names
+    ]
+    return [kernel(family, key) for family, key in keys]
+
+
+# -- launching -------------------------------------------------------------------------
+def _blocks(work: int) -> int:
+    return max(1, min((work + _BLOCK - 1) // _BLOCK, _MAX_BLOCKS))
+
+
+def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None:
+    """Enqueue one launch of ``kernel`` in this op's execution context."""
+    op = kernel.launch(*args, grid=_blocks(work), block=_BLOCK)
+    op._take()
+    op._enqueue(ctx)
+
+
+def bit_view(t: Tensor, storage_dtype: str) -> Tensor:
+    """``t`` as the unsigned integers a kernel stores (same layout, same allocation)."""
+    dt = SUPPORTED[storage_dtype]
+    if dt == t.dtype:
+        return t
+    return Tensor(t.allocation, t.shape, dt, t.strides, t.offset)
+
+
+def storage_view(t: Tensor) -> Tensor:
+    """``t`` as its kernels' C type sees it: float16 and bfloat16 as uint16 bits."""
+    return bit_view(t, "uint16") if dtype_name(t.dtype) in ("float16", "bfloat16") else t
+
+
+def flat(t: Tensor) -> Tensor:
+    """A contiguous ``t`` as one dimension, in its storage type."""
+    return storage_view(Tensor(t.allocation, (t.size,), t.dtype, None, t.offset))
+
+
+def chunks(t: Tensor) -> list[tuple[Tensor, list[int], list[int], int]]:
+    """Split a view into sub-views of at most 4 merged dimensions.
+
+    Returns ``(sub-view, [d1, d2, d3], [s0, s1, s2, s3], first linear index)`` for each.
+    """
+    merged: list[tuple[int, int]] = []
+    for d, s in zip(t.shape, t.strides, strict=True):
+        if d == 1:
+            continue
+        if merged and merged[-1][1] == s * d:
+            merged[-1] = (merged[-1][0] * d, s)
+        else:
+            merged.append((d, s))
+    if not merged:
+        merged = [(1, 1)]
+    outer, inner = merged[:-4], merged[-4:]
+    padded = [(1, 0)] * (4 - len(inner)) + inner
+    dims = [d for d, _ in padded]
+    strides = [s for _, s in padded]
+    shape = tuple(d for d, _ in inner)
+    size = math.prod(shape)
+    out = []
+    for k, index in enumerate(np.ndindex(*(d for d, _ in outer))):
+        offset = t.offset + sum(i * s for i, (_, s) in zip(index, outer, strict=True))
+        sub = Tensor(t.allocation, shape, t.dtype, tuple(s for _, s in inner), offset)
+        out.append((sub, dims[1:], strides, k * size))
+    return out

@@ -1,0 +1,187 @@
+// cuasync built-in kernels for the tensor creation API (cuasync/_creation.py).
+//
+// No #include: NVRTC needs no CUDA headers for them. float16 and bfloat16 travel as
+// their unsigned short bit patterns and are converted by the functions below, which
+// round exactly like numpy (float16) and ml_dtypes (bfloat16). Arithmetic that has a
+// numpy twin uses the _rn intrinsics, so that nothing is contracted into an FMA.
+//
+// dtype codes (the K template argument, and src_code of ca_convert); the Python side
+// keeps the same table:
+//   0 bool  1 int8  2 int16  3 int32  4 int64  5 uint8  6 uint16  7 uint32  8 uint64
+//   9 float16  10 bfloat16  11 float32  12 float64  13 complex64  14 complex128
+
+typedef unsigned long long ca_u64;
+
+// A value on its way to a destination type, kept exact: a signed or an unsigned
+// integer, a real float (float16, bfloat16 and float32 are exact as double) or a complex.
+struct ca_val {
+    int tag;  // 0 signed, 1 unsigned, 2 real, 3 complex
+    long long i;
+    ca_u64 u;
+    double re;
+    double im;
+};
+
+__device__ __forceinline__ ca_val ca_make(int tag, long long i, ca_u64 u, double re,
+                                          double im) {
+    ca_val v;
+    v.tag = tag;
+    v.i = i;
+    v.u = u;
+    v.re = re;
+    v.im = im;
+    return v;
+}
+__device__ __forceinline__ ca_val ca_signed(long long i) { return ca_make(0, i, 0, 0, 0); }
+__device__ __forceinline__ ca_val ca_unsigned(ca_u64 u) { return ca_make(1, 0, u, 0, 0); }
+__device__ __forceinline__ ca_val ca_real(double d) { return ca_make(2, 0, 0, d, 0); }
+__device__ __forceinline__ ca_val ca_complex(double re, double im) {
+    return ca_make(3, 0, 0, re, im);
+}
+
+// -- float16 and bfloat16 bit patterns ----------------------------------------------------
+__device__ __forceinline__ double ca_pow2(int e) {  // 2^e, -1022 <= e <= 1023
+    return __longlong_as_double((long long)(e + 1023) << 52);
+}
+
+// IEEE binary16 from double, rounded to nearest even (numpy's double -> half cast).
+__device__ unsigned short ca_half_from_double(double d) {
+    ca_u64 bits = (ca_u64)__double_as_longlong(d);
+    unsigned short sign = (unsigned short)((bits >> 48) & 0x8000u);
+    int exp = (int)((bits >> 52) & 0x7ff);
+    ca_u64 sig = bits & 0xfffffffffffffULL;
+    if (exp == 0x7ff) {  // inf, or NaN keeping the top of its payload
+        if (sig == 0) return sign | 0x7c00u;
+        unsigned short nan = (unsigned short)(0x7c00u + (sig >> 42));
+        if (nan == 0x7c00u) nan++;
+        return sign | nan;
+    }
+    double a = fabs(d);
+    if (a >= 65520.0) return sign | 0x7c00u;  // rounds past 65504, the largest half
+    if (a < 6.103515625e-05) {                // below 2^-14: subnormal or zero
+        return sign | (unsigned short)rint(__dmul_rn(a, 16777216.0));
+    }
+    int e = exp - 1023;                               // -14 .. 15
+    double m = rint(__dmul_rn(a, ca_pow2(10 - e)));  // 1024 .. 2048, exact scaling
+    return sign | (unsigned short)(((e + 15) << 10) + (int)m - 1024);
+}
+
+__device__ __forceinline__ double ca_half_to_double(unsigned short h) {
+    unsigned exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    double mag;
+    if (exp == 0x1f) {
+        mag = man ? __longlong_as_double(0x7ff8000000000000LL | ((long long)man << 42))
+                  : __longlong_as_double(0x7ff0000000000000LL);
+    } else if (exp == 0) {
+        mag = (double)man * 5.9604644775390625e-08;  // man * 2^-24
+    } else {
+        mag = (double)(man + 1024u) * ca_pow2((int)exp - 25);
+    }
+    return (h & 0x8000u) ? -mag : mag;
+}
+
+// bfloat16 from float, rounded to nearest even; a NaN becomes the quiet NaN (ml_dtypes).
+__device__ __forceinline__ unsigned short ca_bf16_from_float(float f) {
+    unsigned bits = (unsigned)__float_as_int(f);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits & 0x80000000u) ? 0xffc0u : 0x7fc0u;
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (unsigned short)(bits >> 16);
+}
+
+__device__ __forceinline__ float ca_bf16_to_float(unsigned short b) {
+    return __int_as_float((int)((unsigned)b << 16));
+}
+
+// -- loading and storing with numpy's casting rules ---------------------------------------
+__device__ ca_val ca_load(const void* base, long long i, int code) {
+    switch (code) {
+        case 0: return ca_signed(((const unsigned char*)base)[i] != 0);
+        case 1: return ca_signed(((const signed char*)base)[i]);
+        case 2: return ca_signed(((const short*)base)[i]);
+        case 3: return ca_signed(((const int*)base)[i]);
+        case 4: return ca_signed(((const long long*)base)[i]);
+        case 5: return ca_unsigned(((const unsigned char*)base)[i]);
+        case 6: return ca_unsigned(((const unsigned short*)base)[i]);
+        case 7: return ca_unsigned(((const unsigned int*)base)[i]);
+        case 8: return ca_unsigned(((const ca_u64*)base)[i]);
+        case 9: return ca_real(ca_half_to_double(((const unsigned short*)base)[i]));
+        case 10: return ca_real((double)ca_bf16_to_float(((const unsigned short*)base)[i]));
+        case 11: return ca_real((double)((const float*)base)[i]);
+        case 12: return ca_real(((const double*)base)[i]);
+        case 13: {
+            float2 c = ((const float2*)base)[i];
+            return ca_complex((double)c.x, (double)c.y);
+        }
+        default: {
+            double2 c = ((const double2*)base)[i];
+            return ca_complex(c.x, c.y);
+        }
+    }
+}
+
+__device__ __forceinline__ bool ca_truth(const ca_val& v) {
+    switch (v.tag) {
+        case 0: return v.i != 0;
+        case 1: return v.u != 0;
+        case 2: return v.re != 0.0;  // NaN is true, as in numpy
+        default: return v.re != 0.0 || v.im != 0.0;
+    }
+}
+
+// Floats reach integers through a 64-bit integer and wrap, like numpy on x86-64;
+// complex values contribute their real part.
+__device__ __forceinline__ long long ca_to_i64(const ca_val& v) {
+    switch (v.tag) {
+        case 0: return v.i;
+        case 1: return (long long)v.u;
+        default: return (long long)v.re;
+    }
+}
+
+__device__ __forceinline__ ca_u64 ca_to_u64(const ca_val& v) {
+    switch (v.tag) {
+        case 0: return (ca_u64)v.i;
+        case 1: return v.u;
+        default:
+            return v.re >= 9223372036854775808.0 ? (ca_u64)v.re : (ca_u64)(long long)v.re;
+    }
+}
+
+__device__ __forceinline__ float ca_to_f32(const ca_val& v) {
+    switch (v.tag) {
+        case 0: return (float)v.i;
+        case 1: return (float)v.u;
+        default: return (float)v.re;
+    }
+}
+
+__device__ __forceinline__ double ca_to_f64(const ca_val& v) {
+    switch (v.tag) {
+        case 0: return (double)v.i;
+        case 1: return (double)v.u;
+        default: return v.re;
+    }
+}
+
+template <typename S, int K>
+__device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
+    if constexpr (K == 0) {
+        *p = ca_truth(v);
+    } else if constexpr (K <= 7) {
+        *p = (S)ca_to_i64(v);
+    } else if constexpr (K == 8) {
+        *p = ca_to_u64(v);
+    } else if constexpr (K == 9) {
+        *p = ca_half_from_double(ca_to_f64(v));
+    } else if constexpr (K == 10) {
+        *p = ca_bf16_from_float(ca_to_f32(v));  // via float, like ml_dtypes
+    } else if constexpr (K == 11) {
+        *p = ca_to_f32(v);
+    } else if constexpr (K == 12) {
+        *p = ca_to_f64(v);
+    } else if constexpr (K == 13) {
+        *p = make_float2(ca_to_f32(v), v.tag == 3 ? (float)v.im : 0.0f);
+    } else {
+        *p = make_double2(ca_to_f64(v), v.tag == 3 ? v.im : 0.0);
+    }
+}

@@ -1,0 +1,20 @@
+// numpy.linspace(start, stop, n) (endpoint included), evaluated in float64 in numpy's
+// order: delta = stop - start and step = delta / div (div = n - 1) come from the host;
+// y = i * step (or i / div * delta when step underflows to 0) + start, the last element
+// is stop, integer dtypes take the floor. arange(n) is linspace(0, n - 1, n).
+template <typename S, int K>
+__global__ void ca_linspace(S* out, long long n, double start, double stop, double delta,
+                            double step, long long div, int floor_ints) {
+    for (long long i = ca_first(); i < n; i += ca_stride()) {
+        double y = (double)i;
+        if (div > 0) {
+            y = step == 0.0 ? __dmul_rn(__ddiv_rn(y, (double)div), delta) : __dmul_rn(y, step);
+        } else {
+            y = __dmul_rn(y, delta);
+        }
+        y = __dadd_rn(y, start);
+        if (div > 0 && i == n - 1) y = stop;
+        if (floor_ints) y = floor(y);
+        ca_store<S, K>(out + i, ca_real(y));
+    }
+}

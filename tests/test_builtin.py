@@ -1,0 +1,76 @@
+"""The built-in kernels' source files and the one dtype table they share with Python.
+
+The CUDA source is package data (``cuasync/kernels``); the tests here need neither a GPU
+nor NVRTC (test_builtin_kernels_nvrtc.py compiles every instantiation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from cuasync import _builtin, _signature
+from cuasync._dtypes import DTYPES, SUPPORTED
+
+#: sha256 of the built-in kernels' translation unit. The source is part of every kernel
+#: cache key, and the cubins are only checked on a GPU: changing it is deliberate.
+SOURCE_SHA256 = "1cf3cdb7de986c77a947066396bfa1965a295c4de8f8ef6eda89bf5bbe7c5903"
+
+
+def test_the_source_is_the_one_the_kernels_were_checked_with() -> None:
+    digest = hashlib.sha256(_builtin.source().encode()).hexdigest()
+    assert digest == SOURCE_SHA256, (
+        "the built-in CUDA source changed: run the built-in kernels' tests on a GPU, then "
+        "update SOURCE_SHA256 (cached cubins of the old source are no longer used)"
+    )
+
+
+def test_every_kernels_file_is_in_the_translation_unit() -> None:
+    shipped = {
+        f.name
+        for f in resources.files("cuasync.kernels").iterdir()
+        if f.name.endswith((".cu", ".cuh"))
+    }
+    assert shipped == set(_builtin._FILES)
+    # NVRTC gets the source alone: a file cannot #include another.
+    assert not re.search(r"^\s*#\s*include", _builtin.source(), re.MULTILINE)
+
+
+def test_every_kernel_uses_the_one_source() -> None:
+    kernels = _builtin.builtin_kernels()
+    assert {k.source for k in kernels} == {_builtin.source()}
+    assert len({k.name for k in kernels}) == len(kernels)
+
+
+def test_the_dtype_codes_match_the_cuda_source() -> None:
+    # cast.cuh lists them in a comment: "//   0 bool  1 int8  2 int16 ..."
+    cast = (resources.files("cuasync.kernels") / "cast.cuh").read_text()
+    block = cast[cast.index("// dtype codes") :].split("\n\n")[0]
+    listed = {name: int(code) for code, name in re.findall(r"(\d+) (\w+)", block)}
+    assert listed == {name: d.code for name, d in DTYPES.items()}
+    assert [d.code for d in DTYPES.values()] == list(range(len(DTYPES)))
+
+
+@pytest.mark.parametrize("name", sorted(SUPPORTED))
+def test_the_dtype_table_agrees_with_numpy(name: str) -> None:
+    d, dt = DTYPES[name], SUPPORTED[name]
+    assert d.kind == ("f" if name == "bfloat16" else dt.kind)
+    if d.kind == "f":
+        finfo = np.finfo if name != "bfloat16" else pytest.importorskip("ml_dtypes").finfo
+        assert d.significand == finfo(dt).nmant + 1
+    else:
+        assert d.significand == 0
+    # the storage type is one the signature parser knows, of the same size
+    assert SUPPORTED[_signature._C_TYPES[d.storage]].itemsize == dt.itemsize
+    assert all(_signature._C_TYPES[ctype] == name for ctype in d.ctypes)
+
+
+def test_fill_has_an_instantiation_per_element_size() -> None:
+    sizes = {dt.itemsize for dt in SUPPORTED.values()}
+    assert set(_builtin.FILL_DTYPES) == sizes
+    for size, name in _builtin.FILL_DTYPES.items():
+        assert SUPPORTED[name].itemsize == size
