@@ -6,9 +6,9 @@ Two routes, chosen per pair of devices:
   both ways), cuasync enables peer access for the pair on first use (both directions,
   the stream-ordered pools included) and the destination's stream copies device to
   device (``cuMemcpyPeerAsync``);
-* **staged**: otherwise (or with ``CUASYNC_PEER=off``) a stream of the source device copies into a pinned host block,
-  and the destination's stream copies the block on once an event of the source stream
-  says the first half is done. Nothing blocks the calling thread.
+* **staged**: otherwise (or with ``CUASYNC_PEER=off``) a stream of the source device
+  copies into a pinned host block, and the destination's stream copies the block on
+  once an event of the source stream says the first half is done. Nothing blocks the calling thread.
 
 The copy is an op of the destination device: it runs on a stream of that device's
 policy, so later uses of the destination are ordered after it like those of any op.
