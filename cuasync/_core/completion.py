@@ -22,7 +22,7 @@ handed to the hub's background watcher (:mod:`.watcher`).
 
 >>> hub = get_hub()
 >>> comp = hub.attach(ctx, out)                 # at submission, under the execution lock
->>> value = yield from hub.wait(comp, adapter)  # the body of every await
+>>> value = yield from wait(comp, adapter)      # the body of every await
 """
 
 from __future__ import annotations
@@ -443,23 +443,6 @@ class Hub:
         self._free_slot(slot)
 
     # -- waiting: the one protocol every await, future and blocking wait goes through ----
-    def wait(self, comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
-        """The body of ``await`` on the loop of ``adapter``: settle, else suspend until
-        finished; returns the output (or raises the work's error).
-
-        A cancelled suspension (or a loop going away) hands the completion to the
-        background watcher: the work goes on and what it uses is released when it lands.
-        """
-        if not self.settle(comp):
-            wake, suspend = adapter.park()
-            self.watch(comp, adapter, wake)
-            try:
-                yield from suspend()
-            except BaseException:
-                self.watch_in_background(comp)
-                raise
-        return comp.result()
-
     def block(self, comp: Completion, spin_us: int | None = None) -> None:
         """Block the calling thread until ``comp`` is finished (the thread "adapter").
 
@@ -734,6 +717,27 @@ def get_hub() -> Hub:
                 _hub = Hub()
             hub = _hub
     return hub
+
+
+def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
+    """The body of every ``await`` on the loop of ``adapter``: settle, else suspend until
+    finished; returns the output (or raises the work's error).
+
+    A cancelled suspension (or a loop going away) hands the completion to the
+    background watcher: the work goes on and what it uses is released when it lands.
+    A module function, not a method: it is the hottest path of the package.
+    """
+    if comp.state < DONE:
+        hub = _hub or get_hub()
+        if not hub.settle(comp):
+            wake, suspend = adapter.park()
+            hub.watch(comp, adapter, wake)
+            try:
+                yield from suspend()
+            except BaseException:
+                hub.watch_in_background(comp)
+                raise
+    return comp.result()
 
 
 def raise_if_faulted(device: Device) -> None:

@@ -5,7 +5,7 @@ current task until woken (from any thread) and watch an fd on the loop, calling 
 hub back when it is readable. Everything else (spinning, arming, finishing, faults,
 cancellation hand-over) is :class:`~.completion.Hub`'s, in one call per await:
 
->>> value = yield from get_hub().wait(comp, running_adapter())
+>>> value = yield from wait(comp, running_adapter())   # completion.wait
 
 Blocking threads need no adapter: they call ``Hub.block`` (after
 :func:`check_blocking_allowed`).

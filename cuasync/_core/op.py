@@ -21,7 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
-from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted
+from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
@@ -163,7 +163,7 @@ class DeviceOp(Generic[T]):
         self._take()
         comp = self._start(self._pick_stream(), True)
         try:
-            return (yield from get_hub().wait(comp, adapter))
+            return (yield from wait(comp, adapter))
         except BaseException:
             comp.abandon()  # cancelled: nobody can read the output any more
             raise
@@ -359,7 +359,7 @@ class DeviceFuture(Generic[T]):
 
     def __await__(self) -> Generator[Any, Any, T]:
         try:
-            return (yield from get_hub().wait(self._comp, running_adapter()))
+            return (yield from wait(self._comp, running_adapter()))
         except BaseException:
             # A cancelled await leaves this frame in a traceback, often inside a reference
             # cycle: it must not keep the future (and so its output) alive.
