@@ -268,6 +268,35 @@ def test_a_submission_that_finds_the_device_faulted_fails_its_pending_work(
     assert out.strip() == "DeviceFaultError True"
 
 
+def test_a_loop_that_cannot_watch_fds_fails_the_await_and_leaks_nothing() -> None:
+    # Like Windows' proactor loop: no add_reader. Each await says so; the work still
+    # completes and releases its slot (the background watcher takes it).
+    out = run_script(
+        """
+        import asyncio, cuasync, cuasync.testing as ct
+        class NoReaders(asyncio.SelectorEventLoop):
+            def add_reader(self, *args):
+                raise NotImplementedError("no add_reader on this loop")
+        async def main():
+            for _ in range(2):
+                try:
+                    await ct.sleep(2000)
+                except NotImplementedError as e:
+                    print("raised", e)
+        loop = NoReaders()
+        loop.run_until_complete(main())
+        loop.close()
+        print("settled", ct.settle(), cuasync.stats().slots_armed)
+        """,
+        CUASYNC_SPIN_BUDGET_US="0",
+    )
+    assert out.split("\n")[:3] == [
+        "raised no add_reader on this loop",
+        "raised no add_reader on this loop",
+        "settled True 0",
+    ], out
+
+
 def test_fault_also_ends_host_callback_waits() -> None:
     out = run_script(
         """

@@ -271,7 +271,11 @@ def _store32(address: int, value: int) -> None:
 
 
 class Hub:
-    """Process-wide completion machinery: the slot slab, the reactor, the fallbacks."""
+    """Process-wide completion machinery: the slot slab, the reactor, the host-callback
+    fallback, waiting (spin, arm, finish, hand-over) and fault detection.
+
+    >>> get_hub().block(comp)           # what fut.wait() does after its checks
+    """
 
     def __init__(self) -> None:
         backend = get_backend()
@@ -442,7 +446,7 @@ class Hub:
             _store32(address, value)
         self._free_slot(slot)
 
-    # -- waiting: the one protocol every await, future and blocking wait goes through ----
+    # -- waiting (awaits enter through the module function ``wait``) -----------------------
     def block(self, comp: Completion, spin_us: int | None = None) -> None:
         """Block the calling thread until ``comp`` is finished (the thread "adapter").
 
@@ -503,9 +507,14 @@ class Hub:
             self.watch_in_background(comp)
             return
         queue = adapter.queue
-        if queue is None:
-            queue = adapter.queue = _reactor.LoopQueue()
-            adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
+        if queue is None:  # the loop's first armed slot
+            queue = _reactor.LoopQueue()
+            try:
+                adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
+            except BaseException:
+                queue.close()
+                raise
+            adapter.queue = queue
         self.arm(comp, queue)
 
     def watch_in_background(self, comp: Completion) -> None:
@@ -731,8 +740,8 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
         hub = _hub or get_hub()
         if not hub.settle(comp):
             wake, suspend = adapter.park()
-            hub.watch(comp, adapter, wake)
             try:
+                hub.watch(comp, adapter, wake)
                 yield from suspend()
             except BaseException:
                 hub.watch_in_background(comp)
