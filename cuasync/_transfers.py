@@ -17,22 +17,21 @@ still observed so that they are released then.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from ._backends import get_backend
 from ._copies import copy_strided
-from ._core.completion import DONE, INLINE, PENDING, Completion, get_hub
+from ._core.completion import DONE, Completion
 from ._core.context import ExecutionContext
 from ._core.device import Stream
-from ._core.loops import block_on, check_blocking_allowed, running_loop, wait_for
-from ._core.op import device_op
+from ._core.loops import check_blocking_allowed
+from ._core.op import DeviceFuture, device_op
 from ._core.output import Output
 from ._core.scheduling import current_policy, stream_from
 from ._dtypes import dtype_name
-from ._exceptions import fresh, report_unraisable
+from ._exceptions import fresh
 from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
 from ._tensor import Tensor, contiguous_strides
 from .errors import (
@@ -57,8 +56,9 @@ __all__ = [
 ]
 
 
-class PendingTransfer:
-    """A copy in flight between a pinned buffer and a device tensor.
+class PendingTransfer(DeviceFuture[tuple[Tensor, PinnedHostBuffer]]):
+    """A copy in flight between a pinned buffer and a device tensor: a
+    :class:`~cuasync.DeviceFuture` of ``(tensor, buffer)``.
 
     Cancellation: cancelling a task that awaits it raises ``CancelledError`` (trio:
     ``Cancelled``) at once and cancels the wait, not the copy: the buffer stays in flight
@@ -71,12 +71,12 @@ class PendingTransfer:
     >>> tensor, buf = await pending # or pending.wait() outside an event loop
     """
 
-    __slots__ = ("_buffer", "_comp", "_kind", "_tensor")
+    __slots__ = ("_buffer", "_kind", "_tensor")
 
     def __init__(
         self, comp: Completion, kind: str, tensor: Tensor, buffer: PinnedHostBuffer
     ) -> None:
-        self._comp = comp
+        super().__init__(comp)
         self._kind = kind
         self._tensor = tensor
         self._buffer = buffer
@@ -92,11 +92,6 @@ class PendingTransfer:
         return self._tensor
 
     @property
-    def stream(self) -> Stream:
-        """The stream the copy was enqueued on."""
-        return self._comp.stream
-
-    @property
     def kind(self) -> str:
         """``"upload_pending"`` or ``"download_pending"``."""
         return self._kind
@@ -104,14 +99,14 @@ class PendingTransfer:
     def is_ready(self) -> bool:
         """True once the copy has completed, False while it has not; never waits.
 
-        Raises the device error (e.g. :class:`~cuasync.errors.DeviceFaultError`) if the
-        copy failed, so "not yet" and "never" are told apart. A small copy may already be
-        done at the first call.
+        Like :meth:`done`, but raises the device error (e.g.
+        :class:`~cuasync.errors.DeviceFaultError`) if the copy failed, so "not yet" and
+        "never" are told apart. A small copy may already be done at the first call.
         """
-        comp = self._comp
-        if comp.poll():  # also looks for a device fault, so "never" is not "not yet"
-            if comp.error is not None:
-                raise fresh(comp.error)
+        if self.done():  # also looks for a device fault, so "never" is not "not yet"
+            error = self._comp.error
+            if error is not None:
+                raise fresh(error)
             return True
         return False
 
@@ -124,39 +119,14 @@ class PendingTransfer:
         Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
         (``await`` the transfer there) unless ``allow_in_loop=True``.
         """
-        check_blocking_allowed("PendingTransfer.wait()", allow_in_loop)
-        comp = self._comp
-        if comp.state == PENDING and comp.slot >= 0:
-            # A blocking wait may burn this thread for about as long as the copy takes,
-            # as cuStreamSynchronize does: it sees the flag land at once, where a sleep
-            # would add the reactor's back-off and a thread wake-up to every transfer.
-            budget = _WAIT_SPIN_MARGIN_US + 2 * self._buffer.nbytes // _WAIT_SPIN_RATE_BYTES_PER_US
-            if get_hub().spin(comp, min(budget, _WAIT_SPIN_CAP_US)):
-                comp.finish(INLINE)
-        block_on(comp)
-        result: tuple[Tensor, PinnedHostBuffer] = comp.result()
-        return result
+        return super().wait(allow_in_loop=allow_in_loop)
 
-    def __await__(self) -> Generator[Any, Any, tuple[Tensor, PinnedHostBuffer]]:
-        try:
-            result: tuple[Tensor, PinnedHostBuffer] = yield from wait_for(
-                self._comp, running_loop()
-            )
-        except BaseException:
-            del self  # see DeviceFuture.__await__: a cancelled await's frame must not keep it
-            raise
-        return result
-
-    def __del__(self) -> None:
-        comp = getattr(self, "_comp", None)
-        if comp is None:
-            return
-        comp.abandon()
-        if comp.state == PENDING:
-            try:
-                get_hub().watch_in_background(comp)
-            except Exception as exc:
-                report_unraisable(exc, self, "Exception ignored in PendingTransfer finalizer")
+    def _wait_spin_us(self) -> int:
+        # A blocking wait may burn this thread for about as long as the copy takes, as
+        # cuStreamSynchronize does: it sees the flag land at once, where a sleep would
+        # add the reactor's back-off and a thread wake-up to every transfer.
+        budget = _WAIT_SPIN_MARGIN_US + 2 * self._buffer.nbytes // _WAIT_SPIN_RATE_BYTES_PER_US
+        return min(budget, _WAIT_SPIN_CAP_US)
 
     def __repr__(self) -> str:
         comp = self._comp

@@ -251,6 +251,66 @@ def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_
     assert lines[2] == "faults True"
 
 
+@pytest.mark.emulator_only(reason="inject_fault faults the device without a trap kernel")
+@pytest.mark.parametrize("host_sync", ["reactor", "callback"])
+def test_a_submission_that_finds_the_device_faulted_fails_its_pending_work(
+    host_sync: str,
+) -> None:
+    # No stale probe for 10 s: only the refused submission can tell the waiting task.
+    out = run_script(
+        """
+        import asyncio, time, numpy as np, cuasync, cuasync.emulator, cuasync.testing as ct
+        from cuasync.errors import DeviceFaultError
+        async def main():
+            s, other = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
+            with ct.gate(s):
+                fut = cuasync.from_host(np.ones(8)).then(lambda t: t.to_host()).submit_on(s)
+                waiter = asyncio.ensure_future(fut)
+                await asyncio.sleep(0)  # the waiter is suspended on the future
+                cuasync.emulator.inject_fault(0)
+                try:
+                    cuasync.zeros((4,)).submit_on(other)
+                except DeviceFaultError:
+                    t0 = time.monotonic()
+                results = await asyncio.gather(waiter, return_exceptions=True)
+                print(type(results[0]).__name__, time.monotonic() - t0 < 1)
+        asyncio.run(main())
+        """,
+        CUASYNC_STALE_US="10000000",
+        CUASYNC_HOST_SYNC=host_sync,
+    )
+    assert out.strip() == "DeviceFaultError True"
+
+
+def test_a_loop_that_cannot_watch_fds_fails_the_await_and_leaks_nothing() -> None:
+    # Like Windows' proactor loop: no add_reader. Each await says so; the work still
+    # completes and releases its slot (the background watcher takes it).
+    out = run_script(
+        """
+        import asyncio, cuasync, cuasync.testing as ct
+        class NoReaders(asyncio.SelectorEventLoop):
+            def add_reader(self, *args):
+                raise NotImplementedError("no add_reader on this loop")
+        async def main():
+            for _ in range(2):
+                try:
+                    await ct.sleep(2000)
+                except NotImplementedError as e:
+                    print("raised", e)
+        loop = NoReaders()
+        loop.run_until_complete(main())
+        loop.close()
+        print("settled", ct.settle(), cuasync.stats().slots_armed)
+        """,
+        CUASYNC_SPIN_BUDGET_US="0",
+    )
+    assert out.split("\n")[:3] == [
+        "raised no add_reader on this loop",
+        "raised no add_reader on this loop",
+        "settled True 0",
+    ], out
+
+
 def test_fault_also_ends_host_callback_waits() -> None:
     out = run_script(
         """

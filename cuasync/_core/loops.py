@@ -1,11 +1,14 @@
-"""Waiting for a completion: asyncio/uvloop, trio, and plain threads.
+"""Loop adapters: how the completion hub waits on asyncio/uvloop and trio.
 
-Each event loop gets a bridge: a reactor ``LoopQueue`` whose fd the loop watches
-(``add_reader`` on asyncio and uvloop, a system task on ``wait_readable`` on trio).
-The loop reads the fd, drains the queue and finishes completions on its own thread,
-so futures are resolved without any cross-thread hop. Work that no loop waits for any
-more (a cancelled task, a dropped future, a closed loop, a future awaited from a second
-loop) goes to the hub's background watcher (see :mod:`.completion`).
+An adapter knows one event loop and nothing about completions: it can park the
+current task until woken (from any thread) and watch an fd on the loop, calling the
+hub back when it is readable. Everything else (spinning, arming, finishing, faults,
+cancellation hand-over) is :class:`~.completion.Hub`'s, in one call per await:
+
+>>> value = yield from wait(comp, running_adapter())   # completion.wait
+
+Blocking threads need no adapter: they call ``Hub.block`` (after
+:func:`check_blocking_allowed`).
 """
 
 from __future__ import annotations
@@ -14,48 +17,59 @@ import asyncio
 import sys
 import threading
 import weakref
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from ..errors import SyncInEventLoopError
-from .completion import DONE, INLINE, PENDING, Completion, Hub, _reactor, get_hub
+from .completion import Completion, Waiter, get_hub
 
-#: What :func:`running_loop` returns inside a trio run.
-TRIO = "trio"
+__all__ = ["check_blocking_allowed", "in_running_loop", "running_adapter"]
 
-
-class _Bridge:
-    """A reactor queue that one event loop drains."""
-
-    def __init__(self) -> None:
-        self.queue = _reactor.LoopQueue()
-
-    def drain(self) -> None:
-        get_hub().drain(self.queue)
-
-    def hand_over(self) -> None:
-        """The loop is going away: the background watcher takes over what it watched."""
-        hub = get_hub()
-        for comp in list(hub.table):
-            if comp is not None and comp.watcher is self:
-                hub.watch_in_background(comp)
-        # Nothing is armed to it any more; what it still holds has landed. Reports that
-        # race with the close go to the background watcher (the reactor's orphan queue).
-        hub.handle_reports(*self.queue.close())
+Suspend = Callable[[], Generator[Any, Any, Any]]
 
 
-class _AsyncioBridge(_Bridge):
+class AsyncioAdapter:
+    """An asyncio or uvloop loop: ``add_reader`` on the fd, a loop future to park on.
+
+    The loop is held weakly (the adapter lives in a weak mapping keyed by the loop).
+    """
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
-        self.fd = self.queue.fileno()
-        loop.add_reader(self.fd, self.drain)
-        _hand_over_on_close(loop, self)
+        self._loop = weakref.ref(loop)
+        self.queue: Any = None
+        self._fd = -1
+
+    def park(self) -> tuple[Waiter, Suspend]:
+        loop = self._loop()
+        assert loop is not None  # running: the caller holds it
+        fut: asyncio.Future[None] = loop.create_future()
+        loop_thread = threading.get_ident()
+
+        def wake(_: Completion) -> None:
+            if threading.get_ident() == loop_thread:
+                _resolve(fut)
+            else:
+                try:
+                    loop.call_soon_threadsafe(_resolve, fut)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    pass
+
+        return wake, fut.__await__
+
+    def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
+        loop = self._loop()
+        assert loop is not None
+        self._fd = fd
+        loop.add_reader(fd, drain)
+        _detach_on_close(loop, self)
 
 
-_asyncio_bridges: weakref.WeakKeyDictionary[Any, _AsyncioBridge] = weakref.WeakKeyDictionary()
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
-def _hand_over_on_close(loop: asyncio.AbstractEventLoop, bridge: _AsyncioBridge) -> None:
+def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -> None:
     """Make ``loop.close()`` hand the loop's pending completions to the background.
 
     asyncio has no close hook, so the instance's ``close`` is wrapped (asyncio's and
@@ -66,12 +80,14 @@ def _hand_over_on_close(loop: asyncio.AbstractEventLoop, bridge: _AsyncioBridge)
 
     def close() -> None:
         if not loop.is_closed() and not loop.is_running():
-            if _asyncio_bridges.get(loop) is bridge:
-                del _asyncio_bridges[loop]
+            global _last
+            if _asyncio_adapters.get(loop) is adapter:
+                del _asyncio_adapters[loop]
+                _last = _NO_LAST
             try:
-                loop.remove_reader(bridge.fd)
+                loop.remove_reader(adapter._fd)
             finally:
-                bridge.hand_over()
+                get_hub().detach(adapter)
         original()
 
     try:
@@ -80,44 +96,99 @@ def _hand_over_on_close(loop: asyncio.AbstractEventLoop, bridge: _AsyncioBridge)
         pass
 
 
-def _asyncio_bridge(loop: asyncio.AbstractEventLoop) -> _AsyncioBridge:
-    bridge = _asyncio_bridges.get(loop)
-    if bridge is None:
-        bridge = _asyncio_bridges[loop] = _AsyncioBridge(loop)
-    return bridge
+_asyncio_adapters: weakref.WeakKeyDictionary[Any, AsyncioAdapter] = weakref.WeakKeyDictionary()
+_NO_LAST: tuple[Callable[[], Any], Any] = (lambda: None, None)
+#: The last loop looked up and its adapter: ``(weakref to the loop, adapter)``, one
+#: tuple so that threads running other loops read a consistent pair.
+_last: tuple[Callable[[], Any], Any] = _NO_LAST
 
 
-def _arm(hub: Hub, comp: Completion, bridge: _Bridge) -> None:
-    """Arm ``comp`` on ``bridge``; if another loop watches it already, move it to the
-    background watcher, which wakes the waiters of every loop."""
-    with comp._lock:
-        if comp.state != PENDING:
-            return
-        watcher = comp.watcher
-        if watcher is None:
-            comp.watcher = bridge
-        elif watcher is bridge or watcher is hub.background:
-            return
-    if watcher is None:
-        hub.arm(comp, bridge.queue)
-    else:
-        hub.watch_in_background(comp)
+def _asyncio_adapter(loop: asyncio.AbstractEventLoop) -> AsyncioAdapter:
+    global _last
+    adapter = _asyncio_adapters.get(loop)
+    if adapter is None:
+        adapter = _asyncio_adapters[loop] = AsyncioAdapter(loop)
+    _last = (weakref.ref(loop), adapter)
+    return adapter
 
 
-def running_loop() -> Any:
-    """The running asyncio loop, :data:`TRIO` inside a trio run, else a RuntimeError.
+class TrioAdapter:
+    """A trio run: a system task on ``wait_readable``, ``wait_task_rescheduled`` to park."""
+
+    def __init__(self) -> None:
+        import trio
+
+        self._trio = trio
+        self._token = trio.lowlevel.current_trio_token()
+        self.queue: Any = None
+
+    def park(self) -> tuple[Waiter, Suspend]:
+        trio = self._trio
+        task = trio.lowlevel.current_task()
+        token = self._token
+        aborted = False
+
+        def reschedule() -> None:
+            if not aborted:
+                trio.lowlevel.reschedule(task)
+
+        def wake(_: Completion) -> None:
+            try:
+                token.run_sync_soon(reschedule)
+            except trio.RunFinishedError:
+                pass
+
+        def abort(_: Any) -> Any:
+            nonlocal aborted
+            aborted = True  # the hub hands the completion over when Cancelled is raised
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return wake, lambda: trio.lowlevel.wait_task_rescheduled(abort).__await__()
+
+    def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
+        self._trio.lowlevel.spawn_system_task(self._dispatch, fd, drain, name="cuasync-dispatcher")
+
+    async def _dispatch(self, fd: int, drain: Callable[[], None]) -> None:
+        try:
+            while True:
+                await self._trio.lowlevel.wait_readable(fd)
+                drain()
+        finally:
+            get_hub().detach(self)  # the run is ending
+
+
+_trio_var: Any = None
+
+
+def _trio_adapter(trio: Any) -> TrioAdapter:
+    """The adapter of the running trio run; RuntimeError outside one."""
+    global _trio_var
+    if _trio_var is None:
+        _trio_var = trio.lowlevel.RunVar("cuasync_adapter")
+    try:
+        adapter: TrioAdapter = _trio_var.get()
+    except LookupError:
+        adapter = TrioAdapter()
+        _trio_var.set(adapter)
+    return adapter
+
+
+def running_adapter() -> AsyncioAdapter | TrioAdapter:
+    """The adapter of the loop running in this thread, else a RuntimeError.
 
     Checked before anything is submitted, so awaiting an op where no supported loop
     runs (curio, a bare ``coro.send``) enqueues nothing and leaks nothing.
     """
     loop = asyncio._get_running_loop()
     if loop is not None:
-        return loop
+        ref, adapter = _last
+        if ref() is loop:
+            return adapter
+        return _asyncio_adapter(loop)
     trio = sys.modules.get("trio")
     if trio is not None:
         try:
-            trio.lowlevel.current_task()
-            return TRIO
+            return _trio_adapter(trio)
         except RuntimeError:
             pass
     raise RuntimeError(
@@ -127,136 +198,15 @@ def running_loop() -> Any:
     )
 
 
-def spin_then_check(comp: Completion) -> bool:
-    """Inline spin; True when the result is available.
-
-    The spin only pays off when this work is all its stream has to do: when earlier
-    work on the stream is still pending (many concurrent awaits), spinning would only
-    burn the budget, so the await suspends at once.
-    """
-    if comp.state != PENDING:
-        return comp.state >= DONE
-    hub = get_hub()
-    budget = hub.spin_budget_us
-    if budget and comp.stream._completed < comp.seq - 1:
-        budget = 0
-    if (budget and hub.spin(comp, budget)) or (comp.slot >= 0 and comp.landed()):
-        comp.finish(INLINE)
-    return comp.state >= DONE
-
-
-def wait_for(comp: Completion, loop: Any) -> Generator[Any, Any, Any]:
-    """The body of ``await`` on ``loop`` (from :func:`running_loop`): spin, then suspend
-    until finished."""
-    if not spin_then_check(comp):
-        if loop is TRIO:
-            yield from _wait_trio(comp)
-        else:
-            yield from _wait_asyncio(comp, loop)
-    return comp.result()
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _wait_asyncio(comp: Completion, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
-    hub = get_hub()
-    fut: asyncio.Future[None] = loop.create_future()
-    bridge = _asyncio_bridge(loop) if comp.slot >= 0 and hub.reactor is not None else None
-    loop_thread = threading.get_ident()
-
-    def wake(_: Completion) -> None:
-        if threading.get_ident() == loop_thread:
-            _resolve(fut)
-        else:
-            try:
-                loop.call_soon_threadsafe(_resolve, fut)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-    comp.add_waiter(wake)
-    if bridge is not None:
-        _arm(hub, comp, bridge)
-    try:
-        yield from fut.__await__()
-    except BaseException:
-        # Cancelled (or the loop is going away): the work goes on; make sure its
-        # completion is still observed so that what it uses is released.
-        hub.watch_in_background(comp)
-        raise
-
-
-class _TrioBridge(_Bridge):
-    def __init__(self) -> None:
-        import trio
-
-        super().__init__()
-        trio.lowlevel.spawn_system_task(self._dispatch, name="cuasync-dispatcher")
-
-    async def _dispatch(self) -> None:
-        import trio
-
-        fd = self.queue.fileno()
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(fd)
-                self.drain()
-        finally:
-            self.hand_over()  # the run is ending
-
-
-_trio_var: Any = None
-
-
-def _trio_bridge() -> _TrioBridge:
-    global _trio_var
-    import trio
-
-    if _trio_var is None:
-        _trio_var = trio.lowlevel.RunVar("cuasync_bridge")
-    try:
-        return _trio_var.get()
-    except LookupError:
-        bridge = _TrioBridge()
-        _trio_var.set(bridge)
-        return bridge
-
-
-def _wait_trio(comp: Completion) -> Generator[Any, Any, None]:
-    import trio
-
-    hub = get_hub()
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-    aborted = False
-
-    def reschedule() -> None:
-        if not aborted:
-            trio.lowlevel.reschedule(task)
-
-    def wake(_: Completion) -> None:
-        try:
-            token.run_sync_soon(reschedule)
-        except trio.RunFinishedError:
-            pass
-
-    def abort(_: Any) -> Any:
-        nonlocal aborted
-        aborted = True
-        hub.watch_in_background(comp)
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    if comp.slot >= 0 and hub.reactor is not None:
-        _arm(hub, comp, _trio_bridge())
-    comp.add_waiter(wake)
-    yield from trio.lowlevel.wait_task_rescheduled(abort).__await__()
-
-
 def in_running_loop() -> bool:
+    """Whether an asyncio, uvloop or trio loop runs in this thread."""
+    if asyncio._get_running_loop() is not None:
+        return True
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
     try:
-        running_loop()
+        trio.lowlevel.current_task()
     except RuntimeError:
         return False
     return True
@@ -268,16 +218,3 @@ def check_blocking_allowed(what: str, allow: bool) -> None:
             f"{what} blocks the calling thread, and this thread is running an event loop: "
             f"use 'await' instead (or pass allow_in_loop=True if blocking the loop is intended)"
         )
-
-
-def block_on(comp: Completion) -> None:
-    """Block the calling thread until ``comp`` is finished."""
-    if spin_then_check(comp):
-        return
-    done = threading.Event()
-    comp.add_waiter(lambda _: done.set())
-    if comp.slot >= 0:
-        get_hub().watch_in_background(comp)
-    while not done.wait(0.5):
-        if comp.poll():
-            break

@@ -21,10 +21,10 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
-from .completion import BLOCKING, Completion, get_hub
+from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
-from .loops import block_on, check_blocking_allowed, running_loop, wait_for
+from .loops import check_blocking_allowed, running_adapter
 from .output import Output
 from .scheduling import SchedulingPolicy, current_policy, stream_from
 
@@ -166,11 +166,11 @@ class DeviceOp(Generic[T]):
         >>> with anyio.move_on_after(0.05):
         ...     t = await cuasync.zeros((1 << 20,))
         """
-        loop = running_loop()  # before submitting: an unsupported loop must leak nothing
+        adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
         self._take()
         comp = self._start(self._pick_stream(), True)
         try:
-            return (yield from wait_for(comp, loop))
+            return (yield from wait(comp, adapter))
         except BaseException:
             comp.abandon()  # cancelled: nobody can read the output any more
             raise
@@ -289,9 +289,7 @@ def _warn_never_executed(op: DeviceOp[Any]) -> None:
 
 
 def _check_stream(stream: Stream, device: Device | None) -> None:
-    fault = get_backend().device_fault(stream.device.ordinal)
-    if fault is not None:
-        raise fresh(fault)
+    raise_if_faulted(stream.device)
     if device is not None and stream.device is not device:
         from ..errors import SchedulingError
 
@@ -358,14 +356,19 @@ class DeviceFuture(Generic[T]):
 
     def wait(self, *, allow_in_loop: bool = False) -> T:
         """Block until done and return the output (not inside a running event loop)."""
-        check_blocking_allowed("DeviceFuture.wait()", allow_in_loop)
-        block_on(self._comp)
-        return self._comp.result()
+        check_blocking_allowed(f"{type(self).__name__}.wait()", allow_in_loop)
+        comp = self._comp
+        get_hub().block(comp, self._wait_spin_us())
+        return comp.result()
+
+    def _wait_spin_us(self) -> int | None:
+        """How long a blocking ``wait()`` spins before sleeping (None: the await's spin)."""
+        return None
 
     def __await__(self) -> Generator[Any, Any, T]:
         """Suspend the task until the work is done; a cancelled wait leaves the work going."""
         try:
-            return (yield from wait_for(self._comp, running_loop()))
+            return (yield from wait(self._comp, running_adapter()))
         except BaseException:
             # A cancelled await leaves this frame in a traceback, often inside a reference
             # cycle: it must not keep the future (and so its output) alive.
@@ -377,14 +380,17 @@ class DeviceFuture(Generic[T]):
         if comp is None:
             return
         comp.abandon()  # the future was the only way to read the output
-        if comp.state == 0:
+        if comp.state == PENDING:
             try:
                 get_hub().watch_in_background(comp)
             except Exception as exc:
-                report_unraisable(exc, self, "Exception ignored in DeviceFuture finalizer")
+                report_unraisable(
+                    exc, self, f"Exception ignored in {type(self).__name__} finalizer"
+                )
 
     def __repr__(self) -> str:
-        state = "pending" if self._comp.state == 0 else ("failed" if self._comp.error else "done")
+        comp = self._comp
+        state = "pending" if comp.state < DONE else ("failed" if comp.error else "done")
         return f"<cuasync.DeviceFuture {state} on {self._comp.stream!r}>"
 
 

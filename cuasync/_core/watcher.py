@@ -1,0 +1,115 @@
+"""The background watcher: the completion hub's one thread.
+
+It observes completions that no event loop waits for (a cancelled await, a dropped
+future, a closed loop, a blocking ``wait()``, a future awaited from several loops),
+finishes host-callback completions, and gives the hub a clock to probe the streams of
+host-callback completions that make no progress. It decides nothing itself: every
+report goes to the hub (:mod:`.completion`), which owns completion state and faults.
+
+>>> hub.background.kick()        # wake it (never blocks)
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import select
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .._config import CONFIG
+
+if TYPE_CHECKING:
+    from .completion import Completion, Hub
+
+try:
+    from .. import _reactor
+except ImportError:  # built without a C compiler: host callbacks only
+    _reactor = None  # type: ignore[assignment]
+
+log = logging.getLogger("cuasync.completion")
+
+
+class BackgroundWatcher:
+    """A daemon thread, ``cuasync-watcher``, started with the hub (never from a destructor).
+
+    It waits with ``poll()`` (never ``select()``, which fails for fds above 1023 in busy
+    servers) on its reactor queue, the host-signal queue and a wake-up pipe. An
+    unexpected error is logged and the thread carries on: a dead watcher would leak
+    every completion handed to it.
+    """
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        #: The reactor queue of completions nobody else waits for.
+        self.queue: Any = _reactor.LoopQueue() if hub.reactor is not None else None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poll = select.poll()
+        self._poll.register(self._wake_r, select.POLLIN)
+        if self.queue is not None:
+            self._poll.register(self.queue.fileno(), select.POLLIN)
+        #: Where the native host function of host-callback completions pushes their ids.
+        self.signals: Any = None
+        if _reactor is not None:
+            self.signals = _reactor.LoopQueue()
+            self._poll.register(self.signals.fileno(), select.POLLIN)
+            _reactor.set_host_signal_queue(self.signals)
+        self._landed: collections.deque[Completion] = collections.deque()
+        self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
+        self.thread.start()
+
+    def finish_soon(self, comp: Completion) -> None:
+        """Finish ``comp`` on this thread soon (from a host function: no driver calls)."""
+        self._landed.append(comp)
+        self.kick()
+
+    def kick(self) -> None:
+        """Wake the thread (never blocks: a full pipe already means a wake-up is due)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _run(self) -> None:
+        stale = max(CONFIG.stale_us / 1e6, 0.005)
+        while True:
+            try:
+                self._step(stale)
+            except Exception:
+                log.exception("cuasync background watcher: unexpected error; it keeps running")
+
+    def _step(self, stale: float) -> None:
+        hub = self._hub
+        # While host-callback completions are pending, wake up to let the hub probe them.
+        timeout = stale * 1000 if hub.callback_pending else None
+        for fd, _ in self._poll.poll(timeout):
+            if fd == self._wake_r:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            elif self.signals is not None and fd == self.signals.fileno():
+                for sid in self.signals.drain()[0]:
+                    try:
+                        hub.on_signal(sid)
+                    except Exception:
+                        log.exception("cuasync: error while finishing host signal %d", sid)
+            else:
+                hub.drain(self.queue)  # reads the queue's fd first, so poll() re-arms
+        self._finish_landed()
+        if hub.callback_pending:
+            hub.probe_callbacks(stale)
+
+    def _finish_landed(self) -> None:
+        landed = self._landed
+        while landed:
+            comp = landed.popleft()
+            try:
+                self._hub.on_callback(comp)
+            except Exception:
+                log.exception("cuasync: error while finishing a host-callback completion")
+            del comp  # hold nothing while waiting for the next wake-up
