@@ -9,7 +9,7 @@ from __future__ import annotations
 import anyio
 import numpy as np
 import pytest
-from conftest import COMPLETION, still_pending, wait_until
+from conftest import COMPLETION, ON_EMULATOR, still_pending, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -161,3 +161,34 @@ def test_building_a_wait_enqueues_nothing(stream: cuasync.Stream, enqueued: list
     assert enqueued == []
     op.submit().wait()
     assert len(enqueued) == 1 and enqueued[0] in COMPLETION  # only the flag, on the stream
+
+
+# -- GPU (run with CUASYNC_BACKEND=cuda) ----------------------------------------------------
+gpu = pytest.mark.skipif(ON_EMULATOR, reason="needs a GPU: torch's streams are CUDA streams")
+
+
+@gpu
+async def test_torch_stream_and_event(anyio_backend: object) -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = torch.ones(1 << 20, device="cuda") * 2
+    await cuasync.wait(s)
+    assert s.query()
+    event = torch.cuda.Event()
+    with torch.cuda.stream(s):
+        y += 1
+    event.record(s)
+    await cuasync.wait(event)
+    assert event.query()
+    await cuasync.wait(torch.cuda.current_stream())
+
+
+@gpu
+async def test_cupy_stream(anyio_backend: object) -> None:
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        cupy.arange(1 << 20).sum()
+    await cuasync.wait(s)
+    assert s.done

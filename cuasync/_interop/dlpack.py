@@ -163,10 +163,13 @@ def _release(address: int | None) -> None:
 
 def _capsule_destructor(capsule: int | None) -> None:
     # A capsule nobody consumed still owns its tensor; a consumed one was renamed.
-    for name in (_VERSIONED, _LEGACY):
-        if _api.PyCapsule_IsValid(capsule, name):
-            _release(_api.PyCapsule_GetPointer(capsule, name))
-            return
+    try:
+        for name in (_VERSIONED, _LEGACY):
+            if _api.PyCapsule_IsValid(capsule, name):
+                _release(_api.PyCapsule_GetPointer(capsule, name))
+                return
+    except Exception:  # interpreter shutdown tore the module down: leaking is safe
+        return
 
 
 #: Both C callbacks live as long as the process: a consumer may call them at any time.
