@@ -64,6 +64,8 @@ class ForeignAllocation(Allocation):
         readonly: bool = False,
         producer: Stream | None = None,
     ) -> None:
+        if device._utility is None:
+            device._utility_stream()  # now, not in a deleter: creating a stream may start a thread
         self.device = device
         self.ptr = ptr
         self.nbytes = nbytes
