@@ -11,7 +11,6 @@ type, :class:`DevicePointer` for raw addresses.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import struct
@@ -23,25 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from . import _config, kernel_cache
+from . import kernel_cache
 from ._backends import get_backend
-from ._backends import get_backend as _backend
+from ._backends._params import bfloat16_bits
+from ._backends.base import PreparedKernel
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
-from ._core.op import DeviceOp, _NativeLaunchBase, device_op
+from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
 from ._exceptions import report_once
-from ._nvrtc import compile_cubin, nvrtc_problem
+from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size
-from .errors import (
-    ArgumentError,
-    InvalidDeviceError,
-    KernelCompileError,
-    KernelError,
-    LaunchError,
-)
+from .errors import ArgumentError, InvalidDeviceError, LaunchError, UsageError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -167,26 +161,6 @@ def _cacheable(config: tuple[Any, ...]) -> bool:
     return True
 
 
-#: struct codes of scalar parameters (half types travel as their bit patterns).
-_STRUCT: dict[str, str] = {
-    "bool": "?",
-    "int8": "b",
-    "uint8": "B",
-    "int16": "h",
-    "uint16": "H",
-    "int32": "i",
-    "uint32": "I",
-    "int64": "q",
-    "uint64": "Q",
-    "float32": "f",
-    "float64": "d",
-    "float16": "e",
-    "bfloat16": "H",
-    "complex64": "ff",
-    "complex128": "dd",
-}
-
-
 @functools.cache
 def _int_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
     info = np.iinfo(dtype)
@@ -205,23 +179,6 @@ _FLOAT_MAX: dict[np.dtype[Any], float] = {
     )
     if name in SUPPORTED
 }
-
-
-def bfloat16_bits(value: float) -> int:
-    """The bits of ``value`` as a bfloat16: through float32, rounded to nearest even.
-
-    Like ml_dtypes (and cuasync's CUDA code); a NaN becomes the quiet NaN.
-
-    >>> hex(bfloat16_bits(1.0))
-    '0x3f80'
-    """
-    try:
-        (bits,) = struct.unpack("<I", struct.pack("<f", value))
-    except OverflowError:  # beyond float32 already
-        return 0xFF80 if value < 0 else 0x7F80
-    if bits & 0x7FFFFFFF > 0x7F800000:
-        return 0xFFC0 if bits >> 31 else 0x7FC0
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def _fits_float(value: float, dtype: np.dtype[Any]) -> bool:
@@ -243,79 +200,31 @@ def _is_inf(value: Any) -> bool:
     return not isinstance(value, (int, np.integer)) and bool(np.isinf(value))
 
 
-class _ParamBlock:
-    """The ``void*[]`` of a kernel's launches and the argument slots it points to.
-
-    One buffer per kernel: the pointer array at its start (written once) and a
-    16-byte-aligned slot per parameter after it. A launch packs its values into the
-    slots with one ``struct.pack_into``; ``cuLaunchKernel`` copies them before it
-    returns (graph capture copies them too), and launches are enqueued under the
-    execution lock, so the buffer is reused by every launch.
-    """
-
-    def __init__(self, params: list[Param]) -> None:
-        n = len(params)
-        codes: list[str] = []
-        offsets: list[int] = []
-        fmt = "<"
-        pos = 8 * n
-        start = pos
-        for p in params:
-            code = (
-                "Q"
-                if p.pointer
-                else _STRUCT.get(dtype_name(p.dtype), "")
-                if p.dtype is not None
-                else ""
-            )
-            aligned = -(-pos // 16) * 16
-            if aligned > pos:
-                fmt += f"{aligned - pos}x"
-            fmt += code or "8x"
-            offsets.append(aligned)
-            codes.append(code)
-            pos = aligned + (struct.calcsize("<" + code) if code else 8)
-        self.fmt = fmt
-        self.start = start
-        self.complex = {i for i, c in enumerate(codes) if len(c) == 2}
-        # bfloat16 values arrive as floats and travel as their bits
-        self.bfloat16 = {
-            i
-            for i, p in enumerate(params)
-            if not p.pointer and p.dtype is not None and dtype_name(p.dtype) == "bfloat16"
-        }
-        self.buffer = ctypes.create_string_buffer(max(pos, 8))
-        self.address = ctypes.addressof(self.buffer)
-        struct.pack_into(f"<{n}Q", self.buffer, 0, *(self.address + o for o in offsets))
-
-    def pack(self, values: list[Any]) -> int:
-        """Write ``values`` into the slots; returns the address of the pointer array."""
-        if self.complex or self.bfloat16:
-            flat: list[Any] = []
-            for i, v in enumerate(values):
-                if i in self.complex:
-                    flat += (v.real, v.imag)
-                elif i in self.bfloat16:
-                    flat.append(bfloat16_bits(v))
-                else:
-                    flat.append(v)
-            values = flat
-        struct.pack_into(self.fmt, self.buffer, self.start, *values)
-        return self.address
-
-
 class _Launchable:
-    """What ``Kernel`` and ``Module.kernel`` share: checking arguments and enqueuing launches."""
+    """What ``Kernel`` and ``Module.kernel`` share: checking arguments and enqueuing launches.
+
+    It is the backend's :class:`~cuasync._backends.base.KernelCode`: the backend prepares
+    it once per device (compiles and loads it, or readies its numpy twin) and launches it.
+    """
 
     name: str
     params: list[Param]
     emulate: Callable[..., Any] | None
+    #: The handle of the loaded module holding the function, or 0 (compile the source).
+    module_handle: int = 0
+    _prepared: dict[int, PreparedKernel]
 
-    def _function(self, device: Device) -> int:
+    def compile_image(self, arch: str) -> tuple[bytes, str]:
         raise NotImplementedError
 
-    def _check_source(self, device: Device) -> None:
-        """On the emulator, before a launch: fail as the GPU would on bad device code."""
+    def _prepare(self, device: Device) -> PreparedKernel:
+        """This kernel made launchable on ``device`` by the backend, once per device."""
+        prepared = self._prepared.get(device.ordinal)
+        if prepared is None:
+            prepared = self._prepared[device.ordinal] = get_backend().prepare_kernel(
+                device.ordinal, self
+            )
+        return prepared
 
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
@@ -395,12 +304,8 @@ class _Launchable:
             output = outputs[0]
         elif outputs:
             output = tuple(outputs)
-        if get_backend().name == "emulator":
-            enqueue = self._emulated(converted, tensors, output, grid3, block)
-            return device_op(enqueue, device, self.name, graph_node=True)
-        op = self._native(converted, tensors, output, grid3, block, shared_mem)
-        op._device = device
-        return op
+        prepared = self._prepared.get(device.ordinal) or self._prepare(device)
+        return _Launch(self, prepared, device, converted, tensors, output, grid3, block, shared_mem)
 
     def _where(self, param: Param) -> str:
         return f"{self.name}() parameter {param.name!r} ({param.describe()})"
@@ -556,90 +461,27 @@ class _Launchable:
             else:
                 ctx.write(tensor.allocation, param.name)
 
-    def _native(
-        self,
-        args: list[Any],
-        tensors: list[tuple[Tensor, Param]],
-        output: Any,
-        grid: Dim3,
-        block: Dim3,
-        shared_mem: int,
-    ) -> _NativeLaunch:
-        values = [a.ptr if type(a) is Tensor or isinstance(a, Tensor) else a for a in args]
-        return _NativeLaunch(self, values, tensors, output, grid, block, shared_mem)
 
-    def _param_block(self) -> _ParamBlock:
-        layout: _ParamBlock | None = self.__dict__.get("_layout")
-        if layout is None:
-            layout = self.__dict__["_layout"] = _ParamBlock(self.params)
-        return layout
+class _Launch(_NativeLaunchBase[Any]):
+    """One kernel launch: the arguments are checked, the kernel prepared for ``device``."""
 
-    def _emulated(
-        self,
-        args: list[Any],
-        tensors: list[tuple[Tensor, Param]],
-        output: Any,
-        grid: Dim3,
-        block: Dim3,
-    ) -> Callable[[ExecutionContext], Output[Any]]:
-        emulate = self.emulate
-        if emulate is None:
-            raise LaunchError(
-                f"kernel {self.name!r} has no emulate= function, so it cannot run on the "
-                "emulator backend; pass emulate=<numpy function taking the same arguments> to "
-                "cuasync.Kernel, or run with CUASYNC_BACKEND=cuda on a GPU"
-            )
-        backend = get_backend()
-
-        def view(t: Tensor) -> np.ndarray:
-            lo, hi = t.span()
-            raw = backend.device_view(  # type: ignore[attr-defined]
-                t.allocation.ptr + lo * t.itemsize, (hi - lo) * t.itemsize
-            )
-            base = raw.view(t.dtype)
-            return np.lib.stride_tricks.as_strided(
-                base[t.offset - lo :],
-                t.shape,
-                tuple(s * t.itemsize for s in t.strides),
-                writeable=True,
-            )
-
-        values = [
-            a if isinstance(a, (Tensor, DevicePointer)) or p.dtype is None else p.dtype.type(a)
-            for a, p in zip(args, self.params, strict=True)
-        ]
-
-        def enqueue(ctx: ExecutionContext) -> Output[Any]:
-            self._check_source(ctx.device)
-            self._declare(ctx, tensors)
-            errors = ctx.error_box()
-            name = self.name
-
-            def run() -> None:
-                try:
-                    emulate(*[view(a) if isinstance(a, Tensor) else a for a in values])
-                except Exception as exc:
-                    # A bug in this launch's twin fails this submission, not the device:
-                    # only real faults (EmulatedFault: illegal address, trap) are sticky.
-                    error = KernelError(f"the emulated kernel {name!r} raised {exc!r}")
-                    error.__cause__ = exc
-                    errors.append(error)
-
-            backend.launch_emulated(ctx.handle, run)
-            return Output.ready(output)
-
-        return enqueue
-
-
-class _NativeLaunch(_NativeLaunchBase[Any]):
-    """One kernel launch on a GPU: the arguments are checked and packed already."""
-
-    __slots__ = ("_block", "_grid", "_kernel", "_output", "_shared_mem", "_tensors", "_values")
+    __slots__ = (
+        "_args",
+        "_block",
+        "_grid",
+        "_kernel",
+        "_output",
+        "_prepared",
+        "_shared_mem",
+        "_tensors",
+    )
 
     def __init__(
         self,
         kernel: _Launchable,
-        values: list[Any],
+        prepared: PreparedKernel,
+        device: Device,
+        args: list[Any],
         tensors: list[tuple[Tensor, Param]],
         output: Any,
         grid: Dim3,
@@ -647,8 +489,10 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
         shared_mem: int,
     ) -> None:
         self._consumed = False
+        self._device = device
         self._kernel = kernel
-        self._values = values
+        self._prepared = prepared
+        self._args = args
         self._tensors = tensors
         self._output = output
         self._grid = grid
@@ -657,12 +501,18 @@ class _NativeLaunch(_NativeLaunchBase[Any]):
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
-        function = kernel._function(ctx.device)
+        prepared = self._prepared
+        if ctx.device is not self._device:  # run on another device's stream than built for
+            prepared = kernel._prepare(ctx.device)
         kernel._declare(ctx, self._tensors)
-        values = self._values
-        params = kernel._param_block().pack(values) if values else 0
-        _backend().launch_kernel(
-            function, self._grid, self._block, self._shared_mem, ctx.stream.handle, params
+        get_backend().launch_kernel(
+            prepared,
+            self._grid,
+            self._block,
+            self._shared_mem,
+            ctx.stream.handle,
+            self._args,
+            ctx.error_box,
         )
         return Output.ready(self._output)
 
@@ -678,26 +528,6 @@ _images: dict[tuple[Any, ...], tuple[bytes, str]] = {}
 _images_lock = threading.Lock()
 
 
-def _arch(device: Device) -> str:
-    major, minor = device.compute_capability
-    return f"sm_{major}{minor}"
-
-
-def _emulator_compiles() -> bool:
-    """Whether the emulator compiles kernel sources (``CUASYNC_EMU_COMPILE``)."""
-    mode = _config.CONFIG.emu_compile
-    if mode == "off":
-        return False
-    problem = nvrtc_problem()
-    if problem is not None and mode == "on":
-        raise KernelCompileError(
-            "CUASYNC_EMU_COMPILE=on: the emulator compiles every kernel's source, but NVRTC "
-            f"cannot be used: {problem}. Install it ('pip install nvidia-cuda-nvrtc'), or "
-            "set CUASYNC_EMU_COMPILE=auto to skip the compile where NVRTC is missing"
-        )
-    return problem is None
-
-
 class Kernel(_Launchable):
     """A CUDA C++ kernel compiled with NVRTC for each device's architecture.
 
@@ -709,9 +539,6 @@ class Kernel(_Launchable):
     >>> k = cuasync.Kernel(src, "scale", emulate=lambda x, a, n: x.__imul__(a))
     >>> await k[(n + 127) // 128, 128](x, 3.0, n)
     """
-
-    _cache: dict[tuple[Any, ...], tuple[int, int]] = {}
-    _cache_lock = threading.Lock()
 
     def __init__(
         self,
@@ -736,8 +563,7 @@ class Kernel(_Launchable):
         self.emulate = emulate
         self.options = options or CompileOptions()
         self.params = parse_params(source, self.name)
-        self._functions: dict[int, int] = {}  # ordinal -> CUfunction, once loaded
-        self._checked: set[int] = set()  # emulated device ordinals the source was checked for
+        self._prepared = {}
 
     def __repr__(self) -> str:
         sig = ", ".join(p.describe() for p in self.params)
@@ -778,38 +604,7 @@ class Kernel(_Launchable):
         ``CUASYNC_EMU_COMPILE``), so device-code errors show without a GPU.
         """
         dev = get_default_device() if device is None else Device(device)
-        if get_backend().name == "emulator":
-            self._check_source(dev)
-            return
-        self._function(dev)
-
-    def _check_source(self, device: Device) -> None:
-        # The emulator runs the numpy twin, but a source that NVRTC rejects must fail
-        # here as it would on a GPU, or broken device code passes CI.
-        if device.ordinal in self._checked:
-            return
-        if _emulator_compiles():
-            self.compile_image(_arch(device))
-        self._checked.add(device.ordinal)
-
-    def _function(self, device: Device) -> int:
-        handle = self._functions.get(device.ordinal)
-        if handle is not None:
-            return handle
-        arch = _arch(device)
-        key = (*self._key(arch), device.ordinal)
-        entry = self._cache.get(key)
-        if entry is None:
-            with self._cache_lock:
-                entry = self._cache.get(key)
-                if entry is None:
-                    image, lowered = self.compile_image(arch)
-                    backend = get_backend()
-                    module = backend.module_load(device.ordinal, image)
-                    entry = (module, backend.module_function(module, lowered))
-                    self._cache[key] = entry
-        self._functions[device.ordinal] = entry[1]
-        return entry[1]
+        get_backend().prepare_kernel(dev.ordinal, self, compile_only=True)
 
 
 class Module:
@@ -845,15 +640,20 @@ class _ModuleKernel(_Launchable):
         self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
     ) -> None:
         self.module = module
+        self.module_handle = module.handle
         self.name = name
         self.params = params
         self.emulate = emulate
-        self._handle = get_backend().module_function(module.handle, name)
+        self._prepared = {}
+        self._prepare(module.device)  # an unknown name fails here
 
-    def _function(self, device: Device) -> int:
+    def compile_image(self, arch: str) -> tuple[bytes, str]:
+        raise UsageError(f"{self.name} is a function of a loaded Module: it has no source")
+
+    def _prepare(self, device: Device) -> PreparedKernel:
         if device is not self.module.device:
             raise InvalidDeviceError(
                 f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
                 f"device {device.ordinal}; load the image on that device too"
             )
-        return self._handle
+        return super()._prepare(device)

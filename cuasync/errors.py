@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._curesult import RESULTS, STICKY
+
 __all__ = [
     "ArgumentError",
     "BackendUnavailableError",
@@ -101,39 +103,11 @@ class BackendUnavailableError(DeviceError):
     """The requested backend cannot be used on this machine; the message says why."""
 
 
-# CUresult values and their explanations, for the ones users meet in practice.
-_RESULTS: dict[int, tuple[str, str]] = {
-    1: ("CUDA_ERROR_INVALID_VALUE", "an argument passed to the driver was out of range"),
-    2: ("CUDA_ERROR_OUT_OF_MEMORY", "the device could not allocate the memory requested"),
-    3: ("CUDA_ERROR_NOT_INITIALIZED", "the driver has not been initialized"),
-    4: ("CUDA_ERROR_DEINITIALIZED", "the driver is shutting down"),
-    100: ("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is present"),
-    101: ("CUDA_ERROR_INVALID_DEVICE", "the device ordinal is not valid"),
-    200: ("CUDA_ERROR_INVALID_IMAGE", "the kernel image is not valid for this device"),
-    201: ("CUDA_ERROR_INVALID_CONTEXT", "no valid context is current on this thread"),
-    209: ("CUDA_ERROR_NO_BINARY_FOR_GPU", "the module has no code for this architecture"),
-    217: ("CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "the two devices cannot access each other"),
-    218: ("CUDA_ERROR_INVALID_PTX", "the PTX could not be compiled for this device"),
-    400: ("CUDA_ERROR_INVALID_HANDLE", "a stream, event or module handle is not valid"),
-    500: ("CUDA_ERROR_NOT_FOUND", "the named symbol was not found"),
-    600: ("CUDA_ERROR_NOT_READY", "work is still pending"),
-    700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel or copy touched memory that is not allocated"),
-    701: ("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many registers or threads for this launch"),
-    702: ("CUDA_ERROR_LAUNCH_TIMEOUT", "a kernel ran past the watchdog limit"),
-    704: ("CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access was already enabled"),
-    705: ("CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", "peer access has not been enabled"),
-    710: ("CUDA_ERROR_ASSERT", "a device-side assert fired"),
-    714: ("CUDA_ERROR_HARDWARE_STACK_ERROR", "the device call stack overflowed"),
-    715: ("CUDA_ERROR_ILLEGAL_INSTRUCTION", "a kernel executed an illegal instruction (trap)"),
-    716: ("CUDA_ERROR_MISALIGNED_ADDRESS", "a kernel accessed a misaligned address"),
-    719: ("CUDA_ERROR_LAUNCH_FAILED", "a kernel failed while executing (trap or exception)"),
-    801: ("CUDA_ERROR_NOT_SUPPORTED", "the operation is not supported on this device"),
-    900: ("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "not allowed while the stream is capturing"),
-    901: ("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "the capture was invalidated by an error"),
-}
+# CUresult names and explanations, and the sticky codes: one table, in _curesult.
+_RESULTS = RESULTS
 
 #: CUresult codes after which the context is unusable ("sticky" errors).
-STICKY_CODES = frozenset({700, 702, 710, 714, 715, 716, 719})
+STICKY_CODES = STICKY
 
 
 class DriverError(DeviceError):

@@ -159,7 +159,6 @@ STREAM_COMMANDS = (
     "launch_host_func",
     "launch_host_signal",
     "launch_kernel",
-    "launch_emulated",
     "event_record",
     "stream_wait_event",
     "graph_upload",

@@ -14,6 +14,7 @@ import pytest
 
 import cuasync
 from cuasync import _builtin, _kernel
+from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
 from cuasync._kernel import Kernel
 from cuasync._nvrtc import nvrtc_problem
@@ -51,7 +52,7 @@ def test_builtin_kernel_compiles(name: str, arch: str) -> None:
 def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:
     # A launch compiles for the device's architecture: on a GPU to run the kernel, on the
     # emulator (sm_90) to check its source before the numpy twin runs.
-    arch = _kernel._arch(cuasync.Device(0))
+    arch = get_backend().arch(0)
     cuasync.arange(4, "int16").sync()  # compiled ca_linspace<..., int16> for arch
 
     def refuse(source: str, name: str, arch: str, flags: list[str]) -> Any:

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ import pytest
 
 from cuasync._backends import cuda
 from cuasync._backends.base import CAPTURE_RELAXED
-from cuasync.errors import DriverError, InternalError, InvalidDeviceError, OutOfMemoryError
+from cuasync._signature import parse_params
+from cuasync.errors import DriverError, InvalidDeviceError, OutOfMemoryError
 
 _REASON = (
     "set CUASYNC_BACKEND=cuda to run the CUDA backend tests"
@@ -129,10 +131,26 @@ def pinned(backend: cuda.CudaBackend) -> Iterator[Any]:
         block.free()
 
 
-def _params(*args: Any) -> tuple[Any, int]:
-    """A ``void*[]`` pointing at ``args``; returns (keep-alive, address)."""
-    array = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
-    return (array, args), ctypes.addressof(array)
+@dataclass
+class _Function:
+    """A function of the hand-written module, as the backend's ``KernelCode``."""
+
+    name: str
+    signature: str
+    module_handle: int
+    emulate: Any = None
+
+    @property
+    def params(self) -> list[Any]:
+        return parse_params(f"__global__ void {self.name}({self.signature})", self.name)
+
+    def compile_image(self, arch: str) -> tuple[bytes, str]:
+        raise AssertionError("a function of a loaded module is never compiled")
+
+
+def _kernel(backend: cuda.CudaBackend, module: int, name: str, signature: str = "") -> Any:
+    """``name`` of ``module``, prepared for device 0 (prepare_kernel takes its handle)."""
+    return backend.prepare_kernel(0, _Function(name, signature, module))
 
 
 # -- probe and devices ----------------------------------------------------------------
@@ -155,11 +173,6 @@ def test_device_info(backend: cuda.CudaBackend) -> None:
 def test_invalid_ordinal(backend: cuda.CudaBackend) -> None:
     with pytest.raises(InvalidDeviceError):
         backend.stream_create(backend.device_count())
-
-
-def test_launch_emulated_raises(backend: cuda.CudaBackend, stream: int) -> None:
-    with pytest.raises(InternalError, match="emulator-only"):
-        backend.launch_emulated(stream, lambda: None)
 
 
 # -- streams and events ---------------------------------------------------------------
@@ -201,14 +214,14 @@ def test_query_not_ready_and_cross_stream_wait(
     flag = pinned(4)
     flag.bytes[:] = 0
     word = ctypes.c_uint32.from_address(flag.ptr)
-    spin = backend.module_function(module, "spin_until_nonzero")
+    spin = _kernel(backend, module, "spin_until_nonzero", "unsigned int* flag")
     a = backend.stream_create(0)
     b = backend.stream_create(0)
     event = backend.event_create(0)
-    ptr = ctypes.c_uint64(backend.host_device_pointer(flag.ptr))
-    keep, params = _params(ptr)
     try:
-        backend.launch_kernel(spin, (1, 1, 1), (1, 1, 1), 0, a, params)
+        backend.launch_kernel(
+            spin, (1, 1, 1), (1, 1, 1), 0, a, [backend.host_device_pointer(flag.ptr)], list
+        )
         backend.event_record(event, a)
         backend.stream_wait_event(b, event)
         hits: list[int] = []
@@ -227,7 +240,6 @@ def test_query_not_ready_and_cross_stream_wait(
     backend.event_destroy(event)
     backend.stream_destroy(a)
     backend.stream_destroy(b)
-    del keep
 
 
 def test_foreign_stream_device(backend: cuda.CudaBackend) -> None:
@@ -368,20 +380,18 @@ def test_launch_host_func_exception_is_unraisable(
 def test_module_and_kernel_params(
     backend: cuda.CudaBackend, module: int, stream: int, pinned: Any
 ) -> None:
-    noop = backend.module_function(module, "noop")
-    store = backend.module_function(module, "store_u32")
-    assert noop and store
-    backend.launch_kernel(noop, (1, 1, 1), (1, 1, 1), 0, stream, 0)
+    noop = _kernel(backend, module, "noop")
+    store = _kernel(backend, module, "store_u32", "unsigned int* ptr, unsigned int value")
+    assert noop.handle and store.handle
+    assert store.handle == backend.module_function(module, "store_u32")
+    backend.launch_kernel(noop, (1, 1, 1), (1, 1, 1), 0, stream, [], list)
     out = pinned(4)
     out.bytes[:] = 0
     dev = backend.mem_alloc_async(4, stream)
-    ptr, value = ctypes.c_uint64(dev), ctypes.c_uint32(0x12345678)
-    keep, params = _params(ptr, value)
-    backend.launch_kernel(store, (1, 1, 1), (32, 1, 1), 0, stream, params)
+    backend.launch_kernel(store, (1, 1, 1), (32, 1, 1), 0, stream, [dev, 0x12345678], list)
     backend.memcpy_dtoh_async(out.ptr, dev, 4, stream)
     backend.mem_free_async(dev, stream)
     backend.stream_synchronize(stream)
-    del keep
     assert ctypes.c_uint32.from_address(out.ptr).value == 0x12345678
     with pytest.raises(DriverError):
         backend.module_function(module, "no_such_kernel")
@@ -393,17 +403,16 @@ def test_module_load_rejects_garbage(backend: cuda.CudaBackend) -> None:
 
 
 def test_graph_capture(backend: cuda.CudaBackend, module: int, stream: int, pinned: Any) -> None:
-    store = backend.module_function(module, "store_u32")
+    store = _kernel(backend, module, "store_u32", "unsigned int* ptr, unsigned int value")
     out = pinned(16)
     out.bytes[:] = 0
     dev = backend.mem_alloc_async(16, stream)
     backend.stream_synchronize(stream)
-    ptr, value = ctypes.c_uint64(dev + 4), ctypes.c_uint32(0xCAFEF00D)
-    keep, params = _params(ptr, value)
     backend.stream_begin_capture(stream, CAPTURE_RELAXED)
     assert backend.stream_is_capturing(stream) is True
     backend.memset_d8_async(dev, 0x5A, 16, stream)
-    backend.launch_kernel(store, (1, 1, 1), (1, 1, 1), 0, stream, params)
+    # the parameters are copied at the launch: later launches may pack other values
+    backend.launch_kernel(store, (1, 1, 1), (1, 1, 1), 0, stream, [dev + 4, 0xCAFEF00D], list)
     graph = backend.stream_end_capture(stream)
     assert backend.stream_is_capturing(stream) is False
     assert graph
@@ -425,7 +434,6 @@ def test_graph_capture(backend: cuda.CudaBackend, module: int, stream: int, pinn
     assert words[1] == 0xCAFEF00D and words[0] == 0x5A5A5A5A
     backend.graph_exec_destroy(graph_exec)
     backend.graph_destroy(graph)
-    del keep
 
 
 def test_driver_entry_points(backend: cuda.CudaBackend, stream: int) -> None:
@@ -442,14 +450,16 @@ def test_driver_entry_points(backend: cuda.CudaBackend, stream: int) -> None:
 # -- faults ---------------------------------------------------------------------------
 _FAULT_SCRIPT = """
 import sys
+from collections import namedtuple
 from cuasync._backends import cuda
+Function = namedtuple("Function", "name params emulate module_handle")
 from cuasync.errors import DeviceFaultError
 PTX = {ptx!r}
 b = cuda.CudaBackend()
 s = b.stream_create(0)
 m = b.module_load(0, PTX)
-f = b.module_function(m, "trap_now")
-b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, s, 0)
+f = b.prepare_kernel(0, Function("trap_now", [], None, m))
+b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, s, [], list)
 try:
     b.stream_synchronize(s)
 except DeviceFaultError as exc:

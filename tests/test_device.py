@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 
 import numpy as np
 import pytest
 
 import cuasync
+from cuasync._backends import get_backend
 from cuasync.errors import ArgumentError, InvalidDeviceError
 
 
@@ -24,6 +26,15 @@ def test_device_identity_and_properties() -> None:
 def test_out_of_range_ordinal_names_the_range(bad: int) -> None:
     with pytest.raises(InvalidDeviceError, match=r"ordinal=.* out of range.*ordinals 0\.\."):
         cuasync.Device(bad)
+
+
+def test_out_of_range_ordinal_says_how_to_get_more_devices() -> None:
+    hint = get_backend().more_devices_hint
+    assert hint  # each backend has one
+    with pytest.raises(InvalidDeviceError, match=re.escape(f"({hint})")):
+        cuasync.Device(cuasync.device_count())
+    if cuasync.backend_name() == "emulator":
+        assert hint == "set CUASYNC_EMU_DEVICES for more"
 
 
 def test_non_int_ordinal_is_rejected() -> None:

@@ -72,6 +72,15 @@ async def test_update_copies_new_inputs_before_the_next_launch(anyio_backend) ->
     np.testing.assert_array_equal(await x.to_host(), host(total))
 
 
+async def test_update_takes_fill_as_docs_graphs_md_says(anyio_backend) -> None:
+    x = await cuasync.zeros((N,))
+    y = await cuasync.zeros((N,))
+    graph = add_scaled[1, N](x, y, 1.0, N).graph()
+    await graph.update(cuasync.fill(y, 2.0))  # refused before: "graph nodes only"
+    await graph.launch()
+    np.testing.assert_array_equal(await x.to_host(), host(2.0))
+
+
 async def test_update_accepts_graph_nodes_only(anyio_backend) -> None:
     x = await cuasync.zeros((N,))
     graph = add_scaled[1, N](x, x, 1.0, N).graph()

@@ -17,7 +17,8 @@ import pytest
 from conftest import ON_EMULATOR
 
 import cuasync
-from cuasync import _config, _kernel, kernel_cache
+from cuasync import _config, _kernel, _nvrtc, kernel_cache
+from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
 from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
 
@@ -154,6 +155,39 @@ async def test_no_outputs_give_none(anyio_backend) -> None:
     assert await k[1, 32](x, 5) is None
     if ON_EMULATOR:
         assert seen == [10.0]
+
+
+STRIDED = r"""
+extern "C" __global__ void twice_strided(float* x, long long stride, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i * stride] *= 2.0f;
+}
+"""
+
+
+async def test_strided_views_are_the_arrays_a_launch_sees(anyio_backend) -> None:
+    # A view travels as the address of its first element; the emulator hands the twin a
+    # numpy view of the same elements of the emulated memory.
+    seen: list[tuple[int, ...]] = []
+
+    def twin(x: np.ndarray, stride: Any, n: Any) -> None:
+        seen.append(x.strides)
+        x *= 2
+
+    k = cuasync.Kernel(STRIDED, "twice_strided", emulate=twin)
+    x = await cuasync.from_host(ramp(12))
+    expected = ramp(12)
+    for view, elements in (
+        (x[1::4], [1, 5, 9]),
+        (x[2:11:3], [2, 5, 8]),
+        (x.reshape((3, 4))[:, 3], [3, 7, 11]),
+        (x[5:5], []),
+    ):
+        await k[1, 32](view, view.strides[0], view.shape[0])
+        expected[elements] *= 2
+        np.testing.assert_array_equal(await x.to_host(), expected)
+    if ON_EMULATOR:
+        assert seen == [(16,), (12,), (16,), (4,)]
 
 
 async def test_kernel_output_chains_with_then(anyio_backend) -> None:
@@ -366,7 +400,7 @@ extern "C" __global__ void bf16(__nv_bfloat16 x, float* out) {
 
 def test_bfloat16_parameters_take_floats_and_refuse_overflow() -> None:
     pytest.importorskip("ml_dtypes")
-    from cuasync._kernel import _ParamBlock
+    from cuasync._backends._params import ParamBlock
 
     seen: list[Any] = []
     k = cuasync.Kernel(BF16, "bf16", emulate=lambda x, out: seen.append(x))
@@ -378,7 +412,7 @@ def test_bfloat16_parameters_take_floats_and_refuse_overflow() -> None:
     for value in (1.5, -3, np.float32(0.1), math.inf):
         op = k[1, 1](value, out)
         # on a GPU the value travels as its bits: the same ones ml_dtypes makes
-        layout = _ParamBlock(k.params)
+        layout = ParamBlock(k.params)
         layout.pack([k._convert((value, out))[0][0], out.ptr])
         raw = bytes(layout.buffer)
         slot = int.from_bytes(raw[:8], "little") - layout.address  # where x's pointer points
@@ -485,10 +519,10 @@ def test_compile_error_comes_before_anything_is_enqueued(enqueued) -> None:
 @needs_nvrtc
 def test_each_source_compiles_once_per_process(monkeypatch) -> None:
     source = SCALE + "// compiled once by test_each_source_compiles_once_per_process\n"
-    arch = _kernel._arch(cuasync.Device(0))  # sm_90 on the emulator (compute capability 9.0)
+    arch = get_backend().arch(0)  # sm_90 on the emulator (compute capability 9.0)
     x = cuasync.arange(8).sync()
     tensors = [x, x]
-    if cuasync.device_count() >= 2 and _kernel._arch(cuasync.Device(1)) == arch:
+    if cuasync.device_count() >= 2 and get_backend().arch(1) == arch:
         tensors.insert(1, cuasync.arange(8, device=1).sync())
     compiled = _count_compiles(monkeypatch)
     for tensor in tensors:  # other Kernel objects and devices reuse the image
@@ -519,7 +553,7 @@ def test_emu_compile_off_runs_only_the_twin(monkeypatch) -> None:
 
 @pytest.mark.emulator_only(reason="CUASYNC_EMU_COMPILE is the emulator's own setting")
 def test_emu_compile_without_nvrtc(monkeypatch) -> None:
-    monkeypatch.setattr(_kernel, "nvrtc_problem", lambda: "libnvrtc.so.13: cannot open it")
+    monkeypatch.setattr(_nvrtc, "nvrtc_problem", lambda: "libnvrtc.so.13: cannot open it")
     x = cuasync.arange(8).sync()
     _emu_compile(monkeypatch, "on")
     k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)

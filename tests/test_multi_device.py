@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import anyio
 import numpy as np
@@ -110,6 +111,29 @@ def test_devices_that_can_access_each_other_say_so_both_ways() -> None:
     assert a.can_access_peer(b) == a.can_access_peer(1)
     if ON_EMULATOR:  # emulated devices reach each other unless the knob says otherwise
         assert a.can_access_peer(b) and b.can_access_peer(a)
+
+
+COUNTER = r"""
+extern "C" __global__ void store_on(unsigned long long* out, int value) { *out = value; }
+"""
+
+
+@needs_two
+async def test_a_kernel_built_without_tensors_runs_on_the_device_it_lands_on(anyio_backend):
+    # Nothing ties the launch to a device when it is built (a raw address and a scalar),
+    # so it is made ready for device 0, the default; run inside device 1's submission, it
+    # must be made ready for device 1 too (a GPU function belongs to one context).
+    def twin(out: int, value: Any) -> None:
+        got.append((out, int(value)))
+
+    got: list[tuple[int, int]] = []
+    k = cuasync.Kernel(COUNTER, "store_on", emulate=twin)
+    word = await cuasync.zeros((1,), "uint64", device=1)
+    await cuasync.fill(word, 0).then(lambda w: k[1, 1](cuasync.lowlevel.DevicePointer(w.ptr), 7))
+    if ON_EMULATOR:  # the twin gets the raw address as it is
+        assert got == [(word.ptr, 7)]
+    else:
+        assert (await word.to_host()).tolist() == [7]
 
 
 @needs_two

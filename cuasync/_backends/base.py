@@ -6,13 +6,23 @@ ints, as in the driver API. Every method raises :class:`cuasync.errors.DriverErr
 touches that device raises :class:`cuasync.errors.DeviceFaultError`.
 
 Nothing here knows about ops, tensors or event loops: the dependency direction is
-public modules -> ``_core`` -> ``_backends``.
+public modules -> ``_core`` -> ``_backends``. Kernels cross the boundary as a
+:class:`KernelCode` (what to prepare) and their array arguments as :class:`DeviceArray`
+(what to launch on); only the backend knows whether that means the driver or a numpy twin.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._curesult import Code
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .._signature import Param
 
 
 class EmulatedFault(BaseException):
@@ -24,7 +34,7 @@ class EmulatedFault(BaseException):
     Exception``) lets it through to the emulator.
     """
 
-    code = 719  # CUDA_ERROR_LAUNCH_FAILED
+    code: int = Code.LAUNCH_FAILED
 
 
 class EmulatedTrap(EmulatedFault):
@@ -37,11 +47,83 @@ CAPTURE_THREAD_LOCAL = 1
 CAPTURE_RELAXED = 2
 
 
+class KernelCode(Protocol):
+    """What a backend prepares: a kernel, as :class:`cuasync.Kernel` describes one.
+
+    ``compile_image(arch)`` compiles the source for ``arch`` (``"sm_90"``) and returns the
+    cubin and the function's lowered name; a kernel of a loaded :class:`cuasync.Module`
+    has that module's handle as ``module_handle`` instead (0 otherwise). ``emulate`` is the numpy
+    twin the emulator runs.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params(self) -> Sequence[Param]: ...
+
+    @property
+    def emulate(self) -> Callable[..., Any] | None: ...
+
+    @property
+    def module_handle(self) -> int: ...
+
+    def compile_image(self, arch: str) -> tuple[bytes, str]: ...
+
+
+class DeviceArray(Protocol):
+    """A strided array in device memory, as a pointer argument of a launch (a Tensor is one).
+
+    ``ptr`` is the address of its first element, ``strides`` count elements and may be
+    negative. The CUDA backend passes ``ptr``; the emulator hands the twin a numpy view.
+    """
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+
+
+class PreparedKernel:
+    """A kernel ready to launch on one device: what :meth:`Backend.prepare_kernel` returns.
+
+    ``handle`` is the driver's ``CUfunction`` where there is one (0 on the emulator);
+    the rest belongs to the backend that made it.
+    """
+
+    __slots__ = ("handle", "name", "ordinal")
+
+    def __init__(self, name: str, ordinal: int, handle: int = 0) -> None:
+        self.name = name
+        self.ordinal = ordinal
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} on device {self.ordinal}>"
+
+
 class Backend(ABC):
     """One implementation of the driver semantics cuasync is built on."""
 
-    #: ``"cuda"`` or ``"emulator"``.
+    #: ``"cuda"`` or ``"emulator"``: for messages and reports; code asks for a capability.
     name: str = ""
+
+    #: Whether handles are the CUDA driver's own (``CUstream``, ``CUdeviceptr``,
+    #: ``CUfunction``): usable with ``cuda.bindings`` and other CUDA libraries.
+    driver_handles: bool = False
+
+    #: How to get more devices than :meth:`device_count` gives, for error messages.
+    more_devices_hint: str = ""
+
+    #: The CUDA version the driver supports (1000 * major + 10 * minor); 0 without one.
+    driver_version: int = 0
 
     # -- devices -------------------------------------------------------------------
     @abstractmethod
@@ -216,21 +298,44 @@ class Backend(ABC):
     @abstractmethod
     def module_function(self, module: int, name: str) -> int: ...
 
+    def arch(self, ordinal: int) -> str:
+        """The architecture kernels are compiled for on ``ordinal`` (``"sm_90"``)."""
+        major, minor = self.device_compute_capability(ordinal)
+        return f"sm_{major}{minor}"
+
+    @abstractmethod
+    def prepare_kernel(
+        self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
+    ) -> PreparedKernel:
+        """Make ``kernel`` launchable on device ``ordinal``; :meth:`launch_kernel` takes the result.
+
+        CUDA compiles the source for the device's architecture (or takes the function
+        from the kernel's module) and loads it; the emulator compiles the source only to
+        check it (``CUASYNC_EMU_COMPILE``) and keeps the numpy twin. Raises what stops the
+        kernel from running here: :class:`~cuasync.errors.KernelCompileError`, a driver
+        error, or on the emulator a :class:`~cuasync.errors.LaunchError` when there is no
+        twin (not with ``compile_only``, which checks the device code and nothing else).
+        """
+
     @abstractmethod
     def launch_kernel(
         self,
-        function: int,
+        kernel: Any,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_mem: int,
         stream: int,
-        params: int,
+        args: Sequence[Any],
+        errors: Callable[[], list[BaseException]],
     ) -> None:
-        """``cuLaunchKernel`` with ``params`` the address of a ``void*[]`` of argument pointers."""
+        """Launch a :class:`PreparedKernel` of this backend on ``stream``.
 
-    @abstractmethod
-    def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
-        """Run ``fn`` as device work on ``stream`` (emulator only; cuda raises)."""
+        ``args`` match the kernel's parameters: a :class:`DeviceArray` or an int address
+        for each pointer, a Python scalar in range for each value. ``errors()`` gives the
+        list a launch that fails without faulting the device appends its error to (the
+        emulator's twin raising); it is called, if at all, before this returns. This is
+        on the path of every launch: backends keep it to one call into the driver.
+        """
 
     # -- graphs --------------------------------------------------------------------
     @abstractmethod

@@ -29,30 +29,32 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._curesult import STICKY, Code
 from .._exceptions import report_unraisable
 from ..errors import (
-    STICKY_CODES,
     ArgumentError,
     BackendUnavailableError,
     DriverError,
-    InternalError,
     InvalidDeviceError,
     OutOfMemoryError,
     driver_error,
 )
-from .base import CAPTURE_RELAXED, Backend
+from ._params import ParamBlock
+from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel
 
 __all__ = ["CudaBackend", "probe"]
 
 #: ``cuda.bindings.driver`` once :func:`_load_driver` has imported it.
 _d: Any = None
 
-# CUresult codes the backend branches on (CUresult is an int subclass in cuda.bindings).
-_NOT_READY = 600
-_OUT_OF_MEMORY = 2
-_NO_DEVICE = 100
+# CUresult codes the backend branches on, as plain ints (CUresult is an int subclass in
+# cuda.bindings): the hot paths compare against them.
+_NOT_READY = int(Code.NOT_READY)
+_OUT_OF_MEMORY = int(Code.OUT_OF_MEMORY)
 # Codes that may mean "another library switched this thread's current context".
-_CONTEXT_CODES = frozenset({201, 400, 709})  # INVALID_CONTEXT, INVALID_HANDLE, CONTEXT_IS_DESTROYED
+_CONTEXT_CODES = frozenset(
+    int(c) for c in (Code.INVALID_CONTEXT, Code.INVALID_HANDLE, Code.CONTEXT_IS_DESTROYED)
+)
 _QUERIES = frozenset({"cuStreamQuery", "cuEventQuery"})
 
 # Values of driver flags and enums (checked against cuda.bindings 13.4 at load time).
@@ -64,8 +66,6 @@ _MEMORYTYPE_HOST = 1  # CU_MEMORYTYPE_HOST
 _MEMORYTYPE_DEVICE = 2  # CU_MEMORYTYPE_DEVICE
 _LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
 _ACCESS_READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-_PEER_ACCESS_UNSUPPORTED = 217  # CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
-_PEER_ACCESS_ALREADY_ENABLED = 704  # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 _UINT64_MAX = (1 << 64) - 1
 
 # Filled by _load_driver(): enum members that cuda.bindings wants as enums, not ints.
@@ -171,7 +171,7 @@ def _init_driver() -> tuple[Any, str | None]:
     if too_old is not None:
         return None, too_old
     if err:
-        if int(err) == _NO_DEVICE:
+        if int(err) == Code.NO_DEVICE:
             return None, "no CUDA-capable device is present (cuInit: CUDA_ERROR_NO_DEVICE)"
         return None, f"cuInit failed: {driver_error(int(err), 'cuInit')}"
     try:
@@ -257,6 +257,16 @@ def _memcpy2d_params(
     return p
 
 
+class _CudaKernel(PreparedKernel):
+    """A loaded ``CUfunction`` and the parameter block its launches pack into."""
+
+    __slots__ = ("params",)
+
+    def __init__(self, kernel: KernelCode, ordinal: int, function: int) -> None:
+        super().__init__(kernel.name, ordinal, function)
+        self.params = ParamBlock(kernel.params)
+
+
 class _Current(threading.local):
     """The ordinal whose primary context this backend last made current on this thread."""
 
@@ -272,6 +282,8 @@ class CudaBackend(Backend):
     """
 
     name = "cuda"
+    driver_handles = True
+    more_devices_hint = "CUDA_VISIBLE_DEVICES decides which GPUs this process sees"
 
     def __init__(self) -> None:
         driver, reason = _init_driver()
@@ -305,6 +317,9 @@ class CudaBackend(Backend):
         self._modules: dict[int, int] = {}
         self._graphs: dict[int, int] = {}
         self._graph_execs: dict[int, int] = {}
+        # (ordinal, lowered name, image) -> CUfunction, for prepare_kernel
+        self._functions: dict[tuple[int, str, bytes], int] = {}
+        self._functions_lock = threading.Lock()
         # Pinned allocations whose device pointer differs from the host address
         # (never on 64-bit Linux with UVA; kept sorted by host address).
         self._host_remap: list[tuple[int, int, int]] = []  # (host, nbytes, device)
@@ -335,7 +350,7 @@ class CudaBackend(Backend):
         """The exception for a failed call; remembers sticky faults per device."""
         code = int(err)
         exc = driver_error(code, call=call)
-        if code in STICKY_CODES:
+        if code in STICKY:
             if ordinal < 0:
                 ordinal = self._tls.ordinal
             if ordinal >= 0:
@@ -345,6 +360,19 @@ class CudaBackend(Backend):
     def _check(self, err: Any, call: str, ordinal: int = -1) -> None:
         if err:
             raise self._fail(err, call, ordinal)
+
+    def _call(self, ordinal: int, call: str, *args: Any) -> tuple[Any, ...]:
+        """``driver.<call>(*args)`` with ``ordinal``'s context current; its results, or raise.
+
+        Every driver call that names a stream or event goes through here (after
+        :meth:`_enter` or :meth:`_enter_event`), except the few on the path of every
+        op -- ``launch_kernel``, ``write_value32``, ``launch_host_signal`` and the two
+        queries -- which inline it: one Python call more per op counts there.
+        """
+        res = getattr(_d, call)(*args)
+        if res[0]:
+            res = self._redo(res, ordinal, call, *args)
+        return res
 
     def _redo(self, res: tuple[Any, ...], ordinal: int, call: str, *args: Any) -> tuple[Any, ...]:
         """Slow path after ``res[0]`` was an error.
@@ -501,7 +529,7 @@ class CudaBackend(Backend):
             return
         if not self.device_can_access_peer(ordinal, peer):
             raise driver_error(
-                _PEER_ACCESS_UNSUPPORTED,
+                Code.PEER_ACCESS_UNSUPPORTED,
                 "cuCtxEnablePeerAccess",
                 f"device {ordinal} cannot access device {peer} (cuDeviceCanAccessPeer is 0)",
             )
@@ -510,7 +538,7 @@ class CudaBackend(Backend):
         # From ``ordinal``'s context: access is one-way. Another thread may have won the
         # race to enable it (ALREADY_ENABLED), which is as good.
         (err,) = _d.cuCtxEnablePeerAccess(peer_ctx, 0)
-        if err and int(err) != _PEER_ACCESS_ALREADY_ENABLED:
+        if err and int(err) != Code.PEER_ACCESS_ALREADY_ENABLED:
             raise self._fail(err, "cuCtxEnablePeerAccess", ordinal)
         # Pool allocations (cuMemAllocAsync, all of cuasync's) do not follow the context's
         # peer access: the pool itself must grant it.
@@ -528,13 +556,8 @@ class CudaBackend(Backend):
         self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
     ) -> None:
         dst_ctx, src_ctx = self._context(dst_ordinal), self._context(src_ordinal)
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
         args = (dst, dst_ctx, src, src_ctx, nbytes, stream)
-        res = _d.cuMemcpyPeerAsync(*args)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemcpyPeerAsync", *args)
+        self._call(self._enter(stream), "cuMemcpyPeerAsync", *args)
 
     # -- streams ---------------------------------------------------------------------
     def stream_create(self, ordinal: int) -> int:
@@ -547,12 +570,7 @@ class CudaBackend(Backend):
         return handle
 
     def stream_destroy(self, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamDestroy(stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamDestroy", stream)
+        self._call(self._enter(stream), "cuStreamDestroy", stream)
         self._streams.pop(stream, None)
 
     def stream_device(self, stream: int) -> int:
@@ -597,6 +615,7 @@ class CudaBackend(Backend):
         return self._ordinal_of_device(dev)
 
     def stream_query(self, stream: int) -> bool:
+        # Polled while completions are pending: inline (see _call); NOT_READY is no error.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
@@ -608,20 +627,10 @@ class CudaBackend(Backend):
         return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
 
     def stream_synchronize(self, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamSynchronize(stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamSynchronize", stream)
+        self._call(self._enter(stream), "cuStreamSynchronize", stream)
 
     def stream_wait_event(self, stream: int, event: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamWaitEvent(stream, event, 0)
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamWaitEvent", stream, event, 0)
+        self._call(self._enter(stream), "cuStreamWaitEvent", stream, event, 0)
 
     # -- events ----------------------------------------------------------------------
     def event_create(self, ordinal: int, *, timing: bool = False) -> int:
@@ -642,23 +651,14 @@ class CudaBackend(Backend):
         return ordinal
 
     def event_destroy(self, event: int) -> None:
-        ordinal = self._events.get(event, -1)
-        if ordinal >= 0 and self._tls.ordinal != ordinal:
-            self._switch(ordinal)
-        res = _d.cuEventDestroy(event)
-        if res[0]:
-            self._redo(res, ordinal, "cuEventDestroy", event)
+        self._call(self._enter_event(event), "cuEventDestroy", event)
         self._events.pop(event, None)
 
     def event_record(self, event: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuEventRecord(event, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuEventRecord", event, stream)
+        self._call(self._enter(stream), "cuEventRecord", event, stream)
 
     def event_query(self, event: int) -> bool:
+        # Polled: inline (see _call); NOT_READY is no error.
         ordinal = self._events.get(event, -1)
         if ordinal >= 0 and self._tls.ordinal != ordinal:
             self._switch(ordinal)
@@ -670,18 +670,10 @@ class CudaBackend(Backend):
         return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
 
     def event_synchronize(self, event: int) -> None:
-        ordinal = self._events.get(event, -1)
-        if ordinal >= 0 and self._tls.ordinal != ordinal:
-            self._switch(ordinal)
-        res = _d.cuEventSynchronize(event)
-        if res[0]:
-            self._redo(res, ordinal, "cuEventSynchronize", event)
+        self._call(self._enter_event(event), "cuEventSynchronize", event)
 
     def event_elapsed_ms(self, start: int, end: int) -> float:
-        ordinal = self._enter_event(start)
-        res = _d.cuEventElapsedTime(start, end)
-        if res[0]:
-            res = self._redo(res, ordinal, "cuEventElapsedTime", start, end)
+        res = self._call(self._enter_event(start), "cuEventElapsedTime", start, end)
         return float(res[1])
 
     # -- memory ----------------------------------------------------------------------
@@ -742,12 +734,7 @@ class CudaBackend(Backend):
             return -1
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemFreeAsync(ptr, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemFreeAsync", ptr, stream)
+        self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
 
     def host_alloc(self, nbytes: int) -> int:
         ordinal = self._default_ordinal()
@@ -794,28 +781,13 @@ class CudaBackend(Backend):
         return ptr
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemcpyHtoDAsync(dst, src, nbytes, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
+        self._call(self._enter(stream), "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
     def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemcpyDtoHAsync(dst, src, nbytes, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
+        self._call(self._enter(stream), "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
 
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
+        self._call(self._enter(stream), "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
 
     def memcpy_2d_async(
         self,
@@ -829,23 +801,14 @@ class CudaBackend(Backend):
         kind: str,
     ) -> None:
         params = _memcpy2d_params(dst, dst_pitch, src, src_pitch, width, height, kind)
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemcpy2DAsync(params, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemcpy2DAsync", params, stream)
+        self._call(self._enter(stream), "cuMemcpy2DAsync", params, stream)
 
     def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuMemsetD8Async(ptr, value, nbytes, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuMemsetD8Async", ptr, value, nbytes, stream)
+        self._call(self._enter(stream), "cuMemsetD8Async", ptr, value, nbytes, stream)
 
     # -- completion primitives -------------------------------------------------------
     def write_value32(self, stream: int, address: int, value: int) -> None:
+        # On the path of every await: inline (see _call), and the store itself in C.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
@@ -863,15 +826,11 @@ class CudaBackend(Backend):
             self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
+        ordinal = self._enter(stream)
         if self._host_remap:
             address = self.host_device_pointer(address)
         # flags 0 (CU_STREAM_WAIT_VALUE_GEQ): a cyclic greater-or-equal on 32 bits.
-        res = _d.cuStreamWaitValue32(stream, address, value & 0xFFFFFFFF, 0)
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamWaitValue32", stream, address, value, 0)
+        self._call(ordinal, "cuStreamWaitValue32", stream, address, value & 0xFFFFFFFF, 0)
 
     def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a driver thread once prior work on ``stream`` is done.
@@ -881,20 +840,17 @@ class CudaBackend(Backend):
         are reported through ``sys.unraisablehook`` and go no further. If the context
         faults first, the driver never runs ``fn``.
         """
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
+        ordinal = self._enter(stream)
         key = next(_host_ids)
         _host_fns[key] = fn
         try:
-            res = _d.cuLaunchHostFunc(stream, _TRAMPOLINE_ADDRESS, key)
-            if res[0]:
-                self._redo(res, ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+            self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
         except BaseException:
             _host_fns.pop(key, None)
             raise
 
     def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+        # On the path of every await in callback mode: inline, as in launch_kernel.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
@@ -930,18 +886,48 @@ class CudaBackend(Backend):
         self._check(err, "cuModuleGetFunction", ordinal)
         return int(function)
 
+    def prepare_kernel(
+        self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
+    ) -> _CudaKernel:
+        if kernel.module_handle:
+            function = self.module_function(kernel.module_handle, kernel.name)
+        else:
+            image, lowered = kernel.compile_image(self.arch(ordinal))
+            function = self._load_function(ordinal, image, lowered)
+        return _CudaKernel(kernel, ordinal, function)
+
+    def _load_function(self, ordinal: int, image: bytes, lowered: str) -> int:
+        """The function ``lowered`` of ``image`` on ``ordinal``, loaded once per process.
+
+        Kernels with the same source share the image (compiles are cached by source),
+        so they share its module too.
+        """
+        key = (ordinal, lowered, image)
+        function = self._functions.get(key)
+        if function is None:
+            with self._functions_lock:
+                function = self._functions.get(key)
+                if function is None:
+                    module = self.module_load(ordinal, image)
+                    function = self._functions[key] = self.module_function(module, lowered)
+        return function
+
     def launch_kernel(
         self,
-        function: int,
+        kernel: _CudaKernel,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_mem: int,
         stream: int,
-        params: int,
+        args: Sequence[Any],
+        errors: Callable[[], list[BaseException]],
     ) -> None:
+        # On the path of every launch: the context check and the native call are inline.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
+        params = kernel.params.pack(args) if args else 0
+        function = kernel.handle
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
@@ -950,43 +936,26 @@ class CudaBackend(Backend):
         ):
             return
         # kernelParams given as an int is used as the void** address as it is.
-        res = _d.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+        launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+        res = _d.cuLaunchKernel(*launch)
         if res[0]:
-            args = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
-            self._redo(res, ordinal, "cuLaunchKernel", *args)
-
-    def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
-        raise InternalError("launch_emulated is an emulator-only entry point")
+            self._redo(res, ordinal, "cuLaunchKernel", *launch)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamBeginCapture(stream, _CAPTURE_MODES[mode])
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
+        self._call(self._enter(stream), "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
 
     def stream_end_capture(self, stream: int) -> int:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamEndCapture(stream)
-        if res[0]:
-            res = self._redo(res, ordinal, "cuStreamEndCapture", stream)
+        ordinal = self._enter(stream)
+        res = self._call(ordinal, "cuStreamEndCapture", stream)
         graph = int(res[1])
         if not graph:  # invalidated capture without an error code
-            raise self._fail(901, "cuStreamEndCapture", ordinal)
+            raise self._fail(Code.STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture", ordinal)
         self._graphs[graph] = ordinal
         return graph
 
     def stream_is_capturing(self, stream: int) -> bool:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuStreamIsCapturing(stream)
-        if res[0]:
-            res = self._redo(res, ordinal, "cuStreamIsCapturing", stream)
+        res = self._call(self._enter(stream), "cuStreamIsCapturing", stream)
         # ACTIVE or INVALIDATED: both still need cuStreamEndCapture.
         return int(res[1]) != _CAPTURE_STATUS_NONE
 
@@ -1001,20 +970,10 @@ class CudaBackend(Backend):
         return handle
 
     def graph_upload(self, graph_exec: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuGraphUpload(graph_exec, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuGraphUpload", graph_exec, stream)
+        self._call(self._enter(stream), "cuGraphUpload", graph_exec, stream)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
-        ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        res = _d.cuGraphLaunch(graph_exec, stream)
-        if res[0]:
-            self._redo(res, ordinal, "cuGraphLaunch", graph_exec, stream)
+        self._call(self._enter(stream), "cuGraphLaunch", graph_exec, stream)
 
     def graph_destroy(self, graph: int) -> None:
         ordinal = self._graphs.pop(graph, -1)

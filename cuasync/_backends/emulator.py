@@ -5,12 +5,16 @@
   the waiting stream's worker until that generation is reached.
 * Device memory is an emulated address space of numpy buffers. Allocation and free are
   stream-ordered; any command touching freed or unallocated memory faults the device
-  with ``CUDA_ERROR_ILLEGAL_ADDRESS``.
+  with ``CUDA_ERRORCode.ILLEGAL_ADDRESS``.
 * ``write_value32`` stores into real host memory, so the native reactor sees it.
-* A fault (illegal address, an emulated kernel raising, :func:`inject_fault`) is sticky:
+* Kernels run their numpy twin (``emulate=``) on the stream's worker, with each array
+  argument viewed as a numpy array of the emulated memory; the source is compiled with
+  NVRTC only to check it (``CUASYNC_EMU_COMPILE``). A twin raising fails its launch
+  (:class:`~cuasync.errors.KernelError`); an :class:`EmulatedFault` faults the device.
+* A fault (illegal address, :class:`EmulatedFault`, :func:`inject_fault`) is sticky:
   queued work is dropped, flags stop landing, queries and later calls raise it.
 * Host functions run on the stream's worker; a driver call made from inside one is
-  refused with ``CUDA_ERROR_NOT_PERMITTED`` and remembered (the driver may deadlock).
+  refused with ``CUDA_ERRORCode.NOT_PERMITTED`` and remembered (the driver may deadlock).
 * Stream capture records the commands enqueued on a stream; a graph launch replays them.
 * Peers: every device can access every other one unless ``peer_access=False`` (a machine
   whose GPUs cannot reach each other); access is enabled per direction, and peer copies
@@ -32,14 +36,26 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from .. import _config, _nvrtc
+from .._curesult import Code
 from .._exceptions import fresh
-from ..errors import DeviceError, DeviceFaultError, DriverError, OutOfMemoryError, driver_error
-from .base import CAPTURE_RELAXED, Backend, EmulatedFault
+from ..errors import (
+    DeviceError,
+    DeviceFaultError,
+    DriverError,
+    KernelCompileError,
+    KernelError,
+    LaunchError,
+    OutOfMemoryError,
+    driver_error,
+)
+from .base import CAPTURE_RELAXED, Backend, DeviceArray, EmulatedFault, KernelCode, PreparedKernel
 
 Command = Callable[[], None]
 
@@ -48,14 +64,6 @@ try:
 except ImportError:  # built without a C compiler
     _store32 = None  # type: ignore[assignment]
 
-_ILLEGAL_ADDRESS = 700
-_LAUNCH_FAILED = 719
-_NOT_PERMITTED = 800
-_INVALID_VALUE = 1
-_INVALID_HANDLE = 400
-_NOT_SUPPORTED = 801
-_PEER_ACCESS_UNSUPPORTED = 217
-_CAPTURE_UNSUPPORTED = 900
 
 #: Each device owns a 1 TiB window of the emulated address space.
 _DEVICE_WINDOW = 1 << 40
@@ -63,7 +71,7 @@ _ALIGN = 256
 
 
 class _IllegalAddress(EmulatedFault):
-    code = _ILLEGAL_ADDRESS
+    code = Code.ILLEGAL_ADDRESS
 
 
 @dataclass(eq=False)
@@ -122,7 +130,9 @@ class _Stream:
                     backend._fault(self.device, exc.code, detail)
                 except Exception as exc:
                     detail = "".join(traceback.format_exception_only(exc)).strip()
-                    backend._fault(self.device, _LAUNCH_FAILED, f"emulated kernel raised {detail}")
+                    backend._fault(
+                        self.device, Code.LAUNCH_FAILED, f"emulated kernel raised {detail}"
+                    )
             command = None  # drop what the command captured before waiting for the next
             with self.cond:
                 self.pending -= 1
@@ -152,6 +162,19 @@ class _Graph:
     commands: list[Command]
 
 
+class _EmulatedKernel(PreparedKernel):
+    """A kernel's numpy twin, its pointer parameters and the numpy type of each scalar one."""
+
+    __slots__ = ("pointers", "scalars", "twin")
+
+    def __init__(self, kernel: KernelCode, ordinal: int) -> None:
+        super().__init__(kernel.name, ordinal)
+        self.twin = kernel.emulate
+        params = kernel.params
+        self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
+        self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
+
+
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 #: ``active`` while this thread runs a host function (``launch_host_func``).
@@ -162,6 +185,7 @@ class EmulatorBackend(Backend):
     """The emulator backend; see the module docstring."""
 
     name = "emulator"
+    more_devices_hint = "set CUASYNC_EMU_DEVICES for more"
 
     def __init__(
         self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0, peer_access: bool = True
@@ -206,7 +230,7 @@ class EmulatorBackend(Backend):
     def peer_access_enabled(self, ordinal: int, peer: int) -> bool:
         return (ordinal, peer) in self._peers_enabled
 
-    def inject_fault(self, ordinal: int, code: int = 715) -> None:
+    def inject_fault(self, ordinal: int, code: int = Code.ILLEGAL_INSTRUCTION) -> None:
         self._fault(self._device(ordinal), code, "injected by cuasync.emulator.inject_fault")
 
     def _fault(self, device: _Device, code: int, detail: str) -> None:
@@ -234,13 +258,15 @@ class EmulatorBackend(Backend):
         if getattr(_host_function, "active", False):
             self.host_function_calls.append(what)
             raise DriverError(
-                _NOT_PERMITTED, what, "a driver call from inside a host function (cuLaunchHostFunc)"
+                Code.NOT_PERMITTED,
+                what,
+                "a driver call from inside a host function (cuLaunchHostFunc)",
             )
 
     def _device(self, ordinal: int) -> _Device:
         self._refuse_in_host_function("device call")
         if not 0 <= ordinal < len(self._devices):
-            raise DriverError(101, "device", f"ordinal {ordinal}")
+            raise DriverError(Code.INVALID_DEVICE, "device", f"ordinal {ordinal}")
         self._current.ordinal = ordinal
         return self._devices[ordinal]
 
@@ -255,7 +281,9 @@ class EmulatorBackend(Backend):
         except KeyError:
             if handle in (1, 2):
                 return self._default_stream(handle)
-            raise DriverError(_INVALID_HANDLE, "stream", f"unknown stream {handle:#x}") from None
+            raise DriverError(
+                Code.INVALID_HANDLE, "stream", f"unknown stream {handle:#x}"
+            ) from None
 
     def _default_stream(self, handle: int) -> _Stream:
         """The legacy (1) or per-thread (2) default stream of this thread's current device."""
@@ -274,7 +302,7 @@ class EmulatorBackend(Backend):
         try:
             return self._events[handle]
         except KeyError:
-            raise DriverError(_INVALID_HANDLE, "event", f"unknown event {handle:#x}") from None
+            raise DriverError(Code.INVALID_HANDLE, "event", f"unknown event {handle:#x}") from None
 
     def _enqueue(self, handle: int, command: Command) -> None:
         stream = self._stream(handle)
@@ -313,8 +341,25 @@ class EmulatorBackend(Backend):
         return device_index if 0 <= device_index < len(self._devices) else -1
 
     def device_view(self, ptr: int, nbytes: int) -> np.ndarray:
-        """Bytes of device memory for emulated kernels; raises an illegal-address fault."""
+        """Bytes of emulated device memory; raises an illegal-address fault."""
         return self._resolve(ptr, nbytes)
+
+    def _array(self, a: DeviceArray) -> np.ndarray:
+        """A writable numpy view of a strided device array, for a twin's arguments."""
+        dtype, shape, strides = a.dtype, a.shape, a.strides
+        lo = hi = 0  # the elements it touches, [lo, hi) relative to its first
+        if all(shape):
+            for s, d in zip(strides, shape, strict=True):
+                if s < 0:
+                    lo += s * (d - 1)
+                else:
+                    hi += s * (d - 1)
+            hi += 1
+        size = dtype.itemsize
+        raw = self._resolve(a.ptr + lo * size, (hi - lo) * size)
+        return np.lib.stride_tricks.as_strided(
+            raw.view(dtype)[-lo:], shape, tuple(s * size for s in strides), writeable=True
+        )
 
     @staticmethod
     def _host_view(address: int, nbytes: int) -> np.ndarray:
@@ -355,7 +400,7 @@ class EmulatorBackend(Backend):
     def enable_peer_access(self, ordinal: int, peer: int) -> None:
         if not self.device_can_access_peer(ordinal, peer):
             raise driver_error(
-                _PEER_ACCESS_UNSUPPORTED,
+                Code.PEER_ACCESS_UNSUPPORTED,
                 "cuCtxEnablePeerAccess",
                 f"emulated device {ordinal} cannot access device {peer}",
             )
@@ -388,7 +433,7 @@ class EmulatorBackend(Backend):
         with self._lock:
             s = self._streams.pop(stream, None)
         if s is None:
-            raise DriverError(_INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
+            raise DriverError(Code.INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
         with s.device.lock:
             s.device.streams.discard(s)
         s.put(None)  # the worker drains what is queued, then exits
@@ -399,7 +444,9 @@ class EmulatorBackend(Backend):
     def stream_query(self, stream: int) -> bool:
         s = self._stream(stream)
         if s.capture is not None:
-            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamQuery", "the stream is capturing")
+            raise DriverError(
+                Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamQuery", "the stream is capturing"
+            )
         self._check(s.device)
         return s.pending == 0
 
@@ -407,7 +454,7 @@ class EmulatorBackend(Backend):
         s = self._stream(stream)
         if s.capture is not None:
             raise DriverError(
-                _CAPTURE_UNSUPPORTED, "cuStreamSynchronize", "the stream is capturing"
+                Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamSynchronize", "the stream is capturing"
             )
         s.wait_idle()
         self._check(s.device)
@@ -434,7 +481,9 @@ class EmulatorBackend(Backend):
     def event_destroy(self, event: int) -> None:
         with self._lock:
             if self._events.pop(event, None) is None:
-                raise DriverError(_INVALID_HANDLE, "cuEventDestroy", f"unknown event {event:#x}")
+                raise DriverError(
+                    Code.INVALID_HANDLE, "cuEventDestroy", f"unknown event {event:#x}"
+                )
 
     def event_record(self, event: int, stream: int) -> None:
         e = self._event(event)
@@ -467,10 +516,10 @@ class EmulatorBackend(Backend):
         a, b = self._event(start), self._event(end)
         if not (a.timing and b.timing):
             raise DriverError(
-                _INVALID_HANDLE, "cuEventElapsedTime", "events created without timing"
+                Code.INVALID_HANDLE, "cuEventElapsedTime", "events created without timing"
             )
         if not (a.reached(a.recorded) and b.reached(b.recorded)) or not (a.recorded and b.recorded):
-            raise DriverError(600, "cuEventElapsedTime")
+            raise DriverError(Code.NOT_READY, "cuEventElapsedTime")
         return (b.time - a.time) * 1e3
 
     # -- memory --------------------------------------------------------------------
@@ -520,7 +569,9 @@ class EmulatorBackend(Backend):
         self._refuse_in_host_function("cuMemFreeHost")
         with self._lock:
             if self._host.pop(ptr, None) is None:
-                raise DriverError(_INVALID_VALUE, "cuMemFreeHost", f"{ptr:#x} is not pinned memory")
+                raise DriverError(
+                    Code.INVALID_VALUE, "cuMemFreeHost", f"{ptr:#x} is not pinned memory"
+                )
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         def copy() -> None:
@@ -552,7 +603,7 @@ class EmulatorBackend(Backend):
         kind: str,
     ) -> None:
         if kind not in ("htod", "dtoh", "dtod"):
-            raise DriverError(_INVALID_VALUE, "cuMemcpy2DAsync", f"kind {kind!r}")
+            raise DriverError(Code.INVALID_VALUE, "cuMemcpy2DAsync", f"kind {kind!r}")
         src_view = self._host_view if kind == "htod" else self._resolve
         dst_view = self._host_view if kind == "dtoh" else self._resolve
 
@@ -640,23 +691,86 @@ class EmulatorBackend(Backend):
         )
 
     def module_unload(self, module: int) -> None:
-        raise DriverError(_INVALID_HANDLE, "cuModuleUnload")
+        raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload")
 
     def module_function(self, module: int, name: str) -> int:
-        raise DriverError(_INVALID_HANDLE, "cuModuleGetFunction")
+        raise DriverError(Code.INVALID_HANDLE, "cuModuleGetFunction")
+
+    def prepare_kernel(
+        self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
+    ) -> _EmulatedKernel:
+        self._device(ordinal)
+        # The twin runs, but a source that NVRTC rejects must fail here as it would on
+        # a GPU, or broken device code passes CI.
+        if self._compiles():
+            kernel.compile_image(self.arch(ordinal))
+        if kernel.emulate is None and not compile_only:
+            raise LaunchError(
+                f"kernel {kernel.name!r} has no emulate= function, so it cannot run on the "
+                "emulator backend; pass emulate=<numpy function taking the same arguments> to "
+                "cuasync.Kernel, or run with CUASYNC_BACKEND=cuda on a GPU"
+            )
+        return _EmulatedKernel(kernel, ordinal)
+
+    @staticmethod
+    def _compiles() -> bool:
+        """Whether kernel sources are compiled to check them (``CUASYNC_EMU_COMPILE``)."""
+        mode = _config.CONFIG.emu_compile
+        if mode == "off":
+            return False
+        problem = _nvrtc.nvrtc_problem()
+        if problem is not None and mode == "on":
+            raise KernelCompileError(
+                "CUASYNC_EMU_COMPILE=on: the emulator compiles every kernel's source, but NVRTC "
+                f"cannot be used: {problem}. Install it ('pip install nvidia-cuda-nvrtc'), or "
+                "set CUASYNC_EMU_COMPILE=auto to skip the compile where NVRTC is missing"
+            )
+        return problem is None
 
     def launch_kernel(
         self,
-        function: int,
+        kernel: _EmulatedKernel,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_mem: int,
         stream: int,
-        params: int,
+        args: Sequence[Any],
+        errors: Callable[[], list[BaseException]],
     ) -> None:
-        raise DriverError(_NOT_SUPPORTED, "cuLaunchKernel", "the emulator runs emulate= functions")
+        twin, name, pointers, array = kernel.twin, kernel.name, kernel.pointers, self._array
+        # scalars become numpy scalars of their C type; arrays are viewed when the twin runs
+        values = [a if t is None else t(a) for a, t in zip(args, kernel.scalars, strict=True)]
+        box = errors()
+
+        if twin is None:
+            raise LaunchError(f"kernel {name!r} was prepared with compile_only: it has no twin")
+        device = self._stream(stream).device
+        if device.ordinal != kernel.ordinal:  # as the driver: a function is of one context
+            raise DriverError(
+                Code.INVALID_HANDLE,
+                "cuLaunchKernel",
+                f"{name} was prepared for device {kernel.ordinal}, the stream is of device "
+                f"{device.ordinal}",
+            )
+
+        def run() -> None:
+            try:
+                call = list(values)  # a graph replays this command: values stay as given
+                for i in pointers:
+                    if not isinstance(call[i], int):  # an int is a raw address: as it is
+                        call[i] = array(call[i])
+                twin(*call)
+            except Exception as exc:
+                # A bug in this launch's twin fails this submission, not the device:
+                # only real faults (EmulatedFault: illegal address, trap) are sticky.
+                error = KernelError(f"the emulated kernel {name!r} raised {exc!r}")
+                error.__cause__ = exc
+                box.append(error)
+
+        self._enqueue(stream, run)
 
     def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn`` as device work on ``stream``; an exception faults the device."""
         self._enqueue(stream, fn)
 
     # -- graphs --------------------------------------------------------------------
@@ -664,13 +778,17 @@ class EmulatorBackend(Backend):
         s = self._stream(stream)
         self._check(s.device)
         if s.capture is not None:
-            raise DriverError(_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture", "already capturing")
+            raise DriverError(
+                Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture", "already capturing"
+            )
         s.capture = []
 
     def stream_end_capture(self, stream: int) -> int:
         s = self._stream(stream)
         if s.capture is None:
-            raise DriverError(_INVALID_VALUE, "cuStreamEndCapture", "the stream is not capturing")
+            raise DriverError(
+                Code.INVALID_VALUE, "cuStreamEndCapture", "the stream is not capturing"
+            )
         commands, s.capture = s.capture, None
         handle = next(self._handles)
         self._graphs[handle] = _Graph(commands)
@@ -683,27 +801,27 @@ class EmulatorBackend(Backend):
         try:
             commands = list(self._graphs[graph].commands)
         except KeyError:
-            raise DriverError(_INVALID_HANDLE, "cuGraphInstantiate") from None
+            raise DriverError(Code.INVALID_HANDLE, "cuGraphInstantiate") from None
         handle = next(self._handles)
         self._execs[handle] = commands
         return handle
 
     def graph_upload(self, graph_exec: int, stream: int) -> None:
         if graph_exec not in self._execs:
-            raise DriverError(_INVALID_HANDLE, "cuGraphUpload")
+            raise DriverError(Code.INVALID_HANDLE, "cuGraphUpload")
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         try:
             commands = self._execs[graph_exec]
         except KeyError:
-            raise DriverError(_INVALID_HANDLE, "cuGraphLaunch") from None
+            raise DriverError(Code.INVALID_HANDLE, "cuGraphLaunch") from None
         for command in commands:
             self._enqueue(stream, command)
 
     def graph_destroy(self, graph: int) -> None:
         if self._graphs.pop(graph, None) is None:
-            raise DriverError(_INVALID_HANDLE, "cuGraphDestroy")
+            raise DriverError(Code.INVALID_HANDLE, "cuGraphDestroy")
 
     def graph_exec_destroy(self, graph_exec: int) -> None:
         if self._execs.pop(graph_exec, None) is None:
-            raise DriverError(_INVALID_HANDLE, "cuGraphExecDestroy")
+            raise DriverError(Code.INVALID_HANDLE, "cuGraphExecDestroy")

@@ -51,10 +51,11 @@ def _check_ordinal(ordinal: object, argument: str = "ordinal") -> int:
         )
     count = device_count()
     if not 0 <= ordinal < count:
+        backend = get_backend()
+        hint = backend.more_devices_hint
         raise InvalidDeviceError(
-            f"{argument}={ordinal} is out of range: this {get_backend().name} backend has "
-            f"{count} device(s), ordinals 0..{count - 1}"
-            + (" (set CUASYNC_EMU_DEVICES for more)" if get_backend().name == "emulator" else "")
+            f"{argument}={ordinal} is out of range: this {backend.name} backend has "
+            f"{count} device(s), ordinals 0..{count - 1}" + (f" ({hint})" if hint else "")
         )
     return ordinal
 

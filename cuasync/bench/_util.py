@@ -72,7 +72,7 @@ def machine_meta() -> dict[str, Any]:
     except Exception:
         pass
     backend = cuasync._backends.get_backend()
-    if hasattr(backend, "driver_version"):
+    if backend.driver_version:
         meta["driver_cuda_version"] = backend.driver_version
     for mod in ("uvloop", "torch", "cupy", "trio", "anyio"):
         try:

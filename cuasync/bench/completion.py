@@ -44,11 +44,11 @@ spin_ns = cuasync.Kernel(
 
 def _raw_launcher(stream: cuasync.Stream) -> tuple[Callable[[], None], Callable[[], None]] | None:
     """(launch, synchronize) through cuda.bindings, or None on the emulator."""
-    if get_backend().name != "cuda":
+    if not get_backend().driver_handles:
         return None
     from cuda.bindings import driver as d
 
-    function = tiny._function(stream.device)
+    function = tiny._prepare(stream.device).handle
     h = stream.handle
 
     def launch() -> None:
@@ -77,7 +77,7 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
     try:
         import torch
 
-        if get_backend().name == "cuda" and torch.cuda.is_available():
+        if get_backend().driver_handles and torch.cuda.is_available():
             x = torch.zeros(1, device="cuda")
 
             def torch_once() -> None:
@@ -93,7 +93,7 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
     try:
         import cupy
 
-        if get_backend().name == "cuda":
+        if get_backend().driver_handles:
             a = cupy.zeros(1)
             st = cupy.cuda.Stream(non_blocking=True)
 
@@ -175,7 +175,7 @@ async def _executor_concurrent(count: int, stream: cuasync.Stream) -> float:
         if raw is not None:
             from cuda.bindings import driver as d
 
-            d.cuLaunchKernel(tiny._function(s.device), 1, 1, 1, 32, 1, 1, 0, s.handle, 0, 0)
+            d.cuLaunchKernel(tiny._prepare(s.device).handle, 1, 1, 1, 32, 1, 1, 0, s.handle, 0, 0)
             d.cuStreamSynchronize(s.handle)
         else:
             tiny[1, 32]().sync_on(s)

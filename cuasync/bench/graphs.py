@@ -67,12 +67,12 @@ def run(report: Report, kernels: int = 100, reps: int = 50) -> None:
     report.value(SUITE, f"eager: {kernels} ops, host per kernel", eager_host, "us")
     report.value(SUITE, f"zip: one op of {kernels} launches, host per kernel", zip_host, "us")
     report.value(SUITE, f"graph replay of {kernels} kernels, host per kernel", graph_host, "us")
-    if get_backend().name == "cuda":
+    if get_backend().driver_handles:
         import ctypes
 
         from cuda.bindings import driver as d
 
-        function = bump._function(stream.device)
+        function = bump._prepare(stream.device).handle
         ptr, n = ctypes.c_uint64(x.ptr), ctypes.c_int32(256)
         params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
         addr, h = ctypes.addressof(params), stream.handle

@@ -45,12 +45,12 @@ def run(report: Report, count: int = 20000) -> None:
     stream = dev.new_stream()
     x = cuasync.zeros((256,), "float32").sync_on(stream)
     bump.compile()
-    if get_backend().name == "cuda":
+    if get_backend().driver_handles:
         import ctypes
 
         from cuda.bindings import driver as d
 
-        function = bump._function(dev)
+        function = bump._prepare(dev).handle
         ptr, n = ctypes.c_uint64(x.ptr), ctypes.c_int32(256)
         params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
         addr, h = ctypes.addressof(params), stream.handle

@@ -126,7 +126,7 @@ class _Torch:
 
 def _torch_problem() -> str | None:
     """Why the torch columns are left out, or None when they can run."""
-    if get_backend().name != "cuda":
+    if not get_backend().driver_handles:
         return "torch runs on GPUs only (this is the emulator)"
     try:
         import torch
@@ -149,14 +149,16 @@ def _table(title: str, results: dict[int, dict[str, float]]) -> None:
 
 
 def run(report: Report, quick: bool = False) -> None:
-    backend = get_backend().name
+    backend = get_backend()
     count = cuasync.device_count()
-    print(f"== peer ({backend}: {count} device(s))", flush=True)
+    print(f"== peer ({backend.name}: {count} device(s))", flush=True)
     if count < 2:
-        hint = "CUASYNC_EMU_DEVICES=2" if backend == "emulator" else "CUDA_VISIBLE_DEVICES=0,1"
-        print(f"  skipped: peer copies need 2 devices; this {backend} backend has {count} ({hint})")
+        print(
+            f"  skipped: peer copies need 2 devices; this {backend.name} backend has {count} "
+            f"({backend.more_devices_hint})"
+        )
         return
-    cuda = backend == "cuda"
+    cuda = backend.driver_handles  # a GPU: torch columns, and budgets to match
     d0, d1 = cuasync.Device(0), cuasync.Device(1)
     route = "peer (device to device)" if peer_route(d0, d1) else "staged through pinned host"
     print(f"  device 0: {d0.name}\n  device 1: {d1.name}\n  route: {route}", flush=True)

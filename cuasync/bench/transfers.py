@@ -106,7 +106,7 @@ class _Torch:
 
 
 def _torch_available() -> bool:
-    if get_backend().name != "cuda":
+    if not get_backend().driver_handles:
         return False
     try:
         import torch
@@ -139,7 +139,7 @@ TORCH_PINNED = "torch pinned copy_(non_blocking)"
 
 def _bandwidths(n: int, quick: bool, with_torch: bool) -> dict[str, dict[str, float]]:
     """GB/s of every route at ``n`` bytes: ``{"H2D": {route: GB/s}, "D2H": {...}}``."""
-    cuda = get_backend().name == "cuda"
+    cuda = get_backend().driver_handles
     budget = (64 if quick else 512) * MiB if cuda else 4 * MiB
     max_reps = (50 if quick else 200) if cuda else 20
     dev = cuasync.Device(0)
@@ -273,7 +273,7 @@ def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
 
     report.latency(SUITE, "await upload_pending(buf, t) on asyncio", asyncio.run(awaited()))
 
-    if get_backend().name == "cuda":
+    if get_backend().driver_handles:
         from cuda.bindings import driver as d
 
         stream.synchronize()
@@ -296,9 +296,9 @@ def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
 
 
 def run(report: Report, quick: bool = False) -> None:
-    backend = get_backend().name
-    print(f"== transfers ({backend}: {cuasync.Device(0).name})", flush=True)
-    cuda = backend == "cuda"
+    backend = get_backend()
+    print(f"== transfers ({backend.name}: {cuasync.Device(0).name})", flush=True)
+    cuda = backend.driver_handles  # a GPU: raw driver baselines, and budgets to match
     with_torch = _torch_available()
     top = (16 * MiB if quick else 256 * MiB) if cuda else 64 * KiB
     sizes = []

@@ -1,0 +1,126 @@
+"""Kernel parameters as the CUDA driver takes them: a ``void*[]`` and the slots it points to.
+
+>>> block = ParamBlock(parse_params('__global__ void k(float* x, int n)', "k"))
+>>> params = block.pack([x, 256])  # x: a tensor (its .ptr is packed) or an int address
+>>> driver.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, stream, params, 0)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._dtypes import dtype_name
+
+if TYPE_CHECKING:
+    from .._signature import Param
+
+__all__ = ["ParamBlock", "bfloat16_bits"]
+
+#: struct codes of scalar parameters (half types travel as their bit patterns).
+_STRUCT: dict[str, str] = {
+    "bool": "?",
+    "int8": "b",
+    "uint8": "B",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "uint64": "Q",
+    "float32": "f",
+    "float64": "d",
+    "float16": "e",
+    "bfloat16": "H",
+    "complex64": "ff",
+    "complex128": "dd",
+}
+
+
+def bfloat16_bits(value: float) -> int:
+    """The bits of ``value`` as a bfloat16: through float32, rounded to nearest even.
+
+    Like ml_dtypes (and cuasync's CUDA code); a NaN becomes the quiet NaN.
+
+    >>> hex(bfloat16_bits(1.0))
+    '0x3f80'
+    """
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    except OverflowError:  # beyond float32 already
+        return 0xFF80 if value < 0 else 0x7F80
+    if bits & 0x7FFFFFFF > 0x7F800000:
+        return 0xFFC0 if bits >> 31 else 0x7FC0
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+class ParamBlock:
+    """The ``void*[]`` of a kernel's launches and the argument slots it points to.
+
+    One buffer per prepared kernel: the pointer array at its start (written once) and a
+    16-byte-aligned slot per parameter after it. A launch packs its values into the
+    slots with one ``struct.pack_into``; ``cuLaunchKernel`` copies them before it
+    returns (graph capture copies them too), and launches are enqueued under the
+    execution lock, so the buffer is reused by every launch.
+    """
+
+    def __init__(self, params: Sequence[Param]) -> None:
+        n = len(params)
+        codes: list[str] = []
+        offsets: list[int] = []
+        fmt = "<"
+        pos = 8 * n
+        start = pos
+        for p in params:
+            code = (
+                "Q"
+                if p.pointer
+                else _STRUCT.get(dtype_name(p.dtype), "")
+                if p.dtype is not None
+                else ""
+            )
+            aligned = -(-pos // 16) * 16
+            if aligned > pos:
+                fmt += f"{aligned - pos}x"
+            fmt += code or "8x"
+            offsets.append(aligned)
+            codes.append(code)
+            pos = aligned + (struct.calcsize("<" + code) if code else 8)
+        self.fmt = fmt
+        self.start = start
+        self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
+        self.complex = {i for i, c in enumerate(codes) if len(c) == 2}
+        # bfloat16 values arrive as floats and travel as their bits
+        self.bfloat16 = {
+            i
+            for i, p in enumerate(params)
+            if not p.pointer and p.dtype is not None and dtype_name(p.dtype) == "bfloat16"
+        }
+        self.buffer = ctypes.create_string_buffer(max(pos, 8))
+        self.address = ctypes.addressof(self.buffer)
+        struct.pack_into(f"<{n}Q", self.buffer, 0, *(self.address + o for o in offsets))
+
+    def pack(self, args: Sequence[Any]) -> int:
+        """Write ``args`` into the slots; returns the address of the pointer array.
+
+        A pointer argument is an int address or has one as ``.ptr`` (a DeviceArray).
+        """
+        values = list(args)
+        for i in self.pointers:
+            a = values[i]
+            if not isinstance(a, int):
+                values[i] = a.ptr
+        if self.complex or self.bfloat16:
+            flat: list[Any] = []
+            for i, v in enumerate(values):
+                if i in self.complex:
+                    flat += (v.real, v.imag)
+                elif i in self.bfloat16:
+                    flat.append(bfloat16_bits(v))
+                else:
+                    flat.append(v)
+            values = flat
+        struct.pack_into(self.fmt, self.buffer, self.start, *values)
+        return self.address
