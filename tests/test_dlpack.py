@@ -123,6 +123,28 @@ def test_capsule_names_follow_max_version() -> None:
     assert (m.dl_tensor.device.device_type, m.dl_tensor.device.device_id) == (2, 0)
 
 
+def test_views_export_their_first_element_with_no_byte_offset() -> None:
+    view = cuasync.zeros((4, 4)).sync()[1:, 2:]
+    capsule = view.__dlpack__(max_version=(1, 0))
+    dl = struct_of(capsule).dl_tensor
+    assert (dl.data, dl.byte_offset, dl.ndim) == (view.ptr, 0, 2)  # torch ignores byte_offset
+    assert (dl.shape[0], dl.shape[1], dl.strides[0], dl.strides[1]) == (3, 2, 4, 1)
+
+
+def _offset_by_one_element(m: object) -> None:
+    dl = m.dl_tensor  # type: ignore[attr-defined]
+    dl.data -= 4  # the same element, expressed as base + byte_offset
+    dl.byte_offset = 4
+
+
+def test_imports_honour_byte_offset() -> None:
+    a = host((8,))
+    t = cuasync.from_host(a).sync()[1:]
+    u = cuasync.from_dlpack(Via(t, patch=_offset_by_one_element))
+    assert u.ptr == t.ptr
+    np.testing.assert_array_equal(u.to_host().sync(), a[1:])
+
+
 def test_importer_passes_its_stream_and_max_version() -> None:
     t = cuasync.zeros((2,)).sync()
     producer = Via(t)

@@ -252,8 +252,10 @@ def export(
     strides = (ctypes.c_int64 * tensor.ndim)(*tensor.strides)
     managed: Any = _DLManagedTensorVersioned() if versioned else _DLManagedTensor()
     dl = managed.dl_tensor
-    dl.data = tensor.allocation.ptr
-    dl.byte_offset = tensor.offset * tensor.itemsize
+    # The first element's address, byte_offset 0: what the array API asks of __dlpack__,
+    # since torch (and others) long ignored byte_offset on import.
+    dl.data = tensor.ptr
+    dl.byte_offset = 0
     dl.device = _DLDevice(KDL_CUDA, tensor.device.ordinal)
     dl.ndim = tensor.ndim
     code, bits = _dtype_code(tensor)
