@@ -59,6 +59,9 @@ from ._creation import linspace as linspace
 from ._creation import ones as ones
 from ._creation import rand as rand
 from ._creation import randn as randn
+from ._interop.convert import asarray as asarray
+from ._interop.dlpack import from_dlpack as from_dlpack
+from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
@@ -118,6 +121,7 @@ __all__ = [
     "Tensor",
     "__version__",
     "arange",
+    "asarray",
     "backend_name",
     "convert",
     "device_count",
@@ -129,6 +133,7 @@ __all__ = [
     "eye",
     "eye_rect",
     "fill",
+    "from_dlpack",
     "from_host",
     "full",
     "get_default_device",
@@ -147,6 +152,7 @@ __all__ = [
     "use_device",
     "use_policy",
     "value",
+    "wait",
     "zeros",
     "zip",
 ]

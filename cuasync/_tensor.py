@@ -418,6 +418,44 @@ class Tensor:
 
         return to_device(self, device)
 
+    # -- interop ---------------------------------------------------------------------------
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule viewing this tensor (zero-copy), for ``torch.from_dlpack`` & co.
+
+        ``stream`` is the consumer's: None or 1 the legacy default stream, 2 the
+        per-thread default stream, -1 no synchronization, else a stream handle; it is
+        made to wait (on the device) for cuasync's pending work on the tensor. The
+        memory stays alive until the consumer releases it; see docs/interop.md.
+
+        >>> y = torch.from_dlpack(t)
+        """
+        from ._interop.dlpack import export
+
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."""
+        from ._interop.dlpack import dlpack_device
+
+        return dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (v3); ``stream`` is cuasync's stream to order after.
+
+        >>> cupy.asarray(t)            # zero-copy
+        """
+        from ._interop.cai import export
+
+        return export(self)
+
 
 class Partition:
     """A tensor split into equal tiles; the output wrapper for kernel launches.

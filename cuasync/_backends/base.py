@@ -256,6 +256,11 @@ class Backend(ABC):
     @abstractmethod
     def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None: ...
 
+    def pointer_device(self, ptr: int) -> int:
+        """The ordinal of the device whose memory ``ptr`` points into; -1 if unknown
+        (``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)``)."""
+        return -1
+
     # -- completion primitives -----------------------------------------------------
     @abstractmethod
     def write_value32(self, stream: int, address: int, value: int) -> None:

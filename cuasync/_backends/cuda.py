@@ -720,6 +720,19 @@ class CudaBackend(Backend):
                 res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
         return int(res[1])
 
+    def pointer_device(self, ptr: int) -> int:
+        attribute = _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        try:
+            err, ordinal = _d.cuPointerGetAttribute(attribute, ptr)
+        except Exception:  # not a pointer the bindings accept
+            return -1
+        if err:  # not device memory this process can name (CUDA_ERROR_INVALID_VALUE)
+            return -1
+        try:
+            return self._ordinal_of_device(int(ordinal))
+        except InvalidDeviceError:
+            return -1
+
     def mem_free_async(self, ptr: int, stream: int) -> None:
         self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
 

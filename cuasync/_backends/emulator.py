@@ -19,6 +19,10 @@
 * Peers: every device can access every other one unless ``peer_access=False`` (a machine
   whose GPUs cannot reach each other); access is enabled per direction, and peer copies
   check that each pointer is memory of the device named for it, as the driver does.
+* The default streams ``1`` (``CU_STREAM_LEGACY``) and ``2`` (``CU_STREAM_PER_THREAD``)
+  exist per device, as ordinary FIFO streams (the legacy stream's implicit
+  synchronization with other streams is not modelled); the device is this thread's
+  "current" one: the last device a call named (``event_create(ordinal)`` and the like).
 * Knobs for tests: a per-command delay and a gate that holds every worker.
 """
 
@@ -206,6 +210,8 @@ class EmulatorBackend(Backend):
         self.peer_copies = 0  # memcpy_peer_async calls accepted so far, for tests
         #: Driver calls refused because they came from inside a host function (a bug).
         self.host_function_calls: list[str] = []
+        self._defaults: dict[tuple[int, int, int], _Stream] = {}
+        self._current = threading.local()  # the "current context": the last device named
 
     # -- knobs ---------------------------------------------------------------------
     def pause(self) -> None:
@@ -261,6 +267,7 @@ class EmulatorBackend(Backend):
         self._refuse_in_host_function("device call")
         if not 0 <= ordinal < len(self._devices):
             raise DriverError(Code.INVALID_DEVICE, "device", f"ordinal {ordinal}")
+        self._current.ordinal = ordinal
         return self._devices[ordinal]
 
     def _check(self, device: _Device) -> None:
@@ -272,9 +279,23 @@ class EmulatorBackend(Backend):
         try:
             return self._streams[handle]
         except KeyError:
+            if handle in (1, 2):
+                return self._default_stream(handle)
             raise DriverError(
                 Code.INVALID_HANDLE, "stream", f"unknown stream {handle:#x}"
             ) from None
+
+    def _default_stream(self, handle: int) -> _Stream:
+        """The legacy (1) or per-thread (2) default stream of this thread's current device."""
+        device = self._devices[getattr(self._current, "ordinal", 0)]
+        key = (handle, device.ordinal, threading.get_ident() if handle == 2 else 0)
+        with self._lock:
+            stream = self._defaults.get(key)
+            if stream is None:
+                stream = self._defaults[key] = _Stream(self, handle, device)
+        with device.lock:
+            device.streams.add(stream)
+        return stream
 
     def _event(self, handle: int) -> _Event:
         self._refuse_in_host_function("event call")
@@ -314,6 +335,10 @@ class EmulatorBackend(Backend):
                 "(freed or never allocated)"
             )
         return buffer[ptr - base : ptr - base + nbytes]
+
+    def pointer_device(self, ptr: int) -> int:
+        device_index = ptr // _DEVICE_WINDOW - 1
+        return device_index if 0 <= device_index < len(self._devices) else -1
 
     def device_view(self, ptr: int, nbytes: int) -> np.ndarray:
         """Bytes of emulated device memory; raises an illegal-address fault."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CaptureError, InvalidDeviceError, ReentrancyError
+from ..errors import ArgumentError, CaptureError, InvalidDeviceError, ReentrancyError
 
 if TYPE_CHECKING:
     from .device import Device, Stream
@@ -109,6 +109,11 @@ class ExecutionContext:
     def write(self, alloc: Allocation, argument: str = "tensor") -> int:
         """Declare a write of ``alloc``; returns its pointer."""
         self._check_device(alloc, argument)
+        if alloc.readonly:
+            raise ArgumentError(
+                f"{argument} is read-only memory (its producer exported it read-only through "
+                "DLPack); write into a copy instead: `copy = await tensor.dup()`"
+            )
         if self.accesses is None:
             alloc.use(self.stream, self.seq, write=True)
         else:

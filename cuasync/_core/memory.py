@@ -43,6 +43,9 @@ class Allocation:
 
     __slots__ = ("__weakref__", "_reads", "_write", "device", "nbytes", "ptr")
 
+    #: Whether cuasync ops may only read it (memory a producer exported read-only).
+    readonly = False
+
     def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:
         if nbytes < 0:
             raise ArgumentError(f"nbytes must be >= 0, got {nbytes}")
