@@ -333,9 +333,9 @@ class CudaBackend(Backend):
         Calling them from C skips the bindings' per-call argument wrapping (several
         microseconds for cuLaunchKernel): the two calls on the path of every await.
         """
-        try:
-            from .. import _reactor
-        except ImportError:
+        from .._native import NATIVE as _reactor
+
+        if _reactor is None:
             return None
         entry = self.driver_entry_points(["cuStreamWriteValue32", "cuLaunchKernel"])
         if len(entry) != 2:

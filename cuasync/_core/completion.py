@@ -49,10 +49,7 @@ if TYPE_CHECKING:
     from .context import ExecutionContext
     from .device import Device
 
-try:
-    from .. import _reactor
-except ImportError:  # built without a C compiler: host callbacks only
-    _reactor = None  # type: ignore[assignment]
+from .._native import NATIVE as _reactor
 
 log = logging.getLogger("cuasync.completion")
 
@@ -277,8 +274,10 @@ class Hub:
     >>> get_hub().block(comp)           # what fut.wait() does after its checks
     """
 
-    def __init__(self) -> None:
+    def __init__(self, native: Any = _reactor) -> None:
         backend = get_backend()
+        #: The native module, or None for the pure-Python fallback (see ``_native``).
+        self.native = native
         self.backend = backend
         self.stats = Stats()
         self.lock = threading.RLock()  # reentrant: finalizers may run inside its sections
@@ -288,16 +287,16 @@ class Hub:
         self.table: list[Completion | None] = [None] * self.nslots
         self.free = list(range(self.nslots - 1, -1, -1))
         self.stats.slots_total = self.nslots
-        self.stats.native = _reactor is not None
+        self.stats.native = native is not None
         self.callback_pending: set[Completion] = set()
         #: Host-callback completions by the id their native host function pushes.
         self.signals: dict[int, Completion] = {}
         self._last_signal = 0
         self.reactor: Any = None
-        if _reactor is None:
+        if native is None:
             _warn_no_native()
         else:
-            self.reactor = _reactor.Reactor(
+            self.reactor = native.Reactor(
                 self.slab,
                 self.nslots,
                 stale_ns=CONFIG.stale_us * 1000,
@@ -375,7 +374,7 @@ class Hub:
                     comp.signal = self._next_signal()
                     self.signals[comp.signal] = comp
                 self.backend.launch_host_signal(
-                    comp.stream.handle, _reactor.HOST_SIGNAL_FN, comp.signal
+                    comp.stream.handle, self.native.HOST_SIGNAL_FN, comp.signal
                 )
             else:
 
@@ -440,8 +439,8 @@ class Hub:
         generation, which still satisfies a wait for ``value`` that has not run yet.
         """
         address = self.slab + 4 * slot
-        if _reactor is not None:
-            _reactor.store32(address, value)
+        if self.native is not None:
+            self.native.store32(address, value)
         else:
             _store32(address, value)
         self._free_slot(slot)
@@ -481,9 +480,9 @@ class Hub:
 
     def spin(self, comp: Completion, budget_us: int) -> bool:
         """Spin (GIL released) until the work lands or ``budget_us`` passes."""
-        if comp.slot < 0 or _reactor is None:
+        if comp.slot < 0 or self.native is None:
             return comp.landed()
-        return bool(_reactor.spin_wait(comp.address, comp.gen, budget_us * 1000))
+        return bool(self.native.spin_wait(comp.address, comp.gen, budget_us * 1000))
 
     def watch(self, comp: Completion, adapter: LoopAdapter, waiter: Waiter) -> None:
         """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
@@ -508,7 +507,7 @@ class Hub:
             return
         queue = adapter.queue
         if queue is None:  # the loop's first armed slot
-            queue = _reactor.LoopQueue()
+            queue = self.native.LoopQueue()
             try:
                 adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
             except BaseException:

@@ -23,10 +23,6 @@ from .._config import CONFIG
 if TYPE_CHECKING:
     from .completion import Completion, Hub
 
-try:
-    from .. import _reactor
-except ImportError:  # built without a C compiler: host callbacks only
-    _reactor = None  # type: ignore[assignment]
 
 log = logging.getLogger("cuasync.completion")
 
@@ -43,7 +39,8 @@ class BackgroundWatcher:
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
         #: The reactor queue of completions nobody else waits for.
-        self.queue: Any = _reactor.LoopQueue() if hub.reactor is not None else None
+        native = hub.native
+        self.queue: Any = native.LoopQueue() if hub.reactor is not None else None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -53,10 +50,10 @@ class BackgroundWatcher:
             self._poll.register(self.queue.fileno(), select.POLLIN)
         #: Where the native host function of host-callback completions pushes their ids.
         self.signals: Any = None
-        if _reactor is not None:
-            self.signals = _reactor.LoopQueue()
+        if native is not None:
+            self.signals = native.LoopQueue()
             self._poll.register(self.signals.fileno(), select.POLLIN)
-            _reactor.set_host_signal_queue(self.signals)
+            native.set_host_signal_queue(self.signals)
         self._landed: collections.deque[Completion] = collections.deque()
         self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
         self.thread.start()
