@@ -38,6 +38,11 @@ class AsyncioAdapter:
         self._loop = weakref.ref(loop)
         self.queue: Any = None
         self._fd = -1
+        # Wake-ups from other threads hold this while calling call_soon_threadsafe, and
+        # close() sets ``_closed`` under it before the loop closes its self-pipe: a
+        # wake-up racing close() never writes to a closed (or reused) socket fd.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def park(self) -> tuple[Waiter, Suspend]:
         loop = self._loop()
@@ -48,10 +53,13 @@ class AsyncioAdapter:
         def wake(_: Completion) -> None:
             if threading.get_ident() == loop_thread:
                 _resolve(fut)
-            else:
+                return
+            with self._lock:
+                if self._closed:
+                    return  # nobody is waiting any more
                 try:
                     loop.call_soon_threadsafe(_resolve, fut)
-                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                except RuntimeError:  # closed without cuasync's close(): as above
                     pass
 
         return wake, fut.__await__
@@ -61,7 +69,6 @@ class AsyncioAdapter:
         assert loop is not None
         self._fd = fd
         loop.add_reader(fd, drain)
-        _detach_on_close(loop, self)
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -84,8 +91,11 @@ def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -
             if _asyncio_adapters.get(loop) is adapter:
                 del _asyncio_adapters[loop]
                 _last = _NO_LAST
+            with adapter._lock:
+                adapter._closed = True
             try:
-                loop.remove_reader(adapter._fd)
+                if adapter._fd >= 0:
+                    loop.remove_reader(adapter._fd)
             finally:
                 get_hub().detach(adapter)
         original()
@@ -108,6 +118,7 @@ def _asyncio_adapter(loop: asyncio.AbstractEventLoop) -> AsyncioAdapter:
     adapter = _asyncio_adapters.get(loop)
     if adapter is None:
         adapter = _asyncio_adapters[loop] = AsyncioAdapter(loop)
+        _detach_on_close(loop, adapter)
     _last = (weakref.ref(loop), adapter)
     return adapter
 
