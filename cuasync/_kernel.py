@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 
@@ -41,6 +41,19 @@ __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
 Dim3 = tuple[int, int, int]
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    #: What a launch produces: the argument bound to the kernel's non-const pointer
+    #: parameter (a Tensor or Partition), a tuple of them when there are several, None
+    #: when there are none. The C signature decides, so it is Any unless a user states it
+    #: (``k: cuasync.Kernel[cuasync.Tensor] = cuasync.Kernel(src, "scale")``).
+    R = TypeVar("R", default=Any)
+else:
+    from typing import TypeVar
+
+    R = TypeVar("R")
+
 #: Launchers cached per kernel (by exact-int launch config) before the cache is cleared.
 _LAUNCHER_CACHE_SIZE = 256
 
@@ -59,11 +72,12 @@ class CompileOptions:
     >>> cuasync.CompileOptions(opt_level=3, defines={"TILE": 64}, max_registers=64)
     """
 
-    opt_level: int = 3
+    opt_level: int | np.integer[Any] = 3
     line_info: bool = False
     debug: bool = False
-    max_registers: int | None = None
-    defines: tuple[tuple[str, str], ...] | dict[str, Any] = ()
+    max_registers: int | np.integer[Any] | None = None
+    #: ``{name: value}`` or ``((name, value), ...)``; values are written with ``str()``.
+    defines: Sequence[tuple[str, object]] | dict[str, object] = ()
     extra: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -200,7 +214,7 @@ def _is_inf(value: Any) -> bool:
     return not isinstance(value, (int, np.integer)) and bool(np.isinf(value))
 
 
-class _Launchable:
+class _Launchable(Generic[R]):
     """What ``Kernel`` and ``Module.kernel`` share: checking arguments and enqueuing launches.
 
     It is the backend's :class:`~cuasync._backends.base.KernelCode`: the backend prepares
@@ -226,7 +240,7 @@ class _Launchable:
             )
         return prepared
 
-    def __getitem__(self, config: Any) -> Callable[..., DeviceOp[Any]]:
+    def __getitem__(self, config: Any) -> Callable[..., DeviceOp[R]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
         cacheable = type(config) is tuple and (
             # kernel[int, int] checked inline: this is on every launch
@@ -245,7 +259,7 @@ class _Launchable:
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
 
-        def launcher(*args: Any) -> DeviceOp[Any]:
+        def launcher(*args: Any) -> DeviceOp[R]:
             return self._launch(args, *spec)
 
         if cacheable:
@@ -256,8 +270,8 @@ class _Launchable:
         return launcher
 
     @property
-    def _launchers(self) -> dict[Any, Callable[..., DeviceOp[Any]]]:
-        cache: dict[Any, Callable[..., DeviceOp[Any]]] | None = self.__dict__.get("_launcher_cache")
+    def _launchers(self) -> dict[Any, Callable[..., DeviceOp[R]]]:
+        cache: dict[Any, Callable[..., DeviceOp[R]]] | None = self.__dict__.get("_launcher_cache")
         if cache is None:
             cache = self.__dict__["_launcher_cache"] = {}
         return cache
@@ -279,8 +293,8 @@ class _Launchable:
         *args: Any,
         grid: Any = None,
         block: Any = None,
-        shared_mem: int = 0,
-    ) -> DeviceOp[Any]:
+        shared_mem: int | np.integer[Any] = 0,
+    ) -> DeviceOp[R]:
         """An op launching the kernel; its output is the tensor(s) bound to non-const pointers.
 
         ``grid`` may be omitted when a partition argument gives it (one block per tile);
@@ -290,7 +304,7 @@ class _Launchable:
 
     def _launch(
         self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
-    ) -> DeviceOp[Any]:
+    ) -> DeviceOp[R]:
         if len(args) != len(self.params):
             sig = ", ".join(p.describe() for p in self.params)
             raise LaunchError(
@@ -478,7 +492,7 @@ class _Launch(_NativeLaunchBase[Any]):
 
     def __init__(
         self,
-        kernel: _Launchable,
+        kernel: _Launchable[Any],
         prepared: PreparedKernel,
         device: Device,
         args: list[Any],
@@ -528,13 +542,17 @@ _images: dict[tuple[Any, ...], tuple[bytes, str]] = {}
 _images_lock = threading.Lock()
 
 
-class Kernel(_Launchable):
+class Kernel(_Launchable[R]):
     """A CUDA C++ kernel compiled with NVRTC for each device's architecture.
 
     ``name`` is the ``__global__`` function, or a name expression with explicit template
     arguments (``"axpy<float>"``). ``emulate`` is its numpy twin for the emulator backend:
     it receives the launch arguments with tensors replaced by numpy arrays viewing the
     emulated device memory (writes land in the tensors).
+
+    A launch produces the argument(s) bound to non-const pointers (None if there are
+    none); the type parameter states it for type checkers (default ``Any``):
+    ``k: cuasync.Kernel[cuasync.Tensor] = cuasync.Kernel(src, "scale")``.
 
     >>> k = cuasync.Kernel(src, "scale", emulate=lambda x, a, n: x.__imul__(a))
     >>> await k[(n + 127) // 128, 128](x, 3.0, n)
@@ -623,7 +641,7 @@ class Module:
 
     def kernel(
         self, name: str, signature: str, *, emulate: Callable[..., Any] | None = None
-    ) -> _ModuleKernel:
+    ) -> _ModuleKernel[Any]:
         """The function ``name`` with C parameters ``signature`` (``"float* x, int n"``)."""
         params = parse_params(f"__global__ void {name}({signature})", name)
         return _ModuleKernel(self, name, params, emulate)
@@ -635,7 +653,7 @@ class Module:
             report_once("cuasync.kernel", "unload a module", exc)
 
 
-class _ModuleKernel(_Launchable):
+class _ModuleKernel(_Launchable[R]):
     def __init__(
         self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
     ) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -25,7 +25,7 @@ __all__ = ["Partition", "Tensor", "check_shape", "is_size"]
 Shape = tuple[int, ...]
 
 
-def is_size(value: Any) -> bool:
+def is_size(value: Any) -> TypeGuard[int | np.integer[Any]]:
     """Whether ``value`` is an integer a size or index may be: an int or numpy integer.
 
     Bools are not (``True`` as a size is almost always a bug), nor are floats, even

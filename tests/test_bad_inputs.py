@@ -16,7 +16,7 @@ import gc
 import math
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pytest
@@ -95,7 +95,7 @@ def tensors(draw: st.DrawFn) -> tuple[np.ndarray, tuple[slice, ...]]:
 
 
 # -- the reference: what cuasync refuses on purpose --------------------------------------------
-def is_size(value: Any) -> bool:
+def is_size(value: Any) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -357,7 +357,7 @@ def expected_scalar(dtype: str, value: Any) -> Any:
     if isinstance(value, (complex, np.complexfloating)) and dtype != "complex64":
         return None
     part = "float32" if dtype == "complex64" else dtype
-    parts = [value.real, value.imag] if dtype == "complex64" else [value]
+    parts: list[Any] = [value.real, value.imag] if dtype == "complex64" else [value]
     converted = []
     for p in parts:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_export_of_bfloat16_is_refused() -> None:
 
 
 @pytest.mark.parametrize("index", [(), (slice(1, None), slice(None, None, 2)), (1, 2)])
-def test_import_is_zero_copy(index: tuple[object, ...]) -> None:
+def test_import_is_zero_copy(index: tuple[Any, ...]) -> None:
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
     view = cuasync.from_host(a).sync()[index]
     u = cuasync.asarray(shared(view))

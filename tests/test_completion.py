@@ -19,7 +19,8 @@ pytestmark = pytest.mark.anyio
 
 def run_script(code: str, **env: str) -> str:
     """``conftest.run_script``'s output, with the reactor path unless ``env`` says otherwise."""
-    return conftest.run_script(code, **{"CUASYNC_HOST_SYNC": "reactor", **env}).stdout
+    # (mypy cannot tell that these keys, environment variables, never name ``timeout``)
+    return conftest.run_script(code, **{"CUASYNC_HOST_SYNC": "reactor", **env}).stdout  # type: ignore[arg-type]
 
 
 @reactor_path

@@ -435,7 +435,7 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("huge int", lambda: cuasync.full(3, 10**400, "float64"), ArgumentError, "overflows"),
         ("bool value", lambda: cuasync.full(3, 2, "bool"), ArgumentError, "bool"),
         ("complex to real", lambda: cuasync.full(3, 1j), ArgumentError, "complex"),
-        ("fill non-tensor", lambda: cuasync.fill(np.zeros(3), 1), ArgumentError, "tensor"),
+        ("fill non-tensor", lambda: cuasync.fill(np.zeros(3), 1), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("fill overflow", lambda: cuasync.fill(t8, 1000), ArgumentError, "value=1000"),
         ("arange negative", lambda: cuasync.arange(-1), ShapeError, "n must be"),
         ("arange float", lambda: cuasync.arange(2.0), ShapeError, "n must be"),
@@ -453,7 +453,7 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("eye cols", lambda: cuasync.eye_rect(2, -3), ShapeError, "cols"),
         ("eye rows", lambda: cuasync.eye_rect(1.0, 3), ShapeError, "rows"),
         ("eye dtype", lambda: cuasync.eye(2, "x"), DTypeError, "dtype"),
-        ("convert non-tensor", lambda: cuasync.convert([1], "int8"), ArgumentError, "tensor"),
+        ("convert non-tensor", lambda: cuasync.convert([1], "int8"), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("convert dtype", lambda: cuasync.convert(t8, "float128"), DTypeError, "dtype"),
         ("rand int dtype", lambda: cuasync.rand(2, dtype="int32"), DTypeError, "dtype must be"),
         ("rand seed <0", lambda: cuasync.rand(2, seed=-1), ArgumentError, "seed"),

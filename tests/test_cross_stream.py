@@ -8,6 +8,7 @@ gate opens.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,7 +80,7 @@ def test_gather_of_conflicting_chains_gives_the_sequential_result() -> None:
         # The first stream waits at a gate; it holds every other write (they are ordered
         # after it) and so every read: without the events, the other streams run ahead.
         with ct.gate(policy.streams[0]):
-            futures = []
+            futures: list[cuasync.DeviceFuture[Any]] = []
             for step in steps:
                 # write acc, then read it back, each on the policy's next stream
                 futures.append(cuasync.memcpy(acc, step).schedule(policy))

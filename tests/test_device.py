@@ -77,12 +77,12 @@ def test_foreign_stream_is_wrapped_not_owned() -> None:
 
 def test_from_handle_rejects_garbage() -> None:
     with pytest.raises(ArgumentError, match="__cuda_stream__"):
-        cuasync.Stream.from_handle("stream")  # type: ignore[arg-type]
+        cuasync.Stream.from_handle("stream")
 
 
 def test_streams_are_not_constructed_directly() -> None:
     with pytest.raises(TypeError, match=r"Device\.new_stream\(\).*Stream\.from_handle\(\)"):
-        cuasync.Stream(1, cuasync.Device(0), False)  # type: ignore[call-arg]
+        cuasync.Stream(1, cuasync.Device(0), False)
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         cuasync.Stream()
 

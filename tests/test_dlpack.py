@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ class Via:
 
     def __dlpack__(self, **kwargs: object) -> object:
         self.requests.append(kwargs)
-        capsule = self.tensor.__dlpack__(**kwargs)
+        capsule = self.tensor.__dlpack__(**cast(dict[str, Any], kwargs))
         if self.patch is not None:
             self.patch(struct_of(capsule))
         return capsule
@@ -102,7 +103,7 @@ def test_round_trip_every_dtype(dtype: str) -> None:
     ids=["strided", "new-axis", "0-d", "0-size", "column-block"],
 )
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
-def test_views_keep_shape_strides_and_offset(index: tuple[object, ...], versioned: bool) -> None:
+def test_views_keep_shape_strides_and_offset(index: tuple[Any, ...], versioned: bool) -> None:
     a = host((3, 4))
     view = cuasync.from_host(a).sync()[index]
     producer = Via(view) if versioned else LegacyVia(view)
@@ -337,7 +338,7 @@ def test_export_arguments_are_checked() -> None:
     with pytest.raises(ArgumentError, match="stream=0"):
         t.__dlpack__(stream=0)
     with pytest.raises(ArgumentError, match="stream"):
-        t.__dlpack__(stream="1")
+        t.__dlpack__(stream="1")  # type: ignore[arg-type]
     with pytest.raises(BufferError, match="to_host"):
         t.__dlpack__(dl_device=(1, 0))
     with pytest.raises(BufferError, match="dup"):

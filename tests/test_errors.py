@@ -8,7 +8,7 @@ import pytest
 import cuasync
 from cuasync import errors
 
-RUNTIME = [
+RUNTIME: list[type[Exception]] = [
     errors.BackendUnavailableError,
     errors.DriverError,
     errors.DeviceFaultError,
@@ -19,7 +19,7 @@ RUNTIME = [
     errors.TransferRejected,
     errors.BusyTransferRejected,
 ]
-MISUSE = [
+MISUSE: list[type[Exception]] = [
     errors.ArgumentError,
     errors.DTypeError,
     errors.ShapeError,

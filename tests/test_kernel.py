@@ -331,7 +331,7 @@ def test_float_parameters_refuse_overflow_but_keep_inf_nan_and_round_like_c() ->
     for f, d, param in refused:
         with pytest.raises(LaunchError, match=rf"'{param}'.*does not fit in float(32|64)"):
             k[1, 1](f, d, out)
-    kept: list[tuple[Any, Any, list[float]]] = [
+    kept: list[tuple[Any, Any, list[Any]]] = [
         (math.inf, math.nan, [math.inf, math.nan]),
         (-math.inf, -math.inf, [-math.inf, -math.inf]),
         (np.float32(np.inf), np.float64(-np.inf), [math.inf, -math.inf]),

@@ -302,9 +302,9 @@ async def test_ops_on_tensors_of_device_1_use_device_1s_policy(anyio_backend) ->
         await t.to_host()
         with cuasync.use_device(1):
             await cuasync.ones((4,))
-        assert (dev0.policy.calls, dev1.policy.calls) == (0, 3)  # type: ignore[attr-defined]
+        assert (dev0.policy.calls, dev1.policy.calls) == (0, 3)
         await t.to(0)  # the destination's policy runs the copy
-        assert dev0.policy.calls == 1  # type: ignore[attr-defined]
+        assert dev0.policy.calls == 1
     finally:
         dev0.policy, dev1.policy = saved
 

@@ -197,9 +197,9 @@ def test_zip_and_unzip_bad_input() -> None:
     with pytest.raises(
         ArgumentError, match=r"argument 1 must be a cuasync.DeviceOp.*cuasync.value"
     ):
-        cuasync.zip(op, 2)  # type: ignore[arg-type]
+        cuasync.zip(op, 2)  # type: ignore[call-overload]
     with pytest.raises(ArgumentError, match="at least one op"):
-        cuasync.zip()
+        cuasync.zip()  # type: ignore[call-overload]
     with pytest.raises(ArgumentError, match="pass n"):
         op.unzip()
     assert op.sync() == (1, 2)  # neither refusal consumed the op
@@ -274,7 +274,7 @@ async def test_shared_consumer_on_another_stream_is_ordered_after_the_producer(
 
 
 async def test_failing_shared_op_fails_every_consumer_with_the_same_error(anyio_backend) -> None:
-    shared = cuasync.value(1).map(lambda v: [][v]).shared()
+    shared: cuasync.SharedOp[object] = cuasync.value(1).map(lambda v: [][v]).shared()
     errors = []
     for _ in range(2):
         with pytest.raises(IndexError) as info:
@@ -306,7 +306,7 @@ async def test_policy_of_another_device_is_a_scheduling_error(anyio_backend) -> 
 
 async def test_custom_policy_returning_garbage(anyio_backend) -> None:
     class Broken(cuasync.SchedulingPolicy):
-        def next_stream(self):  # type: ignore[override]
+        def next_stream(self):
             return 42
 
     with pytest.raises(SchedulingError, match="must return a cuasync.Stream, got int"):

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,3 +43,16 @@ def test_a_plain_install_brings_nvrtc_the_bindings_and_bfloat16() -> None:
     # cuda-python is a metapackage; the package imports cuda.bindings only.
     assert "cuda-python" not in dependencies
     assert _cuda_imports() == {"cuda.bindings"}
+
+
+def test_users_see_precise_types(tmp_path: Path) -> None:
+    """mypy verifies tests/typing_check.py's ``assert_type`` lines (about 4 s, cold cache)."""
+    pytest.importorskip("mypy")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "tests/typing_check.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -19,6 +19,7 @@ import re
 import select
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1150,7 +1151,7 @@ LAUNCH_T = ctypes.CFUNCTYPE(
 @pytest.fixture
 def entry_points():
     _reactor.set_entry_points()
-    keep = []
+    keep: list[object] = []
 
     def install(write=None, launch=None):
         keep.extend(x for x in (write, launch) if x is not None)
@@ -1164,7 +1165,7 @@ def entry_points():
     # On the cuda backend, give the process its real driver entry points back.
     from cuasync._backends import get_backend
 
-    backend = get_backend()
+    backend: Any = get_backend()  # the cuda backend's own attributes
     if hasattr(backend, "_native_entry_points"):
         backend._native = backend._native_entry_points()
 

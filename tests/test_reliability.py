@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 import weakref
+from typing import cast
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from conftest import ON_EMULATOR, reactor_path, run_script
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._backends.emulator import EmulatorBackend
 from cuasync.errors import DeviceError, DeviceFaultError, OutOfMemoryError
 
 pytestmark = pytest.mark.anyio
@@ -78,7 +80,7 @@ def test_background_watcher_logs_an_error_and_keeps_running(caplog) -> None:
     if hub.reactor is None:
         pytest.skip("the background watcher drains reactor queues; no native module here")
     original = completion.Hub.on_landed
-    failures = []
+    failures: list[int] = []
 
     def flaky(self: completion.Hub, slot: int) -> None:
         if not failures:
@@ -132,7 +134,7 @@ def test_host_callback_completions_finish_off_the_driver_thread(baseline) -> Non
         s = cuasync.Device(0).new_stream()
         with ct.gate(s):
             mapped = cuasync.zeros((256,)).map(
-                lambda t: threads.append(threading.current_thread().name) or t
+                lambda t: threads.append(threading.current_thread().name) or t  # type: ignore[func-returns-value]
             )
             fut = mapped.submit_on(s)
             dropped = cuasync.zeros((1 << 16,)).submit_on(s)
@@ -143,7 +145,7 @@ def test_host_callback_completions_finish_off_the_driver_thread(baseline) -> Non
         hub.use_reactor = saved
     assert threads and threads[0] in ("cuasync-watcher", threading.current_thread().name)
     if ON_EMULATOR:
-        assert get_backend().host_function_calls == []
+        assert cast(EmulatorBackend, get_backend()).host_function_calls == []
 
 
 # -- 4: "known complete" is ordered with submissions ------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .._backends import get_backend
 from .._backends.base import CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL
@@ -30,6 +30,9 @@ from .op import DeviceFuture, DeviceOp, SharedOp, _FnOp, _NativeLaunchBase, _Val
 from .output import Output
 
 __all__ = ["CudaGraph", "GraphScope", "graph_scope"]
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 _MODES = {
     "relaxed": CAPTURE_RELAXED,
@@ -66,8 +69,8 @@ def _destroy(graph: int, graph_exec: int) -> None:
             report_once("cuasync.graph", "destroy a graph", exc)
 
 
-class CudaGraph:
-    """An instantiated CUDA graph and everything it recorded.
+class CudaGraph(Generic[T]):
+    """An instantiated CUDA graph and everything it recorded; ``T`` is its captured output.
 
     Build one with :meth:`DeviceOp.graph` or :meth:`CudaGraph.scope`.
     """
@@ -78,7 +81,7 @@ class CudaGraph:
         graph: int,
         graph_exec: int,
         ctx: ExecutionContext,
-        output: Any,
+        output: T,
     ) -> None:
         self.stream = stream
         self._graph = graph
@@ -97,7 +100,7 @@ class CudaGraph:
         """The device the graph runs on (its stream's)."""
         return self.stream.device
 
-    def take_output(self) -> Any:
+    def take_output(self) -> T | None:
         """The captured op's output, once (later calls return None).
 
         Its tensors hold what the latest completed launch computed.
@@ -107,7 +110,7 @@ class CudaGraph:
         self._taken = True
         return self._output
 
-    def launch(self) -> DeviceOp[Any]:
+    def launch(self) -> DeviceOp[T]:
         """An op replaying the graph (on the graph's stream unless executed elsewhere).
 
         Its output is the captured output.
@@ -116,7 +119,7 @@ class CudaGraph:
         """
         return _GraphLaunch(self)
 
-    def update(self, op: DeviceOp[Any]) -> DeviceFuture[Any]:
+    def update(self, op: DeviceOp[U]) -> DeviceFuture[U]:
         """Enqueue ``op`` now on the graph's stream, ordered before later launches there.
 
         Only graph nodes are accepted: kernel launches, ``memcpy`` into pre-allocated
@@ -141,17 +144,17 @@ class CudaGraph:
         return GraphScope(stream, mode)
 
 
-class _GraphLaunch(DeviceOp[Any]):
+class _GraphLaunch(DeviceOp[T]):
     __slots__ = ("_graph",)
 
-    def __init__(self, graph: CudaGraph) -> None:
+    def __init__(self, graph: CudaGraph[T]) -> None:
         super().__init__(graph.device)
         self._graph = graph
 
     def _pick_stream(self) -> Stream:
         return self._graph.stream
 
-    def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
+    def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         graph = self._graph
         for alloc, write in graph._accesses:
             if write:
@@ -184,7 +187,7 @@ class GraphScope:
         self._stream = stream
         self._ctx: ExecutionContext | None = None
         self._outputs: list[Any] = []
-        self.graph: CudaGraph | None = None
+        self.graph: CudaGraph[Any] | None = None
 
     def __enter__(self) -> GraphScope:
         stream = self._stream or get_default_device().new_stream()
@@ -192,7 +195,7 @@ class GraphScope:
         self._ctx = _begin(stream, self._mode)
         return self
 
-    def record(self, op: DeviceOp[Any]) -> Any:
+    def record(self, op: DeviceOp[T]) -> T:
         """Record ``op``'s device work into the graph; returns its (stream-ordered) output."""
         if self._ctx is None:
             raise CaptureError("record() is only valid inside 'with CudaGraph.scope(...)'")
@@ -240,7 +243,7 @@ def _end(stream: Stream) -> int:
         stream._capturing = False
 
 
-def _record(op: DeviceOp[Any], ctx: ExecutionContext) -> Any:
+def _record(op: DeviceOp[T], ctx: ExecutionContext) -> T:
     if not isinstance(op, SharedOp):
         op._take()
     if op.device is not None and op.device is not ctx.device:
@@ -257,7 +260,7 @@ def _record(op: DeviceOp[Any], ctx: ExecutionContext) -> Any:
             LOCAL.active = False
 
 
-def _instantiate(stream: Stream, graph: int, ctx: ExecutionContext, output: Any) -> CudaGraph:
+def _instantiate(stream: Stream, graph: int, ctx: ExecutionContext, output: T) -> CudaGraph[T]:
     backend = get_backend()
     try:
         graph_exec = backend.graph_instantiate(graph)
@@ -268,7 +271,7 @@ def _instantiate(stream: Stream, graph: int, ctx: ExecutionContext, output: Any)
     return CudaGraph(stream, graph, graph_exec, ctx, output)
 
 
-def capture(op: DeviceOp[Any], stream: Stream | None = None, mode: str = "relaxed") -> CudaGraph:
+def capture(op: DeviceOp[T], stream: Stream | None = None, mode: str = "relaxed") -> CudaGraph[T]:
     """Capture ``op`` into an instantiated, uploaded graph (see :meth:`DeviceOp.graph`)."""
     if stream is not None and not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")

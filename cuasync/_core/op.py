@@ -15,7 +15,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .._backends import get_backend
 from .._config import debug_origins
@@ -28,10 +28,20 @@ from .loops import check_blocking_allowed, running_adapter
 from .output import Output
 from .scheduling import SchedulingPolicy, current_policy, stream_from
 
+if TYPE_CHECKING:
+    from .graph import CudaGraph
+
 __all__ = ["DeviceFuture", "DeviceOp", "SharedOp", "value", "zip"]
 
 T = TypeVar("T")
 U = TypeVar("U")
+# The element types of zip() and the tuple combinators (first, last, unzip).
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
+D = TypeVar("D")
+E = TypeVar("E")
+F = TypeVar("F")
 
 
 class DeviceOp(Generic[T]):
@@ -210,14 +220,52 @@ class DeviceOp(Generic[T]):
 
         return _Map(self, passthrough)
 
+    @overload
+    def first(self: DeviceOp[tuple[A, *tuple[Any, ...]]]) -> DeviceOp[A]: ...
+    @overload
+    def first(self) -> DeviceOp[Any]: ...
     def first(self) -> DeviceOp[Any]:
         """The first element of a tuple output."""
         return _Map(self, operator.itemgetter(0))
 
+    @overload
+    def last(self: DeviceOp[tuple[*tuple[Any, ...], A]]) -> DeviceOp[A]: ...
+    @overload
+    def last(self) -> DeviceOp[Any]: ...
     def last(self) -> DeviceOp[Any]:
         """The last element of a tuple output."""
         return _Map(self, operator.itemgetter(-1))
 
+    # Tuples of unknown length (and of more than 6) first: they would match the fixed ones.
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[Any, Any, Any, Any, Any, Any, Any, *tuple[Any, ...]]],
+        n: int | None = None,
+    ) -> tuple[DeviceOp[Any], ...]: ...
+    @overload
+    def unzip(self: DeviceOp[tuple[A]], n: int | None = None) -> tuple[DeviceOp[A]]: ...
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[A, B]], n: int | None = None
+    ) -> tuple[DeviceOp[A], DeviceOp[B]]: ...
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[A, B, C]], n: int | None = None
+    ) -> tuple[DeviceOp[A], DeviceOp[B], DeviceOp[C]]: ...
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[A, B, C, D]], n: int | None = None
+    ) -> tuple[DeviceOp[A], DeviceOp[B], DeviceOp[C], DeviceOp[D]]: ...
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[A, B, C, D, E]], n: int | None = None
+    ) -> tuple[DeviceOp[A], DeviceOp[B], DeviceOp[C], DeviceOp[D], DeviceOp[E]]: ...
+    @overload
+    def unzip(
+        self: DeviceOp[tuple[A, B, C, D, E, F]], n: int | None = None
+    ) -> tuple[DeviceOp[A], DeviceOp[B], DeviceOp[C], DeviceOp[D], DeviceOp[E], DeviceOp[F]]: ...
+    @overload
+    def unzip(self, n: int | None = None) -> tuple[DeviceOp[Any], ...]: ...
     def unzip(self, n: int | None = None) -> tuple[DeviceOp[Any], ...]:
         """Split a tuple-producing op into ``n`` ops that share one execution.
 
@@ -240,7 +288,7 @@ class DeviceOp(Generic[T]):
     def _arity(self) -> int | None:
         return None
 
-    def graph(self, stream: Stream | None = None, *, mode: str = "relaxed") -> Any:
+    def graph(self, stream: Stream | None = None, *, mode: str = "relaxed") -> CudaGraph[T]:
         """Capture this op into a :class:`cuasync.CudaGraph` (instantiated and uploaded).
 
         ``stream`` is the graph's stream (a new one by default); ``mode`` is ``"relaxed"``
@@ -558,6 +606,42 @@ def value(x: T) -> DeviceOp[T]:
     return _Value(x)
 
 
+@overload
+def zip(a: DeviceOp[A], /) -> DeviceOp[tuple[A]]: ...
+@overload
+def zip(a: DeviceOp[A], b: DeviceOp[B], /) -> DeviceOp[tuple[A, B]]: ...
+@overload
+def zip(a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], /) -> DeviceOp[tuple[A, B, C]]: ...
+@overload
+def zip(
+    a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], d: DeviceOp[D], /
+) -> DeviceOp[tuple[A, B, C, D]]: ...
+@overload
+def zip(
+    a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], d: DeviceOp[D], e: DeviceOp[E], /
+) -> DeviceOp[tuple[A, B, C, D, E]]: ...
+@overload
+def zip(
+    a: DeviceOp[A],
+    b: DeviceOp[B],
+    c: DeviceOp[C],
+    d: DeviceOp[D],
+    e: DeviceOp[E],
+    f: DeviceOp[F],
+    /,
+) -> DeviceOp[tuple[A, B, C, D, E, F]]: ...
+@overload  # 7 or more (a fallback for all arities would make the ones above ambiguous)
+def zip(
+    a: DeviceOp[Any],
+    b: DeviceOp[Any],
+    c: DeviceOp[Any],
+    d: DeviceOp[Any],
+    e: DeviceOp[Any],
+    f: DeviceOp[Any],
+    g: DeviceOp[Any],
+    /,
+    *ops: DeviceOp[Any],
+) -> DeviceOp[tuple[Any, ...]]: ...
 def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
     """One op running ``ops`` on one stream, producing the tuple of their outputs.
 

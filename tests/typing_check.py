@@ -1,0 +1,119 @@
+"""What mypy infers for user code of the public API: checked by mypy, never run.
+
+Not collected by pytest (the name does not start with ``test_``); ``mypy`` checks it with
+the rest of ``tests`` (``files`` in pyproject), and ``test_packaging`` runs mypy on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+import numpy as np
+
+import cuasync
+from cuasync import (
+    CudaGraph,
+    DeviceFuture,
+    DeviceOp,
+    Kernel,
+    PendingTransfer,
+    PinnedHostBuffer,
+    SharedOp,
+    Tensor,
+)
+
+Array = np.ndarray
+
+
+async def creation_and_copies(host: Array) -> None:
+    x = await cuasync.from_host(host)
+    assert_type(x, Tensor)
+    assert_type(cuasync.zeros((4,)), DeviceOp[Tensor])
+    assert_type(x.to_host(), DeviceOp[Array])
+    assert_type(await cuasync.to_host(x), Array)
+    assert_type(await cuasync.memcpy(x, x), Tensor)
+    assert_type(await x.dup(), Tensor)
+    assert_type(await x.to(0), Tensor)
+    assert_type(cuasync.zeros((4,)).sync(), Tensor)
+    assert_type(cuasync.asarray(x), Tensor)
+    assert_type(cuasync.from_dlpack(x), Tensor)
+    assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
+
+
+async def zip_and_combinators(x: Tensor) -> None:
+    a, h = await cuasync.zip(x.dup(), x.to_host())
+    assert_type(a, Tensor)
+    assert_type(h, Array)
+    assert_type(cuasync.zip(x.dup()), DeviceOp[tuple[Tensor]])
+    three = cuasync.zip(x.dup(), cuasync.value(1), cuasync.value("s"))
+    assert_type(three, DeviceOp[tuple[Tensor, int, str]])
+    six = cuasync.zip(*(cuasync.value(i) for i in range(6)))
+    assert_type(six, DeviceOp[tuple[Any, ...]])
+    v = cuasync.value(1)
+    assert_type(cuasync.zip(v, v, v, v, v, v), DeviceOp[tuple[int, int, int, int, int, int]])
+    assert_type(cuasync.zip(v, v, v, v, v, v, v), DeviceOp[tuple[Any, ...]])
+
+    assert_type(three.first(), DeviceOp[Tensor])
+    assert_type(three.last(), DeviceOp[str])
+    assert_type(cuasync.value(3).first(), DeviceOp[Any])
+    t_op, i_op, s_op = three.unzip()
+    assert_type(t_op, DeviceOp[Tensor])
+    assert_type(i_op, DeviceOp[int])
+    assert_type(s_op, DeviceOp[str])
+    assert_type(six.unzip(6), tuple[DeviceOp[Any], ...])
+    assert_type(six.unzip(), tuple[DeviceOp[Any], ...])
+    assert_type(cuasync.zip(v, v, v, v, v, v, v).unzip(), tuple[DeviceOp[Any], ...])
+
+    assert_type(cuasync.value(2).map(str), DeviceOp[str])
+    assert_type(x.to_host().map(lambda arr: arr.shape), DeviceOp[tuple[Any, ...]])
+    assert_type(cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 1.0)), DeviceOp[Tensor])
+    assert_type(cuasync.zeros((4,)).inspect(print), DeviceOp[Tensor])
+    assert_type(cuasync.zeros((4,)).shared(), SharedOp[Tensor])
+
+
+async def futures(x: Tensor) -> None:
+    fut = x.to_host().submit()
+    assert_type(fut, DeviceFuture[Array])
+    assert_type(await fut, Array)
+    assert_type(fut.result(), Array)
+    assert_type(fut.wait(), Array)
+    s = cuasync.Device(0).new_stream()
+    assert_type(x.dup().submit_on(s), DeviceFuture[Tensor])
+    assert_type(x.dup().schedule(cuasync.SingleStream(s)), DeviceFuture[Tensor])
+
+
+async def transfers(buf: PinnedHostBuffer, x: Tensor) -> None:
+    up = cuasync.upload_pending(buf, x)
+    assert_type(up, PendingTransfer)
+    assert_type(await up, tuple[Tensor, PinnedHostBuffer])
+    assert_type(up.wait(), tuple[Tensor, PinnedHostBuffer])
+    assert_type(cuasync.download_pending(x, buf).tensor, Tensor)
+
+
+async def kernels(x: Tensor, y: Tensor) -> None:
+    untyped = Kernel("__global__ void k(float* y, int n) {}", "k")
+    assert_type(untyped, Kernel[Any])
+    assert_type(untyped[1, 128](y, 4), DeviceOp[Any])
+
+    # A launch produces the argument(s) bound to non-const pointers; state it to use it.
+    scale: Kernel[Tensor] = Kernel("__global__ void scale(float* y, float a) {}", "scale")
+    assert_type(scale[1, 128](y, 2.0), DeviceOp[Tensor])
+    assert_type(await scale.launch(y, 2.0, grid=1, shared_mem=np.int64(0)), Tensor)
+    axpy: Kernel[tuple[Tensor, Tensor]] = Kernel(
+        "__global__ void two(float* x, float* y) {}", "two"
+    )
+    assert_type(await axpy[1, 128](x, y), tuple[Tensor, Tensor])
+    cuasync.CompileOptions(opt_level=np.int64(2), max_registers=np.uint8(64), defines={"N": 4})
+    cuasync.CompileOptions(defines=(("TILE", 64), ("NAME", "x")))
+
+
+async def graphs(y: Tensor) -> None:
+    scale: Kernel[Tensor] = Kernel("__global__ void scale(float* y) {}", "scale")
+    graph = scale[1, 128](y).graph()
+    assert_type(graph, CudaGraph[Tensor])
+    assert_type(graph.take_output(), Tensor | None)
+    assert_type(await graph.launch(), Tensor)
+    assert_type(await graph.update(cuasync.memcpy(y, y)), Tensor)
+    with cuasync.graph_scope() as scope:
+        assert_type(scope.record(cuasync.fill(y, 0.0)), Tensor)
+    assert_type(scope.graph, CudaGraph[Any] | None)
