@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -224,6 +225,33 @@ def still_pending(done: Callable[[], bool], seconds: float = 0.02) -> bool:
             return False
         time.sleep(0.0005)  # polling a condition with a deadline
     return not done()
+
+
+async def await_held(make_op: Callable[[], Any]) -> Any:
+    """``await make_op()`` with the op held behind a gate until the await has suspended.
+
+    Whatever the machine's load, the work cannot land during the await's inline spin,
+    so the await completes through whatever watches suspended awaits (the reactor, or
+    host callbacks). Asserts the work was still held when the await suspended.
+    """
+    import anyio
+
+    results: list[Any] = []
+    suspended = False
+
+    async def waiter() -> None:
+        nonlocal suspended
+        op = make_op()
+        suspended = True  # set in the step that submits, spins and suspends below
+        results.append(await op)
+
+    with cuasync.testing.gate() as gate:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await wait_until(lambda: suspended)
+            assert not results
+            gate.open()
+    return results[0]
 
 
 async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -9,7 +9,7 @@ import time
 import conftest
 import numpy as np
 import pytest
-from conftest import reactor_path, wait_until
+from conftest import await_held, reactor_path, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -25,28 +25,10 @@ def run_script(code: str, **env: str) -> str:
 
 @reactor_path
 async def test_work_in_flight_goes_through_the_reactor(anyio_backend) -> None:
-    import anyio
-
     before = cuasync.stats()
-    outs: list[np.ndarray] = []
-    suspended = False
-
-    async def waiter() -> None:
-        nonlocal suspended
-        op = cuasync.from_host(np.arange(4.0)).then(lambda t: t.to_host())
-        suspended = True  # set in the step that submits, spins and suspends below
-        outs.append(await op)
-
-    # Held behind a gate until the await has given up spinning and suspended: whatever
-    # the machine's load, only the reactor can see it land.
-    with ct.gate() as gate:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            await wait_until(lambda: suspended)
-            assert not outs
-            gate.open()
+    out = await await_held(lambda: cuasync.from_host(np.arange(4.0)).then(lambda t: t.to_host()))
     after = cuasync.stats()
-    np.testing.assert_array_equal(outs[0], np.arange(4.0))
+    np.testing.assert_array_equal(out, np.arange(4.0))
     # (No claim on reactor_wakeups: a reactor still hot from earlier awaits never parks.)
     assert after.completed_reactor == before.completed_reactor + 1
 

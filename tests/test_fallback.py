@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import anyio
 import numpy as np
 import pytest
-from conftest import wait_until
+from conftest import await_held
 
 import cuasync
 import cuasync.testing as ct
@@ -52,22 +52,8 @@ async def test_awaits_complete_through_host_functions(anyio_backend, fallback) -
 
 
 async def test_gated_work_waits_then_completes(anyio_backend, fallback, baseline) -> None:
-    results: list[np.ndarray] = []
-    suspended = False
-
-    async def waiter() -> None:
-        nonlocal suspended
-        op = cuasync.zeros((4,)).then(lambda t: t.to_host())
-        suspended = True
-        results.append(await op)
-
-    with ct.gate() as gate:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            await wait_until(lambda: suspended)
-            assert not results
-            gate.open()
-    np.testing.assert_array_equal(results[0], np.zeros(4))
+    out = await await_held(lambda: cuasync.zeros((4,)).then(lambda t: t.to_host()))
+    np.testing.assert_array_equal(out, np.zeros(4))
 
 
 async def test_cancelling_a_held_await_releases_everything(
