@@ -65,6 +65,35 @@ from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
+from ._ops.elementwise import abs as abs
+from ._ops.elementwise import add as add
+from ._ops.elementwise import clip as clip
+from ._ops.elementwise import cos as cos
+from ._ops.elementwise import divide as divide
+from ._ops.elementwise import equal as equal
+from ._ops.elementwise import exp as exp
+from ._ops.elementwise import expm1 as expm1
+from ._ops.elementwise import greater as greater
+from ._ops.elementwise import greater_equal as greater_equal
+from ._ops.elementwise import less as less
+from ._ops.elementwise import less_equal as less_equal
+from ._ops.elementwise import log as log
+from ._ops.elementwise import log1p as log1p
+from ._ops.elementwise import maximum as maximum
+from ._ops.elementwise import minimum as minimum
+from ._ops.elementwise import multiply as multiply
+from ._ops.elementwise import negative as negative
+from ._ops.elementwise import not_equal as not_equal
+from ._ops.elementwise import power as power
+from ._ops.elementwise import remainder as remainder
+from ._ops.elementwise import rsqrt as rsqrt
+from ._ops.elementwise import sign as sign
+from ._ops.elementwise import sin as sin
+from ._ops.elementwise import sqrt as sqrt
+from ._ops.elementwise import subtract as subtract
+from ._ops.elementwise import tanh as tanh
+from ._ops.elementwise import where as where
+from ._ops.tensorop import TensorOp as TensorOp
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
 from ._tensor import Partition as Partition
@@ -119,17 +148,26 @@ __all__ = [
     "Stream",
     "StreamPoolRoundRobin",
     "Tensor",
+    "TensorOp",
     "__version__",
+    "abs",
+    "add",
     "arange",
     "asarray",
     "backend_name",
+    "clip",
     "convert",
+    "cos",
     "device_count",
+    "divide",
     "download_into",
     "download_pending",
     "dup",
     "empty",
+    "equal",
     "errors",
+    "exp",
+    "expm1",
     "eye",
     "eye_rect",
     "fill",
@@ -138,21 +176,41 @@ __all__ = [
     "full",
     "get_default_device",
     "graph_scope",
+    "greater",
+    "greater_equal",
     "kernel_cache",
+    "less",
+    "less_equal",
     "linspace",
+    "log",
+    "log1p",
     "lowlevel",
+    "maximum",
     "memcpy",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
     "ones",
+    "power",
     "rand",
     "randn",
+    "remainder",
+    "rsqrt",
     "set_default_device",
+    "sign",
+    "sin",
+    "sqrt",
     "stats",
+    "subtract",
+    "tanh",
     "to_host",
     "upload_pending",
     "use_device",
     "use_policy",
     "value",
     "wait",
+    "where",
     "zeros",
     "zip",
 ]

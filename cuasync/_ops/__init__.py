@@ -1,0 +1,7 @@
+"""Tensor operations: elementwise math on tensors, fused into one kernel per expression.
+
+``expr`` builds the expression tree (numpy's broadcasting and dtype rules, checked as
+each node is built), ``codegen`` turns a tree into CUDA C++ and its numpy twin,
+``tensorop`` is the lazy :class:`TensorOp` that carries a tree, and ``elementwise`` has
+the public functions (``cuasync.add``, ``cuasync.exp``, ...).
+"""

@@ -1,0 +1,277 @@
+"""One CUDA kernel per expression: generated C++ (compiled with NVRTC) and its numpy twin.
+
+A tree becomes a *plan*: its structure with tensors and scalars replaced by parameter
+numbers, hashable, so each plan (and number of dimensions) is compiled once per process.
+The kernel is a grid-stride loop over the output's elements that unravels each linear
+index into one strided offset per operand (64-bit), loads, computes the whole tree in
+registers and stores once. float16 is computed in float32 and rounded after every op,
+as numpy does.
+
+>>> plan, tensors, scalars = make_plan(node)
+>>> kernel_for(plan, ndim=2)          # cached: the same Kernel for the same plan
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import DTYPES, dtype_name
+from .._kernel import Kernel
+from .._tensor import Tensor
+from .expr import UFUNCS, Node
+
+#: Plan items: ("x", k, dtype) tensor k; ("s", k, spec) scalar k (spec "bool", "int",
+#: "float" for a weak scalar, else its dtype name); ("op", name, ins, out, *children).
+Plan = tuple[Any, ...]
+
+_COMPUTE = {"float16": "float", "float32": "float", "float64": "double"}
+_CMP = {
+    "equal": "==",
+    "not_equal": "!=",
+    "less": "<",
+    "less_equal": "<=",
+    "greater": ">",
+    "greater_equal": ">=",
+}
+_ARITH = {"add": "+", "subtract": "-", "multiply": "*"}
+_WEAK_C = {"bool": "bool", "int": "long long", "float": "double"}
+
+
+def make_plan(node: Node) -> tuple[Plan, list[Tensor], list[Any]]:
+    """The plan of a tree whose pending leaves are already tensors, and its arguments."""
+    tensors: list[Tensor] = []
+    scalars: list[Any] = []
+
+    def walk(n: Node) -> Plan:
+        if n.kind == "tensor":
+            tensors.append(n.value)
+            return ("x", len(tensors) - 1, dtype_name(n.value.dtype))
+        if n.kind == "scalar":
+            scalars.append(n.value)
+            spec = type(n.value).__name__ if n.dtype is None else dtype_name(n.dtype)
+            return ("s", len(scalars) - 1, spec)
+        assert n.kind == "op", n.kind
+        ins = tuple(dtype_name(d) for d in n.ins)
+        out: Any = n.dtype
+        return ("op", n.name, ins, dtype_name(out), *(walk(c) for c in n.children))
+
+    return walk(node), tensors, scalars
+
+
+def scalar_arg(value: Any, spec: str) -> Any:
+    """A scalar as the kernel parameter of its spec takes it."""
+    if spec in _WEAK_C:
+        return value
+    return float(value) if spec == "float16" else value.item()
+
+
+# -- C++ ----------------------------------------------------------------------------------
+def ctype(name: str) -> str:
+    """The C type a value of dtype ``name`` is computed in."""
+    return _COMPUTE.get(name, DTYPES[name].storage)
+
+
+def _convert(expr: str, to: str) -> str:
+    if to == "float16":
+        return f"ca_hr((double)({expr}))"
+    return f"(({ctype(to)})({expr}))"
+
+
+def _round(expr: str, dt: str) -> str:
+    return f"ca_hr((double)({expr}))" if dt == "float16" else f"(({ctype(dt)})({expr}))"
+
+
+def _math(name: str, a: str, dt: str) -> str:
+    f = {"rsqrt": "rsqrt", "abs": "fabs"}.get(name, name)
+    return f"{f}{'' if dt == 'float64' else 'f'}({a})"
+
+
+def _binary(name: str, a: str, b: str, ins: tuple[str, ...], out: str) -> str:
+    dt = ins[0]
+    kind = DTYPES[dt].kind
+    if name in _CMP:
+        sym = _CMP[name]
+        k0, k1 = (DTYPES[d].kind for d in ins)
+        if {k0, k1} == {"i", "u"}:  # int64 against uint64: numpy compares the values
+            return f"(ca_cmp3_{k0}{k1}({a}, {b}) {sym} 0)"
+        return f"({a} {sym} {b})"
+    if name in _ARITH:
+        sym = _ARITH[name]
+        if kind == "b":
+            return f"({a} || {b})" if name == "add" else f"({a} && {b})"
+        if kind in "iu":  # wrap around as numpy does (signed overflow is UB in C++)
+            return f"(({ctype(dt)})((ca_u64)({a}) {sym} (ca_u64)({b})))"
+        return _round(f"{a} {sym} {b}", dt)
+    if name == "divide":
+        return _round(f"{a} / {b}", dt)
+    if name in ("maximum", "minimum"):
+        sym = ">=" if name == "maximum" else "<="
+        if kind == "f":  # NaN propagates, as numpy's
+            return f"(({a} {sym} {b} || {a} != {a}) ? {a} : {b})"
+        return f"(({a} {sym} {b}) ? {a} : {b})"
+    if name == "remainder":
+        if kind == "f":
+            return _round(f"ca_fmod_np({a}, {b})", dt)
+        return f"ca_imod_np<{ctype(dt)}>({a}, {b})"
+    if name == "power":
+        if kind == "f":
+            return _round(_math("pow", f"{a}, {b}", dt), dt)
+        return f"ca_ipow<{ctype(dt)}>({a}, {b})"
+    raise AssertionError(name)
+
+
+def _unary(name: str, a: str, dt: str) -> str:
+    kind = DTYPES[dt].kind
+    c = ctype(dt)
+    if name == "negative":
+        return f"(({c})(0ULL - (ca_u64)({a})))" if kind in "iu" else f"(-{a})"
+    if name == "abs":
+        if kind == "i":
+            return f"(({a}) < 0 ? ({c})(0ULL - (ca_u64)({a})) : ({a}))"
+        return _math("abs", a, dt) if kind == "f" else a
+    if name == "sign":
+        if kind == "f":
+            return f"(({a}) > 0 ? ({c})1 : (({a}) < 0 ? ({c})-1 : ({a})))"
+        return f"(({c})((({a}) > 0) - (({a}) < 0)))"
+    return _round(_math(name, a, dt), dt)
+
+
+def _emit(plan: Plan, lines: list[str], counter: list[int]) -> str:
+    if plan[0] == "x":
+        k, dt = plan[1], plan[2]
+        load = f"x{k}[p{k}]"
+        return f"((float)ca_half_to_double({load}))" if dt == "float16" else load
+    if plan[0] == "s":
+        return f"s{plan[1]}"
+    _, name, ins, out, *children = plan
+    args = [_convert(_emit(c, lines, counter), dt) for c, dt in zip(children, ins, strict=True)]
+    if name == "where":
+        expr = f"({args[0]} ? {args[1]} : {args[2]})"
+    elif len(args) == 2:
+        expr = _binary(name, args[0], args[1], ins, out)
+    else:
+        expr = _unary(name, args[0], ins[0])
+    counter[0] += 1
+    lines.append(f"        {ctype(out)} v{counter[0]} = {expr};")
+    return f"v{counter[0]}"
+
+
+def _leaves(plan: Plan, found: dict[str, dict[int, str]]) -> None:
+    if plan[0] in ("x", "s"):
+        found[plan[0]][plan[1]] = plan[2]
+    else:
+        for c in plan[4:]:
+            _leaves(c, found)
+
+
+#: The files of ``cuasync/kernels`` each generated kernel starts with.
+PRELUDE_FILES = ("cast.cuh", "elementwise.cuh")
+
+
+@functools.cache
+def _prelude() -> str:
+    kernels = resources.files("cuasync.kernels")
+    return "\n".join((kernels / name).read_text(encoding="utf-8") for name in PRELUDE_FILES)
+
+
+def source(plan: Plan, out: str, ndim: int) -> str:
+    """The CUDA C++ of ``plan`` storing dtype ``out``, over ``ndim`` (merged) dimensions."""
+    found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
+    _leaves(plan, found)
+    xs, ss = sorted(found["x"].items()), sorted(found["s"].items())
+    params = [f"{DTYPES[out].storage}* out"]
+    params += [f"const {DTYPES[dt].storage}* x{k}" for k, dt in xs]
+    params += [f"{_WEAK_C.get(spec) or ctype(spec)} s{k}" for k, spec in ss]
+    params += ["long long n"] + [f"long long d{j}" for j in range(ndim)]
+    for who in ["o", *(f"x{k}" for k, _ in xs)]:
+        params += [f"long long {who}s{j}" for j in range(ndim)]
+    offsets = ["o", *(f"p{k}" for k, _ in xs)]
+    body = ["        long long r = i, c;", f"        long long {' = 0, '.join(offsets)} = 0;"]
+    for j in reversed(range(ndim)):
+        step = f"c = r % d{j}; r /= d{j};" if j else "c = r;"
+        adds = " ".join(
+            f"{p} += c * {w}s{j};"
+            for p, w in zip(offsets, ["o", *(f"x{k}" for k, _ in xs)], strict=True)
+        )
+        body.append(f"        {step} {adds}")
+    lines: list[str] = []
+    result = _emit(plan, lines, [0])
+    store = (
+        f"ca_half_from_double((double)({result}))"
+        if out == "float16"
+        else f"({DTYPES[out].storage})({result})"
+    )
+    return "\n".join(
+        [
+            _prelude(),
+            f"__global__ void ca_elementwise({', '.join(params)}) {{",
+            "    for (long long i = ca_first(); i < n; i += ca_stride()) {",
+            *body,
+            *lines,
+            f"        out[o] = {store};",
+            "    }",
+            "}",
+        ]
+    )
+
+
+# -- the numpy twin -----------------------------------------------------------------------
+def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
+    if plan[0] == "x":
+        return xs[plan[1]]
+    if plan[0] == "s":
+        return ss[plan[1]]
+    _, name, _ins, _out, *children = plan
+    args = [_evaluate(c, xs, ss) for c in children]
+    if name == "where":
+        return np.where(*args)
+    if name == "rsqrt":
+        return np.reciprocal(np.sqrt(args[0]))
+    return UFUNCS[name](*args)
+
+
+def twin(plan: Plan, out: str) -> Callable[..., None]:
+    """The numpy function the emulator runs for ``plan``'s kernel."""
+    found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
+    _leaves(plan, found)
+    nx, specs = len(found["x"]), [spec for _, spec in sorted(found["s"].items())]
+    xdt = [np.dtype(dt) for _, dt in sorted(found["x"].items())]
+    out_dt = np.dtype(out)
+
+    def run(out_array: np.ndarray, *args: Any) -> None:
+        xs = [a.view(dt) for a, dt in zip(args[:nx], xdt, strict=True)]
+        ss = [
+            {"bool": bool, "int": int, "float": float}[spec](a.item())
+            if spec in _WEAK_C
+            else np.dtype(spec).type(a)
+            for a, spec in zip(args[nx : nx + len(specs)], specs, strict=True)
+        ]
+        with np.errstate(all="ignore"):
+            value = _evaluate(plan, xs, ss)
+        out_array.view(out_dt)[...] = value
+
+    return run
+
+
+# -- the cache ----------------------------------------------------------------------------
+_kernels: dict[tuple[Plan, str, int], Kernel] = {}
+_lock = threading.Lock()
+
+
+def kernel_for(plan: Plan, out: str, ndim: int) -> Kernel:
+    """The compiled-once kernel of ``plan`` over ``ndim`` dimensions, storing ``out``."""
+    key = (plan, out, ndim)
+    found = _kernels.get(key)
+    if found is None:
+        with _lock:
+            found = _kernels.get(key)
+            if found is None:
+                found = Kernel(source(plan, out, ndim), "ca_elementwise", emulate=twin(plan, out))
+                _kernels[key] = found
+    return found

@@ -1,0 +1,192 @@
+"""Elementwise functions: numpy's broadcasting and dtype rules, fused into one kernel.
+
+Operands are tensors (strided views too), :class:`~cuasync.TensorOp` s (absorbed into
+the expression) and Python or numpy scalars (Python scalars are weak, NEP 50). Each
+function returns a :class:`~cuasync.TensorOp`; ``out=`` writes into an existing tensor
+or view of exactly the result's shape and dtype, allocating nothing.
+
+>>> y = await cuasync.add(a, 1.0)                  # a: float32 -> float32
+>>> m = await cuasync.where(a > 0, a, 0.0)         # one kernel
+>>> await cuasync.exp(a * b + c, out=y)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import dtype_name
+from .._tensor import Tensor
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .expr import Node, leaf, op_node
+from .tensorop import TensorOp, _install_operators
+
+__all__ = [
+    "abs",
+    "add",
+    "clip",
+    "cos",
+    "divide",
+    "equal",
+    "exp",
+    "expm1",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "power",
+    "remainder",
+    "rsqrt",
+    "sign",
+    "sin",
+    "sqrt",
+    "subtract",
+    "tanh",
+    "where",
+]
+
+
+def is_operand(value: Any) -> bool:
+    """Whether an operator may take ``value`` (else it returns NotImplemented)."""
+    return isinstance(
+        value, (Tensor, TensorOp, bool, int, float, np.integer, np.floating, np.bool_)
+    )
+
+
+def _check_out(out: Any, op: _Preview, name: str) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise ArgumentError(f"{name}: out must be a cuasync.Tensor, got {type(out).__name__}")
+    if out.shape != op.shape:
+        raise ShapeError(f"{name}: out has shape {out.shape}, the result has shape {op.shape}")
+    if out.dtype != op.dtype:
+        raise DTypeError(
+            f"{name}: out has dtype {dtype_name(out.dtype)}, the result is {dtype_name(op.dtype)}"
+        )
+    if out.device is not op.device:
+        raise InvalidDeviceError(
+            f"{name}: out is on device {out.device.ordinal}, the operands on device "
+            f"{op.device.ordinal if op.device is not None else '?'}"
+        )
+    return out
+
+
+def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
+    # Validate every operand (and out=) before absorbing any TensorOp: an error must
+    # leave the caller's ops unconsumed.
+    for v in operands.values():
+        if isinstance(v, TensorOp) and v._consumed:
+            v._take()  # raises OpConsumedError
+    probe = _preview(name, operands)
+    if out is not None:
+        _check_out(out, probe, name)
+    nodes = [leaf(v, arg) for arg, v in operands.items()]
+    return TensorOp(op_node(name, nodes), out)
+
+
+class _Preview:
+    """The shape, dtype and device a result will have (what ``_check_out`` looks at)."""
+
+    def __init__(self, node: Node) -> None:
+        self.shape = node.shape
+        self.dtype: Any = node.dtype
+        self.device = node.device
+
+
+def _preview(name: str, operands: dict[str, Any]) -> _Preview:
+    """Shape, dtype and device of the result, without consuming TensorOp operands."""
+    nodes = []
+    for arg, v in operands.items():
+        if isinstance(v, (TensorOp, _Preview)):
+            nodes.append(Node("tensor", arg, v.shape, v.dtype, None, device=v.device))
+        else:
+            nodes.append(leaf(v, arg))
+    return _Preview(op_node(name, nodes))
+
+
+def _unary(name: str, doc: str) -> Any:
+    def fn(x: Any, *, out: Tensor | None = None) -> TensorOp:
+        return _apply(name, {"x": x}, out)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{doc}\n\n>>> y = await cuasync.{name}(x)\n"
+    return fn
+
+
+def _binary(name: str, doc: str) -> Any:
+    def fn(x1: Any, x2: Any, *, out: Tensor | None = None) -> TensorOp:
+        return _apply(name, {"x1": x1, "x2": x2}, out)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{doc}\n\n>>> y = await cuasync.{name}(a, b)\n"
+    return fn
+
+
+negative = _unary("negative", "``-x`` elementwise (integers wrap; not defined for bool).")
+abs = _unary("abs", "``|x|`` elementwise (``abs(INT_MIN)`` is ``INT_MIN``, as in numpy).")
+sign = _unary("sign", "-1, 0 or 1 by the sign of each element (NaN stays NaN).")
+exp = _unary("exp", "``e**x`` (integers are computed in the smallest float numpy picks).")
+log = _unary("log", "The natural logarithm.")
+sin = _unary("sin", "The sine (radians).")
+cos = _unary("cos", "The cosine (radians).")
+tanh = _unary("tanh", "The hyperbolic tangent.")
+sqrt = _unary("sqrt", "The square root.")
+rsqrt = _unary("rsqrt", "``1 / sqrt(x)`` (dtype as ``sqrt``).")
+expm1 = _unary("expm1", "``exp(x) - 1``, accurate near 0.")
+log1p = _unary("log1p", "``log(1 + x)``, accurate near 0.")
+
+add = _binary("add", "``x1 + x2`` (bool: logical or; integers wrap).")
+subtract = _binary("subtract", "``x1 - x2`` (not defined for two bools).")
+multiply = _binary("multiply", "``x1 * x2`` (bool: logical and; integers wrap).")
+divide = _binary("divide", "``x1 / x2``, true division (integers give float64).")
+remainder = _binary(
+    "remainder",
+    "``x1 % x2`` with the sign of ``x2`` (numpy's ``remainder``); ``x % 0`` is 0 for "
+    "integers (numpy also warns) and NaN for floats.",
+)
+power = _binary(
+    "power",
+    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0 (1 or -1 for "
+    "bases 1 and -1) where numpy raises.",
+)
+maximum = _binary("maximum", "The larger element (NaN propagates).")
+minimum = _binary("minimum", "The smaller element (NaN propagates).")
+equal = _binary("equal", "``x1 == x2`` as a bool tensor.")
+not_equal = _binary("not_equal", "``x1 != x2`` as a bool tensor.")
+less = _binary("less", "``x1 < x2`` as a bool tensor.")
+less_equal = _binary("less_equal", "``x1 <= x2`` as a bool tensor.")
+greater = _binary("greater", "``x1 > x2`` as a bool tensor.")
+greater_equal = _binary("greater_equal", "``x1 >= x2`` as a bool tensor.")
+
+
+def where(condition: Any, x1: Any, x2: Any, *, out: Tensor | None = None) -> TensorOp:
+    """``x1`` where ``condition`` is true (non-zero), else ``x2``; dtype ``result_type(x1, x2)``.
+
+    >>> relu = await cuasync.where(x > 0, x, 0.0)
+    """
+    return _apply("where", {"condition": condition, "x1": x1, "x2": x2}, out)
+
+
+def clip(x: Any, lo: Any, hi: Any, *, out: Tensor | None = None) -> TensorOp:
+    """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel.
+
+    >>> y = await cuasync.clip(x, 0.0, 6.0)
+    """
+    for arg, v in (("x", x), ("lo", lo), ("hi", hi)):
+        if not is_operand(v):
+            leaf(v, arg)  # raises the typed error naming the argument
+    probe = _preview("minimum", {"x": _preview("maximum", {"x": x, "lo": lo}), "hi": hi})
+    if out is not None:
+        _check_out(out, probe, "clip")
+    return minimum(maximum(x, lo), hi, out=out)
+
+
+_install_operators(Tensor)
+_install_operators(TensorOp)

@@ -1,0 +1,198 @@
+"""``TensorOp``: a lazy op whose output is a tensor of a shape, dtype and device known now.
+
+An elementwise TensorOp carries an expression tree. Used as an operand of another
+elementwise op it is absorbed (consumed, never executed on its own), so a whole
+expression runs as one generated kernel; executed, it allocates its output (or writes
+``out=``) and launches that kernel once.
+
+>>> y = await (a * b + 1.0)              # one kernel, one allocation
+>>> z = await cuasync.exp(a * b + c)     # one kernel too
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import _builtin as builtin
+from .._copies import new_tensor
+from .._core.context import ExecutionContext
+from .._core.op import DeviceOp
+from .._core.output import Output
+from .._dtypes import dtype_name
+from .._tensor import Shape, Tensor
+from .codegen import kernel_for, make_plan, scalar_arg
+from .expr import Node
+
+__all__ = ["TensorOp"]
+
+
+def _merge(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
+    """Drop length-1 axes and merge axes that are contiguous in every operand."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
+            dims[-1] *= d
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[j]
+            continue
+        dims.append(d)
+        for m, s in zip(merged, strides, strict=True):
+            m.append(s[j])
+    return tuple(dims), [tuple(m) for m in merged]
+
+
+def _broadcast_strides(t: Tensor, shape: Shape) -> Shape:
+    lead = len(shape) - t.ndim
+    return (0,) * lead + tuple(
+        0 if d == 1 and n != 1 else s
+        for d, s, n in zip(t.shape, t.strides, shape[lead:], strict=True)
+    )
+
+
+def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
+    """``node`` with every pending op executed (in ``ctx``) and replaced by its tensor."""
+    if node.kind == "pending":
+        t = node.value._enqueue(ctx).get()
+        return Node("tensor", node.name, t.shape, t.dtype, t, device=t.device)
+    if node.kind != "op":
+        return node
+    children = tuple(_resolve_pending(c, ctx) for c in node.children)
+    return Node("op", node.name, node.shape, node.dtype, None, children, node.ins, node.device)
+
+
+def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
+    """Enqueue ``node`` (an op node) as one kernel writing ``out`` or a new tensor."""
+    node = _resolve_pending(node, ctx)
+    dtype: Any = node.dtype
+    result = out if out is not None else new_tensor(ctx, node.shape, dtype, node.name)
+    if result.size == 0:
+        return result
+    plan, tensors, scalars = make_plan(node)
+    shape = node.shape
+    dims, strides = _merge(
+        shape, [result.strides, *(_broadcast_strides(t, shape) for t in tensors)]
+    )
+    views = [
+        builtin.storage_view(Tensor(t.allocation, dims, t.dtype, s, t.offset))
+        for t, s in zip([result, *tensors], strides, strict=True)
+    ]
+    specs = _scalar_specs(plan)
+    args = [scalar_arg(v, spec) for v, spec in zip(scalars, specs, strict=True)]
+    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
+    n = math.prod(dims)
+    flat_strides = [x for s in strides for x in s]
+    builtin.launch(ctx, kernel, n, *views, *args, n, *dims, *flat_strides)
+    return result
+
+
+def _scalar_specs(plan: Any) -> list[str]:
+    found: dict[int, str] = {}
+
+    def walk(p: Any) -> None:
+        if p[0] == "s":
+            found[p[1]] = p[2]
+        elif p[0] == "op":
+            for c in p[4:]:
+                walk(c)
+
+    walk(plan)
+    return [found[k] for k in sorted(found)]
+
+
+class TensorOp(DeviceOp[Tensor]):
+    """A :class:`DeviceOp` producing a tensor whose ``shape``, ``dtype`` and ``device``
+    are known when the op is built; operators on it build bigger (fused) expressions.
+
+    >>> op = a * 2.0 + b                 # nothing runs yet
+    >>> op.shape, op.dtype
+    ((1024,), dtype('float32'))
+    >>> y = await op
+    """
+
+    __slots__ = ("_node", "_out", "dtype", "shape")
+
+    def __init__(self, node: Node, out: Tensor | None = None) -> None:
+        super().__init__(node.device)
+        self._node = node
+        self._out = out
+        self.shape: Shape = out.shape if out is not None else node.shape
+        assert node.dtype is not None
+        self.dtype = node.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes of the output."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements of the output."""
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        consumed = " (consumed)" if self._consumed else ""
+        return (
+            f"<cuasync.TensorOp {self._node.name} shape={self.shape} "
+            f"dtype={dtype_name(self.dtype)}{consumed}>"
+        )
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        return Output.ready(run(ctx, self._node, self._out))
+
+    def _absorb(self, argument: str) -> Node:
+        """This op as an operand of a bigger expression: consumed now, never run alone."""
+        self._take()
+        if self._out is None:
+            return self._node
+        # It writes out=: it runs first (in the same submission), then out is read.
+        return Node("pending", argument, self.shape, self.dtype, self, device=self._node.device)
+
+    def __bool__(self) -> bool:
+        self._consumed = True  # dropped here: no "never executed" warning on top
+        raise TypeError(
+            "the truth value of a TensorOp is not known before it runs; await it, then test "
+            "the data on the host: `(await (a == b).to_host()).all()`"
+        )
+
+    __hash__ = DeviceOp.__hash__  # identity: TensorOps key dicts (asyncio.gather, ...)
+
+
+def _install_operators(cls: type) -> None:
+    """``+ - * / % **``, unary ``-``, ``abs()`` and comparisons on ``cls``, as TensorOps."""
+    from . import elementwise as ew
+
+    def binary(fn: Any, reflected: bool) -> Any:
+        def method(self: Any, other: Any) -> Any:
+            if not ew.is_operand(other):
+                return NotImplemented
+            return fn(other, self) if reflected else fn(self, other)
+
+        return method
+
+    for name, fn in (
+        ("add", ew.add),
+        ("sub", ew.subtract),
+        ("mul", ew.multiply),
+        ("truediv", ew.divide),
+        ("mod", ew.remainder),
+        ("pow", ew.power),
+    ):
+        setattr(cls, f"__{name}__", binary(fn, False))
+        setattr(cls, f"__r{name}__", binary(fn, True))
+    for name, fn in (
+        ("eq", ew.equal),
+        ("ne", ew.not_equal),
+        ("lt", ew.less),
+        ("le", ew.less_equal),
+        ("gt", ew.greater),
+        ("ge", ew.greater_equal),
+    ):
+        setattr(cls, f"__{name}__", binary(fn, False))
+    setattr(cls, "__neg__", lambda self: ew.negative(self))  # noqa: B010
+    setattr(cls, "__abs__", lambda self: ew.abs(self))  # noqa: B010
+    setattr(cls, "__array_ufunc__", None)  # noqa: B010  (numpy defers to these)
+    setattr(cls, "__hash__", object.__hash__)  # noqa: B010

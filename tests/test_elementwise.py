@@ -1,0 +1,226 @@
+"""Elementwise tensor ops (cuasync.add, exp, where, operators, ...) vs numpy.
+
+Each expression is one generated kernel (compiled with NVRTC here too); on the emulator
+its numpy twin runs, on a GPU the kernel does: both must give numpy's values.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cuasync
+from cuasync._nvrtc import nvrtc_problem
+from cuasync._ops import codegen
+from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
+
+pytestmark = pytest.mark.anyio
+
+INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+FLOATS = ["float16", "float32", "float64"]
+TOL = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-13}
+
+
+def host(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(
+            max(info.min, -100), min(info.max, 100), shape, dtype=dtype, endpoint=True
+        )
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+async def dev(a: np.ndarray) -> cuasync.Tensor:
+    return await cuasync.from_host(np.array(order="C", object=a))
+
+
+def check(got: np.ndarray, want: Any) -> None:
+    want = np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=TOL[want.dtype.name], atol=TOL[want.dtype.name])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["bool", *INTS, *FLOATS])
+async def test_arithmetic_and_comparisons_every_dtype(dtype: str, anyio_backend: str) -> None:
+    a, b = host((4, 5), dtype, 1), host((5,), dtype, 2)
+    x, y = await dev(a), await dev(b)
+    with np.errstate(all="ignore"):
+        check(await (await cuasync.add(x, y)).to_host(), np.add(a, b))
+        check(await (await cuasync.multiply(x, y)).to_host(), np.multiply(a, b))
+        check(await (await (x < y)).to_host(), a < b)
+        check(await (await (x == y)).to_host(), a == b)
+        check(await (await cuasync.maximum(x, y)).to_host(), np.maximum(a, b))
+        if dtype != "bool":
+            check(await (await (x - y)).to_host(), a - b)
+            check(await (await abs(x)).to_host(), np.abs(a))
+            check(await (await (x / y)).to_host(), a / b)
+            nz = np.where(b == 0, 1, b).astype(dtype)
+            check(await (await (x % (await dev(nz)))).to_host(), a % nz)
+
+
+@pytest.mark.parametrize("fn", ["exp", "log", "sqrt", "sin", "cos", "tanh", "expm1", "log1p"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int16"])
+async def test_analytic(fn: str, dtype: str, anyio_backend: str) -> None:
+    a = np.abs(host((33,), dtype, 3)) + (1 if dtype == "int16" else 0.5)
+    a = a.astype(dtype)
+    got = await (await getattr(cuasync, fn)(await dev(a))).to_host()
+    check(got, getattr(np, fn)(a))
+
+
+async def test_fused_expression_is_one_kernel(anyio_backend: str) -> None:
+    a, b, c = host((8, 3), "float32", 1), host((3,), "float32", 2), host((8, 1), "float32", 3)
+    x, y, z = await dev(a), await dev(b), await dev(c)
+    before = len(codegen._kernels)
+    got = await (await cuasync.exp(x * y + z - 1.0)).to_host()
+    check(got, np.exp(a * b + c - np.float32(1.0)))
+    assert len(codegen._kernels) - before <= 1
+    again = await (await cuasync.exp(y * x + z - 2.0)).to_host()  # other order: its own plan
+    check(again, np.exp(b * a + c - np.float32(2.0)))
+
+
+async def test_nep50_python_scalars(anyio_backend: str) -> None:
+    a = host((5,), "int8", 1)
+    x = await dev(a)
+    check(await (await (x + 3)).to_host(), a + 3)  # stays int8
+    check(await (await (x * 1.5)).to_host(), a * 1.5)  # float64
+    h = await dev(a.astype("float16"))
+    check(await (await (h + 0.1)).to_host(), a.astype("float16") + 0.1)
+    check(await (await (x + np.int16(2))).to_host(), a + np.int16(2))  # numpy scalar: strong
+    with pytest.raises(ArgumentError, match="x2=300 does not fit in int8"):
+        x + 300
+
+
+async def test_where_clip_and_operators(anyio_backend: str) -> None:
+    a = host((4, 6), "float32", 5)
+    x = await dev(a)
+    check(await (await cuasync.where(x > 0, x, 0.0)).to_host(), np.where(a > 0, a, 0.0))
+    check(await (await cuasync.clip(x, -1.0, 2.0)).to_host(), np.clip(a, -1.0, 2.0))
+    check(await (await (-x)).to_host(), -a)
+    check(await (await (2.0 - x)).to_host(), 2.0 - a)
+    check(await (await (x**2)).to_host(), a**2)
+    check(await (await cuasync.rsqrt(abs(x) + 1)).to_host(), 1 / np.sqrt(np.abs(a) + 1))
+    check(await (await cuasync.sign(x)).to_host(), np.sign(a))
+
+
+async def test_integer_semantics(anyio_backend: str) -> None:
+    a = np.array([-7, 7, -7, 7, 5, -128, 3], np.int8)
+    b = np.array([2, -2, -2, 2, 0, -1, 3], np.int8)
+    x, y = await dev(a), await dev(b)
+    with np.errstate(all="ignore"):
+        check(await (await (x % y)).to_host(), np.remainder(a, b))  # x % 0 is 0
+        check(await (await (-x)).to_host(), -a)
+        check(await (await abs(x)).to_host(), np.abs(a))
+        check(await (await (x * x)).to_host(), a * a)  # wraps
+    big = np.array([2**63, 1, 0], np.uint64)
+    neg = np.array([-1, 1, 1], np.int64)
+    check(await (await (await dev(big) > await dev(neg))).to_host(), big > neg)
+
+
+async def test_out_writes_into_a_view(anyio_backend: str) -> None:
+    a = host((4, 6), "float32", 1)
+    x = await dev(a)
+    buf = await cuasync.zeros((4, 12))
+    view = buf[:, ::2]
+    got = await cuasync.add(x, 1.0, out=view)
+    assert got is view
+    want = np.zeros((4, 12), np.float32)
+    want[:, ::2] = a + 1
+    check(await buf.to_host(), want)
+    await cuasync.multiply(x, 2.0, out=x)  # in place
+    check(await x.to_host(), a * 2)
+
+
+async def test_bad_inputs_raise_before_running(anyio_backend: str) -> None:
+    x = await dev(host((3, 4), "float32"))
+    y = await dev(host((5,), "float32"))
+    with pytest.raises(ShapeError, match="x1 has shape"):
+        cuasync.add(x, y)
+    with pytest.raises(DTypeError, match="subtract"):
+        cuasync.subtract(await dev(host((3,), "bool")), await dev(host((3,), "bool")))
+    with pytest.raises(ShapeError, match="out has shape"):
+        cuasync.add(x, 1.0, out=y)
+    with pytest.raises(DTypeError, match="out has dtype"):
+        cuasync.add(x, 1.0, out=await cuasync.zeros((3, 4), "float64"))
+    with pytest.raises(ArgumentError, match="x2 is a numpy array"):
+        cuasync.add(x, np.ones(3))
+    with pytest.raises(ArgumentError, match="at least one operand"):
+        cuasync.exp(1.0)
+    op = x * 2.0
+    with pytest.raises(ShapeError):
+        op + y  # the failed expression leaves op unconsumed
+    check(await (await op).to_host(), (await x.to_host()) * 2)
+    with pytest.raises(OpConsumedError):
+        op + 1.0
+
+
+async def test_tensorop_identity_hash_and_bool(anyio_backend: str) -> None:
+    x = await dev(host((3,), "float32"))
+    op = x * 2.0
+    assert (op.shape, op.dtype, op.device) == ((3,), np.dtype("float32"), x.device)
+    assert isinstance(op, cuasync.TensorOp) and isinstance(op, cuasync.DeviceOp)
+    assert hash(op) == object.__hash__(op) and hash(x) == object.__hash__(x)
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x == x)
+    await op
+    a = {x * 2.0: 1}  # hashable: usable as a dict key (asyncio.gather does this)
+    for pending in a:
+        check(await (await pending).to_host(), (await x.to_host()) * 2)
+    assert (x == None) is False  # noqa: E711  (not an operand: identity)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x + 1.0).sync(allow_in_loop=True)
+
+
+@pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
+def test_generated_sources_compile() -> None:
+    from cuasync._ops.expr import leaf, op_node
+    from cuasync._ops.tensorop import TensorOp
+
+    x = cuasync.zeros((4, 3), "float16").sync()
+    i = cuasync.zeros((3,), "int64").sync()
+    u = cuasync.zeros((3,), "uint64").sync()
+    exprs = [
+        cuasync.where(x > 0.5, cuasync.exp(x) % 2, cuasync.rsqrt(x) ** 2.0),
+        cuasync.clip(i, -3, 5) ** i + abs(-i) % i - cuasync.sign(i),
+        u < i,
+        cuasync.tanh(cuasync.log1p(x)) + cuasync.expm1(x) / cuasync.sin(x) - cuasync.cos(x),
+    ]
+    for op in exprs:
+        op.sync()
+    assert leaf and op_node and TensorOp  # the modules import
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    data=st.data(),
+    dtype=st.sampled_from(["int32", "float32", "float64", "uint8"]),
+)
+def test_property_broadcast_and_views_vs_numpy(data: Any, dtype: str) -> None:
+    ndim = data.draw(st.integers(0, 3))
+    shape = tuple(data.draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    bshape = tuple(d if data.draw(st.booleans()) else 1 for d in shape)[
+        data.draw(st.integers(0, ndim)) :
+    ]
+    a = host(tuple(d * 2 for d in shape), dtype, 1)[tuple(slice(None, None, 2) for _ in shape)]
+    b = host(bshape, dtype, 2)
+    x = cuasync.from_host(
+        np.array(order="C", object=host(tuple(d * 2 for d in shape), dtype, 1))
+    ).sync()
+    x = x[tuple(slice(None, None, 2) for _ in shape)]  # a strided view
+    y = cuasync.from_host(b).sync()
+    with np.errstate(all="ignore"):
+        want = np.where(a > b, a * b - 1, np.maximum(a, b) + 2)
+    got = cuasync.where(x > y, x * y - 1, cuasync.maximum(x, y) + 2).sync().to_host().sync()
+    check(got, want)
