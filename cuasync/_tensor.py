@@ -15,6 +15,7 @@ import numpy as np
 from ._core.device import Device
 from ._core.memory import Allocation
 from ._dtypes import as_dtype, dtype_name
+from ._ops.operators import TensorOperators
 from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def _unsupported_index(item: Any) -> str:
     return f"{given}: use ints, slices, '...' or None"
 
 
-class Tensor:
+class Tensor(TensorOperators):
     """An n-dimensional array in device memory.
 
     ``strides`` are in elements. Create tensors with :func:`cuasync.from_host`,

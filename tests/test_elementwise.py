@@ -76,7 +76,9 @@ async def test_analytic(fn: str, dtype: str, anyio_backend: str) -> None:
     a = np.abs(host((33,), dtype, 3)) + (1 if dtype == "int16" else 0.5)
     a = a.astype(dtype)
     got = await (await getattr(cuasync, fn)(await dev(a))).to_host()
-    check(got, getattr(np, fn)(a))
+    with np.errstate(over="ignore"):  # exp of large float16 values is inf, as on the device
+        expected = getattr(np, fn)(a)
+    check(got, expected)
 
 
 async def test_fused_expression_is_one_kernel(anyio_backend: str) -> None:
@@ -185,8 +187,6 @@ async def test_tensorop_identity_hash_and_bool(anyio_backend: str) -> None:
 
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_generated_sources_compile() -> None:
-    from cuasync._ops.expr import leaf, op_node
-    from cuasync._ops.tensorop import TensorOp
 
     x = cuasync.zeros((4, 3), "float16").sync()
     i = cuasync.zeros((3,), "int64").sync()
@@ -199,7 +199,6 @@ def test_generated_sources_compile() -> None:
     ]
     for op in exprs:
         op.sync()
-    assert leaf and op_node and TensorOp  # the modules import
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

@@ -20,7 +20,7 @@ from .._dtypes import dtype_name
 from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .expr import Node, leaf, op_node
-from .tensorop import TensorOp, _install_operators
+from .tensorop import TensorOp
 
 __all__ = [
     "abs",
@@ -186,7 +186,3 @@ def clip(x: Any, lo: Any, hi: Any, *, out: Tensor | None = None) -> TensorOp:
     if out is not None:
         _check_out(out, probe, "clip")
     return minimum(maximum(x, lo), hi, out=out)
-
-
-_install_operators(Tensor)
-_install_operators(TensorOp)

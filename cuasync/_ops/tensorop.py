@@ -23,6 +23,7 @@ from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor
 from .codegen import kernel_for, make_plan, scalar_arg
 from .expr import Node
+from .operators import TensorOperators
 
 __all__ = ["TensorOp"]
 
@@ -103,7 +104,7 @@ def _scalar_specs(plan: Any) -> list[str]:
     return [found[k] for k in sorted(found)]
 
 
-class TensorOp(DeviceOp[Tensor]):
+class TensorOp(TensorOperators, DeviceOp[Tensor]):
     """A :class:`DeviceOp` producing a tensor whose ``shape``, ``dtype`` and ``device``
     are known when the op is built; operators on it build bigger (fused) expressions.
 
@@ -159,40 +160,3 @@ class TensorOp(DeviceOp[Tensor]):
         )
 
     __hash__ = DeviceOp.__hash__  # identity: TensorOps key dicts (asyncio.gather, ...)
-
-
-def _install_operators(cls: type) -> None:
-    """``+ - * / % **``, unary ``-``, ``abs()`` and comparisons on ``cls``, as TensorOps."""
-    from . import elementwise as ew
-
-    def binary(fn: Any, reflected: bool) -> Any:
-        def method(self: Any, other: Any) -> Any:
-            if not ew.is_operand(other):
-                return NotImplemented
-            return fn(other, self) if reflected else fn(self, other)
-
-        return method
-
-    for name, fn in (
-        ("add", ew.add),
-        ("sub", ew.subtract),
-        ("mul", ew.multiply),
-        ("truediv", ew.divide),
-        ("mod", ew.remainder),
-        ("pow", ew.power),
-    ):
-        setattr(cls, f"__{name}__", binary(fn, False))
-        setattr(cls, f"__r{name}__", binary(fn, True))
-    for name, fn in (
-        ("eq", ew.equal),
-        ("ne", ew.not_equal),
-        ("lt", ew.less),
-        ("le", ew.less_equal),
-        ("gt", ew.greater),
-        ("ge", ew.greater_equal),
-    ):
-        setattr(cls, f"__{name}__", binary(fn, False))
-    setattr(cls, "__neg__", lambda self: ew.negative(self))  # noqa: B010
-    setattr(cls, "__abs__", lambda self: ew.abs(self))  # noqa: B010
-    setattr(cls, "__array_ufunc__", None)  # noqa: B010  (numpy defers to these)
-    setattr(cls, "__hash__", object.__hash__)  # noqa: B010
