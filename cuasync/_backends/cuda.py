@@ -213,7 +213,7 @@ def _run_host_fn(data: int | None) -> None:
     try:
         fn()
     except BaseException as exc:  # never let anything unwind into the driver
-        report_unraisable(exc, fn, "Exception ignored in cuasync host function")
+        report_unraisable(exc, fn, "Exception ignored in cuasync host function", "cuasync.host")
 
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

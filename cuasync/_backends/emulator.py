@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import ctypes
 import itertools
-import sys
 import threading
 import time
 import traceback
@@ -44,7 +43,7 @@ import numpy as np
 
 from .. import _config, _nvrtc
 from .._curesult import Code
-from .._exceptions import fresh
+from .._exceptions import fresh, report_unraisable
 from ..errors import (
     DeviceError,
     DeviceFaultError,
@@ -667,9 +666,10 @@ class EmulatorBackend(Backend):
             _host_function.active = True
             try:
                 fn()
-            except Exception:
-                print("cuasync: a host function raised; ignored:", file=sys.stderr)
-                traceback.print_exc()
+            except BaseException as exc:  # as on a driver thread: nothing unwinds further
+                report_unraisable(
+                    exc, fn, "Exception ignored in cuasync host function", "cuasync.host"
+                )
             finally:
                 _host_function.active = False
 

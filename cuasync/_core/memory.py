@@ -10,8 +10,8 @@ when the last reference to the allocation goes away.
 
 from __future__ import annotations
 
+import logging
 import sys
-import warnings
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
@@ -21,20 +21,25 @@ from ..errors import ArgumentError
 if TYPE_CHECKING:
     from .device import Device, Stream
 
-_leak_warned = False
+log = logging.getLogger("cuasync.memory")
+_leak_logged = False
 
 
 def warn_leak(device: Device, what: str) -> None:
-    """Warn, once per process, that memory of a faulted device is leaked on purpose."""
-    global _leak_warned
-    if _leak_warned:
+    """Log, once per process, that memory of a faulted device is leaked on purpose.
+
+    A log record, not a warning: the application can do nothing about it.
+    """
+    global _leak_logged
+    if _leak_logged:
         return
-    _leak_warned = True
-    warnings.warn(
-        f"device {device.ordinal} has faulted ({device.fault}); {what} are leaked rather than "
-        "freed, since the faulted context may still reference them",
-        RuntimeWarning,
-        stacklevel=3,
+    _leak_logged = True
+    log.warning(
+        "device %d has faulted (%s); %s are leaked rather than freed, since the faulted "
+        "context may still reference them (logged once)",
+        device.ordinal,
+        device.fault,
+        what,
     )
 
 
