@@ -57,10 +57,13 @@ class Allocation:
         if device._utility is None:
             device._utility_stream()  # now, not in __del__: creating a stream may start a thread
         self.device = device
-        self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
+        try:
+            self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        except BaseException:
+            device._discharge(nbytes)
+            raise
         self.nbytes = nbytes  # only once allocated: __del__ of a failed one subtracts nothing
-        with device._lock:
-            device._used += nbytes
         # The allocation itself is ordered on ``stream``: count it as a write there.
         self._write: tuple[Stream, int] | None = (stream, stream._submitted)
         self._reads: dict[Stream, int] = {}
@@ -101,8 +104,7 @@ class Allocation:
         except AttributeError:
             return
         try:
-            with device._lock:
-                device._used -= nbytes
+            device._discharge(nbytes)
             if device.fault is not None:
                 warn_leak(device, "its allocations")
                 return
