@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,8 @@ from ._params import ParamBlock
 from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel
 
 __all__ = ["CudaBackend", "probe"]
+
+_memory_log = logging.getLogger("cuasync.memory")
 
 #: ``cuda.bindings.driver`` once :func:`_load_driver` has imported it.
 _d: Any = None
@@ -706,6 +709,7 @@ class CudaBackend(Backend):
         pool = self._pools.get(ordinal)
         if pool is not None:
             _d.cuMemPoolTrimTo(pool, 0)
+            _memory_log.debug("device %d: an allocation failed; trimmed its pool", ordinal)
 
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         ordinal = self._streams.get(stream)
