@@ -32,6 +32,7 @@ from ._core.completion import stats as stats
 from ._core.device import Device as Device
 from ._core.device import Event as Event
 from ._core.device import MemoryInfo as MemoryInfo
+from ._core.device import MemoryStats as MemoryStats
 from ._core.device import Stream as Stream
 from ._core.device import device_count as device_count
 from ._core.device import get_default_device as get_default_device
@@ -136,6 +137,7 @@ __all__ = [
     "GraphScope",
     "Kernel",
     "MemoryInfo",
+    "MemoryStats",
     "Module",
     "Partition",
     "PendingTransfer",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import traceback
 
 from .errors import DeviceFaultError
 
@@ -46,10 +45,13 @@ class _Unraisable:
         self.object = obj
 
 
-def report_unraisable(exc: BaseException, obj: object, msg: str) -> None:
-    """Hand ``exc`` to ``sys.unraisablehook`` (pytest's, an application's), else print it.
+def report_unraisable(exc: BaseException, obj: object, msg: str, logger: str = "cuasync") -> None:
+    """Hand ``exc`` to a custom ``sys.unraisablehook`` (pytest's, an application's), else
+    log it at ERROR, with the traceback, to ``logger`` (a ``cuasync.*`` logger).
 
     Never raises: it is called where nothing may propagate.
+
+    >>> report_unraisable(exc, fn, "Exception ignored in cuasync host function", "cuasync.host")
     """
     try:
         hook = sys.unraisablehook
@@ -61,8 +63,9 @@ def report_unraisable(exc: BaseException, obj: object, msg: str) -> None:
     except BaseException:
         pass
     try:
-        print(f"{msg}: {obj!r}", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
+        logging.getLogger(logger).error(
+            "%s: %r", msg, obj, exc_info=(type(exc), exc, exc.__traceback__)
+        )
     except BaseException:
         pass
 

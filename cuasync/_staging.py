@@ -14,6 +14,7 @@ The process's :func:`staging_pool` serves ``from_host``/``to_host`` staging and
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from typing import Any, NamedTuple
 
@@ -21,6 +22,8 @@ import numpy as np
 
 from ._backends import get_backend
 from ._exceptions import report_once
+
+log = logging.getLogger("cuasync.staging")
 
 _MIN_CLASS = 12  # 4 KiB
 #: Blocks below 64 KiB are carved out of 1 MiB chunks: each page-locked allocation has a
@@ -177,6 +180,8 @@ class StagingPool:
         backend = get_backend()
         for address in release:
             backend.host_free(address)
+        if freed:
+            log.debug("trimmed %d B of idle pinned staging memory", freed)
         return freed
 
 

@@ -170,31 +170,41 @@ async def test_dropping_the_last_reference_while_in_flight_is_safe(anyio_backend
     assert cuasync.Device(0).fault is None
 
 
-def test_faulted_outputs_are_leaked_with_one_warning() -> None:
+def test_faulted_outputs_are_leaked_with_one_log_record() -> None:
     # A fault is sticky for the process: a fresh interpreter on this suite's backend.
     code = textwrap.dedent(
         """
-        import asyncio, gc, warnings, numpy as np, cuasync, cuasync.testing as ct
-        warnings.simplefilter("always")
+        import asyncio, gc, logging, numpy as np, cuasync, cuasync.testing as ct
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("cuasync").addHandler(Keep())
+        logging.getLogger("cuasync").setLevel(logging.INFO)
         async def main():
             with ct.gate():  # the work waits on the policy's streams when the device faults
                 futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.dup()).submit() for _ in range(5)]
                 trap = ct.trap(stream=cuasync.Device(0).new_stream()).submit()
                 res = await asyncio.gather(trap, *futs, return_exceptions=True)
             print(sorted({type(r).__name__ for r in res}))
-        with warnings.catch_warnings(record=True) as caught:
-            asyncio.run(main())
-            gc.collect()
-        msgs = [str(w.message) for w in caught if "leaked" in str(w.message)]
-        print(len(msgs))
+        asyncio.run(main())
+        gc.collect()
+        leaks = [r for r in records if "leaked" in r.getMessage()]
+        print(len(leaks), leaks[0].name, leaks[0].levelname)
+        faults = [r for r in records if "faulted; failing" in r.getMessage()]
+        print(len(faults), faults[0].name)
         """
     )
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.split()
-    assert lines == ["['DeviceFaultError']", "1"], r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == [
+        "['DeviceFaultError']",
+        "1 cuasync.memory WARNING",
+        "1 cuasync.completion",
+    ], r.stdout + r.stderr
 
 
 def test_stress_random_cancellations_and_timeouts(caplog) -> None:

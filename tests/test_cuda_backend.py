@@ -321,6 +321,23 @@ def test_alloc_out_of_memory(backend: cuda.CudaBackend, stream: int) -> None:
     assert backend.device_fault(0) is None
 
 
+def test_mem_info_pool_usage_and_trim(backend: cuda.CudaBackend, stream: int) -> None:
+    free, total = backend.mem_get_info(0)
+    assert 0 < free <= total
+    nbytes = 64 << 20
+    ptr = backend.mem_alloc_async(nbytes, stream)
+    backend.stream_synchronize(stream)
+    reserved, used = backend.mem_pool_usage(0)
+    assert used >= nbytes and reserved >= used
+    backend.mem_free_async(ptr, stream)
+    backend.stream_synchronize(stream)
+    reserved_idle, used_after = backend.mem_pool_usage(0)
+    assert used_after <= used - nbytes and reserved_idle >= reserved - (1 << 21)
+    backend.mem_pool_trim(0, 0)
+    trimmed, _ = backend.mem_pool_usage(0)
+    assert trimmed <= reserved_idle - nbytes
+
+
 def test_host_device_pointer(backend: cuda.CudaBackend, pinned: Any) -> None:
     block = pinned(256)
     dptr = backend.host_device_pointer(block.ptr)

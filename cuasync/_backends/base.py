@@ -222,6 +222,20 @@ class Backend(ABC):
     def mem_free_async(self, ptr: int, stream: int) -> None: ...
 
     @abstractmethod
+    def mem_get_info(self, ordinal: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of the device as the driver sees it (``cuMemGetInfo``)."""
+
+    @abstractmethod
+    def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
+        """``(reserved, used)`` bytes of the device's default memory pool: what the pool
+        holds from the device, and what of it live allocations use."""
+
+    @abstractmethod
+    def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
+        """Release the pool's idle memory until it reserves at most ``keep_bytes``
+        (``cuMemPoolTrimTo``); memory in use is never released."""
+
+    @abstractmethod
     def host_alloc(self, nbytes: int) -> int:
         """Page-locked, device-mapped, portable host memory; returns its address."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,8 @@ from ._params import ParamBlock
 from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel
 
 __all__ = ["CudaBackend", "probe"]
+
+_memory_log = logging.getLogger("cuasync.memory")
 
 #: ``cuda.bindings.driver`` once :func:`_load_driver` has imported it.
 _d: Any = None
@@ -73,6 +76,8 @@ _ATTR_CC_MAJOR: Any = None
 _ATTR_CC_MINOR: Any = None
 _ATTR_STREAM_MEM_OPS: Any = None
 _POOL_RELEASE_THRESHOLD: Any = None
+_POOL_RESERVED_CURRENT: Any = None
+_POOL_USED_CURRENT: Any = None
 _CAPTURE_MODES: tuple[Any, ...] = ()
 _CAPTURE_STATUS_NONE = 0  # CU_STREAM_CAPTURE_STATUS_NONE
 _PROC_ADDRESS_DEFAULT = 0  # CU_GET_PROC_ADDRESS_DEFAULT
@@ -84,7 +89,7 @@ _load_lock = threading.Lock()
 def _load_driver() -> Any:
     """Import ``cuda.bindings.driver`` and cache the enum members the backend uses."""
     global _d, _ATTR_CC_MAJOR, _ATTR_CC_MINOR, _ATTR_STREAM_MEM_OPS
-    global _POOL_RELEASE_THRESHOLD, _CAPTURE_MODES
+    global _POOL_RELEASE_THRESHOLD, _POOL_RESERVED_CURRENT, _POOL_USED_CURRENT, _CAPTURE_MODES
     if _d is not None:
         return _d
     with _load_lock:
@@ -101,7 +106,10 @@ def _load_driver() -> Any:
             "CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1",
             getattr(attr, "CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS", None),
         )
-        _POOL_RELEASE_THRESHOLD = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        pool_attr = driver.CUmemPool_attribute
+        _POOL_RELEASE_THRESHOLD = pool_attr.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        _POOL_RESERVED_CURRENT = pool_attr.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+        _POOL_USED_CURRENT = pool_attr.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
         mode = driver.CUstreamCaptureMode
         _CAPTURE_MODES = (
             mode.CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -213,7 +221,7 @@ def _run_host_fn(data: int | None) -> None:
     try:
         fn()
     except BaseException as exc:  # never let anything unwind into the driver
-        report_unraisable(exc, fn, "Exception ignored in cuasync host function")
+        report_unraisable(exc, fn, "Exception ignored in cuasync host function", "cuasync.host")
 
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -701,6 +709,7 @@ class CudaBackend(Backend):
         pool = self._pools.get(ordinal)
         if pool is not None:
             _d.cuMemPoolTrimTo(pool, 0)
+            _memory_log.debug("device %d: an allocation failed; trimmed its pool", ordinal)
 
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         ordinal = self._streams.get(stream)
@@ -719,6 +728,33 @@ class CudaBackend(Backend):
             if res[0]:
                 res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
         return int(res[1])
+
+    def mem_get_info(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        self._switch(ordinal)  # cuMemGetInfo answers for the current context's device
+        err, free, total = _d.cuMemGetInfo()
+        self._check(err, "cuMemGetInfo", ordinal)
+        return int(free), int(total)
+
+    def _default_pool(self, ordinal: int) -> Any:
+        pool = self._pools.get(ordinal)
+        if pool is None:
+            err, pool = _d.cuDeviceGetDefaultMemPool(self._device(ordinal))
+            self._check(err, "cuDeviceGetDefaultMemPool", ordinal)
+        return pool
+
+    def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
+        pool = self._default_pool(ordinal)
+        values = []
+        for attribute in (_POOL_RESERVED_CURRENT, _POOL_USED_CURRENT):
+            err, value = _d.cuMemPoolGetAttribute(pool, attribute)
+            self._check(err, "cuMemPoolGetAttribute", ordinal)
+            values.append(int(value))
+        return values[0], values[1]
+
+    def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
+        (err,) = _d.cuMemPoolTrimTo(self._default_pool(ordinal), keep_bytes)
+        self._check(err, "cuMemPoolTrimTo", ordinal)
 
     def pointer_device(self, ptr: int) -> int:
         attribute = _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL

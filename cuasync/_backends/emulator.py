@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import ctypes
 import itertools
-import sys
 import threading
 import time
 import traceback
@@ -44,7 +43,7 @@ import numpy as np
 
 from .. import _config, _nvrtc
 from .._curesult import Code
-from .._exceptions import fresh
+from .._exceptions import fresh, report_unraisable
 from ..errors import (
     DeviceError,
     DeviceFaultError,
@@ -80,6 +79,9 @@ class _Device:
     total_memory: int
     fault: DeviceFaultError | None = None
     used: int = 0
+    #: What the modelled default pool holds from the device: it grows with ``used`` and
+    #: keeps freed memory (cuasync sets the release threshold to its maximum) until trimmed.
+    reserved: int = 0
     next_address: int = 0
     bases: list[int] = field(default_factory=list)
     buffers: dict[int, np.ndarray] = field(default_factory=dict)
@@ -535,6 +537,7 @@ class EmulatorBackend(Backend):
             except MemoryError:  # the host ran out first: the same error a device gives
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
+            device.reserved = max(device.reserved, device.used)
             ptr = device.next_address
             device.next_address += size + _ALIGN  # a gap so overruns are illegal accesses
             device.buffers[ptr] = buffer
@@ -553,6 +556,21 @@ class EmulatorBackend(Backend):
                 device.used -= buffer.nbytes
 
         self._enqueue(stream, free)
+
+    def mem_get_info(self, ordinal: int) -> tuple[int, int]:
+        device = self._device(ordinal)
+        with device.lock:
+            return device.total_memory - device.reserved, device.total_memory
+
+    def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
+        device = self._device(ordinal)
+        with device.lock:
+            return device.reserved, device.used
+
+    def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
+        device = self._device(ordinal)
+        with device.lock:
+            device.reserved = max(device.used, min(device.reserved, keep_bytes))
 
     def host_alloc(self, nbytes: int) -> int:
         try:
@@ -667,9 +685,10 @@ class EmulatorBackend(Backend):
             _host_function.active = True
             try:
                 fn()
-            except Exception:
-                print("cuasync: a host function raised; ignored:", file=sys.stderr)
-                traceback.print_exc()
+            except BaseException as exc:  # as on a driver thread: nothing unwinds further
+                report_unraisable(
+                    exc, fn, "Exception ignored in cuasync host function", "cuasync.host"
+                )
             finally:
                 _host_function.active = False
 

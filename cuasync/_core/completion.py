@@ -312,6 +312,8 @@ class Hub:
         self._memops: dict[int, bool] = {}
         self._last_probe: dict[int, float] = {}
         self._probe_interval = CONFIG.stale_us / 1e6
+        self._exhaustion_logged = False
+        self._faults_logged: set[int] = set()
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = BackgroundWatcher(self)
         if self.reactor is not None:
@@ -338,6 +340,14 @@ class Hub:
                         self.stats.slots_armed += 1
                 if slot < 0:
                     self.stats.fallbacks += 1
+                    if not self._exhaustion_logged:
+                        self._exhaustion_logged = True
+                        log.warning(
+                            "all %d completion slots are in use; further awaits complete "
+                            "through host callbacks until slots free up (logged once; raise "
+                            "CUASYNC_SLOTS, cuasync.stats().fallbacks counts them)",
+                            self.nslots,
+                        )
         if slot < 0:
             self._attach_callback(comp)
             return comp
@@ -626,6 +636,7 @@ class Hub:
             return
         self._last_probe[ordinal] = now
         self.stats.stale_probes += 1
+        log.debug("probing %r of a completion with no progress for a fault", stream)
         try:
             idle = self.backend.stream_query(stream.handle)
         except DeviceFaultError as exc:
@@ -646,6 +657,14 @@ class Hub:
             victims += [c for c in self.callback_pending if c.device is device]
         if victims:
             self.stats.faults += 1
+        if device.ordinal not in self._faults_logged:
+            self._faults_logged.add(device.ordinal)
+            log.warning(
+                "device %d faulted; failing its %d pending completions: %s",
+                device.ordinal,
+                len(victims),
+                error,
+            )
         for comp in victims:
             if comp.slot >= 0 and self.reactor is not None:
                 self.reactor.disarm(comp.slot)
@@ -770,6 +789,7 @@ def _warn_no_native() -> None:
     if _native_warned:
         return
     _native_warned = True
+    log.info("native module not built: completions go through driver host callbacks")
     warnings.warn(
         "cuasync's native module (cuasync._reactor) is not built, so every await completes "
         "through a driver host callback, about 5x slower. Reinstall with a C compiler "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import weakref
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
-from ..errors import ArgumentError, InvalidDeviceError
+from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from .context import LOCK, submitting
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ __all__ = [
     "Device",
     "Event",
     "MemoryInfo",
+    "MemoryStats",
     "Stream",
     "device_count",
     "get_default_device",
@@ -29,11 +31,44 @@ __all__ = [
 ]
 
 
+_memory_log = logging.getLogger("cuasync.memory")
+
+
+def _check_nbytes(nbytes: object, argument: str) -> int:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ArgumentError(f"{argument} must be an int >= 0 (bytes), got {nbytes!r}")
+    return nbytes
+
+
 class MemoryInfo(NamedTuple):
     """``used``: bytes of cuasync's live device allocations; ``total``: the device's memory."""
 
     used: int
     total: int
+
+
+class MemoryStats(NamedTuple):
+    """One look at a device's memory, from :meth:`Device.memory_stats` (bytes throughout).
+
+    ``driver_free``/``driver_total``: the device as the driver sees it (all processes);
+    ``pool_reserved``/``pool_used``: what the default memory pool holds from the device,
+    and what of it live allocations use (this process); ``live_bytes``: cuasync's live
+    allocations (as ``memory_info().used``), ``peak_live_bytes`` their high-watermark
+    since the last :meth:`Device.reset_peak_memory`, ``live_allocations`` their count;
+    ``limit``: the cap set with :meth:`Device.set_memory_limit`, or None.
+
+    >>> s = cuasync.Device(0).memory_stats()
+    >>> s.pool_reserved - s.pool_used   # idle memory that trim_pool() would give back
+    """
+
+    driver_free: int
+    driver_total: int
+    pool_reserved: int
+    pool_used: int
+    live_bytes: int
+    peak_live_bytes: int
+    live_allocations: int
+    limit: int | None
 
 
 def device_count() -> int:
@@ -74,6 +109,9 @@ class Device:
 
     ordinal: int
     _used: int
+    _peak: int
+    _count: int
+    _limit: int | None
     _policy: SchedulingPolicy | None
     _lock: threading.RLock
     _name: str | None
@@ -91,6 +129,9 @@ class Device:
                 device = super().__new__(cls)
                 device.ordinal = ordinal
                 device._used = 0
+                device._peak = 0
+                device._count = 0
+                device._limit = None
                 device._policy = None
                 # Reentrant: a finalizer (Allocation.__del__) may run inside a section.
                 device._lock = threading.RLock()
@@ -142,6 +183,77 @@ class Device:
 
     def memory_info(self) -> MemoryInfo:
         return MemoryInfo(self._used, get_backend().device_total_memory(self.ordinal))
+
+    def memory_stats(self) -> MemoryStats:
+        """The driver's, the pool's and cuasync's view of this device's memory.
+
+        >>> s = cuasync.Device(0).memory_stats()
+        >>> s.live_bytes, s.peak_live_bytes, s.driver_free
+        """
+        backend = get_backend()
+        free, total = backend.mem_get_info(self.ordinal)
+        reserved, used = backend.mem_pool_usage(self.ordinal)
+        with self._lock:
+            live, peak, count, limit = self._used, self._peak, self._count, self._limit
+        return MemoryStats(free, total, reserved, used, live, peak, count, limit)
+
+    def reset_peak_memory(self) -> None:
+        """Restart ``memory_stats().peak_live_bytes`` from the current live bytes."""
+        with self._lock:
+            self._peak = self._used
+
+    def trim_pool(self, keep_bytes: int = 0) -> int:
+        """Give idle memory of the device's pool back to the device, keeping at most
+        ``keep_bytes`` reserved (``cuMemPoolTrimTo``); returns the bytes released.
+
+        cuasync's pool keeps freed memory for reuse; a service sharing a GPU can trim
+        it when idle. Memory in use (or freed by work still pending) stays.
+
+        >>> cuasync.Device(0).trim_pool()
+        """
+        keep = _check_nbytes(keep_bytes, "keep_bytes")
+        backend = get_backend()
+        before = backend.mem_pool_usage(self.ordinal)[0]
+        backend.mem_pool_trim(self.ordinal, keep)
+        released = max(0, before - backend.mem_pool_usage(self.ordinal)[0])
+        if released:
+            _memory_log.debug("device %d: trimmed %d B of its pool", self.ordinal, released)
+        return released
+
+    def set_memory_limit(self, nbytes: int | None) -> None:
+        """Cap cuasync's live bytes on this device; None removes the cap.
+
+        An allocation that would take ``memory_stats().live_bytes`` past it raises
+        :class:`~cuasync.errors.OutOfMemoryError` before the driver is asked, so
+        services sharing a GPU can each keep to a budget. Allocations made earlier
+        are not affected.
+
+        >>> cuasync.Device(0).set_memory_limit(8 << 30)   # 8 GiB for this process
+        """
+        limit = None if nbytes is None else _check_nbytes(nbytes, "nbytes")
+        with self._lock:
+            self._limit = limit
+
+    def _charge(self, nbytes: int) -> None:
+        """Count an allocation of ``nbytes`` about to be made; raise past the limit."""
+        with self._lock:
+            used = self._used + nbytes
+            if self._limit is not None and used > self._limit:
+                raise OutOfMemoryError(
+                    nbytes,
+                    f"device {self.ordinal} memory with {self._used} B live and a limit of "
+                    f"{self._limit} B (Device.set_memory_limit)",
+                )
+            self._used = used
+            self._count += 1
+            if used > self._peak:
+                self._peak = used
+
+    def _discharge(self, nbytes: int) -> None:
+        """Count an allocation of ``nbytes`` as gone (freed, failed or leaked)."""
+        with self._lock:
+            self._used -= nbytes
+            self._count -= 1
 
     @property
     def fault(self) -> BaseException | None:

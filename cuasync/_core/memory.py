@@ -10,8 +10,8 @@ when the last reference to the allocation goes away.
 
 from __future__ import annotations
 
+import logging
 import sys
-import warnings
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
@@ -21,20 +21,25 @@ from ..errors import ArgumentError
 if TYPE_CHECKING:
     from .device import Device, Stream
 
-_leak_warned = False
+log = logging.getLogger("cuasync.memory")
+_leak_logged = False
 
 
 def warn_leak(device: Device, what: str) -> None:
-    """Warn, once per process, that memory of a faulted device is leaked on purpose."""
-    global _leak_warned
-    if _leak_warned:
+    """Log, once per process, that memory of a faulted device is leaked on purpose.
+
+    A log record, not a warning: the application can do nothing about it.
+    """
+    global _leak_logged
+    if _leak_logged:
         return
-    _leak_warned = True
-    warnings.warn(
-        f"device {device.ordinal} has faulted ({device.fault}); {what} are leaked rather than "
-        "freed, since the faulted context may still reference them",
-        RuntimeWarning,
-        stacklevel=3,
+    _leak_logged = True
+    log.warning(
+        "device %d has faulted (%s); %s are leaked rather than freed, since the faulted "
+        "context may still reference them (logged once)",
+        device.ordinal,
+        device.fault,
+        what,
     )
 
 
@@ -52,10 +57,13 @@ class Allocation:
         if device._utility is None:
             device._utility_stream()  # now, not in __del__: creating a stream may start a thread
         self.device = device
-        self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
+        try:
+            self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+        except BaseException:
+            device._discharge(nbytes)
+            raise
         self.nbytes = nbytes  # only once allocated: __del__ of a failed one subtracts nothing
-        with device._lock:
-            device._used += nbytes
         # The allocation itself is ordered on ``stream``: count it as a write there.
         self._write: tuple[Stream, int] | None = (stream, stream._submitted)
         self._reads: dict[Stream, int] = {}
@@ -96,8 +104,7 @@ class Allocation:
         except AttributeError:
             return
         try:
-            with device._lock:
-                device._used -= nbytes
+            device._discharge(nbytes)
             if device.fault is not None:
                 warn_leak(device, "its allocations")
                 return

@@ -433,7 +433,10 @@ class DeviceFuture(Generic[T]):
                 get_hub().watch_in_background(comp)
             except Exception as exc:
                 report_unraisable(
-                    exc, self, f"Exception ignored in {type(self).__name__} finalizer"
+                    exc,
+                    self,
+                    f"Exception ignored in {type(self).__name__} finalizer",
+                    "cuasync.completion",
                 )
 
     def __repr__(self) -> str:
