@@ -99,4 +99,4 @@ def test_memory_limit_refuses_before_the_driver(dev) -> None:
 @pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
 def test_memory_limit_checks_its_argument(dev, bad: object) -> None:
     with pytest.raises(ArgumentError, match="nbytes"):
-        dev.set_memory_limit(bad)  # type: ignore[arg-type]
+        dev.set_memory_limit(bad)
