@@ -65,6 +65,8 @@ async def zip_and_combinators(x: Tensor) -> None:
     assert_type(cuasync.zip(v, v, v, v, v, v, v).unzip(), tuple[DeviceOp[Any], ...])
 
     assert_type(cuasync.value(2).map(str), DeviceOp[str])
+    assert_type(cuasync.shared(x.dup()), SharedOp[Tensor])
+    assert_type(cuasync.shared(3), SharedOp[int])
     assert_type(x.to_host().map(lambda arr: arr.shape), DeviceOp[tuple[Any, ...]])
     assert_type(cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 1.0)), DeviceOp[Tensor])
     assert_type(cuasync.zeros((4,)).inspect(print), DeviceOp[Tensor])
