@@ -20,6 +20,7 @@ from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, Unsupported
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
+    from ._ops.tensorop import TensorOp
 
 __all__ = ["Partition", "Tensor", "check_shape", "is_size"]
 
@@ -72,6 +73,28 @@ def check_shape(shape: Any, argument: str = "shape") -> Shape:
         if d < 0:
             raise ShapeError(f"{argument}={dims}: dimensions must be >= 0, got {d}")
     return dims
+
+
+def resolve_shape(size: int, shape: Any) -> Shape:
+    """``shape`` for ``size`` elements, its one -1 inferred; ``ShapeError`` if it cannot be."""
+    dims = [int(d) for d in _dimensions(shape, "shape")]
+    if any(d < -1 for d in dims) or dims.count(-1) > 1:
+        raise ShapeError(
+            f"shape={tuple(dims)}: dimensions must be >= 0, and one of them may be -1 "
+            "(inferred from the element count)"
+        )
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"shape={tuple(dims)} cannot hold the tensor's {size} elements")
+        dims[dims.index(-1)] = size // known
+    new = check_shape(dims)
+    if math.prod(new) != size:
+        raise ShapeError(
+            f"shape={new} holds {math.prod(new)} elements but the tensor has {size}; "
+            "the element count must stay the same"
+        )
+    return new
 
 
 def contiguous_strides(shape: Shape) -> Shape:
@@ -218,26 +241,7 @@ class Tensor(TensorOperators):
 
     # -- views -----------------------------------------------------------------------------
     def _resolve_shape(self, shape: Any) -> Shape:
-        dims = [int(d) for d in _dimensions(shape, "shape")]
-        if any(d < -1 for d in dims) or dims.count(-1) > 1:
-            raise ShapeError(
-                f"shape={tuple(dims)}: dimensions must be >= 0, and one of them may be -1 "
-                "(inferred from the element count)"
-            )
-        if -1 in dims:
-            known = math.prod(d for d in dims if d != -1)
-            if known == 0 or self.size % known:
-                raise ShapeError(
-                    f"shape={tuple(dims)} cannot hold the tensor's {self.size} elements"
-                )
-            dims[dims.index(-1)] = self.size // known
-        new = check_shape(dims)
-        if math.prod(new) != self.size:
-            raise ShapeError(
-                f"shape={new} holds {math.prod(new)} elements but the tensor has {self.size}; "
-                "the element count must stay the same"
-            )
-        return new
+        return resolve_shape(self.size, shape)
 
     def reshape(self, shape: Any) -> Tensor:
         """The same elements in another shape, zero-copy (contiguous tensors only; -1 infers)."""
@@ -398,7 +402,7 @@ class Tensor(TensorOperators):
 
         return to_host(self)
 
-    def dup(self) -> DeviceOp[Tensor]:
+    def dup(self) -> TensorOp:
         """An op producing a contiguous copy of the tensor on the same device."""
         from ._copies import dup
 

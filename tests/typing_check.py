@@ -20,6 +20,7 @@ from cuasync import (
     PinnedHostBuffer,
     SharedOp,
     Tensor,
+    TensorOp,
 )
 
 Array = np.ndarray
@@ -28,7 +29,11 @@ Array = np.ndarray
 async def creation_and_copies(host: Array) -> None:
     x = await cuasync.from_host(host)
     assert_type(x, Tensor)
-    assert_type(cuasync.zeros((4,)), DeviceOp[Tensor])
+    assert_type(cuasync.zeros((4,)), TensorOp)
+    assert_type(cuasync.arange(8).reshape((2, -1)), TensorOp)
+    assert_type(cuasync.arange(8).reshape((2, -1)).to_host(), DeviceOp[Array])
+    assert_type(await cuasync.from_host(host).reshape(-1), Tensor)
+    assert_type(x.dup(), TensorOp)
     assert_type(x.to_host(), DeviceOp[Array])
     assert_type(await cuasync.to_host(x), Array)
     assert_type(await cuasync.memcpy(x, x), Tensor)
