@@ -59,10 +59,35 @@ _LAUNCHER_CACHE_SIZE = 256
 
 
 class DevicePointer(int):
-    """A raw device address passed to a pointer parameter (cuasync does not track it)."""
+    """A device address passed to a kernel's pointer parameter; it never owns memory.
+
+    ``DevicePointer(address)`` is a raw address cuasync does not track. The pointer of
+    :meth:`Tensor.device_pointer` is typed and tracked: ``dtype`` is checked against the
+    parameter's pointee, and a launch taking it is ordered after the tensor's other work
+    (a write for a non-const parameter) and keeps ``tensor`` alive until the kernel ran.
+
+    >>> p = x.device_pointer()            # DevicePointer(0x7f...), p.dtype float32
+    >>> await k[grid, block](1.0, p, y, n)
+    """
+
+    dtype: np.dtype[Any] | None
+    tensor: Tensor | None
+
+    def __new__(cls, address: int, dtype: Any = None) -> DevicePointer:
+        self = super().__new__(cls, address)
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.tensor = None
+        return self
+
+    @classmethod
+    def _of(cls, tensor: Tensor) -> DevicePointer:
+        p = cls(tensor.ptr, tensor.dtype)
+        p.tensor = tensor
+        return p
 
     def __repr__(self) -> str:
-        return f"DevicePointer({int(self):#x})"
+        typed = "" if self.dtype is None else f", {dtype_name(self.dtype)}"
+        return f"DevicePointer({int(self):#x}{typed})"
 
 
 @dataclass(frozen=True)
@@ -352,7 +377,16 @@ class _Launchable(Generic[R]):
                         raise LaunchError(
                             f"{self._where(param)}: {arg!r} is not a 64-bit device address"
                         )
-                    converted.append(arg)
+                    typed = getattr(arg, "dtype", None)
+                    if typed is not None and param.dtype is not None and typed != param.dtype:
+                        raise LaunchError(
+                            f"{self._where(param)} expects {dtype_name(param.dtype)} data, got "
+                            f"a pointer to {dtype_name(typed)}"
+                        )
+                    owner = getattr(arg, "tensor", None)
+                    if owner is not None:  # ordered and kept alive like the tensor itself
+                        tensors.append((owner, param))
+                    converted.append(int(arg))
                 else:
                     raise LaunchError(
                         f"{self._where(param)} expects a tensor, view or partition (or a "

@@ -20,6 +20,7 @@ from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, Unsupported
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
+    from ._kernel import DevicePointer
     from ._ops.tensorop import TensorOp
 
 __all__ = ["Partition", "Tensor", "check_shape", "is_size"]
@@ -394,6 +395,18 @@ class Tensor(TensorOperators):
         >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
         """
         return Partition(self, tile_shape)
+
+    def device_pointer(self) -> DevicePointer:
+        """A typed, non-owning :class:`~cuasync.lowlevel.DevicePointer` to the first element.
+
+        A launch taking it checks the dtype, is ordered like one taking the tensor, and
+        keeps the tensor alive until the kernel has run; the pointer never frees memory.
+
+        >>> await k[grid, block](x.device_pointer(), n)
+        """
+        from ._kernel import DevicePointer
+
+        return DevicePointer._of(self)
 
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:

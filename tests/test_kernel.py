@@ -860,3 +860,34 @@ def test_kernels_never_load_another_users_entry(cache: Path, monkeypatch) -> Non
     with pytest.warns(RuntimeWarning, match="owned by uid"):
         image, _ = k.compile_image("sm_90")
     assert image[:4] == b"\x7fELF" and b"planted" not in image
+
+
+def test_tensor_device_pointer_is_typed_and_keeps_the_tensor() -> None:
+    x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+    p = x.device_pointer()
+    assert isinstance(p, cuasync.lowlevel.DevicePointer)
+    assert int(p) == x.ptr and p.dtype == np.float32 and p.tensor is x
+    assert repr(p) == f"DevicePointer({x.ptr:#x}, float32)"
+    assert x[1:].device_pointer() == x.ptr + 4
+    raw = cuasync.lowlevel.DevicePointer(x.ptr)
+    assert raw.dtype is None and raw.tensor is None and repr(raw) == f"DevicePointer({x.ptr:#x})"
+
+
+def test_a_launch_checks_a_device_pointers_dtype_and_declares_its_tensor() -> None:
+    got: list[int] = []
+
+    def twin(a: Any, x: Any, y: Any, n: Any) -> None:
+        got.append(x)
+
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=twin)
+    x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+    y = cuasync.zeros(4).sync()
+    wrong = cuasync.zeros(4, "float64").sync()
+    with pytest.raises(LaunchError, match=r"parameter 'x'.*float32 data, got a pointer to float64"):
+        k[1, 32](1.0, wrong.device_pointer(), y, 4)
+    _, tensors, outputs, _ = k._convert((1.0, x.device_pointer(), y, 4))
+    assert [(t, p.name) for t, p in tensors] == [(x, "x"), (y, "y")]
+    assert outputs == [y]  # a pointer is never the launch's output
+    assert k[1, 32](1.0, x.device_pointer(), y, 4).sync() is y
+    if cuasync.backend_name() == "emulator":
+        assert got == [x.ptr]  # the twin gets the address as a plain int

@@ -34,6 +34,8 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.arange(8).reshape((2, -1)).to_host(), DeviceOp[Array])
     assert_type(await cuasync.from_host(host).reshape(-1), Tensor)
     assert_type(x.dup(), TensorOp)
+    assert_type(x.device_pointer(), cuasync.lowlevel.DevicePointer)
+    assert_type(x.device_pointer().tensor, Tensor | None)
     assert_type(x.to_host(), DeviceOp[Array])
     assert_type(await cuasync.to_host(x), Array)
     assert_type(await cuasync.memcpy(x, x), Tensor)
