@@ -11,6 +11,7 @@ type, :class:`DevicePointer` for raw addresses.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import struct
@@ -623,6 +624,39 @@ class Kernel(_Launchable[R]):
 
     def _key(self, arch: str) -> tuple[Any, ...]:
         return (self.source, self.name, self.options, arch)
+
+    def with_options(self, options: CompileOptions) -> Kernel[R]:
+        """This kernel compiled with ``options`` instead: a new ``Kernel`` sharing the
+        parsed signature and the numpy twin, compiled and cached under its own key.
+
+        >>> fast = k.with_options(cuasync.CompileOptions(max_registers=64))
+        """
+        if not isinstance(options, CompileOptions):
+            raise ArgumentError(
+                f"options must be a cuasync.CompileOptions, got {type(options).__name__}"
+            )
+        other: Kernel[R] = object.__new__(type(self))
+        other.source = self.source
+        other.name = self.name
+        other.emulate = self.emulate
+        other.options = options
+        other.params = self.params  # parsed once: options cannot change the signature
+        other._prepared = {}
+        return other
+
+    def specialize(self, **defines: object) -> Kernel[R]:
+        """This kernel with more preprocessor ``defines`` (added to its options', which
+        they override): ``-DNAME=value`` for each, in its own cache entry.
+
+        The numpy twin is shared: on the emulator it must not depend on the defines.
+
+        >>> k64 = k.specialize(TILE=64)      # compiled with -DTILE=64
+        """
+        if not defines:
+            raise ArgumentError("specialize() needs at least one NAME=value define")
+        merged = dict(self.options.defines)
+        merged.update((name, str(v)) for name, v in defines.items())
+        return self.with_options(dataclasses.replace(self.options, defines=merged))
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed.

@@ -891,3 +891,37 @@ def test_a_launch_checks_a_device_pointers_dtype_and_declares_its_tensor() -> No
     assert k[1, 32](1.0, x.device_pointer(), y, 4).sync() is y
     if cuasync.backend_name() == "emulator":
         assert got == [x.ptr]  # the twin gets the address as a plain int
+
+
+def test_with_options_and_specialize_share_the_signature_under_their_own_keys() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    tuned = k.with_options(cuasync.CompileOptions(max_registers=32))
+    spec = k.specialize(TILE=64, N=4)
+    again = spec.specialize(N=8)
+    for other in (tuned, spec, again):
+        assert isinstance(other, cuasync.Kernel) and other is not k
+        assert other.params is k.params and other.emulate is k.emulate
+        assert other._key("sm_90") != k._key("sm_90")
+    assert k.options == cuasync.CompileOptions()  # the original is unchanged
+    assert spec.options.defines == (("N", "4"), ("TILE", "64"))
+    assert again.options.defines == (("N", "8"), ("TILE", "64"))
+    assert spec._key("sm_90") == k.specialize(N=4, TILE=64)._key("sm_90")
+    assert tuned._key("sm_90") != spec._key("sm_90")
+    with pytest.raises(ArgumentError, match="CompileOptions"):
+        k.with_options({"opt_level": 2})  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="at least one"):
+        k.specialize()
+
+
+async def test_a_specialized_kernel_launches(anyio_backend) -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin).specialize(UNUSED=1)
+    x = await cuasync.from_host(np.arange(4, dtype=np.float32))
+    y = await cuasync.zeros(4)
+    out = await k[1, 32](2.0, x, y, 4)
+    np.testing.assert_array_equal(await out.to_host(), np.arange(4) * 2.0)
+
+
+@needs_nvrtc
+def test_specialize_changes_the_compiled_code() -> None:
+    k = cuasync.Kernel(DEFINED, "k", options=cuasync.CompileOptions(defines={"VALUE": 1}))
+    assert k.specialize(VALUE=2).compile_image("sm_90")[0] != k.compile_image("sm_90")[0]
