@@ -20,8 +20,8 @@ from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import as_dtype, dtype_name
 from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape
-from .errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from ._tensor import Shape, Tensor, check_shape, partly_overlap
+from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 
 if TYPE_CHECKING:
     from ._ops.tensorop import TensorOp
@@ -222,6 +222,12 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     if d.shape != s.shape and not (d.is_contiguous and s.is_contiguous):
         raise ShapeError(
             f"memcpy between shapes {s.shape} and {d.shape} needs both tensors contiguous"
+        )
+    if partly_overlap(d, s):
+        raise AliasingError(
+            f"memcpy: dst ({d.shape}/{d.strides}) and src ({s.shape}/{s.strides}) partly "
+            "overlap in one allocation, so the result would be undefined; copy src first "
+            "(`src.dup()`); the very same view is allowed"
         )
     if d.device is not s.device:
         from ._peer import copy_between_devices

@@ -35,8 +35,8 @@ from ._dtypes import SUPPORTED, dtype_name
 from ._exceptions import report_once
 from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
-from ._tensor import Partition, Tensor, is_size
-from .errors import ArgumentError, InvalidDeviceError, LaunchError, UsageError
+from ._tensor import Partition, Tensor, is_size, partly_overlap
+from .errors import AliasingError, ArgumentError, InvalidDeviceError, LaunchError, UsageError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -396,7 +396,24 @@ class _Launchable(Generic[R]):
                     )
             else:
                 converted.append(self._scalar(param, arg))
+        if len(tensors) > 1:
+            self._check_aliasing(tensors)
         return converted, tensors, outputs, partitions
+
+    def _check_aliasing(self, tensors: list[tuple[Tensor, Param]]) -> None:
+        """Refuse a written (non-const pointer) tensor partly overlapping another argument."""
+        for i, (w, wp) in enumerate(tensors):
+            if wp.const:
+                continue
+            for j, (t, p) in enumerate(tensors):
+                if j != i and (j > i or p.const) and partly_overlap(w, t):
+                    raise AliasingError(
+                        f"{self.name}() parameter {wp.name!r} writes memory that parameter "
+                        f"{p.name!r} also uses ({w.shape}/{w.strides} and {t.shape}/"
+                        f"{t.strides} views of one allocation); the result would be "
+                        "undefined. Pass the very same view for in-place work, or copy one "
+                        "of them first with .dup()"
+                    )
 
     def _scalar(self, param: Param, arg: Any) -> Any:
         """``arg`` as a plain Python value of the parameter's C type, or a LaunchError.

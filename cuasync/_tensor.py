@@ -98,6 +98,37 @@ def resolve_shape(size: int, shape: Any) -> Shape:
     return new
 
 
+class _Bytes:
+    """A tensor's bytes described to numpy at their device address (numpy never reads them)."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.__array_interface__ = {
+            "data": (t.ptr, True),
+            "shape": (*t.shape, t.itemsize),
+            "strides": (*(s * t.itemsize for s in t.strides), 1),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+
+def partly_overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether views of one allocation share a byte without being the very same view.
+
+    >>> partly_overlap(x[1:], x[:-1]), partly_overlap(x, x), partly_overlap(x[::2], x[1::2])
+    (True, False, False)
+    """
+    if a.allocation is not b.allocation or a.size == 0 or b.size == 0:
+        return False
+    if (a.ptr, a.shape, a.strides, a.itemsize) == (b.ptr, b.shape, b.strides, b.itemsize):
+        return False
+    try:
+        # bounded work (numpy's stubs only name -1 and 0, but any bound is accepted)
+        limit: Any = 1 << 16
+        return bool(np.shares_memory(np.asarray(_Bytes(a)), np.asarray(_Bytes(b)), limit))
+    except np.exceptions.TooHardError:  # cannot tell cheaply: refuse, as for an overlap
+        return True
+
+
 def contiguous_strides(shape: Shape) -> Shape:
     strides = []
     step = 1

@@ -20,7 +20,13 @@ import cuasync
 from cuasync import _config, _kernel, _nvrtc, kernel_cache
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
-from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
+from cuasync.errors import (
+    AliasingError,
+    ArgumentError,
+    DeviceError,
+    KernelCompileError,
+    LaunchError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -925,3 +931,30 @@ async def test_a_specialized_kernel_launches(anyio_backend) -> None:
 def test_specialize_changes_the_compiled_code() -> None:
     k = cuasync.Kernel(DEFINED, "k", options=cuasync.CompileOptions(defines={"VALUE": 1}))
     assert k.specialize(VALUE=2).compile_image("sm_90")[0] != k.compile_image("sm_90")[0]
+
+
+def test_a_written_tensor_partly_overlapping_another_argument_is_refused() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    with pytest.raises(AliasingError, match=r"parameter 'y' writes memory that parameter 'x'"):
+        k[1, 32](1.0, x[:4], x[2:6], 4)
+    with pytest.raises(AliasingError):
+        k[1, 32](1.0, x[2:6], x.device_pointer().tensor[:4], 4)  # type: ignore[index]
+    assert isinstance(AliasingError("x"), cuasync.errors.ArgumentError)
+    # allowed: the very same view (in place), disjoint and interleaved views
+    k[1, 32](1.0, x[:4], x[:4], 4).sync()
+    k[1, 32](1.0, x[:4], x[4:], 4).sync()
+    k[1, 32](1.0, x[::2], x[1::2], 4).sync()
+    h = np.arange(8, dtype=np.float32)
+    h[:4] += h[:4]
+    h[4:] += h[:4]
+    h[1::2] += h[::2]
+    np.testing.assert_array_equal(x.to_host().sync(), h)
+
+
+def test_elementwise_out_partly_overlapping_an_operand_is_refused() -> None:
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    cuasync.add(x, 1.0, out=x).sync()  # in place: allowed
+    op = cuasync.add(x[:-1], 1.0, out=x[1:])
+    with pytest.raises(AliasingError):
+        op.sync()
