@@ -44,6 +44,7 @@ from ._core.graph import graph_scope as graph_scope
 from ._core.op import DeviceFuture as DeviceFuture
 from ._core.op import DeviceOp as DeviceOp
 from ._core.op import SharedOp as SharedOp
+from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
@@ -200,6 +201,7 @@ __all__ = [
     "remainder",
     "rsqrt",
     "set_default_device",
+    "shared",
     "sign",
     "sin",
     "sqrt",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,13 +20,22 @@ from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import as_dtype, dtype_name
 from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape
-from .errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from ._tensor import Shape, Tensor, check_shape, partly_overlap
+from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+
+if TYPE_CHECKING:
+    from ._ops.tensorop import TensorOp
 
 __all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
 
 #: More bytes than any device can address.
 _ADDRESSABLE = 2**64
+
+
+def _tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
+    from ._ops.tensorop import tensor_op  # it imports this module
+
+    return tensor_op(op, shape, dtype)
 
 
 def _device_arg(device: Any) -> Device:
@@ -110,7 +119,7 @@ def _check_tensor(t: Any, argument: str) -> Tensor:
     return t
 
 
-def from_host(array: Any, *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
     """An op copying a numpy array (or anything ``np.asarray`` accepts) to a new tensor.
 
     The array is read when the op executes, not when it is built.
@@ -137,7 +146,7 @@ def from_host(array: Any, *, device: int | Device | None = None) -> DeviceOp[Ten
         ctx.retain(block)
         return Output.ready(tensor)
 
-    return device_op(enqueue, target, "from_host")
+    return _tensor_op(device_op(enqueue, target, "from_host"), source.shape, dtype)
 
 
 def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
@@ -166,7 +175,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     return device_op(enqueue, t.device, "to_host")
 
 
-def dup(tensor: Tensor) -> DeviceOp[Tensor]:
+def dup(tensor: Tensor) -> TensorOp:
     """An op producing a contiguous copy of ``tensor`` on its device."""
     t = _check_tensor(tensor, "tensor")
 
@@ -185,7 +194,7 @@ def dup(tensor: Tensor) -> DeviceOp[Tensor]:
         )
         return Output.ready(out)
 
-    return device_op(enqueue, t.device, "dup")
+    return _tensor_op(device_op(enqueue, t.device, "dup"), t.shape, t.dtype)
 
 
 def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
@@ -214,6 +223,12 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
         raise ShapeError(
             f"memcpy between shapes {s.shape} and {d.shape} needs both tensors contiguous"
         )
+    if partly_overlap(d, s):
+        raise AliasingError(
+            f"memcpy: dst ({d.shape}/{d.strides}) and src ({s.shape}/{s.strides}) partly "
+            "overlap in one allocation, so the result would be undefined; copy src first "
+            "(`src.dup()`); the very same view is allowed"
+        )
     if d.device is not s.device:
         from ._peer import copy_between_devices
 
@@ -235,9 +250,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     return device_op(enqueue, d.device, "memcpy", graph_node=True)
 
 
-def empty(
-    shape: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
     """An op allocating an uninitialized tensor.
 
     >>> buf = await cuasync.empty((1024,), "uint8")
@@ -249,12 +262,10 @@ def empty(
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         return Output.ready(new_tensor(ctx, dims, dt, "empty"))
 
-    return device_op(enqueue, target, "empty")
+    return _tensor_op(device_op(enqueue, target, "empty"), dims, dt)
 
 
-def zeros(
-    shape: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
     """An op allocating a tensor filled with zeros.
 
     >>> z = await cuasync.zeros((16, 16), "float16")
@@ -269,4 +280,4 @@ def zeros(
             get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
         return Output.ready(tensor)
 
-    return device_op(enqueue, target, "zeros")
+    return _tensor_op(device_op(enqueue, target, "zeros"), dims, dt)

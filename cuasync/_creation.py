@@ -27,6 +27,7 @@ from ._core.device import Device
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import SUPPORTED, as_dtype, dtype_info, dtype_name
+from ._ops.tensorop import TensorOp, tensor_op
 from ._tensor import Shape, Tensor, check_shape
 from .errors import ArgumentError, DTypeError, ShapeError
 
@@ -167,18 +168,18 @@ def _enqueue_fill(ctx: ExecutionContext, t: Tensor, bits: tuple[int, int]) -> No
 
 def _fill_op(
     shape: Shape, dt: np.dtype[Any], bits: tuple[int, int], device: Device, name: str
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, shape, dt, name)
         _enqueue_fill(ctx, t, bits)
         return Output.ready(t)
 
-    return device_op(enqueue, device, name)
+    return tensor_op(device_op(enqueue, device, name), shape, dt)
 
 
 def full(
     shape: Any, value: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     """An op allocating a tensor of ``shape`` with every element ``value``.
 
     ``value`` must be representable in ``dtype`` (an int in range for integer dtypes, a
@@ -192,9 +193,7 @@ def full(
     return _fill_op(dims, dt, bits, _device_arg(device), "full")
 
 
-def ones(
-    shape: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+def ones(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
     """An op allocating a tensor of ones.
 
     >>> t = await cuasync.ones((4, 4), "float16")
@@ -228,7 +227,7 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
 
 def eye_rect(
     rows: Any, cols: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     """An op allocating a ``rows`` x ``cols`` matrix with ones on the main diagonal.
 
     >>> m = await cuasync.eye_rect(2, 3)        # [[1, 0, 0], [0, 1, 0]]
@@ -247,10 +246,10 @@ def eye_rect(
             _enqueue_fill(ctx, diagonal, bits)
         return Output.ready(t)
 
-    return device_op(enqueue, target, "eye")
+    return tensor_op(device_op(enqueue, target, "eye"), (r, c), dt)
 
 
-def eye(n: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> DeviceOp[Tensor]:
+def eye(n: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
     """An op allocating the ``n`` x ``n`` identity matrix.
 
     >>> i = await cuasync.eye(3, "float64")
@@ -266,7 +265,7 @@ def _ramp_op(
     stop: float,
     device: Device,
     name: str,
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     div = n - 1
     delta = stop - start
     step = delta / div if div > 0 else math.nan
@@ -280,12 +279,10 @@ def _ramp_op(
             builtin.launch(ctx, kernel, n, builtin.flat(t), *args)
         return Output.ready(t)
 
-    return device_op(enqueue, device, name)
+    return tensor_op(device_op(enqueue, device, name), (n,), dt)
 
 
-def arange(
-    n: Any, dtype: Any = "float32", *, device: int | Device | None = None
-) -> DeviceOp[Tensor]:
+def arange(n: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
     """An op allocating ``[0, 1, ..., n - 1]`` (like ``numpy.arange(n, dtype=dtype)``).
 
     The last value, ``n - 1``, must be representable in ``dtype``.
@@ -312,7 +309,7 @@ def linspace(
     dtype: Any = "float32",
     *,
     device: int | Device | None = None,
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     """An op allocating ``n`` evenly spaced values from ``start`` to ``stop`` inclusive.
 
     Same values as ``numpy.linspace(start, stop, n, dtype=dtype)`` (computed in float64,
@@ -330,7 +327,7 @@ def linspace(
     return _ramp_op(k, dt, a, b, _device_arg(device), "linspace")
 
 
-def convert(tensor: Tensor, dtype: Any) -> DeviceOp[Tensor]:
+def convert(tensor: Tensor, dtype: Any) -> TensorOp:
     """An op producing a new contiguous tensor: ``tensor`` cast to ``dtype``.
 
     numpy's casting rules (``ndarray.astype``): floats to integers truncate toward zero,
@@ -355,7 +352,7 @@ def convert(tensor: Tensor, dtype: Any) -> DeviceOp[Tensor]:
                 builtin.launch(ctx, kernel, sub.size, out, sub, code, sub.size, *dims, *strides)
         return Output.ready(t)
 
-    return device_op(enqueue, src.device, "convert")
+    return tensor_op(device_op(enqueue, src.device, "convert"), src.shape, dt)
 
 
 def rand(
@@ -364,7 +361,7 @@ def rand(
     dtype: Any = "float32",
     *,
     device: int | Device | None = None,
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     """An op allocating uniform random numbers in ``[0, 1)`` (counter-based Philox4x32-10).
 
     A seed gives the same numbers on every backend and device; ``seed=None`` draws one.
@@ -385,7 +382,7 @@ def randn(
     dtype: Any = "float32",
     *,
     device: int | Device | None = None,
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     """An op allocating normal random numbers (Philox4x32-10 and Box-Muller in float64).
 
     With a seed the numbers match across backends (float64 results to the last bits of
@@ -405,7 +402,7 @@ def randn(
 
 def _random_op(
     dims: Shape, dt: np.dtype[Any], family: str, args: tuple[Any, ...], device: Device
-) -> DeviceOp[Tensor]:
+) -> TensorOp:
     kernel = builtin.kernel(family, dtype_name(dt))
     n = math.prod(dims)
     per = 2 if family == "randn" or dtype_name(dt) == "float64" else 4
@@ -416,4 +413,4 @@ def _random_op(
             builtin.launch(ctx, kernel, (n + per - 1) // per, builtin.flat(t), n, *args)
         return Output.ready(t)
 
-    return device_op(enqueue, device, family)
+    return tensor_op(device_op(enqueue, device, family), dims, dt)

@@ -11,6 +11,7 @@ type, :class:`DevicePointer` for raw addresses.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import struct
@@ -34,8 +35,8 @@ from ._dtypes import SUPPORTED, dtype_name
 from ._exceptions import report_once
 from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
-from ._tensor import Partition, Tensor, is_size
-from .errors import ArgumentError, InvalidDeviceError, LaunchError, UsageError
+from ._tensor import Partition, Tensor, is_size, partly_overlap
+from .errors import AliasingError, ArgumentError, InvalidDeviceError, LaunchError, UsageError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
 
@@ -59,10 +60,35 @@ _LAUNCHER_CACHE_SIZE = 256
 
 
 class DevicePointer(int):
-    """A raw device address passed to a pointer parameter (cuasync does not track it)."""
+    """A device address passed to a kernel's pointer parameter; it never owns memory.
+
+    ``DevicePointer(address)`` is a raw address cuasync does not track. The pointer of
+    :meth:`Tensor.device_pointer` is typed and tracked: ``dtype`` is checked against the
+    parameter's pointee, and a launch taking it is ordered after the tensor's other work
+    (a write for a non-const parameter) and keeps ``tensor`` alive until the kernel ran.
+
+    >>> p = x.device_pointer()            # DevicePointer(0x7f...), p.dtype float32
+    >>> await k[grid, block](1.0, p, y, n)
+    """
+
+    dtype: np.dtype[Any] | None
+    tensor: Tensor | None
+
+    def __new__(cls, address: int, dtype: Any = None) -> DevicePointer:
+        self = super().__new__(cls, address)
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.tensor = None
+        return self
+
+    @classmethod
+    def _of(cls, tensor: Tensor) -> DevicePointer:
+        p = cls(tensor.ptr, tensor.dtype)
+        p.tensor = tensor
+        return p
 
     def __repr__(self) -> str:
-        return f"DevicePointer({int(self):#x})"
+        typed = "" if self.dtype is None else f", {dtype_name(self.dtype)}"
+        return f"DevicePointer({int(self):#x}{typed})"
 
 
 @dataclass(frozen=True)
@@ -352,7 +378,16 @@ class _Launchable(Generic[R]):
                         raise LaunchError(
                             f"{self._where(param)}: {arg!r} is not a 64-bit device address"
                         )
-                    converted.append(arg)
+                    typed = getattr(arg, "dtype", None)
+                    if typed is not None and param.dtype is not None and typed != param.dtype:
+                        raise LaunchError(
+                            f"{self._where(param)} expects {dtype_name(param.dtype)} data, got "
+                            f"a pointer to {dtype_name(typed)}"
+                        )
+                    owner = getattr(arg, "tensor", None)
+                    if owner is not None:  # ordered and kept alive like the tensor itself
+                        tensors.append((owner, param))
+                    converted.append(int(arg))
                 else:
                     raise LaunchError(
                         f"{self._where(param)} expects a tensor, view or partition (or a "
@@ -361,7 +396,24 @@ class _Launchable(Generic[R]):
                     )
             else:
                 converted.append(self._scalar(param, arg))
+        if len(tensors) > 1:
+            self._check_aliasing(tensors)
         return converted, tensors, outputs, partitions
+
+    def _check_aliasing(self, tensors: list[tuple[Tensor, Param]]) -> None:
+        """Refuse a written (non-const pointer) tensor partly overlapping another argument."""
+        for i, (w, wp) in enumerate(tensors):
+            if wp.const:
+                continue
+            for j, (t, p) in enumerate(tensors):
+                if j != i and (j > i or p.const) and partly_overlap(w, t):
+                    raise AliasingError(
+                        f"{self.name}() parameter {wp.name!r} writes memory that parameter "
+                        f"{p.name!r} also uses ({w.shape}/{w.strides} and {t.shape}/"
+                        f"{t.strides} views of one allocation); the result would be "
+                        "undefined. Pass the very same view for in-place work, or copy one "
+                        "of them first with .dup()"
+                    )
 
     def _scalar(self, param: Param, arg: Any) -> Any:
         """``arg`` as a plain Python value of the parameter's C type, or a LaunchError.
@@ -589,6 +641,39 @@ class Kernel(_Launchable[R]):
 
     def _key(self, arch: str) -> tuple[Any, ...]:
         return (self.source, self.name, self.options, arch)
+
+    def with_options(self, options: CompileOptions) -> Kernel[R]:
+        """This kernel compiled with ``options`` instead: a new ``Kernel`` sharing the
+        parsed signature and the numpy twin, compiled and cached under its own key.
+
+        >>> fast = k.with_options(cuasync.CompileOptions(max_registers=64))
+        """
+        if not isinstance(options, CompileOptions):
+            raise ArgumentError(
+                f"options must be a cuasync.CompileOptions, got {type(options).__name__}"
+            )
+        other: Kernel[R] = object.__new__(type(self))
+        other.source = self.source
+        other.name = self.name
+        other.emulate = self.emulate
+        other.options = options
+        other.params = self.params  # parsed once: options cannot change the signature
+        other._prepared = {}
+        return other
+
+    def specialize(self, **defines: object) -> Kernel[R]:
+        """This kernel with more preprocessor ``defines`` (added to its options', which
+        they override): ``-DNAME=value`` for each, in its own cache entry.
+
+        The numpy twin is shared: on the emulator it must not depend on the defines.
+
+        >>> k64 = k.specialize(TILE=64)      # compiled with -DTILE=64
+        """
+        if not defines:
+            raise ArgumentError("specialize() needs at least one NAME=value define")
+        merged = dict(self.options.defines)
+        merged.update((name, str(v)) for name, v in defines.items())
+        return self.with_options(dataclasses.replace(self.options, defines=merged))
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed.

@@ -20,6 +20,8 @@ from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, Unsupported
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
+    from ._kernel import DevicePointer
+    from ._ops.tensorop import TensorOp
 
 __all__ = ["Partition", "Tensor", "check_shape", "is_size"]
 
@@ -72,6 +74,59 @@ def check_shape(shape: Any, argument: str = "shape") -> Shape:
         if d < 0:
             raise ShapeError(f"{argument}={dims}: dimensions must be >= 0, got {d}")
     return dims
+
+
+def resolve_shape(size: int, shape: Any) -> Shape:
+    """``shape`` for ``size`` elements, its one -1 inferred; ``ShapeError`` if it cannot be."""
+    dims = [int(d) for d in _dimensions(shape, "shape")]
+    if any(d < -1 for d in dims) or dims.count(-1) > 1:
+        raise ShapeError(
+            f"shape={tuple(dims)}: dimensions must be >= 0, and one of them may be -1 "
+            "(inferred from the element count)"
+        )
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"shape={tuple(dims)} cannot hold the tensor's {size} elements")
+        dims[dims.index(-1)] = size // known
+    new = check_shape(dims)
+    if math.prod(new) != size:
+        raise ShapeError(
+            f"shape={new} holds {math.prod(new)} elements but the tensor has {size}; "
+            "the element count must stay the same"
+        )
+    return new
+
+
+class _Bytes:
+    """A tensor's bytes described to numpy at their device address (numpy never reads them)."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.__array_interface__ = {
+            "data": (t.ptr, True),
+            "shape": (*t.shape, t.itemsize),
+            "strides": (*(s * t.itemsize for s in t.strides), 1),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+
+def partly_overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether views of one allocation share a byte without being the very same view.
+
+    >>> partly_overlap(x[1:], x[:-1]), partly_overlap(x, x), partly_overlap(x[::2], x[1::2])
+    (True, False, False)
+    """
+    if a.allocation is not b.allocation or a.size == 0 or b.size == 0:
+        return False
+    if (a.ptr, a.shape, a.strides, a.itemsize) == (b.ptr, b.shape, b.strides, b.itemsize):
+        return False
+    try:
+        # bounded work (numpy's stubs only name -1 and 0, but any bound is accepted)
+        limit: Any = 1 << 16
+        return bool(np.shares_memory(np.asarray(_Bytes(a)), np.asarray(_Bytes(b)), limit))
+    except np.exceptions.TooHardError:  # cannot tell cheaply: refuse, as for an overlap
+        return True
 
 
 def contiguous_strides(shape: Shape) -> Shape:
@@ -218,26 +273,7 @@ class Tensor(TensorOperators):
 
     # -- views -----------------------------------------------------------------------------
     def _resolve_shape(self, shape: Any) -> Shape:
-        dims = [int(d) for d in _dimensions(shape, "shape")]
-        if any(d < -1 for d in dims) or dims.count(-1) > 1:
-            raise ShapeError(
-                f"shape={tuple(dims)}: dimensions must be >= 0, and one of them may be -1 "
-                "(inferred from the element count)"
-            )
-        if -1 in dims:
-            known = math.prod(d for d in dims if d != -1)
-            if known == 0 or self.size % known:
-                raise ShapeError(
-                    f"shape={tuple(dims)} cannot hold the tensor's {self.size} elements"
-                )
-            dims[dims.index(-1)] = self.size // known
-        new = check_shape(dims)
-        if math.prod(new) != self.size:
-            raise ShapeError(
-                f"shape={new} holds {math.prod(new)} elements but the tensor has {self.size}; "
-                "the element count must stay the same"
-            )
-        return new
+        return resolve_shape(self.size, shape)
 
     def reshape(self, shape: Any) -> Tensor:
         """The same elements in another shape, zero-copy (contiguous tensors only; -1 infers)."""
@@ -391,6 +427,18 @@ class Tensor(TensorOperators):
         """
         return Partition(self, tile_shape)
 
+    def device_pointer(self) -> DevicePointer:
+        """A typed, non-owning :class:`~cuasync.lowlevel.DevicePointer` to the first element.
+
+        A launch taking it checks the dtype, is ordered like one taking the tensor, and
+        keeps the tensor alive until the kernel has run; the pointer never frees memory.
+
+        >>> await k[grid, block](x.device_pointer(), n)
+        """
+        from ._kernel import DevicePointer
+
+        return DevicePointer._of(self)
+
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:
         """An op copying the tensor into a new numpy array (through pinned memory)."""
@@ -398,7 +446,7 @@ class Tensor(TensorOperators):
 
         return to_host(self)
 
-    def dup(self) -> DeviceOp[Tensor]:
+    def dup(self) -> TensorOp:
         """An op producing a contiguous copy of the tensor on the same device."""
         from ._copies import dup
 

@@ -25,6 +25,7 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   │   │   ├── IndexOutOfRangeError   also an IndexError: past an axis, too many indices
     │   │   │   └── UnsupportedIndexError  also an IndexError: arrays, lists, floats, ...
     │   │   ├── InvalidDeviceError     ordinal out of range, object on another device
+    │   │   ├── AliasingError          a written tensor overlaps another argument's memory
     │   │   └── LaunchError            kernel launch preconditions; nothing was enqueued
     │   ├── SchedulingError            a policy returned something unusable
     │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
@@ -49,6 +50,7 @@ from typing import Any
 from ._curesult import RESULTS, STICKY
 
 __all__ = [
+    "AliasingError",
     "ArgumentError",
     "BackendUnavailableError",
     "BusyResourceError",
@@ -182,6 +184,16 @@ class UnsupportedIndexError(ShapeError, IndexError):
 
 class InvalidDeviceError(ArgumentError):
     """A device ordinal is out of range or an object lives on another device."""
+
+
+class AliasingError(ArgumentError):
+    """A tensor an op writes partly overlaps memory another of its arguments uses, so the
+    result would be undefined (a kernel's output parameter, ``memcpy``'s ``dst``).
+
+    The very same view (same address, shape, strides and item size) is allowed: in place.
+
+    >>> cuasync.memcpy(x[1:], x[:-1])      # raises AliasingError; use x[:-1].dup() first
+    """
 
 
 class LaunchError(ArgumentError):

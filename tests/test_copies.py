@@ -7,6 +7,7 @@ import pytest
 
 import cuasync
 from cuasync.errors import (
+    AliasingError,
     ArgumentError,
     DTypeError,
     OutOfMemoryError,
@@ -119,3 +120,14 @@ def test_tensors_on_several_devices_live_apart() -> None:
     a = cuasync.from_host(np.ones(3), device=1).sync()
     assert a.device.ordinal == 1
     np.testing.assert_array_equal(a.to_host().sync(), np.ones(3))
+
+
+def test_memcpy_refuses_partly_overlapping_ranges() -> None:
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    with pytest.raises(AliasingError, match="memcpy: dst"):
+        cuasync.memcpy(x[1:], x[:-1])
+    with pytest.raises(AliasingError):
+        cuasync.memcpy(x[:4].reinterpret("int32"), x[2:6].reinterpret("int32"))
+    cuasync.memcpy(x, x).sync()  # the very same view: allowed
+    cuasync.memcpy(x[::2], x[1::2]).sync()  # interleaved, disjoint
+    np.testing.assert_array_equal(x.to_host().sync(), [1, 1, 3, 3, 5, 5, 7, 7])

@@ -223,3 +223,41 @@ def test_property_broadcast_and_views_vs_numpy(data: Any, dtype: str) -> None:
         want = np.where(a > b, a * b - 1, np.maximum(a, b) + 2)
     got = cuasync.where(x > y, x * y - 1, cuasync.maximum(x, y) + 2).sync().to_host().sync()
     check(got, want)
+
+
+async def test_creation_ops_are_tensorops_with_reshape_and_to_host(anyio_backend) -> None:
+    op = cuasync.arange(12)
+    assert isinstance(op, cuasync.TensorOp)
+    assert (op.shape, op.dtype) == ((12,), np.dtype("float32"))
+    m = op.reshape((4, -1))
+    assert m.shape == (4, 3)
+    np.testing.assert_array_equal(await m.to_host(), np.arange(12.0).reshape(4, 3))
+    with pytest.raises(OpConsumedError):
+        op.reshape(-1)
+    t = await cuasync.zeros((2, 6), "int32").reshape((3, 4))
+    assert t.shape == (3, 4) and t.is_contiguous
+    host = np.arange(6.0).reshape(2, 3)
+    up = cuasync.from_host(host)
+    assert isinstance(up, cuasync.TensorOp) and up.shape == (2, 3)
+    np.testing.assert_array_equal(await up.reshape(-1).to_host(), host.ravel())
+    dup = (await cuasync.from_host(host)).dup()
+    assert isinstance(dup, cuasync.TensorOp)
+    np.testing.assert_array_equal(await (dup * 2.0).to_host(), host * 2)
+
+
+async def test_tensorop_reshape_checks_the_shape_when_called(anyio_backend) -> None:
+    op = cuasync.ones((4,))
+    with pytest.raises(ShapeError):
+        op.reshape((3, -1))
+    with pytest.raises(ShapeError):
+        op.reshape((5,))
+    assert not op._consumed  # a refused reshape leaves the op usable
+    np.testing.assert_array_equal(await op.reshape((2, 2)).to_host(), np.ones((2, 2)))
+    x = await cuasync.from_host(np.arange(4.0))
+    fused = (x * 2.0).reshape((2, 2))
+    np.testing.assert_array_equal(await fused.to_host(), (np.arange(4.0) * 2).reshape(2, 2))
+    buf = await cuasync.zeros((4, 2), "float64")
+    strided = cuasync.add(x, 1.0, out=buf[:, 0])
+    with pytest.raises(ShapeError, match="non-contiguous"):
+        strided.reshape((2, 2))
+    await strided  # the refused reshape left it usable

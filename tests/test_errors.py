@@ -26,6 +26,7 @@ MISUSE: list[type[Exception]] = [
     errors.IndexOutOfRangeError,
     errors.UnsupportedIndexError,
     errors.InvalidDeviceError,
+    errors.AliasingError,
     errors.LaunchError,
     errors.SchedulingError,
     errors.OpConsumedError,

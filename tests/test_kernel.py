@@ -20,7 +20,13 @@ import cuasync
 from cuasync import _config, _kernel, _nvrtc, kernel_cache
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
-from cuasync.errors import ArgumentError, DeviceError, KernelCompileError, LaunchError
+from cuasync.errors import (
+    AliasingError,
+    ArgumentError,
+    DeviceError,
+    KernelCompileError,
+    LaunchError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -860,3 +866,95 @@ def test_kernels_never_load_another_users_entry(cache: Path, monkeypatch) -> Non
     with pytest.warns(RuntimeWarning, match="owned by uid"):
         image, _ = k.compile_image("sm_90")
     assert image[:4] == b"\x7fELF" and b"planted" not in image
+
+
+def test_tensor_device_pointer_is_typed_and_keeps_the_tensor() -> None:
+    x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+    p = x.device_pointer()
+    assert isinstance(p, cuasync.lowlevel.DevicePointer)
+    assert int(p) == x.ptr and p.dtype == np.float32 and p.tensor is x
+    assert repr(p) == f"DevicePointer({x.ptr:#x}, float32)"
+    assert x[1:].device_pointer() == x.ptr + 4
+    raw = cuasync.lowlevel.DevicePointer(x.ptr)
+    assert raw.dtype is None and raw.tensor is None and repr(raw) == f"DevicePointer({x.ptr:#x})"
+
+
+def test_a_launch_checks_a_device_pointers_dtype_and_declares_its_tensor() -> None:
+    got: list[int] = []
+
+    def twin(a: Any, x: Any, y: Any, n: Any) -> None:
+        got.append(x)
+
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=twin)
+    x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+    y = cuasync.zeros(4).sync()
+    wrong = cuasync.zeros(4, "float64").sync()
+    with pytest.raises(LaunchError, match=r"parameter 'x'.*float32 data, got a pointer to float64"):
+        k[1, 32](1.0, wrong.device_pointer(), y, 4)
+    _, tensors, outputs, _ = k._convert((1.0, x.device_pointer(), y, 4))
+    assert [(t, p.name) for t, p in tensors] == [(x, "x"), (y, "y")]
+    assert outputs == [y]  # a pointer is never the launch's output
+    assert k[1, 32](1.0, x.device_pointer(), y, 4).sync() is y
+    if cuasync.backend_name() == "emulator":
+        assert got == [x.ptr]  # the twin gets the address as a plain int
+
+
+def test_with_options_and_specialize_share_the_signature_under_their_own_keys() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    tuned = k.with_options(cuasync.CompileOptions(max_registers=32))
+    spec = k.specialize(TILE=64, N=4)
+    again = spec.specialize(N=8)
+    for other in (tuned, spec, again):
+        assert isinstance(other, cuasync.Kernel) and other is not k
+        assert other.params is k.params and other.emulate is k.emulate
+        assert other._key("sm_90") != k._key("sm_90")
+    assert k.options == cuasync.CompileOptions()  # the original is unchanged
+    assert spec.options.defines == (("N", "4"), ("TILE", "64"))
+    assert again.options.defines == (("N", "8"), ("TILE", "64"))
+    assert spec._key("sm_90") == k.specialize(N=4, TILE=64)._key("sm_90")
+    assert tuned._key("sm_90") != spec._key("sm_90")
+    with pytest.raises(ArgumentError, match="CompileOptions"):
+        k.with_options({"opt_level": 2})  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="at least one"):
+        k.specialize()
+
+
+async def test_a_specialized_kernel_launches(anyio_backend) -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin).specialize(UNUSED=1)
+    x = await cuasync.from_host(np.arange(4, dtype=np.float32))
+    y = await cuasync.zeros(4)
+    out = await k[1, 32](2.0, x, y, 4)
+    np.testing.assert_array_equal(await out.to_host(), np.arange(4) * 2.0)
+
+
+@needs_nvrtc
+def test_specialize_changes_the_compiled_code() -> None:
+    k = cuasync.Kernel(DEFINED, "k", options=cuasync.CompileOptions(defines={"VALUE": 1}))
+    assert k.specialize(VALUE=2).compile_image("sm_90")[0] != k.compile_image("sm_90")[0]
+
+
+def test_a_written_tensor_partly_overlapping_another_argument_is_refused() -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    with pytest.raises(AliasingError, match=r"parameter 'y' writes memory that parameter 'x'"):
+        k[1, 32](1.0, x[:4], x[2:6], 4)
+    with pytest.raises(AliasingError):
+        k[1, 32](1.0, x[2:6], x.device_pointer().tensor[:4], 4)  # type: ignore[index]
+    assert isinstance(AliasingError("x"), cuasync.errors.ArgumentError)
+    # allowed: the very same view (in place), disjoint and interleaved views
+    k[1, 32](1.0, x[:4], x[:4], 4).sync()
+    k[1, 32](1.0, x[:4], x[4:], 4).sync()
+    k[1, 32](1.0, x[::2], x[1::2], 4).sync()
+    h = np.arange(8, dtype=np.float32)
+    h[:4] += h[:4]
+    h[4:] += h[:4]
+    h[1::2] += h[::2]
+    np.testing.assert_array_equal(x.to_host().sync(), h)
+
+
+def test_elementwise_out_partly_overlapping_an_operand_is_refused() -> None:
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    cuasync.add(x, 1.0, out=x).sync()  # in place: allowed
+    op = cuasync.add(x[:-1], 1.0, out=x[1:])
+    with pytest.raises(AliasingError):
+        op.sync()

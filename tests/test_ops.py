@@ -342,3 +342,17 @@ def test_round_robin_rotates_and_validates() -> None:
     with pytest.raises(ArgumentError, match="num_streams"):
         cuasync.StreamPoolRoundRobin(num_streams=0)
     assert isinstance(cuasync.Device(0).policy, cuasync.StreamPoolRoundRobin)
+
+
+async def test_shared_free_function_wraps_values_and_ops(anyio_backend) -> None:
+    three = cuasync.shared(3)
+    assert isinstance(three, cuasync.SharedOp)
+    assert [await three for _ in range(2)] == [3, 3]
+    calls: list[int] = []
+    op = cuasync.from_host(ramp()).inspect(lambda t: calls.append(1))
+    shared = cuasync.shared(op)
+    first, second = await shared, await shared
+    assert first is second and calls == [1]
+    assert cuasync.shared(shared) is shared
+    with pytest.raises(OpConsumedError):
+        await op  # shared() took it

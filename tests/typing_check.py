@@ -20,6 +20,7 @@ from cuasync import (
     PinnedHostBuffer,
     SharedOp,
     Tensor,
+    TensorOp,
 )
 
 Array = np.ndarray
@@ -28,7 +29,16 @@ Array = np.ndarray
 async def creation_and_copies(host: Array) -> None:
     x = await cuasync.from_host(host)
     assert_type(x, Tensor)
-    assert_type(cuasync.zeros((4,)), DeviceOp[Tensor])
+    assert_type(cuasync.zeros((4,)), TensorOp)
+    assert_type(cuasync.arange(8).reshape((2, -1)), TensorOp)
+    assert_type(cuasync.arange(8).reshape((2, -1)).to_host(), DeviceOp[Array])
+    assert_type(await cuasync.from_host(host).reshape(-1), Tensor)
+    assert_type(x.dup(), TensorOp)
+    k: Kernel[Tensor] = Kernel("__global__ void f(float* x) {}", "f")
+    assert_type(k.specialize(N=4), Kernel[Tensor])
+    assert_type(k.with_options(cuasync.CompileOptions(opt_level=2)), Kernel[Tensor])
+    assert_type(x.device_pointer(), cuasync.lowlevel.DevicePointer)
+    assert_type(x.device_pointer().tensor, Tensor | None)
     assert_type(x.to_host(), DeviceOp[Array])
     assert_type(await cuasync.to_host(x), Array)
     assert_type(await cuasync.memcpy(x, x), Tensor)
@@ -65,6 +75,8 @@ async def zip_and_combinators(x: Tensor) -> None:
     assert_type(cuasync.zip(v, v, v, v, v, v, v).unzip(), tuple[DeviceOp[Any], ...])
 
     assert_type(cuasync.value(2).map(str), DeviceOp[str])
+    assert_type(cuasync.shared(x.dup()), SharedOp[Tensor])
+    assert_type(cuasync.shared(3), SharedOp[int])
     assert_type(x.to_host().map(lambda arr: arr.shape), DeviceOp[tuple[Any, ...]])
     assert_type(cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 1.0)), DeviceOp[Tensor])
     assert_type(cuasync.zeros((4,)).inspect(print), DeviceOp[Tensor])

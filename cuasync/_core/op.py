@@ -610,6 +610,22 @@ def value(x: T) -> DeviceOp[T]:
 
 
 @overload
+def shared(x: DeviceOp[T], /) -> SharedOp[T]: ...
+@overload
+def shared(x: T, /) -> SharedOp[T]: ...
+def shared(x: Any, /) -> SharedOp[Any]:
+    """``x.shared()`` for an op, else ``value(x).shared()``: a reusable, execute-once op.
+
+    >>> w = cuasync.shared(cuasync.from_host(weights))   # one upload, many consumers
+    >>> r1, r2 = await asyncio.gather(w.then(f1), w.then(f2))
+    >>> await cuasync.shared(3)                           # 3, as often as you like
+    """
+    if isinstance(x, DeviceOp):
+        return x.shared()
+    return _Value(x).shared()
+
+
+@overload
 def zip(a: DeviceOp[A], /) -> DeviceOp[tuple[A]]: ...
 @overload
 def zip(a: DeviceOp[A], b: DeviceOp[B], /) -> DeviceOp[tuple[A, B]]: ...

@@ -14,18 +14,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from .. import _builtin as builtin
 from .._copies import new_tensor
 from .._core.context import ExecutionContext
-from .._core.op import DeviceOp
+from .._core.device import Device
+from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import dtype_name
-from .._tensor import Shape, Tensor
+from .._tensor import Shape, Tensor, resolve_shape
+from ..errors import ShapeError
 from .codegen import kernel_for, make_plan, scalar_arg
 from .expr import Node
 from .operators import TensorOperators
 
-__all__ = ["TensorOp"]
+__all__ = ["TensorOp", "tensor_op"]
 
 
 def _merge(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
@@ -142,7 +146,36 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         )
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
+            return self._node.value._enqueue(ctx)
         return Output.ready(run(ctx, self._node, self._out))
+
+    def reshape(self, shape: Any) -> TensorOp:
+        """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).
+
+        The shape is checked now; the view is taken when the op runs.
+
+        >>> m = await cuasync.arange(12).reshape((4, -1))      # shape (4, 3)
+        """
+        new = resolve_shape(self.size, shape)
+        if self._out is not None and not self._out.is_contiguous:
+            raise ShapeError(
+                f"reshape of an op writing a non-contiguous out= view (shape {self.shape}, "
+                f"strides {self._out.strides}) cannot be zero-copy"
+            )
+        self._take()
+
+        def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+            return Output.ready(self._enqueue(ctx).get().reshape(new))
+
+        return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
+
+    def to_host(self) -> DeviceOp[np.ndarray]:
+        """An op running this one, then copying its output into a new numpy array.
+
+        >>> await cuasync.arange(8).reshape((4, -1)).to_host()
+        """
+        return self.then(lambda t: t.to_host())
 
     def _absorb(self, argument: str) -> Node:
         """This op as an operand of a bigger expression: consumed now, never run alone."""
@@ -160,3 +193,11 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         )
 
     __hash__ = DeviceOp.__hash__  # identity: TensorOps key dicts (asyncio.gather, ...)
+
+
+def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
+    """``op`` (which outputs a new tensor of ``shape`` and ``dtype``) as a ``TensorOp``."""
+    op._take()
+    dev: Device | None = op.device
+    label = str(getattr(op, "_name", "op"))
+    return TensorOp(Node("pending", label, shape, np.dtype(dtype), op, device=dev))
