@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import pytest
 
 import cuasync
+import cuasync.testing
 from cuasync.errors import ArgumentError, OutOfMemoryError
 
 MiB = 1 << 20
@@ -14,9 +16,16 @@ MiB = 1 << 20
 
 @pytest.fixture
 def dev():
+    """Device 0, with earlier tests' garbage collected and their work settled, so that
+    nothing is freed behind a test's back while it compares two snapshots."""
+    assert cuasync.testing.settle()
+    gc.disable()
     dev = cuasync.Device(0)
-    yield dev
-    dev.set_memory_limit(None)
+    try:
+        yield dev
+    finally:
+        gc.enable()
+        dev.set_memory_limit(None)
 
 
 def test_memory_stats_sees_an_allocation_in_every_layer(dev) -> None:
