@@ -7,14 +7,12 @@ import gc
 import logging
 import os
 import random
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
 import pytest
-from conftest import settle, wait_until
+from conftest import run_script, settle, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -195,10 +193,7 @@ def test_faulted_outputs_are_leaked_with_one_log_record() -> None:
         print(len(faults), faults[0].name)
         """
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=120
-    )
-    assert r.returncode == 0, r.stderr
+    r = run_script(code)
     lines = r.stdout.splitlines()
     assert lines == [
         "['DeviceFaultError']",

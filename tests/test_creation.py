@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ON_EMULATOR
+from conftest import ON_EMULATOR, run_script
 
 import cuasync
 from cuasync import _builtin, _twins
@@ -284,9 +282,7 @@ def test_bfloat16_without_ml_dtypes_says_to_install_it() -> None:
         "    print(e)\n"
     )
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    r = run_script(code, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     assert "dtype='bfloat16' needs ml_dtypes" in r.stdout and "pip install ml_dtypes" in r.stdout
 
 

@@ -9,10 +9,9 @@ within 100 ms of the driver reporting the fault, so the script measures from the
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from conftest import run_script
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -57,10 +56,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_trap_kernel_resolves_every_waiter_and_fails_later_work_fast() -> None:
-    r = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=os.environ, timeout=120
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_script(SCRIPT)
     out = r.stdout
     print("\n" + out)
     assert "kinds=DeviceFaultError\n" in out, out + r.stderr

@@ -9,16 +9,13 @@ need a second device skip with the reason on a machine that has one.
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 import textwrap
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
-from conftest import BACKEND, ON_EMULATOR
+from conftest import BACKEND, ON_EMULATOR, run_script
 
 import cuasync
 import cuasync.testing
@@ -381,12 +378,9 @@ def test_a_copy_from_a_device_that_faults_first_raises_its_fault(peer: str) -> N
         asyncio.run(main())
         """
     )
-    env = dict(os.environ, CUASYNC_BACKEND="emulator", CUASYNC_EMU_DEVICES="2")
-    env["CUASYNC_EMU_PEER"] = peer
-    proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    proc = run_script(
+        script, CUASYNC_BACKEND="emulator", CUASYNC_EMU_DEVICES="2", CUASYNC_EMU_PEER=peer
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split("\n")[:2] == ["raised DeviceFaultError", "device 1 ok"]
 
 

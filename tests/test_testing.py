@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from conftest import run_script
 
 import cuasync
 import cuasync.testing as ct
@@ -136,10 +134,7 @@ TRAP = textwrap.dedent(
 
 
 def test_trap_faults_the_device_for_the_process() -> None:
-    r = subprocess.run(
-        [sys.executable, "-c", TRAP], capture_output=True, text=True, timeout=120, env=os.environ
-    )
-    assert r.returncode == 0, r.stderr
+    r = run_script(TRAP)
     lines = r.stdout.splitlines()
     assert lines[0] in ("trap: CUDA_ERROR_LAUNCH_FAILED", "trap: CUDA_ERROR_ILLEGAL_INSTRUCTION")
     assert lines[1:] == ["pending: failed", "later: failed"]

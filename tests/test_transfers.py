@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import subprocess
-import sys
 import textwrap
 import time
 import weakref
@@ -16,7 +13,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from conftest import settle, still_pending
+from conftest import run_script, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
@@ -200,10 +197,7 @@ def test_is_ready_may_already_be_true_and_tells_faults_apart() -> None:
             print("wait raised")
         """
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=120
-    )
-    assert r.returncode == 0, r.stderr
+    r = run_script(code)
     assert r.stdout.split("\n")[:3] == ["before False", "raised DeviceFaultError", "wait raised"]
 
 
