@@ -340,3 +340,54 @@ async def test_wait_inside_a_loop_is_refused(anyio_backend) -> None:
     with pytest.raises(cuasync.errors.SyncInEventLoopError):
         fut.wait()
     assert await fut == 1
+
+
+@pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio"])
+def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str) -> None:
+    # Sixteen tasks awaiting at once: a task spinning on the loop thread would hold up
+    # the others' submissions, so all but (at most) one park at once. One task awaiting
+    # again and again has nobody to hold up, and spins each time.
+    out = run_script(
+        f"""
+        import cuasync, cuasync.testing as ct
+        RUNNER = {runner!r}
+
+        async def one():
+            await ct.sleep(50)
+
+        async def burst():
+            if RUNNER == "trio":
+                import trio
+                async with trio.open_nursery() as nursery:
+                    for _ in range(16):
+                        nursery.start_soon(one)
+            else:
+                import asyncio
+                await asyncio.gather(*(one() for _ in range(16)))
+
+        async def sequential():
+            for _ in range(10):
+                await ct.sleep(50)
+
+        def run(main):
+            if RUNNER == "trio":
+                import trio
+                trio.run(main)
+            elif RUNNER == "uvloop":
+                import uvloop
+                uvloop.run(main())
+            else:
+                import asyncio
+                asyncio.run(main())
+
+        ct.sleep(1).sync()  # loads the sleep kernel
+        for main in (burst, sequential):
+            before = cuasync.stats().spins_skipped
+            run(main)
+            print(cuasync.stats().spins_skipped - before)
+        """,
+        CUASYNC_SPIN_BUDGET_US="20",
+    )
+    burst, sequential = map(int, out.split())
+    assert burst >= 15
+    assert sequential == 0
