@@ -23,6 +23,7 @@ import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
+from . import _breakdown
 from ._util import Report, timed
 
 SUITE = "completion"
@@ -428,6 +429,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             "% of a core",
             f"{switches:,.0f} context switches/s",
         )
+    _breakdown.run(report, tiny, stream, n)
     _ratios(report, base, loops, default_spin, concurrent)
 
 
