@@ -973,6 +973,8 @@ class CudaBackend(Backend):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         # On the path of every launch: the context check and the native call are inline.
         ordinal = self._streams.get(stream)
@@ -983,15 +985,25 @@ class CudaBackend(Backend):
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
-        if native is not None and not native.launch_and_write(
-            function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0, 0
-        ):
-            return
+        if native is not None:
+            # One call, GIL released once: cuLaunchKernel, then the flag's
+            # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
+            # raise its error); < 0: the launch is enqueued and the flag write failed.
+            rc = native.launch_and_write(
+                function, gx, gy, gz, bx, by, bz, shared_mem, stream, params,
+                flag_address, flag_value,
+            )  # fmt: skip
+            if not rc:
+                return
+            if rc < 0:
+                raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)
         if res[0]:
             self._redo(res, ordinal, "cuLaunchKernel", *launch)
+        if flag_address:
+            self.write_value32(stream, flag_address, flag_value)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:

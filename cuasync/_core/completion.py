@@ -353,7 +353,10 @@ class Hub:
                             "CUASYNC_SLOTS, cuasync.stats().fallbacks counts them)",
                             self.nslots,
                         )
+        deferred = ctx.deferred
         if slot < 0:
+            if deferred is not None:
+                self.backend.launch_kernel(*deferred)
             self._attach_callback(comp)
             return comp
         gen = (self.gens[slot] + 1) & 0xFFFFFFFF
@@ -363,7 +366,13 @@ class Hub:
         comp.armed_at = time.monotonic()
         self.table[slot] = comp
         try:
-            self.backend.write_value32(ctx.stream.handle, address, gen)
+            if deferred is not None:  # a lone launch: it and the flag write in one call
+                kernel, grid, block, shared_mem, stream, args, errors = deferred
+                self.backend.launch_kernel(
+                    kernel, grid, block, shared_mem, stream, args, errors, address, gen
+                )
+            else:
+                self.backend.write_value32(ctx.stream.handle, address, gen)
         except BaseException:
             self._free_slot(slot)
             comp.slot = -1
