@@ -42,7 +42,7 @@ def stubbed_driver() -> Iterator[bool]:
         if len(args) > 7 and args[7]:  # a launch fused with its completion's flag write
             store(args[7], args[8])
 
-    backend.launch_kernel = launch_kernel  # type: ignore[method-assign]
+    backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
     backend.write_value32 = write_value32  # type: ignore[method-assign]
     try:
         yield True
