@@ -99,6 +99,9 @@ class LoopAdapter(Protocol):
     def park(self) -> tuple[Waiter, Callable[[], Generator[Any, Any, Any]]]:
         """A one-shot wake-up (callable from any thread) and the suspension it ends."""
 
+    #: Whether the last spin on this loop ran out before its work landed.
+    long_ops: bool
+
     def others_ready(self) -> bool:
         """Whether other work on the loop is ready to run now: spinning would delay it."""
 
@@ -770,11 +773,16 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
-        spin_us = None
-        if hub.spin_budget_us and adapter.others_ready():
-            spin_us = 0  # spinning would hold up the other ready tasks: park at once
+        if adapter.long_ops and hub.spin_budget_us and adapter.others_ready():
+            # The last spin on this loop ran out: spinning would only hold up the other
+            # ready tasks' submissions. Park at once. (Work that lands within the budget
+            # keeps spinning even in a burst: finishing inline costs less than a wake.)
             hub.stats.spins_skipped += 1
-        if not hub.settle(comp, spin_us):
+            settled = hub.settle(comp, 0)
+        else:
+            settled = hub.settle(comp)
+            adapter.long_ops = not settled
+        if not settled:
             wake, suspend = adapter.park()
             try:
                 hub.watch(comp, adapter, wake)
