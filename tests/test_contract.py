@@ -115,7 +115,7 @@ def test_operator_on_tensors_and_ops() -> None:
     assert isinstance(op, cuasync.TensorOp) and op.shape == (4, 5)
     op.sync()
     with pytest.raises(TypeError):
-        x @ 2  # type: ignore[operator]
+        x @ 2
     with pytest.raises(TypeError):
         a @ x  # a numpy array: upload it first
 
@@ -286,7 +286,7 @@ def test_bad_shapes_name_the_argument() -> None:
     with pytest.raises(ShapeError, match="batch axes"):
         cuasync.matmul(dev(host((2, 4, 6))), dev(host((3, 6, 2))))
     with pytest.raises(ShapeError, match="b is 0-d"):
-        cuasync.matmul(x, dev(np.float32(1)))
+        cuasync.matmul(x, dev(np.array(1, np.float32)))
     with pytest.raises(ShapeError, match="contracting axes have sizes"):
         cuasync.dot_general(x, y, contracting=((1,), (0,)))
     with pytest.raises(ShapeError, match=r"contracting\[1\]"):
@@ -312,9 +312,9 @@ def test_bad_dtypes_and_arguments() -> None:
     with pytest.raises(DTypeError, match="a is float32 but b is float64"):
         cuasync.matmul(x, dev(host((6, 2), "float64")))
     with pytest.raises(ArgumentError, match="b is a numpy array"):
-        cuasync.matmul(x, np.ones((6, 2), np.float32))
+        cuasync.matmul(x, np.ones((6, 2), np.float32))  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="b must be a cuasync.Tensor"):
-        cuasync.matmul(x, 2.0)
+        cuasync.matmul(x, 2.0)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="beta=1.0 accumulates into out="):
         cuasync.matmul(x, x.reshape((6, 4)), beta=1.0)
     with pytest.raises(ArgumentError, match="precision must be one of"):
