@@ -1,10 +1,9 @@
 """Contractions: ``matmul`` (and ``@``), ``tensordot`` and ``dot_general``, as BLAS GEMMs.
 
 Each returns a :class:`~cuasync.TensorOp` whose shape, dtype and device are checked
-when it is built. When it runs, every operand becomes a batch of matrices (a zero-copy
-view where the strides allow, else a contiguous copy), batch axes that merge into one
-stride become one strided-batched GEMM, and the backend runs it on the op's stream:
-cuBLAS on a GPU, numpy on the emulator.
+when it is built; when it runs, ``gemm`` (the sibling module) turns the operands into
+batches of matrices and the backend runs the products on the op's stream: cuBLAS on a
+GPU, numpy on the emulator.
 
 >>> c = await (a @ b)                                          # numpy's matmul rules
 >>> c = await cuasync.matmul(a, b, precision="tf32")           # float32 on tensor cores
@@ -14,16 +13,14 @@ cuBLAS on a GPU, numpy on the emulator.
 
 from __future__ import annotations
 
-import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .._backends import get_backend
-from .._backends.base import matrix_layout
-from .._copies import copy_strided, new_tensor
+from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
@@ -31,6 +28,7 @@ from .._core.output import Output
 from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
 from .tensorop import TensorOp, tensor_op
 
 __all__ = ["dot_general", "matmul", "tensordot"]
@@ -143,7 +141,7 @@ def _overlap(x: Tensor, y: Tensor) -> bool:
 
 def _axes(axes: Any, ndim: int, fn: str, argument: str) -> tuple[int, ...]:
     try:
-        found = tuple(int(operator_index(a)) for a in axes)
+        found = tuple(_index(a) for a in axes)
     except TypeError:
         raise ArgumentError(
             f"{fn}: {argument} must be a sequence of axis numbers, got {axes!r}"
@@ -156,9 +154,7 @@ def _axes(axes: Any, ndim: int, fn: str, argument: str) -> tuple[int, ...]:
     return norm
 
 
-def operator_index(v: Any) -> int:
-    import operator
-
+def _index(v: Any) -> int:
     if isinstance(v, (bool, np.bool_)):
         raise TypeError("bool is not an axis")
     return operator.index(v)
@@ -207,185 +203,14 @@ def _build(
             return Output.ready(tc)
         staged = new_tensor(ctx, tc.shape, dtype, f"{fn} result")
         if beta != 0:
-            _copy_into(ctx, staged, tc)
+            copy_into(ctx, staged, tc)
         va, vb, vc = views(ctx, ta, tb, staged)
         gemm(ctx, va, vb, vc, alpha, beta, precision)
-        _copy_into(ctx, tc, staged)
+        copy_into(ctx, tc, staged)
         return Output.ready(tc)
 
     op = device_op(enqueue, device, fn, graph_node=out is not None)
     return tensor_op(op, shape, dtype)
-
-
-# -- running it ------------------------------------------------------------------------------
-def _view(t: Tensor, shape: Shape, strides: Shape) -> Tensor:
-    return Tensor(t.allocation, shape, t.dtype, strides, t.offset)
-
-
-def _dense(ctx: ExecutionContext, t: Tensor, what: str) -> Tensor:
-    """A contiguous copy of the view ``t`` (read now, in this submission)."""
-    copy = new_tensor(ctx, t.shape, t.dtype, what)
-    src = ctx.read(t.allocation, what) + t.offset * t.itemsize
-    size = t.itemsize
-    copy_strided(
-        ctx,
-        "dtod",
-        copy.ptr,
-        tuple(s * size for s in copy.strides),
-        src,
-        tuple(s * size for s in t.strides),
-        t.shape,
-        size,
-    )
-    return copy
-
-
-def _readable(t: Tensor) -> bool:
-    *batch, r, c = t.shape
-    return matrix_layout(r, c, t.strides[-2], t.strides[-1]) is not None and all(
-        s >= 0 or d == 1 for s, d in zip(t.strides[:-2], batch, strict=True)
-    )
-
-
-def _merge_batch(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
-    """Drop length-1 batch axes and merge axes that are one stride in every operand."""
-    dims: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for j, d in enumerate(shape):
-        if d == 1:
-            continue
-        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
-            dims[-1] *= d
-            for m, s in zip(merged, strides, strict=True):
-                m[-1] = s[j]
-            continue
-        dims.append(d)
-        for m, s in zip(merged, strides, strict=True):
-            m.append(s[j])
-    return tuple(dims), [tuple(m) for m in merged]
-
-
-def gemm(
-    ctx: ExecutionContext,
-    a: Tensor,
-    b: Tensor,
-    c: Tensor,
-    alpha: complex,
-    beta: complex,
-    precision: str,
-) -> None:
-    """Enqueue ``c = alpha * a @ b + beta * c`` for views ``(*batch, m, k)``,
-    ``(*batch, k, n)``, ``(*batch, m, n)`` of one batch shape (0 strides broadcast)."""
-    *batch, _, k = a.shape
-    n = b.shape[-1]
-    if c.size == 0:
-        return
-    if k == 0:  # nothing is read from a and b: give them any readable layout
-        a = _view(a, a.shape, (*(0 for _ in batch), 1, 1))
-        b = _view(b, b.shape, (*(0 for _ in batch), max(1, n), 1))
-    if not _readable(a):
-        a = _dense(ctx, a, "a")
-    if not _readable(b):
-        b = _dense(ctx, b, "b")
-    target = c
-    if not _readable(c):
-        target = new_tensor(ctx, c.shape, c.dtype, "matmul result")
-        if beta != 0:
-            _copy_into(ctx, target, c)
-    if k:
-        ctx.read(a.allocation, "a")
-        ctx.read(b.allocation, "b")
-    ctx.write(target.allocation, "out")
-    dims, (sa, sb, sc) = _merge_batch(
-        tuple(batch), [a.strides[:-2], b.strides[:-2], target.strides[:-2]]
-    )
-    count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))
-    backend = get_backend()
-    outer = [range(d) for d in dims[:-1]]
-    for index in itertools.product(*outer):
-        offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
-        xs = [
-            Tensor(
-                t.allocation, (count, *t.shape[-2:]), t.dtype, (s, *t.strides[-2:]), t.offset + o
-            )
-            for t, s, o in zip((a, b, target), step, offsets, strict=True)
-        ]
-        backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
-    if target is not c:
-        _copy_into(ctx, c, target)
-
-
-def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
-    size = dst.itemsize
-    sp = ctx.read(src.allocation, "src") + src.offset * size
-    dp = ctx.write(dst.allocation, "out") + dst.offset * size
-    copy_strided(
-        ctx,
-        "dtod",
-        dp,
-        tuple(s * size for s in dst.strides),
-        sp,
-        tuple(s * size for s in src.strides),
-        dst.shape,
-        size,
-    )
-
-
-def _group(t: Tensor, groups: list[tuple[int, ...]]) -> Tensor | None:
-    """``t`` with its axes regrouped: each group of axes (in order) becomes one axis;
-    None when a group's axes do not merge into one stride."""
-    shape, strides = [], []
-    for g in groups:
-        dims = [(t.shape[i], t.strides[i]) for i in g if t.shape[i] != 1]
-        size = math.prod(t.shape[i] for i in g)
-        if not dims:
-            stride = 1
-        else:
-            stride = dims[-1][1]
-            for (_, s0), (d1, s1) in itertools.pairwise(dims):
-                if s0 != s1 * d1:
-                    return None
-        shape.append(size)
-        strides.append(stride)
-    return Tensor(t.allocation, tuple(shape), t.dtype, tuple(strides), t.offset)
-
-
-def _regroup(ctx: ExecutionContext, t: Tensor, order: tuple[int, ...], groups: list[int]) -> Tensor:
-    """``t`` permuted by ``order``, its axes then grouped by the sizes ``groups``
-    (each group one axis); copied contiguous first where the group does not merge."""
-    p = Tensor(
-        t.allocation,
-        tuple(t.shape[i] for i in order),
-        t.dtype,
-        tuple(t.strides[i] for i in order),
-        t.offset,
-    )
-    bounds, start = [], 0
-    for g in groups:
-        bounds.append(tuple(range(start, start + g)))
-        start += g
-    found = _group(p, bounds)
-    if found is None:
-        found = _group(_dense(ctx, p, "operand"), bounds)
-        assert found is not None
-    return found
-
-
-def _fix(ctx: ExecutionContext, t: Tensor, what: str) -> Tensor:
-    """``t`` if BLAS can read its matrices, else a contiguous copy."""
-    return t if _readable(t) else _dense(ctx, t, what)
-
-
-def _broadcast_to(t: Tensor, batch: Shape) -> Tensor:
-    """``t`` (``(*b, r, c)``) with its batch axes broadcast to ``batch`` (0 strides)."""
-    lead = len(batch) - (t.ndim - 2)
-    strides = (0,) * lead + tuple(
-        0 if d == 1 and n != 1 else s
-        for d, s, n in zip(t.shape[:-2], t.strides[:-2], batch[lead:], strict=True)
-    )
-    return Tensor(
-        t.allocation, (*batch, *t.shape[-2:]), t.dtype, strides + t.strides[-2:], t.offset
-    )
 
 
 # -- the public functions ---------------------------------------------------------------------
@@ -439,9 +264,9 @@ def matmul(
         ctx: ExecutionContext, ta: Tensor, tb: Tensor, tc: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         if a1:
-            ta = _view(ta, (1, k), (0, ta.strides[0]))
+            ta = view(ta, (1, k), (0, ta.strides[0]))
         if b1:
-            tb = _view(tb, (k, 1), (tb.strides[0], 0))
+            tb = view(tb, (k, 1), (tb.strides[0], 0))
         cshape, cstrides = list(tc.shape), list(tc.strides)
         if a1:
             cshape.insert(len(batch), 1)
@@ -449,9 +274,9 @@ def matmul(
         if b1:
             cshape.append(1)
             cstrides.append(0)
-        vc = _view(tc, tuple(cshape), tuple(cstrides))
-        va = _broadcast_to(_fix(ctx, ta, "a"), batch)
-        vb = _broadcast_to(_fix(ctx, tb, "b"), batch)
+        vc = view(tc, tuple(cshape), tuple(cstrides))
+        va = broadcast_to(fix(ctx, ta, "a"), batch)
+        vb = broadcast_to(fix(ctx, tb, "b"), batch)
         return va, vb, vc
 
     return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
@@ -570,9 +395,9 @@ def _dot(
     def views(
         ctx: ExecutionContext, ta: Tensor, tb: Tensor, tc: Tensor
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        va = _regroup(ctx, ta, ba + fa + ca, [*ones, len(fa), len(ca)])
-        vb = _regroup(ctx, tb, bb + cb + fb, [*ones, len(cb), len(fb)])
-        return va, vb, _group(tc, out_groups)
+        va = regroup(ctx, ta, ba + fa + ca, [*ones, len(fa), len(ca)])
+        vb = regroup(ctx, tb, bb + cb + fb, [*ones, len(cb), len(fb)])
+        return va, vb, group(tc, out_groups)
 
     return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
 
