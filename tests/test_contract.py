@@ -12,6 +12,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cuasync
 from cuasync.errors import (
@@ -102,6 +104,33 @@ def test_matmul_every_dtype(dtype: str) -> None:
     got = get(cuasync.matmul(dev(a), dev(b)))
     assert got.dtype == np_dtype(dtype)
     check_matmul(got, a, b, TOL[dtype])
+
+
+def _sliced(data: st.DataObject, shape: tuple[int, ...], seed: int) -> tuple[Any, np.ndarray]:
+    """A tensor view of ``shape`` (maybe a step or an offset per axis) and its values."""
+    steps = [data.draw(st.sampled_from([1, 1, 2])) for _ in shape]
+    starts = [data.draw(st.integers(0, 1)) for _ in shape]
+    base = host(tuple(d * s + o for d, s, o in zip(shape, steps, starts, strict=True)), seed=seed)
+    index = tuple(slice(o, o + d * s, s) for d, s, o in zip(shape, steps, starts, strict=True))
+    return dev(base)[index], base[index]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_matmul_random_shapes_and_views(data: st.DataObject) -> None:
+    m, k, n = (data.draw(st.integers(1, 6)) for _ in range(3))
+    batch = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    ba = [d if data.draw(st.booleans()) else 1 for d in batch]
+    bb = [d if data.draw(st.booleans()) else 1 for d in batch]
+    sa = (*ba[data.draw(st.integers(0, len(ba))) :], m, k)
+    sb = (*bb[data.draw(st.integers(0, len(bb))) :], k, n)
+    if data.draw(st.booleans()):
+        sa = sa[-1:]
+    if data.draw(st.booleans()):
+        sb = sb[-2:-1]
+    x, a = _sliced(data, sa, 1)
+    y, b = _sliced(data, sb, 2)
+    check_matmul(get(x @ y), a, b, TOL["float32"])
 
 
 def test_operator_on_tensors_and_ops() -> None:
