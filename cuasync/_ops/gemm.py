@@ -23,6 +23,7 @@ __all__ = ["broadcast_to", "copy_into", "fix", "gemm", "group", "regroup", "view
 
 
 def view(t: Tensor, shape: Shape, strides: Shape) -> Tensor:
+    """Another view of ``t``'s memory, from its first element (strides in elements)."""
     return Tensor(t.allocation, shape, t.dtype, strides, t.offset)
 
 
@@ -120,6 +121,7 @@ def gemm(
 
 
 def copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """Enqueue a copy of the view ``src`` into the view ``dst`` (same shape and dtype)."""
     size = dst.itemsize
     sp = ctx.read(src.allocation, "src") + src.offset * size
     dp = ctx.write(dst.allocation, "out") + dst.offset * size
