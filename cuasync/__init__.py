@@ -67,6 +67,9 @@ from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
+from ._ops.contract import dot_general as dot_general
+from ._ops.contract import matmul as matmul
+from ._ops.contract import tensordot as tensordot
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import clip as clip
@@ -163,6 +166,7 @@ __all__ = [
     "cos",
     "device_count",
     "divide",
+    "dot_general",
     "download_into",
     "download_pending",
     "dup",
@@ -188,6 +192,7 @@ __all__ = [
     "log",
     "log1p",
     "lowlevel",
+    "matmul",
     "maximum",
     "memcpy",
     "minimum",
@@ -208,6 +213,7 @@ __all__ = [
     "stats",
     "subtract",
     "tanh",
+    "tensordot",
     "to_host",
     "upload_pending",
     "use_device",

@@ -10,6 +10,8 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     CuasyncError                       base of everything cuasync raises
     ├── DeviceError                    runtime failures: catch these
     │   ├── BackendUnavailableError    the requested backend cannot run here (no driver, ...)
+    │   │   └── LibraryUnavailableError  a CUDA library (cuBLAS) cannot be loaded here
+    │   ├── LibraryError               a CUDA library call failed (.status, .name)
     │   ├── DriverError                a failed CUresult (.code, .name, .explanation)
     │   │   ├── DeviceFaultError       sticky context fault: trap, illegal address, ...
     │   │   └── OutOfMemoryError       also a MemoryError; names the size requested
@@ -67,6 +69,8 @@ __all__ = [
     "KernelCompileError",
     "KernelError",
     "LaunchError",
+    "LibraryError",
+    "LibraryUnavailableError",
     "OpConsumedError",
     "OutOfMemoryError",
     "ReentrancyError",
@@ -103,6 +107,24 @@ class InternalError(CuasyncError, RuntimeError):
 
 class BackendUnavailableError(DeviceError):
     """The requested backend cannot be used on this machine; the message says why."""
+
+
+class LibraryUnavailableError(BackendUnavailableError):
+    """A CUDA library an op needs (cuBLAS for matrix products) cannot be loaded here;
+    the message says which and how to install it."""
+
+
+class LibraryError(DeviceError):
+    """A call into a CUDA library (cuBLAS) returned an error status.
+
+    ``status`` is the library's numeric status, ``name`` its enum name.
+    """
+
+    def __init__(self, status: int, name: str, call: str) -> None:
+        self.status = int(status)
+        self.name = name
+        self.call = call
+        super().__init__(f"{call}: {name} (status {self.status})")
 
 
 # CUresult names and explanations, and the sticky codes: one table, in _curesult.

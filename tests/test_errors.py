@@ -10,6 +10,8 @@ from cuasync import errors
 
 RUNTIME: list[type[Exception]] = [
     errors.BackendUnavailableError,
+    errors.LibraryUnavailableError,
+    errors.LibraryError,
     errors.DriverError,
     errors.DeviceFaultError,
     errors.OutOfMemoryError,

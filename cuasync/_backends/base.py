@@ -91,6 +91,27 @@ class DeviceArray(Protocol):
     def strides(self) -> tuple[int, ...]: ...
 
 
+def matrix_layout(rows: int, cols: int, row_stride: int, col_stride: int) -> tuple[str, int] | None:
+    """How a BLAS library can read a strided matrix: ``("row", ld)``, ``("col", ld)`` or None.
+
+    "row": rows are contiguous (``col_stride == 1``), ``ld`` the distance between rows;
+    "col": columns are. The stride of an axis of length 1 does not matter. None when
+    neither holds (a copy is needed).
+
+    >>> matrix_layout(4, 3, 3, 1), matrix_layout(4, 3, 1, 4), matrix_layout(4, 3, 6, 2)
+    (('row', 3), ('col', 4), None)
+    """
+    if cols == 1 or col_stride == 1:
+        ld = row_stride if rows > 1 else max(1, cols)
+        if ld >= max(1, cols):
+            return "row", ld
+    if rows == 1 or row_stride == 1:
+        ld = col_stride if cols > 1 else max(1, rows)
+        if ld >= max(1, rows):
+            return "col", ld
+    return None
+
+
 class PreparedKernel:
     """A kernel ready to launch on one device: what :meth:`Backend.prepare_kernel` returns.
 
@@ -354,6 +375,31 @@ class Backend(ABC):
         launch (a completion's flag); a launch that fails writes no flag. This is on the
         path of every launch: backends keep it to one call into the driver.
         """
+
+    # -- contractions ----------------------------------------------------------------
+    def gemm(
+        self,
+        stream: int,
+        a: DeviceArray,
+        b: DeviceArray,
+        c: DeviceArray,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        """Enqueue ``c[i] = alpha * a[i] @ b[i] + beta * c[i]`` for each ``i`` on ``stream``.
+
+        ``a`` is ``(batch, m, k)``, ``b`` ``(batch, k, n)``, ``c`` ``(batch, m, n)``, all
+        of one float or complex dtype, ``batch``, ``m``, ``n`` > 0 and ``k`` >= 0 (0 gives
+        ``beta * c``); each matrix has a :func:`matrix_layout`, the batch strides are
+        >= 0 (0 repeats a matrix), and ``c`` does not overlap ``a`` or ``b``. ``beta == 0``
+        means ``c`` is not read (NaNs in it do not propagate). ``precision`` is
+        ``"highest"`` (float32 products in full float32) or ``"tf32"`` (float32 inputs
+        rounded to TF32 on tensor cores); float16 and bfloat16 accumulate in float32.
+        ``errors`` as in :meth:`launch_kernel`.
+        """
+        raise NotImplementedError(f"the {self.name} backend has no matrix products")
 
     # -- graphs --------------------------------------------------------------------
     @abstractmethod

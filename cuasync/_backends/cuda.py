@@ -334,6 +334,8 @@ class CudaBackend(Backend):
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
         self._native: Any = self._native_entry_points()
+        self._blas: Any = None  # cublas.Blas, made by the first matrix product
+        self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
 
     def _native_entry_points(self) -> Any:
         """The native module with the driver's launch and flag-write entry points set.
@@ -578,7 +580,10 @@ class CudaBackend(Backend):
         return handle
 
     def stream_destroy(self, stream: int) -> None:
-        self._call(self._enter(stream), "cuStreamDestroy", stream)
+        ordinal = self._enter(stream)
+        if self._blas is not None:
+            self._blas.forget_stream(stream)  # its workspace, freed after its work
+        self._call(ordinal, "cuStreamDestroy", stream)
         self._streams.pop(stream, None)
 
     def stream_device(self, stream: int) -> int:
@@ -1004,6 +1009,34 @@ class CudaBackend(Backend):
             self._redo(res, ordinal, "cuLaunchKernel", *launch)
         if flag_address:
             self.write_value32(stream, flag_address, flag_value)
+
+    # -- contractions ----------------------------------------------------------------
+    def gemm(
+        self,
+        stream: int,
+        a: Any,
+        b: Any,
+        c: Any,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        from .cublas import Blas  # loads nothing: cuBLAS is opened by the first call
+
+        ordinal = self._enter(stream)
+        blas = self._blas
+        if blas is None:
+            with self._lock:
+                if self._blas is None:
+                    self._blas = Blas(
+                        self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
+                    )
+                blas = self._blas
+        hopper = self._hopper.get(ordinal)
+        if hopper is None:  # sm_90 and newer want a bigger workspace
+            hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
+        blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:

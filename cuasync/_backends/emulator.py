@@ -164,6 +164,25 @@ class _Graph:
     commands: list[Command]
 
 
+@dataclass(frozen=True)
+class _Strided:
+    """A :class:`DeviceArray` as it was when the work was enqueued."""
+
+    ptr: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 (or complex64) values rounded to TF32's 10-bit significand, to nearest even."""
+    bits = np.ascontiguousarray(x).view(np.uint32)
+    low = (bits >> np.uint32(13)) & np.uint32(1)
+    rounded = (bits + np.uint32(0xFFF) + low) & np.uint32(0xFFFFE000)
+    finite = np.isfinite(np.ascontiguousarray(x).view(np.float32))
+    return np.where(finite, rounded, bits).view(x.dtype).reshape(x.shape)
+
+
 class _EmulatedKernel(PreparedKernel):
     """A kernel's numpy twin, its pointer parameters and the numpy type of each scalar one."""
 
@@ -791,6 +810,47 @@ class EmulatorBackend(Backend):
         self._enqueue(stream, run)
         if flag_address:
             self.write_value32(stream, flag_address, flag_value)
+
+    def gemm(
+        self,
+        stream: int,
+        a: DeviceArray,
+        b: DeviceArray,
+        c: DeviceArray,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        # numpy on the stream's worker: float16/bfloat16 in float32, TF32 by rounding.
+        box = errors()
+        shapes = (a.shape, a.strides, b.shape, b.strides, c.shape, c.strides)
+        arrays = [_Strided(a.ptr, a.dtype, *shapes[0:2]), _Strided(b.ptr, b.dtype, *shapes[2:4])]
+        out = _Strided(c.ptr, c.dtype, *shapes[4:6])
+        array = self._array
+
+        def run() -> None:
+            try:
+                dst = array(out)
+                work = dst.dtype if dst.dtype.kind in "fc" and dst.itemsize >= 4 else np.float32
+                if a.shape[2] == 0:  # k == 0: nothing to read from a and b
+                    r = np.zeros(dst.shape, work)
+                else:
+                    x, y = (array(v).astype(work) for v in arrays)
+                    if precision == "tf32":
+                        x, y = to_tf32(x), to_tf32(y)
+                    r = np.matmul(x, y)
+                if alpha != 1:
+                    r = r * (alpha if np.iscomplexobj(r) else alpha.real)
+                if beta != 0:
+                    r = r + dst.astype(work) * (beta if np.iscomplexobj(r) else beta.real)
+                dst[...] = r.astype(dst.dtype)
+            except Exception as exc:
+                error = KernelError(f"the emulated matrix product raised {exc!r}")
+                error.__cause__ = exc
+                box.append(error)
+
+        self._enqueue(stream, run)
 
     def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
         """Run ``fn`` as device work on ``stream``; an exception faults the device."""
