@@ -287,7 +287,15 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(args.mode, _torch_model(spec))
     print(f"serving on http://{args.host}:{args.port} (mode {args.mode}, {loop})", flush=True)
     uvicorn.run(
-        app, host=args.host, port=args.port, loop=loop, log_level="warning", access_log=False
+        app,
+        host=args.host,
+        port=args.port,
+        loop=loop,
+        log_level="warning",
+        access_log=False,
+        # A pooled client's connection can sit idle for seconds under heavy load; past
+        # uvicorn's default 5 s, the server closes it as the client sends on it.
+        timeout_keep_alive=60,
     )
 
 
