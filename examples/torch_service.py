@@ -98,19 +98,26 @@ class TorchModel:
         torch.manual_seed(0)
         blocks: list[Any] = []
         for _ in range(spec.layers):
-            blocks += [torch.nn.Linear(spec.hidden, spec.hidden), torch.nn.ReLU()]
-        self.net = torch.nn.Sequential(*blocks).to(self.device).eval()
-        self.lanes: asyncio.Queue[Lane] = asyncio.Queue()
-        for _ in range(spec.streams):
-            lane = Lane(
+            linear = torch.nn.Linear(spec.hidden, spec.hidden, device=self.device)  # init there
+            blocks += [linear, torch.nn.ReLU()]
+        self.net = torch.nn.Sequential(*blocks).eval()
+        lanes = [
+            Lane(
                 stream=torch.cuda.Stream(self.device),
                 input=torch.randn(spec.batch, spec.hidden, device=self.device),
                 host=torch.empty(1, pin_memory=True),
                 event=torch.cuda.Event(),
             )
-            self.lanes.put_nowait(lane)
+            for _ in range(spec.streams)
+        ]
+        # The weights and inputs were written on the current stream, which the lanes'
+        # streams are not ordered after: wait for them once, here, before serving.
+        torch.cuda.synchronize(self.device)
+        self.lanes: asyncio.Queue[Lane] = asyncio.Queue()
+        for lane in lanes:
             self.enqueue_forward(lane)  # warm-up: cuBLAS sets up each stream at its first use
-        torch.cuda.synchronize(self.device)  # the inputs and the warm-up are done
+            self.lanes.put_nowait(lane)
+        torch.cuda.synchronize(self.device)
 
     def enqueue_forward(self, lane: Lane) -> None:
         """Enqueue the forward pass and the copy of its result to ``lane.host``; never waits."""
