@@ -641,6 +641,14 @@ class EmulatorBackend(Backend):
     ) -> None:
         if kind not in ("htod", "dtoh", "dtod"):
             raise DriverError(Code.INVALID_VALUE, "cuMemcpy2DAsync", f"kind {kind!r}")
+        if height > 1 and min(src_pitch, dst_pitch) < width:
+            # the driver's contract: WidthInBytes exceeds neither pitch (a GPU given a
+            # pitch-0 source does not broadcast its row; it reads other memory)
+            raise DriverError(
+                Code.INVALID_VALUE,
+                "cuMemcpy2DAsync",
+                f"WidthInBytes {width} exceeds srcPitch {src_pitch} or dstPitch {dst_pitch}",
+            )
         src_view = self._host_view if kind == "htod" else self._resolve
         dst_view = self._host_view if kind == "dtoh" else self._resolve
 
