@@ -235,6 +235,34 @@ class Backend(ABC):
         """Release the pool's idle memory until it reserves at most ``keep_bytes``
         (``cuMemPoolTrimTo``); memory in use is never released."""
 
+    # -- explicit memory pools (cuasync.lowlevel.MemoryPool) ----------------------------
+    @abstractmethod
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        """A new stream-ordered memory pool of device ``ordinal`` (``cuMemPoolCreate``)
+        that keeps up to ``release_threshold`` idle bytes reserved across synchronizations;
+        peers given access to the device so far may access it too."""
+
+    @abstractmethod
+    def pool_destroy(self, pool: int) -> None:
+        """Destroy ``pool`` (``cuMemPoolDestroy``); never blocks. Allocations still alive
+        or frees still pending keep its memory until they complete, as in the driver."""
+
+    @abstractmethod
+    def pool_set_release_threshold(self, pool: int, nbytes: int) -> None: ...
+
+    @abstractmethod
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        """Stream-ordered allocation from ``pool`` (``cuMemAllocFromPoolAsync``); freed with
+        :meth:`mem_free_async`. OutOfMemoryError on failure."""
+
+    @abstractmethod
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        """``(reserved, used)`` bytes of ``pool``, as :meth:`mem_pool_usage` for a device's."""
+
+    @abstractmethod
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        """Release ``pool``'s idle memory until it reserves at most ``keep_bytes``."""
+
     @abstractmethod
     def host_alloc(self, nbytes: int) -> int:
         """Page-locked, device-mapped, portable host memory; returns its address."""

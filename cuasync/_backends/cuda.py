@@ -317,6 +317,7 @@ class CudaBackend(Backend):
         self._context_ordinal: dict[int, int] = {}  # int(CUcontext) -> ordinal
         self._pools_configured: set[int] = set()
         self._pools: dict[int, Any] = {}  # ordinal -> CUmemoryPool
+        self._user_pools: dict[int, tuple[Any, int]] = {}  # handle -> (CUmemoryPool, ordinal)
         self._can_access_peer: dict[tuple[int, int], bool] = {}  # (ordinal, peer) -> answer
         self._peers_enabled: set[tuple[int, int]] = set()  # (ordinal, peer): ordinal reaches peer
         # handle -> ordinal, for what this backend created.
@@ -552,13 +553,20 @@ class CudaBackend(Backend):
         # peer access: the pool itself must grant it.
         err, pool = _d.cuDeviceGetDefaultMemPool(self._devices[peer])
         self._check(err, "cuDeviceGetDefaultMemPool", peer)
+        with self._lock:
+            pools = [pool] + [p for p, o in list(self._user_pools.values()) if o == peer]
+            for pool in pools:
+                self._grant_pool_access(pool, ordinal, peer)
+            self._peers_enabled.add((ordinal, peer))
+
+    def _grant_pool_access(self, pool: Any, ordinal: int, peer: int) -> None:
+        """Let device ``ordinal`` read and write allocations of ``pool`` (of device ``peer``)."""
         access = _d.CUmemAccessDesc()
         access.location.type = _LOCATION_DEVICE
         access.location.id = int(self._devices[ordinal])
         access.flags = _ACCESS_READWRITE
         (err,) = _d.cuMemPoolSetAccess(pool, [access], 1)
         self._check(err, "cuMemPoolSetAccess", peer)
-        self._peers_enabled.add((ordinal, peer))
 
     def memcpy_peer_async(
         self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
@@ -754,6 +762,78 @@ class CudaBackend(Backend):
 
     def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
         (err,) = _d.cuMemPoolTrimTo(self._default_pool(ordinal), keep_bytes)
+        self._check(err, "cuMemPoolTrimTo", ordinal)
+
+    # -- explicit memory pools ---------------------------------------------------------
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        self._device(ordinal)
+        props = _d.CUmemPoolProps()
+        props.allocType = _d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = _d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location.type = _d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = int(self._devices[ordinal])
+        err, pool = _d.cuMemPoolCreate(props)
+        if err == _OUT_OF_MEMORY:
+            raise OutOfMemoryError(0, f"a memory pool on device {ordinal}")
+        self._check(err, "cuMemPoolCreate", ordinal)
+        handle = int(pool)
+        try:
+            self.pool_set_release_threshold(handle, release_threshold, pool)
+            with self._lock:
+                for user, peer in self._peers_enabled:
+                    if peer == ordinal:
+                        self._grant_pool_access(pool, user, peer)
+                self._user_pools[handle] = (pool, ordinal)
+        except BaseException:
+            _d.cuMemPoolDestroy(pool)
+            raise
+        return handle
+
+    def _user_pool(self, handle: int) -> tuple[Any, int]:
+        found = self._user_pools.get(handle)
+        if found is None:
+            raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
+        return found
+
+    def pool_destroy(self, pool: int) -> None:
+        found = self._user_pools.pop(pool, None)  # no lock: called from finalizers
+        if found is not None:
+            (err,) = _d.cuMemPoolDestroy(found[0])  # deferred by the driver while in use
+            self._check(err, "cuMemPoolDestroy", found[1])
+
+    def pool_set_release_threshold(self, pool: int, nbytes: int, raw: Any = None) -> None:
+        ordinal = -1
+        if raw is None:
+            raw, ordinal = self._user_pool(pool)
+        value = _d.cuuint64_t(min(nbytes, _UINT64_MAX))
+        (err,) = _d.cuMemPoolSetAttribute(raw, _POOL_RELEASE_THRESHOLD, value)
+        self._check(err, "cuMemPoolSetAttribute", ordinal)
+
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        raw, ordinal = self._user_pool(pool)
+        self._enter(stream)
+        res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
+        if res[0] == _OUT_OF_MEMORY:
+            _d.cuMemPoolTrimTo(raw, 0)  # its idle memory may satisfy the request once released
+            res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
+            if res[0] == _OUT_OF_MEMORY:
+                raise OutOfMemoryError(nbytes, f"device memory (a memory pool of device {ordinal})")
+        if res[0]:
+            res = self._redo(res, ordinal, "cuMemAllocFromPoolAsync", nbytes, raw, stream)
+        return int(res[1])
+
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        raw, ordinal = self._user_pool(pool)
+        values = []
+        for attribute in (_POOL_RESERVED_CURRENT, _POOL_USED_CURRENT):
+            err, value = _d.cuMemPoolGetAttribute(raw, attribute)
+            self._check(err, "cuMemPoolGetAttribute", ordinal)
+            values.append(int(value))
+        return values[0], values[1]
+
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        raw, ordinal = self._user_pool(pool)
+        (err,) = _d.cuMemPoolTrimTo(raw, keep_bytes)
         self._check(err, "cuMemPoolTrimTo", ordinal)
 
     def pointer_device(self, ptr: int) -> int:
