@@ -66,7 +66,7 @@ from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
-from ._kernel import Module as Module
+from ._module import Module as Module
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import clip as clip

@@ -32,13 +32,12 @@ from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
-from ._exceptions import report_once
 from ._nvrtc import compile_cubin
 from ._signature import Param, parse_params
 from ._tensor import Partition, Tensor, is_size, partly_overlap
-from .errors import AliasingError, ArgumentError, InvalidDeviceError, LaunchError, UsageError
+from .errors import AliasingError, ArgumentError, LaunchError
 
-__all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
+__all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
 Dim3 = tuple[int, int, int]
 
@@ -252,6 +251,8 @@ class _Launchable(Generic[R]):
     emulate: Callable[..., Any] | None
     #: The handle of the loaded module holding the function, or 0 (compile the source).
     module_handle: int = 0
+    #: The handle of a borrowed function (``Module.kernel_from_handle``), or 0.
+    function_handle: int = 0
     _prepared: dict[int, PreparedKernel]
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
@@ -708,55 +709,3 @@ class Kernel(_Launchable[R]):
         """
         dev = get_default_device() if device is None else Device(device)
         get_backend().prepare_kernel(dev.ordinal, self, compile_only=True)
-
-
-class Module:
-    """A cubin, fatbin or PTX image you compiled, loaded on one device.
-
-    >>> mod = cuasync.Module(open("k.cubin", "rb").read())
-    >>> k = mod.kernel("scale", "float* x, float a, int n")
-    >>> await k[blocks, 128](x, 2.0, n)
-    """
-
-    def __init__(self, image: bytes, device: int | Device | None = None) -> None:
-        if not isinstance(image, (bytes, bytearray)) or not image:
-            raise ArgumentError("image must be the non-empty bytes of a cubin, fatbin or PTX file")
-        self.device = get_default_device() if device is None else Device(device)
-        self.handle = get_backend().module_load(self.device.ordinal, bytes(image))
-
-    def kernel(
-        self, name: str, signature: str, *, emulate: Callable[..., Any] | None = None
-    ) -> _ModuleKernel[Any]:
-        """The function ``name`` with C parameters ``signature`` (``"float* x, int n"``)."""
-        params = parse_params(f"__global__ void {name}({signature})", name)
-        return _ModuleKernel(self, name, params, emulate)
-
-    def __del__(self) -> None:
-        try:
-            get_backend().module_unload(self.handle)
-        except Exception as exc:
-            report_once("cuasync.kernel", "unload a module", exc)
-
-
-class _ModuleKernel(_Launchable[R]):
-    def __init__(
-        self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
-    ) -> None:
-        self.module = module
-        self.module_handle = module.handle
-        self.name = name
-        self.params = params
-        self.emulate = emulate
-        self._prepared = {}
-        self._prepare(module.device)  # an unknown name fails here
-
-    def compile_image(self, arch: str) -> tuple[bytes, str]:
-        raise UsageError(f"{self.name} is a function of a loaded Module: it has no source")
-
-    def _prepare(self, device: Device) -> PreparedKernel:
-        if device is not self.module.device:
-            raise InvalidDeviceError(
-                f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
-                f"device {device.ordinal}; load the image on that device too"
-            )
-        return super()._prepare(device)

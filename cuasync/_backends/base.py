@@ -52,8 +52,9 @@ class KernelCode(Protocol):
 
     ``compile_image(arch)`` compiles the source for ``arch`` (``"sm_90"``) and returns the
     cubin and the function's lowered name; a kernel of a loaded :class:`cuasync.Module`
-    has that module's handle as ``module_handle`` instead (0 otherwise). ``emulate`` is the numpy
-    twin the emulator runs.
+    has that module's handle as ``module_handle`` instead, and a borrowed function its
+    handle as ``function_handle`` (both 0 otherwise). ``emulate`` is the numpy twin the
+    emulator runs.
     """
 
     @property
@@ -67,6 +68,9 @@ class KernelCode(Protocol):
 
     @property
     def module_handle(self) -> int: ...
+
+    @property
+    def function_handle(self) -> int: ...
 
     def compile_image(self, arch: str) -> tuple[bytes, str]: ...
 
@@ -339,6 +343,10 @@ class Backend(ABC):
 
     @abstractmethod
     def module_function(self, module: int, name: str) -> int: ...
+
+    def function_name(self, function: int) -> str:
+        """The name of a function handle (``cuFuncGetName``); empty when unknown."""
+        return ""
 
     def arch(self, ordinal: int) -> str:
         """The architecture kernels are compiled for on ``ordinal`` (``"sm_90"``)."""

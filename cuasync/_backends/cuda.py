@@ -1002,10 +1002,24 @@ class CudaBackend(Backend):
         self._check(err, "cuModuleGetFunction", ordinal)
         return int(function)
 
+    def function_name(self, function: int) -> str:
+        if not hasattr(_d, "cuFuncGetName"):  # CUDA 12.3 and later
+            return ""
+        try:
+            err, name = _d.cuFuncGetName(function)
+        except Exception:  # not a handle the bindings accept
+            return ""
+        if err or not name:
+            return ""
+        return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _CudaKernel:
-        if kernel.module_handle:
+        if kernel.function_handle:
+            function = kernel.function_handle  # borrowed: the caller vouches for it
+        elif kernel.module_handle:
+            self._use(ordinal)  # a borrowed module is not in self._modules
             function = self.module_function(kernel.module_handle, kernel.name)
         else:
             image, lowered = kernel.compile_image(self.arch(ordinal))

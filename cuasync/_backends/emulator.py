@@ -189,9 +189,11 @@ class _EmulatedKernel(PreparedKernel):
 
     __slots__ = ("pointers", "scalars", "twin")
 
-    def __init__(self, kernel: KernelCode, ordinal: int) -> None:
+    def __init__(
+        self, kernel: KernelCode, ordinal: int, twin: Callable[..., Any] | None = None
+    ) -> None:
         super().__init__(kernel.name, ordinal)
-        self.twin = kernel.emulate
+        self.twin = twin or kernel.emulate
         params = kernel.params
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
@@ -221,6 +223,9 @@ class EmulatorBackend(Backend):
         self._execs: dict[int, list[Command]] = {}
         self._host: dict[int, np.ndarray] = {}
         self._pool_device: dict[int, _Device] = {}  # pool handle -> its device
+        # load_twins modules: handle -> (ordinal, twins by name); functions -> (module, name)
+        self._modules: dict[int, tuple[int, dict[str, Callable[..., Any]]]] = {}
+        self._functions: dict[int, tuple[int, str]] = {}
         self._handles = itertools.count(0x1000)
         self._lock = threading.Lock()
         self._gate = threading.Event()
@@ -802,16 +807,80 @@ class EmulatorBackend(Backend):
             "or run with CUASYNC_BACKEND=cuda on a machine with a GPU"
         )
 
+    def load_twins(self, ordinal: int, twins: dict[str, Callable[..., Any]]) -> int:
+        """A module handle whose functions are the numpy ``twins`` by name (a knob: what
+        an image is to the driver, for :meth:`cuasync.Module.from_handle`)."""
+        self._device(ordinal)
+        handle = next(self._handles)
+        with self._lock:
+            self._modules[handle] = (ordinal, dict(twins))
+        return handle
+
     def module_unload(self, module: int) -> None:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload")
+        with self._lock:
+            found = self._modules.pop(module, None)
+            if found is not None:
+                for function in [f for f, (m, _) in self._functions.items() if m == module]:
+                    del self._functions[function]
+        if found is None:
+            raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload", f"unknown module {module:#x}")
 
     def module_function(self, module: int, name: str) -> int:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleGetFunction")
+        with self._lock:
+            found = self._modules.get(module)
+            if found is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE, "cuModuleGetFunction", f"unknown module {module:#x}"
+                )
+            if name not in found[1]:
+                raise DriverError(Code.NOT_FOUND, "cuModuleGetFunction", f"no function {name!r}")
+            for function, key in self._functions.items():
+                if key == (module, name):
+                    return function
+            function = next(self._handles)
+            self._functions[function] = (module, name)
+            return function
+
+    def function_name(self, function: int) -> str:
+        found = self._functions.get(function)
+        return "" if found is None else found[1]
+
+    def _twin_of(self, ordinal: int, kernel: KernelCode) -> Callable[..., Any] | None:
+        """The twin a borrowed module or function brings (None for a compiled kernel)."""
+        if kernel.function_handle:
+            with self._lock:
+                key = self._functions.get(kernel.function_handle)
+            if key is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE,
+                    "cuLaunchKernel",
+                    f"{kernel.function_handle:#x} is not a function the emulator issued "
+                    "(cuasync.emulator.load_module and module_function issue them)",
+                )
+            module, name = key
+        elif kernel.module_handle:
+            module = kernel.module_handle
+            self.module_function(module, kernel.name)  # raises for an unknown module or name
+            name = kernel.name
+        else:
+            return None
+        with self._lock:
+            owner, twins = self._modules[module]
+        if owner != ordinal:
+            raise DriverError(
+                Code.INVALID_HANDLE,
+                "cuModuleGetFunction",
+                f"module {module:#x} was loaded on device {owner}, not {ordinal}",
+            )
+        return twins[name]
 
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _EmulatedKernel:
         self._device(ordinal)
+        borrowed = self._twin_of(ordinal, kernel)
+        if borrowed is not None:
+            return _EmulatedKernel(kernel, ordinal, kernel.emulate or borrowed)
         # The twin runs, but a source that NVRTC rejects must fail here as it would on
         # a GPU, or broken device code passes CI.
         if self._compiles():
