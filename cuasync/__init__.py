@@ -98,10 +98,10 @@ from ._ops.elementwise import where as where
 from ._ops.tensorop import TensorOp as TensorOp
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
+from ._readback import download_into as download_into
 from ._tensor import Partition as Partition
 from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
-from ._transfers import download_into as download_into
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
 from .errors import DeviceError as DeviceError
