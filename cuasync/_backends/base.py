@@ -41,6 +41,12 @@ class EmulatedTrap(EmulatedFault):
     """``__trap()`` in an emulated kernel (see :func:`cuasync.testing.trap`)."""
 
 
+#: Host-task sync modes of ``cuLaunchHostFunc_v2``, as in ``CUhostTaskSyncMode``: how the
+#: driver thread that runs host functions waits for the next one (spin: lower latency,
+#: a busy core; block: sleeps).
+HOST_TASK_BLOCKING = 0
+HOST_TASK_SPINWAIT = 1
+
 #: Stream capture modes, as in ``CUstreamCaptureMode``.
 CAPTURE_GLOBAL = 0
 CAPTURE_THREAD_LOCAL = 1
@@ -319,19 +325,31 @@ class Backend(ABC):
         difference ``word - value`` read as signed is >= 0, so values may wrap)."""
 
     @abstractmethod
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         """Run ``fn()`` on a driver thread after prior work on ``stream``.
 
         ``fn`` must not call the driver. It is kept alive until it has run. Python on a
         driver thread needs the GIL there, which may deadlock the driver against a
         thread that holds the GIL in a driver call: prefer :meth:`launch_host_signal`.
+        ``sync_mode`` (``HOST_TASK_SPINWAIT`` or ``HOST_TASK_BLOCKING``) asks for
+        ``cuLaunchHostFunc_v2``; only where :meth:`host_task_modes_problem` is None.
         """
 
     @abstractmethod
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         """Call the C function at address ``fn`` (``void fn(void *data)``) on a driver
         thread after prior work on ``stream``; it must take no GIL and call no driver
-        API (``cuasync._reactor.HOST_SIGNAL_FN`` is such a function)."""
+        API (``cuasync._reactor.HOST_SIGNAL_FN`` is such a function). ``sync_mode`` as
+        for :meth:`launch_host_func`."""
+
+    def host_task_modes_problem(self) -> str | None:
+        """None when host functions take a ``sync_mode`` (``cuLaunchHostFunc_v2``); else
+        why not, in one line."""
+        return f"the {self.name} backend has no host-task sync modes"
 
     # -- modules and kernels ---------------------------------------------------------
     @abstractmethod

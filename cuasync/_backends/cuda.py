@@ -948,7 +948,22 @@ class CudaBackend(Backend):
         # flags 0 (CU_STREAM_WAIT_VALUE_GEQ): a cyclic greater-or-equal on 32 bits.
         self._call(ordinal, "cuStreamWaitValue32", stream, address, value & 0xFFFFFFFF, 0)
 
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def host_task_modes_problem(self) -> str | None:
+        """cuLaunchHostFunc_v2 came with CUDA 13.2: the bindings and the driver need it."""
+        if not hasattr(_d, "cuLaunchHostFunc_v2"):
+            return "the installed cuda-bindings have no cuLaunchHostFunc_v2 (13.2 and later do)"
+        if self.driver_version < 13020:
+            return (
+                f"the driver supports CUDA {_cuda_version(self.driver_version)}; "
+                "cuLaunchHostFunc_v2 needs a driver for CUDA 13.2 or later"
+            )
+        if not self.driver_entry_points(["cuLaunchHostFunc_v2"]):
+            return "the driver does not provide cuLaunchHostFunc_v2 (cuGetProcAddress)"
+        return None
+
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         """Run ``fn()`` on a driver thread once prior work on ``stream`` is done.
 
         ``fn`` must not call the CUDA driver (directly or through this backend): the
@@ -960,19 +975,30 @@ class CudaBackend(Backend):
         key = next(_host_ids)
         _host_fns[key] = fn
         try:
-            self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+            if sync_mode is None:
+                self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+            else:
+                args = (stream, _TRAMPOLINE_ADDRESS, key, sync_mode)
+                self._call(ordinal, "cuLaunchHostFunc_v2", *args)
         except BaseException:
             _host_fns.pop(key, None)
             raise
 
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         # On the path of every await in callback mode: inline, as in launch_kernel.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
-        res = _d.cuLaunchHostFunc(stream, fn, data)
-        if res[0]:
-            self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+        if sync_mode is None:
+            res = _d.cuLaunchHostFunc(stream, fn, data)
+            if res[0]:
+                self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+        else:
+            res = _d.cuLaunchHostFunc_v2(stream, fn, data, sync_mode)
+            if res[0]:
+                self._redo(res, ordinal, "cuLaunchHostFunc_v2", stream, fn, data, sync_mode)
 
     # -- modules and kernels ---------------------------------------------------------
     def module_load(self, ordinal: int, image: bytes) -> int:

@@ -778,7 +778,12 @@ class EmulatorBackend(Backend):
 
         self._enqueue(stream, wait)
 
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def host_task_modes_problem(self) -> str | None:
+        return None  # accepted, and modelled as plain host functions (one worker per stream)
+
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         def host() -> None:
             _host_function.active = True
             try:
@@ -792,7 +797,9 @@ class EmulatorBackend(Backend):
 
         self._enqueue(stream, host)
 
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         c_fn = _HOST_FN_TYPE(fn)  # a foreign call: no GIL held, as on a driver thread
 
         def host() -> None:
