@@ -96,10 +96,11 @@ from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
 from ._ops.tensorop import TensorOp as TensorOp
+from ._partition import MappedPartition as MappedPartition
+from ._partition import Partition as Partition
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
 from ._readback import download_into as download_into
-from ._tensor import Partition as Partition
 from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
 from ._transfers import download_pending as download_pending
@@ -137,6 +138,7 @@ __all__ = [
     "Event",
     "GraphScope",
     "Kernel",
+    "MappedPartition",
     "MemoryInfo",
     "MemoryStats",
     "Module",

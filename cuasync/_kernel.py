@@ -33,8 +33,9 @@ from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
 from ._nvrtc import compile_cubin
+from ._partition import Partition
 from ._signature import Param, parse_params
-from ._tensor import Partition, Tensor, is_size, partly_overlap
+from ._tensor import Tensor, is_size, partly_overlap
 from .errors import AliasingError, ArgumentError, LaunchError
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel"]
@@ -361,7 +362,7 @@ class _Launchable(Generic[R]):
         partitions: list[tuple[Partition, Param]] = []
         for param, arg in zip(self.params, args, strict=True):
             if param.pointer:
-                tensor = arg.tensor if type(arg) is Partition else arg
+                tensor = arg.tensor if isinstance(arg, Partition) else arg
                 if type(tensor) is Tensor or isinstance(tensor, Tensor):
                     if param.dtype is not None and tensor.dtype != param.dtype:
                         raise LaunchError(
@@ -497,28 +498,22 @@ class _Launchable(Generic[R]):
         return devices.pop() if devices else get_default_device()
 
     def _grid(self, grid: Dim3 | None, partitions: list[tuple[Partition, Param]]) -> Dim3:
-        tiles = {p.grid for p, _ in partitions}
-        if len(tiles) > 1:
-            raise LaunchError(f"partitions with different tile grids {sorted(tiles)} in one launch")
         if grid is None:
-            if not tiles:
+            grids = {p.launch_grid for p, _ in partitions}
+            if not grids:
                 raise LaunchError(
                     f"{self.name}(): pass grid= (or kernel[grid, block]); it can only be inferred "
                     "from a partition argument"
                 )
-            inferred = tiles.pop()
-            if len(inferred) > 3:
-                raise LaunchError(f"a partition grid {inferred} has more than 3 dimensions")
-            return _dim3(inferred, "grid")
-        grid3 = grid
-        for p, param in partitions:
-            expected = _dim3(p.grid, "grid")
-            if expected != grid3:
+            if len(grids) > 1:
                 raise LaunchError(
-                    f"grid={grid3} does not match the {p.grid} tiles of partition argument "
-                    f"{param.name!r}; omit grid= to infer it"
+                    f"partitions with different launch grids {sorted(grids)} in one launch; "
+                    "pass grid= explicitly"
                 )
-        return grid3
+            return grids.pop()
+        for p, param in partitions:
+            p.check_grid(grid, param.name)
+        return grid
 
     # -- enqueuing --------------------------------------------------------------------------
     def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
