@@ -49,6 +49,7 @@ def test_allocations_in_the_block_come_from_the_pool_and_not_the_default_one(dev
     assert device.pool_used < before.pool_used + 8 * MiB  # ... its pool only one
     assert t.to_host().sync()[0] == 0  # the memory works as any other
     del t, outside
+    assert cuasync.testing.settle()  # every completion observed: the frees are enqueued
     dev.synchronize()
     after = pool.stats()
     assert (after.live_bytes, after.live_allocations, after.pool_used) == (0, 0, 0)
@@ -60,6 +61,7 @@ def test_trim_gives_the_pools_idle_memory_back(dev) -> None:
     assert pool.release_threshold is None
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()  # allocated and dropped
+    assert cuasync.testing.settle()
     dev.synchronize()  # the free is stream-ordered
     held = pool.stats()
     assert held.pool_used == 0 and held.pool_reserved >= 8 * MiB
@@ -73,12 +75,14 @@ def test_a_zero_release_threshold_gives_memory_back_at_synchronization(dev) -> N
     pool = MemoryPool(dev, release_threshold=0)
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()
+    assert cuasync.testing.settle()
     dev.synchronize()
     assert pool.stats().pool_reserved == 0
     pool.release_threshold = 64 * MiB
     assert pool.release_threshold == 64 * MiB
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()
+    assert cuasync.testing.settle()
     dev.synchronize()
     assert pool.stats().pool_reserved >= 8 * MiB  # now kept for reuse
 
