@@ -116,6 +116,7 @@ class Module:
         """
         raw = _raw_handle(handle, "CUfunction handle")
         dev = get_default_device() if device is None else Device(device)
+        _params("function", signature)  # checked before the driver is asked for the name
         if name is None:
             name = get_backend().function_name(raw)
             name = name if name.isidentifier() else "function"

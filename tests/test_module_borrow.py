@@ -105,7 +105,7 @@ def test_handles_are_checked() -> None:
     with pytest.raises(ArgumentError, match="non-null"):
         cuasync.Module.kernel_from_handle(0, SIGNATURE)
     with pytest.raises(ArgumentError, match="signature"):
-        cuasync.Module.kernel_from_handle(0x10, None)  # type: ignore[arg-type]
+        cuasync.Module.kernel_from_handle(0x10, None, name="f")  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="C identifier"):
         cuasync.Module.kernel_from_handle(0x10, SIGNATURE, name="not a name")
 
