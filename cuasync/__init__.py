@@ -66,7 +66,7 @@ from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
-from ._kernel import Module as Module
+from ._module import Module as Module
 from ._ops.contract import dot_general as dot_general
 from ._ops.contract import matmul as matmul
 from ._ops.contract import tensordot as tensordot
@@ -99,12 +99,13 @@ from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
 from ._ops.tensorop import TensorOp as TensorOp
+from ._partition import MappedPartition as MappedPartition
+from ._partition import Partition as Partition
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
-from ._tensor import Partition as Partition
+from ._readback import download_into as download_into
 from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
-from ._transfers import download_into as download_into
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
 from .errors import DeviceError as DeviceError
@@ -140,6 +141,7 @@ __all__ = [
     "Event",
     "GraphScope",
     "Kernel",
+    "MappedPartition",
     "MemoryInfo",
     "MemoryStats",
     "Module",

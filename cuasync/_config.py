@@ -15,7 +15,11 @@
 ``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off)
 ``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384)
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
-                               (``cuLaunchHostFunc`` for every await)
+                               (``cuLaunchHostFunc`` for every await), ``callback-spin`` /
+                               ``callback-block`` (``cuLaunchHostFunc_v2`` with
+                               ``CU_HOST_TASK_SPINWAIT`` / ``CU_HOST_TASK_BLOCKING``; CUDA
+                               13.2+, else ``BackendUnavailableError``; the emulator runs
+                               them as ``callback``)
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
@@ -34,7 +38,7 @@ from typing import Any, cast
 from .errors import ArgumentError
 
 _BACKENDS = ("auto", "cuda", "emulator")
-_HOST_SYNC = ("reactor", "callback")
+_HOST_SYNC = ("reactor", "callback", "callback-spin", "callback-block")
 _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")

@@ -79,14 +79,34 @@ class _Device:
     total_memory: int
     fault: DeviceFaultError | None = None
     used: int = 0
-    #: What the modelled default pool holds from the device: it grows with ``used`` and
-    #: keeps freed memory (cuasync sets the release threshold to its maximum) until trimmed.
+    #: What the modelled default pool holds from the device: it grows with its allocations
+    #: and keeps freed memory (cuasync sets the release threshold to its maximum) until trimmed.
     reserved: int = 0
+    #: Bytes of live allocations from the default pool (``used`` counts every pool's).
+    default_used: int = 0
+    #: Explicit pools by handle, and the pool of each allocation made from one.
+    pools: dict[int, _Pool] = field(default_factory=dict)
+    pool_of: dict[int, _Pool] = field(default_factory=dict)
     next_address: int = 0
     bases: list[int] = field(default_factory=list)
     buffers: dict[int, np.ndarray] = field(default_factory=dict)
     streams: set[_Stream] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(eq=False)
+class _Pool:
+    """An explicit memory pool (``cuMemPoolCreate``): what it reserves and what is in use.
+
+    Memory above ``threshold`` that no allocation uses is released when an allocation of
+    the pool is freed (the driver does it at the next synchronization).
+    """
+
+    handle: int
+    threshold: int
+    reserved: int = 0
+    used: int = 0
+    destroyed: bool = False
 
 
 class _Stream:
@@ -188,9 +208,11 @@ class _EmulatedKernel(PreparedKernel):
 
     __slots__ = ("pointers", "scalars", "twin")
 
-    def __init__(self, kernel: KernelCode, ordinal: int) -> None:
+    def __init__(
+        self, kernel: KernelCode, ordinal: int, twin: Callable[..., Any] | None = None
+    ) -> None:
         super().__init__(kernel.name, ordinal)
-        self.twin = kernel.emulate
+        self.twin = twin or kernel.emulate
         params = kernel.params
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
@@ -219,6 +241,10 @@ class EmulatorBackend(Backend):
         self._graphs: dict[int, _Graph] = {}
         self._execs: dict[int, list[Command]] = {}
         self._host: dict[int, np.ndarray] = {}
+        self._pool_device: dict[int, _Device] = {}  # pool handle -> its device
+        # load_twins modules: handle -> (ordinal, twins by name); functions -> (module, name)
+        self._modules: dict[int, tuple[int, dict[str, Callable[..., Any]]]] = {}
+        self._functions: dict[int, tuple[int, str]] = {}
         self._handles = itertools.count(0x1000)
         self._lock = threading.Lock()
         self._gate = threading.Event()
@@ -545,6 +571,9 @@ class EmulatorBackend(Backend):
 
     # -- memory --------------------------------------------------------------------
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        return self._alloc(nbytes, stream, None)
+
+    def _alloc(self, nbytes: int, stream: int, pool: _Pool | None) -> int:
         device = self._stream(stream).device
         self._check(device)
         size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
@@ -556,8 +585,14 @@ class EmulatorBackend(Backend):
             except MemoryError:  # the host ran out first: the same error a device gives
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
-            device.reserved = max(device.reserved, device.used)
             ptr = device.next_address
+            if pool is None:
+                device.default_used += size
+                device.reserved = max(device.reserved, device.default_used)
+            else:
+                pool.used += size
+                pool.reserved = max(pool.reserved, pool.used)
+                device.pool_of[ptr] = pool
             device.next_address += size + _ALIGN  # a gap so overruns are illegal accesses
             device.buffers[ptr] = buffer
             device.bases.append(ptr)  # addresses only grow: the list stays sorted
@@ -573,23 +608,86 @@ class EmulatorBackend(Backend):
                     raise _IllegalAddress(f"free of {ptr:#x}, which is not a live allocation")
                 device.bases.pop(bisect.bisect_left(device.bases, ptr))
                 device.used -= buffer.nbytes
+                pool = device.pool_of.pop(ptr, None)
+                if pool is None:
+                    device.default_used -= buffer.nbytes
+                    return
+                pool.used -= buffer.nbytes
+                pool.reserved = max(pool.used, min(pool.reserved, pool.threshold))
+                if pool.destroyed and not pool.used:
+                    pool.reserved = 0  # a destroyed pool goes once its last allocation does
 
         self._enqueue(stream, free)
 
     def mem_get_info(self, ordinal: int) -> tuple[int, int]:
         device = self._device(ordinal)
         with device.lock:
-            return device.total_memory - device.reserved, device.total_memory
+            reserved = device.reserved + sum(p.reserved for p in device.pools.values())
+            reserved += sum(p.reserved for p in set(device.pool_of.values()) if p.destroyed)
+            return device.total_memory - reserved, device.total_memory
 
     def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
         device = self._device(ordinal)
         with device.lock:
-            return device.reserved, device.used
+            return device.reserved, device.default_used
 
     def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
         device = self._device(ordinal)
         with device.lock:
-            device.reserved = max(device.used, min(device.reserved, keep_bytes))
+            device.reserved = max(device.default_used, min(device.reserved, keep_bytes))
+
+    # -- explicit memory pools ---------------------------------------------------------
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        device = self._device(ordinal)
+        self._check(device)
+        handle = next(self._handles)
+        with device.lock:
+            device.pools[handle] = _Pool(handle, release_threshold)
+        with self._lock:
+            self._pool_device[handle] = device
+        return handle
+
+    def _pool(self, handle: int) -> tuple[_Device, _Pool]:
+        device = self._pool_device.get(handle)
+        pool = None if device is None else device.pools.get(handle)
+        if device is None or pool is None:
+            raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
+        return device, pool
+
+    def pool_destroy(self, pool: int) -> None:
+        device = self._pool_device.pop(pool, None)  # no lock: called from finalizers
+        if device is None:
+            return
+        found = device.pools.pop(pool, None)
+        if found is not None:
+            found.destroyed = True  # its allocations still pending free keep it reserved
+            if not found.used:
+                found.reserved = 0
+
+    def pool_set_release_threshold(self, pool: int, nbytes: int) -> None:
+        device, found = self._pool(pool)
+        with device.lock:
+            found.threshold = nbytes
+
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        device, found = self._pool(pool)
+        if self._stream(stream).device is not device:
+            raise DriverError(
+                Code.INVALID_VALUE,
+                "cuMemAllocFromPoolAsync",
+                f"a pool of device {device.ordinal} on a stream of another device",
+            )
+        return self._alloc(nbytes, stream, found)
+
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        device, found = self._pool(pool)
+        with device.lock:
+            return found.reserved, found.used
+
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        device, found = self._pool(pool)
+        with device.lock:
+            found.reserved = max(found.used, min(found.reserved, keep_bytes))
 
     def host_alloc(self, nbytes: int) -> int:
         try:
@@ -707,7 +805,12 @@ class EmulatorBackend(Backend):
 
         self._enqueue(stream, wait)
 
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def host_task_modes_problem(self) -> str | None:
+        return None  # accepted, and modelled as plain host functions (one worker per stream)
+
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         def host() -> None:
             _host_function.active = True
             try:
@@ -721,7 +824,9 @@ class EmulatorBackend(Backend):
 
         self._enqueue(stream, host)
 
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         c_fn = _HOST_FN_TYPE(fn)  # a foreign call: no GIL held, as on a driver thread
 
         def host() -> None:
@@ -736,16 +841,80 @@ class EmulatorBackend(Backend):
             "or run with CUASYNC_BACKEND=cuda on a machine with a GPU"
         )
 
+    def load_twins(self, ordinal: int, twins: dict[str, Callable[..., Any]]) -> int:
+        """A module handle whose functions are the numpy ``twins`` by name (a knob: what
+        an image is to the driver, for :meth:`cuasync.Module.from_handle`)."""
+        self._device(ordinal)
+        handle = next(self._handles)
+        with self._lock:
+            self._modules[handle] = (ordinal, dict(twins))
+        return handle
+
     def module_unload(self, module: int) -> None:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload")
+        with self._lock:
+            found = self._modules.pop(module, None)
+            if found is not None:
+                for function in [f for f, (m, _) in self._functions.items() if m == module]:
+                    del self._functions[function]
+        if found is None:
+            raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload", f"unknown module {module:#x}")
 
     def module_function(self, module: int, name: str) -> int:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleGetFunction")
+        with self._lock:
+            found = self._modules.get(module)
+            if found is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE, "cuModuleGetFunction", f"unknown module {module:#x}"
+                )
+            if name not in found[1]:
+                raise DriverError(Code.NOT_FOUND, "cuModuleGetFunction", f"no function {name!r}")
+            for function, key in self._functions.items():
+                if key == (module, name):
+                    return function
+            function = next(self._handles)
+            self._functions[function] = (module, name)
+            return function
+
+    def function_name(self, function: int) -> str:
+        found = self._functions.get(function)
+        return "" if found is None else found[1]
+
+    def _twin_of(self, ordinal: int, kernel: KernelCode) -> Callable[..., Any] | None:
+        """The twin a borrowed module or function brings (None for a compiled kernel)."""
+        if kernel.function_handle:
+            with self._lock:
+                key = self._functions.get(kernel.function_handle)
+            if key is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE,
+                    "cuLaunchKernel",
+                    f"{kernel.function_handle:#x} is not a function the emulator issued "
+                    "(cuasync.emulator.load_module and module_function issue them)",
+                )
+            module, name = key
+        elif kernel.module_handle:
+            module = kernel.module_handle
+            self.module_function(module, kernel.name)  # raises for an unknown module or name
+            name = kernel.name
+        else:
+            return None
+        with self._lock:
+            owner, twins = self._modules[module]
+        if owner != ordinal:
+            raise DriverError(
+                Code.INVALID_HANDLE,
+                "cuModuleGetFunction",
+                f"module {module:#x} was loaded on device {owner}, not {ordinal}",
+            )
+        return twins[name]
 
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _EmulatedKernel:
         self._device(ordinal)
+        borrowed = self._twin_of(ordinal, kernel)
+        if borrowed is not None:
+            return _EmulatedKernel(kernel, ordinal, kernel.emulate or borrowed)
         # The twin runs, but a source that NVRTC rejects must fail here as it would on
         # a GPU, or broken device code passes CI.
         if self._compiles():

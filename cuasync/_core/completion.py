@@ -13,7 +13,8 @@ Its work is followed on the stream by one of:
   in the native reactor, which wakes the owning event loop;
 * a **host callback** (``launch_host_func``) when the slot pool is exhausted, the native
   module is missing, stream memory operations are unsupported, or
-  ``CUASYNC_HOST_SYNC=callback`` asks for it.
+  ``CUASYNC_HOST_SYNC=callback`` asks for it (``callback-spin`` / ``callback-block``: with
+  that host-task sync mode, through ``cuLaunchHostFunc_v2``).
 
 When completion is observed the output is realized (``map`` functions run), the stream's
 completed sequence number advances and every object the work used is released. Work
@@ -39,9 +40,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._backends import get_backend
+from .._backends.base import HOST_TASK_BLOCKING, HOST_TASK_SPINWAIT, Backend
 from .._config import CONFIG
 from .._exceptions import fresh
-from ..errors import DeviceError, DeviceFaultError, InternalError
+from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
 from .output import Output
 from .watcher import BackgroundWatcher
 
@@ -75,6 +77,9 @@ class Stats:
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
+    #: ``CUASYNC_HOST_SYNC`` in force: ``reactor``, ``callback``, ``callback-spin`` or
+    #: ``callback-block``.
+    host_sync: str = "reactor"
     #: Whether the native module ``cuasync._reactor`` is loaded (else host callbacks only).
     native: bool = False
 
@@ -284,6 +289,9 @@ class Hub:
 
     def __init__(self, native: Any = _reactor) -> None:
         backend = get_backend()
+        #: ``CUASYNC_HOST_SYNC``, and the host-task sync mode it asks of every host callback.
+        self.host_sync = CONFIG.host_sync
+        self.host_task_mode = _host_task_mode(backend, self.host_sync)  # first: it may raise
         #: The native module, or None for the pure-Python fallback (see ``_native``).
         self.native = native
         self.backend = backend
@@ -313,8 +321,9 @@ class Hub:
             )
             atexit.register(self.reactor.close)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
-        self.use_reactor = self.reactor is not None and CONFIG.host_sync == "reactor"
+        self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
         self.stats.reactor = self.use_reactor
+        self.stats.host_sync = self.host_sync
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
         self.spin_budget_us = CONFIG.spin_budget_us
         self._memops: dict[int, bool] = {}
@@ -400,9 +409,11 @@ class Hub:
                 with self.lock:
                     comp.signal = self._next_signal()
                     self.signals[comp.signal] = comp
-                self.backend.launch_host_signal(
-                    comp.stream.handle, self.native.HOST_SIGNAL_FN, comp.signal
-                )
+                fn, mode = self.native.HOST_SIGNAL_FN, self.host_task_mode
+                if mode is None:
+                    self.backend.launch_host_signal(comp.stream.handle, fn, comp.signal)
+                else:
+                    self.backend.launch_host_signal(comp.stream.handle, fn, comp.signal, mode)
             else:
 
                 def landed() -> None:
@@ -411,7 +422,10 @@ class Hub:
                     comp.landed_by_callback = True
                     background.finish_soon(comp)
 
-                self.backend.launch_host_func(comp.stream.handle, landed)
+                if self.host_task_mode is None:
+                    self.backend.launch_host_func(comp.stream.handle, landed)
+                else:
+                    self.backend.launch_host_func(comp.stream.handle, landed, self.host_task_mode)
         except BaseException:
             self.forget(comp)
             comp.signal = 0
@@ -750,6 +764,26 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+#: ``CUASYNC_HOST_SYNC`` values that ask for a host-task sync mode (``cuLaunchHostFunc_v2``).
+_HOST_TASK_MODES = {"callback-spin": HOST_TASK_SPINWAIT, "callback-block": HOST_TASK_BLOCKING}
+
+
+def _host_task_mode(backend: Backend, host_sync: str) -> int | None:
+    """The ``CUhostTaskSyncMode`` ``host_sync`` asks for (None: plain ``cuLaunchHostFunc``);
+    raises when the backend cannot do it, rather than quietly running another mode."""
+    mode = _HOST_TASK_MODES.get(host_sync)
+    if mode is not None:
+        problem = backend.host_task_modes_problem()
+        if problem is not None:
+            raise BackendUnavailableError(
+                f"CUASYNC_HOST_SYNC={host_sync} completes awaits through cuLaunchHostFunc_v2 "
+                f"with a host-task sync mode, which this machine cannot do: {problem}. Upgrade "
+                "the driver and cuda-bindings, or set CUASYNC_HOST_SYNC=callback (the "
+                "driver's default mode) or reactor (the default)"
+            )
+    return mode
 
 
 def get_hub() -> Hub:
