@@ -47,6 +47,7 @@ from ._core.op import SharedOp as SharedOp
 from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
+from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
@@ -150,6 +151,7 @@ __all__ = [
     "Stats",
     "Stream",
     "StreamPoolRoundRobin",
+    "StreamPriorityRange",
     "Tensor",
     "TensorOp",
     "__version__",
