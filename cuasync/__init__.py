@@ -52,6 +52,8 @@ from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._core.trace import trace as trace
+from ._core.trace import tracing as tracing
 from ._creation import arange as arange
 from ._creation import convert as convert
 from ._creation import eye as eye
@@ -211,6 +213,8 @@ __all__ = [
     "subtract",
     "tanh",
     "to_host",
+    "trace",
+    "tracing",
     "upload_pending",
     "use_device",
     "use_policy",

@@ -19,6 +19,8 @@
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
 ``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
                                background watcher frees it (default 60; ``off``: never)
+``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
+                               :func:`cuasync.trace`)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
