@@ -772,17 +772,33 @@ class CudaBackend(Backend):
         self._check(err, "cuMemPoolTrimTo", ordinal)
 
     def pointer_device(self, ptr: int) -> int:
-        attribute = _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        try:
-            err, ordinal = _d.cuPointerGetAttribute(attribute, ptr)
-        except Exception:  # not a pointer the bindings accept
+        # A stream-ordered allocation is named by its pool (each device's default pool
+        # is known); other memory by the device ordinal the driver records for it.
+        pool = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+        )
+        if pool:
+            for ordinal in range(self._count):
+                if int(self._default_pool(ordinal)) == int(pool):
+                    return ordinal
+        value = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        )
+        if value is None:  # not device memory this process can name
             return -1
-        if err:  # not device memory this process can name (CUDA_ERROR_INVALID_VALUE)
-            return -1
         try:
-            return self._ordinal_of_device(int(ordinal))
+            return self._ordinal_of_device(int(value))
         except InvalidDeviceError:
             return -1
+
+    @staticmethod
+    def _pointer_attribute(ptr: int, attribute: Any) -> Any:
+        """``cuPointerGetAttribute``'s value, or None where the driver has none for ``ptr``."""
+        try:
+            err, value = _d.cuPointerGetAttribute(attribute, ptr)
+        except Exception:  # not a pointer the bindings accept
+            return None
+        return None if err else value
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
         self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
