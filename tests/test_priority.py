@@ -105,13 +105,3 @@ def test_ready_work_on_an_urgent_stream_runs_before_batch_work() -> None:
         assert request_done.elapsed_ms(event) > 0  # the batch op ended after the request
     for op in batch_ops:
         op.wait()
-
-
-def test_the_priority_bench_suite_reports_both_rows() -> None:
-    from conftest import run_python
-
-    done = run_python("-m", "cuasync.bench", "priority", "--quick", timeout=300)
-    out = done.stdout
-    assert "suite" not in done.stderr  # no progress bar off a terminal
-    assert "tiny kernel under batch load, default priority" in out
-    assert f"tiny kernel under batch load, priority {_range().greatest}" in out
