@@ -47,10 +47,13 @@ from ._core.op import SharedOp as SharedOp
 from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
+from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._core.trace import trace as trace
+from ._core.trace import tracing as tracing
 from ._creation import arange as arange
 from ._creation import convert as convert
 from ._creation import eye as eye
@@ -155,6 +158,7 @@ __all__ = [
     "Stats",
     "Stream",
     "StreamPoolRoundRobin",
+    "StreamPriorityRange",
     "Tensor",
     "TensorOp",
     "__version__",
@@ -217,6 +221,8 @@ __all__ = [
     "tanh",
     "tensordot",
     "to_host",
+    "trace",
+    "tracing",
     "upload_pending",
     "use_device",
     "use_policy",

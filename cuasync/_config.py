@@ -21,6 +21,10 @@
                                13.2+, else ``BackendUnavailableError``; the emulator runs
                                them as ``callback``)
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
+``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
+                               background watcher frees it (default 60; ``off``: never)
+``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
+                               :func:`cuasync.trace`)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
@@ -57,6 +61,21 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def _seconds_or_off(name: str, default: float) -> float | None:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ArgumentError(f"{name} must be a number of seconds or 'off', got {raw!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ArgumentError(f"{name} must be a finite number of seconds >= 0, got {raw!r}")
+    return value
+
+
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = os.environ.get(name, default).strip().lower() or default
     if raw not in choices:
@@ -77,6 +96,7 @@ class Config:
     host_sync: str
     stale_us: int
     peer: str
+    pinned_idle_s: float | None
 
 
 def _read() -> Config:
@@ -92,6 +112,7 @@ def _read() -> Config:
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
+        pinned_idle_s=_seconds_or_off("CUASYNC_PINNED_IDLE_S", 60.0),
     )
 
 

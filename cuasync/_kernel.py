@@ -561,6 +561,9 @@ class _Launch(_NativeLaunchBase[Any]):
         self._block = block
         self._shared_mem = shared_mem
 
+    def _trace_name(self) -> str:
+        return self._prepared.name
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
         prepared = self._prepared

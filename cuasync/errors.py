@@ -33,7 +33,8 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
     │   ├── ReentrancyError            also a RuntimeError: executing an op inside ``then``
     │   ├── SyncInEventLoopError       also a RuntimeError: ``.sync()`` inside a running loop
-    │   └── CaptureError               also a RuntimeError: graph capture misuse
+    │   ├── CaptureError               also a RuntimeError: graph capture misuse
+    │   └── MissingDependencyError     also an ImportError: a feature's optional package is missing
     └── InternalError                  also a RuntimeError: a bug in cuasync; please report it
 
 Builtin bases stay, so idiomatic ``except ValueError`` / ``IndexError`` still works.
@@ -71,6 +72,7 @@ __all__ = [
     "LaunchError",
     "LibraryError",
     "LibraryUnavailableError",
+    "MissingDependencyError",
     "OpConsumedError",
     "OutOfMemoryError",
     "ReentrancyError",
@@ -240,6 +242,14 @@ class SyncInEventLoopError(UsageError, RuntimeError):
 
 class CaptureError(UsageError, RuntimeError):
     """Graph capture was misused (allocation recorded, sync during capture, ...)."""
+
+
+class MissingDependencyError(UsageError, ImportError):
+    """A feature that was turned on needs an optional package that is not installed;
+    the message names the package and the extra that installs it.
+
+    >>> cuasync.trace(True)      # without nvtx: MissingDependencyError, pip install 'cuasync[nvtx]'
+    """
 
 
 class KernelError(DeviceError):

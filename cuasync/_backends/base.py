@@ -206,7 +206,18 @@ class Backend(ABC):
 
     # -- streams -------------------------------------------------------------------
     @abstractmethod
-    def stream_create(self, ordinal: int) -> int: ...
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
+        """A new non-blocking stream of ``ordinal``; ``priority`` is in CUDA's numbers
+        (lower is more urgent) and already checked against :meth:`stream_priority_range`."""
+
+    @abstractmethod
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        """``(least, greatest)`` stream priorities of ``ordinal``
+        (``cuCtxGetStreamPriorityRange``); ``greatest`` is the most urgent and the lowest."""
+
+    @abstractmethod
+    def stream_priority(self, stream: int) -> int:
+        """The priority a (possibly foreign) stream was created with (``cuStreamGetPriority``)."""
 
     @abstractmethod
     def stream_destroy(self, stream: int) -> None: ...

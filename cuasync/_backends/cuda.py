@@ -578,14 +578,29 @@ class CudaBackend(Backend):
         self._call(self._enter(stream), "cuMemcpyPeerAsync", *args)
 
     # -- streams ---------------------------------------------------------------------
-    def stream_create(self, ordinal: int) -> int:
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
         self._device(ordinal)
         self._switch(ordinal)
-        err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
-        self._check(err, "cuStreamCreate", ordinal)
+        if priority:
+            err, stream = _d.cuStreamCreateWithPriority(_STREAM_NON_BLOCKING, priority)
+            self._check(err, "cuStreamCreateWithPriority", ordinal)
+        else:
+            err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
+            self._check(err, "cuStreamCreate", ordinal)
         handle = int(stream)
         self._streams[handle] = ordinal
         return handle
+
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        self._switch(ordinal)
+        err, least, greatest = _d.cuCtxGetStreamPriorityRange()
+        self._check(err, "cuCtxGetStreamPriorityRange", ordinal)
+        return int(least), int(greatest)
+
+    def stream_priority(self, stream: int) -> int:
+        _, priority = self._call(self._enter(stream), "cuStreamGetPriority", stream)
+        return int(priority)
 
     def stream_destroy(self, stream: int) -> None:
         ordinal = self._enter(stream)

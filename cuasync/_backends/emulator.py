@@ -23,6 +23,11 @@
   exist per device, as ordinary FIFO streams (the legacy stream's implicit
   synchronization with other streams is not modelled); the device is this thread's
   "current" one: the last device a call named (``event_create(ordinal)`` and the like).
+* Stream priorities (range ``(0, -5)`` as on current GPUs; lower is more urgent): a
+  stream starts its next command only while no stream of the same device with a higher
+  priority has work ready to run (a command queued or running that is not a wait whose
+  condition is unmet). Running commands are never preempted. With equal priorities (the
+  default) streams run independently, as before.
 * Knobs for tests: a per-command delay and a gate that holds every worker.
 """
 
@@ -67,6 +72,22 @@ except ImportError:  # built without a C compiler
 #: Each device owns a 1 TiB window of the emulated address space.
 _DEVICE_WINDOW = 1 << 40
 _ALIGN = 256
+#: ``(least, greatest)`` stream priority, as ``cuCtxGetStreamPriorityRange`` reports on
+#: current GPUs.
+PRIORITY_RANGE = (0, -5)
+
+
+class _Wait:
+    """A command that only waits: ``ready()`` tells whether its condition is met."""
+
+    __slots__ = ("ready", "run")
+
+    def __init__(self, run: Command, ready: Callable[[], bool]) -> None:
+        self.run = run
+        self.ready = ready
+
+    def __call__(self) -> None:
+        self.run()
 
 
 class _IllegalAddress(EmulatedFault):
@@ -92,6 +113,9 @@ class _Device:
     buffers: dict[int, np.ndarray] = field(default_factory=dict)
     streams: set[_Stream] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Live streams created with a priority above the default (0): while there are none,
+    #: no stream has anything to yield to.
+    urgent: int = 0
 
 
 @dataclass(eq=False)
@@ -112,11 +136,15 @@ class _Pool:
 class _Stream:
     """A FIFO of commands run by one worker thread."""
 
-    def __init__(self, backend: EmulatorBackend, handle: int, device: _Device) -> None:
+    def __init__(
+        self, backend: EmulatorBackend, handle: int, device: _Device, priority: int = 0
+    ) -> None:
         self.backend = backend
         self.handle = handle
         self.device = device
+        self.priority = priority
         self.commands: deque[Command | None] = deque()
+        self.current: Command | None = None
         self.pending = 0
         self.cond = threading.Condition()
         self.capture: list[Command] | None = None
@@ -139,9 +167,12 @@ class _Stream:
                 while not self.commands:
                     self.cond.wait()
                 command = self.commands.popleft()
+                self.current = command
             if command is None:
                 return
             backend._gate.wait()
+            if self.device.urgent and not isinstance(command, _Wait):
+                self._yield_to_urgent()
             if backend.delay_us and self.device.fault is None:
                 time.sleep(backend.delay_us / 1e6)
             if self.device.fault is None:
@@ -157,8 +188,31 @@ class _Stream:
                     )
             command = None  # drop what the command captured before waiting for the next
             with self.cond:
+                self.current = None
                 self.pending -= 1
                 self.cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether the stream has work ready to run (or running) on the device."""
+        with self.cond:
+            command = self.current
+            if command is None and self.commands:
+                command = self.commands[0]
+        if command is None:
+            return False
+        return command.ready() if isinstance(command, _Wait) else True
+
+    def _yield_to_urgent(self) -> None:
+        """Wait while a stream of this device with a higher priority has work ready."""
+        device = self.device
+        pause = 1e-5
+        while device.fault is None:
+            with device.lock:
+                above = [s for s in device.streams if s.priority < self.priority]
+            if not any(s.busy() for s in above):
+                return
+            time.sleep(pause)  # a wait's condition changes without notice: poll
+            pause = min(pause * 2, 1e-3)
 
     def wait_idle(self) -> None:
         with self.cond:
@@ -465,16 +519,26 @@ class EmulatorBackend(Backend):
         self.peer_copies += 1
 
     # -- streams -------------------------------------------------------------------
-    def stream_create(self, ordinal: int) -> int:
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
         device = self._device(ordinal)
         self._check(device)
+        least, greatest = PRIORITY_RANGE
+        priority = min(max(priority, greatest), least)  # clamped, as the driver does
         handle = next(self._handles)
-        stream = _Stream(self, handle, device)
+        stream = _Stream(self, handle, device, priority)
         with self._lock:
             self._streams[handle] = stream
         with device.lock:
             device.streams.add(stream)
+            device.urgent += priority < 0
         return handle
+
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        return PRIORITY_RANGE
+
+    def stream_priority(self, stream: int) -> int:
+        return self._stream(stream).priority
 
     def stream_destroy(self, stream: int) -> None:
         with self._lock:
@@ -483,6 +547,7 @@ class EmulatorBackend(Backend):
             raise DriverError(Code.INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
         with s.device.lock:
             s.device.streams.discard(s)
+            s.device.urgent -= s.priority < 0
         s.put(None)  # the worker drains what is queued, then exits
 
     def stream_device(self, stream: int) -> int:
@@ -515,7 +580,7 @@ class EmulatorBackend(Backend):
                 while not e.reached(target) and e.device.fault is None:
                     e.cond.wait(0.05)
 
-        self._enqueue(stream, wait)
+        self._enqueue(stream, _Wait(wait, lambda: e.reached(target)))
 
     # -- events --------------------------------------------------------------------
     def event_create(self, ordinal: int, *, timing: bool = False) -> int:
@@ -795,15 +860,18 @@ class EmulatorBackend(Backend):
         value &= 0xFFFFFFFF
         device = self._stream(stream).device
 
+        def reached() -> bool:
+            return ((word.value - value) & 0xFFFFFFFF) < 0x80000000
+
         def wait() -> None:
             # The emulated device polls the word, as the GPU's front end does; the pause
             # grows to 1 ms so that a long wait costs little CPU.
             pause = 1e-5
-            while ((word.value - value) & 0xFFFFFFFF) >= 0x80000000 and device.fault is None:
+            while not reached() and device.fault is None:
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
 
-        self._enqueue(stream, wait)
+        self._enqueue(stream, _Wait(wait, reached))
 
     def host_task_modes_problem(self) -> str | None:
         return None  # accepted, and modelled as plain host functions (one worker per stream)

@@ -45,6 +45,7 @@ from .._config import CONFIG
 from .._exceptions import fresh
 from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
 from .output import Output
+from .trace import end_flight
 from .watcher import BackgroundWatcher
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class Completion:
     watcher: Any = None  # the loop bridge whose queue the reactor reports to
     abandoned = False  # nobody will read the output: drop it at finish
     raised = False  # the error was raised once: raise fresh copies from now on
+    trace: Any = None  # the NVTX range of the work in flight, while tracing (see .trace)
     _waiters: list[Waiter] | None = None
     _lock = _STATE_LOCK
 
@@ -214,6 +216,8 @@ class Completion:
             ctx, out = self.ctx, self.out
             self.ctx = self.out = None
         assert ctx is not None and out is not None
+        if self.trace is not None:
+            end_flight(self)
         self.stream._mark_completed(ctx.seq)
         error: BaseException | None = None
         if ctx.errors:
@@ -256,6 +260,8 @@ class Completion:
             self.state = FAILED
             self.path = "fault"
             waiters, self._waiters = self._waiters, None
+        if self.trace is not None:
+            end_flight(self)
         hub = _hub
         if hub is not None:
             hub.forget(self)
