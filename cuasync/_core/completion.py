@@ -325,7 +325,7 @@ class Hub:
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
                 backoff_max_ns=100_000,
             )
-            atexit.register(self.reactor.close)  # before the slab goes away with the process
+            atexit.register(self._close_at_exit)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
         self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
         self.stats.reactor = self.use_reactor
@@ -345,6 +345,15 @@ class Hub:
             self.reactor.set_orphan_queue(self.background.queue)
 
     # -- submission side (under the execution lock) --------------------------------------
+    #: Set at interpreter exit, when the reactor closes: the flag words can no longer be
+    #: read, and the background watcher stops instead of failing on them.
+    closed = False
+
+    def _close_at_exit(self) -> None:
+        self.closed = True
+        if self.reactor is not None:
+            self.reactor.close()
+
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
         """Create the completion of ``ctx`` and enqueue its notification after the work."""
         comp = Completion(ctx, out)
@@ -766,7 +775,7 @@ def _after_fork_in_child() -> None:
     if hub is not None:
         _forked_hubs.append(hub)
         if hub.reactor is not None:
-            atexit.unregister(hub.reactor.close)
+            atexit.unregister(hub._close_at_exit)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

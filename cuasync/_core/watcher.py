@@ -109,6 +109,8 @@ class BackgroundWatcher:
             try:
                 self._step(stale)
             except Exception:
+                if self._hub.closed:  # the process is exiting: the slab is gone
+                    return
                 log.exception("cuasync background watcher: unexpected error; it keeps running")
 
     def _step(self, stale: float) -> None:
