@@ -31,6 +31,7 @@ from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
+from ._core.process_local import ProcessLocal
 from ._dtypes import SUPPORTED, dtype_name
 from ._exceptions import report_once
 from ._nvrtc import compile_cubin
@@ -639,6 +640,16 @@ class Kernel(_Launchable[R]):
         sig = ", ".join(p.describe() for p in self.params)
         return f"<cuasync.Kernel {self.name}({sig})>"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What the kernel is (source, name, options, signature, numpy twin) pickles; what
+        this process made of it (functions loaded on its devices, cached launchers) does
+        not: those handles mean nothing in another process, which prepares the kernel
+        again on its first launch there (a Ray actor, a multiprocessing worker)."""
+        state = dict(self.__dict__)
+        state.pop("_launcher_cache", None)
+        state["_prepared"] = {}
+        return state
+
     def _key(self, arch: str) -> tuple[Any, ...]:
         return (self.source, self.name, self.options, arch)
 
@@ -710,13 +721,15 @@ class Kernel(_Launchable[R]):
         get_backend().prepare_kernel(dev.ordinal, self, compile_only=True)
 
 
-class Module:
+class Module(ProcessLocal):
     """A cubin, fatbin or PTX image you compiled, loaded on one device.
 
     >>> mod = cuasync.Module(open("k.cubin", "rb").read())
     >>> k = mod.kernel("scale", "float* x, float a, int n")
     >>> await k[blocks, 128](x, 2.0, n)
     """
+
+    _local_hint = "send the image bytes and load a Module in the receiving process"
 
     def __init__(self, image: bytes, device: int | Device | None = None) -> None:
         if not isinstance(image, (bytes, bytearray)) or not image:
@@ -738,7 +751,9 @@ class Module:
             report_once("cuasync.kernel", "unload a module", exc)
 
 
-class _ModuleKernel(_Launchable[R]):
+class _ModuleKernel(ProcessLocal, _Launchable[R]):
+    _local_hint = "send the image bytes and load a Module in the receiving process"
+
     def __init__(
         self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
     ) -> None:

@@ -32,6 +32,7 @@ MISUSE: list[type[Exception]] = [
     errors.OpConsumedError,
     errors.ReentrancyError,
     errors.SyncInEventLoopError,
+    errors.ProcessLocalError,
     errors.CaptureError,
 ]
 
@@ -74,6 +75,7 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.ReentrancyError, RuntimeError),
         (errors.SyncInEventLoopError, RuntimeError),
         (errors.CaptureError, RuntimeError),
+        (errors.ProcessLocalError, TypeError),
         (errors.OutOfMemoryError, MemoryError),
     ],
 )
