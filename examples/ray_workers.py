@@ -18,11 +18,12 @@ result against numpy. Only host data (numpy arrays) crosses processes: a
     python examples/ray_workers.py --address auto     # an existing cluster (``ray start``)
     python examples/ray_workers.py --gpus 4           # emulate four GPUs (no GPU here)
 
-On a machine without an NVIDIA GPU (or with ``CUASYNC_BACKEND=emulator``) the local
-cluster declares ``--gpus`` (default 2) emulated GPUs: Ray still assigns one to each
-actor and sets ``CUDA_VISIBLE_DEVICES``; cuasync's emulator runs the kernels. The
-driver passes its ``CUASYNC_*`` variables to every worker through Ray's
-``runtime_env``, since workers on other hosts do not inherit the driver's environment.
+On a machine without an NVIDIA GPU (or with ``CUASYNC_BACKEND=emulator``; a GPU is
+assumed with ``CUASYNC_BACKEND=cuda``) the local cluster declares ``--gpus`` (default
+2) emulated GPUs: Ray still assigns one to each actor and sets ``CUDA_VISIBLE_DEVICES``;
+cuasync's emulator runs the kernels. The driver passes its ``CUASYNC_*`` variables to
+every worker through Ray's ``runtime_env``, since workers on other hosts do not inherit
+the driver's environment.
 Without Ray installed (``pip install 'cuasync[ray]'``) it says so and exits 0.
 docs/ray.md explains what runs where.
 """
@@ -145,7 +146,8 @@ def connect(ray: Any, address: str | None, gpus: int) -> bool:
     if address is not None:
         ray.init(address=address, runtime_env={"env_vars": worker_env(False)})
         return False
-    emulate = os.environ.get("CUASYNC_BACKEND") == "emulator" or not has_nvidia_gpu()
+    backend = os.environ.get("CUASYNC_BACKEND", "auto")
+    emulate = backend == "emulator" or (backend == "auto" and not has_nvidia_gpu())
     ray.init(
         num_cpus=2,
         num_gpus=gpus if emulate else None,  # None: Ray counts this machine's GPUs
