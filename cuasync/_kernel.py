@@ -642,6 +642,16 @@ class Kernel(_Launchable[R]):
         sig = ", ".join(p.describe() for p in self.params)
         return f"<cuasync.Kernel {self.name}({sig})>"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What the kernel is (source, name, options, signature, numpy twin) pickles; what
+        this process made of it (functions loaded on its devices, cached launchers) does
+        not: those handles mean nothing in another process, which prepares the kernel
+        again on its first launch there (a Ray actor, a multiprocessing worker)."""
+        state = dict(self.__dict__)
+        state.pop("_launcher_cache", None)
+        state["_prepared"] = {}
+        return state
+
     def _key(self, arch: str) -> tuple[Any, ...]:
         return (self.source, self.name, self.options, arch)
 

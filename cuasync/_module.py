@@ -19,6 +19,7 @@ from typing import Any
 from ._backends import get_backend
 from ._backends.base import PreparedKernel
 from ._core.device import Device, get_default_device
+from ._core.process_local import ProcessLocal
 from ._exceptions import report_once
 from ._kernel import _Launchable
 from ._signature import Param, parse_params
@@ -49,13 +50,15 @@ def _params(name: str, signature: str) -> list[Param]:
     return parse_params(f"__global__ void {name}({signature})", name)
 
 
-class Module:
+class Module(ProcessLocal):
     """A cubin, fatbin or PTX image you compiled, loaded on one device.
 
     >>> mod = cuasync.Module(open("k.cubin", "rb").read())
     >>> k = mod.kernel("scale", "float* x, float a, int n")
     >>> await k[blocks, 128](x, 2.0, n)
     """
+
+    _local_hint = "send the image bytes and load a Module in the receiving process"
 
     device: Device
     handle: int
@@ -148,8 +151,10 @@ class Module:
             report_once("cuasync.kernel", "unload a module", exc)
 
 
-class _ModuleKernel(_Launchable[Any]):
+class _ModuleKernel(ProcessLocal, _Launchable[Any]):
     """A function of a loaded or borrowed module, or a borrowed function: no source."""
+
+    _local_hint = "send the image bytes and load a Module in the receiving process"
 
     def __init__(
         self,

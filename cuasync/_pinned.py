@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._backends import get_backend
+from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
 from ._staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 from ._tensor import check_shape, is_size
@@ -99,7 +100,7 @@ def _check_dtype(dtype: Any, nbytes: int) -> np.dtype[Any] | None:
     return dt
 
 
-class PinnedHostBuffer:
+class PinnedHostBuffer(ProcessLocal):
     """``nbytes`` of page-locked host memory, optionally typed with ``dtype``.
 
     Made directly, it owns its memory and frees it (``host_free``) when collected; taken
@@ -112,6 +113,8 @@ class PinnedHostBuffer:
     >>> buf.array()[:] = np.arange(1 << 18)           # a numpy view of the pinned memory
     >>> t, buf = await cuasync.upload_pending(buf, tensor)
     """
+
+    _local_hint = "send a numpy copy of its contents (buf.array().copy())"
 
     __slots__ = ("__weakref__", "_block", "_busy", "_pool", "dtype", "nbytes")
 
@@ -268,7 +271,7 @@ def _check_timeout(seconds: Any) -> float | None:
     return float(seconds)
 
 
-class PinnedPool:
+class PinnedPool(ProcessLocal):
     """Reuses pinned host buffers by power-of-two size class (4 KiB and up).
 
     ``acquire(n)`` hands out a :class:`PinnedHostBuffer` of ``n`` bytes backed by a

@@ -14,6 +14,7 @@ import numpy as np
 
 from ._core.device import Device
 from ._core.memory import Allocation
+from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
 from ._ops.operators import TensorOperators
 from .errors import IndexOutOfRangeError, ShapeError, UnsupportedIndexError
@@ -152,7 +153,7 @@ def _unsupported_index(item: Any) -> str:
     return f"{given}: use ints, slices, '...' or None"
 
 
-class Tensor(TensorOperators):
+class Tensor(TensorOperators, ProcessLocal):
     """An n-dimensional array in device memory.
 
     ``strides`` are in elements. Create tensors with :func:`cuasync.from_host`,
@@ -162,6 +163,11 @@ class Tensor(TensorOperators):
     >>> t[1:3, 2:4].shape, t.reshape((4, 3)).strides
     ((2, 2), (3, 1))
     """
+
+    _local_hint = (
+        "send host data (await t.to_host(), a numpy array) and upload it there with "
+        "cuasync.from_host; for a copy on the device, use t.dup()"
+    )
 
     __slots__ = ("__weakref__", "_alloc", "dtype", "offset", "shape", "strides")
 

@@ -33,6 +33,7 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
     │   ├── ReentrancyError            also a RuntimeError: executing an op inside ``then``
     │   ├── SyncInEventLoopError       also a RuntimeError: ``.sync()`` inside a running loop
+    │   ├── ProcessLocalError          also a TypeError: a tensor, op, stream, ... was pickled
     │   ├── CaptureError               also a RuntimeError: graph capture misuse
     │   └── MissingDependencyError     also an ImportError: a feature's optional package is missing
     └── InternalError                  also a RuntimeError: a bug in cuasync; please report it
@@ -75,6 +76,7 @@ __all__ = [
     "MissingDependencyError",
     "OpConsumedError",
     "OutOfMemoryError",
+    "ProcessLocalError",
     "ReentrancyError",
     "SchedulingError",
     "ShapeError",
@@ -238,6 +240,14 @@ class ReentrancyError(UsageError, RuntimeError):
 
 class SyncInEventLoopError(UsageError, RuntimeError):
     """A blocking call was made from inside a running event loop."""
+
+
+class ProcessLocalError(UsageError, TypeError):
+    """An object that lives in one process (a tensor, an op, a stream, an event, a graph,
+    a pinned buffer, a loaded module) was pickled or copied, e.g. to send it to another
+    process (multiprocessing, a Ray actor). Send host data (``await t.to_host()``) and
+    build the device objects in the process that uses them; ``Device`` and ``Kernel``
+    pickle (as an ordinal, as source and twin)."""
 
 
 class CaptureError(UsageError, RuntimeError):

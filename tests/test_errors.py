@@ -34,6 +34,7 @@ MISUSE: list[type[Exception]] = [
     errors.OpConsumedError,
     errors.ReentrancyError,
     errors.SyncInEventLoopError,
+    errors.ProcessLocalError,
     errors.CaptureError,
     errors.MissingDependencyError,
 ]
@@ -78,6 +79,7 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.SyncInEventLoopError, RuntimeError),
         (errors.CaptureError, RuntimeError),
         (errors.MissingDependencyError, ImportError),
+        (errors.ProcessLocalError, TypeError),
         (errors.OutOfMemoryError, MemoryError),
     ],
 )

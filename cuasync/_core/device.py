@@ -15,6 +15,7 @@ from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from .context import LOCK, submitting
 from .priority import StreamPriorityRange, check_priority, priority_range
+from .process_local import ProcessLocal
 
 if TYPE_CHECKING:
     from .scheduling import SchedulingPolicy
@@ -350,7 +351,7 @@ def _destroy_stream(handle: int, alive: list[bool]) -> None:
         report_once("cuasync.device", "destroy a stream", exc)
 
 
-class Stream:
+class Stream(ProcessLocal):
     """An ordered queue of device work.
 
     Not constructed directly (as in cuda.core): :meth:`Device.new_stream` makes an owned
@@ -532,7 +533,7 @@ class Stream:
                 report_once("cuasync.device", "destroy a stream's ordering event", exc)
 
 
-class Event:
+class Event(ProcessLocal):
     """A marker in a stream's work; query it, wait for it, or time between two of them.
 
     >>> start, end = cuasync.Event(timing=True), cuasync.Event(timing=True)

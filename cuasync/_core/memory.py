@@ -18,6 +18,7 @@ from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError
 from .pools import current_pool
+from .process_local import ProcessLocal
 
 if TYPE_CHECKING:
     from .device import Device, Stream
@@ -44,7 +45,7 @@ def warn_leak(device: Device, what: str) -> None:
     )
 
 
-class Allocation:
+class Allocation(ProcessLocal):
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
     __slots__ = ("__weakref__", "_pool", "_reads", "_write", "device", "nbytes", "ptr")

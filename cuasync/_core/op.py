@@ -27,6 +27,7 @@ from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_cap
 from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
 from .output import Output
+from .process_local import ProcessLocal
 from .scheduling import SchedulingPolicy, current_policy, stream_from
 
 if TYPE_CHECKING:
@@ -45,13 +46,18 @@ E = TypeVar("E")
 F = TypeVar("F")
 
 
-class DeviceOp(Generic[T]):
+class DeviceOp(ProcessLocal, Generic[T]):
     """A lazy device operation producing a ``T``; single-use, like a coroutine.
 
     >>> x = await cuasync.from_host(np.arange(4.0))          # asyncio, uvloop or trio
     >>> y = cuasync.from_host(np.ones(4)).map(lambda t: t.shape).sync()
     >>> fut = op.submit(); ...; result = await fut
     """
+
+    _local_hint = (
+        "send its inputs (numpy arrays, Python values) and build the op in the process "
+        "that awaits it"
+    )
 
     __slots__ = ("_consumed", "_device", "_origin")
 
@@ -383,7 +389,7 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
     hub.watch_in_background(comp)
 
 
-class DeviceFuture(Generic[T]):
+class DeviceFuture(ProcessLocal, Generic[T]):
     """Submitted work; awaitable any number of times, from any number of tasks and loops.
 
     Cancellation: cancelling a task that awaits the future raises ``CancelledError``
@@ -395,6 +401,8 @@ class DeviceFuture(Generic[T]):
     >>> fut.done()        # never blocks; True also once the work failed (device fault)
     >>> await fut         # or fut.wait() outside an event loop
     """
+
+    _local_hint = "await it here and send what it produced as host data"
 
     __slots__ = ("_comp",)
 
