@@ -330,6 +330,29 @@ async def test_idle_blocks_are_freed_in_the_background_after_the_idle_timeout(
     kept.release()
 
 
+@pytest.mark.anyio
+async def test_the_background_sweep_waits_while_work_is_in_flight(
+    anyio_backend, freed: list[int]
+) -> None:
+    # Freeing pinned memory waits for the device: swept while work is held behind a
+    # gate, the watcher thread would hold the driver until the gate opened (on the H200
+    # that deadlocked a test loading a module meanwhile). The sweep waits instead.
+    clock = FakeClock()
+    pool = cuasync.PinnedPool(idle_timeout=10.0, clock=clock)
+    block = pool.acquire(1 << 16)
+    address = block.address
+    block.release()
+    stream = cuasync.Device(0).new_stream()
+    with ct.gate(stream):
+        held = ct.sleep(100, stream=stream).submit()
+        clock.now = 20.0
+        await _let_the_sweep_run(pool, clock)
+        assert freed == [] and pool.stats().bytes_cached == 1 << 16
+    await held
+    await _let_the_sweep_run(pool, clock)
+    await wait_until(lambda: freed == [address])
+
+
 def test_trim_idle_for_frees_only_what_has_been_idle_that_long(freed: list[int]) -> None:
     clock = FakeClock()
     pool = cuasync.PinnedPool(idle_timeout=None, clock=clock)
