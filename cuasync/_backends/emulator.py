@@ -112,7 +112,10 @@ class _Device:
     bases: list[int] = field(default_factory=list)
     buffers: dict[int, np.ndarray] = field(default_factory=dict)
     streams: set[_Stream] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Reentrant, as the backend's lock: a finalizer (a collected Stream's stream_destroy,
+    # a Tensor's free) runs on whichever thread the cyclic GC interrupts, possibly one
+    # inside a critical section of this lock.
+    lock: threading.RLock = field(default_factory=threading.RLock)
     #: Live streams created with a priority above the default (0): while there are none,
     #: no stream has anything to yield to.
     urgent: int = 0
@@ -300,7 +303,9 @@ class EmulatorBackend(Backend):
         self._modules: dict[int, tuple[int, dict[str, Callable[..., Any]]]] = {}
         self._functions: dict[int, tuple[int, str]] = {}
         self._handles = itertools.count(0x1000)
-        self._lock = threading.Lock()
+        # Reentrant: an allocation under it can run the cyclic GC, whose finalizers
+        # (stream_destroy, mem_free_async) come back here on the same thread.
+        self._lock = threading.RLock()
         self._gate = threading.Event()
         self._gate.set()
         self.delay_us = delay_us
