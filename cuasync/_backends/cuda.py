@@ -297,7 +297,9 @@ class CudaBackend(Backend):
         driver, reason = _init_driver()
         if reason is not None:
             raise BackendUnavailableError(f"the cuda backend cannot run here: {reason}")
-        self._lock = threading.Lock()
+        # Reentrant: the cyclic GC may run a finalizer that frees pinned memory
+        # (host_free takes this lock) on a thread already inside a critical section.
+        self._lock = threading.RLock()
         self._tls = _Current()
         self._faults: dict[int, DriverError] = {}
         err, version = driver.cuDriverGetVersion()
