@@ -37,3 +37,28 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         assert "tiny kernel under batch load, default priority" in names
         greatest = cuasync.Device(0).stream_priority_range.greatest
         assert f"tiny kernel under batch load, priority {greatest}" in names
+
+
+def test_plot_draws_every_latency_row_into_an_image(tmp_path: Path) -> None:
+    image = tmp_path / "bench.png"
+    out = conftest.run_python(
+        "-m", "cuasync.bench", "completion", "--quick", "--plot", str(image), timeout=300
+    ).stdout
+    drawn = int(out.rsplit("plot: ", 1)[1].split()[0])
+    assert drawn >= 10  # the await, executor and breakdown rows
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_which_extra_before_measuring() -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from cuasync.bench.__main__ import main\n"
+        "from cuasync.errors import MissingDependencyError\n"
+        "try:\n"
+        "    main(['completion', '--plot', 'never.png'])\n"
+        "except MissingDependencyError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = conftest.run_python("-c", code, timeout=120).stdout
+    assert "refused: --plot needs matplotlib: pip install 'cuasync[plot]'" in out
+    assert "== completion" not in out  # nothing was measured first

@@ -1,4 +1,4 @@
-"""``python -m cuasync.bench SUITE... [--json PATH]``.
+"""``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
 Suites: completion, launch, graphs, transfers, peer, matmul, priority, all. On a
 terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
@@ -52,7 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suites", nargs="*", default=["all"], help=f"{', '.join(SUITES)} or all")
     parser.add_argument("--json", help="also write the results as JSON to this path")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
+    parser.add_argument(
+        "--plot", help="also draw the latency distributions into this image (needs matplotlib)"
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        from ._plot import _pyplot
+
+        _pyplot()  # a missing matplotlib says so before anything is measured
     chosen = list(SUITES) if "all" in args.suites else args.suites
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
@@ -67,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
             progress.done()
     if args.json:
         report.dump(args.json)
+    if args.plot:
+        from ._plot import plot_latencies
+
+        drawn = plot_latencies(report, args.plot)
+        print(
+            f"plot: {drawn} latency distributions in {args.plot}"
+            if drawn
+            else "plot: no latency rows to draw"
+        )
     return 0
 
 

@@ -30,6 +30,8 @@ class Report:
     meta: dict[str, Any] = field(default_factory=dict)
     #: Called with each row's name once measured (the progress bar); not saved.
     on_row: Callable[[str], None] | None = None
+    #: The samples (µs) of each latency row, by name, for ``--plot``; not saved.
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
 
     def latency(
         self, suite: str, name: str, samples_ns: list[int] | np.ndarray, note: str = ""
@@ -37,6 +39,7 @@ class Report:
         a = np.asarray(samples_ns, dtype=np.float64) / 1e3
         row = Row(suite, name, float(np.percentile(a, 50)), float(np.percentile(a, 99)), note=note)
         self.rows.append(row)
+        self.samples[name] = a
         if self.on_row is not None:
             self.on_row(name)
         print(
