@@ -315,6 +315,8 @@ def work_in_flight() -> bool:
 
     hub = completion._hub
     return hub is not None and (hub.stats.slots_armed > 0 or bool(hub.callback_pending))
+
+
 _pool_lock = threading.Lock()
 
 
