@@ -95,6 +95,11 @@ class DevicePointer(int):
 class CompileOptions:
     """NVRTC options; part of the compile cache key.
 
+    ``opt_level``: ptxas optimization level, 0..3; ``line_info``: source line info for
+    profilers; ``debug``: device debug info (slow code); ``max_registers``: a cap on
+    registers per thread (1..255) or None; ``defines``: preprocessor macros, a dict or
+    ``(name, value)`` pairs; ``extra``: more NVRTC option strings, passed last.
+
     >>> cuasync.CompileOptions(opt_level=3, defines={"TILE": 64}, max_registers=64)
     """
 

@@ -76,6 +76,10 @@ class ExecutionContext:
 
     @property
     def handle(self) -> int:
+        """The driver handle of ``stream``, to pass to a foreign library's launch.
+
+        >>> my_library.fill(ctx.write(t.allocation), 0, t.nbytes, stream=ctx.handle)
+        """
         return self.stream.handle
 
     def error_box(self) -> list[BaseException]:
@@ -122,6 +126,12 @@ class ExecutionContext:
         return alloc.ptr
 
     def reject_in_capture(self, what: str) -> None:
+        """Raise :class:`~cuasync.errors.CaptureError` if this submission is recording a graph.
+
+        For a custom op that allocates device memory, which a graph cannot replay:
+
+        >>> ctx.reject_in_capture("my_library.alloc_and_fill")
+        """
         if self.capturing:
             raise CaptureError(
                 f"{what} allocates device memory, which cannot be recorded into a CUDA graph: "

@@ -65,6 +65,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         return list(self._streams)
 
     def next_stream(self) -> Stream:
+        """The next stream of the pool, in turn."""
         streams = self._streams or self.streams
         return streams[next(self._counter) % self.num_streams]
 
@@ -84,6 +85,7 @@ class SingleStream(SchedulingPolicy):
         self.stream = stream
 
     def next_stream(self) -> Stream:
+        """Always ``stream``."""
         return self.stream
 
     def __repr__(self) -> str:

@@ -45,6 +45,11 @@ class Gate:
 
     @property
     def is_open(self) -> bool:
+        """Whether :meth:`open` has been called (the held streams may go on).
+
+        >>> g = cuasync.testing.gate(stream); g.open(); g.is_open
+        True
+        """
         return self._slot is None
 
     def open(self) -> None:

@@ -1,0 +1,195 @@
+"""The documentation: every public name has a docstring, the site builds with
+``mkdocs build --strict``, the migration guide's snippets run, and the troubleshooting
+page's environment variables exist."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_script
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+#: The public modules: everything in their ``__all__`` is public API.
+PUBLIC_MODULES = [
+    "cuasync",
+    "cuasync.errors",
+    "cuasync.lowlevel",
+    "cuasync.testing",
+    "cuasync.emulator",
+    "cuasync.bench",
+    "cuasync.kernel_cache",
+]
+
+
+def _public_objects() -> dict[str, Any]:
+    """Every name in a public module's ``__all__``, and the public methods and properties
+    of the public classes (inherited ones included, where cuasync defines them)."""
+    found: dict[str, Any] = {}
+    for modname in PUBLIC_MODULES:
+        module = importlib.import_module(modname)
+        found[modname] = module
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, (str, int, types.ModuleType)):  # __version__, submodules
+                continue
+            found[f"{modname}.{name}"] = obj
+            if not isinstance(obj, type):
+                continue
+            for attr in dir(obj):
+                if attr.startswith("_"):
+                    continue
+                owner = next(c for c in obj.__mro__ if attr in vars(c))
+                if not owner.__module__.startswith("cuasync"):
+                    continue  # Exception.add_note, tuple.count, ...
+                member = vars(owner)[attr]
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if inspect.isfunction(member) or isinstance(member, property):
+                    found[f"{modname}.{name}.{attr}"] = member
+    return found
+
+
+def _doc(obj: Any) -> str:
+    if isinstance(obj, property):
+        return obj.__doc__ or (obj.fget.__doc__ if obj.fget else None) or ""
+    doc = obj.__doc__ or ""
+    if isinstance(obj, type):
+        own = vars(obj).get("__doc__") or ""
+        if dataclasses.is_dataclass(obj) and own.startswith(f"{obj.__name__}("):
+            return ""  # the signature dataclasses write when there is no docstring
+        return own
+    return doc
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    public = _public_objects()
+    assert len(public) > 250  # the walk found the API (not an empty __all__)
+    missing = sorted(name for name, obj in public.items() if not _doc(obj).strip())
+    assert not missing, f"{len(missing)} public names without a docstring:\n" + "\n".join(missing)
+
+
+def _fields(cls: type) -> list[str]:
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return list(cls._fields)
+    return []
+
+
+def test_every_public_field_is_described_by_its_class() -> None:
+    """A dataclass's or named tuple's fields are named in the class docstring, which is
+    where ``help()`` and the API reference show them."""
+    missing = []
+    for name, obj in _public_objects().items():
+        if isinstance(obj, type):
+            doc = _doc(obj)
+            missing += [
+                f"{name}.{f}" for f in _fields(obj) if not re.search(rf"``[^`]*\b{f}\b[^`]*``", doc)
+            ]
+    assert not missing, "fields not named (as ``field``) in their class docstring:\n" + (
+        "\n".join(missing)
+    )
+
+
+def _require_docs_tools() -> None:
+    """The docs tools are in the ``test`` extra, so a missing one is a broken install,
+    not a reason to skip: the build below would otherwise never run in CI."""
+    for module, package in [
+        ("mkdocs", "mkdocs"),
+        ("material", "mkdocs-material"),
+        ("mkdocstrings_handlers.python", "mkdocstrings[python]"),
+    ]:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            pytest.fail(
+                f"{package} is not installed ({exc}); it is in the test extra: "
+                f'pip install -e ".[test]"',
+                pytrace=False,
+            )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built as ``tox -e docs`` builds it: ``mkdocs build --strict`` (every
+    warning, a broken link or an unresolved API reference, fails it)."""
+    _require_docs_tools()
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
+    print(f"docs built in {time.monotonic() - started:.1f} s")
+    return out
+
+
+def test_the_site_builds_with_strict(site: Path) -> None:
+    assert (site / "index.html").exists() or (site / "foundation" / "index.html").exists()
+    assert (site / "migrating" / "index.html").exists()
+    assert (site / "troubleshooting" / "index.html").exists()
+
+
+def test_the_api_reference_has_every_public_name(site: Path) -> None:
+    missing = []
+    for modname in PUBLIC_MODULES:
+        page = "cuasync" if modname == "cuasync" else modname.removeprefix("cuasync.")
+        html = (site / "api" / page / "index.html").read_text()
+        module = importlib.import_module(modname)
+        for name in module.__all__:
+            if isinstance(getattr(module, name), types.ModuleType) or name == "__version__":
+                continue
+            if f'id="{modname}.{name}"' not in html:
+                missing.append(f"{modname}.{name}")
+    assert not missing, "not in the API reference:\n" + "\n".join(missing)
+    # the docstrings are rendered as Markdown: roles as code, examples as code blocks
+    html = (site / "api" / "cuasync" / "index.html").read_text()
+    assert ":class:`" not in html and ":func:`" not in html
+    assert "language-pycon" in html or "highlight" in html
+
+
+def _snippets(page: str) -> list[str]:
+    """The page's Python blocks that need neither torch nor CuPy: complete programs."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    return [b for b in blocks if not re.search(r"\b(torch|cupy)\b|\bloop\.", b)]
+
+
+MIGRATING = _snippets("migrating.md")
+
+
+def test_the_migration_guide_has_runnable_snippets() -> None:
+    assert len(MIGRATING) >= 5
+
+
+@pytest.mark.parametrize("code", MIGRATING, ids=[f"block{i}" for i in range(len(MIGRATING))])
+def test_a_migration_snippet_runs(code: str) -> None:
+    run_script(code)
+
+
+def test_the_migration_guide_names_only_real_api() -> None:
+    """Every ``cuasync.name`` the page uses exists (the torch snippets cannot run here)."""
+    import cuasync
+
+    text = (DOCS / "migrating.md").read_text()
+    unknown = {n for n in re.findall(r"\bcuasync\.(\w+)", text) if not hasattr(cuasync, n)}
+    assert not unknown, unknown
