@@ -193,3 +193,34 @@ def test_the_migration_guide_names_only_real_api() -> None:
     text = (DOCS / "migrating.md").read_text()
     unknown = {n for n in re.findall(r"\bcuasync\.(\w+)", text) if not hasattr(cuasync, n)}
     assert not unknown, unknown
+
+
+def test_the_documented_environment_variables_exist() -> None:
+    """Every ``CUASYNC_*`` variable the user docs name is one cuasync reads."""
+    config = (ROOT / "cuasync" / "_config.py").read_text()
+    read = set(re.findall(r'"(CUASYNC_[A-Z0-9_]+)"', config))
+    assert {"CUASYNC_BACKEND", "CUASYNC_EMU_MEMORY", "CUASYNC_EMU_COMPILE"} <= read
+    pages = [p for p in DOCS.glob("*.md") if p.name not in ("changelog.md", "design.md")]
+    named = {
+        (p.name, v)
+        for p in [*pages, ROOT / "README.md"]
+        for v in re.findall(r"\bCUASYNC_[A-Z0-9_]*[A-Z0-9]\b", p.read_text())
+    }
+    unknown = sorted(f"{page}: {v}" for page, v in named if v not in read)
+    assert not unknown, unknown
+
+
+def test_troubleshooting_covers_the_common_failures() -> None:
+    """The page has a section for each, quoting what cuasync really says."""
+    text = (DOCS / "troubleshooting.md").read_text()
+    code = "".join(p.read_text() for p in (ROOT / "cuasync").rglob("*.py"))
+    for phrase in [
+        "no NVIDIA driver found",  # no GPU
+        "NVRTC (libnvrtc) could not be loaded",
+        "CUASYNC_EMU_MEMORY",
+        "cuasync's native module (cuasync._reactor) is not built",
+        "os.fork()",
+        "was initialized in the parent process before os.fork()",
+    ]:
+        assert phrase in text, f"troubleshooting.md does not mention {phrase!r}"
+        assert phrase in code, f"cuasync no longer says {phrase!r}: update the page"
