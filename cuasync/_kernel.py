@@ -607,6 +607,9 @@ class Kernel(_Launchable[R]):
     it receives the launch arguments with tensors replaced by numpy arrays viewing the
     emulated device memory (writes land in the tensors).
 
+    ``source``, ``options`` (its :class:`CompileOptions`) and ``params`` (the parameters
+    parsed from the source) are kept as given and parsed.
+
     A launch produces the argument(s) bound to non-const pointers (None if there are
     none); the type parameter states it for type checkers (default ``Any``):
     ``k: cuasync.Kernel[cuasync.Tensor] = cuasync.Kernel(src, "scale")``.
@@ -717,6 +720,8 @@ class Kernel(_Launchable[R]):
 
 class Module:
     """A cubin, fatbin or PTX image you compiled, loaded on one device.
+
+    ``device``: the device it is loaded on; ``handle``: the driver's ``CUmodule``, as an int.
 
     >>> mod = cuasync.Module(open("k.cubin", "rb").read())
     >>> k = mod.kernel("scale", "float* x, float a, int n")

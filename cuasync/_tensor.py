@@ -154,7 +154,8 @@ def _unsupported_index(item: Any) -> str:
 class Tensor(TensorOperators):
     """An n-dimensional array in device memory.
 
-    ``strides`` are in elements. Create tensors with :func:`cuasync.from_host`,
+    ``shape`` and ``dtype`` are numpy's; ``strides`` and ``offset`` (where the view starts
+    in its allocation) are in elements. Create tensors with :func:`cuasync.from_host`,
     :func:`cuasync.empty` or :func:`cuasync.zeros`; they are outputs of ops.
 
     >>> t = await cuasync.from_host(np.arange(12, dtype=np.float32).reshape(3, 4))
@@ -509,7 +510,11 @@ class Tensor(TensorOperators):
 class Partition:
     """A tensor split into equal tiles; the output wrapper for kernel launches.
 
-    ``grid`` is the number of tiles along each axis; ``unpartition()`` gives the tensor back.
+    ``tensor`` is the partitioned tensor, ``tile_shape`` the shape of one tile and
+    ``grid`` the number of tiles along each axis; ``unpartition()`` gives the tensor back.
+
+    >>> part = t.partition((16, 16))     # a 64 x 64 tensor: grid (4, 4)
+    >>> await tile_kernel.launch(part, block=(16, 16))
     """
 
     __slots__ = ("grid", "tensor", "tile_shape")

@@ -5,6 +5,7 @@ page's environment variables exist."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
@@ -89,17 +90,43 @@ def _fields(cls: type) -> list[str]:
     return []
 
 
-def test_every_public_field_is_described_by_its_class() -> None:
-    """A dataclass's or named tuple's fields are named in the class docstring, which is
+@functools.cache
+def _static_package() -> Any:
+    """cuasync as the API reference reads it (griffe, from the source)."""
+    _require_docs_tools()
+    import griffe
+
+    return griffe.load("cuasync", search_paths=[str(ROOT)])
+
+
+def _attributes(cls: type) -> list[str]:
+    """The public attributes the class itself declares or sets in its methods (what the
+    API reference lists under it) that have no docstring of their own."""
+    obj = _static_package()[f"{cls.__module__.removeprefix('cuasync.')}.{cls.__qualname__}"]
+    return [
+        name
+        for name, member in obj.members.items()
+        if not name.startswith("_")
+        and not member.is_alias
+        and member.is_attribute
+        and not member.docstring
+    ]
+
+
+def test_every_public_attribute_is_described_by_its_class() -> None:
+    """A public class's fields and attributes (a dataclass's or named tuple's fields,
+    ``self.x`` set in its methods) are named, as ``x``, in the class docstring, which is
     where ``help()`` and the API reference show them."""
     missing = []
     for name, obj in _public_objects().items():
         if isinstance(obj, type):
             doc = _doc(obj)
             missing += [
-                f"{name}.{f}" for f in _fields(obj) if not re.search(rf"``[^`]*\b{f}\b[^`]*``", doc)
+                f"{name}.{f}"
+                for f in dict.fromkeys([*_fields(obj), *_attributes(obj)])
+                if not re.search(rf"``[^`]*\b{f}\b[^`]*``", doc)
             ]
-    assert not missing, "fields not named (as ``field``) in their class docstring:\n" + (
+    assert not missing, "attributes not named (as ``name``) in their class docstring:\n" + (
         "\n".join(missing)
     )
 

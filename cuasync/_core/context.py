@@ -52,7 +52,14 @@ def released() -> Iterator[None]:
 
 
 class ExecutionContext:
-    """Everything one submission needs: its stream, its sequence number, what it retains."""
+    """Everything one submission needs: its stream, its sequence number, what it retains.
+
+    ``stream`` and ``device``: where the work goes; ``seq``: the submission's number on
+    that stream; ``retained``: objects kept alive until the work completes (see
+    :meth:`retain`); ``errors``: errors the device work itself reports (see
+    :meth:`error_box`); ``capturing``: whether the stream is recording a graph, and then
+    ``accesses``: the ``(allocation, written)`` pairs recorded for each launch.
+    """
 
     __slots__ = ("accesses", "capturing", "device", "errors", "retained", "seq", "stream")
 

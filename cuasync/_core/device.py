@@ -98,7 +98,8 @@ def _check_ordinal(ordinal: object, argument: str = "ordinal") -> int:
 class Device:
     """A GPU (or emulated device), identified by its ordinal.
 
-    ``Device(i)`` always returns the same object for the same ordinal.
+    ``Device(i)`` always returns the same object for the same ordinal, ``i`` its
+    ``ordinal``.
 
     >>> dev = cuasync.Device(0)
     >>> dev.name, dev.memory_info()
@@ -519,6 +520,9 @@ class Stream:
 
 class Event:
     """A marker in a stream's work; query it, wait for it, or time between two of them.
+
+    ``device``: the device it belongs to; ``timing``: whether it records a time (for
+    :meth:`elapsed_ms`); ``handle``: the driver's ``CUevent``, as an int.
 
     >>> start, end = cuasync.Event(timing=True), cuasync.Event(timing=True)
     >>> start.record(stream); ...; end.record(stream); end.synchronize()

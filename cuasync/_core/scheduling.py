@@ -74,7 +74,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
 
 
 class SingleStream(SchedulingPolicy):
-    """Every op on one stream (in order).
+    """Every op on one stream (in order), ``stream``.
 
     >>> with cuasync.use_policy(cuasync.SingleStream(stream)): await op
     """
