@@ -576,7 +576,7 @@ class _Launch(_NativeLaunchBase[Any]):
         if ctx.device is not self._device:  # run on another device's stream than built for
             prepared = kernel._prepare(ctx.device)
         kernel._declare(ctx, self._tensors)
-        get_backend().launch_kernel(
+        launch = (
             prepared,
             self._grid,
             self._block,
@@ -585,6 +585,10 @@ class _Launch(_NativeLaunchBase[Any]):
             self._args,
             ctx.error_box,
         )
+        if ctx.fuse is self:  # the whole op: launched with its completion's flag write
+            ctx.deferred = launch
+        else:
+            get_backend().launch_kernel(*launch)
         return Output.ready(self._output)
 
     def __repr__(self) -> str:

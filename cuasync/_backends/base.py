@@ -341,14 +341,18 @@ class Backend(ABC):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         """Launch a :class:`PreparedKernel` of this backend on ``stream``.
 
         ``args`` match the kernel's parameters: a :class:`DeviceArray` or an int address
         for each pointer, a Python scalar in range for each value. ``errors()`` gives the
         list a launch that fails without faulting the device appends its error to (the
-        emulator's twin raising); it is called, if at all, before this returns. This is
-        on the path of every launch: backends keep it to one call into the driver.
+        emulator's twin raising); it is called, if at all, before this returns. A
+        ``flag_address`` also enqueues :meth:`write_value32` of ``flag_value`` after the
+        launch (a completion's flag); a launch that fails writes no flag. This is on the
+        path of every launch: backends keep it to one call into the driver.
         """
 
     # -- graphs --------------------------------------------------------------------

@@ -757,17 +757,33 @@ class CudaBackend(Backend):
         self._check(err, "cuMemPoolTrimTo", ordinal)
 
     def pointer_device(self, ptr: int) -> int:
-        attribute = _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        try:
-            err, ordinal = _d.cuPointerGetAttribute(attribute, ptr)
-        except Exception:  # not a pointer the bindings accept
+        # A stream-ordered allocation is named by its pool (each device's default pool
+        # is known); other memory by the device ordinal the driver records for it.
+        pool = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+        )
+        if pool:
+            for ordinal in range(self._count):
+                if int(self._default_pool(ordinal)) == int(pool):
+                    return ordinal
+        value = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        )
+        if value is None:  # not device memory this process can name
             return -1
-        if err:  # not device memory this process can name (CUDA_ERROR_INVALID_VALUE)
-            return -1
         try:
-            return self._ordinal_of_device(int(ordinal))
+            return self._ordinal_of_device(int(value))
         except InvalidDeviceError:
             return -1
+
+    @staticmethod
+    def _pointer_attribute(ptr: int, attribute: Any) -> Any:
+        """``cuPointerGetAttribute``'s value, or None where the driver has none for ``ptr``."""
+        try:
+            err, value = _d.cuPointerGetAttribute(attribute, ptr)
+        except Exception:  # not a pointer the bindings accept
+            return None
+        return None if err else value
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
         self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
@@ -957,6 +973,8 @@ class CudaBackend(Backend):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         # On the path of every launch: the context check and the native call are inline.
         ordinal = self._streams.get(stream)
@@ -967,15 +985,25 @@ class CudaBackend(Backend):
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
-        if native is not None and not native.launch_and_write(
-            function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0, 0
-        ):
-            return
+        if native is not None:
+            # One call, GIL released once: cuLaunchKernel, then the flag's
+            # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
+            # raise its error); < 0: the launch is enqueued and the flag write failed.
+            rc = native.launch_and_write(
+                function, gx, gy, gz, bx, by, bz, shared_mem, stream, params,
+                flag_address, flag_value,
+            )  # fmt: skip
+            if not rc:
+                return
+            if rc < 0:
+                raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)
         if res[0]:
             self._redo(res, ordinal, "cuLaunchKernel", *launch)
+        if flag_address:
+            self.write_value32(stream, flag_address, flag_value)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:

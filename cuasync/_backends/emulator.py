@@ -755,6 +755,8 @@ class EmulatorBackend(Backend):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         twin, name, pointers, array = kernel.twin, kernel.name, kernel.pointers, self._array
         # scalars become numpy scalars of their C type; arrays are viewed when the twin runs
@@ -787,6 +789,8 @@ class EmulatorBackend(Backend):
                 box.append(error)
 
         self._enqueue(stream, run)
+        if flag_address:
+            self.write_value32(stream, flag_address, flag_value)
 
     def launch_emulated(self, stream: int, fn: Callable[[], None]) -> None:
         """Run ``fn`` as device work on ``stream``; an exception faults the device."""

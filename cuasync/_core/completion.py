@@ -85,6 +85,8 @@ class Stats:
     slots_total: int = 0
     callbacks_pending: int = 0
     fallbacks: int = 0
+    #: Awaits that did not spin because other work on their loop was ready to run.
+    spins_skipped: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
@@ -111,6 +113,9 @@ class LoopAdapter(Protocol):
 
     def park(self) -> tuple[Waiter, Callable[[], Generator[Any, Any, Any]]]:
         """A one-shot wake-up (callable from any thread) and the suspension it ends."""
+
+    def others_ready(self) -> bool:
+        """Whether other work on the loop is ready to run now: spinning would delay it."""
 
 
 #: Guards every completion's state transition; never held while calling out. Reentrant:
@@ -363,7 +368,10 @@ class Hub:
                             "CUASYNC_SLOTS, cuasync.stats().fallbacks counts them)",
                             self.nslots,
                         )
+        deferred = ctx.deferred
         if slot < 0:
+            if deferred is not None:
+                self.backend.launch_kernel(*deferred)
             self._attach_callback(comp)
             return comp
         gen = (self.gens[slot] + 1) & 0xFFFFFFFF
@@ -373,7 +381,13 @@ class Hub:
         comp.armed_at = time.monotonic()
         self.table[slot] = comp
         try:
-            self.backend.write_value32(ctx.stream.handle, address, gen)
+            if deferred is not None:  # a lone launch: it and the flag write in one call
+                kernel, grid, block, shared_mem, stream, args, errors = deferred
+                self.backend.launch_kernel(
+                    kernel, grid, block, shared_mem, stream, args, errors, address, gen
+                )
+            else:
+                self.backend.write_value32(ctx.stream.handle, address, gen)
         except BaseException:
             self._free_slot(slot)
             comp.slot = -1
@@ -771,7 +785,11 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
-        if not hub.settle(comp):
+        spin_us = None
+        if hub.spin_budget_us and adapter.others_ready():
+            spin_us = 0  # spinning would hold up the other ready tasks: park at once
+            hub.stats.spins_skipped += 1
+        if not hub.settle(comp, spin_us):
             wake, suspend = adapter.park()
             try:
                 hub.watch(comp, adapter, wake)

@@ -100,6 +100,8 @@ class DeviceOp(Generic[T]):
         with LOCK:
             LOCAL.active = True
             ctx = ExecutionContext(stream)
+            if notify:
+                ctx.fuse = self
             try:
                 out = self._enqueue(ctx)
                 return get_hub().attach(ctx, out) if notify else Completion(ctx, out)
