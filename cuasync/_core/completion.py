@@ -68,7 +68,8 @@ class Stats:
     reactor woke a loop; ``slots_armed``/``slots_total``: completion slots in use and in
     all (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host
     callback; ``fallbacks``: awaits that found every slot in use and used a host
-    callback; ``faults``: device faults that failed pending work; ``stale_probes``:
+    callback; ``spins_skipped``: awaits that did not spin because other work on their
+    loop was ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
     checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
     ``native``: whether the native module is loaded.
 

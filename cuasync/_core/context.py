@@ -58,7 +58,9 @@ class ExecutionContext:
     that stream; ``retained``: objects kept alive until the work completes (see
     :meth:`retain`); ``errors``: errors the device work itself reports (see
     :meth:`error_box`); ``capturing``: whether the stream is recording a graph, and then
-    ``accesses``: the ``(allocation, written)`` pairs recorded for each launch.
+    ``accesses``: the ``(allocation, written)`` pairs recorded for each launch. ``fuse``
+    and ``deferred`` are cuasync's own (a last launch fused with the completion flag's
+    write): a custom op leaves them alone.
     """
 
     __slots__ = (
