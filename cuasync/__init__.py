@@ -47,10 +47,13 @@ from ._core.op import SharedOp as SharedOp
 from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
+from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._core.trace import trace as trace
+from ._core.trace import tracing as tracing
 from ._creation import arange as arange
 from ._creation import convert as convert
 from ._creation import eye as eye
@@ -66,7 +69,10 @@ from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
-from ._kernel import Module as Module
+from ._module import Module as Module
+from ._ops.contract import dot_general as dot_general
+from ._ops.contract import matmul as matmul
+from ._ops.contract import tensordot as tensordot
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import clip as clip
@@ -96,12 +102,13 @@ from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
 from ._ops.tensorop import TensorOp as TensorOp
+from ._partition import MappedPartition as MappedPartition
+from ._partition import Partition as Partition
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
-from ._tensor import Partition as Partition
+from ._readback import download_into as download_into
 from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
-from ._transfers import download_into as download_into
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
 from .errors import DeviceError as DeviceError
@@ -137,6 +144,7 @@ __all__ = [
     "Event",
     "GraphScope",
     "Kernel",
+    "MappedPartition",
     "MemoryInfo",
     "MemoryStats",
     "Module",
@@ -150,6 +158,7 @@ __all__ = [
     "Stats",
     "Stream",
     "StreamPoolRoundRobin",
+    "StreamPriorityRange",
     "Tensor",
     "TensorOp",
     "__version__",
@@ -163,6 +172,7 @@ __all__ = [
     "cos",
     "device_count",
     "divide",
+    "dot_general",
     "download_into",
     "download_pending",
     "dup",
@@ -188,6 +198,7 @@ __all__ = [
     "log",
     "log1p",
     "lowlevel",
+    "matmul",
     "maximum",
     "memcpy",
     "minimum",
@@ -208,7 +219,10 @@ __all__ = [
     "stats",
     "subtract",
     "tanh",
+    "tensordot",
     "to_host",
+    "trace",
+    "tracing",
     "upload_pending",
     "use_device",
     "use_policy",

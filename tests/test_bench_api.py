@@ -105,3 +105,14 @@ def test_a_raising_function_leaves_the_stream_usable() -> None:
         bench.do_bench(flaky, warmup=1, rep=10, stream=stream)
     stream.synchronize()  # the gate was opened: nothing is held
     assert stream.query()
+
+
+def test_matmul_suite_runs() -> None:
+    from cuasync.bench import matmul
+    from cuasync.bench._util import Report
+
+    report = Report()
+    matmul.run(report, n=64, quick=True)
+    names = [r.name for r in report.rows]
+    assert all(f"{label}: cuasync" in names for label, *_ in matmul.CASES)
+    assert all(r.value is not None and r.value > 0 for r in report.rows)

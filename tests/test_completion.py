@@ -344,9 +344,10 @@ async def test_wait_inside_a_loop_is_refused(anyio_backend) -> None:
 
 @pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio"])
 def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str) -> None:
-    # Sixteen tasks awaiting at once: a task spinning on the loop thread would hold up
-    # the others' submissions, so all but (at most) one park at once. One task awaiting
-    # again and again has nobody to hold up, and spins each time.
+    # Sixteen tasks awaiting work longer than the spin budget at once: once one spin has
+    # run out, a task spinning on the loop thread would only hold up the others'
+    # submissions, so the rest park at once (the last may find nothing else ready). One
+    # task awaiting again and again has nobody to hold up, and spins each time.
     out = run_script(
         f"""
         import cuasync, cuasync.testing as ct
@@ -389,5 +390,5 @@ def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str)
         CUASYNC_SPIN_BUDGET_US="20",
     )
     burst, sequential = map(int, out.split())
-    assert burst >= 15
+    assert burst >= 14
     assert sequential == 0

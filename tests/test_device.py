@@ -186,3 +186,4 @@ def test_memory_used_on_a_foreign_stream_is_freed_after_its_owner_destroyed_it()
     gc.collect()
     assert dev.memory_info().used == before
     assert cuasync.zeros((4,)).sync().shape == (4,)  # and the device is fine
+

@@ -10,6 +10,8 @@ from cuasync import errors
 
 RUNTIME: list[type[Exception]] = [
     errors.BackendUnavailableError,
+    errors.LibraryUnavailableError,
+    errors.LibraryError,
     errors.DriverError,
     errors.DeviceFaultError,
     errors.OutOfMemoryError,
@@ -32,7 +34,9 @@ MISUSE: list[type[Exception]] = [
     errors.OpConsumedError,
     errors.ReentrancyError,
     errors.SyncInEventLoopError,
+    errors.ProcessLocalError,
     errors.CaptureError,
+    errors.MissingDependencyError,
 ]
 
 
@@ -74,6 +78,8 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.ReentrancyError, RuntimeError),
         (errors.SyncInEventLoopError, RuntimeError),
         (errors.CaptureError, RuntimeError),
+        (errors.MissingDependencyError, ImportError),
+        (errors.ProcessLocalError, TypeError),
         (errors.OutOfMemoryError, MemoryError),
     ],
 )

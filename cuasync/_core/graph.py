@@ -28,6 +28,7 @@ from .device import Device, Stream, get_default_device
 from .memory import Allocation
 from .op import DeviceFuture, DeviceOp, SharedOp, _FnOp, _NativeLaunchBase, _Value, _Zip
 from .output import Output
+from .process_local import ProcessLocal
 
 __all__ = ["CudaGraph", "GraphScope", "graph_scope"]
 
@@ -69,7 +70,7 @@ def _destroy(graph: int, graph_exec: int) -> None:
             report_once("cuasync.graph", "destroy a graph", exc)
 
 
-class CudaGraph(Generic[T]):
+class CudaGraph(ProcessLocal, Generic[T]):
     """An instantiated CUDA graph and everything it recorded; ``T`` is its captured output.
 
     Build one with :meth:`DeviceOp.graph` or :meth:`CudaGraph.scope`. ``stream`` is the

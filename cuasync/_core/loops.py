@@ -52,9 +52,10 @@ class AsyncioAdapter:
             self._ready = None
         self._tick_task: Any = None
         self._tick_shared = False
+        self.long_ops = False
 
     def others_ready(self) -> bool:
-        """Whether other work on this loop is ready to run now (then an await must not spin).
+        """Whether other work on this loop is ready to run now (then a long await parks at once).
 
         asyncio: its ready queue is not empty. uvloop: another task already awaited in
         this loop iteration (a burst such as ``gather``); one task awaiting again and
@@ -168,9 +169,10 @@ class TrioAdapter:
         self._token = trio.lowlevel.current_trio_token()
         self._statistics = trio.lowlevel.current_statistics
         self.queue: Any = None
+        self.long_ops = False
 
     def others_ready(self) -> bool:
-        """Whether other trio tasks are runnable now (then an await must not spin)."""
+        """Whether other trio tasks are runnable now (then a long await parks at once)."""
         return bool(self._statistics().tasks_runnable)
 
     def park(self) -> tuple[Waiter, Suspend]:

@@ -21,11 +21,13 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
+from . import trace
 from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
 from .output import Output
+from .process_local import ProcessLocal
 from .scheduling import SchedulingPolicy, current_policy, stream_from
 
 if TYPE_CHECKING:
@@ -44,13 +46,18 @@ E = TypeVar("E")
 F = TypeVar("F")
 
 
-class DeviceOp(Generic[T]):
+class DeviceOp(ProcessLocal, Generic[T]):
     """A lazy device operation producing a ``T``; single-use, like a coroutine.
 
     >>> x = await cuasync.from_host(np.arange(4.0))          # asyncio, uvloop or trio
     >>> y = cuasync.from_host(np.ones(4)).map(lambda t: t.shape).sync()
     >>> fut = op.submit(); ...; result = await fut
     """
+
+    _local_hint = (
+        "send its inputs (numpy arrays, Python values) and build the op in the process "
+        "that awaits it"
+    )
 
     __slots__ = ("_consumed", "_device", "_origin")
 
@@ -92,6 +99,8 @@ class DeviceOp(Generic[T]):
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
         """Enqueue on ``stream`` (the caller has taken the op) and track the completion."""
+        if trace.enabled and not getattr(LOCAL, "traced", False):
+            return self._start_traced(stream, notify)
         _check_stream(stream, self._device)
         if stream._capturing:
             no_capture(stream, "executing an op")
@@ -110,6 +119,22 @@ class DeviceOp(Generic[T]):
                 raise
             finally:
                 LOCAL.active = False
+
+    def _start_traced(self, stream: Stream, notify: bool) -> Completion:
+        """:meth:`_start` inside NVTX ranges (see :mod:`.trace`)."""
+        with trace.submitting(self._trace_name()) as flight:
+            LOCAL.traced = True
+            try:
+                comp = self._start(stream, notify)
+            finally:
+                LOCAL.traced = False
+            if comp.state == PENDING:
+                trace.start_flight(comp, flight)
+        return comp
+
+    def _trace_name(self) -> str:
+        """The op's name in NVTX ranges."""
+        return type(self).__name__.lstrip("_")
 
     def _pick_stream(self) -> Stream:
         """The stream ``await``, ``sync()`` and ``submit()`` use: the policy's next one."""
@@ -364,7 +389,7 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
     hub.watch_in_background(comp)
 
 
-class DeviceFuture(Generic[T]):
+class DeviceFuture(ProcessLocal, Generic[T]):
     """Submitted work; awaitable any number of times, from any number of tasks and loops.
 
     Cancellation: cancelling a task that awaits the future raises ``CancelledError``
@@ -376,6 +401,8 @@ class DeviceFuture(Generic[T]):
     >>> fut.done()        # never blocks; True also once the work failed (device fault)
     >>> await fut         # or fut.wait() outside an event loop
     """
+
+    _local_hint = "await it here and send what it produced as host data"
 
     __slots__ = ("_comp",)
 
@@ -704,6 +731,9 @@ class _FnOp(DeviceOp[T]):
         self._fn = fn
         self._name = name
         self._graph_node = graph_node
+
+    def _trace_name(self) -> str:
+        return self._name
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         return self._fn(ctx)
