@@ -95,6 +95,11 @@ class DevicePointer(int):
 class CompileOptions:
     """NVRTC options; part of the compile cache key.
 
+    ``opt_level``: ptxas optimization level, 0..3; ``line_info``: source line info for
+    profilers; ``debug``: device debug info (slow code); ``max_registers``: a cap on
+    registers per thread (1..255) or None; ``defines``: preprocessor macros, a dict or
+    ``(name, value)`` pairs; ``extra``: more NVRTC option strings, passed last.
+
     >>> cuasync.CompileOptions(opt_level=3, defines={"TILE": 64}, max_registers=64)
     """
 
@@ -604,6 +609,9 @@ class Kernel(_Launchable[R]):
     arguments (``"axpy<float>"``). ``emulate`` is its numpy twin for the emulator backend:
     it receives the launch arguments with tensors replaced by numpy arrays viewing the
     emulated device memory (writes land in the tensors).
+
+    ``source``, ``options`` (its :class:`CompileOptions`) and ``params`` (the parameters
+    parsed from the source) are kept as given and parsed.
 
     A launch produces the argument(s) bound to non-const pointers (None if there are
     none); the type parameter states it for type checkers (default ``Any``):

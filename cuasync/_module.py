@@ -53,6 +53,9 @@ def _params(name: str, signature: str) -> list[Param]:
 class Module(ProcessLocal):
     """A cubin, fatbin or PTX image you compiled, loaded on one device.
 
+    ``device``: the device it is loaded on; ``handle``: the driver's ``CUmodule``, as an
+    int; ``borrowed``: whether it is another library's (:meth:`from_handle`), never unloaded.
+
     >>> mod = cuasync.Module(open("k.cubin", "rb").read())
     >>> k = mod.kernel("scale", "float* x, float a, int n")
     >>> await k[blocks, 128](x, 2.0, n)

@@ -30,7 +30,8 @@ def _dim3(shape: Shape) -> tuple[int, int, int]:
 class Partition:
     """A tensor split into equal tiles; the output wrapper for kernel launches.
 
-    ``grid`` is the number of tiles along each axis; ``unpartition()`` gives the tensor
+    ``tensor`` is the partitioned tensor, ``tile_shape`` the shape of one tile and
+    ``grid`` the number of tiles along each axis; ``unpartition()`` gives the tensor
     back. A launch without a grid gets one block per tile; an explicit grid must equal
     ``grid`` (``prefix``: at most ``grid`` on each axis, from ``Tensor.partition_prefix``).
 
@@ -157,9 +158,11 @@ class MappedPartition(Partition):
 
     @property
     def launch_grid(self) -> tuple[int, int, int]:
+        """``(num_tile_blocks, 1, 1)``: one persistent block per slot."""
         return (self.num_tile_blocks, 1, 1)
 
     def check_grid(self, grid: tuple[int, int, int], name: str) -> None:
+        """Raise :class:`~cuasync.errors.LaunchError` unless ``grid`` is :attr:`launch_grid`."""
         if grid != self.launch_grid:
             raise LaunchError(
                 f"grid={grid} does not match the {self.num_tile_blocks} persistent blocks of "

@@ -3,7 +3,7 @@
 The copy goes device → pooled pinned block → ``out``, so a loop that reads the same
 size back each step allocates and page-faults nothing. With ``resize=True`` an array
 of another size is resized in place first (:meth:`numpy.ndarray.resize` and its
-reference check), as tenferro's ``download_tensor_into`` resizes its ``Vec``.
+reference check).
 
 >>> out = np.empty(0, np.float32)
 >>> for step in range(n):
@@ -68,8 +68,8 @@ def download_into(
     exists, since resizing may move its memory. Otherwise
     :class:`~cuasync.errors.ShapeError` says why.
 
-    A ``bool`` tensor is allowed, unlike tenferro's ``download_tensor_into``: cuasync's
-    bool tensors hold 0/1 bytes by construction (see docs/transfers.md).
+    A ``bool`` tensor is allowed: cuasync's bool tensors hold 0/1 bytes by construction
+    (see the Transfers guide).
 
     >>> out = np.empty((1024,), np.float32)
     >>> for step in range(n): cuasync.download_into(result, out)

@@ -156,7 +156,8 @@ def _unsupported_index(item: Any) -> str:
 class Tensor(TensorOperators, ProcessLocal):
     """An n-dimensional array in device memory.
 
-    ``strides`` are in elements. Create tensors with :func:`cuasync.from_host`,
+    ``shape`` and ``dtype`` are numpy's; ``strides`` and ``offset`` (where the view starts
+    in its allocation) are in elements. Create tensors with :func:`cuasync.from_host`,
     :func:`cuasync.empty` or :func:`cuasync.zeros`; they are outputs of ops.
 
     >>> t = await cuasync.from_host(np.arange(12, dtype=np.float32).reshape(3, 4))

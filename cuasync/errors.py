@@ -121,7 +121,8 @@ class LibraryUnavailableError(BackendUnavailableError):
 class LibraryError(DeviceError):
     """A call into a CUDA library (cuBLAS) returned an error status.
 
-    ``status`` is the library's numeric status, ``name`` its enum name.
+    ``status`` is the library's numeric status, ``name`` its enum name and ``call`` the
+    library function that failed.
     """
 
     def __init__(self, status: int, name: str, call: str) -> None:
@@ -142,7 +143,8 @@ class DriverError(DeviceError):
     """A driver call returned an error.
 
     ``code`` is the numeric ``CUresult``, ``name`` its enum name and ``explanation``
-    what it means. Use :func:`driver_error` to build the fitting subclass.
+    what it means; ``call`` is the driver function that failed (may be empty). Use
+    :func:`driver_error` to build the fitting subclass.
     """
 
     def __init__(self, code: int, call: str = "", detail: str = "") -> None:
@@ -161,7 +163,13 @@ class DeviceFaultError(DriverError):
 
 
 class OutOfMemoryError(DriverError, MemoryError):
-    """A device or pinned allocation failed for lack of memory."""
+    """A device or pinned allocation failed for lack of memory; ``nbytes`` was requested.
+
+    >>> try:
+    ...     t = await cuasync.empty((1 << 40,))
+    ... except cuasync.errors.OutOfMemoryError as exc:
+    ...     print(exc.nbytes)
+    """
 
     def __init__(self, nbytes: int, where: str = "device memory") -> None:
         self.nbytes = nbytes

@@ -60,7 +60,14 @@ _FORMAT = 1  # bump when the key or the entry layout changes
 
 @dataclass(frozen=True)
 class CacheStats:
-    """Counters since :func:`enable` and the number of entries on disk."""
+    """Counters since :func:`enable` and the number of entries on disk.
+
+    ``hits``/``misses``: lookups that found, or did not find, a compiled kernel;
+    ``entries``: kernels in the cache directory; ``path``: that directory, or None while
+    the cache is disabled.
+
+    >>> cuasync.kernel_cache.stats().hits
+    """
 
     hits: int
     misses: int

@@ -62,7 +62,24 @@ INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blo
 
 @dataclass
 class Stats:
-    """Counters of the completion machinery (see :func:`cuasync.stats`)."""
+    """Counters of the completion machinery (see :func:`cuasync.stats`).
+
+    Completions by the path that finished them: ``completed_inline`` (the spin saw the
+    flag), ``completed_reactor`` (the native reactor woke the loop),
+    ``completed_host_callback`` (a host function signalled it), ``completed_blocking``
+    (a blocking wait, ``sync()`` or ``fut.wait()``). ``reactor_wakeups``: times the
+    reactor woke a loop; ``slots_armed``/``slots_total``: completion slots in use and in
+    all (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host
+    callback; ``fallbacks``: awaits that found every slot in use and used a host
+    callback; ``spins_skipped``: awaits that did not spin because other work on their
+    loop was ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
+    checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
+    ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
+    module is loaded.
+
+    >>> s = cuasync.stats()
+    >>> s.completed_inline + s.completed_reactor, s.slots_armed
+    """
 
     completed_inline: int = 0
     completed_reactor: int = 0

@@ -52,7 +52,16 @@ def released() -> Iterator[None]:
 
 
 class ExecutionContext:
-    """Everything one submission needs: its stream, its sequence number, what it retains."""
+    """Everything one submission needs: its stream, its sequence number, what it retains.
+
+    ``stream`` and ``device``: where the work goes; ``seq``: the submission's number on
+    that stream; ``retained``: objects kept alive until the work completes (see
+    :meth:`retain`); ``errors``: errors the device work itself reports (see
+    :meth:`error_box`); ``capturing``: whether the stream is recording a graph, and then
+    ``accesses``: the ``(allocation, written)`` pairs recorded for each launch. ``fuse``
+    and ``deferred`` are cuasync's own (a last launch fused with the completion flag's
+    write): a custom op leaves them alone.
+    """
 
     __slots__ = (
         "accesses",
@@ -90,6 +99,10 @@ class ExecutionContext:
 
     @property
     def handle(self) -> int:
+        """The driver handle of ``stream``, to pass to a foreign library's launch.
+
+        >>> my_library.fill(ctx.write(t.allocation), 0, t.nbytes, stream=ctx.handle)
+        """
         return self.stream.handle
 
     def error_box(self) -> list[BaseException]:
@@ -136,6 +149,12 @@ class ExecutionContext:
         return alloc.ptr
 
     def reject_in_capture(self, what: str) -> None:
+        """Raise :class:`~cuasync.errors.CaptureError` if this submission is recording a graph.
+
+        For a custom op that allocates device memory, which a graph cannot replay:
+
+        >>> ctx.reject_in_capture("my_library.alloc_and_fill")
+        """
         if self.capturing:
             raise CaptureError(
                 f"{what} allocates device memory, which cannot be recorded into a CUDA graph: "

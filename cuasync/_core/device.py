@@ -100,7 +100,8 @@ def _check_ordinal(ordinal: object, argument: str = "ordinal") -> int:
 class Device:
     """A GPU (or emulated device), identified by its ordinal.
 
-    ``Device(i)`` always returns the same object for the same ordinal.
+    ``Device(i)`` always returns the same object for the same ordinal, ``i`` its
+    ``ordinal``.
 
     >>> dev = cuasync.Device(0)
     >>> dev.name, dev.memory_info()
@@ -151,6 +152,11 @@ class Device:
 
     @property
     def name(self) -> str:
+        """The device's name, as the driver reports it.
+
+        >>> cuasync.Device(0).name
+        'NVIDIA H200'
+        """
         if self._name is None:
             self._name = get_backend().device_name(self.ordinal)
         return self._name
@@ -202,6 +208,10 @@ class Device:
         get_backend().device_synchronize(self.ordinal)
 
     def memory_info(self) -> MemoryInfo:
+        """Bytes of cuasync's live allocations on this device, and the device's total.
+
+        >>> used, total = cuasync.Device(0).memory_info()
+        """
         return MemoryInfo(self._used, get_backend().device_total_memory(self.ordinal))
 
     def memory_stats(self) -> MemoryStats:
@@ -493,6 +503,11 @@ class Stream(ProcessLocal):
 
     @property
     def is_capturing(self) -> bool:
+        """Whether this stream is recording into a CUDA graph (inside a graph scope).
+
+        >>> with cuasync.graph_scope(stream):
+        ...     assert stream.is_capturing
+        """
         return self._capturing
 
     # -- cross-stream ordering ---------------------------------------------------------
@@ -536,6 +551,9 @@ class Stream(ProcessLocal):
 class Event(ProcessLocal):
     """A marker in a stream's work; query it, wait for it, or time between two of them.
 
+    ``device``: the device it belongs to; ``timing``: whether it records a time (for
+    :meth:`elapsed_ms`); ``handle``: the driver's ``CUevent``, as an int.
+
     >>> start, end = cuasync.Event(timing=True), cuasync.Event(timing=True)
     >>> start.record(stream); ...; end.record(stream); end.synchronize()
     >>> start.elapsed_ms(end)
@@ -550,6 +568,12 @@ class Event(ProcessLocal):
         weakref.finalize(self, _destroy_event, self.handle)
 
     def record(self, stream: Stream) -> Event:
+        """Mark the work enqueued on ``stream`` so far; returns the event itself.
+
+        The stream must be on the event's device. Recording again moves the marker.
+
+        >>> done = cuasync.Event().record(stream)
+        """
         if not isinstance(stream, Stream):
             raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
         if stream.device is not self.device:
@@ -561,9 +585,17 @@ class Event(ProcessLocal):
         return self
 
     def query(self) -> bool:
+        """Whether the work before the latest record has finished; never blocks.
+
+        >>> event.query()   # False while the stream is still working towards it
+        """
         return get_backend().event_query(self.handle)
 
     def synchronize(self) -> None:
+        """Block the calling thread until the work before the latest record has finished.
+
+        In a coroutine, ``await cuasync.wait(event)`` waits without blocking the loop.
+        """
         get_backend().event_synchronize(self.handle)
 
     def wait(self, stream: Stream) -> None:

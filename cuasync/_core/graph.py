@@ -73,7 +73,8 @@ def _destroy(graph: int, graph_exec: int) -> None:
 class CudaGraph(ProcessLocal, Generic[T]):
     """An instantiated CUDA graph and everything it recorded; ``T`` is its captured output.
 
-    Build one with :meth:`DeviceOp.graph` or :meth:`CudaGraph.scope`.
+    Build one with :meth:`DeviceOp.graph` or :meth:`CudaGraph.scope`. ``stream`` is the
+    stream it was captured on, where its launches run unless executed elsewhere.
     """
 
     def __init__(
@@ -174,6 +175,8 @@ class _GraphLaunch(DeviceOp[T]):
 
 class GraphScope:
     """Records ops into a CUDA graph (see :meth:`CudaGraph.scope`).
+
+    ``graph`` is None inside the block, and the instantiated :class:`CudaGraph` after it.
 
     >>> with cuasync.CudaGraph.scope(stream) as scope:
     ...     scope.record(kernel[grid, block](x, y))

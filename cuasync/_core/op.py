@@ -411,6 +411,10 @@ class DeviceFuture(ProcessLocal, Generic[T]):
 
     @property
     def stream(self) -> Stream:
+        """The stream the work was submitted on.
+
+        >>> fut = op.submit(); fut.stream
+        """
         return self._comp.stream
 
     def done(self) -> bool:
@@ -427,6 +431,10 @@ class DeviceFuture(ProcessLocal, Generic[T]):
         return self._comp.result()
 
     def exception(self) -> BaseException | None:
+        """The work's error, or None if it succeeded; ``InvalidStateError`` if not done.
+
+        >>> fut = op.submit(); fut.wait(); fut.exception()
+        """
         if not self._comp.poll():
             raise asyncio.InvalidStateError("the device work has not completed yet")
         return self._comp.error
@@ -587,6 +595,7 @@ class SharedOp(DeviceOp[T]):
         self._consumed = True  # reusable: executing it (or building on it) counts as use
 
     def shared(self) -> SharedOp[T]:
+        """The op itself: it is already shared."""
         return self
 
     def _realize(self) -> T:

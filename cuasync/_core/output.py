@@ -32,6 +32,10 @@ class Output(Generic[T]):
         return _Ready(value)
 
     def get(self) -> T:
+        """The value, computed on the first call (after the work has completed).
+
+        >>> lowlevel.Output(lambda: dst).get()
+        """
         if self._value is _UNSET:
             assert self._fn is not None
             self._value = self._fn()

@@ -45,6 +45,7 @@ class MemoryPool:
     pool does in cuasync, 0 gives them back at every synchronization. Allocations
     made inside :func:`use_memory_pool` come from it; :meth:`stats` and :meth:`trim`
     are :meth:`Device.memory_stats` and :meth:`Device.trim_pool` for this pool alone.
+    ``device`` is its device and ``handle`` the driver's ``CUmemoryPool``.
 
     >>> pool = cuasync.lowlevel.MemoryPool(0, release_threshold=64 << 20)
     >>> with cuasync.lowlevel.use_memory_pool(pool):

@@ -82,6 +82,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         return list(self._streams)
 
     def next_stream(self) -> Stream:
+        """The next stream of the pool, in turn."""
         streams = self._streams or self.streams
         return streams[next(self._counter) % self.num_streams]
 
@@ -94,7 +95,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
 
 
 class SingleStream(SchedulingPolicy):
-    """Every op on one stream (in order).
+    """Every op on one stream (in order), ``stream``.
 
     >>> with cuasync.use_policy(cuasync.SingleStream(stream)): await op
     """
@@ -105,6 +106,7 @@ class SingleStream(SchedulingPolicy):
         self.stream = stream
 
     def next_stream(self) -> Stream:
+        """Always ``stream``."""
         return self.stream
 
     def __repr__(self) -> str:

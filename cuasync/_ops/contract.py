@@ -295,10 +295,9 @@ def dot_general(
 ) -> TensorOp:
     """Contract the axes ``contracting[0]`` of ``a`` with ``contracting[1]`` of ``b``,
     pairing the batch axes ``batch[0]`` of ``a`` with ``batch[1]`` of ``b`` (equal
-    sizes, no broadcasting), as XLA's and tenferro's ``dot_general``. The result's axes
-    are the batch axes, then ``a``'s other axes, then ``b``'s. ``out``, ``alpha``,
-    ``beta`` and ``precision`` as in :func:`matmul` (``beta`` is tenferro's
-    ``_into_accum``).
+    sizes, no broadcasting), as XLA's ``dot_general``. The result's axes are the batch
+    axes, then ``a``'s other axes, then ``b``'s. ``out``, ``alpha``, ``beta`` and
+    ``precision`` as in :func:`matmul`.
 
     >>> # (B, M, K) x (B, K, N) -> (B, M, N)
     >>> c = await cuasync.dot_general(x, y, contracting=((2,), (1,)), batch=((0,), (0,)))

@@ -24,7 +24,12 @@ __all__ = ["Gate", "gate"]
 
 
 class Gate:
-    """Streams held at a point; :meth:`open` lets them go on. See :func:`gate`."""
+    """Streams held at a point (``streams``); :meth:`open` lets them go on. See :func:`gate`.
+
+    >>> with cuasync.testing.gate(stream) as g:
+    ...     fut = op.submit_on(stream)     # waits behind the gate
+    ...     assert not fut.done()
+    """
 
     __slots__ = ("_slot", "_value", "streams")
 
@@ -45,6 +50,11 @@ class Gate:
 
     @property
     def is_open(self) -> bool:
+        """Whether :meth:`open` has been called (the held streams may go on).
+
+        >>> g = cuasync.testing.gate(stream); g.open(); g.is_open
+        True
+        """
         return self._slot is None
 
     def open(self) -> None:
