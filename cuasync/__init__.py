@@ -19,6 +19,7 @@ from typing import Any as _Any
 
 from . import errors as errors
 from . import kernel_cache as kernel_cache
+from . import linalg as linalg
 from . import lowlevel as lowlevel
 from ._backends import backend_name as backend_name
 from ._copies import dup as dup
@@ -95,6 +96,14 @@ from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
+from ._ops.reductions import argmax as argmax
+from ._ops.reductions import argmin as argmin
+from ._ops.reductions import max as max
+from ._ops.reductions import mean as mean
+from ._ops.reductions import min as min
+from ._ops.reductions import prod as prod
+from ._ops.reductions import sum as sum
+from ._ops.reductions import vdot as vdot
 from ._ops.tensorop import TensorOp as TensorOp
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
@@ -156,6 +165,8 @@ __all__ = [
     "abs",
     "add",
     "arange",
+    "argmax",
+    "argmin",
     "asarray",
     "backend_name",
     "clip",
@@ -184,18 +195,23 @@ __all__ = [
     "kernel_cache",
     "less",
     "less_equal",
+    "linalg",
     "linspace",
     "log",
     "log1p",
     "lowlevel",
+    "max",
     "maximum",
+    "mean",
     "memcpy",
+    "min",
     "minimum",
     "multiply",
     "negative",
     "not_equal",
     "ones",
     "power",
+    "prod",
     "rand",
     "randn",
     "remainder",
@@ -207,12 +223,14 @@ __all__ = [
     "sqrt",
     "stats",
     "subtract",
+    "sum",
     "tanh",
     "to_host",
     "upload_pending",
     "use_device",
     "use_policy",
     "value",
+    "vdot",
     "wait",
     "where",
     "zeros",

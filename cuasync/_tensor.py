@@ -323,6 +323,23 @@ class Tensor(TensorOperators):
             )
         return Tensor(self._alloc, new, dt, None, byte_offset // dt.itemsize)
 
+    def transpose(self, *axes: Any) -> Tensor:
+        """The axes permuted, zero-copy: reversed without arguments (numpy's rules).
+
+        >>> t.transpose().shape, t.transpose(1, 0, 2).shape, t.transpose((2, 0, 1)).shape
+        ((4, 3, 2), (3, 2, 4), (4, 2, 3))
+        """
+        from ._views import permute
+
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = () if axes[0] is None else tuple(axes[0])
+        return permute(self, axes or tuple(reversed(range(self.ndim))), "transpose")
+
+    @property
+    def T(self) -> Tensor:
+        """The axes reversed, zero-copy (``t.transpose()``)."""
+        return self.transpose()
+
     def __getitem__(self, index: Any) -> Tensor:
         """numpy-style basic indexing, zero-copy: ints, slices (positive steps), ``...``, None.
 
