@@ -239,13 +239,14 @@ def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str)
 
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_every_reduction_source_compiles() -> None:
-    # Every op and accumulator dtype, kept/reduced dims 0-2, a fused expression with a
-    # scalar: each kernel in a namespace of its own, one NVRTC compile in all.
+    # Every op, each with three dtypes (rotating, so each dtype comes twice or more),
+    # kept/reduced dims 0-2, a fused expression with a scalar (norm): each kernel in a
+    # namespace of its own, one NVRTC compile in all.
     x = ("x", 0, "float32")
     fused = ("op", "add", ("float32", "float32"), "float32", x, ("s", 0, "float"))
     bodies = []
-    for dtype in DTYPES:
-        for op in [*OPS, "norm"]:
+    for i, op in enumerate([*OPS, "norm"]):
+        for dtype in (DTYPES[(i + 4 * j) % len(DTYPES)] for j in range(3)):
             spec = rc.ReduceSpec(op, *reversed(rc_dtypes(op, dtype)))
             plan = fused if op == "norm" else ("x", 0, dtype)
             dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
