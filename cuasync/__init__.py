@@ -113,6 +113,11 @@ from ._transfers import PendingTransfer as PendingTransfer
 from ._transfers import download_into as download_into
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
+from ._views import broadcast_to as broadcast_to
+from ._views import diagonal as diagonal
+from ._views import expand_dims as expand_dims
+from ._views import permute_dims as permute_dims
+from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
 
 __version__ = "0.1.0"
@@ -169,10 +174,12 @@ __all__ = [
     "argmin",
     "asarray",
     "backend_name",
+    "broadcast_to",
     "clip",
     "convert",
     "cos",
     "device_count",
+    "diagonal",
     "divide",
     "download_into",
     "download_pending",
@@ -181,6 +188,7 @@ __all__ = [
     "equal",
     "errors",
     "exp",
+    "expand_dims",
     "expm1",
     "eye",
     "eye_rect",
@@ -210,6 +218,7 @@ __all__ = [
     "negative",
     "not_equal",
     "ones",
+    "permute_dims",
     "power",
     "prod",
     "rand",
@@ -221,6 +230,7 @@ __all__ = [
     "sign",
     "sin",
     "sqrt",
+    "squeeze",
     "stats",
     "subtract",
     "sum",

@@ -89,6 +89,24 @@ def copy_strided(
         )
 
 
+def memcpy_able(t: Tensor) -> bool:
+    """Whether the copy engines can read ``t``: no reversed or broadcast (stride <= 0) axis."""
+    return all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
+
+
+def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """Enqueue a kernel copying any view ``src`` into the contiguous ``dst`` (same dtype)."""
+    from . import _builtin as builtin  # it imports the tensor machinery this module feeds
+    from ._dtypes import dtype_info
+
+    kernel = builtin.kernel("convert", dtype_name(src.dtype))
+    code = dtype_info(src.dtype).code
+    flat = builtin.flat(dst)
+    for sub, dims, strides, first in builtin.chunks(src):
+        out = Tensor(flat.allocation, sub.shape, flat.dtype, None, flat.offset + first)
+        builtin.launch(ctx, kernel, sub.size, out, sub, code, sub.size, *dims, *strides)
+
+
 def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: str) -> Tensor:
     """Allocate a contiguous tensor on ``ctx``'s stream, declared as written by ``what``.
 
@@ -158,14 +176,18 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
 
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
         block = staging_pool().acquire(t.nbytes)
-        src = ctx.read(t.allocation) + t.offset * t.itemsize
+        view = t
+        if not memcpy_able(t) and t.size:  # a reversed or broadcast view: gather it first
+            view = new_tensor(ctx, t.shape, t.dtype, "to_host")
+            kernel_copy(ctx, view, t)
+        src = ctx.read(view.allocation) + view.offset * view.itemsize
         copy_strided(
             ctx,
             "dtoh",
             block.address,
             _contiguous_byte_strides(t.shape, t.itemsize),
             src,
-            _byte_strides(t),
+            _byte_strides(view),
             t.shape,
             t.itemsize,
         )
@@ -181,6 +203,10 @@ def dup(tensor: Tensor) -> TensorOp:
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, t.shape, t.dtype, "dup")
+        if not memcpy_able(t):  # a reversed or broadcast view: a kernel gathers it
+            if t.size:
+                kernel_copy(ctx, out, t)
+            return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
         copy_strided(
             ctx,
@@ -229,6 +255,17 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             "overlap in one allocation, so the result would be undefined; copy src first "
             "(`src.dup()`); the very same view is allowed"
         )
+    gather = not memcpy_able(s)
+    if (
+        not memcpy_able(d)
+        or (gather and not d.is_contiguous)
+        or (gather and d.device is not s.device)
+    ):
+        raise ShapeError(
+            f"memcpy: reversed or broadcast views (dst strides {d.strides}, src strides "
+            f"{s.strides}) can only be copied into a contiguous dst on the same device; "
+            "copy through .dup() first"
+        )
     if d.device is not s.device:
         from ._peer import copy_between_devices
 
@@ -237,6 +274,10 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
         )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if gather:
+            if s.size:
+                kernel_copy(ctx, d.reshape(s.shape), s)
+            return Output.ready(d)
         sp = ctx.read(s.allocation, "src") + s.offset * s.itemsize
         dp = ctx.write(d.allocation, "dst") + d.offset * d.itemsize
         if d.shape == s.shape:

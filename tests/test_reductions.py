@@ -112,7 +112,10 @@ async def test_nan_and_ties_follow_numpy(anyio_backend: str) -> None:
     x = await dev(a)
     for op in ("max", "min", "argmax", "argmin"):
         for axis in (None, 1):
-            check(await (await getattr(cuasync, op)(x, axis=axis)).to_host(), getattr(np, op)(a, axis=axis))
+            check(
+                await (await getattr(cuasync, op)(x, axis=axis)).to_host(),
+                getattr(np, op)(a, axis=axis),
+            )
 
 
 async def test_dtype_keepdims_and_out(anyio_backend: str) -> None:
@@ -121,7 +124,9 @@ async def test_dtype_keepdims_and_out(anyio_backend: str) -> None:
     check(await cuasync.sum(x, dtype="int8").to_host(), np.sum(a, dtype=np.int8))  # wraps
     check(await cuasync.sum(x, axis=1, dtype="float32").to_host(), np.sum(a, 1, np.float32))
     check(await cuasync.mean(x, axis=0, dtype="int32").to_host(), np.mean(a, 0, np.int32))
-    check(await cuasync.max(x, axis=(0, 1), keepdims=True).to_host(), np.max(a, (0, 1), keepdims=True))
+    check(
+        await cuasync.max(x, axis=(0, 1), keepdims=True).to_host(), np.max(a, (0, 1), keepdims=True)
+    )
     check(await cuasync.argmax(x, axis=0, keepdims=True).to_host(), np.argmax(a, 0, keepdims=True))
     buf = await cuasync.zeros((4, 2), "int64")
     got = await cuasync.sum(x, axis=1, out=buf[:, 1])
