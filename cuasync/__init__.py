@@ -68,6 +68,10 @@ from ._interop.wait import wait as wait
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
+from ._like import empty_like as empty_like
+from ._like import full_like as full_like
+from ._like import ones_like as ones_like
+from ._like import zeros_like as zeros_like
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import clip as clip
@@ -185,6 +189,7 @@ __all__ = [
     "download_pending",
     "dup",
     "empty",
+    "empty_like",
     "equal",
     "errors",
     "exp",
@@ -196,6 +201,7 @@ __all__ = [
     "from_dlpack",
     "from_host",
     "full",
+    "full_like",
     "get_default_device",
     "graph_scope",
     "greater",
@@ -218,6 +224,7 @@ __all__ = [
     "negative",
     "not_equal",
     "ones",
+    "ones_like",
     "permute_dims",
     "power",
     "prod",
@@ -244,5 +251,6 @@ __all__ = [
     "wait",
     "where",
     "zeros",
+    "zeros_like",
     "zip",
 ]

@@ -227,7 +227,7 @@ class Tensor(TensorOperators):
     def __repr__(self) -> str:
         return (
             f"<cuasync.Tensor shape={self.shape} dtype={dtype_name(self.dtype)} "
-            f"device={self.device.ordinal}{'' if self.is_contiguous else ' strided'}>"
+            f"device={self.device.ordinal} strides={self.strides}>"
         )
 
     def __len__(self) -> int:
@@ -463,6 +463,28 @@ class Tensor(TensorOperators):
         from ._kernel import DevicePointer
 
         return DevicePointer._of(self)
+
+    # -- ops on the tensor (lazy) ---------------------------------------------------------
+    def astype(self, dtype: Any) -> TensorOp:
+        """An op producing a contiguous copy cast to ``dtype`` (:func:`cuasync.convert`).
+
+        >>> h = await t.astype("float16")
+        """
+        from ._creation import convert
+
+        return convert(self, dtype)
+
+    def item(self) -> DeviceOp[Any]:
+        """An op copying the one element of a size-1 tensor to the host as a Python scalar.
+
+        >>> total = await cuasync.sum(x).then(lambda s: s.item())   # or: (await op).item()
+        """
+        if self.size != 1:
+            raise ShapeError(
+                f"item() needs a tensor of exactly one element, this one has {self.size} "
+                f"(shape {self.shape})"
+            )
+        return self.to_host().map(lambda a: a.item())
 
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:

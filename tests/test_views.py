@@ -126,3 +126,35 @@ def test_property_chains_of_views_match_numpy(data: Any) -> None:
             a, x = np.broadcast_to(a, new), cuasync.broadcast_to(x, new)
     assert x.shape == a.shape and x.allocation is base.allocation
     np.testing.assert_array_equal(x.to_host().sync(), a)
+
+
+@pytest.mark.anyio
+async def test_astype_item_like_and_repr(anyio_backend: str) -> None:
+    x = await cuasync.from_host(np.arange(6.0).reshape(2, 3))
+    assert repr(x.T) == "<cuasync.Tensor shape=(3, 2) dtype=float64 device=0 strides=(1, 3)>"
+    h = x.astype("float16")
+    assert isinstance(h, cuasync.TensorOp) and h.dtype == np.float16
+    np.testing.assert_array_equal(await h.to_host(), np.arange(6.0).reshape(2, 3).astype("f2"))
+    got = await (x[:, ::-1] * 2.0).astype("int32").to_host()
+    np.testing.assert_array_equal(got, (np.arange(6.0).reshape(2, 3)[:, ::-1] * 2).astype("i4"))
+    assert await x[1, 2].item() == 5.0
+    total = await cuasync.sum(x).item()
+    assert total == 15.0 and type(total) is float
+    assert await cuasync.argmax(x).item() == 5
+    with pytest.raises(ShapeError, match="exactly one element"):
+        x.item()
+    for fn, args, want in (
+        (cuasync.zeros_like, (), np.zeros((2, 3))),
+        (cuasync.ones_like, (), np.ones((2, 3))),
+        (cuasync.full_like, (7,), np.full((2, 3), 7.0)),
+    ):
+        np.testing.assert_array_equal(await fn(x, *args).to_host(), want)
+    op = x * 1.0
+    f = await cuasync.full_like(op, 3, dtype="int8", shape=(4,))  # op's shape is known
+    assert (f.shape, f.dtype) == ((4,), np.int8)
+    await op
+    e = cuasync.empty_like(x)
+    assert (e.shape, e.dtype, e.device) == (x.shape, x.dtype, x.device)
+    await e
+    with pytest.raises(ArgumentError, match="x must be"):
+        cuasync.zeros_like(np.zeros(3))
