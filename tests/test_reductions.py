@@ -265,3 +265,12 @@ def rc_dtypes(op: str, dtype: str) -> tuple[str, str]:
     from cuasync._ops.reductions import _result_dtypes
 
     return _result_dtypes(op, np.dtype(dtype), None, op)
+
+
+def test_ops_bench_runs_and_checks_its_results() -> None:
+    from cuasync.bench import ops
+    from cuasync.bench._util import Report
+
+    report = Report()
+    ops.run(report, quick=True)
+    assert [r.name.split(" ")[0] for r in report.rows] == ["cuasync"] * 3

@@ -1,6 +1,6 @@
 """``python -m cuasync.bench SUITE... [--json PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, all.
+Suites: completion, launch, graphs, transfers, peer, ops, all.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers", "peer")
+SUITES = ("completion", "launch", "graphs", "transfers", "peer", "ops")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import peer
 
             peer.run(report, quick=args.quick)
+        elif suite == "ops":
+            from . import ops
+
+            ops.run(report, quick=args.quick)
     if args.json:
         report.dump(args.json)
     return 0
