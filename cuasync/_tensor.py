@@ -441,8 +441,8 @@ class Tensor(TensorOperators):
                     f"slice {name}={int(value)} is out of range for axis {axis} with size {dim} "
                     f"(expected {-dim}..{dim})"
                 )
-        bounds = (None if v is None else int(v) for v in (item.start, item.stop))
-        start, stop, step = slice(*bounds, int(step)).indices(dim)
+        lo, hi = (None if v is None else int(v) for v in (item.start, item.stop))
+        start, stop, step = slice(lo, hi, int(step)).indices(dim)
         return start, len(range(start, stop, step)), step
 
     def partition(self, tile_shape: Any) -> Partition:

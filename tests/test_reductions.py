@@ -65,7 +65,8 @@ def numpy_reduce(op: str, a: np.ndarray, **kw: Any) -> tuple[np.ndarray, np.ndar
     return exact, budget
 
 
-def check(got: np.ndarray, want: np.ndarray, budget: np.ndarray | None = None) -> None:
+def check(got: np.ndarray, want: Any, budget: np.ndarray | None = None) -> None:
+    want = np.asarray(want)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     if budget is None:
@@ -249,7 +250,7 @@ def test_every_reduction_source_compiles() -> None:
     # namespace of its own, one NVRTC compile in all.
     x = ("x", 0, "float32")
     fused = ("op", "add", ("float32", "float32"), "float32", x, ("s", 0, "float"))
-    bodies = []
+    bodies: list[str] = []
     for i, op in enumerate([*OPS, "norm"]):
         for dtype in (DTYPES[(i + 4 * j) % len(DTYPES)] for j in range(3)):
             spec = rc.ReduceSpec(op, *reversed(rc_dtypes(op, dtype)))

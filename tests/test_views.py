@@ -58,7 +58,7 @@ def test_broadcast_expand_squeeze_diagonal(cube: cuasync.Tensor) -> None:
     with pytest.raises(ArgumentError, match="same axis"):
         cuasync.diagonal(cube, 0, 1, -2)
     with pytest.raises(ArgumentError, match="x must be a cuasync.Tensor"):
-        cuasync.expand_dims(np.ones(3), 0)
+        cuasync.expand_dims(np.ones(3), 0)  # type: ignore[arg-type]
 
 
 def test_reversed_slices_and_newaxis(cube: cuasync.Tensor) -> None:

@@ -89,13 +89,6 @@ def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[st
     return dtype_name(res), f32 if res == np.float16 else dtype_name(res)
 
 
-class _Result:
-    """The shape, dtype and device a reduction's output has (for ``out=`` checks)."""
-
-    def __init__(self, shape: Shape, dtype: np.dtype[Any], device: Any) -> None:
-        self.shape, self.dtype, self.device = shape, dtype, device
-
-
 def reduce_op(
     name: str,
     op: str,
@@ -131,7 +124,8 @@ def reduce_op(
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
     spec = ReduceSpec(op, acc, res)
     if out is not None:
-        elementwise._check_out(out, _Result(shape, np.dtype(res), x.device), name)
+        result = Node("tensor", "out", shape, np.dtype(res), device=x.device)
+        elementwise._check_out(out, elementwise._Preview(result), name)
     node = leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     device = node.device
 
