@@ -28,7 +28,7 @@ from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
 from .._kernel import DevicePointer
-from .._tensor import Shape, Tensor
+from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg
