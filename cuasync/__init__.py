@@ -65,6 +65,11 @@ from ._creation import randn as randn
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
+from ._joins import concatenate as concatenate
+from ._joins import stack as stack
+from ._joins import take as take
+from ._joins import tril as tril
+from ._joins import triu as triu
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
 from ._kernel import Module as Module
@@ -120,6 +125,7 @@ from ._transfers import upload_pending as upload_pending
 from ._views import broadcast_to as broadcast_to
 from ._views import diagonal as diagonal
 from ._views import expand_dims as expand_dims
+from ._views import flip as flip
 from ._views import permute_dims as permute_dims
 from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
@@ -180,6 +186,7 @@ __all__ = [
     "backend_name",
     "broadcast_to",
     "clip",
+    "concatenate",
     "convert",
     "cos",
     "device_count",
@@ -198,6 +205,7 @@ __all__ = [
     "eye",
     "eye_rect",
     "fill",
+    "flip",
     "from_dlpack",
     "from_host",
     "full",
@@ -238,11 +246,15 @@ __all__ = [
     "sin",
     "sqrt",
     "squeeze",
+    "stack",
     "stats",
     "subtract",
     "sum",
+    "take",
     "tanh",
     "to_host",
+    "tril",
+    "triu",
     "upload_pending",
     "use_device",
     "use_policy",

@@ -1,4 +1,5 @@
-"""Zero-copy structural views: permute_dims, broadcast_to, expand_dims, squeeze, diagonal.
+"""Zero-copy structural views: permute_dims, broadcast_to, expand_dims, squeeze, diagonal,
+flip.
 
 Each returns a :class:`~cuasync.Tensor` sharing the input's allocation (strides change,
 no data moves), with numpy's rules and errors raised at once (``ArgumentError`` naming
@@ -20,7 +21,7 @@ import numpy as np
 from ._tensor import Shape, Tensor, check_shape
 from .errors import ArgumentError, ShapeError
 
-__all__ = ["broadcast_to", "diagonal", "expand_dims", "permute_dims", "squeeze"]
+__all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
 
 def _tensor(x: Any, name: str) -> Tensor:
@@ -155,3 +156,25 @@ def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tens
     shape = (*(x.shape[j] for j in keep), n)
     strides = (*(x.strides[j] for j in keep), x.strides[a1] + x.strides[a2])
     return Tensor(x.allocation, shape, x.dtype, strides, start)
+
+
+def flip(x: Tensor, axis: Any = None) -> Tensor:
+    """``x`` reversed along ``axis`` (an int, a tuple, or None for every axis), zero-copy
+    (numpy's ``flip`` is a view too).
+
+    >>> cuasync.flip(t, 0).strides                   # t: contiguous (3, 4)
+    (-4, 1)
+    """
+    x = _tensor(x, "flip")
+    if axis is None:
+        axes = set(range(x.ndim))
+    else:
+        items = axis if isinstance(axis, tuple) else (axis,)
+        axes = {_axis(a, x.ndim, "flip") for a in items}
+    offset = x.offset
+    strides = list(x.strides)
+    for j in axes:
+        if x.shape[j] > 0:
+            offset += (x.shape[j] - 1) * strides[j]
+        strides[j] = -strides[j]
+    return Tensor(x.allocation, x.shape, x.dtype, tuple(strides), offset)

@@ -9,7 +9,6 @@ the float64 sum (float16 accumulates in float32, numpy sometimes in float16).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -18,26 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync import _config
 from cuasync._kernel import compile_cubin
 from cuasync._nvrtc import nvrtc_problem
 from cuasync._ops import reduce_codegen as rc
 from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_emu_compile")]
 
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 FLOATS = ["float16", "float32", "float64"]
 DTYPES = ["bool", *INTS, *FLOATS]
 OPS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin"]
 RTOL = {"float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
-
-
-@pytest.fixture(autouse=True)
-def _no_compile_per_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One NVRTC compile per generated kernel would take minutes here: see the module doc."""
-    config = dataclasses.replace(_config.config(), emu_compile="off")
-    monkeypatch.setattr(_config, "CONFIG", config)
 
 
 def host(shape: tuple[int, ...], dtype: str, seed: int = 0, op: str = "sum") -> np.ndarray:
