@@ -256,15 +256,10 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             "(`src.dup()`); the very same view is allowed"
         )
     gather = not memcpy_able(s)
-    if (
-        not memcpy_able(d)
-        or (gather and not d.is_contiguous)
-        or (gather and d.device is not s.device)
-    ):
+    if not memcpy_able(d):
         raise ShapeError(
-            f"memcpy: reversed or broadcast views (dst strides {d.strides}, src strides "
-            f"{s.strides}) can only be copied into a contiguous dst on the same device; "
-            "copy through .dup() first"
+            f"memcpy: dst has strides {d.strides}: a reversed or broadcast view cannot be "
+            "written by a copy; write into a forward view, or flip the source instead"
         )
     if d.device is not s.device:
         from ._peer import copy_between_devices
@@ -274,18 +269,32 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
         )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        if gather:
-            if s.size:
+        if gather:  # a reversed or broadcast source: a kernel gathers it
+            if not s.size:
+                return Output.ready(d)
+            if d.is_contiguous:
                 kernel_copy(ctx, d.reshape(s.shape), s)
-            return Output.ready(d)
-        sp = ctx.read(s.allocation, "src") + s.offset * s.itemsize
+                return Output.ready(d)
+            tight = new_tensor(ctx, s.shape, s.dtype, "memcpy")
+            kernel_copy(ctx, tight, s)
+            source = tight
+        else:
+            source = s
+        sp = ctx.read(source.allocation, "src") + source.offset * source.itemsize
         dp = ctx.write(d.allocation, "dst") + d.offset * d.itemsize
-        if d.shape == s.shape:
+        if d.shape == source.shape:
             copy_strided(
-                ctx, "dtod", dp, _byte_strides(d), sp, _byte_strides(s), s.shape, s.itemsize
+                ctx,
+                "dtod",
+                dp,
+                _byte_strides(d),
+                sp,
+                _byte_strides(source),
+                source.shape,
+                source.itemsize,
             )
-        elif s.nbytes:
-            get_backend().memcpy_dtod_async(dp, sp, s.nbytes, ctx.handle)
+        elif source.nbytes:
+            get_backend().memcpy_dtod_async(dp, sp, source.nbytes, ctx.handle)
         return Output.ready(d)
 
     return device_op(enqueue, d.device, "memcpy", graph_node=True)

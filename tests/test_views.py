@@ -76,7 +76,10 @@ def test_reversed_slices_and_newaxis(cube: cuasync.Tensor) -> None:
     dst = cuasync.zeros(x.shape).sync()
     cuasync.memcpy(dst, x).sync()
     np.testing.assert_array_equal(dst.to_host().sync(), HOST[::-1, :, ::-2])
-    with pytest.raises(ShapeError, match="contiguous dst"):
+    strided = cuasync.zeros((3, 4, 6)).sync()[:, :, ::2]  # a forward view: gathered, then copied
+    cuasync.memcpy(strided, x[..., ::-1]).sync()
+    np.testing.assert_array_equal(strided.to_host().sync(), HOST[::-1, :, ::-2][..., ::-1])
+    with pytest.raises(ShapeError, match="cannot be written by a copy"):
         cuasync.memcpy(x, dst)
 
 
@@ -129,6 +132,7 @@ def test_property_chains_of_views_match_numpy(data: Any) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_emu_compile")  # the reductions' sources: test_reductions.py
 async def test_astype_item_like_and_repr(anyio_backend: str) -> None:
     x = await cuasync.from_host(np.arange(6.0).reshape(2, 3))
     assert repr(x.T) == "<cuasync.Tensor shape=(3, 2) dtype=float64 device=0 strides=(1, 3)>"
@@ -158,3 +162,12 @@ async def test_astype_item_like_and_repr(anyio_backend: str) -> None:
     await e
     with pytest.raises(ArgumentError, match="x must be"):
         cuasync.zeros_like(np.zeros(3))
+
+
+@pytest.mark.skipif(cuasync.device_count() < 2, reason="needs two devices")
+def test_reversed_views_copy_between_devices(cube: cuasync.Tensor) -> None:
+    view = cube[::-1, :, ::-2]
+    np.testing.assert_array_equal(view.to(1).sync().to_host().sync(), HOST[::-1, :, ::-2])
+    dst = cuasync.zeros(view.shape, device=1).sync()
+    cuasync.memcpy(dst, view).sync()
+    np.testing.assert_array_equal(dst.to_host().sync(), HOST[::-1, :, ::-2])
