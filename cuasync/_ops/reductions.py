@@ -168,11 +168,12 @@ def _launch(
         tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in strides]
     )
     m, k = math.prod(kdims), math.prod(rdims)
+    # A thread per output where the kept axis is the contiguous one (coalesced loads
+    # across a warp), or where rows are too short to keep a block of threads busy.
     column = (
         m >= _BLOCK
         and bool(rdims)
-        and builtins.abs(kstr[1][-1]) == 1
-        and builtins.abs(rstr[0][-1]) != 1
+        and (k <= 32 or (builtins.abs(kstr[1][-1]) == 1 and builtins.abs(rstr[0][-1]) != 1))
     )
     mode = 1 if column else 0
     if column:
