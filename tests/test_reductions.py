@@ -86,11 +86,17 @@ async def test_every_op_and_dtype(dtype: str, anyio_backend: str) -> None:
 @pytest.mark.parametrize("op", ["sum", "max", "argmin", "mean"])
 @pytest.mark.parametrize(
     ("shape", "axis"),
-    [((70000,), None), ((3, 20000), 1), ((3000, 40), 0), ((300, 20, 9), (0, 2))],
+    [
+        ((70000,), None),  # one long row, split over blocks
+        ((3, 20000), 1),  # short of rows: split too
+        ((40, 3000), 0),  # a thread per output, each column split in two
+        ((3000, 5), 1),  # many short rows: a thread per output
+        ((300, 20, 9), (0, 2)),
+    ],
 )
 async def test_split_rows_and_column_layouts(op: str, shape: Any, axis: Any, anyio_backend) -> None:
     # Long rows split over several blocks (a second pass combines them); reducing the
-    # strided axis runs a thread per output.
+    # strided axis, or many short rows, runs a thread per output.
     if op.startswith("arg") and isinstance(axis, tuple):
         axis = 0
     a = host(shape, "float32", 2)
@@ -222,16 +228,18 @@ def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str)
     else:
         axes = data.draw(st.lists(st.integers(0, max(ndim - 1, 0)), unique=True, max_size=ndim))
         axis = data.draw(st.sampled_from([None, tuple(axes), *(axes[:1] if axes else [])]))
-    keepdims = data.draw(st.booleans())
+    kw: dict[str, Any] = {"axis": axis, "keepdims": data.draw(st.booleans())}
+    if op in ("sum", "prod", "mean") and data.draw(st.booleans()):
+        kw["dtype"] = data.draw(st.sampled_from(["int64", "float32", "float64"]))
     try:
         with np.errstate(all="ignore"):
-            getattr(np, op)(a, axis=axis, keepdims=keepdims)
+            getattr(np, op)(a, **kw)
     except ValueError:  # numpy refuses (an empty max): so does cuasync, when building
         with pytest.raises(ArgumentError):
-            getattr(cuasync, op)(x, axis=axis, keepdims=keepdims)
+            getattr(cuasync, op)(x, **kw)
         return
-    got = getattr(cuasync, op)(x, axis=axis, keepdims=keepdims).to_host().sync()
-    check(got, *numpy_reduce(op, a, axis=axis, keepdims=keepdims))
+    got = getattr(cuasync, op)(x, **kw).to_host().sync()
+    check(got, *numpy_reduce(op, a, **kw))
 
 
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
