@@ -273,4 +273,5 @@ def test_ops_bench_runs_and_checks_its_results() -> None:
 
     report = Report()
     ops.run(report, quick=True)
-    assert [r.name.split(" ")[0] for r in report.rows] == ["cuasync"] * 3
+    ours = [r for r in report.rows if r.name.startswith("cuasync ")]
+    assert len(ours) == 3 and all(r.value and r.value > 0 for r in ours)  # CuPy, torch: on GPUs
