@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import still_pending
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
+import cuasync.testing as ct
 from cuasync._kernel import compile_cubin
 from cuasync._nvrtc import nvrtc_problem
 from cuasync._ops import reduce_codegen as rc
@@ -205,9 +207,12 @@ async def test_lazy_until_awaited_and_ordered_across_streams(anyio_backend: str)
     check(await op.to_host(), np.asarray(np.float32(64)))
     dev0 = cuasync.Device(0)
     s1, s2 = dev0.new_stream(), dev0.new_stream()
-    await cuasync.fill(x, 2.0).submit_on(s1)
-    total = await cuasync.sum(x).submit_on(s2)  # waits for the fill on s1
-    check(await total.to_host(), np.asarray(np.float32(128)))
+    with ct.gate(s1):  # the fill waits at a closed gate on s1: the sum on s2 must wait too
+        filled = cuasync.fill(x, 2.0).submit_on(s1)
+        total = cuasync.sum(x).submit_on(s2)
+        assert still_pending(total.done), "the sum did not wait for the fill on another stream"
+    await filled
+    check(await (await total).to_host(), np.asarray(np.float32(128)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

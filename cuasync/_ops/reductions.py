@@ -318,6 +318,14 @@ def vdot(a: Any, b: Any) -> TensorOp:
             f"(shape {b.shape}); they must have the same number"
         )
     if None not in sizes and a.shape != b.shape:
+        for v, arg in ((a, "a"), (b, "b")):  # check both before consuming either
+            view = v if isinstance(v, Tensor) else v._out
+            if view is not None and not view.is_contiguous:
+                raise ShapeError(
+                    f"vdot: {arg} (shape {v.shape}) is a non-contiguous view and its shape "
+                    "differs from the other operand's, so it cannot be flattened zero-copy; "
+                    "copy it first with .dup()"
+                )
         a, b = (v.reshape((-1,)) if v.ndim != 1 else v for v in (a, b))
     for v, arg in ((a, "a"), (b, "b")):
         if not isinstance(v, (Tensor, TensorOp)):
