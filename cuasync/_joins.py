@@ -122,12 +122,14 @@ _kernels: dict[tuple[int, str], Kernel] = {}  # (itemsize, index dtype or 'tri')
 _lock = threading.Lock()
 
 
+#: The files of ``cuasync/kernels`` the take and tril/triu kernels are compiled from.
+FILES = ("index.cuh", "joins.cu")
+
+
 @functools.cache
 def _source() -> str:
     files = resources.files("cuasync.kernels")
-    return "\n".join(
-        (files / name).read_text(encoding="utf-8") for name in ("index.cuh", "joins.cu")
-    )
+    return "\n".join((files / name).read_text(encoding="utf-8") for name in FILES)
 
 
 def _take_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: Any) -> None:

@@ -220,11 +220,16 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
     )
 
 
+#: The file of ``cuasync/kernels`` each reduction kernel has after the elementwise prelude.
+PRELUDE_FILES = ("reduce.cuh",)
+
+
 @functools.cache
 def prelude() -> str:
     """The shared code every reduction kernel starts with."""
-    own = (resources.files("cuasync.kernels") / "reduce.cuh").read_text(encoding="utf-8")
-    return "\n".join([_prelude(), own])
+    files = resources.files("cuasync.kernels")
+    own = [(files / name).read_text(encoding="utf-8") for name in PRELUDE_FILES]
+    return "\n".join([_prelude(), *own])
 
 
 # -- the numpy twin -----------------------------------------------------------------------
