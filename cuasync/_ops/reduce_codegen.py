@@ -5,9 +5,10 @@ output rows of ``K`` reduced elements: the kept axes first, then the reduced axe
 their logical order (so an argmax index is numpy's), each group merged where the
 layout allows. One generated ``__global__`` has two layouts and two phases:
 
-* ``mode 0`` (rows): a block per (row, split) strides over the row's elements, four
+* ``mode 0`` (rows): a block per (row, split) strides over the row's elements, eight
   loads in flight per thread, and combines with warp shuffles and shared memory;
-* ``mode 1`` (columns, when the kept axis is the contiguous one): a thread per row,
+* ``mode 1`` (columns, when the kept axis is the contiguous one, or rows of at most
+  32 elements): a thread per row,
   ``blockIdx.y`` a split of the reduced elements;
 * ``phase 1`` combines the per-split partials (a second launch, only when a row was
   split across blocks) and stores the result.
@@ -91,6 +92,19 @@ def _combine(op: str, acc: str) -> str:
             "if (an || bn) return (an && (!bn || a.i < b.i)) ? a : b; "
         )
     return body + f"return (a.v {sym} b.v || (a.v == b.v && a.i < b.i)) ? a : b;"
+
+
+#: Elements each thread loads before combining them: independent loads in flight are
+#: what keeps HBM busy.
+UNROLL = 8
+
+
+def _tree(names: list[str]) -> str:
+    """``comb`` over ``names`` as a balanced tree (no chain of dependent combines)."""
+    if len(names) == 1:
+        return names[0]
+    half = len(names) // 2
+    return f"comb({_tree(names[:half])}, {_tree(names[half:])})"
 
 
 def _final(spec: ReduceSpec) -> str:
@@ -181,10 +195,9 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"    long long po{qa};",
             f"    auto span = [&](long long k, long long st, long long hi{q_decl}) -> ca_acc {{",
             "        ca_acc a = ident;",
-            "        for (; k + 3 * st < hi; k += 4 * st) {  // four loads in flight",
-            f"            ca_acc e0 = elem(k{qa}), e1 = elem(k + st{qa});",
-            f"            ca_acc e2 = elem(k + 2 * st{qa}), e3 = elem(k + 3 * st{qa});",
-            "            a = comb(a, comb(comb(e0, e1), comb(e2, e3)));",
+            f"        for (; k + {UNROLL - 1} * st < hi; k += {UNROLL} * st) {{",
+            *(f"            ca_acc e{u} = elem(k + {u} * st{qa});" for u in range(UNROLL)),
+            f"            a = comb(a, {_tree([f'e{u}' for u in range(UNROLL)])});",
             "        }",
             f"        for (; k < hi; k += st) a = comb(a, elem(k{qa}));",
             "        return a;",
