@@ -48,10 +48,13 @@ from ._core.op import SharedOp as SharedOp
 from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
+from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
+from ._core.trace import trace as trace
+from ._core.trace import tracing as tracing
 from ._creation import arange as arange
 from ._creation import convert as convert
 from ._creation import eye as eye
@@ -72,11 +75,14 @@ from ._joins import tril as tril
 from ._joins import triu as triu
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
-from ._kernel import Module as Module
 from ._like import empty_like as empty_like
 from ._like import full_like as full_like
 from ._like import ones_like as ones_like
 from ._like import zeros_like as zeros_like
+from ._module import Module as Module
+from ._ops.contract import dot_general as dot_general
+from ._ops.contract import matmul as matmul
+from ._ops.contract import tensordot as tensordot
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import clip as clip
@@ -114,12 +120,13 @@ from ._ops.reductions import prod as prod
 from ._ops.reductions import sum as sum
 from ._ops.reductions import vdot as vdot
 from ._ops.tensorop import TensorOp as TensorOp
+from ._partition import MappedPartition as MappedPartition
+from ._partition import Partition as Partition
 from ._pinned import PinnedHostBuffer as PinnedHostBuffer
 from ._pinned import PinnedPool as PinnedPool
-from ._tensor import Partition as Partition
+from ._readback import download_into as download_into
 from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
-from ._transfers import download_into as download_into
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
 from ._views import broadcast_to as broadcast_to
@@ -161,6 +168,7 @@ __all__ = [
     "Event",
     "GraphScope",
     "Kernel",
+    "MappedPartition",
     "MemoryInfo",
     "MemoryStats",
     "Module",
@@ -174,6 +182,7 @@ __all__ = [
     "Stats",
     "Stream",
     "StreamPoolRoundRobin",
+    "StreamPriorityRange",
     "Tensor",
     "TensorOp",
     "__version__",
@@ -192,6 +201,7 @@ __all__ = [
     "device_count",
     "diagonal",
     "divide",
+    "dot_general",
     "download_into",
     "download_pending",
     "dup",
@@ -222,6 +232,7 @@ __all__ = [
     "log",
     "log1p",
     "lowlevel",
+    "matmul",
     "max",
     "maximum",
     "mean",
@@ -252,7 +263,10 @@ __all__ = [
     "sum",
     "take",
     "tanh",
+    "tensordot",
     "to_host",
+    "trace",
+    "tracing",
     "tril",
     "triu",
     "upload_pending",

@@ -15,8 +15,16 @@
 ``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off)
 ``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384)
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
-                               (``cuLaunchHostFunc`` for every await)
+                               (``cuLaunchHostFunc`` for every await), ``callback-spin`` /
+                               ``callback-block`` (``cuLaunchHostFunc_v2`` with
+                               ``CU_HOST_TASK_SPINWAIT`` / ``CU_HOST_TASK_BLOCKING``; CUDA
+                               13.2+, else ``BackendUnavailableError``; the emulator runs
+                               them as ``callback``)
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
+``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
+                               background watcher frees it (default 60; ``off``: never)
+``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
+                               :func:`cuasync.trace`)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
@@ -34,7 +42,7 @@ from typing import Any, cast
 from .errors import ArgumentError
 
 _BACKENDS = ("auto", "cuda", "emulator")
-_HOST_SYNC = ("reactor", "callback")
+_HOST_SYNC = ("reactor", "callback", "callback-spin", "callback-block")
 _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")
@@ -50,6 +58,21 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
         raise ArgumentError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ArgumentError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _seconds_or_off(name: str, default: float) -> float | None:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ArgumentError(f"{name} must be a number of seconds or 'off', got {raw!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ArgumentError(f"{name} must be a finite number of seconds >= 0, got {raw!r}")
     return value
 
 
@@ -73,6 +96,7 @@ class Config:
     host_sync: str
     stale_us: int
     peer: str
+    pinned_idle_s: float | None
 
 
 def _read() -> Config:
@@ -88,6 +112,7 @@ def _read() -> Config:
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
+        pinned_idle_s=_seconds_or_off("CUASYNC_PINNED_IDLE_S", 60.0),
     )
 
 

@@ -81,6 +81,12 @@ def copy_strided(
     else:  # one element per row
         width, height, src_pitch, dst_pitch = itemsize, n0, s0, t0
         outer = merged[:-1]
+    if height > 1 and min(src_pitch, dst_pitch) < width:
+        # cuMemcpy2D needs both pitches >= the row width: a broadcast (pitch 0) or
+        # overlapping rows are copied one row per call (the driver reads a pitch-0
+        # source as if it were dense).
+        outer = [*outer, (height, src_pitch, dst_pitch)]
+        height, src_pitch, dst_pitch = 1, width, width
     for index in itertools.product(*(range(d) for d, _, _ in outer)):
         s_off = sum(i * s for i, (_, s, _) in zip(index, outer, strict=True))
         d_off = sum(i * t for i, (_, _, t) in zip(index, outer, strict=True))

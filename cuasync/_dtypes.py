@@ -104,7 +104,8 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
 
 
 def dtype_name(dtype: np.dtype[Any]) -> str:
-    return _BY_DTYPE.get(dtype, str(dtype))
+    name = _BY_DTYPE.get(dtype)
+    return name if name is not None else str(dtype)  # (str of a dtype is slow: not eagerly)
 
 
 def dtype_info(dtype: np.dtype[Any]) -> DType:

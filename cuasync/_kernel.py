@@ -32,13 +32,13 @@ from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output
 from ._dtypes import SUPPORTED, dtype_name
-from ._exceptions import report_once
 from ._nvrtc import compile_cubin
+from ._partition import Partition
 from ._signature import Param, parse_params
-from ._tensor import Partition, Tensor, is_size, partly_overlap
-from .errors import AliasingError, ArgumentError, InvalidDeviceError, LaunchError, UsageError
+from ._tensor import Tensor, is_size, partly_overlap
+from .errors import AliasingError, ArgumentError, LaunchError
 
-__all__ = ["CompileOptions", "DevicePointer", "Kernel", "Module"]
+__all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
 Dim3 = tuple[int, int, int]
 
@@ -252,6 +252,8 @@ class _Launchable(Generic[R]):
     emulate: Callable[..., Any] | None
     #: The handle of the loaded module holding the function, or 0 (compile the source).
     module_handle: int = 0
+    #: The handle of a borrowed function (``Module.kernel_from_handle``), or 0.
+    function_handle: int = 0
     _prepared: dict[int, PreparedKernel]
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
@@ -360,7 +362,7 @@ class _Launchable(Generic[R]):
         partitions: list[tuple[Partition, Param]] = []
         for param, arg in zip(self.params, args, strict=True):
             if param.pointer:
-                tensor = arg.tensor if type(arg) is Partition else arg
+                tensor = arg.tensor if isinstance(arg, Partition) else arg
                 if type(tensor) is Tensor or isinstance(tensor, Tensor):
                     if param.dtype is not None and tensor.dtype != param.dtype:
                         raise LaunchError(
@@ -496,28 +498,22 @@ class _Launchable(Generic[R]):
         return devices.pop() if devices else get_default_device()
 
     def _grid(self, grid: Dim3 | None, partitions: list[tuple[Partition, Param]]) -> Dim3:
-        tiles = {p.grid for p, _ in partitions}
-        if len(tiles) > 1:
-            raise LaunchError(f"partitions with different tile grids {sorted(tiles)} in one launch")
         if grid is None:
-            if not tiles:
+            grids = {p.launch_grid for p, _ in partitions}
+            if not grids:
                 raise LaunchError(
                     f"{self.name}(): pass grid= (or kernel[grid, block]); it can only be inferred "
                     "from a partition argument"
                 )
-            inferred = tiles.pop()
-            if len(inferred) > 3:
-                raise LaunchError(f"a partition grid {inferred} has more than 3 dimensions")
-            return _dim3(inferred, "grid")
-        grid3 = grid
-        for p, param in partitions:
-            expected = _dim3(p.grid, "grid")
-            if expected != grid3:
+            if len(grids) > 1:
                 raise LaunchError(
-                    f"grid={grid3} does not match the {p.grid} tiles of partition argument "
-                    f"{param.name!r}; omit grid= to infer it"
+                    f"partitions with different launch grids {sorted(grids)} in one launch; "
+                    "pass grid= explicitly"
                 )
-        return grid3
+            return grids.pop()
+        for p, param in partitions:
+            p.check_grid(grid, param.name)
+        return grid
 
     # -- enqueuing --------------------------------------------------------------------------
     def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
@@ -565,13 +561,16 @@ class _Launch(_NativeLaunchBase[Any]):
         self._block = block
         self._shared_mem = shared_mem
 
+    def _trace_name(self) -> str:
+        return self._prepared.name
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
         prepared = self._prepared
         if ctx.device is not self._device:  # run on another device's stream than built for
             prepared = kernel._prepare(ctx.device)
         kernel._declare(ctx, self._tensors)
-        get_backend().launch_kernel(
+        launch = (
             prepared,
             self._grid,
             self._block,
@@ -580,6 +579,10 @@ class _Launch(_NativeLaunchBase[Any]):
             self._args,
             ctx.error_box,
         )
+        if ctx.fuse is self:  # the whole op: launched with its completion's flag write
+            ctx.deferred = launch
+        else:
+            get_backend().launch_kernel(*launch)
         return Output.ready(self._output)
 
     def __repr__(self) -> str:
@@ -708,55 +711,3 @@ class Kernel(_Launchable[R]):
         """
         dev = get_default_device() if device is None else Device(device)
         get_backend().prepare_kernel(dev.ordinal, self, compile_only=True)
-
-
-class Module:
-    """A cubin, fatbin or PTX image you compiled, loaded on one device.
-
-    >>> mod = cuasync.Module(open("k.cubin", "rb").read())
-    >>> k = mod.kernel("scale", "float* x, float a, int n")
-    >>> await k[blocks, 128](x, 2.0, n)
-    """
-
-    def __init__(self, image: bytes, device: int | Device | None = None) -> None:
-        if not isinstance(image, (bytes, bytearray)) or not image:
-            raise ArgumentError("image must be the non-empty bytes of a cubin, fatbin or PTX file")
-        self.device = get_default_device() if device is None else Device(device)
-        self.handle = get_backend().module_load(self.device.ordinal, bytes(image))
-
-    def kernel(
-        self, name: str, signature: str, *, emulate: Callable[..., Any] | None = None
-    ) -> _ModuleKernel[Any]:
-        """The function ``name`` with C parameters ``signature`` (``"float* x, int n"``)."""
-        params = parse_params(f"__global__ void {name}({signature})", name)
-        return _ModuleKernel(self, name, params, emulate)
-
-    def __del__(self) -> None:
-        try:
-            get_backend().module_unload(self.handle)
-        except Exception as exc:
-            report_once("cuasync.kernel", "unload a module", exc)
-
-
-class _ModuleKernel(_Launchable[R]):
-    def __init__(
-        self, module: Module, name: str, params: list[Param], emulate: Callable[..., Any] | None
-    ) -> None:
-        self.module = module
-        self.module_handle = module.handle
-        self.name = name
-        self.params = params
-        self.emulate = emulate
-        self._prepared = {}
-        self._prepare(module.device)  # an unknown name fails here
-
-    def compile_image(self, arch: str) -> tuple[bytes, str]:
-        raise UsageError(f"{self.name} is a function of a loaded Module: it has no source")
-
-    def _prepare(self, device: Device) -> PreparedKernel:
-        if device is not self.module.device:
-            raise InvalidDeviceError(
-                f"module was loaded on device {self.module.device.ordinal}, the launch runs on "
-                f"device {device.ordinal}; load the image on that device too"
-            )
-        return super()._prepare(device)

@@ -18,7 +18,10 @@ transfer to wait for.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -249,6 +252,22 @@ class PinnedHostBuffer:
         return f"<cuasync.PinnedHostBuffer {self.nbytes} B{kind} {where}>"
 
 
+#: ``PinnedPool(idle_timeout=...)``'s default: ``CUASYNC_PINNED_IDLE_S``.
+FROM_ENV: Any = "CUASYNC_PINNED_IDLE_S"
+
+
+def _check_timeout(seconds: Any) -> float | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ArgumentError(
+            f"idle_timeout must be a number of seconds or None, got {type(seconds).__name__}"
+        )
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ArgumentError(f"idle_timeout must be a finite number of seconds >= 0, got {seconds}")
+    return float(seconds)
+
+
 class PinnedPool:
     """Reuses pinned host buffers by power-of-two size class (4 KiB and up).
 
@@ -258,16 +277,32 @@ class PinnedPool:
     it any more). ``PinnedPool.default()`` is shared by the whole process, including the
     staging that ``from_host``/``to_host`` do.
 
+    Blocks idle for ``idle_timeout`` seconds are freed by cuasync's background thread
+    (default: ``CUASYNC_PINNED_IDLE_S``, 60; None keeps them until :meth:`trim`), so a
+    burst's high-water mark does not stay pinned forever. ``clock`` (seconds, monotonic)
+    is for tests.
+
     >>> pool = cuasync.PinnedPool.default()
     >>> with pool.acquire(1 << 20) as buf: ...
     >>> pool.stats().reuses
+    >>> quiet = cuasync.PinnedPool(idle_timeout=5.0)
     """
 
     _default: PinnedPool | None = None
     _default_lock = threading.Lock()
 
-    def __init__(self) -> None:
-        self._blocks = StagingPool()
+    def __init__(
+        self, idle_timeout: float | None = FROM_ENV, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if idle_timeout is FROM_ENV:
+            from ._config import CONFIG
+
+            timeout = CONFIG.pinned_idle_s
+        else:
+            timeout = _check_timeout(idle_timeout)
+        if not callable(clock):
+            raise ArgumentError(f"clock must be callable, got {type(clock).__name__}")
+        self._blocks = StagingPool(timeout, clock)
 
     @classmethod
     def default(cls) -> PinnedPool:
@@ -292,9 +327,28 @@ class PinnedPool:
         """``(allocations, reuses, bytes_allocated, bytes_cached, bytes_in_use)``."""
         return self._blocks.stats()
 
-    def trim(self) -> int:
-        """Free every idle block (``host_free``); returns the number of bytes freed."""
-        return self._blocks.trim()
+    def trim(self, idle_for: float | None = None) -> int:
+        """Free idle blocks (``host_free``): all, or those idle for at least ``idle_for``
+        seconds. Returns the number of bytes freed. Blocks in use, viewed or in flight
+        are never freed.
+
+        >>> pool.trim()                 # everything idle, now
+        >>> pool.trim(idle_for=30.0)    # what the background sweep would free at 30 s
+        """
+        seconds = None if idle_for is None else _check_timeout(idle_for)
+        return self._blocks.trim(seconds)
+
+    @property
+    def idle_timeout(self) -> float | None:
+        """Seconds an idle block waits before it is freed in the background (None: never).
+
+        >>> cuasync.PinnedPool.default().idle_timeout = 10.0
+        """
+        return self._blocks.idle_timeout
+
+    @idle_timeout.setter
+    def idle_timeout(self, seconds: float | None) -> None:
+        self._blocks.set_idle_timeout(_check_timeout(seconds))
 
     def __repr__(self) -> str:
         s = self.stats()

@@ -9,6 +9,13 @@ issued: they would block the calling thread (the event loop) until the stream dr
 
 The process's :func:`staging_pool` serves ``from_host``/``to_host`` staging and
 :meth:`cuasync.PinnedPool.default` alike, so both draw on one set of pinned blocks.
+
+Idle blocks are freed once they have been idle for ``idle_timeout`` seconds
+(``CUASYNC_PINNED_IDLE_S``, default 60): the completion hub's background watcher runs
+the sweep (freeing pinned memory may wait for the device, so never on an event loop),
+woken at the earliest expiry. Only blocks in the free lists are freed, and a block goes
+back to a free list only when nothing references it any more: a pending copy holds its
+block until the copy has landed, so the device never touches freed memory.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -97,10 +106,18 @@ class StagingPool:
     by one. Idle blocks wait in the free lists; :meth:`trim` gives idle memory back.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, idle_timeout: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._free: dict[int, list[int]] = {}
         self._chunks: dict[int, int] = {}  # chunk base address -> size class carved from it
+        self._idle_since: dict[int, float] = {}  # idle block address -> when it went idle
         self._lock = threading.Lock()
+        self._clock = clock
+        #: Seconds an idle block may wait before the background sweep frees it (None: never).
+        self.idle_timeout = idle_timeout
+        self._due: float | None = None  # the earliest time a sweep can free something
+        self._watched = False  # whether the background watcher runs this pool's chore
         self.allocated_bytes = 0
         self.cached_bytes = 0
         self.allocations = 0
@@ -114,9 +131,81 @@ class StagingPool:
             if address:
                 self.reuses += 1
                 self.cached_bytes -= 1 << cls
+                del self._idle_since[address]
         if not address:
             address = self._allocate(cls)
+        if self.idle_timeout is not None and not self._watched:
+            self._watch()
         return PinnedBlock(self, address, cls)
+
+    # -- trimming idle blocks ------------------------------------------------------------
+    def set_idle_timeout(self, seconds: float | None) -> None:
+        """Free blocks idle for ``seconds`` from now on (None: keep them until :meth:`trim`);
+        the background sweep is rescheduled at once."""
+        with self._lock:
+            self.idle_timeout = seconds
+            self._due = self._next_due() if seconds is not None else None
+            watched = self._watched
+        if not watched:
+            if seconds is not None:
+                self._watch()
+        else:
+            from ._core.completion import get_hub
+
+            get_hub().background.kick()
+
+    def _watch(self) -> None:
+        """Have the background watcher run :meth:`_chore` (never from a destructor: it
+        may start the hub's thread)."""
+        from ._core.completion import get_hub
+
+        with self._lock:
+            if self._watched:
+                return
+            self._watched = True
+        get_hub().background.add_chore(self._chore)
+
+    def _chore(self) -> float | None:
+        """On the watcher's thread: sweep when a block has expired; the seconds to the
+        next expiry, or None while nothing is idle."""
+        timeout, due = self.idle_timeout, self._due
+        if timeout is None or due is None:
+            return None
+        now = self._clock()
+        if now < due:
+            return due - now
+        self.trim(idle_for=timeout)
+        due = self._due
+        return None if due is None else max(due - self._clock(), 0.001)
+
+    def _next_due(self) -> float | None:
+        """(Under the lock.) When the oldest freeable idle memory expires, or None."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return None
+        oldest: float | None = None
+        for cls, addresses in self._free.items():
+            if cls >= _CHUNKED_BELOW:
+                times = [self._idle_since[a] for a in addresses]
+            else:
+                times = [t for t in self._idle_chunks(cls, addresses).values()]
+            if times and (oldest is None or min(times) < oldest):
+                oldest = min(times)
+        return None if oldest is None else oldest + timeout
+
+    def _idle_chunks(self, cls: int, addresses: list[int]) -> dict[int, float]:
+        """(Under the lock.) Chunks of class ``cls`` whose blocks are all idle, with the
+        time the last of them went idle."""
+        idle = set(addresses)
+        per_chunk = 1 << (_CHUNK_CLASS - cls)
+        out = {}
+        for base, chunk_cls in self._chunks.items():
+            if chunk_cls != cls:
+                continue
+            blocks = [base + (i << cls) for i in range(per_chunk)]
+            if all(b in idle for b in blocks):
+                out[base] = max(self._idle_since[b] for b in blocks)
+        return out
 
     def _allocate(self, cls: int) -> int:
         """A new block of class ``cls`` (and, for small classes, its chunk's siblings)."""
@@ -134,13 +223,26 @@ class StagingPool:
             self._chunks[base] = cls
             siblings = [base + (i << cls) for i in range(count - 1, 0, -1)]
             self._free.setdefault(cls, []).extend(siblings)
+            now = self._clock()
+            self._idle_since.update(dict.fromkeys(siblings, now))
             self.cached_bytes += len(siblings) << cls
         return base
 
     def _give_back(self, address: int, cls: int) -> None:
+        # Called from PinnedBlock.__del__: takes the lock, kicks a thread, frees nothing.
         with self._lock:
             self._free.setdefault(cls, []).append(address)
+            now = self._idle_since[address] = self._clock()
             self.cached_bytes += 1 << cls
+            wake = self._due is None and self.idle_timeout is not None
+            if wake:
+                self._due = now + self.idle_timeout  # type: ignore[operator]
+        if wake and self._watched:
+            from ._core import completion
+
+            hub = completion._hub  # never creates the hub (and its thread) from here
+            if hub is not None:
+                hub.background.kick()
 
     def stats(self) -> PoolStats:
         with self._lock:
@@ -152,31 +254,41 @@ class StagingPool:
                 self.allocated_bytes - self.cached_bytes,
             )
 
-    def trim(self) -> int:
+    def trim(self, idle_for: float | None = None) -> int:
         """Free idle memory with ``host_free``: every idle large block, and every chunk
-        whose blocks are all idle. Returns the bytes freed."""
+        whose blocks are all idle; with ``idle_for``, only what has been idle that many
+        seconds. Returns the bytes freed."""
         release: list[int] = []
         freed = 0
         with self._lock:
+            cutoff = None if idle_for is None else self._clock() - idle_for
+            since = self._idle_since
             for cls in list(self._free):
                 addresses = self._free[cls]
                 if cls >= _CHUNKED_BELOW:
-                    release += addresses
-                    freed += len(addresses) << cls
-                    del self._free[cls]
+                    old = [a for a in addresses if cutoff is None or since[a] <= cutoff]
+                    release += old
+                    freed += len(old) << cls
+                    gone = set(old)
+                    self._free[cls] = [a for a in addresses if a not in gone]
+                    for a in old:
+                        del since[a]
                     continue
-                idle = set(addresses)
                 per_chunk = 1 << (_CHUNK_CLASS - cls)
-                for base, chunk_cls in list(self._chunks.items()):
-                    blocks = {base + (i << cls) for i in range(per_chunk)}
-                    if chunk_cls == cls and blocks <= idle:
-                        idle -= blocks
+                gone = set()
+                for base, last in self._idle_chunks(cls, addresses).items():
+                    if cutoff is None or last <= cutoff:
                         del self._chunks[base]
                         release.append(base)
                         freed += 1 << _CHUNK_CLASS
-                self._free[cls] = [a for a in addresses if a in idle]
+                        gone.update(base + (i << cls) for i in range(per_chunk))
+                self._free[cls] = [a for a in addresses if a not in gone]
+                for a in gone:
+                    del since[a]
+            self._free = {cls: a for cls, a in self._free.items() if a}
             self.cached_bytes -= freed
             self.allocated_bytes -= freed
+            self._due = self._next_due()
         backend = get_backend()
         for address in release:
             backend.host_free(address)
@@ -195,6 +307,8 @@ def staging_pool() -> StagingPool:
     if pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = StagingPool()
+                from ._config import CONFIG
+
+                _pool = StagingPool(CONFIG.pinned_idle_s)
             pool = _pool
     return pool

@@ -1,4 +1,4 @@
-"""``Tensor``: a typed, strided view of a device allocation, and ``Partition``.
+"""``Tensor``: a typed, strided view of a device allocation.
 
 Views (slicing, ``reshape``, ``view``, ``reinterpret``) share the allocation and never
 copy; the allocation is freed, stream-ordered, when the last view goes away.
@@ -16,14 +16,15 @@ from ._core.device import Device
 from ._core.memory import Allocation
 from ._dtypes import as_dtype, dtype_name
 from ._ops.operators import TensorOperators
-from .errors import ArgumentError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
+from .errors import IndexOutOfRangeError, ShapeError, UnsupportedIndexError
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
     from ._kernel import DevicePointer
     from ._ops.tensorop import TensorOp
+    from ._partition import Partition
 
-__all__ = ["Partition", "Tensor", "check_shape", "is_size"]
+__all__ = ["Tensor", "check_shape", "is_size"]
 
 Shape = tuple[int, ...]
 
@@ -450,7 +451,20 @@ class Tensor(TensorOperators):
 
         >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
         """
+        from ._partition import Partition
+
         return Partition(self, tile_shape)
+
+    def partition_prefix(self, tile_shape: Any) -> Partition:
+        """As :meth:`partition`, but a launch may cover a per-axis prefix of the tiles:
+        an explicit grid of at most the tile grid on each axis (``partition`` wants it equal).
+
+        >>> p = cuasync.zeros((64, 64)).sync().partition_prefix((16, 16))  # tiles (4, 4)
+        >>> await k[(2, 4), (16, 16)](p)     # the first two tile rows only
+        """
+        from ._partition import Partition
+
+        return Partition(self, tile_shape, prefix=True)
 
     def device_pointer(self) -> DevicePointer:
         """A typed, non-owning :class:`~cuasync.lowlevel.DevicePointer` to the first element.
@@ -551,38 +565,3 @@ class Tensor(TensorOperators):
         from ._interop.cai import export
 
         return export(self)
-
-
-class Partition:
-    """A tensor split into equal tiles; the output wrapper for kernel launches.
-
-    ``grid`` is the number of tiles along each axis; ``unpartition()`` gives the tensor back.
-    """
-
-    __slots__ = ("grid", "tensor", "tile_shape")
-
-    def __init__(self, tensor: Tensor, tile_shape: Any) -> None:
-        if not isinstance(tensor, Tensor):
-            raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
-        tile = check_shape(tile_shape, "tile_shape")
-        if len(tile) != tensor.ndim:
-            raise ShapeError(
-                f"tile_shape={tile} has {len(tile)} dimensions but the tensor has {tensor.ndim}"
-            )
-        for axis, (d, t) in enumerate(zip(tensor.shape, tile, strict=True)):
-            if t == 0 or d % t:
-                raise ShapeError(
-                    f"tile_shape={tile} does not divide the tensor's shape {tensor.shape} "
-                    f"(axis {axis}: {d} is not a multiple of {t})"
-                )
-        self.tensor = tensor
-        self.tile_shape = tile
-        self.grid = tuple(d // t for d, t in zip(tensor.shape, tile, strict=True))
-
-    def unpartition(self) -> Tensor:
-        """The partitioned tensor itself (a kernel's output, after the launch)."""
-        return self.tensor
-
-    def __repr__(self) -> str:
-        shape, tiles = self.tensor.shape, self.tile_shape
-        return f"<cuasync.Partition of {shape} into tiles {tiles}, grid {self.grid}>"

@@ -1,4 +1,4 @@
-"""Pending transfers between pinned host buffers and device tensors, and ``download_into``.
+"""Pending transfers between pinned host buffers and device tensors.
 
 ``upload_pending(buffer, tensor)`` and ``download_pending(tensor, buffer)`` enqueue one
 copy at once and return a :class:`PendingTransfer`: ``is_ready()`` never waits, ``wait()``
@@ -19,26 +19,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ._backends import get_backend
-from ._copies import copy_strided
 from ._core.completion import DONE, Completion
 from ._core.context import ExecutionContext
 from ._core.device import Stream
-from ._core.loops import check_blocking_allowed
 from ._core.op import DeviceFuture, device_op
 from ._core.output import Output
 from ._core.scheduling import current_policy, stream_from
 from ._dtypes import dtype_name
 from ._exceptions import fresh
-from ._pinned import PinnedHostBuffer, PinnedPool, _Flight
-from ._tensor import Tensor, contiguous_strides
+from ._pinned import PinnedHostBuffer, _Flight
+from ._tensor import Tensor
 from .errors import (
-    ArgumentError,
     BusyTransferRejected,
-    DTypeError,
-    ShapeError,
     TransferRejected,
 )
 
@@ -50,7 +43,6 @@ _WAIT_SPIN_CAP_US = 10_000
 
 __all__ = [
     "PendingTransfer",
-    "download_into",
     "download_pending",
     "upload_pending",
 ]
@@ -321,63 +313,3 @@ def download_pending(
     >>> result = buf.array("float32", tensor.shape).copy()
     """
     return _submit("download_pending", buffer, tensor, stream, False)
-
-
-def download_into(tensor: Tensor, out: np.ndarray, *, allow_in_loop: bool = False) -> np.ndarray:
-    """Copy ``tensor`` into the existing numpy array ``out`` and return ``out``; blocking.
-
-    For repeated readback of same-size results: ``out`` is reused, so the loop allocates
-    and page-faults nothing; the copy goes through a pooled pinned buffer. ``out`` must be
-    writable with the tensor's dtype and element count (its shape may differ); the tensor
-    may be a strided view. Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a
-    running event loop (``await tensor.to_host()`` there) unless ``allow_in_loop=True``.
-
-    >>> out = np.empty((1024,), np.float32)
-    >>> for step in range(n): cuasync.download_into(result, out)
-    """
-    check_blocking_allowed("cuasync.download_into()", allow_in_loop)
-    if not isinstance(tensor, Tensor):
-        raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
-    if not isinstance(out, np.ndarray):
-        raise ArgumentError(
-            f"out must be a numpy.ndarray to copy into, got {type(out).__name__}; "
-            "use tensor.to_host() for a new array"
-        )
-    if out.dtype != tensor.dtype:
-        raise DTypeError(
-            f"out is {out.dtype} but the tensor is {dtype_name(tensor.dtype)}; pass an array "
-            f"of dtype {dtype_name(tensor.dtype)}"
-        )
-    if out.size != tensor.size:
-        raise ShapeError(
-            f"out has {out.size} elements {out.shape} but the tensor has {tensor.size} "
-            f"{tensor.shape}; pass an array with the same number of elements"
-        )
-    if not out.flags.writeable:
-        raise ArgumentError("out is read-only; pass a writable array")
-    t = tensor
-    itemsize = t.itemsize
-    block = PinnedPool.default()._blocks.acquire(t.nbytes)
-    address = block.address
-
-    def enqueue(ctx: ExecutionContext) -> Output[None]:
-        src = ctx.read(t.allocation, "tensor") + t.offset * itemsize
-        copy_strided(
-            ctx,
-            "dtoh",
-            address,
-            tuple(s * itemsize for s in contiguous_strides(t.shape)),
-            src,
-            tuple(s * itemsize for s in t.strides),
-            t.shape,
-            itemsize,
-        )
-        ctx.retain(block)
-        return Output.ready(None)
-
-    device_op(enqueue, t.device, "download_into").sync(allow_in_loop=True)
-    staged = block.array(t.dtype, t.shape)
-    if staged.shape != out.shape:
-        staged = staged.reshape(out.shape)
-    np.copyto(out, staged)
-    return out

@@ -7,12 +7,14 @@
 >>> emu.inject_fault(device=0)   # the device's context becomes sticky-faulted
 >>> with emu.peer_access(False):  # devices that cannot reach each other: copies are staged
 ...     y = await x.to(1)
+>>> mod = emu.load_module({"scale": scale_twin})   # a "CUmodule" for Module.from_handle
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from ._backends import get_backend
 from ._backends.emulator import EmulatorBackend
@@ -24,12 +26,15 @@ __all__ = [
     "delay",
     "get_delay",
     "inject_fault",
+    "load_module",
+    "module_function",
     "paused",
     "peer_access",
     "peer_access_enabled",
     "peer_copies",
     "set_delay",
     "set_peer_access",
+    "unload_module",
 ]
 
 
@@ -127,3 +132,34 @@ def peer_access_enabled(device: int, peer: int) -> bool:
 def peer_copies() -> int:
     """How many direct device-to-device copies between two devices were enqueued so far."""
     return _emulator().peer_copies
+
+
+def load_module(twins: Mapping[str, Callable[..., Any]], device: int = 0) -> int:
+    """Issue a module handle whose functions are numpy ``twins`` by name, as a library
+    that loaded a cubin would hold a ``CUmodule``: what :meth:`cuasync.Module.from_handle`
+    borrows on the emulator. Unload it with :func:`unload_module`.
+
+    >>> h = emu.load_module({"scale": lambda x, a, n: x.__imul__(a)})
+    >>> k = cuasync.Module.from_handle(h).kernel("scale", "float* x, float a, int n")
+    """
+    if not twins or not all(isinstance(n, str) and callable(f) for n, f in twins.items()):
+        raise ValueError("twins must map function names to numpy functions (a non-empty dict)")
+    return _emulator().load_twins(device, dict(twins))
+
+
+def module_function(module: int, name: str) -> int:
+    """The function handle of ``name`` in a :func:`load_module` module (``cuModuleGetFunction``),
+    for :meth:`cuasync.Module.kernel_from_handle`.
+
+    >>> fn = emu.module_function(h, "scale")
+    """
+    return _emulator().module_function(module, name)
+
+
+def unload_module(module: int) -> None:
+    """Unload a :func:`load_module` module, as its owner would (``cuModuleUnload``);
+    raises :class:`cuasync.errors.DriverError` for a handle already unloaded.
+
+    >>> emu.unload_module(h)
+    """
+    _emulator().module_unload(module)

@@ -10,6 +10,8 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     CuasyncError                       base of everything cuasync raises
     ├── DeviceError                    runtime failures: catch these
     │   ├── BackendUnavailableError    the requested backend cannot run here (no driver, ...)
+    │   │   └── LibraryUnavailableError  a CUDA library (cuBLAS) cannot be loaded here
+    │   ├── LibraryError               a CUDA library call failed (.status, .name)
     │   ├── DriverError                a failed CUresult (.code, .name, .explanation)
     │   │   ├── DeviceFaultError       sticky context fault: trap, illegal address, ...
     │   │   └── OutOfMemoryError       also a MemoryError; names the size requested
@@ -31,7 +33,8 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
     │   ├── ReentrancyError            also a RuntimeError: executing an op inside ``then``
     │   ├── SyncInEventLoopError       also a RuntimeError: ``.sync()`` inside a running loop
-    │   └── CaptureError               also a RuntimeError: graph capture misuse
+    │   ├── CaptureError               also a RuntimeError: graph capture misuse
+    │   └── MissingDependencyError     also an ImportError: a feature's optional package is missing
     └── InternalError                  also a RuntimeError: a bug in cuasync; please report it
 
 Builtin bases stay, so idiomatic ``except ValueError`` / ``IndexError`` still works.
@@ -67,6 +70,9 @@ __all__ = [
     "KernelCompileError",
     "KernelError",
     "LaunchError",
+    "LibraryError",
+    "LibraryUnavailableError",
+    "MissingDependencyError",
     "OpConsumedError",
     "OutOfMemoryError",
     "ReentrancyError",
@@ -103,6 +109,24 @@ class InternalError(CuasyncError, RuntimeError):
 
 class BackendUnavailableError(DeviceError):
     """The requested backend cannot be used on this machine; the message says why."""
+
+
+class LibraryUnavailableError(BackendUnavailableError):
+    """A CUDA library an op needs (cuBLAS for matrix products) cannot be loaded here;
+    the message says which and how to install it."""
+
+
+class LibraryError(DeviceError):
+    """A call into a CUDA library (cuBLAS) returned an error status.
+
+    ``status`` is the library's numeric status, ``name`` its enum name.
+    """
+
+    def __init__(self, status: int, name: str, call: str) -> None:
+        self.status = int(status)
+        self.name = name
+        self.call = call
+        super().__init__(f"{call}: {name} (status {self.status})")
 
 
 # CUresult names and explanations, and the sticky codes: one table, in _curesult.
@@ -219,6 +243,14 @@ class SyncInEventLoopError(UsageError, RuntimeError):
 
 class CaptureError(UsageError, RuntimeError):
     """Graph capture was misused (allocation recorded, sync during capture, ...)."""
+
+
+class MissingDependencyError(UsageError, ImportError):
+    """A feature that was turned on needs an optional package that is not installed;
+    the message names the package and the extra that installs it.
+
+    >>> cuasync.trace(True)      # without nvtx: MissingDependencyError, pip install 'cuasync[nvtx]'
+    """
 
 
 class KernelError(DeviceError):

@@ -13,7 +13,8 @@ so cuasync can order it after, and keep its inputs alive until, the work it depe
 >>> await lowlevel.device_op(enqueue, name="my_copy")
 
 ``DevicePointer(address)`` passes a raw device address (memory cuasync does not track)
-to a kernel's pointer parameter.
+to a kernel's pointer parameter. ``MemoryPool`` and ``use_memory_pool`` allocate from a
+pool of its own instead of the device's default one (see docs/memory.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from __future__ import annotations
 from ._core.context import ExecutionContext as ExecutionContext
 from ._core.op import device_op as device_op
 from ._core.output import Output as Output
+from ._core.pools import MemoryPool as MemoryPool
+from ._core.pools import use_memory_pool as use_memory_pool
 from ._kernel import DevicePointer as DevicePointer
 
-__all__ = ["DevicePointer", "ExecutionContext", "Output", "device_op"]
+__all__ = [
+    "DevicePointer",
+    "ExecutionContext",
+    "MemoryPool",
+    "Output",
+    "device_op",
+    "use_memory_pool",
+]

@@ -344,9 +344,12 @@ mod_launch_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n
     Py_BEGIN_ALLOW_THREADS
     rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)function, gx, gy, gz, bx, by, bz, shmem,
                                  (void *)(uintptr_t)stream, (void **)(uintptr_t)params, NULL);
-    if (rc == 0 && address != 0)
-        rc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address, value,
-                                     0u);
+    if (rc == 0 && address != 0) {
+        /* the launch is enqueued: a failed write is told apart by its sign */
+        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address,
+                                               value, 0u);
+        rc = wrc == 0 ? 0 : -wrc;
+    }
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }
@@ -370,6 +373,7 @@ PyMethodDef cuasync_driver_methods[] = {
     {"launch_and_write", (PyCFunction)(void (*)(void))mod_launch_and_write, METH_FASTCALL,
      "launch_and_write($module, function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, "
      "address, value, /)\n--\n\n"
-     "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32."},
+     "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32. "
+     "Returns 0, the launch's CUresult, or minus the write's CUresult (the launch is enqueued)."},
     {NULL, NULL, 0, NULL},
 };

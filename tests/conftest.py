@@ -160,6 +160,7 @@ STREAM_COMMANDS = (
     "launch_host_func",
     "launch_host_signal",
     "launch_kernel",
+    "gemm",
     "event_record",
     "stream_wait_event",
     "graph_upload",

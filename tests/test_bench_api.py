@@ -34,11 +34,14 @@ def test_do_bench_times_work_the_function_enqueues_itself() -> None:
     assert r.median_ms >= 0.45
 
 
+# On a GPU shared with other processes (the suite runs under xdist), device events also
+# count the time slices the GPU gives other contexts: a 2 ms sleep op read 4.8 ms now and
+# then on the H200. Candidates 100x apart keep the claims true under that noise.
 def test_do_bench_paired_reports_the_ratio_with_an_interval() -> None:
-    r = bench.do_bench_paired(lambda: sleep(2000), lambda: sleep(200), warmup=2, rep=20)
+    r = bench.do_bench_paired(lambda: sleep(20_000), lambda: sleep(200), warmup=2, rep=20)
     assert isinstance(r, bench.PairedResult)
     assert len(r.a.times_ms) == len(r.b.times_ms) == 20
-    assert r.a.median_ms >= 1.9
+    assert r.a.median_ms >= 19.9
     assert r.ratio > 1.5
     assert r.ci_low <= r.ratio <= r.ci_high
     assert r.significant
@@ -60,7 +63,7 @@ async def test_async_twins_await_instead_of_blocking() -> None:
     r = await bench.do_bench_async(lambda: x.dup(), warmup=1, rep=10)
     assert len(r.times_ms) == 10 and r.median_ms > 0
     p = await bench.do_bench_paired_async(
-        lambda: sleep(1000), lambda: sleep(100), warmup=1, rep=6, confidence=0.8
+        lambda: sleep(10_000), lambda: sleep(100), warmup=1, rep=6, confidence=0.8
     )
     assert p.ratio > 1.5 and p.confidence == 0.8
 
@@ -102,3 +105,14 @@ def test_a_raising_function_leaves_the_stream_usable() -> None:
         bench.do_bench(flaky, warmup=1, rep=10, stream=stream)
     stream.synchronize()  # the gate was opened: nothing is held
     assert stream.query()
+
+
+def test_matmul_suite_runs() -> None:
+    from cuasync.bench import matmul
+    from cuasync.bench._util import Report
+
+    report = Report()
+    matmul.run(report, n=64, quick=True)
+    names = [r.name for r in report.rows]
+    assert all(f"{label}: cuasync" in names for label, *_ in matmul.CASES)
+    assert all(r.value is not None and r.value > 0 for r in report.rows)

@@ -131,3 +131,15 @@ def test_memcpy_refuses_partly_overlapping_ranges() -> None:
     cuasync.memcpy(x, x).sync()  # the very same view: allowed
     cuasync.memcpy(x[::2], x[1::2]).sync()  # interleaved, disjoint
     np.testing.assert_array_equal(x.to_host().sync(), [1, 1, 3, 3, 5, 5, 7, 7])
+
+
+@pytest.mark.parametrize("strides", [(0, 1), (1, 0), (0, 0), (2, 1)])
+def test_views_with_repeated_or_overlapping_rows_copy_like_numpy(strides) -> None:
+    # Stride 0 (a broadcast) and rows that overlap cannot go to cuMemcpy2D as pitches
+    # (it needs pitch >= row width); the copy still gives numpy's values, both ways.
+    host = np.arange(40, dtype=np.float32)
+    x = cuasync.from_host(host).sync()
+    view = cuasync.Tensor(x.allocation, (6, 5), x.dtype, strides)
+    want = np.lib.stride_tricks.as_strided(host, (6, 5), tuple(4 * s for s in strides))
+    np.testing.assert_array_equal(view.dup().sync().to_host().sync(), want)
+    np.testing.assert_array_equal(view.to_host().sync(), want)

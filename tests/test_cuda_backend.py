@@ -139,6 +139,7 @@ class _Function:
     signature: str
     module_handle: int
     emulate: Any = None
+    function_handle: int = 0
 
     @property
     def params(self) -> list[Any]:

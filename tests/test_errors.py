@@ -10,6 +10,8 @@ from cuasync import errors
 
 RUNTIME: list[type[Exception]] = [
     errors.BackendUnavailableError,
+    errors.LibraryUnavailableError,
+    errors.LibraryError,
     errors.DriverError,
     errors.DeviceFaultError,
     errors.OutOfMemoryError,
@@ -33,6 +35,7 @@ MISUSE: list[type[Exception]] = [
     errors.ReentrancyError,
     errors.SyncInEventLoopError,
     errors.CaptureError,
+    errors.MissingDependencyError,
 ]
 
 
@@ -74,6 +77,7 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.ReentrancyError, RuntimeError),
         (errors.SyncInEventLoopError, RuntimeError),
         (errors.CaptureError, RuntimeError),
+        (errors.MissingDependencyError, ImportError),
         (errors.OutOfMemoryError, MemoryError),
     ],
 )

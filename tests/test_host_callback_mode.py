@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import run_python
+from conftest import run_python, run_script
+
+from cuasync._backends import get_backend
+from cuasync._backends.base import HOST_TASK_SPINWAIT
+from cuasync._core.completion import _host_task_mode
+from cuasync.errors import BackendUnavailableError
 
 HERE = Path(__file__).parent
 
@@ -27,3 +33,54 @@ def test_ops_and_cancellation_suites_pass_with_host_callbacks() -> None:
         timeout=600, cwd=str(HERE), CUASYNC_HOST_SYNC="callback",
     )  # fmt: skip
     assert " passed" in r.stdout and " failed" not in r.stdout
+
+
+HELD_AND_CANCELLED = """
+import asyncio, cuasync, cuasync.testing as ct
+from cuasync.errors import BackendUnavailableError
+async def main():
+    x = await cuasync.arange(1000)
+    with ct.gate() as gate:
+        kept = asyncio.ensure_future((x * 2).to_host())
+        dropped = asyncio.ensure_future((x + 1).to_host())
+        await asyncio.sleep(0)  # both submitted, both suspended behind the gate
+        dropped.cancel()
+        gate.open()
+        y = await kept
+    try:
+        await dropped
+    except asyncio.CancelledError:
+        print("cancelled")
+    s = cuasync.stats()
+    print(s.host_sync, s.reactor, s.completed_host_callback > 0, float(y.sum()))
+    print("settled", ct.settle())
+try:
+    asyncio.run(main())
+except BackendUnavailableError as e:
+    print("unavailable", e)
+"""
+
+
+@pytest.mark.parametrize("mode", ["callback-spin", "callback-block"])
+def test_host_task_sync_modes_complete_awaits_or_say_why_not(mode: str) -> None:
+    out = run_script(HELD_AND_CANCELLED, CUASYNC_HOST_SYNC=mode).stdout.strip().splitlines()
+    problem = get_backend().host_task_modes_problem()
+    if problem is None:  # the emulator, or CUDA 13.2+ driver and bindings
+        assert out == ["cancelled", f"{mode} False True 999000.0", "settled True"]
+    else:
+        assert out[0].startswith(f"unavailable CUASYNC_HOST_SYNC={mode}"), out
+        assert "cuLaunchHostFunc_v2" in out[0] and "CUASYNC_HOST_SYNC=callback" in out[0]
+
+
+def test_an_unavailable_sync_mode_is_a_typed_error_naming_the_fix() -> None:
+    class OldDriver:
+        def host_task_modes_problem(self) -> str:
+            return "the driver supports CUDA 13.0"
+
+    old: Any = OldDriver()
+    with pytest.raises(BackendUnavailableError, match=r"CUDA 13\.0.*CUASYNC_HOST_SYNC=callback"):
+        _host_task_mode(old, "callback-spin")
+    assert _host_task_mode(old, "callback") is None  # plain modes never ask
+    assert _host_task_mode(get_backend(), "reactor") is None
+    if get_backend().host_task_modes_problem() is None:
+        assert _host_task_mode(get_backend(), "callback-spin") == HOST_TASK_SPINWAIT

@@ -42,7 +42,8 @@ def test_memory_stats_sees_an_allocation_in_every_layer(dev) -> None:
     assert during.peak_live_bytes >= during.live_bytes
     assert during.pool_used >= before.pool_used + 4 * MiB
     assert during.pool_reserved >= during.pool_used
-    assert during.driver_free <= before.driver_free
+    # (No claim on driver_free: it is the whole device's, and other processes on a GPU
+    # allocate and free while this test runs.)
     del t
     after = dev.memory_stats()
     assert after.live_bytes == before.live_bytes
@@ -70,8 +71,7 @@ def test_trim_pool_gives_idle_memory_back(dev, caplog: pytest.LogCaptureFixture)
     trimmed = dev.memory_stats()
     assert released >= 16 * MiB
     assert trimmed.pool_reserved == held.pool_reserved - released
-    assert trimmed.pool_reserved >= trimmed.pool_used
-    assert trimmed.driver_free >= held.driver_free + 16 * MiB
+    assert trimmed.pool_reserved >= trimmed.pool_used  # (driver_free: the whole device's)
     assert any("trimmed" in r.getMessage() for r in caplog.records if r.name == "cuasync.memory")
 
 

@@ -40,9 +40,23 @@ def test_a_plain_install_brings_nvrtc_the_bindings_and_bfloat16() -> None:
     dependencies = _names(project["dependencies"])
     # NVRTC compiles every kernel (the built-in creation ops too), so it is no test extra.
     assert {"cuda-bindings", "nvidia-cuda-nvrtc", "numpy", "ml-dtypes"} <= dependencies
-    # cuda-python is a metapackage; the package imports cuda.bindings only.
+    # cuda-python is a metapackage; the package imports cuda.bindings, and cuda.pathfinder
+    # to find cuBLAS (declared although cuda-bindings 13 requires it too).
     assert "cuda-python" not in dependencies
-    assert _cuda_imports() == {"cuda.bindings"}
+    assert _cuda_imports() == {"cuda.bindings", "cuda.pathfinder"}
+    assert "cuda-pathfinder" in dependencies
+    # cuBLAS (matrix products on a GPU) is an extra: it is loaded when first used.
+    assert _names(project["optional-dependencies"]["cublas"]) == {"nvidia-cublas"}
+
+
+def test_every_subpackage_is_installed() -> None:
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]
+    found = {
+        ".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "cuasync").rglob("__init__.py")
+    }
+    assert found <= set(packages), found - set(packages)
 
 
 def test_users_see_precise_types(tmp_path: Path) -> None:

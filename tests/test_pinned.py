@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from conftest import run_script, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -279,3 +280,97 @@ def test_release_while_in_flight_returns_the_block_only_after_the_copy(baseline)
     del pending, same, tensor, t
     gc.collect()
     assert pool.acquire(2048).address == address
+
+
+# -- trimming idle blocks on its own ----------------------------------------------------------
+class FakeClock:
+    """A monotonic clock the test moves by hand; counts its readings."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return self.now
+
+
+async def _let_the_sweep_run(pool: cuasync.PinnedPool, clock: FakeClock) -> None:
+    """Reschedule the background sweep (setting the timeout does) and wait until it has
+    looked at the clock."""
+    before = clock.readings
+    pool.idle_timeout = pool.idle_timeout
+    await wait_until(lambda: clock.readings > before)
+
+
+@pytest.mark.anyio
+async def test_idle_blocks_are_freed_in_the_background_after_the_idle_timeout(
+    anyio_backend, freed: list[int]
+) -> None:
+    clock = FakeClock()
+    pool = cuasync.PinnedPool(idle_timeout=10.0, clock=clock)
+    first, second, kept = (pool.acquire(n) for n in (1 << 16, 1 << 17, 1 << 18))
+    first_address, second_address = first.address, second.address
+    first.release()  # idle since 0
+    clock.now = 6.0
+    second.release()  # idle since 6
+    assert pool.stats().bytes_cached == (1 << 16) + (1 << 17)
+
+    clock.now = 9.5
+    await _let_the_sweep_run(pool, clock)
+    assert freed == [] and pool.stats().bytes_cached == (1 << 16) + (1 << 17)
+
+    clock.now = 10.0
+    await wait_until(lambda: freed == [first_address])  # the watcher was due at 10 s
+    clock.now = 16.0
+    await _let_the_sweep_run(pool, clock)
+    await wait_until(lambda: freed == [first_address, second_address])
+    s = pool.stats()
+    assert (s.bytes_cached, s.bytes_in_use) == (0, 1 << 18)  # a block in use stays
+    kept.release()
+
+
+def test_trim_idle_for_frees_only_what_has_been_idle_that_long(freed: list[int]) -> None:
+    clock = FakeClock()
+    pool = cuasync.PinnedPool(idle_timeout=None, clock=clock)
+    small = [pool.acquire(4096) for _ in range(2)]  # two blocks of one 1 MiB chunk
+    big = pool.acquire(1 << 16)
+    big.release()
+    small[0].release()
+    clock.now = 5.0
+    small[1].release()  # the chunk is all idle from 5 s on
+    assert pool.trim(idle_for=5.0) == (1 << 16)  # the big block (idle 5 s); the chunk: 0 s
+    clock.now = 10.0
+    assert pool.trim(idle_for=5.0) == CHUNK
+    assert len(freed) == 2 and pool.stats().bytes_allocated == 0
+
+
+def test_a_block_in_flight_is_never_trimmed(baseline, freed: list[int]) -> None:
+    clock = FakeClock()
+    pool = cuasync.PinnedPool(idle_timeout=0.0, clock=clock)
+    s = cuasync.Device(0).new_stream()
+    t = cuasync.zeros((1 << 16,), "uint8").sync()
+    buf = pool.acquire(1 << 16)
+    with ct.gate(s):
+        pending = cuasync.download_pending(t, buf, stream=s)
+        buf.release()
+        gc.collect()
+        clock.now = 1000.0
+        assert pool.trim(idle_for=0.0) == 0  # the device may still write it
+        assert freed == [] and pool.stats().bytes_in_use == 1 << 16
+    tensor, same = pending.wait()
+    del pending, same, tensor, t
+    gc.collect()
+    pool.trim(idle_for=0.0)  # unless the background sweep (due at once) was first
+    assert pool.stats().bytes_allocated == 0
+
+
+def test_idle_timeout_is_checked_and_defaults_to_the_environment() -> None:
+    for bad in (-1.0, float("nan"), "10", True):
+        with pytest.raises(ArgumentError, match="idle_timeout"):
+            cuasync.PinnedPool(idle_timeout=bad)  # type: ignore[arg-type]
+    assert cuasync.PinnedPool(idle_timeout=None).idle_timeout is None
+    script = "import cuasync; print(cuasync.PinnedPool.default().idle_timeout, cuasync.PinnedPool().idle_timeout)"
+    assert run_script(script).stdout.split() == ["60.0", "60.0"]
+    assert run_script(script, CUASYNC_PINNED_IDLE_S="2.5").stdout.split() == ["2.5", "2.5"]
+    assert run_script(script, CUASYNC_PINNED_IDLE_S="off").stdout.split() == ["None", "None"]

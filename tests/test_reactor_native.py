@@ -1235,10 +1235,13 @@ def test_entry_points_called_with_the_driver_signatures(
     assert len(writes) == n_writes
     assert slab.arr[6] == 0
 
-    # a failed write is returned too
+    # a failed write after an enqueued launch is returned negated: the caller must not
+    # launch again to learn the error
     launch_rc[0] = 0
     write_rc[0] = 1
-    assert _reactor.launch_and_write(0xF00, 1, 1, 1, 1, 1, 1, 0, 0, 0, slab.addr(6), 1) == 1
+    n_launches = len(launches)
+    assert _reactor.launch_and_write(0xF00, 1, 1, 1, 1, 1, 1, 0, 0, 0, slab.addr(6), 1) == -1
+    assert len(launches) == n_launches + 1
 
     with pytest.raises(OverflowError):
         _reactor.launch_and_write(0xF00, 2**32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0)

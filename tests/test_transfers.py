@@ -477,6 +477,54 @@ def test_download_into_checks_its_arguments() -> None:
         cuasync.download_into(np.zeros(16), np.empty(16))  # type: ignore[arg-type]
 
 
+def test_download_into_resizes_in_place_when_asked() -> None:
+    out = np.empty(0, np.float32)
+    original = out
+    del original  # one name only: numpy's reference rule
+    big = cuasync.arange(12).reshape((3, 4)).sync()
+    got = cuasync.download_into(big, out, resize=True)
+    assert got is out and out.shape == (3, 4)
+    del got
+    np.testing.assert_array_equal(out, np.arange(12, dtype=np.float32).reshape(3, 4))
+    small = cuasync.full((5,), 7.0, "float32").sync()
+    cuasync.download_into(small, out, resize=True)  # shrinks too
+    assert out.shape == (5,) and (out == 7.0).all()
+    cuasync.download_into(small, out, resize=True)  # same size: no resize at all
+    assert out.shape == (5,)
+    holder = {"out": np.empty(2, np.float32)}  # one holder, whichever kind
+    cuasync.download_into(small, holder["out"], resize=True)
+    assert holder["out"].shape == (5,)
+
+
+def test_download_into_says_why_it_cannot_resize() -> None:
+    t = cuasync.arange(8).sync()
+    out = np.zeros(4, np.float32)
+    with pytest.raises(ShapeError, match="resize=True"):
+        cuasync.download_into(t, out)  # not asked
+    view = out[:2]
+    with pytest.raises(ShapeError, match="referenced from more than the one place"):
+        cuasync.download_into(t, out, resize=True)  # resizing would pull memory from `view`
+    with pytest.raises(ShapeError, match="does not own its memory"):
+        cuasync.download_into(t, view, resize=True)
+    del view
+    fortran = np.zeros((2, 3), np.float32, order="F")
+    with pytest.raises(ShapeError, match="not C-contiguous"):
+        cuasync.download_into(t, fortran, resize=True)
+    assert (out == 0).all() and out.shape == (4,)  # refusals leave out untouched
+    alias = out
+    cuasync.download_into(t, out, resize=True, refcheck=False)  # the caller vouches
+    assert alias is out and out.shape == (8,)
+
+
+def test_download_into_reads_bool_tensors() -> None:
+    x = cuasync.arange(6).sync()
+    mask = (x > 2.5).sync()
+    out = np.empty(6, np.bool_)
+    cuasync.download_into(mask, out)
+    assert out.tolist() == [False, False, False, True, True, True]
+    assert out.view(np.uint8).max() == 1  # 0/1 bytes, as numpy requires of bool
+
+
 async def test_download_into_is_refused_inside_a_running_loop(anyio_backend) -> None:
     t = await cuasync.full((8,), 1.5, "float32")
     out = np.zeros(8, np.float32)

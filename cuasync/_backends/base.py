@@ -41,6 +41,12 @@ class EmulatedTrap(EmulatedFault):
     """``__trap()`` in an emulated kernel (see :func:`cuasync.testing.trap`)."""
 
 
+#: Host-task sync modes of ``cuLaunchHostFunc_v2``, as in ``CUhostTaskSyncMode``: how the
+#: driver thread that runs host functions waits for the next one (spin: lower latency,
+#: a busy core; block: sleeps).
+HOST_TASK_BLOCKING = 0
+HOST_TASK_SPINWAIT = 1
+
 #: Stream capture modes, as in ``CUstreamCaptureMode``.
 CAPTURE_GLOBAL = 0
 CAPTURE_THREAD_LOCAL = 1
@@ -52,8 +58,9 @@ class KernelCode(Protocol):
 
     ``compile_image(arch)`` compiles the source for ``arch`` (``"sm_90"``) and returns the
     cubin and the function's lowered name; a kernel of a loaded :class:`cuasync.Module`
-    has that module's handle as ``module_handle`` instead (0 otherwise). ``emulate`` is the numpy
-    twin the emulator runs.
+    has that module's handle as ``module_handle`` instead, and a borrowed function its
+    handle as ``function_handle`` (both 0 otherwise). ``emulate`` is the numpy twin the
+    emulator runs.
     """
 
     @property
@@ -67,6 +74,9 @@ class KernelCode(Protocol):
 
     @property
     def module_handle(self) -> int: ...
+
+    @property
+    def function_handle(self) -> int: ...
 
     def compile_image(self, arch: str) -> tuple[bytes, str]: ...
 
@@ -89,6 +99,27 @@ class DeviceArray(Protocol):
 
     @property
     def strides(self) -> tuple[int, ...]: ...
+
+
+def matrix_layout(rows: int, cols: int, row_stride: int, col_stride: int) -> tuple[str, int] | None:
+    """How a BLAS library can read a strided matrix: ``("row", ld)``, ``("col", ld)`` or None.
+
+    "row": rows are contiguous (``col_stride == 1``), ``ld`` the distance between rows;
+    "col": columns are. The stride of an axis of length 1 does not matter. None when
+    neither holds (a copy is needed).
+
+    >>> matrix_layout(4, 3, 3, 1), matrix_layout(4, 3, 1, 4), matrix_layout(4, 3, 6, 2)
+    (('row', 3), ('col', 4), None)
+    """
+    if cols == 1 or col_stride == 1:
+        ld = row_stride if rows > 1 else max(1, cols)
+        if ld >= max(1, cols):
+            return "row", ld
+    if rows == 1 or row_stride == 1:
+        ld = col_stride if cols > 1 else max(1, rows)
+        if ld >= max(1, rows):
+            return "col", ld
+    return None
 
 
 class PreparedKernel:
@@ -175,7 +206,18 @@ class Backend(ABC):
 
     # -- streams -------------------------------------------------------------------
     @abstractmethod
-    def stream_create(self, ordinal: int) -> int: ...
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
+        """A new non-blocking stream of ``ordinal``; ``priority`` is in CUDA's numbers
+        (lower is more urgent) and already checked against :meth:`stream_priority_range`."""
+
+    @abstractmethod
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        """``(least, greatest)`` stream priorities of ``ordinal``
+        (``cuCtxGetStreamPriorityRange``); ``greatest`` is the most urgent and the lowest."""
+
+    @abstractmethod
+    def stream_priority(self, stream: int) -> int:
+        """The priority a (possibly foreign) stream was created with (``cuStreamGetPriority``)."""
 
     @abstractmethod
     def stream_destroy(self, stream: int) -> None: ...
@@ -235,6 +277,34 @@ class Backend(ABC):
         """Release the pool's idle memory until it reserves at most ``keep_bytes``
         (``cuMemPoolTrimTo``); memory in use is never released."""
 
+    # -- explicit memory pools (cuasync.lowlevel.MemoryPool) ----------------------------
+    @abstractmethod
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        """A new stream-ordered memory pool of device ``ordinal`` (``cuMemPoolCreate``)
+        that keeps up to ``release_threshold`` idle bytes reserved across synchronizations;
+        peers given access to the device so far may access it too."""
+
+    @abstractmethod
+    def pool_destroy(self, pool: int) -> None:
+        """Destroy ``pool`` (``cuMemPoolDestroy``); never blocks. Allocations still alive
+        or frees still pending keep its memory until they complete, as in the driver."""
+
+    @abstractmethod
+    def pool_set_release_threshold(self, pool: int, nbytes: int) -> None: ...
+
+    @abstractmethod
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        """Stream-ordered allocation from ``pool`` (``cuMemAllocFromPoolAsync``); freed with
+        :meth:`mem_free_async`. OutOfMemoryError on failure."""
+
+    @abstractmethod
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        """``(reserved, used)`` bytes of ``pool``, as :meth:`mem_pool_usage` for a device's."""
+
+    @abstractmethod
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        """Release ``pool``'s idle memory until it reserves at most ``keep_bytes``."""
+
     @abstractmethod
     def host_alloc(self, nbytes: int) -> int:
         """Page-locked, device-mapped, portable host memory; returns its address."""
@@ -287,19 +357,31 @@ class Backend(ABC):
         difference ``word - value`` read as signed is >= 0, so values may wrap)."""
 
     @abstractmethod
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         """Run ``fn()`` on a driver thread after prior work on ``stream``.
 
         ``fn`` must not call the driver. It is kept alive until it has run. Python on a
         driver thread needs the GIL there, which may deadlock the driver against a
         thread that holds the GIL in a driver call: prefer :meth:`launch_host_signal`.
+        ``sync_mode`` (``HOST_TASK_SPINWAIT`` or ``HOST_TASK_BLOCKING``) asks for
+        ``cuLaunchHostFunc_v2``; only where :meth:`host_task_modes_problem` is None.
         """
 
     @abstractmethod
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         """Call the C function at address ``fn`` (``void fn(void *data)``) on a driver
         thread after prior work on ``stream``; it must take no GIL and call no driver
-        API (``cuasync._reactor.HOST_SIGNAL_FN`` is such a function)."""
+        API (``cuasync._reactor.HOST_SIGNAL_FN`` is such a function). ``sync_mode`` as
+        for :meth:`launch_host_func`."""
+
+    def host_task_modes_problem(self) -> str | None:
+        """None when host functions take a ``sync_mode`` (``cuLaunchHostFunc_v2``); else
+        why not, in one line."""
+        return f"the {self.name} backend has no host-task sync modes"
 
     # -- modules and kernels ---------------------------------------------------------
     @abstractmethod
@@ -311,6 +393,10 @@ class Backend(ABC):
 
     @abstractmethod
     def module_function(self, module: int, name: str) -> int: ...
+
+    def function_name(self, function: int) -> str:
+        """The name of a function handle (``cuFuncGetName``); empty when unknown."""
+        return ""
 
     def arch(self, ordinal: int) -> str:
         """The architecture kernels are compiled for on ``ordinal`` (``"sm_90"``)."""
@@ -341,15 +427,44 @@ class Backend(ABC):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         """Launch a :class:`PreparedKernel` of this backend on ``stream``.
 
         ``args`` match the kernel's parameters: a :class:`DeviceArray` or an int address
         for each pointer, a Python scalar in range for each value. ``errors()`` gives the
         list a launch that fails without faulting the device appends its error to (the
-        emulator's twin raising); it is called, if at all, before this returns. This is
-        on the path of every launch: backends keep it to one call into the driver.
+        emulator's twin raising); it is called, if at all, before this returns. A
+        ``flag_address`` also enqueues :meth:`write_value32` of ``flag_value`` after the
+        launch (a completion's flag); a launch that fails writes no flag. This is on the
+        path of every launch: backends keep it to one call into the driver.
         """
+
+    # -- contractions ----------------------------------------------------------------
+    def gemm(
+        self,
+        stream: int,
+        a: DeviceArray,
+        b: DeviceArray,
+        c: DeviceArray,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        """Enqueue ``c[i] = alpha * a[i] @ b[i] + beta * c[i]`` for each ``i`` on ``stream``.
+
+        ``a`` is ``(batch, m, k)``, ``b`` ``(batch, k, n)``, ``c`` ``(batch, m, n)``, all
+        of one float or complex dtype, ``batch``, ``m``, ``n`` > 0 and ``k`` >= 0 (0 gives
+        ``beta * c``); each matrix has a :func:`matrix_layout`, the batch strides are
+        >= 0 (0 repeats a matrix), and ``c`` does not overlap ``a`` or ``b``. ``beta == 0``
+        means ``c`` is not read (NaNs in it do not propagate). ``precision`` is
+        ``"highest"`` (float32 products in full float32) or ``"tf32"`` (float32 inputs
+        rounded to TF32 on tensor cores); float16 and bfloat16 accumulate in float32.
+        ``errors`` as in :meth:`launch_kernel`.
+        """
+        raise NotImplementedError(f"the {self.name} backend has no matrix products")
 
     # -- graphs --------------------------------------------------------------------
     @abstractmethod

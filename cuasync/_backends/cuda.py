@@ -317,6 +317,7 @@ class CudaBackend(Backend):
         self._context_ordinal: dict[int, int] = {}  # int(CUcontext) -> ordinal
         self._pools_configured: set[int] = set()
         self._pools: dict[int, Any] = {}  # ordinal -> CUmemoryPool
+        self._user_pools: dict[int, tuple[Any, int]] = {}  # handle -> (CUmemoryPool, ordinal)
         self._can_access_peer: dict[tuple[int, int], bool] = {}  # (ordinal, peer) -> answer
         self._peers_enabled: set[tuple[int, int]] = set()  # (ordinal, peer): ordinal reaches peer
         # handle -> ordinal, for what this backend created.
@@ -334,6 +335,8 @@ class CudaBackend(Backend):
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
         self._native: Any = self._native_entry_points()
+        self._blas: Any = None  # cublas.Blas, made by the first matrix product
+        self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
 
     def _native_entry_points(self) -> Any:
         """The native module with the driver's launch and flag-write entry points set.
@@ -552,13 +555,20 @@ class CudaBackend(Backend):
         # peer access: the pool itself must grant it.
         err, pool = _d.cuDeviceGetDefaultMemPool(self._devices[peer])
         self._check(err, "cuDeviceGetDefaultMemPool", peer)
+        with self._lock:
+            pools = [pool] + [p for p, o in list(self._user_pools.values()) if o == peer]
+            for pool in pools:
+                self._grant_pool_access(pool, ordinal, peer)
+            self._peers_enabled.add((ordinal, peer))
+
+    def _grant_pool_access(self, pool: Any, ordinal: int, peer: int) -> None:
+        """Let device ``ordinal`` read and write allocations of ``pool`` (of device ``peer``)."""
         access = _d.CUmemAccessDesc()
         access.location.type = _LOCATION_DEVICE
         access.location.id = int(self._devices[ordinal])
         access.flags = _ACCESS_READWRITE
         (err,) = _d.cuMemPoolSetAccess(pool, [access], 1)
         self._check(err, "cuMemPoolSetAccess", peer)
-        self._peers_enabled.add((ordinal, peer))
 
     def memcpy_peer_async(
         self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream: int
@@ -568,17 +578,35 @@ class CudaBackend(Backend):
         self._call(self._enter(stream), "cuMemcpyPeerAsync", *args)
 
     # -- streams ---------------------------------------------------------------------
-    def stream_create(self, ordinal: int) -> int:
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
         self._device(ordinal)
         self._switch(ordinal)
-        err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
-        self._check(err, "cuStreamCreate", ordinal)
+        if priority:
+            err, stream = _d.cuStreamCreateWithPriority(_STREAM_NON_BLOCKING, priority)
+            self._check(err, "cuStreamCreateWithPriority", ordinal)
+        else:
+            err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
+            self._check(err, "cuStreamCreate", ordinal)
         handle = int(stream)
         self._streams[handle] = ordinal
         return handle
 
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        self._switch(ordinal)
+        err, least, greatest = _d.cuCtxGetStreamPriorityRange()
+        self._check(err, "cuCtxGetStreamPriorityRange", ordinal)
+        return int(least), int(greatest)
+
+    def stream_priority(self, stream: int) -> int:
+        _, priority = self._call(self._enter(stream), "cuStreamGetPriority", stream)
+        return int(priority)
+
     def stream_destroy(self, stream: int) -> None:
-        self._call(self._enter(stream), "cuStreamDestroy", stream)
+        ordinal = self._enter(stream)
+        if self._blas is not None:
+            self._blas.forget_stream(stream)  # its workspace, freed after its work
+        self._call(ordinal, "cuStreamDestroy", stream)
         self._streams.pop(stream, None)
 
     def stream_device(self, stream: int) -> int:
@@ -756,18 +784,106 @@ class CudaBackend(Backend):
         (err,) = _d.cuMemPoolTrimTo(self._default_pool(ordinal), keep_bytes)
         self._check(err, "cuMemPoolTrimTo", ordinal)
 
+    # -- explicit memory pools ---------------------------------------------------------
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        self._device(ordinal)
+        props = _d.CUmemPoolProps()
+        props.allocType = _d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = _d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location.type = _d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = int(self._devices[ordinal])
+        err, pool = _d.cuMemPoolCreate(props)
+        if err == _OUT_OF_MEMORY:
+            raise OutOfMemoryError(0, f"a memory pool on device {ordinal}")
+        self._check(err, "cuMemPoolCreate", ordinal)
+        handle = int(pool)
+        try:
+            self.pool_set_release_threshold(handle, release_threshold, pool)
+            with self._lock:
+                for user, peer in self._peers_enabled:
+                    if peer == ordinal:
+                        self._grant_pool_access(pool, user, peer)
+                self._user_pools[handle] = (pool, ordinal)
+        except BaseException:
+            _d.cuMemPoolDestroy(pool)
+            raise
+        return handle
+
+    def _user_pool(self, handle: int) -> tuple[Any, int]:
+        found = self._user_pools.get(handle)
+        if found is None:
+            raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
+        return found
+
+    def pool_destroy(self, pool: int) -> None:
+        found = self._user_pools.pop(pool, None)  # no lock: called from finalizers
+        if found is not None:
+            (err,) = _d.cuMemPoolDestroy(found[0])  # deferred by the driver while in use
+            self._check(err, "cuMemPoolDestroy", found[1])
+
+    def pool_set_release_threshold(self, pool: int, nbytes: int, raw: Any = None) -> None:
+        ordinal = -1
+        if raw is None:
+            raw, ordinal = self._user_pool(pool)
+        value = _d.cuuint64_t(min(nbytes, _UINT64_MAX))
+        (err,) = _d.cuMemPoolSetAttribute(raw, _POOL_RELEASE_THRESHOLD, value)
+        self._check(err, "cuMemPoolSetAttribute", ordinal)
+
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        raw, ordinal = self._user_pool(pool)
+        self._enter(stream)
+        res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
+        if res[0] == _OUT_OF_MEMORY:
+            _d.cuMemPoolTrimTo(raw, 0)  # its idle memory may satisfy the request once released
+            res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
+            if res[0] == _OUT_OF_MEMORY:
+                raise OutOfMemoryError(nbytes, f"device memory (a memory pool of device {ordinal})")
+        if res[0]:
+            res = self._redo(res, ordinal, "cuMemAllocFromPoolAsync", nbytes, raw, stream)
+        return int(res[1])
+
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        raw, ordinal = self._user_pool(pool)
+        values = []
+        for attribute in (_POOL_RESERVED_CURRENT, _POOL_USED_CURRENT):
+            err, value = _d.cuMemPoolGetAttribute(raw, attribute)
+            self._check(err, "cuMemPoolGetAttribute", ordinal)
+            values.append(int(value))
+        return values[0], values[1]
+
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        raw, ordinal = self._user_pool(pool)
+        (err,) = _d.cuMemPoolTrimTo(raw, keep_bytes)
+        self._check(err, "cuMemPoolTrimTo", ordinal)
+
     def pointer_device(self, ptr: int) -> int:
-        attribute = _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        try:
-            err, ordinal = _d.cuPointerGetAttribute(attribute, ptr)
-        except Exception:  # not a pointer the bindings accept
+        # A stream-ordered allocation is named by its pool (each device's default pool
+        # is known); other memory by the device ordinal the driver records for it.
+        pool = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+        )
+        if pool:
+            for ordinal in range(self._count):
+                if int(self._default_pool(ordinal)) == int(pool):
+                    return ordinal
+        value = self._pointer_attribute(
+            ptr, _d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        )
+        if value is None:  # not device memory this process can name
             return -1
-        if err:  # not device memory this process can name (CUDA_ERROR_INVALID_VALUE)
-            return -1
         try:
-            return self._ordinal_of_device(int(ordinal))
+            return self._ordinal_of_device(int(value))
         except InvalidDeviceError:
             return -1
+
+    @staticmethod
+    def _pointer_attribute(ptr: int, attribute: Any) -> Any:
+        """``cuPointerGetAttribute``'s value, or None where the driver has none for ``ptr``."""
+        try:
+            err, value = _d.cuPointerGetAttribute(attribute, ptr)
+        except Exception:  # not a pointer the bindings accept
+            return None
+        return None if err else value
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
         self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
@@ -868,7 +984,22 @@ class CudaBackend(Backend):
         # flags 0 (CU_STREAM_WAIT_VALUE_GEQ): a cyclic greater-or-equal on 32 bits.
         self._call(ordinal, "cuStreamWaitValue32", stream, address, value & 0xFFFFFFFF, 0)
 
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def host_task_modes_problem(self) -> str | None:
+        """cuLaunchHostFunc_v2 came with CUDA 13.2: the bindings and the driver need it."""
+        if not hasattr(_d, "cuLaunchHostFunc_v2"):
+            return "the installed cuda-bindings have no cuLaunchHostFunc_v2 (13.2 and later do)"
+        if self.driver_version < 13020:
+            return (
+                f"the driver supports CUDA {_cuda_version(self.driver_version)}; "
+                "cuLaunchHostFunc_v2 needs a driver for CUDA 13.2 or later"
+            )
+        if not self.driver_entry_points(["cuLaunchHostFunc_v2"]):
+            return "the driver does not provide cuLaunchHostFunc_v2 (cuGetProcAddress)"
+        return None
+
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         """Run ``fn()`` on a driver thread once prior work on ``stream`` is done.
 
         ``fn`` must not call the CUDA driver (directly or through this backend): the
@@ -880,19 +1011,30 @@ class CudaBackend(Backend):
         key = next(_host_ids)
         _host_fns[key] = fn
         try:
-            self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+            if sync_mode is None:
+                self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+            else:
+                args = (stream, _TRAMPOLINE_ADDRESS, key, sync_mode)
+                self._call(ordinal, "cuLaunchHostFunc_v2", *args)
         except BaseException:
             _host_fns.pop(key, None)
             raise
 
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         # On the path of every await in callback mode: inline, as in launch_kernel.
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
-        res = _d.cuLaunchHostFunc(stream, fn, data)
-        if res[0]:
-            self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+        if sync_mode is None:
+            res = _d.cuLaunchHostFunc(stream, fn, data)
+            if res[0]:
+                self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+        else:
+            res = _d.cuLaunchHostFunc_v2(stream, fn, data, sync_mode)
+            if res[0]:
+                self._redo(res, ordinal, "cuLaunchHostFunc_v2", stream, fn, data, sync_mode)
 
     # -- modules and kernels ---------------------------------------------------------
     def module_load(self, ordinal: int, image: bytes) -> int:
@@ -922,10 +1064,24 @@ class CudaBackend(Backend):
         self._check(err, "cuModuleGetFunction", ordinal)
         return int(function)
 
+    def function_name(self, function: int) -> str:
+        if not hasattr(_d, "cuFuncGetName"):  # CUDA 12.3 and later
+            return ""
+        try:
+            err, name = _d.cuFuncGetName(function)
+        except Exception:  # not a handle the bindings accept
+            return ""
+        if err or not name:
+            return ""
+        return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _CudaKernel:
-        if kernel.module_handle:
+        if kernel.function_handle:
+            function = kernel.function_handle  # borrowed: the caller vouches for it
+        elif kernel.module_handle:
+            self._use(ordinal)  # a borrowed module is not in self._modules
             function = self.module_function(kernel.module_handle, kernel.name)
         else:
             image, lowered = kernel.compile_image(self.arch(ordinal))
@@ -957,6 +1113,8 @@ class CudaBackend(Backend):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         # On the path of every launch: the context check and the native call are inline.
         ordinal = self._streams.get(stream)
@@ -967,15 +1125,53 @@ class CudaBackend(Backend):
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
-        if native is not None and not native.launch_and_write(
-            function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0, 0
-        ):
-            return
+        if native is not None:
+            # One call, GIL released once: cuLaunchKernel, then the flag's
+            # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
+            # raise its error); < 0: the launch is enqueued and the flag write failed.
+            rc = native.launch_and_write(
+                function, gx, gy, gz, bx, by, bz, shared_mem, stream, params,
+                flag_address, flag_value,
+            )  # fmt: skip
+            if not rc:
+                return
+            if rc < 0:
+                raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)
         if res[0]:
             self._redo(res, ordinal, "cuLaunchKernel", *launch)
+        if flag_address:
+            self.write_value32(stream, flag_address, flag_value)
+
+    # -- contractions ----------------------------------------------------------------
+    def gemm(
+        self,
+        stream: int,
+        a: Any,
+        b: Any,
+        c: Any,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        from .cublas import Blas  # loads nothing: cuBLAS is opened by the first call
+
+        ordinal = self._enter(stream)
+        blas = self._blas
+        if blas is None:
+            with self._lock:
+                if self._blas is None:
+                    self._blas = Blas(
+                        self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
+                    )
+                blas = self._blas
+        hopper = self._hopper.get(ordinal)
+        if hopper is None:  # sm_90 and newer want a bigger workspace
+            hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
+        blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:

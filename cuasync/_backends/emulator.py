@@ -23,6 +23,11 @@
   exist per device, as ordinary FIFO streams (the legacy stream's implicit
   synchronization with other streams is not modelled); the device is this thread's
   "current" one: the last device a call named (``event_create(ordinal)`` and the like).
+* Stream priorities (range ``(0, -5)`` as on current GPUs; lower is more urgent): a
+  stream starts its next command only while no stream of the same device with a higher
+  priority has work ready to run (a command queued or running that is not a wait whose
+  condition is unmet). Running commands are never preempted. With equal priorities (the
+  default) streams run independently, as before.
 * Knobs for tests: a per-command delay and a gate that holds every worker.
 """
 
@@ -67,6 +72,22 @@ except ImportError:  # built without a C compiler
 #: Each device owns a 1 TiB window of the emulated address space.
 _DEVICE_WINDOW = 1 << 40
 _ALIGN = 256
+#: ``(least, greatest)`` stream priority, as ``cuCtxGetStreamPriorityRange`` reports on
+#: current GPUs.
+PRIORITY_RANGE = (0, -5)
+
+
+class _Wait:
+    """A command that only waits: ``ready()`` tells whether its condition is met."""
+
+    __slots__ = ("ready", "run")
+
+    def __init__(self, run: Command, ready: Callable[[], bool]) -> None:
+        self.run = run
+        self.ready = ready
+
+    def __call__(self) -> None:
+        self.run()
 
 
 class _IllegalAddress(EmulatedFault):
@@ -79,24 +100,51 @@ class _Device:
     total_memory: int
     fault: DeviceFaultError | None = None
     used: int = 0
-    #: What the modelled default pool holds from the device: it grows with ``used`` and
-    #: keeps freed memory (cuasync sets the release threshold to its maximum) until trimmed.
+    #: What the modelled default pool holds from the device: it grows with its allocations
+    #: and keeps freed memory (cuasync sets the release threshold to its maximum) until trimmed.
     reserved: int = 0
+    #: Bytes of live allocations from the default pool (``used`` counts every pool's).
+    default_used: int = 0
+    #: Explicit pools by handle, and the pool of each allocation made from one.
+    pools: dict[int, _Pool] = field(default_factory=dict)
+    pool_of: dict[int, _Pool] = field(default_factory=dict)
     next_address: int = 0
     bases: list[int] = field(default_factory=list)
     buffers: dict[int, np.ndarray] = field(default_factory=dict)
     streams: set[_Stream] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Live streams created with a priority above the default (0): while there are none,
+    #: no stream has anything to yield to.
+    urgent: int = 0
+
+
+@dataclass(eq=False)
+class _Pool:
+    """An explicit memory pool (``cuMemPoolCreate``): what it reserves and what is in use.
+
+    Memory above ``threshold`` that no allocation uses is released when an allocation of
+    the pool is freed (the driver does it at the next synchronization).
+    """
+
+    handle: int
+    threshold: int
+    reserved: int = 0
+    used: int = 0
+    destroyed: bool = False
 
 
 class _Stream:
     """A FIFO of commands run by one worker thread."""
 
-    def __init__(self, backend: EmulatorBackend, handle: int, device: _Device) -> None:
+    def __init__(
+        self, backend: EmulatorBackend, handle: int, device: _Device, priority: int = 0
+    ) -> None:
         self.backend = backend
         self.handle = handle
         self.device = device
+        self.priority = priority
         self.commands: deque[Command | None] = deque()
+        self.current: Command | None = None
         self.pending = 0
         self.cond = threading.Condition()
         self.capture: list[Command] | None = None
@@ -119,9 +167,12 @@ class _Stream:
                 while not self.commands:
                     self.cond.wait()
                 command = self.commands.popleft()
+                self.current = command
             if command is None:
                 return
             backend._gate.wait()
+            if self.device.urgent and not isinstance(command, _Wait):
+                self._yield_to_urgent()
             if backend.delay_us and self.device.fault is None:
                 time.sleep(backend.delay_us / 1e6)
             if self.device.fault is None:
@@ -137,8 +188,31 @@ class _Stream:
                     )
             command = None  # drop what the command captured before waiting for the next
             with self.cond:
+                self.current = None
                 self.pending -= 1
                 self.cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether the stream has work ready to run (or running) on the device."""
+        with self.cond:
+            command = self.current
+            if command is None and self.commands:
+                command = self.commands[0]
+        if command is None:
+            return False
+        return command.ready() if isinstance(command, _Wait) else True
+
+    def _yield_to_urgent(self) -> None:
+        """Wait while a stream of this device with a higher priority has work ready."""
+        device = self.device
+        pause = 1e-5
+        while device.fault is None:
+            with device.lock:
+                above = [s for s in device.streams if s.priority < self.priority]
+            if not any(s.busy() for s in above):
+                return
+            time.sleep(pause)  # a wait's condition changes without notice: poll
+            pause = min(pause * 2, 1e-3)
 
     def wait_idle(self) -> None:
         with self.cond:
@@ -164,14 +238,35 @@ class _Graph:
     commands: list[Command]
 
 
+@dataclass(frozen=True)
+class _Strided:
+    """A :class:`DeviceArray` as it was when the work was enqueued."""
+
+    ptr: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 (or complex64) values rounded to TF32's 10-bit significand, to nearest even."""
+    bits = np.ascontiguousarray(x).view(np.uint32)
+    low = (bits >> np.uint32(13)) & np.uint32(1)
+    rounded = (bits + np.uint32(0xFFF) + low) & np.uint32(0xFFFFE000)
+    finite = np.isfinite(np.ascontiguousarray(x).view(np.float32))
+    return np.where(finite, rounded, bits).view(x.dtype).reshape(x.shape)
+
+
 class _EmulatedKernel(PreparedKernel):
     """A kernel's numpy twin, its pointer parameters and the numpy type of each scalar one."""
 
     __slots__ = ("pointers", "scalars", "twin")
 
-    def __init__(self, kernel: KernelCode, ordinal: int) -> None:
+    def __init__(
+        self, kernel: KernelCode, ordinal: int, twin: Callable[..., Any] | None = None
+    ) -> None:
         super().__init__(kernel.name, ordinal)
-        self.twin = kernel.emulate
+        self.twin = twin or kernel.emulate
         params = kernel.params
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
@@ -200,6 +295,10 @@ class EmulatorBackend(Backend):
         self._graphs: dict[int, _Graph] = {}
         self._execs: dict[int, list[Command]] = {}
         self._host: dict[int, np.ndarray] = {}
+        self._pool_device: dict[int, _Device] = {}  # pool handle -> its device
+        # load_twins modules: handle -> (ordinal, twins by name); functions -> (module, name)
+        self._modules: dict[int, tuple[int, dict[str, Callable[..., Any]]]] = {}
+        self._functions: dict[int, tuple[int, str]] = {}
         self._handles = itertools.count(0x1000)
         self._lock = threading.Lock()
         self._gate = threading.Event()
@@ -420,16 +519,26 @@ class EmulatorBackend(Backend):
         self.peer_copies += 1
 
     # -- streams -------------------------------------------------------------------
-    def stream_create(self, ordinal: int) -> int:
+    def stream_create(self, ordinal: int, priority: int = 0) -> int:
         device = self._device(ordinal)
         self._check(device)
+        least, greatest = PRIORITY_RANGE
+        priority = min(max(priority, greatest), least)  # clamped, as the driver does
         handle = next(self._handles)
-        stream = _Stream(self, handle, device)
+        stream = _Stream(self, handle, device, priority)
         with self._lock:
             self._streams[handle] = stream
         with device.lock:
             device.streams.add(stream)
+            device.urgent += priority < 0
         return handle
+
+    def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
+        self._device(ordinal)
+        return PRIORITY_RANGE
+
+    def stream_priority(self, stream: int) -> int:
+        return self._stream(stream).priority
 
     def stream_destroy(self, stream: int) -> None:
         with self._lock:
@@ -438,6 +547,7 @@ class EmulatorBackend(Backend):
             raise DriverError(Code.INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
         with s.device.lock:
             s.device.streams.discard(s)
+            s.device.urgent -= s.priority < 0
         s.put(None)  # the worker drains what is queued, then exits
 
     def stream_device(self, stream: int) -> int:
@@ -470,7 +580,7 @@ class EmulatorBackend(Backend):
                 while not e.reached(target) and e.device.fault is None:
                     e.cond.wait(0.05)
 
-        self._enqueue(stream, wait)
+        self._enqueue(stream, _Wait(wait, lambda: e.reached(target)))
 
     # -- events --------------------------------------------------------------------
     def event_create(self, ordinal: int, *, timing: bool = False) -> int:
@@ -526,6 +636,9 @@ class EmulatorBackend(Backend):
 
     # -- memory --------------------------------------------------------------------
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        return self._alloc(nbytes, stream, None)
+
+    def _alloc(self, nbytes: int, stream: int, pool: _Pool | None) -> int:
         device = self._stream(stream).device
         self._check(device)
         size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
@@ -537,8 +650,14 @@ class EmulatorBackend(Backend):
             except MemoryError:  # the host ran out first: the same error a device gives
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
-            device.reserved = max(device.reserved, device.used)
             ptr = device.next_address
+            if pool is None:
+                device.default_used += size
+                device.reserved = max(device.reserved, device.default_used)
+            else:
+                pool.used += size
+                pool.reserved = max(pool.reserved, pool.used)
+                device.pool_of[ptr] = pool
             device.next_address += size + _ALIGN  # a gap so overruns are illegal accesses
             device.buffers[ptr] = buffer
             device.bases.append(ptr)  # addresses only grow: the list stays sorted
@@ -554,23 +673,86 @@ class EmulatorBackend(Backend):
                     raise _IllegalAddress(f"free of {ptr:#x}, which is not a live allocation")
                 device.bases.pop(bisect.bisect_left(device.bases, ptr))
                 device.used -= buffer.nbytes
+                pool = device.pool_of.pop(ptr, None)
+                if pool is None:
+                    device.default_used -= buffer.nbytes
+                    return
+                pool.used -= buffer.nbytes
+                pool.reserved = max(pool.used, min(pool.reserved, pool.threshold))
+                if pool.destroyed and not pool.used:
+                    pool.reserved = 0  # a destroyed pool goes once its last allocation does
 
         self._enqueue(stream, free)
 
     def mem_get_info(self, ordinal: int) -> tuple[int, int]:
         device = self._device(ordinal)
         with device.lock:
-            return device.total_memory - device.reserved, device.total_memory
+            reserved = device.reserved + sum(p.reserved for p in device.pools.values())
+            reserved += sum(p.reserved for p in set(device.pool_of.values()) if p.destroyed)
+            return device.total_memory - reserved, device.total_memory
 
     def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
         device = self._device(ordinal)
         with device.lock:
-            return device.reserved, device.used
+            return device.reserved, device.default_used
 
     def mem_pool_trim(self, ordinal: int, keep_bytes: int) -> None:
         device = self._device(ordinal)
         with device.lock:
-            device.reserved = max(device.used, min(device.reserved, keep_bytes))
+            device.reserved = max(device.default_used, min(device.reserved, keep_bytes))
+
+    # -- explicit memory pools ---------------------------------------------------------
+    def pool_create(self, ordinal: int, release_threshold: int) -> int:
+        device = self._device(ordinal)
+        self._check(device)
+        handle = next(self._handles)
+        with device.lock:
+            device.pools[handle] = _Pool(handle, release_threshold)
+        with self._lock:
+            self._pool_device[handle] = device
+        return handle
+
+    def _pool(self, handle: int) -> tuple[_Device, _Pool]:
+        device = self._pool_device.get(handle)
+        pool = None if device is None else device.pools.get(handle)
+        if device is None or pool is None:
+            raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
+        return device, pool
+
+    def pool_destroy(self, pool: int) -> None:
+        device = self._pool_device.pop(pool, None)  # no lock: called from finalizers
+        if device is None:
+            return
+        found = device.pools.pop(pool, None)
+        if found is not None:
+            found.destroyed = True  # its allocations still pending free keep it reserved
+            if not found.used:
+                found.reserved = 0
+
+    def pool_set_release_threshold(self, pool: int, nbytes: int) -> None:
+        device, found = self._pool(pool)
+        with device.lock:
+            found.threshold = nbytes
+
+    def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
+        device, found = self._pool(pool)
+        if self._stream(stream).device is not device:
+            raise DriverError(
+                Code.INVALID_VALUE,
+                "cuMemAllocFromPoolAsync",
+                f"a pool of device {device.ordinal} on a stream of another device",
+            )
+        return self._alloc(nbytes, stream, found)
+
+    def pool_usage(self, pool: int) -> tuple[int, int]:
+        device, found = self._pool(pool)
+        with device.lock:
+            return found.reserved, found.used
+
+    def pool_trim(self, pool: int, keep_bytes: int) -> None:
+        device, found = self._pool(pool)
+        with device.lock:
+            found.reserved = max(found.used, min(found.reserved, keep_bytes))
 
     def host_alloc(self, nbytes: int) -> int:
         try:
@@ -622,6 +804,14 @@ class EmulatorBackend(Backend):
     ) -> None:
         if kind not in ("htod", "dtoh", "dtod"):
             raise DriverError(Code.INVALID_VALUE, "cuMemcpy2DAsync", f"kind {kind!r}")
+        if height > 1 and min(src_pitch, dst_pitch) < width:
+            # the driver's contract: WidthInBytes exceeds neither pitch (a GPU given a
+            # pitch-0 source does not broadcast its row; it reads other memory)
+            raise DriverError(
+                Code.INVALID_VALUE,
+                "cuMemcpy2DAsync",
+                f"WidthInBytes {width} exceeds srcPitch {src_pitch} or dstPitch {dst_pitch}",
+            )
         src_view = self._host_view if kind == "htod" else self._resolve
         dst_view = self._host_view if kind == "dtoh" else self._resolve
 
@@ -670,17 +860,25 @@ class EmulatorBackend(Backend):
         value &= 0xFFFFFFFF
         device = self._stream(stream).device
 
+        def reached() -> bool:
+            return ((word.value - value) & 0xFFFFFFFF) < 0x80000000
+
         def wait() -> None:
             # The emulated device polls the word, as the GPU's front end does; the pause
             # grows to 1 ms so that a long wait costs little CPU.
             pause = 1e-5
-            while ((word.value - value) & 0xFFFFFFFF) >= 0x80000000 and device.fault is None:
+            while not reached() and device.fault is None:
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
 
-        self._enqueue(stream, wait)
+        self._enqueue(stream, _Wait(wait, reached))
 
-    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+    def host_task_modes_problem(self) -> str | None:
+        return None  # accepted, and modelled as plain host functions (one worker per stream)
+
+    def launch_host_func(
+        self, stream: int, fn: Callable[[], None], sync_mode: int | None = None
+    ) -> None:
         def host() -> None:
             _host_function.active = True
             try:
@@ -694,7 +892,9 @@ class EmulatorBackend(Backend):
 
         self._enqueue(stream, host)
 
-    def launch_host_signal(self, stream: int, fn: int, data: int) -> None:
+    def launch_host_signal(
+        self, stream: int, fn: int, data: int, sync_mode: int | None = None
+    ) -> None:
         c_fn = _HOST_FN_TYPE(fn)  # a foreign call: no GIL held, as on a driver thread
 
         def host() -> None:
@@ -709,16 +909,80 @@ class EmulatorBackend(Backend):
             "or run with CUASYNC_BACKEND=cuda on a machine with a GPU"
         )
 
+    def load_twins(self, ordinal: int, twins: dict[str, Callable[..., Any]]) -> int:
+        """A module handle whose functions are the numpy ``twins`` by name (a knob: what
+        an image is to the driver, for :meth:`cuasync.Module.from_handle`)."""
+        self._device(ordinal)
+        handle = next(self._handles)
+        with self._lock:
+            self._modules[handle] = (ordinal, dict(twins))
+        return handle
+
     def module_unload(self, module: int) -> None:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload")
+        with self._lock:
+            found = self._modules.pop(module, None)
+            if found is not None:
+                for function in [f for f, (m, _) in self._functions.items() if m == module]:
+                    del self._functions[function]
+        if found is None:
+            raise DriverError(Code.INVALID_HANDLE, "cuModuleUnload", f"unknown module {module:#x}")
 
     def module_function(self, module: int, name: str) -> int:
-        raise DriverError(Code.INVALID_HANDLE, "cuModuleGetFunction")
+        with self._lock:
+            found = self._modules.get(module)
+            if found is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE, "cuModuleGetFunction", f"unknown module {module:#x}"
+                )
+            if name not in found[1]:
+                raise DriverError(Code.NOT_FOUND, "cuModuleGetFunction", f"no function {name!r}")
+            for function, key in self._functions.items():
+                if key == (module, name):
+                    return function
+            function = next(self._handles)
+            self._functions[function] = (module, name)
+            return function
+
+    def function_name(self, function: int) -> str:
+        found = self._functions.get(function)
+        return "" if found is None else found[1]
+
+    def _twin_of(self, ordinal: int, kernel: KernelCode) -> Callable[..., Any] | None:
+        """The twin a borrowed module or function brings (None for a compiled kernel)."""
+        if kernel.function_handle:
+            with self._lock:
+                key = self._functions.get(kernel.function_handle)
+            if key is None:
+                raise DriverError(
+                    Code.INVALID_HANDLE,
+                    "cuLaunchKernel",
+                    f"{kernel.function_handle:#x} is not a function the emulator issued "
+                    "(cuasync.emulator.load_module and module_function issue them)",
+                )
+            module, name = key
+        elif kernel.module_handle:
+            module = kernel.module_handle
+            self.module_function(module, kernel.name)  # raises for an unknown module or name
+            name = kernel.name
+        else:
+            return None
+        with self._lock:
+            owner, twins = self._modules[module]
+        if owner != ordinal:
+            raise DriverError(
+                Code.INVALID_HANDLE,
+                "cuModuleGetFunction",
+                f"module {module:#x} was loaded on device {owner}, not {ordinal}",
+            )
+        return twins[name]
 
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _EmulatedKernel:
         self._device(ordinal)
+        borrowed = self._twin_of(ordinal, kernel)
+        if borrowed is not None:
+            return _EmulatedKernel(kernel, ordinal, kernel.emulate or borrowed)
         # The twin runs, but a source that NVRTC rejects must fail here as it would on
         # a GPU, or broken device code passes CI.
         if self._compiles():
@@ -755,6 +1019,8 @@ class EmulatorBackend(Backend):
         stream: int,
         args: Sequence[Any],
         errors: Callable[[], list[BaseException]],
+        flag_address: int = 0,
+        flag_value: int = 0,
     ) -> None:
         twin, name, pointers, array = kernel.twin, kernel.name, kernel.pointers, self._array
         # scalars become numpy scalars of their C type; arrays are viewed when the twin runs
@@ -783,6 +1049,49 @@ class EmulatorBackend(Backend):
                 # A bug in this launch's twin fails this submission, not the device:
                 # only real faults (EmulatedFault: illegal address, trap) are sticky.
                 error = KernelError(f"the emulated kernel {name!r} raised {exc!r}")
+                error.__cause__ = exc
+                box.append(error)
+
+        self._enqueue(stream, run)
+        if flag_address:
+            self.write_value32(stream, flag_address, flag_value)
+
+    def gemm(
+        self,
+        stream: int,
+        a: DeviceArray,
+        b: DeviceArray,
+        c: DeviceArray,
+        alpha: complex,
+        beta: complex,
+        precision: str,
+        errors: Callable[[], list[BaseException]],
+    ) -> None:
+        # numpy on the stream's worker: float16/bfloat16 in float32, TF32 by rounding.
+        box = errors()
+        shapes = (a.shape, a.strides, b.shape, b.strides, c.shape, c.strides)
+        arrays = [_Strided(a.ptr, a.dtype, *shapes[0:2]), _Strided(b.ptr, b.dtype, *shapes[2:4])]
+        out = _Strided(c.ptr, c.dtype, *shapes[4:6])
+        array = self._array
+
+        def run() -> None:
+            try:
+                dst = array(out)
+                work = dst.dtype if dst.dtype.kind in "fc" and dst.itemsize >= 4 else np.float32
+                if a.shape[2] == 0:  # k == 0: nothing to read from a and b
+                    r = np.zeros(dst.shape, work)
+                else:
+                    x, y = (array(v).astype(work) for v in arrays)
+                    if precision == "tf32":
+                        x, y = to_tf32(x), to_tf32(y)
+                    r = np.matmul(x, y)
+                if alpha != 1:
+                    r = r * (alpha if np.iscomplexobj(r) else alpha.real)
+                if beta != 0:
+                    r = r + dst.astype(work) * (beta if np.iscomplexobj(r) else beta.real)
+                dst[...] = r.astype(dst.dtype)
+            except Exception as exc:
+                error = KernelError(f"the emulated matrix product raised {exc!r}")
                 error.__cause__ = exc
                 box.append(error)
 

@@ -13,7 +13,8 @@ Its work is followed on the stream by one of:
   in the native reactor, which wakes the owning event loop;
 * a **host callback** (``launch_host_func``) when the slot pool is exhausted, the native
   module is missing, stream memory operations are unsupported, or
-  ``CUASYNC_HOST_SYNC=callback`` asks for it.
+  ``CUASYNC_HOST_SYNC=callback`` asks for it (``callback-spin`` / ``callback-block``: with
+  that host-task sync mode, through ``cuLaunchHostFunc_v2``).
 
 When completion is observed the output is realized (``map`` functions run), the stream's
 completed sequence number advances and every object the work used is released. Work
@@ -39,10 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._backends import get_backend
+from .._backends.base import HOST_TASK_BLOCKING, HOST_TASK_SPINWAIT, Backend
 from .._config import CONFIG
 from .._exceptions import fresh
-from ..errors import DeviceError, DeviceFaultError, InternalError
+from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
 from .output import Output
+from .trace import end_flight
 from .watcher import BackgroundWatcher
 
 if TYPE_CHECKING:
@@ -70,9 +73,14 @@ class Stats:
     slots_total: int = 0
     callbacks_pending: int = 0
     fallbacks: int = 0
+    #: Awaits that did not spin because other work on their loop was ready to run.
+    spins_skipped: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
+    #: ``CUASYNC_HOST_SYNC`` in force: ``reactor``, ``callback``, ``callback-spin`` or
+    #: ``callback-block``.
+    host_sync: str = "reactor"
     #: Whether the native module ``cuasync._reactor`` is loaded (else host callbacks only).
     native: bool = False
 
@@ -96,6 +104,12 @@ class LoopAdapter(Protocol):
 
     def park(self) -> tuple[Waiter, Callable[[], Generator[Any, Any, Any]]]:
         """A one-shot wake-up (callable from any thread) and the suspension it ends."""
+
+    #: Whether the last spin on this loop ran out before its work landed.
+    long_ops: bool
+
+    def others_ready(self) -> bool:
+        """Whether other work on the loop is ready to run now: spinning would delay it."""
 
 
 #: Guards every completion's state transition; never held while calling out. Reentrant:
@@ -123,6 +137,7 @@ class Completion:
     watcher: Any = None  # the loop bridge whose queue the reactor reports to
     abandoned = False  # nobody will read the output: drop it at finish
     raised = False  # the error was raised once: raise fresh copies from now on
+    trace: Any = None  # the NVTX range of the work in flight, while tracing (see .trace)
     _waiters: list[Waiter] | None = None
     _lock = _STATE_LOCK
 
@@ -201,6 +216,8 @@ class Completion:
             ctx, out = self.ctx, self.out
             self.ctx = self.out = None
         assert ctx is not None and out is not None
+        if self.trace is not None:
+            end_flight(self)
         self.stream._mark_completed(ctx.seq)
         error: BaseException | None = None
         if ctx.errors:
@@ -243,6 +260,8 @@ class Completion:
             self.state = FAILED
             self.path = "fault"
             waiters, self._waiters = self._waiters, None
+        if self.trace is not None:
+            end_flight(self)
         hub = _hub
         if hub is not None:
             hub.forget(self)
@@ -276,6 +295,9 @@ class Hub:
 
     def __init__(self, native: Any = _reactor) -> None:
         backend = get_backend()
+        #: ``CUASYNC_HOST_SYNC``, and the host-task sync mode it asks of every host callback.
+        self.host_sync = CONFIG.host_sync
+        self.host_task_mode = _host_task_mode(backend, self.host_sync)  # first: it may raise
         #: The native module, or None for the pure-Python fallback (see ``_native``).
         self.native = native
         self.backend = backend
@@ -303,10 +325,11 @@ class Hub:
                 stale_max_ns=max(CONFIG.stale_us * 1000, 20_000_000),
                 backoff_max_ns=100_000,
             )
-            atexit.register(self.reactor.close)  # before the slab goes away with the process
+            atexit.register(self._close_at_exit)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
-        self.use_reactor = self.reactor is not None and CONFIG.host_sync == "reactor"
+        self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
         self.stats.reactor = self.use_reactor
+        self.stats.host_sync = self.host_sync
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
         self.spin_budget_us = CONFIG.spin_budget_us
         self._memops: dict[int, bool] = {}
@@ -322,6 +345,15 @@ class Hub:
             self.reactor.set_orphan_queue(self.background.queue)
 
     # -- submission side (under the execution lock) --------------------------------------
+    #: Set at interpreter exit, when the reactor closes: the flag words can no longer be
+    #: read, and the background watcher stops instead of failing on them.
+    closed = False
+
+    def _close_at_exit(self) -> None:
+        self.closed = True
+        if self.reactor is not None:
+            self.reactor.close()
+
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
         """Create the completion of ``ctx`` and enqueue its notification after the work."""
         comp = Completion(ctx, out)
@@ -348,7 +380,10 @@ class Hub:
                             "CUASYNC_SLOTS, cuasync.stats().fallbacks counts them)",
                             self.nslots,
                         )
+        deferred = ctx.deferred
         if slot < 0:
+            if deferred is not None:
+                self.backend.launch_kernel(*deferred)
             self._attach_callback(comp)
             return comp
         gen = (self.gens[slot] + 1) & 0xFFFFFFFF
@@ -358,7 +393,13 @@ class Hub:
         comp.armed_at = time.monotonic()
         self.table[slot] = comp
         try:
-            self.backend.write_value32(ctx.stream.handle, address, gen)
+            if deferred is not None:  # a lone launch: it and the flag write in one call
+                kernel, grid, block, shared_mem, stream, args, errors = deferred
+                self.backend.launch_kernel(
+                    kernel, grid, block, shared_mem, stream, args, errors, address, gen
+                )
+            else:
+                self.backend.write_value32(ctx.stream.handle, address, gen)
         except BaseException:
             self._free_slot(slot)
             comp.slot = -1
@@ -383,9 +424,11 @@ class Hub:
                 with self.lock:
                     comp.signal = self._next_signal()
                     self.signals[comp.signal] = comp
-                self.backend.launch_host_signal(
-                    comp.stream.handle, self.native.HOST_SIGNAL_FN, comp.signal
-                )
+                fn, mode = self.native.HOST_SIGNAL_FN, self.host_task_mode
+                if mode is None:
+                    self.backend.launch_host_signal(comp.stream.handle, fn, comp.signal)
+                else:
+                    self.backend.launch_host_signal(comp.stream.handle, fn, comp.signal, mode)
             else:
 
                 def landed() -> None:
@@ -394,7 +437,10 @@ class Hub:
                     comp.landed_by_callback = True
                     background.finish_soon(comp)
 
-                self.backend.launch_host_func(comp.stream.handle, landed)
+                if self.host_task_mode is None:
+                    self.backend.launch_host_func(comp.stream.handle, landed)
+                else:
+                    self.backend.launch_host_func(comp.stream.handle, landed, self.host_task_mode)
         except BaseException:
             self.forget(comp)
             comp.signal = 0
@@ -729,10 +775,30 @@ def _after_fork_in_child() -> None:
     if hub is not None:
         _forked_hubs.append(hub)
         if hub.reactor is not None:
-            atexit.unregister(hub.reactor.close)
+            atexit.unregister(hub._close_at_exit)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+#: ``CUASYNC_HOST_SYNC`` values that ask for a host-task sync mode (``cuLaunchHostFunc_v2``).
+_HOST_TASK_MODES = {"callback-spin": HOST_TASK_SPINWAIT, "callback-block": HOST_TASK_BLOCKING}
+
+
+def _host_task_mode(backend: Backend, host_sync: str) -> int | None:
+    """The ``CUhostTaskSyncMode`` ``host_sync`` asks for (None: plain ``cuLaunchHostFunc``);
+    raises when the backend cannot do it, rather than quietly running another mode."""
+    mode = _HOST_TASK_MODES.get(host_sync)
+    if mode is not None:
+        problem = backend.host_task_modes_problem()
+        if problem is not None:
+            raise BackendUnavailableError(
+                f"CUASYNC_HOST_SYNC={host_sync} completes awaits through cuLaunchHostFunc_v2 "
+                f"with a host-task sync mode, which this machine cannot do: {problem}. Upgrade "
+                "the driver and cuda-bindings, or set CUASYNC_HOST_SYNC=callback (the "
+                "driver's default mode) or reactor (the default)"
+            )
+    return mode
 
 
 def get_hub() -> Hub:
@@ -756,7 +822,16 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
-        if not hub.settle(comp):
+        if adapter.long_ops and hub.spin_budget_us and adapter.others_ready():
+            # The last spin on this loop ran out: spinning would only hold up the other
+            # ready tasks' submissions. Park at once. (Work that lands within the budget
+            # keeps spinning even in a burst: finishing inline costs less than a wake.)
+            hub.stats.spins_skipped += 1
+            settled = hub.settle(comp, 0)
+        else:
+            settled = hub.settle(comp)
+            adapter.long_ops = not settled
+        if not settled:
             wake, suspend = adapter.park()
             try:
                 hub.watch(comp, adapter, wake)

@@ -54,10 +54,24 @@ def released() -> Iterator[None]:
 class ExecutionContext:
     """Everything one submission needs: its stream, its sequence number, what it retains."""
 
-    __slots__ = ("accesses", "capturing", "device", "errors", "retained", "seq", "stream")
+    __slots__ = (
+        "accesses",
+        "capturing",
+        "deferred",
+        "device",
+        "errors",
+        "fuse",
+        "retained",
+        "seq",
+        "stream",
+    )
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
+        #: The op whose last launch may be deferred to the completion's flag write (one
+        #: driver call for both: see ``Hub.attach``), and that launch once deferred.
+        self.fuse: Any = None
+        self.deferred: Any = None
         self.device: Device = stream.device
         self.retained: list[Any] = []
         #: Errors raised by this submission's device work itself (an emulated kernel's

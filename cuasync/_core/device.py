@@ -14,6 +14,7 @@ from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from .context import LOCK, submitting
+from .priority import StreamPriorityRange, check_priority, priority_range
 
 if TYPE_CHECKING:
     from .scheduling import SchedulingPolicy
@@ -173,9 +174,27 @@ class Device:
         peer = _check_ordinal(other, "other")
         return peer == self.ordinal or get_backend().device_can_access_peer(self.ordinal, peer)
 
-    def new_stream(self) -> Stream:
-        """A new stream owned by cuasync (destroyed when the object is collected)."""
-        return Stream._create(self)
+    def new_stream(self, priority: int | None = None) -> Stream:
+        """A new stream owned by cuasync (destroyed when the object is collected).
+
+        ``priority`` (CUDA's numbers: lower is more urgent; None is the default, 0) must
+        lie in :attr:`stream_priority_range`, else :class:`~cuasync.errors.ArgumentError`.
+        Kernels on a more urgent stream are scheduled first when the device is busy.
+
+        >>> urgent = dev.new_stream(priority=dev.stream_priority_range.greatest)
+        >>> urgent.priority
+        -5
+        """
+        return Stream._create(self, check_priority(self.ordinal, priority))
+
+    @property
+    def stream_priority_range(self) -> StreamPriorityRange:
+        """``(least, greatest)`` stream priority (``cuCtxGetStreamPriorityRange``).
+
+        >>> cuasync.Device(0).stream_priority_range
+        StreamPriorityRange(least=0, greatest=-5)
+        """
+        return priority_range(self.ordinal)
 
     def synchronize(self) -> None:
         """Block until all work on this device has finished (raises on a device fault)."""
@@ -387,8 +406,18 @@ class Stream:
             weakref.finalize(self, _destroy_stream, handle, self._alive)
 
     @classmethod
-    def _create(cls, device: Device) -> Stream:
-        return cls._new(get_backend().stream_create(device.ordinal), device, owned=True)
+    def _create(cls, device: Device, priority: int = 0) -> Stream:
+        handle = get_backend().stream_create(device.ordinal, priority)
+        return cls._new(handle, device, owned=True)
+
+    @property
+    def priority(self) -> int:
+        """The priority the driver gives this stream (``cuStreamGetPriority``).
+
+        >>> cuasync.Device(0).new_stream(priority=-2).priority
+        -2
+        """
+        return get_backend().stream_priority(self.handle)
 
     @classmethod
     def from_handle(cls, handle: int | Any, device: int | Device | None = None) -> Stream:

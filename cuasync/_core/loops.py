@@ -14,6 +14,7 @@ Blocking threads need no adapter: they call ``Hub.block`` (after
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
 import threading
 import weakref
@@ -43,6 +44,41 @@ class AsyncioAdapter:
         # wake-up racing close() never writes to a closed (or reused) socket fd.
         self._lock = threading.Lock()
         self._closed = False
+        # asyncio's ready queue (a deque) tells whether other callbacks wait to run;
+        # uvloop has no view of its own, so the tasks awaiting in one loop iteration
+        # tell instead (see others_ready).
+        self._ready: Any = getattr(loop, "_ready", None)
+        if not isinstance(self._ready, collections.deque):
+            self._ready = None
+        self._tick_task: Any = None
+        self._tick_shared = False
+        self.long_ops = False
+
+    def others_ready(self) -> bool:
+        """Whether other work on this loop is ready to run now (then a long await parks at once).
+
+        asyncio: its ready queue is not empty. uvloop: another task already awaited in
+        this loop iteration (a burst such as ``gather``); one task awaiting again and
+        again, as a sequential loop does, still spins.
+        """
+        ready = self._ready
+        if ready is not None:
+            return bool(ready)
+        task = asyncio.current_task()
+        first = self._tick_task
+        if first is None:
+            self._tick_task = task
+            loop = self._loop()
+            if loop is not None:
+                loop.call_soon(self._next_tick)
+            return False
+        if first is not task:
+            self._tick_shared = True
+        return self._tick_shared
+
+    def _next_tick(self) -> None:
+        self._tick_task = None
+        self._tick_shared = False
 
     def park(self) -> tuple[Waiter, Suspend]:
         loop = self._loop()
@@ -131,7 +167,13 @@ class TrioAdapter:
 
         self._trio = trio
         self._token = trio.lowlevel.current_trio_token()
+        self._statistics = trio.lowlevel.current_statistics
         self.queue: Any = None
+        self.long_ops = False
+
+    def others_ready(self) -> bool:
+        """Whether other trio tasks are runnable now (then a long await parks at once)."""
+        return bool(self._statistics().tasks_runnable)
 
     def park(self) -> tuple[Waiter, Suspend]:
         trio = self._trio

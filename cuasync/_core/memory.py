@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError
+from .pools import current_pool
 
 if TYPE_CHECKING:
     from .device import Device, Stream
@@ -46,7 +47,7 @@ def warn_leak(device: Device, what: str) -> None:
 class Allocation:
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
-    __slots__ = ("__weakref__", "_reads", "_write", "device", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_pool", "_reads", "_write", "device", "nbytes", "ptr")
 
     #: Whether cuasync ops may only read it (memory a producer exported read-only).
     readonly = False
@@ -57,9 +58,16 @@ class Allocation:
         if device._utility is None:
             device._utility_stream()  # now, not in __del__: creating a stream may start a thread
         self.device = device
+        pool = self._pool = current_pool(device)  # held: the pool outlives its allocations
         device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
         try:
-            self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+            if pool is None:
+                self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+            else:
+                self.ptr = get_backend().pool_alloc_async(
+                    max(nbytes, 1), pool.handle, stream.handle
+                )
+                pool._charge(nbytes)
         except BaseException:
             device._discharge(nbytes)
             raise
@@ -105,6 +113,8 @@ class Allocation:
             return
         try:
             device._discharge(nbytes)
+            if self._pool is not None:
+                self._pool._discharge(nbytes)
             if device.fault is not None:
                 warn_leak(device, "its allocations")
                 return

@@ -21,6 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
+from . import trace
 from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
@@ -92,6 +93,8 @@ class DeviceOp(Generic[T]):
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
         """Enqueue on ``stream`` (the caller has taken the op) and track the completion."""
+        if trace.enabled and not getattr(LOCAL, "traced", False):
+            return self._start_traced(stream, notify)
         _check_stream(stream, self._device)
         if stream._capturing:
             no_capture(stream, "executing an op")
@@ -100,6 +103,8 @@ class DeviceOp(Generic[T]):
         with LOCK:
             LOCAL.active = True
             ctx = ExecutionContext(stream)
+            if notify:
+                ctx.fuse = self
             try:
                 out = self._enqueue(ctx)
                 return get_hub().attach(ctx, out) if notify else Completion(ctx, out)
@@ -108,6 +113,22 @@ class DeviceOp(Generic[T]):
                 raise
             finally:
                 LOCAL.active = False
+
+    def _start_traced(self, stream: Stream, notify: bool) -> Completion:
+        """:meth:`_start` inside NVTX ranges (see :mod:`.trace`)."""
+        with trace.submitting(self._trace_name()) as flight:
+            LOCAL.traced = True
+            try:
+                comp = self._start(stream, notify)
+            finally:
+                LOCAL.traced = False
+            if comp.state == PENDING:
+                trace.start_flight(comp, flight)
+        return comp
+
+    def _trace_name(self) -> str:
+        """The op's name in NVTX ranges."""
+        return type(self).__name__.lstrip("_")
 
     def _pick_stream(self) -> Stream:
         """The stream ``await``, ``sync()`` and ``submit()`` use: the policy's next one."""
@@ -693,6 +714,9 @@ class _FnOp(DeviceOp[T]):
         self._fn = fn
         self._name = name
         self._graph_node = graph_node
+
+    def _trace_name(self) -> str:
+        return self._name
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         return self._fn(ctx)

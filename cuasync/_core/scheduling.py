@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from ..errors import ArgumentError, SchedulingError
 from .device import Device, Stream, get_default_device
+from .priority import check_priority
 
 __all__ = [
     "SchedulingPolicy",
@@ -42,15 +43,30 @@ class SchedulingPolicy(ABC):
 class StreamPoolRoundRobin(SchedulingPolicy):
     """Rotates through ``num_streams`` streams of ``device`` (default: the default device).
 
+    ``priority`` gives the streams a priority (see :meth:`Device.new_stream`): with
+    :func:`use_policy`, latency-critical requests run on urgent streams, ahead of batch
+    work on the default ones.
+
     >>> policy = cuasync.StreamPoolRoundRobin(device=0, num_streams=8)
     >>> fut = op.schedule(policy)
+    >>> urgent = cuasync.StreamPoolRoundRobin(priority=-5)
+    >>> with cuasync.use_policy(urgent):
+    ...     await op
     """
 
-    def __init__(self, device: int | Device | None = None, num_streams: int = 4) -> None:
+    def __init__(
+        self,
+        device: int | Device | None = None,
+        num_streams: int = 4,
+        *,
+        priority: int | None = None,
+    ) -> None:
         if not isinstance(num_streams, int) or isinstance(num_streams, bool) or num_streams < 1:
             raise ArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
         self.device = get_default_device() if device is None else Device(device)
         self.num_streams = num_streams
+        #: The priority of the pool's streams (None: the default).
+        self.priority = None if priority is None else check_priority(self.device.ordinal, priority)
         self._streams: list[Stream] = []
         self._counter = itertools.count()
         self._lock = threading.Lock()
@@ -61,7 +77,8 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         if not self._streams:
             with self._lock:
                 if not self._streams:
-                    self._streams = [self.device.new_stream() for _ in range(self.num_streams)]
+                    new = self.device.new_stream
+                    self._streams = [new(self.priority) for _ in range(self.num_streams)]
         return list(self._streams)
 
     def next_stream(self) -> Stream:
@@ -69,7 +86,11 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         return streams[next(self._counter) % self.num_streams]
 
     def __repr__(self) -> str:
-        return f"StreamPoolRoundRobin(device={self.device.ordinal}, num_streams={self.num_streams})"
+        urgency = "" if self.priority is None else f", priority={self.priority}"
+        return (
+            f"StreamPoolRoundRobin(device={self.device.ordinal}, "
+            f"num_streams={self.num_streams}{urgency})"
+        )
 
 
 class SingleStream(SchedulingPolicy):

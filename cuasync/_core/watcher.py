@@ -5,6 +5,8 @@ future, a closed loop, a blocking ``wait()``, a future awaited from several loop
 finishes host-callback completions, and gives the hub a clock to probe the streams of
 host-callback completions that make no progress. It decides nothing itself: every
 report goes to the hub (:mod:`.completion`), which owns completion state and faults.
+It also runs *chores* (:meth:`BackgroundWatcher.add_chore`): housekeeping that must not
+run on an event loop's thread, such as freeing idle pinned memory.
 
 >>> hub.background.kick()        # wake it (never blocks)
 """
@@ -16,6 +18,8 @@ import logging
 import os
 import select
 import threading
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._config import CONFIG
@@ -55,6 +59,7 @@ class BackgroundWatcher:
             self._poll.register(self.signals.fileno(), select.POLLIN)
             native.set_host_signal_queue(self.signals)
         self._landed: collections.deque[Completion] = collections.deque()
+        self._chores: list[weakref.WeakMethod[Callable[[], float | None]]] = []
         self.thread = threading.Thread(target=self._run, name="cuasync-watcher", daemon=True)
         self.thread.start()
 
@@ -62,6 +67,34 @@ class BackgroundWatcher:
         """Finish ``comp`` on this thread soon (from a host function: no driver calls)."""
         self._landed.append(comp)
         self.kick()
+
+    def add_chore(self, chore: Callable[[], float | None]) -> None:
+        """Call the bound method ``chore()`` on this thread now and after each wake-up;
+        it returns the seconds until it wants to run again, or None (until the next
+        :meth:`kick`). Held weakly: a collected owner's chore is dropped.
+
+        >>> hub.background.add_chore(pool._chore)
+        """
+        self._chores.append(weakref.WeakMethod(chore))
+        self.kick()
+
+    def _run_chores(self) -> float | None:
+        """Run every chore; the shortest delay any of them asked for."""
+        delay: float | None = None
+        for ref in list(self._chores):
+            chore = ref()
+            if chore is None:
+                self._chores.remove(ref)
+                continue
+            try:
+                wanted = chore()
+            except Exception:
+                log.exception("cuasync background watcher: a chore failed; it runs again later")
+                wanted = 1.0
+            if wanted is not None and (delay is None or wanted < delay):
+                delay = max(wanted, 0.001)
+            del chore
+        return delay
 
     def kick(self) -> None:
         """Wake the thread (never blocks: a full pipe already means a wake-up is due)."""
@@ -76,12 +109,18 @@ class BackgroundWatcher:
             try:
                 self._step(stale)
             except Exception:
+                if self._hub.closed:  # the process is exiting: the slab is gone
+                    return
                 log.exception("cuasync background watcher: unexpected error; it keeps running")
 
     def _step(self, stale: float) -> None:
         hub = self._hub
         # While host-callback completions are pending, wake up to let the hub probe them.
         timeout = stale * 1000 if hub.callback_pending else None
+        if self._chores:
+            delay = self._run_chores()
+            if delay is not None and (timeout is None or delay * 1000 < timeout):
+                timeout = delay * 1000
         for fd, _ in self._poll.poll(timeout):
             if fd == self._wake_r:
                 try:

@@ -67,6 +67,7 @@ class ForeignAllocation(Allocation):
         if device._utility is None:
             device._utility_stream()  # now, not in a deleter: creating a stream may start a thread
         self.device = device
+        self._pool = None
         self.ptr = ptr
         self.nbytes = nbytes
         self.owner = owner

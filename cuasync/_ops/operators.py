@@ -1,4 +1,4 @@
-"""Arithmetic and comparison operators of :class:`~cuasync.Tensor` and ``TensorOp``.
+"""Arithmetic, comparison and ``@`` operators of :class:`~cuasync.Tensor` and ``TensorOp``.
 
 A mixin, so that type checkers see them: each operator builds a (fused) ``TensorOp``;
 an operand it cannot take gives ``NotImplemented``. ``__eq__`` builds an op too, so the
@@ -22,7 +22,7 @@ def _ew() -> Any:
 
 
 class TensorOperators:
-    """``+ - * / % **`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
+    """``+ - * / % ** @`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
 
     __slots__ = ()
     __array_ufunc__ = None  # numpy defers to these operators: ``np.float32(2) * t`` works
@@ -88,6 +88,20 @@ class TensorOperators:
 
     def __ge__(self, other: Any) -> TensorOp:
         return self._binary("greater_equal", other)
+
+    def __matmul__(self, other: Any) -> TensorOp:
+        from . import contract
+
+        if not contract.is_operand(other):
+            return NotImplemented
+        return contract.matmul(self, other)  # type: ignore[arg-type]
+
+    def __rmatmul__(self, other: Any) -> TensorOp:
+        from . import contract
+
+        if not contract.is_operand(other):
+            return NotImplemented
+        return contract.matmul(other, self)  # type: ignore[arg-type]
 
     def __neg__(self) -> TensorOp:
         return _ew().negative(self)

@@ -128,6 +128,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         assert node.dtype is not None
         self.dtype = node.dtype
 
+    def _trace_name(self) -> str:
+        return self._node.name  # the creating op's name, or the expression's root op
+
     @property
     def ndim(self) -> int:
         """The number of axes of the output."""

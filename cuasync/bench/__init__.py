@@ -8,7 +8,7 @@ The API times with device events and is usable from sync code and from ``await``
 >>> p = cuasync.bench.do_bench_paired(lambda: x.dup(), lambda: x + 1)  # PairedResult
 >>> p.ratio, p.ci_low, p.ci_high
 
-Suites: completion, launch, graphs, transfers, peer, all. Every figure is measured side
+Suites: completion, launch, graphs, transfers, peer, matmul, all. Every figure is measured side
 by side with its alternatives in one process, so ratios are meaningful on the machine
 they ran on. See docs/performance.md for recorded runs.
 """

@@ -1,6 +1,8 @@
 """``python -m cuasync.bench SUITE... [--json PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, ops, all.
+Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, all. On a
+terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
+the suites.
 """
 
 from __future__ import annotations
@@ -8,9 +10,45 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._progress import Progress
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers", "peer", "ops")
+SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops")
+
+
+def _run(suite: str, report: Report, quick: bool) -> None:
+    if suite == "completion":
+        from . import completion
+
+        completion.run(report, n=200 if quick else 2000, concurrent=512 if quick else 8192)
+    elif suite == "launch":
+        from . import launch
+
+        launch.run(report, count=500 if quick else 20000)
+    elif suite == "graphs":
+        from . import graphs
+
+        graphs.run(report, reps=3 if quick else 50)
+    elif suite == "transfers":
+        from . import transfers
+
+        transfers.run(report, quick=quick)
+    elif suite == "peer":
+        from . import peer
+
+        peer.run(report, quick=quick)
+    elif suite == "matmul":
+        from . import matmul
+
+        matmul.run(report, quick=quick)
+    elif suite == "priority":
+        from . import priority
+
+        priority.run(report, n=50 if quick else 500)
+    elif suite == "ops":
+        from . import ops
+
+        ops.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,33 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or all")
     report = Report(meta=machine_meta())
     print("machine:", ", ".join(f"{k}={v}" for k, v in report.meta.items()), flush=True)
-    for suite in chosen:
-        if suite == "completion":
-            from . import completion
-
-            completion.run(
-                report, n=200 if args.quick else 2000, concurrent=512 if args.quick else 8192
-            )
-        elif suite == "launch":
-            from . import launch
-
-            launch.run(report, count=500 if args.quick else 20000)
-        elif suite == "graphs":
-            from . import graphs
-
-            graphs.run(report, reps=3 if args.quick else 50)
-        elif suite == "transfers":
-            from . import transfers
-
-            transfers.run(report, quick=args.quick)
-        elif suite == "peer":
-            from . import peer
-
-            peer.run(report, quick=args.quick)
-        elif suite == "ops":
-            from . import ops
-
-            ops.run(report, quick=args.quick)
+    with Progress(chosen) as progress:
+        report.on_row = progress.row
+        for suite in chosen:
+            progress.start(suite)
+            _run(suite, report, args.quick)
+            progress.done()
     if args.json:
         report.dump(args.json)
     return 0

@@ -28,6 +28,8 @@ class Row:
 class Report:
     rows: list[Row] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Called with each row's name once measured (the progress bar); not saved.
+    on_row: Callable[[str], None] | None = None
 
     def latency(
         self, suite: str, name: str, samples_ns: list[int] | np.ndarray, note: str = ""
@@ -35,6 +37,8 @@ class Report:
         a = np.asarray(samples_ns, dtype=np.float64) / 1e3
         row = Row(suite, name, float(np.percentile(a, 50)), float(np.percentile(a, 99)), note=note)
         self.rows.append(row)
+        if self.on_row is not None:
+            self.on_row(name)
         print(
             f"  {name:<58} p50 {row.p50_us:8.1f} us   p99 {row.p99_us:8.1f} us  {note}", flush=True
         )
@@ -43,6 +47,8 @@ class Report:
     def value(self, suite: str, name: str, value: float, unit: str, note: str = "") -> Row:
         row = Row(suite, name, value=float(value), unit=unit, note=note)
         self.rows.append(row)
+        if self.on_row is not None:
+            self.on_row(name)
         print(f"  {name:<58} {value:12,.2f} {unit}  {note}", flush=True)
         return row
 

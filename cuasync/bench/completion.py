@@ -23,6 +23,7 @@ import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
+from . import _breakdown
 from ._util import Report, timed
 
 SUITE = "completion"
@@ -383,8 +384,15 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             )
             base[f"{kind}-{label}"] = row.p50_us or 0.0
         hub.spin_budget_us, hub.use_reactor = default_spin, hub.reactor is not None
+        before = cuasync.stats()
         ops = _run_loop(kind, lambda: _concurrent(concurrent))
-        report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s")
+        after = cuasync.stats()
+        note = (
+            f"inline {after.completed_inline - before.completed_inline}, "
+            f"reactor {after.completed_reactor - before.completed_reactor}, "
+            f"spins skipped {after.spins_skipped - before.spins_skipped}"
+        )
+        report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s", note)
         ops = _run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
     report.value(
@@ -421,6 +429,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             "% of a core",
             f"{switches:,.0f} context switches/s",
         )
+    _breakdown.run(report, tiny, stream, n)
     _ratios(report, base, loops, default_spin, concurrent)
 
 

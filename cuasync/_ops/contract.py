@@ -1,0 +1,414 @@
+"""Contractions: ``matmul`` (and ``@``), ``tensordot`` and ``dot_general``, as BLAS GEMMs.
+
+Each returns a :class:`~cuasync.TensorOp` whose shape, dtype and device are checked
+when it is built; when it runs, ``gemm`` (the sibling module) turns the operands into
+batches of matrices and the backend runs the products on the op's stream: cuBLAS on a
+GPU, numpy on the emulator.
+
+>>> c = await (a @ b)                                          # numpy's matmul rules
+>>> c = await cuasync.matmul(a, b, precision="tf32")           # float32 on tensor cores
+>>> await cuasync.matmul(a, b, out=c, beta=1.0)                # c += a @ b
+>>> d = await cuasync.dot_general(x, y, contracting=((2,), (1,)), batch=((0,), (0,)))
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._copies import new_tensor
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import dtype_name
+from .._tensor import Shape, Tensor, partly_overlap
+from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
+from .tensorop import TensorOp, tensor_op
+
+__all__ = ["dot_general", "matmul", "tensordot"]
+
+#: The dtypes contractions take.
+DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+PRECISIONS = ("highest", "tf32")
+_INT_MAX = 2**31 - 1
+
+Operand = Tensor | TensorOp
+
+
+def is_operand(value: Any) -> bool:
+    """Whether ``@`` takes ``value`` (else it returns NotImplemented)."""
+    return isinstance(value, (Tensor, TensorOp))
+
+
+# -- checks, when the op is built ---------------------------------------------------------
+def _check_operand(x: Any, argument: str, fn: str) -> Operand:
+    if isinstance(x, TensorOp):
+        if x._consumed:
+            x._take()  # raises OpConsumedError
+        return x
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        raise ArgumentError(f"{fn}: {argument} is a numpy array; upload it first: from_host")
+    raise ArgumentError(
+        f"{fn}: {argument} must be a cuasync.Tensor or a TensorOp, got {type(x).__name__}"
+    )
+
+
+def _common(fn: str, a: Operand, b: Operand) -> tuple[np.dtype[Any], Device]:
+    for x, arg in ((a, "a"), (b, "b")):
+        if dtype_name(x.dtype) not in DTYPES:
+            raise DTypeError(
+                f"{fn}: {arg} has dtype {dtype_name(x.dtype)}; contractions take "
+                f"{', '.join(DTYPES)} (convert it first: cuasync.convert)"
+            )
+    if a.dtype != b.dtype:
+        raise DTypeError(
+            f"{fn}: a is {dtype_name(a.dtype)} but b is {dtype_name(b.dtype)}; convert one "
+            "so both have the same dtype"
+        )
+    if a.device is not b.device:
+        raise InvalidDeviceError(
+            f"{fn}: a lives on device {_ordinal(a.device)}, b on device {_ordinal(b.device)}"
+        )
+    assert a.device is not None
+    return a.dtype, a.device
+
+
+def _ordinal(d: Device | None) -> Any:
+    return d.ordinal if d is not None else "?"
+
+
+def _check_rest(
+    fn: str,
+    shape: Shape,
+    dtype: np.dtype[Any],
+    device: Device,
+    operands: tuple[Operand, Operand],
+    out: Any,
+    alpha: Any,
+    beta: Any,
+    precision: Any,
+) -> tuple[complex, complex]:
+    if precision not in PRECISIONS:
+        raise ArgumentError(f"{fn}: precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "tf32" and dtype_name(dtype) not in ("float32", "complex64"):
+        raise ArgumentError(
+            f"{fn}: precision='tf32' is for float32 and complex64, not {dtype_name(dtype)}"
+        )
+    scalars = []
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, complex, np.number)):
+            raise ArgumentError(f"{fn}: {name} must be a number, got {type(v).__name__}")
+        if isinstance(v, (complex, np.complexfloating)) and dtype.kind != "c":
+            raise DTypeError(f"{fn}: {name}={v} is complex but the operands are real")
+        scalars.append(complex(v))
+    if scalars[1] != 0 and out is None:
+        raise ArgumentError(f"{fn}: beta={beta} accumulates into out=; pass out")
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise ArgumentError(f"{fn}: out must be a cuasync.Tensor, got {type(out).__name__}")
+        if out.shape != shape:
+            raise ShapeError(f"{fn}: out has shape {out.shape}, the result has shape {shape}")
+        if out.dtype != dtype:
+            raise DTypeError(
+                f"{fn}: out has dtype {dtype_name(out.dtype)}, the result is {dtype_name(dtype)}"
+            )
+        if out.device is not device:
+            raise InvalidDeviceError(
+                f"{fn}: out is on device {out.device.ordinal}, the operands on device "
+                f"{device.ordinal}"
+            )
+        for x, arg in zip(operands, ("a", "b"), strict=True):
+            if isinstance(x, Tensor) and _overlap(out, x):
+                raise AliasingError(
+                    f"{fn}: out overlaps {arg}; a product cannot be written over its input "
+                    "(write into a new tensor, then copy)"
+                )
+    return scalars[0], scalars[1]
+
+
+def _overlap(x: Tensor, y: Tensor) -> bool:
+    same = (x.ptr, x.shape, x.strides) == (y.ptr, y.shape, y.strides)
+    return x.allocation is y.allocation and x.size > 0 and (same or partly_overlap(x, y))
+
+
+def _axes(axes: Any, ndim: int, fn: str, argument: str) -> tuple[int, ...]:
+    try:
+        found = tuple(_index(a) for a in axes)
+    except TypeError:
+        raise ArgumentError(
+            f"{fn}: {argument} must be a sequence of axis numbers, got {axes!r}"
+        ) from None
+    norm = tuple(a + ndim if a < 0 else a for a in found)
+    if any(not 0 <= a < ndim for a in norm):
+        raise ShapeError(f"{fn}: {argument}={found} is out of range for {ndim} axes")
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"{fn}: {argument}={found} names an axis twice")
+    return norm
+
+
+def _index(v: Any) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError("bool is not an axis")
+    return operator.index(v)
+
+
+def _pair(value: Any, fn: str, argument: str) -> tuple[Any, Any]:
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+        raise ArgumentError(f"{fn}: {argument} must be a pair (a's axes, b's axes), got {value!r}")
+    return value[0], value[1]
+
+
+# -- building the op ------------------------------------------------------------------------
+#: ``views(ctx, ta, tb, tc)``: the ``(*batch, m, k)`` and ``(*batch, k, n)`` views of the
+#: operands and ``(*batch, m, n)`` of the result ``tc``, or None for the result when its
+#: axes do not group (it is then computed into a contiguous copy).
+Views = Any
+
+
+def _build(
+    fn: str,
+    operands: tuple[Operand, Operand],
+    shape: Shape,
+    dtype: np.dtype[Any],
+    device: Device,
+    out: Tensor | None,
+    views: Views,
+    scalars: tuple[complex, complex],
+    precision: str,
+) -> TensorOp:
+    a, b = operands
+    alpha, beta = scalars
+    inputs = [a] if a is b else [a, b]
+    for x in inputs:
+        if isinstance(x, TensorOp):
+            x._take()
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        resolved = [x._enqueue(ctx).get() if isinstance(x, TensorOp) else x for x in inputs]
+        ta, tb = resolved[0], resolved[-1]
+        tc = out if out is not None else new_tensor(ctx, shape, dtype, fn)
+        if tc.size == 0:
+            return Output.ready(tc)
+        va, vb, vc = views(ctx, ta, tb, tc)
+        if vc is not None:
+            gemm(ctx, va, vb, vc, alpha, beta, precision)
+            return Output.ready(tc)
+        staged = new_tensor(ctx, tc.shape, dtype, f"{fn} result")
+        if beta != 0:
+            copy_into(ctx, staged, tc)
+        va, vb, vc = views(ctx, ta, tb, staged)
+        gemm(ctx, va, vb, vc, alpha, beta, precision)
+        copy_into(ctx, tc, staged)
+        return Output.ready(tc)
+
+    op = device_op(enqueue, device, fn, graph_node=out is not None)
+    return tensor_op(op, shape, dtype)
+
+
+# -- the public functions ---------------------------------------------------------------------
+def matmul(
+    a: Operand,
+    b: Operand,
+    *,
+    out: Tensor | None = None,
+    alpha: Any = 1.0,
+    beta: Any = 0.0,
+    precision: str = "highest",
+) -> TensorOp:
+    """The matrix product with numpy's rules (``a @ b``): batch axes broadcast, a 1-D
+    ``a`` is a row and a 1-D ``b`` a column (the added axis is removed from the result).
+
+    ``out=`` writes into a tensor of the result's shape and dtype; ``beta`` accumulates
+    into it (``out = alpha * a @ b + beta * out``). ``precision="tf32"`` lets float32
+    products round their inputs to TF32 on tensor cores (about 10 bits); the default
+    ``"highest"`` computes in full float32. float16 and bfloat16 accumulate in float32.
+
+    >>> c = await cuasync.matmul(a, b)                      # (.., m, k) @ (.., k, n)
+    >>> await cuasync.matmul(a, b, out=c, beta=1.0)         # c += a @ b
+    """
+    fn = "matmul"
+    a = _check_operand(a, "a", fn)
+    b = _check_operand(b, "b", fn)
+    dtype, device = _common(fn, a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        which = "a" if a.ndim == 0 else "b"
+        raise ShapeError(f"{fn}: {which} is 0-d; use multiply for scalars")
+    ash = a.shape if a.ndim >= 2 else (1, *a.shape)
+    bsh = b.shape if b.ndim >= 2 else (*b.shape, 1)
+    if ash[-1] != bsh[-2]:
+        raise ShapeError(
+            f"{fn}: a has shape {a.shape} and b {b.shape}: a's last axis ({ash[-1]}) must "
+            f"match b's {'only' if b.ndim == 1 else 'second-to-last'} axis ({bsh[-2]})"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+    except ValueError:
+        raise ShapeError(
+            f"{fn}: the batch axes of a {a.shape} and b {b.shape} do not broadcast"
+        ) from None
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    shape = batch + ((m,) if a.ndim >= 2 else ()) + ((n,) if b.ndim >= 2 else ())
+    _check_sizes(fn, (m, k), (1,), (0,), (k, n), (1,))
+    scalars = _check_rest(fn, shape, dtype, device, (a, b), out, alpha, beta, precision)
+    a1, b1 = a.ndim == 1, b.ndim == 1
+
+    def views(
+        ctx: ExecutionContext, ta: Tensor, tb: Tensor, tc: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        if a1:
+            ta = view(ta, (1, k), (0, ta.strides[0]))
+        if b1:
+            tb = view(tb, (k, 1), (tb.strides[0], 0))
+        cshape, cstrides = list(tc.shape), list(tc.strides)
+        if a1:
+            cshape.insert(len(batch), 1)
+            cstrides.insert(len(batch), 0)
+        if b1:
+            cshape.append(1)
+            cstrides.append(0)
+        vc = view(tc, tuple(cshape), tuple(cstrides))
+        va = broadcast_to(fix(ctx, ta, "a"), batch)
+        vb = broadcast_to(fix(ctx, tb, "b"), batch)
+        return va, vb, vc
+
+    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
+
+
+def dot_general(
+    a: Operand,
+    b: Operand,
+    *,
+    contracting: Any,
+    batch: Any = ((), ()),
+    out: Tensor | None = None,
+    alpha: Any = 1.0,
+    beta: Any = 0.0,
+    precision: str = "highest",
+) -> TensorOp:
+    """Contract the axes ``contracting[0]`` of ``a`` with ``contracting[1]`` of ``b``,
+    pairing the batch axes ``batch[0]`` of ``a`` with ``batch[1]`` of ``b`` (equal
+    sizes, no broadcasting), as XLA's and tenferro's ``dot_general``. The result's axes
+    are the batch axes, then ``a``'s other axes, then ``b``'s. ``out``, ``alpha``,
+    ``beta`` and ``precision`` as in :func:`matmul` (``beta`` is tenferro's
+    ``_into_accum``).
+
+    >>> # (B, M, K) x (B, K, N) -> (B, M, N)
+    >>> c = await cuasync.dot_general(x, y, contracting=((2,), (1,)), batch=((0,), (0,)))
+    """
+    fn = "dot_general"
+    a = _check_operand(a, "a", fn)
+    b = _check_operand(b, "b", fn)
+    dtype, device = _common(fn, a, b)
+    c0, c1 = _pair(contracting, fn, "contracting")
+    b0, b1 = _pair(batch, fn, "batch")
+    ca, cb = _axes(c0, a.ndim, fn, "contracting[0]"), _axes(c1, b.ndim, fn, "contracting[1]")
+    ba, bb = _axes(b0, a.ndim, fn, "batch[0]"), _axes(b1, b.ndim, fn, "batch[1]")
+    return _dot(fn, a, b, ca, cb, ba, bb, dtype, device, out, alpha, beta, precision)
+
+
+def tensordot(
+    a: Operand,
+    b: Operand,
+    axes: Any = 2,
+    *,
+    out: Tensor | None = None,
+    alpha: Any = 1.0,
+    beta: Any = 0.0,
+    precision: str = "highest",
+) -> TensorOp:
+    """``numpy.tensordot``: ``axes=N`` contracts the last N axes of ``a`` with the first
+    N of ``b``; ``axes=(a_axes, b_axes)`` names them. The result has ``a``'s remaining
+    axes, then ``b``'s. ``out``, ``alpha``, ``beta``, ``precision`` as in :func:`matmul`.
+
+    >>> c = await cuasync.tensordot(x, y, axes=([1, 2], [0, 1]))
+    """
+    fn = "tensordot"
+    a = _check_operand(a, "a", fn)
+    b = _check_operand(b, "b", fn)
+    dtype, device = _common(fn, a, b)
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, (bool, np.bool_)):
+        count = int(axes)
+        if not 0 <= count <= min(a.ndim, b.ndim):
+            raise ShapeError(
+                f"{fn}: axes={count} must be between 0 and {min(a.ndim, b.ndim)} for shapes "
+                f"{a.shape} and {b.shape}"
+            )
+        ca = tuple(range(a.ndim - count, a.ndim))
+        cb = tuple(range(count))
+    else:
+        x, y = _pair(axes, fn, "axes")
+        x = (x,) if isinstance(x, (int, np.integer)) else x
+        y = (y,) if isinstance(y, (int, np.integer)) else y
+        ca, cb = _axes(x, a.ndim, fn, "axes[0]"), _axes(y, b.ndim, fn, "axes[1]")
+    return _dot(fn, a, b, ca, cb, (), (), dtype, device, out, alpha, beta, precision)
+
+
+def _dot(
+    fn: str,
+    a: Operand,
+    b: Operand,
+    ca: tuple[int, ...],
+    cb: tuple[int, ...],
+    ba: tuple[int, ...],
+    bb: tuple[int, ...],
+    dtype: np.dtype[Any],
+    device: Device,
+    out: Tensor | None,
+    alpha: Any,
+    beta: Any,
+    precision: str,
+) -> TensorOp:
+    argument = "axes" if fn == "tensordot" else "contracting"
+    for name, (x, y) in ((argument, (ca, cb)), ("batch", (ba, bb))):
+        if len(x) != len(y):
+            raise ShapeError(f"{fn}: {name} pairs {len(x)} axes of a with {len(y)} of b")
+        sx, sy = tuple(a.shape[i] for i in x), tuple(b.shape[i] for i in y)
+        if sx != sy:
+            raise ShapeError(f"{fn}: {name} axes have sizes {sx} in a but {sy} in b")
+    if set(ca) & set(ba) or set(cb) & set(bb):
+        raise ShapeError(f"{fn}: an axis is both contracting and batch")
+    fa = tuple(i for i in range(a.ndim) if i not in ca and i not in ba)
+    fb = tuple(i for i in range(b.ndim) if i not in cb and i not in bb)
+    shape = (
+        tuple(a.shape[i] for i in ba)
+        + tuple(a.shape[i] for i in fa)
+        + tuple(b.shape[i] for i in fb)
+    )
+    _check_sizes(fn, a.shape, ca, fa, b.shape, fb)
+    scalars = _check_rest(fn, shape, dtype, device, (a, b), out, alpha, beta, precision)
+    nb = len(ba)
+    ones = [1] * nb
+    out_groups = [
+        *((i,) for i in range(nb)),
+        tuple(range(nb, nb + len(fa))),
+        tuple(range(nb + len(fa), len(shape))),
+    ]
+
+    def views(
+        ctx: ExecutionContext, ta: Tensor, tb: Tensor, tc: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        va = regroup(ctx, ta, ba + fa + ca, [*ones, len(fa), len(ca)])
+        vb = regroup(ctx, tb, bb + cb + fb, [*ones, len(cb), len(fb)])
+        return va, vb, group(tc, out_groups)
+
+    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
+
+
+def _check_sizes(
+    fn: str, sa: Shape, ca: tuple[int, ...], fa: tuple[int, ...], sb: Shape, fb: tuple[int, ...]
+) -> None:
+    for name, v in (
+        ("k", math.prod(sa[i] for i in ca)),
+        ("m", math.prod(sa[i] for i in fa)),
+        ("n", math.prod(sb[i] for i in fb)),
+    ):
+        if v > _INT_MAX:
+            raise ShapeError(f"{fn}: the product's {name}={v} exceeds the 32-bit limit of BLAS")

@@ -1,0 +1,194 @@
+"""Running a contraction: operands as batches of BLAS-readable matrices, then GEMMs.
+
+A matrix BLAS can read in place is row- or column-major with any leading dimension
+(:func:`~cuasync._backends.base.matrix_layout`); other views are copied contiguous in
+the op's submission. Batch axes that merge into one stride (0 for a broadcast operand)
+become one strided-batched call of the backend's ``gemm``; the rest loop.
+
+>>> gemm(ctx, a3, b3, c3, 1.0, 0.0, "highest")   # (*batch, m, k) @ (*batch, k, n)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from .._backends import get_backend
+from .._backends.base import matrix_layout
+from .._copies import copy_strided, new_tensor
+from .._core.context import ExecutionContext
+from .._tensor import Shape, Tensor
+
+__all__ = ["broadcast_to", "copy_into", "fix", "gemm", "group", "regroup", "view"]
+
+
+def view(t: Tensor, shape: Shape, strides: Shape) -> Tensor:
+    """Another view of ``t``'s memory, from its first element (strides in elements)."""
+    return Tensor(t.allocation, shape, t.dtype, strides, t.offset)
+
+
+def _dense(ctx: ExecutionContext, t: Tensor, what: str) -> Tensor:
+    """A contiguous copy of the view ``t`` (read now, in this submission)."""
+    copy = new_tensor(ctx, t.shape, t.dtype, what)
+    src = ctx.read(t.allocation, what) + t.offset * t.itemsize
+    size = t.itemsize
+    copy_strided(
+        ctx,
+        "dtod",
+        copy.ptr,
+        tuple(s * size for s in copy.strides),
+        src,
+        tuple(s * size for s in t.strides),
+        t.shape,
+        size,
+    )
+    return copy
+
+
+def _readable(t: Tensor) -> bool:
+    *batch, r, c = t.shape
+    return matrix_layout(r, c, t.strides[-2], t.strides[-1]) is not None and all(
+        s >= 0 or d == 1 for s, d in zip(t.strides[:-2], batch, strict=True)
+    )
+
+
+def _merge_batch(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
+    """Drop length-1 batch axes and merge axes that are one stride in every operand."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
+            dims[-1] *= d
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[j]
+            continue
+        dims.append(d)
+        for m, s in zip(merged, strides, strict=True):
+            m.append(s[j])
+    return tuple(dims), [tuple(m) for m in merged]
+
+
+def gemm(
+    ctx: ExecutionContext,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    alpha: complex,
+    beta: complex,
+    precision: str,
+) -> None:
+    """Enqueue ``c = alpha * a @ b + beta * c`` for views ``(*batch, m, k)``,
+    ``(*batch, k, n)``, ``(*batch, m, n)`` of one batch shape (0 strides broadcast)."""
+    *batch, _, k = a.shape
+    n = b.shape[-1]
+    if c.size == 0:
+        return
+    if k == 0:  # nothing is read from a and b: give them any readable layout
+        a = view(a, a.shape, (*(0 for _ in batch), 1, 1))
+        b = view(b, b.shape, (*(0 for _ in batch), max(1, n), 1))
+    if not _readable(a):
+        a = _dense(ctx, a, "a")
+    if not _readable(b):
+        b = _dense(ctx, b, "b")
+    target = c
+    if not _readable(c):
+        target = new_tensor(ctx, c.shape, c.dtype, "matmul result")
+        if beta != 0:
+            copy_into(ctx, target, c)
+    if k:
+        ctx.read(a.allocation, "a")
+        ctx.read(b.allocation, "b")
+    ctx.write(target.allocation, "out")
+    dims, (sa, sb, sc) = _merge_batch(
+        tuple(batch), [a.strides[:-2], b.strides[:-2], target.strides[:-2]]
+    )
+    count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))
+    backend = get_backend()
+    outer = [range(d) for d in dims[:-1]]
+    for index in itertools.product(*outer):
+        offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
+        xs = [
+            Tensor(
+                t.allocation, (count, *t.shape[-2:]), t.dtype, (s, *t.strides[-2:]), t.offset + o
+            )
+            for t, s, o in zip((a, b, target), step, offsets, strict=True)
+        ]
+        backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
+    if target is not c:
+        copy_into(ctx, c, target)
+
+
+def copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """Enqueue a copy of the view ``src`` into the view ``dst`` (same shape and dtype)."""
+    size = dst.itemsize
+    sp = ctx.read(src.allocation, "src") + src.offset * size
+    dp = ctx.write(dst.allocation, "out") + dst.offset * size
+    copy_strided(
+        ctx,
+        "dtod",
+        dp,
+        tuple(s * size for s in dst.strides),
+        sp,
+        tuple(s * size for s in src.strides),
+        dst.shape,
+        size,
+    )
+
+
+def group(t: Tensor, groups: list[tuple[int, ...]]) -> Tensor | None:
+    """``t`` with its axes regrouped: each group of axes (in order) becomes one axis;
+    None when a group's axes do not merge into one stride."""
+    shape, strides = [], []
+    for g in groups:
+        dims = [(t.shape[i], t.strides[i]) for i in g if t.shape[i] != 1]
+        size = math.prod(t.shape[i] for i in g)
+        if not dims:
+            stride = 1
+        else:
+            stride = dims[-1][1]
+            for (_, s0), (d1, s1) in itertools.pairwise(dims):
+                if s0 != s1 * d1:
+                    return None
+        shape.append(size)
+        strides.append(stride)
+    return Tensor(t.allocation, tuple(shape), t.dtype, tuple(strides), t.offset)
+
+
+def regroup(ctx: ExecutionContext, t: Tensor, order: tuple[int, ...], groups: list[int]) -> Tensor:
+    """``t`` permuted by ``order``, its axes then grouped by the sizes ``groups``
+    (each group one axis); copied contiguous first where the group does not merge."""
+    p = Tensor(
+        t.allocation,
+        tuple(t.shape[i] for i in order),
+        t.dtype,
+        tuple(t.strides[i] for i in order),
+        t.offset,
+    )
+    bounds, start = [], 0
+    for g in groups:
+        bounds.append(tuple(range(start, start + g)))
+        start += g
+    found = group(p, bounds)
+    if found is None:
+        found = group(_dense(ctx, p, "operand"), bounds)
+        assert found is not None
+    return found
+
+
+def fix(ctx: ExecutionContext, t: Tensor, what: str) -> Tensor:
+    """``t`` if BLAS can read its matrices, else a contiguous copy."""
+    return t if _readable(t) else _dense(ctx, t, what)
+
+
+def broadcast_to(t: Tensor, batch: Shape) -> Tensor:
+    """``t`` (``(*b, r, c)``) with its batch axes broadcast to ``batch`` (0 strides)."""
+    lead = len(batch) - (t.ndim - 2)
+    strides = (0,) * lead + tuple(
+        0 if d == 1 and n != 1 else s
+        for d, s, n in zip(t.shape[:-2], t.strides[:-2], batch[lead:], strict=True)
+    )
+    return Tensor(
+        t.allocation, (*batch, *t.shape[-2:]), t.dtype, strides + t.strides[-2:], t.offset
+    )

@@ -1,0 +1,495 @@
+"""Load the inference service (examples/torch_service.py) in each mode and compare.
+
+For each mode (``cuasync``, ``sync``, ``executor``, ``poll``) this starts the service
+under uvicorn (uvloop when installed) on a free port of the loopback interface, drives
+requests at a fixed concurrency while probing ``/health``, stops it, and prints one table:
+requests/s, request latency p50 and p99, ``/health`` p99 (how long the loop takes to
+answer a trivial route while it serves inference), and the server process's CPU seconds
+per 1000 requests (user + system, from ``/proc/<pid>/stat``; the probes are included).
+
+Three cases:
+
+* ``anchor``: the MLP 8 x 4096^2 fp32, batch 512, 32 requests at a time;
+* ``latency``: the same model, one request at a time;
+* ``small``: a small MLP (2 x 512^2, batch 32), 64 at a time: a high request rate,
+  where what the server spends per request shows.
+
+Each case runs until ``--requests`` requests or ``--duration`` seconds, whichever comes
+first; the defaults take about 4 minutes on an H200 (server starts included)::
+
+    python examples/load.py                       # torch + CUDA: POST /infer
+    python examples/load.py --backend emulator    # no GPU: POST /compute on the emulator
+    python examples/load.py --modes cuasync,sync --cases anchor --duration 20
+
+With ``--backend emulator`` the cases drive the cuasync-only route ``/compute`` instead,
+and each emulated device command takes ``--emu-delay-us`` (``anchor``, ``latency``) or
+nothing (``small``), standing in for GPU time. This is for trying the script anywhere;
+its numbers say nothing about a GPU.
+
+The script talks to the loopback interface only: it refuses any other ``--host``.
+Requires ``pip install cuasync[web]`` (starlette, uvicorn, httpx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import ipaddress
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+SERVICE = Path(__file__).resolve().parent / "torch_service.py"
+MODES = ("cuasync", "sync", "executor", "poll")
+CASES = ("anchor", "latency", "small")
+JSON_HEADERS = {"content-type": "application/json"}
+REQUEST_TIMEOUT_S = 120.0
+STARTUP_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What one server process runs: extra arguments and environment for the service."""
+
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a server, a route and body, and how many requests at a time."""
+
+    name: str
+    server: ServerSpec
+    path: str
+    body: bytes
+    concurrency: int
+
+
+@dataclass
+class Result:
+    """What one (case, mode) run measured."""
+
+    completed: int
+    elapsed_s: float
+    latencies_s: list[float]
+    health_s: list[float]
+    cpu_s: float
+    errors: int
+    first_error: str | None
+
+    @property
+    def per_second(self) -> float:
+        return self.completed / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    @property
+    def cpu_per_1000(self) -> float:
+        return 1000 * self.cpu_s / self.completed if self.completed else math.nan
+
+
+@dataclass
+class Requests:
+    """The outcome of a batch of requests."""
+
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str | None = None
+
+
+def check_loopback(host: str) -> None:
+    """Refuse any host that is not (or does not resolve only to) a loopback address."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot resolve {host!r}: {exc}") from exc
+    for address in addresses:
+        if not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+            raise ValueError(
+                f"{host!r} is not a loopback address ({address}): this script only loads a local server"
+            )
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # the name may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except OSError:
+        pass
+    try:
+        import psutil  # type: ignore[import-not-found]
+    except ImportError:
+        return math.nan
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100) of ``values``."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def server_environment(spec: ServerSpec) -> dict[str, str]:
+    """This environment, the spec's variables, and a PYTHONPATH that finds the cuasync this
+    script finds (the service runs from examples/, not from the repository root)."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    found = importlib.util.find_spec("cuasync")
+    if found is None or found.origin is None:
+        raise SystemExit("cuasync is not importable: install it or set PYTHONPATH")
+    package_parent = str(Path(found.origin).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+class Server:
+    """One service process on ``host``, in ``mode``; stopped (SIGTERM) on exit."""
+
+    def __init__(self, spec: ServerSpec, mode: str, host: str) -> None:
+        self.spec = spec
+        self.port = free_port(host)
+        self.url = (
+            f"http://{host}:{self.port}" if ":" not in host else f"http://[{host}]:{self.port}"
+        )
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        argv = [
+            sys.executable,
+            str(SERVICE),
+            f"--mode={mode}",
+            f"--host={host}",
+            f"--port={self.port}",
+        ]
+        self.process = subprocess.Popen(
+            [*argv, *spec.args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=server_environment(spec),
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    async def ready(self) -> dict[str, Any]:
+        """Wait until ``/health`` answers; its answer."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    break
+                try:
+                    response = await client.get("/health")
+                    if response.status_code == 200:
+                        return dict(response.json())
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise SystemExit(f"the service did not start:\n{self.output()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+async def send_requests(
+    client: httpx.AsyncClient, case: Case, count: int, deadline: float
+) -> Requests:
+    """``count`` requests (or as many as fit before ``deadline``), ``case.concurrency`` at a
+    time; the latency of each one that answered 200."""
+    outcome = Requests()
+    issued = 0
+
+    async def worker() -> None:
+        nonlocal issued
+        while issued < count and time.perf_counter() < deadline:
+            issued += 1
+            start = time.perf_counter()
+            try:
+                response = await client.post(case.path, content=case.body, headers=JSON_HEADERS)
+                error = (
+                    None
+                    if response.status_code == 200
+                    else f"{response.status_code}: {response.text[:200]}"
+                )
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            if error is None:
+                outcome.latencies_s.append(time.perf_counter() - start)
+            else:
+                outcome.errors += 1
+                outcome.first_error = outcome.first_error or error
+
+    await asyncio.gather(*(worker() for _ in range(case.concurrency)))
+    return outcome
+
+
+async def probe_health(
+    client: httpx.AsyncClient, stop: asyncio.Event, interval_s: float
+) -> list[float]:
+    """GET /health every ``interval_s`` until ``stop``; the latency of each probe."""
+    latencies: list[float] = []
+    while not stop.is_set():
+        start = time.perf_counter()
+        response = await client.get("/health")
+        response.raise_for_status()
+        latencies.append(time.perf_counter() - start)
+        await asyncio.sleep(interval_s)
+    return latencies
+
+
+async def measure(server: Server, case: Case, args: argparse.Namespace) -> Result:
+    """Warm up, then drive ``case`` against ``server`` while probing ``/health``."""
+    limits = httpx.Limits(
+        max_connections=case.concurrency, max_keepalive_connections=case.concurrency
+    )
+    async with (
+        httpx.AsyncClient(base_url=server.url, limits=limits, timeout=REQUEST_TIMEOUT_S) as client,
+        httpx.AsyncClient(base_url=server.url, timeout=REQUEST_TIMEOUT_S) as probe_client,
+    ):
+        await send_requests(client, case, args.warmup, math.inf)
+        stop = asyncio.Event()
+        probes = asyncio.create_task(
+            probe_health(probe_client, stop, args.health_interval_ms / 1000)
+        )
+        cpu_before = cpu_seconds(server.pid)
+        start = time.perf_counter()
+        outcome = await send_requests(client, case, args.requests, start + args.duration)
+        elapsed = time.perf_counter() - start
+        cpu = cpu_seconds(server.pid) - cpu_before
+        stop.set()
+        health = await probes
+    return Result(
+        completed=len(outcome.latencies_s),
+        elapsed_s=elapsed,
+        latencies_s=outcome.latencies_s,
+        health_s=health,
+        cpu_s=cpu,
+        errors=outcome.errors,
+        first_error=outcome.first_error,
+    )
+
+
+def torch_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases on a GPU: POST /infer to the torch MLP."""
+
+    def model(hidden: int, layers: int, batch: int) -> ServerSpec:
+        return ServerSpec(
+            args=(
+                f"--hidden={hidden}",
+                f"--layers={layers}",
+                f"--batch={batch}",
+                f"--streams={args.streams}",
+            ),
+            env=(("CUASYNC_BACKEND", "cuda"),),
+            description=f"MLP {layers} x {hidden}^2 fp32, batch {batch}",
+        )
+
+    big = model(args.hidden, args.layers, args.batch)
+    small = model(args.small_hidden, args.small_layers, args.small_batch)
+    return [
+        Case("anchor", big, "/infer", b"{}", args.concurrency),
+        Case("latency", big, "/infer", b"{}", 1),
+        Case("small", small, "/infer", b"{}", args.small_concurrency),
+    ]
+
+
+def emulator_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases without a GPU: POST /compute (tanh of a vector) on the emulator."""
+
+    def server(delay_us: int) -> ServerSpec:
+        return ServerSpec(
+            args=(),
+            env=(("CUASYNC_BACKEND", "emulator"), ("CUASYNC_EMU_DELAY_US", str(delay_us))),
+            description=f"/compute on the emulator, {delay_us} us per device command",
+        )
+
+    def body(width: int) -> bytes:
+        return json.dumps({"x": [i / width for i in range(width)], "scale": 2.0}).encode()
+
+    slow = server(args.emu_delay_us)
+    return [
+        Case("anchor", slow, "/compute", body(args.width), args.concurrency),
+        Case("latency", slow, "/compute", body(args.width), 1),
+        Case("small", server(0), "/compute", body(args.small_width), args.small_concurrency),
+    ]
+
+
+#: The table's columns: title and alignment (its width is the title's).
+COLUMNS = (
+    ("case", "<8"),
+    ("mode", "<9"),
+    ("conc", ">4"),
+    ("requests", ">8"),
+    ("req/s", ">8"),
+    ("p50 ms", ">8"),
+    ("p99 ms", ">8"),
+    ("health p99 ms", ">13"),
+    ("CPU s/1k req", ">12"),
+    ("errors", ">6"),
+)
+
+
+def format_row(values: list[str]) -> str:
+    return " ".join(f"{value:{align}}" for value, (_, align) in zip(values, COLUMNS, strict=True))
+
+
+def format_table(
+    cases: list[Case], modes: list[str], results: dict[tuple[str, str], Result]
+) -> str:
+    """One row per (case, mode), the modes of a case next to each other."""
+    header = format_row([title for title, _ in COLUMNS])
+    lines = [header, "-" * len(header)]
+    for case in cases:
+        for mode in modes:
+            r = results[case.name, mode]
+            ms = [1000 * percentile(r.latencies_s, 50), 1000 * percentile(r.latencies_s, 99)]
+            health_ms = 1000 * percentile(r.health_s, 99)
+            values = [case.name, mode, str(case.concurrency), str(r.completed)]
+            values += [f"{r.per_second:.1f}", f"{ms[0]:.2f}", f"{ms[1]:.2f}", f"{health_ms:.2f}"]
+            values += [f"{r.cpu_per_1000:.3f}", str(r.errors)]
+            lines.append(format_row(values))
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> int:
+    modes = args.modes
+    cases = [
+        c
+        for c in (emulator_cases(args) if args.backend == "emulator" else torch_cases(args))
+        if c.name in args.cases
+    ]
+    print(
+        f"backend: {args.backend}; modes: {', '.join(modes)}; each case: up to {args.requests} requests or {args.duration:g} s"
+    )
+    for case in cases:
+        print(f"  {case.name:<8} {case.server.description}; {case.concurrency} at a time")
+    results: dict[tuple[str, str], Result] = {}
+    servers = list(dict.fromkeys(case.server for case in cases))  # in order, each once
+    for spec in servers:
+        for mode in modes:
+            server = Server(spec, mode, args.host)
+            try:
+                health = await server.ready()
+                if args.backend == "torch" and health.get("model") is None:
+                    raise SystemExit(f"the service runs no torch model:\n{server.output()}")
+                for case in (c for c in cases if c.server == spec):
+                    results[case.name, mode] = result = await measure(server, case, args)
+                    print(
+                        f"  done: {case.name} {mode} ({result.completed} requests, {result.elapsed_s:.1f} s)",
+                        flush=True,
+                    )
+            finally:
+                server.stop()
+    print()
+    print(format_table(cases, modes, results))
+    failures = [(key, r.first_error) for key, r in results.items() if r.errors]
+    for (case_name, mode), error in failures:
+        print(f"{case_name} {mode}: first error: {error}")
+    return 1 if failures else 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add(
+        "--backend",
+        choices=("torch", "emulator"),
+        default="torch",
+        help="torch: /infer on a GPU; emulator: /compute",
+    )
+    add("--modes", default=",".join(MODES), help="comma-separated, from " + ",".join(MODES))
+    add("--cases", default=",".join(CASES), help="comma-separated, from " + ",".join(CASES))
+    add("--requests", type=int, default=20000, help="requests per case at most (default 20000)")
+    add("--duration", type=float, default=8.0, help="seconds per case at most (default 8)")
+    add("--warmup", type=int, default=64, help="requests before measuring (default 64)")
+    add("--concurrency", type=int, default=32, help="anchor: requests at a time (default 32)")
+    add("--small-concurrency", type=int, default=64, help="small: requests at a time (default 64)")
+    add("--hidden", type=int, default=4096)
+    add("--layers", type=int, default=8)
+    add("--batch", type=int, default=512)
+    add("--small-hidden", type=int, default=512)
+    add("--small-layers", type=int, default=2)
+    add("--small-batch", type=int, default=32)
+    add("--streams", type=int, default=4, help="torch streams in the server's pool (default 4)")
+    add("--width", type=int, default=256, help="emulator: length of x for anchor and latency")
+    add("--small-width", type=int, default=16, help="emulator: length of x for small")
+    add(
+        "--emu-delay-us",
+        type=int,
+        default=1000,
+        help="emulator: time per device command (anchor, latency)",
+    )
+    add("--health-interval-ms", type=float, default=10.0, help="between two /health probes")
+    add("--host", default="127.0.0.1", help="a loopback address (anything else is refused)")
+    add(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1 s and 300 requests per case, 8 warm-up requests",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:  # shorter defaults; options given explicitly still win
+        parser.set_defaults(duration=1.0, requests=300, warmup=8)
+        args = parser.parse_args(argv)
+    try:
+        check_loopback(args.host)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    for value, allowed, option in ((args.modes, MODES, "--modes"), (args.cases, CASES, "--cases")):
+        unknown = sorted(set(value) - set(allowed))
+        if unknown or not value:
+            parser.error(
+                f"{option} takes names from {','.join(allowed)}; got {','.join(value) or 'none'}"
+            )
+    return args
+
+
+def run_on_uvloop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run the client on uvloop when installed (as the server), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())
+
+
+if __name__ == "__main__":
+    arguments = parse_args(None)
+    sys.exit(run_on_uvloop(lambda: run(arguments)))
