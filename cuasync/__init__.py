@@ -19,6 +19,7 @@ from typing import Any as _Any
 
 from . import errors as errors
 from . import kernel_cache as kernel_cache
+from . import linalg as linalg
 from . import lowlevel as lowlevel
 from ._backends import backend_name as backend_name
 from ._copies import dup as dup
@@ -67,8 +68,17 @@ from ._creation import randn as randn
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
+from ._joins import concatenate as concatenate
+from ._joins import stack as stack
+from ._joins import take as take
+from ._joins import tril as tril
+from ._joins import triu as triu
 from ._kernel import CompileOptions as CompileOptions
 from ._kernel import Kernel as Kernel
+from ._like import empty_like as empty_like
+from ._like import full_like as full_like
+from ._like import ones_like as ones_like
+from ._like import zeros_like as zeros_like
 from ._module import Module as Module
 from ._ops.contract import dot_general as dot_general
 from ._ops.contract import matmul as matmul
@@ -101,6 +111,14 @@ from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
+from ._ops.reductions import argmax as argmax
+from ._ops.reductions import argmin as argmin
+from ._ops.reductions import max as max
+from ._ops.reductions import mean as mean
+from ._ops.reductions import min as min
+from ._ops.reductions import prod as prod
+from ._ops.reductions import sum as sum
+from ._ops.reductions import vdot as vdot
 from ._ops.tensorop import TensorOp as TensorOp
 from ._partition import MappedPartition as MappedPartition
 from ._partition import Partition as Partition
@@ -111,6 +129,12 @@ from ._tensor import Tensor as Tensor
 from ._transfers import PendingTransfer as PendingTransfer
 from ._transfers import download_pending as download_pending
 from ._transfers import upload_pending as upload_pending
+from ._views import broadcast_to as broadcast_to
+from ._views import diagonal as diagonal
+from ._views import expand_dims as expand_dims
+from ._views import flip as flip
+from ._views import permute_dims as permute_dims
+from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
 
 __version__ = "0.1.0"
@@ -165,28 +189,37 @@ __all__ = [
     "abs",
     "add",
     "arange",
+    "argmax",
+    "argmin",
     "asarray",
     "backend_name",
+    "broadcast_to",
     "clip",
+    "concatenate",
     "convert",
     "cos",
     "device_count",
+    "diagonal",
     "divide",
     "dot_general",
     "download_into",
     "download_pending",
     "dup",
     "empty",
+    "empty_like",
     "equal",
     "errors",
     "exp",
+    "expand_dims",
     "expm1",
     "eye",
     "eye_rect",
     "fill",
+    "flip",
     "from_dlpack",
     "from_host",
     "full",
+    "full_like",
     "get_default_device",
     "graph_scope",
     "greater",
@@ -194,19 +227,26 @@ __all__ = [
     "kernel_cache",
     "less",
     "less_equal",
+    "linalg",
     "linspace",
     "log",
     "log1p",
     "lowlevel",
     "matmul",
+    "max",
     "maximum",
+    "mean",
     "memcpy",
+    "min",
     "minimum",
     "multiply",
     "negative",
     "not_equal",
     "ones",
+    "ones_like",
+    "permute_dims",
     "power",
+    "prod",
     "rand",
     "randn",
     "remainder",
@@ -216,19 +256,27 @@ __all__ = [
     "sign",
     "sin",
     "sqrt",
+    "squeeze",
+    "stack",
     "stats",
     "subtract",
+    "sum",
+    "take",
     "tanh",
     "tensordot",
     "to_host",
     "trace",
     "tracing",
+    "tril",
+    "triu",
     "upload_pending",
     "use_device",
     "use_policy",
     "value",
+    "vdot",
     "wait",
     "where",
     "zeros",
+    "zeros_like",
     "zip",
 ]

@@ -95,6 +95,24 @@ def copy_strided(
         )
 
 
+def memcpy_able(t: Tensor) -> bool:
+    """Whether the copy engines can read ``t``: no reversed or broadcast (stride <= 0) axis."""
+    return all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
+
+
+def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """Enqueue a kernel copying any view ``src`` into the contiguous ``dst`` (same dtype)."""
+    from . import _builtin as builtin  # it imports the tensor machinery this module feeds
+    from ._dtypes import dtype_info
+
+    kernel = builtin.kernel("convert", dtype_name(src.dtype))
+    code = dtype_info(src.dtype).code
+    flat = builtin.flat(dst)
+    for sub, dims, strides, first in builtin.chunks(src):
+        out = Tensor(flat.allocation, sub.shape, flat.dtype, None, flat.offset + first)
+        builtin.launch(ctx, kernel, sub.size, out, sub, code, sub.size, *dims, *strides)
+
+
 def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: str) -> Tensor:
     """Allocate a contiguous tensor on ``ctx``'s stream, declared as written by ``what``.
 
@@ -164,14 +182,18 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
 
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
         block = staging_pool().acquire(t.nbytes)
-        src = ctx.read(t.allocation) + t.offset * t.itemsize
+        view = t
+        if not memcpy_able(t) and t.size:  # a reversed or broadcast view: gather it first
+            view = new_tensor(ctx, t.shape, t.dtype, "to_host")
+            kernel_copy(ctx, view, t)
+        src = ctx.read(view.allocation) + view.offset * view.itemsize
         copy_strided(
             ctx,
             "dtoh",
             block.address,
             _contiguous_byte_strides(t.shape, t.itemsize),
             src,
-            _byte_strides(t),
+            _byte_strides(view),
             t.shape,
             t.itemsize,
         )
@@ -187,6 +209,10 @@ def dup(tensor: Tensor) -> TensorOp:
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, t.shape, t.dtype, "dup")
+        if not memcpy_able(t):  # a reversed or broadcast view: a kernel gathers it
+            if t.size:
+                kernel_copy(ctx, out, t)
+            return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
         copy_strided(
             ctx,
@@ -235,6 +261,12 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             "overlap in one allocation, so the result would be undefined; copy src first "
             "(`src.dup()`); the very same view is allowed"
         )
+    gather = not memcpy_able(s)
+    if not memcpy_able(d):
+        raise ShapeError(
+            f"memcpy: dst has strides {d.strides}: a reversed or broadcast view cannot be "
+            "written by a copy; write into a forward view, or flip the source instead"
+        )
     if d.device is not s.device:
         from ._peer import copy_between_devices
 
@@ -243,14 +275,32 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
         )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        sp = ctx.read(s.allocation, "src") + s.offset * s.itemsize
+        if gather:  # a reversed or broadcast source: a kernel gathers it
+            if not s.size:
+                return Output.ready(d)
+            if d.is_contiguous:
+                kernel_copy(ctx, d.reshape(s.shape), s)
+                return Output.ready(d)
+            tight = new_tensor(ctx, s.shape, s.dtype, "memcpy")
+            kernel_copy(ctx, tight, s)
+            source = tight
+        else:
+            source = s
+        sp = ctx.read(source.allocation, "src") + source.offset * source.itemsize
         dp = ctx.write(d.allocation, "dst") + d.offset * d.itemsize
-        if d.shape == s.shape:
+        if d.shape == source.shape:
             copy_strided(
-                ctx, "dtod", dp, _byte_strides(d), sp, _byte_strides(s), s.shape, s.itemsize
+                ctx,
+                "dtod",
+                dp,
+                _byte_strides(d),
+                sp,
+                _byte_strides(source),
+                source.shape,
+                source.itemsize,
             )
-        elif s.nbytes:
-            get_backend().memcpy_dtod_async(dp, sp, s.nbytes, ctx.handle)
+        elif source.nbytes:
+            get_backend().memcpy_dtod_async(dp, sp, source.nbytes, ctx.handle)
         return Output.ready(d)
 
     return device_op(enqueue, d.device, "memcpy", graph_node=True)

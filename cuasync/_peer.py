@@ -28,7 +28,15 @@ import functools
 
 from ._backends import get_backend
 from ._config import CONFIG
-from ._copies import _byte_strides, _contiguous_byte_strides, copy_strided, dup, new_tensor
+from ._copies import (
+    _byte_strides,
+    _contiguous_byte_strides,
+    copy_strided,
+    dup,
+    kernel_copy,
+    memcpy_able,
+    new_tensor,
+)
 from ._core.context import ExecutionContext
 from ._core.device import Device, _check_ordinal
 from ._core.memory import Allocation
@@ -154,6 +162,9 @@ def _source_side(ctx: ExecutionContext, device: Device) -> ExecutionContext:
 def _contiguous_on(side: ExecutionContext, src: Tensor) -> Tensor:
     """A contiguous copy of ``src`` made on ``side``'s stream (``src``'s device)."""
     tight = new_tensor(side, src.shape, src.dtype, "memcpy")
+    if not memcpy_able(src):  # a reversed or broadcast view: a kernel gathers it
+        kernel_copy(side, tight, src)
+        return tight
     sp = side.read(src.allocation, "src") + _byte_offset(src)
     strides = _contiguous_byte_strides(src.shape, src.itemsize)
     copy_strided(side, "dtod", tight.ptr, strides, sp, _byte_strides(src), src.shape, src.itemsize)

@@ -146,9 +146,9 @@ def _unsupported_index(item: Any) -> str:
     if isinstance(item, (np.ndarray, list, tuple)) or hasattr(item, "__array__"):
         return (
             f"{given}: tensor[...] only makes zero-copy views (ints, slices, '...', None); "
-            "gathering by an integer array or masking by a boolean array copies data and will "
-            "be cuasync.take / cuasync.where; until then, index the host copy "
-            "(await tensor.to_host())"
+            "gathering by an integer array copies data: use cuasync.take(tensor, indices, axis); "
+            "masking by a boolean array: cuasync.where(mask, tensor, fill); or index the host "
+            "copy (await tensor.to_host())"
         )
     return f"{given}: use ints, slices, '...' or None"
 
@@ -235,7 +235,7 @@ class Tensor(TensorOperators, ProcessLocal):
     def __repr__(self) -> str:
         return (
             f"<cuasync.Tensor shape={self.shape} dtype={dtype_name(self.dtype)} "
-            f"device={self.device.ordinal}{'' if self.is_contiguous else ' strided'}>"
+            f"device={self.device.ordinal} strides={self.strides}>"
         )
 
     def __len__(self) -> int:
@@ -265,6 +265,19 @@ class Tensor(TensorOperators, ProcessLocal):
         raise TypeError(
             "the truth value of a device tensor is not known without copying it to the host; "
             "compare `t is not None`, or test the data: `(await t.to_host()).any()`"
+        )
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TypeError(
+            "tensors do not support item assignment (it would enqueue work outside an op); "
+            "write with ops: `await cuasync.fill(t[index], value)` for a scalar, "
+            "`await cuasync.memcpy(t[index], src)` for a tensor"
+        )
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TypeError(
+            "a device tensor is not a numpy array, and converting it would block on the "
+            "device; copy it explicitly: `array = await t.to_host()`"
         )
 
     def span(self) -> tuple[int, int]:
@@ -331,16 +344,34 @@ class Tensor(TensorOperators, ProcessLocal):
             )
         return Tensor(self._alloc, new, dt, None, byte_offset // dt.itemsize)
 
+    def transpose(self, *axes: Any) -> Tensor:
+        """The axes permuted, zero-copy: reversed without arguments (numpy's rules).
+
+        >>> t.transpose().shape, t.transpose(1, 0, 2).shape, t.transpose((2, 0, 1)).shape
+        ((4, 3, 2), (3, 2, 4), (4, 2, 3))
+        """
+        from ._views import permute
+
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = () if axes[0] is None else tuple(axes[0])
+        return permute(self, axes or tuple(reversed(range(self.ndim))), "transpose")
+
+    @property
+    def T(self) -> Tensor:
+        """The axes reversed, zero-copy (``t.transpose()``)."""
+        return self.transpose()
+
     def __getitem__(self, index: Any) -> Tensor:
-        """numpy-style basic indexing, zero-copy: ints, slices (positive steps), ``...``, None.
+        """numpy-style basic indexing, zero-copy: ints, slices (negative steps too), ``...``,
+        None (``numpy.newaxis``).
 
         An int past its axis raises :class:`~cuasync.errors.IndexOutOfRangeError` (an
         ``IndexError``); arrays, lists and other objects raise
         :class:`~cuasync.errors.UnsupportedIndexError`. Slice bounds past the axis raise
         :class:`~cuasync.errors.ShapeError` rather than clamping.
 
-        >>> t[1:5, ::2].shape, t[None, 0].shape, t[..., -1].shape
-        ((4, 4), (1, 8), (6,))
+        >>> t[1:5, ::2].shape, t[None, 0].shape, t[..., -1].shape, t[::-1].strides
+        ((4, 4), (1, 8), (6,), (-8, 1))
         """
         items = index if type(index) is tuple else (index,)
         consumed = self._check_items(items)
@@ -365,8 +396,7 @@ class Tensor(TensorOperators, ProcessLocal):
                 continue
             dim, stride = self.shape[axis], self.strides[axis]
             if type(item) is slice:
-                start, stop, step = self._check_slice(item, dim, axis)
-                n = max(0, -(-(stop - start) // step))
+                start, n, step = self._check_slice(item, dim, axis)
                 offset += start * stride if n else 0
                 shape.append(n)
                 strides.append(stride * step)
@@ -403,30 +433,25 @@ class Tensor(TensorOperators, ProcessLocal):
 
     @staticmethod
     def _check_slice(item: slice, dim: int, axis: int) -> tuple[int, int, int]:
+        """``(start, length, step)`` of a slice whose bounds lie within the axis."""
         step = 1 if item.step is None else item.step
-        if not is_size(step) or step <= 0:
-            raise ShapeError(
-                f"slice step on axis {axis} must be a positive int, got {item.step!r}; "
-                "reversed views are not supported"
-            )
-        bounds = []
-        for name, value, default in (("start", item.start, 0), ("stop", item.stop, dim)):
+        if not is_size(step) or step == 0:
+            raise ShapeError(f"slice step on axis {axis} must be a non-zero int, got {item.step!r}")
+        for name, value in (("start", item.start), ("stop", item.stop)):
             if value is None:
-                bounds.append(default)
                 continue
             if not is_size(value):
                 raise ShapeError(
                     f"slice {name} on axis {axis} must be an int or None, got {_given(value)}"
                 )
-            v = int(value)
-            if not -dim <= v <= dim:
+            if not -dim <= int(value) <= dim:
                 raise ShapeError(
-                    f"slice {name}={v} is out of range for axis {axis} with size {dim} "
+                    f"slice {name}={int(value)} is out of range for axis {axis} with size {dim} "
                     f"(expected {-dim}..{dim})"
                 )
-            bounds.append(v + dim if v < 0 else v)
-        start, stop = bounds
-        return start, max(start, stop), int(step)
+        lo, hi = (None if v is None else int(v) for v in (item.start, item.stop))
+        start, stop, step = slice(lo, hi, int(step)).indices(dim)
+        return start, len(range(start, stop, step)), step
 
     def partition(self, tile_shape: Any) -> Partition:
         """Split into tiles of ``tile_shape`` for a kernel launch (one tile per block).
@@ -459,6 +484,28 @@ class Tensor(TensorOperators, ProcessLocal):
         from ._kernel import DevicePointer
 
         return DevicePointer._of(self)
+
+    # -- ops on the tensor (lazy) ---------------------------------------------------------
+    def astype(self, dtype: Any) -> TensorOp:
+        """An op producing a contiguous copy cast to ``dtype`` (:func:`cuasync.convert`).
+
+        >>> h = await t.astype("float16")
+        """
+        from ._creation import convert
+
+        return convert(self, dtype)
+
+    def item(self) -> DeviceOp[Any]:
+        """An op copying the one element of a size-1 tensor to the host as a Python scalar.
+
+        >>> total = await cuasync.sum(x).then(lambda s: s.item())   # or: (await op).item()
+        """
+        if self.size != 1:
+            raise ShapeError(
+                f"item() needs a tensor of exactly one element, this one has {self.size} "
+                f"(shape {self.shape})"
+            )
+        return self.to_host().map(lambda a: a.item())
 
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:

@@ -207,12 +207,13 @@ class IndexOutOfRangeError(ShapeError, IndexError):
     """
 
 
-class UnsupportedIndexError(ShapeError, IndexError):
+class UnsupportedIndexError(ShapeError, IndexError, TypeError):
     """An index that basic (zero-copy) indexing does not take.
 
     Integer or boolean arrays and lists (gathering or masking copies data: use
     ``cuasync.take`` / ``cuasync.where``), floats, strings, ... Also an
-    :class:`IndexError`, as numpy raises for indices it does not understand.
+    :class:`IndexError`, as numpy raises for indices it does not understand, and a
+    :class:`TypeError` (the index's type is the problem).
     """
 
 

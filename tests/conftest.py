@@ -263,3 +263,17 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the condition"
         await anyio.sleep(0)
+
+
+@pytest.fixture
+def no_emu_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator runs kernels' numpy twins without compiling each source first.
+
+    For suites that launch many generated kernels: their sources are compile-checked by
+    a test of their own instead (one NVRTC compile per kernel would take minutes).
+    """
+    import dataclasses
+
+    from cuasync import _config
+
+    monkeypatch.setattr(_config, "CONFIG", dataclasses.replace(_config.config(), emu_compile="off"))

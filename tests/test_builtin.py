@@ -13,9 +13,9 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from cuasync import _builtin, _signature
+from cuasync import _builtin, _joins, _signature
 from cuasync._dtypes import DTYPES, SUPPORTED
-from cuasync._ops import codegen
+from cuasync._ops import codegen, reduce_codegen
 
 #: sha256 of the built-in kernels' translation unit. The source is part of every kernel
 #: cache key, and the cubins are only checked on a GPU: changing it is deliberate.
@@ -36,8 +36,10 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
         for f in resources.files("cuasync.kernels").iterdir()
         if f.name.endswith((".cu", ".cuh"))
     }
-    # ... or in the generated elementwise kernels (cuasync/_ops/codegen.py)
-    assert shipped == set(_builtin._FILES) | set(codegen.PRELUDE_FILES)
+    # ... or in the generated elementwise and reduction kernels (cuasync/_ops/), or in
+    # take and tril/triu (cuasync/_joins.py)
+    generated = {*codegen.PRELUDE_FILES, *reduce_codegen.PRELUDE_FILES, *_joins.FILES}
+    assert shipped == set(_builtin._FILES) | generated
     # NVRTC gets the source alone: a file cannot #include another.
     assert not re.search(r"^\s*#\s*include", _builtin.source(), re.MULTILINE)
 

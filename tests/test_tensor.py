@@ -96,10 +96,9 @@ def test_new_axes_are_zero_copy_views(grid: cuasync.Tensor) -> None:
     [
         ((slice(0, 9),), "slice stop=9 is out of range for axis 0"),
         ((slice(None), slice(-9, None)), "slice start=-9 is out of range for axis 1"),
-        ((slice(None, None, -1),), "step on axis 0 must be a positive int"),
-        ((slice(None, None, 0),), "step on axis 0 must be a positive int"),
-        ((slice(None, None, True),), "step on axis 0 must be a positive int"),
-        ((slice(None, None, 1.0),), "step on axis 0 must be a positive int"),
+        ((slice(None, None, 0),), "step on axis 0 must be a non-zero int"),
+        ((slice(None, None, True),), "step on axis 0 must be a non-zero int"),
+        ((slice(None, None, 1.0),), "step on axis 0 must be a non-zero int"),
         ((slice(0.0, 2),), "slice start on axis 0 must be an int or None, got float"),
         ((slice(0, "2"),), "slice stop on axis 0 must be an int or None, got str"),
     ],
@@ -140,7 +139,7 @@ def test_out_of_range_indices_are_index_errors(
     ids=["int array", "bool array", "list", "bool list", "array in a tuple", "nested tuple"],
 )
 def test_array_indices_point_to_take_and_where(grid: cuasync.Tensor, index: object) -> None:
-    with pytest.raises(UnsupportedIndexError, match=r"cuasync\.take / cuasync\.where"):
+    with pytest.raises(UnsupportedIndexError, match=r"cuasync\.take\(.*cuasync\.where\("):
         grid[index]
 
 

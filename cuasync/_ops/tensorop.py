@@ -22,7 +22,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
-from .._dtypes import dtype_name
+from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, resolve_shape
 from ..errors import ShapeError
 from .codegen import kernel_for, make_plan, scalar_arg
@@ -172,6 +172,35 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
             return Output.ready(self._enqueue(ctx).get().reshape(new))
 
         return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
+
+    def astype(self, dtype: Any) -> TensorOp:
+        """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`).
+
+        >>> h = await (a * 2.0).astype("float16")
+        """
+        from .._creation import convert
+
+        dt = as_dtype(dtype)
+        self._take()
+
+        def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+            cast = convert(self._enqueue(ctx).get(), dt)
+            cast._take()
+            return cast._enqueue(ctx)
+
+        return tensor_op(device_op(enqueue, self.device, "astype"), self.shape, dt)
+
+    def item(self) -> DeviceOp[Any]:
+        """An op running this one, then copying its one element to the host as a Python
+        scalar.
+
+        >>> total = await cuasync.sum(x).item()
+        """
+        if self.size != 1:
+            raise ShapeError(
+                f"item() needs exactly one element, the output has {self.size} (shape {self.shape})"
+            )
+        return self.then(lambda t: t.item())
 
     def to_host(self) -> DeviceOp[np.ndarray]:
         """An op running this one, then copying its output into a new numpy array.

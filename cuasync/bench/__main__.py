@@ -1,6 +1,6 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, matmul, priority, all. On a
+Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, all. On a
 terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
 the suites.
 """
@@ -13,7 +13,7 @@ import sys
 from ._progress import Progress
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "priority")
+SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops")
 
 
 def _run(suite: str, report: Report, quick: bool) -> None:
@@ -45,6 +45,10 @@ def _run(suite: str, report: Report, quick: bool) -> None:
         from . import priority
 
         priority.run(report, n=50 if quick else 500)
+    elif suite == "ops":
+        from . import ops
+
+        ops.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,282 @@
+"""Copying tensor ops: ``concatenate``, ``stack``, ``take`` (a gather kernel), ``tril``
+and ``triu``.
+
+Each returns a :class:`~cuasync.TensorOp` whose shape and dtype are known when it is
+built; bad arguments raise then (``ArgumentError`` naming the argument).
+
+>>> c = await cuasync.concatenate([a, b], axis=1)
+>>> s = await cuasync.stack([a, b])                  # a new first axis
+>>> g = await cuasync.take(x, idx, axis=0)           # rows of x, by device indices
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from . import _builtin as builtin
+from ._copies import _byte_strides, copy_strided, kernel_copy, memcpy_able, new_tensor
+from ._core.context import ExecutionContext
+from ._core.op import device_op
+from ._core.output import Output
+from ._dtypes import dtype_name
+from ._kernel import Kernel
+from ._ops.tensorop import TensorOp, tensor_op
+from ._tensor import Tensor
+from ._views import _axis, expand_dims
+from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+
+__all__ = ["concatenate", "stack", "take", "tril", "triu"]
+
+
+def _tensors(arrays: Any, name: str) -> list[Tensor]:
+    if isinstance(arrays, Tensor) or not isinstance(arrays, (list, tuple)):
+        raise ArgumentError(f"{name}: arrays must be a list or tuple of tensors")
+    if not arrays:
+        raise ArgumentError(f"{name}: arrays must hold at least one tensor")
+    for k, t in enumerate(arrays):
+        if not isinstance(t, Tensor):
+            raise ArgumentError(
+                f"{name}: arrays[{k}] must be a cuasync.Tensor (await ops first), got "
+                f"{type(t).__name__}"
+            )
+    first = arrays[0]
+    for k, t in enumerate(arrays):
+        if t.dtype != first.dtype:
+            raise DTypeError(
+                f"{name}: arrays[{k}] is {dtype_name(t.dtype)}, arrays[0] is "
+                f"{dtype_name(first.dtype)}; convert them to one dtype first (.astype)"
+            )
+        if t.device is not first.device:
+            raise InvalidDeviceError(f"{name}: arrays[{k}] is on another device than arrays[0]")
+    return list(arrays)
+
+
+def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """Copy ``src`` into the view ``dst`` of a new tensor (a kernel gathers odd views)."""
+    if not memcpy_able(src):
+        gathered = new_tensor(ctx, src.shape, src.dtype, "gather")
+        kernel_copy(ctx, gathered, src)
+        src = gathered
+    sp = ctx.read(src.allocation) + src.offset * src.itemsize
+    dp = ctx.write(dst.allocation) + dst.offset * dst.itemsize
+    copy_strided(
+        ctx, "dtod", dp, _byte_strides(dst), sp, _byte_strides(src), src.shape, src.itemsize
+    )
+
+
+def concatenate(arrays: Any, axis: int = 0) -> TensorOp:
+    """The tensors joined along an existing ``axis`` (same dtype; other axes equal).
+
+    >>> c = await cuasync.concatenate([a, b, a], axis=-1)
+    """
+    ts = _tensors(arrays, "concatenate")
+    first = ts[0]
+    if first.ndim == 0:
+        raise ShapeError("concatenate: 0-d tensors cannot be concatenated (use stack)")
+    ax = _axis(axis, first.ndim, "concatenate")
+    for k, t in enumerate(ts):
+        rest = (t.shape[:ax] + t.shape[ax + 1 :], first.shape[:ax] + first.shape[ax + 1 :])
+        if t.ndim != first.ndim or rest[0] != rest[1]:
+            raise ShapeError(
+                f"concatenate: arrays[{k}] has shape {t.shape}, arrays[0] {first.shape}; all "
+                f"dimensions but axis {ax} must match"
+            )
+    shape = (*first.shape[:ax], sum(t.shape[ax] for t in ts), *first.shape[ax + 1 :])
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        out = new_tensor(ctx, shape, first.dtype, "concatenate")
+        start = 0
+        for t in ts:
+            n = t.shape[ax]
+            if t.size:
+                _copy_into(ctx, out[(slice(None),) * ax + (slice(start, start + n),)], t)
+            start += n
+        return Output.ready(out)
+
+    return tensor_op(device_op(enqueue, first.device, "concatenate"), shape, first.dtype)
+
+
+def stack(arrays: Any, axis: int = 0) -> TensorOp:
+    """The tensors (all of one shape) joined along a new ``axis``.
+
+    >>> s = await cuasync.stack([a, b], axis=-1)          # a, b: (3, 4) -> (3, 4, 2)
+    """
+    ts = _tensors(arrays, "stack")
+    for k, t in enumerate(ts):
+        if t.shape != ts[0].shape:
+            raise ShapeError(
+                f"stack: arrays[{k}] has shape {t.shape}, arrays[0] {ts[0].shape}; they must match"
+            )
+    ax = _axis(axis, ts[0].ndim + 1, "stack")
+    return concatenate([expand_dims(t, ax) for t in ts], ax)
+
+
+# -- take ---------------------------------------------------------------------------------
+_kernels: dict[tuple[int, str], Kernel] = {}  # (itemsize, index dtype or 'tri')
+_lock = threading.Lock()
+
+
+#: The files of ``cuasync/kernels`` the take and tril/triu kernels are compiled from.
+FILES = ("index.cuh", "joins.cu")
+
+
+@functools.cache
+def _source() -> str:
+    files = resources.files("cuasync.kernels")
+    return "\n".join((files / name).read_text(encoding="utf-8") for name in FILES)
+
+
+def _take_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: Any) -> None:
+    _n, nidx, dim, inner, mode = (int(a) for a in args)
+    v = idx.astype(np.int64)
+    v = v % dim if mode == 0 else np.clip(v, 0, dim - 1)
+    src = x.reshape(-1, dim, inner)
+    out.reshape(-1, nidx, inner)[...] = src[:, v, :]
+
+
+def take_kernel(itemsize: int, index: str) -> Kernel:
+    """``ca_take`` for elements of ``itemsize`` bytes and ``index`` (int32 or int64) indices."""
+    key = (itemsize, index)
+    found = _kernels.get(key)
+    if found is None:
+        with _lock:
+            found = _kernels.get(key)
+            if found is None:
+                storage = builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
+                index_c = "int" if index == "int32" else "long long"
+                name = f"ca_take<{storage}, {index_c}>"
+                found = _kernels[key] = Kernel(_source(), name, emulate=_take_twin)
+    return found
+
+
+def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wrap") -> TensorOp:
+    """Elements of ``x`` at ``indices`` (an int32/int64 device tensor) along ``axis``
+    (None: of the flattened ``x``): numpy's ``take``.
+
+    A kernel cannot raise for an index out of range: ``mode="wrap"`` (the default; for
+    indices in ``-n..n-1`` it is numpy's default) wraps around, ``"clip"`` clips to
+    ``0..n-1`` as numpy's ``mode="clip"``.
+
+    >>> rows = await cuasync.take(x, idx, axis=0)     # x: (5, 3), idx: (4,) -> (4, 3)
+    """
+    if not isinstance(x, Tensor):
+        raise ArgumentError(f"take: x must be a cuasync.Tensor, got {type(x).__name__}")
+    if not isinstance(indices, Tensor):
+        raise ArgumentError(
+            f"take: indices must be a cuasync.Tensor of int32 or int64 (upload them with "
+            f"cuasync.from_host), got {type(indices).__name__}"
+        )
+    if dtype_name(indices.dtype) not in ("int32", "int64"):
+        raise DTypeError(
+            f"take: indices must be int32 or int64, got {dtype_name(indices.dtype)}; "
+            "convert them with .astype('int64')"
+        )
+    if indices.device is not x.device:
+        raise InvalidDeviceError("take: indices are on another device than x")
+    if mode not in ("wrap", "clip"):
+        raise ArgumentError(f"take: mode must be 'wrap' or 'clip', got {mode!r}")
+    if axis is None:
+        dim, inner = x.size, 1
+        shape = indices.shape
+    else:
+        ax = _axis(axis, x.ndim, "take")
+        dim, inner = x.shape[ax], math.prod(x.shape[ax + 1 :])
+        shape = (*x.shape[:ax], *indices.shape, *x.shape[ax + 1 :])
+    if dim == 0 and indices.size:
+        raise ArgumentError("take: cannot take indices from an empty axis")
+    kernel = take_kernel(x.itemsize, dtype_name(indices.dtype))
+    storage = builtin.FILL_DTYPES[x.itemsize]
+    code = 0 if mode == "wrap" else 1
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        out = new_tensor(ctx, shape, x.dtype, "take")
+        if out.size == 0:
+            return Output.ready(out)
+        src, idx = x, indices
+        if not src.is_contiguous:
+            src = new_tensor(ctx, x.shape, x.dtype, "take")
+            kernel_copy(ctx, src, x)
+        if not idx.is_contiguous:
+            idx = new_tensor(ctx, indices.shape, indices.dtype, "take")
+            kernel_copy(ctx, idx, indices)
+        flat_idx = Tensor(idx.allocation, (idx.size,), idx.dtype, None, idx.offset)
+        views = [builtin.bit_view(builtin.flat(t), storage) for t in (out, src)]
+        n = out.size
+        builtin.launch(ctx, kernel, n, *views, flat_idx, n, indices.size, dim, inner, code)
+        return Output.ready(out)
+
+    return tensor_op(device_op(enqueue, x.device, "take"), shape, x.dtype)
+
+
+# -- tril / triu --------------------------------------------------------------------------
+def _tri_twin(out: np.ndarray, x: np.ndarray, *args: Any) -> None:
+    _n, rows, cols, k, upper = (int(a) for a in args)
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    keep = (c - r >= k) if upper else (c - r <= k)
+    src = x.reshape(-1, rows, cols)
+    out.reshape(-1, rows, cols)[...] = np.where(keep, src, np.zeros((), src.dtype))
+
+
+def tri_kernel(itemsize: int) -> Kernel:
+    """``ca_tri`` for elements of ``itemsize`` bytes."""
+    key = (itemsize, "tri")
+    found = _kernels.get(key)
+    if found is None:
+        with _lock:
+            found = _kernels.get(key)
+            if found is None:
+                storage = builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
+                found = Kernel(_source(), f"ca_tri<{storage}>", emulate=_tri_twin)
+                _kernels[key] = found
+    return found
+
+
+def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
+    name = "triu" if upper else "tril"
+    if not isinstance(x, Tensor):
+        raise ArgumentError(f"{name}: x must be a cuasync.Tensor, got {type(x).__name__}")
+    if x.ndim < 2:
+        raise ShapeError(f"{name}: x must have at least 2 dimensions, got shape {x.shape}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ArgumentError(f"{name}: k must be an int, got {k!r}"[:200])
+    kernel = tri_kernel(x.itemsize)
+    storage = builtin.FILL_DTYPES[x.itemsize]
+    rows, cols = x.shape[-2:]
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        out = new_tensor(ctx, x.shape, x.dtype, name)
+        if out.size == 0:
+            return Output.ready(out)
+        src = x
+        if not src.is_contiguous:
+            src = new_tensor(ctx, x.shape, x.dtype, name)
+            kernel_copy(ctx, src, x)
+        views = [builtin.bit_view(builtin.flat(t), storage) for t in (out, src)]
+        builtin.launch(ctx, kernel, out.size, *views, out.size, rows, cols, int(k), int(upper))
+        return Output.ready(out)
+
+    return tensor_op(device_op(enqueue, x.device, name), x.shape, x.dtype)
+
+
+def tril(x: Tensor, k: int = 0) -> TensorOp:
+    """A copy of ``x`` with the elements above the ``k``-th diagonal of its last two axes
+    zeroed (numpy's ``tril``).
+
+    >>> lower = await cuasync.tril(m, k=-1)
+    """
+    return _tri(x, k, False)
+
+
+def triu(x: Tensor, k: int = 0) -> TensorOp:
+    """A copy of ``x`` with the elements below the ``k``-th diagonal zeroed (``triu``).
+
+    >>> upper = await cuasync.triu(m)
+    """
+    return _tri(x, k, True)

@@ -1,0 +1,346 @@
+"""Reduction kernels: a fused elementwise expression feeding a block-level tree reduction.
+
+The input (an expression plan over tensors broadcast to one shape) is seen as ``M``
+output rows of ``K`` reduced elements: the kept axes first, then the reduced axes in
+their logical order (so an argmax index is numpy's), each group merged where the
+layout allows. One generated ``__global__`` has two layouts and two phases:
+
+* ``mode 0`` (rows): a block per (row, split) strides over the row's elements, eight
+  loads in flight per thread, and combines with warp shuffles and shared memory;
+* ``mode 1`` (columns, when the kept axis is the contiguous one, or rows of at most
+  32 elements): a thread per row,
+  ``blockIdx.y`` a split of the reduced elements;
+* ``phase 1`` combines the per-split partials (a second launch, only when a row was
+  split across blocks) and stores the result.
+
+>>> k = kernel_for(plan, ReduceSpec("sum", "float32", "float32"), nk=1, nr=1)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import DTYPES
+from .._kernel import Kernel
+from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype
+
+#: Ops whose result carries the index of an element instead of a value.
+ARG_OPS = frozenset({"argmax", "argmin"})
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """What a reduction computes: ``op``, the dtype it accumulates in, the result dtype.
+
+    ``op`` is one of sum, prod, max, min, mean, argmax, argmin, or norm (the square
+    root of the sum of squares).
+    """
+
+    op: str
+    acc: str
+    out: str
+
+
+def _ident(op: str, acc: str) -> str:
+    d, c = DTYPES[acc], ctype(acc)
+    if op in ("sum", "mean", "norm"):
+        return f"(({c})0)"
+    if op == "prod":
+        return f"(({c})1)"
+    low = op in ("max", "argmax")
+    if d.kind == "b":
+        return "false" if low else "true"
+    if d.kind == "f":
+        if acc == "float64":
+            bits = "0xfff0000000000000LL" if low else "0x7ff0000000000000LL"
+            return f"__longlong_as_double({bits})"
+        return f"__int_as_float({'0xff800000' if low else '0x7f800000'})"
+    info = np.iinfo(acc)
+    if low:
+        return "(-9223372036854775807LL - 1)" if acc == "int64" else f"(({c})({info.min}LL))"
+    return f"(({c})({info.max}ULL))"
+
+
+def _combine(op: str, acc: str) -> str:
+    """The body of ``combine(a, b)``, returning a ``ca_acc``."""
+    kind, c = DTYPES[acc].kind, ctype(acc)
+    if op in ("sum", "mean", "norm", "prod"):
+        sym = "*" if op == "prod" else "+"
+        if kind == "b":
+            v = f"a.v {'&&' if op == 'prod' else '||'} b.v"
+        elif kind in "iu":  # wrap around as numpy does (signed overflow is UB in C++)
+            v = f"({c})((ca_u64)a.v {sym} (ca_u64)b.v)"
+        else:
+            v = f"a.v {sym} b.v"
+        return f"ca_acc r; r.v = {v}; r.i = 0; return r;"
+    if op in ("max", "min"):
+        sym = ">=" if op == "max" else "<="
+        nan = " || a.v != a.v" if kind == "f" else ""  # NaN propagates, as numpy's
+        return f"return (a.v {sym} b.v{nan}) ? a : b;"
+    sym = ">" if op == "argmax" else "<"
+    body = ""
+    if kind == "f":  # the first NaN wins, as numpy's
+        body = (
+            "bool an = a.v != a.v, bn = b.v != b.v; "
+            "if (an || bn) return (an && (!bn || a.i < b.i)) ? a : b; "
+        )
+    return body + f"return (a.v {sym} b.v || (a.v == b.v && a.i < b.i)) ? a : b;"
+
+
+#: Elements each thread loads before combining them: independent loads in flight are
+#: what keeps HBM busy.
+UNROLL = 8
+
+
+def _tree(names: list[str]) -> str:
+    """``comb`` over ``names`` as a balanced tree (no chain of dependent combines)."""
+    if len(names) == 1:
+        return names[0]
+    half = len(names) // 2
+    return f"comb({_tree(names[:half])}, {_tree(names[half:])})"
+
+
+def _final(spec: ReduceSpec) -> str:
+    """The value stored for an accumulator ``a`` (``K`` reduced elements)."""
+    kind = DTYPES[spec.acc].kind
+    if spec.op in ARG_OPS:
+        value = "a.i"
+    elif spec.op == "mean":
+        value = f"a.v / ({ctype(spec.acc)})K" if kind == "f" else "(double)a.v / (double)K"
+    elif spec.op == "norm":
+        value = f"sqrt{'' if spec.acc == 'float64' else 'f'}(a.v)"
+    else:
+        value = "a.v"
+    if spec.out == "float16":
+        return f"ca_half_from_double((double)({value}))"
+    return f"({DTYPES[spec.out].storage})({value})"
+
+
+def source(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
+    """The CUDA C++ of ``ca_reduce``: ``nk`` kept and ``nr`` reduced (merged) dimensions."""
+    return "\n".join([prelude(), body(plan, spec, nk, nr)])
+
+
+def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
+    """:func:`source` without the shared :func:`prelude` (so that a test can compile many
+    in one translation unit, each in a namespace of its own)."""
+    found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
+    _leaves(plan, found)
+    xs, ss = sorted(found["x"]), sorted(found["s"].items())
+    acc = ctype(spec.acc)
+    arg = spec.op in ARG_OPS
+    params = [f"{DTYPES[spec.out].storage}* out", f"{acc}* wsv"]
+    params += ["long long* wsi"] if arg else []
+    params += [f"const {DTYPES[found['x'][k]].storage}* x{k}" for k in xs]
+    params += [f"{_WEAK_C.get(s) or ctype(s)} s{k}" for k, s in ss]
+    params += ["long long M", "long long K", "long long splits", "long long chunk"]
+    params += ["int phase", "int mode"]
+    params += [f"long long da{j}" for j in range(nk)] + [f"long long db{j}" for j in range(nr)]
+    params += [f"long long os{j}" for j in range(nk)]
+    for k in xs:
+        params += [f"long long x{k}a{j}" for j in range(nk)]
+        params += [f"long long x{k}b{j}" for j in range(nr)]
+    qs = [f"q{k}" for k in xs]
+    q_refs = ", ".join(f"long long& {q}" for q in qs)
+    q_args = ", ".join(qs)
+    qa = ", " + q_args if qs else ""
+    q_decl = "".join(f", long long {q}" for q in qs)
+
+    rows = [f"        long long r = m, c; po = 0; {' '.join(f'{q} = 0;' for q in qs)}"]
+    for j in reversed(range(nk)):
+        step = f"c = r % da{j}; r /= da{j};" if j else "c = r;"
+        adds = " ".join([f"po += c * os{j};", *(f"q{k} += c * x{k}a{j};" for k in xs)])
+        rows.append(f"        {step} {adds}")
+    elem = [
+        f"        long long r = k, c; {' '.join(f'long long p{k} = q{k};' for k in xs)}",
+    ]
+    for j in reversed(range(nr)):
+        step = f"c = r % db{j}; r /= db{j};" if j else "c = r;"
+        elem.append(f"        {step} {' '.join(f'p{k} += c * x{k}b{j};' for k in xs)}")
+    lines: list[str] = []
+    result = _emit(plan, lines, [0])
+    square = " e.v = e.v * e.v;" if spec.op == "norm" else ""
+    wsi_load = "wsi[w]" if arg else "0"
+    wsi_store = " wsi[w] = a.i;" if arg else ""
+    return "\n".join(
+        [
+            f"struct ca_acc {{ {acc} v; long long i; }};",
+            "struct ca_combine {",
+            "    __device__ __forceinline__ ca_acc operator()(ca_acc a, ca_acc b) const {",
+            f"        {_combine(spec.op, spec.acc)}",
+            "    }",
+            "};",
+            f"__global__ void ca_reduce({', '.join(params)}) {{",
+            "    const ca_combine comb;",
+            f"    ca_acc ident; ident.v = {_ident(spec.op, spec.acc)}; "
+            "ident.i = 9223372036854775807LL;",
+            f"    auto rows = [&](long long m, long long& po{', ' if qs else ''}{q_refs}) {{",
+            *rows,
+            "    };",
+            f"    auto elem = [&](long long k{', ' if qs else ''}"
+            f"{', '.join(f'long long {q}' for q in qs)}) -> ca_acc {{",
+            *elem,
+            *lines,
+            f"        ca_acc e; e.v = ({acc})({result}); e.i = k;{square} return e;",
+            "    };",
+            f"    auto store = [&](long long po, ca_acc a) {{ out[po] = {_final(spec)}; }};",
+            f"    auto keep = [&](long long w, ca_acc a) {{ wsv[w] = a.v;{wsi_store} }};",
+            f"    long long po{qa};",
+            f"    auto span = [&](long long k, long long st, long long hi{q_decl}) -> ca_acc {{",
+            "        ca_acc a = ident;",
+            f"        for (; k + {UNROLL - 1} * st < hi; k += {UNROLL} * st) {{",
+            *(f"            ca_acc e{u} = elem(k + {u} * st{qa});" for u in range(UNROLL)),
+            f"            a = comb(a, {_tree([f'e{u}' for u in range(UNROLL)])});",
+            "        }",
+            f"        for (; k < hi; k += st) a = comb(a, elem(k{qa}));",
+            "        return a;",
+            "    };",
+            "    // mode 0: a block per (row, split), or per row in phase 1 (its partials);",
+            "    // mode 1: a thread per row, blockIdx.y a split of its elements.",
+            "    const bool blocks = mode == 0;",
+            "    const long long bs = blockDim.x, tid = threadIdx.x;",
+            "    const long long items = blocks && !phase ? M * splits : M;",
+            "    const long long first = blocks ? blockIdx.x : blockIdx.x * bs + tid;",
+            "    const long long step = blocks ? gridDim.x : (long long)gridDim.x * bs;",
+            "    for (long long it = first; it < items; it += step) {",
+            "        long long m = blocks && !phase ? it / splits : it;",
+            "        long long sp = blocks ? it - m * splits : blockIdx.y;",
+            f"        rows(m, po{qa});",
+            "        ca_acc a = ident;",
+            "        if (phase) {",
+            "            for (long long s = blocks ? tid : 0; s < splits; s += blocks ? bs : 1) {",
+            "                long long w = blocks ? m * splits + s : s * M + m;",
+            f"                ca_acc b; b.v = wsv[w]; b.i = {wsi_load}; a = comb(a, b);",
+            "            }",
+            "        } else {",
+            "            long long lo = sp * chunk, hi = ca_min_ll(K, lo + chunk);",
+            f"            a = span(lo + (blocks ? tid : 0), blocks ? bs : 1, hi{qa});",
+            "        }",
+            "        if (blocks) a = ca_block_reduce(a, ident, comb);",
+            "        if (blocks && tid != 0) continue;",
+            "        if (!phase && splits > 1) keep(blocks ? it : sp * M + m, a);",
+            "        else store(po, a);",
+            "    }",
+            "}",
+        ]
+    )
+
+
+#: The file of ``cuasync/kernels`` each reduction kernel has after the elementwise prelude.
+PRELUDE_FILES = ("reduce.cuh",)
+
+
+@functools.cache
+def prelude() -> str:
+    """The shared code every reduction kernel starts with."""
+    files = resources.files("cuasync.kernels")
+    own = [(files / name).read_text(encoding="utf-8") for name in PRELUDE_FILES]
+    return "\n".join([_prelude(), *own])
+
+
+# -- the numpy twin -----------------------------------------------------------------------
+_NP_REDUCE = {
+    "sum": np.add,
+    "mean": np.add,
+    "norm": np.add,
+    "prod": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def _part(op: str, block: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``block``: the accumulator value and (arg ops) the element's index."""
+    if op in ARG_OPS:
+        idx = (np.argmax if op == "argmax" else np.argmin)(block, axis=1)
+        return block[np.arange(block.shape[0]), idx], idx + first
+    return _NP_REDUCE[op].reduce(block, axis=1, dtype=block.dtype), np.zeros(len(block), np.int64)
+
+
+def _finish(spec: ReduceSpec, v: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
+    if spec.op in ARG_OPS:
+        return i.astype(np.int64)
+    if spec.op == "mean":
+        v = v / v.dtype.type(k) if v.dtype.kind == "f" else v.astype(np.float64) / k
+    elif spec.op == "norm":
+        v = np.sqrt(v)
+    return v.astype(spec.out)
+
+
+def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
+    """The numpy function the emulator runs for ``ca_reduce`` of ``plan`` and ``spec``."""
+    found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
+    _leaves(plan, found)
+    xdt = [np.dtype(dt) for _, dt in sorted(found["x"].items())]
+    specs = [s for _, s in sorted(found["s"].items())]
+    acc, arg = np.dtype(spec.acc), spec.op in ARG_OPS
+
+    def run(out: np.ndarray, wsv: Any, *args: Any) -> None:
+        wsi, args = (args[0], args[1:]) if arg else (None, args)
+        nx = len(xdt)
+        xs = [a.view(dt) for a, dt in zip(args[:nx], xdt, strict=True)]
+        ss = [
+            {"bool": bool, "int": int, "float": float}[s](a.item())
+            if s in _WEAK_C
+            else np.dtype(s).type(a)
+            for a, s in zip(args[nx : nx + len(specs)], specs, strict=True)
+        ]
+        m, k, splits, chunk, phase, mode = (int(a) for a in args[nx + len(specs) :][:6])
+        with np.errstate(all="ignore"):
+            if phase == 1:
+                shape = (m, splits) if mode == 0 else (splits, m)
+                v = wsv.reshape(shape)
+                i = wsi.reshape(shape) if wsi is not None else np.zeros(shape, np.int64)
+                v, i = (v, i) if mode == 0 else (v.T, i.T)
+                if arg:  # each partial is the first best of its split, in order
+                    pick = (np.argmax if spec.op == "argmax" else np.argmin)(v, axis=1)
+                    best, idx = v[np.arange(m), pick], i[np.arange(m), pick]
+                else:
+                    best, idx = _part(spec.op, v, 0)
+                out.view(np.dtype(spec.out))[...] = _finish(spec, best, idx, k).reshape(out.shape)
+                return
+            value = np.broadcast_to(_evaluate(plan, xs, ss), xs[0].shape)
+            v2 = np.asarray(value).reshape(m, k).astype(acc)
+            if spec.op == "norm":
+                v2 = v2 * v2
+            if splits == 1:
+                v, i = _part(spec.op, v2, 0)
+                out.view(np.dtype(spec.out))[...] = _finish(spec, v, i, k).reshape(out.shape)
+                return
+            parts = [
+                _part(spec.op, v2[:, s * chunk : (s + 1) * chunk], s * chunk) for s in range(splits)
+            ]
+            vs = np.stack([p[0] for p in parts], axis=1)
+            ids = np.stack([p[1] for p in parts], axis=1)
+            if mode == 1:
+                vs, ids = vs.T, ids.T
+            wsv.view(acc)[...] = vs.reshape(-1)
+            if wsi is not None:
+                wsi[...] = ids.reshape(-1)
+
+    return run
+
+
+# -- the cache ----------------------------------------------------------------------------
+_kernels: dict[tuple[Plan, ReduceSpec, int, int], Kernel] = {}
+_lock = threading.Lock()
+
+
+def kernel_for(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> Kernel:
+    """The compiled-once ``ca_reduce`` of ``plan`` and ``spec`` over ``nk`` + ``nr`` dims."""
+    key = (plan, spec, nk, nr)
+    found = _kernels.get(key)
+    if found is None:
+        with _lock:
+            found = _kernels.get(key)
+            if found is None:
+                found = Kernel(source(plan, spec, nk, nr), "ca_reduce", emulate=twin(plan, spec))
+                _kernels[key] = found
+    return found

@@ -1,0 +1,351 @@
+"""Reductions: ``sum``, ``prod``, ``max``, ``min``, ``mean``, ``argmax``, ``argmin``, ``vdot``.
+
+numpy's semantics: ``axis`` is None (every axis), an int or a tuple of ints (argmax and
+argmin: None or an int), ``keepdims`` keeps reduced axes as length 1, ``dtype`` (sum,
+prod, mean) is the dtype computed in and returned; integer sums and products of small
+integers are int64 (uint64 when unsigned), means of integers float64. An elementwise
+``TensorOp`` operand is fused into the reduction's loads: ``cuasync.sum(a * b)`` is one
+kernel and allocates nothing but its result.
+
+>>> s = await cuasync.sum(x)                         # a 0-d tensor
+>>> m = await cuasync.max(x, axis=(0, 2), keepdims=True)
+>>> i = await cuasync.argmax(x, axis=-1)             # int64 indices
+>>> d = await cuasync.vdot(a, b)                     # sum(a * b), one kernel
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _builtin as builtin
+from .._copies import new_tensor
+from .._core.context import ExecutionContext
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import as_dtype, dtype_name
+from .._kernel import DevicePointer
+from .._tensor import Tensor
+from ..errors import ArgumentError, DTypeError, ShapeError
+from . import elementwise
+from .codegen import make_plan, scalar_arg
+from .expr import Node, _check_dtype, leaf
+from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for
+from .tensorop import TensorOp, _broadcast_strides, _merge, _resolve_pending, _scalar_specs
+
+__all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
+
+_BLOCK = 256
+#: Blocks that keep an H200 (132 SMs, 8 blocks of 256 each) busy about twice over.
+_TARGET_BLOCKS = 2048
+_MAX_SPLITS = 1024
+
+
+def normalize_axes(axis: Any, ndim: int, name: str, allow_tuple: bool = True) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints; negative counts from the end) as
+    sorted axes, or an :class:`~cuasync.errors.ArgumentError` naming ``axis``.
+
+    >>> normalize_axes((-1, 0), 3, "sum")
+    (0, 2)
+    """
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) and allow_tuple else (axis,)
+    found: list[int] = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            what = "an int or a tuple of ints" if allow_tuple else "an int"
+            raise ArgumentError(f"{name}: axis must be None or {what}, got {axis!r}"[:200])
+        if not -ndim <= a < ndim:
+            raise ArgumentError(f"{name}: axis {a} is out of range for a {ndim}-d tensor")
+        a = int(a) % ndim
+        if a in found:
+            raise ArgumentError(f"{name}: axis {axis!r} repeats axis {a}")
+        found.append(a)
+    return tuple(sorted(found))
+
+
+def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[str, str]:
+    """(result dtype, accumulator dtype) names, as numpy picks them."""
+    f32 = "float32"
+    if op in ARG_OPS:
+        return "int64", f32 if x == np.float16 else dtype_name(x)
+    if op in ("max", "min"):
+        return dtype_name(x), f32 if x == np.float16 else dtype_name(x)
+    if dtype is not None:
+        res = as_dtype(dtype)
+        _check_dtype(res, "dtype")
+        if op == "mean" and res.kind == "b":
+            raise DTypeError(f"{name}: dtype=bool is not a dtype a mean can be computed in")
+    elif op in ("sum", "prod") and (x.kind == "b" or (x.kind in "iu" and x.itemsize < 8)):
+        res = np.dtype(np.uint64 if x.kind == "u" else np.int64)
+    elif op in ("mean", "norm") and x.kind in "biu":
+        res = np.dtype(np.float64)
+    else:
+        res = x
+    return dtype_name(res), f32 if res == np.float16 else dtype_name(res)
+
+
+def reduce_op(
+    name: str,
+    op: str,
+    x: Any,
+    axis: Any = None,
+    *,
+    dtype: Any = None,
+    out: Tensor | None = None,
+    keepdims: bool = False,
+) -> TensorOp:
+    """The ``TensorOp`` reducing ``x`` (a tensor or TensorOp) with ``op`` over ``axis``."""
+    if isinstance(x, TensorOp) and x._consumed:
+        x._take()  # raises OpConsumedError
+    if not isinstance(x, (Tensor, TensorOp)):
+        if isinstance(x, np.ndarray):
+            raise ArgumentError(
+                f"{name}: x is a numpy array; upload it first: await cuasync.from_host(array)"
+            )
+        raise ArgumentError(
+            f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}"
+        )
+    _check_dtype(x.dtype, "x")
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise ArgumentError(f"{name}: keepdims must be a bool, got {keepdims!r}"[:200])
+    axes = normalize_axes(axis, len(x.shape), name, allow_tuple=op not in ARG_OPS)
+    res, acc = _result_dtypes(op, x.dtype, dtype, name)
+    k = math.prod(x.shape[a] for a in axes)
+    if k == 0 and op in ("max", "min", *ARG_OPS):
+        raise ArgumentError(
+            f"{name}: the reduced axes of x (shape {x.shape}) are empty, and {op} of no "
+            "elements is not defined"
+        )
+    shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
+    spec = ReduceSpec(op, acc, res)
+    if out is not None:
+        result = Node("tensor", "out", shape, np.dtype(res), device=x.device)
+        elementwise._check_out(out, elementwise._Preview(result), name)
+    node = leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
+    device = node.device
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        result = out if out is not None else new_tensor(ctx, shape, np.dtype(res), name)
+        if result.size:
+            _launch(ctx, _resolve_pending(node, ctx), spec, axes, result, keepdims)
+        return Output.ready(result)
+
+    pending = device_op(enqueue, device, name)
+    pending._take()
+    return TensorOp(Node("pending", name, shape, np.dtype(res), pending, device=device), out)
+
+
+def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
+    if k == 0:
+        return 1
+    want = -(-_TARGET_BLOCKS // builtins.max(rows_in_flight, 1))
+    return builtins.max(1, builtins.min(want, -(-k // per_split), _MAX_SPLITS))
+
+
+def _launch(
+    ctx: ExecutionContext,
+    node: Node,
+    spec: ReduceSpec,
+    axes: tuple[int, ...],
+    result: Tensor,
+    keepdims: bool,
+) -> None:
+    plan, tensors, scalars = make_plan(node)
+    shape = node.shape
+    kept = [j for j in range(len(shape)) if j not in axes]
+    out_strides = [result.strides[j] for j in kept] if keepdims else list(result.strides)
+    strides = [_broadcast_strides(t, shape) for t in tensors]
+    kdims, kstr = _merge(
+        tuple(shape[j] for j in kept),
+        [tuple(out_strides), *(tuple(s[j] for j in kept) for s in strides)],
+    )
+    rdims, rstr = _merge(
+        tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in strides]
+    )
+    m, k = math.prod(kdims), math.prod(rdims)
+    # A thread per output where the kept axis is the contiguous one (coalesced loads
+    # across a warp), or where rows are too short to keep a block of threads busy.
+    column = (
+        m >= _BLOCK
+        and bool(rdims)
+        and (k <= 32 or (builtins.abs(kstr[1][-1]) == 1 and builtins.abs(rstr[0][-1]) != 1))
+    )
+    mode = 1 if column else 0
+    if column:
+        blocks = builtins.min(-(-m // _BLOCK), 1 << 16)
+        splits = _splits(m, k, 32, blocks)
+    else:
+        splits = _splits(m, k, 8 * _BLOCK, m)
+    chunk = builtins.max(1, -(-k // splits))
+    splits = builtins.max(1, -(-k // chunk)) if k else 1
+    out_view = builtin.storage_view(
+        Tensor(result.allocation, kdims, result.dtype, kstr[0], result.offset)
+    )
+    views = [
+        builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
+        for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
+    ]
+    args = [scalar_arg(v, s) for v, s in zip(scalars, _scalar_specs(plan), strict=True)]
+    arg = spec.op in ARG_OPS
+    if splits > 1:
+        wsv: Any = new_tensor(ctx, (m * splits,), np.dtype(spec.acc), "reduction partials")
+        wsi: Any = new_tensor(ctx, (m * splits,), np.dtype(np.int64), "reduction partials")
+    else:
+        wsv = wsi = DevicePointer(0)
+    flat = [x for ks, rs in zip(kstr[1:], rstr, strict=True) for x in (*ks, *rs)]
+    kernel = kernel_for(plan, spec, len(kdims), len(rdims))
+
+    def launch(phase: int, grid: tuple[int, int, int]) -> None:
+        head = [out_view, wsv, *([wsi] if arg else []), *views, *args]
+        tail = [m, k, splits, chunk, phase, mode, *kdims, *rdims, *kstr[0], *flat]
+        op = kernel.launch(*head, *tail, grid=grid, block=_BLOCK)
+        op._take()
+        op._enqueue(ctx)
+
+    if column:
+        launch(0, (blocks, splits, 1))
+    else:
+        launch(0, (builtins.min(m * splits, 1 << 20), 1, 1))
+    if splits > 1:
+        rows = builtins.min(-(-m // _BLOCK), 1 << 16) if column else builtins.min(m, 1 << 20)
+        launch(1, (rows, 1, 1))
+
+
+def _make(op: str, doc: str, with_dtype: bool) -> Any:
+    if with_dtype:
+
+        def fn(
+            x: Any,
+            axis: Any = None,
+            dtype: Any = None,
+            out: Tensor | None = None,
+            keepdims: bool = False,
+        ) -> TensorOp:
+            return reduce_op(op, op, x, axis, dtype=dtype, out=out, keepdims=keepdims)
+
+    else:
+
+        def fn(  # type: ignore[misc]
+            x: Any, axis: Any = None, out: Tensor | None = None, keepdims: bool = False
+        ) -> TensorOp:
+            return reduce_op(op, op, x, axis, out=out, keepdims=keepdims)
+
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = doc
+    return fn
+
+
+sum = _make(
+    "sum",
+    """The sum over ``axis`` (None: all); small integers sum as int64 (uint64), as numpy.
+
+    >>> s = await cuasync.sum(x, axis=-1, keepdims=True)
+    """,
+    True,
+)
+prod = _make(
+    "prod",
+    """The product over ``axis`` (None: all); integers wrap around as numpy's.
+
+    >>> p = await cuasync.prod(x, axis=0, dtype="float64")
+    """,
+    True,
+)
+mean = _make(
+    "mean",
+    """The arithmetic mean over ``axis``: float64 for integers, float16 computed in float32.
+
+    >>> m = await cuasync.mean(x, axis=(0, 1))
+    """,
+    True,
+)
+max = _make(
+    "max",
+    """The largest element over ``axis``; NaN propagates; empty axes raise ArgumentError.
+
+    >>> hi = await cuasync.max(x, axis=1)
+    """,
+    False,
+)
+min = _make(
+    "min",
+    """The smallest element over ``axis``; NaN propagates; empty axes raise ArgumentError.
+
+    >>> lo = await cuasync.min(x)
+    """,
+    False,
+)
+
+
+def argmax(
+    x: Any, axis: Any = None, out: Tensor | None = None, *, keepdims: bool = False
+) -> TensorOp:
+    """int64 index of the first largest element along ``axis`` (None: of the flattened
+    tensor, in C order); a NaN counts as the largest, as in numpy.
+
+    >>> i = await cuasync.argmax(x, axis=-1)
+    """
+    return reduce_op("argmax", "argmax", x, axis, out=out, keepdims=keepdims)
+
+
+def argmin(
+    x: Any, axis: Any = None, out: Tensor | None = None, *, keepdims: bool = False
+) -> TensorOp:
+    """int64 index of the first smallest element along ``axis`` (None: flattened, C order).
+
+    >>> i = await cuasync.argmin(x, axis=0)
+    """
+    return reduce_op("argmin", "argmin", x, axis, out=out, keepdims=keepdims)
+
+
+def vdot(a: Any, b: Any) -> TensorOp:
+    """The dot product of ``a`` and ``b`` flattened (same size; real dtypes): a 0-d tensor
+    of their product's dtype, ``sum(a * b)`` in one kernel.
+
+    Tensors of different shapes (same size) must be contiguous to be flattened.
+
+    >>> d = await cuasync.vdot(x, y)
+    """
+    sizes = [getattr(v, "size", None) for v in (a, b)]
+    if None not in sizes and sizes[0] != sizes[1]:
+        raise ShapeError(
+            f"vdot: a has {sizes[0]} elements (shape {a.shape}) and b has {sizes[1]} "
+            f"(shape {b.shape}); they must have the same number"
+        )
+    if None not in sizes and a.shape != b.shape:
+        for v, arg in ((a, "a"), (b, "b")):  # check both before consuming either
+            view = v if isinstance(v, Tensor) else v._out
+            if view is not None and not view.is_contiguous:
+                raise ShapeError(
+                    f"vdot: {arg} (shape {v.shape}) is a non-contiguous view and its shape "
+                    "differs from the other operand's, so it cannot be flattened zero-copy; "
+                    "copy it first with .dup()"
+                )
+        a, b = (v.reshape((-1,)) if v.ndim != 1 else v for v in (a, b))
+    for v, arg in ((a, "a"), (b, "b")):
+        if not isinstance(v, (Tensor, TensorOp)):
+            leaf(v, arg)  # the operand error elementwise ops give
+            raise ArgumentError(f"vdot: {arg} must be a cuasync.Tensor or TensorOp")
+    product = elementwise.multiply(a, b)
+    return reduce_op("vdot", "sum", product, None, dtype=product.dtype)
+
+
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> TensorOp:
+    """The 2-norm (``sqrt(sum(x * x))``) over ``axis``: vectors (``ord`` None or 2) and
+    the Frobenius norm of matrices (``ord`` None or ``"fro"``); float64 for integers.
+
+    >>> n = await cuasync.linalg.norm(x, axis=-1)
+    """
+    if isinstance(x, (Tensor, TensorOp)) and ord is not None:
+        count = len(normalize_axes(axis, x.ndim, "norm"))
+        if not ((ord == 2 and count == 1) or (ord == "fro" and count == 2)):
+            raise ArgumentError(
+                f"norm: ord={ord!r} over {count} axes is not supported; cuasync computes the "
+                "2-norm of vectors (ord=None or 2) and the Frobenius norm (ord=None or 'fro')"
+            )
+    return reduce_op("norm", "norm", x, axis, keepdims=keepdims)

@@ -1,0 +1,180 @@
+"""Zero-copy structural views: permute_dims, broadcast_to, expand_dims, squeeze, diagonal,
+flip.
+
+Each returns a :class:`~cuasync.Tensor` sharing the input's allocation (strides change,
+no data moves), with numpy's rules and errors raised at once (``ArgumentError`` naming
+the argument). Broadcast views have stride 0 along the broadcast axes: read them freely,
+but never pass one as an ``out=`` (its elements alias).
+
+>>> cuasync.permute_dims(t, (1, 0)).shape, cuasync.expand_dims(t, 0).shape
+((4, 3), (1, 3, 4))
+>>> cuasync.diagonal(m).strides                      # m: a contiguous (4, 4) tensor
+(5,)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._tensor import Shape, Tensor, check_shape
+from .errors import ArgumentError, ShapeError
+
+__all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
+
+
+def _tensor(x: Any, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ArgumentError(
+            f"{name}: x must be a cuasync.Tensor (await an op first), got {type(x).__name__}"
+        )
+    return x
+
+
+def _axis(a: Any, ndim: int, name: str, argument: str = "axis") -> int:
+    if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+        raise ArgumentError(f"{name}: {argument} must be an int, got {a!r}"[:200])
+    if not -ndim <= a < ndim:
+        raise ArgumentError(f"{name}: {argument} {a} is out of range for {ndim} dimensions")
+    return int(a) % ndim
+
+
+def permute(x: Tensor, axes: Any, name: str = "permute_dims") -> Tensor:
+    """``x`` with its axes in the order ``axes`` (a permutation of ``range(x.ndim)``)."""
+    axes = tuple(axes)
+    norm = [_axis(a, x.ndim, name, "axes") for a in axes]
+    if sorted(norm) != list(range(x.ndim)):
+        raise ArgumentError(f"{name}: axes={axes} is not a permutation of the {x.ndim} axes")
+    return Tensor(
+        x.allocation,
+        tuple(x.shape[a] for a in norm),
+        x.dtype,
+        tuple(x.strides[a] for a in norm),
+        x.offset,
+    )
+
+
+def permute_dims(x: Tensor, axes: Any) -> Tensor:
+    """The axes of ``x`` permuted (the array API's name for ``transpose``), zero-copy.
+
+    >>> cuasync.permute_dims(t, (2, 0, 1)).shape     # t: (2, 3, 4)
+    (4, 2, 3)
+    """
+    return permute(_tensor(x, "permute_dims"), axes)
+
+
+def broadcast_to(x: Tensor, shape: Any) -> Tensor:
+    """A read-only-in-spirit view of ``x`` broadcast to ``shape`` (stride 0 where repeated).
+
+    >>> cuasync.broadcast_to(row, (3, 4)).strides    # row: (4,)
+    (0, 1)
+    """
+    x = _tensor(x, "broadcast_to")
+    new = check_shape(shape)
+    lead = len(new) - x.ndim
+    if lead < 0:
+        raise ShapeError(f"broadcast_to: shape={new} has fewer dimensions than x {x.shape}")
+    strides = [0] * lead
+    for d, s, n in zip(x.shape, x.strides, new[lead:], strict=True):
+        if d != n and d != 1:
+            raise ShapeError(f"broadcast_to: x of shape {x.shape} cannot be broadcast to {new}")
+        strides.append(s if d == n else 0)
+    return Tensor(x.allocation, new, x.dtype, tuple(strides), x.offset)
+
+
+def expand_dims(x: Tensor, axis: Any) -> Tensor:
+    """``x`` with new length-1 axes at ``axis`` (an int or tuple, positions in the result).
+
+    >>> cuasync.expand_dims(t, (0, -1)).shape        # t: (3, 4)
+    (1, 3, 4, 1)
+    """
+    x = _tensor(x, "expand_dims")
+    items = axis if isinstance(axis, tuple) else (axis,)
+    ndim = x.ndim + len(items)
+    where = [_axis(a, ndim, "expand_dims") for a in items]
+    if len(set(where)) != len(where):
+        raise ArgumentError(f"expand_dims: axis={axis!r} repeats an axis")
+    dims, strides = iter(x.shape), iter(x.strides)
+    shape: list[int] = []
+    out_strides: list[int] = []
+    for j in range(ndim):
+        if j in where:
+            shape.append(1)
+            out_strides.append(0)
+        else:
+            shape.append(next(dims))
+            out_strides.append(next(strides))
+    return Tensor(x.allocation, tuple(shape), x.dtype, tuple(out_strides), x.offset)
+
+
+def squeeze(x: Tensor, axis: Any = None) -> Tensor:
+    """``x`` without length-1 axes (all of them, or those of ``axis``, which must be 1).
+
+    >>> cuasync.squeeze(t).shape                     # t: (1, 3, 1)
+    (3,)
+    """
+    x = _tensor(x, "squeeze")
+    if axis is None:
+        drop = {j for j, d in enumerate(x.shape) if d == 1}
+    else:
+        items = axis if isinstance(axis, tuple) else (axis,)
+        drop = {_axis(a, x.ndim, "squeeze") for a in items}
+        for j in drop:
+            if x.shape[j] != 1:
+                raise ShapeError(f"squeeze: axis {j} has length {x.shape[j]}, not 1")
+    keep = [j for j in range(x.ndim) if j not in drop]
+    shape: Shape = tuple(x.shape[j] for j in keep)
+    return Tensor(x.allocation, shape, x.dtype, tuple(x.strides[j] for j in keep), x.offset)
+
+
+def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """The diagonal of ``x`` over ``axis1`` and ``axis2`` as a zero-copy view; the
+    diagonal becomes the last axis (numpy's ``diagonal``, which is a read-only view).
+
+    >>> cuasync.diagonal(m, offset=1).shape          # m: (4, 5)
+    (4,)
+    """
+    x = _tensor(x, "diagonal")
+    if x.ndim < 2:
+        raise ShapeError(f"diagonal: x must have at least 2 dimensions, got shape {x.shape}")
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise ArgumentError(f"diagonal: offset must be an int, got {offset!r}"[:200])
+    a1, a2 = _axis(axis1, x.ndim, "diagonal", "axis1"), _axis(axis2, x.ndim, "diagonal", "axis2")
+    if a1 == a2:
+        raise ArgumentError(f"diagonal: axis1 and axis2 are the same axis ({a1})")
+    offset = int(offset)
+    n1, n2 = x.shape[a1], x.shape[a2]
+    start = x.offset
+    if offset >= 0:
+        n = max(0, min(n1, n2 - offset))
+        start += offset * x.strides[a2] if n else 0
+    else:
+        n = max(0, min(n1 + offset, n2))
+        start += -offset * x.strides[a1] if n else 0
+    keep = [j for j in range(x.ndim) if j not in (a1, a2)]
+    shape = (*(x.shape[j] for j in keep), n)
+    strides = (*(x.strides[j] for j in keep), x.strides[a1] + x.strides[a2])
+    return Tensor(x.allocation, shape, x.dtype, strides, start)
+
+
+def flip(x: Tensor, axis: Any = None) -> Tensor:
+    """``x`` reversed along ``axis`` (an int, a tuple, or None for every axis), zero-copy
+    (numpy's ``flip`` is a view too).
+
+    >>> cuasync.flip(t, 0).strides                   # t: contiguous (3, 4)
+    (-4, 1)
+    """
+    x = _tensor(x, "flip")
+    if axis is None:
+        axes = set(range(x.ndim))
+    else:
+        items = axis if isinstance(axis, tuple) else (axis,)
+        axes = {_axis(a, x.ndim, "flip") for a in items}
+    offset = x.offset
+    strides = list(x.strides)
+    for j in axes:
+        if x.shape[j] > 0:
+            offset += (x.shape[j] - 1) * strides[j]
+        strides[j] = -strides[j]
+    return Tensor(x.allocation, x.shape, x.dtype, tuple(strides), offset)
