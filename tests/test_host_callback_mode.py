@@ -40,6 +40,8 @@ import asyncio, cuasync, cuasync.testing as ct
 from cuasync.errors import BackendUnavailableError
 async def main():
     x = await cuasync.arange(1000)
+    await (x * 2)  # loads the kernels: a first load behind a gate may hang a GPU
+    await (x + 1)
     with ct.gate() as gate:
         kept = asyncio.ensure_future((x * 2).to_host())
         dropped = asyncio.ensure_future((x + 1).to_host())

@@ -105,6 +105,7 @@ def test_a_pool_stays_while_held_work_uses_its_memory(dev) -> None:
     alive = weakref.ref(pool)
     with use_memory_pool(pool):
         t = cuasync.ones((1024,), "float32").sync()
+    (t + 1).sync()  # loads the kernel: a first load behind a gate may hang a GPU
     with cuasync.testing.gate() as gate:
         fut = (t + 1).to_host().submit()
         del t, pool

@@ -210,6 +210,8 @@ async def test_copy_waits_for_pending_writes_to_the_source(
     strided source is first made contiguous on device 0, which must wait as well."""
     whole = await cuasync.zeros((1 << 13,), "int32", device=0)
     src = whole[::2] if layout == "strided" else whole[: 1 << 12]
+    await cuasync.fill(whole, 0)  # loads the kernels: a first load behind a gate may hang
+    await src.to(1)  # a GPU (CUDA lazy loading; the emulator refuses it)
     writer = cuasync.Device(0).new_stream()
     with cuasync.testing.gate(writer) as gate:
         filled = cuasync.fill(whole, 7).submit_on(writer)
@@ -362,6 +364,8 @@ def test_a_copy_from_a_device_that_faults_first_raises_its_fault(peer: str) -> N
 
         async def main():
             src = await cuasync.zeros((64,), device=0)
+            await cuasync.fill(src, 1.0)  # loads the kernels: a first load behind a gate
+            await src.to(1)               # may hang a GPU (the emulator refuses it)
             writer = cuasync.Device(0).new_stream()
             with cuasync.testing.gate(writer) as gate:
                 cuasync.fill(src, 1.0).submit_on(writer)

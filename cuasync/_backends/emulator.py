@@ -39,6 +39,7 @@ import itertools
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from ..errors import (
     KernelError,
     LaunchError,
     OutOfMemoryError,
+    UsageError,
     driver_error,
 )
 from .base import CAPTURE_RELAXED, Backend, DeviceArray, EmulatedFault, KernelCode, PreparedKernel
@@ -78,13 +80,16 @@ PRIORITY_RANGE = (0, -5)
 
 
 class _Wait:
-    """A command that only waits: ``ready()`` tells whether its condition is met."""
+    """A command that only waits: ``ready()`` tells whether its condition is met;
+    ``on_host``: the condition is a host-memory word (``cuStreamWaitValue32``), which
+    only the host can satisfy."""
 
-    __slots__ = ("ready", "run")
+    __slots__ = ("on_host", "ready", "run")
 
-    def __init__(self, run: Command, ready: Callable[[], bool]) -> None:
+    def __init__(self, run: Command, ready: Callable[[], bool], on_host: bool = False) -> None:
         self.run = run
         self.ready = ready
+        self.on_host = on_host
 
     def __call__(self) -> None:
         self.run()
@@ -119,6 +124,8 @@ class _Device:
     #: Live streams created with a priority above the default (0): while there are none,
     #: no stream has anything to yield to.
     urgent: int = 0
+    #: Kernels prepared on this device (a GPU loads each module once).
+    loaded: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
 
 @dataclass(eq=False)
@@ -194,6 +201,14 @@ class _Stream:
                 self.current = None
                 self.pending -= 1
                 self.cond.notify_all()
+
+    def held_by_host(self) -> bool:
+        """Whether the stream waits on a host-memory word that is not yet set (a gate)."""
+        with self.cond:
+            command = self.current
+            if command is None and self.commands:
+                command = self.commands[0]
+        return isinstance(command, _Wait) and command.on_host and not command.ready()
 
     def busy(self) -> bool:
         """Whether the stream has work ready to run (or running) on the device."""
@@ -876,7 +891,7 @@ class EmulatorBackend(Backend):
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
 
-        self._enqueue(stream, _Wait(wait, reached))
+        self._enqueue(stream, _Wait(wait, reached, on_host=True))
 
     def host_task_modes_problem(self) -> str | None:
         return None  # accepted, and modelled as plain host functions (one worker per stream)
@@ -984,7 +999,10 @@ class EmulatorBackend(Backend):
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False
     ) -> _EmulatedKernel:
-        self._device(ordinal)
+        device = self._device(ordinal)
+        if kernel not in device.loaded:  # a GPU keeps a loaded module: loads it once
+            self._refuse_load_behind_host_wait(device, kernel.name)
+            device.loaded.add(kernel)
         borrowed = self._twin_of(ordinal, kernel)
         if borrowed is not None:
             return _EmulatedKernel(kernel, ordinal, kernel.emulate or borrowed)
@@ -999,6 +1017,22 @@ class EmulatorBackend(Backend):
                 "cuasync.Kernel, or run with CUASYNC_BACKEND=cuda on a GPU"
             )
         return _EmulatedKernel(kernel, ordinal)
+
+    @staticmethod
+    def _refuse_load_behind_host_wait(device: _Device, name: str) -> None:
+        """A GPU may synchronize the context to load a kernel (CUDA's lazy loading): with
+        a stream of the device held by a host-memory wait (a ``cuasync.testing.gate``),
+        that load waits for the gate, which the loading thread was to open: a hang on
+        the H200. The emulator says so instead of passing where a GPU would hang."""
+        with device.lock:
+            streams = list(device.streams)
+        if any(s.held_by_host() for s in streams):
+            raise UsageError(
+                f"kernel {name!r} is loaded for the first time while a gate holds streams of "
+                f"device {device.ordinal}; on a GPU, loading a kernel may synchronize the "
+                "device (CUDA lazy loading) and so wait for the gate forever. Load it "
+                "before closing the gate: run the op once, or call kernel.compile(device)"
+            )
 
     @staticmethod
     def _compiles() -> bool:
