@@ -18,6 +18,7 @@ from .._backends.base import matrix_layout
 from .._copies import copy_strided, new_tensor
 from .._core.context import ExecutionContext
 from .._tensor import Shape, Tensor
+from .tensorop import merge_axes
 
 __all__ = ["broadcast_to", "copy_into", "fix", "gemm", "group", "regroup", "view"]
 
@@ -52,24 +53,6 @@ def _readable(t: Tensor) -> bool:
     )
 
 
-def _merge_batch(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
-    """Drop length-1 batch axes and merge axes that are one stride in every operand."""
-    dims: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for j, d in enumerate(shape):
-        if d == 1:
-            continue
-        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
-            dims[-1] *= d
-            for m, s in zip(merged, strides, strict=True):
-                m[-1] = s[j]
-            continue
-        dims.append(d)
-        for m, s in zip(merged, strides, strict=True):
-            m.append(s[j])
-    return tuple(dims), [tuple(m) for m in merged]
-
-
 def gemm(
     ctx: ExecutionContext,
     a: Tensor,
@@ -101,7 +84,7 @@ def gemm(
         ctx.read(a.allocation, "a")
         ctx.read(b.allocation, "b")
     ctx.write(target.allocation, "out")
-    dims, (sa, sb, sc) = _merge_batch(
+    dims, (sa, sb, sc) = merge_axes(
         tuple(batch), [a.strides[:-2], b.strides[:-2], target.strides[:-2]]
     )
     count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))

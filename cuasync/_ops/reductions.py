@@ -34,7 +34,7 @@ from . import elementwise
 from .codegen import make_plan, scalar_arg
 from .expr import Node, _check_dtype, leaf
 from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for
-from .tensorop import TensorOp, _broadcast_strides, _merge, _resolve_pending, _scalar_specs
+from .tensorop import TensorOp, _broadcast_strides, _resolve_pending, _scalar_specs, merge_axes
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
 
@@ -160,11 +160,11 @@ def _launch(
     kept = [j for j in range(len(shape)) if j not in axes]
     out_strides = [result.strides[j] for j in kept] if keepdims else list(result.strides)
     strides = [_broadcast_strides(t, shape) for t in tensors]
-    kdims, kstr = _merge(
+    kdims, kstr = merge_axes(
         tuple(shape[j] for j in kept),
         [tuple(out_strides), *(tuple(s[j] for j in kept) for s in strides)],
     )
-    rdims, rstr = _merge(
+    rdims, rstr = merge_axes(
         tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in strides]
     )
     m, k = math.prod(kdims), math.prod(rdims)

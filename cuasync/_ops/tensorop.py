@@ -32,7 +32,7 @@ from .operators import TensorOperators
 __all__ = ["TensorOp", "tensor_op"]
 
 
-def _merge(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
+def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
     """Drop length-1 axes and merge axes that are contiguous in every operand."""
     dims: list[int] = []
     merged: list[list[int]] = [[] for _ in strides]
@@ -78,7 +78,7 @@ def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
         return result
     plan, tensors, scalars = make_plan(node)
     shape = node.shape
-    dims, strides = _merge(
+    dims, strides = merge_axes(
         shape, [result.strides, *(_broadcast_strides(t, shape) for t in tensors)]
     )
     views = [
