@@ -108,6 +108,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             faulthandler.cancel_dump_traceback_later()
 
 
+#: ``CUASYNC_TEST_FAILURE_LOG=FILE``: each failure is appended to FILE as it happens (its
+#: id and the end of its report), so a run cut short by a hang or a time limit still
+#: says which tests failed (tools/gpu-check sets it).
+_FAILURE_LOG = os.environ.get("CUASYNC_TEST_FAILURE_LOG")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # (under xdist the controller sees every worker's reports again: logged once, there)
+    if _FAILURE_LOG and report.failed and not hasattr(report, "node"):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        text = report.longreprtext[-3000:]
+        with open(_FAILURE_LOG, "a") as log:
+            log.write(f"== {worker} {report.nodeid} ({report.when})\n{text}\n")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     dev = cuasync.Device(0)
     return f"cuasync backend: {BACKEND} ({dev.name}); CUASYNC_SPIN_BUDGET_US={os.environ.get('CUASYNC_SPIN_BUDGET_US', '20')}"
