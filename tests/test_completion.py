@@ -392,3 +392,26 @@ def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str)
     burst, sequential = map(int, out.split())
     assert burst >= 14
     assert sequential == 0
+
+
+def test_while_awaits_skip_their_spin_one_in_64_spins_to_learn_again() -> None:
+    # 130 tasks awaiting work longer than the spin: after the first spin runs out, the
+    # others park at once, except every 64th, which spins to see whether work got short.
+    out = run_script(
+        """
+        import asyncio, cuasync, cuasync.testing as ct
+
+        async def one():
+            await ct.sleep(50)
+
+        async def burst():
+            await asyncio.gather(*(one() for _ in range(130)))
+
+        ct.sleep(1).sync()  # loads the sleep kernel
+        asyncio.run(burst())
+        print(cuasync.stats().spins_skipped)
+        """,
+        CUASYNC_SPIN_BUDGET_US="20",
+    )
+    skipped = int(out)
+    assert 120 <= skipped <= 126  # 128 candidates at most, two of them spun

@@ -124,6 +124,8 @@ class LoopAdapter(Protocol):
 
     #: Whether the last spin on this loop ran out before its work landed.
     long_ops: bool
+    #: Awaits that found ``long_ops`` and other work ready (every 64th spins anyway).
+    skips: int
 
     def others_ready(self) -> bool:
         """Whether other work on the loop is ready to run now: spinning would delay it."""
@@ -829,6 +831,11 @@ def get_hub() -> Hub:
     return hub
 
 
+#: While awaits skip their spin (long work, other tasks ready), one in this many spins
+#: anyway, so that a loop whose work got short again goes back to finishing inline.
+_RESPIN_EVERY = 64
+
+
 def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """The body of every ``await`` on the loop of ``adapter``: settle, else suspend until
     finished; returns the output (or raises the work's error).
@@ -839,10 +846,15 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
+        skip = False
         if adapter.long_ops and hub.spin_budget_us and adapter.others_ready():
             # The last spin on this loop ran out: spinning would only hold up the other
             # ready tasks' submissions. Park at once. (Work that lands within the budget
-            # keeps spinning even in a burst: finishing inline costs less than a wake.)
+            # keeps spinning even in a burst: finishing inline costs less than a wake.
+            # One in _RESPIN_EVERY spins anyway, to learn when work got short again.)
+            adapter.skips += 1
+            skip = adapter.skips % _RESPIN_EVERY != 0
+        if skip:
             hub.stats.spins_skipped += 1
             settled = hub.settle(comp, 0)
         else:

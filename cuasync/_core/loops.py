@@ -53,6 +53,7 @@ class AsyncioAdapter:
         self._tick_task: Any = None
         self._tick_shared = False
         self.long_ops = False
+        self.skips = 0
 
     def others_ready(self) -> bool:
         """Whether other work on this loop is ready to run now (then a long await parks at once).
@@ -170,6 +171,7 @@ class TrioAdapter:
         self._statistics = trio.lowlevel.current_statistics
         self.queue: Any = None
         self.long_ops = False
+        self.skips = 0
 
     def others_ready(self) -> bool:
         """Whether other trio tasks are runnable now (then a long await parks at once)."""
