@@ -221,7 +221,7 @@ class PinnedHostBuffer(ProcessLocal):
             dims: tuple[int, ...] = (nbytes // dt.itemsize,)
         else:
             dims = check_shape(shape)
-            need = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            need = math.prod(dims) * dt.itemsize
             if need != nbytes:
                 raise ShapeError(
                     f"shape={dims} of {dtype_name(dt)} covers {need} bytes but the buffer holds "

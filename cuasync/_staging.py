@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -67,7 +68,7 @@ class PinnedBlock:
     def array(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of the block's first bytes that keeps the block alive."""
         dt = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        nbytes = math.prod(shape) * dt.itemsize  # (numpy.prod costs microseconds here)
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(self.address)
         raw._owner = self
         return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dt).reshape(shape)
