@@ -151,6 +151,21 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
 
 
 @pytest.fixture
+def quiet_device() -> Iterator[cuasync.Device]:
+    """Device 0, with earlier tests' garbage collected and their work settled, and no
+    collection during the test: nothing is freed behind its back while it compares two
+    memory snapshots. Its memory limit is lifted afterwards."""
+    assert cuasync.testing.settle()
+    gc.disable()
+    dev = cuasync.Device(0)
+    try:
+        yield dev
+    finally:
+        gc.enable()
+        dev.set_memory_limit(None)
+
+
+@pytest.fixture
 def emu():
     """The emulator's own knobs (``cuasync.emulator``), reset after the test."""
     import cuasync.emulator as emulator

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import weakref
 
 import anyio
@@ -16,24 +15,10 @@ from cuasync.lowlevel import MemoryPool, use_memory_pool
 MiB = 1 << 20
 
 
-@pytest.fixture
-def dev():
-    """Device 0 with earlier tests' garbage collected and their work settled (see
-    test_memory_stats.py), and no collection during the test."""
-    assert cuasync.testing.settle()
-    gc.disable()
-    dev = cuasync.Device(0)
-    try:
-        yield dev
-    finally:
-        gc.enable()
-        dev.set_memory_limit(None)
-
-
-def test_allocations_in_the_block_come_from_the_pool_and_not_the_default_one(dev) -> None:
-    pool = MemoryPool(dev)
-    dev.synchronize()
-    before = dev.memory_stats()
+def test_allocations_in_the_block_come_from_the_pool_and_not_the_default_one(quiet_device) -> None:
+    pool = MemoryPool(quiet_device)
+    quiet_device.synchronize()
+    before = quiet_device.memory_stats()
     with use_memory_pool(pool) as selected:
         assert selected is pool
         t = cuasync.zeros((MiB,), "float32").sync()
@@ -43,26 +28,26 @@ def test_allocations_in_the_block_come_from_the_pool_and_not_the_default_one(dev
     assert (s.live_bytes, s.live_allocations) == (4 * MiB, 1)
     assert s.pool_used >= 4 * MiB and s.pool_reserved >= s.pool_used
     assert s.driver_total == before.driver_total
-    device = dev.memory_stats()
+    device = quiet_device.memory_stats()
     assert device.live_bytes == before.live_bytes + 8 * MiB  # the device counts both
     assert device.pool_used >= before.pool_used + 4 * MiB
     assert device.pool_used < before.pool_used + 8 * MiB  # ... its pool only one
     assert t.to_host().sync()[0] == 0  # the memory works as any other
     del t, outside
     assert cuasync.testing.settle()  # every completion observed: the frees are enqueued
-    dev.synchronize()
+    quiet_device.synchronize()
     after = pool.stats()
     assert (after.live_bytes, after.live_allocations, after.pool_used) == (0, 0, 0)
     assert after.peak_live_bytes == 4 * MiB
 
 
-def test_trim_gives_the_pools_idle_memory_back(dev) -> None:
-    pool = MemoryPool(dev)  # release_threshold=None: keeps everything, as the default pool
+def test_trim_gives_the_pools_idle_memory_back(quiet_device) -> None:
+    pool = MemoryPool(quiet_device)  # release_threshold=None: keeps everything, as the default pool
     assert pool.release_threshold is None
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()  # allocated and dropped
     assert cuasync.testing.settle()
-    dev.synchronize()  # the free is stream-ordered
+    quiet_device.synchronize()  # the free is stream-ordered
     held = pool.stats()
     assert held.pool_used == 0 and held.pool_reserved >= 8 * MiB
     assert pool.trim(keep_bytes=held.pool_reserved) == 0
@@ -71,24 +56,24 @@ def test_trim_gives_the_pools_idle_memory_back(dev) -> None:
     assert pool.stats().pool_reserved == held.pool_reserved - released == 0
 
 
-def test_a_zero_release_threshold_gives_memory_back_at_synchronization(dev) -> None:
-    pool = MemoryPool(dev, release_threshold=0)
+def test_a_zero_release_threshold_gives_memory_back_at_synchronization(quiet_device) -> None:
+    pool = MemoryPool(quiet_device, release_threshold=0)
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()
     assert cuasync.testing.settle()
-    dev.synchronize()
+    quiet_device.synchronize()
     assert pool.stats().pool_reserved == 0
     pool.release_threshold = 64 * MiB
     assert pool.release_threshold == 64 * MiB
     with use_memory_pool(pool):
         cuasync.empty((8 * MiB,), "uint8").sync()
     assert cuasync.testing.settle()
-    dev.synchronize()
+    quiet_device.synchronize()
     assert pool.stats().pool_reserved >= 8 * MiB  # now kept for reuse
 
 
-def test_the_pool_lives_until_its_last_allocation_is_gone(dev) -> None:
-    pool = MemoryPool(dev)
+def test_the_pool_lives_until_its_last_allocation_is_gone(quiet_device) -> None:
+    pool = MemoryPool(quiet_device)
     alive = weakref.ref(pool)
     with use_memory_pool(pool):
         t = cuasync.ones((1024,), "float32").sync()
@@ -100,8 +85,8 @@ def test_the_pool_lives_until_its_last_allocation_is_gone(dev) -> None:
     assert alive() is None  # destroyed without waiting for the free to land
 
 
-def test_a_pool_stays_while_held_work_uses_its_memory(dev) -> None:
-    pool = MemoryPool(dev)
+def test_a_pool_stays_while_held_work_uses_its_memory(quiet_device) -> None:
+    pool = MemoryPool(quiet_device)
     alive = weakref.ref(pool)
     with use_memory_pool(pool):
         t = cuasync.ones((1024,), "float32").sync()
@@ -117,9 +102,9 @@ def test_a_pool_stays_while_held_work_uses_its_memory(dev) -> None:
     assert alive() is None
 
 
-def test_the_device_limit_counts_pool_allocations(dev) -> None:
-    pool = MemoryPool(dev)
-    dev.set_memory_limit(dev.memory_info().used + MiB)
+def test_the_device_limit_counts_pool_allocations(quiet_device) -> None:
+    pool = MemoryPool(quiet_device)
+    quiet_device.set_memory_limit(quiet_device.memory_info().used + MiB)
     with use_memory_pool(pool), pytest.raises(OutOfMemoryError, match="set_memory_limit"):
         cuasync.empty((2 * MiB,), "uint8").sync()
     assert pool.stats().live_allocations == 0

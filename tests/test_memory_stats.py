@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 
 import pytest
@@ -14,29 +13,15 @@ from cuasync.errors import ArgumentError, OutOfMemoryError
 MiB = 1 << 20
 
 
-@pytest.fixture
-def dev():
-    """Device 0, with earlier tests' garbage collected and their work settled, so that
-    nothing is freed behind a test's back while it compares two snapshots."""
-    assert cuasync.testing.settle()
-    gc.disable()
-    dev = cuasync.Device(0)
-    try:
-        yield dev
-    finally:
-        gc.enable()
-        dev.set_memory_limit(None)
-
-
-def test_memory_stats_sees_an_allocation_in_every_layer(dev) -> None:
-    dev.synchronize()
-    before = dev.memory_stats()
+def test_memory_stats_sees_an_allocation_in_every_layer(quiet_device) -> None:
+    quiet_device.synchronize()
+    before = quiet_device.memory_stats()
     assert isinstance(before, cuasync.MemoryStats)
     assert 0 <= before.driver_free <= before.driver_total
     assert before.pool_used <= before.pool_reserved
-    assert before.live_bytes == dev.memory_info().used
+    assert before.live_bytes == quiet_device.memory_info().used
     t = cuasync.empty((4 * MiB,), "uint8").sync()
-    during = dev.memory_stats()
+    during = quiet_device.memory_stats()
     assert during.live_bytes == before.live_bytes + 4 * MiB
     assert during.live_allocations == before.live_allocations + 1
     assert during.peak_live_bytes >= during.live_bytes
@@ -45,67 +30,72 @@ def test_memory_stats_sees_an_allocation_in_every_layer(dev) -> None:
     # (No claim on driver_free: it is the whole device's, and other processes on a GPU
     # allocate and free while this test runs.)
     del t
-    after = dev.memory_stats()
+    after = quiet_device.memory_stats()
     assert after.live_bytes == before.live_bytes
     assert after.live_allocations == before.live_allocations
     assert after.peak_live_bytes >= before.live_bytes + 4 * MiB
 
 
-def test_reset_peak_memory_restarts_the_watermark(dev) -> None:
+def test_reset_peak_memory_restarts_the_watermark(quiet_device) -> None:
     t = cuasync.empty((2 * MiB,), "uint8").sync()
     del t
-    assert dev.memory_stats().peak_live_bytes >= dev.memory_stats().live_bytes + 2 * MiB
-    dev.reset_peak_memory()
-    s = dev.memory_stats()
+    assert (
+        quiet_device.memory_stats().peak_live_bytes
+        >= quiet_device.memory_stats().live_bytes + 2 * MiB
+    )
+    quiet_device.reset_peak_memory()
+    s = quiet_device.memory_stats()
     assert s.peak_live_bytes == s.live_bytes
 
 
-def test_trim_pool_gives_idle_memory_back(dev, caplog: pytest.LogCaptureFixture) -> None:
+def test_trim_pool_gives_idle_memory_back(quiet_device, caplog: pytest.LogCaptureFixture) -> None:
     t = cuasync.empty((16 * MiB,), "uint8").sync()
     del t
-    dev.synchronize()  # the free is stream-ordered
-    held = dev.memory_stats()
+    quiet_device.synchronize()  # the free is stream-ordered
+    held = quiet_device.memory_stats()
     assert held.pool_reserved - held.pool_used >= 16 * MiB  # the pool keeps freed memory
     with caplog.at_level(logging.DEBUG, logger="cuasync.memory"):
-        released = dev.trim_pool()
-    trimmed = dev.memory_stats()
+        released = quiet_device.trim_pool()
+    trimmed = quiet_device.memory_stats()
     assert released >= 16 * MiB
     assert trimmed.pool_reserved == held.pool_reserved - released
     assert trimmed.pool_reserved >= trimmed.pool_used  # (driver_free: the whole device's)
     assert any("trimmed" in r.getMessage() for r in caplog.records if r.name == "cuasync.memory")
 
 
-def test_trim_pool_keeps_what_it_is_asked_to_and_checks_its_argument(dev) -> None:
+def test_trim_pool_keeps_what_it_is_asked_to_and_checks_its_argument(quiet_device) -> None:
     with pytest.raises(ArgumentError, match="keep_bytes"):
-        dev.trim_pool(-1)
+        quiet_device.trim_pool(-1)
     t = cuasync.empty((8 * MiB,), "uint8").sync()
     del t
-    dev.synchronize()
-    dev.trim_pool(1 << 60)  # keep everything
-    assert dev.memory_stats().pool_reserved - dev.memory_stats().pool_used >= 8 * MiB
+    quiet_device.synchronize()
+    quiet_device.trim_pool(1 << 60)  # keep everything
+    assert (
+        quiet_device.memory_stats().pool_reserved - quiet_device.memory_stats().pool_used >= 8 * MiB
+    )
 
 
-def test_memory_limit_refuses_before_the_driver(dev) -> None:
-    live = dev.memory_stats().live_bytes
-    dev.set_memory_limit(live + 3 * MiB)
-    assert dev.memory_stats().limit == live + 3 * MiB
+def test_memory_limit_refuses_before_the_driver(quiet_device) -> None:
+    live = quiet_device.memory_stats().live_bytes
+    quiet_device.set_memory_limit(live + 3 * MiB)
+    assert quiet_device.memory_stats().limit == live + 3 * MiB
     a = cuasync.empty((2 * MiB,), "uint8").sync()
-    pool_used = dev.memory_stats().pool_used
+    pool_used = quiet_device.memory_stats().pool_used
     with pytest.raises(OutOfMemoryError, match="set_memory_limit") as info:
         cuasync.empty((2 * MiB,), "uint8").sync()
     assert info.value.nbytes == 2 * MiB
     assert isinstance(info.value, MemoryError)
-    s = dev.memory_stats()
+    s = quiet_device.memory_stats()
     assert s.live_bytes == live + 2 * MiB  # the refused allocation counts nowhere
     assert s.pool_used == pool_used
     b = cuasync.empty((MiB,), "uint8").sync()  # exactly up to the limit is fine
     del a, b
-    dev.set_memory_limit(None)
-    assert dev.memory_stats().limit is None
+    quiet_device.set_memory_limit(None)
+    assert quiet_device.memory_stats().limit is None
     cuasync.empty((4 * MiB,), "uint8").sync()
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
-def test_memory_limit_checks_its_argument(dev, bad: object) -> None:
+def test_memory_limit_checks_its_argument(quiet_device, bad: object) -> None:
     with pytest.raises(ArgumentError, match="nbytes"):
-        dev.set_memory_limit(bad)
+        quiet_device.set_memory_limit(bad)

@@ -8,7 +8,6 @@ The difference between the two is what the driver calls cost from Python.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
-from ._util import Report
+from ._util import Report, await_latency, run_loop
 
 SUITE = "completion"
 
@@ -72,18 +71,6 @@ def _steps(report: Report, label: str, kernel: Any, stream: cuasync.Stream, n: i
     report.latency(SUITE, f"resolve: a finished future's result() ({label})", resolve)
 
 
-async def _awaits(kernel: Any, stream: cuasync.Stream, n: int) -> list[int]:
-    clock = time.perf_counter_ns
-    out = []
-    with cuasync.use_policy(cuasync.SingleStream(stream)):
-        for i in range(n + 50):
-            t0 = clock()
-            await kernel[1, 32]()
-            if i >= 50:
-                out.append(clock() - t0)
-    return out
-
-
 def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
     """Print the breakdown rows (a kernel taking no arguments, compiled already)."""
     print("-- cost breakdown of one tiny-kernel op (host time)")
@@ -95,7 +82,7 @@ def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
         _steps(report, "driver stubbed", kernel, stream, n)
         for kind in ("asyncio", "uvloop"):
             try:
-                samples = _run(kind, lambda: _awaits(kernel, stream, n))
+                samples = run_loop(kind, lambda: await_latency(kernel, n, stream))
             except ImportError:
                 continue
             report.latency(SUITE, f"{kind}: whole await, driver stubbed (inline)", samples)
@@ -116,11 +103,3 @@ def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
                 reactor - inline,
                 "us",
             )
-
-
-def _run(kind: str, coro: Callable[[], Any]) -> Any:
-    if kind == "uvloop":
-        import uvloop
-
-        return uvloop.run(coro())
-    return asyncio.run(coro())

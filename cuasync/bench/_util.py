@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,4 +101,28 @@ def timed(fn: Callable[[], Any], n: int, warmup: int = 50) -> list[int]:
         t0 = clock()
         fn()
         out.append(clock() - t0)
+    return out
+
+
+def run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``coro()`` run to the end on a fresh ``"asyncio"`` or ``"uvloop"`` loop."""
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro())
+    return asyncio.run(coro())
+
+
+async def await_latency(kernel: Any, n: int, stream: Any) -> list[int]:
+    """ns of each of ``n`` awaits of ``kernel[1, 32]()`` on ``stream`` (after 50 warm ones)."""
+    import cuasync
+
+    clock = time.perf_counter_ns
+    out = []
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        for i in range(n + 50):
+            t0 = clock()
+            await kernel[1, 32]()
+            if i >= 50:
+                out.append(clock() - t0)
     return out

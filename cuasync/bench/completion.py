@@ -14,8 +14,7 @@ import asyncio
 import os
 import select
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
 from . import _breakdown
-from ._util import Report, timed
+from ._util import Report, await_latency, run_loop, timed
 
 SUITE = "completion"
 
@@ -116,19 +115,6 @@ def _baselines(report: Report, n: int, stream: cuasync.Stream) -> dict[str, floa
     )
     results["sync"] = row.p50_us or 0.0
     return results
-
-
-async def _await_latency(n: int, stream: cuasync.Stream) -> list[int]:
-    clock = time.perf_counter_ns
-    policy = cuasync.SingleStream(stream)
-    out = []
-    with cuasync.use_policy(policy):
-        for i in range(n + 50):
-            t0 = clock()
-            await tiny[1, 32]()
-            if i >= 50:
-                out.append(clock() - t0)
-    return out
 
 
 async def _executor_latency(n: int, stream: cuasync.Stream) -> list[int]:
@@ -335,14 +321,6 @@ def _long_pending_cpu(seconds: float) -> tuple[float, float] | None:
     return (cpu1 - cpu0) / wall * 100, (switches1 - switches0) / wall
 
 
-def _run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    if kind == "uvloop":
-        import uvloop
-
-        return uvloop.run(coro())
-    return asyncio.run(coro())
-
-
 def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
     print(f"== completion ({cuasync.backend_name()}: {cuasync.Device(0).name})", flush=True)
     hub = get_hub()
@@ -362,7 +340,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         row = report.latency(
             SUITE,
             f"{kind}: run_in_executor(launch + synchronize)",
-            _run_loop(kind, lambda: _executor_latency(n, stream)),
+            run_loop(kind, lambda: _executor_latency(n, stream)),
         )
         base[f"{kind}-executor"] = row.p50_us or 0.0
         for label, spin, reactor in (
@@ -372,7 +350,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         ):
             hub.spin_budget_us, hub.use_reactor = spin, reactor and hub.reactor is not None
             before = cuasync.stats()
-            samples = _run_loop(kind, lambda: _await_latency(n, stream))
+            samples = run_loop(kind, lambda: await_latency(tiny, n, stream))
             after = cuasync.stats()
             note = (
                 f"inline {after.completed_inline - before.completed_inline}, "
@@ -385,7 +363,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             base[f"{kind}-{label}"] = row.p50_us or 0.0
         hub.spin_budget_us, hub.use_reactor = default_spin, hub.reactor is not None
         before = cuasync.stats()
-        ops = _run_loop(kind, lambda: _concurrent(concurrent))
+        ops = run_loop(kind, lambda: _concurrent(concurrent))
         after = cuasync.stats()
         note = (
             f"inline {after.completed_inline - before.completed_inline}, "
@@ -393,7 +371,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             f"spins skipped {after.spins_skipped - before.spins_skipped}"
         )
         report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s", note)
-        ops = _run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
+        ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
     report.value(
         SUITE,
@@ -402,9 +380,9 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         "ops/s",
     )
     for kind in loops:
-        idle = _run_loop(kind, lambda: _idle_lag(0.2))
+        idle = run_loop(kind, lambda: _idle_lag(0.2))
         report.value(SUITE, f"{kind}: 1 ms ticker lag p99, idle loop (baseline)", idle, "us")
-        during, overall, worst, cpu = _run_loop(kind, lambda: _loop_lag(64, 10.0))
+        during, overall, worst, cpu = run_loop(kind, lambda: _loop_lag(64, 10.0))
         report.value(
             SUITE,
             f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight",

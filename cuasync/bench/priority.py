@@ -20,22 +20,14 @@ from collections import deque
 
 import cuasync
 
+from . import completion
 from ._util import Report
 
 SUITE = "priority"
 
-SOURCE = r"""
-extern "C" __global__ void cuasync_bench_tiny() {}
-extern "C" __global__ void cuasync_bench_spin(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
-}
-"""
-
-tiny = cuasync.Kernel(SOURCE, "cuasync_bench_tiny", emulate=lambda: None)
-#: On the emulator one launch stands for one block: it sleeps ``ns``.
-spin = cuasync.Kernel(SOURCE, "cuasync_bench_spin", emulate=lambda ns: time.sleep(int(ns) / 1e9))
+#: completion's kernels: an empty one, and one spinning ``ns`` on %globaltimer (on the
+#: emulator one launch stands for one block: it sleeps ``ns``).
+tiny, spin = completion.tiny, completion.spin_ns
 
 #: Blocks of 256 threads per batch kernel: several waves on any current GPU.
 BATCH_GRID = 4096
