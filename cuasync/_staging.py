@@ -175,6 +175,8 @@ class StagingPool:
         now = self._clock()
         if now < due:
             return due - now
+        from ._core.completion import work_in_flight
+
         if work_in_flight():
             # cuMemFreeHost waits for the device: with work in flight it would hold this
             # thread (every background completion with it) and the driver's context lock
@@ -307,15 +309,6 @@ class StagingPool:
 _pool: StagingPool | None = None
 #: How soon an idle sweep put off by work in flight looks again (seconds).
 _BUSY_RETRY_S = 1.0
-
-
-def work_in_flight() -> bool:
-    """Whether any cuasync submission is still pending (a flag slot armed or a host
-    callback outstanding); False before the completion machinery exists."""
-    from ._core import completion
-
-    hub = completion._hub
-    return hub is not None and (hub.stats.slots_armed > 0 or bool(hub.callback_pending))
 
 
 _pool_lock = threading.Lock()

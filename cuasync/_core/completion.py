@@ -871,6 +871,13 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     return comp.result()
 
 
+def work_in_flight() -> bool:
+    """Whether any submission is still pending (a flag slot armed or a host callback
+    outstanding); False before the completion machinery exists (it is not created)."""
+    hub = _hub
+    return hub is not None and (hub.stats.slots_armed > 0 or bool(hub.callback_pending))
+
+
 def raise_if_faulted(device: Device) -> None:
     """Submission's fault check: on a faulted device, fail its pending work and raise.
 

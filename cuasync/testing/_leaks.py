@@ -7,17 +7,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .._core.completion import stats
+from .._core.completion import stats, work_in_flight
 from .._core.device import Device, device_count
 
 __all__ = ["Snapshot", "no_leaks", "settle", "snapshot"]
 
 Snapshot = tuple[tuple[int, ...], int]
-
-
-def _in_flight() -> bool:
-    s = stats()
-    return bool(s.slots_armed or s.callbacks_pending)
 
 
 def settle(timeout: float = 10.0) -> bool:
@@ -34,7 +29,7 @@ def settle(timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         gc.collect()
-        if not _in_flight():
+        if not work_in_flight():
             gc.collect()  # after the last completion too: it may free tasks holding outputs
             return True
         if time.monotonic() >= deadline:
