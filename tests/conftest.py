@@ -40,14 +40,18 @@ pytest_plugins = ["pytester"]
 
 @pytest.fixture(scope="session", autouse=True)
 def _kernels_loaded_before_any_gate():
-    """On a GPU, loading a kernel module waits for the device's pending work, so a kernel
-    first launched behind a closed gate would wait for the gate: load them all up front."""
-    if not ON_EMULATOR:
-        from cuasync._builtin import builtin_kernels
+    """On a GPU, loading a kernel module may wait for the device's pending work, so a
+    kernel first launched behind a closed gate would wait for the gate: load the built-in
+    ones up front, on every device. The emulator, which refuses such a first load, is
+    given the same start, so that it flags exactly what would hang a GPU (a test's own
+    or a fused kernel first loaded behind a gate)."""
+    from cuasync._builtin import builtin_kernels
 
+    for ordinal in range(cuasync.device_count()):
         for kernel in builtin_kernels():
-            kernel.compile()
-        cuasync.testing._device_ops.load()  # the sleep and trap kernels
+            kernel.compile(ordinal)
+        cuasync.testing._device_ops.load(cuasync.Device(ordinal))  # the sleep and trap kernels
+    if not ON_EMULATOR:
         # The first stream-ordered allocation of a process grows the device's memory
         # pool, which took 5 ms in the driver on an H200: tests that time an await
         # against work in flight would see it land during the enqueue.
