@@ -344,6 +344,8 @@ async def test_wait_inside_a_loop_is_refused(anyio_backend) -> None:
 
 @pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio"])
 def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str) -> None:
+    # (5 ms of sleep: work that lands before its await first looks, as on a busy CI
+    # machine whose loop thread was descheduled for 50 us, finishes inline instead.)
     # Sixteen tasks awaiting work longer than the spin budget at once: once one spin has
     # run out, a task spinning on the loop thread would only hold up the others'
     # submissions, so the rest park at once (the last may find nothing else ready). One
@@ -354,7 +356,7 @@ def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str)
         RUNNER = {runner!r}
 
         async def one():
-            await ct.sleep(50)
+            await ct.sleep(5000)
 
         async def burst():
             if RUNNER == "trio":
@@ -368,7 +370,7 @@ def test_an_await_spins_only_when_nothing_else_on_its_loop_is_ready(runner: str)
 
         async def sequential():
             for _ in range(10):
-                await ct.sleep(50)
+                await ct.sleep(5000)
 
         def run(main):
             if RUNNER == "trio":
@@ -402,7 +404,7 @@ def test_while_awaits_skip_their_spin_one_in_64_spins_to_learn_again() -> None:
         import asyncio, cuasync, cuasync.testing as ct
 
         async def one():
-            await ct.sleep(50)
+            await ct.sleep(5000)
 
         async def burst():
             await asyncio.gather(*(one() for _ in range(130)))
