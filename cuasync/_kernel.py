@@ -30,7 +30,7 @@ from ._backends.base import PreparedKernel
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
-from ._core.output import Output
+from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
 from ._nvrtc import compile_cubin
 from ._partition import Partition
@@ -281,7 +281,8 @@ class _Launchable(Generic[R]):
             or _cacheable(config)
         )
         if cacheable:
-            cached = self._launchers.get(config)
+            cache = self.__dict__.get("_launcher_cache")  # (self._launchers, one frame less)
+            cached = None if cache is None else cache.get(config)
             if cached is not None:
                 return cached
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
@@ -574,7 +575,8 @@ class _Launch(_NativeLaunchBase[Any]):
         prepared = self._prepared
         if ctx.device is not self._device:  # run on another device's stream than built for
             prepared = kernel._prepare(ctx.device)
-        kernel._declare(ctx, self._tensors)
+        if self._tensors:
+            kernel._declare(ctx, self._tensors)
         launch = (
             prepared,
             self._grid,
@@ -588,7 +590,7 @@ class _Launch(_NativeLaunchBase[Any]):
             ctx.deferred = launch
         else:
             get_backend().launch_kernel(*launch)
-        return Output.ready(self._output)
+        return _Ready(self._output)
 
     def __repr__(self) -> str:
         consumed = " (consumed)" if self._consumed else ""

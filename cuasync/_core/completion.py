@@ -237,7 +237,9 @@ class Completion:
         assert ctx is not None and out is not None
         if self.trace is not None:
             end_flight(self)
-        self.stream._mark_completed(ctx.seq)
+        stream, seq = self.stream, ctx.seq
+        if seq > stream._completed:  # (stream._mark_completed, inline: every op passes here)
+            stream._completed = seq
         error: BaseException | None = None
         if ctx.errors:
             value, error = None, ctx.errors[0]
@@ -549,7 +551,11 @@ class Hub:
             spin_us = self.spin_budget_us
             if spin_us and comp.stream._completed < comp.seq - 1:
                 spin_us = 0
-        if (spin_us and self.spin(comp, spin_us)) or (comp.slot >= 0 and comp.landed()):
+        if comp.slot >= 0 and self.native is not None:  # (self.spin, inline: the hot path)
+            landed = self.native.spin_wait(comp.address, comp.gen, spin_us * 1000)
+        else:
+            landed = comp.landed()
+        if landed:
             comp.finish(INLINE)
         return comp.state >= DONE
 
@@ -746,10 +752,14 @@ class Hub:
             stats.completed_host_callback += 1
         else:
             stats.completed_blocking += 1
-        if comp.slot >= 0:
+        slot = comp.slot
+        if slot >= 0:
             if comp.watcher is not None and path != REACTOR:
-                self.reactor.disarm(comp.slot)  # it was armed: take it back
-            self._free_slot(comp.slot)
+                self.reactor.disarm(slot)  # it was armed: take it back
+            with self.lock:  # (self._free_slot, inline: every completion passes here)
+                self.table[slot] = None
+                self.free.append(slot)
+                stats.slots_armed -= 1
         else:
             with self.lock:
                 self.callback_pending.discard(comp)
