@@ -74,7 +74,7 @@ if get_backend().driver_handles:
     hub.release_word(slot, value)
     for label, with_flag in (("raw launch", False), ("raw launch + write_value32", True)):
         t0 = time.perf_counter_ns()
-        for i in range(CHUNK):
+        for _ in range(CHUNK):
             d.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, h, addr, 0)
             if with_flag:
                 d.cuStreamWriteValue32(h, word, value, 0)
