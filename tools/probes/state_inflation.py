@@ -7,6 +7,7 @@ suite's steps one by one and re-measures both costs after each.
 """
 
 import gc
+import os
 import time
 
 import numpy as np
@@ -16,6 +17,15 @@ from cuasync._core.completion import get_hub
 from cuasync.bench import completion as c
 from cuasync.bench._util import await_latency, run_loop
 from cuasync.bench.launch import bump
+
+# CUASYNC_PROBE_IMPORT=torch,cupy: import (and initialize) them first, as the bench does.
+for name in filter(None, os.environ.get("CUASYNC_PROBE_IMPORT", "").split(",")):
+    module = __import__(name)
+    if name == "torch":
+        (module.ones(4, device="cuda") + 1).sum().item()
+    elif name == "cupy":
+        (module.ones(4) + 1).sum().item()
+    print("imported", name)
 
 hub = get_hub()
 stream = cuasync.Device(0).new_stream()
@@ -51,6 +61,9 @@ def with_hub(spin: int, reactor: bool, kind: str) -> None:
 
 measure("nothing")
 measure("nothing (again)")
+for kind in ("asyncio", "uvloop", "asyncio", "uvloop"):
+    p50 = np.median(run_loop(kind, lambda: await_latency(c.tiny, 2000, stream))) / 1e3
+    print(f"  {kind} await p50 {p50:6.2f} us")
 run_loop("asyncio", lambda: c._executor_latency(2000, stream))
 measure("asyncio executor latency")
 with_hub(20, True, "asyncio")
