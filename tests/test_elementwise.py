@@ -92,6 +92,20 @@ async def test_fused_expression_is_one_kernel(anyio_backend: str) -> None:
     check(again, np.exp(b * a + c - np.float32(2.0)))
 
 
+@pytest.mark.parametrize("n", [1, 255, 1023, 1024, 1025, 4097, 300_001])
+async def test_contiguous_and_strided_kernels_cover_every_element(n: int, anyio_backend) -> None:
+    # Contiguous operands take the unrolled kernel (codegen.UNROLL elements a thread,
+    # a block apart), strided ones the unravelling kernel: both must reach each
+    # element exactly once, across block, unroll and tail boundaries.
+    a, b = host((n,), "float32", 4), host((2 * n,), "float32", 5)
+    x, y = await dev(a), await dev(b)
+    check(await (await cuasync.exp(x * 0.5 + 1.0)).to_host(), np.exp(a * 0.5 + 1.0))
+    check(await (await (x - y[::2])).to_host(), a - b[::2])  # one strided operand
+    out = await cuasync.zeros((n,))
+    await cuasync.multiply(x, 3.0, out=out)
+    check(await out.to_host(), a * np.float32(3.0))
+
+
 async def test_nep50_python_scalars(anyio_backend: str) -> None:
     a = host((5,), "int8", 1)
     x = await dev(a)

@@ -25,7 +25,7 @@ from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, resolve_shape
 from ..errors import ShapeError
-from .codegen import kernel_for, make_plan, scalar_arg
+from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
 from .expr import Node
 from .operators import TensorOperators
 
@@ -87,8 +87,12 @@ def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
     ]
     specs = _scalar_specs(plan)
     args = [scalar_arg(v, spec) for v, spec in zip(scalars, specs, strict=True)]
-    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
     n = math.prod(dims)
+    if len(dims) == 1 and all(s == (1,) for s in strides):  # all contiguous: "0 dims"
+        kernel = kernel_for(plan, dtype_name(dtype), 0)
+        builtin.launch(ctx, kernel, -(-n // UNROLL), *views, *args, n)
+        return result
+    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
     flat_strides = [x for s in strides for x in s]
     builtin.launch(ctx, kernel, n, *views, *args, n, *dims, *flat_strides)
     return result
