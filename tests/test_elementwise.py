@@ -101,9 +101,13 @@ async def test_contiguous_and_strided_kernels_cover_every_element(n: int, anyio_
     x, y = await dev(a), await dev(b)
     check(await (await cuasync.exp(x * 0.5 + 1.0)).to_host(), np.exp(a * 0.5 + 1.0))
     check(await (await (x - y[::2])).to_host(), a - b[::2])  # one strided operand
-    out = await cuasync.zeros((n,))
-    await cuasync.multiply(x, 3.0, out=out)
-    check(await out.to_host(), a * np.float32(3.0))
+    out = await cuasync.zeros((n + 1,))
+    await cuasync.multiply(x, 3.0, out=out[:n])  # aligned: one access per UNROLL elements
+    check(await out[:n].to_host(), a * np.float32(3.0))
+    await cuasync.multiply(x, 2.0, out=out[1:])  # misaligned: one element an access
+    check(await out[1:].to_host(), a * np.float32(2.0))
+    h = await cuasync.from_host(a.astype(np.float16))  # mixed widths, vectorized
+    check(await (await (h * x)).to_host(), a.astype(np.float16).astype(np.float32) * a)
 
 
 async def test_nep50_python_scalars(anyio_backend: str) -> None:

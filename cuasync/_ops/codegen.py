@@ -4,9 +4,10 @@ A tree becomes a *plan*: its structure with tensors and scalars replaced by para
 numbers, hashable, so each plan (and number of dimensions) is compiled once per process.
 The kernel is a grid-stride loop over the output's elements that unravels each linear
 index into one strided offset per operand (64-bit), loads, computes the whole tree in
-registers and stores once; when every operand is contiguous it skips the unravelling
-and loads ``UNROLL`` elements per thread before computing (HBM wants bytes in flight). float16 is computed in float32 and rounded after every op,
-as numpy does.
+registers and stores once. When every operand is contiguous it skips the unravelling
+and loads ``UNROLL`` elements per thread before computing (HBM wants bytes in flight),
+in one access per operand where they are aligned. float16 is computed in float32 and
+rounded after every op, as numpy does.
 
 >>> plan, tensors, scalars = make_plan(node)
 >>> kernel_for(plan, ndim=2)          # cached: the same Kernel for the same plan
@@ -244,16 +245,45 @@ def source(plan: Plan, out: str, ndim: int) -> str:
 
 
 def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[int, str]]) -> str:
-    """A kernel over contiguous operands: no index arithmetic, and each thread loads
-    ``UNROLL`` elements of every input (a block's stride apart: coalesced) before it
-    computes any."""
+    """A kernel over contiguous operands: no index arithmetic. With ``vec`` (every
+    operand aligned to ``UNROLL`` elements) each thread loads ``UNROLL`` consecutive
+    elements of each input in one access; otherwise ``UNROLL`` elements a block apart
+    (coalesced), all loads issued before any is used."""
+    vec = [f"ca_vec<{DTYPES[dt].storage}, {UNROLL}>" for _, dt in xs]
+    out_vec = f"ca_vec<{DTYPES[out].storage}, {UNROLL}>"
+    vec_lines: list[str] = []
+    vec_result = _emit(plan, vec_lines, [0], lambda k: f"w{k}.v[u]")
+    tail_lines: list[str] = []
+    tail_result = _emit(plan, tail_lines, [0], lambda k: f"x{k}[i]")
     lines: list[str] = []
     result = _emit(plan, lines, [0], lambda k: f"l{k}[u]")
     loads = " ".join(f"l{k}[u] = x{k}[i];" for k, _ in xs)
     return "\n".join(
         [
             _prelude(),
-            f"__global__ void ca_elementwise({', '.join([*params, 'long long n'])}) {{",
+            f"__global__ void ca_elementwise({', '.join([*params, 'long long n', 'int vec'])}) {{",
+            "    if (vec) {",
+            f"        const long long nv = n / {UNROLL};",
+            "        for (long long j = ca_first(); j < nv; j += ca_stride()) {",
+            *(
+                f"            {v} w{k} = ((const {v}*)x{k})[j];"
+                for v, (k, _) in zip(vec, xs, strict=True)
+            ),
+            f"            {out_vec} r;",
+            "            #pragma unroll",
+            f"            for (int u = 0; u < {UNROLL}; u++) {{",
+            *(f"        {line}" for line in vec_lines),
+            f"                r.v[u] = {_store(vec_result, out)};",
+            "            }",
+            f"            (({out_vec}*)out)[j] = r;",
+            "        }",
+            f"        long long i = nv * {UNROLL} + ca_first();  // the last < {UNROLL}",
+            "        if (i < n) {",
+            *(f"    {line}" for line in tail_lines),
+            f"            out[i] = {_store(tail_result, out)};",
+            "        }",
+            "        return;",
+            "    }",
             f"    const long long step = (long long)gridDim.x * blockDim.x * {UNROLL};",
             f"    long long base = (long long)blockIdx.x * blockDim.x * {UNROLL} + threadIdx.x;",
             "    for (; base < n; base += step) {",

@@ -88,9 +88,11 @@ def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
     specs = _scalar_specs(plan)
     args = [scalar_arg(v, spec) for v, spec in zip(scalars, specs, strict=True)]
     n = math.prod(dims)
-    if len(dims) == 1 and all(s == (1,) for s in strides):  # all contiguous: "0 dims"
+    if not dims or (len(dims) == 1 and all(s == (1,) for s in strides)):  # contiguous
         kernel = kernel_for(plan, dtype_name(dtype), 0)
-        builtin.launch(ctx, kernel, -(-n // UNROLL), *views, *args, n)
+        # One access per UNROLL elements where every operand is aligned to that many.
+        vec = all((v.ptr // v.itemsize) % UNROLL == 0 and v.itemsize * UNROLL <= 64 for v in views)
+        builtin.launch(ctx, kernel, -(-n // UNROLL), *views, *args, n, int(vec))
         return result
     kernel = kernel_for(plan, dtype_name(dtype), len(dims))
     flat_strides = [x for s in strides for x in s]
