@@ -522,6 +522,30 @@ class _Launchable(Generic[R]):
         return grid
 
     # -- enqueuing --------------------------------------------------------------------------
+    def _enqueue_trusted(
+        self, ctx: ExecutionContext, grid: Dim3, block: Dim3, args: Sequence[Any]
+    ) -> None:
+        """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
+        kernels): tensors of the right dtype and device, no aliasing the launch could
+        see. Only scalars are converted; no op object is made.
+
+        >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
+        """
+        prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
+        converted = []
+        tensors = []
+        for param, arg in zip(self.params, args, strict=True):
+            if param.pointer:
+                tensors.append((arg, param))
+                converted.append(arg)
+            else:
+                converted.append(self._scalar(param, arg))
+        if tensors:
+            self._declare(ctx, tensors)
+        get_backend().launch_kernel(
+            prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
+        )
+
     def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:
             if param.const:

@@ -162,6 +162,19 @@ async def test_out_writes_into_a_view(anyio_backend: str) -> None:
     check(await x.to_host(), a * 2)
 
 
+async def test_out_partly_overlapping_an_operand_is_refused_when_built(anyio_backend) -> None:
+    a = host((8,), "float32", 1)
+    x = await dev(a)
+    with pytest.raises(cuasync.errors.AliasingError, match="out overlaps x1"):
+        cuasync.add(x[:-1], 1.0, out=x[1:])  # would read elements already overwritten
+    with pytest.raises(cuasync.errors.AliasingError, match="out overlaps x2"):
+        cuasync.multiply(2.0, x[2:6], out=x[:4])
+    await cuasync.add(x[::2], 1.0, out=x[1::2])  # interleaved: no shared element
+    want = a.copy()
+    want[1::2] = a[::2] + 1
+    check(await x.to_host(), want)
+
+
 async def test_bad_inputs_raise_before_running(anyio_backend: str) -> None:
     x = await dev(host((3, 4), "float32"))
     y = await dev(host((5,), "float32"))
