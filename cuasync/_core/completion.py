@@ -68,11 +68,13 @@ class Stats:
     flag), ``completed_reactor`` (the native reactor woke the loop),
     ``completed_host_callback`` (a host function signalled it), ``completed_blocking``
     (a blocking wait, ``sync()`` or ``fut.wait()``). ``reactor_wakeups``: times the
-    reactor woke a loop; ``slots_armed``/``slots_total``: completion slots in use and in
-    all (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host
-    callback; ``fallbacks``: awaits that found every slot in use and used a host
-    callback; ``spins_skipped``: awaits that did not spin because other work on their
-    loop was ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
+    reactor woke a loop; ``reactor_batches``: drains of a loop's queue that finished
+    work (``completed_reactor / reactor_batches``: completions per wake-up);
+    ``slots_armed``/``slots_total``: completion slots in use and in all
+    (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host callback;
+    ``fallbacks``: awaits that found every slot in use and used a host callback;
+    ``spins_skipped``: awaits that did not spin because other work on their loop was
+    ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
     checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
     ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
     module is loaded.
@@ -86,6 +88,8 @@ class Stats:
     completed_host_callback: int = 0
     completed_blocking: int = 0
     reactor_wakeups: int = 0
+    #: Drains of a loop's reactor queue that finished at least one completion.
+    reactor_batches: int = 0
     slots_armed: int = 0
     slots_total: int = 0
     callbacks_pending: int = 0
@@ -641,7 +645,10 @@ class Hub:
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
-        self.handle_reports(*queue.drain())
+        done, stale = queue.drain()
+        if done:
+            self.stats.reactor_batches += 1
+        self.handle_reports(done, stale)
 
     def handle_reports(self, done: list[int], stale: list[int]) -> None:
         """Finish the completed slots and probe the stale ones."""
