@@ -29,8 +29,15 @@ from ._tensor import Tensor
 #: The translation unit's files, in order: the shared code, then each family.
 _FILES = ("cast.cuh", "index.cuh", "fill.cu", "linspace.cu", "convert.cu", "random.cu")
 
-#: The float dtypes ``rand`` and ``randn`` make.
-RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f")
+#: The float dtypes ``rand`` and ``randn`` make (not FP8: storage only).
+RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f" and d.arithmetic)
+
+#: The dtypes the kernels store as bits, and the unsigned integer dtype of their size.
+BIT_DTYPES: dict[str, str] = {
+    name: {1: "uint8", 2: "uint16"}[SUPPORTED[name].itemsize]
+    for name in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    if name in SUPPORTED
+}
 
 #: ``fill`` only moves bits: one instantiation per element size, storing it as this dtype.
 FILL_DTYPES: dict[int, str] = {
@@ -114,8 +121,10 @@ def bit_view(t: Tensor, storage_dtype: str) -> Tensor:
 
 
 def storage_view(t: Tensor) -> Tensor:
-    """``t`` as its kernels' C type sees it: float16 and bfloat16 as uint16 bits."""
-    return bit_view(t, "uint16") if dtype_name(t.dtype) in ("float16", "bfloat16") else t
+    """``t`` as its kernels' C type sees it: float16 and bfloat16 as uint16 bits, FP8 as
+    uint8 bits."""
+    bits = BIT_DTYPES.get(dtype_name(t.dtype))
+    return bit_view(t, bits) if bits is not None else t
 
 
 def flat(t: Tensor) -> Tensor:

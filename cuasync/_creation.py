@@ -122,10 +122,21 @@ def _representable(value: Any, dt: np.dtype[Any], argument: str) -> np.ndarray:
             with np.errstate(all="ignore"):
                 stored = np.asarray(as_float).astype(part_dtype).astype(np.float64)
             finite = not math.isfinite(as_float) or bool(np.isfinite(stored))
+            if math.isinf(as_float) and np.isnan(stored):  # float8_e4m3fn
+                raise ArgumentError(
+                    f"{argument}={value!r}: {name} has no infinity (its largest value is "
+                    f"{float(_finfo_max(dt))}; an infinity or an overflow becomes NaN)"
+                )
         if not finite:
             raise ArgumentError(f"{argument}={value!r} overflows {name}")
     with np.errstate(all="ignore"):
         return np.asarray(value).astype(dt)
+
+
+def _finfo_max(dt: np.dtype[Any]) -> Any:
+    import ml_dtypes  # only ml_dtypes' dtypes get here
+
+    return ml_dtypes.finfo(dt).max
 
 
 def _bits(value: np.ndarray) -> tuple[int, int]:
@@ -148,9 +159,14 @@ def _seed(seed: Any) -> tuple[int, int]:
 def _random_dtype(dtype: Any, what: str) -> np.dtype[Any]:
     dt = as_dtype(dtype)
     if dtype_name(dt) not in RANDOM_DTYPES:
+        hint = (
+            f"; draw float32 (or bfloat16) numbers and convert them: .astype('{dtype_name(dt)}')"
+            if not dtype_info(dt).arithmetic
+            else ""
+        )
         raise DTypeError(
             f"{what} makes floating-point numbers: dtype must be one of "
-            f"{', '.join(n for n in RANDOM_DTYPES if n in SUPPORTED)}, got {dtype_name(dt)}"
+            f"{', '.join(n for n in RANDOM_DTYPES if n in SUPPORTED)}, got {dtype_name(dt)}" + hint
         )
     return dt
 
