@@ -27,7 +27,15 @@ from ._kernel import Kernel
 from ._tensor import Tensor
 
 #: The translation unit's files, in order: the shared code, then each family.
-_FILES = ("cast.cuh", "index.cuh", "fill.cu", "linspace.cu", "convert.cu", "random.cu")
+_FILES = (
+    "cast.cuh",
+    "index.cuh",
+    "fill.cu",
+    "linspace.cu",
+    "arange.cu",
+    "convert.cu",
+    "random.cu",
+)
 
 #: The float dtypes ``rand`` and ``randn`` make (not FP8: storage only).
 RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f" and d.arithmetic)
@@ -63,6 +71,7 @@ _kernels_lock = threading.Lock()
 
 _TWINS = {
     "linspace": _twins.linspace_twin,
+    "arange": _twins.arange_twin,
     "convert": _twins.convert_twin,
     "rand": _twins.rand_twin,
     "randn": _twins.randn_twin,
@@ -93,7 +102,7 @@ def builtin_kernels() -> list[Kernel]:
     """Every built-in kernel, one per dtype instantiation (for compile checks)."""
     keys: list[tuple[str, str]] = [("fill", str(size)) for size in FILL_DTYPES]
     names = list(SUPPORTED)
-    keys += [(family, name) for family in ("linspace", "convert") for name in names]
+    keys += [(family, name) for family in ("linspace", "arange", "convert") for name in names]
     keys += [
         (family, name) for family in ("rand", "randn") for name in RANDOM_DTYPES if name in names
     ]

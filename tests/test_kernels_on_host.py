@@ -73,6 +73,10 @@ def _wrappers() -> str:
             f'extern "C" void convert_{k}(void* out, const void* src, int code, long long n) '
             f"{{ ca_convert<{s}, {k}>(({s}*)out, src, code, n, 1, 1, n, 0, 0, 0, 1); }}"
         )
+        lines.append(
+            f'extern "C" void arange_{k}(void* out, long long n, long long i0, long long i1, '
+            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1); }}"
+        )
     return "\n".join(lines)
 
 
@@ -196,3 +200,38 @@ def test_every_dtype_to_fp8(lib: Any, dst: str) -> None:
         with np.errstate(all="ignore"):
             want = values.astype(SUPPORTED[dst])
         _same_bits(_convert(lib, values, dst), want, f"{src} -> {dst}")
+
+
+ARANGES = [
+    (0, 10, 1),
+    (10, 0, -3),
+    (0.3, 1000.0, 0.7),
+    (0.1, 2.0, 0.3),
+    (-5.5, 5.5, 0.25),
+    (1.0, 0.0, -0.125),
+    (0, 40000, 7),
+    (2**62, 2**62 + 5, 1),
+]
+
+
+@pytest.mark.parametrize("args", ARANGES, ids=str)
+def test_arange_kernel_matches_numpy(lib: Any, args: tuple[Any, Any, Any]) -> None:
+    from cuasync._creation import _arange_ends, _arange_length
+    from cuasync.errors import ArgumentError
+
+    start, stop, step = args
+    n = _arange_length(start, stop, step)
+    for name, dt in SUPPORTED.items():
+        if name == "bool" and n > 2:  # refused by arange (numpy raises too)
+            continue
+        try:
+            i0, i1, f0, f1 = _arange_ends(start, step, n, dt)
+        except ArgumentError:  # a value the dtype cannot hold: refused before the kernel
+            continue
+        out = np.zeros(n, dt)
+        fn = getattr(lib, f"arange_{DTYPES[name].code}")
+        fn.argtypes = [ctypes.c_void_p, *[ctypes.c_longlong] * 3, ctypes.c_double, ctypes.c_double]
+        fn(out.ctypes.data, n, i0, i1, f0, f1)
+        with np.errstate(all="ignore"):
+            want = np.arange(start, stop, step, dtype=dt)
+        _same_bits(out, want, f"arange{args} as {name}")
