@@ -27,10 +27,25 @@ from ._kernel import Kernel
 from ._tensor import Tensor
 
 #: The translation unit's files, in order: the shared code, then each family.
-_FILES = ("cast.cuh", "index.cuh", "fill.cu", "linspace.cu", "convert.cu", "random.cu")
+_FILES = (
+    "cast.cuh",
+    "index.cuh",
+    "fill.cu",
+    "linspace.cu",
+    "arange.cu",
+    "convert.cu",
+    "random.cu",
+)
 
-#: The float dtypes ``rand`` and ``randn`` make.
-RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f")
+#: The float dtypes ``rand`` and ``randn`` make (not FP8: storage only).
+RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f" and d.arithmetic)
+
+#: The dtypes the kernels store as bits, and the unsigned integer dtype of their size.
+BIT_DTYPES: dict[str, str] = {
+    name: {1: "uint8", 2: "uint16"}[SUPPORTED[name].itemsize]
+    for name in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    if name in SUPPORTED
+}
 
 #: ``fill`` only moves bits: one instantiation per element size, storing it as this dtype.
 FILL_DTYPES: dict[int, str] = {
@@ -56,6 +71,7 @@ _kernels_lock = threading.Lock()
 
 _TWINS = {
     "linspace": _twins.linspace_twin,
+    "arange": _twins.arange_twin,
     "convert": _twins.convert_twin,
     "rand": _twins.rand_twin,
     "randn": _twins.randn_twin,
@@ -86,7 +102,7 @@ def builtin_kernels() -> list[Kernel]:
     """Every built-in kernel, one per dtype instantiation (for compile checks)."""
     keys: list[tuple[str, str]] = [("fill", str(size)) for size in FILL_DTYPES]
     names = list(SUPPORTED)
-    keys += [(family, name) for family in ("linspace", "convert") for name in names]
+    keys += [(family, name) for family in ("linspace", "arange", "convert") for name in names]
     keys += [
         (family, name) for family in ("rand", "randn") for name in RANDOM_DTYPES if name in names
     ]
@@ -113,8 +129,10 @@ def bit_view(t: Tensor, storage_dtype: str) -> Tensor:
 
 
 def storage_view(t: Tensor) -> Tensor:
-    """``t`` as its kernels' C type sees it: float16 and bfloat16 as uint16 bits."""
-    return bit_view(t, "uint16") if dtype_name(t.dtype) in ("float16", "bfloat16") else t
+    """``t`` as its kernels' C type sees it: float16 and bfloat16 as uint16 bits, FP8 as
+    uint8 bits."""
+    bits = BIT_DTYPES.get(dtype_name(t.dtype))
+    return bit_view(t, bits) if bits is not None else t
 
 
 def flat(t: Tensor) -> Tensor:

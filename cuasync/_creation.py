@@ -5,16 +5,19 @@ Each launches a built-in kernel (:mod:`cuasync._builtin`: CUDA C++ compiled with
 and its numpy twin on the emulator backend). Arguments are checked when the op is built,
 so a bad one raises a typed error and enqueues nothing.
 
->>> x = await cuasync.arange(8)                       # 0, 1, ..., 7 as float32
+>>> x = await cuasync.arange(8, dtype="float32")      # 0, 1, ..., 7
 >>> h = await cuasync.convert(x, "float16")
 >>> noise = await cuasync.randn((4, 4), seed=7)      # the same numbers on every backend
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -122,10 +125,21 @@ def _representable(value: Any, dt: np.dtype[Any], argument: str) -> np.ndarray:
             with np.errstate(all="ignore"):
                 stored = np.asarray(as_float).astype(part_dtype).astype(np.float64)
             finite = not math.isfinite(as_float) or bool(np.isfinite(stored))
+            if math.isinf(as_float) and np.isnan(stored):  # float8_e4m3fn
+                raise ArgumentError(
+                    f"{argument}={value!r}: {name} has no infinity (its largest value is "
+                    f"{float(_finfo_max(dt))}; an infinity or an overflow becomes NaN)"
+                )
         if not finite:
             raise ArgumentError(f"{argument}={value!r} overflows {name}")
     with np.errstate(all="ignore"):
         return np.asarray(value).astype(dt)
+
+
+def _finfo_max(dt: np.dtype[Any]) -> Any:
+    import ml_dtypes  # only ml_dtypes' dtypes get here
+
+    return ml_dtypes.finfo(dt).max
 
 
 def _bits(value: np.ndarray) -> tuple[int, int]:
@@ -148,9 +162,14 @@ def _seed(seed: Any) -> tuple[int, int]:
 def _random_dtype(dtype: Any, what: str) -> np.dtype[Any]:
     dt = as_dtype(dtype)
     if dtype_name(dt) not in RANDOM_DTYPES:
+        hint = (
+            f"; draw float32 (or bfloat16) numbers and convert them: .astype('{dtype_name(dt)}')"
+            if not dtype_info(dt).arithmetic
+            else ""
+        )
         raise DTypeError(
             f"{what} makes floating-point numbers: dtype must be one of "
-            f"{', '.join(n for n in RANDOM_DTYPES if n in SUPPORTED)}, got {dtype_name(dt)}"
+            f"{', '.join(n for n in RANDOM_DTYPES if n in SUPPORTED)}, got {dtype_name(dt)}" + hint
         )
     return dt
 
@@ -225,37 +244,112 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
     return device_op(enqueue, t.device, "fill", graph_node=True)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _renamed(old: str, new: str) -> Callable[[F], F]:
+    """Let the wrapped creation op still take the keyword ``old`` (0.1's name of its first
+    parameter, now ``new``), with a DeprecationWarning; the signature shows ``new`` only."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if args or new in kwargs:
+                    raise ArgumentError(
+                        f"{fn.__name__}: {old}= is the old name of {new}; pass {new} once"
+                    )
+                warnings.warn(
+                    f"cuasync.{fn.__name__}({old}=...) is deprecated: the parameter is named "
+                    f"{new} now (numpy's name); pass it positionally or as {new}=",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return cast(F, call)
+
+    return wrap
+
+
+def _is_dtype_like(value: Any) -> bool:
+    """Whether ``value`` reads as a dtype (0.1 took one as the second positional argument)."""
+    return isinstance(value, (str, np.dtype)) or (
+        isinstance(value, type) and issubclass(value, np.generic)
+    )
+
+
+def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> TensorOp:
+    bits = _bits(_representable(1, dt, "value"))
+    offset = k if k >= 0 else -k * m  # the diagonal's first element
+    length = max(0, min(n - max(0, -k), m - max(0, k)))
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        t = new_tensor(ctx, (n, m), dt, "eye")
+        if t.nbytes:
+            get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
+            if length:
+                diagonal = Tensor(t.allocation, (length,), dt, (m + 1,), offset)
+                _enqueue_fill(ctx, diagonal, bits)
+        return Output.ready(t)
+
+    return tensor_op(device_op(enqueue, device, "eye"), (n, m), dt)
+
+
 def eye_rect(
     rows: Any, cols: Any, dtype: Any = "float32", *, device: int | Device | None = None
 ) -> TensorOp:
     """An op allocating a ``rows`` x ``cols`` matrix with ones on the main diagonal.
 
+    The same as ``cuasync.eye(rows, cols, dtype=dtype)``.
+
     >>> m = await cuasync.eye_rect(2, 3)        # [[1, 0, 0], [0, 1, 0]]
     """
     r = _count(rows, "rows")
     c = _count(cols, "cols")
-    dt = as_dtype(dtype)
-    bits = _bits(_representable(1, dt, "value"))
-    target = _device_arg(device)
-
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = new_tensor(ctx, (r, c), dt, "eye")
-        if t.nbytes:
-            get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
-            diagonal = Tensor(t.allocation, (min(r, c),), dt, (c + 1,), 0)
-            _enqueue_fill(ctx, diagonal, bits)
-        return Output.ready(t)
-
-    return tensor_op(device_op(enqueue, target, "eye"), (r, c), dt)
+    return _eye_op(r, c, 0, as_dtype(dtype), _device_arg(device))
 
 
-def eye(n: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
-    """An op allocating the ``n`` x ``n`` identity matrix.
+@_renamed("n", "N")
+def eye(
+    N: Any,
+    M: Any = None,
+    k: Any = 0,
+    dtype: Any = None,
+    *,
+    device: int | Device | None = None,
+) -> TensorOp:
+    """An op allocating an ``N`` x ``M`` matrix (``M`` None: ``N``) with ones on the
+    ``k``-th diagonal and zeros elsewhere, as ``numpy.eye``.
 
-    >>> i = await cuasync.eye(3, "float64")
+    ``k`` > 0 is a diagonal above the main one, ``k`` < 0 one below; a ``k`` past the
+    matrix gives all zeros. ``dtype`` None is float32 (cuasync's default; numpy's is
+    float64). A dtype as the second positional argument (``eye(3, "float64")``, the form
+    of cuasync 0.1) still works but is deprecated: write ``dtype=``.
+
+    >>> i = await cuasync.eye(3, dtype="float64")
+    >>> band = await cuasync.eye(4, 6, k=-1)        # ones at [1, 0], [2, 1], [3, 2]
     """
-    k = _count(n, "n")
-    return eye_rect(k, k, dtype, device=device)
+    if _is_dtype_like(M):
+        if dtype is not None or k != 0:
+            raise ArgumentError(
+                f"eye: M={M!r} is not a number of columns; pass the dtype as dtype="
+            )
+        warnings.warn(
+            f"cuasync.eye(N, dtype) with the dtype as the second positional argument is "
+            f"deprecated (numpy's second argument is M, the number of columns): write "
+            f"cuasync.eye(N, dtype={M!r})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        M, dtype = None, M
+    n = _count(N, "N")
+    m = n if M is None else _count(M, "M")
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise ArgumentError(f"eye: k must be an int (a diagonal offset), got {k!r}"[:200])
+    dt = as_dtype("float32" if dtype is None else dtype)
+    return _eye_op(n, m, int(k), dt, _device_arg(device))
 
 
 def _ramp_op(
@@ -282,24 +376,177 @@ def _ramp_op(
     return tensor_op(device_op(enqueue, device, name), (n,), dt)
 
 
-def arange(n: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
-    """An op allocating ``[0, 1, ..., n - 1]`` (like ``numpy.arange(n, dtype=dtype)``).
+def _arange_number(value: Any, argument: str) -> Any:
+    """A start, stop or step as numpy's arange computes with it (numpy ints as ints)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise ArgumentError(
+            f"arange: {argument} must be a real number (an int or a float), got "
+            f"{type(value).__name__} {value!r}"[:200]
+        )
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        raise ArgumentError(f"arange: {argument} must be finite, got {value!r}")
+    return int(value) if isinstance(value, np.integer) else value
 
-    The last value, ``n - 1``, must be representable in ``dtype``.
 
-    >>> x = await cuasync.arange(5, "int64")
+def _arange_dtype(values: list[Any]) -> np.dtype[Any]:
+    """numpy's dtype for arange's arguments: int64 at least, promoted with each one's."""
+    dt = np.dtype(np.int64)
+    for v in values:
+        if isinstance(v, np.generic):
+            other = v.dtype
+        elif isinstance(v, float):
+            other = np.dtype(np.float64)
+        else:  # a Python int: int64 where it fits, as numpy reads it
+            other = np.dtype(np.int64) if -(2**63) <= v < 2**63 else np.min_scalar_type(v)
+        dt = np.promote_types(dt, other)
+    return as_dtype(dt, "the dtype of start, stop and step")
+
+
+def _arange_length(start: Any, stop: Any, step: Any) -> int:
+    """``ceil((stop - start) / step)`` (at least 0), computed as numpy does."""
+    try:
+        with np.errstate(all="ignore"):
+            span = stop - start
+            val = span / step
+        value = float(val)
+        if val == 0 and span != 0:  # underflow: numpy's rule
+            return 0 if math.copysign(1.0, value) < 0 else 1
+        length = math.ceil(value)
+    except (OverflowError, ValueError):
+        length = 2**63
+    if length >= 2**63:
+        raise ArgumentError(f"arange: ({stop!r} - {start!r}) / {step!r} elements is too many"[:200])
+    return max(0, length)
+
+
+def _arange_ends(start: Any, step: Any, n: int, dt: np.dtype[Any]) -> tuple[int, int, float, float]:
+    """(i0, i1, f0, f1) for ``ca_arange``: the first two values as the dtype holds them
+    (numpy's setitem), checked with the last one; ArgumentError where they don't fit."""
+    name, kind = dtype_name(dt), dtype_info(dt).kind
+    if n == 0:  # no values: nothing to hold (numpy stores none either)
+        return 0, 0, 0.0, 0.0
+    if kind in "biu":
+        # numpy's setitem: ints as they are, floats truncated toward zero
+        first = math.trunc(start)
+        second = math.trunc(start + step) if n > 1 else first
+        last = first + (n - 1) * (second - first)
+        low, high = (0, 1) if kind == "b" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+        for value, what in ((first, "start"), (second, "start + step"), (last, "the last value")):
+            if not low <= value <= high:
+                raise ArgumentError(
+                    f"arange: {what}, {value}, does not fit in {name} ({low}..{high})"
+                )
+
+        def word(v: int) -> int:  # a long long kernel parameter: uint64 as its bits
+            return v - 2**64 if v >= 2**63 else v
+
+        return word(first), word(second), 0.0, 0.0
+    held = np.zeros(2, dt)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        held[0] = start
+        held[1] = start + step if n > 1 else start
+        f0, f1 = (float(v.real) for v in held.astype(np.complex128))
+        t = np.float64 if name in ("float64", "complex128") else np.float32
+        last = np.asarray(t(f0) + t(n - 1) * (t(f1) - t(f0))).astype(dt)
+    for value, what in ((held[0], "start"), (held[1], "start + step"), (last, "the last value")):
+        if not np.isfinite(np.asarray(value).astype(np.complex128)):
+            raise ArgumentError(f"arange: {what} overflows {name}")
+    return 0, 0, f0, f1
+
+
+@_renamed("n", "start")
+def arange(
+    start: Any = None,
+    stop: Any = None,
+    step: Any = None,
+    dtype: Any = None,
+    *,
+    device: int | Device | None = None,
+) -> TensorOp:
+    """An op allocating ``numpy.arange([start,] stop[, step], dtype)``: evenly spaced
+    values in ``[start, stop)``.
+
+    numpy's rules: one, two or three numbers (ints or floats, finite); steps may be
+    floats or negative; there are ``ceil((stop - start) / step)`` values (none when that
+    is not positive); each is the dtype's ``start + i * step`` as numpy computes it (the
+    first two values as the dtype holds them, then numpy's fill arithmetic: integers
+    exactly, float64 in double, float32, float16, bfloat16 and FP8 in float), so results
+    match numpy's to the bit. ``dtype`` None infers numpy's: int64 for ints, float64 if
+    any argument is a float.
+
+    One exception, for one release: ``arange(n)`` with a single integer and no dtype
+    still makes float32, as in cuasync 0.1, and warns (FutureWarning) that it will be
+    int64 from 0.3 on; pass ``dtype=`` to choose. A dtype as the second positional
+    argument (``arange(5, "int32")``, 0.1's form) still works, with a DeprecationWarning.
+
+    Values that do not fit ``dtype`` (the first, second or last), a zero step and bools
+    raise :class:`~cuasync.errors.ArgumentError`; a bool result has at most 2 elements.
+
+    >>> x = await cuasync.arange(5, dtype="int64")          # 0, 1, 2, 3, 4
+    >>> y = await cuasync.arange(1.0, 0.0, -0.25)           # 1, .75, .5, .25 (float64)
+    >>> z = await cuasync.arange(0, 10, 3, dtype="float32")  # 0, 3, 6, 9
     """
-    k = _count(n, "n")
-    dt = as_dtype(dtype)
-    if k:
-        try:
-            _representable(k - 1, dt, "n - 1")
-        except ArgumentError as exc:
-            raise ArgumentError(
-                f"n={k}: the last value of arange, {k - 1}, does not fit in {dtype_name(dt)} "
-                f"({exc})"
-            ) from None
-    return _ramp_op(k, dt, 0.0, float(max(k - 1, 0)), _device_arg(device), "arange")
+    if _is_dtype_like(stop):  # 0.1's arange(n, dtype)
+        if step is not None or dtype is not None:
+            raise ArgumentError(f"arange: stop={stop!r} is not a number; pass the dtype as dtype=")
+        warnings.warn(
+            f"cuasync.arange(stop, dtype) with the dtype as the second positional argument "
+            f"is deprecated (numpy's second argument is stop): write "
+            f"cuasync.arange(stop, dtype={stop!r})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        stop, dtype = None, stop
+    if start is None and stop is None:
+        raise ArgumentError("arange needs stop: arange(stop), arange(start, stop[, step])")
+    given = [v for v in (start, stop, step) if v is not None]
+    for v, argument in zip((start, stop, step), ("start", "stop", "step"), strict=True):
+        if v is not None:
+            _arange_number(v, argument)
+    legacy = stop is None and step is None and dtype is None
+    legacy = legacy and isinstance(start, (int, np.integer))
+    if stop is None:  # arange(stop)
+        start, stop = 0, start
+    elif start is None:  # arange(stop=...)
+        start = 0
+    a = _arange_number(start, "start")
+    b = _arange_number(stop, "stop")
+    c = 1 if step is None else _arange_number(step, "step")
+    if c == 0:
+        raise ArgumentError("arange: step must not be zero")
+    if legacy:
+        warnings.warn(
+            f"cuasync.arange({b!r}) without a dtype makes float32, as in cuasync 0.1, but "
+            "will make int64 from cuasync 0.3 on, as numpy.arange does (arange(start, "
+            "stop[, step]) and float arguments already infer numpy's dtype); pass dtype= "
+            "to choose: dtype='float32' keeps this result",
+            FutureWarning,
+            stacklevel=3,
+        )
+        dt = SUPPORTED["float32"]
+    elif dtype is None:
+        dt = _arange_dtype(given)
+    else:
+        dt = as_dtype(dtype)
+    n = _arange_length(a, b, c)
+    if dtype_name(dt) == "bool" and n > 2:
+        raise ArgumentError(
+            f"arange: a bool result has at most 2 elements (False, True), this one has {n}"
+        )
+    i0, i1, f0, f1 = _arange_ends(a, c, n, dt)
+    kernel = builtin.kernel("arange", dtype_name(dt))
+    target = _device_arg(device)
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        t = new_tensor(ctx, (n,), dt, "arange")
+        if n:
+            builtin.launch(ctx, kernel, n, builtin.flat(t), n, i0, i1, f0, f1)
+        return Output.ready(t)
+
+    return tensor_op(device_op(enqueue, target, "arange"), (n,), dt)
 
 
 def linspace(

@@ -8,6 +8,8 @@ of the built-in CUDA kernels (``cuasync/kernels/cast.cuh``).
 'unsigned short'
 >>> as_dtype("float16") is SUPPORTED["float16"]
 True
+>>> DTYPES["float8_e4m3fn"].arithmetic          # FP8 is for storage and conversion
+False
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class DType:
     kind: str
     #: Floats: the significand's bits, the implicit one included; 0 otherwise.
     significand: int = 0
+    #: Whether elementwise ops and reductions take it. The FP8 dtypes do not: they are
+    #: for storage and conversion (``astype`` them to float16/bfloat16/float32 first).
+    arithmetic: bool = True
 
 
 DTYPES: dict[str, DType] = {
@@ -61,21 +66,31 @@ DTYPES: dict[str, DType] = {
         DType("float64", 12, "double", ("double",), "f", 53),
         DType("complex64", 13, "float2", ("float2", "cuFloatComplex"), "c"),
         DType("complex128", 14, "double2", ("double2", "cuDoubleComplex"), "c"),
+        # FP8 (OCP formats, as ml_dtypes and CUDA's cuda_fp8.h name them): bits only.
+        DType("float8_e4m3fn", 15, "unsigned char", ("__nv_fp8_e4m3",), "f", 4, False),
+        DType("float8_e5m2", 16, "unsigned char", ("__nv_fp8_e5m2",), "f", 3, False),
     )
 }
 
 
+#: The dtypes numpy has no type of its own for: ml_dtypes provides them.
+ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+#: The dtypes that are stored and converted but take no arithmetic (FP8).
+STORAGE_ONLY = tuple(name for name, d in DTYPES.items() if not d.arithmetic)
+
+
 def _numpy(name: str) -> np.dtype[Any] | None:
-    if name != "bfloat16":
+    if name not in ML_DTYPES:
         return np.dtype(name)
-    try:  # numpy has no bfloat16 of its own
+    try:
         import ml_dtypes
     except ImportError:  # a dependency: missing only after an install with --no-deps
         return None
-    return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(getattr(ml_dtypes, name))
 
 
-#: The numpy dtype of each supported name (bfloat16 only where ml_dtypes imports).
+#: The numpy dtype of each supported name (bfloat16 and FP8 only where ml_dtypes imports).
 SUPPORTED: dict[str, np.dtype[Any]] = {
     name: dt for name in DTYPES if (dt := _numpy(name)) is not None
 }
@@ -87,9 +102,9 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
     """Normalize ``dtype`` (a name, a numpy type or dtype) or raise :class:`DTypeError`."""
     if isinstance(dtype, str) and dtype in SUPPORTED:
         return SUPPORTED[dtype]
-    if isinstance(dtype, str) and dtype == "bfloat16":
+    if isinstance(dtype, str) and dtype in ML_DTYPES:
         raise DTypeError(
-            f"{argument}='bfloat16' needs ml_dtypes, a dependency of cuasync that is not "
+            f"{argument}={dtype!r} needs ml_dtypes, a dependency of cuasync that is not "
             "installed here; install it with 'pip install ml_dtypes'"
         )
     try:
@@ -106,6 +121,16 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
 def dtype_name(dtype: np.dtype[Any]) -> str:
     name = _BY_DTYPE.get(dtype)
     return name if name is not None else str(dtype)  # (str of a dtype is slow: not eagerly)
+
+
+def storage_only_message(argument: str, dtype: np.dtype[Any], what: str) -> str:
+    """Why ``what`` refuses an FP8 ``argument``, and what to do instead."""
+    name = dtype_name(dtype)
+    return (
+        f"{argument} has dtype {name}, a storage-only dtype: {what} do not compute in FP8; "
+        f"convert it first, e.g. {argument}.astype('float32') (or 'bfloat16', 'float16'), "
+        f"and back with .astype('{name}')"
+    )
 
 
 def dtype_info(dtype: np.dtype[Any]) -> DType:

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import kernel_cache
 from ._backends import get_backend
-from ._backends._params import bfloat16_bits
+from ._backends._params import bfloat16_bits, fp8_bits
 from ._backends.base import PreparedKernel
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
@@ -221,6 +221,8 @@ _FLOAT_MAX: dict[np.dtype[Any], float] = {
         ("bfloat16", math.ldexp(2 - 2.0**-7, 127)),
         ("float32", math.ldexp(2 - 2.0**-23, 127)),
         ("float64", sys.float_info.max),
+        ("float8_e4m3fn", 448.0),
+        ("float8_e5m2", 57344.0),
     )
     if name in SUPPORTED
 }
@@ -233,6 +235,10 @@ def _fits_float(value: float, dtype: np.dtype[Any]) -> bool:
         return math.isfinite(value)
     if name == "bfloat16":
         return bfloat16_bits(value) & 0x7F80 != 0x7F80
+    if name == "float8_e4m3fn":
+        return fp8_bits(value, name) & 0x7F != 0x7F  # an overflow is NaN
+    if name == "float8_e5m2":
+        return fp8_bits(value, name) & 0x7C != 0x7C
     try:  # struct raises OverflowError exactly when the rounded value would be inf
         struct.pack("<e" if name == "float16" else "<f", value)
     except OverflowError:
@@ -480,13 +486,21 @@ class _Launchable(Generic[R]):
         except OverflowError:  # an int beyond float64
             value = math.inf
         limit = _FLOAT_MAX[dtype]
+        name = dtype_name(dtype)
+        if name == "float8_e4m3fn" and not -limit <= value <= limit and value == value:
+            if math.isfinite(value) and _fits_float(value, dtype):
+                return value  # rounds down to 448
+            raise LaunchError(
+                f"{self._where(param)}: {what}{arg!r} does not fit in float8_e4m3fn, which has "
+                f"no infinity (it would become NaN; the largest value is {limit:.6g})"
+            )
         if -limit <= value <= limit or value != value or _is_inf(arg):
             return value
         if math.isfinite(value) and _fits_float(value, dtype):
             return value  # rounds down to the largest finite value, as C would
         raise LaunchError(
-            f"{self._where(param)}: {what}{arg!r} does not fit in {dtype_name(dtype)} (it would "
-            f"become inf; the largest finite {dtype_name(dtype)} is {limit:.6g}); pass a "
+            f"{self._where(param)}: {what}{arg!r} does not fit in {name} (it would "
+            f"become inf; the largest finite {name} is {limit:.6g}); pass a "
             "smaller value, or inf itself if that is what you mean"
         )
 

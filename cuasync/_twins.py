@@ -19,6 +19,7 @@ from ._dtypes import DTYPES, dtype_info, dtype_name
 from .errors import ArgumentError
 
 __all__ = [
+    "arange_twin",
     "convert_twin",
     "fill_twin",
     "linspace_twin",
@@ -147,6 +148,30 @@ def linspace_twin(dt: np.dtype[Any]) -> Callable[..., None]:
             y[-1] = float(stop)
         if floor_ints:
             np.floor(y, out=y)
+        _store(out, y, dt)
+
+    return twin
+
+
+def arange_twin(dt: np.dtype[Any]) -> Callable[..., None]:
+    """``ca_arange`` storing ``dt``: numpy's fill arithmetic for the dtype."""
+    code = dtype_info(dt).code
+
+    def twin(out: np.ndarray, n: Any, i0: Any, i1: Any, f0: Any, f1: Any) -> None:
+        i = np.arange(int(n), dtype=np.int64)
+        y: np.ndarray
+        with np.errstate(all="ignore"):
+            if code <= 8:  # bool and integers: 64-bit, wrapping
+                a, b = (np.uint64(int(v) & 0xFFFFFFFFFFFFFFFF) for v in (i0, i1))
+                y = a + i.astype(np.uint64) * (b - a)
+                if code != 8:
+                    y = y.view(np.int64)
+            else:
+                # float64 and complex128 in double; the others in float
+                t: Any = np.float64 if code in (12, 14) else np.float32
+                first, second = t(f0), t(f1)
+                y = first + i.astype(t) * (second - first)
+                y[:2] = [first, second][: y.size]
         _store(out, y, dt)
 
     return twin

@@ -33,7 +33,7 @@ saxpy = cuasync.Kernel(SOURCE, "saxpy", emulate=saxpy_twin)
 
 
 async def main(n: int = 1 << 20, a: float = 2.0) -> int:
-    x = await cuasync.arange(n)  # 0, 1, 2, ... as float32
+    x = await cuasync.arange(n, dtype="float32")  # 0, 1, 2, ... as float32
     y = await cuasync.ones(n)
     threads = 256
     y = await saxpy[(n + threads - 1) // threads, threads](a, x, y, n)

@@ -311,7 +311,7 @@ def test_launch_configs_are_valid_or_refused(grid: Any, block: Any, warm: bool) 
     assert fits, f"kernel[{grid!r}, {block!r}] was accepted"
     assert g is not None and b is not None
     if math.prod(g) * math.prod(b) <= 1 << 16:  # run the small ones (a GPU runs them all)
-        x, y = cuasync.arange(4).sync(), cuasync.zeros(4).sync()
+        x, y = cuasync.arange(4, dtype="float32").sync(), cuasync.zeros(4).sync()
         launcher(1.0, x, y, 4).sync()
         got = y.to_host().sync()
         if ON_EMULATOR:  # the twin ignores the launch shape

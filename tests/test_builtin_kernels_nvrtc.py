@@ -30,10 +30,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in _builtin.builtin_kernels()}
 
 def test_every_family_and_dtype_is_listed() -> None:
     families = {name.split("<")[0] for name in KERNELS}
-    assert families == {"ca_fill", "ca_linspace", "ca_convert", "ca_rand", "ca_randn"}
+    assert families == {"ca_fill", "ca_linspace", "ca_arange", "ca_convert", "ca_rand", "ca_randn"}
     dtypes = len(SUPPORTED)
     assert sum(name.startswith("ca_convert<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_linspace<") for name in KERNELS) == dtypes
+    assert sum(name.startswith("ca_arange<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_fill<") for name in KERNELS) == 5
 
 
@@ -53,11 +54,11 @@ def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:
     # A launch compiles for the device's architecture: on a GPU to run the kernel, on the
     # emulator (sm_90) to check its source before the numpy twin runs.
     arch = get_backend().arch(0)
-    cuasync.arange(4, "int16").sync()  # compiled ca_linspace<..., int16> for arch
+    cuasync.arange(4, dtype="int16").sync()  # compiled ca_arange<..., int16> for arch
 
     def refuse(source: str, name: str, arch: str, flags: list[str]) -> Any:
         raise AssertionError(f"{name} was compiled for {arch} a second time")
 
     monkeypatch.setattr(_kernel, "compile_cubin", refuse)
-    image, _ = _builtin.kernel("linspace", "int16").compile_image(arch)
+    image, _ = _builtin.kernel("arange", "int16").compile_image(arch)
     assert image[:4] == b"\x7fELF"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ON_EMULATOR, run_script
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cuasync
 from cuasync import _builtin, _twins
@@ -139,14 +142,144 @@ def test_fill_outputs_the_tensor_and_chains() -> None:
 async def test_arange_matches_numpy(anyio_backend) -> None:
     for name in NUMERIC:
         for n in (0, 1, 7, 100):
-            got = await (await cuasync.arange(n, name)).to_host()
+            got = await (await cuasync.arange(n, dtype=name)).to_host()
             same(got, np.arange(n).astype(np_dtype(name)))
 
 
 def test_arange_large_float16_and_bool() -> None:
-    same(host(cuasync.arange(3000, "float16").sync()), np.arange(3000, dtype=np.float16))
-    same(host(cuasync.arange(2, "bool").sync()), np.array([False, True]))
-    same(host(cuasync.arange(128, "int8").sync()), np.arange(128, dtype=np.int8))
+    same(host(cuasync.arange(3000, dtype="float16").sync()), np.arange(3000, dtype=np.float16))
+    same(host(cuasync.arange(2, dtype="bool").sync()), np.array([False, True]))
+    same(host(cuasync.arange(128, dtype="int8").sync()), np.arange(128, dtype=np.int8))
+
+
+#: numpy.arange, untyped: its stubs take fewer forms than numpy itself does.
+np_arange: Any = np.arange
+
+ARANGE_CASES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    ((5,), {"dtype": "int64"}),
+    ((2, 9), {}),  # ints: int64
+    ((10, 0, -3), {}),  # a negative step
+    ((0, 1, 0.1), {}),  # a float step: float64, ceil((1 - 0) / 0.1) = 10 values
+    ((1.0, 0.0, -0.25), {}),
+    ((-3.5,), {}),  # one float: float64, no values
+    ((5, 1), {}),  # empty
+    ((0, 0), {}),
+    ((1e-300, 0, 1e300), {}),  # the quotient underflows: numpy's rule
+    ((0.3, 1e5, 0.7), {"dtype": "float32"}),  # numpy's fill: float arithmetic
+    ((0.3, 1e4, 0.7), {"dtype": "float16"}),
+    ((0, 100, 0.7), {"dtype": "bfloat16"}),
+    ((0, 100, 0.7), {"dtype": "float8_e4m3fn"}),
+    ((0, 20, 3), {"dtype": "complex64"}),
+    ((0, 10, 1.5), {"dtype": "int8"}),  # numpy's quirk: 0, 1, 2, ..., 6
+    ((10, 0, -1), {"dtype": "uint8"}),
+    ((2**64 - 3, 2**64 - 1), {"dtype": "uint64"}),
+    ((2**62, 2**62 + 3), {}),
+    ((np.float32(0.1), 2, np.float32(0.3)), {}),  # numpy scalars compute as numpy's
+    ((np.int32(3), np.int8(9)), {}),  # int64, as numpy promotes
+    ((np.uint64(4), 9), {}),  # numpy promotes uint64 and int64 to float64
+]
+
+
+@pytest.mark.parametrize(("args", "kw"), ARANGE_CASES, ids=[str(c) for c in ARANGE_CASES])
+def test_arange_follows_numpy_signature_and_values(
+    args: tuple[Any, ...], kw: dict[str, Any]
+) -> None:
+    want = np_arange(*args, **{k: np_dtype(v) for k, v in kw.items()})
+    got = host(cuasync.arange(*args, **kw).sync())
+    same(got, want)  # dtype, length and every bit
+
+
+def test_arange_keywords_and_device() -> None:
+    same(host(cuasync.arange(stop=4).sync()), np_arange(stop=4))
+    same(host(cuasync.arange(start=2, stop=8, step=3).sync()), np.arange(2, 8, 3))
+    same(host(cuasync.arange(5, step=2).sync()), np_arange(5, step=2))
+    same(host(cuasync.arange(0, 5, 1, "int16").sync()), np_arange(0, 5, 1, np.int16))
+    t = cuasync.arange(1, 4, device=1).sync()
+    assert t.device.ordinal == 1 and t.dtype == np.int64
+
+
+def test_arange_of_one_int_keeps_float32_for_now_and_says_so() -> None:
+    # 0.1's default: arange(n) made float32. It still does, and warns it will be int64.
+    with pytest.warns(FutureWarning, match=r"arange\(5\) without a dtype makes float32.*int64"):
+        t = cuasync.arange(5)
+    same(host(t.sync()), np.arange(5, dtype=np.float32))
+    with pytest.warns(FutureWarning):
+        same(host(cuasync.arange(np.int16(3)).sync()), np.arange(3, dtype=np.float32))
+    with pytest.warns(FutureWarning):
+        cuasync.arange(0).sync()
+    # every other form, and an explicit dtype, does not warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops = [cuasync.arange(5, dtype="float32"), cuasync.arange(0, 5)]
+        ops += [cuasync.arange(5.0), cuasync.arange(stop=5)]
+        assert [op.dtype for op in ops] == [np.float32, np.int64, np.float64, np.int64]
+        for op in ops:
+            op.sync()
+
+
+def test_positional_dtype_and_n_keyword_still_work_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"write cuasync\.arange\(stop, dtype='int32'\)"):
+        op = cuasync.arange(4, "int32")
+    same(host(op.sync()), np.arange(4, dtype=np.int32))
+    with pytest.warns(DeprecationWarning, match="second positional"):
+        same(host(cuasync.arange(3, np.float64).sync()), np.arange(3, dtype=np.float64))
+    with pytest.warns(DeprecationWarning, match=r"arange\(n=\.\.\.\) is deprecated"):
+        op = cuasync.arange(n=3, dtype="int8")  # type: ignore[call-arg]
+    same(host(op.sync()), np.arange(3, dtype=np.int8))
+    with pytest.warns(DeprecationWarning, match=r"write cuasync\.eye\(N, dtype='float64'\)"):
+        op = cuasync.eye(3, "float64")
+    same(host(op.sync()), np.eye(3))
+    with pytest.warns(DeprecationWarning, match=r"eye\(n=\.\.\.\)"):
+        op = cuasync.eye(n=2)  # type: ignore[call-arg]
+    same(host(op.sync()), np.eye(2, dtype=np.float32))
+    # the warning points at the caller's line, not at cuasync
+    with pytest.warns(DeprecationWarning) as record:
+        cuasync.arange(2, "int8").sync()
+    assert record[0].filename == __file__
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    start=st.one_of(st.integers(-50, 50), st.floats(-50, 50, allow_nan=False, width=32)),
+    stop=st.one_of(st.none(), st.integers(-60, 60), st.floats(-60, 60, allow_nan=False)),
+    step=st.one_of(
+        st.none(),
+        st.integers(-7, 7).filter(bool),
+        st.floats(-7, 7, allow_nan=False).filter(lambda v: abs(v) > 0.05),
+    ),
+    dtype=st.sampled_from(
+        [None, "int64", "int16", "uint8", "float32", "float64", "float16", "bfloat16"]
+    ),
+)
+def test_property_arange_matches_numpy(start: Any, stop: Any, step: Any, dtype: Any) -> None:
+    if stop is None and step is not None:
+        stop, start = start, 0
+    args = [start] if stop is None else [start, stop] if step is None else [start, stop, step]
+    if stop is None and dtype is None and isinstance(start, int):
+        dtype = "float32"  # arange(n)'s default for now, which warns: tested on its own
+    kw = {} if dtype is None else {"dtype": dtype}
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = np_arange(*args, **{k: np_dtype(v) for k, v in kw.items()})
+    except (ValueError, TypeError, OverflowError):  # a start that does not fit, ...
+        with pytest.raises(ArgumentError):
+            cuasync.arange(*args, **kw)
+        return
+    try:
+        op = cuasync.arange(*args, **kw)
+    except ArgumentError:
+        # only where numpy's values wrapped around or overflowed the dtype
+        if want.dtype.kind in "iu":
+            a = 0 if len(args) == 1 else args[0]
+            first = math.trunc(a)
+            second = math.trunc(a + (args[2] if len(args) == 3 else 1))
+            exact = [first + i * (second - first) for i in range(want.size)]
+            assert want.tolist() != exact
+        else:
+            assert not np.isfinite(want.astype(np.float64)).all()
+        return
+    same(host(op.sync()), want)
 
 
 LINSPACE_CASES = [
@@ -186,10 +319,27 @@ def test_linspace_ints_are_floored() -> None:
 async def test_eye_and_eye_rect(anyio_backend) -> None:
     for name in ALL:
         dt = np_dtype(name)
-        same(await (await cuasync.eye(4, name)).to_host(), np.eye(4, dtype=dt))
+        same(await (await cuasync.eye(4, dtype=name)).to_host(), np.eye(4, dtype=dt))
         for rows, cols in ((2, 5), (5, 2), (1, 1), (0, 3)):
             got = await (await cuasync.eye_rect(rows, cols, name)).to_host()
             same(got, np.eye(rows, cols, dtype=dt))
+            same(await (await cuasync.eye(rows, cols, dtype=name)).to_host(), got)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 6), (6, 3), (1, 5), (0, 2), (2, 0)])
+@pytest.mark.parametrize("k", [0, 1, 2, -1, -2, 5, -7])
+def test_eye_offsets_the_diagonal_like_numpy(shape: tuple[int, int], k: int) -> None:
+    n, m = shape
+    same(host(cuasync.eye(n, m, k).sync()), np.eye(n, m, k, dtype=np.float32))
+    same(host(cuasync.eye(n, m, k=np.int8(k), dtype="int16").sync()), np.eye(n, m, k, np.int16))
+    same(host(cuasync.eye(N=n, M=m, k=k, dtype="bool").sync()), np.eye(n, m, k, bool))
+
+
+def test_eye_defaults_to_float32() -> None:
+    square, wide = cuasync.eye(2), cuasync.eye(2, 3)
+    assert square.dtype == np.float32 and wide.shape == (2, 3)
+    same(host(square.sync()), np.eye(2, dtype=np.float32))
+    same(host(wide.sync()), np.eye(2, 3, dtype=np.float32))
 
 
 # -- convert ------------------------------------------------------------------------------
@@ -302,7 +452,7 @@ def test_convert_strided_and_high_dimensional_sources() -> None:
 def test_convert_runs_on_the_tensors_device() -> None:
     if cuasync.device_count() < 2:
         pytest.skip("needs 2 devices")
-    t = cuasync.arange(6, device=1).sync()
+    t = cuasync.arange(6, dtype="float32", device=1).sync()
     out = cuasync.convert(t, "int64").sync()
     assert out.device.ordinal == 1
     same(host(out), np.arange(6, dtype=np.int64))
@@ -433,22 +583,48 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("complex to real", lambda: cuasync.full(3, 1j), ArgumentError, "complex"),
         ("fill non-tensor", lambda: cuasync.fill(np.zeros(3), 1), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("fill overflow", lambda: cuasync.fill(t8, 1000), ArgumentError, "value=1000"),
-        ("arange negative", lambda: cuasync.arange(-1), ShapeError, "n must be"),
-        ("arange float", lambda: cuasync.arange(2.0), ShapeError, "n must be"),
-        ("arange bool n", lambda: cuasync.arange(True), ShapeError, "n must be"),
-        ("arange too long", lambda: cuasync.arange(300, "int8"), ArgumentError, "n=300"),
-        ("arange bool", lambda: cuasync.arange(3, "bool"), ArgumentError, "n=3"),
-        ("arange half", lambda: cuasync.arange(70000, "float16"), ArgumentError, "n=70000"),
+        ("arange no stop", lambda: cuasync.arange(), ArgumentError, "needs stop"),
+        ("arange bool n", lambda: cuasync.arange(True), ArgumentError, "start must be a real"),
+        ("arange list", lambda: cuasync.arange(0, [5], 1), ArgumentError, "stop must be a real"),
+        ("arange str", lambda: cuasync.arange(0, "5", 1), ArgumentError, "not a number"),
+        ("arange complex", lambda: cuasync.arange(0, 5, 1j), ArgumentError, "step must be a real"),
+        ("arange nan", lambda: cuasync.arange(0, math.nan), ArgumentError, "stop must be finite"),
+        ("arange inf", lambda: cuasync.arange(-math.inf, 0), ArgumentError, "start must be"),
+        (
+            "arange zero step",
+            lambda: cuasync.arange(0, 5, 0),
+            ArgumentError,
+            "step must not be zero",
+        ),
+        ("arange huge", lambda: cuasync.arange(0, 1e30, 1e-30), ArgumentError, "too many"),
+        ("arange too long", lambda: cuasync.arange(300, dtype="int8"), ArgumentError, "299"),
+        ("arange start", lambda: cuasync.arange(200, 300, dtype="int8"), ArgumentError, "start"),
+        ("arange bool", lambda: cuasync.arange(3, dtype="bool"), ArgumentError, "at most 2"),
+        ("arange half", lambda: cuasync.arange(70000, dtype="float16"), ArgumentError, "overflows"),
+        (
+            "arange e4m3",
+            lambda: cuasync.arange(0, 1000, 100, dtype="float8_e4m3fn"),
+            ArgumentError,
+            "overflows",
+        ),
+        ("arange dtype", lambda: cuasync.arange(3, dtype="float128"), DTypeError, "dtype"),
+        ("arange both", lambda: cuasync.arange(3, "int8", dtype="int8"), ArgumentError, "stop="),
+        ("arange n twice", lambda: cuasync.arange(3, n=3), ArgumentError, "old name"),  # type: ignore[call-arg]
         ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "n must be"),
         ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),
         ("linspace stop inf", lambda: cuasync.linspace(0, math.inf, 3), ArgumentError, "stop"),
         ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),
         ("linspace range", lambda: cuasync.linspace(0, 1000, 3, "int8"), ArgumentError, "stop"),
         ("linspace dtype", lambda: cuasync.linspace(0, 1, 3, "nope"), DTypeError, "dtype"),
-        ("eye n", lambda: cuasync.eye(-1), ShapeError, "n must be"),
+        ("eye n", lambda: cuasync.eye(-1), ShapeError, "N must be"),
+        ("eye m", lambda: cuasync.eye(2, -1), ShapeError, "M must be"),
+        ("eye m float", lambda: cuasync.eye(2, 3.0), ShapeError, "M must be"),
+        ("eye k", lambda: cuasync.eye(2, k=0.5), ArgumentError, "k must be an int"),
+        ("eye k bool", lambda: cuasync.eye(2, k=True), ArgumentError, "k must be an int"),
+        ("eye both", lambda: cuasync.eye(2, "int8", dtype="int8"), ArgumentError, "M="),
         ("eye cols", lambda: cuasync.eye_rect(2, -3), ShapeError, "cols"),
         ("eye rows", lambda: cuasync.eye_rect(1.0, 3), ShapeError, "rows"),
-        ("eye dtype", lambda: cuasync.eye(2, "x"), DTypeError, "dtype"),
+        ("eye dtype", lambda: cuasync.eye(2, dtype="x"), DTypeError, "dtype"),
         ("convert non-tensor", lambda: cuasync.convert([1], "int8"), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("convert dtype", lambda: cuasync.convert(t8, "float128"), DTypeError, "dtype"),
         ("rand int dtype", lambda: cuasync.rand(2, dtype="int32"), DTypeError, "dtype must be"),
@@ -485,7 +661,7 @@ def test_building_enqueues_nothing(enqueued) -> None:
         cuasync.ones(3),
         cuasync.full(3, 2.0),
         cuasync.fill(t, 1.0),
-        cuasync.arange(3),
+        cuasync.arange(3, dtype="float32"),
         cuasync.linspace(0, 1, 3),
         cuasync.eye(3),
         cuasync.convert(t, "int8"),
@@ -501,7 +677,7 @@ def test_building_enqueues_nothing(enqueued) -> None:
 ALLOCATING: list[tuple[str, Callable[[], cuasync.DeviceOp[Any]]]] = [
     ("ones", lambda: cuasync.ones(3)),
     ("full", lambda: cuasync.full(3, 1.0)),
-    ("arange", lambda: cuasync.arange(3)),
+    ("arange", lambda: cuasync.arange(3, dtype="float32")),
     ("linspace", lambda: cuasync.linspace(0, 1, 3)),
     ("eye", lambda: cuasync.eye(3)),
     ("rand", lambda: cuasync.rand(3, seed=0)),

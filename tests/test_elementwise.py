@@ -257,7 +257,7 @@ def test_property_broadcast_and_views_vs_numpy(data: Any, dtype: str) -> None:
 
 
 async def test_creation_ops_are_tensorops_with_reshape_and_to_host(anyio_backend) -> None:
-    op = cuasync.arange(12)
+    op = cuasync.arange(12, dtype="float32")
     assert isinstance(op, cuasync.TensorOp)
     assert (op.shape, op.dtype) == ((12,), np.dtype("float32"))
     m = op.reshape((4, -1))

@@ -119,7 +119,7 @@ async def test_scope_records_several_ops(anyio_backend) -> None:
         lambda: cuasync.from_host(np.ones(4)),
         lambda: cuasync.ones((4,)),
         lambda: cuasync.full((4,), 2.0),
-        lambda: cuasync.arange(4),
+        lambda: cuasync.arange(4, dtype="float32"),
         lambda: cuasync.rand((4,), seed=1),
         lambda: cuasync.randn((4,), seed=1),
     ],

@@ -39,7 +39,7 @@ HELD_AND_CANCELLED = """
 import asyncio, cuasync, cuasync.testing as ct
 from cuasync.errors import BackendUnavailableError
 async def main():
-    x = await cuasync.arange(1000)
+    x = await cuasync.arange(1000, dtype="float32")
     await (x * 2)  # loads the kernels: a first load behind a gate may hang a GPU
     await (x + 1)
     with ct.gate() as gate:

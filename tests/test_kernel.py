@@ -157,7 +157,7 @@ async def test_several_outputs_give_a_tuple(anyio_backend) -> None:
 async def test_no_outputs_give_none(anyio_backend) -> None:
     seen: list[float] = []
     k = cuasync.Kernel(PROBE, "probe", emulate=lambda x, n: seen.append(float(x[:n].sum())))
-    x = await cuasync.arange(5)
+    x = await cuasync.arange(5, dtype="float32")
     assert await k[1, 32](x, 5) is None
     if ON_EMULATOR:
         assert seen == [10.0]
@@ -198,7 +198,11 @@ async def test_strided_views_are_the_arrays_a_launch_sees(anyio_backend) -> None
 
 async def test_kernel_output_chains_with_then(anyio_backend) -> None:
     k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
-    host = await cuasync.arange(8).then(lambda t: k[1, 32](t, 0.5, 8)).then(lambda t: t.to_host())
+    host = (
+        await cuasync.arange(8, dtype="float32")
+        .then(lambda t: k[1, 32](t, 0.5, 8))
+        .then(lambda t: t.to_host())
+    )
     np.testing.assert_array_equal(host, ramp(8) / 2)
 
 
@@ -209,10 +213,10 @@ def _bad_launches() -> list[tuple[str, Callable[[], Any], str]]:
     odd = cuasync.Kernel(
         "struct P { int a; };\n__global__ void odd(P p, float* x) {}", "odd", emulate=print
     )
-    x = cuasync.arange(8).sync()
+    x = cuasync.arange(8, dtype="float32").sync()
     y = cuasync.zeros(8).sync()
-    x64 = cuasync.arange(8, "float64").sync()
-    xi = cuasync.arange(8, "int32").sync()
+    x64 = cuasync.arange(8, dtype="float64").sync()
+    xi = cuasync.arange(8, dtype="int32").sync()
     part = cuasync.zeros(64).sync().partition((16,))
     cases: list[tuple[str, Callable[[], Any], str]] = [
         ("too few", lambda: saxpy[1, 32](2.0, x, y), r"saxpy\(\) takes 4 argument\(s\).*got 3"),
@@ -244,7 +248,7 @@ def _bad_launches() -> list[tuple[str, Callable[[], Any], str]]:
         ("float shared mem", lambda: saxpy[1, 32, 0.0](2.0, x, y, 8), r"shared_mem must be"),
     ]
     if cuasync.device_count() >= 2:
-        x1 = cuasync.arange(8, device=1).sync()
+        x1 = cuasync.arange(8, dtype="float32", device=1).sync()
         cases.append(
             (
                 "devices",
@@ -441,7 +445,7 @@ def test_launch_error_is_an_argument_error() -> None:
 )
 def test_kernel_without_emulate_says_to_pass_one(enqueued) -> None:
     k = cuasync.Kernel(SAXPY, "saxpy")
-    x, y = cuasync.arange(4).sync(), cuasync.zeros(4).sync()
+    x, y = cuasync.arange(4, dtype="float32").sync(), cuasync.zeros(4).sync()
     before = len(enqueued)
     with pytest.raises(LaunchError, match=r"no emulate= function.*pass emulate="):
         k[1, 32](2.0, x, y, 4)
@@ -526,10 +530,10 @@ def test_compile_error_comes_before_anything_is_enqueued(enqueued) -> None:
 def test_each_source_compiles_once_per_process(monkeypatch) -> None:
     source = SCALE + "// compiled once by test_each_source_compiles_once_per_process\n"
     arch = get_backend().arch(0)  # sm_90 on the emulator (compute capability 9.0)
-    x = cuasync.arange(8).sync()
+    x = cuasync.arange(8, dtype="float32").sync()
     tensors = [x, x]
     if cuasync.device_count() >= 2 and get_backend().arch(1) == arch:
-        tensors.insert(1, cuasync.arange(8, device=1).sync())
+        tensors.insert(1, cuasync.arange(8, dtype="float32", device=1).sync())
     compiled = _count_compiles(monkeypatch)
     for tensor in tensors:  # other Kernel objects and devices reuse the image
         k = cuasync.Kernel(source, "scale<float>", emulate=scale_twin)
@@ -560,7 +564,7 @@ def test_emu_compile_off_runs_only_the_twin(monkeypatch) -> None:
 @pytest.mark.emulator_only(reason="CUASYNC_EMU_COMPILE is the emulator's own setting")
 def test_emu_compile_without_nvrtc(monkeypatch) -> None:
     monkeypatch.setattr(_nvrtc, "nvrtc_problem", lambda: "libnvrtc.so.13: cannot open it")
-    x = cuasync.arange(8).sync()
+    x = cuasync.arange(8, dtype="float32").sync()
     _emu_compile(monkeypatch, "on")
     k = cuasync.Kernel(SCALE, "scale<float>", emulate=scale_twin)
     with pytest.raises(
@@ -668,7 +672,7 @@ async def test_module_raw_launch_on_a_gpu(anyio_backend) -> None:
     image, lowered = cuasync.Kernel(SAXPY, "saxpy").compile_image(f"sm_{major}{minor}")
     mod = cuasync.Module(image)
     k = mod.kernel(lowered, "float a, const float* x, float* y, int n")
-    x, y = await cuasync.arange(64), await cuasync.ones(64)
+    x, y = await cuasync.arange(64, dtype="float32"), await cuasync.ones(64)
     await k[1, 64](2.0, x, y, 64)
     np.testing.assert_array_equal(await y.to_host(), 2 * ramp(64) + 1)
 

@@ -70,7 +70,7 @@ async def test_a_borrowed_module_launches_its_functions(raw_module: int) -> None
 async def test_a_borrowed_function_launches_with_checked_arguments(raw_module: int) -> None:
     function = get_backend().module_function(raw_module, "scale")
     k = cuasync.Module.kernel_from_handle(function, SIGNATURE, device=0, name="scale")
-    x = await cuasync.arange(64)
+    x = await cuasync.arange(64, dtype="float32")
     await k[2, 32](x, 2.0, 64)
     np.testing.assert_array_equal(await x.to_host(), 2 * np.arange(64, dtype=np.float32))
     with pytest.raises(LaunchError, match="x"):

@@ -322,7 +322,7 @@ def test_cuasync_peer_off_stages_every_copy(route: str) -> None:
 def test_the_route_follows_peer_access() -> None:
     import cuasync.emulator as emulator
 
-    x = cuasync.arange(64, device=0).sync()
+    x = cuasync.arange(64, dtype="float32", device=0).sync()
     before = emulator.peer_copies()
     np.testing.assert_array_equal(x.to(1).sync().to_host().sync(), np.arange(64))
     assert emulator.peer_copies() == before + 1  # device to device
@@ -439,7 +439,7 @@ async def test_a_kernel_on_device_1_reads_pool_memory_of_device_0(anyio_backend)
     """Stream-ordered (pool) allocations do not follow cuCtxEnablePeerAccess: only the
     pool's own access list (cuMemPoolSetAccess) lets device 1 dereference them."""
     _skip_without_p2p()
-    x0 = await cuasync.arange(256, device=0)
+    x0 = await cuasync.arange(256, dtype="float32", device=0)
     await x0.to(1)  # the first copy between the pair enables peer access
     out = await cuasync.zeros((256,), device=1)
     kernel = cuasync.Kernel(PEER_READ, "peer_read")

@@ -32,17 +32,17 @@ def twice_twin(x: np.ndarray, n: int) -> None:  # module level: plain pickle fin
 
 
 def _tensor() -> Any:
-    return cuasync.arange(4).sync()
+    return cuasync.arange(4, dtype="float32").sync()
 
 
 def _op() -> Any:
-    op = cuasync.arange(4)
+    op = cuasync.arange(4, dtype="float32")
     op.sync()  # executed: collecting it later warns about nothing
     return op
 
 
 def _future() -> Any:
-    fut = cuasync.arange(4).submit()
+    fut = cuasync.arange(4, dtype="float32").submit()
     fut.wait()
     return fut
 
@@ -85,7 +85,7 @@ def test_the_message_names_what_to_send_instead() -> None:
 
 
 def test_an_unexecuted_op_refuses_before_it_could_be_duplicated() -> None:
-    op = cuasync.arange(4)
+    op = cuasync.arange(4, dtype="float32")
     with pytest.raises(ProcessLocalError):
         pickle.dumps(op)
     assert op.sync().shape == (4,)  # still usable (and executed: no warning)

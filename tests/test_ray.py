@@ -107,10 +107,10 @@ class Probe:
         return {"native": s.native, "reactor": s.completed_reactor}
 
     async def block(self) -> Any:
-        return cuasync.arange(4).sync()
+        return cuasync.arange(4, dtype="float32").sync()
 
     async def tensor(self) -> Any:
-        return await cuasync.arange(4)
+        return await cuasync.arange(4, dtype="float32")
 
     async def launch(self, kernel: Any, data: np.ndarray) -> tuple[int, np.ndarray]:
         prepared_on_arrival = len(kernel._prepared)
@@ -120,7 +120,7 @@ class Probe:
 
     @ray.method(concurrency_group="first")
     async def make(self) -> str:
-        self.shared = await cuasync.arange(8)
+        self.shared = await cuasync.arange(8, dtype="float32")
         return threading.current_thread().name
 
     @ray.method(concurrency_group="second")
@@ -133,7 +133,7 @@ class Blocking:
     """A threaded actor: plain methods, run in a pool of threads without event loops."""
 
     def total(self, n: int) -> float:
-        return float(cuasync.arange(n).sync().to_host().sync().sum())
+        return float(cuasync.arange(n, dtype="float32").sync().to_host().sync().sum())
 
 
 # num_cpus=0: an actor holds a CPU of the two by default, and the example needs two.
@@ -145,7 +145,7 @@ BlockingActor: Any = ray.remote(num_gpus=0, num_cpus=0, max_concurrency=2)(Block
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    cuasync.arange(4).sync()  # the driver initializes cuasync before Ray starts
+    cuasync.arange(4, dtype="float32").sync()  # the driver initializes cuasync before Ray starts
     ray.init(
         num_cpus=2,
         num_gpus=GPUS,  # no GPU here: Ray hands these ids out as if they were GPUs
@@ -231,7 +231,7 @@ def test_a_threaded_actor_may_block(cluster: Any) -> None:
 def test_a_tensor_does_not_travel_between_processes(probes: list[Any]) -> None:
     with pytest.raises(ProcessLocalError, match=r"cuasync\.Tensor cannot be pickled"):
         ray.get(probes[0].tensor.remote())  # raised in the actor, re-raised here
-    local = cuasync.arange(4).sync()
+    local = cuasync.arange(4, dtype="float32").sync()
     # refused here, before anything is sent: Ray raises a TypeError quoting cuasync's
     with pytest.raises(TypeError, match=r"(?s)cuasync\.Tensor cannot be pickled.*t\.to_host"):
         probes[0].sum_on_device.remote(local)

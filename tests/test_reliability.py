@@ -312,7 +312,7 @@ FORK = """
     import asyncio, os, sys, cuasync
 
     async def use():
-        return [int(v) for v in await cuasync.arange(4).then(lambda t: t.to_host())]
+        return [int(v) for v in await cuasync.arange(4, dtype="float32").then(lambda t: t.to_host())]
 
     if {init_first}:
         asyncio.run(use())

@@ -481,7 +481,7 @@ def test_download_into_resizes_in_place_when_asked() -> None:
     out = np.empty(0, np.float32)
     original = out
     del original  # one name only: numpy's reference rule
-    big = cuasync.arange(12).reshape((3, 4)).sync()
+    big = cuasync.arange(12, dtype="float32").reshape((3, 4)).sync()
     got = cuasync.download_into(big, out, resize=True)
     assert got is out and out.shape == (3, 4)
     del got
@@ -497,7 +497,7 @@ def test_download_into_resizes_in_place_when_asked() -> None:
 
 
 def test_download_into_says_why_it_cannot_resize() -> None:
-    t = cuasync.arange(8).sync()
+    t = cuasync.arange(8, dtype="float32").sync()
     out = np.zeros(4, np.float32)
     with pytest.raises(ShapeError, match="resize=True"):
         cuasync.download_into(t, out)  # not asked
@@ -517,7 +517,7 @@ def test_download_into_says_why_it_cannot_resize() -> None:
 
 
 def test_download_into_reads_bool_tensors() -> None:
-    x = cuasync.arange(6).sync()
+    x = cuasync.arange(6, dtype="float32").sync()
     mask = (x > 2.5).sync()
     out = np.empty(6, np.bool_)
     cuasync.download_into(mask, out)

@@ -17,7 +17,7 @@ from .._dtypes import dtype_name
 if TYPE_CHECKING:
     from .._signature import Param
 
-__all__ = ["ParamBlock", "bfloat16_bits"]
+__all__ = ["ParamBlock", "bfloat16_bits", "fp8_bits"]
 
 #: struct codes of scalar parameters (half types travel as their bit patterns).
 _STRUCT: dict[str, str] = {
@@ -36,6 +36,8 @@ _STRUCT: dict[str, str] = {
     "bfloat16": "H",
     "complex64": "ff",
     "complex128": "dd",
+    "float8_e4m3fn": "B",
+    "float8_e5m2": "B",
 }
 
 
@@ -54,6 +56,30 @@ def bfloat16_bits(value: float) -> int:
     if bits & 0x7FFFFFFF > 0x7F800000:
         return 0xFFC0 if bits >> 31 else 0x7FC0
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def fp8_bits(value: float, name: str) -> int:
+    """The bits of ``value`` as the FP8 dtype ``name`` (``"float8_e4m3fn"`` or
+    ``"float8_e5m2"``): through float32, rounded to nearest even, as ml_dtypes (and
+    cuasync's CUDA code) convert; float8_e4m3fn makes an overflow NaN.
+
+    >>> hex(fp8_bits(1.0, "float8_e4m3fn")), hex(fp8_bits(1.0, "float8_e5m2"))
+    ('0x38', '0x3c')
+    """
+    import ml_dtypes
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        as_float = np.array([value], np.float64).astype(np.float32)
+        return int(as_float.astype(getattr(ml_dtypes, name)).view(np.uint8)[0])
+
+
+#: Scalar parameter dtypes that arrive as floats and travel as their bits.
+_BITS = {
+    "bfloat16": bfloat16_bits,
+    "float8_e4m3fn": lambda v: fp8_bits(v, "float8_e4m3fn"),
+    "float8_e5m2": lambda v: fp8_bits(v, "float8_e5m2"),
+}
 
 
 class ParamBlock:
@@ -92,11 +118,11 @@ class ParamBlock:
         self.start = start
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.complex = {i for i, c in enumerate(codes) if len(c) == 2}
-        # bfloat16 values arrive as floats and travel as their bits
-        self.bfloat16 = {
-            i
+        # bfloat16 and FP8 values arrive as floats and travel as their bits
+        self.bits = {
+            i: _BITS[dtype_name(p.dtype)]
             for i, p in enumerate(params)
-            if not p.pointer and p.dtype is not None and dtype_name(p.dtype) == "bfloat16"
+            if not p.pointer and p.dtype is not None and dtype_name(p.dtype) in _BITS
         }
         self.buffer = ctypes.create_string_buffer(max(pos, 8))
         self.address = ctypes.addressof(self.buffer)
@@ -112,13 +138,13 @@ class ParamBlock:
             a = values[i]
             if not isinstance(a, int):
                 values[i] = a.ptr
-        if self.complex or self.bfloat16:
+        if self.complex or self.bits:
             flat: list[Any] = []
             for i, v in enumerate(values):
                 if i in self.complex:
                     flat += (v.real, v.imag)
-                elif i in self.bfloat16:
-                    flat.append(bfloat16_bits(v))
+                elif i in self.bits:
+                    flat.append(self.bits[i](v))
                 else:
                     flat.append(v)
             values = flat

@@ -266,6 +266,10 @@ class _Strided:
     strides: tuple[int, ...]
 
 
+#: ml_dtypes' types and the unsigned integer of their size.
+_ML_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+
+
 def to_tf32(x: np.ndarray) -> np.ndarray:
     """float32 (or complex64) values rounded to TF32's 10-bit significand, to nearest even."""
     bits = np.ascontiguousarray(x).view(np.uint32)
@@ -479,9 +483,13 @@ class EmulatorBackend(Backend):
             hi += 1
         size = dtype.itemsize
         raw = self._resolve(a.ptr + lo * size, (hi - lo) * size)
-        return np.lib.stride_tricks.as_strided(
-            raw.view(dtype)[-lo:], shape, tuple(s * size for s in strides), writeable=True
+        # as_strided goes through __array_interface__, whose typestr numpy cannot read back
+        # for some of ml_dtypes' types (float8_e5m2 says '<f1'): stride their bits instead
+        bits = _ML_BITS.get(dtype.name)
+        strided = np.lib.stride_tricks.as_strided(
+            raw.view(bits or dtype)[-lo:], shape, tuple(s * size for s in strides), writeable=True
         )
+        return strided.view(dtype) if bits else strided
 
     @staticmethod
     def _host_view(address: int, nbytes: int) -> np.ndarray:

@@ -40,10 +40,12 @@ def _stream(tensor: Tensor) -> int | None:
 
 def export(tensor: Tensor) -> dict[str, Any]:
     """``tensor.__cuda_array_interface__``."""
-    if dtype_name(tensor.dtype) == "bfloat16":
+    name = dtype_name(tensor.dtype)
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        bits = "uint16" if name == "bfloat16" else "uint8"
         raise DTypeError(
-            "the CUDA Array Interface has no typestr for bfloat16; export it with DLPack "
-            "(torch.from_dlpack(t)) or reinterpret it: t.reinterpret('uint16')"
+            f"the CUDA Array Interface has no typestr for {name}; export it with DLPack "
+            f"(torch.from_dlpack(t)) or reinterpret it: t.reinterpret('{bits}')"
         )
     itemsize = tensor.itemsize
     typestr = tensor.dtype.str

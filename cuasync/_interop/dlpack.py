@@ -58,6 +58,8 @@ VERSION = (1, 0)
 # DLDataTypeCode: kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool.
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _BFLOAT = 4
+#: DLPack 1.1's codes of the FP8 formats (kDLFloat8_e4m3fn, kDLFloat8_e5m2), as torch uses.
+_FP8 = {"float8_e4m3fn": 10, "float8_e5m2": 12}
 
 
 class _DLDevice(ctypes.Structure):
@@ -188,8 +190,11 @@ def dlpack_device(tensor: Tensor) -> tuple[int, int]:
 
 def _dtype_code(tensor: Tensor) -> tuple[int, int]:
     dt = tensor.dtype
-    if dtype_name(dt) == "bfloat16":
+    name = dtype_name(dt)
+    if name == "bfloat16":
         return _BFLOAT, 16
+    if name in _FP8:
+        return _FP8[name], 8
     return _CODES[dt.kind], dt.itemsize * 8
 
 
@@ -283,7 +288,7 @@ def _numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype[Any]:
              (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
              (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
              (_BFLOAT, 16): "bfloat16", (5, 64): "complex64", (5, 128): "complex128",
-             (6, 8): "bool"}  # fmt: skip
+             (6, 8): "bool", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}  # fmt: skip
     name = names.get((code, bits))
     if lanes != 1 or name is None or name not in SUPPORTED:
         raise DTypeError(

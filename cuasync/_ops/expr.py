@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._core.device import Device
-from .._dtypes import dtype_name
+from .._dtypes import STORAGE_ONLY, dtype_name, storage_only_message
 from .._tensor import Shape, Tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
@@ -105,6 +105,8 @@ class Node:
 
 def _check_dtype(dt: np.dtype[Any], argument: str) -> None:
     if dtype_name(dt) not in DTYPES:
+        if dtype_name(dt) in STORAGE_ONLY:
+            raise DTypeError(storage_only_message(argument, dt, "elementwise ops"))
         raise DTypeError(
             f"{argument} has dtype {dtype_name(dt)}, which elementwise ops do not support yet; "
             f"supported: {', '.join(sorted(DTYPES))}"

@@ -26,7 +26,7 @@ from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
 from .._kernel import DevicePointer
 from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError, ShapeError
@@ -110,6 +110,8 @@ def reduce_op(
         raise ArgumentError(
             f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}"
         )
+    if dtype_name(x.dtype) in STORAGE_ONLY:
+        raise DTypeError(f"{name}: " + storage_only_message("x", x.dtype, "reductions"))
     _check_dtype(x.dtype, "x")
     if not isinstance(keepdims, (bool, np.bool_)):
         raise ArgumentError(f"{name}: keepdims must be a bool, got {keepdims!r}"[:200])

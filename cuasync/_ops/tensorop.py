@@ -172,7 +172,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
 
         The shape is checked now; the view is taken when the op runs.
 
-        >>> m = await cuasync.arange(12).reshape((4, -1))      # shape (4, 3)
+        >>> m = await cuasync.arange(12, dtype="float32").reshape((4, -1))  # shape (4, 3)
         """
         new = resolve_shape(self.size, shape)
         if self._out is not None and not self._out.is_contiguous:
@@ -219,7 +219,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
     def to_host(self) -> DeviceOp[np.ndarray]:
         """An op running this one, then copying its output into a new numpy array.
 
-        >>> await cuasync.arange(8).reshape((4, -1)).to_host()
+        >>> await cuasync.arange(8, dtype="float32").reshape((4, -1)).to_host()
         """
         return self.then(lambda t: t.to_host())
 

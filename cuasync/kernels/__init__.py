@@ -1,7 +1,7 @@
 """The CUDA C++ of cuasync's built-in kernels, shipped as package data; no Python API.
 
-``cast.cuh`` (values, float16/bfloat16 bits and numpy's casting rules) and ``index.cuh``
-(strided indexing) are shared; each ``.cu`` file is one family of kernels: ``fill``,
-``linspace``, ``convert`` and ``random``. :mod:`cuasync._builtin` joins them, in that
-order, into the one translation unit that NVRTC compiles.
+``cast.cuh`` (values, float16/bfloat16/FP8 bits and numpy's casting rules) and
+``index.cuh`` (strided indexing) are shared; each ``.cu`` file is one family of kernels:
+``fill``, ``linspace``, ``arange``, ``convert`` and ``random``. :mod:`cuasync._builtin`
+joins them, in that order, into the one translation unit that NVRTC compiles.
 """

@@ -1,14 +1,17 @@
 // cuasync built-in kernels for the tensor creation API (cuasync/_creation.py).
 //
 // No #include: NVRTC needs no CUDA headers for them. float16 and bfloat16 travel as
-// their unsigned short bit patterns and are converted by the functions below, which
-// round exactly like numpy (float16) and ml_dtypes (bfloat16). Arithmetic that has a
-// numpy twin uses the _rn intrinsics, so that nothing is contracted into an FMA.
+// their unsigned short bit patterns, float8_e4m3fn and float8_e5m2 as their byte, and
+// are converted by the functions below, which round exactly like numpy (float16) and
+// ml_dtypes (bfloat16, FP8). (cuda_fp8.h's __nv_fp8_e4m3(float) saturates to 448 where
+// ml_dtypes gives NaN, so it is not used even where the header is at hand.) Arithmetic
+// that has a numpy twin uses the _rn intrinsics, so that nothing is contracted into an FMA.
 //
 // dtype codes (the K template argument, and src_code of ca_convert); the Python side
 // keeps the same table:
 //   0 bool  1 int8  2 int16  3 int32  4 int64  5 uint8  6 uint16  7 uint32  8 uint64
 //   9 float16  10 bfloat16  11 float32  12 float64  13 complex64  14 complex128
+//   15 float8_e4m3fn  16 float8_e5m2
 
 typedef unsigned long long ca_u64;
 
@@ -92,6 +95,55 @@ __device__ __forceinline__ float ca_bf16_to_float(unsigned short b) {
     return __int_as_float((int)((unsigned)b << 16));
 }
 
+// -- FP8 bit patterns (OCP E4M3FN and E5M2, as ml_dtypes) -------------------------------------
+// From float, rounded to nearest even (float64 sources come through float32 first, as in
+// ml_dtypes). E4M3FN (bias 7, no infinity) makes a NaN, an infinity or anything that rounds
+// past 448 a NaN, 0x7f with the sign: it does not saturate. E5M2 (bias 15) rounds past
+// 57344 to infinity (0x7c) and makes every NaN 0x7e, with the sign.
+__device__ __forceinline__ unsigned char ca_e4m3_from_float(float f) {
+    unsigned bits = (unsigned)__float_as_int(f);
+    unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
+    unsigned a = bits & 0x7fffffffu;
+    if (a > 0x43e80000u) return sign | 0x7fu;  // NaN, inf, or past 464 (the tie to 448)
+    if (a < 0x3c800000u) {                      // below 2^-6: subnormal (m * 2^-9) or zero
+        return sign | (unsigned char)rintf(__fmul_rn(__int_as_float((int)a), 512.0f));
+    }
+    a += 0x7ffffu + ((a >> 20) & 1u);  // the 23-bit significand to 3 bits, ties to even
+    return sign | (unsigned char)((a >> 20) - (120u << 3));  // exponent bias 127 -> 7
+}
+
+__device__ __forceinline__ unsigned char ca_e5m2_from_float(float f) {
+    unsigned bits = (unsigned)__float_as_int(f);
+    unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
+    unsigned a = bits & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7eu;   // NaN
+    if (a >= 0x47700000u) return sign | 0x7cu;  // inf, or 61440 (the tie past 57344) and up
+    if (a < 0x38800000u) {                       // below 2^-14: subnormal (m * 2^-16) or zero
+        return sign | (unsigned char)rintf(__fmul_rn(__int_as_float((int)a), 65536.0f));
+    }
+    a += 0xfffffu + ((a >> 21) & 1u);  // the 23-bit significand to 2 bits, ties to even
+    return sign | (unsigned char)((a >> 21) - (112u << 2));  // exponent bias 127 -> 15
+}
+
+// To float, exactly; a NaN becomes the quiet NaN with its sign (as ml_dtypes).
+__device__ __forceinline__ float ca_e4m3_to_float(unsigned char b) {
+    unsigned sign = (unsigned)(b & 0x80u) << 24, a = b & 0x7fu;
+    if (a == 0x7fu) return __int_as_float((int)(sign | 0x7fc00000u));
+    if (a < 8u) {  // subnormal: a * 2^-9
+        return __int_as_float((int)(sign | (unsigned)__float_as_int((float)a * 0.001953125f)));
+    }
+    return __int_as_float((int)(sign | ((a + (120u << 3)) << 20)));
+}
+
+__device__ __forceinline__ float ca_e5m2_to_float(unsigned char b) {
+    unsigned sign = (unsigned)(b & 0x80u) << 24, a = b & 0x7fu;
+    if (a >= 0x7cu) return __int_as_float((int)(sign | (a == 0x7cu ? 0x7f800000u : 0x7fc00000u)));
+    if (a < 4u) {  // subnormal: a * 2^-16
+        return __int_as_float((int)(sign | (unsigned)__float_as_int((float)a * 1.52587890625e-05f)));
+    }
+    return __int_as_float((int)(sign | ((a + (112u << 2)) << 21)));
+}
+
 // -- loading and storing with numpy's casting rules ---------------------------------------
 __device__ ca_val ca_load(const void* base, long long i, int code) {
     switch (code) {
@@ -112,10 +164,12 @@ __device__ ca_val ca_load(const void* base, long long i, int code) {
             float2 c = ((const float2*)base)[i];
             return ca_complex((double)c.x, (double)c.y);
         }
-        default: {
+        case 14: {
             double2 c = ((const double2*)base)[i];
             return ca_complex(c.x, c.y);
         }
+        case 15: return ca_real((double)ca_e4m3_to_float(((const unsigned char*)base)[i]));
+        default: return ca_real((double)ca_e5m2_to_float(((const unsigned char*)base)[i]));
     }
 }
 
@@ -181,7 +235,11 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
         *p = ca_to_f64(v);
     } else if constexpr (K == 13) {
         *p = make_float2(ca_to_f32(v), v.tag == 3 ? (float)v.im : 0.0f);
-    } else {
+    } else if constexpr (K == 14) {
         *p = make_double2(ca_to_f64(v), v.tag == 3 ? v.im : 0.0);
+    } else if constexpr (K == 15) {
+        *p = ca_e4m3_from_float(ca_to_f32(v));  // via float, like ml_dtypes
+    } else {
+        *p = ca_e5m2_from_float(ca_to_f32(v));
     }
 }

@@ -1,7 +1,7 @@
 // numpy.linspace(start, stop, n) (endpoint included), evaluated in float64 in numpy's
 // order: delta = stop - start and step = delta / div (div = n - 1) come from the host;
 // y = i * step (or i / div * delta when step underflows to 0) + start, the last element
-// is stop, integer dtypes take the floor. arange(n) is linspace(0, n - 1, n).
+// is stop, integer dtypes take the floor.
 template <typename S, int K>
 __global__ void ca_linspace(S* out, long long n, double start, double stop, double delta,
                             double step, long long div, int floor_ints) {

@@ -1,0 +1,237 @@
+"""The built-in kernels' CUDA C++ itself, compiled for the host and run against numpy.
+
+On the emulator the numpy twins run, and NVRTC only checks that the CUDA source compiles;
+this test runs the source: ``cuasync/kernels/*.cu`` compiled with the host's C++
+compiler, with a few lines standing in for the CUDA built-ins (``__float_as_int``,
+``__dmul_rn``, ``float2``, a grid of one thread, so each grid-stride loop runs serially).
+The conversions (``ca_load``/``ca_store``: float16, bfloat16 and FP8 bit patterns, numpy's
+casting rules) and ``ca_arange``'s arithmetic must give numpy's and ml_dtypes' bits. What
+only a GPU can show (NaN payloads through the device's float conversions, out-of-range
+float-to-integer conversions, which are undefined anyway) is left out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cuasync import _builtin
+from cuasync._dtypes import DTYPES, SUPPORTED
+
+CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (g++ or clang++)")
+
+#: The CUDA built-ins the kernels use, for the host (exact IEEE arithmetic, no FMA).
+SHIMS = r"""
+#include <cmath>
+#include <cstring>
+using std::cos; using std::fabs; using std::floor; using std::fmod; using std::log;
+using std::rint; using std::sin; using std::sqrt; using std::copysign;
+#define __device__
+#define __global__
+#define __forceinline__ inline
+struct float2 { float x, y; };
+struct double2 { double x, y; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline double2 make_double2(double x, double y) { return {x, y}; }
+static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline long long __double_as_longlong(double d) {
+    long long i; std::memcpy(&i, &d, 8); return i;
+}
+static inline double __longlong_as_double(long long i) {
+    double d; std::memcpy(&d, &i, 8); return d;
+}
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline unsigned __umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+struct ca_dim3 { unsigned x, y, z; };
+static const ca_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};
+static const ca_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+"""
+
+
+def _wrappers() -> str:
+    lines = []
+    for name in SUPPORTED:
+        d = DTYPES[name]
+        s, k = d.storage, d.code
+        lines.append(
+            f'extern "C" void convert_{k}(void* out, const void* src, int code, long long n) '
+            f"{{ ca_convert<{s}, {k}>(({s}*)out, src, code, n, 1, 1, n, 0, 0, 0, 1); }}"
+        )
+        lines.append(
+            f'extern "C" void arange_{k}(void* out, long long n, long long i0, long long i1, '
+            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1); }}"
+        )
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder: Path = tmp_path_factory.mktemp("host_kernels")
+    source = folder / "kernels.cpp"
+    source.write_text("\n".join([SHIMS, _builtin.source(), _wrappers()]), encoding="utf-8")
+    library = folder / "kernels.so"
+    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
+    done = subprocess.run(
+        [str(CXX), *flags, str(source), "-o", str(library)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return ctypes.CDLL(str(library))
+
+
+def _convert(lib: Any, values: np.ndarray, dst: str) -> np.ndarray:
+    src = np.ascontiguousarray(values)
+    out = np.zeros(src.shape, SUPPORTED[dst])
+    fn = getattr(lib, f"convert_{DTYPES[dst].code}")
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong]
+    fn(out.ctypes.data, src.ctypes.data, DTYPES[src.dtype.name].code, src.size)
+    return out
+
+
+def _float_sources() -> np.ndarray:
+    """float64 values around every rounding decision of float16, bfloat16 and FP8."""
+    with np.errstate(all="ignore"):  # NaN bit patterns among them
+        return _float_sources_quietly()
+
+
+def _float_sources_quietly() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 0.5, 1e-300, 1e300]
+    specials = np.array(special, np.float64)
+    f32_bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    randoms = f32_bits.view(np.float32).astype(np.float64)
+    # every FP8, bfloat16 and float16 value, the midpoints between neighbours and one
+    # float32 ulp either side of each midpoint (ties to even, and just off them)
+    grids: list[np.ndarray] = []
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        grids.append(np.arange(256, dtype=np.uint8).view(SUPPORTED[name]).astype(np.float64))
+    grids.append(np.arange(2**16, dtype=np.uint16).view(SUPPORTED["bfloat16"]).astype(np.float64))
+    grids.append(np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64))
+    near: list[np.ndarray] = []
+    for g in grids:
+        g = np.unique(g[np.isfinite(g)])
+        mid = ((g[1:] + g[:-1]) / 2).astype(np.float32)
+        near += [
+            g,
+            mid,
+            np.nextafter(mid, np.float32(np.inf)),
+            np.nextafter(mid, np.float32(-np.inf)),
+        ]
+    # float64 values whose float32 rounding decides an FP8 tie (double rounding, as ml_dtypes)
+    mids = np.concatenate(near[1::4]).astype(np.float64)
+    twice = np.concatenate([mids * (1 + 2.0**-40), mids * (1 - 2.0**-40)])
+    return np.concatenate([specials, randoms, *near, twice, -twice])
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray, label: str) -> None:
+    if got.dtype.kind == "c":  # each part on its own
+        _same_bits(got.real.copy(), want.real.copy(), label + " (real)")
+        _same_bits(got.imag.copy(), want.imag.copy(), label + " (imag)")
+        return
+    bits = f"u{got.itemsize}"
+    bad = got.view(bits) != want.view(bits)
+    if got.dtype.kind == "f":  # NaN payloads: only the FP8 destinations' are checked
+        bad &= ~(np.isnan(got) & np.isnan(want))
+    assert not bad.any(), (
+        f"{label}: {bad.sum()} values differ, e.g. {got[bad][:5]!r} vs {want[bad][:5]!r}"
+    )
+
+
+@pytest.mark.parametrize("dst", ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float16"])
+@pytest.mark.parametrize("src", ["float64", "float32", "float16", "bfloat16"])
+def test_floats_to_narrow_floats_round_like_ml_dtypes(lib: Any, src: str, dst: str) -> None:
+    with np.errstate(all="ignore"):
+        values = _float_sources().astype(SUPPORTED[src])
+        want = values.astype(SUPPORTED[dst])
+    _same_bits(_convert(lib, values, dst), want, f"{src} -> {dst}")
+
+
+@pytest.mark.parametrize("src", ["float8_e4m3fn", "float8_e5m2"])
+def test_every_fp8_value_to_every_dtype(lib: Any, src: str) -> None:
+    values = np.arange(256, dtype=np.uint8).view(SUPPORTED[src])
+    finite = np.isfinite(values.astype(np.float32))
+    for dst in SUPPORTED:
+        with np.errstate(all="ignore"):
+            want = values.astype(SUPPORTED[dst])
+        got = _convert(lib, values, dst)
+        if SUPPORTED[dst].kind in "iu":  # NaN, inf or out of range: undefined, as in numpy
+            as_float = values.astype(np.float64)
+            info = np.iinfo(SUPPORTED[dst])
+            keep = finite & (as_float >= info.min) & (as_float < info.max + 1.0)
+            got, want = got[keep], want[keep]
+        _same_bits(got, want, f"{src} -> {dst}")
+
+
+@pytest.mark.parametrize("dst", ["float8_e4m3fn", "float8_e5m2"])
+def test_every_dtype_to_fp8(lib: Any, dst: str) -> None:
+    rng = np.random.default_rng(1)
+    for src in SUPPORTED:
+        dt = SUPPORTED[src]
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            values = np.concatenate(
+                [np.arange(max(info.min, -600), min(info.max, 70000) + 1, dtype=dt),
+                 np.array([info.min, info.max], dt)]
+            )  # fmt: skip
+        elif dt.kind == "b":
+            values = np.array([False, True])
+        elif dt.kind == "c":
+            parts = _float_sources()[:5000]
+            with np.errstate(all="ignore"):
+                values = (parts + 1j * rng.standard_normal(parts.size)).astype(dt)
+        else:
+            with np.errstate(all="ignore"):
+                values = _float_sources()[:50000].astype(dt)
+        with np.errstate(all="ignore"):
+            want = values.astype(SUPPORTED[dst])
+        _same_bits(_convert(lib, values, dst), want, f"{src} -> {dst}")
+
+
+ARANGES = [
+    (0, 10, 1),
+    (10, 0, -3),
+    (0.3, 1000.0, 0.7),
+    (0.1, 2.0, 0.3),
+    (-5.5, 5.5, 0.25),
+    (1.0, 0.0, -0.125),
+    (0, 40000, 7),
+    (2**62, 2**62 + 5, 1),
+]
+
+
+@pytest.mark.parametrize("args", ARANGES, ids=str)
+def test_arange_kernel_matches_numpy(lib: Any, args: tuple[Any, Any, Any]) -> None:
+    from cuasync._creation import _arange_ends, _arange_length
+    from cuasync.errors import ArgumentError
+
+    start, stop, step = args
+    n = _arange_length(start, stop, step)
+    for name, dt in SUPPORTED.items():
+        if name == "bool" and n > 2:  # refused by arange (numpy raises too)
+            continue
+        try:
+            i0, i1, f0, f1 = _arange_ends(start, step, n, dt)
+        except ArgumentError:  # a value the dtype cannot hold: refused before the kernel
+            continue
+        out = np.zeros(n, dt)
+        fn = getattr(lib, f"arange_{DTYPES[name].code}")
+        fn.argtypes = [ctypes.c_void_p, *[ctypes.c_longlong] * 3, ctypes.c_double, ctypes.c_double]
+        fn(out.ctypes.data, n, i0, i1, f0, f1)
+        with np.errstate(all="ignore"):
+            want = np.arange(start, stop, step, dtype=dt)
+        _same_bits(out, want, f"arange{args} as {name}")
