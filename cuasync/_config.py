@@ -23,6 +23,10 @@
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
 ``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
                                background watcher frees it (default 60; ``off``: never)
+``CUASYNC_STAGING_THREADS``    threads that copy large pageable arrays into and out of pinned
+                               staging memory (``from_host``, ``download_into``) while the
+                               event loop goes on (default: half the CPUs the process may
+                               use, 1 to 8; 0: none, the calling thread copies everything)
 ``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
                                :func:`cuasync.trace`)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
@@ -76,6 +80,16 @@ def _seconds_or_off(name: str, default: float) -> float | None:
     return value
 
 
+def _default_staging_threads() -> int:
+    """Half the CPUs this process may run on, 1 to 8: a host memcpy saturates memory
+    bandwidth with a few threads, and the rest of the machine keeps its cores."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 2
+    return max(1, min(8, cpus // 2))
+
+
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = os.environ.get(name, default).strip().lower() or default
     if raw not in choices:
@@ -97,6 +111,7 @@ class Config:
     stale_us: int
     peer: str
     pinned_idle_s: float | None
+    staging_threads: int
 
 
 def _read() -> Config:
@@ -113,6 +128,7 @@ def _read() -> Config:
         stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
         pinned_idle_s=_seconds_or_off("CUASYNC_PINNED_IDLE_S", 60.0),
+        staging_threads=_int("CUASYNC_STAGING_THREADS", _default_staging_threads()),
     )
 
 

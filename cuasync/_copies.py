@@ -19,6 +19,7 @@ from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import as_dtype, dtype_name
+from ._pageable import upload
 from ._staging import staging_pool
 from ._tensor import Shape, Tensor, check_shape, partly_overlap
 from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
@@ -163,11 +164,7 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         tensor = new_tensor(ctx, source.shape, dtype, "from_host")
-        block = staging_pool().acquire(source.nbytes)
-        np.copyto(block.array(dtype, source.shape), source)
-        if source.nbytes:
-            get_backend().memcpy_htod_async(tensor.ptr, block.address, source.nbytes, ctx.handle)
-        ctx.retain(block)
+        upload(ctx, tensor.ptr, source)
         return Output.ready(tensor)
 
     return _tensor_op(device_op(enqueue, target, "from_host"), source.shape, dtype)

@@ -1,7 +1,9 @@
 """``download_into``: blocking readback into a numpy array the caller reuses.
 
-The copy goes device → pooled pinned block → ``out``, so a loop that reads the same
-size back each step allocates and page-faults nothing. With ``resize=True`` an array
+The copy goes device → pooled pinned blocks → ``out``, so a loop that reads the same
+size back each step allocates and page-faults nothing. From 1 MiB up (contiguous tensor
+and ``out``) it goes in chunks, each copied out on cuasync's copy threads as soon as its
+DMA lands (see :mod:`._pageable`). With ``resize=True`` an array
 of another size is resized in place first (:meth:`numpy.ndarray.resize` and its
 reference check).
 
@@ -22,6 +24,7 @@ from ._core.loops import check_blocking_allowed
 from ._core.op import device_op
 from ._core.output import Output
 from ._dtypes import dtype_name
+from ._pageable import download_chunked, download_route
 from ._pinned import PinnedPool
 from ._tensor import Tensor, contiguous_strides
 from .errors import ArgumentError, DTypeError, ShapeError
@@ -130,6 +133,13 @@ def _resize(out: np.ndarray, tensor: Tensor, referenced: bool) -> None:
 
 
 def _copy(t: Tensor, out: np.ndarray) -> None:
+    if (
+        t.is_contiguous
+        and out.flags.c_contiguous
+        and download_route(t.nbytes, t.device) == "chunked"
+    ):
+        download_chunked(t, out)
+        return
     itemsize = t.itemsize
     block = PinnedPool.default()._blocks.acquire(t.nbytes)
     address = block.address

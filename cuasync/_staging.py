@@ -73,6 +73,18 @@ class PinnedBlock:
         raw._owner = self
         return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dt).reshape(shape)
 
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` as a uint8 view that does *not* keep the block alive
+        (cached per pooled block: cheaper than :meth:`array`). Only for a copy made while
+        the caller holds the block; never hand it out."""
+        pool = self._pool
+        if pool is None:
+            return self.array(np.uint8, (nbytes,))
+        view = pool._views.get(self.address)
+        if view is None:
+            view = pool._view(self.address, self.size_class)
+        return view[:nbytes]
+
     def __del__(self) -> None:
         try:
             pool = self._pool
@@ -113,6 +125,7 @@ class StagingPool:
         self._free: dict[int, list[int]] = {}
         self._chunks: dict[int, int] = {}  # chunk base address -> size class carved from it
         self._idle_since: dict[int, float] = {}  # idle block address -> when it went idle
+        self._views: dict[int, np.ndarray] = {}  # block address -> uint8 view (scratch)
         self._lock = threading.Lock()
         self._clock = clock
         #: Seconds an idle block may wait before the background sweep frees it (None: never).
@@ -138,6 +151,12 @@ class StagingPool:
         if self.idle_timeout is not None and not self._watched:
             self._watch()
         return PinnedBlock(self, address, cls)
+
+    def _view(self, address: int, cls: int) -> np.ndarray:
+        """A uint8 view of the whole block at ``address``, cached until trimmed."""
+        raw: Any = (ctypes.c_uint8 * (1 << cls)).from_address(address)
+        view = self._views[address] = np.frombuffer(raw, dtype=np.uint8)
+        return view
 
     # -- trimming idle blocks ------------------------------------------------------------
     def set_idle_timeout(self, seconds: float | None) -> None:
@@ -282,6 +301,7 @@ class StagingPool:
                     self._free[cls] = [a for a in addresses if a not in gone]
                     for a in old:
                         del since[a]
+                        self._views.pop(a, None)
                     continue
                 per_chunk = 1 << (_CHUNK_CLASS - cls)
                 gone = set()
@@ -294,6 +314,7 @@ class StagingPool:
                 self._free[cls] = [a for a in addresses if a not in gone]
                 for a in gone:
                     del since[a]
+                    self._views.pop(a, None)
             self._free = {cls: a for cls, a in self._free.items() if a}
             self.cached_bytes -= freed
             self.allocated_bytes -= freed

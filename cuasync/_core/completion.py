@@ -520,9 +520,9 @@ class Hub:
         generation, which still satisfies a wait for ``value`` that has not run yet.
         """
         address = self.slab + 4 * slot
-        if self.native is not None:
+        if self.native is not None and not self.closed:
             self.native.store32(address, value)
-        else:
+        else:  # no native module, or exiting (the slab is no reactor's any more)
             _store32(address, value)
         self._free_slot(slot)
 
