@@ -147,7 +147,10 @@ def _check_tensor(t: Any, argument: str) -> Tensor:
 def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
     """An op copying a numpy array (or anything ``np.asarray`` accepts) to a new tensor.
 
-    The array is read when the op executes, not when it is built.
+    The array is read while the op runs: arrays below 1 MiB during submission (on the
+    calling thread), larger ones by cuasync's copy threads until the op completes, so
+    that the event loop never waits for the copy. Do not modify the array before the
+    op completes (see the Transfers guide, "from_host and pageable memory").
 
     >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))
     """
@@ -161,13 +164,40 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
         raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
     dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
+    work = _HostUpload(source, dtype)
+    cls, node = _tensor_classes()
+    return cls(node("pending", "from_host", source.shape, dtype, work, device=target))
 
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        tensor = new_tensor(ctx, source.shape, dtype, "from_host")
+
+class _HostUpload:
+    """What a ``from_host`` op enqueues: the pending value of its ``TensorOp``'s node
+    (one object, not an op wrapped in an op: building it is on every upload's path)."""
+
+    __slots__ = ("dtype", "source")
+
+    def __init__(self, source: np.ndarray, dtype: np.dtype[Any]) -> None:
+        self.source = source
+        self.dtype = dtype
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        source = self.source
+        tensor = new_tensor(ctx, source.shape, self.dtype, "from_host")
         upload(ctx, tensor.ptr, source)
         return Output.ready(tensor)
 
-    return _tensor_op(device_op(enqueue, target, "from_host"), source.shape, dtype)
+
+_classes: tuple[Any, Any] | None = None
+
+
+def _tensor_classes() -> tuple[Any, Any]:
+    """``(TensorOp, Node)``, imported once (their module imports this one)."""
+    global _classes
+    if _classes is None:
+        from ._ops.expr import Node
+        from ._ops.tensorop import TensorOp
+
+        _classes = (TensorOp, Node)
+    return _classes
 
 
 def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:

@@ -173,10 +173,12 @@ def upload(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     """Enqueue on ``ctx``'s stream a copy of ``source`` (any layout) into the contiguous
     device memory at ``dst``, by the route its size picks."""
     nbytes = source.nbytes
-    if not nbytes:
-        return
-    if ctx.capturing or upload_route(nbytes, ctx.device) == "single":
-        upload_single(ctx, dst, source)
+    if nbytes < UPLOAD_CHUNKED_MIN and _forced is None:  # the common case, inline
+        if nbytes:
+            upload_single(ctx, dst, source)
+    elif ctx.capturing or upload_route(nbytes, ctx.device) == "single":
+        if nbytes:
+            upload_single(ctx, dst, source)
     else:
         upload_chunked(ctx, dst, source)
 
@@ -186,7 +188,8 @@ def upload_single(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     nbytes = source.nbytes
     block = staging_pool().acquire(nbytes)
     ctx.retain(block)
-    _memcpy(block.scratch(nbytes).view(source.dtype).reshape(source.shape), source)
+    staged = block.scratch(nbytes).view(source.dtype)
+    _memcpy(staged if source.ndim == 1 else staged.reshape(source.shape), source)
     get_backend().memcpy_htod_async(dst, block.address, nbytes, ctx.handle)
 
 
