@@ -12,9 +12,9 @@ never waits on these threads in vain, and a task never waits on such a thread.
 * a task's exception is reported (``sys.unraisablehook``) and the thread goes on: tasks
   handle their own errors, this is the last resort;
 * at interpreter exit the pool takes no more tasks (:func:`submit` returns False and the
-  caller runs them itself) and the exit hook runs the queued ones on the exiting thread:
-  host memcpys, bounded, so that every stream waiting on them goes on and shutdown never
-  waits on the device; a task already running finishes on its own (daemon) thread;
+  caller runs them itself); the exit hook runs the queued ones on the exiting thread and
+  gives those already running a bounded time to finish (host memcpys), so that no stream
+  is left waiting on a word; shutdown never waits on the device;
 * a forked child starts with an empty pool of its own.
 
 >>> if not submit([(job.copy_chunk, 0), (job.copy_chunk, 1)]):
@@ -33,6 +33,8 @@ from ._exceptions import report_unraisable
 
 __all__ = ["Task", "pool_size", "submit"]
 
+#: How long the exit hook lets tasks already running finish (seconds).
+_EXIT_WAIT_S = 2.0
 #: A task: ``fn(arg)``, run once on a pool thread.
 Task = tuple[Callable[[int], None], int]
 
@@ -44,6 +46,7 @@ class _Pool:
         self.threads: list[threading.Thread] = []
         self.start_lock = threading.Lock()
         self.idle = 0
+        self.running = 0
         self.closed = False
         self.hooked = False
 
@@ -87,14 +90,21 @@ class _Pool:
                     cond.wait()
                     self.idle -= 1
                 fn, arg = tasks.popleft()
+                self.running += 1
             try:
                 fn(arg)
             except BaseException as exc:
                 report_unraisable(exc, fn, "Exception ignored in a cuasync copy thread")
             del fn
+            with cond:
+                self.running -= 1
+                if self.closed and not self.running:
+                    cond.notify_all()
 
     def close(self) -> None:
-        """At exit: take no more tasks; run the queued ones here (bounded memcpys)."""
+        """At exit: take no more tasks; run the queued ones here, then give the running
+        ones up to :data:`_EXIT_WAIT_S` to finish (bounded memcpys: streams waiting on
+        their words go on before the driver tears the context down)."""
         with self.cond:
             self.closed = True
             left, self.tasks = list(self.tasks), deque()
@@ -103,6 +113,8 @@ class _Pool:
                 fn(arg)
             except BaseException as exc:
                 report_unraisable(exc, fn, "Exception ignored in a cuasync copy task at exit")
+        with self.cond:
+            self.cond.wait_for(lambda: not self.running, _EXIT_WAIT_S)
 
 
 _pool = _Pool()

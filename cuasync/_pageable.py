@@ -173,10 +173,9 @@ def upload(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     """Enqueue on ``ctx``'s stream a copy of ``source`` (any layout) into the contiguous
     device memory at ``dst``, by the route its size picks."""
     nbytes = source.nbytes
-    if nbytes < UPLOAD_CHUNKED_MIN and _forced is None:  # the common case, inline
-        if nbytes:
-            upload_single(ctx, dst, source)
-    elif ctx.capturing or upload_route(nbytes, ctx.device) == "single":
+    if (nbytes < UPLOAD_CHUNKED_MIN and _forced is None) or (  # the common case first
+        ctx.capturing or upload_route(nbytes, ctx.device) == "single"
+    ):
         if nbytes:
             upload_single(ctx, dst, source)
     else:
@@ -274,7 +273,7 @@ class _Upload:
         a, b = self.bounds[i]
         part = src[a:b]
         out = dst[i]
-        if part.dtype != out.dtype:
+        if part.ndim != 1 or part.dtype != out.dtype:  # rows of a non-contiguous array
             out = out.view(part.dtype).reshape(part.shape)
         _memcpy(out, part)
 
