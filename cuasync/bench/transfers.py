@@ -4,17 +4,20 @@ In one process, for sizes 4 KiB to 256 MiB (powers of 4; 4 KiB to 64 KiB on the
 emulator), GB/s of:
 
 * H2D: cuasync ``upload_pending`` from a pooled pinned buffer; ``from_host`` from a
-  pageable array (staged through the pinned pool); a fresh ``PinnedHostBuffer`` per
-  transfer (the alternative to pooling); on cuda also a raw synchronous
+  pageable array (staged through the pinned pool, by the route its size picks); a fresh
+  ``PinnedHostBuffer`` per transfer (the alternative to pooling); on cuda also a raw synchronous
   ``cuMemcpyHtoD`` from pageable memory and PyTorch pinned (``copy_(non_blocking=True)``
   + stream sync) and pageable copies;
 * D2H: ``download_pending`` into a pooled pinned buffer; ``to_host`` (a new array backed
-  by a pool block); ``download_into`` (pool block, then into a reused numpy array); raw
+  by a pool block); ``download_into`` (pinned blocks, then into a reused numpy array); raw
   ``cuMemcpyDtoH`` into pageable memory; PyTorch pinned and pageable.
 
 Every figure is a median over repetitions of one transfer, completion included; ratios
-are to PyTorch pinned. Then the fixed cost (host microseconds) of a 4 KiB pending
-transfer: submission alone, submission + ``wait()``, and ``await`` on asyncio.
+are to PyTorch pinned. Then the routes for pageable data side by side
+(:mod:`._pageable_routes`: single-thread and chunked staging, the driver's own pageable
+copies, the host time a submission holds the loop, the crossover size), and the fixed
+cost (host microseconds) of a 4 KiB pending transfer: submission alone, submission +
+``wait()``, and ``await`` on asyncio.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import cuasync
 from cuasync._backends import get_backend
 
+from . import _pageable_routes
 from ._util import Report, Row, timed
 
 SUITE = "transfers"
@@ -119,7 +123,7 @@ def _torch_available() -> bool:
 H2D_ROUTES = (
     "cuasync upload_pending (pool pinned)",
     "cuasync await upload_pending (asyncio)",
-    "cuasync from_host (pageable, pool staging)",
+    "cuasync from_host (pageable, auto route)",
     "cuasync fresh PinnedHostBuffer + upload",
     "raw cuMemcpyHtoD (pageable)",
     "torch pinned copy_(non_blocking)",
@@ -129,7 +133,7 @@ D2H_ROUTES = (
     "cuasync download_pending (pool pinned)",
     "cuasync await download_pending (asyncio)",
     "cuasync to_host (pool staging)",
-    "cuasync download_into (reused numpy)",
+    "cuasync download_into (reused numpy, auto)",
     "raw cuMemcpyDtoH (pageable)",
     "torch pinned copy_(non_blocking)",
     "torch pageable copy_",
@@ -320,20 +324,7 @@ def run(report: Report, quick: bool = False) -> None:
     _table("H2D", H2D_ROUTES, h2d)
     _table("D2H", D2H_ROUTES, d2h)
 
-    # Does staging through the pinned pool beat the alternatives (from pageable data)?
-    print("\n  staging from pageable data, H2D: pool staging (from_host) vs the alternatives")
-    for n in sizes:
-        row = h2d[n]
-        pool_rate = row[H2D_ROUTES[2]]
-        others = {r: row[r] for r in (H2D_ROUTES[3], H2D_ROUTES[4], H2D_ROUTES[6]) if r in row}
-        best = max(others.items(), key=lambda kv: kv[1]) if others else None
-        verdict = (
-            f"best alternative {best[0]} {best[1]:.2f} GB/s -> pool staging "
-            f"{'wins' if pool_rate >= best[1] else 'loses'} ({pool_rate / best[1]:.2f}x)"
-            if best
-            else ""
-        )
-        print(f"  {_size_name(n):>8}: pool staging {pool_rate:8.2f} GB/s; {verdict}", flush=True)
+    _pageable_routes.run(report, sizes, quick, with_torch)
     big = sizes[-1]
     name = f"host np.copyto into pinned, {_size_name(big)}"
     report.value(SUITE, name, _host_copy_gbps(big), "GB/s")

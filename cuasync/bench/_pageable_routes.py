@@ -1,0 +1,226 @@
+"""Part of ``transfers``: the routes for pageable numpy data, side by side at each size.
+
+``from_host`` and ``download_into`` pick a route per size (``cuasync._pageable``): the
+calling thread staging through one pinned block ("single"), or chunks staged by the copy
+threads while DMAs run ("chunked"). This part times each route forced, the automatic
+choice, and the driver's own pageable copies (the "direct" route cuasync does not take,
+and the synchronous ``cuMemcpyHtoD``/``cuMemcpyDtoH`` the targets are set against), then:
+
+* GB/s per route and size, with the ratio to the synchronous driver copy;
+* how long a submission holds the calling thread (the event loop) per route and size;
+* the size from which "chunked" beats "single", to check ``UPLOAD_CHUNKED_MIN`` and
+  ``DOWNLOAD_CHUNKED_MIN``;
+* the fixed cost of a 4 KiB ``from_host`` beside PyTorch's pageable copies.
+
+>>> run(report, sizes=[4096, 1 << 20], quick=True, with_torch=False)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import cuasync
+from cuasync import _pageable
+from cuasync._backends import get_backend
+
+from ._util import Report, Row, timed
+
+SUITE = "transfers"
+KiB, MiB = 1 << 10, 1 << 20
+UP = ("from_host auto", "from_host single", "from_host chunked")
+DOWN = ("download_into auto", "download_into single", "download_into chunked")
+DIRECT_UP = "direct cuMemcpyHtoDAsync (pageable) + sync"
+SYNC_UP = "raw cuMemcpyHtoD (pageable)"
+SYNC_DOWN = "raw cuMemcpyDtoH (pageable)"
+TORCH = ("torch from_numpy(a).cuda() + sync", "torch pageable copy_ + sync")
+
+
+def _name(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def _median_s(fn: Callable[[], Any], nbytes: int, budget: int, max_reps: int) -> float:
+    reps = max(3, min(max_reps, budget // max(nbytes, 1)))
+    return float(np.median(timed(fn, reps, warmup=1))) / 1e9
+
+
+def _submission_us(host: np.ndarray, stream: cuasync.Stream, reps: int) -> float:
+    """Median host time of ``from_host(host).submit_on(stream)`` (each one waited for
+    before the next), in µs: how long the calling thread is held."""
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(reps + 1):
+        t0 = clock()
+        fut = cuasync.from_host(host).submit_on(stream)
+        samples.append(clock() - t0)
+        fut.wait()
+    return float(np.median(samples[1:])) / 1e3
+
+
+def _route(name: str) -> str | None:
+    return None if name.endswith("auto") else name.rsplit(" ", 1)[1]
+
+
+def _measure(n: int, quick: bool, with_torch: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """GB/s per route at ``n`` bytes, and the submission's host time (µs) per cuasync
+    upload route."""
+    cuda = get_backend().driver_handles
+    budget = (64 if quick else 512) * MiB if cuda else 4 * MiB
+    max_reps = (50 if quick else 200) if cuda else 20
+    stream = cuasync.Device(0).new_stream()
+    host = np.ones(n, np.uint8)
+    t = cuasync.from_host(host).sync_on(stream)
+    rate: dict[str, float] = {}
+    held: dict[str, float] = {}
+    chunkable = _pageable.upload_route(max(n, _pageable.UPLOAD_CHUNKED_MIN), t.device) == (
+        "chunked"
+    )
+
+    def gbps(fn: Callable[[], Any]) -> float:
+        return n / _median_s(fn, n, budget, max_reps) / 1e9
+
+    for name in UP:
+        route = _route(name)
+        if route == "chunked" and not chunkable:
+            continue
+        with _pageable.forced_route(route):
+            rate[name] = gbps(lambda: cuasync.from_host(host).sync_on(stream))
+            held[name] = _submission_us(host, stream, 5 if cuda else 3)
+    out = np.empty(n, np.uint8)
+    for name in DOWN:
+        route = _route(name)
+        if route == "chunked" and not chunkable:
+            continue
+        with _pageable.forced_route(route):
+            rate[name] = gbps(lambda: cuasync.download_into(t, out))
+    if cuda:
+        from cuda.bindings import driver as d
+
+        stream.synchronize()  # this thread's current context is the device's now
+        ptr, hptr, h = t.ptr, host.ctypes.data, stream.handle
+
+        def direct() -> None:
+            d.cuMemcpyHtoDAsync(ptr, hptr, n, h)
+            d.cuStreamSynchronize(h)
+
+        rate[DIRECT_UP] = gbps(direct)
+        rate[SYNC_UP] = gbps(lambda: d.cuMemcpyHtoD(ptr, hptr, n))
+        optr = out.ctypes.data
+        rate[SYNC_DOWN] = gbps(lambda: d.cuMemcpyDtoH(optr, ptr, n))
+    if with_torch:
+        import torch
+
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        src = torch.from_numpy(host)
+
+        def alloc_copy() -> None:
+            src.cuda()
+            torch.cuda.current_stream().synchronize()
+
+        def copy_into() -> None:
+            dev.copy_(src)
+            torch.cuda.current_stream().synchronize()
+
+        rate[TORCH[0]], rate[TORCH[1]] = gbps(alloc_copy), gbps(copy_into)
+    return rate, held
+
+
+def _table(title: str, routes: tuple[str, ...], ref: str, res: dict[int, dict[str, float]]) -> None:
+    sizes = sorted(res)
+    print(f"\n  {title}{f' (x = ratio to {ref})' if ref else ''}", flush=True)
+    print("  " + f"{'route':<44}" + "".join(f"{_name(n):>15}" for n in sizes))
+    for route in routes:
+        if not any(route in res[n] for n in sizes):
+            continue
+        cells = []
+        for n in sizes:
+            v, r = res[n].get(route), res[n].get(ref)
+            cells.append(
+                f"{'-':>15}" if v is None else f"{v:8.2f} {v / r:4.2f}x" if r else f"{v:15.2f}"
+            )
+        print("  " + f"{route:<44}" + "".join(f"{c:>15}" for c in cells), flush=True)
+
+
+def _crossover(res: dict[int, dict[str, float]], single: str, chunked: str) -> int | None:
+    """The smallest size from which ``chunked`` is at least as fast as ``single`` at
+    every larger size measured; None when it never is."""
+    sizes = [n for n in sorted(res) if single in res[n] and chunked in res[n]]
+    found = None
+    for n in reversed(sizes):
+        if res[n][chunked] < res[n][single]:
+            break
+        found = n
+    return found
+
+
+def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
+    """Host µs of a 4 KiB upload from pageable memory, completion included."""
+    n = 4 * KiB
+    stream = cuasync.Device(0).new_stream()
+    host = np.ones(n, np.uint8)
+    print("\n  fixed cost of a 4 KiB upload from pageable memory (host time)", flush=True)
+    report.latency(
+        SUITE,
+        "from_host(a).sync_on(stream), 4 KiB",
+        timed(lambda: cuasync.from_host(host).sync_on(stream), n_samples),
+    )
+    if with_torch:
+        import torch
+
+        src = torch.from_numpy(host)
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        sync = torch.cuda.current_stream().synchronize
+
+        def alloc_copy() -> None:
+            src.cuda()
+            sync()
+
+        def copy_into() -> None:
+            dev.copy_(src)
+            sync()
+
+        report.latency(SUITE, f"{TORCH[0]}, 4 KiB", timed(alloc_copy, n_samples))
+        report.latency(SUITE, f"{TORCH[1]}, 4 KiB", timed(copy_into, n_samples))
+
+
+def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None:
+    """Print and record the route comparison for ``sizes`` (bytes)."""
+    cuda = get_backend().driver_handles
+    if not cuda:  # the emulator: the sizes around the thresholds, small budgets
+        sizes = sorted({*sizes, _pageable.UPLOAD_CHUNKED_MIN})
+    threads = cuasync._copy_threads.pool_size()
+    print(
+        f"\n  pageable numpy data, by route (copy threads: {threads}; chunked from "
+        f"{_name(_pageable.UPLOAD_CHUNKED_MIN)} up, auto)",
+        flush=True,
+    )
+    rates: dict[int, dict[str, float]] = {}
+    held: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        rates[n], held[n] = _measure(n, quick, with_torch)
+        for route, v in rates[n].items():
+            report.rows.append(Row(SUITE, f"pageable {_name(n)}: {route}", value=v, unit="GB/s"))
+        for route, v in held[n].items():
+            name = f"pageable {_name(n)}: {route} submission (loop held)"
+            report.rows.append(Row(SUITE, name, value=v, unit="us"))
+    ref_up = SYNC_UP if any(SYNC_UP in r for r in rates.values()) else ""
+    ref_down = SYNC_DOWN if any(SYNC_DOWN in r for r in rates.values()) else ""
+    _table("H2D from pageable GB/s", (*UP, DIRECT_UP, SYNC_UP, *TORCH), ref_up, rates)
+    _table("D2H into pageable GB/s", (*DOWN, SYNC_DOWN, TORCH[1]), ref_down, rates)
+    print("\n  host time of one from_host submission (the event loop is held), us")
+    print("  " + f"{'route':<44}" + "".join(f"{_name(n):>15}" for n in sizes))
+    for route in UP:
+        cells = [f"{held[n][route]:15.1f}" if route in held[n] else f"{'-':>15}" for n in sizes]
+        print("  " + f"{route:<44}" + "".join(cells), flush=True)
+    for kind, single, chunked, current in (
+        ("upload", UP[1], UP[2], _pageable.UPLOAD_CHUNKED_MIN),
+        ("download", DOWN[1], DOWN[2], _pageable.DOWNLOAD_CHUNKED_MIN),
+    ):
+        best = _crossover(rates, single, chunked)
+        verdict = "never, in the sizes measured" if best is None else f"from {_name(best)} up"
+        print(f"  {kind}: chunked >= single {verdict} (threshold now {_name(current)})")
+    _fixed_cost(report, 200 if quick or not cuda else 2000, with_torch)
