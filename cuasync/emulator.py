@@ -28,6 +28,7 @@ __all__ = [
     "inject_fault",
     "load_module",
     "module_function",
+    "pageable_copies",
     "paused",
     "peer_access",
     "peer_access_enabled",
@@ -132,6 +133,17 @@ def peer_access_enabled(device: int, peer: int) -> bool:
 def peer_copies() -> int:
     """How many direct device-to-device copies between two devices were enqueued so far."""
     return _emulator().peer_copies
+
+
+def pageable_copies() -> int:
+    """How many copies between the device and host memory that is not pinned (not from
+    a pinned pool or ``PinnedHostBuffer``) were enqueued so far; cuasync issues none.
+
+    >>> before = emu.pageable_copies(); await cuasync.from_host(a)
+    >>> emu.pageable_copies() == before
+    True
+    """
+    return _emulator().pageable_copies
 
 
 def load_module(twins: Mapping[str, Callable[..., Any]], device: int = 0) -> int:

@@ -19,6 +19,7 @@ from conftest import run_script, settle, still_pending, wait_until
 import cuasync
 import cuasync.testing as ct
 from cuasync import _copy_threads, _pageable
+from cuasync._backends import get_backend
 from cuasync._pageable import (
     CHUNK_MAX,
     CHUNK_MIN,
@@ -189,6 +190,39 @@ def test_download_into_equals_numpy(route: str | None, nbytes: int) -> None:
         half = np.zeros(tb[::2].shape, np.float32)
         cuasync.download_into(tb[::2], half)
     np.testing.assert_array_equal(half, b[::2])
+
+
+def test_no_copy_touches_pageable_memory(emu) -> None:
+    """Every route stages through pinned memory: the emulator counts copies whose host
+    side is not pinned, and none is issued."""
+    before = emu.pageable_copies()
+    for nbytes in (1000, UPLOAD_CHUNKED_MIN + 3):
+        for route in ("single", "chunked"):
+            a = data(nbytes, "float32")
+            with forced_route(route):
+                t = cuasync.from_host(a).sync()
+                cuasync.download_into(t, np.empty_like(a))
+                t.to_host().sync()
+                cuasync.from_host(a[: a.size // 8 * 8].reshape(8, -1)[:, ::2]).sync()
+    assert emu.pageable_copies() == before
+    # a copy from a numpy array's own memory is counted
+    t = cuasync.empty((4,), "float32").sync()
+    host, stream = np.ones(4, np.float32), cuasync.Device(0).new_stream()
+    get_backend().memcpy_htod_async(t.ptr, host.ctypes.data, 16, stream.handle)
+    stream.synchronize()
+    assert emu.pageable_copies() == before + 1
+
+
+@pytest.mark.skipif(cuasync.device_count() < 2, reason="needs two devices")
+@pytest.mark.parametrize("route", ["single", "chunked"])
+def test_routes_on_another_device(route: str) -> None:
+    a = data(3 << 20, "float32", seed=4)
+    with forced_route(route):
+        t = cuasync.from_host(a, device=1).sync()
+        assert t.device.ordinal == 1
+        out = np.empty_like(a)
+        cuasync.download_into(t, out)
+    np.testing.assert_array_equal(out, a)
 
 
 # -- the array's lifetime ------------------------------------------------------------------

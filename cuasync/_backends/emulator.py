@@ -28,6 +28,12 @@
   priority has work ready to run (a command queued or running that is not a wait whose
   condition is unmet). Running commands are never preempted. With equal priorities (the
   default) streams run independently, as before.
+* Copies between device memory and host memory that is not pinned (not from
+  ``host_alloc``) are accepted, as the driver accepts them, and counted in
+  ``pageable_copies``: cuasync itself never issues one. They read or write the host
+  memory when they run, not when enqueued (the weakest reading of the driver's "API
+  synchronization behavior"); the driver's possible synchronization with the stream is
+  not modelled.
 * Knobs for tests: a per-command delay and a gate that holds every worker.
 """
 
@@ -333,6 +339,10 @@ class EmulatorBackend(Backend):
         self.peer_capable = peer_access
         self._peers_enabled: set[tuple[int, int]] = set()
         self.peer_copies = 0  # memcpy_peer_async calls accepted so far, for tests
+        #: Copies with a host side outside pinned memory accepted so far, for tests.
+        self.pageable_copies = 0
+        self._host_starts: list[int] = []  # sorted addresses of the host_alloc blocks
+        self._host_ends: dict[int, int] = {}  # each block's end address
         #: Driver calls refused because they came from inside a host function (a bug).
         self.host_function_calls: list[str] = []
         self._defaults: dict[tuple[int, int, int], _Stream] = {}
@@ -788,10 +798,12 @@ class EmulatorBackend(Backend):
             buffer = np.zeros(max(nbytes, 1) + 64, np.uint8)
         except (MemoryError, ValueError):  # ValueError: more than numpy can index
             raise OutOfMemoryError(nbytes, "pinned host memory") from None
-        address = buffer.ctypes.data
-        address += (-address) % 64
+        start = buffer.ctypes.data
+        address = start + (-start) % 64
         with self._lock:
             self._host[address] = buffer
+            self._host_ends[address] = start + buffer.nbytes
+            bisect.insort(self._host_starts, address)
         return address
 
     def host_free(self, ptr: int) -> None:
@@ -801,14 +813,28 @@ class EmulatorBackend(Backend):
                 raise DriverError(
                     Code.INVALID_VALUE, "cuMemFreeHost", f"{ptr:#x} is not pinned memory"
                 )
+            del self._host_starts[bisect.bisect_left(self._host_starts, ptr)]
+            del self._host_ends[ptr]
+
+    def _count_pageable(self, address: int, nbytes: int) -> None:
+        """Count a copy whose host bytes are not inside one pinned block."""
+        with self._lock:
+            i = bisect.bisect_right(self._host_starts, address) - 1
+            end = self._host_ends[self._host_starts[i]] if i >= 0 else -1
+            if address + nbytes > end:
+                self.pageable_copies += 1
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        self._count_pageable(src, nbytes)
+
         def copy() -> None:
             self._resolve(dst, nbytes)[:] = self._host_view(src, nbytes)
 
         self._enqueue(stream, copy)
 
     def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        self._count_pageable(dst, nbytes)
+
         def copy() -> None:
             self._host_view(dst, nbytes)[:] = self._resolve(src, nbytes)
 
@@ -843,6 +869,9 @@ class EmulatorBackend(Backend):
             )
         src_view = self._host_view if kind == "htod" else self._resolve
         dst_view = self._host_view if kind == "dtoh" else self._resolve
+        if kind != "dtod" and height and width:
+            host, pitch = (src, src_pitch) if kind == "htod" else (dst, dst_pitch)
+            self._count_pageable(host, pitch * (height - 1) + width)
 
         def copy() -> None:
             if height == 0 or width == 0:
