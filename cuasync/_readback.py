@@ -1,11 +1,18 @@
 """``download_into``: blocking readback into a numpy array the caller reuses.
 
 The copy goes device → pooled pinned blocks → ``out``, so a loop that reads the same
-size back each step allocates and page-faults nothing. From 1 MiB up (contiguous tensor
-and ``out``) it goes in chunks, each copied out on cuasync's copy threads as soon as its
-DMA lands (see :mod:`._pageable`). With ``resize=True`` an array
-of another size is resized in place first (:meth:`numpy.ndarray.resize` and its
-reference check).
+size back each step allocates and page-faults nothing. With ``resize=True`` an array of
+another size is resized in place first (:meth:`numpy.ndarray.resize` and its reference
+check).
+
+Routes (:mod:`._pageable` picks by size): below ``DOWNLOAD_CHUNKED_MIN``, or for a
+strided tensor or ``out``, one block, copied out by the caller after the DMA. Above it,
+chunks: after each chunk's DMA the stream writes a word of the completion slab
+(``Hub.claim_word``; the device writes it, so it is freed only once it landed); the
+caller watches the words in order (spin, then short sleeps, checking for a fault) and
+hands each landed chunk to the copy threads, which copy it out while later chunks are
+still on the way. Nothing on a copy thread calls the driver: a word written by the
+device, not an event queried from a worker, tells that a chunk landed.
 
 >>> out = np.empty(0, np.float32)
 >>> for step in range(n):
@@ -14,18 +21,27 @@ reference check).
 
 from __future__ import annotations
 
+import ctypes
 import sys
+import threading
+import time
+import traceback
 
 import numpy as np
 
+from . import _copy_threads, _pageable
+from ._backends import get_backend
 from ._copies import copy_strided
+from ._core.completion import get_hub, raise_if_faulted
 from ._core.context import ExecutionContext
+from ._core.device import Device
 from ._core.loops import check_blocking_allowed
 from ._core.op import device_op
 from ._core.output import Output
 from ._dtypes import dtype_name
-from ._pageable import download_chunked, download_route
+from ._pageable import download_route
 from ._pinned import PinnedPool
+from ._staging import PinnedBlock, staging_pool
 from ._tensor import Tensor, contiguous_strides
 from .errors import ArgumentError, DTypeError, ShapeError
 
@@ -164,3 +180,148 @@ def _copy(t: Tensor, out: np.ndarray) -> None:
     if staged.shape != out.shape:
         staged = staged.reshape(out.shape)
     np.copyto(out, staged)
+
+
+# -- the chunked route -----------------------------------------------------------------------
+def download_chunked(t: Tensor, out: np.ndarray) -> None:
+    """Copy the contiguous tensor ``t`` into the C-contiguous array ``out`` (same byte
+    count), blocking: per chunk a DMA into a pooled block and a device write of a word;
+    each landed chunk is copied out on the copy threads (the last one here)."""
+    _reap()
+    nbytes = t.nbytes
+    chunk = _pageable.chunk_bytes(nbytes)
+    bounds = [(a, min(a + chunk, nbytes)) for a in range(0, nbytes, chunk)]
+    pool = staging_pool()
+    blocks = [pool.acquire(b - a) for a, b in bounds]
+    hub = get_hub()
+    words: list[tuple[int, int, int]] = []
+    try:
+        for _ in blocks:
+            words.append(hub.claim_word())
+    except BaseException:
+        for slot, _, value in words:
+            hub.release_word(slot, value)
+        raise
+    written = 0  # words whose device write is enqueued: freed only once they land
+
+    def enqueue(ctx: ExecutionContext) -> Output[None]:
+        nonlocal written
+        src = ctx.read(t.allocation, "tensor") + t.offset * t.itemsize
+        ctx.retain(blocks)
+        backend, handle = get_backend(), ctx.handle
+        for (a, b), block, (_, address, value) in zip(bounds, blocks, words, strict=True):
+            backend.memcpy_dtoh_async(block.address, src + a, b - a, handle)
+            backend.write_value32(handle, address, value)
+            written += 1
+        return Output.ready(None)
+
+    op = device_op(enqueue, t.device, "download_into")
+    op._take()
+    try:
+        comp = op._start(op._pick_stream(), True)
+    except BaseException:
+        _orphan(words[:written])
+        for slot, _, value in words[written:]:
+            hub.release_word(slot, value)
+        raise
+    job = _Download(out.reshape(-1).view(np.uint8), bounds, blocks)
+    landed = 0
+    try:
+        for i, (slot, address, value) in enumerate(words):
+            wait_landed(address, value, t.device)
+            hub.release_word(slot, value)  # the device wrote it: no later write can come
+            landed += 1
+            if i == len(words) - 1 or not _copy_threads.submit([(job.copy, i)]):
+                job.copy(i)
+        job.done.wait()  # host memcpys: bounded
+    except BaseException:
+        _orphan(words[landed:])
+        hub.watch_in_background(comp)
+        raise
+    hub.block(comp)
+    comp.result()
+    if job.errors:
+        raise job.errors[0]
+
+
+class _Download:
+    """One chunked download's copy-outs: chunk ``i`` goes from ``blocks[i]`` into
+    ``out[bounds[i]]`` (``out`` as flat bytes); ``done`` is set after the last."""
+
+    __slots__ = ("blocks", "bounds", "done", "errors", "left", "out")
+
+    def __init__(
+        self, out: np.ndarray, bounds: list[tuple[int, int]], blocks: list[PinnedBlock]
+    ) -> None:
+        self.out = out
+        self.bounds = bounds
+        self.blocks: list[PinnedBlock | None] = list(blocks)  # each held until copied out
+        self.left = len(blocks)
+        self.errors: list[BaseException] = []
+        self.done = threading.Event()
+
+    def copy(self, i: int) -> None:
+        try:
+            block = self.blocks[i]
+            if block is not None and not self.errors:
+                a, b = self.bounds[i]
+                _pageable._memcpy(self.out[a:b], block.scratch(b - a))
+        except BaseException as exc:
+            traceback.clear_frames(exc.__traceback__)
+            self.errors.append(exc)
+        finally:
+            block = self.blocks[i] = None  # back to its pool: no driver call
+            with _lock:
+                self.left -= 1
+                last = not self.left
+            if last:
+                self.done.set()
+
+
+#: Guards the copy-out counts of the downloads in flight.
+_lock = threading.Lock()
+#: Spin on a chunk's word this long (GIL released) before sleeping between looks.
+_SPIN_NS = 50_000
+_PAUSE_MAX_S = 0.001
+#: Words whose device write may still come (a download interrupted while waiting):
+#: freed once they land, never before (a late write would set a reused slot back).
+_orphans: list[tuple[int, int, int]] = []
+
+
+def wait_landed(address: int, value: int, device: Device) -> None:
+    """Block until the device wrote ``value`` into the slab word at ``address``: spin,
+    then sleep between looks (up to 1 ms), raising the device's fault if it has one."""
+    native = get_hub().native
+    pause = 20e-6
+    while True:
+        if native is not None:
+            if native.spin_wait(address, value, _SPIN_NS):
+                return
+        elif _landed(address, value):
+            return
+        raise_if_faulted(device)
+        time.sleep(pause)  # a device write comes without notice: look again
+        pause = min(pause * 2, _PAUSE_MAX_S)
+
+
+def _landed(address: int, value: int) -> bool:
+    word = ctypes.c_uint32.from_address(address).value
+    return ((word - value) & 0xFFFFFFFF) < 0x80000000
+
+
+def _orphan(words: list[tuple[int, int, int]]) -> None:
+    with _lock:
+        _orphans.extend(words)
+
+
+def _reap() -> None:
+    """Free the orphaned words that have landed since."""
+    if not _orphans:
+        return
+    with _lock:
+        landed = [w for w in _orphans if _landed(w[1], w[2])]
+        for w in landed:
+            _orphans.remove(w)
+    hub = get_hub()
+    for slot, _, value in landed:
+        hub.release_word(slot, value)
