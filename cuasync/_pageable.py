@@ -59,6 +59,7 @@ __all__ = [
     "CHUNK_MAX",
     "CHUNK_MIN",
     "DOWNLOAD_CHUNKED_MIN",
+    "MAX_CHUNKS",
     "UPLOAD_CHUNKED_MIN",
     "chunk_bytes",
     "download_route",
@@ -77,6 +78,10 @@ DOWNLOAD_CHUNKED_MIN = 1 * MiB
 #: Chunk sizes (powers of two): at least two chunks per copy thread, within these bounds.
 CHUNK_MIN = 256 * KiB
 CHUNK_MAX = 8 * MiB
+#: At most this many chunks per copy (larger chunks beyond 1 GiB): each chunk is two
+#: commands, and the driver blocks the enqueuing thread once about a thousand wait
+#: behind a closed stream wait (docs/completion.md).
+MAX_CHUNKS = 128
 
 #: The memcpy of one chunk (a module attribute, so tests can make it fail or wait).
 _memcpy = np.copyto
@@ -133,14 +138,18 @@ def download_route(nbytes: int, device: Device) -> str:
 
 def chunk_bytes(nbytes: int) -> int:
     """The chunk size for a copy of ``nbytes``: a power of two giving each copy thread
-    two chunks or more, from :data:`CHUNK_MIN` to :data:`CHUNK_MAX`.
+    two chunks or more, from :data:`CHUNK_MIN` to :data:`CHUNK_MAX`, and larger where
+    that would make more than :data:`MAX_CHUNKS` chunks.
 
     >>> chunk_bytes(64 << 20) >> 20     # MiB, with 8 copy threads
     4
     """
     threads = max(1, _copy_threads.pool_size())
     target = max(2, -(-nbytes // (2 * threads)))
-    return min(max(1 << (target - 1).bit_length(), CHUNK_MIN), CHUNK_MAX)
+    chunk = min(max(1 << (target - 1).bit_length(), CHUNK_MIN), CHUNK_MAX)
+    while -(-nbytes // chunk) > MAX_CHUNKS:
+        chunk *= 2
+    return chunk
 
 
 def _split(array: np.ndarray, chunk: int) -> tuple[np.ndarray, list[tuple[int, int]], int]:

@@ -24,6 +24,7 @@ from cuasync._pageable import (
     CHUNK_MAX,
     CHUNK_MIN,
     DOWNLOAD_CHUNKED_MIN,
+    MAX_CHUNKS,
     UPLOAD_CHUNKED_MIN,
     chunk_bytes,
     download_route,
@@ -51,8 +52,8 @@ def data(nbytes: int, dtype: str = "uint8", seed: int = 0) -> np.ndarray:
 
 
 class Copies:
-    """Stands in for the chunk memcpy: counts calls, holds them until ``release`` is set,
-    fails the ``fail_at``-th one."""
+    """Stands in for the staging memcpy: counts calls, holds those of the copy threads
+    until ``release`` is set, fails the ``fail_at``-th one."""
 
     def __init__(self, hold: bool = False, fail_at: int | None = None) -> None:
         self.release = threading.Event()
@@ -67,7 +68,8 @@ class Copies:
         with self.lock:
             self.calls += 1
             call = self.calls
-        assert self.release.wait(30), "the test never released the copies"
+        if threading.current_thread().name.startswith("cuasync-copy"):  # not the caller's
+            assert self.release.wait(30), "the test never released the copies"
         if call == self.fail_at:
             raise MemoryError("injected failure of a staging copy")
         np.copyto(dst, src)
@@ -104,11 +106,13 @@ def test_routes_by_size() -> None:
 
 def test_chunk_sizes() -> None:
     threads = max(1, _copy_threads.pool_size())
-    for nbytes in (1, CHUNK_MIN, UPLOAD_CHUNKED_MIN, 64 << 20, 1 << 34):
+    for nbytes in (1, CHUNK_MIN, UPLOAD_CHUNKED_MIN, 64 << 20, 1 << 30, 1 << 34):
         chunk = chunk_bytes(nbytes)
-        assert chunk & (chunk - 1) == 0 and CHUNK_MIN <= chunk <= CHUNK_MAX
+        count = -(-nbytes // chunk)
+        assert chunk & (chunk - 1) == 0 and chunk >= CHUNK_MIN and count <= MAX_CHUNKS
+        assert chunk <= CHUNK_MAX or count > MAX_CHUNKS // 2  # larger only past the cap
         if CHUNK_MIN < chunk < CHUNK_MAX:  # two chunks or more per thread, not many more
-            assert 2 * threads <= -(-nbytes // chunk) < 4 * threads
+            assert 2 * threads <= count < 4 * threads
 
 
 def test_no_copy_threads_means_single_route() -> None:
@@ -289,6 +293,45 @@ async def test_staged_copy_pending_behind_a_gate(anyio_backend, baseline, copies
         t = await fut
     np.testing.assert_array_equal(await t.to_host(), a)
     del t, fut
+
+
+@needs_chunked
+def test_a_first_kernel_load_waits_for_held_copies(copies: Copies) -> None:
+    """On a GPU a first module load synchronizes the device, so it waits for the
+    chunked upload's words: the copy threads write them without the loading thread, so
+    the load goes on once they do (the emulator models the wait)."""
+    source = """
+    extern "C" __global__ void bump(float* x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] += 1.0f;
+    }
+    """
+
+    def twin(x: np.ndarray, n: int) -> None:
+        x[:n] += 1
+
+    bump = cuasync.Kernel(source, "bump", emulate=twin)
+    a = data(2 << 20, "float32")
+    x = cuasync.from_host(np.zeros(4, np.float32)).sync()
+    s = cuasync.Device(0).new_stream()
+    with forced_route("chunked"):
+        fut = cuasync.from_host(a).submit_on(s)  # its words stay closed: copies are held
+    outcome: list[object] = []
+
+    def first_launch() -> None:
+        try:
+            outcome.append(bump[1, 32](x, 4).sync())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    loader = threading.Thread(target=first_launch)
+    loader.start()
+    copies.release.set()  # before or after the load began: it must go on either way
+    loader.join(60)
+    assert not loader.is_alive(), "the first kernel load never finished"
+    assert outcome and not isinstance(outcome[0], BaseException), outcome
+    np.testing.assert_array_equal(x.to_host().sync(), np.ones(4, np.float32))
+    np.testing.assert_array_equal(fut.wait().to_host().sync(), a)
 
 
 # -- failures ------------------------------------------------------------------------------

@@ -80,6 +80,9 @@ except ImportError:  # built without a C compiler
 #: Each device owns a 1 TiB window of the emulated address space.
 _DEVICE_WINDOW = 1 << 40
 _ALIGN = 256
+#: How long a first kernel load waits for streams held by host-memory words to go on
+#: before it reports the hang a GPU would have (seconds).
+_LOAD_WAIT_S = 5.0
 #: ``(least, greatest)`` stream priority, as ``cuCtxGetStreamPriorityRange`` reports on
 #: current GPUs.
 PRIORITY_RANGE = (0, -5)
@@ -1061,9 +1064,18 @@ class EmulatorBackend(Backend):
         """A GPU may synchronize the context to load a kernel (CUDA's lazy loading): with
         a stream of the device held by a host-memory wait (a ``cuasync.testing.gate``),
         that load waits for the gate, which the loading thread was to open: a hang on
-        the H200. The emulator says so instead of passing where a GPU would hang."""
+        the H200. The emulator says so instead of passing where a GPU would hang.
+
+        Like the GPU it first waits for the holds to clear, for a bounded time: words
+        that other threads write (the chunked staging of a large ``from_host``) clear
+        on their own, and the load goes on, as it would on a GPU."""
         with device.lock:
             streams = list(device.streams)
+        deadline = time.monotonic() + _LOAD_WAIT_S
+        pause = 1e-4
+        while any(s.held_by_host() for s in streams) and time.monotonic() < deadline:
+            time.sleep(pause)  # a host word changes without notice: look again
+            pause = min(pause * 2, 0.01)
         if any(s.held_by_host() for s in streams):
             raise UsageError(
                 f"kernel {name!r} is loaded for the first time while a gate holds streams of "
