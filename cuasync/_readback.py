@@ -282,7 +282,7 @@ class _Download:
 _lock = threading.Lock()
 #: Spin on a chunk's word this long (GIL released) before sleeping between looks.
 _SPIN_NS = 50_000
-_PAUSE_MAX_S = 0.001
+_PAUSE_MAX_S = 200e-6
 #: Words whose device write may still come (a download interrupted while waiting):
 #: freed once they land, never before (a late write would set a reused slot back).
 _orphans: list[tuple[int, int, int]] = []
@@ -290,7 +290,7 @@ _orphans: list[tuple[int, int, int]] = []
 
 def wait_landed(address: int, value: int, device: Device) -> None:
     """Block until the device wrote ``value`` into the slab word at ``address``: spin,
-    then sleep between looks (up to 1 ms), raising the device's fault if it has one."""
+    then sleep between looks (up to 200 us), raising the device's fault if it has one."""
     native = get_hub().native
     pause = 20e-6
     while True:
