@@ -115,10 +115,9 @@ def _blocks(work: int) -> int:
 
 
 def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None:
-    """Enqueue one launch of ``kernel`` in this op's execution context."""
-    op = kernel.launch(*args, grid=_blocks(work), block=_BLOCK)
-    op._take()
-    op._enqueue(ctx)
+    """Enqueue one launch of ``kernel`` in this op's execution context (the arguments
+    are cuasync's own: only scalars are converted, see ``Kernel._enqueue_trusted``)."""
+    kernel._enqueue_trusted(ctx, (_blocks(work), 1, 1), (_BLOCK, 1, 1), args)
 
 
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:

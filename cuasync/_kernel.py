@@ -30,7 +30,7 @@ from ._backends.base import PreparedKernel
 from ._core.context import ExecutionContext
 from ._core.device import Device, get_default_device
 from ._core.op import DeviceOp, _NativeLaunchBase
-from ._core.output import Output
+from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
 from ._nvrtc import compile_cubin
 from ._partition import Partition
@@ -287,7 +287,8 @@ class _Launchable(Generic[R]):
             or _cacheable(config)
         )
         if cacheable:
-            cached = self._launchers.get(config)
+            cache = self.__dict__.get("_launcher_cache")  # (self._launchers, one frame less)
+            cached = None if cache is None else cache.get(config)
             if cached is not None:
                 return cached
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
@@ -535,6 +536,30 @@ class _Launchable(Generic[R]):
         return grid
 
     # -- enqueuing --------------------------------------------------------------------------
+    def _enqueue_trusted(
+        self, ctx: ExecutionContext, grid: Dim3, block: Dim3, args: Sequence[Any]
+    ) -> None:
+        """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
+        kernels): tensors of the right dtype and device, no aliasing the launch could
+        see. Only scalars are converted; no op object is made.
+
+        >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
+        """
+        prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
+        converted = []
+        tensors = []
+        for param, arg in zip(self.params, args, strict=True):
+            if param.pointer:
+                tensors.append((arg, param))
+                converted.append(arg)
+            else:
+                converted.append(self._scalar(param, arg))
+        if tensors:
+            self._declare(ctx, tensors)
+        get_backend().launch_kernel(
+            prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
+        )
+
     def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:
             if param.const:
@@ -588,7 +613,8 @@ class _Launch(_NativeLaunchBase[Any]):
         prepared = self._prepared
         if ctx.device is not self._device:  # run on another device's stream than built for
             prepared = kernel._prepare(ctx.device)
-        kernel._declare(ctx, self._tensors)
+        if self._tensors:
+            kernel._declare(ctx, self._tensors)
         launch = (
             prepared,
             self._grid,
@@ -602,7 +628,7 @@ class _Launch(_NativeLaunchBase[Any]):
             ctx.deferred = launch
         else:
             get_backend().launch_kernel(*launch)
-        return Output.ready(self._output)
+        return _Ready(self._output)
 
     def __repr__(self) -> str:
         consumed = " (consumed)" if self._consumed else ""

@@ -470,13 +470,13 @@ _FAULT_SCRIPT = """
 import sys
 from collections import namedtuple
 from cuasync._backends import cuda
-Function = namedtuple("Function", "name params emulate module_handle")
+Function = namedtuple("Function", "name params emulate module_handle function_handle")
 from cuasync.errors import DeviceFaultError
 PTX = {ptx!r}
 b = cuda.CudaBackend()
 s = b.stream_create(0)
 m = b.module_load(0, PTX)
-f = b.prepare_kernel(0, Function("trap_now", [], None, m))
+f = b.prepare_kernel(0, Function("trap_now", [], None, m, 0))
 b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, s, [], list)
 try:
     b.stream_synchronize(s)

@@ -92,6 +92,24 @@ async def test_fused_expression_is_one_kernel(anyio_backend: str) -> None:
     check(again, np.exp(b * a + c - np.float32(2.0)))
 
 
+@pytest.mark.parametrize("n", [1, 255, 1023, 1024, 1025, 4097, 300_001])
+async def test_contiguous_and_strided_kernels_cover_every_element(n: int, anyio_backend) -> None:
+    # Contiguous operands take the unrolled kernel (codegen.UNROLL elements a thread,
+    # a block apart), strided ones the unravelling kernel: both must reach each
+    # element exactly once, across block, unroll and tail boundaries.
+    a, b = host((n,), "float32", 4), host((2 * n,), "float32", 5)
+    x, y = await dev(a), await dev(b)
+    check(await (await cuasync.exp(x * 0.5 + 1.0)).to_host(), np.exp(a * 0.5 + 1.0))
+    check(await (await (x - y[::2])).to_host(), a - b[::2])  # one strided operand
+    out = await cuasync.zeros((n + 1,))
+    await cuasync.multiply(x, 3.0, out=out[:n])  # aligned: one access per UNROLL elements
+    check(await out[:n].to_host(), a * np.float32(3.0))
+    await cuasync.multiply(x, 2.0, out=out[1:])  # misaligned: one element an access
+    check(await out[1:].to_host(), a * np.float32(2.0))
+    h = await cuasync.from_host(a.astype(np.float16))  # mixed widths, vectorized
+    check(await (await (h * x)).to_host(), a.astype(np.float16).astype(np.float32) * a)
+
+
 async def test_nep50_python_scalars(anyio_backend: str) -> None:
     a = host((5,), "int8", 1)
     x = await dev(a)
@@ -142,6 +160,19 @@ async def test_out_writes_into_a_view(anyio_backend: str) -> None:
     check(await buf.to_host(), want)
     await cuasync.multiply(x, 2.0, out=x)  # in place
     check(await x.to_host(), a * 2)
+
+
+async def test_out_partly_overlapping_an_operand_is_refused_when_built(anyio_backend) -> None:
+    a = host((8,), "float32", 1)
+    x = await dev(a)
+    with pytest.raises(cuasync.errors.AliasingError, match="out overlaps x1"):
+        cuasync.add(x[:-1], 1.0, out=x[1:])  # would read elements already overwritten
+    with pytest.raises(cuasync.errors.AliasingError, match="out overlaps x2"):
+        cuasync.multiply(2.0, x[2:6], out=x[:4])
+    await cuasync.add(x[::2], 1.0, out=x[1::2])  # interleaved: no shared element
+    want = a.copy()
+    want[1::2] = a[::2] + 1
+    check(await x.to_host(), want)
 
 
 async def test_bad_inputs_raise_before_running(anyio_backend: str) -> None:

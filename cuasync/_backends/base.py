@@ -172,6 +172,10 @@ class Backend(ABC):
     @abstractmethod
     def device_synchronize(self, ordinal: int) -> None: ...
 
+    #: Whether any device of this backend has faulted: until one has, a submission's
+    #: fault check (``raise_if_faulted``) is this attribute alone.
+    fault_seen: bool = False
+
     @abstractmethod
     def device_fault(self, ordinal: int) -> BaseException | None:
         """The sticky fault of ``ordinal``'s context if one is known, else None."""

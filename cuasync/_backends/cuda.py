@@ -368,6 +368,7 @@ class CudaBackend(Backend):
                 ordinal = self._tls.ordinal
             if ordinal >= 0:
                 self._faults.setdefault(ordinal, exc)
+                self.fault_seen = True
         return exc
 
     def _check(self, err: Any, call: str, ordinal: int = -1) -> None:

@@ -365,6 +365,7 @@ class EmulatorBackend(Backend):
                 if not isinstance(error, DeviceFaultError):
                     error = DeviceFaultError(code, "emulated device", detail)
                 device.fault = error
+                self.fault_seen = True
             streams = list(device.streams)
         for stream in streams:
             with stream.cond:

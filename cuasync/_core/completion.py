@@ -68,11 +68,13 @@ class Stats:
     flag), ``completed_reactor`` (the native reactor woke the loop),
     ``completed_host_callback`` (a host function signalled it), ``completed_blocking``
     (a blocking wait, ``sync()`` or ``fut.wait()``). ``reactor_wakeups``: times the
-    reactor woke a loop; ``slots_armed``/``slots_total``: completion slots in use and in
-    all (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host
-    callback; ``fallbacks``: awaits that found every slot in use and used a host
-    callback; ``spins_skipped``: awaits that did not spin because other work on their
-    loop was ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
+    reactor woke a loop; ``reactor_batches``: drains of a loop's queue that finished
+    work (``completed_reactor / reactor_batches``: completions per wake-up);
+    ``slots_armed``/``slots_total``: completion slots in use and in all
+    (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host callback;
+    ``fallbacks``: awaits that found every slot in use and used a host callback;
+    ``spins_skipped``: awaits that did not spin because other work on their loop was
+    ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
     checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
     ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
     module is loaded.
@@ -86,6 +88,8 @@ class Stats:
     completed_host_callback: int = 0
     completed_blocking: int = 0
     reactor_wakeups: int = 0
+    #: Drains of a loop's reactor queue that finished at least one completion.
+    reactor_batches: int = 0
     slots_armed: int = 0
     slots_total: int = 0
     callbacks_pending: int = 0
@@ -237,7 +241,9 @@ class Completion:
         assert ctx is not None and out is not None
         if self.trace is not None:
             end_flight(self)
-        self.stream._mark_completed(ctx.seq)
+        stream, seq = self.stream, ctx.seq
+        if seq > stream._completed:  # (stream._mark_completed, inline: every op passes here)
+            stream._completed = seq
         error: BaseException | None = None
         if ctx.errors:
             value, error = None, ctx.errors[0]
@@ -549,7 +555,11 @@ class Hub:
             spin_us = self.spin_budget_us
             if spin_us and comp.stream._completed < comp.seq - 1:
                 spin_us = 0
-        if (spin_us and self.spin(comp, spin_us)) or (comp.slot >= 0 and comp.landed()):
+        if comp.slot >= 0 and self.native is not None:  # (self.spin, inline: the hot path)
+            landed = self.native.spin_wait(comp.address, comp.gen, spin_us * 1000)
+        else:
+            landed = comp.landed()
+        if landed:
             comp.finish(INLINE)
         return comp.state >= DONE
 
@@ -635,7 +645,10 @@ class Hub:
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
-        self.handle_reports(*queue.drain())
+        done, stale = queue.drain()
+        if done:
+            self.stats.reactor_batches += 1
+        self.handle_reports(done, stale)
 
     def handle_reports(self, done: list[int], stale: list[int]) -> None:
         """Finish the completed slots and probe the stale ones."""
@@ -746,10 +759,14 @@ class Hub:
             stats.completed_host_callback += 1
         else:
             stats.completed_blocking += 1
-        if comp.slot >= 0:
+        slot = comp.slot
+        if slot >= 0:
             if comp.watcher is not None and path != REACTOR:
-                self.reactor.disarm(comp.slot)  # it was armed: take it back
-            self._free_slot(comp.slot)
+                self.reactor.disarm(slot)  # it was armed: take it back
+            with self.lock:  # (self._free_slot, inline: every completion passes here)
+                self.table[slot] = None
+                self.free.append(slot)
+                stats.slots_armed -= 1
         else:
             with self.lock:
                 self.callback_pending.discard(comp)

@@ -21,6 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from ..errors import ArgumentError, OpConsumedError
+from . import completion as _completion
 from . import trace
 from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
@@ -28,7 +29,7 @@ from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
 from .output import Output
 from .process_local import ProcessLocal
-from .scheduling import SchedulingPolicy, current_policy, stream_from
+from .scheduling import SchedulingPolicy, stream_for, stream_from
 
 if TYPE_CHECKING:
     from .graph import CudaGraph
@@ -101,7 +102,9 @@ class DeviceOp(ProcessLocal, Generic[T]):
         """Enqueue on ``stream`` (the caller has taken the op) and track the completion."""
         if trace.enabled and not getattr(LOCAL, "traced", False):
             return self._start_traced(stream, notify)
-        _check_stream(stream, self._device)
+        device = self._device
+        if get_backend().fault_seen or (device is not None and stream.device is not device):
+            _check_stream(stream, device)
         if stream._capturing:
             no_capture(stream, "executing an op")
         if getattr(LOCAL, "active", False):
@@ -113,7 +116,9 @@ class DeviceOp(ProcessLocal, Generic[T]):
                 ctx.fuse = self
             try:
                 out = self._enqueue(ctx)
-                return get_hub().attach(ctx, out) if notify else Completion(ctx, out)
+                if notify:
+                    return (_completion._hub or get_hub()).attach(ctx, out)
+                return Completion(ctx, out)
             except BaseException:
                 _release_when_drained(ctx)
                 raise
@@ -138,7 +143,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
     def _pick_stream(self) -> Stream:
         """The stream ``await``, ``sync()`` and ``submit()`` use: the policy's next one."""
-        return stream_from(current_policy(self._device), self._device)
+        return stream_for(self._device)
 
     def sync(self, *, allow_in_loop: bool = False) -> T:
         """Execute on the policy's next stream and block until done; returns the output.
@@ -204,7 +209,9 @@ class DeviceOp(ProcessLocal, Generic[T]):
         ...     t = await cuasync.zeros((1 << 20,))
         """
         adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
-        self._take()
+        if self._consumed:
+            self._take()  # raises
+        self._consumed = True
         comp = self._start(self._pick_stream(), True)
         try:
             return (yield from wait(comp, adapter))

@@ -14,6 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ..errors import ArgumentError, SchedulingError
 from .device import Device, Stream, get_default_device
@@ -144,9 +145,27 @@ def current_policy(device: Device | None) -> SchedulingPolicy:
     return (device or get_default_device()).policy
 
 
+def stream_for(device: Device | None) -> Stream:
+    """The stream an op bound to ``device`` executes on: the policy in force's next one.
+
+    ``stream_from(current_policy(device), device)`` in one call (every await makes it).
+    """
+    policy = _policy.get()
+    if policy is None:
+        policy = (device or get_default_device()).policy
+    stream = policy.next_stream()
+    if type(stream) is Stream and (device is None or stream.device is device):
+        return stream
+    return _checked(policy, stream, device)
+
+
 def stream_from(policy: SchedulingPolicy, device: Device | None) -> Stream:
     """Ask ``policy`` for a stream and check it can run an op bound to ``device``."""
-    stream = policy.next_stream()
+    return _checked(policy, policy.next_stream(), device)
+
+
+def _checked(policy: SchedulingPolicy, stream: Any, device: Device | None) -> Stream:
+    """``stream``, which ``policy`` returned, if it can run an op bound to ``device``."""
     if not isinstance(stream, Stream):
         raise SchedulingError(
             f"{type(policy).__name__}.next_stream() must return a cuasync.Stream, "

@@ -4,8 +4,10 @@ A tree becomes a *plan*: its structure with tensors and scalars replaced by para
 numbers, hashable, so each plan (and number of dimensions) is compiled once per process.
 The kernel is a grid-stride loop over the output's elements that unravels each linear
 index into one strided offset per operand (64-bit), loads, computes the whole tree in
-registers and stores once. float16 is computed in float32 and rounded after every op,
-as numpy does.
+registers and stores once. When every operand is contiguous it skips the unravelling
+and loads ``UNROLL`` elements per thread before computing (HBM wants bytes in flight),
+in one access per operand where they are aligned. float16 is computed in float32 and
+rounded after every op, as numpy does.
 
 >>> plan, tensors, scalars = make_plan(node)
 >>> kernel_for(plan, ndim=2)          # cached: the same Kernel for the same plan
@@ -142,10 +144,16 @@ def _unary(name: str, a: str, dt: str) -> str:
     return _round(_math(name, a, dt), dt)
 
 
-def _emit(plan: Plan, lines: list[str], counter: list[int]) -> str:
+def _strided_load(k: int) -> str:
+    return f"x{k}[p{k}]"
+
+
+def _emit(
+    plan: Plan, lines: list[str], counter: list[int], loaded: Callable[[int], str] = _strided_load
+) -> str:
     if plan[0] == "x":
         k, dt = plan[1], plan[2]
-        load = f"x{k}[p{k}]"
+        load = loaded(k)
         if dt == "float16":
             return f"((float)ca_half_to_double({load}))"
         return f"ca_bf16_to_float({load})" if dt == "bfloat16" else load  # (reductions)
@@ -153,11 +161,13 @@ def _emit(plan: Plan, lines: list[str], counter: list[int]) -> str:
         return f"s{plan[1]}"
     _, name, ins, out, *children = plan
     if name == "vdot":  # conj(a) * b in the accumulator's type (reductions only)
-        a, b = (_emit(c, lines, counter) for c in children)
+        a, b = (_emit(c, lines, counter, loaded) for c in children)
         counter[0] += 1
         lines.append(f"        {ctype(out)} v{counter[0]} = {_vdot_product(a, b, out)};")
         return f"v{counter[0]}"
-    args = [_convert(_emit(c, lines, counter), dt) for c, dt in zip(children, ins, strict=True)]
+    args = [
+        _convert(_emit(c, lines, counter, loaded), dt) for c, dt in zip(children, ins, strict=True)
+    ]
     if name == "where":
         expr = f"({args[0]} ? {args[1]} : {args[2]})"
     elif len(args) == 2:
@@ -198,14 +208,32 @@ def _prelude() -> str:
     return "\n".join((kernels / name).read_text(encoding="utf-8") for name in PRELUDE_FILES)
 
 
+#: Elements per thread and loop iteration of a contiguous kernel: all their loads are
+#: issued before any is used (more bytes in flight per SM: HBM needs them).
+UNROLL = 4
+
+
+def _store(result: str, out: str) -> str:
+    if out == "float16":
+        return f"ca_half_from_double((double)({result}))"
+    return f"({DTYPES[out].storage})({result})"
+
+
 def source(plan: Plan, out: str, ndim: int) -> str:
-    """The CUDA C++ of ``plan`` storing dtype ``out``, over ``ndim`` (merged) dimensions."""
+    """The CUDA C++ of ``plan`` storing dtype ``out``, over ``ndim`` (merged) dimensions.
+
+    ``ndim`` 0: no dimensions are left after merging, that is every operand is
+    contiguous (or there is one element): the kernel indexes each operand with the
+    linear index itself, ``UNROLL`` elements per thread.
+    """
     found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
     _leaves(plan, found)
     xs, ss = sorted(found["x"].items()), sorted(found["s"].items())
     params = [f"{DTYPES[out].storage}* out"]
     params += [f"const {DTYPES[dt].storage}* x{k}" for k, dt in xs]
     params += [f"{_WEAK_C.get(spec) or ctype(spec)} s{k}" for k, spec in ss]
+    if ndim == 0:
+        return _contiguous_source(plan, out, params, xs)
     params += ["long long n"] + [f"long long d{j}" for j in range(ndim)]
     for who in ["o", *(f"x{k}" for k, _ in xs)]:
         params += [f"long long {who}s{j}" for j in range(ndim)]
@@ -220,11 +248,6 @@ def source(plan: Plan, out: str, ndim: int) -> str:
         body.append(f"        {step} {adds}")
     lines: list[str] = []
     result = _emit(plan, lines, [0])
-    store = (
-        f"ca_half_from_double((double)({result}))"
-        if out == "float16"
-        else f"({DTYPES[out].storage})({result})"
-    )
     return "\n".join(
         [
             _prelude(),
@@ -232,7 +255,69 @@ def source(plan: Plan, out: str, ndim: int) -> str:
             "    for (long long i = ca_first(); i < n; i += ca_stride()) {",
             *body,
             *lines,
-            f"        out[o] = {store};",
+            f"        out[o] = {_store(result, out)};",
+            "    }",
+            "}",
+        ]
+    )
+
+
+def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[int, str]]) -> str:
+    """A kernel over contiguous operands: no index arithmetic. With ``vec`` (every
+    operand aligned to ``UNROLL`` elements) each thread loads ``UNROLL`` consecutive
+    elements of each input in one access; otherwise ``UNROLL`` elements a block apart
+    (coalesced), all loads issued before any is used."""
+    vec = [f"ca_vec<{DTYPES[dt].storage}, {UNROLL}>" for _, dt in xs]
+    out_vec = f"ca_vec<{DTYPES[out].storage}, {UNROLL}>"
+    vec_lines: list[str] = []
+    vec_result = _emit(plan, vec_lines, [0], lambda k: f"w{k}.v[u]")
+    tail_lines: list[str] = []
+    tail_result = _emit(plan, tail_lines, [0], lambda k: f"x{k}[i]")
+    lines: list[str] = []
+    result = _emit(plan, lines, [0], lambda k: f"l{k}[u]")
+    loads = " ".join(f"l{k}[u] = x{k}[i];" for k, _ in xs)
+    return "\n".join(
+        [
+            _prelude(),
+            f"__global__ void ca_elementwise({', '.join([*params, 'long long n', 'int vec'])}) {{",
+            "    if (vec) {",
+            f"        const long long nv = n / {UNROLL};",
+            "        for (long long j = ca_first(); j < nv; j += ca_stride()) {",
+            *(
+                f"            {v} w{k} = ((const {v}*)x{k})[j];"
+                for v, (k, _) in zip(vec, xs, strict=True)
+            ),
+            f"            {out_vec} r;",
+            "            #pragma unroll",
+            f"            for (int u = 0; u < {UNROLL}; u++) {{",
+            *(f"        {line}" for line in vec_lines),
+            f"                r.v[u] = {_store(vec_result, out)};",
+            "            }",
+            f"            (({out_vec}*)out)[j] = r;",
+            "        }",
+            f"        long long i = nv * {UNROLL} + ca_first();  // the last < {UNROLL}",
+            "        if (i < n) {",
+            *(f"    {line}" for line in tail_lines),
+            f"            out[i] = {_store(tail_result, out)};",
+            "        }",
+            "        return;",
+            "    }",
+            f"    const long long step = (long long)gridDim.x * blockDim.x * {UNROLL};",
+            f"    long long base = (long long)blockIdx.x * blockDim.x * {UNROLL} + threadIdx.x;",
+            "    for (; base < n; base += step) {",
+            *(f"        {DTYPES[dt].storage} l{k}[{UNROLL}];" for k, dt in xs),
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {UNROLL}; u++) {{",
+            "            long long i = base + (long long)u * blockDim.x;",
+            f"            if (i < n) {{ {loads} }}",
+            "        }",
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {UNROLL}; u++) {{",
+            "            long long i = base + (long long)u * blockDim.x;",
+            "            if (i >= n) break;",
+            *(f"    {line}" for line in lines),
+            f"            out[i] = {_store(result, out)};",
+            "        }",
             "    }",
             "}",
         ]

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import dtype_name
-from .._tensor import Tensor
-from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .._tensor import Tensor, partly_overlap
+from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .expr import Node, leaf, op_node
 from .tensorop import TensorOp
 
@@ -79,16 +79,38 @@ def _check_out(out: Any, op: _Preview, name: str) -> Tensor:
 
 
 def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
-    # Validate every operand (and out=) before absorbing any TensorOp: an error must
-    # leave the caller's ops unconsumed.
+    pending = False
     for v in operands.values():
-        if isinstance(v, TensorOp) and v._consumed:
-            v._take()  # raises OpConsumedError
-    probe = _preview(name, operands)
+        if isinstance(v, TensorOp):
+            if v._consumed:
+                v._take()  # raises OpConsumedError
+            pending = True
+    if pending:
+        # Validate every operand (and out=) before absorbing any TensorOp: an error
+        # must leave the caller's ops unconsumed.
+        probe = _preview(name, operands)
+        if out is not None:
+            _check_out(out, probe, name)
+            _check_overlap(out, operands, name)
+        nodes = [leaf(v, arg) for arg, v in operands.items()]
+        return TensorOp(op_node(name, nodes), out)
+    node = op_node(name, [leaf(v, arg) for arg, v in operands.items()])
     if out is not None:
-        _check_out(out, probe, name)
-    nodes = [leaf(v, arg) for arg, v in operands.items()]
-    return TensorOp(op_node(name, nodes), out)
+        _check_out(out, _Preview(node), name)
+        _check_overlap(out, operands, name)
+    return TensorOp(node, out)
+
+
+def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
+    """``out`` may be an operand itself (in place), not partly overlap one: the kernel
+    would read elements it has already overwritten."""
+    for arg, v in operands.items():
+        if isinstance(v, Tensor) and partly_overlap(out, v):
+            raise AliasingError(
+                f"{name}: out overlaps {arg} without being the very same view ({out.shape}/"
+                f"{out.strides} and {v.shape}/{v.strides} views of one allocation); write "
+                "to a new tensor (or into the operand itself)"
+            )
 
 
 class _Preview:

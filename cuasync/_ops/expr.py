@@ -154,6 +154,9 @@ def _device(children: list[Node], op: str) -> Device:
 
 
 def _broadcast(children: list[Node], op: str) -> Shape:
+    shapes = {c.shape for c in children if c.shape}
+    if len(shapes) <= 1:  # one shape, and scalars: the common case, without numpy's call
+        return shapes.pop() if shapes else ()
     try:
         return tuple(np.broadcast_shapes(*(c.shape for c in children)))
     except ValueError:
@@ -172,8 +175,12 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
         rep = [_key(c) if c.dtype is not None else c.value for c in (a, b)]
         out = np.result_type(*rep)
         return (np.dtype(bool), out, out), out
+    keys = (op, *map(_key, children))
+    known = _RESOLVED.get(keys)
+    if known is not None:
+        return known
     try:
-        loop = UFUNCS[op].resolve_dtypes((*map(_key, children), None))
+        loop = UFUNCS[op].resolve_dtypes((*keys[1:], None))
     except TypeError as exc:
         listing = ", ".join(
             f"{c.name}: {dtype_name(c.dtype) if c.dtype is not None else type(c.value).__name__}"
@@ -184,7 +191,14 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
     for dt, c in zip(ins, children, strict=True):
         if dtype_name(dt) not in DTYPES:
             raise DTypeError(f"{op}: {c.name} would be computed as {dt}, which is not supported")
+    if len(_RESOLVED) < 4096:
+        _RESOLVED[keys] = ins, out
     return ins, out
+
+
+#: ``_resolve``'s answers by op and operand dtypes (weak scalars: their Python type);
+#: numpy's ``resolve_dtypes`` costs microseconds and every elementwise op asks.
+_RESOLVED: dict[tuple[Any, ...], tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]] = {}
 
 
 def _check_scalar(c: Node, dt: np.dtype[Any], op: str) -> None:

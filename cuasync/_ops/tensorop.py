@@ -11,6 +11,7 @@ expression runs as one generated kernel; executed, it allocates its output (or w
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -23,9 +24,9 @@ from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
-from .._tensor import Shape, Tensor, resolve_shape
+from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from ..errors import ShapeError
-from .codegen import kernel_for, make_plan, scalar_arg
+from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
 from .expr import Node
 from .operators import TensorOperators
 
@@ -78,23 +79,36 @@ def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
         return result
     plan, tensors, scalars = make_plan(node)
     shape = node.shape
-    dims, strides = merge_axes(
-        shape, [result.strides, *(_broadcast_strides(t, shape) for t in tensors)]
-    )
+    operands = [result, *tensors]
+    dense = contiguous_strides(shape)
+    if all(t.shape == shape and t.strides == dense for t in operands):  # the common case
+        dims: Shape = (math.prod(shape),)
+        strides: list[Shape] = [(1,)] * len(operands)
+    else:
+        dims, strides = merge_axes(
+            shape, [result.strides, *(_broadcast_strides(t, shape) for t in tensors)]
+        )
     views = [
         builtin.storage_view(Tensor(t.allocation, dims, t.dtype, s, t.offset))
-        for t, s in zip([result, *tensors], strides, strict=True)
+        for t, s in zip(operands, strides, strict=True)
     ]
     specs = _scalar_specs(plan)
     args = [scalar_arg(v, spec) for v, spec in zip(scalars, specs, strict=True)]
-    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
     n = math.prod(dims)
+    if not dims or (len(dims) == 1 and all(s == (1,) for s in strides)):  # contiguous
+        kernel = kernel_for(plan, dtype_name(dtype), 0)
+        # One access per UNROLL elements where every operand is aligned to that many.
+        vec = all((v.ptr // v.itemsize) % UNROLL == 0 and v.itemsize * UNROLL <= 64 for v in views)
+        builtin.launch(ctx, kernel, -(-n // UNROLL), *views, *args, n, int(vec))
+        return result
+    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
     flat_strides = [x for s in strides for x in s]
     builtin.launch(ctx, kernel, n, *views, *args, n, *dims, *flat_strides)
     return result
 
 
-def _scalar_specs(plan: Any) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _scalar_specs(plan: Any) -> tuple[str, ...]:
     found: dict[int, str] = {}
 
     def walk(p: Any) -> None:
@@ -105,7 +119,7 @@ def _scalar_specs(plan: Any) -> list[str]:
                 walk(c)
 
     walk(plan)
-    return [found[k] for k in sorted(found)]
+    return tuple(found[k] for k in sorted(found))
 
 
 class TensorOp(TensorOperators, DeviceOp[Tensor]):

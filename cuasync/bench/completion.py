@@ -368,7 +368,8 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         note = (
             f"inline {after.completed_inline - before.completed_inline}, "
             f"reactor {after.completed_reactor - before.completed_reactor}, "
-            f"spins skipped {after.spins_skipped - before.spins_skipped}"
+            f"spins skipped {after.spins_skipped - before.spins_skipped}, "
+            f"reactor batches {after.reactor_batches - before.reactor_batches}"
         )
         report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s", note)
         ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))

@@ -33,10 +33,29 @@ bump = cuasync.Kernel(SOURCE, "cuasync_bump", emulate=_emulate)
 
 
 def _per_call(fn, count: int) -> float:  # type: ignore[no-untyped-def]
+    """Mean microseconds per call of ``count`` calls (pauses included: GC, backpressure)."""
     t0 = time.perf_counter_ns()
     for _ in range(count):
         fn()
     return (time.perf_counter_ns() - t0) / count / 1e3
+
+
+def _each_call(fn, count: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """Nanoseconds of each of ``count`` calls."""
+    clock, out = time.perf_counter_ns, []
+    for _ in range(count):
+        t0 = clock()
+        fn()
+        out.append(clock() - t0)
+    return out
+
+
+def _both(report: Report, name: str, samples: list[int], note: str = "") -> float:
+    """A latency row (p50: the host cost of one call) and a mean row (what a long run of
+    calls pays, pauses included); returns the p50 in microseconds."""
+    row = report.latency(SUITE, name, samples, note)
+    report.value(SUITE, f"{name}, mean", float(np.mean(samples)) / 1e3, "us/launch")
+    return row.p50_us or 0.0
 
 
 def run(report: Report, count: int = 20000) -> None:
@@ -45,6 +64,7 @@ def run(report: Report, count: int = 20000) -> None:
     stream = dev.new_stream()
     x = cuasync.zeros((256,), "float32").sync_on(stream)
     bump.compile()
+    raw_p50 = 0.0
     if get_backend().driver_handles:
         import ctypes
 
@@ -58,7 +78,7 @@ def run(report: Report, count: int = 20000) -> None:
         def raw() -> None:
             d.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, h, addr, 0)
 
-        report.value(SUITE, "raw cuda.bindings cuLaunchKernel", _per_call(raw, count), "us/launch")
+        raw_p50 = _both(report, "raw cuda.bindings cuLaunchKernel", _each_call(raw, count))
         stream.synchronize()
         try:
             import cupy
@@ -69,28 +89,26 @@ def run(report: Report, count: int = 20000) -> None:
             with st:
                 k((1,), (256,), (a, np.int32(256)))
                 st.synchronize()
-                us = _per_call(lambda: k((1,), (256,), (a, np.int32(256))), count)
+                samples = _each_call(lambda: k((1,), (256,), (a, np.int32(256))), count)
                 st.synchronize()
-            report.value(SUITE, f"cupy {cupy.__version__} RawKernel call", us, "us/launch")
+            _both(report, f"cupy {cupy.__version__} RawKernel call", samples)
         except ImportError:
             pass
     # Futures are collected (and their completion slots held) until waited: wait every
     # 4096 launches, outside the timing, so that no submission falls back to a host
     # callback for want of a slot.
-    total_us = 0.0
+    samples = []
     for first in range(0, count, 4096):
         held: list[cuasync.DeviceFuture] = []
         chunk = min(4096, count - first)
         submit = held.append
-        total_us += chunk * _per_call(lambda: submit(bump[1, 256](x, 256).submit_on(stream)), chunk)  # noqa: B023
+        samples += _each_call(lambda: submit(bump[1, 256](x, 256).submit_on(stream)), chunk)  # noqa: B023
         for f in held:
             f.wait()
-    us = total_us / count
-    report.value(
-        SUITE,
+    p50 = _both(
+        report,
         "cuasync: kernel[1, 256](x, n).submit_on(stream)",
-        us,
-        "us/launch",
+        samples,
         "op + launch + completion flag",
     )
     chain = 100
@@ -102,3 +120,8 @@ def run(report: Report, count: int = 20000) -> None:
     us = _per_call(many, reps) / chain
     stream.synchronize()
     report.value(SUITE, f"cuasync: {chain} launches in one zip op", us, "us/launch")
+    if raw_p50:
+        print("-- targets (ratios inside this run)")
+        name = "submit_on p50 / raw cuLaunchKernel p50 (target <= 2)"
+        report.value(SUITE, name, p50 / raw_p50, "x")
+        report.value(SUITE, "per launch in a zip / raw p50 (target <= 1.3)", us / raw_p50, "x")

@@ -158,7 +158,11 @@ def _elementwise_others(n: int, reps: int) -> dict[str, float]:
 
         v = cupy.__version__
         xs = [cupy.full(n, f, cupy.float32) for f in (0.5, 2.0, -1.0, 0.0)]
-        fused = cupy.fuse(lambda p, q, r: cupy.exp(p * q + r))
+
+        def exp_fma(p: Any, q: Any, r: Any) -> Any:  # cupy.fuse names its kernel after it:
+            return cupy.exp(p * q + r)  # a lambda's "<lambda>" is no C identifier
+
+        fused = cupy.fuse(exp_fma)
         out[f"cupy {v} add"] = _foreign_ms(
             lambda: xs, lambda x: cupy.add(x[0], x[1], out=x[3]), cupy.cuda, reps
         )

@@ -4,6 +4,12 @@ __device__ __forceinline__ long long ca_first() {
 }
 __device__ __forceinline__ long long ca_stride() { return (long long)gridDim.x * blockDim.x; }
 
+// N consecutive elements, loaded and stored as one (aligned) access: 16 bytes of float.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) ca_vec {
+    T v[N];
+};
+
 // A float16 value computed in float32, rounded to float16 (as numpy's half loops do).
 __device__ __forceinline__ float ca_hr(double x) {
     return (float)ca_half_to_double(ca_half_from_double(x));
