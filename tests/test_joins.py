@@ -17,7 +17,7 @@ from cuasync.errors import ArgumentError, DTypeError, ShapeError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_emu_compile")]
 
-DTYPES = ["bool", "int8", "int16", "float32", "float64", "complex128"]
+DTYPES = ["bool", "int8", "int16", "float32", "float64", "complex128", "bfloat16", "float8_e4m3fn"]
 
 
 def host(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -86,11 +86,12 @@ def test_property_concatenate_and_take(data: Any) -> None:
     ndim = data.draw(st.integers(1, 3))
     shape = tuple(data.draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
     axis = data.draw(st.integers(-ndim, ndim - 1))
+    dtype = data.draw(st.sampled_from(DTYPES))
     parts = []
     for _ in range(data.draw(st.integers(1, 3))):
         s = list(shape)
         s[axis] = data.draw(st.integers(0, 3))
-        parts.append(host(tuple(s), "int32"))
+        parts.append(host(tuple(s), dtype))
     xs = [cuasync.from_host(p).sync() for p in parts]
     got = cuasync.concatenate(xs, axis=axis).sync().to_host().sync()
     np.testing.assert_array_equal(got, np.concatenate(parts, axis=axis))

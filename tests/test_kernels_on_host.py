@@ -36,6 +36,8 @@ using std::rint; using std::sin; using std::sqrt; using std::copysign;
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __shared__ static
+static inline void __syncthreads() {}
 struct float2 { float x, y; };
 struct double2 { double x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
@@ -55,11 +57,15 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+template <typename T>
+static inline T __shfl_down_sync(unsigned, T v, int) { return v; }  // one thread: unused
 static inline unsigned __umulhi(unsigned a, unsigned b) {
     return (unsigned)(((unsigned long long)a * b) >> 32);
 }
 struct ca_dim3 { unsigned x, y, z; };
-static const ca_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};
+static ca_dim3 blockIdx = {0, 0, 0};  // y: a reduction's split, set by the caller
+static const ca_dim3 threadIdx = {0, 0, 0};
 static const ca_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 """
 
@@ -235,3 +241,146 @@ def test_arange_kernel_matches_numpy(lib: Any, args: tuple[Any, Any, Any]) -> No
         with np.errstate(all="ignore"):
             want = np.arange(start, stop, step, dtype=dt)
         _same_bits(out, want, f"arange{args} as {name}")
+
+
+# -- reductions ----------------------------------------------------------------------------
+# The generated reduction kernels, one thread per row (mode 1): the same identities,
+# combines, element loads and final stores as on a GPU, without the warp shuffles. A row
+# split in two (blockIdx.y) runs phase 0 per split, then phase 1 over the partials.
+REDUCE_DTYPES = ["bfloat16", "float16", "float32", "complex64", "complex128", "int8"]
+REDUCE_OPS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin", "norm"]
+
+
+def _reduce_cases() -> list[tuple[Any, Any]]:
+    from cuasync._ops import reduce_codegen as rc
+    from cuasync._ops.reductions import _result_dtypes
+
+    cases: list[tuple[Any, Any]] = []
+    for dtype in REDUCE_DTYPES:
+        for op in REDUCE_OPS:
+            res, acc = _result_dtypes(op, SUPPORTED[dtype], None, op)
+            cases.append((("x", 0, dtype), rc.ReduceSpec(op, acc, res)))
+    for a, b, acc, out in (
+        ("complex64", "complex64", "complex64", "complex64"),
+        ("complex128", "float32", "complex128", "complex128"),
+        ("bfloat16", "bfloat16", "float32", "bfloat16"),
+    ):
+        vdot = ("op", "vdot", (acc, acc), acc, ("x", 0, a), ("x", 1, b))
+        cases.append((vdot, rc.ReduceSpec("sum", acc, out)))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from cuasync._ops import reduce_codegen as rc
+    from cuasync._ops.codegen import ctype
+
+    parts = [SHIMS, rc.prelude()]
+    for i, (plan, spec) in enumerate(_reduce_cases()):
+        parts.append(f"namespace n{i} {{\n{rc.body(plan, spec, 1, 1)}\n}}")
+        xs = [plan] if plan[0] == "x" else list(plan[4:])
+        arg = spec.op in ("argmax", "argmin")
+        x_params = ", ".join(f"const void* x{k}" for k in range(len(xs)))
+        x_args = ", ".join(f"(const {DTYPES[x[2]].storage}*)x{k}" for k, x in enumerate(xs))
+        strides = ", ".join("K, 1" for _ in xs)
+        parts.append(
+            f'extern "C" void r{i}(void* out, void* wsv, void* wsi, {x_params}, long long M, '
+            "long long K, long long splits, long long chunk, int phase, int split) {\n"
+            "    blockIdx.y = split;\n"
+            f"    n{i}::ca_reduce(({DTYPES[spec.out].storage}*)out, ({ctype(spec.acc)}*)wsv, "
+            f"{'(long long*)wsi, ' if arg else ''}{x_args}, M, K, splits, chunk, phase, 1, "
+            f"M, K, 1, {strides});\n}}"
+        )
+    folder: Path = tmp_path_factory.mktemp("host_reductions")
+    source = folder / "reductions.cpp"
+    source.write_text("\n".join(parts), encoding="utf-8")
+    library = folder / "reductions.so"
+    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
+    done = subprocess.run(
+        [str(CXX), *flags, str(source), "-o", str(library)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return ctypes.CDLL(str(library))
+
+
+def _host_values(dtype: str, shape: tuple[int, int], op: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = SUPPORTED[dtype]
+    if dt.kind in "iu":
+        return rng.integers(-9, 9, shape).astype(dt)
+    if op == "prod":
+        v = rng.uniform(0.9, 1.1, shape) * (
+            np.exp(0.1j * rng.standard_normal(shape)) if dt.kind == "c" else 1
+        )
+    else:
+        v = rng.standard_normal(shape) + (1j * rng.standard_normal(shape) if dt.kind == "c" else 0)
+    v = np.asarray(v).astype(dt)
+    if op in ("max", "min", "argmax", "argmin"):  # ties and NaNs, as numpy orders them
+        v[:, 3] = v[:, 5]
+        if dt.kind == "c":
+            v[0, 2] = complex(1.0, np.nan)
+            v[1, 4] = complex(np.nan, 0.0)
+            v[2, 1:3] = v[2, 0].real + 1j * np.array([v[2, 0].imag + 1, v[2, 0].imag - 1])
+        elif dt.kind == "f" or dt == SUPPORTED["bfloat16"]:
+            v[0, 2] = np.nan
+    return v
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_reduction_kernels_match_numpy(reductions: Any, splits: int) -> None:
+    for i, (plan, spec) in enumerate(_reduce_cases()):
+        xs = [plan] if plan[0] == "x" else list(plan[4:])
+        m, k = 4, 23
+        values = [_host_values(x[2], (m, k), spec.op, 10 * i + j) for j, x in enumerate(xs)]
+        acc, out_dt = SUPPORTED[spec.acc], SUPPORTED[spec.out]
+        out = np.zeros(m, out_dt)
+        wsv, wsi = np.zeros(m * splits, acc), np.zeros(m * splits, np.int64)
+        chunk = -(-k // splits)
+        fn = getattr(reductions, f"r{i}")
+        fn.argtypes = (
+            [ctypes.c_void_p] * (3 + len(xs)) + [ctypes.c_longlong] * 4 + [ctypes.c_int] * 2
+        )
+        pointers = [
+            out.ctypes.data,
+            wsv.ctypes.data,
+            wsi.ctypes.data,
+            *(v.ctypes.data for v in values),
+        ]
+        for split in range(splits):
+            fn(*pointers, m, k, splits, chunk, 0, split)
+        if splits > 1:
+            fn(*pointers, m, k, splits, chunk, 1, 0)
+        label = f"{spec} of {plan}"
+        a = values[0]
+        with np.errstate(all="ignore"):
+            if plan[0] == "op":  # vdot
+                x, y = (
+                    v.astype(np.complex128 if spec.acc.startswith("complex") else np.float64)
+                    for v in values
+                )
+                want = np.sum(np.conj(x) * y, axis=1).astype(out_dt)
+                budget = np.sum(np.abs(x) * np.abs(y), axis=1)
+            elif spec.op in ("argmax", "argmin"):
+                np.testing.assert_array_equal(out, getattr(np, spec.op)(a, axis=1), label)
+                continue
+            elif spec.op in ("max", "min"):
+                want = getattr(np, spec.op)(a, axis=1)
+                nan = np.isnan(want.astype(np.complex128))
+                assert (np.isnan(out.astype(np.complex128)) == nan).all(), label
+                np.testing.assert_array_equal(out[~nan], want[~nan], label)
+                continue
+            else:
+                wide = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+                fn_np = {"norm": lambda w, axis: np.sqrt(np.sum(np.abs(w) ** 2, axis=axis))}.get(
+                    spec.op
+                ) or getattr(np, spec.op)
+                want = np.asarray(fn_np(wide, axis=1)).astype(out_dt)
+                budget = np.sum(np.abs(wide), axis=1)
+                if spec.op == "prod":
+                    budget = np.abs(np.prod(wide, axis=1)) * k
+        assert out.dtype == want.dtype, label
+        tol = {"float16": 2e-3, "bfloat16": 2.0**-7, "float32": 1e-5, "complex64": 1e-5}.get(
+            out_dt.name, 1e-12
+        )
+        err = np.abs(out.astype(np.complex128) - want.astype(np.complex128))
+        assert (err <= tol * (budget + 1)).all(), (label, out, want)

@@ -3,12 +3,16 @@
 On the emulator the generated kernels' numpy twins run (the CUDA sources are compiled by
 ``test_every_reduction_source_compiles``, all in one NVRTC call, instead of one compile
 per launch); on a GPU the kernels run. Tolerances: integers, bools, max/min and the
-arg ops are exact; float sums, means and norms are within ``RTOL[dtype] * sum(|x|)`` of
-the float64 sum (float16 accumulates in float32, numpy sometimes in float16).
+arg ops are exact (complex ones too, ordered as numpy orders complex numbers); float
+and complex sums, products, means and norms are within ``RTOL[dtype] * sum(|x|)`` of the
+float64 (complex128) result rounded to the dtype. float16 and bfloat16 accumulate in
+float32 and round once (numpy accumulates bfloat16 in bfloat16): within one bfloat16
+ulp of ``sum(|x|)``, 2**-7.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -19,6 +23,7 @@ from hypothesis import strategies as st
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._dtypes import SUPPORTED
 from cuasync._kernel import compile_cubin
 from cuasync._nvrtc import nvrtc_problem
 from cuasync._ops import reduce_codegen as rc
@@ -27,35 +32,62 @@ from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeErro
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_emu_compile")]
 
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
-FLOATS = ["float16", "float32", "float64"]
-DTYPES = ["bool", *INTS, *FLOATS]
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+COMPLEX = ["complex64", "complex128"]
+DTYPES = ["bool", *INTS, *FLOATS, *COMPLEX]
 OPS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin"]
-RTOL = {"float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
+RTOL = {
+    "float16": 2e-3,
+    "bfloat16": 2.0**-7,
+    "float32": 1e-5,
+    "float64": 1e-12,
+    "complex64": 1e-5,
+    "complex128": 1e-12,
+}
+BF16 = SUPPORTED["bfloat16"]
 
 
 def host(shape: tuple[int, ...], dtype: str, seed: int = 0, op: str = "sum") -> np.ndarray:
     rng = np.random.default_rng(seed)
+    dt = SUPPORTED[dtype]
     if dtype == "bool":
         return rng.random(shape) < 0.5
-    if np.dtype(dtype).kind in "iu":
+    if dt.kind in "iu":
         low = 0 if dtype[0] == "u" else -100
         return rng.integers(low, 100, shape, endpoint=True).astype(dtype)
     if op == "prod":  # products of many normal numbers overflow or vanish
-        return rng.uniform(0.9, 1.1, shape).astype(dtype)
-    return (rng.standard_normal(shape) * 3).astype(dtype)
+        values = rng.uniform(0.9, 1.1, shape)
+        if dt.kind == "c":  # near the unit circle too
+            values = values * np.exp(1j * rng.uniform(-0.2, 0.2, shape))
+        return values.astype(dt)
+    values = rng.standard_normal(shape) * 3
+    if dt.kind == "c":
+        values = values + 3j * rng.standard_normal(shape)
+    return values.astype(dt)
+
+
+def is_float(dt: np.dtype[Any]) -> bool:
+    """float16/32/64, bfloat16 (numpy's kind "V") and complex: compared with a tolerance."""
+    return dt.kind in "fc" or dt == BF16
 
 
 def numpy_reduce(op: str, a: np.ndarray, **kw: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """numpy's result, and for float sums the float64 reference with its error budget."""
-    with np.errstate(all="ignore"):
+    """numpy's result, and for float and complex results the float64 (complex128)
+    reference rounded to the result's dtype, with its error budget."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's mean of nothing
         want = np.asarray(getattr(np, op)(a, **kw))
-        if want.dtype.kind != "f" or op in ("max", "min"):
+        if not is_float(want.dtype) or op in ("max", "min"):
             return want, None
-        exact = np.asarray(getattr(np, op)(a.astype(np.float64), **kw)).astype(want.dtype)
-        budget = np.asarray(np.sum(np.abs(a.astype(np.float64)), **kw))
+        # the values are converted to dtype= first, then reduced
+        conv = a.astype(kw["dtype"]) if "dtype" in kw else a
+        wide = conv.astype(np.complex128 if conv.dtype.kind == "c" else np.float64)
+        wkw = {k: v for k, v in kw.items() if k != "dtype"}
+        exact = np.asarray(getattr(np, op)(wide, **wkw)).astype(want.dtype)
+        budget = np.asarray(np.sum(np.abs(wide), **wkw))
         if op == "prod":  # a product's rounding error is relative: ~ an ulp per factor
             factors = max(1, a.size // max(1, want.size))
-            budget = np.abs(exact.astype(np.float64)) * factors
+            budget = np.abs(exact.astype(np.complex128)) * factors
         if op == "mean":
             budget = budget / max(1, a.size // max(1, want.size))
     return exact, budget
@@ -69,8 +101,9 @@ def check(got: np.ndarray, want: Any, budget: np.ndarray | None = None) -> None:
         np.testing.assert_array_equal(got, want)
         return
     tol = RTOL[want.dtype.name]
-    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    ok = (err <= tol * (budget + 1)) | (np.isnan(got) & np.isnan(want)) | (got == want)
+    g, w = got.astype(np.complex128), want.astype(np.complex128)
+    err = np.abs(g - w)
+    ok = (err <= tol * (budget + 1)) | (np.isnan(g) & np.isnan(w)) | (g == w)
     assert ok.all(), f"got {got}, want {want}"
 
 
@@ -188,8 +221,8 @@ async def test_errors_raise_when_built(anyio_backend: str) -> None:
         cuasync.sum(x, axis=0, out=await cuasync.zeros((3,)))
     with pytest.raises(DTypeError, match="out has dtype"):
         cuasync.sum(x, axis=0, out=await cuasync.zeros((4,), "float64"))
-    with pytest.raises(DTypeError):
-        cuasync.sum(x, dtype="complex64")
+    with pytest.raises(DTypeError, match="storage-only"):
+        cuasync.sum(x, dtype="float8_e5m2")
     with pytest.raises(ArgumentError, match="numpy array"):
         cuasync.sum(np.ones(3))
     with pytest.raises(ShapeError, match="same number"):
@@ -218,7 +251,7 @@ async def test_lazy_until_awaited_and_ordered_across_streams(anyio_backend: str)
     check(await (await total).to_host(), np.asarray(np.float32(128)))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), dtype=st.sampled_from(DTYPES), op=st.sampled_from(OPS))
 def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str) -> None:
     ndim = data.draw(st.integers(0, 4))
@@ -238,9 +271,16 @@ def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str)
         axis = data.draw(st.sampled_from([None, tuple(axes), *(axes[:1] if axes else [])]))
     kw: dict[str, Any] = {"axis": axis, "keepdims": data.draw(st.booleans())}
     if op in ("sum", "prod", "mean") and data.draw(st.booleans()):
-        kw["dtype"] = data.draw(st.sampled_from(["int64", "float32", "float64"]))
+        choices = ["int64", "float32", "float64", "complex64", "complex128"]
+        kw["dtype"] = data.draw(st.sampled_from(choices))
+        if a.dtype.kind == "c" and SUPPORTED[kw["dtype"]].kind != "c":
+            # numpy warns and drops the imaginary parts; cuasync refuses
+            with pytest.raises(DTypeError, match="imaginary"):
+                getattr(cuasync, op)(x, **kw)
+            return
     try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             getattr(np, op)(a, **kw)
     except ValueError:  # numpy refuses (an empty max): so does cuasync, when building
         with pytest.raises(ArgumentError):
@@ -264,6 +304,27 @@ def test_every_reduction_source_compiles() -> None:
             plan = fused if op == "norm" else ("x", 0, dtype)
             dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
             bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
+    # every op over bfloat16 and complex, their vdot products, a complex norm and means,
+    # and conversions into complex accumulators
+    extra: list[tuple[Any, rc.ReduceSpec]] = []
+    for dtype in ("bfloat16", "complex64", "complex128"):
+        for op in [*OPS, "norm"]:
+            extra.append((("x", 0, dtype), rc.ReduceSpec(op, *reversed(rc_dtypes(op, dtype)))))
+    for a, b, acc, out in (
+        ("complex64", "complex64", "complex64", "complex64"),
+        ("complex128", "float32", "complex128", "complex128"),
+        ("bfloat16", "bfloat16", "float32", "bfloat16"),
+        ("bfloat16", "float32", "float32", "float32"),
+    ):
+        vdot = ("op", "vdot", (acc, acc), acc, ("x", 0, a), ("x", 1, b))
+        extra.append((vdot, rc.ReduceSpec("sum", acc, out)))
+    for dtype in ("int8", "float32", "bool"):
+        extra.append((("x", 0, dtype), rc.ReduceSpec("sum", "complex128", "complex128")))
+        extra.append((("x", 0, dtype), rc.ReduceSpec("mean", "complex64", "complex64")))
+    extra.append((("x", 0, "float64"), rc.ReduceSpec("sum", "float32", "bfloat16")))
+    for plan, spec in extra:
+        dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
+        bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
     source = "\n".join([rc.prelude(), *bodies])
     compiled = compile_cubin(source, "r0::ca_reduce", "sm_90", [])
     assert compiled.image[:4] == b"\x7fELF"
@@ -286,3 +347,115 @@ def test_ops_bench_runs_and_checks_its_results() -> None:
     assert len(ours) == 6 and all(r.value and r.value > 0 for r in ours)
     targets = {r.name for r in report.rows if "target" in r.name}
     assert "unfused time / fused time (target >= 1.8)" in targets
+
+
+# -- bfloat16 and complex ---------------------------------------------------------------
+async def test_bfloat16_accumulates_in_float32_and_rounds_once(anyio_backend: str) -> None:
+    # 1000 ones: numpy's bfloat16 sum sticks at 256 (256 + 1 rounds back to 256 in
+    # bfloat16); cuasync accumulates in float32, as torch does, and rounds once.
+    a = np.ones((2, 1000), BF16)
+    x = await dev(a)
+    assert np.sum(a) == 256
+    check(await cuasync.sum(x).to_host(), np.asarray(2000.0, BF16))
+    check(await cuasync.sum(x, axis=1).to_host(), np.full(2, 1000.0, BF16))
+    check(await cuasync.mean(x).to_host(), np.asarray(1.0, BF16))
+    check(await cuasync.vdot(x[0], x[1]).to_host(), np.asarray(1000.0, BF16))
+    check(await cuasync.linalg.norm(x).to_host(), np.asarray(np.sqrt(2000.0), BF16))
+    # the result dtype is bfloat16 (sum's dtype= may ask for float32)
+    check(await cuasync.sum(x, dtype="float32").to_host(), np.asarray(2000.0, np.float32))
+
+
+def same_with_nans(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal, except that where numpy's result is a NaN, any NaN will do (which NaN a
+    reduction tree meets first is not numpy's order on a GPU)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), (got, want)
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+COMPLEX_CASES = np.array(
+    [
+        [1 + 2j, 1 + 3j, 1 - 5j, 0.5 + 9j, 1 + 3j, -2 + 0j],  # ties in the real part
+        [2 + 0j, 2 + 0j, 2 - 0j, 1 + 1j, -1 - 1j, 2 + 0j],  # equal values: the first index
+        [1 + 2j, complex(np.nan, 0), 3 + 1j, complex(1, np.nan), 5 + 0j, 0j],  # NaNs
+        [complex(0, np.nan), 7 + 0j, -7 + 0j, complex(np.nan, np.nan), 1j, -1j],
+        [complex(np.inf, 0), complex(np.inf, -1), complex(-np.inf, 5), 0j, 1j, 2j],
+    ]
+)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+async def test_complex_max_min_and_arg_ops_order_as_numpy(dtype: str, anyio_backend: str) -> None:
+    # numpy orders complex numbers by real part, then imaginary part; a NaN in either
+    # part wins (argmax/argmin: the first one)
+    a = COMPLEX_CASES.astype(dtype)
+    x = await dev(a)
+    for axis in (None, 1, 0):
+        for op in ("max", "min"):
+            with np.errstate(invalid="ignore"):
+                want = np.asarray(getattr(np, op)(a, axis=axis))
+            same_with_nans(await getattr(cuasync, op)(x, axis=axis).to_host(), want)
+        for op in ("argmax", "argmin"):
+            got = await getattr(cuasync, op)(x, axis=axis).to_host()
+            check(got, np.asarray(getattr(np, op)(a, axis=axis)))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+async def test_complex_sum_prod_mean_vdot_and_norm(dtype: str, anyio_backend: str) -> None:
+    a, b = host((4, 50), dtype, 7), host((4, 50), dtype, 8)
+    x, y = await dev(a), await dev(b)
+    for op in ("sum", "mean"):
+        for axis in (None, 0, 1):
+            check(
+                await getattr(cuasync, op)(x, axis=axis).to_host(), *numpy_reduce(op, a, axis=axis)
+            )
+    p = host((3, 20), dtype, 9, "prod")
+    check(await cuasync.prod(await dev(p), axis=1).to_host(), *numpy_reduce("prod", p, axis=1))
+    # vdot conjugates its first argument
+    want = np.vdot(a, b)
+    budget = np.sum(np.abs(a) * np.abs(b))
+    check(await cuasync.vdot(x, y).to_host(), np.asarray(want), budget)
+    check(await cuasync.vdot(x, x).to_host(), np.asarray(np.vdot(a, a)), np.sum(np.abs(a) ** 2))
+    # the norm is real: float32 for complex64, float64 for complex128
+    for axis in (None, 1):
+        want = np.asarray(np.linalg.norm(a, axis=axis))
+        assert want.dtype == (np.float32 if dtype == "complex64" else np.float64)
+        check(await cuasync.linalg.norm(x, axis=axis).to_host(), want, want)
+
+
+async def test_complex_and_bfloat16_dtypes_promote_as_numpy(anyio_backend: str) -> None:
+    f = host((30,), "float32", 1)
+    c = host((30,), "complex64", 2)
+    h = host((30,), "bfloat16", 3)
+    xf, xc, xh = await dev(f), await dev(c), await dev(h)
+    got = await cuasync.vdot(xc, xf).to_host()  # complex64 with float32: complex64
+    check(got, np.asarray(np.vdot(c, f)), np.sum(np.abs(c) * np.abs(f)))
+    got = await cuasync.vdot(xh, xf).to_host()  # bfloat16 with float32: float32
+    want = np.vdot(h.astype(np.float32), f)
+    check(got, np.asarray(want), np.sum(np.abs(h.astype(np.float32) * f)))
+    got = await cuasync.sum(xf, dtype="complex128").to_host()
+    check(got, *numpy_reduce("sum", f, dtype="complex128"))
+    got = await cuasync.sum(xf, dtype="bfloat16").to_host()
+    check(got, *numpy_reduce("sum", f.astype(BF16)))
+    with pytest.raises(DTypeError, match="no common dtype"):
+        cuasync.vdot(xh, await dev(host((30,), "float16")))
+    with pytest.raises(DTypeError, match="imaginary"):
+        cuasync.sum(xc, dtype="float32")
+    with pytest.raises(DTypeError, match="imaginary"):
+        cuasync.mean(xc, dtype="int64")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "complex64", "complex128"])
+@pytest.mark.parametrize("op", ["sum", "max", "argmin", "mean", "prod"])
+@pytest.mark.parametrize(("shape", "axis"), [((70000,), None), ((40, 3000), 0), ((3000, 5), 1)])
+async def test_split_rows_and_columns_of_bfloat16_and_complex(
+    dtype: str, op: str, shape: Any, axis: Any, anyio_backend: str
+) -> None:
+    # partials of a split row (float32 or complex workspaces) combined by a second pass
+    a = host(shape, dtype, 5, op)
+    if op == "prod":
+        a = a[..., :40] if a.ndim == 1 else a  # keep products in range
+        axis = None if a.ndim == 1 else axis
+    got = await getattr(cuasync, op)(await dev(a), axis=axis).to_host()
+    check(got, *numpy_reduce(op, a, axis=axis))

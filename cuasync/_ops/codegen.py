@@ -154,10 +154,17 @@ def _emit(
     if plan[0] == "x":
         k, dt = plan[1], plan[2]
         load = loaded(k)
-        return f"((float)ca_half_to_double({load}))" if dt == "float16" else load
+        if dt == "float16":
+            return f"((float)ca_half_to_double({load}))"
+        return f"ca_bf16_to_float({load})" if dt == "bfloat16" else load  # (reductions)
     if plan[0] == "s":
         return f"s{plan[1]}"
     _, name, ins, out, *children = plan
+    if name == "vdot":  # conj(a) * b in the accumulator's type (reductions only)
+        a, b = (_emit(c, lines, counter, loaded) for c in children)
+        counter[0] += 1
+        lines.append(f"        {ctype(out)} v{counter[0]} = {_vdot_product(a, b, out)};")
+        return f"v{counter[0]}"
     args = [
         _convert(_emit(c, lines, counter, loaded), dt) for c, dt in zip(children, ins, strict=True)
     ]
@@ -170,6 +177,17 @@ def _emit(
     counter[0] += 1
     lines.append(f"        {ctype(out)} v{counter[0]} = {expr};")
     return f"v{counter[0]}"
+
+
+def _vdot_product(a: str, b: str, out: str) -> str:
+    """``conj(a) * b`` computed in ``out`` (complex: reduce.cuh's helpers; real: exact
+    for bfloat16 operands in float32)."""
+    if DTYPES[out].kind == "c":
+        to = "ca_to_c64" if out == "complex64" else "ca_to_c128"
+        return f"ca_cmul(ca_conj({to}({a})), {to}({b}))"
+    c = ctype(out)
+    mul = "__fmul_rn" if c == "float" else "__dmul_rn"
+    return f"{mul}(({c})({a}), ({c})({b}))"
 
 
 def _leaves(plan: Plan, found: dict[str, dict[int, str]]) -> None:
@@ -312,8 +330,11 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
         return xs[plan[1]]
     if plan[0] == "s":
         return ss[plan[1]]
-    _, name, _ins, _out, *children = plan
+    _, name, _ins, out, *children = plan
     args = [_evaluate(c, xs, ss) for c in children]
+    if name == "vdot":
+        x, y = (np.asarray(v).astype(out) for v in args)
+        return np.conj(x) * y if x.dtype.kind == "c" else x * y
     if name == "where":
         return np.where(*args)
     if name == "rsqrt":

@@ -48,20 +48,33 @@ class ReduceSpec:
     out: str
 
 
+def _inf(acc: str, negative: bool) -> str:
+    """-inf or inf of a float (or a complex part) in C."""
+    if acc in ("float64", "complex128"):
+        bits = "0xfff0000000000000LL" if negative else "0x7ff0000000000000LL"
+        return f"__longlong_as_double({bits})"
+    return f"__int_as_float({'0xff800000' if negative else '0x7f800000'})"
+
+
 def _ident(op: str, acc: str) -> str:
     d, c = DTYPES[acc], ctype(acc)
+    low = op in ("max", "argmax")
+    if d.kind == "c":  # (0, 0), (1, 0), or (-inf, -inf) / (inf, inf): below / above all
+        make = "make_float2" if acc == "complex64" else "make_double2"
+        if op in ("sum", "mean"):
+            return f"{make}(0, 0)"
+        if op == "prod":
+            return f"{make}(1, 0)"
+        inf = _inf(acc, low)
+        return f"{make}({inf}, {inf})"
     if op in ("sum", "mean", "norm"):
         return f"(({c})0)"
     if op == "prod":
         return f"(({c})1)"
-    low = op in ("max", "argmax")
     if d.kind == "b":
         return "false" if low else "true"
     if d.kind == "f":
-        if acc == "float64":
-            bits = "0xfff0000000000000LL" if low else "0x7ff0000000000000LL"
-            return f"__longlong_as_double({bits})"
-        return f"__int_as_float({'0xff800000' if low else '0x7f800000'})"
+        return _inf(acc, low)
     info = np.iinfo(acc)
     if low:
         return "(-9223372036854775807LL - 1)" if acc == "int64" else f"(({c})({info.min}LL))"
@@ -71,6 +84,8 @@ def _ident(op: str, acc: str) -> str:
 def _combine(op: str, acc: str) -> str:
     """The body of ``combine(a, b)``, returning a ``ca_acc``."""
     kind, c = DTYPES[acc].kind, ctype(acc)
+    if kind == "c":
+        return _combine_complex(op)
     if op in ("sum", "mean", "norm", "prod"):
         sym = "*" if op == "prod" else "+"
         if kind == "b":
@@ -94,6 +109,29 @@ def _combine(op: str, acc: str) -> str:
     return body + f"return (a.v {sym} b.v || (a.v == b.v && a.i < b.i)) ? a : b;"
 
 
+def _combine_complex(op: str) -> str:
+    """``combine`` of complex accumulators. max, min, argmax and argmin order complex
+    numbers as numpy does: by real part, then imaginary part; a NaN in either part wins
+    (the first one, for the arg ops)."""
+    if op in ("sum", "mean", "prod"):
+        fn = "ca_cmul" if op == "prod" else "ca_cadd"
+        return f"ca_acc r; r.v = {fn}(a.v, b.v); r.i = 0; return r;"
+    nan = "bool an = ca_cnan(a.v), bn = ca_cnan(b.v); "
+    if op in ("max", "min"):
+        sym = ">" if op == "max" else "<"
+        return (
+            nan + "if (an || bn) return an ? a : b; "
+            f"return (a.v.x {sym} b.v.x || (a.v.x == b.v.x && a.v.y {sym}= b.v.y)) ? a : b;"
+        )
+    sym = ">" if op == "argmax" else "<"
+    return (
+        nan + "if (an || bn) return (an && (!bn || a.i < b.i)) ? a : b; "
+        f"bool first = a.v.x {sym} b.v.x || (a.v.x == b.v.x && a.v.y {sym} b.v.y); "
+        "bool tie = a.v.x == b.v.x && a.v.y == b.v.y; "
+        "return (first || (tie && a.i < b.i)) ? a : b;"
+    )
+
+
 #: Elements each thread loads before combining them: independent loads in flight are
 #: what keeps HBM busy.
 UNROLL = 8
@@ -112,6 +150,8 @@ def _final(spec: ReduceSpec) -> str:
     kind = DTYPES[spec.acc].kind
     if spec.op in ARG_OPS:
         value = "a.i"
+    elif spec.op == "mean" and kind == "c":
+        value = "ca_cdivr(a.v, K)"
     elif spec.op == "mean":
         value = f"a.v / ({ctype(spec.acc)})K" if kind == "f" else "(double)a.v / (double)K"
     elif spec.op == "norm":
@@ -120,7 +160,25 @@ def _final(spec: ReduceSpec) -> str:
         value = "a.v"
     if spec.out == "float16":
         return f"ca_half_from_double((double)({value}))"
+    if spec.out == "bfloat16":  # rounded once, from the float32 accumulator
+        return f"ca_bf16_from_float((float)({value}))"
     return f"({DTYPES[spec.out].storage})({value})"
+
+
+def _plan_dtype(plan: Plan) -> str:
+    """The dtype of the value a plan computes (a leaf's, or its root op's)."""
+    return str(plan[2] if plan[0] in ("x", "s") else plan[3])
+
+
+def _element(plan: Plan, spec: ReduceSpec, result: str) -> str:
+    """The statements setting ``e.v`` from an element's value ``result``."""
+    acc, value = spec.acc, _plan_dtype(plan)
+    if spec.op == "norm" and DTYPES.get(value) is not None and DTYPES[value].kind == "c":
+        return f"e.v = ca_abs2({result});"  # |x|^2, real
+    if DTYPES[acc].kind == "c":
+        return f"e.v = {'ca_to_c64' if acc == 'complex64' else 'ca_to_c128'}({result});"
+    square = " e.v = e.v * e.v;" if spec.op == "norm" else ""
+    return f"e.v = ({ctype(acc)})({result});{square}"
 
 
 def source(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
@@ -166,7 +224,6 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
         elem.append(f"        {step} {' '.join(f'p{k} += c * x{k}b{j};' for k in xs)}")
     lines: list[str] = []
     result = _emit(plan, lines, [0])
-    square = " e.v = e.v * e.v;" if spec.op == "norm" else ""
     wsi_load = "wsi[w]" if arg else "0"
     wsi_store = " wsi[w] = a.i;" if arg else ""
     return "\n".join(
@@ -188,7 +245,7 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"{', '.join(f'long long {q}' for q in qs)}) -> ca_acc {{",
             *elem,
             *lines,
-            f"        ca_acc e; e.v = ({acc})({result}); e.i = k;{square} return e;",
+            f"        ca_acc e; {_element(plan, spec, result)} e.i = k; return e;",
             "    };",
             f"    auto store = [&](long long po, ca_acc a) {{ out[po] = {_final(spec)}; }};",
             f"    auto keep = [&](long long w, ca_acc a) {{ wsv[w] = a.v;{wsi_store} }};",
@@ -267,6 +324,11 @@ def _part(op: str, block: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarra
 def _finish(spec: ReduceSpec, v: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
     if spec.op in ARG_OPS:
         return i.astype(np.int64)
+    if spec.op == "mean" and v.dtype.kind == "c":  # both parts divided, as the kernel does
+        part = v.real.dtype.type(k)
+        mean = np.empty(v.shape, v.dtype)
+        mean.real, mean.imag = v.real / part, v.imag / part
+        return mean.astype(spec.out)
     if spec.op == "mean":
         v = v / v.dtype.type(k) if v.dtype.kind == "f" else v.astype(np.float64) / k
     elif spec.op == "norm":
@@ -306,10 +368,15 @@ def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
                     best, idx = _part(spec.op, v, 0)
                 out.view(np.dtype(spec.out))[...] = _finish(spec, best, idx, k).reshape(out.shape)
                 return
-            value = np.broadcast_to(_evaluate(plan, xs, ss), xs[0].shape)
-            v2 = np.asarray(value).reshape(m, k).astype(acc)
-            if spec.op == "norm":
-                v2 = v2 * v2
+            value = np.asarray(np.broadcast_to(_evaluate(plan, xs, ss), xs[0].shape))
+            value = value.reshape(m, k)
+            if spec.op == "norm" and value.dtype.kind == "c":  # |x|^2, real
+                re, im = value.real.astype(acc), value.imag.astype(acc)
+                v2 = re * re + im * im
+            else:
+                v2 = value.astype(acc)
+                if spec.op == "norm":
+                    v2 = v2 * v2
             if splits == 1:
                 v, i = _part(spec.op, v2, 0)
                 out.view(np.dtype(spec.out))[...] = _finish(spec, v, i, k).reshape(out.shape)

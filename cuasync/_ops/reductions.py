@@ -5,12 +5,15 @@ argmin: None or an int), ``keepdims`` keeps reduced axes as length 1, ``dtype`` 
 prod, mean) is the dtype computed in and returned; integer sums and products of small
 integers are int64 (uint64 when unsigned), means of integers float64. An elementwise
 ``TensorOp`` operand is fused into the reduction's loads: ``cuasync.sum(a * b)`` is one
-kernel and allocates nothing but its result.
+kernel and allocates nothing but its result. bfloat16 and complex tensors reduce too:
+float16 and bfloat16 accumulate in float32 and round once; complex max/min/argmax/argmin
+order as numpy does (real part, then imaginary part; NaN wins).
 
 >>> s = await cuasync.sum(x)                         # a 0-d tensor
 >>> m = await cuasync.max(x, axis=(0, 2), keepdims=True)
 >>> i = await cuasync.argmax(x, axis=-1)             # int64 indices
->>> d = await cuasync.vdot(a, b)                     # sum(a * b), one kernel
+>>> d = await cuasync.vdot(a, b)                     # sum(conj(a) * b), one kernel
+>>> c = await cuasync.max(z)                         # complex: numpy's lexicographic order
 """
 
 from __future__ import annotations
@@ -29,14 +32,20 @@ from .._core.output import Output
 from .._dtypes import STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
 from .._kernel import DevicePointer
 from .._tensor import Tensor
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg
-from .expr import Node, _check_dtype, leaf
+from .expr import DTYPES as ELEMENTWISE_DTYPES
+from .expr import Node, leaf
 from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for
 from .tensorop import TensorOp, _broadcast_strides, _resolve_pending, _scalar_specs, merge_axes
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
+
+#: The dtypes reductions take: the elementwise ones, bfloat16 (accumulated in float32,
+#: rounded once) and complex.
+DTYPES = ELEMENTWISE_DTYPES | {"bfloat16", "complex64", "complex128"}
+_NARROW = ("float16", "bfloat16")  # accumulated in float32
 
 _BLOCK = 256
 #: Blocks that keep an H200 (132 SMs, 8 blocks of 256 each) busy about twice over.
@@ -68,25 +77,48 @@ def normalize_axes(axis: Any, ndim: int, name: str, allow_tuple: bool = True) ->
     return tuple(sorted(found))
 
 
+def check_dtype(dt: np.dtype[Any], argument: str, name: str) -> None:
+    """A DTypeError unless reductions take ``dt``; FP8's says to convert first."""
+    if dtype_name(dt) in STORAGE_ONLY:
+        raise DTypeError(f"{name}: " + storage_only_message(argument, dt, "reductions"))
+    if dtype_name(dt) not in DTYPES:
+        raise DTypeError(
+            f"{name}: {argument} has dtype {dtype_name(dt)}, which reductions do not take; "
+            f"they take {', '.join(sorted(DTYPES))}"
+        )
+
+
+def _accumulator(res: np.dtype[Any]) -> str:
+    return "float32" if dtype_name(res) in _NARROW else dtype_name(res)
+
+
 def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[str, str]:
-    """(result dtype, accumulator dtype) names, as numpy picks them."""
-    f32 = "float32"
+    """(result dtype, accumulator dtype) names, as numpy picks them (float16 and
+    bfloat16 accumulate in float32)."""
     if op in ARG_OPS:
-        return "int64", f32 if x == np.float16 else dtype_name(x)
+        return "int64", _accumulator(x)
     if op in ("max", "min"):
-        return dtype_name(x), f32 if x == np.float16 else dtype_name(x)
+        return dtype_name(x), _accumulator(x)
     if dtype is not None:
         res = as_dtype(dtype)
-        _check_dtype(res, "dtype")
+        check_dtype(res, "dtype", name)
         if op == "mean" and res.kind == "b":
             raise DTypeError(f"{name}: dtype=bool is not a dtype a mean can be computed in")
+        if x.kind == "c" and res.kind != "c":
+            raise DTypeError(
+                f"{name}: x is {dtype_name(x)} and dtype={dtype_name(res)} is real, which would "
+                "drop the imaginary parts (numpy warns and drops them); pass a complex dtype, "
+                f"or convert x first: x.astype('{dtype_name(res)}') keeps the real parts"
+            )
     elif op in ("sum", "prod") and (x.kind == "b" or (x.kind in "iu" and x.itemsize < 8)):
         res = np.dtype(np.uint64 if x.kind == "u" else np.int64)
     elif op in ("mean", "norm") and x.kind in "biu":
         res = np.dtype(np.float64)
+    elif op == "norm" and x.kind == "c":  # |x| is real: float32 / float64
+        res = np.dtype(np.float32 if x == np.complex64 else np.float64)
     else:
         res = x
-    return dtype_name(res), f32 if res == np.float16 else dtype_name(res)
+    return dtype_name(res), _accumulator(res)
 
 
 def reduce_op(
@@ -110,9 +142,7 @@ def reduce_op(
         raise ArgumentError(
             f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}"
         )
-    if dtype_name(x.dtype) in STORAGE_ONLY:
-        raise DTypeError(f"{name}: " + storage_only_message("x", x.dtype, "reductions"))
-    _check_dtype(x.dtype, "x")
+    check_dtype(x.dtype, "x", name)
     if not isinstance(keepdims, (bool, np.bool_)):
         raise ArgumentError(f"{name}: keepdims must be a bool, got {keepdims!r}"[:200])
     axes = normalize_axes(axis, len(x.shape), name, allow_tuple=op not in ARG_OPS)
@@ -128,7 +158,7 @@ def reduce_op(
     if out is not None:
         result = Node("tensor", "out", shape, np.dtype(res), device=x.device)
         elementwise._check_out(out, elementwise._Preview(result), name)
-    node = leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
+    node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     device = node.device
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
@@ -140,6 +170,14 @@ def reduce_op(
     pending = device_op(enqueue, device, name)
     pending._take()
     return TensorOp(Node("pending", name, shape, np.dtype(res), pending, device=device), out)
+
+
+def _leaf(x: Tensor | TensorOp, argument: str) -> Node:
+    """The node of a reduction's operand; a tensor of a dtype elementwise ops do not take
+    (bfloat16, complex) is loaded as it is."""
+    if isinstance(x, Tensor) and dtype_name(x.dtype) not in ELEMENTWISE_DTYPES:
+        return Node("tensor", argument, x.shape, x.dtype, x, device=x.device)
+    return leaf(x, argument)
 
 
 def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
@@ -269,6 +307,7 @@ mean = _make(
 max = _make(
     "max",
     """The largest element over ``axis``; NaN propagates; empty axes raise ArgumentError.
+    Complex numbers compare as in numpy: by real part, then by imaginary part.
 
     >>> hi = await cuasync.max(x, axis=1)
     """,
@@ -306,12 +345,15 @@ def argmin(
 
 
 def vdot(a: Any, b: Any) -> TensorOp:
-    """The dot product of ``a`` and ``b`` flattened (same size; real dtypes): a 0-d tensor
-    of their product's dtype, ``sum(a * b)`` in one kernel.
+    """The dot product of ``a`` and ``b`` flattened (same size): a 0-d tensor of their
+    product's dtype, ``sum(conj(a) * b)`` in one kernel, as ``numpy.vdot``.
 
-    Tensors of different shapes (same size) must be contiguous to be flattened.
+    Complex ``a`` is conjugated; bfloat16 products accumulate in float32 and round once
+    (as ml_dtypes' dot does). Tensors of different shapes (same size) must be contiguous
+    to be flattened.
 
     >>> d = await cuasync.vdot(x, y)
+    >>> c = await cuasync.vdot(z, z)          # complex: sum(|z|^2), imaginary part 0
     """
     sizes = [getattr(v, "size", None) for v in (a, b)]
     if None not in sizes and sizes[0] != sizes[1]:
@@ -333,13 +375,46 @@ def vdot(a: Any, b: Any) -> TensorOp:
         if not isinstance(v, (Tensor, TensorOp)):
             leaf(v, arg)  # the operand error elementwise ops give
             raise ArgumentError(f"vdot: {arg} must be a cuasync.Tensor or TensorOp")
-    product = elementwise.multiply(a, b)
-    return reduce_op("vdot", "sum", product, None, dtype=product.dtype)
+    names = [dtype_name(v.dtype) for v in (a, b)]
+    if all(n in ELEMENTWISE_DTYPES for n in names):
+        product = elementwise.multiply(a, b)
+        return reduce_op("vdot", "sum", product, None, dtype=product.dtype)
+    return _vdot_wide(a, b)
+
+
+def _vdot_wide(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:
+    """vdot where an operand is bfloat16 or complex, which elementwise ops do not take:
+    a ``conj(a) * b`` node in the accumulator's dtype, summed by the reduction kernel."""
+    for v, arg in ((a, "a"), (b, "b")):
+        if isinstance(v, TensorOp) and v._consumed:
+            v._take()  # raises OpConsumedError
+        check_dtype(v.dtype, arg, "vdot")
+    try:
+        res = np.result_type(a.dtype, b.dtype)
+    except TypeError:  # no common dtype (bfloat16 and float16, ...)
+        raise DTypeError(
+            f"vdot: a is {dtype_name(a.dtype)} and b is {dtype_name(b.dtype)}, which have no "
+            "common dtype; convert one with .astype()"
+        ) from None
+    check_dtype(res, "the product of a and b", "vdot")
+    if a.device is not b.device:
+        raise InvalidDeviceError(
+            f"vdot: a is on device {a.device.ordinal}, b on device {b.device.ordinal}"
+            if a.device is not None and b.device is not None
+            else "vdot: a and b live on different devices"
+        )
+    if a.shape != b.shape:
+        raise ShapeError(f"vdot: a has shape {a.shape} and b {b.shape}")  # (flattened above)
+    acc = np.dtype(_accumulator(res))
+    nodes = (_leaf(a, "a"), _leaf(b, "b"))
+    product = Node("op", "vdot", a.shape, acc, None, nodes, (acc, acc), a.device)
+    return reduce_op("vdot", "sum", TensorOp(product), None, dtype=res)
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> TensorOp:
-    """The 2-norm (``sqrt(sum(x * x))``) over ``axis``: vectors (``ord`` None or 2) and
-    the Frobenius norm of matrices (``ord`` None or ``"fro"``); float64 for integers.
+    """The 2-norm (``sqrt(sum(|x|**2))``) over ``axis``: vectors (``ord`` None or 2) and
+    the Frobenius norm of matrices (``ord`` None or ``"fro"``); float64 for integers,
+    real for complex (float32 for complex64), bfloat16 for bfloat16 (float32 inside).
 
     >>> n = await cuasync.linalg.norm(x, axis=-1)
     """

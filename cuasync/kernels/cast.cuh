@@ -42,6 +42,19 @@ __device__ __forceinline__ ca_val ca_complex(double re, double im) {
     return ca_make(3, 0, 0, re, im);
 }
 
+// float <-> double keeping a NaN's sign, as numpy does (it becomes the quiet NaN): a GPU's
+// conversion instructions need not keep it, and FP8 results carry it.
+__device__ __forceinline__ double ca_f64(float f) {
+    if (f == f) return (double)f;
+    ca_u64 sign = (ca_u64)((unsigned)__float_as_int(f) & 0x80000000u) << 32;
+    return __longlong_as_double((long long)(sign | 0x7ff8000000000000ULL));
+}
+__device__ __forceinline__ float ca_f32(double d) {
+    if (d == d) return (float)d;
+    unsigned sign = (unsigned)((ca_u64)__double_as_longlong(d) >> 32) & 0x80000000u;
+    return __int_as_float((int)(sign | 0x7fc00000u));
+}
+
 // -- float16 and bfloat16 bit patterns ----------------------------------------------------
 __device__ __forceinline__ double ca_pow2(int e) {  // 2^e, -1022 <= e <= 1023
     return __longlong_as_double((long long)(e + 1023) << 52);
@@ -157,19 +170,19 @@ __device__ ca_val ca_load(const void* base, long long i, int code) {
         case 7: return ca_unsigned(((const unsigned int*)base)[i]);
         case 8: return ca_unsigned(((const ca_u64*)base)[i]);
         case 9: return ca_real(ca_half_to_double(((const unsigned short*)base)[i]));
-        case 10: return ca_real((double)ca_bf16_to_float(((const unsigned short*)base)[i]));
-        case 11: return ca_real((double)((const float*)base)[i]);
+        case 10: return ca_real(ca_f64(ca_bf16_to_float(((const unsigned short*)base)[i])));
+        case 11: return ca_real(ca_f64(((const float*)base)[i]));
         case 12: return ca_real(((const double*)base)[i]);
         case 13: {
             float2 c = ((const float2*)base)[i];
-            return ca_complex((double)c.x, (double)c.y);
+            return ca_complex(ca_f64(c.x), ca_f64(c.y));
         }
         case 14: {
             double2 c = ((const double2*)base)[i];
             return ca_complex(c.x, c.y);
         }
-        case 15: return ca_real((double)ca_e4m3_to_float(((const unsigned char*)base)[i]));
-        default: return ca_real((double)ca_e5m2_to_float(((const unsigned char*)base)[i]));
+        case 15: return ca_real(ca_f64(ca_e4m3_to_float(((const unsigned char*)base)[i])));
+        default: return ca_real(ca_f64(ca_e5m2_to_float(((const unsigned char*)base)[i])));
     }
 }
 
@@ -205,7 +218,7 @@ __device__ __forceinline__ float ca_to_f32(const ca_val& v) {
     switch (v.tag) {
         case 0: return (float)v.i;
         case 1: return (float)v.u;
-        default: return (float)v.re;
+        default: return ca_f32(v.re);
     }
 }
 
@@ -234,7 +247,7 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
     } else if constexpr (K == 12) {
         *p = ca_to_f64(v);
     } else if constexpr (K == 13) {
-        *p = make_float2(ca_to_f32(v), v.tag == 3 ? (float)v.im : 0.0f);
+        *p = make_float2(ca_to_f32(v), v.tag == 3 ? ca_f32(v.im) : 0.0f);
     } else if constexpr (K == 14) {
         *p = make_double2(ca_to_f64(v), v.tag == 3 ? v.im : 0.0);
     } else if constexpr (K == 15) {
