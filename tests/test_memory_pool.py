@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import anyio
@@ -100,6 +101,31 @@ def test_a_pool_stays_while_held_work_uses_its_memory(quiet_device) -> None:
     del fut
     assert cuasync.testing.settle()
     assert alive() is None
+
+
+def test_the_driver_pool_is_destroyed_only_after_the_frees_of_its_memory_ran(
+    quiet_device, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On CUDA 13.0 (driver 580) cuMemPoolDestroy with a free of its memory still pending
+    # makes a later driver call crash (tools/probes/pool_destroy.py); the emulator refuses
+    # it. The pool waits in a graveyard until an event after its last free completed.
+    from cuasync._core.pools import _GRAVEYARD
+
+    stream = quiet_device.new_stream()
+    pool = MemoryPool(quiet_device)
+    alive = weakref.ref(pool)
+    with use_memory_pool(pool):
+        t = cuasync.ones((1024,), "float32").sync_on(stream)
+    del pool
+    with caplog.at_level(logging.DEBUG, logger="cuasync"), cuasync.testing.gate(stream):
+        del t  # its free waits behind the gate on `stream`, then the pool goes
+        assert alive() is None
+        _GRAVEYARD._chore()  # what the background watcher runs (it may have, too)
+        assert len(_GRAVEYARD) == 1  # the driver's pool is kept while the free waits
+    stream.synchronize()
+    _GRAVEYARD._chore()
+    assert len(_GRAVEYARD) == 0
+    assert not [r for r in caplog.records if "memory pool" in r.getMessage()]
 
 
 def test_the_device_limit_counts_pool_allocations(quiet_device) -> None:

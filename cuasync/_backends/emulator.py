@@ -765,11 +765,23 @@ class EmulatorBackend(Backend):
         device = self._pool_device.pop(pool, None)  # no lock: called from finalizers
         if device is None:
             return
-        found = device.pools.pop(pool, None)
+        found = device.pools.get(pool)
+        if found is not None and found.used:
+            # Documented as deferred, but on CUDA 13.0 (driver 580) it makes a later
+            # driver call crash (tools/probes/pool_destroy.py): refused here, so that CI
+            # catches a pool destroyed before the frees of its memory have run.
+            self._pool_device[pool] = device
+            raise DriverError(
+                Code.NOT_PERMITTED,
+                "cuMemPoolDestroy",
+                f"pool {pool:#x} still has {found.used} bytes whose stream-ordered free has "
+                "not run: destroying it now crashes the CUDA 13.0 driver later; wait for "
+                "the frees (an event after them) first",
+            )
+        device.pools.pop(pool, None)
         if found is not None:
-            found.destroyed = True  # its allocations still pending free keep it reserved
-            if not found.used:
-                found.reserved = 0
+            found.destroyed = True
+            found.reserved = 0
 
     def pool_set_release_threshold(self, pool: int, nbytes: int) -> None:
         device, found = self._pool(pool)

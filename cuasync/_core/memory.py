@@ -131,6 +131,8 @@ class Allocation(ProcessLocal):
             for other, seq in pending:
                 stream._order_after(other, seq)
             get_backend().mem_free_async(self.ptr, stream.handle)
+            if self._pool is not None:
+                self._pool._freed_on(stream.handle)
         except Exception as exc:
             # Shutdown or a fault raced with us: leaking is the safe choice.
             report_once("cuasync.memory", "free device memory", exc)

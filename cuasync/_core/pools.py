@@ -10,8 +10,14 @@ context-local (a contextvar: each asyncio task and thread sees its own), like
 :func:`cuasync.use_policy`.
 
 A pool lives as long as anything allocated from it: every allocation holds a reference,
-so the pool is destroyed (without blocking: the driver defers the release of memory
-whose free is still pending) only once the last of them is gone.
+so the pool is destroyed only once the last of them is gone, and the driver's pool only
+once the stream-ordered frees of its memory have run. ``cuMemPoolDestroy`` is documented
+to defer the release of memory whose free is still pending, but on an H200 (driver
+580.159, CUDA 13.0) destroying a pool then makes a later driver call crash (SIGSEGV or
+SIGFPE in ``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemAllocFromPoolAsync``;
+``tools/probes/pool_destroy.py``): each free records an event, and a pool whose events
+have not all completed waits in the :class:`_Graveyard`, which the background watcher
+sweeps without blocking.
 """
 
 from __future__ import annotations
@@ -58,9 +64,12 @@ class MemoryPool:
         self.device = get_default_device() if device is None else Device(device)
         threshold = _threshold(release_threshold)
         self._threshold = release_threshold
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: finalizers of its allocations take it
         self._used = self._peak = self._count = 0
         self.device._utility_stream()  # now, not in a finalizer (it may start a thread)
+        #: An event per stream its memory was freed on, recorded after the last free.
+        self._frees: dict[int, int] = {}
+        _GRAVEYARD.watch()  # now, not in the finalizer (it may start the watcher)
         #: The driver's ``CUmemoryPool`` handle (an emulator handle on the emulator).
         self.handle: int = get_backend().pool_create(self.device.ordinal, threshold)
 
@@ -132,16 +141,83 @@ class MemoryPool:
             self._used -= nbytes
             self._count -= 1
 
+    def _freed_on(self, stream: int) -> None:
+        """An allocation's free was enqueued on ``stream`` (a finalizer calls this): the
+        driver's pool must outlive it (see the module's docs)."""
+        backend = get_backend()
+        with self._lock:
+            event = self._frees.get(stream)
+            if event is None:
+                event = self._frees[stream] = backend.event_create(self.device.ordinal)
+            backend.event_record(event, stream)
+
     def __del__(self) -> None:
         handle = getattr(self, "handle", None)
         if handle is None or sys.is_finalizing():
             return  # never created, or the process is exiting and the driver releases it
         if self.device.fault is not None:
             return  # a faulted context may still use it: leaked, as its allocations are
-        try:
-            get_backend().pool_destroy(handle)
-        except Exception as exc:
-            report_once("cuasync.memory", "destroy a memory pool", exc)
+        _GRAVEYARD.bury(handle, list(getattr(self, "_frees", {}).values()))
+
+
+class _Graveyard:
+    """Driver pools whose Python object is gone, destroyed once their frees have run.
+
+    ``bury`` is called by finalizers (no blocking, no thread started); the background
+    watcher's chore queries the events and destroys what is free to go.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # reentrant: finalizers may bury inside its sections
+        self._dead: list[tuple[int, list[int]]] = []
+        self._watched = False
+
+    def __len__(self) -> int:
+        return len(self._dead)
+
+    def watch(self) -> None:
+        """Register the chore (once; from a constructor: it may start the watcher)."""
+        if not self._watched:
+            from .completion import get_hub
+
+            self._watched = True
+            get_hub().background.add_chore(self._chore)
+
+    def bury(self, pool: int, events: list[int]) -> None:
+        with self._lock:
+            self._dead.append((pool, events))
+        self._chore_soon()
+
+    def _chore_soon(self) -> None:
+        from . import completion
+
+        hub = completion._hub
+        if hub is not None:
+            hub.background.kick()
+
+    def _chore(self) -> float | None:
+        """On the watcher's thread: destroy the pools whose frees have all run; the
+        seconds until the next look, or None when none is left. (Event queries never
+        block: the lock is held throughout.)"""
+        backend = get_backend()
+        with self._lock:
+            waiting = []
+            for pool, events in self._dead:
+                try:
+                    if all(backend.event_query(e) for e in events):
+                        for e in events:
+                            backend.event_destroy(e)
+                        backend.pool_destroy(pool)
+                        continue
+                except Exception as exc:  # a fault: the pool is leaked, as its memory is
+                    report_once("cuasync.memory", "destroy a memory pool", exc)
+                    continue
+                waiting.append((pool, events))
+            self._dead[:] = waiting
+            return 0.01 if waiting else None
+
+
+_GRAVEYARD = _Graveyard()
 
 
 def _threshold(nbytes: int | None) -> int:
