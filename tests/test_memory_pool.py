@@ -113,6 +113,7 @@ def test_the_driver_pool_is_destroyed_only_after_the_frees_of_its_memory_ran(
 
     stream = quiet_device.new_stream()
     pool = MemoryPool(quiet_device)
+    handle = pool.handle
     alive = weakref.ref(pool)
     with use_memory_pool(pool):
         t = cuasync.ones((1024,), "float32").sync_on(stream)
@@ -126,6 +127,12 @@ def test_the_driver_pool_is_destroyed_only_after_the_frees_of_its_memory_ran(
     _GRAVEYARD._chore()
     assert len(_GRAVEYARD) == 0
     assert not [r for r in caplog.records if "memory pool" in r.getMessage()]
+    # Recycled, not destroyed (destroying one crashed that driver even then): the next
+    # pool of the device gets it, trimmed and with its own threshold.
+    again = MemoryPool(quiet_device, release_threshold=0)
+    assert again.handle == handle and again.release_threshold == 0
+    stats = again.stats()
+    assert (stats.pool_reserved, stats.pool_used, stats.live_allocations) == (0, 0, 0)
 
 
 def test_the_device_limit_counts_pool_allocations(quiet_device) -> None:

@@ -10,14 +10,17 @@ context-local (a contextvar: each asyncio task and thread sees its own), like
 :func:`cuasync.use_policy`.
 
 A pool lives as long as anything allocated from it: every allocation holds a reference,
-so the pool is destroyed only once the last of them is gone, and the driver's pool only
-once the stream-ordered frees of its memory have run. ``cuMemPoolDestroy`` is documented
-to defer the release of memory whose free is still pending, but on an H200 (driver
-580.159, CUDA 13.0) destroying a pool then makes a later driver call crash (SIGSEGV or
-SIGFPE in ``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemAllocFromPoolAsync``;
-``tools/probes/pool_destroy.py``): each free records an event, and a pool whose events
-have not all completed waits in the :class:`_Graveyard`, which the background watcher
-sweeps without blocking.
+so the pool goes only once the last of them is gone. The driver's pool is then not
+destroyed but recycled: ``cuMemPoolDestroy`` is documented to defer the release of
+memory whose free is still pending, but on an H200 (driver 580.159, CUDA 13.0)
+destroying a pool then makes a later driver call crash (SIGSEGV or SIGFPE in
+``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemAllocFromPoolAsync``;
+``tools/probes/pool_destroy.py``), and destroying it once events after its frees had
+completed still crashed there. So each free records an event; a dropped pool waits in
+the :class:`_Graveyard` until they have completed (the background watcher looks,
+without blocking), is then trimmed to nothing and handed to the next
+:class:`MemoryPool` of its device. The process holds at most as many driver pools as it
+ever had alive at once; the spares hold no memory.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class MemoryPool:
         self._frees: dict[int, int] = {}
         _GRAVEYARD.watch()  # now, not in the finalizer (it may start the watcher)
         #: The driver's ``CUmemoryPool`` handle (an emulator handle on the emulator).
-        self.handle: int = get_backend().pool_create(self.device.ordinal, threshold)
+        self.handle: int = _GRAVEYARD.reuse(self.device.ordinal, threshold)
 
     def __repr__(self) -> str:
         return (
@@ -161,15 +164,18 @@ class MemoryPool:
 
 
 class _Graveyard:
-    """Driver pools whose Python object is gone, destroyed once their frees have run.
+    """Driver pools whose Python object is gone: recycled once their frees have run.
 
     ``bury`` is called by finalizers (no blocking, no thread started); the background
-    watcher's chore queries the events and destroys what is free to go.
+    watcher's chore queries the events, trims what is free to go and keeps it for
+    :meth:`reuse`.
     """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # reentrant: finalizers may bury inside its sections
         self._dead: list[tuple[int, list[int]]] = []
+        self._spare: dict[int, list[int]] = {}  # ordinal -> trimmed pools
+        self._ordinals: dict[int, int] = {}  # pool -> ordinal
         self._watched = False
 
     def __len__(self) -> int:
@@ -182,6 +188,20 @@ class _Graveyard:
 
             self._watched = True
             get_hub().background.add_chore(self._chore)
+
+    def reuse(self, ordinal: int, threshold: int) -> int:
+        """A spare pool of device ``ordinal`` with ``threshold`` set, else a new one."""
+        backend = get_backend()
+        with self._lock:
+            spare = self._spare.get(ordinal)
+            pool = spare.pop() if spare else None
+        if pool is None:
+            pool = backend.pool_create(ordinal, threshold)
+            with self._lock:
+                self._ordinals[pool] = ordinal
+        else:
+            backend.pool_set_release_threshold(pool, threshold)
+        return pool
 
     def bury(self, pool: int, events: list[int]) -> None:
         with self._lock:
@@ -207,10 +227,11 @@ class _Graveyard:
                     if all(backend.event_query(e) for e in events):
                         for e in events:
                             backend.event_destroy(e)
-                        backend.pool_destroy(pool)
+                        backend.pool_trim(pool, 0)
+                        self._spare.setdefault(self._ordinals[pool], []).append(pool)
                         continue
                 except Exception as exc:  # a fault: the pool is leaked, as its memory is
-                    report_once("cuasync.memory", "destroy a memory pool", exc)
+                    report_once("cuasync.memory", "recycle a memory pool", exc)
                     continue
                 waiting.append((pool, events))
             self._dead[:] = waiting

@@ -41,7 +41,8 @@ def new_pool(threshold: int):  # type: ignore[no-untyped-def]
 
 
 # argv[1]: "pending" destroys each pool with its free still pending; "landed" waits for
-# the free first (the control); "cuasync" skips the driver-alone loop.
+# the free first (cuStreamSynchronize: the control); "event" polls cuEventQuery on an
+# event recorded after the free, then destroys; "cuasync" skips the driver-alone loop.
 MODE = sys.argv[1] if len(sys.argv) > 1 else "pending"
 for label, threshold in (("threshold max", (1 << 64) - 1), ("threshold 0", 0)):
     if MODE == "cuasync":
@@ -55,6 +56,12 @@ for label, threshold in (("threshold max", (1 << 64) - 1), ("threshold 0", 0)):
         check(d.cuMemFreeAsync(ptr, stream))
         if MODE == "landed":
             check(d.cuStreamSynchronize(stream))
+        elif MODE == "event":
+            event = check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+            check(d.cuEventRecord(event, stream))
+            while d.cuEventQuery(event)[0] == d.CUresult.CUDA_ERROR_NOT_READY:
+                pass
+            check(d.cuEventDestroy(event))
         check(d.cuMemPoolDestroy(pool))
         if i % 3 == 0:
             check(d.cuStreamSynchronize(other))
