@@ -147,9 +147,9 @@ def _check_tensor(t: Any, argument: str) -> Tensor:
 def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
     """An op copying a numpy array (or anything ``np.asarray`` accepts) to a new tensor.
 
-    The array is read while the op runs: arrays below 1 MiB during submission (on the
+    The array is read while the op runs: arrays below 16 MiB during submission (on the
     calling thread), larger ones by cuasync's copy threads until the op completes, so
-    that the event loop never waits for the copy. Do not modify the array before the
+    that the event loop does not wait for their copy. Do not modify the array before the
     op completes (see the Transfers guide, "from_host and pageable memory").
 
     >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -5,8 +5,8 @@ of two routes, picked per size (:func:`upload_route`, :func:`download_route`):
 
 * **single**: one pooled pinned block; the calling thread memcpys the array into it
   before the DMA (upload), or out of it after the DMA (download). Below
-  :data:`UPLOAD_CHUNKED_MIN` / :data:`DOWNLOAD_CHUNKED_MIN` the memcpy costs less than
-  handing it to another thread.
+  :data:`UPLOAD_CHUNKED_MIN` / :data:`DOWNLOAD_CHUNKED_MIN` this was faster on the H200
+  than handing chunks to several threads.
 * **chunked**: the data is split into chunks (:func:`chunk_bytes`), each with a pooled
   pinned block, acquired up front. Upload: the calling thread (the event loop) only
   enqueues, per chunk, a wait on a host word (``stream_wait_value32`` on a word claimed
@@ -71,10 +71,15 @@ __all__ = [
 ]
 
 KiB, MiB = 1 << 10, 1 << 20
-#: ``from_host`` copies from this many bytes up go the chunked route.
-UPLOAD_CHUNKED_MIN = 1 * MiB
-#: ``download_into`` copies from this many bytes up go the chunked route.
-DOWNLOAD_CHUNKED_MIN = 1 * MiB
+#: ``from_host`` copies from this many bytes up go the chunked route. Measured on the H200
+#: (``python -m cuasync.bench transfers``, 2026-12-01): below 16 MiB one thread's copy
+#: was faster (1 MiB: 4.7 against 2.2 GB/s; 4 MiB: 7.0 against 3.0) and held the loop
+#: about as long; at 16 MiB they matched (9.6, 10.0 GB/s) and chunks held the loop half
+#: as long (0.7 against 1.6 ms); from 64 MiB chunks ran 3-4 times faster.
+UPLOAD_CHUNKED_MIN = 16 * MiB
+#: ``download_into`` copies from this many bytes up go the chunked route (the same
+#: crossover: 16 MiB 8.1 single, 10.9 chunked GB/s; 4 MiB 7.2 single, 3.9 chunked).
+DOWNLOAD_CHUNKED_MIN = 16 * MiB
 #: Chunk sizes (powers of two): at least two chunks per copy thread, within these bounds.
 CHUNK_MIN = 256 * KiB
 CHUNK_MAX = 8 * MiB
