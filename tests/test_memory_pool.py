@@ -103,12 +103,12 @@ def test_a_pool_stays_while_held_work_uses_its_memory(quiet_device) -> None:
     assert alive() is None
 
 
-def test_the_driver_pool_is_destroyed_only_after_the_frees_of_its_memory_ran(
+def test_the_driver_pool_is_recycled_only_after_the_frees_of_its_memory_ran(
     quiet_device, caplog: pytest.LogCaptureFixture
 ) -> None:
     # On CUDA 13.0 (driver 580) cuMemPoolDestroy with a free of its memory still pending
-    # makes a later driver call crash (tools/probes/pool_destroy.py); the emulator refuses
-    # it. The pool waits in a graveyard until an event after its last free completed.
+    # makes a later driver call crash (tools/probes/pool_destroy.py): cuasync recycles
+    # pools instead, each once an event after its last free completed.
     from cuasync._core.pools import _GRAVEYARD
 
     stream = quiet_device.new_stream()

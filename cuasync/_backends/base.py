@@ -289,11 +289,6 @@ class Backend(ABC):
         peers given access to the device so far may access it too."""
 
     @abstractmethod
-    def pool_destroy(self, pool: int) -> None:
-        """Destroy ``pool`` (``cuMemPoolDestroy``); never blocks. Allocations still alive
-        or frees still pending keep its memory until they complete, as in the driver."""
-
-    @abstractmethod
     def pool_set_release_threshold(self, pool: int, nbytes: int) -> None: ...
 
     @abstractmethod

@@ -818,12 +818,6 @@ class CudaBackend(Backend):
             raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
         return found
 
-    def pool_destroy(self, pool: int) -> None:
-        found = self._user_pools.pop(pool, None)  # no lock: called from finalizers
-        if found is not None:
-            (err,) = _d.cuMemPoolDestroy(found[0])  # deferred by the driver while in use
-            self._check(err, "cuMemPoolDestroy", found[1])
-
     def pool_set_release_threshold(self, pool: int, nbytes: int, raw: Any = None) -> None:
         ordinal = -1
         if raw is None:

@@ -149,7 +149,6 @@ class _Pool:
     threshold: int
     reserved: int = 0
     used: int = 0
-    destroyed: bool = False
 
 
 class _Stream:
@@ -721,8 +720,6 @@ class EmulatorBackend(Backend):
                     return
                 pool.used -= buffer.nbytes
                 pool.reserved = max(pool.used, min(pool.reserved, pool.threshold))
-                if pool.destroyed and not pool.used:
-                    pool.reserved = 0  # a destroyed pool goes once its last allocation does
 
         self._enqueue(stream, free)
 
@@ -730,7 +727,6 @@ class EmulatorBackend(Backend):
         device = self._device(ordinal)
         with device.lock:
             reserved = device.reserved + sum(p.reserved for p in device.pools.values())
-            reserved += sum(p.reserved for p in set(device.pool_of.values()) if p.destroyed)
             return device.total_memory - reserved, device.total_memory
 
     def mem_pool_usage(self, ordinal: int) -> tuple[int, int]:
@@ -760,28 +756,6 @@ class EmulatorBackend(Backend):
         if device is None or pool is None:
             raise DriverError(Code.INVALID_HANDLE, "memory pool", f"unknown pool {handle:#x}")
         return device, pool
-
-    def pool_destroy(self, pool: int) -> None:
-        device = self._pool_device.pop(pool, None)  # no lock: called from finalizers
-        if device is None:
-            return
-        found = device.pools.get(pool)
-        if found is not None and found.used:
-            # Documented as deferred, but on CUDA 13.0 (driver 580) it makes a later
-            # driver call crash (tools/probes/pool_destroy.py): refused here, so that CI
-            # catches a pool destroyed before the frees of its memory have run.
-            self._pool_device[pool] = device
-            raise DriverError(
-                Code.NOT_PERMITTED,
-                "cuMemPoolDestroy",
-                f"pool {pool:#x} still has {found.used} bytes whose stream-ordered free has "
-                "not run: destroying it now crashes the CUDA 13.0 driver later; wait for "
-                "the frees (an event after them) first",
-            )
-        device.pools.pop(pool, None)
-        if found is not None:
-            found.destroyed = True
-            found.reserved = 0
 
     def pool_set_release_threshold(self, pool: int, nbytes: int) -> None:
         device, found = self._pool(pool)
