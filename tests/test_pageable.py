@@ -458,7 +458,8 @@ async def test_cancelling_the_await_leaks_nothing(anyio_backend, baseline, copie
 
 def test_the_exit_hook_runs_each_queued_task_once(monkeypatch) -> None:
     pool = _copy_threads._Pool()
-    started, release, runs = threading.Event(), threading.Event(), []
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
 
     def held(i: int) -> None:
         started.set()
