@@ -107,7 +107,10 @@ class _Pool:
         their words go on before the driver tears the context down)."""
         with self.cond:
             self.closed = True
-            left, self.tasks = list(self.tasks), deque()
+            # Emptied in place: the threads hold this very deque, and must not run the
+            # tasks this thread is about to run.
+            left = list(self.tasks)
+            self.tasks.clear()
         for fn, arg in left:
             try:
                 fn(arg)

@@ -220,16 +220,17 @@ def upload_chunked(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     job = _Upload(src, bounds, blocks, sizes, words, ctx.error_box())
     backend, handle = get_backend(), ctx.handle
     offset = 0
+    tasks: list[_copy_threads.Task] = [(job.copy, i) for i in range(len(blocks))]
     try:
         for (_, address, value), block, n in zip(words, blocks, sizes, strict=True):
             backend.stream_wait_value32(handle, address, value)
             backend.memcpy_htod_async(dst + offset, block.address, n, handle)
             offset += n
+        queued = _copy_threads.submit(tasks)
     except BaseException:
         job.abort()  # the waits enqueued so far must not hold the stream forever
         raise
-    tasks: list[_copy_threads.Task] = [(job.copy, i) for i in range(len(blocks))]
-    if not _copy_threads.submit(tasks):
+    if not queued:
         for fn, i in tasks:  # no copy threads (interpreter exit): here, now
             fn(i)
 

@@ -7,6 +7,7 @@ event, fails or counts, so every test runs unchanged on a GPU.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import weakref
 from collections.abc import Iterator
@@ -394,6 +395,22 @@ def test_a_submission_failing_part_way_writes_its_words(baseline, monkeypatch) -
 
 
 @needs_chunked
+def test_a_failure_to_queue_the_copies_writes_the_words(baseline, monkeypatch) -> None:
+    def refuse(tasks: list[_copy_threads.Task]) -> bool:
+        raise MemoryError("injected: no memory to queue the copies")
+
+    monkeypatch.setattr(_copy_threads, "submit", refuse)
+    s = cuasync.Device(0).new_stream()
+    with forced_route("chunked"), pytest.raises(MemoryError, match="injected"):
+        cuasync.from_host(data(2 << 20)).submit_on(s)
+    monkeypatch.undo()
+    # the waits already enqueued must not hold the stream forever
+    assert cuasync.testing.settle(), "the stream waits on a word nobody will write"
+    t = cuasync.from_host(np.arange(4.0)).sync_on(s)
+    np.testing.assert_array_equal(t.to_host().sync(), np.arange(4.0))
+
+
+@needs_chunked
 def test_running_out_of_words_fails_cleanly(baseline, monkeypatch) -> None:
     hub = cuasync._core.completion.get_hub()
     real, calls = hub.claim_word, []
@@ -437,6 +454,28 @@ async def test_cancelling_the_await_leaks_nothing(anyio_backend, baseline, copie
         copies.release.set()
     # the copies, the DMAs and the completion go on without the task; baseline checks
     # that the words, the slots and the device memory all come back
+
+
+def test_the_exit_hook_runs_each_queued_task_once(monkeypatch) -> None:
+    pool = _copy_threads._Pool()
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def held(i: int) -> None:
+        started.set()
+        assert release.wait(30)
+
+    try:
+        assert pool.submit([(held, 0), (runs.append, 1)], 1)
+        assert started.wait(30)  # the one thread runs `held`; the other task is queued
+        queue = pool.tasks  # what the thread takes its next task from
+        monkeypatch.setattr(_copy_threads, "_EXIT_WAIT_S", 0.01)
+        pool.close()  # runs the queued task here; `held` is still running
+        assert runs == [1]
+        assert not queue, "a copy thread would run the task a second time"
+    finally:
+        release.set()
+        atexit.unregister(pool.close)
 
 
 def test_exit_with_chunked_copies_queued_or_running() -> None:

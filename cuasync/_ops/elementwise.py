@@ -105,12 +105,35 @@ def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
     """``out`` may be an operand itself (in place), not partly overlap one: the kernel
     would read elements it has already overwritten."""
     for arg, v in operands.items():
-        if isinstance(v, Tensor) and partly_overlap(out, v):
-            raise AliasingError(
-                f"{name}: out overlaps {arg} without being the very same view ({out.shape}/"
-                f"{out.strides} and {v.shape}/{v.strides} views of one allocation); write "
-                "to a new tensor (or into the operand itself)"
-            )
+        for t in _tensors_read(v):
+            if partly_overlap(out, t):
+                where = arg if t is v else f"a tensor {arg} reads"
+                raise AliasingError(
+                    f"{name}: out overlaps {where} without being the very same view "
+                    f"({out.shape}/{out.strides} and {t.shape}/{t.strides} views of one "
+                    "allocation); write to a new tensor (or into the operand itself)"
+                )
+
+
+def _tensors_read(operand: Any) -> list[Tensor]:
+    """The tensors the kernel reads for ``operand``: a fused TensorOp's leaves too (and
+    the out= of one that runs first), not only a tensor passed directly."""
+    if isinstance(operand, Tensor):
+        return [operand]
+    if not isinstance(operand, TensorOp):
+        return []
+    if operand._out is not None:
+        return [operand._out]
+    found: list[Tensor] = []
+    stack = [operand._node]
+    while stack:
+        node = stack.pop()
+        if node.kind == "tensor":
+            found.append(node.value)
+        elif node.kind == "pending" and isinstance(node.value, TensorOp):
+            found.extend(_tensors_read(node.value))
+        stack.extend(node.children)
+    return found
 
 
 class _Preview:
