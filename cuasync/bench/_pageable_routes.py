@@ -27,25 +27,15 @@ import cuasync
 from cuasync import _pageable
 from cuasync._backends import get_backend
 
-from ._util import Report, Row, timed
+from ._util import KiB, MiB, Report, Row, median_s, ratio_table, size_name, timed
 
 SUITE = "transfers"
-KiB, MiB = 1 << 10, 1 << 20
 UP = ("from_host auto", "from_host single", "from_host chunked")
 DOWN = ("download_into auto", "download_into single", "download_into chunked")
 DIRECT_UP = "direct cuMemcpyHtoDAsync (pageable) + sync"
 SYNC_UP = "raw cuMemcpyHtoD (pageable)"
 SYNC_DOWN = "raw cuMemcpyDtoH (pageable)"
 TORCH = ("torch from_numpy(a).cuda() + sync", "torch pageable copy_ + sync")
-
-
-def _name(n: int) -> str:
-    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
-
-
-def _median_s(fn: Callable[[], Any], nbytes: int, budget: int, max_reps: int) -> float:
-    reps = max(3, min(max_reps, budget // max(nbytes, 1)))
-    return float(np.median(timed(fn, reps, warmup=1))) / 1e9
 
 
 def _submission_us(host: np.ndarray, stream: cuasync.Stream, reps: int) -> float:
@@ -81,7 +71,7 @@ def _measure(n: int, quick: bool, with_torch: bool) -> tuple[dict[str, float], d
     )
 
     def gbps(fn: Callable[[], Any]) -> float:
-        return n / _median_s(fn, n, budget, max_reps) / 1e9
+        return n / median_s(fn, n, budget, max_reps) / 1e9
 
     for name in UP:
         route = _route(name)
@@ -127,22 +117,6 @@ def _measure(n: int, quick: bool, with_torch: bool) -> tuple[dict[str, float], d
 
         rate[TORCH[0]], rate[TORCH[1]] = gbps(alloc_copy), gbps(copy_into)
     return rate, held
-
-
-def _table(title: str, routes: tuple[str, ...], ref: str, res: dict[int, dict[str, float]]) -> None:
-    sizes = sorted(res)
-    print(f"\n  {title}{f' (x = ratio to {ref})' if ref else ''}", flush=True)
-    print("  " + f"{'route':<44}" + "".join(f"{_name(n):>15}" for n in sizes))
-    for route in routes:
-        if not any(route in res[n] for n in sizes):
-            continue
-        cells = []
-        for n in sizes:
-            v, r = res[n].get(route), res[n].get(ref)
-            cells.append(
-                f"{'-':>15}" if v is None else f"{v:8.2f} {v / r:4.2f}x" if r else f"{v:15.2f}"
-            )
-        print("  " + f"{route:<44}" + "".join(f"{c:>15}" for c in cells), flush=True)
 
 
 def _crossover(res: dict[int, dict[str, float]], single: str, chunked: str) -> int | None:
@@ -195,7 +169,7 @@ def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None
     threads = cuasync._copy_threads.pool_size()
     print(
         f"\n  pageable numpy data, by route (copy threads: {threads}; chunked from "
-        f"{_name(_pageable.UPLOAD_CHUNKED_MIN)} up, auto)",
+        f"{size_name(_pageable.UPLOAD_CHUNKED_MIN)} up, auto)",
         flush=True,
     )
     rates: dict[int, dict[str, float]] = {}
@@ -203,16 +177,17 @@ def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None
     for n in sizes:
         rates[n], held[n] = _measure(n, quick, with_torch)
         for route, v in rates[n].items():
-            report.rows.append(Row(SUITE, f"pageable {_name(n)}: {route}", value=v, unit="GB/s"))
+            report.rows.append(
+                Row(SUITE, f"pageable {size_name(n)}: {route}", value=v, unit="GB/s")
+            )
         for route, v in held[n].items():
-            name = f"pageable {_name(n)}: {route} submission (loop held)"
+            name = f"pageable {size_name(n)}: {route} submission (loop held)"
             report.rows.append(Row(SUITE, name, value=v, unit="us"))
-    ref_up = SYNC_UP if any(SYNC_UP in r for r in rates.values()) else ""
-    ref_down = SYNC_DOWN if any(SYNC_DOWN in r for r in rates.values()) else ""
-    _table("H2D from pageable GB/s", (*UP, DIRECT_UP, SYNC_UP, *TORCH), ref_up, rates)
-    _table("D2H into pageable GB/s", (*DOWN, SYNC_DOWN, TORCH[1]), ref_down, rates)
+    up, down = (*UP, DIRECT_UP, SYNC_UP, *TORCH), (*DOWN, SYNC_DOWN, TORCH[1])
+    ratio_table("H2D from pageable GB/s", up, rates, SYNC_UP, SYNC_UP)
+    ratio_table("D2H into pageable GB/s", down, rates, SYNC_DOWN, SYNC_DOWN)
     print("\n  host time of one from_host submission (the event loop is held), us")
-    print("  " + f"{'route':<44}" + "".join(f"{_name(n):>15}" for n in sizes))
+    print("  " + f"{'route':<44}" + "".join(f"{size_name(n):>15}" for n in sizes))
     for route in UP:
         cells = [f"{held[n][route]:15.1f}" if route in held[n] else f"{'-':>15}" for n in sizes]
         print("  " + f"{route:<44}" + "".join(cells), flush=True)
@@ -221,6 +196,6 @@ def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None
         ("download", DOWN[1], DOWN[2], _pageable.DOWNLOAD_CHUNKED_MIN),
     ):
         best = _crossover(rates, single, chunked)
-        verdict = "never, in the sizes measured" if best is None else f"from {_name(best)} up"
-        print(f"  {kind}: chunked >= single {verdict} (threshold now {_name(current)})")
+        verdict = "never, in the sizes measured" if best is None else f"from {size_name(best)} up"
+        print(f"  {kind}: chunked >= single {verdict} (threshold now {size_name(current)})")
     _fixed_cost(report, 200 if quick or not cuda else 2000, with_torch)

@@ -126,3 +126,46 @@ async def await_latency(kernel: Any, n: int, stream: Any) -> list[int]:
             if i >= 50:
                 out.append(clock() - t0)
     return out
+
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def size_name(n: int) -> str:
+    """``4 KiB``, ``16 MiB``: a transfer size as the tables print it."""
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def median_s(fn: Callable[[], Any], nbytes: int, budget_bytes: int, max_reps: int) -> float:
+    """Median seconds of one ``fn()`` (after one warm-up call: first touch, pool fill,
+    lazy init), repeated about ``budget_bytes / nbytes`` times, 3 to ``max_reps``."""
+    reps = max(3, min(max_reps, budget_bytes // max(nbytes, 1)))
+    return float(np.median(timed(fn, reps, warmup=1))) / 1e9
+
+
+def ratio_table(
+    title: str,
+    routes: tuple[str, ...],
+    results: dict[int, dict[str, float]],
+    ref: str,
+    ref_label: str,
+) -> None:
+    """Print GB/s of each route (a row) at each size (a column), with its ratio to
+    route ``ref`` where that was measured; routes measured at no size are left out."""
+    sizes = sorted(results)
+    has_ref = any(ref in results[n] for n in sizes)
+    print(f"\n  {title}{f' (x = ratio to {ref_label})' if has_ref else ''}", flush=True)
+    print("  " + f"{'route':<44}" + "".join(f"{size_name(n):>15}" for n in sizes))
+    for route in routes:
+        if not any(route in results[n] for n in sizes):
+            continue
+        cells = []
+        for n in sizes:
+            v, r = results[n].get(route), results[n].get(ref)
+            if v is None:
+                cells.append(f"{'-':>15}")
+            elif r:
+                cells.append(f"{v:8.2f} {v / r:4.2f}x")
+            else:
+                cells.append(f"{v:15.2f}")
+        print("  " + f"{route:<44}" + "".join(f"{c:>15}" for c in cells), flush=True)

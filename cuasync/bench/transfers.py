@@ -33,27 +33,9 @@ import cuasync
 from cuasync._backends import get_backend
 
 from . import _pageable_routes
-from ._util import Report, Row, timed
+from ._util import KiB, MiB, Report, Row, median_s, ratio_table, size_name, timed
 
 SUITE = "transfers"
-KiB, MiB = 1 << 10, 1 << 20
-
-
-def _size_name(n: int) -> str:
-    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
-
-
-def _median_s(fn: Callable[[], Any], nbytes: int, budget_bytes: int, max_reps: int) -> float:
-    """Median seconds of one ``fn()``, repeated about ``budget_bytes / nbytes`` times."""
-    reps = max(3, min(max_reps, budget_bytes // max(nbytes, 1)))
-    fn()  # warm-up (first-touch, pool fill, lazy init)
-    samples = []
-    clock = time.perf_counter
-    for _ in range(reps):
-        t0 = clock()
-        fn()
-        samples.append(clock() - t0)
-    return float(np.median(samples))
 
 
 def _median_await_s(
@@ -156,7 +138,7 @@ def _bandwidths(n: int, quick: bool, with_torch: bool) -> dict[str, dict[str, fl
     out: dict[str, dict[str, float]] = {"H2D": {}, "D2H": {}}
 
     def gbps(fn: Callable[[], Any], budget_bytes: int = budget) -> float:
-        return n / _median_s(fn, n, budget_bytes, max_reps) / 1e9
+        return n / median_s(fn, n, budget_bytes, max_reps) / 1e9
 
     def agbps(make: Callable[[], Any]) -> float:
         return n / _median_await_s(make, n, budget, max_reps) / 1e9
@@ -200,29 +182,8 @@ def _host_copy_gbps(n: int) -> float:
     src = np.ones(n, np.uint8)
     with cuasync.PinnedPool.default().acquire(n) as b:
         view = b.array()
-        s = _median_s(lambda: np.copyto(view, src), n, 256 * MiB, 50)
+        s = median_s(lambda: np.copyto(view, src), n, 256 * MiB, 50)
     return n / s / 1e9
-
-
-def _table(title: str, routes: tuple[str, ...], results: dict[int, dict[str, float]]) -> None:
-    sizes = sorted(results)
-    has_ref = any(TORCH_PINNED in results[n] for n in sizes)
-    print(f"\n  {title} GB/s{' (x = ratio to torch pinned)' if has_ref else ''}", flush=True)
-    print("  " + f"{'route':<44}" + "".join(f"{_size_name(n):>15}" for n in sizes))
-    for route in routes:
-        if not any(route in results[n] for n in sizes):
-            continue
-        cells = []
-        for n in sizes:
-            v = results[n].get(route)
-            ref = results[n].get(TORCH_PINNED)
-            if v is None:
-                cells.append(f"{'-':>15}")
-            elif ref:
-                cells.append(f"{v:8.2f} {v / ref:4.2f}x")
-            else:
-                cells.append(f"{v:15.2f}")
-        print("  " + f"{route:<44}" + "".join(f"{c:>15}" for c in cells), flush=True)
 
 
 def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
@@ -319,13 +280,13 @@ def run(report: Report, quick: bool = False) -> None:
             ref = routes.get(TORCH_PINNED)
             for route, v in routes.items():
                 note = f"{v / ref:.2f}x torch pinned" if ref else ""
-                name = f"{direction} {_size_name(n)}: {route}"
+                name = f"{direction} {size_name(n)}: {route}"
                 report.rows.append(Row(SUITE, name, value=v, unit="GB/s", note=note))
-    _table("H2D", H2D_ROUTES, h2d)
-    _table("D2H", D2H_ROUTES, d2h)
+    ratio_table("H2D GB/s", H2D_ROUTES, h2d, TORCH_PINNED, "torch pinned")
+    ratio_table("D2H GB/s", D2H_ROUTES, d2h, TORCH_PINNED, "torch pinned")
 
     _pageable_routes.run(report, sizes, quick, with_torch)
     big = sizes[-1]
-    name = f"host np.copyto into pinned, {_size_name(big)}"
+    name = f"host np.copyto into pinned, {size_name(big)}"
     report.value(SUITE, name, _host_copy_gbps(big), "GB/s")
     _fixed_cost(report, 200 if quick or not cuda else 2000, with_torch)
