@@ -208,15 +208,7 @@ def upload_chunked(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     blocks = [pool.acquire(n) for n in sizes]  # before any wait is enqueued (module docs)
     ctx.retain(blocks)
     ctx.retain(source)  # the last reference is never a copy thread's
-    hub = get_hub()
-    words: list[tuple[int, int, int]] = []
-    try:
-        for _ in blocks:
-            words.append(hub.claim_word())
-    except BaseException:
-        for slot, _, value in words:
-            hub.release_word(slot, value)
-        raise
+    words = get_hub().claim_words(len(blocks))
     job = _Upload(src, bounds, blocks, sizes, words, ctx.error_box())
     backend, handle = get_backend(), ctx.handle
     offset = 0

@@ -194,14 +194,7 @@ def download_chunked(t: Tensor, out: np.ndarray) -> None:
     pool = staging_pool()
     blocks = [pool.acquire(b - a) for a, b in bounds]
     hub = get_hub()
-    words: list[tuple[int, int, int]] = []
-    try:
-        for _ in blocks:
-            words.append(hub.claim_word())
-    except BaseException:
-        for slot, _, value in words:
-            hub.release_word(slot, value)
-        raise
+    words = hub.claim_words(len(blocks))
     written = 0  # words whose device write is enqueued: freed only once they land
 
     def enqueue(ctx: ExecutionContext) -> Output[None]:

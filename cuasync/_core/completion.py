@@ -513,6 +513,19 @@ class Hub:
         self.gens[slot] = value
         return slot, self.slab + 4 * slot, value
 
+    def claim_words(self, n: int) -> list[tuple[int, int, int]]:
+        """``n`` words of :meth:`claim_word`, all or none: a failure part-way releases
+        the ones already claimed (nothing waits on them yet)."""
+        words: list[tuple[int, int, int]] = []
+        try:
+            for _ in range(n):
+                words.append(self.claim_word())
+        except BaseException:
+            for slot, _, value in words:
+                self.release_word(slot, value)
+            raise
+        return words
+
     def release_word(self, slot: int, value: int) -> None:
         """Write ``value`` into a claimed word (a release store) and give the slot back.
 
@@ -555,19 +568,13 @@ class Hub:
             spin_us = self.spin_budget_us
             if spin_us and comp.stream._completed < comp.seq - 1:
                 spin_us = 0
-        if comp.slot >= 0 and self.native is not None:  # (self.spin, inline: the hot path)
+        if comp.slot >= 0 and self.native is not None:  # spin, GIL released
             landed = self.native.spin_wait(comp.address, comp.gen, spin_us * 1000)
         else:
             landed = comp.landed()
         if landed:
             comp.finish(INLINE)
         return comp.state >= DONE
-
-    def spin(self, comp: Completion, budget_us: int) -> bool:
-        """Spin (GIL released) until the work lands or ``budget_us`` passes."""
-        if comp.slot < 0 or self.native is None:
-            return comp.landed()
-        return bool(self.native.spin_wait(comp.address, comp.gen, budget_us * 1000))
 
     def watch(self, comp: Completion, adapter: LoopAdapter, waiter: Waiter) -> None:
         """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
