@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -140,19 +141,25 @@ def _take_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: Any) -> N
     out.reshape(-1, nidx, inner)[...] = src[:, v, :]
 
 
-def take_kernel(itemsize: int, index: str) -> Kernel:
-    """``ca_take`` for elements of ``itemsize`` bytes and ``index`` (int32 or int64) indices."""
-    key = (itemsize, index)
+def _kernel(key: tuple[int, str], name: str, twin: Callable[..., None]) -> Kernel:
+    """The kernel ``name`` of this module's sources, made once per ``key``."""
     found = _kernels.get(key)
     if found is None:
         with _lock:
             found = _kernels.get(key)
             if found is None:
-                storage = builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
-                index_c = "int" if index == "int32" else "long long"
-                name = f"ca_take<{storage}, {index_c}>"
-                found = _kernels[key] = Kernel(_source(), name, emulate=_take_twin)
+                found = _kernels[key] = Kernel(_source(), name, emulate=twin)
     return found
+
+
+def _storage(itemsize: int) -> str:
+    return builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
+
+
+def take_kernel(itemsize: int, index: str) -> Kernel:
+    """``ca_take`` for elements of ``itemsize`` bytes and ``index`` (int32 or int64) indices."""
+    index_c = "int" if index == "int32" else "long long"
+    return _kernel((itemsize, index), f"ca_take<{_storage(itemsize)}, {index_c}>", _take_twin)
 
 
 def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wrap") -> TensorOp:
@@ -226,16 +233,7 @@ def _tri_twin(out: np.ndarray, x: np.ndarray, *args: Any) -> None:
 
 def tri_kernel(itemsize: int) -> Kernel:
     """``ca_tri`` for elements of ``itemsize`` bytes."""
-    key = (itemsize, "tri")
-    found = _kernels.get(key)
-    if found is None:
-        with _lock:
-            found = _kernels.get(key)
-            if found is None:
-                storage = builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
-                found = Kernel(_source(), f"ca_tri<{storage}>", emulate=_tri_twin)
-                _kernels[key] = found
-    return found
+    return _kernel((itemsize, "tri"), f"ca_tri<{_storage(itemsize)}>", _tri_twin)
 
 
 def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
