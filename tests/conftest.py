@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
@@ -25,6 +26,13 @@ os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 import cuasync
 import cuasync.testing
 from cuasync._backends import get_backend
+
+# Property tests draw the same examples on every run: a run fails only on a change, never
+# on a draw no earlier run made. ``--hypothesis-profile=explore`` (or
+# ``--hypothesis-seed=N``) draws fresh ones, to look for new failures.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("repeatable")
 
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
