@@ -345,6 +345,70 @@ class _Launchable(Generic[R]):
     def _launch(
         self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
     ) -> DeviceOp[R]:
+        plan = self.__dict__.get("_plan") or self._make_plan()
+        if grid is not None and len(args) == len(plan):
+            # The common launch first: tensors of the exact dtype, ints and floats in range
+            # (the checks of _convert and _scalar, made once per parameter into the plan).
+            # Anything else (a partition, a pointer, a numpy scalar, one value out of range)
+            # breaks out to the full checks below, which also word the errors.
+            converted: list[Any] = []
+            tensors: list[tuple[Tensor, Param]] = []
+            outputs: list[Any] = []
+            for (param, pointer, dtype, low, high), arg in zip(plan, args):  # noqa: B905
+                if pointer:
+                    if type(arg) is not Tensor or (dtype is not None and arg.dtype is not dtype):
+                        break
+                    tensors.append((arg, param))
+                    if not param.const:
+                        outputs.append(arg)
+                elif type(arg) is not high.__class__ or not low <= arg <= high:
+                    break  # (high is the bound's type: int bounds take ints, float ones floats)
+                converted.append(arg)
+            else:
+                if tensors:
+                    device = tensors[0][0]._alloc.device
+                    if len(tensors) > 1:
+                        self._check_aliasing(tensors)
+                        for t, _ in tensors:
+                            if t._alloc.device is not device:
+                                device = self._device_of(tensors)  # raises
+                else:
+                    device = get_default_device()
+                output: Any = None
+                if len(outputs) == 1:
+                    output = outputs[0]
+                elif outputs:
+                    output = tuple(outputs)
+                prepared = self._prepared.get(device.ordinal) or self._prepare(device)
+                return _Launch(
+                    self, prepared, device, converted, tensors, output, grid, block, shared_mem
+                )
+        return self._launch_checked(args, grid, block, shared_mem)
+
+    def _make_plan(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
+        """Per parameter, what the fast path of :meth:`_launch` accepts without the full
+        checks: ``(param, pointer, dtype, low, high)``; a scalar passes as it is when it
+        has the type of ``high`` and lies in ``low..high`` (ints for integer parameters,
+        floats within the finite range for float ones; nothing for the rest)."""
+        plan = []
+        for param in self.params:
+            dtype = param.dtype
+            low: Any = 1
+            high: Any = 0  # an empty range: the full checks
+            if not param.pointer and dtype is not None:
+                limit = _FLOAT_MAX.get(dtype)
+                if limit is not None:
+                    low, high = -limit, limit
+                elif dtype.kind in "iu":
+                    low, high = _int_bounds(dtype)
+            plan.append((param, param.pointer, dtype, low, high))
+        frozen = tuple(plan)
+        self.__dict__["_plan"] = frozen
+        return frozen
+
+    def _launch_checked(
+        self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
+    ) -> DeviceOp[R]:
         if len(args) != len(self.params):
             sig = ", ".join(p.describe() for p in self.params)
             raise LaunchError(

@@ -309,6 +309,66 @@ def test_the_launcher_cache_stays_bounded() -> None:
     assert 0 < len(k._launchers) <= 256
 
 
+MIXED = r"""
+extern "C" __global__ void mixed(float* out, const float* x, int n, float a, double b,
+                                 unsigned char c, half h) {}
+"""
+
+
+def _launch_outcome(launch: Callable[[], Any]) -> Any:
+    """What building a launch gave: the op's checked arguments, or the error raised."""
+    try:
+        op = launch()
+    except Exception as exc:
+        return type(exc), str(exc)
+    op._consumed = True  # built only to compare: never executed
+    tensors = [(id(t), p.name) for t, p in op._tensors]
+    out = op._output
+    outputs = [id(o) for o in (out if isinstance(out, tuple) else (out,))]
+    return op._args, tensors, outputs, op._device, op._grid, op._block, op._shared_mem
+
+
+def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
+    # Tensors of the exact dtype and plain ints and floats in range skip most checks;
+    # every other argument leaves that path for the full checks. Both must build the
+    # same launch, or raise the same error.
+    k = cuasync.Kernel(MIXED, "mixed", emulate=lambda *args: None)
+    out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
+    ints, view = cuasync.zeros(8, "int32").sync(), out[2:6]
+    f32 = float(np.finfo(np.float32).max)
+    good = [out, x, 8, 1.5, 2.5, 255, 1.0]
+    cases = {
+        "common": good,
+        "bounds": [out, x, -(2**31), -f32, -1e308, 0, -65504.0],
+        "upper bounds": [out, x, 2**31 - 1, f32, 1e308, 255, 65504.0],
+        "int too big": [out, x, 2**31, 1.5, 2.5, 1, 1.0],
+        "byte below zero": [out, x, 8, 1.5, 2.5, -1, 1.0],
+        "float rounding down to the max": [out, x, 8, math.nextafter(f32, math.inf), 2.5, 1, 1.0],
+        "float overflowing": [out, x, 8, 1e39, 2.5, 1, 1.0],
+        "half overflowing": [out, x, 8, 1.5, 2.5, 1, 1e5],
+        "nan and inf": [out, x, 8, math.nan, math.inf, 1, -math.inf],
+        "int for a float": [out, x, 8, 3, 2.5, 1, 1.0],
+        "float for an int": [out, x, 8.0, 1.5, 2.5, 1, 1.0],
+        "bool for an int": [out, x, True, 1.5, 2.5, 1, 1.0],
+        "numpy scalars": [out, x, np.int32(8), np.float32(1.5), np.float64(2.5), np.uint8(1), 1.0],
+        "wrong dtype": [ints, x, 8, 1.5, 2.5, 1, 1.0],
+        "a view": [view, x, 4, 1.5, 2.5, 1, 1.0],
+        "aliasing": [out[0:6], out[2:8], 6, 1.5, 2.5, 1, 1.0],
+        "in place": [out, out, 8, 1.5, 2.5, 1, 1.0],
+        "a pointer": [out, x.device_pointer, 8, 1.5, 2.5, 1, 1.0],
+        "not a tensor": [out, np.zeros(8, np.float32), 8, 1.5, 2.5, 1, 1.0],
+        "a string": [out, x, "8", 1.5, 2.5, 1, 1.0],
+    }
+    for name, args in cases.items():
+        for config in ((2, 32), ((2, 1, 1), (32, 1, 1), 64)):
+            spec = k._spec(*config) if len(config) == 3 else k._spec(*config, 0)
+            fast = _launch_outcome(lambda: k._launch(tuple(args), *spec))  # noqa: B023
+            full = _launch_outcome(lambda: k._launch_checked(tuple(args), *spec))  # noqa: B023
+            assert fast == full, name
+    assert k.__dict__["_plan"]  # the fast path was there to take
+    assert isinstance(_launch_outcome(lambda: k._launch(tuple(good), *k._spec(2, 32, 0))), tuple)
+
+
 SCALARS = r"""
 extern "C" __global__ void scalars(float f, double d, float* out) {
     out[0] = f;
