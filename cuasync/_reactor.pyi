@@ -52,6 +52,9 @@ class Reactor:
     def set_orphan_queue(self, queue: LoopQueue | None, /) -> None:
         """Where reports of slots armed to a closed queue go (None: dropped, counted)."""
 
+    def set_stale_queue(self, queue: LoopQueue | None, /) -> None:
+        """Where every stale report goes while ``queue`` is open (None: each slot's own)."""
+
     def close(self) -> None:
         """Join the thread, drop every armed slot, unregister the slab; idempotent."""
 

@@ -312,21 +312,34 @@ Reactor_disarm(Reactor *self, PyObject *arg)
     return PyBool_FromLong(reactor_disarm(&self->r, slot));
 }
 
+/* set_orphan_queue and set_stale_queue: an open LoopQueue, or None */
 static PyObject *
-Reactor_set_orphan_queue(Reactor *self, PyObject *arg)
+set_queue(Reactor *self, PyObject *arg, const char *what, int (*set)(reactor *, qcore *))
 {
     qcore *q = NULL;
-    if (arg != Py_None && (q = queue_core(self, arg, "the orphan queue")) == NULL)
+    if (arg != Py_None && (q = queue_core(self, arg, what)) == NULL)
         return NULL;
     if (q != NULL && qcore_is_closed(q)) {
-        PyErr_SetString(PyExc_ValueError, "the orphan queue must be open, got a closed LoopQueue");
+        PyErr_Format(PyExc_ValueError, "%s must be open, got a closed LoopQueue", what);
         return NULL;
     }
-    if (reactor_set_orphan(&self->r, q) < 0 && q != NULL) {
+    if (set(&self->r, q) < 0 && q != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the Reactor is closed");
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *
+Reactor_set_orphan_queue(Reactor *self, PyObject *arg)
+{
+    return set_queue(self, arg, "the orphan queue", reactor_set_orphan);
+}
+
+static PyObject *
+Reactor_set_stale_queue(Reactor *self, PyObject *arg)
+{
+    return set_queue(self, arg, "the stale queue", reactor_set_stale_queue);
 }
 
 static PyObject *
@@ -376,6 +389,10 @@ static PyMethodDef Reactor_methods[] = {
      "set_orphan_queue($self, queue, /)\n--\n\n"
      "Reports of slots armed to a closed queue go to queue instead (None: they are dropped "
      "and counted in dropped)."},
+    {"set_stale_queue", (PyCFunction)Reactor_set_stale_queue, METH_O,
+     "set_stale_queue($self, queue, /)\n--\n\n"
+     "Every stale report goes to queue while it is open, so that the queues slots are armed "
+     "to are woken only by completions (None: each slot's own queue, the default)."},
     {"close", (PyCFunction)Reactor_close, METH_NOARGS,
      "close($self, /)\n--\n\nStop and join the thread (GIL released), drop all armed slots and "
      "unregister the slab; idempotent."},

@@ -103,6 +103,23 @@ report_locked(reactor *r, armed_t *e, int stale)
     return rc;
 }
 
+/* A stale report goes to the stale queue while one is set and open: whoever probes
+ * streams for faults takes it there, and the entry's own queue (an event loop) is not
+ * woken for work that is merely long.  Else, like a completion, to its own queue. */
+static int
+report_stale_locked(reactor *r, armed_t *e)
+{
+    qcore *q = r->stale_q;
+    if (q == NULL || qcore_is_closed(q))
+        return report_locked(r, e, 1);
+    atomic_fetch_add_explicit(&r->stale_reports, 1, memory_order_relaxed);
+    int rc = qcore_push(q, e->slot, 1);
+    if (rc == PUSH_OK)
+        return rc;
+    atomic_fetch_sub_explicit(&r->stale_reports, 1, memory_order_relaxed);
+    return rc == PUSH_CLOSED ? report_locked(r, e, 1) : rc; /* closed meanwhile */
+}
+
 typedef struct {
     size_t found;          /* completions pushed */
     uint64_t youngest_arm; /* latest arm time of the entries still armed */
@@ -124,7 +141,7 @@ scan_locked(reactor *r, uint64_t t)
             rc = report_locked(r, e, 0);
         }
         else if (r->p.stale_ns && t >= e->next_stale_ns) {
-            if ((rc = report_locked(r, e, 1)) == PUSH_OK) {
+            if ((rc = report_stale_locked(r, e)) == PUSH_OK) {
                 uint64_t next = e->stale_interval_ns * 2;
                 e->stale_interval_ns = next < r->p.stale_max_ns ? next : r->p.stale_max_ns;
                 e->next_stale_ns = t + e->stale_interval_ns;
@@ -337,7 +354,9 @@ reactor_shutdown(reactor *r)
             armed_remove_locked(r, r->narmed - 1);
         if (r->orphan != NULL)
             qcore_decref(r->orphan);
-        r->orphan = NULL;
+        if (r->stale_q != NULL)
+            qcore_decref(r->stale_q);
+        r->orphan = r->stale_q = NULL;
         reactor_unlock(r);
     }
     pthread_mutex_unlock(&r->close_mu);
@@ -444,21 +463,34 @@ reactor_disarm(reactor *r, uint32_t slot)
     return i >= 0;
 }
 
-int
-reactor_set_orphan(reactor *r, qcore *q)
+/* *field = q, holding a reference to q and dropping the old one; -1 once closed */
+static int
+set_queue_field(reactor *r, qcore **field, qcore *q)
 {
     reactor_lock(r);
     int closed = r->closed;
     if (!closed) {
-        qcore *old = r->orphan;
+        qcore *old = *field;
         if (q != NULL)
             qcore_incref(q);
-        r->orphan = q;
+        *field = q;
         if (old != NULL)
             qcore_decref(old);
     }
     reactor_unlock(r);
     return closed ? -1 : 0;
+}
+
+int
+reactor_set_orphan(reactor *r, qcore *q)
+{
+    return set_queue_field(r, &r->orphan, q);
+}
+
+int
+reactor_set_stale_queue(reactor *r, qcore *q)
+{
+    return set_queue_field(r, &r->stale_q, q);
 }
 
 size_t

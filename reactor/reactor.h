@@ -135,6 +135,7 @@ typedef struct {
     int stop, closed, started;
     int long_nap;  /* the thread waits on cv longer than backoff_max_ns: arm() wakes it */
     qcore *orphan; /* receives reports of entries whose own queue is closed; may be NULL */
+    qcore *stale_q; /* receives every stale report while open; NULL: each entry's own queue */
     pthread_t thread;
 
     pthread_mutex_t close_mu; /* serialises close() callers: each returns after the join */
@@ -154,6 +155,7 @@ void reactor_shutdown(reactor *r); /* stop and join the thread; idempotent */
 int reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, int *thread_err);
 int reactor_disarm(reactor *r, uint32_t slot);
 int reactor_set_orphan(reactor *r, qcore *q); /* -1 once closed */
+int reactor_set_stale_queue(reactor *r, qcore *q); /* -1 once closed */
 size_t reactor_narmed(reactor *r);
 
 /* -- live slabs (driver.c) ------------------------------------------------------ */

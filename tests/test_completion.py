@@ -213,6 +213,44 @@ def test_spin_budget_zero_sends_every_await_through_the_reactor() -> None:
     assert list(map(int, out.split())) == [0, 50]
 
 
+def test_long_work_wakes_its_loop_only_when_it_completes() -> None:
+    # Work that makes no progress for CUASYNC_STALE_US is reported stale, again and
+    # again: the background watcher takes those reports and probes the stream for a
+    # fault, so the awaiting loop is woken once, by the completion. (Each wake-up of an
+    # asyncio loop can make a timer due within the next millisecond a millisecond late.)
+    out = run_script(
+        """
+        import asyncio, threading, time, cuasync, cuasync.testing as ct
+        from cuasync._core.completion import get_hub
+        hub = get_hub()
+        loop_thread = threading.get_ident()
+        reports = {"loop": [0, 0], "other": [0, 0]}
+        handle = hub.handle_reports
+        def counted(done, stale):
+            seen = reports["loop" if threading.get_ident() == loop_thread else "other"]
+            seen[0] += len(done)
+            seen[1] += len(stale)
+            handle(done, stale)
+        hub.handle_reports = counted
+        async def main():
+            await ct.sleep(1)  # loads the sleep kernel before the gate
+            s = cuasync.Device(0).new_stream()
+            reports.update(loop=[0, 0], other=[0, 0])
+            with ct.gate(s):
+                task = asyncio.ensure_future(ct.sleep(1).submit_on(s))
+                deadline = time.monotonic() + 30
+                while reports["other"][1] < 3 or cuasync.stats().stale_probes < 1:
+                    assert time.monotonic() < deadline, f"stale reports: {reports}"
+                    await asyncio.sleep(0.001)
+            await task
+            print(reports["loop"])
+        asyncio.run(main())
+        """,
+        CUASYNC_STALE_US="200",
+    )
+    assert out.strip() == "[1, 0]"  # one completion, no stale report
+
+
 def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_fast() -> None:
     out = run_script(
         """

@@ -688,6 +688,54 @@ def test_no_stale_report_after_disarm(slab, make_reactor, make_queue):
     assert q.pending == 0 and not readable(q)
 
 
+def test_a_stale_queue_takes_every_stale_report_and_no_completion(slab, make_reactor, make_queue):
+    # The hub gives its background watcher's queue: a loop is then woken only by
+    # completions, never for work that is merely long.
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=2_000_000)
+    loop_q, stale_q = make_queue(), make_queue()
+    r.set_stale_queue(stale_q)
+    r.arm(4, 1, loop_q)
+    done, stale = collect(stale_q, 0, 2)  # a report, then another after the interval
+    assert done == [] and set(stale) == {4}
+    assert not readable(loop_q) and loop_q.pending == 0
+    slab.store(4, 1)
+    assert collect(loop_q, 1) == ([4], [])  # the completion goes where the slot is armed
+    assert r.armed == 0
+
+
+def test_stale_reports_go_back_to_the_slots_own_queue_without_an_open_stale_queue(
+    slab, make_reactor, make_queue
+):
+    r = make_reactor(stale_ns=1_000_000, stale_max_ns=2_000_000)
+    loop_q, stale_q = make_queue(), make_queue()
+    r.set_stale_queue(stale_q)
+    r.arm(6, 1, loop_q)
+    collect(stale_q, 0, 1)
+    stale_q.close()  # closed: reports find their slot's own queue again
+    done, stale = collect(loop_q, 0, 1)
+    assert done == [] and set(stale) == {6}  # more than one if this thread was slow
+    r.set_stale_queue(make_queue())
+    r.set_stale_queue(None)  # unset: the same
+    loop_q.drain()
+    done, stale = collect(loop_q, 0, 1)
+    assert done == [] and set(stale) == {6}
+    assert r.disarm(6)
+
+
+def test_set_stale_queue_argument_errors(make_reactor, make_queue):
+    r = make_reactor()
+    with pytest.raises(TypeError, match="LoopQueue"):
+        r.set_stale_queue(object())
+    closed = make_queue()
+    closed.close()
+    with pytest.raises(ValueError, match="the stale queue must be open"):
+        r.set_stale_queue(closed)
+    r.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        r.set_stale_queue(make_queue())
+    r.set_stale_queue(None)
+
+
 # -- disarm / errors -------------------------------------------------------------------
 
 
@@ -954,12 +1002,13 @@ def test_closed_queue_whose_flag_never_lands_lets_the_reactor_park(make_reactor,
 def test_close_returns_the_pending_entries(slab, make_reactor, make_queue):
     r = make_reactor(stale_ns=1_000_000, stale_max_ns=1_000_000)
     q = make_queue()
+    r.arm(7, 1, q)  # never lands: reported stale
+    wait_until(lambda: r.stale_reports >= 1, what="slot 7 reported stale")  # (it alone is armed)
     for s in range(3):
         r.arm(s, 1, q)
-    r.arm(7, 1, q)  # never lands: reported stale
     for s in range(3):
         slab.store(s, 1)
-    wait_until(lambda: r.completed == 3 and r.stale_reports >= 1, what="pushes")
+    wait_until(lambda: r.completed == 3, what="pushes")
     assert r.disarm(7)
     done, stale = q.close()
     # (a slow thread, under sanitizers, may also have seen 0-2 stale before their stores)

@@ -366,8 +366,12 @@ class Hub:
         self.background = BackgroundWatcher(self)
         if self.reactor is not None:
             # Reports for a queue closed with slots still armed (a loop that went away)
-            # go to the background watcher instead of being dropped.
+            # go to the background watcher instead of being dropped. So do the stale
+            # reports of long work: the watcher probes for faults, and a loop is woken
+            # only by completions (each wake-up can make the loop's timers late: see
+            # docs/completion.md, "Stale reports").
             self.reactor.set_orphan_queue(self.background.queue)
+            self.reactor.set_stale_queue(self.background.queue)
 
     # -- submission side (under the execution lock) --------------------------------------
     #: Set at interpreter exit, when the reactor closes: the flag words can no longer be

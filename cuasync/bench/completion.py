@@ -4,8 +4,9 @@ Side by side in one process: raw ``cuda.bindings`` launch + ``cuStreamSynchroniz
 PyTorch and CuPy equivalents, ``run_in_executor(synchronize)``, and cuasync ``await`` on
 asyncio and uvloop with the default inline spin, with spin 0 (every await through the
 reactor) and in host-callback mode; then 8192 concurrent awaits, the loop's lag while
-64 long kernels are in flight, and the reactor's CPU use when idle and while one long
-command is pending.
+64 long kernels are in flight (beside the same loop woken by a plain socket at the same
+moments: see ``_lag``), and the reactor's CPU use when idle and while one long command
+is pending.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ import select
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
-from . import _breakdown
+from . import _breakdown, _lag
 from ._util import Report, await_latency, run_loop, timed
 
 SUITE = "completion"
@@ -184,57 +183,6 @@ def _sequential_raw(count: int, stream: cuasync.Stream) -> float:
     return count / (time.perf_counter() - t0)
 
 
-async def _loop_lag(kernels: int, ms: float) -> tuple[float, float, float, float]:
-    """Lateness of a 1 ms ticker while ``kernels`` long kernels are in flight.
-
-    The kernels go over the default 4-stream pool, so they stay in flight for about
-    ``kernels * ms / 4``. Returns (p99 while in flight, p99 including the submission
-    burst, max, process CPU %).
-    """
-    lags: list[tuple[float, float]] = []
-    running = True
-
-    async def ticker() -> None:
-        while running:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.001)
-            lags.append((t0, time.perf_counter() - t0 - 0.001))
-
-    policy = cuasync.StreamPoolRoundRobin(num_streams=4)
-    policy.streams  # create them before measuring  # noqa: B018
-    tick = asyncio.ensure_future(ticker())
-    await asyncio.sleep(0.01)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    futures = [spin_ns[1, 1](int(ms * 1e6)).schedule(policy) for _ in range(kernels)]
-    submitted = time.perf_counter()
-    await asyncio.gather(*futures)
-    cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0) * 100
-    running = False
-    await tick
-    during = np.asarray([lag for t0, lag in lags if t0 >= submitted]) * 1e6
-    everything = np.asarray([lag for t0, lag in lags if t0 >= wall0]) * 1e6
-    return (
-        float(np.percentile(during, 99)),
-        float(np.percentile(everything, 99)),
-        float(everything.max()),
-        cpu,
-    )
-
-
-async def _idle_lag(seconds: float) -> float:
-    lags = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        await asyncio.sleep(0.001)
-        lags.append(time.perf_counter() - t0 - 0.001)
-    return float(np.percentile(np.asarray(lags) * 1e6, 99))
-
-
-async def _long(policy: cuasync.SchedulingPolicy, ms: float) -> None:
-    await spin_ns[1, 1](int(ms * 1e6)).schedule(policy)
-
-
 def _idle_cpu(seconds: float) -> float:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     time.sleep(seconds)
@@ -381,15 +329,25 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         "ops/s",
     )
     for kind in loops:
-        idle = run_loop(kind, lambda: _idle_lag(0.2))
+        idle = run_loop(kind, lambda: _lag.idle_lag(0.2))
         report.value(SUITE, f"{kind}: 1 ms ticker lag p99, idle loop (baseline)", idle, "us")
-        during, overall, worst, cpu = run_loop(kind, lambda: _loop_lag(64, 10.0))
+        flight = run_loop(kind, lambda: _lag.flight_lag(spin_ns, 64, 10.0))
         report.value(
             SUITE,
             f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight",
-            during,
+            flight.during_p99_us,
             "us",
-            f"with the submission burst {overall:.0f} us, max {worst:.0f} us, CPU {cpu:.1f}%",
+            f"with the submission burst {flight.overall_p99_us:.0f} us, max "
+            f"{flight.max_us:.0f} us, CPU {flight.cpu_percent:.1f}%, "
+            f"{len(flight.wakes)} wake-ups in {flight.seconds * 1e3:.0f} ms",
+        )
+        control = run_loop(kind, lambda: _lag.replayed_lag(flight.wakes, flight.seconds))  # noqa: B023
+        report.value(
+            SUITE,
+            f"{kind}: 1 ms ticker lag p99, a socket waking it as cuasync did",
+            control,
+            "us",
+            "no GPU work, no cuasync code on the loop: what the wake-ups alone cost",
         )
     report.value(
         SUITE,
@@ -432,6 +390,16 @@ def _ratios(
             base[f"{kind}-spin 0 (reactor)"] - raw,
             "us",
         )
+        lag = report.find(f"{kind}: 1 ms ticker lag p99, 64 x 10 ms kernels in flight")
+        alone = report.find(f"{kind}: 1 ms ticker lag p99, a socket waking it as cuasync did")
+        if lag and alone and lag.value is not None and alone.value is not None:
+            report.value(
+                SUITE,
+                f"{kind}: ticker lag p99 in flight (target <= 500)",
+                lag.value,
+                "us",
+                f"the same wake-ups from a socket alone: {alone.value:.0f} us",
+            )
     seq = report.find(f"sequential raw loop, {concurrent} launch + sync")
     for kind in loops:
         conc = report.find(f"{kind}: {concurrent} concurrent cuasync awaits")

@@ -1,0 +1,143 @@
+"""A 1 ms ticker's lateness on an event loop: idle, while long kernels are in flight, and
+woken by a plain socket at the very moments cuasync woke it (the control).
+
+The control separates what cuasync costs the loop from what any wake-up costs it:
+asyncio's selector waits in whole milliseconds, rounded up, so a wake-up shortly before
+a timer is due makes that timer up to a millisecond late, whoever woke the loop.
+
+>>> flight = run_loop("asyncio", lambda: flight_lag(spin_ns, 64, 10.0))
+>>> control = run_loop("asyncio", lambda: replayed_lag(flight.wakes, flight.seconds))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import cuasync
+from cuasync._core.completion import get_hub
+
+__all__ = ["FlightLag", "flight_lag", "idle_lag", "replayed_lag"]
+
+
+class _Ticker:
+    """Sleeps 1 ms again and again on the running loop, recording ``(start, lateness)``."""
+
+    def __init__(self) -> None:
+        self.lags: list[tuple[float, float]] = []
+        self.running = True
+        self.task = asyncio.ensure_future(self._tick())
+
+    async def _tick(self) -> None:
+        while self.running:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.lags.append((t0, time.perf_counter() - t0 - 0.001))
+
+    async def stop(self) -> None:
+        self.running = False
+        await self.task
+
+    def since(self, t: float) -> np.ndarray:
+        """Lateness in microseconds of the ticks started at ``t`` or later."""
+        return np.asarray([lag for t0, lag in self.lags if t0 >= t]) * 1e6
+
+
+async def idle_lag(seconds: float) -> float:
+    """The ticker's p99 lateness (us) on a loop with nothing else to do."""
+    ticker = _Ticker()
+    t0 = time.perf_counter()
+    await asyncio.sleep(seconds)
+    await ticker.stop()
+    return float(np.percentile(ticker.since(t0), 99))
+
+
+@dataclass
+class FlightLag:
+    """What :func:`flight_lag` measured."""
+
+    during_p99_us: float  #: ticks started after the submissions
+    overall_p99_us: float  #: the submission burst included
+    max_us: float
+    cpu_percent: float  #: the process's CPU time over the wall time
+    seconds: float = 0.0  #: from the last submission to the last completion
+    #: When cuasync's drains woke the loop, in seconds after the last submission.
+    wakes: list[float] = field(default_factory=list)
+
+
+async def flight_lag(kernel: Any, kernels: int, ms: float) -> FlightLag:
+    """The ticker while ``kernels`` launches of ``kernel[1, 1](ns)`` (a kernel spinning
+    for ``ns``) of ``ms`` each are in flight over a pool of 4 streams (so about
+    ``kernels * ms / 4`` in all), and the moments the loop drained cuasync's queue."""
+    hub = get_hub()
+    loop_thread = threading.get_ident()
+    drains: list[float] = []
+    drain = hub.drain
+
+    def recorded(queue: Any) -> None:  # the loop's own drains (not the watcher's)
+        if threading.get_ident() == loop_thread:
+            drains.append(time.perf_counter())
+        drain(queue)
+
+    policy = cuasync.StreamPoolRoundRobin(num_streams=4)
+    policy.streams  # create them before measuring  # noqa: B018
+    ticker = _Ticker()
+    await asyncio.sleep(0.01)
+    hub.drain = recorded  # type: ignore[method-assign]
+    try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        futures = [kernel[1, 1](int(ms * 1e6)).schedule(policy) for _ in range(kernels)]
+        submitted = time.perf_counter()
+        await asyncio.gather(*futures)
+        landed = time.perf_counter()
+        cpu = (time.process_time() - cpu0) / (landed - wall0) * 100
+    finally:
+        del hub.drain
+    await ticker.stop()
+    during, everything = ticker.since(submitted), ticker.since(wall0)
+    return FlightLag(
+        float(np.percentile(during, 99)),
+        float(np.percentile(everything, 99)),
+        float(everything.max()),
+        cpu,
+        landed - submitted,
+        [t - submitted for t in drains if t >= submitted],
+    )
+
+
+async def replayed_lag(wakes: list[float], seconds: float) -> float:
+    """The ticker's p99 lateness (us) while a thread makes a socket readable at ``wakes``
+    (seconds from the start), for ``seconds``: the loop woken as often and when cuasync
+    woke it, with no GPU work and no cuasync code on the loop."""
+    loop = asyncio.get_running_loop()
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    loop.add_reader(reader.fileno(), reader.recv, 4096)
+    ticker = _Ticker()
+    await asyncio.sleep(0.01)
+    start = time.perf_counter()
+
+    def wake_at_each() -> None:
+        for offset in wakes:
+            delay = start + offset - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            writer.send(b"x")
+
+    thread = threading.Thread(target=wake_at_each, name="bench-waker", daemon=True)
+    thread.start()
+    try:
+        await asyncio.sleep(seconds)
+        await ticker.stop()
+    finally:
+        thread.join()  # its last wake was due by now
+        loop.remove_reader(reader.fileno())
+        reader.close()
+        writer.close()
+    return float(np.percentile(ticker.since(start), 99))
