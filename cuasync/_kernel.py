@@ -345,7 +345,8 @@ class _Launchable(Generic[R]):
     def _launch(
         self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
     ) -> DeviceOp[R]:
-        plan = self.__dict__.get("_plan") or self._make_plan()
+        made = self.__dict__.get("_plan")
+        plan = made[1] if made is not None and made[0] is self.params else self._make_plan()
         if grid is not None and len(args) == len(plan):
             # The common launch first: tensors of the exact dtype, ints and floats in range
             # (the checks of _convert and _scalar, made once per parameter into the plan).
@@ -389,10 +390,18 @@ class _Launchable(Generic[R]):
         """Per parameter, what the fast path of :meth:`_launch` accepts without the full
         checks: ``(param, pointer, dtype, low, high)``; a scalar passes as it is when it
         has the type of ``high`` and lies in ``low..high`` (ints for integer parameters,
-        floats within the finite range for float ones; nothing for the rest)."""
+        floats within the finite range for float ones; nothing for the rest).
+
+        Made for the current ``params`` (made again if they are replaced). ``dtype`` is
+        cuasync's own object for that dtype, which tensors carry: an equal dtype from
+        elsewhere (an unpickled kernel's) would fail the fast path's identity check.
+        """
         plan = []
-        for param in self.params:
+        params = self.params
+        for param in params:
             dtype = param.dtype
+            if dtype is not None:
+                dtype = SUPPORTED.get(dtype_name(dtype), dtype)
             low: Any = 1
             high: Any = 0  # an empty range: the full checks
             if not param.pointer and dtype is not None:
@@ -403,7 +412,7 @@ class _Launchable(Generic[R]):
                     low, high = _int_bounds(dtype)
             plan.append((param, param.pointer, dtype, low, high))
         frozen = tuple(plan)
-        self.__dict__["_plan"] = frozen
+        self.__dict__["_plan"] = (params, frozen)
         return frozen
 
     def _launch_checked(
@@ -761,6 +770,7 @@ class Kernel(_Launchable[R]):
         again on its first launch there (a Ray actor, a multiprocessing worker)."""
         state = dict(self.__dict__)
         state.pop("_launcher_cache", None)
+        state.pop("_plan", None)  # its dtypes must be this process's own (see _make_plan)
         state["_prepared"] = {}
         return state
 

@@ -28,8 +28,8 @@ import cuasync.testing
 from cuasync._backends import get_backend
 
 # Property tests draw the same examples on every run: a run fails only on a change, never
-# on a draw no earlier run made. ``--hypothesis-profile=explore`` (or
-# ``--hypothesis-seed=N``) draws fresh ones, to look for new failures.
+# on a draw no earlier run made. ``--hypothesis-profile=explore`` draws fresh ones, to
+# look for new failures (with ``--hypothesis-seed=N`` too: "repeatable" ignores seeds).
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile("repeatable")

@@ -13,6 +13,10 @@ from conftest import await_held, reactor_path, wait_until
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._backends import get_backend
+from cuasync._core.completion import get_hub
+from cuasync._curesult import Code
+from cuasync.errors import DriverError
 
 pytestmark = pytest.mark.anyio
 
@@ -249,6 +253,57 @@ def test_long_work_wakes_its_loop_only_when_it_completes() -> None:
         CUASYNC_STALE_US="200",
     )
     assert out.strip() == "[1, 0]"  # one completion, no stale report
+
+
+def test_a_probe_and_a_capture_beginning_both_hold_the_stream_lock(monkeypatch) -> None:
+    # The background watcher probes long work for faults while the stream's own thread
+    # may begin a graph capture; a query then is illegal (on a GPU it invalidates the
+    # capture). The stream's lock makes "not capturing, so query" and "begin, then mark
+    # capturing" atomic against each other.
+    hub, backend = get_hub(), get_backend()
+    s = cuasync.Device(0).new_stream()
+    calls: list[tuple[str, bool]] = []
+    query, begin = backend.stream_query, backend.stream_begin_capture
+
+    def recorded_query(handle: int) -> bool:
+        if handle == s.handle:
+            calls.append(("query", s._lock._is_owned()))  # type: ignore[attr-defined]
+        return query(handle)
+
+    def recorded_begin(handle: int, mode: int) -> None:
+        calls.append(("begin", s._lock._is_owned()))  # type: ignore[attr-defined]
+        begin(handle, mode)
+
+    monkeypatch.setattr(backend, "stream_query", recorded_query)
+    monkeypatch.setattr(backend, "stream_begin_capture", recorded_begin)
+    with ct.gate(s):
+        fut = ct.sleep(1).submit_on(s)
+        hub._last_probe.clear()  # (probes are rate-limited per device)
+        hub.probe(fut._comp)
+        with cuasync.CudaGraph.scope(s) as scope:
+            scope.record(cuasync.value(1))
+    fut.wait()
+    assert calls[:2] == [("query", True), ("begin", True)]
+
+
+def test_a_probe_refused_because_of_a_capture_fails_nothing(monkeypatch) -> None:
+    # Another library capturing (global mode) can make a query fail without any fault.
+    hub, backend = get_hub(), get_backend()
+    s = cuasync.Device(0).new_stream()
+    faults = cuasync.stats().faults
+
+    def refused(handle: int) -> bool:
+        raise DriverError(Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamQuery")
+
+    with ct.gate(s):
+        fut = ct.sleep(1).submit_on(s)
+        monkeypatch.setattr(backend, "stream_query", refused)
+        hub._last_probe.clear()
+        hub.probe(fut._comp)
+        monkeypatch.undo()
+        assert not fut.done()
+    fut.wait()
+    assert cuasync.stats().faults == faults
 
 
 def test_fault_resolves_every_pending_future_quickly_and_later_submissions_fail_fast() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pickle
 import stat
 import warnings
 from collections.abc import Callable, Iterator
@@ -310,9 +311,14 @@ def test_the_launcher_cache_stays_bounded() -> None:
 
 
 MIXED = r"""
+struct __half { unsigned short bits; };  // by layout: no CUDA headers on NVRTC's path
 extern "C" __global__ void mixed(float* out, const float* x, int n, float a, double b,
-                                 unsigned char c, half h) {}
+                                 unsigned char c, __half h) {}
 """
+
+
+def mixed_twin(*args: Any) -> None:
+    """The numpy twin of ``mixed``, which does nothing (module-level: kernels pickle)."""
 
 
 def _launch_outcome(launch: Callable[[], Any]) -> Any:
@@ -332,7 +338,7 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
     # Tensors of the exact dtype and plain ints and floats in range skip most checks;
     # every other argument leaves that path for the full checks. Both must build the
     # same launch, or raise the same error.
-    k = cuasync.Kernel(MIXED, "mixed", emulate=lambda *args: None)
+    k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
     out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
     ints, view = cuasync.zeros(8, "int32").sync(), out[2:6]
     f32 = float(np.finfo(np.float32).max)
@@ -365,8 +371,49 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
             fast = _launch_outcome(lambda: k._launch(tuple(args), *spec))  # noqa: B023
             full = _launch_outcome(lambda: k._launch_checked(tuple(args), *spec))  # noqa: B023
             assert fast == full, name
-    assert k.__dict__["_plan"]  # the fast path was there to take
-    assert isinstance(_launch_outcome(lambda: k._launch(tuple(good), *k._spec(2, 32, 0))), tuple)
+    # ... and the common arguments do take the fast path, the others the full checks.
+    fast = {"common", "bounds", "upper bounds", "a view", "aliasing", "in place"}
+    checked: list[str] = []
+    full = k._launch_checked
+
+    def spy(*args: Any) -> Any:
+        checked.append(name)
+        return full(*args)
+
+    k._launch_checked = spy  # type: ignore[method-assign,assignment]
+    for name, args in cases.items():
+        outcome = _launch_outcome(lambda: k._launch(tuple(args), *k._spec(2, 32, 0)))  # noqa: B023
+        assert (name in checked) == (name not in fast), name
+        if name in ("common", "bounds", "upper bounds", "in place"):
+            assert isinstance(outcome[0], list), (name, outcome)  # built: not an error
+
+
+def test_the_launch_plan_follows_the_kernel() -> None:
+    k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
+    out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
+    args = (out, x, 8, 1.5, 2.5, 1, 1.0)
+    op = k[2, 32](*args)
+    op._consumed = True
+    plan = k.__dict__["_plan"]
+    op = k[2, 32](*args)
+    op._consumed = True
+    assert k.__dict__["_plan"] is plan  # made once, not per launch
+    # An unpickled kernel (a Ray or multiprocessing worker's) makes its own plan, with
+    # this process's dtype objects: its tensors still take the fast path.
+    copy = pickle.loads(pickle.dumps(k))
+    assert "_plan" not in copy.__dict__
+    copy._launch_checked = lambda *a: pytest.fail("took the full checks")
+    op = copy[2, 32](*args)
+    op._consumed = True
+    # Parameters replaced: the plan is made again for them.
+    k.params = _kernel.parse_params(MIXED.replace("const float* x", "const double* x"), "mixed")
+    with pytest.raises(LaunchError, match="double"):
+        k[2, 32](*args)
+    none = cuasync.Kernel('extern "C" __global__ void none() {}', "none", emulate=lambda: None)
+    none[1, 1]().sync()
+    plan = none.__dict__["_plan"]
+    none[1, 1]().sync()
+    assert none.__dict__["_plan"] is plan  # no parameters: an empty plan, made once too
 
 
 SCALARS = r"""

@@ -88,12 +88,16 @@ def numpy_reduce(op: str, a: np.ndarray, **kw: Any) -> tuple[np.ndarray, np.ndar
         if op == "prod":  # a product's rounding error is relative: ~ an ulp per factor
             factors = max(1, a.size // max(1, want.size))
             budget = np.abs(exact.astype(np.complex128)) * factors
-            # Where the nonzero factors' product overflows the result's dtype, a partial
-            # product may reach inf before another meets a zero: inf * 0 is nan, and
-            # which partials form depends on the reduction's order. Any result is a
-            # correct rounding then except a finite wrong one: an inf budget marks it.
+            # Where the nonzero factors' product overflows the result's dtype, it is
+            # +-inf (exactly: the sign is the factors'), unless a factor is zero: then a
+            # partial product may reach inf before another meets the zero, inf * 0 is
+            # nan, and whether it does depends on the reduction's order (numpy's own
+            # float64 reference included). 0 and nan are both correct there: an inf
+            # budget marks it for check().
             span = np.asarray(np.prod(np.where(wide == 0, 1, np.abs(wide)), **wkw))
-            budget = np.where(np.isinf(span.astype(want.dtype)), np.inf, budget)
+            overflows = np.isinf(span.astype(want.dtype))
+            zero = np.asarray(np.any(wide == 0, **wkw))
+            budget = np.where(overflows, np.where(zero, np.inf, 0.0), budget)
         if op == "mean":
             budget = budget / max(1, a.size // max(1, want.size))
     return exact, budget
@@ -110,10 +114,10 @@ def check(got: np.ndarray, want: Any, budget: np.ndarray | None = None) -> None:
     g, w = got.astype(np.complex128), want.astype(np.complex128)
     with np.errstate(invalid="ignore"):  # inf - inf: compared by g == w below
         err = np.abs(g - w)
-    overflows = np.isinf(budget)  # an order-dependent overflow: see numpy_reduce
-    budget = np.where(overflows, 0, budget)
+    either = np.isinf(budget)  # 0 or nan, by the reduction's order: see numpy_reduce
+    budget = np.where(either, 0, budget)
     ok = (err <= tol * (budget + 1)) | (np.isnan(g) & np.isnan(w)) | (g == w)
-    ok |= overflows & ~np.isfinite(g)
+    ok |= either & (np.isnan(g) | (g == 0))
     assert ok.all(), f"got {got}, want {want}"
 
 
@@ -162,6 +166,21 @@ async def test_nan_and_ties_follow_numpy(anyio_backend: str) -> None:
                 await (await getattr(cuasync, op)(x, axis=axis)).to_host(),
                 getattr(np, op)(a, axis=axis),
             )
+
+
+async def test_products_that_overflow_their_dtype(anyio_backend: str) -> None:
+    # No zero factor: exactly -inf (the factors' sign), in whatever order the tree goes.
+    negative = np.array([-100] + [100] * 20, np.int8)
+    got = await (await cuasync.prod(await dev(negative), dtype="float32")).to_host()
+    check(got, *numpy_reduce("prod", negative, dtype="float32"))
+    assert got == -np.inf
+    # A zero factor: 0, or nan where a partial product reached inf before the zero.
+    with_zero = np.array([100] * 200 + [0], np.int16)
+    got = await (await cuasync.prod(await dev(with_zero), dtype="float32")).to_host()
+    check(got, *numpy_reduce("prod", with_zero, dtype="float32"))
+    assert got == 0 or np.isnan(got)
+    with pytest.raises(AssertionError):  # and a wrong finite product is still caught
+        check(np.asarray(np.float32(3.0)), *numpy_reduce("prod", with_zero, dtype="float32"))
 
 
 async def test_dtype_keepdims_and_out(anyio_backend: str) -> None:

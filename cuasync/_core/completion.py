@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._backends import get_backend
 from .._backends.base import HOST_TASK_BLOCKING, HOST_TASK_SPINWAIT, Backend
 from .._config import CONFIG
+from .._curesult import Code
 from .._exceptions import fresh
 from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
 from .output import Output
@@ -727,11 +728,19 @@ class Hub:
         self.stats.stale_probes += 1
         log.debug("probing %r of a completion with no progress for a fault", stream)
         try:
-            idle = self.backend.stream_query(stream.handle)
+            # The background watcher probes while the stream's own thread may begin a
+            # capture, during which a query is illegal (and on a GPU would invalidate
+            # the capture): the stream's lock orders the two (graph._begin takes it).
+            with stream._lock:
+                if stream._capturing:
+                    return
+                idle = self.backend.stream_query(stream.handle)
         except DeviceFaultError as exc:
             self.fail_device(comp.device, exc)
         except DeviceError as exc:
             fault = self.backend.device_fault(ordinal)
+            if fault is None and getattr(exc, "code", None) in _CAPTURE_CODES:
+                return  # a capture by another thread's library, say: not a fault
             self.fail_device(comp.device, fault if fault is not None else exc)
         else:
             if idle and comp.slot < 0:
@@ -807,6 +816,9 @@ class Hub:
             stats.reactor_wakeups = self.reactor.wakeups
         return stats
 
+
+#: What a query of a stream that is capturing (or whose capture failed) returns.
+_CAPTURE_CODES = frozenset({Code.STREAM_CAPTURE_UNSUPPORTED, Code.STREAM_CAPTURE_INVALIDATED})
 
 _hub: Hub | None = None
 _hub_lock = threading.Lock()

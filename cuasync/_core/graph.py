@@ -235,8 +235,9 @@ def _begin(stream: Stream, mode: int) -> ExecutionContext:
     fault = stream.device.fault
     if fault is not None:
         raise fresh(fault)
-    get_backend().stream_begin_capture(stream.handle, mode)
-    stream._capturing = True
+    with stream._lock:  # atomic for the background watcher's probes (see Hub.probe)
+        get_backend().stream_begin_capture(stream.handle, mode)
+        stream._capturing = True
     return ExecutionContext(stream)
 
 

@@ -82,6 +82,7 @@ async def flight_lag(kernel: Any, kernels: int, ms: float) -> FlightLag:
 
     def recorded(queue: Any) -> None:  # the loop's own drains (not the watcher's)
         if threading.get_ident() == loop_thread:
+            # (when the loop got to it: a little after the reactor made the fd readable)
             drains.append(time.perf_counter())
         drain(queue)
 
@@ -122,12 +123,14 @@ async def replayed_lag(wakes: list[float], seconds: float) -> float:
     ticker = _Ticker()
     await asyncio.sleep(0.01)
     start = time.perf_counter()
+    stop = threading.Event()
 
     def wake_at_each() -> None:
+        # (a Python thread: unlike the reactor's, each send waits for the GIL, so a wake-up
+        # may come a little late while the loop runs Python; there is little to run here)
         for offset in wakes:
-            delay = start + offset - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+            if stop.wait(max(0.0, start + offset - time.perf_counter())):
+                return
             writer.send(b"x")
 
     thread = threading.Thread(target=wake_at_each, name="bench-waker", daemon=True)
@@ -136,7 +139,8 @@ async def replayed_lag(wakes: list[float], seconds: float) -> float:
         await asyncio.sleep(seconds)
         await ticker.stop()
     finally:
-        thread.join()  # its last wake was due by now
+        stop.set()  # (cancelled early: the thread must not keep the loop waiting)
+        thread.join()
         loop.remove_reader(reader.fileno())
         reader.close()
         writer.close()
