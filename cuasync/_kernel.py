@@ -636,9 +636,9 @@ class _Launchable(Generic[R]):
     def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:
             if param.const:
-                ctx.read(tensor.allocation, param.name)
+                ctx.read(tensor._alloc, param.name)
             else:
-                ctx.write(tensor.allocation, param.name)
+                ctx.write(tensor._alloc, param.name)
 
 
 class _Launch(_NativeLaunchBase[Any]):

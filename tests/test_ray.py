@@ -31,6 +31,7 @@ import pytest
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install 'cuasync[ray]' (it is in the test extra)"
 )
+from conftest import reactor_path  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 import cuasync  # noqa: E402
@@ -183,6 +184,7 @@ def test_each_actor_gets_one_gpu_as_device_0_and_its_own_loop(probes: list[Any])
         assert not s["forked"]  # a fresh interpreter, not a fork of the driver
 
 
+@reactor_path  # (the actors inherit CUASYNC_HOST_SYNC)
 def test_awaiting_in_an_actor_suspends_its_loop_and_the_reactor_wakes_it(
     probes: list[Any],
 ) -> None:

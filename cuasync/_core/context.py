@@ -125,9 +125,10 @@ class ExecutionContext:
 
     def read(self, alloc: Allocation, argument: str = "tensor") -> int:
         """Declare a read of ``alloc`` by the work about to be enqueued; returns its pointer."""
-        self._check_device(alloc, argument)
+        if alloc.device is not self.device:  # (checked inline: every tensor argument)
+            self._check_device(alloc, argument)
         if self.accesses is None:
-            alloc.use(self.stream, self.seq, write=False)
+            alloc.use(self.stream, self.seq, False)
         else:
             self.accesses.append((alloc, False))
         self.retained.append(alloc)
@@ -135,14 +136,15 @@ class ExecutionContext:
 
     def write(self, alloc: Allocation, argument: str = "tensor") -> int:
         """Declare a write of ``alloc``; returns its pointer."""
-        self._check_device(alloc, argument)
+        if alloc.device is not self.device:
+            self._check_device(alloc, argument)
         if alloc.readonly:
             raise ArgumentError(
                 f"{argument} is read-only memory (its producer exported it read-only through "
                 "DLPack); write into a copy instead: `copy = await tensor.dup()`"
             )
         if self.accesses is None:
-            alloc.use(self.stream, self.seq, write=True)
+            alloc.use(self.stream, self.seq, True)
         else:
             self.accesses.append((alloc, True))
         self.retained.append(alloc)
