@@ -375,15 +375,7 @@ class _Launchable(Generic[R]):
                                 device = self._device_of(tensors)  # raises
                 else:
                     device = get_default_device()
-                output: Any = None
-                if len(outputs) == 1:
-                    output = outputs[0]
-                elif outputs:
-                    output = tuple(outputs)
-                prepared = self._prepared.get(device.ordinal) or self._prepare(device)
-                return _Launch(
-                    self, prepared, device, converted, tensors, output, grid, block, shared_mem
-                )
+                return self._launch_op(device, converted, tensors, outputs, grid, block, shared_mem)
         return self._launch_checked(args, grid, block, shared_mem)
 
     def _make_plan(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
@@ -426,13 +418,27 @@ class _Launchable(Generic[R]):
         converted, tensors, outputs, partitions = self._convert(args)
         device = self._device_of(tensors)
         grid3 = self._grid(grid, partitions) if partitions or grid is None else grid
+        return self._launch_op(device, converted, tensors, outputs, grid3, block, shared_mem)
+
+    def _launch_op(
+        self,
+        device: Device,
+        converted: list[Any],
+        tensors: list[tuple[Tensor, Param]],
+        outputs: list[Any],
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: int,
+    ) -> DeviceOp[R]:
+        """The launch op of checked arguments; its output is the one output argument, a
+        tuple of several, or None."""
         output: Any = None
         if len(outputs) == 1:
             output = outputs[0]
         elif outputs:
             output = tuple(outputs)
         prepared = self._prepared.get(device.ordinal) or self._prepare(device)
-        return _Launch(self, prepared, device, converted, tensors, output, grid3, block, shared_mem)
+        return _Launch(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
 
     def _where(self, param: Param) -> str:
         return f"{self.name}() parameter {param.name!r} ({param.describe()})"

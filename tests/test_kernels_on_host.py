@@ -89,12 +89,17 @@ def _wrappers() -> str:
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Any:
     folder: Path = tmp_path_factory.mktemp("host_kernels")
-    source = folder / "kernels.cpp"
-    source.write_text("\n".join([SHIMS, _builtin.source(), _wrappers()]), encoding="utf-8")
-    library = folder / "kernels.so"
+    return _compiled(folder, "kernels", "\n".join([SHIMS, _builtin.source(), _wrappers()]))
+
+
+def _compiled(folder: Path, name: str, source: str) -> Any:
+    """``source`` (C++ with the shims) built into ``folder/name.so`` and loaded."""
+    path = folder / f"{name}.cpp"
+    path.write_text(source, encoding="utf-8")
+    library = folder / f"{name}.so"
     flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
     done = subprocess.run(
-        [str(CXX), *flags, str(source), "-o", str(library)], capture_output=True, text=True
+        [str(CXX), *flags, str(path), "-o", str(library)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return ctypes.CDLL(str(library))
@@ -291,16 +296,7 @@ def reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             f"{'(long long*)wsi, ' if arg else ''}{x_args}, M, K, splits, chunk, phase, 1, "
             f"M, K, 1, {strides});\n}}"
         )
-    folder: Path = tmp_path_factory.mktemp("host_reductions")
-    source = folder / "reductions.cpp"
-    source.write_text("\n".join(parts), encoding="utf-8")
-    library = folder / "reductions.so"
-    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
-    done = subprocess.run(
-        [str(CXX), *flags, str(source), "-o", str(library)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return ctypes.CDLL(str(library))
+    return _compiled(tmp_path_factory.mktemp("host_reductions"), "reductions", "\n".join(parts))
 
 
 def _host_values(dtype: str, shape: tuple[int, int], op: str, seed: int) -> np.ndarray:

@@ -722,20 +722,6 @@ def test_stale_reports_go_back_to_the_slots_own_queue_without_an_open_stale_queu
     assert r.disarm(6)
 
 
-def test_set_stale_queue_argument_errors(make_reactor, make_queue):
-    r = make_reactor()
-    with pytest.raises(TypeError, match="LoopQueue"):
-        r.set_stale_queue(object())
-    closed = make_queue()
-    closed.close()
-    with pytest.raises(ValueError, match="the stale queue must be open"):
-        r.set_stale_queue(closed)
-    r.close()
-    with pytest.raises(RuntimeError, match="closed"):
-        r.set_stale_queue(make_queue())
-    r.set_stale_queue(None)
-
-
 # -- disarm / errors -------------------------------------------------------------------
 
 
@@ -975,18 +961,20 @@ def test_entries_of_a_closed_orphan_queue_are_dropped(slab, make_reactor, make_q
     assert r.dropped == 1
 
 
-def test_set_orphan_queue_argument_errors(make_reactor, make_queue):
+@pytest.mark.parametrize("which", ["orphan", "stale"])
+def test_set_queue_argument_errors(make_reactor, make_queue, which):
     r = make_reactor()
+    set_queue = getattr(r, f"set_{which}_queue")
     with pytest.raises(TypeError, match="LoopQueue"):
-        r.set_orphan_queue(object())
+        set_queue(object())
     closed = make_queue()
     closed.close()
-    with pytest.raises(ValueError, match="closed"):
-        r.set_orphan_queue(closed)
+    with pytest.raises(ValueError, match=f"the {which} queue must be open, got a closed"):
+        set_queue(closed)
     r.close()
     with pytest.raises(RuntimeError, match="closed"):
-        r.set_orphan_queue(make_queue())
-    r.set_orphan_queue(None)
+        set_queue(make_queue())
+    set_queue(None)
 
 
 def test_closed_queue_whose_flag_never_lands_lets_the_reactor_park(make_reactor, make_queue):

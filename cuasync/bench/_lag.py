@@ -15,7 +15,7 @@ import asyncio
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,9 +66,9 @@ class FlightLag:
     overall_p99_us: float  #: the submission burst included
     max_us: float
     cpu_percent: float  #: the process's CPU time over the wall time
-    seconds: float = 0.0  #: from the last submission to the last completion
+    seconds: float  #: from the last submission to the last completion
     #: When cuasync's drains woke the loop, in seconds after the last submission.
-    wakes: list[float] = field(default_factory=list)
+    wakes: list[float]
 
 
 async def flight_lag(kernel: Any, kernels: int, ms: float) -> FlightLag:
