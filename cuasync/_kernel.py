@@ -17,7 +17,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -27,11 +27,14 @@ from . import kernel_cache
 from ._backends import get_backend
 from ._backends._params import bfloat16_bits, fp8_bits
 from ._backends.base import PreparedKernel
+from ._core import express
 from ._core.context import ExecutionContext
-from ._core.device import Device, get_default_device
+from ._core.device import Device, Stream, get_default_device
+from ._core.loops import running_adapter
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
+from ._launcher import make_launcher
 from ._nvrtc import compile_cubin
 from ._partition import Partition
 from ._signature import Param, parse_params
@@ -44,6 +47,8 @@ Dim3 = tuple[int, int, int]
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
+
+    from ._core.completion import Completion
 
     #: What a launch produces: the argument bound to the kernel's non-const pointer
     #: parameter (a Tensor or Partition), a tuple of them when there are several, None
@@ -298,9 +303,12 @@ class _Launchable(Generic[R]):
             )
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
+        if spec[0] is not None:
+            launcher = make_launcher(self, _Launch, *spec)
+        else:
 
-        def launcher(*args: Any) -> DeviceOp[R]:
-            return self._launch(args, *spec)
+            def launcher(*args: Any) -> DeviceOp[R]:
+                return self._launch(args, *spec)
 
         if cacheable:
             cache = self._launchers
@@ -345,8 +353,7 @@ class _Launchable(Generic[R]):
     def _launch(
         self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
     ) -> DeviceOp[R]:
-        made = self.__dict__.get("_plan")
-        plan = made[1] if made is not None and made[0] is self.params else self._make_plan()
+        plan = self._plan_now()
         if grid is not None and len(args) == len(plan):
             # The common launch first: tensors of the exact dtype, ints and floats in range
             # (the checks of _convert and _scalar, made once per parameter into the plan).
@@ -377,6 +384,11 @@ class _Launchable(Generic[R]):
                     device = get_default_device()
                 return self._launch_op(device, converted, tensors, outputs, grid, block, shared_mem)
         return self._launch_checked(args, grid, block, shared_mem)
+
+    def _plan_now(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
+        """The plan of the current ``params`` (see :meth:`_make_plan`)."""
+        made = self.__dict__.get("_plan")
+        return made[1] if made is not None and made[0] is self.params else self._make_plan()
 
     def _make_plan(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
         """Per parameter, what the fast path of :meth:`_launch` accepts without the full
@@ -686,6 +698,21 @@ class _Launch(_NativeLaunchBase[Any]):
 
     def _trace_name(self) -> str:
         return self._prepared.name
+
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        if notify:  # a future: the express path, when it can take the launch
+            comp = express.submit(self, stream)
+            if comp is not None:
+                return comp
+        return DeviceOp._start(self, stream, notify)
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """See :meth:`DeviceOp.__await__`; a launch takes the express path when it can."""
+        adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
+        if self._consumed:
+            self._take()  # raises
+        self._consumed = True
+        return (yield from express.await_launch(self, adapter))
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel

@@ -336,8 +336,9 @@ def _launch_outcome(launch: Callable[[], Any]) -> Any:
 
 def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
     # Tensors of the exact dtype and plain ints and floats in range skip most checks;
-    # every other argument leaves that path for the full checks. Both must build the
-    # same launch, or raise the same error.
+    # every other argument leaves that path for the full checks. All must build the
+    # same launch, or raise the same error: the plan's loop, the full checks and the
+    # launcher generated for kernel[config].
     k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
     out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
     ints, view = cuasync.zeros(8, "int32").sync(), out[2:6]
@@ -370,7 +371,9 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
             spec = k._spec(*config) if len(config) == 3 else k._spec(*config, 0)
             fast = _launch_outcome(lambda: k._launch(tuple(args), *spec))  # noqa: B023
             full = _launch_outcome(lambda: k._launch_checked(tuple(args), *spec))  # noqa: B023
-            assert fast == full, name
+            # kernel[config] is a launcher written for the kernel's signature: the same
+            generated = _launch_outcome(lambda: k[config](*args))  # noqa: B023
+            assert fast == full == generated, name
     # ... and the common arguments do take the fast path, the others the full checks.
     fast = {"common", "bounds", "upper bounds", "a view", "aliasing", "in place"}
     checked: list[str] = []

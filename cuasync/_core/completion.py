@@ -886,29 +886,49 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
-        skip = False
-        if adapter.long_ops and hub.spin_budget_us and adapter.others_ready():
-            # The last spin on this loop ran out: spinning would only hold up the other
-            # ready tasks' submissions. Park at once. (Work that lands within the budget
-            # keeps spinning even in a burst: finishing inline costs less than a wake.
-            # One in _RESPIN_EVERY spins anyway, to learn when work got short again.)
-            adapter.skips += 1
-            skip = adapter.skips % _RESPIN_EVERY != 0
-        if skip:
-            hub.stats.spins_skipped += 1
-            settled = hub.settle(comp, 0)
-        else:
-            settled = hub.settle(comp)
+        spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
+        settled = hub.settle(comp, spin_us or 0)
+        if spin_us is not None:
             adapter.long_ops = not settled
         if not settled:
-            wake, suspend = adapter.park()
-            try:
-                hub.watch(comp, adapter, wake)
-                yield from suspend()
-            except BaseException:
-                hub.watch_in_background(comp)
-                raise
+            yield from suspend(hub, comp, adapter)
     return comp.result()
+
+
+def await_spin_us(hub: Hub, adapter: LoopAdapter, stream: Any, seq: int) -> int | None:
+    """How long an await of submission ``seq`` on ``stream`` spins before it parks, in
+    microseconds; None: skipped, because the last spin on this loop ran out and other
+    tasks are ready to run.
+
+    Skipping there keeps the spin from holding up the other ready tasks' submissions.
+    (Work that lands within the budget keeps spinning even in a burst: finishing inline
+    costs less than a wake. One in _RESPIN_EVERY spins anyway, to learn when work got
+    short again.) No spin either when earlier work on the stream is still pending (many
+    concurrent awaits): it would only burn the budget.
+    """
+    spin_us = hub.spin_budget_us
+    if not spin_us:
+        return 0
+    if adapter.long_ops and adapter.others_ready():
+        adapter.skips += 1
+        if adapter.skips % _RESPIN_EVERY != 0:
+            hub.stats.spins_skipped += 1
+            return None
+    if stream._completed < seq - 1:
+        return 0
+    return spin_us
+
+
+def suspend(hub: Hub, comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, None]:
+    """Park the awaiting task until ``comp`` is finished (what ``wait`` does when the spin
+    did not see it land); a cancellation hands it to the background watcher."""
+    wake, parked = adapter.park()
+    try:
+        hub.watch(comp, adapter, wake)
+        yield from parked()
+    except BaseException:
+        hub.watch_in_background(comp)
+        raise
 
 
 def work_in_flight() -> bool:

@@ -1,0 +1,217 @@
+"""The express path of kernel launches behaves as the generic path does.
+
+``await kernel[grid, block](...)`` and ``.submit_on(stream)`` of a launch go through
+``cuasync._core.express`` when they can. Each test runs twice, through it and with it
+turned off (every launch then takes ``DeviceOp._start`` and ``completion.wait``), and
+asserts what a user sees: outputs, counters, ordering across streams, errors,
+cancellation, nothing leaked. Gates hold the work, so they run on a GPU too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ON_EMULATOR, await_held, wait_until
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._core import express
+from cuasync._core.completion import get_hub
+from cuasync.errors import ArgumentError, KernelError, ReentrancyError
+
+pytestmark = pytest.mark.anyio
+
+BUMP = r"""
+extern "C" __global__ void bump(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+
+
+def _bump_twin(x: Any, n: int) -> None:
+    x[:n] += 1.0
+
+
+def _failing_twin(x: Any, n: int) -> None:
+    raise ValueError("the kernel's twin failed")
+
+
+bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
+
+
+class Path:
+    """Which path launches take in a test: ``express``, and the express path's attempts
+    (whether each took the launch)."""
+
+    def __init__(self, express: bool) -> None:
+        self.express = express
+        self.attempts: list[bool] = []
+
+    def check(self) -> None:
+        """On the express run, every launch took it, where awaits use flag slots (with
+        host callbacks it never can)."""
+        if self.express:
+            assert self.attempts, "no launch reached the express path"
+            assert all(self.attempts) == get_hub().use_reactor, self.attempts
+
+
+@pytest.fixture(params=["express", "generic"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
+    chosen = Path(request.param == "express")
+    if not chosen.express:
+        monkeypatch.setattr(express, "_enqueue", lambda op, stream: None)
+        return chosen
+    enqueue = express._enqueue
+
+    def spy(op: Any, stream: cuasync.Stream) -> Any:
+        sent = enqueue(op, stream)
+        chosen.attempts.append(sent is not None)
+        return sent
+
+    monkeypatch.setattr(express, "_enqueue", spy)
+    return chosen
+
+
+class _ReadOnly:
+    """``t`` exported read-only through the CUDA Array Interface."""
+
+    def __init__(self, t: cuasync.Tensor) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": t.shape,
+            "typestr": "<f4",
+            "data": (t.ptr, True),
+            "version": 3,
+        }
+
+
+def _completions(s: cuasync.Stats) -> int:
+    return s.completed_inline + s.completed_reactor + s.completed_host_callback
+
+
+async def test_an_awaited_launch_returns_its_output_and_settles_the_counters(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    x = await cuasync.zeros((300,), dtype="float32")
+    await bump[2, 256](x, 300)  # loaded, and the first launch's lazy set-up done
+    before = cuasync.stats()
+    out = await bump[2, 256](x, 300)
+    after = cuasync.stats()
+    assert out is x  # the non-const pointer argument
+    assert _completions(after) - _completions(before) == 1
+    assert after.slots_armed == before.slots_armed
+    np.testing.assert_array_equal(await x.to_host(), np.full(300, 2, np.float32))
+    path.check()
+
+
+async def test_a_held_launch_parks_and_lands_when_released(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    x = await cuasync.zeros((64,), dtype="float32")
+    await bump[1, 64](x, 64)
+    before = cuasync.stats()
+    out = await await_held(lambda: bump[1, 64](x, 64))
+    after = cuasync.stats()
+    assert out is x
+    assert after.completed_inline == before.completed_inline  # it could not land inline
+    assert _completions(after) - _completions(before) == 1
+    np.testing.assert_array_equal(await x.to_host(), np.full(64, 2, np.float32))
+    path.check()
+
+
+async def test_a_future_of_a_launch(anyio_backend: Any, baseline: Any, path: Path) -> None:
+    s = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((32,), dtype="float32")
+    await bump[1, 32](x, 32)
+    with ct.gate(s) as g:
+        fut = bump[1, 32](x, 32).submit_on(s)
+        assert fut.stream is s
+        assert not fut.done()
+        g.open()
+        assert await fut is x
+    assert fut.done() and fut.result() is x
+    np.testing.assert_array_equal(await x.to_host(), np.full(32, 2, np.float32))
+    path.check()
+
+
+async def test_a_launch_on_another_stream_waits_for_the_tensors_writer(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    # The access records order the launch after the upload that writes x on stream a:
+    # held at a gate on a, the upload cannot have run when the launch on b does.
+    a, b = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((128,), dtype="float32")
+    await bump[1, 128](x, 128)
+    with ct.gate(a) as g:
+        upload = cuasync.fill(x, 10.0).submit_on(a)
+        with cuasync.use_policy(cuasync.SingleStream(b)):
+            task_out: list[Any] = []
+
+            async def launch() -> None:
+                task_out.append(await bump[1, 128](x, 128))
+
+            import anyio
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(launch)
+                await wait_until(lambda: cuasync.stats().slots_armed >= 3 or bool(task_out))
+                assert not task_out  # behind the upload, behind the gate
+                g.open()
+        await upload
+    assert task_out == [x]
+    np.testing.assert_array_equal(await x.to_host(), np.full(128, 11, np.float32))
+    path.check()
+
+
+async def test_a_cancelled_launch_keeps_its_tensor_until_it_lands(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    import anyio
+
+    s = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((256,), dtype="float32")
+    await bump[1, 256](x, 256)
+    with ct.gate(s):
+        with cuasync.use_policy(cuasync.SingleStream(s)):
+            with anyio.move_on_after(0.01) as scope:
+                await bump[1, 256](x, 256)
+            assert scope.cancelled_caught
+        assert not s.query()  # the launch is still held: it goes on after the cancel
+    s.synchronize()
+    np.testing.assert_array_equal(await x.to_host(), np.full(256, 2, np.float32))
+    path.check()
+
+
+async def test_what_the_express_path_leaves_to_the_generic_one(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    # A thread already submitting, and a read-only tensor written to: the same errors.
+    x = await cuasync.zeros((16,), dtype="float32")
+    await bump[1, 16](x, 16)
+
+    def inner(t: cuasync.Tensor) -> cuasync.DeviceOp[Any]:
+        bump[1, 16](t, 16).submit()  # executing another op inside then()
+        return cuasync.value(t)
+
+    with pytest.raises(ReentrancyError):
+        await cuasync.value(x).then(inner)
+    readonly = cuasync.asarray(_ReadOnly(x))
+    with pytest.raises(ArgumentError, match="read-only"):
+        await bump[1, 16](readonly, 16)
+    np.testing.assert_array_equal(await x.to_host(), np.ones(16, np.float32))
+    if path.express:  # the warm-up launch only: the other two were left to the generic path
+        assert path.attempts == [get_hub().use_reactor, False, False]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="emulator only: a numpy twin raises there")
+async def test_a_failing_twin_raises_from_the_await(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    failing = cuasync.Kernel(BUMP, "bump", emulate=_failing_twin)
+    x = await cuasync.zeros((8,), dtype="float32")
+    with pytest.raises(KernelError, match="twin failed"):
+        await failing[1, 8](x, 8)
+    assert await bump[1, 8](x, 8) is x  # the stream goes on
+    path.check()
