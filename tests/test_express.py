@@ -87,6 +87,12 @@ class _ReadOnly:
         }
 
 
+def _in_flight() -> int:
+    """Completions and gate words outstanding: flag slots, or host callbacks."""
+    s = cuasync.stats()
+    return s.slots_armed + s.callbacks_pending
+
+
 def _completions(s: cuasync.Stats) -> int:
     return s.completed_inline + s.completed_reactor + s.completed_host_callback
 
@@ -156,8 +162,8 @@ async def test_a_launch_on_another_stream_waits_for_the_tensors_writer(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(launch)
-                await wait_until(lambda: cuasync.stats().slots_armed >= 3 or bool(task_out))
-                assert not task_out  # behind the upload, behind the gate
+                await wait_until(lambda: _in_flight() >= 3 or bool(task_out))
+                assert not task_out  # the gate's word, the fill's and the launch's: held
                 g.open()
         await upload
     assert task_out == [x]
