@@ -706,6 +706,9 @@ class _Launch(_NativeLaunchBase[Any]):
                 return comp
         return DeviceOp._start(self, stream, notify)
 
+    def _sync(self, stream: Stream) -> Any:
+        return express.sync_launch(self, stream)
+
     def __await__(self) -> Generator[Any, Any, Any]:
         """See :meth:`DeviceOp.__await__`; a launch takes the express path when it can."""
         adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing

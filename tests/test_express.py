@@ -9,6 +9,7 @@ cancellation, nothing leaked. Gates hold the work, so they run on a GPU too.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -220,4 +221,42 @@ async def test_a_failing_twin_raises_from_the_await(
     with pytest.raises(KernelError, match="twin failed"):
         await failing[1, 8](x, 8)
     assert await bump[1, 8](x, 8) is x  # the stream goes on
+    path.check()
+
+
+def test_a_launch_run_with_sync(baseline: Any, path: Path) -> None:
+    x = cuasync.zeros((40,), dtype="float32").sync()
+    bump[1, 64](x, 40).sync()
+    before = cuasync.stats()
+    assert bump[1, 64](x, 40).sync() is x
+    s = cuasync.Device(0).new_stream()
+    assert bump[1, 64](x, 40).sync_on(s) is x  # ordered after the launches on another stream
+    after = cuasync.stats()
+    assert after.slots_armed == before.slots_armed
+    np.testing.assert_array_equal(x.to_host().sync(), np.full(40, 3, np.float32))
+    path.check()
+
+
+def test_a_held_sync_returns_once_released(baseline: Any, path: Path, enqueued: list[str]) -> None:
+    # Held at a gate past the spin, the blocking sync waits for the stream and still
+    # returns the output.
+    import threading
+
+    s = cuasync.Device(0).new_stream()
+    x = cuasync.zeros((16,), dtype="float32").sync()
+    bump[1, 16](x, 16).sync_on(s)
+    out: list[Any] = []
+    with ct.gate(s) as g:
+        mark = len(enqueued)
+        worker = threading.Thread(target=lambda: out.append(bump[1, 16](x, 16).sync_on(s)))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while "launch_kernel" not in enqueued[mark:]:
+            assert time.monotonic() < deadline, "the launch was never submitted"
+            time.sleep(0.001)  # polling a condition with a deadline
+        assert not out
+        g.open()
+        worker.join(10)
+    assert out == [x]
+    np.testing.assert_array_equal(x.to_host().sync(), np.full(16, 2, np.float32))
     path.check()

@@ -8,7 +8,9 @@ sequence number, the access records of its tensors, a completion slot, and one n
 call that launches and writes the flag.
 
 It returns None, having done nothing, whenever the op is not the common case; the
-caller then takes the generic path, which handles it (and words its errors):
+caller then takes the generic path, which handles it (and words its errors).
+:func:`await_launch` and :func:`sync_launch` build ``await op`` and ``op.sync()`` on it.
+The generic path is taken for:
 
 - tracing (NVTX ranges), a stream capturing a graph, a device fault seen;
 - a thread already submitting (``ReentrancyError``);
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .._backends import get_backend
 from . import completion as _completion
 from . import trace
-from .completion import INLINE, Completion, await_spin_us, suspend, wait
+from .completion import BLOCKING, INLINE, Completion, await_spin_us, suspend, wait
 from .context import LOCAL, LOCK, ExecutionContext
 from .op import DeviceOp, _release_when_drained
 from .output import _Ready
@@ -37,7 +39,7 @@ from .scheduling import stream_for
 if TYPE_CHECKING:
     from .device import Stream
 
-__all__ = ["await_launch", "submit"]
+__all__ = ["await_launch", "submit", "sync_launch"]
 
 
 def submit(op: Any, stream: Stream) -> Completion | None:
@@ -91,6 +93,25 @@ def await_launch(op: Any, adapter: Any) -> Generator[Any, Any, Any]:
         except BaseException:
             comp.abandon()
             raise
+    return comp.result()
+
+
+def sync_launch(op: Any, stream: Stream) -> Any:
+    """``op.sync_on(stream)`` for a launch op (taken by the caller): the express
+    submission, the spin, and ``cuStreamSynchronize`` only for work that did not land
+    within it; short work returns as soon as an ``await`` would."""
+    comp = submit(op, stream)
+    if comp is None:
+        return DeviceOp._sync(op, stream)
+    hub = _completion._hub
+    assert hub is not None
+    if not hub.settle(comp):
+        try:
+            hub.backend.stream_synchronize(stream.handle)
+        except BaseException as exc:
+            comp.fail(exc)
+            raise
+        comp.finish(BLOCKING)
     return comp.result()
 
 
