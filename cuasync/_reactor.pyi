@@ -1,6 +1,6 @@
 """Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
 
-from typing import Final, SupportsIndex, final
+from typing import Any, Final, SupportsIndex, final
 
 HAVE_EVENTFD: Final[int]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
@@ -109,3 +109,23 @@ def launch_and_write(
     /,
 ) -> int:
     """``cuLaunchKernel``, then (launch succeeded, address != 0) ``cuStreamWriteValue32``."""
+
+def launch_packed(
+    function: SupportsIndex,
+    gx: SupportsIndex,
+    gy: SupportsIndex,
+    gz: SupportsIndex,
+    bx: SupportsIndex,
+    by: SupportsIndex,
+    bz: SupportsIndex,
+    shared_mem: SupportsIndex,
+    stream: SupportsIndex,
+    layout: bytes,
+    args: list[Any],
+    address: SupportsIndex,
+    value: SupportsIndex,
+    /,
+) -> int:
+    """:func:`launch_and_write` with the parameters packed in C from ``args`` by
+    ``layout`` (8-byte records: struct code, 3 pad bytes, uint32 offset; ``P``: a pointer,
+    an int or an object with ``.ptr``); returns as :func:`launch_and_write` does."""

@@ -14,7 +14,10 @@
 
 #include "reactor.h"
 
+#include <float.h>
 #include <limits.h>
+#include <math.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -354,6 +357,213 @@ mod_launch_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n
     return PyLong_FromLong(rc);
 }
 
+/* -- launch_packed: the parameter block packed in C -------------------------------- */
+
+/* A layout is one record per parameter: its struct code and its offset in the block. */
+typedef struct {
+    char code; /* struct code: ? b B h H i I q Q f d, or P (a pointer: an int or .ptr) */
+    unsigned char pad[3];
+    uint32_t offset; /* 16-byte aligned, from the start of the block */
+} layout_rec;
+
+_Static_assert(sizeof(layout_rec) == 8, "a layout record is 8 bytes");
+
+enum { PARAM_BLOCK_MAX = 4096, PARAM_COUNT_MAX = 256 };
+
+/* Record i of a layout (copied: the bytes object's buffer promises no alignment). */
+static layout_rec
+layout_at(const char *layout, Py_ssize_t i)
+{
+    layout_rec r;
+    memcpy(&r, layout + i * (Py_ssize_t)sizeof(layout_rec), sizeof r);
+    return r;
+}
+
+static int
+param_size(char code)
+{
+    switch (code) {
+    case '?': case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'q': case 'Q': case 'd': case 'P': return 8;
+    default: return 0;
+    }
+}
+
+/* An integer parameter of ``size`` bytes, signed or not; OverflowError out of range. */
+static int
+pack_int(PyObject *o, char code, unsigned char *dst)
+{
+    int size = param_size(code), is_signed = code == 'b' || code == 'h' || code == 'i' ||
+                                             code == 'q';
+    if (is_signed) {
+        long long v;
+        if (get_i64(o, &v) < 0)
+            return -1;
+        long long lo = size == 8 ? LLONG_MIN : -(1ll << (8 * size - 1));
+        long long hi = size == 8 ? LLONG_MAX : (1ll << (8 * size - 1)) - 1;
+        if (v < lo || v > hi)
+            goto overflow;
+        int8_t i8 = (int8_t)v;
+        int16_t i16 = (int16_t)v;
+        int32_t i32 = (int32_t)v;
+        memcpy(dst, size == 1 ? (void *)&i8 : size == 2 ? (void *)&i16
+                    : size == 4 ? (void *)&i32 : (void *)&v, (size_t)size);
+        return 0;
+    }
+    unsigned long long u;
+    if (get_u64(o, &u) < 0)
+        return -1;
+    if (size < 8 && u >> (8 * size))
+        goto overflow;
+    uint8_t u8 = (uint8_t)u;
+    uint16_t u16 = (uint16_t)u;
+    uint32_t u32 = (uint32_t)u;
+    memcpy(dst, size == 1 ? (void *)&u8 : size == 2 ? (void *)&u16
+                : size == 4 ? (void *)&u32 : (void *)&u, (size_t)size);
+    return 0;
+overflow:
+    PyErr_Format(PyExc_OverflowError, "a kernel argument does not fit in its '%c' parameter",
+                 code);
+    return -1;
+}
+
+/* Pack ``args`` into ``block`` by ``recs``; ``slots[i]`` points at parameter i. */
+static int
+pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
+            void **slots)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(args, i);
+        layout_rec rec = layout_at(layout, i);
+        char code = rec.code;
+        unsigned char *dst = block + rec.offset;
+        slots[i] = dst;
+        if (code == 'P') {
+            unsigned long long ptr;
+            if (PyLong_Check(a)) {
+                if (get_u64(a, &ptr) < 0)
+                    return -1;
+            }
+            else {
+                PyObject *p = PyObject_GetAttrString(a, "ptr");
+                if (p == NULL)
+                    return -1;
+                int bad = get_u64(p, &ptr);
+                Py_DECREF(p);
+                if (bad < 0)
+                    return -1;
+            }
+            memcpy(dst, &ptr, 8);
+        }
+        else if (code == 'f' || code == 'd') {
+            double v = PyFloat_AsDouble(a);
+            if (v == -1.0 && PyErr_Occurred())
+                return -1;
+            if (code == 'f') {
+                if (isfinite(v) && fabs(v) > FLT_MAX) {
+                    PyErr_SetString(PyExc_OverflowError,
+                                    "a kernel argument is too large for its float parameter");
+                    return -1;
+                }
+                float f = (float)v;
+                memcpy(dst, &f, 4);
+            }
+            else {
+                memcpy(dst, &v, 8);
+            }
+        }
+        else if (code == '?') {
+            int t = PyObject_IsTrue(a);
+            if (t < 0)
+                return -1;
+            *dst = (unsigned char)t;
+        }
+        else if (pack_int(a, code, dst) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Check a layout (a bytes object of records) once per call: codes, offsets, bounds. */
+static int
+check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n)
+{
+    if (!PyBytes_Check(layout) || PyBytes_GET_SIZE(layout) % sizeof(layout_rec)) {
+        PyErr_SetString(PyExc_TypeError, "layout must be bytes of 8-byte records");
+        return -1;
+    }
+    if (!PyList_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "args must be a list");
+        return -1;
+    }
+    *n = PyBytes_GET_SIZE(layout) / (Py_ssize_t)sizeof(layout_rec);
+    *recs = PyBytes_AS_STRING(layout);
+    if (*n > PARAM_COUNT_MAX || PyList_GET_SIZE(args) != *n) {
+        PyErr_Format(PyExc_ValueError, "%zd arguments for a layout of %zd parameters (at most %d)",
+                     PyList_GET_SIZE(args), *n, PARAM_COUNT_MAX);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        layout_rec rec = layout_at(*recs, i);
+        int size = param_size(rec.code);
+        uint32_t off = rec.offset;
+        if (size == 0 || off % 16 || off + (uint32_t)size > PARAM_BLOCK_MAX) {
+            PyErr_Format(PyExc_ValueError, "layout record %zd is invalid", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("launch_packed", nargs, 13) < 0)
+        return NULL;
+    unsigned long long function, stream, address;
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    uint32_t value;
+    const char *recs;
+    Py_ssize_t n;
+    if (get_u64(args[0], &function) < 0 || get_uint(args[1], "gx", &gx) < 0 ||
+        get_uint(args[2], "gy", &gy) < 0 || get_uint(args[3], "gz", &gz) < 0 ||
+        get_uint(args[4], "bx", &bx) < 0 || get_uint(args[5], "by", &by) < 0 ||
+        get_uint(args[6], "bz", &bz) < 0 || get_uint(args[7], "shared_mem", &shmem) < 0 ||
+        get_u64(args[8], &stream) < 0 || check_layout(args[9], args[10], &recs, &n) < 0 ||
+        get_u64(args[11], &address) < 0 || get_u32(args[12], "value", &value) < 0)
+        return NULL;
+
+    uintptr_t lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
+    uintptr_t wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    if (lk == 0 || (address != 0 && wv == 0)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        lk == 0 ? "cuLaunchKernel entry point not set (call set_entry_points)"
+                                : "cuStreamWriteValue32 entry point not set "
+                                  "(call set_entry_points)");
+        return NULL;
+    }
+    /* the driver copies the parameters before cuLaunchKernel returns: the block can live
+     * on this stack, one per call, and needs no lock */
+    _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
+    void *slots[PARAM_COUNT_MAX];
+    if (pack_params(recs, n, args[10], block, slots) < 0)
+        return NULL;
+    CUresult rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)function, gx, gy, gz, bx, by, bz, shmem,
+                                 (void *)(uintptr_t)stream, n ? slots : NULL, NULL);
+    if (rc == 0 && address != 0) {
+        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address,
+                                               value, 0u);
+        rc = wrc == 0 ? 0 : -wrc;
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 PyMethodDef cuasync_driver_methods[] = {
     {"spin_wait", (PyCFunction)(void (*)(void))mod_spin_wait, METH_FASTCALL,
      "spin_wait($module, address, expected, budget_ns, /)\n--\n\n"
@@ -375,5 +585,12 @@ PyMethodDef cuasync_driver_methods[] = {
      "address, value, /)\n--\n\n"
      "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32. "
      "Returns 0, the launch's CUresult, or minus the write's CUresult (the launch is enqueued)."},
+    {"launch_packed", (PyCFunction)(void (*)(void))mod_launch_packed, METH_FASTCALL,
+     "launch_packed($module, function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, "
+     "args, address, value, /)\n--\n\n"
+     "launch_and_write with the parameters packed here: layout is bytes of 8-byte records "
+     "(struct code, 3 pad bytes, uint32 offset, 16-aligned, within 4096 bytes), one per "
+     "item of the list args (ints, floats, bools; a pointer is an int or has .ptr). "
+     "Returns as launch_and_write does."},
     {NULL, NULL, 0, NULL},
 };

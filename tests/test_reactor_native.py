@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import math
 import os
 import queue as thread_queue
 import re
@@ -1331,3 +1332,103 @@ def test_set_host_signal_queue_argument_errors(make_queue, signal_queue):
     closed.close()
     with pytest.raises(ValueError, match="must be open"):
         _reactor.set_host_signal_queue(closed)
+
+
+# -- launch_packed: the parameter block packed in C ---------------------------------------
+EVERY_SCALAR = r"""
+extern "C" __global__ void every(float* x, const double* y, bool b, int8_t i8, uint8_t u8,
+    int16_t i16, uint16_t u16, int i32, unsigned int u32, long long i64,
+    unsigned long long u64, float f, double d) {}
+"""
+
+
+def _param_bytes(params_address: int, sizes: list[int]) -> list[bytes]:
+    """What a launch's ``void**`` points at: each parameter's bytes."""
+    slots = ctypes.cast(params_address, ctypes.POINTER(ctypes.c_void_p))
+    return [ctypes.string_at(slots[i], size) for i, size in enumerate(sizes)]
+
+
+class _Pointer:
+    """A pointer argument given as an object with ``.ptr`` (a tensor, a DeviceArray)."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
+    # The same launch packed by the native module and by ParamBlock.pack must hand the
+    # driver the same bytes for every parameter type the native module packs.
+    import struct
+
+    from cuasync._backends._params import ParamBlock
+    from cuasync._signature import parse_params
+
+    block = ParamBlock(parse_params(EVERY_SCALAR, "every"))
+    assert block.layout is not None
+    sizes = [struct.calcsize("<" + c) for c in "QQ?bBhHiIqQfd"]
+    seen: list[list[bytes]] = []
+
+    @LAUNCH_T
+    def fake_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        seen.append(_param_bytes(params, sizes))
+        return 0
+
+    entry_points(launch=fake_launch)
+    cases = [
+        [0x7F0000001000, _Pointer(0x7F0000002000), True, -128, 255, -32768, 65535,
+         -(2**31), 2**32 - 1, -(2**63), 2**64 - 1, 3.4028234663852886e38, -1e308],
+        [0, 0, False, 127, 0, 32767, 0, 2**31 - 1, 0, 2**63 - 1, 0, -1.5, math.inf],
+        [1, 2, 7, 0, 1, 0, 1, 5, 6, 7, 8, 3, math.nan],  # ints for floats, an int for bool
+    ]  # fmt: skip
+    for args in cases:
+        assert _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, args, 0, 0) == 0
+        expected = _param_bytes(block.pack(args), sizes)
+        assert seen[-1] == expected, args
+    with pytest.raises(OverflowError):  # never reached from cuasync: the launch plan checks
+        _reactor.launch_packed(
+            1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0, 0, 1, 128] + [0] * 9, 0, 0
+        )
+    with pytest.raises(OverflowError):
+        _reactor.launch_packed(
+            1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 11 + [1e39, 0.0], 0, 0
+        )
+    with pytest.raises(ValueError, match="13 parameters"):
+        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 12, 0, 0)
+    with pytest.raises(ValueError, match="record 0"):
+        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, b"e\0\0\0\0\0\0\0", [1.0], 0, 0)
+    with pytest.raises(TypeError):
+        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, tuple(cases[0]), 0, 0)
+    assert len(seen) == len(cases)  # nothing launched for a bad argument
+
+
+def test_launch_packed_writes_the_flag_after_the_launch(
+    slab, entry_points, make_reactor, make_queue
+):
+    writes: list[tuple[int, int]] = []
+
+    @WRITE_T
+    def fake_write(stream, addr, value, flags):
+        writes.append((addr, value))
+        _reactor.store32(addr, value)
+        return 0
+
+    @LAUNCH_T
+    def fake_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        assert params is None  # no parameters: no array
+        return 0
+
+    entry_points(write=fake_write, launch=fake_launch)
+    r, q = make_reactor(), make_queue()
+    r.arm(7, 1, q)
+    assert _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0x55, b"", [], slab.addr(7), 1) == 0
+    assert writes == [(slab.addr(7), 1)]
+    assert collect(q, 1) == ([7], [])
+
+
+def test_kernels_with_half_or_complex_parameters_are_packed_in_python():
+    from cuasync._backends._params import ParamBlock
+    from cuasync._signature import parse_params
+
+    for ctype in ("__half", "__nv_bfloat16", "float2", "double2"):
+        source = f'extern "C" __global__ void k(float* x, {ctype} v) {{}}'
+        assert ParamBlock(parse_params(source, "k")).layout is None, ctype

@@ -82,6 +82,37 @@ _BITS = {
 }
 
 
+#: struct codes the native module packs itself (``_reactor.launch_packed``); "Q" is a
+#: pointer ("P" there: an int address or an object with ``.ptr``).
+_NATIVE_CODES = frozenset("?bBhHiIqQfd")
+#: Limits of ``launch_packed``: parameters, and bytes of the block they are packed into.
+_LAYOUT_COUNT_MAX = 256
+_LAYOUT_BYTES_MAX = 4096
+
+
+def _layout(codes: Sequence[str], pointers: Sequence[int]) -> bytes | None:
+    """The ``launch_packed`` layout of parameters with these struct codes: per parameter,
+    its code and its 16-byte-aligned offset; None where the native module cannot pack
+    one of them (half types, complex values, an unknown type) or they do not fit.
+    ``pointers``: the positions of pointer parameters (code "P").
+
+    >>> _layout(["Q", "i"], [0])[8:9], _layout(["e"], [])
+    (b'i', None)
+    """
+    records = []
+    offset = 0
+    for i, code in enumerate(codes):
+        native = "P" if i in pointers else code
+        if native not in _NATIVE_CODES and native != "P":
+            return None
+        offset = -(-offset // 16) * 16
+        records.append(struct.pack("<c3xI", native.encode(), offset))
+        offset += struct.calcsize("<" + code)
+    if offset > _LAYOUT_BYTES_MAX:
+        return None
+    return b"".join(records)
+
+
 class ParamBlock:
     """The ``void*[]`` of a kernel's launches and the argument slots it points to.
 
@@ -124,6 +155,13 @@ class ParamBlock:
             for i, p in enumerate(params)
             if not p.pointer and p.dtype is not None and dtype_name(p.dtype) in _BITS
         }
+        #: The parameters' layout for ``_reactor.launch_packed``, or None where values
+        #: need converting in Python first (complex, bfloat16, FP8) or _layout says so.
+        self.layout = (
+            None
+            if self.complex or self.bits or n > _LAYOUT_COUNT_MAX
+            else _layout(codes, self.pointers)
+        )
         self.buffer = ctypes.create_string_buffer(max(pos, 8))
         self.address = ctypes.addressof(self.buffer)
         struct.pack_into(f"<{n}Q", self.buffer, 0, *(self.address + o for o in offsets))

@@ -1117,23 +1117,32 @@ class CudaBackend(Backend):
         ordinal = self._streams.get(stream)
         if ordinal is None or self._tls.ordinal != ordinal:
             ordinal = self._enter(stream)
-        params = kernel.params.pack(args) if args else 0
         function = kernel.handle
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
+        block_ = kernel.params
         if native is not None:
             # One call, GIL released once: cuLaunchKernel, then the flag's
             # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
             # raise its error); < 0: the launch is enqueued and the flag write failed.
-            rc = native.launch_and_write(
-                function, gx, gy, gz, bx, by, bz, shared_mem, stream, params,
-                flag_address, flag_value,
-            )  # fmt: skip
+            # The native module packs the parameters itself where it can (layout).
+            layout = block_.layout
+            if layout is not None:
+                rc = native.launch_packed(
+                    function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout,
+                    args if type(args) is list else list(args), flag_address, flag_value,
+                )  # fmt: skip
+            else:
+                rc = native.launch_and_write(
+                    function, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                    block_.pack(args) if args else 0, flag_address, flag_value,
+                )  # fmt: skip
             if not rc:
                 return
             if rc < 0:
                 raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
+        params = block_.pack(args) if args else 0
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)
