@@ -30,7 +30,6 @@ from ._backends.base import PreparedKernel
 from ._core import express
 from ._core.context import ExecutionContext
 from ._core.device import Device, Stream, get_default_device
-from ._core.loops import running_adapter
 from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
@@ -711,11 +710,7 @@ class _Launch(_NativeLaunchBase[Any]):
 
     def __await__(self) -> Generator[Any, Any, Any]:
         """See :meth:`DeviceOp.__await__`; a launch takes the express path when it can."""
-        adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
-        if self._consumed:
-            self._take()  # raises
-        self._consumed = True
-        return (yield from express.await_launch(self, adapter))
+        return express.await_launch(self)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel

@@ -333,7 +333,11 @@ class Hub:
         self.slab = backend.host_alloc(4 * self.nslots)
         self.gens = [0] * self.nslots
         self.table: list[Completion | None] = [None] * self.nslots
+        # The free slots. Claimed with pop() and given back with append(), each one
+        # bytecode under the GIL, so without a lock: the slots in use are the ones not
+        # here, less those retired by faults (see slots_in_use).
         self.free = list(range(self.nslots - 1, -1, -1))
+        self.retired = 0
         self.stats.slots_total = self.nslots
         self.stats.native = native is not None
         self.callback_pending: set[Completion] = set()
@@ -396,10 +400,10 @@ class Hub:
             if memops is None:
                 memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
             if memops:
-                with self.lock:
-                    if self.free:
-                        slot = self.free.pop()
-                        self.stats.slots_armed += 1
+                try:
+                    slot = self.free.pop()
+                except IndexError:
+                    slot = -1
                 if slot < 0:
                     self.stats.fallbacks += 1
                     if not self._exhaustion_logged:
@@ -506,14 +510,12 @@ class Hub:
         for it (``stream_wait_value32``) waits until :meth:`release_word` writes it.
         Counted in ``slots_armed`` until then, so leak checks see a gate left closed.
         """
-        with self.lock:
-            if not self.free:
-                raise DeviceError(
-                    f"all {self.nslots} flag slots are in use; open some gates or raise "
-                    "CUASYNC_SLOTS"
-                )
+        try:
             slot = self.free.pop()
-            self.stats.slots_armed += 1
+        except IndexError:
+            raise DeviceError(
+                f"all {self.nslots} flag slots are in use; open some gates or raise CUASYNC_SLOTS"
+            ) from None
         value = (self.gens[slot] + 1) & 0xFFFFFFFF
         self.gens[slot] = value
         return slot, self.slab + 4 * slot, value
@@ -783,10 +785,8 @@ class Hub:
         if slot >= 0:
             if comp.watcher is not None and path != REACTOR:
                 self.reactor.disarm(slot)  # it was armed: take it back
-            with self.lock:  # (self._free_slot, inline: every completion passes here)
-                self.table[slot] = None
-                self.free.append(slot)
-                stats.slots_armed -= 1
+            self.table[slot] = None  # (self._free_slot, inline: every completion passes here)
+            self.free.append(slot)
         else:
             with self.lock:
                 self.callback_pending.discard(comp)
@@ -798,19 +798,23 @@ class Hub:
         with self.lock:
             if comp.slot >= 0:
                 self.table[comp.slot] = None
-                self.stats.slots_armed -= 1
+                self.retired += 1
             self.callback_pending.discard(comp)
             if comp.signal:
                 self.signals.pop(comp.signal, None)
 
     def _free_slot(self, slot: int) -> None:
-        with self.lock:
-            self.table[slot] = None
-            self.free.append(slot)
-            self.stats.slots_armed -= 1
+        self.table[slot] = None  # before the append: the next claimer's entry stays
+        self.free.append(slot)
+
+    def slots_in_use(self) -> int:
+        """Flag slots claimed and not given back (completions and host-written words);
+        retired ones (their work faulted) are not counted."""
+        return self.nslots - len(self.free) - self.retired
 
     def snapshot(self) -> Stats:
         stats = Stats(**vars(self.stats))
+        stats.slots_armed = self.slots_in_use()
         stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:
             stats.reactor_wakeups = self.reactor.wakeups
@@ -935,7 +939,7 @@ def work_in_flight() -> bool:
     """Whether any submission is still pending (a flag slot armed or a host callback
     outstanding); False before the completion machinery exists (it is not created)."""
     hub = _hub
-    return hub is not None and (hub.stats.slots_armed > 0 or bool(hub.callback_pending))
+    return hub is not None and (hub.slots_in_use() > 0 or bool(hub.callback_pending))
 
 
 def raise_if_faulted(device: Device) -> None:

@@ -32,6 +32,7 @@ from . import completion as _completion
 from . import trace
 from .completion import BLOCKING, INLINE, Completion, await_spin_us, suspend, wait
 from .context import LOCAL, LOCK, ExecutionContext
+from .loops import running_adapter
 from .op import DeviceOp, _release_when_drained
 from .output import _Ready
 from .scheduling import stream_for
@@ -52,13 +53,17 @@ def submit(op: Any, stream: Stream) -> Completion | None:
     return _completion_of(hub, op, ctx, slot, gen, address)
 
 
-def await_launch(op: Any, adapter: Any) -> Generator[Any, Any, Any]:
-    """``await op`` for a launch op (taken by the caller): the express submission, then
+def await_launch(op: Any) -> Generator[Any, Any, Any]:
+    """``await op`` for a launch op (its ``__await__``): the express submission, then
     the spin; only work that did not land within it gets a :class:`Completion`.
 
     Landed inline, nothing but the slot and the counters needs settling: the output is
     the op's output argument, and what the launch used is released with ``ctx``.
     """
+    adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
+    if op._consumed:
+        op._take()  # raises
+    op._consumed = True
     stream = stream_for(op._device)
     sent = _enqueue(op, stream)
     if sent is None:
@@ -75,11 +80,8 @@ def await_launch(op: Any, adapter: Any) -> Generator[Any, Any, Any]:
         adapter.long_ops = False
         if seq > stream._completed:
             stream._completed = seq
-        stats = hub.stats
-        with hub.lock:
-            hub.free.append(slot)
-            stats.slots_armed -= 1
-        stats.completed_inline += 1
+        hub.free.append(slot)  # (Hub._free_slot: its table entry was never set)
+        hub.stats.completed_inline += 1
         return op._output
     comp = _completion_of(hub, op, ctx, slot, gen, address)
     del ctx
@@ -147,12 +149,10 @@ def _enqueue(op: Any, stream: Stream) -> tuple[Any, ExecutionContext, int, int, 
         if alloc.device is not device or (alloc.readonly and not param.const):
             return None
     with LOCK:
-        with hub.lock:
-            free = hub.free
-            if not free:
-                return None
-            slot = free.pop()
-            hub.stats.slots_armed += 1
+        try:
+            slot = hub.free.pop()
+        except IndexError:
+            return None  # the generic path falls back to a host callback, and logs it
         LOCAL.active = True
         ctx = ExecutionContext(stream)
         try:
