@@ -291,10 +291,22 @@ async def await_held(make_op: Callable[[], Any]) -> Any:
     with cuasync.testing.gate() as gate:
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
-            await wait_until(lambda: suspended)
+            # Parked, not only submitted: an await that finds other tasks ready (this
+            # one, polling) first steps aside once, and the gate must stay closed
+            # until it has looked at its work again and suspended.
+            await wait_until(lambda: suspended and awaited_completions() > 0)
             assert not results
             gate.open()
     return results[0]
+
+
+def awaited_completions() -> int:
+    """Pending completions with a waiter: awaits parked on their work."""
+    from cuasync._core.completion import get_hub
+
+    hub = get_hub()
+    pending = [c for c in hub.table if c is not None] + list(hub.callback_pending)
+    return sum(1 for c in pending if c._waiters)
 
 
 async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

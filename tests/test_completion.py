@@ -9,7 +9,7 @@ import time
 import conftest
 import numpy as np
 import pytest
-from conftest import await_held, reactor_path, wait_until
+from conftest import await_held, awaited_completions, reactor_path, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -106,7 +106,8 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
         with ct.gate(*policy.streams):
             for i in range(n):
                 tg.start_soon(one, i)
-            await wait_until(lambda: len(waiting) == n)  # all n wait at once
+            # all n wait at once, parked (in a burst each first steps aside once)
+            await wait_until(lambda: len(waiting) == n and awaited_completions() >= n)
             if cuasync.stats().reactor:
                 assert cuasync.stats().slots_armed == armed + 1 + n  # the gate's and theirs
             assert not results
