@@ -291,9 +291,8 @@ async def await_held(make_op: Callable[[], Any]) -> Any:
     with cuasync.testing.gate() as gate:
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
-            # Parked, not only submitted: an await that finds other tasks ready (this
-            # one, polling) first steps aside once, and the gate must stay closed
-            # until it has looked at its work again and suspended.
+            # Parked, not only submitted: the gate stays closed until the await has
+            # spun, found its work held, and suspended on it.
             await wait_until(lambda: suspended and awaited_completions() > 0)
             assert not results
             gate.open()

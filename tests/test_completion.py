@@ -106,7 +106,7 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
         with ct.gate(*policy.streams):
             for i in range(n):
                 tg.start_soon(one, i)
-            # all n wait at once, parked (in a burst each first steps aside once)
+            # all n wait at once, parked on their work
             await wait_until(lambda: len(waiting) == n and awaited_completions() >= n)
             if cuasync.stats().reactor:
                 assert cuasync.stats().slots_armed == armed + 1 + n  # the gate's and theirs

@@ -75,9 +75,7 @@ class Stats:
     (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host callback;
     ``fallbacks``: awaits that found every slot in use and used a host callback;
     ``spins_skipped``: awaits that did not spin because other work on their loop was
-    ready to run; ``stepped_aside``: awaits that let the other ready tasks of their loop
-    run once before looking at their work (a burst such as ``gather``);
-    ``faults``: device faults that failed pending work; ``stale_probes``:
+    ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
     checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
     ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
     module is loaded.
@@ -99,9 +97,6 @@ class Stats:
     fallbacks: int = 0
     #: Awaits that did not spin because other work on their loop was ready to run.
     spins_skipped: int = 0
-    #: Awaits that let the other ready tasks of their loop run once before looking at
-    #: their work (a burst: the other tasks' submissions queue behind it meanwhile).
-    stepped_aside: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
@@ -139,12 +134,6 @@ class LoopAdapter(Protocol):
 
     def others_ready(self) -> bool:
         """Whether other work on the loop is ready to run now: spinning would delay it."""
-
-    #: Whether an await finding other tasks ready steps aside once (``step_aside``).
-    steps_aside: bool
-
-    def step_aside(self) -> Generator[Any, Any, None]:
-        """Let the loop's other ready tasks run once; this task goes on right after."""
 
 
 #: Guards every completion's state transition; never held while calling out. Reentrant:
@@ -895,53 +884,19 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     """The body of every ``await`` on the loop of ``adapter``: settle, else suspend until
     finished; returns the output (or raises the work's error).
 
-    Where other tasks of the loop are ready to run, it first steps aside once (see
-    :func:`step_aside`). A cancelled suspension (or a loop going away) hands the
-    completion to the background watcher: the work goes on and what it uses is released
-    when it lands. A module function, not a method: it is the hottest path of the package.
+    A cancelled suspension (or a loop going away) hands the completion to the
+    background watcher: the work goes on and what it uses is released when it lands.
+    A module function, not a method: it is the hottest path of the package.
     """
     if comp.state < DONE:
         hub = _hub or get_hub()
-        if not (
-            hub.spin_budget_us
-            and adapter.steps_aside
-            and adapter.others_ready()
-            and (yield from step_aside(hub, comp, adapter))
-        ):
-            yield from settle_or_suspend(hub, comp, adapter)
+        spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
+        settled = hub.settle(comp, spin_us or 0)
+        if spin_us is not None:
+            adapter.long_ops = not settled
+        if not settled:
+            yield from suspend(hub, comp, adapter)
     return comp.result()
-
-
-def step_aside(hub: Hub, comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, bool]:
-    """Let the loop's other ready tasks run once, then finish ``comp`` if it landed; True
-    once it is finished.
-
-    In a burst (``gather``, a task group starting), the other tasks submit their work
-    meanwhile, behind this one on the device, instead of waiting while this task spins:
-    the device works through the burst while the host submits it, and most awaits then
-    find their work landed without spinning or a wake through the reactor.
-    """
-    hub.stats.stepped_aside += 1
-    try:
-        yield from adapter.step_aside()
-    except BaseException:
-        hub.watch_in_background(comp)
-        raise
-    if comp.state == PENDING and comp.landed():
-        comp.finish(INLINE)
-    return comp.state >= DONE
-
-
-def settle_or_suspend(
-    hub: Hub, comp: Completion, adapter: LoopAdapter
-) -> Generator[Any, Any, None]:
-    """Spin on ``comp`` within the await's budget, else park until it is finished."""
-    spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
-    settled = hub.settle(comp, spin_us or 0)
-    if spin_us is not None:
-        adapter.long_ops = not settled
-    if not settled:
-        yield from suspend(hub, comp, adapter)
 
 
 def await_spin_us(hub: Hub, adapter: LoopAdapter, stream: Any, seq: int) -> int | None:

@@ -30,16 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .._backends import get_backend
 from . import completion as _completion
 from . import trace
-from .completion import (
-    BLOCKING,
-    INLINE,
-    Completion,
-    await_spin_us,
-    settle_or_suspend,
-    step_aside,
-    suspend,
-    wait,
-)
+from .completion import BLOCKING, INLINE, Completion, await_spin_us, suspend, wait
 from .context import LOCAL, LOCK, ExecutionContext
 from .loops import running_adapter
 from .op import DeviceOp, _release_when_drained
@@ -83,16 +74,6 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
             comp.abandon()  # cancelled: nobody can read the output any more
             raise
     hub, ctx, slot, gen, address = sent
-    if hub.spin_budget_us and adapter.steps_aside and adapter.others_ready():  # a burst
-        comp = _completion_of(hub, op, ctx, slot, gen, address)
-        del ctx
-        try:
-            if not (yield from step_aside(hub, comp, adapter)):
-                yield from settle_or_suspend(hub, comp, adapter)
-        except BaseException:
-            comp.abandon()  # cancelled: nobody can read the output any more
-            raise
-        return comp.result()
     seq = ctx.seq
     spin_us = await_spin_us(hub, adapter, stream, seq)
     if spin_us and hub.native.spin_wait(address, gen, spin_us * 1000) and not ctx.errors:

@@ -55,9 +55,6 @@ class AsyncioAdapter:
         self.long_ops = False
         self.skips = 0
 
-    #: Awaits in a burst step aside once before they spin (see completion.step_aside).
-    steps_aside = True
-
     def others_ready(self) -> bool:
         """Whether other work on this loop is ready to run now (then a long await parks at once).
 
@@ -79,11 +76,6 @@ class AsyncioAdapter:
         if first is not task:
             self._tick_shared = True
         return self._tick_shared
-
-    def step_aside(self) -> Generator[Any, Any, None]:
-        """A bare yield: asyncio's task runs again in the loop's next iteration, after the
-        callbacks already ready (what ``asyncio.sleep(0)`` does)."""
-        yield
 
     def _next_tick(self) -> None:
         self._tick_task = None
@@ -181,18 +173,9 @@ class TrioAdapter:
         self.long_ops = False
         self.skips = 0
 
-    #: Awaits on trio do not step aside (see step_aside).
-    steps_aside = False
-
     def others_ready(self) -> bool:
         """Whether other trio tasks are runnable now (then a long await parks at once)."""
         return bool(self._statistics().tasks_runnable)
-
-    def step_aside(self) -> Generator[Any, Any, None]:
-        """Not used (``steps_aside`` is False): trio counts only the tasks of its next
-        batch as runnable, so a task stepping aside would not see the others of its
-        batch; a checkpoint that lets them run, were it asked."""
-        yield from self._trio.lowlevel.cancel_shielded_checkpoint().__await__()
 
     def park(self) -> tuple[Waiter, Suspend]:
         trio = self._trio
