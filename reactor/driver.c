@@ -14,7 +14,6 @@
 
 #include "reactor.h"
 
-#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -462,12 +461,14 @@ pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *blo
             if (v == -1.0 && PyErr_Occurred())
                 return -1;
             if (code == 'f') {
-                if (isfinite(v) && fabs(v) > FLT_MAX) {
+                /* as struct.pack: an overflow is a finite value that rounds to inf (a
+                 * value a little over FLT_MAX may round down to it) */
+                float f = (float)v;
+                if (isinf(f) && !isinf(v)) {
                     PyErr_SetString(PyExc_OverflowError,
                                     "a kernel argument is too large for its float parameter");
                     return -1;
                 }
-                float f = (float)v;
                 memcpy(dst, &f, 4);
             }
             else {

@@ -1342,6 +1342,10 @@ extern "C" __global__ void every(float* x, const double* y, bool b, int8_t i8, u
 """
 
 
+#: Halfway between float32's largest value and the next power of two.
+F32_MIDPOINT = math.ldexp(2 - 2.0**-24, 127)
+
+
 def _param_bytes(params_address: int, sizes: list[int]) -> list[bytes]:
     """What a launch's ``void**`` points at: each parameter's bytes."""
     slots = ctypes.cast(params_address, ctypes.POINTER(ctypes.c_void_p))
@@ -1379,6 +1383,8 @@ def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
          -(2**31), 2**32 - 1, -(2**63), 2**64 - 1, 3.4028234663852886e38, -1e308],
         [0, 0, False, 127, 0, 32767, 0, 2**31 - 1, 0, 2**63 - 1, 0, -1.5, math.inf],
         [1, 2, 7, 0, 1, 0, 1, 5, 6, 7, 8, 3, math.nan],  # ints for floats, an int for bool
+        # over FLT_MAX as a double, but rounding down to it: not an overflow
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, math.nextafter(F32_MIDPOINT, 0), 0.0],
     ]  # fmt: skip
     for args in cases:
         assert _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, args, 0, 0) == 0
@@ -1388,10 +1394,11 @@ def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
         _reactor.launch_packed(
             1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0, 0, 1, 128] + [0] * 9, 0, 0
         )
-    with pytest.raises(OverflowError):
-        _reactor.launch_packed(
-            1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 11 + [1e39, 0.0], 0, 0
-        )
+    for too_big in (1e39, F32_MIDPOINT):  # (the midpoint rounds up to inf)
+        with pytest.raises(OverflowError):
+            _reactor.launch_packed(
+                1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 11 + [too_big, 0.0], 0, 0
+            )
     with pytest.raises(ValueError, match="13 parameters"):
         _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 12, 0, 0)
     with pytest.raises(ValueError, match="record 0"):
