@@ -317,43 +317,76 @@ mod_write_value32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
     return PyLong_FromLong(rc);
 }
 
+/* The launch configuration of launch_and_write and launch_packed: their first nine
+ * arguments (function, grid, block, shared memory, stream). */
+typedef struct {
+    unsigned long long function, stream;
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+} launch_config;
+
+static int
+get_launch_config(PyObject *const *args, launch_config *c)
+{
+    if (get_u64(args[0], &c->function) < 0 || get_uint(args[1], "gx", &c->gx) < 0 ||
+        get_uint(args[2], "gy", &c->gy) < 0 || get_uint(args[3], "gz", &c->gz) < 0 ||
+        get_uint(args[4], "bx", &c->bx) < 0 || get_uint(args[5], "by", &c->by) < 0 ||
+        get_uint(args[6], "bz", &c->bz) < 0 || get_uint(args[7], "shared_mem", &c->shmem) < 0 ||
+        get_u64(args[8], &c->stream) < 0)
+        return -1;
+    return 0;
+}
+
+/* The entry points a launch needs (the write's only with a flag address); RuntimeError
+ * when one is not set. */
+static int
+get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t *wv)
+{
+    *lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
+    *wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    if (*lk == 0 || (address != 0 && *wv == 0)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        *lk == 0 ? "cuLaunchKernel entry point not set (call set_entry_points)"
+                                 : "cuStreamWriteValue32 entry point not set "
+                                   "(call set_entry_points)");
+        return -1;
+    }
+    return 0;
+}
+
+/* cuLaunchKernel, then (launched, address != 0) cuStreamWriteValue32, the GIL released
+ * around both: 0, the launch's CUresult, or minus the write's (the launch is enqueued). */
+static PyObject *
+launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
+                  unsigned long long address, uint32_t value)
+{
+    CUresult rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)c->function, c->gx, c->gy, c->gz, c->bx,
+                                 c->by, c->bz, c->shmem, (void *)(uintptr_t)c->stream, params,
+                                 NULL);
+    if (rc == 0 && address != 0) {
+        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)c->stream,
+                                               (CUdeviceptr)address, value, 0u);
+        rc = wrc == 0 ? 0 : -wrc;
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *
 mod_launch_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_nargs("launch_and_write", nargs, 12) < 0)
         return NULL;
-    unsigned long long function, stream, params, address;
-    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    launch_config c;
+    unsigned long long params, address;
     uint32_t value;
-    if (get_u64(args[0], &function) < 0 || get_uint(args[1], "gx", &gx) < 0 ||
-        get_uint(args[2], "gy", &gy) < 0 || get_uint(args[3], "gz", &gz) < 0 ||
-        get_uint(args[4], "bx", &bx) < 0 || get_uint(args[5], "by", &by) < 0 ||
-        get_uint(args[6], "bz", &bz) < 0 || get_uint(args[7], "shared_mem", &shmem) < 0 ||
-        get_u64(args[8], &stream) < 0 || get_u64(args[9], &params) < 0 ||
-        get_u64(args[10], &address) < 0 || get_u32(args[11], "value", &value) < 0)
+    uintptr_t lk, wv;
+    if (get_launch_config(args, &c) < 0 || get_u64(args[9], &params) < 0 ||
+        get_u64(args[10], &address) < 0 || get_u32(args[11], "value", &value) < 0 ||
+        get_launch_entry_points(address, &lk, &wv) < 0)
         return NULL;
-
-    uintptr_t lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
-    uintptr_t wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
-    if (lk == 0 || (address != 0 && wv == 0)) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        lk == 0 ? "cuLaunchKernel entry point not set (call set_entry_points)"
-                                : "cuStreamWriteValue32 entry point not set "
-                                  "(call set_entry_points)");
-        return NULL;
-    }
-    CUresult rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)function, gx, gy, gz, bx, by, bz, shmem,
-                                 (void *)(uintptr_t)stream, (void **)(uintptr_t)params, NULL);
-    if (rc == 0 && address != 0) {
-        /* the launch is enqueued: a failed write is told apart by its sign */
-        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address,
-                                               value, 0u);
-        rc = wrc == 0 ? 0 : -wrc;
-    }
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(rc);
+    return launch_then_write(lk, wv, &c, (void **)(uintptr_t)params, address, value);
 }
 
 /* -- launch_packed: the parameter block packed in C -------------------------------- */
@@ -524,45 +557,23 @@ mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
 {
     if (check_nargs("launch_packed", nargs, 13) < 0)
         return NULL;
-    unsigned long long function, stream, address;
-    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    launch_config c;
+    unsigned long long address;
     uint32_t value;
+    uintptr_t lk, wv;
     const char *recs;
     Py_ssize_t n;
-    if (get_u64(args[0], &function) < 0 || get_uint(args[1], "gx", &gx) < 0 ||
-        get_uint(args[2], "gy", &gy) < 0 || get_uint(args[3], "gz", &gz) < 0 ||
-        get_uint(args[4], "bx", &bx) < 0 || get_uint(args[5], "by", &by) < 0 ||
-        get_uint(args[6], "bz", &bz) < 0 || get_uint(args[7], "shared_mem", &shmem) < 0 ||
-        get_u64(args[8], &stream) < 0 || check_layout(args[9], args[10], &recs, &n) < 0 ||
-        get_u64(args[11], &address) < 0 || get_u32(args[12], "value", &value) < 0)
+    if (get_launch_config(args, &c) < 0 || check_layout(args[9], args[10], &recs, &n) < 0 ||
+        get_u64(args[11], &address) < 0 || get_u32(args[12], "value", &value) < 0 ||
+        get_launch_entry_points(address, &lk, &wv) < 0)
         return NULL;
-
-    uintptr_t lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
-    uintptr_t wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
-    if (lk == 0 || (address != 0 && wv == 0)) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        lk == 0 ? "cuLaunchKernel entry point not set (call set_entry_points)"
-                                : "cuStreamWriteValue32 entry point not set "
-                                  "(call set_entry_points)");
-        return NULL;
-    }
     /* the driver copies the parameters before cuLaunchKernel returns: the block can live
      * on this stack, one per call, and needs no lock */
     _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
     void *slots[PARAM_COUNT_MAX];
     if (pack_params(recs, n, args[10], block, slots) < 0)
         return NULL;
-    CUresult rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)function, gx, gy, gz, bx, by, bz, shmem,
-                                 (void *)(uintptr_t)stream, n ? slots : NULL, NULL);
-    if (rc == 0 && address != 0) {
-        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address,
-                                               value, 0u);
-        rc = wrc == 0 ? 0 : -wrc;
-    }
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(rc);
+    return launch_then_write(lk, wv, &c, n ? slots : NULL, address, value);
 }
 
 PyMethodDef cuasync_driver_methods[] = {
