@@ -302,9 +302,8 @@ class _Launchable(Generic[R]):
             )
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
-        if spec[0] is not None:
-            launcher = make_launcher(self, _Launch, *spec)
-        else:
+        launcher = make_launcher(self, _Launch, *spec) if spec[0] is not None else None
+        if launcher is None:
 
             def launcher(*args: Any) -> DeviceOp[R]:
                 return self._launch(args, *spec)

@@ -12,12 +12,14 @@ for ``bump(float* x, int n)`` it is, in effect,
 ...             device = a0._alloc.device
 ...             prepared = kernel._prepared.get(device.ordinal) or kernel._prepare(device)
 ...             return Launch(kernel, prepared, device, [a0, a1], [(a0, P0)], a0, ...)
+...         return kernel._launch_checked(args, grid, block, shared_mem)
 ...     return kernel._launch(args, grid, block, shared_mem)
 
 Anything else (another dtype, a partition, a pointer, a numpy scalar, a value out of
-range, the wrong number of arguments) goes to ``kernel._launch``, which checks it all
-and words the errors. The accepted arguments are those of the launch plan
-(``_Launchable._make_plan``), which ``tests/test_kernel.py`` holds to the full checks.
+range) goes to the full checks, which word the errors; the wrong number of arguments,
+or parameters replaced since, to ``kernel._launch``. The accepted arguments are those
+of the launch plan (``_Launchable._make_plan``), which ``tests/test_kernel.py`` holds to
+the full checks.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ __all__ = ["make_launcher"]
 
 def make_launcher(
     kernel: Any, launch: type, grid: Any, block: Any, shared_mem: int
-) -> Callable[..., Any]:
+) -> Callable[..., Any] | None:
     """The launcher of ``kernel[grid, block, shared_mem]`` (``grid`` given); ``launch``
-    is the op class it builds."""
+    is the op class it builds. None where the plan takes no fast path for one of the
+    parameters (every launch then needs the full checks)."""
     plan = kernel._plan_now()
     names: dict[str, Any] = {
         "kernel": kernel,
@@ -68,7 +71,7 @@ def make_launcher(
             names[f"T{i}"], names[f"L{i}"], names[f"H{i}"] = type(high), low, high
             check = f"type({a}) is T{i} and L{i} <= {a} <= H{i}"
         else:
-            return _checked_only(kernel, grid, block, shared_mem)
+            return None
         checks.append(check)
     # the output: the one non-const pointer argument, a tuple of several, or None
     output = f"({', '.join(outputs)})" if len(outputs) > 1 else "None"
@@ -101,6 +104,8 @@ def make_launcher(
             "            prepared = kernel._prepared.get(ordinal) or kernel._prepare(device)",
             f"            return Launch(kernel, prepared, device, [{', '.join(args)}], "
             f"{tensors}, {output}, GRID, BLOCK, SHARED_MEM)",
+            # the same checks as the plan's: go straight to the full ones
+            "        return kernel._launch_checked(args, GRID, BLOCK, SHARED_MEM)",
             "    return kernel._launch(args, GRID, BLOCK, SHARED_MEM)",
         ]
     )
@@ -108,13 +113,3 @@ def make_launcher(
     made: Callable[..., Any] = names["launcher"]
     made.__qualname__ = made.__name__ = f"{kernel.name}[{grid}, {block}, {shared_mem}]"
     return made
-
-
-def _checked_only(kernel: Any, grid: Any, block: Any, shared_mem: int) -> Callable[..., Any]:
-    """A launcher for a signature the plan takes no fast path for (a parameter type it
-    leaves to the full checks)."""
-
-    def launcher(*args: Any) -> Any:
-        return kernel._launch(args, grid, block, shared_mem)
-
-    return launcher

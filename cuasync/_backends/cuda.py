@@ -1121,13 +1121,13 @@ class CudaBackend(Backend):
         gx, gy, gz = grid
         bx, by, bz = block
         native = self._native
-        block_ = kernel.params
+        param_block = kernel.params
         if native is not None:
             # One call, GIL released once: cuLaunchKernel, then the flag's
             # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
             # raise its error); < 0: the launch is enqueued and the flag write failed.
             # The native module packs the parameters itself where it can (layout).
-            layout = block_.layout
+            layout = param_block.layout
             if layout is not None:
                 rc = native.launch_packed(
                     function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout,
@@ -1136,13 +1136,13 @@ class CudaBackend(Backend):
             else:
                 rc = native.launch_and_write(
                     function, gx, gy, gz, bx, by, bz, shared_mem, stream,
-                    block_.pack(args) if args else 0, flag_address, flag_value,
+                    param_block.pack(args) if args else 0, flag_address, flag_value,
                 )  # fmt: skip
             if not rc:
                 return
             if rc < 0:
                 raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
-        params = block_.pack(args) if args else 0
+        params = param_block.pack(args) if args else 0
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)

@@ -18,7 +18,7 @@ The generic path is taken for:
 - awaits that complete through host callbacks, no free slot, no stream memory ops;
 - a tensor on another device or a read-only tensor written to.
 
->>> comp = express.submit(op, stream) or op._start(stream, True)
+>>> comp = express.submit(op, stream) or DeviceOp._start(op, stream, True)
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ from collections.abc import Generator
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from .._backends import get_backend
 from . import completion as _completion
 from . import trace
-from .completion import BLOCKING, INLINE, Completion, await_spin_us, suspend, wait
+from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
 from .loops import running_adapter
-from .op import DeviceOp, _release_when_drained
+from .op import DeviceOp, _release_when_drained, await_started, synchronize
 from .output import _Ready
 from .scheduling import stream_for
 
@@ -67,12 +66,7 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
     stream = stream_for(op._device)
     sent = _enqueue(op, stream)
     if sent is None:
-        comp = DeviceOp._start(op, stream, True)
-        try:
-            return (yield from wait(comp, adapter))
-        except BaseException:
-            comp.abandon()  # cancelled: nobody can read the output any more
-            raise
+        return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, ctx, slot, gen, address = sent
     seq = ctx.seq
     spin_us = await_spin_us(hub, adapter, stream, seq)
@@ -107,14 +101,9 @@ def sync_launch(op: Any, stream: Stream) -> Any:
         return DeviceOp._sync(op, stream)
     hub = _completion._hub
     assert hub is not None
-    if not hub.settle(comp):
-        try:
-            hub.backend.stream_synchronize(stream.handle)
-        except BaseException as exc:
-            comp.fail(exc)
-            raise
-        comp.finish(BLOCKING)
-    return comp.result()
+    if hub.settle(comp):
+        return comp.result()
+    return synchronize(comp, stream)
 
 
 def _completion_of(
@@ -183,10 +172,3 @@ def _enqueue(op: Any, stream: Stream) -> tuple[Any, ExecutionContext, int, int, 
         finally:
             LOCAL.active = False
     return hub, ctx, slot, gen, address
-
-
-def available() -> bool:
-    """Whether the express path can be taken at all (the backend launches and the hub
-    writes flags); for tests."""
-    hub = _completion._hub
-    return hub is not None and hub.use_reactor and get_backend() is hub.backend

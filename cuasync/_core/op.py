@@ -164,14 +164,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
         return self._sync(stream)
 
     def _sync(self, stream: Stream) -> T:
-        comp = self._start(stream, notify=False)
-        try:
-            get_backend().stream_synchronize(stream.handle)
-        except BaseException as exc:
-            comp.fail(exc)
-            raise
-        comp.finish(BLOCKING)
-        return comp.result()
+        return synchronize(self._start(stream, notify=False), stream)
 
     def submit(self) -> DeviceFuture[T]:
         """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
@@ -212,12 +205,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
         if self._consumed:
             self._take()  # raises
         self._consumed = True
-        comp = self._start(self._pick_stream(), True)
-        try:
-            return (yield from wait(comp, adapter))
-        except BaseException:
-            comp.abandon()  # cancelled: nobody can read the output any more
-            raise
+        return (yield from await_started(self._start(self._pick_stream(), True), adapter))
 
     # -- combinators ---------------------------------------------------------------------
     def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
@@ -343,6 +331,28 @@ class DeviceOp(ProcessLocal, Generic[T]):
         """
         self._take()
         return SharedOp(self)
+
+
+def await_started(comp: Completion, adapter: Any) -> Generator[Any, Any, Any]:
+    """The rest of ``await op`` once ``op`` is submitted: wait for ``comp``; a cancelled
+    await abandons the output (nobody can read it any more) and lets the work go on."""
+    try:
+        return (yield from wait(comp, adapter))
+    except BaseException:
+        comp.abandon()
+        raise
+
+
+def synchronize(comp: Completion, stream: Stream) -> Any:
+    """The rest of ``op.sync_on(stream)`` once ``op`` is submitted: block on the stream,
+    finish ``comp`` and return its output (a failed synchronize fails it)."""
+    try:
+        get_backend().stream_synchronize(stream.handle)
+    except BaseException as exc:
+        comp.fail(exc)
+        raise
+    comp.finish(BLOCKING)
+    return comp.result()
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -29,13 +29,7 @@ def park_when_others_ready(comp, adapter):  # type: ignore[no-untyped-def]
         else:
             settled = hub.settle(comp)
         if not settled:
-            wake, suspend = adapter.park()
-            try:
-                hub.watch(comp, adapter, wake)
-                yield from suspend()
-            except BaseException:
-                hub.watch_in_background(comp)
-                raise
+            yield from completion.suspend(hub, comp, adapter)
     return comp.result()
 
 
