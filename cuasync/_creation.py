@@ -32,6 +32,7 @@ from ._core.output import Output
 from ._dtypes import SUPPORTED, as_dtype, dtype_info, dtype_name
 from ._ops.tensorop import TensorOp, tensor_op
 from ._tensor import Shape, Tensor, check_shape
+from ._twins import host_cast
 from .errors import ArgumentError, DTypeError, ShapeError
 
 __all__ = [
@@ -122,8 +123,7 @@ def _representable(value: Any, dt: np.dtype[Any], argument: str) -> np.ndarray:
             as_float = math.inf
             finite = False
         else:
-            with np.errstate(all="ignore"):
-                stored = np.asarray(as_float).astype(part_dtype).astype(np.float64)
+            stored = host_cast(np.asarray(as_float), part_dtype).astype(np.float64)
             finite = not math.isfinite(as_float) or bool(np.isfinite(stored))
             if math.isinf(as_float) and np.isnan(stored):  # float8_e4m3fn
                 raise ArgumentError(
@@ -132,8 +132,7 @@ def _representable(value: Any, dt: np.dtype[Any], argument: str) -> np.ndarray:
                 )
         if not finite:
             raise ArgumentError(f"{argument}={value!r} overflows {name}")
-    with np.errstate(all="ignore"):
-        return np.asarray(value).astype(dt)
+    return host_cast(np.asarray(value), dt)
 
 
 def _finfo_max(dt: np.dtype[Any]) -> Any:

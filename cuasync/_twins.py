@@ -10,6 +10,7 @@ own, for tests that check the kernels against them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ __all__ = [
     "arange_twin",
     "convert_twin",
     "fill_twin",
+    "float32_odd",
+    "host_cast",
     "linspace_twin",
     "normal_twin",
     "philox4x32_10",
@@ -98,20 +101,79 @@ def normal_twin(n: int, k0: int, k1: int, mean: float, std: float) -> np.ndarray
     return mean + std * z
 
 
-def _cast(values: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
-    """``values.astype(dt)`` with numpy's rules, without warnings (worker threads)."""
+def host_cast(values: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
+    """``values.astype(dt)`` with numpy's rules, without warnings (worker threads): the
+    host's conversions (the emulator's kernels, scalars given to ``full`` and kernels).
+
+    bfloat16 and FP8 results are rounded once from the value itself, as ml_dtypes 0.7
+    does and the kernels do, whichever ml_dtypes is installed (older ones went through
+    float32 and could round twice).
+    """
     kind = dtype_info(dt).kind
     with np.errstate(all="ignore"):
         if values.dtype.kind == "c" and kind != "c":
             if kind == "b":
                 return values != 0
             values = values.real
+        if dtype_name(dt) in _NARROW and _wider_than_float32(values.dtype):
+            values = float32_odd(values)
         return values.astype(dt)
+
+
+#: Destinations with 8 significant bits or fewer: reached through :func:`float32_odd`.
+_NARROW = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+
+def _wider_than_float32(src: np.dtype[Any]) -> bool:
+    """Whether converting ``src`` to float32 can round (float64, 32- and 64-bit integers)."""
+    return (src.kind == "f" and src.itemsize > 4) or (src.kind in "iu" and src.itemsize >= 4)
+
+
+def float32_odd(values: np.ndarray) -> np.ndarray:
+    """``values`` (real floats or integers) as float32 rounded to odd: the float32 on the
+    side of zero, with its last bit set where that is inexact.
+
+    Rounding the result to nearest even at 22 significant bits or fewer gives the nearest
+    even rounding of the value itself (what the kernels' ``ca_to_f32_odd`` does), so no
+    value is rounded twice on its way to bfloat16 or FP8.
+
+    >>> float32_odd(np.array([1 + 2.0**-4 + 2.0**-40])).view(np.uint32) & 1
+    array([1], dtype=uint32)
+    """
+    values = np.asarray(values)
+    if values.dtype.kind in "iu":
+        big = np.abs(values.astype(np.float64)) > 2.0**53
+        if big.any():  # beyond float64's integers: exactly, one by one (rare)
+            out = float32_odd(np.where(big, 0, values).astype(np.float64))
+            out[big] = [_int_float32_odd(int(v)) for v in values[big]]
+            return out
+        values = values.astype(np.float64)  # exact
+    with np.errstate(all="ignore"):
+        nearest = values.astype(np.float32)
+        wide = nearest.astype(values.dtype)
+        inexact = (wide != values) & ~np.isnan(values)
+        bits = nearest.view(np.uint32).copy()
+        even = inexact & (bits & np.uint32(1) == 0)
+        # the other float32 bracketing the value: one step towards it in magnitude
+        away = np.abs(wide) > np.abs(values)
+        bits[even & away] -= np.uint32(1)
+        bits[even & ~away] += np.uint32(1)
+    return bits.view(np.float32).reshape(values.shape)
+
+
+def _int_float32_odd(x: int) -> np.float32:
+    """An integer as float32 rounded to odd, exactly (any size)."""
+    a = abs(x)
+    shift = max(a.bit_length() - 24, 0)
+    q = a >> shift
+    if a & ((1 << shift) - 1):
+        q |= 1
+    return np.float32(math.copysign(float(q << shift), x))
 
 
 def _store(out: np.ndarray, values: np.ndarray, dt: np.dtype[Any]) -> None:
     """Write ``values`` cast to ``dt`` into ``out`` (which may be a bit view of ``dt``)."""
-    out[...] = _cast(values, dt).view(out.dtype).reshape(out.shape)
+    out[...] = host_cast(values, dt).view(out.dtype).reshape(out.shape)
 
 
 def fill_twin(out: np.ndarray, *args: Any) -> None:

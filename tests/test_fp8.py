@@ -1,7 +1,8 @@
 """FP8 (float8_e4m3fn, float8_e5m2): storage, transfers, creation, conversion, copies and
 views on both backends; arithmetic and reductions refuse them with a DTypeError.
 
-Conversions must give ml_dtypes' bits: round to nearest even, float64 through float32,
+Conversions must give ml_dtypes' (0.7) bits: round to nearest even, once (float64 and wide
+integers are not rounded to float32 first),
 float8_e4m3fn making an overflow or an infinity NaN (it does not saturate), float8_e5m2
 rounding to infinity. (tests/test_kernels_on_host.py runs the CUDA conversions themselves
 against ml_dtypes for every float32 around every rounding decision.)
@@ -9,7 +10,9 @@ against ml_dtypes for every float32 around every rounding decision.)
 
 from __future__ import annotations
 
+import itertools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -172,8 +175,62 @@ def test_e4m3fn_does_not_saturate_and_e5m2_overflows_to_inf() -> None:
     e5 = x.astype("float8_e5m2").sync().to_host().sync()
     assert list(e5.view(np.uint8)) == [0x5F, 0x5F, 0x5F, 0x7C, 0xFC, 0x7E]
     d = cuasync.from_host(np.array([1 + 2.0**-4 + 2.0**-40], np.float64)).sync()
-    # through float32, as ml_dtypes: the float32 rounding makes a tie, which goes to even
-    assert d.astype("float8_e4m3fn").sync().to_host().sync()[0] == 1.0
+    # rounded once, as ml_dtypes 0.7: just past the tie between 1 and 1.125, so up (through
+    # float32 it would land on the tie, 1 + 2**-4, and round to even)
+    assert d.astype("float8_e4m3fn").sync().to_host().sync()[0] == 1.125
+
+
+@pytest.mark.parametrize("name", ["bfloat16", *FP8])
+@pytest.mark.parametrize("src", ["float64", "int64", "uint64", "int32"])
+def test_wide_sources_round_once_to_the_nearest_value(name: str, src: str) -> None:
+    """The exact nearest value (ties to even), found here with fractions: whichever
+    ml_dtypes is installed, on both backends."""
+    dt, wide = SUPPORTED[name], np.dtype(src)
+    bits = np.arange(256 if dt.itemsize == 1 else 65536, dtype=f"u{dt.itemsize}")
+    with np.errstate(invalid="ignore"):  # the NaN patterns
+        grid = bits.view(dt).astype(np.float64)
+    order = np.argsort(grid, kind="stable")
+    finite = order[np.isfinite(grid[order])]
+    finite = finite[np.r_[True, np.diff(grid[finite]) != 0]]  # +0 only
+    values, codes = grid[finite], bits[finite]
+    rng = np.random.default_rng(7)
+    if wide.kind == "f":
+        mids = (values[1:] + values[:-1]) / 2
+        if mids.size > 2000:  # bfloat16: a sample of its ties
+            mids = rng.choice(mids, 2000, replace=False)
+        xs = np.concatenate([mids * (1 + 2.0**-40), mids * (1 - 2.0**-40), mids])
+    else:
+        lo, hi = (0, 2**63) if wide.kind == "u" else (-(2**62), 2**62)
+        hi = min(hi, np.iinfo(wide).max)
+        lo = max(lo, np.iinfo(wide).min)
+        mids = [(int(a) + int(b)) // 2 for a, b in itertools.pairwise(values) if a == int(a)]
+        near = [m + d for m in mids for d in (-1, 0, 1) if lo <= m + d <= hi]
+        xs = np.array(near + [int(v) for v in rng.integers(lo, hi, 300, dtype=np.int64)])
+    xs = xs.astype(wide)
+    got = cuasync.from_host(xs).sync().astype(name).sync().to_host().sync()
+    want = []
+    for x in xs.tolist():
+        i = int(np.searchsorted(values, float(x)))  # float(x): only picks the bracket
+        cands = [j for j in (i - 1, i, i + 1) if 0 <= j < len(values)]
+        best = min(
+            cands, key=lambda j: (abs(Fraction(x) - Fraction(float(values[j]))), int(codes[j]) & 1)
+        )
+        code = int(codes[best])
+        if values[best] == 0 and x < 0:
+            code |= 1 << (8 * dt.itemsize - 1)  # -0.0
+        too_far = abs(Fraction(x)) >= _overflow_threshold(name)
+        want.append(-1 if too_far else code)
+    got_bits = got.view(f"u{dt.itemsize}").astype(np.int64)
+    keep = np.array(want) >= 0
+    np.testing.assert_array_equal(got_bits[keep], np.array(want)[keep])
+
+
+def _overflow_threshold(name: str) -> Fraction:
+    """The tie between the largest value and the first one past it (NaN or infinity):
+    magnitudes from here on are left out of the comparison."""
+    largest = {"bfloat16": (2 - 2**-7) * 2**127, "float8_e4m3fn": 448, "float8_e5m2": 57344}
+    ulp = {"bfloat16": 2.0**120, "float8_e4m3fn": 32, "float8_e5m2": 8192}
+    return Fraction(largest[name]) + Fraction(ulp[name]) / 2
 
 
 @pytest.mark.parametrize("name", FP8)

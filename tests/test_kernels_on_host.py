@@ -58,6 +58,20 @@ static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+// to float toward zero: the nearest float, one step back where it is the larger
+// (long double holds every 64-bit integer exactly on x86-64)
+static inline float __double2float_rz(double d) {
+    float f = (float)d;
+    return std::fabs((double)f) > std::fabs(d) ? std::nextafter(f, 0.0f) : f;
+}
+static inline float __ll2float_rz(long long i) {
+    float f = (float)i;
+    return std::fabs((long double)f) > std::fabs((long double)i) ? std::nextafter(f, 0.0f) : f;
+}
+static inline float __ull2float_rz(unsigned long long u) {
+    float f = (float)u;
+    return (long double)f > (long double)u ? std::nextafter(f, 0.0f) : f;
+}
 template <typename T>
 static inline T __shfl_down_sync(unsigned, T v, int) { return v; }  // one thread: unused
 static inline unsigned __umulhi(unsigned a, unsigned b) {
@@ -143,7 +157,8 @@ def _float_sources_quietly() -> np.ndarray:
             np.nextafter(mid, np.float32(np.inf)),
             np.nextafter(mid, np.float32(-np.inf)),
         ]
-    # float64 values whose float32 rounding decides an FP8 tie (double rounding, as ml_dtypes)
+    # float64 values just off a tie that float32 would round onto it: rounded once, they
+    # leave it (as ml_dtypes 0.7 does; through float32 they would round to even)
     mids = np.concatenate(near[1::4]).astype(np.float64)
     twice = np.concatenate([mids * (1 + 2.0**-40), mids * (1 - 2.0**-40)])
     return np.concatenate([specials, randoms, *near, twice, -twice])

@@ -42,36 +42,35 @@ _STRUCT: dict[str, str] = {
 
 
 def bfloat16_bits(value: float) -> int:
-    """The bits of ``value`` as a bfloat16: through float32, rounded to nearest even.
-
-    Like ml_dtypes (and cuasync's CUDA code); a NaN becomes the quiet NaN.
+    """The bits of ``value`` as a bfloat16, rounded once to nearest even (as ml_dtypes 0.7
+    and cuasync's CUDA code do); a NaN becomes the quiet NaN.
 
     >>> hex(bfloat16_bits(1.0))
     '0x3f80'
     """
-    try:
-        (bits,) = struct.unpack("<I", struct.pack("<f", value))
-    except OverflowError:  # beyond float32 already
-        return 0xFF80 if value < 0 else 0x7F80
-    if bits & 0x7FFFFFFF > 0x7F800000:
-        return 0xFFC0 if bits >> 31 else 0x7FC0
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    return _narrow_bits(value, "bfloat16")
 
 
 def fp8_bits(value: float, name: str) -> int:
     """The bits of ``value`` as the FP8 dtype ``name`` (``"float8_e4m3fn"`` or
-    ``"float8_e5m2"``): through float32, rounded to nearest even, as ml_dtypes (and
-    cuasync's CUDA code) convert; float8_e4m3fn makes an overflow NaN.
+    ``"float8_e5m2"``), rounded once to nearest even, as ml_dtypes 0.7 (and cuasync's CUDA
+    code) convert; float8_e4m3fn makes an overflow NaN.
 
     >>> hex(fp8_bits(1.0, "float8_e4m3fn")), hex(fp8_bits(1.0, "float8_e5m2"))
     ('0x38', '0x3c')
     """
-    import ml_dtypes
+    return _narrow_bits(value, name)
+
+
+def _narrow_bits(value: float, name: str) -> int:
     import numpy as np
 
-    with np.errstate(all="ignore"):
-        as_float = np.array([value], np.float64).astype(np.float32)
-        return int(as_float.astype(getattr(ml_dtypes, name)).view(np.uint8)[0])
+    from .._dtypes import SUPPORTED
+    from .._twins import host_cast
+
+    dt = SUPPORTED[name]
+    narrow = host_cast(np.array([value], np.float64), dt)
+    return int(narrow.view(f"u{dt.itemsize}")[0])
 
 
 #: Scalar parameter dtypes that arrive as floats and travel as their bits.

@@ -109,8 +109,8 @@ __device__ __forceinline__ float ca_bf16_to_float(unsigned short b) {
 }
 
 // -- FP8 bit patterns (OCP E4M3FN and E5M2, as ml_dtypes) -------------------------------------
-// From float, rounded to nearest even (float64 sources come through float32 first, as in
-// ml_dtypes). E4M3FN (bias 7, no infinity) makes a NaN, an infinity or anything that rounds
+// From float, rounded to nearest even (wider sources reach them through ca_to_f32_odd,
+// which keeps that rounding single). E4M3FN (bias 7, no infinity) makes a NaN, an infinity or anything that rounds
 // past 448 a NaN, 0x7f with the sign: it does not saturate. E5M2 (bias 15) rounds past
 // 57344 to infinity (0x7c) and makes every NaN 0x7e, with the sign.
 __device__ __forceinline__ unsigned char ca_e4m3_from_float(float f) {
@@ -222,6 +222,29 @@ __device__ __forceinline__ float ca_to_f32(const ca_val& v) {
     }
 }
 
+// To float rounded to odd: truncated toward zero, the last bit set where that was
+// inexact. Rounding this to nearest even at 22 bits or fewer (bfloat16, FP8) gives the
+// nearest-even rounding of the value itself: no double rounding through float32.
+__device__ __forceinline__ float ca_to_f32_odd(const ca_val& v) {
+    float t;
+    bool inexact;
+    switch (v.tag) {
+        case 0:
+            t = __ll2float_rz(v.i);
+            inexact = (long long)t != v.i;
+            break;
+        case 1:
+            t = __ull2float_rz(v.u);
+            inexact = (ca_u64)t != v.u;
+            break;
+        default:
+            if (v.re != v.re) return ca_f32(v.re);
+            t = __double2float_rz(v.re);
+            inexact = (double)t != v.re;
+    }
+    return inexact ? __int_as_float(__float_as_int(t) | 1) : t;
+}
+
 __device__ __forceinline__ double ca_to_f64(const ca_val& v) {
     switch (v.tag) {
         case 0: return (double)v.i;
@@ -241,7 +264,7 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
     } else if constexpr (K == 9) {
         *p = ca_half_from_double(ca_to_f64(v));
     } else if constexpr (K == 10) {
-        *p = ca_bf16_from_float(ca_to_f32(v));  // via float, like ml_dtypes
+        *p = ca_bf16_from_float(ca_to_f32_odd(v));  // rounded once, as ml_dtypes 0.7
     } else if constexpr (K == 11) {
         *p = ca_to_f32(v);
     } else if constexpr (K == 12) {
@@ -251,8 +274,8 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
     } else if constexpr (K == 14) {
         *p = make_double2(ca_to_f64(v), v.tag == 3 ? v.im : 0.0);
     } else if constexpr (K == 15) {
-        *p = ca_e4m3_from_float(ca_to_f32(v));  // via float, like ml_dtypes
+        *p = ca_e4m3_from_float(ca_to_f32_odd(v));  // rounded once, as ml_dtypes 0.7
     } else {
-        *p = ca_e5m2_from_float(ca_to_f32(v));
+        *p = ca_e5m2_from_float(ca_to_f32_odd(v));
     }
 }
