@@ -13,10 +13,25 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The interface version of ``reactor/*.c`` this Python code calls (the module's ``ABI``).
+ABI = 1
+
 NATIVE: Any
 try:
     from . import _reactor as NATIVE
 except ImportError:  # built without a C compiler
     NATIVE = None
+else:
+    if getattr(NATIVE, "ABI", 1) != ABI:  # a build left over from another checkout
+        import warnings
 
-__all__ = ["NATIVE"]
+        warnings.warn(
+            f"cuasync._reactor at {NATIVE.__file__} is a build of other sources (interface "
+            f"{getattr(NATIVE, 'ABI', 1)}, this code needs {ABI}); it is not used, so awaits "
+            "complete through host callbacks. Rebuild it: python3 setup.py build_ext --inplace",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        NATIVE = None
+
+__all__ = ["ABI", "NATIVE"]

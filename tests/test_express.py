@@ -63,12 +63,12 @@ class Path:
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
     chosen = Path(request.param == "express")
     if not chosen.express:
-        monkeypatch.setattr(express, "_enqueue", lambda op, stream: None)
+        monkeypatch.setattr(express, "_enqueue", lambda op, stream, *spin: None)
         return chosen
     enqueue = express._enqueue
 
-    def spy(op: Any, stream: cuasync.Stream) -> Any:
-        sent = enqueue(op, stream)
+    def spy(op: Any, stream: cuasync.Stream, *spin: Any) -> Any:
+        sent = enqueue(op, stream, *spin)
         chosen.attempts.append(sent is not None)
         return sent
 

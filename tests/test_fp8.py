@@ -203,8 +203,8 @@ def test_wide_sources_round_once_to_the_nearest_value(name: str, src: str) -> No
         lo, hi = (0, 2**63) if wide.kind == "u" else (-(2**62), 2**62)
         hi = min(hi, np.iinfo(wide).max)
         lo = max(lo, np.iinfo(wide).min)
-        mids = [(int(a) + int(b)) // 2 for a, b in itertools.pairwise(values) if a == int(a)]
-        near = [m + d for m in mids for d in (-1, 0, 1) if lo <= m + d <= hi]
+        ties = [(int(a) + int(b)) // 2 for a, b in itertools.pairwise(values) if a == int(a)]
+        near = [m + d for m in ties for d in (-1, 0, 1) if lo <= m + d <= hi]
         xs = np.array(near + [int(v) for v in rng.integers(lo, hi, 300, dtype=np.int64)])
     xs = xs.astype(wide)
     got = cuasync.from_host(xs).sync().astype(name).sync().to_host().sync()

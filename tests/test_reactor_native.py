@@ -1378,7 +1378,7 @@ def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
         return 0
 
     entry_points(launch=fake_launch)
-    cases = [
+    cases: list[list[Any]] = [
         [0x7F0000001000, _Pointer(0x7F0000002000), True, -128, 255, -32768, 65535,
          -(2**31), 2**32 - 1, -(2**63), 2**64 - 1, 3.4028234663852886e38, -1e308],
         [0, 0, False, 127, 0, 32767, 0, 2**31 - 1, 0, 2**63 - 1, 0, -1.5, math.inf],

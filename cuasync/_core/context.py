@@ -97,6 +97,23 @@ class ExecutionContext:
             stream._submitted += 1
             self.seq = stream._submitted
 
+    @classmethod
+    def submitted(
+        cls, stream: Stream, seq: int, retained: list[Any], errors: list[BaseException]
+    ) -> ExecutionContext:
+        """The context of submission ``seq`` on ``stream``, which the express path has
+        already enqueued without one (``retained``: what it used; ``errors``: its box)."""
+        ctx = cls.__new__(cls)
+        ctx.stream = stream
+        ctx.fuse = ctx.deferred = None
+        ctx.device = stream.device
+        ctx.retained = retained
+        ctx.errors = errors
+        ctx.capturing = False
+        ctx.accesses = None
+        ctx.seq = seq
+        return ctx
+
     @property
     def handle(self) -> int:
         """The driver handle of ``stream``, to pass to a foreign library's launch.

@@ -35,7 +35,7 @@ def park_when_others_ready(comp, adapter):  # type: ignore[no-untyped-def]
 
 stream = cuasync.Device(0).new_stream()
 suite.tiny.compile()
-express._enqueue = lambda launch, stream: None  # type: ignore[assignment]
+express._enqueue = lambda launch, stream, *spin: None  # type: ignore[assignment]
 for label, fn in (("today", original), ("park when others ready", park_when_others_ready)):
     op.wait = fn
     for kind in ("asyncio", "uvloop", "asyncio", "uvloop"):
