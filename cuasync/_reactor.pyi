@@ -2,6 +2,9 @@
 
 from typing import Any, Final, SupportsIndex, final
 
+ABI: Final[int]
+"""The interface version of the module (``cuasync._native.ABI`` must match it)."""
+
 HAVE_EVENTFD: Final[int]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
 
@@ -75,6 +78,55 @@ class Reactor:
     @property
     def backoff_ns(self) -> int: ...
 
+@final
+class Submitter:
+    """Makes queued kernel launches and their flag writes on a native thread, in push
+    order; the flags are words of ``reactor``'s slab."""
+
+    def __new__(
+        cls, reactor: Reactor, *, capacity: int = 256, spin_ns: int = 50_000
+    ) -> Submitter: ...
+    def push(
+        self,
+        function: SupportsIndex,
+        gx: SupportsIndex,
+        gy: SupportsIndex,
+        gz: SupportsIndex,
+        bx: SupportsIndex,
+        by: SupportsIndex,
+        bz: SupportsIndex,
+        shared_mem: SupportsIndex,
+        stream: SupportsIndex,
+        context: SupportsIndex,
+        layout: bytes,
+        args: list[Any],
+        slot: SupportsIndex,
+        value: SupportsIndex,
+        /,
+    ) -> bool:
+        """Queue a launch (packed as :func:`launch_packed` packs) and the slot's flag;
+        False when the queue is full or the parameters too large (the caller launches)."""
+    def status(self, slot: SupportsIndex, /) -> int:
+        """The result of the slot's last queued launch once its flag landed: 0, the
+        CUresult of the launch (or of making the context current), or minus the write's."""
+    def fence(self) -> None:
+        """Return once every launch queued before the call was made (GIL released)."""
+    def close(self, timeout: float = 1.0, /) -> bool:
+        """Stop the thread after the queue drains; False if it was still in the driver."""
+    @property
+    def pending(self) -> int: ...
+    @property
+    def launched(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def wakeups(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+
+def set_launch_fence(submitter: Submitter | None, /) -> None:
+    """Make the native launches and flag writes wait for ``submitter``'s queue first."""
+
 def set_host_signal_queue(queue: LoopQueue | None, /) -> None:
     """Make ``queue`` the one ``HOST_SIGNAL_FN`` pushes to (None: signals are dropped)."""
 
@@ -87,8 +139,15 @@ def load32(address: SupportsIndex, /) -> int:
 def store32(address: SupportsIndex, value: SupportsIndex, /) -> None:
     """Release store to a word of a live Reactor's slab."""
 
-def set_entry_points(*, write_value32: SupportsIndex = 0, launch_kernel: SupportsIndex = 0) -> None:
-    """Driver entry points from ``cuGetProcAddress``; 0 clears. Both are replaced."""
+def set_entry_points(
+    *,
+    write_value32: SupportsIndex = 0,
+    launch_kernel: SupportsIndex = 0,
+    ctx_set_current: SupportsIndex = 0,
+    stream_synchronize: SupportsIndex = 0,
+) -> None:
+    """Driver entry points from ``cuGetProcAddress``; 0 clears. All are replaced (a
+    :class:`Submitter` takes the ones set when it is made)."""
 
 def write_value32(stream: SupportsIndex, address: SupportsIndex, value: SupportsIndex, /) -> int:
     """``cuStreamWriteValue32(stream, address, value, 0)``; returns the CUresult."""

@@ -268,30 +268,67 @@ mod_store32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 
 /* -- driver entry points ---------------------------------------------------------- */
 
-/* the cuStreamWriteValue32_v2 and cuLaunchKernel ABIs of cuda.h */
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef CUresult (*pfn_write_value32)(void *stream, CUdeviceptr addr, uint32_t value,
-                                      unsigned int flags);
-typedef CUresult (*pfn_launch_kernel)(void *f, unsigned int gx, unsigned int gy,
-                                      unsigned int gz, unsigned int bx, unsigned int by,
-                                      unsigned int bz, unsigned int shared_mem, void *stream,
-                                      void **params, void **extra);
-
+/* (the ABIs of cuStreamWriteValue32_v2, cuLaunchKernel, cuCtxSetCurrent and
+ * cuStreamSynchronize are in reactor.h) */
 static _Atomic uintptr_t g_write_value32 = 0;
 static _Atomic uintptr_t g_launch_kernel = 0;
+static _Atomic uintptr_t g_ctx_set_current = 0;
+static _Atomic uintptr_t g_stream_synchronize = 0;
 
 static PyObject *
 mod_set_entry_points(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"write_value32", "launch_kernel", NULL};
-    unsigned long long wv = 0, lk = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O&O&:set_entry_points", kwlist, conv_u64,
-                                     &wv, conv_u64, &lk))
+    static char *kwlist[] = {"write_value32", "launch_kernel", "ctx_set_current",
+                             "stream_synchronize", NULL};
+    unsigned long long wv = 0, lk = 0, cs = 0, ss = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O&O&O&O&:set_entry_points", kwlist,
+                                     conv_u64, &wv, conv_u64, &lk, conv_u64, &cs, conv_u64,
+                                     &ss))
         return NULL;
     atomic_store_explicit(&g_write_value32, (uintptr_t)wv, memory_order_release);
     atomic_store_explicit(&g_launch_kernel, (uintptr_t)lk, memory_order_release);
+    atomic_store_explicit(&g_ctx_set_current, (uintptr_t)cs, memory_order_release);
+    atomic_store_explicit(&g_stream_synchronize, (uintptr_t)ss, memory_order_release);
     Py_RETURN_NONE;
+}
+
+sub_entry
+driver_entry_points(void)
+{
+    sub_entry e = {
+        atomic_load_explicit(&g_launch_kernel, memory_order_acquire),
+        atomic_load_explicit(&g_write_value32, memory_order_acquire),
+        atomic_load_explicit(&g_ctx_set_current, memory_order_acquire),
+        atomic_load_explicit(&g_stream_synchronize, memory_order_acquire),
+    };
+    return e;
+}
+
+/* The launch fence with launches still queued (a reference taken, with the GIL held),
+ * else NULL: the native driver calls wait for them (wait_for_fence, GIL released), so
+ * that they follow every launch pushed before them. */
+static subcore *
+fence_of_launches(void)
+{
+    subcore *c = launch_fence();
+    if (c == NULL || subcore_pending(c) == 0)
+        return NULL;
+    subcore_retain(c);
+    return c;
+}
+
+static void
+wait_for_fence(subcore *c)
+{
+    if (c != NULL)
+        subcore_fence(c);
+}
+
+static void
+release_fence(subcore *c)
+{
+    if (c != NULL)
+        subcore_drop(c);
 }
 
 static PyObject *
@@ -311,20 +348,16 @@ mod_write_value32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
         get_u32(args[2], "value", &value) < 0)
         return NULL;
     CUresult rc;
+    subcore *fence = fence_of_launches();
     Py_BEGIN_ALLOW_THREADS
+    wait_for_fence(fence);
     rc = ((pfn_write_value32)fp)((void *)(uintptr_t)stream, (CUdeviceptr)address, value, 0u);
     Py_END_ALLOW_THREADS
+    release_fence(fence);
     return PyLong_FromLong(rc);
 }
 
-/* The launch configuration of launch_and_write and launch_packed: their first nine
- * arguments (function, grid, block, shared memory, stream). */
-typedef struct {
-    unsigned long long function, stream;
-    unsigned int gx, gy, gz, bx, by, bz, shmem;
-} launch_config;
-
-static int
+int
 get_launch_config(PyObject *const *args, launch_config *c)
 {
     if (get_u64(args[0], &c->function) < 0 || get_uint(args[1], "gx", &c->gx) < 0 ||
@@ -360,7 +393,9 @@ launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **par
                   unsigned long long address, uint32_t value)
 {
     CUresult rc;
+    subcore *fence = fence_of_launches();
     Py_BEGIN_ALLOW_THREADS
+    wait_for_fence(fence);
     rc = ((pfn_launch_kernel)lk)((void *)(uintptr_t)c->function, c->gx, c->gy, c->gz, c->bx,
                                  c->by, c->bz, c->shmem, (void *)(uintptr_t)c->stream, params,
                                  NULL);
@@ -370,6 +405,7 @@ launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **par
         rc = wrc == 0 ? 0 : -wrc;
     }
     Py_END_ALLOW_THREADS
+    release_fence(fence);
     return PyLong_FromLong(rc);
 }
 
@@ -399,8 +435,6 @@ typedef struct {
 } layout_rec;
 
 _Static_assert(sizeof(layout_rec) == 8, "a layout record is 8 bytes");
-
-enum { PARAM_BLOCK_MAX = 4096, PARAM_COUNT_MAX = 256 };
 
 /* Record i of a layout (copied: the bytes object's buffer promises no alignment). */
 static layout_rec
@@ -462,7 +496,7 @@ overflow:
 }
 
 /* Pack ``args`` into ``block`` by ``recs``; ``slots[i]`` points at parameter i. */
-static int
+int
 pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
             void **slots)
 {
@@ -522,7 +556,7 @@ pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *blo
 }
 
 /* Check a layout (a bytes object of records) once per call: codes, offsets, bounds. */
-static int
+int
 check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n)
 {
     if (!PyBytes_Check(layout) || PyBytes_GET_SIZE(layout) % sizeof(layout_rec)) {
@@ -550,6 +584,18 @@ check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n)
         }
     }
     return 0;
+}
+
+uint32_t
+layout_extent(const char *layout, Py_ssize_t n)
+{
+    uint32_t end = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        layout_rec rec = layout_at(layout, i);
+        uint32_t e = rec.offset + (uint32_t)param_size(rec.code);
+        end = e > end ? e : end;
+    }
+    return end;
 }
 
 static PyObject *
@@ -587,8 +633,10 @@ PyMethodDef cuasync_driver_methods[] = {
      "store32($module, address, value, /)\n--\n\nRelease store to a word of a live Reactor's slab."},
     {"set_entry_points", (PyCFunction)(void (*)(void))mod_set_entry_points,
      METH_VARARGS | METH_KEYWORDS,
-     "set_entry_points($module, /, *, write_value32=0, launch_kernel=0)\n--\n\n"
-     "Driver entry points from cuGetProcAddress; 0 clears. Both are replaced on every call."},
+     "set_entry_points($module, /, *, write_value32=0, launch_kernel=0, ctx_set_current=0, "
+     "stream_synchronize=0)\n--\n\n"
+     "Driver entry points from cuGetProcAddress; 0 clears. All are replaced on every call "
+     "(a Submitter takes the ones set when it is made)."},
     {"write_value32", (PyCFunction)(void (*)(void))mod_write_value32, METH_FASTCALL,
      "write_value32($module, stream, address, value, /)\n--\n\n"
      "cuStreamWriteValue32(stream, address, value, 0)."},

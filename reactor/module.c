@@ -10,10 +10,12 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct {
     PyTypeObject *reactor_type;
     PyTypeObject *queue_type;
+    PyTypeObject *submitter_type;
 } modstate;
 
 /* -- LoopQueue --------------------------------------------------------------------- */
@@ -433,6 +435,322 @@ static PyType_Spec Reactor_spec = {
     .slots = Reactor_slots,
 };
 
+/* -- Submitter --------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    subcore *core; /* NULL once closed */
+    PyObject *reactor; /* the Reactor whose slab holds the flags */
+    uint32_t nslots;
+} Submitter;
+
+static PyObject *
+Submitter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"reactor", "capacity", "spin_ns", NULL};
+    PyObject *reactor_obj;
+    Py_ssize_t capacity = 256;
+    long long spin_ns = 50000;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$nL:Submitter", kwlist, &reactor_obj,
+                                     &capacity, &spin_ns))
+        return NULL;
+    modstate *st = (modstate *)PyType_GetModuleState(type);
+    if (st == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(reactor_obj, st->reactor_type)) {
+        PyErr_Format(PyExc_TypeError, "reactor must be a Reactor, not %.100s",
+                     Py_TYPE(reactor_obj)->tp_name);
+        return NULL;
+    }
+    if (capacity < 1 || capacity > 65536) {
+        PyErr_Format(PyExc_ValueError, "capacity must be in [1, 65536], got %zd", capacity);
+        return NULL;
+    }
+    if (spin_ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "spin_ns must be >= 0");
+        return NULL;
+    }
+    sub_entry entry = driver_entry_points();
+    if (!entry.launch_kernel || !entry.write_value32 || !entry.ctx_set_current ||
+        !entry.stream_synchronize) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a Submitter needs the launch_kernel, write_value32, ctx_set_current "
+                        "and stream_synchronize entry points (call set_entry_points)");
+        return NULL;
+    }
+    reactor *r = &((Reactor *)reactor_obj)->r;
+    Submitter *self = (Submitter *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->core = subcore_new(r->words, r->nslots, (uint32_t)capacity, (uint64_t)spin_ns, &entry);
+    if (self->core == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->reactor = Py_NewRef(reactor_obj);
+    self->nslots = r->nslots;
+    return (PyObject *)self;
+}
+
+/* Never blocks for long: a thread still in the driver after 0.1 s is left to finish. */
+static void
+Submitter_close_core(Submitter *self, uint64_t timeout_ns)
+{
+    subcore *c = self->core;
+    if (c == NULL)
+        return;
+    self->core = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    subcore_close(c, timeout_ns);
+    Py_END_ALLOW_THREADS
+    subcore_drop(c);
+}
+
+static void
+Submitter_dealloc(Submitter *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Submitter_close_core(self, 100000000);
+    Py_CLEAR(self->reactor);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int
+Submitter_traverse(Submitter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->reactor);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static subcore *
+open_core(Submitter *self)
+{
+    if (self->core == NULL)
+        PyErr_SetString(PyExc_RuntimeError, "the Submitter is closed");
+    return self->core;
+}
+
+static int
+parse_sub_slot(Submitter *self, PyObject *o, uint32_t *slot)
+{
+    if (get_u32(o, "slot", slot) < 0)
+        return -1;
+    if (*slot >= self->nslots) {
+        PyErr_Format(PyExc_ValueError, "slot must be in [0, %u), got %u", self->nslots, *slot);
+        return -1;
+    }
+    return 0;
+}
+
+/* METH_FASTCALL: push() runs for every launch of a burst */
+static PyObject *
+Submitter_push(Submitter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    subcore *c = open_core(self);
+    if (c == NULL || check_nargs("push", nargs, 14) < 0)
+        return NULL;
+    launch_config cfg;
+    unsigned long long context;
+    const char *recs;
+    Py_ssize_t n;
+    sub_rec rec;
+    if (get_launch_config(args, &cfg) < 0 || get_u64(args[9], &context) < 0 ||
+        check_layout(args[10], args[11], &recs, &n) < 0 ||
+        parse_sub_slot(self, args[12], &rec.slot) < 0 ||
+        get_u32(args[13], "value", &rec.value) < 0)
+        return NULL;
+    if (n > SUB_PARAMS_MAX || layout_extent(recs, n) > SUB_BLOCK_MAX)
+        Py_RETURN_FALSE; /* too many or too large parameters: launched by the caller */
+    _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
+    void *slots[PARAM_COUNT_MAX];
+    if (pack_params(recs, n, args[11], block, slots) < 0)
+        return NULL;
+    rec.function = (uintptr_t)cfg.function;
+    rec.stream = (uintptr_t)cfg.stream;
+    rec.context = (uintptr_t)context;
+    rec.gx = cfg.gx, rec.gy = cfg.gy, rec.gz = cfg.gz;
+    rec.bx = cfg.bx, rec.by = cfg.by, rec.bz = cfg.bz;
+    rec.shmem = cfg.shmem;
+    rec.nparams = (uint32_t)n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        rec.offsets[i] = (uint16_t)((unsigned char *)slots[i] - block);
+    memcpy(rec.block, block, SUB_BLOCK_MAX);
+    int thread_err = 0;
+    switch (subcore_push(c, &rec, &thread_err)) {
+    case SUB_OK:
+        Py_RETURN_TRUE;
+    case SUB_FULL:
+        Py_RETURN_FALSE;
+    case SUB_CLOSED:
+        PyErr_SetString(PyExc_RuntimeError, "the Submitter is closed");
+        return NULL;
+    default:
+        errno = thread_err;
+        PyErr_SetFromErrno(PyExc_RuntimeError);
+        return NULL;
+    }
+}
+
+static PyObject *
+Submitter_status(Submitter *self, PyObject *arg)
+{
+    uint32_t slot;
+    subcore *c = open_core(self);
+    if (c == NULL || parse_sub_slot(self, arg, &slot) < 0)
+        return NULL;
+    return PyLong_FromLong(subcore_status(c, slot));
+}
+
+static PyObject *
+Submitter_fence(Submitter *self, PyObject *Py_UNUSED(ignored))
+{
+    subcore *c = self->core;
+    if (c == NULL || subcore_pending(c) == 0) /* the path of every fenced driver call */
+        Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    subcore_fence(c);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Submitter_close(Submitter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    double timeout = 1.0;
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "close() takes at most 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 1 && (timeout = PyFloat_AsDouble(args[0])) == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(timeout >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "timeout must be >= 0 seconds");
+        return NULL;
+    }
+    subcore *c = self->core;
+    if (c == NULL)
+        Py_RETURN_TRUE;
+    self->core = NULL;
+    int drained;
+    Py_BEGIN_ALLOW_THREADS
+    drained = subcore_close(c, (uint64_t)(timeout * 1e9));
+    Py_END_ALLOW_THREADS
+    subcore_drop(c);
+    return PyBool_FromLong(drained);
+}
+
+static PyObject *
+Submitter_get_pending(Submitter *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(self->core ? subcore_pending(self->core) : 0);
+}
+
+static PyObject *
+Submitter_get_counter(Submitter *self, void *closure)
+{
+    uint64_t v[3] = {0, 0, 0};
+    if (self->core != NULL)
+        subcore_counters(self->core, &v[0], &v[1], &v[2]);
+    return PyLong_FromUnsignedLongLong(v[(intptr_t)closure]);
+}
+
+static PyObject *
+Submitter_get_closed(Submitter *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->core == NULL);
+}
+
+static PyMethodDef Submitter_methods[] = {
+    {"push", (PyCFunction)(void (*)(void))Submitter_push, METH_FASTCALL,
+     "push($self, function, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout, args, "
+     "slot, value, /)\n--\n\n"
+     "Queue a launch (parameters packed now, as launch_packed packs them) and its flag: the "
+     "slot's slab word, written with value after the launch. True: queued; False: the queue "
+     "is full or the parameters are too large (more than 32, or past 512 bytes), so the "
+     "caller launches it. The thread makes context current, launches on stream and writes "
+     "the flag; a failure stores its CUresult in status(slot) and writes the flag itself."},
+    {"status", (PyCFunction)Submitter_status, METH_O,
+     "status($self, slot, /)\n--\n\n"
+     "The result of slot's last queued launch, once its flag reached its value: 0, the "
+     "launch's (or cuCtxSetCurrent's) CUresult, or minus cuStreamWriteValue32's."},
+    {"fence", (PyCFunction)Submitter_fence, METH_NOARGS,
+     "fence($self, /)\n--\n\n"
+     "Return once every launch queued before the call was made (GIL released while "
+     "waiting); at once when none is queued."},
+    {"close", (PyCFunction)(void (*)(void))Submitter_close, METH_FASTCALL,
+     "close($self, timeout=1.0, /)\n--\n\n"
+     "Stop the thread once it has launched what is queued, waiting up to timeout seconds "
+     "(GIL released); False if it was still in the driver then (it finishes on its own). "
+     "Later pushes raise RuntimeError; idempotent."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Submitter_getset[] = {
+    {"pending", (getter)Submitter_get_pending, NULL, "launches queued and not yet made", NULL},
+    {"launched", (getter)Submitter_get_counter, NULL, "launches made with their flag", (void *)0},
+    {"failed", (getter)Submitter_get_counter, NULL,
+     "launches (or flag writes) that failed: their status holds the CUresult", (void *)1},
+    {"wakeups", (getter)Submitter_get_counter, NULL,
+     "times a push woke the parked thread", (void *)2},
+    {"closed", (getter)Submitter_get_closed, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Submitter_slots[] = {
+    {Py_tp_new, (void *)Submitter_new},
+    {Py_tp_dealloc, (void *)Submitter_dealloc},
+    {Py_tp_traverse, (void *)Submitter_traverse},
+    {Py_tp_methods, Submitter_methods},
+    {Py_tp_getset, Submitter_getset},
+    {Py_tp_doc, (void *)"Submitter(reactor, *, capacity=256, spin_ns=50_000)\n--\n\n"
+                        "Makes queued kernel launches and their flag writes on a native "
+                        "thread, in push order; flags are words of reactor's slab."},
+    {0, NULL},
+};
+
+static PyType_Spec Submitter_spec = {
+    .name = "cuasync._reactor.Submitter",
+    .basicsize = sizeof(Submitter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = Submitter_slots,
+};
+
+/* The fence of native launches: changed and read with the GIL held. */
+static subcore *g_launch_fence;
+
+subcore *
+launch_fence(void)
+{
+    return g_launch_fence;
+}
+
+static PyObject *
+mod_set_launch_fence(PyObject *m, PyObject *arg)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    if (st == NULL)
+        return NULL;
+    subcore *c = NULL;
+    if (arg != Py_None) {
+        if (!PyObject_TypeCheck(arg, st->submitter_type)) {
+            PyErr_Format(PyExc_TypeError, "the launch fence must be a Submitter or None, not "
+                         "%.100s", Py_TYPE(arg)->tp_name);
+            return NULL;
+        }
+        if ((c = open_core((Submitter *)arg)) == NULL)
+            return NULL;
+        subcore_retain(c);
+    }
+    subcore *old = g_launch_fence;
+    g_launch_fence = c;
+    if (old != NULL)
+        subcore_drop(old);
+    Py_RETURN_NONE;
+}
+
 /* -- host signals ------------------------------------------------------------------ */
 
 static PyObject *
@@ -460,6 +778,11 @@ mod_set_host_signal_queue(PyObject *m, PyObject *arg)
 }
 
 static PyMethodDef module_methods[] = {
+    {"set_launch_fence", (PyCFunction)mod_set_launch_fence, METH_O,
+     "set_launch_fence($module, submitter, /)\n--\n\n"
+     "Make launch_and_write, launch_packed and write_value32 wait for the launches queued "
+     "on submitter (a Submitter, or None for no fence) before they call the driver, so "
+     "that stream order is push order."},
     {"set_host_signal_queue", (PyCFunction)mod_set_host_signal_queue, METH_O,
      "set_host_signal_queue($module, queue, /)\n--\n\n"
      "Make queue (a LoopQueue, or None) the one that HOST_SIGNAL_FN pushes its ids to."},
@@ -474,9 +797,11 @@ module_exec(PyObject *m)
     modstate *st = (modstate *)PyModule_GetState(m);
     st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
     st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
-    if (st->queue_type == NULL || st->reactor_type == NULL ||
+    st->submitter_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Submitter_spec, NULL);
+    if (st->queue_type == NULL || st->reactor_type == NULL || st->submitter_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||
         PyModule_AddObjectRef(m, "Reactor", (PyObject *)st->reactor_type) < 0 ||
+        PyModule_AddObjectRef(m, "Submitter", (PyObject *)st->submitter_type) < 0 ||
         PyModule_AddFunctions(m, cuasync_driver_methods) < 0 ||
         PyModule_AddFunctions(m, module_methods) < 0)
         return -1;
@@ -484,6 +809,8 @@ module_exec(PyObject *m)
     int rc = fn == NULL ? -1 : PyModule_AddObjectRef(m, "HOST_SIGNAL_FN", fn);
     Py_XDECREF(fn);
     if (rc < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "ABI", CUASYNC_REACTOR_ABI) < 0)
         return -1;
 #ifdef CUASYNC_HAVE_EVENTFD
     return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);
@@ -499,6 +826,7 @@ module_traverse(PyObject *m, visitproc visit, void *arg)
     if (st != NULL) {
         Py_VISIT(st->queue_type);
         Py_VISIT(st->reactor_type);
+        Py_VISIT(st->submitter_type);
     }
     return 0;
 }
@@ -510,6 +838,7 @@ module_clear(PyObject *m)
     if (st != NULL) {
         Py_CLEAR(st->queue_type);
         Py_CLEAR(st->reactor_type);
+        Py_CLEAR(st->submitter_type);
     }
     return 0;
 }

@@ -158,6 +158,55 @@ int reactor_set_orphan(reactor *r, qcore *q); /* -1 once closed */
 int reactor_set_stale_queue(reactor *r, qcore *q); /* -1 once closed */
 size_t reactor_narmed(reactor *r);
 
+/* -- driver entry points (driver.c sets them, submit.c calls them) --------------- */
+
+/* the ABIs of cuda.h (no CUDA headers: the entry points come from cuGetProcAddress) */
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef CUresult (*pfn_write_value32)(void *stream, CUdeviceptr addr, uint32_t value,
+                                      unsigned int flags);
+typedef CUresult (*pfn_launch_kernel)(void *f, unsigned int gx, unsigned int gy,
+                                      unsigned int gz, unsigned int bx, unsigned int by,
+                                      unsigned int bz, unsigned int shared_mem, void *stream,
+                                      void **params, void **extra);
+typedef CUresult (*pfn_ctx_set_current)(void *ctx);
+typedef CUresult (*pfn_stream_synchronize)(void *stream);
+
+/* -- the submitter (submit.c) ----------------------------------------------------- */
+
+enum { SUB_PARAMS_MAX = 32, SUB_BLOCK_MAX = 512 };
+
+typedef struct {
+    uintptr_t launch_kernel, write_value32, ctx_set_current, stream_synchronize;
+} sub_entry;
+
+/* One queued launch: its configuration, its packed parameters and its completion flag
+ * (the slab word of slot, written with value). */
+typedef struct {
+    uintptr_t function, stream, context;
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    uint32_t slot, value, nparams;
+    uint16_t offsets[SUB_PARAMS_MAX]; /* of each parameter in block */
+    _Alignas(16) unsigned char block[SUB_BLOCK_MAX];
+} sub_rec;
+
+typedef struct subcore subcore;
+
+enum { SUB_OK = 0, SUB_FULL, SUB_CLOSED, SUB_THREAD };
+
+subcore *subcore_new(_Atomic uint32_t *words, uint32_t nslots, uint32_t cap, uint64_t spin_ns,
+                     const sub_entry *entry); /* NULL: out of memory */
+int subcore_push(subcore *c, const sub_rec *rec, int *thread_err); /* starts the thread */
+uint64_t subcore_pending(subcore *c);                             /* lock-free */
+void subcore_fence(subcore *c); /* blocks until every record pushed before it is launched */
+int32_t subcore_status(subcore *c, uint32_t slot);
+void subcore_counters(subcore *c, uint64_t *launched, uint64_t *failed, uint64_t *wakeups);
+/* Stop once the queue is drained, waiting up to timeout_ns for the thread; 0: it was
+ * still in the driver and is left to finish (and free the core) on its own. */
+int subcore_close(subcore *c, uint64_t timeout_ns);
+void subcore_retain(subcore *c);
+void subcore_drop(subcore *c); /* a reference taken by subcore_new or subcore_retain */
+
 /* -- live slabs (driver.c) ------------------------------------------------------ */
 
 int slab_register(const void *owner, uintptr_t lo, uintptr_t hi); /* -1: out of memory */
@@ -165,11 +214,38 @@ void slab_unregister(const void *owner);
 
 #ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
 
+/* The interface version (the module's ABI): cuasync/_native.py refuses another. */
+#define CUASYNC_REACTOR_ABI 2
+
 int get_u64(PyObject *o, unsigned long long *out);
 int get_i64(PyObject *o, long long *out);
 int get_u32(PyObject *o, const char *what, uint32_t *out);
 int conv_u64(PyObject *o, void *out); /* the same as an "O&" converter */
 int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected);
+
+/* The launch configuration of launch_and_write, launch_packed and Submitter.push: their
+ * first nine arguments (function, grid, block, shared memory, stream). */
+typedef struct {
+    unsigned long long function, stream;
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+} launch_config;
+int get_launch_config(PyObject *const *args, launch_config *c);
+
+/* The submitter that every native launch and flag write waits for (set_launch_fence;
+ * read with the GIL held), or NULL. */
+subcore *launch_fence(void);
+
+/* The entry points last given to set_entry_points (0 where unset). */
+sub_entry driver_entry_points(void);
+
+/* launch_packed's parameters: check a layout against its args, then pack them into
+ * block (PARAM_BLOCK_MAX bytes, 16-aligned), slots[i] pointing at parameter i. */
+enum { PARAM_BLOCK_MAX = 4096, PARAM_COUNT_MAX = 256 };
+int check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n);
+int pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
+                void **slots);
+/* The end of the last parameter of a checked layout, in bytes. */
+uint32_t layout_extent(const char *layout, Py_ssize_t n);
 
 extern PyMethodDef cuasync_driver_methods[];
 

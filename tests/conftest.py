@@ -202,6 +202,7 @@ STREAM_COMMANDS = (
     "launch_host_func",
     "launch_host_signal",
     "launch_kernel",
+    "queue_launch",
     "gemm",
     "event_record",
     "stream_wait_event",

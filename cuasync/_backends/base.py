@@ -440,6 +440,44 @@ class Backend(ABC):
         path of every launch: backends keep it to one call into the driver.
         """
 
+    # -- bursts of awaits (the native submitter) -----------------------------------------
+    def make_submitter(self, reactor: Any, slab: int) -> Any:
+        """The native thread that makes the launches bursts of awaits queue, writing their
+        flags into ``slab`` (``reactor``'s); None where launches are cheap to make here
+        (this default) or there is no native module."""
+        return None
+
+    def forget_submitter(self) -> None:  # noqa: B027 (most backends have nothing to forget)
+        """A forked child: the parent's submitter is not waited for any more."""
+
+    def queue_launch(
+        self,
+        submitter: Any,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        args: Sequence[Any],
+        errors: Callable[[], list[BaseException]],
+        flag_address: int,
+        slot: int,
+        flag_value: int,
+    ) -> bool:
+        """Launch as :meth:`launch_kernel` does, for an await in a burst: queued for
+        ``submitter``'s thread, which writes the flag of ``slot`` after it (True), or
+        False when it cannot be (the caller launches it). This default launches at once
+        (the emulator's launches only queue work for its streams) and returns True."""
+        self.launch_kernel(
+            kernel, grid, block, shared_mem, stream, args, errors, flag_address, flag_value
+        )
+        return True
+
+    def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
+        """Why the launch queued for ``slot`` failed in ``submitter``'s thread, once its
+        flag has landed; None if it did not (this default: nothing is queued)."""
+        return None
+
     # -- contractions ----------------------------------------------------------------
     def gemm(
         self,

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._config import CONFIG
 from .._curesult import STICKY, Code
 from .._exceptions import report_unraisable
 from ..errors import (
@@ -84,6 +85,35 @@ _PROC_ADDRESS_DEFAULT = 0  # CU_GET_PROC_ADDRESS_DEFAULT
 _PROC_ADDRESS_SUCCESS = 0  # CU_GET_PROC_ADDRESS_SUCCESS
 
 _load_lock = threading.Lock()
+
+
+def _no_fence() -> None:
+    pass
+
+
+class _FencedDriver:
+    """``cuda.bindings.driver`` whose functions first wait for the native submitter's
+    queued launches (``fence``): what the backend enqueues after them follows them.
+
+    >>> _d = _FencedDriver(_d, submitter.fence)   # (CudaBackend.make_submitter)
+    """
+
+    def __init__(self, driver: Any, fence: Callable[[], None]) -> None:
+        self._driver = driver
+        self._fence = fence
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._driver, name)
+        if callable(value) and not isinstance(value, type):
+
+            def fenced(*args: Any) -> Any:
+                self._fence()
+                return value(*args)
+
+            fenced.__name__ = fenced.__qualname__ = name
+            value = fenced
+        setattr(self, name, value)  # looked up once
+        return value
 
 
 def _load_driver() -> Any:
@@ -337,6 +367,8 @@ class CudaBackend(Backend):
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
         self._native: Any = self._native_entry_points()
+        self._submitter: Any = None  # see make_submitter
+        self._context_handles: dict[int, int] = {}  # ordinal -> int(CUcontext)
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
 
@@ -350,13 +382,85 @@ class CudaBackend(Backend):
 
         if _reactor is None:
             return None
-        entry = self.driver_entry_points(["cuStreamWriteValue32", "cuLaunchKernel"])
-        if len(entry) != 2:
+        names = ["cuStreamWriteValue32", "cuLaunchKernel", "cuCtxSetCurrent", "cuStreamSynchronize"]
+        entry = self.driver_entry_points(names)
+        if len(entry) < 2:
             return None
         _reactor.set_entry_points(
-            write_value32=entry["cuStreamWriteValue32"], launch_kernel=entry["cuLaunchKernel"]
+            write_value32=entry.get("cuStreamWriteValue32", 0),
+            launch_kernel=entry.get("cuLaunchKernel", 0),
+            ctx_set_current=entry.get("cuCtxSetCurrent", 0),
+            stream_synchronize=entry.get("cuStreamSynchronize", 0),
         )
         return _reactor
+
+    # -- the native submitter (launches of a burst of awaits, on a thread of its own) ----
+    def make_submitter(self, reactor: Any, slab: int) -> Any:
+        """A native ``Submitter`` making launches over ``reactor``'s slab, or None.
+
+        From here on every driver call of this backend first waits for the launches it
+        has queued (``_FencedDriver``; the native launches and flag writes through
+        ``set_launch_fence``), so that stream order stays submission order.
+        """
+        global _d
+        native = self._native
+        if native is None or not CONFIG.submitter or self.host_device_pointer(slab) != slab:
+            return None  # (a flag's address must be the same for the host and the device)
+        try:
+            submitter = native.Submitter(reactor)
+        except RuntimeError:  # an entry point the driver did not give
+            return None
+        if isinstance(_d, _FencedDriver):
+            _d._fence = submitter.fence
+        else:
+            _d = _FencedDriver(_d, submitter.fence)
+        native.set_launch_fence(submitter)
+        self._submitter = submitter
+        return submitter
+
+    def forget_submitter(self) -> None:
+        if isinstance(_d, _FencedDriver):
+            _d._fence = _no_fence
+        self._submitter = None
+
+    def queue_launch(
+        self,
+        submitter: Any,
+        kernel: _CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        args: Any,
+        errors: Callable[[], list[BaseException]],
+        flag_address: int,
+        slot: int,
+        value: int,
+    ) -> bool:
+        # The context is the stream's device's: the submitter's thread makes it current.
+        ordinal = self._streams.get(stream)
+        layout = kernel.params.layout
+        if submitter is None or ordinal is None or layout is None:
+            return False  # a foreign stream, or parameters packed in Python: launched here
+        gx, gy, gz = grid
+        bx, by, bz = block
+        context = self._context_handles.get(ordinal)
+        if context is None:
+            context = self._context_handles[ordinal] = int(self._context(ordinal))
+        queued: bool = submitter.push(
+            kernel.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout,
+            args if type(args) is list else list(args), slot, value,
+        )  # fmt: skip
+        return queued
+
+    def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
+        status = submitter.status(slot)
+        if not status:
+            return None
+        ordinal = self._streams.get(stream, -1)
+        if status < 0:
+            return self._fail(-status, "cuStreamWriteValue32", ordinal)
+        return self._fail(status, "cuLaunchKernel", ordinal)
 
     # -- errors and contexts ---------------------------------------------------------
     def _fail(self, err: Any, call: str, ordinal: int = -1) -> DriverError:
@@ -1165,6 +1269,8 @@ class CudaBackend(Backend):
     ) -> None:
         from .cublas import Blas  # loads nothing: cuBLAS is opened by the first call
 
+        if self._submitter is not None:  # cuBLAS calls the driver itself
+            self._submitter.fence()
         ordinal = self._enter(stream)
         blas = self._blas
         if blas is None:

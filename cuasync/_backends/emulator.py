@@ -274,6 +274,10 @@ class _Strided:
     strides: tuple[int, ...]
 
 
+#: Dynamic shared memory a launch may ask for without
+#: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` (48 KiB on every CUDA GPU).
+_DYNAMIC_SHARED_MAX = 48 * 1024
+
 #: ml_dtypes' types and the unsigned integer of their size.
 _ML_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
@@ -1104,6 +1108,13 @@ class EmulatorBackend(Backend):
 
         if twin is None:
             raise LaunchError(f"kernel {name!r} was prepared with compile_only: it has no twin")
+        if shared_mem > _DYNAMIC_SHARED_MAX:  # as the driver, for a kernel that did not opt in
+            raise DriverError(
+                Code.INVALID_VALUE,
+                "cuLaunchKernel",
+                f"{name} asks for {shared_mem} bytes of dynamic shared memory; a kernel gets "
+                f"at most {_DYNAMIC_SHARED_MAX} without cuFuncSetAttribute",
+            )
         device = self._stream(stream).device
         if device.ordinal != kernel.ordinal:  # as the driver: a function is of one context
             raise DriverError(

@@ -75,7 +75,10 @@ class Stats:
     (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host callback;
     ``fallbacks``: awaits that found every slot in use and used a host callback;
     ``spins_skipped``: awaits that did not spin because other work on their loop was
-    ready to run; ``faults``: device faults that failed pending work; ``stale_probes``:
+    ready to run; ``burst_awaits``: awaits of a kernel launch that found other tasks ready
+    and stepped aside (their launch queued for the native submitter thread, or made at
+    once on the emulator) while those ran; ``launches_queued``: launches the submitter
+    thread made; ``faults``: device faults that failed pending work; ``stale_probes``:
     checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
     ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
     module is loaded.
@@ -97,6 +100,10 @@ class Stats:
     fallbacks: int = 0
     #: Awaits that did not spin because other work on their loop was ready to run.
     spins_skipped: int = 0
+    #: Awaits of a launch that stepped aside in a burst (see :mod:`cuasync._core.express`).
+    burst_awaits: int = 0
+    #: Launches made by the native submitter thread (queued by bursts of awaits).
+    launches_queued: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
@@ -127,6 +134,8 @@ class LoopAdapter(Protocol):
     def park(self) -> tuple[Waiter, Callable[[], Generator[Any, Any, Any]]]:
         """A one-shot wake-up (callable from any thread) and the suspension it ends."""
 
+    #: Whether an await in a burst may step aside with a bare ``yield`` (asyncio's).
+    steps_aside: bool
     #: Whether the last spin on this loop ran out before its work landed.
     long_ops: bool
     #: Awaits that found ``long_ops`` and other work ready (every 64th spins anyway).
@@ -358,6 +367,11 @@ class Hub:
             atexit.register(self._close_at_exit)  # before the slab goes away with the process
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
         self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
+        #: The native thread that makes the launches of bursts of awaits (CUDA with the
+        #: native module; ``CUASYNC_SUBMITTER=off``: none), or None.
+        self.submitter: Any = None
+        if self.use_reactor:
+            self.submitter = backend.make_submitter(self.reactor, self.slab)
         self.stats.reactor = self.use_reactor
         self.stats.host_sync = self.host_sync
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
@@ -385,6 +399,11 @@ class Hub:
 
     def _close_at_exit(self) -> None:
         self.closed = True
+        if self.submitter is not None:
+            # What is queued is launched (at most a few ms); a thread stuck in the driver
+            # (a stream held by a gate nobody opens) is left to the process's end.
+            self.submitter.close(0.5)
+            self.native.set_launch_fence(None)
         if self.reactor is not None:
             self.reactor.close()
 
@@ -818,6 +837,8 @@ class Hub:
         stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:
             stats.reactor_wakeups = self.reactor.wakeups
+        if self.submitter is not None:
+            stats.launches_queued = self.submitter.launched
         return stats
 
 
@@ -839,6 +860,9 @@ def _after_fork_in_child() -> None:
         _forked_hubs.append(hub)
         if hub.reactor is not None:
             atexit.unregister(hub._close_at_exit)
+        if hub.submitter is not None:  # its thread is the parent's: nothing waits for it
+            hub.native.set_launch_fence(None)
+            hub.backend.forget_submitter()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

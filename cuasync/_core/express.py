@@ -38,7 +38,7 @@ from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
 from .loops import running_adapter
 from .op import DeviceOp, _release_when_drained, await_started, synchronize
-from .output import _Ready
+from .output import Output, _Ready
 from .scheduling import stream_for
 
 if TYPE_CHECKING:
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["await_launch", "submit", "sync_launch"]
 
-#: ``_enqueue``'s spin modes: none (a future), an await's, a blocking ``sync()``'s.
-NO_SPIN, AWAIT, BLOCK = 0, 1, 2
+#: ``_enqueue``'s modes: no spin (a future), an await's spin, a blocking ``sync()``'s, or
+#: an await in a burst (the launch queued for the native submitter where it can be).
+NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 3
 
 
 class _Box(list[BaseException]):
@@ -81,10 +82,27 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
         op._take()  # raises
     op._consumed = True
     stream = stream_for(op._device)
-    sent = _enqueue(op, stream, AWAIT, adapter)
+    mode = BURST if adapter.steps_aside and adapter.others_ready() else AWAIT
+    sent = _enqueue(op, stream, mode, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, box, slot, gen, address, seq, spin_us, landed = sent
+    queued = landed is None
+    if queued:  # a burst: the other ready tasks submit meanwhile
+        try:
+            yield  # (a bare yield: the task runs again after them)
+        except BaseException:  # cancelled while stepping aside: the work goes on
+            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, True)
+            comp.abandon()
+            hub.watch_in_background(comp)
+            raise
+        hub.stats.burst_awaits += 1
+        spin_us = await_spin_us(hub, adapter, stream, seq)
+        landed = hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)  # 0: a look
+        if landed:
+            error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
+            if error is not None:
+                box.append(error)  # finish raises it
     if landed and not box:  # (_settle, inline: the path of most awaits)
         adapter.long_ops = False
         if seq > stream._completed:
@@ -92,7 +110,7 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
         hub.free.append(slot)
         hub.stats.completed_inline += 1
         return op._output
-    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq)
+    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, queued)
     if landed or comp.landed():  # landed with errors (finish raises them), or after no spin
         comp.finish(INLINE)
     else:
@@ -134,11 +152,35 @@ def _settle(hub: Any, stream: Stream, slot: int, seq: int) -> None:
 
 
 def _completion_of(
-    op: Any, stream: Stream, hub: Any, box: _Box, slot: int, gen: int, address: int, seq: int
+    op: Any,
+    stream: Stream,
+    hub: Any,
+    box: _Box,
+    slot: int,
+    gen: int,
+    address: int,
+    seq: int,
+    queued: bool = False,
 ) -> Completion:
-    """The completion of an express launch that did not land within its spin."""
+    """The completion of an express launch that did not land within its spin.
+
+    The output of a launch a burst ``queued`` checks, once its flag has landed, whether
+    the native submitter's launch failed (``Backend.queued_error``): then it raises why.
+    """
     retained = [tensor._alloc for tensor, _ in op._tensors]
-    comp = Completion(ExecutionContext.submitted(stream, seq, retained, box), _Ready(op._output))
+    output = op._output
+    if not queued:
+        out: Output[Any] = _Ready(output)
+    else:
+
+        def out_checked() -> Any:
+            error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
+            if error is not None:
+                raise error
+            return output
+
+        out = Output(out_checked)
+    comp = Completion(ExecutionContext.submitted(stream, seq, retained, box), out)
     comp.slot, comp.gen, comp.address = slot, gen, address
     comp.armed_at = monotonic()
     hub.table[slot] = comp
@@ -147,9 +189,10 @@ def _completion_of(
 
 def _enqueue(
     op: Any, stream: Stream, spin: int, adapter: Any
-) -> tuple[Any, _Box, int, int, int, int, int | None, bool] | None:
+) -> tuple[Any, _Box, int, int, int, int, int | None, bool | None] | None:
     """The submission, spinning as ``spin`` says: ``(hub, errors, slot, gen, flag address,
-    seq, spin_us, landed)``, or None (nothing done)."""
+    seq, spin_us, landed)``, or None (nothing done); ``landed`` is None for a launch a
+    burst queued (``Backend.queue_launch``), which is not spun on here."""
     hub = _completion._hub
     if (
         hub is None
@@ -182,17 +225,15 @@ def _enqueue(
                 tensor._alloc.use(stream, seq, not param.const)
             gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
             address = hub.slab + 4 * slot
+            if spin == BURST and backend.queue_launch(
+                hub.submitter, op._prepared, op._grid, op._block, op._shared_mem,
+                stream.handle, op._args, box, address, slot, gen,
+            ):  # fmt: skip
+                return hub, box, slot, gen, address, seq, None, None
             backend.launch_kernel(
-                op._prepared,
-                op._grid,
-                op._block,
-                op._shared_mem,
-                stream.handle,
-                op._args,
-                box,
-                address,
-                gen,
-            )
+                op._prepared, op._grid, op._block, op._shared_mem, stream.handle, op._args,
+                box, address, gen,
+            )  # fmt: skip
         except BaseException:
             hub._free_slot(slot)
             retained = [tensor._alloc for tensor, _ in tensors]
@@ -202,7 +243,7 @@ def _enqueue(
             LOCAL.active = False
     # The spin, outside the lock: other threads submit meanwhile.
     spin_us: int | None = 0
-    if spin == AWAIT:
+    if spin in (AWAIT, BURST):  # (a burst whose launch was not queued spins too)
         spin_us = hub.spin_budget_us
         if spin_us and (adapter.long_ops or stream._completed < seq - 1):
             spin_us = await_spin_us(hub, adapter, stream, seq)  # (the common case inline)

@@ -41,12 +41,16 @@ def stubbed_driver() -> Iterator[bool]:
         if len(args) > 7 and args[7]:  # a launch fused with its completion's flag write
             store(args[7], args[8])
 
+    def queue_launch(*args: Any) -> bool:
+        return False  # (bursts launch, stubbed, on the loop thread)
+
     backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
     backend.write_value32 = write_value32  # type: ignore[method-assign]
+    backend.queue_launch = queue_launch  # type: ignore[method-assign,assignment]
     try:
         yield True
     finally:
-        del backend.launch_kernel, backend.write_value32
+        del backend.launch_kernel, backend.write_value32, backend.queue_launch
 
 
 def _per_op(step: Callable[[Any], Any], items: list[Any]) -> tuple[list[int], list[Any]]:

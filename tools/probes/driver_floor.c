@@ -248,8 +248,6 @@ main(int argc, char **argv)
          LAUNCH(); CHECK(cuStreamWriteValue32(s, dflag, ++gen, 0)); spin_tight(gen));
     LOOP("launch + cuStreamWriteValue32 + clocked spin (as spin_wait)",
          LAUNCH(); CHECK(cuStreamWriteValue32(s, dflag, ++gen, 0)); spin_clocked(gen, 20000));
-    LOOP("launch + cuStreamWriteValue32(NO_MEMORY_BARRIER) + spin",
-         LAUNCH(); CHECK(cuStreamWriteValue32(s, dflag, ++gen, 1)); spin_tight(gen));
     LOOP("cuStreamWriteValue32 alone + spin",
          CHECK(cuStreamWriteValue32(s, dflag, ++gen, 0)); spin_tight(gen));
     LOOP("launch; write; then the host learns the launch returned (t of write end)",

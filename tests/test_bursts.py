@@ -1,0 +1,177 @@
+"""Bursts of awaits: an await of a launch that finds other tasks ready steps aside.
+
+On asyncio and uvloop such an await queues its launch (on a GPU for the native
+submitter thread, which makes the driver calls; on the emulator it launches at once,
+its launches only queue work) and yields once, so the other ready tasks submit theirs
+meanwhile; it then finishes as any await does. What a user relies on holds through it:
+each await returns its output when its work is done, work on one stream runs in
+submission order, an op submitted after queued launches runs after them, a cancelled
+await lets its work land and releases it, a failed launch raises from its await, and
+nothing leaks. Gates hold the work, so every test runs on a GPU too. trio has no bare
+yield: its awaits launch and spin as always (the counters say so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from conftest import wait_until
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._core.completion import get_hub
+from cuasync.errors import DriverError
+
+pytestmark = pytest.mark.anyio
+
+BUMP = r"""
+extern "C" __global__ void bump(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+
+
+def _bump_twin(x: Any, n: int) -> None:
+    x[:n] += 1.0
+
+
+bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
+
+#: The loops whose tasks step aside (a test that relies on asyncio's run order).
+ASYNCIO = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+]
+
+
+def _steps_aside(anyio_backend: Any) -> bool:
+    return anyio_backend[0] == "asyncio" and get_hub().use_reactor
+
+
+async def test_a_burst_of_awaits_returns_each_output_in_stream_order(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    stream = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((256,), dtype="float32")
+    await bump[1, 256](x, 256)  # loaded
+    results: list[Any] = []
+
+    async def one() -> None:
+        results.append(await bump[1, 256](x, 256))
+
+    before = cuasync.stats()
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        async with anyio.create_task_group() as tg:
+            for _ in range(300):
+                tg.start_soon(one)
+    after = cuasync.stats()
+    assert len(results) == 300 and all(r is x for r in results)
+    np.testing.assert_array_equal(await x.to_host(), np.full(256, 301, np.float32))
+    stepped = after.burst_awaits - before.burst_awaits
+    if _steps_aside(anyio_backend):
+        assert stepped >= 1
+    else:
+        assert stepped == 0
+    if get_hub().submitter is not None and _steps_aside(anyio_backend):
+        assert after.launches_queued > before.launches_queued
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_op_submitted_after_queued_launches_runs_after_them(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    # asyncio runs ready tasks in the order they were scheduled, so the reader submits
+    # after every bump; its read is ordered after their writes even while they are still
+    # queued for the submitter (behind the gate, all of them are).
+    stream = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((64,), dtype="float32")
+    await bump[1, 64](x, 64)
+    seen: list[np.ndarray] = []
+    done = 0
+
+    async def bumper() -> None:
+        nonlocal done
+        await bump[1, 64](x, 64)
+        done += 1
+
+    async def reader() -> None:
+        seen.append(await x.to_host())
+
+    with cuasync.use_policy(cuasync.SingleStream(stream)), ct.gate(stream) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(40):
+                tg.start_soon(bumper)
+            tg.start_soon(reader)
+            await wait_until(lambda: cuasync.stats().slots_armed >= 42)  # all submitted
+            assert done == 0 and not seen
+            gate.open()
+    np.testing.assert_array_equal(seen[0], np.full(64, 41, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_await_cancelled_while_stepping_aside_lets_its_work_land(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    stream = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((32,), dtype="float32")
+    await bump[1, 32](x, 32)
+    before = cuasync.stats()
+    with cuasync.use_policy(cuasync.SingleStream(stream)), ct.gate(stream) as gate:
+        tasks = [asyncio.ensure_future(bump[1, 32](x, 32)) for _ in range(4)]
+        await asyncio.sleep(0)  # each has submitted (and stepped aside, or parked)
+        for task in tasks:
+            task.cancel()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+        assert cuasync.stats().burst_awaits - before.burst_awaits == 0  # none resumed
+        gate.open()
+    ct.settle()  # the background watcher releases what they used
+    np.testing.assert_array_equal(await x.to_host(), np.full(32, 5, np.float32))
+
+
+async def test_a_failed_launch_in_a_burst_raises_from_its_await(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = await cuasync.zeros((32,), dtype="float32")
+    await bump[1, 32](x, 32)
+    outcomes: list[Any] = []
+
+    async def good() -> None:
+        outcomes.append(await bump[1, 32](x, 32))
+
+    async def bad() -> None:
+        try:
+            await bump[1, 32, 64 * 1024](x, 32)  # more dynamic shared memory than allowed
+        except DriverError as exc:
+            outcomes.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for f in (good, bad, good, bad, good):
+            tg.start_soon(f)
+    errors = [o for o in outcomes if isinstance(o, DriverError)]
+    assert len(outcomes) == 5 and len(errors) == 2
+    assert all(e.code == 1 for e in errors)  # CUDA_ERROR_INVALID_VALUE
+    np.testing.assert_array_equal(await x.to_host(), np.full(32, 4, np.float32))
+
+
+def test_without_the_submitter_bursts_launch_on_the_loop_thread() -> None:
+    from conftest import run_script
+
+    done = run_script(
+        "import asyncio, cuasync\n"
+        "from cuasync._core.completion import get_hub\n"
+        "k = cuasync.Kernel('extern \"C\" __global__ void k(float* x) { x[0] += 1.0f; }',\n"
+        "                  'k', emulate=lambda x: x.__setitem__(0, x[0] + 1))\n"
+        "async def main():\n"
+        "    x = await cuasync.zeros((1,))\n"
+        "    await asyncio.gather(*(k[1, 1](x) for _ in range(100)))\n"
+        "    print(int((await x.to_host())[0]), get_hub().submitter, cuasync.stats().launches_queued)\n"
+        "asyncio.run(main())\n",
+        CUASYNC_SUBMITTER="off",
+    )
+    assert done.stdout.split() == ["100", "None", "0"]
