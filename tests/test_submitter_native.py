@@ -355,3 +355,29 @@ def test_a_submitter_starts_its_thread_at_the_first_push_and_a_dropped_one_stops
         backend: Any = get_backend()
         if hasattr(backend, "_native_entry_points"):
             backend._native = backend._native_entry_points()
+
+
+def test_the_fenced_driver_waits_before_each_call_and_passes_the_rest_through() -> None:
+    from cuasync._backends.cuda import _FencedDriver
+
+    log: list[str] = []
+
+    class FakeDriver:
+        CU_CONSTANT = 7
+
+        class CUstream:  # a type: passed through, not wrapped
+            pass
+
+        @staticmethod
+        def cuStreamQuery(stream: int) -> tuple[int]:
+            log.append(f"query {stream}")
+            return (0,)
+
+    fenced = _FencedDriver(FakeDriver(), lambda: log.append("fence"))
+    assert fenced.cuStreamQuery(5) == (0,)
+    assert fenced.cuStreamQuery(6) == (0,)  # the cached wrapper, once looked up
+    assert log == ["fence", "query 5", "fence", "query 6"]
+    assert fenced.CU_CONSTANT == 7 and fenced.CUstream is FakeDriver.CUstream
+    fenced._fence = lambda: log.append("other fence")  # a new hub's submitter
+    fenced.cuStreamQuery(1)
+    assert log[-2:] == ["other fence", "query 1"]

@@ -105,15 +105,17 @@ class _FencedDriver:
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._driver, name)
         if callable(value) and not isinstance(value, type):
-
-            def fenced(*args: Any) -> Any:
-                self._fence()
-                return value(*args)
-
-            fenced.__name__ = fenced.__qualname__ = name
-            value = fenced
+            value = self._fenced(value, name)
         setattr(self, name, value)  # looked up once
         return value
+
+    def _fenced(self, call: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def fenced(*args: Any) -> Any:
+            self._fence()
+            return call(*args)
+
+        fenced.__name__ = fenced.__qualname__ = name
+        return fenced
 
 
 def _load_driver() -> Any:
