@@ -84,7 +84,7 @@ class Submitter:
     order; the flags are words of ``reactor``'s slab."""
 
     def __new__(
-        cls, reactor: Reactor, *, capacity: int = 256, spin_ns: int = 50_000
+        cls, reactor: Reactor, *, capacity: int = 16384, spin_ns: int = 50_000
     ) -> Submitter: ...
     def push(
         self,
@@ -103,9 +103,10 @@ class Submitter:
         slot: SupportsIndex,
         value: SupportsIndex,
         /,
-    ) -> bool:
-        """Queue a launch (packed as :func:`launch_packed` packs) and the slot's flag;
-        False when the queue is full or the parameters too large (the caller launches)."""
+    ) -> int:
+        """Queue a launch (packed as :func:`launch_packed` packs) and the slot's flag; its
+        ticket (launched once :attr:`done` is past it), or -1 when the queue is full or the
+        parameters too large (the caller launches)."""
     def status(self, slot: SupportsIndex, /) -> int:
         """The result of the slot's last queued launch once its flag landed: 0, the
         CUresult of the launch (or of making the context current), or minus the write's."""
@@ -115,6 +116,8 @@ class Submitter:
         """Stop the thread after the queue drains; False if it was still in the driver."""
     @property
     def pending(self) -> int: ...
+    @property
+    def done(self) -> int: ...
     @property
     def launched(self) -> int: ...
     @property

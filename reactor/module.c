@@ -449,7 +449,7 @@ Submitter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"reactor", "capacity", "spin_ns", NULL};
     PyObject *reactor_obj;
-    Py_ssize_t capacity = 256;
+    Py_ssize_t capacity = 16384;
     long long spin_ns = 50000;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$nL:Submitter", kwlist, &reactor_obj,
                                      &capacity, &spin_ns))
@@ -563,7 +563,7 @@ Submitter_push(Submitter *self, PyObject *const *args, Py_ssize_t nargs)
         get_u32(args[13], "value", &rec.value) < 0)
         return NULL;
     if (n > SUB_PARAMS_MAX || layout_extent(recs, n) > SUB_BLOCK_MAX)
-        Py_RETURN_FALSE; /* too many or too large parameters: launched by the caller */
+        return PyLong_FromLong(-1); /* too many or too large parameters: the caller's */
     _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
     void *slots[PARAM_COUNT_MAX];
     if (pack_params(recs, n, args[11], block, slots) < 0)
@@ -579,11 +579,12 @@ Submitter_push(Submitter *self, PyObject *const *args, Py_ssize_t nargs)
         rec.offsets[i] = (uint16_t)((unsigned char *)slots[i] - block);
     memcpy(rec.block, block, SUB_BLOCK_MAX);
     int thread_err = 0;
-    switch (subcore_push(c, &rec, &thread_err)) {
+    uint64_t ticket = 0;
+    switch (subcore_push(c, &rec, &ticket, &thread_err)) {
     case SUB_OK:
-        Py_RETURN_TRUE;
+        return PyLong_FromUnsignedLongLong(ticket);
     case SUB_FULL:
-        Py_RETURN_FALSE;
+        return PyLong_FromLong(-1);
     case SUB_CLOSED:
         PyErr_SetString(PyExc_RuntimeError, "the Submitter is closed");
         return NULL;
@@ -649,6 +650,12 @@ Submitter_get_pending(Submitter *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+Submitter_get_done(Submitter *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(self->core ? subcore_done(self->core) : UINT64_MAX);
+}
+
+static PyObject *
 Submitter_get_counter(Submitter *self, void *closure)
 {
     uint64_t v[3] = {0, 0, 0};
@@ -668,10 +675,11 @@ static PyMethodDef Submitter_methods[] = {
      "push($self, function, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout, args, "
      "slot, value, /)\n--\n\n"
      "Queue a launch (parameters packed now, as launch_packed packs them) and its flag: the "
-     "slot's slab word, written with value after the launch. True: queued; False: the queue "
-     "is full or the parameters are too large (more than 32, or past 512 bytes), so the "
-     "caller launches it. The thread makes context current, launches on stream and writes "
-     "the flag; a failure stores its CUresult in status(slot) and writes the flag itself."},
+     "slot's slab word, written with value after the launch. Returns its ticket (the records "
+     "pushed before it: it is launched once done > ticket), or -1 when the queue is full or "
+     "the parameters are too large (more than 16, or past 256 bytes): the caller launches "
+     "it. The thread makes context current, launches on stream and writes the flag; a "
+     "failure stores its CUresult in status(slot) and writes the flag itself."},
     {"status", (PyCFunction)Submitter_status, METH_O,
      "status($self, slot, /)\n--\n\n"
      "The result of slot's last queued launch, once its flag reached its value: 0, the "
@@ -690,6 +698,9 @@ static PyMethodDef Submitter_methods[] = {
 
 static PyGetSetDef Submitter_getset[] = {
     {"pending", (getter)Submitter_get_pending, NULL, "launches queued and not yet made", NULL},
+    {"done", (getter)Submitter_get_done, NULL,
+     "records launched (or failed) so far, in push order: a push's ticket is done once this "
+     "is past it (lock-free; 2**64 - 1 once closed)", NULL},
     {"launched", (getter)Submitter_get_counter, NULL, "launches made with their flag", (void *)0},
     {"failed", (getter)Submitter_get_counter, NULL,
      "launches (or flag writes) that failed: their status holds the CUresult", (void *)1},
@@ -705,7 +716,7 @@ static PyType_Slot Submitter_slots[] = {
     {Py_tp_traverse, (void *)Submitter_traverse},
     {Py_tp_methods, Submitter_methods},
     {Py_tp_getset, Submitter_getset},
-    {Py_tp_doc, (void *)"Submitter(reactor, *, capacity=256, spin_ns=50_000)\n--\n\n"
+    {Py_tp_doc, (void *)"Submitter(reactor, *, capacity=16384, spin_ns=50_000)\n--\n\n"
                         "Makes queued kernel launches and their flag writes on a native "
                         "thread, in push order; flags are words of reactor's slab."},
     {0, NULL},

@@ -4,12 +4,13 @@
  *   reactor.c  the reactor: armed slots, the scan/spin/backoff/park thread, orphan
  *              routing, the memory-ordering argument.
  *   queue.c    queue cores: the completed/stale lists and eventfd behind a LoopQueue.
- *   module.c   the Python types LoopQueue and Reactor, and the module definition.
+ *   submit.c   the submitter: the thread that makes queued launches and flag writes.
+ *   module.c   the Python types LoopQueue, Reactor and Submitter, and the module.
  *   driver.c   argument converters, the registry of live slabs, the word helpers
  *              (load32, store32, spin_wait) and the driver fast paths.
  *
- * reactor.c and queue.c never include Python.h, so the compiler enforces that nothing
- * running on the reactor thread or under its mutexes calls the Python API.
+ * reactor.c, queue.c and submit.c never include Python.h, so the compiler enforces that
+ * nothing running on their threads or under their mutexes calls the Python API.
  */
 #ifndef CUASYNC_REACTOR_H
 #define CUASYNC_REACTOR_H
@@ -174,7 +175,7 @@ typedef CUresult (*pfn_stream_synchronize)(void *stream);
 
 /* -- the submitter (submit.c) ----------------------------------------------------- */
 
-enum { SUB_PARAMS_MAX = 32, SUB_BLOCK_MAX = 512 };
+enum { SUB_PARAMS_MAX = 16, SUB_BLOCK_MAX = 256 };
 
 typedef struct {
     uintptr_t launch_kernel, write_value32, ctx_set_current, stream_synchronize;
@@ -196,8 +197,11 @@ enum { SUB_OK = 0, SUB_FULL, SUB_CLOSED, SUB_THREAD };
 
 subcore *subcore_new(_Atomic uint32_t *words, uint32_t nslots, uint32_t cap, uint64_t spin_ns,
                      const sub_entry *entry); /* NULL: out of memory */
-int subcore_push(subcore *c, const sub_rec *rec, int *thread_err); /* starts the thread */
-uint64_t subcore_pending(subcore *c);                             /* lock-free */
+/* Queue rec (its ticket, the count of records pushed before it, in *ticket); starts the
+ * thread at the first push. */
+int subcore_push(subcore *c, const sub_rec *rec, uint64_t *ticket, int *thread_err);
+uint64_t subcore_pending(subcore *c); /* lock-free */
+uint64_t subcore_done(subcore *c);    /* records launched (or failed) so far; lock-free */
 void subcore_fence(subcore *c); /* blocks until every record pushed before it is launched */
 int32_t subcore_status(subcore *c, uint32_t slot);
 void subcore_counters(subcore *c, uint64_t *launched, uint64_t *failed, uint64_t *wakeups);

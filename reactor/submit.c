@@ -217,7 +217,7 @@ start_locked(subcore *c)
 }
 
 int
-subcore_push(subcore *c, const sub_rec *rec, int *thread_err)
+subcore_push(subcore *c, const sub_rec *rec, uint64_t *ticket, int *thread_err)
 {
     int rc = SUB_OK;
     pthread_mutex_lock(&c->mu);
@@ -233,6 +233,7 @@ subcore_push(subcore *c, const sub_rec *rec, int *thread_err)
     }
     else {
         c->ring[tail % c->cap] = *rec;
+        *ticket = tail;
         atomic_store_explicit(&c->status[rec->slot], 0, memory_order_relaxed);
         atomic_store_explicit(&c->tail, tail + 1, memory_order_relaxed);
         if (c->parked)
@@ -249,6 +250,12 @@ subcore_pending(subcore *c)
      * was pushed before the call */
     uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
     return tail - atomic_load_explicit(&c->head, memory_order_acquire);
+}
+
+uint64_t
+subcore_done(subcore *c)
+{
+    return atomic_load_explicit(&c->head, memory_order_acquire);
 }
 
 void

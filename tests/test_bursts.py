@@ -49,6 +49,12 @@ ASYNCIO = [
 ]
 
 
+def _in_flight() -> int:
+    """Submissions (and gate words) outstanding: flag slots, or host callbacks."""
+    s = cuasync.stats()
+    return s.slots_armed + s.callbacks_pending
+
+
 def _steps_aside(anyio_backend: Any) -> bool:
     return anyio_backend[0] == "asyncio" and get_hub().use_reactor
 
@@ -107,7 +113,7 @@ async def test_an_op_submitted_after_queued_launches_runs_after_them(
             for _ in range(40):
                 tg.start_soon(bumper)
             tg.start_soon(reader)
-            await wait_until(lambda: cuasync.stats().slots_armed >= 42)  # all submitted
+            await wait_until(lambda: _in_flight() >= 42)  # the gate, 40 bumps, the read
             assert done == 0 and not seen
             gate.open()
     np.testing.assert_array_equal(seen[0], np.full(64, 41, np.float32))

@@ -260,3 +260,15 @@ def test_a_held_sync_returns_once_released(baseline: Any, path: Path, enqueued: 
     assert out == [x]
     np.testing.assert_array_equal(x.to_host().sync(), np.full(16, 2, np.float32))
     path.check()
+
+
+async def test_a_launch_the_driver_refuses_raises_from_its_await_and_leaks_nothing(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    x = await cuasync.zeros((32,), dtype="float32")
+    await bump[1, 32](x, 32)
+    with pytest.raises(cuasync.errors.DriverError) as caught:
+        await bump[1, 32, 64 * 1024](x, 32)  # more dynamic shared memory than allowed
+    assert caught.value.code == 1  # CUDA_ERROR_INVALID_VALUE
+    del caught
+    np.testing.assert_array_equal(await x.to_host(), np.ones(32, np.float32))

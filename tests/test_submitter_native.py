@@ -149,10 +149,11 @@ def _layout(*codes: str) -> tuple[bytes, list[int]]:
 
 def push(sub: Any, stream: int, slot: int, value: int, *, args: list[Any] | None = None,
          layout: bytes = b"", context: int = 0xC0, function: int = 0xF0) -> bool:  # fmt: skip
-    result: bool = sub.push(
+    """Whether the launch was queued (push gave a ticket, not -1)."""
+    ticket: int = sub.push(
         function, 2, 1, 1, 128, 1, 1, 0, stream, context, layout, args or [], slot, value
     )
-    return result
+    return ticket >= 0
 
 
 def wait_for(pred: Any, what: str) -> None:
@@ -164,10 +165,13 @@ def wait_for(pred: Any, what: str) -> None:
 
 def test_launches_run_in_push_order_each_followed_by_its_flag(rig: Any) -> None:
     sub, driver, slab = rig()
-    for i in range(20):
-        assert push(sub, 0x100 + i % 3, i, 7 + i)
+    tickets = [
+        sub.push(0xF0, 2, 1, 1, 128, 1, 1, 0, 0x100 + i % 3, 0xC0, b"", [], i, 7 + i)
+        for i in range(20)
+    ]
+    assert tickets == list(range(20))  # the records pushed before each
     sub.fence()
-    assert sub.pending == 0 and sub.launched == 20 and sub.failed == 0
+    assert sub.pending == 0 and sub.launched == 20 and sub.failed == 0 and sub.done == 20
     launches = driver.of("launch")
     assert [c[5] for c in launches] == [0x100 + i % 3 for i in range(20)]
     assert launches[0][1:5] == (0xF0, (2, 1, 1), (128, 1, 1), 0)
@@ -240,9 +244,11 @@ def test_fence_returns_once_what_was_queued_before_it_is_launched(rig: Any) -> N
     waiter.start()
     assert not fenced.wait(0.05)  # every launch is held in the driver
     assert sub.pending >= 4
+    assert sub.done < 5
     driver.hold.set()
     waiter.join(TIMEOUT)
     assert fenced.is_set() and len(driver.of("launch")) == 5 and sub.pending == 0
+    assert sub.done == 5
 
 
 def test_a_full_queue_and_large_parameters_are_left_to_the_caller(rig: Any) -> None:
@@ -253,9 +259,9 @@ def test_a_full_queue_and_large_parameters_are_left_to_the_caller(rig: Any) -> N
     assert accepted[:4] == [True] * 4 and accepted[-1] is False
     driver.hold.set()
     sub.fence()
-    many, _ = _layout(*"i" * 33)
-    assert push(sub, 1, 9, 1, args=[0] * 33, layout=many) is False
-    far = struct.pack("<c3xI", b"i", 1024)  # a parameter past the record's 512 bytes
+    many, _ = _layout(*"i" * 17)
+    assert push(sub, 1, 9, 1, args=[0] * 17, layout=many) is False
+    far = struct.pack("<c3xI", b"i", 1024)  # a parameter past the record's 256 bytes
     assert push(sub, 1, 9, 1, args=[0], layout=far) is False
     assert len(driver.of("launch")) == accepted.count(True)
 

@@ -463,15 +463,16 @@ class Backend(ABC):
         flag_address: int,
         slot: int,
         flag_value: int,
-    ) -> bool:
+    ) -> int | None:
         """Launch as :meth:`launch_kernel` does, for an await in a burst: queued for
-        ``submitter``'s thread, which writes the flag of ``slot`` after it (True), or
-        False when it cannot be (the caller launches it). This default launches at once
-        (the emulator's launches only queue work for its streams) and returns True."""
+        ``submitter``'s thread, which writes the flag of ``slot`` after it (its ticket:
+        made once ``submitter.done`` is past it), or None when it cannot be (the caller
+        launches it). This default launches at once (the emulator's launches only queue
+        work for its streams) and returns -1: nothing to wait for before spinning."""
         self.launch_kernel(
             kernel, grid, block, shared_mem, stream, args, errors, flag_address, flag_value
         )
-        return True
+        return -1
 
     def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
         """Why the launch queued for ``slot`` failed in ``submitter``'s thread, once its

@@ -438,22 +438,22 @@ class CudaBackend(Backend):
         flag_address: int,
         slot: int,
         value: int,
-    ) -> bool:
+    ) -> int | None:
         # The context is the stream's device's: the submitter's thread makes it current.
         ordinal = self._streams.get(stream)
         layout = kernel.params.layout
         if submitter is None or ordinal is None or layout is None:
-            return False  # a foreign stream, or parameters packed in Python: launched here
+            return None  # a foreign stream, or parameters packed in Python: launched here
         gx, gy, gz = grid
         bx, by, bz = block
         context = self._context_handles.get(ordinal)
         if context is None:
             context = self._context_handles[ordinal] = int(self._context(ordinal))
-        queued: bool = submitter.push(
+        ticket: int = submitter.push(
             kernel.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout,
             args if type(args) is list else list(args), slot, value,
         )  # fmt: skip
-        return queued
+        return ticket if ticket >= 0 else None  # (-1: full, or too many parameters)
 
     def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
         status = submitter.status(slot)

@@ -434,6 +434,7 @@ class Hub:
                             self.nslots,
                         )
         deferred = ctx.deferred
+        ctx.deferred = None  # launched once: a failed launch is not tried again on release
         if slot < 0:
             if deferred is not None:
                 self.backend.launch_kernel(*deferred)

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = ["await_launch", "submit", "sync_launch"]
 
+#: Steps aside an await in a burst takes, at most, while the submitter has not made its
+#: launch (each lets every other ready task run once); then it parks, as any await can.
+_STEPS_MAX = 16
+
 #: ``_enqueue``'s modes: no spin (a future), an await's spin, a blocking ``sync()``'s, or
 #: an await in a burst (the launch queued for the native submitter where it can be).
 NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 3
@@ -86,19 +90,30 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
     sent = _enqueue(op, stream, mode, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
-    hub, box, slot, gen, address, seq, spin_us, landed = sent
+    hub, box, slot, gen, address, seq, spin_us, landed, ticket = sent
     queued = landed is None
     if queued:  # a burst: the other ready tasks submit meanwhile
+        look = hub.native.spin_wait
+        submitter = hub.submitter
         try:
             yield  # (a bare yield: the task runs again after them)
+            landed = look(address, gen, 0)
+            steps = 1
+            while not landed and ticket >= 0 and submitter.done <= ticket:
+                if steps == _STEPS_MAX:  # the submitter is stuck (a held stream): park
+                    break
+                yield  # the submitter has not made the launch yet: the loop goes on
+                steps += 1
+                landed = look(address, gen, 0)
         except BaseException:  # cancelled while stepping aside: the work goes on
             comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, True)
             comp.abandon()
             hub.watch_in_background(comp)
             raise
         hub.stats.burst_awaits += 1
-        spin_us = await_spin_us(hub, adapter, stream, seq)
-        landed = hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)  # 0: a look
+        if not landed:  # launched, and still on the device: a short spin, as any await
+            spin_us = await_spin_us(hub, adapter, stream, seq)
+            landed = look(address, gen, (spin_us or 0) * 1000)
         if landed:
             error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
             if error is not None:
@@ -131,7 +146,7 @@ def sync_launch(op: Any, stream: Stream) -> Any:
     sent = _enqueue(op, stream, BLOCK, None)
     if sent is None:
         return DeviceOp._sync(op, stream)
-    hub, box, slot, gen, address, seq, _, landed = sent
+    hub, box, slot, gen, address, seq, _, landed, _ = sent
     if landed and not box:
         _settle(hub, stream, slot, seq)
         return op._output
@@ -189,10 +204,11 @@ def _completion_of(
 
 def _enqueue(
     op: Any, stream: Stream, spin: int, adapter: Any
-) -> tuple[Any, _Box, int, int, int, int, int | None, bool | None] | None:
+) -> tuple[Any, _Box, int, int, int, int, int | None, bool | None, int] | None:
     """The submission, spinning as ``spin`` says: ``(hub, errors, slot, gen, flag address,
-    seq, spin_us, landed)``, or None (nothing done); ``landed`` is None for a launch a
-    burst queued (``Backend.queue_launch``), which is not spun on here."""
+    seq, spin_us, landed, ticket)``, or None (nothing done). For a launch a burst queued
+    (``Backend.queue_launch``), which is not spun on here, ``landed`` is None and
+    ``ticket`` the submitter's (-1: made at once)."""
     hub = _completion._hub
     if (
         hub is None
@@ -225,11 +241,13 @@ def _enqueue(
                 tensor._alloc.use(stream, seq, not param.const)
             gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
             address = hub.slab + 4 * slot
-            if spin == BURST and backend.queue_launch(
-                hub.submitter, op._prepared, op._grid, op._block, op._shared_mem,
-                stream.handle, op._args, box, address, slot, gen,
-            ):  # fmt: skip
-                return hub, box, slot, gen, address, seq, None, None
+            if spin == BURST:
+                ticket = backend.queue_launch(
+                    hub.submitter, op._prepared, op._grid, op._block, op._shared_mem,
+                    stream.handle, op._args, box, address, slot, gen,
+                )  # fmt: skip
+                if ticket is not None:
+                    return hub, box, slot, gen, address, seq, None, None, ticket
             backend.launch_kernel(
                 op._prepared, op._grid, op._block, op._shared_mem, stream.handle, op._args,
                 box, address, gen,
@@ -250,4 +268,4 @@ def _enqueue(
     elif spin == BLOCK and stream._completed >= seq - 1:
         spin_us = hub.spin_budget_us
     landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
-    return hub, box, slot, gen, address, seq, spin_us, landed
+    return hub, box, slot, gen, address, seq, spin_us, landed, -1

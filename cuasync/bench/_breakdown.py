@@ -41,8 +41,8 @@ def stubbed_driver() -> Iterator[bool]:
         if len(args) > 7 and args[7]:  # a launch fused with its completion's flag write
             store(args[7], args[8])
 
-    def queue_launch(*args: Any) -> bool:
-        return False  # (bursts launch, stubbed, on the loop thread)
+    def queue_launch(*args: Any) -> None:
+        return None  # (bursts launch, stubbed, on the loop thread)
 
     backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
     backend.write_value32 = write_value32  # type: ignore[method-assign]

@@ -316,6 +316,8 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         note = (
             f"inline {after.completed_inline - before.completed_inline}, "
             f"reactor {after.completed_reactor - before.completed_reactor}, "
+            f"stepped aside {after.burst_awaits - before.burst_awaits}, "
+            f"queued {after.launches_queued - before.launches_queued}, "
             f"spins skipped {after.spins_skipped - before.spins_skipped}, "
             f"reactor batches {after.reactor_batches - before.reactor_batches}"
         )
