@@ -1,9 +1,10 @@
 """Bursts of awaits: an await of a launch that finds other tasks ready steps aside.
 
-On asyncio and uvloop such an await queues its launch (on a GPU for the native
-submitter thread, which makes the driver calls; on the emulator it launches at once,
-its launches only queue work) and yields once, so the other ready tasks submit theirs
-meanwhile; it then finishes as any await does. What a user relies on holds through it:
+With ``CUASYNC_SUBMITTER=on`` (``Hub.step_aside``; these tests turn it on, and one
+checks the default, off), such an await on asyncio and uvloop queues its launch (on a
+GPU for the native submitter thread, which makes the driver calls; on the emulator it
+launches at once, its launches only queue work) and yields once, so the other ready
+tasks submit theirs meanwhile; it then finishes as any await does. What a user relies on holds through it:
 each await returns its output when its work is done, work on one stream runs in
 submission order, an op submitted after queued launches runs after them, a cancelled
 await lets its work land and releases it, a failed launch raises from its await, and
@@ -26,7 +27,14 @@ import cuasync.testing as ct
 from cuasync._core.completion import get_hub
 from cuasync.errors import DriverError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("stepping_aside")]
+
+
+@pytest.fixture
+def stepping_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Awaits in a burst step aside (``CUASYNC_SUBMITTER=on``) for the test."""
+    monkeypatch.setattr(get_hub(), "step_aside", True)
+
 
 BUMP = r"""
 extern "C" __global__ void bump(float* x, int n) {
@@ -165,19 +173,28 @@ async def test_a_failed_launch_in_a_burst_raises_from_its_await(
     np.testing.assert_array_equal(await x.to_host(), np.full(32, 4, np.float32))
 
 
-def test_without_the_submitter_bursts_launch_on_the_loop_thread() -> None:
+_SCRIPT = (
+    "import asyncio, cuasync\n"
+    "from cuasync._core.completion import get_hub\n"
+    "k = cuasync.Kernel('extern \"C\" __global__ void k(float* x) { x[0] += 1.0f; }',\n"
+    "                  'k', emulate=lambda x: x.__setitem__(0, x[0] + 1))\n"
+    "async def main():\n"
+    "    x = await cuasync.zeros((1,))\n"
+    "    await asyncio.gather(*(k[1, 1](x) for _ in range(100)))\n"
+    "    s = cuasync.stats()\n"
+    "    hub = get_hub()\n"
+    "    print(int((await x.to_host())[0]), hub.step_aside, hub.use_reactor, s.burst_awaits > 0)\n"
+    "asyncio.run(main())\n"
+)
+
+
+@pytest.mark.parametrize(("setting", "steps"), [(None, "False"), ("off", "False"), ("on", "True")])
+def test_cuasync_submitter_says_whether_bursts_step_aside(setting: str | None, steps: str) -> None:
     from conftest import run_script
 
-    done = run_script(
-        "import asyncio, cuasync\n"
-        "from cuasync._core.completion import get_hub\n"
-        "k = cuasync.Kernel('extern \"C\" __global__ void k(float* x) { x[0] += 1.0f; }',\n"
-        "                  'k', emulate=lambda x: x.__setitem__(0, x[0] + 1))\n"
-        "async def main():\n"
-        "    x = await cuasync.zeros((1,))\n"
-        "    await asyncio.gather(*(k[1, 1](x) for _ in range(100)))\n"
-        "    print(int((await x.to_host())[0]), get_hub().submitter, cuasync.stats().launches_queued)\n"
-        "asyncio.run(main())\n",
-        CUASYNC_SUBMITTER="off",
-    )
-    assert done.stdout.split() == ["100", "None", "0"]
+    env = {} if setting is None else {"CUASYNC_SUBMITTER": setting}
+    done = run_script(_SCRIPT, timeout=120, **env)
+    count, step_aside, flags, stepped = done.stdout.split()
+    assert count == "100" and step_aside == steps
+    # (with host callbacks for every await, no launch takes the express path at all)
+    assert stepped == str(steps == "True" and flags == "True")

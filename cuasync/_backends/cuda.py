@@ -30,7 +30,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._config import CONFIG
 from .._curesult import STICKY, Code
 from .._exceptions import report_unraisable
 from ..errors import (
@@ -406,7 +405,7 @@ class CudaBackend(Backend):
         """
         global _d
         native = self._native
-        if native is None or not CONFIG.submitter or self.host_device_pointer(slab) != slab:
+        if native is None or self.host_device_pointer(slab) != slab:
             return None  # (a flag's address must be the same for the host and the device)
         try:
             submitter = native.Submitter(reactor)

@@ -368,10 +368,12 @@ class Hub:
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
         self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
         #: The native thread that makes the launches of bursts of awaits (CUDA with the
-        #: native module; ``CUASYNC_SUBMITTER=off``: none), or None.
+        #: native module), or None.
         self.submitter: Any = None
         if self.use_reactor:
             self.submitter = backend.make_submitter(self.reactor, self.slab)
+        #: Whether an await in a burst steps aside, its launch queued (``CUASYNC_SUBMITTER``).
+        self.step_aside = CONFIG.submitter
         self.stats.reactor = self.use_reactor
         self.stats.host_sync = self.host_sync
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).

@@ -86,8 +86,9 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
         op._take()  # raises
     op._consumed = True
     stream = stream_for(op._device)
-    mode = BURST if adapter.steps_aside and adapter.others_ready() else AWAIT
-    sent = _enqueue(op, stream, mode, adapter)
+    hub = _completion._hub
+    burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
+    sent = _enqueue(op, stream, BURST if burst else AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, box, slot, gen, address, seq, spin_us, landed, ticket = sent
