@@ -33,7 +33,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("stepping_aside")]
 @pytest.fixture
 def stepping_aside(monkeypatch: pytest.MonkeyPatch) -> None:
     """Awaits in a burst step aside (``CUASYNC_SUBMITTER=on``) for the test."""
-    monkeypatch.setattr(get_hub(), "step_aside", True)
+    hub = get_hub()
+    monkeypatch.setattr(hub, "step_aside", hub.step_aside)  # (restored afterwards)
+    hub.enable_bursts()
 
 
 BUMP = r"""

@@ -368,12 +368,12 @@ class Hub:
         #: Whether awaits use flag slots (else host callbacks); the benchmarks flip it.
         self.use_reactor = self.reactor is not None and self.host_sync == "reactor"
         #: The native thread that makes the launches of bursts of awaits (CUDA with the
-        #: native module), or None.
+        #: native module, once bursts step aside), or None.
         self.submitter: Any = None
-        if self.use_reactor:
-            self.submitter = backend.make_submitter(self.reactor, self.slab)
         #: Whether an await in a burst steps aside, its launch queued (``CUASYNC_SUBMITTER``).
-        self.step_aside = CONFIG.submitter
+        self.step_aside = False
+        if CONFIG.submitter:
+            self.enable_bursts()
         self.stats.reactor = self.use_reactor
         self.stats.host_sync = self.host_sync
         #: Inline spin before suspending, in microseconds (``CUASYNC_SPIN_BUDGET_US``).
@@ -393,6 +393,15 @@ class Hub:
             # docs/completion.md, "Stale reports").
             self.reactor.set_orphan_queue(self.background.queue)
             self.reactor.set_stale_queue(self.background.queue)
+
+    def enable_bursts(self) -> None:
+        """Let awaits in a burst step aside, their launches made by the native submitter
+        where the backend has one (``CUASYNC_SUBMITTER=on`` does it at start-up). Its
+        thread starts at the first burst; from then on every driver call of the backend
+        first waits for the launches it has queued."""
+        if self.use_reactor and self.submitter is None:
+            self.submitter = self.backend.make_submitter(self.reactor, self.slab)
+        self.step_aside = True
 
     # -- submission side (under the execution lock) --------------------------------------
     #: Set at interpreter exit, when the reactor closes: the flag words can no longer be
