@@ -29,18 +29,9 @@ from cuasync._signature import parse_params  # noqa: E402
 
 TIMEOUT = 10.0
 
-WRITE_T = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint32, ctypes.c_uint
-)
-LAUNCH_T = ctypes.CFUNCTYPE(
-    ctypes.c_int,
-    ctypes.c_void_p,
-    *([ctypes.c_uint] * 7),
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-)
-ONE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+from test_reactor_native import LAUNCH_T, WRITE_T  # noqa: E402 (the driver's ABIs)
+
+ONE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # cuCtxSetCurrent, cuStreamSynchronize
 
 
 class Driver:
@@ -126,11 +117,16 @@ def rig() -> Any:
         driver.hold.set()
         assert sub.close(TIMEOUT)
         reactor.close()
-    _reactor.set_entry_points()
     gc.collect()
+    _restore_entry_points()
+
+
+def _restore_entry_points() -> None:
+    """No stub left behind: the cuda backend gets its real entry points back."""
+    _reactor.set_entry_points()
     from cuasync._backends import get_backend
 
-    backend: Any = get_backend()  # the cuda backend: its real entry points back
+    backend: Any = get_backend()
     if hasattr(backend, "_native_entry_points"):
         backend._native = backend._native_entry_points()
 
@@ -318,11 +314,7 @@ def test_a_submitter_needs_every_entry_point_and_a_reactor() -> None:
             _reactor.Submitter(reactor, capacity=0)
     finally:
         reactor.close()
-        from cuasync._backends import get_backend
-
-        backend: Any = get_backend()
-        if hasattr(backend, "_native_entry_points"):
-            backend._native = backend._native_entry_points()
+        _restore_entry_points()
 
 
 def _submit_threads() -> int:
@@ -355,12 +347,7 @@ def test_a_submitter_starts_its_thread_at_the_first_push_and_a_dropped_one_stops
     finally:
         del driver
         reactor.close()
-        _reactor.set_entry_points()
-        from cuasync._backends import get_backend
-
-        backend: Any = get_backend()
-        if hasattr(backend, "_native_entry_points"):
-            backend._native = backend._native_entry_points()
+        _restore_entry_points()
 
 
 def test_the_fenced_driver_waits_before_each_call_and_passes_the_rest_through() -> None:
