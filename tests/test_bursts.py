@@ -21,6 +21,7 @@ import anyio
 import numpy as np
 import pytest
 from conftest import wait_until
+from test_express import bump  # x[:n] += 1, a kernel and its twin
 
 import cuasync
 import cuasync.testing as ct
@@ -37,20 +38,6 @@ def stepping_aside(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub, "step_aside", hub.step_aside)  # (restored afterwards)
     hub.enable_bursts()
 
-
-BUMP = r"""
-extern "C" __global__ void bump(float* x, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += 1.0f;
-}
-"""
-
-
-def _bump_twin(x: Any, n: int) -> None:
-    x[:n] += 1.0
-
-
-bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
 
 #: The loops whose tasks step aside (a test that relies on asyncio's run order).
 ASYNCIO = [
