@@ -18,6 +18,7 @@ from conftest import ON_EMULATOR, await_held, wait_until
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._backends import get_backend
 from cuasync._core import express
 from cuasync._core.completion import get_hub
 from cuasync.errors import ArgumentError, KernelError, ReentrancyError
@@ -271,4 +272,86 @@ async def test_a_launch_the_driver_refuses_raises_from_its_await_and_leaks_nothi
         await bump[1, 32, 64 * 1024](x, 32)  # more dynamic shared memory than allowed
     assert caught.value.code == 1  # CUDA_ERROR_INVALID_VALUE
     del caught
+    np.testing.assert_array_equal(await x.to_host(), np.ones(32, np.float32))
+
+
+class _NativeLaunch:
+    """A backend's native launch (``Backend.fast_launch``) for the express path: it
+    records each call, then launches through the backend and writes the flag as the
+    native call does; ``rc`` makes it report a failure instead (nothing launched)."""
+
+    def __init__(self, rc: int = 0) -> None:
+        self.rc = rc
+        self.calls: list[tuple[Any, ...]] = []
+        self.failed: list[int] = []
+
+    def __call__(self, *args: Any) -> int:
+        *head, params, address, gen = args  # (tensors as their addresses: nothing kept)
+        given = [a.ptr if isinstance(a, cuasync.Tensor) else a for a in params]
+        self.calls.append((*head, given, address, gen))
+        return self.rc
+
+    def launch_failed(self, rc: int, *args: Any) -> None:
+        self.failed.append(rc)
+        raise cuasync.errors.DriverError(rc, "cuLaunchKernel")
+
+
+@pytest.fixture
+def native_launch(monkeypatch: pytest.MonkeyPatch) -> _NativeLaunch:
+    """The express path's native launch, as a CUDA backend with the native module has
+    it, on whichever backend runs: the kernel's ``fast`` and the backend's ``current``."""
+    backend = get_backend()
+    fake = _NativeLaunch()
+
+    def launch(*args: Any) -> int:
+        _, gx, gy, gz, bx, by, bz, shared, stream, layout, params, address, gen = args
+        rc = fake(*args)
+        if rc == 0:  # what the native call does: the launch, then the flag
+            backend_launch(
+                layout, (gx, gy, gz), (bx, by, bz), shared, stream, params, lambda: [],
+                address, gen,
+            )  # fmt: skip
+        return rc
+
+    backend_launch = backend.launch_kernel
+    current = type("Current", (), {"ordinal": 0})()
+    monkeypatch.setattr(backend, "fast_launch", launch, raising=False)
+    monkeypatch.setattr(backend, "current", current, raising=False)
+    monkeypatch.setattr(backend, "launch_failed", fake.launch_failed, raising=False)
+    prepared = bump._prepare(cuasync.Device(0))
+    # (the native call gets the kernel's handle and layout; here the layout is the kernel)
+    monkeypatch.setattr(prepared, "fast", (prepared.handle, prepared))
+    return fake
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_the_backends_native_launch_takes_the_express_launch(
+    anyio_backend: Any, baseline: Any, native_launch: _NativeLaunch
+) -> None:
+    x = await cuasync.zeros((300,), dtype="float32")
+    stream = cuasync.Device(0).new_stream()
+    await bump[2, 256](x, 300).submit_on(stream)
+    assert await bump[2, 256](x, 300) is x
+    assert len(native_launch.calls) == 2
+    handle, *dims, shared, on, layout, args, address, gen = native_launch.calls[0]
+    prepared = bump._prepare(cuasync.Device(0))
+    assert (handle, layout) == prepared.fast  # what the backend prepared for it
+    assert dims == [2, 1, 1, 256, 1, 1] and shared == 0 and on == stream.handle
+    assert args == [x.ptr, 300] and address and gen
+    np.testing.assert_array_equal(await x.to_host(), np.full(300, 2, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_failed_native_launch_raises_from_its_await_and_leaks_nothing(
+    anyio_backend: Any, baseline: Any, native_launch: _NativeLaunch
+) -> None:
+    x = await cuasync.zeros((32,), dtype="float32")
+    native_launch.rc = 1
+    with pytest.raises(cuasync.errors.DriverError):
+        await bump[1, 32](x, 32)
+    with pytest.raises(cuasync.errors.DriverError):
+        bump[1, 32](x, 32).submit_on(cuasync.Device(0).new_stream())
+    assert native_launch.failed == [1, 1]
+    native_launch.rc = 0
+    assert await bump[1, 32](x, 32) is x
     np.testing.assert_array_equal(await x.to_host(), np.ones(32, np.float32))

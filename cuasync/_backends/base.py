@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._curesult import Code
+from ..errors import driver_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -126,15 +127,17 @@ class PreparedKernel:
     """A kernel ready to launch on one device: what :meth:`Backend.prepare_kernel` returns.
 
     ``handle`` is the driver's ``CUfunction`` where there is one (0 on the emulator);
-    the rest belongs to the backend that made it.
+    the rest belongs to the backend that made it. ``fast``: what the backend's
+    :attr:`Backend.fast_launch` takes for it, or None.
     """
 
-    __slots__ = ("handle", "name", "ordinal")
+    __slots__ = ("fast", "handle", "name", "ordinal")
 
     def __init__(self, name: str, ordinal: int, handle: int = 0) -> None:
         self.name = name
         self.ordinal = ordinal
         self.handle = handle
+        self.fast: Any = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on device {self.ordinal}>"
@@ -142,6 +145,15 @@ class PreparedKernel:
 
 class Backend(ABC):
     """One implementation of the driver semantics cuasync is built on."""
+
+    #: The express path's launch, where the backend has a native one (else None):
+    #: ``fast_launch(*kernel.fast, grid..., block..., shared_mem, stream, args,
+    #: flag_address, flag_value)`` launches and writes the flag in one call, 0 when both
+    #: were done; any other result goes to ``launch_failed``, which raises why. Used
+    #: only on a stream the backend owns, of the kernel's device, while
+    #: ``current.ordinal`` (its record of this thread's current context) is the kernel's.
+    fast_launch: Any = None
+    current: Any = None
 
     #: ``"cuda"`` or ``"emulator"``: for messages and reports; code asks for a capability.
     name: str = ""
@@ -439,6 +451,22 @@ class Backend(ABC):
         launch (a completion's flag); a launch that fails writes no flag. This is on the
         path of every launch: backends keep it to one call into the driver.
         """
+
+    def launch_failed(
+        self,
+        rc: int,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        args: Sequence[Any],
+        flag_address: int = 0,
+        flag_value: int = 0,
+    ) -> None:
+        """Raise why :attr:`fast_launch` returned ``rc`` for this launch (backends that
+        have one say more; this default only has the code)."""
+        raise driver_error(abs(rc), "cuLaunchKernel" if rc > 0 else "cuStreamWriteValue32")
 
     # -- bursts of awaits (the native submitter) -----------------------------------------
     def make_submitter(self, reactor: Any, slab: int) -> Any:

@@ -332,6 +332,7 @@ class CudaBackend(Backend):
         # (host_free takes this lock) on a thread already inside a critical section.
         self._lock = threading.RLock()
         self._tls = _Current()
+        self.current = self._tls  # (the express path's check; see Backend.fast_launch)
         self._faults: dict[int, DriverError] = {}
         err, version = driver.cuDriverGetVersion()
         self._check(err, "cuDriverGetVersion")
@@ -368,6 +369,8 @@ class CudaBackend(Backend):
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
         self._native: Any = self._native_entry_points()
+        if self._native is not None:
+            self.fast_launch = self._native.launch_packed
         self._submitter: Any = None  # see make_submitter
         self._context_handles: dict[int, int] = {}  # ordinal -> int(CUcontext)
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
@@ -1188,7 +1191,11 @@ class CudaBackend(Backend):
         else:
             image, lowered = kernel.compile_image(self.arch(ordinal))
             function = self._load_function(ordinal, image, lowered)
-        return _CudaKernel(kernel, ordinal, function)
+        prepared = _CudaKernel(kernel, ordinal, function)
+        layout = prepared.params.layout
+        if self._native is not None and layout is not None:
+            prepared.fast = (prepared.handle, layout)
+        return prepared
 
     def _load_function(self, ordinal: int, image: bytes, lowered: str) -> int:
         """The function ``lowered`` of ``image`` on ``ordinal``, loaded once per process.
@@ -1243,11 +1250,51 @@ class CudaBackend(Backend):
                     function, gx, gy, gz, bx, by, bz, shared_mem, stream,
                     param_block.pack(args) if args else 0, flag_address, flag_value,
                 )  # fmt: skip
-            if not rc:
-                return
-            if rc < 0:
-                raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
-        params = param_block.pack(args) if args else 0
+            if rc:
+                self.launch_failed(
+                    rc, kernel, grid, block, shared_mem, stream, args, flag_address, flag_value
+                )
+            return
+        self._launch_in_python(
+            kernel, grid, block, shared_mem, stream, args, ordinal, flag_address, flag_value
+        )
+
+    def launch_failed(
+        self,
+        rc: int,
+        kernel: _CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        args: Sequence[Any],
+        flag_address: int = 0,
+        flag_value: int = 0,
+    ) -> None:
+        ordinal = self._streams.get(stream, kernel.ordinal)
+        if rc < 0:  # the launch is enqueued, its flag write failed
+            raise self._fail(-rc, "cuStreamWriteValue32", ordinal)
+        # the launch failed: made again from Python, which raises its error
+        self._launch_in_python(
+            kernel, grid, block, shared_mem, stream, args, ordinal, flag_address, flag_value
+        )
+
+    def _launch_in_python(
+        self,
+        kernel: _CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: int,
+        args: Sequence[Any],
+        ordinal: int,
+        flag_address: int,
+        flag_value: int,
+    ) -> None:
+        function = kernel.handle
+        gx, gy, gz = grid
+        bx, by, bz = block
+        params = kernel.params.pack(args) if args else 0
         # kernelParams given as an int is used as the void** address as it is.
         launch = (function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         res = _d.cuLaunchKernel(*launch)

@@ -249,10 +249,31 @@ def _enqueue(
                 )  # fmt: skip
                 if ticket is not None:
                     return hub, box, slot, gen, address, seq, None, None, ticket
-            backend.launch_kernel(
-                op._prepared, op._grid, op._block, op._shared_mem, stream.handle, op._args,
-                box, address, gen,
-            )  # fmt: skip
+            prepared = op._prepared
+            fast = prepared.fast
+            launch = backend.fast_launch
+            if (
+                fast is not None
+                and launch is not None
+                and backend.current.ordinal == prepared.ordinal
+                and stream.owned
+            ):  # the backend's native launch, called here: one Python frame less
+                (gx, gy, gz), (bx, by, bz) = op._grid, op._block
+                handle, layout = fast
+                rc = launch(
+                    handle, gx, gy, gz, bx, by, bz, op._shared_mem, stream.handle, layout,
+                    op._args, address, gen,
+                )  # fmt: skip
+                if rc:
+                    backend.launch_failed(
+                        rc, prepared, op._grid, op._block, op._shared_mem, stream.handle,
+                        op._args, address, gen,
+                    )  # fmt: skip
+            else:
+                backend.launch_kernel(
+                    prepared, op._grid, op._block, op._shared_mem, stream.handle, op._args,
+                    box, address, gen,
+                )  # fmt: skip
         except BaseException:
             hub._free_slot(slot)
             retained = [tensor._alloc for tensor, _ in tensors]

@@ -44,13 +44,22 @@ def stubbed_driver() -> Iterator[bool]:
     def queue_launch(*args: Any) -> None:
         return None  # (bursts launch, stubbed, on the loop thread)
 
+    def fast_launch(*args: Any) -> int:
+        store(args[11], args[12])  # (flag address, value)
+        return 0
+
+    real_fast_launch = backend.fast_launch
     backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
+    if real_fast_launch is not None:
+        backend.fast_launch = fast_launch
     backend.write_value32 = write_value32  # type: ignore[method-assign]
     backend.queue_launch = queue_launch  # type: ignore[method-assign,assignment]
     try:
         yield True
     finally:
         del backend.launch_kernel, backend.write_value32, backend.queue_launch
+        if real_fast_launch is not None:
+            backend.fast_launch = real_fast_launch
 
 
 def _per_op(step: Callable[[Any], Any], items: list[Any]) -> tuple[list[int], list[Any]]:
