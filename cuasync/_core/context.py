@@ -23,7 +23,17 @@ if TYPE_CHECKING:
 #: paths take them inline (``with LOCK: LOCAL.active = True ...``): a context manager
 #: around them costs more than the rest of a small submission.
 LOCK = threading.Lock()
-LOCAL = threading.local()
+
+
+class _Local(threading.local):
+    """Per-thread submission state: ``active`` while the thread holds :data:`LOCK`,
+    ``traced`` inside a traced submission (class defaults: read without ``getattr``)."""
+
+    active = False
+    traced = False
+
+
+LOCAL = _Local()
 
 
 def submitting() -> bool:

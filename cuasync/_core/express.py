@@ -28,21 +28,21 @@ The generic path is taken for:
 
 from __future__ import annotations
 
+from asyncio import _get_running_loop
 from collections.abc import Generator
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import completion as _completion
 from . import trace
 from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
+from . import loops as _loops
+from .device import Stream
 from .loops import running_adapter
 from .op import DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
-from .scheduling import stream_for
-
-if TYPE_CHECKING:
-    from .device import Stream
+from .scheduling import _policy, stream_for
 
 __all__ = ["await_launch", "submit", "sync_launch"]
 
@@ -81,11 +81,20 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
     Landed inline, nothing but the slot and the counters needs settling: the output is
     the op's output argument, and what the launch used is still held by the op.
     """
-    adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
+    # (running_adapter() and stream_for(), their common cases inline: every await)
+    ref, adapter = _loops._last
+    if ref() is not _get_running_loop() or adapter is None:
+        adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
     if op._consumed:
         op._take()  # raises
     op._consumed = True
-    stream = stream_for(op._device)
+    device = op._device
+    policy = _policy.get()
+    if policy is None:
+        policy = device.policy
+    stream = policy.next_stream()
+    if type(stream) is not Stream or stream.device is not device:
+        stream = stream_for(device)  # (the checks, worded)
     hub = _completion._hub
     burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
     sent = _enqueue(op, stream, BURST if burst else AWAIT, adapter)
@@ -217,7 +226,7 @@ def _enqueue(
         or trace.enabled
         or stream._capturing
         or stream.device is not op._device
-        or getattr(LOCAL, "active", False)
+        or LOCAL.active
     ):
         return None
     backend = hub.backend
