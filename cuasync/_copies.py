@@ -165,7 +165,7 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
     dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
     work = _HostUpload(source, dtype)
-    cls, node = _tensor_classes()
+    cls, node = _upload_classes()
     return cls(node("pending", "from_host", source.shape, dtype, work, device=target))
 
 
@@ -187,6 +187,18 @@ class _HostUpload:
 
 
 _classes: tuple[Any, Any] | None = None
+_upload: tuple[Any, Any] | None = None
+
+
+def _upload_classes() -> tuple[Any, Any]:
+    """``(HostUploadOp, Node)``, imported once (their modules import this one)."""
+    global _upload
+    if _upload is None:
+        from ._ops.expr import Node
+        from ._small_upload import HostUploadOp
+
+        _upload = (HostUploadOp, Node)
+    return _upload
 
 
 def _tensor_classes() -> tuple[Any, Any]:

@@ -29,16 +29,16 @@ The generic path is taken for:
 from __future__ import annotations
 
 from asyncio import _get_running_loop
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from time import monotonic
 from typing import Any
 
 from . import completion as _completion
+from . import loops as _loops
 from . import trace
 from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
-from . import loops as _loops
-from .device import Stream
+from .device import Stream, get_default_device
 from .loops import running_adapter
 from .op import DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
@@ -65,18 +65,20 @@ class _Box(list[BaseException]):
         return self
 
 
-def submit(op: Any, stream: Stream) -> Completion | None:
+def submit(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Completion | None:
     """Enqueue the launch op ``op`` (taken by the caller) on ``stream`` with its flag
-    write; its completion, or None when the generic path must do it."""
-    sent = _enqueue(op, stream, NO_SPIN, None)
+    write; its completion, or None when the generic path must do it. ``enqueue``: the
+    submission of another kind of express op (default: a launch's)."""
+    sent = (enqueue or _enqueue)(op, stream, NO_SPIN, None)
     if sent is None:
         return None
-    return _completion_of(op, stream, *sent[:6])
+    return _completion_of(op, stream, *sent[:6], held=sent[9])
 
 
-def await_launch(op: Any) -> Generator[Any, Any, Any]:
-    """``await op`` for a launch op (its ``__await__``): the express submission and its
-    spin; only work that did not land within it gets a :class:`Completion`.
+def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any, Any]:
+    """``await op`` for a launch op (its ``__await__``; ``enqueue``: another kind's
+    submission): the express submission and its spin; only work that did not land
+    within it gets a :class:`Completion`.
 
     Landed inline, nothing but the slot and the counters needs settling: the output is
     the op's output argument, and what the launch used is still held by the op.
@@ -91,16 +93,16 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
     device = op._device
     policy = _policy.get()
     if policy is None:
-        policy = device.policy
+        policy = (device or get_default_device()).policy
     stream = policy.next_stream()
-    if type(stream) is not Stream or stream.device is not device:
+    if type(stream) is not Stream or (device is not None and stream.device is not device):
         stream = stream_for(device)  # (the checks, worded)
     hub = _completion._hub
     burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
-    sent = _enqueue(op, stream, BURST if burst else AWAIT, adapter)
+    sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
-    hub, box, slot, gen, address, seq, spin_us, landed, ticket = sent
+    hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
     queued = landed is None
     if queued:  # a burst: the other ready tasks submit meanwhile
         look = hub.native.spin_wait
@@ -116,7 +118,7 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
                 steps += 1
                 landed = look(address, gen, 0)
         except BaseException:  # cancelled while stepping aside: the work goes on
-            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, True)
+            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, True, held)
             comp.abandon()
             hub.watch_in_background(comp)
             raise
@@ -135,7 +137,7 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
         hub.free.append(slot)
         hub.stats.completed_inline += 1
         return op._output
-    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, queued)
+    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, queued, held)
     if landed or comp.landed():  # landed with errors (finish raises them), or after no spin
         comp.finish(INLINE)
     else:
@@ -149,18 +151,19 @@ def await_launch(op: Any) -> Generator[Any, Any, Any]:
     return comp.result()
 
 
-def sync_launch(op: Any, stream: Stream) -> Any:
-    """``op.sync_on(stream)`` for a launch op (taken by the caller): the express
-    submission and its spin, and ``cuStreamSynchronize`` only for work that did not land
-    within it; short work returns as soon as an ``await`` would."""
-    sent = _enqueue(op, stream, BLOCK, None)
+def sync_launch(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Any:
+    """``op.sync_on(stream)`` for a launch op (taken by the caller; ``enqueue``: another
+    kind's submission): the express submission and its spin, and ``cuStreamSynchronize``
+    only for work that did not land within it; short work returns as soon as an
+    ``await`` would."""
+    sent = (enqueue or _enqueue)(op, stream, BLOCK, None)
     if sent is None:
         return DeviceOp._sync(op, stream)
-    hub, box, slot, gen, address, seq, _, landed, _ = sent
+    hub, box, slot, gen, address, seq, _, landed, _, held = sent
     if landed and not box:
         _settle(hub, stream, slot, seq)
         return op._output
-    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq)
+    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
     if landed:
         comp.finish(INLINE)
         return comp.result()
@@ -186,13 +189,17 @@ def _completion_of(
     address: int,
     seq: int,
     queued: bool = False,
+    held: list[Any] | None = None,
 ) -> Completion:
-    """The completion of an express launch that did not land within its spin.
+    """The completion of an express launch that did not land within its spin; it keeps
+    the op's tensors and what the submission ``held`` alive until it lands.
 
     The output of a launch a burst ``queued`` checks, once its flag has landed, whether
     the native submitter's launch failed (``Backend.queued_error``): then it raises why.
     """
     retained = [tensor._alloc for tensor, _ in op._tensors]
+    if held:
+        retained += held
     output = op._output
     if not queued:
         out: Output[Any] = _Ready(output)
@@ -212,13 +219,18 @@ def _completion_of(
     return comp
 
 
-def _enqueue(
-    op: Any, stream: Stream, spin: int, adapter: Any
-) -> tuple[Any, _Box, int, int, int, int, int | None, bool | None, int] | None:
-    """The submission, spinning as ``spin`` says: ``(hub, errors, slot, gen, flag address,
-    seq, spin_us, landed, ticket)``, or None (nothing done). For a launch a burst queued
-    (``Backend.queue_launch``), which is not spun on here, ``landed`` is None and
-    ``ticket`` the submitter's (-1: made at once)."""
+#: What an express submission returns: ``(hub, errors, slot, gen, flag address, seq,
+#: spin_us, landed, ticket, held)``, or None (nothing done: the generic path does it).
+Sent = tuple[Any, _Box, int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"]
+#: An express submission: ``(op, stream, spin, adapter)`` to :data:`Sent`.
+Enqueue = Callable[[Any, "Stream", int, Any], "Sent | None"]
+
+
+def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
+    """The submission of a launch, spinning as ``spin`` says (see :data:`Sent`). For a
+    launch a burst queued (``Backend.queue_launch``), which is not spun on here,
+    ``landed`` is None and ``ticket`` the submitter's (-1: made at once); ``held`` is
+    None (the op holds what its launch uses)."""
     hub = _completion._hub
     if (
         hub is None
@@ -257,7 +269,7 @@ def _enqueue(
                     stream.handle, op._args, box, address, slot, gen,
                 )  # fmt: skip
                 if ticket is not None:
-                    return hub, box, slot, gen, address, seq, None, None, ticket
+                    return hub, box, slot, gen, address, seq, None, None, ticket, None
             prepared = op._prepared
             fast = prepared.fast
             launch = backend.fast_launch
@@ -290,7 +302,8 @@ def _enqueue(
             raise
         finally:
             LOCAL.active = False
-    # The spin, outside the lock: other threads submit meanwhile.
+    # The spin, outside the lock: other threads submit meanwhile (spin_for, inline here:
+    # a call less on every launch).
     spin_us: int | None = 0
     if spin in (AWAIT, BURST):  # (a burst whose launch was not queued spins too)
         spin_us = hub.spin_budget_us
@@ -299,4 +312,20 @@ def _enqueue(
     elif spin == BLOCK and stream._completed >= seq - 1:
         spin_us = hub.spin_budget_us
     landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
-    return hub, box, slot, gen, address, seq, spin_us, landed, -1
+    return hub, box, slot, gen, address, seq, spin_us, landed, -1, None
+
+
+def spin_for(
+    hub: Any, stream: Stream, seq: int, address: int, gen: int, spin: int, adapter: Any
+) -> tuple[int | None, bool]:
+    """The spin of an express submission, as ``spin`` says, on its flag: ``(spin_us,
+    landed)`` (see :func:`await_spin_us` for None)."""
+    spin_us: int | None = 0
+    if spin in (AWAIT, BURST):  # (a burst whose launch was not queued spins too)
+        spin_us = hub.spin_budget_us
+        if spin_us and (adapter.long_ops or stream._completed < seq - 1):
+            spin_us = await_spin_us(hub, adapter, stream, seq)  # (the common case inline)
+    elif spin == BLOCK and stream._completed >= seq - 1:
+        spin_us = hub.spin_budget_us
+    landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
+    return spin_us, landed

@@ -2,7 +2,8 @@
 
 The transfers suite measured ``await cuasync.from_host(4 KiB)`` at ~48 us on the H200
 where torch's pageable ``copy_`` + synchronize takes 11-13 us and an awaited tiny
-kernel ~22 us on the same host. This times, p50 over N calls each:
+kernel ~22 us on the same host; small uploads now take an express path
+(``cuasync._small_upload``). This times, p50 over N calls each:
 
 - the whole op, awaited (asyncio) and ``.sync()``;
 - torch ``dst.copy_(src)`` + synchronize, and raw cuda.bindings
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import cuasync
-from cuasync import _copies, _pageable, _staging
+from cuasync import _copies, _pageable, _small_upload, _staging
 from cuasync._backends import get_backend
 from cuasync._core import completion, memory, op
 
@@ -132,6 +133,7 @@ def per_function() -> None:
     spent: dict[str, list[int]] = defaultdict(list)
     targets = [
         (cuasync, "from_host"),
+        (_small_upload, "enqueue"),
         (_copies, "new_tensor"),
         (_pageable, "upload_single"),
         (completion.Hub, "attach"),

@@ -1,0 +1,120 @@
+"""The express path of a small ``from_host``: one frame from op to flag write.
+
+``await cuasync.from_host(a)`` of a few KiB spent most of its time in the generic path's
+layers (an :class:`~._core.context.ExecutionContext`, the new tensor's declaration,
+the route choice, ``Hub.attach``, a :class:`~._core.completion.Completion` and its
+finish), not in the copy. For a source of at most :data:`SMALL_MAX` bytes,
+:func:`enqueue` does what the single route does in one frame, as
+:mod:`._core.express` does for a launch: the memcpy into a pooled pinned block (before
+the execution lock), then under it the stream's sequence number, a completion slot,
+the new tensor's stream-ordered allocation, the DMA and the flag write; the spin after
+the lock. Work that lands within it needs no context and no completion.
+
+It returns None, having done nothing, where the op is not the common case (the same
+cases as a launch's, and a route forced for benchmarks); the generic path then runs it.
+
+>>> t = await cuasync.from_host(np.ones(1024, np.float32))   # (HostUploadOp.__await__)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from . import _pageable
+from ._core import completion as _completion
+from ._core import express, trace
+from ._core.completion import Completion
+from ._core.context import LOCAL, LOCK, ExecutionContext
+from ._core.device import Stream
+from ._core.memory import Allocation
+from ._core.op import DeviceOp, _release_when_drained
+from ._ops.tensorop import TensorOp
+from ._staging import staging_pool
+from ._tensor import Tensor
+
+__all__ = ["SMALL_MAX", "HostUploadOp", "enqueue"]
+
+#: Sources of at most this many bytes take the express path (larger ones spend their
+#: time in the copy, not in the layers around it).
+SMALL_MAX = 64 * 1024
+
+
+class HostUploadOp(TensorOp):
+    """The op :func:`cuasync.from_host` returns: a :class:`TensorOp` whose ``await``,
+    ``sync()`` and futures take the express path when the source is small."""
+
+    __slots__ = ("_output",)
+    _output: Tensor  # (set by enqueue: the new tensor)
+
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        if notify:  # a future
+            comp = express.submit(self, stream, enqueue)
+            if comp is not None:
+                return comp
+        return DeviceOp._start(self, stream, notify)
+
+    def _sync(self, stream: Stream) -> Tensor:
+        result: Tensor = express.sync_launch(self, stream, enqueue)
+        return result
+
+    def __await__(self) -> Generator[Any, Any, Tensor]:
+        """See :meth:`DeviceOp.__await__`."""
+        return express.await_launch(self, enqueue)
+
+    #: (the express path's completion retains no tensor of the op's own)
+    _tensors = ()
+
+
+def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> express.Sent | None:
+    """The submission of a small upload, spinning as ``spin`` says (see
+    :data:`express.Sent`; ``held``: the new tensor's allocation and the pinned block)."""
+    hub = _completion._hub
+    work = op._node.value
+    source = work.source
+    nbytes = source.nbytes
+    device = stream.device
+    if (
+        hub is None
+        or not 0 < nbytes <= SMALL_MAX
+        or not hub.use_reactor
+        or trace.enabled
+        or stream._capturing
+        or (op._device is not None and device is not op._device)
+        or LOCAL.active
+        or _pageable._forced is not None
+    ):
+        return None
+    backend = hub.backend
+    if backend.fault_seen or hub._memops.get(device.ordinal) is not True:
+        return None
+    block = staging_pool().acquire(nbytes)  # read now, as the single route does
+    staged = block.scratch(nbytes).view(source.dtype)
+    _pageable._memcpy(staged if source.ndim == 1 else staged.reshape(source.shape), source)
+    box = express._Box()
+    held: list[Any] = [block]
+    with LOCK:
+        try:
+            slot = hub.free.pop()
+        except IndexError:
+            return None  # the generic path falls back to a host callback, and logs it
+        LOCAL.active = True
+        seq = stream._submitted = stream._submitted + 1
+        try:
+            # (its write on this stream, seq, is recorded as it is made)
+            alloc = Allocation(device, nbytes, stream)
+            held.append(alloc)
+            gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
+            address = hub.slab + 4 * slot
+            handle = stream.handle
+            backend.memcpy_htod_async(alloc.ptr, block.address, nbytes, handle)
+            backend.write_value32(handle, address, gen)
+        except BaseException:
+            hub._free_slot(slot)
+            _release_when_drained(ExecutionContext.submitted(stream, seq, held, box))
+            raise
+        finally:
+            LOCAL.active = False
+    op._output = Tensor(alloc, source.shape, work.dtype)
+    spin_us, landed = express.spin_for(hub, stream, seq, address, gen, spin, adapter)
+    return hub, box, slot, gen, address, seq, spin_us, landed, -1, held

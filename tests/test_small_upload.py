@@ -1,0 +1,190 @@
+"""A small ``from_host`` behaves the same through its express path and the generic one.
+
+``cuasync.from_host`` of at most ``SMALL_MAX`` bytes takes ``cuasync._small_upload``
+when it can. Each test runs twice, through it and with it turned off, and asserts what
+a user sees: the values, the array read at submission, counters, a held upload parking
+and landing, futures, cancellation keeping the pinned block until the copy lands, a
+refused copy raising and leaking nothing. Gates hold the work, so they run on a GPU too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from conftest import await_held, wait_until
+
+import cuasync
+import cuasync.testing as ct
+from cuasync import _small_upload
+from cuasync._backends import get_backend
+from cuasync._core import completion
+from cuasync._core.completion import get_hub
+from cuasync._staging import staging_pool
+from cuasync.errors import DriverError
+
+pytestmark = pytest.mark.anyio
+
+
+class Path:
+    """Which path uploads take in a test, and the express path's attempts."""
+
+    def __init__(self, express: bool) -> None:
+        self.express = express
+        self.attempts: list[bool] = []
+
+    def check(self, taken: bool = True) -> None:
+        """On the express run, every small upload tried it and (where awaits use flag
+        slots) took it; ``taken=False``: none did."""
+        if self.express:
+            assert self.attempts, "no upload reached the express path"
+            assert all(self.attempts) == (taken and get_hub().use_reactor), self.attempts
+
+
+@pytest.fixture(params=["express", "generic"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
+    chosen = Path(request.param == "express")
+    if not chosen.express:
+        monkeypatch.setattr(_small_upload, "enqueue", lambda op, stream, *spin: None)
+        return chosen
+    enqueue = _small_upload.enqueue
+
+    def spy(op: Any, stream: cuasync.Stream, *spin: Any) -> Any:
+        hub = completion._hub  # (the first submission of a process sets it up: generic)
+        ready = hub is not None and hub._memops.get(stream.device.ordinal) is not None
+        sent = enqueue(op, stream, *spin)
+        if ready:
+            chosen.attempts.append(sent is not None)
+        return sent
+
+    monkeypatch.setattr(_small_upload, "enqueue", spy)
+    return chosen
+
+
+def _completions(s: cuasync.Stats) -> int:
+    return s.completed_inline + s.completed_reactor + s.completed_host_callback
+
+
+def _pinned_in_use() -> int:
+    return staging_pool().stats().bytes_in_use
+
+
+SOURCES = [
+    pytest.param(np.arange(1024, dtype=np.float32), id="1-d"),
+    pytest.param(np.arange(60, dtype=np.int64).reshape(3, 4, 5), id="3-d"),
+    pytest.param(np.arange(64, dtype=np.float64).reshape(8, 8)[:, ::3], id="strided"),
+    pytest.param(np.array(7, dtype=np.int16), id="0-d"),
+    pytest.param(np.ones(_small_upload.SMALL_MAX // 2, np.uint16), id="SMALL_MAX"),
+]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+async def test_a_small_upload_returns_the_array_and_settles_the_counters(
+    anyio_backend: Any, baseline: Any, path: Path, source: np.ndarray
+) -> None:
+    await cuasync.from_host(source)  # the completion machinery set up
+    before = cuasync.stats()
+    t = await cuasync.from_host(source)
+    after = cuasync.stats()
+    assert t.shape == source.shape and t.dtype == source.dtype
+    assert _completions(after) - _completions(before) == 1
+    assert after.slots_armed == before.slots_armed
+    np.testing.assert_array_equal(await t.to_host(), source)
+    path.check()
+
+
+def test_sync_and_sync_on(baseline: Any, path: Path) -> None:
+    source = np.arange(100, dtype=np.int32)
+    cuasync.from_host(source).sync()
+    s = cuasync.Device(0).new_stream()
+    for t in (cuasync.from_host(source).sync(), cuasync.from_host(source).sync_on(s)):
+        np.testing.assert_array_equal(t.to_host().sync(), source)
+    path.check()
+
+
+async def test_a_held_upload_parks_and_lands_when_released(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    source = np.arange(256, dtype=np.float32)
+    await cuasync.from_host(source)
+    before = cuasync.stats()
+    t = await await_held(lambda: cuasync.from_host(source))
+    after = cuasync.stats()
+    assert after.completed_inline == before.completed_inline  # it could not land inline
+    assert _completions(after) - _completions(before) == 1
+    np.testing.assert_array_equal(await t.to_host(), source)
+    path.check()
+
+
+async def test_a_future_reads_the_array_at_submission(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    s = cuasync.Device(0).new_stream()
+    source = np.arange(512, dtype=np.float32)
+    await cuasync.from_host(source)
+    pinned = _pinned_in_use()
+    with ct.gate(s) as g:
+        fut = cuasync.from_host(source).submit_on(s)
+        source[:] = -1  # after submission: the copy has its own (pinned) copy of it
+        assert not fut.done()
+        assert _pinned_in_use() > pinned  # the staging block is the copy's until it lands
+        g.open()
+        t = await fut
+    np.testing.assert_array_equal(await t.to_host(), np.arange(512, dtype=np.float32))
+    del fut
+    assert _pinned_in_use() == pinned
+    path.check()
+
+
+async def test_a_cancelled_upload_keeps_its_block_until_it_lands(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    s = cuasync.Device(0).new_stream()
+    source = np.ones(2048, np.float32)
+    await cuasync.from_host(source)
+    pinned = _pinned_in_use()
+    with ct.gate(s), cuasync.use_policy(cuasync.SingleStream(s)):
+        with anyio.move_on_after(0.01) as scope:
+            await cuasync.from_host(source)
+        assert scope.cancelled_caught
+        assert not s.query()  # held: the copy goes on after the cancel
+        assert _pinned_in_use() > pinned
+    s.synchronize()
+    await cuasync.from_host(source)  # (lets the background watcher see it landed)
+    await wait_until(lambda: _pinned_in_use() == pinned)
+    path.check()
+
+
+async def test_a_refused_copy_raises_and_leaks_nothing(
+    anyio_backend: Any, baseline: Any, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = np.ones(64, np.float32)
+    await cuasync.from_host(source)
+    pinned = _pinned_in_use()
+    backend = get_backend()
+
+    def refuse(*args: Any) -> None:
+        raise DriverError(1, "cuMemcpyHtoDAsync")
+
+    monkeypatch.setattr(backend, "memcpy_htod_async", refuse)
+    with pytest.raises(DriverError) as caught:
+        await cuasync.from_host(source)
+    assert caught.value.call == "cuMemcpyHtoDAsync"
+    del caught
+    monkeypatch.undo()
+    t = await cuasync.from_host(source)  # the stream goes on
+    np.testing.assert_array_equal(await t.to_host(), source)
+    del t
+    await wait_until(lambda: _pinned_in_use() == pinned)
+    path.check()
+
+
+async def test_larger_and_empty_sources_take_the_generic_path(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    for source in (np.ones(_small_upload.SMALL_MAX + 1, np.uint8), np.ones((0, 3), np.float32)):
+        t = await cuasync.from_host(source)
+        np.testing.assert_array_equal(await t.to_host(), source)
+    path.check(taken=False)
