@@ -324,11 +324,17 @@ def native_launch(monkeypatch: pytest.MonkeyPatch) -> _NativeLaunch:
     return fake
 
 
+def _needs_flag_slots() -> None:
+    if not get_hub().use_reactor:
+        pytest.skip("every await completes through a host callback: no launch is express")
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
 async def test_the_backends_native_launch_takes_the_express_launch(
     anyio_backend: Any, baseline: Any, native_launch: _NativeLaunch
 ) -> None:
     x = await cuasync.zeros((300,), dtype="float32")
+    _needs_flag_slots()
     stream = cuasync.Device(0).new_stream()
     await bump[2, 256](x, 300).submit_on(stream)
     assert await bump[2, 256](x, 300) is x
@@ -346,6 +352,7 @@ async def test_a_failed_native_launch_raises_from_its_await_and_leaks_nothing(
     anyio_backend: Any, baseline: Any, native_launch: _NativeLaunch
 ) -> None:
     x = await cuasync.zeros((32,), dtype="float32")
+    _needs_flag_slots()
     native_launch.rc = 1
     with pytest.raises(cuasync.errors.DriverError):
         await bump[1, 32](x, 32)

@@ -52,8 +52,11 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Pat
     enqueue = _small_upload.enqueue
 
     def spy(op: Any, stream: cuasync.Stream, *spin: Any) -> Any:
-        hub = completion._hub  # (the first submission of a process sets it up: generic)
-        ready = hub is not None and hub._memops.get(stream.device.ordinal) is not None
+        # (the first submission of a process sets the completion machinery up: generic)
+        hub = completion._hub
+        ready = hub is not None and (
+            not hub.use_reactor or hub._memops.get(stream.device.ordinal) is not None
+        )
         sent = enqueue(op, stream, *spin)
         if ready:
             chosen.attempts.append(sent is not None)
