@@ -26,6 +26,7 @@ os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 import cuasync
 import cuasync.testing
 from cuasync._backends import get_backend
+from cuasync._core import block_cache
 
 # Property tests draw the same examples on every run: a run fails only on a change, never
 # on a draw no earlier run made. ``--hypothesis-profile=explore`` draws fresh ones, to
@@ -221,9 +222,12 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     Counts at the driver interface, so "building an op enqueues nothing" is checked on a
     GPU and on the emulator alike. No garbage collection runs meanwhile unless the test
     asks for it: collecting earlier tests' reference cycles frees tensors, and each free
-    is a command.
+    is a command. Small blocks cached for reuse are given back first, so that each
+    allocation the test makes is a driver command (until the test frees one itself).
     """
     settle()
+    for ordinal in range(cuasync.device_count()):
+        block_cache.flush(cuasync.Device(ordinal))
     backend = get_backend()
     calls: list[str] = []
 

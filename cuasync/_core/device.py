@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
+from . import block_cache
 from .context import LOCK, submitting
 from .priority import StreamPriorityRange, check_priority, priority_range
 from .process_local import ProcessLocal
@@ -243,6 +244,7 @@ class Device:
         """
         keep = _check_nbytes(keep_bytes, "keep_bytes")
         backend = get_backend()
+        block_cache.flush(self)  # the small blocks kept for reuse: idle too
         before = backend.mem_pool_usage(self.ordinal)[0]
         backend.mem_pool_trim(self.ordinal, keep)
         released = max(0, before - backend.mem_pool_usage(self.ordinal)[0])
@@ -356,6 +358,7 @@ def get_default_device() -> Device:
 def _destroy_stream(handle: int, alive: list[bool]) -> None:
     alive[0] = False  # first: objects collected in the same cycle must not use the handle
     try:
+        block_cache.drop_stream(handle)  # (freed on it, before it goes)
         get_backend().stream_destroy(handle)
     except Exception as exc:  # a faulted context, or shutdown: leak it
         report_once("cuasync.device", "destroy a stream", exc)

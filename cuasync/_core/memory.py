@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from .._backends import get_backend
 from .._exceptions import report_once
-from ..errors import ArgumentError
+from ..errors import ArgumentError, OutOfMemoryError
+from . import block_cache
 from .pools import current_pool
 from .process_local import ProcessLocal
 
@@ -45,6 +46,27 @@ def warn_leak(device: Device, what: str) -> None:
     )
 
 
+def _default_pool_alloc(device: Device, nbytes: int, stream: Stream) -> int:
+    """``nbytes`` from the default pool, ordered on ``stream``: small requests rounded to
+    their class and taken from the block cache where it has one; out of memory, the
+    cache is freed and the allocation tried once more."""
+    size = max(nbytes, 1)
+    if size <= block_cache.SMALL_MAX:
+        cls = block_cache.size_class(size)
+        size = 1 << cls
+        if stream.owned:
+            ptr = block_cache.take(device, stream.handle, cls)
+            if ptr:
+                return ptr
+    backend = get_backend()
+    try:
+        return backend.mem_alloc_async(size, stream.handle)
+    except OutOfMemoryError:
+        if not block_cache.flush(device):
+            raise
+    return backend.mem_alloc_async(size, stream.handle)
+
+
 class Allocation(ProcessLocal):
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
@@ -63,7 +85,7 @@ class Allocation(ProcessLocal):
         device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
         try:
             if pool is None:
-                self.ptr = get_backend().mem_alloc_async(max(nbytes, 1), stream.handle)
+                self.ptr = _default_pool_alloc(device, nbytes, stream)
             else:
                 self.ptr = get_backend().pool_alloc_async(
                     max(nbytes, 1), pool.handle, stream.handle
@@ -130,6 +152,13 @@ class Allocation(ProcessLocal):
                 stream = device._utility_stream()
             for other, seq in pending:
                 stream._order_after(other, seq)
+            if (
+                self._pool is None
+                and nbytes <= block_cache.SMALL_MAX
+                and stream is not device._utility
+                and block_cache.put(device, stream.handle, block_cache.size_class(nbytes), self.ptr)
+            ):
+                return  # kept for the next allocation of its size on that stream
             get_backend().mem_free_async(self.ptr, stream.handle)
             if self._pool is not None:
                 self._pool._freed_on(stream.handle)

@@ -1,0 +1,135 @@
+"""Small device blocks are reused on the stream that freed them, and never too early.
+
+An allocation of at most ``SMALL_MAX`` bytes from the default pool goes, once dropped,
+to ``cuasync._core.block_cache`` instead of the driver; the next allocation of its size
+class on that stream takes it back. What a user relies on: reuse never lets new work
+touch a block that earlier work on another stream still reads (gates hold that work, so
+this runs on a GPU too), cached blocks are not live memory, ``trim_pool`` and a
+destroyed stream give them back, running out of memory frees them and retries, and the
+bounds hold.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._backends import get_backend
+from cuasync._core import block_cache
+from cuasync._core.memory import Allocation
+from cuasync.errors import OutOfMemoryError
+
+pytestmark = pytest.mark.anyio
+
+
+def _cached(stream: cuasync.Stream) -> int:
+    """Blocks cached on ``stream``."""
+    return sum(len(v) for (s, _), v in block_cache._blocks.items() if s == stream.handle)
+
+
+def test_a_small_block_freed_on_a_stream_is_reused_there(baseline: Any) -> None:
+    device = cuasync.Device(0)
+    s, t = device.new_stream(), device.new_stream()
+    first = Allocation(device, 3000, s)
+    ptr = first.ptr
+    del first
+    assert _cached(s) == 1
+    again = Allocation(device, 4096, s)  # the same size class (4 KiB)
+    assert again.ptr == ptr and _cached(s) == 0
+    other = Allocation(device, 4096, t)  # another stream: not that block
+    assert other.ptr != ptr
+    large = Allocation(device, block_cache.SMALL_MAX + 1, s)
+    del again, other, large
+    assert _cached(s) == 1 and _cached(t) == 1  # (the large one went to the driver)
+
+
+async def test_a_block_is_cached_only_once_the_work_reading_it_has_landed(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    # x is read on stream b behind a closed gate, then dropped by the user: the pending
+    # read keeps its block, so nothing can reuse it before the read has run.
+    device = cuasync.Device(0)
+    a, b = device.new_stream(), device.new_stream()
+    values = np.arange(256, dtype=np.float32)
+    x = await cuasync.from_host(values).submit_on(a)
+    ptr = x.ptr
+    with ct.gate(b) as gate:
+        read = x.to_host().submit_on(b)
+        del x
+        gc.collect()
+        assert _cached(a) == _cached(b) == 0  # still the read's
+        y = await cuasync.full((256,), 7.0, dtype="float32").submit_on(a)
+        assert y.ptr != ptr
+        gate.open()
+        np.testing.assert_array_equal(await read, values)
+    del read
+    gc.collect()
+    assert _cached(a) == 1  # released once the read landed, kept on its writer's stream
+    z = await cuasync.full((256,), 9.0, dtype="float32").submit_on(a)
+    assert z.ptr == ptr
+    np.testing.assert_array_equal(await z.to_host(), np.full(256, 9, np.float32))
+
+
+def test_cached_blocks_are_not_live_memory_and_trim_pool_frees_them(baseline: Any) -> None:
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    used = device.memory_info().used
+    blocks = [Allocation(device, 1024, s) for _ in range(3)]
+    assert device.memory_info().used == used + 3 * 1024
+    del blocks
+    assert device.memory_info().used == used and _cached(s) == 3
+    device.trim_pool()
+    assert _cached(s) == 0
+
+
+def test_a_destroyed_stream_gives_its_blocks_back(baseline: Any) -> None:
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    handle = s.handle
+    Allocation(device, 2048, s)  # dropped at once: cached on s
+    assert _cached(s) == 1
+    del s
+    gc.collect()
+    assert not [key for key in block_cache._blocks if key[0] == handle]
+    assert handle not in block_cache._owners
+
+
+def test_running_out_of_memory_frees_the_cache_and_tries_again(
+    baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    Allocation(device, 8192, s)  # cached
+    backend = get_backend()
+    real = backend.mem_alloc_async
+    calls: list[int] = []
+
+    def out_of_memory_once(nbytes: int, stream: int) -> int:
+        calls.append(nbytes)
+        if len(calls) == 1:
+            raise OutOfMemoryError(nbytes, "device memory")
+        return real(nbytes, stream)
+
+    monkeypatch.setattr(backend, "mem_alloc_async", out_of_memory_once)
+    a = Allocation(device, 16384, s)  # another class: the driver, which fails once
+    assert len(calls) == 2 and _cached(s) == 0  # the cache was freed for the retry
+    monkeypatch.undo()
+    del a
+
+
+def test_the_bounds_hold(baseline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    monkeypatch.setattr(block_cache, "PER_KEY", 2)
+    blocks = [Allocation(device, 600, s) for _ in range(3)]
+    del blocks
+    assert _cached(s) == 2  # the third went to the driver
+    monkeypatch.setattr(block_cache, "DEVICE_MAX", block_cache._bytes[device.ordinal])
+    Allocation(device, 100, s)  # another class: over the device's bound
+    assert _cached(s) == 2
+    device.trim_pool()
