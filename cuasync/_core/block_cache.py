@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_MAX",
+    "MIN_CLASS",
     "PER_KEY",
     "SMALL_MAX",
     "drop_stream",
@@ -44,7 +45,8 @@ __all__ = [
 
 #: Allocations of at most this many bytes are rounded up to a power of two and reused.
 SMALL_MAX = 64 * 1024
-_MIN_CLASS = 9  # 512 B
+#: The smallest class: 512 B.
+MIN_CLASS = 9
 #: Cached bytes per device, at most.
 DEVICE_MAX = 32 * 1024 * 1024
 #: Cached blocks per stream and size class, at most.
@@ -60,11 +62,13 @@ _owners: dict[int, int] = {}
 
 def size_class(nbytes: int) -> int:
     """The class of a small request: blocks of ``1 << size_class`` bytes."""
-    return max(_MIN_CLASS, (max(nbytes, 1) - 1).bit_length())
+    return max(MIN_CLASS, (max(nbytes, 1) - 1).bit_length())
 
 
 def take(device: Device, stream: int, cls: int) -> int:
     """A cached block of class ``cls`` last used on ``stream``, or 0."""
+    if not _blocks:
+        return 0
     with _lock:
         free = _blocks.get((stream, cls))
         if not free:

@@ -46,18 +46,9 @@ def warn_leak(device: Device, what: str) -> None:
     )
 
 
-def _default_pool_alloc(device: Device, nbytes: int, stream: Stream) -> int:
-    """``nbytes`` from the default pool, ordered on ``stream``: small requests rounded to
-    their class and taken from the block cache where it has one; out of memory, the
-    cache is freed and the allocation tried once more."""
-    size = max(nbytes, 1)
-    if size <= block_cache.SMALL_MAX:
-        cls = block_cache.size_class(size)
-        size = 1 << cls
-        if stream.owned:
-            ptr = block_cache.take(device, stream.handle, cls)
-            if ptr:
-                return ptr
+def _default_pool_alloc(device: Device, size: int, stream: Stream) -> int:
+    """``size`` bytes from the default pool, ordered on ``stream``; out of memory, the
+    block cache is freed and the allocation tried once more."""
     backend = get_backend()
     try:
         return backend.mem_alloc_async(size, stream.handle)
@@ -70,7 +61,7 @@ def _default_pool_alloc(device: Device, nbytes: int, stream: Stream) -> int:
 class Allocation(ProcessLocal):
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
-    __slots__ = ("__weakref__", "_pool", "_reads", "_write", "device", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_class", "_pool", "_reads", "_write", "device", "nbytes", "ptr")
 
     #: Whether cuasync ops may only read it (memory a producer exported read-only).
     readonly = False
@@ -85,8 +76,17 @@ class Allocation(ProcessLocal):
         device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
         try:
             if pool is None:
-                self.ptr = _default_pool_alloc(device, nbytes, stream)
+                # small: rounded to its class (kept for reuse once freed: block_cache)
+                size = nbytes if nbytes > 1 else 1
+                cls = self._class = -1
+                if size <= block_cache.SMALL_MAX:
+                    cls = self._class = max((size - 1).bit_length(), block_cache.MIN_CLASS)
+                    size = 1 << cls
+                owned = cls >= 0 and stream.owned
+                ptr = block_cache.take(device, stream.handle, cls) if owned else 0
+                self.ptr = ptr or _default_pool_alloc(device, size, stream)
             else:
+                self._class = -1
                 self.ptr = get_backend().pool_alloc_async(
                     max(nbytes, 1), pool.handle, stream.handle
                 )
@@ -136,32 +136,38 @@ class Allocation(ProcessLocal):
             return
         try:
             device._discharge(nbytes)
-            if self._pool is not None:
-                self._pool._discharge(nbytes)
-            if device.fault is not None:
+            pool = self._pool
+            if pool is not None:
+                pool._discharge(nbytes)
+            backend = get_backend()
+            if backend.fault_seen and device.fault is not None:
                 warn_leak(device, "its allocations")
                 return
             if sys.is_finalizing():
                 return  # the process is exiting: the driver releases everything
-            pending = self._last_uses()
-            if pending:
-                stream = pending[-1][0]
-            elif self._write is not None and self._write[0].owned and self._write[0]._alive[0]:
-                stream = self._write[0]
+            write = self._write
+            if not self._reads and write is not None and write[0].owned and write[0]._alive[0]:
+                stream = write[0]  # (the common case: its last use, the write, is there)
             else:
-                stream = device._utility_stream()
-            for other, seq in pending:
-                stream._order_after(other, seq)
+                pending = self._last_uses()
+                if pending:
+                    stream = pending[-1][0]
+                elif write is not None and write[0].owned and write[0]._alive[0]:
+                    stream = write[0]
+                else:
+                    stream = device._utility_stream()
+                for other, seq in pending:
+                    stream._order_after(other, seq)
+            cls = self._class
             if (
-                self._pool is None
-                and nbytes <= block_cache.SMALL_MAX
+                cls >= 0
                 and stream is not device._utility
-                and block_cache.put(device, stream.handle, block_cache.size_class(nbytes), self.ptr)
+                and block_cache.put(device, stream.handle, cls, self.ptr)
             ):
                 return  # kept for the next allocation of its size on that stream
-            get_backend().mem_free_async(self.ptr, stream.handle)
-            if self._pool is not None:
-                self._pool._freed_on(stream.handle)
+            backend.mem_free_async(self.ptr, stream.handle)
+            if pool is not None:
+                pool._freed_on(stream.handle)
         except Exception as exc:
             # Shutdown or a fault raced with us: leaking is the safe choice.
             report_once("cuasync.memory", "free device memory", exc)

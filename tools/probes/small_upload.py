@@ -124,8 +124,19 @@ def pieces() -> None:
         del block
 
     row("staging block: acquire + memcpy + give back", p50(timed(stage)))
-    row("from_host(4 KiB).sync()", p50(timed(lambda: cuasync.from_host(host).sync())))
-    row("asyncio: await from_host(4 KiB)", p50(asyncio.run(awaited())))
+    for label, run in (
+        ("from_host(4 KiB).sync()", lambda: p50(timed(lambda: cuasync.from_host(host).sync()))),
+        ("asyncio: await from_host(4 KiB)", lambda: p50(asyncio.run(awaited()))),
+    ):
+        before = cuasync.stats()
+        us = run()
+        after = cuasync.stats()
+        paths = (
+            f"inline {after.completed_inline - before.completed_inline}, "
+            f"blocking {after.completed_blocking - before.completed_blocking}, "
+            f"reactor {after.completed_reactor - before.completed_reactor}"
+        )
+        print(f"  {label:<62} p50 {us:8.1f} us  ({paths})")
 
 
 def per_function() -> None:
