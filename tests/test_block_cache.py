@@ -133,3 +133,54 @@ def test_the_bounds_hold(baseline: Any, monkeypatch: pytest.MonkeyPatch) -> None
     Allocation(device, 100, s)  # another class: over the device's bound
     assert _cached(s) == 2
     device.trim_pool()
+
+
+def test_a_stream_finalized_inside_the_caches_critical_section_does_not_deadlock(
+    baseline: Any,
+) -> None:
+    # A garbage collection can run inside the cache's critical section (any allocation
+    # there may start one) and finalize a stream, whose finalizer frees its blocks on the
+    # same thread. Run that in a thread of its own, so that a deadlock fails the test.
+    import threading
+
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    handle = s.handle
+    Allocation(device, 2048, s)  # cached on s
+    streams = [s]
+    del s
+
+    def collect_inside() -> None:
+        with block_cache._lock:
+            streams.clear()  # the last reference: the finalizer runs here, lock held
+            gc.collect()
+
+    thread = threading.Thread(target=collect_inside, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the stream's finalizer deadlocked on the cache's lock"
+    assert handle not in block_cache._owners
+
+
+def test_flush_holds_each_stream_while_it_frees_its_blocks(
+    baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream whose last user drops it while flush frees its blocks is not destroyed
+    # before they are freed on it: flush holds it until then.
+    device = cuasync.Device(0)
+    streams = [device.new_stream()]
+    Allocation(device, 4096, streams[0])
+    Allocation(device, 8192, streams[0])  # two blocks: the user lets go after the first
+    alive = streams[0]._alive
+    seen: list[bool] = []
+    real = get_backend().mem_free_async
+
+    def free(ptr: int, stream: int) -> None:
+        seen.append(alive[0])
+        streams.clear()  # the user's last reference, gone in the middle of the flush
+        real(ptr, stream)
+
+    monkeypatch.setattr(get_backend(), "mem_free_async", free)
+    block_cache.flush(device)
+    assert seen == [True, True]  # both freed while the stream lived
+    assert not alive[0]  # and then it went

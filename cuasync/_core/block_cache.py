@@ -16,20 +16,21 @@ runs out of memory (then retried), by :meth:`Device.trim_pool`, and never reused
 a fault; a forked child forgets them. They are not live allocations: ``memory_info()``,
 ``live_bytes`` and memory limits leave them out, while the pool counts them as used.
 
->>> block_cache.take(device, stream.handle, size_class)   # a pointer, or 0
->>> block_cache.put(device, stream.handle, size_class, ptr) # False: free it yourself
+>>> block_cache.take(device, stream, size_class)      # a pointer, or 0
+>>> block_cache.put(device, stream, size_class, ptr)  # False: free it yourself
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
 
 if TYPE_CHECKING:
-    from .device import Device
+    from .device import Device, Stream
 
 __all__ = [
     "DEVICE_MAX",
@@ -52,12 +53,15 @@ DEVICE_MAX = 32 * 1024 * 1024
 #: Cached blocks per stream and size class, at most.
 PER_KEY = 256
 
-_lock = threading.Lock()
+#: Reentrant: a collection inside a critical section may finalize a stream, whose
+#: finalizer drops its blocks (drop_stream) on this same thread.
+_lock = threading.RLock()
 #: (stream handle, size class) -> pointers; per device ordinal: cached bytes.
 _blocks: dict[tuple[int, int], list[int]] = {}
 _bytes: dict[int, int] = {}
-#: stream handle -> device ordinal (to free a stream's blocks when it goes).
-_owners: dict[int, int] = {}
+#: stream handle -> (device ordinal, weak reference to the Stream): to free a stream's
+#: blocks when it goes, and to keep it alive while :func:`flush` frees them on it.
+_owners: dict[int, tuple[int, weakref.ref[Stream]]] = {}
 
 
 def size_class(nbytes: int) -> int:
@@ -65,33 +69,35 @@ def size_class(nbytes: int) -> int:
     return max(MIN_CLASS, (max(nbytes, 1) - 1).bit_length())
 
 
-def take(device: Device, stream: int, cls: int) -> int:
+def take(device: Device, stream: Stream, cls: int) -> int:
     """A cached block of class ``cls`` last used on ``stream``, or 0."""
     if not _blocks:
         return 0
+    key = (stream.handle, cls)
     with _lock:
-        free = _blocks.get((stream, cls))
+        free = _blocks.get(key)
         if not free:
             return 0
         _bytes[device.ordinal] -= 1 << cls
         return free.pop()
 
 
-def put(device: Device, stream: int, cls: int, ptr: int) -> bool:
+def put(device: Device, stream: Stream, cls: int, ptr: int) -> bool:
     """Keep ``ptr`` (class ``cls``, its last use on ``stream``) for reuse; False where it
     cannot be (a bound reached, or the cache busy: called from ``__del__``, it never
     waits for the lock), and the caller frees it."""
+    key = (stream.handle, cls)
     if not _lock.acquire(blocking=False):
         return False
     try:
         held = _bytes.get(device.ordinal, 0)
         size = 1 << cls
-        free = _blocks.get((stream, cls))
+        free = _blocks.get(key)
         if held + size > DEVICE_MAX or (free is not None and len(free) >= PER_KEY):
             return False
         if free is None:
-            free = _blocks[(stream, cls)] = []
-            _owners[stream] = device.ordinal
+            free = _blocks[key] = []
+            _owners[key[0]] = (device.ordinal, weakref.ref(stream))
         free.append(ptr)
         _bytes[device.ordinal] = held + size
         return True
@@ -100,31 +106,44 @@ def put(device: Device, stream: int, cls: int, ptr: int) -> bool:
 
 
 def drop_stream(stream: int) -> None:
-    """Free the blocks cached on ``stream`` (about to be destroyed), on it."""
+    """Free the blocks cached on the stream of handle ``stream`` (its finalizer: it is
+    destroyed right after), on it."""
     with _lock:
-        if stream not in _owners:
-            return
-        taken = _take_all({stream})
+        taken = _take_all({stream}) if stream in _owners else []
     _free(taken)
 
 
 def flush(device: Device) -> int:
-    """Free every block cached for ``device`` (each on its stream); the bytes freed."""
+    """Free every block cached for ``device`` (each on its stream); the bytes freed.
+
+    The streams are held while their blocks are freed on them, so that none is destroyed
+    meanwhile; a stream already being finalized is left to its finalizer."""
     with _lock:
-        taken = _take_all({s for s, ordinal in _owners.items() if ordinal == device.ordinal})
-    return _free(taken)
+        held = []
+        for ordinal, ref in list(_owners.values()):
+            stream = ref() if ordinal == device.ordinal else None
+            if stream is not None:
+                held.append(stream)
+        taken = _take_all({s.handle for s in held})
+    freed = _free(taken)
+    del held  # (may finalize a stream: its blocks are gone already)
+    return freed
 
 
 def _take_all(streams: set[int]) -> list[tuple[int, int, int]]:
-    """Remove the blocks cached on ``streams``: ``(stream, class, pointer)`` (lock held)."""
-    out = []
+    """Remove the blocks cached on ``streams``: ``(stream, class, pointer)`` (lock held;
+    a finalizer may run inside and drop some first)."""
+    out: list[tuple[int, int, int]] = []
     for key in [k for k in _blocks if k[0] in streams]:
         stream, cls = key
-        ptrs = _blocks.pop(key)
-        _bytes[_owners[stream]] -= len(ptrs) << cls
+        ptrs = _blocks.pop(key, None)
+        owner = _owners.get(stream)
+        if ptrs is None or owner is None:
+            continue
+        _bytes[owner[0]] -= len(ptrs) << cls
         out += [(stream, cls, p) for p in ptrs]
     for stream in streams:
-        del _owners[stream]
+        _owners.pop(stream, None)
     return out
 
 
@@ -139,7 +158,7 @@ def _free(taken: list[tuple[int, int, int]]) -> int:
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     _blocks.clear()
     _bytes.clear()
     _owners.clear()

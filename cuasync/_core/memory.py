@@ -83,7 +83,7 @@ class Allocation(ProcessLocal):
                     cls = self._class = max((size - 1).bit_length(), block_cache.MIN_CLASS)
                     size = 1 << cls
                 owned = cls >= 0 and stream.owned
-                ptr = block_cache.take(device, stream.handle, cls) if owned else 0
+                ptr = block_cache.take(device, stream, cls) if owned else 0
                 self.ptr = ptr or _default_pool_alloc(device, size, stream)
             else:
                 self._class = -1
@@ -162,7 +162,7 @@ class Allocation(ProcessLocal):
             if (
                 cls >= 0
                 and stream is not device._utility
-                and block_cache.put(device, stream.handle, cls, self.ptr)
+                and block_cache.put(device, stream, cls, self.ptr)
             ):
                 return  # kept for the next allocation of its size on that stream
             backend.mem_free_async(self.ptr, stream.handle)
