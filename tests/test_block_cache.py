@@ -184,3 +184,26 @@ def test_flush_holds_each_stream_while_it_frees_its_blocks(
     block_cache.flush(device)
     assert seen == [True, True]  # both freed while the stream lived
     assert not alive[0]  # and then it went
+
+
+def test_a_block_freed_on_another_devices_stream_is_not_kept_there(
+    baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An op on another device's stream that writes the block (a peer copy into it) makes
+    # that stream its last user, where its free is ordered; the block must not be handed
+    # to that device's allocations.
+    if cuasync.device_count() < 2:
+        pytest.skip("needs 2 devices (CUASYNC_EMU_DEVICES=2 on the emulator)")
+    d0, d1 = cuasync.Device(0), cuasync.Device(1)
+    s0, s1 = d0.new_stream(), d1.new_stream()
+    x = Allocation(d0, 4096, s0)
+    ptr = x.ptr
+    x.use(s1, s1._submitted, write=True)  # (as a peer copy's record of its write)
+    backend = get_backend()
+    real, freed = backend.mem_free_async, []
+    monkeypatch.setattr(backend, "mem_free_async", lambda p, s: freed.append((p, s)))
+    del x
+    assert _cached(s1) == 0 and _cached(s0) == 0
+    assert freed == [(ptr, s1.handle)]  # freed to the driver instead (ordered on s1)
+    monkeypatch.undo()
+    real(ptr, s0.handle)  # (the emulator frees device 0's memory on device 0's streams)

@@ -161,6 +161,7 @@ class Allocation(ProcessLocal):
             cls = self._class
             if (
                 cls >= 0
+                and stream.device is device  # (a peer's stream may free it: never reused there)
                 and stream is not device._utility
                 and block_cache.put(device, stream, cls, self.ptr)
             ):
