@@ -14,7 +14,9 @@ work that did not land (or a future) gets them, made after the launch.
 
 It returns None, having done nothing, whenever the op is not the common case; the
 caller then takes the generic path, which handles it (and words its errors).
-:func:`await_launch` and :func:`sync_launch` build ``await op`` and ``op.sync()`` on it.
+:func:`await_launch` and :func:`sync_launch` build ``await op`` and ``op.sync()`` on it;
+another kind of op with an express path (a small ``from_host``: ``cuasync._small_upload``)
+passes its own submission to them, and to :func:`submit`, as ``enqueue``.
 The generic path is taken for:
 
 - tracing (NVTX ranges), a stream capturing a graph, a device fault seen;
