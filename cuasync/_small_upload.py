@@ -42,7 +42,11 @@ SMALL_MAX = 64 * 1024
 
 class HostUploadOp(TensorOp):
     """The op :func:`cuasync.from_host` returns: a :class:`TensorOp` whose ``await``,
-    ``sync()`` and futures take the express path when the source is small."""
+    ``sync()`` and futures take the express path when the source is small.
+
+    >>> op = cuasync.from_host(np.arange(6, dtype=np.float32))   # a HostUploadOp
+    >>> t = await op                                             # or op.sync()
+    """
 
     __slots__ = ("_output",)
     _output: Tensor  # (set by enqueue: the new tensor)

@@ -207,3 +207,26 @@ def test_a_block_freed_on_another_devices_stream_is_not_kept_there(
     assert freed == [(ptr, s1.handle)]  # freed to the driver instead (ordered on s1)
     monkeypatch.undo()
     real(ptr, s0.handle)  # (the emulator frees device 0's memory on device 0's streams)
+
+
+def test_a_block_freed_during_a_flush_is_not_left_without_its_stream(baseline: Any) -> None:
+    # A collection inside the flush's critical section may free an allocation last used
+    # on a stream being flushed. Were its block kept, it would sit under that stream with
+    # the stream's owner entry removed: never freed when the stream goes, and handed to
+    # whatever stream gets the handle next. It is freed instead (put says False).
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    Allocation(device, 4096, s)  # cached
+    key = (s.handle, 12)
+    refused: list[bool] = []
+
+    class FreedInside(list[int]):
+        def __iter__(self) -> Any:
+            refused.append(not block_cache.put(device, s, 13, 0xDEAD))  # (as a __del__ would)
+            return super().__iter__()
+
+    block_cache._blocks[key] = FreedInside(block_cache._blocks[key])
+    block_cache.flush(device)
+    assert refused == [True]
+    assert all(k[0] in block_cache._owners for k in block_cache._blocks)
+    assert _cached(s) == 0

@@ -16,8 +16,11 @@ runs out of memory (then retried), by :meth:`Device.trim_pool`, and never reused
 a fault; a forked child forgets them. They are not live allocations: ``memory_info()``,
 ``live_bytes`` and memory limits leave them out, while the pool counts them as used.
 
->>> block_cache.take(device, stream, size_class)      # a pointer, or 0
->>> block_cache.put(device, stream, size_class, ptr)  # False: free it yourself
+Classes are ``Allocation``'s: a request of ``n`` bytes gets ``1 << cls`` with ``cls`` the
+bit length of ``n - 1``, at least :data:`MIN_CLASS`.
+
+>>> block_cache.take(device, stream, cls)      # a pointer, or 0
+>>> block_cache.put(device, stream, cls, ptr)  # False: free it yourself
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ __all__ = [
     "drop_stream",
     "flush",
     "put",
-    "size_class",
     "take",
 ]
 
@@ -62,11 +64,9 @@ _bytes: dict[int, int] = {}
 #: stream handle -> (device ordinal, weak reference to the Stream): to free a stream's
 #: blocks when it goes, and to keep it alive while :func:`flush` frees them on it.
 _owners: dict[int, tuple[int, weakref.ref[Stream]]] = {}
-
-
-def size_class(nbytes: int) -> int:
-    """The class of a small request: blocks of ``1 << size_class`` bytes."""
-    return max(MIN_CLASS, (max(nbytes, 1) - 1).bit_length())
+#: True while _take_all runs: a block freed inside it (a collection on this thread) is
+#: not kept, else it could land under a stream whose owner entry is being removed.
+_taking = False
 
 
 def take(device: Device, stream: Stream, cls: int) -> int:
@@ -90,6 +90,8 @@ def put(device: Device, stream: Stream, cls: int, ptr: int) -> bool:
     if not _lock.acquire(blocking=False):
         return False
     try:
+        if _taking:
+            return False
         held = _bytes.get(device.ordinal, 0)
         size = 1 << cls
         free = _blocks.get(key)
@@ -132,18 +134,24 @@ def flush(device: Device) -> int:
 
 def _take_all(streams: set[int]) -> list[tuple[int, int, int]]:
     """Remove the blocks cached on ``streams``: ``(stream, class, pointer)`` (lock held;
-    a finalizer may run inside and drop some first)."""
+    a finalizer may run inside and drop some first, and nothing is kept meanwhile)."""
+    global _taking
     out: list[tuple[int, int, int]] = []
-    for key in [k for k in _blocks if k[0] in streams]:
-        stream, cls = key
-        ptrs = _blocks.pop(key, None)
-        owner = _owners.get(stream)
-        if ptrs is None or owner is None:
-            continue
-        _bytes[owner[0]] -= len(ptrs) << cls
-        out += [(stream, cls, p) for p in ptrs]
-    for stream in streams:
-        _owners.pop(stream, None)
+    outer, _taking = _taking, True
+    try:
+        for key in [k for k in _blocks if k[0] in streams]:
+            stream, cls = key
+            ptrs = _blocks.pop(key, None)
+            if ptrs is None:
+                continue  # (dropped by a finalizer inside)
+            owner = _owners.get(stream)
+            if owner is not None:
+                _bytes[owner[0]] -= len(ptrs) << cls
+            out += [(stream, cls, p) for p in ptrs]
+        for stream in streams:
+            _owners.pop(stream, None)
+    finally:
+        _taking = outer
     return out
 
 
@@ -157,8 +165,9 @@ def _free(taken: list[tuple[int, int, int]]) -> int:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _taking
     _lock = threading.RLock()
+    _taking = False
     _blocks.clear()
     _bytes.clear()
     _owners.clear()

@@ -76,7 +76,7 @@ class Allocation(ProcessLocal):
         device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
         try:
             if pool is None:
-                # small: rounded to its class (kept for reuse once freed: block_cache)
+                # small: rounded to its class, kept for reuse once freed (block_cache)
                 size = nbytes if nbytes > 1 else 1
                 cls = self._class = -1
                 if size <= block_cache.SMALL_MAX:
