@@ -6,7 +6,13 @@ setup(
     ext_modules=[
         Extension(
             "cuasync._reactor",
-            sources=[f"reactor/{name}.c" for name in ("module", "reactor", "queue", "driver", "submit")],
+            sources=[
+                f"reactor/{name}.c"
+                for name in (
+                    *("module", "reactor", "queue", "driver", "submit"),
+                    *("express", "launcher"),
+                )
+            ],
             depends=["reactor/reactor.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],

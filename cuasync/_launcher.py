@@ -20,6 +20,10 @@ range) goes to the full checks, which word the errors; the wrong number of argum
 or parameters replaced since, to ``kernel._launch``. The accepted arguments are those
 of the launch plan (``_Launchable._make_plan``), which ``tests/test_kernel.py`` holds to
 the full checks.
+
+With the native module, the launcher is its ``Launcher`` instead: the same checks and
+the same op, made in C (the op's ``__slots__`` filled directly); the generated Python is
+the fallback where the module is not built.
 """
 
 from __future__ import annotations
@@ -28,18 +32,36 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core.device import get_default_device
+from ._native import NATIVE
 from ._tensor import Tensor
 
 __all__ = ["make_launcher"]
 
 
 def make_launcher(
-    kernel: Any, launch: type, grid: Any, block: Any, shared_mem: int
+    kernel: Any, launch: type, grid: Any, block: Any, shared_mem: int, native: bool = True
 ) -> Callable[..., Any] | None:
     """The launcher of ``kernel[grid, block, shared_mem]`` (``grid`` given); ``launch``
-    is the op class it builds. None where the plan takes no fast path for one of the
-    parameters (every launch then needs the full checks)."""
+    is the op class it builds; ``native``: the native module's where it is built. None
+    where the plan takes no fast path for one of the parameters (every launch then
+    needs the full checks)."""
     plan = kernel._plan_now()
+    if any(not pointer and low > high for _, pointer, _, low, high in plan):
+        return None
+    name = f"{kernel.name}[{grid}, {block}, {shared_mem}]"
+    if native and getattr(NATIVE, "Launcher", None) is not None:
+        entries = tuple(
+            ("P", dtype, None, param, not param.const)
+            if pointer
+            else (_SCALAR_KINDS.get(type(high), "o"), low, high, param, False)
+            for param, pointer, dtype, low, high in plan
+        )
+        launcher: Callable[..., Any] = NATIVE.Launcher(
+            kernel=kernel, params=kernel.params, plan=entries, launch=launch, tensor=Tensor,
+            grid=grid, block=block, shared_mem=shared_mem, default_device=get_default_device,
+            name=name,
+        )  # fmt: skip
+        return launcher
     names: dict[str, Any] = {
         "kernel": kernel,
         "PARAMS": kernel.params,
@@ -111,5 +133,9 @@ def make_launcher(
     )
     exec(compile(body, f"<cuasync launcher of {kernel.name}>", "exec"), names)
     made: Callable[..., Any] = names["launcher"]
-    made.__qualname__ = made.__name__ = f"{kernel.name}[{grid}, {block}, {shared_mem}]"
+    made.__qualname__ = made.__name__ = name
     return made
+
+
+#: The native launcher's kind of a scalar parameter, by the type of its bounds.
+_SCALAR_KINDS = {int: "i", float: "f"}

@@ -371,7 +371,7 @@ get_launch_config(PyObject *const *args, launch_config *c)
 
 /* The entry points a launch needs (the write's only with a flag address); RuntimeError
  * when one is not set. */
-static int
+int
 get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t *wv)
 {
     *lk = atomic_load_explicit(&g_launch_kernel, memory_order_acquire);
@@ -387,10 +387,11 @@ get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t *wv
 }
 
 /* cuLaunchKernel, then (launched, address != 0) cuStreamWriteValue32, the GIL released
- * around both: 0, the launch's CUresult, or minus the write's (the launch is enqueued). */
-static PyObject *
-launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
-                  unsigned long long address, uint32_t value)
+ * around both (after the launch fence): 0, the launch's CUresult, or minus the write's
+ * (the launch is enqueued).  Called with the GIL held. */
+long
+launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
+             unsigned long long address, uint32_t value)
 {
     CUresult rc;
     subcore *fence = fence_of_launches();
@@ -406,7 +407,14 @@ launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **par
     }
     Py_END_ALLOW_THREADS
     release_fence(fence);
-    return PyLong_FromLong(rc);
+    return (long)rc;
+}
+
+static PyObject *
+launch_then_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
+                  unsigned long long address, uint32_t value)
+{
+    return PyLong_FromLong(launch_write(lk, wv, c, params, address, value));
 }
 
 static PyObject *
@@ -495,62 +503,79 @@ overflow:
     return -1;
 }
 
+/* Pack one argument ``a`` by its record into ``block``; *slot points at it. */
+int
+pack_one(const char *layout, Py_ssize_t i, PyObject *a, unsigned char *block, void **slot)
+{
+    layout_rec rec = layout_at(layout, i);
+    char code = rec.code;
+    unsigned char *dst = block + rec.offset;
+    *slot = dst;
+    if (code == 'P') {
+        unsigned long long ptr;
+        if (PyLong_Check(a)) {
+            if (get_u64(a, &ptr) < 0)
+                return -1;
+        }
+        else {
+            PyObject *p = PyObject_GetAttrString(a, "ptr");
+            if (p == NULL)
+                return -1;
+            int bad = get_u64(p, &ptr);
+            Py_DECREF(p);
+            if (bad < 0)
+                return -1;
+        }
+        memcpy(dst, &ptr, 8);
+    }
+    else if (code == 'f' || code == 'd') {
+        double v = PyFloat_AsDouble(a);
+        if (v == -1.0 && PyErr_Occurred())
+            return -1;
+        if (code == 'f') {
+            /* as struct.pack: an overflow is a finite value that rounds to inf (a
+             * value a little over FLT_MAX may round down to it) */
+            float f = (float)v;
+            if (isinf(f) && !isinf(v)) {
+                PyErr_SetString(PyExc_OverflowError,
+                                "a kernel argument is too large for its float parameter");
+                return -1;
+            }
+            memcpy(dst, &f, 4);
+        }
+        else {
+            memcpy(dst, &v, 8);
+        }
+    }
+    else if (code == '?') {
+        int t = PyObject_IsTrue(a);
+        if (t < 0)
+            return -1;
+        *dst = (unsigned char)t;
+    }
+    else if (pack_int(a, code, dst) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* The pointer parameter i of a checked layout: its slot in ``block`` (8 bytes), or NULL
+ * when record i is not a pointer. */
+unsigned char *
+pointer_slot(const char *layout, Py_ssize_t i, unsigned char *block)
+{
+    layout_rec rec = layout_at(layout, i);
+    return rec.code == 'P' ? block + rec.offset : NULL;
+}
+
 /* Pack ``args`` into ``block`` by ``recs``; ``slots[i]`` points at parameter i. */
 int
 pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
             void **slots)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyList_GET_ITEM(args, i);
-        layout_rec rec = layout_at(layout, i);
-        char code = rec.code;
-        unsigned char *dst = block + rec.offset;
-        slots[i] = dst;
-        if (code == 'P') {
-            unsigned long long ptr;
-            if (PyLong_Check(a)) {
-                if (get_u64(a, &ptr) < 0)
-                    return -1;
-            }
-            else {
-                PyObject *p = PyObject_GetAttrString(a, "ptr");
-                if (p == NULL)
-                    return -1;
-                int bad = get_u64(p, &ptr);
-                Py_DECREF(p);
-                if (bad < 0)
-                    return -1;
-            }
-            memcpy(dst, &ptr, 8);
-        }
-        else if (code == 'f' || code == 'd') {
-            double v = PyFloat_AsDouble(a);
-            if (v == -1.0 && PyErr_Occurred())
-                return -1;
-            if (code == 'f') {
-                /* as struct.pack: an overflow is a finite value that rounds to inf (a
-                 * value a little over FLT_MAX may round down to it) */
-                float f = (float)v;
-                if (isinf(f) && !isinf(v)) {
-                    PyErr_SetString(PyExc_OverflowError,
-                                    "a kernel argument is too large for its float parameter");
-                    return -1;
-                }
-                memcpy(dst, &f, 4);
-            }
-            else {
-                memcpy(dst, &v, 8);
-            }
-        }
-        else if (code == '?') {
-            int t = PyObject_IsTrue(a);
-            if (t < 0)
-                return -1;
-            *dst = (unsigned char)t;
-        }
-        else if (pack_int(a, code, dst) < 0) {
+        if (pack_one(layout, i, PyList_GET_ITEM(args, i), block, &slots[i]) < 0)
             return -1;
-        }
     }
     return 0;
 }
@@ -620,6 +645,13 @@ mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
     if (pack_params(recs, n, args[10], block, slots) < 0)
         return NULL;
     return launch_then_write(lk, wv, &c, n ? slots : NULL, address, value);
+}
+
+int
+is_launch_packed(PyObject *f)
+{
+    return PyCFunction_Check(f) &&
+           ((PyCFunctionObject *)f)->m_ml->ml_meth == (PyCFunction)(void (*)(void))mod_launch_packed;
 }
 
 PyMethodDef cuasync_driver_methods[] = {

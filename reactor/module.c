@@ -809,7 +809,15 @@ module_exec(PyObject *m)
     st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
     st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
     st->submitter_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Submitter_spec, NULL);
-    if (st->queue_type == NULL || st->reactor_type == NULL || st->submitter_type == NULL ||
+    PyObject *express_type = PyType_FromModuleAndSpec(m, &Express_spec, NULL);
+    PyObject *launcher_type = PyType_FromModuleAndSpec(m, &Launcher_spec, NULL);
+    int express_added = express_type != NULL && launcher_type != NULL &&
+                        PyModule_AddObjectRef(m, "Express", express_type) == 0 &&
+                        PyModule_AddObjectRef(m, "Launcher", launcher_type) == 0;
+    Py_XDECREF(express_type);
+    Py_XDECREF(launcher_type);
+    if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||
+        st->submitter_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||
         PyModule_AddObjectRef(m, "Reactor", (PyObject *)st->reactor_type) < 0 ||
         PyModule_AddObjectRef(m, "Submitter", (PyObject *)st->submitter_type) < 0 ||

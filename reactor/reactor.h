@@ -248,6 +248,22 @@ enum { PARAM_BLOCK_MAX = 4096, PARAM_COUNT_MAX = 256 };
 int check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n);
 int pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
                 void **slots);
+/* One argument of a checked layout packed (as pack_params packs it); the slot of a
+ * pointer parameter, or NULL. */
+int pack_one(const char *layout, Py_ssize_t i, PyObject *a, unsigned char *block, void **slot);
+unsigned char *pointer_slot(const char *layout, Py_ssize_t i, unsigned char *block);
+/* The entry points a launch needs (the write's only with a flag address); RuntimeError
+ * when one is not set. */
+int get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t *wv);
+/* cuLaunchKernel and its flag write with the GIL released: 0, the launch's CUresult, or
+ * minus the write's. */
+long launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
+                  unsigned long long address, uint32_t value);
+/* Whether f is this module's launch_packed (the cuda backend's fast_launch). */
+int is_launch_packed(PyObject *f);
+/* The express core's type (express.c) and the launchers' (launcher.c). */
+extern PyType_Spec Express_spec;
+extern PyType_Spec Launcher_spec;
 /* The end of the last parameter of a checked layout, in bytes. */
 uint32_t layout_extent(const char *layout, Py_ssize_t n);
 

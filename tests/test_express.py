@@ -1,10 +1,12 @@
 """The express path of kernel launches behaves as the generic path does.
 
 ``await kernel[grid, block](...)`` and ``.submit_on(stream)`` of a launch go through
-``cuasync._core.express`` when they can. Each test runs twice, through it and with it
-turned off (every launch then takes ``DeviceOp._start`` and ``completion.wait``), and
-asserts what a user sees: outputs, counters, ordering across streams, errors,
-cancellation, nothing leaked. Gates hold the work, so they run on a GPU too.
+``cuasync._core.express`` when they can. Each test runs three times: through the native
+module's express core (``_reactor.Express``), through the express path in Python (the
+core turned off), and with both turned off (every launch then takes
+``DeviceOp._start`` and ``completion.wait``). It asserts what a user sees: outputs,
+counters, ordering across streams, errors, cancellation, nothing leaked. Gates hold the
+work, so they run on a GPU too.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
 
 
 class Path:
-    """Which path launches take in a test: ``express``, and the express path's attempts
-    (whether each took the launch)."""
+    """Which path launches take in a test: ``express`` (the core's or Python's), and the
+    attempts of the path under test (whether each took the launch)."""
 
-    def __init__(self, express: bool) -> None:
-        self.express = express
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.express = name != "generic"
         self.attempts: list[bool] = []
 
     def check(self) -> None:
@@ -60,9 +63,28 @@ class Path:
             assert all(self.attempts) == get_hub().use_reactor, self.attempts
 
 
-@pytest.fixture(params=["express", "generic"])
+class _CoreSpy:
+    """The hub's native core, recording whether each call took the launch."""
+
+    def __init__(self, core: Any, attempts: list[bool]) -> None:
+        self.core, self.attempts = core, attempts
+
+    def launch(self, op: Any, stream: cuasync.Stream, mode: int, adapter: Any) -> Any:
+        sent = self.core.launch(op, stream, mode, adapter)
+        self.attempts.append(sent is not express.GENERIC)
+        return sent
+
+
+@pytest.fixture(params=["core", "express", "generic"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
-    chosen = Path(request.param == "express")
+    chosen = Path(request.param)
+    hub = get_hub()
+    if chosen.name == "core":
+        if hub.express is None:
+            pytest.skip("the native module is not built: launches have no native core")
+        monkeypatch.setattr(hub, "express", _CoreSpy(hub.express, chosen.attempts))
+        return chosen
+    monkeypatch.setattr(hub, "express", None)
     if not chosen.express:
         monkeypatch.setattr(express, "_enqueue", lambda op, stream, *spin: None)
         return chosen

@@ -21,6 +21,9 @@ import cuasync
 from cuasync import _config, _kernel, _nvrtc, kernel_cache
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
+from cuasync._kernel import _Launch
+from cuasync._launcher import make_launcher
+from cuasync._native import NATIVE
 from cuasync.errors import (
     AliasingError,
     ArgumentError,
@@ -371,9 +374,13 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
             spec = k._spec(*config) if len(config) == 3 else k._spec(*config, 0)
             fast = _launch_outcome(lambda: k._launch(tuple(args), *spec))  # noqa: B023
             full = _launch_outcome(lambda: k._launch_checked(tuple(args), *spec))  # noqa: B023
-            # kernel[config] is a launcher written for the kernel's signature: the same
+            # kernel[config] is a launcher written for the kernel's signature (the native
+            # module's, else generated Python): the same, and so is the other one
             generated = _launch_outcome(lambda: k[config](*args))  # noqa: B023
-            assert fast == full == generated, name
+            python = make_launcher(k, _Launch, *spec, native=False)
+            assert python is not None
+            in_python = _launch_outcome(lambda: python(*args))  # noqa: B023
+            assert fast == full == generated == in_python, name
     # ... and the common arguments do take the fast path, the others the full checks.
     fast = {"common", "bounds", "upper bounds", "a view", "aliasing", "in place"}
     checked: list[str] = []
@@ -389,6 +396,23 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
         assert (name in checked) == (name not in fast), name
         if name in ("common", "bounds", "upper bounds", "in place"):
             assert isinstance(outcome[0], list), (name, outcome)  # built: not an error
+
+
+def test_kernel_config_is_the_native_launcher_where_the_module_is_built() -> None:
+    k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
+    launcher = k[2, 32]
+    native = getattr(NATIVE, "Launcher", None)
+    if native is None:
+        assert launcher.__name__ == "mixed[(2, 1, 1), (32, 1, 1), 0]"  # generated Python
+        return
+    assert type(launcher) is native
+    assert launcher.__name__ == "mixed[(2, 1, 1), (32, 1, 1), 0]"
+    with pytest.raises(TypeError, match="no keyword arguments"):
+        launcher(out=None)
+    out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
+    op = launcher(out, x, 8, 1.5, 2.5, 1, 1.0)
+    assert type(op) is _Launch and not op._consumed and op._output is out
+    assert op.sync() is out  # it runs as any launch
 
 
 def test_the_launch_plan_follows_the_kernel() -> None:

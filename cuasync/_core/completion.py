@@ -383,6 +383,11 @@ class Hub:
         self._probe_interval = CONFIG.stale_us / 1e6
         self._exhaustion_logged = False
         self._faults_logged: set[int] = set()
+        from .express import make_core
+
+        #: The native module's express submission of launches (``_reactor.Express``), or
+        #: None: :mod:`.express` then does it in Python.
+        self.express: Any = make_core(self)
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = BackgroundWatcher(self)
         if self.reactor is not None:

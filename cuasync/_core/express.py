@@ -25,6 +25,10 @@ The generic path is taken for:
 - awaits that complete through host callbacks, no free slot, no stream memory ops;
 - a tensor on another device or a read-only tensor written to.
 
+The native module does the same steps for a launch in one call where it can
+(``_reactor.Express``, one per hub: :func:`make_core`); it returns :data:`GENERIC`
+when the op is not its common case, and :func:`_enqueue` then takes the op.
+
 >>> comp = express.submit(op, stream) or DeviceOp._start(op, stream, True)
 """
 
@@ -46,7 +50,7 @@ from .op import DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
 from .scheduling import _policy, stream_for
 
-__all__ = ["await_launch", "submit", "sync_launch"]
+__all__ = ["GENERIC", "await_launch", "make_core", "submit", "sync_launch"]
 
 #: Steps aside an await in a burst takes, at most, while the submitter has not made its
 #: launch (each lets every other ready task run once); then it parks, as any await can.
@@ -55,6 +59,10 @@ _STEPS_MAX = 16
 #: ``_enqueue``'s modes: no spin (a future), an await's spin, a blocking ``sync()``'s, or
 #: an await in a burst (the launch queued for the native submitter where it can be).
 NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 3
+
+
+#: What the native core's ``launch`` returns when it did nothing: Python's path takes it.
+GENERIC: Any = type("Generic", (), {"__repr__": lambda self: "express.GENERIC"})()
 
 
 class _Box(list[BaseException]):
@@ -71,10 +79,14 @@ def submit(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Completio
     """Enqueue the launch op ``op`` (taken by the caller) on ``stream`` with its flag
     write; its completion, or None when the generic path must do it. ``enqueue``: the
     submission of another kind of express op (default: a launch's)."""
-    sent = (enqueue or _enqueue)(op, stream, NO_SPIN, None)
+    core = _completion._hub.express if enqueue is None and _completion._hub else None
+    sent: Any = GENERIC if core is None else core.launch(op, stream, NO_SPIN, None)
+    if sent is GENERIC:
+        sent = (enqueue or _enqueue)(op, stream, NO_SPIN, None)
     if sent is None:
         return None
-    return _completion_of(op, stream, *sent[:6], held=sent[9])
+    hub, box, slot, gen, address, seq = sent[:6]
+    return _completion_of(op, stream, hub, box, slot, gen, address, seq, held=sent[9])
 
 
 def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any, Any]:
@@ -101,7 +113,15 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
         stream = stream_for(device)  # (the checks, worded)
     hub = _completion._hub
     burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
-    sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
+    core = None if hub is None or burst or enqueue else hub.express
+    if core is not None:  # the native core: the whole submission, spin and settling
+        sent = core.launch(op, stream, AWAIT, adapter)
+        if sent is op._output:  # landed within the spin, and settled
+            return sent
+        if sent is GENERIC:
+            sent = _enqueue(op, stream, AWAIT, adapter)
+    else:
+        sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
@@ -158,7 +178,15 @@ def sync_launch(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Any:
     kind's submission): the express submission and its spin, and ``cuStreamSynchronize``
     only for work that did not land within it; short work returns as soon as an
     ``await`` would."""
-    sent = (enqueue or _enqueue)(op, stream, BLOCK, None)
+    core = _completion._hub.express if enqueue is None and _completion._hub else None
+    if core is None:
+        sent = (enqueue or _enqueue)(op, stream, BLOCK, None)
+    else:
+        sent = core.launch(op, stream, BLOCK, None)
+        if sent is op._output:  # landed within the spin, and settled
+            return sent
+        if sent is GENERIC:
+            sent = _enqueue(op, stream, BLOCK, None)
     if sent is None:
         return DeviceOp._sync(op, stream)
     hub, box, slot, gen, address, seq, _, landed, _, held = sent
@@ -315,6 +343,34 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
         spin_us = hub.spin_budget_us
     landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
     return hub, box, slot, gen, address, seq, spin_us, landed, -1, None
+
+
+def make_core(hub: Any) -> Any:
+    """The native module's express core for ``hub`` (``hub.express``), or None without
+    the module or its reactor; it reads the hub's state on every call, so flipping
+    ``use_reactor`` or the spin budget takes effect at once."""
+    native = hub.native
+    if native is None or hub.reactor is None or not hasattr(native, "Express"):
+        return None
+    from .._backends.base import PreparedKernel
+    from .._kernel import _Launch
+    from .._tensor import Tensor
+    from .memory import Allocation
+
+    return native.Express(
+        hub=hub, lock=LOCK, local=LOCAL, trace=trace, launch=_Launch, stream=Stream,
+        tensor=Tensor, allocation=Allocation, prepared=PreparedKernel, box=_Box,
+        generic=GENERIC, spin_us=await_spin_us, failed=_core_failed,
+    )  # fmt: skip
+
+
+def _core_failed(hub: Any, op: Any, stream: Stream, seq: int, slot: int, box: _Box) -> None:
+    """What a launch the native core submitted and that failed leaves (called under the
+    lock, as ``_enqueue``'s own handler): the slot back, and the op's tensors released
+    once the stream's earlier work has drained."""
+    hub._free_slot(slot)
+    retained = [tensor._alloc for tensor, _ in op._tensors]
+    _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
 
 
 def spin_for(

@@ -1,0 +1,955 @@
+/*
+ * The express core of cuasync._reactor: the common case of ``await kernel[g, b](x, n)``
+ * (and of its ``sync()`` and ``submit_on``) in one native call.
+ *
+ * cuasync/_core/express.py's ``_enqueue`` and its settling are the same steps in
+ * Python: the checks, the execution lock, the stream's sequence number, the access
+ * records of the op's tensors, a completion slot and its generation, the launch with
+ * its flag write, the spin, and (landed) the slot given back.  Express.launch does them
+ * reading the objects' slots at offsets it looks up once from their types' member
+ * descriptors (exact types only), and returns:
+ *
+ *   - the op's output: the work landed within the spin and is settled;
+ *   - a tuple, express.Sent: submitted, and still to be finished by Python;
+ *   - the ``generic`` sentinel, having done nothing: the op is not the common case
+ *     (Python's express path then takes it, and words any error).
+ *
+ * No Python code runs while it holds the execution lock, except where Python does the
+ * launch (no native launch: the emulator, a stubbed driver), which it does with
+ * ``LOCAL.active`` set, as Python's path does.  GC-tracked objects it needs under the
+ * lock (the access records' tuples) are made before it takes the lock, so that no
+ * collection (no finalizer) runs inside.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "reactor.h"
+
+#include <string.h>
+
+enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2 };
+
+/* the raised exception, kept while the failure handler runs (3.11 has no
+ * PyErr_GetRaisedException) */
+typedef struct {
+    PyObject *type, *value, *tb;
+} saved_error;
+
+static void
+save_error(saved_error *e)
+{
+    PyErr_Fetch(&e->type, &e->value, &e->tb);
+}
+
+static void
+restore_error(saved_error *e)
+{
+    PyErr_Restore(e->type, e->value, e->tb);
+}
+
+/* the offsets of the slots the core reads and writes, by type */
+typedef struct {
+    Py_ssize_t device, tensors, prepared, grid, block, shared_mem, args, output;
+} op_offsets;
+
+typedef struct {
+    Py_ssize_t capturing, device, submitted, completed, handle, owned;
+} stream_offsets;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *hub, *backend, *stats, *free, *gens, *memops, *lock, *local, *trace;
+    PyObject *box_type, *generic, *spin_us, *failed, *one, *minus_one;
+    PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
+    uintptr_t slab;
+    Py_ssize_t nslots;
+    op_offsets op;
+    stream_offsets st;
+    Py_ssize_t t_alloc, t_offset, t_dtype;        /* Tensor */
+    Py_ssize_t a_device, a_write, a_reads, a_ptr; /* Allocation */
+    Py_ssize_t p_fast, p_ordinal;                 /* PreparedKernel */
+    /* interned names of the attributes read on every call */
+    PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
+        *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
+        *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
+        *s_launch_failed, *s_use;
+    unsigned long long launches, native_launches, declined;
+} Express;
+
+static inline PyObject *
+slot_get(PyObject *o, Py_ssize_t off)
+{
+    return *(PyObject **)((char *)o + off); /* borrowed; NULL when unset */
+}
+
+static inline void
+slot_set(PyObject *o, Py_ssize_t off, PyObject *v) /* v: a new reference, stolen */
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    *p = v;
+    Py_XDECREF(old);
+}
+
+/* The offset of the __slots__ entry ``name`` of type t (a member descriptor). */
+static int
+slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ entry", t->tp_name, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* An attribute's truth: 1, 0, or -1 with an error set. */
+static int
+attr_true(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+static PyObject *
+generic(Express *self)
+{
+    self->declined++;
+    return Py_NewRef(self->generic);
+}
+
+/* the lock's acquire(False) / release() */
+static int
+try_lock(Express *self)
+{
+    PyObject *args[2] = {self->lock, Py_False};
+    PyObject *r = PyObject_VectorcallMethod(self->s_acquire, args,
+                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+static int
+unlock(Express *self)
+{
+    PyObject *r = PyObject_VectorcallMethod(self->s_release, &self->lock,
+                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A tensor's device address (Tensor.ptr: alloc.ptr + offset * dtype.itemsize). */
+static int
+tensor_ptr(Express *self, PyObject *tensor, unsigned long long *out)
+{
+    PyObject *alloc = slot_get(tensor, self->t_alloc);
+    PyObject *offset = slot_get(tensor, self->t_offset);
+    PyObject *dtype = slot_get(tensor, self->t_dtype);
+    PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
+    if (ptr == NULL || offset == NULL || dtype == NULL || !PyLong_CheckExact(offset)) {
+        PyErr_SetString(PyExc_TypeError, "a tensor argument is not fully made");
+        return -1;
+    }
+    PyObject *itemsize = PyObject_GetAttr(dtype, self->s_itemsize);
+    if (itemsize == NULL)
+        return -1;
+    long long size = PyLong_AsLongLong(itemsize), off = PyLong_AsLongLong(offset);
+    Py_DECREF(itemsize);
+    unsigned long long base = PyLong_AsUnsignedLongLong(ptr);
+    if (PyErr_Occurred())
+        return -1;
+    *out = base + (unsigned long long)(off * size);
+    return 0;
+}
+
+/* One tuple of ints (grid or block) of 3 into out. */
+static int
+dim3(PyObject *t, unsigned int *out)
+{
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = PyTuple_GET_ITEM(t, i);
+        if (!PyLong_CheckExact(v))
+            return 0;
+        unsigned long u = PyLong_AsUnsignedLong(v);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (u > 0xFFFFFFFFul)
+            return 0;
+        out[i] = (unsigned int)u;
+    }
+    return 1;
+}
+
+/* How the launch is made: packed here and launched natively; by the backend's
+ * fast_launch from Python (a stub of it); or by backend.launch_kernel (no fast launch,
+ * or the op cannot take it: the same conditions as express._enqueue's). */
+enum { BY_LAUNCH_KERNEL = 0, BY_FAST_LAUNCH, BY_NATIVE };
+
+/* What a native launch needs, prepared outside the lock. */
+typedef struct {
+    uintptr_t lk, wv;
+    launch_config c;
+    _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
+    void *slots[PARAM_COUNT_MAX];
+    Py_ssize_t n;
+} native_launch;
+
+/* Which way the launch goes (BY_*), nl filled for BY_NATIVE; -1 an error (packing). */
+static int
+launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
+            PyObject *fast_launch, native_launch *nl)
+{
+    if (fast_launch == Py_None)
+        return BY_LAUNCH_KERNEL;
+    PyObject *fast = slot_get(prepared, self->p_fast);
+    if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
+        slot_get(stream, self->st.owned) != Py_True)
+        return BY_LAUNCH_KERNEL;
+    PyObject *current = PyObject_GetAttr(self->backend, self->s_current);
+    if (current == NULL)
+        return -1;
+    PyObject *ordinal = PyObject_GetAttr(current, self->s_ordinal);
+    Py_DECREF(current);
+    if (ordinal == NULL)
+        return -1;
+    int same = PyObject_RichCompareBool(ordinal, slot_get(prepared, self->p_ordinal), Py_EQ);
+    Py_DECREF(ordinal);
+    if (same <= 0)
+        return same < 0 ? -1 : BY_LAUNCH_KERNEL;
+    if (!is_launch_packed(fast_launch))
+        return BY_FAST_LAUNCH;
+    unsigned int g[3], b[3];
+    PyObject *shared = slot_get(op, self->op.shared_mem);
+    PyObject *handle = slot_get(stream, self->st.handle);
+    if (!dim3(slot_get(op, self->op.grid), g) || !dim3(slot_get(op, self->op.block), b) ||
+        shared == NULL || !PyLong_CheckExact(shared) || handle == NULL)
+        return BY_FAST_LAUNCH; /* (the backend's own call checks them, and words it) */
+    launch_config *c = &nl->c;
+    if (get_u64(PyTuple_GET_ITEM(fast, 0), &c->function) < 0 ||
+        get_u64(handle, &c->stream) < 0)
+        return -1;
+    c->gx = g[0], c->gy = g[1], c->gz = g[2], c->bx = b[0], c->by = b[1], c->bz = b[2];
+    unsigned long sm = PyLong_AsUnsignedLong(shared);
+    if (PyErr_Occurred() || sm > 0xFFFFFFFFul) {
+        PyErr_Clear();
+        return BY_FAST_LAUNCH;
+    }
+    c->shmem = (unsigned int)sm;
+    const char *recs;
+    PyObject *args = slot_get(op, self->op.args);
+    if (args == NULL || check_layout(PyTuple_GET_ITEM(fast, 1), args, &recs, &nl->n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < nl->n; i++) {
+        PyObject *a = PyList_GET_ITEM(args, i);
+        unsigned char *dst = pointer_slot(recs, i, nl->block);
+        if (dst != NULL && Py_IS_TYPE(a, self->tensor_t)) {
+            unsigned long long ptr;
+            if (tensor_ptr(self, a, &ptr) < 0)
+                return -1;
+            memcpy(dst, &ptr, 8);
+            nl->slots[i] = dst;
+        }
+        else if (pack_one(recs, i, a, nl->block, &nl->slots[i]) < 0) {
+            return -1;
+        }
+    }
+    if (get_launch_entry_points(1, &nl->lk, &nl->wv) < 0)
+        return -1;
+    return BY_NATIVE;
+}
+
+/* How each tensor's access is recorded: as Allocation.use does it when the tensor was
+ * last used on this stream only (here); else by Allocation.use itself (it orders the
+ * stream after the others' uses), called under the lock with LOCAL.active set. */
+enum { USE_READ = 0, USE_WRITE = 1, USE_CALL = 2 };
+
+/* The op's tensors, checked: each on ``device`` and writable where written; uses[i]
+ * says how its access is recorded (USE_CALL | USE_WRITE for a written one Python
+ * records). 1 all can, 0 one cannot (Python's path takes the op), -1 an error. */
+static int
+check_tensors(Express *self, PyObject *tensors, PyObject *device, PyObject *stream,
+              char *uses, PyObject **allocs)
+{
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(tensors, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return 0;
+        PyObject *tensor = PyTuple_GET_ITEM(pair, 0);
+        if (!Py_IS_TYPE(tensor, self->tensor_t))
+            return 0;
+        PyObject *alloc = slot_get(tensor, self->t_alloc);
+        if (alloc == NULL || !PyObject_TypeCheck(alloc, self->alloc_t) ||
+            slot_get(alloc, self->a_device) != device)
+            return 0;
+        int is_const = attr_true(PyTuple_GET_ITEM(pair, 1), self->s_const);
+        if (is_const < 0)
+            return -1;
+        if (!is_const && !Py_IS_TYPE(alloc, self->alloc_t)) {
+            int ro = attr_true(alloc, self->s_readonly);
+            if (ro != 0)
+                return ro < 0 ? -1 : 0;
+        }
+        allocs[i] = alloc;
+        uses[i] = (char)(is_const ? USE_READ : USE_WRITE);
+        PyObject *w = slot_get(alloc, self->a_write);
+        PyObject *reads = slot_get(alloc, self->a_reads);
+        if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
+            (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
+                              PyTuple_GET_ITEM(w, 0) != stream))) {
+            uses[i] |= USE_CALL;
+            continue;
+        }
+        if (!is_const) {
+            Py_ssize_t nr = PyDict_GET_SIZE(reads);
+            if (nr > 1) {
+                uses[i] |= USE_CALL;
+            }
+            else if (nr == 1 && PyDict_GetItemWithError(reads, stream) == NULL) {
+                if (PyErr_Occurred())
+                    return -1;
+                uses[i] |= USE_CALL;
+            }
+        }
+    }
+    return 1;
+}
+
+/* backend.launch_failed(rc, prepared, grid, block, shared_mem, stream, args, address,
+ * gen): it raises why the launch failed (or, made again from Python, it launched). */
+static int
+launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *address,
+              PyObject *gen)
+{
+    PyObject *code = PyLong_FromLong(rc);
+    if (code == NULL)
+        return -1;
+    PyObject *a[10] = {self->backend, code, slot_get(op, self->op.prepared),
+                       slot_get(op, self->op.grid), slot_get(op, self->op.block),
+                       slot_get(op, self->op.shared_mem), slot_get(stream, self->st.handle),
+                       slot_get(op, self->op.args), address, gen};
+    PyObject *r = PyObject_VectorcallMethod(self->s_launch_failed, a,
+                                            10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(code);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* The launch made by Python, under the lock with LOCAL.active set (BY_FAST_LAUNCH or
+ * BY_LAUNCH_KERNEL; the caller clears LOCAL.active). 0, or -1 with the error set. */
+static int
+python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject *fast_launch,
+              PyObject *box, PyObject *address, PyObject *gen)
+{
+    if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0)
+        return -1;
+    PyObject *prepared = slot_get(op, self->op.prepared), *grid = slot_get(op, self->op.grid);
+    PyObject *block = slot_get(op, self->op.block), *shared = slot_get(op, self->op.shared_mem);
+    PyObject *handle = slot_get(stream, self->st.handle), *args = slot_get(op, self->op.args);
+    if (kind == BY_LAUNCH_KERNEL) {
+        PyObject *a[10] = {self->backend, prepared, grid, block, shared, handle, args, box,
+                           address, gen};
+        PyObject *r = PyObject_VectorcallMethod(self->s_launch_kernel, a,
+                                                10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    /* fast_launch(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, args,
+     * address, gen) -> rc, as express._enqueue calls it */
+    PyObject *fast = slot_get(prepared, self->p_fast);
+    if (!PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
+        PyTuple_GET_SIZE(block) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a launch's grid and block must be 3-tuples");
+        return -1;
+    }
+    PyObject *a[13] = {PyTuple_GET_ITEM(fast, 0), PyTuple_GET_ITEM(grid, 0),
+                       PyTuple_GET_ITEM(grid, 1), PyTuple_GET_ITEM(grid, 2),
+                       PyTuple_GET_ITEM(block, 0), PyTuple_GET_ITEM(block, 1),
+                       PyTuple_GET_ITEM(block, 2), shared, handle, PyTuple_GET_ITEM(fast, 1),
+                       args, address, gen};
+    PyObject *r = PyObject_Vectorcall(fast_launch, a, 13, NULL);
+    if (r == NULL)
+        return -1;
+    long rc = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (rc == -1 && PyErr_Occurred())
+        return -1;
+    return rc == 0 ? 0 : launch_failed(self, op, stream, rc, address, gen);
+}
+
+static PyObject *
+Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("launch", nargs, 4) < 0)
+        return NULL;
+    PyObject *op = args[0], *stream = args[1], *adapter = args[3];
+    long mode = PyLong_AsLong(args[2]);
+    if (mode == -1 && PyErr_Occurred())
+        return NULL;
+    if (mode < MODE_NO_SPIN || mode > MODE_BLOCK) {
+        PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
+        return NULL;
+    }
+    if (!Py_IS_TYPE(op, self->launch_t) || !Py_IS_TYPE(stream, self->stream_t))
+        return generic(self);
+    PyObject *device = slot_get(op, self->op.device);
+    PyObject *prepared = slot_get(op, self->op.prepared);
+    PyObject *tensors = slot_get(op, self->op.tensors);
+    PyObject *output = slot_get(op, self->op.output);
+    PyObject *submitted = slot_get(stream, self->st.submitted);
+    if (device == NULL || slot_get(stream, self->st.device) != device || prepared == NULL ||
+        !PyObject_TypeCheck(prepared, self->prepared_t) || tensors == NULL ||
+        !PyList_CheckExact(tensors) || output == NULL || submitted == NULL ||
+        !PyLong_CheckExact(submitted) || slot_get(stream, self->st.capturing) != Py_False ||
+        PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
+        return generic(self);
+    /* the hub's and the backend's state, as express._enqueue checks it */
+    int t;
+    if ((t = attr_true(self->hub, self->s_use_reactor)) <= 0 ||
+        (t = !attr_true(self->trace, self->s_enabled)) <= 0 ||
+        (t = !attr_true(self->backend, self->s_fault_seen)) <= 0)
+        return t < 0 || PyErr_Occurred() ? NULL : generic(self);
+    PyObject *memops = PyDict_GetItemWithError(self->memops, slot_get(prepared, self->p_ordinal));
+    if (memops != Py_True)
+        return PyErr_Occurred() ? NULL : generic(self);
+    char uses[PARAM_COUNT_MAX];
+    PyObject *allocs[PARAM_COUNT_MAX];
+    Py_ssize_t ntensors = PyList_GET_SIZE(tensors);
+    if ((t = check_tensors(self, tensors, device, stream, uses, allocs)) <= 0)
+        return t < 0 ? NULL : generic(self);
+
+    /* made before the lock: what a native launch needs, and the access records */
+    PyObject *fast_launch = PyObject_GetAttr(self->backend, self->s_fast_launch);
+    if (fast_launch == NULL)
+        return NULL;
+    native_launch nl;
+    PyObject *records[PARAM_COUNT_MAX];
+    PyObject *box = NULL, *result = NULL;
+    Py_ssize_t made = 0;
+    int kind = launch_kind(self, op, stream, prepared, fast_launch, &nl);
+    if (kind < 0)
+        goto done;
+    if (kind != BY_NATIVE && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
+        goto done;
+    for (; made < ntensors; made++) {
+        if (uses[made] != USE_WRITE) {
+            records[made] = NULL;
+            continue;
+        }
+        if ((records[made] = PyTuple_New(2)) == NULL)
+            goto done;
+        PyTuple_SET_ITEM(records[made], 0, Py_NewRef(stream));
+        PyTuple_SET_ITEM(records[made], 1, Py_NewRef(Py_None));
+    }
+
+    if ((t = try_lock(self)) <= 0) { /* held: Python's path waits for it (or raises) */
+        if (t == 0)
+            result = generic(self);
+        goto done;
+    }
+    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
+    if (nfree == 0) { /* Python's path falls back to a host callback, and logs it */
+        result = unlock(self) < 0 ? NULL : generic(self);
+        goto done;
+    }
+    PyObject *slot = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
+    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
+        Py_DECREF(slot);
+        unlock(self);
+        goto done;
+    }
+    Py_ssize_t s = PyLong_AsSsize_t(slot);
+    long long seqv = PyLong_AsLongLong(submitted) + 1;
+    PyObject *seq = PyLong_FromLongLong(seqv);
+    PyObject *oldgen = (s >= 0 && s < self->nslots) ? PyList_GET_ITEM(self->gens, s) : NULL;
+    uint32_t gen = oldgen == NULL ? 0 : (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
+    PyObject *genobj = PyLong_FromUnsignedLong(gen);
+    if (seq == NULL || genobj == NULL || oldgen == NULL || PyErr_Occurred()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "a free slot out of the slab");
+        Py_XDECREF(seq);
+        Py_XDECREF(genobj);
+        PyList_Append(self->free, slot);
+        Py_DECREF(slot);
+        unlock(self);
+        goto done;
+    }
+    slot_set(stream, self->st.submitted, Py_NewRef(seq));
+    int failed = 0, active = 0; /* active: LOCAL.active set */
+    for (Py_ssize_t i = 0; i < ntensors && !failed; i++) { /* Allocation.use */
+        PyObject *alloc = allocs[i];
+        PyObject *reads = slot_get(alloc, self->a_reads);
+        if (uses[i] & USE_CALL) { /* another stream to order after: Python records it */
+            if (!active) {
+                if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) {
+                    failed = 1;
+                    break;
+                }
+                active = 1;
+            }
+            PyObject *a[4] = {alloc, stream, seq, (uses[i] & USE_WRITE) ? Py_True : Py_False};
+            PyObject *r = PyObject_VectorcallMethod(self->s_use, a,
+                                                    4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            failed = r == NULL;
+            Py_XDECREF(r);
+        }
+        else if (uses[i] == USE_WRITE) {
+            if (PyDict_GET_SIZE(reads))
+                PyDict_Clear(reads);
+            PyObject *rec = records[i];
+            records[i] = NULL;
+            PyObject **item = &((PyTupleObject *)rec)->ob_item[1]; /* not shared yet */
+            Py_SETREF(*item, Py_NewRef(seq));
+            slot_set(alloc, self->a_write, rec);
+        }
+        else if (PyDict_SetItem(reads, stream, seq) < 0) {
+            failed = 1;
+        }
+    }
+    PyList_SET_ITEM(self->gens, s, genobj); /* (before the launch: the flag's value) */
+    Py_DECREF(oldgen);
+    uintptr_t address = self->slab + 4 * (uintptr_t)s;
+    if (failed) {
+        /* (a use that failed: nothing launched; the handler below releases it all) */
+    }
+    else if (kind == BY_NATIVE) {
+        long rc = launch_write(nl.lk, nl.wv, &nl.c, nl.n ? nl.slots : NULL, address, gen);
+        self->native_launches++;
+        if (rc != 0) { /* the backend raises why (a write that failed, or made again) */
+            PyObject *addr = PyLong_FromUnsignedLongLong(address);
+            failed = addr == NULL ||
+                     (!active && PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) ||
+                     launch_failed(self, op, stream, rc, addr, genobj) < 0;
+            active = 1;
+            Py_XDECREF(addr);
+        }
+    }
+    else {
+        PyObject *addr = PyLong_FromUnsignedLongLong(address);
+        failed = addr == NULL ||
+                 python_launch(self, kind, op, stream, fast_launch, box, addr, genobj) < 0;
+        active = 1;
+        Py_XDECREF(addr);
+    }
+    if (!failed && active && PyObject_SetAttr(self->local, self->s_active, Py_False) < 0)
+        failed = 1;
+    if (failed) { /* express._core_failed gives the slot back, releases what the op holds */
+        saved_error exc;
+        save_error(&exc);
+        if (box == NULL)
+            box = PyObject_CallNoArgs(self->box_type);
+        if (box != NULL) {
+            PyObject *a[6] = {self->hub, op, stream, seq, slot, box};
+            PyObject *r = PyObject_Vectorcall(self->failed, a, 6, NULL);
+            Py_XDECREF(r);
+        }
+        PyErr_Clear(); /* the launch's error is the one raised */
+        PyObject_SetAttr(self->local, self->s_active, Py_False);
+        PyErr_Clear();
+        unlock(self);
+        PyErr_Clear();
+        restore_error(&exc);
+        Py_DECREF(seq);
+        Py_DECREF(slot);
+        goto done;
+    }
+    if (unlock(self) < 0) {
+        Py_DECREF(seq);
+        Py_DECREF(slot);
+        goto done;
+    }
+    self->launches++;
+
+    /* the spin, outside the lock (express.spin_for) */
+    PyObject *spin_obj = NULL; /* None: await_spin_us skipped it */
+    long long spin_us = 0;
+    PyObject *completed = slot_get(stream, self->st.completed);
+    long long done_seq = completed != NULL && PyLong_CheckExact(completed)
+                             ? PyLong_AsLongLong(completed) : 0;
+    if (mode != MODE_NO_SPIN) {
+        PyObject *budget = PyObject_GetAttr(self->hub, self->s_spin_budget_us);
+        if (budget == NULL)
+            goto unsettled_error;
+        spin_us = PyLong_AsLongLong(budget);
+        Py_DECREF(budget);
+        if (spin_us == -1 && PyErr_Occurred())
+            goto unsettled_error;
+        if (mode == MODE_AWAIT && spin_us) {
+            int long_ops = attr_true(adapter, self->s_long_ops);
+            if (long_ops < 0)
+                goto unsettled_error;
+            if (long_ops || done_seq < seqv - 1) {
+                PyObject *a[4] = {self->hub, adapter, stream, seq};
+                spin_obj = PyObject_Vectorcall(self->spin_us, a, 4, NULL);
+                if (spin_obj == NULL)
+                    goto unsettled_error;
+                spin_us = spin_obj == Py_None ? 0 : PyLong_AsLongLong(spin_obj);
+                if (spin_us == -1 && PyErr_Occurred())
+                    goto unsettled_error;
+            }
+        }
+        else if (mode == MODE_BLOCK && done_seq < seqv - 1) {
+            spin_us = 0;
+        }
+    }
+    int landed = 0;
+    if (spin_us > 0) {
+        _Atomic uint32_t *word = (_Atomic uint32_t *)address;
+        landed = gen_reached(load_acquire(word), gen);
+        if (!landed) {
+            uint64_t budget_ns = (uint64_t)spin_us * 1000u;
+            Py_BEGIN_ALLOW_THREADS
+            uint64_t start = now_ns();
+            for (;;) {
+                for (int k = 0; k < 16 && !landed; k++) {
+                    cpu_relax();
+                    landed = gen_reached(load_acquire(word), gen);
+                }
+                if (landed || now_ns() - start >= budget_ns)
+                    break;
+            }
+            if (!landed)
+                landed = gen_reached(load_acquire(word), gen);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
+        if (mode == MODE_AWAIT && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
+            goto unsettled_error;
+        completed = slot_get(stream, self->st.completed);
+        if (completed == NULL || !PyLong_CheckExact(completed) ||
+            PyLong_AsLongLong(completed) < seqv)
+            slot_set(stream, self->st.completed, Py_NewRef(seq));
+        if (PyList_Append(self->free, slot) < 0)
+            goto unsettled_error;
+        PyObject *count = PyObject_GetAttr(self->stats, self->s_completed_inline);
+        PyObject *more = count == NULL ? NULL : PyNumber_Add(count, self->one);
+        Py_XDECREF(count);
+        if (more == NULL || PyObject_SetAttr(self->stats, self->s_completed_inline, more) < 0) {
+            Py_XDECREF(more);
+            Py_DECREF(seq);
+            Py_DECREF(slot);
+            Py_XDECREF(spin_obj);
+            goto done;
+        }
+        Py_DECREF(more);
+        Py_DECREF(seq);
+        Py_DECREF(slot);
+        Py_XDECREF(spin_obj);
+        result = Py_NewRef(output);
+        goto done;
+    }
+    if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
+        goto unsettled_error;
+    {
+        PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
+        PyObject *addr = PyLong_FromUnsignedLongLong(address);
+        PyObject *genv = PyLong_FromUnsignedLong(gen);
+        if (spin_item && addr && genv) {
+            /* ticket -1: made at once; held None: the op holds what its launch uses */
+            result = PyTuple_Pack(10, self->hub, box, slot, genv, addr, seq, spin_item,
+                                  landed ? Py_True : Py_False, self->minus_one, Py_None);
+        }
+        Py_XDECREF(spin_item);
+        Py_XDECREF(addr);
+        Py_XDECREF(genv);
+    }
+    Py_DECREF(seq);
+    Py_DECREF(slot);
+    Py_XDECREF(spin_obj);
+    goto done;
+
+unsettled_error:
+    /* submitted, and an error before it is settled (out of memory, an attribute gone):
+     * the slot stays claimed (its generation moves on) and the error is raised */
+    Py_DECREF(seq);
+    Py_DECREF(slot);
+    Py_XDECREF(spin_obj);
+done:
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_XDECREF(records[i]);
+    Py_XDECREF(box);
+    Py_DECREF(fast_launch);
+    return result;
+}
+
+/* -- the type ------------------------------------------------------------------------ */
+
+static int
+intern_names(Express *self)
+{
+#define NAME(field, text)                                                                     \
+    if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
+        return -1;
+    NAME(s_use_reactor, "use_reactor")
+    NAME(s_enabled, "enabled")
+    NAME(s_fault_seen, "fault_seen")
+    NAME(s_fast_launch, "fast_launch")
+    NAME(s_current, "current")
+    NAME(s_ordinal, "ordinal")
+    NAME(s_const, "const")
+    NAME(s_readonly, "readonly")
+    NAME(s_itemsize, "itemsize")
+    NAME(s_spin_budget_us, "spin_budget_us")
+    NAME(s_long_ops, "long_ops")
+    NAME(s_completed_inline, "completed_inline")
+    NAME(s_acquire, "acquire")
+    NAME(s_release, "release")
+    NAME(s_active, "active")
+    NAME(s_launch_kernel, "launch_kernel")
+    NAME(s_launch_failed, "launch_failed")
+    NAME(s_use, "use")
+#undef NAME
+    return 0;
+}
+
+static PyObject *
+hub_attr(PyObject *hub, const char *name, PyTypeObject *type)
+{
+    PyObject *v = PyObject_GetAttrString(hub, name);
+    if (v != NULL && type != NULL && !Py_IS_TYPE(v, type)) {
+        PyErr_Format(PyExc_TypeError, "hub.%s must be a %.50s, not %.100s", name, type->tp_name,
+                     Py_TYPE(v)->tp_name);
+        Py_CLEAR(v);
+    }
+    return v;
+}
+
+static int
+is_type(PyObject *t, const char *what)
+{
+    if (PyType_Check(t))
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s must be a type, not %.100s", what, Py_TYPE(t)->tp_name);
+    return 0;
+}
+
+static PyObject *
+Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"hub", "lock", "local", "trace", "launch", "stream", "tensor",
+                             "allocation", "prepared", "box", "generic", "spin_us", "failed",
+                             NULL};
+    PyObject *hub, *lock, *local, *trace, *launch, *stream, *tensor, *alloc, *prepared, *box,
+        *gen, *spin_us, *failed;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOO:Express", kwlist, &hub, &lock,
+                                     &local, &trace, &launch, &stream, &tensor, &alloc,
+                                     &prepared, &box, &gen, &spin_us, &failed))
+        return NULL;
+    if (!is_type(launch, "launch") || !is_type(stream, "stream") || !is_type(tensor, "tensor") ||
+        !is_type(alloc, "allocation") || !is_type(prepared, "prepared"))
+        return NULL;
+    if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed)) {
+        PyErr_SetString(PyExc_TypeError, "box, spin_us and failed must be callable");
+        return NULL;
+    }
+    Express *self = (Express *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->hub = Py_NewRef(hub);
+    self->lock = Py_NewRef(lock);
+    self->local = Py_NewRef(local);
+    self->trace = Py_NewRef(trace);
+    self->launch_t = (PyTypeObject *)Py_NewRef(launch);
+    self->stream_t = (PyTypeObject *)Py_NewRef(stream);
+    self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
+    self->alloc_t = (PyTypeObject *)Py_NewRef(alloc);
+    self->prepared_t = (PyTypeObject *)Py_NewRef(prepared);
+    self->box_type = Py_NewRef(box);
+    self->generic = Py_NewRef(gen);
+    self->spin_us = Py_NewRef(spin_us);
+    self->failed = Py_NewRef(failed);
+    PyObject *slab = NULL, *nslots = NULL;
+    if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
+        (self->minus_one = PyLong_FromLong(-1)) == NULL ||
+        (self->backend = hub_attr(hub, "backend", NULL)) == NULL ||
+        (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
+        (self->free = hub_attr(hub, "free", &PyList_Type)) == NULL ||
+        (self->gens = hub_attr(hub, "gens", &PyList_Type)) == NULL ||
+        (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL ||
+        (slab = hub_attr(hub, "slab", NULL)) == NULL ||
+        (nslots = hub_attr(hub, "nslots", &PyLong_Type)) == NULL)
+        goto fail;
+    unsigned long long slab_address;
+    if (get_u64(slab, &slab_address) < 0)
+        goto fail;
+    self->slab = (uintptr_t)slab_address;
+    self->nslots = PyLong_AsSsize_t(nslots);
+    if (self->nslots < 0 || PyList_GET_SIZE(self->gens) != self->nslots) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "hub.gens must have hub.nslots entries");
+        goto fail;
+    }
+    PyTypeObject *L = self->launch_t, *S = self->stream_t, *T = self->tensor_t,
+                 *A = self->alloc_t, *P = self->prepared_t;
+    if (slot_offset(L, "_device", &self->op.device) < 0 ||
+        slot_offset(L, "_tensors", &self->op.tensors) < 0 ||
+        slot_offset(L, "_prepared", &self->op.prepared) < 0 ||
+        slot_offset(L, "_grid", &self->op.grid) < 0 ||
+        slot_offset(L, "_block", &self->op.block) < 0 ||
+        slot_offset(L, "_shared_mem", &self->op.shared_mem) < 0 ||
+        slot_offset(L, "_args", &self->op.args) < 0 ||
+        slot_offset(L, "_output", &self->op.output) < 0 ||
+        slot_offset(S, "_capturing", &self->st.capturing) < 0 ||
+        slot_offset(S, "device", &self->st.device) < 0 ||
+        slot_offset(S, "_submitted", &self->st.submitted) < 0 ||
+        slot_offset(S, "_completed", &self->st.completed) < 0 ||
+        slot_offset(S, "handle", &self->st.handle) < 0 ||
+        slot_offset(S, "owned", &self->st.owned) < 0 ||
+        slot_offset(T, "_alloc", &self->t_alloc) < 0 ||
+        slot_offset(T, "offset", &self->t_offset) < 0 ||
+        slot_offset(T, "dtype", &self->t_dtype) < 0 ||
+        slot_offset(A, "device", &self->a_device) < 0 ||
+        slot_offset(A, "_write", &self->a_write) < 0 ||
+        slot_offset(A, "_reads", &self->a_reads) < 0 ||
+        slot_offset(A, "ptr", &self->a_ptr) < 0 ||
+        slot_offset(P, "fast", &self->p_fast) < 0 ||
+        slot_offset(P, "ordinal", &self->p_ordinal) < 0)
+        goto fail;
+    Py_DECREF(slab);
+    Py_DECREF(nslots);
+    return (PyObject *)self;
+fail:
+    Py_XDECREF(slab);
+    Py_XDECREF(nslots);
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+Express_traverse(Express *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->hub);
+    Py_VISIT(self->backend);
+    Py_VISIT(self->stats);
+    Py_VISIT(self->free);
+    Py_VISIT(self->gens);
+    Py_VISIT(self->memops);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->local);
+    Py_VISIT(self->trace);
+    Py_VISIT(self->box_type);
+    Py_VISIT(self->generic);
+    Py_VISIT(self->spin_us);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->launch_t);
+    Py_VISIT(self->stream_t);
+    Py_VISIT(self->tensor_t);
+    Py_VISIT(self->alloc_t);
+    Py_VISIT(self->prepared_t);
+    return 0;
+}
+
+static int
+Express_clear(Express *self)
+{
+    Py_CLEAR(self->hub);
+    Py_CLEAR(self->backend);
+    Py_CLEAR(self->stats);
+    Py_CLEAR(self->free);
+    Py_CLEAR(self->gens);
+    Py_CLEAR(self->memops);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->local);
+    Py_CLEAR(self->trace);
+    Py_CLEAR(self->box_type);
+    Py_CLEAR(self->generic);
+    Py_CLEAR(self->spin_us);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->launch_t);
+    Py_CLEAR(self->stream_t);
+    Py_CLEAR(self->tensor_t);
+    Py_CLEAR(self->alloc_t);
+    Py_CLEAR(self->prepared_t);
+    return 0;
+}
+
+static void
+Express_dealloc(Express *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Express_clear(self);
+    PyObject **names[] = {&self->s_use_reactor, &self->s_enabled, &self->s_fault_seen,
+                          &self->s_fast_launch, &self->s_current, &self->s_ordinal,
+                          &self->s_const, &self->s_readonly, &self->s_itemsize,
+                          &self->s_spin_budget_us, &self->s_long_ops, &self->s_completed_inline,
+                          &self->s_acquire, &self->s_release, &self->s_active,
+                          &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
+                          &self->minus_one};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        Py_CLEAR(*names[i]);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+Express_get_counter(Express *self, void *which)
+{
+    unsigned long long v = which == (void *)0   ? self->launches
+                           : which == (void *)1 ? self->native_launches
+                                                : self->declined;
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyMethodDef Express_methods[] = {
+    {"launch", (PyCFunction)(void (*)(void))Express_launch, METH_FASTCALL,
+     "launch($self, op, stream, mode, adapter, /)\n--\n\n"
+     "The express submission of the launch op on stream (mode 0: no spin, 1: an await's "
+     "spin, 2: a blocking sync's; adapter: the loop's, for mode 1). Returns the op's "
+     "output (landed and settled), an express.Sent tuple (submitted, not settled), or "
+     "the generic sentinel (nothing done)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Express_getset[] = {
+    {"launches", (getter)Express_get_counter, NULL, "launches this core submitted", (void *)0},
+    {"native_launches", (getter)Express_get_counter, NULL,
+     "of them, launches packed and made natively (no Python call)", (void *)1},
+    {"declined", (getter)Express_get_counter, NULL,
+     "calls that returned the generic sentinel, having done nothing", (void *)2},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Express_slots[] = {
+    {Py_tp_new, (void *)Express_new},
+    {Py_tp_dealloc, (void *)Express_dealloc},
+    {Py_tp_traverse, (void *)Express_traverse},
+    {Py_tp_clear, (void *)Express_clear},
+    {Py_tp_methods, Express_methods},
+    {Py_tp_getset, Express_getset},
+    {Py_tp_doc, (void *)"Express(*, hub, lock, local, trace, launch, stream, tensor, "
+                        "allocation, prepared, box, generic, spin_us, failed)\n--\n\n"
+                        "The express submission of a kernel launch op in one native call "
+                        "(cuasync._core.express makes one per hub)."},
+    {0, NULL},
+};
+
+PyType_Spec Express_spec = {
+    .name = "cuasync._reactor.Express",
+    .basicsize = sizeof(Express),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = Express_slots,
+};

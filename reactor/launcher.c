@@ -1,0 +1,502 @@
+/*
+ * Launchers of cuasync._reactor: ``kernel[grid, block]`` as a native callable.
+ *
+ * cuasync/_launcher.py writes the launcher of a kernel signature in Python (as
+ * dataclasses writes __init__): for arguments that pass the kernel's launch plan
+ * (tensors of the exact dtype, ints and floats of the exact type within the bounds of
+ * their parameter) it builds the launch op at once, else it calls the full checks.  A
+ * Launcher does exactly that in C, building the op by filling its __slots__ (the
+ * offsets looked up once from the op type's member descriptors): the op is what
+ * ``_Launch(...)`` makes, its __init__ not called.  Anything else goes to the same
+ * Python methods as the generated code: ``kernel._launch_checked(args, grid, block,
+ * shared_mem)`` for arguments the plan does not take, ``kernel._launch(...)`` for the
+ * wrong number of them or parameters replaced since, and ``kernel._check_aliasing`` /
+ * ``kernel._device_of`` for launches of several tensors.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "reactor.h"
+
+/* one plan entry: what an argument must be to take the fast path */
+enum { ARG_TENSOR = 0, ARG_INT, ARG_FLOAT, ARG_OTHER };
+
+typedef struct {
+    int kind, output;
+    PyObject *dtype;     /* ARG_TENSOR: the exact dtype object, or NULL for any */
+    PyObject *lo, *hi;   /* ARG_INT / ARG_OTHER bounds (ARG_OTHER: type(hi) exactly) */
+    long long ilo, ihi;  /* ARG_INT, when both fit (small) */
+    int small;
+    double flo, fhi;     /* ARG_FLOAT */
+    PyObject *param;
+} plan_entry;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *kernel, *params, *grid, *block, *shared_mem, *default_device, *name;
+    PyTypeObject *launch_t, *tensor_t;
+    Py_ssize_t n, npointers, noutputs;
+    plan_entry *plan;
+    /* slots of the op, the tensor and the allocation */
+    Py_ssize_t o_consumed, o_device, o_kernel, o_prepared, o_args, o_tensors, o_output, o_grid,
+        o_block, o_shared_mem, t_alloc, t_dtype, a_device;
+    PyObject *s_params, *s_prepared, *s_prepare, *s_ordinal, *s_launch, *s_launch_checked,
+        *s_check_aliasing, *s_device_of;
+} Launcher;
+
+static int
+member_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ entry", t->tp_name, name);
+    return ok ? 0 : -1;
+}
+
+static inline PyObject *
+get_slot(PyObject *o, Py_ssize_t off)
+{
+    return *(PyObject **)((char *)o + off);
+}
+
+static inline void
+put_slot(PyObject *o, Py_ssize_t off, PyObject *v) /* v: stolen */
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    *p = v;
+    Py_XDECREF(old);
+}
+
+/* kernel.<method>(args, GRID, BLOCK, SHARED_MEM): the Python paths */
+static PyObject *
+call_kernel(Launcher *self, PyObject *method, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    PyObject *a[5] = {self->kernel, tuple, self->grid, self->block, self->shared_mem};
+    PyObject *r = PyObject_VectorcallMethod(method, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(tuple);
+    return r;
+}
+
+/* Whether argument a passes plan entry e: 1, 0, or -1 with an error. */
+static int
+passes(Launcher *self, const plan_entry *e, PyObject *a)
+{
+    switch (e->kind) {
+    case ARG_TENSOR:
+        return Py_IS_TYPE(a, self->tensor_t) &&
+               (e->dtype == NULL || get_slot(a, self->t_dtype) == e->dtype);
+    case ARG_INT: {
+        if (!PyLong_CheckExact(a))
+            return 0;
+        if (e->small) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+            return !overflow && e->ilo <= v && v <= e->ihi;
+        }
+        break; /* (bounds beyond long long: compared as Python ints) */
+    }
+    case ARG_FLOAT: {
+        if (!PyFloat_CheckExact(a))
+            return 0;
+        double v = PyFloat_AS_DOUBLE(a);
+        return e->flo <= v && v <= e->fhi; /* (NaN: false) */
+    }
+    default:
+        if (!Py_IS_TYPE(a, Py_TYPE(e->hi)))
+            return 0;
+        break;
+    }
+    int lo = PyObject_RichCompareBool(e->lo, a, Py_LE);
+    if (lo <= 0)
+        return lo;
+    return PyObject_RichCompareBool(a, e->hi, Py_LE);
+}
+
+static PyObject *
+Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_Format(PyExc_TypeError, "%U() takes no keyword arguments", self->name);
+        return NULL;
+    }
+    PyObject *params = PyObject_GetAttr(self->kernel, self->s_params);
+    if (params == NULL)
+        return NULL;
+    Py_DECREF(params); /* (held by the kernel; compared by identity only) */
+    if (nargs != self->n || params != self->params)
+        return call_kernel(self, self->s_launch, args, nargs);
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        int ok = passes(self, &self->plan[i], args[i]);
+        if (ok < 0)
+            return NULL;
+        if (!ok)
+            return call_kernel(self, self->s_launch_checked, args, nargs);
+    }
+    /* the op's lists: its arguments, and (tensor, param) of each tensor */
+    PyObject *arglist = PyList_New(nargs);
+    PyObject *tensors = PyList_New(self->npointers);
+    PyObject *device = NULL, *prepared = NULL, *output = NULL, *op = NULL;
+    if (arglist == NULL || tensors == NULL)
+        goto fail;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyList_SET_ITEM(arglist, i, Py_NewRef(args[i]));
+        if (self->plan[i].kind != ARG_TENSOR)
+            continue;
+        PyObject *pair = PyTuple_Pack(2, args[i], self->plan[i].param);
+        if (pair == NULL)
+            goto fail;
+        PyList_SET_ITEM(tensors, k++, pair);
+    }
+    /* the device: the first tensor's; several tensors checked as the full path does */
+    if (self->npointers == 0) {
+        device = PyObject_CallNoArgs(self->default_device);
+    }
+    else {
+        PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
+        PyObject *alloc = get_slot(first, self->t_alloc);
+        if (alloc == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
+            goto fail;
+        }
+        device = PyObject_GetAttrString(alloc, "device");
+        if (device != NULL && self->npointers > 1) {
+            PyObject *a[2] = {self->kernel, tensors};
+            PyObject *r = PyObject_VectorcallMethod(self->s_check_aliasing, a,
+                                                    2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+            for (Py_ssize_t j = 1; j < self->npointers; j++) {
+                PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
+                PyObject *its = get_slot(t, self->t_alloc);
+                PyObject *other = its == NULL ? NULL : PyObject_GetAttrString(its, "device");
+                if (other == NULL)
+                    goto fail;
+                Py_DECREF(other);
+                if (other != device) {
+                    Py_SETREF(device, PyObject_VectorcallMethod(
+                                          self->s_device_of, a,
+                                          2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
+                    break;
+                }
+            }
+        }
+    }
+    if (device == NULL)
+        goto fail;
+    /* prepared = kernel._prepared.get(device.ordinal) or kernel._prepare(device) */
+    PyObject *cache = PyObject_GetAttr(self->kernel, self->s_prepared);
+    PyObject *ordinal = cache == NULL ? NULL : PyObject_GetAttr(device, self->s_ordinal);
+    if (ordinal != NULL && PyDict_Check(cache)) {
+        prepared = PyDict_GetItemWithError(cache, ordinal);
+        Py_XINCREF(prepared);
+    }
+    Py_XDECREF(cache);
+    Py_XDECREF(ordinal);
+    if (PyErr_Occurred())
+        goto fail;
+    int usable = prepared == NULL ? 0 : PyObject_IsTrue(prepared);
+    if (usable < 0)
+        goto fail;
+    if (!usable) {
+        Py_XDECREF(prepared);
+        PyObject *a[2] = {self->kernel, device};
+        prepared = PyObject_VectorcallMethod(self->s_prepare, a,
+                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (prepared == NULL)
+            goto fail;
+    }
+    /* the output: the one written tensor, a tuple of several, or None */
+    if (self->noutputs == 1) {
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            if (self->plan[i].output)
+                output = Py_NewRef(args[i]);
+    }
+    else if (self->noutputs > 1) {
+        if ((output = PyTuple_New(self->noutputs)) == NULL)
+            goto fail;
+        Py_ssize_t j = 0;
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            if (self->plan[i].output)
+                PyTuple_SET_ITEM(output, j++, Py_NewRef(args[i]));
+    }
+    else {
+        output = Py_NewRef(Py_None);
+    }
+    if ((op = self->launch_t->tp_alloc(self->launch_t, 0)) == NULL)
+        goto fail;
+    put_slot(op, self->o_consumed, Py_NewRef(Py_False));
+    put_slot(op, self->o_device, device);
+    put_slot(op, self->o_kernel, Py_NewRef(self->kernel));
+    put_slot(op, self->o_prepared, prepared);
+    put_slot(op, self->o_args, arglist);
+    put_slot(op, self->o_tensors, tensors);
+    put_slot(op, self->o_output, output);
+    put_slot(op, self->o_grid, Py_NewRef(self->grid));
+    put_slot(op, self->o_block, Py_NewRef(self->block));
+    put_slot(op, self->o_shared_mem, Py_NewRef(self->shared_mem));
+    return op;
+fail:
+    Py_XDECREF(arglist);
+    Py_XDECREF(tensors);
+    Py_XDECREF(device);
+    Py_XDECREF(prepared);
+    Py_XDECREF(output);
+    return NULL;
+}
+
+static void
+plan_free(Launcher *self)
+{
+    if (self->plan == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Py_CLEAR(self->plan[i].dtype);
+        Py_CLEAR(self->plan[i].lo);
+        Py_CLEAR(self->plan[i].hi);
+        Py_CLEAR(self->plan[i].param);
+    }
+    PyMem_Free(self->plan);
+    self->plan = NULL;
+}
+
+/* One plan entry from (kind, a, b, param, output): kind "P" (a: dtype or None), "i"
+ * (int bounds a..b), "f" (float bounds) or "o" (type(b), bounds a..b). */
+static int
+plan_entry_from(PyObject *t, plan_entry *e)
+{
+    const char *kind;
+    PyObject *a, *b, *param;
+    int output;
+    if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "sOOOp", &kind, &a, &b, &param, &output)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a plan entry is (kind, a, b, param, output)");
+        return -1;
+    }
+    e->param = Py_NewRef(param);
+    e->output = output;
+    switch (kind[0]) {
+    case 'P':
+        e->kind = ARG_TENSOR;
+        e->dtype = a == Py_None ? NULL : Py_NewRef(a);
+        return 0;
+    case 'f':
+        e->kind = ARG_FLOAT;
+        e->flo = PyFloat_AsDouble(a);
+        e->fhi = PyFloat_AsDouble(b);
+        return PyErr_Occurred() ? -1 : 0;
+    case 'i':
+    case 'o':
+        e->kind = kind[0] == 'i' ? ARG_INT : ARG_OTHER;
+        e->lo = Py_NewRef(a);
+        e->hi = Py_NewRef(b);
+        if (e->kind == ARG_INT) {
+            int o1, o2;
+            e->ilo = PyLong_AsLongLongAndOverflow(a, &o1);
+            e->ihi = PyLong_AsLongLongAndOverflow(b, &o2);
+            if (PyErr_Occurred())
+                return -1;
+            e->small = !o1 && !o2;
+        }
+        return 0;
+    default:
+        PyErr_Format(PyExc_ValueError, "unknown plan entry kind %.10s", kind);
+        return -1;
+    }
+}
+
+static PyObject *
+Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"kernel", "params", "plan", "launch", "tensor", "grid", "block",
+                             "shared_mem", "default_device", "name", NULL};
+    PyObject *kernel, *params, *plan, *launch, *tensor, *grid, *block, *shared_mem, *dflt,
+        *name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOU:Launcher", kwlist, &kernel,
+                                     &params, &PyTuple_Type, &plan, &PyType_Type, &launch,
+                                     &PyType_Type, &tensor, &grid, &block, &shared_mem, &dflt,
+                                     &name))
+        return NULL;
+    Launcher *self = (Launcher *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)Launcher_vectorcall;
+    self->kernel = Py_NewRef(kernel);
+    self->params = Py_NewRef(params);
+    self->grid = Py_NewRef(grid);
+    self->block = Py_NewRef(block);
+    self->shared_mem = Py_NewRef(shared_mem);
+    self->default_device = Py_NewRef(dflt);
+    self->name = Py_NewRef(name);
+    self->launch_t = (PyTypeObject *)Py_NewRef(launch);
+    self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
+    self->n = PyTuple_GET_SIZE(plan);
+    self->plan = PyMem_Calloc(self->n ? (size_t)self->n : 1, sizeof(plan_entry));
+    if (self->plan == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        if (plan_entry_from(PyTuple_GET_ITEM(plan, i), &self->plan[i]) < 0)
+            goto fail;
+        self->npointers += self->plan[i].kind == ARG_TENSOR;
+        self->noutputs += self->plan[i].output;
+    }
+#define NAME(field, text)                                                                     \
+    if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
+        goto fail;
+    NAME(s_params, "params")
+    NAME(s_prepared, "_prepared")
+    NAME(s_prepare, "_prepare")
+    NAME(s_ordinal, "ordinal")
+    NAME(s_launch, "_launch")
+    NAME(s_launch_checked, "_launch_checked")
+    NAME(s_check_aliasing, "_check_aliasing")
+    NAME(s_device_of, "_device_of")
+#undef NAME
+    PyTypeObject *L = self->launch_t, *T = self->tensor_t;
+    if (member_offset(L, "_consumed", &self->o_consumed) < 0 ||
+        member_offset(L, "_device", &self->o_device) < 0 ||
+        member_offset(L, "_kernel", &self->o_kernel) < 0 ||
+        member_offset(L, "_prepared", &self->o_prepared) < 0 ||
+        member_offset(L, "_args", &self->o_args) < 0 ||
+        member_offset(L, "_tensors", &self->o_tensors) < 0 ||
+        member_offset(L, "_output", &self->o_output) < 0 ||
+        member_offset(L, "_grid", &self->o_grid) < 0 ||
+        member_offset(L, "_block", &self->o_block) < 0 ||
+        member_offset(L, "_shared_mem", &self->o_shared_mem) < 0 ||
+        member_offset(T, "_alloc", &self->t_alloc) < 0 ||
+        member_offset(T, "dtype", &self->t_dtype) < 0)
+        goto fail;
+    if (L->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "%.100s must have __slots__ only", L->tp_name);
+        goto fail;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+Launcher_traverse(Launcher *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->kernel);
+    Py_VISIT(self->params);
+    Py_VISIT(self->grid);
+    Py_VISIT(self->block);
+    Py_VISIT(self->shared_mem);
+    Py_VISIT(self->default_device);
+    Py_VISIT(self->launch_t);
+    Py_VISIT(self->tensor_t);
+    if (self->plan != NULL) {
+        for (Py_ssize_t i = 0; i < self->n; i++) {
+            Py_VISIT(self->plan[i].dtype);
+            Py_VISIT(self->plan[i].lo);
+            Py_VISIT(self->plan[i].hi);
+            Py_VISIT(self->plan[i].param);
+        }
+    }
+    return 0;
+}
+
+static int
+Launcher_clear(Launcher *self)
+{
+    Py_CLEAR(self->kernel);
+    Py_CLEAR(self->params);
+    Py_CLEAR(self->grid);
+    Py_CLEAR(self->block);
+    Py_CLEAR(self->shared_mem);
+    Py_CLEAR(self->default_device);
+    Py_CLEAR(self->launch_t);
+    Py_CLEAR(self->tensor_t);
+    plan_free(self);
+    return 0;
+}
+
+static void
+Launcher_dealloc(Launcher *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Launcher_clear(self);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->s_params);
+    Py_CLEAR(self->s_prepared);
+    Py_CLEAR(self->s_prepare);
+    Py_CLEAR(self->s_ordinal);
+    Py_CLEAR(self->s_launch);
+    Py_CLEAR(self->s_launch_checked);
+    Py_CLEAR(self->s_check_aliasing);
+    Py_CLEAR(self->s_device_of);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+Launcher_repr(Launcher *self)
+{
+    return PyUnicode_FromFormat("<cuasync launcher %U>", self->name);
+}
+
+static PyObject *
+Launcher_get_name(Launcher *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->name);
+}
+
+static PyGetSetDef Launcher_getset[] = {
+    {"__name__", (getter)Launcher_get_name, NULL, "kernel[grid, block, shared_mem]", NULL},
+    {"__qualname__", (getter)Launcher_get_name, NULL, "kernel[grid, block, shared_mem]", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Launcher_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Launcher, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Launcher_slots[] = {
+    {Py_tp_new, (void *)Launcher_new},
+    {Py_tp_dealloc, (void *)Launcher_dealloc},
+    {Py_tp_traverse, (void *)Launcher_traverse},
+    {Py_tp_clear, (void *)Launcher_clear},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_repr, (void *)Launcher_repr},
+    {Py_tp_getset, Launcher_getset},
+    {Py_tp_members, Launcher_members},
+    {Py_tp_doc, (void *)"Launcher(*, kernel, params, plan, launch, tensor, grid, block, "
+                        "shared_mem, default_device, name)\n--\n\n"
+                        "kernel[grid, block, shared_mem] as a native callable "
+                        "(cuasync._launcher.make_launcher makes one per configuration)."},
+    {0, NULL},
+};
+
+PyType_Spec Launcher_spec = {
+    .name = "cuasync._reactor.Launcher",
+    .basicsize = sizeof(Launcher),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = Launcher_slots,
+};
