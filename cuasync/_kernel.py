@@ -34,6 +34,7 @@ from ._core.op import DeviceOp, _NativeLaunchBase
 from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
 from ._launcher import make_launcher
+from ._native import NATIVE
 from ._nvrtc import compile_cubin
 from ._partition import Partition
 from ._signature import Param, parse_params
@@ -657,6 +658,12 @@ class _Launchable(Generic[R]):
                 ctx.write(tensor._alloc, param.name)
 
 
+# ``kernel[grid, block]`` in C where the native module is built: two ints are a lookup
+# of the launcher cache; anything else (and a miss) is the method above.
+if getattr(NATIVE, "ConfigLookup", None) is not None:
+    _Launchable.__getitem__ = NATIVE.ConfigLookup(fallback=_Launchable.__getitem__)  # type: ignore[method-assign]
+
+
 class _Launch(_NativeLaunchBase[Any]):
     """One kernel launch: the arguments are checked, the kernel prepared for ``device``."""
 
@@ -707,9 +714,10 @@ class _Launch(_NativeLaunchBase[Any]):
     def _sync(self, stream: Stream) -> Any:
         return express.sync_launch(self, stream)
 
-    #: See :meth:`DeviceOp.__await__`; a launch takes the express path when it can (the
-    #: function itself, not a method calling it: one frame less on every await).
-    __await__ = express.await_launch
+    #: See :meth:`DeviceOp.__await__`; a launch takes the express path when it can: the
+    #: native module's ``LaunchAwait`` where it is built, else the function itself (not a
+    #: method calling it: one frame less on every await).
+    __await__ = express.launch_awaiter(express.await_launch)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel

@@ -50,7 +50,7 @@ restore_error(saved_error *e)
 
 /* the offsets of the slots the core reads and writes, by type */
 typedef struct {
-    Py_ssize_t device, tensors, prepared, grid, block, shared_mem, args, output;
+    Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
 } op_offsets;
 
 typedef struct {
@@ -398,12 +398,14 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     return rc == 0 ? 0 : launch_failed(self, op, stream, rc, address, gen);
 }
 
+static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, long mode,
+                                 PyObject *adapter);
+
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_nargs("launch", nargs, 4) < 0)
         return NULL;
-    PyObject *op = args[0], *stream = args[1], *adapter = args[3];
     long mode = PyLong_AsLong(args[2]);
     if (mode == -1 && PyErr_Occurred())
         return NULL;
@@ -411,6 +413,13 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
         return NULL;
     }
+    return express_launch(self, args[0], args[1], mode, args[3]);
+}
+
+/* Express.launch's work (see the module comment). */
+static PyObject *
+express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter)
+{
     if (!Py_IS_TYPE(op, self->launch_t) || !Py_IS_TYPE(stream, self->stream_t))
         return generic(self);
     PyObject *device = slot_get(op, self->op.device);
@@ -803,7 +812,8 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     PyTypeObject *L = self->launch_t, *S = self->stream_t, *T = self->tensor_t,
                  *A = self->alloc_t, *P = self->prepared_t;
-    if (slot_offset(L, "_device", &self->op.device) < 0 ||
+    if (slot_offset(L, "_consumed", &self->op.consumed) < 0 ||
+        slot_offset(L, "_device", &self->op.device) < 0 ||
         slot_offset(L, "_tensors", &self->op.tensors) < 0 ||
         slot_offset(L, "_prepared", &self->op.prepared) < 0 ||
         slot_offset(L, "_grid", &self->op.grid) < 0 ||
@@ -952,4 +962,391 @@ PyType_Spec Express_spec = {
     .basicsize = sizeof(Express),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = Express_slots,
+};
+
+/* -- the await of a launch ----------------------------------------------------------- */
+
+/*
+ * LaunchAwait is ``_Launch.__await__`` (a method descriptor, as a def in the class body
+ * is): ``await op`` runs express.await_launch's preamble here (the loop's adapter, the
+ * op taken, the policy's stream) and the hub's core's launch, and returns
+ *
+ *   - a Done iterator holding the output, when the work landed within the spin;
+ *   - ``finish(op, stream, adapter, sent)`` (a Python generator) for the rest: parking,
+ *     errors, or Python's express path when the core declined;
+ *   - ``fallback(op)`` (express.await_launch itself) when this is not the common case:
+ *     no hub or no core (or one replaced, as tests do), bursts stepping aside, an op
+ *     already taken (it raises there).  The loop's adapter is loops._last's when that is
+ *     the running asyncio loop, else running_adapter()'s (trio, another loop).
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
+        *policy_var, *stream_for, *done_t, *core_t;
+    PyObject *s_hub, *s_last, *s_express, *s_step_aside, *s_policy, *s_next_stream;
+    unsigned long long inline_awaits;
+} LaunchAwait;
+
+/* Done: an iterator that returns its value at once (``await`` of work that landed). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *value;
+} Done;
+
+static PySendResult
+Done_send(Done *self, PyObject *Py_UNUSED(arg), PyObject **result)
+{
+    *result = self->value == NULL ? Py_NewRef(Py_None) : Py_NewRef(self->value);
+    Py_CLEAR(self->value);
+    return PYGEN_RETURN;
+}
+
+static PyObject *
+stop_with(PyObject *value)
+{
+    /* StopIteration(value), made explicitly: a tuple value must not become its args */
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, value);
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *
+Done_iternext(Done *self)
+{
+    PyObject *value = self->value == NULL ? Py_NewRef(Py_None) : self->value;
+    self->value = NULL;
+    stop_with(value);
+    Py_DECREF(value);
+    return NULL;
+}
+
+static PyObject *
+Done_send_method(Done *self, PyObject *Py_UNUSED(arg))
+{
+    return Done_iternext(self);
+}
+
+static PyObject *
+Done_throw(Done *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_CLEAR(self->value);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+        return NULL;
+    }
+    PyObject *exc = args[0];
+    if (PyExceptionClass_Check(exc))
+        PyErr_SetNone(exc);
+    else if (PyExceptionInstance_Check(exc))
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    else
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    return NULL;
+}
+
+static PyObject *
+Done_close(Done *self, PyObject *Py_UNUSED(arg))
+{
+    Py_CLEAR(self->value);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Done_iter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static void
+Done_dealloc(Done *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->value);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int
+Done_traverse(Done *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->value);
+    return 0;
+}
+
+static PyMethodDef Done_methods[] = {
+    {"send", (PyCFunction)Done_send_method, METH_O, "Return the value (StopIteration)."},
+    {"throw", (PyCFunction)(void (*)(void))Done_throw, METH_FASTCALL, "Raise the exception."},
+    {"close", (PyCFunction)Done_close, METH_NOARGS, "Drop the value."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Done_slots[] = {
+    {Py_tp_dealloc, (void *)Done_dealloc},
+    {Py_tp_traverse, (void *)Done_traverse},
+    {Py_tp_iter, (void *)Done_iter},
+    {Py_tp_iternext, (void *)Done_iternext},
+    {Py_am_send, (void *)Done_send},
+    {Py_tp_methods, Done_methods},
+    {Py_tp_doc, (void *)"The iterator of an await whose work landed: it returns the value."},
+    {0, NULL},
+};
+
+static PyType_Spec Done_spec = {
+    .name = "cuasync._reactor.Done",
+    .basicsize = sizeof(Done),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Done_slots,
+};
+
+static PyObject *
+call_one(PyObject *f, PyObject *arg)
+{
+    return PyObject_Vectorcall(f, &arg, 1, NULL);
+}
+
+static PyObject *
+LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "__await__() takes no arguments");
+        return NULL;
+    }
+    PyObject *op = args[0];
+    PyObject *hub = PyObject_GetAttr(self->completion, self->s_hub);
+    if (hub == NULL)
+        return NULL;
+    PyObject *core = hub == Py_None ? NULL : PyObject_GetAttr(hub, self->s_express);
+    int step_aside = core == NULL ? 0 : attr_true(hub, self->s_step_aside);
+    Py_DECREF(hub);
+    if (core == NULL && PyErr_Occurred())
+        return NULL;
+    if (step_aside < 0) {
+        Py_DECREF(core);
+        return NULL;
+    }
+    Express *x = (Express *)core;
+    if (core == NULL || step_aside || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
+        !Py_IS_TYPE(op, x->launch_t)) { /* (a core replaced: a test's spy) */
+        Py_XDECREF(core);
+        return call_one(self->fallback, op);
+    }
+    /* the loop's adapter: loops._last, the common case of running_adapter() */
+    PyObject *last = PyObject_GetAttr(self->loops, self->s_last);
+    PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
+    PyObject *adapter = NULL;
+    if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
+        PyWeakref_CheckRef(PyTuple_GET_ITEM(last, 0)) &&
+        PyWeakref_GET_OBJECT(PyTuple_GET_ITEM(last, 0)) == running &&
+        PyTuple_GET_ITEM(last, 1) != Py_None)
+        adapter = Py_NewRef(PyTuple_GET_ITEM(last, 1));
+    Py_XDECREF(last);
+    Py_XDECREF(running);
+    if (adapter == NULL && !PyErr_Occurred()) /* another loop, or trio: looked up in Python */
+        adapter = PyObject_CallNoArgs(self->running_adapter);
+    if (adapter == NULL) { /* no loop it can wait on: raised before anything is submitted */
+        Py_DECREF(core);
+        return NULL;
+    }
+    PyObject *device = slot_get(op, x->op.device);
+    if (slot_get(op, x->op.consumed) != Py_False || device == NULL || device == Py_None) {
+        Py_DECREF(adapter);
+        Py_DECREF(core);
+        return PyErr_Occurred() ? NULL : call_one(self->fallback, op);
+    }
+    slot_set(op, x->op.consumed, Py_NewRef(Py_True));
+    /* the policy's stream (express.await_launch's, as it words its checks) */
+    PyObject *policy = NULL, *stream = NULL, *result = NULL;
+    if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
+        goto done;
+    if (policy == NULL || policy == Py_None) {
+        Py_XDECREF(policy);
+        if ((policy = PyObject_GetAttr(device, self->s_policy)) == NULL)
+            goto done;
+    }
+    stream = PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+    if (stream == NULL)
+        goto done;
+    if (!Py_IS_TYPE(stream, x->stream_t) || slot_get(stream, x->st.device) != device) {
+        Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
+        if (stream == NULL)
+            goto done;
+    }
+    PyObject *sent = express_launch(x, op, stream, MODE_AWAIT, adapter);
+    if (sent == NULL)
+        goto done;
+    if (sent == slot_get(op, x->op.output)) { /* landed within the spin, and settled */
+        Done *d = PyObject_GC_New(Done, (PyTypeObject *)self->done_t);
+        if (d == NULL) {
+            Py_DECREF(sent);
+            goto done;
+        }
+        d->value = sent;
+        PyObject_GC_Track(d);
+        self->inline_awaits++;
+        result = (PyObject *)d;
+        goto done;
+    }
+    PyObject *a[4] = {op, stream, adapter, sent};
+    result = PyObject_Vectorcall(self->finish, a, 4, NULL);
+    Py_DECREF(sent);
+done:
+    Py_XDECREF(policy);
+    Py_XDECREF(stream);
+    Py_DECREF(adapter);
+    Py_DECREF(core);
+    return result;
+}
+
+static PyObject *
+LaunchAwait_descr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"core", "fallback", "finish", "completion", "loops",
+                             "get_running_loop", "running_adapter", "policy", "stream_for",
+                             NULL};
+    PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOO:LaunchAwait", kwlist,
+                                     &PyType_Type, &core_t, &fallback, &finish, &completion,
+                                     &loops, &grl, &ra, &policy, &stream_for))
+        return NULL;
+    if (!PyContextVar_CheckExact(policy)) {
+        PyErr_SetString(PyExc_TypeError, "policy must be a ContextVar");
+        return NULL;
+    }
+    LaunchAwait *self = (LaunchAwait *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)LaunchAwait_vectorcall;
+    self->fallback = Py_NewRef(fallback);
+    self->finish = Py_NewRef(finish);
+    self->completion = Py_NewRef(completion);
+    self->loops = Py_NewRef(loops);
+    self->get_running_loop = Py_NewRef(grl);
+    self->running_adapter = Py_NewRef(ra);
+    self->policy_var = Py_NewRef(policy);
+    self->stream_for = Py_NewRef(stream_for);
+    self->core_t = Py_NewRef(core_t);
+    self->done_t = PyType_FromSpec(&Done_spec);
+    if (self->done_t == NULL)
+        goto fail;
+#define NAME(field, text)                                                                     \
+    if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
+        goto fail;
+    NAME(s_hub, "_hub")
+    NAME(s_last, "_last")
+    NAME(s_express, "express")
+    NAME(s_step_aside, "step_aside")
+    NAME(s_policy, "policy")
+    NAME(s_next_stream, "next_stream")
+#undef NAME
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->finish);
+    Py_VISIT(self->completion);
+    Py_VISIT(self->loops);
+    Py_VISIT(self->get_running_loop);
+    Py_VISIT(self->running_adapter);
+    Py_VISIT(self->policy_var);
+    Py_VISIT(self->stream_for);
+    Py_VISIT(self->done_t);
+    Py_VISIT(self->core_t);
+    return 0;
+}
+
+static int
+LaunchAwait_clear(LaunchAwait *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->finish);
+    Py_CLEAR(self->completion);
+    Py_CLEAR(self->loops);
+    Py_CLEAR(self->get_running_loop);
+    Py_CLEAR(self->running_adapter);
+    Py_CLEAR(self->policy_var);
+    Py_CLEAR(self->stream_for);
+    Py_CLEAR(self->done_t);
+    Py_CLEAR(self->core_t);
+    return 0;
+}
+
+static void
+LaunchAwait_dealloc(LaunchAwait *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    LaunchAwait_clear(self);
+    Py_CLEAR(self->s_hub);
+    Py_CLEAR(self->s_last);
+    Py_CLEAR(self->s_express);
+    Py_CLEAR(self->s_step_aside);
+    Py_CLEAR(self->s_policy);
+    Py_CLEAR(self->s_next_stream);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+LaunchAwait_get_inline(LaunchAwait *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromUnsignedLongLong(self->inline_awaits);
+}
+
+static PyGetSetDef LaunchAwait_getset[] = {
+    {"inline_awaits", (getter)LaunchAwait_get_inline, NULL,
+     "awaits it returned a Done iterator for (landed within the spin)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef LaunchAwait_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(LaunchAwait, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot LaunchAwait_slots[] = {
+    {Py_tp_new, (void *)LaunchAwait_new},
+    {Py_tp_dealloc, (void *)LaunchAwait_dealloc},
+    {Py_tp_traverse, (void *)LaunchAwait_traverse},
+    {Py_tp_clear, (void *)LaunchAwait_clear},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_descr_get, (void *)LaunchAwait_descr_get},
+    {Py_tp_getset, LaunchAwait_getset},
+    {Py_tp_members, LaunchAwait_members},
+    {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "
+                        "get_running_loop, running_adapter, policy, stream_for)\n--\n\n"
+                        "_Launch.__await__ in C: the preamble of express.await_launch and "
+                        "the hub's core's launch, returning an iterator."},
+    {0, NULL},
+};
+
+PyType_Spec LaunchAwait_spec = {
+    .name = "cuasync._reactor.LaunchAwait",
+    .basicsize = sizeof(LaunchAwait),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = LaunchAwait_slots,
 };

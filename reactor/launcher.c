@@ -500,3 +500,185 @@ PyType_Spec Launcher_spec = {
              Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = Launcher_slots,
 };
+
+/* -- kernel[grid, block] and an op's finalizer, as method descriptors ---------------- */
+
+/*
+ * ConfigLookup is ``_Launchable.__getitem__``: ``kernel[grid, block]`` with two exact
+ * ints is a lookup of the kernel's launcher cache (``kernel.__dict__["_launcher_cache"]``);
+ * everything else, and a miss, is ``fallback(kernel, config)`` (the Python method, which
+ * checks, words its errors and fills the cache).
+ *
+ * OpFinalizer is ``_Launch.__del__``: an op never executed is ``warn(op)``d (the Python
+ * finalizer's check of interpreter shutdown included); an executed one costs no call.
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;
+    PyObject *s_cache;
+    Py_ssize_t consumed; /* OpFinalizer: the offset of _consumed */
+} MethodShim;
+
+static PyObject *
+ConfigLookup_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
+                        PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 2 && kwnames == NULL) {
+        PyObject *config = args[1];
+        if (PyTuple_CheckExact(config) && PyTuple_GET_SIZE(config) == 2 &&
+            PyLong_CheckExact(PyTuple_GET_ITEM(config, 0)) &&
+            PyLong_CheckExact(PyTuple_GET_ITEM(config, 1))) {
+            PyObject *dict = PyObject_GenericGetDict(args[0], NULL);
+            if (dict == NULL)
+                return NULL;
+            PyObject *cache = PyDict_GetItemWithError(dict, self->s_cache);
+            PyObject *hit = cache != NULL && PyDict_CheckExact(cache)
+                                ? PyDict_GetItemWithError(cache, config) : NULL;
+            Py_XINCREF(hit);
+            Py_DECREF(dict);
+            if (hit != NULL)
+                return hit;
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+OpFinalizer_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 1 && kwnames == NULL &&
+        *(PyObject **)((char *)args[0] + self->consumed) == Py_True)
+        Py_RETURN_NONE; /* executed: nothing to say */
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+MethodShim_descr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+ConfigLookup_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fallback", NULL};
+    PyObject *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O:ConfigLookup", kwlist, &fallback))
+        return NULL;
+    MethodShim *self = (MethodShim *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)ConfigLookup_vectorcall;
+    self->fallback = Py_NewRef(fallback);
+    if ((self->s_cache = PyUnicode_InternFromString("_launcher_cache")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+OpFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"op", "warn", NULL};
+    PyObject *op, *warn;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!O:OpFinalizer", kwlist, &PyType_Type, &op,
+                                     &warn))
+        return NULL;
+    MethodShim *self = (MethodShim *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)OpFinalizer_vectorcall;
+    self->fallback = Py_NewRef(warn);
+    if (member_offset((PyTypeObject *)op, "_consumed", &self->consumed) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+MethodShim_traverse(MethodShim *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+MethodShim_clear(MethodShim *self)
+{
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+MethodShim_dealloc(MethodShim *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    MethodShim_clear(self);
+    Py_CLEAR(self->s_cache);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef MethodShim_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(MethodShim, vectorcall), READONLY, NULL},
+    {"__wrapped__", T_OBJECT_EX, offsetof(MethodShim, fallback), READONLY,
+     "the Python method this shim calls where it does not answer itself"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot ConfigLookup_slots[] = {
+    {Py_tp_new, (void *)ConfigLookup_new},
+    {Py_tp_dealloc, (void *)MethodShim_dealloc},
+    {Py_tp_traverse, (void *)MethodShim_traverse},
+    {Py_tp_clear, (void *)MethodShim_clear},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_descr_get, (void *)MethodShim_descr_get},
+    {Py_tp_members, MethodShim_members},
+    {Py_tp_doc, (void *)"ConfigLookup(*, fallback)\n--\n\n"
+                        "kernel[grid, block] with two ints: the kernel's cached launcher, else "
+                        "fallback(kernel, config)."},
+    {0, NULL},
+};
+
+static PyType_Slot OpFinalizer_slots[] = {
+    {Py_tp_new, (void *)OpFinalizer_new},
+    {Py_tp_dealloc, (void *)MethodShim_dealloc},
+    {Py_tp_traverse, (void *)MethodShim_traverse},
+    {Py_tp_clear, (void *)MethodShim_clear},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_descr_get, (void *)MethodShim_descr_get},
+    {Py_tp_members, MethodShim_members},
+    {Py_tp_doc, (void *)"OpFinalizer(*, op, warn)\n--\n\n"
+                        "An op type's __del__: warn(op) unless the op was executed."},
+    {0, NULL},
+};
+
+#define SHIM_FLAGS                                                                            \
+    (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |                      \
+     Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR)
+
+PyType_Spec ConfigLookup_spec = {
+    .name = "cuasync._reactor.ConfigLookup",
+    .basicsize = sizeof(MethodShim),
+    .flags = SHIM_FLAGS,
+    .slots = ConfigLookup_slots,
+};
+
+PyType_Spec OpFinalizer_spec = {
+    .name = "cuasync._reactor.OpFinalizer",
+    .basicsize = sizeof(MethodShim),
+    .flags = SHIM_FLAGS,
+    .slots = OpFinalizer_slots,
+};

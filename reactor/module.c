@@ -809,13 +809,21 @@ module_exec(PyObject *m)
     st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
     st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
     st->submitter_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Submitter_spec, NULL);
-    PyObject *express_type = PyType_FromModuleAndSpec(m, &Express_spec, NULL);
-    PyObject *launcher_type = PyType_FromModuleAndSpec(m, &Launcher_spec, NULL);
-    int express_added = express_type != NULL && launcher_type != NULL &&
-                        PyModule_AddObjectRef(m, "Express", express_type) == 0 &&
-                        PyModule_AddObjectRef(m, "Launcher", launcher_type) == 0;
-    Py_XDECREF(express_type);
-    Py_XDECREF(launcher_type);
+    /* the native op core: express.c and launcher.c */
+    static struct {
+        const char *name;
+        PyType_Spec *spec;
+    } core_types[] = {
+        {"Express", &Express_spec},         {"LaunchAwait", &LaunchAwait_spec},
+        {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
+        {"OpFinalizer", &OpFinalizer_spec},
+    };
+    int express_added = 1;
+    for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
+        PyObject *t = PyType_FromModuleAndSpec(m, core_types[i].spec, NULL);
+        express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
+        Py_XDECREF(t);
+    }
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||
         st->submitter_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||

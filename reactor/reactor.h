@@ -263,7 +263,10 @@ long launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **par
 int is_launch_packed(PyObject *f);
 /* The express core's type (express.c) and the launchers' (launcher.c). */
 extern PyType_Spec Express_spec;
+extern PyType_Spec LaunchAwait_spec;
 extern PyType_Spec Launcher_spec;
+extern PyType_Spec ConfigLookup_spec;
+extern PyType_Spec OpFinalizer_spec;
 /* The end of the last parameter of a checked layout, in bytes. */
 uint32_t layout_extent(const char *layout, Py_ssize_t n);
 

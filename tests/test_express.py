@@ -20,7 +20,9 @@ from conftest import ON_EMULATOR, await_held, wait_until
 
 import cuasync
 import cuasync.testing as ct
+from cuasync import _kernel
 from cuasync._backends import get_backend
+from cuasync._backends._params import _layout
 from cuasync._core import express
 from cuasync._core.completion import get_hub
 from cuasync.errors import ArgumentError, KernelError, ReentrancyError
@@ -47,42 +49,38 @@ bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
 
 
 class Path:
-    """Which path launches take in a test: ``express`` (the core's or Python's), and the
-    attempts of the path under test (whether each took the launch)."""
+    """Which path launches take in a test: ``express`` (the core's or Python's), and what
+    shows whether each launch took it: the core's counters, or the Python path's attempts."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.express = name != "generic"
         self.attempts: list[bool] = []
+        self.core: Any = None
+        self.counts = (0, 0)
 
     def check(self) -> None:
-        """On the express run, every launch took it, where awaits use flag slots (with
+        """On the express runs, every launch took it, where awaits use flag slots (with
         host callbacks it never can)."""
-        if self.express:
+        reactor = get_hub().use_reactor
+        if self.core is not None:
+            launches, declined = self.counts
+            assert self.core.launches > launches or not reactor, "no launch took the core"
+            assert (self.core.declined == declined) == reactor, "the core declined a launch"
+        elif self.express:
             assert self.attempts, "no launch reached the express path"
-            assert all(self.attempts) == get_hub().use_reactor, self.attempts
-
-
-class _CoreSpy:
-    """The hub's native core, recording whether each call took the launch."""
-
-    def __init__(self, core: Any, attempts: list[bool]) -> None:
-        self.core, self.attempts = core, attempts
-
-    def launch(self, op: Any, stream: cuasync.Stream, mode: int, adapter: Any) -> Any:
-        sent = self.core.launch(op, stream, mode, adapter)
-        self.attempts.append(sent is not express.GENERIC)
-        return sent
+            assert all(self.attempts) == reactor, self.attempts
 
 
 @pytest.fixture(params=["core", "express", "generic"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
     chosen = Path(request.param)
     hub = get_hub()
-    if chosen.name == "core":
+    if chosen.name == "core":  # (awaits through the native _Launch.__await__ as well)
         if hub.express is None:
             pytest.skip("the native module is not built: launches have no native core")
-        monkeypatch.setattr(hub, "express", _CoreSpy(hub.express, chosen.attempts))
+        chosen.core = hub.express
+        chosen.counts = (hub.express.launches, hub.express.declined)
         return chosen
     monkeypatch.setattr(hub, "express", None)
     if not chosen.express:
@@ -231,8 +229,14 @@ async def test_what_the_express_path_leaves_to_the_generic_one(
     with pytest.raises(ArgumentError, match="read-only"):
         await bump[1, 16](readonly, 16)
     np.testing.assert_array_equal(await x.to_host(), np.ones(16, np.float32))
-    if path.express:  # the warm-up launch only: the other two were left to the generic path
-        assert path.attempts == [get_hub().use_reactor, False, False]
+    # the warm-up launch only: the other two were left to the generic path
+    reactor = get_hub().use_reactor
+    if path.core is not None:
+        launches, declined = path.counts
+        taken = (path.core.launches - launches, path.core.declined - declined)
+        assert taken == ((1, 2) if reactor else (0, 3))
+    elif path.express:
+        assert path.attempts == [reactor, False, False]
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="emulator only: a numpy twin raises there")
@@ -384,3 +388,179 @@ async def test_a_failed_native_launch_raises_from_its_await_and_leaks_nothing(
     native_launch.rc = 0
     assert await bump[1, 32](x, 32) is x
     np.testing.assert_array_equal(await x.to_host(), np.ones(32, np.float32))
+
+
+class _StubDriver:
+    """A driver table of C-callable stubs for the native module (``set_entry_points``):
+    ``cuLaunchKernel`` records its configuration and its packed parameters (bump's: a
+    pointer and an int) and returns ``rc``; ``cuStreamWriteValue32`` writes the flag."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.rc = 0
+        self.launches: list[tuple[Any, ...]] = []
+        u32, u64, ptr = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p
+        launch_t = ctypes.CFUNCTYPE(ctypes.c_int, ptr, *[u32] * 7, ptr, ptr, ptr)
+        write_t = ctypes.CFUNCTYPE(ctypes.c_int, ptr, u64, u32, u32)
+
+        def launch(f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int,
+                   stream: int, params: int, extra: int) -> int:  # fmt: skip
+            slots = (u64 * 2).from_address(params)
+            pointer = u64.from_address(slots[0]).value
+            n = ctypes.c_int32.from_address(slots[1]).value
+            self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, pointer, n))
+            return self.rc
+
+        def write(stream: int, address: int, value: int, flags: int) -> int:
+            u32.from_address(address).value = value
+            return 0
+
+        self.launch, self.write = launch_t(launch), write_t(write)
+        cast = ctypes.cast
+        self.entry = {
+            "launch_kernel": cast(self.launch, ptr).value,
+            "write_value32": cast(self.write, ptr).value,
+        }
+
+
+@pytest.fixture
+def stub_driver(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The native core's own launch (packed and made in C) against :class:`_StubDriver`:
+    the backend's ``fast_launch`` is the native module's ``launch_packed``, bump has a
+    handle and a layout, and ``current`` says device 0."""
+    if not ON_EMULATOR:
+        pytest.skip("on a GPU every launch test takes this path with the driver's entry points")
+    hub = get_hub()
+    if hub.express is None:
+        pytest.skip("the native module is not built: launches have no native core")
+    native = hub.native
+    stub = _StubDriver()
+    prepared = bump._prepare(cuasync.Device(0))
+    layout = _layout(["Q", "i"], [0])  # bump(float* x, int n)
+    monkeypatch.setattr(prepared, "fast", (0xF00D, layout))
+    monkeypatch.setattr(get_backend(), "fast_launch", native.launch_packed, raising=False)
+    current = type("Current", (), {"ordinal": 0})()
+    monkeypatch.setattr(get_backend(), "current", current, raising=False)
+    native.set_entry_points(**stub.entry)
+    yield stub
+    native.set_entry_points()  # never leave dangling callback pointers behind
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_the_native_core_packs_launches_and_settles_them_itself(
+    anyio_backend: Any, baseline: Any, stub_driver: Any
+) -> None:
+    x = await cuasync.zeros((300,), dtype="float32")
+    _needs_flag_slots()
+    core = get_hub().express
+    stream = cuasync.Device(0).new_stream()
+    before, native_before = cuasync.stats(), core.native_launches
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        assert await bump[2, 256](x, 300) is x  # (nothing runs: the stub only records)
+        assert await bump[2, 256](x[4:], 296) is not x  # a view: its own address
+    assert bump[1, 32](x, 7).sync_on(stream, allow_in_loop=True) is x
+    await bump[1, 32](x, 8).submit_on(stream)
+    after = cuasync.stats()
+    assert core.native_launches - native_before == 4
+    assert [launch[1:] for launch in stub_driver.launches] == [
+        ((2, 1, 1), (256, 1, 1), 0, stream.handle, x.ptr, 300),
+        ((2, 1, 1), (256, 1, 1), 0, stream.handle, x.ptr + 16, 296),
+        ((1, 1, 1), (32, 1, 1), 0, stream.handle, x.ptr, 7),
+        ((1, 1, 1), (32, 1, 1), 0, stream.handle, x.ptr, 8),
+    ]
+    assert {launch[0] for launch in stub_driver.launches} == {0xF00D}
+    assert after.completed_inline - before.completed_inline >= 3  # the flag was there at once
+    assert after.slots_armed == before.slots_armed
+    assert x._alloc._write == (stream, stream._submitted)  # its access recorded
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_native_launch_the_driver_refuses_raises_and_leaks_nothing(
+    anyio_backend: Any, baseline: Any, stub_driver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = await cuasync.zeros((32,), dtype="float32")
+    _needs_flag_slots()
+    failed: list[int] = []
+
+    def launch_failed(rc: int, *args: Any) -> None:
+        failed.append(rc)
+        raise cuasync.errors.DriverError(rc, "cuLaunchKernel")
+
+    monkeypatch.setattr(get_backend(), "launch_failed", launch_failed, raising=False)
+    stub_driver.rc = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    slots = cuasync.stats().slots_armed
+    with pytest.raises(cuasync.errors.DriverError):
+        await bump[1, 32](x, 32)
+    with pytest.raises(cuasync.errors.DriverError):
+        bump[1, 32](x, 32).sync_on(cuasync.Device(0).new_stream(), allow_in_loop=True)
+    assert failed == [700, 700]
+    await wait_until(lambda: cuasync.stats().slots_armed == slots)
+    stub_driver.rc = 0
+    assert await bump[1, 32](x, 32) is x
+
+
+SWAP = r"""
+extern "C" __global__ void swap(float* a, float* b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float t = a[i]; a[i] = b[i]; b[i] = t; }
+}
+"""
+
+
+def _swap_twin(a: Any, b: Any, n: int) -> None:
+    a[:n], b[:n] = b[:n].copy(), a[:n].copy()
+
+
+swap = cuasync.Kernel(SWAP, "swap", emulate=_swap_twin)
+
+
+def _native_await() -> Any:
+    awaiter = _kernel._Launch.__dict__["__await__"]
+    if awaiter is express.await_launch:
+        pytest.skip("the native module is not built: _Launch.__await__ is Python's")
+    return awaiter
+
+
+async def test_the_native_await_returns_the_output_of_work_that_landed(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    awaiter = _native_await()
+    _needs_flag_slots()
+    a = await cuasync.from_host(np.arange(4, dtype=np.float32))
+    b = await cuasync.zeros((4,), dtype="float32")
+    await swap[1, 32](a, b, 4)
+    monkeypatch.setattr(get_hub(), "spin_budget_us", 2_000_000)  # every await lands in it
+    inline, before = awaiter.inline_awaits, cuasync.stats()
+    with cuasync.use_policy(cuasync.SingleStream(cuasync.Device(0).new_stream())):
+        for _ in range(20):
+            out = await swap[1, 32](a, b, 4)
+            assert type(out) is tuple and out[0] is a and out[1] is b  # several: a tuple
+    after = cuasync.stats()
+    assert awaiter.inline_awaits - inline == 20  # each returned from C, no Python frame
+    assert after.completed_inline - before.completed_inline == 20
+    assert after.slots_armed == before.slots_armed
+    # 21 swaps in all: swapped
+    np.testing.assert_array_equal(await a.to_host(), np.zeros(4, np.float32))
+    np.testing.assert_array_equal(await b.to_host(), np.arange(4, dtype=np.float32))
+
+
+async def test_the_native_await_refuses_an_op_awaited_twice(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    _native_await()
+    x = await cuasync.zeros((8,), dtype="float32")
+    op = bump[1, 32](x, 8)
+    assert await op is x
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        await op
+
+    class Delegating:  # a library's awaitable that hands over an op's __await__
+        def __init__(self, op: cuasync.DeviceOp[Any]) -> None:
+            self.iterator = op.__await__()
+
+        def __await__(self) -> Any:
+            return self.iterator
+
+    assert await Delegating(bump[1, 32](x, 8)) is x
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))

@@ -118,10 +118,18 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
         sent = core.launch(op, stream, AWAIT, adapter)
         if sent is op._output:  # landed within the spin, and settled
             return sent
-        if sent is GENERIC:
-            sent = _enqueue(op, stream, AWAIT, adapter)
     else:
         sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
+    return (yield from _finish_await(op, stream, adapter, sent))
+
+
+def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator[Any, Any, Any]:
+    """The rest of ``await op`` once submitted (``sent``: what the submission returned;
+    :data:`GENERIC`: the native core declined it, so Python's express path submits it):
+    stepping aside in a burst, settling, parking. The native ``_Launch.__await__``
+    (``_reactor.LaunchAwait``) returns this for work that did not land in its spin."""
+    if sent is GENERIC:
+        sent = _enqueue(op, stream, AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
@@ -343,6 +351,21 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
         spin_us = hub.spin_budget_us
     landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
     return hub, box, slot, gen, address, seq, spin_us, landed, -1, None
+
+
+def launch_awaiter(fallback: Callable[..., Any]) -> Any:
+    """``_Launch.__await__``: the native module's (``_reactor.LaunchAwait``: the preamble
+    of :func:`await_launch` and the hub's core's launch in C), else ``fallback``."""
+    native = _completion._reactor
+    if native is None or not hasattr(native, "LaunchAwait"):
+        return fallback
+    import asyncio
+
+    return native.LaunchAwait(
+        core=native.Express, fallback=fallback, finish=_finish_await, completion=_completion,
+        loops=_loops, get_running_loop=asyncio._get_running_loop,
+        running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
+    )  # fmt: skip
 
 
 def make_core(hub: Any) -> Any:
