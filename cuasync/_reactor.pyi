@@ -1,5 +1,6 @@
 """Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
 
+from collections.abc import Callable
 from typing import Any, Final, SupportsIndex, final
 
 ABI: Final[int]
@@ -191,3 +192,103 @@ def launch_packed(
     """:func:`launch_and_write` with the parameters packed in C from ``args`` by
     ``layout`` (8-byte records: struct code, 3 pad bytes, uint32 offset; ``P``: a pointer,
     an int or an object with ``.ptr``); returns as :func:`launch_and_write` does."""
+
+# -- the native op core (express.c, launcher.c) -------------------------------------------
+
+@final
+class Express:
+    """The express submission of a kernel launch op in one native call (one per hub:
+    ``cuasync._core.express.make_core``)."""
+
+    def __new__(
+        cls,
+        *,
+        hub: Any,
+        lock: Any,
+        local: Any,
+        trace: Any,
+        launch: type,
+        stream: type,
+        tensor: type,
+        allocation: type,
+        prepared: type,
+        box: Callable[[], list[BaseException]],
+        generic: object,
+        spin_us: Callable[..., int | None],
+        failed: Callable[..., None],
+    ) -> Express: ...
+    def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
+        """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking
+        sync's): the op's output (landed and settled), an ``express.Sent`` tuple, or the
+        ``generic`` sentinel (nothing done)."""
+    @property
+    def launches(self) -> int: ...
+    @property
+    def native_launches(self) -> int: ...
+    @property
+    def declined(self) -> int: ...
+
+@final
+class LaunchAwait:
+    """``_Launch.__await__`` in C: the await's preamble and the hub's core's launch."""
+
+    def __new__(
+        cls,
+        *,
+        core: type,
+        fallback: Callable[[Any], Any],
+        finish: Callable[..., Any],
+        completion: Any,
+        loops: Any,
+        get_running_loop: Callable[[], Any],
+        running_adapter: Callable[[], Any],
+        policy: Any,
+        stream_for: Callable[[Any], Any],
+    ) -> LaunchAwait: ...
+    def __call__(self, op: Any, /) -> Any: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+    @property
+    def inline_awaits(self) -> int: ...
+
+@final
+class Launcher:
+    """``kernel[grid, block, shared_mem]`` as a native callable that builds the op."""
+
+    def __new__(
+        cls,
+        *,
+        kernel: Any,
+        params: Any,
+        plan: tuple[tuple[str, Any, Any, Any, bool], ...],
+        launch: type,
+        tensor: type,
+        grid: Any,
+        block: Any,
+        shared_mem: Any,
+        default_device: Callable[[], Any],
+        name: str,
+    ) -> Launcher: ...
+    def __call__(self, *args: Any) -> Any: ...
+    #: ``kernel[grid, block, shared_mem]``, as the generated Python launcher is named.
+    __name__: str
+    __qualname__: str
+
+@final
+class ConfigLookup:
+    """``_Launchable.__getitem__``: a cached launcher for two ints, else ``fallback``."""
+
+    def __new__(cls, *, fallback: Callable[[Any, Any], Any]) -> ConfigLookup: ...
+    def __call__(self, kernel: Any, config: Any, /) -> Any: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+    @property
+    def __wrapped__(self) -> Callable[..., Any]: ...
+
+@final
+class OpFinalizer:
+    """An op type's ``__del__``: ``warn(op)`` unless the op was executed."""
+
+    def __new__(cls, *, op: type, warn: Callable[[Any], None]) -> OpFinalizer: ...
+    def __call__(self, op: Any, /) -> None: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+    @property
+    def __wrapped__(self) -> Callable[..., Any]: ...

@@ -90,7 +90,10 @@ def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> expres
     ):
         return None
     backend = hub.backend
-    if backend.fault_seen or hub._memops.get(device.ordinal) is not True:
+    memops = hub._memops.get(device.ordinal)
+    if memops is None:  # (asked once per device)
+        memops = hub.stream_memops(device.ordinal)
+    if backend.fault_seen or memops is not True:
         return None
     block = staging_pool().acquire(nbytes)  # read now, as the single route does
     staged = block.scratch(nbytes).view(source.dtype)

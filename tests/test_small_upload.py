@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from conftest import await_held, wait_until
+from conftest import await_held, run_script, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -191,3 +191,41 @@ async def test_larger_and_empty_sources_take_the_generic_path(
         t = await cuasync.from_host(source)
         np.testing.assert_array_equal(await t.to_host(), source)
     path.check(taken=False)
+
+
+def test_a_process_that_only_blocks_takes_the_express_paths_too() -> None:
+    # The express paths need to know the device takes flag writes; a process that never
+    # awaits (no completion attached) asks on its first submission instead.
+    out = run_script(
+        """
+        import numpy as np, cuasync
+        from cuasync import _small_upload
+        from cuasync._core import express
+        from cuasync._core.completion import get_hub
+        hub = get_hub()
+        if not hub.use_reactor:
+            print("no flag slots")
+            raise SystemExit
+        taken = []
+        upload, launch = _small_upload.enqueue, express._enqueue
+        def spy(real):
+            def call(*args):
+                sent = real(*args)
+                taken.append(sent is not None)
+                return sent
+            return call
+        _small_upload.enqueue = spy(upload)
+        express._enqueue = spy(launch)
+        hub.express = None  # the Python path's attempts are what is counted here
+        t = cuasync.from_host(np.arange(256, dtype=np.float32)).sync()
+        bump = cuasync.Kernel(
+            'extern "C" __global__ void bump(float* x, int n) '
+            '{ int i = threadIdx.x; if (i < n) x[i] += 1.0f; }',
+            "bump", emulate=lambda x, n: x.__setitem__(slice(0, n), x[:n] + 1),
+        )
+        bump[1, 256](t, 256).sync()
+        assert (t.to_host().sync() == np.arange(256) + 1).all()
+        print("taken", taken)
+        """
+    ).stdout
+    assert "no flag slots" in out or "taken [True, True]" in out, out

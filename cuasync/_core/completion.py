@@ -423,6 +423,18 @@ class Hub:
         if self.reactor is not None:
             self.reactor.close()
 
+    def stream_memops(self, ordinal: int) -> bool:
+        """Whether device ``ordinal`` takes stream memory ops (the flag writes), asked of
+        the backend once; ``_memops`` holds the answers, read inline on every submission.
+
+        >>> hub.stream_memops(0)
+        True
+        """
+        memops = self._memops.get(ordinal)
+        if memops is None:
+            memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
+        return memops
+
     def attach(self, ctx: ExecutionContext, out: Output[Any]) -> Completion:
         """Create the completion of ``ctx`` and enqueue its notification after the work."""
         comp = Completion(ctx, out)
@@ -433,7 +445,7 @@ class Hub:
             ordinal = ctx.device.ordinal
             memops = self._memops.get(ordinal)
             if memops is None:
-                memops = self._memops[ordinal] = self.backend.supports_stream_memops(ordinal)
+                memops = self.stream_memops(ordinal)
             if memops:
                 try:
                     slot = self.free.pop()

@@ -280,8 +280,11 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
     ):
         return None
     backend = hub.backend
-    if backend.fault_seen or hub._memops.get(stream.device.ordinal) is not True:
-        return None  # (the first attach on a device fills _memops)
+    memops = hub._memops.get(stream.device.ordinal)
+    if memops is None:  # (asked once per device: a process that only syncs asks here)
+        memops = hub.stream_memops(stream.device.ordinal)
+    if backend.fault_seen or memops is not True:
+        return None
     device = stream.device
     tensors = op._tensors
     for tensor, param in tensors:

@@ -133,8 +133,15 @@ class DeviceOp(ProcessLocal, Generic[T]):
                 comp = self._start(stream, notify)
             finally:
                 LOCAL.traced = False
-            if comp.state == PENDING:
+            # Every traced op gets its in-flight range, even one that already finished (a
+            # host callback on another thread can finish it before this line): under the
+            # state lock, finish() either comes after (and ends the range) or came before
+            # (and the range is opened and closed here).
+            with comp._lock:
                 trace.start_flight(comp, flight)
+                finished = comp.state != PENDING
+            if finished:
+                trace.end_flight(comp)
         return comp
 
     def _trace_name(self) -> str:
