@@ -193,6 +193,13 @@ def launch_packed(
     ``layout`` (8-byte records: struct code, 3 pad bytes, uint32 offset; ``P``: a pointer,
     an int or an object with ``.ptr``); returns as :func:`launch_and_write` does."""
 
+def stub_entry_points() -> dict[str, int]:
+    """Entry points for ``set_entry_points(**...)`` that reach no driver: the launch
+    counts the call (:func:`stub_launches`), the flag write stores the value at once."""
+
+def stub_launches() -> int:
+    """Calls of the stub ``launch_kernel`` so far."""
+
 # -- the native op core (express.c, launcher.c) -------------------------------------------
 
 @final
@@ -227,6 +234,8 @@ class Express:
     def native_launches(self) -> int: ...
     @property
     def declined(self) -> int: ...
+    @property
+    def completed_inline(self) -> int: ...
 
 @final
 class LaunchAwait:
@@ -292,3 +301,15 @@ class OpFinalizer:
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
     @property
     def __wrapped__(self) -> Callable[..., Any]: ...
+
+@final
+class ExecLock:
+    """cuasync's execution lock: ``threading.Lock``'s methods, and a non-blocking take
+    from C for the express core."""
+
+    def __new__(cls) -> ExecLock: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *args: object) -> None: ...

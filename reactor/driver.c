@@ -647,6 +647,54 @@ mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
     return launch_then_write(lk, wv, &c, n ? slots : NULL, address, value);
 }
 
+/* -- a stub driver table (benchmarks and tests of the native paths, no GPU) ---------- */
+
+static _Atomic unsigned long long g_stub_launches = 0;
+
+/* cuLaunchKernel that launches nothing: it counts the call. */
+static CUresult
+stub_launch_kernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                   unsigned int by, unsigned int bz, unsigned int shared_mem, void *stream,
+                   void **params, void **extra)
+{
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared_mem,
+        (void)stream, (void)params, (void)extra;
+    atomic_fetch_add_explicit(&g_stub_launches, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* cuStreamWriteValue32 done by the host at once: a release store to a word of a live
+ * slab (anything else: CUDA_ERROR_INVALID_VALUE, nothing written). */
+static CUresult
+stub_write_value32(void *stream, CUdeviceptr address, uint32_t value, unsigned int flags)
+{
+    (void)stream, (void)flags;
+    int live = 0;
+    pthread_mutex_lock(&g_slabs_mu);
+    for (size_t i = 0; i < g_nslabs && !live; i++)
+        live = address >= g_slabs[i].lo && address + 4 <= g_slabs[i].hi && address % 4 == 0;
+    pthread_mutex_unlock(&g_slabs_mu);
+    if (!live)
+        return 1;
+    atomic_store_explicit((_Atomic uint32_t *)(uintptr_t)address, value, memory_order_release);
+    return 0;
+}
+
+static PyObject *
+mod_stub_entry_points(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
+{
+    return Py_BuildValue("{sKsK}", "launch_kernel",
+                         (unsigned long long)(uintptr_t)stub_launch_kernel, "write_value32",
+                         (unsigned long long)(uintptr_t)stub_write_value32);
+}
+
+static PyObject *
+mod_stub_launches(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
+{
+    return PyLong_FromUnsignedLongLong(
+        atomic_load_explicit(&g_stub_launches, memory_order_relaxed));
+}
+
 int
 is_launch_packed(PyObject *f)
 {
@@ -677,6 +725,13 @@ PyMethodDef cuasync_driver_methods[] = {
      "address, value, /)\n--\n\n"
      "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32. "
      "Returns 0, the launch's CUresult, or minus the write's CUresult (the launch is enqueued)."},
+    {"stub_entry_points", (PyCFunction)mod_stub_entry_points, METH_NOARGS,
+     "stub_entry_points($module, /)\n--\n\n"
+     "Entry points for set_entry_points(**...) that reach no driver: launch_kernel counts "
+     "the call (stub_launches()) and launches nothing, write_value32 stores the value to "
+     "a word of a live slab at once. For measuring and testing the native paths."},
+    {"stub_launches", (PyCFunction)mod_stub_launches, METH_NOARGS,
+     "stub_launches($module, /)\n--\n\nCalls of the stub launch_kernel so far."},
     {"launch_packed", (PyCFunction)(void (*)(void))mod_launch_packed, METH_FASTCALL,
      "launch_packed($module, function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, "
      "args, address, value, /)\n--\n\n"

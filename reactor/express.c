@@ -60,6 +60,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *free, *gens, *memops, *lock, *local, *trace;
+    PyObject *hub_dict, *trace_dict; /* the hub's __dict__, the trace module's */
     PyObject *box_type, *generic, *spin_us, *failed, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
     uintptr_t slab;
@@ -74,7 +75,7 @@ typedef struct {
         *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
         *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
         *s_launch_failed, *s_use;
-    unsigned long long launches, native_launches, declined;
+    unsigned long long launches, native_launches, declined, completed_inline;
 } Express;
 
 static inline PyObject *
@@ -123,6 +124,29 @@ attr_true(PyObject *o, PyObject *name)
     return t;
 }
 
+/* An instance attribute read from the instance's __dict__ (no type lookup: the hub's
+ * and the trace module's attributes are plain ones); the attribute itself when the
+ * dict has no such key (a class default). A new reference, or NULL with an error. */
+static PyObject *
+dict_attr(PyObject *dict, PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, name);
+    if (v != NULL)
+        return Py_NewRef(v);
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(obj, name);
+}
+
+static int
+dict_true(PyObject *dict, PyObject *obj, PyObject *name)
+{
+    PyObject *v = dict_attr(dict, obj, name);
+    if (v == NULL)
+        return -1;
+    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
 static PyObject *
 generic(Express *self)
 {
@@ -131,9 +155,16 @@ generic(Express *self)
 }
 
 /* the lock's acquire(False) / release() */
+int exec_lock_try(PyObject *o);
+void exec_lock_release(PyObject *o);
+static PyTypeObject *g_exec_lock_type;
+
 static int
 try_lock(Express *self)
 {
+    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
+    if (fast >= 0)
+        return fast;
     PyObject *args[2] = {self->lock, Py_False};
     PyObject *r = PyObject_VectorcallMethod(self->s_acquire, args,
                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -147,6 +178,10 @@ try_lock(Express *self)
 static int
 unlock(Express *self)
 {
+    if (g_exec_lock_type != NULL && Py_IS_TYPE(self->lock, g_exec_lock_type)) {
+        exec_lock_release(self->lock);
+        return 0;
+    }
     PyObject *r = PyObject_VectorcallMethod(self->s_release, &self->lock,
                                             1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (r == NULL)
@@ -435,8 +470,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         return generic(self);
     /* the hub's and the backend's state, as express._enqueue checks it */
     int t;
-    if ((t = attr_true(self->hub, self->s_use_reactor)) <= 0 ||
-        (t = !attr_true(self->trace, self->s_enabled)) <= 0 ||
+    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
+        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
         (t = !attr_true(self->backend, self->s_fault_seen)) <= 0)
         return t < 0 || PyErr_Occurred() ? NULL : generic(self);
     PyObject *memops = PyDict_GetItemWithError(self->memops, slot_get(prepared, self->p_ordinal));
@@ -592,12 +627,13 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
 
     /* the spin, outside the lock (express.spin_for) */
     PyObject *spin_obj = NULL; /* None: await_spin_us skipped it */
+    int long_ops_was = 0;      /* the adapter's long_ops, read for an await's spin */
     long long spin_us = 0;
     PyObject *completed = slot_get(stream, self->st.completed);
     long long done_seq = completed != NULL && PyLong_CheckExact(completed)
                              ? PyLong_AsLongLong(completed) : 0;
     if (mode != MODE_NO_SPIN) {
-        PyObject *budget = PyObject_GetAttr(self->hub, self->s_spin_budget_us);
+        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
         if (budget == NULL)
             goto unsettled_error;
         spin_us = PyLong_AsLongLong(budget);
@@ -608,6 +644,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             int long_ops = attr_true(adapter, self->s_long_ops);
             if (long_ops < 0)
                 goto unsettled_error;
+            long_ops_was = long_ops;
             if (long_ops || done_seq < seqv - 1) {
                 PyObject *a[4] = {self->hub, adapter, stream, seq};
                 spin_obj = PyObject_Vectorcall(self->spin_us, a, 4, NULL);
@@ -644,25 +681,15 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         }
     }
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
-        if (mode == MODE_AWAIT && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
-            goto unsettled_error;
+        if (long_ops_was && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
+            goto unsettled_error; /* (only when it was set: the common await reads it only) */
         completed = slot_get(stream, self->st.completed);
         if (completed == NULL || !PyLong_CheckExact(completed) ||
             PyLong_AsLongLong(completed) < seqv)
             slot_set(stream, self->st.completed, Py_NewRef(seq));
         if (PyList_Append(self->free, slot) < 0)
             goto unsettled_error;
-        PyObject *count = PyObject_GetAttr(self->stats, self->s_completed_inline);
-        PyObject *more = count == NULL ? NULL : PyNumber_Add(count, self->one);
-        Py_XDECREF(count);
-        if (more == NULL || PyObject_SetAttr(self->stats, self->s_completed_inline, more) < 0) {
-            Py_XDECREF(more);
-            Py_DECREF(seq);
-            Py_DECREF(slot);
-            Py_XDECREF(spin_obj);
-            goto done;
-        }
-        Py_DECREF(more);
+        self->completed_inline++; /* (Hub.snapshot adds it to stats().completed_inline) */
         Py_DECREF(seq);
         Py_DECREF(slot);
         Py_XDECREF(spin_obj);
@@ -773,6 +800,10 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "box, spin_us and failed must be callable");
         return NULL;
     }
+    if (!PyModule_Check(trace)) {
+        PyErr_SetString(PyExc_TypeError, "trace must be a module");
+        return NULL;
+    }
     Express *self = (Express *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -780,6 +811,11 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->lock = Py_NewRef(lock);
     self->local = Py_NewRef(local);
     self->trace = Py_NewRef(trace);
+    self->trace_dict = Py_NewRef(PyModule_GetDict(trace));
+    if ((self->hub_dict = PyObject_GenericGetDict(hub, NULL)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->launch_t = (PyTypeObject *)Py_NewRef(launch);
     self->stream_t = (PyTypeObject *)Py_NewRef(stream);
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
@@ -860,6 +896,8 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->lock);
     Py_VISIT(self->local);
     Py_VISIT(self->trace);
+    Py_VISIT(self->hub_dict);
+    Py_VISIT(self->trace_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
     Py_VISIT(self->spin_us);
@@ -884,6 +922,8 @@ Express_clear(Express *self)
     Py_CLEAR(self->lock);
     Py_CLEAR(self->local);
     Py_CLEAR(self->trace);
+    Py_CLEAR(self->hub_dict);
+    Py_CLEAR(self->trace_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
     Py_CLEAR(self->spin_us);
@@ -920,7 +960,8 @@ Express_get_counter(Express *self, void *which)
 {
     unsigned long long v = which == (void *)0   ? self->launches
                            : which == (void *)1 ? self->native_launches
-                                                : self->declined;
+                           : which == (void *)2 ? self->declined
+                                                : self->completed_inline;
     return PyLong_FromUnsignedLongLong(v);
 }
 
@@ -940,6 +981,9 @@ static PyGetSetDef Express_getset[] = {
      "of them, launches packed and made natively (no Python call)", (void *)1},
     {"declined", (getter)Express_get_counter, NULL,
      "calls that returned the generic sentinel, having done nothing", (void *)2},
+    {"completed_inline", (getter)Express_get_counter, NULL,
+     "launches it settled itself, landed within the spin (in stats().completed_inline)",
+     (void *)3},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -983,7 +1027,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
-        *policy_var, *stream_for, *done_t, *core_t;
+        *policy_var, *stream_for, *done_t, *core_t, *completion_dict, *loops_dict;
     PyObject *s_hub, *s_last, *s_express, *s_step_aside, *s_policy, *s_next_stream;
     unsigned long long inline_awaits;
 } LaunchAwait;
@@ -1121,11 +1165,13 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
         return NULL;
     }
     PyObject *op = args[0];
-    PyObject *hub = PyObject_GetAttr(self->completion, self->s_hub);
+    PyObject *hub = dict_attr(self->completion_dict, self->completion, self->s_hub);
     if (hub == NULL)
         return NULL;
-    PyObject *core = hub == Py_None ? NULL : PyObject_GetAttr(hub, self->s_express);
-    int step_aside = core == NULL ? 0 : attr_true(hub, self->s_step_aside);
+    PyObject *hub_dict = hub == Py_None ? NULL : PyObject_GenericGetDict(hub, NULL);
+    PyObject *core = hub_dict == NULL ? NULL : dict_attr(hub_dict, hub, self->s_express);
+    int step_aside = core == NULL ? 0 : dict_true(hub_dict, hub, self->s_step_aside);
+    Py_XDECREF(hub_dict);
     Py_DECREF(hub);
     if (core == NULL && PyErr_Occurred())
         return NULL;
@@ -1140,7 +1186,7 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
         return call_one(self->fallback, op);
     }
     /* the loop's adapter: loops._last, the common case of running_adapter() */
-    PyObject *last = PyObject_GetAttr(self->loops, self->s_last);
+    PyObject *last = dict_attr(self->loops_dict, self->loops, self->s_last);
     PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
     PyObject *adapter = NULL;
     if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
@@ -1242,6 +1288,12 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->policy_var = Py_NewRef(policy);
     self->stream_for = Py_NewRef(stream_for);
     self->core_t = Py_NewRef(core_t);
+    if (!PyModule_Check(completion) || !PyModule_Check(loops)) {
+        PyErr_SetString(PyExc_TypeError, "completion and loops must be modules");
+        goto fail;
+    }
+    self->completion_dict = Py_NewRef(PyModule_GetDict(completion));
+    self->loops_dict = Py_NewRef(PyModule_GetDict(loops));
     self->done_t = PyType_FromSpec(&Done_spec);
     if (self->done_t == NULL)
         goto fail;
@@ -1275,6 +1327,8 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->stream_for);
     Py_VISIT(self->done_t);
     Py_VISIT(self->core_t);
+    Py_VISIT(self->completion_dict);
+    Py_VISIT(self->loops_dict);
     return 0;
 }
 
@@ -1291,6 +1345,8 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->stream_for);
     Py_CLEAR(self->done_t);
     Py_CLEAR(self->core_t);
+    Py_CLEAR(self->completion_dict);
+    Py_CLEAR(self->loops_dict);
     return 0;
 }
 
@@ -1350,3 +1406,218 @@ PyType_Spec LaunchAwait_spec = {
              Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .slots = LaunchAwait_slots,
 };
+
+/* -- the execution lock ---------------------------------------------------------------- */
+
+/*
+ * ExecLock is cuasync's execution lock (``context.LOCK``) where the native module is
+ * built: a non-reentrant lock with threading.Lock's methods, so that Python takes it as
+ * it takes a threading.Lock (``with LOCK:``), and the express core takes it with one
+ * non-blocking PyThread_acquire_lock instead of a method call. A blocking acquire waits
+ * with the GIL released and runs signal handlers while it waits, as threading.Lock's
+ * does (an exception from one, KeyboardInterrupt, is raised from the acquire).
+ */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int locked;
+} ExecLock;
+
+/* (g_exec_lock_type, declared above: set at module exec, checked by the core) */
+
+int
+exec_lock_try(PyObject *o) /* 1 taken, 0 held elsewhere, -1 not an ExecLock */
+{
+    if (g_exec_lock_type == NULL || !Py_IS_TYPE(o, g_exec_lock_type))
+        return -1;
+    ExecLock *l = (ExecLock *)o;
+    if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK))
+        return 0;
+    l->locked = 1;
+    return 1;
+}
+
+void
+exec_lock_release(PyObject *o)
+{
+    ExecLock *l = (ExecLock *)o;
+    l->locked = 0;
+    PyThread_release_lock(l->lock);
+}
+
+/* Block until taken (GIL released); -1 with the error of a signal handler. */
+static int
+exec_lock_wait(ExecLock *l, long long timeout_us)
+{
+    if (PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) {
+        l->locked = 1;
+        return 1;
+    }
+    if (timeout_us == 0)
+        return 0;
+    for (;;) {
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(l->lock, timeout_us < 0 ? -1 : timeout_us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED) {
+            l->locked = 1;
+            return 1;
+        }
+        if (r == PY_LOCK_FAILURE)
+            return 0;
+        if (Py_MakePendingCalls() < 0) /* PY_LOCK_INTR: a signal; its handler may raise */
+            return -1;
+        /* (a timeout is started again after a signal: good enough for the lock's use) */
+    }
+}
+
+static PyObject *
+ExecLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "ExecLock() takes no arguments");
+        return NULL;
+    }
+    ExecLock *self = (ExecLock *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+ExecLock_dealloc(ExecLock *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+ExecLock_acquire(ExecLock *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    int blocking = 1;
+    double timeout = -1;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 2) {
+        PyErr_SetString(PyExc_TypeError, "acquire() takes at most 2 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+        const char *name = i < nargs ? (i == 0 ? "blocking" : "timeout")
+                                     : PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i - nargs));
+        if (name == NULL)
+            return NULL;
+        if (strcmp(name, "blocking") == 0) {
+            if ((blocking = PyObject_IsTrue(args[i])) < 0)
+                return NULL;
+        }
+        else if (strcmp(name, "timeout") == 0) {
+            timeout = PyFloat_AsDouble(args[i]);
+            if (timeout == -1 && PyErr_Occurred())
+                return NULL;
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument '%s'",
+                         name);
+            return NULL;
+        }
+    }
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    long long us = !blocking ? 0 : timeout < 0 ? -1 : (long long)(timeout * 1e6);
+    int r = exec_lock_wait(self, us);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *
+ExecLock_enter(ExecLock *self, PyObject *Py_UNUSED(arg))
+{
+    int r = exec_lock_wait(self, -1);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *
+ExecLock_release(ExecLock *self, PyObject *Py_UNUSED(arg))
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    exec_lock_release((PyObject *)self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ExecLock_exit(ExecLock *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args, (void)nargs;
+    return ExecLock_release(self, NULL);
+}
+
+static PyObject *
+ExecLock_locked(ExecLock *self, PyObject *Py_UNUSED(arg))
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyObject *
+ExecLock_repr(ExecLock *self)
+{
+    return PyUnicode_FromFormat("<cuasync._reactor.ExecLock %s>",
+                                self->locked ? "locked" : "unlocked");
+}
+
+static PyMethodDef ExecLock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))ExecLock_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire($self, /, blocking=True, timeout=-1)\n--\n\n"
+     "Take the lock, as threading.Lock.acquire; True once taken."},
+    {"release", (PyCFunction)ExecLock_release, METH_NOARGS,
+     "release($self, /)\n--\n\nLet go of the lock (RuntimeError when it is not held)."},
+    {"locked", (PyCFunction)ExecLock_locked, METH_NOARGS,
+     "locked($self, /)\n--\n\nWhether the lock is held."},
+    {"__enter__", (PyCFunction)ExecLock_enter, METH_NOARGS, "Take the lock (blocking)."},
+    {"__exit__", (PyCFunction)(void (*)(void))ExecLock_exit, METH_FASTCALL, "Let go of it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot ExecLock_slots[] = {
+    {Py_tp_new, (void *)ExecLock_new},
+    {Py_tp_dealloc, (void *)ExecLock_dealloc},
+    {Py_tp_repr, (void *)ExecLock_repr},
+    {Py_tp_methods, ExecLock_methods},
+    {Py_tp_doc, (void *)"ExecLock()\n--\n\n"
+                        "cuasync's execution lock: threading.Lock's methods, and a "
+                        "non-blocking take from C for the express core."},
+    {0, NULL},
+};
+
+PyType_Spec ExecLock_spec = {
+    .name = "cuasync._reactor.ExecLock",
+    .basicsize = sizeof(ExecLock),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = ExecLock_slots,
+};
+
+int
+exec_lock_type_set(PyObject *type)
+{
+    Py_XSETREF(g_exec_lock_type, (PyTypeObject *)Py_XNewRef(type));
+    return 0;
+}

@@ -816,12 +816,14 @@ module_exec(PyObject *m)
     } core_types[] = {
         {"Express", &Express_spec},         {"LaunchAwait", &LaunchAwait_spec},
         {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
-        {"OpFinalizer", &OpFinalizer_spec},
+        {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
         PyObject *t = PyType_FromModuleAndSpec(m, core_types[i].spec, NULL);
         express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
+        if (express_added && core_types[i].spec == &ExecLock_spec)
+            exec_lock_type_set(t);
         Py_XDECREF(t);
     }
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||

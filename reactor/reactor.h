@@ -264,6 +264,8 @@ int is_launch_packed(PyObject *f);
 /* The express core's type (express.c) and the launchers' (launcher.c). */
 extern PyType_Spec Express_spec;
 extern PyType_Spec LaunchAwait_spec;
+extern PyType_Spec ExecLock_spec;
+int exec_lock_type_set(PyObject *type); /* the ExecLock type the core takes directly */
 extern PyType_Spec Launcher_spec;
 extern PyType_Spec ConfigLookup_spec;
 extern PyType_Spec OpFinalizer_spec;

@@ -1439,3 +1439,81 @@ def test_kernels_with_half_or_complex_parameters_are_packed_in_python():
     for ctype in ("__half", "__nv_bfloat16", "float2", "double2"):
         source = f'extern "C" __global__ void k(float* x, {ctype} v) {{}}'
         assert ParamBlock(parse_params(source, "k")).layout is None, ctype
+
+
+# -- ExecLock: the execution lock ---------------------------------------------------------
+
+
+def test_exec_lock_is_a_lock_as_threading_lock_is() -> None:
+    lock = _reactor.ExecLock()
+    assert not lock.locked() and "unlocked" in repr(lock)
+    assert lock.acquire() is True and lock.locked()
+    assert lock.acquire(False) is False  # not reentrant
+    assert lock.acquire(timeout=0.01) is False
+    with pytest.raises(ValueError, match="timeout"):
+        lock.acquire(False, 1)
+    with pytest.raises(ValueError, match="non-negative"):
+        lock.acquire(timeout=-2)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        lock.acquire(wait=True)
+    lock.release()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(TypeError, match="no arguments"):
+        _reactor.ExecLock(1)
+
+
+def test_exec_lock_blocks_until_another_thread_lets_go() -> None:
+    lock = _reactor.ExecLock()
+    taken, go = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def holder() -> None:
+        with lock:
+            taken.set()
+            go.wait(5)
+            order.append("released")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert taken.wait(5)
+    threading.Timer(0.05, go.set).start()
+    assert lock.acquire(timeout=5) is True  # (the GIL released: the holder runs)
+    order.append("acquired")
+    lock.release()
+    t.join(5)
+    assert order == ["released", "acquired"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="needs setitimer")
+def test_a_signal_handler_that_raises_interrupts_a_blocked_acquire() -> None:
+    import signal
+
+    lock = _reactor.ExecLock()
+    lock.acquire()
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(Interrupted):
+            lock.acquire()  # would wait forever: the handler's exception ends it
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert lock.locked()  # still held by the first acquire
+    lock.release()
+
+
+def test_cuasync_submits_under_the_native_exec_lock() -> None:
+    from cuasync._core.context import LOCK
+
+    assert type(LOCK) is _reactor.ExecLock

@@ -388,6 +388,7 @@ class Hub:
         #: The native module's express submission of launches (``_reactor.Express``), or
         #: None: :mod:`.express` then does it in Python.
         self.express: Any = make_core(self)
+        self._core = self.express  # (its counters, even while a test swaps it out)
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = BackgroundWatcher(self)
         if self.reactor is not None:
@@ -862,6 +863,8 @@ class Hub:
 
     def snapshot(self) -> Stats:
         stats = Stats(**vars(self.stats))
+        if self._core is not None:  # what the native core settled itself
+            stats.completed_inline += self._core.completed_inline
         stats.slots_armed = self.slots_in_use()
         stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._native import NATIVE
 from ..errors import ArgumentError, CaptureError, InvalidDeviceError, ReentrancyError
 
 if TYPE_CHECKING:
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
 
 #: The execution lock, and the per-thread flag saying the thread holds it. Submission
 #: paths take them inline (``with LOCK: LOCAL.active = True ...``): a context manager
-#: around them costs more than the rest of a small submission.
-LOCK = threading.Lock()
+#: around them costs more than the rest of a small submission. With the native module
+#: it is its ``ExecLock`` (threading.Lock's methods), which the native express core
+#: takes without a method call.
+LOCK: Any = NATIVE.ExecLock() if hasattr(NATIVE, "ExecLock") else threading.Lock()
 
 
 class _Local(threading.local):

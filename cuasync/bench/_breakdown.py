@@ -25,7 +25,13 @@ SUITE = "completion"
 @contextmanager
 def stubbed_driver() -> Iterator[bool]:
     """Launches do nothing and flags are written by the host; yields False when the
-    native module (which writes the flag) is missing, and then stubs nothing."""
+    native module (which writes the flag) is missing, and then stubs nothing.
+
+    Where the backend launches natively (``Backend.fast_launch``: CUDA with the native
+    module), the native module's own entry points are swapped for its stub table
+    (``_reactor.stub_entry_points``), so the native path runs as it does for real, less
+    the driver; the backend's Python launch and flag write are stubbed beside it.
+    """
     hub = get_hub()
     native = hub.native
     if native is None or not hub.use_reactor:
@@ -44,22 +50,21 @@ def stubbed_driver() -> Iterator[bool]:
     def queue_launch(*args: Any) -> None:
         return None  # (bursts launch, stubbed, on the loop thread)
 
-    def fast_launch(*args: Any) -> int:
-        store(args[11], args[12])  # (flag address, value)
-        return 0
-
-    real_fast_launch = backend.fast_launch
+    native_launch = backend.fast_launch is not None and backend.fast_launch is getattr(
+        native, "launch_packed", None
+    )
+    restore = getattr(backend, "_native_entry_points", None)
+    if native_launch and restore is not None:
+        native.set_entry_points(**native.stub_entry_points())
     backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
-    if real_fast_launch is not None:
-        backend.fast_launch = fast_launch
     backend.write_value32 = write_value32  # type: ignore[method-assign]
     backend.queue_launch = queue_launch  # type: ignore[method-assign,assignment]
     try:
         yield True
     finally:
         del backend.launch_kernel, backend.write_value32, backend.queue_launch
-        if real_fast_launch is not None:
-            backend.fast_launch = real_fast_launch
+        if native_launch and restore is not None:
+            restore()  # the driver's own entry points again
 
 
 def _per_op(step: Callable[[Any], Any], items: list[Any]) -> tuple[list[int], list[Any]]:
