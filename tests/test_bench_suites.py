@@ -32,6 +32,12 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         assert "asyncio: whole await, driver stubbed (inline)" in names
         concurrent = next(r for r in rows if "concurrent cuasync awaits" in r["name"])
         assert "spins skipped" in concurrent["note"]
+        # the default-spin awaits of every loop, measured in alternating rounds
+        awaits = [
+            r for r in rows if r["name"].endswith(" us") and "await tiny kernel, spin" in r["name"]
+        ]
+        assert {r["name"].split(":")[0] for r in awaits} >= {"asyncio"}
+        assert all("rounds" in r["note"] for r in awaits if "spin 0 " not in r["name"])
     if suite == "priority":
         names = {r["name"] for r in rows}
         assert "tiny kernel under batch load, default priority" in names

@@ -291,8 +291,9 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             run_loop(kind, lambda: _executor_latency(n, stream)),
         )
         base[f"{kind}-executor"] = row.p50_us or 0.0
+        if kind == loops[0]:  # the default spin on every loop, alternated with the raw loop
+            base.update(_await_rounds(report, n, stream, loops, default_spin))
         for label, spin, reactor in (
-            (f"spin {default_spin} us", default_spin, True),
             ("spin 0 (reactor)", 0, True),
             ("host callback", 0, False),
         ):
@@ -372,6 +373,52 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
     _ratios(report, base, loops, default_spin, concurrent)
 
 
+#: Rounds that alternate the raw loop with the default-spin await on each event loop.
+_ROUNDS = 3
+
+
+def _await_rounds(
+    report: Report, n: int, stream: cuasync.Stream, loops: list[str], spin: int
+) -> dict[str, float]:
+    """The default-spin await on each loop and the raw launch + synchronize, measured in
+    rounds that alternate them (``n`` samples each in all).
+
+    Measured one after the other, a row pays for the state the rows before it left (a
+    burst's garbage, the order of the loops: ``tools/probes/state_inflation.py`` and
+    ``loop_ab.py``); alternated, the ratios compare them in the same state.
+    """
+    raw = _raw_launcher(stream)
+    samples: dict[str, list[int]] = {kind: [] for kind in ["raw", *loops]}
+    counts = dict.fromkeys(loops, (0, 0, 0))
+    for _ in range(_ROUNDS):
+        if raw is not None:
+            launch, sync = raw
+            samples["raw"] += timed(lambda: (launch(), sync()), n // _ROUNDS)  # noqa: B023
+        for kind in loops:
+            before = cuasync.stats()
+            samples[kind] += run_loop(kind, lambda: await_latency(tiny, n // _ROUNDS, stream))
+            after = cuasync.stats()
+            inline, reactor, callback = counts[kind]
+            counts[kind] = (
+                inline + after.completed_inline - before.completed_inline,
+                reactor + after.completed_reactor - before.completed_reactor,
+                callback + after.completed_host_callback - before.completed_host_callback,
+            )
+    out: dict[str, float] = {}
+    if samples["raw"]:
+        row = report.latency(
+            SUITE, "raw cuda.bindings: launch + cuStreamSynchronize, in rounds", samples["raw"]
+        )
+        out["raw-rounds"] = row.p50_us or 0.0
+    for kind in loops:
+        inline, reactor, callback = counts[kind]
+        note = f"inline {inline}, reactor {reactor}, callback {callback}; {_ROUNDS} rounds"
+        label = f"{kind}: cuasync await tiny kernel, spin {spin} us"
+        row = report.latency(SUITE, label, samples[kind], note)
+        out[f"{kind}-spin {spin} us"] = row.p50_us or 0.0
+    return out
+
+
 def _ratios(
     report: Report, base: dict[str, float], loops: list[str], spin: int, concurrent: int
 ) -> None:
@@ -381,7 +428,8 @@ def _ratios(
     print("-- targets (ratios inside this run)")
     for kind in loops:
         p50 = base[f"{kind}-spin {spin} us"]
-        report.value(SUITE, f"{kind}: await p50 / raw p50 (target <= 1.0)", p50 / raw, "x")
+        rounds = base.get("raw-rounds") or raw  # (the raw loop of the await's own rounds)
+        report.value(SUITE, f"{kind}: await p50 / raw p50 (target <= 1.0)", p50 / rounds, "x")
         if "torch" in base:
             report.value(
                 SUITE, f"{kind}: await p50 / torch p50 (target < 1.0)", p50 / base["torch"], "x"
