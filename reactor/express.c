@@ -26,6 +26,7 @@
 
 #include "reactor.h"
 
+#include <errno.h>
 #include <string.h>
 
 enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2 };
@@ -60,7 +61,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *free, *gens, *memops, *lock, *local, *trace;
-    PyObject *hub_dict, *trace_dict; /* the hub's __dict__, the trace module's */
+    PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
     PyObject *box_type, *generic, *spin_us, *failed, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
     uintptr_t slab;
@@ -146,6 +147,8 @@ dict_true(PyObject *dict, PyObject *obj, PyObject *name)
     Py_DECREF(v);
     return t;
 }
+
+long current_ordinal_of(PyObject *o);
 
 static PyObject *
 generic(Express *self)
@@ -261,15 +264,25 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         slot_get(stream, self->st.owned) != Py_True)
         return BY_LAUNCH_KERNEL;
-    PyObject *current = PyObject_GetAttr(self->backend, self->s_current);
+    PyObject *current = dict_attr(self->backend_dict, self->backend, self->s_current);
     if (current == NULL)
         return -1;
-    PyObject *ordinal = PyObject_GetAttr(current, self->s_ordinal);
+    long mine = current_ordinal_of(current); /* (a CurrentOrdinal: no lookup) */
+    int same;
+    if (mine != -2) {
+        PyObject *want = slot_get(prepared, self->p_ordinal);
+        long wanted = want != NULL && PyLong_CheckExact(want) ? PyLong_AsLong(want) : -3;
+        same = mine == wanted;
+    }
+    else {
+        PyObject *ordinal = PyObject_GetAttr(current, self->s_ordinal);
+        same = ordinal == NULL ? -1
+                               : PyObject_RichCompareBool(ordinal,
+                                                          slot_get(prepared, self->p_ordinal),
+                                                          Py_EQ);
+        Py_XDECREF(ordinal);
+    }
     Py_DECREF(current);
-    if (ordinal == NULL)
-        return -1;
-    int same = PyObject_RichCompareBool(ordinal, slot_get(prepared, self->p_ordinal), Py_EQ);
-    Py_DECREF(ordinal);
     if (same <= 0)
         return same < 0 ? -1 : BY_LAUNCH_KERNEL;
     if (!is_launch_packed(fast_launch))
@@ -472,7 +485,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     int t;
     if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
         (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
-        (t = !attr_true(self->backend, self->s_fault_seen)) <= 0)
+        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
         return t < 0 || PyErr_Occurred() ? NULL : generic(self);
     PyObject *memops = PyDict_GetItemWithError(self->memops, slot_get(prepared, self->p_ordinal));
     if (memops != Py_True)
@@ -484,7 +497,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         return t < 0 ? NULL : generic(self);
 
     /* made before the lock: what a native launch needs, and the access records */
-    PyObject *fast_launch = PyObject_GetAttr(self->backend, self->s_fast_launch);
+    PyObject *fast_launch = dict_attr(self->backend_dict, self->backend, self->s_fast_launch);
     if (fast_launch == NULL)
         return NULL;
     native_launch nl;
@@ -829,6 +842,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
         (self->backend = hub_attr(hub, "backend", NULL)) == NULL ||
+        (self->backend_dict = PyObject_GenericGetDict(self->backend, NULL)) == NULL ||
         (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
         (self->free = hub_attr(hub, "free", &PyList_Type)) == NULL ||
         (self->gens = hub_attr(hub, "gens", &PyList_Type)) == NULL ||
@@ -897,6 +911,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->local);
     Py_VISIT(self->trace);
     Py_VISIT(self->hub_dict);
+    Py_VISIT(self->backend_dict);
     Py_VISIT(self->trace_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
@@ -923,6 +938,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->local);
     Py_CLEAR(self->trace);
     Py_CLEAR(self->hub_dict);
+    Py_CLEAR(self->backend_dict);
     Py_CLEAR(self->trace_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
@@ -1619,5 +1635,121 @@ int
 exec_lock_type_set(PyObject *type)
 {
     Py_XSETREF(g_exec_lock_type, (PyTypeObject *)Py_XNewRef(type));
+    return 0;
+}
+
+/* -- the current device of a thread ---------------------------------------------------- */
+
+/*
+ * CurrentOrdinal is the CUDA backend's per-thread record of the device whose primary
+ * context it last made current (``_Current``, a threading.local, in Python): ``ordinal``
+ * is an int per thread (-1 until set), kept under a pthread key of its own, so that
+ * reading it costs a getspecific, from Python (a getset) and from the express core
+ * (directly, no attribute lookup).
+ */
+typedef struct {
+    PyObject_HEAD
+    pthread_key_t key;
+    int has_key;
+} CurrentOrdinal;
+
+static PyTypeObject *g_current_type;
+
+/* The calling thread's ordinal (-1: none) of a CurrentOrdinal; -2: not one. */
+long
+current_ordinal_of(PyObject *o)
+{
+    if (g_current_type == NULL || !Py_IS_TYPE(o, g_current_type))
+        return -2;
+    void *v = pthread_getspecific(((CurrentOrdinal *)o)->key);
+    return (long)(intptr_t)v - 1; /* stored plus one: NULL is -1 */
+}
+
+static PyObject *
+CurrentOrdinal_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "CurrentOrdinal() takes no arguments");
+        return NULL;
+    }
+    CurrentOrdinal *self = (CurrentOrdinal *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    int rc = pthread_key_create(&self->key, NULL);
+    if (rc != 0) {
+        Py_DECREF(self);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->has_key = 1;
+    return (PyObject *)self;
+}
+
+static void
+CurrentOrdinal_dealloc(CurrentOrdinal *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->has_key)
+        pthread_key_delete(self->key);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+CurrentOrdinal_get(CurrentOrdinal *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromLong((long)(intptr_t)pthread_getspecific(self->key) - 1);
+}
+
+static int
+CurrentOrdinal_set(CurrentOrdinal *self, PyObject *value, void *Py_UNUSED(c))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "ordinal cannot be deleted");
+        return -1;
+    }
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < -1 || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "ordinal must be -1 or a device ordinal, got %ld", v);
+        return -1;
+    }
+    int rc = pthread_setspecific(self->key, (void *)(intptr_t)(v + 1));
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static PyGetSetDef CurrentOrdinal_getset[] = {
+    {"ordinal", (getter)CurrentOrdinal_get, (setter)CurrentOrdinal_set,
+     "this thread's ordinal (-1: none set yet)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot CurrentOrdinal_slots[] = {
+    {Py_tp_new, (void *)CurrentOrdinal_new},
+    {Py_tp_dealloc, (void *)CurrentOrdinal_dealloc},
+    {Py_tp_getset, CurrentOrdinal_getset},
+    {Py_tp_doc, (void *)"CurrentOrdinal()\n--\n\n"
+                        "A device ordinal per thread (-1 until set), read by the express "
+                        "core without an attribute lookup."},
+    {0, NULL},
+};
+
+PyType_Spec CurrentOrdinal_spec = {
+    .name = "cuasync._reactor.CurrentOrdinal",
+    .basicsize = sizeof(CurrentOrdinal),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = CurrentOrdinal_slots,
+};
+
+int
+current_type_set(PyObject *type)
+{
+    Py_XSETREF(g_current_type, (PyTypeObject *)Py_XNewRef(type));
     return 0;
 }

@@ -817,6 +817,7 @@ module_exec(PyObject *m)
         {"Express", &Express_spec},         {"LaunchAwait", &LaunchAwait_spec},
         {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
         {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
+        {"CurrentOrdinal", &CurrentOrdinal_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -824,6 +825,8 @@ module_exec(PyObject *m)
         express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
         if (express_added && core_types[i].spec == &ExecLock_spec)
             exec_lock_type_set(t);
+        if (express_added && core_types[i].spec == &CurrentOrdinal_spec)
+            current_type_set(t);
         Py_XDECREF(t);
     }
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||

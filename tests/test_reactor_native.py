@@ -1517,3 +1517,32 @@ def test_cuasync_submits_under_the_native_exec_lock() -> None:
     from cuasync._core.context import LOCK
 
     assert type(LOCK) is _reactor.ExecLock
+
+
+# -- CurrentOrdinal: a device ordinal per thread ------------------------------------------
+
+
+def test_current_ordinal_is_one_int_per_thread() -> None:
+    here, other = _reactor.CurrentOrdinal(), _reactor.CurrentOrdinal()
+    assert here.ordinal == -1  # until set
+    here.ordinal = 3
+    assert (here.ordinal, other.ordinal) == (3, -1)  # one value per object
+    seen: list[int] = []
+
+    def elsewhere() -> None:
+        seen.append(here.ordinal)
+        here.ordinal = 1
+        seen.append(here.ordinal)
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join(5)
+    assert seen == [-1, 1] and here.ordinal == 3  # and one per thread
+    here.ordinal = -1
+    assert here.ordinal == -1
+    with pytest.raises(ValueError, match="ordinal"):
+        here.ordinal = -5
+    with pytest.raises(TypeError):
+        here.ordinal = "0"
+    with pytest.raises(AttributeError):
+        del here.ordinal

@@ -312,6 +312,15 @@ class _Current(threading.local):
     ordinal: int = -1
 
 
+def _current() -> Any:
+    """A :class:`_Current`: the native module's ``CurrentOrdinal`` (a C int per thread,
+    which the express core reads without a lookup) where it is built."""
+    from .._native import NATIVE
+
+    kind = getattr(NATIVE, "CurrentOrdinal", None)
+    return kind() if kind is not None else _Current()
+
+
 class CudaBackend(Backend):
     """The driver semantics of cuasync, on a real GPU through ``cuda.bindings``.
 
@@ -331,7 +340,7 @@ class CudaBackend(Backend):
         # Reentrant: the cyclic GC may run a finalizer that frees pinned memory
         # (host_free takes this lock) on a thread already inside a critical section.
         self._lock = threading.RLock()
-        self._tls = _Current()
+        self._tls = _current()
         self.current = self._tls  # (the express path's check; see Backend.fast_launch)
         self._faults: dict[int, DriverError] = {}
         err, version = driver.cuDriverGetVersion()

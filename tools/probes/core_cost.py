@@ -53,7 +53,8 @@ def native_stub() -> Iterator[None]:
     prepared = {k: (k._prepare(cuasync.Device(0)), None) for k in (tiny, bump)}
     if backend.fast_launch is None:  # the emulator: a native launch for this probe
         backend.fast_launch = native.launch_packed  # type: ignore[attr-defined]
-        backend.current = type("Current", (), {"ordinal": 0})()  # type: ignore[attr-defined]
+        backend.current = native.CurrentOrdinal()  # type: ignore[attr-defined]  # (as CUDA's)
+        backend.current.ordinal = 0
         for kernel, (p, _) in prepared.items():
             codes = ["Q", "i"] if kernel is bump else []
             prepared[kernel] = (p, p.fast)
