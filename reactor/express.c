@@ -330,14 +330,14 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
 /* How each tensor's access is recorded: as Allocation.use does it when the tensor was
  * last used on this stream only (here); else by Allocation.use itself (it orders the
  * stream after the others' uses), called under the lock with LOCAL.active set. */
-enum { USE_READ = 0, USE_WRITE = 1, USE_CALL = 2 };
+enum { USE_READ = 0, USE_WRITE = 1 };
 
-/* The op's tensors, checked: each on ``device`` and writable where written; uses[i]
- * says how its access is recorded (USE_CALL | USE_WRITE for a written one Python
- * records). 1 all can, 0 one cannot (Python's path takes the op), -1 an error. */
+/* The op's tensors, checked before the lock: each on ``device`` and writable where
+ * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (Python's path
+ * takes the op), -1 an error. */
 static int
-check_tensors(Express *self, PyObject *tensors, PyObject *device, PyObject *stream,
-              char *uses, PyObject **allocs)
+check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
+              PyObject **allocs)
 {
     Py_ssize_t n = PyList_GET_SIZE(tensors);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -361,27 +361,31 @@ check_tensors(Express *self, PyObject *tensors, PyObject *device, PyObject *stre
         }
         allocs[i] = alloc;
         uses[i] = (char)(is_const ? USE_READ : USE_WRITE);
-        PyObject *w = slot_get(alloc, self->a_write);
-        PyObject *reads = slot_get(alloc, self->a_reads);
-        if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
-            (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
-                              PyTuple_GET_ITEM(w, 0) != stream))) {
-            uses[i] |= USE_CALL;
-            continue;
-        }
-        if (!is_const) {
-            Py_ssize_t nr = PyDict_GET_SIZE(reads);
-            if (nr > 1) {
-                uses[i] |= USE_CALL;
-            }
-            else if (nr == 1 && PyDict_GetItemWithError(reads, stream) == NULL) {
-                if (PyErr_Occurred())
-                    return -1;
-                uses[i] |= USE_CALL;
-            }
-        }
     }
     return 1;
+}
+
+/* Under the lock (another thread may have used the tensor meanwhile): whether the
+ * access of ``alloc`` needs Allocation.use itself, because its last uses were not all
+ * on ``stream`` (then the stream must be ordered after the others'). 1 yes, 0 no, -1
+ * an error. No Python code runs here (Stream has object's hash and equality). */
+static int
+needs_ordering(Express *self, PyObject *alloc, PyObject *stream, int write)
+{
+    PyObject *w = slot_get(alloc, self->a_write);
+    PyObject *reads = slot_get(alloc, self->a_reads);
+    if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
+        (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
+                          PyTuple_GET_ITEM(w, 0) != stream)))
+        return 1;
+    if (!write)
+        return 0;
+    Py_ssize_t nr = PyDict_GET_SIZE(reads);
+    if (nr > 1)
+        return 1;
+    if (nr == 1 && PyDict_GetItemWithError(reads, stream) == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    return 0;
 }
 
 /* backend.launch_failed(rc, prepared, grid, block, shared_mem, stream, args, address,
@@ -493,7 +497,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     char uses[PARAM_COUNT_MAX];
     PyObject *allocs[PARAM_COUNT_MAX];
     Py_ssize_t ntensors = PyList_GET_SIZE(tensors);
-    if ((t = check_tensors(self, tensors, device, stream, uses, allocs)) <= 0)
+    if ((t = check_tensors(self, tensors, device, uses, allocs)) <= 0)
         return t < 0 ? NULL : generic(self);
 
     /* made before the lock: what a native launch needs, and the access records */
@@ -509,7 +513,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         goto done;
     if (kind != BY_NATIVE && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
         goto done;
-    for (; made < ntensors; made++) {
+    for (; made < ntensors; made++) { /* (a write Python records leaves its tuple unused) */
         if (uses[made] != USE_WRITE) {
             records[made] = NULL;
             continue;
@@ -526,7 +530,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         goto done;
     }
     Py_ssize_t nfree = PyList_GET_SIZE(self->free);
-    if (nfree == 0) { /* Python's path falls back to a host callback, and logs it */
+    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
+        /* no slot: Python's path falls back to a host callback, and logs it; a capture
+         * begun since the check (under this lock, by another thread): it records it */
         result = unlock(self) < 0 ? NULL : generic(self);
         goto done;
     }
@@ -537,7 +543,12 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         goto done;
     }
     Py_ssize_t s = PyLong_AsSsize_t(slot);
-    long long seqv = PyLong_AsLongLong(submitted) + 1;
+    /* (read again under the lock: another thread may have submitted since) */
+    submitted = slot_get(stream, self->st.submitted);
+    long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
+                         ? PyLong_AsLongLong(submitted) + 1 : -1;
+    if (seqv < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "a stream's submission number is not an int");
     PyObject *seq = PyLong_FromLongLong(seqv);
     PyObject *oldgen = (s >= 0 && s < self->nslots) ? PyList_GET_ITEM(self->gens, s) : NULL;
     uint32_t gen = oldgen == NULL ? 0 : (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
@@ -556,8 +567,13 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     int failed = 0, active = 0; /* active: LOCAL.active set */
     for (Py_ssize_t i = 0; i < ntensors && !failed; i++) { /* Allocation.use */
         PyObject *alloc = allocs[i];
+        int order = needs_ordering(self, alloc, stream, uses[i] == USE_WRITE);
+        if (order < 0) {
+            failed = 1;
+            break;
+        }
         PyObject *reads = slot_get(alloc, self->a_reads);
-        if (uses[i] & USE_CALL) { /* another stream to order after: Python records it */
+        if (order) { /* another stream to order after: Python records it */
             if (!active) {
                 if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) {
                     failed = 1;
@@ -565,7 +581,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
                 }
                 active = 1;
             }
-            PyObject *a[4] = {alloc, stream, seq, (uses[i] & USE_WRITE) ? Py_True : Py_False};
+            PyObject *a[4] = {alloc, stream, seq, uses[i] == USE_WRITE ? Py_True : Py_False};
             PyObject *r = PyObject_VectorcallMethod(self->s_use, a,
                                                     4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             failed = r == NULL;
