@@ -223,6 +223,7 @@ class Express:
         generic: object,
         spin_us: Callable[..., int | None],
         failed: Callable[..., None],
+        abandon: Callable[..., None],
     ) -> Express: ...
     def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking

@@ -62,7 +62,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *free, *gens, *memops, *lock, *local, *trace;
     PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
-    PyObject *box_type, *generic, *spin_us, *failed, *one, *minus_one;
+    PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
     uintptr_t slab;
     Py_ssize_t nslots;
@@ -160,7 +160,7 @@ generic(Express *self)
 /* the lock's acquire(False) / release() */
 int exec_lock_try(PyObject *o);
 void exec_lock_release(PyObject *o);
-static PyTypeObject *g_exec_lock_type;
+int is_exec_lock(PyObject *o);
 
 static int
 try_lock(Express *self)
@@ -178,10 +178,23 @@ try_lock(Express *self)
     return got;
 }
 
+static int unlock(Express *self);
+
+/* unlock() with an error already set: that error is the one that stays. */
+static void
+unlock_keeping_error(Express *self)
+{
+    saved_error e;
+    save_error(&e);
+    if (unlock(self) < 0)
+        PyErr_Clear();
+    restore_error(&e);
+}
+
 static int
 unlock(Express *self)
 {
-    if (g_exec_lock_type != NULL && Py_IS_TYPE(self->lock, g_exec_lock_type)) {
+    if (is_exec_lock(self->lock)) {
         exec_lock_release(self->lock);
         return 0;
     }
@@ -430,9 +443,11 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     /* fast_launch(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, args,
      * address, gen) -> rc, as express._enqueue calls it */
     PyObject *fast = slot_get(prepared, self->p_fast);
-    if (!PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
+    if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
+        !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
         PyTuple_GET_SIZE(block) != 3) {
-        PyErr_SetString(PyExc_TypeError, "a launch's grid and block must be 3-tuples");
+        PyErr_SetString(PyExc_TypeError, "a launch's fast path must be (handle, layout), its "
+                                         "grid and block 3-tuples");
         return -1;
     }
     PyObject *a[13] = {PyTuple_GET_ITEM(fast, 0), PyTuple_GET_ITEM(grid, 0),
@@ -472,6 +487,10 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter)
 {
+    if (self->hub == NULL || self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
+        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
+        return NULL;
+    }
     if (!Py_IS_TYPE(op, self->launch_t) || !Py_IS_TYPE(stream, self->stream_t))
         return generic(self);
     PyObject *device = slot_get(op, self->op.device);
@@ -491,7 +510,10 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
         (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
         return t < 0 || PyErr_Occurred() ? NULL : generic(self);
-    PyObject *memops = PyDict_GetItemWithError(self->memops, slot_get(prepared, self->p_ordinal));
+    PyObject *ordinal = slot_get(prepared, self->p_ordinal);
+    if (ordinal == NULL)
+        return generic(self);
+    PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
     if (memops != Py_True)
         return PyErr_Occurred() ? NULL : generic(self);
     char uses[PARAM_COUNT_MAX];
@@ -524,6 +546,27 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         PyTuple_SET_ITEM(records[made], 1, Py_NewRef(Py_None));
     }
 
+    /* the spin's inputs, read before the lock, so that nothing but running out of
+     * memory can fail once the work is launched */
+    long long budget_us = 0;
+    int long_ops = 0;
+    if (mode != MODE_NO_SPIN) {
+        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
+        if (budget == NULL)
+            goto done;
+        if (!PyLong_Check(budget)) {
+            PyErr_Format(PyExc_TypeError, "the hub's spin_budget_us must be an int, not %.100s",
+                         Py_TYPE(budget)->tp_name);
+            Py_DECREF(budget);
+            goto done;
+        }
+        budget_us = PyLong_AsLongLong(budget);
+        Py_DECREF(budget);
+        if (budget_us == -1 && PyErr_Occurred())
+            goto done;
+        if (mode == MODE_AWAIT && budget_us && (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
+            goto done;
+    }
     if ((t = try_lock(self)) <= 0) { /* held: Python's path waits for it (or raises) */
         if (t == 0)
             result = generic(self);
@@ -539,7 +582,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *slot = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
     if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
         Py_DECREF(slot);
-        unlock(self);
+        unlock_keeping_error(self);
         goto done;
     }
     Py_ssize_t s = PyLong_AsSsize_t(slot);
@@ -558,11 +601,19 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             PyErr_SetString(PyExc_SystemError, "a free slot out of the slab");
         Py_XDECREF(seq);
         Py_XDECREF(genobj);
-        PyList_Append(self->free, slot);
+        saved_error e;
+        save_error(&e);
+        if (PyList_Append(self->free, slot) < 0) /* (nothing was launched: it is free) */
+            PyErr_Clear();
+        restore_error(&e);
         Py_DECREF(slot);
-        unlock(self);
+        unlock_keeping_error(self);
         goto done;
     }
+    /* the generation, set now (nothing reads it before the launch): the borrowed old
+     * value is dropped before any Python code runs */
+    PyList_SET_ITEM(self->gens, s, genobj);
+    Py_DECREF(oldgen);
     slot_set(stream, self->st.submitted, Py_NewRef(seq));
     int failed = 0, active = 0; /* active: LOCAL.active set */
     for (Py_ssize_t i = 0; i < ntensors && !failed; i++) { /* Allocation.use */
@@ -600,8 +651,6 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             failed = 1;
         }
     }
-    PyList_SET_ITEM(self->gens, s, genobj); /* (before the launch: the flag's value) */
-    Py_DECREF(oldgen);
     uintptr_t address = self->slab + 4 * (uintptr_t)s;
     if (failed) {
         /* (a use that failed: nothing launched; the handler below releases it all) */
@@ -647,32 +696,20 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_DECREF(slot);
         goto done;
     }
-    if (unlock(self) < 0) {
-        Py_DECREF(seq);
-        Py_DECREF(slot);
-        goto done;
-    }
     self->launches++;
+    PyObject *spin_obj = NULL; /* None: await_spin_us skipped it */
+    if (unlock(self) < 0)
+        goto unsettled_error;
 
     /* the spin, outside the lock (express.spin_for) */
-    PyObject *spin_obj = NULL; /* None: await_spin_us skipped it */
     int long_ops_was = 0;      /* the adapter's long_ops, read for an await's spin */
     long long spin_us = 0;
     PyObject *completed = slot_get(stream, self->st.completed);
     long long done_seq = completed != NULL && PyLong_CheckExact(completed)
                              ? PyLong_AsLongLong(completed) : 0;
     if (mode != MODE_NO_SPIN) {
-        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
-        if (budget == NULL)
-            goto unsettled_error;
-        spin_us = PyLong_AsLongLong(budget);
-        Py_DECREF(budget);
-        if (spin_us == -1 && PyErr_Occurred())
-            goto unsettled_error;
+        spin_us = budget_us; /* (read before the lock: nothing can fail there after it) */
         if (mode == MODE_AWAIT && spin_us) {
-            int long_ops = attr_true(adapter, self->s_long_ops);
-            if (long_ops < 0)
-                goto unsettled_error;
             long_ops_was = long_ops;
             if (long_ops || done_seq < seqv - 1) {
                 PyObject *a[4] = {self->hub, adapter, stream, seq};
@@ -722,7 +759,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_DECREF(seq);
         Py_DECREF(slot);
         Py_XDECREF(spin_obj);
-        result = Py_NewRef(output);
+        output = slot_get(op, self->op.output); /* (again: Python may have run since) */
+        result = Py_NewRef(output != NULL ? output : Py_None);
         goto done;
     }
     if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
@@ -740,14 +778,34 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_XDECREF(addr);
         Py_XDECREF(genv);
     }
+    if (result == NULL)
+        goto unsettled_error;
     Py_DECREF(seq);
     Py_DECREF(slot);
     Py_XDECREF(spin_obj);
     goto done;
 
 unsettled_error:
-    /* submitted, and an error before it is settled (out of memory, an attribute gone):
-     * the slot stays claimed (its generation moves on) and the error is raised */
+    /* launched, and an error before it is settled (out of memory, a failing Python
+     * call): express._core_abandon gives its completion to the background watcher,
+     * which frees the slot once the work lands; the error is raised */
+    {
+        saved_error e;
+        save_error(&e);
+        PyObject *addr = PyLong_FromUnsignedLongLong(address);
+        PyObject *genv = PyLong_FromUnsignedLong(gen);
+        if (addr != NULL && genv != NULL) {
+            PyObject *a[8] = {self->hub, op, stream, box == NULL ? Py_None : box, slot, genv,
+                              addr, seq};
+            PyObject *r = PyObject_Vectorcall(self->abandon, a, 8, NULL);
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(addr);
+        Py_XDECREF(genv);
+        PyErr_Clear();
+        restore_error(&e);
+    }
+    Py_CLEAR(result);
     Py_DECREF(seq);
     Py_DECREF(slot);
     Py_XDECREF(spin_obj);
@@ -815,18 +873,19 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"hub", "lock", "local", "trace", "launch", "stream", "tensor",
                              "allocation", "prepared", "box", "generic", "spin_us", "failed",
-                             NULL};
+                             "abandon", NULL};
     PyObject *hub, *lock, *local, *trace, *launch, *stream, *tensor, *alloc, *prepared, *box,
-        *gen, *spin_us, *failed;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOO:Express", kwlist, &hub, &lock,
-                                     &local, &trace, &launch, &stream, &tensor, &alloc,
-                                     &prepared, &box, &gen, &spin_us, &failed))
+        *gen, *spin_us, *failed, *abandon;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOO:Express", kwlist, &hub,
+                                     &lock, &local, &trace, &launch, &stream, &tensor, &alloc,
+                                     &prepared, &box, &gen, &spin_us, &failed, &abandon))
         return NULL;
     if (!is_type(launch, "launch") || !is_type(stream, "stream") || !is_type(tensor, "tensor") ||
         !is_type(alloc, "allocation") || !is_type(prepared, "prepared"))
         return NULL;
-    if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed)) {
-        PyErr_SetString(PyExc_TypeError, "box, spin_us and failed must be callable");
+    if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed) ||
+        !PyCallable_Check(abandon)) {
+        PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
         return NULL;
     }
     if (!PyModule_Check(trace)) {
@@ -854,6 +913,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->generic = Py_NewRef(gen);
     self->spin_us = Py_NewRef(spin_us);
     self->failed = Py_NewRef(failed);
+    self->abandon = Py_NewRef(abandon);
     PyObject *slab = NULL, *nslots = NULL;
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
@@ -933,6 +993,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->generic);
     Py_VISIT(self->spin_us);
     Py_VISIT(self->failed);
+    Py_VISIT(self->abandon);
     Py_VISIT(self->launch_t);
     Py_VISIT(self->stream_t);
     Py_VISIT(self->tensor_t);
@@ -960,6 +1021,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->generic);
     Py_CLEAR(self->spin_us);
     Py_CLEAR(self->failed);
+    Py_CLEAR(self->abandon);
     Py_CLEAR(self->launch_t);
     Py_CLEAR(self->stream_t);
     Py_CLEAR(self->tensor_t);
@@ -1027,7 +1089,7 @@ static PyType_Slot Express_slots[] = {
     {Py_tp_methods, Express_methods},
     {Py_tp_getset, Express_getset},
     {Py_tp_doc, (void *)"Express(*, hub, lock, local, trace, launch, stream, tensor, "
-                        "allocation, prepared, box, generic, spin_us, failed)\n--\n\n"
+                        "allocation, prepared, box, generic, spin_us, failed, abandon)\n--\n\n"
                         "The express submission of a kernel launch op in one native call "
                         "(cuasync._core.express makes one per hub)."},
     {0, NULL},
@@ -1044,10 +1106,11 @@ PyType_Spec Express_spec = {
 
 /*
  * LaunchAwait is ``_Launch.__await__`` (a method descriptor, as a def in the class body
- * is): ``await op`` runs express.await_launch's preamble here (the loop's adapter, the
- * op taken, the policy's stream) and the hub's core's launch, and returns
+ * is). It returns a LaunchIter; that iterator's first send runs express.await_launch's
+ * preamble (the loop's adapter, the op taken, the policy's stream) and the hub's core's
+ * launch (nothing is submitted before it, as with a generator), and its result is
  *
- *   - a Done iterator holding the output, when the work landed within the spin;
+ *   - the output, when the work landed within the spin;
  *   - ``finish(op, stream, adapter, sent)`` (a Python generator) for the rest: parking,
  *     errors, or Python's express path when the core declined;
  *   - ``fallback(op)`` (express.await_launch itself) when this is not the common case:
@@ -1064,19 +1127,7 @@ typedef struct {
     unsigned long long inline_awaits;
 } LaunchAwait;
 
-/* Done: an iterator that returns its value at once (``await`` of work that landed). */
-typedef struct {
-    PyObject_HEAD
-    PyObject *value;
-} Done;
-
-static PySendResult
-Done_send(Done *self, PyObject *Py_UNUSED(arg), PyObject **result)
-{
-    *result = self->value == NULL ? Py_NewRef(Py_None) : Py_NewRef(self->value);
-    Py_CLEAR(self->value);
-    return PYGEN_RETURN;
-}
+/* (LaunchIter, the iterator an await runs: below launch_await_start) */
 
 static PyObject *
 stop_with(PyObject *value)
@@ -1091,131 +1142,43 @@ stop_with(PyObject *value)
 }
 
 static PyObject *
-Done_iternext(Done *self)
-{
-    PyObject *value = self->value == NULL ? Py_NewRef(Py_None) : self->value;
-    self->value = NULL;
-    stop_with(value);
-    Py_DECREF(value);
-    return NULL;
-}
-
-static PyObject *
-Done_send_method(Done *self, PyObject *Py_UNUSED(arg))
-{
-    return Done_iternext(self);
-}
-
-static PyObject *
-Done_throw(Done *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_CLEAR(self->value);
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
-        return NULL;
-    }
-    PyObject *exc = args[0];
-    if (PyExceptionClass_Check(exc))
-        PyErr_SetNone(exc);
-    else if (PyExceptionInstance_Check(exc))
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    else
-        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
-    return NULL;
-}
-
-static PyObject *
-Done_close(Done *self, PyObject *Py_UNUSED(arg))
-{
-    Py_CLEAR(self->value);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Done_iter(PyObject *self)
-{
-    return Py_NewRef(self);
-}
-
-static void
-Done_dealloc(Done *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->value);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
-
-static int
-Done_traverse(Done *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->value);
-    return 0;
-}
-
-static PyMethodDef Done_methods[] = {
-    {"send", (PyCFunction)Done_send_method, METH_O, "Return the value (StopIteration)."},
-    {"throw", (PyCFunction)(void (*)(void))Done_throw, METH_FASTCALL, "Raise the exception."},
-    {"close", (PyCFunction)Done_close, METH_NOARGS, "Drop the value."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot Done_slots[] = {
-    {Py_tp_dealloc, (void *)Done_dealloc},
-    {Py_tp_traverse, (void *)Done_traverse},
-    {Py_tp_iter, (void *)Done_iter},
-    {Py_tp_iternext, (void *)Done_iternext},
-    {Py_am_send, (void *)Done_send},
-    {Py_tp_methods, Done_methods},
-    {Py_tp_doc, (void *)"The iterator of an await whose work landed: it returns the value."},
-    {0, NULL},
-};
-
-static PyType_Spec Done_spec = {
-    .name = "cuasync._reactor.Done",
-    .basicsize = sizeof(Done),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = Done_slots,
-};
-
-static PyObject *
 call_one(PyObject *f, PyObject *arg)
 {
     return PyObject_Vectorcall(f, &arg, 1, NULL);
 }
 
-static PyObject *
-LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
-                       PyObject *kwnames)
+/* What the first step of an await does (the iterator's first send): PYGEN_RETURN with
+ * the output in *result (landed within the spin, settled); PYGEN_NEXT with *result the
+ * Python generator to hand the await over to (not started yet: the fallback, or
+ * _finish_await for work that did not land); PYGEN_ERROR. */
+static PySendResult
+launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "__await__() takes no arguments");
-        return NULL;
+    *result = NULL;
+    if (self->completion_dict == NULL || self->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
+        return PYGEN_ERROR;
     }
-    PyObject *op = args[0];
     PyObject *hub = dict_attr(self->completion_dict, self->completion, self->s_hub);
     if (hub == NULL)
-        return NULL;
+        return PYGEN_ERROR;
     PyObject *hub_dict = hub == Py_None ? NULL : PyObject_GenericGetDict(hub, NULL);
     PyObject *core = hub_dict == NULL ? NULL : dict_attr(hub_dict, hub, self->s_express);
     int step_aside = core == NULL ? 0 : dict_true(hub_dict, hub, self->s_step_aside);
     Py_XDECREF(hub_dict);
     Py_DECREF(hub);
     if (core == NULL && PyErr_Occurred())
-        return NULL;
+        return PYGEN_ERROR;
     if (step_aside < 0) {
         Py_DECREF(core);
-        return NULL;
+        return PYGEN_ERROR;
     }
     Express *x = (Express *)core;
     if (core == NULL || step_aside || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
         !Py_IS_TYPE(op, x->launch_t)) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
-        return call_one(self->fallback, op);
+        *result = call_one(self->fallback, op);
+        return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
     /* the loop's adapter: loops._last, the common case of running_adapter() */
     PyObject *last = dict_attr(self->loops_dict, self->loops, self->s_last);
@@ -1232,17 +1195,21 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
         adapter = PyObject_CallNoArgs(self->running_adapter);
     if (adapter == NULL) { /* no loop it can wait on: raised before anything is submitted */
         Py_DECREF(core);
-        return NULL;
+        return PYGEN_ERROR;
     }
     PyObject *device = slot_get(op, x->op.device);
     if (slot_get(op, x->op.consumed) != Py_False || device == NULL || device == Py_None) {
         Py_DECREF(adapter);
         Py_DECREF(core);
-        return PyErr_Occurred() ? NULL : call_one(self->fallback, op);
+        if (PyErr_Occurred())
+            return PYGEN_ERROR;
+        *result = call_one(self->fallback, op); /* (an op taken: it raises, worded) */
+        return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
     slot_set(op, x->op.consumed, Py_NewRef(Py_True));
     /* the policy's stream (express.await_launch's, as it words its checks) */
-    PyObject *policy = NULL, *stream = NULL, *result = NULL;
+    PyObject *policy = NULL, *stream = NULL;
+    PySendResult status = PYGEN_ERROR;
     if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
         goto done;
     if (policy == NULL || policy == Py_None) {
@@ -1262,26 +1229,255 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
     if (sent == NULL)
         goto done;
     if (sent == slot_get(op, x->op.output)) { /* landed within the spin, and settled */
-        Done *d = PyObject_GC_New(Done, (PyTypeObject *)self->done_t);
-        if (d == NULL) {
-            Py_DECREF(sent);
-            goto done;
-        }
-        d->value = sent;
-        PyObject_GC_Track(d);
         self->inline_awaits++;
-        result = (PyObject *)d;
+        *result = sent;
+        status = PYGEN_RETURN;
         goto done;
     }
     PyObject *a[4] = {op, stream, adapter, sent};
-    result = PyObject_Vectorcall(self->finish, a, 4, NULL);
+    *result = PyObject_Vectorcall(self->finish, a, 4, NULL);
     Py_DECREF(sent);
+    status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
 done:
     Py_XDECREF(policy);
     Py_XDECREF(stream);
     Py_DECREF(adapter);
     Py_DECREF(core);
-    return result;
+    return status;
+}
+
+/*
+ * LaunchIter: the iterator ``await op`` runs. Nothing happens until its first send (as
+ * with the generator it replaces): that runs launch_await_start, which returns the
+ * output (landed) or a Python generator this iterator then hands every send, throw and
+ * close to. Dropped before its first send, it has done nothing (the op, not taken,
+ * warns that it was never executed); dropped while delegating, it drops the generator,
+ * whose close abandons the completion to the background watcher.
+ */
+typedef struct {
+    PyObject_HEAD
+    LaunchAwait *awaiter;
+    PyObject *op;       /* until the first send */
+    PyObject *delegate; /* while delegating */
+    int state;          /* 0 fresh, 1 delegating, 2 done */
+} LaunchIter;
+
+enum { ITER_FRESH = 0, ITER_DELEGATING = 1, ITER_DONE = 2 };
+
+static PySendResult
+LaunchIter_send(LaunchIter *self, PyObject *arg, PyObject **result)
+{
+    *result = NULL;
+    if (self->state == ITER_DONE) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited launch");
+        return PYGEN_ERROR;
+    }
+    if (self->state == ITER_FRESH) {
+        if (arg != Py_None) {
+            PyErr_SetString(PyExc_TypeError,
+                            "can't send non-None value to a just-started awaitable");
+            return PYGEN_ERROR;
+        }
+        self->state = ITER_DONE;
+        PyObject *op = self->op;
+        self->op = NULL;
+        PyObject *out;
+        PySendResult r = launch_await_start(self->awaiter, op, &out);
+        Py_DECREF(op);
+        if (r != PYGEN_NEXT) {
+            *result = out;
+            return r;
+        }
+        self->delegate = out; /* a Python generator, not started: its first step now */
+        self->state = ITER_DELEGATING;
+    }
+    PySendResult r = PyIter_Send(self->delegate, arg, result);
+    if (r != PYGEN_NEXT) {
+        Py_CLEAR(self->delegate);
+        self->state = ITER_DONE;
+    }
+    return r;
+}
+
+static PyObject *
+LaunchIter_iternext(LaunchIter *self)
+{
+    PyObject *result;
+    PySendResult r = LaunchIter_send(self, Py_None, &result);
+    if (r == PYGEN_NEXT)
+        return result;
+    if (r == PYGEN_RETURN) {
+        if (result != Py_None)
+            stop_with(result);
+        Py_DECREF(result);
+    }
+    return NULL; /* (PYGEN_RETURN of None: StopIteration without an exception set) */
+}
+
+static PyObject *
+LaunchIter_send_method(LaunchIter *self, PyObject *arg)
+{
+    PyObject *result;
+    PySendResult r = LaunchIter_send(self, arg, &result);
+    if (r == PYGEN_NEXT)
+        return result;
+    if (r == PYGEN_RETURN) {
+        stop_with(result);
+        Py_DECREF(result);
+    }
+    return NULL;
+}
+
+/* Raise throw()'s exception here (typ, an instance or a class, with an optional value). */
+static PyObject *
+raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    }
+    else if (PyExceptionClass_Check(typ)) {
+        if (val != Py_None && PyObject_TypeCheck(val, (PyTypeObject *)typ))
+            PyErr_SetObject(typ, val);
+        else if (val != Py_None)
+            PyErr_SetObject(typ, val);
+        else
+            PyErr_SetNone(typ);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *
+LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    if (self->state != ITER_DELEGATING) { /* not started (or done): raised here, as a
+                                            * generator raises it before its first line */
+        self->state = ITER_DONE;
+        Py_CLEAR(self->op);
+        return raise_thrown(args, nargs);
+    }
+    PyObject *name = PyUnicode_InternFromString("throw");
+    if (name == NULL)
+        return NULL;
+    PyObject *call[4] = {self->delegate, args[0], nargs > 1 ? args[1] : NULL,
+                         nargs > 2 ? args[2] : NULL};
+    PyObject *r = PyObject_VectorcallMethod(name, call,
+                                            (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    Py_DECREF(name);
+    if (r == NULL) {
+        Py_CLEAR(self->delegate);
+        self->state = ITER_DONE;
+    }
+    return r;
+}
+
+static PyObject *
+LaunchIter_close(LaunchIter *self, PyObject *Py_UNUSED(arg))
+{
+    PyObject *delegate = self->delegate;
+    self->delegate = NULL;
+    self->state = ITER_DONE;
+    Py_CLEAR(self->op);
+    if (delegate == NULL)
+        Py_RETURN_NONE;
+    PyObject *r = PyObject_CallMethod(delegate, "close", NULL);
+    Py_DECREF(delegate);
+    return r;
+}
+
+static PyObject *
+LaunchIter_iter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static int
+LaunchIter_traverse(LaunchIter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->awaiter);
+    Py_VISIT(self->op);
+    Py_VISIT(self->delegate);
+    return 0;
+}
+
+static int
+LaunchIter_clear(LaunchIter *self)
+{
+    Py_CLEAR(self->awaiter);
+    Py_CLEAR(self->op);
+    Py_CLEAR(self->delegate);
+    return 0;
+}
+
+static void
+LaunchIter_dealloc(LaunchIter *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    LaunchIter_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef LaunchIter_methods[] = {
+    {"send", (PyCFunction)LaunchIter_send_method, METH_O, "Send a value into the await."},
+    {"throw", (PyCFunction)(void (*)(void))LaunchIter_throw, METH_FASTCALL,
+     "Raise an exception inside the await."},
+    {"close", (PyCFunction)LaunchIter_close, METH_NOARGS, "Close the await."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot LaunchIter_slots[] = {
+    {Py_tp_dealloc, (void *)LaunchIter_dealloc},
+    {Py_tp_traverse, (void *)LaunchIter_traverse},
+    {Py_tp_clear, (void *)LaunchIter_clear},
+    {Py_tp_iter, (void *)LaunchIter_iter},
+    {Py_tp_iternext, (void *)LaunchIter_iternext},
+    {Py_am_send, (void *)LaunchIter_send},
+    {Py_tp_methods, LaunchIter_methods},
+    {Py_tp_doc, (void *)"The iterator of ``await`` of a launch (see LaunchAwait)."},
+    {0, NULL},
+};
+
+static PyType_Spec LaunchIter_spec = {
+    .name = "cuasync._reactor.LaunchIter",
+    .basicsize = sizeof(LaunchIter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = LaunchIter_slots,
+};
+
+static PyObject *
+LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "__await__() takes no arguments");
+        return NULL;
+    }
+    if (self->done_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    LaunchIter *it = PyObject_GC_New(LaunchIter, (PyTypeObject *)self->done_t);
+    if (it == NULL)
+        return NULL;
+    it->awaiter = (LaunchAwait *)Py_NewRef(self);
+    it->op = Py_NewRef(args[0]);
+    it->delegate = NULL;
+    it->state = ITER_FRESH;
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
 }
 
 static PyObject *
@@ -1326,7 +1522,7 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->completion_dict = Py_NewRef(PyModule_GetDict(completion));
     self->loops_dict = Py_NewRef(PyModule_GetDict(loops));
-    self->done_t = PyType_FromSpec(&Done_spec);
+    self->done_t = PyType_FromSpec(&LaunchIter_spec);
     if (self->done_t == NULL)
         goto fail;
 #define NAME(field, text)                                                                     \
@@ -1406,7 +1602,7 @@ LaunchAwait_get_inline(LaunchAwait *self, void *Py_UNUSED(c))
 
 static PyGetSetDef LaunchAwait_getset[] = {
     {"inline_awaits", (getter)LaunchAwait_get_inline, NULL,
-     "awaits it returned a Done iterator for (landed within the spin)", NULL},
+     "awaits whose first step returned the output (landed within the spin)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1455,12 +1651,20 @@ typedef struct {
     int locked;
 } ExecLock;
 
-/* (g_exec_lock_type, declared above: set at module exec, checked by the core) */
+static void ExecLock_dealloc(PyObject *self);
+
+/* Whether o is an ExecLock of any interpreter's module: told by its dealloc function,
+ * which all of them share (no process-wide reference to one interpreter's type). */
+int
+is_exec_lock(PyObject *o)
+{
+    return Py_TYPE(o)->tp_dealloc == ExecLock_dealloc;
+}
 
 int
 exec_lock_try(PyObject *o) /* 1 taken, 0 held elsewhere, -1 not an ExecLock */
 {
-    if (g_exec_lock_type == NULL || !Py_IS_TYPE(o, g_exec_lock_type))
+    if (!is_exec_lock(o))
         return -1;
     ExecLock *l = (ExecLock *)o;
     if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK))
@@ -1477,7 +1681,9 @@ exec_lock_release(PyObject *o)
     PyThread_release_lock(l->lock);
 }
 
-/* Block until taken (GIL released); -1 with the error of a signal handler. */
+/* Block until taken or timeout_us (-1: forever) passed, the GIL released; -1 with the
+ * error of a signal handler (which runs while it waits). After a signal it waits only
+ * for what is left of the timeout. */
 static int
 exec_lock_wait(ExecLock *l, long long timeout_us)
 {
@@ -1487,10 +1693,18 @@ exec_lock_wait(ExecLock *l, long long timeout_us)
     }
     if (timeout_us == 0)
         return 0;
+    uint64_t deadline = timeout_us > 0 ? now_ns() + (uint64_t)timeout_us * 1000u : 0;
     for (;;) {
+        long long left = -1;
+        if (timeout_us > 0) {
+            uint64_t now = now_ns();
+            if (now >= deadline)
+                return 0;
+            left = (long long)((deadline - now) / 1000u);
+        }
         PyLockStatus r;
         Py_BEGIN_ALLOW_THREADS
-        r = PyThread_acquire_lock_timed(l->lock, timeout_us < 0 ? -1 : timeout_us, 1);
+        r = PyThread_acquire_lock_timed(l->lock, left, 1);
         Py_END_ALLOW_THREADS
         if (r == PY_LOCK_ACQUIRED) {
             l->locked = 1;
@@ -1500,7 +1714,6 @@ exec_lock_wait(ExecLock *l, long long timeout_us)
             return 0;
         if (Py_MakePendingCalls() < 0) /* PY_LOCK_INTR: a signal; its handler may raise */
             return -1;
-        /* (a timeout is started again after a signal: good enough for the lock's use) */
     }
 }
 
@@ -1523,8 +1736,9 @@ ExecLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static void
-ExecLock_dealloc(ExecLock *self)
+ExecLock_dealloc(PyObject *o)
 {
+    ExecLock *self = (ExecLock *)o;
     PyTypeObject *tp = Py_TYPE(self);
     if (self->lock != NULL) {
         if (self->locked)
@@ -1569,8 +1783,12 @@ ExecLock_acquire(ExecLock *self, PyObject *const *args, Py_ssize_t nargs, PyObje
         PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
         return NULL;
     }
-    if (timeout < 0 && timeout != -1) {
+    if (timeout != timeout || (timeout < 0 && timeout != -1)) {
         PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    if (timeout > (double)PY_TIMEOUT_MAX / 1e6) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
         return NULL;
     }
     long long us = !blocking ? 0 : timeout < 0 ? -1 : (long long)(timeout * 1e6);
@@ -1647,12 +1865,7 @@ PyType_Spec ExecLock_spec = {
     .slots = ExecLock_slots,
 };
 
-int
-exec_lock_type_set(PyObject *type)
-{
-    Py_XSETREF(g_exec_lock_type, (PyTypeObject *)Py_XNewRef(type));
-    return 0;
-}
+
 
 /* -- the current device of a thread ---------------------------------------------------- */
 
@@ -1669,13 +1882,14 @@ typedef struct {
     int has_key;
 } CurrentOrdinal;
 
-static PyTypeObject *g_current_type;
+static void CurrentOrdinal_dealloc(PyObject *self);
 
-/* The calling thread's ordinal (-1: none) of a CurrentOrdinal; -2: not one. */
+/* The calling thread's ordinal (-1: none) of a CurrentOrdinal; -2: not one (told by
+ * its dealloc function, shared by every interpreter's type). */
 long
 current_ordinal_of(PyObject *o)
 {
-    if (g_current_type == NULL || !Py_IS_TYPE(o, g_current_type))
+    if (Py_TYPE(o)->tp_dealloc != CurrentOrdinal_dealloc)
         return -2;
     void *v = pthread_getspecific(((CurrentOrdinal *)o)->key);
     return (long)(intptr_t)v - 1; /* stored plus one: NULL is -1 */
@@ -1702,8 +1916,9 @@ CurrentOrdinal_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static void
-CurrentOrdinal_dealloc(CurrentOrdinal *self)
+CurrentOrdinal_dealloc(PyObject *o)
 {
+    CurrentOrdinal *self = (CurrentOrdinal *)o;
     PyTypeObject *tp = Py_TYPE(self);
     if (self->has_key)
         pthread_key_delete(self->key);
@@ -1763,9 +1978,4 @@ PyType_Spec CurrentOrdinal_spec = {
     .slots = CurrentOrdinal_slots,
 };
 
-int
-current_type_set(PyObject *type)
-{
-    Py_XSETREF(g_current_type, (PyTypeObject *)Py_XNewRef(type));
-    return 0;
-}
+

@@ -137,6 +137,10 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         PyErr_Format(PyExc_TypeError, "%U() takes no keyword arguments", self->name);
         return NULL;
     }
+    if (self->kernel == NULL || self->plan == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this launcher is cleared (interpreter shutdown)");
+        return NULL;
+    }
     PyObject *params = PyObject_GetAttr(self->kernel, self->s_params);
     if (params == NULL)
         return NULL;
@@ -517,8 +521,19 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fallback;
     PyObject *s_cache;
-    Py_ssize_t consumed; /* OpFinalizer: the offset of _consumed */
+    PyTypeObject *op_type; /* OpFinalizer: the op type whose _consumed is at ``consumed`` */
+    Py_ssize_t consumed;
 } MethodShim;
+
+static PyObject *
+shim_fallback(MethodShim *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this method is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
 
 static PyObject *
 ConfigLookup_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
@@ -544,7 +559,7 @@ ConfigLookup_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
                 return NULL;
         }
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return shim_fallback(self, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -552,10 +567,11 @@ OpFinalizer_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
                        PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 1 && kwnames == NULL &&
+    if (nargs == 1 && kwnames == NULL && self->op_type != NULL &&
+        PyObject_TypeCheck(args[0], self->op_type) &&
         *(PyObject **)((char *)args[0] + self->consumed) == Py_True)
         Py_RETURN_NONE; /* executed: nothing to say */
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return shim_fallback(self, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -598,6 +614,7 @@ OpFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->vectorcall = (vectorcallfunc)OpFinalizer_vectorcall;
     self->fallback = Py_NewRef(warn);
+    self->op_type = (PyTypeObject *)Py_NewRef(op);
     if (member_offset((PyTypeObject *)op, "_consumed", &self->consumed) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -610,6 +627,7 @@ MethodShim_traverse(MethodShim *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->fallback);
+    Py_VISIT(self->op_type);
     return 0;
 }
 
@@ -617,6 +635,7 @@ static int
 MethodShim_clear(MethodShim *self)
 {
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->op_type);
     return 0;
 }
 

@@ -823,10 +823,6 @@ module_exec(PyObject *m)
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
         PyObject *t = PyType_FromModuleAndSpec(m, core_types[i].spec, NULL);
         express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
-        if (express_added && core_types[i].spec == &ExecLock_spec)
-            exec_lock_type_set(t);
-        if (express_added && core_types[i].spec == &CurrentOrdinal_spec)
-            current_type_set(t);
         Py_XDECREF(t);
     }
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||

@@ -266,8 +266,6 @@ extern PyType_Spec Express_spec;
 extern PyType_Spec LaunchAwait_spec;
 extern PyType_Spec ExecLock_spec;
 extern PyType_Spec CurrentOrdinal_spec;
-int current_type_set(PyObject *type); /* the CurrentOrdinal type the core reads directly */
-int exec_lock_type_set(PyObject *type); /* the ExecLock type the core takes directly */
 extern PyType_Spec Launcher_spec;
 extern PyType_Spec ConfigLookup_spec;
 extern PyType_Spec OpFinalizer_spec;

@@ -564,3 +564,57 @@ async def test_the_native_await_refuses_an_op_awaited_twice(
 
     assert await Delegating(bump[1, 32](x, 8)) is x
     np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))
+
+
+async def test_the_native_await_submits_nothing_until_its_first_step(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    import gc
+
+    _native_await()
+    x = await cuasync.zeros((8,), dtype="float32")
+    op = bump[1, 32](x, 8)
+    iterator = op.__await__()  # as a generator's: nothing runs yet
+    assert not op._consumed
+    with pytest.warns(RuntimeWarning, match="never executed"):
+        del iterator, op
+        gc.collect()
+    np.testing.assert_array_equal(await x.to_host(), np.zeros(8, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_parked_native_await_that_is_closed_lets_its_work_land_and_frees_it(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    _native_await()
+    _needs_flag_slots()
+    x = await cuasync.zeros((8,), dtype="float32")
+    await bump[1, 32](x, 8)  # loaded before the gate
+    stream = cuasync.Device(0).new_stream()
+    before = cuasync.stats().slots_armed
+    with ct.gate(stream):
+        armed = cuasync.stats().slots_armed  # (the gate's own word among them)
+        with cuasync.use_policy(cuasync.SingleStream(stream)):
+            iterator = bump[1, 32](x, 8).__await__()
+            iterator.send(None)  # submitted, held by the gate: the await parks (yields)
+        iterator.close()  # dropped by its awaiter, as a cancelled task drops it
+        assert cuasync.stats().slots_armed == armed + 1  # the work still holds its slot
+    await wait_until(lambda: cuasync.stats().slots_armed == before)
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_bad_spin_budget_raises_before_anything_is_submitted(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _native_await()
+    _needs_flag_slots()
+    x = await cuasync.zeros((8,), dtype="float32")
+    await bump[1, 32](x, 8)
+    armed = cuasync.stats().slots_armed
+    monkeypatch.setattr(get_hub(), "spin_budget_us", 5.0)  # not an int
+    with pytest.raises(TypeError, match="spin_budget_us"):
+        await bump[1, 32](x, 8)
+    monkeypatch.undo()
+    assert cuasync.stats().slots_armed == armed  # no slot taken
+    np.testing.assert_array_equal(await x.to_host(), np.ones(8, np.float32))

@@ -1546,3 +1546,24 @@ def test_current_ordinal_is_one_int_per_thread() -> None:
         here.ordinal = "0"
     with pytest.raises(AttributeError):
         del here.ordinal
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="needs setitimer")
+def test_a_timed_acquire_times_out_while_signals_keep_arriving() -> None:
+    import signal
+
+    lock = _reactor.ExecLock()
+    lock.acquire()
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)  # a signal every 20 ms
+        t0 = time.monotonic()
+        assert lock.acquire(timeout=0.2) is False  # each signal must not restart the wait
+        assert time.monotonic() - t0 < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    lock.release()
+    for bad, error in ((math.nan, ValueError), (math.inf, OverflowError), (1e30, OverflowError)):
+        with pytest.raises(error):
+            lock.acquire(timeout=bad)

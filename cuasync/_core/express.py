@@ -386,7 +386,7 @@ def make_core(hub: Any) -> Any:
     return native.Express(
         hub=hub, lock=LOCK, local=LOCAL, trace=trace, launch=_Launch, stream=Stream,
         tensor=Tensor, allocation=Allocation, prepared=PreparedKernel, box=_Box,
-        generic=GENERIC, spin_us=await_spin_us, failed=_core_failed,
+        generic=GENERIC, spin_us=await_spin_us, failed=_core_failed, abandon=_core_abandon,
     )  # fmt: skip
 
 
@@ -397,6 +397,26 @@ def _core_failed(hub: Any, op: Any, stream: Stream, seq: int, slot: int, box: _B
     hub._free_slot(slot)
     retained = [tensor._alloc for tensor, _ in op._tensors]
     _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
+
+
+def _core_abandon(
+    hub: Any,
+    op: Any,
+    stream: Stream,
+    box: _Box | None,
+    slot: int,
+    gen: int,
+    address: int,
+    seq: int,
+) -> None:
+    """A launch the native core made and could not settle (an error after the launch: out
+    of memory): its completion, abandoned to the background watcher, which frees the
+    slot and what the op holds once the work lands."""
+    comp = _completion_of(
+        op, stream, hub, box if box is not None else _Box(), slot, gen, address, seq
+    )
+    comp.abandon()
+    hub.watch_in_background(comp)
 
 
 def spin_for(
