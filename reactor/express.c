@@ -79,23 +79,8 @@ typedef struct {
     unsigned long long launches, native_launches, declined, completed_inline;
 } Express;
 
-static inline PyObject *
-slot_get(PyObject *o, Py_ssize_t off)
-{
-    return *(PyObject **)((char *)o + off); /* borrowed; NULL when unset */
-}
-
-static inline void
-slot_set(PyObject *o, Py_ssize_t off, PyObject *v) /* v: a new reference, stolen */
-{
-    PyObject **p = (PyObject **)((char *)o + off);
-    PyObject *old = *p;
-    *p = v;
-    Py_XDECREF(old);
-}
-
 /* The offset of the __slots__ entry ``name`` of type t (a member descriptor). */
-static int
+int
 slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
 {
     PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
@@ -1480,8 +1465,8 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
     return (PyObject *)it;
 }
 
-static PyObject *
-LaunchAwait_descr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+PyObject *
+bind_to(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
 {
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
@@ -1617,7 +1602,7 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_traverse, (void *)LaunchAwait_traverse},
     {Py_tp_clear, (void *)LaunchAwait_clear},
     {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)LaunchAwait_descr_get},
+    {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_getset, LaunchAwait_getset},
     {Py_tp_members, LaunchAwait_members},
     {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "

@@ -46,37 +46,6 @@ typedef struct {
         *s_check_aliasing, *s_device_of;
 } Launcher;
 
-static int
-member_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
-{
-    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
-    if (d == NULL)
-        return -1;
-    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-    if (ok)
-        *off = ((PyMemberDescrObject *)d)->d_member->offset;
-    Py_DECREF(d);
-    if (!ok)
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ entry", t->tp_name, name);
-    return ok ? 0 : -1;
-}
-
-static inline PyObject *
-get_slot(PyObject *o, Py_ssize_t off)
-{
-    return *(PyObject **)((char *)o + off);
-}
-
-static inline void
-put_slot(PyObject *o, Py_ssize_t off, PyObject *v) /* v: stolen */
-{
-    PyObject **p = (PyObject **)((char *)o + off);
-    PyObject *old = *p;
-    *p = v;
-    Py_XDECREF(old);
-}
-
 /* kernel.<method>(args, GRID, BLOCK, SHARED_MEM): the Python paths */
 static PyObject *
 call_kernel(Launcher *self, PyObject *method, PyObject *const *args, Py_ssize_t nargs)
@@ -99,7 +68,7 @@ passes(Launcher *self, const plan_entry *e, PyObject *a)
     switch (e->kind) {
     case ARG_TENSOR:
         return Py_IS_TYPE(a, self->tensor_t) &&
-               (e->dtype == NULL || get_slot(a, self->t_dtype) == e->dtype);
+               (e->dtype == NULL || slot_get(a, self->t_dtype) == e->dtype);
     case ARG_INT: {
         if (!PyLong_CheckExact(a))
             return 0;
@@ -176,7 +145,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     else {
         PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
-        PyObject *alloc = get_slot(first, self->t_alloc);
+        PyObject *alloc = slot_get(first, self->t_alloc);
         if (alloc == NULL) {
             PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
             goto fail;
@@ -191,7 +160,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
             Py_DECREF(r);
             for (Py_ssize_t j = 1; j < self->npointers; j++) {
                 PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
-                PyObject *its = get_slot(t, self->t_alloc);
+                PyObject *its = slot_get(t, self->t_alloc);
                 PyObject *other = its == NULL ? NULL : PyObject_GetAttrString(its, "device");
                 if (other == NULL)
                     goto fail;
@@ -248,16 +217,16 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if ((op = self->launch_t->tp_alloc(self->launch_t, 0)) == NULL)
         goto fail;
-    put_slot(op, self->o_consumed, Py_NewRef(Py_False));
-    put_slot(op, self->o_device, device);
-    put_slot(op, self->o_kernel, Py_NewRef(self->kernel));
-    put_slot(op, self->o_prepared, prepared);
-    put_slot(op, self->o_args, arglist);
-    put_slot(op, self->o_tensors, tensors);
-    put_slot(op, self->o_output, output);
-    put_slot(op, self->o_grid, Py_NewRef(self->grid));
-    put_slot(op, self->o_block, Py_NewRef(self->block));
-    put_slot(op, self->o_shared_mem, Py_NewRef(self->shared_mem));
+    slot_set(op, self->o_consumed, Py_NewRef(Py_False));
+    slot_set(op, self->o_device, device);
+    slot_set(op, self->o_kernel, Py_NewRef(self->kernel));
+    slot_set(op, self->o_prepared, prepared);
+    slot_set(op, self->o_args, arglist);
+    slot_set(op, self->o_tensors, tensors);
+    slot_set(op, self->o_output, output);
+    slot_set(op, self->o_grid, Py_NewRef(self->grid));
+    slot_set(op, self->o_block, Py_NewRef(self->block));
+    slot_set(op, self->o_shared_mem, Py_NewRef(self->shared_mem));
     return op;
 fail:
     Py_XDECREF(arglist);
@@ -378,18 +347,18 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_device_of, "_device_of")
 #undef NAME
     PyTypeObject *L = self->launch_t, *T = self->tensor_t;
-    if (member_offset(L, "_consumed", &self->o_consumed) < 0 ||
-        member_offset(L, "_device", &self->o_device) < 0 ||
-        member_offset(L, "_kernel", &self->o_kernel) < 0 ||
-        member_offset(L, "_prepared", &self->o_prepared) < 0 ||
-        member_offset(L, "_args", &self->o_args) < 0 ||
-        member_offset(L, "_tensors", &self->o_tensors) < 0 ||
-        member_offset(L, "_output", &self->o_output) < 0 ||
-        member_offset(L, "_grid", &self->o_grid) < 0 ||
-        member_offset(L, "_block", &self->o_block) < 0 ||
-        member_offset(L, "_shared_mem", &self->o_shared_mem) < 0 ||
-        member_offset(T, "_alloc", &self->t_alloc) < 0 ||
-        member_offset(T, "dtype", &self->t_dtype) < 0)
+    if (slot_offset(L, "_consumed", &self->o_consumed) < 0 ||
+        slot_offset(L, "_device", &self->o_device) < 0 ||
+        slot_offset(L, "_kernel", &self->o_kernel) < 0 ||
+        slot_offset(L, "_prepared", &self->o_prepared) < 0 ||
+        slot_offset(L, "_args", &self->o_args) < 0 ||
+        slot_offset(L, "_tensors", &self->o_tensors) < 0 ||
+        slot_offset(L, "_output", &self->o_output) < 0 ||
+        slot_offset(L, "_grid", &self->o_grid) < 0 ||
+        slot_offset(L, "_block", &self->o_block) < 0 ||
+        slot_offset(L, "_shared_mem", &self->o_shared_mem) < 0 ||
+        slot_offset(T, "_alloc", &self->t_alloc) < 0 ||
+        slot_offset(T, "dtype", &self->t_dtype) < 0)
         goto fail;
     if (L->tp_dictoffset != 0) {
         PyErr_Format(PyExc_TypeError, "%.100s must have __slots__ only", L->tp_name);
@@ -575,14 +544,6 @@ OpFinalizer_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
 }
 
 static PyObject *
-MethodShim_descr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
-{
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
-static PyObject *
 ConfigLookup_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fallback", NULL};
@@ -615,7 +576,7 @@ OpFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->vectorcall = (vectorcallfunc)OpFinalizer_vectorcall;
     self->fallback = Py_NewRef(warn);
     self->op_type = (PyTypeObject *)Py_NewRef(op);
-    if (member_offset((PyTypeObject *)op, "_consumed", &self->consumed) < 0) {
+    if (slot_offset((PyTypeObject *)op, "_consumed", &self->consumed) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -663,7 +624,7 @@ static PyType_Slot ConfigLookup_slots[] = {
     {Py_tp_traverse, (void *)MethodShim_traverse},
     {Py_tp_clear, (void *)MethodShim_clear},
     {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)MethodShim_descr_get},
+    {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_members, MethodShim_members},
     {Py_tp_doc, (void *)"ConfigLookup(*, fallback)\n--\n\n"
                         "kernel[grid, block] with two ints: the kernel's cached launcher, else "
@@ -677,7 +638,7 @@ static PyType_Slot OpFinalizer_slots[] = {
     {Py_tp_traverse, (void *)MethodShim_traverse},
     {Py_tp_clear, (void *)MethodShim_clear},
     {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)MethodShim_descr_get},
+    {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_members, MethodShim_members},
     {Py_tp_doc, (void *)"OpFinalizer(*, op, warn)\n--\n\n"
                         "An op type's __del__: warn(op) unless the op was executed."},

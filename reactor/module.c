@@ -882,9 +882,8 @@ static PyModuleDef_Slot module_slots[] = {
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
-#ifdef Py_mod_gil
-    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
-#endif
+/* (no Py_mod_gil: the native op core relies on the GIL for the lists and slots it
+ * reads, so a free-threaded build re-enables the GIL when it imports this module) */
     {0, NULL},
 };
 

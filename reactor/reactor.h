@@ -261,6 +261,31 @@ long launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **par
                   unsigned long long address, uint32_t value);
 /* Whether f is this module's launch_packed (the cuda backend's fast_launch). */
 int is_launch_packed(PyObject *f);
+/* -- the native op core's helpers (express.c) ------------------------------------ */
+
+/* The __slots__ entry at ``off`` of an object of a type whose offsets were looked up with
+ * slot_offset: borrowed, NULL when unset. */
+static inline PyObject *
+slot_get(PyObject *o, Py_ssize_t off)
+{
+    return *(PyObject **)((char *)o + off);
+}
+
+/* Replace it (v: a new reference, stolen). */
+static inline void
+slot_set(PyObject *o, Py_ssize_t off, PyObject *v)
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    *p = v;
+    Py_XDECREF(old);
+}
+
+/* The offset of the __slots__ entry ``name`` of type t (its member descriptor's). */
+int slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off);
+/* tp_descr_get of a method-descriptor type: bound to obj, or itself from the class. */
+PyObject *bind_to(PyObject *self, PyObject *obj, PyObject *type);
+
 /* The express core's type (express.c) and the launchers' (launcher.c). */
 extern PyType_Spec Express_spec;
 extern PyType_Spec LaunchAwait_spec;
