@@ -451,7 +451,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
 }
 
 static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, long mode,
-                                 PyObject *adapter);
+                                 PyObject *adapter, int *settled);
 
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
@@ -465,13 +465,17 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
         return NULL;
     }
-    return express_launch(self, args[0], args[1], mode, args[3]);
+    int settled;
+    return express_launch(self, args[0], args[1], mode, args[3], &settled);
 }
 
 /* Express.launch's work (see the module comment). */
+/* (*settled: 1 when the result is the output of work that landed and was settled) */
 static PyObject *
-express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter)
+express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter,
+               int *settled)
 {
+    *settled = 0;
     if (self->hub == NULL || self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
@@ -746,6 +750,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_XDECREF(spin_obj);
         output = slot_get(op, self->op.output); /* (again: Python may have run since) */
         result = Py_NewRef(output != NULL ? output : Py_None);
+        *settled = 1;
         goto done;
     }
     if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
@@ -1210,10 +1215,11 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
         if (stream == NULL)
             goto done;
     }
-    PyObject *sent = express_launch(x, op, stream, MODE_AWAIT, adapter);
+    int settled;
+    PyObject *sent = express_launch(x, op, stream, MODE_AWAIT, adapter, &settled);
     if (sent == NULL)
         goto done;
-    if (sent == slot_get(op, x->op.output)) { /* landed within the spin, and settled */
+    if (settled) { /* landed within the spin, and settled: sent is the output */
         self->inline_awaits++;
         *result = sent;
         status = PYGEN_RETURN;
@@ -1245,14 +1251,39 @@ typedef struct {
     PyObject *op;       /* until the first send */
     PyObject *delegate; /* while delegating */
     int state;          /* 0 fresh, 1 delegating, 2 done */
+    int running;        /* inside a send, throw or close (re-entering one is refused) */
 } LaunchIter;
 
+static int
+refuse_running(LaunchIter *self)
+{
+    if (!self->running)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "generator already executing");
+    return -1;
+}
+
 enum { ITER_FRESH = 0, ITER_DELEGATING = 1, ITER_DONE = 2 };
+
+static PySendResult LaunchIter_step(LaunchIter *self, PyObject *arg, PyObject **result);
 
 static PySendResult
 LaunchIter_send(LaunchIter *self, PyObject *arg, PyObject **result)
 {
     *result = NULL;
+    if (refuse_running(self) < 0)
+        return PYGEN_ERROR;
+    self->running = 1;
+    Py_INCREF(self); /* (alive while its step runs Python code) */
+    PySendResult r = LaunchIter_step(self, arg, result);
+    self->running = 0;
+    Py_DECREF(self);
+    return r;
+}
+
+static PySendResult
+LaunchIter_step(LaunchIter *self, PyObject *arg, PyObject **result)
+{
     if (self->state == ITER_DONE) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited launch");
         return PYGEN_ERROR;
@@ -1276,7 +1307,9 @@ LaunchIter_send(LaunchIter *self, PyObject *arg, PyObject **result)
         self->delegate = out; /* a Python generator, not started: its first step now */
         self->state = ITER_DELEGATING;
     }
-    PySendResult r = PyIter_Send(self->delegate, arg, result);
+    PyObject *delegate = Py_NewRef(self->delegate); /* (held while it runs) */
+    PySendResult r = PyIter_Send(delegate, arg, result);
+    Py_DECREF(delegate);
     if (r != PYGEN_NEXT) {
         Py_CLEAR(self->delegate);
         self->state = ITER_DONE;
@@ -1319,12 +1352,14 @@ raise_thrown(PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
     if (PyExceptionInstance_Check(typ)) {
+        if (val != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
+            return NULL;
+        }
         PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
     }
     else if (PyExceptionClass_Check(typ)) {
-        if (val != Py_None && PyObject_TypeCheck(val, (PyTypeObject *)typ))
-            PyErr_SetObject(typ, val);
-        else if (val != Py_None)
+        if (val != Py_None)
             PyErr_SetObject(typ, val);
         else
             PyErr_SetNone(typ);
@@ -1342,6 +1377,8 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
         return NULL;
     }
+    if (refuse_running(self) < 0)
+        return NULL;
     if (self->state != ITER_DELEGATING) { /* not started (or done): raised here, as a
                                             * generator raises it before its first line */
         self->state = ITER_DONE;
@@ -1351,22 +1388,30 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *name = PyUnicode_InternFromString("throw");
     if (name == NULL)
         return NULL;
-    PyObject *call[4] = {self->delegate, args[0], nargs > 1 ? args[1] : NULL,
+    PyObject *delegate = Py_NewRef(self->delegate); /* (held while it runs) */
+    PyObject *call[4] = {delegate, args[0], nargs > 1 ? args[1] : NULL,
                          nargs > 2 ? args[2] : NULL};
+    self->running = 1;
+    Py_INCREF(self);
     PyObject *r = PyObject_VectorcallMethod(name, call,
                                             (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                             NULL);
+    self->running = 0;
     Py_DECREF(name);
+    Py_DECREF(delegate);
     if (r == NULL) {
         Py_CLEAR(self->delegate);
         self->state = ITER_DONE;
     }
+    Py_DECREF(self);
     return r;
 }
 
 static PyObject *
 LaunchIter_close(LaunchIter *self, PyObject *Py_UNUSED(arg))
 {
+    if (refuse_running(self) < 0)
+        return NULL;
     PyObject *delegate = self->delegate;
     self->delegate = NULL;
     self->state = ITER_DONE;
@@ -1397,6 +1442,7 @@ LaunchIter_traverse(LaunchIter *self, visitproc visit, void *arg)
 static int
 LaunchIter_clear(LaunchIter *self)
 {
+    self->state = ITER_DONE;
     Py_CLEAR(self->awaiter);
     Py_CLEAR(self->op);
     Py_CLEAR(self->delegate);
@@ -1461,6 +1507,7 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
     it->op = Py_NewRef(args[0]);
     it->delegate = NULL;
     it->state = ITER_FRESH;
+    it->running = 0;
     PyObject_GC_Track(it);
     return (PyObject *)it;
 }

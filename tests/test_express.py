@@ -618,3 +618,38 @@ async def test_a_bad_spin_budget_raises_before_anything_is_submitted(
     monkeypatch.undo()
     assert cuasync.stats().slots_armed == armed  # no slot taken
     np.testing.assert_array_equal(await x.to_host(), np.ones(8, np.float32))
+
+
+def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A generator that re-enters its own close() gets "already executing"; so must the
+    # native await, whose close() would otherwise free the generator that is running.
+    awaiter = _native_await()
+    seen: list[BaseException] = []
+    holder: list[Any] = []
+
+    def fallback(op: Any) -> Any:
+        def body() -> Any:
+            try:
+                holder[0].close()
+            except ValueError as exc:
+                seen.append(exc)
+            return "done"
+            yield  # (a generator)
+
+        return body()
+
+    native = get_hub().native
+    mine = native.LaunchAwait(
+        core=native.Express, fallback=fallback, finish=fallback, completion=express._completion,
+        loops=express._loops, get_running_loop=lambda: None, running_adapter=lambda: None,
+        policy=express._policy, stream_for=lambda device: None,
+    )  # fmt: skip
+    monkeypatch.setattr(get_hub(), "express", None)  # no core: the fallback takes the op
+    holder.append(mine(object()))
+    with pytest.raises(StopIteration) as stop:
+        holder[0].send(None)
+    assert stop.value.value == "done"
+    assert [str(e) for e in seen] == ["generator already executing"]
+    assert awaiter is not mine
