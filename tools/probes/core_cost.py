@@ -23,7 +23,7 @@ import cuasync
 from cuasync._backends import get_backend
 from cuasync._backends._params import _layout
 from cuasync._core.completion import get_hub
-from cuasync.bench._util import run_loop
+from cuasync.bench._util import run_loop, timed
 from cuasync.bench.completion import tiny
 from cuasync.bench.launch import bump
 
@@ -35,12 +35,8 @@ def p50_ns(samples: list[int]) -> float:
 
 
 def each(fn: Callable[[], object], n: int = N) -> list[int]:
-    clock, out = time.perf_counter_ns, []
-    for _ in range(n):
-        t0 = clock()
-        fn()
-        out.append(clock() - t0)
-    return out
+    """ns of each of ``n`` calls of ``fn`` (the bench's ``timed``, no warm-up)."""
+    return timed(fn, n, warmup=0)
 
 
 @contextmanager
@@ -52,8 +48,8 @@ def native_stub() -> Iterator[None]:
     saved = {k: backend.__dict__.get(k) for k in ("fast_launch", "current")}
     prepared = {k: (k._prepare(cuasync.Device(0)), None) for k in (tiny, bump)}
     if backend.fast_launch is None:  # the emulator: a native launch for this probe
-        backend.fast_launch = native.launch_packed  # type: ignore[attr-defined]
-        backend.current = native.CurrentOrdinal()  # type: ignore[attr-defined]  # (as CUDA's)
+        backend.fast_launch = native.launch_packed
+        backend.current = native.CurrentOrdinal()  # (as CUDA's)
         backend.current.ordinal = 0
         for kernel, (p, _) in prepared.items():
             codes = ["Q", "i"] if kernel is bump else []

@@ -13,14 +13,13 @@ Run on a GPU: ``python3 tools/probes/express_ab.py`` (after ``pip install -e .``
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync.bench._util import await_latency, run_loop
+from cuasync.bench._util import await_latency, run_loop, timed
 from cuasync.bench.completion import _raw_launcher, tiny
 from cuasync.bench.launch import bump
 
@@ -33,12 +32,8 @@ def p50(samples: list[int]) -> float:
 
 
 def each(fn: Callable[[], object], n: int = N) -> list[int]:
-    clock, out = time.perf_counter_ns, []
-    for _ in range(n):
-        t0 = clock()
-        fn()
-        out.append(clock() - t0)
-    return out
+    """ns of each of ``n`` calls of ``fn`` (the bench's ``timed``, no warm-up)."""
+    return timed(fn, n, warmup=0)
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ on the emulator it runs too (the launch is then the emulator's, in Python).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -31,7 +30,7 @@ from cuasync import _kernel
 from cuasync._core.completion import get_hub
 from cuasync._launcher import make_launcher
 from cuasync.bench._breakdown import stubbed_driver
-from cuasync.bench._util import await_latency, run_loop
+from cuasync.bench._util import await_latency, run_loop, timed
 from cuasync.bench.completion import _raw_launcher, tiny
 from cuasync.bench.launch import bump
 
@@ -45,12 +44,8 @@ def p50(samples: list[int]) -> float:
 
 
 def each(fn: Callable[[], object], n: int = N) -> list[int]:
-    clock, out = time.perf_counter_ns, []
-    for _ in range(n):
-        t0 = clock()
-        fn()
-        out.append(clock() - t0)
-    return out
+    """ns of each of ``n`` calls of ``fn`` (the bench's ``timed``, no warm-up)."""
+    return timed(fn, n, warmup=0)
 
 
 @contextmanager
@@ -61,7 +56,7 @@ def variant(name: str) -> Iterator[None]:
     native = name != "python"
 
     def launcher(*args: object) -> object:
-        return make_launcher(*args, native=native)  # type: ignore[arg-type]
+        return make_launcher(*args, native=native)  # type: ignore[arg-type,misc]
 
     for kernel in (tiny, bump):
         kernel.__dict__.pop("_launcher_cache", None)
