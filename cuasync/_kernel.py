@@ -30,7 +30,7 @@ from ._backends.base import PreparedKernel
 from ._core import express
 from ._core.context import ExecutionContext
 from ._core.device import Device, Stream, get_default_device
-from ._core.op import DeviceOp, _NativeLaunchBase
+from ._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase
 from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
 from ._launcher import make_launcher
@@ -713,6 +713,14 @@ class _Launch(_NativeLaunchBase[Any]):
 
     def _sync(self, stream: Stream) -> Any:
         return express.sync_launch(self, stream)
+
+    def submit(self) -> DeviceFuture[Any]:
+        if self._consumed:
+            self._take()  # raises
+        return express.submit_future(self, self._pick_stream())
+
+    #: See :meth:`DeviceOp.submit_on`: one native call where the express core takes it.
+    submit_on = express.submit_future
 
     #: See :meth:`DeviceOp.__await__`; a launch takes the express path when it can: the
     #: native module's ``LaunchAwait`` where it is built, else the function itself (not a

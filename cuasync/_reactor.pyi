@@ -149,12 +149,25 @@ def set_entry_points(
     launch_kernel: SupportsIndex = 0,
     ctx_set_current: SupportsIndex = 0,
     stream_synchronize: SupportsIndex = 0,
+    memcpy_htod: SupportsIndex = 0,
 ) -> None:
     """Driver entry points from ``cuGetProcAddress``; 0 clears. All are replaced (a
     :class:`Submitter` takes the ones set when it is made)."""
 
 def write_value32(stream: SupportsIndex, address: SupportsIndex, value: SupportsIndex, /) -> int:
     """``cuStreamWriteValue32(stream, address, value, 0)``; returns the CUresult."""
+
+def copy_and_write(
+    dst: SupportsIndex,
+    src: SupportsIndex,
+    nbytes: SupportsIndex,
+    stream: SupportsIndex,
+    address: SupportsIndex,
+    value: SupportsIndex,
+    /,
+) -> int:
+    """``cuMemcpyHtoDAsync(dst, src, nbytes, stream)``, then (it succeeded) the flag write;
+    returns 0, the copy's CUresult (nothing enqueued), or minus the write's."""
 
 def launch_and_write(
     function: SupportsIndex,
@@ -195,10 +208,14 @@ def launch_packed(
 
 def stub_entry_points() -> dict[str, int]:
     """Entry points for ``set_entry_points(**...)`` that reach no driver: the launch
-    counts the call (:func:`stub_launches`), the flag write stores the value at once."""
+    counts the call (:func:`stub_launches`), the flag write stores the value at once,
+    the copy counts the call (:func:`stub_copies`) and copies nothing."""
 
 def stub_launches() -> int:
     """Calls of the stub ``launch_kernel`` so far."""
+
+def stub_copies() -> int:
+    """Calls of the stub ``memcpy_htod`` so far."""
 
 # -- the native op core (express.c, launcher.c) -------------------------------------------
 
@@ -224,11 +241,18 @@ class Express:
         spin_us: Callable[..., int | None],
         failed: Callable[..., None],
         abandon: Callable[..., None],
+        completion: type,
+        context: type,
+        ready: type,
+        future: type,
     ) -> Express: ...
     def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking
         sync's): the op's output (landed and settled), an ``express.Sent`` tuple, or the
         ``generic`` sentinel (nothing done)."""
+    def submit(self, op: Any, stream: Any, /) -> Any:
+        """``op.submit_on(stream)``: the op taken, launched and its ``DeviceFuture``
+        returned; or the ``generic`` sentinel, the op untaken and nothing done."""
     @property
     def launches(self) -> int: ...
     @property

@@ -113,9 +113,7 @@ def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> expres
             held.append(alloc)
             gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
             address = hub.slab + 4 * slot
-            handle = stream.handle
-            backend.memcpy_htod_async(alloc.ptr, block.address, nbytes, handle)
-            backend.write_value32(handle, address, gen)
+            backend.copy_and_write(alloc.ptr, block.address, nbytes, stream.handle, address, gen)
         except BaseException:
             hub._free_slot(slot)
             _release_when_drained(ExecutionContext.submitted(stream, seq, held, box))

@@ -274,17 +274,19 @@ static _Atomic uintptr_t g_write_value32 = 0;
 static _Atomic uintptr_t g_launch_kernel = 0;
 static _Atomic uintptr_t g_ctx_set_current = 0;
 static _Atomic uintptr_t g_stream_synchronize = 0;
+static _Atomic uintptr_t g_memcpy_htod = 0;
 
 static PyObject *
 mod_set_entry_points(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"write_value32", "launch_kernel", "ctx_set_current",
-                             "stream_synchronize", NULL};
-    unsigned long long wv = 0, lk = 0, cs = 0, ss = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O&O&O&O&:set_entry_points", kwlist,
+                             "stream_synchronize", "memcpy_htod", NULL};
+    unsigned long long wv = 0, lk = 0, cs = 0, ss = 0, mh = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O&O&O&O&O&:set_entry_points", kwlist,
                                      conv_u64, &wv, conv_u64, &lk, conv_u64, &cs, conv_u64,
-                                     &ss))
+                                     &ss, conv_u64, &mh))
         return NULL;
+    atomic_store_explicit(&g_memcpy_htod, (uintptr_t)mh, memory_order_release);
     atomic_store_explicit(&g_write_value32, (uintptr_t)wv, memory_order_release);
     atomic_store_explicit(&g_launch_kernel, (uintptr_t)lk, memory_order_release);
     atomic_store_explicit(&g_ctx_set_current, (uintptr_t)cs, memory_order_release);
@@ -355,6 +357,46 @@ mod_write_value32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
     Py_END_ALLOW_THREADS
     release_fence(fence);
     return PyLong_FromLong(rc);
+}
+
+/* copy_and_write(dst, src, nbytes, stream, address, value): cuMemcpyHtoDAsync, then (the
+ * copy enqueued) cuStreamWriteValue32, the GIL released around both (after the launch
+ * fence): 0, the copy's CUresult (nothing enqueued), or minus the write's (the copy is
+ * enqueued). src must stay valid until the copy has run (pinned memory). */
+static PyObject *
+mod_copy_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("copy_and_write", nargs, 6) < 0)
+        return NULL;
+    uintptr_t mh = atomic_load_explicit(&g_memcpy_htod, memory_order_acquire);
+    uintptr_t wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    if (mh == 0 || wv == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        mh == 0 ? "cuMemcpyHtoDAsync entry point not set (call set_entry_points)"
+                                : "cuStreamWriteValue32 entry point not set "
+                                  "(call set_entry_points)");
+        return NULL;
+    }
+    unsigned long long dst, src, nbytes, stream, address;
+    uint32_t value;
+    if (get_u64(args[0], &dst) < 0 || get_u64(args[1], &src) < 0 ||
+        get_u64(args[2], &nbytes) < 0 || get_u64(args[3], &stream) < 0 ||
+        get_u64(args[4], &address) < 0 || get_u32(args[5], "value", &value) < 0)
+        return NULL;
+    CUresult rc;
+    subcore *fence = fence_of_launches();
+    Py_BEGIN_ALLOW_THREADS
+    wait_for_fence(fence);
+    rc = ((pfn_memcpy_htod)mh)((CUdeviceptr)dst, (const void *)(uintptr_t)src, (size_t)nbytes,
+                               (void *)(uintptr_t)stream);
+    if (rc == 0) {
+        CUresult wrc = ((pfn_write_value32)wv)((void *)(uintptr_t)stream, (CUdeviceptr)address,
+                                               value, 0u);
+        rc = wrc == 0 ? 0 : -wrc;
+    }
+    Py_END_ALLOW_THREADS
+    release_fence(fence);
+    return PyLong_FromLong((long)rc);
 }
 
 int
@@ -650,6 +692,16 @@ mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
 /* -- a stub driver table (benchmarks and tests of the native paths, no GPU) ---------- */
 
 static _Atomic unsigned long long g_stub_launches = 0;
+static _Atomic unsigned long long g_stub_copies = 0;
+
+/* cuMemcpyHtoDAsync that copies nothing: it counts the call. */
+static CUresult
+stub_memcpy_htod(CUdeviceptr dst, const void *src, size_t nbytes, void *stream)
+{
+    (void)dst, (void)src, (void)nbytes, (void)stream;
+    atomic_fetch_add_explicit(&g_stub_copies, 1, memory_order_relaxed);
+    return 0;
+}
 
 /* cuLaunchKernel that launches nothing: it counts the call. */
 static CUresult
@@ -683,9 +735,16 @@ stub_write_value32(void *stream, CUdeviceptr address, uint32_t value, unsigned i
 static PyObject *
 mod_stub_entry_points(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
 {
-    return Py_BuildValue("{sKsK}", "launch_kernel",
+    return Py_BuildValue("{sKsKsK}", "launch_kernel",
                          (unsigned long long)(uintptr_t)stub_launch_kernel, "write_value32",
-                         (unsigned long long)(uintptr_t)stub_write_value32);
+                         (unsigned long long)(uintptr_t)stub_write_value32, "memcpy_htod",
+                         (unsigned long long)(uintptr_t)stub_memcpy_htod);
+}
+
+static PyObject *
+mod_stub_copies(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(&g_stub_copies, memory_order_relaxed));
 }
 
 static PyObject *
@@ -714,12 +773,17 @@ PyMethodDef cuasync_driver_methods[] = {
     {"set_entry_points", (PyCFunction)(void (*)(void))mod_set_entry_points,
      METH_VARARGS | METH_KEYWORDS,
      "set_entry_points($module, /, *, write_value32=0, launch_kernel=0, ctx_set_current=0, "
-     "stream_synchronize=0)\n--\n\n"
+     "stream_synchronize=0, memcpy_htod=0)\n--\n\n"
      "Driver entry points from cuGetProcAddress; 0 clears. All are replaced on every call "
      "(a Submitter takes the ones set when it is made)."},
     {"write_value32", (PyCFunction)(void (*)(void))mod_write_value32, METH_FASTCALL,
      "write_value32($module, stream, address, value, /)\n--\n\n"
      "cuStreamWriteValue32(stream, address, value, 0)."},
+    {"copy_and_write", (PyCFunction)(void (*)(void))mod_copy_and_write, METH_FASTCALL,
+     "copy_and_write($module, dst, src, nbytes, stream, address, value, /)\n--\n\n"
+     "cuMemcpyHtoDAsync(dst, src, nbytes, stream), then (if it succeeded) "
+     "cuStreamWriteValue32(stream, address, value, 0). Returns 0, the copy's CUresult "
+     "(nothing enqueued), or minus the write's CUresult (the copy is enqueued)."},
     {"launch_and_write", (PyCFunction)(void (*)(void))mod_launch_and_write, METH_FASTCALL,
      "launch_and_write($module, function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, "
      "address, value, /)\n--\n\n"
@@ -729,7 +793,10 @@ PyMethodDef cuasync_driver_methods[] = {
      "stub_entry_points($module, /)\n--\n\n"
      "Entry points for set_entry_points(**...) that reach no driver: launch_kernel counts "
      "the call (stub_launches()) and launches nothing, write_value32 stores the value to "
-     "a word of a live slab at once. For measuring and testing the native paths."},
+     "a word of a live slab at once, memcpy_htod counts the call (stub_copies()) and "
+     "copies nothing. For measuring and testing the native paths."},
+    {"stub_copies", (PyCFunction)mod_stub_copies, METH_NOARGS,
+     "stub_copies($module, /)\n--\n\nCalls of the stub memcpy_htod so far."},
     {"stub_launches", (PyCFunction)mod_stub_launches, METH_NOARGS,
      "stub_launches($module, /)\n--\n\nCalls of the stub launch_kernel so far."},
     {"launch_packed", (PyCFunction)(void (*)(void))mod_launch_packed, METH_FASTCALL,

@@ -29,7 +29,8 @@
 #include <errno.h>
 #include <string.h>
 
-enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2 };
+/* (MODE_FUTURE: Express.submit's, a launch with no spin whose future is made here) */
+enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2, MODE_FUTURE = 3 };
 
 /* the raised exception, kept while the failure handler runs (3.11 has no
  * PyErr_GetRaisedException) */
@@ -58,12 +59,22 @@ typedef struct {
     Py_ssize_t capturing, device, submitted, completed, handle, owned;
 } stream_offsets;
 
+/* the __slots__ of an ExecutionContext */
+typedef struct {
+    Py_ssize_t accesses, capturing, deferred, device, errors, fuse, retained, seq, stream;
+} context_offsets;
+
 typedef struct {
     PyObject_HEAD
-    PyObject *hub, *backend, *stats, *free, *gens, *memops, *lock, *local, *trace;
+    PyObject *hub, *backend, *stats, *free, *gens, *table, *memops, *lock, *local, *trace;
     PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
+    /* what a future is made of (Express.submit): express._completion_of's types */
+    PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
+    PyObject *no_args;
+    context_offsets cx;
+    Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
     uintptr_t slab;
     Py_ssize_t nslots;
     op_offsets op;
@@ -76,6 +87,10 @@ typedef struct {
         *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
         *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
         *s_launch_failed, *s_use;
+    /* the Completion attributes a future's sets (as Completion.__init__ and
+     * express._completion_of do) */
+    PyObject *s_ctx, *s_out, *s_stream, *s_device, *s_seq, *s_slot, *s_gen, *s_address,
+        *s_armed_at;
     unsigned long long launches, native_launches, declined, completed_inline;
 } Express;
 
@@ -469,6 +484,84 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
     return express_launch(self, args[0], args[1], mode, args[3], &settled);
 }
 
+/* The future of a launch submitted with no spin (MODE_FUTURE): express._completion_of
+ * and DeviceFuture(comp), in C. Its Completion retains the op's allocations, has the
+ * launch's error box as its context's errors, and takes slot s of the hub's table. */
+static PyObject *
+make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObject *slot,
+            Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
+{
+    PyObject *tensors = slot_get(op, self->op.tensors); /* (again: Python may have run) */
+    PyObject *output = slot_get(op, self->op.output);
+    PyObject *device = slot_get(stream, self->st.device);
+    if (tensors == NULL || !PyList_CheckExact(tensors) || output == NULL || device == NULL) {
+        PyErr_SetString(PyExc_SystemError, "a launch op changed while it was submitted");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    PyObject *retained = PyList_New(n);
+    if (retained == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(tensors, i);
+        PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
+                               ? PyTuple_GET_ITEM(pair, 0) : NULL;
+        PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, self->tensor_t)
+                              ? slot_get(tensor, self->t_alloc) : NULL;
+        if (alloc == NULL) {
+            Py_DECREF(retained);
+            PyErr_SetString(PyExc_SystemError, "a launch op's tensors changed while submitted");
+            return NULL;
+        }
+        PyList_SET_ITEM(retained, i, Py_NewRef(alloc));
+    }
+    PyObject *ctx = self->context_t->tp_alloc(self->context_t, 0);
+    if (ctx == NULL) {
+        Py_DECREF(retained);
+        return NULL;
+    }
+    /* (ExecutionContext.submitted) */
+    slot_set(ctx, self->cx.stream, Py_NewRef(stream));
+    slot_set(ctx, self->cx.fuse, Py_NewRef(Py_None));
+    slot_set(ctx, self->cx.deferred, Py_NewRef(Py_None));
+    slot_set(ctx, self->cx.device, Py_NewRef(device));
+    slot_set(ctx, self->cx.retained, retained);
+    slot_set(ctx, self->cx.errors, Py_NewRef(box));
+    slot_set(ctx, self->cx.capturing, Py_NewRef(Py_False));
+    slot_set(ctx, self->cx.accesses, Py_NewRef(Py_None));
+    slot_set(ctx, self->cx.seq, Py_NewRef(seq));
+    PyObject *out = NULL, *comp = NULL, *future = NULL, *genv = NULL, *addr = NULL,
+             *armed = NULL;
+    if ((out = self->ready_t->tp_alloc(self->ready_t, 0)) == NULL)
+        goto done;
+    slot_set(out, self->r_value, Py_NewRef(output));
+    /* (object.__new__: Completion's attributes live in its instance dict) */
+    if ((comp = self->completion_t->tp_new(self->completion_t, self->no_args, NULL)) == NULL ||
+        (genv = PyLong_FromUnsignedLong(gen)) == NULL ||
+        (addr = PyLong_FromUnsignedLongLong(address)) == NULL ||
+        (armed = PyFloat_FromDouble((double)now_ns() / 1e9)) == NULL) /* (time.monotonic) */
+        goto done;
+    PyObject *names[] = {self->s_ctx, self->s_out, self->s_stream, self->s_device, self->s_seq,
+                         self->s_slot, self->s_gen, self->s_address, self->s_armed_at};
+    PyObject *values[] = {ctx, out, stream, device, seq, slot, genv, addr, armed};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (PyObject_SetAttr(comp, names[i], values[i]) < 0)
+            goto done;
+    if ((future = self->future_t->tp_alloc(self->future_t, 0)) == NULL)
+        goto done;
+    slot_set(future, self->f_comp, Py_NewRef(comp));
+    if (PyList_SetItem(self->table, s, Py_NewRef(comp)) < 0) /* (hub.table[slot] = comp) */
+        Py_CLEAR(future);
+done:
+    Py_DECREF(ctx);
+    Py_XDECREF(out);
+    Py_XDECREF(comp);
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    Py_XDECREF(armed);
+    return future;
+}
+
 /* Express.launch's work (see the module comment). */
 /* (*settled: 1 when the result is the output of work that landed and was settled) */
 static PyObject *
@@ -539,7 +632,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
      * memory can fail once the work is launched */
     long long budget_us = 0;
     int long_ops = 0;
-    if (mode != MODE_NO_SPIN) {
+    if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
         PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
         if (budget == NULL)
             goto done;
@@ -696,7 +789,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *completed = slot_get(stream, self->st.completed);
     long long done_seq = completed != NULL && PyLong_CheckExact(completed)
                              ? PyLong_AsLongLong(completed) : 0;
-    if (mode != MODE_NO_SPIN) {
+    if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
         spin_us = budget_us; /* (read before the lock: nothing can fail there after it) */
         if (mode == MODE_AWAIT && spin_us) {
             long_ops_was = long_ops;
@@ -755,7 +848,10 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     }
     if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
         goto unsettled_error;
-    {
+    if (mode == MODE_FUTURE) {
+        result = make_future(self, op, stream, box, slot, s, gen, address, seq);
+    }
+    else {
         PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
         PyObject *addr = PyLong_FromUnsignedLongLong(address);
         PyObject *genv = PyLong_FromUnsignedLong(gen);
@@ -833,6 +929,15 @@ intern_names(Express *self)
     NAME(s_launch_kernel, "launch_kernel")
     NAME(s_launch_failed, "launch_failed")
     NAME(s_use, "use")
+    NAME(s_ctx, "ctx")
+    NAME(s_out, "out")
+    NAME(s_stream, "stream")
+    NAME(s_device, "device")
+    NAME(s_seq, "seq")
+    NAME(s_slot, "slot")
+    NAME(s_gen, "gen")
+    NAME(s_address, "address")
+    NAME(s_armed_at, "armed_at")
 #undef NAME
     return 0;
 }
@@ -863,16 +968,24 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"hub", "lock", "local", "trace", "launch", "stream", "tensor",
                              "allocation", "prepared", "box", "generic", "spin_us", "failed",
-                             "abandon", NULL};
+                             "abandon", "completion", "context", "ready", "future", NULL};
     PyObject *hub, *lock, *local, *trace, *launch, *stream, *tensor, *alloc, *prepared, *box,
-        *gen, *spin_us, *failed, *abandon;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOO:Express", kwlist, &hub,
+        *gen, *spin_us, *failed, *abandon, *completion, *context, *ready, *future;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOOO:Express", kwlist, &hub,
                                      &lock, &local, &trace, &launch, &stream, &tensor, &alloc,
-                                     &prepared, &box, &gen, &spin_us, &failed, &abandon))
+                                     &prepared, &box, &gen, &spin_us, &failed, &abandon,
+                                     &completion, &context, &ready, &future))
         return NULL;
     if (!is_type(launch, "launch") || !is_type(stream, "stream") || !is_type(tensor, "tensor") ||
-        !is_type(alloc, "allocation") || !is_type(prepared, "prepared"))
+        !is_type(alloc, "allocation") || !is_type(prepared, "prepared") ||
+        !is_type(completion, "completion") || !is_type(context, "context") ||
+        !is_type(ready, "ready") || !is_type(future, "future"))
         return NULL;
+    if (((PyTypeObject *)completion)->tp_dictoffset == 0 ||
+        ((PyTypeObject *)completion)->tp_new == NULL) {
+        PyErr_SetString(PyExc_TypeError, "completion must be a class with instance dicts");
+        return NULL;
+    }
     if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed) ||
         !PyCallable_Check(abandon)) {
         PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
@@ -899,6 +1012,10 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
     self->alloc_t = (PyTypeObject *)Py_NewRef(alloc);
     self->prepared_t = (PyTypeObject *)Py_NewRef(prepared);
+    self->completion_t = (PyTypeObject *)Py_NewRef(completion);
+    self->context_t = (PyTypeObject *)Py_NewRef(context);
+    self->ready_t = (PyTypeObject *)Py_NewRef(ready);
+    self->future_t = (PyTypeObject *)Py_NewRef(future);
     self->box_type = Py_NewRef(box);
     self->generic = Py_NewRef(gen);
     self->spin_us = Py_NewRef(spin_us);
@@ -912,6 +1029,8 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
         (self->free = hub_attr(hub, "free", &PyList_Type)) == NULL ||
         (self->gens = hub_attr(hub, "gens", &PyList_Type)) == NULL ||
+        (self->table = hub_attr(hub, "table", &PyList_Type)) == NULL ||
+        (self->no_args = PyTuple_New(0)) == NULL ||
         (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL ||
         (slab = hub_attr(hub, "slab", NULL)) == NULL ||
         (nslots = hub_attr(hub, "nslots", &PyLong_Type)) == NULL)
@@ -921,9 +1040,11 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     self->slab = (uintptr_t)slab_address;
     self->nslots = PyLong_AsSsize_t(nslots);
-    if (self->nslots < 0 || PyList_GET_SIZE(self->gens) != self->nslots) {
+    if (self->nslots < 0 || PyList_GET_SIZE(self->gens) != self->nslots ||
+        PyList_GET_SIZE(self->table) != self->nslots) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "hub.gens must have hub.nslots entries");
+            PyErr_SetString(PyExc_ValueError,
+                            "hub.gens and hub.table must have hub.nslots entries");
         goto fail;
     }
     PyTypeObject *L = self->launch_t, *S = self->stream_t, *T = self->tensor_t,
@@ -953,6 +1074,19 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         slot_offset(P, "fast", &self->p_fast) < 0 ||
         slot_offset(P, "ordinal", &self->p_ordinal) < 0)
         goto fail;
+    PyTypeObject *C = self->context_t;
+    if (slot_offset(C, "accesses", &self->cx.accesses) < 0 ||
+        slot_offset(C, "capturing", &self->cx.capturing) < 0 ||
+        slot_offset(C, "deferred", &self->cx.deferred) < 0 ||
+        slot_offset(C, "device", &self->cx.device) < 0 ||
+        slot_offset(C, "errors", &self->cx.errors) < 0 ||
+        slot_offset(C, "fuse", &self->cx.fuse) < 0 ||
+        slot_offset(C, "retained", &self->cx.retained) < 0 ||
+        slot_offset(C, "seq", &self->cx.seq) < 0 ||
+        slot_offset(C, "stream", &self->cx.stream) < 0 ||
+        slot_offset(self->ready_t, "_value", &self->r_value) < 0 ||
+        slot_offset(self->future_t, "_comp", &self->f_comp) < 0)
+        goto fail;
     Py_DECREF(slab);
     Py_DECREF(nslots);
     return (PyObject *)self;
@@ -972,6 +1106,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->stats);
     Py_VISIT(self->free);
     Py_VISIT(self->gens);
+    Py_VISIT(self->table);
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
     Py_VISIT(self->local);
@@ -989,6 +1124,10 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->tensor_t);
     Py_VISIT(self->alloc_t);
     Py_VISIT(self->prepared_t);
+    Py_VISIT(self->completion_t);
+    Py_VISIT(self->context_t);
+    Py_VISIT(self->ready_t);
+    Py_VISIT(self->future_t);
     return 0;
 }
 
@@ -1000,6 +1139,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->stats);
     Py_CLEAR(self->free);
     Py_CLEAR(self->gens);
+    Py_CLEAR(self->table);
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->local);
@@ -1017,6 +1157,10 @@ Express_clear(Express *self)
     Py_CLEAR(self->tensor_t);
     Py_CLEAR(self->alloc_t);
     Py_CLEAR(self->prepared_t);
+    Py_CLEAR(self->completion_t);
+    Py_CLEAR(self->context_t);
+    Py_CLEAR(self->ready_t);
+    Py_CLEAR(self->future_t);
     return 0;
 }
 
@@ -1032,7 +1176,9 @@ Express_dealloc(Express *self)
                           &self->s_spin_budget_us, &self->s_long_ops, &self->s_completed_inline,
                           &self->s_acquire, &self->s_release, &self->s_active,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
-                          &self->minus_one};
+                          &self->minus_one, &self->no_args, &self->s_ctx, &self->s_out,
+                          &self->s_stream, &self->s_device, &self->s_seq, &self->s_slot,
+                          &self->s_gen, &self->s_address, &self->s_armed_at};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
@@ -1049,6 +1195,29 @@ Express_get_counter(Express *self, void *which)
     return PyLong_FromUnsignedLongLong(v);
 }
 
+/* Express.submit: the op taken (its _consumed set) and launched with no spin, and its
+ * DeviceFuture made here; the generic sentinel, the op left untaken, when it is not the
+ * core's case (or already taken: Python's path raises why). */
+static PyObject *
+Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("submit", nargs, 2) < 0)
+        return NULL;
+    PyObject *op = args[0];
+    if (self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
+        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
+        return NULL;
+    }
+    if (!Py_IS_TYPE(op, self->launch_t) || slot_get(op, self->op.consumed) != Py_False)
+        return generic(self);
+    slot_set(op, self->op.consumed, Py_NewRef(Py_True));
+    int settled;
+    PyObject *r = express_launch(self, op, args[1], MODE_FUTURE, Py_None, &settled);
+    if (r == self->generic) /* nothing done: the op is not taken */
+        slot_set(op, self->op.consumed, Py_NewRef(Py_False));
+    return r;
+}
+
 static PyMethodDef Express_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))Express_launch, METH_FASTCALL,
      "launch($self, op, stream, mode, adapter, /)\n--\n\n"
@@ -1056,6 +1225,10 @@ static PyMethodDef Express_methods[] = {
      "spin, 2: a blocking sync's; adapter: the loop's, for mode 1). Returns the op's "
      "output (landed and settled), an express.Sent tuple (submitted, not settled), or "
      "the generic sentinel (nothing done)."},
+    {"submit", (PyCFunction)(void (*)(void))Express_submit, METH_FASTCALL,
+     "submit($self, op, stream, /)\n--\n\n"
+     "op.submit_on(stream) for a launch op: taken, launched with no spin, and its "
+     "DeviceFuture returned; or the generic sentinel, the op untaken and nothing done."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1079,7 +1252,8 @@ static PyType_Slot Express_slots[] = {
     {Py_tp_methods, Express_methods},
     {Py_tp_getset, Express_getset},
     {Py_tp_doc, (void *)"Express(*, hub, lock, local, trace, launch, stream, tensor, "
-                        "allocation, prepared, box, generic, spin_us, failed, abandon)\n--\n\n"
+                        "allocation, prepared, box, generic, spin_us, failed, abandon, "
+                        "completion, context, ready, future)\n--\n\n"
                         "The express submission of a kernel launch op in one native call "
                         "(cuasync._core.express makes one per hub)."},
     {0, NULL},

@@ -170,6 +170,8 @@ typedef CUresult (*pfn_launch_kernel)(void *f, unsigned int gx, unsigned int gy,
                                       unsigned int gz, unsigned int bx, unsigned int by,
                                       unsigned int bz, unsigned int shared_mem, void *stream,
                                       void **params, void **extra);
+typedef CUresult (*pfn_memcpy_htod)(CUdeviceptr dst, const void *src, size_t nbytes,
+                                    void *stream); /* cuMemcpyHtoDAsync_v2 */
 typedef CUresult (*pfn_ctx_set_current)(void *ctx);
 typedef CUresult (*pfn_stream_synchronize)(void *stream);
 

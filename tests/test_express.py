@@ -653,3 +653,78 @@ def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
     assert stop.value.value == "done"
     assert [str(e) for e in seen] == ["generator already executing"]
     assert awaiter is not mine
+
+
+async def test_a_future_of_a_launch_is_made_as_the_python_path_makes_it(
+    anyio_backend: Any, baseline: Any, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The native core makes the future's Completion itself (express._completion_of in
+    # C); what the rest of cuasync reads from it must be what Python's path gives.
+    _needs_flag_slots()
+    made: list[Any] = []
+    python_made = express._completion_of
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        made.append(comp := python_made(*args, **kwargs))
+        return comp
+
+    monkeypatch.setattr(express, "_completion_of", spy)
+    s = cuasync.Device(0).new_stream()
+    x = await cuasync.zeros((32,), dtype="float32")
+    y = await cuasync.zeros((32,), dtype="float32")
+    await swap[1, 32](x, y, 32)
+    with ct.gate(s) as g:
+        made.clear()
+        t0 = time.monotonic()
+        fut = swap[1, 32](x, y, 32).submit_on(s)
+        comp = fut._comp
+        assert (made == []) == (path.name != "express")  # the core's own, or Python's
+        assert comp.stream is s and comp.device is s.device and comp.seq == s._submitted
+        assert comp.slot >= 0 and get_hub().table[comp.slot] is comp
+        assert comp.gen == get_hub().gens[comp.slot] and comp.address > 0
+        assert t0 <= comp.armed_at <= time.monotonic()
+        ctx = comp.ctx
+        assert ctx is not None
+        if path.express:
+            assert ctx.retained == [x._alloc, y._alloc]  # kept until it lands
+            assert ctx.errors == [] and ctx.seq == comp.seq
+        g.open()
+        out = await fut
+    assert out[0] is x and out[1] is y and fut.result() is out
+    assert get_hub().table[comp.slot] is not comp and comp.ctx is None  # released
+    path.check()
+
+
+async def test_a_future_of_a_consumed_op_or_on_a_bad_stream_raises(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    x = await cuasync.zeros((8,), dtype="float32")
+    op = bump[1, 32](x, 8)
+    with pytest.raises(ArgumentError, match="stream"):
+        op.submit_on("stream 0")  # type: ignore[arg-type]
+    assert not op._consumed  # refused before it was taken: it can still run
+    assert await op.submit_on(cuasync.Device(0).new_stream()) is x
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        op.submit_on(cuasync.Device(0).new_stream())
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        op.submit()
+    assert await bump[1, 32](x, 8).submit() is x
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_future_dropped_unawaited_lets_its_work_land_and_frees_it(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    _needs_flag_slots()
+    x = await cuasync.zeros((8,), dtype="float32")
+    await bump[1, 32](x, 8)
+    stream = cuasync.Device(0).new_stream()
+    before = cuasync.stats().slots_armed
+    with ct.gate(stream):
+        fut = bump[1, 32](x, 8).submit_on(stream)
+        assert not fut.done()
+        del fut  # nobody will read it: the watcher finishes it once it lands
+    await wait_until(lambda: cuasync.stats().slots_armed == before)
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))
+    path.check()

@@ -1186,16 +1186,22 @@ LAUNCH_T = ctypes.CFUNCTYPE(
 )
 
 
+COPY_T = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
+)
+
+
 @pytest.fixture
 def entry_points():
     _reactor.set_entry_points()
     keep: list[object] = []
 
-    def install(write=None, launch=None):
-        keep.extend(x for x in (write, launch) if x is not None)
+    def install(write=None, launch=None, copy=None):
+        keep.extend(x for x in (write, launch, copy) if x is not None)
         _reactor.set_entry_points(
             write_value32=ctypes.cast(write, ctypes.c_void_p).value if write else 0,
             launch_kernel=ctypes.cast(launch, ctypes.c_void_p).value if launch else 0,
+            memcpy_htod=ctypes.cast(copy, ctypes.c_void_p).value if copy else 0,
         )
 
     yield install
@@ -1285,6 +1291,46 @@ def test_entry_points_called_with_the_driver_signatures(
         _reactor.launch_and_write(0xF00, 2**32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0)
     with pytest.raises(TypeError):
         _reactor.launch_and_write(0xF00, 1, 1)
+
+
+def test_copy_and_write_copies_then_writes_the_flag_and_reports_which_failed(slab, entry_points):
+    # cuMemcpyHtoDAsync stood in for by a host memcpy: the bytes arrive, then the flag.
+    order, copy_rc, write_rc = [], [0], [0]
+
+    @COPY_T
+    def fake_copy(dst, src, nbytes, stream):
+        order.append(("copy", stream, nbytes))
+        if copy_rc[0] == 0:
+            ctypes.memmove(dst, src, nbytes)
+        return copy_rc[0]
+
+    @WRITE_T
+    def fake_write(stream, addr, value, flags):
+        order.append(("write", stream, value))
+        if write_rc[0] == 0:
+            _reactor.store32(addr, value)
+        return write_rc[0]
+
+    with pytest.raises(RuntimeError, match="cuMemcpyHtoDAsync"):
+        _reactor.copy_and_write(0, 0, 0, 0, slab.addr(1), 1)
+    entry_points(write=fake_write, copy=fake_copy)
+    src = np.arange(1024, dtype=np.float32)
+    dst = np.zeros(1024, np.float32)
+    rc = _reactor.copy_and_write(dst.ctypes.data, src.ctypes.data, 4096, 0x77, slab.addr(1), 5)
+    assert rc == 0
+    np.testing.assert_array_equal(dst, src)
+    assert order == [("copy", 0x77, 4096), ("write", 0x77, 5)]
+    assert slab.arr[1] == 5
+    order.clear()
+    copy_rc[0] = 1  # CUDA_ERROR_INVALID_VALUE: nothing enqueued, no flag
+    assert _reactor.copy_and_write(dst.ctypes.data, src.ctypes.data, 4, 0x77, slab.addr(2), 1) == 1
+    assert order == [("copy", 0x77, 4)] and slab.arr[2] == 0
+    copy_rc[0], write_rc[0] = 0, 2  # the copy enqueued, its flag write failed: negated
+    assert _reactor.copy_and_write(dst.ctypes.data, src.ctypes.data, 4, 0x77, slab.addr(2), 1) == -2
+    with pytest.raises(ValueError, match="value"):
+        _reactor.copy_and_write(0, 0, 4, 0x77, slab.addr(2), 2**32)
+    with pytest.raises(TypeError):
+        _reactor.copy_and_write(0, 0, 4)
 
 
 # -- host signals (the host function of host-callback completions) ----------------------

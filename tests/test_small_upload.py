@@ -172,6 +172,7 @@ async def test_a_refused_copy_raises_and_leaks_nothing(
         raise DriverError(1, "cuMemcpyHtoDAsync")
 
     monkeypatch.setattr(backend, "memcpy_htod_async", refuse)
+    monkeypatch.setattr(backend, "copy_and_write", refuse)  # (the copy with its flag)
     with pytest.raises(DriverError) as caught:
         await cuasync.from_host(source)
     assert caught.value.call == "cuMemcpyHtoDAsync"
@@ -182,6 +183,42 @@ async def test_a_refused_copy_raises_and_leaks_nothing(
     del t
     await wait_until(lambda: _pinned_in_use() == pinned)
     path.check()
+
+
+async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cuda backend's copy_and_write makes the DMA and the flag write in one native
+    # call; a failure is told apart (the copy: nothing enqueued; the write: the copy
+    # is), and only what did not happen is made again, through the bindings.
+    backend: Any = get_backend()
+    if not getattr(backend, "_native_copy", False):
+        pytest.skip("no native cuMemcpyHtoDAsync: the emulator's copies are Python's")
+    if not get_hub().use_reactor:
+        pytest.skip("every await completes through a host callback: no upload is express")
+    real = backend._native
+    calls: list[int] = []
+
+    class Refusing:
+        def __init__(self, rc: int) -> None:
+            self.rc = rc
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def copy_and_write(self, dst: int, src: int, n: int, stream: int, *flag: int) -> int:
+            calls.append(self.rc)
+            if self.rc < 0:  # the copy made, its flag write refused
+                backend.memcpy_htod_async(dst, src, n, stream)
+            return self.rc
+
+    for rc, values in ((1, [1.0, 2.0]), (-1, [3.0, 4.0])):
+        source = np.array(values * 32, np.float32)
+        monkeypatch.setattr(backend, "_native", Refusing(rc))
+        t = await cuasync.from_host(source)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(await t.to_host(), source)
+    assert calls == [1, -1]
 
 
 async def test_larger_and_empty_sources_take_the_generic_path(

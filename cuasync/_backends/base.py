@@ -361,6 +361,17 @@ class Backend(ABC):
     def write_value32(self, stream: int, address: int, value: int) -> None:
         """After prior work on ``stream``, store ``value`` into the host word at ``address``."""
 
+    def copy_and_write(
+        self, dst: int, src: int, nbytes: int, stream: int, address: int, value: int
+    ) -> None:
+        """:meth:`memcpy_htod_async`, then :meth:`write_value32` on the same stream (a small
+        upload's DMA and its completion flag; one native call where the backend has one).
+
+        >>> backend.copy_and_write(alloc.ptr, block.address, 4096, stream.handle, word, gen)
+        """
+        self.memcpy_htod_async(dst, src, nbytes, stream)
+        self.write_value32(stream, address, value)
+
     @abstractmethod
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         """Make later work on ``stream`` wait until the host word at ``address`` reaches

@@ -396,7 +396,7 @@ class CudaBackend(Backend):
         if _reactor is None:
             return None
         names = ["cuStreamWriteValue32", "cuLaunchKernel", "cuCtxSetCurrent", "cuStreamSynchronize"]
-        entry = self.driver_entry_points(names)
+        entry = self.driver_entry_points([*names, "cuMemcpyHtoDAsync"])
         if "cuStreamWriteValue32" not in entry or "cuLaunchKernel" not in entry:
             return None  # (the other two only serve the submitter, which then is not made)
         _reactor.set_entry_points(
@@ -404,7 +404,9 @@ class CudaBackend(Backend):
             launch_kernel=entry.get("cuLaunchKernel", 0),
             ctx_set_current=entry.get("cuCtxSetCurrent", 0),
             stream_synchronize=entry.get("cuStreamSynchronize", 0),
+            memcpy_htod=entry.get("cuMemcpyHtoDAsync", 0),
         )
+        self._native_copy = "cuMemcpyHtoDAsync" in entry and hasattr(_reactor, "copy_and_write")
         return _reactor
 
     # -- the native submitter (launches of a burst of awaits, on a thread of its own) ----
@@ -1090,6 +1092,27 @@ class CudaBackend(Backend):
             res = _d.cuStreamWriteValue32(stream, address, value, 0)
         if res[0]:
             self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
+
+    #: Whether the native module has cuMemcpyHtoDAsync (set by _native_entry_points).
+    _native_copy = False
+
+    def copy_and_write(
+        self, dst: int, src: int, nbytes: int, stream: int, address: int, value: int
+    ) -> None:
+        # A small upload's two calls in one native call (the bindings' argument wrapping
+        # of cuMemcpyHtoDAsync costs more than the copy of a few KiB).
+        ordinal = self._streams.get(stream)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            self._enter(stream)
+        native = self._native
+        if native is None or not self._native_copy:
+            return Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+        flag = self.host_device_pointer(address) if self._host_remap else address
+        rc = native.copy_and_write(dst, src, nbytes, stream, flag, value)
+        if rc > 0:  # nothing enqueued: the bindings' calls redo it (another context) or raise
+            Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+        elif rc < 0:  # the copy is enqueued, the write failed: the same for the write
+            self.write_value32(stream, address, value)
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         ordinal = self._enter(stream)

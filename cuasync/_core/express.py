@@ -46,11 +46,11 @@ from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
-from .op import DeviceOp, _release_when_drained, await_started, synchronize
+from .op import DeviceFuture, DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
 from .scheduling import _policy, stream_for
 
-__all__ = ["GENERIC", "await_launch", "make_core", "submit", "sync_launch"]
+__all__ = ["GENERIC", "await_launch", "make_core", "submit", "submit_future", "sync_launch"]
 
 #: Steps aside an await in a burst takes, at most, while the submitter has not made its
 #: launch (each lets every other ready task run once); then it parks, as any await can.
@@ -87,6 +87,21 @@ def submit(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Completio
         return None
     hub, box, slot, gen, address, seq = sent[:6]
     return _completion_of(op, stream, hub, box, slot, gen, address, seq, held=sent[9])
+
+
+def submit_future(op: Any, stream: Stream) -> DeviceFuture[Any]:
+    """``op.submit_on(stream)`` for a launch op (not yet taken): the native core takes it,
+    launches it and makes its :class:`DeviceFuture` in one call where it can; else the
+    generic ``submit_on`` (which checks the stream and raises for a consumed op)."""
+    hub = _completion._hub
+    core = hub.express if hub is not None else None
+    if core is None or not isinstance(stream, Stream):
+        return DeviceOp.submit_on(op, stream)
+    future = core.submit(op, stream)
+    if future is not GENERIC:
+        return future
+    op._take()  # (raises for a consumed op) the core declined: Python's paths, not it again
+    return DeviceFuture(submit(op, stream, _enqueue) or DeviceOp._start(op, stream, True))
 
 
 def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any, Any]:
@@ -387,6 +402,7 @@ def make_core(hub: Any) -> Any:
         hub=hub, lock=LOCK, local=LOCAL, trace=trace, launch=_Launch, stream=Stream,
         tensor=Tensor, allocation=Allocation, prepared=PreparedKernel, box=_Box,
         generic=GENERIC, spin_us=await_spin_us, failed=_core_failed, abandon=_core_abandon,
+        completion=Completion, context=ExecutionContext, ready=_Ready, future=DeviceFuture,
     )  # fmt: skip
 
 
