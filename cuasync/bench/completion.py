@@ -3,7 +3,9 @@
 Side by side in one process: raw ``cuda.bindings`` launch + ``cuStreamSynchronize``,
 PyTorch and CuPy equivalents, ``run_in_executor(synchronize)``, and cuasync ``await`` on
 asyncio and uvloop with the default inline spin, with spin 0 (every await through the
-reactor) and in host-callback mode; then 8192 concurrent awaits, the loop's lag while
+reactor) and in host-callback mode; then 8192 concurrent awaits (and the sequential raw
+loop they are compared with: each the median of :data:`ROUNDS` rounds, every round
+printed, since the first gather of a process pays for what later ones reuse), the loop's lag while
 64 long kernels are in flight (beside the same loop woken by a plain socket at the same
 moments: see ``_lag``), and the reactor's CPU use when idle and while one long command
 is pending.
@@ -25,6 +27,9 @@ from . import _breakdown, _lag
 from ._util import Report, await_latency, run_loop, timed
 
 SUITE = "completion"
+
+#: Rounds of the 8192-task rows (the concurrent gathers, the sequential raw loop).
+ROUNDS = 3
 
 TINY_SOURCE = r"""
 extern "C" __global__ void cuasync_tiny() {}
@@ -171,6 +176,12 @@ async def _executor_concurrent(count: int, stream: cuasync.Stream) -> float:
     return count / (time.perf_counter() - t0)
 
 
+def _rounds(measure: Callable[[], float]) -> tuple[float, str]:
+    """The median of :data:`ROUNDS` runs of ``measure`` (ops/s), and every round's figure."""
+    rates = [measure() for _ in range(ROUNDS)]
+    return sorted(rates)[len(rates) // 2], ", ".join(f"{r / 1000:.1f}k" for r in rates)
+
+
 def _sequential_raw(count: int, stream: cuasync.Stream) -> float:
     raw = _raw_launcher(stream)
     t0 = time.perf_counter()
@@ -312,10 +323,10 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             base[f"{kind}-{label}"] = row.p50_us or 0.0
         hub.spin_budget_us, hub.use_reactor = default_spin, hub.reactor is not None
         before = cuasync.stats()
-        ops = run_loop(kind, lambda: _concurrent(concurrent))
+        ops, rounds = _rounds(lambda: run_loop(kind, lambda: _concurrent(concurrent)))  # noqa: B023
         after = cuasync.stats()
         note = (
-            f"inline {after.completed_inline - before.completed_inline}, "
+            f"rounds {rounds}; inline {after.completed_inline - before.completed_inline}, "
             f"reactor {after.completed_reactor - before.completed_reactor}, "
             f"stepped aside {after.burst_awaits - before.burst_awaits}, "
             f"queued {after.launches_queued - before.launches_queued}, "
@@ -325,11 +336,9 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         report.value(SUITE, f"{kind}: {concurrent} concurrent cuasync awaits", ops, "ops/s", note)
         ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
+    ops, rounds = _rounds(lambda: _sequential_raw(concurrent, stream))
     report.value(
-        SUITE,
-        f"sequential raw loop, {concurrent} launch + sync",
-        _sequential_raw(concurrent, stream),
-        "ops/s",
+        SUITE, f"sequential raw loop, {concurrent} launch + sync", ops, "ops/s", f"rounds {rounds}"
     )
     for kind in loops:
         idle = run_loop(kind, lambda: _lag.idle_lag(0.2))
