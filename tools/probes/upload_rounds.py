@@ -17,6 +17,9 @@ If cuasync's rounds before torch is imported are slower than those after, the co
 process state; if ``submit+wait`` is slower than ``submit+poll``, a blocking wait
 between submissions makes the next one slower (the thread slept).
 
+Each round prints its start time, to set beside the GPU's clocks sampled meanwhile:
+``nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem --format=csv -lms 250``.
+
 Run on a GPU: ``python3 tools/probes/upload_rounds.py`` (after ``pip install -e .``).
 """
 
@@ -76,8 +79,10 @@ def main() -> None:
     cuasync.from_host(host).sync_on(stream)
     print(f"backend={cuasync.backend_name()} native={cuasync.stats().native}")
     torch_rows: list[tuple[str, Callable[[], object]]] = []
+    start = time.monotonic()
     for r in range(6):
-        print(f"-- round {r}{' (torch not imported yet)' if r < 2 else ''}")
+        late = " (torch not imported yet)" if r < 2 else ""
+        print(f"-- round {r}{late}, at {time.monotonic() - start:.1f} s")
         rounds("from_host(a).sync_on(stream)", lambda: cuasync.from_host(host).sync_on(stream))
         for poll in (False, True):
             label = "submit (then poll done())" if poll else "submit (then wait())"
