@@ -715,6 +715,7 @@ class _Launch(_NativeLaunchBase[Any]):
         return express.sync_launch(self, stream)
 
     def submit(self) -> DeviceFuture[Any]:
+        """See :meth:`DeviceOp.submit`: one native call where the express core takes it."""
         if self._consumed:
             self._take()  # raises
         return express.submit_future(self, self._pick_stream())
