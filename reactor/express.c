@@ -491,17 +491,22 @@ static PyObject *
 make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObject *slot,
             Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
 {
-    PyObject *tensors = slot_get(op, self->op.tensors); /* (again: Python may have run) */
+    /* (read again: Python may have run; held, since the allocations below may collect) */
+    PyObject *tensors = slot_get(op, self->op.tensors);
     PyObject *output = slot_get(op, self->op.output);
     PyObject *device = slot_get(stream, self->st.device);
     if (tensors == NULL || !PyList_CheckExact(tensors) || output == NULL || device == NULL) {
         PyErr_SetString(PyExc_SystemError, "a launch op changed while it was submitted");
         return NULL;
     }
+    Py_INCREF(tensors);
+    Py_INCREF(output);
+    Py_INCREF(device);
+    PyObject *future = NULL;
     Py_ssize_t n = PyList_GET_SIZE(tensors);
     PyObject *retained = PyList_New(n);
     if (retained == NULL)
-        return NULL;
+        goto held;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(tensors, i);
         PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
@@ -511,14 +516,14 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
         if (alloc == NULL) {
             Py_DECREF(retained);
             PyErr_SetString(PyExc_SystemError, "a launch op's tensors changed while submitted");
-            return NULL;
+            goto held;
         }
         PyList_SET_ITEM(retained, i, Py_NewRef(alloc));
     }
     PyObject *ctx = self->context_t->tp_alloc(self->context_t, 0);
     if (ctx == NULL) {
         Py_DECREF(retained);
-        return NULL;
+        goto held;
     }
     /* (ExecutionContext.submitted) */
     slot_set(ctx, self->cx.stream, Py_NewRef(stream));
@@ -530,8 +535,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
     slot_set(ctx, self->cx.capturing, Py_NewRef(Py_False));
     slot_set(ctx, self->cx.accesses, Py_NewRef(Py_None));
     slot_set(ctx, self->cx.seq, Py_NewRef(seq));
-    PyObject *out = NULL, *comp = NULL, *future = NULL, *genv = NULL, *addr = NULL,
-             *armed = NULL;
+    PyObject *out = NULL, *comp = NULL, *genv = NULL, *addr = NULL, *armed = NULL;
     if ((out = self->ready_t->tp_alloc(self->ready_t, 0)) == NULL)
         goto done;
     slot_set(out, self->r_value, Py_NewRef(output));
@@ -547,11 +551,13 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (PyObject_SetAttr(comp, names[i], values[i]) < 0)
             goto done;
+    /* hub.table[slot] = comp, before the future: a future dropped here would hand the
+     * completion to the watcher, which frees the slot that _core_abandon frees too */
+    if (PyList_SetItem(self->table, s, Py_NewRef(comp)) < 0)
+        goto done;
     if ((future = self->future_t->tp_alloc(self->future_t, 0)) == NULL)
         goto done;
     slot_set(future, self->f_comp, Py_NewRef(comp));
-    if (PyList_SetItem(self->table, s, Py_NewRef(comp)) < 0) /* (hub.table[slot] = comp) */
-        Py_CLEAR(future);
 done:
     Py_DECREF(ctx);
     Py_XDECREF(out);
@@ -559,6 +565,10 @@ done:
     Py_XDECREF(genv);
     Py_XDECREF(addr);
     Py_XDECREF(armed);
+held:
+    Py_DECREF(tensors);
+    Py_DECREF(output);
+    Py_DECREF(device);
     return future;
 }
 
@@ -1208,8 +1218,10 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
     }
-    if (!Py_IS_TYPE(op, self->launch_t) || slot_get(op, self->op.consumed) != Py_False)
+    if (!Py_IS_TYPE(op, self->launch_t))
         return generic(self);
+    if (slot_get(op, self->op.consumed) != Py_False) /* (not declined: never considered) */
+        return Py_NewRef(self->generic);
     slot_set(op, self->op.consumed, Py_NewRef(Py_True));
     int settled;
     PyObject *r = express_launch(self, op, args[1], MODE_FUTURE, Py_None, &settled);

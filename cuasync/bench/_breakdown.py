@@ -30,7 +30,8 @@ def stubbed_driver() -> Iterator[bool]:
     Where the backend launches natively (``Backend.fast_launch``: CUDA with the native
     module), the native module's own entry points are swapped for its stub table
     (``_reactor.stub_entry_points``), so the native path runs as it does for real, less
-    the driver; the backend's Python launch and flag write are stubbed beside it.
+    the driver; the backend's Python launch and flag write are stubbed beside it. The
+    stub table's copy copies nothing: a small upload made inside the block lands no data.
     """
     hub = get_hub()
     native = hub.native
