@@ -606,6 +606,15 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (ordinal == NULL)
         return generic(self);
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
+    if (memops == NULL && !PyErr_Occurred()) {
+        /* not asked yet (a process's first launch on the device): asked here, as
+         * express._enqueue does, so that the first launch is not declined */
+        PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
+        if (answer == NULL)
+            return NULL;
+        memops = answer == Py_True ? Py_True : Py_False; /* (immortal enough: a bool) */
+        Py_DECREF(answer);
+    }
     if (memops != Py_True)
         return PyErr_Occurred() ? NULL : generic(self);
     char uses[PARAM_COUNT_MAX];

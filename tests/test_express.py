@@ -264,6 +264,22 @@ def test_a_launch_run_with_sync(baseline: Any, path: Path) -> None:
     path.check()
 
 
+def test_a_process_first_launch_takes_the_express_path(baseline: Any, path: Path) -> None:
+    # Whether the device takes stream memory ops is asked on a process's first
+    # submission: the launch that asks is taken too, not left to the generic path.
+    x = cuasync.zeros((8,), dtype="float32").sync()
+    memops = get_hub()._memops
+    known = dict(memops)
+    memops.clear()  # as in a fresh process
+    try:
+        assert bump[1, 32](x, 8).sync() is x
+    finally:
+        memops.update(known)
+    assert memops == known
+    np.testing.assert_array_equal(x.to_host().sync(), np.ones(8, np.float32))
+    path.check()
+
+
 def test_a_held_sync_returns_once_released(baseline: Any, path: Path, enqueued: list[str]) -> None:
     # Held at a gate past the spin, the blocking sync waits for the stream and still
     # returns the output.
