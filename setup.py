@@ -10,10 +10,10 @@ setup(
                 f"reactor/{name}.c"
                 for name in (
                     *("module", "reactor", "queue", "driver", "submit"),
-                    *("express", "launcher"),
+                    *("express", "upload", "launcher"),
                 )
             ],
-            depends=["reactor/reactor.h"],
+            depends=["reactor/reactor.h", "reactor/express.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],
             optional=True,  # without a C compiler cuasync falls back to host callbacks

@@ -20,9 +20,10 @@
                                ``CU_HOST_TASK_SPINWAIT`` / ``CU_HOST_TASK_BLOCKING``; CUDA
                                13.2+, else ``BackendUnavailableError``; the emulator runs
                                them as ``callback``)
-``CUASYNC_SUBMITTER``          ``on``: an await of a launch that finds other asyncio tasks ready
-                               steps aside, its launch made by the native submitter thread;
-                               ``off`` (default): it launches and spins on the loop thread
+``CUASYNC_SUBMITTER``          ``on`` (default): an await of a launch that finds other tasks of
+                               its asyncio or uvloop loop ready steps aside, its launch made by
+                               the native submitter thread; ``off``: it launches and spins on
+                               the loop thread
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
 ``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
                                background watcher frees it (default 60; ``off``: never)
@@ -129,7 +130,7 @@ def _read() -> Config:
         spin_budget_us=_int("CUASYNC_SPIN_BUDGET_US", 20),
         slots=_int("CUASYNC_SLOTS", 16384, minimum=1),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
-        submitter=_choice("CUASYNC_SUBMITTER", "off", _ON_OFF) == "on",
+        submitter=_choice("CUASYNC_SUBMITTER", "on", _ON_OFF) == "on",
         stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
         pinned_idle_s=_seconds_or_off("CUASYNC_PINNED_IDLE_S", 60.0),

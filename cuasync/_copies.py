@@ -18,7 +18,7 @@ from ._core.device import Device, get_default_device
 from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
-from ._dtypes import as_dtype, dtype_name
+from ._dtypes import _BY_DTYPE, as_dtype, dtype_name
 from ._pageable import upload
 from ._staging import staging_pool
 from ._tensor import Shape, Tensor, check_shape, partly_overlap
@@ -154,15 +154,18 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
 
     >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))
     """
-    if isinstance(array, Tensor):
-        raise ArgumentError(
-            "from_host got a cuasync.Tensor, which is already on a device; use .dup()"
-        )
-    try:
-        source = np.asarray(array)
-    except Exception as exc:
-        raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
-    dtype = as_dtype(source.dtype, "array.dtype")
+    if type(array) is np.ndarray and array.dtype in _BY_DTYPE:
+        source, dtype = array, array.dtype  # (the common case: what the rest checks)
+    else:
+        if isinstance(array, Tensor):
+            raise ArgumentError(
+                "from_host got a cuasync.Tensor, which is already on a device; use .dup()"
+            )
+        try:
+            source = np.asarray(array)
+        except Exception as exc:
+            raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
+        dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
     work = _HostUpload(source, dtype)
     cls, node = _upload_classes()

@@ -206,10 +206,12 @@ def launch_packed(
     ``layout`` (8-byte records: struct code, 3 pad bytes, uint32 offset; ``P``: a pointer,
     an int or an object with ``.ptr``); returns as :func:`launch_and_write` does."""
 
-def stub_entry_points() -> dict[str, int]:
+def stub_entry_points(*, launch_ns: int = 0) -> dict[str, int]:
     """Entry points for ``set_entry_points(**...)`` that reach no driver: the launch
-    counts the call (:func:`stub_launches`), the flag write stores the value at once,
-    the copy counts the call (:func:`stub_copies`) and copies nothing."""
+    counts the call (:func:`stub_launches`) and busy-waits ``launch_ns`` (a model of the
+    driver's host time), the flag write stores the value at once, the copy counts the
+    call (:func:`stub_copies`) and copies nothing; ``ctx_set_current`` and
+    ``stream_synchronize`` do nothing (a :class:`Submitter` can be made on them)."""
 
 def stub_launches() -> int:
     """Calls of the stub ``launch_kernel`` so far."""
@@ -253,6 +255,28 @@ class Express:
     def submit(self, op: Any, stream: Any, /) -> Any:
         """``op.submit_on(stream)``: the op taken, launched and its ``DeviceFuture``
         returned; or the ``generic`` sentinel, the op untaken and nothing done."""
+    def upload(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
+        """A small ``from_host`` op submitted on ``stream`` (modes as :meth:`launch`'s): an
+        ``express.Sent`` tuple, or the ``generic`` sentinel (nothing done)."""
+    def set_upload(
+        self,
+        *,
+        op: type,
+        work: type,
+        node: type,
+        block: type,
+        acquire: Callable[[int], Any],
+        failed: Callable[..., None],
+        abandon: Callable[..., None],
+        pageable: Any,
+    ) -> None:
+        """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
+    def drop_staging(self) -> None:
+        """The idle pinned blocks kept for small uploads go back to the staging pool."""
+    @property
+    def staging_idle_bytes(self) -> int: ...
+    @property
+    def uploads(self) -> int: ...
     @property
     def launches(self) -> int: ...
     @property
@@ -261,6 +285,12 @@ class Express:
     def declined(self) -> int: ...
     @property
     def completed_inline(self) -> int: ...
+    @property
+    def burst_awaits(self) -> int: ...
+    @property
+    def burst_queued(self) -> int: ...
+    @property
+    def burst_handed_over(self) -> int: ...
 
 @final
 class LaunchAwait:
@@ -278,6 +308,8 @@ class LaunchAwait:
         running_adapter: Callable[[], Any],
         policy: Any,
         stream_for: Callable[[Any], Any],
+        current_tasks: dict[Any, Any] | None,
+        round_robin: type | None,
     ) -> LaunchAwait: ...
     def __call__(self, op: Any, /) -> Any: ...
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...

@@ -72,8 +72,20 @@ class HostUploadOp(TensorOp):
 
 def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> express.Sent | None:
     """The submission of a small upload, spinning as ``spin`` says (see
-    :data:`express.Sent`; ``held``: the new tensor's allocation and the pinned block)."""
+    :data:`express.Sent`; ``held``: the new tensor's allocation and the pinned block).
+
+    The native module's core does it in one call where it can (``Express.upload``); it
+    declines (``express.GENERIC``) whatever is not the common case, done here."""
     hub = _completion._hub
+    core = hub.express if hub is not None else None
+    if core is not None:
+        if core is not _configured:
+            _configure(core)
+        sent: Any = core.upload(
+            op, stream, express.AWAIT if spin == express.BURST else spin, adapter
+        )
+        if sent is not express.GENERIC:
+            return sent
     work = op._node.value
     source = work.source
     nbytes = source.nbytes
@@ -123,3 +135,60 @@ def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> expres
     op._output = Tensor(alloc, source.shape, work.dtype)
     spin_us, landed = express.spin_for(hub, stream, seq, address, gen, spin, adapter)
     return hub, box, slot, gen, address, seq, spin_us, landed, -1, held
+
+
+#: The native core :func:`_configure` last set up (one per hub).
+_configured: Any = None
+
+
+def _configure(core: Any) -> None:
+    """Give the native core what ``Express.upload`` reads and calls."""
+    global _configured
+    from ._ops.expr import Node
+    from ._staging import PinnedBlock
+
+    core.set_upload(
+        op=HostUploadOp, work=_copies_upload_type(), node=Node, block=PinnedBlock,
+        acquire=_acquire, failed=_core_failed, abandon=_core_abandon, pageable=_pageable,
+    )  # fmt: skip
+    staging_pool().add_keeper(core)
+    _configured = core
+
+
+def _copies_upload_type() -> type:
+    from ._copies import _HostUpload
+
+    return _HostUpload
+
+
+def _acquire(nbytes: int) -> Any:
+    """A pinned staging block of at least ``nbytes`` from the process's pool."""
+    return staging_pool().acquire(nbytes)
+
+
+def _core_failed(
+    hub: Any, stream: Stream, seq: int, slot: int, box: express._Box, retained: list[Any]
+) -> None:
+    """What an upload the native core submitted and that failed leaves (under the lock):
+    the slot back, and what it used released once the stream's earlier work has drained."""
+    hub._free_slot(slot)
+    _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
+
+
+def _core_abandon(
+    hub: Any,
+    op: HostUploadOp,
+    stream: Stream,
+    box: express._Box,
+    slot: int,
+    gen: int,
+    address: int,
+    seq: int,
+    held: list[Any],
+) -> None:
+    """An upload the native core made and could not hand over (an error after the copy):
+    its completion, abandoned to the background watcher, which frees the slot and what
+    it holds once the copy lands."""
+    comp = express._completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
+    comp.abandon()
+    hub.watch_in_background(comp)

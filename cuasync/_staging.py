@@ -134,6 +134,10 @@ class StagingPool:
         self._watched = False  # whether the background watcher runs this pool's chore
         self.allocated_bytes = 0
         self.cached_bytes = 0
+        #: Keepers of idle blocks outside the free lists (the native core keeps a few for
+        #: small uploads): ``staging_idle_bytes`` counts as cached, ``drop_staging()``
+        #: gives them back (before a trim).
+        self._keepers: list[Any] = []
         self.allocations = 0
         self.reuses = 0
 
@@ -272,20 +276,29 @@ class StagingPool:
             if hub is not None:
                 hub.background.kick()
 
+    def add_keeper(self, keeper: Any) -> None:
+        """Count ``keeper``'s idle blocks as cached, and take them back before a trim."""
+        if keeper not in self._keepers:
+            self._keepers.append(keeper)
+
     def stats(self) -> PoolStats:
+        kept = sum(keeper.staging_idle_bytes for keeper in self._keepers)
         with self._lock:
+            cached = self.cached_bytes + kept
             return PoolStats(
                 self.allocations,
                 self.reuses,
                 self.allocated_bytes,
-                self.cached_bytes,
-                self.allocated_bytes - self.cached_bytes,
+                cached,
+                self.allocated_bytes - cached,
             )
 
     def trim(self, idle_for: float | None = None) -> int:
         """Free idle memory with ``host_free``: every idle large block, and every chunk
         whose blocks are all idle; with ``idle_for``, only what has been idle that many
         seconds. Returns the bytes freed."""
+        for keeper in self._keepers:
+            keeper.drop_staging()  # (its blocks go idle here now)
         release: list[int] = []
         freed = 0
         with self._lock:

@@ -132,12 +132,17 @@ def partly_overlap(a: Tensor, b: Tensor) -> bool:
 
 
 def contiguous_strides(shape: Shape) -> Shape:
+    if len(shape) == 1:
+        return _ONE  # (the most common shape)
     strides = []
     step = 1
     for d in reversed(shape):
         strides.append(step)
         step *= max(d, 1)
     return tuple(reversed(strides))
+
+
+_ONE: Shape = (1,)
 
 
 def _unsupported_index(item: Any) -> str:

@@ -383,6 +383,14 @@ mod_copy_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nar
         get_u64(args[2], &nbytes) < 0 || get_u64(args[3], &stream) < 0 ||
         get_u64(args[4], &address) < 0 || get_u32(args[5], "value", &value) < 0)
         return NULL;
+    return PyLong_FromLong(copy_write(mh, wv, dst, src, nbytes, stream, address, value));
+}
+
+long
+copy_write(uintptr_t mh, uintptr_t wv, unsigned long long dst, unsigned long long src,
+           unsigned long long nbytes, unsigned long long stream, unsigned long long address,
+           uint32_t value)
+{
     CUresult rc;
     subcore *fence = fence_of_launches();
     Py_BEGIN_ALLOW_THREADS
@@ -396,7 +404,15 @@ mod_copy_and_write(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nar
     }
     Py_END_ALLOW_THREADS
     release_fence(fence);
-    return PyLong_FromLong((long)rc);
+    return (long)rc;
+}
+
+int
+get_copy_entry_points(uintptr_t *mh, uintptr_t *wv)
+{
+    *mh = atomic_load_explicit(&g_memcpy_htod, memory_order_acquire);
+    *wv = atomic_load_explicit(&g_write_value32, memory_order_acquire);
+    return *mh != 0 && *wv != 0;
 }
 
 int
@@ -693,6 +709,7 @@ mod_launch_packed(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t narg
 
 static _Atomic unsigned long long g_stub_launches = 0;
 static _Atomic unsigned long long g_stub_copies = 0;
+static _Atomic unsigned long long g_stub_launch_ns = 0; /* a launch's host time, modelled */
 
 /* cuMemcpyHtoDAsync that copies nothing: it counts the call. */
 static CUresult
@@ -712,6 +729,27 @@ stub_launch_kernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, u
     (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared_mem,
         (void)stream, (void)params, (void)extra;
     atomic_fetch_add_explicit(&g_stub_launches, 1, memory_order_relaxed);
+    uint64_t ns = atomic_load_explicit(&g_stub_launch_ns, memory_order_relaxed);
+    if (ns) { /* the driver's host time, spent as a busy wait (as the driver spends it) */
+        uint64_t start = now_ns();
+        while (now_ns() - start < ns)
+            cpu_relax();
+    }
+    return 0;
+}
+
+/* cuCtxSetCurrent and cuStreamSynchronize that do nothing (the submitter's other two). */
+static CUresult
+stub_ctx_set_current(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static CUresult
+stub_stream_synchronize(void *stream)
+{
+    (void)stream;
     return 0;
 }
 
@@ -733,12 +771,20 @@ stub_write_value32(void *stream, CUdeviceptr address, uint32_t value, unsigned i
 }
 
 static PyObject *
-mod_stub_entry_points(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
+mod_stub_entry_points(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds)
 {
-    return Py_BuildValue("{sKsKsK}", "launch_kernel",
+    static char *kwlist[] = {"launch_ns", NULL};
+    unsigned long long launch_ns = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$K:stub_entry_points", kwlist, &launch_ns))
+        return NULL;
+    atomic_store_explicit(&g_stub_launch_ns, launch_ns, memory_order_relaxed);
+    return Py_BuildValue("{sKsKsKsKsK}", "launch_kernel",
                          (unsigned long long)(uintptr_t)stub_launch_kernel, "write_value32",
                          (unsigned long long)(uintptr_t)stub_write_value32, "memcpy_htod",
-                         (unsigned long long)(uintptr_t)stub_memcpy_htod);
+                         (unsigned long long)(uintptr_t)stub_memcpy_htod, "ctx_set_current",
+                         (unsigned long long)(uintptr_t)stub_ctx_set_current,
+                         "stream_synchronize",
+                         (unsigned long long)(uintptr_t)stub_stream_synchronize);
 }
 
 static PyObject *
@@ -789,12 +835,15 @@ PyMethodDef cuasync_driver_methods[] = {
      "address, value, /)\n--\n\n"
      "cuLaunchKernel, then (if address != 0 and the launch succeeded) cuStreamWriteValue32. "
      "Returns 0, the launch's CUresult, or minus the write's CUresult (the launch is enqueued)."},
-    {"stub_entry_points", (PyCFunction)mod_stub_entry_points, METH_NOARGS,
-     "stub_entry_points($module, /)\n--\n\n"
+    {"stub_entry_points", (PyCFunction)(void (*)(void))mod_stub_entry_points,
+     METH_VARARGS | METH_KEYWORDS,
+     "stub_entry_points($module, /, *, launch_ns=0)\n--\n\n"
      "Entry points for set_entry_points(**...) that reach no driver: launch_kernel counts "
-     "the call (stub_launches()) and launches nothing, write_value32 stores the value to "
-     "a word of a live slab at once, memcpy_htod counts the call (stub_copies()) and "
-     "copies nothing. For measuring and testing the native paths."},
+     "the call (stub_launches()), busy-waits launch_ns (a model of the driver's host time) "
+     "and launches nothing, write_value32 stores the value to a word of a live slab at "
+     "once, memcpy_htod counts the call (stub_copies()) and copies nothing, "
+     "ctx_set_current and stream_synchronize do nothing. For measuring and testing the "
+     "native paths (a Submitter made on them too)."},
     {"stub_copies", (PyCFunction)mod_stub_copies, METH_NOARGS,
      "stub_copies($module, /)\n--\n\nCalls of the stub memcpy_htod so far."},
     {"stub_launches", (PyCFunction)mod_stub_launches, METH_NOARGS,

@@ -22,77 +22,35 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
 #include "reactor.h"
+#include "express.h"
 
 #include <errno.h>
 #include <string.h>
 
-/* (MODE_FUTURE: Express.submit's, a launch with no spin whose future is made here) */
-enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2, MODE_FUTURE = 3 };
-
-/* the raised exception, kept while the failure handler runs (3.11 has no
- * PyErr_GetRaisedException) */
+/* What a launch an await in a burst submitted (MODE_BURST) leaves to its await: the
+ * slot to settle once its flag lands, and the submitter that makes it (retained; NULL:
+ * launched at once). References are owned. */
 typedef struct {
-    PyObject *type, *value, *tb;
-} saved_error;
+    PyObject *slot, *seq, *box; /* box: NULL where none was made */
+    uint32_t index, gen;        /* the slot's, and its flag's generation */
+    uintptr_t address;
+    subcore *sub;
+    uint64_t ticket;
+} queued_launch;
 
 static void
-save_error(saved_error *e)
+queued_release(queued_launch *q)
 {
-    PyErr_Fetch(&e->type, &e->value, &e->tb);
+    Py_CLEAR(q->slot);
+    Py_CLEAR(q->seq);
+    Py_CLEAR(q->box);
+    if (q->sub != NULL) {
+        subcore_drop(q->sub);
+        q->sub = NULL;
+    }
 }
-
-static void
-restore_error(saved_error *e)
-{
-    PyErr_Restore(e->type, e->value, e->tb);
-}
-
-/* the offsets of the slots the core reads and writes, by type */
-typedef struct {
-    Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
-} op_offsets;
-
-typedef struct {
-    Py_ssize_t capturing, device, submitted, completed, handle, owned;
-} stream_offsets;
-
-/* the __slots__ of an ExecutionContext */
-typedef struct {
-    Py_ssize_t accesses, capturing, deferred, device, errors, fuse, retained, seq, stream;
-} context_offsets;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *hub, *backend, *stats, *free, *gens, *table, *memops, *lock, *local, *trace;
-    PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
-    PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
-    PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
-    /* what a future is made of (Express.submit): express._completion_of's types */
-    PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
-    PyObject *no_args;
-    context_offsets cx;
-    Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
-    uintptr_t slab;
-    Py_ssize_t nslots;
-    op_offsets op;
-    stream_offsets st;
-    Py_ssize_t t_alloc, t_offset, t_dtype;        /* Tensor */
-    Py_ssize_t a_device, a_write, a_reads, a_ptr; /* Allocation */
-    Py_ssize_t p_fast, p_ordinal;                 /* PreparedKernel */
-    /* interned names of the attributes read on every call */
-    PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
-        *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
-        *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
-        *s_launch_failed, *s_use;
-    /* the Completion attributes a future's sets (as Completion.__init__ and
-     * express._completion_of do) */
-    PyObject *s_ctx, *s_out, *s_stream, *s_device, *s_seq, *s_slot, *s_gen, *s_address,
-        *s_armed_at;
-    unsigned long long launches, native_launches, declined, completed_inline;
-} Express;
 
 /* The offset of the __slots__ entry ``name`` of type t (a member descriptor). */
 int
@@ -113,98 +71,6 @@ slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
     return 0;
 }
 
-/* An attribute's truth: 1, 0, or -1 with an error set. */
-static int
-attr_true(PyObject *o, PyObject *name)
-{
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL)
-        return -1;
-    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return t;
-}
-
-/* An instance attribute read from the instance's __dict__ (no type lookup: the hub's
- * and the trace module's attributes are plain ones); the attribute itself when the
- * dict has no such key (a class default). A new reference, or NULL with an error. */
-static PyObject *
-dict_attr(PyObject *dict, PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(dict, name);
-    if (v != NULL)
-        return Py_NewRef(v);
-    return PyErr_Occurred() ? NULL : PyObject_GetAttr(obj, name);
-}
-
-static int
-dict_true(PyObject *dict, PyObject *obj, PyObject *name)
-{
-    PyObject *v = dict_attr(dict, obj, name);
-    if (v == NULL)
-        return -1;
-    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return t;
-}
-
-long current_ordinal_of(PyObject *o);
-
-static PyObject *
-generic(Express *self)
-{
-    self->declined++;
-    return Py_NewRef(self->generic);
-}
-
-/* the lock's acquire(False) / release() */
-int exec_lock_try(PyObject *o);
-void exec_lock_release(PyObject *o);
-int is_exec_lock(PyObject *o);
-
-static int
-try_lock(Express *self)
-{
-    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
-    if (fast >= 0)
-        return fast;
-    PyObject *args[2] = {self->lock, Py_False};
-    PyObject *r = PyObject_VectorcallMethod(self->s_acquire, args,
-                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (r == NULL)
-        return -1;
-    int got = r == Py_True;
-    Py_DECREF(r);
-    return got;
-}
-
-static int unlock(Express *self);
-
-/* unlock() with an error already set: that error is the one that stays. */
-static void
-unlock_keeping_error(Express *self)
-{
-    saved_error e;
-    save_error(&e);
-    if (unlock(self) < 0)
-        PyErr_Clear();
-    restore_error(&e);
-}
-
-static int
-unlock(Express *self)
-{
-    if (is_exec_lock(self->lock)) {
-        exec_lock_release(self->lock);
-        return 0;
-    }
-    PyObject *r = PyObject_VectorcallMethod(self->s_release, &self->lock,
-                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
-}
 
 /* A tensor's device address (Tensor.ptr: alloc.ptr + offset * dtype.itemsize). */
 static int
@@ -264,6 +130,7 @@ typedef struct {
     _Alignas(16) unsigned char block[PARAM_BLOCK_MAX];
     void *slots[PARAM_COUNT_MAX];
     Py_ssize_t n;
+    uint32_t extent; /* the end of the last parameter in block */
 } native_launch;
 
 /* Which way the launch goes (BY_*), nl filled for BY_NATIVE; -1 an error (packing). */
@@ -321,6 +188,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     PyObject *args = slot_get(op, self->op.args);
     if (args == NULL || check_layout(PyTuple_GET_ITEM(fast, 1), args, &recs, &nl->n) < 0)
         return -1;
+    nl->extent = layout_extent(recs, nl->n);
     for (Py_ssize_t i = 0; i < nl->n; i++) {
         PyObject *a = PyList_GET_ITEM(args, i);
         unsigned char *dst = pointer_slot(recs, i, nl->block);
@@ -466,7 +334,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
 }
 
 static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, long mode,
-                                 PyObject *adapter, int *settled);
+                                 PyObject *adapter, int *settled, queued_launch *queued);
 
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
@@ -481,7 +349,7 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int settled;
-    return express_launch(self, args[0], args[1], mode, args[3], &settled);
+    return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
 }
 
 /* The future of a launch submitted with no spin (MODE_FUTURE): express._completion_of
@@ -572,11 +440,95 @@ held:
     return future;
 }
 
+/* The submitter a burst's native launch goes to (retained in *sub), and the context its
+ * thread makes current (backend.context_handle(ordinal), cached by the backend): 1 when
+ * the launch can be queued, 0 when it is made here (no submitter, too many or too large
+ * parameters), -1 an error. Called before the lock. */
+static int
+burst_target(Express *self, const native_launch *nl, PyObject *ordinal, subcore **sub,
+             unsigned long long *context)
+{
+    *sub = NULL;
+    subcore *fence = launch_fence();
+    if (fence == NULL || nl->n > SUB_PARAMS_MAX || nl->extent > SUB_BLOCK_MAX)
+        return 0;
+    /* (the backend's cache, an instance attribute where it has one) */
+    PyObject *handles = PyDict_GetItemWithError(self->backend_dict, self->s_context_handles);
+    PyObject *h = handles != NULL && PyDict_CheckExact(handles)
+                      ? PyDict_GetItemWithError(handles, ordinal) : NULL;
+    Py_XINCREF(h);
+    if (h == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        h = PyObject_CallMethodOneArg(self->backend, self->s_context_handle, ordinal);
+        if (h == NULL)
+            return -1;
+    }
+    int r = get_u64(h, context);
+    Py_DECREF(h);
+    if (r < 0)
+        return -1;
+    fence = launch_fence(); /* (again: Python may have run) */
+    if (fence == NULL)
+        return 0;
+    subcore_retain(fence); /* held until the launch is queued or made */
+    *sub = fence;
+    return 1;
+}
+
+/* Queue the native launch nl (flag: the slab word of slot s, written with gen) for sub's
+ * thread; 1 queued (its ticket in *ticket), 0 not (the ring is full, the submitter
+ * closed: the caller launches it). Called under the lock: stream order is push order. */
+static int
+burst_push(subcore *sub, const native_launch *nl, unsigned long long context, Py_ssize_t s,
+           uint32_t gen, uint64_t *ticket)
+{
+    sub_rec rec;
+    rec.function = (uintptr_t)nl->c.function;
+    rec.stream = (uintptr_t)nl->c.stream;
+    rec.context = (uintptr_t)context;
+    rec.gx = nl->c.gx, rec.gy = nl->c.gy, rec.gz = nl->c.gz;
+    rec.bx = nl->c.bx, rec.by = nl->c.by, rec.bz = nl->c.bz;
+    rec.shmem = nl->c.shmem;
+    rec.slot = (uint32_t)s;
+    rec.value = gen;
+    rec.nparams = (uint32_t)nl->n;
+    for (Py_ssize_t i = 0; i < nl->n; i++)
+        rec.offsets[i] = (uint16_t)((const unsigned char *)nl->slots[i] - nl->block);
+    memcpy(rec.block, nl->block, nl->extent);
+    int thread_err = 0;
+    return subcore_push(sub, &rec, ticket, &thread_err) == SUB_OK;
+}
+
+int
+spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
+{
+    _Atomic uint32_t *word = (_Atomic uint32_t *)address;
+    int landed = gen_reached(load_acquire(word), gen);
+    if (landed || budget_us <= 0)
+        return landed;
+    uint64_t budget_ns = (uint64_t)budget_us * 1000u;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t start = now_ns();
+    for (;;) {
+        for (int k = 0; k < 16 && !landed; k++) {
+            cpu_relax();
+            landed = gen_reached(load_acquire(word), gen);
+        }
+        if (landed || now_ns() - start >= budget_ns)
+            break;
+    }
+    if (!landed)
+        landed = gen_reached(load_acquire(word), gen);
+    Py_END_ALLOW_THREADS
+    return landed;
+}
+
 /* Express.launch's work (see the module comment). */
 /* (*settled: 1 when the result is the output of work that landed and was settled) */
 static PyObject *
 express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter,
-               int *settled)
+               int *settled, queued_launch *queued)
 {
     *settled = 0;
     if (self->hub == NULL || self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
@@ -631,6 +583,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *records[PARAM_COUNT_MAX];
     PyObject *box = NULL, *result = NULL;
     Py_ssize_t made = 0;
+    subcore *sub = NULL; /* a burst's submitter (retained) */
+    unsigned long long context = 0;
     int kind = launch_kind(self, op, stream, prepared, fast_launch, &nl);
     if (kind < 0)
         goto done;
@@ -646,6 +600,11 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         PyTuple_SET_ITEM(records[made], 0, Py_NewRef(stream));
         PyTuple_SET_ITEM(records[made], 1, Py_NewRef(Py_None));
     }
+
+    /* a burst's submitter and context, looked up before the lock */
+    if (mode == MODE_BURST && kind == BY_NATIVE &&
+        burst_target(self, &nl, ordinal, &sub, &context) < 0)
+        goto done;
 
     /* the spin's inputs, read before the lock, so that nothing but running out of
      * memory can fail once the work is launched */
@@ -717,6 +676,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     Py_DECREF(oldgen);
     slot_set(stream, self->st.submitted, Py_NewRef(seq));
     int failed = 0, active = 0; /* active: LOCAL.active set */
+    int pushed = 0;             /* queued for the submitter (a burst) */
+    uint64_t ticket = 0;
     for (Py_ssize_t i = 0; i < ntensors && !failed; i++) { /* Allocation.use */
         PyObject *alloc = allocs[i];
         int order = needs_ordering(self, alloc, stream, uses[i] == USE_WRITE);
@@ -755,6 +716,11 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     uintptr_t address = self->slab + 4 * (uintptr_t)s;
     if (failed) {
         /* (a use that failed: nothing launched; the handler below releases it all) */
+    }
+    else if (kind == BY_NATIVE && sub != NULL &&
+             (pushed = burst_push(sub, &nl, context, s, gen, &ticket))) {
+        self->native_launches++;
+        self->burst_queued++;
     }
     else if (kind == BY_NATIVE) {
         long rc = launch_write(nl.lk, nl.wv, &nl.c, nl.n ? nl.slots : NULL, address, gen);
@@ -801,6 +767,24 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *spin_obj = NULL; /* None: await_spin_us skipped it */
     if (unlock(self) < 0)
         goto unsettled_error;
+    if (mode == MODE_BURST) { /* no spin: the await steps aside, and settles it later */
+        queued->slot = slot;
+        queued->seq = seq;
+        queued->box = box;
+        box = NULL;
+        queued->index = (uint32_t)s;
+        queued->gen = gen;
+        queued->address = address;
+        queued->sub = NULL;
+        if (pushed) {
+            subcore_retain(sub);
+            queued->sub = sub;
+        }
+        queued->ticket = ticket;
+        *settled = 2;
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
 
     /* the spin, outside the lock (express.spin_for) */
     int long_ops_was = 0;      /* the adapter's long_ops, read for an await's spin */
@@ -826,27 +810,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             spin_us = 0;
         }
     }
-    int landed = 0;
-    if (spin_us > 0) {
-        _Atomic uint32_t *word = (_Atomic uint32_t *)address;
-        landed = gen_reached(load_acquire(word), gen);
-        if (!landed) {
-            uint64_t budget_ns = (uint64_t)spin_us * 1000u;
-            Py_BEGIN_ALLOW_THREADS
-            uint64_t start = now_ns();
-            for (;;) {
-                for (int k = 0; k < 16 && !landed; k++) {
-                    cpu_relax();
-                    landed = gen_reached(load_acquire(word), gen);
-                }
-                if (landed || now_ns() - start >= budget_ns)
-                    break;
-            }
-            if (!landed)
-                landed = gen_reached(load_acquire(word), gen);
-            Py_END_ALLOW_THREADS
-        }
-    }
+    int landed = spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
         if (long_ops_was && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
             goto unsettled_error; /* (only when it was set: the common await reads it only) */
@@ -919,6 +883,8 @@ done:
         Py_XDECREF(records[i]);
     Py_XDECREF(box);
     Py_DECREF(fast_launch);
+    if (sub != NULL)
+        subcore_drop(sub);
     return result;
 }
 
@@ -957,6 +923,13 @@ intern_names(Express *self)
     NAME(s_gen, "gen")
     NAME(s_address, "address")
     NAME(s_armed_at, "armed_at")
+    NAME(s_context_handle, "context_handle")
+    NAME(s_context_handles, "_context_handles")
+    NAME(s_shape, "shape")
+    NAME(s_forced, "_forced")
+    NAME(s_copy_and_write, "copy_and_write")
+    NAME(s_native_copy, "_native_copy")
+    NAME(s_host_remap, "_host_remap")
 #undef NAME
     return 0;
 }
@@ -1147,7 +1120,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->context_t);
     Py_VISIT(self->ready_t);
     Py_VISIT(self->future_t);
-    return 0;
+    return upload_traverse(self, visit, arg);
 }
 
 static int
@@ -1180,6 +1153,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->context_t);
     Py_CLEAR(self->ready_t);
     Py_CLEAR(self->future_t);
+    upload_clear(self);
     return 0;
 }
 
@@ -1197,7 +1171,10 @@ Express_dealloc(Express *self)
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
                           &self->minus_one, &self->no_args, &self->s_ctx, &self->s_out,
                           &self->s_stream, &self->s_device, &self->s_seq, &self->s_slot,
-                          &self->s_gen, &self->s_address, &self->s_armed_at};
+                          &self->s_gen, &self->s_address, &self->s_armed_at,
+                          &self->s_context_handle, &self->s_context_handles, &self->s_shape,
+                          &self->s_forced, &self->s_copy_and_write, &self->s_native_copy,
+                          &self->s_host_remap};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
@@ -1210,7 +1187,11 @@ Express_get_counter(Express *self, void *which)
     unsigned long long v = which == (void *)0   ? self->launches
                            : which == (void *)1 ? self->native_launches
                            : which == (void *)2 ? self->declined
-                                                : self->completed_inline;
+                           : which == (void *)3 ? self->completed_inline
+                           : which == (void *)4 ? self->burst_awaits
+                           : which == (void *)5 ? self->burst_queued
+                           : which == (void *)6 ? self->burst_handed_over
+                                                : self->uploads;
     return PyLong_FromUnsignedLongLong(v);
 }
 
@@ -1233,7 +1214,7 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
         return Py_NewRef(self->generic);
     slot_set(op, self->op.consumed, Py_NewRef(Py_True));
     int settled;
-    PyObject *r = express_launch(self, op, args[1], MODE_FUTURE, Py_None, &settled);
+    PyObject *r = express_launch(self, op, args[1], MODE_FUTURE, Py_None, &settled, NULL);
     if (r == self->generic) /* nothing done: the op is not taken */
         slot_set(op, self->op.consumed, Py_NewRef(Py_False));
     return r;
@@ -1246,6 +1227,21 @@ static PyMethodDef Express_methods[] = {
      "spin, 2: a blocking sync's; adapter: the loop's, for mode 1). Returns the op's "
      "output (landed and settled), an express.Sent tuple (submitted, not settled), or "
      "the generic sentinel (nothing done)."},
+    {"upload", (PyCFunction)(void (*)(void))Express_upload, METH_FASTCALL,
+     "upload($self, op, stream, mode, adapter, /)\n--\n\n"
+     "The express submission of a small from_host op on stream (modes as launch's): an "
+     "express.Sent tuple (Python settles or parks it), or the generic sentinel (nothing "
+     "done). set_upload must have been called."},
+    {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
+     METH_VARARGS | METH_KEYWORDS,
+     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, pageable)"
+     "\n--\n\n"
+     "What upload uses: the op, work, node and pinned block types, the staging pool's "
+     "acquire(nbytes), the handlers of a failed copy and of an error after it, and the "
+     "cuasync._pageable module."},
+    {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
+     "drop_staging($self, /)\n--\n\n"
+     "The idle pinned blocks kept for small uploads go back to the staging pool."},
     {"submit", (PyCFunction)(void (*)(void))Express_submit, METH_FASTCALL,
      "submit($self, op, stream, /)\n--\n\n"
      "op.submit_on(stream) for a launch op: taken, launched with no spin, and its "
@@ -1262,6 +1258,18 @@ static PyGetSetDef Express_getset[] = {
     {"completed_inline", (getter)Express_get_counter, NULL,
      "launches it settled itself, landed within the spin (in stats().completed_inline)",
      (void *)3},
+    {"burst_awaits", (getter)Express_get_counter, NULL,
+     "awaits in a burst that stepped aside and settled their launch here (in "
+     "stats().burst_awaits and stats().completed_inline)", (void *)4},
+    {"burst_queued", (getter)Express_get_counter, NULL,
+     "launches of awaits in a burst queued for the native submitter", (void *)5},
+    {"burst_handed_over", (getter)Express_get_counter, NULL,
+     "awaits in a burst handed to Python's path (work still running after their steps "
+     "aside, an error)", (void *)6},
+    {"staging_idle_bytes", (getter)Express_get_staging_idle, NULL,
+     "bytes of the idle pinned blocks kept for small uploads", NULL},
+    {"uploads", (getter)Express_get_counter, NULL,
+     "small from_host ops this core submitted (Express.upload)", (void *)7},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1309,10 +1317,47 @@ typedef struct {
     PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
         *policy_var, *stream_for, *done_t, *core_t, *completion_dict, *loops_dict;
     PyObject *s_hub, *s_last, *s_express, *s_step_aside, *s_policy, *s_next_stream;
+    PyObject *s_steps_aside, *s_others_ready, *s_ready, *s_tick_task, *s_tick_shared;
+    PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
+    PyTypeObject *round_robin; /* scheduling.StreamPoolRoundRobin, or NULL */
+    PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams;
     unsigned long long inline_awaits;
 } LaunchAwait;
 
-/* (LaunchIter, the iterator an await runs: below launch_await_start) */
+/*
+ * LaunchIter: the iterator ``await op`` runs. Nothing happens until its first send (as
+ * with the generator it replaces): that runs launch_await_start, which returns the
+ * output (landed), a Python generator this iterator then hands every send, throw and
+ * close to, or (an await in a burst) queues the launch and steps aside: the iterator
+ * yields None, and each later send looks at its flag (ITER_QUEUED, below). Dropped
+ * before its first send, it has done nothing (the op, not taken, warns that it was
+ * never executed); dropped while delegating, it drops the generator, whose close
+ * abandons the completion to the background watcher; dropped while queued, its
+ * finalizer abandons the completion the same way.
+ */
+typedef struct {
+    PyObject_HEAD
+    LaunchAwait *awaiter;
+    PyObject *op;       /* until the first send; while queued */
+    PyObject *delegate; /* while delegating */
+    int state;          /* ITER_FRESH, ITER_DELEGATING, ITER_DONE, ITER_QUEUED */
+    int running;        /* inside a send, throw or close (re-entering one is refused) */
+    /* while queued: the launch to settle, and where */
+    Express *core;
+    PyObject *stream, *adapter;
+    queued_launch q;
+    int steps, waits; /* steps aside since the launch was made, and before */
+} LaunchIter;
+
+enum { ITER_FRESH = 0, ITER_DELEGATING = 1, ITER_DONE = 2, ITER_QUEUED = 3 };
+
+/* Steps aside an await in a burst takes once its launch is made, while its work has
+ * not landed, before it hands over to Python's path (express._finish_await: the spin,
+ * then the reactor); and at most, while the submitter has not made the launch yet (it
+ * is behind the other tasks' launches, or stuck behind a held stream). */
+#define BURST_STEPS_MAX 16
+#define BURST_WAIT_STEPS_MAX 4096
+
 
 static PyObject *
 stop_with(PyObject *value)
@@ -1332,12 +1377,105 @@ call_one(PyObject *f, PyObject *arg)
     return PyObject_Vectorcall(f, &arg, 1, NULL);
 }
 
+/* Whether an await on adapter's loop is in a burst: the loop lets a task step aside
+ * (asyncio's and uvloop's), and the submitter has launches queued (a launch made here
+ * would wait for them) or other tasks of the loop are ready to run: adapter.others_ready(),
+ * whose common cases are read here from the adapter's __dict__ (loops.AsyncioAdapter:
+ * asyncio's ready queue; on uvloop, whether another task than this loop iteration's
+ * first has awaited in it, the task running ``loop`` read from asyncio's table of
+ * current tasks). 1, 0, or -1 an error. */
+static int
+in_burst(LaunchAwait *self, PyObject *adapter, PyObject *loop)
+{
+    int t = attr_true(adapter, self->s_steps_aside);
+    if (t <= 0)
+        return t;
+    subcore *fence = launch_fence();
+    if (fence != NULL && subcore_pending(fence) > 0)
+        return 1;
+    PyObject **dictp = _PyObject_GetDictPtr(adapter);
+    PyObject *dict = dictp != NULL ? *dictp : NULL;
+    if (dict != NULL && PyDict_CheckExact(dict)) {
+        PyObject *ready = PyDict_GetItemWithError(dict, self->s_ready);
+        if (ready != NULL && ready != Py_None) {
+            Py_ssize_t n = PyObject_Length(ready);
+            return n < 0 ? -1 : n > 0;
+        }
+        PyObject *first = ready == NULL ? NULL : PyDict_GetItemWithError(dict, self->s_tick_task);
+        if (first != NULL && first != Py_None && loop != NULL && self->current_tasks != NULL) {
+            PyObject *task = PyDict_GetItemWithError(self->current_tasks, loop);
+            if (task == NULL && PyErr_Occurred())
+                return -1;
+            if (task != first && PyDict_SetItem(dict, self->s_tick_shared, Py_True) < 0)
+                return -1;
+            PyObject *shared = PyDict_GetItemWithError(dict, self->s_tick_shared);
+            if (shared != NULL)
+                return PyObject_IsTrue(shared);
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(adapter, self->s_others_ready);
+    if (r == NULL)
+        return -1;
+    t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* The stream of an await: policy.next_stream(), where policy is the context's policy or
+ * else the device's (device.policy). StreamPoolRoundRobin's rotation is done here for
+ * that exact type (its __dict__: _streams, _counter, num_streams), as its next_stream
+ * does it; a new reference, or NULL with an error. */
+static PyObject *
+next_stream_of(LaunchAwait *self, PyObject *policy)
+{
+    if (self->round_robin != NULL && Py_IS_TYPE(policy, self->round_robin)) {
+        PyObject **dictp = _PyObject_GetDictPtr(policy);
+        PyObject *d = dictp != NULL ? *dictp : NULL;
+        PyObject *streams = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_streams);
+        PyObject *counter = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_counter);
+        PyObject *num = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_num_streams);
+        if (streams != NULL && PyList_CheckExact(streams) && counter != NULL && num != NULL &&
+            PyLong_CheckExact(num)) {
+            Py_ssize_t m = PyLong_AsSsize_t(num);
+            if (m > 0 && m <= PyList_GET_SIZE(streams)) {
+                PyObject *n = PyIter_Next(counter);
+                if (n == NULL)
+                    return PyErr_Occurred() ? NULL : PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+                Py_ssize_t i = PyLong_AsSsize_t(n);
+                PyObject *stream = NULL;
+                if (i >= 0) {
+                    stream = Py_NewRef(PyList_GET_ITEM(streams, i % m));
+                }
+                else if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                    PyErr_Clear(); /* (a count past 2**63: Python's arithmetic) */
+                    PyObject *r = PyNumber_Remainder(n, num);
+                    Py_ssize_t j = r == NULL ? -1 : PyLong_AsSsize_t(r);
+                    Py_XDECREF(r);
+                    if (j >= 0)
+                        stream = Py_NewRef(PyList_GET_ITEM(streams, j % m));
+                }
+                Py_DECREF(n);
+                return stream;
+            }
+        }
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+}
+
+/* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
+#define START_QUEUED 2
+
 /* What the first step of an await does (the iterator's first send): PYGEN_RETURN with
  * the output in *result (landed within the spin, settled); PYGEN_NEXT with *result the
  * Python generator to hand the await over to (not started yet: the fallback, or
- * _finish_await for work that did not land); PYGEN_ERROR. */
-static PySendResult
-launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
+ * _finish_await for work that did not land); START_QUEUED, *result None, the launch
+ * queued in a burst (it's state set, and ITER_QUEUED's to do); PYGEN_ERROR. */
+static int
+launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIter *it)
 {
     *result = NULL;
     if (self->completion_dict == NULL || self->fallback == NULL) {
@@ -1359,7 +1497,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
         return PYGEN_ERROR;
     }
     Express *x = (Express *)core;
-    if (core == NULL || step_aside || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
+    if (core == NULL || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
         !Py_IS_TYPE(op, x->launch_t)) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
         *result = call_one(self->fallback, op);
@@ -1375,6 +1513,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
         PyTuple_GET_ITEM(last, 1) != Py_None)
         adapter = Py_NewRef(PyTuple_GET_ITEM(last, 1));
     Py_XDECREF(last);
+    PyObject *loop = running; /* (borrowed past here: the loop running this await) */
     Py_XDECREF(running);
     if (adapter == NULL && !PyErr_Occurred()) /* another loop, or trio: looked up in Python */
         adapter = PyObject_CallNoArgs(self->running_adapter);
@@ -1394,15 +1533,21 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
     slot_set(op, x->op.consumed, Py_NewRef(Py_True));
     /* the policy's stream (express.await_launch's, as it words its checks) */
     PyObject *policy = NULL, *stream = NULL;
-    PySendResult status = PYGEN_ERROR;
+    int status = PYGEN_ERROR;
     if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
         goto done;
     if (policy == NULL || policy == Py_None) {
         Py_XDECREF(policy);
-        if ((policy = PyObject_GetAttr(device, self->s_policy)) == NULL)
-            goto done;
+        /* (device.policy: its _policy once made) */
+        policy = PyObject_GetAttr(device, self->s_policy_slot);
+        if (policy == NULL || policy == Py_None) {
+            Py_XDECREF(policy);
+            PyErr_Clear();
+            if ((policy = PyObject_GetAttr(device, self->s_policy)) == NULL)
+                goto done;
+        }
     }
-    stream = PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+    stream = next_stream_of(self, policy);
     if (stream == NULL)
         goto done;
     if (!Py_IS_TYPE(stream, x->stream_t) || slot_get(stream, x->st.device) != device) {
@@ -1410,10 +1555,24 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result)
         if (stream == NULL)
             goto done;
     }
+    int burst = step_aside ? in_burst(self, adapter, loop) : 0;
+    if (burst < 0)
+        goto done;
     int settled;
-    PyObject *sent = express_launch(x, op, stream, MODE_AWAIT, adapter, &settled);
+    PyObject *sent = express_launch(x, op, stream, burst ? MODE_BURST : MODE_AWAIT, adapter,
+                                    &settled, burst ? &it->q : NULL);
     if (sent == NULL)
         goto done;
+    if (settled == 2) { /* queued in a burst: the iterator steps aside (ITER_QUEUED) */
+        it->core = (Express *)Py_NewRef(core);
+        it->op = Py_NewRef(op);
+        it->stream = Py_NewRef(stream);
+        it->adapter = Py_NewRef(adapter);
+        it->steps = it->waits = 0;
+        *result = sent; /* (None: the bare yield) */
+        status = START_QUEUED;
+        goto done;
+    }
     if (settled) { /* landed within the spin, and settled: sent is the output */
         self->inline_awaits++;
         *result = sent;
@@ -1432,22 +1591,6 @@ done:
     return status;
 }
 
-/*
- * LaunchIter: the iterator ``await op`` runs. Nothing happens until its first send (as
- * with the generator it replaces): that runs launch_await_start, which returns the
- * output (landed) or a Python generator this iterator then hands every send, throw and
- * close to. Dropped before its first send, it has done nothing (the op, not taken,
- * warns that it was never executed); dropped while delegating, it drops the generator,
- * whose close abandons the completion to the background watcher.
- */
-typedef struct {
-    PyObject_HEAD
-    LaunchAwait *awaiter;
-    PyObject *op;       /* until the first send */
-    PyObject *delegate; /* while delegating */
-    int state;          /* 0 fresh, 1 delegating, 2 done */
-    int running;        /* inside a send, throw or close (re-entering one is refused) */
-} LaunchIter;
 
 static int
 refuse_running(LaunchIter *self)
@@ -1458,9 +1601,159 @@ refuse_running(LaunchIter *self)
     return -1;
 }
 
-enum { ITER_FRESH = 0, ITER_DELEGATING = 1, ITER_DONE = 2 };
-
 static PySendResult LaunchIter_step(LaunchIter *self, PyObject *arg, PyObject **result);
+
+/* -- an await in a burst (ITER_QUEUED) --------------------------------------------------
+ *
+ * Its launch is queued for the submitter (or, without one, made at once), and the await
+ * steps aside: a bare yield, so that the loop runs the other ready tasks (they queue
+ * theirs meanwhile) and this one again after them. Each later step looks at its flag:
+ * landed, it settles here as express._finish_await does and returns the output; not yet,
+ * it steps aside again, up to BURST_STEPS_MAX steps, then hands over to
+ * express._finish_await (more steps while the submitter has not made the launch, then
+ * the spin and the reactor), as it does for a failed queued launch or errors in the
+ * launch's box. A cancellation (throw, close) or the iterator dropped abandons it to
+ * the background watcher (express._core_abandon), which settles it once it lands. */
+
+static void
+queued_clear(LaunchIter *self)
+{
+    queued_release(&self->q);
+    Py_CLEAR(self->op);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->adapter);
+    Py_CLEAR(self->core);
+}
+
+/* The queued launch given to the background watcher (nobody awaits it any more): the
+ * iterator is done. The error set on entry, if any, is kept; one of the abandon itself
+ * is reported as unraisable (its slot is then lost, as when _core_abandon fails). */
+static void
+queued_abandon(LaunchIter *self)
+{
+    Express *x = self->core;
+    queued_launch *q = &self->q;
+    self->state = ITER_DONE;
+    if (x != NULL && x->abandon != NULL && x->hub != NULL) {
+        saved_error e;
+        save_error(&e);
+        PyObject *genv = PyLong_FromUnsignedLong(q->gen);
+        PyObject *addr = PyLong_FromUnsignedLongLong(q->address);
+        PyObject *r = NULL;
+        if (genv != NULL && addr != NULL) {
+            PyObject *a[8] = {x->hub, self->op, self->stream, q->box ? q->box : Py_None,
+                              q->slot, genv, addr, q->seq};
+            r = PyObject_Vectorcall(x->abandon, a, 8, NULL);
+        }
+        if (r == NULL)
+            PyErr_WriteUnraisable((PyObject *)self);
+        Py_XDECREF(r);
+        Py_XDECREF(genv);
+        Py_XDECREF(addr);
+        restore_error(&e);
+    }
+    queued_clear(self);
+}
+
+/* Not settled here: express._finish_await(op, stream, adapter, sent) takes the await over
+ * (sent: a burst's express.Sent, landed None), and runs its first step. */
+static PySendResult
+queued_hand_over(LaunchIter *self, PyObject **result)
+{
+    Express *x = self->core;
+    queued_launch *q = &self->q;
+    PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL, *gen = NULL;
+    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
+        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
+        (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
+        (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
+                                 : Py_NewRef(x->minus_one)) == NULL ||
+        (sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, Py_None,
+                             ticket, Py_None)) == NULL) {
+        goto fail;
+    }
+    PyObject *a[4] = {self->op, self->stream, self->adapter, sent};
+    gen = PyObject_Vectorcall(self->awaiter->finish, a, 4, NULL);
+    if (gen == NULL)
+        goto fail;
+    x->burst_handed_over++;
+    Py_DECREF(genv);
+    Py_DECREF(addr);
+    Py_DECREF(ticket);
+    Py_DECREF(sent);
+    queued_clear(self); /* (the generator holds what it needs: the slot is its now) */
+    self->delegate = gen;
+    self->state = ITER_DELEGATING;
+    PySendResult r = PyIter_Send(gen, Py_None, result);
+    if (r != PYGEN_NEXT) {
+        Py_CLEAR(self->delegate);
+        self->state = ITER_DONE;
+    }
+    return r;
+fail:
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    Py_XDECREF(ticket);
+    Py_XDECREF(sent);
+    queued_abandon(self); /* (the error is kept) */
+    return PYGEN_ERROR;
+}
+
+/* A step of an await in a burst, after its first (see above). */
+static PySendResult
+queued_step(LaunchIter *self, PyObject **result)
+{
+    Express *x = self->core;
+    queued_launch *q = &self->q;
+    if (x->hub == NULL) { /* (cleared: interpreter shutdown) */
+        self->state = ITER_DONE;
+        queued_clear(self);
+        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
+        return PYGEN_ERROR;
+    }
+    int landed = gen_reached(load_acquire((_Atomic uint32_t *)q->address), q->gen);
+    if (!landed) {
+        /* (steps counts those since the launch was made; waits, those before) */
+        if (q->sub != NULL && subcore_done(q->sub) <= q->ticket) {
+            if (++self->waits < BURST_WAIT_STEPS_MAX) {
+                *result = Py_NewRef(Py_None);
+                return PYGEN_NEXT;
+            }
+        }
+        else if (self->steps++ < BURST_STEPS_MAX) {
+            *result = Py_NewRef(Py_None);
+            return PYGEN_NEXT;
+        }
+    }
+    if (!landed || x->free == NULL ||
+        (q->sub != NULL && subcore_status(q->sub, q->index) != 0) ||
+        (q->box != NULL && PyList_GET_SIZE(q->box) != 0))
+        return queued_hand_over(self, result);
+    /* landed: settled as express._finish_await settles it */
+    int long_ops = attr_true(self->adapter, x->s_long_ops);
+    if (long_ops < 0 ||
+        (long_ops && PyObject_SetAttr(self->adapter, x->s_long_ops, Py_False) < 0))
+        goto fail;
+    PyObject *completed = slot_get(self->stream, x->st.completed);
+    int later = completed == NULL || !PyLong_CheckExact(completed)
+                    ? 1 : PyObject_RichCompareBool(completed, q->seq, Py_LT);
+    if (later < 0)
+        goto fail;
+    if (later)
+        slot_set(self->stream, x->st.completed, Py_NewRef(q->seq));
+    if (PyList_Append(x->free, q->slot) < 0)
+        goto fail;
+    x->burst_awaits++;
+    x->completed_inline++; /* (Hub.snapshot adds both to stats()) */
+    PyObject *output = slot_get(self->op, x->op.output);
+    *result = Py_NewRef(output != NULL ? output : Py_None);
+    self->state = ITER_DONE;
+    queued_clear(self);
+    return PYGEN_RETURN;
+fail:
+    queued_abandon(self); /* (landed: the watcher settles it at once) */
+    return PYGEN_ERROR;
+}
 
 static PySendResult
 LaunchIter_send(LaunchIter *self, PyObject *arg, PyObject **result)
@@ -1493,14 +1786,22 @@ LaunchIter_step(LaunchIter *self, PyObject *arg, PyObject **result)
         PyObject *op = self->op;
         self->op = NULL;
         PyObject *out;
-        PySendResult r = launch_await_start(self->awaiter, op, &out);
+        int r = launch_await_start(self->awaiter, op, &out, self);
         Py_DECREF(op);
+        if (r == START_QUEUED) { /* (the bare yield of its first step aside) */
+            self->state = ITER_QUEUED;
+            *result = out;
+            return PYGEN_NEXT;
+        }
         if (r != PYGEN_NEXT) {
             *result = out;
-            return r;
+            return (PySendResult)r;
         }
         self->delegate = out; /* a Python generator, not started: its first step now */
         self->state = ITER_DELEGATING;
+    }
+    else if (self->state == ITER_QUEUED) {
+        return queued_step(self, result);
     }
     PyObject *delegate = Py_NewRef(self->delegate); /* (held while it runs) */
     PySendResult r = PyIter_Send(delegate, arg, result);
@@ -1574,6 +1875,14 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (refuse_running(self) < 0)
         return NULL;
+    if (self->state == ITER_QUEUED) { /* cancelled while stepping aside: the work goes on */
+        self->running = 1;
+        Py_INCREF(self);
+        queued_abandon(self);
+        self->running = 0;
+        Py_DECREF(self);
+        return raise_thrown(args, nargs);
+    }
     if (self->state != ITER_DELEGATING) { /* not started (or done): raised here, as a
                                             * generator raises it before its first line */
         self->state = ITER_DONE;
@@ -1607,6 +1916,14 @@ LaunchIter_close(LaunchIter *self, PyObject *Py_UNUSED(arg))
 {
     if (refuse_running(self) < 0)
         return NULL;
+    if (self->state == ITER_QUEUED) {
+        self->running = 1;
+        Py_INCREF(self);
+        queued_abandon(self);
+        self->running = 0;
+        Py_DECREF(self);
+        Py_RETURN_NONE;
+    }
     PyObject *delegate = self->delegate;
     self->delegate = NULL;
     self->state = ITER_DONE;
@@ -1631,6 +1948,10 @@ LaunchIter_traverse(LaunchIter *self, visitproc visit, void *arg)
     Py_VISIT(self->awaiter);
     Py_VISIT(self->op);
     Py_VISIT(self->delegate);
+    Py_VISIT(self->core);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->adapter);
+    Py_VISIT(self->q.box);
     return 0;
 }
 
@@ -1638,16 +1959,31 @@ static int
 LaunchIter_clear(LaunchIter *self)
 {
     self->state = ITER_DONE;
+    queued_clear(self);
     Py_CLEAR(self->awaiter);
-    Py_CLEAR(self->op);
     Py_CLEAR(self->delegate);
     return 0;
+}
+
+/* Dropped while queued (a task destroyed while it stepped aside, a cycle collected):
+ * the work goes on, and the background watcher settles it. */
+static void
+LaunchIter_finalize(LaunchIter *self)
+{
+    if (self->state != ITER_QUEUED || self->running)
+        return;
+    saved_error e;
+    save_error(&e);
+    queued_abandon(self);
+    restore_error(&e);
 }
 
 static void
 LaunchIter_dealloc(LaunchIter *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return; /* (resurrected) */
     PyObject_GC_UnTrack(self);
     LaunchIter_clear(self);
     tp->tp_free((PyObject *)self);
@@ -1664,6 +2000,7 @@ static PyMethodDef LaunchIter_methods[] = {
 
 static PyType_Slot LaunchIter_slots[] = {
     {Py_tp_dealloc, (void *)LaunchIter_dealloc},
+    {Py_tp_finalize, (void *)LaunchIter_finalize},
     {Py_tp_traverse, (void *)LaunchIter_traverse},
     {Py_tp_clear, (void *)LaunchIter_clear},
     {Py_tp_iter, (void *)LaunchIter_iter},
@@ -1703,6 +2040,10 @@ LaunchAwait_vectorcall(LaunchAwait *self, PyObject *const *args, size_t nargsf,
     it->delegate = NULL;
     it->state = ITER_FRESH;
     it->running = 0;
+    it->core = NULL;
+    it->stream = it->adapter = NULL;
+    memset(&it->q, 0, sizeof it->q);
+    it->steps = it->waits = 0;
     PyObject_GC_Track(it);
     return (PyObject *)it;
 }
@@ -1720,12 +2061,22 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"core", "fallback", "finish", "completion", "loops",
                              "get_running_loop", "running_adapter", "policy", "stream_for",
-                             NULL};
-    PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOO:LaunchAwait", kwlist,
+                             "current_tasks", "round_robin", NULL};
+    PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for,
+        *current_tasks, *round_robin;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOOO:LaunchAwait", kwlist,
                                      &PyType_Type, &core_t, &fallback, &finish, &completion,
-                                     &loops, &grl, &ra, &policy, &stream_for))
+                                     &loops, &grl, &ra, &policy, &stream_for, &current_tasks,
+                                     &round_robin))
         return NULL;
+    if (round_robin != Py_None && !PyType_Check(round_robin)) {
+        PyErr_SetString(PyExc_TypeError, "round_robin must be a type or None");
+        return NULL;
+    }
+    if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
+        PyErr_SetString(PyExc_TypeError, "current_tasks must be a dict or None");
+        return NULL;
+    }
     if (!PyContextVar_CheckExact(policy)) {
         PyErr_SetString(PyExc_TypeError, "policy must be a ContextVar");
         return NULL;
@@ -1743,6 +2094,8 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->policy_var = Py_NewRef(policy);
     self->stream_for = Py_NewRef(stream_for);
     self->core_t = Py_NewRef(core_t);
+    self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
+    self->round_robin = round_robin == Py_None ? NULL : (PyTypeObject *)Py_NewRef(round_robin);
     if (!PyModule_Check(completion) || !PyModule_Check(loops)) {
         PyErr_SetString(PyExc_TypeError, "completion and loops must be modules");
         goto fail;
@@ -1761,6 +2114,15 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_step_aside, "step_aside")
     NAME(s_policy, "policy")
     NAME(s_next_stream, "next_stream")
+    NAME(s_steps_aside, "steps_aside")
+    NAME(s_others_ready, "others_ready")
+    NAME(s_ready, "_ready")
+    NAME(s_tick_task, "_tick_task")
+    NAME(s_tick_shared, "_tick_shared")
+    NAME(s_policy_slot, "_policy")
+    NAME(s_streams, "_streams")
+    NAME(s_counter, "_counter")
+    NAME(s_num_streams, "num_streams")
 #undef NAME
     return (PyObject *)self;
 fail:
@@ -1784,6 +2146,8 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->core_t);
     Py_VISIT(self->completion_dict);
     Py_VISIT(self->loops_dict);
+    Py_VISIT(self->current_tasks);
+    Py_VISIT(self->round_robin);
     return 0;
 }
 
@@ -1802,6 +2166,8 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->core_t);
     Py_CLEAR(self->completion_dict);
     Py_CLEAR(self->loops_dict);
+    Py_CLEAR(self->current_tasks);
+    Py_CLEAR(self->round_robin);
     return 0;
 }
 
@@ -1817,6 +2183,15 @@ LaunchAwait_dealloc(LaunchAwait *self)
     Py_CLEAR(self->s_step_aside);
     Py_CLEAR(self->s_policy);
     Py_CLEAR(self->s_next_stream);
+    Py_CLEAR(self->s_steps_aside);
+    Py_CLEAR(self->s_others_ready);
+    Py_CLEAR(self->s_ready);
+    Py_CLEAR(self->s_tick_task);
+    Py_CLEAR(self->s_tick_shared);
+    Py_CLEAR(self->s_policy_slot);
+    Py_CLEAR(self->s_streams);
+    Py_CLEAR(self->s_counter);
+    Py_CLEAR(self->s_num_streams);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -1848,7 +2223,8 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_getset, LaunchAwait_getset},
     {Py_tp_members, LaunchAwait_members},
     {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "
-                        "get_running_loop, running_adapter, policy, stream_for)\n--\n\n"
+                        "get_running_loop, running_adapter, policy, stream_for, "
+                        "current_tasks, round_robin)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator."},
     {0, NULL},

@@ -261,6 +261,13 @@ int get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t
  * minus the write's. */
 long launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
                   unsigned long long address, uint32_t value);
+/* cuMemcpyHtoDAsync_v2 from pinned src and its flag write, with the GIL released (after
+ * the launch fence): 0, the copy's CUresult (nothing enqueued), or minus the write's.
+ * The entry points: 1 when both are set (get_copy_entry_points). */
+long copy_write(uintptr_t mh, uintptr_t wv, unsigned long long dst, unsigned long long src,
+                unsigned long long nbytes, unsigned long long stream, unsigned long long address,
+                uint32_t value);
+int get_copy_entry_points(uintptr_t *mh, uintptr_t *wv);
 /* Whether f is this module's launch_packed (the cuda backend's fast_launch). */
 int is_launch_packed(PyObject *f);
 /* -- the native op core's helpers (express.c) ------------------------------------ */

@@ -28,6 +28,9 @@
 #include <sys/prctl.h>
 #endif
 
+/* A fence spins this long for the queue before it waits on a condition variable. */
+#define FENCE_SPIN_NS 20000u
+
 struct subcore {
     /* immutable after subcore_new */
     _Atomic uint32_t *words;
@@ -36,13 +39,22 @@ struct subcore {
     uint64_t spin_ns;
     sub_entry entry;
 
+    /* The ring is single-consumer (the thread) and lock-free on both hot paths: a push
+     * writes its record and publishes it with a release store of tail; the thread
+     * acquire-loads tail, makes the record's calls, and release-stores head.  The
+     * producers are serialized by pmu (cuasync pushes under its execution lock anyway,
+     * so it is uncontended); mu and the condition variables serve only parking (the
+     * thread, and fences that wait), starting and stopping. */
+    pthread_mutex_t pmu;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     sub_rec *ring;
-    _Atomic uint64_t head; /* next record to launch: advanced by the thread alone, under mu */
-    _Atomic uint64_t tail; /* next free record: advanced under mu, polled without it */
-    int started, stop, exited, parked, fence_waiters;
-    _Atomic int refs; /* the Python object, the running thread, a fence in use */
+    _Atomic uint64_t head; /* next record to launch: stored by the thread alone */
+    _Atomic uint64_t tail; /* next free record: stored by a producer under pmu */
+    _Atomic int started, stop, exited;
+    _Atomic int parked;        /* the thread waits on work_cv (or is about to) */
+    _Atomic int fence_waiters; /* fences waiting on done_cv (or about to) */
+    _Atomic int refs;          /* the Python object, the running thread, a fence in use */
     pthread_t thread;
 
     _Atomic uint64_t launched, failed, wakeups;
@@ -59,15 +71,21 @@ subcore_new(_Atomic uint32_t *words, uint32_t nslots, uint32_t cap, uint64_t spi
     c->status = calloc(nslots, sizeof *c->status);
     if (c->ring == NULL || c->status == NULL)
         goto fail;
-    if (pthread_mutex_init(&c->mu, NULL) != 0)
+    if (pthread_mutex_init(&c->pmu, NULL) != 0)
         goto fail;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        pthread_mutex_destroy(&c->pmu);
+        goto fail;
+    }
     if (pthread_cond_init(&c->work_cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->pmu);
         goto fail;
     }
     if (pthread_cond_init(&c->done_cv, NULL) != 0) {
         pthread_cond_destroy(&c->work_cv);
         pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->pmu);
         goto fail;
     }
     c->words = words;
@@ -90,6 +108,7 @@ subcore_free(subcore *c)
     pthread_cond_destroy(&c->done_cv);
     pthread_cond_destroy(&c->work_cv);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->pmu);
     free(c->ring);
     free((void *)c->status);
     free(c);
@@ -142,33 +161,35 @@ run_record(subcore *c, const sub_rec *r, uintptr_t *current)
     atomic_store_explicit(&c->words[r->slot], r->value, memory_order_release);
 }
 
-/* Wait (mu held) until a record is queued or stop is set: spin for spin_ns with the
- * mutex released, then park.  Returns 0 when there is nothing more to do. */
+/* Wait until a record is queued (1) or stop is set with nothing queued (0): spin for
+ * spin_ns without any lock, then park on work_cv.  Parking is a handshake with push:
+ * the thread stores parked and then loads tail, push stores tail and then loads parked
+ * (all sequentially consistent), so at least one of them sees the other's store: the
+ * thread does not sleep on a record, or push signals it (under mu, which the thread
+ * holds from before its store of parked until it waits). */
 static int
-wait_for_work_locked(subcore *c)
+wait_for_work(subcore *c, uint64_t head)
 {
     uint64_t idle_since = now_ns();
-    uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
-    while (head == atomic_load_explicit(&c->tail, memory_order_relaxed)) {
-        if (c->stop)
-            return 0;
-        if (now_ns() - idle_since < c->spin_ns) {
-            pthread_mutex_unlock(&c->mu);
-            for (int k = 0; k < 64; k++) {
-                if (atomic_load_explicit(&c->tail, memory_order_relaxed) != head)
-                    break;
-                cpu_relax();
-            }
-            pthread_mutex_lock(&c->mu);
-            continue;
+    for (;;) {
+        for (int k = 0; k < 64; k++) {
+            if (atomic_load_explicit(&c->tail, memory_order_acquire) != head)
+                return 1;
+            cpu_relax();
         }
-        c->parked = 1;
-        pthread_cond_wait(&c->work_cv, &c->mu);
-        c->parked = 0;
+        if (atomic_load_explicit(&c->stop, memory_order_acquire))
+            return atomic_load_explicit(&c->tail, memory_order_acquire) != head;
+        if (now_ns() - idle_since < c->spin_ns)
+            continue;
+        pthread_mutex_lock(&c->mu);
+        atomic_store(&c->parked, 1);
+        while (atomic_load(&c->tail) == head && !atomic_load(&c->stop))
+            pthread_cond_wait(&c->work_cv, &c->mu);
+        atomic_store(&c->parked, 0);
+        pthread_mutex_unlock(&c->mu);
         atomic_fetch_add_explicit(&c->wakeups, 1, memory_order_relaxed);
         idle_since = now_ns();
     }
-    return 1;
 }
 
 static void *
@@ -181,19 +202,23 @@ sub_main(void *arg)
     pthread_setname_np("cuasync-submit");
 #endif
     uintptr_t current = 0; /* the context this thread made current, 0: unknown */
-    pthread_mutex_lock(&c->mu);
-    while (wait_for_work_locked(c)) {
-        uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
-        sub_rec *r = &c->ring[head % c->cap];
-        pthread_mutex_unlock(&c->mu);
-        run_record(c, r, &current); /* the slot stays ours until head moves past it */
-        pthread_mutex_lock(&c->mu);
-        /* release: the driver calls above happen before a fence that sees head past it */
-        atomic_store_explicit(&c->head, head + 1, memory_order_release);
-        if (c->fence_waiters)
-            pthread_cond_broadcast(&c->done_cv);
+    uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
+    while (wait_for_work(c, head)) {
+        uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
+        for (; head < tail; head++) {
+            run_record(c, &c->ring[head % c->cap], &current); /* ours until head moves */
+            /* release: the driver calls above happen before whatever sees head past the
+             * record (a fence, then the caller's next driver call; a push reusing it) */
+            atomic_store(&c->head, head + 1);
+            if (atomic_load(&c->fence_waiters)) {
+                pthread_mutex_lock(&c->mu);
+                pthread_cond_broadcast(&c->done_cv);
+                pthread_mutex_unlock(&c->mu);
+            }
+        }
     }
-    c->exited = 1;
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->exited, 1);
     pthread_cond_broadcast(&c->done_cv);
     pthread_mutex_unlock(&c->mu);
     subcore_release(c);
@@ -207,40 +232,59 @@ start_locked(subcore *c)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    subcore_retain(c); /* the thread's: taken before it can run and let go */
     int err = pthread_create(&c->thread, NULL, sub_main, c);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err != 0)
+    if (err != 0) {
+        subcore_release(c);
         return err;
-    c->started = 1;
-    subcore_retain(c);
+    }
+    atomic_store(&c->started, 1);
     return 0;
 }
 
 int
 subcore_push(subcore *c, const sub_rec *rec, uint64_t *ticket, int *thread_err)
 {
-    int rc = SUB_OK;
-    pthread_mutex_lock(&c->mu);
+    if (!atomic_load_explicit(&c->started, memory_order_acquire)) {
+        int rc = SUB_OK;
+        pthread_mutex_lock(&c->mu);
+        if (atomic_load(&c->stop) || atomic_load(&c->exited))
+            rc = SUB_CLOSED;
+        else if (!atomic_load(&c->started) && (*thread_err = start_locked(c)) != 0)
+            rc = SUB_THREAD;
+        pthread_mutex_unlock(&c->mu);
+        if (rc != SUB_OK)
+            return rc;
+    }
+    if (atomic_load_explicit(&c->stop, memory_order_acquire))
+        return SUB_CLOSED;
+    pthread_mutex_lock(&c->pmu);
     uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
-    if (c->stop || c->exited) {
-        rc = SUB_CLOSED;
+    /* acquire: the thread is done with the record it last moved head past */
+    if (tail - atomic_load_explicit(&c->head, memory_order_acquire) >= c->cap) {
+        pthread_mutex_unlock(&c->pmu);
+        return SUB_FULL;
     }
-    else if (tail - atomic_load_explicit(&c->head, memory_order_relaxed) >= c->cap) {
-        rc = SUB_FULL;
+    c->ring[tail % c->cap] = *rec;
+    atomic_store_explicit(&c->status[rec->slot], 0, memory_order_relaxed);
+    atomic_store(&c->tail, tail + 1); /* publishes the record (seq_cst: see wait_for_work) */
+    pthread_mutex_unlock(&c->pmu);
+    *ticket = tail;
+    if (atomic_load(&c->parked)) {
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_signal(&c->work_cv);
+        pthread_mutex_unlock(&c->mu);
     }
-    else if (!c->started && (*thread_err = start_locked(c)) != 0) {
-        rc = SUB_THREAD;
+    if (atomic_load(&c->stop)) {
+        /* close() raced with this push: the thread either makes the record (it drains
+         * what it sees queued before it exits) or has exited without seeing it */
+        while (atomic_load(&c->head) <= tail && !atomic_load(&c->exited))
+            cpu_relax();
+        if (atomic_load(&c->head) <= tail)
+            return SUB_CLOSED;
     }
-    else {
-        c->ring[tail % c->cap] = *rec;
-        *ticket = tail;
-        atomic_store_explicit(&c->status[rec->slot], 0, memory_order_relaxed);
-        atomic_store_explicit(&c->tail, tail + 1, memory_order_relaxed);
-        if (c->parked)
-            pthread_cond_signal(&c->work_cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return SUB_OK;
 }
 
 uint64_t
@@ -258,16 +302,29 @@ subcore_done(subcore *c)
     return atomic_load_explicit(&c->head, memory_order_acquire);
 }
 
+/* Spin briefly (the queue is usually a few launches deep), then wait on done_cv: the
+ * same handshake as parking, with fence_waiters and head. */
 void
 subcore_fence(subcore *c)
 {
-    pthread_mutex_lock(&c->mu);
-    uint64_t target = atomic_load_explicit(&c->tail, memory_order_relaxed);
-    c->fence_waiters++;
-    while (atomic_load_explicit(&c->head, memory_order_relaxed) < target && !c->exited)
-        pthread_cond_wait(&c->done_cv, &c->mu);
-    c->fence_waiters--;
-    pthread_mutex_unlock(&c->mu);
+    uint64_t target = atomic_load_explicit(&c->tail, memory_order_acquire);
+    uint64_t start = now_ns();
+    while (atomic_load_explicit(&c->head, memory_order_acquire) < target) {
+        if (atomic_load_explicit(&c->exited, memory_order_acquire) ||
+            !atomic_load_explicit(&c->started, memory_order_acquire))
+            return;
+        if (now_ns() - start >= FENCE_SPIN_NS) {
+            pthread_mutex_lock(&c->mu);
+            atomic_fetch_add(&c->fence_waiters, 1);
+            while (atomic_load(&c->head) < target && !atomic_load(&c->exited))
+                pthread_cond_wait(&c->done_cv, &c->mu);
+            atomic_fetch_sub(&c->fence_waiters, 1);
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+        for (int k = 0; k < 16; k++)
+            cpu_relax();
+    }
 }
 
 int32_t
@@ -288,8 +345,8 @@ int
 subcore_close(subcore *c, uint64_t timeout_ns)
 {
     pthread_mutex_lock(&c->mu);
-    int was_started = c->started && !c->stop;
-    c->stop = 1;
+    int was_started = atomic_load(&c->started) && !atomic_load(&c->stop);
+    atomic_store(&c->stop, 1);
     pthread_cond_broadcast(&c->work_cv);
     int drained = 1;
     if (was_started) {
@@ -298,11 +355,11 @@ subcore_close(subcore *c, uint64_t timeout_ns)
         uint64_t ns = (uint64_t)deadline.tv_nsec + timeout_ns;
         deadline.tv_sec += (time_t)(ns / 1000000000u);
         deadline.tv_nsec = (long)(ns % 1000000000u);
-        while (!c->exited) {
+        while (!atomic_load(&c->exited)) {
             if (pthread_cond_timedwait(&c->done_cv, &c->mu, &deadline) == ETIMEDOUT)
                 break;
         }
-        drained = c->exited;
+        drained = atomic_load(&c->exited);
     }
     pthread_mutex_unlock(&c->mu);
     if (was_started) {

@@ -1,15 +1,17 @@
 """Bursts of awaits: an await of a launch that finds other tasks ready steps aside.
 
-With ``CUASYNC_SUBMITTER=on`` (``Hub.step_aside``; these tests turn it on, and one
-checks the default, off), such an await on asyncio and uvloop queues its launch (on a
-GPU for the native submitter thread, which makes the driver calls; on the emulator it
-launches at once, its launches only queue work) and yields once, so the other ready
-tasks submit theirs meanwhile; it then finishes as any await does. What a user relies on holds through it:
-each await returns its output when its work is done, work on one stream runs in
-submission order, an op submitted after queued launches runs after them, a cancelled
-await lets its work land and releases it, a failed launch raises from its await, and
-nothing leaks. Gates hold the work, so every test runs on a GPU too. trio has no bare
-yield: its awaits launch and spin as always (the counters say so).
+With ``CUASYNC_SUBMITTER=on`` (the default: ``Hub.step_aside``; these tests turn it on
+whatever the setting, and one checks the setting), such an await on asyncio and uvloop
+queues its launch (on a GPU for the native submitter thread, which makes the driver
+calls; on the emulator it launches at once, its launches only queue work) and yields,
+so the other ready tasks submit theirs meanwhile; it then finishes as any await does.
+What a user relies on holds through it: each await returns its output when its work is
+done, work on one stream runs in submission order, an op submitted after queued launches
+runs after them, a cancelled await lets its work land and releases it, a failed launch
+raises from its await, and nothing leaks. Gates hold the work, so every test runs on a
+GPU too. trio has no bare yield: its awaits launch and spin as always (the counters say
+so). The last tests run the native core's bursts against a real submitter thread on the
+emulator (over the module's stub driver table).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ _SCRIPT = (
 )
 
 
-@pytest.mark.parametrize(("setting", "steps"), [(None, "False"), ("off", "False"), ("on", "True")])
+@pytest.mark.parametrize(("setting", "steps"), [(None, "True"), ("off", "False"), ("on", "True")])
 def test_cuasync_submitter_says_whether_bursts_step_aside(setting: str | None, steps: str) -> None:
     from conftest import run_script
 
@@ -187,3 +189,136 @@ def test_cuasync_submitter_says_whether_bursts_step_aside(setting: str | None, s
     assert count == "100" and step_aside == steps
     # (with host callbacks for every await, no launch takes the express path at all)
     assert stepped == str(steps == "True" and flags == "True")
+
+
+# -- the native core's bursts, with a real submitter thread (on the emulator) -------------
+
+
+@pytest.fixture
+def native_submitter(monkeypatch: pytest.MonkeyPatch, stepping_aside: None) -> Any:
+    """On the emulator, a real native submitter over the module's stub driver table, and
+    bump packed and launched natively: a burst's awaits take the path they take on a GPU
+    (the native core queues each launch for the submitter's thread, which makes it and
+    writes its flag; the stub launches nothing, so x is left as it was). On a GPU the
+    tests above run that path with the driver's own entry points."""
+    from conftest import ON_EMULATOR
+
+    from cuasync._backends._params import _layout
+
+    if not ON_EMULATOR:
+        pytest.skip("on a GPU the tests above take this path with the driver's entry points")
+    hub = get_hub()
+    if hub.express is None or not hub.use_reactor:
+        pytest.skip("needs the native module's core and flag slots")
+    native = hub.native
+    prepared = bump._prepare(cuasync.Device(0))
+    monkeypatch.setattr(prepared, "fast", (0xF00D, _layout(["Q", "i"], [0])))
+    backend = get_hub().backend
+    monkeypatch.setattr(backend, "fast_launch", native.launch_packed, raising=False)
+    monkeypatch.setattr(backend, "current", type("Current", (), {"ordinal": 0})(), raising=False)
+    native.set_entry_points(**native.stub_entry_points())
+    submitter = native.Submitter(hub.reactor)
+    monkeypatch.setattr(hub, "submitter", submitter)
+    native.set_launch_fence(submitter)
+    try:
+        yield submitter
+    finally:
+        native.set_launch_fence(None)
+        submitter.close(1.0)
+        native.set_entry_points()  # (the stub table off: the emulator launches in Python)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_burst_through_the_native_submitter_returns_each_output(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    x = await cuasync.zeros((64,), dtype="float32")
+    core = get_hub().express
+    native = get_hub().native
+    before, launches = cuasync.stats(), native.stub_launches()
+    queued, settled = core.burst_queued, core.burst_awaits
+    results = await asyncio.gather(*(bump[1, 64](x, 64) for _ in range(200)))
+    after = cuasync.stats()
+    assert all(r is x for r in results)
+    assert native.stub_launches() - launches == 200  # each launched once, by someone
+    # all but (on uvloop) the loop iteration's first await queued theirs and stepped aside
+    assert core.burst_queued - queued >= 199
+    assert native_submitter.launched >= 199
+    assert after.burst_awaits - before.burst_awaits >= 199
+    assert core.burst_awaits - settled > 0  # the core settled them itself
+    assert after.slots_armed == before.slots_armed
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_awaits_cancelled_while_queued_let_their_work_land_and_free_it(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    x = await cuasync.zeros((32,), dtype="float32")
+    core = get_hub().express
+    queued, settled = core.burst_queued, core.burst_awaits
+    tasks = [asyncio.ensure_future(bump[1, 32](x, 32)) for _ in range(8)]
+    await asyncio.sleep(0)  # each has queued its launch and stepped aside
+    assert core.burst_queued - queued >= 7
+    for task in tasks:
+        task.cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    # (on uvloop the loop iteration's first await launched and spun: it finished)
+    cancelled = [o for o in outcomes if isinstance(o, asyncio.CancelledError)]
+    assert len(cancelled) >= 7 and all(o is x for o in outcomes if o not in cancelled)
+    assert core.burst_awaits == settled  # none settled by the core: they were cancelled
+    ct.settle()  # the background watcher frees what they used (baseline checks it)
+
+
+@pytest.mark.parametrize("anyio_backend", [ASYNCIO[0]], indirect=True)
+async def test_a_queued_await_dropped_before_it_finishes_lets_its_work_land(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    import gc
+
+    x = await cuasync.zeros((32,), dtype="float32")
+    loop = asyncio.get_running_loop()
+    loop.call_soon(lambda: None)  # another callback ready: the await is in a burst
+    it = bump[1, 32](x, 32).__await__()
+    assert it.send(None) is None  # queued, and stepping aside
+    del it  # (a task destroyed while it stepped aside)
+    gc.collect()
+    ct.settle()  # its completion was handed to the background watcher, which frees it
+
+
+@pytest.mark.parametrize("anyio_backend", [ASYNCIO[0]], indirect=True)
+async def test_a_queued_launch_the_submitter_fails_raises_from_its_await(
+    anyio_backend: Any, baseline: Any, native_submitter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+
+    from cuasync._backends.cuda import CudaBackend
+
+    x = await cuasync.zeros((32,), dtype="float32")
+    native = get_hub().native
+    launch_t = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 1, *[ctypes.c_uint32] * 7,
+                                *[ctypes.c_void_p] * 3)  # fmt: skip
+    refuse = launch_t(lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
+    entry = native.stub_entry_points()
+    entry["launch_kernel"] = ctypes.cast(refuse, ctypes.c_void_p).value
+    native.set_entry_points(**entry)
+    hub = get_hub()
+    submitter = native.Submitter(hub.reactor)  # (it takes the entry points set now)
+    monkeypatch.setattr(hub, "submitter", submitter)
+    native.set_launch_fence(submitter)
+    backend = hub.backend
+
+    def queued_error(sub: Any, slot: int, stream: int) -> BaseException | None:
+        status = sub.status(slot)
+        return DriverError(status, "cuLaunchKernel") if status else None
+
+    monkeypatch.setattr(backend, "queued_error", queued_error, raising=False)
+    assert CudaBackend.queued_error is not queued_error  # (the GPU's words its own)
+    try:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(lambda: None)  # another callback ready: the await is in a burst
+        with pytest.raises(DriverError) as caught:
+            await bump[1, 32](x, 32)
+        assert caught.value.code == 1
+    finally:
+        native.set_launch_fence(native_submitter)
+        submitter.close(1.0)

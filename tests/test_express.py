@@ -660,7 +660,8 @@ def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
     mine = native.LaunchAwait(
         core=native.Express, fallback=fallback, finish=fallback, completion=express._completion,
         loops=express._loops, get_running_loop=lambda: None, running_adapter=lambda: None,
-        policy=express._policy, stream_for=lambda device: None,
+        policy=express._policy, stream_for=lambda device: None, current_tasks=None,
+        round_robin=None,
     )  # fmt: skip
     monkeypatch.setattr(get_hub(), "express", None)  # no core: the fallback takes the op
     holder.append(mine(object()))

@@ -29,23 +29,38 @@ pytestmark = pytest.mark.anyio
 
 
 class Path:
-    """Which path uploads take in a test, and the express path's attempts."""
+    """Which path uploads take in a test (``core``: the native module's
+    ``Express.upload``; ``express``: the same steps in Python; ``generic``), and the
+    express path's attempts."""
 
-    def __init__(self, express: bool) -> None:
-        self.express = express
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.express = name != "generic"
         self.attempts: list[bool] = []
+        self.core: Any = None
+        self.uploads = 0
 
-    def check(self, taken: bool = True) -> None:
-        """On the express run, every small upload tried it and (where awaits use flag
-        slots) took it; ``taken=False``: none did."""
+    def check(self, taken: bool = True, core: bool = True) -> None:
+        """On the express runs, every small upload tried it and (where awaits use flag
+        slots) took it, the core's run through the core (``core=False``: a source the
+        core leaves to Python, a strided one); ``taken=False``: none did."""
         if self.express:
             assert self.attempts, "no upload reached the express path"
             assert all(self.attempts) == (taken and get_hub().use_reactor), self.attempts
+        if self.core is not None and taken and core and get_hub().use_reactor:
+            assert self.core.uploads > self.uploads, "no upload took the native core"
 
 
-@pytest.fixture(params=["express", "generic"])
+@pytest.fixture(params=["core", "express", "generic"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
-    chosen = Path(request.param == "express")
+    chosen = Path(request.param)
+    hub = get_hub()
+    if chosen.name == "core":
+        if hub.express is None:
+            pytest.skip("the native module is not built: uploads have no native core")
+        chosen.core, chosen.uploads = hub.express, hub.express.uploads
+    else:
+        monkeypatch.setattr(hub, "express", None)
     if not chosen.express:
         monkeypatch.setattr(_small_upload, "enqueue", lambda op, stream, *spin: None)
         return chosen
@@ -95,7 +110,7 @@ async def test_a_small_upload_returns_the_array_and_settles_the_counters(
     assert _completions(after) - _completions(before) == 1
     assert after.slots_armed == before.slots_armed
     np.testing.assert_array_equal(await t.to_host(), source)
-    path.check()
+    path.check(core=source.flags.c_contiguous)
 
 
 def test_sync_and_sync_on(baseline: Any, path: Path) -> None:
@@ -190,12 +205,14 @@ async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
 ) -> None:
     # The cuda backend's copy_and_write makes the DMA and the flag write in one native
     # call; a failure is told apart (the copy: nothing enqueued; the write: the copy
-    # is), and only what did not happen is made again, through the bindings.
+    # is), and only what did not happen is made again, through the bindings. (The
+    # Python express path: the native core's own copy is the next test's.)
     backend: Any = get_backend()
     if not getattr(backend, "_native_copy", False):
         pytest.skip("no native cuMemcpyHtoDAsync: the emulator's copies are Python's")
     if not get_hub().use_reactor:
         pytest.skip("every await completes through a host callback: no upload is express")
+    monkeypatch.setattr(get_hub(), "express", None)
     real = backend._native
     calls: list[int] = []
 
@@ -216,9 +233,50 @@ async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
         source = np.array(values * 32, np.float32)
         monkeypatch.setattr(backend, "_native", Refusing(rc))
         t = await cuasync.from_host(source)
-        monkeypatch.undo()
+        monkeypatch.setattr(backend, "_native", real)
         np.testing.assert_array_equal(await t.to_host(), source)
     assert calls == [1, -1]
+
+
+async def test_a_copy_the_native_core_makes_and_the_driver_refuses_is_made_again(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    # The native core makes the copy through the module's entry points; with a
+    # cuMemcpyHtoDAsync that refuses, the backend's copy_and_write makes it again (its
+    # own native call refused too, then through the bindings): the upload still lands.
+    import ctypes
+
+    backend: Any = get_backend()
+    hub = get_hub()
+    if not getattr(backend, "_native_copy", False) or hub.express is None:
+        pytest.skip("no native cuMemcpyHtoDAsync: the emulator's copies are Python's")
+    if not hub.use_reactor:
+        pytest.skip("every await completes through a host callback: no upload is express")
+    names = ["cuStreamWriteValue32", "cuLaunchKernel", "cuCtxSetCurrent", "cuStreamSynchronize"]
+    entry = backend.driver_entry_points(names)
+    copy_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t,
+                              ctypes.c_void_p)  # fmt: skip
+    refuse = copy_t(lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
+    native = hub.native
+    kwargs = {
+        "write_value32": entry["cuStreamWriteValue32"],
+        "launch_kernel": entry["cuLaunchKernel"],
+        "ctx_set_current": entry.get("cuCtxSetCurrent", 0),
+        "stream_synchronize": entry.get("cuStreamSynchronize", 0),
+    }
+    source = np.arange(256, dtype=np.float32)
+    await cuasync.from_host(source)  # (the machinery set up)
+    uploads = hub.express.uploads
+    native.set_entry_points(**kwargs, memcpy_htod=ctypes.cast(refuse, ctypes.c_void_p).value)
+    try:
+        t = await cuasync.from_host(source)
+    finally:
+        native.set_entry_points(
+            **kwargs, memcpy_htod=backend.driver_entry_points(["cuMemcpyHtoDAsync"])[
+                "cuMemcpyHtoDAsync"]
+        )  # fmt: skip
+    assert hub.express.uploads == uploads + 1
+    np.testing.assert_array_equal(await t.to_host(), source)
 
 
 async def test_larger_and_empty_sources_take_the_generic_path(

@@ -513,6 +513,13 @@ class Backend(ABC):
         )
         return -1
 
+    def context_handle(self, ordinal: int) -> int:
+        """The driver context (an integer handle) that the submitter's thread makes
+        current for launches on device ``ordinal``; 0 where the backend has none (this
+        default). A backend that caches them in a ``_context_handles`` dict has them read
+        from there by the native core."""
+        return 0
+
     def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
         """Why the launch queued for ``slot`` failed in ``submitter``'s thread, once its
         flag has landed; None if it did not (this default: nothing is queued)."""

@@ -461,12 +461,17 @@ class CudaBackend(Backend):
         bx, by, bz = block
         context = self._context_handles.get(ordinal)
         if context is None:
-            context = self._context_handles[ordinal] = int(self._context(ordinal))
+            context = self.context_handle(ordinal)
         ticket: int = submitter.push(
             kernel.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout,
             args if type(args) is list else list(args), slot, value,
         )  # fmt: skip
         return ticket if ticket >= 0 else None  # (-1: full, or too many parameters)
+
+    def context_handle(self, ordinal: int) -> int:
+        context: int = self._context_handles.get(ordinal) or int(self._context(ordinal))
+        self._context_handles[ordinal] = context
+        return context
 
     def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:
         status = submitter.status(slot)

@@ -78,10 +78,11 @@ class Stats:
     ready to run; ``burst_awaits``: awaits of a kernel launch that found other tasks ready
     and stepped aside (their launch queued for the native submitter thread, or made at
     once on the emulator) while those ran; ``launches_queued``: launches the submitter
-    thread made; ``faults``: device faults that failed pending work; ``stale_probes``:
-    checks of a slot that made no progress; ``reactor``: whether awaits use flag slots;
-    ``host_sync``: the ``CUASYNC_HOST_SYNC`` mode in force; ``native``: whether the native
-    module is loaded.
+    thread made; ``burst_handed_over``: awaits in a burst whose work had not landed after
+    their steps aside (they then spin and park as any await); ``faults``: device faults
+    that failed pending work; ``stale_probes``: checks of a slot that made no progress;
+    ``reactor``: whether awaits use flag slots; ``host_sync``: the ``CUASYNC_HOST_SYNC``
+    mode in force; ``native``: whether the native module is loaded.
 
     >>> s = cuasync.stats()
     >>> s.completed_inline + s.completed_reactor, s.slots_armed
@@ -104,6 +105,9 @@ class Stats:
     burst_awaits: int = 0
     #: Launches made by the native submitter thread (queued by bursts of awaits).
     launches_queued: int = 0
+    #: Awaits in a burst whose work had not landed after their steps aside: they then
+    #: spin and park as any await (a long kernel, a held stream).
+    burst_handed_over: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
@@ -865,6 +869,8 @@ class Hub:
         stats = Stats(**vars(self.stats))
         if self._core is not None:  # what the native core settled itself
             stats.completed_inline += self._core.completed_inline
+            stats.burst_awaits += self._core.burst_awaits
+            stats.burst_handed_over = self._core.burst_handed_over
         stats.slots_armed = self.slots_in_use()
         stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:

@@ -121,6 +121,13 @@ else:  # pragma: no cover - a Python without the table
     _current_task = asyncio.current_task
 
 
+def current_tasks_table() -> dict[Any, Any] | None:
+    """asyncio's table of the task running each loop (read by the native await to tell a
+    burst on uvloop, as :meth:`AsyncioAdapter.others_ready` does), or None where this
+    Python has none."""
+    return _current_tasks if isinstance(_current_tasks, dict) else None
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

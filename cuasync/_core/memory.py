@@ -18,7 +18,7 @@ from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError, OutOfMemoryError
 from . import block_cache
-from .pools import current_pool
+from .pools import _selected
 from .process_local import ProcessLocal
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ class Allocation(ProcessLocal):
         if device._utility is None:
             device._utility_stream()  # now, not in __del__: creating a stream may start a thread
         self.device = device
-        pool = self._pool = current_pool(device)  # held: the pool outlives its allocations
+        selected = _selected.get()  # (current_pool(device), inline: every allocation)
+        # held: the pool outlives its allocations
+        pool = self._pool = None if selected is None else selected.get(device.ordinal)
         device._charge(nbytes)  # raises past Device.set_memory_limit, before the driver
         try:
             if pool is None:

@@ -25,7 +25,16 @@ def c_floor() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         exe = pathlib.Path(tmp) / "driver_floor"
         subprocess.run(
-            ["gcc", "-O2", "-std=c11", str(HERE / "driver_floor.c"), "-o", str(exe), "-ldl"],
+            [
+                "gcc",
+                "-O2",
+                "-std=c11",
+                str(HERE / "driver_floor.c"),
+                "-o",
+                str(exe),
+                "-ldl",
+                "-lpthread",
+            ],
             check=True,
         )
         subprocess.run([str(exe), str(N)], check=True)

@@ -1,0 +1,199 @@
+/*
+ * What the native op core's files share (express.c: launches, upload.c: small uploads):
+ * the Express object, the submission modes, and the small helpers both use. Included
+ * after Python.h and reactor.h.
+ */
+#ifndef CUASYNC_EXPRESS_H
+#define CUASYNC_EXPRESS_H
+
+#include <structmember.h>
+
+/* (MODE_FUTURE: Express.submit's, a launch with no spin whose future is made here;
+ * MODE_BURST: an await in a burst, its launch queued for the submitter, no spin) */
+enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2, MODE_FUTURE = 3, MODE_BURST = 4 };
+
+/* the raised exception, kept while the failure handler runs (3.11 has no
+ * PyErr_GetRaisedException) */
+typedef struct {
+    PyObject *type, *value, *tb;
+} saved_error;
+
+static inline void
+save_error(saved_error *e)
+{
+    PyErr_Fetch(&e->type, &e->value, &e->tb);
+}
+
+static inline void
+restore_error(saved_error *e)
+{
+    PyErr_Restore(e->type, e->value, e->tb);
+}
+
+/* Small uploads the core takes (upload.c): sources of at most UPLOAD_MAX bytes, staged
+ * in pinned blocks of 2**UPLOAD_MIN_CLASS bytes and up (the staging pool's classes), at
+ * most UPLOAD_KEEP idle blocks kept per class. */
+#define UPLOAD_MAX (64 * 1024)
+#define UPLOAD_MIN_CLASS 12
+#define UPLOAD_CLASSES 5
+#define UPLOAD_KEEP 4
+
+/* the offsets of the slots the core reads and writes, by type */
+typedef struct {
+    Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
+} op_offsets;
+
+typedef struct {
+    Py_ssize_t capturing, device, submitted, completed, handle, owned;
+} stream_offsets;
+
+/* the __slots__ of an ExecutionContext */
+typedef struct {
+    Py_ssize_t accesses, capturing, deferred, device, errors, fuse, retained, seq, stream;
+} context_offsets;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *hub, *backend, *stats, *free, *gens, *table, *memops, *lock, *local, *trace;
+    PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
+    PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
+    PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
+    /* what a future is made of (Express.submit): express._completion_of's types */
+    PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
+    PyObject *no_args;
+    context_offsets cx;
+    Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
+    uintptr_t slab;
+    Py_ssize_t nslots;
+    op_offsets op;
+    stream_offsets st;
+    Py_ssize_t t_alloc, t_offset, t_dtype;        /* Tensor */
+    Py_ssize_t a_device, a_write, a_reads, a_ptr; /* Allocation */
+    Py_ssize_t p_fast, p_ordinal;                 /* PreparedKernel */
+    /* interned names of the attributes read on every call */
+    PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
+        *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
+        *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
+        *s_launch_failed, *s_use;
+    /* the Completion attributes a future's sets (as Completion.__init__ and
+     * express._completion_of do) */
+    PyObject *s_ctx, *s_out, *s_stream, *s_device, *s_seq, *s_slot, *s_gen, *s_address,
+        *s_armed_at;
+    PyObject *s_context_handle, *s_context_handles;
+    unsigned long long launches, native_launches, declined, completed_inline;
+    unsigned long long burst_awaits, burst_queued, burst_handed_over;
+    /* a small upload's (upload.c; Express.set_upload) */
+    PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
+    PyObject *acquire, *upload_failed, *upload_abandon, *pageable_dict, *lease_t;
+    PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
+    Py_ssize_t u_node, u_output, u_device, n_value, w_source, w_dtype, b_address;
+    PyObject *s_shape, *s_forced, *s_copy_and_write, *s_native_copy, *s_host_remap;
+    unsigned long long uploads;
+} Express;
+
+/* An attribute's truth: 1, 0, or -1 with an error set. */
+static inline int
+attr_true(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* An instance attribute read from the instance's __dict__ (no type lookup: the hub's
+ * and the trace module's attributes are plain ones); the attribute itself when the
+ * dict has no such key (a class default). A new reference, or NULL with an error. */
+static inline PyObject *
+dict_attr(PyObject *dict, PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, name);
+    if (v != NULL)
+        return Py_NewRef(v);
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(obj, name);
+}
+
+static inline int
+dict_true(PyObject *dict, PyObject *obj, PyObject *name)
+{
+    PyObject *v = dict_attr(dict, obj, name);
+    if (v == NULL)
+        return -1;
+    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+long current_ordinal_of(PyObject *o);
+
+static inline PyObject *
+generic(Express *self)
+{
+    self->declined++;
+    return Py_NewRef(self->generic);
+}
+
+/* the lock's acquire(False) / release() */
+int exec_lock_try(PyObject *o);
+void exec_lock_release(PyObject *o);
+int is_exec_lock(PyObject *o);
+
+static inline int
+try_lock(Express *self)
+{
+    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
+    if (fast >= 0)
+        return fast;
+    PyObject *args[2] = {self->lock, Py_False};
+    PyObject *r = PyObject_VectorcallMethod(self->s_acquire, args,
+                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+static inline int unlock(Express *self);
+
+/* unlock() with an error already set: that error is the one that stays. */
+static inline void
+unlock_keeping_error(Express *self)
+{
+    saved_error e;
+    save_error(&e);
+    if (unlock(self) < 0)
+        PyErr_Clear();
+    restore_error(&e);
+}
+
+static inline int
+unlock(Express *self)
+{
+    if (is_exec_lock(self->lock)) {
+        exec_lock_release(self->lock);
+        return 0;
+    }
+    PyObject *r = PyObject_VectorcallMethod(self->s_release, &self->lock,
+                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
+ * passed; 1 landed. */
+int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
+
+/* Express.upload (upload.c) and the Express attributes it sets up (set_upload). */
+PyObject *Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *Express_set_upload(Express *self, PyObject *args, PyObject *kwds);
+PyObject *Express_get_staging_idle(Express *self, void *closure);
+PyObject *Express_drop_staging(Express *self, PyObject *arg);
+int upload_traverse(Express *self, visitproc visit, void *arg);
+void upload_clear(Express *self);
+
+#endif

@@ -1,0 +1,552 @@
+/*
+ * The express submission of a small from_host in one native call: Express.upload, the
+ * common case of cuasync._small_upload.enqueue.
+ *
+ * A source of at most UPLOAD_MAX bytes, C-contiguous (its buffer), is copied into a
+ * pinned staging block, then under the execution lock: the stream's sequence number, a
+ * completion slot, the new tensor's Allocation (Python: it keeps the accounting and the
+ * block cache), the DMA and the flag write (copy_write: one native call, the GIL
+ * released, after the launch fence), then the spin outside the lock. It returns an
+ * express.Sent tuple (Python settles work that landed, and parks work that did not) or
+ * the generic sentinel, having done nothing, when the upload is not its case (Python's
+ * enqueue then takes it, and words any error).
+ *
+ * The staging blocks come from the process's staging pool (set_upload's ``acquire``) and
+ * go back, once their copy has landed, to a short free list per size class kept here:
+ * Sent's ``held`` list holds a StagingLease (with the new tensor's allocation), whose
+ * dealloc puts its block back on that list, or drops it (to the pool) when the list is
+ * full. The lease is dropped when the Sent tuple is (work that landed within the spin)
+ * or when the completion that retains it finishes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reactor.h"
+#include "express.h"
+
+#include <string.h>
+
+/* -- StagingLease --------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *block; /* a PinnedBlock */
+    PyObject *cache; /* the free list it goes back to */
+} StagingLease;
+
+static void
+StagingLease_dealloc(StagingLease *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->block != NULL && self->cache != NULL &&
+        PyList_GET_SIZE(self->cache) < UPLOAD_KEEP) {
+        saved_error e;
+        save_error(&e);
+        if (PyList_Append(self->cache, self->block) < 0)
+            PyErr_Clear(); /* (the block goes back to the pool instead) */
+        restore_error(&e);
+    }
+    Py_CLEAR(self->block);
+    Py_CLEAR(self->cache);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot StagingLease_slots[] = {
+    {Py_tp_dealloc, (void *)StagingLease_dealloc},
+    {Py_tp_doc, (void *)"A small upload's pinned staging block, lent until its copy has "
+                        "landed (dropped, the block is kept for the next upload)."},
+    {0, NULL},
+};
+
+static PyType_Spec StagingLease_spec = {
+    .name = "cuasync._reactor.StagingLease",
+    .basicsize = sizeof(StagingLease),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = StagingLease_slots,
+};
+
+/* -- set_upload --------------------------------------------------------------------------- */
+
+/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, pageable): what
+ * Express.upload uses (cuasync._small_upload sets it): the types it reads, the staging
+ * pool's acquire(nbytes), the handlers of a failed copy and of an error after it. */
+PyObject *
+Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"op", "work", "node", "block", "acquire", "failed", "abandon",
+                             "pageable", NULL};
+    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *pageable;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!:set_upload", kwlist,
+                                     &PyType_Type, &op_t, &PyType_Type, &work_t, &PyType_Type,
+                                     &node_t, &PyType_Type, &block_t, &acquire, &failed,
+                                     &abandon, &PyModule_Type, &pageable))
+        return NULL;
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 8) {
+        PyErr_SetString(PyExc_TypeError, "set_upload() takes its eight arguments by keyword");
+        return NULL;
+    }
+    if (!PyCallable_Check(acquire) || !PyCallable_Check(failed) || !PyCallable_Check(abandon)) {
+        PyErr_SetString(PyExc_TypeError, "acquire, failed and abandon must be callable");
+        return NULL;
+    }
+    Py_ssize_t node, output, device, value, source, dtype, address;
+    if (slot_offset((PyTypeObject *)op_t, "_node", &node) < 0 ||
+        slot_offset((PyTypeObject *)op_t, "_output", &output) < 0 ||
+        slot_offset((PyTypeObject *)op_t, "_device", &device) < 0 ||
+        slot_offset((PyTypeObject *)node_t, "value", &value) < 0 ||
+        slot_offset((PyTypeObject *)work_t, "source", &source) < 0 ||
+        slot_offset((PyTypeObject *)work_t, "dtype", &dtype) < 0 ||
+        slot_offset((PyTypeObject *)block_t, "address", &address) < 0)
+        return NULL;
+    PyObject *lease_t = self->lease_t;
+    if (lease_t == NULL && (lease_t = PyType_FromSpec(&StagingLease_spec)) == NULL)
+        return NULL;
+    PyObject *blocks[UPLOAD_CLASSES];
+    for (int i = 0; i < UPLOAD_CLASSES; i++) {
+        if ((blocks[i] = PyList_New(0)) == NULL) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(blocks[j]);
+            if (self->lease_t == NULL)
+                Py_DECREF(lease_t);
+            return NULL;
+        }
+    }
+    upload_clear(self);
+    self->lease_t = lease_t;
+    self->upload_t = (PyTypeObject *)Py_NewRef(op_t);
+    self->work_t = (PyTypeObject *)Py_NewRef(work_t);
+    self->node_t = (PyTypeObject *)Py_NewRef(node_t);
+    self->block_t = (PyTypeObject *)Py_NewRef(block_t);
+    self->acquire = Py_NewRef(acquire);
+    self->upload_failed = Py_NewRef(failed);
+    self->upload_abandon = Py_NewRef(abandon);
+    self->pageable_dict = Py_NewRef(PyModule_GetDict(pageable));
+    for (int i = 0; i < UPLOAD_CLASSES; i++)
+        self->blocks[i] = blocks[i];
+    self->u_node = node, self->u_output = output, self->u_device = device;
+    self->n_value = value, self->w_source = source, self->w_dtype = dtype;
+    self->b_address = address;
+    Py_RETURN_NONE;
+}
+
+int
+upload_traverse(Express *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lease_t);
+    Py_VISIT(self->upload_t);
+    Py_VISIT(self->work_t);
+    Py_VISIT(self->node_t);
+    Py_VISIT(self->block_t);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->upload_failed);
+    Py_VISIT(self->upload_abandon);
+    Py_VISIT(self->pageable_dict);
+    for (int i = 0; i < UPLOAD_CLASSES; i++)
+        Py_VISIT(self->blocks[i]);
+    return 0;
+}
+
+void
+upload_clear(Express *self)
+{
+    Py_CLEAR(self->lease_t);
+    Py_CLEAR(self->upload_t);
+    Py_CLEAR(self->work_t);
+    Py_CLEAR(self->node_t);
+    Py_CLEAR(self->block_t);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->upload_failed);
+    Py_CLEAR(self->upload_abandon);
+    Py_CLEAR(self->pageable_dict);
+    for (int i = 0; i < UPLOAD_CLASSES; i++)
+        Py_CLEAR(self->blocks[i]);
+}
+
+/* Express.staging_idle_bytes: the bytes of the idle blocks kept here (the staging pool
+ * counts them as cached, not in use). */
+PyObject *
+Express_get_staging_idle(Express *self, void *Py_UNUSED(closure))
+{
+    unsigned long long bytes = 0;
+    for (int i = 0; i < UPLOAD_CLASSES; i++)
+        if (self->blocks[i] != NULL)
+            bytes += (unsigned long long)PyList_GET_SIZE(self->blocks[i]) << (UPLOAD_MIN_CLASS + i);
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
+/* Express.drop_staging(): the idle blocks kept here go back to the staging pool (its
+ * trim calls it first, so that they can be freed). */
+PyObject *
+Express_drop_staging(Express *self, PyObject *Py_UNUSED(arg))
+{
+    for (int i = 0; i < UPLOAD_CLASSES; i++) {
+        PyObject *cache = self->blocks[i];
+        if (cache != NULL && PyList_GET_SIZE(cache) > 0 &&
+            PyList_SetSlice(cache, 0, PyList_GET_SIZE(cache), NULL) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- Express.upload ----------------------------------------------------------------------- */
+
+/* The staging size class of nbytes (the pool's: 4 KiB and up, a power of two). */
+static int
+size_class_of(Py_ssize_t nbytes)
+{
+    int cls = UPLOAD_MIN_CLASS;
+    while (((Py_ssize_t)1 << cls) < nbytes)
+        cls++;
+    return cls;
+}
+
+/* A pinned block of class cls (a new reference): one kept here, else the pool's. */
+static PyObject *
+take_block(Express *self, int cls, PyObject *nbytes)
+{
+    PyObject *cache = self->blocks[cls - UPLOAD_MIN_CLASS];
+    Py_ssize_t n = PyList_GET_SIZE(cache);
+    if (n > 0) {
+        PyObject *block = Py_NewRef(PyList_GET_ITEM(cache, n - 1));
+        if (PyList_SetSlice(cache, n - 1, n, NULL) < 0) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        return block;
+    }
+    PyObject *block = PyObject_CallOneArg(self->acquire, nbytes);
+    if (block != NULL && !Py_IS_TYPE(block, self->block_t)) {
+        PyErr_Format(PyExc_TypeError, "the staging pool gave a %.100s, not a PinnedBlock",
+                     Py_TYPE(block)->tp_name);
+        Py_CLEAR(block);
+    }
+    return block;
+}
+
+/* A lease of block (stolen) that gives it back to class cls's free list when dropped. */
+static PyObject *
+lease_of(Express *self, PyObject *block, int cls)
+{
+    PyTypeObject *t = (PyTypeObject *)self->lease_t;
+    StagingLease *lease = (StagingLease *)t->tp_alloc(t, 0);
+    if (lease == NULL) {
+        Py_DECREF(block);
+        return NULL;
+    }
+    lease->block = block;
+    lease->cache = Py_NewRef(self->blocks[cls - UPLOAD_MIN_CLASS]);
+    return (PyObject *)lease;
+}
+
+/* The copy and its flag write (under the lock): natively when the backend has the
+ * native copy (and no copy_and_write of its own instance), the stream is its own, this
+ * thread's current device is the stream's and flags need no remapping; else (or to redo
+ * a call that failed: then the bindings raise why) backend.copy_and_write. 0, or -1
+ * with the error set. */
+static int
+copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long long dst,
+               PyObject *block, Py_ssize_t nbytes, uintptr_t address, uint32_t gen)
+{
+    PyObject *handle = slot_get(stream, self->st.handle);
+    PyObject *src = slot_get(block, self->b_address);
+    unsigned long long h, s;
+    if (handle == NULL || src == NULL || get_u64(handle, &h) < 0 || get_u64(src, &s) < 0)
+        return -1;
+    uintptr_t mh, wv;
+    /* (a copy_and_write set on the backend itself, a test's, is called: it decides) */
+    PyObject *own = PyDict_GetItemWithError(self->backend_dict, self->s_copy_and_write);
+    int native = own == NULL && !PyErr_Occurred() && get_copy_entry_points(&mh, &wv);
+    if (native) {
+        PyObject *copy = PyDict_GetItemWithError(self->backend_dict, self->s_native_copy);
+        PyObject *remap = PyDict_GetItemWithError(self->backend_dict, self->s_host_remap);
+        PyObject *current = PyDict_GetItemWithError(self->backend_dict, self->s_current);
+        PyObject *ordinal = PyErr_Occurred() ? NULL : PyObject_GetAttr(device, self->s_ordinal);
+        native = copy == Py_True && remap != NULL && PyList_CheckExact(remap) &&
+                 PyList_GET_SIZE(remap) == 0 && current != NULL && ordinal != NULL &&
+                 PyLong_CheckExact(ordinal) &&
+                 current_ordinal_of(current) == PyLong_AsLong(ordinal) &&
+                 slot_get(stream, self->st.owned) == Py_True;
+        Py_XDECREF(ordinal);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (native && copy_write(mh, wv, dst, s, (unsigned long long)nbytes, h, address, gen) == 0)
+        return 0;
+    /* (not made natively, or made again through the bindings, which raise why) */
+    PyObject *a[7] = {self->backend, NULL, src, NULL, handle, NULL, NULL};
+    PyObject *d = PyLong_FromUnsignedLongLong(dst), *n = PyLong_FromSsize_t(nbytes);
+    PyObject *f = PyLong_FromUnsignedLongLong(address), *g = PyLong_FromUnsignedLong(gen);
+    PyObject *r = NULL;
+    if (d != NULL && n != NULL && f != NULL && g != NULL) {
+        a[1] = d, a[3] = n, a[5] = f, a[6] = g;
+        r = PyObject_VectorcallMethod(self->s_copy_and_write, a,
+                                      7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(d);
+    Py_XDECREF(n);
+    Py_XDECREF(f);
+    Py_XDECREF(g);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* What _small_upload.enqueue's checks rule out: 1 the upload is the core's case. */
+static int
+upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
+{
+    PyObject *mine = slot_get(op, self->u_device);
+    if (mine == NULL || (mine != Py_None && mine != device) ||
+        slot_get(stream, self->st.capturing) != Py_False)
+        return 0;
+    int t;
+    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
+        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
+        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
+        return t;
+    PyObject *forced = PyDict_GetItemWithError(self->pageable_dict, self->s_forced);
+    if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *ordinal = PyObject_GetAttr(device, self->s_ordinal);
+    PyObject *memops = ordinal == NULL ? NULL : PyDict_GetItemWithError(self->memops, ordinal);
+    Py_XDECREF(ordinal);
+    return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0; /* (unasked: Python asks) */
+}
+
+PyObject *
+Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("upload", nargs, 4) < 0)
+        return NULL;
+    PyObject *op = args[0], *stream = args[1], *adapter = args[3];
+    long mode = PyLong_AsLong(args[2]);
+    if (mode == -1 && PyErr_Occurred())
+        return NULL;
+    if (mode < MODE_NO_SPIN || mode > MODE_BLOCK) {
+        PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
+        return NULL;
+    }
+    if (self->hub == NULL || self->upload_t == NULL) /* (cleared, or set_upload not called) */
+        return generic(self);
+    if (!Py_IS_TYPE(op, self->upload_t) || !Py_IS_TYPE(stream, self->stream_t))
+        return generic(self);
+    PyObject *node = slot_get(op, self->u_node);
+    PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? slot_get(node, self->n_value)
+                                                                     : NULL;
+    PyObject *device = slot_get(stream, self->st.device);
+    if (work == NULL || !Py_IS_TYPE(work, self->work_t) || device == NULL)
+        return generic(self);
+    PyObject *source = slot_get(work, self->w_source), *dtype = slot_get(work, self->w_dtype);
+    if (source == NULL || dtype == NULL)
+        return generic(self);
+    int t = upload_allowed(self, op, stream, device);
+    if (t <= 0)
+        return t < 0 ? NULL : generic(self);
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear(); /* (not contiguous, or a dtype numpy exports no buffer for) */
+        return generic(self);
+    }
+    if (view.len <= 0 || view.len > UPLOAD_MAX) {
+        PyBuffer_Release(&view);
+        return generic(self);
+    }
+    Py_ssize_t nbytes = view.len;
+    int cls = size_class_of(nbytes);
+    long long budget_us = 0;
+    int long_ops = 0;
+    PyObject *nbytes_obj = NULL, *shape = NULL, *block = NULL, *box = NULL, *result = NULL;
+    /* what can fail before the lock, made before it */
+    if ((nbytes_obj = PyLong_FromSsize_t(nbytes)) == NULL ||
+        (shape = PyObject_GetAttr(source, self->s_shape)) == NULL ||
+        (box = PyObject_CallNoArgs(self->box_type)) == NULL ||
+        (block = take_block(self, cls, nbytes_obj)) == NULL)
+        goto done;
+    if (mode != MODE_NO_SPIN) {
+        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
+        if (budget == NULL)
+            goto done;
+        budget_us = PyLong_Check(budget) ? PyLong_AsLongLong(budget) : -1;
+        Py_DECREF(budget);
+        if (budget_us < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "the hub's spin_budget_us must be an int >= 0");
+            goto done;
+        }
+        if (mode == MODE_AWAIT && budget_us &&
+            (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
+            goto done;
+    }
+    /* read now (from_host's contract: the source is read during submission) */
+    PyObject *staged = slot_get(block, self->b_address);
+    unsigned long long staged_at;
+    if (staged == NULL || get_u64(staged, &staged_at) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "a pinned block without an address");
+        goto done;
+    }
+    memcpy((void *)(uintptr_t)staged_at, view.buf, (size_t)nbytes);
+    PyBuffer_Release(&view); /* (sets view.obj to NULL) */
+
+    if ((t = try_lock(self)) <= 0) { /* held: Python's path waits for it (or raises) */
+        if (t == 0)
+            result = generic(self);
+        goto done;
+    }
+    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
+    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
+        result = unlock(self) < 0 ? NULL : generic(self);
+        goto done;
+    }
+    PyObject *slot = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
+    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
+        Py_DECREF(slot);
+        unlock_keeping_error(self);
+        goto done;
+    }
+    Py_ssize_t s = PyLong_AsSsize_t(slot);
+    PyObject *submitted = slot_get(stream, self->st.submitted);
+    long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
+                         ? PyLong_AsLongLong(submitted) + 1 : -1;
+    PyObject *seq = seqv >= 0 ? PyLong_FromLongLong(seqv) : NULL;
+    PyObject *oldgen = (s >= 0 && s < self->nslots) ? PyList_GET_ITEM(self->gens, s) : NULL;
+    if (seq == NULL || oldgen == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "a bad slot or submission number");
+        Py_XDECREF(seq);
+        saved_error e;
+        save_error(&e);
+        if (PyList_Append(self->free, slot) < 0)
+            PyErr_Clear();
+        restore_error(&e);
+        Py_DECREF(slot);
+        unlock_keeping_error(self);
+        goto done;
+    }
+    slot_set(stream, self->st.submitted, Py_NewRef(seq));
+    uint32_t gen = (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
+    PyObject *genobj = PyLong_FromUnsignedLong(gen);
+    PyObject *alloc = NULL, *held = NULL;
+    uintptr_t address = self->slab + 4 * (uintptr_t)s;
+    int failed = genobj == NULL || PyObject_SetAttr(self->local, self->s_active, Py_True) < 0;
+    if (!failed) {
+        /* the generation, set now (nothing reads it before the copy) */
+        PyList_SET_ITEM(self->gens, s, Py_NewRef(genobj));
+        Py_DECREF(oldgen);
+        /* the new tensor's memory (its write on this stream, seq, recorded as it is made) */
+        PyObject *a[3] = {device, nbytes_obj, stream};
+        alloc = PyObject_Vectorcall((PyObject *)self->alloc_t, a, 3, NULL);
+        PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
+        unsigned long long dst;
+        failed = ptr == NULL || get_u64(ptr, &dst) < 0 ||
+                 copy_and_write(self, stream, device, dst, block, nbytes, address, gen) < 0;
+    }
+    if (!failed) {
+        PyObject *lease = lease_of(self, block, cls); /* (the block is the lease's now) */
+        block = NULL;
+        held = lease == NULL ? NULL : PyList_New(2);
+        if (held != NULL) {
+            PyList_SET_ITEM(held, 0, lease);
+            PyList_SET_ITEM(held, 1, Py_NewRef(alloc));
+        }
+        else {
+            Py_XDECREF(lease);
+            failed = 1;
+        }
+    }
+    if (failed) {
+        /* nothing enqueued, or the copy made and its error raised: the slot back, and
+         * what it used released once the stream's earlier work has drained (the failed
+         * handler of a launch, _core_failed, with the block and the allocation held) */
+        saved_error exc;
+        save_error(&exc);
+        PyObject *retained = PyList_New(0);
+        if (retained != NULL && alloc != NULL && PyList_Append(retained, alloc) < 0)
+            Py_CLEAR(retained);
+        if (retained != NULL && block != NULL && PyList_Append(retained, block) < 0)
+            Py_CLEAR(retained);
+        if (retained != NULL) {
+            PyObject *a[6] = {self->hub, stream, seq, slot, box, retained};
+            PyObject *r = PyObject_Vectorcall(self->upload_failed, a, 6, NULL);
+            Py_XDECREF(r);
+            Py_DECREF(retained);
+        }
+        PyErr_Clear(); /* (the copy's error is the one raised) */
+        PyObject_SetAttr(self->local, self->s_active, Py_False);
+        PyErr_Clear();
+        unlock(self);
+        PyErr_Clear();
+        restore_error(&exc);
+        Py_XDECREF(alloc);
+        Py_XDECREF(genobj);
+        Py_DECREF(seq);
+        Py_DECREF(slot);
+        goto done;
+    }
+    PyObject_SetAttr(self->local, self->s_active, Py_False); /* (a plain attribute store) */
+    int unlocked = unlock(self);
+    self->uploads++;
+    /* the output, and the spin, outside the lock */
+    PyObject *a3[3] = {alloc, shape, dtype};
+    PyObject *tensor = unlocked < 0 || PyErr_Occurred()
+                           ? NULL : PyObject_Vectorcall((PyObject *)self->tensor_t, a3, 3, NULL);
+    Py_DECREF(alloc);
+    if (tensor != NULL) {
+        slot_set(op, self->u_output, tensor);
+        long long spin_us = 0;
+        PyObject *spin_obj = NULL;
+        PyObject *completed = slot_get(stream, self->st.completed);
+        long long done_seq = completed != NULL && PyLong_CheckExact(completed)
+                                 ? PyLong_AsLongLong(completed) : 0;
+        if (mode == MODE_AWAIT && budget_us) {
+            spin_us = budget_us;
+            if (long_ops || done_seq < seqv - 1) {
+                PyObject *sa[4] = {self->hub, adapter, stream, seq};
+                spin_obj = PyObject_Vectorcall(self->spin_us, sa, 4, NULL);
+                spin_us = spin_obj == NULL || spin_obj == Py_None ? 0 : PyLong_AsLongLong(spin_obj);
+            }
+        }
+        else if (mode == MODE_BLOCK && done_seq >= seqv - 1) {
+            spin_us = budget_us;
+        }
+        if (!PyErr_Occurred()) {
+            int landed = spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
+            PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None)
+                                                      : PyLong_FromLongLong(spin_us);
+            PyObject *addr = PyLong_FromUnsignedLongLong(address);
+            if (spin_item != NULL && addr != NULL)
+                result = PyTuple_Pack(10, self->hub, box, slot, genobj, addr, seq, spin_item,
+                                      landed ? Py_True : Py_False, self->minus_one, held);
+            Py_XDECREF(spin_item);
+            Py_XDECREF(addr);
+        }
+        Py_XDECREF(spin_obj);
+    }
+    if (result == NULL) {
+        /* copied, and an error before Python has it (out of memory): its completion
+         * goes to the background watcher, which frees the slot once it lands */
+        saved_error e;
+        save_error(&e);
+        PyObject *addr = PyLong_FromUnsignedLongLong(address);
+        if (addr != NULL) {
+            PyObject *a[9] = {self->hub, op, stream, box, slot, genobj, addr, seq, held};
+            PyObject *r = PyObject_Vectorcall(self->upload_abandon, a, 9, NULL);
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(addr);
+        PyErr_Clear();
+        restore_error(&e);
+    }
+    Py_DECREF(genobj);
+    Py_DECREF(seq);
+    Py_DECREF(slot);
+    Py_DECREF(held);
+done:
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
+    Py_XDECREF(nbytes_obj);
+    Py_XDECREF(shape);
+    Py_XDECREF(box);
+    Py_XDECREF(block); /* (not lent: back to the pool) */
+    return result;
+}
