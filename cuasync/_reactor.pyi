@@ -269,12 +269,17 @@ class Express:
         failed: Callable[..., None],
         abandon: Callable[..., None],
         pageable: Any,
+        blocks: Any,
+        backends: Any,
+        pools: Any,
     ) -> None:
         """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
     def drop_staging(self) -> None:
         """The idle pinned blocks kept for small uploads go back to the staging pool."""
     @property
     def staging_idle_bytes(self) -> int: ...
+    @property
+    def staging_reuses(self) -> int: ...
     @property
     def uploads(self) -> int: ...
     @property
@@ -291,6 +296,19 @@ class Express:
     def burst_queued(self) -> int: ...
     @property
     def burst_handed_over(self) -> int: ...
+
+@final
+class AllocFinalizer:
+    """``Allocation.__del__`` in C for a small block going back to the block cache on its
+    stream; everything else calls ``fallback`` (the Python ``__del__``)."""
+
+    def __new__(
+        cls, *, allocation: type, stream: type, cache: Any, backends: Any, fallback: Any
+    ) -> AllocFinalizer: ...
+    def __call__(self, allocation: Any, /) -> None: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+    @property
+    def kept(self) -> int: ...
 
 @final
 class LaunchAwait:

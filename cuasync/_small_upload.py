@@ -144,12 +144,16 @@ _configured: Any = None
 def _configure(core: Any) -> None:
     """Give the native core what ``Express.upload`` reads and calls."""
     global _configured
+    from . import _backends
+    from ._core import block_cache
+    from ._core.pools import _selected
     from ._ops.expr import Node
     from ._staging import PinnedBlock
 
     core.set_upload(
         op=HostUploadOp, work=_copies_upload_type(), node=Node, block=PinnedBlock,
         acquire=_acquire, failed=_core_failed, abandon=_core_abandon, pageable=_pageable,
+        blocks=block_cache, backends=_backends, pools=_selected,
     )  # fmt: skip
     staging_pool().add_keeper(core)
     _configured = core

@@ -135,8 +135,8 @@ class StagingPool:
         self.allocated_bytes = 0
         self.cached_bytes = 0
         #: Keepers of idle blocks outside the free lists (the native core keeps a few for
-        #: small uploads): ``staging_idle_bytes`` counts as cached, ``drop_staging()``
-        #: gives them back (before a trim).
+        #: small uploads): ``staging_idle_bytes`` counts as cached, ``staging_reuses``
+        #: among the reuses, ``drop_staging()`` gives them back (before a trim).
         self._keepers: list[Any] = []
         self.allocations = 0
         self.reuses = 0
@@ -283,11 +283,12 @@ class StagingPool:
 
     def stats(self) -> PoolStats:
         kept = sum(keeper.staging_idle_bytes for keeper in self._keepers)
+        reused = sum(keeper.staging_reuses for keeper in self._keepers)
         with self._lock:
             cached = self.cached_bytes + kept
             return PoolStats(
                 self.allocations,
-                self.reuses,
+                self.reuses + reused,
                 self.allocated_bytes,
                 cached,
                 self.allocated_bytes - cached,

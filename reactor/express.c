@@ -1234,11 +1234,12 @@ static PyMethodDef Express_methods[] = {
      "done). set_upload must have been called."},
     {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
      METH_VARARGS | METH_KEYWORDS,
-     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, pageable)"
-     "\n--\n\n"
+     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, pageable, "
+     "blocks, backends, pools)\n--\n\n"
      "What upload uses: the op, work, node and pinned block types, the staging pool's "
-     "acquire(nbytes), the handlers of a failed copy and of an error after it, and the "
-     "cuasync._pageable module."},
+     "acquire(nbytes), the handlers of a failed copy and of an error after it, the "
+     "cuasync._pageable, block_cache and _backends modules, and the ContextVar of the "
+     "selected memory pools."},
     {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
      "drop_staging($self, /)\n--\n\n"
      "The idle pinned blocks kept for small uploads go back to the staging pool."},
@@ -1268,6 +1269,8 @@ static PyGetSetDef Express_getset[] = {
      "aside, an error)", (void *)6},
     {"staging_idle_bytes", (getter)Express_get_staging_idle, NULL,
      "bytes of the idle pinned blocks kept for small uploads", NULL},
+    {"staging_reuses", (getter)Express_get_staging_reuses, NULL,
+     "small uploads served an idle pinned block kept here", NULL},
     {"uploads", (getter)Express_get_counter, NULL,
      "small from_host ops this core submitted (Express.upload)", (void *)7},
     {NULL, NULL, NULL, NULL, NULL},

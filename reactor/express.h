@@ -38,6 +38,9 @@ restore_error(saved_error *e)
 #define UPLOAD_CLASSES 5
 #define UPLOAD_KEEP 4
 
+/* What the native fast paths of Allocation read (alloc.c). */
+typedef struct alloc_shape alloc_shape;
+
 /* the offsets of the slots the core reads and writes, by type */
 typedef struct {
     Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
@@ -88,7 +91,9 @@ typedef struct {
     PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
     Py_ssize_t u_node, u_output, u_device, n_value, w_source, w_dtype, b_address;
     PyObject *s_shape, *s_forced, *s_copy_and_write, *s_native_copy, *s_host_remap;
-    unsigned long long uploads;
+    alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
+    PyObject *pool_var; /* pools._selected */
+    unsigned long long uploads, staging_reuses;
 } Express;
 
 /* An attribute's truth: 1, 0, or -1 with an error set. */
@@ -184,6 +189,15 @@ unlock(Express *self)
     return 0;
 }
 
+/* Native fast paths of Allocation (alloc.c): what they read, and a small upload's
+ * allocation from the block cache (Py_None: not the case, the caller calls Allocation). */
+alloc_shape *alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
+                             PyObject *backends);
+void alloc_shape_free(alloc_shape *a);
+int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
+PyObject *alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
+                      PyObject *seq, PyObject *pool_var);
+
 /* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
  * passed; 1 landed. */
 int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
@@ -192,6 +206,7 @@ int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
 PyObject *Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *Express_set_upload(Express *self, PyObject *args, PyObject *kwds);
 PyObject *Express_get_staging_idle(Express *self, void *closure);
+PyObject *Express_get_staging_reuses(Express *self, void *closure);
 PyObject *Express_drop_staging(Express *self, PyObject *arg);
 int upload_traverse(Express *self, visitproc visit, void *arg);
 void upload_clear(Express *self);

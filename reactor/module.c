@@ -809,7 +809,7 @@ module_exec(PyObject *m)
     st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
     st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
     st->submitter_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Submitter_spec, NULL);
-    /* the native op core: express.c and launcher.c */
+    /* the native op core: express.c, upload.c, alloc.c and launcher.c */
     static struct {
         const char *name;
         PyType_Spec *spec;
@@ -817,7 +817,7 @@ module_exec(PyObject *m)
         {"Express", &Express_spec},         {"LaunchAwait", &LaunchAwait_spec},
         {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
         {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
-        {"CurrentOrdinal", &CurrentOrdinal_spec},
+        {"CurrentOrdinal", &CurrentOrdinal_spec}, {"AllocFinalizer", &AllocFinalizer_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

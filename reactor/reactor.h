@@ -303,6 +303,7 @@ extern PyType_Spec CurrentOrdinal_spec;
 extern PyType_Spec Launcher_spec;
 extern PyType_Spec ConfigLookup_spec;
 extern PyType_Spec OpFinalizer_spec;
+extern PyType_Spec AllocFinalizer_spec;
 /* The end of the last parameter of a checked layout, in bytes. */
 uint32_t layout_extent(const char *layout, Py_ssize_t n);
 

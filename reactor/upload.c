@@ -74,16 +74,22 @@ static PyType_Spec StagingLease_spec = {
 PyObject *
 Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"op", "work", "node", "block", "acquire", "failed", "abandon",
-                             "pageable", NULL};
-    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *pageable;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!:set_upload", kwlist,
+    static char *kwlist[] = {"op",       "work",     "node",   "block", "acquire", "failed",
+                             "abandon",  "pageable", "blocks", "backends", "pools", NULL};
+    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *pageable,
+        *cache, *backends, *pools;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!O!O!O:set_upload", kwlist,
                                      &PyType_Type, &op_t, &PyType_Type, &work_t, &PyType_Type,
                                      &node_t, &PyType_Type, &block_t, &acquire, &failed,
-                                     &abandon, &PyModule_Type, &pageable))
+                                     &abandon, &PyModule_Type, &pageable, &PyModule_Type,
+                                     &cache, &PyModule_Type, &backends, &pools))
         return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 8) {
-        PyErr_SetString(PyExc_TypeError, "set_upload() takes its eight arguments by keyword");
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 11) {
+        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 11 arguments by keyword");
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(pools)) {
+        PyErr_SetString(PyExc_TypeError, "pools must be the ContextVar of the selected pools");
         return NULL;
     }
     if (!PyCallable_Check(acquire) || !PyCallable_Check(failed) || !PyCallable_Check(abandon)) {
@@ -99,9 +105,15 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
         slot_offset((PyTypeObject *)work_t, "dtype", &dtype) < 0 ||
         slot_offset((PyTypeObject *)block_t, "address", &address) < 0)
         return NULL;
-    PyObject *lease_t = self->lease_t;
-    if (lease_t == NULL && (lease_t = PyType_FromSpec(&StagingLease_spec)) == NULL)
+    alloc_shape *shape = alloc_shape_new((PyObject *)self->alloc_t, (PyObject *)self->stream_t,
+                                         cache, backends);
+    if (shape == NULL)
         return NULL;
+    PyObject *lease_t = self->lease_t;
+    if (lease_t == NULL && (lease_t = PyType_FromSpec(&StagingLease_spec)) == NULL) {
+        alloc_shape_free(shape);
+        return NULL;
+    }
     PyObject *blocks[UPLOAD_CLASSES];
     for (int i = 0; i < UPLOAD_CLASSES; i++) {
         if ((blocks[i] = PyList_New(0)) == NULL) {
@@ -109,6 +121,7 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
                 Py_DECREF(blocks[j]);
             if (self->lease_t == NULL)
                 Py_DECREF(lease_t);
+            alloc_shape_free(shape);
             return NULL;
         }
     }
@@ -127,6 +140,8 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
     self->u_node = node, self->u_output = output, self->u_device = device;
     self->n_value = value, self->w_source = source, self->w_dtype = dtype;
     self->b_address = address;
+    self->shape = shape;
+    self->pool_var = Py_NewRef(pools);
     Py_RETURN_NONE;
 }
 
@@ -144,7 +159,8 @@ upload_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->pageable_dict);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_VISIT(self->blocks[i]);
-    return 0;
+    Py_VISIT(self->pool_var);
+    return alloc_shape_traverse(self->shape, visit, arg);
 }
 
 void
@@ -161,6 +177,10 @@ upload_clear(Express *self)
     Py_CLEAR(self->pageable_dict);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_CLEAR(self->blocks[i]);
+    Py_CLEAR(self->pool_var);
+    alloc_shape *shape = self->shape;
+    self->shape = NULL;
+    alloc_shape_free(shape);
 }
 
 /* Express.staging_idle_bytes: the bytes of the idle blocks kept here (the staging pool
@@ -173,6 +193,14 @@ Express_get_staging_idle(Express *self, void *Py_UNUSED(closure))
         if (self->blocks[i] != NULL)
             bytes += (unsigned long long)PyList_GET_SIZE(self->blocks[i]) << (UPLOAD_MIN_CLASS + i);
     return PyLong_FromUnsignedLongLong(bytes);
+}
+
+/* Express.staging_reuses: uploads served a block kept here (the staging pool counts
+ * them among its reuses). */
+PyObject *
+Express_get_staging_reuses(Express *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(self->staging_reuses);
 }
 
 /* Express.drop_staging(): the idle blocks kept here go back to the staging pool (its
@@ -213,6 +241,7 @@ take_block(Express *self, int cls, PyObject *nbytes)
             Py_DECREF(block);
             return NULL;
         }
+        self->staging_reuses++;
         return block;
     }
     PyObject *block = PyObject_CallOneArg(self->acquire, nbytes);
@@ -433,9 +462,16 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         /* the generation, set now (nothing reads it before the copy) */
         PyList_SET_ITEM(self->gens, s, Py_NewRef(genobj));
         Py_DECREF(oldgen);
-        /* the new tensor's memory (its write on this stream, seq, recorded as it is made) */
-        PyObject *a[3] = {device, nbytes_obj, stream};
-        alloc = PyObject_Vectorcall((PyObject *)self->alloc_t, a, 3, NULL);
+        /* the new tensor's memory (its write on this stream, seq, recorded as it is made):
+         * a block of the block cache here, else Allocation() */
+        alloc = self->shape != NULL
+                    ? alloc_small(self->shape, device, nbytes, stream, seq, self->pool_var)
+                    : Py_NewRef(Py_None);
+        if (alloc == Py_None) {
+            Py_DECREF(alloc);
+            PyObject *a[3] = {device, nbytes_obj, stream};
+            alloc = PyObject_Vectorcall((PyObject *)self->alloc_t, a, 3, NULL);
+        }
         PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
         unsigned long long dst;
         failed = ptr == NULL || get_u64(ptr, &dst) < 0 ||

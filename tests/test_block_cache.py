@@ -20,11 +20,29 @@ import pytest
 import cuasync
 import cuasync.testing as ct
 from cuasync._backends import get_backend
-from cuasync._core import block_cache
+from cuasync._core import block_cache, memory
 from cuasync._core.memory import Allocation
 from cuasync.errors import OutOfMemoryError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("finalizer")]
+
+
+@pytest.fixture(params=["native", "python"])
+def finalizer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Each test twice: with ``Allocation.__del__`` the native module's (its common case,
+    a block back to the cache, in C) and with the Python one it falls back to."""
+    native = Allocation.__dict__["__del__"]
+    if request.param == "native":
+        if not hasattr(native, "kept"):
+            pytest.skip("the native module is not built: Allocation.__del__ is Python's")
+        return native
+    if hasattr(native, "kept"):
+        monkeypatch.setattr(Allocation, "__del__", _python_del)
+    return None
+
+
+def _python_del(self: Allocation) -> None:
+    memory._python_del(self)
 
 
 def _cached(stream: cuasync.Stream) -> int:
@@ -32,13 +50,20 @@ def _cached(stream: cuasync.Stream) -> int:
     return sum(len(v) for (s, _), v in block_cache._blocks.items() if s == stream.handle)
 
 
-def test_a_small_block_freed_on_a_stream_is_reused_there(baseline: Any) -> None:
+def test_a_small_block_freed_on_a_stream_is_reused_there(baseline: Any, finalizer: Any) -> None:
     device = cuasync.Device(0)
     s, t = device.new_stream(), device.new_stream()
     first = Allocation(device, 3000, s)
     ptr = first.ptr
-    del first
+    del first  # (the first of its class on s: the Python __del__ makes s's list)
     assert _cached(s) == 1
+    kept = finalizer.kept if finalizer is not None else 0
+    used = device.memory_info().used
+    again = Allocation(device, 3000, s)
+    del again
+    assert device.memory_info().used == used and _cached(s) == 1
+    if finalizer is not None:
+        assert finalizer.kept == kept + 1  # the common case, in C
     again = Allocation(device, 4096, s)  # the same size class (4 KiB)
     assert again.ptr == ptr and _cached(s) == 0
     other = Allocation(device, 4096, t)  # another stream: not that block

@@ -113,6 +113,29 @@ async def test_a_small_upload_returns_the_array_and_settles_the_counters(
     path.check(core=source.flags.c_contiguous)
 
 
+def test_an_upload_is_live_memory_until_its_tensor_is_dropped(baseline: Any, path: Path) -> None:
+    # The core makes the new tensor's allocation from the block cache itself: the device's
+    # accounting is the same as Allocation()'s, up and down.
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    source = np.ones(1000, np.float32)
+    cuasync.from_host(source).sync_on(s)  # (the machinery set up; a block cached on s)
+    before = device.memory_stats()
+    t = cuasync.from_host(source).sync_on(s)
+    during = device.memory_stats()
+    assert during.live_bytes == before.live_bytes + source.nbytes
+    assert during.live_allocations == before.live_allocations + 1
+    assert during.peak_live_bytes >= during.live_bytes
+    np.testing.assert_array_equal(t.to_host().sync(), source)
+    del t
+    after = device.memory_stats()
+    assert (after.live_bytes, after.live_allocations) == (
+        before.live_bytes,
+        before.live_allocations,
+    )
+    path.check()
+
+
 def test_sync_and_sync_on(baseline: Any, path: Path) -> None:
     source = np.arange(100, dtype=np.int32)
     cuasync.from_host(source).sync()

@@ -174,3 +174,27 @@ class Allocation(ProcessLocal):
         except Exception as exc:
             # Shutdown or a fault raced with us: leaking is the safe choice.
             report_once("cuasync.memory", "free device memory", exc)
+
+
+#: The Python ``__del__`` (the native finalizer's fallback; tests call it directly).
+_python_del = Allocation.__del__
+
+
+def _native_finalizer() -> None:
+    """``Allocation.__del__``'s common case in C where the native module is built: a
+    small block whose last use is its write on an owned stream of its device goes back
+    to the block cache there, with no Python frame (``_reactor.AllocFinalizer``; the
+    Python ``__del__`` above does everything else)."""
+    from .. import _backends
+    from .._native import NATIVE
+    from .device import Stream
+
+    kind = getattr(NATIVE, "AllocFinalizer", None)
+    if kind is not None:
+        Allocation.__del__ = kind(  # type: ignore[method-assign]
+            allocation=Allocation, stream=Stream, cache=block_cache, backends=_backends,
+            fallback=Allocation.__del__,
+        )  # fmt: skip
+
+
+_native_finalizer()

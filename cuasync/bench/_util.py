@@ -84,6 +84,13 @@ def machine_meta() -> dict[str, Any]:
     backend = cuasync._backends.get_backend()
     if backend.driver_version:
         meta["driver_cuda_version"] = backend.driver_version
+    from cuasync._core.completion import get_hub
+
+    hub = get_hub()
+    # whether the native module is in use (else every await takes host callbacks), and
+    # whether bursts of awaits go through the native submitter (CUASYNC_SUBMITTER)
+    meta["native"] = hub.native is not None and hub.express is not None
+    meta["bursts"] = "submitter" if hub.submitter is not None else str(hub.step_aside).lower()
     for mod in ("uvloop", "torch", "cupy", "trio", "anyio"):
         try:
             meta[mod] = __import__(mod).__version__

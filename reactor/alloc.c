@@ -1,0 +1,573 @@
+/*
+ * Native fast paths of cuasync._core.memory.Allocation, for small blocks of the device's
+ * default pool (the ones cuasync._core.block_cache keeps for reuse):
+ *
+ *   - AllocFinalizer is Allocation.__del__: a block whose last use is its write on an
+ *     owned stream of its device goes back to the block cache there (block_cache.put)
+ *     and the device's accounting is discharged (Device._discharge), with no Python
+ *     frame; anything else (a read on another stream, a pool, a fault, a full cache,
+ *     interpreter shutdown, a subclass) calls the Python __del__, before anything is
+ *     changed.
+ *   - alloc_small (upload.c) makes the Allocation of a small upload from a block of the
+ *     cache: the cache taken under its lock (block_cache.take), the device charged
+ *     (Device._charge), the object's slots set as __init__ sets them; no cached block,
+ *     a memory limit, a pool selected, and it is left to Python's Allocation().
+ *
+ * Both read block_cache's module globals (_lock, _blocks, _bytes, _taking, DEVICE_MAX,
+ * PER_KEY) and the Device's instance dict (_lock, _used, _count, _peak, _limit,
+ * _utility) and take the same locks as the Python code (an RLock's acquire and
+ * release); tests/test_block_cache.py and tests/test_small_upload.py hold the two to
+ * the same accounting.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reactor.h"
+#include "express.h"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define IS_FINALIZING() Py_IsFinalizing()
+#else
+#define IS_FINALIZING() _Py_IsFinalizing()
+#endif
+
+/* What both paths read: set once (AllocFinalizer's constructor, Express.set_upload). */
+struct alloc_shape {
+    PyTypeObject *alloc_t, *stream_t;
+    PyObject *cache_dict, *backends_dict; /* block_cache's and cuasync._backends' globals */
+    Py_ssize_t a_device, a_pool, a_class, a_ptr, a_nbytes, a_write, a_reads;
+    Py_ssize_t s_owned, s_alive, s_device, s_handle;
+    PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_used,
+        *n_count, *n_peak, *n_limit, *n_utility, *n_ordinal, *n_backend, *n_fault_seen,
+        *n_acquire, *n_release, *n_min_class;
+};
+
+static int
+shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
+           PyObject *backends)
+{
+    if (!PyType_Check(alloc_t) || !PyType_Check(stream_t) || !PyModule_Check(cache) ||
+        !PyModule_Check(backends)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "allocation and stream must be types, cache and backends modules");
+        return -1;
+    }
+    PyTypeObject *A = (PyTypeObject *)alloc_t, *S = (PyTypeObject *)stream_t;
+    if (slot_offset(A, "device", &a->a_device) < 0 || slot_offset(A, "_pool", &a->a_pool) < 0 ||
+        slot_offset(A, "_class", &a->a_class) < 0 || slot_offset(A, "ptr", &a->a_ptr) < 0 ||
+        slot_offset(A, "nbytes", &a->a_nbytes) < 0 || slot_offset(A, "_write", &a->a_write) < 0 ||
+        slot_offset(A, "_reads", &a->a_reads) < 0 || slot_offset(S, "owned", &a->s_owned) < 0 ||
+        slot_offset(S, "_alive", &a->s_alive) < 0 || slot_offset(S, "device", &a->s_device) < 0 ||
+        slot_offset(S, "handle", &a->s_handle) < 0)
+        return -1;
+#define NAME(field, text)                                                                     \
+    if ((a->field = PyUnicode_InternFromString(text)) == NULL)                                \
+        return -1;
+    NAME(n_lock, "_lock")
+    NAME(n_blocks, "_blocks")
+    NAME(n_bytes, "_bytes")
+    NAME(n_taking, "_taking")
+    NAME(n_device_max, "DEVICE_MAX")
+    NAME(n_per_key, "PER_KEY")
+    NAME(n_used, "_used")
+    NAME(n_count, "_count")
+    NAME(n_peak, "_peak")
+    NAME(n_limit, "_limit")
+    NAME(n_utility, "_utility")
+    NAME(n_ordinal, "ordinal")
+    NAME(n_backend, "_backend")
+    NAME(n_fault_seen, "fault_seen")
+    NAME(n_acquire, "acquire")
+    NAME(n_release, "release")
+    NAME(n_min_class, "MIN_CLASS")
+#undef NAME
+    a->alloc_t = (PyTypeObject *)Py_NewRef(alloc_t);
+    a->stream_t = (PyTypeObject *)Py_NewRef(stream_t);
+    a->cache_dict = Py_NewRef(PyModule_GetDict(cache));
+    a->backends_dict = Py_NewRef(PyModule_GetDict(backends));
+    return 0;
+}
+
+static void
+shape_clear(alloc_shape *a)
+{
+    Py_CLEAR(a->alloc_t);
+    Py_CLEAR(a->stream_t);
+    Py_CLEAR(a->cache_dict);
+    Py_CLEAR(a->backends_dict);
+    PyObject **names[] = {&a->n_lock,    &a->n_blocks,     &a->n_bytes,  &a->n_taking,
+                          &a->n_device_max, &a->n_per_key, &a->n_used,   &a->n_count,
+                          &a->n_peak,    &a->n_limit,      &a->n_utility, &a->n_ordinal,
+                          &a->n_backend, &a->n_fault_seen, &a->n_acquire, &a->n_release,
+                          &a->n_min_class};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        Py_CLEAR(*names[i]);
+}
+
+alloc_shape *
+alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache, PyObject *backends)
+{
+    alloc_shape *a = PyMem_Calloc(1, sizeof *a);
+    if (a == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (shape_init(a, alloc_t, stream_t, cache, backends) < 0) {
+        shape_clear(a);
+        PyMem_Free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void
+alloc_shape_free(alloc_shape *a)
+{
+    if (a != NULL) {
+        shape_clear(a);
+        PyMem_Free(a);
+    }
+}
+
+int
+alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg)
+{
+    if (a != NULL) {
+        Py_VISIT(a->alloc_t);
+        Py_VISIT(a->stream_t);
+        Py_VISIT(a->cache_dict);
+        Py_VISIT(a->backends_dict);
+    }
+    return 0;
+}
+
+/* An RLock's acquire(blocking) / release(): 1 taken, 0 not (non-blocking), -1 error. */
+static int
+lock_acquire(alloc_shape *a, PyObject *lock, int blocking)
+{
+    PyObject *args[2] = {lock, blocking ? Py_True : Py_False};
+    PyObject *r = PyObject_VectorcallMethod(a->n_acquire, args,
+                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+static int
+lock_release(alloc_shape *a, PyObject *lock)
+{
+    PyObject *r = PyObject_VectorcallMethod(a->n_release, &lock,
+                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* d[key] += delta (ints); -1 an error. */
+static int
+dict_add(PyObject *d, PyObject *key, long long delta)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%R is not an int", key);
+        return -1;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *n = PyLong_FromLongLong(x + delta);
+    if (n == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, key, n);
+    Py_DECREF(n);
+    return r;
+}
+
+/* Device._charge(nbytes) (+1) or _discharge(nbytes) (-1) under the device's lock, for a
+ * device without a memory limit (the caller checked _limit). -1 an error. */
+static int
+device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
+{
+    PyObject **dictp = _PyObject_GetDictPtr(device);
+    PyObject *d = dictp != NULL ? *dictp : NULL;
+    PyObject *lock = d == NULL ? NULL : PyDict_GetItemWithError(d, a->n_lock);
+    if (lock == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a device without its lock");
+        return -1;
+    }
+    Py_INCREF(lock);
+    int r = lock_acquire(a, lock, 1) < 0 ? -1 : 0;
+    if (r == 0) {
+        r = dict_add(d, a->n_used, sign * nbytes) < 0 || dict_add(d, a->n_count, sign) < 0
+                ? -1 : 0;
+        if (r == 0 && sign > 0) { /* the peak */
+            PyObject *used = PyDict_GetItemWithError(d, a->n_used);
+            PyObject *peak = PyDict_GetItemWithError(d, a->n_peak);
+            int higher = used == NULL || peak == NULL ? -1
+                                                      : PyObject_RichCompareBool(used, peak, Py_GT);
+            if (higher < 0 || (higher && PyDict_SetItem(d, a->n_peak, used) < 0))
+                r = -1;
+        }
+        saved_error e; /* (an update's error wins over the release's) */
+        save_error(&e);
+        int released = lock_release(a, lock);
+        if (e.type != NULL) {
+            PyErr_Clear();
+            restore_error(&e);
+        }
+        else if (released < 0) {
+            r = -1;
+        }
+    }
+    Py_DECREF(lock);
+    return r;
+}
+
+/* -- a small upload's allocation ---------------------------------------------------------- */
+
+/* block_cache.take under its lock: a cached pointer of class cls on stream (by handle)
+ * with the device's cached bytes counted down, Py_None none, NULL an error. */
+static PyObject *
+cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
+{
+    PyObject *d = a->cache_dict;
+    PyObject *blocks = PyDict_GetItemWithError(d, a->n_blocks);
+    PyObject *lock = PyDict_GetItemWithError(d, a->n_lock);
+    PyObject *bytes = PyDict_GetItemWithError(d, a->n_bytes);
+    if (blocks == NULL || !PyDict_CheckExact(blocks) || PyDict_GET_SIZE(blocks) == 0 ||
+        lock == NULL || bytes == NULL || !PyDict_CheckExact(bytes))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *clso = PyLong_FromLong(cls);
+    PyObject *key = clso == NULL ? NULL : PyTuple_Pack(2, handle, clso);
+    Py_XDECREF(clso);
+    if (key == NULL)
+        return NULL;
+    Py_INCREF(lock);
+    PyObject *ptr = NULL;
+    int got = lock_acquire(a, lock, 1);
+    if (got > 0) {
+        PyObject *free = PyDict_GetItemWithError(blocks, key);
+        Py_ssize_t n = free != NULL && PyList_CheckExact(free) ? PyList_GET_SIZE(free) : 0;
+        if (n > 0) {
+            ptr = Py_NewRef(PyList_GET_ITEM(free, n - 1));
+            if (dict_add(bytes, ordinal, -(1LL << cls)) < 0 ||
+                PyList_SetSlice(free, n - 1, n, NULL) < 0)
+                Py_CLEAR(ptr); /* (the count may be off: as when the Python take fails) */
+        }
+        else if (!PyErr_Occurred()) {
+            ptr = Py_NewRef(Py_None);
+        }
+        saved_error e;
+        save_error(&e);
+        int released = lock_release(a, lock);
+        if (e.type != NULL) {
+            PyErr_Clear();
+            restore_error(&e);
+        }
+        else if (released < 0) {
+            Py_CLEAR(ptr);
+        }
+    }
+    Py_DECREF(lock);
+    Py_DECREF(key);
+    return ptr;
+}
+
+PyObject *
+alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
+            PyObject *seq, PyObject *pool_var)
+{
+    PyObject **dictp = _PyObject_GetDictPtr(device);
+    PyObject *dd = dictp != NULL ? *dictp : NULL;
+    PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
+    PyObject *limit = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_limit);
+    PyObject *ordinal = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_ordinal);
+    PyObject *min_class = PyDict_GetItemWithError(a->cache_dict, a->n_min_class);
+    if (utility == NULL || utility == Py_None || limit != Py_None || ordinal == NULL ||
+        min_class == NULL || slot_get(stream, a->s_owned) != Py_True || nbytes <= 0)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *selected = NULL; /* (pools.current_pool: a pool selected for this context) */
+    if (PyContextVar_Get(pool_var, Py_None, &selected) < 0)
+        return NULL;
+    int plain = selected == Py_None;
+    Py_DECREF(selected);
+    if (!plain)
+        return Py_NewRef(Py_None);
+    long cls = PyLong_AsLong(min_class);
+    while ((1LL << cls) < (long long)nbytes)
+        cls++;
+    PyObject *handle = slot_get(stream, a->s_handle);
+    if (handle == NULL || PyErr_Occurred())
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *ptr = cache_take(a, handle, cls, ordinal);
+    if (ptr == NULL || ptr == Py_None)
+        return ptr;
+    PyObject *alloc = NULL, *write = NULL, *reads = NULL, *clso = NULL, *nb = NULL;
+    if (device_account(a, device, nbytes, +1) < 0) {
+        Py_DECREF(ptr); /* (leaked: the device's lock failed, as Python's would) */
+        return NULL;
+    }
+    if ((write = PyTuple_Pack(2, stream, seq)) == NULL || (reads = PyDict_New()) == NULL ||
+        (clso = PyLong_FromLong(cls)) == NULL || (nb = PyLong_FromSsize_t(nbytes)) == NULL ||
+        (alloc = a->alloc_t->tp_alloc(a->alloc_t, 0)) == NULL) {
+        Py_XDECREF(write);
+        Py_XDECREF(reads);
+        Py_XDECREF(clso);
+        Py_XDECREF(nb);
+        Py_DECREF(ptr);
+        saved_error e;
+        save_error(&e);
+        if (device_account(a, device, nbytes, -1) < 0)
+            PyErr_Clear();
+        restore_error(&e);
+        return NULL;
+    }
+    /* (Allocation.__init__'s slots; nbytes last, as there) */
+    slot_set(alloc, a->a_device, Py_NewRef(device));
+    slot_set(alloc, a->a_pool, Py_NewRef(Py_None));
+    slot_set(alloc, a->a_class, clso);
+    slot_set(alloc, a->a_ptr, ptr);
+    slot_set(alloc, a->a_write, write);
+    slot_set(alloc, a->a_reads, reads);
+    slot_set(alloc, a->a_nbytes, nb);
+    return alloc;
+}
+
+/* -- AllocFinalizer --------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback; /* the Python __del__ */
+    alloc_shape a;
+    unsigned long long kept; /* blocks it put back in the cache */
+} AllocFinalizer;
+
+/* The block of ``self`` (an Allocation) kept in the cache, as block_cache.put and the
+ * common case of Allocation.__del__ do it: 1 done, 0 not the case (nothing changed: the
+ * Python __del__ runs), -1 an error after the block was kept (reported, not raised). */
+static int
+keep_block(AllocFinalizer *f, PyObject *self)
+{
+    alloc_shape *a = &f->a;
+    if (!Py_IS_TYPE(self, a->alloc_t) || IS_FINALIZING())
+        return 0;
+    PyObject *device = slot_get(self, a->a_device), *nbytes = slot_get(self, a->a_nbytes);
+    PyObject *pool = slot_get(self, a->a_pool), *cls_obj = slot_get(self, a->a_class);
+    PyObject *ptr = slot_get(self, a->a_ptr), *write = slot_get(self, a->a_write);
+    PyObject *reads = slot_get(self, a->a_reads);
+    if (device == NULL || nbytes == NULL || pool != Py_None || cls_obj == NULL || ptr == NULL ||
+        write == NULL || reads == NULL || !PyDict_CheckExact(reads) || PyDict_GET_SIZE(reads) ||
+        !PyTuple_CheckExact(write) || PyTuple_GET_SIZE(write) != 2 || !PyLong_CheckExact(nbytes))
+        return 0;
+    long cls = PyLong_AsLong(cls_obj);
+    PyObject *stream = PyTuple_GET_ITEM(write, 0);
+    if (cls < 0 || cls > 62 || !Py_IS_TYPE(stream, a->stream_t) ||
+        slot_get(stream, a->s_owned) != Py_True || slot_get(stream, a->s_device) != device)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *alive = slot_get(stream, a->s_alive);
+    if (alive == NULL || !PyList_CheckExact(alive) || PyList_GET_SIZE(alive) < 1 ||
+        PyList_GET_ITEM(alive, 0) != Py_True)
+        return 0;
+    PyObject **dictp = _PyObject_GetDictPtr(device);
+    PyObject *dd = dictp != NULL ? *dictp : NULL;
+    PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
+    PyObject *ordinal = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_ordinal);
+    if (utility == NULL || utility == stream || ordinal == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    /* the backend has seen no fault (a faulted device's memory is leaked, in Python) */
+    PyObject *backend = PyDict_GetItemWithError(a->backends_dict, a->n_backend);
+    if (backend == NULL || backend == Py_None)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject **bdictp = _PyObject_GetDictPtr(backend);
+    PyObject *fault = bdictp != NULL && *bdictp != NULL
+                          ? PyDict_GetItemWithError(*bdictp, a->n_fault_seen) : NULL;
+    if (fault == NULL && !PyErr_Occurred()) { /* (the class's False, until one is seen) */
+        PyObject *seen = PyObject_GetAttr(backend, a->n_fault_seen);
+        fault = seen; /* (borrowed past here: False is immortal enough) */
+        Py_XDECREF(seen);
+    }
+    if (fault != Py_False)
+        return PyErr_Occurred() ? -1 : 0;
+    /* block_cache.put: never waits for the lock; the key's list must exist already */
+    PyObject *d = a->cache_dict;
+    PyObject *lock = PyDict_GetItemWithError(d, a->n_lock);
+    PyObject *blocks = PyDict_GetItemWithError(d, a->n_blocks);
+    PyObject *bytes = PyDict_GetItemWithError(d, a->n_bytes);
+    PyObject *maxo = PyDict_GetItemWithError(d, a->n_device_max);
+    PyObject *per_key = PyDict_GetItemWithError(d, a->n_per_key);
+    if (lock == NULL || blocks == NULL || !PyDict_CheckExact(blocks) || bytes == NULL ||
+        !PyDict_CheckExact(bytes) || maxo == NULL || per_key == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    long long device_max = PyLong_AsLongLong(maxo), keep_max = PyLong_AsLongLong(per_key);
+    PyObject *handle = slot_get(stream, a->s_handle);
+    if (handle == NULL || PyErr_Occurred())
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *size = PyLong_FromLongLong(1LL << cls);
+    PyObject *clso = PyLong_FromLong(cls);
+    PyObject *key = size == NULL || clso == NULL ? NULL : PyTuple_Pack(2, handle, clso);
+    Py_XDECREF(clso);
+    if (key == NULL) {
+        Py_XDECREF(size);
+        return -1;
+    }
+    Py_INCREF(lock);
+    int done = 0, got = lock_acquire(a, lock, 0);
+    if (got > 0) {
+        PyObject *taking = PyDict_GetItemWithError(d, a->n_taking);
+        PyObject *held = PyDict_GetItemWithError(bytes, ordinal);
+        PyObject *free = PyDict_GetItemWithError(blocks, key);
+        long long h = held == NULL ? 0 : PyLong_AsLongLong(held);
+        if (taking == Py_False && free != NULL && PyList_CheckExact(free) &&
+            !PyErr_Occurred() && h + (1LL << cls) <= device_max &&
+            PyList_GET_SIZE(free) < keep_max) {
+            PyObject *total = PyLong_FromLongLong(h + (1LL << cls));
+            /* (append first: a failure then leaves nothing changed) */
+            if (total != NULL && PyList_Append(free, ptr) == 0) {
+                if (PyDict_SetItem(bytes, ordinal, total) == 0)
+                    done = 1;
+                else /* (cannot be undone cleanly: the block is kept, the count off) */
+                    done = -1;
+            }
+            Py_XDECREF(total);
+        }
+        saved_error e;
+        save_error(&e);
+        if (lock_release(a, lock) < 0)
+            PyErr_WriteUnraisable(self);
+        restore_error(&e);
+    }
+    Py_DECREF(lock);
+    Py_DECREF(key);
+    Py_DECREF(size);
+    if (done == 0) {
+        if (got < 0 || PyErr_Occurred())
+            PyErr_Clear(); /* (the Python __del__ says what is wrong) */
+        return 0;
+    }
+    /* kept: the rest of __del__ is the device's discharge */
+    long long n = PyLong_AsLongLong(nbytes);
+    if (done < 0 || device_account(a, device, n, -1) < 0)
+        return -1;
+    f->kept++;
+    return 1;
+}
+
+static PyObject *
+AllocFinalizer_vectorcall(AllocFinalizer *self, PyObject *const *args, size_t nargsf,
+                          PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "AllocFinalizer is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    if (nargs == 1 && kwnames == NULL && self->a.alloc_t != NULL) {
+        int r = keep_block(self, args[0]);
+        if (r > 0)
+            Py_RETURN_NONE;
+        if (r < 0) { /* (as the Python __del__ reports its errors: never raised) */
+            PyErr_WriteUnraisable(args[0]);
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+AllocFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"allocation", "stream", "cache", "backends", "fallback", NULL};
+    PyObject *alloc_t, *stream_t, *cache, *backends, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOO:AllocFinalizer", kwlist, &alloc_t,
+                                     &stream_t, &cache, &backends, &fallback))
+        return NULL;
+    AllocFinalizer *self = (AllocFinalizer *)PyType_GenericAlloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)AllocFinalizer_vectorcall;
+    self->fallback = Py_NewRef(fallback);
+    if (shape_init(&self->a, alloc_t, stream_t, cache, backends) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+AllocFinalizer_traverse(AllocFinalizer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->a.alloc_t);
+    Py_VISIT(self->a.stream_t);
+    Py_VISIT(self->a.cache_dict);
+    Py_VISIT(self->a.backends_dict);
+    return 0;
+}
+
+static int
+AllocFinalizer_clear(AllocFinalizer *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->a.alloc_t);
+    Py_CLEAR(self->a.stream_t);
+    Py_CLEAR(self->a.cache_dict);
+    Py_CLEAR(self->a.backends_dict);
+    return 0;
+}
+
+static void
+AllocFinalizer_dealloc(AllocFinalizer *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    AllocFinalizer_clear(self);
+    shape_clear(&self->a);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+AllocFinalizer_get_kept(AllocFinalizer *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromUnsignedLongLong(self->kept);
+}
+
+static PyGetSetDef AllocFinalizer_getset[] = {
+    {"kept", (getter)AllocFinalizer_get_kept, NULL,
+     "blocks it put back in the block cache itself (no Python __del__)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef AllocFinalizer_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(AllocFinalizer, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot AllocFinalizer_slots[] = {
+    {Py_tp_new, (void *)AllocFinalizer_new},
+    {Py_tp_dealloc, (void *)AllocFinalizer_dealloc},
+    {Py_tp_traverse, (void *)AllocFinalizer_traverse},
+    {Py_tp_clear, (void *)AllocFinalizer_clear},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_descr_get, (void *)bind_to},
+    {Py_tp_getset, AllocFinalizer_getset},
+    {Py_tp_members, AllocFinalizer_members},
+    {Py_tp_doc, (void *)"AllocFinalizer(*, allocation, stream, cache, backends, fallback)\n--\n\n"
+                        "Allocation.__del__ in C for a small block going back to the block "
+                        "cache on its stream; everything else calls fallback (the Python "
+                        "__del__)."},
+    {0, NULL},
+};
+
+PyType_Spec AllocFinalizer_spec = {
+    .name = "cuasync._reactor.AllocFinalizer",
+    .basicsize = sizeof(AllocFinalizer),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = AllocFinalizer_slots,
+};
