@@ -164,6 +164,22 @@ lock_release(alloc_shape *a, PyObject *lock)
     return r == NULL ? -1 : 0;
 }
 
+/* lock_release after a critical section that may have failed: an error set on entry
+ * stays (the release's own, if any, is dropped); -1 when either failed. */
+static int
+release_after(alloc_shape *a, PyObject *lock)
+{
+    saved_error e;
+    save_error(&e);
+    int released = lock_release(a, lock);
+    if (e.type != NULL) {
+        PyErr_Clear();
+        restore_error(&e);
+        return -1;
+    }
+    return released;
+}
+
 /* d[key] += delta (ints); -1 an error. */
 static int
 dict_add(PyObject *d, PyObject *key, long long delta)
@@ -211,16 +227,8 @@ device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
             if (higher < 0 || (higher && PyDict_SetItem(d, a->n_peak, used) < 0))
                 r = -1;
         }
-        saved_error e; /* (an update's error wins over the release's) */
-        save_error(&e);
-        int released = lock_release(a, lock);
-        if (e.type != NULL) {
-            PyErr_Clear();
-            restore_error(&e);
-        }
-        else if (released < 0) {
+        if (release_after(a, lock) < 0)
             r = -1;
-        }
     }
     Py_DECREF(lock);
     return r;
@@ -260,16 +268,8 @@ cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
         else if (!PyErr_Occurred()) {
             ptr = Py_NewRef(Py_None);
         }
-        saved_error e;
-        save_error(&e);
-        int released = lock_release(a, lock);
-        if (e.type != NULL) {
-            PyErr_Clear();
-            restore_error(&e);
-        }
-        else if (released < 0) {
+        if (release_after(a, lock) < 0)
             Py_CLEAR(ptr);
-        }
     }
     Py_DECREF(lock);
     Py_DECREF(key);
@@ -502,21 +502,14 @@ AllocFinalizer_traverse(AllocFinalizer *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->fallback);
-    Py_VISIT(self->a.alloc_t);
-    Py_VISIT(self->a.stream_t);
-    Py_VISIT(self->a.cache_dict);
-    Py_VISIT(self->a.backends_dict);
-    return 0;
+    return alloc_shape_traverse(&self->a, visit, arg);
 }
 
 static int
 AllocFinalizer_clear(AllocFinalizer *self)
 {
     Py_CLEAR(self->fallback);
-    Py_CLEAR(self->a.alloc_t);
-    Py_CLEAR(self->a.stream_t);
-    Py_CLEAR(self->a.cache_dict);
-    Py_CLEAR(self->a.backends_dict);
+    shape_clear(&self->a);
     return 0;
 }
 
@@ -526,7 +519,6 @@ AllocFinalizer_dealloc(AllocFinalizer *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     AllocFinalizer_clear(self);
-    shape_clear(&self->a);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }

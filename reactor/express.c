@@ -501,6 +501,33 @@ burst_push(subcore *sub, const native_launch *nl, unsigned long long context, Py
 }
 
 int
+lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **result)
+{
+    *slot = *result = NULL;
+    int t = try_lock(self);
+    if (t <= 0) { /* held: Python's path waits for it (or raises) */
+        if (t == 0)
+            *result = generic(self);
+        return t;
+    }
+    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
+    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
+        /* no slot: Python's path falls back to a host callback, and logs it; a capture
+         * begun since the check (under this lock, by another thread): it records it */
+        *result = unlock(self) < 0 ? NULL : generic(self);
+        return *result == NULL ? -1 : 0;
+    }
+    PyObject *taken = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
+    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
+        Py_DECREF(taken);
+        unlock_keeping_error(self);
+        return -1;
+    }
+    *slot = taken;
+    return 1;
+}
+
+int
 spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
 {
     _Atomic uint32_t *word = (_Atomic uint32_t *)address;
@@ -627,24 +654,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         if (mode == MODE_AWAIT && budget_us && (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
             goto done;
     }
-    if ((t = try_lock(self)) <= 0) { /* held: Python's path waits for it (or raises) */
-        if (t == 0)
-            result = generic(self);
+    PyObject *slot;
+    if (lock_and_claim(self, stream, &slot, &result) <= 0)
         goto done;
-    }
-    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
-    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
-        /* no slot: Python's path falls back to a host callback, and logs it; a capture
-         * begun since the check (under this lock, by another thread): it records it */
-        result = unlock(self) < 0 ? NULL : generic(self);
-        goto done;
-    }
-    PyObject *slot = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
-    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
-        Py_DECREF(slot);
-        unlock_keeping_error(self);
-        goto done;
-    }
     Py_ssize_t s = PyLong_AsSsize_t(slot);
     /* (read again under the lock: another thread may have submitted since) */
     submitted = slot_get(stream, self->st.submitted);

@@ -198,6 +198,12 @@ int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
 PyObject *alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
                       PyObject *seq, PyObject *pool_var);
 
+/* The execution lock and a free completion slot: 1 both taken (the lock held, *slot a
+ * new reference); 0 not the core's case (the lock held elsewhere, no free slot, a
+ * capture begun meanwhile: nothing held, *result the generic sentinel); -1 an error
+ * (nothing held, *result NULL). */
+int lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **result);
+
 /* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
  * passed; 1 landed. */
 int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);

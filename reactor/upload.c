@@ -417,22 +417,9 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     memcpy((void *)(uintptr_t)staged_at, view.buf, (size_t)nbytes);
     PyBuffer_Release(&view); /* (sets view.obj to NULL) */
 
-    if ((t = try_lock(self)) <= 0) { /* held: Python's path waits for it (or raises) */
-        if (t == 0)
-            result = generic(self);
+    PyObject *slot;
+    if (lock_and_claim(self, stream, &slot, &result) <= 0)
         goto done;
-    }
-    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
-    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
-        result = unlock(self) < 0 ? NULL : generic(self);
-        goto done;
-    }
-    PyObject *slot = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
-    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
-        Py_DECREF(slot);
-        unlock_keeping_error(self);
-        goto done;
-    }
     Py_ssize_t s = PyLong_AsSsize_t(slot);
     PyObject *submitted = slot_get(stream, self->st.submitted);
     long long seqv = submitted != NULL && PyLong_CheckExact(submitted)

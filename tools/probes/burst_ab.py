@@ -12,8 +12,12 @@ rounds: what the core did with the bursts (queued, settled by the core, handed o
 Python's path) and the floors of a gather of empty tasks and of tasks that step aside
 once (``sleep(0)``).
 
-Run: ``python3 tools/probes/burst_ab.py [ROUNDS]`` (a GPU, after ``pip install -e .``;
-on the emulator it runs too, with no submitter: every burst launches at once).
+Run: ``python3 tools/probes/burst_ab.py [ROUNDS] [--import torch,cupy] [--freeze]``
+(a GPU, after ``pip install -e .``; on the emulator it runs too, with no submitter:
+every burst launches at once). ``--import`` first imports those modules (the benchmark
+suite's process has torch and CuPy loaded: a heap the collector's full passes
+traverse), ``--freeze`` then moves everything alive to the collector's permanent
+generation (``gc.freeze()``, what a service does after its start-up).
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from cuasync.bench._util import run_loop
 from cuasync.bench.completion import _raw_launcher, _sequential_raw, tiny
 
 N = 8192
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+_args = [a for a in sys.argv[1:] if not a.startswith("--")]
+ROUNDS = int(_args[0]) if _args else 3
+_IMPORTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--import=")), "")
+_FREEZE = "--freeze" in sys.argv
 
 
 async def _one() -> None:
@@ -62,13 +69,23 @@ def timed(kind: str, bursts: bool, collect: bool, task: object = _one) -> float:
 
 
 def main() -> None:
+    for name in filter(None, _IMPORTS.split(",")):
+        try:
+            __import__(name)
+        except ImportError:
+            print(f"({name} is not installed)")
     tiny[1, 32]().sync()
     hub = get_hub()
     hub.enable_bursts()
     stream = cuasync.Device(0).new_stream()
+    if _FREEZE:
+        gc.collect()
+        gc.freeze()
     print(
         f"backend={cuasync.backend_name()} tasks={N} submitter={hub.submitter is not None} "
-        f"raw={_raw_launcher(stream) is not None} native_core={hub.express is not None}"
+        f"raw={_raw_launcher(stream) is not None} native_core={hub.express is not None} "
+        f"imported={_IMPORTS or '-'} frozen={gc.get_freeze_count() if _FREEZE else 0} "
+        f"tracked={len(gc.get_objects())}"
     )
     core = hub.express
     for r in range(ROUNDS):
