@@ -1454,24 +1454,27 @@ next_stream_of(LaunchAwait *self, PyObject *policy)
         if (streams != NULL && PyList_CheckExact(streams) && counter != NULL && num != NULL &&
             PyLong_CheckExact(num)) {
             Py_ssize_t m = PyLong_AsSsize_t(num);
-            if (m > 0 && m <= PyList_GET_SIZE(streams)) {
-                PyObject *n = PyIter_Next(counter);
-                if (n == NULL)
-                    return PyErr_Occurred() ? NULL : PyObject_CallMethodNoArgs(policy, self->s_next_stream);
-                Py_ssize_t i = PyLong_AsSsize_t(n);
-                PyObject *stream = NULL;
-                if (i >= 0) {
-                    stream = Py_NewRef(PyList_GET_ITEM(streams, i % m));
-                }
-                else if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            if (m > 0 && m <= PyList_GET_SIZE(streams) && PyIter_Check(counter)) {
+                Py_INCREF(streams); /* (held: the counter's next may run Python code) */
+                Py_INCREF(num);
+                PyObject *n = PyIter_Next(counter), *stream = NULL;
+                Py_ssize_t i = n == NULL ? -1 : PyLong_AsSsize_t(n);
+                if (n != NULL && i < 0 && PyErr_Occurred() &&
+                    PyErr_ExceptionMatches(PyExc_OverflowError)) {
                     PyErr_Clear(); /* (a count past 2**63: Python's arithmetic) */
                     PyObject *r = PyNumber_Remainder(n, num);
-                    Py_ssize_t j = r == NULL ? -1 : PyLong_AsSsize_t(r);
+                    i = r == NULL ? -1 : PyLong_AsSsize_t(r);
                     Py_XDECREF(r);
-                    if (j >= 0)
-                        stream = Py_NewRef(PyList_GET_ITEM(streams, j % m));
                 }
-                Py_DECREF(n);
+                if (i >= 0 && PyList_GET_SIZE(streams) >= m)
+                    stream = Py_NewRef(PyList_GET_ITEM(streams, i % m));
+                else if (n == NULL && !PyErr_Occurred()) /* (an exhausted counter) */
+                    stream = PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+                else if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_RuntimeError, "a stream pool changed while in use");
+                Py_XDECREF(n);
+                Py_DECREF(streams);
+                Py_DECREF(num);
                 return stream;
             }
         }
@@ -1671,19 +1674,25 @@ queued_abandon(LaunchIter *self)
 }
 
 /* Not settled here: express._finish_await(op, stream, adapter, sent) takes the await over
- * (sent: a burst's express.Sent, landed None), and runs its first step. */
+ * and runs its first step. sent is a burst's express.Sent (landed None): Python steps
+ * aside once more, then spins and parks as any await; its ticket is the submitter's
+ * for a launch the submitter made (Python then reads the slot's status word for it),
+ * and -1 for one made at once (no submitter, the ring full, parameters packed in
+ * Python), whose slot's status word is not its own: an earlier queued launch on the
+ * slot may have left a failure there. */
 static PySendResult
 queued_hand_over(LaunchIter *self, PyObject **result)
 {
     Express *x = self->core;
     queued_launch *q = &self->q;
     PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL, *gen = NULL;
+    PyObject *state = Py_None;
     if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
         (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
         (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
         (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
                                  : Py_NewRef(x->minus_one)) == NULL ||
-        (sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, Py_None,
+        (sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, state,
                              ticket, Py_None)) == NULL) {
         goto fail;
     }

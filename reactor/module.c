@@ -611,9 +611,11 @@ Submitter_fence(Submitter *self, PyObject *Py_UNUSED(ignored))
     subcore *c = self->core;
     if (c == NULL || subcore_pending(c) == 0) /* the path of every fenced driver call */
         Py_RETURN_NONE;
+    subcore_retain(c); /* (a close() on another thread meanwhile drops the object's) */
     Py_BEGIN_ALLOW_THREADS
     subcore_fence(c);
     Py_END_ALLOW_THREADS
+    subcore_drop(c);
     Py_RETURN_NONE;
 }
 

@@ -30,6 +30,9 @@
 
 /* A fence spins this long for the queue before it waits on a condition variable. */
 #define FENCE_SPIN_NS 20000u
+/* A push that finds close() under way waits this long, at most, to learn whether the
+ * thread made its record. */
+#define CLOSE_RACE_NS 100000000u
 
 struct subcore {
     /* immutable after subcore_new */
@@ -177,8 +180,10 @@ wait_for_work(subcore *c, uint64_t head)
                 return 1;
             cpu_relax();
         }
-        if (atomic_load_explicit(&c->stop, memory_order_acquire))
-            return atomic_load_explicit(&c->tail, memory_order_acquire) != head;
+        /* (sequentially consistent, as push's store of tail and load of stop: either
+         * the thread sees a record pushed before close, or the push sees stop) */
+        if (atomic_load(&c->stop))
+            return atomic_load(&c->tail) != head;
         if (now_ns() - idle_since < c->spin_ns)
             continue;
         pthread_mutex_lock(&c->mu);
@@ -278,8 +283,13 @@ subcore_push(subcore *c, const sub_rec *rec, uint64_t *ticket, int *thread_err)
     }
     if (atomic_load(&c->stop)) {
         /* close() raced with this push: the thread either makes the record (it drains
-         * what it sees queued before it exits) or has exited without seeing it */
-        while (atomic_load(&c->head) <= tail && !atomic_load(&c->exited))
+         * what it sees queued before it exits) or exits without seeing it. Waited for
+         * CLOSE_RACE_NS at most (a thread close() left stuck in the driver may never
+         * come back): then the record counts as refused, and if that thread makes it
+         * after all, its flag write lands on a slot whose generation has moved on. */
+        uint64_t start = now_ns();
+        while (atomic_load(&c->head) <= tail && !atomic_load(&c->exited) &&
+               now_ns() - start < CLOSE_RACE_NS)
             cpu_relax();
         if (atomic_load(&c->head) <= tail)
             return SUB_CLOSED;

@@ -380,11 +380,15 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&view);
         return generic(self);
     }
+    Py_INCREF(dtype); /* (held: Python runs below, and could replace the op's work) */
+    Py_INCREF(device);
     Py_ssize_t nbytes = view.len;
     int cls = size_class_of(nbytes);
     long long budget_us = 0;
     int long_ops = 0;
     PyObject *nbytes_obj = NULL, *shape = NULL, *block = NULL, *box = NULL, *result = NULL;
+    PyObject *held = NULL; /* [the staging block's lease, the allocation]: kept until the
+                            * copy has landed (by the Sent tuple, or its completion) */
     /* what can fail before the lock, made before it */
     if ((nbytes_obj = PyLong_FromSsize_t(nbytes)) == NULL ||
         (shape = PyObject_GetAttr(source, self->s_shape)) == NULL ||
@@ -416,6 +420,16 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     }
     memcpy((void *)(uintptr_t)staged_at, view.buf, (size_t)nbytes);
     PyBuffer_Release(&view); /* (sets view.obj to NULL) */
+    /* the block lent to the upload from now on: nothing the copy may still read is ever
+     * given back before its flag has landed, whatever fails below */
+    PyObject *lease = lease_of(self, block, cls);
+    block = NULL;
+    if (lease == NULL || (held = PyList_New(2)) == NULL) {
+        Py_XDECREF(lease);
+        goto done;
+    }
+    PyList_SET_ITEM(held, 0, lease);
+    PyList_SET_ITEM(held, 1, Py_NewRef(Py_None));
 
     PyObject *slot;
     if (lock_and_claim(self, stream, &slot, &result) <= 0)
@@ -442,7 +456,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     slot_set(stream, self->st.submitted, Py_NewRef(seq));
     uint32_t gen = (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
     PyObject *genobj = PyLong_FromUnsignedLong(gen);
-    PyObject *alloc = NULL, *held = NULL;
+    PyObject *alloc = NULL;
     uintptr_t address = self->slab + 4 * (uintptr_t)s;
     int failed = genobj == NULL || PyObject_SetAttr(self->local, self->s_active, Py_True) < 0;
     if (!failed) {
@@ -461,39 +475,22 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         }
         PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
         unsigned long long dst;
+        if (alloc != NULL) /* (held with the block from here on) */
+            PyList_SetItem(held, 1, Py_NewRef(alloc));
+        StagingLease *lent = (StagingLease *)PyList_GET_ITEM(held, 0);
         failed = ptr == NULL || get_u64(ptr, &dst) < 0 ||
-                 copy_and_write(self, stream, device, dst, block, nbytes, address, gen) < 0;
-    }
-    if (!failed) {
-        PyObject *lease = lease_of(self, block, cls); /* (the block is the lease's now) */
-        block = NULL;
-        held = lease == NULL ? NULL : PyList_New(2);
-        if (held != NULL) {
-            PyList_SET_ITEM(held, 0, lease);
-            PyList_SET_ITEM(held, 1, Py_NewRef(alloc));
-        }
-        else {
-            Py_XDECREF(lease);
-            failed = 1;
-        }
+                 copy_and_write(self, stream, device, dst, lent->block, nbytes, address, gen) < 0;
     }
     if (failed) {
         /* nothing enqueued, or the copy made and its error raised: the slot back, and
-         * what it used released once the stream's earlier work has drained (the failed
-         * handler of a launch, _core_failed, with the block and the allocation held) */
+         * what it used (held) released once the stream's earlier work has drained */
         saved_error exc;
         save_error(&exc);
-        PyObject *retained = PyList_New(0);
-        if (retained != NULL && alloc != NULL && PyList_Append(retained, alloc) < 0)
-            Py_CLEAR(retained);
-        if (retained != NULL && block != NULL && PyList_Append(retained, block) < 0)
-            Py_CLEAR(retained);
-        if (retained != NULL) {
-            PyObject *a[6] = {self->hub, stream, seq, slot, box, retained};
-            PyObject *r = PyObject_Vectorcall(self->upload_failed, a, 6, NULL);
-            Py_XDECREF(r);
-            Py_DECREF(retained);
-        }
+        PyObject *a[6] = {self->hub, stream, seq, slot, box, held};
+        PyObject *r = PyObject_Vectorcall(self->upload_failed, a, 6, NULL);
+        if (r == NULL) /* (kept for good: the copy may still read the block) */
+            Py_INCREF(held);
+        Py_XDECREF(r);
         PyErr_Clear(); /* (the copy's error is the one raised) */
         PyObject_SetAttr(self->local, self->s_active, Py_False);
         PyErr_Clear();
@@ -506,13 +503,16 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(slot);
         goto done;
     }
-    PyObject_SetAttr(self->local, self->s_active, Py_False); /* (a plain attribute store) */
-    int unlocked = unlock(self);
+    int unlocked = PyObject_SetAttr(self->local, self->s_active, Py_False);
+    if (unlocked < 0)
+        unlock_keeping_error(self);
+    else
+        unlocked = unlock(self);
     self->uploads++;
     /* the output, and the spin, outside the lock */
     PyObject *a3[3] = {alloc, shape, dtype};
-    PyObject *tensor = unlocked < 0 || PyErr_Occurred()
-                           ? NULL : PyObject_Vectorcall((PyObject *)self->tensor_t, a3, 3, NULL);
+    PyObject *tensor = unlocked < 0 ? NULL
+                                    : PyObject_Vectorcall((PyObject *)self->tensor_t, a3, 3, NULL);
     Py_DECREF(alloc);
     if (tensor != NULL) {
         slot_set(op, self->u_output, tensor);
@@ -546,24 +546,30 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(spin_obj);
     }
     if (result == NULL) {
-        /* copied, and an error before Python has it (out of memory): its completion
-         * goes to the background watcher, which frees the slot once it lands */
+        /* copied, and an error before Python has it (no output made, out of memory): its
+         * completion goes to the background watcher, which frees the slot and what it
+         * held once the copy lands; if even that fails, they are kept for good */
         saved_error e;
         save_error(&e);
+        if (slot_get(op, self->u_output) == NULL) /* (the completion's output: none) */
+            slot_set(op, self->u_output, Py_NewRef(Py_None));
         PyObject *addr = PyLong_FromUnsignedLongLong(address);
+        PyObject *r = NULL;
         if (addr != NULL) {
             PyObject *a[9] = {self->hub, op, stream, box, slot, genobj, addr, seq, held};
-            PyObject *r = PyObject_Vectorcall(self->upload_abandon, a, 9, NULL);
-            Py_XDECREF(r);
+            r = PyObject_Vectorcall(self->upload_abandon, a, 9, NULL);
         }
+        if (r == NULL) { /* (its slot is lost, as when _core_abandon fails for a launch) */
+            PyErr_WriteUnraisable(op);
+            Py_INCREF(held);
+        }
+        Py_XDECREF(r);
         Py_XDECREF(addr);
-        PyErr_Clear();
         restore_error(&e);
     }
     Py_DECREF(genobj);
     Py_DECREF(seq);
     Py_DECREF(slot);
-    Py_DECREF(held);
 done:
     if (view.obj != NULL)
         PyBuffer_Release(&view);
@@ -571,5 +577,8 @@ done:
     Py_XDECREF(shape);
     Py_XDECREF(box);
     Py_XDECREF(block); /* (not lent: back to the pool) */
+    Py_XDECREF(held);  /* (nothing enqueued, or handed on: the lease keeps its block) */
+    Py_DECREF(dtype);
+    Py_DECREF(device);
     return result;
 }

@@ -322,3 +322,50 @@ async def test_a_queued_launch_the_submitter_fails_raises_from_its_await(
     finally:
         native.set_launch_fence(native_submitter)
         submitter.close(1.0)
+
+
+@pytest.mark.parametrize("anyio_backend", [ASYNCIO[0]], indirect=True)
+async def test_a_launch_made_at_once_is_not_failed_by_an_earlier_queued_launch(
+    anyio_backend: Any, baseline: Any, native_submitter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A burst await whose launch the core made at once (here: no native launch) and that
+    # hands over to Python's path must not read the submitter's status word of its
+    # slot: a queued launch on that slot may have failed there earlier (a review found
+    # the succeeding await raising that old error).
+    import ctypes
+
+    x = await cuasync.zeros((32,), dtype="float32")
+    hub = get_hub()
+    native, backend = hub.native, hub.backend
+    launch_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint32] * 7,
+                                *[ctypes.c_void_p] * 3)  # fmt: skip
+    refuse = launch_t(lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
+    entry = native.stub_entry_points()
+    entry["launch_kernel"] = ctypes.cast(refuse, ctypes.c_void_p).value
+
+    def queued_error(sub: Any, slot: int, stream: int) -> BaseException | None:
+        status = sub.status(slot)  # (as CudaBackend.queued_error reads it)
+        return DriverError(status, "cuLaunchKernel") if status else None
+
+    monkeypatch.setattr(backend, "queued_error", queued_error, raising=False)
+    loop = asyncio.get_running_loop()
+    stream = cuasync.Device(0).new_stream()
+    native.set_entry_points(**entry)
+    submitter = native.Submitter(hub.reactor)
+    monkeypatch.setattr(hub, "submitter", submitter)
+    native.set_launch_fence(submitter)
+    try:
+        with ct.gate(stream) as gate, cuasync.use_policy(cuasync.SingleStream(stream)):
+            loop.call_soon(lambda: None)  # another callback ready: a burst
+            with pytest.raises(DriverError):
+                await bump[1, 32](x, 32)  # queued, and refused by the submitter
+            monkeypatch.setattr(backend, "fast_launch", None, raising=False)  # made at once
+            handed = hub.express.burst_handed_over
+            loop.call_soon(lambda: None)
+            task = asyncio.ensure_future(bump[1, 32](x, 32))  # (the same slot, reused)
+            await wait_until(lambda: hub.express.burst_handed_over > handed)
+            gate.open()
+            assert await task is x
+    finally:
+        native.set_launch_fence(native_submitter)
+        submitter.close(1.0)

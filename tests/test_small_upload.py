@@ -347,3 +347,31 @@ def test_a_process_that_only_blocks_takes_the_express_paths_too() -> None:
         """
     ).stdout
     assert "no flag slots" in out or "taken [True, True]" in out, out
+
+
+async def test_an_output_that_cannot_be_made_after_the_copy_raises_and_leaks_nothing(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The copy is enqueued and its tensor cannot be made (out of memory): the error is
+    # raised, and the copy's completion still frees its slot and its pinned block once
+    # the copy lands (the core's path; a review found the slot lost there).
+    from cuasync._tensor import Tensor
+
+    hub = get_hub()
+    if hub.express is None or not hub.use_reactor:
+        pytest.skip("the native core's path (with flag slots) is what this checks")
+    source = np.ones(16, np.float32)
+    await cuasync.from_host(source)  # (the machinery and the core set up)
+    uploads = hub.express.uploads
+
+    def no_memory(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise MemoryError("no memory for the tensor")
+
+    op = cuasync.from_host(source)
+    monkeypatch.setattr(Tensor, "__init__", no_memory)
+    with pytest.raises(MemoryError):
+        await op
+    monkeypatch.undo()
+    assert hub.express.uploads == uploads + 1  # (the core made the copy)
+    del op
+    ct.settle()  # (baseline: the slot and the memory are back)

@@ -163,7 +163,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
                 steps += 1
                 landed = look(address, gen, 0)
         except BaseException:  # cancelled while stepping aside: the work goes on
-            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, True, held)
+            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
             comp.abandon()
             hub.watch_in_background(comp)
             raise
@@ -171,7 +171,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         if not landed:  # launched, and still on the device: a short spin, as any await
             spin_us = await_spin_us(hub, adapter, stream, seq)
             landed = look(address, gen, (spin_us or 0) * 1000)
-        if landed:
+        if landed and ticket >= 0:  # (made by the submitter: its status word says how)
             error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
             if error is not None:
                 box.append(error)  # finish raises it
@@ -182,7 +182,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         hub.free.append(slot)
         hub.stats.completed_inline += 1
         return op._output
-    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, queued, held)
+    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
     if landed or comp.landed():  # landed with errors (finish raises them), or after no spin
         comp.finish(INLINE)
     else:
@@ -247,8 +247,9 @@ def _completion_of(
     """The completion of an express launch that did not land within its spin; it keeps
     the op's tensors and what the submission ``held`` alive until it lands.
 
-    The output of a launch a burst ``queued`` checks, once its flag has landed, whether
-    the native submitter's launch failed (``Backend.queued_error``): then it raises why.
+    The output of a launch a burst ``queued`` for the native submitter checks, once its
+    flag has landed, whether the submitter's launch failed (``Backend.queued_error``):
+    then it raises why. (A burst's launch made at once has no status word of its own.)
     """
     retained = [tensor._alloc for tensor, _ in op._tensors]
     if held:
