@@ -25,10 +25,10 @@ from . import _pageable
 from ._core import completion as _completion
 from ._core import express, trace
 from ._core.completion import Completion
-from ._core.context import LOCAL, LOCK, ExecutionContext
+from ._core.context import LOCAL, LOCK
 from ._core.device import Stream
 from ._core.memory import Allocation
-from ._core.op import DeviceOp, _release_when_drained
+from ._core.op import DeviceOp
 from ._ops.tensorop import TensorOp
 from ._staging import staging_pool
 from ._tensor import Tensor
@@ -127,8 +127,7 @@ def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> expres
             address = hub.slab + 4 * slot
             backend.copy_and_write(alloc.ptr, block.address, nbytes, stream.handle, address, gen)
         except BaseException:
-            hub._free_slot(slot)
-            _release_when_drained(ExecutionContext.submitted(stream, seq, held, box))
+            express.release_failed(hub, stream, seq, slot, box, held)
             raise
         finally:
             LOCAL.active = False
@@ -145,54 +144,21 @@ def _configure(core: Any) -> None:
     """Give the native core what ``Express.upload`` reads and calls."""
     global _configured
     from . import _backends
+    from ._copies import _HostUpload
     from ._core import block_cache
     from ._core.pools import _selected
     from ._ops.expr import Node
     from ._staging import PinnedBlock
 
     core.set_upload(
-        op=HostUploadOp, work=_copies_upload_type(), node=Node, block=PinnedBlock,
-        acquire=_acquire, failed=_core_failed, abandon=_core_abandon, pageable=_pageable,
-        blocks=block_cache, backends=_backends, pools=_selected,
+        op=HostUploadOp, work=_HostUpload, node=Node, block=PinnedBlock,
+        acquire=_acquire, failed=express.release_failed, abandon=express._core_abandon,
+        pageable=_pageable, blocks=block_cache, backends=_backends, pools=_selected,
     )  # fmt: skip
     staging_pool().add_keeper(core)
     _configured = core
 
 
-def _copies_upload_type() -> type:
-    from ._copies import _HostUpload
-
-    return _HostUpload
-
-
 def _acquire(nbytes: int) -> Any:
     """A pinned staging block of at least ``nbytes`` from the process's pool."""
     return staging_pool().acquire(nbytes)
-
-
-def _core_failed(
-    hub: Any, stream: Stream, seq: int, slot: int, box: express._Box, retained: list[Any]
-) -> None:
-    """What an upload the native core submitted and that failed leaves (under the lock):
-    the slot back, and what it used released once the stream's earlier work has drained."""
-    hub._free_slot(slot)
-    _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
-
-
-def _core_abandon(
-    hub: Any,
-    op: HostUploadOp,
-    stream: Stream,
-    box: express._Box,
-    slot: int,
-    gen: int,
-    address: int,
-    seq: int,
-    held: list[Any],
-) -> None:
-    """An upload the native core made and could not hand over (an error after the copy):
-    its completion, abandoned to the background watcher, which frees the slot and what
-    it holds once the copy lands."""
-    comp = express._completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
-    comp.abandon()
-    hub.watch_in_background(comp)

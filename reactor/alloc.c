@@ -141,20 +141,7 @@ alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg)
     return 0;
 }
 
-/* An RLock's acquire(blocking) / release(): 1 taken, 0 not (non-blocking), -1 error. */
-static int
-lock_acquire(alloc_shape *a, PyObject *lock, int blocking)
-{
-    PyObject *args[2] = {lock, blocking ? Py_True : Py_False};
-    PyObject *r = PyObject_VectorcallMethod(a->n_acquire, args,
-                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (r == NULL)
-        return -1;
-    int got = r == Py_True;
-    Py_DECREF(r);
-    return got;
-}
-
+/* An RLock's release() (its acquire: call_acquire): 0, or -1 an error. */
 static int
 lock_release(alloc_shape *a, PyObject *lock)
 {
@@ -215,7 +202,7 @@ device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
         return -1;
     }
     Py_INCREF(lock);
-    int r = lock_acquire(a, lock, 1) < 0 ? -1 : 0;
+    int r = call_acquire(a->n_acquire, lock, 1) < 0 ? -1 : 0;
     if (r == 0) {
         r = dict_add(d, a->n_used, sign * nbytes) < 0 || dict_add(d, a->n_count, sign) < 0
                 ? -1 : 0;
@@ -255,7 +242,7 @@ cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
         return NULL;
     Py_INCREF(lock);
     PyObject *ptr = NULL;
-    int got = lock_acquire(a, lock, 1);
+    int got = call_acquire(a->n_acquire, lock, 1);
     if (got > 0) {
         PyObject *free = PyDict_GetItemWithError(blocks, key);
         Py_ssize_t n = free != NULL && PyList_CheckExact(free) ? PyList_GET_SIZE(free) : 0;
@@ -415,7 +402,7 @@ keep_block(AllocFinalizer *f, PyObject *self)
         return -1;
     }
     Py_INCREF(lock);
-    int done = 0, got = lock_acquire(a, lock, 0);
+    int done = 0, got = call_acquire(a->n_acquire, lock, 0);
     if (got > 0) {
         PyObject *taking = PyDict_GetItemWithError(d, a->n_taking);
         PyObject *held = PyDict_GetItemWithError(bytes, ordinal);

@@ -575,12 +575,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         !PyLong_CheckExact(submitted) || slot_get(stream, self->st.capturing) != Py_False ||
         PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
         return generic(self);
-    /* the hub's and the backend's state, as express._enqueue checks it */
     int t;
-    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
-        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
-        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
-        return t < 0 || PyErr_Occurred() ? NULL : generic(self);
+    if ((t = hub_allows(self)) <= 0)
+        return t < 0 ? NULL : generic(self);
     PyObject *ordinal = slot_get(prepared, self->p_ordinal);
     if (ordinal == NULL)
         return generic(self);

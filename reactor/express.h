@@ -133,6 +133,19 @@ dict_true(PyObject *dict, PyObject *obj, PyObject *name)
 
 long current_ordinal_of(PyObject *o);
 
+/* The hub's and the backend's state, as express._enqueue checks it: flag slots in use,
+ * no tracing, no fault seen. 1 the core's case, 0 not, -1 an error. */
+static inline int
+hub_allows(Express *self)
+{
+    int t;
+    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
+        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
+        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
+        return t < 0 || PyErr_Occurred() ? -1 : 0;
+    return 1;
+}
+
 static inline PyObject *
 generic(Express *self)
 {
@@ -145,20 +158,26 @@ int exec_lock_try(PyObject *o);
 void exec_lock_release(PyObject *o);
 int is_exec_lock(PyObject *o);
 
+/* lock.acquire(blocking), ``acquire`` the interned method name: 1 taken, 0 not (not
+ * blocking), -1 an error. */
 static inline int
-try_lock(Express *self)
+call_acquire(PyObject *acquire, PyObject *lock, int blocking)
 {
-    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
-    if (fast >= 0)
-        return fast;
-    PyObject *args[2] = {self->lock, Py_False};
-    PyObject *r = PyObject_VectorcallMethod(self->s_acquire, args,
+    PyObject *args[2] = {lock, blocking ? Py_True : Py_False};
+    PyObject *r = PyObject_VectorcallMethod(acquire, args,
                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (r == NULL)
         return -1;
     int got = r == Py_True;
     Py_DECREF(r);
     return got;
+}
+
+static inline int
+try_lock(Express *self)
+{
+    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
+    return fast >= 0 ? fast : call_acquire(self->s_acquire, self->lock, 0);
 }
 
 static inline int unlock(Express *self);

@@ -328,10 +328,8 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     if (mine == NULL || (mine != Py_None && mine != device) ||
         slot_get(stream, self->st.capturing) != Py_False)
         return 0;
-    int t;
-    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
-        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
-        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
+    int t = hub_allows(self);
+    if (t <= 0)
         return t;
     PyObject *forced = PyDict_GetItemWithError(self->pageable_dict, self->s_forced);
     if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */

@@ -459,9 +459,7 @@ class CudaBackend(Backend):
             return None  # a foreign stream, or parameters packed in Python: launched here
         gx, gy, gz = grid
         bx, by, bz = block
-        context = self._context_handles.get(ordinal)
-        if context is None:
-            context = self.context_handle(ordinal)
+        context = self.context_handle(ordinal)
         ticket: int = submitter.push(
             kernel.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout,
             args if type(args) is list else list(args), slot, value,

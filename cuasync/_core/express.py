@@ -353,9 +353,7 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
                     box, address, gen,
                 )  # fmt: skip
         except BaseException:
-            hub._free_slot(slot)
-            retained = [tensor._alloc for tensor, _ in tensors]
-            _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
+            release_failed(hub, stream, seq, slot, box, [t._alloc for t, _ in tensors])
             raise
         finally:
             LOCAL.active = False
@@ -412,8 +410,16 @@ def _core_failed(hub: Any, op: Any, stream: Stream, seq: int, slot: int, box: _B
     """What a launch the native core submitted and that failed leaves (called under the
     lock, as ``_enqueue``'s own handler): the slot back, and the op's tensors released
     once the stream's earlier work has drained."""
+    release_failed(hub, stream, seq, slot, box, [t._alloc for t, _ in op._tensors])
+
+
+def release_failed(
+    hub: Any, stream: Stream, seq: int, slot: int, box: _Box, retained: list[Any]
+) -> None:
+    """What an express submission that failed leaves (under the lock): its slot back, and
+    what it used (``retained``) released once the stream's earlier work has drained. A
+    small upload's native submission calls it too."""
     hub._free_slot(slot)
-    retained = [tensor._alloc for tensor, _ in op._tensors]
     _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
 
 
@@ -426,13 +432,16 @@ def _core_abandon(
     gen: int,
     address: int,
     seq: int,
+    held: list[Any] | None = None,
 ) -> None:
-    """A launch the native core made and could not settle (an error after the launch: out
-    of memory): its completion, abandoned to the background watcher, which frees the
-    slot and what the op holds once the work lands."""
+    """A launch (or a small upload, with what it ``held``) the native core made and could
+    not settle (an error after the launch: out of memory): its completion, abandoned to
+    the background watcher, which frees the slot and what the op holds once the work
+    lands."""
     comp = _completion_of(
-        op, stream, hub, box if box is not None else _Box(), slot, gen, address, seq
-    )
+        op, stream, hub, box if box is not None else _Box(), slot, gen, address, seq,
+        held=held,
+    )  # fmt: skip
     comp.abandon()
     hub.watch_in_background(comp)
 
