@@ -59,7 +59,10 @@ class HostUploadOp(TensorOp):
         return DeviceOp._start(self, stream, notify)
 
     def _sync(self, stream: Stream) -> Tensor:
-        result: Tensor = express.sync_launch(self, stream, enqueue)
+        sent = enqueue(self, stream, express.BLOCK, None)
+        if type(sent) is Tensor:  # landed within the spin: the native core settled it
+            return sent
+        result: Tensor = express.finish_sync(self, stream, sent)
         return result
 
     def __await__(self) -> Generator[Any, Any, Tensor]:
@@ -70,12 +73,16 @@ class HostUploadOp(TensorOp):
     _tensors = ()
 
 
-def enqueue(op: HostUploadOp, stream: Stream, spin: int, adapter: Any) -> express.Sent | None:
+def enqueue(
+    op: HostUploadOp, stream: Stream, spin: int, adapter: Any
+) -> express.Sent | Tensor | None:
     """The submission of a small upload, spinning as ``spin`` says (see
     :data:`express.Sent`; ``held``: the new tensor's allocation and the pinned block).
 
-    The native module's core does it in one call where it can (``Express.upload``); it
-    declines (``express.GENERIC``) whatever is not the common case, done here."""
+    The native module's core does it in one call where it can (``Express.upload``), and
+    settles an await's or a blocking call's copy that landed within the spin: then it
+    returns the new tensor itself. It declines (``express.GENERIC``) whatever is not the
+    common case, done here."""
     hub = _completion._hub
     core = hub.express if hub is not None else None
     if core is not None:

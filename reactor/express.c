@@ -823,13 +823,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
         if (long_ops_was && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
             goto unsettled_error; /* (only when it was set: the common await reads it only) */
-        completed = slot_get(stream, self->st.completed);
-        if (completed == NULL || !PyLong_CheckExact(completed) ||
-            PyLong_AsLongLong(completed) < seqv)
-            slot_set(stream, self->st.completed, Py_NewRef(seq));
-        if (PyList_Append(self->free, slot) < 0)
+        if (settle_inline(self, stream, slot, seqv, seq) < 0)
             goto unsettled_error;
-        self->completed_inline++; /* (Hub.snapshot adds it to stats().completed_inline) */
         Py_DECREF(seq);
         Py_DECREF(slot);
         Py_XDECREF(spin_obj);

@@ -146,6 +146,21 @@ hub_allows(Express *self)
     return 1;
 }
 
+/* express._settle for work that landed within its spin, done in C: the stream's
+ * completed number, the slot back on the free list, the counter (Hub.snapshot adds it to
+ * stats().completed_inline). 0, or -1 with the error set (the slot not given back). */
+static inline int
+settle_inline(Express *self, PyObject *stream, PyObject *slot, long long seqv, PyObject *seq)
+{
+    PyObject *completed = slot_get(stream, self->st.completed);
+    if (completed == NULL || !PyLong_CheckExact(completed) || PyLong_AsLongLong(completed) < seqv)
+        slot_set(stream, self->st.completed, Py_NewRef(seq));
+    if (PyList_Append(self->free, slot) < 0)
+        return -1;
+    self->completed_inline++;
+    return 0;
+}
+
 static inline PyObject *
 generic(Express *self)
 {
@@ -159,13 +174,15 @@ void exec_lock_release(PyObject *o);
 int is_exec_lock(PyObject *o);
 
 /* lock.acquire(blocking), ``acquire`` the interned method name: 1 taken, 0 not (not
- * blocking), -1 an error. */
+ * blocking), -1 an error. (A blocking acquire passes no argument: threading's locks
+ * parse their arguments by keyword, and an empty tuple is the cheapest to parse.) */
 static inline int
 call_acquire(PyObject *acquire, PyObject *lock, int blocking)
 {
-    PyObject *args[2] = {lock, blocking ? Py_True : Py_False};
+    PyObject *args[2] = {lock, Py_False};
     PyObject *r = PyObject_VectorcallMethod(acquire, args,
-                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                                            (blocking ? 1 : 2) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
     if (r == NULL)
         return -1;
     int got = r == Py_True;

@@ -6,10 +6,11 @@
  * pinned staging block, then under the execution lock: the stream's sequence number, a
  * completion slot, the new tensor's Allocation (Python: it keeps the accounting and the
  * block cache), the DMA and the flag write (copy_write: one native call, the GIL
- * released, after the launch fence), then the spin outside the lock. It returns an
- * express.Sent tuple (Python settles work that landed, and parks work that did not) or
- * the generic sentinel, having done nothing, when the upload is not its case (Python's
- * enqueue then takes it, and words any error).
+ * released, after the launch fence), then the spin outside the lock. An await or a
+ * blocking call (modes AWAIT, BLOCK) whose copy landed within the spin is settled here
+ * and gets the new tensor back; otherwise it returns an express.Sent tuple (Python parks
+ * work that did not land), or the generic sentinel, having done nothing, when the upload
+ * is not its case (Python's enqueue then takes it, and words any error).
  *
  * The staging blocks come from the process's staging pool (set_upload's ``acquire``) and
  * go back, once their copy has landed, to a short free list per size class kept here:
@@ -530,8 +531,16 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         else if (mode == MODE_BLOCK && done_seq >= seqv - 1) {
             spin_us = budget_us;
         }
-        if (!PyErr_Occurred()) {
-            int landed = spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
+        int landed = !PyErr_Occurred() && spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
+        if (landed && mode != MODE_NO_SPIN) {
+            /* landed within the spin: settled here, and the output returned (what
+             * held keeps is released below: the copy has read the block) */
+            if ((mode != MODE_AWAIT || !long_ops ||
+                 PyObject_SetAttr(adapter, self->s_long_ops, Py_False) == 0) &&
+                settle_inline(self, stream, slot, seqv, seq) == 0)
+                result = Py_NewRef(tensor);
+        }
+        else if (!PyErr_Occurred()) {
             PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None)
                                                       : PyLong_FromLongLong(spin_us);
             PyObject *addr = PyLong_FromUnsignedLongLong(address);

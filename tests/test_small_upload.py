@@ -302,6 +302,63 @@ async def test_a_copy_the_native_core_makes_and_the_driver_refuses_is_made_again
     np.testing.assert_array_equal(await t.to_host(), source)
 
 
+@pytest.fixture
+def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """On the emulator, the native core's copy made through the module's stub driver
+    table (its cuMemcpyHtoDAsync copies nothing, its flag write stores the word at
+    once): every upload lands within its spin, so the core's own settling is what runs.
+    On a GPU the other tests take that path with the driver's entry points."""
+    from conftest import ON_EMULATOR
+
+    hub = get_hub()
+    if not ON_EMULATOR:
+        pytest.skip("on a GPU the other tests take this path with the driver's entry points")
+    if hub.express is None or not hub.use_reactor:
+        pytest.skip("needs the native module's core and flag slots")
+    backend: Any = hub.backend
+    for name in ("copy_and_write", "memcpy_htod_async"):  # (an earlier test's, restored)
+        if name in backend.__dict__:
+            monkeypatch.delitem(backend.__dict__, name)
+    monkeypatch.setattr(backend, "_native_copy", True, raising=False)
+    monkeypatch.setattr(backend, "_host_remap", [], raising=False)
+    current = hub.native.CurrentOrdinal()  # (as the cuda backend's: device 0 current)
+    current.ordinal = 0
+    monkeypatch.setattr(backend, "current", current, raising=False)
+    hub.native.set_entry_points(**hub.native.stub_entry_points())
+    try:
+        yield hub.native
+    finally:
+        hub.native.set_entry_points()  # (the stub table off: the emulator copies in Python)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
+    anyio_backend: Any, baseline: Any, stub_copies: Any
+) -> None:
+    # An await or a blocking call whose copy landed within its spin gets the tensor back
+    # from the core itself: its slot is free again, its staging block back for the next
+    # upload, its completion counted inline, and nothing is left armed.
+    hub, s = get_hub(), cuasync.Device(0).new_stream()
+    source = np.ones(1024, np.float32)
+    for _ in range(2):  # (the machinery set up, then a staging block kept by the core)
+        cuasync.from_host(source).sync_on(s, allow_in_loop=True)
+    core, free = hub.express, len(hub.free)
+    before, copies = cuasync.stats(), stub_copies.stub_copies()
+    uploads, reuses, settled = core.uploads, core.staging_reuses, core.completed_inline
+    tensors = [cuasync.from_host(source).sync_on(s, allow_in_loop=True) for _ in range(20)]
+    tensors += [await cuasync.from_host(source) for _ in range(20)]
+    after = cuasync.stats()
+    assert all(t.shape == source.shape and t.dtype == source.dtype for t in tensors)
+    assert len({t.ptr for t in tensors}) == 40  # each its own allocation, all alive
+    assert stub_copies.stub_copies() - copies == 40
+    assert core.uploads - uploads == 40
+    assert core.staging_reuses - reuses == 40  # one block, back after each copy landed
+    assert after.completed_inline - before.completed_inline == 40
+    assert core.completed_inline - settled == 40  # (by the core: no Python settled them)
+    assert after.slots_armed == before.slots_armed and len(hub.free) == free
+    assert core.staging_idle_bytes >= 4096
+
+
 async def test_larger_and_empty_sources_take_the_generic_path(
     anyio_backend: Any, baseline: Any, path: Path
 ) -> None:

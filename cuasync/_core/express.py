@@ -50,7 +50,15 @@ from .op import DeviceFuture, DeviceOp, _release_when_drained, await_started, sy
 from .output import Output, _Ready
 from .scheduling import StreamPoolRoundRobin, _policy, stream_for
 
-__all__ = ["GENERIC", "await_launch", "make_core", "submit", "submit_future", "sync_launch"]
+__all__ = [
+    "GENERIC",
+    "await_launch",
+    "finish_sync",
+    "make_core",
+    "submit",
+    "submit_future",
+    "sync_launch",
+]
 
 #: Steps aside an await in a burst takes, at most, while the submitter has not made its
 #: launch (each lets every other ready task run once); then it parks, as any await can.
@@ -135,6 +143,8 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
             return sent
     else:
         sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
+        if sent.__class__ is not tuple and sent is not None:
+            return sent  # (an upload's output: the native core settled it)
     return (yield from _finish_await(op, stream, adapter, sent))
 
 
@@ -196,20 +206,27 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     return comp.result()
 
 
-def sync_launch(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Any:
-    """``op.sync_on(stream)`` for a launch op (taken by the caller; ``enqueue``: another
-    kind's submission): the express submission and its spin, and ``cuStreamSynchronize``
-    only for work that did not land within it; short work returns as soon as an
-    ``await`` would."""
-    core = _completion._hub.express if enqueue is None and _completion._hub else None
+def sync_launch(op: Any, stream: Stream) -> Any:
+    """``op.sync_on(stream)`` for a launch op (taken by the caller): the express
+    submission and its spin, and ``cuStreamSynchronize`` only for work that did not land
+    within it; short work returns as soon as an ``await`` would."""
+    hub = _completion._hub
+    core = hub.express if hub is not None else None
     if core is None:
-        sent = (enqueue or _enqueue)(op, stream, BLOCK, None)
+        sent = _enqueue(op, stream, BLOCK, None)
     else:
         sent = core.launch(op, stream, BLOCK, None)
         if sent is op._output:  # landed within the spin, and settled
             return sent
         if sent is GENERIC:
             sent = _enqueue(op, stream, BLOCK, None)
+    return finish_sync(op, stream, sent)
+
+
+def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
+    """The rest of ``op.sync_on(stream)`` once an express submission (of any kind)
+    returned ``sent`` (None: it declined, and the generic path runs the op): settling
+    work that landed within the spin, else waiting for it."""
     if sent is None:
         return DeviceOp._sync(op, stream)
     hub, box, slot, gen, address, seq, _, landed, _, held = sent
@@ -276,8 +293,10 @@ def _completion_of(
 #: What an express submission returns: ``(hub, errors, slot, gen, flag address, seq,
 #: spin_us, landed, ticket, held)``, or None (nothing done: the generic path does it).
 Sent = tuple[Any, _Box, int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"]
-#: An express submission: ``(op, stream, spin, adapter)`` to :data:`Sent`.
-Enqueue = Callable[[Any, "Stream", int, Any], "Sent | None"]
+#: An express submission: ``(op, stream, spin, adapter)`` to :data:`Sent` (or, for an
+#: upload the native core settled within an await's or a blocking call's spin, the
+#: output itself).
+Enqueue = Callable[[Any, "Stream", int, Any], Any]
 
 
 def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
