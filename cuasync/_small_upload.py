@@ -60,7 +60,7 @@ class HostUploadOp(TensorOp):
 
     def _sync(self, stream: Stream) -> Tensor:
         sent = enqueue(self, stream, express.BLOCK, None)
-        if type(sent) is Tensor:  # landed within the spin: the native core settled it
+        if isinstance(sent, Tensor):  # landed within the spin: the native core settled it
             return sent
         result: Tensor = express.finish_sync(self, stream, sent)
         return result
