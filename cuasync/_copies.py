@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -154,6 +155,10 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
 
     >>> t = await cuasync.from_host(np.arange(6, dtype=np.float32).reshape(2, 3))
     """
+    if device is None and _build is not None:  # (the common case, built in C)
+        op = _build(array)
+        if op is not None:
+            return op
     if type(array) is np.ndarray and array.dtype in _BY_DTYPE:
         source, dtype = array, array.dtype  # (the common case: what the rest checks)
     else:
@@ -170,6 +175,11 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
     cls, node = _upload or _upload_classes()
     work = _HostUpload(source, dtype)
     return cls(node("pending", "from_host", source.shape, dtype, work, (), (), target))
+
+
+#: The native core's ``Express.build_upload`` (set by ``_small_upload`` once the hub has
+#: one): ``from_host``'s op for an ndarray of a known dtype on the default device, or None.
+_build: Callable[[Any], TensorOp | None] | None = None
 
 
 class _HostUpload:

@@ -163,7 +163,24 @@ def _configure(core: Any) -> None:
         pageable=_pageable, blocks=block_cache, backends=_backends, pools=_selected,
     )  # fmt: skip
     staging_pool().add_keeper(core)
+    _configure_builder(core)
     _configured = core
+
+
+def _configure_builder(core: Any) -> None:
+    """Have ``from_host`` build its common case's op with the native core
+    (``Express.build_upload``; the Python build is the fallback)."""
+    import numpy as np
+
+    from . import _config, _copies
+    from ._core.device import Device, _default_device
+    from ._dtypes import _BY_DTYPE
+
+    core.set_builder(
+        ndarray=np.ndarray, dtypes=_BY_DTYPE, default_device=_default_device,
+        devices=Device._instances, config=_config,
+    )  # fmt: skip
+    _copies._build = core.build_upload
 
 
 def _acquire(nbytes: int) -> Any:

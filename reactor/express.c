@@ -1234,7 +1234,8 @@ static PyMethodDef Express_methods[] = {
     {"upload", (PyCFunction)(void (*)(void))Express_upload, METH_FASTCALL,
      "upload($self, op, stream, mode, adapter, /)\n--\n\n"
      "The express submission of a small from_host op on stream (modes as launch's): an "
-     "express.Sent tuple (Python settles or parks it), or the generic sentinel (nothing "
+     "express.Sent tuple (Python parks it), the new tensor (an await's or a blocking "
+     "call's copy that landed within the spin: settled), or the generic sentinel (nothing "
      "done). set_upload must have been called."},
     {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
      METH_VARARGS | METH_KEYWORDS,
@@ -1244,6 +1245,16 @@ static PyMethodDef Express_methods[] = {
      "acquire(nbytes), the handlers of a failed copy and of an error after it, the "
      "cuasync._pageable, block_cache and _backends modules, and the ContextVar of the "
      "selected memory pools."},
+    {"set_builder", (PyCFunction)(void (*)(void))Express_set_builder,
+     METH_VARARGS | METH_KEYWORDS,
+     "set_builder($self, /, *, ndarray, dtypes, default_device, devices, config)\n--\n\n"
+     "What build_upload reads (after set_upload): numpy's ndarray type, the dtypes cuasync "
+     "knows, the ContextVar of the default device's ordinal, the Devices by ordinal and "
+     "the cuasync._config module."},
+    {"build_upload", (PyCFunction)Express_build_upload, METH_O,
+     "build_upload($self, array, /)\n--\n\n"
+     "cuasync.from_host(array)'s op (a HostUploadOp), built in C for its common case (an "
+     "ndarray of a known dtype, the default device, no debug origins); else None."},
     {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
      "drop_staging($self, /)\n--\n\n"
      "The idle pinned blocks kept for small uploads go back to the staging pool."},

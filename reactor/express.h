@@ -94,6 +94,7 @@ typedef struct {
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
+    struct upload_builder *builder; /* from_host's op built in C (Express.set_builder) */
 } Express;
 
 /* An attribute's truth: 1, 0, or -1 with an error set. */
@@ -250,6 +251,8 @@ PyObject *Express_set_upload(Express *self, PyObject *args, PyObject *kwds);
 PyObject *Express_get_staging_idle(Express *self, void *closure);
 PyObject *Express_get_staging_reuses(Express *self, void *closure);
 PyObject *Express_drop_staging(Express *self, PyObject *arg);
+PyObject *Express_set_builder(Express *self, PyObject *args, PyObject *kwds);
+PyObject *Express_build_upload(Express *self, PyObject *array);
 int upload_traverse(Express *self, visitproc visit, void *arg);
 void upload_clear(Express *self);
 

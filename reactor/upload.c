@@ -27,6 +27,10 @@
 
 #include <string.h>
 
+struct upload_builder;
+static void builder_free(struct upload_builder *b);
+static int builder_traverse(struct upload_builder *b, visitproc visit, void *arg);
+
 /* -- StagingLease --------------------------------------------------------------------- */
 
 typedef struct {
@@ -161,7 +165,8 @@ upload_traverse(Express *self, visitproc visit, void *arg)
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_VISIT(self->blocks[i]);
     Py_VISIT(self->pool_var);
-    return alloc_shape_traverse(self->shape, visit, arg);
+    int r = builder_traverse(self->builder, visit, arg);
+    return r != 0 ? r : alloc_shape_traverse(self->shape, visit, arg);
 }
 
 void
@@ -179,6 +184,9 @@ upload_clear(Express *self)
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_CLEAR(self->blocks[i]);
     Py_CLEAR(self->pool_var);
+    struct upload_builder *builder = self->builder;
+    self->builder = NULL;
+    builder_free(builder);
     alloc_shape *shape = self->shape;
     self->shape = NULL;
     alloc_shape_free(shape);
@@ -216,6 +224,171 @@ Express_drop_staging(Express *self, PyObject *Py_UNUSED(arg))
             return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* -- Express.build_upload: from_host's op built in C ---------------------------------------- */
+
+/*
+ * cuasync.from_host(array) builds three objects (the op, its Node, its _HostUpload), each
+ * through a Python __init__: about as much host time as the native submission after it.
+ * For its common case (a numpy.ndarray exactly, of a dtype cuasync knows, no device
+ * named, no debug origins recorded, the default device made already) build_upload makes
+ * them here, setting each slot as the __init__ chain sets it (tests/test_small_upload.py
+ * holds the two to the same slots); anything else returns None and Python builds it.
+ */
+struct upload_builder {
+    PyTypeObject *ndarray_t;
+    PyObject *dtypes;         /* _dtypes._BY_DTYPE: the dtypes cuasync knows */
+    PyObject *default_device; /* device._default_device (a ContextVar of an ordinal) */
+    PyObject *devices;        /* Device._instances: ordinal -> Device */
+    PyObject *config_dict;    /* cuasync._config's globals (_debug_origins) */
+    Py_ssize_t op_consumed, op_out, op_dtype, op_shape; /* (op_node, op_device: u_*) */
+    Py_ssize_t n_kind, n_name, n_shape, n_dtype, n_children, n_ins, n_device;
+    PyObject *s_dtype, *s_debug_origins, *pending, *from_host;
+};
+
+static void
+builder_free(struct upload_builder *b)
+{
+    if (b == NULL)
+        return;
+    Py_CLEAR(b->ndarray_t);
+    Py_CLEAR(b->dtypes);
+    Py_CLEAR(b->default_device);
+    Py_CLEAR(b->devices);
+    Py_CLEAR(b->config_dict);
+    Py_CLEAR(b->s_dtype);
+    Py_CLEAR(b->s_debug_origins);
+    Py_CLEAR(b->pending);
+    Py_CLEAR(b->from_host);
+    PyMem_Free(b);
+}
+
+static int
+builder_traverse(struct upload_builder *b, visitproc visit, void *arg)
+{
+    if (b != NULL) {
+        Py_VISIT(b->ndarray_t);
+        Py_VISIT(b->dtypes);
+        Py_VISIT(b->default_device);
+        Py_VISIT(b->devices);
+        Py_VISIT(b->config_dict);
+    }
+    return 0;
+}
+
+/* Express.set_builder(*, ndarray, dtypes, default_device, devices, config): what
+ * build_upload reads (after set_upload, whose types it makes). */
+PyObject *
+Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"ndarray", "dtypes", "default_device", "devices", "config", NULL};
+    PyObject *ndarray, *dtypes, *default_device, *devices, *config;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!OO!O!:set_builder", kwlist,
+                                     &PyType_Type, &ndarray, &PyDict_Type, &dtypes,
+                                     &default_device, &PyDict_Type, &devices, &PyModule_Type,
+                                     &config))
+        return NULL;
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 5) {
+        PyErr_SetString(PyExc_TypeError, "set_builder() takes its 5 arguments by keyword");
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(default_device)) {
+        PyErr_SetString(PyExc_TypeError, "default_device must be the ContextVar of an ordinal");
+        return NULL;
+    }
+    if (self->upload_t == NULL || self->node_t == NULL || self->work_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_builder() needs set_upload() first");
+        return NULL;
+    }
+    struct upload_builder *b = PyMem_Calloc(1, sizeof *b);
+    if (b == NULL)
+        return PyErr_NoMemory();
+    PyTypeObject *op = self->upload_t, *node = self->node_t;
+    if (slot_offset(op, "_consumed", &b->op_consumed) < 0 ||
+        slot_offset(op, "_out", &b->op_out) < 0 || slot_offset(op, "dtype", &b->op_dtype) < 0 ||
+        slot_offset(op, "shape", &b->op_shape) < 0 ||
+        slot_offset(node, "kind", &b->n_kind) < 0 || slot_offset(node, "name", &b->n_name) < 0 ||
+        slot_offset(node, "shape", &b->n_shape) < 0 ||
+        slot_offset(node, "dtype", &b->n_dtype) < 0 ||
+        slot_offset(node, "children", &b->n_children) < 0 ||
+        slot_offset(node, "ins", &b->n_ins) < 0 || slot_offset(node, "device", &b->n_device) < 0 ||
+        (b->s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (b->s_debug_origins = PyUnicode_InternFromString("_debug_origins")) == NULL ||
+        (b->pending = PyUnicode_InternFromString("pending")) == NULL ||
+        (b->from_host = PyUnicode_InternFromString("from_host")) == NULL) {
+        builder_free(b);
+        return NULL;
+    }
+    b->ndarray_t = (PyTypeObject *)Py_NewRef(ndarray);
+    b->dtypes = Py_NewRef(dtypes);
+    b->default_device = Py_NewRef(default_device);
+    b->devices = Py_NewRef(devices);
+    b->config_dict = Py_NewRef(PyModule_GetDict(config));
+    builder_free(self->builder);
+    self->builder = b;
+    Py_RETURN_NONE;
+}
+
+/* An instance of t with no slot set (its __init__ not called), or NULL. */
+static inline PyObject *
+bare(PyTypeObject *t)
+{
+    return t->tp_alloc(t, 0);
+}
+
+/* Express.build_upload(array): from_host(array)'s op, or None (Python builds it). */
+PyObject *
+Express_build_upload(Express *self, PyObject *array)
+{
+    struct upload_builder *b = self->builder;
+    if (b == NULL || self->hub == NULL || !Py_IS_TYPE(array, b->ndarray_t))
+        Py_RETURN_NONE;
+    PyObject *debug = PyDict_GetItemWithError(b->config_dict, b->s_debug_origins);
+    if (debug != Py_False) /* (recording origins, or not asked yet: Python asks) */
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *ordinal = NULL;
+    if (PyContextVar_Get(b->default_device, NULL, &ordinal) < 0)
+        return NULL;
+    PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(b->devices, ordinal);
+    Py_XDECREF(ordinal);
+    if (device == NULL) /* (no default set, or its Device not made yet) */
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(device);
+    PyObject *dtype = PyObject_GetAttr(array, b->s_dtype);
+    int known = dtype == NULL ? -1 : PyDict_Contains(b->dtypes, dtype);
+    PyObject *shape = known == 1 ? PyObject_GetAttr(array, self->s_shape) : NULL;
+    PyObject *work = NULL, *node = NULL, *op = NULL;
+    if (shape == NULL || (work = bare(self->work_t)) == NULL || (node = bare(self->node_t)) == NULL ||
+        (op = bare(self->upload_t)) == NULL) {
+        Py_XDECREF(work);
+        Py_XDECREF(node);
+        Py_XDECREF(shape);
+        Py_XDECREF(dtype);
+        Py_DECREF(device);
+        return known == 0 ? Py_NewRef(Py_None) : NULL; /* (a dtype Python words the error of) */
+    }
+    /* _HostUpload(source, dtype) */
+    slot_set(work, self->w_source, Py_NewRef(array));
+    slot_set(work, self->w_dtype, Py_NewRef(dtype));
+    /* Node("pending", "from_host", shape, dtype, work, (), (), device) */
+    PyObject *empty = PyTuple_New(0); /* (the empty tuple: never fails) */
+    slot_set(node, b->n_kind, Py_NewRef(b->pending));
+    slot_set(node, b->n_name, Py_NewRef(b->from_host));
+    slot_set(node, b->n_shape, Py_NewRef(shape));
+    slot_set(node, b->n_dtype, Py_NewRef(dtype));
+    slot_set(node, self->n_value, work);
+    slot_set(node, b->n_children, Py_NewRef(empty));
+    slot_set(node, b->n_ins, empty);
+    slot_set(node, b->n_device, Py_NewRef(device));
+    /* HostUploadOp(node): DeviceOp.__init__(device), then TensorOp's */
+    slot_set(op, b->op_consumed, Py_NewRef(Py_False));
+    slot_set(op, self->u_device, device);
+    slot_set(op, self->u_node, node);
+    slot_set(op, b->op_out, Py_NewRef(Py_None));
+    slot_set(op, b->op_shape, shape);
+    slot_set(op, b->op_dtype, dtype);
+    return op;
 }
 
 /* -- Express.upload ----------------------------------------------------------------------- */

@@ -359,6 +359,61 @@ async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
     assert core.staging_idle_bytes >= 4096
 
 
+def _slots(op: Any) -> dict[str, Any]:
+    """Every ``__slots__`` entry of ``op``'s classes that is set, by name, and the same of
+    its node and the node's pending work."""
+    out: dict[str, Any] = {}
+    for prefix, obj in (("op.", op), ("node.", op._node), ("work.", op._node.value)):
+        for cls in type(obj).__mro__:
+            for name in cls.__dict__.get("__slots__", ()):
+                if name != "__weakref__" and hasattr(obj, name):
+                    out[prefix + name] = getattr(obj, name)
+    return out
+
+
+def test_the_native_core_builds_from_hosts_op_as_python_does(
+    baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # from_host's common case is built by the native core (Express.build_upload); the op
+    # it makes has every slot Python's __init__ chain sets, with the same values, and runs
+    # the same. What is not its case is left to Python (None).
+    from cuasync import _config, _copies
+
+    core = get_hub().express
+    if core is None:
+        pytest.skip("the native module is not built: from_host is built in Python")
+    cuasync.from_host(np.ones(4, np.float32)).sync()  # (the core set up for uploads)
+    _config.debug_origins()  # (asked once: the core builds only when it is False)
+    assert _copies._build is not None
+    sources = [p.values[0] for p in SOURCES] + [np.ones((2, 0), np.int8)]
+    for source in sources:
+        native = core.build_upload(source)
+        monkeypatch.setattr(_copies, "_build", None)
+        python = cuasync.from_host(source)
+        monkeypatch.undo()
+        assert type(native) is type(python) is _small_upload.HostUploadOp
+        mine, theirs = _slots(native), _slots(python)
+        assert mine.keys() == theirs.keys()
+        for name, value in theirs.items():
+            if name == "op._node" or name == "node.value":
+                continue  # (objects of their own: compared slot by slot)
+            same = value is mine[name] or (
+                type(value) is type(mine[name]) and bool(value == mine[name])
+            )
+            assert same, (name, mine[name], value)
+        for op in (native, python):
+            np.testing.assert_array_equal(op.sync().to_host().sync(), source)
+    not_its_case = [
+        [1.0, 2.0],  # (not an ndarray: Python converts it)
+        np.ma.masked_array([1.0, 2.0]),  # (a subclass)
+        np.array(["a", "b"]),  # (a dtype cuasync does not know: Python words the error)
+    ]
+    for array in not_its_case:
+        assert core.build_upload(array) is None
+    monkeypatch.setattr(_config, "_debug_origins", True)
+    assert core.build_upload(np.ones(4, np.float32)) is None  # (Python records the origin)
+
+
 async def test_larger_and_empty_sources_take_the_generic_path(
     anyio_backend: Any, baseline: Any, path: Path
 ) -> None:
