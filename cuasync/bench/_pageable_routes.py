@@ -27,7 +27,17 @@ import cuasync
 from cuasync import _pageable
 from cuasync._backends import get_backend
 
-from ._util import KiB, MiB, Report, Row, median_s, ratio_table, size_name, timed
+from ._util import (
+    BLOCK,
+    KiB,
+    MiB,
+    Report,
+    Row,
+    interleaved,
+    median_s,
+    ratio_table,
+    size_name,
+)
 
 SUITE = "transfers"
 UP = ("from_host auto", "from_host single", "from_host chunked")
@@ -132,16 +142,16 @@ def _crossover(res: dict[int, dict[str, float]], single: str, chunked: str) -> i
 
 
 def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
-    """Host µs of a 4 KiB upload from pageable memory, completion included."""
+    """Host µs of a 4 KiB upload from pageable memory, completion included; cuasync's
+    and torch's interleaved in turns (see ``_util.interleaved``): their ratio is a
+    target."""
     n = 4 * KiB
     stream = cuasync.Device(0).new_stream()
     host = np.ones(n, np.uint8)
     print("\n  fixed cost of a 4 KiB upload from pageable memory (host time)", flush=True)
-    report.latency(
-        SUITE,
-        "from_host(a).sync_on(stream), 4 KiB",
-        timed(lambda: cuasync.from_host(host).sync_on(stream), n_samples),
-    )
+    candidates: dict[str, Callable[[], Any]] = {
+        "from_host(a).sync_on(stream), 4 KiB": lambda: cuasync.from_host(host).sync_on(stream)
+    }
     if with_torch:
         import torch
 
@@ -157,8 +167,16 @@ def _fixed_cost(report: Report, n_samples: int, with_torch: bool) -> None:
             dev.copy_(src)
             sync()
 
-        report.latency(SUITE, f"{TORCH[0]}, 4 KiB", timed(alloc_copy, n_samples))
-        report.latency(SUITE, f"{TORCH[1]}, 4 KiB", timed(copy_into, n_samples))
+        candidates[f"{TORCH[0]}, 4 KiB"] = alloc_copy
+        candidates[f"{TORCH[1]}, 4 KiB"] = copy_into
+    samples = interleaved(candidates, n_samples)
+    note = f"interleaved in turns of {BLOCK}" if with_torch else ""
+    p50 = {name: report.latency(SUITE, name, taken, note).p50_us for name, taken in samples.items()}
+    ours, torch_copy = p50[next(iter(candidates))], p50.get(f"{TORCH[1]}, 4 KiB")
+    if ours and torch_copy:
+        print("  -- targets (ratios inside this run)")
+        name = "from_host 4 KiB p50 / torch pageable copy_ p50 (target <= 1.0)"
+        report.value(SUITE, name, ours / torch_copy, "x")
 
 
 def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None:

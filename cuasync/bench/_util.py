@@ -111,6 +111,70 @@ def timed(fn: Callable[[], Any], n: int, warmup: int = 50) -> list[int]:
     return out
 
 
+#: Calls of each candidate per turn when candidates are interleaved (:func:`interleaved`).
+BLOCK = 20
+
+
+def interleaved(
+    candidates: dict[str, Callable[[], Any]],
+    n: int,
+    *,
+    block: int = BLOCK,
+    warmup: int = 50,
+    between: Callable[[], Any] | None = None,
+) -> dict[str, list[int]]:
+    """ns of each of ``n`` calls of each candidate, taken in turns of ``block`` calls.
+
+    The rows whose ratio is a target are measured this way: a VM's vCPUs change speed
+    from one second to the next (docs/performance.md, session 26), so candidates timed
+    one after the other can each catch another speed; taken in turns a few hundred
+    microseconds long, each sees the same stretches of the machine. ``between`` runs
+    after each turn, untimed (waiting for what the turn submitted).
+
+    >>> samples = interleaved({"raw": raw_launch, "cuasync": submit}, 20000)
+    """
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    if between is not None:
+        between()
+    out: dict[str, list[int]] = {name: [] for name in candidates}
+    clock = time.perf_counter_ns
+    for done in range(0, n, block):
+        for name, fn in candidates.items():
+            samples = out[name]
+            for _ in range(min(block, n - done)):
+                t0 = clock()
+                fn()
+                samples.append(clock() - t0)
+            if between is not None:
+                between()
+    return out
+
+
+async def interleaved_awaits(
+    awaited: Callable[[], Any], blocking: Callable[[], Any], n: int, *, block: int = BLOCK
+) -> tuple[list[int], list[int]]:
+    """ns of each of ``n`` ``await awaited()`` and ``n`` ``blocking()`` calls, in turns
+    of ``block`` on the running loop (see :func:`interleaved`); after 50 warm ones each."""
+    clock = time.perf_counter_ns
+    for _ in range(50):
+        await awaited()
+        blocking()
+    awaits: list[int] = []
+    calls: list[int] = []
+    for done in range(0, n, block):
+        for _ in range(min(block, n - done)):
+            t0 = clock()
+            await awaited()
+            awaits.append(clock() - t0)
+        for _ in range(min(block, n - done)):
+            t0 = clock()
+            blocking()
+            calls.append(clock() - t0)
+    return awaits, calls
+
+
 def run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """``coro()`` run to the end on a fresh ``"asyncio"`` or ``"uvloop"`` loop."""
     if kind == "uvloop":

@@ -25,7 +25,7 @@ from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 
 from . import _breakdown, _lag
-from ._util import Report, await_latency, run_loop, timed
+from ._util import BLOCK, Report, await_latency, interleaved_awaits, run_loop, timed
 
 SUITE = "completion"
 
@@ -303,8 +303,8 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             run_loop(kind, lambda: _executor_latency(n, stream)),
         )
         base[f"{kind}-executor"] = row.p50_us or 0.0
-        if kind == loops[0]:  # the default spin on every loop, alternated with the raw loop
-            base.update(_await_rounds(report, n, stream, loops, default_spin))
+        if kind == loops[0]:  # the default spin on every loop, interleaved with the raw loop
+            base.update(_await_interleaved(report, n, stream, loops, default_spin))
         for label, spin, reactor in (
             ("spin 0 (reactor)", 0, True),
             ("host callback", 0, False),
@@ -398,46 +398,55 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
     _ratios(report, base, loops, default_spin, concurrent)
 
 
-#: Rounds that alternate the raw loop with the default-spin await on each event loop.
-_ROUNDS = 3
-
-
-def _await_rounds(
+def _await_interleaved(
     report: Report, n: int, stream: cuasync.Stream, loops: list[str], spin: int
 ) -> dict[str, float]:
-    """The default-spin await on each loop and the raw launch + synchronize, measured in
-    rounds that alternate them (``n`` samples each in all).
+    """The default-spin await on each loop and the raw launch + synchronize, interleaved
+    on that loop in turns of ``BLOCK`` calls (``n`` samples of each per loop).
 
     Measured one after the other, a row pays for the state the rows before it left (a
     burst's garbage, the order of the loops: ``tools/probes/state_inflation.py`` and
-    ``loop_ab.py``); alternated, the ratios compare them in the same state.
+    ``loop_ab.py``) and may catch another speed of the VM's vCPUs; interleaved, the
+    ratios compare them in the same state and on the same stretches of the machine.
     """
     raw = _raw_launcher(stream)
     samples: dict[str, list[int]] = {kind: [] for kind in ["raw", *loops]}
-    counts = dict.fromkeys(loops, (0, 0, 0))
-    for _ in range(_ROUNDS):
+    counts: dict[str, tuple[int, int, int]] = {}
+    for kind in loops:
+        before = cuasync.stats()
         if raw is not None:
             launch, sync = raw
-            samples["raw"] += timed(lambda: (launch(), sync()), n // _ROUNDS)  # noqa: B023
-        for kind in loops:
-            before = cuasync.stats()
-            samples[kind] += run_loop(kind, lambda: await_latency(tiny, n // _ROUNDS, stream))
-            after = cuasync.stats()
-            inline, reactor, callback = counts[kind]
-            counts[kind] = (
-                inline + after.completed_inline - before.completed_inline,
-                reactor + after.completed_reactor - before.completed_reactor,
-                callback + after.completed_host_callback - before.completed_host_callback,
-            )
+
+            async def both() -> tuple[list[int], list[int]]:
+                with cuasync.use_policy(cuasync.SingleStream(stream)):
+                    return await interleaved_awaits(
+                        lambda: tiny[1, 32](),
+                        lambda: (launch(), sync()),  # noqa: B023
+                        n,
+                    )
+
+            awaits, calls = run_loop(kind, both)
+            samples[kind] += awaits
+            samples["raw"] += calls
+        else:
+            samples[kind] += run_loop(kind, lambda: await_latency(tiny, n, stream))
+        after = cuasync.stats()
+        counts[kind] = (
+            after.completed_inline - before.completed_inline,
+            after.completed_reactor - before.completed_reactor,
+            after.completed_host_callback - before.completed_host_callback,
+        )
     out: dict[str, float] = {}
     if samples["raw"]:
         row = report.latency(
-            SUITE, "raw cuda.bindings: launch + cuStreamSynchronize, in rounds", samples["raw"]
+            SUITE, "raw cuda.bindings: launch + cuStreamSynchronize, interleaved", samples["raw"]
         )
-        out["raw-rounds"] = row.p50_us or 0.0
+        out["raw-interleaved"] = row.p50_us or 0.0
     for kind in loops:
         inline, reactor, callback = counts[kind]
-        note = f"inline {inline}, reactor {reactor}, callback {callback}; {_ROUNDS} rounds"
+        note = f"inline {inline}, reactor {reactor}, callback {callback}"
+        if raw is not None:
+            note += f"; interleaved with the raw loop in turns of {BLOCK}"
         label = f"{kind}: cuasync await tiny kernel, spin {spin} us"
         row = report.latency(SUITE, label, samples[kind], note)
         out[f"{kind}-spin {spin} us"] = row.p50_us or 0.0
@@ -453,7 +462,7 @@ def _ratios(
     print("-- targets (ratios inside this run)")
     for kind in loops:
         p50 = base[f"{kind}-spin {spin} us"]
-        rounds = base.get("raw-rounds") or raw  # (the raw loop of the await's own rounds)
+        rounds = base.get("raw-interleaved") or raw  # (the raw loop interleaved with it)
         report.value(SUITE, f"{kind}: await p50 / raw p50 (target <= 1.0)", p50 / rounds, "x")
         if "torch" in base:
             report.value(
