@@ -61,6 +61,34 @@ async def test_sync_inside_a_running_loop_says_to_await(anyio_backend) -> None:
     assert op.sync(allow_in_loop=True) == 1
 
 
+@pytest.mark.parametrize("sniffio", ["sniffio", "no sniffio"])
+def test_blocking_calls_know_a_trio_run_from_outside_one(
+    sniffio: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Blocking calls ask whether a loop runs in their thread, trio's included, by
+    # sniffio's thread-local where trio sets its name (else by asking trio itself).
+    import sys
+    import types
+
+    trio = pytest.importorskip("trio")
+    from cuasync._core.loops import in_running_loop
+
+    if sniffio == "no sniffio":
+        monkeypatch.setitem(sys.modules, "sniffio", types.ModuleType("sniffio"))
+    assert not in_running_loop()
+    assert cuasync.value(1).sync() == 1
+
+    async def inside() -> None:
+        assert in_running_loop()
+        op = cuasync.value(1)
+        with pytest.raises(SyncInEventLoopError):
+            op.sync()
+        assert await op == 1
+
+    trio.run(inside)
+    assert not in_running_loop()
+
+
 async def test_submit_returns_an_awaitable_future(anyio_backend) -> None:
     fut = cuasync.from_host(ramp()).then(lambda t: t.to_host()).submit()
     assert isinstance(fut, cuasync.DeviceFuture)
