@@ -40,6 +40,12 @@ struct alloc_shape {
     PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_used,
         *n_count, *n_peak, *n_limit, *n_utility, *n_ordinal, *n_backend, *n_fault_seen,
         *n_acquire, *n_release, *n_min_class;
+    /* the C functions of an RLock's acquire and release, called directly (lock_acquire,
+     * lock_release) for a lock of type rlock_t: found on the first lock's type */
+    PyTypeObject *rlock_t;
+    PyCFunctionWithKeywords rlock_acquire;
+    PyCFunction rlock_release;
+    PyObject *no_wait; /* (False,): acquire's arguments, not blocking */
 };
 
 static int
@@ -81,6 +87,8 @@ shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cach
     NAME(n_release, "release")
     NAME(n_min_class, "MIN_CLASS")
 #undef NAME
+    if ((a->no_wait = PyTuple_Pack(1, Py_False)) == NULL)
+        return -1;
     a->alloc_t = (PyTypeObject *)Py_NewRef(alloc_t);
     a->stream_t = (PyTypeObject *)Py_NewRef(stream_t);
     a->cache_dict = Py_NewRef(PyModule_GetDict(cache));
@@ -95,6 +103,8 @@ shape_clear(alloc_shape *a)
     Py_CLEAR(a->stream_t);
     Py_CLEAR(a->cache_dict);
     Py_CLEAR(a->backends_dict);
+    Py_CLEAR(a->rlock_t);
+    Py_CLEAR(a->no_wait);
     PyObject **names[] = {&a->n_lock,    &a->n_blocks,     &a->n_bytes,  &a->n_taking,
                           &a->n_device_max, &a->n_per_key, &a->n_used,   &a->n_count,
                           &a->n_peak,    &a->n_limit,      &a->n_utility, &a->n_ordinal,
@@ -137,16 +147,64 @@ alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg)
         Py_VISIT(a->stream_t);
         Py_VISIT(a->cache_dict);
         Py_VISIT(a->backends_dict);
+        Py_VISIT(a->rlock_t);
     }
     return 0;
 }
 
-/* An RLock's release() (its acquire: call_acquire): 0, or -1 an error. */
+/* The C function of method name of type t with the calling convention flags, or NULL
+ * (not a method of C code, or another convention: the caller calls it by method). */
+static PyCFunction
+c_method(PyTypeObject *t, PyObject *name, int flags)
+{
+    PyObject *descr = _PyType_Lookup(t, name); /* (borrowed) */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMethodDescr_Type))
+        return NULL;
+    PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+    return def->ml_flags == flags ? def->ml_meth : NULL;
+}
+
+/* Whether lock is of the type whose acquire and release are called directly (looked up
+ * on the first lock seen: the locks here are threading.RLocks, of one type). */
+static int
+direct_rlock(alloc_shape *a, PyObject *lock)
+{
+    if (a->rlock_t == NULL) {
+        PyTypeObject *t = Py_TYPE(lock);
+        a->rlock_acquire = (PyCFunctionWithKeywords)(void (*)(void))c_method(
+            t, a->n_acquire, METH_VARARGS | METH_KEYWORDS);
+        a->rlock_release = c_method(t, a->n_release, METH_NOARGS);
+        a->rlock_t = (PyTypeObject *)Py_NewRef(t);
+    }
+    return Py_IS_TYPE(lock, a->rlock_t) && a->rlock_acquire != NULL && a->rlock_release != NULL;
+}
+
+/* An RLock's acquire(blocking): 1 taken, 0 not (not blocking), -1 an error. Its C
+ * function called directly, sparing the method lookup (on every small allocation and
+ * free), else call_acquire. */
+static int
+lock_acquire(alloc_shape *a, PyObject *lock, int blocking)
+{
+    if (!direct_rlock(a, lock))
+        return call_acquire(a->n_acquire, lock, blocking);
+    PyObject *args = blocking ? PyTuple_New(0) : Py_NewRef(a->no_wait); /* (() is shared) */
+    PyObject *r = args == NULL ? NULL : a->rlock_acquire(lock, args, NULL);
+    Py_XDECREF(args);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+/* An RLock's release(): 0, or -1 an error. */
 static int
 lock_release(alloc_shape *a, PyObject *lock)
 {
-    PyObject *r = PyObject_VectorcallMethod(a->n_release, &lock,
-                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = direct_rlock(a, lock)
+                      ? a->rlock_release(lock, NULL)
+                      : PyObject_VectorcallMethod(a->n_release, &lock,
+                                                  1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }
@@ -202,7 +260,7 @@ device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
         return -1;
     }
     Py_INCREF(lock);
-    int r = call_acquire(a->n_acquire, lock, 1) < 0 ? -1 : 0;
+    int r = lock_acquire(a, lock, 1) < 0 ? -1 : 0;
     if (r == 0) {
         r = dict_add(d, a->n_used, sign * nbytes) < 0 || dict_add(d, a->n_count, sign) < 0
                 ? -1 : 0;
@@ -242,7 +300,7 @@ cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
         return NULL;
     Py_INCREF(lock);
     PyObject *ptr = NULL;
-    int got = call_acquire(a->n_acquire, lock, 1);
+    int got = lock_acquire(a, lock, 1);
     if (got > 0) {
         PyObject *free = PyDict_GetItemWithError(blocks, key);
         Py_ssize_t n = free != NULL && PyList_CheckExact(free) ? PyList_GET_SIZE(free) : 0;
@@ -402,7 +460,7 @@ keep_block(AllocFinalizer *f, PyObject *self)
         return -1;
     }
     Py_INCREF(lock);
-    int done = 0, got = call_acquire(a->n_acquire, lock, 0);
+    int done = 0, got = lock_acquire(a, lock, 0);
     if (got > 0) {
         PyObject *taking = PyDict_GetItemWithError(d, a->n_taking);
         PyObject *held = PyDict_GetItemWithError(bytes, ordinal);
