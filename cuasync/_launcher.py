@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._core.device import get_default_device
+from ._core.device import Device, _default_device, get_default_device
 from ._native import NATIVE
 from ._tensor import Tensor
 
@@ -59,7 +59,7 @@ def make_launcher(
         launcher: Callable[..., Any] = NATIVE.Launcher(
             kernel=kernel, params=kernel.params, plan=entries, launch=launch, tensor=Tensor,
             grid=grid, block=block, shared_mem=shared_mem, default_device=get_default_device,
-            name=name,
+            name=name, devices=(_default_device, Device._instances),
         )  # fmt: skip
         return launcher
     names: dict[str, Any] = {

@@ -274,6 +274,13 @@ class Express:
         pools: Any,
     ) -> None:
         """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
+    def set_builder(
+        self, *, ndarray: type, dtypes: dict[Any, Any], default_device: Any,
+        devices: dict[int, Any], config: Any,
+    ) -> None:  # fmt: skip
+        """What :meth:`build_upload` reads (after :meth:`set_upload`)."""
+    def build_upload(self, array: Any, /) -> Any:
+        """``cuasync.from_host(array)``'s op for its common case, else None."""
     def drop_staging(self) -> None:
         """The idle pinned blocks kept for small uploads go back to the staging pool."""
     @property
@@ -328,6 +335,7 @@ class LaunchAwait:
         stream_for: Callable[[Any], Any],
         current_tasks: dict[Any, Any] | None,
         round_robin: type | None,
+        single_stream: type | None,
     ) -> LaunchAwait: ...
     def __call__(self, op: Any, /) -> Any: ...
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
@@ -351,6 +359,7 @@ class Launcher:
         shared_mem: Any,
         default_device: Callable[[], Any],
         name: str,
+        devices: tuple[Any, dict[int, Any]] | None,
     ) -> Launcher: ...
     def __call__(self, *args: Any) -> Any: ...
     #: ``kernel[grid, block, shared_mem]``, as the generated Python launcher is named.

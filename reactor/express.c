@@ -1338,7 +1338,8 @@ typedef struct {
     PyObject *s_steps_aside, *s_others_ready, *s_ready, *s_tick_task, *s_tick_shared;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
     PyTypeObject *round_robin; /* scheduling.StreamPoolRoundRobin, or NULL */
-    PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams;
+    PyTypeObject *single;      /* scheduling.SingleStream, or NULL */
+    PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams, *s_single_stream;
     unsigned long long inline_awaits;
 } LaunchAwait;
 
@@ -1448,6 +1449,16 @@ in_burst(LaunchAwait *self, PyObject *adapter, PyObject *loop)
 static PyObject *
 next_stream_of(LaunchAwait *self, PyObject *policy)
 {
+    if (self->single != NULL && Py_IS_TYPE(policy, self->single)) { /* its stream attribute */
+        PyObject **dictp = _PyObject_GetDictPtr(policy);
+        PyObject *stream = dictp != NULL && *dictp != NULL
+                               ? PyDict_GetItemWithError(*dictp, self->s_single_stream)
+                               : NULL;
+        if (stream != NULL)
+            return Py_NewRef(stream);
+        if (PyErr_Occurred())
+            return NULL;
+    }
     if (self->round_robin != NULL && Py_IS_TYPE(policy, self->round_robin)) {
         PyObject **dictp = _PyObject_GetDictPtr(policy);
         PyObject *d = dictp != NULL ? *dictp : NULL;
@@ -2088,16 +2099,17 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"core", "fallback", "finish", "completion", "loops",
                              "get_running_loop", "running_adapter", "policy", "stream_for",
-                             "current_tasks", "round_robin", NULL};
+                             "current_tasks", "round_robin", "single_stream", NULL};
     PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for,
-        *current_tasks, *round_robin;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOOO:LaunchAwait", kwlist,
+        *current_tasks, *round_robin, *single;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOOOO:LaunchAwait", kwlist,
                                      &PyType_Type, &core_t, &fallback, &finish, &completion,
                                      &loops, &grl, &ra, &policy, &stream_for, &current_tasks,
-                                     &round_robin))
+                                     &round_robin, &single))
         return NULL;
-    if (round_robin != Py_None && !PyType_Check(round_robin)) {
-        PyErr_SetString(PyExc_TypeError, "round_robin must be a type or None");
+    if ((round_robin != Py_None && !PyType_Check(round_robin)) ||
+        (single != Py_None && !PyType_Check(single))) {
+        PyErr_SetString(PyExc_TypeError, "round_robin and single_stream must be types or None");
         return NULL;
     }
     if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
@@ -2123,6 +2135,7 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->core_t = Py_NewRef(core_t);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
     self->round_robin = round_robin == Py_None ? NULL : (PyTypeObject *)Py_NewRef(round_robin);
+    self->single = single == Py_None ? NULL : (PyTypeObject *)Py_NewRef(single);
     if (!PyModule_Check(completion) || !PyModule_Check(loops)) {
         PyErr_SetString(PyExc_TypeError, "completion and loops must be modules");
         goto fail;
@@ -2150,6 +2163,7 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_streams, "_streams")
     NAME(s_counter, "_counter")
     NAME(s_num_streams, "num_streams")
+    NAME(s_single_stream, "stream")
 #undef NAME
     return (PyObject *)self;
 fail:
@@ -2175,6 +2189,7 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->loops_dict);
     Py_VISIT(self->current_tasks);
     Py_VISIT(self->round_robin);
+    Py_VISIT(self->single);
     return 0;
 }
 
@@ -2195,6 +2210,7 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->loops_dict);
     Py_CLEAR(self->current_tasks);
     Py_CLEAR(self->round_robin);
+    Py_CLEAR(self->single);
     return 0;
 }
 
@@ -2217,6 +2233,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     Py_CLEAR(self->s_tick_shared);
     Py_CLEAR(self->s_policy_slot);
     Py_CLEAR(self->s_streams);
+    Py_CLEAR(self->s_single_stream);
     Py_CLEAR(self->s_counter);
     Py_CLEAR(self->s_num_streams);
     tp->tp_free((PyObject *)self);
@@ -2251,7 +2268,7 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_members, LaunchAwait_members},
     {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "
                         "get_running_loop, running_adapter, policy, stream_for, "
-                        "current_tasks, round_robin)\n--\n\n"
+                        "current_tasks, round_robin, single_stream)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator."},
     {0, NULL},

@@ -36,6 +36,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *kernel, *params, *grid, *block, *shared_mem, *default_device, *name;
+    PyObject *default_ordinal, *devices; /* its ContextVar, Device._instances (or NULL) */
     PyTypeObject *launch_t, *tensor_t;
     Py_ssize_t n, npointers, noutputs;
     plan_entry *plan;
@@ -43,8 +44,28 @@ typedef struct {
     Py_ssize_t o_consumed, o_device, o_kernel, o_prepared, o_args, o_tensors, o_output, o_grid,
         o_block, o_shared_mem, t_alloc, t_dtype, a_device;
     PyObject *s_params, *s_prepared, *s_prepare, *s_ordinal, *s_launch, *s_launch_checked,
-        *s_check_aliasing, *s_device_of;
+        *s_check_aliasing, *s_device_of, *s_device;
 } Launcher;
+
+/* The default device of this context (cuasync.get_default_device()): read from its
+ * ContextVar and the Devices made, with no Python frame; the function is called when
+ * the Device is not made yet or no ContextVar was given. New reference, or NULL. */
+static PyObject *
+default_device_of(Launcher *self)
+{
+    if (self->default_ordinal != NULL) {
+        PyObject *ordinal = NULL;
+        if (PyContextVar_Get(self->default_ordinal, NULL, &ordinal) < 0)
+            return NULL;
+        PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(self->devices, ordinal);
+        Py_XDECREF(ordinal);
+        if (device != NULL)
+            return Py_NewRef(device);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_CallNoArgs(self->default_device);
+}
 
 /* kernel.<method>(args, GRID, BLOCK, SHARED_MEM): the Python paths */
 static PyObject *
@@ -141,7 +162,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     /* the device: the first tensor's; several tensors checked as the full path does */
     if (self->npointers == 0) {
-        device = PyObject_CallNoArgs(self->default_device);
+        device = default_device_of(self);
     }
     else {
         PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
@@ -150,7 +171,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
             PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
             goto fail;
         }
-        device = PyObject_GetAttrString(alloc, "device");
+        device = PyObject_GetAttr(alloc, self->s_device);
         if (device != NULL && self->npointers > 1) {
             PyObject *a[2] = {self->kernel, tensors};
             PyObject *r = PyObject_VectorcallMethod(self->s_check_aliasing, a,
@@ -161,7 +182,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
             for (Py_ssize_t j = 1; j < self->npointers; j++) {
                 PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
                 PyObject *its = slot_get(t, self->t_alloc);
-                PyObject *other = its == NULL ? NULL : PyObject_GetAttrString(its, "device");
+                PyObject *other = its == NULL ? NULL : PyObject_GetAttr(its, self->s_device);
                 if (other == NULL)
                     goto fail;
                 Py_DECREF(other);
@@ -301,14 +322,24 @@ static PyObject *
 Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"kernel", "params", "plan", "launch", "tensor", "grid", "block",
-                             "shared_mem", "default_device", "name", NULL};
+                             "shared_mem", "default_device", "name", "devices", NULL};
     PyObject *kernel, *params, *plan, *launch, *tensor, *grid, *block, *shared_mem, *dflt,
-        *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOU:Launcher", kwlist, &kernel,
+        *name, *devices = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOUO:Launcher", kwlist, &kernel,
                                      &params, &PyTuple_Type, &plan, &PyType_Type, &launch,
                                      &PyType_Type, &tensor, &grid, &block, &shared_mem, &dflt,
-                                     &name))
+                                     &name, &devices))
         return NULL;
+    /* devices: (the ContextVar of the default ordinal, Device._instances), or None */
+    if (devices != Py_None &&
+        (!PyTuple_CheckExact(devices) || PyTuple_GET_SIZE(devices) != 2 ||
+         !PyContextVar_CheckExact(PyTuple_GET_ITEM(devices, 0)) ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(devices, 1)))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "devices must be (a ContextVar of the default ordinal, a dict of "
+                        "Devices by ordinal) or None");
+        return NULL;
+    }
     Launcher *self = (Launcher *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -319,6 +350,10 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->block = Py_NewRef(block);
     self->shared_mem = Py_NewRef(shared_mem);
     self->default_device = Py_NewRef(dflt);
+    if (devices != Py_None) {
+        self->default_ordinal = Py_NewRef(PyTuple_GET_ITEM(devices, 0));
+        self->devices = Py_NewRef(PyTuple_GET_ITEM(devices, 1));
+    }
     self->name = Py_NewRef(name);
     self->launch_t = (PyTypeObject *)Py_NewRef(launch);
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
@@ -345,6 +380,7 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_launch_checked, "_launch_checked")
     NAME(s_check_aliasing, "_check_aliasing")
     NAME(s_device_of, "_device_of")
+    NAME(s_device, "device")
 #undef NAME
     PyTypeObject *L = self->launch_t, *T = self->tensor_t;
     if (slot_offset(L, "_consumed", &self->o_consumed) < 0 ||
@@ -380,6 +416,8 @@ Launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->block);
     Py_VISIT(self->shared_mem);
     Py_VISIT(self->default_device);
+    Py_VISIT(self->default_ordinal);
+    Py_VISIT(self->devices);
     Py_VISIT(self->launch_t);
     Py_VISIT(self->tensor_t);
     if (self->plan != NULL) {
@@ -402,6 +440,8 @@ Launcher_clear(Launcher *self)
     Py_CLEAR(self->block);
     Py_CLEAR(self->shared_mem);
     Py_CLEAR(self->default_device);
+    Py_CLEAR(self->default_ordinal);
+    Py_CLEAR(self->devices);
     Py_CLEAR(self->launch_t);
     Py_CLEAR(self->tensor_t);
     plan_free(self);
@@ -423,6 +463,7 @@ Launcher_dealloc(Launcher *self)
     Py_CLEAR(self->s_launch_checked);
     Py_CLEAR(self->s_check_aliasing);
     Py_CLEAR(self->s_device_of);
+    Py_CLEAR(self->s_device);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -460,7 +501,7 @@ static PyType_Slot Launcher_slots[] = {
     {Py_tp_getset, Launcher_getset},
     {Py_tp_members, Launcher_members},
     {Py_tp_doc, (void *)"Launcher(*, kernel, params, plan, launch, tensor, grid, block, "
-                        "shared_mem, default_device, name)\n--\n\n"
+                        "shared_mem, default_device, name, devices)\n--\n\n"
                         "kernel[grid, block, shared_mem] as a native callable "
                         "(cuasync._launcher.make_launcher makes one per configuration)."},
     {0, NULL},

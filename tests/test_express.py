@@ -661,7 +661,7 @@ def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
         core=native.Express, fallback=fallback, finish=fallback, completion=express._completion,
         loops=express._loops, get_running_loop=lambda: None, running_adapter=lambda: None,
         policy=express._policy, stream_for=lambda device: None, current_tasks=None,
-        round_robin=None,
+        round_robin=None, single_stream=None,
     )  # fmt: skip
     monkeypatch.setattr(get_hub(), "express", None)  # no core: the fallback takes the op
     holder.append(mine(object()))
@@ -745,3 +745,68 @@ async def test_a_future_dropped_unawaited_lets_its_work_land_and_frees_it(
     await wait_until(lambda: cuasync.stats().slots_armed == before)
     np.testing.assert_array_equal(await x.to_host(), np.full(8, 2, np.float32))
     path.check()
+
+
+async def test_an_await_runs_on_the_stream_its_policy_names_at_that_await(
+    anyio_backend: Any, baseline: Any, path: Path
+) -> None:
+    # The native core reads a SingleStream's stream itself, each time (no Python call);
+    # a policy of any other class, a SingleStream subclass included, is asked.
+    device = cuasync.Device(0)
+    a, b = device.new_stream(), device.new_stream()
+    x = await cuasync.zeros((64,), dtype="float32")
+
+    def counts() -> tuple[int, int]:
+        return a._submitted, b._submitted
+
+    policy = cuasync.SingleStream(a)
+    with cuasync.use_policy(policy):
+        before = counts()
+        await bump[1, 64](x, 64)
+        policy.stream = b  # (read again by the next await)
+        await bump[1, 64](x, 64)
+        assert np.subtract(counts(), before).tolist() == [1, 1]
+
+    class Alternating(cuasync.SingleStream):
+        def next_stream(self) -> cuasync.Stream:
+            self.stream = b if self.stream is a else a
+            return self.stream
+
+    with cuasync.use_policy(Alternating(a)):
+        before = counts()
+        for _ in range(3):
+            await bump[1, 64](x, 64)
+        assert np.subtract(counts(), before).tolist() == [1, 2]
+    np.testing.assert_array_equal(await x.to_host(), np.full(64, 5, np.float32))
+    path.check()
+
+
+def test_a_launch_without_tensors_runs_on_its_contexts_default_device() -> None:
+    # A launch with no tensor runs on the default device of the context it is built in,
+    # read in C where that Device is made already (else get_default_device makes it).
+    from conftest import run_script
+
+    out = run_script(
+        """
+        import cuasync
+        from cuasync._core.device import Device
+
+        k = cuasync.Kernel('extern "C" __global__ void nop() {}', "nop", emulate=lambda: None)
+        if cuasync.device_count() < 2:
+            print("one device")
+        else:
+            made = 1 in Device._instances
+            with cuasync.use_device(1):
+                op = k[1, 32]()
+            first = op.device is Device(1)
+            op.sync()
+            op = k[1, 32]()
+            print(made, first, op.device is Device(0), type(k[1, 32]).__name__)
+            op.sync()
+        """
+    )
+    if out.stdout.strip() == "one device":
+        pytest.skip("needs two devices (CUASYNC_EMU_DEVICES=2 on the emulator)")
+    made, first, default, launcher = out.stdout.split()
+    assert (made, first, default) == ("False", "True", "True")
+    assert launcher == ("Launcher" if get_hub().native is not None else "function")

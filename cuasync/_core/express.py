@@ -48,7 +48,7 @@ from .device import Stream, get_default_device
 from .loops import running_adapter
 from .op import DeviceFuture, DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
-from .scheduling import StreamPoolRoundRobin, _policy, stream_for
+from .scheduling import SingleStream, StreamPoolRoundRobin, _policy, stream_for
 
 __all__ = [
     "GENERIC",
@@ -402,6 +402,7 @@ def launch_awaiter(fallback: Callable[..., Any]) -> Any:
         loops=_loops, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
         current_tasks=_loops.current_tasks_table(), round_robin=StreamPoolRoundRobin,
+        single_stream=SingleStream,
     )  # fmt: skip
 
 
