@@ -156,8 +156,8 @@ settle_inline(Express *self, PyObject *stream, PyObject *slot, long long seqv, P
     PyObject *completed = slot_get(stream, self->st.completed);
     if (completed == NULL || !PyLong_CheckExact(completed) || PyLong_AsLongLong(completed) < seqv)
         slot_set(stream, self->st.completed, Py_NewRef(seq));
-    if (PyList_Append(self->free, slot) < 0)
-        return -1;
+    if (PyErr_Occurred() || PyList_Append(self->free, slot) < 0)
+        return -1; /* (a completed number past 2**63: the slot stays out) */
     self->completed_inline++;
     return 0;
 }

@@ -324,7 +324,7 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"kernel", "params", "plan", "launch", "tensor", "grid", "block",
                              "shared_mem", "default_device", "name", "devices", NULL};
     PyObject *kernel, *params, *plan, *launch, *tensor, *grid, *block, *shared_mem, *dflt,
-        *name, *devices = Py_None;
+        *name, *devices;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOUO:Launcher", kwlist, &kernel,
                                      &params, &PyTuple_Type, &plan, &PyType_Type, &launch,
                                      &PyType_Type, &tensor, &grid, &block, &shared_mem, &dflt,

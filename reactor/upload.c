@@ -325,8 +325,9 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
     b->default_device = Py_NewRef(default_device);
     b->devices = Py_NewRef(devices);
     b->config_dict = Py_NewRef(PyModule_GetDict(config));
-    builder_free(self->builder);
+    struct upload_builder *old = self->builder; /* (detached before it is freed) */
     self->builder = b;
+    builder_free(old);
     Py_RETURN_NONE;
 }
 
@@ -687,7 +688,9 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
                                     : PyObject_Vectorcall((PyObject *)self->tensor_t, a3, 3, NULL);
     Py_DECREF(alloc);
     if (tensor != NULL) {
-        slot_set(op, self->u_output, tensor);
+        /* (the op's, and ours until returned: Python runs, and the GIL is released,
+         * before the tensor is handed back) */
+        slot_set(op, self->u_output, Py_NewRef(tensor));
         long long spin_us = 0;
         PyObject *spin_obj = NULL;
         PyObject *completed = slot_get(stream, self->st.completed);
@@ -724,6 +727,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
             Py_XDECREF(addr);
         }
         Py_XDECREF(spin_obj);
+        Py_DECREF(tensor);
     }
     if (result == NULL) {
         /* copied, and an error before Python has it (no output made, out of memory): its
