@@ -72,3 +72,35 @@ def test_plot_without_matplotlib_says_which_extra_before_measuring() -> None:
     out = conftest.run_python("-c", code, timeout=120).stdout
     assert "refused: --plot needs matplotlib: pip install 'cuasync[plot]'" in out
     assert "== completion" not in out  # nothing was measured first
+
+
+def test_interleaved_candidates_take_turns() -> None:
+    # The rows whose ratio is a target time their candidates in turns of `block` calls
+    # (each sample one call), the warm-up first, `between` after each turn, untimed.
+    import asyncio
+
+    from cuasync.bench._util import interleaved, interleaved_awaits
+
+    calls: list[str] = []
+    samples = interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        5,
+        block=2,
+        warmup=1,
+        between=lambda: calls.append("|"),
+    )
+    assert "".join(calls) == "ab|aa|bb|aa|bb|a|b|"
+    assert [len(samples["a"]), len(samples["b"])] == [5, 5]
+    assert all(isinstance(ns, int) and ns >= 0 for ns in samples["a"] + samples["b"])
+
+    order: list[str] = []
+
+    async def awaited() -> None:
+        order.append("w")
+
+    async def main() -> tuple[list[int], list[int]]:
+        return await interleaved_awaits(awaited, lambda: order.append("c"), 45, block=20)
+
+    awaits, blocking = asyncio.run(main())
+    assert (len(awaits), len(blocking)) == (45, 45)
+    assert "".join(order[100:]) == "w" * 20 + "c" * 20 + "w" * 20 + "c" * 20 + "w" * 5 + "c" * 5
