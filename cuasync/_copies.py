@@ -171,8 +171,8 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
         except Exception as exc:
             raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
         dtype = as_dtype(source.dtype, "array.dtype")
-    target = get_default_device() if device is None else Device(device)  # (_device_arg)
-    cls, node = _upload or _upload_classes()
+    target = _device_arg(device)
+    cls, node = _upload_classes()
     work = _HostUpload(source, dtype)
     return cls(node("pending", "from_host", source.shape, dtype, work, (), (), target))
 

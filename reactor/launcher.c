@@ -54,15 +54,9 @@ static PyObject *
 default_device_of(Launcher *self)
 {
     if (self->default_ordinal != NULL) {
-        PyObject *ordinal = NULL;
-        if (PyContextVar_Get(self->default_ordinal, NULL, &ordinal) < 0)
-            return NULL;
-        PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(self->devices, ordinal);
-        Py_XDECREF(ordinal);
-        if (device != NULL)
-            return Py_NewRef(device);
-        if (PyErr_Occurred())
-            return NULL;
+        PyObject *device = made_default_device(self->default_ordinal, self->devices);
+        if (device != NULL || PyErr_Occurred())
+            return device;
     }
     return PyObject_CallNoArgs(self->default_device);
 }

@@ -280,6 +280,21 @@ slot_get(PyObject *o, Py_ssize_t off)
     return *(PyObject **)((char *)o + off);
 }
 
+/* cuasync.get_default_device()'s common case: the Device of the ordinal the ContextVar
+ * var holds, among those made (devices: Device._instances). A new reference; NULL with
+ * no error set when it is not made yet (get_default_device makes it), NULL with the
+ * error set on a failure. */
+static inline PyObject *
+made_default_device(PyObject *var, PyObject *devices)
+{
+    PyObject *ordinal = NULL;
+    if (PyContextVar_Get(var, NULL, &ordinal) < 0)
+        return NULL;
+    PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(devices, ordinal);
+    Py_XDECREF(ordinal);
+    return Py_XNewRef(device);
+}
+
 /* Replace it (v: a new reference, stolen). */
 static inline void
 slot_set(PyObject *o, Py_ssize_t off, PyObject *v)

@@ -348,14 +348,9 @@ Express_build_upload(Express *self, PyObject *array)
     PyObject *debug = PyDict_GetItemWithError(b->config_dict, b->s_debug_origins);
     if (debug != Py_False) /* (recording origins, or not asked yet: Python asks) */
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    PyObject *ordinal = NULL;
-    if (PyContextVar_Get(b->default_device, NULL, &ordinal) < 0)
-        return NULL;
-    PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(b->devices, ordinal);
-    Py_XDECREF(ordinal);
-    if (device == NULL) /* (no default set, or its Device not made yet) */
+    PyObject *device = made_default_device(b->default_device, b->devices);
+    if (device == NULL) /* (its Device not made yet: Python makes it) */
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    Py_INCREF(device);
     PyObject *dtype = PyObject_GetAttr(array, b->s_dtype);
     int known = dtype == NULL ? -1 : PyDict_Contains(b->dtypes, dtype);
     PyObject *shape = known == 1 ? PyObject_GetAttr(array, self->s_shape) : NULL;
