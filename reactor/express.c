@@ -167,17 +167,25 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
         return same < 0 ? -1 : BY_LAUNCH_KERNEL;
     if (!is_launch_packed(fast_launch))
         return BY_FAST_LAUNCH;
-    unsigned int g[3], b[3];
+    unsigned int *g = self->dims, *b = self->dims + 3;
     PyObject *shared = slot_get(op, self->op.shared_mem);
     PyObject *handle = slot_get(stream, self->st.handle);
-    if (!dim3(slot_get(op, self->op.grid), g) || !dim3(slot_get(op, self->op.block), b) ||
-        shared == NULL || !PyLong_CheckExact(shared) || handle == NULL)
-        return BY_FAST_LAUNCH; /* (the backend's own call checks them, and words it) */
-    launch_config *c = &nl->c;
+    PyObject *grid = slot_get(op, self->op.grid), *block = slot_get(op, self->op.block);
+    if (grid == NULL || grid != self->dims_grid || block != self->dims_block) {
+        Py_CLEAR(self->dims_grid); /* (parsed again: tuples, so the same objects are) */
+        Py_CLEAR(self->dims_block);
+        if (!dim3(grid, g) || !dim3(block, b))
+            return BY_FAST_LAUNCH; /* (the backend's own call checks them, and words it) */
+        self->dims_grid = Py_NewRef(grid);
+        self->dims_block = Py_NewRef(block);
+    }
+    if (shared == NULL || !PyLong_CheckExact(shared) || handle == NULL)
+        return BY_FAST_LAUNCH;
+    launch_config *c = &nl->c; /* (the dims copied before anything can run Python) */
+    c->gx = g[0], c->gy = g[1], c->gz = g[2], c->bx = b[0], c->by = b[1], c->bz = b[2];
     if (get_u64(PyTuple_GET_ITEM(fast, 0), &c->function) < 0 ||
         get_u64(handle, &c->stream) < 0)
         return -1;
-    c->gx = g[0], c->gy = g[1], c->gz = g[2], c->bx = b[0], c->by = b[1], c->bz = b[2];
     unsigned long sm = PyLong_AsUnsignedLong(shared);
     if (PyErr_Occurred() || sm > 0xFFFFFFFFul) {
         PyErr_Clear();
@@ -1130,6 +1138,8 @@ Express_traverse(Express *self, visitproc visit, void *arg)
 static int
 Express_clear(Express *self)
 {
+    Py_CLEAR(self->dims_grid);
+    Py_CLEAR(self->dims_block);
     Py_CLEAR(self->hub);
     Py_CLEAR(self->backend);
     Py_CLEAR(self->stats);
@@ -2288,15 +2298,23 @@ PyType_Spec LaunchAwait_spec = {
  * ExecLock is cuasync's execution lock (``context.LOCK``) where the native module is
  * built: a non-reentrant lock with threading.Lock's methods, so that Python takes it as
  * it takes a threading.Lock (``with LOCK:``), and the express core takes it with one
- * non-blocking PyThread_acquire_lock instead of a method call. A blocking acquire waits
- * with the GIL released and runs signal handlers while it waits, as threading.Lock's
+ * compare-and-swap instead of a method call (PyThread_acquire_lock reads the clock even
+ * when it does not wait: 40 ns of every launch). The lock is the word ``held``; a thread
+ * that finds it taken sleeps on ``cv`` (counted in ``waiters``), and a release wakes one
+ * sleeper when there is any. A blocking acquire waits with the GIL released, in slices
+ * of EXEC_LOCK_SLICE_NS between which it runs signal handlers, as threading.Lock's
  * does (an exception from one, KeyboardInterrupt, is raised from the acquire).
  */
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
-    int locked;
+    _Atomic int held;    /* 1 while taken */
+    _Atomic int waiters; /* threads asleep on cv, or about to be */
+    pthread_mutex_t mu;  /* cv's mutex (held only around a sleep and a wake) */
+    pthread_cond_t cv;   /* on CLOCK_MONOTONIC, as now_ns */
+    int ready;           /* mu and cv made */
 } ExecLock;
+
+#define EXEC_LOCK_SLICE_NS 10000000ull /* a blocked acquire runs signal handlers this often */
 
 static void ExecLock_dealloc(PyObject *self);
 
@@ -2308,24 +2326,59 @@ is_exec_lock(PyObject *o)
     return Py_TYPE(o)->tp_dealloc == ExecLock_dealloc;
 }
 
+static inline int
+exec_lock_cas(ExecLock *l)
+{
+    int expected = 0;
+    return atomic_compare_exchange_strong(&l->held, &expected, 1);
+}
+
 int
 exec_lock_try(PyObject *o) /* 1 taken, 0 held elsewhere, -1 not an ExecLock */
 {
-    if (!is_exec_lock(o))
-        return -1;
-    ExecLock *l = (ExecLock *)o;
-    if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK))
-        return 0;
-    l->locked = 1;
-    return 1;
+    return is_exec_lock(o) ? exec_lock_cas((ExecLock *)o) : -1;
 }
 
 void
 exec_lock_release(PyObject *o)
 {
     ExecLock *l = (ExecLock *)o;
-    l->locked = 0;
-    PyThread_release_lock(l->lock);
+    /* (both sequentially consistent: a sleeper counts itself before its last try, so
+     * either this load sees it, or its try sees the lock free) */
+    atomic_store(&l->held, 0);
+    if (atomic_load(&l->waiters) > 0) {
+        pthread_mutex_lock(&l->mu);
+        pthread_cond_signal(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+    }
+}
+
+/* One slice of a blocked acquire, the GIL released: 1 taken, 0 the deadline (ns of
+ * now_ns, 0 none) passed, 2 the slice ended first. */
+static int
+exec_lock_sleep(ExecLock *l, uint64_t deadline)
+{
+    uint64_t until = now_ns() + EXEC_LOCK_SLICE_NS;
+    if (deadline != 0 && deadline < until)
+        until = deadline;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+                          .tv_nsec = (long)(until % 1000000000u)};
+    int r;
+    pthread_mutex_lock(&l->mu);
+    atomic_fetch_add(&l->waiters, 1);
+    for (;;) {
+        if (exec_lock_cas(l)) {
+            r = 1;
+            break;
+        }
+        if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) {
+            r = exec_lock_cas(l) ? 1 : deadline != 0 && now_ns() >= deadline ? 0 : 2;
+            break;
+        }
+    }
+    atomic_fetch_sub(&l->waiters, 1);
+    pthread_mutex_unlock(&l->mu);
+    return r;
 }
 
 /* Block until taken or timeout_us (-1: forever) passed, the GIL released; -1 with the
@@ -2334,32 +2387,19 @@ exec_lock_release(PyObject *o)
 static int
 exec_lock_wait(ExecLock *l, long long timeout_us)
 {
-    if (PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) {
-        l->locked = 1;
+    if (exec_lock_cas(l))
         return 1;
-    }
     if (timeout_us == 0)
         return 0;
     uint64_t deadline = timeout_us > 0 ? now_ns() + (uint64_t)timeout_us * 1000u : 0;
     for (;;) {
-        long long left = -1;
-        if (timeout_us > 0) {
-            uint64_t now = now_ns();
-            if (now >= deadline)
-                return 0;
-            left = (long long)((deadline - now) / 1000u);
-        }
-        PyLockStatus r;
+        int r;
         Py_BEGIN_ALLOW_THREADS
-        r = PyThread_acquire_lock_timed(l->lock, left, 1);
+        r = exec_lock_sleep(l, deadline);
         Py_END_ALLOW_THREADS
-        if (r == PY_LOCK_ACQUIRED) {
-            l->locked = 1;
-            return 1;
-        }
-        if (r == PY_LOCK_FAILURE)
-            return 0;
-        if (Py_MakePendingCalls() < 0) /* PY_LOCK_INTR: a signal; its handler may raise */
+        if (r != 2)
+            return r;
+        if (Py_MakePendingCalls() < 0) /* signal handlers (the main thread's): may raise */
             return -1;
     }
 }
@@ -2374,11 +2414,21 @@ ExecLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ExecLock *self = (ExecLock *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if ((self->lock = PyThread_allocate_lock()) == NULL) {
-        Py_DECREF(self);
-        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
-        return NULL;
+    pthread_condattr_t attr;
+    int err = pthread_condattr_init(&attr);
+    if (err == 0) {
+        err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        if (err == 0 && (err = pthread_cond_init(&self->cv, &attr)) == 0 &&
+            (err = pthread_mutex_init(&self->mu, NULL)) != 0)
+            pthread_cond_destroy(&self->cv);
+        pthread_condattr_destroy(&attr);
     }
+    if (err != 0) {
+        Py_DECREF(self);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->ready = 1;
     return (PyObject *)self;
 }
 
@@ -2387,10 +2437,9 @@ ExecLock_dealloc(PyObject *o)
 {
     ExecLock *self = (ExecLock *)o;
     PyTypeObject *tp = Py_TYPE(self);
-    if (self->lock != NULL) {
-        if (self->locked)
-            PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
+    if (self->ready) { /* (no sleeper: each holds a reference) */
+        pthread_cond_destroy(&self->cv);
+        pthread_mutex_destroy(&self->mu);
     }
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -2453,7 +2502,7 @@ ExecLock_enter(ExecLock *self, PyObject *Py_UNUSED(arg))
 static PyObject *
 ExecLock_release(ExecLock *self, PyObject *Py_UNUSED(arg))
 {
-    if (!self->locked) {
+    if (!atomic_load(&self->held)) {
         PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
         return NULL;
     }
@@ -2471,14 +2520,14 @@ ExecLock_exit(ExecLock *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 ExecLock_locked(ExecLock *self, PyObject *Py_UNUSED(arg))
 {
-    return PyBool_FromLong(self->locked);
+    return PyBool_FromLong(atomic_load(&self->held));
 }
 
 static PyObject *
 ExecLock_repr(ExecLock *self)
 {
     return PyUnicode_FromFormat("<cuasync._reactor.ExecLock %s>",
-                                self->locked ? "locked" : "unlocked");
+                                atomic_load(&self->held) ? "locked" : "unlocked");
 }
 
 static PyMethodDef ExecLock_methods[] = {

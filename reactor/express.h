@@ -94,6 +94,8 @@ typedef struct {
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
+    PyObject *dims_grid, *dims_block; /* the last launch's grid and block tuples, */
+    unsigned int dims[6];             /* read: a Launcher's are the same objects */
     struct upload_builder *builder; /* from_host's op built in C (Express.set_builder) */
 } Express;
 
