@@ -99,7 +99,7 @@ def inject_fault(device: int = 0, code: int = 715) -> None:
 
 def commands_enqueued() -> int:
     """How many commands (copies, kernels, flag writes, ...) have been enqueued so far."""
-    return _emulator().enqueued
+    return _emulator().counts.enqueued
 
 
 def set_peer_access(capable: bool) -> None:
@@ -132,7 +132,7 @@ def peer_access_enabled(device: int, peer: int) -> bool:
 
 def peer_copies() -> int:
     """How many direct device-to-device copies between two devices were enqueued so far."""
-    return _emulator().peer_copies
+    return _emulator().counts.peer_copies
 
 
 def pageable_copies() -> int:
@@ -143,7 +143,7 @@ def pageable_copies() -> int:
     >>> emu.pageable_copies() == before
     True
     """
-    return _emulator().pageable_copies
+    return _emulator().counts.pageable_copies
 
 
 def load_module(twins: Mapping[str, Callable[..., Any]], device: int = 0) -> int:

@@ -136,7 +136,7 @@ typedef struct {
 /* Which way the launch goes (BY_*), nl filled for BY_NATIVE; -1 an error (packing). */
 static int
 launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
-            PyObject *fast_launch, native_launch *nl)
+            PyObject *fast_launch, PyObject *current, native_launch *nl)
 {
     if (fast_launch == Py_None)
         return BY_LAUNCH_KERNEL;
@@ -144,9 +144,6 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         slot_get(stream, self->st.owned) != Py_True)
         return BY_LAUNCH_KERNEL;
-    PyObject *current = dict_attr(self->backend_dict, self->backend, self->s_current);
-    if (current == NULL)
-        return -1;
     long mine = current_ordinal_of(current); /* (a CurrentOrdinal: no lookup) */
     int same;
     if (mine != -2) {
@@ -162,7 +159,6 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
                                                           Py_EQ);
         Py_XDECREF(ordinal);
     }
-    Py_DECREF(current);
     if (same <= 0)
         return same < 0 ? -1 : BY_LAUNCH_KERNEL;
     if (!is_launch_packed(fast_launch))
@@ -584,40 +580,49 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
         return generic(self);
     int t;
-    if ((t = hub_allows(self)) <= 0)
-        return t < 0 ? NULL : generic(self);
+    PyObject *fast_launch, *current, *budget; /* (launch_state's: dropped on the way out) */
+    if (launch_state(self, &t, &fast_launch, &current, &budget) < 0)
+        return NULL;
+    if (!t)
+        return generic(self);
+#define EARLY_RETURN(value)                                                                   \
+    do {                                                                                      \
+        PyObject *value_ = (value);                                                           \
+        Py_DECREF(fast_launch);                                                               \
+        Py_DECREF(current);                                                                   \
+        Py_DECREF(budget);                                                                    \
+        return value_;                                                                        \
+    } while (0)
     PyObject *ordinal = slot_get(prepared, self->p_ordinal);
     if (ordinal == NULL)
-        return generic(self);
+        EARLY_RETURN(generic(self));
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first launch on the device): asked here, as
          * express._enqueue does, so that the first launch is not declined */
         PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
         if (answer == NULL)
-            return NULL;
+            EARLY_RETURN(NULL);
         memops = answer == Py_True ? Py_True : Py_False; /* (immortal enough: a bool) */
         Py_DECREF(answer);
     }
     if (memops != Py_True)
-        return PyErr_Occurred() ? NULL : generic(self);
+        EARLY_RETURN(PyErr_Occurred() ? NULL : generic(self));
     char uses[PARAM_COUNT_MAX];
     PyObject *allocs[PARAM_COUNT_MAX];
     Py_ssize_t ntensors = PyList_GET_SIZE(tensors);
     if ((t = check_tensors(self, tensors, device, uses, allocs)) <= 0)
-        return t < 0 ? NULL : generic(self);
+        EARLY_RETURN(t < 0 ? NULL : generic(self));
+#undef EARLY_RETURN
 
     /* made before the lock: what a native launch needs, and the access records */
-    PyObject *fast_launch = dict_attr(self->backend_dict, self->backend, self->s_fast_launch);
-    if (fast_launch == NULL)
-        return NULL;
     native_launch nl;
     PyObject *records[PARAM_COUNT_MAX];
     PyObject *box = NULL, *result = NULL;
     Py_ssize_t made = 0;
     subcore *sub = NULL; /* a burst's submitter (retained) */
     unsigned long long context = 0;
-    int kind = launch_kind(self, op, stream, prepared, fast_launch, &nl);
+    int kind = launch_kind(self, op, stream, prepared, fast_launch, current, &nl);
     if (kind < 0)
         goto done;
     if (kind != BY_NATIVE && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
@@ -643,17 +648,12 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     long long budget_us = 0;
     int long_ops = 0;
     if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
-        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
-        if (budget == NULL)
-            goto done;
         if (!PyLong_Check(budget)) {
             PyErr_Format(PyExc_TypeError, "the hub's spin_budget_us must be an int, not %.100s",
                          Py_TYPE(budget)->tp_name);
-            Py_DECREF(budget);
             goto done;
         }
         budget_us = PyLong_AsLongLong(budget);
-        Py_DECREF(budget);
         if (budget_us == -1 && PyErr_Occurred())
             goto done;
         if (mode == MODE_AWAIT && budget_us && (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
@@ -895,6 +895,8 @@ done:
         Py_XDECREF(records[i]);
     Py_XDECREF(box);
     Py_DECREF(fast_launch);
+    Py_DECREF(current);
+    Py_DECREF(budget);
     if (sub != NULL)
         subcore_drop(sub);
     return result;
@@ -1116,6 +1118,9 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->local);
     Py_VISIT(self->trace);
     Py_VISIT(self->hub_dict);
+    Py_VISIT(self->state.fast_launch);
+    Py_VISIT(self->state.current);
+    Py_VISIT(self->state.budget);
     Py_VISIT(self->backend_dict);
     Py_VISIT(self->trace_dict);
     Py_VISIT(self->box_type);
@@ -1140,6 +1145,7 @@ Express_clear(Express *self)
 {
     Py_CLEAR(self->dims_grid);
     Py_CLEAR(self->dims_block);
+    core_state_clear(&self->state);
     Py_CLEAR(self->hub);
     Py_CLEAR(self->backend);
     Py_CLEAR(self->stats);
@@ -1351,6 +1357,15 @@ typedef struct {
     PyTypeObject *single;      /* scheduling.SingleStream, or NULL */
     PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams, *s_single_stream;
     unsigned long long inline_awaits;
+    /* completion._hub, its core and step_aside, and loops._last, kept while their dicts
+     * and the hub's type are unchanged (CORE_STATE_KEPT, express.h) */
+    int kept_hub, kept_last;
+    uint64_t hub_tags[2]; /* completion's dict, the hub's */
+    unsigned int hub_type;
+    PyObject *hub, *hub_dict, *core; /* core: NULL when the hub has none (or no hub) */
+    int step_aside;
+    uint64_t last_tag; /* loops' dict */
+    PyObject *last;
 } LaunchAwait;
 
 /*
@@ -1508,6 +1523,84 @@ next_stream_of(LaunchAwait *self, PyObject *policy)
     return PyObject_CallMethodNoArgs(policy, self->s_next_stream);
 }
 
+static void
+await_state_clear(LaunchAwait *self)
+{
+    self->kept_hub = self->kept_last = 0;
+    Py_CLEAR(self->hub);
+    Py_CLEAR(self->hub_dict);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->last);
+}
+
+/* The hub's core (a new reference; NULL, no error, when there is no hub or no core) and
+ * its step_aside, as completion._hub.express and .step_aside read now or kept. 0, or -1
+ * with an error set. */
+static int
+await_core(LaunchAwait *self, PyObject **core, int *step_aside)
+{
+    *core = NULL;
+    *step_aside = 0;
+    uint64_t tag = dict_tag(self->completion_dict);
+    if (CORE_STATE_KEPT && self->kept_hub && tag == self->hub_tags[0] &&
+        dict_tag(self->hub_dict) == self->hub_tags[1] && type_tag(self->hub) == self->hub_type) {
+        *core = Py_XNewRef(self->core);
+        *step_aside = self->step_aside;
+        return 0;
+    }
+    self->kept_hub = 0;
+    Py_CLEAR(self->hub);
+    Py_CLEAR(self->hub_dict);
+    Py_CLEAR(self->core);
+    PyObject *hub = dict_attr(self->completion_dict, self->completion, self->s_hub);
+    if (hub == NULL)
+        return -1;
+    PyObject *hub_dict = hub == Py_None ? NULL : PyObject_GenericGetDict(hub, NULL);
+    uint64_t hub_tag = hub_dict == NULL ? 0 : dict_tag(hub_dict);
+    unsigned int hub_type = type_tag(hub);
+    PyObject *c = hub_dict == NULL ? NULL : dict_attr(hub_dict, hub, self->s_express);
+    int step = c == NULL ? 0 : dict_true(hub_dict, hub, self->s_step_aside);
+    if ((c == NULL && PyErr_Occurred()) || step < 0) {
+        Py_XDECREF(c);
+        Py_XDECREF(hub_dict);
+        Py_DECREF(hub);
+        return -1;
+    }
+    if (CORE_STATE_KEPT && hub_dict != NULL && hub_type != 0) { /* (tags read before) */
+        self->hub_tags[0] = tag, self->hub_tags[1] = hub_tag;
+        self->hub_type = hub_type;
+        /* (XSETREF: another thread may have filled them while the reads ran Python code) */
+        Py_XSETREF(self->hub, Py_NewRef(hub));
+        Py_XSETREF(self->hub_dict, Py_NewRef(hub_dict));
+        Py_XSETREF(self->core, Py_XNewRef(c));
+        self->step_aside = step;
+        self->kept_hub = 1;
+    }
+    Py_XDECREF(hub_dict);
+    Py_DECREF(hub);
+    *core = c;
+    *step_aside = step;
+    return 0;
+}
+
+/* loops._last, read now or kept: a new reference, or NULL with an error set. */
+static PyObject *
+await_last(LaunchAwait *self)
+{
+    uint64_t tag = dict_tag(self->loops_dict);
+    if (CORE_STATE_KEPT && self->kept_last && tag == self->last_tag)
+        return Py_NewRef(self->last);
+    self->kept_last = 0;
+    Py_CLEAR(self->last);
+    PyObject *last = dict_attr(self->loops_dict, self->loops, self->s_last);
+    if (CORE_STATE_KEPT && last != NULL && PyDict_GetItemWithError(self->loops_dict, self->s_last)) {
+        self->last_tag = tag;
+        Py_XSETREF(self->last, Py_NewRef(last));
+        self->kept_last = 1;
+    }
+    return last;
+}
+
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
 #define START_QUEUED 2
 
@@ -1524,20 +1617,10 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
         return PYGEN_ERROR;
     }
-    PyObject *hub = dict_attr(self->completion_dict, self->completion, self->s_hub);
-    if (hub == NULL)
+    PyObject *core;
+    int step_aside;
+    if (await_core(self, &core, &step_aside) < 0)
         return PYGEN_ERROR;
-    PyObject *hub_dict = hub == Py_None ? NULL : PyObject_GenericGetDict(hub, NULL);
-    PyObject *core = hub_dict == NULL ? NULL : dict_attr(hub_dict, hub, self->s_express);
-    int step_aside = core == NULL ? 0 : dict_true(hub_dict, hub, self->s_step_aside);
-    Py_XDECREF(hub_dict);
-    Py_DECREF(hub);
-    if (core == NULL && PyErr_Occurred())
-        return PYGEN_ERROR;
-    if (step_aside < 0) {
-        Py_DECREF(core);
-        return PYGEN_ERROR;
-    }
     Express *x = (Express *)core;
     if (core == NULL || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
         !Py_IS_TYPE(op, x->launch_t)) { /* (a core replaced: a test's spy) */
@@ -1546,7 +1629,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
     /* the loop's adapter: loops._last, the common case of running_adapter() */
-    PyObject *last = dict_attr(self->loops_dict, self->loops, self->s_last);
+    PyObject *last = await_last(self);
     PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
     PyObject *adapter = NULL;
     if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
@@ -2185,6 +2268,10 @@ static int
 LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->hub);
+    Py_VISIT(self->hub_dict);
+    Py_VISIT(self->core);
+    Py_VISIT(self->last);
     Py_VISIT(self->fallback);
     Py_VISIT(self->finish);
     Py_VISIT(self->completion);
@@ -2206,6 +2293,7 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
 static int
 LaunchAwait_clear(LaunchAwait *self)
 {
+    await_state_clear(self);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->finish);
     Py_CLEAR(self->completion);

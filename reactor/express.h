@@ -55,6 +55,24 @@ typedef struct {
     Py_ssize_t accesses, capturing, deferred, device, errors, fuse, retained, seq, stream;
 } context_offsets;
 
+/* What every launch reads of the hub, the trace module and the backend (hub_allows, the
+ * backend's fast_launch and current, the spin budget), kept while none of it can have
+ * changed: CPython before 3.13 gives a dict a new version tag on every change, and a
+ * type a new tp_version_tag when a class attribute (a default an instance dict lacks)
+ * changes. Elsewhere nothing is kept, and each launch reads them. */
+#if PY_VERSION_HEX < 0x030D0000
+#define CORE_STATE_KEPT 1
+#else
+#define CORE_STATE_KEPT 0
+#endif
+typedef struct {
+    int valid;
+    uint64_t tags[3];            /* the hub's, the trace module's, the backend's dict */
+    unsigned int types[2];       /* the hub's and the backend's type */
+    int allows;                  /* hub_allows() */
+    PyObject *fast_launch, *current, *budget;
+} core_state;
+
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *free, *gens, *table, *memops, *lock, *local, *trace;
@@ -94,6 +112,7 @@ typedef struct {
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
+    core_state state;                 /* the reads of every launch, kept (below) */
     PyObject *dims_grid, *dims_block; /* the last launch's grid and block tuples, */
     unsigned int dims[6];             /* read: a Launcher's are the same objects */
     struct upload_builder *builder; /* from_host's op built in C (Express.set_builder) */
@@ -147,6 +166,120 @@ hub_allows(Express *self)
         (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
         return t < 0 || PyErr_Occurred() ? -1 : 0;
     return 1;
+}
+
+/* A dict's version tag (CORE_STATE_KEPT: a new one on every change of the dict). */
+static inline uint64_t
+dict_tag(PyObject *d)
+{
+#if CORE_STATE_KEPT
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)d)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#else
+    (void)d;
+    return 0;
+#endif
+}
+
+/* A type's attribute-cache version: 0 when it has none (then nothing is kept). */
+static inline unsigned int
+type_tag(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    return PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+}
+
+static inline void
+core_state_clear(core_state *s)
+{
+    s->valid = 0;
+    Py_CLEAR(s->fast_launch);
+    Py_CLEAR(s->current);
+    Py_CLEAR(s->budget);
+}
+
+/* This launch's reads (new references in *fast, *current, *budget, set only when
+ * *allows): from self->state while nothing they come from changed, else read again
+ * (and kept, CORE_STATE_KEPT). 0, or -1 with an error set. */
+static inline int
+launch_state(Express *self, int *allows, PyObject **fast, PyObject **current, PyObject **budget)
+{
+    core_state *s = &self->state;
+    *fast = *current = *budget = NULL;
+    uint64_t tags[3] = {dict_tag(self->hub_dict), dict_tag(self->trace_dict),
+                        dict_tag(self->backend_dict)};
+    unsigned int types[2] = {type_tag(self->hub), type_tag(self->backend)};
+    if (CORE_STATE_KEPT && s->valid && tags[0] == s->tags[0] && tags[1] == s->tags[1] &&
+        tags[2] == s->tags[2] && types[0] == s->types[0] && types[1] == s->types[1]) {
+        if ((*allows = s->allows)) {
+            *fast = Py_NewRef(s->fast_launch);
+            *current = Py_NewRef(s->current);
+            *budget = Py_NewRef(s->budget);
+        }
+        return 0;
+    }
+    core_state_clear(s);
+    int t = hub_allows(self);
+    if (t < 0)
+        return -1;
+    *allows = t;
+    if (t) {
+        *fast = dict_attr(self->backend_dict, self->backend, self->s_fast_launch);
+        *current = *fast == NULL ? NULL
+                                 : dict_attr(self->backend_dict, self->backend, self->s_current);
+        *budget = *current == NULL ? NULL
+                                   : dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
+        if (*budget == NULL) {
+            Py_CLEAR(*fast);
+            Py_CLEAR(*current);
+            return -1;
+        }
+    }
+    /* kept (the tags read before the reads: a change made by them is seen next time) */
+    if (CORE_STATE_KEPT && types[0] != 0 && types[1] != 0) {
+        s->tags[0] = tags[0], s->tags[1] = tags[1], s->tags[2] = tags[2];
+        s->types[0] = types[0], s->types[1] = types[1];
+        s->allows = t;
+        /* (XSETREF: another thread may have filled it while the reads ran Python code) */
+        Py_XSETREF(s->fast_launch, Py_XNewRef(*fast));
+        Py_XSETREF(s->current, Py_XNewRef(*current));
+        Py_XSETREF(s->budget, Py_XNewRef(*budget));
+        s->valid = 1;
+    }
+    return 0;
+}
+
+/* hub_allows() and the hub's spin budget (a new reference, or NULL with an error set),
+ * through the kept state: for the paths that need no more of it (an upload). */
+static inline int
+state_allows(Express *self)
+{
+    int t;
+    PyObject *fast, *current, *budget;
+    if (launch_state(self, &t, &fast, &current, &budget) < 0)
+        return -1;
+    Py_XDECREF(fast);
+    Py_XDECREF(current);
+    Py_XDECREF(budget);
+    return t;
+}
+
+static inline PyObject *
+state_budget(Express *self)
+{
+    int t;
+    PyObject *fast, *current, *budget;
+    if (launch_state(self, &t, &fast, &current, &budget) < 0)
+        return NULL;
+    Py_XDECREF(fast);
+    Py_XDECREF(current);
+    return t ? budget : dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
 }
 
 /* express._settle for work that landed within its spin, done in C: the stream's

@@ -498,7 +498,7 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     if (mine == NULL || (mine != Py_None && mine != device) ||
         slot_get(stream, self->st.capturing) != Py_False)
         return 0;
-    int t = hub_allows(self);
+    int t = state_allows(self);
     if (t <= 0)
         return t;
     PyObject *forced = PyDict_GetItemWithError(self->pageable_dict, self->s_forced);
@@ -564,7 +564,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         (block = take_block(self, cls, nbytes_obj)) == NULL)
         goto done;
     if (mode != MODE_NO_SPIN) {
-        PyObject *budget = dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
+        PyObject *budget = state_budget(self);
         if (budget == NULL)
             goto done;
         budget_us = PyLong_Check(budget) ? PyLong_AsLongLong(budget) : -1;

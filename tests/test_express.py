@@ -636,6 +636,37 @@ async def test_a_bad_spin_budget_raises_before_anything_is_submitted(
     np.testing.assert_array_equal(await x.to_host(), np.ones(8, np.float32))
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_the_core_sees_a_changed_setting_at_the_next_launch(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What every launch reads of the hub and the backend is kept while none of it changed
+    # (express.h's core_state): a change to an instance, to a class default the instance
+    # lacks, or to the hub's core is seen by the next launch.
+    _native_await()
+    _needs_flag_slots()
+    hub = get_hub()
+    core = hub.express
+    x = await cuasync.zeros((8,), dtype="float32")
+    for _ in range(3):
+        await bump[1, 32](x, 8)  # (kept from here on)
+    declined = core.declined
+    with monkeypatch.context() as m:
+        m.setattr(type(get_backend()), "fault_seen", True)  # a class default
+        await bump[1, 32](x, 8)
+        assert core.declined == declined + 1  # seen: Python's path took the launch
+    await bump[1, 32](x, 8)
+    assert core.declined == declined + 1  # and seen gone
+    launches = core.launches
+    with monkeypatch.context() as m:
+        m.setattr(hub, "express", None)  # no core: the await takes Python's path
+        await bump[1, 32](x, 8)
+        assert core.launches == launches
+    await bump[1, 32](x, 8)
+    assert core.launches == launches + 1
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 7, np.float32))
+
+
 def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

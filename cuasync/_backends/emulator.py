@@ -312,6 +312,17 @@ _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _host_function = threading.local()
 
 
+class _Counts:
+    """What the emulator counts for tests: commands accepted (for tests that check
+    laziness), ``memcpy_peer_async`` calls, and copies with a host side outside pinned
+    memory."""
+
+    __slots__ = ("enqueued", "pageable_copies", "peer_copies")
+
+    def __init__(self) -> None:
+        self.enqueued = self.peer_copies = self.pageable_copies = 0
+
+
 class EmulatorBackend(Backend):
     """The emulator backend; see the module docstring."""
 
@@ -340,13 +351,12 @@ class EmulatorBackend(Backend):
         self._gate = threading.Event()
         self._gate.set()
         self.delay_us = delay_us
-        self.enqueued = 0  # commands accepted so far, for tests that check laziness
+        # (counters kept off this object's __dict__: the native core keeps what it reads of
+        # that dict while the dict is unchanged, and a count there would change it always)
+        self.counts = _Counts()
         #: Whether the emulated devices can reach each other's memory (a knob).
         self.peer_capable = peer_access
         self._peers_enabled: set[tuple[int, int]] = set()
-        self.peer_copies = 0  # memcpy_peer_async calls accepted so far, for tests
-        #: Copies with a host side outside pinned memory accepted so far, for tests.
-        self.pageable_copies = 0
         self._host_starts: list[int] = []  # sorted addresses of the host_alloc blocks
         self._host_ends: dict[int, int] = {}  # each block's end address
         #: Driver calls refused because they came from inside a host function (a bug).
@@ -449,7 +459,7 @@ class EmulatorBackend(Backend):
     def _enqueue(self, handle: int, command: Command) -> None:
         stream = self._stream(handle)
         self._check(stream.device)
-        self.enqueued += 1
+        self.counts.enqueued += 1
         if stream.capture is not None:
             stream.capture.append(command)
         else:
@@ -561,7 +571,7 @@ class EmulatorBackend(Backend):
             self._resolve(dst, nbytes, dst_device)[:] = self._resolve(src, nbytes, src_device)
 
         self._enqueue(stream, copy)
-        self.peer_copies += 1
+        self.counts.peer_copies += 1
 
     # -- streams -------------------------------------------------------------------
     def stream_create(self, ordinal: int, priority: int = 0) -> int:
@@ -815,7 +825,7 @@ class EmulatorBackend(Backend):
             i = bisect.bisect_right(self._host_starts, address) - 1
             end = self._host_ends[self._host_starts[i]] if i >= 0 else -1
             if address + nbytes > end:
-                self.pageable_copies += 1
+                self.counts.pageable_copies += 1
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         self._count_pageable(src, nbytes)

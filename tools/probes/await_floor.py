@@ -67,7 +67,7 @@ def rows_for(
         "raw launch + cuStreamSynchronize": raw_sync,
         "raw launch + cuStreamWriteValue32 + spin_wait": raw_flag,
         "_reactor.launch_and_write + spin_wait": native_flag,
-        "tiny[1, 32]().sync_on(stream)": lambda: tiny[1, 32]().sync_on(stream),
+        "tiny[1, 32]().sync_on(stream)": lambda: tiny[1, 32]().sync_on(stream, allow_in_loop=True),
     }
 
 
