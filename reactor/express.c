@@ -1523,6 +1523,24 @@ next_stream_of(LaunchAwait *self, PyObject *policy)
     return PyObject_CallMethodNoArgs(policy, self->s_next_stream);
 }
 
+/* Whether the weak reference w refers to o (PyWeakref_GET_OBJECT is deprecated in 3.13). */
+static inline int
+weakref_is(PyObject *w, PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *r;
+    if (PyWeakref_GetRef(w, &r) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = r == o;
+    Py_XDECREF(r);
+    return same;
+#else
+    return PyWeakref_GET_OBJECT(w) == o;
+#endif
+}
+
 static void
 await_state_clear(LaunchAwait *self)
 {
@@ -1634,7 +1652,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     PyObject *adapter = NULL;
     if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
         PyWeakref_CheckRef(PyTuple_GET_ITEM(last, 0)) &&
-        PyWeakref_GET_OBJECT(PyTuple_GET_ITEM(last, 0)) == running &&
+        weakref_is(PyTuple_GET_ITEM(last, 0), running) &&
         PyTuple_GET_ITEM(last, 1) != Py_None)
         adapter = Py_NewRef(PyTuple_GET_ITEM(last, 1));
     Py_XDECREF(last);
