@@ -100,7 +100,7 @@ tensor_ptr(Express *self, PyObject *tensor, unsigned long long *out)
 static int
 dim3(PyObject *t, unsigned int *out)
 {
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3)
+    if (t == NULL || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) /* (NULL: unset) */
         return 0;
     for (int i = 0; i < 3; i++) {
         PyObject *v = PyTuple_GET_ITEM(t, i);
