@@ -42,6 +42,21 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         for r in awaits:
             assert "inline" in r["note"]
             assert ("interleaved with the raw loop" in r["note"]) == raw, r
+        # spin 0: the awaits the reactor woke, apart from those that finished inline
+        spin0 = next(
+            r for r in rows if r["name"] == "asyncio: cuasync await tiny kernel, spin 0 (reactor)"
+        )
+        reactor = int(spin0["note"].split("reactor ")[1].split(",")[0])
+        woken = [r for r in rows if r["name"].endswith("spin 0, woken by the reactor")]
+        if reactor:
+            assert woken, spin0
+            count = int(woken[0]["note"].split(" of ")[0])
+            assert 0 < count <= reactor  # (the 50 warm-up awaits are counted in the stats only)
+        targets = [r for r in rows if r["name"].startswith("asyncio: spin-0 p50 - raw p50")]
+        assert len(targets) == raw  # (the ratios need the raw loop: a GPU)
+        for target in targets:
+            expected = "of the awaits the reactor woke" if woken else "of every spin-0 await"
+            assert target["note"] == expected
     if suite == "priority":
         names = {r["name"] for r in rows}
         assert "tiny kernel under batch load, default priority" in names

@@ -114,7 +114,7 @@ def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
         inline = next(
             (v for k, v in rows.items() if k.startswith("spin ") and k != "spin 0 (reactor)"), None
         )
-        reactor = rows.get("spin 0 (reactor)")
+        reactor = rows.get("woken by the reactor") or rows.get("spin 0 (reactor)")
         if inline is not None and reactor is not None:
             report.value(
                 SUITE,

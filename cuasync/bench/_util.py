@@ -199,6 +199,36 @@ async def await_latency(kernel: Any, n: int, stream: Any) -> list[int]:
     return out
 
 
+async def await_latency_by_path(kernel: Any, n: int, stream: Any) -> tuple[list[int], list[int]]:
+    """:func:`await_latency`'s samples, and of them those of the awaits the native reactor
+    woke (its ``completed_reactor`` counter moved during the await).
+
+    With a spin budget of 0 an await still finishes inline when its work landed before it
+    parked, so the p50 of all of them mixes the two paths in proportions that change with
+    the machine's speed; the second list is the reactor's alone.
+
+    >>> every, woken = run_loop("uvloop", lambda: await_latency_by_path(k, 2000, s))
+    """
+    import cuasync
+    from cuasync._core.completion import get_hub
+
+    stats = get_hub().stats
+    clock = time.perf_counter_ns
+    every: list[int] = []
+    woken: list[int] = []
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        for i in range(n + 50):
+            before = stats.completed_reactor
+            t0 = clock()
+            await kernel[1, 32]()
+            t = clock() - t0
+            if i >= 50:
+                every.append(t)
+                if stats.completed_reactor != before:
+                    woken.append(t)
+    return every, woken
+
+
 KiB, MiB = 1 << 10, 1 << 20
 
 
