@@ -86,3 +86,26 @@ def test_an_unavailable_sync_mode_is_a_typed_error_naming_the_fix() -> None:
     assert _host_task_mode(get_backend(), "reactor") is None
     if get_backend().host_task_modes_problem() is None:
         assert _host_task_mode(get_backend(), "callback-spin") == HOST_TASK_SPINWAIT
+
+
+PER_THREAD_STREAM_HELD = """
+import time, cuasync, cuasync.testing as ct
+ptds = cuasync.Stream.from_handle(2)  # this thread's per-thread default stream
+cuasync.wait(ptds).sync()
+with ct.gate(ptds):
+    after = cuasync.wait(2).submit()  # completes through a host function behind the gate
+    deadline = time.monotonic() + 0.1  # 20 probe intervals of the background watcher
+    while time.monotonic() < deadline and not after.done():
+        time.sleep(0.001)
+    print("pending" if not after.done() else "finished behind a closed gate")
+after.wait()
+print("probes", cuasync.stats().stale_probes > 0)
+"""
+
+
+def test_a_probe_from_another_thread_does_not_finish_per_thread_stream_work() -> None:
+    # Handle 2 names the calling thread's per-thread default stream: the background
+    # watcher, querying it from its own thread for a fault, found its own idle stream and
+    # took the held host function for one whose signal was lost (issue 35, item 9).
+    r = run_script(PER_THREAD_STREAM_HELD, CUASYNC_HOST_SYNC="callback", CUASYNC_STALE_US="100")
+    assert r.stdout.split() == ["pending", "probes", "True"], r.stdout

@@ -48,6 +48,12 @@ class EmulatedTrap(EmulatedFault):
 HOST_TASK_BLOCKING = 0
 HOST_TASK_SPINWAIT = 1
 
+#: Stream handles with a meaning of their own: the legacy default stream (one per
+#: context) and the per-thread default stream, which names a different stream on each
+#: thread that uses it.
+LEGACY_STREAM = 1
+PER_THREAD_STREAM = 2
+
 #: Stream capture modes, as in ``CUstreamCaptureMode``.
 CAPTURE_GLOBAL = 0
 CAPTURE_THREAD_LOCAL = 1

@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._backends import get_backend
-from .._backends.base import HOST_TASK_BLOCKING, HOST_TASK_SPINWAIT, Backend
+from .._backends.base import (
+    HOST_TASK_BLOCKING,
+    HOST_TASK_SPINWAIT,
+    LEGACY_STREAM,
+    PER_THREAD_STREAM,
+    Backend,
+)
 from .._config import CONFIG
 from .._curesult import Code
 from .._exceptions import fresh
@@ -789,7 +795,14 @@ class Hub:
             with stream._lock:
                 if stream._capturing:
                     return
-                idle = self.backend.stream_query(stream.handle)
+                if stream.handle == PER_THREAD_STREAM:
+                    # Handle 2 names the querying thread's own per-thread stream, not
+                    # the one the work went to: ask the context (a fault is sticky for
+                    # all of it) through the legacy stream, and learn nothing of idleness.
+                    self.backend.stream_query(LEGACY_STREAM)
+                    idle = False
+                else:
+                    idle = self.backend.stream_query(stream.handle)
         except DeviceFaultError as exc:
             self.fail_device(comp.device, exc)
         except DeviceError as exc:

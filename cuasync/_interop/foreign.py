@@ -22,14 +22,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._backends import get_backend
+from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.context import LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
 from .._exceptions import report_once
 
-#: Stream handles with a meaning of their own: the legacy and per-thread default streams.
-LEGACY_STREAM = 1
-PER_THREAD_STREAM = 2
 
 
 @contextlib.contextmanager
