@@ -29,7 +29,6 @@ from .._core.memory import Allocation
 from .._exceptions import report_once
 
 
-
 @contextlib.contextmanager
 def submission_lock() -> Iterator[None]:
     """The execution lock, unless this thread already holds it (inside a ``then``)."""
