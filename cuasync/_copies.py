@@ -98,8 +98,9 @@ def copy_strided(
 
 
 def memcpy_able(t: Tensor) -> bool:
-    """Whether the copy engines can read ``t``: no reversed or broadcast (stride <= 0) axis."""
-    return all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
+    """Whether the copy engines can read (or write) ``t``: no reversed or broadcast
+    (stride <= 0) axis, or no element at all (an empty copy is no driver call)."""
+    return t.size == 0 or all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
 
 
 def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
@@ -235,7 +236,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
         block = staging_pool().acquire(t.nbytes)
         view = t
-        if not memcpy_able(t) and t.size:  # a reversed or broadcast view: gather it first
+        if not memcpy_able(t):  # a reversed or broadcast view: gather it first
             view = new_tensor(ctx, t.shape, t.dtype, "to_host")
             kernel_copy(ctx, view, t)
         src = ctx.read(view.allocation) + view.offset * view.itemsize
@@ -262,8 +263,7 @@ def dup(tensor: Tensor) -> TensorOp:
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, t.shape, t.dtype, "dup")
         if not memcpy_able(t):  # a reversed or broadcast view: a kernel gathers it
-            if t.size:
-                kernel_copy(ctx, out, t)
+            kernel_copy(ctx, out, t)
             return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
         copy_strided(
@@ -328,8 +328,6 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         if gather:  # a reversed or broadcast source: a kernel gathers it
-            if not s.size:
-                return Output.ready(d)
             if d.is_contiguous:
                 kernel_copy(ctx, d.reshape(s.shape), s)
                 return Output.ready(d)

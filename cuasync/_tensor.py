@@ -158,6 +158,20 @@ def _unsupported_index(item: Any) -> str:
     return f"{given}: use ints, slices, '...' or None"
 
 
+def derived_view(base: Tensor, shape: Shape, strides: Shape, offset: int) -> Tensor:
+    """A view of ``base``'s allocation starting at ``offset``; an empty one keeps
+    ``base.offset``.
+
+    Moving along the axes of an empty view (``t[::-1]`` where another axis is 0) could put
+    its offset past the end of the allocation: the view touches nothing, but its pointer,
+    passed to a kernel or copy, would not be inside device memory. Keeping ``base``'s
+    offset, valid by the same rule, keeps every view's pointer inside its allocation.
+    """
+    if 0 in shape:
+        offset = base.offset
+    return Tensor(base.allocation, shape, base.dtype, strides, offset)
+
+
 class Tensor(TensorOperators, ProcessLocal):
     """An n-dimensional array in device memory.
 
@@ -402,7 +416,7 @@ class Tensor(TensorOperators, ProcessLocal):
             dim, stride = self.shape[axis], self.strides[axis]
             if type(item) is slice:
                 start, n, step = self._check_slice(item, dim, axis)
-                offset += start * stride if n else 0
+                offset += start * stride
                 shape.append(n)
                 strides.append(stride * step)
             else:
@@ -416,7 +430,7 @@ class Tensor(TensorOperators, ProcessLocal):
             axis += 1
         shape.extend(self.shape[axis:])
         strides.extend(self.strides[axis:])
-        return Tensor(self._alloc, tuple(shape), self.dtype, tuple(strides), offset)
+        return derived_view(self, tuple(shape), tuple(strides), offset)
 
     @staticmethod
     def _check_items(items: tuple[Any, ...]) -> int:

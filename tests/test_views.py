@@ -175,3 +175,97 @@ def test_reversed_views_copy_between_devices(cube: cuasync.Tensor) -> None:
     dst = cuasync.zeros(view.shape, device=1).sync()
     cuasync.memcpy(dst, view).sync()
     np.testing.assert_array_equal(dst.to_host().sync(), HOST[::-1, :, ::-2])
+
+
+# -- empty views (issue 35, item 3) ---------------------------------------------------------
+EMPTY_U32 = np.zeros((7, 0, 3, 80), np.uint32)
+EMPTY_F32 = np.zeros((5, 0, 6), np.float32)
+EMPTY_VIEWS: dict[str, Any] = {  # a name: (host base, its view in cuasync, in numpy)
+    "reversed-strided": (EMPTY_U32, lambda t: t[::-1, ::-1, :, ::2], None),
+    "flip": (EMPTY_U32, lambda t: cuasync.flip(t[2:, :, 1:]), lambda a: np.flip(a[2:, :, 1:])),
+    "diagonal": (
+        EMPTY_U32,
+        lambda t: cuasync.diagonal(t[..., ::-1], 1, 0, 2),
+        lambda a: np.diagonal(a[..., ::-1], 1, 0, 2),
+    ),
+    "float-reversed": (EMPTY_F32, lambda t: t[::-1, :, ::-3], None),
+    "float-flip-T": (EMPTY_F32, lambda t: t[::-1, ::-1, ::-1].T, None),
+}
+
+
+def _empty_view(name: str) -> tuple[cuasync.Tensor, np.ndarray]:
+    host, make, make_host = EMPTY_VIEWS[name]
+    return make(cuasync.from_host(host).sync()), (make_host or make)(host)
+
+
+@pytest.mark.parametrize("name", EMPTY_VIEWS)
+def test_empty_views_start_inside_their_allocation(name: str) -> None:
+    """Moving an empty view along its axes (``t[::-1]`` with another axis 0) put its
+    offset past the end of a 0-byte allocation: kernels and copies got a pointer that
+    is not device memory, and the emulator faulted the device."""
+    view, want = _empty_view(name)
+    assert view.shape == want.shape and view.size == 0
+    assert 0 <= view.offset * view.itemsize <= view.allocation.nbytes
+    assert view.ptr == view.allocation.ptr
+
+
+EMPTY_OPS: dict[str, Any] = {  # a name: (the op on a view, the same on numpy's view)
+    "prod-axes-dtype": (
+        lambda x: cuasync.prod(x, axis=(0, 1), dtype="int8"),
+        lambda a: np.prod(a, axis=(0, 1), dtype="int8"),
+    ),
+    "sum-dtype": (
+        lambda x: cuasync.sum(x, dtype="float64"),
+        lambda a: np.sum(a, dtype="float64"),
+    ),
+    "sum-axis0-keepdims": (
+        lambda x: cuasync.sum(x, axis=0, keepdims=True),
+        lambda a: np.sum(a, axis=0, keepdims=True),
+    ),
+    "max-last-axis": (lambda x: cuasync.max(x, axis=-1), lambda a: np.max(a, axis=-1)),
+    "add": (lambda x: x + 1, lambda a: a + a.dtype.type(1)),
+    "multiply-self": (lambda x: x * x, lambda a: a * a),
+    "where": (lambda x: cuasync.where(x > 0, x, x), lambda a: np.where(a > 0, a, a)),
+    "convert": (lambda x: cuasync.convert(x, "float16"), lambda a: a.astype("float16")),
+    "dup": (lambda x: x.dup(), np.copy),
+    "to_host": (lambda x: x, lambda a: a),
+    "fill": (lambda x: cuasync.fill(x, 3), lambda a: np.full_like(a, 3)),
+    "memcpy-into-reversed": (
+        lambda x: cuasync.memcpy(cuasync.empty(x.shape, x.dtype).sync()[::-1], x),
+        lambda a: a,
+    ),
+    "concatenate": (lambda x: cuasync.concatenate([x, x]), lambda a: np.concatenate([a, a])),
+    "stack": (lambda x: cuasync.stack([x, x], axis=1), lambda a: np.stack([a, a], axis=1)),
+    "tril": (cuasync.tril, np.tril),
+    "matmul-k0": (
+        lambda x: cuasync.matmul(*(cuasync.convert(m, "float32") for m in _k0_pair(x))),
+        lambda a: np.matmul(*(m.astype("float32") for m in _k0_pair(a))),
+    ),
+    "tensordot-every-axis": (
+        lambda x: cuasync.tensordot(*[cuasync.convert(x, "float32")] * 2, axes=x.ndim),
+        lambda a: np.tensordot(*[a.astype("float32")] * 2, axes=a.ndim),
+    ),
+}
+
+
+def _k0_pair(x: Any) -> tuple[Any, Any]:
+    """A (3, 0) and a (0, 2) matrix of an empty view whose axis 1 is empty."""
+    rest = (0,) * (x.ndim - 3)
+    return x[(slice(0, 3), slice(None), 0, *rest)], x[(0, slice(None), slice(0, 2), *rest)]
+
+
+@pytest.mark.usefixtures("no_emu_compile")
+@pytest.mark.parametrize("op", EMPTY_OPS)
+@pytest.mark.parametrize("name", ["reversed-strided", "float-flip-T"])
+def test_ops_over_empty_reversed_views(name: str, op: str) -> None:
+    """Every op takes an empty reversed or strided view (issue 35's repro first): none
+    faults the device, and each gives numpy's result."""
+    view, host = _empty_view(name)
+    run, want = EMPTY_OPS[op]
+    got = run(view)
+    got = got.sync() if not isinstance(got, cuasync.Tensor) else got
+    result = got.to_host().sync()
+    expected = want(host)
+    assert result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
+    cuasync.from_host(np.ones(4)).sync()  # the device still works
