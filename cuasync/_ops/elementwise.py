@@ -198,8 +198,8 @@ remainder = _binary(
 )
 power = _binary(
     "power",
-    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0 (1 or -1 for "
-    "bases 1 and -1) where numpy raises.",
+    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0, for base 0 "
+    "too (1 or -1 for bases 1 and -1) where numpy raises.",
 )
 maximum = _binary("maximum", "The larger element (NaN propagates).")
 minimum = _binary("minimum", "The smaller element (NaN propagates).")
