@@ -22,7 +22,7 @@ from ._core.output import Output
 from ._dtypes import _BY_DTYPE, as_dtype, dtype_name
 from ._pageable import upload
 from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape, partly_overlap
+from ._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
 from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
 
     >>> await cuasync.memcpy(out[0:2], staging)
     """
-    d = _check_tensor(dst, "dst")
+    d = check_writable(_check_tensor(dst, "dst"), "dst", "memcpy")
     s = _check_tensor(src, "src")
     if d.dtype != s.dtype:
         raise DTypeError(
@@ -316,8 +316,8 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     gather = not memcpy_able(s)
     if not memcpy_able(d):
         raise ShapeError(
-            f"memcpy: dst has strides {d.strides}: a reversed or broadcast view cannot be "
-            "written by a copy; write into a forward view, or flip the source instead"
+            f"memcpy: dst has strides {d.strides}: a reversed view cannot be written by a "
+            "copy; write into a forward view, or flip the source instead"
         )
     if d.device is not s.device:
         from ._peer import copy_between_devices

@@ -113,6 +113,31 @@ class _Bytes:
         }
 
 
+def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
+    """``t`` if an op may write it (``out=``, ``fill``'s tensor, ``memcpy``'s dst), else a
+    ShapeError: the one check every op writing a tensor given to it makes.
+
+    A broadcast view (stride 0 along an axis longer than 1) is refused: its elements
+    alias one another, so what lands would depend on the order in which threads or copy
+    engines write (and differs between a GPU and the emulator). An empty view writes
+    nothing and is accepted.
+
+    >>> check_writable(cuasync.broadcast_to(row, (3, 4)), "out", "add")
+    Traceback (most recent call last):
+    cuasync.errors.ShapeError: add: out is a broadcast view ...
+    """
+    if t.size:
+        for axis, (d, s) in enumerate(zip(t.shape, t.strides, strict=True)):
+            if s == 0 and d > 1:
+                raise ShapeError(
+                    f"{name}: {argument} is a broadcast view (shape {t.shape}, strides "
+                    f"{t.strides}: stride 0 along axis {axis} of length {d}), whose elements "
+                    "alias one another, so what would land is undefined; write into a tensor "
+                    "of its own (cuasync.empty(shape)) and broadcast that where it is read"
+                )
+    return t
+
+
 def partly_overlap(a: Tensor, b: Tensor) -> bool:
     """Whether views of one allocation share a byte without being the very same view.
 

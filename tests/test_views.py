@@ -269,3 +269,92 @@ def test_ops_over_empty_reversed_views(name: str, op: str) -> None:
     assert result.dtype == expected.dtype
     np.testing.assert_array_equal(result, expected)
     cuasync.from_host(np.ones(4)).sync()  # the device still works
+
+
+# -- broadcast destinations (issue 35, item 8) ------------------------------------------------
+def _operands() -> tuple[cuasync.Tensor, cuasync.Tensor]:
+    rng = np.random.default_rng(8)
+    a, b = (rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32) for _ in range(2))
+    return cuasync.from_host(a).sync(), cuasync.from_host(b).sync()
+
+
+_UNARY = ["abs", "cos", "exp", "expm1", "log", "log1p", "negative", "rsqrt", "sign", "sin"]
+_UNARY += ["sqrt", "tanh"]
+_BINARY = ["add", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract"]
+_BINARY += ["equal", "greater", "greater_equal", "less", "less_equal", "not_equal"]
+_REDUCTIONS = ["argmax", "argmin", "max", "mean", "min", "prod", "sum"]
+
+
+def _unary(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, **kw)
+
+
+def _binary(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, y, **kw)
+
+
+def _reduction(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, axis=0, **kw)
+
+
+OUT_OPS: dict[str, Any] = {  # every op taking out=: (x, y, **out) -> the op
+    **{n: _unary(getattr(cuasync, n)) for n in _UNARY},
+    **{n: _binary(getattr(cuasync, n)) for n in _BINARY},
+    **{n: _reduction(getattr(cuasync, n)) for n in _REDUCTIONS},
+    "where": lambda x, y, **kw: cuasync.where((y > 1.0).sync(), x, y, **kw),
+    "clip": lambda x, y, **kw: cuasync.clip(x, 0.75, 1.5, **kw),
+    "matmul": lambda x, y, **kw: cuasync.matmul(x, y.T, **kw),
+    "tensordot": lambda x, y, **kw: cuasync.tensordot(x, y, axes=([1], [1]), **kw),
+    "dot_general": lambda x, y, **kw: cuasync.dot_general(x, y, contracting=((1,), (1,)), **kw),
+}
+
+
+def test_every_op_taking_out_is_in_the_broadcast_table() -> None:
+    import inspect
+
+    takes_out = {
+        name
+        for name in cuasync.__all__
+        if inspect.isfunction(getattr(cuasync, name))
+        and "out" in inspect.signature(getattr(cuasync, name)).parameters
+    }
+    assert takes_out - {"download_into"} == set(OUT_OPS)  # download_into's out is host memory
+
+
+def _broadcast_like(shape: tuple[int, ...], dtype: Any) -> cuasync.Tensor:
+    """A broadcast view of ``shape``: one row of a tensor of its own, repeated."""
+    row = cuasync.zeros((1, *shape[1:]), dtype).sync()
+    return cuasync.broadcast_to(row, shape)
+
+
+@pytest.mark.parametrize("op", OUT_OPS)
+def test_a_broadcast_out_is_refused_by_every_op(op: str) -> None:
+    """A broadcast ``out=`` was accepted by add, matmul, sum, ... and what landed
+    differed between the GPU and the emulator; memcpy refused one. Every op refuses it
+    (one check, ``check_writable``) when built, and a dense ``out=`` still works."""
+    x, y = _operands()
+    make = OUT_OPS[op]
+    want = make(x, y).sync().to_host().sync()
+    dense = cuasync.zeros(want.shape, want.dtype).sync()
+    make(x, y, out=dense).sync()
+    np.testing.assert_allclose(dense.to_host().sync(), want, rtol=1e-6)
+    out = _broadcast_like(want.shape, want.dtype)
+    with pytest.raises(ShapeError, match=r"out is a broadcast view .*stride 0 along axis 0"):
+        make(x, y, out=out)
+    pending = x * 1.0  # a TensorOp operand: refused before it is absorbed, still usable
+    with pytest.raises(ShapeError, match="out is a broadcast view"):
+        make(pending, y, out=out)
+    np.testing.assert_array_equal(pending.sync().to_host().sync(), x.to_host().sync())
+
+
+def test_fill_and_memcpy_refuse_a_broadcast_destination() -> None:
+    x, _ = _operands()
+    out = _broadcast_like((3, 4), np.float32)
+    with pytest.raises(ShapeError, match="fill: tensor is a broadcast view"):
+        cuasync.fill(out, 1.0)
+    with pytest.raises(ShapeError, match="memcpy: dst is a broadcast view"):
+        cuasync.memcpy(out, x)
+    empty = cuasync.broadcast_to(cuasync.zeros((1, 0)).sync(), (3, 0))  # writes nothing
+    cuasync.fill(empty, 1.0).sync()
+    cuasync.memcpy(empty, x[:, :0]).sync()
+    cuasync.add(x[:, :0], 1.0, out=empty).sync()
