@@ -3,8 +3,9 @@ flip.
 
 Each returns a :class:`~cuasync.Tensor` sharing the input's allocation (strides change,
 no data moves), with numpy's rules and errors raised at once (``ArgumentError`` naming
-the argument). Broadcast views have stride 0 along the broadcast axes: read them freely,
-but never pass one as an ``out=`` (its elements alias).
+the argument). Broadcast views have stride 0 along the broadcast axes: read them freely;
+an op refuses one as its ``out=`` (its elements alias). An empty view keeps its base's
+offset, inside the allocation.
 
 >>> cuasync.permute_dims(t, (1, 0)).shape, cuasync.expand_dims(t, 0).shape
 ((4, 3), (1, 3, 4))
