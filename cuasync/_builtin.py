@@ -116,7 +116,10 @@ def _blocks(work: int) -> int:
 
 def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None:
     """Enqueue one launch of ``kernel`` in this op's execution context (the arguments
-    are cuasync's own: only scalars are converted, see ``Kernel._enqueue_trusted``)."""
+    are cuasync's own: only scalars are converted, see ``Kernel._enqueue_trusted``);
+    none where there is no work (an empty view's pointer is never handed to a kernel)."""
+    if work == 0:
+        return
     kernel._enqueue_trusted(ctx, (_blocks(work), 1, 1), (_BLOCK, 1, 1), args)
 
 

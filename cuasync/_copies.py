@@ -22,7 +22,7 @@ from ._core.output import Output
 from ._dtypes import _BY_DTYPE, as_dtype, dtype_name
 from ._pageable import upload
 from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape, partly_overlap
+from ._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
 from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 
 if TYPE_CHECKING:
@@ -98,8 +98,9 @@ def copy_strided(
 
 
 def memcpy_able(t: Tensor) -> bool:
-    """Whether the copy engines can read ``t``: no reversed or broadcast (stride <= 0) axis."""
-    return all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
+    """Whether the copy engines can read (or write) ``t``: no reversed or broadcast
+    (stride <= 0) axis, or no element at all (an empty copy is no driver call)."""
+    return t.size == 0 or all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
 
 
 def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
@@ -235,7 +236,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
         block = staging_pool().acquire(t.nbytes)
         view = t
-        if not memcpy_able(t) and t.size:  # a reversed or broadcast view: gather it first
+        if not memcpy_able(t):  # a reversed or broadcast view: gather it first
             view = new_tensor(ctx, t.shape, t.dtype, "to_host")
             kernel_copy(ctx, view, t)
         src = ctx.read(view.allocation) + view.offset * view.itemsize
@@ -262,8 +263,7 @@ def dup(tensor: Tensor) -> TensorOp:
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, t.shape, t.dtype, "dup")
         if not memcpy_able(t):  # a reversed or broadcast view: a kernel gathers it
-            if t.size:
-                kernel_copy(ctx, out, t)
+            kernel_copy(ctx, out, t)
             return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
         copy_strided(
@@ -291,7 +291,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
 
     >>> await cuasync.memcpy(out[0:2], staging)
     """
-    d = _check_tensor(dst, "dst")
+    d = check_writable(_check_tensor(dst, "dst"), "dst", "memcpy")
     s = _check_tensor(src, "src")
     if d.dtype != s.dtype:
         raise DTypeError(
@@ -316,8 +316,8 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     gather = not memcpy_able(s)
     if not memcpy_able(d):
         raise ShapeError(
-            f"memcpy: dst has strides {d.strides}: a reversed or broadcast view cannot be "
-            "written by a copy; write into a forward view, or flip the source instead"
+            f"memcpy: dst has strides {d.strides}: a reversed view cannot be written by a "
+            "copy; write into a forward view, or flip the source instead"
         )
     if d.device is not s.device:
         from ._peer import copy_between_devices
@@ -328,8 +328,6 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         if gather:  # a reversed or broadcast source: a kernel gathers it
-            if not s.size:
-                return Output.ready(d)
             if d.is_contiguous:
                 kernel_copy(ctx, d.reshape(s.shape), s)
                 return Output.ready(d)

@@ -31,7 +31,7 @@ from ._core.op import DeviceOp, device_op
 from ._core.output import Output
 from ._dtypes import SUPPORTED, as_dtype, dtype_info, dtype_name
 from ._ops.tensorop import TensorOp, tensor_op
-from ._tensor import Shape, Tensor, check_shape
+from ._tensor import Shape, Tensor, check_shape, check_writable
 from ._twins import host_cast
 from .errors import ArgumentError, DTypeError, ShapeError
 
@@ -232,7 +232,7 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
     """
     if not isinstance(tensor, Tensor):
         raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
-    t = tensor
+    t = check_writable(tensor, "tensor", "fill")
     bits = _bits(_representable(value, t.dtype, "value"))
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:

@@ -113,6 +113,31 @@ class _Bytes:
         }
 
 
+def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
+    """``t`` if an op may write it (``out=``, ``fill``'s tensor, ``memcpy``'s dst), else a
+    ShapeError: the one check every op writing a tensor given to it makes.
+
+    A broadcast view (stride 0 along an axis longer than 1) is refused: its elements
+    alias one another, so what lands would depend on the order in which threads or copy
+    engines write (and differs between a GPU and the emulator). An empty view writes
+    nothing and is accepted.
+
+    >>> check_writable(cuasync.broadcast_to(row, (3, 4)), "out", "add")
+    Traceback (most recent call last):
+    cuasync.errors.ShapeError: add: out is a broadcast view ...
+    """
+    if t.size:
+        for axis, (d, s) in enumerate(zip(t.shape, t.strides, strict=True)):
+            if s == 0 and d > 1:
+                raise ShapeError(
+                    f"{name}: {argument} is a broadcast view (shape {t.shape}, strides "
+                    f"{t.strides}: stride 0 along axis {axis} of length {d}), whose elements "
+                    "alias one another, so what would land is undefined; write into a tensor "
+                    "of its own (cuasync.empty(shape)) and broadcast that where it is read"
+                )
+    return t
+
+
 def partly_overlap(a: Tensor, b: Tensor) -> bool:
     """Whether views of one allocation share a byte without being the very same view.
 
@@ -156,6 +181,20 @@ def _unsupported_index(item: Any) -> str:
             "copy (await tensor.to_host())"
         )
     return f"{given}: use ints, slices, '...' or None"
+
+
+def derived_view(base: Tensor, shape: Shape, strides: Shape, offset: int) -> Tensor:
+    """A view of ``base``'s allocation starting at ``offset``; an empty one keeps
+    ``base.offset``.
+
+    Moving along the axes of an empty view (``t[::-1]`` where another axis is 0) could put
+    its offset past the end of the allocation: the view touches nothing, but its pointer,
+    passed to a kernel or copy, would not be inside device memory. Keeping ``base``'s
+    offset, valid by the same rule, keeps every view's pointer inside its allocation.
+    """
+    if 0 in shape:
+        offset = base.offset
+    return Tensor(base.allocation, shape, base.dtype, strides, offset)
 
 
 class Tensor(TensorOperators, ProcessLocal):
@@ -402,7 +441,7 @@ class Tensor(TensorOperators, ProcessLocal):
             dim, stride = self.shape[axis], self.strides[axis]
             if type(item) is slice:
                 start, n, step = self._check_slice(item, dim, axis)
-                offset += start * stride if n else 0
+                offset += start * stride
                 shape.append(n)
                 strides.append(stride * step)
             else:
@@ -416,7 +455,7 @@ class Tensor(TensorOperators, ProcessLocal):
             axis += 1
         shape.extend(self.shape[axis:])
         strides.extend(self.strides[axis:])
-        return Tensor(self._alloc, tuple(shape), self.dtype, tuple(strides), offset)
+        return derived_view(self, tuple(shape), tuple(strides), offset)
 
     @staticmethod
     def _check_items(items: tuple[Any, ...]) -> int:

@@ -3,8 +3,9 @@ flip.
 
 Each returns a :class:`~cuasync.Tensor` sharing the input's allocation (strides change,
 no data moves), with numpy's rules and errors raised at once (``ArgumentError`` naming
-the argument). Broadcast views have stride 0 along the broadcast axes: read them freely,
-but never pass one as an ``out=`` (its elements alias).
+the argument). Broadcast views have stride 0 along the broadcast axes: read them freely;
+an op refuses one as its ``out=`` (its elements alias). An empty view keeps its base's
+offset, inside the allocation.
 
 >>> cuasync.permute_dims(t, (1, 0)).shape, cuasync.expand_dims(t, 0).shape
 ((4, 3), (1, 3, 4))
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._tensor import Shape, Tensor, check_shape
+from ._tensor import Shape, Tensor, check_shape, derived_view
 from .errors import ArgumentError, ShapeError
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
@@ -148,14 +149,14 @@ def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tens
     start = x.offset
     if offset >= 0:
         n = max(0, min(n1, n2 - offset))
-        start += offset * x.strides[a2] if n else 0
+        start += offset * x.strides[a2]
     else:
         n = max(0, min(n1 + offset, n2))
-        start += -offset * x.strides[a1] if n else 0
+        start += -offset * x.strides[a1]
     keep = [j for j in range(x.ndim) if j not in (a1, a2)]
     shape = (*(x.shape[j] for j in keep), n)
     strides = (*(x.strides[j] for j in keep), x.strides[a1] + x.strides[a2])
-    return Tensor(x.allocation, shape, x.dtype, strides, start)
+    return derived_view(x, shape, strides, start)
 
 
 def flip(x: Tensor, axis: Any = None) -> Tensor:
@@ -174,7 +175,6 @@ def flip(x: Tensor, axis: Any = None) -> Tensor:
     offset = x.offset
     strides = list(x.strides)
     for j in axes:
-        if x.shape[j] > 0:
-            offset += (x.shape[j] - 1) * strides[j]
+        offset += (x.shape[j] - 1) * strides[j]
         strides[j] = -strides[j]
-    return Tensor(x.allocation, x.shape, x.dtype, tuple(strides), offset)
+    return derived_view(x, x.shape, tuple(strides), offset)

@@ -148,6 +148,46 @@ async def test_integer_semantics(anyio_backend: str) -> None:
     check(await (await (await dev(big) > await dev(neg))).to_host(), big > neg)
 
 
+def _int_power(base: int, exponent: int, dtype: np.dtype[Any]) -> int:
+    """The documented integer power: wrapping as numpy's for ``exponent >= 0``; for a
+    negative one 0 (base 0 too), 1 for base 1 and ±1 for base -1."""
+    if exponent < 0:
+        return {1: 1, -1: -1 if exponent % 2 else 1}.get(base, 0)
+    bits = 8 * dtype.itemsize
+    value = pow(base, exponent, 1 << bits)
+    return value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value
+
+
+@pytest.mark.parametrize(
+    ("base_dtype", "exponent_dtype"),
+    [(d, d) for d in ("int8", "int16", "int32", "int64")]
+    + [("uint8", "int8"), ("uint32", "int32"), ("int16", "uint8")],
+)
+async def test_integer_power_of_a_negative_exponent(
+    base_dtype: str, exponent_dtype: str, anyio_backend: str
+) -> None:
+    """Integer ``x ** -n`` is 0 (1 and ±1 for bases 1 and -1; 0 for base 0), where numpy
+    raises: the kernel (``ca_ipow``) computes it, and the emulator's twin raised a
+    KernelError instead of computing it the same."""
+    signed = np.dtype(base_dtype).kind == "i"
+    bases = [0, 1, -1, 2, -3, 3, 127] if signed else [0, 1, 2, 3, 255]
+    exponents = [-1, -2, -3, -64, 0, 1, 2, 5] if np.dtype(exponent_dtype).kind == "i" else [0, 5]
+    a = np.repeat(np.array(bases, base_dtype), len(exponents))
+    b = np.tile(np.array(exponents, exponent_dtype), len(bases))
+    dt = np.result_type(a, b)
+    want = np.array([_int_power(int(p), int(q), dt) for p, q in zip(a, b, strict=True)], dt)
+    x, y = await dev(a), await dev(b)
+    check(await (await (x**y)).to_host(), want)
+    check(await (await cuasync.power(x[::-1], y[::-1])).to_host(), want[::-1])  # strided
+    check(await (await cuasync.sum(x**y)).to_host(), np.sum(want))  # fused into a reduction
+    if signed and exponent_dtype == base_dtype:
+        for n in (-1, -2, -3):  # a weak Python int exponent, and a weak Python int base
+            got = await (await (x**n)).to_host()
+            check(got, np.array([_int_power(int(p), n, dt) for p in a], dt))
+            got = await (await (2**-x)).to_host()
+            check(got, np.array([_int_power(2, -int(p), dt) for p in a], dt))
+
+
 async def test_out_writes_into_a_view(anyio_backend: str) -> None:
     a = host((4, 6), "float32", 1)
     x = await dev(a)

@@ -175,3 +175,186 @@ def test_reversed_views_copy_between_devices(cube: cuasync.Tensor) -> None:
     dst = cuasync.zeros(view.shape, device=1).sync()
     cuasync.memcpy(dst, view).sync()
     np.testing.assert_array_equal(dst.to_host().sync(), HOST[::-1, :, ::-2])
+
+
+# -- empty views (issue 35, item 3) ---------------------------------------------------------
+EMPTY_U32 = np.zeros((7, 0, 3, 80), np.uint32)
+EMPTY_F32 = np.zeros((5, 0, 6), np.float32)
+EMPTY_VIEWS: dict[str, Any] = {  # a name: (host base, its view in cuasync, in numpy)
+    "reversed-strided": (EMPTY_U32, lambda t: t[::-1, ::-1, :, ::2], None),
+    "flip": (EMPTY_U32, lambda t: cuasync.flip(t[2:, :, 1:]), lambda a: np.flip(a[2:, :, 1:])),
+    "diagonal": (
+        EMPTY_U32,
+        lambda t: cuasync.diagonal(t[..., ::-1], 1, 0, 2),
+        lambda a: np.diagonal(a[..., ::-1], 1, 0, 2),
+    ),
+    "float-reversed": (EMPTY_F32, lambda t: t[::-1, :, ::-3], None),
+    "float-flip-T": (EMPTY_F32, lambda t: t[::-1, ::-1, ::-1].T, None),
+}
+
+
+def _empty_view(name: str) -> tuple[cuasync.Tensor, np.ndarray]:
+    host, make, make_host = EMPTY_VIEWS[name]
+    return make(cuasync.from_host(host).sync()), (make_host or make)(host)
+
+
+@pytest.mark.parametrize("name", EMPTY_VIEWS)
+def test_empty_views_start_inside_their_allocation(name: str) -> None:
+    """Moving an empty view along its axes (``t[::-1]`` with another axis 0) put its
+    offset past the end of a 0-byte allocation: kernels and copies got a pointer that
+    is not device memory, and the emulator faulted the device."""
+    view, want = _empty_view(name)
+    assert view.shape == want.shape and view.size == 0
+    assert 0 <= view.offset * view.itemsize <= view.allocation.nbytes
+    assert view.ptr == view.allocation.ptr
+
+
+EMPTY_OPS: dict[str, Any] = {  # a name: (the op on a view, the same on numpy's view)
+    "prod-axes-dtype": (
+        lambda x: cuasync.prod(x, axis=(0, 1), dtype="int8"),
+        lambda a: np.prod(a, axis=(0, 1), dtype="int8"),
+    ),
+    "sum-dtype": (
+        lambda x: cuasync.sum(x, dtype="float64"),
+        lambda a: np.sum(a, dtype="float64"),
+    ),
+    "sum-axis0-keepdims": (
+        lambda x: cuasync.sum(x, axis=0, keepdims=True),
+        lambda a: np.sum(a, axis=0, keepdims=True),
+    ),
+    "max-last-axis": (lambda x: cuasync.max(x, axis=-1), lambda a: np.max(a, axis=-1)),
+    "add": (lambda x: x + 1, lambda a: a + a.dtype.type(1)),
+    "multiply-self": (lambda x: x * x, lambda a: a * a),
+    "where": (lambda x: cuasync.where(x > 0, x, x), lambda a: np.where(a > 0, a, a)),
+    "convert": (lambda x: cuasync.convert(x, "float16"), lambda a: a.astype("float16")),
+    "dup": (lambda x: x.dup(), np.copy),
+    "to_host": (lambda x: x, lambda a: a),
+    "fill": (lambda x: cuasync.fill(x, 3), lambda a: np.full_like(a, 3)),
+    "memcpy-into-reversed": (
+        lambda x: cuasync.memcpy(cuasync.empty(x.shape, x.dtype).sync()[::-1], x),
+        lambda a: a,
+    ),
+    "concatenate": (lambda x: cuasync.concatenate([x, x]), lambda a: np.concatenate([a, a])),
+    "stack": (lambda x: cuasync.stack([x, x], axis=1), lambda a: np.stack([a, a], axis=1)),
+    "tril": (cuasync.tril, np.tril),
+    "matmul-k0": (
+        lambda x: cuasync.matmul(*(cuasync.convert(m, "float32") for m in _k0_pair(x))),
+        lambda a: np.matmul(*(m.astype("float32") for m in _k0_pair(a))),
+    ),
+    "tensordot-every-axis": (
+        lambda x: cuasync.tensordot(*[cuasync.convert(x, "float32")] * 2, axes=x.ndim),
+        lambda a: np.tensordot(*[a.astype("float32")] * 2, axes=a.ndim),
+    ),
+}
+
+
+def _k0_pair(x: Any) -> tuple[Any, Any]:
+    """A (3, 0) and a (0, 2) matrix of an empty view whose axis 1 is empty."""
+    rest = (0,) * (x.ndim - 3)
+    return x[(slice(0, 3), slice(None), 0, *rest)], x[(0, slice(None), slice(0, 2), *rest)]
+
+
+@pytest.mark.usefixtures("no_emu_compile")
+@pytest.mark.parametrize("op", EMPTY_OPS)
+@pytest.mark.parametrize("name", ["reversed-strided", "float-flip-T"])
+def test_ops_over_empty_reversed_views(name: str, op: str) -> None:
+    """Every op takes an empty reversed or strided view (issue 35's repro first): none
+    faults the device, and each gives numpy's result."""
+    view, host = _empty_view(name)
+    run, want = EMPTY_OPS[op]
+    got = run(view)
+    got = got.sync() if not isinstance(got, cuasync.Tensor) else got
+    result = got.to_host().sync()
+    expected = want(host)
+    assert result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
+    cuasync.from_host(np.ones(4)).sync()  # the device still works
+
+
+# -- broadcast destinations (issue 35, item 8) ------------------------------------------------
+def _operands() -> tuple[cuasync.Tensor, cuasync.Tensor]:
+    rng = np.random.default_rng(8)
+    a, b = (rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32) for _ in range(2))
+    return cuasync.from_host(a).sync(), cuasync.from_host(b).sync()
+
+
+_UNARY = ["abs", "cos", "exp", "expm1", "log", "log1p", "negative", "rsqrt", "sign", "sin"]
+_UNARY += ["sqrt", "tanh"]
+_BINARY = ["add", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract"]
+_BINARY += ["equal", "greater", "greater_equal", "less", "less_equal", "not_equal"]
+_REDUCTIONS = ["argmax", "argmin", "max", "mean", "min", "prod", "sum"]
+
+
+def _unary(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, **kw)
+
+
+def _binary(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, y, **kw)
+
+
+def _reduction(fn: Any) -> Any:
+    return lambda x, y, **kw: fn(x, axis=0, **kw)
+
+
+OUT_OPS: dict[str, Any] = {  # every op taking out=: (x, y, **out) -> the op
+    **{n: _unary(getattr(cuasync, n)) for n in _UNARY},
+    **{n: _binary(getattr(cuasync, n)) for n in _BINARY},
+    **{n: _reduction(getattr(cuasync, n)) for n in _REDUCTIONS},
+    "where": lambda x, y, **kw: cuasync.where((y > 1.0).sync(), x, y, **kw),
+    "clip": lambda x, y, **kw: cuasync.clip(x, 0.75, 1.5, **kw),
+    "matmul": lambda x, y, **kw: cuasync.matmul(x, y.T, **kw),
+    "tensordot": lambda x, y, **kw: cuasync.tensordot(x, y, axes=([1], [1]), **kw),
+    "dot_general": lambda x, y, **kw: cuasync.dot_general(x, y, contracting=((1,), (1,)), **kw),
+}
+
+
+def test_every_op_taking_out_is_in_the_broadcast_table() -> None:
+    import inspect
+
+    takes_out = {
+        name
+        for name in cuasync.__all__
+        if inspect.isfunction(getattr(cuasync, name))
+        and "out" in inspect.signature(getattr(cuasync, name)).parameters
+    }
+    assert takes_out - {"download_into"} == set(OUT_OPS)  # download_into's out is host memory
+
+
+def _broadcast_like(shape: tuple[int, ...], dtype: Any) -> cuasync.Tensor:
+    """A broadcast view of ``shape``: one row of a tensor of its own, repeated."""
+    row = cuasync.zeros((1, *shape[1:]), dtype).sync()
+    return cuasync.broadcast_to(row, shape)
+
+
+@pytest.mark.parametrize("op", OUT_OPS)
+def test_a_broadcast_out_is_refused_by_every_op(op: str) -> None:
+    """A broadcast ``out=`` was accepted by add, matmul, sum, ... and what landed
+    differed between the GPU and the emulator; memcpy refused one. Every op refuses it
+    (one check, ``check_writable``) when built, and a dense ``out=`` still works."""
+    x, y = _operands()
+    make = OUT_OPS[op]
+    want = make(x, y).sync().to_host().sync()
+    dense = cuasync.zeros(want.shape, want.dtype).sync()
+    make(x, y, out=dense).sync()
+    np.testing.assert_allclose(dense.to_host().sync(), want, rtol=1e-6)
+    out = _broadcast_like(want.shape, want.dtype)
+    with pytest.raises(ShapeError, match=r"out is a broadcast view .*stride 0 along axis 0"):
+        make(x, y, out=out)
+    pending = x * 1.0  # a TensorOp operand: refused before it is absorbed, still usable
+    with pytest.raises(ShapeError, match="out is a broadcast view"):
+        make(pending, y, out=out)
+    np.testing.assert_array_equal(pending.sync().to_host().sync(), x.to_host().sync())
+
+
+def test_fill_and_memcpy_refuse_a_broadcast_destination() -> None:
+    x, _ = _operands()
+    out = _broadcast_like((3, 4), np.float32)
+    with pytest.raises(ShapeError, match="fill: tensor is a broadcast view"):
+        cuasync.fill(out, 1.0)
+    with pytest.raises(ShapeError, match="memcpy: dst is a broadcast view"):
+        cuasync.memcpy(out, x)
+    empty = cuasync.broadcast_to(cuasync.zeros((1, 0)).sync(), (3, 0))  # writes nothing
+    cuasync.fill(empty, 1.0).sync()
+    cuasync.memcpy(empty, x[:, :0]).sync()
+    cuasync.add(x[:, :0], 1.0, out=empty).sync()

@@ -339,7 +339,29 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
         return np.where(*args)
     if name == "rsqrt":
         return np.reciprocal(np.sqrt(args[0]))
+    if name == "power" and np.dtype(out).kind in "iu":
+        return _int_power(args[0], args[1], np.dtype(out))
     return UFUNCS[name](*args)
+
+
+def _int_power(a: Any, b: Any, dt: np.dtype[Any]) -> np.ndarray:
+    """``ca_ipow`` (kernels/elementwise.cuh) in numpy: integer power wrapping as numpy's,
+    where a negative exponent gives 0 (base 0 too), 1 for base 1 and ±1 for base -1;
+    numpy raises for a negative exponent.
+
+    >>> _int_power(np.array([0, 1, -1, 2, -3], "int8"), -3, np.dtype("int8"))
+    array([ 0,  1, -1,  0,  0], dtype=int8)
+    """
+    a, b = np.asarray(a).astype(dt), np.asarray(b).astype(dt)
+    negative = b < 0
+    # the kernel's loop: base and result multiplied as uint64, then cast to T
+    exponent = np.where(negative, 0, b).astype(np.uint64)
+    value = np.power(a.astype(np.uint64), exponent).astype(dt)
+    if dt.kind == "u":
+        return value
+    one = dt.type(1)
+    small = np.where(a == 1, one, np.where(a == -one, np.where(b & 1, a, one), dt.type(0)))
+    return np.where(negative, small, value).astype(dt)
 
 
 def twin(plan: Plan, out: str) -> Callable[..., None]:

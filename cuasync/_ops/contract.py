@@ -28,6 +28,7 @@ from .._core.output import Output
 from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
 from .tensorop import TensorOp, tensor_op
 
@@ -112,19 +113,7 @@ def _check_rest(
     if scalars[1] != 0 and out is None:
         raise ArgumentError(f"{fn}: beta={beta} accumulates into out=; pass out")
     if out is not None:
-        if not isinstance(out, Tensor):
-            raise ArgumentError(f"{fn}: out must be a cuasync.Tensor, got {type(out).__name__}")
-        if out.shape != shape:
-            raise ShapeError(f"{fn}: out has shape {out.shape}, the result has shape {shape}")
-        if out.dtype != dtype:
-            raise DTypeError(
-                f"{fn}: out has dtype {dtype_name(out.dtype)}, the result is {dtype_name(dtype)}"
-            )
-        if out.device is not device:
-            raise InvalidDeviceError(
-                f"{fn}: out is on device {out.device.ordinal}, the operands on device "
-                f"{device.ordinal}"
-            )
+        check_out(out, fn, shape, dtype, device)
         for x, arg in zip(operands, ("a", "b"), strict=True):
             if isinstance(x, Tensor) and _overlap(out, x):
                 raise AliasingError(

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from .._core.device import Device
 from .._dtypes import dtype_name
-from .._tensor import Tensor, partly_overlap
+from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .expr import Node, leaf, op_node
 from .tensorop import TensorOp
@@ -61,21 +62,24 @@ def is_operand(value: Any) -> bool:
     )
 
 
-def _check_out(out: Any, op: _Preview, name: str) -> Tensor:
+def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | None) -> Tensor:
+    """``out`` if an op may write its result of ``shape``, ``dtype`` and ``device`` there
+    (elementwise ops, reductions and contractions all check ``out=`` here): a tensor of
+    exactly those, and no broadcast view (:func:`~cuasync._tensor.check_writable`)."""
     if not isinstance(out, Tensor):
         raise ArgumentError(f"{name}: out must be a cuasync.Tensor, got {type(out).__name__}")
-    if out.shape != op.shape:
-        raise ShapeError(f"{name}: out has shape {out.shape}, the result has shape {op.shape}")
-    if out.dtype != op.dtype:
+    if out.shape != shape:
+        raise ShapeError(f"{name}: out has shape {out.shape}, the result has shape {shape}")
+    if out.dtype != dtype:
         raise DTypeError(
-            f"{name}: out has dtype {dtype_name(out.dtype)}, the result is {dtype_name(op.dtype)}"
+            f"{name}: out has dtype {dtype_name(out.dtype)}, the result is {dtype_name(dtype)}"
         )
-    if out.device is not op.device:
+    if out.device is not device:
         raise InvalidDeviceError(
             f"{name}: out is on device {out.device.ordinal}, the operands on device "
-            f"{op.device.ordinal if op.device is not None else '?'}"
+            f"{device.ordinal if device is not None else '?'}"
         )
-    return out
+    return check_writable(out, "out", name)
 
 
 def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
@@ -90,13 +94,13 @@ def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
         # must leave the caller's ops unconsumed.
         probe = _preview(name, operands)
         if out is not None:
-            _check_out(out, probe, name)
+            check_out(out, name, probe.shape, probe.dtype, probe.device)
             _check_overlap(out, operands, name)
         nodes = [leaf(v, arg) for arg, v in operands.items()]
         return TensorOp(op_node(name, nodes), out)
     node = op_node(name, [leaf(v, arg) for arg, v in operands.items()])
     if out is not None:
-        _check_out(out, _Preview(node), name)
+        check_out(out, name, node.shape, node.dtype, node.device)
         _check_overlap(out, operands, name)
     return TensorOp(node, out)
 
@@ -137,7 +141,7 @@ def _tensors_read(operand: Any) -> list[Tensor]:
 
 
 class _Preview:
-    """The shape, dtype and device a result will have (what ``_check_out`` looks at)."""
+    """The shape, dtype and device a result will have (what ``check_out`` looks at)."""
 
     def __init__(self, node: Node) -> None:
         self.shape = node.shape
@@ -198,8 +202,8 @@ remainder = _binary(
 )
 power = _binary(
     "power",
-    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0 (1 or -1 for "
-    "bases 1 and -1) where numpy raises.",
+    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0, for base 0 "
+    "too (1 or -1 for bases 1 and -1) where numpy raises.",
 )
 maximum = _binary("maximum", "The larger element (NaN propagates).")
 minimum = _binary("minimum", "The smaller element (NaN propagates).")
@@ -229,5 +233,5 @@ def clip(x: Any, lo: Any, hi: Any, *, out: Tensor | None = None) -> TensorOp:
             leaf(v, arg)  # raises the typed error naming the argument
     probe = _preview("minimum", {"x": _preview("maximum", {"x": x, "lo": lo}), "hi": hi})
     if out is not None:
-        _check_out(out, probe, "clip")
+        check_out(out, "clip", probe.shape, probe.dtype, probe.device)
     return minimum(maximum(x, lo), hi, out=out)

@@ -122,12 +122,13 @@ def copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
 
 def group(t: Tensor, groups: list[tuple[int, ...]]) -> Tensor | None:
     """``t`` with its axes regrouped: each group of axes (in order) becomes one axis;
-    None when a group's axes do not merge into one stride."""
+    None when a group's axes do not merge into one stride (an empty group, which holds
+    no element, merges into any)."""
     shape, strides = [], []
     for g in groups:
         dims = [(t.shape[i], t.strides[i]) for i in g if t.shape[i] != 1]
         size = math.prod(t.shape[i] for i in g)
-        if not dims:
+        if not dims or size == 0:
             stride = 1
         else:
             stride = dims[-1][1]

@@ -156,8 +156,7 @@ def reduce_op(
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
     spec = ReduceSpec(op, acc, res)
     if out is not None:
-        result = Node("tensor", "out", shape, np.dtype(res), device=x.device)
-        elementwise._check_out(out, elementwise._Preview(result), name)
+        elementwise.check_out(out, name, shape, np.dtype(res), x.device)
     node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     device = node.device
 
