@@ -7,11 +7,14 @@ own knobs are marked ``@pytest.mark.emulator_only(reason=...)``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gc
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -101,14 +104,13 @@ def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
 _HANG_DUMP = os.environ.get("CUASYNC_TEST_HANG_DUMP")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    if not _HANG_DUMP:
-        yield
-        return
+@contextlib.contextmanager
+def _hang_dump(item: pytest.Item, path: str) -> Iterator[None]:
+    """Append every thread's stack to ``path`` if ``item`` is still running after the
+    hang timeout."""
     import faulthandler
 
-    with open(_HANG_DUMP, "a") as dump:
+    with open(path, "a") as dump:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         dump.write(f"{worker} {item.nodeid}\n")  # which test a dump below belongs to
         dump.flush()
@@ -119,6 +121,45 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             yield
         finally:
             faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker more than there are cores, since
+    much of the suite waits on subprocesses and device work rather than computing; at
+    most 8, each worker holding its own device contexts on a GPU."""
+    return min(8, len(os.sched_getaffinity(0)) + 1)
+
+
+#: The xdist run this worker belongs to (unset without xdist: nothing runs beside a test).
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+
+
+@contextlib.contextmanager
+def _turn(alone: bool) -> Iterator[None]:
+    """A test's turn among the run's workers: a shared hold of the run's lock file, or an
+    exclusive one for tests marked ``alone``. Every worker passes a turnstile first, so
+    that an ``alone`` test waiting for the lock is not starved by the shared holders."""
+    base = os.path.join(tempfile.gettempdir(), f"cuasync-tests-{_RUN}")
+    with open(base + ".turnstile", "a") as turnstile, open(base + ".lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        if _RUN is not None:
+            stack.enter_context(_turn(item.get_closest_marker("alone") is not None))
+        if _HANG_DUMP:
+            stack.enter_context(_hang_dump(item, _HANG_DUMP))
+        yield
 
 
 #: ``CUASYNC_TEST_FAILURE_LOG=FILE``: each failure is appended to FILE as it happens (its
