@@ -137,7 +137,7 @@ from ._views import permute_dims as permute_dims
 from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 # Plumbing that moved to cuasync.lowlevel in 0.2; importable from here for one release.
 _MOVED = frozenset({"DevicePointer", "ExecutionContext", "Output", "device_op"})

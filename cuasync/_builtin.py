@@ -42,9 +42,8 @@ RANDOM_DTYPES = tuple(name for name, d in DTYPES.items() if d.kind == "f" and d.
 
 #: The dtypes the kernels store as bits, and the unsigned integer dtype of their size.
 BIT_DTYPES: dict[str, str] = {
-    name: {1: "uint8", 2: "uint16"}[SUPPORTED[name].itemsize]
+    name: {"unsigned char": "uint8", "unsigned short": "uint16"}[DTYPES[name].storage]
     for name in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
-    if name in SUPPORTED
 }
 
 #: ``fill`` only moves bits: one instantiation per element size, storing it as this dtype.

@@ -2,9 +2,11 @@
 
 =============================  ==========================================================
 ``CUASYNC_BACKEND``            ``auto`` (default), ``cuda`` or ``emulator``
-``CUASYNC_EMU_DEVICES``        number of emulated devices (default 1)
-``CUASYNC_EMU_DELAY_US``       delay before each emulated command, microseconds (default 0)
-``CUASYNC_EMU_MEMORY``         emulated device memory per device in bytes (default 1 GiB)
+``CUASYNC_EMU_DEVICES``        number of emulated devices (default 1; 1 to 64)
+``CUASYNC_EMU_DELAY_US``       delay before each emulated command, microseconds (default 0;
+                               at most 10 s)
+``CUASYNC_EMU_MEMORY``         emulated device memory per device in bytes (default 1 GiB;
+                               1 MiB to 1 TiB)
 ``CUASYNC_EMU_PEER``           whether emulated devices can access each other's memory:
                                ``on`` (default) or ``off`` (copies between them are staged
                                through pinned host memory, as on GPUs without peer access)
@@ -12,8 +14,9 @@
                                NVRTC at its first launch, so device-code errors surface
                                without a GPU: ``auto`` (default: when NVRTC loads), ``on``
                                (NVRTC required) or ``off`` (only the ``emulate=`` twin runs)
-``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off)
-``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384)
+``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off;
+                               at most 1 s)
+``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384; 1 to 2**20)
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
                                (``cuLaunchHostFunc`` for every await), ``callback-spin`` /
                                ``callback-block`` (``cuLaunchHostFunc_v2`` with
@@ -24,13 +27,16 @@
                                its asyncio or uvloop loop ready steps aside, its launch made by
                                the native submitter thread; ``off``: it launches and spins on
                                the loop thread
-``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000)
+``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000;
+                               100 us to 60 s)
 ``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
-                               background watcher frees it (default 60; ``off``: never)
+                               background watcher frees it (default 60; at most a day, 86400;
+                               ``off``: never)
 ``CUASYNC_STAGING_THREADS``    threads that copy large pageable arrays into and out of pinned
                                staging memory (``from_host``, ``download_into``) while the
                                event loop goes on (default: half the CPUs the process may
-                               use, 1 to 8; 0: none, the calling thread copies everything)
+                               use, 1 to 8; 0: none, the calling thread copies everything;
+                               at most 64)
 ``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
                                :func:`cuasync.trace`)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
@@ -38,6 +44,9 @@
                                (always staged through pinned host memory, as where peer
                                access is broken or slow)
 =============================  ==========================================================
+
+A numeric value outside its range raises ``ArgumentError`` at first use, naming the
+variable and the range (:data:`RANGES`).
 """
 
 from __future__ import annotations
@@ -56,31 +65,44 @@ _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ArgumentError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ArgumentError(f"{name} must be >= {minimum}, got {value}")
-    return value
+#: The numeric variables' ranges, both ends included: a value outside raises
+#: ``ArgumentError`` at first use naming the variable and its range (a huge value would
+#: otherwise overflow deep inside, build enormous tables or stop an emulator thread).
+RANGES: dict[str, tuple[int, int]] = {
+    "CUASYNC_EMU_DEVICES": (1, 64),
+    "CUASYNC_EMU_DELAY_US": (0, 10_000_000),  # 10 s
+    "CUASYNC_EMU_MEMORY": (1 << 20, 1 << 40),  # 1 MiB to 1 TiB (a device's address window)
+    "CUASYNC_SPIN_BUDGET_US": (0, 1_000_000),  # 1 s
+    "CUASYNC_SLOTS": (1, 1 << 20),
+    "CUASYNC_STALE_US": (100, 60_000_000),  # 60 s
+    "CUASYNC_PINNED_IDLE_S": (0, 86_400),  # a day (``off``: never)
+    "CUASYNC_STAGING_THREADS": (0, 64),
+}
 
 
-def _seconds_or_off(name: str, default: float) -> float | None:
-    raw = os.environ.get(name, "").strip().lower()
+def number(name: str, default: float, *, kind: type[float] = int, off: bool = False) -> Any:
+    """The numeric variable ``name`` as ``kind``, checked against ``RANGES[name]``.
+
+    Unset or empty: ``default``; with ``off``, the value ``off`` reads as None. Every
+    numeric ``CUASYNC_*`` variable is read here.
+
+    >>> number("CUASYNC_SLOTS", 16384)   # CUASYNC_SLOTS=abc raises ArgumentError
+    16384
+    """
+    low, high = RANGES[name]
+    raw = os.environ.get(name, "").strip()
     if raw == "":
         return default
-    if raw == "off":
+    if off and raw.lower() == "off":
         return None
+    what = "an integer" if kind is int else "a number"
+    expected = f"{name} must be {what} from {low} to {high}{' or off' if off else ''}"
     try:
-        value = float(raw)
-    except ValueError:
-        raise ArgumentError(f"{name} must be a number of seconds or 'off', got {raw!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise ArgumentError(f"{name} must be a finite number of seconds >= 0, got {raw!r}")
+        value = kind(raw)
+    except (ValueError, OverflowError):
+        value = None
+    if value is None or not low <= value <= high:  # (NaN is in no range)
+        raise ArgumentError(f"{expected}, got {raw!r}; unset it for the default, {default}")
     return value
 
 
@@ -122,19 +144,19 @@ class Config:
 def _read() -> Config:
     return Config(
         backend=_choice("CUASYNC_BACKEND", "auto", _BACKENDS),
-        emu_devices=_int("CUASYNC_EMU_DEVICES", 1, minimum=1),
-        emu_delay_us=_int("CUASYNC_EMU_DELAY_US", 0),
-        emu_memory=_int("CUASYNC_EMU_MEMORY", 1 << 30, minimum=1 << 20),
+        emu_devices=number("CUASYNC_EMU_DEVICES", 1),
+        emu_delay_us=number("CUASYNC_EMU_DELAY_US", 0),
+        emu_memory=number("CUASYNC_EMU_MEMORY", 1 << 30),
         emu_peer=_choice("CUASYNC_EMU_PEER", "on", _ON_OFF) == "on",
         emu_compile=_choice("CUASYNC_EMU_COMPILE", "auto", _EMU_COMPILE),
-        spin_budget_us=_int("CUASYNC_SPIN_BUDGET_US", 20),
-        slots=_int("CUASYNC_SLOTS", 16384, minimum=1),
+        spin_budget_us=number("CUASYNC_SPIN_BUDGET_US", 20),
+        slots=number("CUASYNC_SLOTS", 16384),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         submitter=_choice("CUASYNC_SUBMITTER", "on", _ON_OFF) == "on",
-        stale_us=_int("CUASYNC_STALE_US", 2000, minimum=100),
+        stale_us=number("CUASYNC_STALE_US", 2000),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
-        pinned_idle_s=_seconds_or_off("CUASYNC_PINNED_IDLE_S", 60.0),
-        staging_threads=_int("CUASYNC_STAGING_THREADS", _default_staging_threads()),
+        pinned_idle_s=number("CUASYNC_PINNED_IDLE_S", 60.0, kind=float, off=True),
+        staging_threads=number("CUASYNC_STAGING_THREADS", _default_staging_threads()),
     )
 
 

@@ -14,6 +14,8 @@ False
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,28 +82,88 @@ ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 STORAGE_ONLY = tuple(name for name, d in DTYPES.items() if not d.arithmetic)
 
 
-def _numpy(name: str) -> np.dtype[Any] | None:
-    if name not in ML_DTYPES:
-        return np.dtype(name)
-    try:
-        import ml_dtypes
-    except ImportError:  # a dependency: missing only after an install with --no-deps
-        return None
-    return np.dtype(getattr(ml_dtypes, name))
+class _Supported(Mapping[str, "np.dtype[Any]"]):
+    """:data:`SUPPORTED`: the numpy dtype of each supported name, bfloat16 and FP8 added
+    at their first use (importing ml_dtypes, which provides them, takes 1-2 s: most of
+    what ``import cuasync`` took when it was imported eagerly).
+
+    A lookup of a numpy dtype's name is a dict lookup; one of an ml_dtypes name, and
+    listing the table, import ml_dtypes first. Where ml_dtypes is not installed, its
+    names are missing, as before.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[str, np.dtype[Any]] = {
+            name: np.dtype(name) for name in DTYPES if name not in ML_DTYPES
+        }
+
+    def __getitem__(self, name: str) -> np.dtype[Any]:
+        try:
+            return self._table[name]
+        except KeyError:
+            if name in ML_DTYPES and load_ml_dtypes():
+                return self._table[name]
+            raise
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._table or (name in ML_DTYPES and load_ml_dtypes())
+
+    def __iter__(self) -> Iterator[str]:
+        load_ml_dtypes()
+        return iter([name for name in DTYPES if name in self._table])  # the table's order
+
+    def __len__(self) -> int:
+        load_ml_dtypes()
+        return len(self._table)
 
 
-#: The numpy dtype of each supported name (bfloat16 and FP8 only where ml_dtypes imports).
-SUPPORTED: dict[str, np.dtype[Any]] = {
-    name: dt for name in DTYPES if (dt := _numpy(name)) is not None
-}
+#: The numpy dtype of each supported name (bfloat16 and FP8 where ml_dtypes imports).
+SUPPORTED = _Supported()
 
-_BY_DTYPE = {dt: name for name, dt in SUPPORTED.items()}
+#: The name of each supported numpy dtype (bfloat16 and FP8 once :data:`SUPPORTED` has
+#: them). The native upload builder reads this dict: it is only ever added to.
+_BY_DTYPE: dict[np.dtype[Any], str] = {dt: name for name, dt in SUPPORTED._table.items()}
+
+_ml_lock = threading.Lock()
+_ml_loaded: bool | None = None  # None: not tried yet
+
+
+def load_ml_dtypes() -> bool:
+    """Import ml_dtypes and add bfloat16 and FP8 to the tables, once; whether they are
+    there (ml_dtypes is a dependency: missing only after an install with --no-deps)."""
+    global _ml_loaded
+    if _ml_loaded is None:
+        with _ml_lock:
+            if _ml_loaded is None:
+                try:
+                    import ml_dtypes
+                except ImportError:
+                    _ml_loaded = False
+                else:
+                    for name in ML_DTYPES:
+                        dt = np.dtype(getattr(ml_dtypes, name))
+                        SUPPORTED._table[name] = dt
+                        _BY_DTYPE[dt] = name
+                    _ml_loaded = True
+    return _ml_loaded
+
+
+def _name_of(dtype: Any) -> str | None:
+    """The supported name of the numpy dtype ``dtype``, or None."""
+    name = _BY_DTYPE.get(dtype)
+    if name is None and getattr(dtype, "name", None) in ML_DTYPES and load_ml_dtypes():
+        name = _BY_DTYPE.get(dtype)  # (one of ml_dtypes', met before cuasync used them)
+    return name
 
 
 def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
     """Normalize ``dtype`` (a name, a numpy type or dtype) or raise :class:`DTypeError`."""
-    if isinstance(dtype, str) and dtype in SUPPORTED:
-        return SUPPORTED[dtype]
+    if isinstance(dtype, str):
+        found = SUPPORTED._table.get(dtype)  # (the common case: one dict lookup)
+        if found is not None:
+            return found
+        if dtype in ML_DTYPES and load_ml_dtypes():
+            return SUPPORTED._table[dtype]
     if isinstance(dtype, str) and dtype in ML_DTYPES:
         raise DTypeError(
             f"{argument}={dtype!r} needs ml_dtypes, a dependency of cuasync that is not "
@@ -111,7 +173,7 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or dt not in _BY_DTYPE:
+    if dt is None or _name_of(dt) is None:
         raise DTypeError(
             f"{argument}={dtype!r} is not a supported dtype; expected one of {', '.join(SUPPORTED)}"
         )
@@ -139,4 +201,7 @@ def dtype_info(dtype: np.dtype[Any]) -> DType:
     >>> dtype_info(np.dtype("uint8")).storage
     'unsigned char'
     """
-    return DTYPES[_BY_DTYPE[dtype]]
+    name = _name_of(dtype)
+    if name is None:
+        raise KeyError(dtype)
+    return DTYPES[name]

@@ -219,18 +219,27 @@ def _int_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
 
 #: The largest finite value of each floating-point parameter type; larger finite values
 #: may still round down to it (or overflow to inf: see _fits_float).
-_FLOAT_MAX: dict[np.dtype[Any], float] = {
-    SUPPORTED[name]: limit
-    for name, limit in (
-        ("float16", 65504.0),
-        ("bfloat16", math.ldexp(2 - 2.0**-7, 127)),
-        ("float32", math.ldexp(2 - 2.0**-23, 127)),
-        ("float64", sys.float_info.max),
-        ("float8_e4m3fn", 448.0),
-        ("float8_e5m2", 57344.0),
-    )
-    if name in SUPPORTED
+_FLOAT_LIMITS: dict[str, float] = {
+    "float16": 65504.0,
+    "bfloat16": math.ldexp(2 - 2.0**-7, 127),
+    "float32": math.ldexp(2 - 2.0**-23, 127),
+    "float64": sys.float_info.max,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
 }
+
+#: :data:`_FLOAT_LIMITS` by numpy dtype, filled as dtypes are met (bfloat16 and FP8 exist
+#: only once ml_dtypes is imported, at their first use); None for a type that is no float.
+_FLOAT_MAX: dict[np.dtype[Any], float | None] = {}
+
+
+def _float_max(dtype: np.dtype[Any]) -> float | None:
+    """The largest finite value of the float ``dtype``; None where it is no float."""
+    try:
+        return _FLOAT_MAX[dtype]
+    except KeyError:
+        limit = _FLOAT_MAX[dtype] = _FLOAT_LIMITS.get(dtype_name(dtype))
+        return limit
 
 
 def _fits_float(value: float, dtype: np.dtype[Any]) -> bool:
@@ -408,7 +417,7 @@ class _Launchable(Generic[R]):
             low: Any = 1
             high: Any = 0  # an empty range: the full checks
             if not param.pointer and dtype is not None:
-                limit = _FLOAT_MAX.get(dtype)
+                limit = _float_max(dtype)
                 if limit is not None:
                     low, high = -limit, limit
                 elif dtype.kind in "iu":
@@ -531,7 +540,7 @@ class _Launchable(Generic[R]):
                 f"{self._where(param)}: cuasync does not know the C type {param.ctype!r}"
             )
         t = type(arg)
-        limit = _FLOAT_MAX.get(dtype)
+        limit = _float_max(dtype)
         if limit is not None and (t is float or t is int):
             if t is float and -limit <= arg <= limit:
                 return arg
@@ -575,7 +584,8 @@ class _Launchable(Generic[R]):
             value = float(arg)
         except OverflowError:  # an int beyond float64
             value = math.inf
-        limit = _FLOAT_MAX[dtype]
+        limit = _float_max(dtype)
+        assert limit is not None  # (called for float parameters only)
         name = dtype_name(dtype)
         if name == "float8_e4m3fn" and not -limit <= value <= limit and value == value:
             if math.isfinite(value) and _fits_float(value, dtype):

@@ -18,7 +18,8 @@ from typing import Any
 
 from ._backends import get_backend
 from ._backends.emulator import EmulatorBackend
-from .errors import BackendUnavailableError
+from ._config import RANGES
+from .errors import ArgumentError, BackendUnavailableError
 
 __all__ = [
     "active",
@@ -55,9 +56,11 @@ def _emulator() -> EmulatorBackend:
 
 
 def set_delay(us: int) -> None:
-    """Delay every emulated command by ``us`` microseconds (0 turns it off)."""
-    if not isinstance(us, int) or isinstance(us, bool) or us < 0:
-        raise ValueError(f"us must be an int >= 0, got {us!r}")
+    """Delay every emulated command by ``us`` microseconds (0 turns it off; at most
+    10 s, as ``CUASYNC_EMU_DELAY_US``)."""
+    low, high = RANGES["CUASYNC_EMU_DELAY_US"]
+    if not isinstance(us, int) or isinstance(us, bool) or not low <= us <= high:
+        raise ArgumentError(f"us must be an int from {low} to {high} (10 s), got {us!r}")
     _emulator().delay_us = us
 
 

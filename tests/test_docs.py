@@ -248,3 +248,95 @@ def test_troubleshooting_covers_the_common_failures() -> None:
     ]:
         assert phrase in text, f"troubleshooting.md does not mention {phrase!r}"
         assert phrase in code, f"cuasync no longer says {phrase!r}: update the page"
+
+
+# -- version claims and thresholds ---------------------------------------------------------
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.2.0.dev0"`` -> ``(0, 2, 0)``."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    assert match, version
+    return tuple(int(part or 0) for part in match.groups())
+
+
+#: Pages that state versions as history (measurements at a commit, release notes).
+_HISTORY = ("changelog.md", "performance.md", "design.md")
+
+
+def _version_claims() -> list[tuple[str, str, str]]:
+    """``(page, word, version)`` for each "since 0.2", "in 0.2", "until 0.3", "cuasync
+    0.1.0" the user docs make."""
+    pattern = re.compile(
+        r"\b(cuasync|[Vv]ersion|[Ss]ince|[Bb]efore|[Ii]n|[Uu]ntil|[Ff]rom)\s+v?"
+        r"(\d+\.\d+(?:\.\d+)?(?:\.?(?:dev|a|b|rc)\d+)?)\b(?!\s*(?:[µu]s|ms|x|\u00d7|%|[KMG]i?B))"
+    )
+    pages = [p for p in DOCS.glob("*.md") if p.name not in _HISTORY]
+    return [
+        (p.name, m[1].lower(), m[2])
+        for p in [*pages, ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+        for m in pattern.finditer(p.read_text())
+    ]
+
+
+def test_the_docs_claim_no_version_but_the_installed_one() -> None:
+    """What the docs say "since", "in", "before" a version happened is this version or an
+    earlier one; what is "until" or "from" a version is later; ``cuasync X.Y.Z`` (the
+    output of ``python -m cuasync``) is this one exactly."""
+    import tomllib
+
+    import cuasync
+
+    installed = cuasync.__version__
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert pyproject == installed, "pyproject.toml and cuasync.__version__ differ"
+    now = _release(installed)[:2]
+    claims = _version_claims()
+    assert len(claims) >= 4, claims
+    stale = []
+    for page, word, version in claims:
+        if word == "cuasync" and version.count(".") >= 2:
+            ok = version == installed
+        elif word in ("until", "from"):
+            ok = _release(version)[:2] > now
+        else:
+            ok = _release(version)[:2] <= now
+        if not ok:
+            stale.append(f"{page}: {word} {version} (installed: {installed})")
+    assert not stale, stale
+
+
+def test_the_changelog_heads_with_the_installed_release() -> None:
+    """The changelog's first heading is the version being made: this one, released or
+    not (a ``.devN`` version is the unreleased one it leads to)."""
+    import cuasync
+
+    first = re.search(r"^## (\S+)( \(unreleased\))?$", (DOCS / "changelog.md").read_text(), re.M)
+    assert first is not None
+    assert _release(first[1]) == _release(cuasync.__version__)
+    assert bool(first[2]) == ("dev" in cuasync.__version__), first[0]
+
+
+def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
+    """Where the docs say from what size ``from_host`` stages on the copy threads."""
+    from cuasync._pageable import UPLOAD_CHUNKED_MIN
+
+    patterns = [
+        r"below (\d+) MiB during submission",
+        r"[Bb]elow (\d+) MiB, during submission",
+        r"From (\d+) MiB up the (?:staging memcpy|copy threads)",
+        r"of (\d+) MiB or more stages",
+        r"\*\*single\*\* \| below (\d+) MiB",
+        r"\*\*chunked\*\* \| from (\d+) MiB up",
+    ]
+    pages = {p: " ".join(p.read_text().split()) for p in DOCS.glob("*.md")}
+    pages[ROOT / "cuasync" / "_copies.py"] = " ".join(
+        (ROOT / "cuasync/_copies.py").read_text().split()
+    )
+    found = [
+        (path.name, int(m))
+        for path, text in pages.items()
+        for p in patterns
+        for m in re.findall(p, text)
+    ]
+    assert len(found) >= 6, found
+    wrong = [f"{page}: {mib} MiB" for page, mib in found if mib << 20 != UPLOAD_CHUNKED_MIN]
+    assert not wrong, f"the threshold is {UPLOAD_CHUNKED_MIN >> 20} MiB: {wrong}"

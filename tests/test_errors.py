@@ -18,8 +18,6 @@ RUNTIME: list[type[Exception]] = [
     errors.KernelError,
     errors.KernelCompileError,
     errors.BusyResourceError,
-    errors.TransferRejected,
-    errors.BusyTransferRejected,
 ]
 MISUSE: list[type[Exception]] = [
     errors.ArgumentError,
@@ -38,6 +36,11 @@ MISUSE: list[type[Exception]] = [
     errors.CaptureError,
     errors.MissingDependencyError,
 ]
+#: Misuse that 0.1 classed as a runtime failure: a DeviceError too, for 0.2 only.
+MISUSE_STILL_DEVICE_ERRORS: list[type[Exception]] = [
+    errors.TransferRejected,
+    errors.BusyTransferRejected,
+]
 
 
 @pytest.mark.parametrize("cls", RUNTIME, ids=lambda c: c.__name__)
@@ -52,12 +55,30 @@ def test_misuse_is_never_a_device_error(cls: type[Exception]) -> None:
     assert not issubclass(cls, errors.DeviceError)
 
 
+@pytest.mark.parametrize("cls", MISUSE_STILL_DEVICE_ERRORS, ids=lambda c: c.__name__)
+def test_a_refused_transfer_is_misuse_and_still_a_device_error_for_one_release(
+    cls: type[Exception],
+) -> None:
+    """A transfer refused for its arguments is a bug in the calling code (a UsageError);
+    0.1 classed it as a DeviceError, which it stays in 0.2 so that existing handlers work."""
+    assert issubclass(cls, errors.UsageError)
+    assert issubclass(cls, errors.DeviceError)
+    buffer = cuasync.PinnedPool.default().acquire(16)
+    try:
+        with pytest.raises(errors.UsageError) as info:
+            cuasync.upload_pending(buffer, cuasync.zeros((3,), "float32").sync())
+        assert isinstance(info.value, errors.TransferRejected)
+        assert isinstance(info.value, cuasync.DeviceError)  # (for 0.2)
+    finally:
+        buffer.release()
+
+
 def test_one_root_and_an_internal_error_of_its_own() -> None:
     for name in errors.__all__:
         obj = getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, BaseException):
             assert issubclass(obj, errors.CuasyncError), name
-    assert set(RUNTIME + MISUSE) | {
+    assert set(RUNTIME + MISUSE + MISUSE_STILL_DEVICE_ERRORS) | {
         errors.CuasyncError,
         errors.DeviceError,
         errors.UsageError,

@@ -98,3 +98,30 @@ def test_nothing_is_logged_at_info_on_the_hot_path(caplog: pytest.LogCaptureFixt
         for _ in range(20):
             cuasync.from_host(np.ones(4)).then(lambda t: t.to_host()).sync()
     assert [r for r in caplog.records if r.name.startswith("cuasync")] == []
+
+
+@pytest.mark.anyio
+async def test_fault_probes_are_logged_at_most_once_a_second(
+    caplog: pytest.LogCaptureFixture, anyio_backend
+) -> None:
+    """Work longer than ``CUASYNC_STALE_US`` is probed for a fault every few
+    milliseconds; at DEBUG a small pipeline printed the probe's line 15-22 times."""
+    import time
+
+    import numpy as np
+
+    import cuasync.testing as ct
+    from cuasync._core.completion import PROBE_LOG_INTERVAL
+
+    before = cuasync.stats().stale_probes
+    start = time.monotonic()
+    with caplog.at_level(logging.DEBUG, logger="cuasync.completion"):
+        x = await cuasync.from_host(np.arange(1000.0))
+        for _ in range(5):
+            await ct.sleep(20_000)  # 20 ms of device time: probed while it runs
+            await (x * 2 + 1).then(lambda t: t.to_host())
+    elapsed = time.monotonic() - start
+    probes = cuasync.stats().stale_probes - before
+    lines = [r for r in caplog.records if "for a fault" in r.getMessage()]
+    assert probes >= 2, "the pipeline's work was not probed: the test proves nothing"
+    assert len(lines) <= 1 + int(elapsed / PROBE_LOG_INTERVAL), (len(lines), probes, elapsed)

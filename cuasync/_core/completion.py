@@ -63,6 +63,10 @@ from .._native import NATIVE as _reactor
 
 log = logging.getLogger("cuasync.completion")
 
+#: The DEBUG line about probes for faults: at most one per device per this many seconds
+#: (ordinary work longer than ``CUASYNC_STALE_US`` is probed every few milliseconds).
+PROBE_LOG_INTERVAL = 1.0
+
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
 
@@ -393,6 +397,8 @@ class Hub:
         self._probe_interval = CONFIG.stale_us / 1e6
         self._exhaustion_logged = False
         self._faults_logged: set[int] = set()
+        #: Per device: when a probe was last logged, and how many probes it has had.
+        self._probes_logged: dict[int, tuple[float, int]] = {}
         from .express import make_core
 
         #: The native module's express submission of launches (``_reactor.Express``), or
@@ -762,6 +768,21 @@ class Hub:
         if comp is not None:
             self.probe(comp)
 
+    def _log_probe(self, ordinal: int, stream: Any, now: float) -> None:
+        """Log a probe at DEBUG: a device's first, then at most one line per
+        :data:`PROBE_LOG_INTERVAL` (each line numbers the probe, so the count shows)."""
+        last, count = self._probes_logged.get(ordinal, (-PROBE_LOG_INTERVAL, 0))
+        count += 1
+        if now - last < PROBE_LOG_INTERVAL:
+            self._probes_logged[ordinal] = (last, count)
+            return
+        self._probes_logged[ordinal] = (now, count)
+        log.debug(
+            "probing %r of a completion with no progress for a fault (probe %d of device "
+            "%d; this line at most once per %g s)",
+            stream, count, ordinal, PROBE_LOG_INTERVAL,
+        )  # fmt: skip
+
     def probe_callbacks(self, stale: float) -> None:
         """Probe the streams of host-callback completions pending longer than ``stale``
         seconds (the background watcher's clock calls it)."""
@@ -787,7 +808,8 @@ class Hub:
             return
         self._last_probe[ordinal] = now
         self.stats.stale_probes += 1
-        log.debug("probing %r of a completion with no progress for a fault", stream)
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_probe(ordinal, stream, now)
         try:
             # The background watcher probes while the stream's own thread may begin a
             # capture, during which a query is illegal (and on a GPU would invalidate
