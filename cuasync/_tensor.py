@@ -17,7 +17,7 @@ from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
 from ._ops.operators import TensorOperators
-from .errors import IndexOutOfRangeError, ShapeError, UnsupportedIndexError
+from .errors import HostArrayError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
@@ -319,7 +319,7 @@ class Tensor(TensorOperators, ProcessLocal):
         )
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        raise TypeError(
+        raise HostArrayError(
             "a device tensor is not a numpy array, and converting it would block on the "
             "device; copy it explicitly: `array = await t.to_host()`"
         )

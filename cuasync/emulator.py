@@ -8,6 +8,7 @@
 >>> with emu.peer_access(False):  # devices that cannot reach each other: copies are staged
 ...     y = await x.to(1)
 >>> mod = emu.load_module({"scale": scale_twin})   # a "CUmodule" for Module.from_handle
+>>> ctx = emu.create_context(0)  # another library's context, current here (cuCtxCreate)
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from .errors import ArgumentError, BackendUnavailableError
 __all__ = [
     "active",
     "commands_enqueued",
+    "create_context",
+    "current_context",
     "delay",
+    "destroy_context",
     "get_delay",
     "inject_fault",
     "load_module",
@@ -34,6 +38,8 @@ __all__ = [
     "peer_access",
     "peer_access_enabled",
     "peer_copies",
+    "primary_context",
+    "set_current_context",
     "set_delay",
     "set_peer_access",
     "unload_module",
@@ -178,3 +184,35 @@ def unload_module(module: int) -> None:
     >>> emu.unload_module(h)
     """
     _emulator().module_unload(module)
+
+
+# -- the thread's current context (a model of the driver's) ------------------------------
+def create_context(device: int = 0) -> int:
+    """A new context on ``device``, made current on this thread, as another library's
+    ``cuCtxCreate`` would: cuasync's calls leave it current (they run in the device's
+    primary context and put the caller's back). Destroy it with :func:`destroy_context`.
+
+    >>> ctx = emu.create_context(0)
+    >>> await cuasync.zeros((4,)); assert emu.current_context() == ctx
+    """
+    return _emulator().create_context(device)
+
+
+def current_context() -> int:
+    """The context current on this thread (``cuCtxGetCurrent``); 0: none."""
+    return _emulator().current_context()
+
+
+def set_current_context(ctx: int) -> None:
+    """Make ``ctx`` current on this thread (``cuCtxSetCurrent``); 0: none."""
+    _emulator().set_current_context(ctx)
+
+
+def destroy_context(ctx: int) -> None:
+    """Destroy a :func:`create_context` context (``cuCtxDestroy``)."""
+    _emulator().destroy_context(ctx)
+
+
+def primary_context(device: int = 0) -> int:
+    """``device``'s primary context, the one cuasync uses (``cuDevicePrimaryCtxRetain``)."""
+    return _emulator().primary_context(device)

@@ -33,6 +33,8 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   ├── OpConsumedError            also a RuntimeError: a single-use op executed twice
     │   ├── ReentrancyError            also a RuntimeError: executing an op inside ``then``
     │   ├── SyncInEventLoopError       also a RuntimeError: ``.sync()`` inside a running loop
+    │   ├── HostArrayError             also a TypeError: numpy data and device data mixed
+    │   ├── NotAwaitedError            also a TypeError/AttributeError: an op used as its result
     │   ├── ProcessLocalError          also a TypeError: a tensor, op, stream, ... was pickled
     │   ├── CaptureError               also a RuntimeError: graph capture misuse
     │   └── MissingDependencyError     also an ImportError: a feature's optional package is missing
@@ -65,6 +67,7 @@ __all__ = [
     "DeviceError",
     "DeviceFaultError",
     "DriverError",
+    "HostArrayError",
     "IndexOutOfRangeError",
     "InternalError",
     "InvalidDeviceError",
@@ -74,6 +77,7 @@ __all__ = [
     "LibraryError",
     "LibraryUnavailableError",
     "MissingDependencyError",
+    "NotAwaitedError",
     "OpConsumedError",
     "OutOfMemoryError",
     "ProcessLocalError",
@@ -249,6 +253,18 @@ class ReentrancyError(UsageError, RuntimeError):
 
 class SyncInEventLoopError(UsageError, RuntimeError):
     """A blocking call was made from inside a running event loop."""
+
+
+class HostArrayError(UsageError, TypeError):
+    """numpy and device data were mixed: a host array where a device tensor is needed
+    (``tensor + ndarray``: upload it with ``cuasync.from_host``), or a device tensor
+    given to numpy (``np.sum(tensor)``: use ``cuasync.sum``, or copy it to the host)."""
+
+
+class NotAwaitedError(UsageError, TypeError, AttributeError):
+    """An op was used where its result is needed, most often a forgotten ``await``:
+    ``np.asarray(t.to_host())``, ``t.to_host()[0]``, ``op.sum()``. Await it first. Also
+    an :class:`AttributeError` (for an attribute the op lacks) and a :class:`TypeError`."""
 
 
 class ProcessLocalError(UsageError, TypeError):

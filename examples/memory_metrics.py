@@ -38,7 +38,7 @@ async def main() -> None:
     except OutOfMemoryError as exc:
         print("refused:", exc.nbytes // MiB, "MiB")
     del batch
-    device.synchronize()  # frees are stream-ordered
+    await device.synchronized()  # frees are stream-ordered (the loop keeps running)
     print("peak:", device.memory_stats().peak_live_bytes // MiB, "MiB")
     print("trimmed:", device.trim_pool() // MiB, "MiB")
     device.reset_peak_memory()

@@ -51,7 +51,7 @@ async def test_cancelling_an_await_raises_at_once_and_the_work_goes_on(
         assert in_flight(s)  # the work was not cancelled on the device
         s_ = cuasync.stats()
         assert s_.slots_armed + s_.callbacks_pending >= 2  # the gate's word and the work's
-    s.synchronize()
+    await cuasync.wait(s)
 
 
 async def test_timeouts_are_cancellation(anyio_backend, baseline) -> None:

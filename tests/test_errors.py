@@ -32,6 +32,8 @@ MISUSE: list[type[Exception]] = [
     errors.OpConsumedError,
     errors.ReentrancyError,
     errors.SyncInEventLoopError,
+    errors.HostArrayError,
+    errors.NotAwaitedError,
     errors.ProcessLocalError,
     errors.CaptureError,
     errors.MissingDependencyError,
@@ -101,6 +103,9 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.CaptureError, RuntimeError),
         (errors.MissingDependencyError, ImportError),
         (errors.ProcessLocalError, TypeError),
+        (errors.HostArrayError, TypeError),
+        (errors.NotAwaitedError, TypeError),
+        (errors.NotAwaitedError, AttributeError),
         (errors.OutOfMemoryError, MemoryError),
     ],
 )

@@ -207,7 +207,7 @@ async def test_a_cancelled_launch_keeps_its_tensor_until_it_lands(
                 await bump[1, 256](x, 256)
             assert scope.cancelled_caught
         assert not s.query()  # the launch is still held: it goes on after the cancel
-    s.synchronize()
+    await cuasync.wait(s)
     np.testing.assert_array_equal(await x.to_host(), np.full(256, 2, np.float32))
     path.check()
 

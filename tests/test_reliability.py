@@ -459,7 +459,7 @@ async def test_cancelled_work_is_released_without_the_cyclic_gc(anyio_backend, h
                 tg.cancel_scope.cancel()
         deadline = time.monotonic() + 10
         while ct.snapshot() != before and time.monotonic() < deadline:
-            s.synchronize()
+            await cuasync.wait(s)
             await anyio.sleep(0.001)
         assert ct.snapshot() == before
     finally:

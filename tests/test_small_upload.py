@@ -192,7 +192,7 @@ async def test_a_cancelled_upload_keeps_its_block_until_it_lands(
         assert scope.cancelled_caught
         assert not s.query()  # held: the copy goes on after the cancel
         assert _pinned_in_use() > pinned
-    s.synchronize()
+    await cuasync.wait(s)
     await cuasync.from_host(source)  # (lets the background watcher see it landed)
     await wait_until(lambda: _pinned_in_use() == pinned)
     path.check()

@@ -9,6 +9,12 @@ What lives here:
   module and graph it created belongs to, so that it can make that device's primary
   context current on the calling thread before the call (a per-thread cache of the
   current ordinal keeps that to one comparison on the hot path).
+* The caller's context: a method that made a context current puts the one it found
+  back before it returns (:meth:`CudaBackend._switch` says which, ``_put_back`` restores
+  it), so code mixing cuasync with torch, CuPy or Numba keeps its own current context.
+  A thread with no context current keeps the device's primary context, as after a
+  CUDA runtime call. When the current context already is the device's primary one
+  (the cache says so), no driver call is added.
 * Errors: every ``CUresult`` other than ``CUDA_SUCCESS`` becomes a
   :class:`~cuasync.errors.DriverError` (or the subclass that fits); a sticky code
   (:data:`~cuasync.errors.STICKY_CODES`) is remembered per device and reported by
@@ -510,31 +516,47 @@ class CudaBackend(Backend):
             res = self._redo(res, ordinal, call, *args)
         return res
 
+    def _call_on(self, stream: int, call: str, *args: Any) -> tuple[Any, ...]:
+        """:meth:`_call` with the context of ``stream``'s device current; the caller's
+        context is put back afterwards."""
+        ordinal = self._streams.get(stream)
+        if ordinal is not None and self._tls.ordinal == ordinal:  # (the cache: no switch)
+            return self._call(ordinal, call, *args)
+        ordinal, caller = self._enter(stream)
+        try:
+            return self._call(ordinal, call, *args)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+
+    def _call_on_event(self, event: int, call: str, *args: Any) -> tuple[Any, ...]:
+        """:meth:`_call` with the context of ``event``'s device current (as ``_call_on``)."""
+        ordinal, caller = self._enter_event(event)
+        try:
+            return self._call(ordinal, call, *args)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+
     def _redo(self, res: tuple[Any, ...], ordinal: int, call: str, *args: Any) -> tuple[Any, ...]:
         """Slow path after ``res[0]`` was an error.
 
         If another library made a different context current on this thread behind
-        the backend's back, make ``ordinal``'s context current again and retry once;
-        otherwise (or if the retry fails too) raise.
+        the backend's back, make ``ordinal``'s context current, retry once and put the
+        other library's context back; otherwise (or if the retry fails too) raise.
         """
         code = int(res[0])
-        if code in _CONTEXT_CODES and ordinal >= 0 and self._resync(ordinal):
-            res = getattr(_d, call)(*args)
-            code = int(res[0])
-            if code == 0 or (code == _NOT_READY and call in _QUERIES):
-                return res
+        if code in _CONTEXT_CODES and ordinal >= 0 and ordinal in self._contexts:
+            caller = self._switch(ordinal)
+            if caller is not None:  # it was another context: worth a retry
+                try:
+                    res = getattr(_d, call)(*args)
+                finally:
+                    self._put_back(caller)
+                code = int(res[0])
+                if code == 0 or (code == _NOT_READY and call in _QUERIES):
+                    return res
         raise self._fail(code, call, ordinal)
-
-    def _resync(self, ordinal: int) -> bool:
-        """Make ``ordinal``'s context current if it is not; True if it was not."""
-        ctx = self._contexts.get(ordinal)
-        if ctx is None:
-            return False
-        err, current = _d.cuCtxGetCurrent()
-        if err or int(current) == int(ctx):
-            return False
-        self._switch(ordinal)
-        return True
 
     def _retain(self, ordinal: int) -> Any:
         """Retain ``ordinal``'s primary context (once per process) and return it."""
@@ -554,24 +576,51 @@ class CudaBackend(Backend):
         ctx = self._contexts.get(ordinal)
         return ctx if ctx is not None else self._retain(ordinal)
 
-    def _switch(self, ordinal: int) -> None:
-        """Make ``ordinal``'s primary context current on this thread (unconditionally)."""
+    def _switch(self, ordinal: int) -> Any:
+        """Make ``ordinal``'s primary context current on this thread (whatever the cache
+        says); return the caller's context it replaced, for :meth:`_put_back`, or None.
+
+        None when the primary context already was current, or no context was (the
+        thread keeps the primary context then, as after a CUDA runtime call). Every
+        method that switches puts the returned context back before it returns: the one
+        owner of "the caller's current context" (one ``cuCtxGetCurrent`` per switch).
+        """
         ctx = self._contexts.get(ordinal)
         if ctx is None:
             ctx = self._retain(ordinal)
+        err, caller = _d.cuCtxGetCurrent()
+        if err or not int(caller):
+            caller = None
+        elif int(caller) == int(ctx):
+            self._tls.ordinal = ordinal
+            return None
         (err,) = _d.cuCtxSetCurrent(ctx)
         if err:
             self._tls.ordinal = -1
             raise self._fail(err, "cuCtxSetCurrent", ordinal)
         self._tls.ordinal = ordinal
+        return caller
 
-    def _use(self, ordinal: int) -> None:
-        """Make ``ordinal``'s context current unless the per-thread cache says it is."""
+    def _put_back(self, caller: Any) -> None:
+        """Make ``caller`` (from :meth:`_switch`) current again on this thread.
+
+        The cache then names its device when it is one of the primary contexts this
+        backend retained (torch and CuPy use those too), else nothing (-1), so the next
+        call on a device switches again, and puts it back again.
+        """
+        (err,) = _d.cuCtxSetCurrent(caller)  # (fails only for a context destroyed meanwhile)
+        self._tls.ordinal = -1 if err else self._context_ordinal.get(int(caller), -1)
+
+    def _use(self, ordinal: int) -> Any:
+        """Make ``ordinal``'s context current unless the per-thread cache says it is;
+        the caller's context to put back, or None (see :meth:`_switch`)."""
         if self._tls.ordinal != ordinal:
-            self._switch(ordinal)
+            return self._switch(ordinal)
+        return None
 
-    def _enter(self, stream: int) -> int:
-        """Make the context of ``stream``'s device current; return the ordinal.
+    def _enter(self, stream: int) -> tuple[int, Any]:
+        """Make the context of ``stream``'s device current; return the ordinal and the
+        caller's context to put back (or None, see :meth:`_switch`).
 
         Hot paths inline the fast case (a stream this backend created, whose context
         the per-thread cache says is current) and call this otherwise.
@@ -580,8 +629,8 @@ class CudaBackend(Backend):
         if ordinal is None:
             ordinal = self.stream_device(stream)
         if self._tls.ordinal != ordinal:
-            self._switch(ordinal)
-        return ordinal
+            return ordinal, self._switch(ordinal)
+        return ordinal, None
 
     def _device(self, ordinal: int) -> Any:
         if not 0 <= ordinal < self._count:
@@ -625,8 +674,12 @@ class CudaBackend(Backend):
 
     def device_synchronize(self, ordinal: int) -> None:
         self._device(ordinal)
-        self._switch(ordinal)
-        (err,) = _d.cuCtxSynchronize()
+        caller = self._switch(ordinal)
+        try:
+            (err,) = _d.cuCtxSynchronize()
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuCtxSynchronize", ordinal)
 
     def device_fault(self, ordinal: int) -> BaseException | None:
@@ -670,10 +723,14 @@ class CudaBackend(Backend):
                 f"device {ordinal} cannot access device {peer} (cuDeviceCanAccessPeer is 0)",
             )
         peer_ctx = self._context(peer)
-        self._switch(ordinal)
+        caller = self._switch(ordinal)
         # From ``ordinal``'s context: access is one-way. Another thread may have won the
         # race to enable it (ALREADY_ENABLED), which is as good.
-        (err,) = _d.cuCtxEnablePeerAccess(peer_ctx, 0)
+        try:
+            (err,) = _d.cuCtxEnablePeerAccess(peer_ctx, 0)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         if err and int(err) != Code.PEER_ACCESS_ALREADY_ENABLED:
             raise self._fail(err, "cuCtxEnablePeerAccess", ordinal)
         # Pool allocations (cuMemAllocAsync, all of cuasync's) do not follow the context's
@@ -700,38 +757,46 @@ class CudaBackend(Backend):
     ) -> None:
         dst_ctx, src_ctx = self._context(dst_ordinal), self._context(src_ordinal)
         args = (dst, dst_ctx, src, src_ctx, nbytes, stream)
-        self._call(self._enter(stream), "cuMemcpyPeerAsync", *args)
+        self._call_on(stream, "cuMemcpyPeerAsync", *args)
 
     # -- streams ---------------------------------------------------------------------
     def stream_create(self, ordinal: int, priority: int = 0) -> int:
         self._device(ordinal)
-        self._switch(ordinal)
-        if priority:
-            err, stream = _d.cuStreamCreateWithPriority(_STREAM_NON_BLOCKING, priority)
-            self._check(err, "cuStreamCreateWithPriority", ordinal)
-        else:
-            err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
-            self._check(err, "cuStreamCreate", ordinal)
+        caller = self._switch(ordinal)
+        try:
+            if priority:
+                call = "cuStreamCreateWithPriority"
+                err, stream = _d.cuStreamCreateWithPriority(_STREAM_NON_BLOCKING, priority)
+            else:
+                call = "cuStreamCreate"
+                err, stream = _d.cuStreamCreate(_STREAM_NON_BLOCKING)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+        self._check(err, call, ordinal)
         handle = int(stream)
         self._streams[handle] = ordinal
         return handle
 
     def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
         self._device(ordinal)
-        self._switch(ordinal)
-        err, least, greatest = _d.cuCtxGetStreamPriorityRange()
+        caller = self._switch(ordinal)
+        try:
+            err, least, greatest = _d.cuCtxGetStreamPriorityRange()
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuCtxGetStreamPriorityRange", ordinal)
         return int(least), int(greatest)
 
     def stream_priority(self, stream: int) -> int:
-        _, priority = self._call(self._enter(stream), "cuStreamGetPriority", stream)
+        _, priority = self._call_on(stream, "cuStreamGetPriority", stream)
         return int(priority)
 
     def stream_destroy(self, stream: int) -> None:
-        ordinal = self._enter(stream)
         if self._blas is not None:
             self._blas.forget_stream(stream)  # its workspace, freed after its work
-        self._call(ordinal, "cuStreamDestroy", stream)
+        self._call_on(stream, "cuStreamDestroy", stream)
         self._streams.pop(stream, None)
 
     def stream_device(self, stream: int) -> int:
@@ -778,63 +843,78 @@ class CudaBackend(Backend):
     def stream_query(self, stream: int) -> bool:
         # Polled while completions are pending: inline (see _call); NOT_READY is no error.
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        (err,) = _d.cuStreamQuery(stream)
-        if not err:
-            return True
-        if err == _NOT_READY:
-            return False
-        return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
+        caller = None  # (set when this call made a context current: put back below)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                ordinal, caller = self._enter(stream)
+            (err,) = _d.cuStreamQuery(stream)
+            if not err:
+                return True
+            if err == _NOT_READY:
+                return False
+            return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def stream_synchronize(self, stream: int) -> None:
-        self._call(self._enter(stream), "cuStreamSynchronize", stream)
+        self._call_on(stream, "cuStreamSynchronize", stream)
 
     def stream_wait_event(self, stream: int, event: int) -> None:
-        self._call(self._enter(stream), "cuStreamWaitEvent", stream, event, 0)
+        self._call_on(stream, "cuStreamWaitEvent", stream, event, 0)
 
     # -- events ----------------------------------------------------------------------
     def event_create(self, ordinal: int, *, timing: bool = False) -> int:
         self._device(ordinal)
-        self._switch(ordinal)
+        caller = self._switch(ordinal)
         flags = _EVENT_DEFAULT if timing else _EVENT_DISABLE_TIMING
-        err, event = _d.cuEventCreate(flags)
+        try:
+            err, event = _d.cuEventCreate(flags)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuEventCreate", ordinal)
         handle = int(event)
         self._events[handle] = ordinal
         return handle
 
-    def _enter_event(self, event: int) -> int:
-        """Make the context of an event this backend created current; -1 if foreign."""
+    def _enter_event(self, event: int) -> tuple[int, Any]:
+        """Make the context of an event this backend created current; its ordinal (-1 if
+        foreign) and the caller's context to put back (or None, see :meth:`_switch`)."""
         ordinal = self._events.get(event, -1)
         if ordinal >= 0 and self._tls.ordinal != ordinal:
-            self._switch(ordinal)
-        return ordinal
+            return ordinal, self._switch(ordinal)
+        return ordinal, None
 
     def event_destroy(self, event: int) -> None:
-        self._call(self._enter_event(event), "cuEventDestroy", event)
+        self._call_on_event(event, "cuEventDestroy", event)
         self._events.pop(event, None)
 
     def event_record(self, event: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuEventRecord", event, stream)
+        self._call_on(stream, "cuEventRecord", event, stream)
 
     def event_query(self, event: int) -> bool:
         # Polled: inline (see _call); NOT_READY is no error.
         ordinal = self._events.get(event, -1)
-        if ordinal >= 0 and self._tls.ordinal != ordinal:
-            self._switch(ordinal)
-        (err,) = _d.cuEventQuery(event)
-        if not err:
-            return True
-        if err == _NOT_READY:
-            return False
-        return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal >= 0 and self._tls.ordinal != ordinal:
+                caller = self._switch(ordinal)
+            (err,) = _d.cuEventQuery(event)
+            if not err:
+                return True
+            if err == _NOT_READY:
+                return False
+            return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def event_synchronize(self, event: int) -> None:
-        self._call(self._enter_event(event), "cuEventSynchronize", event)
+        self._call_on_event(event, "cuEventSynchronize", event)
 
     def event_elapsed_ms(self, start: int, end: int) -> float:
-        res = self._call(self._enter_event(start), "cuEventElapsedTime", start, end)
+        res = self._call_on_event(start, "cuEventElapsedTime", start, end)
         return float(res[1])
 
     # -- memory ----------------------------------------------------------------------
@@ -866,26 +946,35 @@ class CudaBackend(Backend):
 
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        if ordinal not in self._pools_configured:
-            self._configure_pool(ordinal)
-        res = _d.cuMemAllocAsync(nbytes, stream)
-        if res[0]:
-            if res[0] == _OUT_OF_MEMORY:
-                self._trim_pool(ordinal)  # idle cached memory may satisfy it once released
-                res = _d.cuMemAllocAsync(nbytes, stream)
-                if res[0] == _OUT_OF_MEMORY:
-                    self._trim_pool(ordinal)
-                    raise OutOfMemoryError(nbytes, "device memory")
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                ordinal, caller = self._enter(stream)
+            if ordinal not in self._pools_configured:
+                self._configure_pool(ordinal)
+            res = _d.cuMemAllocAsync(nbytes, stream)
             if res[0]:
-                res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
-        return int(res[1])
+                if res[0] == _OUT_OF_MEMORY:
+                    self._trim_pool(ordinal)  # idle cached memory may satisfy it once released
+                    res = _d.cuMemAllocAsync(nbytes, stream)
+                    if res[0] == _OUT_OF_MEMORY:
+                        self._trim_pool(ordinal)
+                        raise OutOfMemoryError(nbytes, "device memory")
+                if res[0]:
+                    res = self._redo(res, ordinal, "cuMemAllocAsync", nbytes, stream)
+            return int(res[1])
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def mem_get_info(self, ordinal: int) -> tuple[int, int]:
         self._device(ordinal)
-        self._switch(ordinal)  # cuMemGetInfo answers for the current context's device
-        err, free, total = _d.cuMemGetInfo()
+        caller = self._switch(ordinal)  # cuMemGetInfo answers for the current context's device
+        try:
+            err, free, total = _d.cuMemGetInfo()
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuMemGetInfo", ordinal)
         return int(free), int(total)
 
@@ -950,16 +1039,21 @@ class CudaBackend(Backend):
 
     def pool_alloc_async(self, nbytes: int, pool: int, stream: int) -> int:
         raw, ordinal = self._user_pool(pool)
-        self._enter(stream)
-        res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
-        if res[0] == _OUT_OF_MEMORY:
-            _d.cuMemPoolTrimTo(raw, 0)  # its idle memory may satisfy the request once released
+        caller = self._enter(stream)[1]
+        try:
             res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
             if res[0] == _OUT_OF_MEMORY:
-                raise OutOfMemoryError(nbytes, f"device memory (a memory pool of device {ordinal})")
-        if res[0]:
-            res = self._redo(res, ordinal, "cuMemAllocFromPoolAsync", nbytes, raw, stream)
-        return int(res[1])
+                _d.cuMemPoolTrimTo(raw, 0)  # its idle memory may satisfy the request once freed
+                res = _d.cuMemAllocFromPoolAsync(nbytes, raw, stream)
+                if res[0] == _OUT_OF_MEMORY:
+                    where = f"device memory (a memory pool of device {ordinal})"
+                    raise OutOfMemoryError(nbytes, where)
+            if res[0]:
+                res = self._redo(res, ordinal, "cuMemAllocFromPoolAsync", nbytes, raw, stream)
+            return int(res[1])
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def pool_usage(self, pool: int) -> tuple[int, int]:
         raw, ordinal = self._user_pool(pool)
@@ -1005,23 +1099,27 @@ class CudaBackend(Backend):
         return None if err else value
 
     def mem_free_async(self, ptr: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuMemFreeAsync", ptr, stream)
+        self._call_on(stream, "cuMemFreeAsync", ptr, stream)
 
     def host_alloc(self, nbytes: int) -> int:
         ordinal = self._default_ordinal()
-        self._switch(ordinal)
-        err, ptr = _d.cuMemHostAlloc(nbytes, _HOSTALLOC_FLAGS)
-        if err:
-            if err == _OUT_OF_MEMORY:
-                raise OutOfMemoryError(nbytes, "pinned host memory")
-            raise self._fail(err, "cuMemHostAlloc", ordinal)
-        host = int(ptr)
-        # With unified addressing the host address is the device pointer; verify it
-        # and remember the exceptions (see host_device_pointer).
-        err, dptr = _d.cuMemHostGetDevicePointer(host, 0)
-        if err:
-            _d.cuMemFreeHost(host)
-            raise self._fail(err, "cuMemHostGetDevicePointer", ordinal)
+        caller = self._switch(ordinal)
+        try:
+            err, ptr = _d.cuMemHostAlloc(nbytes, _HOSTALLOC_FLAGS)
+            if err:
+                if err == _OUT_OF_MEMORY:
+                    raise OutOfMemoryError(nbytes, "pinned host memory")
+                raise self._fail(err, "cuMemHostAlloc", ordinal)
+            host = int(ptr)
+            # With unified addressing the host address is the device pointer; verify it
+            # and remember the exceptions (see host_device_pointer).
+            err, dptr = _d.cuMemHostGetDevicePointer(host, 0)
+            if err:
+                _d.cuMemFreeHost(host)
+                raise self._fail(err, "cuMemHostGetDevicePointer", ordinal)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         if int(dptr) != host:
             with self._lock:
                 bisect.insort(self._host_remap, (host, nbytes, int(dptr)))
@@ -1031,8 +1129,12 @@ class CudaBackend(Backend):
         if self._host_remap:
             with self._lock:
                 self._host_remap = [r for r in self._host_remap if r[0] != ptr]
-        self._use(self._default_ordinal())
-        (err,) = _d.cuMemFreeHost(ptr)
+        caller = self._use(self._default_ordinal())
+        try:
+            (err,) = _d.cuMemFreeHost(ptr)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuMemFreeHost")
 
     def host_device_pointer(self, ptr: int) -> int:
@@ -1052,13 +1154,13 @@ class CudaBackend(Backend):
         return ptr
 
     def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
+        self._call_on(stream, "cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
     def memcpy_dtoh_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
+        self._call_on(stream, "cuMemcpyDtoHAsync", dst, src, nbytes, stream)
 
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
+        self._call_on(stream, "cuMemcpyDtoDAsync", dst, src, nbytes, stream)
 
     def memcpy_2d_async(
         self,
@@ -1072,29 +1174,34 @@ class CudaBackend(Backend):
         kind: str,
     ) -> None:
         params = _memcpy2d_params(dst, dst_pitch, src, src_pitch, width, height, kind)
-        self._call(self._enter(stream), "cuMemcpy2DAsync", params, stream)
+        self._call_on(stream, "cuMemcpy2DAsync", params, stream)
 
     def memset_d8_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuMemsetD8Async", ptr, value, nbytes, stream)
+        self._call_on(stream, "cuMemsetD8Async", ptr, value, nbytes, stream)
 
     # -- completion primitives -------------------------------------------------------
     def write_value32(self, stream: int, address: int, value: int) -> None:
         # On the path of every await: inline (see _call), and the store itself in C.
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        if self._host_remap:
-            address = self.host_device_pointer(address)
-        # flags 0 (CU_STREAM_WRITE_VALUE_DEFAULT): the write is fenced after prior work.
-        native = self._native
-        if native is not None:
-            if native.write_value32(stream, address, value) == 0:
-                return
-            res = _d.cuStreamWriteValue32(stream, address, value, 0)
-        else:
-            res = _d.cuStreamWriteValue32(stream, address, value, 0)
-        if res[0]:
-            self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                ordinal, caller = self._enter(stream)
+            if self._host_remap:
+                address = self.host_device_pointer(address)
+            # flags 0 (CU_STREAM_WRITE_VALUE_DEFAULT): the write is fenced after prior work.
+            native = self._native
+            if native is not None:
+                if native.write_value32(stream, address, value) == 0:
+                    return
+                res = _d.cuStreamWriteValue32(stream, address, value, 0)
+            else:
+                res = _d.cuStreamWriteValue32(stream, address, value, 0)
+            if res[0]:
+                self._redo(res, ordinal, "cuStreamWriteValue32", stream, address, value, 0)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     #: Whether the native module has cuMemcpyHtoDAsync (set by _native_entry_points).
     _native_copy = False
@@ -1105,24 +1212,29 @@ class CudaBackend(Backend):
         # A small upload's two calls in one native call (the bindings' argument wrapping
         # of cuMemcpyHtoDAsync costs more than the copy of a few KiB).
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            self._enter(stream)
-        native = self._native
-        if native is None or not self._native_copy:
-            return Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
-        flag = self.host_device_pointer(address) if self._host_remap else address
-        rc = native.copy_and_write(dst, src, nbytes, stream, flag, value)
-        if rc > 0:  # nothing enqueued: the bindings' calls redo it (another context) or raise
-            Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
-        elif rc < 0:  # the copy is enqueued, the write failed: the same for the write
-            self.write_value32(stream, address, value)
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                caller = self._enter(stream)[1]
+            native = self._native
+            if native is None or not self._native_copy:
+                return Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+            flag = self.host_device_pointer(address) if self._host_remap else address
+            rc = native.copy_and_write(dst, src, nbytes, stream, flag, value)
+            if rc > 0:  # nothing enqueued: the bindings' calls redo it (another context) or raise
+                Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+            elif rc < 0:  # the copy is enqueued, the write failed: the same for the write
+                self.write_value32(stream, address, value)
+            return None
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
-        ordinal = self._enter(stream)
         if self._host_remap:
             address = self.host_device_pointer(address)
         # flags 0 (CU_STREAM_WAIT_VALUE_GEQ): a cyclic greater-or-equal on 32 bits.
-        self._call(ordinal, "cuStreamWaitValue32", stream, address, value & 0xFFFFFFFF, 0)
+        self._call_on(stream, "cuStreamWaitValue32", stream, address, value & 0xFFFFFFFF, 0)
 
     def host_task_modes_problem(self) -> str | None:
         """cuLaunchHostFunc_v2 came with CUDA 13.2: the bindings and the driver need it."""
@@ -1147,15 +1259,14 @@ class CudaBackend(Backend):
         are reported through ``sys.unraisablehook`` and go no further. If the context
         faults first, the driver never runs ``fn``.
         """
-        ordinal = self._enter(stream)
         key = next(_host_ids)
         _host_fns[key] = fn
         try:
             if sync_mode is None:
-                self._call(ordinal, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
+                self._call_on(stream, "cuLaunchHostFunc", stream, _TRAMPOLINE_ADDRESS, key)
             else:
                 args = (stream, _TRAMPOLINE_ADDRESS, key, sync_mode)
-                self._call(ordinal, "cuLaunchHostFunc_v2", *args)
+                self._call_on(stream, "cuLaunchHostFunc_v2", *args)
         except BaseException:
             _host_fns.pop(key, None)
             raise
@@ -1165,25 +1276,34 @@ class CudaBackend(Backend):
     ) -> None:
         # On the path of every await in callback mode: inline, as in launch_kernel.
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        if sync_mode is None:
-            res = _d.cuLaunchHostFunc(stream, fn, data)
-            if res[0]:
-                self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
-        else:
-            res = _d.cuLaunchHostFunc_v2(stream, fn, data, sync_mode)
-            if res[0]:
-                self._redo(res, ordinal, "cuLaunchHostFunc_v2", stream, fn, data, sync_mode)
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                ordinal, caller = self._enter(stream)
+            if sync_mode is None:
+                res = _d.cuLaunchHostFunc(stream, fn, data)
+                if res[0]:
+                    self._redo(res, ordinal, "cuLaunchHostFunc", stream, fn, data)
+            else:
+                res = _d.cuLaunchHostFunc_v2(stream, fn, data, sync_mode)
+                if res[0]:
+                    self._redo(res, ordinal, "cuLaunchHostFunc_v2", stream, fn, data, sync_mode)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     # -- modules and kernels ---------------------------------------------------------
     def module_load(self, ordinal: int, image: bytes) -> int:
         self._device(ordinal)
-        self._switch(ordinal)
         data = bytes(image)
         if not data.endswith(b"\0"):
             data += b"\0"  # PTX must be NUL-terminated; harmless after a cubin/fatbin
-        err, module = _d.cuModuleLoadData(data)  # `data` stays alive across the call
+        caller = self._switch(ordinal)
+        try:
+            err, module = _d.cuModuleLoadData(data)  # `data` stays alive across the call
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuModuleLoadData", ordinal)
         handle = int(module)
         self._modules[handle] = ordinal
@@ -1191,16 +1311,22 @@ class CudaBackend(Backend):
 
     def module_unload(self, module: int) -> None:
         ordinal = self._modules.pop(module, -1)
-        if ordinal >= 0:
-            self._use(ordinal)
-        (err,) = _d.cuModuleUnload(module)
+        caller = self._use(ordinal) if ordinal >= 0 else None
+        try:
+            (err,) = _d.cuModuleUnload(module)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuModuleUnload", ordinal)
 
     def module_function(self, module: int, name: str) -> int:
         ordinal = self._modules.get(module, -1)
-        if ordinal >= 0:
-            self._use(ordinal)
-        err, function = _d.cuModuleGetFunction(module, name.encode())
+        caller = self._use(ordinal) if ordinal >= 0 else None
+        try:
+            err, function = _d.cuModuleGetFunction(module, name.encode())
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuModuleGetFunction", ordinal)
         return int(function)
 
@@ -1221,8 +1347,12 @@ class CudaBackend(Backend):
         if kernel.function_handle:
             function = kernel.function_handle  # borrowed: the caller vouches for it
         elif kernel.module_handle:
-            self._use(ordinal)  # a borrowed module is not in self._modules
-            function = self.module_function(kernel.module_handle, kernel.name)
+            caller = self._use(ordinal)  # a borrowed module is not in self._modules
+            try:
+                function = self.module_function(kernel.module_handle, kernel.name)
+            finally:
+                if caller is not None:
+                    self._put_back(caller)
         else:
             image, lowered = kernel.compile_image(self.arch(ordinal))
             function = self._load_function(ordinal, image, lowered)
@@ -1262,37 +1392,43 @@ class CudaBackend(Backend):
     ) -> None:
         # On the path of every launch: the context check and the native call are inline.
         ordinal = self._streams.get(stream)
-        if ordinal is None or self._tls.ordinal != ordinal:
-            ordinal = self._enter(stream)
-        function = kernel.handle
-        gx, gy, gz = grid
-        bx, by, bz = block
-        native = self._native
-        param_block = kernel.params
-        if native is not None:
-            # One call, GIL released once: cuLaunchKernel, then the flag's
-            # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below to
-            # raise its error); < 0: the launch is enqueued and the flag write failed.
-            # The native module packs the parameters itself where it can (layout).
-            layout = param_block.layout
-            if layout is not None:
-                rc = native.launch_packed(
-                    function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout,
-                    args if type(args) is list else list(args), flag_address, flag_value,
-                )  # fmt: skip
-            else:
-                rc = native.launch_and_write(
-                    function, gx, gy, gz, bx, by, bz, shared_mem, stream,
-                    param_block.pack(args) if args else 0, flag_address, flag_value,
-                )  # fmt: skip
-            if rc:
-                self.launch_failed(
-                    rc, kernel, grid, block, shared_mem, stream, args, flag_address, flag_value
-                )
-            return
-        self._launch_in_python(
-            kernel, grid, block, shared_mem, stream, args, ordinal, flag_address, flag_value
-        )
+        caller = None  # (as in stream_query)
+        try:
+            if ordinal is None or self._tls.ordinal != ordinal:
+                ordinal, caller = self._enter(stream)
+            function = kernel.handle
+            gx, gy, gz = grid
+            bx, by, bz = block
+            native = self._native
+            param_block = kernel.params
+            if native is not None:
+                # One call, GIL released once: cuLaunchKernel, then the flag's
+                # cuStreamWriteValue32. 0: both done; > 0: the launch failed (redone below
+                # to raise its error); < 0: the launch is enqueued and the flag write failed.
+                # The native module packs the parameters itself where it can (layout).
+                layout = param_block.layout
+                if layout is not None:
+                    rc = native.launch_packed(
+                        function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout,
+                        args if type(args) is list else list(args), flag_address, flag_value,
+                    )  # fmt: skip
+                else:
+                    rc = native.launch_and_write(
+                        function, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                        param_block.pack(args) if args else 0, flag_address, flag_value,
+                    )  # fmt: skip
+                if rc:
+                    self.launch_failed(
+                        rc, kernel, grid, block, shared_mem, stream, args, flag_address,
+                        flag_value,
+                    )  # fmt: skip
+                return
+            self._launch_in_python(
+                kernel, grid, block, shared_mem, stream, args, ordinal, flag_address, flag_value
+            )
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     def launch_failed(
         self,
@@ -1354,27 +1490,31 @@ class CudaBackend(Backend):
 
         if self._submitter is not None:  # cuBLAS calls the driver itself
             self._submitter.fence()
-        ordinal = self._enter(stream)
-        blas = self._blas
-        if blas is None:
-            with self._lock:
-                if self._blas is None:
-                    self._blas = Blas(
-                        self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
-                    )
-                blas = self._blas
-        hopper = self._hopper.get(ordinal)
-        if hopper is None:  # sm_90 and newer want a bigger workspace
-            hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
-        blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
+        ordinal, caller = self._enter(stream)
+        try:
+            blas = self._blas
+            if blas is None:
+                with self._lock:
+                    if self._blas is None:
+                        self._blas = Blas(
+                            self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
+                        )
+                    blas = self._blas
+            hopper = self._hopper.get(ordinal)
+            if hopper is None:  # sm_90 and newer want a bigger workspace
+                hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
+            blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
 
     # -- graphs ----------------------------------------------------------------------
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
-        self._call(self._enter(stream), "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
+        self._call_on(stream, "cuStreamBeginCapture", stream, _CAPTURE_MODES[mode])
 
     def stream_end_capture(self, stream: int) -> int:
-        ordinal = self._enter(stream)
-        res = self._call(ordinal, "cuStreamEndCapture", stream)
+        ordinal = self.stream_device(stream)
+        res = self._call_on(stream, "cuStreamEndCapture", stream)
         graph = int(res[1])
         if not graph:  # invalidated capture without an error code
             raise self._fail(Code.STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture", ordinal)
@@ -1382,38 +1522,47 @@ class CudaBackend(Backend):
         return graph
 
     def stream_is_capturing(self, stream: int) -> bool:
-        res = self._call(self._enter(stream), "cuStreamIsCapturing", stream)
+        res = self._call_on(stream, "cuStreamIsCapturing", stream)
         # ACTIVE or INVALIDATED: both still need cuStreamEndCapture.
         return int(res[1]) != _CAPTURE_STATUS_NONE
 
     def graph_instantiate(self, graph: int) -> int:
         ordinal = self._graphs.get(graph, -1)
-        if ordinal >= 0:
-            self._use(ordinal)
-        err, graph_exec = _d.cuGraphInstantiate(graph, 0)
+        caller = self._use(ordinal) if ordinal >= 0 else None
+        try:
+            err, graph_exec = _d.cuGraphInstantiate(graph, 0)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuGraphInstantiate", ordinal)
         handle = int(graph_exec)
         self._graph_execs[handle] = ordinal if ordinal >= 0 else self._default_ordinal()
         return handle
 
     def graph_upload(self, graph_exec: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuGraphUpload", graph_exec, stream)
+        self._call_on(stream, "cuGraphUpload", graph_exec, stream)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
-        self._call(self._enter(stream), "cuGraphLaunch", graph_exec, stream)
+        self._call_on(stream, "cuGraphLaunch", graph_exec, stream)
 
     def graph_destroy(self, graph: int) -> None:
         ordinal = self._graphs.pop(graph, -1)
-        if ordinal >= 0:
-            self._use(ordinal)
-        (err,) = _d.cuGraphDestroy(graph)
+        caller = self._use(ordinal) if ordinal >= 0 else None
+        try:
+            (err,) = _d.cuGraphDestroy(graph)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuGraphDestroy", ordinal)
 
     def graph_exec_destroy(self, graph_exec: int) -> None:
         ordinal = self._graph_execs.pop(graph_exec, -1)
-        if ordinal >= 0:
-            self._use(ordinal)
-        (err,) = _d.cuGraphExecDestroy(graph_exec)
+        caller = self._use(ordinal) if ordinal >= 0 else None
+        try:
+            (err,) = _d.cuGraphExecDestroy(graph_exec)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
         self._check(err, "cuGraphExecDestroy", ordinal)
 
     # -- native fast paths -----------------------------------------------------------

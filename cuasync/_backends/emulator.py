@@ -80,6 +80,9 @@ except ImportError:  # built without a C compiler
 #: Each device owns a 1 TiB window of the emulated address space.
 _DEVICE_WINDOW = 1 << 40
 _ALIGN = 256
+#: Context handles: each device's primary context, then those create_context() makes.
+_PRIMARY_CONTEXTS = 0xC0_0000
+_CREATED_CONTEXTS = 0xC1_0000
 #: How long a first kernel load waits for streams held by host-memory words to go on
 #: before it reports the hang a GPU would have (seconds).
 _LOAD_WAIT_S = 5.0
@@ -362,7 +365,12 @@ class EmulatorBackend(Backend):
         #: Driver calls refused because they came from inside a host function (a bug).
         self.host_function_calls: list[str] = []
         self._defaults: dict[tuple[int, int, int], _Stream] = {}
-        self._current = threading.local()  # the "current context": the last device named
+        # The thread's current context (``.ctx``, 0: none), as the driver keeps it. Each
+        # device has a primary context; create_context() makes others, as cuCtxCreate.
+        self._current = threading.local()
+        self._primaries = [_PRIMARY_CONTEXTS + i for i in range(devices)]
+        self._context_device: dict[int, int] = {c: i for i, c in enumerate(self._primaries)}
+        self._context_ids = itertools.count(_CREATED_CONTEXTS)
 
     # -- knobs ---------------------------------------------------------------------
     def pause(self) -> None:
@@ -416,30 +424,72 @@ class EmulatorBackend(Backend):
             )
 
     def _device(self, ordinal: int) -> _Device:
+        """The device of a call; as the cuda backend, the call runs in the device's
+        primary context and leaves the caller's current context as it found it (a
+        thread with none keeps the primary context, as after a CUDA runtime call)."""
         self._refuse_in_host_function("device call")
         if not 0 <= ordinal < len(self._devices):
             raise DriverError(Code.INVALID_DEVICE, "device", f"ordinal {ordinal}")
-        self._current.ordinal = ordinal
+        if not getattr(self._current, "ctx", 0):
+            self._current.ctx = self._primaries[ordinal]
         return self._devices[ordinal]
+
+    # -- contexts (a model of the driver's, for tests: see cuasync.emulator) -----------
+    def current_context(self) -> int:
+        """The context current on this thread (``cuCtxGetCurrent``); 0: none."""
+        ctx: int = getattr(self._current, "ctx", 0)
+        return ctx
+
+    def set_current_context(self, ctx: int) -> None:
+        """Make ``ctx`` current on this thread (``cuCtxSetCurrent``); 0: none."""
+        if ctx and ctx not in self._context_device:
+            raise DriverError(Code.INVALID_CONTEXT, "cuCtxSetCurrent", f"unknown context {ctx:#x}")
+        self._current.ctx = ctx
+
+    def create_context(self, ordinal: int) -> int:
+        """A new context on device ``ordinal``, made current on this thread (``cuCtxCreate``)."""
+        self._device(ordinal)
+        with self._lock:
+            ctx = next(self._context_ids)
+            self._context_device[ctx] = ordinal
+        self._current.ctx = ctx
+        return ctx
+
+    def destroy_context(self, ctx: int) -> None:
+        """Destroy a :meth:`create_context` context (``cuCtxDestroy``); no longer current."""
+        with self._lock:
+            if ctx in self._primaries or self._context_device.pop(ctx, None) is None:
+                raise DriverError(Code.INVALID_CONTEXT, "cuCtxDestroy", f"not created: {ctx:#x}")
+        if self.current_context() == ctx:
+            self._current.ctx = 0
+
+    def primary_context(self, ordinal: int) -> int:
+        """Device ``ordinal``'s primary context (``cuDevicePrimaryCtxRetain``)."""
+        return self._primaries[ordinal]
 
     def _check(self, device: _Device) -> None:
         if device.fault is not None:
             raise fresh(device.fault)  # sticky: raised by every call, so a copy each time
 
     def _stream(self, handle: int) -> _Stream:
+        """The stream of a call; a thread with no current context gets the primary
+        context of the stream's device (as in :meth:`_device`)."""
         self._refuse_in_host_function("stream call")
         try:
-            return self._streams[handle]
+            stream = self._streams[handle]
         except KeyError:
             if handle in (1, 2):
                 return self._default_stream(handle)
             raise DriverError(
                 Code.INVALID_HANDLE, "stream", f"unknown stream {handle:#x}"
             ) from None
+        if not getattr(self._current, "ctx", 0):
+            self._current.ctx = self._primaries[stream.device.ordinal]
+        return stream
 
     def _default_stream(self, handle: int) -> _Stream:
         """The legacy (1) or per-thread (2) default stream of this thread's current device."""
-        device = self._devices[getattr(self._current, "ordinal", 0)]
+        device = self._devices[self._context_device.get(self.current_context(), 0)]
         key = (handle, device.ordinal, threading.get_ident() if handle == 2 else 0)
         with self._lock:
             stream = self._defaults.get(key)

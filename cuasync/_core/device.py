@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import threading
 import weakref
@@ -15,6 +16,7 @@ from .._exceptions import report_once
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from . import block_cache
 from .context import LOCK, submitting
+from .loops import check_blocking_allowed, in_thread
 from .priority import StreamPriorityRange, check_priority, priority_range
 from .process_local import ProcessLocal
 
@@ -204,9 +206,29 @@ class Device:
         """
         return priority_range(self.ordinal)
 
-    def synchronize(self) -> None:
-        """Block until all work on this device has finished (raises on a device fault)."""
+    def synchronize(self, *, allow_in_loop: bool = False) -> None:
+        """Block the calling thread until all work on this device has finished (raises
+        on a device fault).
+
+        Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
+        (``await dev.synchronized()`` there) unless ``allow_in_loop=True``.
+        """
+        check_blocking_allowed(
+            "Device.synchronize()", allow_in_loop, "use 'await device.synchronized()'"
+        )
         get_backend().device_synchronize(self.ordinal)
+
+    async def synchronized(self) -> None:
+        """Wait, without blocking the event loop, until all work on this device (every
+        stream, cuasync's and other libraries') has finished; raises on a device fault.
+
+        A thread makes the blocking wait while the task is parked. For one stream or
+        event, ``await cuasync.wait(stream)`` is cheaper (it blocks no thread).
+
+        >>> del batch                      # its free is stream-ordered
+        >>> await dev.synchronized()       # landed: trim_pool() can give it back
+        """
+        await in_thread(functools.partial(get_backend().device_synchronize, self.ordinal))
 
     def memory_info(self) -> MemoryInfo:
         """Bytes of cuasync's live allocations on this device, and the device's total.
@@ -478,8 +500,16 @@ class Stream(ProcessLocal):
         """The CUDA stream protocol: ``(version, handle)``."""
         return (0, self.handle)
 
-    def synchronize(self) -> None:
-        """Block until all work on this stream has finished (raises on a device fault)."""
+    def synchronize(self, *, allow_in_loop: bool = False) -> None:
+        """Block the calling thread until all work on this stream has finished (raises
+        on a device fault).
+
+        Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
+        (``await cuasync.wait(stream)`` there) unless ``allow_in_loop=True``.
+        """
+        check_blocking_allowed(
+            "Stream.synchronize()", allow_in_loop, "use 'await cuasync.wait(stream)'"
+        )
         covered = self._enqueued()
         get_backend().stream_synchronize(self.handle)
         self._mark_completed(covered)
@@ -594,15 +624,23 @@ class Event(ProcessLocal):
         """
         return get_backend().event_query(self.handle)
 
-    def synchronize(self) -> None:
+    def synchronize(self, *, allow_in_loop: bool = False) -> None:
         """Block the calling thread until the work before the latest record has finished.
 
-        In a coroutine, ``await cuasync.wait(event)`` waits without blocking the loop.
+        Raises :class:`~cuasync.errors.SyncInEventLoopError` inside a running event loop
+        (``await cuasync.wait(event)`` there: it waits without blocking the loop) unless
+        ``allow_in_loop=True``.
         """
+        check_blocking_allowed(
+            "Event.synchronize()", allow_in_loop, "use 'await cuasync.wait(event)'"
+        )
         get_backend().event_synchronize(self.handle)
 
     def wait(self, stream: Stream) -> None:
-        """Make ``stream`` wait (on the device) until this event has completed."""
+        """Make ``stream`` wait (on the device) until this event has completed.
+
+        Only enqueues: the calling thread never waits (fine in a coroutine).
+        """
         get_backend().stream_wait_event(stream.handle, self.handle)
 
     def elapsed_ms(self, end: Event) -> float:

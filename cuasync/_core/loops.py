@@ -8,7 +8,9 @@ cancellation hand-over) is :class:`~.completion.Hub`'s, in one call per await:
 >>> value = yield from wait(comp, running_adapter())   # completion.wait
 
 Blocking threads need no adapter: they call ``Hub.block`` (after
-:func:`check_blocking_allowed`).
+:func:`check_blocking_allowed`, the one check every blocking public call makes). A
+blocking driver wait with no flag to await (``cuCtxSynchronize``) is awaited through
+:func:`in_thread`: the adapter parks the task while a thread waits.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import asyncio
 import collections
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 from ..errors import SyncInEventLoopError
 from .completion import Completion, Waiter, get_hub
 
-__all__ = ["check_blocking_allowed", "in_running_loop", "running_adapter"]
+__all__ = ["check_blocking_allowed", "in_running_loop", "in_thread", "running_adapter"]
 
 Suspend = Callable[[], Generator[Any, Any, Any]]
 
@@ -298,9 +301,39 @@ def in_running_loop() -> bool:
     return True
 
 
-def check_blocking_allowed(what: str, allow: bool) -> None:
+def check_blocking_allowed(what: str, allow: bool, instead: str = "use 'await'") -> None:
+    """Refuse a call that blocks the thread (``what``) where a loop runs, unless ``allow``.
+
+    ``instead`` says what to write in a coroutine (default: ``await`` the op).
+    """
     if not allow and in_running_loop():
         raise SyncInEventLoopError(
             f"{what} blocks the calling thread, and this thread is running an event loop: "
-            f"use 'await' instead (or pass allow_in_loop=True if blocking the loop is intended)"
+            f"{instead} instead (or pass allow_in_loop=True if blocking the loop is intended)"
         )
+
+
+@types.coroutine
+def in_thread(fn: Callable[[], None]) -> Generator[Any, Any, None]:
+    """Run the blocking ``fn`` on a new thread while the running loop's task is parked.
+
+    For the rare waits that have no flag to await (a whole device). The loop keeps
+    running; a cancelled task stops waiting, the thread finishes ``fn`` on its own and
+    its outcome is dropped. ``fn``'s exception is raised in the task.
+
+    >>> await in_thread(functools.partial(backend.device_synchronize, 0))
+    """
+    wake, suspend = running_adapter().park()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # handed to the task
+            failure.append(exc)
+        wake(cast(Completion, None))
+
+    threading.Thread(target=run, name="cuasync-in-thread", daemon=True).start()
+    yield from suspend()
+    if failure:
+        raise failure.pop()

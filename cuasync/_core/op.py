@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
-from ..errors import ArgumentError, OpConsumedError
+from ..errors import ArgumentError, NotAwaitedError, OpConsumedError
 from . import completion as _completion
 from . import trace
 from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
@@ -62,6 +62,20 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
     __slots__ = ("_consumed", "_device", "_origin")
 
+    #: The type users know it as, in messages (never a private subclass's name).
+    _public_name = "DeviceOp"
+    #: What kind of op it is, in its repr and trace (a private subclass's own name).
+    _kind = "DeviceOp"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A private subclass (``_Then``, ``_FnOp``) is shown as its public type, so that
+        # Python's own messages ("'DeviceOp' object is not callable") name a type users
+        # know; its own name stays in ``_kind``.
+        super().__init_subclass__(**kwargs)
+        cls._kind = cls.__name__.lstrip("_")
+        if cls.__name__.startswith("_"):
+            cls.__name__ = cls.__qualname__ = cls._public_name
+
     def __init__(self, device: Device | None = None) -> None:
         self._consumed = False
         self._device = device
@@ -76,7 +90,34 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
     def __repr__(self) -> str:
         consumed = " (consumed)" if getattr(self, "_consumed", False) else ""
-        return f"<cuasync.DeviceOp {type(self).__name__.lstrip('_')}{consumed}>"
+        return f"<cuasync.DeviceOp {self._kind}{consumed}>"
+
+    # -- a forgotten await: the op used as its result --------------------------------------
+    def _not_awaited(self, what: str, instead: str) -> NotAwaitedError:
+        return NotAwaitedError(
+            f"{what}: it is an op, and its result does not exist until it runs (a forgotten "
+            f"await?); await it first: {instead}"
+        )
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        name = self._public_name
+        raise self._not_awaited(f"numpy cannot convert a {name}", "`np.asarray(await op)`")
+
+    def __getitem__(self, item: Any) -> Any:
+        name = self._public_name
+        raise self._not_awaited(f"a {name} cannot be indexed", "`(await op)[...]`")
+
+    if not TYPE_CHECKING:  # (type checkers keep flagging unknown attributes)
+
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(
+                    f"{self._public_name!r} object has no attribute {name!r}", name=name, obj=self
+                )
+            what = f"a {self._public_name} has no attribute {name!r}"
+            exc = self._not_awaited(what, f"`(await op).{name}`")
+            exc.name, exc.obj = name, self
+            raise exc
 
     # -- to implement ------------------------------------------------------------------
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
@@ -90,12 +131,16 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
     def _take(self) -> None:
         if self._consumed:
-            raise OpConsumedError(
-                f"this {type(self).__name__} was already executed; ops are single-use, like "
-                "coroutines. Call .shared() before executing it to run the work once and "
-                "reuse the result any number of times."
-            )
+            raise OpConsumedError(self._consumed_message())
         self._consumed = True
+
+    def _consumed_message(self) -> str:
+        return (
+            f"this {self._public_name} was already used: executed (await, sync(), "
+            "submit()) or built into another op (then(), map(), zip()); ops are single-use, "
+            "like coroutines. Call .shared() before using it to run the work once and reuse "
+            "the result any number of times."
+        )
 
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
@@ -146,7 +191,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
     def _trace_name(self) -> str:
         """The op's name in NVTX ranges."""
-        return type(self).__name__.lstrip("_")
+        return self._kind
 
     def _pick_stream(self) -> Stream:
         """The stream ``await``, ``sync()`` and ``submit()`` use: the policy's next one."""
@@ -596,6 +641,8 @@ class _Value(DeviceOp[T]):
 
 class SharedOp(DeviceOp[T]):
     """An execute-once op that can be executed any number of times (see ``DeviceOp.shared``)."""
+
+    _public_name = "SharedOp"
 
     __slots__ = (
         "_error",

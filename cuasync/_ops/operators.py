@@ -1,18 +1,38 @@
 """Arithmetic, comparison and ``@`` operators of :class:`~cuasync.Tensor` and ``TensorOp``.
 
 A mixin, so that type checkers see them: each operator builds a (fused) ``TensorOp``;
-an operand it cannot take gives ``NotImplemented``. ``__eq__`` builds an op too, so the
-mixin keeps identity hashing (``asyncio.gather(a * b, c * d)`` keys a dict by them).
+an operand it cannot take gives ``NotImplemented``, and a numpy array raises
+:class:`~cuasync.errors.HostArrayError` (upload it first). ``__eq__`` builds an op too,
+so the mixin keeps identity hashing (``asyncio.gather(a * b, c * d)`` keys a dict by them).
+
+numpy meets these objects through ``__array_ufunc__`` and ``__array_function__``: a
+numpy scalar operand builds the op as a Python number would (``np.float32(2) * t``);
+everything else (``ndarray + t``, ``np.exp(t)``, ``np.sum(t)``) raises ``HostArrayError``
+saying what to call instead.
 
 >>> op = (a * 2.0 + b) < c     # a TensorOp of bools; nothing runs yet
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import HostArrayError
 
 if TYPE_CHECKING:
     from .tensorop import TensorOp
+
+#: numpy ufunc name -> the operator's op, for a numpy scalar on either side.
+_UFUNC_OPS = {
+    name: name
+    for name in (
+        "add", "subtract", "multiply", "divide", "remainder", "power", "equal", "not_equal",
+        "less", "less_equal", "greater", "greater_equal",
+    )
+} | {"true_divide": "divide"}  # fmt: skip
 
 
 def _ew() -> Any:
@@ -25,15 +45,37 @@ class TensorOperators:
     """``+ - * / % ** @`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
 
     __slots__ = ()
-    __array_ufunc__ = None  # numpy defers to these operators: ``np.float32(2) * t`` works
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
 
     def _binary(self, name: str, other: Any, reflected: bool = False) -> Any:
         ew = _ew()
         if not ew.is_operand(other):
+            if isinstance(other, np.ndarray):
+                if other.ndim:
+                    raise _host_array(name, other, self)
+                return self._binary(name, other[()], reflected)  # a 0-d array: its scalar
             return NotImplemented
         fn = getattr(ew, name)
         return fn(other, self) if reflected else fn(self, other)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``np.float32(2) * t`` builds ``2 * t``; a host array or a numpy function raises
+        :class:`~cuasync.errors.HostArrayError` with what to do instead."""
+        name = _UFUNC_OPS.get(ufunc.__name__)
+        if method == "__call__" and name is not None and not kwargs and len(inputs) == 2:
+            a, b = inputs  # (numpy hands a scalar over as a 0-d array: _binary takes those)
+            if a is self:
+                return self._binary(name, b)
+            if b is self:
+                return self._binary(name, a, reflected=True)
+        host = next((x for x in inputs if isinstance(x, np.ndarray) and x.ndim), None)
+        if host is not None:
+            raise _host_array(ufunc.__name__, host, self)
+        raise _numpy_function(ufunc.__name__, self)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
+        raise _numpy_function(func.__name__, self)
 
     def __add__(self, other: Any) -> TensorOp:
         return self._binary("add", other)
@@ -108,3 +150,21 @@ class TensorOperators:
 
     def __abs__(self) -> TensorOp:
         return _ew().abs(self)
+
+
+def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:
+    return HostArrayError(
+        f"{name}: a numpy array (shape {array.shape}, dtype {array.dtype}) and a device "
+        f"{type(device).__name__} cannot be mixed: upload the array first, "
+        "`x = await cuasync.from_host(array)` (or copy the device data to the host, "
+        "`await t.to_host()`)"
+    )
+
+
+def _numpy_function(name: str, device: Any) -> HostArrayError:
+    ours = hasattr(sys.modules["cuasync"], name)
+    instead = f"use cuasync.{name}(...) on the device, or " if ours else ""
+    return HostArrayError(
+        f"numpy.{name}() cannot take a device {type(device).__name__}: {instead}copy it to "
+        "the host first (`await t.to_host()`)"
+    )

@@ -132,7 +132,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
     >>> y = await op
     """
 
-    __slots__ = ("_node", "_out", "dtype", "shape")
+    __slots__ = ("_absorbed", "_node", "_out", "dtype", "shape")
+
+    _public_name = "TensorOp"
 
     def __init__(self, node: Node, out: Tensor | None = None) -> None:
         super().__init__(node.device)
@@ -223,9 +225,19 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         """
         return self.then(lambda t: t.to_host())
 
+    def _consumed_message(self) -> str:
+        if not getattr(self, "_absorbed", False):  # (set when an expression took it over)
+            return super()._consumed_message()
+        return (
+            "this TensorOp was used in a bigger expression (`op + 1`, `cuasync.exp(op)`), "
+            "which took it over: await that expression instead; to use its result twice, "
+            "await it first (`t = await op`) or call .shared() before using it"
+        )
+
     def _absorb(self, argument: str) -> Node:
         """This op as an operand of a bigger expression: consumed now, never run alone."""
         self._take()
+        self._absorbed = True
         if self._out is None:
             return self._node
         # It writes out=: it runs first (in the same submission), then out is read.
