@@ -17,10 +17,11 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   │   └── OutOfMemoryError       also a MemoryError; names the size requested
     │   ├── KernelError                a kernel failed without faulting the device
     │   ├── KernelCompileError         NVRTC failed; carries the log
-    │   ├── BusyResourceError          a pinned buffer is in flight
-    │   └── TransferRejected           a transfer was refused; ``.package`` hands back the inputs
-    │       └── BusyTransferRejected   ... because its buffer is in flight (also Busy...)
+    │   └── BusyResourceError          a pinned buffer is in flight
     ├── UsageError                     misuse: fix the calling code
+    │   ├── TransferRejected           a transfer was refused; ``.package`` hands back the
+    │   │   │                          inputs (also a DeviceError until 0.3, as in 0.1)
+    │   │   └── BusyTransferRejected   ... because its buffer is in flight (also Busy...)
     │   ├── ArgumentError              also a ValueError: a bad argument, named
     │   │   ├── DTypeError             also a TypeError: unknown or mismatched dtype
     │   │   ├── ShapeError             negative/non-integer shapes, bad slices, size mismatches
@@ -305,10 +306,12 @@ class BusyResourceError(DeviceError):
     """A resource is in use by in-flight device work and cannot be touched yet."""
 
 
-class TransferRejected(DeviceError):
-    """A transfer was refused before anything was enqueued.
+class TransferRejected(UsageError, DeviceError):
+    """A transfer was refused before anything was enqueued: misuse of the calling code.
 
-    ``package`` holds what was given, untouched, so the caller can reuse it.
+    ``package`` holds what was given, untouched, so the caller can reuse it. Still a
+    :class:`DeviceError` in 0.2 (as in 0.1), so that existing ``except DeviceError``
+    handlers keep working; that base goes in 0.3.
     """
 
     def __init__(self, message: str, package: Any) -> None:
