@@ -9,13 +9,15 @@ import os
 import random
 import textwrap
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import run_script, settle, wait_until
+from conftest import awaited_completions, run_script, settle, wait_until
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._core.completion import work_in_flight
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +276,37 @@ def _stress(caplog) -> None:
     assert settled and state == base, (
         f"settled={settled}, now {state}, before {base}, {cuasync.stats()}"
     )
+
+
+async def test_cancelled_work_gives_its_memory_back_when_it_lands_without_a_collection(
+    anyio_backend, quiet_device
+) -> None:
+    # Issue 35, item 11: the intermediate tensors of a `then` chain and of an expression
+    # over a pending op (16 MiB each here) were kept by a reference cycle (the recursive
+    # closure that plans a fused kernel held every tensor it saw) until the cyclic GC ran,
+    # long after the cancelled work had landed. With the collector off (quiet_device),
+    # everything comes back once the background watcher has finished the work.
+    import anyio
+
+    n = 1 << 22
+    dev = quiet_device
+    chain = lambda: cuasync.zeros((n,)).then(lambda t: cuasync.add(t, t))  # noqa: E731
+    reduction = lambda: cuasync.sum(cuasync.zeros((n,)) * 2.0)  # noqa: E731
+    for make in (chain, reduction):  # their kernels loaded before the gate
+        await make()
+    gc.collect()  # (the collector stays off from here)
+    base = dev.memory_stats().live_bytes
+
+    async def one(make: Callable[[], cuasync.DeviceOp[object]]) -> None:
+        await make()
+
+    with ct.gate():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, chain)
+            tg.start_soon(one, reduction)
+            await wait_until(lambda: awaited_completions() == 2)  # both parked on held work
+            assert dev.memory_stats().live_bytes - base >= 3 * 4 * n
+            tg.cancel_scope.cancel()
+    # The gate is open: the work lands and the background watcher releases what it used.
+    await wait_until(lambda: not work_in_flight())
+    assert dev.memory_stats().live_bytes == base
