@@ -9,13 +9,16 @@ import os
 import random
 import textwrap
 import time
+import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import run_script, settle, wait_until
+from conftest import awaited_completions, run_script, settle, wait_until
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._core.completion import work_in_flight
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +277,107 @@ def _stress(caplog) -> None:
     assert settled and state == base, (
         f"settled={settled}, now {state}, before {base}, {cuasync.stats()}"
     )
+
+
+async def test_cancelled_work_gives_its_memory_back_when_it_lands_without_a_collection(
+    anyio_backend, quiet_device
+) -> None:
+    # Issue 35, item 11: the intermediate tensors of a `then` chain and of an expression
+    # over a pending op (16 MiB each here) were kept by a reference cycle (the recursive
+    # closure that plans a fused kernel held every tensor it saw) until the cyclic GC ran,
+    # long after the cancelled work had landed. With the collector off (quiet_device),
+    # everything comes back once the background watcher has finished the work.
+    import anyio
+
+    n = 1 << 22
+    dev = quiet_device
+    chain = lambda: cuasync.zeros((n,)).then(lambda t: cuasync.add(t, t))  # noqa: E731
+    reduction = lambda: cuasync.sum(cuasync.zeros((n,)) * 2.0)  # noqa: E731
+    for make in (chain, reduction):  # their kernels loaded before the gate
+        await make()
+    gc.collect()  # (the collector stays off from here)
+    base = dev.memory_stats().live_bytes
+
+    async def one(make: Callable[[], cuasync.DeviceOp[object]]) -> None:
+        await make()
+
+    with ct.gate():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, chain)
+            tg.start_soon(one, reduction)
+            await wait_until(lambda: awaited_completions() == 2)  # both parked on held work
+            assert dev.memory_stats().live_bytes - base >= 3 * 4 * n
+            tg.cancel_scope.cancel()
+    # The gate is open: the work lands and the background watcher releases what it used.
+    await wait_until(lambda: not work_in_flight())
+    assert dev.memory_stats().live_bytes == base
+
+
+ASYNCIO_LOOPS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+]
+
+
+def never_executed(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "was never executed" in str(w.message)]
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO_LOOPS, indirect=True)
+async def test_an_op_wait_for_cancels_before_it_began_is_consumed_without_a_warning(
+    anyio_backend, baseline
+) -> None:
+    # Issue 35, item 6: asyncio ran the op inside a wrapper coroutine of its own, which
+    # a task cancelled before its first step dropped without a call to the op; the op
+    # then warned "was never executed" (the forgotten-await warning), failing a correct
+    # program under the filter docs/testing.md recommends. A coroutine is silent there;
+    # so is an op: it is consumed by the cancellation, and enqueued nothing.
+    x = await cuasync.from_host(np.ones(1 << 10, np.float32))
+    finished = cuasync.stats().completed_inline + cuasync.stats().completed_reactor
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            await asyncio.wait_for(cuasync.add(x, x), 0)
+        except TimeoutError:
+            pass
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.gather(cuasync.add(x, x), cuasync.zeros((16,)))
+        except TimeoutError:
+            pass
+        gc.collect()
+    assert never_executed(caught) == []
+    assert cuasync.stats().completed_inline + cuasync.stats().completed_reactor == finished
+    op = cuasync.add(x, x)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(op, 0)
+    with pytest.raises(cuasync.errors.OpConsumedError):  # as a closed coroutine would
+        await op
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO_LOOPS, indirect=True)
+async def test_an_op_runs_as_an_asyncio_tasks_coroutine(anyio_backend, baseline) -> None:
+    # What item 6's fix makes of an op for asyncio: a task runs it as its coroutine
+    # (ensure_future, gather, wait_for with time to run), to the same result as an await.
+    x = await cuasync.from_host(np.arange(4, dtype=np.float32))
+    task = asyncio.ensure_future(cuasync.add(x, x))
+    got = [await task, *await asyncio.gather(x * 3.0, x.dup())]
+    got.append(await asyncio.wait_for(cuasync.add(x, 1.0), 10))
+    outs = [await t.to_host() for t in got]
+    assert [o.tolist() for o in outs] == [[0, 2, 4, 6], [0, 3, 6, 9], [0, 1, 2, 3], [1, 2, 3, 4]]
+
+
+async def test_an_op_a_cancel_scope_ends_at_once_is_silent_and_leaks_nothing(
+    anyio_backend, baseline
+) -> None:
+    # Item 6 on every loop (anyio's move_on_after(0), asyncio, uvloop and trio): the
+    # await begins (the op is consumed) before the cancellation reaches it.
+    import anyio
+
+    x = await cuasync.from_host(np.ones(1 << 10, np.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with anyio.move_on_after(0):
+            await cuasync.add(x, x)
+        gc.collect()
+    assert never_executed(caught) == []

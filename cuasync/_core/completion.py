@@ -658,27 +658,31 @@ class Hub:
         comp.add_waiter(waiter)
         if comp.slot < 0 or self.reactor is None:
             return
+        queue = adapter.queue
+        if queue is None:  # the loop's first armed slot (outside the lock: it runs Python)
+            queue = self.open_queue(adapter)
         with comp._lock:
             if comp.state != PENDING:
                 return
             watcher = comp.watcher
             if watcher is None:
                 comp.watcher = adapter
-            elif watcher is adapter or watcher is self.background:
+                self.arm(comp, queue)  # under the lock: see arm
                 return
-        if watcher is not None:
-            self.watch_in_background(comp)
-            return
-        queue = adapter.queue
-        if queue is None:  # the loop's first armed slot
-            queue = self.native.LoopQueue()
-            try:
-                adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
-            except BaseException:
-                queue.close()
-                raise
-            adapter.queue = queue
-        self.arm(comp, queue)
+            if watcher is adapter or watcher is self.background:
+                return
+        self.watch_in_background(comp)
+
+    def open_queue(self, adapter: LoopAdapter) -> Any:
+        """The reactor queue of the loop of ``adapter``, made and watched at its first arm."""
+        queue = self.native.LoopQueue()
+        try:
+            adapter.watch_fd(queue.fileno(), lambda: self.drain(queue))
+        except BaseException:
+            queue.close()
+            raise
+        adapter.queue = queue
+        return queue
 
     def watch_in_background(self, comp: Completion) -> None:
         """Make sure ``comp`` is observed, and what it uses released, with nobody awaiting.
@@ -693,6 +697,8 @@ class Hub:
             return
         background = self.background
         with comp._lock:
+            if comp.state != PENDING:
+                return
             watcher = comp.watcher
             if watcher is background:
                 return
@@ -700,10 +706,11 @@ class Hub:
                 # False: it was already pushed to that queue, so it has landed (see below).
                 self.reactor.disarm(comp.slot)
             comp.watcher = background
-        if comp.landed():
+            landed = comp.landed()
+            if not landed:
+                self.arm(comp, background.queue)  # under the lock: see arm
+        if landed:
             comp.finish(INLINE)
-        else:
-            self.arm(comp, background.queue)
 
     def detach(self, adapter: LoopAdapter) -> None:
         """The loop of ``adapter`` is going away: the background watcher takes over."""
@@ -718,7 +725,12 @@ class Hub:
         self.handle_reports(*queue.close())
 
     def arm(self, comp: Completion, queue: Any) -> None:
-        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land."""
+        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land.
+
+        Called under ``comp._lock`` with ``comp`` pending: :meth:`Completion.finish` leaves
+        ``PENDING`` under that lock before :meth:`release` disarms, so no arm can follow
+        the disarm and the slot goes back to the free list with nothing armed on it.
+        """
         comp.armed_at = time.monotonic()
         self.reactor.arm(comp.slot, comp.gen, queue)
 
@@ -741,7 +753,8 @@ class Hub:
     def on_landed(self, slot: int) -> None:
         comp = self.table[slot]
         # A slot can be reported after its completion was finished another way and the
-        # slot reused: only a completion whose own generation has landed is finished.
+        # slot reused: only a completion whose own generation has landed is finished
+        # (perhaps before the reactor saw it: release disarms it).
         if comp is not None and comp.landed():
             comp.finish(REACTOR)
 
@@ -871,8 +884,13 @@ class Hub:
             stats.completed_blocking += 1
         slot = comp.slot
         if slot >= 0:
-            if comp.watcher is not None and path != REACTOR:
-                self.reactor.disarm(slot)  # it was armed: take it back
+            if comp.watcher is not None:
+                # It was armed: take it back before the slot is free, even on the reactor
+                # path. A drain can hold a report left over from the slot's previous
+                # user, which finishes this one once its own flag has landed but before
+                # the reactor has seen it: its entry is still armed then, and the slot's
+                # next user would find it so ("slot N is already armed").
+                self.reactor.disarm(slot)
             self.table[slot] = None  # (self._free_slot, inline: every completion passes here)
             self.free.append(slot)
         else:

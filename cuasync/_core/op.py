@@ -60,7 +60,9 @@ class DeviceOp(ProcessLocal, Generic[T]):
         "that awaits it"
     )
 
-    __slots__ = ("_consumed", "_device", "_origin")
+    __slots__ = ("_consumed", "_device", "_origin", "_running")
+    #: The op's await while an asyncio task runs the op as its coroutine (``send``).
+    _running: Generator[Any, Any, Any] | None
 
     #: The type users know it as, in messages (never a private subclass's name).
     _public_name = "DeviceOp"
@@ -258,6 +260,47 @@ class DeviceOp(ProcessLocal, Generic[T]):
             self._take()  # raises
         self._consumed = True
         return (yield from await_started(self._start(self._pick_stream(), True), adapter))
+
+    # -- the coroutine protocol ----------------------------------------------------------
+    # asyncio runs an awaitable that is not a coroutine (``ensure_future``, ``wait_for``,
+    # ``gather``) inside a wrapper coroutine of its own, which a task cancelled before
+    # its first step drops without a call to the op: the op then warned "was never
+    # executed". With ``send``/``throw``/``close`` the op is a coroutine to asyncio (the
+    # ``collections.abc.Coroutine`` protocol), run by the task itself, and a cancellation
+    # before it began consumes it as it closes a coroutine.
+    def send(self, value: Any) -> Any:
+        """Run the op's await one step (what an asyncio task calls; see ``__await__``)."""
+        it = getattr(self, "_running", None)  # (unset in ops the native module builds)
+        if it is None:
+            it = self._running = self.__await__()
+        try:
+            return it.send(value)
+        except BaseException:
+            self._running = None  # finished: no cycle through the await's frame
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise an exception in the op's await; before it began, the op is consumed
+        (closed, as a coroutine would be) and the exception raised at once."""
+        exc = typ if val is None else val
+        it = getattr(self, "_running", None)
+        if it is None:
+            self._consumed = True  # consumed by the cancellation: nothing was enqueued
+            raise exc
+        try:
+            return it.throw(exc)
+        except BaseException:
+            self._running = None
+            raise
+
+    def close(self) -> None:
+        """Close the op's await (an unstarted op is consumed without running)."""
+        it = getattr(self, "_running", None)
+        self._running = None
+        if it is None:
+            self._consumed = True
+        else:
+            it.close()
 
     # -- combinators ---------------------------------------------------------------------
     def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:

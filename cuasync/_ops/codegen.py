@@ -49,21 +49,27 @@ def make_plan(node: Node) -> tuple[Plan, list[Tensor], list[Any]]:
     """The plan of a tree whose pending leaves are already tensors, and its arguments."""
     tensors: list[Tensor] = []
     scalars: list[Any] = []
+    return _plan(node, tensors, scalars), tensors, scalars
 
-    def walk(n: Node) -> Plan:
-        if n.kind == "tensor":
-            tensors.append(n.value)
-            return ("x", len(tensors) - 1, dtype_name(n.value.dtype))
-        if n.kind == "scalar":
-            scalars.append(n.value)
-            spec = type(n.value).__name__ if n.dtype is None else dtype_name(n.dtype)
-            return ("s", len(scalars) - 1, spec)
-        assert n.kind == "op", n.kind
-        ins = tuple(dtype_name(d) for d in n.ins)
-        out: Any = n.dtype
-        return ("op", n.name, ins, dtype_name(out), *(walk(c) for c in n.children))
 
-    return walk(node), tensors, scalars
+def _plan(n: Node, tensors: list[Tensor], scalars: list[Any]) -> Plan:
+    """``make_plan``'s walk, appending the leaves' arguments to ``tensors`` and ``scalars``.
+
+    A module function, not a closure: a recursive closure refers to itself through its
+    cell, a reference cycle that kept the tensors it saw (a ``then`` chain's intermediate
+    outputs) alive until the cyclic garbage collector ran.
+    """
+    if n.kind == "tensor":
+        tensors.append(n.value)
+        return ("x", len(tensors) - 1, dtype_name(n.value.dtype))
+    if n.kind == "scalar":
+        scalars.append(n.value)
+        spec = type(n.value).__name__ if n.dtype is None else dtype_name(n.dtype)
+        return ("s", len(scalars) - 1, spec)
+    assert n.kind == "op", n.kind
+    ins = tuple(dtype_name(d) for d in n.ins)
+    out: Any = n.dtype
+    return ("op", n.name, ins, dtype_name(out), *(_plan(c, tensors, scalars) for c in n.children))
 
 
 def scalar_arg(value: Any, spec: str) -> Any:
