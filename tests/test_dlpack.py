@@ -20,6 +20,7 @@ import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
 from cuasync._interop import dlpack
+from cuasync._native import NATIVE
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError
 
 _api = ctypes.pythonapi
@@ -194,6 +195,30 @@ def test_a_consumed_capsule_is_left_to_its_consumer() -> None:
     worker.start()
     worker.join()
     assert used() == before
+
+
+def live() -> int:
+    settle()
+    gc.collect()
+    settle()
+    return cuasync.Device(0).memory_stats().live_bytes
+
+
+@pytest.mark.skipif(NATIVE is None, reason="a Python capsule destructor cannot keep the error")
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_refused_capsule_keeps_the_consumers_error_and_gives_the_tensor_back(
+    versioned: bool,
+) -> None:
+    # numpy reads only host memory: it takes the capsule, sets its error and drops the
+    # capsule, so the capsule's destructor runs with that error set.
+    before = live()
+    t = cuasync.from_host(host((65536,))).sync()
+    producer = t if versioned else LegacyVia(t)
+    with pytest.raises(RuntimeError, match="Unsupported device") as refused:
+        np.from_dlpack(producer)
+    assert type(refused.value) is RuntimeError  # numpy's own, not a SystemError
+    del t, producer, refused
+    assert live() == before
 
 
 def struct_of_address(address: int):

@@ -6,7 +6,9 @@ allocation alive until the consumer calls the deleter; the deleter is a C functi
 that any thread may call at any time (it takes the GIL, drops the reference, and
 makes the allocation's eventual free wait for the consumer's default stream where
 that stream is known). A capsule nobody consumed calls the deleter when it is
-collected; a consumed one (renamed ``used_dltensor...``) is its consumer's business.
+collected, from a C destructor (``reactor/dlpack.c``) that keeps an exception the
+consumer has set meanwhile (a refused capsule is dropped while its consumer raises);
+a consumed one (renamed ``used_dltensor...``) is its consumer's business.
 
 >>> y = torch.from_dlpack(x)                    # x a cuasync.Tensor: zero-copy
 >>> x = cuasync.from_dlpack(torch_tensor)       # and back
@@ -24,6 +26,7 @@ import numpy as np
 from .._core.device import Device, Stream, _check_ordinal
 from .._dtypes import SUPPORTED, dtype_name
 from .._exceptions import report_once
+from .._native import NATIVE
 from .._tensor import Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError
 from .foreign import (
@@ -164,7 +167,15 @@ def _release(address: int | None) -> None:
 
 
 def _capsule_destructor(capsule: int | None) -> None:
-    # A capsule nobody consumed still owns its tensor; a consumed one was renamed.
+    """The capsule destructor where the native module is missing.
+
+    A capsule nobody consumed still owns its tensor; a consumed one was renamed. A
+    consumer may drop a capsule while its own exception is set (numpy refusing a CUDA
+    capsule does): Python code cannot keep that exception (ctypes turns it into a
+    ``SystemError``), so it is cleared first and the tensor is still given back. The
+    native destructor (``reactor/dlpack.c``) keeps it.
+    """
+    _clear_error()
     try:
         for name in (_VERSIONED, _LEGACY):
             if _api.PyCapsule_IsValid(capsule, name):
@@ -174,11 +185,18 @@ def _capsule_destructor(capsule: int | None) -> None:
         return
 
 
-#: Both C callbacks live as long as the process: a consumer may call them at any time.
+_clear_error = _api.PyErr_Clear
+_clear_error.restype = None
+_clear_error.argtypes = []
+
+#: The C callbacks live as long as the process: a consumer may call them at any time.
 _DELETER = _DELETER_TYPE(_release)
 _DELETER_ADDRESS = ctypes.cast(_DELETER, ctypes.c_void_p).value
-_DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
-_DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
+if NATIVE is not None:
+    _DESTRUCTOR_ADDRESS = NATIVE.DLPACK_CAPSULE_DESTRUCTOR
+else:
+    _DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
+    _DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
 _ids = itertools.count(1)
 
 
