@@ -21,7 +21,7 @@ import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
 from cuasync._interop import dlpack
 from cuasync._native import NATIVE
-from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError
+from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 _api = ctypes.pythonapi
 
@@ -324,16 +324,53 @@ def _negative(m: object) -> None:
     m.dl_tensor.strides[0] = -1  # type: ignore[attr-defined]
 
 
+def _negative_shape(m: object) -> None:
+    m.dl_tensor.shape[0] = -4  # type: ignore[attr-defined]
+
+
+def _negative_ndim(m: object) -> None:
+    m.dl_tensor.ndim = -1  # type: ignore[attr-defined]
+
+
+def _no_shape_array(m: object) -> None:
+    m.dl_tensor.shape = None  # type: ignore[attr-defined]
+
+
+def _misaligned(m: object) -> None:
+    m.dl_tensor.byte_offset = 2  # type: ignore[attr-defined]  # half a float32 in
+
+
+def _null(m: object) -> None:
+    m.dl_tensor.data = None  # type: ignore[attr-defined]
+
+
+def _huge(m: object) -> None:
+    m.dl_tensor.shape[0] = 1 << 62  # type: ignore[attr-defined]  # 2**64 bytes of float32
+
+
 @pytest.mark.parametrize(
     ("patch", "error", "match"),
-    [(_bad_dtype, DTypeError, "no cuasync counterpart"), (_negative, ArgumentError, "negative")],
-    ids=["dtype", "negative-strides"],
-)
+    [
+        (_bad_dtype, DTypeError, "no cuasync counterpart"),
+        (_negative, ArgumentError, "negative strides"),
+        (_negative_shape, ShapeError, "negative dimension"),
+        (_negative_ndim, ShapeError, "ndim -1"),
+        (_no_shape_array, ShapeError, "no shape array"),
+        (_misaligned, ArgumentError, "not aligned"),
+        (_null, ArgumentError, "NULL"),
+        (_huge, ShapeError, "address space"),
+    ],
+    ids=[
+        "dtype", "negative-strides", "negative-shape", "negative-ndim", "no-shape-array",
+        "misaligned", "null-data", "extent-overflow",
+    ],
+)  # fmt: skip
 def test_refused_imports_release_the_capsule(patch, error, match) -> None:
     before = used()
     t = cuasync.zeros((4,)).sync()
     with pytest.raises(error, match=match):
         cuasync.from_dlpack(Via(t, patch=patch))
+    np.testing.assert_array_equal(t.to_host().sync(), np.zeros(4, np.float32))  # device fine
     del t
     assert used() == before  # the unconsumed capsule gave the tensor back
 

@@ -28,11 +28,12 @@ from .._dtypes import SUPPORTED, dtype_name
 from .._exceptions import report_once
 from .._native import NATIVE
 from .._tensor import Tensor, contiguous_strides
-from ..errors import ArgumentError, DTypeError, InvalidDeviceError
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .foreign import (
     LEGACY_STREAM,
     PER_THREAD_STREAM,
     ForeignAllocation,
+    foreign_extent,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -433,25 +434,19 @@ def _adopt(obj: Any, managed: Any, device: Device, stream: Stream, versioned: bo
             f"but __dlpack_device__() said (2, {device.ordinal})"
         )
     dtype = _numpy_dtype(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)
+    what = f"the DLPack tensor of {type(obj).__name__}"
+    if dl.ndim < 0 or (dl.ndim > 0 and not dl.shape):
+        raise ShapeError(
+            f"{what} has ndim {dl.ndim} and {'a' if dl.shape else 'no'} shape array; the "
+            "producer's capsule is broken"
+        )
     shape = tuple(int(dl.shape[i]) for i in range(dl.ndim))
     if dl.strides:
         strides = tuple(int(dl.strides[i]) for i in range(dl.ndim))
     else:  # NULL: compact row-major (DLPack < 1.2)
         strides = contiguous_strides(shape)
-    if any(s < 0 for s, d in zip(strides, shape, strict=True) if d > 1):
-        raise ArgumentError(
-            f"the DLPack tensor has negative strides {strides}; cuasync views go forward "
-            "only: make a contiguous copy in the producer first"
-        )
-    size = int(np.prod(shape)) if shape else 1
-    extent = 0 if size == 0 else 1 + sum(s * (d - 1) for s, d in zip(strides, shape, strict=True))
+    ptr = (dl.data or 0) + dl.byte_offset
+    nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     readonly = versioned and bool(managed.flags & _READ_ONLY)
-    alloc = ForeignAllocation(
-        device,
-        (dl.data or 0) + dl.byte_offset,
-        extent * dtype.itemsize,
-        owner=obj,
-        readonly=readonly,
-        producer=stream,
-    )
+    alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
