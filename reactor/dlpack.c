@@ -10,6 +10,8 @@
  * call machinery turns it into a SystemError), so this one puts the error aside around
  * the deleter and gives it back. The deleter itself (a ctypes callback) then runs
  * Python code with no error set; an error it raises is reported as unraisable by ctypes.
+ * At interpreter exit it does nothing: the memory goes away with the process, and the
+ * deleter's Python code may already be torn down.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,9 +54,17 @@ typedef struct versioned_managed {
 #define RESTORE_ERROR(saved) PyErr_Restore(saved##_type, saved##_value, saved##_tb)
 #endif
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define IS_FINALIZING() Py_IsFinalizing()
+#else
+#define IS_FINALIZING() _Py_IsFinalizing()
+#endif
+
 void
 dlpack_capsule_destructor(PyObject *capsule)
 {
+    if (IS_FINALIZING())
+        return; /* at exit the memory goes away with the process */
     SAVE_ERROR(pending);
     const char *name = PyCapsule_GetName(capsule);
     if (name != NULL && strcmp(name, "dltensor_versioned") == 0) {

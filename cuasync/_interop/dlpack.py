@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import sys
 import threading
 from typing import Any
 
@@ -159,7 +160,14 @@ _exports: dict[int, _Export] = {}
 
 
 def _release(address: int | None) -> None:
-    export = _exports.pop(address or 0, None)
+    try:
+        export = _exports.pop(address or 0, None)
+        # At exit the memory goes away with the process, and ordering its free could
+        # start a stream's thread, which never starts then (the exit would hang).
+        if sys.is_finalizing():
+            return
+    except Exception:  # interpreter shutdown tore the module down: leaking is safe
+        return
     if export is not None:
         try:
             export.release()
@@ -190,14 +198,17 @@ _clear_error = _api.PyErr_Clear
 _clear_error.restype = None
 _clear_error.argtypes = []
 
-#: The C callbacks live as long as the process: a consumer may call them at any time.
+#: The C callbacks live as long as the process: a consumer may call them at any time,
+#: also after interpreter shutdown cleared this module (one reference is never dropped).
 _DELETER = _DELETER_TYPE(_release)
 _DELETER_ADDRESS = ctypes.cast(_DELETER, ctypes.c_void_p).value
+_api.Py_IncRef(ctypes.py_object(_DELETER))
 if NATIVE is not None:
     _DESTRUCTOR_ADDRESS = NATIVE.DLPACK_CAPSULE_DESTRUCTOR
 else:
     _DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
     _DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
+    _api.Py_IncRef(ctypes.py_object(_DESTRUCTOR))
 _ids = itertools.count(1)
 
 
