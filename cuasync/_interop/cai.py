@@ -108,15 +108,14 @@ def from_cuda_array_interface(
     return Tensor(alloc, shape, dtype, strides, 0)
 
 
-#: The interface versions cuasync reads (3 added ``stream``; 2 made ``strides=None`` mean
-#: row-major, which cuasync also assumes of the earlier ones).
-VERSIONS = range(4)
+#: The interface versions cuasync reads (3, the current one, added ``stream``).
+_VERSIONS = range(4)
 
 
 def _check_version(version: Any, what: str) -> None:
-    if type(version) is not int or version not in VERSIONS:
+    if type(version) is not int or version not in _VERSIONS:
         raise ArgumentError(
-            f"{what}['version'] is {version!r}; cuasync reads versions 0 to {VERSIONS[-1]} "
+            f"{what}['version'] is {version!r}; cuasync reads versions 0 to {_VERSIONS[-1]} "
             "of the CUDA Array Interface"
         )
 
