@@ -10,7 +10,7 @@ setup(
                 f"reactor/{name}.c"
                 for name in (
                     *("module", "reactor", "queue", "driver", "submit"),
-                    *("express", "upload", "alloc", "launcher"),
+                    *("express", "upload", "alloc", "launcher", "dlpack"),
                 )
             ],
             depends=["reactor/reactor.h", "reactor/express.h"],

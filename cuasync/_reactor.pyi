@@ -13,6 +13,11 @@ HOST_SIGNAL_FN: Final[int]
 """Address of a C host function (``void fn(void *data)``, for ``cuLaunchHostFunc``) that
 pushes ``data`` (a 32-bit id) onto the host-signal queue: no GIL, no CUDA call."""
 
+DLPACK_CAPSULE_DESTRUCTOR: Final[int]
+"""Address of the C destructor of cuasync's DLPack capsules (``void fn(PyObject *)``): it
+calls the managed tensor's deleter unless the capsule was consumed, keeping an exception
+that is already set (a consumer that refuses a capsule drops it while raising)."""
+
 @final
 class LoopQueue:
     """Per-event-loop completion queue; its fd becomes readable when entries arrive."""

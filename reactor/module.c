@@ -840,6 +840,11 @@ module_exec(PyObject *m)
     Py_XDECREF(fn);
     if (rc < 0)
         return -1;
+    fn = PyLong_FromVoidPtr((void *)dlpack_capsule_destructor);
+    rc = fn == NULL ? -1 : PyModule_AddObjectRef(m, "DLPACK_CAPSULE_DESTRUCTOR", fn);
+    Py_XDECREF(fn);
+    if (rc < 0)
+        return -1;
     if (PyModule_AddIntConstant(m, "ABI", CUASYNC_REACTOR_ABI) < 0)
         return -1;
 #ifdef CUASYNC_HAVE_EVENTFD

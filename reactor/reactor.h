@@ -221,7 +221,11 @@ void slab_unregister(const void *owner);
 #ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
 
 /* The interface version (the module's ABI): cuasync/_native.py refuses another. */
-#define CUASYNC_REACTOR_ABI 2
+#define CUASYNC_REACTOR_ABI 3
+
+/* The destructor of cuasync's DLPack capsules (dlpack.c): calls the managed tensor's
+ * deleter unless the capsule was consumed; keeps an exception already set. */
+void dlpack_capsule_destructor(PyObject *capsule);
 
 int get_u64(PyObject *o, unsigned long long *out);
 int get_i64(PyObject *o, long long *out);

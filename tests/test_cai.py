@@ -11,7 +11,7 @@ from conftest import ON_EMULATOR, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
-from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError
+from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 
 class CAI:
@@ -115,6 +115,65 @@ def test_bad_interfaces(changes: dict[str, object], match: str) -> None:
     t = cuasync.zeros((4,)).sync()
     with pytest.raises(ArgumentError, match=match):
         cuasync.asarray(shared(t, **changes))
+
+
+def _misaligned(t: cuasync.Tensor) -> dict[str, object]:
+    return {"data": (t.ptr + 2, False)}  # half a float32 in
+
+
+def _past_the_address_space(t: cuasync.Tensor) -> dict[str, object]:
+    return {"data": ((1 << 64) - 8, False)}  # 16 bytes from 8 below the top
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"shape": (-1, 4)}, ShapeError, "negative dimension"),
+        ({"shape": "4"}, ShapeError, "tuple of ints"),
+        ({"shape": (4.0,)}, ShapeError, "tuple of ints"),
+        ({"strides": (4, 4)}, ShapeError, "one stride per dimension"),
+        ({"strides": "4"}, ShapeError, "tuple of ints"),
+        ({"typestr": ">f4"}, DTypeError, "byte order"),
+        ({"typestr": "f4"}, DTypeError, "typestr such as"),
+        ({"typestr": np.float32}, DTypeError, "typestr such as"),
+        ({"version": 4}, ArgumentError, "versions 0 to 3"),
+        ({"version": "3"}, ArgumentError, "versions 0 to 3"),
+        ({"version": None}, ArgumentError, "versions 0 to 3"),
+        ({"data": (0, False)}, ArgumentError, "NULL"),
+        ({"data": ("0x1000", False)}, ArgumentError, "pointer, read_only"),
+        ({"data": (4096, "no")}, ArgumentError, "pointer, read_only"),
+        (_misaligned, ArgumentError, "not aligned"),
+        ({"shape": (1 << 62, 4), "strides": (16, 4)}, ShapeError, "address space"),
+        ({"shape": (1 << 62, 4), "strides": (0, 4)}, ShapeError, "int64"),
+        (_past_the_address_space, ShapeError, "address space"),
+    ],
+    ids=[
+        "negative-shape", "str-shape", "float-shape", "strides-count", "str-strides",
+        "big-endian", "no-byte-order", "dtype-not-typestr", "version-4", "str-version",
+        "no-version", "null-data", "str-pointer", "non-bool-readonly", "misaligned",
+        "extent-overflow", "size-overflow", "past-the-address-space",
+    ],
+)  # fmt: skip
+def test_broken_interfaces_are_refused_at_import(changes, error, match) -> None:
+    t = cuasync.zeros((4,)).sync()
+    if callable(changes):
+        changes = changes(t)
+    with pytest.raises(error, match=match):
+        cuasync.asarray(shared(t, **changes))
+    np.testing.assert_array_equal(t.to_host().sync(), np.zeros(4, np.float32))  # device fine
+
+
+def test_a_missing_version_is_refused() -> None:
+    t = cuasync.zeros((4,)).sync()
+    interface = {k: v for k, v in t.__cuda_array_interface__.items() if k != "version"}
+    with pytest.raises(ArgumentError, match="no 'version' entry"):
+        cuasync.asarray(CAI(interface))
+
+
+def test_empty_arrays_need_no_memory() -> None:
+    u = cuasync.asarray(CAI({"shape": (0, 3), "typestr": "<f4", "data": (0, False), "version": 3}))
+    assert u.shape == (0, 3)
+    assert u.to_host().sync().shape == (0, 3)
 
 
 def test_asarray_refuses_what_is_not_device_memory() -> None:

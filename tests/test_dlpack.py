@@ -14,13 +14,14 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from conftest import ON_EMULATOR, settle, still_pending
+from conftest import ON_EMULATOR, run_script, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
 from cuasync._interop import dlpack
-from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError
+from cuasync._native import NATIVE
+from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 _api = ctypes.pythonapi
 
@@ -196,6 +197,70 @@ def test_a_consumed_capsule_is_left_to_its_consumer() -> None:
     assert used() == before
 
 
+def live() -> int:
+    settle()
+    gc.collect()
+    settle()
+    return cuasync.Device(0).memory_stats().live_bytes
+
+
+@pytest.mark.skipif(NATIVE is None, reason="a Python capsule destructor cannot keep the error")
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_refused_capsule_keeps_the_consumers_error_and_gives_the_tensor_back(
+    versioned: bool,
+) -> None:
+    # numpy reads only host memory: it takes the capsule, sets its error and drops the
+    # capsule, so the capsule's destructor runs with that error set.
+    before = live()
+    t = cuasync.from_host(host((65536,))).sync()
+    producer = t if versioned else LegacyVia(t)
+    with pytest.raises(RuntimeError, match="Unsupported device") as refused:
+        np.from_dlpack(producer)
+    assert type(refused.value) is RuntimeError  # numpy's own, not a SystemError
+    del t, producer, refused
+    assert live() == before
+
+
+def test_the_fallback_destructor_gives_a_refused_capsule_back() -> None:
+    run_script("""
+        import sys
+        sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
+        import gc, numpy as np, cuasync, cuasync.testing as ct
+        from cuasync._interop import dlpack
+        assert dlpack.NATIVE is None
+        before = cuasync.Device(0).memory_stats().live_bytes
+        t = cuasync.from_host(np.arange(65536, dtype=np.float32)).sync()
+        try:
+            np.from_dlpack(t)
+        except SystemError:  # numpy's error: a Python capsule destructor cannot keep it
+            pass
+        del t
+        gc.collect()
+        ct.settle()
+        assert cuasync.Device(0).memory_stats().live_bytes == before
+    """)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])
+def test_capsules_alive_at_exit_let_the_process_exit(native: bool) -> None:
+    # Their release ordered the free after the legacy stream, whose (emulated) thread
+    # never starts at exit: the process hung. Past that, the ctypes callbacks, freed
+    # with the module, were still called: it crashed.
+    run_script(
+        f"""
+        import sys
+        if not {native}:
+            sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
+        import numpy as np, cuasync
+        t = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+        kept = [t.__dlpack__(), t.__dlpack__(max_version=(1, 0))]  # dropped at exit
+        cycle = {{"capsule": t.__dlpack__()}}
+        cycle["self"] = cycle  # collected by the last collection at exit
+    """,
+        timeout=60,
+    )
+
+
 def struct_of_address(address: int):
     return dlpack._DLManagedTensorVersioned.from_address(address)
 
@@ -299,16 +364,53 @@ def _negative(m: object) -> None:
     m.dl_tensor.strides[0] = -1  # type: ignore[attr-defined]
 
 
+def _negative_shape(m: object) -> None:
+    m.dl_tensor.shape[0] = -4  # type: ignore[attr-defined]
+
+
+def _negative_ndim(m: object) -> None:
+    m.dl_tensor.ndim = -1  # type: ignore[attr-defined]
+
+
+def _no_shape_array(m: object) -> None:
+    m.dl_tensor.shape = None  # type: ignore[attr-defined]
+
+
+def _misaligned(m: object) -> None:
+    m.dl_tensor.byte_offset = 2  # type: ignore[attr-defined]  # half a float32 in
+
+
+def _null(m: object) -> None:
+    m.dl_tensor.data = None  # type: ignore[attr-defined]
+
+
+def _huge(m: object) -> None:
+    m.dl_tensor.shape[0] = 1 << 62  # type: ignore[attr-defined]  # 2**64 bytes of float32
+
+
 @pytest.mark.parametrize(
     ("patch", "error", "match"),
-    [(_bad_dtype, DTypeError, "no cuasync counterpart"), (_negative, ArgumentError, "negative")],
-    ids=["dtype", "negative-strides"],
-)
+    [
+        (_bad_dtype, DTypeError, "no cuasync counterpart"),
+        (_negative, ArgumentError, "negative strides"),
+        (_negative_shape, ShapeError, "negative dimension"),
+        (_negative_ndim, ShapeError, "ndim -1"),
+        (_no_shape_array, ShapeError, "no shape array"),
+        (_misaligned, ArgumentError, "not aligned"),
+        (_null, ArgumentError, "NULL"),
+        (_huge, ShapeError, "address space"),
+    ],
+    ids=[
+        "dtype", "negative-strides", "negative-shape", "negative-ndim", "no-shape-array",
+        "misaligned", "null-data", "extent-overflow",
+    ],
+)  # fmt: skip
 def test_refused_imports_release_the_capsule(patch, error, match) -> None:
     before = used()
     t = cuasync.zeros((4,)).sync()
     with pytest.raises(error, match=match):
         cuasync.from_dlpack(Via(t, patch=patch))
+    np.testing.assert_array_equal(t.to_host().sync(), np.zeros(4, np.float32))  # device fine
     del t
     assert used() == before  # the unconsumed capsule gave the tensor back
 

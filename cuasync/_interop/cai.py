@@ -13,15 +13,18 @@ zero-copy; the producer's ``stream`` is waited for with an event on a cuasync st
 
 from __future__ import annotations
 
-import math
+import contextlib
+import operator
 from typing import Any
+
+import numpy as np
 
 from .._backends import get_backend
 from .._core.device import Device, Stream, _check_ordinal, get_default_device
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Tensor, contiguous_strides
-from ..errors import ArgumentError, DTypeError, InvalidDeviceError
-from .foreign import ForeignAllocation, submission_lock, wait_for_foreign
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .foreign import ForeignAllocation, foreign_extent, submission_lock, wait_for_foreign
 
 __all__ = ["export", "from_cuda_array_interface"]
 
@@ -78,47 +81,103 @@ def from_cuda_array_interface(
 ) -> Tensor:
     """Adopt the memory ``obj.__cuda_array_interface__`` describes, zero-copy, now.
 
-    ``obj`` is kept alive as long as the memory is in use; cuasync never frees it.
+    ``obj`` is kept alive as long as the memory is in use; cuasync never frees it. The
+    interface is checked first (version, shape, strides, typestr, pointer alignment and
+    extent): a broken one raises a :class:`~cuasync.errors.ArgumentError` subclass.
 
     >>> x = cuasync.asarray(numba_device_array)
     """
+    what = f"{type(obj).__name__}.__cuda_array_interface__"
     cai = obj.__cuda_array_interface__
     if not isinstance(cai, dict):
-        raise ArgumentError(
-            f"{type(obj).__name__}.__cuda_array_interface__ must be a dict, got "
-            f"{type(cai).__name__}"
-        )
+        raise ArgumentError(f"{what} must be a dict, got {type(cai).__name__}")
     if cai.get("mask") is not None:
         raise ArgumentError("masked arrays (a CUDA Array Interface 'mask') are not supported")
-    try:
-        shape = tuple(int(d) for d in cai["shape"])
-        dtype = as_dtype(cai["typestr"], "typestr")
-        ptr, readonly = cai["data"]
-    except KeyError as exc:
-        raise ArgumentError(f"__cuda_array_interface__ has no {exc.args[0]!r} entry") from None
-    ptr = int(ptr or 0)
-    raw = cai.get("strides")
-    if raw is None:
-        strides = contiguous_strides(shape)
-    else:
-        if any(s % dtype.itemsize for s in raw):
-            raise ArgumentError(
-                f"strides {tuple(raw)} (bytes) are not multiples of {dtype_name(dtype)}'s "
-                f"{dtype.itemsize} bytes; cuasync strides are in elements"
-            )
-        strides = tuple(int(s) // dtype.itemsize for s in raw)
-    if any(s < 0 for s, d in zip(strides, shape, strict=True) if d > 1):
-        raise ArgumentError(
-            f"negative strides {strides} are not supported; make a contiguous copy first"
-        )
+    for key in ("version", "shape", "typestr", "data"):
+        if key not in cai:
+            raise ArgumentError(f"{what} has no {key!r} entry")
+    _check_version(cai["version"], what)
+    shape = _ints(cai["shape"], f"{what}['shape']")
+    dtype = _dtype(cai["typestr"], f"{what}['typestr']")
+    ptr, readonly = _data(cai["data"], f"{what}['data']")
+    strides = _strides(cai.get("strides"), shape, dtype, f"{what}['strides']")
+    nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     own = _device(ptr, device, obj)
-    size = math.prod(shape)
-    extent = 0 if size == 0 else 1 + sum(s * (d - 1) for s, d in zip(strides, shape, strict=True))
     producer = _producer(cai.get("stream"), own, stream)
-    alloc = ForeignAllocation(
-        own, ptr, extent * dtype.itemsize, owner=obj, readonly=bool(readonly), producer=producer
-    )
+    alloc = ForeignAllocation(own, ptr, nbytes, owner=obj, readonly=readonly, producer=producer)
     return Tensor(alloc, shape, dtype, strides, 0)
+
+
+#: The interface versions cuasync reads (3, the current one, added ``stream``).
+_VERSIONS = range(4)
+
+
+def _check_version(version: Any, what: str) -> None:
+    if type(version) is not int or version not in _VERSIONS:
+        raise ArgumentError(
+            f"{what}['version'] is {version!r}; cuasync reads versions 0 to {_VERSIONS[-1]} "
+            "of the CUDA Array Interface"
+        )
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    """A tuple of Python ints from a tuple or list of integers (a str is not one)."""
+    if isinstance(value, (tuple, list)) and not any(type(v) is bool for v in value):
+        try:
+            return tuple(operator.index(v) for v in value)
+        except TypeError:
+            pass
+    raise ShapeError(f"{what} must be a tuple of ints, got {value!r}")
+
+
+def _dtype(typestr: Any, what: str) -> np.dtype[Any]:
+    """The dtype of a typestr: byte order ('<', '>' or '|'), kind and size, as ``'<f4'``."""
+    if not (isinstance(typestr, str) and len(typestr) >= 3 and typestr[0] in "<>|"):
+        raise DTypeError(
+            f"{what} must be a typestr such as '<f4' (byte order, kind, size), got {typestr!r}"
+        )
+    try:
+        swapped = not np.dtype(typestr).isnative
+    except TypeError:
+        swapped = False  # not numpy's either: as_dtype says so
+    if swapped:
+        raise DTypeError(
+            f"{what} is {typestr!r}: data in the other byte order; cuasync reads "
+            f"{np.dtype(typestr).newbyteorder('=').str!r}: convert it in the producer first"
+        )
+    return as_dtype(typestr, what)
+
+
+def _data(data: Any, what: str) -> tuple[int, bool]:
+    """``(pointer, read-only)`` of the interface's ``data`` entry."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[1], (bool, np.bool_)):
+        ptr = data[0] if data[0] is not None else 0  # None: tolerated for empty arrays
+        if type(ptr) is not bool:
+            with contextlib.suppress(TypeError):
+                ptr = operator.index(ptr)
+                if 0 <= ptr < 1 << 64:
+                    return ptr, bool(data[1])
+    raise ArgumentError(
+        f"{what} must be (pointer, read_only): an int address and a bool, got {data!r}"
+    )
+
+
+def _strides(raw: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> tuple[int, ...]:
+    """The strides in elements (``None``: row-major); the interface gives bytes."""
+    if raw is None:
+        return contiguous_strides(shape)
+    strides = _ints(raw, what)
+    if len(strides) != len(shape):
+        raise ShapeError(
+            f"{what} {strides} has {len(strides)} entries for the {len(shape)} dimensions of "
+            f"shape {shape}; the producer must give one stride per dimension"
+        )
+    if any(s % dtype.itemsize for s in strides):
+        raise ArgumentError(
+            f"{what} {strides} (bytes) are not multiples of {dtype_name(dtype)}'s "
+            f"{dtype.itemsize} bytes; cuasync strides are in elements"
+        )
+    return tuple(s // dtype.itemsize for s in strides)
 
 
 def _producer(handle: Any, device: Device, stream: Stream | None) -> Stream | None:

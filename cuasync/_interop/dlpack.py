@@ -6,7 +6,9 @@ allocation alive until the consumer calls the deleter; the deleter is a C functi
 that any thread may call at any time (it takes the GIL, drops the reference, and
 makes the allocation's eventual free wait for the consumer's default stream where
 that stream is known). A capsule nobody consumed calls the deleter when it is
-collected; a consumed one (renamed ``used_dltensor...``) is its consumer's business.
+collected, from a C destructor (``reactor/dlpack.c``) that keeps an exception the
+consumer has set meanwhile (a refused capsule is dropped while its consumer raises);
+a consumed one (renamed ``used_dltensor...``) is its consumer's business.
 
 >>> y = torch.from_dlpack(x)                    # x a cuasync.Tensor: zero-copy
 >>> x = cuasync.from_dlpack(torch_tensor)       # and back
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import sys
 import threading
 from typing import Any
 
@@ -24,12 +27,14 @@ import numpy as np
 from .._core.device import Device, Stream, _check_ordinal
 from .._dtypes import SUPPORTED, dtype_name
 from .._exceptions import report_once
+from .._native import NATIVE
 from .._tensor import Tensor, contiguous_strides
-from ..errors import ArgumentError, DTypeError, InvalidDeviceError
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .foreign import (
     LEGACY_STREAM,
     PER_THREAD_STREAM,
     ForeignAllocation,
+    foreign_extent,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -155,7 +160,14 @@ _exports: dict[int, _Export] = {}
 
 
 def _release(address: int | None) -> None:
-    export = _exports.pop(address or 0, None)
+    try:
+        export = _exports.pop(address or 0, None)
+        # At exit the memory goes away with the process, and ordering its free could
+        # start a stream's thread, which never starts then (the exit would hang).
+        if sys.is_finalizing():
+            return
+    except Exception:  # interpreter shutdown tore the module down: leaking is safe
+        return
     if export is not None:
         try:
             export.release()
@@ -164,7 +176,15 @@ def _release(address: int | None) -> None:
 
 
 def _capsule_destructor(capsule: int | None) -> None:
-    # A capsule nobody consumed still owns its tensor; a consumed one was renamed.
+    """The capsule destructor where the native module is missing.
+
+    A capsule nobody consumed still owns its tensor; a consumed one was renamed. A
+    consumer may drop a capsule while its own exception is set (numpy refusing a CUDA
+    capsule does): Python code cannot keep that exception (ctypes turns it into a
+    ``SystemError``), so it is cleared first and the tensor is still given back. The
+    native destructor (``reactor/dlpack.c``) keeps it.
+    """
+    _clear_error()
     try:
         for name in (_VERSIONED, _LEGACY):
             if _api.PyCapsule_IsValid(capsule, name):
@@ -174,11 +194,21 @@ def _capsule_destructor(capsule: int | None) -> None:
         return
 
 
-#: Both C callbacks live as long as the process: a consumer may call them at any time.
+_clear_error = _api.PyErr_Clear
+_clear_error.restype = None
+_clear_error.argtypes = []
+
+#: The C callbacks live as long as the process: a consumer may call them at any time,
+#: also after interpreter shutdown cleared this module (one reference is never dropped).
 _DELETER = _DELETER_TYPE(_release)
 _DELETER_ADDRESS = ctypes.cast(_DELETER, ctypes.c_void_p).value
-_DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
-_DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
+_api.Py_IncRef(ctypes.py_object(_DELETER))
+if NATIVE is not None:
+    _DESTRUCTOR_ADDRESS = NATIVE.DLPACK_CAPSULE_DESTRUCTOR
+else:
+    _DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
+    _DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
+    _api.Py_IncRef(ctypes.py_object(_DESTRUCTOR))
 _ids = itertools.count(1)
 
 
@@ -415,25 +445,19 @@ def _adopt(obj: Any, managed: Any, device: Device, stream: Stream, versioned: bo
             f"but __dlpack_device__() said (2, {device.ordinal})"
         )
     dtype = _numpy_dtype(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)
+    what = f"the DLPack tensor of {type(obj).__name__}"
+    if dl.ndim < 0 or (dl.ndim > 0 and not dl.shape):
+        raise ShapeError(
+            f"{what} has ndim {dl.ndim} and {'a' if dl.shape else 'no'} shape array; the "
+            "producer's capsule is broken"
+        )
     shape = tuple(int(dl.shape[i]) for i in range(dl.ndim))
     if dl.strides:
         strides = tuple(int(dl.strides[i]) for i in range(dl.ndim))
     else:  # NULL: compact row-major (DLPack < 1.2)
         strides = contiguous_strides(shape)
-    if any(s < 0 for s, d in zip(strides, shape, strict=True) if d > 1):
-        raise ArgumentError(
-            f"the DLPack tensor has negative strides {strides}; cuasync views go forward "
-            "only: make a contiguous copy in the producer first"
-        )
-    size = int(np.prod(shape)) if shape else 1
-    extent = 0 if size == 0 else 1 + sum(s * (d - 1) for s, d in zip(strides, shape, strict=True))
+    ptr = (dl.data or 0) + dl.byte_offset
+    nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     readonly = versioned and bool(managed.flags & _READ_ONLY)
-    alloc = ForeignAllocation(
-        device,
-        (dl.data or 0) + dl.byte_offset,
-        extent * dtype.itemsize,
-        owner=obj,
-        readonly=readonly,
-        producer=stream,
-    )
+    alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)

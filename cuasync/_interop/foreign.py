@@ -11,12 +11,17 @@ work is recorded as a write on a cuasync stream that waits for it, so every late
 is ordered after it with the usual events, and a foreign stream that consumes cuasync
 memory is made to wait for cuasync's pending uses of it.
 
+Foreign metadata is not trusted: :func:`foreign_extent` checks a producer's layout
+(shape, strides, pointer) before any of it becomes a tensor.
+
+>>> nbytes = foreign_extent(ptr, shape, strides, itemsize, "x.__cuda_array_interface__")
 >>> alloc = ForeignAllocation(Device(0), ptr, nbytes, owner=producer, producer=stream)
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +32,7 @@ from .._core.context import LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
 from .._exceptions import report_once
+from ..errors import ArgumentError, ShapeError
 
 
 @contextlib.contextmanager
@@ -37,6 +43,64 @@ def submission_lock() -> Iterator[None]:
         return
     with LOCK:
         yield
+
+
+#: Byte counts and addresses a layout must stay within: int64 sizes, a 64-bit address space.
+_MAX_BYTES = (1 << 63) - 1
+_ADDRESS_END = 1 << 64
+
+
+def foreign_extent(
+    ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, what: str
+) -> int:
+    """The bytes a foreign array spans from ``ptr``; raise if its layout cannot be memory.
+
+    ``strides`` are in elements, one per dimension. ``what`` names the metadata in the
+    messages (``"x.__cuda_array_interface__"``). Refused: negative dimensions, negative
+    strides (cuasync views go forward only), a NULL or misaligned pointer (CuPy and torch
+    expect data aligned to its itemsize), and a layout whose byte count does not fit in
+    int64 or whose last byte lies past the 64-bit address space.
+
+    >>> foreign_extent(0x7F0000000000, (3, 4), (4, 1), 4, "x.__cuda_array_interface__")
+    48
+    """
+    if len(strides) != len(shape):
+        raise ShapeError(
+            f"{what} gives {len(strides)} strides {strides} for the {len(shape)} dimensions "
+            f"of shape {shape}; the producer must give one stride per dimension"
+        )
+    if any(d < 0 for d in shape):
+        raise ShapeError(
+            f"{what} gives the shape {shape}, with a negative dimension; dimensions are "
+            "sizes (>= 0): the producer's metadata is broken"
+        )
+    if any(s < 0 for s, d in zip(strides, shape, strict=True) if d > 1):
+        raise ArgumentError(
+            f"{what} gives negative strides {strides} (in elements); cuasync views go "
+            "forward only: make a contiguous copy in the producer first"
+        )
+    size = math.prod(shape)
+    if size == 0:
+        return 0  # no byte is read: any pointer will do (CuPy gives 0 for empty arrays)
+    if ptr == 0:
+        raise ArgumentError(
+            f"{what} gives a NULL data pointer for {size} elements; only an empty array "
+            "may have no memory"
+        )
+    if ptr % itemsize:
+        raise ArgumentError(
+            f"{what} gives the data pointer {ptr:#x}, not aligned to its {itemsize}-byte "
+            "elements; CUDA kernels (cuasync's, CuPy's, torch's) need aligned data: make an "
+            "aligned copy in the producer first"
+        )
+    nbytes = itemsize * (1 + sum(s * (d - 1) for s, d in zip(strides, shape, strict=True)))
+    if size * itemsize > _MAX_BYTES or ptr + nbytes > _ADDRESS_END:
+        raise ShapeError(
+            f"{what} describes {size} elements of {itemsize} bytes spanning {nbytes} bytes "
+            f"from {ptr:#x}: more than int64 byte counts or the 64-bit address space hold; "
+            "the producer's shape or strides are broken"
+        )
+    return nbytes
 
 
 class ForeignAllocation(Allocation):
