@@ -115,6 +115,14 @@ async def kernels(x: Tensor, y: Tensor) -> None:
         "__global__ void two(float* x, float* y) {}", "two"
     )
     assert_type(await axpy[1, 128](x, y), tuple[Tensor, Tensor])
+    # A launch takes lazy ops where it takes tensors; any op producing a tensor has
+    # .to_host() and .reshape() (a launch, a then() chain), and others do not.
+    assert_type(scale[1, 128](cuasync.zeros(4), 2.0).to_host(), DeviceOp[Array])
+    assert_type(scale[1, 128](y, 2.0).reshape((2, -1)), DeviceOp[Tensor])
+    assert_type(untyped[1, 128](y, 4).to_host(), DeviceOp[Array])
+    chain = cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 1.0))
+    assert_type(chain.reshape((2, 2)).to_host(), DeviceOp[Array])
+    cuasync.value(3).to_host()  # type: ignore[misc]
     cuasync.CompileOptions(opt_level=np.int64(2), max_registers=np.uint8(64), defines={"N": 4})
     cuasync.CompileOptions(defines=(("TILE", 64), ("NAME", "x")))
 

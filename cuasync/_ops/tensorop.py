@@ -216,13 +216,6 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
             )
         return self.then(lambda t: t.item())
 
-    def to_host(self) -> DeviceOp[np.ndarray]:
-        """An op running this one, then copying its output into a new numpy array.
-
-        >>> await cuasync.arange(8, dtype="float32").reshape((4, -1)).to_host()
-        """
-        return self.then(lambda t: t.to_host())
-
     def _absorb(self, argument: str) -> Node:
         """This op as an operand of a bigger expression: consumed now, never run alone."""
         self._take()
