@@ -15,6 +15,7 @@ from cuasync import (
     CudaGraph,
     DeviceFuture,
     DeviceOp,
+    DeviceProperties,
     Kernel,
     PendingTransfer,
     PinnedHostBuffer,
@@ -48,6 +49,16 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.asarray(x), Tensor)
     assert_type(cuasync.from_dlpack(x), Tensor)
     assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
+
+
+def devices() -> None:
+    dev = cuasync.Device(0)
+    assert_type(dev.properties, DeviceProperties)
+    assert_type(dev.properties.multiprocessor_count, int)
+    assert_type(dev.properties.peak_memory_bandwidth, int)
+    assert_type(dev.properties.max_shared_memory_per_block_optin, int)
+    assert_type(dev.properties.memory_pools_supported, bool)
+    assert_type(dev.supports("peer:1"), bool)
 
 
 async def zip_and_combinators(x: Tensor) -> None:
