@@ -6,7 +6,8 @@
 
 Arguments are checked against the C signature before anything is enqueued: tensors
 (and views and partitions) for pointers, Python scalars converted to the parameter's
-type, :class:`DevicePointer` for raw addresses.
+type, :class:`DevicePointer` for raw addresses. A lazy op producing a tensor may stand
+for a tensor: it runs first, in the launch's submission (:class:`_LaunchOfOps`).
 """
 
 from __future__ import annotations
@@ -505,8 +506,8 @@ class _Launchable(Generic[R]):
                     converted.append(int(arg))
                 else:
                     raise LaunchError(
-                        f"{self._where(param)} expects a tensor, view or partition (or a "
-                        "cuasync.lowlevel.DevicePointer "
+                        f"{self._where(param)} expects a tensor, view, partition or an op "
+                        "producing a tensor (or a cuasync.lowlevel.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:

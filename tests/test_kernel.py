@@ -1197,6 +1197,12 @@ def test_lazy_op_arguments_are_checked_when_the_launch_is_built() -> None:
     with pytest.raises(LaunchError, match="'n'"):
         k[1, 8](out, x, scalar)  # an op where a scalar goes
     out.sync(), scalar.sync()  # (neither taken)
+    if cuasync.device_count() > 1:
+        with cuasync.use_device(1):
+            elsewhere = cuasync.zeros(8)
+        with pytest.raises(LaunchError, match="different devices"):
+            k[1, 8](elsewhere, x, 8)
+        elsewhere.sync()
     not_a_tensor = cuasync.value(3)
     op = k[1, 8](not_a_tensor, x, 8)
     with pytest.raises(LaunchError, match="op whose output is int"):
