@@ -49,6 +49,7 @@ from ._core.op import shared as shared
 from ._core.op import value as value
 from ._core.op import zip as zip
 from ._core.priority import StreamPriorityRange as StreamPriorityRange
+from ._core.properties import DeviceProperties as DeviceProperties
 from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
@@ -165,6 +166,7 @@ __all__ = [
     "DeviceError",
     "DeviceFuture",
     "DeviceOp",
+    "DeviceProperties",
     "Event",
     "GraphScope",
     "Kernel",

@@ -6,7 +6,8 @@
 
 Arguments are checked against the C signature before anything is enqueued: tensors
 (and views and partitions) for pointers, Python scalars converted to the parameter's
-type, :class:`DevicePointer` for raw addresses.
+type, :class:`DevicePointer` for raw addresses. A lazy op producing a tensor may stand
+for a tensor: it runs first, in the launch's submission (:class:`_LaunchOfOps`).
 """
 
 from __future__ import annotations
@@ -435,6 +436,8 @@ class _Launchable(Generic[R]):
             raise LaunchError(
                 f"{self.name}() takes {len(self.params)} argument(s) ({sig}), got {len(args)}"
             )
+        if any(isinstance(a, DeviceOp) for a in args):  # lazy ops in place of tensors
+            return _LaunchOfOps(self, args, grid, block, shared_mem)
         converted, tensors, outputs, partitions = self._convert(args)
         device = self._device_of(tensors)
         grid3 = self._grid(grid, partitions) if partitions or grid is None else grid
@@ -503,8 +506,8 @@ class _Launchable(Generic[R]):
                     converted.append(int(arg))
                 else:
                     raise LaunchError(
-                        f"{self._where(param)} expects a tensor, view or partition (or a "
-                        "cuasync.lowlevel.DevicePointer "
+                        f"{self._where(param)} expects a tensor, view, partition or an op "
+                        "producing a tensor (or a cuasync.lowlevel.DevicePointer "
                         f"for a raw address), got {type(arg).__name__} {arg!r}"[:300]
                     )
             else:
@@ -763,6 +766,94 @@ class _Launch(_NativeLaunchBase[Any]):
     def __repr__(self) -> str:
         consumed = " (consumed)" if self._consumed else ""
         return f"<cuasync.DeviceOp launch {self._kernel.name}{consumed}>"
+
+
+class _LaunchOfOps(DeviceOp[Any]):
+    """A launch taking lazy ops where it takes tensors: ``k[g, b](cuasync.zeros(n), x, n)``.
+
+    The ops are consumed now; when the launch runs, each runs first in the same
+    submission (on the launch's stream, so the kernel is ordered after it) and its output
+    tensor is bound to the parameter. The launch itself is then the checked launch of
+    those tensors (:meth:`_Launchable._launch_checked`): its output is the tensor bound
+    to the non-const pointer parameter, whether it came from an op or not.
+
+    What can be checked before the ops run is checked here (the number of arguments,
+    scalars, tensors, a TensorOp's dtype, the devices); an op's output is checked when it
+    is known.
+    """
+
+    __slots__ = ("_args", "_block", "_grid", "_kernel", "_shared_mem")
+
+    def __init__(
+        self,
+        kernel: _Launchable[Any],
+        args: tuple[Any, ...],
+        grid: Dim3 | None,
+        block: Dim3,
+        shared_mem: int,
+    ) -> None:
+        device = _check_op_args(kernel, args, grid)
+        kernel._prepared.get(device.ordinal) or kernel._prepare(device)  # now, as a launch
+        for a in args:
+            if isinstance(a, DeviceOp):
+                a._take()  # (one consumed already, or passed twice: OpConsumedError)
+        super().__init__(device)  # (last: a launch refused above is no op never executed)
+        self._kernel = kernel
+        self._args = args
+        self._grid = grid
+        self._block = block
+        self._shared_mem = shared_mem
+
+    def _trace_name(self) -> str:
+        return self._kernel.name
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
+        kernel = self._kernel
+        args = []
+        for param, a in zip(kernel.params, self._args, strict=True):
+            if isinstance(a, DeviceOp):
+                a = a._enqueue(ctx).get()
+                if not isinstance(a, Tensor):
+                    raise LaunchError(
+                        f"{kernel._where(param)} was given an op whose output is "
+                        f"{type(a).__name__}, not a tensor"
+                    )
+                ctx.retain(a)
+            args.append(a)
+        launch = kernel._launch_checked(tuple(args), self._grid, self._block, self._shared_mem)
+        launch._take()
+        return launch._enqueue(ctx)
+
+    def __repr__(self) -> str:
+        consumed = " (consumed)" if self._consumed else ""
+        return f"<cuasync.DeviceOp launch {self._kernel.name} of ops{consumed}>"
+
+
+def _check_op_args(kernel: _Launchable[Any], args: tuple[Any, ...], grid: Dim3 | None) -> Device:
+    """Check a launch with lazy op arguments as far as it can be before they run; its device."""
+    stand_ins: list[Any] = []
+    devices: list[tuple[Param, Device]] = []
+    for param, a in zip(kernel.params, args, strict=True):
+        if isinstance(a, DeviceOp) and param.pointer:
+            dtype = getattr(a, "dtype", None)  # a TensorOp's, known now
+            if dtype is not None and param.dtype is not None and dtype != param.dtype:
+                raise LaunchError(
+                    f"{kernel._where(param)} expects {dtype_name(param.dtype)} data, got an "
+                    f"op producing {dtype_name(dtype)}; convert it first (.astype())"
+                )
+            if a.device is not None:
+                devices.append((param, a.device))
+            a = DevicePointer(0, dtype)  # checked as a pointer would be
+        elif isinstance(a, (Tensor, Partition)):
+            devices.append((param, (a.tensor if isinstance(a, Partition) else a).device))
+        stand_ins.append(a)
+    _, _, _, partitions = kernel._convert(stand_ins)  # (an op as a scalar: LaunchError)
+    if grid is None or partitions:
+        kernel._grid(grid, partitions)
+    if len({d for _, d in devices}) > 1:
+        listing = ", ".join(f"{p.name} on device {d.ordinal}" for p, d in devices)
+        raise LaunchError(f"kernel arguments live on different devices ({listing})")
+    return devices[0][1] if devices else get_default_device()
 
 
 #: Compiled images by ``(source, name expression, options, arch)``, shared by every

@@ -186,3 +186,143 @@ def test_memory_used_on_a_foreign_stream_is_freed_after_its_owner_destroyed_it()
     gc.collect()
     assert dev.memory_info().used == before
     assert cuasync.zeros((4,)).sync().shape == (4,)  # and the device is fine
+
+
+# -- properties and the capability query --------------------------------------------------
+INT_PROPERTIES = [
+    "multiprocessor_count",
+    "max_threads_per_block",
+    "max_threads_per_multiprocessor",
+    "max_blocks_per_multiprocessor",
+    "warp_size",
+    "max_block_dim_x",
+    "max_block_dim_y",
+    "max_block_dim_z",
+    "max_grid_dim_x",
+    "max_grid_dim_y",
+    "max_grid_dim_z",
+    "max_shared_memory_per_block",
+    "max_shared_memory_per_block_optin",
+    "max_shared_memory_per_multiprocessor",
+    "max_registers_per_block",
+    "max_registers_per_multiprocessor",
+    "total_constant_memory",
+    "l2_cache_size",
+    "clock_rate",
+    "memory_clock_rate",
+    "global_memory_bus_width",
+    "peak_memory_bandwidth",
+]
+BOOL_PROPERTIES = [
+    "can_map_host_memory",
+    "cluster_launch",
+    "concurrent_kernels",
+    "concurrent_managed_access",
+    "cooperative_launch",
+    "ecc_enabled",
+    "integrated",
+    "managed_memory",
+    "memory_pools_supported",
+    "stream_priorities_supported",
+    "unified_addressing",
+]
+
+
+def test_device_properties_are_positive_typed_and_consistent() -> None:
+    dev = cuasync.Device(0)
+    p = dev.properties
+    assert p is dev.properties and p.device is dev  # one object per device
+    for name in INT_PROPERTIES:
+        value = getattr(p, name)
+        assert type(value) is int and value > 0, (name, value)
+    for name in BOOL_PROPERTIES:
+        assert type(getattr(p, name)) is bool, name
+    for name in ("async_engine_count", "pci_bus_id", "pci_device_id", "pci_domain_id"):
+        assert type(getattr(p, name)) is int and getattr(p, name) >= 0, name
+    assert p.warp_size == 32
+    assert p.max_shared_memory_per_block <= p.max_shared_memory_per_block_optin
+    assert p.max_shared_memory_per_block_optin <= p.max_shared_memory_per_multiprocessor
+    assert p.max_threads_per_block <= p.max_threads_per_multiprocessor
+    assert p.max_threads_per_block >= max(p.max_block_dim_x, p.max_block_dim_z)
+    assert p.max_threads_per_block % p.warp_size == 0
+    assert p.max_registers_per_block <= p.max_registers_per_multiprocessor
+    assert p.l2_cache_size < dev.memory_info().total
+    assert p.memory_pools_supported  # cuasync allocates from the device's pool
+    assert p.peak_memory_bandwidth == (
+        2 * p.memory_clock_rate * 1000 * p.global_memory_bus_width // 8
+    )
+    assert dev.compute_capability >= (7, 0)
+
+
+def test_device_properties_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = cuasync.Device(0)
+    first = dev.properties.l2_cache_size
+    backend = get_backend()
+    calls: list[str] = []
+    original = backend.device_attribute
+
+    def counting(ordinal: int, name: str) -> int:
+        calls.append(name)
+        return original(ordinal, name)
+
+    monkeypatch.setattr(backend, "device_attribute", counting)
+    assert dev.properties.l2_cache_size == first
+    assert dev.properties.max_grid_dim_y == dev.properties.max_grid_dim_y
+    assert calls.count("l2_cache_size") == 0 and calls.count("max_grid_dim_y") <= 1
+
+
+def test_every_device_attribute_has_a_property() -> None:
+    from cuasync._backends.base import DEVICE_ATTRIBUTES
+
+    props = cuasync.DeviceProperties
+    assert all(isinstance(getattr(props, n, None), property) for n in DEVICE_ATTRIBUTES)
+    with pytest.raises(ArgumentError, match="unknown device attribute 'bogus'"):
+        get_backend().device_attribute(0, "bogus")
+
+
+@pytest.mark.emulator_only(reason="the emulator's fixed, documented device profile")
+def test_the_emulator_reports_its_documented_h200_profile() -> None:
+    p = cuasync.Device(0).properties
+    assert (p.multiprocessor_count, p.warp_size, p.max_threads_per_block) == (132, 32, 1024)
+    assert (p.max_threads_per_multiprocessor, p.max_blocks_per_multiprocessor) == (2048, 32)
+    assert (p.max_block_dim_x, p.max_block_dim_y, p.max_block_dim_z) == (1024, 1024, 64)
+    assert (p.max_grid_dim_x, p.max_grid_dim_y, p.max_grid_dim_z) == (2**31 - 1, 65535, 65535)
+    assert p.max_shared_memory_per_block == 48 * 1024
+    assert p.max_shared_memory_per_block_optin == 227 * 1024
+    assert p.max_shared_memory_per_multiprocessor == 228 * 1024
+    assert (p.max_registers_per_block, p.max_registers_per_multiprocessor) == (65536, 65536)
+    assert (p.total_constant_memory, p.l2_cache_size) == (64 * 1024, 50 * 1024 * 1024)
+    assert (p.clock_rate, p.memory_clock_rate) == (1_980_000, 3_201_000)
+    assert p.global_memory_bus_width == 6144
+    assert p.peak_memory_bandwidth == 4_916_736_000_000
+    assert p.async_engine_count == 3
+    assert all(getattr(p, n) for n in BOOL_PROPERTIES if n != "integrated")
+    assert not p.integrated
+    assert [cuasync.Device(i).properties.pci_bus_id for i in range(cuasync.device_count())] == (
+        list(range(cuasync.device_count()))
+    )
+    assert (p.pci_domain_id, p.pci_device_id) == (0, 0)
+
+
+def test_supports_answers_each_feature_as_the_backend_does() -> None:
+    dev = cuasync.Device(0)
+    backend = get_backend()
+    assert dev.supports("stream_memops") is backend.supports_stream_memops(0)
+    assert dev.supports("host_task_modes") is (backend.host_task_modes_problem() is None)
+    assert dev.supports("memory_pools") is dev.properties.memory_pools_supported is True
+    assert dev.supports("stream_priorities") is dev.properties.stream_priorities_supported
+    for feature in ("cooperative_launch", "cluster_launch", "managed_memory"):
+        assert dev.supports(feature) is getattr(dev.properties, feature)
+    assert dev.supports("peer:0")  # its own memory
+    n = cuasync.device_count()
+    for other in range(1, n):
+        assert dev.supports(f"peer:{other}") is dev.can_access_peer(other)
+    assert dev.supports(f"peer:{n}") is False  # no such device
+
+
+@pytest.mark.parametrize("bad", ["bogus", "peer:", "peer:-1", "peer:x", ""])
+def test_supports_refuses_an_unknown_feature_naming_the_known_ones(bad: str) -> None:
+    with pytest.raises(ArgumentError, match="memory_pools|peer:N"):
+        cuasync.Device(0).supports(bad)
+    with pytest.raises(ArgumentError, match="must be a str"):
+        cuasync.Device(0).supports(1)  # type: ignore[arg-type]

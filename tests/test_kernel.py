@@ -1109,3 +1109,117 @@ def test_interleaved_views_of_one_tensor_are_not_aliasing() -> None:
     h = np.arange(8, dtype=np.float32)
     h[1::2] += h[::2]
     np.testing.assert_array_equal(x.to_host().sync(), h)
+
+
+# -- lazy ops as arguments, and .to_host()/.reshape() of any op producing a tensor ----------
+FILL_RAMP = r"""
+extern "C" __global__ void fill_ramp(float* out, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] + (float)i;
+}
+"""
+
+
+def fill_ramp_twin(out: np.ndarray, x: np.ndarray, n: Any) -> None:
+    out[:n] = x[:n] + np.arange(n, dtype=np.float32)
+
+
+async def test_a_lazy_op_as_the_output_argument_is_the_launchs_result(anyio_backend) -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    n = 300
+    x = await cuasync.full(n, 2.0, dtype="float32")
+    for launcher in (k[2, 256], lambda *a: k.launch(*a, grid=2, block=256)):
+        out = await launcher(cuasync.zeros(n), x, n)
+        assert isinstance(out, cuasync.Tensor) and out.shape == (n,)
+        np.testing.assert_array_equal(await out.to_host(), ramp(n) + 2)
+
+
+async def test_a_lazy_op_as_an_input_argument_runs_first(anyio_backend) -> None:
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    n = 300
+    y = await cuasync.ones(n)
+    # a fused expression and a then() chain, both producing the input tensor
+    out = await k[2, 256](2.0, cuasync.full(n, 3.0, dtype="float32") * 2.0, y, n)
+    assert out is y
+    np.testing.assert_array_equal(await y.to_host(), np.full(n, 13.0, np.float32))
+    chain = cuasync.zeros(n).then(lambda t: cuasync.fill(t, 1.0))
+    await k[2, 256](1.0, chain, y, n)
+    np.testing.assert_array_equal(await y.to_host(), np.full(n, 14.0, np.float32))
+
+
+async def test_lazy_op_arguments_run_on_the_launchs_stream(anyio_backend) -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    stream = cuasync.Device(0).new_stream()
+    n = 64
+    await k[1, 64](cuasync.zeros(n), cuasync.full(n, 1.0, dtype="float32"), n)  # loads them
+    with cuasync.testing.gate(stream) as g:
+        op = k[1, 64](cuasync.zeros(n), cuasync.full(n, 1.0, dtype="float32"), n)
+        fut = op.submit_on(stream)  # the ops and the launch wait behind the gate
+        assert not fut.done()
+        g.open()
+        out = await fut
+    assert fut.stream is stream
+    np.testing.assert_array_equal(await out.to_host(), ramp(n) + 1)
+
+
+def test_the_python_launcher_takes_lazy_op_arguments_to_the_checked_path() -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    launcher = make_launcher(k, _Launch, (1, 1, 1), (64, 1, 1), 0, native=False)
+    assert launcher is not None
+    x = cuasync.full(8, 1.0, dtype="float32").sync()
+    np.testing.assert_array_equal(launcher(cuasync.zeros(8), x, 8).to_host().sync(), ramp(8) + 1)
+
+
+def test_a_lazy_op_argument_is_consumed_by_the_launch() -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    x = cuasync.zeros(8).sync()
+    z = cuasync.zeros(8)
+    first = k[1, 8](z, x, 8)
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        k[1, 8](z, x, 8)  # the same op again
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        z.sync()
+    twice = cuasync.zeros(8)
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        k[1, 8](twice, twice, 8)  # one op for two parameters
+    np.testing.assert_array_equal(first.to_host().sync(), ramp(8))
+
+
+def test_lazy_op_arguments_are_checked_when_the_launch_is_built() -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    x = cuasync.zeros(8).sync()
+    wrong = cuasync.zeros(8, dtype="float64")
+    with pytest.raises(LaunchError, match="expects float32 data, got an op producing float64"):
+        k[1, 8](wrong, x, 8)
+    assert not wrong._consumed  # nothing taken from a launch that was refused
+    wrong.sync()
+    out, scalar = cuasync.zeros(8), cuasync.value(8)
+    with pytest.raises(LaunchError, match="'n'"):
+        k[1, 8](out, x, scalar)  # an op where a scalar goes
+    out.sync(), scalar.sync()  # (neither taken)
+    if cuasync.device_count() > 1:
+        with cuasync.use_device(1):
+            elsewhere = cuasync.zeros(8)
+        with pytest.raises(LaunchError, match="different devices"):
+            k[1, 8](elsewhere, x, 8)
+        elsewhere.sync()
+    not_a_tensor = cuasync.value(3)
+    op = k[1, 8](not_a_tensor, x, 8)
+    with pytest.raises(LaunchError, match="op whose output is int"):
+        op.sync()
+
+
+async def test_to_host_and_reshape_of_a_launch_and_a_then_chain(anyio_backend) -> None:
+    k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
+    x = await cuasync.zeros(12)
+    y = await cuasync.zeros(12)
+    np.testing.assert_array_equal(await k[1, 32](y, x, 12).to_host(), ramp(12))
+    m = await k[1, 32](y, x, 12).reshape((3, -1))
+    assert m.shape == (3, 4)
+    np.testing.assert_array_equal(await m.to_host(), ramp(12).reshape(3, 4))
+    chain = cuasync.zeros(12).then(lambda t: k[1, 32](t, x, 12))
+    np.testing.assert_array_equal(await chain.reshape((2, 6)).to_host(), ramp(12).reshape(2, 6))
+    with pytest.raises(cuasync.errors.ShapeError):
+        await cuasync.zeros(12).then(lambda t: k[1, 32](t, x, 12)).reshape((5, -1))
+    with pytest.raises(ArgumentError, match=r"to_host\(\) needs an op whose output is"):
+        await cuasync.value(3).to_host()  # type: ignore[misc]

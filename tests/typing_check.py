@@ -15,6 +15,7 @@ from cuasync import (
     CudaGraph,
     DeviceFuture,
     DeviceOp,
+    DeviceProperties,
     Kernel,
     PendingTransfer,
     PinnedHostBuffer,
@@ -48,6 +49,16 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.asarray(x), Tensor)
     assert_type(cuasync.from_dlpack(x), Tensor)
     assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
+
+
+def devices() -> None:
+    dev = cuasync.Device(0)
+    assert_type(dev.properties, DeviceProperties)
+    assert_type(dev.properties.multiprocessor_count, int)
+    assert_type(dev.properties.peak_memory_bandwidth, int)
+    assert_type(dev.properties.max_shared_memory_per_block_optin, int)
+    assert_type(dev.properties.memory_pools_supported, bool)
+    assert_type(dev.supports("peer:1"), bool)
 
 
 async def zip_and_combinators(x: Tensor) -> None:
@@ -115,6 +126,14 @@ async def kernels(x: Tensor, y: Tensor) -> None:
         "__global__ void two(float* x, float* y) {}", "two"
     )
     assert_type(await axpy[1, 128](x, y), tuple[Tensor, Tensor])
+    # A launch takes lazy ops where it takes tensors; any op producing a tensor has
+    # .to_host() and .reshape() (a launch, a then() chain), and others do not.
+    assert_type(scale[1, 128](cuasync.zeros(4), 2.0).to_host(), DeviceOp[Array])
+    assert_type(scale[1, 128](y, 2.0).reshape((2, -1)), DeviceOp[Tensor])
+    assert_type(untyped[1, 128](y, 4).to_host(), DeviceOp[Array])
+    chain = cuasync.zeros((4,)).then(lambda t: cuasync.fill(t, 1.0))
+    assert_type(chain.reshape((2, 2)).to_host(), DeviceOp[Array])
+    cuasync.value(3).to_host()  # type: ignore[misc]
     cuasync.CompileOptions(opt_level=np.int64(2), max_registers=np.uint8(64), defines={"N": 4})
     cuasync.CompileOptions(defines=(("TILE", 64), ("NAME", "x")))
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._curesult import Code
-from ..errors import driver_error
+from ..errors import ArgumentError, driver_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -149,6 +149,59 @@ class PreparedKernel:
         return f"<{type(self).__name__} {self.name} on device {self.ordinal}>"
 
 
+#: The device attributes :meth:`Backend.device_attribute` reads: the driver's
+#: ``CU_DEVICE_ATTRIBUTE_<NAME>`` names in lower case (``cuasync.DeviceProperties``
+#: has one property for each).
+DEVICE_ATTRIBUTES = frozenset(
+    {
+        "async_engine_count",
+        "can_map_host_memory",
+        "clock_rate",
+        "cluster_launch",
+        "concurrent_kernels",
+        "concurrent_managed_access",
+        "cooperative_launch",
+        "ecc_enabled",
+        "global_memory_bus_width",
+        "integrated",
+        "l2_cache_size",
+        "managed_memory",
+        "max_block_dim_x",
+        "max_block_dim_y",
+        "max_block_dim_z",
+        "max_blocks_per_multiprocessor",
+        "max_grid_dim_x",
+        "max_grid_dim_y",
+        "max_grid_dim_z",
+        "max_registers_per_block",
+        "max_registers_per_multiprocessor",
+        "max_shared_memory_per_block",
+        "max_shared_memory_per_block_optin",
+        "max_shared_memory_per_multiprocessor",
+        "max_threads_per_block",
+        "max_threads_per_multiprocessor",
+        "memory_clock_rate",
+        "memory_pools_supported",
+        "multiprocessor_count",
+        "pci_bus_id",
+        "pci_device_id",
+        "pci_domain_id",
+        "stream_priorities_supported",
+        "total_constant_memory",
+        "unified_addressing",
+        "warp_size",
+    }
+)
+
+
+def check_device_attribute(name: str) -> None:
+    """Raise an ArgumentError unless ``name`` is one of :data:`DEVICE_ATTRIBUTES`."""
+    if name not in DEVICE_ATTRIBUTES:
+        raise ArgumentError(
+            f"unknown device attribute {name!r}; known: {', '.join(sorted(DEVICE_ATTRIBUTES))}"
+        )
+
+
 class Backend(ABC):
     """One implementation of the driver semantics cuasync is built on."""
 
@@ -201,6 +254,15 @@ class Backend(ABC):
     def supports_stream_memops(self, ordinal: int) -> bool:
         """Whether ``write_value32`` works on this device (the reactor needs it)."""
         return True
+
+    @abstractmethod
+    def device_attribute(self, ordinal: int, name: str) -> int:
+        """The device attribute ``name`` (one of :data:`DEVICE_ATTRIBUTES`: the driver's
+        ``CU_DEVICE_ATTRIBUTE_<NAME>`` in lower case), as ``cuDeviceGetAttribute`` reads it.
+
+        >>> backend.device_attribute(0, "multiprocessor_count")
+        132
+        """
 
     # -- peers ---------------------------------------------------------------------
     @abstractmethod

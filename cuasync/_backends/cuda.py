@@ -47,7 +47,7 @@ from ..errors import (
     driver_error,
 )
 from ._params import ParamBlock
-from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel
+from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel, check_device_attribute
 
 __all__ = ["CudaBackend", "probe"]
 
@@ -90,6 +90,22 @@ _PROC_ADDRESS_DEFAULT = 0  # CU_GET_PROC_ADDRESS_DEFAULT
 _PROC_ADDRESS_SUCCESS = 0  # CU_GET_PROC_ADDRESS_SUCCESS
 
 _load_lock = threading.Lock()
+
+#: ``CUdevice_attribute`` members by cuasync's name (``device_attribute``), looked up once.
+_ATTRIBUTES: dict[str, Any] = {}
+
+
+def _attribute_enum(name: str) -> Any:
+    """The ``CUdevice_attribute`` member ``CU_DEVICE_ATTRIBUTE_<NAME>`` of ``name``."""
+    check_device_attribute(name)
+    member = getattr(_d.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name.upper()}", None)
+    if member is None:
+        raise driver_error(
+            Code.NOT_SUPPORTED,
+            "cuDeviceGetAttribute",
+            f"the installed cuda-bindings have no CU_DEVICE_ATTRIBUTE_{name.upper()}",
+        )
+    return member
 
 
 def _no_fence() -> None:
@@ -671,6 +687,14 @@ class CudaBackend(Backend):
         err, minor = _d.cuDeviceGetAttribute(_ATTR_CC_MINOR, dev)
         self._check(err, "cuDeviceGetAttribute", ordinal)
         return int(major), int(minor)
+
+    def device_attribute(self, ordinal: int, name: str) -> int:
+        attr = _ATTRIBUTES.get(name)
+        if attr is None:
+            attr = _ATTRIBUTES[name] = _attribute_enum(name)
+        err, value = _d.cuDeviceGetAttribute(attr, self._device(ordinal))
+        self._check(err, "cuDeviceGetAttribute", ordinal)
+        return int(value)
 
     def device_synchronize(self, ordinal: int) -> None:
         self._device(ordinal)

@@ -67,7 +67,15 @@ from ..errors import (
     UsageError,
     driver_error,
 )
-from .base import CAPTURE_RELAXED, Backend, DeviceArray, EmulatedFault, KernelCode, PreparedKernel
+from .base import (
+    CAPTURE_RELAXED,
+    Backend,
+    DeviceArray,
+    EmulatedFault,
+    KernelCode,
+    PreparedKernel,
+    check_device_attribute,
+)
 
 Command = Callable[[], None]
 
@@ -280,6 +288,47 @@ class _Strided:
 #: Dynamic shared memory a launch may ask for without
 #: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` (48 KiB on every CUDA GPU).
 _DYNAMIC_SHARED_MAX = 48 * 1024
+
+#: What ``device_attribute`` answers on every emulated device: an H200's numbers (SXM,
+#: as its driver reports them; documented in docs/emulator.md), but for the PCI location,
+#: which is the ordinal's (bus ``ordinal``, domain and device 0).
+PROFILE: dict[str, int] = {
+    "multiprocessor_count": 132,
+    "max_threads_per_block": 1024,
+    "max_threads_per_multiprocessor": 2048,
+    "max_blocks_per_multiprocessor": 32,
+    "warp_size": 32,
+    "max_block_dim_x": 1024,
+    "max_block_dim_y": 1024,
+    "max_block_dim_z": 64,
+    "max_grid_dim_x": 2**31 - 1,
+    "max_grid_dim_y": 65535,
+    "max_grid_dim_z": 65535,
+    "max_shared_memory_per_block": _DYNAMIC_SHARED_MAX,  # 48 KiB
+    "max_shared_memory_per_block_optin": 227 * 1024,
+    "max_shared_memory_per_multiprocessor": 228 * 1024,
+    "max_registers_per_block": 65536,
+    "max_registers_per_multiprocessor": 65536,
+    "total_constant_memory": 64 * 1024,
+    "l2_cache_size": 50 * 1024 * 1024,
+    "clock_rate": 1_980_000,  # kHz
+    "memory_clock_rate": 3_201_000,  # kHz
+    "global_memory_bus_width": 6144,  # bits
+    "async_engine_count": 3,
+    "can_map_host_memory": 1,
+    "cluster_launch": 1,
+    "concurrent_kernels": 1,
+    "concurrent_managed_access": 1,
+    "cooperative_launch": 1,
+    "ecc_enabled": 1,
+    "integrated": 0,
+    "managed_memory": 1,
+    "memory_pools_supported": 1,
+    "stream_priorities_supported": 1,
+    "unified_addressing": 1,
+    "pci_domain_id": 0,
+    "pci_device_id": 0,
+}
 
 #: ml_dtypes' types and the unsigned integer of their size.
 _ML_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
@@ -587,6 +636,13 @@ class EmulatorBackend(Backend):
     def device_compute_capability(self, ordinal: int) -> tuple[int, int]:
         self._device(ordinal)
         return (9, 0)
+
+    def device_attribute(self, ordinal: int, name: str) -> int:
+        self._device(ordinal)
+        if name == "pci_bus_id":
+            return ordinal
+        check_device_attribute(name)
+        return PROFILE[name]
 
     def device_synchronize(self, ordinal: int) -> None:
         device = self._device(ordinal)

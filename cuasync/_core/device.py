@@ -21,6 +21,7 @@ from .priority import StreamPriorityRange, check_priority, priority_range
 from .process_local import ProcessLocal
 
 if TYPE_CHECKING:
+    from .properties import DeviceProperties
     from .scheduling import SchedulingPolicy
 
 __all__ = [
@@ -122,6 +123,7 @@ class Device:
     _lock: threading.RLock
     _name: str | None
     _cc: tuple[int, int] | None
+    _properties: DeviceProperties | None
     _utility: Stream | None
 
     def __new__(cls, ordinal: int | Device = 0) -> Device:
@@ -143,6 +145,7 @@ class Device:
                 device._lock = threading.RLock()
                 device._name = None
                 device._cc = None
+                device._properties = None
                 device._utility = None
                 cls._instances[ordinal] = device
         return device
@@ -170,6 +173,39 @@ class Device:
         if self._cc is None:
             self._cc = get_backend().device_compute_capability(self.ordinal)
         return self._cc
+
+    @property
+    def properties(self) -> DeviceProperties:
+        """The device's attributes: SM count, memory bus width and peak bandwidth, L2
+        size, shared memory and thread limits, clocks, ... (:class:`DeviceProperties`;
+        each read from the driver once).
+
+        >>> p = cuasync.Device(0).properties
+        >>> p.multiprocessor_count, p.max_shared_memory_per_block_optin
+        (132, 232448)
+        """
+        if self._properties is None:
+            from .properties import DeviceProperties
+
+            self._properties = DeviceProperties(self)
+        return self._properties
+
+    def supports(self, feature: str) -> bool:
+        """Whether this device, with this driver and cuda-bindings, can do ``feature``.
+
+        ``feature``: ``"stream_memops"``, ``"memory_pools"``, ``"host_task_modes"``,
+        ``"cooperative_launch"``, ``"cluster_launch"``, ``"managed_memory"``,
+        ``"stream_priorities"``, or ``"peer:N"`` (direct access to device ``N``'s memory;
+        False where there is no device ``N``). Anything else is an
+        :class:`~cuasync.errors.ArgumentError` listing them.
+
+        >>> if cuasync.Device(0).supports("peer:1"): ...
+        >>> cuasync.Device(0).supports("host_task_modes")   # CUASYNC_HOST_SYNC=callback-spin
+        True
+        """
+        from .properties import supports
+
+        return supports(self, feature)
 
     def can_access_peer(self, other: int | Device) -> bool:
         """Whether this device can read and write ``other``'s memory directly.

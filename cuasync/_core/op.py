@@ -32,6 +32,9 @@ from .process_local import ProcessLocal
 from .scheduling import SchedulingPolicy, stream_for, stream_from
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from .._tensor import Tensor
     from .graph import CudaGraph
 
 __all__ = ["DeviceFuture", "DeviceOp", "SharedOp", "value", "zip"]
@@ -337,6 +340,23 @@ class DeviceOp(ProcessLocal, Generic[T]):
 
         return _Map(self, passthrough)
 
+    # -- ops whose output is a tensor (a kernel launch, a then() chain, a TensorOp) -------
+    def to_host(self: DeviceOp[Tensor]) -> DeviceOp[np.ndarray]:
+        """An op running this one, then copying its output tensor into a new numpy array.
+
+        >>> y = await k[grid, block](cuasync.zeros(n), x, n).to_host()
+        """
+        return _Then(self, lambda t: _tensor_output(t, "to_host").to_host(), unchecked=False)
+
+    def reshape(self: DeviceOp[Tensor], shape: Any) -> DeviceOp[Tensor]:
+        """An op running this one, then viewing its output tensor in another shape,
+        zero-copy (:meth:`Tensor.reshape`; -1 infers). The shape is checked against the
+        tensor when the op runs (a :class:`~cuasync.TensorOp` checks it now).
+
+        >>> m = await k[grid, block](cuasync.zeros(12), x, 12).reshape((4, -1))
+        """
+        return _Then(self, lambda t: _Value(_tensor_output(t, "reshape").reshape(shape)), False)
+
     @overload
     def first(self: DeviceOp[tuple[A, *tuple[Any, ...]]]) -> DeviceOp[A]: ...
     @overload
@@ -598,6 +618,19 @@ class DeviceFuture(ProcessLocal, Generic[T]):
         comp = self._comp
         state = "pending" if comp.state < DONE else ("failed" if comp.error else "done")
         return f"<cuasync.DeviceFuture {state} on {self._comp.stream!r}>"
+
+
+def _tensor_output(value: Any, method: str) -> Tensor:
+    """``value``, the output of an op that ``.to_host()``/``.reshape()`` was called on,
+    if it is a tensor; else an ArgumentError naming what the op produced."""
+    from .._tensor import Tensor
+
+    if not isinstance(value, Tensor):
+        raise ArgumentError(
+            f"{method}() needs an op whose output is a cuasync.Tensor; this op produced "
+            f"{type(value).__name__} {value!r}"[:300]
+        )
+    return value
 
 
 class _Then(DeviceOp[U]):

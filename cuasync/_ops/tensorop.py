@@ -218,13 +218,6 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
             )
         return self.then(lambda t: t.item())
 
-    def to_host(self) -> DeviceOp[np.ndarray]:
-        """An op running this one, then copying its output into a new numpy array.
-
-        >>> await cuasync.arange(8, dtype="float32").reshape((4, -1)).to_host()
-        """
-        return self.then(lambda t: t.to_host())
-
     def _consumed_message(self) -> str:
         if not getattr(self, "_absorbed", False):  # (set when an expression took it over)
             return super()._consumed_message()
