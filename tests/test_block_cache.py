@@ -196,13 +196,14 @@ def test_flush_holds_each_stream_while_it_frees_its_blocks(
     streams = [device.new_stream()]
     Allocation(device, 4096, streams[0])
     Allocation(device, 8192, streams[0])  # two blocks: the user lets go after the first
-    alive = streams[0]._alive
+    alive, handle = streams[0]._alive, streams[0].handle
     seen: list[bool] = []
     real = get_backend().mem_free_async
 
     def free(ptr: int, stream: int) -> None:
-        seen.append(alive[0])
-        streams.clear()  # the user's last reference, gone in the middle of the flush
+        if stream == handle:  # (blocks earlier tests left on their streams go too)
+            seen.append(alive[0])
+            streams.clear()  # the user's last reference, gone in the middle of the flush
         real(ptr, stream)
 
     monkeypatch.setattr(get_backend(), "mem_free_async", free)

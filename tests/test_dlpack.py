@@ -214,7 +214,7 @@ def test_a_refused_capsule_keeps_the_consumers_error_and_gives_the_tensor_back(
     before = live()
     t = cuasync.from_host(host((65536,))).sync()
     producer = t if versioned else LegacyVia(t)
-    with pytest.raises(RuntimeError, match="Unsupported device") as refused:
+    with pytest.raises((RuntimeError, BufferError), match="Unsupported device") as refused:
         np.from_dlpack(producer)
     assert type(refused.value) is RuntimeError  # numpy's own, not a SystemError
     del t, producer, refused
