@@ -867,16 +867,23 @@ class CudaBackend(Backend):
     def stream_query(self, stream: int) -> bool:
         # Polled while completions are pending: inline (see _call); NOT_READY is no error.
         ordinal = self._streams.get(stream)
-        caller = None  # (set when this call made a context current: put back below)
+        caller = None  # (set when this call made a context current: put back by _answer)
+        if ordinal is None or self._tls.ordinal != ordinal:
+            ordinal, caller = self._enter(stream)
+        return self._answer(_d.cuStreamQuery, "cuStreamQuery", stream, ordinal, caller)
+
+    def _answer(
+        self, query: Callable[[Any], Any], call: str, handle: int, ordinal: int, caller: Any
+    ) -> bool:
+        """Whether a polled query (``cuStreamQuery``/``cuEventQuery`` of ``handle``) found
+        the work done; NOT_READY is no error. Puts the caller's context back, if any."""
         try:
-            if ordinal is None or self._tls.ordinal != ordinal:
-                ordinal, caller = self._enter(stream)
-            (err,) = _d.cuStreamQuery(stream)
+            (err,) = query(handle)
             if not err:
                 return True
             if err == _NOT_READY:
                 return False
-            return not self._redo((err,), ordinal, "cuStreamQuery", stream)[0]
+            return not self._redo((err,), ordinal, call, handle)[0]
         finally:
             if caller is not None:
                 self._put_back(caller)
@@ -921,18 +928,9 @@ class CudaBackend(Backend):
         # Polled: inline (see _call); NOT_READY is no error.
         ordinal = self._events.get(event, -1)
         caller = None  # (as in stream_query)
-        try:
-            if ordinal >= 0 and self._tls.ordinal != ordinal:
-                caller = self._switch(ordinal)
-            (err,) = _d.cuEventQuery(event)
-            if not err:
-                return True
-            if err == _NOT_READY:
-                return False
-            return not self._redo((err,), ordinal, "cuEventQuery", event)[0]
-        finally:
-            if caller is not None:
-                self._put_back(caller)
+        if ordinal >= 0 and self._tls.ordinal != ordinal:
+            caller = self._switch(ordinal)
+        return self._answer(_d.cuEventQuery, "cuEventQuery", event, ordinal, caller)
 
     def event_synchronize(self, event: int) -> None:
         self._call_on_event(event, "cuEventSynchronize", event)
