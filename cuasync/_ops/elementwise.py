@@ -223,15 +223,28 @@ def where(condition: Any, x1: Any, x2: Any, *, out: Tensor | None = None) -> Ten
     return _apply("where", {"condition": condition, "x1": x1, "x2": x2}, out)
 
 
-def clip(x: Any, lo: Any, hi: Any, *, out: Tensor | None = None) -> TensorOp:
-    """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel.
+def clip(x: Any, lo: Any = None, hi: Any = None, *, out: Tensor | None = None) -> TensorOp:
+    """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel. A bound that is
+    None is not applied (the array API's ``clip(x, min=None, max=None)``).
 
     >>> y = await cuasync.clip(x, 0.0, 6.0)
+    >>> r = await cuasync.clip(x, None, 6.0)           # only an upper bound
     """
     for arg, v in (("x", x), ("lo", lo), ("hi", hi)):
-        if not is_operand(v):
+        if not is_operand(v) and not (v is None and arg != "x"):
             leaf(v, arg)  # raises the typed error naming the argument
-    probe = _preview("minimum", {"x": _preview("maximum", {"x": x, "lo": lo}), "hi": hi})
+    bounds = {arg: v for arg, v in (("lo", lo), ("hi", hi)) if v is not None}
+    if not bounds:  # nothing to clip: x's values, still a new tensor (or out=)
+        return where(True, x, x, out=out)
+    probe: Any = x
+    if lo is not None:
+        probe = _preview("maximum", {"x": probe, "lo": lo})
+    if hi is not None:
+        probe = _preview("minimum", {"x": probe, "hi": hi})
     if out is not None:
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
+    if lo is None:
+        return minimum(x, hi, out=out)
+    if hi is None:
+        return maximum(x, lo, out=out)
     return minimum(maximum(x, lo), hi, out=out)
