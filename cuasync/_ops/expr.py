@@ -2,8 +2,9 @@
 
 A :class:`Node` is a tensor, a scalar, a pending op (executed first, then read), or an
 op applied to child nodes. Building a node resolves its shape and dtype the way numpy
-would (``ufunc.resolve_dtypes``: Python scalars are "weak"), so errors come before
-anything runs.
+would (``ufunc.resolve_dtypes``: Python ints and floats are "weak", a bool is a bool),
+but with float32 for numpy's float64 of operands that have no float (the default float
+dtype, :data:`~cuasync._dtypes.DEFAULT_FLOAT`), so errors come before anything runs.
 
 >>> n = op_node("add", [leaf(t, "x1"), leaf(1.5, "x2")])
 >>> n.shape, n.dtype                  # t: float32 (3, 1)
@@ -75,9 +76,6 @@ DTYPES = frozenset(
         "float64",
     )
 )
-
-_WEAK = (bool, int, float)
-
 
 class Node:
     """One node of an expression: ``kind`` is "tensor", "scalar", "pending" or "op".
