@@ -77,6 +77,7 @@ DTYPES = frozenset(
     )
 )
 
+
 class Node:
     """One node of an expression: ``kind`` is "tensor", "scalar", "pending" or "op".
 
