@@ -19,7 +19,7 @@ from ._core.device import Device, get_default_device
 from ._core.memory import Allocation
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
-from ._dtypes import _BY_DTYPE, as_dtype, dtype_name
+from ._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
 from ._pageable import upload
 from ._staging import staging_pool
 from ._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
@@ -104,11 +104,12 @@ def memcpy_able(t: Tensor) -> bool:
 
 
 def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
-    """Enqueue a kernel copying any view ``src`` into the contiguous ``dst`` (same dtype)."""
+    """Enqueue a kernel copying any view ``src`` into the contiguous ``dst``, converting
+    it to ``dst``'s dtype (``ndarray.astype``'s rules) where that differs."""
     from . import _builtin as builtin  # it imports the tensor machinery this module feeds
     from ._dtypes import dtype_info
 
-    kernel = builtin.kernel("convert", dtype_name(src.dtype))
+    kernel = builtin.kernel("convert", dtype_name(dst.dtype))
     code = dtype_info(src.dtype).code
     flat = builtin.flat(dst)
     for sub, dims, strides, first in builtin.chunks(src):
@@ -171,11 +172,30 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
             source = np.asarray(array)
         except Exception as exc:
             raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
+        if isinstance(array, (float, complex, list, tuple)) and not isinstance(array, np.generic):
+            source = _default_floats(source)  # (np.float64 is a float: it keeps its dtype)
         dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
     cls, node = _upload_classes()
     work = _HostUpload(source, dtype)
     return cls(node("pending", "from_host", source.shape, dtype, work, (), (), target))
+
+
+def _default_floats(source: np.ndarray) -> np.ndarray:
+    """Python floats (a scalar, lists) in the default float dtype, float32, as creation
+    ops make (complex: complex64); data with a dtype of its own (an ndarray, a numpy
+    scalar) keeps it. A finite value past float32's range is refused, not made inf."""
+    to = {"float64": DEFAULT_FLOAT, "complex128": DEFAULT_COMPLEX}.get(source.dtype.name)
+    if to is None:
+        return source
+    with np.errstate(over="ignore"):
+        narrow = source.astype(to)
+    if np.any(np.isinf(narrow) & np.isfinite(source)):
+        raise ArgumentError(
+            f"array holds Python floats past {to}'s range, the default float dtype of a "
+            "Python float; pass a float64 numpy array: np.asarray(values, np.float64)"
+        )
+    return narrow
 
 
 #: The native core's ``Express.build_upload`` (set by ``_small_upload`` once the hub has
@@ -284,10 +304,11 @@ def dup(tensor: Tensor) -> TensorOp:
 def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     """An op copying ``src`` into ``dst`` (same dtype and element count); outputs ``dst``.
 
-    Shapes may differ when both tensors are contiguous. The tensors may live on different
-    devices: the copy then runs on a stream of ``dst``'s device, device to device where
-    the two can access each other's memory, else staged through pinned host memory
-    (see docs/multi-gpu.md).
+    Either may be any view, reversed ones too (a kernel gathers a source the copy engines
+    cannot read). Shapes may differ when both tensors are contiguous. The tensors may
+    live on different devices: the copy then runs on a stream of ``dst``'s device, device
+    to device where the two can access each other's memory, else staged through pinned
+    host memory (see docs/multi-gpu.md).
 
     >>> await cuasync.memcpy(out[0:2], staging)
     """
@@ -313,24 +334,24 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             "overlap in one allocation, so the result would be undefined; copy src first "
             "(`src.dup()`); the very same view is allowed"
         )
+    result = d
+    d, s = _forward(d, s)
     gather = not memcpy_able(s)
-    if not memcpy_able(d):
-        raise ShapeError(
-            f"memcpy: dst has strides {d.strides}: a reversed view cannot be written by a "
-            "copy; write into a forward view, or flip the source instead"
-        )
     if d.device is not s.device:
         from ._peer import copy_between_devices
 
         return device_op(
-            lambda ctx: copy_between_devices(ctx, d, s), d.device, "memcpy", graph_node=True
+            lambda ctx: copy_between_devices(ctx, d, s).then(lambda _: result),
+            d.device,
+            "memcpy",
+            graph_node=True,
         )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         if gather:  # a reversed or broadcast source: a kernel gathers it
             if d.is_contiguous:
                 kernel_copy(ctx, d.reshape(s.shape), s)
-                return Output.ready(d)
+                return Output.ready(result)
             tight = new_tensor(ctx, s.shape, s.dtype, "memcpy")
             kernel_copy(ctx, tight, s)
             source = tight
@@ -351,9 +372,24 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             )
         elif source.nbytes:
             get_backend().memcpy_dtod_async(dp, sp, source.nbytes, ctx.handle)
-        return Output.ready(d)
+        return Output.ready(result)
 
     return device_op(enqueue, d.device, "memcpy", graph_node=True)
+
+
+def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
+    """``dst`` and ``src`` both flipped along each axis ``dst`` runs backwards on: the same
+    element pairs, with a destination the copy engines write (a source reversed that way
+    is then gathered by a kernel). ``dst`` writable (no stride 0); equal shapes where a
+    stride is negative (a view of another shape is contiguous)."""
+    back = tuple(
+        j for j, (n, st) in enumerate(zip(dst.shape, dst.strides, strict=True)) if st < 0 and n > 1
+    )
+    if not back or dst.size == 0:
+        return dst, src
+    from ._views import flip
+
+    return flip(dst, back), flip(src, back)
 
 
 def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:

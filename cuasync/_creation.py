@@ -24,12 +24,19 @@ import numpy as np
 from . import _builtin as builtin
 from ._backends import get_backend
 from ._builtin import FILL_DTYPES, RANDOM_DTYPES
-from ._copies import _device_arg, new_tensor
+from ._copies import _device_arg, kernel_copy, new_tensor
 from ._core.context import ExecutionContext
 from ._core.device import Device
 from ._core.op import DeviceOp, device_op
 from ._core.output import Output
-from ._dtypes import SUPPORTED, as_dtype, dtype_info, dtype_name
+from ._dtypes import (
+    DEFAULT_FLOAT,
+    SUPPORTED,
+    as_dtype,
+    default_dtype,
+    dtype_info,
+    dtype_name,
+)
 from ._ops.tensorop import TensorOp, tensor_op
 from ._tensor import Shape, Tensor, check_shape, check_writable
 from ._twins import host_cast
@@ -196,17 +203,23 @@ def _fill_op(
 
 
 def full(
-    shape: Any, value: Any, dtype: Any = "float32", *, device: int | Device | None = None
+    shape: Any, value: Any, dtype: Any = None, *, device: int | Device | None = None
 ) -> TensorOp:
     """An op allocating a tensor of ``shape`` with every element ``value``.
 
+    ``dtype`` None is ``value``'s: bool for a bool, int64 for an int, float32 (the
+    default float dtype) for a float, complex64 for a complex, a numpy scalar's own.
     ``value`` must be representable in ``dtype`` (an int in range for integer dtypes, a
     finite float that does not overflow, ...), else :class:`~cuasync.errors.ArgumentError`.
 
     >>> t = await cuasync.full((2, 3), 7, "int32")
+    >>> m = await cuasync.full((2, 3), False)          # bool
     """
     dims = check_shape(shape)
-    dt = as_dtype(dtype)
+    if dtype is None and isinstance(value, (bool, int, float, complex, np.generic)):
+        dt = default_dtype(value)
+    else:
+        dt = as_dtype(DEFAULT_FLOAT if dtype is None else dtype)
     bits = _bits(_representable(value, dt, "value"))
     return _fill_op(dims, dt, bits, _device_arg(device), "full")
 
@@ -358,8 +371,9 @@ def _ramp_op(
     stop: float,
     device: Device,
     name: str,
+    endpoint: bool = True,
 ) -> TensorOp:
-    div = n - 1
+    div = n - 1 if endpoint else n
     delta = stop - start
     step = delta / div if div > 0 else math.nan
     floor_ints = int(dtype_info(dt).kind in "iu")
@@ -390,16 +404,20 @@ def _arange_number(value: Any, argument: str) -> Any:
 
 
 def _arange_dtype(values: list[Any]) -> np.dtype[Any]:
-    """numpy's dtype for arange's arguments: int64 at least, promoted with each one's."""
+    """numpy's dtype for arange's arguments: int64 at least, promoted with each one's,
+    except that a Python float makes the default float dtype (float32), where no numpy
+    float argument gives one."""
     dt = np.dtype(np.int64)
     for v in values:
         if isinstance(v, np.generic):
             other = v.dtype
         elif isinstance(v, float):
-            other = np.dtype(np.float64)
+            continue
         else:  # a Python int: int64 where it fits, as numpy reads it
             other = np.dtype(np.int64) if -(2**63) <= v < 2**63 else np.min_scalar_type(v)
         dt = np.promote_types(dt, other)
+    if dt.kind not in "fc" and any(isinstance(v, float) for v in values):
+        dt = SUPPORTED[DEFAULT_FLOAT]
     return as_dtype(dt, "the dtype of start, stop and step")
 
 
@@ -473,8 +491,9 @@ def arange(
     is not positive); each is the dtype's ``start + i * step`` as numpy computes it (the
     first two values as the dtype holds them, then numpy's fill arithmetic: integers
     exactly, float64 in double, float32, float16, bfloat16 and FP8 in float), so results
-    match numpy's to the bit. ``dtype`` None infers numpy's: int64 for ints, float64 if
-    any argument is a float.
+    match numpy's to the bit. ``dtype`` None infers numpy's, int64 for ints, except that
+    a Python float argument makes float32, the default float dtype (a numpy float64
+    scalar makes float64).
 
     One exception, for one release: ``arange(n)`` with a single integer and no dtype
     still makes float32, as in cuasync 0.1, and warns (FutureWarning) that it will be
@@ -485,7 +504,7 @@ def arange(
     raise :class:`~cuasync.errors.ArgumentError`; a bool result has at most 2 elements.
 
     >>> x = await cuasync.arange(5, dtype="int64")          # 0, 1, 2, 3, 4
-    >>> y = await cuasync.arange(1.0, 0.0, -0.25)           # 1, .75, .5, .25 (float64)
+    >>> y = await cuasync.arange(1.0, 0.0, -0.25)           # 1, .75, .5, .25 (float32)
     >>> z = await cuasync.arange(0, 10, 3, dtype="float32")  # 0, 3, 6, 9
     """
     if _is_dtype_like(stop):  # 0.1's arange(n, dtype)
@@ -555,22 +574,27 @@ def linspace(
     dtype: Any = "float32",
     *,
     device: int | Device | None = None,
+    endpoint: bool = True,
 ) -> TensorOp:
-    """An op allocating ``n`` evenly spaced values from ``start`` to ``stop`` inclusive.
+    """An op allocating ``n`` evenly spaced values from ``start`` to ``stop``, inclusive
+    (``endpoint=False``: ``stop`` excluded, the step ``(stop - start) / n``).
 
-    Same values as ``numpy.linspace(start, stop, n, dtype=dtype)`` (computed in float64,
-    floored for integer dtypes). ``start`` and ``stop`` are finite real numbers that fit
-    in ``dtype``.
+    Same values as ``numpy.linspace(start, stop, n, endpoint, dtype=dtype)`` (computed in
+    float64, floored for integer dtypes). ``start`` and ``stop`` are finite real numbers
+    that fit in ``dtype``.
 
-    >>> t = await cuasync.linspace(0.0, 1.0, 5)      # 0, .25, .5, .75, 1
+    >>> t = await cuasync.linspace(0.0, 1.0, 5)                   # 0, .25, .5, .75, 1
+    >>> h = await cuasync.linspace(0.0, 1.0, 4, endpoint=False)   # 0, .25, .5, .75
     """
+    if not isinstance(endpoint, (bool, np.bool_)):
+        raise ArgumentError(f"linspace: endpoint must be a bool, got {endpoint!r}"[:200])
     a = _real(start, "start")
     b = _real(stop, "stop")
     k = _count(n, "n")
     dt = as_dtype(dtype)
     for value, argument in ((a, "start"), (b, "stop")):
         _representable(math.floor(value) if dtype_info(dt).kind in "iu" else value, dt, argument)
-    return _ramp_op(k, dt, a, b, _device_arg(device), "linspace")
+    return _ramp_op(k, dt, a, b, _device_arg(device), "linspace", bool(endpoint))
 
 
 def convert(tensor: Tensor, dtype: Any) -> TensorOp:
@@ -586,16 +610,11 @@ def convert(tensor: Tensor, dtype: Any) -> TensorOp:
         raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
     src = tensor
     dt = as_dtype(dtype)
-    kernel = builtin.kernel("convert", dtype_name(dt))
-    code = dtype_info(src.dtype).code
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, src.shape, dt, "convert")
         if t.size:
-            flat = builtin.flat(t)
-            for sub, dims, strides, first in builtin.chunks(src):
-                out = Tensor(flat.allocation, sub.shape, flat.dtype, None, flat.offset + first)
-                builtin.launch(ctx, kernel, sub.size, out, sub, code, sub.size, *dims, *strides)
+            kernel_copy(ctx, t, src)
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, src.device, "convert"), src.shape, dt)

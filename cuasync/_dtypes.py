@@ -82,6 +82,17 @@ ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 STORAGE_ONLY = tuple(name for name, d in DTYPES.items() if not d.arithmetic)
 
 
+#: The dtype a float result takes when nothing gives it one: a Python float
+#: (``from_host(0.5)``, ``full(s, 0.5)``), ``arange`` of floats, integer ``/`` integer,
+#: ``mean`` of integers. float32, as every creation op's ``dtype`` default (the array API
+#: allows it where float64 is slow, as on most GPUs); pass ``dtype=`` for float64.
+DEFAULT_FLOAT = "float32"
+#: Its complex counterpart (a Python complex's dtype).
+DEFAULT_COMPLEX = "complex64"
+#: The dtype of a Python int with no dtype given (``full(s, 7)``), as numpy's.
+DEFAULT_INT = "int64"
+
+
 class _Supported(Mapping[str, "np.dtype[Any]"]):
     """:data:`SUPPORTED`: the numpy dtype of each supported name, bfloat16 and FP8 added
     at their first use (importing ml_dtypes, which provides them, takes 1-2 s: most of
@@ -205,3 +216,23 @@ def dtype_info(dtype: np.dtype[Any]) -> DType:
     if name is None:
         raise KeyError(dtype)
     return DTYPES[name]
+
+
+def default_dtype(value: Any) -> np.dtype[Any]:
+    """The dtype a Python scalar picks when none is given: bool, :data:`DEFAULT_INT`,
+    :data:`DEFAULT_FLOAT` or :data:`DEFAULT_COMPLEX`; a numpy scalar keeps its own.
+
+    >>> default_dtype(True), default_dtype(7), default_dtype(0.5)
+    (dtype('bool'), dtype('int64'), dtype('float32'))
+    """
+    if isinstance(value, (np.generic, np.ndarray)):
+        return as_dtype(value.dtype, "value")
+    if isinstance(value, bool):
+        return SUPPORTED["bool"]
+    if isinstance(value, int):
+        return SUPPORTED[DEFAULT_INT]
+    if isinstance(value, float):
+        return SUPPORTED[DEFAULT_FLOAT]
+    if isinstance(value, complex):
+        return SUPPORTED[DEFAULT_COMPLEX]
+    raise DTypeError(f"value={value!r} has no dtype to pick; pass dtype="[:200])

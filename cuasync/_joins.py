@@ -25,7 +25,7 @@ from ._copies import _byte_strides, copy_strided, kernel_copy, memcpy_able, new_
 from ._core.context import ExecutionContext
 from ._core.op import device_op
 from ._core.output import Output
-from ._dtypes import dtype_name
+from ._dtypes import as_dtype, dtype_name
 from ._kernel import Kernel
 from ._ops.tensorop import TensorOp, tensor_op
 from ._tensor import Tensor
@@ -48,20 +48,32 @@ def _tensors(arrays: Any, name: str) -> list[Tensor]:
             )
     first = arrays[0]
     for k, t in enumerate(arrays):
-        if t.dtype != first.dtype:
-            raise DTypeError(
-                f"{name}: arrays[{k}] is {dtype_name(t.dtype)}, arrays[0] is "
-                f"{dtype_name(first.dtype)}; convert them to one dtype first (.astype)"
-            )
         if t.device is not first.device:
             raise InvalidDeviceError(f"{name}: arrays[{k}] is on another device than arrays[0]")
     return list(arrays)
 
 
+def _result_dtype(ts: list[Tensor], name: str) -> np.dtype[Any]:
+    """The dtype the joined tensors promote to (the array API's type promotion, as
+    numpy's ``result_type``: ``stack([float64, float32])`` is float64)."""
+    dtypes = {t.dtype for t in ts}
+    if len(dtypes) == 1:
+        return ts[0].dtype
+    try:
+        return as_dtype(np.result_type(*dtypes), "the promoted dtype")
+    except (TypeError, DTypeError):
+        names = ", ".join(f"arrays[{k}] is {dtype_name(t.dtype)}" for k, t in enumerate(ts))
+        raise DTypeError(
+            f"{name}: these dtypes promote to no supported dtype ({names}); convert them "
+            "to one dtype first (.astype)"
+        ) from None
+
+
 def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
-    """Copy ``src`` into the view ``dst`` of a new tensor (a kernel gathers odd views)."""
-    if not memcpy_able(src):
-        gathered = new_tensor(ctx, src.shape, src.dtype, "gather")
+    """Copy ``src`` into the view ``dst`` of a new tensor (a kernel gathers odd views
+    and converts another dtype)."""
+    if src.dtype != dst.dtype or not memcpy_able(src):
+        gathered = new_tensor(ctx, src.shape, dst.dtype, "gather")
         kernel_copy(ctx, gathered, src)
         src = gathered
     sp = ctx.read(src.allocation) + src.offset * src.itemsize
@@ -71,40 +83,57 @@ def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     )
 
 
-def concatenate(arrays: Any, axis: int = 0) -> TensorOp:
-    """The tensors joined along an existing ``axis`` (same dtype; other axes equal).
+def concatenate(arrays: Any, axis: int | None = 0) -> TensorOp:
+    """The tensors joined along an existing ``axis`` (other axes equal), or with
+    ``axis=None`` each flattened (C order) and joined. Mixed dtypes promote as the array
+    API says (``result_type``).
 
     >>> c = await cuasync.concatenate([a, b, a], axis=-1)
+    >>> f = await cuasync.concatenate([a, b], axis=None)      # 1-d: a.size + b.size
     """
     ts = _tensors(arrays, "concatenate")
+    dt = _result_dtype(ts, "concatenate")
     first = ts[0]
-    if first.ndim == 0:
-        raise ShapeError("concatenate: 0-d tensors cannot be concatenated (use stack)")
-    ax = _axis(axis, first.ndim, "concatenate")
-    for k, t in enumerate(ts):
-        rest = (t.shape[:ax] + t.shape[ax + 1 :], first.shape[:ax] + first.shape[ax + 1 :])
-        if t.ndim != first.ndim or rest[0] != rest[1]:
+    if axis is None:
+        shape: tuple[int, ...] = (sum(t.size for t in ts),)
+        ax = 0
+    else:
+        if first.ndim == 0:
             raise ShapeError(
-                f"concatenate: arrays[{k}] has shape {t.shape}, arrays[0] {first.shape}; all "
-                f"dimensions but axis {ax} must match"
+                "concatenate: 0-d tensors cannot be concatenated along an axis (use stack, "
+                "or axis=None)"
             )
-    shape = (*first.shape[:ax], sum(t.shape[ax] for t in ts), *first.shape[ax + 1 :])
+        ax = _axis(axis, first.ndim, "concatenate")
+        for k, t in enumerate(ts):
+            rest = (t.shape[:ax] + t.shape[ax + 1 :], first.shape[:ax] + first.shape[ax + 1 :])
+            if t.ndim != first.ndim or rest[0] != rest[1]:
+                raise ShapeError(
+                    f"concatenate: arrays[{k}] has shape {t.shape}, arrays[0] {first.shape}; "
+                    f"all dimensions but axis {ax} must match"
+                )
+        shape = (*first.shape[:ax], sum(t.shape[ax] for t in ts), *first.shape[ax + 1 :])
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        out = new_tensor(ctx, shape, first.dtype, "concatenate")
+        out = new_tensor(ctx, shape, dt, "concatenate")
         start = 0
         for t in ts:
-            n = t.shape[ax]
+            if axis is None:  # a contiguous run of out, in t's shape
+                n = t.size
+                dst = Tensor(out.allocation, t.shape, dt, None, out.offset + start)
+            else:
+                n = t.shape[ax]
+                dst = out[(slice(None),) * ax + (slice(start, start + n),)]
             if t.size:
-                _copy_into(ctx, out[(slice(None),) * ax + (slice(start, start + n),)], t)
+                _copy_into(ctx, dst, t)
             start += n
         return Output.ready(out)
 
-    return tensor_op(device_op(enqueue, first.device, "concatenate"), shape, first.dtype)
+    return tensor_op(device_op(enqueue, first.device, "concatenate"), shape, dt)
 
 
 def stack(arrays: Any, axis: int = 0) -> TensorOp:
-    """The tensors (all of one shape) joined along a new ``axis``.
+    """The tensors (all of one shape) joined along a new ``axis``; mixed dtypes promote
+    as in :func:`concatenate`.
 
     >>> s = await cuasync.stack([a, b], axis=-1)          # a, b: (3, 4) -> (3, 4, 2)
     """

@@ -206,7 +206,7 @@ def linspace_twin(dt: np.dtype[Any]) -> Callable[..., None]:
         else:
             y *= float(delta)
         y += float(start)
-        if div > 0:
+        if 0 < div < n:  # endpoint: the last element is stop
             y[-1] = float(stop)
         if floor_ints:
             np.floor(y, out=y)

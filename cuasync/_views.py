@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._tensor import Shape, Tensor, check_shape, derived_view
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, IndexOutOfRangeError, ShapeError
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
@@ -37,7 +37,12 @@ def _axis(a: Any, ndim: int, name: str, argument: str = "axis") -> int:
     if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
         raise ArgumentError(f"{name}: {argument} must be an int, got {a!r}"[:200])
     if not -ndim <= a < ndim:
-        raise ArgumentError(f"{name}: {argument} {a} is out of range for {ndim} dimensions")
+        # an IndexError too, as the array API requires (numpy's AxisError is one)
+        raise IndexOutOfRangeError(
+            f"{name}: {argument} {a} is out of range for {ndim} dimensions (-{ndim}..{ndim - 1})"
+            if ndim
+            else f"{name}: {argument} {a}: there are no axes"
+        )
     return int(a) % ndim
 
 

@@ -24,6 +24,7 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   │   └── BusyTransferRejected   ... because its buffer is in flight (also Busy...)
     │   ├── ArgumentError              also a ValueError: a bad argument, named
     │   │   ├── DTypeError             also a TypeError: unknown or mismatched dtype
+    │   │   ├── ScalarOverflowError    also an OverflowError: a Python int past an op's dtype
     │   │   ├── ShapeError             negative/non-integer shapes, bad slices, size mismatches
     │   │   │   ├── IndexOutOfRangeError   also an IndexError: past an axis, too many indices
     │   │   │   └── UnsupportedIndexError  also an IndexError: arrays, lists, floats, ...
@@ -83,6 +84,7 @@ __all__ = [
     "OutOfMemoryError",
     "ProcessLocalError",
     "ReentrancyError",
+    "ScalarOverflowError",
     "SchedulingError",
     "ShapeError",
     "SyncInEventLoopError",
@@ -198,6 +200,15 @@ class ArgumentError(UsageError, ValueError):
 
 class DTypeError(ArgumentError, TypeError):
     """A dtype name is unknown or a dtype does not match what is required."""
+
+
+class ScalarOverflowError(ArgumentError, OverflowError):
+    """A Python int operand does not fit the dtype an op computes in (``int32`` and
+    ``2**40``), or any float; raised when the op is built, as numpy 2 raises
+    :class:`OverflowError`. A float dtype takes any int a float holds.
+
+    >>> cuasync.add(x_int32, 2**40)        # raises ScalarOverflowError
+    """
 
 
 class ShapeError(ArgumentError):

@@ -143,3 +143,24 @@ def test_views_with_repeated_or_overlapping_rows_copy_like_numpy(strides) -> Non
     want = np.lib.stride_tricks.as_strided(host, (6, 5), tuple(4 * s for s in strides))
     np.testing.assert_array_equal(view.dup().sync().to_host().sync(), want)
     np.testing.assert_array_equal(view.to_host().sync(), want)
+
+
+def test_memcpy_writes_a_reversed_view() -> None:
+    # issue 34: fill wrote a reversed view, memcpy refused it (ShapeError). Both tensors
+    # are flipped along dst's reversed axes: the copy engines write forward.
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    src = cuasync.from_host(a).sync()
+    dst = cuasync.zeros((4, 6)).sync()
+    out = cuasync.memcpy(dst[::-1], src).sync()
+    assert out.strides == (-6, 1)  # the op outputs the view it was given
+    np.testing.assert_array_equal(dst.to_host().sync(), a[::-1])
+    cuasync.memcpy(dst[::-1, ::-2], src[:, ::-2]).sync()  # both reversed: forward copies
+    want = a[::-1].copy()
+    want[::-1, ::-2] = a[:, ::-2]
+    np.testing.assert_array_equal(dst.to_host().sync(), want)
+    cuasync.memcpy(dst[:, ::-1], src[::-1]).sync()  # reversed on different axes: gathered
+    np.testing.assert_array_equal(dst.to_host().sync(), a[::-1, ::-1])
+    last = cuasync.device_count() - 1  # another device where there are two
+    other = cuasync.zeros((4, 6), device=last).sync()
+    cuasync.memcpy(other[::-1], src).sync()
+    np.testing.assert_array_equal(other.to_host().sync(), a[::-1])

@@ -159,9 +159,9 @@ ARANGE_CASES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
     ((5,), {"dtype": "int64"}),
     ((2, 9), {}),  # ints: int64
     ((10, 0, -3), {}),  # a negative step
-    ((0, 1, 0.1), {}),  # a float step: float64, ceil((1 - 0) / 0.1) = 10 values
+    ((0, 1, 0.1), {}),  # a float step: float32 (the default), ceil((1 - 0) / 0.1) = 10 values
     ((1.0, 0.0, -0.25), {}),
-    ((-3.5,), {}),  # one float: float64, no values
+    ((-3.5,), {}),  # one float: float32, no values
     ((5, 1), {}),  # empty
     ((0, 0), {}),
     ((1e-300, 0, 1e300), {}),  # the quotient underflows: numpy's rule
@@ -180,11 +180,19 @@ ARANGE_CASES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
+def numpy_kw(args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    """numpy.arange's keywords for cuasync.arange's: a Python float without a dtype makes
+    cuasync's default float dtype, float32 (numpy's: float64)."""
+    if kw.get("dtype") is None and any(type(a) is float for a in args):
+        return {**kw, "dtype": "float32"}
+    return kw
+
+
 @pytest.mark.parametrize(("args", "kw"), ARANGE_CASES, ids=[str(c) for c in ARANGE_CASES])
 def test_arange_follows_numpy_signature_and_values(
     args: tuple[Any, ...], kw: dict[str, Any]
 ) -> None:
-    want = np_arange(*args, **{k: np_dtype(v) for k, v in kw.items()})
+    want = np_arange(*args, **{k: np_dtype(v) for k, v in numpy_kw(args, kw).items()})
     got = host(cuasync.arange(*args, **kw).sync())
     same(got, want)  # dtype, length and every bit
 
@@ -213,7 +221,7 @@ def test_arange_of_one_int_keeps_float32_for_now_and_says_so() -> None:
         warnings.simplefilter("error")
         ops = [cuasync.arange(5, dtype="float32"), cuasync.arange(0, 5)]
         ops += [cuasync.arange(5.0), cuasync.arange(stop=5)]
-        assert [op.dtype for op in ops] == [np.float32, np.int64, np.float64, np.int64]
+        assert [op.dtype for op in ops] == [np.float32, np.int64, np.float32, np.int64]
         for op in ops:
             op.sync()
 
@@ -262,7 +270,7 @@ def test_property_arange_matches_numpy(start: Any, stop: Any, step: Any, dtype: 
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            want = np_arange(*args, **{k: np_dtype(v) for k, v in kw.items()})
+            want = np_arange(*args, **{k: np_dtype(v) for k, v in numpy_kw(args, kw).items()})
     except (ValueError, TypeError, OverflowError):  # a start that does not fit, ...
         with pytest.raises(ArgumentError):
             cuasync.arange(*args, **kw)
@@ -314,6 +322,17 @@ def test_linspace_ints_are_floored() -> None:
     got = host(cuasync.linspace(-2, 3, 8, "int32").sync())
     same(got, np.linspace(-2, 3, 8, dtype=np.int32))
     assert got[1] == -2  # floor(-1.2857...), not truncation toward zero
+
+
+@pytest.mark.parametrize(("start", "stop", "n"), LINSPACE_CASES)
+def test_linspace_endpoint_false_matches_numpy(start: float, stop: float, n: int) -> None:
+    # issue 34: the array API's linspace takes endpoint; cuasync's had none.
+    got = host(cuasync.linspace(start, stop, n, "float64", endpoint=False).sync())
+    same(got, np.linspace(start, stop, n, endpoint=False))
+    got = host(cuasync.linspace(-2, 3, n, "int16", endpoint=False).sync())
+    same(got, np.linspace(-2, 3, n, endpoint=False, dtype=np.int16))
+    with pytest.raises(ArgumentError, match="endpoint must be a bool"):
+        cuasync.linspace(start, stop, n, endpoint="no")
 
 
 # -- eye ----------------------------------------------------------------------------------
@@ -581,7 +600,7 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("half overflow", lambda: cuasync.full(3, 1e6, "float16"), ArgumentError, "overflows"),
         ("huge int", lambda: cuasync.full(3, 10**400, "float64"), ArgumentError, "overflows"),
         ("bool value", lambda: cuasync.full(3, 2, "bool"), ArgumentError, "bool"),
-        ("complex to real", lambda: cuasync.full(3, 1j), ArgumentError, "complex"),
+        ("complex to real", lambda: cuasync.full(3, 1j, "float32"), ArgumentError, "complex"),
         ("fill non-tensor", lambda: cuasync.fill(np.zeros(3), 1), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("fill overflow", lambda: cuasync.fill(t8, 1000), ArgumentError, "value=1000"),
         ("arange no stop", lambda: cuasync.arange(), ArgumentError, "needs stop"),
@@ -709,3 +728,40 @@ async def test_fill_is_a_graph_node(anyio_backend) -> None:
 def test_kernels_compile_and_load_on_this_gpu() -> None:
     for kernel in _builtin.builtin_kernels():
         kernel.compile()
+
+
+# -- issue 34: dtypes picked without a dtype argument --------------------------------------
+FILL_VALUES = [(False, "bool"), (True, "bool"), (7, "int64"), (-(2**40), "int64")]
+FILL_VALUES += [(0.5, "float32"), (1 - 2j, "complex64")]
+FILL_VALUES += [(np.float64(0.5), "float64"), (np.int8(-3), "int8")]  # a numpy scalar's own
+
+
+@pytest.mark.parametrize(("value", "dtype"), FILL_VALUES)
+def test_full_takes_its_dtype_from_the_fill_value(value: Any, dtype: str) -> None:
+    # The standard: without a dtype, a bool fills bool, an int the default int, a float
+    # the default float, a complex the default complex (it made float32 for all of them).
+    got = host(cuasync.full((2,), value).sync())
+    same(got, np.full((2,), value, dtype))
+    same(host(cuasync.full((), value).sync()), np.full((), value, dtype))
+
+
+def test_one_default_float_dtype_float32() -> None:
+    # Creation ops made float32, but a Python float uploaded, arange of floats, integer
+    # division and integer means made float64: now all float32. Data dtypes still win.
+    assert host(cuasync.from_host(0.5).sync()).dtype == np.float32
+    same(host(cuasync.from_host([[0.5, 1.0]]).sync()), np.array([[0.5, 1.0]], np.float32))
+    assert host(cuasync.from_host([1j]).sync()).dtype == np.complex64
+    assert host(cuasync.from_host([1, 2]).sync()).dtype == np.int64
+    for data in (np.float64(0.5), np.array([0.5]), np.array(0.5)):
+        assert host(cuasync.from_host(data).sync()).dtype == np.float64
+    with pytest.raises(ArgumentError, match="past float32's range"):
+        cuasync.from_host([1e300])
+    same(host(cuasync.arange(0.0, 1.0, 0.25).sync()), np.arange(0.0, 1.0, 0.25, np.float32))
+    ints = cuasync.from_host(np.array([1, 2, 4], np.int32)).sync()
+    ops = [cuasync.ones(2), cuasync.eye(2), cuasync.linspace(0, 1, 2), cuasync.rand(2)]
+    ops += [cuasync.full(2, 0.5), cuasync.arange(0.5), ints / ints, ints * 0.5]
+    ops += [cuasync.mean(ints), cuasync.linalg.norm(ints)]
+    for op in ops:
+        assert op.dtype == np.float32, op
+        assert op.sync().dtype == np.float32
+    np.testing.assert_allclose(host(cuasync.mean(ints).sync()), np.float32(7 / 3))

@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 import cuasync
 from cuasync._nvrtc import nvrtc_problem
 from cuasync._ops import codegen
-from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
+from cuasync.errors import (
+    ArgumentError,
+    DTypeError,
+    OpConsumedError,
+    ScalarOverflowError,
+    ShapeError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +71,9 @@ async def test_arithmetic_and_comparisons_every_dtype(dtype: str, anyio_backend:
         if dtype != "bool":
             check(await (await (x - y)).to_host(), a - b)
             check(await (await abs(x)).to_host(), np.abs(a))
-            check(await (await (x / y)).to_host(), a / b)
+            # integers divide in the default float dtype, float32 (numpy: float64)
+            quotient = a / b if dtype in FLOATS else (a / b).astype("float32")
+            check(await (await (x / y)).to_host(), quotient)
             nz = np.where(b == 0, 1, b).astype(dtype)
             check(await (await (x % (await dev(nz)))).to_host(), a % nz)
 
@@ -114,7 +122,7 @@ async def test_nep50_python_scalars(anyio_backend: str) -> None:
     a = host((5,), "int8", 1)
     x = await dev(a)
     check(await (await (x + 3)).to_host(), a + 3)  # stays int8
-    check(await (await (x * 1.5)).to_host(), a * 1.5)  # float64
+    check(await (await (x * 1.5)).to_host(), (a * 1.5).astype("float32"))  # default float
     h = await dev(a.astype("float16"))
     check(await (await (h + 0.1)).to_host(), a.astype("float16") + 0.1)
     check(await (await (x + np.int16(2))).to_host(), a + np.int16(2))  # numpy scalar: strong
@@ -350,3 +358,82 @@ async def test_tensorop_reshape_checks_the_shape_when_called(anyio_backend) -> N
     with pytest.raises(ShapeError, match="non-contiguous"):
         strided.reshape((2, 2))
     await strided  # the refused reshape left it usable
+
+
+# -- issue 34: where cuasync disagreed with the array API standard --------------------------
+async def test_python_bool_scalar_takes_the_array_dtype(anyio_backend: str) -> None:
+    # A Python bool is a bool operand (numpy 2; the standard leaves bool with a numeric
+    # array open): any numeric array's dtype wins, for arithmetic and comparisons alike.
+    a, i = host((5,), "float32", 1), host((5,), "int8", 2)
+    x, y = await dev(a), await dev(i)
+    check(await (await cuasync.add(x, True)).to_host(), np.add(a, True))  # float32
+    check(await (await (y * False)).to_host(), i * False)  # int8
+    check(await (await cuasync.less(x, True)).to_host(), np.less(a, True))
+    check(await (await cuasync.where(x > 0, x, True)).to_host(), np.where(a > 0, a, True))
+    b = await dev(a > 0)
+    check(await (await (b + True)).to_host(), (a > 0) + True)  # bool or bool
+    with pytest.raises(DTypeError, match="subtract"):
+        b - True  # numpy refuses bool - bool too
+
+
+async def test_sign_of_zero_is_positive_zero_and_nan_stays_nan(anyio_backend: str) -> None:
+    # The standard: sign(±0) is 0 (no sign). The generated kernel returned its input for
+    # anything not above or below 0, so -0.0 stayed -0.0 on a GPU (the twin: +0.0).
+    for dtype in FLOATS:
+        a = np.array([-0.0, 0.0, np.nan, -2.5, 3.0, -np.inf], dtype)
+        got = await (await cuasync.sign(await dev(a))).to_host()
+        np.testing.assert_array_equal(got, np.array([0.0, 0.0, np.nan, -1.0, 1.0, -1.0], dtype))
+        assert not np.signbit(got[:2]).any(), (dtype, got)
+
+
+async def test_python_int_too_large_raises_overflow_when_built(anyio_backend: str) -> None:
+    # numpy 2: an int past an integer array's dtype raises OverflowError; a float array
+    # takes any int a float holds (inf past float32's range). Both were LaunchErrors at
+    # run time where the int left the kernel's long long parameter.
+    i32 = await dev(np.arange(3, dtype="int32"))
+    with pytest.raises(OverflowError, match="x2=1099511627776 does not fit in int32"):
+        cuasync.add(i32, 2**40)
+    with pytest.raises(ScalarOverflowError, match="uint64"):
+        cuasync.add(await dev(np.arange(3, dtype="uint64")), 2**64)
+    u64 = np.arange(3, dtype="uint64")
+    check(await (await cuasync.add(await dev(u64), 2**63)).to_host(), u64 + 2**63)
+    for dtype in FLOATS:
+        a = np.arange(3, dtype=dtype)
+        with np.errstate(over="ignore"):
+            check(await (await cuasync.add(await dev(a), 2**70)).to_host(), a + 2**70)
+    f64 = await dev(np.arange(3, dtype="float64"))
+    with pytest.raises(ScalarOverflowError, match="too large for any float"):
+        cuasync.multiply(f64, 2**1030)
+
+
+async def test_integer_division_and_python_floats_make_the_default_float(anyio_backend) -> None:
+    # One default float dtype, float32 (the creation ops'), where numpy picks float64
+    # for lack of a float operand; a float64 operand still makes float64.
+    a, b = np.array([7, -3, 9], "int32"), np.array([2, 4, -5], "int32")
+    x, y = await dev(a), await dev(b)
+    check(await (await (x / y)).to_host(), (a / b).astype("float32"))
+    check(await (await (x * 0.5)).to_host(), (a * 0.5).astype("float32"))
+    check(await (await cuasync.exp(x)).to_host(), np.exp(a).astype("float32"))
+    check(
+        await (await cuasync.where(x > 0, x, 0.5)).to_host(),
+        np.where(a > 0, a, 0.5).astype("float32"),
+    )
+    f = await dev(a.astype("float64"))
+    check(await (await (f / y)).to_host(), a.astype("float64") / b)  # data dtype wins
+    u, s = np.array([1, 2], "uint64"), np.array([3, -4], "int64")
+    check(await (await (await dev(u) + await dev(s))).to_host(), u + s)  # numpy's float64
+
+
+async def test_clip_takes_none_for_a_missing_bound(anyio_backend: str) -> None:
+    # The standard's clip(x, min=None, max=None); clip(x, None, 3) raised ArgumentError.
+    a = np.array([-2.0, 0.5, 4.0, np.nan], "float32")
+    x = await dev(a)
+    check(await (await cuasync.clip(x, None, 3)).to_host(), np.clip(a, None, 3))
+    check(await (await cuasync.clip(x, lo=0.0)).to_host(), np.clip(a, 0.0, None))
+    check(await (await cuasync.clip(x)).to_host(), a)
+    check(await (await cuasync.clip(x * 2, None, 1.0)).to_host(), np.clip(a * 2, None, 1.0))
+    out = await cuasync.zeros((4,))
+    await cuasync.clip(x, None, 1.0, out=out)
+    check(await out.to_host(), np.clip(a, None, 1.0))
+    with pytest.raises(ArgumentError, match="hi must be"):
+        cuasync.clip(x, None, "3")

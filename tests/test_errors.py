@@ -22,6 +22,7 @@ RUNTIME: list[type[Exception]] = [
 MISUSE: list[type[Exception]] = [
     errors.ArgumentError,
     errors.DTypeError,
+    errors.ScalarOverflowError,
     errors.ShapeError,
     errors.IndexOutOfRangeError,
     errors.UnsupportedIndexError,
@@ -95,6 +96,7 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
     [
         (errors.ArgumentError, ValueError),
         (errors.DTypeError, TypeError),
+        (errors.ScalarOverflowError, OverflowError),
         (errors.IndexOutOfRangeError, IndexError),
         (errors.UnsupportedIndexError, IndexError),
         (errors.OpConsumedError, RuntimeError),

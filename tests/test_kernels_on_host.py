@@ -395,3 +395,23 @@ def test_reduction_kernels_match_numpy(reductions: Any, splits: int) -> None:
         )
         err = np.abs(out.astype(np.complex128) - want.astype(np.complex128))
         assert (err <= tol * (budget + 1)).all(), (label, out, want)
+
+
+# -- generated elementwise expressions -------------------------------------------------------
+def test_generated_sign_gives_positive_zero_for_either_zero(tmp_path: Path) -> None:
+    # issue 34: the array API's sign(±0) is +0, NaN stays NaN. The emulator's twin is
+    # numpy's sign; this runs the C++ the GPU runs.
+    from cuasync._ops.codegen import _unary, ctype
+
+    lines = [SHIMS]
+    for dt in ("float32", "float64"):
+        c = ctype(dt)
+        lines.append(f'extern "C" {c} sign_{dt}({c} a) {{ return {_unary("sign", "a", dt)}; }}')
+    lib = _compiled(tmp_path, "sign", "\n".join(lines))
+    for dt, ct in (("float32", ctypes.c_float), ("float64", ctypes.c_double)):
+        fn = getattr(lib, f"sign_{dt}")
+        fn.argtypes, fn.restype = [ct], ct
+        values = np.array([-0.0, 0.0, np.nan, -2.5, 3.0, -np.inf, np.inf], dt)
+        got = np.array([fn(float(v)) for v in values], dt)
+        want = np.array([0.0, 0.0, np.nan, -1.0, 1.0, -1.0, 1.0], dt)
+        _same_bits(got, want, f"sign {dt}")

@@ -144,8 +144,8 @@ def _unary(name: str, a: str, dt: str) -> str:
             return f"(({a}) < 0 ? ({c})(0ULL - (ca_u64)({a})) : ({a}))"
         return _math("abs", a, dt) if kind == "f" else a
     if name == "sign":
-        if kind == "f":
-            return f"(({a}) > 0 ? ({c})1 : (({a}) < 0 ? ({c})-1 : ({a})))"
+        if kind == "f":  # +0 for either zero (signless, as the array API says), NaN stays
+            return f"(({a}) > 0 ? ({c})1 : (({a}) < 0 ? ({c})-1 : (({a}) == 0 ? ({c})0 : ({a}))))"
         return f"(({c})((({a}) > 0) - (({a}) < 0)))"
     return _round(_math(name, a, dt), dt)
 
@@ -336,8 +336,14 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
         return xs[plan[1]]
     if plan[0] == "s":
         return ss[plan[1]]
-    _, name, _ins, out, *children = plan
+    _, name, ins, out, *children = plan
     args = [_evaluate(c, xs, ss) for c in children]
+    # the kernel converts each operand to its loop dtype; for a float loop numpy would
+    # too, unless the loop is not numpy's (the default float: int32 / int32 in float32)
+    args = [
+        np.asarray(a).astype(dt) if DTYPES[dt].kind == "f" and np.result_type(a) != dt else a
+        for a, dt in zip(args, ins, strict=True)
+    ]
     if name == "vdot":
         x, y = (np.asarray(v).astype(out) for v in args)
         return np.conj(x) * y if x.dtype.kind == "c" else x * y

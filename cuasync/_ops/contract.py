@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._copies import new_tensor
+from .._copies import kernel_copy, new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import dtype_name
+from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .elementwise import check_out
@@ -69,17 +69,26 @@ def _common(fn: str, a: Operand, b: Operand) -> tuple[np.dtype[Any], Device]:
                 f"{fn}: {arg} has dtype {dtype_name(x.dtype)}; contractions take "
                 f"{', '.join(DTYPES)} (convert it first: cuasync.convert)"
             )
-    if a.dtype != b.dtype:
-        raise DTypeError(
-            f"{fn}: a is {dtype_name(a.dtype)} but b is {dtype_name(b.dtype)}; convert one "
-            "so both have the same dtype"
-        )
+    # mixed dtypes: the array API's promotion (numpy's result_type; float32 and float64
+    # make float64, bfloat16 and float16 float32), each operand converted when it runs
+    dtype = a.dtype if a.dtype == b.dtype else as_dtype(np.result_type(a.dtype, b.dtype))
     if a.device is not b.device:
         raise InvalidDeviceError(
             f"{fn}: a lives on device {_ordinal(a.device)}, b on device {_ordinal(b.device)}"
         )
     assert a.device is not None
-    return a.dtype, a.device
+    return dtype, a.device
+
+
+def _promoted(ctx: ExecutionContext, t: Tensor, dtype: np.dtype[Any], fn: str) -> Tensor:
+    """``t``, or a contiguous copy of it in ``dtype`` where its own differs (mixed
+    operands: the product is computed in their promoted dtype)."""
+    if t.dtype == dtype:
+        return t
+    converted = new_tensor(ctx, t.shape, dtype, f"{fn} operand")
+    if t.size:
+        kernel_copy(ctx, converted, t)
+    return converted
 
 
 def _ordinal(d: Device | None) -> Any:
@@ -182,7 +191,7 @@ def _build(
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         resolved = [x._enqueue(ctx).get() if isinstance(x, TensorOp) else x for x in inputs]
-        ta, tb = resolved[0], resolved[-1]
+        ta, tb = (_promoted(ctx, t, dtype, fn) for t in (resolved[0], resolved[-1]))
         tc = out if out is not None else new_tensor(ctx, shape, dtype, fn)
         if tc.size == 0:
             return Output.ready(tc)

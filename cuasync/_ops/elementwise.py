@@ -1,7 +1,9 @@
 """Elementwise functions: numpy's broadcasting and dtype rules, fused into one kernel.
 
 Operands are tensors (strided views too), :class:`~cuasync.TensorOp` s (absorbed into
-the expression) and Python or numpy scalars (Python scalars are weak, NEP 50). Each
+the expression) and Python or numpy scalars (Python ints and floats are weak, NEP 50;
+a Python bool is a bool). Where numpy makes float64 for lack of a float operand
+(``int32 / int32``), the result is float32, cuasync's default float dtype. Each
 function returns a :class:`~cuasync.TensorOp`; ``out=`` writes into an existing tensor
 or view of exactly the result's shape and dtype, allocating nothing.
 
@@ -180,8 +182,13 @@ def _binary(name: str, doc: str) -> Any:
 
 negative = _unary("negative", "``-x`` elementwise (integers wrap; not defined for bool).")
 abs = _unary("abs", "``|x|`` elementwise (``abs(INT_MIN)`` is ``INT_MIN``, as in numpy).")
-sign = _unary("sign", "-1, 0 or 1 by the sign of each element (NaN stays NaN).")
-exp = _unary("exp", "``e**x`` (integers are computed in the smallest float numpy picks).")
+sign = _unary(
+    "sign", "-1, 0 or 1 by the sign of each element (``sign(-0.0)`` is +0; NaN stays NaN)."
+)
+exp = _unary(
+    "exp",
+    "``e**x`` (integers: in the float numpy picks, float32 where that is float64).",
+)
 log = _unary("log", "The natural logarithm.")
 sin = _unary("sin", "The sine (radians).")
 cos = _unary("cos", "The cosine (radians).")
@@ -194,7 +201,9 @@ log1p = _unary("log1p", "``log(1 + x)``, accurate near 0.")
 add = _binary("add", "``x1 + x2`` (bool: logical or; integers wrap).")
 subtract = _binary("subtract", "``x1 - x2`` (not defined for two bools).")
 multiply = _binary("multiply", "``x1 * x2`` (bool: logical and; integers wrap).")
-divide = _binary("divide", "``x1 / x2``, true division (integers give float64).")
+divide = _binary(
+    "divide", "``x1 / x2``, true division (integers give float32, the default float dtype)."
+)
 remainder = _binary(
     "remainder",
     "``x1 % x2`` with the sign of ``x2`` (numpy's ``remainder``); ``x % 0`` is 0 for "
@@ -223,15 +232,28 @@ def where(condition: Any, x1: Any, x2: Any, *, out: Tensor | None = None) -> Ten
     return _apply("where", {"condition": condition, "x1": x1, "x2": x2}, out)
 
 
-def clip(x: Any, lo: Any, hi: Any, *, out: Tensor | None = None) -> TensorOp:
-    """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel.
+def clip(x: Any, lo: Any = None, hi: Any = None, *, out: Tensor | None = None) -> TensorOp:
+    """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel. A bound that is
+    None is not applied (the array API's ``clip(x, min=None, max=None)``).
 
     >>> y = await cuasync.clip(x, 0.0, 6.0)
+    >>> r = await cuasync.clip(x, None, 6.0)           # only an upper bound
     """
     for arg, v in (("x", x), ("lo", lo), ("hi", hi)):
-        if not is_operand(v):
+        if not is_operand(v) and not (v is None and arg != "x"):
             leaf(v, arg)  # raises the typed error naming the argument
-    probe = _preview("minimum", {"x": _preview("maximum", {"x": x, "lo": lo}), "hi": hi})
+    bounds = {arg: v for arg, v in (("lo", lo), ("hi", hi)) if v is not None}
+    if not bounds:  # nothing to clip: x's values, still a new tensor (or out=)
+        return where(True, x, x, out=out)
+    probe: Any = x
+    if lo is not None:
+        probe = _preview("maximum", {"x": probe, "lo": lo})
+    if hi is not None:
+        probe = _preview("minimum", {"x": probe, "hi": hi})
     if out is not None:
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
+    if lo is None:
+        return minimum(x, hi, out=out)
+    if hi is None:
+        return maximum(x, lo, out=out)
     return minimum(maximum(x, lo), hi, out=out)

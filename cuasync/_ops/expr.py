@@ -2,8 +2,9 @@
 
 A :class:`Node` is a tensor, a scalar, a pending op (executed first, then read), or an
 op applied to child nodes. Building a node resolves its shape and dtype the way numpy
-would (``ufunc.resolve_dtypes``: Python scalars are "weak"), so errors come before
-anything runs.
+would (``ufunc.resolve_dtypes``: Python ints and floats are "weak", a bool is a bool),
+but with float32 for numpy's float64 of operands that have no float (the default float
+dtype, :data:`~cuasync._dtypes.DEFAULT_FLOAT`), so errors come before anything runs.
 
 >>> n = op_node("add", [leaf(t, "x1"), leaf(1.5, "x2")])
 >>> n.shape, n.dtype                  # t: float32 (3, 1)
@@ -17,9 +18,15 @@ from typing import Any
 import numpy as np
 
 from .._core.device import Device
-from .._dtypes import STORAGE_ONLY, dtype_name, storage_only_message
+from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, dtype_name, storage_only_message
 from .._tensor import Shape, Tensor
-from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from ..errors import (
+    ArgumentError,
+    DTypeError,
+    InvalidDeviceError,
+    ScalarOverflowError,
+    ShapeError,
+)
 
 #: The numpy function of each op (the twin evaluates it; its dtype rules are the op's).
 UFUNCS: dict[str, Any] = {
@@ -69,8 +76,6 @@ DTYPES = frozenset(
         "float64",
     )
 )
-
-_WEAK = (bool, int, float)
 
 
 class Node:
@@ -122,9 +127,11 @@ def leaf(value: Any, argument: str) -> Node:
         return Node("tensor", argument, value.shape, value.dtype, value, device=value.device)
     if isinstance(value, TensorOp):
         return value._absorb(argument)
-    if isinstance(value, (bool, np.bool_)) or type(value) in (int, float):
-        if isinstance(value, np.bool_):
-            return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
+    if isinstance(value, (bool, np.bool_)):
+        # A Python bool is not weak (numpy 2): it is a bool, which any numeric dtype
+        # takes in promotion, so ``add(f32, True)`` is float32 and ``less(f32, True)`` bool.
+        return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
+    if type(value) in (int, float):
         return Node("scalar", argument, (), None, value)
     if isinstance(value, (np.integer, np.floating)):
         _check_dtype(value.dtype, argument)
@@ -169,12 +176,35 @@ def _key(c: Node) -> Any:
     return c.dtype if c.dtype is not None else type(c.value)
 
 
+#: The ops that compute in a float whatever their operands (numpy's float64 for most
+#: integers): without a float operand they compute in the default float dtype.
+FLOAT_OPS = frozenset(
+    ("divide", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "expm1", "log1p")
+)
+_FLOAT64 = np.dtype(np.float64)
+
+
+def _default_float(
+    op: str, children: list[Node], ins: tuple[np.dtype[Any], ...], out: np.dtype[Any]
+) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
+    """numpy's loop, with the float64 it picks for no float operand of a float64 dtype
+    (``int32 / int32``, ``int8 + 0.5``, ``exp(int64)``) made the default float dtype,
+    float32 (as ``from_host(0.5)`` and the creation ops); ``uint64 + int64`` stays float64."""
+    if out != _FLOAT64 or any(c.dtype is not None and c.dtype.kind in "fc" for c in children):
+        return ins, out
+    weak_float = any(c.dtype is None and type(c.value) is float for c in children)
+    if not weak_float and op not in FLOAT_OPS:
+        return ins, out
+    f = np.dtype(DEFAULT_FLOAT)
+    return tuple(f if dt == _FLOAT64 else dt for dt in ins), f
+
+
 def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
     if op == "where":
         a, b = children[1:]
         rep = [_key(c) if c.dtype is not None else c.value for c in (a, b)]
         out = np.result_type(*rep)
-        return (np.dtype(bool), out, out), out
+        return _default_float(op, [a, b], (np.dtype(bool), out, out), out)
     keys = (op, *map(_key, children))
     known = _RESOLVED.get(keys)
     if known is not None:
@@ -187,7 +217,7 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
             for c in children
         )
         raise DTypeError(f"{op} is not defined for these dtypes ({listing}): {exc}") from None
-    ins, out = tuple(loop[:-1]), loop[-1]
+    ins, out = _default_float(op, children, tuple(loop[:-1]), loop[-1])
     for dt, c in zip(ins, children, strict=True):
         if dtype_name(dt) not in DTYPES:
             raise DTypeError(f"{op}: {c.name} would be computed as {dt}, which is not supported")
@@ -201,15 +231,40 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
 _RESOLVED: dict[tuple[Any, ...], tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]] = {}
 
 
-def _check_scalar(c: Node, dt: np.dtype[Any], op: str) -> None:
-    """A weak int must fit the dtype it is cast to (numpy raises OverflowError there)."""
-    if c.kind == "scalar" and c.dtype is None and type(c.value) is int and dt.kind in "iu":
+#: The range of a weak int's kernel parameter (a C ``long long``).
+_INT64 = np.iinfo(np.int64)
+
+
+def _fit_scalar(c: Node, dt: np.dtype[Any], op: str) -> Node:
+    """A weak int cast to ``dt``, checked now as numpy 2 does: it must fit an integer
+    ``dt`` and convert to a float one (float32 takes ``2**70``, inf past its range), else
+    :class:`~cuasync.errors.ScalarOverflowError`. One past a C ``long long`` (uint64's
+    ``2**63``, a float's ``2**70``) becomes a scalar of ``dt`` itself."""
+    if c.kind != "scalar" or c.dtype is not None or type(c.value) is not int:
+        return c
+    if dt.kind in "iu":
         info = np.iinfo(dt)
         if not info.min <= c.value <= info.max:
-            raise ArgumentError(
+            raise ScalarOverflowError(
                 f"{op}: {c.name}={c.value} does not fit in {dtype_name(dt)} "
-                f"({info.min}..{info.max}), the dtype it is computed in"
+                f"({info.min}..{info.max}), the dtype it is computed in; pass a tensor "
+                "of a wider dtype (or .astype one)"
             )
+    if _INT64.min <= c.value <= _INT64.max:
+        return c
+    if dt.kind in "iu":
+        value = dt.type(c.value)
+    else:
+        try:
+            wide = float(c.value)
+        except OverflowError:
+            raise ScalarOverflowError(
+                f"{op}: {c.name} is an int too large for any float ({len(str(c.value))} "
+                f"digits), and it is computed in {dtype_name(dt)}"
+            ) from None
+        with np.errstate(over="ignore"):  # past float16/float32's range: inf, as numpy
+            value = dt.type(wide)
+    return Node("scalar", c.name, (), dt, value)
 
 
 def op_node(op: str, children: list[Node]) -> Node:
@@ -218,6 +273,5 @@ def op_node(op: str, children: list[Node]) -> Node:
     shape = _broadcast(children, op)
     ins, out = _resolve(op, children)
     _check_dtype(out, f"the result of {op}")
-    for c, dt in zip(children, ins, strict=True):
-        _check_scalar(c, dt, op)
-    return Node("op", op, shape, out, None, tuple(children), ins, device)
+    fitted = tuple(_fit_scalar(c, dt, op) for c, dt in zip(children, ins, strict=True))
+    return Node("op", op, shape, out, None, fitted, ins, device)

@@ -3,7 +3,8 @@
 numpy's semantics: ``axis`` is None (every axis), an int or a tuple of ints (argmax and
 argmin: None or an int), ``keepdims`` keeps reduced axes as length 1, ``dtype`` (sum,
 prod, mean) is the dtype computed in and returned; integer sums and products of small
-integers are int64 (uint64 when unsigned), means of integers float64. An elementwise
+integers are int64 (uint64 when unsigned), means of integers float32 (the default float
+dtype; accumulated in float64). An elementwise
 ``TensorOp`` operand is fused into the reduction's loads: ``cuasync.sum(a * b)`` is one
 kernel and allocates nothing but its result. bfloat16 and complex tensors reduce too:
 float16 and bfloat16 accumulate in float32 and round once; complex max/min/argmax/argmin
@@ -29,7 +30,7 @@ from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
+from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
 from .._kernel import DevicePointer
 from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -94,7 +95,8 @@ def _accumulator(res: np.dtype[Any]) -> str:
 
 def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[str, str]:
     """(result dtype, accumulator dtype) names, as numpy picks them (float16 and
-    bfloat16 accumulate in float32)."""
+    bfloat16 accumulate in float32), but the mean and norm of integers and bools are
+    the default float dtype, float32, accumulated in float64."""
     if op in ARG_OPS:
         return "int64", _accumulator(x)
     if op in ("max", "min"):
@@ -113,7 +115,8 @@ def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[st
     elif op in ("sum", "prod") and (x.kind == "b" or (x.kind in "iu" and x.itemsize < 8)):
         res = np.dtype(np.uint64 if x.kind == "u" else np.int64)
     elif op in ("mean", "norm") and x.kind in "biu":
-        res = np.dtype(np.float64)
+        # the default float dtype (float32), accumulated in float64 (numpy's: float64)
+        return DEFAULT_FLOAT, "float64"
     elif op == "norm" and x.kind == "c":  # |x| is real: float32 / float64
         res = np.dtype(np.float32 if x == np.complex64 else np.float64)
     else:
@@ -297,7 +300,8 @@ prod = _make(
 )
 mean = _make(
     "mean",
-    """The arithmetic mean over ``axis``: float64 for integers, float16 computed in float32.
+    """The arithmetic mean over ``axis``: float32 (the default float dtype, accumulated
+    in float64) for integers and bools, float16 computed in float32.
 
     >>> m = await cuasync.mean(x, axis=(0, 1))
     """,
@@ -412,7 +416,8 @@ def _vdot_wide(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> TensorOp:
     """The 2-norm (``sqrt(sum(|x|**2))``) over ``axis``: vectors (``ord`` None or 2) and
-    the Frobenius norm of matrices (``ord`` None or ``"fro"``); float64 for integers,
+    the Frobenius norm of matrices (``ord`` None or ``"fro"``); float32 for integers
+    (the default float dtype; float64 inside),
     real for complex (float32 for complex64), bfloat16 for bfloat16 (float32 inside).
 
     >>> n = await cuasync.linalg.norm(x, axis=-1)

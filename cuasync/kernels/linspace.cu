@@ -1,7 +1,7 @@
-// numpy.linspace(start, stop, n) (endpoint included), evaluated in float64 in numpy's
-// order: delta = stop - start and step = delta / div (div = n - 1) come from the host;
-// y = i * step (or i / div * delta when step underflows to 0) + start, the last element
-// is stop, integer dtypes take the floor.
+// numpy.linspace(start, stop, n, endpoint), evaluated in float64 in numpy's order:
+// delta = stop - start and step = delta / div (div = n - 1 with the endpoint, n without)
+// come from the host; y = i * step (or i / div * delta when step underflows to 0) +
+// start, element div (the last, with the endpoint) is stop, integer dtypes take the floor.
 template <typename S, int K>
 __global__ void ca_linspace(S* out, long long n, double start, double stop, double delta,
                             double step, long long div, int floor_ints) {
@@ -13,7 +13,7 @@ __global__ void ca_linspace(S* out, long long n, double start, double stop, doub
             y = __dmul_rn(y, delta);
         }
         y = __dadd_rn(y, start);
-        if (div > 0 && i == n - 1) y = stop;
+        if (div > 0 && i == div) y = stop;
         if (floor_ints) y = floor(y);
         ca_store<S, K>(out + i, ca_real(y));
     }
