@@ -67,7 +67,7 @@ async def test_synchronize_refusals_name_the_awaitable_form(anyio_backend, call:
     hint = {"Device": r"await device\.synchronized\(\)", "Stream": r"cuasync\.wait\(stream\)"}
     kind = call.split(".")[0]
     with pytest.raises(SyncInEventLoopError, match=hint.get(kind, r"cuasync\.wait\(event\)")):
-        target[kind].synchronize()
+        target[kind].synchronize()  # type: ignore[attr-defined]
 
 
 async def test_event_wait_only_enqueues_and_is_allowed_in_a_loop(anyio_backend) -> None:

@@ -103,12 +103,13 @@ def test_hasattr_on_an_op_still_answers() -> None:
 
 def test_numpy_scalars_still_build_ops() -> None:
     t = cuasync.from_host(HOST).sync()
-    for op, want in [
+    cases: list[tuple[Any, Any]] = [
         (np.float32(2) * t, 2 * HOST),
         (np.float32(10) - t, 10 - HOST),
         (np.float32(1.5) < t, HOST > 1.5),
         (t + np.array(1.0, np.float32), HOST + 1),  # a 0-d array is its scalar
-    ]:
+    ]
+    for op, want in cases:
         np.testing.assert_array_equal(op.to_host().sync(), want)
 
 
@@ -118,7 +119,7 @@ def test_private_op_classes_show_their_public_type() -> None:
     for op in (t.to_host(), then, t.to_host().map(len), cuasync.value(1)):
         assert type(op).__name__ == "DeviceOp"
         with pytest.raises(TypeError, match="'DeviceOp'"):
-            op + 1  # Python's own message names the type
+            op + 1  # type: ignore[operator]  # Python's own message names the type
         assert repr(op).startswith("<cuasync.DeviceOp ")
         op.sync()
         with pytest.raises(OpConsumedError, match="this DeviceOp was already used"):
@@ -141,7 +142,7 @@ def test_an_op_becomes_a_task_through_create_task_or_ensure_future() -> None:
     async def main() -> None:
         task = asyncio.ensure_future(t * 2)
         np.testing.assert_array_equal(await (await task).to_host(), HOST * 2)
-        made = asyncio.create_task(t * 3)  # type: ignore[arg-type]
+        made = asyncio.create_task(t * 3)
         np.testing.assert_array_equal(await (await made).to_host(), HOST * 3)
 
     asyncio.run(main())

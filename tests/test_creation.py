@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +180,7 @@ ARANGE_CASES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
-def numpy_kw(args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+def numpy_kw(args: Sequence[Any], kw: dict[str, Any]) -> dict[str, Any]:
     """numpy.arange's keywords for cuasync.arange's: a Python float without a dtype makes
     cuasync's default float dtype, float32 (numpy's: float64)."""
     if kw.get("dtype") is None and any(type(a) is float for a in args):
@@ -332,7 +332,7 @@ def test_linspace_endpoint_false_matches_numpy(start: float, stop: float, n: int
     got = host(cuasync.linspace(-2, 3, n, "int16", endpoint=False).sync())
     same(got, np.linspace(-2, 3, n, endpoint=False, dtype=np.int16))
     with pytest.raises(ArgumentError, match="endpoint must be a bool"):
-        cuasync.linspace(start, stop, n, endpoint="no")
+        cuasync.linspace(start, stop, n, endpoint="no")  # type: ignore[arg-type]
 
 
 # -- eye ----------------------------------------------------------------------------------
@@ -731,7 +731,12 @@ def test_kernels_compile_and_load_on_this_gpu() -> None:
 
 
 # -- issue 34: dtypes picked without a dtype argument --------------------------------------
-FILL_VALUES = [(False, "bool"), (True, "bool"), (7, "int64"), (-(2**40), "int64")]
+FILL_VALUES: list[tuple[Any, str]] = [
+    (False, "bool"),
+    (True, "bool"),
+    (7, "int64"),
+    (-(2**40), "int64"),
+]
 FILL_VALUES += [(0.5, "float32"), (1 - 2j, "complex64")]
 FILL_VALUES += [(np.float64(0.5), "float64"), (np.int8(-3), "int8")]  # a numpy scalar's own
 
@@ -756,7 +761,7 @@ def test_one_default_float_dtype_float32() -> None:
         assert host(cuasync.from_host(data).sync()).dtype == np.float64
     with pytest.raises(ArgumentError, match="past float32's range"):
         cuasync.from_host([1e300])
-    same(host(cuasync.arange(0.0, 1.0, 0.25).sync()), np.arange(0.0, 1.0, 0.25, np.float32))
+    same(host(cuasync.arange(0.0, 1.0, 0.25).sync()), np.arange(0.0, 1.0, 0.25, dtype=np.float32))
     ints = cuasync.from_host(np.array([1, 2, 4], np.int32)).sync()
     ops = [cuasync.ones(2), cuasync.eye(2), cuasync.linspace(0, 1, 2), cuasync.rand(2)]
     ops += [cuasync.full(2, 0.5), cuasync.arange(0.5), ints / ints, ints * 0.5]

@@ -215,8 +215,8 @@ def test_a_refused_capsule_keeps_the_consumers_error_and_gives_the_tensor_back(
     t = cuasync.from_host(host((65536,))).sync()
     producer = t if versioned else LegacyVia(t)
     with pytest.raises((RuntimeError, BufferError), match="Unsupported device") as refused:
-        np.from_dlpack(producer)
-    assert type(refused.value) is RuntimeError  # numpy's own, not a SystemError
+        np.from_dlpack(producer)  # type: ignore[arg-type]
+    assert type(refused.value) in (RuntimeError, BufferError)  # numpy's own (by version)
     del t, producer, refused
     assert live() == before
 
