@@ -7,10 +7,12 @@ own knobs are marked ``@pytest.mark.emulator_only(reason=...)``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +27,11 @@ from hypothesis import settings
 
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
+# The kernel cache is on by default, in the user's home (~/.cache/cuasync): the suite
+# keeps its own in a temporary directory (its subprocesses inherit it), never the real one.
+_KERNEL_CACHE = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
+os.environ["CUASYNC_KERNEL_CACHE"] = _KERNEL_CACHE
+atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
 
 import cuasync
 import cuasync.testing

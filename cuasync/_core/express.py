@@ -39,6 +39,7 @@ from collections.abc import Callable, Generator
 from time import monotonic
 from typing import Any
 
+from .._first_use import Unprepared, prepare_off_loop
 from . import completion as _completion
 from . import loops as _loops
 from . import trace
@@ -134,6 +135,8 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
     stream = policy.next_stream()
     if type(stream) is not Stream or (device is not None and stream.device is not device):
         stream = stream_for(device)  # (the checks, worded)
+    if enqueue is None and op._prepared.__class__ is Unprepared:  # a first use: off the loop
+        (op._prepared,) = yield from prepare_off_loop([(op._kernel, op._device)], adapter)
     hub = _completion._hub
     burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
     core = None if hub is None or burst or enqueue else hub.express
@@ -154,6 +157,8 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     stepping aside in a burst, settling, parking. The native ``_Launch.__await__``
     (``_reactor.LaunchAwait``) returns this for work that did not land in its spin."""
     if sent is GENERIC:
+        if op._prepared.__class__ is Unprepared:  # a first use: prepared off the loop
+            (op._prepared,) = yield from prepare_off_loop([(op._kernel, op._device)], adapter)
         sent = _enqueue(op, stream, AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
@@ -326,6 +331,8 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
         alloc = tensor._alloc
         if alloc.device is not device or (alloc.readonly and not param.const):
             return None
+    if op._prepared.__class__ is Unprepared:  # built in a loop, executed otherwise: inline
+        op._prepared = op._prepared.resolve()
     box = _Box()
     with LOCK:
         try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
+from .._first_use import prepare_off_loop
 from ..errors import ArgumentError, OpConsumedError
 from . import completion as _completion
 from . import trace
@@ -212,7 +213,18 @@ class DeviceOp(ProcessLocal, Generic[T]):
         if self._consumed:
             self._take()  # raises
         self._consumed = True
-        return (yield from await_started(self._start(self._pick_stream(), True), adapter))
+        stream = self._pick_stream()
+        first = self._first_use(stream.device)
+        if first:  # kernels to compile and load: on the compile thread, the task parked
+            yield from prepare_off_loop(first, adapter)
+        return (yield from await_started(self._start(stream, True), adapter))
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        """The ``(kernel, device)`` pairs this op would launch that are not yet prepared
+        for ``device``, found before it is submitted: its ``await`` prepares them off the
+        event loop (:mod:`cuasync._first_use`). None by default (an op that compiles
+        prepares inline, when enqueued)."""
+        return ()
 
     # -- combinators ---------------------------------------------------------------------
     def then(self, f: Callable[[T], DeviceOp[U]]) -> DeviceOp[U]:
@@ -524,6 +536,9 @@ class _Then(DeviceOp[U]):
         self._f = f
         self._unchecked = unchecked
 
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device)  # (f's op is only known once it has run)
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
         value = self._inner._enqueue(ctx).get()
         ctx.retain(value)
@@ -552,6 +567,9 @@ class _Map(DeviceOp[U]):
             inner._take()
         self._inner = inner
         self._f = f
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
         return self._inner._enqueue(ctx).then(self._f)

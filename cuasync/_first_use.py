@@ -1,0 +1,124 @@
+"""First use off the event loop: a kernel's compile and module load on the compile thread.
+
+The first launch of a kernel on a device compiles it (NVRTC, or a read of the disk
+cache: :mod:`cuasync.kernel_cache`) and loads its module: hundreds of milliseconds. An
+``await`` that finds its kernel not yet prepared for the device hands that to one
+dedicated thread and parks the task; the loop runs its other tasks meanwhile, and once
+the kernel is ready the await submits as any other. Blocking calls (``sync()``,
+``submit()``, ``wait()``) prepare inline, on their own thread, as before.
+
+>>> prepared = yield from prepare_off_loop([(kernel, device)], adapter)
+
+Loading a module may synchronize the device's context (CUDA's lazy loading): the
+compile thread then waits for the work in flight on that device, gates included, while
+the loop goes on; the await that needs the kernel waits with it. A gate the awaiting
+task itself opens only after that await is never opened (on a GPU the await hangs; the
+emulator raises ``UsageError`` after its bounded wait, see ``docs/kernels.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backends.base import PreparedKernel
+    from ._core.device import Device
+
+__all__ = ["Unprepared", "prepare_now", "prepare_off_loop", "stats"]
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+#: Preparations handed to the compile thread by an await (for tests and the bench).
+_off_loop = 0
+
+
+def _compile_thread() -> ThreadPoolExecutor:
+    """The one compile thread, started at the first off-loop preparation."""
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(
+                    1, thread_name_prefix="cuasync-compile", initializer=_yield_cpu
+                )
+            pool = _pool
+    return pool
+
+
+def _yield_cpu() -> None:
+    """Lower the compile thread's scheduling priority (Linux: per thread), so that where
+    CPUs are scarce the loop thread runs first and NVRTC takes the time left."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or refused: the default priority
+        pass
+
+
+def _forget_in_child() -> None:
+    """A forked child has no compile thread: it starts its own when it needs one."""
+    global _pool, _lock
+    _pool = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+class Unprepared:
+    """What a launch op built inside a running event loop holds for a kernel not yet
+    prepared on its device: its ``await`` prepares it on the compile thread; any other
+    execution (``sync()``, ``submit()``, a graph capture) calls :meth:`resolve`, inline."""
+
+    __slots__ = ("device", "kernel")
+
+    def __init__(self, kernel: Any, device: Device) -> None:
+        self.kernel = kernel
+        self.device = device
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (for NVTX ranges, as a prepared kernel's)."""
+        return str(self.kernel.name)
+
+    def resolve(self) -> PreparedKernel:
+        """The kernel prepared now, in this thread."""
+        prepared: PreparedKernel = self.kernel._prepare(self.device)
+        return prepared
+
+    def __repr__(self) -> str:
+        return f"<unprepared {self.name} on device {self.device.ordinal}>"
+
+
+def prepare_now(pairs: Sequence[tuple[Any, Device]]) -> list[PreparedKernel]:
+    """Prepare each ``(kernel, device)`` in this thread (the compile thread's job)."""
+    return [kernel._prepare(device) for kernel, device in pairs]
+
+
+def prepare_off_loop(
+    pairs: Sequence[tuple[Any, Device]], adapter: Any
+) -> Generator[Any, Any, list[PreparedKernel]]:
+    """Prepare each ``(kernel, device)`` on the compile thread while the awaiting task
+    is parked (``adapter``: its loop's, from ``running_adapter()``); returns what
+    ``kernel._prepare(device)`` returned, or raises what it raised (a compile error).
+
+    A cancelled await raises at once; the preparation goes on and is kept (the next
+    use finds the kernel ready).
+    """
+    global _off_loop
+    _off_loop += 1
+    future: Future[list[PreparedKernel]] = _compile_thread().submit(prepare_now, pairs)
+    wake, parked = adapter.park()
+    future.add_done_callback(lambda _: wake(None))  # (from the compile thread)
+    yield from parked()
+    return future.result()
+
+
+def stats() -> int:
+    """How many awaits handed a first use to the compile thread in this process."""
+    return _off_loop
