@@ -728,6 +728,13 @@ class _Launch(_NativeLaunchBase[Any]):
     def _trace_name(self) -> str:
         return self._prepared.name
 
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        """The kernel, where the launch was built in a loop before it was prepared."""
+        prepared = self._prepared
+        if isinstance(prepared, Unprepared):
+            return ((prepared.kernel, prepared.device),)
+        return ()
+
     def _start(self, stream: Stream, notify: bool) -> Completion:
         if notify:  # a future: the express path, when it can take the launch
             comp = express.submit(self, stream)

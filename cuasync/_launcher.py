@@ -122,8 +122,9 @@ def make_launcher(
             f"        {unpack}",
             f"        if {condition}:",
             *(f"            {line}" for line in where),
-            "            ordinal = device.ordinal",
-            "            prepared = kernel._prepared.get(ordinal) or kernel._prepare_launch(device)",
+            "            prepared = kernel._prepared.get(device.ordinal)",
+            "            if prepared is None:",
+            "                prepared = kernel._prepare_launch(device)",
             f"            return Launch(kernel, prepared, device, [{', '.join(args)}], "
             f"{tensors}, {output}, GRID, BLOCK, SHARED_MEM)",
             # the same checks as the plan's: go straight to the full ones

@@ -15,7 +15,8 @@ time.
 
 >>> from cuasync import kernel_cache
 >>> kernel_cache.stats()
-CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'), compiles=0)
+CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'),
+           compiles=0)
 >>> kernel_cache.disable()                  # this process compiles every kernel itself
 
 Entries are written atomically (a temporary file renamed into place, mode ``0600``), so

@@ -29,14 +29,14 @@ from hypothesis import settings
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 # The kernel cache is on by default, in the user's home (~/.cache/cuasync): the suite
 # keeps its own in a temporary directory (its subprocesses inherit it), never the real one.
-_KERNEL_CACHE = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
-os.environ["CUASYNC_KERNEL_CACHE"] = _KERNEL_CACHE
-atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
+os.environ["CUASYNC_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
 
 import cuasync
 import cuasync.testing
 from cuasync._backends import get_backend
 from cuasync._core import block_cache
+
+atexit.register(shutil.rmtree, os.environ["CUASYNC_KERNEL_CACHE"], ignore_errors=True)
 
 # Property tests draw the same examples on every run: a run fails only on a change, never
 # on a draw no earlier run made. ``--hypothesis-profile=explore`` draws fresh ones, to

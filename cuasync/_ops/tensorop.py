@@ -106,6 +106,7 @@ def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
             node.shape, [strides, *(_broadcast_strides(t, node.shape) for t in tensors)]
         )
     contiguous = not dims or (len(dims) == 1 and all(s == (1,) for s in merged))
+    assert node.dtype is not None  # (an op node's)
     out = dtype_name(node.dtype)
     kernel = kernel_for(plan, out, 0 if contiguous else len(dims))
     return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel)
@@ -205,9 +206,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         layout, kept for :meth:`_enqueue`); none for an expression with pending operands
         (they run first: its kernel is prepared when it is enqueued)."""
         node = self._node
-        if node.kind == "pending":
-            first: Sequence[tuple[Any, Device]] = node.value._first_use(device)
-            return first
+        if node.kind == "pending":  # a wrapped op, or an upload (no kernel: no method)
+            first_use = getattr(node.value, "_first_use", None)
+            return () if first_use is None else first_use(device)
         out = self._out
         shape = node.shape if out is None else out.shape
         if math.prod(shape) == 0:
