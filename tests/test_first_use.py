@@ -26,7 +26,7 @@ from cuasync import _first_use
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
 from cuasync._nvrtc import nvrtc_problem
-from cuasync._ops import codegen
+from cuasync._ops import codegen, reduce_codegen
 from cuasync.errors import ArgumentError, KernelCompileError
 
 pytestmark = pytest.mark.anyio
@@ -130,18 +130,23 @@ async def test_the_loop_runs_while_a_kernels_first_launch_compiles(
     assert len(held.threads) == 1
 
 
-@pytest.mark.parametrize("then", [False, True], ids=["expression", "expression.to_host"])
+@pytest.mark.parametrize("form", ["expression", "expression.to_host", "sum"], ids=lambda form: form)
 async def test_the_loop_runs_while_a_new_expression_compiles(
-    anyio_backend: Any, held: Held, monkeypatch: pytest.MonkeyPatch, then: bool
+    anyio_backend: Any, held: Held, monkeypatch: pytest.MonkeyPatch, form: str
 ) -> None:
     x = await cuasync.from_host(np.arange(16, dtype=np.float32))
     monkeypatch.setattr(codegen, "_kernels", {})  # every structure is new
-    op = cuasync.exp(x * 0.5 + 1.0)
-    out, made = await _ticking_while(held, op.to_host() if then else op)
-    _assert_prepared_off_the_loop(held, made)
-    host = out if then else await out.to_host()
+    monkeypatch.setattr(reduce_codegen, "_kernels", {})
     expected = np.exp(np.arange(16, dtype=np.float32) * np.float32(0.5) + np.float32(1.0))
-    np.testing.assert_allclose(host, expected, rtol=1e-6)
+    op: Any = cuasync.exp(x * 0.5 + 1.0)
+    if form == "sum":
+        op, expected = cuasync.sum(op), expected.sum(dtype=np.float32)
+    elif form == "expression.to_host":
+        op = op.to_host()
+    out, made = await _ticking_while(held, op)
+    _assert_prepared_off_the_loop(held, made)
+    host = out if form == "expression.to_host" else await out.to_host()
+    np.testing.assert_allclose(host, expected, rtol=1e-5)
 
 
 async def test_a_cancelled_first_await_leaves_the_kernel_prepared(

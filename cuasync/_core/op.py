@@ -596,6 +596,9 @@ class _Zip(DeviceOp[tuple[Any, ...]]):
     def _arity(self) -> int:
         return len(self._ops)
 
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return [pair for op in self._ops for pair in op._first_use(device)]
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[tuple[Any, ...]]:
         outs = [op._enqueue(ctx) for op in self._ops]
         return Output(lambda: tuple(o.get() for o in outs))
@@ -645,6 +648,9 @@ class SharedOp(DeviceOp[T]):
     def shared(self) -> SharedOp[T]:
         """The op itself: it is already shared."""
         return self
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device) if self._producer is None else ()
 
     def _realize(self) -> T:
         with self._lock:
@@ -766,7 +772,7 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_fn", "_graph_node", "_name")
+    __slots__ = ("_first", "_fn", "_graph_node", "_name")
 
     def __init__(
         self,
@@ -774,14 +780,19 @@ class _FnOp(DeviceOp[T]):
         device: Device | None,
         name: str,
         graph_node: bool = False,
+        first_use: FirstUse | None = None,
     ) -> None:
         super().__init__(device)
         self._fn = fn
         self._name = name
         self._graph_node = graph_node
+        self._first = first_use
 
     def _trace_name(self) -> str:
         return self._name
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return () if self._first is None else self._first(device)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         return self._fn(ctx)
@@ -790,18 +801,25 @@ class _FnOp(DeviceOp[T]):
         return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
 
 
+#: What an op's ``_first_use`` returns for a device: its kernels not yet prepared there.
+FirstUse = Callable[[Device], Sequence[tuple[Any, Device]]]
+
+
 def device_op(
     fn: Callable[[ExecutionContext], Output[T]],
     device: Device | None = None,
     name: str = "op",
     *,
     graph_node: bool = False,
+    first_use: FirstUse | None = None,
 ) -> DeviceOp[T]:
     """Build an op from ``fn(ctx) -> Output``: enqueue on ``ctx.stream``, declare every
     device allocation read or written with ``ctx.read``/``ctx.write``, retain host objects
     with ``ctx.retain``. ``graph_node``: the op only writes into existing tensors, so
-    ``CudaGraph.update`` accepts it."""
-    return _FnOp(fn, device, name, graph_node)
+    ``CudaGraph.update`` accepts it. ``first_use(device)``: the ``(kernel, device)``
+    pairs ``fn`` would launch that are not yet prepared there, which an ``await``
+    prepares off the event loop first (cuasync's own ops)."""
+    return _FnOp(fn, device, name, graph_node, first_use)
 
 
 class _NativeLaunchBase(DeviceOp[T]):
