@@ -307,7 +307,8 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
         return PyErr_NoMemory();
     PyTypeObject *op = self->upload_t, *node = self->node_t;
     if (slot_offset(op, "_consumed", &b->op_consumed) < 0 ||
-        slot_offset(op, "_out", &b->op_out) < 0 || slot_offset(op, "_planned", &b->op_planned) < 0 ||
+        slot_offset(op, "_out", &b->op_out) < 0 ||
+        slot_offset(op, "_planned", &b->op_planned) < 0 ||
         slot_offset(op, "dtype", &b->op_dtype) < 0 ||
         slot_offset(op, "shape", &b->op_shape) < 0 ||
         slot_offset(node, "kind", &b->n_kind) < 0 || slot_offset(node, "name", &b->n_name) < 0 ||
