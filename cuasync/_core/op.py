@@ -222,8 +222,8 @@ class DeviceOp(ProcessLocal, Generic[T]):
     def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
         """The ``(kernel, device)`` pairs this op would launch that are not yet prepared
         for ``device``, found before it is submitted: its ``await`` prepares them off the
-        event loop (:mod:`cuasync._first_use`). None by default (an op that compiles
-        prepares inline, when enqueued)."""
+        event loop (:mod:`cuasync._first_use`). None by default: an op that does not
+        name its kernels prepares them inline, when enqueued."""
         return ()
 
     # -- combinators ---------------------------------------------------------------------
