@@ -66,6 +66,7 @@ from ._creation import linspace as linspace
 from ._creation import ones as ones
 from ._creation import rand as rand
 from ._creation import randn as randn
+from ._first_use import warmup as warmup
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
@@ -277,6 +278,7 @@ __all__ = [
     "value",
     "vdot",
     "wait",
+    "warmup",
     "where",
     "zeros",
     "zeros_like",

@@ -39,6 +39,10 @@
                                at most 64)
 ``CUASYNC_NVTX``               ``1`` turns NVTX ranges on (read at import; see
                                :func:`cuasync.trace`)
+``CUASYNC_KERNEL_CACHE``       the on-disk cache of compiled kernels
+                               (:mod:`cuasync.kernel_cache`): ``on`` (default:
+                               ``$XDG_CACHE_HOME/cuasync/kernels``, else
+                               ``~/.cache/cuasync/kernels``), ``off``, or a directory
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
@@ -139,6 +143,7 @@ class Config:
     peer: str
     pinned_idle_s: float | None
     staging_threads: int
+    kernel_cache: str
 
 
 def _read() -> Config:
@@ -157,6 +162,7 @@ def _read() -> Config:
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
         pinned_idle_s=number("CUASYNC_PINNED_IDLE_S", 60.0, kind=float, off=True),
         staging_threads=number("CUASYNC_STAGING_THREADS", _default_staging_threads()),
+        kernel_cache=os.environ.get("CUASYNC_KERNEL_CACHE", "").strip(),
     )
 
 

@@ -31,9 +31,11 @@ from ._backends.base import PreparedKernel
 from ._core import express
 from ._core.context import ExecutionContext
 from ._core.device import Device, Stream, get_default_device
+from ._core.loops import in_running_loop
 from ._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase
 from ._core.output import Output, _Ready
 from ._dtypes import SUPPORTED, dtype_name
+from ._first_use import Unprepared
 from ._launcher import make_launcher
 from ._native import NATIVE
 from ._nvrtc import compile_cubin
@@ -294,6 +296,18 @@ class _Launchable(Generic[R]):
             )
         return prepared
 
+    def _prepare_launch(self, device: Device) -> PreparedKernel | Unprepared:
+        """What a launch op built now holds (the launchers call it when the kernel is not
+        prepared for ``device``): inside a running event loop, a kernel with a source to
+        compile stays :class:`Unprepared`, for the op's ``await`` to prepare it on the
+        compile thread (:mod:`cuasync._first_use`); else it is prepared now."""
+        prepared = self._prepared.get(device.ordinal)
+        if prepared is not None:
+            return prepared
+        if self.module_handle or self.function_handle or not in_running_loop():
+            return self._prepare(device)
+        return Unprepared(self, device)
+
     def __getitem__(self, config: Any) -> Callable[..., DeviceOp[R]]:
         """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
         cacheable = type(config) is tuple and (
@@ -460,7 +474,7 @@ class _Launchable(Generic[R]):
             output = outputs[0]
         elif outputs:
             output = tuple(outputs)
-        prepared = self._prepared.get(device.ordinal) or self._prepare(device)
+        prepared = self._prepared.get(device.ordinal) or self._prepare_launch(device)
         return _Launch(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
 
     def _where(self, param: Param) -> str:
@@ -694,7 +708,7 @@ class _Launch(_NativeLaunchBase[Any]):
     def __init__(
         self,
         kernel: _Launchable[Any],
-        prepared: PreparedKernel,
+        prepared: PreparedKernel | Unprepared,
         device: Device,
         args: list[Any],
         tensors: list[tuple[Tensor, Param]],
@@ -716,6 +730,13 @@ class _Launch(_NativeLaunchBase[Any]):
 
     def _trace_name(self) -> str:
         return self._prepared.name
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        """The kernel, where the launch was built in a loop before it was prepared."""
+        prepared = self._prepared
+        if isinstance(prepared, Unprepared):
+            return ((prepared.kernel, prepared.device),)
+        return ()
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
         if notify:  # a future: the express path, when it can take the launch
@@ -746,6 +767,8 @@ class _Launch(_NativeLaunchBase[Any]):
         prepared = self._prepared
         if ctx.device is not self._device:  # run on another device's stream than built for
             prepared = kernel._prepare(ctx.device)
+        elif prepared.__class__ is Unprepared:  # built in a loop, executed otherwise
+            prepared = self._prepared = prepared.resolve()
         if self._tensors:
             kernel._declare(ctx, self._tensors)
         launch = (
@@ -961,8 +984,8 @@ class Kernel(_Launchable[R]):
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         """Compile for ``arch`` (``"sm_90"``) and return ``(cubin, lowered name)``; no GPU needed.
 
-        Each source is compiled once per process; the on-disk cache is consulted too when
-        :func:`cuasync.kernel_cache.enable` was called.
+        Each source is compiled once per process, and read back from the on-disk cache
+        (:mod:`cuasync.kernel_cache`, on by default) where an earlier process compiled it.
         """
         key = self._key(arch)
         found = _images.get(key)
@@ -984,10 +1007,18 @@ class Kernel(_Launchable[R]):
         return compiled.image, compiled.lowered_name
 
     def compile(self, device: int | Device | None = None) -> None:
-        """Compile and load now for ``device`` (default: the default device).
+        """Compile and load now for ``device`` (default: the default device), in this
+        thread: the first launch there then compiles nothing. :func:`cuasync.warmup`
+        does it for many kernels and expressions, off the event loop.
 
         On the emulator this compiles the source as the first launch would (see
         ``CUASYNC_EMU_COMPILE``), so device-code errors show without a GPU.
+
+        >>> saxpy.compile(0)
         """
         dev = get_default_device() if device is None else Device(device)
-        get_backend().prepare_kernel(dev.ordinal, self, compile_only=True)
+        backend = get_backend()
+        if self.emulate is None and backend.name == "emulator":  # no twin: nothing to launch
+            backend.prepare_kernel(dev.ordinal, self, compile_only=True)
+        else:
+            self._prepare(dev)

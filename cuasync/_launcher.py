@@ -10,7 +10,7 @@ for ``bump(float* x, int n)`` it is, in effect,
 ...         a0, a1 = args
 ...         if type(a0) is Tensor and a0.dtype is D0 and type(a1) is T1 and L1 <= a1 <= H1:
 ...             device = a0._alloc.device
-...             prepared = kernel._prepared.get(device.ordinal) or kernel._prepare(device)
+...             prepared = kernel._prepared.get(device.ordinal) or kernel._prepare_launch(device)
 ...             return Launch(kernel, prepared, device, [a0, a1], [(a0, P0)], a0, ...)
 ...         return kernel._launch_checked(args, grid, block, shared_mem)
 ...     return kernel._launch(args, grid, block, shared_mem)
@@ -122,8 +122,9 @@ def make_launcher(
             f"        {unpack}",
             f"        if {condition}:",
             *(f"            {line}" for line in where),
-            "            ordinal = device.ordinal",
-            "            prepared = kernel._prepared.get(ordinal) or kernel._prepare(device)",
+            "            prepared = kernel._prepared.get(device.ordinal)",
+            "            if prepared is None:",
+            "                prepared = kernel._prepare_launch(device)",
             f"            return Launch(kernel, prepared, device, [{', '.join(args)}], "
             f"{tensors}, {output}, GRID, BLOCK, SHARED_MEM)",
             # the same checks as the plan's: go straight to the full ones

@@ -69,8 +69,18 @@ def _program_log(nvrtc: Any, prog: Any) -> str:
     return buf.rstrip(b"\0 ").decode(errors="replace")
 
 
+_compiles = 0
+
+
+def compiles() -> int:
+    """How many compilations :func:`compile_cubin` has started in this process."""
+    return _compiles
+
+
 def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]) -> Compiled:
     """Compile ``source`` for ``arch`` (e.g. ``"sm_90"``) and return the cubin and lowered name."""
+    global _compiles
+    _compiles += 1
     nvrtc = _load()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cuasync_kernel.cu", 0, [], [])
     _check(err, "nvrtcCreateProgram")

@@ -1,16 +1,23 @@
-"""An opt-in on-disk cache of compiled kernels (cubins), shared by processes.
+"""The on-disk cache of compiled kernels (cubins), shared by processes; on by default.
 
-NVRTC takes a few hundred milliseconds per kernel. With the cache enabled, a kernel
-compiled once for an architecture is read back from disk by later processes instead.
-Entries are keyed by a hash of everything that decides the cubin: the source, the name
-expression, the compile flags (:class:`cuasync.CompileOptions`), the architecture and
-the NVRTC version, so a changed kernel or a new NVRTC never gets a stale image.
+NVRTC takes a few hundred milliseconds per kernel. A kernel compiled once for an
+architecture is read back from disk by later processes instead, as CuPy does with
+``~/.cupy/kernel_cache``. Entries are keyed by a hash of everything that decides the
+cubin: the source, the name expression, the compile flags (:class:`cuasync.CompileOptions`),
+the architecture and the NVRTC version, so a changed kernel or a new NVRTC never gets a
+stale image.
+
+Where it lives: ``$XDG_CACHE_HOME/cuasync/kernels``, by default
+``~/.cache/cuasync/kernels`` (:func:`default_path`), created ``0700`` at first use.
+``CUASYNC_KERNEL_CACHE=off`` turns it off, ``CUASYNC_KERNEL_CACHE=/some/dir`` moves it
+(read once, at the first compile); :func:`enable` and :func:`disable` change it at run
+time.
 
 >>> from cuasync import kernel_cache
->>> kernel_cache.enable()                   # ~/.cache/cuasync/kernels
 >>> kernel_cache.stats()
-CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'))
->>> kernel_cache.disable()
+CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync/kernels'),
+           compiles=0)
+>>> kernel_cache.disable()                  # this process compiles every kernel itself
 
 Entries are written atomically (a temporary file renamed into place, mode ``0600``), so
 concurrent processes of one user can share the directory; an unreadable or truncated entry
@@ -64,7 +71,8 @@ class CacheStats:
 
     ``hits``/``misses``: lookups that found, or did not find, a compiled kernel;
     ``entries``: kernels in the cache directory; ``path``: that directory, or None while
-    the cache is disabled.
+    the cache is disabled; ``compiles``: NVRTC compilations this process has made, cache
+    or no cache (0 in a process that found every kernel on disk).
 
     >>> cuasync.kernel_cache.stats().hits
     """
@@ -73,12 +81,14 @@ class CacheStats:
     misses: int
     entries: int
     path: Path | None
+    compiles: int = 0
 
 
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.path: Path | None = None
+        self.configured = False  # CUASYNC_KERNEL_CACHE read (or enable/disable called)
         self.hits = 0
         self.misses = 0
         self.nvrtc: tuple[int, int] | None = None
@@ -94,8 +104,43 @@ def default_path() -> Path:
     return Path(base) / "cuasync" / "kernels"
 
 
+def _configure() -> Path | None:
+    """The cache directory ``CUASYNC_KERNEL_CACHE`` asks for (read once): the default
+    one unless ``off``. A directory named there that cannot be made raises
+    ``ArgumentError``; the default one that cannot (a read-only home) leaves it off."""
+    from ._config import CONFIG
+
+    raw = CONFIG.kernel_cache
+    target: Path | None = None
+    if raw.lower() != "off":
+        named = raw.lower() not in ("", "on")
+        target = Path(raw).expanduser() if named else default_path()
+        try:
+            target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            if named:
+                raise ArgumentError(
+                    f"CUASYNC_KERNEL_CACHE={raw!r} cannot be used as a kernel cache: {exc}; "
+                    "name a directory you can write, or set it to off"
+                ) from None
+            target = None
+    with _state.lock:
+        if not _state.configured:  # (enable() or disable() may have come first)
+            _state.path = target
+            _state.configured = True
+        return _state.path
+
+
+def _path() -> Path | None:
+    """The cache directory in use, or None while the cache is off."""
+    if not _state.configured:
+        return _configure()
+    return _state.path
+
+
 def enable(path: str | os.PathLike[str] | None = None) -> Path:
-    """Start caching compiled kernels in ``path`` (created ``0700`` if missing); returns it.
+    """Cache compiled kernels in ``path`` (default: :func:`default_path`; created
+    ``0700`` if missing) from now on; returns it.
 
     Resets the hit and miss counters. Calling it again switches to another directory.
     The directory must belong to you and be writable by you only, or its entries are
@@ -114,6 +159,7 @@ def enable(path: str | os.PathLike[str] | None = None) -> Path:
         raise ArgumentError(f"path={str(target)!r} is not writable")
     with _state.lock:
         _state.path = target
+        _state.configured = True
         _state.hits = 0
         _state.misses = 0
     problem = _untrusted_directory(target)
@@ -126,11 +172,12 @@ def disable() -> None:
     """Stop using the disk cache (the files stay where they are)."""
     with _state.lock:
         _state.path = None
+        _state.configured = True
 
 
 def enabled() -> bool:
-    """Whether :func:`enable` is in effect."""
-    return _state.path is not None
+    """Whether the cache is in use (by default, or since :func:`enable`)."""
+    return _path() is not None
 
 
 def _entries(path: Path | None) -> int:
@@ -144,14 +191,19 @@ def _entries(path: Path | None) -> int:
 
 def stats() -> CacheStats:
     """Hits and misses since :func:`enable`, and the entries in the cache directory."""
+    from ._nvrtc import compiles
+
+    path = _path()
     with _state.lock:
-        path, hits, misses = _state.path, _state.hits, _state.misses
-    return CacheStats(hits=hits, misses=misses, entries=_entries(path), path=path)
+        hits, misses = _state.hits, _state.misses
+    return CacheStats(
+        hits=hits, misses=misses, entries=_entries(path), path=path, compiles=compiles()
+    )
 
 
 def clear() -> int:
-    """Delete every entry of the enabled cache; returns how many were removed."""
-    path = _state.path
+    """Delete every entry of the cache in use; returns how many were removed."""
+    path = _path()
     if path is None:
         return 0
     removed = 0
@@ -183,7 +235,7 @@ def key_for(
     A SHA-256 over the source, name expression, NVRTC flags, architecture and NVRTC
     version (asked from NVRTC when not given).
     """
-    if _state.path is None:
+    if _path() is None:
         return None
     version = _nvrtc_version() if nvrtc_version is None else nvrtc_version
     h = hashlib.sha256()
@@ -203,7 +255,7 @@ def key_for(
 
 
 def _entry_path(key: str) -> Path | None:
-    path = _state.path
+    path = _path()
     if path is None:
         return None
     if not (len(key) == 64 and all(c in "0123456789abcdef" for c in key)):

@@ -191,7 +191,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if (device == NULL)
         goto fail;
-    /* prepared = kernel._prepared.get(device.ordinal) or kernel._prepare(device) */
+    /* prepared = kernel._prepared.get(device.ordinal) or kernel._prepare_launch(device) */
     PyObject *cache = PyObject_GetAttr(self->kernel, self->s_prepared);
     PyObject *ordinal = cache == NULL ? NULL : PyObject_GetAttr(device, self->s_ordinal);
     if (ordinal != NULL && PyDict_Check(cache)) {
@@ -368,7 +368,7 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     NAME(s_params, "params")
     NAME(s_prepared, "_prepared")
-    NAME(s_prepare, "_prepare")
+    NAME(s_prepare, "_prepare_launch")
     NAME(s_ordinal, "ordinal")
     NAME(s_launch, "_launch")
     NAME(s_launch_checked, "_launch_checked")

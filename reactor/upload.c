@@ -242,7 +242,8 @@ struct upload_builder {
     PyObject *default_device; /* device._default_device (a ContextVar of an ordinal) */
     PyObject *devices;        /* Device._instances: ordinal -> Device */
     PyObject *config_dict;    /* cuasync._config's globals (_debug_origins) */
-    Py_ssize_t op_consumed, op_out, op_dtype, op_shape; /* (op_node, op_device: u_*) */
+    /* (op_node, op_device: u_*) */
+    Py_ssize_t op_consumed, op_out, op_planned, op_dtype, op_shape;
     Py_ssize_t n_kind, n_name, n_shape, n_dtype, n_children, n_ins, n_device;
     PyObject *s_dtype, *s_debug_origins, *pending, *from_host;
 };
@@ -306,7 +307,9 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
         return PyErr_NoMemory();
     PyTypeObject *op = self->upload_t, *node = self->node_t;
     if (slot_offset(op, "_consumed", &b->op_consumed) < 0 ||
-        slot_offset(op, "_out", &b->op_out) < 0 || slot_offset(op, "dtype", &b->op_dtype) < 0 ||
+        slot_offset(op, "_out", &b->op_out) < 0 ||
+        slot_offset(op, "_planned", &b->op_planned) < 0 ||
+        slot_offset(op, "dtype", &b->op_dtype) < 0 ||
         slot_offset(op, "shape", &b->op_shape) < 0 ||
         slot_offset(node, "kind", &b->n_kind) < 0 || slot_offset(node, "name", &b->n_name) < 0 ||
         slot_offset(node, "shape", &b->n_shape) < 0 ||
@@ -382,6 +385,7 @@ Express_build_upload(Express *self, PyObject *array)
     slot_set(op, self->u_device, device);
     slot_set(op, self->u_node, node);
     slot_set(op, b->op_out, Py_NewRef(Py_None));
+    slot_set(op, b->op_planned, Py_NewRef(Py_None));
     slot_set(op, b->op_shape, shape);
     slot_set(op, b->op_dtype, dtype);
     return op;

@@ -7,10 +7,12 @@ own knobs are marked ``@pytest.mark.emulator_only(reason=...)``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,11 +27,16 @@ from hypothesis import settings
 
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
+# The kernel cache is on by default, in the user's home (~/.cache/cuasync): the suite
+# keeps its own in a temporary directory (its subprocesses inherit it), never the real one.
+os.environ["CUASYNC_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
 
 import cuasync
 import cuasync.testing
 from cuasync._backends import get_backend
 from cuasync._core import block_cache
+
+atexit.register(shutil.rmtree, os.environ["CUASYNC_KERNEL_CACHE"], ignore_errors=True)
 
 # Property tests draw the same examples on every run: a run fails only on a change, never
 # on a draw no earlier run made. ``--hypothesis-profile=explore`` draws fresh ones, to

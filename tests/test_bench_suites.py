@@ -52,6 +52,12 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
             assert woken, spin0
             count = int(woken[0]["note"].split(" of ")[0])
             assert 0 < count <= reactor  # (the 50 warm-up awaits are counted in the stats only)
+        # the loop's lag while new expressions compile: awaited, and inline (the control)
+        first_use = [r for r in rows if "first use of 3 new expressions" in r["name"]]
+        assert {r["name"].rsplit(", ", 1)[1] for r in first_use} >= {
+            "awaited",
+            "compiled inline by .sync() (control)",
+        }
         targets = [r for r in rows if r["name"].startswith("asyncio: spin-0 p50 - raw p50")]
         assert len(targets) == raw  # (the ratios need the raw loop: a GPU)
         for target in targets:

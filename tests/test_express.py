@@ -48,6 +48,16 @@ def _failing_twin(x: Any, n: int) -> None:
 bump = cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _bump_prepared() -> None:
+    """These tests are about launches of a prepared kernel: the first await of one not
+    yet prepared is declined by the express paths (it is compiled and loaded off the
+    loop first: tests/test_first_use.py)."""
+    for ordinal in range(cuasync.device_count()):
+        bump.compile(ordinal)
+        swap.compile(ordinal)
+
+
 class Path:
     """Which path launches take in a test: ``express`` (the core's or Python's), and what
     shows whether each launch took it: the core's counters, or the Python path's attempts."""
@@ -244,6 +254,7 @@ async def test_a_failing_twin_raises_from_the_await(
     anyio_backend: Any, baseline: Any, path: Path
 ) -> None:
     failing = cuasync.Kernel(BUMP, "bump", emulate=_failing_twin)
+    failing.compile()
     x = await cuasync.zeros((8,), dtype="float32")
     with pytest.raises(KernelError, match="twin failed"):
         await failing[1, 8](x, 8)

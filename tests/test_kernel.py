@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ON_EMULATOR
+from conftest import ON_EMULATOR, run_script
 
 import cuasync
 from cuasync import _config, _kernel, _nvrtc, kernel_cache
@@ -814,18 +814,52 @@ async def test_module_raw_launch_on_a_gpu(anyio_backend) -> None:
 
 # -- the disk cache --------------------------------------------------------------------------
 @pytest.fixture
-def cache(tmp_path: Path) -> Iterator[Path]:
-    path = kernel_cache.enable(tmp_path / "kernels")
+def restore_cache() -> Iterator[None]:
+    """The suite's cache (conftest: a temporary directory) in use again after the test."""
+    before = kernel_cache.stats().path
     try:
-        yield path
+        yield
     finally:
-        kernel_cache.disable()
+        if before is None:
+            kernel_cache.disable()
+        else:
+            kernel_cache.enable(before)
 
 
-def test_cache_is_off_by_default_and_keys_need_it() -> None:
-    assert not kernel_cache.enabled()
-    assert kernel_cache.key_for("src", "k", [], "sm_90", (13, 0)) is None
-    assert kernel_cache.stats().path is None
+@pytest.fixture
+def cache(tmp_path: Path, restore_cache: None) -> Path:
+    return kernel_cache.enable(tmp_path / "kernels")
+
+
+def test_the_suite_keeps_its_kernel_cache_out_of_the_home_directory() -> None:
+    path = kernel_cache.stats().path
+    assert os.environ["CUASYNC_KERNEL_CACHE"] != "off"
+    assert path == Path(os.environ["CUASYNC_KERNEL_CACHE"])
+    assert not path.is_relative_to(Path.home() / ".cache")
+
+
+def test_cache_is_on_by_default_in_a_private_directory(tmp_path: Path) -> None:
+    code = """
+        import os, stat
+        from cuasync import kernel_cache
+        s = kernel_cache.stats()
+        print(s.path, oct(stat.S_IMODE(os.stat(s.path).st_mode)), kernel_cache.enabled())
+    """
+    env = {"XDG_CACHE_HOME": str(tmp_path), "CUASYNC_KERNEL_CACHE": ""}
+    path, mode, on = run_script(code, **env).stdout.split()
+    assert (path, mode, on) == (str(tmp_path / "cuasync" / "kernels"), "0o700", "True")
+    off = run_script(
+        "from cuasync import kernel_cache as c\n"
+        "print(c.enabled(), c.key_for('s', 'k', [], 'sm_90', (13, 0)), c.stats().path)",
+        **{**env, "CUASYNC_KERNEL_CACHE": "off"},
+    )
+    assert off.stdout.split() == ["False", "None", "None"]
+    elsewhere = tmp_path / "mine"
+    moved = run_script(
+        "from cuasync import kernel_cache as c\nprint(c.stats().path)",
+        **{**env, "CUASYNC_KERNEL_CACHE": str(elsewhere)},
+    )
+    assert moved.stdout.strip() == str(elsewhere) and elsewhere.is_dir()
 
 
 def test_cache_key_covers_everything_that_decides_the_cubin(cache: Path) -> None:
@@ -871,22 +905,22 @@ def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:
 
 
 def test_cache_enable_checks_its_path(tmp_path: Path) -> None:
+    before = kernel_cache.stats().path
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     with pytest.raises(ArgumentError, match="cannot be used as a kernel cache"):
         kernel_cache.enable(not_a_dir)
     with pytest.raises(ArgumentError, match="path must be"):
         kernel_cache.enable(3)  # type: ignore[arg-type]
-    assert not kernel_cache.enabled()
+    assert kernel_cache.stats().path == before  # unchanged
 
 
-def test_cache_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_cache_default_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restore_cache: None
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert kernel_cache.default_path() == tmp_path / "cuasync" / "kernels"
-    try:
-        assert kernel_cache.enable() == tmp_path / "cuasync" / "kernels"
-    finally:
-        kernel_cache.disable()
+    assert kernel_cache.enable() == tmp_path / "cuasync" / "kernels"
 
 
 @needs_nvrtc
@@ -935,13 +969,12 @@ def _refused(key: str, match: str) -> None:
     assert kernel_cache.stats().misses == misses + 2
 
 
-def test_cache_directory_is_created_private(tmp_path: Path) -> None:
+def test_cache_directory_is_created_private(tmp_path: Path, restore_cache: None) -> None:
     old = os.umask(0o022)
     try:
         path = kernel_cache.enable(tmp_path / "cache" / "kernels")
     finally:
         os.umask(old)
-        kernel_cache.disable()
     assert _mode(path) == 0o700
 
 
@@ -983,15 +1016,14 @@ def test_cache_refuses_an_entry_others_can_write(cache: Path) -> None:
     _refused(key, rf"entry {key}\.cubin can be written by other users")
 
 
-def test_enabling_a_directory_others_can_write_warns_at_once(tmp_path: Path) -> None:
+def test_enabling_a_directory_others_can_write_warns_at_once(
+    tmp_path: Path, restore_cache: None
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    try:
-        with pytest.warns(RuntimeWarning, match=r"not loading kernels from .*shared"):
-            kernel_cache.enable(shared)
-    finally:
-        kernel_cache.disable()
+    with pytest.warns(RuntimeWarning, match=r"not loading kernels from .*shared"):
+        kernel_cache.enable(shared)
 
 
 @needs_nvrtc

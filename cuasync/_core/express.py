@@ -39,6 +39,7 @@ from collections.abc import Callable, Generator
 from time import monotonic
 from typing import Any
 
+from .._first_use import Unprepared, prepare_off_loop
 from . import completion as _completion
 from . import loops as _loops
 from . import trace
@@ -134,6 +135,15 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
     stream = policy.next_stream()
     if type(stream) is not Stream or (device is not None and stream.device is not device):
         stream = stream_for(device)  # (the checks, worded)
+    if enqueue is None and op._prepared.__class__ is Unprepared:  # a first use: off the loop
+        yield from _first_use(op, adapter)
+    return (yield from _submit_await(op, stream, adapter, enqueue))
+
+
+def _submit_await(
+    op: Any, stream: Stream, adapter: Any, enqueue: Enqueue | None
+) -> Generator[Any, Any, Any]:
+    """:func:`await_launch` once the op is taken and its stream chosen."""
     hub = _completion._hub
     burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
     core = None if hub is None or burst or enqueue else hub.express
@@ -148,12 +158,26 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
     return (yield from _finish_await(op, stream, adapter, sent))
 
 
+def _first_use(op: Any, adapter: Any) -> Generator[Any, Any, None]:
+    """Make the launch op ``op``, built before its kernel was prepared for its device,
+    launchable: prepared on the compile thread, the task parked meanwhile (or at once,
+    where another await has prepared the kernel since the op was built)."""
+    unprepared = op._prepared
+    prepared = unprepared.kernel._prepared.get(unprepared.device.ordinal)
+    if prepared is None:
+        (prepared,) = yield from prepare_off_loop([(unprepared.kernel, unprepared.device)], adapter)
+    op._prepared = prepared
+
+
 def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator[Any, Any, Any]:
     """The rest of ``await op`` once submitted (``sent``: what the submission returned;
     :data:`GENERIC`: the native core declined it, so Python's express path submits it):
     stepping aside in a burst, settling, parking. The native ``_Launch.__await__``
     (``_reactor.LaunchAwait``) returns this for work that did not land in its spin."""
     if sent is GENERIC:
+        if op._prepared.__class__ is Unprepared:  # a first use: the core declined it
+            yield from _first_use(op, adapter)
+            return (yield from _submit_await(op, stream, adapter, None))  # (a burst's too)
         sent = _enqueue(op, stream, AWAIT, adapter)
     if sent is None:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
@@ -326,6 +350,8 @@ def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
         alloc = tensor._alloc
         if alloc.device is not device or (alloc.readonly and not param.const):
             return None
+    if op._prepared.__class__ is Unprepared:  # built in a loop, executed otherwise: inline
+        op._prepared = op._prepared.resolve()
     box = _Box()
     with LOCK:
         try:

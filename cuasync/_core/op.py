@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
+from .._first_use import prepare_off_loop
 from ..errors import ArgumentError, NotAwaitedError, OpConsumedError
 from . import completion as _completion
 from . import trace
@@ -262,7 +263,18 @@ class DeviceOp(ProcessLocal, Generic[T]):
         if self._consumed:
             self._take()  # raises
         self._consumed = True
-        return (yield from await_started(self._start(self._pick_stream(), True), adapter))
+        stream = self._pick_stream()
+        first = self._first_use(stream.device)
+        if first:  # kernels to compile and load: on the compile thread, the task parked
+            yield from prepare_off_loop(first, adapter)
+        return (yield from await_started(self._start(stream, True), adapter))
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        """The ``(kernel, device)`` pairs this op would launch that are not yet prepared
+        for ``device``, found before it is submitted: its ``await`` prepares them off the
+        event loop (:mod:`cuasync._first_use`). None by default: an op that does not
+        name its kernels prepares them inline, when enqueued."""
+        return ()
 
     # -- the coroutine protocol ----------------------------------------------------------
     # asyncio runs an awaitable that is not a coroutine (``ensure_future``, ``wait_for``,
@@ -645,6 +657,9 @@ class _Then(DeviceOp[U]):
         self._f = f
         self._unchecked = unchecked
 
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device)  # (f's op is only known once it has run)
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
         value = self._inner._enqueue(ctx).get()
         ctx.retain(value)
@@ -674,6 +689,9 @@ class _Map(DeviceOp[U]):
         self._inner = inner
         self._f = f
 
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device)
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[U]:
         return self._inner._enqueue(ctx).then(self._f)
 
@@ -698,6 +716,9 @@ class _Zip(DeviceOp[tuple[Any, ...]]):
 
     def _arity(self) -> int:
         return len(self._ops)
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return [pair for op in self._ops for pair in op._first_use(device)]
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[tuple[Any, ...]]:
         outs = [op._enqueue(ctx) for op in self._ops]
@@ -750,6 +771,9 @@ class SharedOp(DeviceOp[T]):
     def shared(self) -> SharedOp[T]:
         """The op itself: it is already shared."""
         return self
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return self._inner._first_use(device) if self._producer is None else ()
 
     def _realize(self) -> T:
         with self._lock:
@@ -871,7 +895,7 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_fn", "_graph_node", "_name")
+    __slots__ = ("_first", "_fn", "_graph_node", "_name")
 
     def __init__(
         self,
@@ -879,14 +903,19 @@ class _FnOp(DeviceOp[T]):
         device: Device | None,
         name: str,
         graph_node: bool = False,
+        first_use: FirstUse | None = None,
     ) -> None:
         super().__init__(device)
         self._fn = fn
         self._name = name
         self._graph_node = graph_node
+        self._first = first_use
 
     def _trace_name(self) -> str:
         return self._name
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return () if self._first is None else self._first(device)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
         return self._fn(ctx)
@@ -895,18 +924,25 @@ class _FnOp(DeviceOp[T]):
         return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
 
 
+#: What an op's ``_first_use`` returns for a device: its kernels not yet prepared there.
+FirstUse = Callable[[Device], Sequence[tuple[Any, Device]]]
+
+
 def device_op(
     fn: Callable[[ExecutionContext], Output[T]],
     device: Device | None = None,
     name: str = "op",
     *,
     graph_node: bool = False,
+    first_use: FirstUse | None = None,
 ) -> DeviceOp[T]:
     """Build an op from ``fn(ctx) -> Output``: enqueue on ``ctx.stream``, declare every
     device allocation read or written with ``ctx.read``/``ctx.write``, retain host objects
     with ``ctx.retain``. ``graph_node``: the op only writes into existing tensors, so
-    ``CudaGraph.update`` accepts it."""
-    return _FnOp(fn, device, name, graph_node)
+    ``CudaGraph.update`` accepts it. ``first_use(device)``: the ``(kernel, device)``
+    pairs ``fn`` would launch that are not yet prepared there, which an ``await``
+    prepares off the event loop first (cuasync's own ops)."""
+    return _FnOp(fn, device, name, graph_node, first_use)
 
 
 class _NativeLaunchBase(DeviceOp[T]):

@@ -46,7 +46,8 @@ _WEAK_C = {"bool": "bool", "int": "long long", "float": "double"}
 
 
 def make_plan(node: Node) -> tuple[Plan, list[Tensor], list[Any]]:
-    """The plan of a tree whose pending leaves are already tensors, and its arguments."""
+    """The plan of a tree whose pending leaves are already tensors, and its arguments
+    (``ValueError`` for a pending leaf left)."""
     tensors: list[Tensor] = []
     scalars: list[Any] = []
     return _plan(node, tensors, scalars), tensors, scalars
@@ -66,7 +67,8 @@ def _plan(n: Node, tensors: list[Tensor], scalars: list[Any]) -> Plan:
         scalars.append(n.value)
         spec = type(n.value).__name__ if n.dtype is None else dtype_name(n.dtype)
         return ("s", len(scalars) - 1, spec)
-    assert n.kind == "op", n.kind
+    if n.kind != "op":
+        raise ValueError(f"make_plan: a {n.kind} node is left; execute it first")
     ins = tuple(dtype_name(d) for d in n.ins)
     out: Any = n.dtype
     return ("op", n.name, ins, dtype_name(out), *(_plan(c, tensors, scalars) for c in n.children))

@@ -28,11 +28,12 @@ import numpy as np
 from .. import _builtin as builtin
 from .._copies import new_tensor
 from .._core.context import ExecutionContext
+from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
-from .._kernel import DevicePointer
-from .._tensor import Tensor
+from .._kernel import DevicePointer, Kernel
+from .._tensor import Shape, Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg
@@ -169,7 +170,17 @@ def reduce_op(
             _launch(ctx, _resolve_pending(node, ctx), spec, axes, result, keepdims)
         return Output.ready(result)
 
-    pending = device_op(enqueue, device, name)
+    def first_use(on: Device) -> tuple[tuple[Kernel, Device], ...]:
+        if math.prod(shape) == 0:
+            return ()
+        strides = out.strides if out is not None else contiguous_strides(shape)
+        try:
+            kernel = _layout(node, spec, axes, strides, keepdims)[-1]
+        except ValueError:  # a pending operand: it runs first, the kernel is prepared then
+            return ()
+        return () if on.ordinal in kernel._prepared else ((kernel, on),)
+
+    pending = device_op(enqueue, device, name, first_use=first_use)
     pending._take()
     return TensorOp(Node("pending", name, shape, np.dtype(res), pending, device=device), out)
 
@@ -189,6 +200,29 @@ def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
     return builtins.max(1, builtins.min(want, -(-k // per_split), _MAX_SPLITS))
 
 
+def _layout(
+    node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
+) -> tuple[Any, list[Tensor], list[Any], Shape, list[Shape], Shape, list[Shape], Kernel]:
+    """How the reduction of ``node`` into an output of ``strides`` runs: its plan, tensors
+    and scalars, the kept and reduced axes merged (``kdims``, ``kstr``: the output's
+    strides first; ``rdims``, ``rstr``) and the kernel. Nothing is enqueued (a pending
+    leaf raises ``ValueError``: it runs first)."""
+    plan, tensors, scalars = make_plan(node)
+    shape = node.shape
+    kept = [j for j in range(len(shape)) if j not in axes]
+    out_strides = [strides[j] for j in kept] if keepdims else list(strides)
+    loads = [_broadcast_strides(t, shape) for t in tensors]
+    kdims, kstr = merge_axes(
+        tuple(shape[j] for j in kept),
+        [tuple(out_strides), *(tuple(s[j] for j in kept) for s in loads)],
+    )
+    rdims, rstr = merge_axes(
+        tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in loads]
+    )
+    kernel = kernel_for(plan, spec, len(kdims), len(rdims))
+    return plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel
+
+
 def _launch(
     ctx: ExecutionContext,
     node: Node,
@@ -197,17 +231,8 @@ def _launch(
     result: Tensor,
     keepdims: bool,
 ) -> None:
-    plan, tensors, scalars = make_plan(node)
-    shape = node.shape
-    kept = [j for j in range(len(shape)) if j not in axes]
-    out_strides = [result.strides[j] for j in kept] if keepdims else list(result.strides)
-    strides = [_broadcast_strides(t, shape) for t in tensors]
-    kdims, kstr = merge_axes(
-        tuple(shape[j] for j in kept),
-        [tuple(out_strides), *(tuple(s[j] for j in kept) for s in strides)],
-    )
-    rdims, rstr = merge_axes(
-        tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in strides]
+    plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel = _layout(
+        node, spec, axes, result.strides, keepdims
     )
     m, k = math.prod(kdims), math.prod(rdims)
     # A thread per output where the kept axis is the contiguous one (coalesced loads
@@ -240,7 +265,6 @@ def _launch(
     else:
         wsv = wsi = DevicePointer(0)
     flat = [x for ks, rs in zip(kstr[1:], rstr, strict=True) for x in (*ks, *rs)]
-    kernel = kernel_for(plan, spec, len(kdims), len(rdims))
 
     def launch(phase: int, grid: tuple[int, int, int]) -> None:
         head = [out_view, wsv, *([wsi] if arg else []), *views, *args]

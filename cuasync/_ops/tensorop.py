@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
+from .._kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from ..errors import ShapeError
 from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
@@ -70,40 +72,71 @@ def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
     return Node("op", node.name, node.shape, node.dtype, None, children, node.ins, node.device)
 
 
-def run(ctx: ExecutionContext, node: Node, out: Tensor | None) -> Tensor:
-    """Enqueue ``node`` (an op node) as one kernel writing ``out`` or a new tensor."""
+class Layout(NamedTuple):
+    """How one elementwise kernel covers its output: ``plan`` and its ``tensors`` and
+    ``scalars`` (:func:`~.codegen.make_plan`), the merged ``dims``, each operand's
+    ``strides`` over them (the output's first), whether they are all ``contiguous``, and
+    the ``kernel``."""
+
+    plan: Any
+    tensors: list[Tensor]
+    scalars: list[Any]
+    dims: Shape
+    strides: list[Shape]
+    contiguous: bool
+    kernel: Kernel
+
+
+def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
+    """The :class:`Layout` of ``node`` (an op whose leaves are tensors and scalars)
+    writing an output of ``shape`` and ``strides``; nothing is enqueued. A pending leaf
+    raises ``ValueError`` (:func:`run` executes those first)."""
+    plan, tensors, scalars = make_plan(node)
+    dense = contiguous_strides(node.shape)
+    dims: Shape
+    if (
+        shape == node.shape
+        and strides == dense
+        and all(t.shape == shape and t.strides == dense for t in tensors)
+    ):  # the common case
+        dims = (math.prod(shape),)
+        merged: list[Shape] = [(1,)] * (len(tensors) + 1)
+    else:
+        dims, merged = merge_axes(
+            node.shape, [strides, *(_broadcast_strides(t, node.shape) for t in tensors)]
+        )
+    contiguous = not dims or (len(dims) == 1 and all(s == (1,) for s in merged))
+    assert node.dtype is not None  # (an op node's)
+    out = dtype_name(node.dtype)
+    kernel = kernel_for(plan, out, 0 if contiguous else len(dims))
+    return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel)
+
+
+def run(
+    ctx: ExecutionContext, node: Node, out: Tensor | None, planned: Layout | None = None
+) -> Tensor:
+    """Enqueue ``node`` (an op node) as one kernel writing ``out`` or a new tensor
+    (``planned``: its layout, made before for that output by :meth:`TensorOp._first_use`)."""
     node = _resolve_pending(node, ctx)
     dtype: Any = node.dtype
     result = out if out is not None else new_tensor(ctx, node.shape, dtype, node.name)
     if result.size == 0:
         return result
-    plan, tensors, scalars = make_plan(node)
-    shape = node.shape
-    operands = [result, *tensors]
-    dense = contiguous_strides(shape)
-    if all(t.shape == shape and t.strides == dense for t in operands):  # the common case
-        dims: Shape = (math.prod(shape),)
-        strides: list[Shape] = [(1,)] * len(operands)
-    else:
-        dims, strides = merge_axes(
-            shape, [result.strides, *(_broadcast_strides(t, shape) for t in tensors)]
-        )
+    lay = planned or layout(node, result.shape, result.strides)
     views = [
-        builtin.storage_view(Tensor(t.allocation, dims, t.dtype, s, t.offset))
-        for t, s in zip(operands, strides, strict=True)
+        builtin.storage_view(Tensor(t.allocation, lay.dims, t.dtype, s, t.offset))
+        for t, s in zip([result, *lay.tensors], lay.strides, strict=True)
     ]
-    specs = _scalar_specs(plan)
-    args = [scalar_arg(v, spec) for v, spec in zip(scalars, specs, strict=True)]
-    n = math.prod(dims)
-    if not dims or (len(dims) == 1 and all(s == (1,) for s in strides)):  # contiguous
-        kernel = kernel_for(plan, dtype_name(dtype), 0)
+    specs = _scalar_specs(lay.plan)
+    args = [scalar_arg(v, spec) for v, spec in zip(lay.scalars, specs, strict=True)]
+    n = math.prod(lay.dims)
+    if lay.contiguous:
         # One access per UNROLL elements where every operand is aligned to that many.
         vec = all((v.ptr // v.itemsize) % UNROLL == 0 and v.itemsize * UNROLL <= 64 for v in views)
-        builtin.launch(ctx, kernel, -(-n // UNROLL), *views, *args, n, int(vec))
+        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, int(vec))
         return result
-    kernel = kernel_for(plan, dtype_name(dtype), len(dims))
-    flat_strides = [x for s in strides for x in s]
-    builtin.launch(ctx, kernel, n, *views, *args, n, *dims, *flat_strides)
+    flat_strides = [x for s in lay.strides for x in s]
+    builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)
     return result
 
 
@@ -132,7 +165,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
     >>> y = await op
     """
 
-    __slots__ = ("_absorbed", "_node", "_out", "dtype", "shape")
+    __slots__ = ("_absorbed", "_node", "_out", "_planned", "dtype", "shape")
 
     _public_name = "TensorOp"
 
@@ -140,6 +173,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         super().__init__(node.device)
         self._node = node
         self._out = out
+        self._planned: Layout | None = None
         self.shape: Shape = out.shape if out is not None else node.shape
         assert node.dtype is not None
         self.dtype = node.dtype
@@ -167,7 +201,26 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
             return self._node.value._enqueue(ctx)
-        return Output.ready(run(ctx, self._node, self._out))
+        return Output.ready(run(ctx, self._node, self._out, self._planned))
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        """The expression's kernel where it is not yet prepared for ``device`` (its
+        layout, kept for :meth:`_enqueue`); none for an expression with pending operands
+        (they run first: its kernel is prepared when it is enqueued)."""
+        node = self._node
+        if node.kind == "pending":  # a wrapped op, or an upload (no kernel: no method)
+            first_use = getattr(node.value, "_first_use", None)
+            return () if first_use is None else first_use(device)
+        out = self._out
+        shape = node.shape if out is None else out.shape
+        if math.prod(shape) == 0:
+            return ()
+        strides = contiguous_strides(shape) if out is None else out.strides
+        try:
+            lay = self._planned = layout(node, shape, strides)
+        except ValueError:
+            return ()
+        return () if device.ordinal in lay.kernel._prepared else ((lay.kernel, device),)
 
     def reshape(self, shape: Any) -> TensorOp:
         """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).

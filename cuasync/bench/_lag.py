@@ -1,5 +1,6 @@
-"""A 1 ms ticker's lateness on an event loop: idle, while long kernels are in flight, and
-woken by a plain socket at the very moments cuasync woke it (the control).
+"""A 1 ms ticker's lateness on an event loop: idle, while long kernels are in flight,
+woken by a plain socket at the very moments cuasync woke it (the control), and while the
+first await of a new expression compiles (:func:`first_use_lag`).
 
 The control separates what cuasync costs the loop from what any wake-up costs it:
 asyncio's selector waits in whole milliseconds, rounded up, so a wake-up shortly before
@@ -21,9 +22,10 @@ from typing import Any
 import numpy as np
 
 import cuasync
+from cuasync import kernel_cache
 from cuasync._core.completion import get_hub
 
-__all__ = ["FlightLag", "flight_lag", "idle_lag", "replayed_lag"]
+__all__ = ["FirstUseLag", "FlightLag", "first_use_lag", "flight_lag", "idle_lag", "replayed_lag"]
 
 
 class _Ticker:
@@ -145,3 +147,66 @@ async def replayed_lag(wakes: list[float], seconds: float) -> float:
         reader.close()
         writer.close()
     return float(np.percentile(ticker.since(start), 99))
+
+
+@dataclass
+class FirstUseLag:
+    """What :func:`first_use_lag` measured."""
+
+    p99_us: float  #: the ticker's lateness while the first uses ran
+    max_us: float
+    ticks: int  #: ticks started while they ran
+    first_use_ms: float  #: the median time of one first use (compile and load)
+
+
+#: Expression structures made so far by :func:`_new_structure` (each one new).
+_structures = 0
+
+
+def _new_structure(x: cuasync.Tensor) -> Any:
+    """An expression of ``x`` whose structure this process has not compiled yet: a chain
+    of additions one longer than the last one made."""
+    global _structures
+    _structures += 1
+    y: Any = x * 0.5
+    for _ in range(8 + _structures):
+        y = y + 1.0
+    return y
+
+
+async def first_use_lag(rounds: int, inline: bool = False) -> FirstUseLag:
+    """The ticker while ``rounds`` first awaits of new expression structures compile and
+    load (the disk cache off, so each compiles), 2 ms apart. ``inline``: each
+    runs with ``.sync(allow_in_loop=True)`` instead, which compiles on the loop thread (as
+    every first use did before 0.2): the control."""
+    x = await cuasync.from_host(np.ones(1024, np.float32))
+    cached = kernel_cache.stats().path
+    kernel_cache.disable()
+    ticker = _Ticker()
+    await asyncio.sleep(0.01)
+    times: list[float] = []
+    start = time.perf_counter()
+    try:
+        for _ in range(rounds):
+            op = _new_structure(x)
+            t0 = time.perf_counter()
+            if inline:
+                op.sync(allow_in_loop=True)
+            else:
+                await op
+            times.append(time.perf_counter() - t0)
+            await asyncio.sleep(0.002)  # (a tick between them: each stall counts once)
+    finally:
+        if cached is not None:
+            kernel_cache.enable(cached)
+    end = time.perf_counter()
+    await ticker.stop()
+    lags = np.asarray([lag for t0, lag in ticker.lags if start <= t0 <= end]) * 1e6
+    if not len(lags):  # (the loop never ran a tick while they ran)
+        lags = np.asarray([(end - start) * 1e6])
+    return FirstUseLag(
+        float(np.percentile(lags, 99)),
+        float(lags.max()),
+        len(lags),
+        float(np.median(times)) * 1e3,
+    )
