@@ -275,6 +275,13 @@ def _flat(t: Tensor) -> Tensor:
 
 
 # -- gather, take_along_axis --------------------------------------------------------------
+def gather_kernel(itemsize: int, index: str, along: bool) -> Kernel:
+    """``ca_gather`` (``ca_gather_along`` for ``along``) for elements of ``itemsize``
+    bytes and ``index`` (int32/int64) indices."""
+    family, twin = ("ca_gather_along", _gather_along_twin) if along else ("ca_gather", _gather_twin)
+    return _kernel(f"{family}<{_storage(itemsize)}, {_index_c(index)}>", twin)
+
+
 def gather(
     x: Tensor,
     indices: Tensor,
@@ -328,8 +335,7 @@ def gather(
     pre = math.prod(x.shape[nb:ax])
     nidx = math.prod(indices.shape[nb:])
     inner = math.prod(x.shape[ax + 1 :])
-    s = _storage(x.itemsize)
-    kernel = _kernel(f"ca_gather<{s}, {_index_c(dtype_name(indices.dtype))}>", _gather_twin)
+    kernel = gather_kernel(x.itemsize, dtype_name(indices.dtype), False)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         result = _target(ctx, out, shape, x.dtype, name, x, indices)
@@ -412,10 +418,7 @@ def take_along_axis(
         raise ArgumentError(f"{name}: cannot take indices from an empty axis (axis {ax})")
     x_shape = (*shape[:ax], dim, *shape[ax + 1 :])
     nidx, inner = shape[ax], math.prod(shape[ax + 1 :])
-    s = _storage(x.itemsize)
-    kernel = _kernel(
-        f"ca_gather_along<{s}, {_index_c(dtype_name(indices.dtype))}>", _gather_along_twin
-    )
+    kernel = gather_kernel(x.itemsize, dtype_name(indices.dtype), True)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         result = _target(ctx, out, shape, x.dtype, name, x, indices)
@@ -564,6 +567,8 @@ def _starts(start_indices: Any, x: Tensor, name: str) -> Tensor | tuple[int, ...
                 f"{name}: start_indices must have shape ({x.ndim},), one start per axis of x, "
                 f"got {start.shape}"
             )
+        if x.ndim == 0:  # nothing to read: the window is x
+            return ()
         if x.ndim > MAX_AXES:
             raise ShapeError(
                 f"{name}: device start_indices take x of at most {MAX_AXES} axes, got "
