@@ -5,6 +5,8 @@ never make the host wait."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any
 
 import numpy as np
@@ -392,11 +394,20 @@ def test_device_starts_and_indices_never_make_the_host_wait() -> None:
     # load every kernel first (on a GPU, loading a module waits for pending work)
     cuasync.dynamic_update_slice(cache, row, pos).sync()
     cuasync.scatter(bins, ids, ones, 0, mode="add").sync()
-    with ct.gate() as gate:
+
+    def build_and_submit() -> tuple[Any, Any]:
         update = cuasync.dynamic_update_slice(cache, row, pos, out=cache).submit()
-        hist = cuasync.scatter(bins, ids, ones, 0, mode="add").submit()
-        assert not update.done() and not hist.done()
-        gate.open()
+        return update, cuasync.scatter(bins, ids, ones, 0, mode="add").submit()
+
+    with ct.gate() as gate, ThreadPoolExecutor(1) as pool:
+        job = pool.submit(build_and_submit)  # (a host read of pos would wait for the gate)
+        try:
+            update, hist = job.result(timeout=30)
+            assert not update.done() and not hist.done()
+        except FuturesTimeout:
+            pytest.fail("building or submitting the ops waited for the device")
+        finally:
+            gate.open()
     update.wait()
     np.testing.assert_array_equal(back_tensor(cache)[2], [1, 2, 3])
     np.testing.assert_array_equal(back_tensor(hist.wait()), [1, 1, 0, 2, 0])
