@@ -800,3 +800,20 @@ def pad(
         return _deliver(ctx, result, out)
 
     return _op(name, enqueue, x, shape, out)
+
+
+def indexing_kernels() -> list[Kernel]:
+    """Every kernel instantiation of this family (for compile checks)."""
+    from ._dtypes import SUPPORTED
+
+    found: list[Kernel] = []
+    for itemsize in builtin.FILL_DTYPES:
+        found.append(pad_kernel(itemsize))
+        for index in ("int32", "int64"):
+            found += [gather_kernel(itemsize, index, along) for along in (False, True)]
+            found.append(window_kernel(itemsize, index))
+            found.append(scatter_kernel(SUPPORTED[builtin.FILL_DTYPES[itemsize]], index, "set"))
+    for mode, names in COMBINE_DTYPES.items():
+        for name in names:
+            found += [scatter_kernel(SUPPORTED[name], index, mode) for index in ("int32", "int64")]
+    return found

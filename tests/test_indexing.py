@@ -19,12 +19,7 @@ import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
 from cuasync._indexing import (
     COMBINE_DTYPES,
-    gather_kernel,
-    pad_kernel,
-    scatter_kernel,
-    window_kernel,
 )
-from cuasync._nvrtc import nvrtc_problem
 from cuasync.errors import ArgumentError, DTypeError, ShapeError
 
 pytestmark = pytest.mark.usefixtures("no_emu_compile")
@@ -475,21 +470,3 @@ def test_aliasing_out_is_computed_apart() -> None:
     y = dev(a)
     cuasync.dynamic_slice(y, (1,), (7,), out=y[:7]).sync()
     np.testing.assert_array_equal(back_tensor(y), np.r_[a[1:], a[7]])
-
-
-# -- the CUDA source compiles ---------------------------------------------------------------
-@pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
-def test_every_indexing_kernel_compiles() -> None:
-    kernels = []
-    for itemsize in (1, 2, 4, 8, 16):
-        kernels.append(pad_kernel(itemsize))
-        for index in ("int32", "int64"):
-            kernels.append(window_kernel(itemsize, index))
-            kernels += [gather_kernel(itemsize, index, along) for along in (False, True)]
-    for mode, names in COMBINE_DTYPES.items():
-        for name in names:
-            kernels.append(scatter_kernel(SUPPORTED[name], "int64", mode))
-    kernels.append(scatter_kernel(SUPPORTED["complex128"], "int32", "set"))
-    for k in kernels:
-        image, _ = k.compile_image("sm_90")
-        assert image[:4] == b"\x7fELF"
