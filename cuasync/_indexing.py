@@ -180,18 +180,59 @@ def _pad_twin(out: np.ndarray, x: np.ndarray, *args: Any) -> None:
     out.reshape(os_)[...] = np.pad(src, pads, mode="edge" if mode == 1 else "reflect")
 
 
-# -- shared argument checks ---------------------------------------------------------------
-def _check_x(x: Any, name: str, argument: str = "x") -> Tensor:
+# -- operands: tensors, or TensorOps run first -------------------------------------------
+class _Lazy:
+    """A ``TensorOp`` operand: its shape, dtype and device for the checks; it is consumed
+    when the op is built (:func:`_op`) and runs first, in the op's execution context."""
+
+    __slots__ = ("device", "dtype", "op", "shape")
+    is_contiguous = True  # a new tensor
+
+    def __init__(self, op: TensorOp) -> None:
+        if op._consumed:
+            op._take()  # raises OpConsumedError
+        self.op = op
+        self.shape: Shape = op.shape
+        self.dtype = op.dtype
+        self.device = op._node.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return int(self.dtype.itemsize)
+
+
+#: An operand as the checks see it.
+Operand = Any  # Tensor | _Lazy
+
+
+def _run(ctx: ExecutionContext, value: Any) -> Any:
+    """The tensor of an operand (a ``_Lazy`` runs here); other values as they are."""
+    return value.op._enqueue(ctx).get() if isinstance(value, _Lazy) else value
+
+
+def _check_x(x: Any, name: str, argument: str = "x") -> Operand:
+    if isinstance(x, TensorOp):
+        return _Lazy(x)
     if not isinstance(x, Tensor):
         raise ArgumentError(
-            f"{name}: {argument} must be a cuasync.Tensor (await an op first, or upload with "
+            f"{name}: {argument} must be a cuasync.Tensor or TensorOp (upload arrays with "
             f"cuasync.from_host), got {type(x).__name__}"
         )
     return x
 
 
-def _check_indices(indices: Any, x: Tensor, name: str, argument: str = "indices") -> Tensor:
-    if not isinstance(indices, Tensor):
+def _check_indices(indices: Any, x: Operand, name: str, argument: str = "indices") -> Operand:
+    if isinstance(indices, TensorOp):
+        indices = _Lazy(indices)
+    if not isinstance(indices, (Tensor, _Lazy)):
         raise ArgumentError(
             f"{name}: {argument} must be a cuasync.Tensor of int32 or int64 (upload them "
             f"with cuasync.from_host), got {type(indices).__name__}"
@@ -253,12 +294,20 @@ def _deliver(ctx: ExecutionContext, result: Tensor, out: Tensor | None) -> Outpu
 def _op(
     name: str,
     enqueue: Callable[[ExecutionContext], Output[Tensor]],
-    x: Tensor,
+    x: Operand,
     shape: Shape,
     out: Tensor | None,
+    *operands: Any,
 ) -> TensorOp:
+    """The op of ``enqueue``; the ``TensorOp`` operands among ``x`` and ``operands`` are
+    consumed now (every check has passed: a refused call leaves them to the caller)."""
+    if x.device is None:
+        raise ArgumentError(f"{name}: x has no device (a TensorOp of scalars only)")
     if out is not None:
         check_out(out, name, shape, x.dtype, x.device)
+    for v in (x, *operands):
+        if isinstance(v, _Lazy):
+            v.op._take()
     pending = device_op(enqueue, x.device, name)
     pending._take()
     return TensorOp(Node("pending", name, shape, x.dtype, pending, device=x.device), out)
@@ -283,8 +332,8 @@ def gather_kernel(itemsize: int, index: str, along: bool) -> Kernel:
 
 
 def gather(
-    x: Tensor,
-    indices: Tensor,
+    x: Tensor | TensorOp,
+    indices: Tensor | TensorOp,
     axis: int = 0,
     *,
     batch_dims: int = 0,
@@ -335,25 +384,26 @@ def gather(
     pre = math.prod(x.shape[nb:ax])
     nidx = math.prod(indices.shape[nb:])
     inner = math.prod(x.shape[ax + 1 :])
-    kernel = gather_kernel(x.itemsize, dtype_name(indices.dtype), False)
+    kernel = gather_kernel(x.dtype.itemsize, dtype_name(indices.dtype), False)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = _target(ctx, out, shape, x.dtype, name, x, indices)
+        xt, it = _run(ctx, x), _run(ctx, indices)
+        result = _target(ctx, out, shape, xt.dtype, name, xt, it)
         n = result.size
         if n:
-            src = _contiguous(ctx, x, x.shape, x.dtype, name)
-            idx = _contiguous(ctx, indices, indices.shape, indices.dtype, name)
+            src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
+            idx = _contiguous(ctx, it, it.shape, it.dtype, name)
             args = (n, pre, nidx, dim, inner, code)
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out)
+    return _op(name, enqueue, x, shape, out, indices)
 
 
 def _along_shapes(
-    x: Tensor, indices: Tensor, axis: int | None, name: str
-) -> tuple[Tensor, Shape, int]:
-    """The (possibly flattened) ``x``, the iteration shape (x's and the indices' other
+    x: Operand, indices: Operand, axis: int | None, name: str
+) -> tuple[Shape, Shape, int]:
+    """The shape of the (possibly flattened) ``x``, the iteration shape (x's and the indices' other
     axes broadcast, the indices' length along the axis) and the axis."""
     if axis is None:
         if indices.ndim != 1:
@@ -361,12 +411,7 @@ def _along_shapes(
                 f"{name}: with axis=None indices must be 1-d (x is flattened), got shape "
                 f"{indices.shape}"
             )
-        if not x.is_contiguous:
-            raise ShapeError(
-                f"{name}: axis=None flattens x, which is not contiguous here; pass x.dup() "
-                "or an axis"
-            )
-        return Tensor(x.allocation, (x.size,), x.dtype, None, x.offset), indices.shape, 0
+        return (x.size,), indices.shape, 0
     if x.ndim == 0:
         raise ShapeError(f"{name}: x is 0-d; pass axis=None or a tensor with axes")
     ax = _axis(axis, x.ndim, name)
@@ -386,12 +431,12 @@ def _along_shapes(
                 f"{name}: indices of shape {indices.shape} do not broadcast against x of "
                 f"shape {x.shape} (axis {d}: {b} vs {a}; the axis {ax} may differ)"
             )
-    return x, tuple(rest), ax
+    return x.shape, tuple(rest), ax
 
 
 def take_along_axis(
-    x: Tensor,
-    indices: Tensor,
+    x: Tensor | TensorOp,
+    indices: Tensor | TensorOp,
     axis: int | None = -1,
     *,
     mode: str = "wrap",
@@ -412,25 +457,29 @@ def take_along_axis(
     x = _check_x(x, name)
     indices = _check_indices(indices, x, name)
     code = _INDEX_MODES[_check_mode(mode, ("wrap", "clip"), name)]
-    src_x, shape, ax = _along_shapes(x, indices, axis, name)
-    dim = src_x.shape[ax]
+    flat_shape, shape, ax = _along_shapes(x, indices, axis, name)
+    dim = flat_shape[ax]
     if dim == 0 and 0 not in shape:
         raise ArgumentError(f"{name}: cannot take indices from an empty axis (axis {ax})")
     x_shape = (*shape[:ax], dim, *shape[ax + 1 :])
     nidx, inner = shape[ax], math.prod(shape[ax + 1 :])
-    kernel = gather_kernel(x.itemsize, dtype_name(indices.dtype), True)
+    kernel = gather_kernel(x.dtype.itemsize, dtype_name(indices.dtype), True)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = _target(ctx, out, shape, x.dtype, name, x, indices)
+        xt, it = _run(ctx, x), _run(ctx, indices)
+        result = _target(ctx, out, shape, xt.dtype, name, xt, it)
         n = result.size
         if n:
-            src = _contiguous(ctx, src_x, x_shape, x.dtype, name)
-            idx = _contiguous(ctx, indices, shape, indices.dtype, name)
+            src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
+            if axis is None:
+                src = _flat(src)
+            src = _contiguous(ctx, src, x_shape, xt.dtype, name)  # broadcast
+            idx = _contiguous(ctx, it, shape, it.dtype, name)
             args = (n, nidx, dim, inner, code)
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out)
+    return _op(name, enqueue, x, shape, out, indices)
 
 
 # -- scatter ------------------------------------------------------------------------------
@@ -443,8 +492,8 @@ def scatter_kernel(dtype: Any, index: str, mode: str) -> Kernel:
 
 
 def scatter(
-    x: Tensor,
-    indices: Tensor,
+    x: Tensor | TensorOp,
+    indices: Tensor | TensorOp,
     updates: Any,
     axis: int | None = -1,
     *,
@@ -485,9 +534,9 @@ def scatter(
             f"device's atomics), got {dtype_name(x.dtype)}; convert x (.astype) or use "
             "mode='set'"
         )
-    dst_x, shape, ax = _along_shapes(x, indices, axis, name)
-    dim = dst_x.shape[ax]
-    for d, (a, b) in enumerate(zip(dst_x.shape, shape, strict=True)):
+    flat_shape, shape, ax = _along_shapes(x, indices, axis, name)
+    dim = flat_shape[ax]
+    for d, (a, b) in enumerate(zip(flat_shape, shape, strict=True)):
         if d != ax and a != b:
             raise ShapeError(
                 f"{name}: indices of shape {indices.shape} reach past x of shape {x.shape} "
@@ -501,26 +550,29 @@ def scatter(
     in_place = _same_view(out, x)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        reads = (indices, *([upd] if isinstance(upd, Tensor) else []))
-        result = _target(ctx, out, x.shape, x.dtype, name, *reads, *(() if in_place else (x,)))
+        xt, it, ut = _run(ctx, x), _run(ctx, indices), _run(ctx, upd)
+        reads = (it, *([ut] if isinstance(ut, Tensor) else []))
+        result = _target(ctx, out, xt.shape, xt.dtype, name, *reads, *(() if in_place else (xt,)))
         if not (in_place and result is out) and result.size:
-            _copy_into(ctx, result, x)
+            _copy_into(ctx, result, xt)
         n = math.prod(shape)
         if n:
-            idx = _contiguous(ctx, indices, shape, indices.dtype, name)
-            values = _updates_tensor(ctx, upd, x, shape, name)
+            idx = _contiguous(ctx, it, shape, it.dtype, name)
+            values = _updates_tensor(ctx, ut, xt, shape, name)
             flat = _flat_bits if mode == "set" else _flat
             views = (flat(result), _flat(idx), flat(values))
             builtin.launch(ctx, kernel, n, *views, n, nidx, dim, inner, code)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, x.shape, out)
+    return _op(name, enqueue, x, x.shape, out, indices, upd)
 
 
-def _updates(updates: Any, x: Tensor, shape: Shape, name: str) -> Tensor | np.ndarray:
+def _updates(updates: Any, x: Operand, shape: Shape, name: str) -> Any:
     """``updates`` checked: a tensor broadcasting to ``shape``, or a number as a 0-d array
     of ``x``'s dtype."""
-    if isinstance(updates, Tensor):
+    if isinstance(updates, TensorOp):
+        updates = _Lazy(updates)
+    if isinstance(updates, (Tensor, _Lazy)):
         if updates.device is not x.device:
             raise InvalidDeviceError(f"{name}: updates are on another device than x")
         try:
@@ -557,10 +609,10 @@ def window_kernel(itemsize: int, index: str) -> Kernel:
     return _kernel(f"ca_window<{_storage(itemsize)}, {_index_c(index)}>", _window_twin)
 
 
-def _starts(start_indices: Any, x: Tensor, name: str) -> Tensor | tuple[int, ...]:
+def _starts(start_indices: Any, x: Operand, name: str) -> Any:
     """Python ints (one per axis of ``x``), or an int32/int64 device tensor of shape
     ``(x.ndim,)``, checked."""
-    if isinstance(start_indices, Tensor):
+    if isinstance(start_indices, (Tensor, TensorOp)):
         start = _check_indices(start_indices, x, name, "start_indices")
         if start.shape != (x.ndim,):
             raise ShapeError(
@@ -591,7 +643,7 @@ def _window(
     start: Tensor | tuple[int, ...], x_shape: Shape, sizes: Shape
 ) -> tuple[slice, ...] | None:
     """The clamped window of host starts (None for device ones)."""
-    if isinstance(start, Tensor):
+    if not isinstance(start, tuple):
         return None
     return tuple(
         slice(c, c + z)
@@ -614,7 +666,7 @@ def _launch_window(
 
 
 def dynamic_slice(
-    x: Tensor, start_indices: Any, sizes: Any, *, out: Tensor | None = None
+    x: Tensor | TensorOp, start_indices: Any, sizes: Any, *, out: Tensor | None = None
 ) -> TensorOp:
     """The window of ``x`` of shape ``sizes`` starting at ``start_indices``: XLA's
     ``DynamicSlice``.
@@ -633,39 +685,32 @@ def dynamic_slice(
     window = _window(start, x.shape, shape)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = _target(ctx, out, shape, x.dtype, name, x, *_device(start))
+        xt, st = _run(ctx, x), _run(ctx, start)
+        result = _target(ctx, out, shape, xt.dtype, name, xt, *_device(st))
         if result.size:
             if window is not None:  # host starts: a view of x, copied
-                _copy_into(ctx, result, x[window])
+                _copy_into(ctx, result, xt[window])
             else:
-                src = _contiguous(ctx, x, x.shape, x.dtype, name)
-                _launch_window(ctx, src, result, _device(start)[0], 0)
+                src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
+                _launch_window(ctx, src, result, _device(st)[0], 0)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out)
+    return _op(name, enqueue, x, shape, out, start)
 
 
-def _device(start: Tensor | tuple[int, ...]) -> tuple[Tensor, ...]:
+def _device(start: Any) -> tuple[Tensor, ...]:
     """The device tensor of starts, as a tuple of it (empty for host starts)."""
-    return (start,) if isinstance(start, Tensor) else ()
+    return () if isinstance(start, tuple) else (start,)
 
 
-def _same_view(a: Tensor | None, b: Tensor) -> bool:
+def _same_view(a: Tensor | None, b: Operand) -> bool:
     """Whether ``a`` is the very view ``b`` (an op given ``out=x`` works in place)."""
-    return (
-        a is not None
-        and (a.ptr, a.shape, a.strides, a.dtype)
-        == (
-            b.ptr,
-            b.shape,
-            b.strides,
-            b.dtype,
-        )
-        and a.allocation is b.allocation
-    )
+    if a is None or not isinstance(b, Tensor) or a.allocation is not b.allocation:
+        return False
+    return (a.ptr, a.shape, a.strides, a.dtype) == (b.ptr, b.shape, b.strides, b.dtype)
 
 
-def _sizes(sizes: Any, x: Tensor, name: str) -> Shape:
+def _sizes(sizes: Any, x: Operand, name: str) -> Shape:
     try:
         shape = tuple(operator.index(z) for z in sizes)
     except TypeError:
@@ -681,7 +726,11 @@ def _sizes(sizes: Any, x: Tensor, name: str) -> Shape:
 
 
 def dynamic_update_slice(
-    x: Tensor, update: Tensor, start_indices: Any, *, out: Tensor | None = None
+    x: Tensor | TensorOp,
+    update: Tensor | TensorOp,
+    start_indices: Any,
+    *,
+    out: Tensor | None = None,
 ) -> TensorOp:
     """A copy of ``x`` with ``update`` written over the window at ``start_indices``:
     XLA's ``DynamicUpdateSlice`` (``out=x`` writes ``x`` in place: a KV-cache update).
@@ -709,19 +758,20 @@ def dynamic_update_slice(
     in_place = _same_view(out, x)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        reads = (update, *_device(start), *(() if in_place else (x,)))
-        result = _target(ctx, out, x.shape, x.dtype, name, *reads)
+        xt, ut, st = _run(ctx, x), _run(ctx, update), _run(ctx, start)
+        reads = (ut, *_device(st), *(() if in_place else (xt,)))
+        result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
         if not (in_place and result is out) and result.size:
-            _copy_into(ctx, result, x)
-        if update.size:
+            _copy_into(ctx, result, xt)
+        if ut.size:
             if window is not None:
-                _copy_into(ctx, result[window], update)
+                _copy_into(ctx, result[window], ut)
             else:
-                small = _contiguous(ctx, update, update.shape, x.dtype, name)
-                _launch_window(ctx, result, small, _device(start)[0], 1)
+                small = _contiguous(ctx, ut, ut.shape, xt.dtype, name)
+                _launch_window(ctx, result, small, _device(st)[0], 1)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, x.shape, out)
+    return _op(name, enqueue, x, x.shape, out, update, start)
 
 
 # -- pad ----------------------------------------------------------------------------------
@@ -752,7 +802,7 @@ def _pad_width(pad_width: Any, ndim: int, name: str) -> tuple[tuple[int, int], .
 
 
 def pad(
-    x: Tensor,
+    x: Tensor | TensorOp,
     pad_width: Any,
     mode: str = "constant",
     *,
@@ -786,15 +836,16 @@ def pad(
     xs = (1,) * lead + x.shape
     ps = (0,) * lead + tuple(a for a, _ in widths)
     os_ = (1,) * lead + shape
-    kernel = pad_kernel(x.itemsize)
+    kernel = pad_kernel(x.dtype.itemsize)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = _target(ctx, out, shape, x.dtype, name, x)
+        xt = _run(ctx, x)
+        result = _target(ctx, out, shape, xt.dtype, name, xt)
         n = result.size
-        if n and not x.size:  # nothing to copy from: all of it is padding (constant)
+        if n and not xt.size:  # nothing to copy from: all of it is padding (constant)
             _enqueue_fill(ctx, result, bits)
         elif n:
-            src = _contiguous(ctx, x, x.shape, x.dtype, name)
+            src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
             args = (n, code, *xs, *ps, *os_, *bits)
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), *args)
         return _deliver(ctx, result, out)

@@ -470,3 +470,36 @@ def test_aliasing_out_is_computed_apart() -> None:
     y = dev(a)
     cuasync.dynamic_slice(y, (1,), (7,), out=y[:7]).sync()
     np.testing.assert_array_equal(back_tensor(y), np.r_[a[1:], a[7]])
+
+
+def test_lazy_operands_run_first_and_a_refused_call_leaves_them() -> None:
+    # Every operand may be a TensorOp (an elementwise expression, a creation op): it runs
+    # first, on the op's stream, as part of the same submission.
+    a = host((3, 4), "float32")
+    x, i = dev(a), dev(np.array([[3, 0], [1, 1], [2, -1]]))
+    got = back(cuasync.take_along_axis(x * 2, i + 0, axis=1))
+    np.testing.assert_array_equal(
+        got, np.take_along_axis(a * 2, np.array([[3, 0], [1, 1], [2, -1]]), 1)
+    )
+    np.testing.assert_array_equal(
+        back(cuasync.gather(x + 1, i[:, 0] + 0, 1)), np.take(a + 1, [3, 1, 2], 1)
+    )
+    hist = back(
+        cuasync.scatter(
+            cuasync.zeros(5), dev(np.array([0, 3, 3])), cuasync.ones(3) * 2, 0, mode="add"
+        )
+    )
+    np.testing.assert_array_equal(hist, [2, 0, 0, 4, 0])
+    pos = dev(np.array([1, 2]))
+    np.testing.assert_array_equal(
+        back(cuasync.dynamic_slice(x - 1, pos + 0, (2, 2))), a[1:3, 2:4] - 1
+    )
+    got = back(cuasync.dynamic_update_slice(cuasync.zeros((3, 4)), cuasync.ones((1, 2)), pos * 1))
+    want = np.zeros((3, 4), np.float32)
+    want[1, 2:4] = 1
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(back(cuasync.pad(x * 0 + 1, 1)), np.pad(a * 0 + 1, 1))
+    lazy = x * 3
+    with pytest.raises(ShapeError):
+        cuasync.dynamic_slice(lazy, (0, 0), (9, 9))
+    np.testing.assert_array_equal(back(lazy), a * 3)  # not consumed by the refused call
