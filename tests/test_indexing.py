@@ -398,6 +398,7 @@ def test_device_starts_and_indices_never_make_the_host_wait() -> None:
         job = pool.submit(build_and_submit)  # (a host read of pos would wait for the gate)
         try:
             update, hist = job.result(timeout=30)
+            assert update.stream in gate.streams and hist.stream in gate.streams
             assert not update.done() and not hist.done()
         except FuturesTimeout:
             pytest.fail("building or submitting the ops waited for the device")
