@@ -67,6 +67,12 @@ from ._creation import ones as ones
 from ._creation import rand as rand
 from ._creation import randn as randn
 from ._first_use import warmup as warmup
+from ._indexing import dynamic_slice as dynamic_slice
+from ._indexing import dynamic_update_slice as dynamic_update_slice
+from ._indexing import gather as gather
+from ._indexing import pad as pad
+from ._indexing import scatter as scatter
+from ._indexing import take_along_axis as take_along_axis
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
@@ -208,6 +214,8 @@ __all__ = [
     "download_into",
     "download_pending",
     "dup",
+    "dynamic_slice",
+    "dynamic_update_slice",
     "empty",
     "empty_like",
     "equal",
@@ -223,6 +231,7 @@ __all__ = [
     "from_host",
     "full",
     "full_like",
+    "gather",
     "get_default_device",
     "graph_scope",
     "greater",
@@ -247,6 +256,7 @@ __all__ = [
     "not_equal",
     "ones",
     "ones_like",
+    "pad",
     "permute_dims",
     "power",
     "prod",
@@ -254,6 +264,7 @@ __all__ = [
     "randn",
     "remainder",
     "rsqrt",
+    "scatter",
     "set_default_device",
     "shared",
     "sign",
@@ -265,6 +276,7 @@ __all__ = [
     "subtract",
     "sum",
     "take",
+    "take_along_axis",
     "tanh",
     "tensordot",
     "to_host",

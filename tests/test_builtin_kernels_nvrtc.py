@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import cuasync
-from cuasync import _builtin, _kernel
+from cuasync import _builtin, _indexing, _kernel
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
 from cuasync._kernel import Kernel
@@ -26,6 +26,9 @@ PROBLEM = nvrtc_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in _builtin.builtin_kernels()}
+#: The indexing family (gather, take_along_axis, scatter, dynamic slices, pad): one
+#: translation unit of its own (cuasync/kernels/indexing.cu).
+INDEXING: dict[str, Kernel] = {k.name: k for k in _indexing.indexing_kernels()}
 
 
 def test_every_family_and_dtype_is_listed() -> None:
@@ -48,6 +51,23 @@ def test_builtin_kernel_compiles(name: str, arch: str) -> None:
         pytest.fail(f"{name} does not compile for {arch}:\n{exc.log}")
     assert image[:4] == b"\x7fELF", "NVRTC should give a cubin (an ELF image)"
     assert lowered.startswith("_Z") and name.split("<")[0] in lowered
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_indexing_kernel_compiles(name: str, arch: str) -> None:
+    try:
+        image, _ = INDEXING[name].compile_image(arch)
+    except KernelCompileError as exc:
+        pytest.fail(f"{name} does not compile for {arch}:\n{exc.log}")
+    assert image[:4] == b"\x7fELF"
+
+
+def test_every_indexing_family_is_listed() -> None:
+    families = {name.split("<")[0] for name in INDEXING}
+    assert families == {"ca_gather", "ca_gather_along", "ca_scatter", "ca_window", "ca_pad"}
+    combining = sum(len(v) for v in _indexing.COMBINE_DTYPES.values())
+    assert sum(name.startswith("ca_scatter<") for name in INDEXING) == 2 * (combining + 5)
 
 
 def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:

@@ -49,6 +49,15 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.asarray(x), Tensor)
     assert_type(cuasync.from_dlpack(x), Tensor)
     assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
+    # the indexing family (#33): TensorOps; starts may be device tensors
+    assert_type(cuasync.take_along_axis(x, x, axis=1, mode="clip"), TensorOp)
+    assert_type(cuasync.gather(x, x, 1, batch_dims=1, out=x), TensorOp)
+    assert_type(cuasync.scatter(x, x, 1.0, 0, mode="add", index_mode="drop"), TensorOp)
+    assert_type(await cuasync.scatter(x, x, x, out=x), Tensor)
+    assert_type(cuasync.dynamic_slice(x, (0, 1), (2, 2)), TensorOp)
+    assert_type(cuasync.dynamic_slice(x, x, [2, 2]), TensorOp)
+    assert_type(await cuasync.dynamic_update_slice(x, x, x, out=x), Tensor)
+    assert_type(cuasync.pad(x, ((1, 1), (0, 2)), "reflect", constant_values=0), TensorOp)
 
 
 def devices() -> None:
