@@ -72,6 +72,7 @@ _TWINS = {
     "linspace": _twins.linspace_twin,
     "arange": _twins.arange_twin,
     "convert": _twins.convert_twin,
+    "convert_checked": _twins.convert_checked_twin,
     "rand": _twins.rand_twin,
     "randn": _twins.randn_twin,
 }
@@ -101,7 +102,11 @@ def builtin_kernels() -> list[Kernel]:
     """Every built-in kernel, one per dtype instantiation (for compile checks)."""
     keys: list[tuple[str, str]] = [("fill", str(size)) for size in FILL_DTYPES]
     names = list(SUPPORTED)
-    keys += [(family, name) for family in ("linspace", "arange", "convert") for name in names]
+    keys += [
+        (family, name)
+        for family in ("linspace", "arange", "convert", "convert_checked")
+        for name in names
+    ]
     keys += [
         (family, name) for family in ("rand", "randn") for name in RANDOM_DTYPES if name in names
     ]

@@ -40,7 +40,7 @@ from ._dtypes import (
 from ._ops.tensorop import TensorOp, tensor_op
 from ._tensor import Shape, Tensor, check_shape, check_writable
 from ._twins import host_cast
-from .errors import ArgumentError, DTypeError, ShapeError
+from .errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 
 __all__ = [
     "arange",
@@ -597,27 +597,92 @@ def linspace(
     return _ramp_op(k, dt, a, b, _device_arg(device), "linspace", bool(endpoint))
 
 
-def convert(tensor: Tensor, dtype: Any) -> TensorOp:
+#: ``convert``'s ``casting`` values: numpy's names, and "checked".
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe", "checked")
+
+
+def convert(tensor: Tensor, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
     """An op producing a new contiguous tensor: ``tensor`` cast to ``dtype``.
 
     numpy's casting rules (``ndarray.astype``): floats to integers truncate toward zero,
-    complex to real keeps the real part, anything to bool is ``!= 0``. Out-of-range and
-    NaN float-to-integer conversions are undefined, as in numpy.
+    complex to real keeps the real part, anything to bool is ``!= 0``. ``casting`` is
+    numpy's: ``"unsafe"`` (the default, as ``astype``'s) allows any cast; ``"no"``,
+    ``"equiv"``, ``"safe"`` and ``"same_kind"`` refuse the others with
+    :class:`~cuasync.errors.DTypeError` when the op is built (``numpy.can_cast``).
+    Out-of-range and NaN float-to-integer conversions are undefined, as in numpy, unless
+    ``casting="checked"``: any cast, and the op fails with
+    :class:`~cuasync.errors.CastOverflowError` when it lands if a value was out of the
+    integer range, NaN or infinite to an integer, or a finite float that became infinite
+    (``1e5`` to float16); the kernel raises a flag on the device, read back with the
+    op's completion (never blocking). A checked cast cannot be recorded in a graph.
 
     >>> h = await cuasync.convert(x, "float16")
+    >>> i = await cuasync.convert(x, "int8", casting="checked")   # CastOverflowError for 1e10
     """
     if not isinstance(tensor, Tensor):
         raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
     src = tensor
     dt = as_dtype(dtype)
+    check_casting(src.dtype, dt, casting)
+    checked = casting == "checked"
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, src.shape, dt, "convert")
         if t.size:
-            kernel_copy(ctx, t, src)
+            if checked:
+                _checked_copy(ctx, t, src)
+            else:
+                kernel_copy(ctx, t, src)
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, src.device, "convert"), src.shape, dt)
+
+
+def check_casting(src: np.dtype[Any], dt: np.dtype[Any], casting: Any) -> None:
+    """Raise unless ``casting`` is one of :data:`CASTINGS` that allows ``src`` to ``dt``."""
+    if casting not in CASTINGS:
+        raise ArgumentError(
+            f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}"[:300]
+        )
+    if casting in ("unsafe", "checked") or np.can_cast(src, dt, casting):
+        return
+    raise DTypeError(
+        f"cannot cast {dtype_name(src)} to {dtype_name(dt)} with casting={casting!r} "
+        "(numpy.can_cast says no); pass casting='unsafe' to allow it, or "
+        "casting='checked' to allow it and raise CastOverflowError where a value does not fit"
+    )
+
+
+def _checked_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
+    """``kernel_copy`` with ``ca_convert_checked``: a device flag, zeroed, set by the
+    kernel where a value overflows, copied to pinned memory and read when the work has
+    completed (``ctx.check_when_done``)."""
+    from ._copies import copy_strided
+    from ._staging import staging_pool
+
+    flag = new_tensor(ctx, (1,), SUPPORTED["uint32"], "convert")
+    _enqueue_fill(ctx, flag, (0, 0))
+    kernel = builtin.kernel("convert_checked", dtype_name(dst.dtype))
+    code = dtype_info(src.dtype).code
+    flat = builtin.flat(dst)
+    for sub, dims, strides, first in builtin.chunks(src):
+        out = Tensor(flat.allocation, sub.shape, flat.dtype, None, flat.offset + first)
+        builtin.launch(ctx, kernel, sub.size, out, sub, code, flag, sub.size, *dims, *strides)
+    block = staging_pool().acquire(4)
+    copy_strided(ctx, "dtoh", block.address, (4,), ctx.read(flag.allocation), (4,), (1,), 4)
+    ctx.retain(block)
+    seen = block.array(SUPPORTED["uint32"], (1,))
+    names = dtype_name(src.dtype), dtype_name(dst.dtype)
+
+    def check() -> None:
+        if seen[0]:
+            raise CastOverflowError(
+                f"astype({names[1]!r}, casting='checked'): a value of the {names[0]} tensor "
+                f"of shape {src.shape} does not fit in {names[1]} (out of range, NaN or "
+                "infinite); clip it first (cuasync.clip) or cast to a wider dtype"
+            )
+
+    ctx.check_when_done(check)
 
 
 def rand(

@@ -530,14 +530,17 @@ class Tensor(TensorOperators, ProcessLocal):
         return DevicePointer._of(self)
 
     # -- ops on the tensor (lazy) ---------------------------------------------------------
-    def astype(self, dtype: Any) -> TensorOp:
-        """An op producing a contiguous copy cast to ``dtype`` (:func:`cuasync.convert`).
+    def astype(self, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+        """An op producing a contiguous copy cast to ``dtype`` (:func:`cuasync.convert`):
+        ``casting`` is numpy's ("no", "equiv", "safe", "same_kind", "unsafe"), or
+        "checked" (:class:`~cuasync.errors.CastOverflowError` where a value does not fit).
 
         >>> h = await t.astype("float16")
+        >>> i = await t.astype("int8", casting="checked")
         """
         from ._creation import convert
 
-        return convert(self, dtype)
+        return convert(self, dtype, casting=casting)
 
     def item(self) -> DeviceOp[Any]:
         """An op copying the one element of a size-1 tensor to the host as a Python scalar.

@@ -248,6 +248,50 @@ def convert_twin(dt: np.dtype[Any]) -> Callable[..., None]:
     return twin
 
 
+def overflows(src: np.ndarray, stored: np.ndarray, dt: np.dtype[Any]) -> bool:
+    """``ca_overflows`` (kernels/cast.cuh) over arrays: whether casting ``src`` to ``dt``
+    (giving ``stored``) lost a value: an integer, or a float truncated toward zero,
+    outside an integer ``dt``'s range, NaN or infinity to an integer, or a finite value
+    that became infinite or NaN. bool never overflows; complex sources: the real part.
+
+    >>> overflows(np.array([1e10]), np.array([0], "int8"), np.dtype("int8"))
+    True
+    """
+    kind, src_kind = dtype_info(dt).kind, dtype_info(src.dtype).kind
+    if kind == "b" or src.size == 0:
+        return False
+    if kind in "iu":
+        info = np.iinfo(dt)
+        if src_kind in "biu":
+            wide = src.astype(np.int64) if src_kind != "u" else src
+            return bool(np.any(wide > info.max) or (src_kind != "u" and np.any(wide < info.min)))
+        re = (src.real if src_kind == "c" else src).astype(np.float64)
+        lo, hi = float(info.min), float(info.max) + 1.0
+        with np.errstate(invalid="ignore"):
+            inside = (re >= lo) & (re < hi) if info.min == -(2**63) else (re > lo - 1) & (re < hi)
+        return bool(not np.all(inside))
+    if src_kind in "biu":
+        return bool(not np.all(np.isfinite(_as_wide(stored))))
+    return bool(np.any(np.isfinite(_as_wide(src)) & ~np.isfinite(_as_wide(stored))))
+
+
+def _as_wide(a: np.ndarray) -> np.ndarray:
+    """float64 or complex128 values of any float or complex array (bfloat16, FP8 too)."""
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+
+
+def convert_checked_twin(dt: np.dtype[Any]) -> Callable[..., None]:
+    """``ca_convert_checked`` storing ``dt``: ``ca_convert``, and the flag set to 1 where
+    a value overflows (:func:`overflows`)."""
+
+    def twin(out: np.ndarray, src: np.ndarray, code: Any, flag: np.ndarray, *_: Any) -> None:
+        _store(out, src, dt)
+        if overflows(src, out.view(dt), dt):
+            flag[...] = 1
+
+    return twin
+
+
 def rand_twin(dt: np.dtype[Any]) -> Callable[..., None]:
     """``ca_rand`` storing ``dt``."""
 

@@ -16,6 +16,7 @@ around an ``await`` does not hide it. :class:`InternalError` is a bug in cuasync
     │   │   ├── DeviceFaultError       sticky context fault: trap, illegal address, ...
     │   │   └── OutOfMemoryError       also a MemoryError; names the size requested
     │   ├── KernelError                a kernel failed without faulting the device
+    │   │   └── CastOverflowError      a checked cast met a value its dtype cannot hold
     │   ├── KernelCompileError         NVRTC failed; carries the log
     │   └── BusyResourceError          a pinned buffer is in flight
     ├── UsageError                     misuse: fix the calling code
@@ -64,6 +65,7 @@ __all__ = [
     "BusyResourceError",
     "BusyTransferRejected",
     "CaptureError",
+    "CastOverflowError",
     "CuasyncError",
     "DTypeError",
     "DeviceError",
@@ -303,6 +305,16 @@ class KernelError(DeviceError):
     """A kernel failed while it ran, without faulting the device; on the emulator, its
     numpy twin raised (the twin's exception is the ``__cause__``). The op fails; the
     device stays usable."""
+
+
+class CastOverflowError(KernelError, OverflowError):
+    """A checked cast (``astype(dtype, casting="checked")``) met a value ``dtype``
+    cannot hold: out of an integer's range, NaN or infinity to an integer, or a finite
+    float that became infinite. Found on the device, raised when the op lands; the
+    output tensor is not handed out.
+
+    >>> await x.astype("int8", casting="checked")   # x holds 1e10: CastOverflowError
+    """
 
 
 class KernelCompileError(DeviceError):

@@ -33,9 +33,18 @@ INDEXING: dict[str, Kernel] = {k.name: k for k in _indexing.indexing_kernels()}
 
 def test_every_family_and_dtype_is_listed() -> None:
     families = {name.split("<")[0] for name in KERNELS}
-    assert families == {"ca_fill", "ca_linspace", "ca_arange", "ca_convert", "ca_rand", "ca_randn"}
+    assert families == {
+        "ca_fill",
+        "ca_linspace",
+        "ca_arange",
+        "ca_convert",
+        "ca_convert_checked",
+        "ca_rand",
+        "ca_randn",
+    }
     dtypes = len(SUPPORTED)
     assert sum(name.startswith("ca_convert<") for name in KERNELS) == dtypes
+    assert sum(name.startswith("ca_convert_checked<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_linspace<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_arange<") for name in KERNELS) == dtypes
     assert sum(name.startswith("ca_fill<") for name in KERNELS) == 5

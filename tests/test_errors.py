@@ -16,6 +16,7 @@ RUNTIME: list[type[Exception]] = [
     errors.DeviceFaultError,
     errors.OutOfMemoryError,
     errors.KernelError,
+    errors.CastOverflowError,
     errors.KernelCompileError,
     errors.BusyResourceError,
 ]
@@ -109,6 +110,7 @@ def test_one_root_and_an_internal_error_of_its_own() -> None:
         (errors.NotAwaitedError, TypeError),
         (errors.NotAwaitedError, AttributeError),
         (errors.OutOfMemoryError, MemoryError),
+        (errors.CastOverflowError, OverflowError),
     ],
 )
 def test_builtin_bases_stay(cls: type[Exception], builtin: type[Exception]) -> None:

@@ -269,6 +269,8 @@ class Completion:
         if seq > stream._completed:  # (stream._mark_completed, inline: every op passes here)
             stream._completed = seq
         error: BaseException | None = None
+        if ctx.checks and not ctx.errors:
+            _run_checks(ctx)
         if ctx.errors:
             value, error = None, ctx.errors[0]
         else:
@@ -1098,3 +1100,14 @@ def stats() -> Stats:
     """
     hub = get_hub()
     return hub.snapshot()
+
+
+def _run_checks(ctx: Any) -> None:
+    """Run ``ctx``'s checks (:meth:`ExecutionContext.check_when_done`); the first error
+    goes to its error box, where the submission and any op sharing it find it."""
+    for check in ctx.checks:
+        try:
+            check()
+        except BaseException as exc:
+            ctx.error_box().append(exc)
+            return

@@ -9,7 +9,7 @@ a deadlock or interleaved streams. ``then_unchecked`` releases the lock for its 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,9 @@ class ExecutionContext:
     ``stream`` and ``device``: where the work goes; ``seq``: the submission's number on
     that stream; ``retained``: objects kept alive until the work completes (see
     :meth:`retain`); ``errors``: errors the device work itself reports (see
-    :meth:`error_box`); ``capturing``: whether the stream is recording a graph, and then
+    :meth:`error_box`); ``checks``: functions run when the work has completed, before
+    the output is realized (see :meth:`check_when_done`); ``capturing``: whether the
+    stream is recording a graph, and then
     ``accesses``: the ``(allocation, written)`` pairs recorded for each launch. ``fuse``
     and ``deferred`` are cuasync's own (a last launch fused with the completion flag's
     write): a custom op leaves them alone.
@@ -79,6 +81,7 @@ class ExecutionContext:
     __slots__ = (
         "accesses",
         "capturing",
+        "checks",
         "deferred",
         "device",
         "errors",
@@ -99,6 +102,7 @@ class ExecutionContext:
         #: Errors raised by this submission's device work itself (an emulated kernel's
         #: numpy twin): the submission fails with the first when it completes.
         self.errors: list[BaseException] | None = None
+        self.checks: list[Callable[[], None]] | None = None
         if stream._capturing:
             # Nothing runs while capturing: accesses are recorded, each launch replays them.
             self.capturing = True
@@ -122,6 +126,7 @@ class ExecutionContext:
         ctx.device = stream.device
         ctx.retained = retained
         ctx.errors = errors
+        ctx.checks = None
         ctx.capturing = False
         ctx.accesses = None
         ctx.seq = seq
@@ -140,6 +145,18 @@ class ExecutionContext:
         if self.errors is None:
             self.errors = []
         return self.errors
+
+    def check_when_done(self, check: Callable[[], None]) -> None:
+        """Run ``check`` when this submission's work has completed, before its output is
+        realized; what it raises fails the submission (and every op sharing it), as an
+        error the device work reported. For a result the device computes on the side
+        and a host copy brings back (a checked cast's overflow flag)::
+
+            ctx.check_when_done(lambda: _raise_if_set(flag_on_host))
+        """
+        if self.checks is None:
+            self.checks = []
+        self.checks.append(check)
 
     def retain(self, obj: Any) -> None:
         """Keep ``obj`` alive until this submission's completion is observed."""

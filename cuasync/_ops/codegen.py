@@ -6,8 +6,8 @@ The kernel is a grid-stride loop over the output's elements that unravels each l
 index into one strided offset per operand (64-bit), loads, computes the whole tree in
 registers and stores once. When every operand is contiguous it skips the unravelling
 and loads ``UNROLL`` elements per thread before computing (HBM wants bytes in flight),
-in one access per operand where they are aligned. float16 is computed in float32 and
-rounded after every op, as numpy does.
+in one access per operand where they are aligned. float16 and bfloat16 are computed in
+float32 and rounded after every op, as numpy (and ml_dtypes) do.
 
 >>> plan, tensors, scalars = make_plan(node)
 >>> kernel_for(plan, ndim=2)          # cached: the same Kernel for the same plan
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import DTYPES, dtype_name
+from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._kernel import Kernel
 from .._tensor import Tensor
 from .expr import UFUNCS, Node
@@ -32,7 +32,7 @@ from .expr import UFUNCS, Node
 #: "float" for a weak scalar, else its dtype name); ("op", name, ins, out, *children).
 Plan = tuple[Any, ...]
 
-_COMPUTE = {"float16": "float", "float32": "float", "float64": "double"}
+_COMPUTE = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double"}
 _CMP = {
     "equal": "==",
     "not_equal": "!=",
@@ -78,7 +78,7 @@ def scalar_arg(value: Any, spec: str) -> Any:
     """A scalar as the kernel parameter of its spec takes it."""
     if spec in _WEAK_C:
         return value
-    return float(value) if spec == "float16" else value.item()
+    return float(value) if spec in ("float16", "bfloat16") else value.item()
 
 
 # -- C++ ----------------------------------------------------------------------------------
@@ -87,14 +87,26 @@ def ctype(name: str) -> str:
     return _COMPUTE.get(name, DTYPES[name].storage)
 
 
-def _convert(expr: str, to: str) -> str:
-    if to == "float16":
-        return f"ca_hr((double)({expr}))"
-    return f"(({ctype(to)})({expr}))"
+def _dtype_of(plan: Plan) -> str:
+    """The dtype of a plan item's value (a weak scalar's spec: "bool", "int", "float")."""
+    return str(plan[3] if plan[0] == "op" else plan[2])
+
+
+def _convert_from(expr: str, src: str, to: str) -> str:
+    """``expr``, a value of dtype ``src``, as one of ``to``; nothing to do where they are
+    the same dtype (a float16 or bfloat16 value is exact already: no rounding again)."""
+    return expr if src == to else _round(expr, to)
 
 
 def _round(expr: str, dt: str) -> str:
-    return f"ca_hr((double)({expr}))" if dt == "float16" else f"(({ctype(dt)})({expr}))"
+    """``expr`` as a value of dtype ``dt``: float16 and bfloat16 rounded once to their
+    precision (``ca_br`` is overloaded on the C type, so a double or a 64-bit integer
+    rounds once, as ml_dtypes' casts), computed on in float32."""
+    if dt == "float16":
+        return f"ca_hr((double)({expr}))"
+    if dt == "bfloat16":
+        return f"ca_br({expr})"
+    return f"(({ctype(dt)})({expr}))"
 
 
 def _math(name: str, a: str, dt: str) -> str:
@@ -174,7 +186,8 @@ def _emit(
         lines.append(f"        {ctype(out)} v{counter[0]} = {_vdot_product(a, b, out)};")
         return f"v{counter[0]}"
     args = [
-        _convert(_emit(c, lines, counter, loaded), dt) for c, dt in zip(children, ins, strict=True)
+        _convert_from(_emit(c, lines, counter, loaded), _dtype_of(c), dt)
+        for c, dt in zip(children, ins, strict=True)
     ]
     if name == "where":
         expr = f"({args[0]} ? {args[1]} : {args[2]})"
@@ -224,6 +237,8 @@ UNROLL = 4
 def _store(result: str, out: str) -> str:
     if out == "float16":
         return f"ca_half_from_double((double)({result}))"
+    if out == "bfloat16":  # (the value is a bfloat16 already: exact)
+        return f"ca_bf16_from_float((float)({result}))"
     return f"({DTYPES[out].storage})({result})"
 
 
@@ -343,7 +358,9 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
     # the kernel converts each operand to its loop dtype; for a float loop numpy would
     # too, unless the loop is not numpy's (the default float: int32 / int32 in float32)
     args = [
-        np.asarray(a).astype(dt) if DTYPES[dt].kind == "f" and np.result_type(a) != dt else a
+        np.asarray(a).astype(SUPPORTED[dt])
+        if DTYPES[dt].kind == "f" and np.result_type(a) != SUPPORTED[dt]
+        else a
         for a, dt in zip(args, ins, strict=True)
     ]
     if name == "vdot":
@@ -353,8 +370,8 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
         return np.where(*args)
     if name == "rsqrt":
         return np.reciprocal(np.sqrt(args[0]))
-    if name == "power" and np.dtype(out).kind in "iu":
-        return _int_power(args[0], args[1], np.dtype(out))
+    if name == "power" and DTYPES[out].kind in "iu":
+        return _int_power(args[0], args[1], SUPPORTED[out])
     return UFUNCS[name](*args)
 
 
@@ -383,15 +400,15 @@ def twin(plan: Plan, out: str) -> Callable[..., None]:
     found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
     _leaves(plan, found)
     nx, specs = len(found["x"]), [spec for _, spec in sorted(found["s"].items())]
-    xdt = [np.dtype(dt) for _, dt in sorted(found["x"].items())]
-    out_dt = np.dtype(out)
+    xdt = [SUPPORTED[dt] for _, dt in sorted(found["x"].items())]
+    out_dt = SUPPORTED[out]
 
     def run(out_array: np.ndarray, *args: Any) -> None:
         xs = [a.view(dt) for a, dt in zip(args[:nx], xdt, strict=True)]
         ss = [
             {"bool": bool, "int": int, "float": float}[spec](a.item())
             if spec in _WEAK_C
-            else np.dtype(spec).type(a)
+            else SUPPORTED[spec].type(a)
             for a, spec in zip(args[nx : nx + len(specs)], specs, strict=True)
         ]
         with np.errstate(all="ignore"):

@@ -22,7 +22,7 @@ from .._core.device import Device
 from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from .expr import Node, leaf, op_node
+from .expr import Node, is_ml_scalar, leaf, op_node
 from .tensorop import TensorOp
 
 __all__ = [
@@ -61,7 +61,7 @@ def is_operand(value: Any) -> bool:
     """Whether an operator may take ``value`` (else it returns NotImplemented)."""
     return isinstance(
         value, (Tensor, TensorOp, bool, int, float, np.integer, np.floating, np.bool_)
-    )
+    ) or is_ml_scalar(value)
 
 
 def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | None) -> Tensor:

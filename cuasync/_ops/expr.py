@@ -58,10 +58,9 @@ UFUNCS: dict[str, Any] = {
     "greater_equal": np.greater_equal,
 }
 
-#: The dtypes elementwise ops take (bfloat16 and complex are not supported yet).
+#: The dtypes elementwise ops take (bfloat16: ml_dtypes' numpy dtype).
 DTYPES = frozenset(
-    dtype_name(np.dtype(n))
-    for n in (
+    (
         "bool",
         "int8",
         "int16",
@@ -72,6 +71,7 @@ DTYPES = frozenset(
         "uint32",
         "uint64",
         "float16",
+        "bfloat16",
         "float32",
         "float64",
     )
@@ -133,7 +133,7 @@ def leaf(value: Any, argument: str) -> Node:
         return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
     if type(value) in (int, float):
         return Node("scalar", argument, (), None, value)
-    if isinstance(value, (np.integer, np.floating)):
+    if isinstance(value, (np.integer, np.floating)) or is_ml_scalar(value):
         _check_dtype(value.dtype, argument)
         return Node("scalar", argument, (), value.dtype, value)
     if isinstance(value, (int, float)):  # subclasses (IntEnum, ...): as the plain value
@@ -146,6 +146,17 @@ def leaf(value: Any, argument: str) -> Node:
         f"{argument} must be a cuasync.Tensor, a TensorOp or a real number, got "
         f"{type(value).__name__} {value!r}"[:200]
     )
+
+
+def is_ml_scalar(value: Any) -> bool:
+    """Whether ``value`` is a scalar of an ml_dtypes type (``ml_dtypes.bfloat16(1.5)``):
+    numpy generics that are not ``np.floating``."""
+    return isinstance(value, np.generic) and dtype_name(value.dtype) in DTYPES
+
+
+def _has_float(dt: np.dtype[Any]) -> bool:
+    """Whether ``dt`` is a float or complex dtype (bfloat16 too, whose numpy kind is "V")."""
+    return dt.kind in "fc" or dtype_name(dt) == "bfloat16"
 
 
 def _device(children: list[Node], op: str) -> Device:
@@ -190,7 +201,7 @@ def _default_float(
     """numpy's loop, with the float64 it picks for no float operand of a float64 dtype
     (``int32 / int32``, ``int8 + 0.5``, ``exp(int64)``) made the default float dtype,
     float32 (as ``from_host(0.5)`` and the creation ops); ``uint64 + int64`` stays float64."""
-    if out != _FLOAT64 or any(c.dtype is not None and c.dtype.kind in "fc" for c in children):
+    if out != _FLOAT64 or any(c.dtype is not None and _has_float(c.dtype) for c in children):
         return ins, out
     weak_float = any(c.dtype is None and type(c.value) is float for c in children)
     if not weak_float and op not in FLOAT_OPS:

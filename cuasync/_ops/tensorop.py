@@ -242,18 +242,21 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
 
         return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
 
-    def astype(self, dtype: Any) -> TensorOp:
-        """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`).
+    def astype(self, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+        """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`,
+        whose ``casting`` this takes).
 
         >>> h = await (a * 2.0).astype("float16")
+        >>> i = await (a * 2.0).astype("int8", casting="checked")
         """
-        from .._creation import convert
+        from .._creation import check_casting, convert
 
         dt = as_dtype(dtype)
+        check_casting(self.dtype, dt, casting)
         self._take()
 
         def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-            cast = convert(self._enqueue(ctx).get(), dt)
+            cast = convert(self._enqueue(ctx).get(), dt, casting=casting)
             cast._take()
             return cast._enqueue(ctx)
 

@@ -279,3 +279,39 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
         *p = ca_e5m2_from_float(ca_to_f32_odd(v));
     }
 }
+
+// -- checked casts (astype(..., casting="checked")) ---------------------------------------
+__device__ __forceinline__ bool ca_finite(const ca_val& v) {
+    if (v.tag < 2) return true;
+    return isfinite(v.re) && (v.tag == 2 || isfinite(v.im));
+}
+
+// Whether storing v as dtype K loses it: an integer (or a float truncated toward zero)
+// outside K's range, a NaN or infinity to an integer, or a finite float that becomes
+// infinite or NaN (float16 past 65504, FP8 E4M3FN past 448). ``stored`` is the value
+// read back after the store. bool never overflows; a complex source's imaginary part
+// is not looked at (numpy drops it).
+template <int K>
+__device__ __forceinline__ bool ca_overflows(const ca_val& v, const ca_val& stored) {
+    if constexpr (K == 0) {
+        return false;
+    } else if constexpr (K <= 8) {
+        const double lo[9] = {0.0, -129.0, -32769.0, -2147483649.0, -9223372036854775808.0,
+                              -1.0, -1.0, -1.0, -1.0};
+        const double hi[9] = {0.0, 128.0, 32768.0, 2147483648.0, 9223372036854775808.0,
+                              256.0, 65536.0, 4294967296.0, 18446744073709551616.0};
+        const long long ilo[9] = {0, -128, -32768, -2147483647 - 1, -9223372036854775807LL - 1,
+                                  0, 0, 0, 0};
+        const ca_u64 umax[9] = {0, 127, 32767, 2147483647, 9223372036854775807ULL, 255, 65535,
+                                4294967295ULL, 18446744073709551615ULL};
+        switch (v.tag) {
+            case 0: return v.i < ilo[K] || (v.i >= 0 && (ca_u64)v.i > umax[K]);
+            case 1: return v.u > umax[K];
+            default:  // NaN fails both comparisons; int64's low bound is exact
+                if (K == 4) return !(v.re >= lo[K] && v.re < hi[K]);
+                return !(v.re > lo[K] && v.re < hi[K]);
+        }
+    } else {
+        return ca_finite(v) && !ca_finite(stored);
+    }
+}

@@ -15,6 +15,22 @@ __device__ __forceinline__ float ca_hr(double x) {
     return (float)ca_half_to_double(ca_half_from_double(x));
 }
 
+// A bfloat16 value computed in float32: the value rounded to bfloat16 (nearest even),
+// as a float. A double or 64-bit integer rounds once (through float rounded to odd,
+// as ml_dtypes' casts); narrower integers are exact in float.
+__device__ __forceinline__ float ca_br(float x) {
+    return ca_bf16_to_float(ca_bf16_from_float(x));
+}
+__device__ __forceinline__ float ca_br(double x) { return ca_br(ca_to_f32_odd(ca_real(x))); }
+__device__ __forceinline__ float ca_br(long long x) {
+    return ca_br(ca_to_f32_odd(ca_signed(x)));
+}
+__device__ __forceinline__ float ca_br(ca_u64 x) { return ca_br(ca_to_f32_odd(ca_unsigned(x))); }
+template <typename T>
+__device__ __forceinline__ float ca_br(T x) {
+    return ca_br((float)x);
+}
+
 // Three-way comparison of a signed and an unsigned 64-bit integer, by value.
 __device__ __forceinline__ int ca_cmp3_iu(long long a, ca_u64 b) {
     return a < 0 ? -1 : ((ca_u64)a < b ? -1 : ((ca_u64)a == b ? 0 : 1));
