@@ -36,10 +36,10 @@ __global__ void ca_gather(S* out, const S* x, const I* idx, long long n, long lo
 template <typename S, typename I>
 __global__ void ca_gather_along(S* out, const S* x, const I* idx, long long n, long long nidx,
                                 long long dim, long long inner, int mode) {
-    if (inner == 1) {  // along the last axis: one division
+    if (inner == 1) {  // along the last axis: one division (none for a 1-d x)
         for (long long i = ca_first(); i < n; i += ca_stride()) {
             long long v = ca_index((long long)idx[i], dim, mode);
-            out[i] = x[(i / nidx) * dim + v];
+            out[i] = x[(nidx == n ? 0 : i / nidx) * dim + v];
         }
         return;
     }
@@ -133,7 +133,13 @@ template <typename T, typename I, int M>
 __global__ void ca_scatter(T* out, const I* idx, const T* upd, long long n, long long nidx,
                            long long dim, long long inner, int mode) {
     for (long long i = ca_first(); i < n; i += ca_stride()) {
-        long long c = i % inner, o = i / inner / nidx;
+        long long c = 0, o = 0;  // a 1-d scatter (a histogram) divides nothing
+        if (inner != 1) {
+            c = i % inner;
+            o = i / inner / nidx;
+        } else if (nidx != n) {
+            o = i / nidx;
+        }
         long long v = ca_index((long long)idx[i], dim, mode);
         if (v < 0) continue;
         T* p = out + (o * dim + v) * inner + c;
