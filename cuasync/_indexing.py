@@ -52,17 +52,21 @@ __all__ = [
 ]
 
 #: The files of ``cuasync/kernels`` this family is compiled from.
-FILES = ("index.cuh", "indexing.cu")
+FILES = ("cast.cuh", "index.cuh", "indexing.cu")
 
 #: The axes the device-start window kernel and the pad kernel take at most.
 MAX_AXES = 6
 
 #: The dtypes ``scatter`` combines (``add``, ``min``, ``max``) with the device's atomics.
+_REAL = ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
 COMBINE_DTYPES: dict[str, tuple[str, ...]] = {
-    "add": ("int32", "uint32", "int64", "uint64", "float32", "float64", "complex64", "complex128"),
-    "min": ("int32", "uint32", "int64", "uint64", "float32", "float64"),
-    "max": ("int32", "uint32", "int64", "uint64", "float32", "float64"),
+    "add": (*_REAL, "complex64", "complex128"),
+    "min": _REAL,
+    "max": _REAL,
 }
+#: float16 and bfloat16 combine through a compare-and-swap on the 32-bit word (no native
+#: 16-bit atomics needed): ``ca_scatter_narrow``'s ``F``.
+_NARROW = {"float16": 0, "bfloat16": 1}
 _SCATTER_MODES = ("set", "add", "min", "max")
 _INDEX_MODES = {"wrap": 0, "clip": 1, "drop": 2}
 
@@ -128,9 +132,13 @@ def _gather_along_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: A
     out.reshape(v.shape)[...] = x.reshape(-1, dim, inner)[o, v, c]
 
 
-def _scatter_twin(combine: int) -> Callable[..., None]:
+def _scatter_twin(combine: int, narrow: Any) -> Callable[..., None]:
+    """``ca_scatter`` (``ca_scatter_narrow`` for a ``narrow`` dtype, given as its bits)."""
+
     def twin(out: np.ndarray, idx: np.ndarray, upd: np.ndarray, *args: Any) -> None:
         _n, nidx, dim, inner, mode = (int(a) for a in args)
+        if narrow is not None:
+            out, upd = out.view(narrow), upd.view(narrow)
         v = _wrap(idx, dim, mode).reshape(-1, nidx, inner)
         o, c = _along(nidx, inner, idx)
         o, c = (np.broadcast_to(a, v.shape) for a in (o, c))
@@ -486,9 +494,13 @@ def take_along_axis(
 def scatter_kernel(dtype: Any, index: str, mode: str) -> Kernel:
     """``ca_scatter`` for ``dtype``, ``index`` (int32/int64) indices and ``mode``."""
     combine = _SCATTER_MODES.index(mode)
+    narrow = _NARROW.get(dtype_name(dtype))
+    if combine and narrow is not None:
+        expression = f"ca_scatter_narrow<{_index_c(index)}, {combine}, {narrow}>"
+        return _kernel(expression, _scatter_twin(combine, dtype))
     c_type = _storage(dtype.itemsize) if combine == 0 else DTYPES[dtype_name(dtype)].storage
     expression = f"ca_scatter<{c_type}, {_index_c(index)}, {combine}>"
-    return _kernel(expression, _scatter_twin(combine))
+    return _kernel(expression, _scatter_twin(combine, None))
 
 
 def scatter(
@@ -516,7 +528,8 @@ def scatter(
     the emulator the last, on a GPU any); ``"add"``, ``"min"``, ``"max"`` combine every
     update, duplicates included, with the device's atomics (min/max as numpy's
     ``minimum``/``maximum``: a NaN wins). They take int32, uint32, int64, uint64,
-    float32 and float64 (``add`` complex64/128 too); others raise :class:`DTypeError`.
+    float16, bfloat16, float32 and float64 (``add`` complex64/128 too); others raise
+    :class:`DTypeError`.
     The order of float additions is unspecified. ``index_mode``: an index out of range
     wraps (``"wrap"``, numpy's negative indices), is clipped (``"clip"``) or has its
     update dropped (``"drop"``, as XLA's scatter).
@@ -559,7 +572,7 @@ def scatter(
         if n:
             idx = _contiguous(ctx, it, shape, it.dtype, name)
             values = _updates_tensor(ctx, ut, xt, shape, name)
-            flat = _flat_bits if mode == "set" else _flat
+            flat = _flat_bits if mode == "set" else builtin.flat
             views = (flat(result), _flat(idx), flat(values))
             builtin.launch(ctx, kernel, n, *views, n, nidx, dim, inner, code)
         return _deliver(ctx, result, out)

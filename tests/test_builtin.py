@@ -13,7 +13,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from cuasync import _builtin, _joins, _signature
+from cuasync import _builtin, _indexing, _joins, _signature
 from cuasync._dtypes import DTYPES, ML_DTYPES, SUPPORTED
 from cuasync._ops import codegen, reduce_codegen
 
@@ -37,8 +37,13 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
         if f.name.endswith((".cu", ".cuh"))
     }
     # ... or in the generated elementwise and reduction kernels (cuasync/_ops/), or in
-    # take and tril/triu (cuasync/_joins.py)
-    generated = {*codegen.PRELUDE_FILES, *reduce_codegen.PRELUDE_FILES, *_joins.FILES}
+    # take and tril/triu (cuasync/_joins.py), or in the indexing family (cuasync/_indexing.py)
+    generated = {
+        *codegen.PRELUDE_FILES,
+        *reduce_codegen.PRELUDE_FILES,
+        *_joins.FILES,
+        *_indexing.FILES,
+    }
     assert shipped == set(_builtin._FILES) | generated
     # NVRTC gets the source alone: a file cannot #include another.
     assert not re.search(r"^\s*#\s*include", _builtin.source(), re.MULTILINE)

@@ -74,9 +74,16 @@ def test_indexing_kernel_compiles(name: str, arch: str) -> None:
 
 def test_every_indexing_family_is_listed() -> None:
     families = {name.split("<")[0] for name in INDEXING}
-    assert families == {"ca_gather", "ca_gather_along", "ca_scatter", "ca_window", "ca_pad"}
+    assert families == {
+        "ca_gather",
+        "ca_gather_along",
+        "ca_scatter",
+        "ca_scatter_narrow",
+        "ca_window",
+        "ca_pad",
+    }
     combining = sum(len(v) for v in _indexing.COMBINE_DTYPES.values())
-    assert sum(name.startswith("ca_scatter<") for name in INDEXING) == 2 * (combining + 5)
+    assert sum(name.startswith("ca_scatter") for name in INDEXING) == 2 * (combining + 5)
 
 
 def test_launches_and_this_check_share_compiled_images(monkeypatch) -> None:

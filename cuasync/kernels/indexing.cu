@@ -36,10 +36,10 @@ __global__ void ca_gather(S* out, const S* x, const I* idx, long long n, long lo
 template <typename S, typename I>
 __global__ void ca_gather_along(S* out, const S* x, const I* idx, long long n, long long nidx,
                                 long long dim, long long inner, int mode) {
-    if (inner == 1) {  // along the last axis: one division
+    if (inner == 1) {  // along the last axis: one division (none for a 1-d x)
         for (long long i = ca_first(); i < n; i += ca_stride()) {
             long long v = ca_index((long long)idx[i], dim, mode);
-            out[i] = x[(i / nidx) * dim + v];
+            out[i] = x[(nidx == n ? 0 : i / nidx) * dim + v];
         }
         return;
     }
@@ -125,6 +125,46 @@ __device__ __forceinline__ void ca_combine(double2* p, double2 v) {  // add only
     atomicAdd(&p->y, v.y);
 }
 
+// float16 (F 0) and bfloat16 (F 1), stored as unsigned short: a compare-and-swap on the
+// aligned 32-bit word holding the element, computing in float32 and rounding once (as
+// numpy computes float16 and ml_dtypes bfloat16).
+__device__ __forceinline__ float ca_narrow_to_float(unsigned short b, int f) {
+    return f ? ca_bf16_to_float(b) : (float)ca_half_to_double(b);
+}
+template <int M, int F>
+__device__ __forceinline__ void ca_combine_narrow(unsigned short* p, unsigned short v) {
+    unsigned int* word = (unsigned int*)((unsigned long long)p & ~3ull);
+    unsigned int shift = ((unsigned long long)p & 2ull) ? 16u : 0u;
+    float value = ca_narrow_to_float(v, F);
+    unsigned int old = *word, seen;
+    do {
+        seen = old;
+        unsigned short bits = (unsigned short)(seen >> shift);
+        float cur = ca_narrow_to_float(bits, F);
+        float r = M == 1 ? cur + value : ca_pick(cur, value, M);
+        unsigned short next = F ? ca_bf16_from_float(r) : ca_half_from_double((double)r);
+        if (next == bits) break;
+        old = atomicCAS(word, seen, (seen & ~(0xFFFFu << shift)) | ((unsigned int)next << shift));
+    } while (old != seen);
+}
+
+// The element of out (seen as (outer, dim, inner)) update i of scatter goes to, or -1
+// where its index is dropped (mode 2); a 1-d scatter (a histogram) divides nothing.
+template <typename I>
+__device__ __forceinline__ long long ca_scatter_at(long long i, const I* idx, long long n,
+                                                   long long nidx, long long dim,
+                                                   long long inner, int mode) {
+    long long c = 0, o = 0;
+    if (inner != 1) {
+        c = i % inner;
+        o = i / inner / nidx;
+    } else if (nidx != n) {
+        o = i / nidx;
+    }
+    long long v = ca_index((long long)idx[i], dim, mode);
+    return v < 0 ? -1 : (o * dim + v) * inner + c;
+}
+
 // cuasync.scatter: out[o, idx[o, j, c], c] (op)= upd[o, j, c] for out seen as (outer, dim,
 // inner) and idx and upd as (outer, nidx, inner). M 0 stores (of duplicate indices, one
 // unspecified update lands; T is then the element's unsigned integer), 1-3 combine
@@ -133,15 +173,24 @@ template <typename T, typename I, int M>
 __global__ void ca_scatter(T* out, const I* idx, const T* upd, long long n, long long nidx,
                            long long dim, long long inner, int mode) {
     for (long long i = ca_first(); i < n; i += ca_stride()) {
-        long long c = i % inner, o = i / inner / nidx;
-        long long v = ca_index((long long)idx[i], dim, mode);
-        if (v < 0) continue;
-        T* p = out + (o * dim + v) * inner + c;
+        long long at = ca_scatter_at(i, idx, n, nidx, dim, inner, mode);
+        if (at < 0) continue;
         if constexpr (M == 0) {
-            *p = upd[i];
+            out[at] = upd[i];
         } else {
-            ca_combine<M>(p, upd[i]);
+            ca_combine<M>(out + at, upd[i]);
         }
+    }
+}
+
+// ca_scatter's combining modes (M 1-3) for float16 (F 0) and bfloat16 (F 1).
+template <typename I, int M, int F>
+__global__ void ca_scatter_narrow(unsigned short* out, const I* idx, const unsigned short* upd,
+                                  long long n, long long nidx, long long dim, long long inner,
+                                  int mode) {
+    for (long long i = ca_first(); i < n; i += ca_stride()) {
+        long long at = ca_scatter_at(i, idx, n, nidx, dim, inner, mode);
+        if (at >= 0) ca_combine_narrow<M, F>(out + at, upd[i]);
     }
 }
 
