@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import conftest
 import pytest
 
 import cuasync
 
-SUITES = ["completion", "launch", "graphs", "transfers", "priority"]
+SUITES = ["completion", "launch", "graphs", "transfers", "priority", "ops"]
 
 
 @pytest.mark.parametrize("suite", SUITES)
@@ -63,11 +65,46 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         for target in targets:
             expected = "of the awaits the reactor woke" if woken else "of every spin-0 await"
             assert target["note"] == expected
+    if suite == "ops":
+        _check_ops_rows(rows, data["meta"]["backend"])
     if suite == "priority":
         names = {r["name"] for r in rows}
         assert "tiny kernel under batch load, default priority" in names
         greatest = cuasync.Device(0).stream_priority_range.greatest
         assert f"tiny kernel under batch load, priority {greatest}" in names
+
+
+def _check_ops_rows(rows: list[dict[str, Any]], backend: str) -> None:
+    """Each compared call has its row (named by its call and sizes), timed in 3 rounds;
+    with torch on a GPU, each target line against torch is there too."""
+    calls = [
+        *(f"cuasync {op}(x, axis={axis}, out=out), x (" for op, axis in _OPS_REDUCTIONS),
+        "cuasync add(a, b, out=c), float32, ",
+        "cuasync add(a, b, out=c), bfloat16, ",
+        "cuasync scatter(bins, idx, upd, axis=0, mode='add', out=bins), ",
+        "cuasync take_along_axis(x, idx, axis=1, out=out), x (",
+    ]
+    for call in calls:
+        timed = [r for r in rows if r["name"].startswith(call)]
+        assert timed, call
+        for r in timed:  # --quick: 3 rounds
+            assert len(r["note"].split("; rounds ")[1].split(", ")) == 3, r
+    adds = [r for r in rows if r["name"].startswith("cuasync add(a, b, out=c), float32, ")]
+    assert len(adds) == 2  # 64 and 256 MiB (1 and 4 MiB on the emulator)
+    if backend == "cuda" and importlib.util.find_spec("torch") is not None:
+        targets = {r["name"] for r in rows if "/ torch's (target" in r["name"]}
+        assert len(targets) == 5 + 3 + 2 + 1, targets  # reductions, adds, scatter, gather
+
+
+_OPS_REDUCTIONS = [
+    ("sum", None),
+    ("sum", -1),
+    ("sum", 0),
+    ("max", None),
+    ("max", 0),
+    ("min", None),
+    ("min", 0),
+]
 
 
 def test_plot_draws_every_latency_row_into_an_image(tmp_path: Path) -> None:
