@@ -369,3 +369,16 @@ async def test_a_launch_made_at_once_is_not_failed_by_an_earlier_queued_launch(
     finally:
         native.set_launch_fence(native_submitter)
         submitter.close(1.0)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_lone_launch_the_native_core_submits_completes(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    # The core builds the launch's ExecutionContext itself, slot by slot: one it left
+    # unset (``checks``, added in Python) failed every lone launch on the H200.
+    x = await cuasync.zeros((64,), dtype="float32")
+    assert await bump[1, 64](x, 64) is x
+    assert bump[1, 64](x, 64).sync(allow_in_loop=True) is x
+    fut = bump[1, 64](x, 64).submit()
+    assert await fut is x

@@ -316,6 +316,10 @@ def _reduction(fn: Any) -> Any:
     return lambda x, y, **kw: fn(x, axis=0, **kw)
 
 
+def _ints(rows: list[list[int]]) -> cuasync.Tensor:
+    return cuasync.from_host(np.array(rows, np.int64)).sync()
+
+
 OUT_OPS: dict[str, Any] = {  # every op taking out=: (x, y, **out) -> the op
     **{n: _unary(getattr(cuasync, n)) for n in _UNARY},
     **{n: _binary(getattr(cuasync, n)) for n in _BINARY},
@@ -325,6 +329,18 @@ OUT_OPS: dict[str, Any] = {  # every op taking out=: (x, y, **out) -> the op
     "matmul": lambda x, y, **kw: cuasync.matmul(x, y.T, **kw),
     "tensordot": lambda x, y, **kw: cuasync.tensordot(x, y, axes=([1], [1]), **kw),
     "dot_general": lambda x, y, **kw: cuasync.dot_general(x, y, contracting=((1,), (1,)), **kw),
+    "gather": lambda x, y, **kw: cuasync.gather(x, _ints([[2, 0], [1, 3]]), axis=1, **kw),
+    "take_along_axis": lambda x, y, **kw: cuasync.take_along_axis(
+        x, _ints([[1], [0], [3]]), axis=1, **kw
+    ),
+    "scatter": lambda x, y, **kw: cuasync.scatter(
+        x, _ints([[1], [0], [3]]), 1.0, axis=1, mode="add", **kw
+    ),
+    "dynamic_slice": lambda x, y, **kw: cuasync.dynamic_slice(x, (1, 1), (2, 3), **kw),
+    "dynamic_update_slice": lambda x, y, **kw: cuasync.dynamic_update_slice(
+        x, y[:1, :2], (1, 2), **kw
+    ),
+    "pad": lambda x, y, **kw: cuasync.pad(x, ((1, 0), (0, 2)), **kw),
 }
 
 

@@ -283,7 +283,9 @@ __device__ __forceinline__ void ca_store(S* p, const ca_val& v) {
 // -- checked casts (astype(..., casting="checked")) ---------------------------------------
 __device__ __forceinline__ bool ca_finite(const ca_val& v) {
     if (v.tag < 2) return true;
-    return isfinite(v.re) && (v.tag == 2 || isfinite(v.im));
+    // x - x is 0 for every finite x and NaN for an infinity or a NaN: no isfinite, which
+    // NVRTC has as a device function and a host compiler only as std::isfinite.
+    return v.re - v.re == 0.0 && (v.tag == 2 || v.im - v.im == 0.0);
 }
 
 // Whether storing v as dtype K loses it: an integer (or a float truncated toward zero)
