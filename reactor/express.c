@@ -406,6 +406,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
     slot_set(ctx, self->cx.errors, Py_NewRef(box));
     slot_set(ctx, self->cx.capturing, Py_NewRef(Py_False));
     slot_set(ctx, self->cx.accesses, Py_NewRef(Py_None));
+    slot_set(ctx, self->cx.checks, Py_NewRef(Py_None));
     slot_set(ctx, self->cx.seq, Py_NewRef(seq));
     PyObject *out = NULL, *comp = NULL, *genv = NULL, *addr = NULL, *armed = NULL;
     if ((out = self->ready_t->tp_alloc(self->ready_t, 0)) == NULL)
@@ -1083,6 +1084,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyTypeObject *C = self->context_t;
     if (slot_offset(C, "accesses", &self->cx.accesses) < 0 ||
         slot_offset(C, "capturing", &self->cx.capturing) < 0 ||
+        slot_offset(C, "checks", &self->cx.checks) < 0 ||
         slot_offset(C, "deferred", &self->cx.deferred) < 0 ||
         slot_offset(C, "device", &self->cx.device) < 0 ||
         slot_offset(C, "errors", &self->cx.errors) < 0 ||

@@ -52,7 +52,7 @@ typedef struct {
 
 /* the __slots__ of an ExecutionContext */
 typedef struct {
-    Py_ssize_t accesses, capturing, deferred, device, errors, fuse, retained, seq, stream;
+    Py_ssize_t accesses, capturing, checks, deferred, device, errors, fuse, retained, seq, stream;
 } context_offsets;
 
 /* What every launch reads of the hub, the trace module and the backend (hub_allows, the
