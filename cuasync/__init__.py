@@ -93,7 +93,9 @@ from ._ops.contract import matmul as matmul
 from ._ops.contract import tensordot as tensordot
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
+from ._ops.elementwise import angle as angle
 from ._ops.elementwise import clip as clip
+from ._ops.elementwise import conj as conj
 from ._ops.elementwise import cos as cos
 from ._ops.elementwise import divide as divide
 from ._ops.elementwise import equal as equal
@@ -101,6 +103,7 @@ from ._ops.elementwise import exp as exp
 from ._ops.elementwise import expm1 as expm1
 from ._ops.elementwise import greater as greater
 from ._ops.elementwise import greater_equal as greater_equal
+from ._ops.elementwise import imag as imag
 from ._ops.elementwise import less as less
 from ._ops.elementwise import less_equal as less_equal
 from ._ops.elementwise import log as log
@@ -111,6 +114,7 @@ from ._ops.elementwise import multiply as multiply
 from ._ops.elementwise import negative as negative
 from ._ops.elementwise import not_equal as not_equal
 from ._ops.elementwise import power as power
+from ._ops.elementwise import real as real
 from ._ops.elementwise import remainder as remainder
 from ._ops.elementwise import rsqrt as rsqrt
 from ._ops.elementwise import sign as sign
@@ -197,6 +201,7 @@ __all__ = [
     "__version__",
     "abs",
     "add",
+    "angle",
     "arange",
     "argmax",
     "argmin",
@@ -204,6 +209,7 @@ __all__ = [
     "backend_name",
     "broadcast_to",
     "clip",
+    "conj",
     "concatenate",
     "convert",
     "cos",
@@ -236,6 +242,7 @@ __all__ = [
     "graph_scope",
     "greater",
     "greater_equal",
+    "imag",
     "kernel_cache",
     "less",
     "less_equal",
@@ -262,6 +269,7 @@ __all__ = [
     "prod",
     "rand",
     "randn",
+    "real",
     "remainder",
     "rsqrt",
     "scatter",

@@ -36,6 +36,8 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(await cuasync.from_host(host).reshape(-1), Tensor)
     assert_type(x.dup(), TensorOp)
     assert_type(x.astype("int8", casting="checked"), TensorOp)
+    assert_type(cuasync.conj(x), TensorOp)
+    assert_type(cuasync.real(x) + cuasync.imag(x) * cuasync.angle(x), TensorOp)
     assert_type(cuasync.convert(x, "float16", casting="same_kind"), TensorOp)
     assert_type((x * 2.0).astype("int8", casting="safe"), TensorOp)
     assert_type(cuasync.errors.CastOverflowError("x"), cuasync.errors.CastOverflowError)

@@ -39,6 +39,8 @@ _OP_N, _OP_T = 0, 1  # cublasOperation_t
 _GEMM_DEFAULT = -1  # cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT
 _DEFAULT_MATH = 0  # cublasMath_t: no TF32 unless a compute type asks for it
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32, _COMPUTE_64F = 68, 77, 70  # cublasComputeType_t
+_COMPUTE_32I = 72
+_R_8I, _R_32I = 3, 10  # cudaDataType: int8 inputs, int32 output (cuasync._ops.gemm)
 _INT_MAX = 2**31 - 1
 
 #: cudaDataType of each dtype, the compute type for "highest", and the C type of alpha/beta.
@@ -262,11 +264,17 @@ class Blas:
         """Enqueue the product on ``stream`` (its device's context current)."""
         lib = load()
         args = plan(a, b, c)
-        dtype, compute, scalar = _TYPES[dtype_name(c.dtype)]
-        if precision == "tf32":
-            compute = _COMPUTE_32F_FAST_TF32
-        pair = scalar * 2  # real scalars use the first, complex ones both
-        al, be = pair(alpha.real, alpha.imag), pair(beta.real, beta.imag)
+        if dtype_name(a.dtype) == "int8":  # int8 in, int32 out and accumulated
+            dtype, ctype, compute = _R_8I, _R_32I, _COMPUTE_32I
+            al: Any = ctypes.c_int(int(alpha.real))
+            be: Any = ctypes.c_int(int(beta.real))
+        else:
+            dtype, compute, scalar = _TYPES[dtype_name(c.dtype)]
+            ctype = dtype
+            if precision == "tf32":
+                compute = _COMPUTE_32F_FAST_TF32
+            pair = scalar * 2  # real scalars use the first, complex ones both
+            al, be = pair(alpha.real, alpha.imag), pair(beta.real, beta.imag)
         handle = self.handle(ordinal)
         ws, nbytes = self.workspace(stream, hopper)
         self._check(lib, lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
@@ -276,7 +284,7 @@ class Blas:
             handle, args.transa, args.transb, args.m, args.n, args.k,
             ctypes.byref(al), args.a, dtype, args.lda, args.stride_a,
             args.b, dtype, args.ldb, args.stride_b,
-            ctypes.byref(be), args.c, dtype, args.ldc, args.stride_c,
+            ctypes.byref(be), args.c, ctype, args.ldc, args.stride_c,
             args.batch, compute, _GEMM_DEFAULT,
         )  # fmt: skip
         self._check(lib, status, "cublasGemmStridedBatchedEx")

@@ -1280,6 +1280,8 @@ class EmulatorBackend(Backend):
             try:
                 dst = array(out)
                 work = dst.dtype if dst.dtype.kind in "fc" and dst.itemsize >= 4 else np.float32
+                if dst.dtype.kind in "iu":  # cuBLAS's int8 GEMM: exact, int32 out
+                    work = np.dtype(np.int64)
                 if a.shape[2] == 0:  # k == 0: nothing to read from a and b
                     r = np.zeros(dst.shape, work)
                 else:

@@ -42,7 +42,7 @@ _CMP = {
     "greater_equal": ">=",
 }
 _ARITH = {"add": "+", "subtract": "-", "multiply": "*"}
-_WEAK_C = {"bool": "bool", "int": "long long", "float": "double"}
+_WEAK_C = {"bool": "bool", "int": "long long", "float": "double", "complex": "double2"}
 
 
 def make_plan(node: Node) -> tuple[Plan, list[Tensor], list[Any]]:
@@ -106,7 +106,27 @@ def _round(expr: str, dt: str) -> str:
         return f"ca_hr((double)({expr}))"
     if dt == "bfloat16":
         return f"ca_br({expr})"
+    if dt in _TO_COMPLEX:
+        return f"{_TO_COMPLEX[dt]}({expr})"
     return f"(({ctype(dt)})({expr}))"
+
+
+#: The overloaded C++ function making a value of any type complex64 / complex128.
+_TO_COMPLEX = {"complex64": "ca_zc64", "complex128": "ca_zc128"}
+
+#: Complex arithmetic (kernels/elementwise.cuh, templated on float2 / double2).
+_ZARITH = {"add": "ca_zadd", "subtract": "ca_zsub", "multiply": "ca_zmul", "divide": "ca_zdiv"}
+
+#: Complex unary functions: the name in elementwise.cuh.
+_ZUNARY = {
+    "negative": "ca_zneg",
+    "conj": "ca_zconj",
+    "abs": "ca_zabs",
+    "angle": "ca_zarg",
+    "exp": "ca_zexp",
+    "log": "ca_zlog",
+    "sqrt": "ca_zsqrt",
+}
 
 
 def _math(name: str, a: str, dt: str) -> str:
@@ -117,6 +137,10 @@ def _math(name: str, a: str, dt: str) -> str:
 def _binary(name: str, a: str, b: str, ins: tuple[str, ...], out: str) -> str:
     dt = ins[0]
     kind = DTYPES[dt].kind
+    if kind == "c":  # (numpy's loops take two operands of one complex dtype)
+        if name in ("equal", "not_equal"):
+            return f"({'' if name == 'equal' else '!'}ca_zeq({a}, {b}))"
+        return f"{_ZARITH[name]}({a}, {b})"
     if name in _CMP:
         sym = _CMP[name]
         k0, k1 = (DTYPES[d].kind for d in ins)
@@ -151,6 +175,16 @@ def _binary(name: str, a: str, b: str, ins: tuple[str, ...], out: str) -> str:
 def _unary(name: str, a: str, dt: str) -> str:
     kind = DTYPES[dt].kind
     c = ctype(dt)
+    if kind == "c":
+        if name in ("real", "imag"):
+            return f"({a}).{'x' if name == 'real' else 'y'}"
+        return f"{_ZUNARY[name]}({a})"
+    if name in ("real", "conj"):
+        return a
+    if name == "imag":
+        return f"(({c})0)"
+    if name == "angle":  # 0, or pi for a negative value (NaN stays NaN)
+        return _round(f"atan2({_zero(dt)}, {a})", dt)
     if name == "negative":
         return f"(({c})(0ULL - (ca_u64)({a})))" if kind in "iu" else f"(-{a})"
     if name == "abs":
@@ -162,6 +196,10 @@ def _unary(name: str, a: str, dt: str) -> str:
             return f"(({a}) > 0 ? ({c})1 : (({a}) < 0 ? ({c})-1 : (({a}) == 0 ? ({c})0 : ({a}))))"
         return f"(({c})((({a}) > 0) - (({a}) < 0)))"
     return _round(_math(name, a, dt), dt)
+
+
+def _zero(dt: str) -> str:
+    return "0.0" if dt == "float64" else "0.0f"
 
 
 def _strided_load(k: int) -> str:
@@ -406,7 +444,7 @@ def twin(plan: Plan, out: str) -> Callable[..., None]:
     def run(out_array: np.ndarray, *args: Any) -> None:
         xs = [a.view(dt) for a, dt in zip(args[:nx], xdt, strict=True)]
         ss = [
-            {"bool": bool, "int": int, "float": float}[spec](a.item())
+            {"bool": bool, "int": int, "float": float, "complex": complex}[spec](a.item())
             if spec in _WEAK_C
             else SUPPORTED[spec].type(a)
             for a, spec in zip(args[nx : nx + len(specs)], specs, strict=True)

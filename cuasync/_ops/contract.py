@@ -34,8 +34,23 @@ from .tensorop import TensorOp, tensor_op
 
 __all__ = ["dot_general", "matmul", "tensordot"]
 
-#: The dtypes contractions take.
-DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+#: The dtypes contractions take (integers wrap around, as numpy's).
+DTYPES = (
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
 PRECISIONS = ("highest", "tf32")
 _INT_MAX = 2**31 - 1
 
@@ -118,6 +133,11 @@ def _check_rest(
             raise ArgumentError(f"{fn}: {name} must be a number, got {type(v).__name__}")
         if isinstance(v, (complex, np.complexfloating)) and dtype.kind != "c":
             raise DTypeError(f"{fn}: {name}={v} is complex but the operands are real")
+        if dtype.kind in "iu" and not float(complex(v).real).is_integer():
+            raise DTypeError(
+                f"{fn}: {name}={v} is not an integer but the operands are "
+                f"{dtype_name(dtype)}; pass an integer (or convert the operands to a float)"
+            )
         scalars.append(complex(v))
     if scalars[1] != 0 and out is None:
         raise ArgumentError(f"{fn}: beta={beta} accumulates into out=; pass out")

@@ -14,6 +14,7 @@ or view of exactly the result's shape and dtype, allocating nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,9 @@ from .tensorop import TensorOp
 __all__ = [
     "abs",
     "add",
+    "angle",
     "clip",
+    "conj",
     "cos",
     "divide",
     "equal",
@@ -36,6 +39,7 @@ __all__ = [
     "expm1",
     "greater",
     "greater_equal",
+    "imag",
     "less",
     "less_equal",
     "log",
@@ -46,6 +50,7 @@ __all__ = [
     "negative",
     "not_equal",
     "power",
+    "real",
     "remainder",
     "rsqrt",
     "sign",
@@ -60,7 +65,8 @@ __all__ = [
 def is_operand(value: Any) -> bool:
     """Whether an operator may take ``value`` (else it returns NotImplemented)."""
     return isinstance(
-        value, (Tensor, TensorOp, bool, int, float, np.integer, np.floating, np.bool_)
+        value,
+        (Tensor, TensorOp, bool, int, float, complex, np.number, np.bool_),
     ) or is_ml_scalar(value)
 
 
@@ -197,6 +203,20 @@ sqrt = _unary("sqrt", "The square root.")
 rsqrt = _unary("rsqrt", "``1 / sqrt(x)`` (dtype as ``sqrt``).")
 expm1 = _unary("expm1", "``exp(x) - 1``, accurate near 0.")
 log1p = _unary("log1p", "``log(1 + x)``, accurate near 0.")
+
+#: What the generated unary functions are (typed for the ones added in 0.2).
+Unary = Callable[..., TensorOp]
+
+conj: Unary = _unary("conj", "The complex conjugate (a real operand is returned as it is).")
+real: Unary = _unary(
+    "real", "The real part: float32 for complex64, float64 for complex128; a real x itself."
+)
+imag: Unary = _unary("imag", "The imaginary part (zeros of x's dtype for a real x).")
+angle: Unary = _unary(
+    "angle",
+    "The argument ``atan2(imag, real)`` in radians, in (-pi, pi] (the imaginary part's "
+    "sign of zero picks -pi or pi on the negative reals); float of the part's dtype.",
+)
 
 add = _binary("add", "``x1 + x2`` (bool: logical or; integers wrap).")
 subtract = _binary("subtract", "``x1 - x2`` (not defined for two bools).")

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from .._core.device import Device
-from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, dtype_name, storage_only_message
+from .._dtypes import (
+    DEFAULT_COMPLEX,
+    DEFAULT_FLOAT,
+    STORAGE_ONLY,
+    dtype_name,
+    storage_only_message,
+)
 from .._tensor import Shape, Tensor
 from ..errors import (
     ArgumentError,
@@ -56,7 +62,37 @@ UFUNCS: dict[str, Any] = {
     "less_equal": np.less_equal,
     "greater": np.greater,
     "greater_equal": np.greater_equal,
+    "conj": np.conjugate,
+    "real": np.real,
+    "imag": np.imag,
+    "angle": np.angle,
 }
+
+#: The ops complex operands take (the array API's: no ordering, no rounding functions;
+#: ``sin``, ``power``, ... are not built for complex yet).
+COMPLEX_OPS = frozenset(
+    (
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "equal",
+        "not_equal",
+        "negative",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "conj",
+        "real",
+        "imag",
+        "angle",
+        "where",
+    )
+)
+_ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximum", "minimum"))
+#: The ops that are not numpy ufuncs: their dtypes are resolved here (:func:`_parts`).
+_PART_OPS = frozenset(("real", "imag", "angle"))
 
 #: The dtypes elementwise ops take (bfloat16: ml_dtypes' numpy dtype).
 DTYPES = frozenset(
@@ -74,6 +110,8 @@ DTYPES = frozenset(
         "bfloat16",
         "float32",
         "float64",
+        "complex64",
+        "complex128",
     )
 )
 
@@ -131,19 +169,23 @@ def leaf(value: Any, argument: str) -> Node:
         # A Python bool is not weak (numpy 2): it is a bool, which any numeric dtype
         # takes in promotion, so ``add(f32, True)`` is float32 and ``less(f32, True)`` bool.
         return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
-    if type(value) in (int, float):
+    if type(value) in (int, float, complex):
         return Node("scalar", argument, (), None, value)
-    if isinstance(value, (np.integer, np.floating)) or is_ml_scalar(value):
+    if isinstance(value, (np.integer, np.floating, np.complexfloating)) or is_ml_scalar(value):
         _check_dtype(value.dtype, argument)
         return Node("scalar", argument, (), value.dtype, value)
-    if isinstance(value, (int, float)):  # subclasses (IntEnum, ...): as the plain value
-        return leaf(int(value) if isinstance(value, int) else float(value), argument)
+    if isinstance(value, int):  # subclasses (IntEnum, ...): as the plain value
+        return leaf(int(value), argument)
+    if isinstance(value, float):
+        return leaf(float(value), argument)
+    if isinstance(value, complex):
+        return leaf(complex(value), argument)
     if isinstance(value, np.ndarray):
         raise ArgumentError(
             f"{argument} is a numpy array; upload it first: await cuasync.from_host(array)"
         )
     raise ArgumentError(
-        f"{argument} must be a cuasync.Tensor, a TensorOp or a real number, got "
+        f"{argument} must be a cuasync.Tensor, a TensorOp or a number, got "
         f"{type(value).__name__} {value!r}"[:200]
     )
 
@@ -193,6 +235,7 @@ FLOAT_OPS = frozenset(
     ("divide", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "expm1", "log1p")
 )
 _FLOAT64 = np.dtype(np.float64)
+_COMPLEX128 = np.dtype(np.complex128)
 
 
 def _default_float(
@@ -201,7 +244,12 @@ def _default_float(
     """numpy's loop, with the float64 it picks for no float operand of a float64 dtype
     (``int32 / int32``, ``int8 + 0.5``, ``exp(int64)``) made the default float dtype,
     float32 (as ``from_host(0.5)`` and the creation ops); ``uint64 + int64`` stays float64."""
-    if out != _FLOAT64 or any(c.dtype is not None and _has_float(c.dtype) for c in children):
+    if any(c.dtype is not None and _has_float(c.dtype) for c in children):
+        return ins, out
+    if out == _COMPLEX128 and any(c.dtype is None and type(c.value) is complex for c in children):
+        z = np.dtype(DEFAULT_COMPLEX)  # int32 + 1j: complex64, as a Python complex alone
+        return tuple(z if dt == _COMPLEX128 else dt for dt in ins), z
+    if out != _FLOAT64:
         return ins, out
     weak_float = any(c.dtype is None and type(c.value) is float for c in children)
     if not weak_float and op not in FLOAT_OPS:
@@ -210,7 +258,22 @@ def _default_float(
     return tuple(f if dt == _FLOAT64 else dt for dt in ins), f
 
 
+def _parts(op: str, child: Node) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
+    """``real``, ``imag`` and ``angle``: a complex operand gives its part's float dtype;
+    a real one keeps its dtype for ``real``/``imag`` (numpy's), and ``angle`` computes
+    in its float dtype (the default float for integers and bool)."""
+    dt = child.dtype if child.dtype is not None else np.result_type(type(child.value))
+    if dt.kind == "c":
+        return (dt,), np.dtype(np.float32 if dt.itemsize == 8 else np.float64)
+    if op == "angle" and not _has_float(dt):
+        f = np.dtype(DEFAULT_FLOAT)
+        return (f,), f
+    return (dt,), dt
+
+
 def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
+    if op in _PART_OPS:
+        return _parts(op, children[0])
     if op == "where":
         a, b = children[1:]
         rep = [_key(c) if c.dtype is not None else c.value for c in (a, b)]
@@ -283,6 +346,25 @@ def op_node(op: str, children: list[Node]) -> Node:
     device = _device(children, op)
     shape = _broadcast(children, op)
     ins, out = _resolve(op, children)
+    if op not in COMPLEX_OPS and any(dt.kind == "c" for dt in ins):
+        _refuse_complex(op, children)
     _check_dtype(out, f"the result of {op}")
     fitted = tuple(_fit_scalar(c, dt, op) for c, dt in zip(children, ins, strict=True))
     return Node("op", op, shape, out, None, fitted, ins, device)
+
+
+def _refuse_complex(op: str, children: list[Node]) -> None:
+    listing = ", ".join(
+        f"{c.name}: {dtype_name(c.dtype) if c.dtype is not None else type(c.value).__name__}"
+        for c in children
+    )
+    if op in _ORDERING:
+        raise DTypeError(
+            f"{op} is not defined for complex operands ({listing}): complex numbers have no "
+            "order (the array API's rule; numpy orders them lexicographically). Compare "
+            "cuasync.real(x) and cuasync.imag(x), or cuasync.abs(x), instead"
+        )
+    raise DTypeError(
+        f"{op} does not take complex operands yet ({listing}); complex elementwise ops: "
+        f"{', '.join(sorted(COMPLEX_OPS))}"
+    )

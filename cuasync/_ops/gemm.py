@@ -3,7 +3,9 @@
 A matrix BLAS can read in place is row- or column-major with any leading dimension
 (:func:`~cuasync._backends.base.matrix_layout`); other views are copied contiguous in
 the op's submission. Batch axes that merge into one stride (0 for a broadcast operand)
-become one strided-batched call of the backend's ``gemm``; the rest loop.
+become one strided-batched call of the backend's ``gemm``; the rest loop. Integer
+products (numpy's wrapping ``matmul``) go to cuBLAS's int8 GEMM (int32 accumulation,
+then cast) where it applies, else to a tiled kernel (:mod:`cuasync._ops.igemm`).
 
 >>> gemm(ctx, a3, b3, c3, 1.0, 0.0, "highest")   # (*batch, m, k) @ (*batch, k, n)
 """
@@ -15,9 +17,12 @@ import math
 
 from .._backends import get_backend
 from .._backends.base import matrix_layout
-from .._copies import copy_strided, new_tensor
+from .._copies import copy_strided, kernel_copy, new_tensor
 from .._core.context import ExecutionContext
+from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Shape, Tensor
+from ..errors import LibraryError
+from . import igemm
 from .tensorop import merge_axes
 
 __all__ = ["broadcast_to", "copy_into", "fix", "gemm", "group", "regroup", "view"]
@@ -68,6 +73,11 @@ def gemm(
     n = b.shape[-1]
     if c.size == 0:
         return
+    if a.dtype.kind in "iu":
+        for xa, xb, xc in _batches(a, b, c):
+            if not _int8_blas(ctx, xa, xb, xc, alpha, beta):
+                igemm.launch(ctx, xa, xb, xc, alpha, beta)
+        return
     if k == 0:  # nothing is read from a and b: give them any readable layout
         a = view(a, a.shape, (*(0 for _ in batch), 1, 1))
         b = view(b, b.shape, (*(0 for _ in batch), max(1, n), 1))
@@ -101,6 +111,70 @@ def gemm(
         backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
     if target is not c:
         copy_into(ctx, c, target)
+
+
+def _batches(a: Tensor, b: Tensor, c: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Views ``(count, r, c)`` of ``a``, ``b`` and ``c`` (``(*batch, r, c)``), one per
+    batch index outside the innermost merged batch axis."""
+    batch = a.shape[:-2]
+    dims, (sa, sb, sc) = merge_axes(batch, [a.strides[:-2], b.strides[:-2], c.strides[:-2]])
+    count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))
+    found = []
+    for index in itertools.product(*(range(d) for d in dims[:-1])):
+        offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
+        views = [
+            Tensor(
+                t.allocation,
+                (count, *t.shape[-2:]),
+                t.dtype,
+                (s, *t.strides[-2:]),
+                t.offset + o,
+            )
+            for t, s, o in zip((a, b, c), step, offsets, strict=True)
+        ]
+        found.append((views[0], views[1], views[2]))
+    return found
+
+
+#: cuBLAS's int8 GEMM (int32 accumulation) refuses what it does not support with this.
+_CUBLAS_NOT_SUPPORTED = 15
+#: int8 products summed in int32 are exact below this many terms (127 * 128 * k < 2**31).
+_INT8_EXACT_K = 1 << 17
+
+
+def _int8_blas(
+    ctx: ExecutionContext, a: Tensor, b: Tensor, c: Tensor, alpha: complex, beta: complex
+) -> bool:
+    """Enqueue the int8 product ``c = a @ b`` as cuBLAS's int8 GEMM into an int32
+    accumulator, then cast to int8 (wrapping, as numpy's); False, enqueuing nothing,
+    where that does not apply: not int8, ``alpha != 1`` or ``beta != 0``, ``c`` not
+    contiguous, ``k`` too large for exact int32 sums, or cuBLAS's constraints for int8
+    (operands 4-byte aligned, leading dimensions multiples of 4) not met, or cuBLAS
+    answers CUBLAS_STATUS_NOT_SUPPORTED. The emulator's twin is numpy."""
+    count, m, k = a.shape
+    if dtype_name(c.dtype) != "int8" or alpha != 1 or beta != 0 or not 0 < k < _INT8_EXACT_K:
+        return False
+    n = c.shape[2]
+    dense = c.strides[1:] == (n, 1) and (count == 1 or c.strides[0] == m * n)
+    if not dense or ctx.capturing:  # (the accumulator is a new tensor)
+        return False
+    for t in (a, b):
+        layout = matrix_layout(t.shape[1], t.shape[2], t.strides[1], t.strides[2])
+        if layout is None or layout[1] % 4 or t.ptr % 4 or (count > 1 and t.strides[0] % 4):
+            return False
+        if t.strides[0] < 0:
+            return False
+    acc = new_tensor(ctx, c.shape, SUPPORTED["int32"], "int8 matmul accumulator")
+    ctx.read(a.allocation, "a")
+    ctx.read(b.allocation, "b")
+    try:
+        get_backend().gemm(ctx.handle, a, b, acc, 1, 0, "highest", ctx.error_box)
+    except LibraryError as exc:
+        if exc.status != _CUBLAS_NOT_SUPPORTED:
+            raise
+        return False
+    kernel_copy(ctx, c, acc)
+    return True
 
 
 def copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:

@@ -403,10 +403,15 @@ def vdot(a: Any, b: Any) -> TensorOp:
             leaf(v, arg)  # the operand error elementwise ops give
             raise ArgumentError(f"vdot: {arg} must be a cuasync.Tensor or TensorOp")
     names = [dtype_name(v.dtype) for v in (a, b)]
-    if all(n in ELEMENTWISE_DTYPES for n in names):
+    if all(n in ELEMENTWISE_DTYPES and n not in _WIDE_VDOT for n in names):
         product = elementwise.multiply(a, b)
         return reduce_op("vdot", "sum", product, None, dtype=product.dtype)
     return _vdot_wide(a, b)
+
+
+#: The dtypes whose vdot is not an elementwise product: complex (``a`` is conjugated)
+#: and bfloat16 (products accumulate in float32, not rounded to bfloat16 first).
+_WIDE_VDOT = frozenset(("bfloat16", "complex64", "complex128"))
 
 
 def _vdot_wide(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:

@@ -75,3 +75,115 @@ __device__ __forceinline__ T ca_ipow(T a, T b) {
     }
     return (T)result;
 }
+
+// -- complex64 (float2) and complex128 (double2) -----------------------------------------
+// Written out here (NVRTC has no <complex>): numpy's formulas, with the _rn intrinsics
+// where numpy's result is exact arithmetic (nothing contracted into an FMA), and
+// numpy's branch cuts for log and sqrt (along the negative real axis; the sign of a
+// zero imaginary part picks the side).
+__device__ __forceinline__ float2 ca_zmake(float re, float im) { return make_float2(re, im); }
+__device__ __forceinline__ double2 ca_zmake(double re, double im) {
+    return make_double2(re, im);
+}
+// any value as complex64 / complex128 (a real one with imaginary part 0)
+__device__ __forceinline__ float2 ca_zc64(float2 v) { return v; }
+__device__ __forceinline__ float2 ca_zc64(double2 v) { return make_float2(ca_f32(v.x), ca_f32(v.y)); }
+template <typename T>
+__device__ __forceinline__ float2 ca_zc64(T v) { return make_float2((float)v, 0.0f); }
+__device__ __forceinline__ float2 ca_zc64(double v) { return make_float2(ca_f32(v), 0.0f); }
+__device__ __forceinline__ double2 ca_zc128(double2 v) { return v; }
+__device__ __forceinline__ double2 ca_zc128(float2 v) {
+    return make_double2(ca_f64(v.x), ca_f64(v.y));
+}
+__device__ __forceinline__ double2 ca_zc128(float v) { return make_double2(ca_f64(v), 0.0); }
+template <typename T>
+__device__ __forceinline__ double2 ca_zc128(T v) { return make_double2((double)v, 0.0); }
+
+__device__ __forceinline__ float ca_radd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double ca_radd(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float ca_rsub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double ca_rsub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float ca_rmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double ca_rmul(double a, double b) { return __dmul_rn(a, b); }
+
+template <typename Z>
+__device__ __forceinline__ Z ca_zadd(Z a, Z b) {
+    return ca_zmake(ca_radd(a.x, b.x), ca_radd(a.y, b.y));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zsub(Z a, Z b) {
+    return ca_zmake(ca_rsub(a.x, b.x), ca_rsub(a.y, b.y));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zmul(Z a, Z b) {
+    return ca_zmake(ca_rsub(ca_rmul(a.x, b.x), ca_rmul(a.y, b.y)),
+                    ca_radd(ca_rmul(a.x, b.y), ca_rmul(a.y, b.x)));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zneg(Z a) { return ca_zmake(-a.x, -a.y); }
+template <typename Z>
+__device__ __forceinline__ Z ca_zconj(Z a) { return ca_zmake(a.x, -a.y); }
+template <typename Z>
+__device__ __forceinline__ bool ca_zeq(Z a, Z b) { return a.x == b.x && a.y == b.y; }
+
+// a / b by Smith's method, scaled by the larger part of b (numpy's); b == 0 divides
+// each part by 0 (inf or NaN, as numpy).
+template <typename Z>
+__device__ __forceinline__ Z ca_zdiv(Z a, Z b) {
+    auto br = fabs(b.x), bi = fabs(b.y);
+    if (br >= bi) {
+        if (br == 0 && bi == 0) return ca_zmake(a.x / br, a.y / bi);
+        auto rat = b.y / b.x;
+        auto scl = 1 / ca_radd(b.x, ca_rmul(b.y, rat));
+        return ca_zmake(ca_rmul(ca_radd(a.x, ca_rmul(a.y, rat)), scl),
+                        ca_rmul(ca_rsub(a.y, ca_rmul(a.x, rat)), scl));
+    }
+    auto rat = b.x / b.y;
+    auto scl = 1 / ca_radd(b.y, ca_rmul(b.x, rat));
+    return ca_zmake(ca_rmul(ca_radd(ca_rmul(a.x, rat), a.y), scl),
+                    ca_rmul(ca_rsub(ca_rmul(a.y, rat), a.x), scl));
+}
+
+__device__ __forceinline__ float ca_zabs(float2 a) { return hypotf(a.x, a.y); }
+__device__ __forceinline__ double ca_zabs(double2 a) { return hypot(a.x, a.y); }
+__device__ __forceinline__ float ca_zarg(float2 a) { return atan2f(a.y, a.x); }
+__device__ __forceinline__ double ca_zarg(double2 a) { return atan2(a.y, a.x); }
+
+// exp(a) = e^re (cos im, sin im); an imaginary part of 0 stays exactly 0 (numpy's cexp).
+__device__ __forceinline__ float2 ca_zexp(float2 a) {
+    float e = expf(a.x);
+    if (a.y == 0.0f) return make_float2(e, a.y);
+    float s, c;
+    sincosf(a.y, &s, &c);
+    return make_float2(e * c, e * s);
+}
+__device__ __forceinline__ double2 ca_zexp(double2 a) {
+    double e = exp(a.x);
+    if (a.y == 0.0) return make_double2(e, a.y);
+    double s, c;
+    sincos(a.y, &s, &c);
+    return make_double2(e * c, e * s);
+}
+// log(a) = (log |a|, arg a): the cut along the negative reals, -0 imaginary below it.
+template <typename Z>
+__device__ __forceinline__ Z ca_zlog(Z a) {
+    return ca_zmake(log(ca_zabs(a)), ca_zarg(a));
+}
+// The principal square root (re >= 0), the imaginary part with the sign of a's (so the
+// cut is the negative reals, -0 below); numpy's csqrt for finite values and infinities.
+template <typename Z>
+__device__ __forceinline__ Z ca_zsqrt(Z a) {
+    typedef decltype(a.x) R;
+    R re = a.x, im = a.y;
+    if (re == 0 && im == 0) return ca_zmake((R)0, im);
+    if (isinf(im)) return ca_zmake(fabs(im), im);
+    if (isnan(re)) return ca_zmake(re, im - im);
+    if (isinf(re)) {
+        if (re > 0) return ca_zmake(re, isnan(im) ? im : copysign((R)0, im));
+        return ca_zmake(isnan(im) ? im : (R)0, copysign(-re, im));
+    }
+    if (isnan(im)) return ca_zmake(im, im);
+    R t = sqrt(ca_rmul(fabs(re) + ca_zabs(a), (R)0.5));
+    if (re >= 0) return ca_zmake(t, im / (2 * t));
+    return ca_zmake(fabs(im) / (2 * t), copysign(t, im));
+}
