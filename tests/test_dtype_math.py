@@ -34,7 +34,7 @@ async def dev(a: np.ndarray) -> cuasync.Tensor:
 
 
 async def got(op: Any) -> np.ndarray:
-    return await (await op).to_host()  # type: ignore[no-any-return]
+    return await (await op).to_host()
 
 
 def exact(value: np.ndarray, want: Any) -> None:

@@ -238,7 +238,7 @@ def test_a_second_process_with_a_warm_disk_cache_compiles_nothing(tmp_path: Path
 
         asyncio.run(main())
     """
-    env = {"CUASYNC_KERNEL_CACHE": str(tmp_path / "kernels")}
+    env: dict[str, Any] = {"CUASYNC_KERNEL_CACHE": str(tmp_path / "kernels")}
     first = run_script(code, **env).stdout.split()
     second = run_script(code, **env).stdout.split()
     assert int(first[0]) >= 2  # the kernel and the expression, at least

@@ -226,7 +226,7 @@ def test_scatter_index_modes_broadcast_scalars_views_and_out() -> None:
             keep = (idx >= -6) & (idx < 6)
             np.add.at(want, along_index(idx[keep][None] % 6, (2, int(keep.sum())), 1), 1.0)
         else:
-            fixed = np.take(np.arange(6), idx, mode=index_mode)
+            fixed = np.take(np.arange(6), idx, mode=index_mode)  # type: ignore[call-overload]
             np.add.at(want, along_index(fixed, (2, 4), 1), 1.0)
         np.testing.assert_array_equal(got, want)
     # a histogram into a transposed view, in place (out=x)
@@ -322,7 +322,7 @@ def test_dynamic_slices_views_0d_empty_and_out() -> None:
     s = dev(np.array([4, -2], np.int64))
     got = back(cuasync.dynamic_slice(x.T[::-1], s, (2, 3)))  # a transposed, reversed view
     np.testing.assert_array_equal(got, a.T[::-1][clamped((4, -2), (5, 6), (2, 3))])
-    z = dev(np.float32(3))
+    z = dev(np.asarray(3, np.float32))
     assert back(cuasync.dynamic_slice(z, (), ())).shape == ()
     assert back(cuasync.dynamic_slice(z, dev(np.zeros(0, np.int64)), ())) == 3
     assert back(cuasync.dynamic_slice(x, s, (0, 3))).shape == (0, 3)
@@ -427,7 +427,7 @@ def test_pad_matches_numpy_for_every_dtype_and_mode(dtype: str) -> None:
 
 
 def test_pad_0d_empty_out_and_errors() -> None:
-    z = dev(np.float32(2))
+    z = dev(np.asarray(2, np.float32))
     assert back(cuasync.pad(z, 3)) == 2  # numpy: a 0-d array has nothing to pad
     empty = dev(np.zeros((0, 2), np.int16))
     got = back(cuasync.pad(empty, 1, constant_values=-4))

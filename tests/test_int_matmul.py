@@ -55,8 +55,17 @@ def test_int8_takes_cublas_where_it_applies_and_the_kernel_elsewhere(monkeypatch
     backend = get_backend()
     calls: list[str] = []
     real_gemm, real_launch = backend.gemm, igemm.launch
-    monkeypatch.setattr(backend, "gemm", lambda *a: calls.append("blas") or real_gemm(*a))
-    monkeypatch.setattr(igemm, "launch", lambda *a: calls.append("kernel") or real_launch(*a))
+
+    def gemm(*a: Any) -> Any:
+        calls.append("blas")
+        return real_gemm(*a)
+
+    def launch(*a: Any) -> Any:
+        calls.append("kernel")
+        return real_launch(*a)
+
+    monkeypatch.setattr(backend, "gemm", gemm)
+    monkeypatch.setattr(igemm, "launch", launch)
     a, b = host((8, 64), "int8", 3), host((64, 12), "int8", 4)
     exact(run(dev(a) @ dev(b)), a @ b)  # leading dimensions 64 and 12: multiples of 4
     assert calls == ["blas"]

@@ -845,7 +845,7 @@ def test_cache_is_on_by_default_in_a_private_directory(tmp_path: Path) -> None:
         s = kernel_cache.stats()
         print(s.path, oct(stat.S_IMODE(os.stat(s.path).st_mode)), kernel_cache.enabled())
     """
-    env = {"XDG_CACHE_HOME": str(tmp_path), "CUASYNC_KERNEL_CACHE": ""}
+    env: dict[str, Any] = {"XDG_CACHE_HOME": str(tmp_path), "CUASYNC_KERNEL_CACHE": ""}
     path, mode, on = run_script(code, **env).stdout.split()
     assert (path, mode, on) == (str(tmp_path / "cuasync" / "kernels"), "0o700", "True")
     off = run_script(
