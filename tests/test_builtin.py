@@ -15,7 +15,7 @@ import pytest
 
 from cuasync import _builtin, _indexing, _joins, _signature
 from cuasync._dtypes import DTYPES, ML_DTYPES, SUPPORTED
-from cuasync._ops import codegen, reduce_codegen
+from cuasync._ops import codegen, igemm, reduce_codegen
 
 #: sha256 of the built-in kernels' translation unit. The source is part of every kernel
 #: cache key, and the cubins are only checked on a GPU: changing it is deliberate.
@@ -37,12 +37,14 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
         if f.name.endswith((".cu", ".cuh"))
     }
     # ... or in the generated elementwise and reduction kernels (cuasync/_ops/), or in
-    # take and tril/triu (cuasync/_joins.py), or in the indexing family (cuasync/_indexing.py)
+    # take and tril/triu (cuasync/_joins.py), in the indexing family (cuasync/_indexing.py),
+    # or in the integer matrix products (cuasync/_ops/igemm.py)
     generated = {
         *codegen.PRELUDE_FILES,
         *reduce_codegen.PRELUDE_FILES,
         *_joins.FILES,
         *_indexing.FILES,
+        *igemm.FILES,
     }
     assert shipped == set(_builtin._FILES) | generated
     # NVRTC gets the source alone: a file cannot #include another.

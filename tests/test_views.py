@@ -298,7 +298,7 @@ def _operands() -> tuple[cuasync.Tensor, cuasync.Tensor]:
 
 
 _UNARY = ["abs", "cos", "exp", "expm1", "log", "log1p", "negative", "rsqrt", "sign", "sin"]
-_UNARY += ["sqrt", "tanh"]
+_UNARY += ["sqrt", "tanh", "conj", "real", "imag", "angle"]
 _BINARY = ["add", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract"]
 _BINARY += ["equal", "greater", "greater_equal", "less", "less_equal", "not_equal"]
 _REDUCTIONS = ["argmax", "argmin", "max", "mean", "min", "prod", "sum"]

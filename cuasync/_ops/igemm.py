@@ -43,12 +43,17 @@ def _twin(dt: np.dtype[Any]) -> Callable[..., None]:
     return run
 
 
+#: The kernels files its kernels are compiled from (tests/test_builtin.py checks that
+#: every shipped file is compiled somewhere).
+FILES = ("igemm.cu",)
+
+
 @functools.cache
 def kernel(name: str) -> Kernel:
     """The compiled-once kernel for integer dtype ``name``."""
     d = DTYPES[name]
     acc = "unsigned" if np.dtype(name).itemsize <= 4 else "unsigned long long"
-    source = resources.files("cuasync.kernels").joinpath("igemm.cu").read_text("utf-8")
+    source = resources.files("cuasync.kernels").joinpath(FILES[0]).read_text("utf-8")
     return Kernel(source, f"ca_igemm<{d.storage}, {acc}>", emulate=_twin(np.dtype(name)))
 
 
