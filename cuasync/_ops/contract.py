@@ -25,6 +25,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
+from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -35,22 +36,7 @@ from .tensorop import TensorOp, tensor_op
 __all__ = ["dot_general", "matmul", "tensordot"]
 
 #: The dtypes contractions take (integers wrap around, as numpy's).
-DTYPES = (
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-)
+DTYPES = tuple(name for name, d in ALL_DTYPES.items() if d.arithmetic and name != "bool")
 PRECISIONS = ("highest", "tf32")
 _INT_MAX = 2**31 - 1
 

@@ -25,6 +25,7 @@ from .._dtypes import (
     dtype_name,
     storage_only_message,
 )
+from .._dtypes import DTYPES as ALL_DTYPES
 from .._tensor import Shape, Tensor
 from ..errors import (
     ArgumentError,
@@ -95,25 +96,7 @@ _ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximu
 _PART_OPS = frozenset(("real", "imag", "angle"))
 
 #: The dtypes elementwise ops take (bfloat16: ml_dtypes' numpy dtype).
-DTYPES = frozenset(
-    (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "bfloat16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    )
-)
+DTYPES = frozenset(name for name, d in ALL_DTYPES.items() if d.arithmetic)
 
 
 class Node:
