@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -62,6 +63,40 @@ def source() -> str:
     text = "\n".join((files / name).read_text(encoding="utf-8") for name in _FILES)
     # The leading newline keeps the text 0.1 compiled, and so the kernel cache's keys.
     return "\n" + text
+
+
+class KernelFiles:
+    """Kernels compiled from some files of ``cuasync/kernels`` beside the built-in
+    translation unit (take and tril/triu, the indexing family), each made once.
+
+    >>> joins = KernelFiles("index.cuh", "joins.cu")
+    >>> joins.kernel("ca_tri<unsigned int>", tri_twin)
+    """
+
+    def __init__(self, *files: str) -> None:
+        self.files = files
+        self._made: dict[str, Kernel] = {}
+        self._lock = threading.Lock()
+
+    @functools.cached_property
+    def source(self) -> str:
+        kernels = resources.files("cuasync.kernels")
+        return "\n".join((kernels / name).read_text(encoding="utf-8") for name in self.files)
+
+    def kernel(self, expression: str, twin: Callable[..., None]) -> Kernel:
+        """The kernel ``expression`` (a template instantiation), made once."""
+        found = self._made.get(expression)
+        if found is None:
+            with self._lock:
+                found = self._made.get(expression)
+                if found is None:
+                    found = self._made[expression] = Kernel(self.source, expression, emulate=twin)
+        return found
+
+
+def storage(itemsize: int) -> str:
+    """The C type a kernel that only moves bits stores elements of ``itemsize`` bytes as."""
+    return DTYPES[FILL_DTYPES[itemsize]].storage
 
 
 # -- the kernels ------------------------------------------------------------------------

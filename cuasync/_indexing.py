@@ -16,12 +16,9 @@ for an index out of range, so each op says what it does with one (``mode`` /
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
-import threading
 from collections.abc import Callable
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -70,29 +67,7 @@ _NARROW = {"float16": 0, "bfloat16": 1}
 _SCATTER_MODES = ("set", "add", "min", "max")
 _INDEX_MODES = {"wrap": 0, "clip": 1, "drop": 2}
 
-_kernels: dict[str, Kernel] = {}
-_lock = threading.Lock()
-
-
-@functools.cache
-def _source() -> str:
-    files = resources.files("cuasync.kernels")
-    return "\n".join((files / name).read_text(encoding="utf-8") for name in FILES)
-
-
-def _kernel(expression: str, twin: Callable[..., None]) -> Kernel:
-    """The kernel ``expression`` (a template instantiation) of this family, made once."""
-    found = _kernels.get(expression)
-    if found is None:
-        with _lock:
-            found = _kernels.get(expression)
-            if found is None:
-                found = _kernels[expression] = Kernel(_source(), expression, emulate=twin)
-    return found
-
-
-def _storage(itemsize: int) -> str:
-    return DTYPES[builtin.FILL_DTYPES[itemsize]].storage
+_KERNELS = builtin.KernelFiles(*FILES)
 
 
 def _index_c(index: str) -> str:
@@ -336,7 +311,7 @@ def gather_kernel(itemsize: int, index: str, along: bool) -> Kernel:
     """``ca_gather`` (``ca_gather_along`` for ``along``) for elements of ``itemsize``
     bytes and ``index`` (int32/int64) indices."""
     family, twin = ("ca_gather_along", _gather_along_twin) if along else ("ca_gather", _gather_twin)
-    return _kernel(f"{family}<{_storage(itemsize)}, {_index_c(index)}>", twin)
+    return _KERNELS.kernel(f"{family}<{builtin.storage(itemsize)}, {_index_c(index)}>", twin)
 
 
 def gather(
@@ -497,10 +472,10 @@ def scatter_kernel(dtype: Any, index: str, mode: str) -> Kernel:
     narrow = _NARROW.get(dtype_name(dtype))
     if combine and narrow is not None:
         expression = f"ca_scatter_narrow<{_index_c(index)}, {combine}, {narrow}>"
-        return _kernel(expression, _scatter_twin(combine, dtype))
-    c_type = _storage(dtype.itemsize) if combine == 0 else DTYPES[dtype_name(dtype)].storage
+        return _KERNELS.kernel(expression, _scatter_twin(combine, dtype))
+    c_type = builtin.storage(dtype.itemsize) if combine == 0 else DTYPES[dtype_name(dtype)].storage
     expression = f"ca_scatter<{c_type}, {_index_c(index)}, {combine}>"
-    return _kernel(expression, _scatter_twin(combine, None))
+    return _KERNELS.kernel(expression, _scatter_twin(combine, None))
 
 
 def scatter(
@@ -619,7 +594,9 @@ def _updates_tensor(
 # -- dynamic_slice, dynamic_update_slice --------------------------------------------------
 def window_kernel(itemsize: int, index: str) -> Kernel:
     """``ca_window`` for elements of ``itemsize`` bytes and ``index`` (int32/int64) starts."""
-    return _kernel(f"ca_window<{_storage(itemsize)}, {_index_c(index)}>", _window_twin)
+    return _KERNELS.kernel(
+        f"ca_window<{builtin.storage(itemsize)}, {_index_c(index)}>", _window_twin
+    )
 
 
 def _starts(start_indices: Any, x: Operand, name: str) -> Any:
@@ -793,7 +770,7 @@ _PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2}
 
 def pad_kernel(itemsize: int) -> Kernel:
     """``ca_pad`` for elements of ``itemsize`` bytes."""
-    return _kernel(f"ca_pad<{_storage(itemsize)}>", _pad_twin)
+    return _KERNELS.kernel(f"ca_pad<{builtin.storage(itemsize)}>", _pad_twin)
 
 
 def _pad_width(pad_width: Any, ndim: int, name: str) -> tuple[tuple[int, int], ...]:

@@ -11,11 +11,7 @@ built; bad arguments raise then (``ArgumentError`` naming the argument).
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
-from collections.abc import Callable
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -148,18 +144,9 @@ def stack(arrays: Any, axis: int = 0) -> TensorOp:
 
 
 # -- take ---------------------------------------------------------------------------------
-_kernels: dict[tuple[int, str], Kernel] = {}  # (itemsize, index dtype or 'tri')
-_lock = threading.Lock()
-
-
 #: The files of ``cuasync/kernels`` the take and tril/triu kernels are compiled from.
 FILES = ("index.cuh", "joins.cu")
-
-
-@functools.cache
-def _source() -> str:
-    files = resources.files("cuasync.kernels")
-    return "\n".join((files / name).read_text(encoding="utf-8") for name in FILES)
+_KERNELS = builtin.KernelFiles(*FILES)
 
 
 def _take_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: Any) -> None:
@@ -170,25 +157,10 @@ def _take_twin(out: np.ndarray, x: np.ndarray, idx: np.ndarray, *args: Any) -> N
     out.reshape(-1, nidx, inner)[...] = src[:, v, :]
 
 
-def _kernel(key: tuple[int, str], name: str, twin: Callable[..., None]) -> Kernel:
-    """The kernel ``name`` of this module's sources, made once per ``key``."""
-    found = _kernels.get(key)
-    if found is None:
-        with _lock:
-            found = _kernels.get(key)
-            if found is None:
-                found = _kernels[key] = Kernel(_source(), name, emulate=twin)
-    return found
-
-
-def _storage(itemsize: int) -> str:
-    return builtin.DTYPES[builtin.FILL_DTYPES[itemsize]].storage
-
-
 def take_kernel(itemsize: int, index: str) -> Kernel:
     """``ca_take`` for elements of ``itemsize`` bytes and ``index`` (int32 or int64) indices."""
     index_c = "int" if index == "int32" else "long long"
-    return _kernel((itemsize, index), f"ca_take<{_storage(itemsize)}, {index_c}>", _take_twin)
+    return _KERNELS.kernel(f"ca_take<{builtin.storage(itemsize)}, {index_c}>", _take_twin)
 
 
 def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wrap") -> TensorOp:
@@ -262,7 +234,7 @@ def _tri_twin(out: np.ndarray, x: np.ndarray, *args: Any) -> None:
 
 def tri_kernel(itemsize: int) -> Kernel:
     """``ca_tri`` for elements of ``itemsize`` bytes."""
-    return _kernel((itemsize, "tri"), f"ca_tri<{_storage(itemsize)}>", _tri_twin)
+    return _KERNELS.kernel(f"ca_tri<{builtin.storage(itemsize)}>", _tri_twin)
 
 
 def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
