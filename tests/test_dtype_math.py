@@ -230,4 +230,6 @@ def test_property_complex_broadcast_views_and_out(data: Any, dtype: str) -> None
     want = np.where(a == b, np.conj(a), a * b - 1j)
     out = cuasync.zeros(shape, dtype).sync()
     cuasync.where(x == y, cuasync.conj(x), x * y - 1j, out=out).sync()
-    exact(out.to_host().sync(), want)
+    # close, not exact: numpy's SIMD complex multiply contracts into FMAs for some lengths
+    # and CPUs (numpy 2.5 on the H200 host even for one element); the kernel rounds each step
+    close(out.to_host().sync(), want)
