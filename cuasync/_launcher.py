@@ -18,7 +18,7 @@ for ``bump(float* x, int n)`` it is, in effect,
 Anything else (another dtype, a partition, a pointer, a numpy scalar, a value out of
 range) goes to the full checks, which word the errors; the wrong number of arguments,
 or parameters replaced since, to ``kernel._launch``. The accepted arguments are those
-of the launch plan (``_Launchable._make_plan``), which ``tests/test_kernel.py`` holds to
+of the launch plan (``_Launchable._make_plan``), which ``tests/kernels/test_kernel.py`` holds to
 the full checks.
 
 With the native module, the launcher is its ``Launcher`` instead: the same checks and

@@ -16,7 +16,7 @@
  * Both read block_cache's module globals (_lock, _blocks, _bytes, _taking, DEVICE_MAX,
  * PER_KEY) and the Device's instance dict (_lock, _used, _count, _peak, _limit,
  * _utility) and take the same locks as the Python code (an RLock's acquire and
- * release); tests/test_block_cache.py and tests/test_small_upload.py hold the two to
+ * release); tests/transfers/test_block_cache.py and tests/transfers/test_small_upload.py hold the two to
  * the same accounting.
  */
 #define PY_SSIZE_T_CLEAN

@@ -233,7 +233,7 @@ Express_drop_staging(Express *self, PyObject *Py_UNUSED(arg))
  * through a Python __init__: about as much host time as the native submission after it.
  * For its common case (a numpy.ndarray exactly, of a dtype cuasync knows, no device
  * named, no debug origins recorded, the default device made already) build_upload makes
- * them here, setting each slot as the __init__ chain sets it (tests/test_small_upload.py
+ * them here, setting each slot as the __init__ chain sets it (tests/transfers/test_small_upload.py
  * holds the two to the same slots); anything else returns None and Python builds it.
  */
 struct upload_builder {

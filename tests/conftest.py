@@ -13,14 +13,8 @@ import fcntl
 import gc
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import textwrap
-import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -30,6 +24,8 @@ os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 # The kernel cache is on by default, in the user's home (~/.cache/cuasync): the suite
 # keeps its own in a temporary directory (its subprocesses inherit it), never the real one.
 os.environ["CUASYNC_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
+
+from helpers import BACKEND, ON_EMULATOR, STREAM_COMMANDS, settle
 
 import cuasync
 import cuasync.testing
@@ -45,14 +41,6 @@ settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile("repeatable")
 
-BACKEND = cuasync.backend_name()
-ON_EMULATOR = BACKEND == "emulator"
-
-#: For tests of the flag-write reactor itself (a run with host callbacks has none).
-reactor_path = pytest.mark.skipif(
-    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
-    reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
-)
 
 pytest_plugins = ["pytester"]
 
@@ -76,33 +64,6 @@ def _kernels_loaded_before_any_gate():
         # against work in flight would see it land during the enqueue.
         for ordinal in range(cuasync.device_count()):
             cuasync.zeros((1 << 20,), "uint8", device=ordinal).sync()
-
-
-def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
-    once per process, and some behaviour is per process: exits, forks, sticky faults);
-    fails on a non-zero exit, or (with every thread's stack) past ``timeout``."""
-    return run_python("-c", textwrap.dedent(code), timeout=timeout, **env)
-
-
-def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
-    """``python -X faulthandler *args`` on this suite's backend; fails on a non-zero exit.
-
-    Past ``timeout`` the process is stopped with SIGABRT, so the failure shows where each
-    of its threads was."""
-    full = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", **env}
-    argv = [sys.executable, "-X", "faulthandler", *args]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=cwd
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)
-            out, err = proc.communicate()
-            pytest.fail(f"still running after {timeout} s; its stacks:\n{out[-4000:]}{err}")
-    assert proc.returncode == 0, out[-4000:] + err[-4000:]
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 #: ``CUASYNC_TEST_HANG_DUMP=FILE``: a test still running after ``CUASYNC_TEST_HANG_SECONDS``
@@ -237,32 +198,6 @@ def emu():
     emulator.set_delay(0)
 
 
-#: Backend calls that put a command on a stream (or, for allocations, order one there).
-STREAM_COMMANDS = (
-    "mem_alloc_async",
-    "mem_free_async",
-    "memcpy_htod_async",
-    "memcpy_dtoh_async",
-    "memcpy_dtod_async",
-    "memcpy_2d_async",
-    "memset_d8_async",
-    "write_value32",
-    "stream_wait_value32",
-    "launch_host_func",
-    "launch_host_signal",
-    "launch_kernel",
-    "queue_launch",
-    "gemm",
-    "event_record",
-    "stream_wait_event",
-    "graph_upload",
-    "graph_launch",
-)
-
-#: How an await learns about completion: a flag write (reactor) or a host function.
-COMPLETION = ("write_value32", "launch_host_signal", "launch_host_func")
-
-
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the stream commands handed to the backend during the test, in order.
@@ -295,80 +230,11 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         gc.enable()
 
 
-def settle() -> None:
-    """Wait until every completion has been observed (background watcher included)."""
-    cuasync.testing.settle()
-
-
 @pytest.fixture
 def baseline():
     """Asserts that memory (every device) and slots return to where they were."""
     with cuasync.testing.no_leaks() as before:
         yield before
-
-
-def still_pending(done: Callable[[], bool], seconds: float = 0.02) -> bool:
-    """Whether ``done()`` stays false for ``seconds``.
-
-    For work held behind a closed gate, directly or through ordering on another stream:
-    it can never finish, so this holds whatever the timing. Were the ordering missing,
-    the work would run at once and finish well within the window; the window only gives
-    that failure time to show.
-    """
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if done():
-            return False
-        time.sleep(0.0005)  # polling a condition with a deadline
-    return not done()
-
-
-async def await_held(make_op: Callable[[], Any]) -> Any:
-    """``await make_op()`` with the op held behind a gate until the await has suspended.
-
-    Whatever the machine's load, the work cannot land during the await's inline spin,
-    so the await completes through whatever watches suspended awaits (the reactor, or
-    host callbacks). Asserts the work was still held when the await suspended.
-    """
-    import anyio
-
-    results: list[Any] = []
-    suspended = False
-
-    async def waiter() -> None:
-        nonlocal suspended
-        op = make_op()
-        suspended = True  # set in the step that submits, spins and suspends below
-        results.append(await op)
-
-    with cuasync.testing.gate() as gate:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            # Parked, not only submitted: the gate stays closed until the await has
-            # spun, found its work held, and suspended on it.
-            await wait_until(lambda: suspended and awaited_completions() > 0)
-            assert not results
-            gate.open()
-    return results[0]
-
-
-def awaited_completions() -> int:
-    """Pending completions with a waiter: awaits parked on their work."""
-    from cuasync._core.completion import get_hub
-
-    hub = get_hub()
-    pending = [c for c in hub.table if c is not None] + list(hub.callback_pending)
-    return sum(1 for c in pending if c._waiters)
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Let the event loop run until ``condition()`` holds (e.g. every task is waiting)."""
-    import anyio
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the condition"
-        await anyio.sleep(0)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def _twin(dt: np.dtype[Any]) -> Callable[..., None]:
     return run
 
 
-#: The kernels files its kernels are compiled from (tests/test_builtin.py checks that
+#: The kernels files its kernels are compiled from (tests/kernels/test_builtin.py checks that
 #: every shipped file is compiled somewhere).
 FILES = ("igemm.cu",)
 

@@ -1,7 +1,7 @@
 """Does destroying a memory pool whose last free is still pending crash a later sync?
 
 Two GPU runs (2026-12-01) segfaulted inside cuCtxSynchronize / cuStreamSynchronize in
-the test worker that ran tests/test_memory_pool.py, whose pools are destroyed while the
+the test worker that ran tests/transfers/test_memory_pool.py, whose pools are destroyed while the
 stream-ordered free of their last allocation has not run yet (cuMemPoolDestroy says the
 driver then releases the pool "once there are no more outstanding allocations"). This
 repeats that pattern with the driver alone, then through cuasync, and prints how far it

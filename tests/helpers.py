@@ -1,0 +1,154 @@
+"""What the tests share besides fixtures: the backend in use, subprocess runners, and
+waits on conditions that hold whatever the timing (``from helpers import wait_until``).
+
+Fixtures stay in ``conftest.py``; test modules import these names from here, never from
+the conftest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import cuasync
+import cuasync.testing
+
+BACKEND = cuasync.backend_name()
+ON_EMULATOR = BACKEND == "emulator"
+
+#: For tests of the flag-write reactor itself (a run with host callbacks has none).
+reactor_path = pytest.mark.skipif(
+    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
+    reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
+)
+
+
+def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
+    once per process, and some behaviour is per process: exits, forks, sticky faults);
+    fails on a non-zero exit, or (with every thread's stack) past ``timeout``."""
+    return run_python("-c", textwrap.dedent(code), timeout=timeout, **env)
+
+
+def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
+    """``python -X faulthandler *args`` on this suite's backend; fails on a non-zero exit.
+
+    Past ``timeout`` the process is stopped with SIGABRT, so the failure shows where each
+    of its threads was."""
+    full = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", **env}
+    argv = [sys.executable, "-X", "faulthandler", *args]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=cwd
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate()
+            pytest.fail(f"still running after {timeout} s; its stacks:\n{out[-4000:]}{err}")
+    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+#: Backend calls that put a command on a stream (or, for allocations, order one there).
+STREAM_COMMANDS = (
+    "mem_alloc_async",
+    "mem_free_async",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_dtod_async",
+    "memcpy_2d_async",
+    "memset_d8_async",
+    "write_value32",
+    "stream_wait_value32",
+    "launch_host_func",
+    "launch_host_signal",
+    "launch_kernel",
+    "queue_launch",
+    "gemm",
+    "event_record",
+    "stream_wait_event",
+    "graph_upload",
+    "graph_launch",
+)
+
+
+#: How an await learns about completion: a flag write (reactor) or a host function.
+COMPLETION = ("write_value32", "launch_host_signal", "launch_host_func")
+
+
+def settle() -> None:
+    """Wait until every completion has been observed (background watcher included)."""
+    cuasync.testing.settle()
+
+
+def still_pending(done: Callable[[], bool], seconds: float = 0.02) -> bool:
+    """Whether ``done()`` stays false for ``seconds``.
+
+    For work held behind a closed gate, directly or through ordering on another stream:
+    it can never finish, so this holds whatever the timing. Were the ordering missing,
+    the work would run at once and finish well within the window; the window only gives
+    that failure time to show.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if done():
+            return False
+        time.sleep(0.0005)  # polling a condition with a deadline
+    return not done()
+
+
+async def await_held(make_op: Callable[[], Any]) -> Any:
+    """``await make_op()`` with the op held behind a gate until the await has suspended.
+
+    Whatever the machine's load, the work cannot land during the await's inline spin,
+    so the await completes through whatever watches suspended awaits (the reactor, or
+    host callbacks). Asserts the work was still held when the await suspended.
+    """
+    import anyio
+
+    results: list[Any] = []
+    suspended = False
+
+    async def waiter() -> None:
+        nonlocal suspended
+        op = make_op()
+        suspended = True  # set in the step that submits, spins and suspends below
+        results.append(await op)
+
+    with cuasync.testing.gate() as gate:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            # Parked, not only submitted: the gate stays closed until the await has
+            # spun, found its work held, and suspended on it.
+            await wait_until(lambda: suspended and awaited_completions() > 0)
+            assert not results
+            gate.open()
+    return results[0]
+
+
+def awaited_completions() -> int:
+    """Pending completions with a waiter: awaits parked on their work."""
+    from cuasync._core.completion import get_hub
+
+    hub = get_hub()
+    pending = [c for c in hub.table if c is not None] + list(hub.callback_pending)
+    return sum(1 for c in pending if c._waiters)
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the event loop run until ``condition()`` holds (e.g. every task is waiting)."""
+    import anyio
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        await anyio.sleep(0)

@@ -1,0 +1,164 @@
+"""``python -m cuasync.bench``: every suite runs to the end and reports its rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import helpers
+import pytest
+
+import cuasync
+
+SUITES = ["completion", "launch", "graphs", "transfers", "priority", "ops"]
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = helpers.run_python(
+        "-m", "cuasync.bench", suite, "--quick", "--json", str(out), timeout=300
+    )
+    assert "suite" not in done.stderr  # no progress bar off a terminal
+    data = json.loads(out.read_text())
+    rows = [r for r in data["rows"] if r["suite"] == suite]
+    assert rows, data
+    assert data["meta"]["backend"] in ("cuda", "emulator")
+    if suite == "completion":
+        names = {r["name"] for r in rows}
+        # the per-op cost breakdown, with the driver real and stubbed
+        assert "submit: op.submit_on(stream) (driver real)" in names
+        assert "submit: op.submit_on(stream) (driver stubbed)" in names
+        assert "asyncio: whole await, driver stubbed (inline)" in names
+        concurrent = next(r for r in rows if "concurrent cuasync awaits" in r["name"])
+        assert "spins skipped" in concurrent["note"]
+        # the default-spin awaits of every loop, with the paths they completed by
+        # (interleaved with the raw loop where there is one: a GPU)
+        awaits = [
+            r for r in rows if r["name"].endswith(" us") and "await tiny kernel, spin" in r["name"]
+        ]
+        assert {r["name"].split(":")[0] for r in awaits} >= {"asyncio"}
+        raw = any(r["name"].endswith("cuStreamSynchronize, interleaved") for r in rows)
+        for r in awaits:
+            assert "inline" in r["note"]
+            assert ("interleaved with the raw loop" in r["note"]) == raw, r
+        # spin 0: the awaits the reactor woke, apart from those that finished inline
+        spin0 = next(
+            r for r in rows if r["name"] == "asyncio: cuasync await tiny kernel, spin 0 (reactor)"
+        )
+        reactor = int(spin0["note"].split("reactor ")[1].split(",")[0])
+        woken = [r for r in rows if r["name"].endswith("spin 0, woken by the reactor")]
+        if reactor:
+            assert woken, spin0
+            count = int(woken[0]["note"].split(" of ")[0])
+            assert 0 < count <= reactor  # (the 50 warm-up awaits are counted in the stats only)
+        # the loop's lag while new expressions compile: awaited, and inline (the control)
+        first_use = [r for r in rows if "first use of 3 new expressions" in r["name"]]
+        assert {r["name"].rsplit(", ", 1)[1] for r in first_use} >= {
+            "awaited",
+            "compiled inline by .sync() (control)",
+        }
+        targets = [r for r in rows if r["name"].startswith("asyncio: spin-0 p50 - raw p50")]
+        assert len(targets) == raw  # (the ratios need the raw loop: a GPU)
+        for target in targets:
+            expected = "of the awaits the reactor woke" if woken else "of every spin-0 await"
+            assert target["note"] == expected
+    if suite == "ops":
+        _check_ops_rows(rows, data["meta"]["backend"])
+    if suite == "priority":
+        names = {r["name"] for r in rows}
+        assert "tiny kernel under batch load, default priority" in names
+        greatest = cuasync.Device(0).stream_priority_range.greatest
+        assert f"tiny kernel under batch load, priority {greatest}" in names
+
+
+def _check_ops_rows(rows: list[dict[str, Any]], backend: str) -> None:
+    """Each compared call has its row (named by its call and sizes), timed in 3 rounds;
+    with torch on a GPU, each target line against torch is there too."""
+    calls = [
+        *(f"cuasync {op}(x, axis={axis}, out=out), x (" for op, axis in _OPS_REDUCTIONS),
+        "cuasync add(a, b, out=c), float32, ",
+        "cuasync add(a, b, out=c), bfloat16, ",
+        "cuasync scatter(bins, idx, upd, axis=0, mode='add', out=bins), ",
+        "cuasync take_along_axis(x, idx, axis=1, out=out), x (",
+    ]
+    for call in calls:
+        timed = [r for r in rows if r["name"].startswith(call)]
+        assert timed, call
+        for r in timed:  # --quick: 3 rounds
+            assert len(r["note"].split("; rounds ")[1].split(", ")) == 3, r
+    adds = [r for r in rows if r["name"].startswith("cuasync add(a, b, out=c), float32, ")]
+    assert len(adds) == 2  # 64 and 256 MiB (1 and 4 MiB on the emulator)
+    if backend == "cuda" and importlib.util.find_spec("torch") is not None:
+        targets = {r["name"] for r in rows if "/ torch's (target" in r["name"]}
+        assert len(targets) == 5 + 3 + 2 + 1, targets  # reductions, adds, scatter, gather
+
+
+_OPS_REDUCTIONS = [
+    ("sum", None),
+    ("sum", -1),
+    ("sum", 0),
+    ("max", None),
+    ("max", 0),
+    ("min", None),
+    ("min", 0),
+]
+
+
+def test_plot_draws_every_latency_row_into_an_image(tmp_path: Path) -> None:
+    image = tmp_path / "bench.png"
+    out = helpers.run_python(
+        "-m", "cuasync.bench", "completion", "--quick", "--plot", str(image), timeout=300
+    ).stdout
+    drawn = int(out.rsplit("plot: ", 1)[1].split()[0])
+    assert drawn >= 10  # the await, executor and breakdown rows
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_which_extra_before_measuring() -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from cuasync.bench.__main__ import main\n"
+        "from cuasync.errors import MissingDependencyError\n"
+        "try:\n"
+        "    main(['completion', '--plot', 'never.png'])\n"
+        "except MissingDependencyError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = helpers.run_python("-c", code, timeout=120).stdout
+    assert "refused: --plot needs matplotlib: pip install 'cuasync[plot]'" in out
+    assert "== completion" not in out  # nothing was measured first
+
+
+def test_interleaved_candidates_take_turns() -> None:
+    # The rows whose ratio is a target time their candidates in turns of `block` calls
+    # (each sample one call), the warm-up first, `between` after each turn, untimed.
+    import asyncio
+
+    from cuasync.bench._util import interleaved, interleaved_awaits
+
+    calls: list[str] = []
+    samples = interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        5,
+        block=2,
+        warmup=1,
+        between=lambda: calls.append("|"),
+    )
+    assert "".join(calls) == "ab|aa|bb|aa|bb|a|b|"
+    assert [len(samples["a"]), len(samples["b"])] == [5, 5]
+    assert all(isinstance(ns, int) and ns >= 0 for ns in samples["a"] + samples["b"])
+
+    order: list[str] = []
+
+    async def awaited() -> None:
+        order.append("w")
+
+    async def main() -> tuple[list[int], list[int]]:
+        return await interleaved_awaits(awaited, lambda: order.append("c"), 45, block=20)
+
+    awaits, blocking = asyncio.run(main())
+    assert (len(awaits), len(blocking)) == (45, 45)
+    assert "".join(order[100:]) == "w" * 20 + "c" * 20 + "w" * 20 + "c" * 20 + "w" * 5 + "c" * 5

@@ -1,0 +1,159 @@
+"""The inference service example (examples/torch_service.py) and its load script, on any
+backend: the cuasync-only route's results, /health answering while a request is held in
+flight behind a gate, and examples/load.py end to end on the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from helpers import run_python
+
+import cuasync
+import cuasync.testing
+
+pytest.importorskip("starlette", reason="the service example needs starlette (the test extra)")
+pytest.importorskip("uvicorn", reason="the service example needs uvicorn (the test extra)")
+httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the test extra)")
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+X = [-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0]
+
+
+def load_service() -> ModuleType:
+    """examples/torch_service.py as a module (examples/ is not a package)."""
+    name = "cuasync_example_torch_service"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES / "torch_service.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+service = load_service()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("asyncio", {}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    ]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    """The service is asyncio code (as under uvicorn): asyncio and uvloop, not trio."""
+    return request.param
+
+
+def client_for(mode: str):
+    app = service.create_app(mode)  # no torch model: /infer answers 503
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://service")
+
+
+def expected(x: list[float], scale: float, shift: float) -> np.ndarray:
+    return np.tanh(np.float32(scale) * np.asarray(x, np.float32) + np.float32(shift))
+
+
+@pytest.mark.parametrize("mode", service.MODES)
+async def test_compute_route_results(anyio_backend: object, mode: str) -> None:
+    async with client_for(mode) as client:
+        response = await client.post("/compute", json={"x": X, "scale": 0.5, "shift": 0.25})
+        assert response.status_code == 200, response.text
+        y = np.asarray(response.json()["y"], np.float32)
+        np.testing.assert_allclose(y, expected(X, 0.5, 0.25), rtol=1e-6, atol=1e-6)
+
+        response = await client.post("/compute", json={"x": [1.0, 2.0]})  # scale 1, shift 0
+        np.testing.assert_allclose(response.json()["y"], np.tanh([1.0, 2.0]), rtol=1e-6)
+
+        health = (await client.get("/health")).json()
+        assert health == {
+            "ok": True,
+            "mode": mode,
+            "in_flight": 0,
+            "backend": cuasync.backend_name(),
+            "model": None,
+        }
+
+
+async def test_bad_requests_get_400_and_infer_without_torch_503(anyio_backend: object) -> None:
+    async with client_for("cuasync") as client:
+        bodies: list[object] = [{"y": [1.0]}, [1.0], {"x": [[1.0], [2.0]]}, {"x": []}, {"x": ["a"]}]
+        for body in bodies:
+            response = await client.post("/compute", json=body)
+            assert response.status_code == 400, body
+            assert "x" in response.json()["error"]
+        response = await client.post("/compute", content=b"{not json")
+        assert response.status_code == 400
+        assert response.json() == {"error": "the body is not JSON"}
+        response = await client.post("/infer")
+        assert response.status_code == 503
+        assert "/compute runs on any backend" in response.json()["error"]
+
+
+@pytest.mark.parametrize("mode", ["cuasync", "poll", "executor"])
+async def test_health_answers_while_a_request_is_held_in_flight(
+    anyio_backend: object, mode: str
+) -> None:
+    async with client_for(mode) as client:
+        # A first request compiles the fused kernel: on a GPU, loading a module waits
+        # for the device's pending work, which must not include a closed gate.
+        assert (await client.post("/compute", json={"x": X})).status_code == 200
+        with cuasync.testing.gate() as gate:  # holds every stream of the default policy
+            held = asyncio.create_task(client.post("/compute", json={"x": X, "scale": 2.0}))
+            for _ in range(2000):
+                health = await client.get("/health")
+                assert health.status_code == 200
+                if health.json()["in_flight"] == 1:
+                    break
+                await asyncio.sleep(0.001)
+            assert health.json()["in_flight"] == 1, "the request never got in flight"
+            for _ in range(5):  # the loop stays free: more probes answer, the request waits
+                assert (await client.get("/health")).json()["in_flight"] == 1
+                await asyncio.sleep(0.005)
+            assert not held.done()
+            gate.open()
+            response = await asyncio.wait_for(held, timeout=30)
+        assert response.status_code == 200
+        np.testing.assert_allclose(
+            response.json()["y"], expected(X, 2.0, 0.0), rtol=1e-6, atol=1e-6
+        )
+        assert (await client.get("/health")).json()["in_flight"] == 0
+
+
+def test_load_script_runs_end_to_end_on_the_emulator() -> None:
+    proc = run_python(
+        str(EXAMPLES / "load.py"),
+        "--backend=emulator",
+        "--quick",
+        "--duration=0.4",
+        "--modes=cuasync,sync",
+        timeout=240,
+    )
+    out = proc.stdout
+    for case in ("anchor", "latency", "small"):
+        for mode in ("cuasync", "sync"):
+            rows = [line.split() for line in out.splitlines() if line.startswith(f"{case} ")]
+            row = [r for r in rows if r[1] == mode]
+            assert len(row) == 1, out
+            assert int(row[0][3]) > 0 and row[0][-1] == "0", out  # requests done, no errors
+
+
+def test_load_script_refuses_other_hosts() -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "load.py"), "--host", "192.0.2.1", "--backend=emulator"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "loopback" in proc.stderr

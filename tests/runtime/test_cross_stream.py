@@ -1,0 +1,105 @@
+"""Tensors used on several streams are ordered with events: RAW, WAW and WAR.
+
+The earlier op waits at a closed gate on its stream, so without the automatic events
+the later op, on another stream, would run first; with them it cannot finish until the
+gate opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import COMPLETION, still_pending
+
+import cuasync
+import cuasync.testing as ct
+
+pytestmark = pytest.mark.anyio
+
+N = 1 << 10
+
+
+@pytest.fixture
+def streams() -> list[cuasync.Stream]:
+    dev = cuasync.Device(0)
+    return [dev.new_stream() for _ in range(3)]
+
+
+async def in_order(
+    first: tuple[cuasync.DeviceOp, cuasync.Stream], second: tuple[cuasync.DeviceOp, cuasync.Stream]
+) -> list[object]:
+    """Submit ``first`` behind a closed gate, then ``second``; check that ``second`` waits."""
+    (op1, s1), (op2, s2) = first, second
+    with ct.gate(s1):
+        earlier = op1.submit_on(s1)
+        later = op2.submit_on(s2)
+        assert still_pending(later.done), "the later op did not wait for the earlier one"
+    return [await earlier, await later]
+
+
+async def test_read_after_write(anyio_backend, streams) -> None:
+    x = await cuasync.zeros((N,)).submit_on(streams[0])
+    a = await cuasync.from_host(np.full(N, 3.0, np.float32)).submit_on(streams[0])
+    _, seen = await in_order((cuasync.memcpy(x, a), streams[1]), (x.to_host(), streams[2]))
+    np.testing.assert_array_equal(seen, np.full(N, 3.0))
+
+
+async def test_write_after_read(anyio_backend, streams) -> None:
+    x = await cuasync.from_host(np.full(N, 1.0, np.float32)).submit_on(streams[0])
+    b = await cuasync.from_host(np.full(N, 9.0, np.float32)).submit_on(streams[0])
+    seen, _ = await in_order((x.to_host(), streams[1]), (cuasync.memcpy(x, b), streams[2]))
+    np.testing.assert_array_equal(seen, np.full(N, 1.0))  # the read saw the old value
+    np.testing.assert_array_equal(await x.to_host(), np.full(N, 9.0))
+
+
+async def test_write_after_write(anyio_backend, streams) -> None:
+    x = await cuasync.zeros((N,)).submit_on(streams[0])
+    a = await cuasync.from_host(np.full(N, 1.0, np.float32)).submit_on(streams[0])
+    b = await cuasync.from_host(np.full(N, 2.0, np.float32)).submit_on(streams[0])
+    await in_order((cuasync.memcpy(x, a), streams[1]), (cuasync.memcpy(x, b), streams[2]))
+    np.testing.assert_array_equal(await x.to_host(), np.full(N, 2.0))
+
+
+async def test_views_of_one_allocation_are_ordered_too(anyio_backend, streams) -> None:
+    x = await cuasync.zeros((2, N)).submit_on(streams[0])
+    a = await cuasync.from_host(np.full(N, 5.0, np.float32)).submit_on(streams[0])
+    _, row = await in_order((cuasync.memcpy(x[1], a), streams[1]), (x[1].to_host(), streams[2]))
+    np.testing.assert_array_equal(row, np.full(N, 5.0))
+
+
+def test_gather_of_conflicting_chains_gives_the_sequential_result() -> None:
+    """asyncio.gather over many streams: each step reads what the previous one wrote."""
+    policy = cuasync.StreamPoolRoundRobin(num_streams=4)
+    acc = cuasync.zeros((N,), "float32").sync()
+    steps = [cuasync.from_host(np.full(N, float(i), np.float32)).sync() for i in range(8)]
+
+    async def main() -> list[np.ndarray]:
+        # The first stream waits at a gate; it holds every other write (they are ordered
+        # after it) and so every read: without the events, the other streams run ahead.
+        with ct.gate(policy.streams[0]):
+            futures: list[cuasync.DeviceFuture[Any]] = []
+            for step in steps:
+                # write acc, then read it back, each on the policy's next stream
+                futures.append(cuasync.memcpy(acc, step).schedule(policy))
+                futures.append(acc.to_host().schedule(policy))
+            assert policy.streams[0] is futures[0].stream
+            assert still_pending(lambda: any(f.done() for f in futures))
+            results = asyncio.gather(*futures)
+        return [r for r in await results if isinstance(r, np.ndarray)]
+
+    reads = asyncio.run(main())
+    for i, seen in enumerate(reads):
+        np.testing.assert_array_equal(seen, np.full(N, float(i)))
+
+
+async def test_no_waits_once_earlier_work_is_known_complete(
+    anyio_backend, streams, enqueued
+) -> None:
+    x = await cuasync.zeros((N,)).submit_on(streams[0])  # awaited: completion observed
+    before = len(enqueued)
+    await x.to_host().submit_on(streams[1])
+    # the copy and its completion only: no event record or wait for completed work
+    assert enqueued[before:] in [["memcpy_dtoh_async", c] for c in COMPLETION]

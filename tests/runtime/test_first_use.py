@@ -1,0 +1,247 @@
+"""The first use of a kernel or of an expression structure compiles and loads off the loop.
+
+An ``await`` that finds its kernel not yet prepared for the device hands the compile
+and the module load to the compile thread and parks; the event loop runs its other
+tasks meanwhile. A hook on the backend's ``prepare_kernel`` holds each preparation
+until a ticker task on the loop has run ``TICKS`` times: where the preparation ran on
+the loop thread, the ticker could not run and the preparation would give up waiting
+(``HOLD_S``). ``cuasync.warmup`` does it ahead of traffic; ``sync()`` prepares inline;
+a second process with a warm disk cache compiles nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from helpers import ON_EMULATOR, run_script
+
+import cuasync
+from cuasync import _first_use
+from cuasync._backends import get_backend
+from cuasync._core.completion import get_hub
+from cuasync._nvrtc import nvrtc_problem
+from cuasync._ops import codegen, reduce_codegen
+from cuasync.errors import ArgumentError, KernelCompileError
+
+pytestmark = pytest.mark.anyio
+
+TICKS = 5
+HOLD_S = 10.0
+
+BUMP = r"""
+extern "C" __global__ void bump(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+
+
+def _bump_twin(x: Any, n: int) -> None:
+    x[:n] += 1.0
+
+
+def _fresh_bump() -> cuasync.Kernel[Any]:
+    return cuasync.Kernel(BUMP, "bump", emulate=_bump_twin)
+
+
+class Held:
+    """``prepare_kernel`` held until :meth:`release` (or ``HOLD_S``): which threads
+    prepared, and whether each was released (rather than given up on)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.entered = threading.Event()
+        self.threads: list[str] = []
+        self.gave_up = 0
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
+    backend = get_backend()
+    real = backend.prepare_kernel
+    state = Held()
+
+    def prepare_kernel(ordinal: int, kernel: Any, **kw: Any) -> Any:
+        state.threads.append(threading.current_thread().name)
+        state.entered.set()
+        if not state.released.wait(HOLD_S):
+            state.gave_up += 1
+        return real(ordinal, kernel, **kw)
+
+    monkeypatch.setattr(backend, "prepare_kernel", prepare_kernel)
+    try:
+        yield state
+    finally:
+        state.release()
+
+
+async def _ticking_while(state: Held, op: Any) -> tuple[Any, int]:
+    """``await op`` with a ticker task on the loop that releases the held preparation
+    after ``TICKS`` ticks; returns the output and the ticks made before it came."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            if ticks == TICKS:
+                state.release()
+            await anyio.sleep(0.001)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)  # (it runs once this task yields: at the await)
+        out = await op
+        made = ticks
+        tg.cancel_scope.cancel()
+    return out, made
+
+
+def _assert_prepared_off_the_loop(state: Held, made: int) -> None:
+    assert state.threads and all(t.startswith("cuasync-compile") for t in state.threads), (
+        state.threads
+    )
+    assert state.gave_up == 0, "the preparation waited for a loop that did not run"
+    assert made >= TICKS
+
+
+async def test_the_loop_runs_while_a_kernels_first_launch_compiles(
+    anyio_backend: Any, held: Held
+) -> None:
+    x = await cuasync.zeros((64,), dtype="float32")
+    k = _fresh_bump()
+    out, made = await _ticking_while(held, k[1, 64](x, 64))
+    assert out is x
+    _assert_prepared_off_the_loop(held, made)
+    np.testing.assert_array_equal(await x.to_host(), np.ones(64, np.float32))
+    # prepared now: the next launch takes the express core (where there is one, and where
+    # awaits use flag slots: with host callbacks it declines every launch)
+    hub = get_hub()
+    express = hub.express if hub.use_reactor else None
+    declined = express.declined if express is not None else 0
+    await k[1, 64](x, 64)
+    assert (express.declined if express is not None else 0) == declined
+    assert len(held.threads) == 1
+
+
+@pytest.mark.parametrize("form", ["expression", "expression.to_host", "sum"], ids=lambda form: form)
+async def test_the_loop_runs_while_a_new_expression_compiles(
+    anyio_backend: Any, held: Held, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    x = await cuasync.from_host(np.arange(16, dtype=np.float32))
+    monkeypatch.setattr(codegen, "_kernels", {})  # every structure is new
+    monkeypatch.setattr(reduce_codegen, "_kernels", {})
+    expected = np.exp(np.arange(16, dtype=np.float32) * np.float32(0.5) + np.float32(1.0))
+    op: Any = cuasync.exp(x * 0.5 + 1.0)
+    if form == "sum":
+        op, expected = cuasync.sum(op), expected.sum(dtype=np.float32)
+    elif form == "expression.to_host":
+        op = op.to_host()
+    out, made = await _ticking_while(held, op)
+    _assert_prepared_off_the_loop(held, made)
+    host = out if form == "expression.to_host" else await out.to_host()
+    np.testing.assert_allclose(host, expected, rtol=1e-5)
+
+
+async def test_a_cancelled_first_await_leaves_the_kernel_prepared(
+    anyio_backend: Any, held: Held, baseline: Any
+) -> None:
+    x = await cuasync.zeros((8,), dtype="float32")
+    k = _fresh_bump()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def first() -> None:
+                await k[1, 8](x, 8)
+
+            tg.start_soon(first)
+            await anyio.to_thread.run_sync(held.entered.wait)
+            scope.cancel()  # while the compile thread is preparing
+    held.release()
+    assert await k[1, 8](x, 8) is x  # the same preparation: no second one
+    assert len(held.threads) == 1
+    np.testing.assert_array_equal(await x.to_host(), np.ones(8, np.float32))
+
+
+async def test_blocking_calls_prepare_inline(anyio_backend: Any, held: Held) -> None:
+    held.release()
+    x = await cuasync.zeros((8,), dtype="float32")
+    op = _fresh_bump()[1, 8](x, 8)  # built in the loop: prepared when executed
+    assert op.sync(allow_in_loop=True) is x
+    assert held.threads == [threading.current_thread().name]
+
+
+@pytest.mark.skipif(
+    ON_EMULATOR and nvrtc_problem() is not None, reason="the emulator compiles with NVRTC"
+)
+async def test_a_compile_error_raises_from_the_first_await(anyio_backend: Any) -> None:
+    broken = cuasync.Kernel(
+        'extern "C" __global__ void broken(float* x) { x[0] = undeclared; }',
+        "broken",
+        emulate=lambda x: None,
+    )
+    x = await cuasync.zeros((1,), dtype="float32")
+    op = broken[1, 1](x)  # built in a loop: nothing compiled yet
+    with pytest.raises(KernelCompileError, match="undeclared"):
+        await op
+
+
+async def test_warmup_prepares_kernels_and_expressions_ahead(
+    anyio_backend: Any, held: Held, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = await cuasync.from_host(np.arange(8, dtype=np.float32))
+    monkeypatch.setattr(codegen, "_kernels", {})
+    k = _fresh_bump()
+    held.release()
+    devices = list(range(cuasync.device_count()))
+    await cuasync.warmup(k, x * 3.0 - 1.0, devices=devices)
+    assert len(held.threads) == 2 * len(devices)
+    assert all(t.startswith("cuasync-compile") for t in held.threads)
+    handed = _first_use.stats()
+    y = await (x * 7.0 - 2.0)  # the same structure, other scalars: prepared
+    await k[1, 8](y, 8)
+    assert _first_use.stats() == handed and len(held.threads) == 2 * len(devices)
+    np.testing.assert_array_equal(await y.to_host(), np.arange(8, dtype=np.float32) * 7 - 1)
+    await cuasync.warmup(k)  # nothing left to do
+    with pytest.raises(ArgumentError, match="argument 0 must be a cuasync.Kernel"):
+        await cuasync.warmup(3)
+    with pytest.raises(ArgumentError, match="devices must be"):
+        await cuasync.warmup(k, devices="0")
+
+
+@pytest.mark.skipif(
+    ON_EMULATOR and nvrtc_problem() is not None, reason="the emulator compiles with NVRTC"
+)
+def test_a_second_process_with_a_warm_disk_cache_compiles_nothing(tmp_path: Path) -> None:
+    code = """
+        import asyncio
+        import numpy as np
+        import cuasync
+        from cuasync import kernel_cache
+
+        SRC = 'extern "C" __global__ void k(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2.0f; }'
+
+        def twin(x, n):
+            x[:n] *= 2.0
+
+        async def main():
+            x = await cuasync.from_host(np.ones(32, np.float32))
+            await cuasync.Kernel(SRC, "k", emulate=twin)[1, 32](x, 32)
+            y = await cuasync.tanh(x * 0.25 - 3.0)
+            print(kernel_cache.stats().compiles, float((await y.to_host())[0]))
+
+        asyncio.run(main())
+    """
+    env: dict[str, Any] = {"CUASYNC_KERNEL_CACHE": str(tmp_path / "kernels")}
+    first = run_script(code, **env).stdout.split()
+    second = run_script(code, **env).stdout.split()
+    assert int(first[0]) >= 2  # the kernel and the expression, at least
+    assert second == ["0", first[1]]
