@@ -19,11 +19,23 @@ from helpers import ON_EMULATOR, run_script, settle, still_pending
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
-from cuasync._interop import dlpack
+from cuasync._interop import capsules, dlpack
 from cuasync._native import NATIVE
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 _api = ctypes.pythonapi
+
+
+@pytest.fixture(autouse=True, params=["native", "ctypes"])
+def capsule_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the native module's capsules (one C call each) and with the
+    ctypes ones, which a build without a C compiler uses: both must behave the same."""
+    if request.param == "ctypes":
+        for name in ("pack", "unpack", "take", "delete"):
+            monkeypatch.setattr(capsules, name, getattr(capsules, "_" + name))
+    elif capsules.pack is capsules._pack:
+        pytest.skip("the native module is not built")
+    return str(request.param)
 
 
 class Via:
@@ -60,8 +72,8 @@ def struct_of(capsule: object):
     name = name_of(capsule).encode()
     address = _api.PyCapsule_GetPointer(ctypes.c_void_p(id(capsule)), ctypes.c_char_p(name))
     if name == b"dltensor_versioned":
-        return dlpack._DLManagedTensorVersioned.from_address(address)
-    return dlpack._DLManagedTensor.from_address(address)
+        return capsules._DLManagedTensorVersioned.from_address(address)
+    return capsules._DLManagedTensor.from_address(address)
 
 
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -226,8 +238,8 @@ def test_the_fallback_destructor_gives_a_refused_capsule_back() -> None:
         import sys
         sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
         import gc, numpy as np, cuasync, cuasync.testing as ct
-        from cuasync._interop import dlpack
-        assert dlpack.NATIVE is None
+        from cuasync._interop import capsules
+        assert capsules.pack is capsules._pack
         before = cuasync.Device(0).memory_stats().live_bytes
         t = cuasync.from_host(np.arange(65536, dtype=np.float32)).sync()
         try:
@@ -262,7 +274,7 @@ def test_capsules_alive_at_exit_let_the_process_exit(native: bool) -> None:
 
 
 def struct_of_address(address: int):
-    return dlpack._DLManagedTensorVersioned.from_address(address)
+    return capsules._DLManagedTensorVersioned.from_address(address)
 
 
 def test_a_capsule_cannot_be_imported_twice() -> None:
