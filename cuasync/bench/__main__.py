@@ -1,8 +1,8 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop, all. On a
-terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
-the suites.
+Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop,
+requests, all. On a terminal, with tqdm installed (the ``bench`` extra), a progress bar
+on stderr counts the suites.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ._util import Report, machine_meta
 
 SUITES = (
     "completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops", "interop",
+    "requests",
 )  # fmt: skip
 
 
@@ -56,6 +57,10 @@ def _run(suite: str, report: Report, quick: bool) -> None:
         from . import interop
 
         interop.run(report, n=2000 if quick else 20000)
+    elif suite == "requests":
+        from . import requests
+
+        requests.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:
