@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.device import Device, Stream, _check_ordinal
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import capsules
 from .foreign import (
-    LEGACY_STREAM,
-    PER_THREAD_STREAM,
     ForeignAllocation,
     foreign_extent,
+    foreign_stream,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -259,9 +259,10 @@ def from_dlpack(
 ) -> Tensor:
     """Adopt a DLPack producer's device memory as a :class:`Tensor`, zero-copy, now.
 
-    The producer is asked to order its pending work before ``stream`` (default: a
-    cuasync-private stream of its device); every cuasync op that uses the tensor is
-    ordered after that. The producer object is kept alive until the last view and the
+    The producer is asked to order its pending work before ``stream`` (default: the
+    legacy default stream of its device, as CuPy asks: torch and CuPy working there have
+    nothing to do); every cuasync op that uses the tensor is ordered after that stream's
+    work up to now. The producer object is kept alive until the last view and the
     last op using the memory are gone; cuasync never frees the memory, it hands it
     back through the DLPack deleter. ``copy`` is passed to the producer.
 
@@ -279,8 +280,8 @@ def from_dlpack(
             )
         return obj
     own = _device_of(obj, device)
-    if stream is None:
-        stream = own._utility_stream()
+    if stream is None:  # what CuPy asks for too: torch's and CuPy's own default stream
+        stream = foreign_stream(LEGACY_STREAM, own)
     elif not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
     elif stream.device is not own:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._backends import get_backend
-from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
+from .._backends.base import LEGACY_STREAM
 from .._core.context import LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
@@ -158,8 +159,24 @@ class ForeignAllocation(Allocation):
 
 
 def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
-    """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys."""
+    """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys.
+
+    A device's legacy default stream (:data:`LEGACY_STREAM`) is one object, made once:
+    the backends read a default handle as the default stream of the device of the event
+    recorded on it, or waited for. (A per-thread default stream is another stream on each
+    thread: it gets an object each time.)
+    """
+    if handle == LEGACY_STREAM and owner is None:
+        key = (device.ordinal, os.getpid())
+        stream = _defaults.get(key)
+        if stream is None:
+            stream = _defaults[key] = Stream._new(handle, device, owned=False)
+        return stream
     return Stream._new(handle, device, owned=False, owner=owner)
+
+
+#: The legacy default stream of each device, as a :class:`Stream` (per process).
+_defaults: dict[tuple[int, int], Stream] = {}
 
 
 def wait_for_foreign(stream: Stream, handle: int) -> None:
@@ -187,10 +204,9 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
         uses = alloc._last_uses()
         if not uses:
             return
+        # (a default handle is the default stream of the tensor's device: the backends
+        # read it as that of the recorded event's device)
         consumer = foreign_stream(handle, alloc.device)
-        if handle in (LEGACY_STREAM, PER_THREAD_STREAM):
-            # Make the device's context current: default handles are looked up there.
-            get_backend().event_destroy(get_backend().event_create(alloc.device.ordinal))
         for stream, seq in uses:
             consumer._order_after(stream, seq)
 
@@ -198,9 +214,17 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
 def order_free_after_foreign(alloc: Allocation, handle: int) -> None:
     """Make the eventual free of ``alloc`` wait for the work enqueued so far on ``handle``.
 
-    Recorded as a read of ``alloc`` by the device's utility stream, which waits for
-    ``handle``: :class:`Allocation` frees after its pending reads.
+    The legacy default stream is recorded as a reader of ``alloc`` itself (it lives as
+    long as the process): the free, and any later write, wait for its work then, and an
+    export to that same stream waits for nothing. Another handle (a per-thread default
+    stream) is waited for now by the device's utility stream, recorded as the reader:
+    :class:`Allocation` frees after its pending reads.
     """
+    if handle == LEGACY_STREAM:
+        legacy = foreign_stream(LEGACY_STREAM, alloc.device)
+        with submission_lock():
+            alloc.use(legacy, legacy._next_seq(), write=False)
+        return
     utility = alloc.device._utility_stream()
     with submission_lock():
         wait_for_foreign(utility, handle)
