@@ -18,9 +18,9 @@ from helpers import ON_EMULATOR, run_script, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
-from cuasync._dtypes import SUPPORTED
 from cuasync._core import block_cache
-from cuasync._interop import capsules, dlpack
+from cuasync._dtypes import SUPPORTED
+from cuasync._interop import capsules
 from cuasync._native import NATIVE
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
