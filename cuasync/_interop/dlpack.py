@@ -75,17 +75,18 @@ class _Export:
     def __init__(self, tensor: Tensor, handle: int) -> None:
         self.tensor = tensor
         self.handle = handle  # the consumer's stream, -1 if it asked for no synchronization
-        self.thread = threading.get_ident()
+        self.thread = threading.get_ident() if handle == PER_THREAD_STREAM else 0
 
     def release(self) -> None:
-        handle = self.handle
         # Only the default streams are known to outlive the export; a per-thread default
         # stream is only known on the thread that exported.
-        known = handle == LEGACY_STREAM or (
-            handle == PER_THREAD_STREAM and threading.get_ident() == self.thread
-        )
+        handle = self.handle
+        if handle != LEGACY_STREAM and (
+            handle != PER_THREAD_STREAM or threading.get_ident() != self.thread
+        ):
+            return
         alloc = self.tensor.allocation
-        if known and alloc.device.fault is None:
+        if alloc.device.fault is None:
             order_free_after_foreign(alloc, handle)
 
 
@@ -135,6 +136,8 @@ def _versioned(max_version: Any) -> bool:
     """Whether the consumer reads versioned capsules (``max_version`` 1.0 or later)."""
     if max_version is None:
         return False
+    if max_version == VERSION:  # (what torch and CuPy pass)
+        return True
     if not (
         isinstance(max_version, tuple)
         and len(max_version) == 2
@@ -180,13 +183,16 @@ def export(
 
 
 # -- import ------------------------------------------------------------------------------
+#: DLPack's ``(code, bits)`` to the dtype names cuasync may support.
+_NAMES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
+          (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
+          (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
+          (_BFLOAT, 16): "bfloat16", (5, 64): "complex64", (5, 128): "complex128",
+          (6, 8): "bool", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}  # fmt: skip
+
+
 def _numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype[Any]:
-    names = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
-             (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
-             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
-             (_BFLOAT, 16): "bfloat16", (5, 64): "complex64", (5, 128): "complex128",
-             (6, 8): "bool", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}  # fmt: skip
-    name = names.get((code, bits))
+    name = _NAMES.get((code, bits))
     if lanes != 1 or name is None or name not in SUPPORTED:
         raise DTypeError(
             f"the DLPack tensor's dtype (code {code}, {bits} bits, {lanes} lanes) has no "
@@ -215,7 +221,9 @@ def _device_of(obj: Any, device: int | Device | None) -> Device:
             f"{type(obj).__name__} lives on a {where} device; cuasync adopts CUDA device "
             "memory only"
         )
-    own = Device(_check_ordinal(ordinal, "the producer's device"))
+    own = Device._instances.get(ordinal) if type(ordinal) is int else None
+    if own is None:  # (not a device seen yet, or not an ordinal: checked and worded)
+        own = Device(_check_ordinal(ordinal, "the producer's device"))
     if device is not None and Device(_check_ordinal(device, "device")) is not own:
         raise InvalidDeviceError(
             f"device={Device(device).ordinal}, but {type(obj).__name__} lives on device "

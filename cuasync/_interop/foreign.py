@@ -24,7 +24,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
@@ -36,14 +36,17 @@ from .._exceptions import report_once
 from ..errors import ArgumentError, ShapeError
 
 
-@contextlib.contextmanager
-def submission_lock() -> Iterator[None]:
-    """The execution lock, unless this thread already holds it (inside a ``then``)."""
-    if submitting():
-        yield
-        return
-    with LOCK:
-        yield
+def submission_lock() -> contextlib.AbstractContextManager[Any]:
+    """The execution lock, unless this thread already holds it (inside a ``then``): a
+    context manager (the lock itself, or one that does nothing).
+
+    >>> with submission_lock():
+    ...     alloc.use(stream, stream._next_seq(), write=False)
+    """
+    return _HELD if submitting() else LOCK
+
+
+_HELD = contextlib.nullcontext()
 
 
 #: Byte counts and addresses a layout must stay within: int64 sizes, a 64-bit address space.
@@ -65,6 +68,18 @@ def foreign_extent(
     >>> foreign_extent(0x7F0000000000, (3, 4), (4, 1), 4, "x.__cuda_array_interface__")
     48
     """
+    if ptr and not ptr % itemsize and len(strides) == len(shape):  # the common case, one pass
+        size, span = 1, 0
+        for d, st in zip(shape, strides, strict=True):
+            if d < 0 or (st < 0 and d > 1):
+                break
+            size *= d
+            span += st * (d - 1)
+        else:
+            nbytes = itemsize * (1 + span)
+            if size and size * itemsize <= _MAX_BYTES and ptr + nbytes <= _ADDRESS_END:
+                return nbytes
+    # (the checks one at a time: which one fails is worded)
     if len(strides) != len(shape):
         raise ShapeError(
             f"{what} gives {len(strides)} strides {strides} for the {len(shape)} dimensions "
@@ -167,16 +182,17 @@ def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     thread: it gets an object each time.)
     """
     if handle == LEGACY_STREAM and owner is None:
-        key = (device.ordinal, os.getpid())
-        stream = _defaults.get(key)
+        stream = _defaults.get(device.ordinal)
         if stream is None:
-            stream = _defaults[key] = Stream._new(handle, device, owned=False)
+            stream = _defaults[device.ordinal] = Stream._new(handle, device, owned=False)
         return stream
     return Stream._new(handle, device, owned=False, owner=owner)
 
 
-#: The legacy default stream of each device, as a :class:`Stream` (per process).
-_defaults: dict[tuple[int, int], Stream] = {}
+#: The legacy default stream of each device, as a :class:`Stream` (a forked child makes
+#: its own: the parent's carry its sequence numbers and events).
+_defaults: dict[int, Stream] = {}
+os.register_at_fork(after_in_child=_defaults.clear)
 
 
 def wait_for_foreign(stream: Stream, handle: int) -> None:
