@@ -149,6 +149,57 @@ from ._views import permute_dims as permute_dims
 from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
 
+# the array API namespace: elementwise functions, constants, dtypes (issue 34)
+from ._ops.elementwise_api import acos as acos
+from ._ops.elementwise_api import acosh as acosh
+from ._ops.elementwise_api import arccos as arccos
+from ._ops.elementwise_api import arccosh as arccosh
+from ._ops.elementwise_api import arcsin as arcsin
+from ._ops.elementwise_api import arcsinh as arcsinh
+from ._ops.elementwise_api import arctan as arctan
+from ._ops.elementwise_api import arctan2 as arctan2
+from ._ops.elementwise_api import arctanh as arctanh
+from ._ops.elementwise_api import asin as asin
+from ._ops.elementwise_api import asinh as asinh
+from ._ops.elementwise_api import atan as atan
+from ._ops.elementwise_api import atan2 as atan2
+from ._ops.elementwise_api import atanh as atanh
+from ._ops.elementwise_api import bitwise_and as bitwise_and
+from ._ops.elementwise_api import bitwise_invert as bitwise_invert
+from ._ops.elementwise_api import bitwise_left_shift as bitwise_left_shift
+from ._ops.elementwise_api import bitwise_or as bitwise_or
+from ._ops.elementwise_api import bitwise_right_shift as bitwise_right_shift
+from ._ops.elementwise_api import bitwise_xor as bitwise_xor
+from ._ops.elementwise_api import ceil as ceil
+from ._ops.elementwise_api import copysign as copysign
+from ._ops.elementwise_api import cosh as cosh
+from ._ops.elementwise_api import floor as floor
+from ._ops.elementwise_api import floor_divide as floor_divide
+from ._ops.elementwise_api import hypot as hypot
+from ._ops.elementwise_api import invert as invert
+from ._ops.elementwise_api import isfinite as isfinite
+from ._ops.elementwise_api import isinf as isinf
+from ._ops.elementwise_api import isnan as isnan
+from ._ops.elementwise_api import left_shift as left_shift
+from ._ops.elementwise_api import log10 as log10
+from ._ops.elementwise_api import log2 as log2
+from ._ops.elementwise_api import logaddexp as logaddexp
+from ._ops.elementwise_api import logical_and as logical_and
+from ._ops.elementwise_api import logical_not as logical_not
+from ._ops.elementwise_api import logical_or as logical_or
+from ._ops.elementwise_api import logical_xor as logical_xor
+from ._ops.elementwise_api import nextafter as nextafter
+from ._ops.elementwise_api import positive as positive
+from ._ops.elementwise_api import pow as pow
+from ._ops.elementwise_api import reciprocal as reciprocal
+from ._ops.elementwise_api import right_shift as right_shift
+from ._ops.elementwise_api import round as round
+from ._ops.elementwise_api import signbit as signbit
+from ._ops.elementwise_api import sinh as sinh
+from ._ops.elementwise_api import square as square
+from ._ops.elementwise_api import tan as tan
+from ._ops.elementwise_api import trunc as trunc
+
 __version__ = "0.2.0.dev0"
 
 # Plumbing that moved to cuasync.lowlevel in 0.2; importable from here for one release.
@@ -303,4 +354,57 @@ __all__ = [
     "zeros",
     "zeros_like",
     "zip",
+]
+
+# the array API namespace: elementwise functions, constants, dtypes (issue 34)
+__all__ += [
+    "acos",
+    "acosh",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctan2",
+    "arctanh",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "bitwise_and",
+    "bitwise_invert",
+    "bitwise_left_shift",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "ceil",
+    "copysign",
+    "cosh",
+    "floor",
+    "floor_divide",
+    "hypot",
+    "invert",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "left_shift",
+    "log10",
+    "log2",
+    "logaddexp",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "nextafter",
+    "positive",
+    "pow",
+    "reciprocal",
+    "right_shift",
+    "round",
+    "signbit",
+    "sinh",
+    "square",
+    "tan",
+    "trunc",
 ]
