@@ -150,6 +150,36 @@ from ._views import squeeze as squeeze
 from .errors import DeviceError as DeviceError
 
 # the array API namespace: elementwise functions, constants, dtypes (issue 34)
+# isort: split
+from ._namespace import __array_api_version__ as __array_api_version__
+from ._namespace import __array_namespace_info__ as __array_namespace_info__
+from ._namespace import bool as bool
+from ._namespace import complex64 as complex64
+from ._namespace import complex128 as complex128
+from ._namespace import e as e
+from ._namespace import float16 as float16
+from ._namespace import float32 as float32
+from ._namespace import float64 as float64
+from ._namespace import inf as inf
+from ._namespace import int8 as int8
+from ._namespace import int16 as int16
+from ._namespace import int32 as int32
+from ._namespace import int64 as int64
+from ._namespace import nan as nan
+from ._namespace import newaxis as newaxis
+from ._namespace import pi as pi
+from ._namespace import uint8 as uint8
+from ._namespace import uint16 as uint16
+from ._namespace import uint32 as uint32
+from ._namespace import uint64 as uint64
+from ._ops.dtype_functions import astype as astype
+from ._ops.dtype_functions import can_cast as can_cast
+from ._ops.dtype_functions import finfo as finfo
+from ._ops.dtype_functions import finfo_object as finfo_object
+from ._ops.dtype_functions import iinfo as iinfo
+from ._ops.dtype_functions import iinfo_object as iinfo_object
+from ._ops.dtype_functions import isdtype as isdtype
+from ._ops.dtype_functions import result_type as result_type
 from ._ops.elementwise_api import acos as acos
 from ._ops.elementwise_api import acosh as acosh
 from ._ops.elementwise_api import arccos as arccos
@@ -181,8 +211,8 @@ from ._ops.elementwise_api import isfinite as isfinite
 from ._ops.elementwise_api import isinf as isinf
 from ._ops.elementwise_api import isnan as isnan
 from ._ops.elementwise_api import left_shift as left_shift
-from ._ops.elementwise_api import log10 as log10
 from ._ops.elementwise_api import log2 as log2
+from ._ops.elementwise_api import log10 as log10
 from ._ops.elementwise_api import logaddexp as logaddexp
 from ._ops.elementwise_api import logical_and as logical_and
 from ._ops.elementwise_api import logical_not as logical_not
@@ -208,6 +238,10 @@ _warned: set[str] = set()
 
 
 def __getattr__(name: str) -> _Any:
+    if name == "bfloat16":  # ml_dtypes' dtype: imported at the first use (1-2 s)
+        from ._dtypes import SUPPORTED as _SUPPORTED
+
+        return _SUPPORTED["bfloat16"]
     if name in _MOVED:
         if name not in _warned:
             _warned.add(name)
@@ -358,6 +392,8 @@ __all__ = [
 
 # the array API namespace: elementwise functions, constants, dtypes (issue 34)
 __all__ += [
+    "__array_api_version__",
+    "__array_namespace_info__",
     "acos",
     "acosh",
     "arccos",
@@ -369,22 +405,42 @@ __all__ += [
     "arctanh",
     "asin",
     "asinh",
+    "astype",
     "atan",
     "atan2",
     "atanh",
+    "bfloat16",
     "bitwise_and",
     "bitwise_invert",
     "bitwise_left_shift",
     "bitwise_or",
     "bitwise_right_shift",
     "bitwise_xor",
+    "bool",
+    "can_cast",
     "ceil",
+    "complex128",
+    "complex64",
     "copysign",
     "cosh",
+    "e",
+    "finfo",
+    "finfo_object",
+    "float16",
+    "float32",
+    "float64",
     "floor",
     "floor_divide",
     "hypot",
+    "iinfo",
+    "iinfo_object",
+    "inf",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
     "invert",
+    "isdtype",
     "isfinite",
     "isinf",
     "isnan",
@@ -396,10 +452,14 @@ __all__ += [
     "logical_not",
     "logical_or",
     "logical_xor",
+    "nan",
+    "newaxis",
     "nextafter",
+    "pi",
     "positive",
     "pow",
     "reciprocal",
+    "result_type",
     "right_shift",
     "round",
     "signbit",
@@ -407,4 +467,8 @@ __all__ += [
     "square",
     "tan",
     "trunc",
+    "uint16",
+    "uint32",
+    "uint64",
+    "uint8",
 ]

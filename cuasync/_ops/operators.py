@@ -16,6 +16,7 @@ saying what to call instead.
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,6 +86,19 @@ class TensorOperators:
         if host is not None:
             raise _host_array(ufunc.__name__, host, self)
         raise _numpy_function(ufunc.__name__, self)
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> ModuleType:
+        """The array API namespace of the tensor: the ``cuasync`` module (``api_version``
+        None, "2023.12" or "2024.12"; another raises :class:`~cuasync.errors.ArgumentError`,
+        a ValueError).
+
+        >>> xp = x.__array_namespace__()
+        >>> y = await xp.sqrt(xp.abs(x))
+        """
+        from .._namespace import check_api_version
+
+        check_api_version(api_version)
+        return sys.modules["cuasync"]
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
