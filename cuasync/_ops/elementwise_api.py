@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._tensor import Tensor
-from .elementwise import _apply, power
+from .elementwise import _apply
 from .tensorop import TensorOp
 
 __all__ = [
@@ -396,7 +396,7 @@ def logical_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("logical_xor", {"x1": x1, "x2": x2}, out)
 
 
-# numpy's names for the same functions, and the array API's name of ``power``
+# numpy's names for the same functions
 arccos = acos
 arccosh = acosh
 arcsin = asin
@@ -407,4 +407,11 @@ arctanh = atanh
 invert = bitwise_invert
 left_shift = bitwise_left_shift
 right_shift = bitwise_right_shift
-pow = power
+
+
+def pow(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 ** x2``: the array API's name of :func:`cuasync.power` (the same op).
+
+    >>> y = await cuasync.pow(a, 2.0)
+    """
+    return _apply("power", {"x1": x1, "x2": x2}, out)
