@@ -15,6 +15,7 @@ array([0., 1., 2., 3.])
 from __future__ import annotations
 
 import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from . import errors as errors
@@ -229,6 +230,13 @@ from ._ops.elementwise_api import sinh as sinh
 from ._ops.elementwise_api import square as square
 from ._ops.elementwise_api import tan as tan
 from ._ops.elementwise_api import trunc as trunc
+
+#: ml_dtypes' bfloat16 dtype (a numpy dtype, as ``cuasync.float32``); only annotated
+#: here: ``__getattr__`` imports ml_dtypes at its first use (1-2 s, not at import).
+bfloat16: _np.dtype[_Any]
+
+if _TYPE_CHECKING:
+    import numpy as _np
 
 __version__ = "0.2.0.dev0"
 
