@@ -95,8 +95,11 @@ def test_namespace_info() -> None:
     every = info.dtypes()
     assert set(STANDARD) <= set(every) and {"float16", "bfloat16"} <= set(every)
     assert "float8_e4m3fn" not in every  # storage only
-    for kind in ["bool", "signed integer", "unsigned integer", "integral", "real floating",
-                 "complex floating", "numeric", ("bool", "complex floating")]:  # fmt: skip
+    kinds: list[str | tuple[str, ...]] = [
+        "bool", "signed integer", "unsigned integer", "integral", "real floating",
+        "complex floating", "numeric", ("bool", "complex floating"),
+    ]  # fmt: skip
+    for kind in kinds:
         ours = {n for n in info.dtypes(kind=kind) if n in STANDARD}
         assert ours == set(xps.__array_namespace_info__().dtypes(kind=kind)), kind
 
