@@ -340,6 +340,56 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
 static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, long mode,
                                  PyObject *adapter, int *settled, queued_launch *queued);
 
+/* The express.Sent of a launch a burst queued (q): landed None, the submitter's ticket
+ * (-1: made at once, whose slot's status word is not its own), a box made where there
+ * was none. A new reference, or NULL with an error set (q unchanged but its box). */
+static PyObject *
+queued_sent(Express *x, queued_launch *q)
+{
+    PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL;
+    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
+        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
+        (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
+        (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
+                                 : Py_NewRef(x->minus_one)) == NULL)
+        goto done;
+    sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, Py_None,
+                        ticket, Py_None);
+done:
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    Py_XDECREF(ticket);
+    return sent;
+}
+
+/* A queued launch nobody will await (q), given to the background watcher
+ * (express._core_abandon) to settle once it lands. The error set on entry, if any, is
+ * kept; one of the abandon itself is reported as unraisable against ``where`` (the slot
+ * is then lost). q's references stay (the caller releases them). */
+static void
+queued_abandon_to(Express *x, PyObject *op, PyObject *stream, queued_launch *q,
+                  PyObject *where)
+{
+    if (x->abandon == NULL || x->hub == NULL)
+        return;
+    saved_error e;
+    save_error(&e);
+    PyObject *genv = PyLong_FromUnsignedLong(q->gen);
+    PyObject *addr = PyLong_FromUnsignedLongLong(q->address);
+    PyObject *r = NULL;
+    if (genv != NULL && addr != NULL) {
+        PyObject *a[8] = {x->hub, op, stream, q->box ? q->box : Py_None, q->slot, genv, addr,
+                          q->seq};
+        r = PyObject_Vectorcall(x->abandon, a, 8, NULL);
+    }
+    if (r == NULL)
+        PyErr_WriteUnraisable(where);
+    Py_XDECREF(r);
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    restore_error(&e);
+}
+
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -348,12 +398,24 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
     long mode = PyLong_AsLong(args[2]);
     if (mode == -1 && PyErr_Occurred())
         return NULL;
-    if (mode < MODE_NO_SPIN || mode > MODE_BLOCK) {
-        PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
+    if (mode < MODE_NO_SPIN || (mode > MODE_BLOCK && mode != MODE_BURST)) {
+        PyErr_Format(PyExc_ValueError, "mode must be 0, 1, 2 or 4, got %ld", mode);
         return NULL;
     }
     int settled;
-    return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
+    if (mode != MODE_BURST)
+        return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
+    /* an await in a burst (express._submit_await): queued as LaunchAwait queues it, and
+     * left to express._finish_await (its Sent, landed None) to step aside and settle */
+    queued_launch q = {0};
+    PyObject *r = express_launch(self, args[0], args[1], mode, args[3], &settled, &q);
+    if (r != NULL && settled == 2) {
+        Py_SETREF(r, queued_sent(self, &q));
+        if (r == NULL)
+            queued_abandon_to(self, args[0], args[1], &q, (PyObject *)self);
+    }
+    queued_release(&q);
+    return r;
 }
 
 /* The future of a launch submitted with no spin (MODE_FUTURE): express._completion_of
@@ -1776,27 +1838,9 @@ queued_clear(LaunchIter *self)
 static void
 queued_abandon(LaunchIter *self)
 {
-    Express *x = self->core;
-    queued_launch *q = &self->q;
     self->state = ITER_DONE;
-    if (x != NULL && x->abandon != NULL && x->hub != NULL) {
-        saved_error e;
-        save_error(&e);
-        PyObject *genv = PyLong_FromUnsignedLong(q->gen);
-        PyObject *addr = PyLong_FromUnsignedLongLong(q->address);
-        PyObject *r = NULL;
-        if (genv != NULL && addr != NULL) {
-            PyObject *a[8] = {x->hub, self->op, self->stream, q->box ? q->box : Py_None,
-                              q->slot, genv, addr, q->seq};
-            r = PyObject_Vectorcall(x->abandon, a, 8, NULL);
-        }
-        if (r == NULL)
-            PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(r);
-        Py_XDECREF(genv);
-        Py_XDECREF(addr);
-        restore_error(&e);
-    }
+    if (self->core != NULL)
+        queued_abandon_to(self->core, self->op, self->stream, &self->q, (PyObject *)self);
     queued_clear(self);
 }
 
@@ -1811,27 +1855,15 @@ static PySendResult
 queued_hand_over(LaunchIter *self, PyObject **result)
 {
     Express *x = self->core;
-    queued_launch *q = &self->q;
-    PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL, *gen = NULL;
-    PyObject *state = Py_None;
-    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
-        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
-        (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
-        (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
-                                 : Py_NewRef(x->minus_one)) == NULL ||
-        (sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, state,
-                             ticket, Py_None)) == NULL) {
+    PyObject *sent = queued_sent(x, &self->q), *gen = NULL;
+    if (sent == NULL)
         goto fail;
-    }
     PyObject *a[4] = {self->op, self->stream, self->adapter, sent};
     gen = PyObject_Vectorcall(self->awaiter->finish, a, 4, NULL);
+    Py_DECREF(sent);
     if (gen == NULL)
         goto fail;
     x->burst_handed_over++;
-    Py_DECREF(genv);
-    Py_DECREF(addr);
-    Py_DECREF(ticket);
-    Py_DECREF(sent);
     queued_clear(self); /* (the generator holds what it needs: the slot is its now) */
     self->delegate = gen;
     self->state = ITER_DELEGATING;
@@ -1842,10 +1874,6 @@ queued_hand_over(LaunchIter *self, PyObject **result)
     }
     return r;
 fail:
-    Py_XDECREF(genv);
-    Py_XDECREF(addr);
-    Py_XDECREF(ticket);
-    Py_XDECREF(sent);
     queued_abandon(self); /* (the error is kept) */
     return PYGEN_ERROR;
 }
