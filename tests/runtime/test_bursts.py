@@ -27,6 +27,7 @@ from test_express import bump  # x[:n] += 1, a kernel and its twin
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._core import express
 from cuasync._core.completion import get_hub
 from cuasync.errors import DriverError
 
@@ -246,6 +247,30 @@ async def test_a_burst_through_the_native_submitter_returns_each_output(
     assert native_submitter.launched >= 199
     assert after.burst_awaits - before.burst_awaits >= 199
     assert core.burst_awaits - settled > 0  # the core settled them itself
+    assert after.slots_armed == before.slots_armed
+
+
+@pytest.mark.parametrize("anyio_backend", [ASYNCIO[0]], indirect=True)
+async def test_an_await_in_a_burst_that_python_submits_is_queued_by_the_native_core(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    # express.await_launch (where the native await hands over a first use, or an await
+    # it cannot take) submits through the core as well: in a burst, the core queues the
+    # launch for the submitter and Python steps aside and settles it. There is no
+    # second submission in Python.
+    x = await cuasync.zeros((32,), dtype="float32")
+    core = get_hub().express
+    before, queued, launches = cuasync.stats(), core.burst_queued, core.launches
+
+    class ThroughPython:
+        def __await__(self) -> Any:
+            return express.await_launch(bump[1, 32](x, 32))
+
+    asyncio.get_running_loop().call_soon(lambda: None)  # another callback ready: a burst
+    assert await ThroughPython() is x
+    after = cuasync.stats()
+    assert (core.burst_queued - queued, core.launches - launches) == (1, 1)
+    assert after.burst_awaits - before.burst_awaits == 1  # stepped aside, in Python
     assert after.slots_armed == before.slots_armed
 
 
