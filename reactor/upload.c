@@ -509,9 +509,18 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */
         return PyErr_Occurred() ? -1 : 0;
     PyObject *ordinal = PyObject_GetAttr(device, self->s_ordinal);
-    PyObject *memops = ordinal == NULL ? NULL : PyDict_GetItemWithError(self->memops, ordinal);
-    Py_XDECREF(ordinal);
-    return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0; /* (unasked: Python asks) */
+    if (ordinal == NULL)
+        return -1;
+    PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
+    if (memops == NULL && !PyErr_Occurred()) {
+        /* not asked yet (a process's first upload on the device): asked here, as a
+         * launch asks it, so that the first upload is not declined */
+        PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
+        memops = answer == NULL ? NULL : answer == Py_True ? Py_True : Py_False;
+        Py_XDECREF(answer);
+    }
+    Py_DECREF(ordinal);
+    return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0;
 }
 
 PyObject *
