@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import NATIVE_ON, ON_EMULATOR, await_held, generic_path, wait_until
+from helpers import NATIVE_ON, ON_EMULATOR, await_held, generic_path, run_script, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -814,8 +814,6 @@ async def test_an_await_runs_on_the_stream_its_policy_names_at_that_await(
 def test_a_launch_without_tensors_runs_on_its_contexts_default_device() -> None:
     # A launch with no tensor runs on the default device of the context it is built in,
     # read in C where that Device is made already (else get_default_device makes it).
-    from helpers import run_script
-
     out = run_script(
         """
         import cuasync
@@ -841,3 +839,36 @@ def test_a_launch_without_tensors_runs_on_its_contexts_default_device() -> None:
     assert (made, first, default) == ("False", "True", "True")
     native = get_hub().native is not None and NATIVE_ON
     assert launcher == ("Launcher" if native else "function")
+
+
+def test_cuasync_native_off_takes_the_generic_path_with_the_same_completion() -> None:
+    # CUASYNC_NATIVE=off turns off the native fast path's entry points only: no core on
+    # the hub, no native launcher, no native from_host builder; awaits still complete
+    # through the flag slots (inline or the reactor), as with the native path.
+    out = run_script(
+        """
+        import asyncio
+        import numpy as np, cuasync
+        from cuasync import _copies
+        from cuasync._core.completion import get_hub
+
+        bump = cuasync.Kernel(
+            'extern "C" __global__ void bump(float* x, int n) '
+            '{ int i = threadIdx.x; if (i < n) x[i] += 1.0f; }',
+            "bump", emulate=lambda x, n: x.__setitem__(slice(0, n), x[:n] + 1),
+        )
+
+        async def main():
+            x = await cuasync.from_host(np.zeros(64, np.float32))
+            for _ in range(3):
+                await bump[1, 64](x, 64)
+            return await x.to_host()
+
+        host = asyncio.run(main())
+        hub, s = get_hub(), cuasync.stats()
+        print(hub.express is None, type(bump[1, 64]).__name__, _copies._build is None,
+              hub.use_reactor == (s.completed_host_callback == 0), int(host[0]))
+        """,
+        CUASYNC_NATIVE="off",
+    ).stdout
+    assert out.split() == ["True", "function", "True", "True", "3"], out
