@@ -313,7 +313,9 @@ def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
     if not ON_EMULATOR:
         pytest.skip("on a GPU the other tests take this path with the driver's entry points")
     if hub.express is None or not hub.use_reactor:
-        pytest.skip("needs the native module's core and flag slots")
+        pytest.skip(
+            "needs the native core (off with CUASYNC_NATIVE=off, or not built) and flag slots"
+        )
     backend: Any = hub.backend
     assert "copy_and_write" not in vars(backend)  # (no test's override left behind)
     monkeypatch.setattr(backend, "_native_copy", True, raising=False)
