@@ -2,21 +2,22 @@
  * The express core of cuasync._reactor: the common case of ``await kernel[g, b](x, n)``
  * (and of its ``sync()`` and ``submit_on``) in one native call.
  *
- * cuasync/_core/express.py's ``_enqueue`` and its settling are the same steps in
- * Python: the checks, the execution lock, the stream's sequence number, the access
+ * The steps: the checks, the execution lock, the stream's sequence number, the access
  * records of the op's tensors, a completion slot and its generation, the launch with
- * its flag write, the spin, and (landed) the slot given back.  Express.launch does them
- * reading the objects' slots at offsets it looks up once from their types' member
+ * its flag write, the spin, and (landed) the slot given back.  There is no copy of them
+ * in Python: cuasync/_core/express.py holds what this core calls back into (the rest of
+ * an await that did not land, the failure and abandon handlers).  Express.launch does
+ * them reading the objects' slots at offsets it looks up once from their types' member
  * descriptors (exact types only), and returns:
  *
  *   - the op's output: the work landed within the spin and is settled;
  *   - a tuple, express.Sent: submitted, and still to be finished by Python;
  *   - the ``generic`` sentinel, having done nothing: the op is not the common case
- *     (Python's express path then takes it, and words any error).
+ *     (the generic path, DeviceOp._start, then takes it, and words any error).
  *
  * No Python code runs while it holds the execution lock, except where Python does the
  * launch (no native launch: the emulator, a stubbed driver), which it does with
- * ``LOCAL.active`` set, as Python's path does.  GC-tracked objects it needs under the
+ * ``LOCAL.active`` set, as the generic path does.  GC-tracked objects it needs under the
  * lock (the access records' tuples) are made before it takes the lock, so that no
  * collection (no finalizer) runs inside.
  */
@@ -120,7 +121,7 @@ dim3(PyObject *t, unsigned int *out)
 
 /* How the launch is made: packed here and launched natively; by the backend's
  * fast_launch from Python (a stub of it); or by backend.launch_kernel (no fast launch,
- * or the op cannot take it: the same conditions as express._enqueue's). */
+ * or the op cannot take it). */
 enum { BY_LAUNCH_KERNEL = 0, BY_FAST_LAUNCH, BY_NATIVE };
 
 /* What a native launch needs, prepared outside the lock. */
@@ -218,7 +219,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
 enum { USE_READ = 0, USE_WRITE = 1 };
 
 /* The op's tensors, checked before the lock: each on ``device`` and writable where
- * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (Python's path
+ * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (the generic path
  * takes the op), -1 an error. */
 static int
 check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
@@ -313,7 +314,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
         return r == NULL ? -1 : 0;
     }
     /* fast_launch(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, args,
-     * address, gen) -> rc, as express._enqueue calls it */
+     * address, gen) -> rc, as the backend's native launch is called */
     PyObject *fast = slot_get(prepared, self->p_fast);
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
@@ -572,14 +573,14 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **resu
 {
     *slot = *result = NULL;
     int t = try_lock(self);
-    if (t <= 0) { /* held: Python's path waits for it (or raises) */
+    if (t <= 0) { /* held: the generic path waits for it (or raises) */
         if (t == 0)
             *result = generic(self);
         return t;
     }
     Py_ssize_t nfree = PyList_GET_SIZE(self->free);
     if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
-        /* no slot: Python's path falls back to a host callback, and logs it; a capture
+        /* no slot: the generic path falls back to a host callback, and logs it; a capture
          * begun since the check (under this lock, by another thread): it records it */
         *result = unlock(self) < 0 ? NULL : generic(self);
         return *result == NULL ? -1 : 0;
@@ -662,7 +663,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first launch on the device): asked here, as
-         * express._enqueue does, so that the first launch is not declined */
+         * the generic path does, so that the first launch is not declined */
         PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
         if (answer == NULL)
             EARLY_RETURN(NULL);
@@ -1281,7 +1282,7 @@ Express_get_counter(Express *self, void *which)
 
 /* Express.submit: the op taken (its _consumed set) and launched with no spin, and its
  * DeviceFuture made here; the generic sentinel, the op left untaken, when it is not the
- * core's case (or already taken: Python's path raises why). */
+ * core's case (or already taken: the generic path raises why). */
 static PyObject *
 Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1308,8 +1309,9 @@ static PyMethodDef Express_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))Express_launch, METH_FASTCALL,
      "launch($self, op, stream, mode, adapter, /)\n--\n\n"
      "The express submission of the launch op on stream (mode 0: no spin, 1: an await's "
-     "spin, 2: a blocking sync's; adapter: the loop's, for mode 1). Returns the op's "
-     "output (landed and settled), an express.Sent tuple (submitted, not settled), or "
+     "spin, 2: a blocking sync's, 4: an await in a burst, queued for the submitter, no "
+     "spin; adapter: the loop's, for modes 1 and 4). Returns the op's output (landed and "
+     "settled), an express.Sent tuple (submitted, not settled; landed None in mode 4), or "
      "the generic sentinel (nothing done)."},
     {"upload", (PyCFunction)(void (*)(void))Express_upload, METH_FASTCALL,
      "upload($self, op, stream, mode, adapter, /)\n--\n\n"
@@ -1403,7 +1405,7 @@ PyType_Spec Express_spec = {
  *
  *   - the output, when the work landed within the spin;
  *   - ``finish(op, stream, adapter, sent)`` (a Python generator) for the rest: parking,
- *     errors, or Python's express path when the core declined;
+ *     errors, or the generic path when the core declined;
  *   - ``fallback(op)`` (express.await_launch itself) when this is not the common case:
  *     no hub or no core (or one replaced, as tests do), bursts stepping aside, an op
  *     already taken (it raises there).  The loop's adapter is loops._last's when that is

@@ -158,12 +158,11 @@ def _submit_await(
             return sent
     else:
         hub = _completion._hub
-        core = hub.express if hub is not None else None
-        if core is None:
+        if hub is None or hub.express is None:
             sent = None
         else:  # the native core: the whole submission, spin and settling
             burst = hub.step_aside and adapter.steps_aside and adapter.others_ready()
-            sent = core.launch(op, stream, BURST if burst else AWAIT, adapter)
+            sent = hub.express.launch(op, stream, BURST if burst else AWAIT, adapter)
             if sent is op._output:  # landed within the spin, and settled
                 return sent
     return (yield from _finish_await(op, stream, adapter, sent))
