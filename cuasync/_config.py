@@ -27,6 +27,10 @@
                                its asyncio or uvloop loop ready steps aside, its launch made by
                                the native submitter thread; ``off``: it launches and spins on
                                the loop thread
+``CUASYNC_NATIVE``             ``on`` (default): launches, their awaits and small ``from_host``
+                               calls take the native module's fast path where it is built;
+                               ``off``: every op takes the generic Python path (completion
+                               still uses the native reactor and flag slots)
 ``CUASYNC_STALE_US``           no-progress time before a slot's stream is probed (default 2000;
                                100 us to 60 s)
 ``CUASYNC_PINNED_IDLE_S``      seconds a pinned host block may stay idle in a pool before the
@@ -139,6 +143,7 @@ class Config:
     slots: int
     host_sync: str
     submitter: bool
+    native: bool
     stale_us: int
     peer: str
     pinned_idle_s: float | None
@@ -158,6 +163,7 @@ def _read() -> Config:
         slots=number("CUASYNC_SLOTS", 16384),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         submitter=_choice("CUASYNC_SUBMITTER", "on", _ON_OFF) == "on",
+        native=_choice("CUASYNC_NATIVE", "on", _ON_OFF) == "on",
         stale_us=number("CUASYNC_STALE_US", 2000),
         peer=_choice("CUASYNC_PEER", "auto", _PEER),
         pinned_idle_s=number("CUASYNC_PINNED_IDLE_S", 60.0, kind=float, off=True),

@@ -278,8 +278,9 @@ class Express:
     ) -> Express: ...
     def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking
-        sync's): the op's output (landed and settled), an ``express.Sent`` tuple, or the
-        ``generic`` sentinel (nothing done)."""
+        sync's, 4: an await in a burst, its launch queued for the submitter where it can
+        be, no spin): the op's output (landed and settled), an ``express.Sent`` tuple
+        (``landed`` None in mode 4), or the ``generic`` sentinel (nothing done)."""
     def submit(self, op: Any, stream: Any, /) -> Any:
         """``op.submit_on(stream)``: the op taken, launched and its ``DeviceFuture``
         returned; or the ``generic`` sentinel, the op untaken and nothing done."""

@@ -1,17 +1,19 @@
-"""The express path of a small ``from_host``: one frame from op to flag write.
+"""The express path of a small ``from_host``: the native core's, one call from op to flag.
 
 ``await cuasync.from_host(a)`` of a few KiB spent most of its time in the generic path's
 layers (an :class:`~._core.context.ExecutionContext`, the new tensor's declaration,
 the route choice, ``Hub.attach``, a :class:`~._core.completion.Completion` and its
-finish), not in the copy. For a source of at most :data:`SMALL_MAX` bytes,
-:func:`enqueue` does what the single route does in one frame, as
-:mod:`._core.express` does for a launch: the memcpy into a pooled pinned block (before
-the execution lock), then under it the stream's sequence number, a completion slot,
-the new tensor's stream-ordered allocation, the DMA and the flag write; the spin after
-the lock. Work that lands within it needs no context and no completion.
+finish), not in the copy. For a source of at most :data:`SMALL_MAX` bytes, the native
+module's core (``Express.upload``, reactor/upload.c) does what the single route does in
+one call, as it does for a launch: the memcpy into a pooled pinned block (before the
+execution lock), then under it the stream's sequence number, a completion slot, the new
+tensor's stream-ordered allocation, the DMA and the flag write; the spin after the
+lock. Work that lands within it needs no context and no completion. This module gives
+the core what it reads (:func:`_configure`) and makes :class:`HostUploadOp` call it.
 
-It returns None, having done nothing, where the op is not the common case (the same
-cases as a launch's, and a route forced for benchmarks); the generic path then runs it.
+Where there is no core (no native module, host-callback completions,
+``CUASYNC_NATIVE=off``) or the op is not its common case (the same cases as a launch's,
+and a route forced for benchmarks), the generic path runs the op.
 
 >>> t = await cuasync.from_host(np.ones(1024, np.float32))   # (HostUploadOp.__await__)
 """
@@ -23,11 +25,9 @@ from typing import Any
 
 from . import _pageable
 from ._core import completion as _completion
-from ._core import express, trace
+from ._core import express
 from ._core.completion import Completion
-from ._core.context import LOCAL, LOCK
 from ._core.device import Stream
-from ._core.memory import Allocation
 from ._core.op import DeviceOp
 from ._ops.tensorop import TensorOp
 from ._staging import staging_pool
@@ -76,71 +76,21 @@ class HostUploadOp(TensorOp):
 def enqueue(
     op: HostUploadOp, stream: Stream, spin: int, adapter: Any
 ) -> express.Sent | Tensor | None:
-    """The submission of a small upload, spinning as ``spin`` says (see
-    :data:`express.Sent`; ``held``: the new tensor's allocation and the pinned block).
-
-    The native module's core does it in one call where it can (``Express.upload``), and
-    settles an await's or a blocking call's copy that landed within the spin: then it
-    returns the new tensor itself. It declines (``express.GENERIC``) whatever is not the
-    common case, done here."""
+    """The native core's submission of a small upload (``Express.upload``), spinning as
+    ``spin`` says (see :data:`express.Sent`; ``held``: the new tensor's allocation and
+    the pinned block). It settles an await's or a blocking call's copy that landed
+    within the spin: then it returns the new tensor itself. None where there is no core
+    or it declines the op (not the common case: a source of more than :data:`SMALL_MAX`
+    bytes, a route forced for benchmarks, the cases of a launch's): the generic path
+    (``DeviceOp._start``, ``DeviceOp._sync``) then runs it."""
     hub = _completion._hub
     core = hub.express if hub is not None else None
-    if core is not None:
-        if core is not _configured:
-            _configure(core)
-        sent: Any = core.upload(
-            op, stream, express.AWAIT if spin == express.BURST else spin, adapter
-        )
-        if sent is not express.GENERIC:
-            return sent
-    work = op._node.value
-    source = work.source
-    nbytes = source.nbytes
-    device = stream.device
-    if (
-        hub is None
-        or not 0 < nbytes <= SMALL_MAX
-        or not hub.use_reactor
-        or trace.enabled
-        or stream._capturing
-        or (op._device is not None and device is not op._device)
-        or LOCAL.active
-        or _pageable._forced is not None
-    ):
+    if core is None:
         return None
-    backend = hub.backend
-    memops = hub._memops.get(device.ordinal)
-    if memops is None:  # (asked once per device)
-        memops = hub.stream_memops(device.ordinal)
-    if backend.fault_seen or memops is not True:
-        return None
-    block = staging_pool().acquire(nbytes)  # read now, as the single route does
-    staged = block.scratch(nbytes).view(source.dtype)
-    _pageable._memcpy(staged if source.ndim == 1 else staged.reshape(source.shape), source)
-    box = express._Box()
-    held: list[Any] = [block]
-    with LOCK:
-        try:
-            slot = hub.free.pop()
-        except IndexError:
-            return None  # the generic path falls back to a host callback, and logs it
-        LOCAL.active = True
-        seq = stream._submitted = stream._submitted + 1
-        try:
-            # (its write on this stream, seq, is recorded as it is made)
-            alloc = Allocation(device, nbytes, stream)
-            held.append(alloc)
-            gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
-            address = hub.slab + 4 * slot
-            backend.copy_and_write(alloc.ptr, block.address, nbytes, stream.handle, address, gen)
-        except BaseException:
-            express.release_failed(hub, stream, seq, slot, box, held)
-            raise
-        finally:
-            LOCAL.active = False
-    op._output = Tensor(alloc, source.shape, work.dtype)
-    spin_us, landed = express.spin_for(hub, stream, seq, address, gen, spin, adapter)
-    return hub, box, slot, gen, address, seq, spin_us, landed, -1, held
+    if core is not _configured:
+        _configure(core)
+    sent: Any = core.upload(op, stream, spin, adapter)
+    return None if sent is express.GENERIC else sent
 
 
 #: The native core :func:`_configure` last set up (one per hub).

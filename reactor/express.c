@@ -2,21 +2,22 @@
  * The express core of cuasync._reactor: the common case of ``await kernel[g, b](x, n)``
  * (and of its ``sync()`` and ``submit_on``) in one native call.
  *
- * cuasync/_core/express.py's ``_enqueue`` and its settling are the same steps in
- * Python: the checks, the execution lock, the stream's sequence number, the access
+ * The steps: the checks, the execution lock, the stream's sequence number, the access
  * records of the op's tensors, a completion slot and its generation, the launch with
- * its flag write, the spin, and (landed) the slot given back.  Express.launch does them
- * reading the objects' slots at offsets it looks up once from their types' member
+ * its flag write, the spin, and (landed) the slot given back.  There is no copy of them
+ * in Python: cuasync/_core/express.py holds what this core calls back into (the rest of
+ * an await that did not land, the failure and abandon handlers).  Express.launch does
+ * them reading the objects' slots at offsets it looks up once from their types' member
  * descriptors (exact types only), and returns:
  *
  *   - the op's output: the work landed within the spin and is settled;
  *   - a tuple, express.Sent: submitted, and still to be finished by Python;
  *   - the ``generic`` sentinel, having done nothing: the op is not the common case
- *     (Python's express path then takes it, and words any error).
+ *     (the generic path, DeviceOp._start, then takes it, and words any error).
  *
  * No Python code runs while it holds the execution lock, except where Python does the
  * launch (no native launch: the emulator, a stubbed driver), which it does with
- * ``LOCAL.active`` set, as Python's path does.  GC-tracked objects it needs under the
+ * ``LOCAL.active`` set, as the generic path does.  GC-tracked objects it needs under the
  * lock (the access records' tuples) are made before it takes the lock, so that no
  * collection (no finalizer) runs inside.
  */
@@ -120,7 +121,7 @@ dim3(PyObject *t, unsigned int *out)
 
 /* How the launch is made: packed here and launched natively; by the backend's
  * fast_launch from Python (a stub of it); or by backend.launch_kernel (no fast launch,
- * or the op cannot take it: the same conditions as express._enqueue's). */
+ * or the op cannot take it). */
 enum { BY_LAUNCH_KERNEL = 0, BY_FAST_LAUNCH, BY_NATIVE };
 
 /* What a native launch needs, prepared outside the lock. */
@@ -218,7 +219,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
 enum { USE_READ = 0, USE_WRITE = 1 };
 
 /* The op's tensors, checked before the lock: each on ``device`` and writable where
- * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (Python's path
+ * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (the generic path
  * takes the op), -1 an error. */
 static int
 check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
@@ -313,7 +314,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
         return r == NULL ? -1 : 0;
     }
     /* fast_launch(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, args,
-     * address, gen) -> rc, as express._enqueue calls it */
+     * address, gen) -> rc, as the backend's native launch is called */
     PyObject *fast = slot_get(prepared, self->p_fast);
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
@@ -340,6 +341,56 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
 static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, long mode,
                                  PyObject *adapter, int *settled, queued_launch *queued);
 
+/* The express.Sent of a launch a burst queued (q): landed None, the submitter's ticket
+ * (-1: made at once, whose slot's status word is not its own), a box made where there
+ * was none. A new reference, or NULL with an error set (q unchanged but its box). */
+static PyObject *
+queued_sent(Express *x, queued_launch *q)
+{
+    PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL;
+    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
+        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
+        (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
+        (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
+                                 : Py_NewRef(x->minus_one)) == NULL)
+        goto done;
+    sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, Py_None,
+                        ticket, Py_None);
+done:
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    Py_XDECREF(ticket);
+    return sent;
+}
+
+/* A queued launch nobody will await (q), given to the background watcher
+ * (express._core_abandon) to settle once it lands. The error set on entry, if any, is
+ * kept; one of the abandon itself is reported as unraisable against ``where`` (the slot
+ * is then lost). q's references stay (the caller releases them). */
+static void
+queued_abandon_to(Express *x, PyObject *op, PyObject *stream, queued_launch *q,
+                  PyObject *where)
+{
+    if (x->abandon == NULL || x->hub == NULL)
+        return;
+    saved_error e;
+    save_error(&e);
+    PyObject *genv = PyLong_FromUnsignedLong(q->gen);
+    PyObject *addr = PyLong_FromUnsignedLongLong(q->address);
+    PyObject *r = NULL;
+    if (genv != NULL && addr != NULL) {
+        PyObject *a[8] = {x->hub, op, stream, q->box ? q->box : Py_None, q->slot, genv, addr,
+                          q->seq};
+        r = PyObject_Vectorcall(x->abandon, a, 8, NULL);
+    }
+    if (r == NULL)
+        PyErr_WriteUnraisable(where);
+    Py_XDECREF(r);
+    Py_XDECREF(genv);
+    Py_XDECREF(addr);
+    restore_error(&e);
+}
+
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -348,12 +399,24 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
     long mode = PyLong_AsLong(args[2]);
     if (mode == -1 && PyErr_Occurred())
         return NULL;
-    if (mode < MODE_NO_SPIN || mode > MODE_BLOCK) {
-        PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
+    if (mode < MODE_NO_SPIN || (mode > MODE_BLOCK && mode != MODE_BURST)) {
+        PyErr_Format(PyExc_ValueError, "mode must be 0, 1, 2 or 4, got %ld", mode);
         return NULL;
     }
     int settled;
-    return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
+    if (mode != MODE_BURST)
+        return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
+    /* an await in a burst (express._submit_await): queued as LaunchAwait queues it, and
+     * left to express._finish_await (its Sent, landed None) to step aside and settle */
+    queued_launch q = {0};
+    PyObject *r = express_launch(self, args[0], args[1], mode, args[3], &settled, &q);
+    if (r != NULL && settled == 2) {
+        Py_SETREF(r, queued_sent(self, &q));
+        if (r == NULL)
+            queued_abandon_to(self, args[0], args[1], &q, (PyObject *)self);
+    }
+    queued_release(&q);
+    return r;
 }
 
 /* The future of a launch submitted with no spin (MODE_FUTURE): express._completion_of
@@ -510,14 +573,14 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **resu
 {
     *slot = *result = NULL;
     int t = try_lock(self);
-    if (t <= 0) { /* held: Python's path waits for it (or raises) */
+    if (t <= 0) { /* held: the generic path waits for it (or raises) */
         if (t == 0)
             *result = generic(self);
         return t;
     }
     Py_ssize_t nfree = PyList_GET_SIZE(self->free);
     if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
-        /* no slot: Python's path falls back to a host callback, and logs it; a capture
+        /* no slot: the generic path falls back to a host callback, and logs it; a capture
          * begun since the check (under this lock, by another thread): it records it */
         *result = unlock(self) < 0 ? NULL : generic(self);
         return *result == NULL ? -1 : 0;
@@ -600,7 +663,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first launch on the device): asked here, as
-         * express._enqueue does, so that the first launch is not declined */
+         * the generic path does, so that the first launch is not declined */
         PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
         if (answer == NULL)
             EARLY_RETURN(NULL);
@@ -1219,7 +1282,7 @@ Express_get_counter(Express *self, void *which)
 
 /* Express.submit: the op taken (its _consumed set) and launched with no spin, and its
  * DeviceFuture made here; the generic sentinel, the op left untaken, when it is not the
- * core's case (or already taken: Python's path raises why). */
+ * core's case (or already taken: the generic path raises why). */
 static PyObject *
 Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1246,8 +1309,9 @@ static PyMethodDef Express_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))Express_launch, METH_FASTCALL,
      "launch($self, op, stream, mode, adapter, /)\n--\n\n"
      "The express submission of the launch op on stream (mode 0: no spin, 1: an await's "
-     "spin, 2: a blocking sync's; adapter: the loop's, for mode 1). Returns the op's "
-     "output (landed and settled), an express.Sent tuple (submitted, not settled), or "
+     "spin, 2: a blocking sync's, 4: an await in a burst, queued for the submitter, no "
+     "spin; adapter: the loop's, for modes 1 and 4). Returns the op's output (landed and "
+     "settled), an express.Sent tuple (submitted, not settled; landed None in mode 4), or "
      "the generic sentinel (nothing done)."},
     {"upload", (PyCFunction)(void (*)(void))Express_upload, METH_FASTCALL,
      "upload($self, op, stream, mode, adapter, /)\n--\n\n"
@@ -1341,7 +1405,7 @@ PyType_Spec Express_spec = {
  *
  *   - the output, when the work landed within the spin;
  *   - ``finish(op, stream, adapter, sent)`` (a Python generator) for the rest: parking,
- *     errors, or Python's express path when the core declined;
+ *     errors, or the generic path when the core declined;
  *   - ``fallback(op)`` (express.await_launch itself) when this is not the common case:
  *     no hub or no core (or one replaced, as tests do), bursts stepping aside, an op
  *     already taken (it raises there).  The loop's adapter is loops._last's when that is
@@ -1776,27 +1840,9 @@ queued_clear(LaunchIter *self)
 static void
 queued_abandon(LaunchIter *self)
 {
-    Express *x = self->core;
-    queued_launch *q = &self->q;
     self->state = ITER_DONE;
-    if (x != NULL && x->abandon != NULL && x->hub != NULL) {
-        saved_error e;
-        save_error(&e);
-        PyObject *genv = PyLong_FromUnsignedLong(q->gen);
-        PyObject *addr = PyLong_FromUnsignedLongLong(q->address);
-        PyObject *r = NULL;
-        if (genv != NULL && addr != NULL) {
-            PyObject *a[8] = {x->hub, self->op, self->stream, q->box ? q->box : Py_None,
-                              q->slot, genv, addr, q->seq};
-            r = PyObject_Vectorcall(x->abandon, a, 8, NULL);
-        }
-        if (r == NULL)
-            PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(r);
-        Py_XDECREF(genv);
-        Py_XDECREF(addr);
-        restore_error(&e);
-    }
+    if (self->core != NULL)
+        queued_abandon_to(self->core, self->op, self->stream, &self->q, (PyObject *)self);
     queued_clear(self);
 }
 
@@ -1811,27 +1857,15 @@ static PySendResult
 queued_hand_over(LaunchIter *self, PyObject **result)
 {
     Express *x = self->core;
-    queued_launch *q = &self->q;
-    PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL, *gen = NULL;
-    PyObject *state = Py_None;
-    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
-        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
-        (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
-        (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
-                                 : Py_NewRef(x->minus_one)) == NULL ||
-        (sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, state,
-                             ticket, Py_None)) == NULL) {
+    PyObject *sent = queued_sent(x, &self->q), *gen = NULL;
+    if (sent == NULL)
         goto fail;
-    }
     PyObject *a[4] = {self->op, self->stream, self->adapter, sent};
     gen = PyObject_Vectorcall(self->awaiter->finish, a, 4, NULL);
+    Py_DECREF(sent);
     if (gen == NULL)
         goto fail;
     x->burst_handed_over++;
-    Py_DECREF(genv);
-    Py_DECREF(addr);
-    Py_DECREF(ticket);
-    Py_DECREF(sent);
     queued_clear(self); /* (the generator holds what it needs: the slot is its now) */
     self->delegate = gen;
     self->state = ITER_DELEGATING;
@@ -1842,10 +1876,6 @@ queued_hand_over(LaunchIter *self, PyObject **result)
     }
     return r;
 fail:
-    Py_XDECREF(genv);
-    Py_XDECREF(addr);
-    Py_XDECREF(ticket);
-    Py_XDECREF(sent);
     queued_abandon(self); /* (the error is kept) */
     return PYGEN_ERROR;
 }

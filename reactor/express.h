@@ -155,7 +155,7 @@ dict_true(PyObject *dict, PyObject *obj, PyObject *name)
 
 long current_ordinal_of(PyObject *o);
 
-/* The hub's and the backend's state, as express._enqueue checks it: flag slots in use,
+/* The hub's and the backend's state the core needs: flag slots in use,
  * no tracing, no fault seen. 1 the core's case, 0 not, -1 an error. */
 static inline int
 hub_allows(Express *self)

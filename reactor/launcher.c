@@ -1,15 +1,14 @@
 /*
  * Launchers of cuasync._reactor: ``kernel[grid, block]`` as a native callable.
  *
- * cuasync/_launcher.py writes the launcher of a kernel signature in Python (as
- * dataclasses writes __init__): for arguments that pass the kernel's launch plan
- * (tensors of the exact dtype, ints and floats of the exact type within the bounds of
- * their parameter) it builds the launch op at once, else it calls the full checks.  A
- * Launcher does exactly that in C, building the op by filling its __slots__ (the
- * offsets looked up once from the op type's member descriptors): the op is what
- * ``_Launch(...)`` makes, its __init__ not called.  Anything else goes to the same
- * Python methods as the generated code: ``kernel._launch_checked(args, grid, block,
- * shared_mem)`` for arguments the plan does not take, ``kernel._launch(...)`` for the
+ * cuasync/_launcher.py makes one per kernel and launch configuration: for arguments
+ * that pass the kernel's launch plan (tensors of the exact dtype, ints and floats of
+ * the exact type within the bounds of their parameter) it builds the launch op at once,
+ * by filling its __slots__ (the offsets looked up once from the op type's member
+ * descriptors): the op is what ``_Launch(...)`` makes, its __init__ not called.
+ * Anything else goes to the kernel's Python methods (without a Launcher they take
+ * every launch: ``kernel._launch`` checks the same plan first):
+ * ``kernel._launch_checked(args, grid, block, shared_mem)`` for arguments the plan does not take, ``kernel._launch(...)`` for the
  * wrong number of them or parameters replaced since, and ``kernel._check_aliasing`` /
  * ``kernel._device_of`` for launches of several tensors.
  */

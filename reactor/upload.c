@@ -1,6 +1,6 @@
 /*
- * The express submission of a small from_host in one native call: Express.upload, the
- * common case of cuasync._small_upload.enqueue.
+ * The express submission of a small from_host in one native call: Express.upload (its
+ * only submission: cuasync._small_upload.enqueue calls it).
  *
  * A source of at most UPLOAD_MAX bytes, C-contiguous (its buffer), is copied into a
  * pinned staging block, then under the execution lock: the stream's sequence number, a
@@ -10,7 +10,7 @@
  * blocking call (modes AWAIT, BLOCK) whose copy landed within the spin is settled here
  * and gets the new tensor back; otherwise it returns an express.Sent tuple (Python parks
  * work that did not land), or the generic sentinel, having done nothing, when the upload
- * is not its case (Python's enqueue then takes it, and words any error).
+ * is not its case (the generic path then takes it, and words any error).
  *
  * The staging blocks come from the process's staging pool (set_upload's ``acquire``) and
  * go back, once their copy has landed, to a short free list per size class kept here:
@@ -494,7 +494,7 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     return r == NULL ? -1 : 0;
 }
 
-/* What _small_upload.enqueue's checks rule out: 1 the upload is the core's case. */
+/* Whether the upload is the core's case (else the generic path takes it): 1 yes. */
 static int
 upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
 {
@@ -509,9 +509,18 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */
         return PyErr_Occurred() ? -1 : 0;
     PyObject *ordinal = PyObject_GetAttr(device, self->s_ordinal);
-    PyObject *memops = ordinal == NULL ? NULL : PyDict_GetItemWithError(self->memops, ordinal);
-    Py_XDECREF(ordinal);
-    return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0; /* (unasked: Python asks) */
+    if (ordinal == NULL)
+        return -1;
+    PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
+    if (memops == NULL && !PyErr_Occurred()) {
+        /* not asked yet (a process's first upload on the device): asked here, as a
+         * launch asks it, so that the first upload is not declined */
+        PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
+        memops = answer == NULL ? NULL : answer == Py_True ? Py_True : Py_False;
+        Py_XDECREF(answer);
+    }
+    Py_DECREF(ordinal);
+    return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0;
 }
 
 PyObject *

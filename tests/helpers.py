@@ -31,6 +31,27 @@ reactor_path = pytest.mark.skipif(
 )
 
 
+#: Whether this run takes the native fast path (``CUASYNC_NATIVE`` unset or ``on``).
+NATIVE_ON = os.environ.get("CUASYNC_NATIVE", "on").strip().lower() in ("", "on")
+
+
+def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:
+    """Set this process up in-process as ``CUASYNC_NATIVE=off`` sets one up: no native
+    core on the hub, no native ``from_host`` builder, no native ``Launcher`` for launchers
+    made from now on (those ``kernels`` cached are dropped); completion stays as it is.
+    ``monkeypatch`` undoes it all."""
+    import dataclasses
+
+    from cuasync import _config, _copies
+    from cuasync._core.completion import get_hub
+
+    monkeypatch.setattr(_config, "CONFIG", dataclasses.replace(_config.config(), native=False))
+    monkeypatch.setattr(get_hub(), "express", None)
+    monkeypatch.setattr(_copies, "_build", None)
+    for kernel in kernels:
+        monkeypatch.delitem(kernel.__dict__, "_launcher_cache", raising=False)
+
+
 def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter on this suite's backend (configuration is read
     once per process, and some behaviour is per process: exits, forks, sticky faults);

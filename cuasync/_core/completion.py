@@ -404,7 +404,7 @@ class Hub:
         from .express import make_core
 
         #: The native module's express submission of launches (``_reactor.Express``), or
-        #: None: :mod:`.express` then does it in Python.
+        #: None: every op then takes the generic path (see :mod:`.express`).
         self.express: Any = make_core(self)
         self._core = self.express  # (its counters, even while a test swaps it out)
         # Last: it uses the reactor, and it is the one thread the hub starts.

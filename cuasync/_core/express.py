@@ -1,33 +1,32 @@
-"""The express submission of a lone kernel launch: one function from op to flag write.
+"""The Python side of the native op core: choosing its mode, and what it leaves to Python.
 
 ``await kernel[grid, block](x, n)`` is the most common op and the shortest work, and the
 generic path (``DeviceOp._start``, ``_enqueue``, ``_declare``, ``Hub.attach``) spends
-more host time in its layers than the driver spends launching. :func:`_enqueue` does the
-same steps for a kernel launch op in one frame: the execution lock, the stream's
-sequence number, the access records of its tensors, a completion slot, one native call
-that launches and writes the flag and, for an await or a ``sync()``, the spin on it
-(after the lock is released).
+more host time in its layers than the driver spends launching. The native module does
+the steps of a launch in one call (``_reactor.Express``, one per hub, ``hub.express``:
+:func:`make_core`): the execution lock, the stream's sequence number, the access records
+of its tensors, a completion slot, the launch with its flag write and, for an await or a
+``sync()``, the spin on it (after the lock is released). A small ``from_host`` has its
+own call on the same core (``Express.upload``: ``cuasync._small_upload``).
 
-Work that lands within that spin needs no :class:`~.context.ExecutionContext` and no
-:class:`Completion`: the slot and the counters are settled and the output returned. Only
-work that did not land (or a future) gets them, made after the launch.
+There is one submission of each: the core's. This module holds what the core calls
+back into or leaves to Python: the rest of an await whose work did not land within the
+spin (:func:`_finish_await`: stepping aside in a burst, parking), of a ``sync()``
+(:func:`finish_sync`), the :class:`Completion` of such work (:func:`_completion_of`),
+and the handlers of a submission that failed or was abandoned. Work that lands within
+the spin needs no :class:`~.context.ExecutionContext` and no :class:`Completion`.
 
-It returns None, having done nothing, whenever the op is not the common case; the
-caller then takes the generic path, which handles it (and words its errors).
-:func:`await_launch` and :func:`sync_launch` build ``await op`` and ``op.sync()`` on it;
-another kind of op with an express path (a small ``from_host``: ``cuasync._small_upload``)
-passes its own submission to them, and to :func:`submit`, as ``enqueue``.
-The generic path is taken for:
+The core returns :data:`GENERIC`, having done nothing, whenever the op is not its common
+case; the op then takes the generic path (``DeviceOp._start`` and ``await_started``,
+``DeviceOp._sync``), which handles it and words its errors. So does every op where there
+is no core (no native module, host-callback completions, ``CUASYNC_NATIVE=off``). The
+generic path is taken for:
 
 - tracing (NVTX ranges), a stream capturing a graph, a device fault seen;
-- a thread already submitting (``ReentrancyError``);
+- the execution lock held by another thread, or this one (``ReentrancyError``);
 - a stream of another device than the op was built for;
 - awaits that complete through host callbacks, no free slot, no stream memory ops;
 - a tensor on another device or a read-only tensor written to.
-
-The native module does the same steps for a launch in one call where it can
-(``_reactor.Express``, one per hub: :func:`make_core`); it returns :data:`GENERIC`
-when the op is not its common case, and :func:`_enqueue` then takes the op.
 
 >>> comp = express.submit(op, stream) or DeviceOp._start(op, stream, True)
 """
@@ -39,6 +38,7 @@ from collections.abc import Callable, Generator
 from time import monotonic
 from typing import Any
 
+from .. import _config
 from .._first_use import Unprepared, prepare_off_loop
 from . import completion as _completion
 from . import loops as _loops
@@ -65,12 +65,13 @@ __all__ = [
 #: launch (each lets every other ready task run once); then it parks, as any await can.
 _STEPS_MAX = 16
 
-#: ``_enqueue``'s modes: no spin (a future), an await's spin, a blocking ``sync()``'s, or
-#: an await in a burst (the launch queued for the native submitter where it can be).
-NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 3
+#: The native core's modes (``Express.launch``, ``Express.upload``): no spin (a future),
+#: an await's spin, a blocking ``sync()``'s, or (a launch only) an await in a burst, its
+#: launch queued for the native submitter where it can be (reactor/express.h's ``MODE_*``).
+NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 4
 
 
-#: What the native core's ``launch`` returns when it did nothing: Python's path takes it.
+#: What the native core returns when it did nothing: the generic path takes the op.
 GENERIC: Any = type("Generic", (), {"__repr__": lambda self: "express.GENERIC"})()
 
 
@@ -84,15 +85,22 @@ class _Box(list[BaseException]):
         return self
 
 
+def _core() -> Any:
+    """The hub's native core, or None (no hub yet, no core: the generic path)."""
+    hub = _completion._hub
+    return hub.express if hub is not None else None
+
+
 def submit(op: Any, stream: Stream, enqueue: Enqueue | None = None) -> Completion | None:
     """Enqueue the launch op ``op`` (taken by the caller) on ``stream`` with its flag
     write; its completion, or None when the generic path must do it. ``enqueue``: the
-    submission of another kind of express op (default: a launch's)."""
-    core = _completion._hub.express if enqueue is None and _completion._hub else None
-    sent: Any = GENERIC if core is None else core.launch(op, stream, NO_SPIN, None)
-    if sent is GENERIC:
-        sent = (enqueue or _enqueue)(op, stream, NO_SPIN, None)
-    if sent is None:
+    core's submission of another kind of express op (default: a launch's)."""
+    if enqueue is not None:
+        sent = enqueue(op, stream, NO_SPIN, None)
+    else:
+        core = _core()
+        sent = None if core is None else core.launch(op, stream, NO_SPIN, None)
+    if sent is None or sent is GENERIC:
         return None
     hub, box, slot, gen, address, seq = sent[:6]
     return _completion_of(op, stream, hub, box, slot, gen, address, seq, held=sent[9])
@@ -102,21 +110,21 @@ def submit_future(op: Any, stream: Stream) -> DeviceFuture[Any]:
     """``op.submit_on(stream)`` for a launch op (not yet taken): the native core takes it,
     launches it and makes its :class:`DeviceFuture` in one call where it can; else the
     generic ``submit_on`` (which checks the stream and raises for a consumed op)."""
-    hub = _completion._hub
-    core = hub.express if hub is not None else None
+    core = _core()
     if core is None or not isinstance(stream, Stream):
         return DeviceOp.submit_on(op, stream)
     future = core.submit(op, stream)
     if future is not GENERIC:
         return future
-    op._take()  # (raises for a consumed op) the core declined: Python's paths, not it again
-    return DeviceFuture(submit(op, stream, _enqueue) or DeviceOp._start(op, stream, True))
+    op._take()  # (raises for a consumed op) the core declined it: the generic path
+    return DeviceFuture(DeviceOp._start(op, stream, True))
 
 
 def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any, Any]:
     """``await op`` for a launch op (its ``__await__``; ``enqueue``: another kind's
-    submission): the express submission and its spin; only work that did not land
-    within it gets a :class:`Completion`.
+    submission): the core's submission and its spin; only work that did not land
+    within it gets a :class:`Completion`. The native ``LaunchAwait`` does this in C, and
+    calls it where it cannot (no core, an op already taken).
 
     Landed inline, nothing but the slot and the counters needs settling: the output is
     the op's output argument, and what the launch used is still held by the op.
@@ -144,17 +152,19 @@ def _submit_await(
     op: Any, stream: Stream, adapter: Any, enqueue: Enqueue | None
 ) -> Generator[Any, Any, Any]:
     """:func:`await_launch` once the op is taken and its stream chosen."""
-    hub = _completion._hub
-    burst = hub is not None and hub.step_aside and adapter.steps_aside and adapter.others_ready()
-    core = None if hub is None or burst or enqueue else hub.express
-    if core is not None:  # the native core: the whole submission, spin and settling
-        sent = core.launch(op, stream, AWAIT, adapter)
-        if sent is op._output:  # landed within the spin, and settled
+    if enqueue is not None:  # (an upload: its output when the core settled it)
+        sent = enqueue(op, stream, AWAIT, adapter)
+        if sent is not None and sent.__class__ is not tuple:
             return sent
     else:
-        sent = (enqueue or _enqueue)(op, stream, BURST if burst else AWAIT, adapter)
-        if sent.__class__ is not tuple and sent is not None:
-            return sent  # (an upload's output: the native core settled it)
+        hub = _completion._hub
+        if hub is None or hub.express is None:
+            sent = None
+        else:  # the native core: the whole submission, spin and settling
+            burst = hub.step_aside and adapter.steps_aside and adapter.others_ready()
+            sent = hub.express.launch(op, stream, BURST if burst else AWAIT, adapter)
+            if sent is op._output:  # landed within the spin, and settled
+                return sent
     return (yield from _finish_await(op, stream, adapter, sent))
 
 
@@ -170,16 +180,16 @@ def _first_use(op: Any, adapter: Any) -> Generator[Any, Any, None]:
 
 
 def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator[Any, Any, Any]:
-    """The rest of ``await op`` once submitted (``sent``: what the submission returned;
-    :data:`GENERIC`: the native core declined it, so Python's express path submits it):
-    stepping aside in a burst, settling, parking. The native ``_Launch.__await__``
-    (``_reactor.LaunchAwait``) returns this for work that did not land in its spin."""
-    if sent is GENERIC:
-        if op._prepared.__class__ is Unprepared:  # a first use: the core declined it
-            yield from _first_use(op, adapter)
-            return (yield from _submit_await(op, stream, adapter, None))  # (a burst's too)
-        sent = _enqueue(op, stream, AWAIT, adapter)
-    if sent is None:
+    """The rest of ``await op`` once submitted (``sent``: what the core's submission
+    returned; :data:`GENERIC`: the core declined it; None: there was no core): stepping
+    aside in a burst, settling, parking, or the generic path. The native
+    ``_Launch.__await__`` (``_reactor.LaunchAwait``) returns this for work that did not
+    land in its spin."""
+    if sent is GENERIC and op._prepared.__class__ is Unprepared:
+        # a first use the core declined: prepared off the loop, then the core again
+        yield from _first_use(op, adapter)
+        return (yield from _submit_await(op, stream, adapter, None))
+    if sent is None or sent is GENERIC:
         return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
     hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
     queued = landed is None
@@ -231,24 +241,20 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
 
 
 def sync_launch(op: Any, stream: Stream) -> Any:
-    """``op.sync_on(stream)`` for a launch op (taken by the caller): the express
+    """``op.sync_on(stream)`` for a launch op (taken by the caller): the core's
     submission and its spin, and ``cuStreamSynchronize`` only for work that did not land
     within it; short work returns as soon as an ``await`` would."""
-    hub = _completion._hub
-    core = hub.express if hub is not None else None
+    core = _core()
     if core is None:
-        sent = _enqueue(op, stream, BLOCK, None)
-    else:
-        sent = core.launch(op, stream, BLOCK, None)
-        if sent is op._output:  # landed within the spin, and settled
-            return sent
-        if sent is GENERIC:
-            sent = _enqueue(op, stream, BLOCK, None)
-    return finish_sync(op, stream, sent)
+        return DeviceOp._sync(op, stream)
+    sent = core.launch(op, stream, BLOCK, None)
+    if sent is op._output:  # landed within the spin, and settled
+        return sent
+    return finish_sync(op, stream, None if sent is GENERIC else sent)
 
 
 def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
-    """The rest of ``op.sync_on(stream)`` once an express submission (of any kind)
+    """The rest of ``op.sync_on(stream)`` once the core's submission (of any kind)
     returned ``sent`` (None: it declined, and the generic path runs the op): settling
     work that landed within the spin, else waiting for it."""
     if sent is None:
@@ -314,105 +320,15 @@ def _completion_of(
     return comp
 
 
-#: What an express submission returns: ``(hub, errors, slot, gen, flag address, seq,
-#: spin_us, landed, ticket, held)``, or None (nothing done: the generic path does it).
+#: What the core's submission returns when the work is still to finish: ``(hub, errors,
+#: slot, gen, flag address, seq, spin_us, landed, ticket, held)``. ``landed`` is None for
+#: a launch a burst queued (``ticket``: the submitter's, -1 where it was made at once);
+#: ``held``: what the work uses beyond the op's tensors (an upload's), or None.
 Sent = tuple[Any, _Box, int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"]
-#: An express submission: ``(op, stream, spin, adapter)`` to :data:`Sent` (or, for an
-#: upload the native core settled within an await's or a blocking call's spin, the
-#: output itself).
+#: The core's submission of another kind of op: ``(op, stream, spin, adapter)`` to
+#: :data:`Sent`, None (declined: the generic path takes the op) or, for an upload the
+#: core settled within an await's or a blocking call's spin, the output itself.
 Enqueue = Callable[[Any, "Stream", int, Any], Any]
-
-
-def _enqueue(op: Any, stream: Stream, spin: int, adapter: Any) -> Sent | None:
-    """The submission of a launch, spinning as ``spin`` says (see :data:`Sent`). For a
-    launch a burst queued (``Backend.queue_launch``), which is not spun on here,
-    ``landed`` is None and ``ticket`` the submitter's (-1: made at once); ``held`` is
-    None (the op holds what its launch uses)."""
-    hub = _completion._hub
-    if (
-        hub is None
-        or not hub.use_reactor
-        or trace.enabled
-        or stream._capturing
-        or stream.device is not op._device
-        or LOCAL.active
-    ):
-        return None
-    backend = hub.backend
-    memops = hub._memops.get(stream.device.ordinal)
-    if memops is None:  # (asked once per device: a process that only syncs asks here)
-        memops = hub.stream_memops(stream.device.ordinal)
-    if backend.fault_seen or memops is not True:
-        return None
-    device = stream.device
-    tensors = op._tensors
-    for tensor, param in tensors:
-        alloc = tensor._alloc
-        if alloc.device is not device or (alloc.readonly and not param.const):
-            return None
-    if op._prepared.__class__ is Unprepared:  # built in a loop, executed otherwise: inline
-        op._prepared = op._prepared.resolve()
-    box = _Box()
-    with LOCK:
-        try:
-            slot = hub.free.pop()
-        except IndexError:
-            return None  # the generic path falls back to a host callback, and logs it
-        LOCAL.active = True
-        seq = stream._submitted = stream._submitted + 1
-        try:
-            for tensor, param in tensors:
-                tensor._alloc.use(stream, seq, not param.const)
-            gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
-            address = hub.slab + 4 * slot
-            if spin == BURST:
-                ticket = backend.queue_launch(
-                    hub.submitter, op._prepared, op._grid, op._block, op._shared_mem,
-                    stream.handle, op._args, box, address, slot, gen,
-                )  # fmt: skip
-                if ticket is not None:
-                    return hub, box, slot, gen, address, seq, None, None, ticket, None
-            prepared = op._prepared
-            fast = prepared.fast
-            launch = backend.fast_launch
-            if (
-                fast is not None
-                and launch is not None
-                and backend.current.ordinal == prepared.ordinal
-                and stream.owned
-            ):  # the backend's native launch, called here: one Python frame less
-                (gx, gy, gz), (bx, by, bz) = op._grid, op._block
-                handle, layout = fast
-                rc = launch(
-                    handle, gx, gy, gz, bx, by, bz, op._shared_mem, stream.handle, layout,
-                    op._args, address, gen,
-                )  # fmt: skip
-                if rc:
-                    backend.launch_failed(
-                        rc, prepared, op._grid, op._block, op._shared_mem, stream.handle,
-                        op._args, address, gen,
-                    )  # fmt: skip
-            else:
-                backend.launch_kernel(
-                    prepared, op._grid, op._block, op._shared_mem, stream.handle, op._args,
-                    box, address, gen,
-                )  # fmt: skip
-        except BaseException:
-            release_failed(hub, stream, seq, slot, box, [t._alloc for t, _ in tensors])
-            raise
-        finally:
-            LOCAL.active = False
-    # The spin, outside the lock: other threads submit meanwhile (spin_for, inline here:
-    # a call less on every launch).
-    spin_us: int | None = 0
-    if spin in (AWAIT, BURST):  # (a burst whose launch was not queued spins too)
-        spin_us = hub.spin_budget_us
-        if spin_us and (adapter.long_ops or stream._completed < seq - 1):
-            spin_us = await_spin_us(hub, adapter, stream, seq)  # (the common case inline)
-    elif spin == BLOCK and stream._completed >= seq - 1:
-        spin_us = hub.spin_budget_us
-    landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
-    return hub, box, slot, gen, address, seq, spin_us, landed, -1, None
 
 
 def launch_awaiter(fallback: Callable[..., Any]) -> Any:
@@ -434,10 +350,15 @@ def launch_awaiter(fallback: Callable[..., Any]) -> Any:
 
 def make_core(hub: Any) -> Any:
     """The native module's express core for ``hub`` (``hub.express``), or None without
-    the module or its reactor; it reads the hub's state on every call, so flipping
-    ``use_reactor`` or the spin budget takes effect at once."""
+    the module or its reactor, or with ``CUASYNC_NATIVE=off``; it reads the hub's state
+    on every call, so flipping ``use_reactor`` or the spin budget takes effect at once."""
     native = hub.native
-    if native is None or hub.reactor is None or not hasattr(native, "Express"):
+    if (
+        native is None
+        or hub.reactor is None
+        or not hasattr(native, "Express")
+        or not _config.CONFIG.native  # CUASYNC_NATIVE=off: the generic path for every op
+    ):
         return None
     from .._backends.base import PreparedKernel
     from .._kernel import _Launch
@@ -490,19 +411,3 @@ def _core_abandon(
     )  # fmt: skip
     comp.abandon()
     hub.watch_in_background(comp)
-
-
-def spin_for(
-    hub: Any, stream: Stream, seq: int, address: int, gen: int, spin: int, adapter: Any
-) -> tuple[int | None, bool]:
-    """The spin of an express submission, as ``spin`` says, on its flag: ``(spin_us,
-    landed)`` (see :func:`await_spin_us` for None)."""
-    spin_us: int | None = 0
-    if spin in (AWAIT, BURST):  # (a burst whose launch was not queued spins too)
-        spin_us = hub.spin_budget_us
-        if spin_us and (adapter.long_ops or stream._completed < seq - 1):
-            spin_us = await_spin_us(hub, adapter, stream, seq)  # (the common case inline)
-    elif spin == BLOCK and stream._completed >= seq - 1:
-        spin_us = hub.spin_budget_us
-    landed = bool(spin_us) and hub.native.spin_wait(address, gen, (spin_us or 0) * 1000)
-    return spin_us, landed

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, run_script
+from helpers import NATIVE_ON, ON_EMULATOR, generic_path, run_script
 
 import cuasync
 from cuasync import _config, _kernel, _nvrtc, kernel_cache
@@ -345,8 +345,8 @@ def _launch_outcome(launch: Callable[[], Any]) -> Any:
 def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
     # Tensors of the exact dtype and plain ints and floats in range skip most checks;
     # every other argument leaves that path for the full checks. All must build the
-    # same launch, or raise the same error: the plan's loop, the full checks and the
-    # launcher generated for kernel[config].
+    # same launch, or raise the same error: the plan's loop, the full checks and
+    # kernel[config]'s launcher (the native module's where it is built and on).
     k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
     out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
     ints, view = cuasync.zeros(8, "int32").sync(), out[2:6]
@@ -380,12 +380,9 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
             fast = _launch_outcome(lambda: k._launch(tuple(args), *spec))  # noqa: B023
             full = _launch_outcome(lambda: k._launch_checked(tuple(args), *spec))  # noqa: B023
             # kernel[config] is a launcher written for the kernel's signature (the native
-            # module's, else generated Python): the same, and so is the other one
-            generated = _launch_outcome(lambda: k[config](*args))  # noqa: B023
-            python = make_launcher(k, _Launch, *spec, native=False)
-            assert python is not None
-            in_python = _launch_outcome(lambda: python(*args))  # noqa: B023
-            assert fast == full == generated == in_python, name
+            # module's; else one calling k._launch): the same
+            launcher = _launch_outcome(lambda: k[config](*args))  # noqa: B023
+            assert fast == full == launcher, name
     # ... and the common arguments do take the fast path, the others the full checks.
     fast = {"common", "bounds", "upper bounds", "a view", "aliasing", "in place"}
     checked: list[str] = []
@@ -403,12 +400,15 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
             assert isinstance(outcome[0], list), (name, outcome)  # built: not an error
 
 
-def test_kernel_config_is_the_native_launcher_where_the_module_is_built() -> None:
+def test_kernel_config_is_the_native_launcher_where_the_module_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
     launcher = k[2, 32]
     native = getattr(NATIVE, "Launcher", None)
-    if native is None:
-        assert launcher.__name__ == "mixed[(2, 1, 1), (32, 1, 1), 0]"  # generated Python
+    spec = k._spec(2, 32, 0)
+    if native is None or not NATIVE_ON:  # the generic path: the kernel's own checks
+        assert make_launcher(k, _Launch, *spec) is None and type(launcher) is not native
         return
     assert type(launcher) is native
     assert launcher.__name__ == "mixed[(2, 1, 1), (32, 1, 1), 0]"
@@ -418,6 +418,8 @@ def test_kernel_config_is_the_native_launcher_where_the_module_is_built() -> Non
     op = launcher(out, x, 8, 1.5, 2.5, 1, 1.0)
     assert type(op) is _Launch and not op._consumed and op._output is out
     assert op.sync() is out  # it runs as any launch
+    generic_path(monkeypatch, k)  # as CUASYNC_NATIVE=off: no native launcher is made
+    assert make_launcher(k, _Launch, *spec) is None and type(k[2, 32]) is not native
 
 
 def test_the_launch_plan_follows_the_kernel() -> None:
@@ -1199,10 +1201,13 @@ async def test_lazy_op_arguments_run_on_the_launchs_stream(anyio_backend) -> Non
     np.testing.assert_array_equal(await out.to_host(), ramp(n) + 1)
 
 
-def test_the_python_launcher_takes_lazy_op_arguments_to_the_checked_path() -> None:
+def test_the_generic_launcher_takes_lazy_op_arguments_to_the_checked_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     k = cuasync.Kernel(FILL_RAMP, "fill_ramp", emulate=fill_ramp_twin)
-    launcher = make_launcher(k, _Launch, (1, 1, 1), (64, 1, 1), 0, native=False)
-    assert launcher is not None
+    generic_path(monkeypatch, k)  # as CUASYNC_NATIVE=off: kernel[config] calls k._launch
+    launcher = k[1, 64]
+    assert type(launcher) is not getattr(NATIVE, "Launcher", None)
     x = cuasync.full(8, 1.0, dtype="float32").sync()
     np.testing.assert_array_equal(launcher(cuasync.zeros(8), x, 8).to_host().sync(), ramp(8) + 1)
 

@@ -27,6 +27,7 @@ from test_express import bump  # x[:n] += 1, a kernel and its twin
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._core import express
 from cuasync._core.completion import get_hub
 from cuasync.errors import DriverError
 
@@ -55,7 +56,11 @@ def _in_flight() -> int:
 
 
 def _steps_aside(anyio_backend: Any) -> bool:
-    return anyio_backend[0] == "asyncio" and get_hub().use_reactor
+    """Whether awaits in a burst step aside: on asyncio and uvloop, through the native
+    core (with flag slots; with ``CUASYNC_NATIVE=off`` every await takes the generic
+    path, which launches and waits as always)."""
+    hub = get_hub()
+    return anyio_backend[0] == "asyncio" and hub.use_reactor and hub.express is not None
 
 
 async def test_a_burst_of_awaits_returns_each_output_in_stream_order(
@@ -174,7 +179,8 @@ _SCRIPT = (
     "    await asyncio.gather(*(k[1, 1](x) for _ in range(100)))\n"
     "    s = cuasync.stats()\n"
     "    hub = get_hub()\n"
-    "    print(int((await x.to_host())[0]), hub.step_aside, hub.use_reactor, s.burst_awaits > 0)\n"
+    "    core = hub.use_reactor and hub.express is not None\n"
+    "    print(int((await x.to_host())[0]), hub.step_aside, core, s.burst_awaits > 0)\n"
     "asyncio.run(main())\n"
 )
 
@@ -187,7 +193,8 @@ def test_cuasync_submitter_says_whether_bursts_step_aside(setting: str | None, s
     done = run_script(_SCRIPT, timeout=120, **env)
     count, step_aside, flags, stepped = done.stdout.split()
     assert count == "100" and step_aside == steps
-    # (with host callbacks for every await, no launch takes the express path at all)
+    # (with host callbacks for every await, or CUASYNC_NATIVE=off, no launch takes the
+    # native core: none steps aside)
     assert stepped == str(steps == "True" and flags == "True")
 
 
@@ -209,7 +216,9 @@ def native_submitter(monkeypatch: pytest.MonkeyPatch, stepping_aside: None) -> A
         pytest.skip("on a GPU the tests above take this path with the driver's entry points")
     hub = get_hub()
     if hub.express is None or not hub.use_reactor:
-        pytest.skip("needs the native module's core and flag slots")
+        pytest.skip(
+            "needs the native core (off with CUASYNC_NATIVE=off, or not built) and flag slots"
+        )
     native = hub.native
     prepared = bump._prepare(cuasync.Device(0))
     monkeypatch.setattr(prepared, "fast", (0xF00D, _layout(["Q", "i"], [0])))
@@ -246,6 +255,30 @@ async def test_a_burst_through_the_native_submitter_returns_each_output(
     assert native_submitter.launched >= 199
     assert after.burst_awaits - before.burst_awaits >= 199
     assert core.burst_awaits - settled > 0  # the core settled them itself
+    assert after.slots_armed == before.slots_armed
+
+
+@pytest.mark.parametrize("anyio_backend", [ASYNCIO[0]], indirect=True)
+async def test_an_await_in_a_burst_that_python_submits_is_queued_by_the_native_core(
+    anyio_backend: Any, baseline: Any, native_submitter: Any
+) -> None:
+    # express.await_launch (where the native await hands over a first use, or an await
+    # it cannot take) submits through the core as well: in a burst, the core queues the
+    # launch for the submitter and Python steps aside and settles it. There is no
+    # second submission in Python.
+    x = await cuasync.zeros((32,), dtype="float32")
+    core = get_hub().express
+    before, queued, launches = cuasync.stats(), core.burst_queued, core.launches
+
+    class ThroughPython:
+        def __await__(self) -> Any:
+            return express.await_launch(bump[1, 32](x, 32))
+
+    asyncio.get_running_loop().call_soon(lambda: None)  # another callback ready: a burst
+    assert await ThroughPython() is x
+    after = cuasync.stats()
+    assert (core.burst_queued - queued, core.launches - launches) == (1, 1)
+    assert after.burst_awaits - before.burst_awaits == 1  # stepped aside, in Python
     assert after.slots_armed == before.slots_armed
 
 

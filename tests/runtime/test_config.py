@@ -82,3 +82,12 @@ def test_an_emulator_delay_past_its_range_is_refused() -> None:
     with pytest.raises(ArgumentError):
         emu.set_delay(high + 1)
     assert emu.get_delay() == 0
+
+
+def test_cuasync_native_is_on_or_off(monkeypatch) -> None:
+    for raw, value in (("", True), ("on", True), ("OFF", False), (" off ", False)):
+        monkeypatch.setenv("CUASYNC_NATIVE", raw)
+        assert _config._read().native is value
+    monkeypatch.setenv("CUASYNC_NATIVE", "no")
+    with pytest.raises(ArgumentError, match="CUASYNC_NATIVE must be one of on, off; got 'no'"):
+        _config._read()

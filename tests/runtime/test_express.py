@@ -1,9 +1,9 @@
-"""The express path of kernel launches behaves as the generic path does.
+"""The native fast path of kernel launches behaves as the generic path does.
 
-``await kernel[grid, block](...)`` and ``.submit_on(stream)`` of a launch go through
-``cuasync._core.express`` when they can. Each test runs three times: through the native
-module's express core (``_reactor.Express``), through the express path in Python (the
-core turned off), and with both turned off (every launch then takes
+``await kernel[grid, block](...)`` and ``.submit_on(stream)`` of a launch go through the
+native module's express core (``_reactor.Express``, ``cuasync._core.express``) when they
+can. Each test runs twice (the ``path`` fixture): ``native``, and ``generic``, set up
+in-process as ``CUASYNC_NATIVE=off`` sets it up (every launch then takes
 ``DeviceOp._start`` and ``completion.wait``). It asserts what a user sees: outputs,
 counters, ordering across streams, errors, cancellation, nothing leaked. Gates hold the
 work, so they run on a GPU too.
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, await_held, wait_until
+from helpers import NATIVE_ON, ON_EMULATOR, await_held, generic_path, run_script, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -58,52 +58,44 @@ def _bump_prepared() -> None:
         swap.compile(ordinal)
 
 
+#: Why a test of the native core skips where a run has none.
+NO_CORE = (
+    "the native core is off (CUASYNC_NATIVE=off, or the native module is not built): "
+    "every launch takes the generic path"
+)
+
+
 class Path:
-    """Which path launches take in a test: ``express`` (the core's or Python's), and what
-    shows whether each launch took it: the core's counters, or the Python path's attempts."""
+    """Which path launches take in a test (``native`` or ``generic``), and the native
+    core's counters, which show whether each launch took it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.express = name != "generic"
-        self.attempts: list[bool] = []
-        self.core: Any = None
-        self.counts = (0, 0)
+        hub = get_hub()
+        self.core: Any = hub._core  # (the hub's core, also while a generic run hides it)
+        self.counts = (0, 0) if self.core is None else (self.core.launches, self.core.declined)
 
     def check(self) -> None:
-        """On the express runs, every launch took it, where awaits use flag slots (with
-        host callbacks it never can)."""
+        """On the native run, every launch took the core, where awaits use flag slots
+        (with host callbacks it never can); on the generic run, none did."""
+        if self.core is None:
+            return
         reactor = get_hub().use_reactor
-        if self.core is not None:
-            launches, declined = self.counts
+        launches, declined = self.counts
+        if self.name == "native":
             assert self.core.launches > launches or not reactor, "no launch took the core"
             assert (self.core.declined == declined) == reactor, "the core declined a launch"
-        elif self.express:
-            assert self.attempts, "no launch reached the express path"
-            assert all(self.attempts) == reactor, self.attempts
+        else:
+            assert self.core.launches == launches, "a launch took the native core"
 
 
-@pytest.fixture(params=["core", "express", "generic"])
+@pytest.fixture(params=["native", "generic"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
     chosen = Path(request.param)
-    hub = get_hub()
-    if chosen.name == "core":  # (awaits through the native _Launch.__await__ as well)
-        if hub.express is None:
-            pytest.skip("the native module is not built: launches have no native core")
-        chosen.core = hub.express
-        chosen.counts = (hub.express.launches, hub.express.declined)
-        return chosen
-    monkeypatch.setattr(hub, "express", None)
-    if not chosen.express:
-        monkeypatch.setattr(express, "_enqueue", lambda op, stream, *spin: None)
-        return chosen
-    enqueue = express._enqueue
-
-    def spy(op: Any, stream: cuasync.Stream, *spin: Any) -> Any:
-        sent = enqueue(op, stream, *spin)
-        chosen.attempts.append(sent is not None)
-        return sent
-
-    monkeypatch.setattr(express, "_enqueue", spy)
+    if chosen.name == "native" and get_hub().express is None:
+        pytest.skip(NO_CORE)
+    if chosen.name == "generic":
+        generic_path(monkeypatch, bump, swap)
     return chosen
 
 
@@ -244,9 +236,7 @@ async def test_what_the_express_path_leaves_to_the_generic_one(
     if path.core is not None:
         launches, declined = path.counts
         taken = (path.core.launches - launches, path.core.declined - declined)
-        assert taken == ((1, 2) if reactor else (0, 3))
-    elif path.express:
-        assert path.attempts == [reactor, False, False]
+        assert taken == (((1, 2) if reactor else (0, 3)) if path.name == "native" else (0, 0))
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="emulator only: a numpy twin raises there")
@@ -382,12 +372,18 @@ def _needs_flag_slots() -> None:
         pytest.skip("every await completes through a host callback: no launch is express")
 
 
+def _needs_core() -> None:
+    if get_hub().express is None:
+        pytest.skip(NO_CORE)
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
 async def test_the_backends_native_launch_takes_the_express_launch(
     anyio_backend: Any, baseline: Any, native_launch: _NativeLaunch
 ) -> None:
     x = await cuasync.zeros((300,), dtype="float32")
     _needs_flag_slots()
+    _needs_core()  # (the generic path launches through backend.launch_kernel)
     stream = cuasync.Device(0).new_stream()
     await bump[2, 256](x, 300).submit_on(stream)
     assert await bump[2, 256](x, 300) is x
@@ -406,6 +402,7 @@ async def test_a_failed_native_launch_raises_from_its_await_and_leaks_nothing(
 ) -> None:
     x = await cuasync.zeros((32,), dtype="float32")
     _needs_flag_slots()
+    _needs_core()
     native_launch.rc = 1
     with pytest.raises(cuasync.errors.DriverError):
         await bump[1, 32](x, 32)
@@ -460,7 +457,7 @@ def stub_driver(monkeypatch: pytest.MonkeyPatch) -> Any:
         pytest.skip("on a GPU every launch test takes this path with the driver's entry points")
     hub = get_hub()
     if hub.express is None:
-        pytest.skip("the native module is not built: launches have no native core")
+        pytest.skip(NO_CORE)
     native = hub.native
     stub = _StubDriver()
     prepared = bump._prepare(cuasync.Device(0))
@@ -546,6 +543,7 @@ def _native_await() -> Any:
     awaiter = _kernel._Launch.__dict__["__await__"]
     if awaiter is express.await_launch:
         pytest.skip("the native module is not built: _Launch.__await__ is Python's")
+    _needs_core()
     return awaiter
 
 
@@ -665,12 +663,12 @@ async def test_the_core_sees_a_changed_setting_at_the_next_launch(
     with monkeypatch.context() as m:
         m.setattr(type(get_backend()), "fault_seen", True)  # a class default
         await bump[1, 32](x, 8)
-        assert core.declined == declined + 1  # seen: Python's path took the launch
+        assert core.declined == declined + 1  # seen: the generic path took the launch
     await bump[1, 32](x, 8)
     assert core.declined == declined + 1  # and seen gone
     launches = core.launches
     with monkeypatch.context() as m:
-        m.setattr(hub, "express", None)  # no core: the await takes Python's path
+        m.setattr(hub, "express", None)  # no core: the await takes the generic path
         await bump[1, 32](x, 8)
         assert core.launches == launches
     await bump[1, 32](x, 8)
@@ -714,37 +712,27 @@ def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
     assert awaiter is not mine
 
 
-async def test_a_future_of_a_launch_is_made_as_the_python_path_makes_it(
-    anyio_backend: Any, baseline: Any, path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_future_of_a_launch_is_made_as_the_generic_path_makes_it(
+    anyio_backend: Any, baseline: Any, path: Path
 ) -> None:
     # The native core makes the future's Completion itself (express._completion_of in
-    # C); what the rest of cuasync reads from it must be what Python's path gives.
+    # C); what the rest of cuasync reads from it must be what the generic path gives.
     _needs_flag_slots()
-    made: list[Any] = []
-    python_made = express._completion_of
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        made.append(comp := python_made(*args, **kwargs))
-        return comp
-
-    monkeypatch.setattr(express, "_completion_of", spy)
     s = cuasync.Device(0).new_stream()
     x = await cuasync.zeros((32,), dtype="float32")
     y = await cuasync.zeros((32,), dtype="float32")
     await swap[1, 32](x, y, 32)
     with ct.gate(s) as g:
-        made.clear()
         t0 = time.monotonic()
         fut = swap[1, 32](x, y, 32).submit_on(s)
         comp = fut._comp
-        assert (made == []) == (path.name != "express")  # the core's own, or Python's
         assert comp.stream is s and comp.device is s.device and comp.seq == s._submitted
         assert comp.slot >= 0 and get_hub().table[comp.slot] is comp
         assert comp.gen == get_hub().gens[comp.slot] and comp.address > 0
         assert t0 <= comp.armed_at <= time.monotonic()
         ctx = comp.ctx
         assert ctx is not None
-        if path.express:
+        if path.name == "native":
             assert ctx.retained == [x._alloc, y._alloc]  # kept until it lands
             assert ctx.errors == [] and ctx.seq == comp.seq
         g.open()
@@ -826,8 +814,6 @@ async def test_an_await_runs_on_the_stream_its_policy_names_at_that_await(
 def test_a_launch_without_tensors_runs_on_its_contexts_default_device() -> None:
     # A launch with no tensor runs on the default device of the context it is built in,
     # read in C where that Device is made already (else get_default_device makes it).
-    from helpers import run_script
-
     out = run_script(
         """
         import cuasync
@@ -851,4 +837,38 @@ def test_a_launch_without_tensors_runs_on_its_contexts_default_device() -> None:
         pytest.skip("needs two devices (CUASYNC_EMU_DEVICES=2 on the emulator)")
     made, first, default, launcher = out.stdout.split()
     assert (made, first, default) == ("False", "True", "True")
-    assert launcher == ("Launcher" if get_hub().native is not None else "function")
+    native = get_hub().native is not None and NATIVE_ON
+    assert launcher == ("Launcher" if native else "function")
+
+
+def test_cuasync_native_off_takes_the_generic_path_with_the_same_completion() -> None:
+    # CUASYNC_NATIVE=off turns off the native fast path's entry points only: no core on
+    # the hub, no native launcher, no native from_host builder; awaits still complete
+    # through the flag slots (inline or the reactor), as with the native path.
+    out = run_script(
+        """
+        import asyncio
+        import numpy as np, cuasync
+        from cuasync import _copies
+        from cuasync._core.completion import get_hub
+
+        bump = cuasync.Kernel(
+            'extern "C" __global__ void bump(float* x, int n) '
+            '{ int i = threadIdx.x; if (i < n) x[i] += 1.0f; }',
+            "bump", emulate=lambda x, n: x.__setitem__(slice(0, n), x[:n] + 1),
+        )
+
+        async def main():
+            x = await cuasync.from_host(np.zeros(64, np.float32))
+            for _ in range(3):
+                await bump[1, 64](x, 64)
+            return await x.to_host()
+
+        host = asyncio.run(main())
+        hub, s = get_hub(), cuasync.stats()
+        print(hub.express is None, type(bump[1, 64]).__name__, _copies._build is None,
+              hub.use_reactor == (s.completed_host_callback == 0), int(host[0]))
+        """,
+        CUASYNC_NATIVE="off",
+    ).stdout
+    assert out.split() == ["True", "function", "True", "True", "3"], out

@@ -1,10 +1,12 @@
-"""A small ``from_host`` behaves the same through its express path and the generic one.
+"""A small ``from_host`` behaves the same through the native core and the generic path.
 
-``cuasync.from_host`` of at most ``SMALL_MAX`` bytes takes ``cuasync._small_upload``
-when it can. Each test runs twice, through it and with it turned off, and asserts what
-a user sees: the values, the array read at submission, counters, a held upload parking
-and landing, futures, cancellation keeping the pinned block until the copy lands, a
-refused copy raising and leaking nothing. Gates hold the work, so they run on a GPU too.
+``cuasync.from_host`` of at most ``SMALL_MAX`` bytes takes the native module's core
+(``Express.upload``, through ``cuasync._small_upload``) when it can. Each test runs twice
+(the ``path`` fixture): ``native``, and ``generic``, set up in-process as
+``CUASYNC_NATIVE=off`` sets it up. It asserts what a user sees: the values, the array
+read at submission, counters, a held upload parking and landing, futures, cancellation
+keeping the pinned block until the copy lands, a refused copy raising and leaking
+nothing. Gates hold the work, so they run on a GPU too.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from helpers import await_held, run_script, wait_until
+from helpers import await_held, generic_path, run_script, wait_until
 
 import cuasync
 import cuasync.testing as ct
 from cuasync import _small_upload
 from cuasync._backends import get_backend
-from cuasync._core import completion
 from cuasync._core.completion import get_hub
 from cuasync._staging import staging_pool
 from cuasync.errors import DriverError
@@ -28,56 +29,42 @@ from cuasync.errors import DriverError
 pytestmark = pytest.mark.anyio
 
 
+#: Why a test of the native core skips where a run has none.
+NO_CORE = (
+    "the native core is off (CUASYNC_NATIVE=off, or the native module is not built): "
+    "every upload takes the generic path"
+)
+
+
 class Path:
-    """Which path uploads take in a test (``core``: the native module's
-    ``Express.upload``; ``express``: the same steps in Python; ``generic``), and the
-    express path's attempts."""
+    """Which path uploads take in a test (``native``: the native module's
+    ``Express.upload``; ``generic``), and the core's counter, which shows whether
+    uploads took it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.express = name != "generic"
-        self.attempts: list[bool] = []
-        self.core: Any = None
-        self.uploads = 0
+        self.core: Any = get_hub()._core  # (also while a generic run hides it)
+        self.uploads = 0 if self.core is None else self.core.uploads
 
     def check(self, taken: bool = True, core: bool = True) -> None:
-        """On the express runs, every small upload tried it and (where awaits use flag
-        slots) took it, the core's run through the core (``core=False``: a source the
-        core leaves to Python, a strided one); ``taken=False``: none did."""
-        if self.express:
-            assert self.attempts, "no upload reached the express path"
-            assert all(self.attempts) == (taken and get_hub().use_reactor), self.attempts
-        if self.core is not None and taken and core and get_hub().use_reactor:
+        """On the native run, small uploads took the core (where awaits use flag slots);
+        ``core=False``: a source the core leaves to the generic path (a strided one);
+        ``taken=False``: none did. On the generic run, none did."""
+        if self.core is None:
+            return
+        if self.name == "native" and taken and core and get_hub().use_reactor:
             assert self.core.uploads > self.uploads, "no upload took the native core"
+        elif self.name == "generic" or not (taken and core):
+            assert self.core.uploads == self.uploads, "an upload took the native core"
 
 
-@pytest.fixture(params=["core", "express", "generic"])
+@pytest.fixture(params=["native", "generic"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
     chosen = Path(request.param)
-    hub = get_hub()
-    if chosen.name == "core":
-        if hub.express is None:
-            pytest.skip("the native module is not built: uploads have no native core")
-        chosen.core, chosen.uploads = hub.express, hub.express.uploads
-    else:
-        monkeypatch.setattr(hub, "express", None)
-    if not chosen.express:
-        monkeypatch.setattr(_small_upload, "enqueue", lambda op, stream, *spin: None)
-        return chosen
-    enqueue = _small_upload.enqueue
-
-    def spy(op: Any, stream: cuasync.Stream, *spin: Any) -> Any:
-        # (the first submission of a process sets the completion machinery up: generic)
-        hub = completion._hub
-        ready = hub is not None and (
-            not hub.use_reactor or hub._memops.get(stream.device.ordinal) is not None
-        )
-        sent = enqueue(op, stream, *spin)
-        if ready:
-            chosen.attempts.append(sent is not None)
-        return sent
-
-    monkeypatch.setattr(_small_upload, "enqueue", spy)
+    if chosen.name == "native" and get_hub().express is None:
+        pytest.skip(NO_CORE)
+    if chosen.name == "generic":
+        generic_path(monkeypatch)
     return chosen
 
 
@@ -215,13 +202,13 @@ async def test_a_refused_copy_raises_and_leaks_nothing(
     # (in the instance's dict, and out of it afterwards: monkeypatch.setattr would leave
     # the class's method there, bound, and the native core takes a copy_and_write found
     # there for a test's own, going through Python for the rest of the process)
-    monkeypatch.setitem(vars(backend), "memcpy_htod_async", refuse)
-    monkeypatch.setitem(vars(backend), "copy_and_write", refuse)  # (the copy with its flag)
-    with pytest.raises(DriverError) as caught:
-        await cuasync.from_host(source)
-    assert caught.value.call == "cuMemcpyHtoDAsync"
-    del caught
-    monkeypatch.undo()
+    with monkeypatch.context() as m:  # (undone here; the path's set-up stays)
+        m.setitem(vars(backend), "memcpy_htod_async", refuse)
+        m.setitem(vars(backend), "copy_and_write", refuse)  # (the copy with its flag)
+        with pytest.raises(DriverError) as caught:
+            await cuasync.from_host(source)
+        assert caught.value.call == "cuMemcpyHtoDAsync"
+        del caught
     t = await cuasync.from_host(source)  # the stream goes on
     np.testing.assert_array_equal(await t.to_host(), source)
     del t
@@ -234,14 +221,20 @@ async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
 ) -> None:
     # The cuda backend's copy_and_write makes the DMA and the flag write in one native
     # call; a failure is told apart (the copy: nothing enqueued; the write: the copy
-    # is), and only what did not happen is made again, through the bindings. (The
-    # Python express path: the native core's own copy is the next test's.)
+    # is), and only what did not happen is made again, through the bindings. (The core
+    # calls it where it cannot make the copy itself, and always for a copy_and_write set
+    # on the backend instance, as here; the core's own copy is the next test's.)
+    import types
+
     backend: Any = get_backend()
     if not getattr(backend, "_native_copy", False):
         pytest.skip("no native cuMemcpyHtoDAsync: the emulator's copies are Python's")
     if not get_hub().use_reactor:
         pytest.skip("every await completes through a host callback: no upload is express")
-    monkeypatch.setattr(get_hub(), "express", None)
+    if get_hub().express is None:
+        pytest.skip(NO_CORE)
+    own = types.MethodType(type(backend).copy_and_write, backend)
+    monkeypatch.setitem(vars(backend), "copy_and_write", own)  # (out of it afterwards)
     real = backend._native
     calls: list[int] = []
 
@@ -320,7 +313,9 @@ def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
     if not ON_EMULATOR:
         pytest.skip("on a GPU the other tests take this path with the driver's entry points")
     if hub.express is None or not hub.use_reactor:
-        pytest.skip("needs the native module's core and flag slots")
+        pytest.skip(
+            "needs the native core (off with CUASYNC_NATIVE=off, or not built) and flag slots"
+        )
     backend: Any = hub.backend
     assert "copy_and_write" not in vars(backend)  # (no test's override left behind)
     monkeypatch.setattr(backend, "_native_copy", True, raising=False)
@@ -385,7 +380,7 @@ def test_the_native_core_builds_from_hosts_op_as_python_does(
 
     core = get_hub().express
     if core is None:
-        pytest.skip("the native module is not built: from_host is built in Python")
+        pytest.skip(NO_CORE)
     cuasync.from_host(np.ones(4, np.float32)).sync()  # (the core set up for uploads)
     _config.debug_origins()  # (asked once: the core builds only when it is False)
     assert _copies._build is not None
@@ -428,29 +423,17 @@ async def test_larger_and_empty_sources_take_the_generic_path(
 
 
 def test_a_process_that_only_blocks_takes_the_express_paths_too() -> None:
-    # The express paths need to know the device takes flag writes; a process that never
+    # The native core needs to know the device takes flag writes; a process that never
     # awaits (no completion attached) asks on its first submission instead.
     out = run_script(
         """
         import numpy as np, cuasync
-        from cuasync import _small_upload
-        from cuasync._core import express
         from cuasync._core.completion import get_hub
         hub = get_hub()
-        if not hub.use_reactor:
-            print("no flag slots")
+        core = hub.express
+        if not hub.use_reactor or core is None:
+            print("no flag slots or no core")
             raise SystemExit
-        taken = []
-        upload, launch = _small_upload.enqueue, express._enqueue
-        def spy(real):
-            def call(*args):
-                sent = real(*args)
-                taken.append(sent is not None)
-                return sent
-            return call
-        _small_upload.enqueue = spy(upload)
-        express._enqueue = spy(launch)
-        hub.express = None  # the Python path's attempts are what is counted here
         t = cuasync.from_host(np.arange(256, dtype=np.float32)).sync()
         bump = cuasync.Kernel(
             'extern "C" __global__ void bump(float* x, int n) '
@@ -459,10 +442,10 @@ def test_a_process_that_only_blocks_takes_the_express_paths_too() -> None:
         )
         bump[1, 256](t, 256).sync()
         assert (t.to_host().sync() == np.arange(256) + 1).all()
-        print("taken", taken)
+        print("taken", core.uploads, core.launches, core.declined)
         """
     ).stdout
-    assert "no flag slots" in out or "taken [True, True]" in out, out
+    assert "no flag slots or no core" in out or "taken 1 1 0" in out, out
 
 
 async def test_an_output_that_cannot_be_made_after_the_copy_raises_and_leaks_nothing(
@@ -475,7 +458,7 @@ async def test_an_output_that_cannot_be_made_after_the_copy_raises_and_leaks_not
 
     hub = get_hub()
     if hub.express is None or not hub.use_reactor:
-        pytest.skip("the native core's path (with flag slots) is what this checks")
+        pytest.skip(f"the native core's path (with flag slots) is what this checks; {NO_CORE}")
     source = np.ones(16, np.float32)
     await cuasync.from_host(source)  # (the machinery and the core set up)
     uploads = hub.express.uploads

@@ -4,14 +4,15 @@ park at once whenever other tasks on the loop are ready to run (the issue's prop
 Runs ``asyncio.gather`` of 8192 awaits of a tiny kernel (the completion suite's
 ``_concurrent``) under each policy on asyncio and uvloop, with the completion counters,
 and the sequential await p50 under each (nothing else ready: it should not change).
-Launches take the generic path here (``express._enqueue`` declines them): the express
-await does not go through ``completion.wait``, which is what the policies replace.
+Launches take the generic path here (the hub's native core turned off, as
+``CUASYNC_NATIVE=off`` does): the native await does not go through ``completion.wait``,
+which is what the policies replace.
 """
 
 import numpy as np
 
 import cuasync
-from cuasync._core import completion, express, op
+from cuasync._core import completion, op
 from cuasync.bench import completion as suite
 from cuasync.bench._util import await_latency, run_loop
 
@@ -35,7 +36,7 @@ def park_when_others_ready(comp, adapter):  # type: ignore[no-untyped-def]
 
 stream = cuasync.Device(0).new_stream()
 suite.tiny.compile()
-express._enqueue = lambda launch, stream, *spin: None  # type: ignore[assignment]
+completion.get_hub().express = None  # the generic path for every launch
 for label, fn in (("today", original), ("park when others ready", park_when_others_ready)):
     op.wait = fn
     for kind in ("asyncio", "uvloop", "asyncio", "uvloop"):

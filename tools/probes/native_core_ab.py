@@ -1,13 +1,12 @@
-"""The native op core against the Python paths it replaces, alternated in one process.
+"""The native op core against the generic path, alternated in one process.
 
-Three variants of the same ops, in rounds that alternate them (so the VM's drift falls
-on all alike), p50 over N each:
+Two variants of the same ops, in rounds that alternate them (so the VM's drift falls
+on both alike), p50 over N each:
 
 - ``native``: the native launcher (``_reactor.Launcher``) builds ``kernel[g, b](...)``
   and the native express core (``_reactor.Express``) submits, spins and settles it;
-- ``core off``: the native launcher, with the express path in Python (``hub.express``
-  None): what the last session measured;
-- ``python``: the generated Python launcher and the Python express path.
+- ``generic``: what ``CUASYNC_NATIVE=off`` gives, set up in-process (no core on the hub,
+  no native launcher): the Python op layer with the same completion.
 
 Rows: an awaited tiny kernel (asyncio, uvloop), ``bump[1, 256](x, n).submit_on`` and
 ``.sync_on``, and the raw cuda.bindings launch + synchronize beside them; then the same
@@ -20,15 +19,15 @@ on the emulator it runs too (the launch is then the emulator's, in Python).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
 import cuasync
-from cuasync import _kernel
+from cuasync import _config
 from cuasync._core.completion import get_hub
-from cuasync._launcher import make_launcher
 from cuasync.bench._breakdown import stubbed_driver
 from cuasync.bench._util import await_latency, run_loop, timed
 from cuasync.bench.completion import _raw_launcher, tiny
@@ -36,7 +35,7 @@ from cuasync.bench.launch import bump
 
 N = 2000
 ROUNDS = 3
-VARIANTS = ("native", "core off", "python")
+VARIANTS = ("native", "generic")
 
 
 def p50(samples: list[int]) -> float:
@@ -52,22 +51,16 @@ def each(fn: Callable[[], object], n: int = N) -> list[int]:
 def variant(name: str) -> Iterator[None]:
     """Launches and awaits as ``name`` makes them (see the module docstring)."""
     hub = get_hub()
-    core = hub.express
-    native = name != "python"
-
-    def launcher(*args: object) -> object:
-        return make_launcher(*args, native=native)  # type: ignore[arg-type,misc]
-
+    core, config = hub.express, _config.CONFIG
     for kernel in (tiny, bump):
         kernel.__dict__.pop("_launcher_cache", None)
-    _kernel.make_launcher = launcher  # type: ignore[assignment]
     if name != "native":
         hub.express = None
+        _config.CONFIG = dataclasses.replace(_config.config(), native=False)
     try:
         yield
     finally:
-        hub.express = core
-        _kernel.make_launcher = make_launcher
+        hub.express, _config.CONFIG = core, config
         for kernel in (tiny, bump):
             kernel.__dict__.pop("_launcher_cache", None)
 
