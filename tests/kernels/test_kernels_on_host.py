@@ -415,3 +415,79 @@ def test_generated_sign_gives_positive_zero_for_either_zero(tmp_path: Path) -> N
         got = np.array([fn(float(v)) for v in values], dt)
         want = np.array([0.0, 0.0, np.nan, -1.0, 1.0, -1.0, 1.0], dt)
         _same_bits(got, want, f"sign {dt}")
+
+
+def test_bfloat16_rounding_in_place_matches_the_conversions(tmp_path: Path) -> None:
+    # The bfloat16 elementwise kernels round in float (ca_br) and store the exact result's
+    # bits (ca_bf16_exact) instead of converting down and up and down again: for every
+    # float bit pattern, the same bits as ca_bf16_to_float(ca_bf16_from_float(x)), and
+    # the stored bits those of ca_bf16_from_float(x) (NaN quiet, its sign kept).
+    from cuasync._ops.codegen import _prelude
+
+    lib = _compiled(
+        tmp_path,
+        "bf16_round",
+        SHIMS
+        + _prelude()
+        + r"""
+extern "C" long long bf16_mismatches() {
+    long long bad = 0;
+    unsigned u = 0;
+    do {
+        float x = __int_as_float((int)u);
+        unsigned short want = ca_bf16_from_float(x);
+        float r = ca_br(x);
+        bad += __float_as_int(r) != __float_as_int(ca_bf16_to_float(want));
+        bad += ca_bf16_exact(r) != want;
+        bad += ca_bf16_exact(ca_bf16_to_float(want)) != want;  // a loaded value, stored
+    } while (++u != 0);
+    return bad;
+}
+""",
+    )
+    lib.bf16_mismatches.restype = ctypes.c_longlong
+    assert lib.bf16_mismatches() == 0
+
+
+def _elementwise_plan(dtype: str) -> Any:
+    return ("op", "add", (dtype, dtype), dtype, ("x", 0, dtype), ("x", 1, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16", "complex128", "int8"])
+def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtype: str) -> None:
+    # The generated contiguous kernel, vector accesses (vec=1: 16 bytes of the widest
+    # operand, VECTORS of them a thread, then the last < width elements) and one element
+    # an access (vec=0), run by one host thread: lengths around the vector width and a
+    # thread's share reach each element once and no further.
+    from cuasync._ops import codegen
+
+    plan = _elementwise_plan(dtype)
+    width = codegen.vector_width(plan, dtype)
+    assert width * SUPPORTED[dtype].itemsize == codegen.VECTOR_BYTES
+    kernel = codegen.source(plan, dtype, 0)
+    s = DTYPES[dtype].storage
+    lib = _compiled(
+        tmp_path,
+        f"contiguous_{dtype}",
+        SHIMS.replace("#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;")
+        + kernel
+        + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
+        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
+    )
+    lib.run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_int]
+    per_thread = width * codegen.VECTORS
+    rng = np.random.default_rng(7)
+    dt = SUPPORTED[dtype]
+    for n in sorted({0, 1, width - 1, width, width + 1, per_thread - 1, per_thread + 1, 1000}):
+        parts = rng.standard_normal((2, 2, n)) * 8
+        a, b = (p[0] + 1j * p[1] if dt.kind == "c" else p[0] for p in parts)
+        a, b = a.astype(dt), b.astype(dt)
+        with np.errstate(all="ignore"):
+            want = a + b  # numpy's (ml_dtypes': bfloat16 computed in float32, rounded once)
+        for vec in (1, 0):
+            out = np.zeros(n + 1, dt)
+            guard = out.view(np.uint8)[n * dt.itemsize :]
+            guard[...] = 0x5A
+            lib.run(out.ctypes.data, a.ctypes.data, b.ctypes.data, n, vec)
+            _same_bits(out[:n], want, f"{dtype} add of {n}, vec={vec}")
+            assert (guard == 0x5A).all(), f"{dtype} add of {n}, vec={vec} wrote past the end"
