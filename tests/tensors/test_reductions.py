@@ -501,3 +501,46 @@ async def test_split_rows_and_columns_of_bfloat16_and_complex(
         axis = None if a.ndim == 1 else axis
     got = await getattr(cuasync, op)(await dev(a), axis=axis).to_host()
     check(got, *numpy_reduce(op, a, axis=axis))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "argmax"])
+async def test_rows_read_in_vectors_where_aligned(op: str, anyio_backend: str) -> None:
+    # A whole contiguous float32 array (or rows of a multiple of 4 elements) is read 4
+    # elements a load (mode 2) where its start is 16-byte aligned; x[1:] is 4 bytes past
+    # that, and a row of 4k + 1 elements puts every other row off it: those read one
+    # element a load. Lengths around the vector, the block's vectors and split ends:
+    # numpy's values either way (NaN first, first index of the maximum).
+    from cuasync._builtin import storage_view
+    from cuasync._ops.reductions import vector_rows
+
+    assert rc.row_vector_width(("x", 0, "float32"), 1) == 4
+    assert rc.row_vector_width(("x", 0, "bfloat16"), 1) == 8
+    assert rc.row_vector_width(("x", 0, "float32"), 2) == 0  # several reduced dims
+    for n in (3, 4, 5, 4 * 4 * 256 + 7, 70001):
+        a = host((n + 1,), "float32", n, op)
+        if op in ("max", "min") and n > 4:
+            a[n // 2] = np.nan
+        x = await dev(a)
+        for sl, aligned in ((slice(0, n), True), (slice(1, n + 1), False)):
+            assert vector_rows(storage_view(x[sl]), (), (1,), 4) is aligned
+            got = await (await getattr(cuasync, op)(x[sl])).to_host()
+            check(got, *numpy_reduce(op, a[sl]))
+    rows = host((6, 4 * 300), "float32", 1, op)
+    y = await dev(rows)
+    assert vector_rows(storage_view(y), (4 * 300,), (1,), 4)
+    check(await (await getattr(cuasync, op)(y, axis=1)).to_host(), *numpy_reduce(op, rows, axis=1))
+    odd = host((6, 4 * 300 + 1), "float32", 2, op)
+    z = await dev(odd)
+    assert not vector_rows(storage_view(z), (4 * 300 + 1,), (1,), 4)
+    check(await (await getattr(cuasync, op)(z, axis=1)).to_host(), *numpy_reduce(op, odd, axis=1))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmin"])
+@pytest.mark.parametrize("shape", [(8192 + 5, 300), (1000, 8192 + 33), (257, 40)])
+async def test_first_axis_in_blocks_of_columns(op: str, shape: Any, anyio_backend: str) -> None:
+    # The first axis of a row-major matrix: 32 columns a block, each split over rows in
+    # 8 groups of threads and blockIdx.y (rows not a multiple of a split, columns not of
+    # 32), the partials combined in a second pass: numpy's values.
+    a = host(shape, "float32", 4, op)
+    got = await (await getattr(cuasync, op)(await dev(a), axis=0)).to_host()
+    check(got, *numpy_reduce(op, a, axis=0))
