@@ -381,6 +381,23 @@ def test_ops_bench_runs_and_checks_its_results() -> None:
     assert "unfused time / fused time (target >= 1.8)" in targets
 
 
+def test_ops_bench_runs_only_the_parts_asked_for() -> None:
+    # python -m cuasync.bench ops --only adds: the three add rows (and their targets on
+    # a GPU), nothing else; an unknown part is refused before anything runs.
+    from cuasync.bench import ops
+    from cuasync.bench.__main__ import main
+    from cuasync.bench._util import Report
+
+    report = Report()
+    ops.run(report, quick=True, only=("adds",))
+    ours = [r.name for r in report.rows if r.name.startswith("cuasync ")]
+    assert len(ours) == 3 and all(name.startswith("cuasync add(a, b, out=c)") for name in ours)
+    with pytest.raises(ArgumentError, match="unknown part"):
+        ops.run(Report(), quick=True, only=("add",))
+    with pytest.raises(SystemExit):
+        main(["ops", "--only", "add"])
+
+
 # -- bfloat16 and complex ---------------------------------------------------------------
 async def test_bfloat16_accumulates_in_float32_and_rounds_once(anyio_backend: str) -> None:
     # 1000 ones: numpy's bfloat16 sum sticks at 256 (256 + 1 rounds back to 256 in
