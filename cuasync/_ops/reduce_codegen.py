@@ -320,9 +320,19 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             "        long long sp = it - m * splits;",
             f"        rows(m, po{qa});",
             "        ca_acc a = ident;",
-            "        if (phase) {",
-            "            for (long long s = tid; s < splits; s += bs) {",
-            "                long long w = m * splits + s;",
+            "        if (phase) {  // (UNROLL partials in flight a thread)",
+            "            const long long w0 = m * splits;",
+            "            long long s = tid;",
+            f"            for (; s + {UNROLL - 1} * bs < splits; s += {UNROLL} * bs) {{",
+            *(
+                f"                ca_acc b{u}; b{u}.v = wsv[w0 + s + {u} * bs];"
+                f" b{u}.i = {wsi_load.replace('[w]', f'[w0 + s + {u} * bs]')};"
+                for u in range(UNROLL)
+            ),
+            f"                a = comb(a, {_tree([f'b{u}' for u in range(UNROLL)])});",
+            "            }",
+            "            for (; s < splits; s += bs) {",
+            "                long long w = w0 + s;",
             f"                ca_acc b; b.v = wsv[w]; b.i = {wsi_load}; a = comb(a, b);",
             "            }",
             "        } else {",

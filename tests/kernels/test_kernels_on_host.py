@@ -587,8 +587,8 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
         parts.append(
             f'extern "C" void r{i}(void* out, void* wsv, void* wsi, const void* x0, '
             "long long M, long long K, long long splits, long long chunk, int phase, int mode, "
-            "long long xa, long long xb, unsigned gx, unsigned gy) {\n"
-            "    ca_run_grid(gx, gy, 256, [=] {\n"
+            "long long xa, long long xb, unsigned gx, unsigned gy, unsigned bx) {\n"
+            "    ca_run_grid(gx, gy, bx, [=] {\n"
             f"        n{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
             "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb);\n    });\n}"
@@ -596,7 +596,9 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return _compiled(tmp_path_factory.mktemp("block_reductions"), "blocks", "\n".join(parts))
 
 
-def _block_reduce(lib: Any, i: int, values: np.ndarray, mode: int, splits: int) -> np.ndarray:
+def _block_reduce(
+    lib: Any, i: int, values: np.ndarray, mode: int, splits: int, block: int
+) -> np.ndarray:
     """``values`` (M, K) reduced along K by case ``i``'s kernel in ``mode``: for mode 1
     laid out (K, M) (the kept axis contiguous), else rows of K padded to a multiple of 4
     elements (a vector of float32); ``splits`` partials a row, then phase 1."""
@@ -619,20 +621,28 @@ def _block_reduce(lib: Any, i: int, values: np.ndarray, mode: int, splits: int) 
     wsv, wsi = np.zeros(m * splits, SUPPORTED[acc]), np.zeros(m * splits, np.int64)
     fn = getattr(lib, f"r{i}")
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_longlong] * 4 + [ctypes.c_int] * 2
-    fn.argtypes += [ctypes.c_longlong] * 2 + [ctypes.c_uint] * 2
+    fn.argtypes += [ctypes.c_longlong] * 2 + [ctypes.c_uint] * 3
     pointers = (result.ctypes.data, wsv.ctypes.data, wsi.ctypes.data, x.ctypes.data)
-    fn(*pointers, m, k, splits, chunk, 0, mode, xa, xb, *grid)
+    fn(*pointers, m, k, splits, chunk, 0, mode, xa, xb, *grid, block)
     if splits > 1:
-        fn(*pointers, m, k, splits, chunk, 1, mode, xa, xb, grid[0] if mode == 1 else m, 1)
+        fn(*pointers, m, k, splits, chunk, 1, mode, xa, xb, grid[0] if mode == 1 else m, 1, block)
     return result
 
 
 @pytest.mark.parametrize(
-    ("mode", "shape", "splits"),
-    [(1, (40, 37), 3), (1, (33, 9), 1), (2, (3, 20003), 2), (2, (2, 7), 1), (0, (3, 2003), 2)],
+    ("mode", "shape", "splits", "block"),
+    [
+        (1, (40, 37), 3, 256),
+        (1, (33, 9), 1, 256),
+        (2, (3, 20003), 2, 256),
+        (2, (2, 7), 1, 256),
+        (0, (3, 2003), 2, 256),
+        (0, (3, 300), 300, 32),  # phase 1: 8 partials a thread in flight, then the rest
+        (2, (3, 1200), 300, 32),
+    ],
 )
 def test_reduction_blocks_match_numpy(
-    block_reductions: Any, mode: int, shape: Any, splits: int
+    block_reductions: Any, mode: int, shape: Any, splits: int, block: int
 ) -> None:
     # The column layout's 32 x 8 threads (rows past M masked, groups past a split's end
     # empty, partials combined by groups in phase 1), and rows read in float32 vectors
@@ -642,7 +652,7 @@ def test_reduction_blocks_match_numpy(
         if mode == 2 and SUPPORTED[dtype].itemsize != 4:
             continue  # (the padding above is for 4-element vectors)
         values = _host_values(dtype, shape, op, 3 + i)
-        got = _block_reduce(block_reductions, i, values, mode, splits)
+        got = _block_reduce(block_reductions, i, values, mode, splits, block)
         label = f"{op} of {dtype} {shape}, mode {mode}, {splits} splits"
         if op in ("argmax", "argmin"):
             np.testing.assert_array_equal(got, getattr(np, op)(values, axis=1), label)
