@@ -365,6 +365,22 @@ def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[i
     lines: list[str] = []
     result = _emit(plan, lines, [0], lambda k: f"l{k}[u]")
     loads = " ".join(f"l{k}[u] = x{k}[i];" for k, _ in xs)
+
+    def vector_body(j: str, u: str) -> list[str]:
+        """Compute and store the vector ``j`` from the loaded ``w{k}[u]``."""
+        stored = _store(vec_result, out)
+        return [
+            "            {",
+            f"                {out_vec} r;",
+            "                #pragma unroll",
+            f"                for (int e = 0; e < {width}; e++) {{",
+            *(f"            {line}".replace("[u].v[e]", f"[{u}].v[e]") for line in vec_lines),
+            f"                    r.v[e] = {stored.replace('[u].v[e]', f'[{u}].v[e]')};",
+            "                }",
+            f"                (({out_vec}*)out)[{j}] = r;",
+            "            }",
+        ]
+
     vec_loads = " ".join(
         f"w{k}[u] = ((const {v}*)x{k})[j];" for v, (k, _) in zip(vec, xs, strict=True)
     )
@@ -373,29 +389,27 @@ def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[i
             _prelude(),
             f"__global__ void ca_elementwise({', '.join([*params, 'long long n', 'int vec'])}) {{",
             "    if (vec) {",
-            f"        const long long nv = n / {width};  // whole vectors",
-            f"        const long long step = (long long)gridDim.x * blockDim.x * {VECTORS};",
-            f"        long long base = (long long)blockIdx.x * blockDim.x * {VECTORS}"
-            " + threadIdx.x;",
-            "        for (; base < nv; base += step) {",
+            f"        const long long nv = n / {width}, bd = blockDim.x;  // whole vectors",
+            f"        const long long step = (long long)gridDim.x * bd * {VECTORS};",
+            f"        long long base = (long long)blockIdx.x * bd * {VECTORS} + threadIdx.x;",
+            f"        for (; base + {VECTORS - 1} * bd < nv; base += step) {{",
             *(f"            {v} w{k}[{VECTORS}];" for v, (k, _) in zip(vec, xs, strict=True)),
             "            #pragma unroll",
             f"            for (int u = 0; u < {VECTORS}; u++) {{",
-            "                long long j = base + (long long)u * blockDim.x;",
-            f"                if (j < nv) {{ {vec_loads} }}",
+            "                const long long j = base + u * bd;",
+            f"                {vec_loads}",
             "            }",
             "            #pragma unroll",
             f"            for (int u = 0; u < {VECTORS}; u++) {{",
-            "                long long j = base + (long long)u * blockDim.x;",
-            "                if (j >= nv) break;",
-            f"                {out_vec} r;",
-            "                #pragma unroll",
-            f"                for (int e = 0; e < {width}; e++) {{",
-            *(f"            {line}" for line in vec_lines),
-            f"                    r.v[e] = {_store(vec_result, out)};",
-            "                }",
-            f"                (({out_vec}*)out)[j] = r;",
+            *vector_body("base + u * bd", "u"),
             "            }",
+            "        }",
+            "        for (; base < nv; base += bd) {  // the grid's last vectors",
+            *(f"            {v} w{k}[1];" for v, (k, _) in zip(vec, xs, strict=True)),
+            "            const long long j = base;",
+            "            const int u = 0;",
+            f"            {vec_loads}",
+            *vector_body("base", "0"),
             "        }",
             f"        // the last < {width} elements, one a thread",
             f"        for (long long i = nv * {width} + ca_first(); i < n; i += ca_stride()) {{",

@@ -475,22 +475,39 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
         f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
     )
     lib.run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_int]
+    # the same kernel run by a grid of 3 blocks of 32 host threads: each thread's vectors
+    # a block apart, the grid's stride, its last vectors and the tail reach every element
+    grid = _compiled(
+        tmp_path,
+        f"contiguous_grid_{dtype}",
+        BLOCK_SHIMS.replace(
+            "#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;"
+        )
+        + kernel
+        + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
+        f"{{ ca_run_grid(3, 1, 32, [=] {{ ca_elementwise(({s}*)o, (const {s}*)a, "
+        f"(const {s}*)b, n, vec); }}); }}\n",
+    )
+    grid.run.argtypes = lib.run.argtypes
     per_thread = width * codegen.VECTORS
     rng = np.random.default_rng(7)
     dt = SUPPORTED[dtype]
-    for n in sorted({0, 1, width - 1, width, width + 1, per_thread - 1, per_thread + 1, 1000}):
+    lengths = {0, 1, width - 1, width, width + 1, per_thread - 1, per_thread + 1, 1000}
+    lengths |= {per_thread * 96 + d for d in (-width - 1, -1, 0, 1, width * 33 + 1)}
+    for n in sorted(lengths):
         parts = rng.standard_normal((2, 2, n)) * 8
         a, b = (p[0] + 1j * p[1] if dt.kind == "c" else p[0] for p in parts)
         a, b = a.astype(dt), b.astype(dt)
         with np.errstate(all="ignore"):
             want = a + b  # numpy's (ml_dtypes': bfloat16 computed in float32, rounded once)
-        for vec in (1, 0):
+        for vec, runner in ((1, lib), (0, lib), (1, grid), (0, grid)):
             out = np.zeros(n + 1, dt)
             guard = out.view(np.uint8)[n * dt.itemsize :]
             guard[...] = 0x5A
-            lib.run(out.ctypes.data, a.ctypes.data, b.ctypes.data, n, vec)
-            _same_bits(out[:n], want, f"{dtype} add of {n}, vec={vec}")
-            assert (guard == 0x5A).all(), f"{dtype} add of {n}, vec={vec} wrote past the end"
+            runner.run(out.ctypes.data, a.ctypes.data, b.ctypes.data, n, vec)
+            label = f"{dtype} add of {n}, vec={vec}, {'3 x 32' if runner is grid else 1} threads"
+            _same_bits(out[:n], want, label)
+            assert (guard == 0x5A).all(), f"{label}: wrote past the end"
 
 
 # -- reductions run by a block of threads -----------------------------------------------------
