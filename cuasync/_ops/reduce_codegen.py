@@ -3,7 +3,7 @@
 The input (an expression plan over tensors broadcast to one shape) is seen as ``M``
 output rows of ``K`` reduced elements: the kept axes first, then the reduced axes in
 their logical order (so an argmax index is numpy's), each group merged where the
-layout allows. One generated ``__global__`` has two layouts and two phases:
+layout allows. One generated ``__global__`` has up to three layouts and two phases:
 
 * ``mode 0`` (rows): a block per (row, split) strides over the row's elements, eight
   loads in flight per thread, and combines with warp shuffles and shared memory;
@@ -12,6 +12,9 @@ layout allows. One generated ``__global__`` has two layouts and two phases:
   coalesced) by 8 groups of threads, each group a part of the split ``blockIdx.y``
   of the reduced elements, combined in shared memory (so a split holds 8 times the
   rows, and a first-axis reduction of (8192, 8192) has 8 partials a column, not 64);
+* ``mode 2`` (a whole contiguous array of one operand, 16-byte aligned: the kernels
+  of no kept and one reduced dimension, :func:`row_vector_width`): mode 0 with each
+  thread's loads 16-byte vectors, four in flight;
 * ``phase 1`` combines the per-split partials (a second launch, only when a row was
   split across blocks) and stores the result.
 
@@ -143,15 +146,17 @@ UNROLL = 8
 VECTORS = 4
 
 
-def row_vector_width(plan: Plan, nr: int) -> int:
-    """Elements of one 16-byte load in ``mode 2`` (rows read in vectors) of ``plan``
-    reduced over ``nr`` merged dimensions; 0 where it has no ``mode 2``: an expression
-    of several operands, or several reduced dimensions.
+def row_vector_width(plan: Plan, nk: int, nr: int) -> int:
+    """Elements of one 16-byte load in ``mode 2`` (a whole array read in vectors) of
+    ``plan`` with ``nk`` kept and ``nr`` reduced merged dimensions; 0 where it has no
+    ``mode 2``: an expression of several operands, kept or several reduced dimensions
+    (the code would cost every layout's kernel registers: a first-axis max's 32 became
+    40, 6 blocks an SM instead of 8).
 
-    >>> row_vector_width(("x", 0, "float32"), 1)
+    >>> row_vector_width(("x", 0, "float32"), 0, 1)
     4
     """
-    if plan[0] != "x" or nr != 1:
+    if plan[0] != "x" or nk != 0 or nr != 1:
         return 0
     return max(1, 16 // SUPPORTED[plan[2]].itemsize)
 
@@ -244,7 +249,8 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
     lines: list[str] = []
     result = _emit(plan, lines, [0])
     wsi_load = "wsi[w]" if arg else "0"
-    vector_pick = f"mode == 2 ? vspan(lo, hi{qa}) : " if row_vector_width(plan, nr) else ""
+    index = "k" if arg else "0"
+    vector_pick = f"mode == 2 ? vspan(lo, hi{qa}) : " if row_vector_width(plan, nk, nr) else ""
     wsi_store = " wsi[w] = a.i;" if arg else ""
     return "\n".join(
         [
@@ -265,7 +271,8 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"{', '.join(f'long long {q}' for q in qs)}) -> ca_acc {{",
             *elem,
             *lines,
-            f"        ca_acc e; {_element(plan, spec, result)} e.i = k; return e;",
+            # (only the arg ops carry an index: a constant 0 costs no registers)
+            f"        ca_acc e; {_element(plan, spec, result)} e.i = {index}; return e;",
             "    };",
             f"    auto store = [&](long long po, ca_acc a) {{ out[po] = {_final(spec)}; }};",
             f"    auto keep = [&](long long w, ca_acc a) {{ wsv[w] = a.v;{wsi_store} }};",
@@ -280,7 +287,7 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             "        return a;",
             "    };",
             "    const long long bs = blockDim.x, tid = threadIdx.x;",
-            *_vector_span(plan, spec, nr, qa),
+            *_vector_span(plan, spec, nk, nr, qa),
             "    if (mode == 1) {",
             "        // a block is cols rows (tid % cols: consecutive threads, coalesced loads",
             "        // where the kept axis is the contiguous one) by groups, each a part of",
@@ -349,12 +356,12 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
     )
 
 
-def _vector_span(plan: Plan, spec: ReduceSpec, nr: int, qa: str) -> list[str]:
+def _vector_span(plan: Plan, spec: ReduceSpec, nk: int, nr: int, qa: str) -> list[str]:
     """``vspan(lo, hi, q0)`` of ``mode 2``: the elements ``lo`` to ``hi`` of a row
     starting at element ``q0`` of ``x0`` (contiguous, ``lo`` and ``x0 + q0`` aligned to
     a vector), ``VECTORS`` vectors a block apart in flight per thread, then the elements
     past the last whole vector one a thread; none where the plan has no ``mode 2``."""
-    width = row_vector_width(plan, nr)
+    width = row_vector_width(plan, nk, nr)
     if not width:
         return []
     vec = f"ca_vec<{DTYPES[plan[2]].storage}, {width}>"
@@ -368,7 +375,8 @@ def _vector_span(plan: Plan, spec: ReduceSpec, nr: int, qa: str) -> list[str]:
         "        #pragma unroll",
         f"        for (int u = 0; u < {width}; u++) {{",
         *(f"    {line}" for line in lines),
-        f"            ca_acc e; {_element(plan, spec, value)} e.i = k + u; a = comb(a, e);",
+        f"            ca_acc e; {_element(plan, spec, value)}"
+        f" e.i = {'k + u' if spec.op in ARG_OPS else '0'}; a = comb(a, e);",
         "        }",
         "        return a;",
         "    };",

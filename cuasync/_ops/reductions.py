@@ -256,7 +256,7 @@ def _launch(
         builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
         for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
     ]
-    width = 0 if column else row_vector_width(plan, len(rdims))
+    width = 0 if column else row_vector_width(plan, len(kdims), len(rdims))
     if width and vector_rows(views[0], kstr[1], rstr[0], width):
         mode = 2  # rows read in 16-byte vectors: each split a whole number of them
         chunk = -(-chunk // width) * width
