@@ -441,6 +441,10 @@ extern "C" long long bf16_mismatches() {
         bad += ca_bf16_exact(r) != want;
         bad += ca_bf16_exact(ca_bf16_to_float(want)) != want;  // a loaded value, stored
     } while (++u != 0);
+    for (unsigned b = 0; b < 65536; b++) {  // every loaded bfloat16, NaN payloads too
+        float x = ca_bf16_to_float((unsigned short)b);
+        bad += ca_bf16_exact(x) != ca_bf16_from_float(x);
+    }
     return bad;
 }
 """,
