@@ -324,8 +324,9 @@ def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str)
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_every_reduction_source_compiles() -> None:
     # Every op, each with three dtypes (rotating, so each dtype comes twice or more),
-    # kept/reduced dims 0-2, a fused expression with a scalar (norm): each kernel in a
-    # namespace of its own, one NVRTC compile in all.
+    # kept/reduced dims 0-2 (0 and 1: a whole array, with its 16-byte loads), a fused
+    # expression with a scalar (norm): each kernel in a namespace of its own, one NVRTC
+    # compile in all.
     x = ("x", 0, "float32")
     fused = ("op", "add", ("float32", "float32"), "float32", x, ("s", 0, "float"))
     bodies: list[str] = []
@@ -333,7 +334,7 @@ def test_every_reduction_source_compiles() -> None:
         for dtype in (DTYPES[(i + 4 * j) % len(DTYPES)] for j in range(3)):
             spec = rc.ReduceSpec(op, *reversed(rc_dtypes(op, dtype)))
             plan = fused if op == "norm" else ("x", 0, dtype)
-            dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
+            dims = [(1, 1), (0, 2), (2, 0), (0, 1)][len(bodies) % 4]
             bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
     # every op over bfloat16 and complex, their vdot products, a complex norm and means,
     # and conversions into complex accumulators
@@ -354,7 +355,7 @@ def test_every_reduction_source_compiles() -> None:
         extra.append((("x", 0, dtype), rc.ReduceSpec("mean", "complex64", "complex64")))
     extra.append((("x", 0, "float64"), rc.ReduceSpec("sum", "float32", "bfloat16")))
     for plan, spec in extra:
-        dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
+        dims = [(1, 1), (0, 2), (2, 0), (0, 1)][len(bodies) % 4]
         bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
     source = "\n".join([rc.prelude(), *bodies])
     compiled = compile_cubin(source, "r0::ca_reduce", "sm_90", [])
