@@ -5,9 +5,10 @@ numbers, hashable, so each plan (and number of dimensions) is compiled once per 
 The kernel is a grid-stride loop over the output's elements that unravels each linear
 index into one strided offset per operand (64-bit), loads, computes the whole tree in
 registers and stores once. When every operand is contiguous it skips the unravelling
-and loads ``UNROLL`` elements per thread before computing (HBM wants bytes in flight),
-in one access per operand where they are aligned. float16 and bfloat16 are computed in
-float32 and rounded after every op, as numpy (and ml_dtypes) do.
+and loads several elements per thread before computing (HBM wants bytes in flight):
+two 16-byte vectors of each operand where all are aligned (:func:`vector_width`),
+else ``UNROLL`` elements. float16 and bfloat16 are computed in float32 and rounded
+after every op, as numpy (and ml_dtypes) do.
 
 >>> plan, tensors, scalars = make_plan(node)
 >>> kernel_for(plan, ndim=2)          # cached: the same Kernel for the same plan
@@ -331,16 +332,40 @@ def _prelude() -> str:
     return "\n".join((kernels / name).read_text(encoding="utf-8") for name in PRELUDE_FILES)
 
 
-#: Elements per thread and loop iteration of a contiguous kernel: all their loads are
-#: issued before any is used (more bytes in flight per SM: HBM needs them).
+#: Elements per thread and loop iteration of a contiguous kernel whose operands are not
+#: all aligned to a vector: all their loads are issued before any is used (more bytes in
+#: flight per SM: HBM needs them).
 UNROLL = 4
+
+#: Bytes of the widest operand one vector access of an aligned contiguous kernel moves
+#: (the widest load an SM issues), and vectors of each operand a thread loads before
+#: using any: an add of two operands has 2 x 2 x 16 = 64 bytes in flight per thread,
+#: 128 KiB per SM of 2048 threads.
+VECTOR_BYTES = 16
+VECTORS = 2
+
+
+@functools.cache
+def vector_width(plan: Plan, out: str) -> int:
+    """Elements of one vector access in the aligned contiguous kernel of ``plan``
+    storing ``out``: 16 bytes of its widest operand (4 float32, 8 bfloat16, 1
+    complex128), the same count for every operand.
+
+    >>> vector_width(("op", "add", ("bfloat16",) * 2, "bfloat16", ("x", 0, "bfloat16"),
+    ...     ("x", 1, "bfloat16")), "bfloat16")
+    8
+    """
+    found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
+    _leaves(plan, found)
+    widest = max(SUPPORTED[dt].itemsize for dt in [out, *found["x"].values()])
+    return max(1, VECTOR_BYTES // widest)
 
 
 def _store(result: str, out: str) -> str:
     if out == "float16":
         return f"ca_half_from_double((double)({result}))"
     if out == "bfloat16":  # (the value is a bfloat16 already: exact)
-        return f"ca_bf16_from_float((float)({result}))"
+        return f"ca_bf16_exact((float)({result}))"
     return f"({DTYPES[out].storage})({result})"
 
 
@@ -389,39 +414,69 @@ def source(plan: Plan, out: str, ndim: int) -> str:
 
 def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[int, str]]) -> str:
     """A kernel over contiguous operands: no index arithmetic. With ``vec`` (every
-    operand aligned to ``UNROLL`` elements) each thread loads ``UNROLL`` consecutive
-    elements of each input in one access; otherwise ``UNROLL`` elements a block apart
-    (coalesced), all loads issued before any is used."""
-    vec = [f"ca_vec<{DTYPES[dt].storage}, {UNROLL}>" for _, dt in xs]
-    out_vec = f"ca_vec<{DTYPES[out].storage}, {UNROLL}>"
+    operand aligned to :func:`vector_width` elements) each thread loads ``VECTORS``
+    vectors of each input, 16 bytes of the widest dtype each and a block apart (so a
+    warp's access is 512 contiguous bytes), all before any is used; the last elements
+    (fewer than a vector) one a thread. Otherwise ``UNROLL`` elements a block apart,
+    all loads issued before any is used."""
+    width = vector_width(plan, out)
+    vec = [f"ca_vec<{DTYPES[dt].storage}, {width}>" for _, dt in xs]
+    out_vec = f"ca_vec<{DTYPES[out].storage}, {width}>"
     vec_lines: list[str] = []
-    vec_result = _emit(plan, vec_lines, [0], lambda k: f"w{k}.v[u]")
+    vec_result = _emit(plan, vec_lines, [0], lambda k: f"w{k}[u].v[e]")
     tail_lines: list[str] = []
     tail_result = _emit(plan, tail_lines, [0], lambda k: f"x{k}[i]")
     lines: list[str] = []
     result = _emit(plan, lines, [0], lambda k: f"l{k}[u]")
     loads = " ".join(f"l{k}[u] = x{k}[i];" for k, _ in xs)
+
+    def vector_body(j: str, u: str) -> list[str]:
+        """Compute and store the vector ``j`` from the loaded ``w{k}[u]``."""
+        stored = _store(vec_result, out)
+        return [
+            "            {",
+            f"                {out_vec} r;",
+            "                #pragma unroll",
+            f"                for (int e = 0; e < {width}; e++) {{",
+            *(f"            {line}".replace("[u].v[e]", f"[{u}].v[e]") for line in vec_lines),
+            f"                    r.v[e] = {stored.replace('[u].v[e]', f'[{u}].v[e]')};",
+            "                }",
+            f"                (({out_vec}*)out)[{j}] = r;",
+            "            }",
+        ]
+
+    vec_loads = " ".join(
+        f"w{k}[u] = ((const {v}*)x{k})[j];" for v, (k, _) in zip(vec, xs, strict=True)
+    )
     return "\n".join(
         [
             _prelude(),
             f"__global__ void ca_elementwise({', '.join([*params, 'long long n', 'int vec'])}) {{",
             "    if (vec) {",
-            f"        const long long nv = n / {UNROLL};",
-            "        for (long long j = ca_first(); j < nv; j += ca_stride()) {",
-            *(
-                f"            {v} w{k} = ((const {v}*)x{k})[j];"
-                for v, (k, _) in zip(vec, xs, strict=True)
-            ),
-            f"            {out_vec} r;",
+            f"        const long long nv = n / {width}, bd = blockDim.x;  // whole vectors",
+            f"        const long long step = (long long)gridDim.x * bd * {VECTORS};",
+            f"        long long base = (long long)blockIdx.x * bd * {VECTORS} + threadIdx.x;",
+            f"        for (; base + {VECTORS - 1} * bd < nv; base += step) {{",
+            *(f"            {v} w{k}[{VECTORS}];" for v, (k, _) in zip(vec, xs, strict=True)),
             "            #pragma unroll",
-            f"            for (int u = 0; u < {UNROLL}; u++) {{",
-            *(f"        {line}" for line in vec_lines),
-            f"                r.v[u] = {_store(vec_result, out)};",
+            f"            for (int u = 0; u < {VECTORS}; u++) {{",
+            "                const long long j = base + u * bd;",
+            f"                {vec_loads}",
             "            }",
-            f"            (({out_vec}*)out)[j] = r;",
+            "            #pragma unroll",
+            f"            for (int u = 0; u < {VECTORS}; u++) {{",
+            *vector_body("base + u * bd", "u"),
+            "            }",
             "        }",
-            f"        long long i = nv * {UNROLL} + ca_first();  // the last < {UNROLL}",
-            "        if (i < n) {",
+            "        for (; base < nv; base += bd) {  // the grid's last vectors",
+            *(f"            {v} w{k}[1];" for v, (k, _) in zip(vec, xs, strict=True)),
+            "            const long long j = base;",
+            "            const int u = 0;",
+            f"            {vec_loads}",
+            *vector_body("base", "0"),
+            "        }",
+            f"        // the last < {width} elements, one a thread",
+            f"        for (long long i = nv * {width} + ca_first(); i < n; i += ca_stride()) {{",
             *(f"    {line}" for line in tail_lines),
             f"            out[i] = {_store(tail_result, out)};",
             "        }",

@@ -3,13 +3,18 @@
 The input (an expression plan over tensors broadcast to one shape) is seen as ``M``
 output rows of ``K`` reduced elements: the kept axes first, then the reduced axes in
 their logical order (so an argmax index is numpy's), each group merged where the
-layout allows. One generated ``__global__`` has two layouts and two phases:
+layout allows. One generated ``__global__`` has up to three layouts and two phases:
 
 * ``mode 0`` (rows): a block per (row, split) strides over the row's elements, eight
   loads in flight per thread, and combines with warp shuffles and shared memory;
 * ``mode 1`` (columns, when the kept axis is the contiguous one, or rows of at most
-  32 elements): a thread per row,
-  ``blockIdx.y`` a split of the reduced elements;
+  32 elements): a block is 32 rows (consecutive threads: a warp's loads are
+  coalesced) by 8 groups of threads, each group a part of the split ``blockIdx.y``
+  of the reduced elements, combined in shared memory (so a split holds 8 times the
+  rows, and a first-axis reduction of (8192, 8192) has 8 partials a column, not 64);
+* ``mode 2`` (a whole contiguous array of one operand, 16-byte aligned: the kernels
+  of no kept and one reduced dimension, :func:`row_vector_width`): mode 0 with each
+  thread's loads 16-byte vectors, four in flight;
 * ``phase 1`` combines the per-split partials (a second launch, only when a row was
   split across blocks) and stores the result.
 
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import DTYPES
+from .._dtypes import DTYPES, SUPPORTED
 from .._kernel import Kernel
 from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype
 
@@ -137,6 +142,25 @@ def _combine_complex(op: str) -> str:
 UNROLL = 8
 
 
+#: Vectors of 16 bytes each thread of ``mode 2`` loads before combining them.
+VECTORS = 4
+
+
+def row_vector_width(plan: Plan, nk: int, nr: int) -> int:
+    """Elements of one 16-byte load in ``mode 2`` (a whole array read in vectors) of
+    ``plan`` with ``nk`` kept and ``nr`` reduced merged dimensions; 0 where it has no
+    ``mode 2``: an expression of several operands, kept or several reduced dimensions
+    (the code would cost every layout's kernel registers: a first-axis max's 32 became
+    40, 6 blocks an SM instead of 8).
+
+    >>> row_vector_width(("x", 0, "float32"), 0, 1)
+    4
+    """
+    if plan[0] != "x" or nk != 0 or nr != 1:
+        return 0
+    return max(1, 16 // SUPPORTED[plan[2]].itemsize)
+
+
 def _tree(names: list[str]) -> str:
     """``comb`` over ``names`` as a balanced tree (no chain of dependent combines)."""
     if len(names) == 1:
@@ -225,6 +249,8 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
     lines: list[str] = []
     result = _emit(plan, lines, [0])
     wsi_load = "wsi[w]" if arg else "0"
+    index = "k" if arg else "0"
+    vector_pick = f"mode == 2 ? vspan(lo, hi{qa}) : " if row_vector_width(plan, nk, nr) else ""
     wsi_store = " wsi[w] = a.i;" if arg else ""
     return "\n".join(
         [
@@ -245,7 +271,8 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"{', '.join(f'long long {q}' for q in qs)}) -> ca_acc {{",
             *elem,
             *lines,
-            f"        ca_acc e; {_element(plan, spec, result)} e.i = k; return e;",
+            # (only the arg ops carry an index: a constant 0 costs no registers)
+            f"        ca_acc e; {_element(plan, spec, result)} e.i = {index}; return e;",
             "    };",
             f"    auto store = [&](long long po, ca_acc a) {{ out[po] = {_final(spec)}; }};",
             f"    auto keep = [&](long long w, ca_acc a) {{ wsv[w] = a.v;{wsi_store} }};",
@@ -259,35 +286,118 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"        for (; k < hi; k += st) a = comb(a, elem(k{qa}));",
             "        return a;",
             "    };",
-            "    // mode 0: a block per (row, split), or per row in phase 1 (its partials);",
-            "    // mode 1: a thread per row, blockIdx.y a split of its elements.",
-            "    const bool blocks = mode == 0;",
             "    const long long bs = blockDim.x, tid = threadIdx.x;",
-            "    const long long items = blocks && !phase ? M * splits : M;",
-            "    const long long first = blocks ? blockIdx.x : blockIdx.x * bs + tid;",
-            "    const long long step = blocks ? gridDim.x : (long long)gridDim.x * bs;",
-            "    for (long long it = first; it < items; it += step) {",
-            "        long long m = blocks && !phase ? it / splits : it;",
-            "        long long sp = blocks ? it - m * splits : blockIdx.y;",
+            *_vector_span(plan, spec, nk, nr, qa),
+            "    if (mode == 1) {",
+            "        // a block is cols rows (tid % cols: consecutive threads, coalesced loads",
+            "        // where the kept axis is the contiguous one) by groups, each a part of",
+            "        // the split blockIdx.y (phase 0) or of the partials (phase 1).",
+            "        const long long cols = bs < 32 ? bs : 32, groups = bs / cols;",
+            "        const long long tx = tid % cols, ty = tid / cols;",
+            "        const long long sub = (chunk + groups - 1) / groups;",
+            "        const long long top = ca_min_ll(K, (blockIdx.y + 1) * chunk);",
+            "        for (long long base = blockIdx.x * cols; base < M;"
+            " base += (long long)gridDim.x * cols) {",
+            "            const long long m = base + tx;",
+            "            ca_acc a = ident;",
+            "            if (m < M) {",
+            f"                rows(m, po{qa});",
+            "                if (phase) {",
+            "                    for (long long s = ty; s < splits; s += groups) {",
+            f"                        long long w = s * M + m; ca_acc b; b.v = wsv[w];"
+            f" b.i = {wsi_load}; a = comb(a, b);",
+            "                    }",
+            "                } else {",
+            "                    long long lo = blockIdx.y * chunk + ty * sub;",
+            f"                    a = span(lo, 1, ca_min_ll(top, lo + sub){qa});",
+            "                }",
+            "            }",
+            "            a = ca_group_reduce(a, comb, (int)cols, (int)groups);",
+            "            if (ty != 0 || m >= M) continue;",
+            "            if (!phase && splits > 1) keep(blockIdx.y * M + m, a);",
+            "            else store(po, a);",
+            "        }",
+            "        return;",
+            "    }",
+            "    // mode 0: a block per (row, split), or per row in phase 1 (its partials);",
+            "    // mode 2: the same, each thread's loads 16-byte vectors of the row",
+            "    const long long items = phase ? M : M * splits;",
+            "    for (long long it = blockIdx.x; it < items; it += gridDim.x) {",
+            "        long long m = phase ? it : it / splits;",
+            "        long long sp = it - m * splits;",
             f"        rows(m, po{qa});",
             "        ca_acc a = ident;",
-            "        if (phase) {",
-            "            for (long long s = blocks ? tid : 0; s < splits; s += blocks ? bs : 1) {",
-            "                long long w = blocks ? m * splits + s : s * M + m;",
+            "        if (phase) {  // (UNROLL partials in flight a thread)",
+            "            const long long w0 = m * splits;",
+            "            long long s = tid;",
+            f"            for (; s + {UNROLL - 1} * bs < splits; s += {UNROLL} * bs) {{",
+            *(
+                f"                ca_acc b{u}; b{u}.v = wsv[w0 + s + {u} * bs];"
+                f" b{u}.i = {wsi_load.replace('[w]', f'[w0 + s + {u} * bs]')};"
+                for u in range(UNROLL)
+            ),
+            f"                a = comb(a, {_tree([f'b{u}' for u in range(UNROLL)])});",
+            "            }",
+            "            for (; s < splits; s += bs) {",
+            "                long long w = w0 + s;",
             f"                ca_acc b; b.v = wsv[w]; b.i = {wsi_load}; a = comb(a, b);",
             "            }",
             "        } else {",
             "            long long lo = sp * chunk, hi = ca_min_ll(K, lo + chunk);",
-            f"            a = span(lo + (blocks ? tid : 0), blocks ? bs : 1, hi{qa});",
+            f"            a = {vector_pick}span(lo + tid, bs, hi{qa});",
             "        }",
-            "        if (blocks) a = ca_block_reduce(a, ident, comb);",
-            "        if (blocks && tid != 0) continue;",
-            "        if (!phase && splits > 1) keep(blocks ? it : sp * M + m, a);",
+            "        a = ca_block_reduce(a, ident, comb);",
+            "        if (tid != 0) continue;",
+            "        if (!phase && splits > 1) keep(it, a);",
             "        else store(po, a);",
             "    }",
             "}",
         ]
     )
+
+
+def _vector_span(plan: Plan, spec: ReduceSpec, nk: int, nr: int, qa: str) -> list[str]:
+    """``vspan(lo, hi, q0)`` of ``mode 2``: the elements ``lo`` to ``hi`` of a row
+    starting at element ``q0`` of ``x0`` (contiguous, ``lo`` and ``x0 + q0`` aligned to
+    a vector), ``VECTORS`` vectors a block apart in flight per thread, then the elements
+    past the last whole vector one a thread; none where the plan has no ``mode 2``."""
+    width = row_vector_width(plan, nk, nr)
+    if not width:
+        return []
+    vec = f"ca_vec<{DTYPES[plan[2]].storage}, {width}>"
+    lines: list[str] = []
+    value = _emit(plan, lines, [0], lambda k: "w.v[u]")
+    ws = [f"w{u}" for u in range(VECTORS)]
+    picks = [f"lanes(w{u}, k + {u} * st)" for u in range(VECTORS)]
+    return [
+        f"    auto lanes = [&](const {vec}& w, long long k) -> ca_acc {{",
+        "        ca_acc a = ident;",
+        "        #pragma unroll",
+        f"        for (int u = 0; u < {width}; u++) {{",
+        *(f"    {line}" for line in lines),
+        f"            ca_acc e; {_element(plan, spec, value)}"
+        f" e.i = {'k + u' if spec.op in ARG_OPS else '0'}; a = comb(a, e);",
+        "        }",
+        "        return a;",
+        "    };",
+        "    auto vspan = [&](long long lo, long long hi, long long q0) -> ca_acc {",
+        f"        const {vec}* row = (const {vec}*)(x0 + q0);",
+        f"        const long long st = bs * {width};",
+        f"        long long k = lo + tid * {width};",
+        "        ca_acc a = ident;",
+        f"        for (; k + {VECTORS - 1} * st + {width} <= hi; k += {VECTORS} * st) {{",
+        *(
+            f"            const {vec} {w} = row[(k + {u} * st) / {width}];"
+            for u, w in enumerate(ws)
+        ),
+        f"            a = comb(a, {_tree(picks)});",
+        "        }",
+        f"        for (; k + {width} <= hi; k += st) a = comb(a, lanes(row[k / {width}], k));",
+        f"        long long t = lo + (hi - lo) / {width} * {width} + tid;",
+        f"        if (t < hi) a = comb(a, elem(t{qa}));",
+        "        return a;",
+        "    };",
+    ]
 
 
 #: The file of ``cuasync/kernels`` each reduction kernel has after the elementwise prelude.
@@ -357,10 +467,10 @@ def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
         m, k, splits, chunk, phase, mode = (int(a) for a in args[nx + len(specs) :][:6])
         with np.errstate(all="ignore"):
             if phase == 1:
-                shape = (m, splits) if mode == 0 else (splits, m)
+                shape = (m, splits) if mode != 1 else (splits, m)
                 v = wsv.reshape(shape)
                 i = wsi.reshape(shape) if wsi is not None else np.zeros(shape, np.int64)
-                v, i = (v, i) if mode == 0 else (v.T, i.T)
+                v, i = (v, i) if mode != 1 else (v.T, i.T)
                 if arg:  # each partial is the first best of its split, in order
                     pick = (np.argmax if spec.op == "argmax" else np.argmin)(v, axis=1)
                     best, idx = v[np.arange(m), pick], i[np.arange(m), pick]

@@ -28,7 +28,7 @@ from .._dtypes import as_dtype, dtype_name
 from .._kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from ..errors import ShapeError
-from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
+from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_width
 from .expr import Node
 from .operators import TensorOperators
 
@@ -75,8 +75,8 @@ def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
 class Layout(NamedTuple):
     """How one elementwise kernel covers its output: ``plan`` and its ``tensors`` and
     ``scalars`` (:func:`~.codegen.make_plan`), the merged ``dims``, each operand's
-    ``strides`` over them (the output's first), whether they are all ``contiguous``, and
-    the ``kernel``."""
+    ``strides`` over them (the output's first), whether they are all ``contiguous``, the
+    ``kernel``, and the elements of its vector accesses (``width``, contiguous only)."""
 
     plan: Any
     tensors: list[Tensor]
@@ -85,6 +85,7 @@ class Layout(NamedTuple):
     strides: list[Shape]
     contiguous: bool
     kernel: Kernel
+    width: int
 
 
 def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
@@ -109,7 +110,19 @@ def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
     assert node.dtype is not None  # (an op node's)
     out = dtype_name(node.dtype)
     kernel = kernel_for(plan, out, 0 if contiguous else len(dims))
-    return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel)
+    width = vector_width(plan, out) if contiguous else 1
+    return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel, width)
+
+
+def vector_access(views: Sequence[Tensor], width: int) -> bool:
+    """Whether a contiguous kernel may move every operand of ``views`` (the output's
+    first) ``width`` elements an access: each pointer aligned to that many of its
+    elements (``x[1:]`` of a float32 ``x`` is not, for 4 of them: one element an access).
+
+    >>> vector_access([out, x], 4)       # both at the start of an allocation
+    True
+    """
+    return all(v.ptr % (width * v.itemsize) == 0 for v in views)
 
 
 def run(
@@ -131,9 +144,10 @@ def run(
     args = [scalar_arg(v, spec) for v, spec in zip(lay.scalars, specs, strict=True)]
     n = math.prod(lay.dims)
     if lay.contiguous:
-        # One access per UNROLL elements where every operand is aligned to that many.
-        vec = all((v.ptr // v.itemsize) % UNROLL == 0 and v.itemsize * UNROLL <= 64 for v in views)
-        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, int(vec))
+        # 16-byte accesses where every operand is aligned to them, else one element each
+        vec = vector_access(views, lay.width)
+        per_thread = lay.width * VECTORS if vec else UNROLL
+        builtin.launch(ctx, lay.kernel, -(-n // per_thread), *views, *args, n, int(vec))
         return result
     flat_strides = [x for s in lay.strides for x in s]
     builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)

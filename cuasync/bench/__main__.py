@@ -1,8 +1,8 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
 Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop,
-requests, all. On a terminal, with tqdm installed (the ``bench`` extra), a progress bar
-on stderr counts the suites.
+requests, all (``ops --only reductions,adds``: some parts of ops). On a terminal, with
+tqdm installed (the ``bench`` extra), a progress bar on stderr counts the suites.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SUITES = (
 )  # fmt: skip
 
 
-def _run(suite: str, report: Report, quick: bool) -> None:
+def _run(suite: str, report: Report, quick: bool, only: list[str] | None = None) -> None:
     if suite == "completion":
         from . import completion
 
@@ -52,7 +52,7 @@ def _run(suite: str, report: Report, quick: bool) -> None:
     elif suite == "ops":
         from . import ops
 
-        ops.run(report, quick=quick)
+        ops.run(report, quick=quick, only=only or ops.PARTS)
     elif suite == "interop":
         from . import interop
 
@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave the start-up heap to the cyclic GC (by default it is frozen: gc.freeze())",
     )
+    parser.add_argument(
+        "--only",
+        help="ops: only these parts, comma-separated (reductions, adds, scatter, "
+        "take_along_axis, fusion); e.g. --only reductions,adds prints the reduction and add "
+        "rows and their targets",
+    )
     args = parser.parse_args(argv)
     if args.plot:
         from ._plot import _pyplot
@@ -85,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
         parser.error(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or all")
+    only = [p.strip() for p in args.only.split(",") if p.strip()] if args.only else None
+    if only is not None:
+        from .ops import PARTS
+
+        if chosen != ["ops"]:
+            parser.error("--only selects parts of the ops suite: run it alone (ops --only ...)")
+        if any(p not in PARTS for p in only):
+            parser.error(
+                f"--only: unknown part(s) in {args.only!r}; choose from {', '.join(PARTS)}"
+            )
     report = Report(meta=machine_meta())  # (imports the libraries measured beside cuasync)
     if not args.no_freeze:
         # What a service does after its start-up: what is alive now (torch's and CuPy's
@@ -99,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         report.on_row = progress.row
         for suite in chosen:
             progress.start(suite)
-            _run(suite, report, args.quick)
+            _run(suite, report, args.quick, only)
             progress.done()
     if args.json:
         report.dump(args.json)

@@ -7,20 +7,25 @@ fused, unfused and (CuPy's) ``cupy.fuse``.
 
 Each row names the call it times and the sizes, and gives the median device time and the
 bandwidth (bytes read and written / time), for cuasync and, side by side where installed
-and on a GPU, CuPy and PyTorch; the ``-- targets`` lines put them in ratio. The rows
+and on a GPU, CuPy and PyTorch; the ``-- targets`` lines put them in ratio. Every library
+is timed the same way: :func:`~._api.do_bench` on one stream of cuasync's (torch's and
+CuPy's calls made with it as their current stream, an external stream), each call
+between two events, the calls of a batch held behind a gate (host time left out), the
+median call. ``--only`` runs some parts (:data:`PARTS`). The rows
 with a target are taken in rounds (:func:`_rounds`): every library timed in turn each
 round, the median round kept. On the emulator (numpy) the sizes shrink; the rows say so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
+from cuasync.errors import ArgumentError
 
 from ._api import do_bench
 from ._util import Report, size_name
@@ -59,39 +64,48 @@ _REDUCTION_TARGETS = {
 }
 
 
-def _foreign_ms(make: Callable[[], Any], run: Callable[[Any], Any], lib: Any, reps: int) -> float:
-    """Mean device time of ``run(x)`` over ``reps`` back-to-back calls, with
-    the library's own events (``lib`` is ``torch.cuda`` or ``cupy.cuda``)."""
+def _on_stream(lib: Any, stream: cuasync.Stream) -> Callable[[], Any]:
+    """A context manager factory making ``stream`` the current stream of ``lib``
+    (``torch.cuda`` or ``cupy.cuda``), as an external stream."""
+    ext = lib.ExternalStream(stream.handle)
+    if hasattr(lib, "synchronize") and hasattr(lib, "stream"):  # torch.cuda
+        return lambda: lib.stream(ext)
+    return lambda: ext  # cupy.cuda: a stream is its own context
+
+
+def _foreign_ms(
+    make: Callable[[], Any], run: Callable[[Any], Any], lib: Any, reps: int, stream: cuasync.Stream
+) -> float:
+    """The median device time of ``run(make())`` timed as cuasync's ops are
+    (:func:`~._api.do_bench`: each call between two events on ``stream``, the calls of a
+    batch held behind a gate so host time is left out), ``stream`` the library's current
+    stream (``lib`` is ``torch.cuda`` or ``cupy.cuda``)."""
     x = make()
-    for _ in range(3):
-        run(x)
-    if hasattr(lib, "Event") and hasattr(lib, "synchronize"):  # torch.cuda
-        start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
+    enter = _on_stream(lib, stream)
+    if hasattr(lib, "synchronize"):  # the inputs, made on the library's own stream
         lib.synchronize()
-        start.record()
-        for _ in range(reps):
+    else:
+        lib.Device().synchronize()
+
+    def call() -> None:
+        with enter():
             run(x)
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) / reps
-    start, end = lib.Event(), lib.Event()  # cupy.cuda
-    lib.Device().synchronize()
-    start.record()
-    for _ in range(reps):
-        run(x)
-    end.record()
-    end.synchronize()
-    return float(lib.get_elapsed_time(start, end)) / reps
+
+    return do_bench(call, warmup=3, rep=reps, stream=stream).median_ms
 
 
-def _timer(call: Callable[[], Any], lib: Any, reps: int) -> Callable[[], float]:
+def _timer(
+    call: Callable[[], Any], lib: Any, reps: int, stream: cuasync.Stream
+) -> Callable[[], float]:
     """A foreign library's ``call()`` timed by :func:`_foreign_ms`."""
-    return lambda: _foreign_ms(lambda: None, lambda _: call(), lib, reps)
+    return lambda: _foreign_ms(lambda: None, lambda _: call(), lib, reps, stream)
 
 
-def _cuasync_timer(build: Callable[[], Any], reps: int) -> Callable[[], float]:
-    """The median of ``do_bench`` over the op ``build()`` makes."""
-    return lambda: do_bench(build, warmup=3, rep=reps).median_ms
+def _cuasync_timer(
+    build: Callable[[], Any], reps: int, stream: cuasync.Stream
+) -> Callable[[], float]:
+    """The median of ``do_bench`` over the op ``build()`` makes, on ``stream``."""
+    return lambda: do_bench(build, warmup=3, rep=reps, stream=stream).median_ms
 
 
 def _rounds(timers: Timers, rounds: int) -> dict[str, list[float]]:
@@ -147,23 +161,41 @@ def _cupy() -> Any:
     return cupy
 
 
-def run(report: Report, quick: bool = False) -> None:
+#: The parts of the suite, each a function of (report, cuda, reps, rounds, stream), by the
+#: name ``--only`` takes (``python -m cuasync.bench ops --only reductions,adds``).
+PARTS = ("reductions", "adds", "scatter", "take_along_axis", "fusion")
+
+
+def run(report: Report, quick: bool = False, only: Sequence[str] = PARTS) -> None:
+    """Time the ``only`` parts of :data:`PARTS` (all by default), every library on one
+    stream of cuasync's, then print the targets of those parts."""
+    unknown = [p for p in only if p not in PARTS]
+    if unknown:
+        raise ArgumentError(f"ops bench: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
     print(f"== ops ({cuasync.backend_name()}: {cuasync.Device(0).name})", flush=True)
     cuda = get_backend().driver_handles
     reps = 10 if quick or not cuda else 50
     rounds = 3 if quick or not cuda else 5
+    stream = cuasync.Device(0).new_stream()
+    parts = {
+        "reductions": lambda: _reductions(report, cuda, reps, rounds, stream),
+        "adds": lambda: _adds(report, cuda, reps, rounds, stream),
+        "scatter": lambda: _scatter_add(report, cuda, reps, rounds, stream),
+        "take_along_axis": lambda: _take_along_axis(report, cuda, reps, rounds, stream),
+        "fusion": lambda: _elementwise(report, cuda, reps, stream),
+    }
     targets: Targets = []
-    targets += _reductions(report, cuda, reps, rounds)
-    targets += _adds(report, cuda, reps, rounds)
-    targets += _scatter_add(report, cuda, reps, rounds)
-    targets += _take_along_axis(report, cuda, reps, rounds)
-    targets += _elementwise(report, cuda, reps)
+    for name in PARTS:
+        if name in only:
+            targets += parts[name]()
     print("-- targets (ratios inside this run)")
     for name, ratio in targets:
         report.value(SUITE, name, ratio, "x")
 
 
-def _reductions(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
+def _reductions(
+    report: Report, cuda: bool, reps: int, rounds: int, stream: cuasync.Stream
+) -> Targets:
     """``cuasync.sum/max/min(x, axis=axis, out=out)`` against torch's ``x.sum/amax/amin``
     and CuPy's ``x.sum/max/min``, on the same values (ones for sums, else uniform)."""
     targets: Targets = []
@@ -179,9 +211,10 @@ def _reductions(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
             f"cuasync {op}(x, axis={axis}, out=out)": _cuasync_timer(
                 lambda: fn(x, axis=axis, out=out),  # noqa: B023 (timed in this iteration)
                 reps,
+                stream,
             )
         }
-        torch_name = _reduction_others(timers, host, op, axis, reps) if cuda else None
+        torch_name = _reduction_others(timers, host, op, axis, reps, stream) if cuda else None
         sizes = f"x {shape} float32 ({size_name(x.nbytes)})"
         medians = _report_rounds(report, sizes, timers, rounds, x.nbytes)
         target = _REDUCTION_TARGETS.get((op, axis))
@@ -192,14 +225,14 @@ def _reductions(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
 
 
 def _reduction_others(
-    timers: Timers, host: np.ndarray, op: str, axis: Any, reps: int
+    timers: Timers, host: np.ndarray, op: str, axis: Any, reps: int, stream: cuasync.Stream
 ) -> str | None:
     """Add CuPy's and torch's timers of the reduction; torch's name, if it is there."""
     cupy, torch = _cupy(), _torch()
     if cupy is not None:
         xc = cupy.asarray(host)
         timers[f"cupy {cupy.__version__} x.{op}(axis={axis})"] = _timer(
-            lambda: getattr(xc, op)(axis=axis), cupy.cuda, reps
+            lambda: getattr(xc, op)(axis=axis), cupy.cuda, reps, stream
         )
     if torch is None:
         return None
@@ -207,14 +240,14 @@ def _reduction_others(
     method = {"sum": "sum", "max": "amax", "min": "amin"}[op]
     if axis is None:
         name = f"torch {torch.__version__} x.{method}()"
-        timers[name] = _timer(getattr(xt, method), torch.cuda, reps)
+        timers[name] = _timer(getattr(xt, method), torch.cuda, reps, stream)
     else:
         name = f"torch {torch.__version__} x.{method}(dim={axis})"
-        timers[name] = _timer(lambda: getattr(xt, method)(dim=axis), torch.cuda, reps)
+        timers[name] = _timer(lambda: getattr(xt, method)(dim=axis), torch.cuda, reps, stream)
     return name
 
 
-def _adds(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
+def _adds(report: Report, cuda: bool, reps: int, rounds: int, stream: cuasync.Stream) -> Targets:
     """``cuasync.add(a, b, out=c)`` against ``torch.add(a, b, out=c)`` and
     ``cupy.add(a, b, out=c)`` (CuPy has no bfloat16): float32 at 64 and 256 MiB per
     operand, bfloat16 at 64 MiB (the emulator: 1, 4 and 1 MiB)."""
@@ -234,9 +267,10 @@ def _adds(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
             "cuasync add(a, b, out=c)": _cuasync_timer(
                 lambda: cuasync.add(a, b, out=c),  # noqa: B023 (timed in this iteration)
                 reps,
+                stream,
             )
         }
-        torch_name = _add_others(timers, n, dtype, reps) if cuda else None
+        torch_name = _add_others(timers, n, dtype, reps, stream) if cuda else None
         sizes = f"{dtype}, {n:,} elements ({size_name(nbytes)} each operand)"
         medians = _report_rounds(report, sizes, timers, rounds, 3 * nbytes)
         what = f"{dtype} add of {size_name(nbytes)} bandwidth"
@@ -244,23 +278,27 @@ def _adds(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
     return targets
 
 
-def _add_others(timers: Timers, n: int, dtype: str, reps: int) -> str | None:
+def _add_others(
+    timers: Timers, n: int, dtype: str, reps: int, stream: cuasync.Stream
+) -> str | None:
     cupy, torch = _cupy(), _torch()
     if cupy is not None and dtype == "float32":
         ac, bc, cc = (cupy.full(n, v, cupy.float32) for v in (0.5, 2.0, 0.0))
         timers[f"cupy {cupy.__version__} cupy.add(a, b, out=c)"] = _timer(
-            lambda: cupy.add(ac, bc, out=cc), cupy.cuda, reps
+            lambda: cupy.add(ac, bc, out=cc), cupy.cuda, reps, stream
         )
     if torch is None:
         return None
     kind = getattr(torch, dtype)
     at, bt, ct = (torch.full((n,), v, dtype=kind, device="cuda") for v in (0.5, 2.0, 0.0))
     name = f"torch {torch.__version__} torch.add(a, b, out=c)"
-    timers[name] = _timer(lambda: torch.add(at, bt, out=ct), torch.cuda, reps)
+    timers[name] = _timer(lambda: torch.add(at, bt, out=ct), torch.cuda, reps, stream)
     return name
 
 
-def _scatter_add(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
+def _scatter_add(
+    report: Report, cuda: bool, reps: int, rounds: int, stream: cuasync.Stream
+) -> Targets:
     """``cuasync.scatter(bins, idx, upd, axis=0, mode="add", out=bins)`` (in place)
     against torch's ``bins.index_add_`` and ``bins.scatter_add_`` (which takes only
     int64 indices) and ``cupyx.scatter_add``: 16M float32 updates at int32 indices drawn
@@ -277,10 +315,10 @@ def _scatter_add(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
         raise AssertionError("ops bench: scatter add gave wrong values")
     timers: Timers = {
         "cuasync scatter(bins, idx, upd, axis=0, mode='add', out=bins)": _cuasync_timer(
-            lambda: cuasync.scatter(bins, idx, upd, axis=0, mode="add", out=bins), reps
+            lambda: cuasync.scatter(bins, idx, upd, axis=0, mode="add", out=bins), reps, stream
         )
     }
-    torch_names = _scatter_others(timers, nbins, idx_host, upd_host, reps) if cuda else []
+    torch_names = _scatter_others(timers, nbins, idx_host, upd_host, reps, stream) if cuda else []
     sizes = f"{n:,} float32 updates, uniform int32 idx (default_rng(0)), {nbins:,} bins"
     medians = _report_rounds(report, sizes, timers, rounds, n * 8)  # read idx and upd
     targets: Targets = []
@@ -290,7 +328,12 @@ def _scatter_add(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
 
 
 def _scatter_others(
-    timers: Timers, nbins: int, idx_host: np.ndarray, upd_host: np.ndarray, reps: int
+    timers: Timers,
+    nbins: int,
+    idx_host: np.ndarray,
+    upd_host: np.ndarray,
+    reps: int,
+    stream: cuasync.Stream,
 ) -> list[str]:
     """Add CuPy's and torch's timers of the scatter-add; torch's names, where there."""
     cupy, torch = _cupy(), _torch()
@@ -299,7 +342,7 @@ def _scatter_others(
 
         bc, ic, uc = (cupy.asarray(a) for a in (np.zeros(nbins, np.float32), idx_host, upd_host))
         timers[f"cupy {cupy.__version__} cupyx.scatter_add(bins, idx, upd)"] = _timer(
-            lambda: cupyx.scatter_add(bc, ic, uc), cupy.cuda, reps
+            lambda: cupyx.scatter_add(bc, ic, uc), cupy.cuda, reps, stream
         )
     if torch is None:
         return []
@@ -311,12 +354,14 @@ def _scatter_others(
         f"torch {v} bins.index_add_(0, idx, upd)",
         f"torch {v} bins.scatter_add_(0, idx64, upd)",
     ]
-    timers[names[0]] = _timer(lambda: bt.index_add_(0, it, ut), torch.cuda, reps)
-    timers[names[1]] = _timer(lambda: bt.scatter_add_(0, it64, ut), torch.cuda, reps)
+    timers[names[0]] = _timer(lambda: bt.index_add_(0, it, ut), torch.cuda, reps, stream)
+    timers[names[1]] = _timer(lambda: bt.scatter_add_(0, it64, ut), torch.cuda, reps, stream)
     return names
 
 
-def _take_along_axis(report: Report, cuda: bool, reps: int, rounds: int) -> Targets:
+def _take_along_axis(
+    report: Report, cuda: bool, reps: int, rounds: int, stream: cuasync.Stream
+) -> Targets:
     """``cuasync.take_along_axis(x, idx, axis=1, out=out)`` against ``torch.gather(x, 1,
     idx, out=out)`` and ``cupy.take_along_axis(x, idx, axis=1)``: x (4096, 16384)
     float32, idx (4096, 4096) int64 drawn uniformly (``default_rng(0)``) from each row
@@ -332,34 +377,36 @@ def _take_along_axis(report: Report, cuda: bool, reps: int, rounds: int) -> Targ
         raise AssertionError("ops bench: take_along_axis gave wrong values")
     timers: Timers = {
         "cuasync take_along_axis(x, idx, axis=1, out=out)": _cuasync_timer(
-            lambda: cuasync.take_along_axis(x, idx, axis=1, out=out), reps
+            lambda: cuasync.take_along_axis(x, idx, axis=1, out=out), reps, stream
         )
     }
-    torch_name = _take_others(timers, x_host, idx_host, reps) if cuda else None
+    torch_name = _take_others(timers, x_host, idx_host, reps, stream) if cuda else None
     sizes = f"x ({rows}, {cols}) float32, idx ({rows}, {picks}) int64"
     nbytes = rows * picks * (8 + 4 + 4)  # read idx and the picked x, write out
     medians = _report_rounds(report, sizes, timers, rounds, nbytes)
     return _speedup(medians, torch_name, "take_along_axis speed (torch.gather)", 0.9)
 
 
-def _take_others(timers: Timers, x_host: np.ndarray, idx_host: np.ndarray, reps: int) -> str | None:
+def _take_others(
+    timers: Timers, x_host: np.ndarray, idx_host: np.ndarray, reps: int, stream: cuasync.Stream
+) -> str | None:
     """Add CuPy's and torch's timers of the gather; torch's name, if it is there."""
     cupy, torch = _cupy(), _torch()
     if cupy is not None:
         xc, ic = cupy.asarray(x_host), cupy.asarray(idx_host)
         timers[f"cupy {cupy.__version__} cupy.take_along_axis(x, idx, axis=1)"] = _timer(
-            lambda: cupy.take_along_axis(xc, ic, axis=1), cupy.cuda, reps
+            lambda: cupy.take_along_axis(xc, ic, axis=1), cupy.cuda, reps, stream
         )
     if torch is None:
         return None
     xt, it = (torch.as_tensor(a, device="cuda") for a in (x_host, idx_host))
     ot = torch.empty(idx_host.shape, dtype=torch.float32, device="cuda")
     name = f"torch {torch.__version__} torch.gather(x, 1, idx, out=out)"
-    timers[name] = _timer(lambda: torch.gather(xt, 1, it, out=ot), torch.cuda, reps)
+    timers[name] = _timer(lambda: torch.gather(xt, 1, it, out=ot), torch.cuda, reps, stream)
     return name
 
 
-def _elementwise(report: Report, cuda: bool, reps: int) -> Targets:
+def _elementwise(report: Report, cuda: bool, reps: int, stream: cuasync.Stream) -> Targets:
     """exp(a * b + c) fused and unfused over 64 MiB float32 operands, and the add that
     gives the fused kernel's floor (its traffic at add's bandwidth)."""
     n = (16 * MiB) if cuda else (MiB // 4)
@@ -369,21 +416,25 @@ def _elementwise(report: Report, cuda: bool, reps: int) -> Targets:
     cuasync.exp(a * b + c, out=out).sync()  # compiles the fused kernel
     if not np.allclose(out.to_host().sync()[:4], 1.0):
         raise AssertionError("ops bench: exp(a * b + c) gave wrong values")
-    add_ms = do_bench(lambda: cuasync.add(a, b, out=out), warmup=3, rep=reps).median_ms
-    fused_ms = do_bench(lambda: cuasync.exp(a * b + c, out=out), warmup=3, rep=reps).median_ms
+    add_ms = do_bench(
+        lambda: cuasync.add(a, b, out=out), warmup=3, rep=reps, stream=stream
+    ).median_ms
+    fused_ms = do_bench(
+        lambda: cuasync.exp(a * b + c, out=out), warmup=3, rep=reps, stream=stream
+    ).median_ms
 
     def unfused() -> Any:  # one kernel and one full-size temporary per node
         return cuasync.zip(
             cuasync.multiply(a, b, out=tmp), cuasync.add(tmp, c, out=tmp), cuasync.exp(tmp, out=out)
         )
 
-    unfused_ms = do_bench(unfused, warmup=3, rep=reps).median_ms
+    unfused_ms = do_bench(unfused, warmup=3, rep=reps, stream=stream).median_ms
     label = f"{nbytes // MiB} MiB float32"
     add_gbps = 3 * nbytes / (add_ms / 1e3) / 1e9
     report.value(SUITE, f"cuasync add of {label}", add_ms * 1e3, "us", f"{add_gbps:,.0f} GB/s")
     report.value(SUITE, f"cuasync exp(a*b+c) fused, {label}", fused_ms * 1e3, "us")
     report.value(SUITE, f"cuasync exp(a*b+c) unfused, {label}", unfused_ms * 1e3, "us")
-    others = _elementwise_others(n, reps) if cuda else {}
+    others = _elementwise_others(n, reps, stream) if cuda else {}
     for name, ms in others.items():
         report.value(SUITE, f"{name}, {label}", ms * 1e3, "us")
     floor_ms = 4 * nbytes / (add_gbps * 1e9) * 1e3  # read 3, write 1, at add's bandwidth
@@ -397,7 +448,7 @@ def _elementwise(report: Report, cuda: bool, reps: int) -> Targets:
     return targets
 
 
-def _elementwise_others(n: int, reps: int) -> dict[str, float]:
+def _elementwise_others(n: int, reps: int, stream: cuasync.Stream) -> dict[str, float]:
     out: dict[str, float] = {}
     cupy, torch = _cupy(), _torch()
     if cupy is not None:
@@ -409,10 +460,10 @@ def _elementwise_others(n: int, reps: int) -> dict[str, float]:
 
         fused = cupy.fuse(exp_fma)
         out[f"cupy {v} exp(a*b+c) unfused"] = _foreign_ms(
-            lambda: xs, lambda x: cupy.exp(x[0] * x[1] + x[2], out=x[3]), cupy.cuda, reps
+            lambda: xs, lambda x: cupy.exp(x[0] * x[1] + x[2], out=x[3]), cupy.cuda, reps, stream
         )
         out[f"cupy {v} exp(a*b+c) cupy.fuse"] = _foreign_ms(
-            lambda: xs, lambda x: fused(x[0], x[1], x[2]), cupy.cuda, reps
+            lambda: xs, lambda x: fused(x[0], x[1], x[2]), cupy.cuda, reps, stream
         )
     if torch is not None:
         v = torch.__version__
@@ -420,6 +471,6 @@ def _elementwise_others(n: int, reps: int) -> dict[str, float]:
             torch.full((n,), f, dtype=torch.float32, device="cuda") for f in (0.5, 2.0, -1.0, 0.0)
         ]
         out[f"torch {v} exp(a*b+c) eager"] = _foreign_ms(
-            lambda: ts, lambda x: torch.exp(x[0] * x[1] + x[2], out=x[3]), torch.cuda, reps
+            lambda: ts, lambda x: torch.exp(x[0] * x[1] + x[2], out=x[3]), torch.cuda, reps, stream
         )
     return out

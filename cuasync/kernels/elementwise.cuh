@@ -17,9 +17,21 @@ __device__ __forceinline__ float ca_hr(double x) {
 
 // A bfloat16 value computed in float32: the value rounded to bfloat16 (nearest even),
 // as a float. A double or 64-bit integer rounds once (through float rounded to odd,
-// as ml_dtypes' casts); narrower integers are exact in float.
+// as ml_dtypes' casts); narrower integers are exact in float. For a float, the bits of
+// ca_bf16_to_float(ca_bf16_from_float(x)), NaN made quiet with its sign, computed in
+// place (no shift down and up: a bfloat16 kernel is a few integer ops an element).
 __device__ __forceinline__ float ca_br(float x) {
-    return ca_bf16_to_float(ca_bf16_from_float(x));
+    unsigned bits = (unsigned)__float_as_int(x);
+    if (x != x) return __int_as_float((int)((bits & 0x80000000u) | 0x7fc00000u));
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return __int_as_float((int)(bits & 0xffff0000u));
+}
+// The bits of a float that holds a bfloat16 value exactly (a result of ca_br, or a
+// loaded bfloat16): what ca_bf16_from_float gives for it, without rounding again.
+__device__ __forceinline__ unsigned short ca_bf16_exact(float x) {
+    unsigned bits = (unsigned)__float_as_int(x);
+    if (x != x) return (unsigned short)(((bits >> 16) & 0x8000u) | 0x7fc0u);
+    return (unsigned short)(bits >> 16);
 }
 __device__ __forceinline__ float ca_br(double x) { return ca_br(ca_to_f32_odd(ca_real(x))); }
 __device__ __forceinline__ float ca_br(long long x) {

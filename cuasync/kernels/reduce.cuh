@@ -51,6 +51,22 @@ __device__ A ca_block_reduce(A a, A identity, F combine) {
     return a;
 }
 
+// The combination of the accumulators of threads t, t + cols, t + 2 cols, ... (a block
+// of groups rows of cols threads, at most 256), in order, in the first row's threads t.
+// Every thread of the block must call it (it synchronizes the block twice).
+template <typename A, typename F>
+__device__ A ca_group_reduce(A a, F combine, int cols, int groups) {
+    __shared__ A part[256];
+    if (groups == 1) return a;
+    part[threadIdx.x] = a;
+    __syncthreads();
+    if ((int)threadIdx.x < cols) {
+        for (int g = 1; g < groups; g++) a = combine(a, part[threadIdx.x + g * cols]);
+    }
+    __syncthreads();
+    return a;
+}
+
 __device__ __forceinline__ long long ca_min_ll(long long a, long long b) { return a < b ? a : b; }
 
 // -- complex accumulators (complex64 as float2, complex128 as double2) --------------------

@@ -415,3 +415,285 @@ def test_generated_sign_gives_positive_zero_for_either_zero(tmp_path: Path) -> N
         got = np.array([fn(float(v)) for v in values], dt)
         want = np.array([0.0, 0.0, np.nan, -1.0, 1.0, -1.0, 1.0], dt)
         _same_bits(got, want, f"sign {dt}")
+
+
+def test_bfloat16_rounding_in_place_matches_the_conversions(tmp_path: Path) -> None:
+    # The bfloat16 elementwise kernels round in float (ca_br) and store the exact result's
+    # bits (ca_bf16_exact) instead of converting down and up and down again: for every
+    # float bit pattern, the same bits as ca_bf16_to_float(ca_bf16_from_float(x)), and
+    # the stored bits those of ca_bf16_from_float(x) (NaN quiet, its sign kept).
+    from cuasync._ops.codegen import _prelude
+
+    lib = _compiled(
+        tmp_path,
+        "bf16_round",
+        SHIMS
+        + _prelude()
+        + r"""
+extern "C" long long bf16_mismatches() {
+    long long bad = 0;
+    unsigned u = 0;
+    do {
+        float x = __int_as_float((int)u);
+        unsigned short want = ca_bf16_from_float(x);
+        float r = ca_br(x);
+        bad += __float_as_int(r) != __float_as_int(ca_bf16_to_float(want));
+        bad += ca_bf16_exact(r) != want;
+        bad += ca_bf16_exact(ca_bf16_to_float(want)) != want;  // a loaded value, stored
+    } while (++u != 0);
+    for (unsigned b = 0; b < 65536; b++) {  // every loaded bfloat16, NaN payloads too
+        float x = ca_bf16_to_float((unsigned short)b);
+        bad += ca_bf16_exact(x) != ca_bf16_from_float(x);
+    }
+    return bad;
+}
+""",
+    )
+    lib.bf16_mismatches.restype = ctypes.c_longlong
+    assert lib.bf16_mismatches() == 0
+
+
+def _elementwise_plan(dtype: str) -> Any:
+    return ("op", "add", (dtype, dtype), dtype, ("x", 0, dtype), ("x", 1, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16", "complex128", "int8"])
+def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtype: str) -> None:
+    # The generated contiguous kernel, vector accesses (vec=1: 16 bytes of the widest
+    # operand, VECTORS of them a thread, then the last < width elements) and one element
+    # an access (vec=0), run by one host thread: lengths around the vector width and a
+    # thread's share reach each element once and no further.
+    from cuasync._ops import codegen
+
+    plan = _elementwise_plan(dtype)
+    width = codegen.vector_width(plan, dtype)
+    assert width * SUPPORTED[dtype].itemsize == codegen.VECTOR_BYTES
+    kernel = codegen.source(plan, dtype, 0)
+    s = DTYPES[dtype].storage
+    lib = _compiled(
+        tmp_path,
+        f"contiguous_{dtype}",
+        SHIMS.replace("#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;")
+        + kernel
+        + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
+        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
+    )
+    lib.run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_int]
+    # the same kernel run by a grid of 3 blocks of 32 host threads: each thread's vectors
+    # a block apart, the grid's stride, its last vectors and the tail reach every element
+    grid = _compiled(
+        tmp_path,
+        f"contiguous_grid_{dtype}",
+        BLOCK_SHIMS.replace(
+            "#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;"
+        )
+        + kernel
+        + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
+        f"{{ ca_run_grid(3, 1, 32, [=] {{ ca_elementwise(({s}*)o, (const {s}*)a, "
+        f"(const {s}*)b, n, vec); }}); }}\n",
+    )
+    grid.run.argtypes = lib.run.argtypes
+    per_thread = width * codegen.VECTORS
+    rng = np.random.default_rng(7)
+    dt = SUPPORTED[dtype]
+    lengths = {0, 1, width - 1, width, width + 1, per_thread - 1, per_thread + 1, 1000}
+    lengths |= {per_thread * 96 + d for d in (-width - 1, -1, 0, 1, width * 33 + 1)}
+    for n in sorted(lengths):
+        parts = rng.standard_normal((2, 2, n)) * 8
+        a, b = (p[0] + 1j * p[1] if dt.kind == "c" else p[0] for p in parts)
+        a, b = a.astype(dt), b.astype(dt)
+        with np.errstate(all="ignore"):
+            want = a + b  # numpy's (ml_dtypes': bfloat16 computed in float32, rounded once)
+        for vec, runner in ((1, lib), (0, lib), (1, grid), (0, grid)):
+            out = np.zeros(n + 1, dt)
+            guard = out.view(np.uint8)[n * dt.itemsize :]
+            guard[...] = 0x5A
+            runner.run(out.ctypes.data, a.ctypes.data, b.ctypes.data, n, vec)
+            label = f"{dtype} add of {n}, vec={vec}, {'3 x 32' if runner is grid else 1} threads"
+            _same_bits(out[:n], want, label)
+            assert (guard == 0x5A).all(), f"{label}: wrote past the end"
+
+
+# -- reductions run by a block of threads -----------------------------------------------------
+# The shims above run one thread; these run each block of a grid as blockDim.x host
+# threads (a barrier for __syncthreads, warp shuffles through a slot per thread), so the
+# block-level combines of the column layout (mode 1: 32 rows by 8 groups of threads) and
+# of rows read in vectors (mode 2) run as on a GPU, one block at a time.
+BLOCK_SHIMS = (
+    SHIMS.replace("static inline void __syncthreads() {}\n", "")
+    .replace(
+        "template <typename T>\n"
+        "static inline T __shfl_down_sync(unsigned, T v, int) { return v; }"
+        "  // one thread: unused\n",
+        "",
+    )
+    .replace(
+        "static ca_dim3 blockIdx = {0, 0, 0};  // y: a reduction's split, set by the caller\n"
+        "static const ca_dim3 threadIdx = {0, 0, 0};\n"
+        "static const ca_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n",
+        "",
+    )
+    + r"""
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+static ca_dim3 blockIdx, blockDim, gridDim;
+static thread_local ca_dim3 threadIdx;
+struct ca_barrier {
+    std::mutex m; std::condition_variable cv; int n = 0, waiting = 0; long gen = 0;
+    void wait() {
+        std::unique_lock<std::mutex> lock(m);
+        long g = gen;
+        if (++waiting == n) { waiting = 0; gen++; cv.notify_all(); return; }
+        cv.wait(lock, [&] { return gen != g; });
+    }
+};
+static ca_barrier block_barrier, warp_barrier[32];
+static void __syncthreads() { block_barrier.wait(); }
+static long long shfl_slot[1024];
+template <typename T>
+static T __shfl_down_sync(unsigned, T v, int d) {
+    int t = (int)threadIdx.x, lane = t & 31;
+    long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    shfl_slot[t] = bits;
+    warp_barrier[t >> 5].wait();
+    long long got = lane + d < 32 ? shfl_slot[t + d] : bits;
+    warp_barrier[t >> 5].wait();
+    T r;
+    std::memcpy(&r, &got, sizeof(T));
+    return r;
+}
+static void ca_run_grid(unsigned gx, unsigned gy, unsigned bx, const std::function<void()>& fn) {
+    gridDim = {gx, gy, 1};
+    blockDim = {bx, 1, 1};
+    block_barrier.n = (int)bx;
+    for (auto& w : warp_barrier) w.n = 32;
+    for (unsigned y = 0; y < gy; y++) {
+        for (unsigned x = 0; x < gx; x++) {
+            blockIdx = {x, y, 0};
+            std::vector<std::thread> threads;
+            for (unsigned t = 0; t < bx; t++) {
+                threads.emplace_back([&fn, t] { threadIdx = {t, 0, 0}; fn(); });
+            }
+            for (auto& th : threads) th.join();
+        }
+    }
+}
+"""
+)
+
+BLOCK_REDUCE_CASES = [
+    ("float32", "sum", "float32", "float32"),
+    ("float32", "max", "float32", "float32"),
+    ("float32", "min", "float32", "float32"),
+    ("float32", "argmax", "float32", "int64"),
+    ("bfloat16", "sum", "float32", "bfloat16"),
+    ("complex64", "argmin", "complex64", "int64"),
+]
+
+
+@pytest.fixture(scope="module")
+def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from cuasync._ops import reduce_codegen as rc
+    from cuasync._ops.codegen import ctype
+
+    parts = [BLOCK_SHIMS, rc.prelude()]
+    for i, (dtype, op, acc, out) in enumerate(BLOCK_REDUCE_CASES):
+        spec = rc.ReduceSpec(op, acc, out)
+        parts.append(f"namespace n{i} {{\n{rc.body(('x', 0, dtype), spec, 1, 1)}\n}}")
+        parts.append(f"namespace v{i} {{\n{rc.body(('x', 0, dtype), spec, 0, 1)}\n}}")
+        arg = op in ("argmax", "argmin")
+        parts.append(  # a whole array (no kept dimension: mode 2's kernel)
+            f'extern "C" void s{i}(void* out, void* wsv, void* wsi, const void* x0, '
+            "long long M, long long K, long long splits, long long chunk, int phase, int mode, "
+            "long long xa, long long xb, unsigned gx, unsigned gy, unsigned bx) {\n"
+            "    ca_run_grid(gx, gy, bx, [=] {\n"
+            f"        v{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
+            f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
+            "M, K, splits, chunk, phase, mode, K, xb);\n    });\n}"
+        )
+        parts.append(
+            f'extern "C" void r{i}(void* out, void* wsv, void* wsi, const void* x0, '
+            "long long M, long long K, long long splits, long long chunk, int phase, int mode, "
+            "long long xa, long long xb, unsigned gx, unsigned gy, unsigned bx) {\n"
+            "    ca_run_grid(gx, gy, bx, [=] {\n"
+            f"        n{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
+            f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
+            "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb);\n    });\n}"
+        )
+    return _compiled(tmp_path_factory.mktemp("block_reductions"), "blocks", "\n".join(parts))
+
+
+def _block_reduce(
+    lib: Any, i: int, values: np.ndarray, mode: int, splits: int, block: int
+) -> np.ndarray:
+    """``values`` (M, K) reduced along K by case ``i``'s kernel in ``mode``: for mode 1
+    laid out (K, M) (the kept axis contiguous), else rows of K padded to a multiple of 4
+    elements (a vector of float32); ``splits`` partials a row, then phase 1."""
+    _, _, acc, out = BLOCK_REDUCE_CASES[i]
+    m, k = values.shape
+    if mode == 1:
+        x = np.ascontiguousarray(values.T)
+        xa, xb, chunk = 1, m, -(-k // splits)
+        grid = (1, splits)  # one block column: the rows loop over two tiles of 32
+    else:
+        pad = -(-k // 4) * 4
+        x = np.zeros((m, pad), values.dtype)
+        x[:, :k] = values
+        xa, xb = pad, 1
+        chunk = -(-k // splits)
+        chunk = -(-chunk // 4) * 4 if mode == 2 else chunk
+        grid = (m * splits, 1)
+    assert -(-k // chunk) == splits
+    result = np.zeros(m, SUPPORTED[out])
+    wsv, wsi = np.zeros(m * splits, SUPPORTED[acc]), np.zeros(m * splits, np.int64)
+    fn = getattr(lib, f"{'s' if mode == 2 else 'r'}{i}")
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_longlong] * 4 + [ctypes.c_int] * 2
+    fn.argtypes += [ctypes.c_longlong] * 2 + [ctypes.c_uint] * 3
+    pointers = (result.ctypes.data, wsv.ctypes.data, wsi.ctypes.data, x.ctypes.data)
+    fn(*pointers, m, k, splits, chunk, 0, mode, xa, xb, *grid, block)
+    if splits > 1:
+        fn(*pointers, m, k, splits, chunk, 1, mode, xa, xb, grid[0] if mode == 1 else m, 1, block)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("mode", "shape", "splits", "block"),
+    [
+        (1, (40, 37), 3, 256),
+        (1, (33, 9), 1, 256),
+        (2, (1, 20003), 2, 256),
+        (2, (1, 7), 1, 256),
+        (0, (3, 2003), 2, 256),
+        (0, (3, 300), 300, 32),  # phase 1: 8 partials a thread in flight, then the rest
+        (2, (1, 1200), 300, 32),
+    ],
+)
+def test_reduction_blocks_match_numpy(
+    block_reductions: Any, mode: int, shape: Any, splits: int, block: int
+) -> None:
+    # The column layout's 32 x 8 threads (rows past M masked, groups past a split's end
+    # empty, partials combined by groups in phase 1), and rows read in float32 vectors
+    # (4 a load, 4 loads in flight, the elements past the last vector one a thread):
+    # numpy's sums, NaN-propagating max/min, and first-index argmax/argmin.
+    for i, (dtype, op, _acc, _out) in enumerate(BLOCK_REDUCE_CASES):
+        if mode == 2 and SUPPORTED[dtype].kind != "f":
+            continue  # (the padding above is for 4-element vectors; one row: no complex)
+        values = _host_values(dtype, shape, op, 3 + i)
+        got = _block_reduce(block_reductions, i, values, mode, splits, block)
+        label = f"{op} of {dtype} {shape}, mode {mode}, {splits} splits"
+        if op in ("argmax", "argmin"):
+            np.testing.assert_array_equal(got, getattr(np, op)(values, axis=1), label)
+        elif op in ("max", "min"):
+            want = getattr(np, op)(values, axis=1)
+            assert (np.isnan(got) == np.isnan(want)).all(), label
+            np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)], label)
+        else:
+            wide = values.astype(np.float64)
+            want = wide.sum(axis=1)
+            tol = 2.0**-7 if dtype == "bfloat16" else 1e-5
+            err = np.abs(got.astype(np.float64) - want)
+            assert (err <= tol * (np.abs(wide).sum(axis=1) + 1)).all(), (label, got, want)

@@ -118,6 +118,37 @@ async def test_contiguous_and_strided_kernels_cover_every_element(n: int, anyio_
     check(await (await (h * x)).to_host(), a.astype(np.float16).astype(np.float32) * a)
 
 
+@pytest.mark.parametrize(("dtype", "width"), [("bfloat16", 8), ("float32", 4), ("float64", 2)])
+async def test_aligned_contiguous_operands_take_16_byte_accesses(
+    dtype: str, width: int, anyio_backend: str
+) -> None:
+    # The contiguous kernel moves 16 bytes of each operand an access (8 bfloat16, 4
+    # float32) where every pointer is aligned to that, and one element an access where one
+    # is not (x[1:] is 2 or 4 bytes past a 16-byte boundary); both cover odd lengths and
+    # the tail past the last whole vector, with numpy's values.
+    import ml_dtypes
+
+    from cuasync._builtin import storage_view
+    from cuasync._ops import tensorop
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    plan = ("op", "add", (dtype, dtype), dtype, ("x", 0, dtype), ("x", 1, dtype))
+    assert codegen.vector_width(plan, dtype) == width
+    for n in (1, width - 1, width + 1, width * codegen.VECTORS * 256 + 3):
+        rng = np.random.default_rng(n)
+        a, b = (rng.standard_normal(n + 1).astype(dt) for _ in range(2))
+        x, y = await cuasync.from_host(a), await cuasync.from_host(b)
+        out = await cuasync.zeros((n + 1,), dtype)
+        for sl, aligned in ((slice(0, n), True), (slice(1, n + 1), False)):
+            views = [storage_view(t[sl]) for t in (out, x, y)]
+            assert tensorop.vector_access(views, width) is aligned
+            await cuasync.add(x[sl], y[sl], out=out[sl])
+            got = await out[sl].to_host()
+            np.testing.assert_array_equal(
+                got.view(f"u{dt.itemsize}"), (a[sl] + b[sl]).view(f"u{dt.itemsize}")
+            )
+
+
 async def test_nep50_python_scalars(anyio_backend: str) -> None:
     a = host((5,), "int8", 1)
     x = await dev(a)

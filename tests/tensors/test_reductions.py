@@ -324,8 +324,9 @@ def test_property_shapes_axes_and_views_vs_numpy(data: Any, dtype: str, op: str)
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_every_reduction_source_compiles() -> None:
     # Every op, each with three dtypes (rotating, so each dtype comes twice or more),
-    # kept/reduced dims 0-2, a fused expression with a scalar (norm): each kernel in a
-    # namespace of its own, one NVRTC compile in all.
+    # kept/reduced dims 0-2 (0 and 1: a whole array, with its 16-byte loads), a fused
+    # expression with a scalar (norm): each kernel in a namespace of its own, one NVRTC
+    # compile in all.
     x = ("x", 0, "float32")
     fused = ("op", "add", ("float32", "float32"), "float32", x, ("s", 0, "float"))
     bodies: list[str] = []
@@ -333,7 +334,7 @@ def test_every_reduction_source_compiles() -> None:
         for dtype in (DTYPES[(i + 4 * j) % len(DTYPES)] for j in range(3)):
             spec = rc.ReduceSpec(op, *reversed(rc_dtypes(op, dtype)))
             plan = fused if op == "norm" else ("x", 0, dtype)
-            dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
+            dims = [(1, 1), (0, 2), (2, 0), (0, 1)][len(bodies) % 4]
             bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
     # every op over bfloat16 and complex, their vdot products, a complex norm and means,
     # and conversions into complex accumulators
@@ -354,7 +355,7 @@ def test_every_reduction_source_compiles() -> None:
         extra.append((("x", 0, dtype), rc.ReduceSpec("mean", "complex64", "complex64")))
     extra.append((("x", 0, "float64"), rc.ReduceSpec("sum", "float32", "bfloat16")))
     for plan, spec in extra:
-        dims = [(1, 1), (0, 2), (2, 0)][len(bodies) % 3]
+        dims = [(1, 1), (0, 2), (2, 0), (0, 1)][len(bodies) % 4]
         bodies.append(f"namespace r{len(bodies)} {{\n{rc.body(plan, spec, *dims)}\n}}")
     source = "\n".join([rc.prelude(), *bodies])
     compiled = compile_cubin(source, "r0::ca_reduce", "sm_90", [])
@@ -379,6 +380,23 @@ def test_ops_bench_runs_and_checks_its_results() -> None:
     assert len(ours) == 15 and all(r.value and r.value > 0 for r in ours)
     targets = {r.name for r in report.rows if "target" in r.name}
     assert "unfused time / fused time (target >= 1.8)" in targets
+
+
+def test_ops_bench_runs_only_the_parts_asked_for() -> None:
+    # python -m cuasync.bench ops --only adds: the three add rows (and their targets on
+    # a GPU), nothing else; an unknown part is refused before anything runs.
+    from cuasync.bench import ops
+    from cuasync.bench.__main__ import main
+    from cuasync.bench._util import Report
+
+    report = Report()
+    ops.run(report, quick=True, only=("adds",))
+    ours = [r.name for r in report.rows if r.name.startswith("cuasync ")]
+    assert len(ours) == 3 and all(name.startswith("cuasync add(a, b, out=c)") for name in ours)
+    with pytest.raises(ArgumentError, match="unknown part"):
+        ops.run(Report(), quick=True, only=("add",))
+    with pytest.raises(SystemExit):
+        main(["ops", "--only", "add"])
 
 
 # -- bfloat16 and complex ---------------------------------------------------------------
@@ -501,3 +519,44 @@ async def test_split_rows_and_columns_of_bfloat16_and_complex(
         axis = None if a.ndim == 1 else axis
     got = await getattr(cuasync, op)(await dev(a), axis=axis).to_host()
     check(got, *numpy_reduce(op, a, axis=axis))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "argmax"])
+async def test_rows_read_in_vectors_where_aligned(op: str, anyio_backend: str) -> None:
+    # A whole contiguous float32 array is read 4 elements a load (mode 2) where its
+    # start is 16-byte aligned; x[1:] is 4 bytes past that and reads one element a load
+    # (as rows do, aligned or not). Lengths around the vector, the block's vectors and split ends:
+    # numpy's values either way (NaN first, first index of the maximum).
+    from cuasync._builtin import storage_view
+    from cuasync._ops.reductions import vector_rows
+
+    assert rc.row_vector_width(("x", 0, "float32"), 0, 1) == 4
+    assert rc.row_vector_width(("x", 0, "bfloat16"), 0, 1) == 8
+    assert rc.row_vector_width(("x", 0, "float32"), 0, 2) == 0  # several reduced dims
+    assert rc.row_vector_width(("x", 0, "float32"), 1, 1) == 0  # rows: not in mode 2
+    for n in (3, 4, 5, 4 * 4 * 256 + 7, 70001):
+        a = host((n + 1,), "float32", n, op)
+        if op in ("max", "min") and n > 4:
+            a[n // 2] = np.nan
+        x = await dev(a)
+        for sl, aligned in ((slice(0, n), True), (slice(1, n + 1), False)):
+            assert vector_rows(storage_view(x[sl]), (), (1,), 4) is aligned
+            got = await (await getattr(cuasync, op)(x[sl])).to_host()
+            check(got, *numpy_reduce(op, a[sl]))
+    rows = host((6, 4 * 300), "float32", 1, op)
+    y = await dev(rows)
+    check(await (await getattr(cuasync, op)(y, axis=1)).to_host(), *numpy_reduce(op, rows, axis=1))
+    odd = host((6, 4 * 300 + 1), "float32", 2, op)
+    z = await dev(odd)
+    check(await (await getattr(cuasync, op)(z, axis=1)).to_host(), *numpy_reduce(op, odd, axis=1))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmin"])
+@pytest.mark.parametrize("shape", [(8192 + 5, 300), (1000, 8192 + 33), (257, 40)])
+async def test_first_axis_in_blocks_of_columns(op: str, shape: Any, anyio_backend: str) -> None:
+    # The first axis of a row-major matrix: 32 columns a block, each split over rows in
+    # 8 groups of threads and blockIdx.y (rows not a multiple of a split, columns not of
+    # 32), the partials combined in a second pass: numpy's values.
+    a = host(shape, "float32", 4, op)
+    got = await (await getattr(cuasync, op)(await dev(a), axis=0)).to_host()
+    check(got, *numpy_reduce(op, a, axis=0))
