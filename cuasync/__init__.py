@@ -131,6 +131,16 @@ from ._ops.reductions import min as min
 from ._ops.reductions import prod as prod
 from ._ops.reductions import sum as sum
 from ._ops.reductions import vdot as vdot
+from ._ops.scan import cumprod as cumprod
+from ._ops.scan import cumsum as cumsum
+from ._ops.scan import cumulative_prod as cumulative_prod
+from ._ops.scan import cumulative_sum as cumulative_sum
+from ._ops.statistics import all as all
+from ._ops.statistics import any as any
+from ._ops.statistics import count_nonzero as count_nonzero
+from ._ops.statistics import diff as diff
+from ._ops.statistics import std as std
+from ._ops.statistics import var as var
 from ._ops.tensorop import TensorOp as TensorOp
 from ._partition import MappedPartition as MappedPartition
 from ._partition import Partition as Partition
@@ -201,7 +211,9 @@ __all__ = [
     "__version__",
     "abs",
     "add",
+    "all",
     "angle",
+    "any",
     "arange",
     "argmax",
     "argmin",
@@ -213,8 +225,14 @@ __all__ = [
     "concatenate",
     "convert",
     "cos",
+    "count_nonzero",
+    "cumprod",
+    "cumsum",
+    "cumulative_prod",
+    "cumulative_sum",
     "device_count",
     "diagonal",
+    "diff",
     "divide",
     "dot_general",
     "download_into",
@@ -281,6 +299,7 @@ __all__ = [
     "squeeze",
     "stack",
     "stats",
+    "std",
     "subtract",
     "sum",
     "take",
@@ -296,6 +315,7 @@ __all__ = [
     "use_device",
     "use_policy",
     "value",
+    "var",
     "vdot",
     "wait",
     "warmup",
