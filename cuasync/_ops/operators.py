@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import HostArrayError
+from .methods import ArrayMethods
 
 if TYPE_CHECKING:
     from .tensorop import TensorOp
@@ -41,7 +42,7 @@ def _ew() -> Any:
     return elementwise
 
 
-class TensorOperators:
+class TensorOperators(ArrayMethods):
     """``+ - * / % ** @`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
 
     __slots__ = ()
