@@ -27,11 +27,12 @@ import numpy as np
 from .. import _builtin as builtin
 from .._copies import new_tensor
 from .._core.context import ExecutionContext
-from .._core.op import device_op
+from .._core.device import Device
+from .._core.op import FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._kernel import Kernel
-from .._tensor import Tensor
+from .._tensor import Shape, Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError
 from .codegen import _prelude, ctype
 from .reductions import _result_dtypes, check_dtype, normalize_axes
@@ -70,9 +71,12 @@ def on_tensor(
     shape: tuple[int, ...],
     dtype: Any,
     build: Callable[[Tensor], TensorOp],
+    first_use: FirstUse | None = None,
 ) -> TensorOp:
     """``build(t)``, the op of a tensor ``t``: on ``x`` itself, or on a TensorOp's output
-    once it has run (in the same submission); ``shape`` and ``dtype`` are the result's."""
+    once it has run (in the same submission); ``shape`` and ``dtype`` are the result's;
+    ``first_use(device)``: the kernels ``build``'s op launches on a TensorOp's output
+    (they are prepared before it is enqueued, with the TensorOp's own)."""
     if isinstance(x, Tensor):
         return build(x)
     x._take()
@@ -82,7 +86,11 @@ def on_tensor(
         op._take()
         return op._enqueue(ctx)
 
-    return tensor_op(device_op(enqueue, x.device, name), shape, dtype)
+    def prepare(on: Device) -> tuple[tuple[Any, Device], ...]:
+        mine = first_use(on) if first_use is not None else ()
+        return (*x._first_use(on), *mine)
+
+    return tensor_op(device_op(enqueue, x.device, name, first_use=prepare), shape, dtype)
 
 
 def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bool) -> TensorOp:
@@ -113,6 +121,16 @@ def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bo
     shape = tuple(d + (1 if include_initial and j == a else 0) for j, d in enumerate(x.shape))
     spec = (op, dtype_name(x.dtype), acc, res)
 
+    def first_use(strides: Shape) -> FirstUse:
+        def prepare(on: Device) -> tuple[tuple[Any, Device], ...]:
+            if not math.prod(shape):
+                return ()
+            kdims = _kept(x.shape, strides, contiguous_strides(shape), a)[0]
+            kernel = scan_kernel(*spec, len(kdims))
+            return () if on.ordinal in kernel._prepared else ((kernel, on),)
+
+        return prepare
+
     def build(t: Tensor) -> TensorOp:
         def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
             out = new_tensor(ctx, shape, np.dtype(res), name)
@@ -120,9 +138,21 @@ def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bo
                 _launch(ctx, spec, t, out, a, bool(include_initial))
             return Output.ready(out)
 
-        return tensor_op(device_op(enqueue, t.device, name), shape, np.dtype(res))
+        op = device_op(enqueue, t.device, name, first_use=first_use(t.strides))
+        return tensor_op(op, shape, np.dtype(res))
 
-    return on_tensor(x, name, shape, np.dtype(res), build)
+    dense = contiguous_strides(x.shape)
+    return on_tensor(x, name, shape, np.dtype(res), build, first_use(dense))
+
+
+def _kept(shape: Shape, xstrides: Shape, ostrides: Shape, axis: int) -> tuple[Shape, list[Shape]]:
+    """The axes other than ``axis``, merged: their lengths, and the output's and the
+    input's strides over them."""
+    kept = [j for j in range(len(shape)) if j != axis]
+    return merge_axes(
+        tuple(shape[j] for j in kept),
+        [tuple(ostrides[j] for j in kept), tuple(xstrides[j] for j in kept)],
+    )
 
 
 def _launch(
@@ -133,11 +163,7 @@ def _launch(
     axis: int,
     initial: bool,
 ) -> None:
-    kept = [j for j in range(x.ndim) if j != axis]
-    kdims, (ostr, xstr) = merge_axes(
-        tuple(x.shape[j] for j in kept),
-        [tuple(out.strides[j] for j in kept), tuple(x.strides[j] for j in kept)],
-    )
+    kdims, (ostr, xstr) = _kept(x.shape, x.strides, out.strides, axis)
     k = x.shape[axis]
     m = math.prod(kdims)
     xv = builtin.storage_view(
