@@ -123,6 +123,17 @@ from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
+from ._ops.manipulation import broadcast_arrays as broadcast_arrays
+from ._ops.manipulation import broadcast_shapes as broadcast_shapes
+from ._ops.manipulation import concat as concat
+from ._ops.manipulation import matrix_transpose as matrix_transpose
+from ._ops.manipulation import meshgrid as meshgrid
+from ._ops.manipulation import moveaxis as moveaxis
+from ._ops.manipulation import repeat as repeat
+from ._ops.manipulation import reshape as reshape
+from ._ops.manipulation import roll as roll
+from ._ops.manipulation import tile as tile
+from ._ops.manipulation import unstack as unstack
 from ._ops.reductions import argmax as argmax
 from ._ops.reductions import argmin as argmin
 from ._ops.reductions import max as max
@@ -219,8 +230,11 @@ __all__ = [
     "argmin",
     "asarray",
     "backend_name",
+    "broadcast_arrays",
+    "broadcast_shapes",
     "broadcast_to",
     "clip",
+    "concat",
     "conj",
     "concatenate",
     "convert",
@@ -270,12 +284,15 @@ __all__ = [
     "log1p",
     "lowlevel",
     "matmul",
+    "matrix_transpose",
     "max",
     "maximum",
     "mean",
     "memcpy",
+    "meshgrid",
     "min",
     "minimum",
+    "moveaxis",
     "multiply",
     "negative",
     "not_equal",
@@ -289,6 +306,9 @@ __all__ = [
     "randn",
     "real",
     "remainder",
+    "repeat",
+    "reshape",
+    "roll",
     "rsqrt",
     "scatter",
     "set_default_device",
@@ -306,11 +326,13 @@ __all__ = [
     "take_along_axis",
     "tanh",
     "tensordot",
+    "tile",
     "to_host",
     "trace",
     "tracing",
     "tril",
     "triu",
+    "unstack",
     "upload_pending",
     "use_device",
     "use_policy",
