@@ -134,6 +134,10 @@ from ._ops.manipulation import reshape as reshape
 from ._ops.manipulation import roll as roll
 from ._ops.manipulation import tile as tile
 from ._ops.manipulation import unstack as unstack
+from ._ops.products import dot as dot
+from ._ops.products import inner as inner
+from ._ops.products import outer as outer
+from ._ops.products import vecdot as vecdot
 from ._ops.reductions import argmax as argmax
 from ._ops.reductions import argmin as argmin
 from ._ops.reductions import max as max
@@ -248,6 +252,7 @@ __all__ = [
     "diagonal",
     "diff",
     "divide",
+    "dot",
     "dot_general",
     "download_into",
     "download_pending",
@@ -275,6 +280,7 @@ __all__ = [
     "greater",
     "greater_equal",
     "imag",
+    "inner",
     "kernel_cache",
     "less",
     "less_equal",
@@ -298,6 +304,7 @@ __all__ = [
     "not_equal",
     "ones",
     "ones_like",
+    "outer",
     "pad",
     "permute_dims",
     "power",
@@ -339,6 +346,7 @@ __all__ = [
     "value",
     "var",
     "vdot",
+    "vecdot",
     "wait",
     "warmup",
     "where",
