@@ -150,6 +150,9 @@ from ._ops.scan import cumprod as cumprod
 from ._ops.scan import cumsum as cumsum
 from ._ops.scan import cumulative_prod as cumulative_prod
 from ._ops.scan import cumulative_sum as cumulative_sum
+from ._ops.sorting import argsort as argsort
+from ._ops.sorting import searchsorted as searchsorted
+from ._ops.sorting import sort as sort
 from ._ops.statistics import all as all
 from ._ops.statistics import any as any
 from ._ops.statistics import count_nonzero as count_nonzero
@@ -232,6 +235,7 @@ __all__ = [
     "arange",
     "argmax",
     "argmin",
+    "argsort",
     "asarray",
     "backend_name",
     "broadcast_arrays",
@@ -318,10 +322,12 @@ __all__ = [
     "roll",
     "rsqrt",
     "scatter",
+    "searchsorted",
     "set_default_device",
     "shared",
     "sign",
     "sin",
+    "sort",
     "sqrt",
     "squeeze",
     "stack",
