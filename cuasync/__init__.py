@@ -150,6 +150,11 @@ from ._ops.scan import cumprod as cumprod
 from ._ops.scan import cumsum as cumsum
 from ._ops.scan import cumulative_prod as cumulative_prod
 from ._ops.scan import cumulative_sum as cumulative_sum
+from ._ops.sets import nonzero as nonzero
+from ._ops.sets import unique_all as unique_all
+from ._ops.sets import unique_counts as unique_counts
+from ._ops.sets import unique_inverse as unique_inverse
+from ._ops.sets import unique_values as unique_values
 from ._ops.sorting import argsort as argsort
 from ._ops.sorting import searchsorted as searchsorted
 from ._ops.sorting import sort as sort
@@ -305,6 +310,7 @@ __all__ = [
     "moveaxis",
     "multiply",
     "negative",
+    "nonzero",
     "not_equal",
     "ones",
     "ones_like",
@@ -345,6 +351,10 @@ __all__ = [
     "tracing",
     "tril",
     "triu",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
     "unstack",
     "upload_pending",
     "use_device",
