@@ -393,3 +393,36 @@ def test_every_scan_source_compiles() -> None:
     )
     compiled = compile_cubin("\n".join([codegen._prelude(), *bodies]), "s0::ca_scan", "sm_90", [])
     assert compiled is not None
+
+
+# -- the existing reductions, against the standard ----------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    data=st.data(),
+    dtype=st.sampled_from(["int8", "uint16", "int32", "int64", "float32", "float64"]),
+    fn=st.sampled_from(["sum", "prod", "max", "min", "mean", "argmax", "argmin"]),
+)
+def test_property_existing_reductions_match_array_api_strict(
+    data: Any, dtype: str, fn: str
+) -> None:
+    a, x = strided(data, dtype, small=True)
+    if fn == "mean" and a.dtype.kind != "f":
+        return  # (the standard's mean takes floats; cuasync's of integers is float32)
+    if fn.startswith("arg"):
+        axis = data.draw(st.sampled_from([None, *range(-a.ndim, a.ndim)]))
+    else:
+        axis = axes_of(data, a.ndim)
+    keepdims = data.draw(st.booleans())
+    reduced = a.shape if axis is None else [a.shape[j] for j in np.atleast_1d(axis)]
+    if fn in ("max", "min", "argmax", "argmin") and 0 in (a.shape if axis is None else reduced):
+        with pytest.raises(ArgumentError, match="empty"):
+            getattr(cuasync, fn)(x, axis=axis, keepdims=keepdims)
+        return
+    with np.errstate(all="ignore"):
+        want = getattr(xp, fn)(strict(a), axis=axis, keepdims=keepdims)
+    got = run(getattr(cuasync, fn)(x, axis=axis, keepdims=keepdims))
+    same_kind(got, want)
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, values(want), rtol=RTOL[str(got.dtype)])
+    else:
+        np.testing.assert_array_equal(got, values(want))
