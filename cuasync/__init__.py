@@ -135,6 +135,7 @@ from ._ops.manipulation import roll as roll
 from ._ops.manipulation import tile as tile
 from ._ops.manipulation import unstack as unstack
 from ._ops.products import dot as dot
+from ._ops.products import einsum as einsum
 from ._ops.products import inner as inner
 from ._ops.products import outer as outer
 from ._ops.products import vecdot as vecdot
@@ -268,6 +269,7 @@ __all__ = [
     "dup",
     "dynamic_slice",
     "dynamic_update_slice",
+    "einsum",
     "empty",
     "empty_like",
     "equal",

@@ -202,6 +202,7 @@ async def array_api_names(x: Tensor, op: TensorOp) -> None:
     assert_type(cuasync.dot(x, op), TensorOp)
     assert_type(cuasync.inner(x, x), TensorOp)
     assert_type(cuasync.outer(x, x), TensorOp)
+    assert_type(cuasync.einsum("bij,bjk->bik", x, op), TensorOp)
     # methods (numpy's names), on tensors and ops alike
     for v in (x, op):
         assert_type(v.sum(axis=0), TensorOp)
