@@ -2,11 +2,12 @@
 ``descending`` and ``stable``) and ``searchsorted``.
 
 ``sort``/``argsort`` run a bitonic sort of each row along ``axis``, in a workspace of
-(key, index) pairs padded to a power of two: a kernel loads the rows, one launch per
-compare-exchange step of the network (``log2(P) * (log2(P) + 1) / 2`` for rows padded
-to ``P``), a kernel stores the values or the indices. Pairs are ordered by key, then by
-index, so the order is total: every sort is stable (``stable=False`` is allowed, and
-gives the same order) and deterministic. NaNs sort last, as numpy's (first when
+(key, index) pairs padded to a power of two ``P``: a kernel loads the rows, a kernel
+sorts tiles of up to 2048 pairs in shared memory (a block each), a kernel stores the
+values or the indices. Longer rows take, per merge stage past the tile, one launch per
+compare-exchange step across tiles and one shared-memory launch for the rest. Pairs are
+ordered by key, then by index, so the order is total: every sort is stable
+(``stable=False`` is allowed, and gives the same order) and deterministic. NaNs sort last, as numpy's (first when
 ``descending``, as array-api-strict's); equal keys keep their order in both directions.
 float16 and bfloat16 keys are compared in float32 (exactly). Complex tensors are
 refused (DTypeError). ``searchsorted`` is a thread per searched value, a binary search
@@ -64,6 +65,8 @@ SORT_DTYPES = frozenset(
 )
 _BLOCK = 256
 _MAX_GRID = 1 << 16
+#: Elements of a row sorted in shared memory at once (keys and indices: 32 KiB at most).
+TILE = 2048
 
 
 def _key(dt: str) -> str:
@@ -148,6 +151,40 @@ def body(dt: str, nk: int, values: bool) -> str:
             "        if (swap) { keys[a] = kb; keys[b] = ka; idx[a] = ib; idx[b] = ia; }",
             "    }",
             "}",
+            "// Every step with j < T of the stages kk_lo..kk_hi, on tiles of T elements in",
+            "// shared memory (the same compare-exchanges as ca_sort_step, in one launch).",
+            "__global__ void ca_sort_local(ca_key* keys, long long* idx, long long M, "
+            "long long K, long long P, long long T, long long kk_lo, long long kk_hi, "
+            "long long j_first, int desc) {",
+            f"    __shared__ ca_key sk[{TILE}];",
+            f"    __shared__ long long si[{TILE}];",
+            "    const long long tiles = P / T;",
+            "    for (long long b = blockIdx.x; b < M * tiles; b += gridDim.x) {",
+            "        long long m = b / tiles, base = (b - m * tiles) * T, g0 = m * P + base;",
+            "        for (long long e = threadIdx.x; e < T; e += blockDim.x) {",
+            "            sk[e] = keys[g0 + e]; si[e] = idx[g0 + e];",
+            "        }",
+            "        __syncthreads();",
+            "        for (long long kk = kk_lo; kk <= kk_hi; kk <<= 1) {",
+            "            for (long long j = kk == kk_lo ? j_first : kk / 2; j > 0; j >>= 1) {",
+            "                for (long long r = threadIdx.x; r < T / 2; r += blockDim.x) {",
+            "                    long long i = (r / j) * 2 * j + r % j, c = i + j;",
+            "                    bool up = ((base + i) & kk) == 0;",
+            "                    ca_key ka = sk[i], kb = sk[c];",
+            "                    long long ia = si[i], ib = si[c];",
+            "                    bool swap = up ? ca_before(kb, ib, ka, ia, K, desc)",
+            "                                   : ca_before(ka, ia, kb, ib, K, desc);",
+            "                    if (swap) { sk[i] = kb; sk[c] = ka; si[i] = ib; si[c] = ia; }",
+            "                }",
+            "                __syncthreads();",
+            "            }",
+            "        }",
+            "        for (long long e = threadIdx.x; e < T; e += blockDim.x) {",
+            "            keys[g0 + e] = sk[e]; idx[g0 + e] = si[e];",
+            "        }",
+            "        __syncthreads();",
+            "    }",
+            "}",
             f"__global__ void ca_sort_store({out}* out, const ca_key* keys, const long long* idx, "
             + ", ".join(
                 ["long long M", "long long K", "long long P", "long long ok", *dims]
@@ -211,24 +248,38 @@ def _twins(dt: str, values: bool) -> tuple[Callable[..., None], ...]:
         part = keys.view(key).reshape(m, p)[:, :k] if values else idx.reshape(m, p)[:, :k]
         out.view(out_dt)[...] = part.astype(out_dt).reshape(out.shape)
 
-    return init, step, store
+    def local(
+        keys: np.ndarray, idx: np.ndarray, m: Any, k: Any, p: Any, t: Any, *rest: Any
+    ) -> None:
+        lo, hi, first, desc = (int(v) for v in rest)
+        kk = lo
+        while kk <= hi:  # the same compare-exchanges, over whole rows (j < T: in tiles)
+            j = first if kk == lo else kk // 2
+            while j:
+                step(keys, idx, m, k, p, kk, j, desc)
+                j //= 2
+            kk *= 2
+
+    return init, step, local, store
 
 
-_kernels: dict[tuple[str, int, bool], tuple[Kernel, Kernel, Kernel]] = {}
+_kernels: dict[tuple[str, int, bool], tuple[Kernel, Kernel, Kernel, Kernel]] = {}
 _lock = threading.Lock()
 
 
-def sort_kernels(dt: str, nk: int, values: bool) -> tuple[Kernel, Kernel, Kernel]:
-    """The compiled-once ``ca_sort_init``, ``ca_sort_step``, ``ca_sort_store`` of ``dt``."""
+def sort_kernels(dt: str, nk: int, values: bool) -> tuple[Kernel, Kernel, Kernel, Kernel]:
+    """The compiled-once ``ca_sort_init``, ``ca_sort_step``, ``ca_sort_local`` and
+    ``ca_sort_store`` of ``dt``."""
     key = (dt, nk, values)
     with _lock:
         found = _kernels.get(key)
         if found is None:
             src = "\n".join([_prelude(), body(dt, nk, values)])
-            init, step, store = _twins(dt, values)
+            init, step, local, store = _twins(dt, values)
             found = _kernels[key] = (
                 Kernel(src, "ca_sort_init", emulate=init),
                 Kernel(src, "ca_sort_step", emulate=step),
+                Kernel(src, "ca_sort_local", emulate=local),
                 Kernel(src, "ca_sort_store", emulate=store),
             )
     return found
@@ -262,7 +313,7 @@ def _sort(name: str, x: Any, axis: Any, descending: Any, stable: Any, values: bo
     shape = x.shape
     desc = int(bool(descending))
 
-    def kernels(strides: Shape) -> tuple[Kernel, Kernel, Kernel]:
+    def kernels(strides: Shape) -> tuple[Kernel, ...]:
         kdims = _kept(shape, strides, contiguous_strides(shape), a)[0]
         return sort_kernels(dt, len(kdims), values)
 
@@ -290,7 +341,7 @@ def _sort(name: str, x: Any, axis: Any, descending: Any, stable: Any, values: bo
 def _launch(
     ctx: ExecutionContext, x: Tensor, out: Tensor, axis: int, ks: tuple[Kernel, ...], desc: int
 ) -> None:
-    init, step, store = ks
+    init, step, local, store = ks
     kdims, (ostr, xstr) = _kept(x.shape, x.strides, out.strides, axis)
     k, m = x.shape[axis], math.prod(kdims)
     p = 1 << builtins.max(k - 1, 0).bit_length()
@@ -303,18 +354,26 @@ def _launch(
         Tensor(out.allocation, (*kdims, k), out.dtype, (*ostr, out.strides[axis]), out.offset)
     )
 
-    def launch(kernel: Kernel, *args: Any, n: int) -> None:
-        op = kernel.launch(*args, grid=_grid(n), block=_BLOCK)
+    def launch(kernel: Kernel, *args: Any, n: int, block: int = 0) -> None:
+        if block:  # a block per tile
+            grid, threads = builtins.min(n, _MAX_GRID), builtins.min(builtins.max(block, 32), 1024)
+        else:
+            grid, threads = _grid(n), _BLOCK
+        op = kernel.launch(*args, grid=grid, block=threads)
         op._take()
         op._enqueue(ctx)
 
     launch(init, keys, idx, xv, m, k, p, x.strides[axis], *kdims, *xstr, n=m * p)
-    kk = 2
-    while kk <= p:
+    t = builtins.min(p, TILE)  # a tile in shared memory: every step with j < t at once
+    if p > 1:
+        launch(local, keys, idx, m, k, p, t, 2, t, 1, desc, n=m * p // t, block=t // 2)
+    kk = 2 * t
+    while kk <= p:  # longer rows: the steps with j >= t across tiles, one launch each
         j = kk // 2
-        while j:
+        while j >= t:
             launch(step, keys, idx, m, k, p, kk, j, desc, n=m * p // 2)
             j //= 2
+        launch(local, keys, idx, m, k, p, t, kk, kk, t // 2, desc, n=m * p // t, block=t // 2)
         kk *= 2
     launch(store, ov, keys, idx, m, k, p, out.strides[axis], *kdims, *ostr, n=m * k)
 
