@@ -7,11 +7,11 @@ sorts tiles of up to 2048 pairs in shared memory (a block each), a kernel stores
 values or the indices. Longer rows take, per merge stage past the tile, one launch per
 compare-exchange step across tiles and one shared-memory launch for the rest. Pairs are
 ordered by key, then by index, so the order is total: every sort is stable
-(``stable=False`` is allowed, and gives the same order) and deterministic. NaNs sort last, as numpy's (first when
-``descending``, as array-api-strict's); equal keys keep their order in both directions.
-float16 and bfloat16 keys are compared in float32 (exactly). Complex tensors are
-refused (DTypeError). ``searchsorted`` is a thread per searched value, a binary search
-in the same order (NaN the largest).
+(``stable=False`` is allowed, and gives the same order) and deterministic. NaNs sort
+last, as numpy's (first when ``descending``, as array-api-strict's); equal keys keep
+their order in both directions. float16 and bfloat16 keys are compared in float32
+(exactly). Complex tensors are refused (DTypeError). ``searchsorted`` is a thread per
+searched value, a binary search in the same order (NaN the largest).
 
 >>> s = await cuasync.sort(x, axis=-1)
 >>> i = await cuasync.argsort(x, descending=True)
