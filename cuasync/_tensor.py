@@ -17,7 +17,13 @@ from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
 from ._ops.operators import TensorOperators
-from .errors import HostArrayError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
+from .errors import (
+    ArgumentError,
+    HostArrayError,
+    IndexOutOfRangeError,
+    ShapeError,
+    UnsupportedIndexError,
+)
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
@@ -405,6 +411,21 @@ class Tensor(TensorOperators, ProcessLocal):
         """The axes reversed, zero-copy (``t.transpose()``)."""
         return self.transpose()
 
+    @property
+    def mT(self) -> Tensor:
+        """The last two axes swapped (a stack of matrices transposed), zero-copy; a
+        tensor of two or more dimensions.
+
+        >>> x.mT.shape                            # x: (5, 2, 3)
+        (5, 3, 2)
+        """
+        from ._views import permute
+
+        if self.ndim < 2:
+            raise ShapeError(f"mT needs two or more dimensions, this tensor has shape {self.shape}")
+        axes = (*range(self.ndim - 2), self.ndim - 1, self.ndim - 2)
+        return permute(self, axes, "mT")
+
     def __getitem__(self, index: Any) -> Tensor:
         """numpy-style basic indexing, zero-copy: ints, slices (negative steps too), ``...``,
         None (``numpy.newaxis``).
@@ -581,6 +602,19 @@ class Tensor(TensorOperators, ProcessLocal):
         from ._peer import to_device
 
         return to_device(self, device)
+
+    def to_device(self, device: int | Device, /, *, stream: Any = None) -> DeviceOp[Tensor]:
+        """The array API's name of :meth:`to`: an op copying the tensor to ``device``
+        (``stream`` must be None: the copy runs on a stream of ``device``'s policy).
+
+        >>> y = await x.to_device(x.device)
+        """
+        if stream is not None:
+            raise ArgumentError(
+                f"to_device: stream must be None (got {stream!r}); the copy runs on a "
+                "stream of the device's policy (cuasync.use_policy chooses it)"
+            )
+        return self.to(device)
 
     # -- interop ---------------------------------------------------------------------------
     def __dlpack__(

@@ -16,6 +16,7 @@ saying what to call instead.
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +34,11 @@ _UFUNC_OPS = {
         "add", "subtract", "multiply", "divide", "remainder", "power", "equal", "not_equal",
         "less", "less_equal", "greater", "greater_equal",
     )
-} | {"true_divide": "divide"}  # fmt: skip
+} | {
+    "true_divide": "divide", "floor_divide": "floor_divide", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift",
+}  # fmt: skip
 
 
 def _ew() -> Any:
@@ -42,8 +47,17 @@ def _ew() -> Any:
     return elementwise
 
 
+def _function(name: str) -> Any:
+    """The elementwise function of an operator: numpy's everyday ones, or the array API's."""
+    from . import elementwise_api
+
+    return getattr(_ew(), name, None) or getattr(elementwise_api, name)
+
+
 class TensorOperators(ArrayMethods):
-    """``+ - * / % ** @`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
+    """``+ - * / // % ** @ & | ^ << >>`` (and reflected), unary ``- + ~``, ``abs()`` and
+    comparisons. No in-place forms: ``x += y`` rebinds ``x`` to the op ``x + y`` (a lazy
+    result, not a write into ``x``; write in place with ``cuasync.add(x, y, out=x)``)."""
 
     __slots__ = ()
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
@@ -56,7 +70,7 @@ class TensorOperators(ArrayMethods):
                     raise _host_array(name, other, self)
                 return self._binary(name, other[()], reflected)  # a 0-d array: its scalar
             return NotImplemented
-        fn = getattr(ew, name)
+        fn = _function(name)
         return fn(other, self) if reflected else fn(self, other)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -73,6 +87,19 @@ class TensorOperators(ArrayMethods):
         if host is not None:
             raise _host_array(ufunc.__name__, host, self)
         raise _numpy_function(ufunc.__name__, self)
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> ModuleType:
+        """The array API namespace of the tensor: the ``cuasync`` module (``api_version``
+        None, "2023.12" or "2024.12"; another raises :class:`~cuasync.errors.ArgumentError`,
+        a ValueError).
+
+        >>> xp = x.__array_namespace__()
+        >>> y = await xp.sqrt(xp.abs(x))
+        """
+        from .._namespace import check_api_version
+
+        check_api_version(api_version)
+        return sys.modules["cuasync"]
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
@@ -107,6 +134,42 @@ class TensorOperators(ArrayMethods):
 
     def __rmod__(self, other: Any) -> TensorOp:
         return self._binary("remainder", other, True)
+
+    def __floordiv__(self, other: Any) -> TensorOp:
+        return self._binary("floor_divide", other)
+
+    def __rfloordiv__(self, other: Any) -> TensorOp:
+        return self._binary("floor_divide", other, True)
+
+    def __and__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_and", other)
+
+    def __rand__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_and", other, True)
+
+    def __or__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_or", other)
+
+    def __ror__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_or", other, True)
+
+    def __xor__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_xor", other)
+
+    def __rxor__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_xor", other, True)
+
+    def __lshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_left_shift", other)
+
+    def __rlshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_left_shift", other, True)
+
+    def __rshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_right_shift", other)
+
+    def __rrshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_right_shift", other, True)
 
     def __pow__(self, other: Any) -> TensorOp:
         return self._binary("power", other)
@@ -151,6 +214,12 @@ class TensorOperators(ArrayMethods):
 
     def __abs__(self) -> TensorOp:
         return _ew().abs(self)
+
+    def __pos__(self) -> TensorOp:
+        return _function("positive")(self)
+
+    def __invert__(self) -> TensorOp:
+        return _function("bitwise_invert")(self)
 
 
 def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:

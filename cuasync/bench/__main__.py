@@ -1,8 +1,8 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, all. On a
-terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
-the suites.
+Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop,
+requests, all. On a terminal, with tqdm installed (the ``bench`` extra), a progress bar
+on stderr counts the suites.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ import sys
 from ._progress import Progress
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops")
+SUITES = (
+    "completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops", "interop",
+    "requests",
+)  # fmt: skip
 
 
 def _run(suite: str, report: Report, quick: bool) -> None:
@@ -50,6 +53,14 @@ def _run(suite: str, report: Report, quick: bool) -> None:
         from . import ops
 
         ops.run(report, quick=quick)
+    elif suite == "interop":
+        from . import interop
+
+        interop.run(report, n=2000 if quick else 20000)
+    elif suite == "requests":
+        from . import requests
+
+        requests.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:
