@@ -158,6 +158,7 @@ from ._ops.sets import unique_counts as unique_counts
 from ._ops.sets import unique_inverse as unique_inverse
 from ._ops.sets import unique_values as unique_values
 from ._ops.sorting import argsort as argsort
+from ._ops.sorting import isin as isin
 from ._ops.sorting import searchsorted as searchsorted
 from ._ops.sorting import sort as sort
 from ._ops.statistics import all as all
@@ -385,6 +386,7 @@ __all__ = [
     "greater_equal",
     "imag",
     "inner",
+    "isin",
     "kernel_cache",
     "less",
     "less_equal",

@@ -180,6 +180,7 @@ async def array_api_names(x: Tensor, op: TensorOp) -> None:
     assert_type(cuasync.sort(x, descending=True), TensorOp)
     assert_type(cuasync.argsort(x, axis=0, stable=True), TensorOp)
     assert_type(cuasync.searchsorted(x, x, side="right"), TensorOp)
+    assert_type(cuasync.isin(x, op, invert=True), TensorOp)
     # data-dependent shapes: coroutine functions
     assert_type(await cuasync.nonzero(x), tuple[Tensor, ...])
     assert_type(await cuasync.unique_values(x), Tensor)

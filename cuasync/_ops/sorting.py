@@ -43,7 +43,7 @@ from .reductions import normalize_axes
 from .scan import _kept, _operand, on_tensor
 from .tensorop import TensorOp, tensor_op
 
-__all__ = ["argsort", "searchsorted", "sort"]
+__all__ = ["argsort", "isin", "searchsorted", "sort"]
 
 #: The dtypes sort and searchsorted take.
 SORT_DTYPES = frozenset(
@@ -539,3 +539,52 @@ def searchsorted(
         return on_tensor(x1, "searchsorted", shape, np.int64, with_sorted)
 
     return on_tensor(x2, "searchsorted", shape, np.int64, with_values)
+
+
+def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = False) -> TensorOp:
+    """Whether each element of ``x1`` is among the elements of ``x2`` (a bool tensor of
+    ``x1``'s shape; ``invert=True``: whether it is not), as the array API's (2025.12)
+    and numpy's: ``x2`` flattened and sorted, then a binary search per element of
+    ``x1``. NaN is in nothing (NaN != NaN).
+
+    >>> mask = await cuasync.isin(labels, wanted)
+    """
+    from .._creation import full
+    from .._joins import take
+    from . import elementwise
+    from .scan import _flatten
+
+    x1, x2 = _operand(x1, "isin"), _operand(x2, "isin")
+    dt = _check_sortable(x1, "isin")
+    if x2.dtype != x1.dtype:
+        raise DTypeError(
+            f"isin: x1 is {dt} and x2 {dtype_name(x2.dtype)}; convert x2 first, x2.astype('{dt}')"
+        )
+    if not isinstance(invert, (bool, np.bool_)):
+        raise ArgumentError(f"isin: invert must be a bool, got {invert!r}"[:200])
+    shape = x1.shape
+    if x2.size == 0:
+        for v in (x1, x2):
+            if isinstance(v, TensorOp):
+                v._take()  # (nothing to compute from it)
+        return full(shape, bool(invert), dtype="bool")
+    ordered = sort(_flatten(x2), axis=0)
+
+    def with_values(v: Tensor) -> TensorOp:
+        def with_sorted(s: Tensor) -> TensorOp:
+            def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+                where = searchsorted(s, v)
+                where._take()
+                found = take(s, where._enqueue(ctx).get(), mode="clip")
+                found._take()
+                near = found._enqueue(ctx).get()
+                test = elementwise.not_equal if invert else elementwise.equal
+                result = test(near, v)
+                result._take()
+                return result._enqueue(ctx)
+
+            return tensor_op(device_op(enqueue, s.device, "isin"), shape, np.bool_)
+
+        return on_tensor(ordered, "isin", shape, np.bool_, with_sorted)
+
+    return on_tensor(x1, "isin", shape, np.bool_, with_values)

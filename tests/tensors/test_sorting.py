@@ -173,3 +173,19 @@ def test_every_sort_and_search_source_compiles() -> None:
         bodies.append(f"namespace s{len(bodies)} {{\n{sorting.search_body(dt, i % 3)}\n}}")
     source = "\n".join([codegen._prelude(), *bodies])
     assert compile_cubin(source, "s0::ca_sort_step", "sm_90", []) is not None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), dtype=st.sampled_from(["int8", "uint32", "int64", "float32", "float64"]))
+def test_property_isin_vs_array_api_strict(data: Any, dtype: str) -> None:
+    a, x = strided(data, dtype)
+    b, y = strided(data, dtype)
+    invert = data.draw(st.booleans())
+    if a.dtype.kind == "f" or invert:
+        # numpy's (NaN in nothing): array-api-strict 2.6 takes integers only, and its
+        # invert=True is wrong (isin([3], [3], invert=True) is True there, and
+        # isin([3], [], invert=True) False)
+        want = np.isin(a, b, invert=invert)
+    else:  # the 2025.12 revision's
+        want = np.asarray(xp.isin(xp.asarray(a), xp.asarray(b), invert=invert)._array)
+    same(run(cuasync.isin(x, y, invert=invert)), want)
