@@ -124,6 +124,22 @@ from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
+from ._ops.manipulation import broadcast_arrays as broadcast_arrays
+from ._ops.manipulation import broadcast_shapes as broadcast_shapes
+from ._ops.manipulation import concat as concat
+from ._ops.manipulation import matrix_transpose as matrix_transpose
+from ._ops.manipulation import meshgrid as meshgrid
+from ._ops.manipulation import moveaxis as moveaxis
+from ._ops.manipulation import repeat as repeat
+from ._ops.manipulation import reshape as reshape
+from ._ops.manipulation import roll as roll
+from ._ops.manipulation import tile as tile
+from ._ops.manipulation import unstack as unstack
+from ._ops.products import dot as dot
+from ._ops.products import einsum as einsum
+from ._ops.products import inner as inner
+from ._ops.products import outer as outer
+from ._ops.products import vecdot as vecdot
 from ._ops.reductions import argmax as argmax
 from ._ops.reductions import argmin as argmin
 from ._ops.reductions import max as max
@@ -132,6 +148,25 @@ from ._ops.reductions import min as min
 from ._ops.reductions import prod as prod
 from ._ops.reductions import sum as sum
 from ._ops.reductions import vdot as vdot
+from ._ops.scan import cumprod as cumprod
+from ._ops.scan import cumsum as cumsum
+from ._ops.scan import cumulative_prod as cumulative_prod
+from ._ops.scan import cumulative_sum as cumulative_sum
+from ._ops.sets import nonzero as nonzero
+from ._ops.sets import unique_all as unique_all
+from ._ops.sets import unique_counts as unique_counts
+from ._ops.sets import unique_inverse as unique_inverse
+from ._ops.sets import unique_values as unique_values
+from ._ops.sorting import argsort as argsort
+from ._ops.sorting import isin as isin
+from ._ops.sorting import searchsorted as searchsorted
+from ._ops.sorting import sort as sort
+from ._ops.statistics import all as all
+from ._ops.statistics import any as any
+from ._ops.statistics import count_nonzero as count_nonzero
+from ._ops.statistics import diff as diff
+from ._ops.statistics import std as std
+from ._ops.statistics import var as var
 from ._ops.tensorop import TensorOp as TensorOp
 from ._partition import MappedPartition as MappedPartition
 from ._partition import Partition as Partition
@@ -294,27 +329,41 @@ __all__ = [
     "__version__",
     "abs",
     "add",
+    "all",
     "angle",
+    "any",
     "arange",
     "argmax",
     "argmin",
+    "argsort",
     "asarray",
     "backend_name",
+    "broadcast_arrays",
+    "broadcast_shapes",
     "broadcast_to",
     "clip",
+    "concat",
     "conj",
     "concatenate",
     "convert",
     "cos",
+    "count_nonzero",
+    "cumprod",
+    "cumsum",
+    "cumulative_prod",
+    "cumulative_sum",
     "device_count",
     "diagonal",
+    "diff",
     "divide",
+    "dot",
     "dot_general",
     "download_into",
     "download_pending",
     "dup",
     "dynamic_slice",
     "dynamic_update_slice",
+    "einsum",
     "empty",
     "empty_like",
     "equal",
@@ -336,6 +385,8 @@ __all__ = [
     "greater",
     "greater_equal",
     "imag",
+    "inner",
+    "isin",
     "kernel_cache",
     "less",
     "less_equal",
@@ -345,17 +396,22 @@ __all__ = [
     "log1p",
     "lowlevel",
     "matmul",
+    "matrix_transpose",
     "max",
     "maximum",
     "mean",
     "memcpy",
+    "meshgrid",
     "min",
     "minimum",
+    "moveaxis",
     "multiply",
     "negative",
+    "nonzero",
     "not_equal",
     "ones",
     "ones_like",
+    "outer",
     "pad",
     "permute_dims",
     "power",
@@ -364,32 +420,46 @@ __all__ = [
     "randn",
     "real",
     "remainder",
+    "repeat",
+    "reshape",
+    "roll",
     "rsqrt",
     "scatter",
+    "searchsorted",
     "set_default_device",
     "shared",
     "sign",
     "sin",
+    "sort",
     "sqrt",
     "squeeze",
     "stack",
     "stats",
+    "std",
     "subtract",
     "sum",
     "take",
     "take_along_axis",
     "tanh",
     "tensordot",
+    "tile",
     "to_host",
     "trace",
     "tracing",
     "tril",
     "triu",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
+    "unstack",
     "upload_pending",
     "use_device",
     "use_policy",
     "value",
+    "var",
     "vdot",
+    "vecdot",
     "wait",
     "warmup",
     "where",

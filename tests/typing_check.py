@@ -166,6 +166,60 @@ async def graphs(y: Tensor) -> None:
     assert_type(scope.graph, CudaGraph[Any] | None)
 
 
+async def array_api_names(x: Tensor, op: TensorOp) -> None:
+    # statistics and scans
+    for fn in (cuasync.all, cuasync.any, cuasync.count_nonzero, cuasync.var, cuasync.std):
+        assert_type(fn(x, axis=0, keepdims=True), TensorOp)
+    assert_type(cuasync.var(x, correction=1), TensorOp)
+    assert_type(cuasync.diff(x, axis=-1, n=2), TensorOp)
+    assert_type(cuasync.cumulative_sum(x, axis=0, include_initial=True), TensorOp)
+    assert_type(cuasync.cumulative_prod(x, axis=0), TensorOp)
+    assert_type(cuasync.cumsum(x), TensorOp)
+    assert_type(cuasync.cumprod(x, axis=1), TensorOp)
+    # sorting and searching
+    assert_type(cuasync.sort(x, descending=True), TensorOp)
+    assert_type(cuasync.argsort(x, axis=0, stable=True), TensorOp)
+    assert_type(cuasync.searchsorted(x, x, side="right"), TensorOp)
+    assert_type(cuasync.isin(x, op, invert=True), TensorOp)
+    # data-dependent shapes: coroutine functions
+    assert_type(await cuasync.nonzero(x), tuple[Tensor, ...])
+    assert_type(await cuasync.unique_values(x), Tensor)
+    assert_type((await cuasync.unique_counts(x)).counts, Tensor)
+    assert_type((await cuasync.unique_inverse(x)).inverse_indices, Tensor)
+    assert_type((await cuasync.unique_all(x)).indices, Tensor)
+    # manipulation
+    assert_type(cuasync.broadcast_arrays(x, x), list[Tensor])
+    assert_type(cuasync.broadcast_shapes((2, 1), (3,)), tuple[int, ...])
+    assert_type(cuasync.moveaxis(x, 0, -1), Tensor)
+    assert_type(cuasync.matrix_transpose(x), Tensor)
+    assert_type(cuasync.unstack(x, axis=0), tuple[Tensor, ...])
+    assert_type(cuasync.meshgrid(x, x, indexing="ij"), list[Tensor])
+    assert_type(cuasync.reshape(x, (2, -1), copy=False), TensorOp)
+    assert_type(cuasync.repeat(x, 2, axis=0), TensorOp)
+    assert_type(cuasync.tile(x, (2, 1)), TensorOp)
+    assert_type(cuasync.roll(x, 1, axis=0), TensorOp)
+    assert_type(cuasync.concat([x, x], axis=None), TensorOp)
+    # products
+    assert_type(cuasync.vecdot(x, x), TensorOp)
+    assert_type(cuasync.dot(x, op), TensorOp)
+    assert_type(cuasync.inner(x, x), TensorOp)
+    assert_type(cuasync.outer(x, x), TensorOp)
+    assert_type(cuasync.einsum("bij,bjk->bik", x, op), TensorOp)
+    # methods (numpy's names), on tensors and ops alike
+    for v in (x, op):
+        assert_type(v.sum(axis=0), TensorOp)
+        assert_type(v.mean(), TensorOp)
+        assert_type(v.max(keepdims=True), TensorOp)
+        assert_type(v.std(ddof=1), TensorOp)
+        assert_type(v.cumsum(), TensorOp)
+        assert_type(v.copy(), TensorOp)
+        assert_type(v.flatten(), TensorOp)
+        assert_type(v.tolist(), DeviceOp[Any])
+    assert_type(x.squeeze(), Tensor)
+    assert_type(op.squeeze(), TensorOp)
+    assert_type(await x.argmax(), Tensor)
+
+
 async def array_api_namespace(x: Tensor) -> None:
     # the array API's elementwise functions (#34): TensorOps, like the existing ones
     assert_type(cuasync.acos(x), TensorOp)

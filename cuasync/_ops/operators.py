@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import HostArrayError
+from .methods import ArrayMethods
 
 if TYPE_CHECKING:
     from .tensorop import TensorOp
@@ -53,7 +54,7 @@ def _function(name: str) -> Any:
     return getattr(_ew(), name, None) or getattr(elementwise_api, name)
 
 
-class TensorOperators:
+class TensorOperators(ArrayMethods):
     """``+ - * / // % ** @ & | ^ << >>`` (and reflected), unary ``- + ~``, ``abs()`` and
     comparisons. No in-place forms: ``x += y`` rebinds ``x`` to the op ``x + y`` (a lazy
     result, not a write into ``x``; write in place with ``cuasync.add(x, y, out=x)``)."""

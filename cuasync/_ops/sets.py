@@ -1,0 +1,260 @@
+"""Functions whose output shape depends on the data: ``nonzero`` and the array API
+standard's ``unique_values``, ``unique_counts``, ``unique_inverse``, ``unique_all``.
+
+The contract: the output's shape is unknown until the data is known, so these are
+coroutine functions, not lazy ops: ``await cuasync.nonzero(x)``. Each enqueues its
+kernels (a scan of the nonzero flags, or a sort and a scan), awaits the count they
+produce (a 0-d readback, awaited like any op: the event loop is never blocked, and
+nothing waits on the host while the kernels run), then enqueues the kernels that write
+outputs of that length, and awaits them. They cannot be fused into other expressions,
+chained with ``then()``, or captured in a graph; every other op stays lazy.
+
+NaNs are distinct in ``unique_*`` (NaN != NaN, as the standard says); -0.0 and 0.0 are
+one value. Indices are int64.
+
+>>> rows, cols = await cuasync.nonzero(m)
+>>> values, counts = await cuasync.unique_counts(x)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .._tensor import Tensor
+from .._views import _tensor
+from ..errors import ArgumentError
+from . import elementwise
+from .scan import _flatten, cumsum
+from .sorting import _check_sortable, argsort, sort
+
+__all__ = [
+    "UniqueAll",
+    "UniqueCounts",
+    "UniqueInverse",
+    "nonzero",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
+]
+
+
+class UniqueAll(NamedTuple):
+    """:func:`unique_all`'s result: the sorted unique ``values``, the flat index of the
+    first occurrence of each (``indices``), the index of each element's value in
+    ``values`` (``inverse_indices``, of ``x``'s shape) and the ``counts``."""
+
+    values: Tensor
+    indices: Tensor
+    inverse_indices: Tensor
+    counts: Tensor
+
+
+class UniqueCounts(NamedTuple):
+    """:func:`unique_counts`'s result: the sorted unique ``values`` and their ``counts``."""
+
+    values: Tensor
+    counts: Tensor
+
+
+class UniqueInverse(NamedTuple):
+    """:func:`unique_inverse`'s result: the sorted unique ``values`` and, of ``x``'s
+    shape, the index of each element's value in them (``inverse_indices``)."""
+
+    values: Tensor
+    inverse_indices: Tensor
+
+
+# -- the compaction kernel ----------------------------------------------------------------------
+def compact_body(nd: int) -> str:
+    """The CUDA C++ of ``ca_compact``: for each ``i`` whose inclusive count ``pos[i]``
+    steps up, its coordinates over ``nd`` dims (C order) at row ``pos[i] - 1`` of
+    ``coords`` (``nd`` rows of ``n``)."""
+    dims = ", ".join(f"long long d{j}" for j in range(nd))
+    unravel = []
+    for j in reversed(range(nd)):
+        unravel.append(f"        coords[{j} * n + w] = r % d{j}; r /= d{j};")
+    return "\n".join(
+        [
+            "__global__ void ca_compact(long long* coords, const long long* pos, long long N, "
+            f"long long n, {dims}) {{",
+            "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < N;",
+            "         i += (long long)gridDim.x * blockDim.x) {",
+            "        long long p = pos[i], prev = i ? pos[i - 1] : 0;",
+            "        if (p == prev) continue;",
+            "        long long w = p - 1, r = i;",
+            *unravel,
+            "    }",
+            "}",
+        ]
+    )
+
+
+def _compact_twin(coords: np.ndarray, pos: np.ndarray, n_all: Any, n: Any, *dims: Any) -> None:
+    steps = np.diff(pos, prepend=0) != 0
+    where = np.nonzero(steps)[0]
+    shape = tuple(int(d) for d in dims)
+    coords.reshape(len(shape), int(n))[...] = np.stack(np.unravel_index(where, shape))
+
+
+_kernels: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+def compact_kernel(nd: int) -> Any:
+    """The compiled-once ``ca_compact`` over ``nd`` dims."""
+    from .._kernel import Kernel
+
+    with _lock:
+        found = _kernels.get(nd)
+        if found is None:
+            found = _kernels[nd] = Kernel(compact_body(nd), "ca_compact", emulate=_compact_twin)
+    return found
+
+
+async def _positions(flags: Any) -> tuple[Tensor, int]:
+    """The inclusive running count of ``flags`` flattened (C order), and its total,
+    read back (awaited)."""
+    pos = await cumsum(flags, dtype="int64")
+    total = int(await pos[pos.shape[0] - 1].item()) if pos.shape[0] else 0
+    return pos, total
+
+
+async def _compact(pos: Tensor, total: int, shape: tuple[int, ...]) -> Tensor:
+    """``(len(shape), total)`` int64: the coordinates where ``pos`` steps up."""
+    from .._copies import empty
+
+    coords = await empty((len(shape), total), dtype="int64")
+    if total:
+        n = pos.shape[0]
+        grid = max(1, min(-(-n // 256), 1 << 16))
+        await compact_kernel(len(shape)).launch(coords, pos, n, total, *shape, grid=grid, block=256)
+    return coords
+
+
+# -- the public functions ------------------------------------------------------------------------
+async def nonzero(x: Tensor) -> tuple[Tensor, ...]:
+    """The indices of the nonzero elements of ``x``: one int64 tensor per axis, in C
+    order (numpy's and the standard's). A coroutine function: the number of nonzero
+    elements is read back (awaited, never blocking) before the outputs are written.
+
+    >>> rows, cols = await cuasync.nonzero(m > 0.5)
+    """
+    x = _tensor(x, "nonzero")
+    if x.ndim == 0:
+        raise ArgumentError("nonzero: x is 0-d; the array API standard refuses it (reshape first)")
+    truth = x if x.dtype == np.bool_ else elementwise.not_equal(x, 0)
+    pos, total = await _positions(truth)
+    coords = await _compact(pos, total, x.shape)
+    return tuple(coords[j] for j in range(x.ndim))
+
+
+class _Groups(NamedTuple):
+    """``x`` flattened and sorted (stable), the sorting permutation, the group number
+    + 1 of each sorted element (a running count of group starts), the start of each
+    group of equal values, and the number of groups."""
+
+    sorted: Tensor
+    perm: Tensor
+    pos: Tensor
+    starts: Tensor
+    total: int
+
+
+async def _sorted_groups(x: Tensor, name: str) -> _Groups:
+    from .._copies import empty
+    from .._creation import full
+    from .._joins import concatenate
+
+    x = _tensor(x, name)
+    _check_sortable(x, name)
+    flat = _flatten(x)
+    flat_t = flat if isinstance(flat, Tensor) else await flat
+    perm = await argsort(flat_t)
+    s = await sort(flat_t)
+    n = s.shape[0]
+    if n == 0:
+        none = await empty((0,), dtype="int64")
+        return _Groups(s, perm, none, none, 0)
+    head = await full((1,), True, dtype="bool")  # the first element starts a group
+    if n > 1:  # so does each one unequal to the one before (NaN: always)
+        steps = await elementwise.not_equal(s[1:], s[: n - 1])
+        head = await concatenate([head, steps])
+    pos, total = await _positions(head)
+    starts = await _compact(pos, total, (n,))
+    return _Groups(s, perm, pos, starts[0], total)
+
+
+async def unique_values(x: Tensor) -> Tensor:
+    """The unique values of ``x``, sorted (1-d). A coroutine function (the count of
+    unique values is read back, awaited, first).
+
+    >>> v = await cuasync.unique_values(x)
+    """
+    from .._joins import take
+
+    g = await _sorted_groups(x, "unique_values")
+    return await take(g.sorted, g.starts)
+
+
+async def _counts(starts: Tensor, n: int) -> Tensor:
+    from .._creation import full
+    from .._joins import concatenate
+
+    end = await full((1,), n, dtype="int64")
+    bounds = await concatenate([starts, end])
+    return await (bounds[1:] - bounds[: bounds.shape[0] - 1])
+
+
+async def unique_counts(x: Tensor) -> UniqueCounts:
+    """The sorted unique values of ``x`` and how often each occurs.
+
+    >>> values, counts = await cuasync.unique_counts(x)
+    """
+    from .._joins import take
+
+    g = await _sorted_groups(x, "unique_counts")
+    return UniqueCounts(await take(g.sorted, g.starts), await _counts(g.starts, g.sorted.shape[0]))
+
+
+async def _inverse(x: Tensor, g: _Groups) -> Tensor:
+    """For each element of ``x``, the index of its value in the unique values: its
+    sorted position's group, permuted back (by the inverse permutation)."""
+    from .._joins import take
+
+    if not g.total:
+        return g.pos.reshape(x.shape)  # (empty)
+    group = await (g.pos - 1)
+    back = await argsort(g.perm)  # the inverse permutation
+    inverse = await take(group, back)
+    return inverse.reshape(x.shape)
+
+
+async def unique_inverse(x: Tensor) -> UniqueInverse:
+    """The sorted unique values of ``x`` and, of ``x``'s shape, the index of each
+    element's value in them: ``values[inverse_indices]`` is ``x``.
+
+    >>> values, inverse = await cuasync.unique_inverse(x)
+    """
+    from .._joins import take
+
+    g = await _sorted_groups(x, "unique_inverse")
+    return UniqueInverse(await take(g.sorted, g.starts), await _inverse(x, g))
+
+
+async def unique_all(x: Tensor) -> UniqueAll:
+    """:func:`unique_inverse` and :func:`unique_counts` at once, and the flat (C order)
+    index of each value's first occurrence (``indices``).
+
+    >>> values, indices, inverse, counts = await cuasync.unique_all(x)
+    """
+    from .._joins import take
+
+    g = await _sorted_groups(x, "unique_all")
+    values = await take(g.sorted, g.starts)
+    first = await take(g.perm, g.starts)  # stable: the first occurrence leads its group
+    counts = await _counts(g.starts, g.sorted.shape[0])
+    return UniqueAll(values, first, await _inverse(x, g), counts)

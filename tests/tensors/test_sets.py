@@ -1,0 +1,152 @@
+"""Data-dependent output shapes (issue 34): ``nonzero`` and ``unique_values``,
+``unique_counts``, ``unique_inverse``, ``unique_all`` against array-api-strict and numpy
+(exact: values, indices, counts, dtypes, shapes; NaNs distinct, -0.0 and 0.0 one value),
+and their contract: coroutine functions that await the count they read back, never
+blocking the event loop while their kernels are held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import array_api_strict as xp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._kernel import compile_cubin
+from cuasync._nvrtc import nvrtc_problem
+from cuasync._ops import sets
+from cuasync.errors import ArgumentError, DTypeError
+
+pytestmark = pytest.mark.anyio
+
+DTYPES = ["bool", "int8", "uint16", "int32", "int64", "float32", "float64"]
+
+
+def host(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    values = rng.integers(0, 4, shape).astype(np.float64)
+    if np.dtype(dtype).kind == "f":
+        values[rng.random(shape) < 0.2] = np.nan
+        values[values == 0] = -0.0
+        values[rng.random(shape) < 0.2] = 0.0
+    return values.astype(dtype)
+
+
+def draw(data: Any, dtype: str) -> tuple[np.ndarray, cuasync.Tensor]:
+    ndim = data.draw(st.integers(0, 3))
+    shape = tuple(data.draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim)))
+    a = host(shape, dtype, data.draw(st.integers(0, 1000)))
+    x = cuasync.from_host(a).sync()
+    if ndim > 1 and data.draw(st.booleans()):  # a transposed (non-contiguous) view
+        a, x = a.T, x.T
+    return a, x
+
+
+def host_of(t: Any) -> np.ndarray:
+    return np.asarray(t.to_host().sync())
+
+
+def same(got: np.ndarray, want: Any) -> None:
+    want = np.asarray(want._array if hasattr(want, "_array") else want)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
+def inverse_ok(values: np.ndarray, inverse: np.ndarray, a: np.ndarray) -> None:
+    """``values[inverse]`` is ``a``, each NaN its own value (which of the equal NaN
+    values one gets is unspecified: numpy's order of NaNs is not stable, cuasync's is)."""
+    assert (inverse.dtype, inverse.shape) == (np.dtype(np.int64), a.shape)
+    np.testing.assert_array_equal(values[inverse], a)
+    nans = inverse[np.isnan(a)] if a.dtype.kind == "f" else np.zeros(0, np.int64)
+    assert len(set(nans.tolist())) == nans.size
+
+
+def run(coro: Any) -> Any:
+    async def main() -> Any:
+        return await coro
+
+    return anyio.run(main)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_property_unique_vs_array_api_strict(data: Any, dtype: str) -> None:
+    a, x = draw(data, dtype)
+    ref = xp.asarray(a)
+    want = xp.unique_all(ref)
+    got = run(cuasync.unique_all(x))
+    for field in ("values", "indices", "counts"):
+        same(host_of(getattr(got, field)), getattr(want, field))
+    inverse_ok(host_of(got.values), host_of(got.inverse_indices), a)
+    same(host_of(run(cuasync.unique_values(x))), xp.unique_values(ref))
+    values, counts = run(cuasync.unique_counts(x))
+    want_c = xp.unique_counts(ref)
+    same(host_of(values), want_c.values)
+    same(host_of(counts), want_c.counts)
+    values, inverse = run(cuasync.unique_inverse(x))
+    want_i = xp.unique_inverse(ref)
+    same(host_of(values), want_i.values)
+    inverse_ok(host_of(values), host_of(inverse), a)
+    if not np.isnan(a).any() if a.dtype.kind == "f" else True:
+        same(host_of(inverse), want_i.inverse_indices)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_property_nonzero_vs_array_api_strict(data: Any, dtype: str) -> None:
+    a, x = draw(data, dtype)
+    if a.ndim == 0:
+        with pytest.raises(ArgumentError, match="0-d"):
+            run(cuasync.nonzero(x))
+        return
+    got = run(cuasync.nonzero(x))
+    want = xp.nonzero(xp.asarray(a))
+    assert len(got) == a.ndim
+    for g, w in zip(got, want, strict=True):
+        same(host_of(g), w)
+
+
+async def test_nonzero_awaits_its_count_without_blocking_the_loop(anyio_backend: str) -> None:
+    a = np.array([[0, 1, 0], [2, 0, 3]], np.int32)
+    x = await cuasync.from_host(a)
+    await cuasync.nonzero(x)  # its kernels loaded before the gate closes
+    await cuasync.unique_values(x)
+    found: dict[str, Any] = {}
+
+    async def count() -> None:
+        found["nonzero"] = await cuasync.nonzero(x)
+        found["unique"] = await cuasync.unique_values(x)
+
+    async with anyio.create_task_group() as tg:
+        with ct.gate():  # the policy's streams held: the scan's count cannot land
+            tg.start_soon(count)
+            turns = 0
+            while turns < 50:  # the loop keeps running other tasks meanwhile
+                await anyio.sleep(0)
+                turns += 1
+            assert not found, "the count was read before its kernels ran"
+    rows, cols = found["nonzero"]
+    assert (await rows.to_host()).tolist() == [0, 1, 1]
+    assert (await cols.to_host()).tolist() == [1, 0, 2]
+    assert (await found["unique"].to_host()).tolist() == [0, 1, 2, 3]
+
+
+def test_bad_arguments_raise_typed_errors() -> None:
+    with pytest.raises(DTypeError, match="complex64"):
+        run(cuasync.unique_values(cuasync.zeros((3,), dtype="complex64").sync()))
+    with pytest.raises(ArgumentError, match="must be a cuasync.Tensor"):
+        run(cuasync.nonzero(np.zeros(3)))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
+def test_the_compaction_kernel_compiles() -> None:
+    bodies = [f"namespace c{n} {{\n{sets.compact_body(n)}\n}}" for n in (1, 2, 3, 8)]
+    assert compile_cubin("\n".join(bodies), "c1::ca_compact", "sm_90", []) is not None
