@@ -126,6 +126,10 @@ def want(name: str, arrays: list[np.ndarray]) -> np.ndarray:
 def check(name: str, got: np.ndarray, expected: np.ndarray) -> None:
     assert (got.dtype, got.shape) == (expected.dtype, expected.shape), name
     exact = FUNCTIONS[name][3]
+    if name == "square" and expected.dtype.kind == "c":
+        # a complex product: numpy's SIMD loops contract it into FMAs for some lengths and
+        # CPUs (numpy 2.5 on the H200's host), the kernel rounds each step: within an ulp
+        exact = False
     if expected.dtype.kind in "biu" or exact:
         if expected.dtype.kind in "fc" or expected.dtype == BF16:
             wide = "complex128" if expected.dtype.kind == "c" else "float64"
