@@ -155,7 +155,7 @@ def _pairs(things: Iterable[Any], devices: list[Device] | None) -> list[tuple[An
     """The ``(kernel, device)`` pairs to prepare for ``things`` on ``devices``."""
     from ._core.device import get_default_device
     from ._core.op import DeviceOp
-    from ._kernel import _Launchable
+    from ._launch.kernel import _Launchable
     from .errors import ArgumentError
 
     pairs: list[tuple[Any, Device]] = []

@@ -21,9 +21,9 @@ from .errors import HostArrayError, IndexOutOfRangeError, ShapeError, Unsupporte
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
-    from ._kernel import DevicePointer
+    from ._launch.kernel import DevicePointer
+    from ._launch.partition import Partition
     from ._ops.tensorop import TensorOp
-    from ._partition import Partition
 
 __all__ = ["Tensor", "check_shape", "is_size"]
 
@@ -394,7 +394,7 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> t.transpose().shape, t.transpose(1, 0, 2).shape, t.transpose((2, 0, 1)).shape
         ((4, 3, 2), (3, 2, 4), (4, 2, 3))
         """
-        from ._views import permute
+        from ._ops.views import permute
 
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
             axes = () if axes[0] is None else tuple(axes[0])
@@ -502,7 +502,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
         """
-        from ._partition import Partition
+        from ._launch.partition import Partition
 
         return Partition(self, tile_shape)
 
@@ -513,7 +513,7 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> p = cuasync.zeros((64, 64)).sync().partition_prefix((16, 16))  # tiles (4, 4)
         >>> await k[(2, 4), (16, 16)](p)     # the first two tile rows only
         """
-        from ._partition import Partition
+        from ._launch.partition import Partition
 
         return Partition(self, tile_shape, prefix=True)
 
@@ -525,7 +525,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> await k[grid, block](x.device_pointer(), n)
         """
-        from ._kernel import DevicePointer
+        from ._launch.kernel import DevicePointer
 
         return DevicePointer._of(self)
 
@@ -538,7 +538,7 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> h = await t.astype("float16")
         >>> i = await t.astype("int8", casting="checked")
         """
-        from ._creation import convert
+        from ._ops.creation import convert
 
         return convert(self, dtype, casting=casting)
 
@@ -557,13 +557,13 @@ class Tensor(TensorOperators, ProcessLocal):
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:
         """An op copying the tensor into a new numpy array (through pinned memory)."""
-        from ._copies import to_host
+        from ._transfers.copies import to_host
 
         return to_host(self)
 
     def dup(self) -> TensorOp:
         """An op producing a contiguous copy of the tensor on the same device."""
-        from ._copies import dup
+        from ._transfers.copies import dup
 
         return dup(self)
 
@@ -578,7 +578,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> y = await x.to(1)                     # x on device 0, y on device 1
         """
-        from ._peer import to_device
+        from ._transfers.peer import to_device
 
         return to_device(self, device)
 

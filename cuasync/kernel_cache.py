@@ -191,7 +191,7 @@ def _entries(path: Path | None) -> int:
 
 def stats() -> CacheStats:
     """Hits and misses since :func:`enable`, and the entries in the cache directory."""
-    from ._nvrtc import compiles
+    from ._launch.nvrtc import compiles
 
     path = _path()
     with _state.lock:
@@ -217,7 +217,7 @@ def clear() -> int:
 
 def _nvrtc_version() -> tuple[int, int]:
     if _state.nvrtc is None:
-        from ._nvrtc import nvrtc_version
+        from ._launch.nvrtc import nvrtc_version
 
         _state.nvrtc = nvrtc_version()
     return _state.nvrtc

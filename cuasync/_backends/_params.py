@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._dtypes import dtype_name
 
 if TYPE_CHECKING:
-    from .._signature import Param
+    from .._launch.signature import Param
 
 __all__ = ["ParamBlock", "bfloat16_bits", "fp8_bits"]
 
@@ -66,7 +66,7 @@ def _narrow_bits(value: float, name: str) -> int:
     import numpy as np
 
     from .._dtypes import SUPPORTED
-    from .._twins import host_cast
+    from .._launch.twins import host_cast
 
     dt = SUPPORTED[name]
     narrow = host_cast(np.array([value], np.float64), dt)

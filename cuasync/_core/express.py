@@ -440,7 +440,7 @@ def make_core(hub: Any) -> Any:
     if native is None or hub.reactor is None or not hasattr(native, "Express"):
         return None
     from .._backends.base import PreparedKernel
-    from .._kernel import _Launch
+    from .._launch.kernel import _Launch
     from .._tensor import Tensor
     from .memory import Allocation
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from .._copies import kernel_copy, new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
@@ -28,6 +27,7 @@ from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
+from .._transfers.copies import kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view

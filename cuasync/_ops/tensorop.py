@@ -18,15 +18,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _builtin as builtin
-from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
-from .._kernel import Kernel
+from .._launch import builtin
+from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
+from .._transfers.copies import new_tensor
 from ..errors import ShapeError
 from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
 from .expr import Node
@@ -249,7 +249,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         >>> h = await (a * 2.0).astype("float16")
         >>> i = await (a * 2.0).astype("int8", casting="checked")
         """
-        from .._creation import check_casting, convert
+        from .creation import check_casting, convert
 
         dt = as_dtype(dtype)
         check_casting(self.dtype, dt, casting)

@@ -317,7 +317,7 @@ def test_the_changelog_heads_with_the_installed_release() -> None:
 
 def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
     """Where the docs say from what size ``from_host`` stages on the copy threads."""
-    from cuasync._pageable import UPLOAD_CHUNKED_MIN
+    from cuasync._transfers.pageable import UPLOAD_CHUNKED_MIN
 
     patterns = [
         r"below (\d+) MiB during submission",
@@ -328,8 +328,8 @@ def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
         r"\*\*chunked\*\* \| from (\d+) MiB up",
     ]
     pages = {p: " ".join(p.read_text().split()) for p in DOCS.glob("*.md")}
-    pages[ROOT / "cuasync" / "_copies.py"] = " ".join(
-        (ROOT / "cuasync/_copies.py").read_text().split()
+    pages[ROOT / "cuasync" / "_transfers" / "copies.py"] = " ".join(
+        (ROOT / "cuasync/_transfers/copies.py").read_text().split()
     )
     found = [
         (path.name, int(m))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import codegen
 from cuasync.errors import (
     ArgumentError,

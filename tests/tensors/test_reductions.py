@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
-from cuasync._kernel import compile_cubin
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.kernel import compile_cubin
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import reduce_codegen as rc
 from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
 

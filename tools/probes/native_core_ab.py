@@ -26,8 +26,8 @@ from contextlib import contextmanager
 import numpy as np
 
 import cuasync
-from cuasync import _kernel
 from cuasync._core.completion import get_hub
+from cuasync._launch import kernel as _kernel
 from cuasync._launcher import make_launcher
 from cuasync.bench._breakdown import stubbed_driver
 from cuasync.bench._util import await_latency, run_loop, timed

@@ -26,9 +26,18 @@ from __future__ import annotations
 
 import functools
 
-from ._backends import get_backend
-from ._config import CONFIG
-from ._copies import (
+from .._backends import get_backend
+from .._config import CONFIG
+from .._core.context import ExecutionContext
+from .._core.device import Device, _check_ordinal
+from .._core.memory import Allocation
+from .._core.op import DeviceOp, device_op
+from .._core.output import Output
+from .._core.scheduling import stream_from
+from .._exceptions import fresh
+from .._tensor import Tensor
+from ..errors import ArgumentError, CaptureError
+from .copies import (
     _byte_strides,
     _contiguous_byte_strides,
     copy_strided,
@@ -37,16 +46,7 @@ from ._copies import (
     memcpy_able,
     new_tensor,
 )
-from ._core.context import ExecutionContext
-from ._core.device import Device, _check_ordinal
-from ._core.memory import Allocation
-from ._core.op import DeviceOp, device_op
-from ._core.output import Output
-from ._core.scheduling import stream_from
-from ._exceptions import fresh
-from ._staging import staging_pool
-from ._tensor import Tensor
-from .errors import ArgumentError, CaptureError
+from .staging import staging_pool
 
 __all__ = ["copy_between_devices", "peer_route", "to_device"]
 

@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from . import _builtin as builtin
-from ._copies import _byte_strides, copy_strided, kernel_copy, memcpy_able, new_tensor
-from ._core.context import ExecutionContext
-from ._core.op import device_op
-from ._core.output import Output
-from ._dtypes import as_dtype, dtype_name
-from ._kernel import Kernel
-from ._ops.tensorop import TensorOp, tensor_op
-from ._tensor import Tensor
-from ._views import _axis, expand_dims
-from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .._core.context import ExecutionContext
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import as_dtype, dtype_name
+from .._launch import builtin
+from .._launch.kernel import Kernel
+from .._tensor import Tensor
+from .._transfers.copies import _byte_strides, copy_strided, kernel_copy, memcpy_able, new_tensor
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .tensorop import TensorOp, tensor_op
+from .views import _axis, expand_dims
 
 __all__ = ["concatenate", "stack", "take", "tril", "triu"]
 

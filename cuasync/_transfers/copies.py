@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._backends import get_backend
-from ._core.context import ExecutionContext
-from ._core.device import Device, get_default_device
-from ._core.memory import Allocation
-from ._core.op import DeviceOp, device_op
-from ._core.output import Output
-from ._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
-from ._pageable import upload
-from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
-from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from .._backends import get_backend
+from .._core.context import ExecutionContext
+from .._core.device import Device, get_default_device
+from .._core.memory import Allocation
+from .._core.op import DeviceOp, device_op
+from .._core.output import Output
+from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
+from .._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
+from ..errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from .pageable import upload
+from .staging import staging_pool
 
 if TYPE_CHECKING:
-    from ._ops.tensorop import TensorOp
+    from .._ops.tensorop import TensorOp
 
 __all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
 
@@ -35,7 +35,7 @@ _ADDRESSABLE = 2**64
 
 
 def _tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
-    from ._ops.tensorop import tensor_op  # it imports this module
+    from .._ops.tensorop import tensor_op  # it imports this module
 
     return tensor_op(op, shape, dtype)
 
@@ -106,8 +106,8 @@ def memcpy_able(t: Tensor) -> bool:
 def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     """Enqueue a kernel copying any view ``src`` into the contiguous ``dst``, converting
     it to ``dst``'s dtype (``ndarray.astype``'s rules) where that differs."""
-    from . import _builtin as builtin  # it imports the tensor machinery this module feeds
-    from ._dtypes import dtype_info
+    from .._dtypes import dtype_info
+    from .._launch import builtin  # it imports the tensor machinery this module feeds
 
     kernel = builtin.kernel("convert", dtype_name(dst.dtype))
     code = dtype_info(src.dtype).code
@@ -136,7 +136,7 @@ def _byte_strides(t: Tensor) -> Shape:
 
 
 def _contiguous_byte_strides(shape: Shape, itemsize: int) -> Shape:
-    from ._tensor import contiguous_strides
+    from .._tensor import contiguous_strides
 
     return tuple(s * itemsize for s in contiguous_strides(shape))
 
@@ -228,8 +228,8 @@ def _upload_classes() -> tuple[Any, Any]:
     """``(HostUploadOp, Node)``, imported once (their modules import this one)."""
     global _upload
     if _upload is None:
-        from ._ops.expr import Node
-        from ._small_upload import HostUploadOp
+        from .._ops.expr import Node
+        from .._small_upload import HostUploadOp
 
         _upload = (HostUploadOp, Node)
     return _upload
@@ -239,8 +239,8 @@ def _tensor_classes() -> tuple[Any, Any]:
     """``(TensorOp, Node)``, imported once (their module imports this one)."""
     global _classes
     if _classes is None:
-        from ._ops.expr import Node
-        from ._ops.tensorop import TensorOp
+        from .._ops.expr import Node
+        from .._ops.tensorop import TensorOp
 
         _classes = (TensorOp, Node)
     return _classes
@@ -338,7 +338,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     d, s = _forward(d, s)
     gather = not memcpy_able(s)
     if d.device is not s.device:
-        from ._peer import copy_between_devices
+        from .peer import copy_between_devices
 
         return device_op(
             lambda ctx: copy_between_devices(ctx, d, s).then(lambda _: result),
@@ -387,7 +387,7 @@ def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
     )
     if not back or dst.size == 0:
         return dst, src
-    from ._views import flip
+    from .._ops.views import flip
 
     return flip(dst, back), flip(src, back)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._tensor import Tensor, check_shape
-from .errors import ArgumentError, LaunchError, ShapeError
+from .._tensor import Tensor, check_shape
+from ..errors import ArgumentError, LaunchError, ShapeError
 
 __all__ = ["MappedPartition", "Partition"]
 

@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._backends import get_backend
-from ._core.process_local import ProcessLocal
-from ._dtypes import as_dtype, dtype_name
-from ._staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
-from ._tensor import check_shape, is_size
-from .errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
+from .._backends import get_backend
+from .._core.process_local import ProcessLocal
+from .._dtypes import as_dtype, dtype_name
+from .._tensor import check_shape, is_size
+from ..errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
+from .staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._core.completion import Completion
-    from ._core.device import Stream
+    from .._core.completion import Completion
+    from .._core.device import Stream
 
 __all__ = ["PinnedHostBuffer", "PinnedPool", "PoolStats"]
 
@@ -298,7 +298,7 @@ class PinnedPool(ProcessLocal):
         self, idle_timeout: float | None = FROM_ENV, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if idle_timeout is FROM_ENV:
-            from ._config import CONFIG
+            from .._config import CONFIG
 
             timeout = CONFIG.pinned_idle_s
         else:

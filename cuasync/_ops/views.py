@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ._tensor import Shape, Tensor, check_shape, derived_view
-from .errors import ArgumentError, IndexOutOfRangeError, ShapeError
+from .._tensor import Shape, Tensor, check_shape, derived_view
+from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
