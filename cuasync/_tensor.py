@@ -578,7 +578,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> y = await x.to(1)                     # x on device 0, y on device 1
         """
-        from ._transfers.peer import to_device
+        from ._transfers.copies import to_device
 
         return to_device(self, device)
 

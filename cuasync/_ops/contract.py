@@ -27,7 +27,7 @@ from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
-from .._transfers.copies import kernel_copy, new_tensor
+from .._transfers.device_copy import kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view

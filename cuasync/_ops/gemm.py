@@ -20,7 +20,7 @@ from .._backends.base import matrix_layout
 from .._core.context import ExecutionContext
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Shape, Tensor
-from .._transfers.copies import copy_strided, kernel_copy, new_tensor
+from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
 from . import igemm
 from .tensorop import merge_axes

@@ -30,7 +30,7 @@ from .._dtypes import DTYPES, dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, partly_overlap
-from .._transfers.copies import kernel_copy, new_tensor
+from .._transfers.device_copy import kernel_copy, new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .creation import _bits, _enqueue_fill, _representable
 from .elementwise import check_out

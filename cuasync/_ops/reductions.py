@@ -33,7 +33,7 @@ from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage
 from .._launch import builtin
 from .._launch.kernel import DevicePointer, Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
-from .._transfers.copies import new_tensor
+from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg

@@ -26,7 +26,7 @@ from .._dtypes import as_dtype, dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
-from .._transfers.copies import new_tensor
+from .._transfers.device_copy import new_tensor
 from ..errors import ShapeError
 from .codegen import UNROLL, kernel_for, make_plan, scalar_arg
 from .expr import Node

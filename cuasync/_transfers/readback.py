@@ -41,7 +41,7 @@ from .._tensor import Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError, ShapeError
 from . import copy_threads as _copy_threads
 from . import pageable as _pageable
-from .copies import copy_strided
+from .device_copy import copy_strided
 from .pageable import download_route
 from .pinned import PinnedPool
 from .staging import PinnedBlock, staging_pool

@@ -86,7 +86,7 @@ def test_to_the_same_device_is_a_new_contiguous_tensor() -> None:
 
 def test_to_is_lazy_and_refuses_what_is_not_a_tensor() -> None:
     with pytest.raises(ArgumentError, match="tensor must be a cuasync.Tensor, got ndarray"):
-        from cuasync._transfers.peer import to_device
+        from cuasync._transfers.copies import to_device
 
         to_device(np.zeros(3), 0)  # type: ignore[arg-type]
 
