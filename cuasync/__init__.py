@@ -59,6 +59,7 @@ from ._launch.kernel import Kernel as Kernel
 from ._launch.module import Module as Module
 from ._launch.partition import MappedPartition as MappedPartition
 from ._launch.partition import Partition as Partition
+from ._ops import operators as _operators
 from ._ops.contract import dot_general as dot_general
 from ._ops.contract import matmul as matmul
 from ._ops.contract import tensordot as tensordot
@@ -304,3 +305,7 @@ __all__ = [
     "zeros_like",
     "zip",
 ]
+
+# numpy functions refused on device data name cuasync's own where there is one
+# (``np.sum(t)``: "use cuasync.sum(...)"); the operators' module sits below this one.
+_operators.implementation.public_names = frozenset(__all__)

@@ -29,6 +29,7 @@ from .._dtypes import SUPPORTED, dtype_name
 from .._exceptions import report_once
 from .._native import NATIVE
 from .._tensor import Tensor, contiguous_strides
+from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .foreign import (
     LEGACY_STREAM,
@@ -461,3 +462,8 @@ def _adopt(obj: Any, managed: Any, device: Device, stream: Stream, versioned: bo
     readonly = versioned and bool(managed.flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
+
+
+# Tensor.__dlpack__ and Tensor.__dlpack_device__ (the tensor module sits below this one).
+tensor_methods.dlpack_export = export
+tensor_methods.dlpack_device = dlpack_device

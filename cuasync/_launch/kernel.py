@@ -39,6 +39,7 @@ from .._first_use import Unprepared
 from .._launcher import make_launcher
 from .._native import NATIVE
 from .._tensor import Tensor, is_size, partly_overlap
+from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
 from .nvrtc import compile_cubin
 from .partition import Partition
@@ -1022,3 +1023,7 @@ class Kernel(_Launchable[R]):
             backend.prepare_kernel(dev.ordinal, self, compile_only=True)
         else:
             self._prepare(dev)
+
+
+# Tensor.device_pointer (the tensor module sits below this one).
+tensor_methods.device_pointer = DevicePointer._of

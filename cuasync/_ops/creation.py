@@ -38,6 +38,7 @@ from .._launch import builtin
 from .._launch.builtin import FILL_DTYPES, RANDOM_DTYPES
 from .._launch.twins import host_cast
 from .._tensor import Shape, Tensor, check_shape, check_writable
+from .._tensor import methods as tensor_methods
 from .._transfers.copies import _device_arg
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
@@ -744,3 +745,8 @@ def _random_op(
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, device, family), dims, dt)
+
+
+# Tensor.astype and TensorOp.astype (both modules sit below this one).
+tensor_methods.convert = convert
+tensor_methods.check_casting = check_casting

@@ -15,7 +15,7 @@ saying what to call instead.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,10 +35,27 @@ _UFUNC_OPS = {
 } | {"true_divide": "divide"}  # fmt: skip
 
 
-def _ew() -> Any:
-    from . import elementwise  # the operators' implementation imports Tensor: import late
+class Implementation:
+    """The functions behind the operators, owned by modules above this one.
 
-    return elementwise
+    ``Tensor`` and ``TensorOp`` inherit the operators, and the functions that implement
+    them build on both, so this module cannot import them: :mod:`.elementwise` and
+    :mod:`.contract` fill these entries when they are imported (``cuasync/__init__.py``
+    imports both before any tensor exists), and ``cuasync/__init__.py`` fills
+    ``public_names`` for the hints of :class:`~cuasync.errors.HostArrayError`.
+    """
+
+    #: ``add``, ``negative``, ... by name, and whether a value can be their operand.
+    elementwise: dict[str, Callable[..., TensorOp]]
+    is_operand: Callable[[Any], bool]
+    #: ``@``, and whether a value can be its operand.
+    matmul: Callable[[Any, Any], TensorOp]
+    is_matmul_operand: Callable[[Any], bool]
+    #: The names ``cuasync`` exports (``np.sum(t)`` then suggests ``cuasync.sum``).
+    public_names: frozenset[str] = frozenset()
+
+
+implementation = Implementation()
 
 
 class TensorOperators:
@@ -48,14 +65,14 @@ class TensorOperators:
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
 
     def _binary(self, name: str, other: Any, reflected: bool = False) -> Any:
-        ew = _ew()
-        if not ew.is_operand(other):
+        impl = implementation
+        if not impl.is_operand(other):
             if isinstance(other, np.ndarray):
                 if other.ndim:
                     raise _host_array(name, other, self)
                 return self._binary(name, other[()], reflected)  # a 0-d array: its scalar
             return NotImplemented
-        fn = getattr(ew, name)
+        fn = impl.elementwise[name]
         return fn(other, self) if reflected else fn(self, other)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -132,24 +149,20 @@ class TensorOperators:
         return self._binary("greater_equal", other)
 
     def __matmul__(self, other: Any) -> TensorOp:
-        from . import contract
-
-        if not contract.is_operand(other):
+        if not implementation.is_matmul_operand(other):
             return NotImplemented
-        return contract.matmul(self, other)  # type: ignore[arg-type]
+        return implementation.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> TensorOp:
-        from . import contract
-
-        if not contract.is_operand(other):
+        if not implementation.is_matmul_operand(other):
             return NotImplemented
-        return contract.matmul(other, self)  # type: ignore[arg-type]
+        return implementation.matmul(other, self)
 
     def __neg__(self) -> TensorOp:
-        return _ew().negative(self)
+        return implementation.elementwise["negative"](self)
 
     def __abs__(self) -> TensorOp:
-        return _ew().abs(self)
+        return implementation.elementwise["abs"](self)
 
 
 def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:
@@ -162,7 +175,7 @@ def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:
 
 
 def _numpy_function(name: str, device: Any) -> HostArrayError:
-    ours = hasattr(sys.modules["cuasync"], name)
+    ours = name in implementation.public_names
     instead = f"use cuasync.{name}(...) on the device, or " if ours else ""
     return HostArrayError(
         f"numpy.{name}() cannot take a device {type(device).__name__}: {instead}copy it to "

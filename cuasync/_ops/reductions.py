@@ -38,9 +38,16 @@ from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg
 from .expr import DTYPES as ELEMENTWISE_DTYPES
-from .expr import Node, leaf
+from .expr import Node
 from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for
-from .tensorop import TensorOp, _broadcast_strides, _resolve_pending, _scalar_specs, merge_axes
+from .tensorop import (
+    TensorOp,
+    _broadcast_strides,
+    _resolve_pending,
+    _scalar_specs,
+    leaf,
+    merge_axes,
+)
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._tensor import Shape, Tensor, check_shape, derived_view
+from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
@@ -183,3 +184,7 @@ def flip(x: Tensor, axis: Any = None) -> Tensor:
         offset += (x.shape[j] - 1) * strides[j]
         strides[j] = -strides[j]
     return derived_view(x, x.shape, tuple(strides), offset)
+
+
+# Tensor.transpose and Tensor.T (the tensor module sits below the ops).
+tensor_methods.permute = permute

@@ -22,6 +22,7 @@ from .._ops.tensorop import TensorOp, tensor_op
 from .._ops.views import flip
 from .._small_upload import HostUploadOp
 from .._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
+from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, DTypeError, ShapeError
 from .device_copy import (
     byte_strides,
@@ -314,3 +315,9 @@ def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = N
         return Output.ready(tensor)
 
     return _tensor_op(device_op(enqueue, target, "zeros"), dims, dt)
+
+
+# Tensor.to_host, Tensor.dup and Tensor.to (the tensor module sits below the copies).
+tensor_methods.to_host = to_host
+tensor_methods.dup = dup
+tensor_methods.to_device = to_device
