@@ -28,6 +28,7 @@ from ._core.device import Device as Device
 from ._core.device import Event as Event
 from ._core.device import MemoryInfo as MemoryInfo
 from ._core.device import MemoryStats as MemoryStats
+from ._core.device import SchedulingPolicy as SchedulingPolicy
 from ._core.device import Stream as Stream
 from ._core.device import device_count as device_count
 from ._core.device import get_default_device as get_default_device
@@ -44,13 +45,11 @@ from ._core.op import value as value
 from ._core.op import zip as zip
 from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.properties import DeviceProperties as DeviceProperties
-from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
 from ._core.trace import trace as trace
 from ._core.trace import tracing as tracing
-from ._first_use import warmup as warmup
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
@@ -59,6 +58,7 @@ from ._launch.kernel import Kernel as Kernel
 from ._launch.module import Module as Module
 from ._launch.partition import MappedPartition as MappedPartition
 from ._launch.partition import Partition as Partition
+from ._launch.warmup import warmup as warmup
 from ._ops import operators as _operators
 from ._ops.contract import dot_general as dot_general
 from ._ops.contract import matmul as matmul

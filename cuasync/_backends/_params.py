@@ -12,7 +12,8 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._dtypes import dtype_name
+from .._dtypes import SUPPORTED, dtype_name
+from .._launch.twins import host_cast
 
 if TYPE_CHECKING:
     from .._launch.signature import Param
@@ -64,9 +65,6 @@ def fp8_bits(value: float, name: str) -> int:
 
 def _narrow_bits(value: float, name: str) -> int:
     import numpy as np
-
-    from .._dtypes import SUPPORTED
-    from .._launch.twins import host_cast
 
     dt = SUPPORTED[name]
     narrow = host_cast(np.array([value], np.float64), dt)

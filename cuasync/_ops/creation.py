@@ -41,6 +41,7 @@ from .._tensor import Shape, Tensor, check_shape, check_writable
 from .._tensor import methods as tensor_methods
 from .._transfers.copies import _device_arg
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
+from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .tensorop import TensorOp, tensor_op
 
@@ -659,7 +660,6 @@ def _checked_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     """``kernel_copy`` with ``ca_convert_checked``: a device flag, zeroed, set by the
     kernel where a value overflows, copied to pinned memory and read when the work has
     completed (``ctx.check_when_done``)."""
-    from .._transfers.staging import staging_pool
 
     flag = new_tensor(ctx, (1,), SUPPORTED["uint32"], "convert")
     _enqueue_fill(ctx, flag, (0, 0))

@@ -26,7 +26,7 @@ import numpy as np
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import DTYPES, dtype_name
+from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, partly_overlap
@@ -845,7 +845,6 @@ def pad(
 
 def indexing_kernels() -> list[Kernel]:
     """Every kernel instantiation of this family (for compile checks)."""
-    from .._dtypes import SUPPORTED
 
     found: list[Kernel] = []
     for itemsize in builtin.FILL_DTYPES:

@@ -11,6 +11,8 @@ import argparse
 import gc
 import sys
 
+from . import completion, graphs, launch, matmul, ops, peer, priority, transfers
+from ._plot import _pyplot, plot_latencies
 from ._progress import Progress
 from ._util import Report, machine_meta
 
@@ -19,36 +21,20 @@ SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "prio
 
 def _run(suite: str, report: Report, quick: bool) -> None:
     if suite == "completion":
-        from . import completion
-
         completion.run(report, n=200 if quick else 2000, concurrent=512 if quick else 8192)
     elif suite == "launch":
-        from . import launch
-
         launch.run(report, count=500 if quick else 20000)
     elif suite == "graphs":
-        from . import graphs
-
         graphs.run(report, reps=3 if quick else 50)
     elif suite == "transfers":
-        from . import transfers
-
         transfers.run(report, quick=quick)
     elif suite == "peer":
-        from . import peer
-
         peer.run(report, quick=quick)
     elif suite == "matmul":
-        from . import matmul
-
         matmul.run(report, quick=quick)
     elif suite == "priority":
-        from . import priority
-
         priority.run(report, n=50 if quick else 500)
     elif suite == "ops":
-        from . import ops
-
         ops.run(report, quick=quick)
 
 
@@ -67,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.plot:
-        from ._plot import _pyplot
-
         _pyplot()  # a missing matplotlib says so before anything is measured
     chosen = list(SUITES) if "all" in args.suites else args.suites
     unknown = [s for s in chosen if s not in SUITES]
@@ -93,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         report.dump(args.json)
     if args.plot:
-        from ._plot import plot_latencies
-
         drawn = plot_latencies(report, args.plot)
         print(
             f"plot: {drawn} latency distributions in {args.plot}"

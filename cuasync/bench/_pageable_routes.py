@@ -25,7 +25,7 @@ import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._transfers.pending import pageable as _pageable
+from cuasync._transfers import pageable as _pageable
 
 from ._util import (
     BLOCK,
