@@ -1,4 +1,4 @@
-"""Copies between devices: :func:`cuasync.memcpy` across devices and :meth:`Tensor.to`.
+"""Copies between devices, under :func:`cuasync.memcpy` across devices and :meth:`Tensor.to`.
 
 Two routes, chosen per pair of devices:
 
