@@ -57,7 +57,6 @@ _DEVICE_NAMES = {
     14: "oneAPI",
 }
 _READ_ONLY = 1 << 0
-_IS_COPIED = 1 << 1
 #: The DLPack version exported in versioned capsules.
 VERSION = (1, 0)
 
