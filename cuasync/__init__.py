@@ -15,6 +15,7 @@ array([0., 1., 2., 3.])
 from __future__ import annotations
 
 import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from . import errors as errors
@@ -50,6 +51,7 @@ from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
 from ._core.trace import trace as trace
 from ._core.trace import tracing as tracing
+from ._dtypes import SUPPORTED as _SUPPORTED
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
@@ -150,6 +152,95 @@ from ._transfers.pinned import PinnedPool as PinnedPool
 from ._transfers.readback import download_into as download_into
 from .errors import DeviceError as DeviceError
 
+# the array API namespace: elementwise functions, constants, dtypes (issue 34)
+# isort: split
+from ._namespace import __array_api_version__ as __array_api_version__
+from ._namespace import __array_namespace_info__ as __array_namespace_info__
+from ._namespace import bool as bool
+from ._namespace import check_api_version as _check_api_version
+from ._namespace import complex64 as complex64
+from ._namespace import complex128 as complex128
+from ._namespace import e as e
+from ._namespace import float16 as float16
+from ._namespace import float32 as float32
+from ._namespace import float64 as float64
+from ._namespace import inf as inf
+from ._namespace import int8 as int8
+from ._namespace import int16 as int16
+from ._namespace import int32 as int32
+from ._namespace import int64 as int64
+from ._namespace import nan as nan
+from ._namespace import newaxis as newaxis
+from ._namespace import pi as pi
+from ._namespace import uint8 as uint8
+from ._namespace import uint16 as uint16
+from ._namespace import uint32 as uint32
+from ._namespace import uint64 as uint64
+from ._ops.dtype_functions import astype as astype
+from ._ops.dtype_functions import can_cast as can_cast
+from ._ops.dtype_functions import finfo as finfo
+from ._ops.dtype_functions import finfo_object as finfo_object
+from ._ops.dtype_functions import iinfo as iinfo
+from ._ops.dtype_functions import iinfo_object as iinfo_object
+from ._ops.dtype_functions import isdtype as isdtype
+from ._ops.dtype_functions import result_type as result_type
+from ._ops.elementwise_api import acos as acos
+from ._ops.elementwise_api import acosh as acosh
+from ._ops.elementwise_api import arccos as arccos
+from ._ops.elementwise_api import arccosh as arccosh
+from ._ops.elementwise_api import arcsin as arcsin
+from ._ops.elementwise_api import arcsinh as arcsinh
+from ._ops.elementwise_api import arctan as arctan
+from ._ops.elementwise_api import arctan2 as arctan2
+from ._ops.elementwise_api import arctanh as arctanh
+from ._ops.elementwise_api import asin as asin
+from ._ops.elementwise_api import asinh as asinh
+from ._ops.elementwise_api import atan as atan
+from ._ops.elementwise_api import atan2 as atan2
+from ._ops.elementwise_api import atanh as atanh
+from ._ops.elementwise_api import bitwise_and as bitwise_and
+from ._ops.elementwise_api import bitwise_invert as bitwise_invert
+from ._ops.elementwise_api import bitwise_left_shift as bitwise_left_shift
+from ._ops.elementwise_api import bitwise_or as bitwise_or
+from ._ops.elementwise_api import bitwise_right_shift as bitwise_right_shift
+from ._ops.elementwise_api import bitwise_xor as bitwise_xor
+from ._ops.elementwise_api import ceil as ceil
+from ._ops.elementwise_api import copysign as copysign
+from ._ops.elementwise_api import cosh as cosh
+from ._ops.elementwise_api import floor as floor
+from ._ops.elementwise_api import floor_divide as floor_divide
+from ._ops.elementwise_api import hypot as hypot
+from ._ops.elementwise_api import invert as invert
+from ._ops.elementwise_api import isfinite as isfinite
+from ._ops.elementwise_api import isinf as isinf
+from ._ops.elementwise_api import isnan as isnan
+from ._ops.elementwise_api import left_shift as left_shift
+from ._ops.elementwise_api import log2 as log2
+from ._ops.elementwise_api import log10 as log10
+from ._ops.elementwise_api import logaddexp as logaddexp
+from ._ops.elementwise_api import logical_and as logical_and
+from ._ops.elementwise_api import logical_not as logical_not
+from ._ops.elementwise_api import logical_or as logical_or
+from ._ops.elementwise_api import logical_xor as logical_xor
+from ._ops.elementwise_api import nextafter as nextafter
+from ._ops.elementwise_api import positive as positive
+from ._ops.elementwise_api import pow as pow
+from ._ops.elementwise_api import reciprocal as reciprocal
+from ._ops.elementwise_api import right_shift as right_shift
+from ._ops.elementwise_api import round as round
+from ._ops.elementwise_api import signbit as signbit
+from ._ops.elementwise_api import sinh as sinh
+from ._ops.elementwise_api import square as square
+from ._ops.elementwise_api import tan as tan
+from ._ops.elementwise_api import trunc as trunc
+
+#: ml_dtypes' bfloat16 dtype (a numpy dtype, as ``cuasync.float32``); only annotated
+#: here: ``__getattr__`` imports ml_dtypes at its first use (1-2 s, not at import).
+bfloat16: _np.dtype[_Any]
+
+if _TYPE_CHECKING:
+    import numpy as _np
+
 __version__ = "0.2.0.dev0"
 
 # Plumbing that moved to cuasync.lowlevel in 0.2; importable from here for one release.
@@ -158,6 +249,8 @@ _warned: set[str] = set()
 
 
 def __getattr__(name: str) -> _Any:
+    if name == "bfloat16":  # ml_dtypes' dtype: imported at the first use (1-2 s)
+        return _SUPPORTED["bfloat16"]
     if name in _MOVED:
         if name not in _warned:
             _warned.add(name)
@@ -306,6 +399,95 @@ __all__ = [
     "zip",
 ]
 
-# numpy functions refused on device data name cuasync's own where there is one
-# (``np.sum(t)``: "use cuasync.sum(...)"); the operators' module sits below this one.
+# the array API namespace: elementwise functions, constants, dtypes (issue 34)
+__all__ += [
+    "__array_api_version__",
+    "__array_namespace_info__",
+    "acos",
+    "acosh",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctan2",
+    "arctanh",
+    "asin",
+    "asinh",
+    "astype",
+    "atan",
+    "atan2",
+    "atanh",
+    "bfloat16",
+    "bitwise_and",
+    "bitwise_invert",
+    "bitwise_left_shift",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "bool",
+    "can_cast",
+    "ceil",
+    "complex128",
+    "complex64",
+    "copysign",
+    "cosh",
+    "e",
+    "finfo",
+    "finfo_object",
+    "float16",
+    "float32",
+    "float64",
+    "floor",
+    "floor_divide",
+    "hypot",
+    "iinfo",
+    "iinfo_object",
+    "inf",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "invert",
+    "isdtype",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "left_shift",
+    "log10",
+    "log2",
+    "logaddexp",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "nan",
+    "newaxis",
+    "nextafter",
+    "pi",
+    "positive",
+    "pow",
+    "reciprocal",
+    "result_type",
+    "right_shift",
+    "round",
+    "signbit",
+    "sinh",
+    "square",
+    "tan",
+    "trunc",
+    "uint16",
+    "uint32",
+    "uint64",
+    "uint8",
+]
+
+# The operators' module sits below every op, so this module, which imports them all, fills
+# what Tensor's methods there hand out: the array API namespace (``x.__array_namespace__()``
+# is this module) and the names of cuasync's own functions (``np.sum(t)`` is refused with
+# "use cuasync.sum(...)").
+import cuasync as _this  # noqa: E402  (this module itself, from sys.modules)
+
+_operators.implementation.namespace = _this
+_operators.implementation.check_api_version = _check_api_version
 _operators.implementation.public_names = frozenset(__all__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 #: The interface version of ``reactor/*.c`` this Python code calls (the module's ``ABI``).
-ABI = 3
+ABI = 4
 
 NATIVE: Any
 try:

@@ -133,6 +133,29 @@ class Submitter:
     @property
     def closed(self) -> bool: ...
 
+def dlpack_pack(
+    owner: Callable[[], object],
+    data: SupportsIndex,
+    device_id: SupportsIndex,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    code: SupportsIndex,
+    bits: SupportsIndex,
+    flags: SupportsIndex,
+    versioned: object,
+    /,
+) -> Any:
+    """A DLPack capsule of CUDA memory at data; owner is called once on release."""
+
+def dlpack_unpack(capsule: object, /) -> tuple[Any, ...] | None:
+    """The fields of an unconsumed DLPack capsule, or None."""
+
+def dlpack_take(capsule: object, versioned: object, /) -> None:
+    """Rename the capsule used_dltensor[_versioned]: the consumer owns it now."""
+
+def dlpack_delete(address: SupportsIndex, versioned: object, /) -> None:
+    """Call the deleter of the consumed managed tensor at address."""
+
 def set_launch_fence(submitter: Submitter | None, /) -> None:
     """Make the native launches and flag writes wait for ``submitter``'s queue first."""
 

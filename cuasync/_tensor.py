@@ -17,7 +17,13 @@ from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
 from ._ops.operators import TensorOperators
-from .errors import HostArrayError, IndexOutOfRangeError, ShapeError, UnsupportedIndexError
+from .errors import (
+    ArgumentError,
+    HostArrayError,
+    IndexOutOfRangeError,
+    ShapeError,
+    UnsupportedIndexError,
+)
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
@@ -427,6 +433,19 @@ class Tensor(TensorOperators, ProcessLocal):
         """The axes reversed, zero-copy (``t.transpose()``)."""
         return self.transpose()
 
+    @property
+    def mT(self) -> Tensor:
+        """The last two axes swapped (a stack of matrices transposed), zero-copy; a
+        tensor of two or more dimensions.
+
+        >>> x.mT.shape                            # x: (5, 2, 3)
+        (5, 3, 2)
+        """
+        if self.ndim < 2:
+            raise ShapeError(f"mT needs two or more dimensions, this tensor has shape {self.shape}")
+        axes = (*range(self.ndim - 2), self.ndim - 1, self.ndim - 2)
+        return methods.permute(self, axes, "mT")
+
     def __getitem__(self, index: Any) -> Tensor:
         """numpy-style basic indexing, zero-copy: ints, slices (negative steps too), ``...``,
         None (``numpy.newaxis``).
@@ -589,6 +608,19 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> y = await x.to(1)                     # x on device 0, y on device 1
         """
         return methods.to_device(self, device)
+
+    def to_device(self, device: int | Device, /, *, stream: Any = None) -> DeviceOp[Tensor]:
+        """The array API's name of :meth:`to`: an op copying the tensor to ``device``
+        (``stream`` must be None: the copy runs on a stream of ``device``'s policy).
+
+        >>> y = await x.to_device(x.device)
+        """
+        if stream is not None:
+            raise ArgumentError(
+                f"to_device: stream must be None (got {stream!r}); the copy runs on a "
+                "stream of the device's policy (cuasync.use_policy chooses it)"
+            )
+        return self.to(device)
 
     # -- interop ---------------------------------------------------------------------------
     def __dlpack__(

@@ -221,11 +221,13 @@ void slab_unregister(const void *owner);
 #ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
 
 /* The interface version (the module's ABI): cuasync/_native.py refuses another. */
-#define CUASYNC_REACTOR_ABI 3
+#define CUASYNC_REACTOR_ABI 4
 
 /* The destructor of cuasync's DLPack capsules (dlpack.c): calls the managed tensor's
  * deleter unless the capsule was consumed; keeps an exception already set. */
 void dlpack_capsule_destructor(PyObject *capsule);
+/* dlpack_pack, dlpack_unpack, dlpack_take, dlpack_delete (dlpack.c) */
+extern PyMethodDef dlpack_methods[];
 
 int get_u64(PyObject *o, unsigned long long *out);
 int get_i64(PyObject *o, long long *out);

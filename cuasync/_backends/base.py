@@ -318,7 +318,10 @@ class Backend(ABC):
     def stream_synchronize(self, stream: int) -> None: ...
 
     @abstractmethod
-    def stream_wait_event(self, stream: int, event: int) -> None: ...
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Make ``stream`` wait for ``event``. A default stream handle
+        (:data:`LEGACY_STREAM`, :data:`PER_THREAD_STREAM`) means the default stream of
+        the event's device, whatever context is current (as for :meth:`event_record`)."""
 
     # -- events --------------------------------------------------------------------
     @abstractmethod
@@ -328,7 +331,9 @@ class Backend(ABC):
     def event_destroy(self, event: int) -> None: ...
 
     @abstractmethod
-    def event_record(self, event: int, stream: int) -> None: ...
+    def event_record(self, event: int, stream: int) -> None:
+        """Record ``event`` on ``stream``; a default stream handle means the default
+        stream of the event's device (a foreign library's, e.g. torch's, on that device)."""
 
     @abstractmethod
     def event_query(self, event: int) -> bool: ...

@@ -49,7 +49,15 @@ from ..errors import (
     driver_error,
 )
 from ._params import ParamBlock
-from .base import CAPTURE_RELAXED, Backend, KernelCode, PreparedKernel, check_device_attribute
+from .base import (
+    CAPTURE_RELAXED,
+    LEGACY_STREAM,
+    PER_THREAD_STREAM,
+    Backend,
+    KernelCode,
+    PreparedKernel,
+    check_device_attribute,
+)
 from .cublas import Blas
 
 __all__ = ["CudaBackend", "probe"]
@@ -68,6 +76,8 @@ _CONTEXT_CODES = frozenset(
     int(c) for c in (Code.INVALID_CONTEXT, Code.INVALID_HANDLE, Code.CONTEXT_IS_DESTROYED)
 )
 _QUERIES = frozenset({"cuStreamQuery", "cuEventQuery"})
+#: The default streams' handles: which stream they name depends on the current context.
+_DEFAULT_HANDLES = (LEGACY_STREAM, PER_THREAD_STREAM)
 
 # Values of driver flags and enums (checked against cuda.bindings 13.4 at load time).
 _STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
@@ -893,6 +903,9 @@ class CudaBackend(Backend):
         self._call_on(stream, "cuStreamSynchronize", stream)
 
     def stream_wait_event(self, stream: int, event: int) -> None:
+        if stream in _DEFAULT_HANDLES:  # the default stream of the event's device
+            self._call_on_event(event, "cuStreamWaitEvent", stream, event, 0)
+            return
         self._call_on(stream, "cuStreamWaitEvent", stream, event, 0)
 
     # -- events ----------------------------------------------------------------------
@@ -923,6 +936,9 @@ class CudaBackend(Backend):
         self._events.pop(event, None)
 
     def event_record(self, event: int, stream: int) -> None:
+        if stream in _DEFAULT_HANDLES:  # the default stream of the event's device
+            self._call_on_event(event, "cuEventRecord", event, stream)
+            return
         self._call_on(stream, "cuEventRecord", event, stream)
 
     def event_query(self, event: int) -> bool:

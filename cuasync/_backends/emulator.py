@@ -537,9 +537,11 @@ class EmulatorBackend(Backend):
             self._current.ctx = self._primaries[stream.device.ordinal]
         return stream
 
-    def _default_stream(self, handle: int) -> _Stream:
-        """The legacy (1) or per-thread (2) default stream of this thread's current device."""
-        device = self._devices[self._context_device.get(self.current_context(), 0)]
+    def _default_stream(self, handle: int, device: _Device | None = None) -> _Stream:
+        """The legacy (1) or per-thread (2) default stream of ``device`` (default: this
+        thread's current device)."""
+        if device is None:
+            device = self._devices[self._context_device.get(self.current_context(), 0)]
         key = (handle, device.ordinal, threading.get_ident() if handle == 2 else 0)
         with self._lock:
             stream = self._defaults.get(key)
@@ -556,8 +558,13 @@ class EmulatorBackend(Backend):
         except KeyError:
             raise DriverError(Code.INVALID_HANDLE, "event", f"unknown event {handle:#x}") from None
 
-    def _enqueue(self, handle: int, command: Command) -> None:
-        stream = self._stream(handle)
+    def _enqueue(self, handle: int, command: Command, device: _Device | None = None) -> None:
+        """Put ``command`` on stream ``handle`` (a default handle: of ``device`` if given)."""
+        if device is not None and handle in (1, 2):
+            self._refuse_in_host_function("stream call")
+            stream = self._default_stream(handle, device)
+        else:
+            stream = self._stream(handle)
         self._check(stream.device)
         self.counts.enqueued += 1
         if stream.capture is not None:
@@ -742,7 +749,8 @@ class EmulatorBackend(Backend):
                 while not e.reached(target) and e.device.fault is None:
                     e.cond.wait(0.05)
 
-        self._enqueue(stream, _Wait(wait, lambda: e.reached(target)))
+        # (a default handle: the default stream of the event's device, as on a GPU here)
+        self._enqueue(stream, _Wait(wait, lambda: e.reached(target)), e.device)
 
     # -- events --------------------------------------------------------------------
     def event_create(self, ordinal: int, *, timing: bool = False) -> int:
@@ -761,7 +769,8 @@ class EmulatorBackend(Backend):
 
     def event_record(self, event: int, stream: int) -> None:
         e = self._event(event)
-        self._check(self._stream(stream).device)
+        if stream not in (1, 2):  # (a default handle: the event's device's default stream)
+            self._check(self._stream(stream).device)
         e.recorded += 1
         generation = e.recorded
 
@@ -771,7 +780,7 @@ class EmulatorBackend(Backend):
                 e.completed = max(e.completed, generation)
                 e.cond.notify_all()
 
-        self._enqueue(stream, record)
+        self._enqueue(stream, record, e.device)
 
     def event_query(self, event: int) -> bool:
         e = self._event(event)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .. import _backends
 from .._backends import get_backend
+from .._backends.base import LEGACY_STREAM
 from .._exceptions import report_once, warn_leak
 from .._native import NATIVE
 from ..errors import ArgumentError, OutOfMemoryError
@@ -111,8 +112,14 @@ class Allocation(ProcessLocal):
         if self._write is not None:
             uses.append(self._write)
         # Foreign streams are left out: their owner may have destroyed the handle already,
-        # and work on them that used this allocation has completed (contexts retain it).
-        return [(s, q) for s, q in uses if s.owned and s._alive[0] and s._pending(q)]
+        # and work on them that used this allocation has completed (contexts retain it);
+        # but not the legacy default stream, which lives as long as the process (a DLPack
+        # consumer's reads there are recorded: _interop.foreign.order_free_after_foreign).
+        return [
+            (s, q)
+            for s, q in uses
+            if (s.owned or s.handle == LEGACY_STREAM) and s._alive[0] and s._pending(q)
+        ]
 
     def __del__(self) -> None:
         try:
@@ -136,8 +143,11 @@ class Allocation(ProcessLocal):
                 stream = write[0]  # (the common case: its last use, the write, is there)
             else:
                 pending = self._last_uses()
-                if pending:
-                    stream = pending[-1][0]
+                # (freed on a stream of cuasync's own: not on the legacy default stream a
+                # DLPack consumer read it on, which it waits for instead)
+                owned = [s for s, _ in pending if s.owned]
+                if owned:
+                    stream = owned[-1]
                 elif write is not None and write[0].owned and write[0]._alive[0]:
                     stream = write[0]
                 else:

@@ -1,14 +1,16 @@
 """DLPack both ways: ``Tensor.__dlpack__`` / ``__dlpack_device__`` and :func:`from_dlpack`.
 
-The structs of ``dlpack.h`` (v1.0, and the legacy unversioned layout) are built with
-ctypes. An exported capsule holds a reference to the tensor, which keeps its device
-allocation alive until the consumer calls the deleter; the deleter is a C function
-that any thread may call at any time (it takes the GIL, drops the reference, and
-makes the allocation's eventual free wait for the consumer's default stream where
-that stream is known). A capsule nobody consumed calls the deleter when it is
-collected, from a C destructor (``reactor/dlpack.c``) that keeps an exception the
-consumer has set meanwhile (a refused capsule is dropped while its consumer raises);
-a consumed one (renamed ``used_dltensor...``) is its consumer's business.
+Capsules (``dlpack.h`` v1.0, and the legacy unversioned layout) are made and read by
+:mod:`.capsules`, one C call each where the native module is built; this module decides
+what goes into one and checks what comes out. An exported capsule holds a reference to
+the tensor, which keeps its device allocation alive until the consumer calls the
+deleter; the deleter is a C function that any thread may call at any time (it takes the
+GIL, drops the reference, and makes the allocation's eventual free wait for the
+consumer's default stream where that stream is known). A capsule nobody consumed calls
+the deleter when it is collected, from a C destructor (``reactor/dlpack.c``) that keeps
+an exception the consumer has set meanwhile (a refused capsule is dropped while its
+consumer raises); a consumed one (renamed ``used_dltensor...``) is its consumer's
+business.
 
 >>> y = torch.from_dlpack(x)                    # x a cuasync.Tensor: zero-copy
 >>> x = cuasync.from_dlpack(torch_tensor)       # and back
@@ -16,26 +18,23 @@ a consumed one (renamed ``used_dltensor...``) is its consumer's business.
 
 from __future__ import annotations
 
-import ctypes
-import itertools
-import sys
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.device import Device, Stream, _check_ordinal
 from .._dtypes import SUPPORTED, dtype_name
-from .._exceptions import report_once
-from .._native import NATIVE
 from .._tensor import Tensor, contiguous_strides
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from . import capsules
 from .foreign import (
-    LEGACY_STREAM,
-    PER_THREAD_STREAM,
     ForeignAllocation,
     foreign_extent,
+    foreign_stream,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -67,149 +66,28 @@ _BFLOAT = 4
 _FP8 = {"float8_e4m3fn": 10, "float8_e5m2": 12}
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [
-        ("dl_tensor", _DLTensor),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-    ]
-
-
-class _DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [
-        ("version", _DLPackVersion),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("dl_tensor", _DLTensor),
-    ]
-
-
-# -- capsules ----------------------------------------------------------------------------
-_api = ctypes.pythonapi
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-# Capsules keep a pointer to their name: these buffers live as long as the process.
-_LEGACY = ctypes.create_string_buffer(b"dltensor")
-_VERSIONED = ctypes.create_string_buffer(b"dltensor_versioned")
-_USED_LEGACY = ctypes.create_string_buffer(b"used_dltensor")
-_USED_VERSIONED = ctypes.create_string_buffer(b"used_dltensor_versioned")
-
-_DELETER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
 class _Export:
-    """What one exported capsule keeps alive: the struct, its arrays, the tensor."""
+    """What one exported capsule keeps alive (the tensor), and the ordering its release
+    owes: the capsule calls :meth:`release` once, when the consumer is done with it."""
 
-    __slots__ = ("arrays", "handle", "managed", "tensor", "thread")
+    __slots__ = ("handle", "tensor", "thread")
 
-    def __init__(self, tensor: Tensor, managed: ctypes.Structure, arrays: Any, handle: int):
+    def __init__(self, tensor: Tensor, handle: int) -> None:
         self.tensor = tensor
-        self.managed = managed
-        self.arrays = arrays
         self.handle = handle  # the consumer's stream, -1 if it asked for no synchronization
-        self.thread = threading.get_ident()
+        self.thread = threading.get_ident() if handle == PER_THREAD_STREAM else 0
 
     def release(self) -> None:
-        handle = self.handle
         # Only the default streams are known to outlive the export; a per-thread default
         # stream is only known on the thread that exported.
-        known = handle == LEGACY_STREAM or (
-            handle == PER_THREAD_STREAM and threading.get_ident() == self.thread
-        )
-        alloc = self.tensor.allocation
-        if known and alloc.device.fault is None:
-            order_free_after_foreign(alloc, handle)
-
-
-#: Live exports by the address of their managed struct.
-_exports: dict[int, _Export] = {}
-
-
-def _release(address: int | None) -> None:
-    try:
-        export = _exports.pop(address or 0, None)
-        # At exit the memory goes away with the process, and ordering its free could
-        # start a stream's thread, which never starts then (the exit would hang).
-        if sys.is_finalizing():
+        handle = self.handle
+        if handle != LEGACY_STREAM and (
+            handle != PER_THREAD_STREAM or threading.get_ident() != self.thread
+        ):
             return
-    except Exception:  # interpreter shutdown tore the module down: leaking is safe
-        return
-    if export is not None:
-        try:
-            export.release()
-        except Exception as exc:
-            report_once("cuasync.interop", "order a free after a DLPack consumer", exc)
-
-
-def _capsule_destructor(capsule: int | None) -> None:
-    """The capsule destructor where the native module is missing.
-
-    A capsule nobody consumed still owns its tensor; a consumed one was renamed. A
-    consumer may drop a capsule while its own exception is set (numpy refusing a CUDA
-    capsule does): Python code cannot keep that exception (ctypes turns it into a
-    ``SystemError``), so it is cleared first and the tensor is still given back. The
-    native destructor (``reactor/dlpack.c``) keeps it.
-    """
-    _clear_error()
-    try:
-        for name in (_VERSIONED, _LEGACY):
-            if _api.PyCapsule_IsValid(capsule, name):
-                _release(_api.PyCapsule_GetPointer(capsule, name))
-                return
-    except Exception:  # interpreter shutdown tore the module down: leaking is safe
-        return
-
-
-_clear_error = _api.PyErr_Clear
-_clear_error.restype = None
-_clear_error.argtypes = []
-
-#: The C callbacks live as long as the process: a consumer may call them at any time,
-#: also after interpreter shutdown cleared this module (one reference is never dropped).
-_DELETER = _DELETER_TYPE(_release)
-_DELETER_ADDRESS = ctypes.cast(_DELETER, ctypes.c_void_p).value
-_api.Py_IncRef(ctypes.py_object(_DELETER))
-if NATIVE is not None:
-    _DESTRUCTOR_ADDRESS = NATIVE.DLPACK_CAPSULE_DESTRUCTOR
-else:
-    _DESTRUCTOR = _DELETER_TYPE(_capsule_destructor)
-    _DESTRUCTOR_ADDRESS = ctypes.cast(_DESTRUCTOR, ctypes.c_void_p).value
-    _api.Py_IncRef(ctypes.py_object(_DESTRUCTOR))
-_ids = itertools.count(1)
+        alloc = self.tensor.allocation
+        if alloc.device.fault is None:
+            order_free_after_foreign(alloc, handle)
 
 
 # -- export ------------------------------------------------------------------------------
@@ -219,13 +97,22 @@ def dlpack_device(tensor: Tensor) -> tuple[int, int]:
 
 
 def _dtype_code(tensor: Tensor) -> tuple[int, int]:
+    """DLPack's ``(code, bits)`` of the tensor's dtype (cached by dtype)."""
     dt = tensor.dtype
-    name = dtype_name(dt)
-    if name == "bfloat16":
-        return _BFLOAT, 16
-    if name in _FP8:
-        return _FP8[name], 8
-    return _CODES[dt.kind], dt.itemsize * 8
+    code = _CODE_OF.get(dt)
+    if code is None:
+        name = dtype_name(dt)
+        if name == "bfloat16":
+            code = _BFLOAT, 16
+        elif name in _FP8:
+            code = _FP8[name], 8
+        else:
+            code = _CODES[dt.kind], dt.itemsize * 8
+        _CODE_OF[dt] = code
+    return code
+
+
+_CODE_OF: dict[Any, tuple[int, int]] = {}
 
 
 def _check_stream(stream: Any) -> int:
@@ -249,6 +136,8 @@ def _versioned(max_version: Any) -> bool:
     """Whether the consumer reads versioned capsules (``max_version`` 1.0 or later)."""
     if max_version is None:
         return False
+    if max_version == VERSION:  # (what torch and CuPy pass)
+        return True
     if not (
         isinstance(max_version, tuple)
         and len(max_version) == 2
@@ -283,43 +172,27 @@ def export(
         order_foreign_after(tensor.allocation, handle)
 
     versioned = _versioned(max_version)
-    shape = (ctypes.c_int64 * tensor.ndim)(*tensor.shape)
-    strides = (ctypes.c_int64 * tensor.ndim)(*tensor.strides)
-    managed: Any = _DLManagedTensorVersioned() if versioned else _DLManagedTensor()
-    dl = managed.dl_tensor
+    code, bits = _dtype_code(tensor)
+    flags = _READ_ONLY if versioned and tensor.allocation.readonly else 0
     # The first element's address, byte_offset 0: what the array API asks of __dlpack__,
     # since torch (and others) long ignored byte_offset on import.
-    dl.data = tensor.ptr
-    dl.byte_offset = 0
-    dl.device = _DLDevice(KDL_CUDA, tensor.device.ordinal)
-    dl.ndim = tensor.ndim
-    code, bits = _dtype_code(tensor)
-    dl.dtype = _DLDataType(code, bits, 1)
-    dl.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-    dl.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    managed.deleter = _DELETER_ADDRESS
-    if versioned:
-        managed.version = _DLPackVersion(*VERSION)
-        managed.flags = _READ_ONLY if tensor.allocation.readonly else 0
-    address = ctypes.addressof(managed)
-    managed.manager_ctx = next(_ids)
-    _exports[address] = _Export(tensor, managed, (shape, strides), handle)
-    name = _VERSIONED if versioned else _LEGACY
-    try:
-        return _api.PyCapsule_New(address, name, _DESTRUCTOR_ADDRESS)
-    except BaseException:
-        _exports.pop(address, None)
-        raise
+    return capsules.pack(
+        _Export(tensor, handle).release, tensor.ptr, tensor.device.ordinal, tensor.shape,
+        tensor.strides, code, bits, flags, versioned,
+    )  # fmt: skip
 
 
 # -- import ------------------------------------------------------------------------------
+#: DLPack's ``(code, bits)`` to the dtype names cuasync may support.
+_NAMES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
+          (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
+          (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
+          (_BFLOAT, 16): "bfloat16", (5, 64): "complex64", (5, 128): "complex128",
+          (6, 8): "bool", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}  # fmt: skip
+
+
 def _numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype[Any]:
-    names = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
-             (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
-             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
-             (_BFLOAT, 16): "bfloat16", (5, 64): "complex64", (5, 128): "complex128",
-             (6, 8): "bool", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}  # fmt: skip
-    name = names.get((code, bits))
+    name = _NAMES.get((code, bits))
     if lanes != 1 or name is None or name not in SUPPORTED:
         raise DTypeError(
             f"the DLPack tensor's dtype (code {code}, {bits} bits, {lanes} lanes) has no "
@@ -348,7 +221,9 @@ def _device_of(obj: Any, device: int | Device | None) -> Device:
             f"{type(obj).__name__} lives on a {where} device; cuasync adopts CUDA device "
             "memory only"
         )
-    own = Device(_check_ordinal(ordinal, "the producer's device"))
+    own = Device._instances.get(ordinal) if type(ordinal) is int else None
+    if own is None:  # (not a device seen yet, or not an ordinal: checked and worded)
+        own = Device(_check_ordinal(ordinal, "the producer's device"))
     if device is not None and Device(_check_ordinal(device, "device")) is not own:
         raise InvalidDeviceError(
             f"device={Device(device).ordinal}, but {type(obj).__name__} lives on device "
@@ -367,24 +242,20 @@ def _capsule(obj: Any, handle: int, copy: bool | None) -> Any:
         return obj.__dlpack__(stream=handle)
 
 
-def _parse(capsule: Any) -> tuple[int, Any, bool]:
-    """The managed struct's address, the struct, and whether it is versioned."""
-    name = _api.PyCapsule_GetName(capsule)
-    if name == _VERSIONED.value:
-        address = _api.PyCapsule_GetPointer(id(capsule), _VERSIONED)
-        managed = _DLManagedTensorVersioned.from_address(address)
-        if managed.version.major != VERSION[0]:
-            raise BufferError(
-                f"the producer exported DLPack {managed.version.major}."
-                f"{managed.version.minor}; cuasync reads major version {VERSION[0]}"
-            )
-        return address, managed, True
-    if name == _LEGACY.value:
-        address = _api.PyCapsule_GetPointer(id(capsule), _LEGACY)
-        return address, _DLManagedTensor.from_address(address), False
-    if name in (_USED_LEGACY.value, _USED_VERSIONED.value):
-        raise BufferError("this DLPack capsule was already consumed")
-    raise ArgumentError(f"__dlpack__() returned {capsule!r}, not a DLPack capsule")
+def _fields(capsule: Any) -> capsules.Fields:
+    """What the producer's capsule says (see :data:`.capsules.Fields`)."""
+    fields = capsules.unpack(capsule)
+    if fields is None:
+        name = capsules.name_of(capsule)
+        if name in (b"used_dltensor", b"used_dltensor_versioned"):
+            raise BufferError("this DLPack capsule was already consumed")
+        raise ArgumentError(f"__dlpack__() returned {capsule!r}, not a DLPack capsule")
+    if fields[1] and fields[2] != VERSION[0]:
+        raise BufferError(
+            f"the producer exported DLPack {fields[2]}.{fields[3]}; cuasync reads major "
+            f"version {VERSION[0]}"
+        )
+    return fields
 
 
 def from_dlpack(
@@ -396,9 +267,10 @@ def from_dlpack(
 ) -> Tensor:
     """Adopt a DLPack producer's device memory as a :class:`Tensor`, zero-copy, now.
 
-    The producer is asked to order its pending work before ``stream`` (default: a
-    cuasync-private stream of its device); every cuasync op that uses the tensor is
-    ordered after that. The producer object is kept alive until the last view and the
+    The producer is asked to order its pending work before ``stream`` (default: the
+    legacy default stream of its device, as CuPy asks: torch and CuPy working there have
+    nothing to do); every cuasync op that uses the tensor is ordered after that stream's
+    work up to now. The producer object is kept alive until the last view and the
     last op using the memory are gone; cuasync never frees the memory, it hands it
     back through the DLPack deleter. ``copy`` is passed to the producer.
 
@@ -416,8 +288,8 @@ def from_dlpack(
             )
         return obj
     own = _device_of(obj, device)
-    if stream is None:
-        stream = own._utility_stream()
+    if stream is None:  # what CuPy asks for too: torch's and CuPy's own default stream
+        stream = foreign_stream(LEGACY_STREAM, own)
     elif not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
     elif stream.device is not own:
@@ -426,39 +298,34 @@ def from_dlpack(
             f"device {own.ordinal}; pass a stream of device {own.ordinal}"
         )
     capsule = _capsule(obj, stream.handle, copy)
-    address, managed, versioned = _parse(capsule)
-    tensor = _adopt(obj, managed, own, stream, versioned)
+    fields = _fields(capsule)
+    tensor = _adopt(obj, fields, own, stream)
     # Ours now: the consumer calls the deleter, and the capsule must not.
-    _api.PyCapsule_SetName(capsule, _USED_VERSIONED if versioned else _USED_LEGACY)
-    deleter = managed.deleter
-    if deleter:
-        call = _DELETER_TYPE(deleter)
-        tensor.allocation._release = lambda: call(address)  # type: ignore[attr-defined]
+    address, versioned = fields[0], fields[1]
+    capsules.take(capsule, versioned)
+    if fields[14]:  # (has a deleter)
+        tensor.allocation._release = partial(capsules.delete, address, versioned)  # type: ignore[attr-defined]
     return tensor
 
 
-def _adopt(obj: Any, managed: Any, device: Device, stream: Stream, versioned: bool) -> Tensor:
-    dl = managed.dl_tensor
-    if dl.device.device_type != KDL_CUDA or dl.device.device_id != device.ordinal:
+def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) -> Tensor:
+    _, versioned, _, _, flags, ptr, device_type, device_id, ndim, shape, strides = fields[:11]
+    if device_type != KDL_CUDA or device_id != device.ordinal:
         raise BufferError(
-            f"the capsule describes device ({dl.device.device_type}, {dl.device.device_id}), "
+            f"the capsule describes device ({device_type}, {device_id}), "
             f"but __dlpack_device__() said (2, {device.ordinal})"
         )
-    dtype = _numpy_dtype(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)
+    dtype = _numpy_dtype(*fields[11:14])
     what = f"the DLPack tensor of {type(obj).__name__}"
-    if dl.ndim < 0 or (dl.ndim > 0 and not dl.shape):
+    if shape is None:
         raise ShapeError(
-            f"{what} has ndim {dl.ndim} and {'a' if dl.shape else 'no'} shape array; the "
-            "producer's capsule is broken"
+            f"{what} has ndim {ndim} and no shape array cuasync can read; the producer's "
+            "capsule is broken"
         )
-    shape = tuple(int(dl.shape[i]) for i in range(dl.ndim))
-    if dl.strides:
-        strides = tuple(int(dl.strides[i]) for i in range(dl.ndim))
-    else:  # NULL: compact row-major (DLPack < 1.2)
+    if strides is None:  # NULL: compact row-major (DLPack < 1.2)
         strides = contiguous_strides(shape)
-    ptr = (dl.data or 0) + dl.byte_offset
     nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
-    readonly = versioned and bool(managed.flags & _READ_ONLY)
+    readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
 

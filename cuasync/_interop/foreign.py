@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
-from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
+from .._backends.base import LEGACY_STREAM
 from .._core.context import LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
@@ -35,14 +36,17 @@ from .._exceptions import report_once
 from ..errors import ArgumentError, ShapeError
 
 
-@contextlib.contextmanager
-def submission_lock() -> Iterator[None]:
-    """The execution lock, unless this thread already holds it (inside a ``then``)."""
-    if submitting():
-        yield
-        return
-    with LOCK:
-        yield
+def submission_lock() -> contextlib.AbstractContextManager[Any]:
+    """The execution lock, unless this thread already holds it (inside a ``then``): a
+    context manager (the lock itself, or one that does nothing).
+
+    >>> with submission_lock():
+    ...     alloc.use(stream, stream._next_seq(), write=False)
+    """
+    return _HELD if submitting() else LOCK
+
+
+_HELD = contextlib.nullcontext()
 
 
 #: Byte counts and addresses a layout must stay within: int64 sizes, a 64-bit address space.
@@ -64,6 +68,18 @@ def foreign_extent(
     >>> foreign_extent(0x7F0000000000, (3, 4), (4, 1), 4, "x.__cuda_array_interface__")
     48
     """
+    if ptr and not ptr % itemsize and len(strides) == len(shape):  # the common case, one pass
+        size, span = 1, 0
+        for d, st in zip(shape, strides, strict=True):
+            if d < 0 or (st < 0 and d > 1):
+                break
+            size *= d
+            span += st * (d - 1)
+        else:
+            nbytes = itemsize * (1 + span)
+            if size and size * itemsize <= _MAX_BYTES and ptr + nbytes <= _ADDRESS_END:
+                return nbytes
+    # (the checks one at a time: which one fails is worded)
     if len(strides) != len(shape):
         raise ShapeError(
             f"{what} gives {len(strides)} strides {strides} for the {len(shape)} dimensions "
@@ -158,8 +174,25 @@ class ForeignAllocation(Allocation):
 
 
 def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
-    """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys."""
+    """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys.
+
+    A device's legacy default stream (:data:`LEGACY_STREAM`) is one object, made once:
+    the backends read a default handle as the default stream of the device of the event
+    recorded on it, or waited for. (A per-thread default stream is another stream on each
+    thread: it gets an object each time.)
+    """
+    if handle == LEGACY_STREAM and owner is None:
+        stream = _defaults.get(device.ordinal)
+        if stream is None:
+            stream = _defaults[device.ordinal] = Stream._new(handle, device, owned=False)
+        return stream
     return Stream._new(handle, device, owned=False, owner=owner)
+
+
+#: The legacy default stream of each device, as a :class:`Stream` (a forked child makes
+#: its own: the parent's carry its sequence numbers and events).
+_defaults: dict[int, Stream] = {}
+os.register_at_fork(after_in_child=_defaults.clear)
 
 
 def wait_for_foreign(stream: Stream, handle: int) -> None:
@@ -187,10 +220,9 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
         uses = alloc._last_uses()
         if not uses:
             return
+        # (a default handle is the default stream of the tensor's device: the backends
+        # read it as that of the recorded event's device)
         consumer = foreign_stream(handle, alloc.device)
-        if handle in (LEGACY_STREAM, PER_THREAD_STREAM):
-            # Make the device's context current: default handles are looked up there.
-            get_backend().event_destroy(get_backend().event_create(alloc.device.ordinal))
         for stream, seq in uses:
             consumer._order_after(stream, seq)
 
@@ -198,9 +230,17 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
 def order_free_after_foreign(alloc: Allocation, handle: int) -> None:
     """Make the eventual free of ``alloc`` wait for the work enqueued so far on ``handle``.
 
-    Recorded as a read of ``alloc`` by the device's utility stream, which waits for
-    ``handle``: :class:`Allocation` frees after its pending reads.
+    The legacy default stream is recorded as a reader of ``alloc`` itself (it lives as
+    long as the process): the free, and any later write, wait for its work then, and an
+    export to that same stream waits for nothing. Another handle (a per-thread default
+    stream) is waited for now by the device's utility stream, recorded as the reader:
+    :class:`Allocation` frees after its pending reads.
     """
+    if handle == LEGACY_STREAM:
+        legacy = foreign_stream(LEGACY_STREAM, alloc.device)
+        with submission_lock():
+            alloc.use(legacy, legacy._next_seq(), write=False)
+        return
     utility = alloc.device._utility_stream()
     with submission_lock():
         wait_for_foreign(utility, handle)

@@ -126,7 +126,27 @@ _ZUNARY = {
     "exp": "ca_zexp",
     "log": "ca_zlog",
     "sqrt": "ca_zsqrt",
+    "square": "ca_zsquare",
+    "reciprocal": "ca_zrecip",
+    "round": "ca_zrint",
+    "isfinite": "ca_zisfinite",
+    "isinf": "ca_zisinf",
+    "isnan": "ca_zisnan",
+    "log2": "ca_zlog2",
+    "log10": "ca_zlog10",
 }
+
+#: Bitwise and logical binary ops: (integers, bools). A bool is 0 or 1: ``!=`` is xor.
+_BITS = {
+    "bitwise_and": ("&", "&&"),
+    "bitwise_or": ("|", "||"),
+    "bitwise_xor": ("^", "!="),
+}
+_LOGICAL = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}
+#: Binary functions of <math.h> (NVRTC's device overloads), real floats only.
+_MATH2 = frozenset(("atan2", "copysign", "hypot"))
+#: Unary functions that give an integer or bool operand back as it is.
+_INTEGRAL_SAME = frozenset(("ceil", "floor", "trunc", "round", "positive"))
 
 
 def _math(name: str, a: str, dt: str) -> str:
@@ -169,18 +189,62 @@ def _binary(name: str, a: str, b: str, ins: tuple[str, ...], out: str) -> str:
         if kind == "f":
             return _round(_math("pow", f"{a}, {b}", dt), dt)
         return f"ca_ipow<{ctype(dt)}>({a}, {b})"
+    return _binary_api(name, a, b, dt, kind)
+
+
+def _binary_api(name: str, a: str, b: str, dt: str, kind: str) -> str:
+    """The array API's binary functions (issue 34) on real operands of loop dtype ``dt``."""
+    c = ctype(dt)
+    if name in _LOGICAL:
+        return f"((bool)({a}) {_LOGICAL[name]} (bool)({b}))"
+    if name in _BITS:
+        word, logic = _BITS[name]
+        return f"({a} {logic} {b})" if kind == "b" else f"(({c})(({a}) {word} ({b})))"
+    if name in ("bitwise_left_shift", "bitwise_right_shift"):
+        return f"ca_{'l' if name == 'bitwise_left_shift' else 'r'}shift<{c}>({a}, {b})"
+    if name == "floor_divide":
+        if kind == "f":
+            return _round(f"ca_floordiv_np({a}, {b})", dt)
+        return f"ca_ifloordiv_np<{c}>({a}, {b})"
+    if name in _MATH2:
+        return _round(_math(name, f"{a}, {b}", dt), dt)
+    if name == "logaddexp":
+        return _round(f"ca_logaddexp({a}, {b})", dt)
+    if name == "nextafter":  # float16 and bfloat16: one step of their own precision
+        step = {"float16": "ca_nextafter_h", "bfloat16": "ca_nextafter_bf"}.get(dt)
+        return f"{step}({a}, {b})" if step else _math("nextafter", f"{a}, {b}", dt)
     raise AssertionError(name)
 
 
 def _unary(name: str, a: str, dt: str) -> str:
     kind = DTYPES[dt].kind
     c = ctype(dt)
+    if name == "positive":
+        return a
     if kind == "c":
         if name in ("real", "imag"):
             return f"({a}).{'x' if name == 'real' else 'y'}"
         return f"{_ZUNARY[name]}({a})"
     if name in ("real", "conj"):
         return a
+    if name in _INTEGRAL_SAME and kind in "biu":
+        return a
+    if name in ("isfinite", "isinf", "isnan"):  # an integer is finite
+        return f"{name}({a})" if kind == "f" else ("true" if name == "isfinite" else "false")
+    if name == "signbit":
+        return f"signbit({a})"
+    if name == "logical_not":
+        return f"(!(bool)({a}))"
+    if name == "bitwise_invert":
+        return f"(!{a})" if kind == "b" else f"(({c})~({a}))"
+    if name == "square":
+        if kind in "iu":  # wraps, as numpy
+            return f"(({c})((ca_u64)({a}) * (ca_u64)({a})))"
+        return _round(f"{a} * {a}", dt)
+    if name == "reciprocal":
+        return _round(f"({c})1 / {a}", dt)
+    if name == "round":
+        return _round(_math("rint", a, dt), dt)
     if name == "imag":
         return f"(({c})0)"
     if name == "angle":  # 0, or pi for a negative value (NaN stays NaN)
@@ -408,6 +472,10 @@ def _evaluate(plan: Plan, xs: list[np.ndarray], ss: list[Any]) -> Any:
         return np.where(*args)
     if name == "rsqrt":
         return np.reciprocal(np.sqrt(args[0]))
+    if name == "reciprocal":
+        return np.reciprocal(args[0])
+    if name == "round" and DTYPES[ins[0]].kind in "biu":
+        return args[0]
     if name == "power" and DTYPES[out].kind in "iu":
         return _int_power(args[0], args[1], SUPPORTED[out])
     return UFUNCS[name](*args)

@@ -67,6 +67,45 @@ UFUNCS: dict[str, Any] = {
     "real": np.real,
     "imag": np.imag,
     "angle": np.angle,
+    # the array API's (issue 34): named as the standard names them
+    "acos": np.arccos,
+    "acosh": np.arccosh,
+    "asin": np.arcsin,
+    "asinh": np.arcsinh,
+    "atan": np.arctan,
+    "atanh": np.arctanh,
+    "cosh": np.cosh,
+    "sinh": np.sinh,
+    "tan": np.tan,
+    "log2": np.log2,
+    "log10": np.log10,
+    "ceil": np.ceil,
+    "floor": np.floor,
+    "trunc": np.trunc,
+    "round": np.rint,  # (an integer or bool x: returned as it is, see _resolve)
+    "isfinite": np.isfinite,
+    "isinf": np.isinf,
+    "isnan": np.isnan,
+    "signbit": np.signbit,
+    "positive": np.positive,
+    "square": np.square,
+    "reciprocal": np.sqrt,  # dtype rules of sqrt (integers: a float); the value is 1 / x
+    "bitwise_invert": np.invert,
+    "logical_not": np.logical_not,
+    "atan2": np.arctan2,
+    "copysign": np.copysign,
+    "hypot": np.hypot,
+    "logaddexp": np.logaddexp,
+    "nextafter": np.nextafter,
+    "floor_divide": np.floor_divide,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "bitwise_left_shift": np.left_shift,
+    "bitwise_right_shift": np.right_shift,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
 }
 
 #: The ops complex operands take (the array API's: no ordering, no rounding functions;
@@ -89,6 +128,15 @@ COMPLEX_OPS = frozenset(
         "imag",
         "angle",
         "where",
+        "positive",
+        "square",
+        "reciprocal",
+        "round",
+        "isfinite",
+        "isinf",
+        "isnan",
+        "log2",
+        "log10",
     )
 )
 _ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximum", "minimum"))
@@ -181,7 +229,12 @@ def _key(c: Node) -> Any:
 #: The ops that compute in a float whatever their operands (numpy's float64 for most
 #: integers): without a float operand they compute in the default float dtype.
 FLOAT_OPS = frozenset(
-    ("divide", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "expm1", "log1p")
+    (
+        *("divide", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "expm1", "log1p"),
+        *("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan"),
+        *("log2", "log10", "reciprocal", "atan2", "copysign", "hypot", "logaddexp"),
+        "nextafter",
+    )
 )
 _FLOAT64 = np.dtype(np.float64)
 _COMPLEX128 = np.dtype(np.complex128)
@@ -228,6 +281,9 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
         rep = [_key(c) if c.dtype is not None else c.value for c in (a, b)]
         out = np.result_type(*rep)
         return _default_float(op, [a, b], (np.dtype(bool), out, out), out)
+    if op == "round" and children[0].dtype is not None and children[0].dtype.kind in "biu":
+        dt = children[0].dtype  # already integral: the array API returns it as it is
+        return (dt,), dt
     keys = (op, *map(_key, children))
     known = _RESOLVED.get(keys)
     if known is not None:

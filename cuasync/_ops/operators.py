@@ -16,6 +16,7 @@ saying what to call instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,20 +33,26 @@ _UFUNC_OPS = {
         "add", "subtract", "multiply", "divide", "remainder", "power", "equal", "not_equal",
         "less", "less_equal", "greater", "greater_equal",
     )
-} | {"true_divide": "divide"}  # fmt: skip
+} | {
+    "true_divide": "divide", "floor_divide": "floor_divide", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift",
+}  # fmt: skip
 
 
 class Implementation:
     """The functions behind the operators, owned by modules above this one.
 
     ``Tensor`` and ``TensorOp`` inherit the operators, and the functions that implement
-    them build on both, so this module cannot import them: :mod:`.elementwise` and
-    :mod:`.contract` fill these entries when they are imported (``cuasync/__init__.py``
-    imports both before any tensor exists), and ``cuasync/__init__.py`` fills
-    ``public_names`` for the hints of :class:`~cuasync.errors.HostArrayError`.
+    them build on both, so this module cannot import them: :mod:`.elementwise`,
+    :mod:`.elementwise_api` and :mod:`.contract` fill these entries when they are
+    imported (``cuasync/__init__.py`` imports them before any tensor exists), and
+    ``cuasync/__init__.py`` fills the namespace entries (``__array_namespace__``, the
+    hints of :class:`~cuasync.errors.HostArrayError`).
     """
 
-    #: ``add``, ``negative``, ... by name, and whether a value can be their operand.
+    #: ``add``, ``negative``, ``floor_divide``, ... by name (numpy's everyday functions
+    #: and the array API's), and whether a value can be their operand.
     elementwise: dict[str, Callable[..., TensorOp]]
     is_operand: Callable[[Any], bool]
     #: ``@``, and whether a value can be its operand.
@@ -53,13 +60,18 @@ class Implementation:
     is_matmul_operand: Callable[[Any], bool]
     #: The names ``cuasync`` exports (``np.sum(t)`` then suggests ``cuasync.sum``).
     public_names: frozenset[str] = frozenset()
+    #: The ``cuasync`` module (the array API namespace) and its version check.
+    namespace: ModuleType
+    check_api_version: Callable[[str | None], None]
 
 
 implementation = Implementation()
 
 
 class TensorOperators:
-    """``+ - * / % ** @`` (and reflected), unary ``-``, ``abs()`` and comparisons."""
+    """``+ - * / // % ** @ & | ^ << >>`` (and reflected), unary ``- + ~``, ``abs()`` and
+    comparisons. No in-place forms: ``x += y`` rebinds ``x`` to the op ``x + y`` (a lazy
+    result, not a write into ``x``; write in place with ``cuasync.add(x, y, out=x)``)."""
 
     __slots__ = ()
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
@@ -89,6 +101,17 @@ class TensorOperators:
         if host is not None:
             raise _host_array(ufunc.__name__, host, self)
         raise _numpy_function(ufunc.__name__, self)
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> ModuleType:
+        """The array API namespace of the tensor: the ``cuasync`` module (``api_version``
+        None, "2023.12" or "2024.12"; another raises :class:`~cuasync.errors.ArgumentError`,
+        a ValueError).
+
+        >>> xp = x.__array_namespace__()
+        >>> y = await xp.sqrt(xp.abs(x))
+        """
+        implementation.check_api_version(api_version)
+        return implementation.namespace
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
@@ -123,6 +146,42 @@ class TensorOperators:
 
     def __rmod__(self, other: Any) -> TensorOp:
         return self._binary("remainder", other, True)
+
+    def __floordiv__(self, other: Any) -> TensorOp:
+        return self._binary("floor_divide", other)
+
+    def __rfloordiv__(self, other: Any) -> TensorOp:
+        return self._binary("floor_divide", other, True)
+
+    def __and__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_and", other)
+
+    def __rand__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_and", other, True)
+
+    def __or__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_or", other)
+
+    def __ror__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_or", other, True)
+
+    def __xor__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_xor", other)
+
+    def __rxor__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_xor", other, True)
+
+    def __lshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_left_shift", other)
+
+    def __rlshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_left_shift", other, True)
+
+    def __rshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_right_shift", other)
+
+    def __rrshift__(self, other: Any) -> TensorOp:
+        return self._binary("bitwise_right_shift", other, True)
 
     def __pow__(self, other: Any) -> TensorOp:
         return self._binary("power", other)
@@ -163,6 +222,12 @@ class TensorOperators:
 
     def __abs__(self) -> TensorOp:
         return implementation.elementwise["abs"](self)
+
+    def __pos__(self) -> TensorOp:
+        return implementation.elementwise["positive"](self)
+
+    def __invert__(self) -> TensorOp:
+        return implementation.elementwise["bitwise_invert"](self)
 
 
 def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:

@@ -1,8 +1,8 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
-Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, all. On a
-terminal, with tqdm installed (the ``bench`` extra), a progress bar on stderr counts
-the suites.
+Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop,
+requests, all. On a terminal, with tqdm installed (the ``bench`` extra), a progress bar
+on stderr counts the suites.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ import argparse
 import gc
 import sys
 
-from . import completion, graphs, launch, matmul, ops, peer, priority, transfers
+from . import completion, graphs, interop, launch, matmul, ops, peer, priority, requests, transfers
 from ._plot import _pyplot, plot_latencies
 from ._progress import Progress
 from ._util import Report, machine_meta
 
-SUITES = ("completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops")
+SUITES = (
+    "completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops", "interop",
+    "requests",
+)  # fmt: skip
 
 
 def _run(suite: str, report: Report, quick: bool) -> None:
@@ -36,6 +39,10 @@ def _run(suite: str, report: Report, quick: bool) -> None:
         priority.run(report, n=50 if quick else 500)
     elif suite == "ops":
         ops.run(report, quick=quick)
+    elif suite == "interop":
+        interop.run(report, n=2000 if quick else 20000)
+    elif suite == "requests":
+        requests.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,3 +187,105 @@ __device__ __forceinline__ Z ca_zsqrt(Z a) {
     if (re >= 0) return ca_zmake(t, im / (2 * t));
     return ca_zmake(fabs(im) / (2 * t), copysign(t, im));
 }
+
+// -- the array API's functions (issue 34) -------------------------------------------------
+// Shifts as numpy's: a shift by the width or more (or by a negative amount) gives 0, or
+// -1 for a negative value shifted right; a left shift is done unsigned (no UB) and wraps.
+template <typename T>
+__device__ __forceinline__ T ca_lshift(T a, T b) {
+    if ((ca_u64)(long long)b >= sizeof(T) * 8) return (T)0;
+    return (T)((ca_u64)a << (int)b);
+}
+template <typename T>
+__device__ __forceinline__ T ca_rshift(T a, T b) {
+    if ((ca_u64)(long long)b >= sizeof(T) * 8) return a < (T)0 ? (T)-1 : (T)0;
+    return (T)(a >> (int)b);
+}
+
+// numpy's floor division: integers round toward -inf, x // 0 is 0 and MIN // -1 wraps
+// to MIN; floats as numpy's npy_floor_divide (the quotient of npy_divmod: floor of
+// (a - fmod(a, b)) / b, corrected to the nearest integer; a / b where b is 0).
+template <typename T>
+__device__ __forceinline__ T ca_ifloordiv_np(T a, T b) {
+    if (b == 0) return (T)0;
+    if ((T)-1 < (T)0 && b == (T)-1) return (T)(0ULL - (ca_u64)a);
+    T q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+template <typename T>
+__device__ __forceinline__ T ca_floordiv_np(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= (T)1;
+    if (div == 0) return copysign((T)0, a / b);
+    T fl = floor(div);
+    if (div - fl > (T)0.5) fl += (T)1;
+    return fl;
+}
+
+// numpy's logaddexp: log(exp(a) + exp(b)) without overflow; equal arguments (infinities
+// of one sign too) give a + log(2).
+template <typename T>
+__device__ __forceinline__ T ca_logaddexp(T a, T b) {
+    if (a == b) return a + (T)0.693147180559945309417232121458176568;
+    T d = a - b;
+    if (d > 0) return a + log1p(exp(-d));
+    if (d <= 0) return b + log1p(exp(d));
+    return d;  // NaN
+}
+
+// nextafter in float16 / bfloat16 (computed on as float): one step of their own bits.
+__device__ __forceinline__ unsigned short ca_next_bits(unsigned short bits, float a, float b) {
+    if (a == 0) return (unsigned short)(b < 0 ? 0x8001u : 0x0001u);
+    return (unsigned short)(((a < b) == (a > 0)) ? bits + 1 : bits - 1);
+}
+__device__ __forceinline__ float ca_nextafter_h(float a, float b) {
+    if (a != a || b != b) return a + b;
+    if (a == b) return b;
+    unsigned short h = ca_next_bits(ca_half_from_double((double)a), a, b);
+    return (float)ca_half_to_double(h);
+}
+__device__ __forceinline__ float ca_nextafter_bf(float a, float b) {
+    if (a != a || b != b) return a + b;
+    if (a == b) return b;
+    return ca_bf16_to_float(ca_next_bits(ca_bf16_from_float(a), a, b));
+}
+
+// complex: a * a, 1 / a (numpy's Smith-style reciprocal), rounding and classifying each
+// part, and log2 / log10 as numpy's (log scaled by log2(e) / log10(e)).
+template <typename Z>
+__device__ __forceinline__ Z ca_zsquare(Z a) { return ca_zmul(a, a); }
+template <typename Z>
+__device__ __forceinline__ Z ca_zrecip(Z a) {
+    typedef decltype(a.x) R;
+    if (fabs(a.y) <= fabs(a.x)) {
+        R r = a.y / a.x, d = ca_radd(a.x, ca_rmul(a.y, r));
+        return ca_zmake((R)1 / d, -r / d);
+    }
+    R r = a.x / a.y, d = ca_radd(ca_rmul(a.x, r), a.y);
+    return ca_zmake(r / d, (R)-1 / d);
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zrint(Z a) { return ca_zmake(rint(a.x), rint(a.y)); }
+template <typename Z>
+__device__ __forceinline__ bool ca_zisnan(Z a) { return isnan(a.x) || isnan(a.y); }
+template <typename Z>
+__device__ __forceinline__ bool ca_zisinf(Z a) { return isinf(a.x) || isinf(a.y); }
+template <typename Z>
+__device__ __forceinline__ bool ca_zisfinite(Z a) { return isfinite(a.x) && isfinite(a.y); }
+template <typename Z>
+__device__ __forceinline__ Z ca_zlog2(Z a) {
+    typedef decltype(a.x) R;
+    Z l = ca_zlog(a);
+    return ca_zmake(ca_rmul(l.x, (R)1.442695040888963407359924681001892137),
+                    ca_rmul(l.y, (R)1.442695040888963407359924681001892137));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zlog10(Z a) {
+    typedef decltype(a.x) R;
+    Z l = ca_zlog(a);
+    return ca_zmake(ca_rmul(l.x, (R)0.434294481903251827651128918916605082),
+                    ca_rmul(l.y, (R)0.434294481903251827651128918916605082));
+}

@@ -12,7 +12,7 @@ import pytest
 
 import cuasync
 
-SUITES = ["completion", "launch", "graphs", "transfers", "priority", "ops"]
+SUITES = ["completion", "launch", "graphs", "transfers", "priority", "ops", "interop", "requests"]
 
 
 @pytest.mark.parametrize("suite", SUITES)
@@ -67,6 +67,19 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
             assert target["note"] == expected
     if suite == "ops":
         _check_ops_rows(rows, data["meta"]["backend"])
+    if suite == "interop":  # (torch and CuPy where installed, on a GPU: their rows too)
+        assert any(r["name"].startswith("cuasync.from_dlpack(producer)") for r in rows) or any(
+            r["name"].startswith("DLPack import: cuasync / CuPy") for r in rows
+        ), rows
+    if suite == "requests":  # host-inclusive rows: both heaps, the wake rows and targets
+        names = {r["name"] for r in rows}
+        assert {
+            "small op add: cuasync (heap frozen)",
+            "small op add: cuasync (heap collectable)",
+        } <= names
+        assert "asyncio: await of 5 ms of work" in names
+        assert "asyncio: cross-thread wake floor (5 ms apart)" in names
+        assert "asyncio 5 ms: await - .sync() (target <= 25 us)" in names
     if suite == "priority":
         names = {r["name"] for r in rows}
         assert "tiny kernel under batch load, default priority" in names

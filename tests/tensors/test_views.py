@@ -302,6 +302,16 @@ _UNARY += ["sqrt", "tanh", "conj", "real", "imag", "angle"]
 _BINARY = ["add", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract"]
 _BINARY += ["equal", "greater", "greater_equal", "less", "less_equal", "not_equal"]
 _REDUCTIONS = ["argmax", "argmin", "max", "mean", "min", "prod", "sum"]
+# the array API's (#34), with numpy's aliases
+_UNARY += ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "log2"]
+_UNARY += ["log10", "ceil", "floor", "trunc", "round", "isfinite", "isinf", "isnan"]
+_UNARY += ["signbit", "positive", "square", "reciprocal", "logical_not"]
+_UNARY += ["arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh"]
+_BINARY += ["atan2", "arctan2", "copysign", "hypot", "logaddexp", "nextafter", "floor_divide"]
+_BINARY += ["logical_and", "logical_or", "logical_xor", "pow"]
+#: Integer-only functions: on integer operands of their own (the float x, y not taken).
+_INTEGER = ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift"]
+_INTEGER += ["bitwise_right_shift", "left_shift", "right_shift", "bitwise_invert", "invert"]
 
 
 def _unary(fn: Any) -> Any:
@@ -310,6 +320,14 @@ def _unary(fn: Any) -> Any:
 
 def _binary(fn: Any) -> Any:
     return lambda x, y, **kw: fn(x, y, **kw)
+
+
+def _integer(fn: Any) -> Any:
+    def make(x: Any, y: Any, **kw: Any) -> Any:
+        i = cuasync.from_host(np.arange(12, dtype=np.int32).reshape(3, 4)).sync()
+        return fn(i, **kw) if fn in (cuasync.invert, cuasync.bitwise_invert) else fn(i, 2, **kw)
+
+    return make
 
 
 def _reduction(fn: Any) -> Any:
@@ -324,6 +342,7 @@ OUT_OPS: dict[str, Any] = {  # every op taking out=: (x, y, **out) -> the op
     **{n: _unary(getattr(cuasync, n)) for n in _UNARY},
     **{n: _binary(getattr(cuasync, n)) for n in _BINARY},
     **{n: _reduction(getattr(cuasync, n)) for n in _REDUCTIONS},
+    **{n: _integer(getattr(cuasync, n)) for n in _INTEGER},
     "where": lambda x, y, **kw: cuasync.where((y > 1.0).sync(), x, y, **kw),
     "clip": lambda x, y, **kw: cuasync.clip(x, 0.75, 1.5, **kw),
     "matmul": lambda x, y, **kw: cuasync.matmul(x, y.T, **kw),

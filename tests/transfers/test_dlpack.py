@@ -18,12 +18,25 @@ from helpers import ON_EMULATOR, run_script, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._core import block_cache
 from cuasync._dtypes import SUPPORTED
-from cuasync._interop import dlpack
+from cuasync._interop import capsules
 from cuasync._native import NATIVE
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
 _api = ctypes.pythonapi
+
+
+@pytest.fixture(autouse=True, params=["native", "ctypes"])
+def capsule_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the native module's capsules (one C call each) and with the
+    ctypes ones, which a build without a C compiler uses: both must behave the same."""
+    if request.param == "ctypes":
+        for name in ("pack", "unpack", "take", "delete"):
+            monkeypatch.setattr(capsules, name, getattr(capsules, "_" + name))
+    elif capsules.pack is capsules._pack:
+        pytest.skip("the native module is not built")
+    return str(request.param)
 
 
 class Via:
@@ -60,8 +73,8 @@ def struct_of(capsule: object):
     name = name_of(capsule).encode()
     address = _api.PyCapsule_GetPointer(ctypes.c_void_p(id(capsule)), ctypes.c_char_p(name))
     if name == b"dltensor_versioned":
-        return dlpack._DLManagedTensorVersioned.from_address(address)
-    return dlpack._DLManagedTensor.from_address(address)
+        return capsules._DLManagedTensorVersioned.from_address(address)
+    return capsules._DLManagedTensor.from_address(address)
 
 
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -226,8 +239,8 @@ def test_the_fallback_destructor_gives_a_refused_capsule_back() -> None:
         import sys
         sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
         import gc, numpy as np, cuasync, cuasync.testing as ct
-        from cuasync._interop import dlpack
-        assert dlpack.NATIVE is None
+        from cuasync._interop import capsules
+        assert capsules.pack is capsules._pack
         before = cuasync.Device(0).memory_stats().live_bytes
         t = cuasync.from_host(np.arange(65536, dtype=np.float32)).sync()
         try:
@@ -262,7 +275,7 @@ def test_capsules_alive_at_exit_let_the_process_exit(native: bool) -> None:
 
 
 def struct_of_address(address: int):
-    return dlpack._DLManagedTensorVersioned.from_address(address)
+    return capsules._DLManagedTensorVersioned.from_address(address)
 
 
 def test_a_capsule_cannot_be_imported_twice() -> None:
@@ -329,6 +342,36 @@ def test_imported_memory_is_ordered_after_the_producers_work() -> None:
         read = u.to_host().submit()
         assert still_pending(read.done), "the import did not wait for the producer's write"
     np.testing.assert_array_equal(read.wait(), np.full(64, 7.0, np.float32))
+
+
+def test_an_import_waits_for_the_legacy_stream_by_default() -> None:
+    """With no stream given, the producer is asked for the legacy default stream (as
+    CuPy asks: torch and CuPy working there have nothing to do), and every cuasync op
+    using the tensor waits for that stream's work up to the import."""
+    t = cuasync.zeros((64,)).sync()
+    via = Via(t)
+    legacy = cuasync.Stream.from_handle(1, device=0)
+    with ct.gate(legacy):  # the producer's work on its (default) stream is still to run
+        u = cuasync.from_dlpack(via)
+        read = u.to_host().submit()
+        assert still_pending(read.done), "the op did not wait for the producer's stream"
+    assert via.requests[-1]["stream"] == 1
+    read.wait()
+
+
+def test_a_write_after_an_export_waits_for_the_consumers_reads() -> None:
+    """A consumer done with an export to the legacy stream may still be reading there:
+    a later cuasync write to the memory waits for that stream's work."""
+    t = cuasync.zeros((64,)).sync()
+    legacy = cuasync.Stream.from_handle(1, device=0)
+    with ct.gate(legacy):  # the consumer's reads on its stream are still to run
+        capsule = t.__dlpack__(stream=1)
+        del capsule  # (released: the consumer is done submitting)
+        gc.collect()
+        write = cuasync.fill(t, 3.0).submit()
+        assert still_pending(write.done), "the write did not wait for the consumer's reads"
+    write.wait()
+    np.testing.assert_array_equal(t.to_host().sync(), np.full(64, 3.0, np.float32))
 
 
 # -- read-only, devices, errors ------------------------------------------------------------
@@ -490,5 +533,9 @@ def test_the_free_waits_for_the_legacy_stream_of_the_consumer() -> None:
         gc.collect()
         assert still_pending(lambda: ptr not in buffers), "freed before the consumer's work"
     cuasync.wait(legacy).sync()
+    settle()
+    # (its free waited for the legacy stream on a stream of cuasync's own, whose block
+    # cache may keep it for the next allocation there: flushed, it is freed)
+    block_cache.flush(cuasync.Device(0))
     settle()
     assert ptr not in buffers

@@ -1,0 +1,432 @@
+"""The array API's elementwise functions that numpy's everyday names lacked here (issue 34).
+
+Each is an op of the one elementwise machinery (:mod:`cuasync._ops.expr` resolves its
+dtypes as numpy does, :mod:`cuasync._ops.codegen` emits its CUDA C++ and numpy twin), so
+it fuses with the others and takes tensors, views, ``TensorOp`` s and Python scalars
+(weak) like them, and ``out=``. Named as the standard names them; numpy's names
+(``arccos``, ``arctan2``, ``invert``, ``left_shift``, ...) are aliases of the same
+functions.
+
+Beyond the standard, as numpy: the float functions take integers (computed in the
+default float dtype, float32, as ``exp`` does), the bitwise and logical ones take bools,
+``square`` takes bool. Complex operands: ``square``, ``reciprocal``, ``round``,
+``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``; the inverse
+trigonometric and hyperbolic functions and ``tan`` raise
+:class:`~cuasync.errors.DTypeError` for them (not built for complex yet).
+
+>>> y = await cuasync.hypot(cuasync.floor(a), b)       # one kernel
+>>> m = await cuasync.logical_and(cuasync.isfinite(a), a > 0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._tensor import Tensor
+from . import operators
+from .elementwise import _apply
+from .tensorop import TensorOp
+
+__all__ = [
+    "acos",
+    "acosh",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctan2",
+    "arctanh",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "bitwise_and",
+    "bitwise_invert",
+    "bitwise_left_shift",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "ceil",
+    "copysign",
+    "cosh",
+    "floor",
+    "floor_divide",
+    "hypot",
+    "invert",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "left_shift",
+    "log10",
+    "log2",
+    "logaddexp",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "nextafter",
+    "positive",
+    "pow",
+    "reciprocal",
+    "right_shift",
+    "round",
+    "signbit",
+    "sinh",
+    "square",
+    "tan",
+    "trunc",
+]
+
+
+def acos(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse cosine, in [0, pi] (NaN outside [-1, 1]).
+
+    >>> y = await cuasync.acos(x)
+    """
+    return _apply("acos", {"x": x}, out)
+
+
+def acosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse hyperbolic cosine (NaN below 1).
+
+    >>> y = await cuasync.acosh(x)
+    """
+    return _apply("acosh", {"x": x}, out)
+
+
+def asin(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).
+
+    >>> y = await cuasync.asin(x)
+    """
+    return _apply("asin", {"x": x}, out)
+
+
+def asinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse hyperbolic sine.
+
+    >>> y = await cuasync.asinh(x)
+    """
+    return _apply("asinh", {"x": x}, out)
+
+
+def atan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse tangent, in [-pi/2, pi/2].
+
+    >>> y = await cuasync.atan(x)
+    """
+    return _apply("atan", {"x": x}, out)
+
+
+def atanh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The inverse hyperbolic tangent (±inf at ±1, NaN outside [-1, 1]).
+
+    >>> y = await cuasync.atanh(x)
+    """
+    return _apply("atanh", {"x": x}, out)
+
+
+def cosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The hyperbolic cosine.
+
+    >>> y = await cuasync.cosh(x)
+    """
+    return _apply("cosh", {"x": x}, out)
+
+
+def sinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The hyperbolic sine.
+
+    >>> y = await cuasync.sinh(x)
+    """
+    return _apply("sinh", {"x": x}, out)
+
+
+def tan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The tangent (radians).
+
+    >>> y = await cuasync.tan(x)
+    """
+    return _apply("tan", {"x": x}, out)
+
+
+def log2(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The base-2 logarithm (complex: ``log(x) * log2(e)``, as numpy).
+
+    >>> y = await cuasync.log2(x)
+    """
+    return _apply("log2", {"x": x}, out)
+
+
+def log10(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The base-10 logarithm (complex: ``log(x) * log10(e)``, as numpy).
+
+    >>> y = await cuasync.log10(x)
+    """
+    return _apply("log10", {"x": x}, out)
+
+
+def ceil(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The smallest integer value not less than each element (integers and bools: ``x``
+    itself, in its dtype).
+
+    >>> y = await cuasync.ceil(x)
+    """
+    return _apply("ceil", {"x": x}, out)
+
+
+def floor(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The largest integer value not greater than each element (integers and bools:
+    ``x`` itself, in its dtype).
+
+    >>> y = await cuasync.floor(x)
+    """
+    return _apply("floor", {"x": x}, out)
+
+
+def trunc(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Each element rounded toward zero (integers and bools: ``x`` itself).
+
+    >>> y = await cuasync.trunc(x)
+    """
+    return _apply("trunc", {"x": x}, out)
+
+
+def round(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Each element rounded to the nearest integer value, halves to even (``round(2.5)``
+    is 2.0); complex: each part; integers and bools: ``x`` itself.
+
+    >>> y = await cuasync.round(x)
+    """
+    return _apply("round", {"x": x}, out)
+
+
+def isfinite(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Whether each element is finite (not NaN or ±inf; complex: both parts); a bool
+    tensor, all true for integers.
+
+    >>> y = await cuasync.isfinite(x)
+    """
+    return _apply("isfinite", {"x": x}, out)
+
+
+def isinf(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Whether each element is +inf or -inf (complex: either part); a bool tensor.
+
+    >>> y = await cuasync.isinf(x)
+    """
+    return _apply("isinf", {"x": x}, out)
+
+
+def isnan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Whether each element is NaN (complex: either part); a bool tensor.
+
+    >>> y = await cuasync.isnan(x)
+    """
+    return _apply("isnan", {"x": x}, out)
+
+
+def signbit(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Whether each element's sign bit is set (true for -0.0 and a negative NaN); a bool
+    tensor.
+
+    >>> y = await cuasync.signbit(x)
+    """
+    return _apply("signbit", {"x": x}, out)
+
+
+def positive(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``+x``: the values of ``x`` in a new tensor (not defined for bool).
+
+    >>> y = await cuasync.positive(x)
+    """
+    return _apply("positive", {"x": x}, out)
+
+
+def square(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x * x`` (integers wrap; bool gives int8, as numpy).
+
+    >>> y = await cuasync.square(x)
+    """
+    return _apply("square", {"x": x}, out)
+
+
+def reciprocal(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``1 / x`` (integers: in the default float dtype, as ``divide(1, x)`` would; ``1 /
+    ±0`` is ±inf).
+
+    >>> y = await cuasync.reciprocal(x)
+    """
+    return _apply("reciprocal", {"x": x}, out)
+
+
+def bitwise_invert(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``~x``: each bit flipped (integers); logical not for bool.
+
+    >>> y = await cuasync.bitwise_invert(i)
+    """
+    return _apply("bitwise_invert", {"x": x}, out)
+
+
+def logical_not(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``not x`` of each element's truth value (non-zero, NaN included, is true); a bool
+    tensor.
+
+    >>> y = await cuasync.logical_not(m)
+    """
+    return _apply("logical_not", {"x": x}, out)
+
+
+def atan2(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The angle of the point (``x2``, ``x1``), in [-pi, pi], with the signs of zeros
+    and infinities as C's ``atan2`` (``atan2(+0.0, -0.0)`` is pi).
+
+    >>> y = await cuasync.atan2(a, b)
+    """
+    return _apply("atan2", {"x1": x1, "x2": x2}, out)
+
+
+def copysign(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``|x1|`` with the sign bit of ``x2`` (``copysign(1.0, -0.0)`` is -1.0).
+
+    >>> y = await cuasync.copysign(a, b)
+    """
+    return _apply("copysign", {"x1": x1, "x2": x2}, out)
+
+
+def hypot(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``sqrt(x1**2 + x2**2)`` without overflow or underflow on the way (±inf with a NaN
+    is +inf).
+
+    >>> y = await cuasync.hypot(a, b)
+    """
+    return _apply("hypot", {"x1": x1, "x2": x2}, out)
+
+
+def logaddexp(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``log(exp(x1) + exp(x2))`` without overflow (``logaddexp(inf, inf)`` is inf).
+
+    >>> y = await cuasync.logaddexp(a, b)
+    """
+    return _apply("logaddexp", {"x1": x1, "x2": x2}, out)
+
+
+def nextafter(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """The next representable value after ``x1`` toward ``x2``, in the result's own
+    precision (float16 and bfloat16 step their own bits); ``x2`` where they are equal.
+
+    >>> y = await cuasync.nextafter(a, b)
+    """
+    return _apply("nextafter", {"x1": x1, "x2": x2}, out)
+
+
+def floor_divide(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 // x2``, rounded toward -inf (numpy's: integer ``x // 0`` is 0 and ``MIN //
+    -1`` wraps to MIN; float ``x // 0`` is ``x / 0``).
+
+    >>> y = await cuasync.floor_divide(a, b)
+    """
+    return _apply("floor_divide", {"x1": x1, "x2": x2}, out)
+
+
+def bitwise_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 & x2`` (integers and bools).
+
+    >>> y = await cuasync.bitwise_and(i, j)
+    """
+    return _apply("bitwise_and", {"x1": x1, "x2": x2}, out)
+
+
+def bitwise_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 | x2`` (integers and bools).
+
+    >>> y = await cuasync.bitwise_or(i, j)
+    """
+    return _apply("bitwise_or", {"x1": x1, "x2": x2}, out)
+
+
+def bitwise_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 ^ x2`` (integers and bools).
+
+    >>> y = await cuasync.bitwise_xor(i, j)
+    """
+    return _apply("bitwise_xor", {"x1": x1, "x2": x2}, out)
+
+
+def bitwise_left_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 << x2`` (integers; wraps; a shift by the width or more, or by a negative
+    amount, gives 0, as numpy).
+
+    >>> y = await cuasync.bitwise_left_shift(i, 3)
+    """
+    return _apply("bitwise_left_shift", {"x1": x1, "x2": x2}, out)
+
+
+def bitwise_right_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 >> x2``, arithmetic for signed integers (a shift by the width or more gives
+    0, or -1 for a negative ``x1``, as numpy).
+
+    >>> y = await cuasync.bitwise_right_shift(i, 3)
+    """
+    return _apply("bitwise_right_shift", {"x1": x1, "x2": x2}, out)
+
+
+def logical_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 and x2`` of each pair's truth values; a bool tensor.
+
+    >>> y = await cuasync.logical_and(m, n)
+    """
+    return _apply("logical_and", {"x1": x1, "x2": x2}, out)
+
+
+def logical_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 or x2`` of each pair's truth values; a bool tensor.
+
+    >>> y = await cuasync.logical_or(m, n)
+    """
+    return _apply("logical_or", {"x1": x1, "x2": x2}, out)
+
+
+def logical_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """Whether exactly one of each pair is true; a bool tensor.
+
+    >>> y = await cuasync.logical_xor(m, n)
+    """
+    return _apply("logical_xor", {"x1": x1, "x2": x2}, out)
+
+
+# numpy's names for the same functions
+arccos = acos
+arccosh = acosh
+arcsin = asin
+arcsinh = asinh
+arctan = atan
+arctan2 = atan2
+arctanh = atanh
+invert = bitwise_invert
+left_shift = bitwise_left_shift
+right_shift = bitwise_right_shift
+
+
+def pow(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 ** x2``: the array API's name of :func:`cuasync.power` (the same op).
+
+    >>> y = await cuasync.pow(a, 2.0)
+    """
+    return _apply("power", {"x1": x1, "x2": x2}, out)
+
+
+# The operators of Tensor and TensorOp beyond numpy's everyday ones (``//``, ``&``, ``|``,
+# ``^``, ``<<``, ``>>``, unary ``+`` and ``~``) call these (see operators.Implementation).
+operators.implementation.elementwise.update(
+    floor_divide=floor_divide,
+    bitwise_and=bitwise_and,
+    bitwise_or=bitwise_or,
+    bitwise_xor=bitwise_xor,
+    bitwise_left_shift=bitwise_left_shift,
+    bitwise_right_shift=bitwise_right_shift,
+    positive=positive,
+    bitwise_invert=bitwise_invert,
+)

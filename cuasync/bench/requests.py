@@ -1,0 +1,267 @@
+"""``requests``: what a service's request pays, host time included, beside torch and CuPy.
+
+Every row is host time per call (p50, p99) in this process, which imported torch and
+CuPy where they are installed; candidates are taken in turns (:func:`_turns`). Rows:
+
+- **small ops awaited**, x a (1024,) float32, m a (64, 64) float32:
+  ``await cuasync.add(x, 1.0)``, ``await cuasync.exp(x * 2.0 + 1.0, out=o)``,
+  ``await cuasync.sum(x)``, ``await cuasync.matmul(m, m)``, each beside torch's eager
+  call(s) + ``torch.cuda.synchronize()`` and CuPy's + ``cupy.cuda.Device().synchronize()``;
+  once with the start-up heap frozen (``gc.freeze()``, the bench's default) and once with
+  the whole heap collectable (what a service has), both printed;
+- **waking for real work**: ``await`` of a kernel spinning 0.3 ms and 5 ms on asyncio and
+  uvloop, beside ``.sync()`` of the same op, and the cross-thread wake floor of that loop
+  (a thread's ``call_soon_threadsafe`` to the awaiting task, no GPU), with the process's
+  CPU above idle while awaiting; ``await cuasync.wait(torch_stream)`` after torch work of
+  the same lengths, beside ``stream.synchronize()``.
+
+The ``-- targets`` lines put them in ratio (small ops: cuasync over torch, target
+``<= 1.0``; waking: the await's extra over ``.sync()``, target ``<= 25 us``, and over
+the wake floor, target ``<= 10 us``). On the emulator (no torch, CuPy or device) the
+cuasync rows alone run, at smaller counts.
+
+>>> python -m cuasync.bench requests
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import cuasync
+from cuasync._backends import get_backend
+
+from . import completion
+from ._util import Report, run_loop
+
+SUITE = "requests"
+
+
+async def _turns(
+    awaited: dict[str, Callable[[], Awaitable[Any]]],
+    called: dict[str, Callable[[], Any]],
+    n: int,
+    block: int = 20,
+) -> dict[str, list[int]]:
+    """ns of ``n`` runs of each candidate, in turns of ``block`` on the running loop
+    (awaits of ``awaited``, calls of ``called``), after 30 warm ones each."""
+    clock = time.perf_counter_ns
+    for make in awaited.values():
+        for _ in range(30):
+            await make()
+    for fn in called.values():
+        for _ in range(30):
+            fn()
+    out: dict[str, list[int]] = {name: [] for name in (*awaited, *called)}
+    for done in range(0, n, block):
+        turn = min(block, n - done)
+        for name, make in awaited.items():
+            samples = out[name]
+            for _ in range(turn):
+                t0 = clock()
+                await make()
+                samples.append(clock() - t0)
+        for name, fn in called.items():
+            samples = out[name]
+            for _ in range(turn):
+                t0 = clock()
+                fn()
+                samples.append(clock() - t0)
+    return out
+
+
+def _libraries() -> tuple[Any, Any]:
+    if not get_backend().driver_handles:
+        return None, None
+    try:
+        import cupy
+        import torch
+    except ImportError:
+        return None, None
+    return torch, cupy
+
+
+def _small_ops(report: Report, torch: Any, cupy: Any, n: int, heap: str) -> list[tuple[str, float]]:
+    x = cuasync.arange(1024, dtype="float32").sync()
+    o = cuasync.zeros((1024,), "float32").sync()
+    m = cuasync.ones((64, 64), "float32").sync()
+    ops: dict[str, Callable[[], Awaitable[Any]]] = {
+        "add": lambda: cuasync.add(x, 1.0),
+        "exp(x * 2 + 1, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+        "sum": lambda: cuasync.sum(x),
+        "matmul 64x64": lambda: cuasync.matmul(m, m),
+    }
+    peers: dict[str, dict[str, Callable[[], Any]]] = {name: {} for name in ops}
+    if torch is not None:
+        tx = torch.arange(1024, dtype=torch.float32, device="cuda")
+        to = torch.zeros(1024, dtype=torch.float32, device="cuda")
+        tm = torch.ones((64, 64), dtype=torch.float32, device="cuda")
+        sync = torch.cuda.synchronize
+        peers["add"]["torch"] = lambda: (torch.add(tx, 1.0), sync())
+        peers["exp(x * 2 + 1, out=o)"]["torch"] = lambda: (
+            torch.exp(tx * 2.0 + 1.0, out=to),
+            sync(),
+        )
+        peers["sum"]["torch"] = lambda: (torch.sum(tx), sync())
+        peers["matmul 64x64"]["torch"] = lambda: (torch.matmul(tm, tm), sync())
+    if cupy is not None:
+        cx = cupy.arange(1024, dtype=cupy.float32)
+        co = cupy.zeros(1024, dtype=cupy.float32)
+        cm = cupy.ones((64, 64), dtype=cupy.float32)
+        csync = cupy.cuda.Device().synchronize
+        peers["add"]["cupy"] = lambda: (cupy.add(cx, 1.0), csync())
+        peers["exp(x * 2 + 1, out=o)"]["cupy"] = lambda: (cupy.exp(cx * 2.0 + 1.0, out=co), csync())
+        peers["sum"]["cupy"] = lambda: (cupy.sum(cx), csync())
+        peers["matmul 64x64"]["cupy"] = lambda: (cupy.matmul(cm, cm), csync())
+    targets = []
+    for name, make in ops.items():
+        samples = asyncio.run(_turns({"cuasync": make}, peers[name], n))
+        p50 = {}
+        for who, ns in samples.items():
+            row = report.latency(SUITE, f"small op {name}: {who} ({heap})", ns)
+            p50[who] = row.p50_us
+        if "torch" in p50:
+            targets.append((f"small op {name} ({heap}): cuasync / torch (target <= 1.0)",
+                            p50["cuasync"] / p50["torch"]))  # fmt: skip
+    return targets
+
+
+async def _wake_floor(n: int, delay_s: float) -> list[int]:
+    """ns from another thread's ``call_soon_threadsafe`` to the awaiting task's resumption
+    (the loop parked meanwhile: the thread waits ``delay_s`` first)."""
+    loop = asyncio.get_running_loop()
+    out = []
+    for _ in range(n):
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def wake(fut: asyncio.Future[int] = fut) -> None:
+            time.sleep(delay_s)
+            loop.call_soon_threadsafe(fut.set_result, time.perf_counter_ns())
+
+        threading.Thread(target=wake).start()
+        sent = await fut
+        out.append(time.perf_counter_ns() - sent)
+    return out
+
+
+async def _awaits_and_syncs(ns_work: int, n: int) -> tuple[dict[str, list[int]], float]:
+    """The await and the ``.sync()`` of a kernel spinning ``ns_work`` (in turns), and the
+    process's CPU (% of a core) while the awaits waited."""
+    kernel = completion.spin_ns
+    cpu = 0.0
+    wall = 0.0
+    awaits: list[int] = []
+    syncs: list[int] = []
+    clock = time.perf_counter_ns
+    for _ in range(3):
+        await kernel[1, 1](ns_work)
+        kernel[1, 1](ns_work).sync(allow_in_loop=True)
+    for done in range(0, n, 5):
+        turn = min(5, n - done)
+        c0, w0 = time.process_time(), time.perf_counter()
+        for _ in range(turn):
+            t0 = clock()
+            await kernel[1, 1](ns_work)
+            awaits.append(clock() - t0)
+        cpu += time.process_time() - c0
+        wall += time.perf_counter() - w0
+        for _ in range(turn):
+            t0 = clock()
+            kernel[1, 1](ns_work).sync(allow_in_loop=True)
+            syncs.append(clock() - t0)
+    return {"await": awaits, ".sync()": syncs}, cpu / wall * 100
+
+
+def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
+    targets = []
+    idle = completion._idle_cpu(0.2)
+    lengths = (("0.3 ms", 300_000, 40 if quick else 300), ("5 ms", 5_000_000, 10 if quick else 60))
+    for label, work_ns, n in lengths:
+        for kind in ("asyncio", "uvloop"):
+            try:
+                samples, cpu = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n))  # noqa: B023
+                floor = run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))  # noqa: B023
+            except ImportError:  # no uvloop
+                continue
+            p50 = {}
+            for who, ns in samples.items():
+                p50[who] = report.latency(SUITE, f"{kind}: {who} of {label} of work", ns).p50_us
+            p50["floor"] = report.latency(
+                SUITE, f"{kind}: cross-thread wake floor ({label} apart)", floor
+            ).p50_us
+            report.value(SUITE, f"{kind}: CPU above idle while awaiting {label} of work",
+                         cpu - idle, "% of a core", f"idle {idle:.1f} %")  # fmt: skip
+            targets.append((f"{kind} {label}: await - .sync() (target <= 25 us)",
+                            p50["await"] - p50[".sync()"]))  # fmt: skip
+            targets.append((f"{kind} {label}: await - (.sync() + wake floor) (target <= 10 us)",
+                            p50["await"] - p50[".sync()"] - p50["floor"]))  # fmt: skip
+    if torch is not None:
+        targets += _torch_waits(report, torch, quick)
+    return targets
+
+
+def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
+    """``await cuasync.wait(stream)`` after torch work, beside ``stream.synchronize()``."""
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    end.synchronize()
+    cycles_per_ms = 1_000_000 / start.elapsed_time(end)
+    targets = []
+    for label, ms, n in (("0.3 ms", 0.3, 40 if quick else 300), ("5 ms", 5.0, 10 if quick else 60)):
+        cycles = int(cycles_per_ms * ms)
+
+        async def both(cycles: int = cycles, n: int = n) -> dict[str, list[int]]:
+            waits: list[int] = []
+            syncs: list[int] = []
+            out = {"await cuasync.wait(torch_stream)": waits, "stream.synchronize()": syncs}
+            clock = time.perf_counter_ns
+            for _ in range(n):
+                torch.cuda._sleep(cycles)
+                t0 = clock()
+                await cuasync.wait(stream)
+                waits.append(clock() - t0)
+                torch.cuda._sleep(cycles)
+                t0 = clock()
+                stream.synchronize()
+                syncs.append(clock() - t0)
+            return out
+
+        for kind in ("asyncio", "uvloop"):
+            try:
+                samples = run_loop(kind, both)
+            except ImportError:
+                continue
+            p50 = {w: report.latency(SUITE, f"{kind}: {w} after {label} of torch work", ns).p50_us
+                   for w, ns in samples.items()}  # fmt: skip
+            waited, synced = p50.values()
+            targets.append((f"{kind} {label} torch work: wait - synchronize (target <= 25 us)",
+                            waited - synced))  # fmt: skip
+    return targets
+
+
+def run(report: Report, quick: bool = False) -> None:
+    print(f"== requests ({cuasync.backend_name()}: {cuasync.Device(0).name})", flush=True)
+    torch, cupy = _libraries()
+    completion.spin_ns.compile()
+    n = 200 if quick or torch is None else 2000
+    heap = "heap frozen" if gc.get_freeze_count() else "heap collectable"
+    targets = _small_ops(report, torch, cupy, n, heap)
+    if gc.get_freeze_count():  # the same rows with the start-up heap collectable
+        gc.unfreeze()
+        try:
+            targets += _small_ops(report, torch, cupy, n, "heap collectable")
+        finally:
+            gc.collect()
+            gc.freeze()
+    targets += _waking(report, torch, quick or torch is None)
+    print("-- targets (inside this run)")
+    for name, value in targets:
+        unit = "x" if "/" in name else "us"
+        report.value(SUITE, name, value, unit)
