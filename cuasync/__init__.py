@@ -23,18 +23,13 @@ from . import kernel_cache as kernel_cache
 from . import linalg as linalg
 from . import lowlevel as lowlevel
 from ._backends import backend_name as backend_name
-from ._copies import dup as dup
-from ._copies import empty as empty
-from ._copies import from_host as from_host
-from ._copies import memcpy as memcpy
-from ._copies import to_host as to_host
-from ._copies import zeros as zeros
 from ._core.completion import Stats as Stats
 from ._core.completion import stats as stats
 from ._core.device import Device as Device
 from ._core.device import Event as Event
 from ._core.device import MemoryInfo as MemoryInfo
 from ._core.device import MemoryStats as MemoryStats
+from ._core.device import SchedulingPolicy as SchedulingPolicy
 from ._core.device import Stream as Stream
 from ._core.device import device_count as device_count
 from ._core.device import get_default_device as get_default_device
@@ -51,47 +46,36 @@ from ._core.op import value as value
 from ._core.op import zip as zip
 from ._core.priority import StreamPriorityRange as StreamPriorityRange
 from ._core.properties import DeviceProperties as DeviceProperties
-from ._core.scheduling import SchedulingPolicy as SchedulingPolicy
 from ._core.scheduling import SingleStream as SingleStream
 from ._core.scheduling import StreamPoolRoundRobin as StreamPoolRoundRobin
 from ._core.scheduling import use_policy as use_policy
 from ._core.trace import trace as trace
 from ._core.trace import tracing as tracing
-from ._creation import arange as arange
-from ._creation import convert as convert
-from ._creation import eye as eye
-from ._creation import eye_rect as eye_rect
-from ._creation import fill as fill
-from ._creation import full as full
-from ._creation import linspace as linspace
-from ._creation import ones as ones
-from ._creation import rand as rand
-from ._creation import randn as randn
-from ._first_use import warmup as warmup
-from ._indexing import dynamic_slice as dynamic_slice
-from ._indexing import dynamic_update_slice as dynamic_update_slice
-from ._indexing import gather as gather
-from ._indexing import pad as pad
-from ._indexing import scatter as scatter
-from ._indexing import take_along_axis as take_along_axis
+from ._dtypes import SUPPORTED as _SUPPORTED
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
-from ._joins import concatenate as concatenate
-from ._joins import stack as stack
-from ._joins import take as take
-from ._joins import tril as tril
-from ._joins import triu as triu
-from ._kernel import CompileOptions as CompileOptions
-from ._kernel import Kernel as Kernel
-from ._like import empty_like as empty_like
-from ._like import full_like as full_like
-from ._like import ones_like as ones_like
-from ._like import zeros_like as zeros_like
-from ._module import Module as Module
+from ._launch.kernel import CompileOptions as CompileOptions
+from ._launch.kernel import Kernel as Kernel
+from ._launch.module import Module as Module
+from ._launch.partition import MappedPartition as MappedPartition
+from ._launch.partition import Partition as Partition
+from ._launch.warmup import warmup as warmup
+from ._ops import methods as _methods
+from ._ops import operators as _operators
 from ._ops.contract import dot_general as dot_general
 from ._ops.contract import matmul as matmul
 from ._ops.contract import tensordot as tensordot
+from ._ops.creation import arange as arange
+from ._ops.creation import convert as convert
+from ._ops.creation import eye as eye
+from ._ops.creation import eye_rect as eye_rect
+from ._ops.creation import fill as fill
+from ._ops.creation import full as full
+from ._ops.creation import linspace as linspace
+from ._ops.creation import ones as ones
+from ._ops.creation import rand as rand
+from ._ops.creation import randn as randn
 from ._ops.elementwise import abs as abs
 from ._ops.elementwise import add as add
 from ._ops.elementwise import angle as angle
@@ -124,6 +108,21 @@ from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
 from ._ops.elementwise import where as where
+from ._ops.indexing import dynamic_slice as dynamic_slice
+from ._ops.indexing import dynamic_update_slice as dynamic_update_slice
+from ._ops.indexing import gather as gather
+from ._ops.indexing import pad as pad
+from ._ops.indexing import scatter as scatter
+from ._ops.indexing import take_along_axis as take_along_axis
+from ._ops.joins import concatenate as concatenate
+from ._ops.joins import stack as stack
+from ._ops.joins import take as take
+from ._ops.joins import tril as tril
+from ._ops.joins import triu as triu
+from ._ops.like import empty_like as empty_like
+from ._ops.like import full_like as full_like
+from ._ops.like import ones_like as ones_like
+from ._ops.like import zeros_like as zeros_like
 from ._ops.manipulation import broadcast_arrays as broadcast_arrays
 from ._ops.manipulation import broadcast_shapes as broadcast_shapes
 from ._ops.manipulation import concat as concat
@@ -168,21 +167,25 @@ from ._ops.statistics import diff as diff
 from ._ops.statistics import std as std
 from ._ops.statistics import var as var
 from ._ops.tensorop import TensorOp as TensorOp
-from ._partition import MappedPartition as MappedPartition
-from ._partition import Partition as Partition
-from ._pinned import PinnedHostBuffer as PinnedHostBuffer
-from ._pinned import PinnedPool as PinnedPool
-from ._readback import download_into as download_into
+from ._ops.views import broadcast_to as broadcast_to
+from ._ops.views import diagonal as diagonal
+from ._ops.views import expand_dims as expand_dims
+from ._ops.views import flip as flip
+from ._ops.views import permute_dims as permute_dims
+from ._ops.views import squeeze as squeeze
 from ._tensor import Tensor as Tensor
-from ._transfers import PendingTransfer as PendingTransfer
-from ._transfers import download_pending as download_pending
-from ._transfers import upload_pending as upload_pending
-from ._views import broadcast_to as broadcast_to
-from ._views import diagonal as diagonal
-from ._views import expand_dims as expand_dims
-from ._views import flip as flip
-from ._views import permute_dims as permute_dims
-from ._views import squeeze as squeeze
+from ._transfers.copies import dup as dup
+from ._transfers.copies import empty as empty
+from ._transfers.copies import from_host as from_host
+from ._transfers.copies import memcpy as memcpy
+from ._transfers.copies import to_host as to_host
+from ._transfers.copies import zeros as zeros
+from ._transfers.pending import PendingTransfer as PendingTransfer
+from ._transfers.pending import download_pending as download_pending
+from ._transfers.pending import upload_pending as upload_pending
+from ._transfers.pinned import PinnedHostBuffer as PinnedHostBuffer
+from ._transfers.pinned import PinnedPool as PinnedPool
+from ._transfers.readback import download_into as download_into
 from .errors import DeviceError as DeviceError
 
 # the array API namespace: elementwise functions, constants, dtypes (issue 34)
@@ -190,6 +193,7 @@ from .errors import DeviceError as DeviceError
 from ._namespace import __array_api_version__ as __array_api_version__
 from ._namespace import __array_namespace_info__ as __array_namespace_info__
 from ._namespace import bool as bool
+from ._namespace import check_api_version as _check_api_version
 from ._namespace import complex64 as complex64
 from ._namespace import complex128 as complex128
 from ._namespace import e as e
@@ -282,8 +286,6 @@ _warned: set[str] = set()
 
 def __getattr__(name: str) -> _Any:
     if name == "bfloat16":  # ml_dtypes' dtype: imported at the first use (1-2 s)
-        from ._dtypes import SUPPORTED as _SUPPORTED
-
         return _SUPPORTED["bfloat16"]
     if name in _MOVED:
         if name not in _warned:
@@ -550,3 +552,14 @@ __all__ += [
     "uint64",
     "uint8",
 ]
+
+# The operators' module sits below every op, so this module, which imports them all, fills
+# what Tensor's methods there hand out: the array API namespace (``x.__array_namespace__()``
+# is this module) and the names of cuasync's own functions (``np.sum(t)`` is refused with
+# "use cuasync.sum(...)").
+import cuasync as _this  # noqa: E402  (this module itself, from sys.modules)
+
+_operators.implementation.namespace = _this
+_operators.implementation.check_api_version = _check_api_version
+_operators.implementation.public_names = frozenset(__all__)
+_methods.namespace = _this  # (x.sum(), x.squeeze(), ...: the functions of this module)

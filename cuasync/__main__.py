@@ -29,6 +29,7 @@ async def handle(request: int) -> tuple[int, float]:
 
 def _why_not_cuda() -> str:
     """Why the cuda backend was not chosen: the one-line reason of its probe."""
+    # Only on the emulator, to say why: the CUDA backend's module is not loaded otherwise.
     from ._backends import cuda
 
     return cuda.probe() or "CUASYNC_BACKEND=emulator"

@@ -1,7 +1,7 @@
 """The dtypes tensors support: one table, and turning user spellings into numpy dtypes.
 
 Every other dtype table derives from :data:`DTYPES`: the numpy dtypes (:data:`SUPPORTED`),
-the C types of kernel signatures (``cuasync._signature``) and the codes and storage types
+the C types of kernel signatures (``cuasync._launch.signature``) and the codes and storage types
 of the built-in CUDA kernels (``cuasync/kernels/cast.cuh``).
 
 >>> DTYPES["bfloat16"].storage                 # its bits, in the built-in kernels

@@ -1,14 +1,21 @@
-"""Exceptions raised more than once, and errors that cannot propagate (finalizers, driver
-callbacks), reported the way CPython does."""
+"""Exceptions raised more than once, errors that cannot propagate (finalizers, driver
+callbacks), reported the way CPython does, and the one-time log of memory a faulted device
+leaks on purpose."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from .errors import DeviceFaultError
 
-__all__ = ["fresh", "report_once", "report_unraisable"]
+if TYPE_CHECKING:
+    from ._core.device import Device
+
+__all__ = ["fresh", "report_once", "report_unraisable", "warn_leak"]
+
+_leak_logged = False
 
 
 def fresh(error: BaseException) -> BaseException:
@@ -102,3 +109,21 @@ def report_once(logger: str, what: str, exc: BaseException) -> None:
             )
     except BaseException:
         pass  # the reporter of last resort: nothing may escape a finalizer
+
+
+def warn_leak(device: Device, what: str) -> None:
+    """Log, once per process, that memory of a faulted device is leaked on purpose.
+
+    A log record, not a warning: the application can do nothing about it.
+    """
+    global _leak_logged
+    if _leak_logged:
+        return
+    _leak_logged = True
+    logging.getLogger("cuasync.memory").warning(
+        "device %d has faulted (%s); %s are leaked rather than freed, since the faulted "
+        "context may still reference them (logged once)",
+        device.ordinal,
+        device.fault,
+        what,
+    )

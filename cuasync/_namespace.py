@@ -19,6 +19,7 @@ import numpy as np
 
 from ._core.device import Device, device_count, get_default_device
 from ._dtypes import DEFAULT_COMPLEX, DEFAULT_FLOAT, DEFAULT_INT, DTYPES, SUPPORTED
+from ._ops.dtype_functions import isdtype
 from .errors import ArgumentError
 
 __all__ = [
@@ -136,7 +137,6 @@ class Info:
         >>> sorted(cuasync.__array_namespace_info__().dtypes(kind="signed integer"))
         ['int16', 'int32', 'int64', 'int8']
         """
-        from ._ops.dtype_functions import isdtype
 
         found = {}
         for name, d in DTYPES.items():

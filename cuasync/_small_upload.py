@@ -23,15 +23,15 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from . import _pageable
 from ._core import completion as _completion
 from ._core import express
 from ._core.completion import Completion
 from ._core.device import Stream
 from ._core.op import DeviceOp
 from ._ops.tensorop import TensorOp
-from ._staging import staging_pool
 from ._tensor import Tensor
+from ._transfers import pageable as _pageable
+from ._transfers.staging import staging_pool
 
 __all__ = ["SMALL_MAX", "HostUploadOp", "enqueue"]
 
@@ -101,11 +101,11 @@ def _configure(core: Any) -> None:
     """Give the native core what ``Express.upload`` reads and calls."""
     global _configured
     from . import _backends
-    from ._copies import _HostUpload
     from ._core import block_cache
     from ._core.pools import _selected
     from ._ops.expr import Node
-    from ._staging import PinnedBlock
+    from ._transfers.copies import _HostUpload
+    from ._transfers.staging import PinnedBlock
 
     core.set_upload(
         op=HostUploadOp, work=_HostUpload, node=Node, block=PinnedBlock,
@@ -122,9 +122,10 @@ def _configure_builder(core: Any) -> None:
     (``Express.build_upload``; the Python build is the fallback)."""
     import numpy as np
 
-    from . import _config, _copies
+    from . import _config
     from ._core.device import Device, _default_device
     from ._dtypes import _BY_DTYPE
+    from ._transfers import copies as _copies
 
     core.set_builder(
         ndarray=np.ndarray, dtypes=_BY_DTYPE, default_device=_default_device,

@@ -7,7 +7,7 @@ copy; the allocation is freed, stream-ordered, when the last view goes away.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
@@ -27,13 +27,37 @@ from .errors import (
 
 if TYPE_CHECKING:
     from ._core.op import DeviceOp
-    from ._kernel import DevicePointer
+    from ._launch.kernel import DevicePointer
+    from ._launch.partition import Partition
     from ._ops.tensorop import TensorOp
-    from ._partition import Partition
 
 __all__ = ["Tensor", "check_shape", "is_size"]
 
 Shape = tuple[int, ...]
+
+
+class Methods:
+    """The ops behind :class:`Tensor`'s methods, owned by the layers above this module.
+
+    Every op builds on ``Tensor``, so this module cannot import the ops that view, copy,
+    convert or export one. Each owner fills its entries when it is imported, and
+    ``cuasync/__init__.py`` imports them all before any tensor can exist.
+    """
+
+    permute: Callable[[Tensor, Any, str], Tensor]  # cuasync/_ops/views.py
+    partition: Callable[..., Partition]  # cuasync/_launch/partition.py
+    device_pointer: Callable[[Tensor], DevicePointer]  # cuasync/_launch/kernel.py
+    convert: Callable[..., TensorOp]  # cuasync/_ops/creation.py
+    check_casting: Callable[[np.dtype[Any], np.dtype[Any], Any], None]  # (same)
+    to_host: Callable[[Tensor], DeviceOp[np.ndarray]]  # cuasync/_transfers/copies.py
+    dup: Callable[[Tensor], TensorOp]  # (same)
+    to_device: Callable[[Tensor, Any], DeviceOp[Tensor]]  # (same)
+    dlpack_export: Callable[..., Any]  # cuasync/_interop/dlpack.py
+    dlpack_device: Callable[[Tensor], tuple[int, int]]  # (same)
+    cai_export: Callable[[Tensor], dict[str, Any]]  # cuasync/_interop/cai.py
+
+
+methods = Methods()
 
 
 def is_size(value: Any) -> TypeGuard[int | np.integer[Any]]:
@@ -400,11 +424,9 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> t.transpose().shape, t.transpose(1, 0, 2).shape, t.transpose((2, 0, 1)).shape
         ((4, 3, 2), (3, 2, 4), (4, 2, 3))
         """
-        from ._views import permute
-
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
             axes = () if axes[0] is None else tuple(axes[0])
-        return permute(self, axes or tuple(reversed(range(self.ndim))), "transpose")
+        return methods.permute(self, axes or tuple(reversed(range(self.ndim))), "transpose")
 
     @property
     def T(self) -> Tensor:
@@ -419,12 +441,10 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> x.mT.shape                            # x: (5, 2, 3)
         (5, 3, 2)
         """
-        from ._views import permute
-
         if self.ndim < 2:
             raise ShapeError(f"mT needs two or more dimensions, this tensor has shape {self.shape}")
         axes = (*range(self.ndim - 2), self.ndim - 1, self.ndim - 2)
-        return permute(self, axes, "mT")
+        return methods.permute(self, axes, "mT")
 
     def __getitem__(self, index: Any) -> Tensor:
         """numpy-style basic indexing, zero-copy: ints, slices (negative steps too), ``...``,
@@ -523,9 +543,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
         """
-        from ._partition import Partition
-
-        return Partition(self, tile_shape)
+        return methods.partition(self, tile_shape)
 
     def partition_prefix(self, tile_shape: Any) -> Partition:
         """As :meth:`partition`, but a launch may cover a per-axis prefix of the tiles:
@@ -534,9 +552,7 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> p = cuasync.zeros((64, 64)).sync().partition_prefix((16, 16))  # tiles (4, 4)
         >>> await k[(2, 4), (16, 16)](p)     # the first two tile rows only
         """
-        from ._partition import Partition
-
-        return Partition(self, tile_shape, prefix=True)
+        return methods.partition(self, tile_shape, prefix=True)
 
     def device_pointer(self) -> DevicePointer:
         """A typed, non-owning :class:`~cuasync.lowlevel.DevicePointer` to the first element.
@@ -546,9 +562,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> await k[grid, block](x.device_pointer(), n)
         """
-        from ._kernel import DevicePointer
-
-        return DevicePointer._of(self)
+        return methods.device_pointer(self)
 
     # -- ops on the tensor (lazy) ---------------------------------------------------------
     def astype(self, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
@@ -559,9 +573,7 @@ class Tensor(TensorOperators, ProcessLocal):
         >>> h = await t.astype("float16")
         >>> i = await t.astype("int8", casting="checked")
         """
-        from ._creation import convert
-
-        return convert(self, dtype, casting=casting)
+        return methods.convert(self, dtype, casting=casting)
 
     def item(self) -> DeviceOp[Any]:
         """An op copying the one element of a size-1 tensor to the host as a Python scalar.
@@ -578,15 +590,11 @@ class Tensor(TensorOperators, ProcessLocal):
     # -- copies (lazy ops) ---------------------------------------------------------------
     def to_host(self) -> DeviceOp[np.ndarray]:
         """An op copying the tensor into a new numpy array (through pinned memory)."""
-        from ._copies import to_host
-
-        return to_host(self)
+        return methods.to_host(self)
 
     def dup(self) -> TensorOp:
         """An op producing a contiguous copy of the tensor on the same device."""
-        from ._copies import dup
-
-        return dup(self)
+        return methods.dup(self)
 
     def to(self, device: int | Device) -> DeviceOp[Tensor]:
         """An op producing a contiguous copy of the tensor on ``device``.
@@ -599,9 +607,7 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> y = await x.to(1)                     # x on device 0, y on device 1
         """
-        from ._peer import to_device
-
-        return to_device(self, device)
+        return methods.to_device(self, device)
 
     def to_device(self, device: int | Device, /, *, stream: Any = None) -> DeviceOp[Tensor]:
         """The array API's name of :meth:`to`: an op copying the tensor to ``device``
@@ -634,15 +640,11 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> y = torch.from_dlpack(t)
         """
-        from ._interop.dlpack import export
-
-        return export(self, stream, max_version, dl_device, copy)
+        return methods.dlpack_export(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."""
-        from ._interop.dlpack import dlpack_device
-
-        return dlpack_device(self)
+        return methods.dlpack_device(self)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -650,6 +652,4 @@ class Tensor(TensorOperators, ProcessLocal):
 
         >>> cupy.asarray(t)            # zero-copy
         """
-        from ._interop.cai import export
-
-        return export(self)
+        return methods.cai_export(self)

@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._config import CONFIG
+from ._launch.nvrtc import compiles, nvrtc_version
 from .errors import ArgumentError
 
 __all__ = [
@@ -108,7 +110,6 @@ def _configure() -> Path | None:
     """The cache directory ``CUASYNC_KERNEL_CACHE`` asks for (read once): the default
     one unless ``off``. A directory named there that cannot be made raises
     ``ArgumentError``; the default one that cannot (a read-only home) leaves it off."""
-    from ._config import CONFIG
 
     raw = CONFIG.kernel_cache
     target: Path | None = None
@@ -191,7 +192,6 @@ def _entries(path: Path | None) -> int:
 
 def stats() -> CacheStats:
     """Hits and misses since :func:`enable`, and the entries in the cache directory."""
-    from ._nvrtc import compiles
 
     path = _path()
     with _state.lock:
@@ -217,8 +217,6 @@ def clear() -> int:
 
 def _nvrtc_version() -> tuple[int, int]:
     if _state.nvrtc is None:
-        from ._nvrtc import nvrtc_version
-
         _state.nvrtc = nvrtc_version()
     return _state.nvrtc
 

@@ -24,7 +24,7 @@ from ._core.op import device_op as device_op
 from ._core.output import Output as Output
 from ._core.pools import MemoryPool as MemoryPool
 from ._core.pools import use_memory_pool as use_memory_pool
-from ._kernel import DevicePointer as DevicePointer
+from ._launch.kernel import DevicePointer as DevicePointer
 
 __all__ = [
     "DevicePointer",

@@ -52,7 +52,7 @@ def _kernels_loaded_before_any_gate():
     ones up front, on every device. The emulator, which refuses such a first load, is
     given the same start, so that it flags exactly what would hang a GPU (a test's own
     or a fused kernel first loaded behind a gate)."""
-    from cuasync._builtin import builtin_kernels
+    from cuasync._launch.builtin import builtin_kernels
 
     for ordinal in range(cuasync.device_count()):
         for kernel in builtin_kernels():

@@ -12,10 +12,11 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._dtypes import dtype_name
+from .._dtypes import SUPPORTED, dtype_name
+from .._launch.twins import host_cast
 
 if TYPE_CHECKING:
-    from .._signature import Param
+    from .._launch.signature import Param
 
 __all__ = ["ParamBlock", "bfloat16_bits", "fp8_bits"]
 
@@ -64,9 +65,6 @@ def fp8_bits(value: float, name: str) -> int:
 
 def _narrow_bits(value: float, name: str) -> int:
     import numpy as np
-
-    from .._dtypes import SUPPORTED
-    from .._twins import host_cast
 
     dt = SUPPORTED[name]
     narrow = host_cast(np.array([value], np.float64), dt)

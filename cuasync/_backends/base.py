@@ -23,7 +23,7 @@ from ..errors import ArgumentError, driver_error
 if TYPE_CHECKING:
     import numpy as np
 
-    from .._signature import Param
+    from .._launch.signature import Param
 
 
 class EmulatedFault(BaseException):

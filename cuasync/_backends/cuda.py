@@ -38,6 +38,8 @@ from typing import Any
 
 from .._curesult import STICKY, Code
 from .._exceptions import report_unraisable
+from .._native import NATIVE
+from .._native import NATIVE as _reactor
 from ..errors import (
     ArgumentError,
     BackendUnavailableError,
@@ -56,6 +58,7 @@ from .base import (
     PreparedKernel,
     check_device_attribute,
 )
+from .cublas import Blas
 
 __all__ = ["CudaBackend", "probe"]
 
@@ -347,7 +350,6 @@ class _Current(threading.local):
 def _current() -> Any:
     """A :class:`_Current`: the native module's ``CurrentOrdinal`` (a C int per thread,
     which the express core reads without a lookup) where it is built."""
-    from .._native import NATIVE
 
     kind = getattr(NATIVE, "CurrentOrdinal", None)
     return kind() if kind is not None else _Current()
@@ -423,7 +425,6 @@ class CudaBackend(Backend):
         Calling them from C skips the bindings' per-call argument wrapping (several
         microseconds for cuLaunchKernel): the two calls on the path of every await.
         """
-        from .._native import NATIVE as _reactor
 
         if _reactor is None:
             return None
@@ -1524,8 +1525,6 @@ class CudaBackend(Backend):
         precision: str,
         errors: Callable[[], list[BaseException]],
     ) -> None:
-        from .cublas import Blas  # loads nothing: cuBLAS is opened by the first call
-
         if self._submitter is not None:  # cuBLAS calls the driver itself
             self._submitter.fence()
         ordinal, caller = self._enter(stream)

@@ -53,9 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _config, _nvrtc
+from .. import _config
 from .._curesult import Code
 from .._exceptions import fresh, report_unraisable
+from .._launch import nvrtc as _nvrtc
 from ..errors import (
     DeviceError,
     DeviceFaultError,

@@ -7,9 +7,10 @@ import functools
 import logging
 import threading
 import weakref
-from collections.abc import Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
@@ -19,16 +20,17 @@ from .context import LOCK, submitting
 from .loops import check_blocking_allowed, in_thread
 from .priority import StreamPriorityRange, check_priority, priority_range
 from .process_local import ProcessLocal
+from .properties import DeviceProperties, supports
 
 if TYPE_CHECKING:
     from .properties import DeviceProperties
-    from .scheduling import SchedulingPolicy
 
 __all__ = [
     "Device",
     "Event",
     "MemoryInfo",
     "MemoryStats",
+    "SchedulingPolicy",
     "Stream",
     "device_count",
     "get_default_device",
@@ -101,6 +103,18 @@ def _check_ordinal(ordinal: object, argument: str = "ordinal") -> int:
     return ordinal
 
 
+class SchedulingPolicy(ABC):
+    """Decides on which stream the next op runs.
+
+    >>> class Busiest(cuasync.SchedulingPolicy):
+    ...     def next_stream(self): return my_stream
+    """
+
+    @abstractmethod
+    def next_stream(self) -> Stream:
+        """The stream for the next op."""
+
+
 class Device:
     """A GPU (or emulated device), identified by its ordinal.
 
@@ -113,6 +127,9 @@ class Device:
 
     _instances: dict[int, Device] = {}
     _instances_lock = threading.Lock()
+    #: Makes a device's default policy (a 4-stream round robin); the policies are built
+    #: on devices and streams, so cuasync/_core/scheduling.py fills this when imported.
+    _default_policy: ClassVar[Callable[[Device], SchedulingPolicy]]
 
     ordinal: int
     _used: int
@@ -185,8 +202,6 @@ class Device:
         (132, 232448)
         """
         if self._properties is None:
-            from .properties import DeviceProperties
-
             self._properties = DeviceProperties(self)
         return self._properties
 
@@ -203,7 +218,6 @@ class Device:
         >>> cuasync.Device(0).supports("host_task_modes")   # CUASYNC_HOST_SYNC=callback-spin
         True
         """
-        from .properties import supports
 
         return supports(self, feature)
 
@@ -354,17 +368,13 @@ class Device:
     def policy(self) -> SchedulingPolicy:
         """This device's default scheduling policy (a 4-stream round robin)."""
         if self._policy is None:
-            from .scheduling import StreamPoolRoundRobin
-
             with self._lock:
                 if self._policy is None:
-                    self._policy = StreamPoolRoundRobin(self)
+                    self._policy = Device._default_policy(self)
         return self._policy
 
     @policy.setter
     def policy(self, policy: SchedulingPolicy) -> None:
-        from .scheduling import SchedulingPolicy
-
         if not isinstance(policy, SchedulingPolicy):
             raise ArgumentError(
                 f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"

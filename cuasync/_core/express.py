@@ -361,7 +361,7 @@ def make_core(hub: Any) -> Any:
     ):
         return None
     from .._backends.base import PreparedKernel
-    from .._kernel import _Launch
+    from .._launch.kernel import _Launch
     from .._tensor import Tensor
     from .memory import Allocation
 

@@ -290,3 +290,7 @@ def capture(op: DeviceOp[T], stream: Stream | None = None, mode: str = "relaxed"
         get_backend().graph_destroy(graph)
         raise
     return _instantiate(target, _end(target), ctx, value)
+
+
+# DeviceOp.graph(); the op module sits below this one.
+DeviceOp._capture = capture

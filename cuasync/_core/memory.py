@@ -14,11 +14,14 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from .. import _backends
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
-from .._exceptions import report_once
+from .._exceptions import report_once, warn_leak
+from .._native import NATIVE
 from ..errors import ArgumentError, OutOfMemoryError
 from . import block_cache
+from .device import Stream
 from .pools import _selected
 from .process_local import ProcessLocal
 
@@ -26,25 +29,6 @@ if TYPE_CHECKING:
     from .device import Device, Stream
 
 log = logging.getLogger("cuasync.memory")
-_leak_logged = False
-
-
-def warn_leak(device: Device, what: str) -> None:
-    """Log, once per process, that memory of a faulted device is leaked on purpose.
-
-    A log record, not a warning: the application can do nothing about it.
-    """
-    global _leak_logged
-    if _leak_logged:
-        return
-    _leak_logged = True
-    log.warning(
-        "device %d has faulted (%s); %s are leaked rather than freed, since the faulted "
-        "context may still reference them (logged once)",
-        device.ordinal,
-        device.fault,
-        what,
-    )
 
 
 def _default_pool_alloc(device: Device, size: int, stream: Stream) -> int:
@@ -195,9 +179,6 @@ def _native_finalizer() -> None:
     small block whose last use is its write on an owned stream of its device goes back
     to the block cache there, with no Python frame (``_reactor.AllocFinalizer``; the
     Python ``__del__`` above does everything else)."""
-    from .. import _backends
-    from .._native import NATIVE
-    from .device import Stream
 
     kind = getattr(NATIVE, "AllocFinalizer", None)
     if kind is not None:

@@ -15,16 +15,32 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
-from ..errors import ArgumentError, NotAwaitedError, OpConsumedError
+from .._tensor import Tensor
+from ..errors import (
+    ArgumentError,
+    InvalidDeviceError,
+    NotAwaitedError,
+    OpConsumedError,
+    SchedulingError,
+)
 from . import completion as _completion
 from . import trace
-from .completion import BLOCKING, DONE, PENDING, Completion, get_hub, raise_if_faulted, wait
+from .completion import (
+    BLOCKING,
+    DONE,
+    PENDING,
+    Completion,
+    _leaked,
+    get_hub,
+    raise_if_faulted,
+    wait,
+)
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
@@ -65,6 +81,10 @@ class DeviceOp(ProcessLocal, Generic[T]):
     )
 
     __slots__ = ("_consumed", "_device", "_origin", "_running")
+
+    #: Captures an op into a graph (:meth:`graph`); graphs are built on ops, so
+    #: cuasync/_core/graph.py fills this when imported.
+    _capture: ClassVar[Callable[[DeviceOp[Any], Stream | None, str], CudaGraph[Any]]]
     #: The op's await while an asyncio task runs the op as its coroutine (``send``).
     _running: Generator[Any, Any, Any] | None
 
@@ -446,9 +466,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
         >>> graph = kernel[grid, block](x, y).graph()
         >>> await graph.launch()
         """
-        from .graph import capture
-
-        return capture(self, stream, mode)
+        return DeviceOp._capture(self, stream, mode)
 
     def shared(self) -> SharedOp[T]:
         """A reusable, execute-once op: the work runs once, every execution gets its output.
@@ -516,8 +534,6 @@ def _warn_never_executed(op: DeviceOp[Any]) -> None:
 def _check_stream(stream: Stream, device: Device | None) -> None:
     raise_if_faulted(stream.device)
     if device is not None and stream.device is not device:
-        from ..errors import SchedulingError
-
         raise SchedulingError(
             f"the op's inputs live on device {device.ordinal} but the stream is on device "
             f"{stream.device.ordinal}; use a stream of device {device.ordinal}"
@@ -532,8 +548,6 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
         hub = get_hub()
         comp = hub.attach(ctx, Output.ready(None))
     except BaseException:
-        from .completion import _leaked
-
         _leaked.append(ctx.retained)  # a faulted device: never free under it
         return
     hub.watch_in_background(comp)
@@ -635,7 +649,6 @@ class DeviceFuture(ProcessLocal, Generic[T]):
 def _tensor_output(value: Any, method: str) -> Tensor:
     """``value``, the output of an op that ``.to_host()``/``.reshape()`` was called on,
     if it is a tensor; else an ArgumentError naming what the op produced."""
-    from .._tensor import Tensor
 
     if not isinstance(value, Tensor):
         raise ArgumentError(
@@ -702,8 +715,6 @@ class _Zip(DeviceOp[tuple[Any, ...]]):
     def __init__(self, ops: Sequence[DeviceOp[Any]]) -> None:
         devices = {op.device for op in ops if op.device is not None}
         if len(devices) > 1:
-            from ..errors import InvalidDeviceError
-
             raise InvalidDeviceError(
                 "zip() members live on devices "
                 f"{sorted(d.ordinal for d in devices)}; zip runs them on one stream, so they "

@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from .._backends import get_backend
 from .._exceptions import report_once
 from ..errors import ArgumentError
+from . import completion
+from .completion import get_hub
 from .device import Device, MemoryStats, _check_nbytes, get_default_device
 
 __all__ = ["MemoryPool", "current_pool", "use_memory_pool"]
@@ -187,8 +189,6 @@ class _Graveyard:
     def watch(self) -> None:
         """Register the chore (once; from a constructor: it may start the watcher)."""
         if not self._watched:
-            from .completion import get_hub
-
             self._watched = True
             get_hub().background.add_chore(self._chore)
 
@@ -212,8 +212,6 @@ class _Graveyard:
         self._chore_soon()
 
     def _chore_soon(self) -> None:
-        from . import completion
-
         hub = completion._hub
         if hub is not None:
             hub.background.kick()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextvars
 import itertools
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..errors import ArgumentError, SchedulingError
-from .device import Device, Stream, get_default_device
+from .device import Device, SchedulingPolicy, Stream, get_default_device
 from .priority import check_priority
 
 __all__ = [
@@ -27,18 +26,6 @@ __all__ = [
     "current_policy",
     "use_policy",
 ]
-
-
-class SchedulingPolicy(ABC):
-    """Decides on which stream the next op runs.
-
-    >>> class Busiest(cuasync.SchedulingPolicy):
-    ...     def next_stream(self): return my_stream
-    """
-
-    @abstractmethod
-    def next_stream(self) -> Stream:
-        """The stream for the next op."""
 
 
 class StreamPoolRoundRobin(SchedulingPolicy):
@@ -178,3 +165,7 @@ def _checked(policy: SchedulingPolicy, stream: Any, device: Device | None) -> St
             f"(cuasync.Device({device.ordinal}).policy)"
         )
     return stream
+
+
+# A device's default policy (Device.policy); the device module sits below this one.
+Device._default_policy = StreamPoolRoundRobin

@@ -23,6 +23,7 @@ from .._backends import get_backend
 from .._core.device import Device, Stream, _check_ordinal, get_default_device
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Tensor, contiguous_strides
+from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .foreign import ForeignAllocation, foreign_extent, submission_lock, wait_for_foreign
 
@@ -196,3 +197,7 @@ def _producer(handle: Any, device: Device, stream: Stream | None) -> Stream | No
     with submission_lock():
         wait_for_foreign(stream, handle)
     return stream
+
+
+# Tensor.__cuda_array_interface__ (the tensor module sits below this one).
+tensor_methods.cai_export = export

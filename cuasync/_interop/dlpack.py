@@ -28,6 +28,7 @@ from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.device import Device, Stream, _check_ordinal
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Tensor, contiguous_strides
+from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import capsules
 from .foreign import (
@@ -55,7 +56,6 @@ _DEVICE_NAMES = {
     14: "oneAPI",
 }
 _READ_ONLY = 1 << 0
-_IS_COPIED = 1 << 1
 #: The DLPack version exported in versioned capsules.
 VERSION = (1, 0)
 
@@ -328,3 +328,8 @@ def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) ->
     readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
+
+
+# Tensor.__dlpack__ and Tensor.__dlpack_device__ (the tensor module sits below this one).
+tensor_methods.dlpack_export = export
+tensor_methods.dlpack_device = dlpack_device

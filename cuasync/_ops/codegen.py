@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
-from .._kernel import Kernel
+from .._launch.kernel import Kernel
 from .._tensor import Tensor
 from .expr import UFUNCS, Node
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from .._copies import kernel_copy, new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
@@ -28,7 +27,9 @@ from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Shape, Tensor, partly_overlap
+from .._transfers.device_copy import kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from . import operators
 from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
 from .tensorop import TensorOp, tensor_op
@@ -415,3 +416,8 @@ def _check_sizes(
     ):
         if v > _INT_MAX:
             raise ShapeError(f"{fn}: the product's {name}={v} exceeds the 32-bit limit of BLAS")
+
+
+# ``a @ b`` on a Tensor or TensorOp calls these (see operators.Implementation).
+operators.implementation.is_matmul_operand = is_operand
+operators.implementation.matmul = matmul

@@ -23,8 +23,9 @@ from .._core.device import Device
 from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from .expr import Node, is_ml_scalar, leaf, op_node
-from .tensorop import TensorOp
+from . import operators
+from .expr import Node, is_ml_scalar, op_node
+from .tensorop import TensorOp, leaf
 
 __all__ = [
     "abs",
@@ -277,3 +278,24 @@ def clip(x: Any, lo: Any = None, hi: Any = None, *, out: Tensor | None = None) -
     if hi is None:
         return maximum(x, lo, out=out)
     return minimum(maximum(x, lo), hi, out=out)
+
+
+# The operators of Tensor and TensorOp (``a + b``, ``-a``, ``abs(a)``) call these; their
+# module sits below this one (see operators.Implementation).
+operators.implementation.is_operand = is_operand
+operators.implementation.elementwise = {
+    "add": add,
+    "subtract": subtract,
+    "multiply": multiply,
+    "divide": divide,
+    "remainder": remainder,
+    "power": power,
+    "equal": equal,
+    "not_equal": not_equal,
+    "less": less,
+    "less_equal": less_equal,
+    "greater": greater,
+    "greater_equal": greater_equal,
+    "negative": negative,
+    "abs": abs,
+}

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._tensor import Tensor
+from . import operators
 from .elementwise import _apply
 from .tensorop import TensorOp
 
@@ -415,3 +416,17 @@ def pow(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     >>> y = await cuasync.pow(a, 2.0)
     """
     return _apply("power", {"x1": x1, "x2": x2}, out)
+
+
+# The operators of Tensor and TensorOp beyond numpy's everyday ones (``//``, ``&``, ``|``,
+# ``^``, ``<<``, ``>>``, unary ``+`` and ``~``) call these (see operators.Implementation).
+operators.implementation.elementwise.update(
+    floor_divide=floor_divide,
+    bitwise_and=bitwise_and,
+    bitwise_or=bitwise_or,
+    bitwise_xor=bitwise_xor,
+    bitwise_left_shift=bitwise_left_shift,
+    bitwise_right_shift=bitwise_right_shift,
+    positive=positive,
+    bitwise_invert=bitwise_invert,
+)

@@ -6,7 +6,7 @@ would (``ufunc.resolve_dtypes``: Python ints and floats are "weak", a bool is a 
 but with float32 for numpy's float64 of operands that have no float (the default float
 dtype, :data:`~cuasync._dtypes.DEFAULT_FLOAT`), so errors come before anything runs.
 
->>> n = op_node("add", [leaf(t, "x1"), leaf(1.5, "x2")])
+>>> n = op_node("add", [leaf(t, "x1"), leaf(1.5, "x2")])   # tensorop.leaf: an operand's node
 >>> n.shape, n.dtype                  # t: float32 (3, 1)
 ((3, 1), dtype('float32'))
 """
@@ -26,7 +26,7 @@ from .._dtypes import (
     storage_only_message,
 )
 from .._dtypes import DTYPES as ALL_DTYPES
-from .._tensor import Shape, Tensor
+from .._tensor import Shape
 from ..errors import (
     ArgumentError,
     DTypeError,
@@ -177,7 +177,7 @@ class Node:
         self.device = device
 
 
-def _check_dtype(dt: np.dtype[Any], argument: str) -> None:
+def check_dtype(dt: np.dtype[Any], argument: str) -> None:
     if dtype_name(dt) not in DTYPES:
         if dtype_name(dt) in STORAGE_ONLY:
             raise DTypeError(storage_only_message(argument, dt, "elementwise ops"))
@@ -185,40 +185,6 @@ def _check_dtype(dt: np.dtype[Any], argument: str) -> None:
             f"{argument} has dtype {dtype_name(dt)}, which elementwise ops do not support yet; "
             f"supported: {', '.join(sorted(DTYPES))}"
         )
-
-
-def leaf(value: Any, argument: str) -> Node:
-    """The node of an operand: a tensor, a TensorOp (absorbed), or a Python/numpy scalar."""
-    from .tensorop import TensorOp
-
-    if isinstance(value, Tensor):
-        _check_dtype(value.dtype, argument)
-        return Node("tensor", argument, value.shape, value.dtype, value, device=value.device)
-    if isinstance(value, TensorOp):
-        return value._absorb(argument)
-    if isinstance(value, (bool, np.bool_)):
-        # A Python bool is not weak (numpy 2): it is a bool, which any numeric dtype
-        # takes in promotion, so ``add(f32, True)`` is float32 and ``less(f32, True)`` bool.
-        return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
-    if type(value) in (int, float, complex):
-        return Node("scalar", argument, (), None, value)
-    if isinstance(value, (np.integer, np.floating, np.complexfloating)) or is_ml_scalar(value):
-        _check_dtype(value.dtype, argument)
-        return Node("scalar", argument, (), value.dtype, value)
-    if isinstance(value, int):  # subclasses (IntEnum, ...): as the plain value
-        return leaf(int(value), argument)
-    if isinstance(value, float):
-        return leaf(float(value), argument)
-    if isinstance(value, complex):
-        return leaf(complex(value), argument)
-    if isinstance(value, np.ndarray):
-        raise ArgumentError(
-            f"{argument} is a numpy array; upload it first: await cuasync.from_host(array)"
-        )
-    raise ArgumentError(
-        f"{argument} must be a cuasync.Tensor, a TensorOp or a number, got "
-        f"{type(value).__name__} {value!r}"[:200]
-    )
 
 
 def is_ml_scalar(value: Any) -> bool:
@@ -387,7 +353,7 @@ def op_node(op: str, children: list[Node]) -> Node:
     ins, out = _resolve(op, children)
     if op not in COMPLEX_OPS and any(dt.kind == "c" for dt in ins):
         _refuse_complex(op, children)
-    _check_dtype(out, f"the result of {op}")
+    check_dtype(out, f"the result of {op}")
     fitted = tuple(_fit_scalar(c, dt, op) for c, dt in zip(children, ins, strict=True))
     return Node("op", op, shape, out, None, fitted, ins, device)
 

@@ -17,10 +17,10 @@ import math
 
 from .._backends import get_backend
 from .._backends.base import matrix_layout
-from .._copies import copy_strided, kernel_copy, new_tensor
 from .._core.context import ExecutionContext
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Shape, Tensor
+from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
 from . import igemm
 from .tensorop import merge_axes

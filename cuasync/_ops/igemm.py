@@ -19,7 +19,7 @@ import numpy as np
 
 from .._core.context import ExecutionContext
 from .._dtypes import DTYPES, dtype_name
-from .._kernel import Kernel
+from .._launch.kernel import Kernel
 from .._tensor import Tensor
 
 __all__ = ["kernel", "launch"]

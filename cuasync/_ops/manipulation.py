@@ -24,12 +24,13 @@ import numpy as np
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._joins import concatenate
 from .._tensor import Shape, Tensor, check_shape, resolve_shape
-from .._views import _axis, _tensor, broadcast_to, expand_dims, permute
+from .._transfers.copies import empty
 from ..errors import ArgumentError, ShapeError
+from .joins import concatenate
 from .scan import on_tensor
 from .tensorop import TensorOp, tensor_op
+from .views import _axis, _tensor, broadcast_to, expand_dims, permute
 
 __all__ = [
     "broadcast_arrays",
@@ -210,8 +211,6 @@ def _count(value: Any, name: str, argument: str) -> int:
 def _copied(view: Tensor, shape: Shape) -> TensorOp:
     """A contiguous copy of ``view``, in ``shape`` (the same size)."""
     if math.prod(shape) == 0:
-        from .._copies import empty
-
         return empty(shape, dtype=view.dtype)
     return view.dup().reshape(shape)
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._axes import normalize_axis
+from ..errors import ShapeError
+
 if TYPE_CHECKING:
     from .._core.op import DeviceOp
     from .tensorop import TensorOp
@@ -24,10 +27,15 @@ __all__ = ["ArrayMethods"]
 _S = TypeVar("_S", bound="ArrayMethods")
 
 
-def _fn(name: str) -> Callable[..., TensorOp]:
-    import cuasync  # the functions import Tensor: import late
+#: The ``cuasync`` module, set by its ``__init__``: the methods call the public functions,
+#: a layer above the ``Tensor`` this mixin is part of.
+namespace: Any = None
+#: ``scan.on_tensor``, set by :mod:`.scan` (an op of a ``TensorOp``'s output tensor).
+on_tensor: Any = None
 
-    fn: Callable[..., TensorOp] = getattr(cuasync, name)
+
+def _fn(name: str) -> Callable[..., TensorOp]:
+    fn: Callable[..., TensorOp] = getattr(namespace, name)
     return fn
 
 
@@ -148,10 +156,7 @@ class ArrayMethods:
 
         >>> y = await x.copy()
         """
-        from .._tensor import Tensor
-        from .scan import on_tensor
-
-        if isinstance(self, Tensor):
+        if isinstance(self, namespace.Tensor):
             return self.dup()
         op: Any = self
         return on_tensor(op, "copy", op.shape, op.dtype, lambda t: t.dup())
@@ -177,11 +182,8 @@ class ArrayMethods:
 
         >>> y = x.squeeze()               # x: (1, 3, 1) -> (3,)
         """
-        from .._tensor import Tensor
-        from .._views import squeeze
-
-        if isinstance(self, Tensor):
-            return squeeze(self, axis)  # type: ignore[return-value]
+        if isinstance(self, namespace.Tensor):
+            return namespace.squeeze(self, axis)  # type: ignore[no-any-return]
         op: Any = self
         return op.reshape(_squeezed(op.shape, axis))
 
@@ -191,23 +193,18 @@ class ArrayMethods:
 
         >>> rows = await x.tolist()
         """
-        from .._tensor import Tensor
-
         op: Any = self
-        if isinstance(op, Tensor):
+        if isinstance(op, namespace.Tensor):
             return op.to_host().map(lambda a: a.tolist())
         return op.then(lambda t: t.tolist())
 
 
 def _squeezed(shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
     """The shape :func:`cuasync.squeeze` gives a tensor of ``shape``."""
-    from .._views import _axis
-    from ..errors import ShapeError
-
     if axis is None:
         return tuple(d for d in shape if d != 1)
     items = axis if isinstance(axis, tuple) else (axis,)
-    drop = {_axis(a, len(shape), "squeeze") for a in items}
+    drop = {normalize_axis(a, len(shape), "squeeze") for a in items}
     for j in drop:
         if shape[j] != 1:
             raise ShapeError(f"squeeze: axis {j} has length {shape[j]}, not 1")

@@ -15,7 +15,7 @@ saying what to call instead.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -41,17 +41,32 @@ _UFUNC_OPS = {
 }  # fmt: skip
 
 
-def _ew() -> Any:
-    from . import elementwise  # the operators' implementation imports Tensor: import late
+class Implementation:
+    """The functions behind the operators, owned by modules above this one.
 
-    return elementwise
+    ``Tensor`` and ``TensorOp`` inherit the operators, and the functions that implement
+    them build on both, so this module cannot import them: :mod:`.elementwise`,
+    :mod:`.elementwise_api` and :mod:`.contract` fill these entries when they are
+    imported (``cuasync/__init__.py`` imports them before any tensor exists), and
+    ``cuasync/__init__.py`` fills the namespace entries (``__array_namespace__``, the
+    hints of :class:`~cuasync.errors.HostArrayError`).
+    """
+
+    #: ``add``, ``negative``, ``floor_divide``, ... by name (numpy's everyday functions
+    #: and the array API's), and whether a value can be their operand.
+    elementwise: dict[str, Callable[..., TensorOp]]
+    is_operand: Callable[[Any], bool]
+    #: ``@``, and whether a value can be its operand.
+    matmul: Callable[[Any, Any], TensorOp]
+    is_matmul_operand: Callable[[Any], bool]
+    #: The names ``cuasync`` exports (``np.sum(t)`` then suggests ``cuasync.sum``).
+    public_names: frozenset[str] = frozenset()
+    #: The ``cuasync`` module (the array API namespace) and its version check.
+    namespace: ModuleType
+    check_api_version: Callable[[str | None], None]
 
 
-def _function(name: str) -> Any:
-    """The elementwise function of an operator: numpy's everyday ones, or the array API's."""
-    from . import elementwise_api
-
-    return getattr(_ew(), name, None) or getattr(elementwise_api, name)
+implementation = Implementation()
 
 
 class TensorOperators(ArrayMethods):
@@ -63,14 +78,14 @@ class TensorOperators(ArrayMethods):
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
 
     def _binary(self, name: str, other: Any, reflected: bool = False) -> Any:
-        ew = _ew()
-        if not ew.is_operand(other):
+        impl = implementation
+        if not impl.is_operand(other):
             if isinstance(other, np.ndarray):
                 if other.ndim:
                     raise _host_array(name, other, self)
                 return self._binary(name, other[()], reflected)  # a 0-d array: its scalar
             return NotImplemented
-        fn = _function(name)
+        fn = impl.elementwise[name]
         return fn(other, self) if reflected else fn(self, other)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -96,10 +111,8 @@ class TensorOperators(ArrayMethods):
         >>> xp = x.__array_namespace__()
         >>> y = await xp.sqrt(xp.abs(x))
         """
-        from .._namespace import check_api_version
-
-        check_api_version(api_version)
-        return sys.modules["cuasync"]
+        implementation.check_api_version(api_version)
+        return implementation.namespace
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
@@ -196,30 +209,26 @@ class TensorOperators(ArrayMethods):
         return self._binary("greater_equal", other)
 
     def __matmul__(self, other: Any) -> TensorOp:
-        from . import contract
-
-        if not contract.is_operand(other):
+        if not implementation.is_matmul_operand(other):
             return NotImplemented
-        return contract.matmul(self, other)  # type: ignore[arg-type]
+        return implementation.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> TensorOp:
-        from . import contract
-
-        if not contract.is_operand(other):
+        if not implementation.is_matmul_operand(other):
             return NotImplemented
-        return contract.matmul(other, self)  # type: ignore[arg-type]
+        return implementation.matmul(other, self)
 
     def __neg__(self) -> TensorOp:
-        return _ew().negative(self)
+        return implementation.elementwise["negative"](self)
 
     def __abs__(self) -> TensorOp:
-        return _ew().abs(self)
+        return implementation.elementwise["abs"](self)
 
     def __pos__(self) -> TensorOp:
-        return _function("positive")(self)
+        return implementation.elementwise["positive"](self)
 
     def __invert__(self) -> TensorOp:
-        return _function("bitwise_invert")(self)
+        return implementation.elementwise["bitwise_invert"](self)
 
 
 def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:
@@ -232,7 +241,7 @@ def _host_array(name: str, array: np.ndarray, device: Any) -> HostArrayError:
 
 
 def _numpy_function(name: str, device: Any) -> HostArrayError:
-    ours = hasattr(sys.modules["cuasync"], name)
+    ours = name in implementation.public_names
     instead = f"use cuasync.{name}(...) on the device, or " if ours else ""
     return HostArrayError(
         f"numpy.{name}() cannot take a device {type(device).__name__}: {instead}copy it to "

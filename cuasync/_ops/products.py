@@ -13,12 +13,14 @@ from typing import Any
 import numpy as np
 
 from .._tensor import Tensor
-from .._views import expand_dims
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError
 from . import elementwise
-from .contract import tensordot
+from .contract import dot_general, tensordot
+from .manipulation import _view_op
 from .reductions import reduce_op
+from .scan import on_tensor
 from .tensorop import TensorOp
+from .views import expand_dims, permute
 
 __all__ = ["dot", "einsum", "inner", "outer", "vecdot"]
 
@@ -49,8 +51,6 @@ def vecdot(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, axis: int = -1) -
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ArgumentError(f"vecdot: axis must be an int, got {axis!r}"[:200])
     if not -min(len(s1), len(s2)) <= axis < 0 and not 0 <= axis < ndim:
-        from ..errors import IndexOutOfRangeError
-
         raise IndexOutOfRangeError(f"vecdot: axis {axis} is out of range for shapes {s1} and {s2}")
     a = int(axis) - ndim if axis >= 0 else int(axis)
     if s1[a] != s2[a]:
@@ -155,9 +155,6 @@ def _permuted(op: TensorOp, have: str, want: str) -> TensorOp:
     """``op``'s output with its axes (named by ``have``) in the order of ``want``: a view."""
     if have == want:
         return op
-    from .._views import permute
-    from .manipulation import _view_op
-    from .scan import on_tensor
 
     perm = [have.index(c) for c in want]
     shape = tuple(op.shape[j] for j in perm)
@@ -210,7 +207,6 @@ def einsum(subscripts: str, *operands: Tensor | TensorOp) -> TensorOp:
     if not batch and not contract and (a.ndim == 0 or b.ndim == 0):
         product = elementwise.multiply(a, b)
         return _permuted(product, ta + tb, out)
-    from .contract import dot_general
 
     result = dot_general(
         a,

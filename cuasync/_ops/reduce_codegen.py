@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import DTYPES, SUPPORTED
-from .._kernel import Kernel
+from .._launch.kernel import Kernel
 from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype
 
 #: Ops whose result carries the index of an element instead of a value.

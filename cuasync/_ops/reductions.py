@@ -25,22 +25,29 @@ from typing import Any
 
 import numpy as np
 
-from .. import _builtin as builtin
-from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
-from .._kernel import DevicePointer, Kernel
+from .._launch import builtin
+from .._launch.kernel import DevicePointer, Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
+from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
 from .codegen import make_plan, scalar_arg
 from .expr import DTYPES as ELEMENTWISE_DTYPES
-from .expr import Node, leaf
+from .expr import Node
 from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for, row_vector_width
-from .tensorop import TensorOp, _broadcast_strides, _resolve_pending, _scalar_specs, merge_axes
+from .tensorop import (
+    TensorOp,
+    _broadcast_strides,
+    _resolve_pending,
+    _scalar_specs,
+    leaf,
+    merge_axes,
+)
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
 

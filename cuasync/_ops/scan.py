@@ -24,16 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import _builtin as builtin
-from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
-from .._kernel import Kernel
+from .._launch import builtin
+from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
+from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError
+from . import methods
 from .codegen import _prelude, ctype
 from .reductions import _result_dtypes, check_dtype, normalize_axes
 from .tensorop import TensorOp, merge_axes, tensor_op
@@ -351,3 +352,6 @@ def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) ->
         a = _flatten(_operand(a, "cumprod"))
         axis = 0
     return _scan("cumprod", "prod", a, axis, dtype, False)
+
+
+methods.on_tensor = on_tensor  # (x.copy() of a TensorOp: the mixin is a layer below)

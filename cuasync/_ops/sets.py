@@ -23,12 +23,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._launch.kernel import Kernel
 from .._tensor import Tensor
-from .._views import _tensor
+from .._transfers.copies import empty
 from ..errors import ArgumentError
 from . import elementwise
+from .creation import full
+from .joins import concatenate, take
 from .scan import _flatten, cumsum
 from .sorting import _check_sortable, argsort, sort
+from .views import _tensor
 
 __all__ = [
     "UniqueAll",
@@ -106,7 +110,6 @@ _lock = threading.Lock()
 
 def compact_kernel(nd: int) -> Any:
     """The compiled-once ``ca_compact`` over ``nd`` dims."""
-    from .._kernel import Kernel
 
     with _lock:
         found = _kernels.get(nd)
@@ -125,7 +128,6 @@ async def _positions(flags: Any) -> tuple[Tensor, int]:
 
 async def _compact(pos: Tensor, total: int, shape: tuple[int, ...]) -> Tensor:
     """``(len(shape), total)`` int64: the coordinates where ``pos`` steps up."""
-    from .._copies import empty
 
     coords = await empty((len(shape), total), dtype="int64")
     if total:
@@ -165,9 +167,6 @@ class _Groups(NamedTuple):
 
 
 async def _sorted_groups(x: Tensor, name: str) -> _Groups:
-    from .._copies import empty
-    from .._creation import full
-    from .._joins import concatenate
 
     x = _tensor(x, name)
     _check_sortable(x, name)
@@ -194,15 +193,12 @@ async def unique_values(x: Tensor) -> Tensor:
 
     >>> v = await cuasync.unique_values(x)
     """
-    from .._joins import take
 
     g = await _sorted_groups(x, "unique_values")
     return await take(g.sorted, g.starts)
 
 
 async def _counts(starts: Tensor, n: int) -> Tensor:
-    from .._creation import full
-    from .._joins import concatenate
 
     end = await full((1,), n, dtype="int64")
     bounds = await concatenate([starts, end])
@@ -214,7 +210,6 @@ async def unique_counts(x: Tensor) -> UniqueCounts:
 
     >>> values, counts = await cuasync.unique_counts(x)
     """
-    from .._joins import take
 
     g = await _sorted_groups(x, "unique_counts")
     return UniqueCounts(await take(g.sorted, g.starts), await _counts(g.starts, g.sorted.shape[0]))
@@ -223,7 +218,6 @@ async def unique_counts(x: Tensor) -> UniqueCounts:
 async def _inverse(x: Tensor, g: _Groups) -> Tensor:
     """For each element of ``x``, the index of its value in the unique values: its
     sorted position's group, permuted back (by the inverse permutation)."""
-    from .._joins import take
 
     if not g.total:
         return g.pos.reshape(x.shape)  # (empty)
@@ -239,7 +233,6 @@ async def unique_inverse(x: Tensor) -> UniqueInverse:
 
     >>> values, inverse = await cuasync.unique_inverse(x)
     """
-    from .._joins import take
 
     g = await _sorted_groups(x, "unique_inverse")
     return UniqueInverse(await take(g.sorted, g.starts), await _inverse(x, g))
@@ -251,7 +244,6 @@ async def unique_all(x: Tensor) -> UniqueAll:
 
     >>> values, indices, inverse, counts = await cuasync.unique_all(x)
     """
-    from .._joins import take
 
     g = await _sorted_groups(x, "unique_all")
     values = await take(g.sorted, g.starts)

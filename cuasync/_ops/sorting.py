@@ -28,19 +28,22 @@ from typing import Any
 
 import numpy as np
 
-from .. import _builtin as builtin
-from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
-from .._kernel import Kernel
+from .._launch import builtin
+from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
+from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, ShapeError
+from . import elementwise
 from .codegen import _prelude, ctype
+from .creation import full
+from .joins import take
 from .reductions import normalize_axes
-from .scan import _kept, _operand, on_tensor
+from .scan import _flatten, _kept, _operand, on_tensor
 from .tensorop import TensorOp, tensor_op
 
 __all__ = ["argsort", "isin", "searchsorted", "sort"]
@@ -505,8 +508,6 @@ def searchsorted(
     if side not in ("left", "right"):
         raise ArgumentError(f'searchsorted: side must be "left" or "right", got {side!r}'[:200])
     if sorter is not None:
-        from .._joins import take
-
         if not isinstance(sorter, Tensor) or not isinstance(x1, Tensor):
             raise ArgumentError("searchsorted: sorter= takes tensors (await the ops first)")
         if sorter.shape != x1.shape or sorter.dtype.kind not in "iu":
@@ -549,10 +550,6 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
 
     >>> mask = await cuasync.isin(labels, wanted)
     """
-    from .._creation import full
-    from .._joins import take
-    from . import elementwise
-    from .scan import _flatten
 
     x1, x2 = _operand(x1, "isin"), _operand(x2, "isin")
     dt = _check_sortable(x1, "isin")

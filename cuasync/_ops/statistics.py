@@ -27,6 +27,7 @@ from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError
 from . import elementwise
 from .expr import Node
+from .joins import concatenate
 from .reductions import normalize_axes, reduce_op
 from .scan import _operand, on_tensor
 from .tensorop import TensorOp, tensor_op
@@ -197,8 +198,6 @@ def diff(
         raise ArgumentError(f"diff: n must be an int >= 0, got {n!r}"[:200])
     (a,) = normalize_axes(axis, x.ndim, "diff", allow_tuple=False)
     if prepend is not None or append is not None:
-        from .._joins import concatenate
-
         parts = [p for p in (prepend, x, append) if p is not None]
         if not isinstance(x, Tensor):
             raise ArgumentError(

@@ -18,21 +18,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _builtin as builtin
-from .._copies import new_tensor
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
-from .._kernel import Kernel
+from .._launch import builtin
+from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
-from ..errors import ShapeError
+from .._tensor import methods as tensor_methods
+from .._transfers.device_copy import new_tensor
+from ..errors import ArgumentError, ShapeError
 from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_width
-from .expr import Node
+from .expr import Node, check_dtype, is_ml_scalar
 from .operators import TensorOperators
 
-__all__ = ["TensorOp", "tensor_op"]
+__all__ = ["TensorOp", "leaf", "tensor_op"]
 
 
 def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
@@ -263,14 +264,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         >>> h = await (a * 2.0).astype("float16")
         >>> i = await (a * 2.0).astype("int8", casting="checked")
         """
-        from .._creation import check_casting, convert
-
         dt = as_dtype(dtype)
-        check_casting(self.dtype, dt, casting)
+        tensor_methods.check_casting(self.dtype, dt, casting)
         self._take()
 
         def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-            cast = convert(self._enqueue(ctx).get(), dt, casting=casting)
+            cast = tensor_methods.convert(self._enqueue(ctx).get(), dt, casting=casting)
             cast._take()
             return cast._enqueue(ctx)
 
@@ -322,3 +321,35 @@ def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
     dev: Device | None = op.device
     label = str(getattr(op, "_name", "op"))
     return TensorOp(Node("pending", label, shape, np.dtype(dtype), op, device=dev))
+
+
+def leaf(value: Any, argument: str) -> Node:
+    """The node of an operand: a tensor, a TensorOp (absorbed), or a Python/numpy scalar."""
+    if isinstance(value, Tensor):
+        check_dtype(value.dtype, argument)
+        return Node("tensor", argument, value.shape, value.dtype, value, device=value.device)
+    if isinstance(value, TensorOp):
+        return value._absorb(argument)
+    if isinstance(value, (bool, np.bool_)):
+        # A Python bool is not weak (numpy 2): it is a bool, which any numeric dtype
+        # takes in promotion, so ``add(f32, True)`` is float32 and ``less(f32, True)`` bool.
+        return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
+    if type(value) in (int, float, complex):
+        return Node("scalar", argument, (), None, value)
+    if isinstance(value, (np.integer, np.floating, np.complexfloating)) or is_ml_scalar(value):
+        check_dtype(value.dtype, argument)
+        return Node("scalar", argument, (), value.dtype, value)
+    if isinstance(value, int):  # subclasses (IntEnum, ...): as the plain value
+        return leaf(int(value), argument)
+    if isinstance(value, float):
+        return leaf(float(value), argument)
+    if isinstance(value, complex):
+        return leaf(complex(value), argument)
+    if isinstance(value, np.ndarray):
+        raise ArgumentError(
+            f"{argument} is a numpy array; upload it first: await cuasync.from_host(array)"
+        )
+    raise ArgumentError(
+        f"{argument} must be a cuasync.Tensor, a TensorOp or a number, got "
+        f"{type(value).__name__} {value!r}"[:200]
+    )

@@ -11,6 +11,8 @@ import argparse
 import gc
 import sys
 
+from . import completion, graphs, interop, launch, matmul, ops, peer, priority, requests, transfers
+from ._plot import _pyplot, plot_latencies
 from ._progress import Progress
 from ._util import Report, machine_meta
 
@@ -22,44 +24,24 @@ SUITES = (
 
 def _run(suite: str, report: Report, quick: bool, only: list[str] | None = None) -> None:
     if suite == "completion":
-        from . import completion
-
         completion.run(report, n=200 if quick else 2000, concurrent=512 if quick else 8192)
     elif suite == "launch":
-        from . import launch
-
         launch.run(report, count=500 if quick else 20000)
     elif suite == "graphs":
-        from . import graphs
-
         graphs.run(report, reps=3 if quick else 50)
     elif suite == "transfers":
-        from . import transfers
-
         transfers.run(report, quick=quick)
     elif suite == "peer":
-        from . import peer
-
         peer.run(report, quick=quick)
     elif suite == "matmul":
-        from . import matmul
-
         matmul.run(report, quick=quick)
     elif suite == "priority":
-        from . import priority
-
         priority.run(report, n=50 if quick else 500)
     elif suite == "ops":
-        from . import ops
-
         ops.run(report, quick=quick, only=only or ops.PARTS)
     elif suite == "interop":
-        from . import interop
-
         interop.run(report, n=2000 if quick else 20000)
     elif suite == "requests":
-        from . import requests
-
         requests.run(report, quick=quick)
 
 
@@ -84,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.plot:
-        from ._plot import _pyplot
-
         _pyplot()  # a missing matplotlib says so before anything is measured
     chosen = list(SUITES) if "all" in args.suites else args.suites
     unknown = [s for s in chosen if s not in SUITES]
@@ -93,13 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or all")
     only = [p.strip() for p in args.only.split(",") if p.strip()] if args.only else None
     if only is not None:
-        from .ops import PARTS
-
         if chosen != ["ops"]:
             parser.error("--only selects parts of the ops suite: run it alone (ops --only ...)")
-        if any(p not in PARTS for p in only):
+        if any(p not in ops.PARTS for p in only):
             parser.error(
-                f"--only: unknown part(s) in {args.only!r}; choose from {', '.join(PARTS)}"
+                f"--only: unknown part(s) in {args.only!r}; choose from {', '.join(ops.PARTS)}"
             )
     report = Report(meta=machine_meta())  # (imports the libraries measured beside cuasync)
     if not args.no_freeze:
@@ -120,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         report.dump(args.json)
     if args.plot:
-        from ._plot import plot_latencies
-
         drawn = plot_latencies(report, args.plot)
         print(
             f"plot: {drawn} latency distributions in {args.plot}"

@@ -1,6 +1,6 @@
 """Part of ``transfers``: the routes for pageable numpy data, side by side at each size.
 
-``from_host`` and ``download_into`` pick a route per size (``cuasync._pageable``): the
+``from_host`` and ``download_into`` pick a route per size (``cuasync._transfers.pageable``): the
 calling thread staging through one pinned block ("single"), or chunks staged by the copy
 threads while DMAs run ("chunked"). This part times each route forced, the automatic
 choice, and the driver's own pageable copies (the "direct" route cuasync does not take,
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 import cuasync
-from cuasync import _pageable
 from cuasync._backends import get_backend
+from cuasync._transfers import pageable as _pageable
 
 from ._util import (
     BLOCK,
@@ -184,7 +184,7 @@ def run(report: Report, sizes: list[int], quick: bool, with_torch: bool) -> None
     cuda = get_backend().driver_handles
     if not cuda:  # the emulator: the sizes around the thresholds, small budgets
         sizes = sorted({*sizes, _pageable.UPLOAD_CHUNKED_MIN})
-    threads = cuasync._copy_threads.pool_size()
+    threads = cuasync._transfers.copy_threads.pool_size()
     print(
         f"\n  pageable numpy data, by route (copy threads: {threads}; chunked from "
         f"{size_name(_pageable.UPLOAD_CHUNKED_MIN)} up, auto)",

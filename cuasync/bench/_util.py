@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+import cuasync
+from cuasync._core.completion import get_hub
+
 
 @dataclass
 class Row:
@@ -65,8 +68,6 @@ class Report:
 
 
 def machine_meta() -> dict[str, Any]:
-    import cuasync
-
     meta: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -84,7 +85,6 @@ def machine_meta() -> dict[str, Any]:
     backend = cuasync._backends.get_backend()
     if backend.driver_version:
         meta["driver_cuda_version"] = backend.driver_version
-    from cuasync._core.completion import get_hub
 
     hub = get_hub()
     # whether the native module is in use (else every await takes host callbacks), and
@@ -186,7 +186,6 @@ def run_loop(kind: str, coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 async def await_latency(kernel: Any, n: int, stream: Any) -> list[int]:
     """ns of each of ``n`` awaits of ``kernel[1, 32]()`` on ``stream`` (after 50 warm ones)."""
-    import cuasync
 
     clock = time.perf_counter_ns
     out = []
@@ -209,8 +208,6 @@ async def await_latency_by_path(kernel: Any, n: int, stream: Any) -> tuple[list[
 
     >>> every, woken = run_loop("uvloop", lambda: await_latency_by_path(k, 2000, s))
     """
-    import cuasync
-    from cuasync._core.completion import get_hub
 
     stats = get_hub().stats
     clock = time.perf_counter_ns

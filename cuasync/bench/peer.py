@@ -24,7 +24,7 @@ import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._peer import peer_route
+from cuasync._transfers.peer import peer_route
 
 from ._util import Report, Row
 

@@ -40,6 +40,7 @@ from ._util import Report, run_loop
 
 SUITE = "requests"
 
+
 async def _turns(
     awaited: dict[str, Callable[[], Awaitable[Any]]],
     called: dict[str, Callable[[], Any]],

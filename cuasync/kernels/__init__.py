@@ -2,6 +2,6 @@
 
 ``cast.cuh`` (values, float16/bfloat16/FP8 bits and numpy's casting rules) and
 ``index.cuh`` (strided indexing) are shared; each ``.cu`` file is one family of kernels:
-``fill``, ``linspace``, ``arange``, ``convert`` and ``random``. :mod:`cuasync._builtin`
+``fill``, ``linspace``, ``arange``, ``convert`` and ``random``. :mod:`cuasync._launch.builtin`
 joins them, in that order, into the one translation unit that NVRTC compiles.
 """

@@ -17,7 +17,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
 from .._core.op import DeviceOp
 from .._core.output import Output
-from .._kernel import Kernel
+from .._launch.kernel import Kernel
 from ..errors import ArgumentError
 
 __all__ = ["sleep", "trap"]

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from .._backends import backend_name
 from . import _leaks
 
 _LOOPS: tuple[tuple[str, tuple[str, dict[str, object]], str | None], ...] = (
@@ -58,7 +59,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def cuasync_backend() -> str:
     """Which backend this process uses: ``"cuda"`` or ``"emulator"``."""
-    from .._backends import backend_name
 
     return backend_name()
 

@@ -13,9 +13,12 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from cuasync import _builtin, _indexing, _joins, _signature
 from cuasync._dtypes import DTYPES, ML_DTYPES, SUPPORTED
+from cuasync._launch import builtin as _builtin
+from cuasync._launch import signature as _signature
 from cuasync._ops import codegen, igemm, reduce_codegen
+from cuasync._ops import indexing as _indexing
+from cuasync._ops import joins as _joins
 
 #: sha256 of the built-in kernels' translation unit. The source is part of every kernel
 #: cache key, and the cubins are only checked on a GPU: changing it is deliberate.
@@ -37,7 +40,7 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
         if f.name.endswith((".cu", ".cuh"))
     }
     # ... or in the generated elementwise and reduction kernels (cuasync/_ops/), or in
-    # take and tril/triu (cuasync/_joins.py), in the indexing family (cuasync/_indexing.py),
+    # take and tril/triu (cuasync/_ops/joins.py), in the indexing family (cuasync/_ops/indexing.py),
     # or in the integer matrix products (cuasync/_ops/igemm.py)
     generated = {
         *codegen.PRELUDE_FILES,

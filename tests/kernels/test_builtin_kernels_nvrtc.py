@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 import cuasync
-from cuasync import _builtin, _indexing, _kernel
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
-from cuasync._kernel import Kernel
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch import builtin as _builtin
+from cuasync._launch import kernel as _kernel
+from cuasync._launch.kernel import Kernel
+from cuasync._launch.nvrtc import nvrtc_problem
+from cuasync._ops import indexing as _indexing
 from cuasync.errors import KernelCompileError
 
 ARCHS = ("sm_80", "sm_90")

@@ -18,10 +18,12 @@ import pytest
 from helpers import NATIVE_ON, ON_EMULATOR, generic_path, run_script
 
 import cuasync
-from cuasync import _config, _kernel, _nvrtc, kernel_cache
+from cuasync import _config, kernel_cache
 from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
-from cuasync._kernel import _Launch
+from cuasync._launch import kernel as _kernel
+from cuasync._launch import nvrtc as _nvrtc
+from cuasync._launch.kernel import _Launch
 from cuasync._launcher import make_launcher
 from cuasync._native import NATIVE
 from cuasync.errors import (
@@ -41,7 +43,7 @@ TWO_DEVICES = pytest.mark.skipif(
 
 
 def nvrtc_available() -> bool:
-    from cuasync._nvrtc import nvrtc_problem
+    from cuasync._launch.nvrtc import nvrtc_problem
 
     return nvrtc_problem() is None
 
@@ -529,7 +531,7 @@ def test_other_scalars_are_never_clamped_or_wrapped() -> None:
 
 
 def test_bfloat16_bits_round_to_nearest_even_like_ml_dtypes() -> None:
-    from cuasync._kernel import bfloat16_bits
+    from cuasync._launch.kernel import bfloat16_bits
 
     assert bfloat16_bits(1.0) == 0x3F80 and bfloat16_bits(-2.0) == 0xC000
     assert bfloat16_bits(1 + 2**-8) == 0x3F80  # a tie: to even

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cuasync import _builtin
 from cuasync._dtypes import DTYPES, SUPPORTED
+from cuasync._launch import builtin as _builtin
 
 CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (g++ or clang++)")
@@ -242,7 +242,7 @@ ARANGES = [
 
 @pytest.mark.parametrize("args", ARANGES, ids=str)
 def test_arange_kernel_matches_numpy(lib: Any, args: tuple[Any, Any, Any]) -> None:
-    from cuasync._creation import _arange_ends, _arange_length
+    from cuasync._ops.creation import _arange_ends, _arange_length
     from cuasync.errors import ArgumentError
 
     start, stop, step = args

@@ -17,7 +17,7 @@ from helpers import ON_EMULATOR
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync.errors import ArgumentError, DriverError, InvalidDeviceError, LaunchError
 
 SCALE = r"""

@@ -1,4 +1,4 @@
-"""NVRTC compilation (cuasync._nvrtc): results, logs, and the interpreter left intact."""
+"""NVRTC compilation (cuasync._launch.nvrtc): results, logs, and the interpreter left intact."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 
 pytestmark = pytest.mark.skipif(nvrtc_problem() is not None, reason=str(nvrtc_problem()))
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(nvrtc_problem() is not None, reason=str(nvrtc_pr
 _CHECK = textwrap.dedent(
     r"""
     import sys
-    from cuasync._kernel import Kernel
+    from cuasync._launch.kernel import Kernel
 
     CLEAN = 'extern "C" __global__ void clean(float* x) { x[0] = 1.0f; }'
     WARNS = 'extern "C" __global__ void warns(float* x) { int unused; x[0] = 1.0f; }'
@@ -40,7 +40,7 @@ _CHECK = textwrap.dedent(
     assert image[:4] == b"\x7fELF" and lowered == "clean", (image[:4], lowered)
     intact("a compile with an empty log")
 
-    from cuasync._nvrtc import compile_cubin
+    from cuasync._launch.nvrtc import compile_cubin
 
     compiled = compile_cubin(WARNS, "warns", "sm_90", [])
     assert "declared but never referenced" in compiled.log, compiled.log

@@ -319,7 +319,7 @@ def test_the_changelog_heads_with_the_installed_release() -> None:
 
 def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
     """Where the docs say from what size ``from_host`` stages on the copy threads."""
-    from cuasync._pageable import UPLOAD_CHUNKED_MIN
+    from cuasync._transfers.pageable import UPLOAD_CHUNKED_MIN
 
     patterns = [
         r"below (\d+) MiB during submission",
@@ -330,8 +330,8 @@ def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
         r"\*\*chunked\*\* \| from (\d+) MiB up",
     ]
     pages = {p: " ".join(p.read_text().split()) for p in DOCS.glob("*.md")}
-    pages[ROOT / "cuasync" / "_copies.py"] = " ".join(
-        (ROOT / "cuasync/_copies.py").read_text().split()
+    pages[ROOT / "cuasync" / "_transfers" / "copies.py"] = " ".join(
+        (ROOT / "cuasync/_transfers/copies.py").read_text().split()
     )
     found = [
         (path.name, int(m))
@@ -342,3 +342,19 @@ def test_the_docs_give_the_pageable_threshold_the_code_uses() -> None:
     assert len(found) >= 6, found
     wrong = [f"{page}: {mib} MiB" for page, mib in found if mib << 20 != UPLOAD_CHUNKED_MIN]
     assert not wrong, f"the threshold is {UPLOAD_CHUNKED_MIN >> 20} MiB: {wrong}"
+
+
+def test_design_names_every_module() -> None:
+    """docs/design.md is the map of the code: every module file of the package (and the
+    native module) has its line there, so a new module without one fails here."""
+    text = (DOCS / "design.md").read_text()
+    package = ROOT / "cuasync"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
+    assert len(modules) > 50, modules
+    missing = [m for m in modules if f"`{m}`" not in text]
+    if "`_reactor`" not in text:
+        missing.append("_reactor (the native module)")
+    assert not missing, (
+        "docs/design.md does not name these modules (paths relative to cuasync/, in "
+        f"backticks, with a line on what each owns): {missing}"
+    )

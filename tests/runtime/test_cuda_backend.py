@@ -22,7 +22,7 @@ import pytest
 
 from cuasync._backends import cuda
 from cuasync._backends.base import CAPTURE_RELAXED
-from cuasync._signature import parse_params
+from cuasync._launch.signature import parse_params
 from cuasync.errors import DriverError, InvalidDeviceError, OutOfMemoryError
 
 _REASON = (

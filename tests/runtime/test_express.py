@@ -20,11 +20,11 @@ from helpers import NATIVE_ON, ON_EMULATOR, await_held, generic_path, run_script
 
 import cuasync
 import cuasync.testing as ct
-from cuasync import _kernel
 from cuasync._backends import get_backend
 from cuasync._backends._params import _layout
 from cuasync._core import express
 from cuasync._core.completion import get_hub
+from cuasync._launch import kernel as _kernel
 from cuasync.errors import ArgumentError, KernelError, ReentrancyError
 
 pytestmark = pytest.mark.anyio

@@ -25,7 +25,7 @@ import cuasync
 from cuasync import _first_use
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import codegen, reduce_codegen
 from cuasync.errors import ArgumentError, KernelCompileError
 

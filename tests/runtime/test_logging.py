@@ -13,7 +13,7 @@ from helpers import run_script
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._staging import StagingPool
+from cuasync._transfers.staging import StagingPool
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -86,7 +86,7 @@ def test_to_the_same_device_is_a_new_contiguous_tensor() -> None:
 
 def test_to_is_lazy_and_refuses_what_is_not_a_tensor() -> None:
     with pytest.raises(ArgumentError, match="tensor must be a cuasync.Tensor, got ndarray"):
-        from cuasync._peer import to_device
+        from cuasync._transfers.copies import to_device
 
         to_device(np.zeros(3), 0)  # type: ignore[arg-type]
 
@@ -310,7 +310,7 @@ async def test_ops_on_tensors_of_device_1_use_device_1s_policy(anyio_backend) ->
 
 @needs_two
 def test_cuasync_peer_off_stages_every_copy(route: str) -> None:
-    from cuasync._peer import peer_route
+    from cuasync._transfers.peer import peer_route
 
     d0, d1 = cuasync.Device(0), cuasync.Device(1)
     topology = d0.can_access_peer(d1) and d1.can_access_peer(d0)

@@ -1411,7 +1411,7 @@ def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
     import struct
 
     from cuasync._backends._params import ParamBlock
-    from cuasync._signature import parse_params
+    from cuasync._launch.signature import parse_params
 
     block = ParamBlock(parse_params(EVERY_SCALAR, "every"))
     assert block.layout is not None
@@ -1480,7 +1480,7 @@ def test_launch_packed_writes_the_flag_after_the_launch(
 
 def test_kernels_with_half_or_complex_parameters_are_packed_in_python():
     from cuasync._backends._params import ParamBlock
-    from cuasync._signature import parse_params
+    from cuasync._launch.signature import parse_params
 
     for ctype in ("__half", "__nv_bfloat16", "float2", "double2"):
         source = f'extern "C" __global__ void k(float* x, {ctype} v) {{}}'

@@ -25,7 +25,7 @@ import pytest
 _reactor = pytest.importorskip("cuasync._reactor")
 
 from cuasync._backends._params import ParamBlock  # noqa: E402
-from cuasync._signature import parse_params  # noqa: E402
+from cuasync._launch.signature import parse_params  # noqa: E402
 
 TIMEOUT = 10.0
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync.errors import DTypeError
 
 pytestmark = pytest.mark.anyio
@@ -359,7 +359,7 @@ async def test_operators_build_the_array_api_functions(anyio_backend: str) -> No
 def test_generated_sources_of_the_array_api_functions_compile() -> None:
     """Every function's kernel compiles with NVRTC, for each kind of dtype it takes
     (strided and contiguous kernels alike), so a CUDA error fails here without a GPU."""
-    from cuasync._kernel import Kernel
+    from cuasync._launch.kernel import Kernel
     from cuasync._ops import codegen
 
     checked = 0

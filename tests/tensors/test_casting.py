@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import cuasync
 import cuasync.testing as ct
-from cuasync._twins import overflows
+from cuasync._launch.twins import overflows
 from cuasync.errors import ArgumentError, CastOverflowError, DTypeError, KernelError
 
 pytestmark = pytest.mark.anyio

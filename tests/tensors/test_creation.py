@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync import _builtin, _twins
 from cuasync._dtypes import SUPPORTED
+from cuasync._launch import builtin as _builtin
+from cuasync._launch import twins as _twins
 from cuasync.errors import (
     ArgumentError,
     CaptureError,

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import codegen
 from cuasync.errors import (
     ArgumentError,
@@ -127,8 +127,8 @@ async def test_aligned_contiguous_operands_take_16_byte_accesses(
     # is not (x[1:] is 2 or 4 bytes past a 16-byte boundary); both cover odd lengths and
     # the tail past the last whole vector, with numpy's values.
     import ml_dtypes
-
     from cuasync._builtin import storage_view
+
     from cuasync._ops import tensorop
 
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)

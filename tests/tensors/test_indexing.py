@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
-from cuasync._indexing import (
+from cuasync._ops.indexing import (
     COMBINE_DTYPES,
 )
 from cuasync.errors import ArgumentError, DTypeError, ShapeError

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import igemm
 from cuasync.errors import DTypeError, LibraryError
 

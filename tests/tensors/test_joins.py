@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
-from cuasync import _builtin
-from cuasync._joins import take_kernel, tri_kernel
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch import builtin as _builtin
+from cuasync._launch.nvrtc import nvrtc_problem
+from cuasync._ops.joins import take_kernel, tri_kernel
 from cuasync.errors import ArgumentError, DTypeError, ShapeError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_emu_compile")]

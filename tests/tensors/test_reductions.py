@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
-from cuasync._kernel import compile_cubin
-from cuasync._nvrtc import nvrtc_problem
+from cuasync._launch.kernel import compile_cubin
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import reduce_codegen as rc
 from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
 
@@ -528,6 +528,7 @@ async def test_rows_read_in_vectors_where_aligned(op: str, anyio_backend: str) -
     # (as rows do, aligned or not). Lengths around the vector, the block's vectors and split ends:
     # numpy's values either way (NaN first, first index of the maximum).
     from cuasync._builtin import storage_view
+
     from cuasync._ops.reductions import vector_rows
 
     assert rc.row_vector_width(("x", 0, "float32"), 0, 1) == 4

@@ -1,7 +1,7 @@
 """Copies from and into pageable numpy memory: the single and chunked staging routes.
 
 Behaviour is held with mechanisms both backends have: a gate holds the stream, and the
-copy threads' memcpy (``cuasync._pageable._memcpy``) is replaced by one that waits on an
+copy threads' memcpy (``cuasync._transfers.pageable._memcpy``) is replaced by one that waits on an
 event, fails or counts, so every test runs unchanged on a GPU.
 """
 
@@ -19,9 +19,10 @@ from helpers import run_script, settle, still_pending, wait_until
 
 import cuasync
 import cuasync.testing as ct
-from cuasync import _copy_threads, _pageable
 from cuasync._backends import get_backend
-from cuasync._pageable import (
+from cuasync._transfers import copy_threads as _copy_threads
+from cuasync._transfers import pageable as _pageable
+from cuasync._transfers.pageable import (
     CHUNK_MAX,
     CHUNK_MIN,
     DOWNLOAD_CHUNKED_MIN,
@@ -120,7 +121,7 @@ def test_no_copy_threads_means_single_route() -> None:
     run_script(
         """
         import numpy as np, cuasync, threading
-        from cuasync._pageable import upload_route, UPLOAD_CHUNKED_MIN
+        from cuasync._transfers.pageable import upload_route, UPLOAD_CHUNKED_MIN
         assert upload_route(UPLOAD_CHUNKED_MIN * 4, cuasync.Device(0)) == "single"
         a = np.arange(1 << 20, dtype=np.float32)
         t = cuasync.from_host(a).sync()
@@ -139,7 +140,7 @@ def test_chunked_routes_without_the_native_module() -> None:
         import sys, warnings
         sys.modules["cuasync._reactor"] = None    # as if built without a C compiler
         import numpy as np, cuasync
-        from cuasync._pageable import forced_route
+        from cuasync._transfers.pageable import forced_route
         warnings.simplefilter("ignore")
         a = np.arange(3 << 20, dtype=np.uint8)
         with forced_route("chunked"):
@@ -482,7 +483,7 @@ def test_exit_with_chunked_copies_queued_or_running() -> None:
     run_script(
         """
         import threading, numpy as np, cuasync
-        from cuasync import _pageable
+        from cuasync._transfers import pageable as _pageable
         entered, stuck = threading.Event(), threading.Event()
         def memcpy(dst, src):
             if threading.current_thread().name.startswith("cuasync-copy"):

@@ -12,7 +12,7 @@ from helpers import run_script, wait_until
 import cuasync
 import cuasync.testing as ct
 from cuasync._backends import get_backend
-from cuasync._staging import staging_pool
+from cuasync._transfers.staging import staging_pool
 from cuasync.errors import ArgumentError, BusyResourceError, DTypeError, ShapeError
 
 CHUNK = 1 << 20  # pinned chunk that blocks below 64 KiB are carved from

@@ -23,7 +23,7 @@ import cuasync.testing as ct
 from cuasync import _small_upload
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
-from cuasync._staging import staging_pool
+from cuasync._transfers.staging import staging_pool
 from cuasync.errors import DriverError
 
 pytestmark = pytest.mark.anyio
@@ -376,7 +376,8 @@ def test_the_native_core_builds_from_hosts_op_as_python_does(
     # from_host's common case is built by the native core (Express.build_upload); the op
     # it makes has every slot Python's __init__ chain sets, with the same values, and runs
     # the same. What is not its case is left to Python (None).
-    from cuasync import _config, _copies
+    from cuasync import _config
+    from cuasync._transfers import copies as _copies
 
     core = get_hub().express
     if core is None:

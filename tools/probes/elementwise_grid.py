@@ -1,12 +1,12 @@
 """Block size and grid cap of the contiguous elementwise kernel (add of 64 MiB float32).
 
 Each combination in one run, next to torch's add timed the same way (events around
-back-to-back launches). Patches cuasync._builtin's launch constants in-process.
+back-to-back launches). Patches cuasync._launch.builtin's launch constants in-process.
 """
 
 import cuasync
-from cuasync import _builtin as builtin
 from cuasync._backends import get_backend
+from cuasync._launch import builtin
 from cuasync._ops import codegen
 
 n = 16 << 20

@@ -10,7 +10,7 @@ os.environ["CUASYNC_SPIN_BUDGET_US"] = "0"
 import cuasync
 import cuasync.testing as ct
 from cuasync._backends import get_backend
-from cuasync._builtin import builtin_kernels
+from cuasync._launch.builtin import builtin_kernels
 
 for k in builtin_kernels():
     k.compile()

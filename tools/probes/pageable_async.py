@@ -3,7 +3,7 @@
 The driver API's "API synchronization behavior" page says an Async copy between device
 and pageable host memory "might be synchronous with respect to host" and that the driver
 "may synchronize with the stream" to stage it. cuasync's from_host therefore never hands
-the driver a numpy array's address (cuasync/_pageable.py). This probe measures what this
+the driver a numpy array's address (cuasync/_transfers/pageable.py). This probe measures what this
 driver does, for each size:
 
 1. the stream is held by cuStreamWaitValue32 on a pinned host word that a timer thread

@@ -28,9 +28,12 @@ from typing import Any
 import numpy as np
 
 import cuasync
-from cuasync import _copies, _pageable, _small_upload, _staging
+from cuasync import _small_upload
 from cuasync._backends import get_backend
 from cuasync._core import completion, memory, op
+from cuasync._transfers import copies as _copies
+from cuasync._transfers import pageable as _pageable
+from cuasync._transfers import staging as _staging
 
 N = 2000
 SIZE = 4096

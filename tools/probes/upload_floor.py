@@ -28,7 +28,7 @@ import numpy as np
 
 import cuasync
 from cuasync._core.completion import get_hub
-from cuasync._staging import staging_pool
+from cuasync._transfers.staging import staging_pool
 from cuasync.bench._util import timed
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000

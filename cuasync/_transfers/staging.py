@@ -30,8 +30,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._backends import get_backend
-from ._exceptions import report_once
+from .._backends import get_backend
+from .._config import CONFIG
+from .._core import completion
+from .._core.completion import get_hub, work_in_flight
+from .._exceptions import report_once
 
 log = logging.getLogger("cuasync.staging")
 
@@ -174,14 +177,11 @@ class StagingPool:
             if seconds is not None:
                 self._watch()
         else:
-            from ._core.completion import get_hub
-
             get_hub().background.kick()
 
     def _watch(self) -> None:
         """Have the background watcher run :meth:`_chore` (never from a destructor: it
         may start the hub's thread)."""
-        from ._core.completion import get_hub
 
         with self._lock:
             if self._watched:
@@ -198,7 +198,6 @@ class StagingPool:
         now = self._clock()
         if now < due:
             return due - now
-        from ._core.completion import work_in_flight
 
         if work_in_flight():
             # cuMemFreeHost waits for the device: with work in flight it would hold this
@@ -270,8 +269,6 @@ class StagingPool:
             if wake:
                 self._due = now + self.idle_timeout  # type: ignore[operator]
         if wake and self._watched:
-            from ._core import completion
-
             hub = completion._hub  # never creates the hub (and its thread) from here
             if hub is not None:
                 hub.background.kick()
@@ -355,8 +352,6 @@ def staging_pool() -> StagingPool:
     if pool is None:
         with _pool_lock:
             if _pool is None:
-                from ._config import CONFIG
-
                 _pool = StagingPool(CONFIG.pinned_idle_s)
             pool = _pool
     return pool

@@ -3,7 +3,7 @@
 The CUDA source is ``cuasync/kernels/*.cu`` (package data), compiled as one translation
 unit; each kernel is a template instantiation of it, chosen by a name expression such as
 ``"ca_convert<float, 11>"`` (the dtype's storage type and code, from
-:data:`~cuasync._dtypes.DTYPES`), with its numpy twin from :mod:`cuasync._twins` for the
+:data:`~cuasync._dtypes.DTYPES`), with its numpy twin from :mod:`cuasync._launch.twins` for the
 emulator.
 
 >>> k = kernel("convert", "float16")            # ca_convert<unsigned short, 9>
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _twins
-from ._core.context import ExecutionContext
-from ._dtypes import DTYPES, SUPPORTED, dtype_name
-from ._kernel import Kernel
-from ._tensor import Tensor
+from .._core.context import ExecutionContext
+from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._tensor import Tensor
+from . import twins as _twins
+from .kernel import Kernel
 
 #: The translation unit's files, in order: the shared code, then each family.
 _FILES = (

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._copies import empty, zeros
-from ._creation import full, ones
-from ._ops.tensorop import TensorOp
-from ._tensor import Tensor, check_shape
-from .errors import ArgumentError
+from .._tensor import Tensor, check_shape
+from .._transfers.copies import empty, zeros
+from ..errors import ArgumentError
+from .creation import full, ones
+from .tensorop import TensorOp
 
 __all__ = ["empty_like", "full_like", "ones_like", "zeros_like"]
 

@@ -19,21 +19,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._backends import get_backend
-from ._core.completion import DONE, Completion
-from ._core.context import ExecutionContext
-from ._core.device import Stream
-from ._core.op import DeviceFuture, device_op
-from ._core.output import Output
-from ._core.scheduling import current_policy, stream_from
-from ._dtypes import dtype_name
-from ._exceptions import fresh
-from ._pinned import PinnedHostBuffer, _Flight
-from ._tensor import Tensor
-from .errors import (
+from .._backends import get_backend
+from .._core.completion import DONE, Completion
+from .._core.context import ExecutionContext
+from .._core.device import Stream
+from .._core.op import DeviceFuture, device_op
+from .._core.output import Output
+from .._core.scheduling import current_policy, stream_from
+from .._dtypes import dtype_name
+from .._exceptions import fresh
+from .._tensor import Tensor
+from ..errors import (
     BusyTransferRejected,
     TransferRejected,
 )
+from .pinned import PinnedHostBuffer, _Flight
 
 #: ``wait()`` spins on the completion flag for about twice the copy's expected time at
 #: this (deliberately low) rate, plus a margin, before sleeping; never longer than the cap.

@@ -29,7 +29,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from ._exceptions import report_unraisable
+from .._config import CONFIG
+from .._exceptions import report_unraisable
 
 __all__ = ["Task", "pool_size", "submit"]
 
@@ -125,7 +126,6 @@ _pool = _Pool()
 
 def pool_size() -> int:
     """How many copy threads the pool may run (``CUASYNC_STAGING_THREADS``); 0: none."""
-    from ._config import CONFIG
 
     return int(CONFIG.staging_threads)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._tensor import Tensor, check_shape
-from .errors import ArgumentError, LaunchError, ShapeError
+from .._tensor import Tensor, check_shape
+from .._tensor import methods as tensor_methods
+from ..errors import ArgumentError, LaunchError, ShapeError
 
 __all__ = ["MappedPartition", "Partition"]
 
@@ -175,3 +176,7 @@ class MappedPartition(Partition):
             f"<cuasync.MappedPartition of {self.tensor.shape} into tiles {self.tile_shape}: "
             f"{self.tiles} tiles as {self.map_shape}, {self.num_tile_blocks} blocks>"
         )
+
+
+# Tensor.partition and Tensor.partition_prefix (the tensor module sits below this one).
+tensor_methods.partition = Partition

@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._backends import get_backend
-from ._backends.base import PreparedKernel
-from ._core.device import Device, get_default_device
-from ._core.process_local import ProcessLocal
-from ._exceptions import report_once
-from ._kernel import _Launchable
-from ._signature import Param, parse_params
-from .errors import ArgumentError, InvalidDeviceError, UsageError
+from .._backends import get_backend
+from .._backends.base import PreparedKernel
+from .._core.device import Device, get_default_device
+from .._core.process_local import ProcessLocal
+from .._exceptions import report_once
+from ..errors import ArgumentError, InvalidDeviceError, UsageError
+from .kernel import _Launchable
+from .signature import Param, parse_params
 
 __all__ = ["Module"]
 

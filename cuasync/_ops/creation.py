@@ -1,7 +1,7 @@
 """Tensor creation: ``ones``, ``full``, ``fill``, ``arange``, ``linspace``, ``eye``,
 ``eye_rect``, ``convert``, ``rand`` and ``randn`` as lazy ops.
 
-Each launches a built-in kernel (:mod:`cuasync._builtin`: CUDA C++ compiled with NVRTC,
+Each launches a built-in kernel (:mod:`cuasync._launch.builtin`: CUDA C++ compiled with NVRTC,
 and its numpy twin on the emulator backend). Arguments are checked when the op is built,
 so a bad one raises a typed error and enqueues nothing.
 
@@ -21,15 +21,12 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from . import _builtin as builtin
-from ._backends import get_backend
-from ._builtin import FILL_DTYPES, RANDOM_DTYPES
-from ._copies import _device_arg, kernel_copy, new_tensor
-from ._core.context import ExecutionContext
-from ._core.device import Device
-from ._core.op import DeviceOp, device_op
-from ._core.output import Output
-from ._dtypes import (
+from .._backends import get_backend
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from .._core.op import DeviceOp, device_op
+from .._core.output import Output
+from .._dtypes import (
     DEFAULT_FLOAT,
     SUPPORTED,
     as_dtype,
@@ -37,10 +34,16 @@ from ._dtypes import (
     dtype_info,
     dtype_name,
 )
-from ._ops.tensorop import TensorOp, tensor_op
-from ._tensor import Shape, Tensor, check_shape, check_writable
-from ._twins import host_cast
-from .errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
+from .._launch import builtin
+from .._launch.builtin import FILL_DTYPES, RANDOM_DTYPES
+from .._launch.twins import host_cast
+from .._tensor import Shape, Tensor, check_shape, check_writable
+from .._tensor import methods as tensor_methods
+from .._transfers.copies import _device_arg
+from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
+from .._transfers.staging import staging_pool
+from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
+from .tensorop import TensorOp, tensor_op
 
 __all__ = [
     "arange",
@@ -657,8 +660,6 @@ def _checked_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     """``kernel_copy`` with ``ca_convert_checked``: a device flag, zeroed, set by the
     kernel where a value overflows, copied to pinned memory and read when the work has
     completed (``ctx.check_when_done``)."""
-    from ._copies import copy_strided
-    from ._staging import staging_pool
 
     flag = new_tensor(ctx, (1,), SUPPORTED["uint32"], "convert")
     _enqueue_fill(ctx, flag, (0, 0))
@@ -744,3 +745,8 @@ def _random_op(
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, device, family), dims, dt)
+
+
+# Tensor.astype and TensorOp.astype (both modules sit below this one).
+tensor_methods.convert = convert
+tensor_methods.check_casting = check_casting

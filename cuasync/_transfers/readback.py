@@ -29,21 +29,22 @@ import traceback
 
 import numpy as np
 
-from . import _copy_threads, _pageable
-from ._backends import get_backend
-from ._copies import copy_strided
-from ._core.completion import get_hub, raise_if_faulted
-from ._core.context import ExecutionContext
-from ._core.device import Device
-from ._core.loops import check_blocking_allowed
-from ._core.op import device_op
-from ._core.output import Output
-from ._dtypes import dtype_name
-from ._pageable import download_route
-from ._pinned import PinnedPool
-from ._staging import PinnedBlock, staging_pool
-from ._tensor import Tensor, contiguous_strides
-from .errors import ArgumentError, DTypeError, ShapeError
+from .._backends import get_backend
+from .._core.completion import get_hub, raise_if_faulted
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from .._core.loops import check_blocking_allowed
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import dtype_name
+from .._tensor import Tensor, contiguous_strides
+from ..errors import ArgumentError, DTypeError, ShapeError
+from . import copy_threads as _copy_threads
+from . import pageable as _pageable
+from .device_copy import copy_strided
+from .pageable import download_route
+from .pinned import PinnedPool
+from .staging import PinnedBlock, staging_pool
 
 __all__ = ["download_into"]
 

@@ -26,18 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._backends import get_backend
-from ._core.process_local import ProcessLocal
-from ._dtypes import as_dtype, dtype_name
-from ._staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
-from ._tensor import check_shape, is_size
-from .errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
+from .._backends import get_backend
+from .._config import CONFIG
+from .._core.process_local import ProcessLocal
+from .._dtypes import as_dtype, dtype_name
+from .._tensor import check_shape, is_size
+from ..errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
+from .staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._core.completion import Completion
-    from ._core.device import Stream
+    from .._core.completion import Completion
+    from .._core.device import Stream
 
 __all__ = ["PinnedHostBuffer", "PinnedPool", "PoolStats"]
 
@@ -297,12 +298,7 @@ class PinnedPool(ProcessLocal):
     def __init__(
         self, idle_timeout: float | None = FROM_ENV, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if idle_timeout is FROM_ENV:
-            from ._config import CONFIG
-
-            timeout = CONFIG.pinned_idle_s
-        else:
-            timeout = _check_timeout(idle_timeout)
+        timeout = CONFIG.pinned_idle_s if idle_timeout is FROM_ENV else _check_timeout(idle_timeout)
         if not callable(clock):
             raise ArgumentError(f"clock must be callable, got {type(clock).__name__}")
         self._blocks = StagingPool(timeout, clock)

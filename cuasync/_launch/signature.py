@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dtypes import DTYPES, SUPPORTED
-from .errors import KernelCompileError
+from .._dtypes import DTYPES, SUPPORTED
+from ..errors import KernelCompileError
 
 _C_TYPES: dict[str, str] = {ctype: d.name for d in DTYPES.values() for ctype in d.ctypes}
 

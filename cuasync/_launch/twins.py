@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dtypes import DTYPES, dtype_info, dtype_name
-from .errors import ArgumentError
+from .._dtypes import DTYPES, dtype_info, dtype_name
+from ..errors import ArgumentError
 
 __all__ = [
     "arange_twin",

@@ -1,4 +1,4 @@
-"""Copies between devices: :func:`cuasync.memcpy` across devices and :meth:`Tensor.to`.
+"""Copies between devices, under :func:`cuasync.memcpy` across devices and :meth:`Tensor.to`.
 
 Two routes, chosen per pair of devices:
 
@@ -26,29 +26,27 @@ from __future__ import annotations
 
 import functools
 
-from ._backends import get_backend
-from ._config import CONFIG
-from ._copies import (
-    _byte_strides,
-    _contiguous_byte_strides,
+from .._backends import get_backend
+from .._config import CONFIG
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from .._core.memory import Allocation
+from .._core.output import Output
+from .._core.scheduling import stream_from
+from .._exceptions import fresh
+from .._tensor import Tensor
+from ..errors import CaptureError
+from .device_copy import (
+    byte_strides,
+    contiguous_byte_strides,
     copy_strided,
-    dup,
     kernel_copy,
     memcpy_able,
     new_tensor,
 )
-from ._core.context import ExecutionContext
-from ._core.device import Device, _check_ordinal
-from ._core.memory import Allocation
-from ._core.op import DeviceOp, device_op
-from ._core.output import Output
-from ._core.scheduling import stream_from
-from ._exceptions import fresh
-from ._staging import staging_pool
-from ._tensor import Tensor
-from .errors import ArgumentError, CaptureError
+from .staging import staging_pool
 
-__all__ = ["copy_between_devices", "peer_route", "to_device"]
+__all__ = ["copy_between_devices", "peer_route"]
 
 
 def peer_route(src: Device, dst: Device) -> bool:
@@ -66,22 +64,6 @@ def peer_route(src: Device, dst: Device) -> bool:
     backend.enable_peer_access(a, b)
     backend.enable_peer_access(b, a)
     return True
-
-
-def to_device(tensor: Tensor, device: int | Device) -> DeviceOp[Tensor]:
-    """An op producing a contiguous copy of ``tensor`` on ``device`` (see :meth:`Tensor.to`)."""
-    if not isinstance(tensor, Tensor):
-        raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
-    target = Device(_check_ordinal(device, "device"))
-    if target is tensor.device:
-        return dup(tensor)
-    src = tensor
-
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        out = new_tensor(ctx, src.shape, src.dtype, "Tensor.to")
-        return copy_between_devices(ctx, out, src)
-
-    return device_op(enqueue, target, "Tensor.to")
 
 
 def copy_between_devices(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> Output[Tensor]:
@@ -109,11 +91,9 @@ def copy_between_devices(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> Out
         else:
             _copy_staged(ctx, landing, src)
     if temp is not None:
-        strides = _contiguous_byte_strides(dst.shape, dst.itemsize)
+        strides = contiguous_byte_strides(dst.shape, dst.itemsize)
         dp = ctx.write(dst.allocation, "dst") + _byte_offset(dst)
-        copy_strided(
-            ctx, "dtod", dp, _byte_strides(dst), temp.ptr, strides, dst.shape, dst.itemsize
-        )
+        copy_strided(ctx, "dtod", dp, byte_strides(dst), temp.ptr, strides, dst.shape, dst.itemsize)
     return Output(functools.partial(_delivered, src.device, dst))
 
 
@@ -166,8 +146,8 @@ def _contiguous_on(side: ExecutionContext, src: Tensor) -> Tensor:
         kernel_copy(side, tight, src)
         return tight
     sp = side.read(src.allocation, "src") + _byte_offset(src)
-    strides = _contiguous_byte_strides(src.shape, src.itemsize)
-    copy_strided(side, "dtod", tight.ptr, strides, sp, _byte_strides(src), src.shape, src.itemsize)
+    strides = contiguous_byte_strides(src.shape, src.itemsize)
+    copy_strided(side, "dtod", tight.ptr, strides, sp, byte_strides(src), src.shape, src.itemsize)
     return tight
 
 

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ._tensor import Shape, Tensor, check_shape, derived_view
-from .errors import ArgumentError, IndexOutOfRangeError, ShapeError
+from .._axes import normalize_axis
+from .._tensor import Shape, Tensor, check_shape, derived_view
+from .._tensor import methods as tensor_methods
+from ..errors import ArgumentError, ShapeError
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
@@ -33,17 +35,8 @@ def _tensor(x: Any, name: str) -> Tensor:
     return x
 
 
-def _axis(a: Any, ndim: int, name: str, argument: str = "axis") -> int:
-    if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-        raise ArgumentError(f"{name}: {argument} must be an int, got {a!r}"[:200])
-    if not -ndim <= a < ndim:
-        # an IndexError too, as the array API requires (numpy's AxisError is one)
-        raise IndexOutOfRangeError(
-            f"{name}: {argument} {a} is out of range for {ndim} dimensions (-{ndim}..{ndim - 1})"
-            if ndim
-            else f"{name}: {argument} {a}: there are no axes"
-        )
-    return int(a) % ndim
+#: (views' name for :func:`cuasync._axes.normalize_axis`)
+_axis = normalize_axis
 
 
 def permute(x: Tensor, axes: Any, name: str = "permute_dims") -> Tensor:
@@ -183,3 +176,7 @@ def flip(x: Tensor, axis: Any = None) -> Tensor:
         offset += (x.shape[j] - 1) * strides[j]
         strides[j] = -strides[j]
     return derived_view(x, x.shape, tuple(strides), offset)
+
+
+# Tensor.transpose and Tensor.T (the tensor module sits below the ops).
+tensor_methods.permute = permute

@@ -6,139 +6,45 @@ and pageable memory would block the calling thread until the stream drains.
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ._backends import get_backend
-from ._core.context import ExecutionContext
-from ._core.device import Device, get_default_device
-from ._core.memory import Allocation
-from ._core.op import DeviceOp, device_op
-from ._core.output import Output
-from ._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
-from ._pageable import upload
-from ._staging import staging_pool
-from ._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
-from .errors import AliasingError, ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from .._backends import get_backend
+from .._core.context import ExecutionContext
+from .._core.device import Device, _check_ordinal, get_default_device
+from .._core.op import DeviceOp, device_op
+from .._core.output import Output
+from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
+from .._ops.expr import Node
+from .._ops.tensorop import TensorOp, tensor_op
+from .._ops.views import flip
+from .._small_upload import HostUploadOp
+from .._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
+from .._tensor import methods as tensor_methods
+from ..errors import AliasingError, ArgumentError, DTypeError, ShapeError
+from .device_copy import (
+    byte_strides,
+    contiguous_byte_strides,
+    copy_strided,
+    kernel_copy,
+    memcpy_able,
+    new_tensor,
+)
+from .pageable import upload
+from .peer import copy_between_devices
+from .staging import staging_pool
 
-if TYPE_CHECKING:
-    from ._ops.tensorop import TensorOp
-
-__all__ = ["dup", "empty", "from_host", "memcpy", "to_host", "zeros"]
-
-#: More bytes than any device can address.
-_ADDRESSABLE = 2**64
+__all__ = ["dup", "empty", "from_host", "memcpy", "to_device", "to_host", "zeros"]
 
 
 def _tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
-    from ._ops.tensorop import tensor_op  # it imports this module
-
     return tensor_op(op, shape, dtype)
 
 
 def _device_arg(device: Any) -> Device:
     return get_default_device() if device is None else Device(device)
-
-
-def copy_strided(
-    ctx: ExecutionContext,
-    kind: str,
-    dst: int,
-    dst_strides: Shape,
-    src: int,
-    src_strides: Shape,
-    shape: Shape,
-    itemsize: int,
-) -> None:
-    """Enqueue a copy of a strided block (strides in bytes) with as few driver calls as possible."""
-    if any(d == 0 for d in shape):
-        return
-    backend = get_backend()
-    # Drop unit dimensions, then merge dimensions that are contiguous in both layouts.
-    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides, strict=True) if d != 1]
-    merged: list[tuple[int, int, int]] = []
-    for d, s, t in reversed(dims):
-        if merged and s == merged[-1][0] * merged[-1][1] and t == merged[-1][0] * merged[-1][2]:
-            n, s0, t0 = merged[-1]
-            merged[-1] = (n * d, s0, t0)
-        else:
-            merged.append((d, s, t))
-    merged.reverse()  # outermost first
-    if not merged or (len(merged) == 1 and merged[0][1] == merged[0][2] == itemsize):
-        nbytes = (merged[0][0] if merged else 1) * itemsize
-        getattr(backend, f"memcpy_{kind}_async")(dst, src, nbytes, ctx.handle)
-        return
-    n0, s0, t0 = merged[-1]
-    if s0 == t0 == itemsize:  # rows of contiguous bytes
-        width = n0 * itemsize
-        if len(merged) >= 2:
-            height, src_pitch, dst_pitch = merged[-2]
-            outer = merged[:-2]
-        else:
-            height, src_pitch, dst_pitch, outer = 1, width, width, []
-    else:  # one element per row
-        width, height, src_pitch, dst_pitch = itemsize, n0, s0, t0
-        outer = merged[:-1]
-    if height > 1 and min(src_pitch, dst_pitch) < width:
-        # cuMemcpy2D needs both pitches >= the row width: a broadcast (pitch 0) or
-        # overlapping rows are copied one row per call (the driver reads a pitch-0
-        # source as if it were dense).
-        outer = [*outer, (height, src_pitch, dst_pitch)]
-        height, src_pitch, dst_pitch = 1, width, width
-    for index in itertools.product(*(range(d) for d, _, _ in outer)):
-        s_off = sum(i * s for i, (_, s, _) in zip(index, outer, strict=True))
-        d_off = sum(i * t for i, (_, _, t) in zip(index, outer, strict=True))
-        backend.memcpy_2d_async(
-            dst + d_off, dst_pitch, src + s_off, src_pitch, width, height, ctx.handle, kind
-        )
-
-
-def memcpy_able(t: Tensor) -> bool:
-    """Whether the copy engines can read (or write) ``t``: no reversed or broadcast
-    (stride <= 0) axis, or no element at all (an empty copy is no driver call)."""
-    return t.size == 0 or all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
-
-
-def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
-    """Enqueue a kernel copying any view ``src`` into the contiguous ``dst``, converting
-    it to ``dst``'s dtype (``ndarray.astype``'s rules) where that differs."""
-    from . import _builtin as builtin  # it imports the tensor machinery this module feeds
-    from ._dtypes import dtype_info
-
-    kernel = builtin.kernel("convert", dtype_name(dst.dtype))
-    code = dtype_info(src.dtype).code
-    flat = builtin.flat(dst)
-    for sub, dims, strides, first in builtin.chunks(src):
-        out = Tensor(flat.allocation, sub.shape, flat.dtype, None, flat.offset + first)
-        builtin.launch(ctx, kernel, sub.size, out, sub, code, sub.size, *dims, *strides)
-
-
-def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: str) -> Tensor:
-    """Allocate a contiguous tensor on ``ctx``'s stream, declared as written by ``what``.
-
-    Refused while capturing a graph (the allocation would be baked into every replay).
-    """
-    ctx.reject_in_capture(what)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes >= _ADDRESSABLE:  # the driver's size_t could not even express it
-        raise OutOfMemoryError(nbytes, f"device memory for a tensor of shape {shape}")
-    alloc = Allocation(ctx.device, nbytes, ctx.stream)
-    ctx.write(alloc)
-    return Tensor(alloc, shape, dtype)
-
-
-def _byte_strides(t: Tensor) -> Shape:
-    return tuple(s * t.itemsize for s in t.strides)
-
-
-def _contiguous_byte_strides(shape: Shape, itemsize: int) -> Shape:
-    from ._tensor import contiguous_strides
-
-    return tuple(s * itemsize for s in contiguous_strides(shape))
 
 
 def _check_tensor(t: Any, argument: str) -> Tensor:
@@ -176,9 +82,8 @@ def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
             source = _default_floats(source)  # (np.float64 is a float: it keeps its dtype)
         dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
-    cls, node = _upload_classes()
     work = _HostUpload(source, dtype)
-    return cls(node("pending", "from_host", source.shape, dtype, work, (), (), target))
+    return HostUploadOp(Node("pending", "from_host", source.shape, dtype, work, (), (), target))
 
 
 def _default_floats(source: np.ndarray) -> np.ndarray:
@@ -220,32 +125,6 @@ class _HostUpload:
         return Output.ready(tensor)
 
 
-_classes: tuple[Any, Any] | None = None
-_upload: tuple[Any, Any] | None = None
-
-
-def _upload_classes() -> tuple[Any, Any]:
-    """``(HostUploadOp, Node)``, imported once (their modules import this one)."""
-    global _upload
-    if _upload is None:
-        from ._ops.expr import Node
-        from ._small_upload import HostUploadOp
-
-        _upload = (HostUploadOp, Node)
-    return _upload
-
-
-def _tensor_classes() -> tuple[Any, Any]:
-    """``(TensorOp, Node)``, imported once (their module imports this one)."""
-    global _classes
-    if _classes is None:
-        from ._ops.expr import Node
-        from ._ops.tensorop import TensorOp
-
-        _classes = (TensorOp, Node)
-    return _classes
-
-
 def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     """An op copying ``tensor`` into a new numpy array (backed by pinned memory).
 
@@ -264,9 +143,9 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
             ctx,
             "dtoh",
             block.address,
-            _contiguous_byte_strides(t.shape, t.itemsize),
+            contiguous_byte_strides(t.shape, t.itemsize),
             src,
-            _byte_strides(view),
+            byte_strides(view),
             t.shape,
             t.itemsize,
         )
@@ -290,15 +169,32 @@ def dup(tensor: Tensor) -> TensorOp:
             ctx,
             "dtod",
             out.ptr,
-            _contiguous_byte_strides(t.shape, t.itemsize),
+            contiguous_byte_strides(t.shape, t.itemsize),
             src,
-            _byte_strides(t),
+            byte_strides(t),
             t.shape,
             t.itemsize,
         )
         return Output.ready(out)
 
     return _tensor_op(device_op(enqueue, t.device, "dup"), t.shape, t.dtype)
+
+
+def to_device(tensor: Tensor, device: int | Device) -> DeviceOp[Tensor]:
+    """An op producing a contiguous copy of ``tensor`` on ``device`` (:meth:`Tensor.to`; between
+    devices :mod:`.peer` copies)."""
+    if not isinstance(tensor, Tensor):
+        raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
+    target = Device(_check_ordinal(device, "device"))
+    if target is tensor.device:
+        return dup(tensor)
+    src = tensor
+
+    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        out = new_tensor(ctx, src.shape, src.dtype, "Tensor.to")
+        return copy_between_devices(ctx, out, src)
+
+    return device_op(enqueue, target, "Tensor.to")
 
 
 def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
@@ -338,8 +234,6 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
     d, s = _forward(d, s)
     gather = not memcpy_able(s)
     if d.device is not s.device:
-        from ._peer import copy_between_devices
-
         return device_op(
             lambda ctx: copy_between_devices(ctx, d, s).then(lambda _: result),
             d.device,
@@ -364,9 +258,9 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
                 ctx,
                 "dtod",
                 dp,
-                _byte_strides(d),
+                byte_strides(d),
                 sp,
-                _byte_strides(source),
+                byte_strides(source),
                 source.shape,
                 source.itemsize,
             )
@@ -387,8 +281,6 @@ def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
     )
     if not back or dst.size == 0:
         return dst, src
-    from ._views import flip
-
     return flip(dst, back), flip(src, back)
 
 
@@ -423,3 +315,9 @@ def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = N
         return Output.ready(tensor)
 
     return _tensor_op(device_op(enqueue, target, "zeros"), dims, dt)
+
+
+# Tensor.to_host, Tensor.dup and Tensor.to (the tensor module sits below the copies).
+tensor_methods.to_host = to_host
+tensor_methods.dup = dup
+tensor_methods.to_device = to_device

@@ -48,12 +48,12 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import _copy_threads
-from ._backends import get_backend
-from ._core.completion import get_hub
-from ._core.context import ExecutionContext
-from ._core.device import Device
-from ._staging import PinnedBlock, staging_pool
+from .._backends import get_backend
+from .._core.completion import get_hub
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from . import copy_threads as _copy_threads
+from .staging import PinnedBlock, staging_pool
 
 __all__ = [
     "CHUNK_MAX",

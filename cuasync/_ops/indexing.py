@@ -23,21 +23,21 @@ from typing import Any
 
 import numpy as np
 
-from . import _builtin as builtin
-from ._copies import kernel_copy, new_tensor
-from ._core.context import ExecutionContext
-from ._core.op import device_op
-from ._core.output import Output
-from ._creation import _bits, _enqueue_fill, _representable
-from ._dtypes import DTYPES, dtype_name
-from ._joins import _copy_into
-from ._kernel import Kernel
-from ._ops.elementwise import check_out
-from ._ops.expr import Node
-from ._ops.tensorop import TensorOp
-from ._tensor import Shape, Tensor, partly_overlap
-from ._views import _axis, broadcast_to
-from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .._core.context import ExecutionContext
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._launch import builtin
+from .._launch.kernel import Kernel
+from .._tensor import Shape, Tensor, partly_overlap
+from .._transfers.device_copy import kernel_copy, new_tensor
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .creation import _bits, _enqueue_fill, _representable
+from .elementwise import check_out
+from .expr import Node
+from .joins import _copy_into
+from .tensorop import TensorOp
+from .views import _axis, broadcast_to
 
 __all__ = [
     "dynamic_slice",
@@ -845,7 +845,6 @@ def pad(
 
 def indexing_kernels() -> list[Kernel]:
     """Every kernel instantiation of this family (for compile checks)."""
-    from ._dtypes import SUPPORTED
 
     found: list[Kernel] = []
     for itemsize in builtin.FILL_DTYPES:

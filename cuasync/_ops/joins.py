@@ -16,17 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from . import _builtin as builtin
-from ._copies import _byte_strides, copy_strided, kernel_copy, memcpy_able, new_tensor
-from ._core.context import ExecutionContext
-from ._core.op import device_op
-from ._core.output import Output
-from ._dtypes import as_dtype, dtype_name
-from ._kernel import Kernel
-from ._ops.tensorop import TensorOp, tensor_op
-from ._tensor import Tensor
-from ._views import _axis, expand_dims
-from .errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .._core.context import ExecutionContext
+from .._core.op import device_op
+from .._core.output import Output
+from .._dtypes import as_dtype, dtype_name
+from .._launch import builtin
+from .._launch.kernel import Kernel
+from .._tensor import Tensor
+from .._transfers.device_copy import (
+    byte_strides,
+    copy_strided,
+    kernel_copy,
+    memcpy_able,
+    new_tensor,
+)
+from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .tensorop import TensorOp, tensor_op
+from .views import _axis, expand_dims
 
 __all__ = ["concatenate", "stack", "take", "tril", "triu"]
 
@@ -74,9 +80,7 @@ def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
         src = gathered
     sp = ctx.read(src.allocation) + src.offset * src.itemsize
     dp = ctx.write(dst.allocation) + dst.offset * dst.itemsize
-    copy_strided(
-        ctx, "dtod", dp, _byte_strides(dst), sp, _byte_strides(src), src.shape, src.itemsize
-    )
+    copy_strided(ctx, "dtod", dp, byte_strides(dst), sp, byte_strides(src), src.shape, src.itemsize)
 
 
 def concatenate(arrays: Any, axis: int | None = 0) -> TensorOp:

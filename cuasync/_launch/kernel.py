@@ -24,25 +24,26 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 
-from . import kernel_cache
-from ._backends import get_backend
-from ._backends._params import bfloat16_bits, fp8_bits
-from ._backends.base import PreparedKernel
-from ._core import express
-from ._core.context import ExecutionContext
-from ._core.device import Device, Stream, get_default_device
-from ._core.loops import in_running_loop
-from ._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase
-from ._core.output import Output, _Ready
-from ._dtypes import SUPPORTED, dtype_name
-from ._first_use import Unprepared
-from ._launcher import make_launcher
-from ._native import NATIVE
-from ._nvrtc import compile_cubin
-from ._partition import Partition
-from ._signature import Param, parse_params
-from ._tensor import Tensor, is_size, partly_overlap
-from .errors import AliasingError, ArgumentError, LaunchError
+from .. import kernel_cache
+from .._backends import get_backend
+from .._backends._params import bfloat16_bits, fp8_bits
+from .._backends.base import PreparedKernel
+from .._core import express
+from .._core.context import ExecutionContext
+from .._core.device import Device, Stream, get_default_device
+from .._core.loops import in_running_loop
+from .._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase
+from .._core.output import Output, _Ready
+from .._dtypes import SUPPORTED, dtype_name
+from .._first_use import Unprepared
+from .._launcher import make_launcher
+from .._native import NATIVE
+from .._tensor import Tensor, is_size, partly_overlap
+from .._tensor import methods as tensor_methods
+from ..errors import AliasingError, ArgumentError, LaunchError
+from .nvrtc import compile_cubin
+from .partition import Partition
+from .signature import Param, parse_params
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
@@ -51,7 +52,7 @@ Dim3 = tuple[int, int, int]
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
 
-    from ._core.completion import Completion
+    from .._core.completion import Completion
 
     #: What a launch produces: the argument bound to the kernel's non-const pointer
     #: parameter (a Tensor or Partition), a tuple of them when there are several, None
@@ -1022,3 +1023,7 @@ class Kernel(_Launchable[R]):
             backend.prepare_kernel(dev.ordinal, self, compile_only=True)
         else:
             self._prepare(dev)
+
+
+# Tensor.device_pointer (the tensor module sits below this one).
+tensor_methods.device_pointer = DevicePointer._of

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import KernelCompileError
+from ..errors import KernelCompileError
 
 
 @dataclass(frozen=True)
