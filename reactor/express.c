@@ -1325,7 +1325,7 @@ static PyMethodDef Express_methods[] = {
      "blocks, backends, pools)\n--\n\n"
      "What upload uses: the op, work, node and pinned block types, the staging pool's "
      "acquire(nbytes), the handlers of a failed copy and of an error after it, the "
-     "cuasync._pageable, block_cache and _backends modules, and the ContextVar of the "
+     "cuasync._transfers.pageable, block_cache and _backends modules, and the ContextVar of the "
      "selected memory pools."},
     {"set_builder", (PyCFunction)(void (*)(void))Express_set_builder,
      METH_VARARGS | METH_KEYWORDS,

@@ -19,8 +19,6 @@ from typing import Any
 import array_api_strict as xp
 import numpy as np
 import pytest
-from cuasync._kernel import compile_cubin
-from cuasync._nvrtc import nvrtc_problem
 from helpers import still_pending
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +26,8 @@ from hypothesis import strategies as st
 import cuasync
 import cuasync.testing as ct
 from cuasync._dtypes import SUPPORTED
+from cuasync._launch.kernel import compile_cubin
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import codegen, scan
 from cuasync.errors import ArgumentError, DTypeError, OpConsumedError
 

@@ -127,8 +127,8 @@ async def test_aligned_contiguous_operands_take_16_byte_accesses(
     # is not (x[1:] is 2 or 4 bytes past a 16-byte boundary); both cover odd lengths and
     # the tail past the last whole vector, with numpy's values.
     import ml_dtypes
-    from cuasync._builtin import storage_view
 
+    from cuasync._launch.builtin import storage_view
     from cuasync._ops import tensorop
 
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)

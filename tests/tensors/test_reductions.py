@@ -527,8 +527,7 @@ async def test_rows_read_in_vectors_where_aligned(op: str, anyio_backend: str) -
     # start is 16-byte aligned; x[1:] is 4 bytes past that and reads one element a load
     # (as rows do, aligned or not). Lengths around the vector, the block's vectors and split ends:
     # numpy's values either way (NaN first, first index of the maximum).
-    from cuasync._builtin import storage_view
-
+    from cuasync._launch.builtin import storage_view
     from cuasync._ops.reductions import vector_rows
 
     assert rc.row_vector_width(("x", 0, "float32"), 0, 1) == 4

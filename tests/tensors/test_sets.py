@@ -13,13 +13,13 @@ import anyio
 import array_api_strict as xp
 import numpy as np
 import pytest
-from cuasync._kernel import compile_cubin
-from cuasync._nvrtc import nvrtc_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cuasync
 import cuasync.testing as ct
+from cuasync._launch.kernel import compile_cubin
+from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import sets
 from cuasync.errors import ArgumentError, DTypeError
 
