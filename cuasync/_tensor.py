@@ -227,6 +227,12 @@ def derived_view(base: Tensor, shape: Shape, strides: Shape, offset: int) -> Ten
     return Tensor(base.allocation, shape, base.dtype, strides, offset)
 
 
+class _NoMatrixAxes(ShapeError, AttributeError):
+    """``mT`` of a tensor of fewer than two dimensions: a ``ShapeError``, and an
+    ``AttributeError`` too, so that ``hasattr`` and ``inspect.getmembers`` (Ray's
+    serializability check walks a tensor's attributes) see no such attribute."""
+
+
 class Tensor(TensorOperators, ProcessLocal):
     """An n-dimensional array in device memory.
 
@@ -442,7 +448,9 @@ class Tensor(TensorOperators, ProcessLocal):
         (5, 3, 2)
         """
         if self.ndim < 2:
-            raise ShapeError(f"mT needs two or more dimensions, this tensor has shape {self.shape}")
+            raise _NoMatrixAxes(
+                f"mT needs two or more dimensions, this tensor has shape {self.shape}"
+            )
         axes = (*range(self.ndim - 2), self.ndim - 1, self.ndim - 2)
         return methods.permute(self, axes, "mT")
 

@@ -42,7 +42,8 @@ def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:
     ``monkeypatch`` undoes it all."""
     import dataclasses
 
-    from cuasync import _config, _copies
+    from cuasync import _config
+    from cuasync._transfers import copies as _copies
     from cuasync._core.completion import get_hub
 
     monkeypatch.setattr(_config, "CONFIG", dataclasses.replace(_config.config(), native=False))

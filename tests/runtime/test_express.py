@@ -849,7 +849,7 @@ def test_cuasync_native_off_takes_the_generic_path_with_the_same_completion() ->
         """
         import asyncio
         import numpy as np, cuasync
-        from cuasync import _copies
+        from cuasync._transfers import copies as _copies
         from cuasync._core.completion import get_hub
 
         bump = cuasync.Kernel(
