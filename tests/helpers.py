@@ -43,8 +43,8 @@ def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:
     import dataclasses
 
     from cuasync import _config
-    from cuasync._transfers import copies as _copies
     from cuasync._core.completion import get_hub
+    from cuasync._transfers import copies as _copies
 
     monkeypatch.setattr(_config, "CONFIG", dataclasses.replace(_config.config(), native=False))
     monkeypatch.setattr(get_hub(), "express", None)
