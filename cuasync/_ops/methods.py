@@ -183,7 +183,7 @@ class ArrayMethods:
         >>> y = x.squeeze()               # x: (1, 3, 1) -> (3,)
         """
         if isinstance(self, namespace.Tensor):
-            return namespace.squeeze(self, axis)  # type: ignore[no-any-return]
+            return namespace.squeeze(self, axis)  # type: ignore[no-any-return, unused-ignore]
         op: Any = self
         return op.reshape(_squeezed(op.shape, axis))
 

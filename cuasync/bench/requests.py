@@ -36,7 +36,7 @@ import cuasync
 from cuasync._backends import get_backend
 
 from . import completion
-from ._util import Report, run_loop
+from ._util import Report, Row, run_loop
 
 SUITE = "requests"
 
@@ -72,6 +72,11 @@ async def _turns(
                 fn()
                 samples.append(clock() - t0)
     return out
+
+
+def _p50(row: Row) -> float:
+    assert row.p50_us is not None  # (a latency row always has one)
+    return row.p50_us
 
 
 def _libraries() -> tuple[Any, Any]:
@@ -123,7 +128,7 @@ def _small_ops(report: Report, torch: Any, cupy: Any, n: int, heap: str) -> list
         p50 = {}
         for who, ns in samples.items():
             row = report.latency(SUITE, f"small op {name}: {who} ({heap})", ns)
-            p50[who] = row.p50_us
+            p50[who] = _p50(row)
         if "torch" in p50:
             targets.append((f"small op {name} ({heap}): cuasync / torch (target <= 1.0)",
                             p50["cuasync"] / p50["torch"]))  # fmt: skip
@@ -189,10 +194,10 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
                 continue
             p50 = {}
             for who, ns in samples.items():
-                p50[who] = report.latency(SUITE, f"{kind}: {who} of {label} of work", ns).p50_us
-            p50["floor"] = report.latency(
-                SUITE, f"{kind}: cross-thread wake floor ({label} apart)", floor
-            ).p50_us
+                p50[who] = _p50(report.latency(SUITE, f"{kind}: {who} of {label} of work", ns))
+            p50["floor"] = _p50(
+                report.latency(SUITE, f"{kind}: cross-thread wake floor ({label} apart)", floor)
+            )
             report.value(SUITE, f"{kind}: CPU above idle while awaiting {label} of work",
                          cpu - idle, "% of a core", f"idle {idle:.1f} %")  # fmt: skip
             targets.append((f"{kind} {label}: await - .sync() (target <= 25 us)",
@@ -240,8 +245,10 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
                 samples = run_loop(kind, both)
             except ImportError:
                 continue
-            p50 = {w: report.latency(SUITE, f"{kind}: {w} after {label} of torch work", ns).p50_us
-                   for w, ns in samples.items()}  # fmt: skip
+            p50 = {
+                w: _p50(report.latency(SUITE, f"{kind}: {w} after {label} of torch work", ns))
+                for w, ns in samples.items()
+            }
             waited, synced = p50.values()
             targets.append((f"{kind} {label} torch work: wait - synchronize (target <= 25 us)",
                             waited - synced))  # fmt: skip

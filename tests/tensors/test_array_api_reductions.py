@@ -14,7 +14,7 @@ of it as well (each output is rounded once from float32).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import array_api_strict as xp
 import numpy as np
@@ -45,8 +45,8 @@ def host(shape: tuple[int, ...], dtype: str, seed: int = 0, small: bool = False)
         return rng.random(shape) < 0.5
     if np.dtype(dtype).kind in "iu":
         low = 0 if dtype[0] == "u" else -3
-        values = rng.integers(low, 4 if small else 100, shape, endpoint=True)
-        return values.astype(dtype)
+        ints: np.ndarray = rng.integers(low, 4 if small else 100, shape, endpoint=True)
+        return ints.astype(dtype)
     values = rng.uniform(0.5, 1.5, shape) if small else rng.standard_normal(shape) * 2
     return values.astype(dtype)
 
@@ -152,7 +152,7 @@ def test_property_var_std_vs_array_api_strict(data: Any, dtype: str, fn: str) ->
         scale = np.mean(a.astype(np.float64) ** 2) if a.size else 1.0
     got = run(getattr(cuasync, fn)(x, axis=axis, keepdims=keepdims, correction=correction))
     same_kind(got, want)
-    tol = RTOL[dtype] * (scale if fn == "var" else np.sqrt(scale)) + 1e-300
+    tol = float(RTOL[dtype] * (scale if fn == "var" else np.sqrt(scale)) + 1e-300)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=RTOL[dtype], atol=tol)
 
 
@@ -171,7 +171,7 @@ def check_scan(got: np.ndarray, a: np.ndarray, want: np.ndarray, op: str, axis: 
     wide = a.astype(np.float64)
     if op == "sum":
         bound = np.cumsum(np.abs(wide), axis=axis)
-        exact = np.cumsum(wide, axis=axis)
+        exact: np.ndarray = np.cumsum(wide, axis=axis)
     else:  # factors in [0.5, 1.5]: products stay normal
         bound = exact = np.cumprod(wide, axis=axis)
     if got.shape != exact.shape:  # include_initial
@@ -324,7 +324,7 @@ def test_bad_arguments_raise_typed_errors() -> None:
     with pytest.raises(ArgumentError, match="n must be an int >= 0"):
         cuasync.diff(x, n=-1)
     with pytest.raises(ArgumentError, match="numpy array"):
-        cuasync.any(np.zeros(3))
+        cuasync.any(cast(Any, np.zeros(3)))
     op = x * 2
     cuasync.sum(op).sync()
     with pytest.raises(OpConsumedError):
@@ -350,7 +350,7 @@ def test_methods_are_the_functions() -> None:
             ("cumprod", {}, a.cumprod()),
         ]:
             for operand in (x, x * 1):  # a tensor, and a TensorOp (fused)
-                got = run(getattr(operand, name)(**kw))
+                got = run(getattr(operand, name)(**cast(dict[str, Any], kw)))
                 assert got.dtype == want.dtype and got.shape == want.shape, name
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
     b = a > 0
@@ -384,7 +384,7 @@ def test_every_scan_source_compiles() -> None:
     # 0 to 2 kept dimensions: each kernel in a namespace of its own, one NVRTC compile.
     from cuasync._ops.reductions import _result_dtypes
 
-    bodies = []
+    bodies: list[str] = []
     for i, dtype in enumerate([*DTYPES, "bfloat16"]):
         for op in ("sum", "prod"):
             res, acc = _result_dtypes(op, np.dtype(SUPPORTED[dtype]), None, op)

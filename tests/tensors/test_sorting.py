@@ -7,7 +7,7 @@ dtypes and shapes. The kernels' NVRTC compile is checked here too (one compile f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import array_api_strict as xp
 import numpy as np
@@ -136,9 +136,11 @@ def test_property_searchsorted_vs_array_api_strict(data: Any, dtype: str, side: 
     got = run(cuasync.searchsorted(x1, x2, **kw))
     wide = np.float64 if edges.dtype.kind == "f" or dtype == "bfloat16" else edges.dtype
     order = np.argsort(edges.astype(wide), stable=True) if use_sorter else None
-    want = np.searchsorted(edges.astype(wide), values.astype(wide), side=side, sorter=order)
+    want = np.searchsorted(
+        edges.astype(wide), values.astype(wide), side=cast(Any, side), sorter=order
+    )
     if dtype not in NOT_STRICT and not use_sorter and values.ndim:
-        strict = xp.searchsorted(xp.asarray(edges), xp.asarray(values), side=side)
+        strict = xp.searchsorted(xp.asarray(edges), xp.asarray(values), side=cast(Any, side))
         np.testing.assert_array_equal(want, np.asarray(strict._array))
     same(got, want.astype(np.int64))
 
@@ -166,7 +168,7 @@ def test_bad_arguments_raise_typed_errors() -> None:
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_every_sort_and_search_source_compiles() -> None:
     # each dtype's sort (values and indices, 0-2 kept dims) and search, one NVRTC compile
-    bodies = []
+    bodies: list[str] = []
     for i, dt in enumerate(sorted(sorting.SORT_DTYPES)):
         for values in (True, False):
             bodies.append(f"namespace s{len(bodies)} {{\n{sorting.body(dt, i % 3, values)}\n}}")
