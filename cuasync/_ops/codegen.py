@@ -361,6 +361,20 @@ def vector_width(plan: Plan, out: str) -> int:
     return max(1, VECTOR_BYTES // widest)
 
 
+def rounded(dt: str, value: str) -> str:
+    """The C++ of ``value`` (a float, double or integer expression) rounded once to the
+    storage type of ``dt``: what reductions, scans and sorts write.
+
+    >>> rounded("bfloat16", "acc")
+    'ca_bf16_from_float((float)(acc))'
+    """
+    if dt == "float16":
+        return f"ca_half_from_double((double)({value}))"
+    if dt == "bfloat16":
+        return f"ca_bf16_from_float((float)({value}))"
+    return f"({DTYPES[dt].storage})({value})"
+
+
 def _store(result: str, out: str) -> str:
     if out == "float16":
         return f"ca_half_from_double((double)({result}))"

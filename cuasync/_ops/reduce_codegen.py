@@ -34,7 +34,7 @@ import numpy as np
 
 from .._dtypes import DTYPES, SUPPORTED
 from .._launch.kernel import Kernel
-from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype
+from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype, rounded
 
 #: Ops whose result carries the index of an element instead of a value.
 ARG_OPS = frozenset({"argmax", "argmin"})
@@ -182,11 +182,7 @@ def _final(spec: ReduceSpec) -> str:
         value = f"sqrt{'' if spec.acc == 'float64' else 'f'}(a.v)"
     else:
         value = "a.v"
-    if spec.out == "float16":
-        return f"ca_half_from_double((double)({value}))"
-    if spec.out == "bfloat16":  # rounded once, from the float32 accumulator
-        return f"ca_bf16_from_float((float)({value}))"
-    return f"({DTYPES[spec.out].storage})({value})"
+    return rounded(spec.out, value)  # (bfloat16: once, from the float32 accumulator)
 
 
 def _plan_dtype(plan: Plan) -> str:

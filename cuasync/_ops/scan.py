@@ -35,7 +35,7 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError
 from . import methods
-from .codegen import _prelude, ctype
+from .codegen import _prelude, ctype, rounded
 from .reductions import _result_dtypes, check_dtype, normalize_axes
 from .tensorop import TensorOp, merge_axes, tensor_op
 
@@ -198,14 +198,6 @@ def _load(dt: str, v: str, acc: str) -> str:
     return f"({ctype(acc)})({v})"
 
 
-def _store(dt: str, v: str) -> str:
-    if dt == "float16":
-        return f"ca_half_from_double((double)({v}))"
-    if dt == "bfloat16":
-        return f"ca_bf16_from_float((float)({v}))"
-    return f"({DTYPES[dt].storage})({v})"
-
-
 def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
     """The CUDA C++ of ``ca_scan`` (without the elementwise prelude) over ``nk`` kept
     (merged) dimensions: ``op`` ("sum" or "prod") of ``dt`` in ``acc``, stored as ``out``."""
@@ -235,7 +227,7 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
             "    for (long long m = blockIdx.x; m < M; m += gridDim.x) {",
             "        long long r = m, c, xo = 0, oo = 0;",
             *rows,
-            f"        if (initial && tid == 0) out[oo] = {_store(out, ident)};",
+            f"        if (initial && tid == 0) out[oo] = {rounded(out, ident)};",
             "        if (initial) oo += ok;",
             f"        {c} carry = {ident};",
             "        for (long long t0 = 0; t0 < K; t0 += bs) {",
@@ -249,7 +241,7 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
             "                __syncthreads();",
             "            }",
             "            if (k < K)",
-            f"                out[oo + k * ok] = {_store(out, 'ca_scan_comb(carry, buf[tid])')};",
+            f"                out[oo + k * ok] = {rounded(out, 'ca_scan_comb(carry, buf[tid])')};",
             "            carry = ca_scan_comb(carry, buf[bs - 1]);",
             "            __syncthreads();",
             "        }",

@@ -39,7 +39,7 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
-from .codegen import _prelude, ctype
+from .codegen import _prelude, ctype, rounded
 from .creation import full
 from .joins import take
 from .reductions import normalize_axes
@@ -85,14 +85,6 @@ def _load(dt: str, v: str) -> str:
     return f"({ctype(_key(dt))})({v})"
 
 
-def _store(dt: str, v: str) -> str:
-    if dt == "float16":
-        return f"ca_half_from_double((double)({v}))"
-    if dt == "bfloat16":
-        return f"ca_bf16_from_float({v})"
-    return f"({DTYPES[dt].storage})({v})"
-
-
 def _decompose(nk: int, names: tuple[str, ...]) -> list[str]:
     """Statements adding row ``m``'s offset along the kept dims to each of ``names``."""
     lines = []
@@ -110,7 +102,7 @@ def body(dt: str, nk: int, values: bool) -> str:
     key = ctype(_key(dt))
     out = DTYPES[dt].storage if values else "long long"
     dims = [f"long long d{j}" for j in range(nk)]
-    result = _store(dt, "keys[w]") if values else "idx[w]"
+    result = rounded(dt, "keys[w]") if values else "idx[w]"
     grid = "long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x"
     stride = "t += (long long)gridDim.x * blockDim.x"
     return "\n".join(
