@@ -10,13 +10,12 @@ setup(
                 f"reactor/{name}.c"
                 for name in (
                     *("module", "reactor", "queue", "driver", "submit"),
-                    *("express", "upload", "alloc", "launcher", "dlpack"),
+                    *("ledger", "express", "upload", "alloc", "launcher", "dlpack"),
                 )
             ],
-            depends=["reactor/reactor.h", "reactor/express.h"],
+            depends=["reactor/reactor.h", "reactor/express.h", "reactor/ledger.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],
-            optional=True,  # without a C compiler cuasync falls back to host callbacks
         )
     ]
 )

@@ -1,12 +1,13 @@
-"""The one place that decides between the native module and the pure-Python fallback.
+"""The native module, ``cuasync._reactor``: required, and checked to match these sources.
 
-``NATIVE`` is ``cuasync._reactor`` when it was built, else ``None``: a machine without a
-C compiler gets host-callback completions and ctypes word access. Everything else
-takes the module from here (the hub keeps its own reference, so a test can build a
-hub without it in-process and run the fallback like the native path).
+It owns the types the hot path touches (the slot ledger, the reactor, the op core) and
+is built by ``pip install`` (a C compiler is needed, as for uvloop). A build left over
+from other sources fails the import with the command that rebuilds it, instead of
+running half-matched code.
 
 >>> from cuasync._native import NATIVE
->>> NATIVE is None   # True where the extension is missing
+>>> NATIVE.SlotLedger
+<class 'cuasync._reactor.SlotLedger'>
 """
 
 from __future__ import annotations
@@ -14,24 +15,22 @@ from __future__ import annotations
 from typing import Any
 
 #: The interface version of ``reactor/*.c`` this Python code calls (the module's ``ABI``).
-ABI = 4
+ABI = 5
 
-NATIVE: Any
+_REBUILD = "rebuild it: pip install -e . (or python3 setup.py build_ext --inplace)"
+
 try:
-    from . import _reactor as NATIVE
-except ImportError:  # built without a C compiler
-    NATIVE = None
-else:
-    if getattr(NATIVE, "ABI", 1) != ABI:  # a build left over from another checkout
-        import warnings
+    from . import _reactor
+except ImportError as exc:  # built without a C compiler, or not built at all
+    raise ImportError(
+        f"cuasync's native module cuasync._reactor could not be imported ({exc}); {_REBUILD}"
+    ) from exc
+if getattr(_reactor, "ABI", 1) != ABI:  # a build left over from another checkout
+    raise ImportError(
+        f"cuasync._reactor at {_reactor.__file__} is a build of other sources (interface "
+        f"{getattr(_reactor, 'ABI', 1)}, this code needs {ABI}); {_REBUILD}"
+    )
 
-        warnings.warn(
-            f"cuasync._reactor at {NATIVE.__file__} is a build of other sources (interface "
-            f"{getattr(NATIVE, 'ABI', 1)}, this code needs {ABI}); it is not used, so awaits "
-            "complete through host callbacks. Rebuild it: python3 setup.py build_ext --inplace",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        NATIVE = None
+NATIVE: Any = _reactor
 
 __all__ = ["ABI", "NATIVE"]

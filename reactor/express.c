@@ -489,7 +489,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
             goto done;
     /* hub.table[slot] = comp, before the future: a future dropped here would hand the
      * completion to the watcher, which frees the slot that _core_abandon frees too */
-    if (PyList_SetItem(self->table, s, Py_NewRef(comp)) < 0)
+    if (ledger_arm(self->slots, s, comp) < 0)
         goto done;
     if ((future = self->future_t->tp_alloc(self->future_t, 0)) == NULL)
         goto done;
@@ -569,7 +569,8 @@ burst_push(subcore *sub, const native_launch *nl, unsigned long long context, Py
 }
 
 int
-lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **result)
+lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s, uint32_t *gen,
+               uintptr_t *address, PyObject **result)
 {
     *slot = *result = NULL;
     int t = try_lock(self);
@@ -578,20 +579,18 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **resu
             *result = generic(self);
         return t;
     }
-    Py_ssize_t nfree = PyList_GET_SIZE(self->free);
-    if (nfree == 0 || slot_get(stream, self->st.capturing) != Py_False) {
+    if (slot_get(stream, self->st.capturing) != Py_False ||
+        !ledger_claim(self->slots, s, gen, address)) {
         /* no slot: the generic path falls back to a host callback, and logs it; a capture
          * begun since the check (under this lock, by another thread): it records it */
         *result = unlock(self) < 0 ? NULL : generic(self);
         return *result == NULL ? -1 : 0;
     }
-    PyObject *taken = Py_NewRef(PyList_GET_ITEM(self->free, nfree - 1));
-    if (PyList_SetSlice(self->free, nfree - 1, nfree, NULL) < 0) {
-        Py_DECREF(taken);
+    if ((*slot = PyLong_FromSsize_t(*s)) == NULL) {
+        unclaim_keeping_error(self, *s);
         unlock_keeping_error(self);
         return -1;
     }
-    *slot = taken;
     return 1;
 }
 
@@ -724,37 +723,24 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             goto done;
     }
     PyObject *slot;
-    if (lock_and_claim(self, stream, &slot, &result) <= 0)
+    Py_ssize_t s;
+    uint32_t gen;
+    uintptr_t address;
+    if (lock_and_claim(self, stream, &slot, &s, &gen, &address, &result) <= 0)
         goto done;
-    Py_ssize_t s = PyLong_AsSsize_t(slot);
     /* (read again under the lock: another thread may have submitted since) */
     submitted = slot_get(stream, self->st.submitted);
     long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
                          ? PyLong_AsLongLong(submitted) + 1 : -1;
     if (seqv < 0 && !PyErr_Occurred())
         PyErr_SetString(PyExc_SystemError, "a stream's submission number is not an int");
-    PyObject *seq = PyLong_FromLongLong(seqv);
-    PyObject *oldgen = (s >= 0 && s < self->nslots) ? PyList_GET_ITEM(self->gens, s) : NULL;
-    uint32_t gen = oldgen == NULL ? 0 : (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
-    PyObject *genobj = PyLong_FromUnsignedLong(gen);
-    if (seq == NULL || genobj == NULL || oldgen == NULL || PyErr_Occurred()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_SystemError, "a free slot out of the slab");
-        Py_XDECREF(seq);
-        Py_XDECREF(genobj);
-        saved_error e;
-        save_error(&e);
-        if (PyList_Append(self->free, slot) < 0) /* (nothing was launched: it is free) */
-            PyErr_Clear();
-        restore_error(&e);
+    PyObject *seq = PyErr_Occurred() ? NULL : PyLong_FromLongLong(seqv);
+    if (seq == NULL) { /* (nothing was launched: the slot is free) */
+        unclaim_keeping_error(self, s);
         Py_DECREF(slot);
         unlock_keeping_error(self);
         goto done;
     }
-    /* the generation, set now (nothing reads it before the launch): the borrowed old
-     * value is dropped before any Python code runs */
-    PyList_SET_ITEM(self->gens, s, genobj);
-    Py_DECREF(oldgen);
     slot_set(stream, self->st.submitted, Py_NewRef(seq));
     int failed = 0, active = 0; /* active: LOCAL.active set */
     int pushed = 0;             /* queued for the submitter (a burst) */
@@ -794,7 +780,6 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             failed = 1;
         }
     }
-    uintptr_t address = self->slab + 4 * (uintptr_t)s;
     if (failed) {
         /* (a use that failed: nothing launched; the handler below releases it all) */
     }
@@ -808,19 +793,23 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         self->native_launches++;
         if (rc != 0) { /* the backend raises why (a write that failed, or made again) */
             PyObject *addr = PyLong_FromUnsignedLongLong(address);
-            failed = addr == NULL ||
+            PyObject *genv = PyLong_FromUnsignedLong(gen);
+            failed = addr == NULL || genv == NULL ||
                      (!active && PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) ||
-                     launch_failed(self, op, stream, rc, addr, genobj) < 0;
+                     launch_failed(self, op, stream, rc, addr, genv) < 0;
             active = 1;
             Py_XDECREF(addr);
+            Py_XDECREF(genv);
         }
     }
     else {
         PyObject *addr = PyLong_FromUnsignedLongLong(address);
-        failed = addr == NULL ||
-                 python_launch(self, kind, op, stream, fast_launch, box, addr, genobj) < 0;
+        PyObject *genv = PyLong_FromUnsignedLong(gen);
+        failed = addr == NULL || genv == NULL ||
+                 python_launch(self, kind, op, stream, fast_launch, box, addr, genv) < 0;
         active = 1;
         Py_XDECREF(addr);
+        Py_XDECREF(genv);
     }
     if (!failed && active && PyObject_SetAttr(self->local, self->s_active, Py_False) < 0)
         failed = 1;
@@ -895,7 +884,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
         if (long_ops_was && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
             goto unsettled_error; /* (only when it was set: the common await reads it only) */
-        if (settle_inline(self, stream, slot, seqv, seq) < 0)
+        if (settle_inline(self, stream, s, seqv, seq) < 0)
             goto unsettled_error;
         Py_DECREF(seq);
         Py_DECREF(slot);
@@ -1091,32 +1080,17 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->spin_us = Py_NewRef(spin_us);
     self->failed = Py_NewRef(failed);
     self->abandon = Py_NewRef(abandon);
-    PyObject *slab = NULL, *nslots = NULL;
+    PyObject *slots = NULL;
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
         (self->backend = hub_attr(hub, "backend", NULL)) == NULL ||
         (self->backend_dict = PyObject_GenericGetDict(self->backend, NULL)) == NULL ||
         (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
-        (self->free = hub_attr(hub, "free", &PyList_Type)) == NULL ||
-        (self->gens = hub_attr(hub, "gens", &PyList_Type)) == NULL ||
-        (self->table = hub_attr(hub, "table", &PyList_Type)) == NULL ||
+        (slots = hub_attr(hub, "slots", NULL)) == NULL || !ledger_check(slots, "hub.slots") ||
         (self->no_args = PyTuple_New(0)) == NULL ||
-        (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL ||
-        (slab = hub_attr(hub, "slab", NULL)) == NULL ||
-        (nslots = hub_attr(hub, "nslots", &PyLong_Type)) == NULL)
+        (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL)
         goto fail;
-    unsigned long long slab_address;
-    if (get_u64(slab, &slab_address) < 0)
-        goto fail;
-    self->slab = (uintptr_t)slab_address;
-    self->nslots = PyLong_AsSsize_t(nslots);
-    if (self->nslots < 0 || PyList_GET_SIZE(self->gens) != self->nslots ||
-        PyList_GET_SIZE(self->table) != self->nslots) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError,
-                            "hub.gens and hub.table must have hub.nslots entries");
-        goto fail;
-    }
+    self->slots = (SlotLedger *)Py_NewRef(slots);
     PyTypeObject *L = self->launch_t, *S = self->stream_t, *T = self->tensor_t,
                  *A = self->alloc_t, *P = self->prepared_t;
     if (slot_offset(L, "_consumed", &self->op.consumed) < 0 ||
@@ -1158,12 +1132,10 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         slot_offset(self->ready_t, "_value", &self->r_value) < 0 ||
         slot_offset(self->future_t, "_comp", &self->f_comp) < 0)
         goto fail;
-    Py_DECREF(slab);
-    Py_DECREF(nslots);
+    Py_DECREF(slots);
     return (PyObject *)self;
 fail:
-    Py_XDECREF(slab);
-    Py_XDECREF(nslots);
+    Py_XDECREF(slots);
     Py_DECREF(self);
     return NULL;
 }
@@ -1175,9 +1147,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->hub);
     Py_VISIT(self->backend);
     Py_VISIT(self->stats);
-    Py_VISIT(self->free);
-    Py_VISIT(self->gens);
-    Py_VISIT(self->table);
+    Py_VISIT(self->slots);
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
     Py_VISIT(self->local);
@@ -1214,9 +1184,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->hub);
     Py_CLEAR(self->backend);
     Py_CLEAR(self->stats);
-    Py_CLEAR(self->free);
-    Py_CLEAR(self->gens);
-    Py_CLEAR(self->table);
+    Py_CLEAR(self->slots);
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->local);
@@ -1906,7 +1874,7 @@ queued_step(LaunchIter *self, PyObject **result)
             return PYGEN_NEXT;
         }
     }
-    if (!landed || x->free == NULL ||
+    if (!landed || x->slots == NULL ||
         (q->sub != NULL && subcore_status(q->sub, q->index) != 0) ||
         (q->box != NULL && PyList_GET_SIZE(q->box) != 0))
         return queued_hand_over(self, result);
@@ -1922,7 +1890,7 @@ queued_step(LaunchIter *self, PyObject **result)
         goto fail;
     if (later)
         slot_set(self->stream, x->st.completed, Py_NewRef(q->seq));
-    if (PyList_Append(x->free, q->slot) < 0)
+    if (ledger_release(x->slots, (Py_ssize_t)q->index) < 0)
         goto fail;
     x->burst_awaits++;
     x->completed_inline++; /* (Hub.snapshot adds both to stats()) */

@@ -8,6 +8,8 @@
 
 #include <structmember.h>
 
+#include "ledger.h"
+
 /* (MODE_FUTURE: Express.submit's, a launch with no spin whose future is made here;
  * MODE_BURST: an await in a burst, its launch queued for the submitter, no spin) */
 enum { MODE_NO_SPIN = 0, MODE_AWAIT = 1, MODE_BLOCK = 2, MODE_FUTURE = 3, MODE_BURST = 4 };
@@ -75,7 +77,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *hub, *backend, *stats, *free, *gens, *table, *memops, *lock, *local, *trace;
+    PyObject *hub, *backend, *stats, *memops, *lock, *local, *trace;
+    SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
     PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
@@ -84,8 +87,6 @@ typedef struct {
     PyObject *no_args;
     context_offsets cx;
     Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
-    uintptr_t slab;
-    Py_ssize_t nslots;
     op_offsets op;
     stream_offsets st;
     Py_ssize_t t_alloc, t_offset, t_dtype;        /* Tensor */
@@ -286,12 +287,12 @@ state_budget(Express *self)
  * completed number, the slot back on the free list, the counter (Hub.snapshot adds it to
  * stats().completed_inline). 0, or -1 with the error set (the slot not given back). */
 static inline int
-settle_inline(Express *self, PyObject *stream, PyObject *slot, long long seqv, PyObject *seq)
+settle_inline(Express *self, PyObject *stream, Py_ssize_t slot, long long seqv, PyObject *seq)
 {
     PyObject *completed = slot_get(stream, self->st.completed);
     if (completed == NULL || !PyLong_CheckExact(completed) || PyLong_AsLongLong(completed) < seqv)
         slot_set(stream, self->st.completed, Py_NewRef(seq));
-    if (PyErr_Occurred() || PyList_Append(self->free, slot) < 0)
+    if (PyErr_Occurred() || ledger_release(self->slots, slot) < 0)
         return -1; /* (a completed number past 2**63: the slot stays out) */
     self->completed_inline++;
     return 0;
@@ -370,11 +371,24 @@ int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
 PyObject *alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
                       PyObject *seq, PyObject *pool_var);
 
-/* The execution lock and a free completion slot: 1 both taken (the lock held, *slot a
- * new reference); 0 not the core's case (the lock held elsewhere, no free slot, a
- * capture begun meanwhile: nothing held, *result the generic sentinel); -1 an error
- * (nothing held, *result NULL). */
-int lock_and_claim(Express *self, PyObject *stream, PyObject **slot, PyObject **result);
+/* The execution lock and a free completion slot claimed from the ledger: 1 both taken
+ * (the lock held; *slot a new reference to the slot's number, *s, *gen and *address
+ * the claim's); 0 not the core's case (the lock held elsewhere, no free slot, a capture
+ * begun meanwhile: nothing held, *result the generic sentinel); -1 an error (nothing
+ * held, *result NULL). */
+int lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s,
+                   uint32_t *gen, uintptr_t *address, PyObject **result);
+
+/* A claimed slot given back when nothing was enqueued, keeping the error already set. */
+static inline void
+unclaim_keeping_error(Express *self, Py_ssize_t s)
+{
+    saved_error e;
+    save_error(&e);
+    if (ledger_release(self->slots, s) < 0)
+        PyErr_Clear();
+    restore_error(&e);
+}
 
 /* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
  * passed; 1 landed. */

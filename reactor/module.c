@@ -7,6 +7,7 @@
 #include <Python.h>
 
 #include "reactor.h"
+#include "ledger.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -820,6 +821,7 @@ module_exec(PyObject *m)
         {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
         {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
         {"CurrentOrdinal", &CurrentOrdinal_spec}, {"AllocFinalizer", &AllocFinalizer_spec},
+        {"SlotLedger", &SlotLedger_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -221,7 +221,7 @@ void slab_unregister(const void *owner);
 #ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
 
 /* The interface version (the module's ABI): cuasync/_native.py refuses another. */
-#define CUASYNC_REACTOR_ABI 4
+#define CUASYNC_REACTOR_ABI 5
 
 /* The destructor of cuasync's DLPack capsules (dlpack.c): calls the managed tensor's
  * deleter unless the capsule was consumed; keeps an exception already set. */

@@ -613,37 +613,28 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     PyList_SET_ITEM(held, 1, Py_NewRef(Py_None));
 
     PyObject *slot;
-    if (lock_and_claim(self, stream, &slot, &result) <= 0)
+    Py_ssize_t s;
+    uint32_t gen;
+    uintptr_t address;
+    if (lock_and_claim(self, stream, &slot, &s, &gen, &address, &result) <= 0)
         goto done;
-    Py_ssize_t s = PyLong_AsSsize_t(slot);
     PyObject *submitted = slot_get(stream, self->st.submitted);
     long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
                          ? PyLong_AsLongLong(submitted) + 1 : -1;
     PyObject *seq = seqv >= 0 ? PyLong_FromLongLong(seqv) : NULL;
-    PyObject *oldgen = (s >= 0 && s < self->nslots) ? PyList_GET_ITEM(self->gens, s) : NULL;
-    if (seq == NULL || oldgen == NULL) {
+    if (seq == NULL) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_SystemError, "a bad slot or submission number");
-        Py_XDECREF(seq);
-        saved_error e;
-        save_error(&e);
-        if (PyList_Append(self->free, slot) < 0)
-            PyErr_Clear();
-        restore_error(&e);
+            PyErr_SetString(PyExc_SystemError, "a stream's submission number is not an int");
+        unclaim_keeping_error(self, s);
         Py_DECREF(slot);
         unlock_keeping_error(self);
         goto done;
     }
     slot_set(stream, self->st.submitted, Py_NewRef(seq));
-    uint32_t gen = (uint32_t)(PyLong_AsUnsignedLong(oldgen) + 1);
     PyObject *genobj = PyLong_FromUnsignedLong(gen);
     PyObject *alloc = NULL;
-    uintptr_t address = self->slab + 4 * (uintptr_t)s;
     int failed = genobj == NULL || PyObject_SetAttr(self->local, self->s_active, Py_True) < 0;
     if (!failed) {
-        /* the generation, set now (nothing reads it before the copy) */
-        PyList_SET_ITEM(self->gens, s, Py_NewRef(genobj));
-        Py_DECREF(oldgen);
         /* the new tensor's memory (its write on this stream, seq, recorded as it is made):
          * a block of the block cache here, else Allocation() */
         alloc = self->shape != NULL
@@ -721,7 +712,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
              * held keeps is released below: the copy has read the block) */
             if ((mode != MODE_AWAIT || !long_ops ||
                  PyObject_SetAttr(adapter, self->s_long_ops, Py_False) == 0) &&
-                settle_inline(self, stream, slot, seqv, seq) == 0)
+                settle_inline(self, stream, s, seqv, seq) == 0)
                 result = Py_NewRef(tensor);
         }
         else if (!PyErr_Occurred()) {

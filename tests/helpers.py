@@ -162,7 +162,7 @@ def awaited_completions() -> int:
     from cuasync._core.completion import get_hub
 
     hub = get_hub()
-    pending = [c for c in hub.table if c is not None] + list(hub.callback_pending)
+    pending = hub.slots.completions() + list(hub.callback_pending)
     return sum(1 for c in pending if c._waiters)
 
 

@@ -34,7 +34,6 @@ import os
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -60,6 +59,8 @@ if TYPE_CHECKING:
     from .device import Device
 
 from .._native import NATIVE as _reactor
+
+_ledger_type = _reactor.SlotLedger
 
 log = logging.getLogger("cuasync.completion")
 
@@ -347,20 +348,17 @@ class Hub:
         #: ``CUASYNC_HOST_SYNC``, and the host-task sync mode it asks of every host callback.
         self.host_sync = CONFIG.host_sync
         self.host_task_mode = _host_task_mode(backend, self.host_sync)  # first: it may raise
-        #: The native module, or None for the pure-Python fallback (see ``_native``).
+        #: The native module, or None for a hub without the reactor (every await through
+        #: a host callback: the tests of that fallback build one).
         self.native = native
         self.backend = backend
         self.stats = Stats()
         self.lock = threading.RLock()  # reentrant: finalizers may run inside its sections
         self.nslots = CONFIG.slots
         self.slab = backend.host_alloc(4 * self.nslots)
-        self.gens = [0] * self.nslots
-        self.table: list[Completion | None] = [None] * self.nslots
-        # The free slots. Claimed with pop() and given back with append(), each one
-        # bytecode under the GIL, so without a lock: the slots in use are the ones not
-        # here, less those retired by faults (see slots_in_use).
-        self.free = list(range(self.nslots - 1, -1, -1))
-        self.retired = 0
+        #: The slab's slots: the one owner of claiming, arming and releasing them (its
+        #: calls run under the GIL, so without a lock; the native core shares it).
+        self.slots = _ledger_type(self.slab, self.nslots)
         self.stats.slots_total = self.nslots
         self.stats.native = native is not None
         self.callback_pending: set[Completion] = set()
@@ -368,9 +366,7 @@ class Hub:
         self.signals: dict[int, Completion] = {}
         self._last_signal = 0
         self.reactor: Any = None
-        if native is None:
-            _warn_no_native()
-        else:
+        if native is not None:  # (None: a hub without the reactor, host callbacks only)
             self.reactor = native.Reactor(
                 self.slab,
                 self.nslots,
@@ -466,11 +462,10 @@ class Hub:
             if memops is None:
                 memops = self.stream_memops(ordinal)
             if memops:
-                try:
-                    slot = self.free.pop()
-                except IndexError:
-                    slot = -1
-                if slot < 0:
+                claimed = self.slots.claim()
+                if claimed is not None:
+                    slot, gen, address = claimed
+                else:
                     self.stats.fallbacks += 1
                     if not self._exhaustion_logged:
                         self._exhaustion_logged = True
@@ -487,12 +482,9 @@ class Hub:
                 self.backend.launch_kernel(*deferred)
             self._attach_callback(comp)
             return comp
-        gen = (self.gens[slot] + 1) & 0xFFFFFFFF
-        self.gens[slot] = gen
-        address = self.slab + 4 * slot
         comp.slot, comp.gen, comp.address = slot, gen, address
         comp.armed_at = time.monotonic()
-        self.table[slot] = comp
+        self.slots.arm(slot, comp)
         try:
             if deferred is not None:  # a lone launch: it and the flag write in one call
                 kernel, grid, block, shared_mem, stream, args, errors = deferred
@@ -502,7 +494,7 @@ class Hub:
             else:
                 self.backend.write_value32(ctx.stream.handle, address, gen)
         except BaseException:
-            self._free_slot(slot)
+            self.slots.release(slot)
             comp.slot = -1
             raise
         return comp
@@ -577,15 +569,13 @@ class Hub:
         for it (``stream_wait_value32``) waits until :meth:`release_word` writes it.
         Counted in ``slots_armed`` until then, so leak checks see a gate left closed.
         """
-        try:
-            slot = self.free.pop()
-        except IndexError:
+        claimed = self.slots.claim()
+        if claimed is None:
             raise DeviceError(
                 f"all {self.nslots} flag slots are in use; open some gates or raise CUASYNC_SLOTS"
-            ) from None
-        value = (self.gens[slot] + 1) & 0xFFFFFFFF
-        self.gens[slot] = value
-        return slot, self.slab + 4 * slot, value
+            )
+        slot, value, address = claimed
+        return slot, address, value
 
     def claim_words(self, n: int) -> list[tuple[int, int, int]]:
         """``n`` words of :meth:`claim_word`, all or none: a failure part-way releases
@@ -611,7 +601,7 @@ class Hub:
             self.native.store32(address, value)
         else:  # no native module, or exiting (the slab is no reactor's any more)
             _store32(address, value)
-        self._free_slot(slot)
+        self.slots.release(slot)
 
     # -- waiting (awaits enter through the module function ``wait``) -----------------------
     def block(self, comp: Completion, spin_us: int | None = None) -> None:
@@ -719,7 +709,7 @@ class Hub:
         queue = adapter.queue
         if queue is None:
             return
-        for comp in list(self.table):
+        for comp in self.slots.completions():
             if comp is not None and comp.watcher is adapter:
                 self.watch_in_background(comp)
         # Nothing is armed to it any more; what it still holds has landed. Reports that
@@ -753,7 +743,7 @@ class Hub:
                     log.exception("cuasync: error while handling completion slot %d", slot)
 
     def on_landed(self, slot: int) -> None:
-        comp = self.table[slot]
+        comp = self.slots.completion(slot)
         # A slot can be reported after its completion was finished another way and the
         # slot reused: only a completion whose own generation has landed is finished
         # (perhaps before the reactor saw it: release disarms it).
@@ -779,7 +769,7 @@ class Hub:
 
     def on_stale(self, slot: int) -> None:
         """The reactor saw no progress on ``slot`` for a while: probe its stream."""
-        comp = self.table[slot]
+        comp = self.slots.completion(slot)
         if comp is not None:
             self.probe(comp)
 
@@ -856,7 +846,7 @@ class Hub:
     def fail_device(self, device: Any, error: BaseException) -> None:
         """Resolve every pending completion of ``device`` with ``error``."""
         with self.lock:
-            victims = [c for c in self.table if c is not None and c.device is device]
+            victims = [c for c in self.slots.completions() if c.device is device]
             victims += [c for c in self.callback_pending if c.device is device]
         if victims:
             self.stats.faults += 1
@@ -893,8 +883,7 @@ class Hub:
                 # the reactor has seen it: its entry is still armed then, and the slot's
                 # next user would find it so ("slot N is already armed").
                 self.reactor.disarm(slot)
-            self.table[slot] = None  # (self._free_slot, inline: every completion passes here)
-            self.free.append(slot)
+            self.slots.release(slot)
         else:
             with self.lock:
                 self.callback_pending.discard(comp)
@@ -905,20 +894,15 @@ class Hub:
         """A failed completion: its slot is retired (its flag may never land)."""
         with self.lock:
             if comp.slot >= 0:
-                self.table[comp.slot] = None
-                self.retired += 1
+                self.slots.retire(comp.slot)
             self.callback_pending.discard(comp)
             if comp.signal:
                 self.signals.pop(comp.signal, None)
 
-    def _free_slot(self, slot: int) -> None:
-        self.table[slot] = None  # before the append: the next claimer's entry stays
-        self.free.append(slot)
-
     def slots_in_use(self) -> int:
         """Flag slots claimed and not given back (completions and host-written words);
         retired ones (their work faulted) are not counted."""
-        return self.nslots - len(self.free) - self.retired
+        return self.slots.in_use
 
     def snapshot(self) -> Stats:
         stats = Stats(**vars(self.stats))
@@ -1071,25 +1055,6 @@ def raise_if_faulted(device: Device) -> None:
         if hub is not None:
             hub.fail_device(device, fault)
         raise fresh(fault)
-
-
-_native_warned = False
-
-
-def _warn_no_native() -> None:
-    global _native_warned
-    if _native_warned:
-        return
-    _native_warned = True
-    log.info("native module not built: completions go through driver host callbacks")
-    warnings.warn(
-        "cuasync's native module (cuasync._reactor) is not built, so every await completes "
-        "through a driver host callback, about 5x slower. Reinstall with a C compiler "
-        "present (e.g. `pip install --force-reinstall --no-deps -e .` with gcc installed); "
-        "cuasync.stats().native tells whether it is loaded.",
-        RuntimeWarning,
-        stacklevel=4,
-    )
 
 
 def stats() -> Stats:

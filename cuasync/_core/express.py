@@ -223,7 +223,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         adapter.long_ops = False
         if seq > stream._completed:
             stream._completed = seq
-        hub.free.append(slot)
+        hub.slots.release(slot)
         hub.stats.completed_inline += 1
         return op._output
     comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
@@ -275,7 +275,7 @@ def _settle(hub: Any, stream: Stream, slot: int, seq: int) -> None:
     number, the slot (its table entry was never set) and the counter."""
     if seq > stream._completed:
         stream._completed = seq
-    hub.free.append(slot)
+    hub.slots.release(slot)
     hub.stats.completed_inline += 1
 
 
@@ -316,7 +316,7 @@ def _completion_of(
     comp = Completion(ExecutionContext.submitted(stream, seq, retained, box), out)
     comp.slot, comp.gen, comp.address = slot, gen, address
     comp.armed_at = monotonic()
-    hub.table[slot] = comp
+    hub.slots.arm(slot, comp)
     return comp
 
 
@@ -386,7 +386,7 @@ def release_failed(
     """What an express submission that failed leaves (under the lock): its slot back, and
     what it used (``retained``) released once the stream's earlier work has drained. A
     small upload's native submission calls it too."""
-    hub._free_slot(slot)
+    hub.slots.release(slot)
     _release_when_drained(ExecutionContext.submitted(stream, seq, retained, box))
 
 

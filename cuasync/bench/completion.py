@@ -276,14 +276,12 @@ def _long_pending_cpu(seconds: float) -> tuple[float, float] | None:
     hub = get_hub()
     if hub.reactor is None:
         return None
-    with hub.lock:
-        if not hub.free:
-            return None
-        slot = hub.free.pop()
+    claimed = hub.slots.claim()
+    if claimed is None:
+        return None
+    slot, gen, address = claimed
     queue = _reactor.LoopQueue()
     try:
-        gen = hub.gens[slot] = (hub.gens[slot] + 1) & 0xFFFFFFFF
-        address = hub.slab + 4 * slot
         hub.reactor.arm(slot, gen, queue)
         tid, deadline = None, time.monotonic() + 1.0
         while tid is None and time.monotonic() < deadline:  # a new thread names itself
@@ -302,8 +300,7 @@ def _long_pending_cpu(seconds: float) -> tuple[float, float] | None:
         hub.reactor.disarm(slot)  # in case it did not (False when it did)
     finally:
         queue.close()
-        with hub.lock:
-            hub.free.append(slot)
+        hub.slots.release(slot)
     return (cpu1 - cpu0) / wall * 100, (switches1 - switches0) / wall
 
 

@@ -727,8 +727,8 @@ async def test_a_future_of_a_launch_is_made_as_the_generic_path_makes_it(
         fut = swap[1, 32](x, y, 32).submit_on(s)
         comp = fut._comp
         assert comp.stream is s and comp.device is s.device and comp.seq == s._submitted
-        assert comp.slot >= 0 and get_hub().table[comp.slot] is comp
-        assert comp.gen == get_hub().gens[comp.slot] and comp.address > 0
+        assert comp.slot >= 0 and get_hub().slots.completion(comp.slot) is comp
+        assert comp.gen == get_hub().slots.generation(comp.slot) and comp.address > 0
         assert t0 <= comp.armed_at <= time.monotonic()
         ctx = comp.ctx
         assert ctx is not None
@@ -738,7 +738,7 @@ async def test_a_future_of_a_launch_is_made_as_the_generic_path_makes_it(
         g.open()
         out = await fut
     assert out[0] is x and out[1] is y and fut.result() is out
-    assert get_hub().table[comp.slot] is not comp and comp.ctx is None  # released
+    assert get_hub().slots.completion(comp.slot) is not comp and comp.ctx is None  # released
     path.check()
 
 

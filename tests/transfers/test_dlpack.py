@@ -234,40 +234,15 @@ def test_a_refused_capsule_keeps_the_consumers_error_and_gives_the_tensor_back(
     assert live() == before
 
 
-def test_the_fallback_destructor_gives_a_refused_capsule_back() -> None:
-    run_script("""
-        import sys
-        sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
-        import gc, numpy as np, cuasync, cuasync.testing as ct
-        from cuasync._interop import capsules
-        assert capsules.pack is capsules._pack
-        before = cuasync.Device(0).memory_stats().live_bytes
-        t = cuasync.from_host(np.arange(65536, dtype=np.float32)).sync()
-        try:
-            np.from_dlpack(t)
-        except SystemError:  # numpy's error: a Python capsule destructor cannot keep it
-            pass
-        del t
-        gc.collect()
-        ct.settle()
-        assert cuasync.Device(0).memory_stats().live_bytes == before
-    """)
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])
-def test_capsules_alive_at_exit_let_the_process_exit(native: bool) -> None:
+def test_capsules_alive_at_exit_let_the_process_exit() -> None:
     # Their release ordered the free after the legacy stream, whose (emulated) thread
-    # never starts at exit: the process hung. Past that, the ctypes callbacks, freed
-    # with the module, were still called: it crashed.
+    # never starts at exit: the process hung.
     run_script(
-        f"""
-        import sys
-        if not {native}:
-            sys.modules["cuasync._reactor"] = None  # as if built without a C compiler
+        """
         import numpy as np, cuasync
         t = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
         kept = [t.__dlpack__(), t.__dlpack__(max_version=(1, 0))]  # dropped at exit
-        cycle = {{"capsule": t.__dlpack__()}}
+        cycle = {"capsule": t.__dlpack__()}
         cycle["self"] = cycle  # collected by the last collection at exit
     """,
         timeout=60,

@@ -134,24 +134,6 @@ def test_no_copy_threads_means_single_route() -> None:
     )
 
 
-def test_chunked_routes_without_the_native_module() -> None:
-    run_script(
-        """
-        import sys, warnings
-        sys.modules["cuasync._reactor"] = None    # as if built without a C compiler
-        import numpy as np, cuasync
-        from cuasync._transfers.pageable import forced_route
-        warnings.simplefilter("ignore")
-        a = np.arange(3 << 20, dtype=np.uint8)
-        with forced_route("chunked"):
-            t = cuasync.from_host(a).sync()
-            out = np.empty_like(a)
-            cuasync.download_into(t, out)
-        assert (out == a).all() and cuasync.stats().slots_armed == 0
-        """
-    )
-
-
 # -- results -----------------------------------------------------------------------------
 def _upload_sizes() -> list[int]:
     chunk = chunk_bytes(UPLOAD_CHUNKED_MIN)

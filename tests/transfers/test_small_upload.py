@@ -341,7 +341,7 @@ async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
     source = np.ones(1024, np.float32)
     for _ in range(2):  # (the machinery set up, then a staging block kept by the core)
         cuasync.from_host(source).sync_on(s, allow_in_loop=True)
-    core, free = hub.express, len(hub.free)
+    core, free = hub.express, hub.slots.free
     before, copies = cuasync.stats(), stub_copies.stub_copies()
     uploads, reuses, settled = core.uploads, core.staging_reuses, core.completed_inline
     tensors = [cuasync.from_host(source).sync_on(s, allow_in_loop=True) for _ in range(20)]
@@ -354,7 +354,7 @@ async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
     assert core.staging_reuses - reuses == 40  # one block, back after each copy landed
     assert after.completed_inline - before.completed_inline == 40
     assert core.completed_inline - settled == 40  # (by the core: no Python settled them)
-    assert after.slots_armed == before.slots_armed and len(hub.free) == free
+    assert after.slots_armed == before.slots_armed and hub.slots.free == free
     assert core.staging_idle_bytes >= 4096
 
 
