@@ -10,10 +10,10 @@ setup(
                 f"reactor/{name}.c"
                 for name in (
                     *("module", "reactor", "queue", "driver", "submit"),
-                    *("ledger", "express", "upload", "alloc", "launcher", "dlpack"),
+                    *("ledger", "cores", "express", "upload", "alloc", "launcher", "dlpack"),
                 )
             ],
-            depends=["reactor/reactor.h", "reactor/express.h", "reactor/ledger.h"],
+            depends=["reactor/reactor.h", "reactor/express.h", "reactor/ledger.h", "reactor/cores.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],
         )

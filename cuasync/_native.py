@@ -33,4 +33,10 @@ if getattr(_reactor, "ABI", 1) != ABI:  # a build left over from another checkou
 
 NATIVE: Any = _reactor
 
-__all__ = ["ABI", "NATIVE"]
+#: The native base types of the classes the hot path reads (typed by ``_reactor.pyi``).
+StreamCore = _reactor.StreamCore
+AllocationCore = _reactor.AllocationCore
+TensorCore = _reactor.TensorCore
+PreparedCore = _reactor.PreparedCore
+
+__all__ = ["ABI", "NATIVE", "AllocationCore", "PreparedCore", "StreamCore", "TensorCore"]

@@ -1,7 +1,16 @@
 """Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
 
 from collections.abc import Callable
-from typing import Any, Final, SupportsIndex, final
+from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
+
+from typing_extensions import disjoint_base
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from cuasync._core.device import Device, Stream
+    from cuasync._core.memory import Allocation
+    from cuasync._core.pools import MemoryPool
 
 ABI: Final[int]
 """The interface version of the module (``cuasync._native.ABI`` must match it)."""
@@ -248,6 +257,49 @@ def stub_copies() -> int:
     """Calls of the stub ``memcpy_htod`` so far."""
 
 # -- the native op core (express.c, launcher.c) -------------------------------------------
+
+@disjoint_base
+class StreamCore:
+    """The fields of a ``cuasync.Stream`` (its base type), read by the native core."""
+
+    handle: int
+    device: Device
+    owned: bool
+    _capturing: bool
+    _submitted: int
+    _completed: int
+    _alive: list[bool]
+
+@disjoint_base
+class AllocationCore:
+    """The fields of an ``Allocation`` (its base type), read by the native core."""
+
+    ptr: int
+    nbytes: int
+    device: Device
+    _write: tuple[Stream, int] | None
+    _reads: dict[Stream, int]
+    _pool: MemoryPool | None
+    _class: int
+
+@disjoint_base
+class TensorCore:
+    """The fields of a ``cuasync.Tensor`` (its base type), read by the native core."""
+
+    _alloc: Allocation
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    strides: tuple[int, ...]
+    offset: int
+
+@disjoint_base
+class PreparedCore:
+    """The fields of a ``PreparedKernel`` (its base type), read by the native core."""
+
+    name: str
+    ordinal: int
+    handle: int
+    fast: Any
 
 @final
 class SlotLedger:

@@ -16,6 +16,7 @@ from ._core.device import Device
 from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
 from ._dtypes import as_dtype, dtype_name
+from ._native import TensorCore
 from ._ops.operators import TensorOperators
 from .errors import (
     ArgumentError,
@@ -233,7 +234,7 @@ class _NoMatrixAxes(ShapeError, AttributeError):
     serializability check walks a tensor's attributes) see no such attribute."""
 
 
-class Tensor(TensorOperators, ProcessLocal):
+class Tensor(TensorOperators, ProcessLocal, TensorCore):
     """An n-dimensional array in device memory.
 
     ``shape`` and ``dtype`` are numpy's; ``strides`` and ``offset`` (where the view starts
@@ -250,7 +251,9 @@ class Tensor(TensorOperators, ProcessLocal):
         "cuasync.from_host; for a copy on the device, use t.dup()"
     )
 
-    __slots__ = ("__weakref__", "_alloc", "dtype", "offset", "shape", "strides")
+    # _alloc, shape, dtype, strides and offset are the native base's fields (``TensorCore``:
+    # the native core reads them)
+    __slots__ = ("__weakref__",)
 
     def __init__(
         self,

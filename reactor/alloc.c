@@ -35,8 +35,6 @@
 struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
     PyObject *cache_dict, *backends_dict; /* block_cache's and cuasync._backends' globals */
-    Py_ssize_t a_device, a_pool, a_class, a_ptr, a_nbytes, a_write, a_reads;
-    Py_ssize_t s_owned, s_alive, s_device, s_handle;
     PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_used,
         *n_count, *n_peak, *n_limit, *n_utility, *n_ordinal, *n_backend, *n_fault_seen,
         *n_acquire, *n_release, *n_min_class;
@@ -52,20 +50,13 @@ static int
 shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
            PyObject *backends)
 {
-    if (!PyType_Check(alloc_t) || !PyType_Check(stream_t) || !PyModule_Check(cache) ||
-        !PyModule_Check(backends)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "allocation and stream must be types, cache and backends modules");
+    if (!core_subtype_check(alloc_t, "AllocationCore", "allocation") ||
+        !core_subtype_check(stream_t, "StreamCore", "stream"))
+        return -1;
+    if (!PyModule_Check(cache) || !PyModule_Check(backends)) {
+        PyErr_SetString(PyExc_TypeError, "cache and backends must be modules");
         return -1;
     }
-    PyTypeObject *A = (PyTypeObject *)alloc_t, *S = (PyTypeObject *)stream_t;
-    if (slot_offset(A, "device", &a->a_device) < 0 || slot_offset(A, "_pool", &a->a_pool) < 0 ||
-        slot_offset(A, "_class", &a->a_class) < 0 || slot_offset(A, "ptr", &a->a_ptr) < 0 ||
-        slot_offset(A, "nbytes", &a->a_nbytes) < 0 || slot_offset(A, "_write", &a->a_write) < 0 ||
-        slot_offset(A, "_reads", &a->a_reads) < 0 || slot_offset(S, "owned", &a->s_owned) < 0 ||
-        slot_offset(S, "_alive", &a->s_alive) < 0 || slot_offset(S, "device", &a->s_device) < 0 ||
-        slot_offset(S, "handle", &a->s_handle) < 0)
-        return -1;
 #define NAME(field, text)                                                                     \
     if ((a->field = PyUnicode_InternFromString(text)) == NULL)                                \
         return -1;
@@ -332,7 +323,7 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     PyObject *ordinal = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_ordinal);
     PyObject *min_class = PyDict_GetItemWithError(a->cache_dict, a->n_min_class);
     if (utility == NULL || utility == Py_None || limit != Py_None || ordinal == NULL ||
-        min_class == NULL || slot_get(stream, a->s_owned) != Py_True || nbytes <= 0)
+        min_class == NULL || STREAM(stream)->owned != Py_True || nbytes <= 0)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     PyObject *selected = NULL; /* (pools.current_pool: a pool selected for this context) */
     if (PyContextVar_Get(pool_var, Py_None, &selected) < 0)
@@ -344,7 +335,7 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     long cls = PyLong_AsLong(min_class);
     while ((1LL << cls) < (long long)nbytes)
         cls++;
-    PyObject *handle = slot_get(stream, a->s_handle);
+    PyObject *handle = STREAM(stream)->handle;
     if (handle == NULL || PyErr_Occurred())
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     PyObject *ptr = cache_take(a, handle, cls, ordinal);
@@ -371,13 +362,13 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
         return NULL;
     }
     /* (Allocation.__init__'s slots; nbytes last, as there) */
-    slot_set(alloc, a->a_device, Py_NewRef(device));
-    slot_set(alloc, a->a_pool, Py_NewRef(Py_None));
-    slot_set(alloc, a->a_class, clso);
-    slot_set(alloc, a->a_ptr, ptr);
-    slot_set(alloc, a->a_write, write);
-    slot_set(alloc, a->a_reads, reads);
-    slot_set(alloc, a->a_nbytes, nb);
+    field_set(&ALLOCATION(alloc)->device, Py_NewRef(device));
+    field_set(&ALLOCATION(alloc)->pool, Py_NewRef(Py_None));
+    field_set(&ALLOCATION(alloc)->cls, clso);
+    field_set(&ALLOCATION(alloc)->ptr, ptr);
+    field_set(&ALLOCATION(alloc)->write, write);
+    field_set(&ALLOCATION(alloc)->reads, reads);
+    field_set(&ALLOCATION(alloc)->nbytes, nb);
     return alloc;
 }
 
@@ -400,10 +391,10 @@ keep_block(AllocFinalizer *f, PyObject *self)
     alloc_shape *a = &f->a;
     if (!Py_IS_TYPE(self, a->alloc_t) || IS_FINALIZING())
         return 0;
-    PyObject *device = slot_get(self, a->a_device), *nbytes = slot_get(self, a->a_nbytes);
-    PyObject *pool = slot_get(self, a->a_pool), *cls_obj = slot_get(self, a->a_class);
-    PyObject *ptr = slot_get(self, a->a_ptr), *write = slot_get(self, a->a_write);
-    PyObject *reads = slot_get(self, a->a_reads);
+    PyObject *device = ALLOCATION(self)->device, *nbytes = ALLOCATION(self)->nbytes;
+    PyObject *pool = ALLOCATION(self)->pool, *cls_obj = ALLOCATION(self)->cls;
+    PyObject *ptr = ALLOCATION(self)->ptr, *write = ALLOCATION(self)->write;
+    PyObject *reads = ALLOCATION(self)->reads;
     if (device == NULL || nbytes == NULL || pool != Py_None || cls_obj == NULL || ptr == NULL ||
         write == NULL || reads == NULL || !PyDict_CheckExact(reads) || PyDict_GET_SIZE(reads) ||
         !PyTuple_CheckExact(write) || PyTuple_GET_SIZE(write) != 2 || !PyLong_CheckExact(nbytes))
@@ -411,9 +402,9 @@ keep_block(AllocFinalizer *f, PyObject *self)
     long cls = PyLong_AsLong(cls_obj);
     PyObject *stream = PyTuple_GET_ITEM(write, 0);
     if (cls < 0 || cls > 62 || !Py_IS_TYPE(stream, a->stream_t) ||
-        slot_get(stream, a->s_owned) != Py_True || slot_get(stream, a->s_device) != device)
+        STREAM(stream)->owned != Py_True || STREAM(stream)->device != device)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *alive = slot_get(stream, a->s_alive);
+    PyObject *alive = STREAM(stream)->alive;
     if (alive == NULL || !PyList_CheckExact(alive) || PyList_GET_SIZE(alive) < 1 ||
         PyList_GET_ITEM(alive, 0) != Py_True)
         return 0;
@@ -448,7 +439,7 @@ keep_block(AllocFinalizer *f, PyObject *self)
         !PyDict_CheckExact(bytes) || maxo == NULL || per_key == NULL)
         return PyErr_Occurred() ? -1 : 0;
     long long device_max = PyLong_AsLongLong(maxo), keep_max = PyLong_AsLongLong(per_key);
-    PyObject *handle = slot_get(stream, a->s_handle);
+    PyObject *handle = STREAM(stream)->handle;
     if (handle == NULL || PyErr_Occurred())
         return PyErr_Occurred() ? -1 : 0;
     PyObject *size = PyLong_FromLongLong(1LL << cls);

@@ -77,10 +77,10 @@ slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
 static int
 tensor_ptr(Express *self, PyObject *tensor, unsigned long long *out)
 {
-    PyObject *alloc = slot_get(tensor, self->t_alloc);
-    PyObject *offset = slot_get(tensor, self->t_offset);
-    PyObject *dtype = slot_get(tensor, self->t_dtype);
-    PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
+    PyObject *alloc = TENSOR(tensor)->alloc;
+    PyObject *offset = TENSOR(tensor)->offset;
+    PyObject *dtype = TENSOR(tensor)->dtype;
+    PyObject *ptr = alloc == NULL ? NULL : ALLOCATION(alloc)->ptr;
     if (ptr == NULL || offset == NULL || dtype == NULL || !PyLong_CheckExact(offset)) {
         PyErr_SetString(PyExc_TypeError, "a tensor argument is not fully made");
         return -1;
@@ -141,14 +141,14 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
 {
     if (fast_launch == Py_None)
         return BY_LAUNCH_KERNEL;
-    PyObject *fast = slot_get(prepared, self->p_fast);
+    PyObject *fast = PREPARED(prepared)->fast;
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
-        slot_get(stream, self->st.owned) != Py_True)
+        STREAM(stream)->owned != Py_True)
         return BY_LAUNCH_KERNEL;
     long mine = current_ordinal_of(current); /* (a CurrentOrdinal: no lookup) */
     int same;
     if (mine != -2) {
-        PyObject *want = slot_get(prepared, self->p_ordinal);
+        PyObject *want = PREPARED(prepared)->ordinal;
         long wanted = want != NULL && PyLong_CheckExact(want) ? PyLong_AsLong(want) : -3;
         same = mine == wanted;
     }
@@ -156,7 +156,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
         PyObject *ordinal = PyObject_GetAttr(current, self->s_ordinal);
         same = ordinal == NULL ? -1
                                : PyObject_RichCompareBool(ordinal,
-                                                          slot_get(prepared, self->p_ordinal),
+                                                          PREPARED(prepared)->ordinal,
                                                           Py_EQ);
         Py_XDECREF(ordinal);
     }
@@ -166,7 +166,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
         return BY_FAST_LAUNCH;
     unsigned int *g = self->dims, *b = self->dims + 3;
     PyObject *shared = slot_get(op, self->op.shared_mem);
-    PyObject *handle = slot_get(stream, self->st.handle);
+    PyObject *handle = STREAM(stream)->handle;
     PyObject *grid = slot_get(op, self->op.grid), *block = slot_get(op, self->op.block);
     if (grid == NULL || grid != self->dims_grid || block != self->dims_block) {
         Py_CLEAR(self->dims_grid); /* (parsed again: tuples, so the same objects are) */
@@ -233,9 +233,9 @@ check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
         PyObject *tensor = PyTuple_GET_ITEM(pair, 0);
         if (!Py_IS_TYPE(tensor, self->tensor_t))
             return 0;
-        PyObject *alloc = slot_get(tensor, self->t_alloc);
+        PyObject *alloc = TENSOR(tensor)->alloc;
         if (alloc == NULL || !PyObject_TypeCheck(alloc, self->alloc_t) ||
-            slot_get(alloc, self->a_device) != device)
+            ALLOCATION(alloc)->device != device)
             return 0;
         int is_const = attr_true(PyTuple_GET_ITEM(pair, 1), self->s_const);
         if (is_const < 0)
@@ -256,10 +256,10 @@ check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
  * on ``stream`` (then the stream must be ordered after the others'). 1 yes, 0 no, -1
  * an error. No Python code runs here (Stream has object's hash and equality). */
 static int
-needs_ordering(Express *self, PyObject *alloc, PyObject *stream, int write)
+needs_ordering(PyObject *alloc, PyObject *stream, int write)
 {
-    PyObject *w = slot_get(alloc, self->a_write);
-    PyObject *reads = slot_get(alloc, self->a_reads);
+    PyObject *w = ALLOCATION(alloc)->write;
+    PyObject *reads = ALLOCATION(alloc)->reads;
     if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
         (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
                           PyTuple_GET_ITEM(w, 0) != stream)))
@@ -285,7 +285,7 @@ launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *
         return -1;
     PyObject *a[10] = {self->backend, code, slot_get(op, self->op.prepared),
                        slot_get(op, self->op.grid), slot_get(op, self->op.block),
-                       slot_get(op, self->op.shared_mem), slot_get(stream, self->st.handle),
+                       slot_get(op, self->op.shared_mem), STREAM(stream)->handle,
                        slot_get(op, self->op.args), address, gen};
     PyObject *r = PyObject_VectorcallMethod(self->s_launch_failed, a,
                                             10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -304,7 +304,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
         return -1;
     PyObject *prepared = slot_get(op, self->op.prepared), *grid = slot_get(op, self->op.grid);
     PyObject *block = slot_get(op, self->op.block), *shared = slot_get(op, self->op.shared_mem);
-    PyObject *handle = slot_get(stream, self->st.handle), *args = slot_get(op, self->op.args);
+    PyObject *handle = STREAM(stream)->handle, *args = slot_get(op, self->op.args);
     if (kind == BY_LAUNCH_KERNEL) {
         PyObject *a[10] = {self->backend, prepared, grid, block, shared, handle, args, box,
                            address, gen};
@@ -315,7 +315,7 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     }
     /* fast_launch(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, layout, args,
      * address, gen) -> rc, as the backend's native launch is called */
-    PyObject *fast = slot_get(prepared, self->p_fast);
+    PyObject *fast = PREPARED(prepared)->fast;
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_CheckExact(block) ||
         PyTuple_GET_SIZE(block) != 3) {
@@ -429,7 +429,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
     /* (read again: Python may have run; held, since the allocations below may collect) */
     PyObject *tensors = slot_get(op, self->op.tensors);
     PyObject *output = slot_get(op, self->op.output);
-    PyObject *device = slot_get(stream, self->st.device);
+    PyObject *device = STREAM(stream)->device;
     if (tensors == NULL || !PyList_CheckExact(tensors) || output == NULL || device == NULL) {
         PyErr_SetString(PyExc_SystemError, "a launch op changed while it was submitted");
         return NULL;
@@ -447,7 +447,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
         PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
                                ? PyTuple_GET_ITEM(pair, 0) : NULL;
         PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, self->tensor_t)
-                              ? slot_get(tensor, self->t_alloc) : NULL;
+                              ? TENSOR(tensor)->alloc : NULL;
         if (alloc == NULL) {
             Py_DECREF(retained);
             PyErr_SetString(PyExc_SystemError, "a launch op's tensors changed while submitted");
@@ -579,7 +579,7 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s, 
             *result = generic(self);
         return t;
     }
-    if (slot_get(stream, self->st.capturing) != Py_False ||
+    if (STREAM(stream)->capturing != Py_False ||
         !ledger_claim(self->slots, s, gen, address)) {
         /* no slot: the generic path falls back to a host callback, and logs it; a capture
          * begun since the check (under this lock, by another thread): it records it */
@@ -635,11 +635,11 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *prepared = slot_get(op, self->op.prepared);
     PyObject *tensors = slot_get(op, self->op.tensors);
     PyObject *output = slot_get(op, self->op.output);
-    PyObject *submitted = slot_get(stream, self->st.submitted);
-    if (device == NULL || slot_get(stream, self->st.device) != device || prepared == NULL ||
+    PyObject *submitted = STREAM(stream)->submitted;
+    if (device == NULL || STREAM(stream)->device != device || prepared == NULL ||
         !PyObject_TypeCheck(prepared, self->prepared_t) || tensors == NULL ||
         !PyList_CheckExact(tensors) || output == NULL || submitted == NULL ||
-        !PyLong_CheckExact(submitted) || slot_get(stream, self->st.capturing) != Py_False ||
+        !PyLong_CheckExact(submitted) || STREAM(stream)->capturing != Py_False ||
         PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
         return generic(self);
     int t;
@@ -656,7 +656,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_DECREF(budget);                                                                    \
         return value_;                                                                        \
     } while (0)
-    PyObject *ordinal = slot_get(prepared, self->p_ordinal);
+    PyObject *ordinal = PREPARED(prepared)->ordinal;
     if (ordinal == NULL)
         EARLY_RETURN(generic(self));
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
@@ -729,7 +729,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (lock_and_claim(self, stream, &slot, &s, &gen, &address, &result) <= 0)
         goto done;
     /* (read again under the lock: another thread may have submitted since) */
-    submitted = slot_get(stream, self->st.submitted);
+    submitted = STREAM(stream)->submitted;
     long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
                          ? PyLong_AsLongLong(submitted) + 1 : -1;
     if (seqv < 0 && !PyErr_Occurred())
@@ -741,18 +741,18 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         unlock_keeping_error(self);
         goto done;
     }
-    slot_set(stream, self->st.submitted, Py_NewRef(seq));
+    field_set(&STREAM(stream)->submitted, Py_NewRef(seq));
     int failed = 0, active = 0; /* active: LOCAL.active set */
     int pushed = 0;             /* queued for the submitter (a burst) */
     uint64_t ticket = 0;
     for (Py_ssize_t i = 0; i < ntensors && !failed; i++) { /* Allocation.use */
         PyObject *alloc = allocs[i];
-        int order = needs_ordering(self, alloc, stream, uses[i] == USE_WRITE);
+        int order = needs_ordering(alloc, stream, uses[i] == USE_WRITE);
         if (order < 0) {
             failed = 1;
             break;
         }
-        PyObject *reads = slot_get(alloc, self->a_reads);
+        PyObject *reads = ALLOCATION(alloc)->reads;
         if (order) { /* another stream to order after: Python records it */
             if (!active) {
                 if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) {
@@ -774,7 +774,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             records[i] = NULL;
             PyObject **item = &((PyTupleObject *)rec)->ob_item[1]; /* not shared yet */
             Py_SETREF(*item, Py_NewRef(seq));
-            slot_set(alloc, self->a_write, rec);
+            field_set(&ALLOCATION(alloc)->write, rec);
         }
         else if (PyDict_SetItem(reads, stream, seq) < 0) {
             failed = 1;
@@ -859,7 +859,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     /* the spin, outside the lock (express.spin_for) */
     int long_ops_was = 0;      /* the adapter's long_ops, read for an await's spin */
     long long spin_us = 0;
-    PyObject *completed = slot_get(stream, self->st.completed);
+    PyObject *completed = STREAM(stream)->completed;
     long long done_seq = completed != NULL && PyLong_CheckExact(completed)
                              ? PyLong_AsLongLong(completed) : 0;
     if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
@@ -1035,8 +1035,10 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &prepared, &box, &gen, &spin_us, &failed, &abandon,
                                      &completion, &context, &ready, &future))
         return NULL;
-    if (!is_type(launch, "launch") || !is_type(stream, "stream") || !is_type(tensor, "tensor") ||
-        !is_type(alloc, "allocation") || !is_type(prepared, "prepared") ||
+    if (!is_type(launch, "launch") || !core_subtype_check(stream, "StreamCore", "stream") ||
+        !core_subtype_check(tensor, "TensorCore", "tensor") ||
+        !core_subtype_check(alloc, "AllocationCore", "allocation") ||
+        !core_subtype_check(prepared, "PreparedCore", "prepared") ||
         !is_type(completion, "completion") || !is_type(context, "context") ||
         !is_type(ready, "ready") || !is_type(future, "future"))
         return NULL;
@@ -1091,8 +1093,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL)
         goto fail;
     self->slots = (SlotLedger *)Py_NewRef(slots);
-    PyTypeObject *L = self->launch_t, *S = self->stream_t, *T = self->tensor_t,
-                 *A = self->alloc_t, *P = self->prepared_t;
+    PyTypeObject *L = self->launch_t;
     if (slot_offset(L, "_consumed", &self->op.consumed) < 0 ||
         slot_offset(L, "_device", &self->op.device) < 0 ||
         slot_offset(L, "_tensors", &self->op.tensors) < 0 ||
@@ -1102,21 +1103,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         slot_offset(L, "_shared_mem", &self->op.shared_mem) < 0 ||
         slot_offset(L, "_args", &self->op.args) < 0 ||
         slot_offset(L, "_output", &self->op.output) < 0 ||
-        slot_offset(S, "_capturing", &self->st.capturing) < 0 ||
-        slot_offset(S, "device", &self->st.device) < 0 ||
-        slot_offset(S, "_submitted", &self->st.submitted) < 0 ||
-        slot_offset(S, "_completed", &self->st.completed) < 0 ||
-        slot_offset(S, "handle", &self->st.handle) < 0 ||
-        slot_offset(S, "owned", &self->st.owned) < 0 ||
-        slot_offset(T, "_alloc", &self->t_alloc) < 0 ||
-        slot_offset(T, "offset", &self->t_offset) < 0 ||
-        slot_offset(T, "dtype", &self->t_dtype) < 0 ||
-        slot_offset(A, "device", &self->a_device) < 0 ||
-        slot_offset(A, "_write", &self->a_write) < 0 ||
-        slot_offset(A, "_reads", &self->a_reads) < 0 ||
-        slot_offset(A, "ptr", &self->a_ptr) < 0 ||
-        slot_offset(P, "fast", &self->p_fast) < 0 ||
-        slot_offset(P, "ordinal", &self->p_ordinal) < 0)
+        0)
         goto fail;
     PyTypeObject *C = self->context_t;
     if (slot_offset(C, "accesses", &self->cx.accesses) < 0 ||
@@ -1727,7 +1714,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     stream = next_stream_of(self, policy);
     if (stream == NULL)
         goto done;
-    if (!Py_IS_TYPE(stream, x->stream_t) || slot_get(stream, x->st.device) != device) {
+    if (!Py_IS_TYPE(stream, x->stream_t) || STREAM(stream)->device != device) {
         Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
         if (stream == NULL)
             goto done;
@@ -1883,13 +1870,13 @@ queued_step(LaunchIter *self, PyObject **result)
     if (long_ops < 0 ||
         (long_ops && PyObject_SetAttr(self->adapter, x->s_long_ops, Py_False) < 0))
         goto fail;
-    PyObject *completed = slot_get(self->stream, x->st.completed);
+    PyObject *completed = STREAM(self->stream)->completed;
     int later = completed == NULL || !PyLong_CheckExact(completed)
                     ? 1 : PyObject_RichCompareBool(completed, q->seq, Py_LT);
     if (later < 0)
         goto fail;
     if (later)
-        slot_set(self->stream, x->st.completed, Py_NewRef(q->seq));
+        field_set(&STREAM(self->stream)->completed, Py_NewRef(q->seq));
     if (ledger_release(x->slots, (Py_ssize_t)q->index) < 0)
         goto fail;
     x->burst_awaits++;

@@ -8,6 +8,7 @@
 
 #include <structmember.h>
 
+#include "cores.h"
 #include "ledger.h"
 
 /* (MODE_FUTURE: Express.submit's, a launch with no spin whose future is made here;
@@ -48,10 +49,6 @@ typedef struct {
     Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
 } op_offsets;
 
-typedef struct {
-    Py_ssize_t capturing, device, submitted, completed, handle, owned;
-} stream_offsets;
-
 /* the __slots__ of an ExecutionContext */
 typedef struct {
     Py_ssize_t accesses, capturing, checks, deferred, device, errors, fuse, retained, seq, stream;
@@ -88,10 +85,6 @@ typedef struct {
     context_offsets cx;
     Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
     op_offsets op;
-    stream_offsets st;
-    Py_ssize_t t_alloc, t_offset, t_dtype;        /* Tensor */
-    Py_ssize_t a_device, a_write, a_reads, a_ptr; /* Allocation */
-    Py_ssize_t p_fast, p_ordinal;                 /* PreparedKernel */
     /* interned names of the attributes read on every call */
     PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
         *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
@@ -289,9 +282,9 @@ state_budget(Express *self)
 static inline int
 settle_inline(Express *self, PyObject *stream, Py_ssize_t slot, long long seqv, PyObject *seq)
 {
-    PyObject *completed = slot_get(stream, self->st.completed);
+    PyObject *completed = STREAM(stream)->completed;
     if (completed == NULL || !PyLong_CheckExact(completed) || PyLong_AsLongLong(completed) < seqv)
-        slot_set(stream, self->st.completed, Py_NewRef(seq));
+        field_set(&STREAM(stream)->completed, Py_NewRef(seq));
     if (PyErr_Occurred() || ledger_release(self->slots, slot) < 0)
         return -1; /* (a completed number past 2**63: the slot stays out) */
     self->completed_inline++;

@@ -17,6 +17,7 @@
 #include <structmember.h>
 
 #include "reactor.h"
+#include "cores.h"
 
 /* one plan entry: what an argument must be to take the fast path */
 enum { ARG_TENSOR = 0, ARG_INT, ARG_FLOAT, ARG_OTHER };
@@ -41,9 +42,9 @@ typedef struct {
     plan_entry *plan;
     /* slots of the op, the tensor and the allocation */
     Py_ssize_t o_consumed, o_device, o_kernel, o_prepared, o_args, o_tensors, o_output, o_grid,
-        o_block, o_shared_mem, t_alloc, t_dtype, a_device;
+        o_block, o_shared_mem;
     PyObject *s_params, *s_prepared, *s_prepare, *s_ordinal, *s_launch, *s_launch_checked,
-        *s_check_aliasing, *s_device_of, *s_device;
+        *s_check_aliasing, *s_device_of;
 } Launcher;
 
 /* The default device of this context (cuasync.get_default_device()): read from its
@@ -82,7 +83,7 @@ passes(Launcher *self, const plan_entry *e, PyObject *a)
     switch (e->kind) {
     case ARG_TENSOR:
         return Py_IS_TYPE(a, self->tensor_t) &&
-               (e->dtype == NULL || slot_get(a, self->t_dtype) == e->dtype);
+               (e->dtype == NULL || TENSOR(a)->dtype == e->dtype);
     case ARG_INT: {
         if (!PyLong_CheckExact(a))
             return 0;
@@ -159,12 +160,14 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     else {
         PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
-        PyObject *alloc = slot_get(first, self->t_alloc);
+        PyObject *alloc = TENSOR(first)->alloc;
         if (alloc == NULL) {
             PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
             goto fail;
         }
-        device = PyObject_GetAttr(alloc, self->s_device);
+        device = Py_XNewRef(ALLOCATION(alloc)->device);
+        if (device == NULL)
+            PyErr_SetString(PyExc_AttributeError, "a tensor's allocation has no device");
         if (device != NULL && self->npointers > 1) {
             PyObject *a[2] = {self->kernel, tensors};
             PyObject *r = PyObject_VectorcallMethod(self->s_check_aliasing, a,
@@ -174,11 +177,12 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
             Py_DECREF(r);
             for (Py_ssize_t j = 1; j < self->npointers; j++) {
                 PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
-                PyObject *its = slot_get(t, self->t_alloc);
-                PyObject *other = its == NULL ? NULL : PyObject_GetAttr(its, self->s_device);
-                if (other == NULL)
+                PyObject *its = TENSOR(t)->alloc;
+                PyObject *other = its == NULL ? NULL : ALLOCATION(its)->device;
+                if (other == NULL) {
+                    PyErr_SetString(PyExc_AttributeError, "a tensor has no allocation");
                     goto fail;
-                Py_DECREF(other);
+                }
                 if (other != device) {
                     Py_SETREF(device, PyObject_VectorcallMethod(
                                           self->s_device_of, a,
@@ -373,9 +377,10 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_launch_checked, "_launch_checked")
     NAME(s_check_aliasing, "_check_aliasing")
     NAME(s_device_of, "_device_of")
-    NAME(s_device, "device")
 #undef NAME
-    PyTypeObject *L = self->launch_t, *T = self->tensor_t;
+    PyTypeObject *L = self->launch_t;
+    if (!core_subtype_check((PyObject *)self->tensor_t, "TensorCore", "tensor"))
+        goto fail;
     if (slot_offset(L, "_consumed", &self->o_consumed) < 0 ||
         slot_offset(L, "_device", &self->o_device) < 0 ||
         slot_offset(L, "_kernel", &self->o_kernel) < 0 ||
@@ -385,9 +390,7 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         slot_offset(L, "_output", &self->o_output) < 0 ||
         slot_offset(L, "_grid", &self->o_grid) < 0 ||
         slot_offset(L, "_block", &self->o_block) < 0 ||
-        slot_offset(L, "_shared_mem", &self->o_shared_mem) < 0 ||
-        slot_offset(T, "_alloc", &self->t_alloc) < 0 ||
-        slot_offset(T, "dtype", &self->t_dtype) < 0)
+        slot_offset(L, "_shared_mem", &self->o_shared_mem) < 0)
         goto fail;
     if (L->tp_dictoffset != 0) {
         PyErr_Format(PyExc_TypeError, "%.100s must have __slots__ only", L->tp_name);
@@ -456,7 +459,6 @@ Launcher_dealloc(Launcher *self)
     Py_CLEAR(self->s_launch_checked);
     Py_CLEAR(self->s_check_aliasing);
     Py_CLEAR(self->s_device_of);
-    Py_CLEAR(self->s_device);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }

@@ -8,6 +8,7 @@
 
 #include "reactor.h"
 #include "ledger.h"
+#include "cores.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -821,7 +822,9 @@ module_exec(PyObject *m)
         {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
         {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
         {"CurrentOrdinal", &CurrentOrdinal_spec}, {"AllocFinalizer", &AllocFinalizer_spec},
-        {"SlotLedger", &SlotLedger_spec},
+        {"SlotLedger", &SlotLedger_spec}, {"StreamCore", &StreamCore_spec},
+        {"AllocationCore", &AllocationCore_spec}, {"TensorCore", &TensorCore_spec},
+        {"PreparedCore", &PreparedCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

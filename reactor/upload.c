@@ -451,7 +451,7 @@ static int
 copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long long dst,
                PyObject *block, Py_ssize_t nbytes, uintptr_t address, uint32_t gen)
 {
-    PyObject *handle = slot_get(stream, self->st.handle);
+    PyObject *handle = STREAM(stream)->handle;
     PyObject *src = slot_get(block, self->b_address);
     unsigned long long h, s;
     if (handle == NULL || src == NULL || get_u64(handle, &h) < 0 || get_u64(src, &s) < 0)
@@ -469,7 +469,7 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
                  PyList_GET_SIZE(remap) == 0 && current != NULL && ordinal != NULL &&
                  PyLong_CheckExact(ordinal) &&
                  current_ordinal_of(current) == PyLong_AsLong(ordinal) &&
-                 slot_get(stream, self->st.owned) == Py_True;
+                 STREAM(stream)->owned == Py_True;
         Py_XDECREF(ordinal);
         if (PyErr_Occurred())
             return -1;
@@ -500,7 +500,7 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
 {
     PyObject *mine = slot_get(op, self->u_device);
     if (mine == NULL || (mine != Py_None && mine != device) ||
-        slot_get(stream, self->st.capturing) != Py_False)
+        STREAM(stream)->capturing != Py_False)
         return 0;
     int t = state_allows(self);
     if (t <= 0)
@@ -543,7 +543,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *node = slot_get(op, self->u_node);
     PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? slot_get(node, self->n_value)
                                                                      : NULL;
-    PyObject *device = slot_get(stream, self->st.device);
+    PyObject *device = STREAM(stream)->device;
     if (work == NULL || !Py_IS_TYPE(work, self->work_t) || device == NULL)
         return generic(self);
     PyObject *source = slot_get(work, self->w_source), *dtype = slot_get(work, self->w_dtype);
@@ -618,7 +618,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     uintptr_t address;
     if (lock_and_claim(self, stream, &slot, &s, &gen, &address, &result) <= 0)
         goto done;
-    PyObject *submitted = slot_get(stream, self->st.submitted);
+    PyObject *submitted = STREAM(stream)->submitted;
     long long seqv = submitted != NULL && PyLong_CheckExact(submitted)
                          ? PyLong_AsLongLong(submitted) + 1 : -1;
     PyObject *seq = seqv >= 0 ? PyLong_FromLongLong(seqv) : NULL;
@@ -630,7 +630,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         unlock_keeping_error(self);
         goto done;
     }
-    slot_set(stream, self->st.submitted, Py_NewRef(seq));
+    field_set(&STREAM(stream)->submitted, Py_NewRef(seq));
     PyObject *genobj = PyLong_FromUnsignedLong(gen);
     PyObject *alloc = NULL;
     int failed = genobj == NULL || PyObject_SetAttr(self->local, self->s_active, Py_True) < 0;
@@ -645,7 +645,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *a[3] = {device, nbytes_obj, stream};
             alloc = PyObject_Vectorcall((PyObject *)self->alloc_t, a, 3, NULL);
         }
-        PyObject *ptr = alloc == NULL ? NULL : slot_get(alloc, self->a_ptr);
+        PyObject *ptr = alloc == NULL ? NULL : ALLOCATION(alloc)->ptr;
         unsigned long long dst;
         if (alloc != NULL) /* (held with the block from here on) */
             PyList_SetItem(held, 1, Py_NewRef(alloc));
@@ -692,7 +692,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         slot_set(op, self->u_output, Py_NewRef(tensor));
         long long spin_us = 0;
         PyObject *spin_obj = NULL;
-        PyObject *completed = slot_get(stream, self->st.completed);
+        PyObject *completed = STREAM(stream)->completed;
         long long done_seq = completed != NULL && PyLong_CheckExact(completed)
                                  ? PyLong_AsLongLong(completed) : 0;
         if (mode == MODE_AWAIT && budget_us) {

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._curesult import Code
+from .._native import PreparedCore
 from ..errors import ArgumentError, driver_error
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def matrix_layout(rows: int, cols: int, row_stride: int, col_stride: int) -> tup
     return None
 
 
-class PreparedKernel:
+class PreparedKernel(PreparedCore):
     """A kernel ready to launch on one device: what :meth:`Backend.prepare_kernel` returns.
 
     ``handle`` is the driver's ``CUfunction`` where there is one (0 on the emulator);
@@ -137,7 +138,7 @@ class PreparedKernel:
     :attr:`Backend.fast_launch` takes for it, or None.
     """
 
-    __slots__ = ("fast", "handle", "name", "ordinal")
+    __slots__ = ()  # name, ordinal, handle, fast: the native base's (``PreparedCore``)
 
     def __init__(self, name: str, ordinal: int, handle: int = 0) -> None:
         self.name = name

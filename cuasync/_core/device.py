@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
+from .._native import StreamCore
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from . import block_cache
 from .context import LOCK, submitting
@@ -432,7 +433,7 @@ def _destroy_stream(handle: int, alive: list[bool]) -> None:
         report_once("cuasync.device", "destroy a stream", exc)
 
 
-class Stream(ProcessLocal):
+class Stream(ProcessLocal, StreamCore):
     """An ordered queue of device work.
 
     Not constructed directly (as in cuda.core): :meth:`Device.new_stream` makes an owned
@@ -443,20 +444,9 @@ class Stream(ProcessLocal):
     >>> t = await cuasync.zeros(4).submit_on(s)
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_alive",
-        "_capturing",
-        "_completed",
-        "_event",
-        "_event_seq",
-        "_lock",
-        "_owner",
-        "_submitted",
-        "device",
-        "handle",
-        "owned",
-    )
+    # handle, device, owned, _capturing, _submitted, _completed and _alive are the
+    # native base's fields (``StreamCore``: the native core reads them)
+    __slots__ = ("__weakref__", "_event", "_event_seq", "_lock", "_owner")
 
     def __new__(cls, *args: object, **kwargs: object) -> Stream:
         raise TypeError(

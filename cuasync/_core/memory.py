@@ -18,7 +18,7 @@ from .. import _backends
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
 from .._exceptions import report_once, warn_leak
-from .._native import NATIVE
+from .._native import NATIVE, AllocationCore
 from ..errors import ArgumentError, OutOfMemoryError
 from . import block_cache
 from .device import Stream
@@ -43,10 +43,12 @@ def _default_pool_alloc(device: Device, size: int, stream: Stream) -> int:
     return backend.mem_alloc_async(size, stream.handle)
 
 
-class Allocation(ProcessLocal):
+class Allocation(ProcessLocal, AllocationCore):
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
-    __slots__ = ("__weakref__", "_class", "_pool", "_reads", "_write", "device", "nbytes", "ptr")
+    # ptr, nbytes, device, _write, _reads, _pool and _class are the native base's fields
+    # (``AllocationCore``: the native core reads them)
+    __slots__ = ("__weakref__",)
 
     #: Whether cuasync ops may only read it (memory a producer exported read-only).
     readonly = False

@@ -1,0 +1,147 @@
+/*
+ * StreamCore, AllocationCore, TensorCore and PreparedCore (cores.h): base types whose
+ * fields the native core reads directly. Each is a struct of Python objects with a
+ * member per field (the names Python code uses); Python classes subclass them and add
+ * their methods. Design notes: README.md.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+#include "cores.h"
+
+/* traverse, clear and dealloc over the n object fields after the header */
+#define FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))
+
+static int
+fields_traverse(PyObject *self, Py_ssize_t n, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_VISIT(FIELDS(self)[i]);
+    return 0;
+}
+
+static void
+fields_clear(PyObject *self, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_CLEAR(FIELDS(self)[i]);
+}
+
+static void
+fields_dealloc(PyObject *self, Py_ssize_t n)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    fields_clear(self, n);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+#define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
+#define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
+
+#define CORE_TYPE(T, NAME, DOC, ...)                                                          \
+    static int T##_traverse(PyObject *self, visitproc visit, void *arg)                      \
+    {                                                                                         \
+        return fields_traverse(self, NFIELDS(T), visit, arg);                                 \
+    }                                                                                         \
+    static int T##_clear(PyObject *self)                                                      \
+    {                                                                                         \
+        fields_clear(self, NFIELDS(T));                                                       \
+        return 0;                                                                             \
+    }                                                                                         \
+    static void T##_dealloc(PyObject *self) { fields_dealloc(self, NFIELDS(T)); }             \
+    static PyMemberDef T##_members[] = {__VA_ARGS__, {NULL, 0, 0, 0, NULL}};                 \
+    static PyType_Slot T##_slots[] = {                                                        \
+        {Py_tp_doc, DOC},                                                                     \
+        {Py_tp_traverse, T##_traverse},                                                       \
+        {Py_tp_clear, T##_clear},                                                             \
+        {Py_tp_dealloc, T##_dealloc},                                                         \
+        {Py_tp_members, T##_members},                                                         \
+        {0, NULL},                                                                            \
+    };                                                                                        \
+    PyType_Spec T##_spec = {                                                                  \
+        .name = "cuasync._reactor." NAME,                                                     \
+        .basicsize = sizeof(T),                                                               \
+        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |              \
+                 Py_TPFLAGS_IMMUTABLETYPE,                                                    \
+        .slots = T##_slots,                                                                   \
+    }
+
+CORE_TYPE(StreamCore, "StreamCore",
+          "The fields of a cuasync.Stream (its base type): the driver handle, device, whether "
+          "cuasync owns it, whether it is capturing, the last submitted and completed sequence "
+          "numbers, and the flag list cleared when an owned handle is destroyed.",
+          MEMBER(StreamCore, handle, "handle", "The driver's CUstream, an int."),
+          MEMBER(StreamCore, device, "device", "The cuasync.Device it belongs to."),
+          MEMBER(StreamCore, owned, "owned", "Whether cuasync created it (and destroys it)."),
+          MEMBER(StreamCore, capturing, "_capturing", "Whether a graph capture is under way."),
+          MEMBER(StreamCore, submitted, "_submitted", "The last sequence number submitted."),
+          MEMBER(StreamCore, completed, "_completed", "The highest one known completed."),
+          MEMBER(StreamCore, alive, "_alive", "[True] until an owned handle is destroyed."));
+
+CORE_TYPE(AllocationCore, "AllocationCore",
+          "The fields of a cuasync Allocation (its base type): address, size, device, the "
+          "last write and the reads since, its pool and size class.",
+          MEMBER(AllocationCore, ptr, "ptr", "The device address, an int."),
+          MEMBER(AllocationCore, nbytes, "nbytes", "The bytes asked for."),
+          MEMBER(AllocationCore, device, "device", "The cuasync.Device holding it."),
+          MEMBER(AllocationCore, write, "_write", "(stream, seq) of the last write, or None."),
+          MEMBER(AllocationCore, reads, "_reads", "{stream: seq} of the reads since."),
+          MEMBER(AllocationCore, pool, "_pool", "The memory pool it came from, or None."),
+          MEMBER(AllocationCore, cls, "_class", "Its block-cache size class, or -1."));
+
+CORE_TYPE(TensorCore, "TensorCore",
+          "The fields of a cuasync.Tensor (its base type): its allocation, shape, dtype, "
+          "strides and offset in elements.",
+          MEMBER(TensorCore, alloc, "_alloc", "The Allocation holding the data."),
+          MEMBER(TensorCore, shape, "shape", "The shape, a tuple of ints."),
+          MEMBER(TensorCore, dtype, "dtype", "The numpy dtype of the elements."),
+          MEMBER(TensorCore, strides, "strides", "The strides in elements, a tuple of ints."),
+          MEMBER(TensorCore, offset, "offset", "The first element's offset, in elements."));
+
+CORE_TYPE(PreparedCore, "PreparedCore",
+          "The fields of a PreparedKernel (its base type): the kernel's name, the device "
+          "ordinal, the driver's CUfunction and what the backend's fast launch takes.",
+          MEMBER(PreparedCore, name, "name", "The kernel's name."),
+          MEMBER(PreparedCore, ordinal, "ordinal", "The device ordinal it is loaded on."),
+          MEMBER(PreparedCore, handle, "handle", "The driver's CUfunction (0 on the emulator)."),
+          MEMBER(PreparedCore, fast, "fast", "What Backend.fast_launch takes for it, or None."));
+
+/* Whether t is a subtype of the core type whose deallocator is dealloc (the types are
+ * made per module: a core is known by its deallocator). */
+static int
+derives_from(PyTypeObject *t, destructor dealloc)
+{
+    for (; t != NULL; t = t->tp_base)
+        if (t->tp_dealloc == dealloc)
+            return 1;
+    return 0;
+}
+
+int
+core_subtype_check(PyObject *t, const char *core, const char *what)
+{
+    static const struct {
+        const char *name;
+        destructor dealloc;
+    } cores[] = {
+        {"StreamCore", StreamCore_dealloc},
+        {"AllocationCore", AllocationCore_dealloc},
+        {"TensorCore", TensorCore_dealloc},
+        {"PreparedCore", PreparedCore_dealloc},
+    };
+    for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
+        if (strcmp(cores[i].name, core) != 0)
+            continue;
+        if (PyType_Check(t) && derives_from((PyTypeObject *)t, cores[i].dealloc))
+            return 1;
+        PyErr_Format(PyExc_TypeError, "%s must be a subclass of %s, not %R", what, core, t);
+        return 0;
+    }
+    PyErr_Format(PyExc_SystemError, "no core type %s", core);
+    return 0;
+}

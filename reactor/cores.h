@@ -1,0 +1,56 @@
+/*
+ * The native base types that own the fields the hot path reads (cores.c): Python's
+ * Stream, Allocation, Tensor and PreparedKernel subclass them, so that the native core
+ * reads and writes their fields as struct members (no attribute names, no offsets found
+ * at run time). Each field is a Python object, exactly as the attribute Python code
+ * uses; NULL while unset (reading it from Python raises AttributeError). Included after
+ * Python.h.
+ */
+#ifndef CUASYNC_CORES_H
+#define CUASYNC_CORES_H
+
+/* Stream: handle, device, owned, _capturing, _submitted, _completed, _alive */
+typedef struct {
+    PyObject_HEAD
+    PyObject *handle, *device, *owned, *capturing, *submitted, *completed, *alive;
+} StreamCore;
+
+/* Allocation: ptr, nbytes, device, _write, _reads, _pool, _class */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ptr, *nbytes, *device, *write, *reads, *pool, *cls;
+} AllocationCore;
+
+/* Tensor: _alloc, shape, dtype, strides, offset */
+typedef struct {
+    PyObject_HEAD
+    PyObject *alloc, *shape, *dtype, *strides, *offset;
+} TensorCore;
+
+/* PreparedKernel: name, ordinal, handle, fast */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *ordinal, *handle, *fast;
+} PreparedCore;
+
+#define STREAM(o) ((StreamCore *)(o))
+#define ALLOCATION(o) ((AllocationCore *)(o))
+#define TENSOR(o) ((TensorCore *)(o))
+#define PREPARED(o) ((PreparedCore *)(o))
+
+/* Replace a field (v: a new reference, stolen; the old value dropped after). */
+static inline void
+field_set(PyObject **field, PyObject *v)
+{
+    PyObject *old = *field;
+    *field = v;
+    Py_XDECREF(old);
+}
+
+/* Whether the type t derives from the core type named core ("StreamCore", ...): 1, or
+ * 0 with a TypeError naming what. */
+int core_subtype_check(PyObject *t, const char *core, const char *what);
+
+extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec;
+
+#endif
