@@ -38,5 +38,16 @@ StreamCore = _reactor.StreamCore
 AllocationCore = _reactor.AllocationCore
 TensorCore = _reactor.TensorCore
 PreparedCore = _reactor.PreparedCore
+OpCore = _reactor.OpCore
+LaunchCore = _reactor.LaunchCore
 
-__all__ = ["ABI", "NATIVE", "AllocationCore", "PreparedCore", "StreamCore", "TensorCore"]
+__all__ = [
+    "ABI",
+    "NATIVE",
+    "AllocationCore",
+    "LaunchCore",
+    "OpCore",
+    "PreparedCore",
+    "StreamCore",
+    "TensorCore",
+]

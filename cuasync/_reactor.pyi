@@ -301,6 +301,31 @@ class PreparedCore:
     handle: int
     fast: Any
 
+@disjoint_base
+class OpCore:
+    """The fields of a ``cuasync.DeviceOp`` (its base type), read by the native core."""
+
+    _consumed: bool
+    _device: Device | None
+    _origin: Any
+    _running: Any
+
+@disjoint_base
+class LaunchCore(OpCore):
+    """The fields of a kernel launch op (its base type), read by the native core; ``_plan``
+    and ``_cancel_word`` are held for a cached plan and a scope's cancellation word."""
+
+    _kernel: Any
+    _prepared: Any
+    _args: list[Any]
+    _tensors: list[tuple[Any, Any]]
+    _output: Any
+    _grid: tuple[int, int, int]
+    _block: tuple[int, int, int]
+    _shared_mem: int
+    _plan: Any
+    _cancel_word: Any
+
 @final
 class SlotLedger:
     """The completion slab's slots: the one owner of claiming and releasing them."""

@@ -42,6 +42,8 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 
 #define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 #define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
+/* (None while unset) */
+#define OPTIONAL(T, field, name, doc) {name, T_OBJECT, offsetof(T, field), 0, doc}
 
 #define CORE_TYPE(T, NAME, DOC, ...)                                                          \
     static int T##_traverse(PyObject *self, visitproc visit, void *arg)                      \
@@ -111,6 +113,30 @@ CORE_TYPE(PreparedCore, "PreparedCore",
           MEMBER(PreparedCore, handle, "handle", "The driver's CUfunction (0 on the emulator)."),
           MEMBER(PreparedCore, fast, "fast", "What Backend.fast_launch takes for it, or None."));
 
+CORE_TYPE(OpCore, "OpCore",
+          "The fields of a cuasync.DeviceOp (its base type): whether it was consumed, the "
+          "device it was built for, where it was built, and its await while a task runs it.",
+          MEMBER(OpCore, consumed, "_consumed", "Whether it was awaited, submitted or run."),
+          MEMBER(OpCore, device, "_device", "The Device it was built for, or None."),
+          MEMBER(OpCore, origin, "_origin", "Where it was built (for leak reports), or None."),
+          MEMBER(OpCore, running, "_running", "Its await while a task runs it, or None."));
+
+CORE_TYPE(LaunchCore, "LaunchCore",
+          "The fields of a kernel launch op (its base type, under OpCore's): the kernel, "
+          "prepared function, packed arguments, tensors, output, grid, block and shared "
+          "memory, and two for later work: a cached plan and a cancellation word.",
+          MEMBER(LaunchCore, kernel, "_kernel", "The Kernel launched."),
+          MEMBER(LaunchCore, prepared, "_prepared", "Its PreparedKernel (or Unprepared)."),
+          MEMBER(LaunchCore, args, "_args", "The launch's arguments, checked."),
+          MEMBER(LaunchCore, tensors, "_tensors", "[(tensor, param)] of its tensor arguments."),
+          MEMBER(LaunchCore, output, "_output", "What the op delivers."),
+          MEMBER(LaunchCore, grid, "_grid", "The grid, a 3-tuple."),
+          MEMBER(LaunchCore, block, "_block", "The block, a 3-tuple."),
+          MEMBER(LaunchCore, shared_mem, "_shared_mem", "Dynamic shared memory, bytes."),
+          OPTIONAL(LaunchCore, plan, "_plan", "A cached per-expression plan, or None."),
+          OPTIONAL(LaunchCore, cancel_word, "_cancel_word",
+                   "The cancellation word of the op's scope, or None."));
+
 /* Whether t is a subtype of the core type whose deallocator is dealloc (the types are
  * made per module: a core is known by its deallocator). */
 static int
@@ -133,6 +159,8 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"AllocationCore", AllocationCore_dealloc},
         {"TensorCore", TensorCore_dealloc},
         {"PreparedCore", PreparedCore_dealloc},
+        {"OpCore", OpCore_dealloc},
+        {"LaunchCore", LaunchCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)

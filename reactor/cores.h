@@ -33,6 +33,23 @@ typedef struct {
     PyObject *name, *ordinal, *handle, *fast;
 } PreparedCore;
 
+/* DeviceOp: _consumed, _device, _origin, _running */
+typedef struct {
+    PyObject_HEAD
+    PyObject *consumed, *device, *origin, *running;
+} OpCore;
+
+/* A kernel launch op (OpCore's fields, then): _kernel, _prepared, _args, _tensors,
+ * _output, _grid, _block, _shared_mem, and two held for later work: _plan (a cached
+ * per-expression plan) and _cancel_word (the cancellation word of the op's scope). */
+typedef struct {
+    OpCore op;
+    PyObject *kernel, *prepared, *args, *tensors, *output, *grid, *block, *shared_mem, *plan,
+        *cancel_word;
+} LaunchCore;
+
+#define OP(o) ((OpCore *)(o))
+#define LAUNCH(o) ((LaunchCore *)(o))
 #define STREAM(o) ((StreamCore *)(o))
 #define ALLOCATION(o) ((AllocationCore *)(o))
 #define TENSOR(o) ((TensorCore *)(o))
@@ -51,6 +68,7 @@ field_set(PyObject **field, PyObject *v)
  * 0 with a TypeError naming what. */
 int core_subtype_check(PyObject *t, const char *core, const char *what);
 
-extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec;
+extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
+    OpCore_spec, LaunchCore_spec;
 
 #endif

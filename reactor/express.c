@@ -165,9 +165,9 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     if (!is_launch_packed(fast_launch))
         return BY_FAST_LAUNCH;
     unsigned int *g = self->dims, *b = self->dims + 3;
-    PyObject *shared = slot_get(op, self->op.shared_mem);
+    PyObject *shared = LAUNCH(op)->shared_mem;
     PyObject *handle = STREAM(stream)->handle;
-    PyObject *grid = slot_get(op, self->op.grid), *block = slot_get(op, self->op.block);
+    PyObject *grid = LAUNCH(op)->grid, *block = LAUNCH(op)->block;
     if (grid == NULL || grid != self->dims_grid || block != self->dims_block) {
         Py_CLEAR(self->dims_grid); /* (parsed again: tuples, so the same objects are) */
         Py_CLEAR(self->dims_block);
@@ -190,7 +190,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     }
     c->shmem = (unsigned int)sm;
     const char *recs;
-    PyObject *args = slot_get(op, self->op.args);
+    PyObject *args = LAUNCH(op)->args;
     if (args == NULL || check_layout(PyTuple_GET_ITEM(fast, 1), args, &recs, &nl->n) < 0)
         return -1;
     nl->extent = layout_extent(recs, nl->n);
@@ -283,10 +283,10 @@ launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *
     PyObject *code = PyLong_FromLong(rc);
     if (code == NULL)
         return -1;
-    PyObject *a[10] = {self->backend, code, slot_get(op, self->op.prepared),
-                       slot_get(op, self->op.grid), slot_get(op, self->op.block),
-                       slot_get(op, self->op.shared_mem), STREAM(stream)->handle,
-                       slot_get(op, self->op.args), address, gen};
+    PyObject *a[10] = {self->backend, code, LAUNCH(op)->prepared,
+                       LAUNCH(op)->grid, LAUNCH(op)->block,
+                       LAUNCH(op)->shared_mem, STREAM(stream)->handle,
+                       LAUNCH(op)->args, address, gen};
     PyObject *r = PyObject_VectorcallMethod(self->s_launch_failed, a,
                                             10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(code);
@@ -302,9 +302,9 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
 {
     if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0)
         return -1;
-    PyObject *prepared = slot_get(op, self->op.prepared), *grid = slot_get(op, self->op.grid);
-    PyObject *block = slot_get(op, self->op.block), *shared = slot_get(op, self->op.shared_mem);
-    PyObject *handle = STREAM(stream)->handle, *args = slot_get(op, self->op.args);
+    PyObject *prepared = LAUNCH(op)->prepared, *grid = LAUNCH(op)->grid;
+    PyObject *block = LAUNCH(op)->block, *shared = LAUNCH(op)->shared_mem;
+    PyObject *handle = STREAM(stream)->handle, *args = LAUNCH(op)->args;
     if (kind == BY_LAUNCH_KERNEL) {
         PyObject *a[10] = {self->backend, prepared, grid, block, shared, handle, args, box,
                            address, gen};
@@ -427,8 +427,8 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
             Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
 {
     /* (read again: Python may have run; held, since the allocations below may collect) */
-    PyObject *tensors = slot_get(op, self->op.tensors);
-    PyObject *output = slot_get(op, self->op.output);
+    PyObject *tensors = LAUNCH(op)->tensors;
+    PyObject *output = LAUNCH(op)->output;
     PyObject *device = STREAM(stream)->device;
     if (tensors == NULL || !PyList_CheckExact(tensors) || output == NULL || device == NULL) {
         PyErr_SetString(PyExc_SystemError, "a launch op changed while it was submitted");
@@ -631,10 +631,10 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     }
     if (!Py_IS_TYPE(op, self->launch_t) || !Py_IS_TYPE(stream, self->stream_t))
         return generic(self);
-    PyObject *device = slot_get(op, self->op.device);
-    PyObject *prepared = slot_get(op, self->op.prepared);
-    PyObject *tensors = slot_get(op, self->op.tensors);
-    PyObject *output = slot_get(op, self->op.output);
+    PyObject *device = OP(op)->device;
+    PyObject *prepared = LAUNCH(op)->prepared;
+    PyObject *tensors = LAUNCH(op)->tensors;
+    PyObject *output = LAUNCH(op)->output;
     PyObject *submitted = STREAM(stream)->submitted;
     if (device == NULL || STREAM(stream)->device != device || prepared == NULL ||
         !PyObject_TypeCheck(prepared, self->prepared_t) || tensors == NULL ||
@@ -889,7 +889,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_DECREF(seq);
         Py_DECREF(slot);
         Py_XDECREF(spin_obj);
-        output = slot_get(op, self->op.output); /* (again: Python may have run since) */
+        output = LAUNCH(op)->output; /* (again: Python may have run since) */
         result = Py_NewRef(output != NULL ? output : Py_None);
         *settled = 1;
         goto done;
@@ -1035,7 +1035,8 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &prepared, &box, &gen, &spin_us, &failed, &abandon,
                                      &completion, &context, &ready, &future))
         return NULL;
-    if (!is_type(launch, "launch") || !core_subtype_check(stream, "StreamCore", "stream") ||
+    if (!core_subtype_check(launch, "LaunchCore", "launch") ||
+        !core_subtype_check(stream, "StreamCore", "stream") ||
         !core_subtype_check(tensor, "TensorCore", "tensor") ||
         !core_subtype_check(alloc, "AllocationCore", "allocation") ||
         !core_subtype_check(prepared, "PreparedCore", "prepared") ||
@@ -1093,18 +1094,6 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL)
         goto fail;
     self->slots = (SlotLedger *)Py_NewRef(slots);
-    PyTypeObject *L = self->launch_t;
-    if (slot_offset(L, "_consumed", &self->op.consumed) < 0 ||
-        slot_offset(L, "_device", &self->op.device) < 0 ||
-        slot_offset(L, "_tensors", &self->op.tensors) < 0 ||
-        slot_offset(L, "_prepared", &self->op.prepared) < 0 ||
-        slot_offset(L, "_grid", &self->op.grid) < 0 ||
-        slot_offset(L, "_block", &self->op.block) < 0 ||
-        slot_offset(L, "_shared_mem", &self->op.shared_mem) < 0 ||
-        slot_offset(L, "_args", &self->op.args) < 0 ||
-        slot_offset(L, "_output", &self->op.output) < 0 ||
-        0)
-        goto fail;
     PyTypeObject *C = self->context_t;
     if (slot_offset(C, "accesses", &self->cx.accesses) < 0 ||
         slot_offset(C, "capturing", &self->cx.capturing) < 0 ||
@@ -1250,13 +1239,13 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!Py_IS_TYPE(op, self->launch_t))
         return generic(self);
-    if (slot_get(op, self->op.consumed) != Py_False) /* (not declined: never considered) */
+    if (OP(op)->consumed != Py_False) /* (not declined: never considered) */
         return Py_NewRef(self->generic);
-    slot_set(op, self->op.consumed, Py_NewRef(Py_True));
+    field_set(&OP(op)->consumed, Py_NewRef(Py_True));
     int settled;
     PyObject *r = express_launch(self, op, args[1], MODE_FUTURE, Py_None, &settled, NULL);
     if (r == self->generic) /* nothing done: the op is not taken */
-        slot_set(op, self->op.consumed, Py_NewRef(Py_False));
+        field_set(&OP(op)->consumed, Py_NewRef(Py_False));
     return r;
 }
 
@@ -1685,8 +1674,8 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         Py_DECREF(core);
         return PYGEN_ERROR;
     }
-    PyObject *device = slot_get(op, x->op.device);
-    if (slot_get(op, x->op.consumed) != Py_False || device == NULL || device == Py_None) {
+    PyObject *device = OP(op)->device;
+    if (OP(op)->consumed != Py_False || device == NULL || device == Py_None) {
         Py_DECREF(adapter);
         Py_DECREF(core);
         if (PyErr_Occurred())
@@ -1694,7 +1683,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         *result = call_one(self->fallback, op); /* (an op taken: it raises, worded) */
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
-    slot_set(op, x->op.consumed, Py_NewRef(Py_True));
+    field_set(&OP(op)->consumed, Py_NewRef(Py_True));
     /* the policy's stream (express.await_launch's, as it words its checks) */
     PyObject *policy = NULL, *stream = NULL;
     int status = PYGEN_ERROR;
@@ -1881,7 +1870,7 @@ queued_step(LaunchIter *self, PyObject **result)
         goto fail;
     x->burst_awaits++;
     x->completed_inline++; /* (Hub.snapshot adds both to stats()) */
-    PyObject *output = slot_get(self->op, x->op.output);
+    PyObject *output = LAUNCH(self->op)->output;
     *result = Py_NewRef(output != NULL ? output : Py_None);
     self->state = ITER_DONE;
     queued_clear(self);

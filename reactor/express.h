@@ -44,11 +44,6 @@ restore_error(saved_error *e)
 /* What the native fast paths of Allocation read (alloc.c). */
 typedef struct alloc_shape alloc_shape;
 
-/* the offsets of the slots the core reads and writes, by type */
-typedef struct {
-    Py_ssize_t consumed, device, tensors, prepared, grid, block, shared_mem, args, output;
-} op_offsets;
-
 /* the __slots__ of an ExecutionContext */
 typedef struct {
     Py_ssize_t accesses, capturing, checks, deferred, device, errors, fuse, retained, seq, stream;
@@ -84,7 +79,6 @@ typedef struct {
     PyObject *no_args;
     context_offsets cx;
     Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
-    op_offsets op;
     /* interned names of the attributes read on every call */
     PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
         *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,

@@ -41,8 +41,6 @@ typedef struct {
     Py_ssize_t n, npointers, noutputs;
     plan_entry *plan;
     /* slots of the op, the tensor and the allocation */
-    Py_ssize_t o_consumed, o_device, o_kernel, o_prepared, o_args, o_tensors, o_output, o_grid,
-        o_block, o_shared_mem;
     PyObject *s_params, *s_prepared, *s_prepare, *s_ordinal, *s_launch, *s_launch_checked,
         *s_check_aliasing, *s_device_of;
 } Launcher;
@@ -235,16 +233,16 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if ((op = self->launch_t->tp_alloc(self->launch_t, 0)) == NULL)
         goto fail;
-    slot_set(op, self->o_consumed, Py_NewRef(Py_False));
-    slot_set(op, self->o_device, device);
-    slot_set(op, self->o_kernel, Py_NewRef(self->kernel));
-    slot_set(op, self->o_prepared, prepared);
-    slot_set(op, self->o_args, arglist);
-    slot_set(op, self->o_tensors, tensors);
-    slot_set(op, self->o_output, output);
-    slot_set(op, self->o_grid, Py_NewRef(self->grid));
-    slot_set(op, self->o_block, Py_NewRef(self->block));
-    slot_set(op, self->o_shared_mem, Py_NewRef(self->shared_mem));
+    field_set(&OP(op)->consumed, Py_NewRef(Py_False));
+    field_set(&OP(op)->device, device);
+    field_set(&LAUNCH(op)->kernel, Py_NewRef(self->kernel));
+    field_set(&LAUNCH(op)->prepared, prepared);
+    field_set(&LAUNCH(op)->args, arglist);
+    field_set(&LAUNCH(op)->tensors, tensors);
+    field_set(&LAUNCH(op)->output, output);
+    field_set(&LAUNCH(op)->grid, Py_NewRef(self->grid));
+    field_set(&LAUNCH(op)->block, Py_NewRef(self->block));
+    field_set(&LAUNCH(op)->shared_mem, Py_NewRef(self->shared_mem));
     return op;
 fail:
     Py_XDECREF(arglist);
@@ -379,18 +377,8 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_device_of, "_device_of")
 #undef NAME
     PyTypeObject *L = self->launch_t;
-    if (!core_subtype_check((PyObject *)self->tensor_t, "TensorCore", "tensor"))
-        goto fail;
-    if (slot_offset(L, "_consumed", &self->o_consumed) < 0 ||
-        slot_offset(L, "_device", &self->o_device) < 0 ||
-        slot_offset(L, "_kernel", &self->o_kernel) < 0 ||
-        slot_offset(L, "_prepared", &self->o_prepared) < 0 ||
-        slot_offset(L, "_args", &self->o_args) < 0 ||
-        slot_offset(L, "_tensors", &self->o_tensors) < 0 ||
-        slot_offset(L, "_output", &self->o_output) < 0 ||
-        slot_offset(L, "_grid", &self->o_grid) < 0 ||
-        slot_offset(L, "_block", &self->o_block) < 0 ||
-        slot_offset(L, "_shared_mem", &self->o_shared_mem) < 0)
+    if (!core_subtype_check((PyObject *)self->tensor_t, "TensorCore", "tensor") ||
+        !core_subtype_check((PyObject *)L, "LaunchCore", "launch"))
         goto fail;
     if (L->tp_dictoffset != 0) {
         PyErr_Format(PyExc_TypeError, "%.100s must have __slots__ only", L->tp_name);
@@ -526,8 +514,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fallback;
     PyObject *s_cache;
-    PyTypeObject *op_type; /* OpFinalizer: the op type whose _consumed is at ``consumed`` */
-    Py_ssize_t consumed;
+    PyTypeObject *op_type; /* OpFinalizer: the op type (an OpCore) */
 } MethodShim;
 
 static PyObject *
@@ -574,7 +561,7 @@ OpFinalizer_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs == 1 && kwnames == NULL && self->op_type != NULL &&
         PyObject_TypeCheck(args[0], self->op_type) &&
-        *(PyObject **)((char *)args[0] + self->consumed) == Py_True)
+        OP(args[0])->consumed == Py_True)
         Py_RETURN_NONE; /* executed: nothing to say */
     return shim_fallback(self, args, nargsf, kwnames);
 }
@@ -612,7 +599,7 @@ OpFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->vectorcall = (vectorcallfunc)OpFinalizer_vectorcall;
     self->fallback = Py_NewRef(warn);
     self->op_type = (PyTypeObject *)Py_NewRef(op);
-    if (slot_offset((PyTypeObject *)op, "_consumed", &self->consumed) < 0) {
+    if (!core_subtype_check(op, "OpCore", "op")) {
         Py_DECREF(self);
         return NULL;
     }

@@ -824,7 +824,7 @@ module_exec(PyObject *m)
         {"CurrentOrdinal", &CurrentOrdinal_spec}, {"AllocFinalizer", &AllocFinalizer_spec},
         {"SlotLedger", &SlotLedger_spec}, {"StreamCore", &StreamCore_spec},
         {"AllocationCore", &AllocationCore_spec}, {"TensorCore", &TensorCore_spec},
-        {"PreparedCore", &PreparedCore_spec},
+        {"PreparedCore", &PreparedCore_spec}, {"OpCore", &OpCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -832,6 +832,13 @@ module_exec(PyObject *m)
         express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
         Py_XDECREF(t);
     }
+    /* LaunchCore: under OpCore */
+    PyObject *op_core = express_added ? PyObject_GetAttrString(m, "OpCore") : NULL;
+    PyObject *launch_core = op_core == NULL ? NULL
+                                            : PyType_FromModuleAndSpec(m, &LaunchCore_spec, op_core);
+    express_added = launch_core != NULL && PyModule_AddObjectRef(m, "LaunchCore", launch_core) == 0;
+    Py_XDECREF(op_core);
+    Py_XDECREF(launch_core);
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||
         st->submitter_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||

@@ -21,6 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
+from .._native import OpCore
 from .._tensor import Tensor
 from ..errors import (
     ArgumentError,
@@ -67,7 +68,7 @@ E = TypeVar("E")
 F = TypeVar("F")
 
 
-class DeviceOp(ProcessLocal, Generic[T]):
+class DeviceOp(ProcessLocal, OpCore, Generic[T]):
     """A lazy device operation producing a ``T``; single-use, like a coroutine.
 
     >>> x = await cuasync.from_host(np.arange(4.0))          # asyncio, uvloop or trio
@@ -80,7 +81,7 @@ class DeviceOp(ProcessLocal, Generic[T]):
         "that awaits it"
     )
 
-    __slots__ = ("_consumed", "_device", "_origin", "_running")
+    __slots__ = ()  # _consumed, _device, _origin, _running: the native base's (``OpCore``)
 
     #: Captures an op into a graph (:meth:`graph`); graphs are built on ops, so
     #: cuasync/_core/graph.py fills this when imported.

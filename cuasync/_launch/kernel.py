@@ -37,7 +37,7 @@ from .._core.output import Output, _Ready
 from .._dtypes import SUPPORTED, dtype_name
 from .._first_use import Unprepared
 from .._launcher import make_launcher
-from .._native import NATIVE
+from .._native import NATIVE, LaunchCore
 from .._tensor import Tensor, is_size, partly_overlap
 from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
@@ -692,19 +692,12 @@ if getattr(NATIVE, "ConfigLookup", None) is not None:
     _Launchable.__getitem__ = NATIVE.ConfigLookup(fallback=_Launchable.__getitem__)  # type: ignore[method-assign]
 
 
-class _Launch(_NativeLaunchBase[Any]):
-    """One kernel launch: the arguments are checked, the kernel prepared for ``device``."""
+class _Launch(_NativeLaunchBase[Any], LaunchCore):
+    """One kernel launch: the arguments are checked, the kernel prepared for ``device``.
 
-    __slots__ = (
-        "_args",
-        "_block",
-        "_grid",
-        "_kernel",
-        "_output",
-        "_prepared",
-        "_shared_mem",
-        "_tensors",
-    )
+    Its fields are the native base's (``LaunchCore``), which the native core reads."""
+
+    __slots__ = ()
 
     def __init__(
         self,
