@@ -40,11 +40,15 @@ TensorCore = _reactor.TensorCore
 PreparedCore = _reactor.PreparedCore
 OpCore = _reactor.OpCore
 LaunchCore = _reactor.LaunchCore
+HubCore = _reactor.HubCore
+BackendCore = _reactor.BackendCore
 
 __all__ = [
     "ABI",
     "NATIVE",
     "AllocationCore",
+    "BackendCore",
+    "HubCore",
     "LaunchCore",
     "OpCore",
     "PreparedCore",

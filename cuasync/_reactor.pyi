@@ -326,6 +326,26 @@ class LaunchCore(OpCore):
     _plan: Any
     _cancel_word: Any
 
+@disjoint_base
+class HubCore:
+    """The switches of the completion hub (its base type) that every submission reads."""
+
+    express: Any
+    spin_budget_us: int
+    use_reactor: bool
+    step_aside: bool
+
+@disjoint_base
+class BackendCore:
+    """What a backend (its base type) tells every submission."""
+
+    fast_launch: Any
+    current: Any
+    fault_seen: bool
+
+def set_tracing(on: object, /) -> None: ...
+def tracing() -> bool: ...
+
 @final
 class SlotLedger:
     """The completion slab's slots: the one owner of claiming and releasing them."""

@@ -45,17 +45,19 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 /* (None while unset) */
 #define OPTIONAL(T, field, name, doc) {name, T_OBJECT, offsetof(T, field), 0, doc}
 
-#define CORE_TYPE(T, NAME, DOC, ...)                                                          \
+#define CORE_TYPE(T, NAME, DOC, ...) CORE_TYPE_N(T, NFIELDS(T), NAME, DOC, __VA_ARGS__)
+/* (N: the object fields, first in the struct; any plain C fields follow them) */
+#define CORE_TYPE_N(T, N, NAME, DOC, ...)                                                     \
     static int T##_traverse(PyObject *self, visitproc visit, void *arg)                      \
     {                                                                                         \
-        return fields_traverse(self, NFIELDS(T), visit, arg);                                 \
+        return fields_traverse(self, N, visit, arg);                                          \
     }                                                                                         \
     static int T##_clear(PyObject *self)                                                      \
     {                                                                                         \
-        fields_clear(self, NFIELDS(T));                                                       \
+        fields_clear(self, N);                                                                \
         return 0;                                                                             \
     }                                                                                         \
-    static void T##_dealloc(PyObject *self) { fields_dealloc(self, NFIELDS(T)); }             \
+    static void T##_dealloc(PyObject *self) { fields_dealloc(self, N); }                      \
     static PyMemberDef T##_members[] = {__VA_ARGS__, {NULL, 0, 0, 0, NULL}};                 \
     static PyType_Slot T##_slots[] = {                                                        \
         {Py_tp_doc, DOC},                                                                     \
@@ -137,6 +139,53 @@ CORE_TYPE(LaunchCore, "LaunchCore",
           OPTIONAL(LaunchCore, cancel_word, "_cancel_word",
                    "The cancellation word of the op's scope, or None."));
 
+CORE_TYPE_N(HubCore, 2, "HubCore",
+            "The switches of the completion hub (its base type) that every submission reads.",
+            OPTIONAL(HubCore, express, "express",
+                     "The native op core (an Express), or None: every op takes the generic path."),
+            MEMBER(HubCore, spin_budget_us, "spin_budget_us",
+                   "Inline spin before suspending, in microseconds (CUASYNC_SPIN_BUDGET_US)."),
+            {"use_reactor", T_BOOL, offsetof(HubCore, use_reactor), 0,
+             "Whether awaits use flag slots (else host callbacks)."},
+            {"step_aside", T_BOOL, offsetof(HubCore, step_aside), 0,
+             "Whether an await in a burst steps aside, its launch queued."});
+
+CORE_TYPE_N(BackendCore, 2, "BackendCore",
+            "What a backend (its base type) tells every submission: its native launch, its "
+            "record of this thread's current context, whether a device has faulted.",
+            OPTIONAL(BackendCore, fast_launch, "fast_launch",
+                     "The backend's native launch with its flag write, or None."),
+            OPTIONAL(BackendCore, current, "current",
+                     "Its record of this thread's current context (.ordinal), or None."),
+            {"fault_seen", T_BOOL, offsetof(BackendCore, fault_seen), 0,
+             "Whether any device of this backend has faulted."});
+
+int cuasync_tracing = 0;
+
+static PyObject *
+mod_set_tracing(PyObject *Py_UNUSED(m), PyObject *on)
+{
+    int t = PyObject_IsTrue(on);
+    if (t < 0)
+        return NULL;
+    cuasync_tracing = t;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+mod_tracing(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
+{
+    return PyBool_FromLong(cuasync_tracing);
+}
+
+PyMethodDef cores_methods[] = {
+    {"set_tracing", (PyCFunction)mod_set_tracing, METH_O,
+     "set_tracing($module, on, /)\n--\n\nTurn the NVTX tracing switch on or off (cuasync.trace)."},
+    {"tracing", (PyCFunction)mod_tracing, METH_NOARGS,
+     "tracing($module, /)\n--\n\nWhether NVTX tracing is on: submissions take the generic path."},
+    {NULL, NULL, 0, NULL},
+};
+
 /* Whether t is a subtype of the core type whose deallocator is dealloc (the types are
  * made per module: a core is known by its deallocator). */
 static int
@@ -161,6 +210,8 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"PreparedCore", PreparedCore_dealloc},
         {"OpCore", OpCore_dealloc},
         {"LaunchCore", LaunchCore_dealloc},
+        {"HubCore", HubCore_dealloc},
+        {"BackendCore", BackendCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)

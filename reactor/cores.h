@@ -48,6 +48,28 @@ typedef struct {
         *cancel_word;
 } LaunchCore;
 
+/* Hub: the switches every submission reads (the core, whether awaits use flag slots,
+ * whether awaits in a burst step aside, the inline spin budget) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *express, *spin_budget_us;
+    char use_reactor, step_aside;
+} HubCore;
+
+/* Backend: the native launch, this thread's current-context record, whether a device
+ * has faulted */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fast_launch, *current;
+    char fault_seen;
+} BackendCore;
+
+#define HUB(o) ((HubCore *)(o))
+#define BACKEND(o) ((BackendCore *)(o))
+
+/* Whether NVTX tracing is on (process-wide: cuasync.trace; cores.c). */
+extern int cuasync_tracing;
+
 #define OP(o) ((OpCore *)(o))
 #define LAUNCH(o) ((LaunchCore *)(o))
 #define STREAM(o) ((StreamCore *)(o))
@@ -69,6 +91,7 @@ field_set(PyObject **field, PyObject *v)
 int core_subtype_check(PyObject *t, const char *core, const char *what);
 
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
-    OpCore_spec, LaunchCore_spec;
+    OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec;
+extern PyMethodDef cores_methods[];
 
 #endif

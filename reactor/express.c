@@ -963,16 +963,10 @@ intern_names(Express *self)
 #define NAME(field, text)                                                                     \
     if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
         return -1;
-    NAME(s_use_reactor, "use_reactor")
-    NAME(s_enabled, "enabled")
-    NAME(s_fault_seen, "fault_seen")
-    NAME(s_fast_launch, "fast_launch")
-    NAME(s_current, "current")
     NAME(s_ordinal, "ordinal")
     NAME(s_const, "const")
     NAME(s_readonly, "readonly")
     NAME(s_itemsize, "itemsize")
-    NAME(s_spin_budget_us, "spin_budget_us")
     NAME(s_long_ops, "long_ops")
     NAME(s_completed_inline, "completed_inline")
     NAME(s_acquire, "acquire")
@@ -1025,13 +1019,13 @@ is_type(PyObject *t, const char *what)
 static PyObject *
 Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"hub", "lock", "local", "trace", "launch", "stream", "tensor",
+    static char *kwlist[] = {"hub", "lock", "local", "launch", "stream", "tensor",
                              "allocation", "prepared", "box", "generic", "spin_us", "failed",
                              "abandon", "completion", "context", "ready", "future", NULL};
-    PyObject *hub, *lock, *local, *trace, *launch, *stream, *tensor, *alloc, *prepared, *box,
+    PyObject *hub, *lock, *local, *launch, *stream, *tensor, *alloc, *prepared, *box,
         *gen, *spin_us, *failed, *abandon, *completion, *context, *ready, *future;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOOO:Express", kwlist, &hub,
-                                     &lock, &local, &trace, &launch, &stream, &tensor, &alloc,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOO:Express", kwlist, &hub,
+                                     &lock, &local, &launch, &stream, &tensor, &alloc,
                                      &prepared, &box, &gen, &spin_us, &failed, &abandon,
                                      &completion, &context, &ready, &future))
         return NULL;
@@ -1053,22 +1047,14 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
         return NULL;
     }
-    if (!PyModule_Check(trace)) {
-        PyErr_SetString(PyExc_TypeError, "trace must be a module");
+    if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "hub's type"))
         return NULL;
-    }
     Express *self = (Express *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
     self->hub = Py_NewRef(hub);
     self->lock = Py_NewRef(lock);
     self->local = Py_NewRef(local);
-    self->trace = Py_NewRef(trace);
-    self->trace_dict = Py_NewRef(PyModule_GetDict(trace));
-    if ((self->hub_dict = PyObject_GenericGetDict(hub, NULL)) == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
     self->launch_t = (PyTypeObject *)Py_NewRef(launch);
     self->stream_t = (PyTypeObject *)Py_NewRef(stream);
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
@@ -1087,6 +1073,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
         (self->backend = hub_attr(hub, "backend", NULL)) == NULL ||
+        !core_subtype_check((PyObject *)Py_TYPE(self->backend), "BackendCore", "hub.backend's type") ||
         (self->backend_dict = PyObject_GenericGetDict(self->backend, NULL)) == NULL ||
         (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
         (slots = hub_attr(hub, "slots", NULL)) == NULL || !ledger_check(slots, "hub.slots") ||
@@ -1127,13 +1114,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
     Py_VISIT(self->local);
-    Py_VISIT(self->trace);
-    Py_VISIT(self->hub_dict);
-    Py_VISIT(self->state.fast_launch);
-    Py_VISIT(self->state.current);
-    Py_VISIT(self->state.budget);
     Py_VISIT(self->backend_dict);
-    Py_VISIT(self->trace_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
     Py_VISIT(self->spin_us);
@@ -1156,7 +1137,6 @@ Express_clear(Express *self)
 {
     Py_CLEAR(self->dims_grid);
     Py_CLEAR(self->dims_block);
-    core_state_clear(&self->state);
     Py_CLEAR(self->hub);
     Py_CLEAR(self->backend);
     Py_CLEAR(self->stats);
@@ -1164,10 +1144,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->local);
-    Py_CLEAR(self->trace);
-    Py_CLEAR(self->hub_dict);
     Py_CLEAR(self->backend_dict);
-    Py_CLEAR(self->trace_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
     Py_CLEAR(self->spin_us);
@@ -1192,10 +1169,9 @@ Express_dealloc(Express *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Express_clear(self);
-    PyObject **names[] = {&self->s_use_reactor, &self->s_enabled, &self->s_fault_seen,
-                          &self->s_fast_launch, &self->s_current, &self->s_ordinal,
+    PyObject **names[] = {&self->s_ordinal,
                           &self->s_const, &self->s_readonly, &self->s_itemsize,
-                          &self->s_spin_budget_us, &self->s_long_ops, &self->s_completed_inline,
+                          &self->s_long_ops, &self->s_completed_inline,
                           &self->s_acquire, &self->s_release, &self->s_active,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
                           &self->minus_one, &self->no_args, &self->s_ctx, &self->s_out,
@@ -1360,22 +1336,13 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
         *policy_var, *stream_for, *done_t, *core_t, *completion_dict, *loops_dict;
-    PyObject *s_hub, *s_last, *s_express, *s_step_aside, *s_policy, *s_next_stream;
+    PyObject *s_hub, *s_last, *s_policy, *s_next_stream;
     PyObject *s_steps_aside, *s_others_ready, *s_ready, *s_tick_task, *s_tick_shared;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
     PyTypeObject *round_robin; /* scheduling.StreamPoolRoundRobin, or NULL */
     PyTypeObject *single;      /* scheduling.SingleStream, or NULL */
     PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams, *s_single_stream;
     unsigned long long inline_awaits;
-    /* completion._hub, its core and step_aside, and loops._last, kept while their dicts
-     * and the hub's type are unchanged (CORE_STATE_KEPT, express.h) */
-    int kept_hub, kept_last;
-    uint64_t hub_tags[2]; /* completion's dict, the hub's */
-    unsigned int hub_type;
-    PyObject *hub, *hub_dict, *core; /* core: NULL when the hub has none (or no hub) */
-    int step_aside;
-    uint64_t last_tag; /* loops' dict */
-    PyObject *last;
 } LaunchAwait;
 
 /*
@@ -1551,82 +1518,37 @@ weakref_is(PyObject *w, PyObject *o)
 #endif
 }
 
-static void
-await_state_clear(LaunchAwait *self)
-{
-    self->kept_hub = self->kept_last = 0;
-    Py_CLEAR(self->hub);
-    Py_CLEAR(self->hub_dict);
-    Py_CLEAR(self->core);
-    Py_CLEAR(self->last);
-}
-
 /* The hub's core (a new reference; NULL, no error, when there is no hub or no core) and
- * its step_aside, as completion._hub.express and .step_aside read now or kept. 0, or -1
- * with an error set. */
+ * its step_aside: completion._hub's, read now (its fields: the hub is a HubCore). 0, or
+ * -1 with an error set. */
 static int
 await_core(LaunchAwait *self, PyObject **core, int *step_aside)
 {
     *core = NULL;
     *step_aside = 0;
-    uint64_t tag = dict_tag(self->completion_dict);
-    if (CORE_STATE_KEPT && self->kept_hub && tag == self->hub_tags[0] &&
-        dict_tag(self->hub_dict) == self->hub_tags[1] && type_tag(self->hub) == self->hub_type) {
-        *core = Py_XNewRef(self->core);
-        *step_aside = self->step_aside;
-        return 0;
-    }
-    self->kept_hub = 0;
-    Py_CLEAR(self->hub);
-    Py_CLEAR(self->hub_dict);
-    Py_CLEAR(self->core);
-    PyObject *hub = dict_attr(self->completion_dict, self->completion, self->s_hub);
+    PyObject *hub = PyDict_GetItemWithError(self->completion_dict, self->s_hub);
     if (hub == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (hub == Py_None)
+        return 0;
+    if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "completion._hub's type"))
         return -1;
-    PyObject *hub_dict = hub == Py_None ? NULL : PyObject_GenericGetDict(hub, NULL);
-    uint64_t hub_tag = hub_dict == NULL ? 0 : dict_tag(hub_dict);
-    unsigned int hub_type = type_tag(hub);
-    PyObject *c = hub_dict == NULL ? NULL : dict_attr(hub_dict, hub, self->s_express);
-    int step = c == NULL ? 0 : dict_true(hub_dict, hub, self->s_step_aside);
-    if ((c == NULL && PyErr_Occurred()) || step < 0) {
-        Py_XDECREF(c);
-        Py_XDECREF(hub_dict);
-        Py_DECREF(hub);
-        return -1;
+    PyObject *c = HUB(hub)->express;
+    if (c != NULL && c != Py_None) {
+        *core = Py_NewRef(c);
+        *step_aside = HUB(hub)->step_aside;
     }
-    if (CORE_STATE_KEPT && hub_dict != NULL && hub_type != 0) { /* (tags read before) */
-        self->hub_tags[0] = tag, self->hub_tags[1] = hub_tag;
-        self->hub_type = hub_type;
-        /* (XSETREF: another thread may have filled them while the reads ran Python code) */
-        Py_XSETREF(self->hub, Py_NewRef(hub));
-        Py_XSETREF(self->hub_dict, Py_NewRef(hub_dict));
-        Py_XSETREF(self->core, Py_XNewRef(c));
-        self->step_aside = step;
-        self->kept_hub = 1;
-    }
-    Py_XDECREF(hub_dict);
-    Py_DECREF(hub);
-    *core = c;
-    *step_aside = step;
     return 0;
 }
 
-/* loops._last, read now or kept: a new reference, or NULL with an error set. */
+/* loops._last, read now: a new reference, or NULL with an error set. */
 static PyObject *
 await_last(LaunchAwait *self)
 {
-    uint64_t tag = dict_tag(self->loops_dict);
-    if (CORE_STATE_KEPT && self->kept_last && tag == self->last_tag)
-        return Py_NewRef(self->last);
-    self->kept_last = 0;
-    Py_CLEAR(self->last);
-    PyObject *last = dict_attr(self->loops_dict, self->loops, self->s_last);
-    if (CORE_STATE_KEPT && last != NULL && PyDict_GetItemWithError(self->loops_dict, self->s_last)) {
-        self->last_tag = tag;
-        Py_XSETREF(self->last, Py_NewRef(last));
-        self->kept_last = 1;
-    }
-    return last;
+    PyObject *last = PyDict_GetItemWithError(self->loops_dict, self->s_last);
+    if (last == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_AttributeError, "cuasync._core.loops has no _last");
+    return Py_XNewRef(last);
 }
 
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
@@ -2237,8 +2159,6 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     NAME(s_hub, "_hub")
     NAME(s_last, "_last")
-    NAME(s_express, "express")
-    NAME(s_step_aside, "step_aside")
     NAME(s_policy, "policy")
     NAME(s_next_stream, "next_stream")
     NAME(s_steps_aside, "steps_aside")
@@ -2262,10 +2182,6 @@ static int
 LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->hub);
-    Py_VISIT(self->hub_dict);
-    Py_VISIT(self->core);
-    Py_VISIT(self->last);
     Py_VISIT(self->fallback);
     Py_VISIT(self->finish);
     Py_VISIT(self->completion);
@@ -2287,7 +2203,6 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
 static int
 LaunchAwait_clear(LaunchAwait *self)
 {
-    await_state_clear(self);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->finish);
     Py_CLEAR(self->completion);
@@ -2314,8 +2229,6 @@ LaunchAwait_dealloc(LaunchAwait *self)
     LaunchAwait_clear(self);
     Py_CLEAR(self->s_hub);
     Py_CLEAR(self->s_last);
-    Py_CLEAR(self->s_express);
-    Py_CLEAR(self->s_step_aside);
     Py_CLEAR(self->s_policy);
     Py_CLEAR(self->s_next_stream);
     Py_CLEAR(self->s_steps_aside);

@@ -49,29 +49,11 @@ typedef struct {
     Py_ssize_t accesses, capturing, checks, deferred, device, errors, fuse, retained, seq, stream;
 } context_offsets;
 
-/* What every launch reads of the hub, the trace module and the backend (hub_allows, the
- * backend's fast_launch and current, the spin budget), kept while none of it can have
- * changed: CPython before 3.13 gives a dict a new version tag on every change, and a
- * type a new tp_version_tag when a class attribute (a default an instance dict lacks)
- * changes. Elsewhere nothing is kept, and each launch reads them. */
-#if PY_VERSION_HEX < 0x030D0000
-#define CORE_STATE_KEPT 1
-#else
-#define CORE_STATE_KEPT 0
-#endif
-typedef struct {
-    int valid;
-    uint64_t tags[3];            /* the hub's, the trace module's, the backend's dict */
-    unsigned int types[2];       /* the hub's and the backend's type */
-    int allows;                  /* hub_allows() */
-    PyObject *fast_launch, *current, *budget;
-} core_state;
-
 typedef struct {
     PyObject_HEAD
-    PyObject *hub, *backend, *stats, *memops, *lock, *local, *trace;
+    PyObject *hub, *backend, *stats, *memops, *lock, *local; /* hub: a HubCore, backend a BackendCore */
     SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
-    PyObject *hub_dict, *trace_dict, *backend_dict; /* __dict__s of the hub, trace, backend */
+    PyObject *backend_dict; /* the backend's __dict__ */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
     /* what a future is made of (Express.submit): express._completion_of's types */
@@ -80,8 +62,7 @@ typedef struct {
     context_offsets cx;
     Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
     /* interned names of the attributes read on every call */
-    PyObject *s_use_reactor, *s_enabled, *s_fault_seen, *s_fast_launch, *s_current,
-        *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_spin_budget_us, *s_long_ops,
+    PyObject *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_long_ops,
         *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
         *s_launch_failed, *s_use;
     /* the Completion attributes a future's sets (as Completion.__init__ and
@@ -100,7 +81,6 @@ typedef struct {
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
-    core_state state;                 /* the reads of every launch, kept (below) */
     PyObject *dims_grid, *dims_block; /* the last launch's grid and block tuples, */
     unsigned int dims[6];             /* read: a Launcher's are the same objects */
     struct upload_builder *builder; /* from_host's op built in C (Express.set_builder) */
@@ -118,156 +98,47 @@ attr_true(PyObject *o, PyObject *name)
     return t;
 }
 
-/* An instance attribute read from the instance's __dict__ (no type lookup: the hub's
- * and the trace module's attributes are plain ones); the attribute itself when the
- * dict has no such key (a class default). A new reference, or NULL with an error. */
-static inline PyObject *
-dict_attr(PyObject *dict, PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(dict, name);
-    if (v != NULL)
-        return Py_NewRef(v);
-    return PyErr_Occurred() ? NULL : PyObject_GetAttr(obj, name);
-}
-
-static inline int
-dict_true(PyObject *dict, PyObject *obj, PyObject *name)
-{
-    PyObject *v = dict_attr(dict, obj, name);
-    if (v == NULL)
-        return -1;
-    int t = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return t;
-}
-
 long current_ordinal_of(PyObject *o);
 
-/* The hub's and the backend's state the core needs: flag slots in use,
- * no tracing, no fault seen. 1 the core's case, 0 not, -1 an error. */
-static inline int
-hub_allows(Express *self)
-{
-    int t;
-    if ((t = dict_true(self->hub_dict, self->hub, self->s_use_reactor)) <= 0 ||
-        (t = !dict_true(self->trace_dict, self->trace, self->s_enabled)) <= 0 ||
-        (t = !dict_true(self->backend_dict, self->backend, self->s_fault_seen)) <= 0)
-        return t < 0 || PyErr_Occurred() ? -1 : 0;
-    return 1;
-}
-
-/* A dict's version tag (CORE_STATE_KEPT: a new one on every change of the dict). */
-static inline uint64_t
-dict_tag(PyObject *d)
-{
-#if CORE_STATE_KEPT
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-    return ((PyDictObject *)d)->ma_version_tag;
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
-#else
-    (void)d;
-    return 0;
-#endif
-}
-
-/* A type's attribute-cache version: 0 when it has none (then nothing is kept). */
-static inline unsigned int
-type_tag(PyObject *o)
-{
-    PyTypeObject *t = Py_TYPE(o);
-    return PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
-}
-
-static inline void
-core_state_clear(core_state *s)
-{
-    s->valid = 0;
-    Py_CLEAR(s->fast_launch);
-    Py_CLEAR(s->current);
-    Py_CLEAR(s->budget);
-}
-
-/* This launch's reads (new references in *fast, *current, *budget, set only when
- * *allows): from self->state while nothing they come from changed, else read again
- * (and kept, CORE_STATE_KEPT). 0, or -1 with an error set. */
+/* What every launch reads of the hub and the backend (their native base types' fields)
+ * and the tracing switch: *allows, 1 when flag slots are in use, tracing is off and no
+ * fault was seen (the core's case); then new references in *fast (the backend's native
+ * launch, or None), *current (its current-context record, or None) and *budget (the
+ * spin budget). 0, or -1 with an error set. */
 static inline int
 launch_state(Express *self, int *allows, PyObject **fast, PyObject **current, PyObject **budget)
 {
-    core_state *s = &self->state;
+    HubCore *hub = HUB(self->hub);
+    BackendCore *backend = BACKEND(self->backend);
     *fast = *current = *budget = NULL;
-    uint64_t tags[3] = {dict_tag(self->hub_dict), dict_tag(self->trace_dict),
-                        dict_tag(self->backend_dict)};
-    unsigned int types[2] = {type_tag(self->hub), type_tag(self->backend)};
-    if (CORE_STATE_KEPT && s->valid && tags[0] == s->tags[0] && tags[1] == s->tags[1] &&
-        tags[2] == s->tags[2] && types[0] == s->types[0] && types[1] == s->types[1]) {
-        if ((*allows = s->allows)) {
-            *fast = Py_NewRef(s->fast_launch);
-            *current = Py_NewRef(s->current);
-            *budget = Py_NewRef(s->budget);
-        }
+    *allows = hub->use_reactor && !cuasync_tracing && !backend->fault_seen;
+    if (!*allows)
         return 0;
-    }
-    core_state_clear(s);
-    int t = hub_allows(self);
-    if (t < 0)
+    if (hub->spin_budget_us == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the hub has no spin_budget_us");
         return -1;
-    *allows = t;
-    if (t) {
-        *fast = dict_attr(self->backend_dict, self->backend, self->s_fast_launch);
-        *current = *fast == NULL ? NULL
-                                 : dict_attr(self->backend_dict, self->backend, self->s_current);
-        *budget = *current == NULL ? NULL
-                                   : dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
-        if (*budget == NULL) {
-            Py_CLEAR(*fast);
-            Py_CLEAR(*current);
-            return -1;
-        }
     }
-    /* kept (the tags read before the reads: a change made by them is seen next time) */
-    if (CORE_STATE_KEPT && types[0] != 0 && types[1] != 0) {
-        s->tags[0] = tags[0], s->tags[1] = tags[1], s->tags[2] = tags[2];
-        s->types[0] = types[0], s->types[1] = types[1];
-        s->allows = t;
-        /* (XSETREF: another thread may have filled it while the reads ran Python code) */
-        Py_XSETREF(s->fast_launch, Py_XNewRef(*fast));
-        Py_XSETREF(s->current, Py_XNewRef(*current));
-        Py_XSETREF(s->budget, Py_XNewRef(*budget));
-        s->valid = 1;
-    }
+    *fast = Py_NewRef(backend->fast_launch != NULL ? backend->fast_launch : Py_None);
+    *current = Py_NewRef(backend->current != NULL ? backend->current : Py_None);
+    *budget = Py_NewRef(hub->spin_budget_us);
     return 0;
 }
 
-/* hub_allows() and the hub's spin budget (a new reference, or NULL with an error set),
- * through the kept state: for the paths that need no more of it (an upload). */
+/* launch_state's *allows alone (an upload's check): 1, 0, never an error. */
 static inline int
 state_allows(Express *self)
 {
-    int t;
-    PyObject *fast, *current, *budget;
-    if (launch_state(self, &t, &fast, &current, &budget) < 0)
-        return -1;
-    Py_XDECREF(fast);
-    Py_XDECREF(current);
-    Py_XDECREF(budget);
-    return t;
+    return HUB(self->hub)->use_reactor && !cuasync_tracing && !BACKEND(self->backend)->fault_seen;
 }
 
+/* The hub's spin budget: a new reference, or NULL with an error set. */
 static inline PyObject *
 state_budget(Express *self)
 {
-    int t;
-    PyObject *fast, *current, *budget;
-    if (launch_state(self, &t, &fast, &current, &budget) < 0)
-        return NULL;
-    Py_XDECREF(fast);
-    Py_XDECREF(current);
-    return t ? budget : dict_attr(self->hub_dict, self->hub, self->s_spin_budget_us);
+    PyObject *budget = HUB(self->hub)->spin_budget_us;
+    if (budget == NULL)
+        PyErr_SetString(PyExc_AttributeError, "the hub has no spin_budget_us");
+    return Py_XNewRef(budget);
 }
 
 /* express._settle for work that landed within its spin, done in C: the stream's

@@ -825,6 +825,7 @@ module_exec(PyObject *m)
         {"SlotLedger", &SlotLedger_spec}, {"StreamCore", &StreamCore_spec},
         {"AllocationCore", &AllocationCore_spec}, {"TensorCore", &TensorCore_spec},
         {"PreparedCore", &PreparedCore_spec}, {"OpCore", &OpCore_spec},
+        {"HubCore", &HubCore_spec}, {"BackendCore", &BackendCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -846,7 +847,8 @@ module_exec(PyObject *m)
         PyModule_AddObjectRef(m, "Submitter", (PyObject *)st->submitter_type) < 0 ||
         PyModule_AddFunctions(m, cuasync_driver_methods) < 0 ||
         PyModule_AddFunctions(m, module_methods) < 0 ||
-        PyModule_AddFunctions(m, dlpack_methods) < 0)
+        PyModule_AddFunctions(m, dlpack_methods) < 0 ||
+        PyModule_AddFunctions(m, cores_methods) < 0)
         return -1;
     PyObject *fn = PyLong_FromVoidPtr((void *)hostsig_fn);
     int rc = fn == NULL ? -1 : PyModule_AddObjectRef(m, "HOST_SIGNAL_FN", fn);

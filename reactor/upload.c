@@ -463,7 +463,7 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     if (native) {
         PyObject *copy = PyDict_GetItemWithError(self->backend_dict, self->s_native_copy);
         PyObject *remap = PyDict_GetItemWithError(self->backend_dict, self->s_host_remap);
-        PyObject *current = PyDict_GetItemWithError(self->backend_dict, self->s_current);
+        PyObject *current = BACKEND(self->backend)->current;
         PyObject *ordinal = PyErr_Occurred() ? NULL : PyObject_GetAttr(device, self->s_ordinal);
         native = copy == Py_True && remap != NULL && PyList_CheckExact(remap) &&
                  PyList_GET_SIZE(remap) == 0 && current != NULL && ordinal != NULL &&

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._curesult import Code
-from .._native import PreparedCore
+from .._native import BackendCore, PreparedCore
 from ..errors import ArgumentError, driver_error
 
 if TYPE_CHECKING:
@@ -203,17 +203,19 @@ def check_device_attribute(name: str) -> None:
         )
 
 
-class Backend(ABC):
+class Backend(BackendCore, ABC):
     """One implementation of the driver semantics cuasync is built on."""
 
-    #: The express path's launch, where the backend has a native one (else None):
-    #: ``fast_launch(*kernel.fast, grid..., block..., shared_mem, stream, args,
-    #: flag_address, flag_value)`` launches and writes the flag in one call, 0 when both
-    #: were done; any other result goes to ``launch_failed``, which raises why. Used
-    #: only on a stream the backend owns, of the kernel's device, while
-    #: ``current.ordinal`` (its record of this thread's current context) is the kernel's.
-    fast_launch: Any = None
-    current: Any = None
+    # ``fast_launch``, ``current`` and ``fault_seen`` are the native base's fields
+    # (``BackendCore``: every submission reads them). ``fast_launch``: the express path's
+    # launch, where the backend has a native one (else None): ``fast_launch(*kernel.fast,
+    # grid..., block..., shared_mem, stream, args, flag_address, flag_value)`` launches
+    # and writes the flag in one call, 0 when both were done; any other result goes to
+    # ``launch_failed``, which raises why. Used only on a stream the backend owns, of the
+    # kernel's device, while ``current.ordinal`` (its record of this thread's current
+    # context) is the kernel's. ``fault_seen``: whether any device of this backend has
+    # faulted: until one has, a submission's fault check (``raise_if_faulted``) is this
+    # attribute alone.
 
     #: ``"cuda"`` or ``"emulator"``: for messages and reports; code asks for a capability.
     name: str = ""
@@ -243,10 +245,6 @@ class Backend(ABC):
 
     @abstractmethod
     def device_synchronize(self, ordinal: int) -> None: ...
-
-    #: Whether any device of this backend has faulted: until one has, a submission's
-    #: fault check (``raise_if_faulted``) is this attribute alone.
-    fault_seen: bool = False
 
     @abstractmethod
     def device_fault(self, ordinal: int) -> BaseException | None:
@@ -560,7 +558,7 @@ class Backend(ABC):
         (this default) or there is no native module."""
         return None
 
-    def forget_submitter(self) -> None:  # noqa: B027 (most backends have nothing to forget)
+    def forget_submitter(self) -> None:
         """A forked child: the parent's submitter is not waited for any more."""
 
     def queue_launch(

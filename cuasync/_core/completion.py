@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .device import Device
 
 from .._native import NATIVE as _reactor
+from .._native import HubCore
 
 _ledger_type = _reactor.SlotLedger
 
@@ -336,7 +337,7 @@ def _store32(address: int, value: int) -> None:
     ctypes.c_uint32.from_address(address).value = value
 
 
-class Hub:
+class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
     fallback, waiting (spin, arm, finish, hand-over) and fault detection.
 
@@ -401,7 +402,7 @@ class Hub:
 
         #: The native module's express submission of launches (``_reactor.Express``), or
         #: None: every op then takes the generic path (see :mod:`.express`).
-        self.express: Any = make_core(self)
+        self.express = make_core(self)
         self._core = self.express  # (its counters, even while a test swaps it out)
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = BackgroundWatcher(self)

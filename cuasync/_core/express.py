@@ -42,7 +42,6 @@ from .. import _config
 from .._first_use import Unprepared, prepare_off_loop
 from . import completion as _completion
 from . import loops as _loops
-from . import trace
 from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import LOCAL, LOCK, ExecutionContext
 from .device import Stream, get_default_device
@@ -366,7 +365,7 @@ def make_core(hub: Any) -> Any:
     from .memory import Allocation
 
     return native.Express(
-        hub=hub, lock=LOCK, local=LOCAL, trace=trace, launch=_Launch, stream=Stream,
+        hub=hub, lock=LOCK, local=LOCAL, launch=_Launch, stream=Stream,
         tensor=Tensor, allocation=Allocation, prepared=PreparedKernel, box=_Box,
         generic=GENERIC, spin_us=await_spin_us, failed=_core_failed, abandon=_core_abandon,
         completion=Completion, context=ExecutionContext, ready=_Ready, future=DeviceFuture,

@@ -21,7 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
-from .._native import OpCore
+from .._native import NATIVE, OpCore
 from .._tensor import Tensor
 from ..errors import (
     ArgumentError,
@@ -172,7 +172,7 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
     # -- execution -----------------------------------------------------------------------
     def _start(self, stream: Stream, notify: bool) -> Completion:
         """Enqueue on ``stream`` (the caller has taken the op) and track the completion."""
-        if trace.enabled and not getattr(LOCAL, "traced", False):
+        if NATIVE.tracing() and not getattr(LOCAL, "traced", False):
             return self._start_traced(stream, notify)
         device = self._device
         if get_backend().fault_seen or (device is not None and stream.device is not device):

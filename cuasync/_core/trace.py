@@ -18,6 +18,7 @@ import os
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._native import NATIVE
 from ..errors import ArgumentError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["trace", "tracing"]
 
-#: Whether ranges are emitted: the one check on the submission path.
-enabled = os.environ.get("CUASYNC_NVTX", "").strip().lower() in ("1", "on", "true", "yes")
+# Whether ranges are emitted: the native module's switch, the one check on the
+# submission path (the native core reads it too).
+NATIVE.set_tracing(os.environ.get("CUASYNC_NVTX", "").strip().lower() in ("1", "on", "true", "yes"))
 
 _domain: Any = None
 _attributes: dict[str, tuple[Any, Any]] = {}  # name -> (submit, in-flight) attributes
@@ -59,12 +61,11 @@ def trace(on: bool = True) -> None:
     >>> await op                  # shows as "submit <op>" and "<op>" in Nsight Systems
     >>> cuasync.trace(False)
     """
-    global enabled
     if not isinstance(on, bool):
         raise ArgumentError(f"trace() takes True or False, got {type(on).__name__}")
     if on:
         _load()
-    enabled = on
+    NATIVE.set_tracing(on)
 
 
 def tracing() -> bool:
@@ -73,7 +74,7 @@ def tracing() -> bool:
     >>> cuasync.tracing()
     False
     """
-    return enabled
+    return bool(NATIVE.tracing())
 
 
 def _attrs(name: str) -> tuple[Any, Any]:

@@ -649,19 +649,19 @@ async def test_a_bad_spin_budget_raises_before_anything_is_submitted(
 async def test_the_core_sees_a_changed_setting_at_the_next_launch(
     anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # What every launch reads of the hub and the backend is kept while none of it changed
-    # (express.h's core_state): a change to an instance, to a class default the instance
-    # lacks, or to the hub's core is seen by the next launch.
+    # What every launch reads of the hub and the backend are fields of their native base
+    # types (HubCore, BackendCore): a change to one, or to the hub's core, is seen by the
+    # next launch.
     _native_await()
     _needs_flag_slots()
     hub = get_hub()
     core = hub.express
     x = await cuasync.zeros((8,), dtype="float32")
     for _ in range(3):
-        await bump[1, 32](x, 8)  # (kept from here on)
+        await bump[1, 32](x, 8)
     declined = core.declined
     with monkeypatch.context() as m:
-        m.setattr(type(get_backend()), "fault_seen", True)  # a class default
+        m.setattr(get_backend(), "fault_seen", True)
         await bump[1, 32](x, 8)
         assert core.declined == declined + 1  # seen: the generic path took the launch
     await bump[1, 32](x, 8)
