@@ -42,15 +42,23 @@ OpCore = _reactor.OpCore
 LaunchCore = _reactor.LaunchCore
 HubCore = _reactor.HubCore
 BackendCore = _reactor.BackendCore
+ContextCore = _reactor.ContextCore
+OutputCore = _reactor.OutputCore
+FutureCore = _reactor.FutureCore
+CompletionCore = _reactor.CompletionCore
 
 __all__ = [
     "ABI",
     "NATIVE",
     "AllocationCore",
     "BackendCore",
+    "CompletionCore",
+    "ContextCore",
+    "FutureCore",
     "HubCore",
     "LaunchCore",
     "OpCore",
+    "OutputCore",
     "PreparedCore",
     "StreamCore",
     "TensorCore",

@@ -343,6 +343,48 @@ class BackendCore:
     current: Any
     fault_seen: bool
 
+@disjoint_base
+class ContextCore:
+    """The fields of an ``ExecutionContext`` (its base type), set by the native core."""
+
+    stream: Stream
+    fuse: Any
+    deferred: Any
+    device: Device
+    retained: list[Any]
+    errors: list[BaseException] | None
+    checks: list[Callable[[], None]] | None
+    capturing: bool
+    accesses: list[tuple[Allocation, bool]] | None
+    seq: int
+
+@disjoint_base
+class OutputCore:
+    """The fields of an ``Output`` (its base type), set by the native core."""
+
+    _fn: Callable[[], Any] | None
+    _value: Any
+
+@disjoint_base
+class FutureCore:
+    """The field of a ``DeviceFuture`` (its base type), set by the native core."""
+
+    _comp: Any
+
+@disjoint_base
+class CompletionCore:
+    """The fields of a ``Completion`` (its base type), set by the native core."""
+
+    ctx: Any
+    out: Any
+    stream: Stream
+    device: Device
+    seq: int
+    slot: int
+    gen: int
+    address: int
+    armed_at: float
+
 def set_tracing(on: object, /) -> None: ...
 def tracing() -> bool: ...
 

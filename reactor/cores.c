@@ -45,6 +45,21 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 /* (None while unset) */
 #define OPTIONAL(T, field, name, doc) {name, T_OBJECT, offsetof(T, field), 0, doc}
 
+/* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
+#define StreamCore_EXTRA_SLOTS
+#define AllocationCore_EXTRA_SLOTS
+#define TensorCore_EXTRA_SLOTS
+#define PreparedCore_EXTRA_SLOTS
+#define OpCore_EXTRA_SLOTS
+#define LaunchCore_EXTRA_SLOTS
+#define HubCore_EXTRA_SLOTS
+#define BackendCore_EXTRA_SLOTS
+#define ContextCore_EXTRA_SLOTS
+#define OutputCore_EXTRA_SLOTS
+#define FutureCore_EXTRA_SLOTS
+#define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new},
+static PyObject *CompletionCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
 #define CORE_TYPE(T, NAME, DOC, ...) CORE_TYPE_N(T, NFIELDS(T), NAME, DOC, __VA_ARGS__)
 /* (N: the object fields, first in the struct; any plain C fields follow them) */
 #define CORE_TYPE_N(T, N, NAME, DOC, ...)                                                     \
@@ -61,6 +76,7 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
     static PyMemberDef T##_members[] = {__VA_ARGS__, {NULL, 0, 0, 0, NULL}};                 \
     static PyType_Slot T##_slots[] = {                                                        \
         {Py_tp_doc, DOC},                                                                     \
+        T##_EXTRA_SLOTS                                                                       \
         {Py_tp_traverse, T##_traverse},                                                       \
         {Py_tp_clear, T##_clear},                                                             \
         {Py_tp_dealloc, T##_dealloc},                                                         \
@@ -160,6 +176,57 @@ CORE_TYPE_N(BackendCore, 2, "BackendCore",
             {"fault_seen", T_BOOL, offsetof(BackendCore, fault_seen), 0,
              "Whether any device of this backend has faulted."});
 
+CORE_TYPE(ContextCore, "ContextCore",
+          "The fields of an ExecutionContext (its base type): one submission's stream, "
+          "device, sequence number, what it retains, its errors and checks, and its capture "
+          "and fusion state.",
+          MEMBER(ContextCore, stream, "stream", "The Stream the work is enqueued on."),
+          MEMBER(ContextCore, fuse, "fuse", "The op whose last launch may be fused, or None."),
+          MEMBER(ContextCore, deferred, "deferred", "That launch once deferred, or None."),
+          MEMBER(ContextCore, device, "device", "The stream's Device."),
+          MEMBER(ContextCore, retained, "retained", "What the work uses, kept until it lands."),
+          MEMBER(ContextCore, errors, "errors", "The work's own errors (a list), or None."),
+          MEMBER(ContextCore, checks, "checks", "Checks run when it lands, or None."),
+          MEMBER(ContextCore, capturing, "capturing", "Whether the stream is capturing."),
+          MEMBER(ContextCore, accesses, "accesses", "Accesses recorded while capturing."),
+          MEMBER(ContextCore, seq, "seq", "The submission's sequence number."));
+
+CORE_TYPE(OutputCore, "OutputCore",
+          "The fields of an Output (its base type): the function realizing it and its value.",
+          MEMBER(OutputCore, fn, "_fn", "The function computing the value, or None."),
+          MEMBER(OutputCore, value, "_value", "The value, once known."));
+
+CORE_TYPE(FutureCore, "FutureCore",
+          "The field of a DeviceFuture (its base type): its completion.",
+          MEMBER(FutureCore, comp, "_comp", "The Completion of the submitted work."));
+
+/* (tp_new: slot -1, no flag slot yet) */
+static PyObject *
+CompletionCore_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwds))
+{
+    PyObject *self = type->tp_alloc(type, 0);
+    if (self != NULL)
+        COMPLETION(self)->slot = -1;
+    return self;
+}
+
+CORE_TYPE_N(CompletionCore, 5, "CompletionCore",
+            "The fields of a Completion (its base type): its context and output, stream, "
+            "device and sequence number, and its flag slot, generation, word address and "
+            "the time it was armed.",
+            OPTIONAL(CompletionCore, ctx, "ctx", "The ExecutionContext, None once released."),
+            OPTIONAL(CompletionCore, out, "out", "The Output, None once released."),
+            MEMBER(CompletionCore, stream, "stream", "The Stream of the work."),
+            MEMBER(CompletionCore, device, "device", "The Device of the work."),
+            MEMBER(CompletionCore, seq, "seq", "The work's sequence number on its stream."),
+            {"slot", T_PYSSIZET, offsetof(CompletionCore, slot), 0,
+             "Its flag slot, or -1 (a host-callback completion)."},
+            {"gen", T_UINT, offsetof(CompletionCore, gen), 0, "The generation its flag reaches."},
+            {"address", T_ULONGLONG, offsetof(CompletionCore, address), 0,
+             "The address of its flag word (0: none)."},
+            {"armed_at", T_DOUBLE, offsetof(CompletionCore, armed_at), 0,
+             "time.monotonic() when it was armed."});
+
 int cuasync_tracing = 0;
 
 static PyObject *
@@ -212,6 +279,10 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"LaunchCore", LaunchCore_dealloc},
         {"HubCore", HubCore_dealloc},
         {"BackendCore", BackendCore_dealloc},
+        {"ContextCore", ContextCore_dealloc},
+        {"OutputCore", OutputCore_dealloc},
+        {"FutureCore", FutureCore_dealloc},
+        {"CompletionCore", CompletionCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)

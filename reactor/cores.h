@@ -64,6 +64,40 @@ typedef struct {
     char fault_seen;
 } BackendCore;
 
+/* ExecutionContext: stream, fuse, deferred, device, retained, errors, checks,
+ * capturing, accesses, seq */
+typedef struct {
+    PyObject_HEAD
+    PyObject *stream, *fuse, *deferred, *device, *retained, *errors, *checks, *capturing,
+        *accesses, *seq;
+} ContextCore;
+
+/* Output: _fn, _value */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn, *value;
+} OutputCore;
+
+/* DeviceFuture: _comp */
+typedef struct {
+    PyObject_HEAD
+    PyObject *comp;
+} FutureCore;
+
+/* Completion: ctx, out, stream, device, seq; slot (-1: none), gen, address, armed_at */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctx, *out, *stream, *device, *seq;
+    Py_ssize_t slot;
+    unsigned int gen;
+    unsigned long long address;
+    double armed_at;
+} CompletionCore;
+
+#define CONTEXT(o) ((ContextCore *)(o))
+#define OUTPUT(o) ((OutputCore *)(o))
+#define FUTURE(o) ((FutureCore *)(o))
+#define COMPLETION(o) ((CompletionCore *)(o))
 #define HUB(o) ((HubCore *)(o))
 #define BACKEND(o) ((BackendCore *)(o))
 
@@ -91,7 +125,8 @@ field_set(PyObject **field, PyObject *v)
 int core_subtype_check(PyObject *t, const char *core, const char *what);
 
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
-    OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec;
+    OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
+    OutputCore_spec, FutureCore_spec, CompletionCore_spec;
 extern PyMethodDef cores_methods[];
 
 #endif

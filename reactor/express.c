@@ -423,7 +423,7 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
  * and DeviceFuture(comp), in C. Its Completion retains the op's allocations, has the
  * launch's error box as its context's errors, and takes slot s of the hub's table. */
 static PyObject *
-make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObject *slot,
+make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
             Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
 {
     /* (read again: Python may have run; held, since the allocations below may collect) */
@@ -461,46 +461,44 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box, PyObje
         goto held;
     }
     /* (ExecutionContext.submitted) */
-    slot_set(ctx, self->cx.stream, Py_NewRef(stream));
-    slot_set(ctx, self->cx.fuse, Py_NewRef(Py_None));
-    slot_set(ctx, self->cx.deferred, Py_NewRef(Py_None));
-    slot_set(ctx, self->cx.device, Py_NewRef(device));
-    slot_set(ctx, self->cx.retained, retained);
-    slot_set(ctx, self->cx.errors, Py_NewRef(box));
-    slot_set(ctx, self->cx.capturing, Py_NewRef(Py_False));
-    slot_set(ctx, self->cx.accesses, Py_NewRef(Py_None));
-    slot_set(ctx, self->cx.checks, Py_NewRef(Py_None));
-    slot_set(ctx, self->cx.seq, Py_NewRef(seq));
-    PyObject *out = NULL, *comp = NULL, *genv = NULL, *addr = NULL, *armed = NULL;
+    ContextCore *c = CONTEXT(ctx);
+    field_set(&c->stream, Py_NewRef(stream));
+    field_set(&c->fuse, Py_NewRef(Py_None));
+    field_set(&c->deferred, Py_NewRef(Py_None));
+    field_set(&c->device, Py_NewRef(device));
+    field_set(&c->retained, retained);
+    field_set(&c->errors, Py_NewRef(box));
+    field_set(&c->capturing, Py_NewRef(Py_False));
+    field_set(&c->accesses, Py_NewRef(Py_None));
+    field_set(&c->checks, Py_NewRef(Py_None));
+    field_set(&c->seq, Py_NewRef(seq));
+    PyObject *out = NULL, *comp = NULL;
     if ((out = self->ready_t->tp_alloc(self->ready_t, 0)) == NULL)
         goto done;
-    slot_set(out, self->r_value, Py_NewRef(output));
-    /* (object.__new__: Completion's attributes live in its instance dict) */
-    if ((comp = self->completion_t->tp_new(self->completion_t, self->no_args, NULL)) == NULL ||
-        (genv = PyLong_FromUnsignedLong(gen)) == NULL ||
-        (addr = PyLong_FromUnsignedLongLong(address)) == NULL ||
-        (armed = PyFloat_FromDouble((double)now_ns() / 1e9)) == NULL) /* (time.monotonic) */
+    field_set(&OUTPUT(out)->value, Py_NewRef(output));
+    if ((comp = self->completion_t->tp_new(self->completion_t, self->no_args, NULL)) == NULL)
         goto done;
-    PyObject *names[] = {self->s_ctx, self->s_out, self->s_stream, self->s_device, self->s_seq,
-                         self->s_slot, self->s_gen, self->s_address, self->s_armed_at};
-    PyObject *values[] = {ctx, out, stream, device, seq, slot, genv, addr, armed};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (PyObject_SetAttr(comp, names[i], values[i]) < 0)
-            goto done;
+    CompletionCore *k = COMPLETION(comp);
+    field_set(&k->ctx, Py_NewRef(ctx));
+    field_set(&k->out, Py_NewRef(out));
+    field_set(&k->stream, Py_NewRef(stream));
+    field_set(&k->device, Py_NewRef(device));
+    field_set(&k->seq, Py_NewRef(seq));
+    k->slot = s;
+    k->gen = gen;
+    k->address = address;
+    k->armed_at = (double)now_ns() / 1e9; /* (time.monotonic) */
     /* hub.table[slot] = comp, before the future: a future dropped here would hand the
      * completion to the watcher, which frees the slot that _core_abandon frees too */
     if (ledger_arm(self->slots, s, comp) < 0)
         goto done;
     if ((future = self->future_t->tp_alloc(self->future_t, 0)) == NULL)
         goto done;
-    slot_set(future, self->f_comp, Py_NewRef(comp));
+    field_set(&FUTURE(future)->comp, Py_NewRef(comp));
 done:
     Py_DECREF(ctx);
     Py_XDECREF(out);
     Py_XDECREF(comp);
-    Py_XDECREF(genv);
-    Py_XDECREF(addr);
-    Py_XDECREF(armed);
 held:
     Py_DECREF(tensors);
     Py_DECREF(output);
@@ -897,7 +895,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
         goto unsettled_error;
     if (mode == MODE_FUTURE) {
-        result = make_future(self, op, stream, box, slot, s, gen, address, seq);
+        result = make_future(self, op, stream, box, s, gen, address, seq);
     }
     else {
         PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
@@ -975,15 +973,6 @@ intern_names(Express *self)
     NAME(s_launch_kernel, "launch_kernel")
     NAME(s_launch_failed, "launch_failed")
     NAME(s_use, "use")
-    NAME(s_ctx, "ctx")
-    NAME(s_out, "out")
-    NAME(s_stream, "stream")
-    NAME(s_device, "device")
-    NAME(s_seq, "seq")
-    NAME(s_slot, "slot")
-    NAME(s_gen, "gen")
-    NAME(s_address, "address")
-    NAME(s_armed_at, "armed_at")
     NAME(s_context_handle, "context_handle")
     NAME(s_context_handles, "_context_handles")
     NAME(s_shape, "shape")
@@ -1007,14 +996,6 @@ hub_attr(PyObject *hub, const char *name, PyTypeObject *type)
     return v;
 }
 
-static int
-is_type(PyObject *t, const char *what)
-{
-    if (PyType_Check(t))
-        return 1;
-    PyErr_Format(PyExc_TypeError, "%s must be a type, not %.100s", what, Py_TYPE(t)->tp_name);
-    return 0;
-}
 
 static PyObject *
 Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1034,14 +1015,11 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         !core_subtype_check(tensor, "TensorCore", "tensor") ||
         !core_subtype_check(alloc, "AllocationCore", "allocation") ||
         !core_subtype_check(prepared, "PreparedCore", "prepared") ||
-        !is_type(completion, "completion") || !is_type(context, "context") ||
-        !is_type(ready, "ready") || !is_type(future, "future"))
+        !core_subtype_check(completion, "CompletionCore", "completion") ||
+        !core_subtype_check(context, "ContextCore", "context") ||
+        !core_subtype_check(ready, "OutputCore", "ready") ||
+        !core_subtype_check(future, "FutureCore", "future"))
         return NULL;
-    if (((PyTypeObject *)completion)->tp_dictoffset == 0 ||
-        ((PyTypeObject *)completion)->tp_new == NULL) {
-        PyErr_SetString(PyExc_TypeError, "completion must be a class with instance dicts");
-        return NULL;
-    }
     if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed) ||
         !PyCallable_Check(abandon)) {
         PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
@@ -1081,20 +1059,6 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL)
         goto fail;
     self->slots = (SlotLedger *)Py_NewRef(slots);
-    PyTypeObject *C = self->context_t;
-    if (slot_offset(C, "accesses", &self->cx.accesses) < 0 ||
-        slot_offset(C, "capturing", &self->cx.capturing) < 0 ||
-        slot_offset(C, "checks", &self->cx.checks) < 0 ||
-        slot_offset(C, "deferred", &self->cx.deferred) < 0 ||
-        slot_offset(C, "device", &self->cx.device) < 0 ||
-        slot_offset(C, "errors", &self->cx.errors) < 0 ||
-        slot_offset(C, "fuse", &self->cx.fuse) < 0 ||
-        slot_offset(C, "retained", &self->cx.retained) < 0 ||
-        slot_offset(C, "seq", &self->cx.seq) < 0 ||
-        slot_offset(C, "stream", &self->cx.stream) < 0 ||
-        slot_offset(self->ready_t, "_value", &self->r_value) < 0 ||
-        slot_offset(self->future_t, "_comp", &self->f_comp) < 0)
-        goto fail;
     Py_DECREF(slots);
     return (PyObject *)self;
 fail:
@@ -1174,9 +1138,7 @@ Express_dealloc(Express *self)
                           &self->s_long_ops, &self->s_completed_inline,
                           &self->s_acquire, &self->s_release, &self->s_active,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
-                          &self->minus_one, &self->no_args, &self->s_ctx, &self->s_out,
-                          &self->s_stream, &self->s_device, &self->s_seq, &self->s_slot,
-                          &self->s_gen, &self->s_address, &self->s_armed_at,
+                          &self->minus_one, &self->no_args,
                           &self->s_context_handle, &self->s_context_handles, &self->s_shape,
                           &self->s_forced, &self->s_copy_and_write, &self->s_native_copy,
                           &self->s_host_remap};

@@ -44,11 +44,6 @@ restore_error(saved_error *e)
 /* What the native fast paths of Allocation read (alloc.c). */
 typedef struct alloc_shape alloc_shape;
 
-/* the __slots__ of an ExecutionContext */
-typedef struct {
-    Py_ssize_t accesses, capturing, checks, deferred, device, errors, fuse, retained, seq, stream;
-} context_offsets;
-
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *memops, *lock, *local; /* hub: a HubCore, backend a BackendCore */
@@ -59,16 +54,10 @@ typedef struct {
     /* what a future is made of (Express.submit): express._completion_of's types */
     PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
     PyObject *no_args;
-    context_offsets cx;
-    Py_ssize_t r_value, f_comp; /* _Ready._value, DeviceFuture._comp */
     /* interned names of the attributes read on every call */
     PyObject *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_long_ops,
         *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
         *s_launch_failed, *s_use;
-    /* the Completion attributes a future's sets (as Completion.__init__ and
-     * express._completion_of do) */
-    PyObject *s_ctx, *s_out, *s_stream, *s_device, *s_seq, *s_slot, *s_gen, *s_address,
-        *s_armed_at;
     PyObject *s_context_handle, *s_context_handles;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;

@@ -826,6 +826,8 @@ module_exec(PyObject *m)
         {"AllocationCore", &AllocationCore_spec}, {"TensorCore", &TensorCore_spec},
         {"PreparedCore", &PreparedCore_spec}, {"OpCore", &OpCore_spec},
         {"HubCore", &HubCore_spec}, {"BackendCore", &BackendCore_spec},
+        {"ContextCore", &ContextCore_spec}, {"OutputCore", &OutputCore_spec},
+        {"FutureCore", &FutureCore_spec}, {"CompletionCore", &CompletionCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .device import Device
 
 from .._native import NATIVE as _reactor
-from .._native import HubCore
+from .._native import CompletionCore, HubCore
 
 _ledger_type = _reactor.SlotLedger
 
@@ -166,23 +166,21 @@ class LoopAdapter(Protocol):
 _STATE_LOCK = threading.RLock()
 
 
-class Completion:
+class Completion(CompletionCore):
     """One submitted execution, tracked until its completion is observed.
 
     Attributes that most completions never change are class-level defaults, so that
     creating one (on the path of every await) sets only four attributes.
     """
 
-    slot = -1
-    gen = 0
-    address = 0
+    # ctx, out, stream, device, seq, slot (-1: none), gen, address and armed_at are the
+    # native base's fields (``CompletionCore``: the native core makes completions)
     state = PENDING
     value: Any = None
     error: BaseException | None = None
     path = ""
     landed_by_callback = False
     signal = 0  # the id its host function pushes (host-callback completions, native)
-    armed_at = 0.0
     watcher: Any = None  # the loop bridge whose queue the reactor reports to
     abandoned = False  # nobody will read the output: drop it at finish
     raised = False  # the error was raised once: raise fresh copies from now on
@@ -203,7 +201,7 @@ class Completion:
         if self.state != PENDING:
             return True
         if self.slot >= 0:
-            word = _reactor.load32(self.address) if _reactor else _load32(self.address)
+            word = _reactor.load32(self.address)
             return ((word - self.gen) & 0xFFFFFFFF) < 0x80000000
         # A host callback's signal may still be on its way to the watcher after the
         # stream was seen idle (Stream.synchronize, Stream.query): that says it too.
@@ -322,12 +320,6 @@ class Completion:
 
 #: Objects used by work that faulted: kept forever rather than freed under a dead context.
 _leaked: list[list[Any]] = []
-
-
-def _load32(address: int) -> int:
-    import ctypes
-
-    return ctypes.c_uint32.from_address(address).value
 
 
 def _store32(address: int, value: int) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._native import NATIVE
+from .._native import NATIVE, ContextCore
 from ..errors import ArgumentError, CaptureError, InvalidDeviceError, ReentrancyError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def released() -> Iterator[None]:
         LOCAL.active = True
 
 
-class ExecutionContext:
+class ExecutionContext(ContextCore):
     """Everything one submission needs: its stream, its sequence number, what it retains.
 
     ``stream`` and ``device``: where the work goes; ``seq``: the submission's number on
@@ -78,18 +78,7 @@ class ExecutionContext:
     write): a custom op leaves them alone.
     """
 
-    __slots__ = (
-        "accesses",
-        "capturing",
-        "checks",
-        "deferred",
-        "device",
-        "errors",
-        "fuse",
-        "retained",
-        "seq",
-        "stream",
-    )
+    __slots__ = ()  # its fields are the native base's (``ContextCore``)
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream

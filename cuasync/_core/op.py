@@ -21,7 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
-from .._native import NATIVE, OpCore
+from .._native import NATIVE, FutureCore, OpCore
 from .._tensor import Tensor
 from ..errors import (
     ArgumentError,
@@ -554,7 +554,7 @@ def _release_when_drained(ctx: ExecutionContext) -> None:
     hub.watch_in_background(comp)
 
 
-class DeviceFuture(ProcessLocal, Generic[T]):
+class DeviceFuture(ProcessLocal, FutureCore, Generic[T]):
     """Submitted work; awaitable any number of times, from any number of tasks and loops.
 
     Cancellation: cancelling a task that awaits the future raises ``CancelledError``
@@ -569,7 +569,7 @@ class DeviceFuture(ProcessLocal, Generic[T]):
 
     _local_hint = "await it here and send what it produced as host data"
 
-    __slots__ = ("_comp",)
+    __slots__ = ()  # _comp: the native base's (``FutureCore``)
 
     def __init__(self, comp: Completion) -> None:
         self._comp = comp

@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from .._native import OutputCore
+
 T = TypeVar("T")
 U = TypeVar("U")
 
 _UNSET: Any = object()
 
 
-class Output(Generic[T]):
+class Output(OutputCore, Generic[T]):
     """A value produced by enqueued work; ``get()`` realizes it (once)."""
 
-    __slots__ = ("_fn", "_value")
+    __slots__ = ()  # _fn, _value: the native base's (``OutputCore``)
 
     def __init__(self, fn: Callable[[], T] | None = None, value: Any = _UNSET) -> None:
         self._fn = fn
