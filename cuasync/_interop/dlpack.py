@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.device import Device, Stream, _check_ordinal
+from .._core.memory import Allocation
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Tensor, contiguous_strides
 from .._tensor import methods as tensor_methods
@@ -34,7 +36,7 @@ from . import capsules
 from .foreign import (
     ForeignAllocation,
     foreign_extent,
-    foreign_stream,
+    legacy_stream,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -66,14 +68,25 @@ _BFLOAT = 4
 _FP8 = {"float8_e4m3fn": 10, "float8_e5m2": 12}
 
 
+def _release_to_legacy(alloc: Allocation) -> None:
+    """The release of a capsule exported to the legacy default stream (the common case:
+    torch's and CuPy's default stream), called with the exported allocation, which the
+    capsule kept alive: its eventual free, and later writes, wait for that stream's work
+    up to now (:func:`.foreign.order_free_after_foreign`)."""
+    if get_backend().fault_seen and alloc.device.fault is not None:
+        return
+    order_free_after_foreign(alloc, LEGACY_STREAM)
+
+
 class _Export:
-    """What one exported capsule keeps alive (the tensor), and the ordering its release
-    owes: the capsule calls :meth:`release` once, when the consumer is done with it."""
+    """What a capsule exported to another stream keeps alive (the allocation), and the
+    ordering its release owes: the capsule calls ``_Export.release(export)`` once, when
+    the consumer is done with it."""
 
-    __slots__ = ("handle", "tensor", "thread")
+    __slots__ = ("alloc", "handle", "thread")
 
-    def __init__(self, tensor: Tensor, handle: int) -> None:
-        self.tensor = tensor
+    def __init__(self, alloc: Allocation, handle: int) -> None:
+        self.alloc = alloc
         self.handle = handle  # the consumer's stream, -1 if it asked for no synchronization
         self.thread = threading.get_ident() if handle == PER_THREAD_STREAM else 0
 
@@ -85,7 +98,7 @@ class _Export:
             handle != PER_THREAD_STREAM or threading.get_ident() != self.thread
         ):
             return
-        alloc = self.tensor.allocation
+        alloc = self.alloc
         if alloc.device.fault is None:
             order_free_after_foreign(alloc, handle)
 
@@ -154,7 +167,27 @@ def export(
     dl_device: tuple[int, int] | None = None,
     copy: bool | None = None,
 ) -> Any:
-    """``tensor.__dlpack__(...)``: a capsule viewing the tensor's memory (never a copy)."""
+    """``tensor.__dlpack__(...)``: a capsule viewing the tensor's memory (never a copy).
+
+    The call torch and CuPy make (the legacy default stream, DLPack 1.0 or the legacy
+    protocol, no device or copy asked) takes the first branch: nothing pending elsewhere,
+    it takes no lock and makes no Python object but the capsule.
+    """
+    if (
+        (stream is None or (stream == LEGACY_STREAM and type(stream) is int))
+        and dl_device is None
+        and not copy
+        and (max_version is None or max_version == VERSION)
+    ):
+        alloc = tensor._alloc
+        order_foreign_after(alloc, LEGACY_STREAM)
+        versioned = max_version is not None
+        code, bits = _CODE_OF.get(tensor.dtype) or _dtype_code(tensor)
+        return capsules.pack(
+            _release_to_legacy, alloc, tensor.ptr, alloc.device.ordinal, tensor.shape,
+            tensor.strides, code, bits, _READ_ONLY if versioned and alloc.readonly else 0,
+            versioned,
+        )  # fmt: skip
     handle = _check_stream(stream)
     if dl_device is not None and tuple(dl_device) != dlpack_device(tensor):
         kind, ordinal = dl_device
@@ -173,12 +206,13 @@ def export(
 
     versioned = _versioned(max_version)
     code, bits = _dtype_code(tensor)
-    flags = _READ_ONLY if versioned and tensor.allocation.readonly else 0
+    alloc = tensor.allocation
+    flags = _READ_ONLY if versioned and alloc.readonly else 0
     # The first element's address, byte_offset 0: what the array API asks of __dlpack__,
     # since torch (and others) long ignored byte_offset on import.
     return capsules.pack(
-        _Export(tensor, handle).release, tensor.ptr, tensor.device.ordinal, tensor.shape,
-        tensor.strides, code, bits, flags, versioned,
+        _Export.release, _Export(alloc, handle), tensor.ptr, tensor.device.ordinal,
+        tensor.shape, tensor.strides, code, bits, flags, versioned,
     )  # fmt: skip
 
 
@@ -233,11 +267,12 @@ def _device_of(obj: Any, device: int | Device | None) -> Device:
 
 
 def _capsule(obj: Any, handle: int, copy: bool | None) -> Any:
-    extra = {} if copy is None else {"copy": copy}
     try:
-        return obj.__dlpack__(stream=handle, max_version=VERSION, **extra)
+        if copy is None:
+            return obj.__dlpack__(stream=handle, max_version=VERSION)
+        return obj.__dlpack__(stream=handle, max_version=VERSION, copy=copy)
     except TypeError:  # a producer of the legacy protocol: no max_version
-        if extra:
+        if copy is not None:
             raise
         return obj.__dlpack__(stream=handle)
 
@@ -289,7 +324,7 @@ def from_dlpack(
         return obj
     own = _device_of(obj, device)
     if stream is None:  # what CuPy asks for too: torch's and CuPy's own default stream
-        stream = foreign_stream(LEGACY_STREAM, own)
+        stream = legacy_stream(own)
     elif not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
     elif stream.device is not own:
@@ -304,8 +339,12 @@ def from_dlpack(
     address, versioned = fields[0], fields[1]
     capsules.take(capsule, versioned)
     if fields[14]:  # (has a deleter)
-        tensor.allocation._release = partial(capsules.delete, address, versioned)  # type: ignore[attr-defined]
+        tensor._alloc._release = partial(capsules.delete, address, versioned)  # type: ignore[attr-defined]
     return tensor
+
+
+#: The dtype of each ``(code, bits, lanes)`` cuasync supports (filled as they are met).
+_DTYPES: dict[tuple[int, int, int], np.dtype[Any]] = {}
 
 
 def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) -> Tensor:
@@ -315,16 +354,21 @@ def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) ->
             f"the capsule describes device ({device_type}, {device_id}), "
             f"but __dlpack_device__() said (2, {device.ordinal})"
         )
-    dtype = _numpy_dtype(*fields[11:14])
-    what = f"the DLPack tensor of {type(obj).__name__}"
+    kind = fields[11:14]
+    dtype = _DTYPES.get(kind)
+    if dtype is None:
+        dtype = _DTYPES[kind] = _numpy_dtype(*kind)
     if shape is None:
         raise ShapeError(
-            f"{what} has ndim {ndim} and no shape array cuasync can read; the producer's "
-            "capsule is broken"
+            f"the DLPack tensor of {type(obj).__name__} has ndim {ndim} and no shape array "
+            "cuasync can read; the producer's capsule is broken"
         )
     if strides is None:  # NULL: compact row-major (DLPack < 1.2)
         strides = contiguous_strides(shape)
-    nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
+    nbytes = fields[15]  # (-1: the checks one at a time, worded)
+    if nbytes < 0:
+        what = f"the DLPack tensor of {type(obj).__name__}"
+        nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
-from .._core.context import LOCK, submitting
+from .._core.context import LOCAL, LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
 from .._exceptions import report_once
@@ -173,6 +173,15 @@ class ForeignAllocation(Allocation):
             report_once("cuasync.interop", "release foreign memory", exc)
 
 
+def legacy_stream(device: Device) -> Stream:
+    """The legacy default stream of ``device`` (:data:`LEGACY_STREAM`), one object per
+    device: :func:`foreign_stream` for the handle DLPack and CuPy default to."""
+    stream = _defaults.get(device.ordinal)
+    if stream is None:
+        stream = _defaults[device.ordinal] = Stream._new(LEGACY_STREAM, device, owned=False)
+    return stream
+
+
 def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys.
 
@@ -182,10 +191,7 @@ def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     thread: it gets an object each time.)
     """
     if handle == LEGACY_STREAM and owner is None:
-        stream = _defaults.get(device.ordinal)
-        if stream is None:
-            stream = _defaults[device.ordinal] = Stream._new(handle, device, owned=False)
-        return stream
+        return legacy_stream(device)
     return Stream._new(handle, device, owned=False, owner=owner)
 
 
@@ -214,8 +220,18 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
     """Make the foreign stream ``handle`` wait for cuasync's pending uses of ``alloc``.
 
     Pending writes and reads both count: the consumer may write. The waits are events
-    recorded on cuasync's streams; nothing blocks the host.
+    recorded on cuasync's streams; nothing blocks the host. For the legacy default
+    stream, uses are read first without the lock: where nothing but that stream itself
+    may still use ``alloc`` (the common case), no lock is taken and nothing is made (a
+    use another thread enqueues meanwhile is not ordered before this call anyway).
     """
+    if handle == LEGACY_STREAM:
+        legacy = legacy_stream(alloc.device)
+        write, reads = alloc._write, alloc._reads
+        if (write is None or write[0] is legacy or not write[0]._pending(write[1])) and (
+            not reads or (len(reads) == 1 and legacy in reads)
+        ):
+            return
     with submission_lock():
         uses = alloc._last_uses()
         if not uses:
@@ -237,9 +253,12 @@ def order_free_after_foreign(alloc: Allocation, handle: int) -> None:
     :class:`Allocation` frees after its pending reads.
     """
     if handle == LEGACY_STREAM:
-        legacy = foreign_stream(LEGACY_STREAM, alloc.device)
-        with submission_lock():
+        legacy = legacy_stream(alloc.device)
+        if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
             alloc.use(legacy, legacy._next_seq(), write=False)
+        else:
+            with LOCK:
+                alloc.use(legacy, legacy._next_seq(), write=False)
         return
     utility = alloc.device._utility_stream()
     with submission_lock():
