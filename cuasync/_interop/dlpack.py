@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import threading
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
+from .._core.context import LOCAL, LOCK
 from .._core.device import Device, Stream, _check_ordinal
 from .._core.memory import Allocation
 from .._dtypes import SUPPORTED, dtype_name
@@ -37,6 +38,7 @@ from .foreign import (
     ForeignAllocation,
     foreign_extent,
     legacy_stream,
+    only_legacy_uses,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -71,11 +73,18 @@ _FP8 = {"float8_e4m3fn": 10, "float8_e5m2": 12}
 def _release_to_legacy(alloc: Allocation) -> None:
     """The release of a capsule exported to the legacy default stream (the common case:
     torch's and CuPy's default stream), called with the exported allocation, which the
-    capsule kept alive: its eventual free, and later writes, wait for that stream's work
-    up to now (:func:`.foreign.order_free_after_foreign`)."""
-    if get_backend().fault_seen and alloc.device.fault is not None:
+    capsule kept alive: the stream is recorded as its reader, so its eventual free, and
+    later writes, wait for that stream's work up to now (as
+    :func:`.foreign.order_free_after_foreign` does, inline: this runs once per export)."""
+    device = alloc.device
+    if get_backend().fault_seen and device.fault is not None:
         return
-    order_free_after_foreign(alloc, LEGACY_STREAM)
+    legacy = legacy_stream(device)
+    if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
+        alloc.use(legacy, legacy._next_seq(), write=False)
+    else:
+        with LOCK:
+            alloc.use(legacy, legacy._next_seq(), write=False)
 
 
 class _Export:
@@ -180,11 +189,13 @@ def export(
         and (max_version is None or max_version == VERSION)
     ):
         alloc = tensor._alloc
-        order_foreign_after(alloc, LEGACY_STREAM)
+        device = alloc.device
+        if not only_legacy_uses(alloc, legacy_stream(device)):
+            order_foreign_after(alloc, LEGACY_STREAM)
         versioned = max_version is not None
         code, bits = _CODE_OF.get(tensor.dtype) or _dtype_code(tensor)
         return capsules.pack(
-            _release_to_legacy, alloc, tensor.ptr, alloc.device.ordinal, tensor.shape,
+            _release_to_legacy, alloc, tensor.ptr, device.ordinal, tensor.shape,
             tensor.strides, code, bits, _READ_ONLY if versioned and alloc.readonly else 0,
             versioned,
         )  # fmt: skip
@@ -277,20 +288,17 @@ def _capsule(obj: Any, handle: int, copy: bool | None) -> Any:
         return obj.__dlpack__(stream=handle)
 
 
-def _fields(capsule: Any) -> capsules.Fields:
-    """What the producer's capsule says (see :data:`.capsules.Fields`)."""
-    fields = capsules.unpack(capsule)
+def _refuse(capsule: Any, fields: capsules.Fields | None) -> NoReturn:
+    """Raise: the producer's capsule is no unconsumed DLPack 1.x or legacy one."""
     if fields is None:
         name = capsules.name_of(capsule)
         if name in (b"used_dltensor", b"used_dltensor_versioned"):
             raise BufferError("this DLPack capsule was already consumed")
         raise ArgumentError(f"__dlpack__() returned {capsule!r}, not a DLPack capsule")
-    if fields[1] and fields[2] != VERSION[0]:
-        raise BufferError(
-            f"the producer exported DLPack {fields[2]}.{fields[3]}; cuasync reads major "
-            f"version {VERSION[0]}"
-        )
-    return fields
+    raise BufferError(  # (a versioned capsule of another major version)
+        f"the producer exported DLPack {fields[2]}.{fields[3]}; cuasync reads major "
+        f"version {VERSION[0]}"
+    )
 
 
 def from_dlpack(
@@ -333,7 +341,9 @@ def from_dlpack(
             f"device {own.ordinal}; pass a stream of device {own.ordinal}"
         )
     capsule = _capsule(obj, stream.handle, copy)
-    fields = _fields(capsule)
+    fields = capsules.unpack(capsule)  # (see capsules.Fields)
+    if fields is None or (fields[1] and fields[2] != VERSION[0]):
+        _refuse(capsule, fields)
     tensor = _adopt(obj, fields, own, stream)
     # Ours now: the consumer calls the deleter, and the capsule must not.
     address, versioned = fields[0], fields[1]

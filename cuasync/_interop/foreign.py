@@ -152,8 +152,12 @@ class ForeignAllocation(Allocation):
         self._release = release
         self._reads: dict[Stream, int] = {}
         self._write: tuple[Stream, int] | None = None
-        if producer is not None:
-            with submission_lock():
+        if producer is None:
+            return
+        if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
+            self._write = (producer, producer._next_seq())
+        else:
+            with LOCK:
                 self._write = (producer, producer._next_seq())
 
     def __repr__(self) -> str:
@@ -171,6 +175,21 @@ class ForeignAllocation(Allocation):
             release()
         except Exception as exc:
             report_once("cuasync.interop", "release foreign memory", exc)
+
+
+def only_legacy_uses(alloc: Allocation, legacy: Stream) -> bool:
+    """Whether no stream but ``legacy`` (its device's legacy default stream) may still be
+    using ``alloc``: then a consumer there owes nothing (:func:`order_foreign_after` would
+    do nothing). Read without the lock: a use another thread enqueues meanwhile is not
+    ordered before the caller's anyway; a pending one answers False.
+
+    >>> only_legacy_uses(t.allocation, legacy_stream(t.device))
+    True
+    """
+    write, reads = alloc._write, alloc._reads
+    return (write is None or write[0] is legacy or not write[0]._pending(write[1])) and (
+        not reads or (len(reads) == 1 and legacy in reads)
+    )
 
 
 def legacy_stream(device: Device) -> Stream:
@@ -220,18 +239,8 @@ def order_foreign_after(alloc: Allocation, handle: int) -> None:
     """Make the foreign stream ``handle`` wait for cuasync's pending uses of ``alloc``.
 
     Pending writes and reads both count: the consumer may write. The waits are events
-    recorded on cuasync's streams; nothing blocks the host. For the legacy default
-    stream, uses are read first without the lock: where nothing but that stream itself
-    may still use ``alloc`` (the common case), no lock is taken and nothing is made (a
-    use another thread enqueues meanwhile is not ordered before this call anyway).
+    recorded on cuasync's streams; nothing blocks the host.
     """
-    if handle == LEGACY_STREAM:
-        legacy = legacy_stream(alloc.device)
-        write, reads = alloc._write, alloc._reads
-        if (write is None or write[0] is legacy or not write[0]._pending(write[1])) and (
-            not reads or (len(reads) == 1 and legacy in reads)
-        ):
-            return
     with submission_lock():
         uses = alloc._last_uses()
         if not uses:
