@@ -20,20 +20,31 @@ from typing import Any
 import numpy as np
 
 from .._backends import get_backend
+from .._backends.base import LEGACY_STREAM
 from .._core.device import Device, Stream, _check_ordinal, get_default_device
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Tensor, contiguous_strides
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from .foreign import ForeignAllocation, foreign_extent, submission_lock, wait_for_foreign
+from .foreign import (
+    ForeignAllocation,
+    foreign_extent,
+    legacy_stream,
+    submission_lock,
+    wait_for_foreign,
+)
 
 __all__ = ["export", "from_cuda_array_interface"]
 
 
 def _stream(tensor: Tensor) -> int | None:
     """The one cuasync stream a consumer must wait for, or None if nothing is pending."""
+    alloc = tensor._alloc
+    write = alloc._write
+    if not alloc._reads and (write is None or not write[0]._pending(write[1])):
+        return None  # (read without the lock: nothing was ever read, the write is done)
     with submission_lock():
-        uses = tensor.allocation._last_uses()
+        uses = alloc._last_uses()
         if not uses:
             return None
         last, _ = uses[-1]  # the write comes last, when one is pending
@@ -42,30 +53,48 @@ def _stream(tensor: Tensor) -> int | None:
         return last.handle
 
 
-def export(tensor: Tensor) -> dict[str, Any]:
-    """``tensor.__cuda_array_interface__``."""
-    name = dtype_name(tensor.dtype)
+#: The typestr of each dtype the interface can name (filled as they are met).
+_TYPESTRS: dict[np.dtype[Any], str] = {}
+
+
+def _typestr(dtype: np.dtype[Any]) -> str:
+    name = dtype_name(dtype)
     if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         bits = "uint16" if name == "bfloat16" else "uint8"
         raise DTypeError(
             f"the CUDA Array Interface has no typestr for {name}; export it with DLPack "
             f"(torch.from_dlpack(t)) or reinterpret it: t.reinterpret('{bits}')"
         )
-    itemsize = tensor.itemsize
-    typestr = tensor.dtype.str
+    typestr = _TYPESTRS[dtype] = dtype.str
+    return typestr
+
+
+def export(tensor: Tensor) -> dict[str, Any]:
+    """``tensor.__cuda_array_interface__``."""
+    dtype = tensor.dtype
+    typestr = _TYPESTRS.get(dtype) or _typestr(dtype)
+    shape, strides = tensor.shape, tensor.strides
+    if strides == contiguous_strides(shape) or tensor.is_contiguous:
+        byte_strides = None
+    else:
+        itemsize = dtype.itemsize
+        byte_strides = tuple(s * itemsize for s in strides)
     return {
-        "shape": tensor.shape,
+        "shape": shape,
         "typestr": typestr,
-        "data": (tensor.ptr, tensor.allocation.readonly),
+        "data": (tensor.ptr, tensor._alloc.readonly),
         "version": 3,
-        "strides": None if tensor.is_contiguous else tuple(s * itemsize for s in tensor.strides),
+        "strides": byte_strides,
         "descr": [("", typestr)],
         "stream": _stream(tensor),
     }
 
 
 def _device(ptr: int, device: int | Device | None, owner: Any) -> Device:
-    known = get_backend().pointer_device(ptr) if ptr else -1
+    # (one device: the driver's answer could only be that one or none, and either way the
+    # tensor lands there: no query)
+    backend = get_backend()
+    known = backend.pointer_device(ptr) if ptr and backend.device_count() > 1 else -1
     if device is not None:
         chosen = Device(_check_ordinal(device, "device"))
         if known >= 0 and known != chosen.ordinal:
@@ -182,9 +211,16 @@ def _strides(raw: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) 
 
 
 def _producer(handle: Any, device: Device, stream: Stream | None) -> Stream | None:
-    """The cuasync stream made to wait for the producer's ``stream`` (None: no sync)."""
+    """The cuasync stream made to wait for the producer's ``stream`` (None: no sync).
+
+    The legacy default stream (what CuPy names) is that stream itself, recorded as the
+    memory's last writer: each op using it waits for that stream's work up to then, and
+    nothing is enqueued now (as :func:`.dlpack.from_dlpack` does).
+    """
     if handle is None:
         return None
+    if handle == LEGACY_STREAM and stream is None and type(handle) is int:
+        return legacy_stream(device)
     if not isinstance(handle, int) or isinstance(handle, bool) or handle == 0:
         raise ArgumentError(
             f"__cuda_array_interface__['stream'] must be None or a nonzero int, got {handle!r}"

@@ -223,16 +223,24 @@ os.register_at_fork(after_in_child=_defaults.clear)
 def wait_for_foreign(stream: Stream, handle: int) -> None:
     """Make ``stream`` wait (on the device) for the work enqueued so far on ``handle``.
 
-    The event is created on ``stream``'s device first: that makes the device's context
-    current, which is where the default-stream handles 1 and 2 are looked up.
+    Called under the execution lock. The event is one per device, made once and recorded
+    again each time (a wait already enqueued keeps the record it was given, as the driver
+    defines it): two driver calls per wait, no event made or destroyed. It is made on
+    ``stream``'s device, where the default-stream handles 1 and 2 are looked up.
     """
     backend = get_backend()
-    event = backend.event_create(stream.device.ordinal)
-    try:
-        backend.event_record(event, handle)
-        backend.stream_wait_event(stream.handle, event)
-    finally:
-        backend.event_destroy(event)  # the driver releases it once the wait is done
+    ordinal = stream.device.ordinal
+    event = _wait_events.get(ordinal)
+    if event is None:
+        event = _wait_events[ordinal] = backend.event_create(ordinal)
+    backend.event_record(event, handle)
+    backend.stream_wait_event(stream.handle, event)
+
+
+#: The event :func:`wait_for_foreign` records, per device ordinal (lives as long as the
+#: process; a forked child makes its own).
+_wait_events: dict[int, int] = {}
+os.register_at_fork(after_in_child=_wait_events.clear)
 
 
 def order_foreign_after(alloc: Allocation, handle: int) -> None:
