@@ -13,7 +13,6 @@ zero-copy; the producer's ``stream`` is waited for with an event on a cuasync st
 
 from __future__ import annotations
 
-import contextlib
 import operator
 from typing import Any
 
@@ -127,10 +126,13 @@ def from_cuda_array_interface(
         if key not in cai:
             raise ArgumentError(f"{what} has no {key!r} entry")
     _check_version(cai["version"], what)
-    shape = _ints(cai["shape"], f"{what}['shape']")
-    dtype = _dtype(cai["typestr"], f"{what}['typestr']")
-    ptr, readonly = _data(cai["data"], f"{what}['data']")
-    strides = _strides(cai.get("strides"), shape, dtype, f"{what}['strides']")
+    shape = _ints(cai["shape"], what, "shape")
+    typestr = cai["typestr"]
+    dtype = _DTYPES.get(typestr) if type(typestr) is str else None
+    if dtype is None:
+        dtype = _dtype(typestr, what)
+    ptr, readonly = _data(cai["data"], what)
+    strides = _strides(cai.get("strides"), shape, dtype, what)
     nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     own = _device(ptr, device, obj)
     producer = _producer(cai.get("stream"), own, stream)
@@ -150,18 +152,27 @@ def _check_version(version: Any, what: str) -> None:
         )
 
 
-def _ints(value: Any, what: str) -> tuple[int, ...]:
-    """A tuple of Python ints from a tuple or list of integers (a str is not one)."""
-    if isinstance(value, (tuple, list)) and not any(type(v) is bool for v in value):
+_is_bool = bool.__instancecheck__
+
+
+def _ints(value: Any, what: str, key: str) -> tuple[int, ...]:
+    """A tuple of Python ints from a tuple or list of integers (a str is not one), read
+    by C calls only (no generator): ``what[key]`` names it in the error."""
+    if isinstance(value, (tuple, list)) and not any(map(_is_bool, value)):
         try:
-            return tuple(operator.index(v) for v in value)
+            return tuple(map(operator.index, value))
         except TypeError:
             pass
-    raise ShapeError(f"{what} must be a tuple of ints, got {value!r}")
+    raise ShapeError(f"{what}[{key!r}] must be a tuple of ints, got {value!r}")
+
+
+#: The dtype of each typestr met (only those :func:`_dtype` accepted).
+_DTYPES: dict[Any, np.dtype[Any]] = {}
 
 
 def _dtype(typestr: Any, what: str) -> np.dtype[Any]:
     """The dtype of a typestr: byte order ('<', '>' or '|'), kind and size, as ``'<f4'``."""
+    what = f"{what}['typestr']"
     if not (isinstance(typestr, str) and len(typestr) >= 3 and typestr[0] in "<>|"):
         raise DTypeError(
             f"{what} must be a typestr such as '<f4' (byte order, kind, size), got {typestr!r}"
@@ -175,7 +186,8 @@ def _dtype(typestr: Any, what: str) -> np.dtype[Any]:
             f"{what} is {typestr!r}: data in the other byte order; cuasync reads "
             f"{np.dtype(typestr).newbyteorder('=').str!r}: convert it in the producer first"
         )
-    return as_dtype(typestr, what)
+    dtype = _DTYPES[typestr] = as_dtype(typestr, what)
+    return dtype
 
 
 def _data(data: Any, what: str) -> tuple[int, bool]:
@@ -183,12 +195,15 @@ def _data(data: Any, what: str) -> tuple[int, bool]:
     if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[1], (bool, np.bool_)):
         ptr = data[0] if data[0] is not None else 0  # None: tolerated for empty arrays
         if type(ptr) is not bool:
-            with contextlib.suppress(TypeError):
+            try:
                 ptr = operator.index(ptr)
+            except TypeError:
+                pass
+            else:
                 if 0 <= ptr < 1 << 64:
                     return ptr, bool(data[1])
     raise ArgumentError(
-        f"{what} must be (pointer, read_only): an int address and a bool, got {data!r}"
+        f"{what}['data'] must be (pointer, read_only): an int address and a bool, got {data!r}"
     )
 
 
@@ -196,7 +211,8 @@ def _strides(raw: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) 
     """The strides in elements (``None``: row-major); the interface gives bytes."""
     if raw is None:
         return contiguous_strides(shape)
-    strides = _ints(raw, what)
+    strides = _ints(raw, what, "strides")
+    what = f"{what}['strides']"
     if len(strides) != len(shape):
         raise ShapeError(
             f"{what} {strides} has {len(strides)} entries for the {len(shape)} dimensions of "
