@@ -75,16 +75,20 @@ def _release_to_legacy(alloc: Allocation) -> None:
     torch's and CuPy's default stream), called with the exported allocation, which the
     capsule kept alive: the stream is recorded as its reader, so its eventual free, and
     later writes, wait for that stream's work up to now (as
-    :func:`.foreign.order_free_after_foreign` does, inline: this runs once per export)."""
+    :func:`.foreign.order_free_after_foreign` does, inline: this runs once per export).
+
+    Only the read is recorded (``Allocation.use`` would also order the stream after a
+    pending write: the export did that for every write before it, and a write since
+    concerns work the consumer enqueues after this, which its next import orders)."""
     device = alloc.device
     if get_backend().fault_seen and device.fault is not None:
         return
     legacy = legacy_stream(device)
     if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
-        alloc.use(legacy, legacy._next_seq(), write=False)
+        alloc._reads[legacy] = legacy._next_seq()
     else:
         with LOCK:
-            alloc.use(legacy, legacy._next_seq(), write=False)
+            alloc._reads[legacy] = legacy._next_seq()
 
 
 class _Export:
