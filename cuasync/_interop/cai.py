@@ -4,7 +4,9 @@ Export: ``Tensor.__cuda_array_interface__`` describes the tensor's memory; its
 ``stream`` is the cuasync stream a consumer must order its work after (the stream of
 the tensor's pending uses), or None when nothing is pending. Import
 (:func:`from_cuda_array_interface`, behind :func:`cuasync.asarray`) adopts the memory
-zero-copy; the producer's ``stream`` is waited for with an event on a cuasync stream.
+zero-copy; every op using it is ordered after the producer's ``stream``: the legacy
+default stream (CuPy's) is recorded as the memory's writer, any other stream is waited
+for with an event on a cuasync stream at the import.
 
 >>> d = t.__cuda_array_interface__
 >>> d["shape"], d["typestr"], d["version"]
