@@ -187,9 +187,12 @@ def only_legacy_uses(alloc: Allocation, legacy: Stream) -> bool:
     True
     """
     write, reads = alloc._write, alloc._reads
-    return (write is None or write[0] is legacy or not write[0]._pending(write[1])) and (
-        not reads or (len(reads) == 1 and legacy in reads)
-    )
+    if write is not None and write[0] is not legacy and write[0]._pending(write[1]):
+        return False
+    if not reads or (len(reads) == 1 and legacy in reads):
+        return True
+    # (ops' reads that completed: a snapshot, one C call, as another thread may add one)
+    return all(s is legacy or not s._pending(q) for s, q in tuple(reads.items()))
 
 
 def legacy_stream(device: Device) -> Stream:
