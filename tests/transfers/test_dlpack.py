@@ -349,6 +349,24 @@ def test_consumer_stream_waits_for_pending_writes() -> None:
     filled.wait()
 
 
+@pytest.mark.parametrize("read_before", [False, True], ids=["fresh", "read-before"])
+def test_an_export_to_the_legacy_stream_waits_for_pending_reads(read_before: bool) -> None:
+    """The consumer may write: its stream waits for cuasync's pending reads too (reads
+    that completed, as those of an earlier op, owe nothing)."""
+    s1 = cuasync.Device(0).new_stream()
+    (cuasync.zeros((64,)) + 2.0).sync()  # (the kernel loaded before the gate closes)
+    t = cuasync.zeros((64,)).sync()
+    if read_before:
+        (t + 1.0).sync()
+    with ct.gate(s1):
+        read = (t + 2.0).submit_on(s1)
+        t.__dlpack__(stream=1, max_version=(1, 0))
+        after = cuasync.wait(1).submit()
+        assert still_pending(after.done), "the legacy stream did not wait for the read"
+    after.wait()
+    read.wait()
+
+
 def test_stream_minus_one_means_no_synchronization() -> None:
     s1, consumer = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
     t = cuasync.zeros((64,)).sync()
