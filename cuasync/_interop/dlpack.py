@@ -184,24 +184,29 @@ def export(
 
     The call torch and CuPy make (the legacy default stream, DLPack 1.0 or the legacy
     protocol, no device or copy asked) takes the first branch: nothing pending elsewhere,
-    it takes no lock and makes no Python object but the capsule.
+    it takes no lock and makes no Python object but the capsule. So does ``stream=-1``
+    (no synchronization): nothing is ordered, and its release owes nothing (a C function
+    is called, no Python).
     """
     if (
-        (stream is None or (stream == LEGACY_STREAM and type(stream) is int))
+        (stream is None or (type(stream) is int and (stream == LEGACY_STREAM or stream == -1)))
         and dl_device is None
         and not copy
         and (max_version is None or max_version == VERSION)
     ):
         alloc = tensor._alloc
         device = alloc.device
-        if not only_legacy_uses(alloc, legacy_stream(device)):
-            order_foreign_after(alloc, LEGACY_STREAM)
+        if stream == -1:
+            release: Any = id  # (release(alloc): the capsule only kept the memory alive)
+        else:
+            release = _release_to_legacy
+            if not only_legacy_uses(alloc, legacy_stream(device)):
+                order_foreign_after(alloc, LEGACY_STREAM)
         versioned = max_version is not None
         code, bits = _CODE_OF.get(tensor.dtype) or _dtype_code(tensor)
         return capsules.pack(
-            _release_to_legacy, alloc, tensor.ptr, device.ordinal, tensor.shape,
-            tensor.strides, code, bits, _READ_ONLY if versioned and alloc.readonly else 0,
-            versioned,
+            release, alloc, tensor.ptr, device.ordinal, tensor.shape, tensor.strides, code,
+            bits, _READ_ONLY if versioned and alloc.readonly else 0, versioned,
         )  # fmt: skip
     handle = _check_stream(stream)
     if dl_device is not None and tuple(dl_device) != dlpack_device(tensor):
