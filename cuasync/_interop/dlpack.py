@@ -119,7 +119,7 @@ class _Export:
 # -- export ------------------------------------------------------------------------------
 def dlpack_device(tensor: Tensor) -> tuple[int, int]:
     """``(kDLCUDA, ordinal)``: the emulator models a CUDA device, so it says CUDA too."""
-    return (KDL_CUDA, tensor.device.ordinal)
+    return (KDL_CUDA, tensor._alloc.device.ordinal)
 
 
 def _dtype_code(tensor: Tensor) -> tuple[int, int]:
