@@ -143,7 +143,8 @@ class Submitter:
     def closed(self) -> bool: ...
 
 def dlpack_pack(
-    owner: Callable[[], object],
+    release: Callable[[Any], object],
+    arg: object,
     data: SupportsIndex,
     device_id: SupportsIndex,
     shape: tuple[int, ...],
@@ -154,10 +155,11 @@ def dlpack_pack(
     versioned: object,
     /,
 ) -> Any:
-    """A DLPack capsule of CUDA memory at data; owner is called once on release."""
+    """A DLPack capsule of CUDA memory at data; release(arg) is called once on release."""
 
 def dlpack_unpack(capsule: object, /) -> tuple[Any, ...] | None:
-    """The fields of an unconsumed DLPack capsule, or None."""
+    """The fields of an unconsumed DLPack capsule (the last: the bytes its layout spans,
+    or -1), or None."""
 
 def dlpack_take(capsule: object, versioned: object, /) -> None:
     """Rename the capsule used_dltensor[_versioned]: the consumer owns it now."""

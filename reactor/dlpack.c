@@ -85,33 +85,41 @@ dlpack_capsule_destructor(PyObject *capsule)
 
 /* -- capsules made and read here (cuasync/_interop/capsules.py) ----------------------
  *
- * dlpack_pack builds a managed tensor in one malloc'ed block (the struct, then shape and
- * strides) whose manager_ctx is a Python callable: the deleter calls it once, with the
- * GIL, then drops it and frees the block. dlpack_unpack reads a producer's capsule into
- * a tuple, dlpack_take renames it "used_..." (the consumer owns it then), and
- * dlpack_delete calls a consumed tensor's deleter. The Python module words every error;
- * these only refuse arguments of the wrong type. */
+ * dlpack_pack builds a managed tensor in one malloc'ed block (the struct, the owner pair,
+ * then shape and strides) whose manager_ctx is the owner pair (release, arg): the deleter
+ * calls release(arg) once, with the GIL, then drops both and frees the block (no Python
+ * object is made per capsule but the capsule). dlpack_unpack reads a producer's capsule
+ * into a tuple, with the bytes its layout spans where the common checks pass,
+ * dlpack_take renames it "used_..." (the consumer owns it then), and dlpack_delete calls
+ * a consumed tensor's deleter. The Python module words every error; these only refuse
+ * arguments of the wrong type. */
 
 /* More dimensions than this in a producer's capsule: a broken capsule (no library makes
  * them), not read (its shape array may be garbage). */
 #define DLPACK_MAX_NDIM 64
 
-/* ``ctx`` (the callable dlpack_pack kept) called once and dropped, from any thread. At
- * exit nothing is called: the memory goes away with the process. */
+/* What a packed capsule's manager_ctx points to: release(arg) is its owner's call. */
+typedef struct {
+    PyObject *release, *arg;
+} owner_pair;
+
+/* ``ctx`` (the pair dlpack_pack kept) called once and dropped, from any thread. At exit
+ * nothing is called: the memory goes away with the process. */
 static void
 release_ctx(void *ctx)
 {
     if (ctx == NULL || IS_FINALIZING())
         return;
+    owner_pair *owner = ctx;
     PyGILState_STATE gil = PyGILState_Ensure();
     SAVE_ERROR(pending);
-    PyObject *owner = (PyObject *)ctx;
-    PyObject *r = PyObject_CallNoArgs(owner);
+    PyObject *r = PyObject_CallOneArg(owner->release, owner->arg);
     if (r == NULL)
-        PyErr_WriteUnraisable(owner);
+        PyErr_WriteUnraisable(owner->release);
     else
         Py_DECREF(r);
-    Py_DECREF(owner);
+    Py_CLEAR(owner->release);
+    Py_CLEAR(owner->arg);
     RESTORE_ERROR(pending);
     PyGILState_Release(gil);
 }
@@ -153,25 +161,26 @@ fill_i64(PyObject *tuple, int64_t *out, Py_ssize_t n, const char *what)
     return 0;
 }
 
-/* dlpack_pack(owner, data, device_id, shape, strides, code, bits, flags, versioned) */
+/* dlpack_pack(release, arg, data, device_id, shape, strides, code, bits, flags,
+ * versioned) */
 static PyObject *
 dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (check_nargs("dlpack_pack", nargs, 9) < 0)
+    if (check_nargs("dlpack_pack", nargs, 10) < 0)
         return NULL;
-    PyObject *owner = args[0], *shape = args[3], *strides = args[4];
+    PyObject *release = args[0], *arg = args[1], *shape = args[4], *strides = args[5];
     unsigned long long data, flags;
     long long device_id, code, bits;
-    if (!PyCallable_Check(owner)) {
-        PyErr_SetString(PyExc_TypeError, "dlpack_pack: owner must be callable");
+    if (!PyCallable_Check(release)) {
+        PyErr_SetString(PyExc_TypeError, "dlpack_pack: release must be callable");
         return NULL;
     }
-    if (get_u64(args[1], &data) < 0 || get_i64(args[2], &device_id) < 0 ||
-        get_i64(args[5], &code) < 0 || get_i64(args[6], &bits) < 0 ||
-        get_u64(args[7], &flags) < 0)
+    if (get_u64(args[2], &data) < 0 || get_i64(args[3], &device_id) < 0 ||
+        get_i64(args[6], &code) < 0 || get_i64(args[7], &bits) < 0 ||
+        get_u64(args[8], &flags) < 0)
         return NULL;
-    int versioned = PyObject_IsTrue(args[8]);
+    int versioned = PyObject_IsTrue(args[9]);
     if (versioned < 0)
         return NULL;
     if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > DLPACK_MAX_NDIM) {
@@ -181,10 +190,13 @@ dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     size_t head = versioned ? sizeof(versioned_managed) : sizeof(legacy_managed);
-    char *block = malloc(head + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
+    head = (head + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
+    size_t pair_bytes = (sizeof(owner_pair) + 7) / 8 * 8;
+    char *block = malloc(head + pair_bytes + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
     if (block == NULL)
         return PyErr_NoMemory();
-    int64_t *dims = (int64_t *)(block + head), *steps = dims + ndim;
+    owner_pair *owner = (owner_pair *)(block + head);
+    int64_t *dims = (int64_t *)(block + head + pair_bytes), *steps = dims + ndim;
     if (fill_i64(shape, dims, ndim, "shape") < 0 || fill_i64(strides, steps, ndim, "strides") < 0) {
         free(block);
         return NULL;
@@ -221,7 +233,8 @@ dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         free(block);
         return NULL;
     }
-    Py_INCREF(owner);
+    owner->release = Py_NewRef(release);
+    owner->arg = Py_NewRef(arg);
     if (versioned)
         ((versioned_managed *)block)->manager_ctx = owner;
     else
@@ -243,11 +256,48 @@ int64_tuple(const int64_t *values, int32_t n)
     return t;
 }
 
+/* The bytes a producer's layout spans from data (foreign_extent's common case, in
+ * cuasync/_interop/foreign.py), or -1 where one of its checks may fail or the layout is
+ * empty: the Python module checks those one at a time and words the failure. */
+static long long
+dl_extent(const dl_tensor *t, unsigned long long data)
+{
+    if (t->lanes != 1 || t->bits == 0 || t->bits % 8 != 0)
+        return -1;
+    const unsigned long long itemsize = t->bits / 8;
+    if (data == 0 || data % itemsize != 0)
+        return -1;
+    unsigned long long size = 1, span = 0, compact = 1;
+    for (int32_t i = t->ndim - 1; i >= 0; i--) {
+        int64_t d = t->shape[i];
+        int64_t st = t->strides != NULL ? t->strides[i] : (int64_t)compact;
+        if (d <= 0 || (st < 0 && d > 1))
+            return -1; /* (an empty array spans no byte: worded, or 0, in Python) */
+        if ((unsigned long long)d > (unsigned long long)INT64_MAX / itemsize / size)
+            return -1;
+        size *= (unsigned long long)d;
+        compact = size;
+        if (d > 1 && st > 0) {
+            if ((unsigned long long)(d - 1) > ((unsigned long long)INT64_MAX - span) / (unsigned long long)st)
+                return -1;
+            span += (unsigned long long)st * (unsigned long long)(d - 1);
+        }
+    }
+    if (span + 1 > (unsigned long long)INT64_MAX / itemsize)
+        return -1;
+    unsigned long long nbytes = itemsize * (span + 1);
+    if (nbytes - 1 > ~0ULL - data) /* its last byte past the 64-bit address space */
+        return -1;
+    return (long long)nbytes;
+}
+
 /* dlpack_unpack(capsule): None unless it is a "dltensor" or "dltensor_versioned" capsule;
  * else (address, versioned, major, minor, flags, data + byte_offset, device_type,
- * device_id, ndim, shape, strides, code, bits, lanes, has_deleter), shape None when the
- * capsule has none to read (ndim out of 0..64, or a NULL array) and strides None when
- * NULL (compact row-major). */
+ * device_id, ndim, shape, strides, code, bits, lanes, has_deleter, nbytes), shape None
+ * when the capsule has none to read (ndim out of 0..64, or a NULL array), strides None
+ * when NULL (compact row-major), and nbytes the bytes the layout spans from data where
+ * the common checks pass, else -1 (see dl_extent). The tuple is built directly: one
+ * allocation per item, no format string. */
 static PyObject *
 dlpack_unpack(PyObject *self, PyObject *capsule)
 {
@@ -284,24 +334,67 @@ dlpack_unpack(PyObject *self, PyObject *capsule)
         has_deleter = m->deleter != NULL;
         t = &m->dl_tensor;
     }
-    if (versioned && major != 1) /* another layout: read nothing past the version */
-        return Py_BuildValue("(KiIIKKiiiOOiiii)", (unsigned long long)(uintptr_t)p, 1, major,
-                             minor, 0ULL, 0ULL, 0, 0, 0, Py_None, Py_None, 0, 0, 0, 0);
-    int32_t ndim = t->ndim;
-    int readable = ndim >= 0 && ndim <= DLPACK_MAX_NDIM && (ndim == 0 || t->shape != NULL);
-    PyObject *shape = readable ? int64_tuple(t->shape, ndim) : Py_NewRef(Py_None);
-    PyObject *strides = readable && t->strides != NULL ? int64_tuple(t->strides, ndim)
-                                                       : Py_NewRef(Py_None);
-    if (shape == NULL || strides == NULL) {
-        Py_XDECREF(shape);
-        Py_XDECREF(strides);
+    PyObject *out = PyTuple_New(16);
+    if (out == NULL)
+        return NULL;
+    PyObject *shape = Py_None, *strides = Py_None;
+    unsigned long long data = 0;
+    long long nbytes = -1;
+    int32_t ndim = 0;
+    int readable = 0;
+    if (!versioned || major == 1) { /* (another layout: read nothing past the version) */
+        ndim = t->ndim;
+        data = (unsigned long long)((uintptr_t)t->data + t->byte_offset);
+        readable = ndim >= 0 && ndim <= DLPACK_MAX_NDIM && (ndim == 0 || t->shape != NULL);
+    }
+    else
+        flags = 0, has_deleter = 0;
+    if (readable) {
+        shape = int64_tuple(t->shape, ndim);
+        strides = t->strides != NULL ? int64_tuple(t->strides, ndim) : Py_NewRef(Py_None);
+        if (shape == NULL || strides == NULL) {
+            Py_XDECREF(shape);
+            Py_XDECREF(strides);
+            Py_DECREF(out);
+            return NULL;
+        }
+        nbytes = dl_extent(t, data);
+    }
+    else {
+        Py_INCREF(shape);
+        Py_INCREF(strides);
+    }
+    const int other = versioned && major != 1;
+    PyObject *items[16] = {
+        PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p),
+        Py_NewRef(versioned ? Py_True : Py_False),
+        PyLong_FromUnsignedLong(major),
+        PyLong_FromUnsignedLong(minor),
+        PyLong_FromUnsignedLongLong(flags),
+        PyLong_FromUnsignedLongLong(data),
+        PyLong_FromLong(other ? 0 : t->device_type),
+        PyLong_FromLong(other ? 0 : t->device_id),
+        PyLong_FromLong(ndim),
+        shape,
+        strides,
+        PyLong_FromLong(other ? 0 : t->code),
+        PyLong_FromLong(other ? 0 : t->bits),
+        PyLong_FromLong(other ? 0 : t->lanes),
+        Py_NewRef(has_deleter ? Py_True : Py_False),
+        PyLong_FromLongLong(nbytes),
+    };
+    int failed = 0;
+    for (int i = 0; i < 16; i++) {
+        if (items[i] == NULL)
+            failed = 1;
+        else
+            PyTuple_SET_ITEM(out, i, items[i]);
+    }
+    if (failed) {
+        Py_DECREF(out); /* (its unset items are NULL: skipped) */
         return NULL;
     }
-    return Py_BuildValue("(KiIIKKiiiNNiiii)", (unsigned long long)(uintptr_t)p, versioned, major,
-                         minor, flags,
-                         (unsigned long long)((uintptr_t)t->data + t->byte_offset),
-                         (int)t->device_type, (int)t->device_id, (int)ndim, shape, strides,
-                         (int)t->code, (int)t->bits, (int)t->lanes, has_deleter);
+    return out;
 }
 
 /* dlpack_take(capsule, versioned): the capsule renamed "used_dltensor[_versioned]": its
@@ -348,13 +441,14 @@ dlpack_delete(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 PyMethodDef dlpack_methods[] = {
     {"dlpack_pack", (PyCFunction)(void (*)(void))dlpack_pack, METH_FASTCALL,
-     "dlpack_pack($module, owner, data, device_id, shape, strides, code, bits, flags, "
-     "versioned, /)\n--\n\n"
-     "A DLPack capsule of CUDA memory at data; owner (a callable) is called once when the "
+     "dlpack_pack($module, release, arg, data, device_id, shape, strides, code, bits, "
+     "flags, versioned, /)\n--\n\n"
+     "A DLPack capsule of CUDA memory at data; release(arg) is called once when the "
      "consumer (or the unconsumed capsule) releases it."},
     {"dlpack_unpack", (PyCFunction)dlpack_unpack, METH_O,
      "dlpack_unpack($module, capsule, /)\n--\n\n"
-     "The fields of a DLPack capsule as a tuple, or None if it is not an unconsumed one."},
+     "The fields of a DLPack capsule as a tuple (its last the bytes its layout spans, or "
+     "-1), or None if it is not an unconsumed one."},
     {"dlpack_take", (PyCFunction)(void (*)(void))dlpack_take, METH_FASTCALL,
      "dlpack_take($module, capsule, versioned, /)\n--\n\n"
      "Rename the capsule used_dltensor[_versioned]: its tensor is the consumer's now."},

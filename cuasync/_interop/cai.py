@@ -4,7 +4,9 @@ Export: ``Tensor.__cuda_array_interface__`` describes the tensor's memory; its
 ``stream`` is the cuasync stream a consumer must order its work after (the stream of
 the tensor's pending uses), or None when nothing is pending. Import
 (:func:`from_cuda_array_interface`, behind :func:`cuasync.asarray`) adopts the memory
-zero-copy; the producer's ``stream`` is waited for with an event on a cuasync stream.
+zero-copy; every op using it is ordered after the producer's ``stream``: the legacy
+default stream (CuPy's) is recorded as the memory's writer, any other stream is waited
+for with an event on a cuasync stream at the import.
 
 >>> d = t.__cuda_array_interface__
 >>> d["shape"], d["typestr"], d["version"]
@@ -13,27 +15,37 @@ zero-copy; the producer's ``stream`` is waited for with an event on a cuasync st
 
 from __future__ import annotations
 
-import contextlib
 import operator
 from typing import Any
 
 import numpy as np
 
 from .._backends import get_backend
+from .._backends.base import LEGACY_STREAM
 from .._core.device import Device, Stream, _check_ordinal, get_default_device
 from .._dtypes import as_dtype, dtype_name
 from .._tensor import Tensor, contiguous_strides
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from .foreign import ForeignAllocation, foreign_extent, submission_lock, wait_for_foreign
+from .foreign import (
+    ForeignAllocation,
+    foreign_extent,
+    legacy_stream,
+    submission_lock,
+    wait_for_foreign,
+)
 
 __all__ = ["export", "from_cuda_array_interface"]
 
 
 def _stream(tensor: Tensor) -> int | None:
     """The one cuasync stream a consumer must wait for, or None if nothing is pending."""
+    alloc = tensor._alloc
+    write = alloc._write
+    if not alloc._reads and (write is None or not write[0]._pending(write[1])):
+        return None  # (read without the lock: nothing was ever read, the write is done)
     with submission_lock():
-        uses = tensor.allocation._last_uses()
+        uses = alloc._last_uses()
         if not uses:
             return None
         last, _ = uses[-1]  # the write comes last, when one is pending
@@ -42,30 +54,48 @@ def _stream(tensor: Tensor) -> int | None:
         return last.handle
 
 
-def export(tensor: Tensor) -> dict[str, Any]:
-    """``tensor.__cuda_array_interface__``."""
-    name = dtype_name(tensor.dtype)
+#: The typestr of each dtype the interface can name (filled as they are met).
+_TYPESTRS: dict[np.dtype[Any], str] = {}
+
+
+def _typestr(dtype: np.dtype[Any]) -> str:
+    name = dtype_name(dtype)
     if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         bits = "uint16" if name == "bfloat16" else "uint8"
         raise DTypeError(
             f"the CUDA Array Interface has no typestr for {name}; export it with DLPack "
             f"(torch.from_dlpack(t)) or reinterpret it: t.reinterpret('{bits}')"
         )
-    itemsize = tensor.itemsize
-    typestr = tensor.dtype.str
+    typestr = _TYPESTRS[dtype] = dtype.str
+    return typestr
+
+
+def export(tensor: Tensor) -> dict[str, Any]:
+    """``tensor.__cuda_array_interface__``."""
+    dtype = tensor.dtype
+    typestr = _TYPESTRS.get(dtype) or _typestr(dtype)
+    shape, strides = tensor.shape, tensor.strides
+    if strides == contiguous_strides(shape) or tensor.is_contiguous:
+        byte_strides = None
+    else:
+        itemsize = dtype.itemsize
+        byte_strides = tuple(s * itemsize for s in strides)
     return {
-        "shape": tensor.shape,
+        "shape": shape,
         "typestr": typestr,
-        "data": (tensor.ptr, tensor.allocation.readonly),
+        "data": (tensor.ptr, tensor._alloc.readonly),
         "version": 3,
-        "strides": None if tensor.is_contiguous else tuple(s * itemsize for s in tensor.strides),
+        "strides": byte_strides,
         "descr": [("", typestr)],
         "stream": _stream(tensor),
     }
 
 
 def _device(ptr: int, device: int | Device | None, owner: Any) -> Device:
-    known = get_backend().pointer_device(ptr) if ptr else -1
+    # (one device: the driver's answer could only be that one or none, and either way the
+    # tensor lands there: no query)
+    backend = get_backend()
+    known = backend.pointer_device(ptr) if ptr and backend.device_count() > 1 else -1
     if device is not None:
         chosen = Device(_check_ordinal(device, "device"))
         if known >= 0 and known != chosen.ordinal:
@@ -98,10 +128,13 @@ def from_cuda_array_interface(
         if key not in cai:
             raise ArgumentError(f"{what} has no {key!r} entry")
     _check_version(cai["version"], what)
-    shape = _ints(cai["shape"], f"{what}['shape']")
-    dtype = _dtype(cai["typestr"], f"{what}['typestr']")
-    ptr, readonly = _data(cai["data"], f"{what}['data']")
-    strides = _strides(cai.get("strides"), shape, dtype, f"{what}['strides']")
+    shape = _ints(cai["shape"], what, "shape")
+    typestr = cai["typestr"]
+    dtype = _DTYPES.get(typestr) if type(typestr) is str else None
+    if dtype is None:
+        dtype = _dtype(typestr, what)
+    ptr, readonly = _data(cai["data"], what)
+    strides = _strides(cai.get("strides"), shape, dtype, what)
     nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     own = _device(ptr, device, obj)
     producer = _producer(cai.get("stream"), own, stream)
@@ -121,18 +154,27 @@ def _check_version(version: Any, what: str) -> None:
         )
 
 
-def _ints(value: Any, what: str) -> tuple[int, ...]:
-    """A tuple of Python ints from a tuple or list of integers (a str is not one)."""
-    if isinstance(value, (tuple, list)) and not any(type(v) is bool for v in value):
+_is_bool = bool.__instancecheck__
+
+
+def _ints(value: Any, what: str, key: str) -> tuple[int, ...]:
+    """A tuple of Python ints from a tuple or list of integers (a str is not one), read
+    by C calls only (no generator): ``what[key]`` names it in the error."""
+    if isinstance(value, (tuple, list)) and not any(map(_is_bool, value)):
         try:
-            return tuple(operator.index(v) for v in value)
+            return tuple(map(operator.index, value))
         except TypeError:
             pass
-    raise ShapeError(f"{what} must be a tuple of ints, got {value!r}")
+    raise ShapeError(f"{what}[{key!r}] must be a tuple of ints, got {value!r}")
+
+
+#: The dtype of each typestr met (only those :func:`_dtype` accepted).
+_DTYPES: dict[Any, np.dtype[Any]] = {}
 
 
 def _dtype(typestr: Any, what: str) -> np.dtype[Any]:
     """The dtype of a typestr: byte order ('<', '>' or '|'), kind and size, as ``'<f4'``."""
+    what = f"{what}['typestr']"
     if not (isinstance(typestr, str) and len(typestr) >= 3 and typestr[0] in "<>|"):
         raise DTypeError(
             f"{what} must be a typestr such as '<f4' (byte order, kind, size), got {typestr!r}"
@@ -146,7 +188,8 @@ def _dtype(typestr: Any, what: str) -> np.dtype[Any]:
             f"{what} is {typestr!r}: data in the other byte order; cuasync reads "
             f"{np.dtype(typestr).newbyteorder('=').str!r}: convert it in the producer first"
         )
-    return as_dtype(typestr, what)
+    dtype = _DTYPES[typestr] = as_dtype(typestr, what)
+    return dtype
 
 
 def _data(data: Any, what: str) -> tuple[int, bool]:
@@ -154,12 +197,15 @@ def _data(data: Any, what: str) -> tuple[int, bool]:
     if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[1], (bool, np.bool_)):
         ptr = data[0] if data[0] is not None else 0  # None: tolerated for empty arrays
         if type(ptr) is not bool:
-            with contextlib.suppress(TypeError):
+            try:
                 ptr = operator.index(ptr)
+            except TypeError:
+                pass
+            else:
                 if 0 <= ptr < 1 << 64:
                     return ptr, bool(data[1])
     raise ArgumentError(
-        f"{what} must be (pointer, read_only): an int address and a bool, got {data!r}"
+        f"{what}['data'] must be (pointer, read_only): an int address and a bool, got {data!r}"
     )
 
 
@@ -167,7 +213,8 @@ def _strides(raw: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) 
     """The strides in elements (``None``: row-major); the interface gives bytes."""
     if raw is None:
         return contiguous_strides(shape)
-    strides = _ints(raw, what)
+    strides = _ints(raw, what, "strides")
+    what = f"{what}['strides']"
     if len(strides) != len(shape):
         raise ShapeError(
             f"{what} {strides} has {len(strides)} entries for the {len(shape)} dimensions of "
@@ -182,9 +229,16 @@ def _strides(raw: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) 
 
 
 def _producer(handle: Any, device: Device, stream: Stream | None) -> Stream | None:
-    """The cuasync stream made to wait for the producer's ``stream`` (None: no sync)."""
+    """The cuasync stream made to wait for the producer's ``stream`` (None: no sync).
+
+    The legacy default stream (what CuPy names) is that stream itself, recorded as the
+    memory's last writer: each op using it waits for that stream's work up to then, and
+    nothing is enqueued now (as :func:`.dlpack.from_dlpack` does).
+    """
     if handle is None:
         return None
+    if handle == LEGACY_STREAM and stream is None and type(handle) is int:
+        return legacy_stream(device)
     if not isinstance(handle, int) or isinstance(handle, bool) or handle == 0:
         raise ArgumentError(
             f"__cuda_array_interface__['stream'] must be None or a nonzero int, got {handle!r}"

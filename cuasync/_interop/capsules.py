@@ -6,7 +6,7 @@ The native module does each in one C call (``reactor/dlpack.c``); where it is no
 built, ctypes does the same with the same results, more slowly. Nothing here checks what
 a capsule says: :mod:`.dlpack` does, and words the errors.
 
->>> capsule = pack(release, ptr, 0, (4,), (1,), 2, 32, 0, True)
+>>> capsule = pack(release, alloc, ptr, 0, (4,), (1,), 2, 32, 0, True)
 >>> unpack(capsule)[5] == ptr
 True
 """
@@ -25,12 +25,15 @@ from .._native import NATIVE
 __all__ = ["Fields", "delete", "name_of", "pack", "take", "unpack"]
 
 #: What :func:`unpack` returns: ``(address, versioned, major, minor, flags, data,
-#: device_type, device_id, ndim, shape, strides, code, bits, lanes, has_deleter)``;
-#: ``data`` includes the byte offset, ``shape`` is None where the capsule has none to
-#: read (ndim out of 0..64, a NULL array), ``strides`` None where NULL (compact).
+#: device_type, device_id, ndim, shape, strides, code, bits, lanes, has_deleter,
+#: nbytes)``; ``data`` includes the byte offset, ``shape`` is None where the capsule has
+#: none to read (ndim out of 0..64, a NULL array), ``strides`` None where NULL
+#: (compact), ``nbytes`` the bytes the layout spans from ``data`` where the common checks
+#: of :func:`.foreign.foreign_extent` pass, else -1: the caller checks it then (the
+#: ctypes reader always leaves it to the caller).
 Fields = tuple[
     int, bool, int, int, int, int, int, int, int,
-    "tuple[int, ...] | None", "tuple[int, ...] | None", int, int, int, bool,
+    "tuple[int, ...] | None", "tuple[int, ...] | None", int, int, int, bool, int,
 ]  # fmt: skip
 
 _MAX_NDIM = 64
@@ -108,12 +111,13 @@ _USED_VERSIONED = ctypes.create_string_buffer(b"used_dltensor_versioned")
 
 _DELETER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-#: Capsules made by the ctypes :func:`_pack`: their struct, arrays and owner, by address.
-_packed: dict[int, tuple[Any, Any, Callable[[], None]]] = {}
+#: Capsules made by the ctypes :func:`_pack`: their struct, arrays, release and its
+#: argument, by address.
+_packed: dict[int, tuple[Any, Any, Callable[[Any], object], Any]] = {}
 
 
 def _release(address: int | None) -> None:
-    """The deleter of the ctypes capsules: calls the owner once."""
+    """The deleter of the ctypes capsules: calls ``release(arg)`` once."""
     try:
         entry = _packed.pop(address or 0, None)
         if entry is None or sys.is_finalizing():
@@ -121,7 +125,7 @@ def _release(address: int | None) -> None:
     except Exception:  # interpreter shutdown tore the module down: leaking is safe
         return
     try:
-        entry[2]()
+        entry[2](entry[3])
     except Exception as exc:
         report_once("cuasync.interop", "release an exported DLPack tensor", exc)
 
@@ -160,7 +164,8 @@ _ids = itertools.count(1)
 
 
 def _pack(
-    owner: Callable[[], None],
+    release: Callable[[Any], object],
+    arg: Any,
     data: int,
     device_id: int,
     shape: tuple[int, ...],
@@ -188,7 +193,7 @@ def _pack(
         managed.flags = flags
     managed.manager_ctx = next(_ids)
     address = ctypes.addressof(managed)
-    _packed[address] = (managed, (dims, steps), owner)
+    _packed[address] = (managed, (dims, steps), release, arg)
     try:
         name = _VERSIONED if versioned else _LEGACY
         return _api.PyCapsule_New(address, name, _DESTRUCTOR_ADDRESS)
@@ -204,7 +209,7 @@ def _unpack(capsule: Any) -> Fields | None:
         versioned: Any = _DLManagedTensorVersioned.from_address(address)
         major, minor = versioned.version.major, versioned.version.minor
         if major != 1:
-            return (address, True, major, minor, 0, 0, 0, 0, 0, None, None, 0, 0, 0, False)
+            return (address, True, major, minor, 0, 0, 0, 0, 0, None, None, 0, 0, 0, False, -1)
         managed: Any = versioned
         flags = versioned.flags
     elif name == _LEGACY.value:
@@ -221,7 +226,7 @@ def _unpack(capsule: Any) -> Fields | None:
     return (
         address, name == _VERSIONED.value, major, minor, flags,
         (dl.data or 0) + dl.byte_offset, dl.device.device_type, dl.device.device_id, ndim,
-        shape, strides, dl.dtype.code, dl.dtype.bits, dl.dtype.lanes, bool(managed.deleter),
+        shape, strides, dl.dtype.code, dl.dtype.bits, dl.dtype.lanes, bool(managed.deleter), -1,
     )  # fmt: skip
 
 
@@ -236,8 +241,9 @@ def _delete(address: int, versioned: bool) -> None:
         _DELETER_TYPE(deleter)(address)
 
 
-#: ``pack(owner, data, device_id, shape, strides, code, bits, flags, versioned)``: a
-#: capsule of CUDA memory at ``data``; ``owner()`` is called once when it is released.
+#: ``pack(release, arg, data, device_id, shape, strides, code, bits, flags, versioned)``:
+#: a capsule of CUDA memory at ``data``; ``release(arg)`` is called once when it is
+#: released (a function and its argument: no bound method or closure made per capsule).
 pack: Callable[..., Any] = NATIVE.dlpack_pack if NATIVE is not None else _pack
 #: ``unpack(capsule)``: the capsule's :data:`Fields`, or None if it is no unconsumed one.
 unpack: Callable[[Any], Fields | None] = NATIVE.dlpack_unpack if NATIVE is not None else _unpack

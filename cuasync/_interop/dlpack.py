@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import threading
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
+from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
+from .._core.context import LOCAL, LOCK
 from .._core.device import Device, Stream, _check_ordinal
+from .._core.memory import Allocation
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Tensor, contiguous_strides
 from .._tensor import methods as tensor_methods
@@ -34,7 +37,8 @@ from . import capsules
 from .foreign import (
     ForeignAllocation,
     foreign_extent,
-    foreign_stream,
+    legacy_stream,
+    only_legacy_uses,
     order_foreign_after,
     order_free_after_foreign,
 )
@@ -66,14 +70,36 @@ _BFLOAT = 4
 _FP8 = {"float8_e4m3fn": 10, "float8_e5m2": 12}
 
 
+def _release_to_legacy(alloc: Allocation) -> None:
+    """The release of a capsule exported to the legacy default stream (the common case:
+    torch's and CuPy's default stream), called with the exported allocation, which the
+    capsule kept alive: the stream is recorded as its reader, so its eventual free, and
+    later writes, wait for that stream's work up to now (as
+    :func:`.foreign.order_free_after_foreign` does, inline: this runs once per export).
+
+    Only the read is recorded (``Allocation.use`` would also order the stream after a
+    pending write: the export did that for every write before it, and a write since
+    concerns work the consumer enqueues after this, which its next import orders)."""
+    device = alloc.device
+    if get_backend().fault_seen and device.fault is not None:
+        return
+    legacy = legacy_stream(device)
+    if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
+        alloc._reads[legacy] = legacy._next_seq()
+    else:
+        with LOCK:
+            alloc._reads[legacy] = legacy._next_seq()
+
+
 class _Export:
-    """What one exported capsule keeps alive (the tensor), and the ordering its release
-    owes: the capsule calls :meth:`release` once, when the consumer is done with it."""
+    """What a capsule exported to another stream keeps alive (the allocation), and the
+    ordering its release owes: the capsule calls ``_Export.release(export)`` once, when
+    the consumer is done with it."""
 
-    __slots__ = ("handle", "tensor", "thread")
+    __slots__ = ("alloc", "handle", "thread")
 
-    def __init__(self, tensor: Tensor, handle: int) -> None:
-        self.tensor = tensor
+    def __init__(self, alloc: Allocation, handle: int) -> None:
+        self.alloc = alloc
         self.handle = handle  # the consumer's stream, -1 if it asked for no synchronization
         self.thread = threading.get_ident() if handle == PER_THREAD_STREAM else 0
 
@@ -85,7 +111,7 @@ class _Export:
             handle != PER_THREAD_STREAM or threading.get_ident() != self.thread
         ):
             return
-        alloc = self.tensor.allocation
+        alloc = self.alloc
         if alloc.device.fault is None:
             order_free_after_foreign(alloc, handle)
 
@@ -93,7 +119,7 @@ class _Export:
 # -- export ------------------------------------------------------------------------------
 def dlpack_device(tensor: Tensor) -> tuple[int, int]:
     """``(kDLCUDA, ordinal)``: the emulator models a CUDA device, so it says CUDA too."""
-    return (KDL_CUDA, tensor.device.ordinal)
+    return (KDL_CUDA, tensor._alloc.device.ordinal)
 
 
 def _dtype_code(tensor: Tensor) -> tuple[int, int]:
@@ -154,7 +180,34 @@ def export(
     dl_device: tuple[int, int] | None = None,
     copy: bool | None = None,
 ) -> Any:
-    """``tensor.__dlpack__(...)``: a capsule viewing the tensor's memory (never a copy)."""
+    """``tensor.__dlpack__(...)``: a capsule viewing the tensor's memory (never a copy).
+
+    The call torch and CuPy make (the legacy default stream, DLPack 1.0 or the legacy
+    protocol, no device or copy asked) takes the first branch: nothing pending elsewhere,
+    it takes no lock and makes no Python object but the capsule. So does ``stream=-1``
+    (no synchronization): nothing is ordered, and its release owes nothing (a C function
+    is called, no Python).
+    """
+    if (
+        (stream is None or (type(stream) is int and (stream == LEGACY_STREAM or stream == -1)))
+        and dl_device is None
+        and not copy
+        and (max_version is None or max_version == VERSION)
+    ):
+        alloc = tensor._alloc
+        device = alloc.device
+        if stream == -1:
+            release: Any = id  # (release(alloc): the capsule only kept the memory alive)
+        else:
+            release = _release_to_legacy
+            if not only_legacy_uses(alloc, legacy_stream(device)):
+                order_foreign_after(alloc, LEGACY_STREAM)
+        versioned = max_version is not None
+        code, bits = _CODE_OF.get(tensor.dtype) or _dtype_code(tensor)
+        return capsules.pack(
+            release, alloc, tensor.ptr, device.ordinal, tensor.shape, tensor.strides, code,
+            bits, _READ_ONLY if versioned and alloc.readonly else 0, versioned,
+        )  # fmt: skip
     handle = _check_stream(stream)
     if dl_device is not None and tuple(dl_device) != dlpack_device(tensor):
         kind, ordinal = dl_device
@@ -173,12 +226,13 @@ def export(
 
     versioned = _versioned(max_version)
     code, bits = _dtype_code(tensor)
-    flags = _READ_ONLY if versioned and tensor.allocation.readonly else 0
+    alloc = tensor.allocation
+    flags = _READ_ONLY if versioned and alloc.readonly else 0
     # The first element's address, byte_offset 0: what the array API asks of __dlpack__,
     # since torch (and others) long ignored byte_offset on import.
     return capsules.pack(
-        _Export(tensor, handle).release, tensor.ptr, tensor.device.ordinal, tensor.shape,
-        tensor.strides, code, bits, flags, versioned,
+        _Export.release, _Export(alloc, handle), tensor.ptr, tensor.device.ordinal,
+        tensor.shape, tensor.strides, code, bits, flags, versioned,
     )  # fmt: skip
 
 
@@ -233,29 +287,27 @@ def _device_of(obj: Any, device: int | Device | None) -> Device:
 
 
 def _capsule(obj: Any, handle: int, copy: bool | None) -> Any:
-    extra = {} if copy is None else {"copy": copy}
     try:
-        return obj.__dlpack__(stream=handle, max_version=VERSION, **extra)
+        if copy is None:
+            return obj.__dlpack__(stream=handle, max_version=VERSION)
+        return obj.__dlpack__(stream=handle, max_version=VERSION, copy=copy)
     except TypeError:  # a producer of the legacy protocol: no max_version
-        if extra:
+        if copy is not None:
             raise
         return obj.__dlpack__(stream=handle)
 
 
-def _fields(capsule: Any) -> capsules.Fields:
-    """What the producer's capsule says (see :data:`.capsules.Fields`)."""
-    fields = capsules.unpack(capsule)
+def _refuse(capsule: Any, fields: capsules.Fields | None) -> NoReturn:
+    """Raise: the producer's capsule is no unconsumed DLPack 1.x or legacy one."""
     if fields is None:
         name = capsules.name_of(capsule)
         if name in (b"used_dltensor", b"used_dltensor_versioned"):
             raise BufferError("this DLPack capsule was already consumed")
         raise ArgumentError(f"__dlpack__() returned {capsule!r}, not a DLPack capsule")
-    if fields[1] and fields[2] != VERSION[0]:
-        raise BufferError(
-            f"the producer exported DLPack {fields[2]}.{fields[3]}; cuasync reads major "
-            f"version {VERSION[0]}"
-        )
-    return fields
+    raise BufferError(  # (a versioned capsule of another major version)
+        f"the producer exported DLPack {fields[2]}.{fields[3]}; cuasync reads major "
+        f"version {VERSION[0]}"
+    )
 
 
 def from_dlpack(
@@ -289,7 +341,7 @@ def from_dlpack(
         return obj
     own = _device_of(obj, device)
     if stream is None:  # what CuPy asks for too: torch's and CuPy's own default stream
-        stream = foreign_stream(LEGACY_STREAM, own)
+        stream = legacy_stream(own)
     elif not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
     elif stream.device is not own:
@@ -298,14 +350,20 @@ def from_dlpack(
             f"device {own.ordinal}; pass a stream of device {own.ordinal}"
         )
     capsule = _capsule(obj, stream.handle, copy)
-    fields = _fields(capsule)
+    fields = capsules.unpack(capsule)  # (see capsules.Fields)
+    if fields is None or (fields[1] and fields[2] != VERSION[0]):
+        _refuse(capsule, fields)
     tensor = _adopt(obj, fields, own, stream)
     # Ours now: the consumer calls the deleter, and the capsule must not.
     address, versioned = fields[0], fields[1]
     capsules.take(capsule, versioned)
     if fields[14]:  # (has a deleter)
-        tensor.allocation._release = partial(capsules.delete, address, versioned)  # type: ignore[attr-defined]
+        tensor._alloc._release = partial(capsules.delete, address, versioned)  # type: ignore[attr-defined]
     return tensor
+
+
+#: The dtype of each ``(code, bits, lanes)`` cuasync supports (filled as they are met).
+_DTYPES: dict[tuple[int, int, int], np.dtype[Any]] = {}
 
 
 def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) -> Tensor:
@@ -315,16 +373,21 @@ def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) ->
             f"the capsule describes device ({device_type}, {device_id}), "
             f"but __dlpack_device__() said (2, {device.ordinal})"
         )
-    dtype = _numpy_dtype(*fields[11:14])
-    what = f"the DLPack tensor of {type(obj).__name__}"
+    kind = fields[11:14]
+    dtype = _DTYPES.get(kind)
+    if dtype is None:
+        dtype = _DTYPES[kind] = _numpy_dtype(*kind)
     if shape is None:
         raise ShapeError(
-            f"{what} has ndim {ndim} and no shape array cuasync can read; the producer's "
-            "capsule is broken"
+            f"the DLPack tensor of {type(obj).__name__} has ndim {ndim} and no shape array "
+            "cuasync can read; the producer's capsule is broken"
         )
     if strides is None:  # NULL: compact row-major (DLPack < 1.2)
         strides = contiguous_strides(shape)
-    nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
+    nbytes = fields[15]  # (-1: the checks one at a time, worded)
+    if nbytes < 0:
+        what = f"the DLPack tensor of {type(obj).__name__}"
+        nbytes = foreign_extent(ptr, shape, strides, dtype.itemsize, what)
     readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
-from .._core.context import LOCK, submitting
+from .._core.context import LOCAL, LOCK, submitting
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
 from .._exceptions import report_once
@@ -152,8 +152,12 @@ class ForeignAllocation(Allocation):
         self._release = release
         self._reads: dict[Stream, int] = {}
         self._write: tuple[Stream, int] | None = None
-        if producer is not None:
-            with submission_lock():
+        if producer is None:
+            return
+        if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
+            self._write = (producer, producer._next_seq())
+        else:
+            with LOCK:
                 self._write = (producer, producer._next_seq())
 
     def __repr__(self) -> str:
@@ -173,6 +177,33 @@ class ForeignAllocation(Allocation):
             report_once("cuasync.interop", "release foreign memory", exc)
 
 
+def only_legacy_uses(alloc: Allocation, legacy: Stream) -> bool:
+    """Whether no stream but ``legacy`` (its device's legacy default stream) may still be
+    using ``alloc``: then a consumer there owes nothing (:func:`order_foreign_after` would
+    do nothing). Read without the lock: a use another thread enqueues meanwhile is not
+    ordered before the caller's anyway; a pending one answers False.
+
+    >>> only_legacy_uses(t.allocation, legacy_stream(t.device))
+    True
+    """
+    write, reads = alloc._write, alloc._reads
+    if write is not None and write[0] is not legacy and write[0]._pending(write[1]):
+        return False
+    if not reads or (len(reads) == 1 and legacy in reads):
+        return True
+    # (ops' reads that completed: a snapshot, one C call, as another thread may add one)
+    return all(s is legacy or not s._pending(q) for s, q in tuple(reads.items()))
+
+
+def legacy_stream(device: Device) -> Stream:
+    """The legacy default stream of ``device`` (:data:`LEGACY_STREAM`), one object per
+    device: :func:`foreign_stream` for the handle DLPack and CuPy default to."""
+    stream = _defaults.get(device.ordinal)
+    if stream is None:
+        stream = _defaults[device.ordinal] = Stream._new(LEGACY_STREAM, device, owned=False)
+    return stream
+
+
 def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     """A :class:`Stream` for a foreign handle that cuasync neither owns nor destroys.
 
@@ -182,10 +213,7 @@ def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     thread: it gets an object each time.)
     """
     if handle == LEGACY_STREAM and owner is None:
-        stream = _defaults.get(device.ordinal)
-        if stream is None:
-            stream = _defaults[device.ordinal] = Stream._new(handle, device, owned=False)
-        return stream
+        return legacy_stream(device)
     return Stream._new(handle, device, owned=False, owner=owner)
 
 
@@ -198,16 +226,24 @@ os.register_at_fork(after_in_child=_defaults.clear)
 def wait_for_foreign(stream: Stream, handle: int) -> None:
     """Make ``stream`` wait (on the device) for the work enqueued so far on ``handle``.
 
-    The event is created on ``stream``'s device first: that makes the device's context
-    current, which is where the default-stream handles 1 and 2 are looked up.
+    Called under the execution lock. The event is one per device, made once and recorded
+    again each time (a wait already enqueued keeps the record it was given, as the driver
+    defines it): two driver calls per wait, no event made or destroyed. It is made on
+    ``stream``'s device, where the default-stream handles 1 and 2 are looked up.
     """
     backend = get_backend()
-    event = backend.event_create(stream.device.ordinal)
-    try:
-        backend.event_record(event, handle)
-        backend.stream_wait_event(stream.handle, event)
-    finally:
-        backend.event_destroy(event)  # the driver releases it once the wait is done
+    ordinal = stream.device.ordinal
+    event = _wait_events.get(ordinal)
+    if event is None:
+        event = _wait_events[ordinal] = backend.event_create(ordinal)
+    backend.event_record(event, handle)
+    backend.stream_wait_event(stream.handle, event)
+
+
+#: The event :func:`wait_for_foreign` records, per device ordinal (lives as long as the
+#: process; a forked child makes its own).
+_wait_events: dict[int, int] = {}
+os.register_at_fork(after_in_child=_wait_events.clear)
 
 
 def order_foreign_after(alloc: Allocation, handle: int) -> None:
@@ -237,9 +273,12 @@ def order_free_after_foreign(alloc: Allocation, handle: int) -> None:
     :class:`Allocation` frees after its pending reads.
     """
     if handle == LEGACY_STREAM:
-        legacy = foreign_stream(LEGACY_STREAM, alloc.device)
-        with submission_lock():
+        legacy = legacy_stream(alloc.device)
+        if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
             alloc.use(legacy, legacy._next_seq(), write=False)
+        else:
+            with LOCK:
+                alloc.use(legacy, legacy._next_seq(), write=False)
         return
     utility = alloc.device._utility_stream()
     with submission_lock():

@@ -10,7 +10,8 @@ once so the release is timed too), candidates taken in turns (:func:`._util.inte
 
 The ``-- targets`` lines put cuasync's p50 over CuPy's (import and export: target
 ``<= 1.0``). Without torch and CuPy (the emulator) the cuasync rows alone run, against a
-producer that hands out another cuasync tensor's capsules.
+producer that hands out another cuasync tensor's capsules and an object whose CUDA Array
+Interface names the legacy stream, as CuPy's arrays do.
 
 >>> python -m cuasync.bench interop
 """
@@ -27,6 +28,15 @@ from cuasync._backends import get_backend
 from ._util import Report, interleaved
 
 SUITE = "interop"
+
+
+class _Interface:
+    """A CUDA Array Interface producer naming the legacy stream, as CuPy's arrays do
+    (where CuPy is missing)."""
+
+    def __init__(self, tensor: cuasync.Tensor) -> None:
+        self.tensor = tensor  # (owns the memory)
+        self.__cuda_array_interface__ = {**tensor.__cuda_array_interface__, "stream": 1}
 
 
 class _Producer:
@@ -57,10 +67,12 @@ def run(report: Report, n: int = 20000) -> None:
     torch, cupy = _libraries() if get_backend().driver_handles else (None, None)
     if torch is None:
         producer = _Producer(cuasync.arange(1024, dtype="float32").sync())
+        interface = _Interface(cuasync.arange(1024, dtype="float32").sync())
         samples = interleaved(
             {
                 "cuasync.from_dlpack(producer)": lambda: cuasync.from_dlpack(producer),
                 "x.__dlpack__(stream=1) (released)": lambda: x.__dlpack__(stream=1),
+                "cuasync.asarray(interface), stream 1": lambda: cuasync.asarray(interface),
             },
             n,
         )

@@ -96,6 +96,25 @@ def test_import_waits_for_the_producers_stream() -> None:
     np.testing.assert_array_equal(read.wait(), np.full(16, 3.0, np.float32))
 
 
+def test_import_from_the_legacy_stream_orders_ops_after_it() -> None:
+    """CuPy names the legacy default stream (1): each op using the import waits for that
+    stream's work up to then."""
+    t = cuasync.zeros((16,)).sync()
+    legacy = cuasync.Stream.from_handle(1, device=0)
+    with ct.gate(legacy):  # the producer's work on its (default) stream is still to run
+        u = cuasync.asarray(shared(t, stream=1))
+        read = u.to_host().submit()
+        assert still_pending(read.done), "the op did not wait for the producer's stream"
+    read.wait()
+
+
+def test_exports_of_strided_views_give_byte_strides() -> None:
+    t = cuasync.zeros((4, 6)).sync()
+    assert t[:, 1:3].__cuda_array_interface__["strides"] == (24, 4)
+    assert t[1:3].__cuda_array_interface__["strides"] is None  # (rows: still contiguous)
+    assert t[2:3, 1:4].__cuda_array_interface__["strides"] is None  # (one row: contiguous)
+
+
 def test_asarray_of_a_tensor_is_that_tensor() -> None:
     t = cuasync.zeros((2,)).sync()
     assert cuasync.asarray(t) is t

@@ -21,6 +21,7 @@ import cuasync.testing as ct
 from cuasync._core import block_cache
 from cuasync._dtypes import SUPPORTED
 from cuasync._interop import capsules
+from cuasync._interop.foreign import foreign_extent
 from cuasync._native import NATIVE
 from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 
@@ -160,6 +161,47 @@ def test_imports_honour_byte_offset() -> None:
     np.testing.assert_array_equal(u.to_host().sync(), a[1:])
 
 
+def _compact(m: object) -> None:
+    m.dl_tensor.strides = None  # type: ignore[attr-defined]  # NULL: compact row-major
+
+
+def _broadcast_rows(m: object) -> None:
+    m.dl_tensor.strides[0] = 0  # type: ignore[attr-defined]  # every row the first one
+
+
+def _backwards_unit_axis(m: object) -> None:
+    m.dl_tensor.shape[0] = 1  # type: ignore[attr-defined]
+    m.dl_tensor.strides[0] = -4  # type: ignore[attr-defined]  # (one element: never stepped)
+
+
+@pytest.mark.parametrize(
+    ("index", "patch"),
+    [
+        ((slice(None),), None),
+        ((slice(None),), _compact),
+        ((slice(None, None, 2), slice(1, 3)), None),
+        ((1, 2), None),
+        ((slice(0, 0),), None),
+        ((slice(None),), _broadcast_rows),
+        ((slice(None),), _backwards_unit_axis),
+    ],
+    ids=["contiguous", "null-strides", "strided", "0-d", "0-size", "stride-0", "unit-backwards"],
+)
+def test_imports_span_the_bytes_their_layout_covers(
+    index: tuple[Any, ...], patch, capsule_impl: str
+) -> None:
+    """The bytes an import spans (what its allocation holds) are the layout's extent, as
+    foreign_extent counts them, whichever reader (C or ctypes) measured them; the C
+    reader measures every nonempty one itself."""
+    t = cuasync.zeros((3, 4)).sync()[index]
+    u = cuasync.from_dlpack(Via(t, patch=patch))
+    expected = foreign_extent(u.ptr, u.shape, u.strides, u.itemsize, "u")
+    assert u.allocation.nbytes == expected
+    capsule = Via(t, patch=patch).__dlpack__(stream=-1, max_version=(1, 0))
+    measured = capsules.unpack(capsule)[15]  # type: ignore[index]
+    assert measured == (expected if capsule_impl == "native" and u.size else -1)
+
+
 def test_importer_passes_its_stream_and_max_version() -> None:
     t = cuasync.zeros((2,)).sync()
     producer = Via(t)
@@ -280,6 +322,24 @@ def test_consumer_stream_waits_for_pending_writes() -> None:
         assert still_pending(after.done), "the consumer's stream did not wait for the write"
     after.wait()
     filled.wait()
+
+
+@pytest.mark.parametrize("read_before", [False, True], ids=["fresh", "read-before"])
+def test_an_export_to_the_legacy_stream_waits_for_pending_reads(read_before: bool) -> None:
+    """The consumer may write: its stream waits for cuasync's pending reads too (reads
+    that completed, as those of an earlier op, owe nothing)."""
+    s1 = cuasync.Device(0).new_stream()
+    (cuasync.zeros((64,)) + 2.0).sync()  # (the kernel loaded before the gate closes)
+    t = cuasync.zeros((64,)).sync()
+    if read_before:
+        (t + 1.0).sync()
+    with ct.gate(s1):
+        read = (t + 2.0).submit_on(s1)
+        t.__dlpack__(stream=1, max_version=(1, 0))
+        after = cuasync.wait(1).submit()
+        assert still_pending(after.done), "the legacy stream did not wait for the read"
+    after.wait()
+    read.wait()
 
 
 def test_stream_minus_one_means_no_synchronization() -> None:
