@@ -244,7 +244,7 @@ def test_troubleshooting_covers_the_common_failures() -> None:
         "no NVIDIA driver found",  # no GPU
         "NVRTC (libnvrtc) could not be loaded",
         "CUASYNC_EMU_MEMORY",
-        "cuasync's native module (cuasync._reactor) is not built",
+        "cuasync's native module cuasync._reactor could not be imported",
         "os.fork()",
         "was initialized in the parent process before os.fork()",
     ]:

@@ -28,16 +28,47 @@ from cuasync.errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeE
 _api = ctypes.pythonapi
 
 
-@pytest.fixture(autouse=True, params=["native", "ctypes"])
-def capsule_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs with the native module's capsules (one C call each) and with the
-    ctypes ones, which a build without a C compiler uses: both must behave the same."""
-    if request.param == "ctypes":
-        for name in ("pack", "unpack", "take", "delete"):
-            monkeypatch.setattr(capsules, name, getattr(capsules, "_" + name))
-    elif capsules.pack is capsules._pack:
-        pytest.skip("the native module is not built")
-    return str(request.param)
+# -- the layouts of dlpack.h, to read what a capsule holds ------------------------------
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
 
 
 class Via:
@@ -74,8 +105,8 @@ def struct_of(capsule: object):
     name = name_of(capsule).encode()
     address = _api.PyCapsule_GetPointer(ctypes.c_void_p(id(capsule)), ctypes.c_char_p(name))
     if name == b"dltensor_versioned":
-        return capsules._DLManagedTensorVersioned.from_address(address)
-    return capsules._DLManagedTensor.from_address(address)
+        return _DLManagedTensorVersioned.from_address(address)
+    return _DLManagedTensor.from_address(address)
 
 
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -187,19 +218,16 @@ def _backwards_unit_axis(m: object) -> None:
     ],
     ids=["contiguous", "null-strides", "strided", "0-d", "0-size", "stride-0", "unit-backwards"],
 )
-def test_imports_span_the_bytes_their_layout_covers(
-    index: tuple[Any, ...], patch, capsule_impl: str
-) -> None:
+def test_imports_span_the_bytes_their_layout_covers(index: tuple[Any, ...], patch) -> None:
     """The bytes an import spans (what its allocation holds) are the layout's extent, as
-    foreign_extent counts them, whichever reader (C or ctypes) measured them; the C
-    reader measures every nonempty one itself."""
+    foreign_extent counts them; the C reader measures every nonempty one itself."""
     t = cuasync.zeros((3, 4)).sync()[index]
     u = cuasync.from_dlpack(Via(t, patch=patch))
     expected = foreign_extent(u.ptr, u.shape, u.strides, u.itemsize, "u")
     assert u.allocation.nbytes == expected
     capsule = Via(t, patch=patch).__dlpack__(stream=-1, max_version=(1, 0))
     measured = capsules.unpack(capsule)[15]  # type: ignore[index]
-    assert measured == (expected if capsule_impl == "native" and u.size else -1)
+    assert measured == (expected if u.size else -1)
 
 
 def test_importer_passes_its_stream_and_max_version() -> None:
@@ -292,7 +320,7 @@ def test_capsules_alive_at_exit_let_the_process_exit() -> None:
 
 
 def struct_of_address(address: int):
-    return capsules._DLManagedTensorVersioned.from_address(address)
+    return _DLManagedTensorVersioned.from_address(address)
 
 
 def test_a_capsule_cannot_be_imported_twice() -> None:
