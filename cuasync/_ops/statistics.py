@@ -82,6 +82,10 @@ def count_nonzero(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool =
     return reduce_op("count_nonzero", "sum", _truth(x), axes, dtype="int64", keepdims=keepdims)
 
 
+#: The var/std layouts whose kernels are all prepared (on a device): first uses skipped.
+_READY: set[tuple[Any, ...]] = set()
+
+
 def _moment(name: str, x: Any, axis: Any, correction: Any, keepdims: Any, root: bool) -> TensorOp:
     x = _operand(x, name)
     dt = dtype_name(x.dtype)
@@ -124,11 +128,18 @@ def _moment(name: str, x: Any, axis: Any, correction: Any, keepdims: Any, root: 
             return moment(t, mean._enqueue(ctx).get())._enqueue(ctx)
 
         def first_use(on: Device) -> Sequence[tuple[Any, Device]]:
+            key = (on.ordinal, name, t.shape, t.strides, dt, axes, bool(keepdims), root)
+            if key in _READY:  # (building the ops again costs as much as running them)
+                return ()
             # the same ops of the mean op itself (never executed): the kernels are those
             # of a mean that is a new contiguous tensor, as the one enqueue makes
-            return moment(t, reduce_op(name, "mean", t, axes, dtype=acc, keepdims=True))._first_use(
-                on
-            )
+            mean = reduce_op(name, "mean", t, axes, dtype=acc, keepdims=True)
+            pairs = moment(t, mean)._first_use(on)
+            if not pairs:
+                if len(_READY) >= 4096:  # (shapes computed per call: stay bounded)
+                    _READY.clear()
+                _READY.add(key)
+            return pairs
 
         return tensor_op(device_op(enqueue, t.device, name, first_use=first_use), shape, x.dtype)
 
