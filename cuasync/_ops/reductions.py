@@ -187,7 +187,10 @@ def reduce_op(
         if math.prod(shape) == 0:
             return ()
         strides = out.strides if out is not None else contiguous_strides(shape)
-        standin, pending = planned(node)  # (pending operands run first: theirs come first)
+        try:
+            return unprepared([_layout(node, spec, axes, strides, keepdims)[-1]], on)
+        except ValueError:  # pending operands: they run first, their kernels come first
+            standin, pending = planned(node)
         try:
             kernel = _layout(standin, spec, axes, strides, keepdims)[-1]
         except ValueError:

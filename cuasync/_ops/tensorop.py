@@ -282,14 +282,16 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         if math.prod(shape) == 0:
             return ()
         strides = contiguous_strides(shape) if out is None else out.strides
-        standin, pending = planned(node)
         try:
-            lay = layout(standin, shape, strides)
-        except ValueError:
-            return ()
-        if not pending:  # (a layout of stand-ins is only good for naming the kernel)
-            self._planned = lay
-        return (*first_uses(pending, device), *unprepared([lay.kernel], device))
+            lay = self._planned = layout(node, shape, strides)
+        except ValueError:  # pending operands: planned on stand-ins, only to name the kernel
+            standin, pending = planned(node)
+            try:
+                lay = layout(standin, shape, strides)
+            except ValueError:
+                return ()
+            return (*first_uses(pending, device), *unprepared([lay.kernel], device))
+        return unprepared([lay.kernel], device)
 
     def reshape(self, shape: Any) -> TensorOp:
         """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).
