@@ -305,6 +305,10 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda x, m, i: cuasync.searchsorted(x, x[::5]),
         lambda: np.searchsorted(F32, F32[::5]),
     ),
+    "isin": (
+        lambda x, m, i: cuasync.isin(i, i[:3]),
+        lambda: np.isin(I32, I32[:3]),
+    ),
     "take": (lambda x, m, i: cuasync.take(x, i), lambda: F32[I32]),
     "gather": (
         lambda x, m, i: cuasync.gather(m, i[:3], axis=1),
