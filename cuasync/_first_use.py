@@ -7,6 +7,10 @@ dedicated thread and parks the task; the loop runs its other tasks meanwhile, an
 the kernel is ready the await submits as any other. Blocking calls (``sync()``,
 ``submit()``, ``wait()``) prepare inline, on their own thread, as before.
 
+An op names the kernels it would launch before it is submitted (``DeviceOp._first_use``;
+cuasync's ops give ``device_op`` a ``first_use``, most of them :func:`launching`): its
+``await`` prepares those not yet prepared here, all before any of its work is enqueued.
+
 >>> prepared = yield from prepare_off_loop([(kernel, device)], adapter)
 
 Loading a module may synchronize the device's context (CUDA's lazy loading): the
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
     from ._backends.base import PreparedKernel
     from ._core.device import Device
 
-__all__ = ["Unprepared", "prepare_now", "prepare_off_loop", "stats"]
+__all__ = ["Unprepared", "launching", "prepare_now", "prepare_off_loop", "stats", "unprepared"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -93,6 +97,29 @@ class Unprepared:
 
     def __repr__(self) -> str:
         return f"<unprepared {self.name} on device {self.device.ordinal}>"
+
+
+def unprepared(kernels: Iterable[Any], device: Device) -> tuple[tuple[Any, Device], ...]:
+    """The ``(kernel, device)`` pairs of ``kernels`` not yet prepared for ``device``
+    (each once): what an op launching them declares as its first use.
+
+    >>> unprepared([builtin.kernel("fill", "4")], device)
+    ((<cuasync.Kernel ca_fill<unsigned int>>, <cuasync.Device 0>),)
+    """
+    seen: dict[int, tuple[Any, Device]] = {}
+    for kernel in kernels:
+        if device.ordinal not in kernel._prepared:
+            seen.setdefault(id(kernel), (kernel, device))
+    return tuple(seen.values())
+
+
+def launching(*kernels: Any) -> Callable[[Device], tuple[tuple[Any, Device], ...]]:
+    """The ``first_use`` of an op whose kernels are known when it is built (given to
+    ``device_op``): ``kernels`` not yet prepared for the device it runs on.
+
+    >>> device_op(enqueue, device, "take", first_use=launching(take_kernel(4, "int64")))
+    """
+    return lambda device: unprepared(kernels, device)
 
 
 def prepare_now(pairs: Sequence[tuple[Any, Device]]) -> list[PreparedKernel]:

@@ -26,10 +26,11 @@ from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
+from .._first_use import unprepared
 from .._tensor import Shape, Tensor, partly_overlap
-from .._transfers.device_copy import kernel_copy, new_tensor
+from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from . import operators
+from . import igemm, operators
 from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
 from .tensorop import TensorOp, tensor_op
@@ -214,7 +215,15 @@ def _build(
         copy_into(ctx, tc, staged)
         return Output.ready(tc)
 
-    op = device_op(enqueue, device, fn, graph_node=out is not None)
+    kernels = [copy_kernel(dtype) for x in inputs if x.dtype != dtype]  # (_promoted's)
+    if dtype.kind in "iu":
+        kernels.append(igemm.kernel(dtype_name(dtype)))  # (int8 may take cuBLAS instead)
+
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+        first = [pair for x in inputs if isinstance(x, TensorOp) for pair in x._first_use(on)]
+        return (*first, *unprepared(kernels, on))
+
+    op = device_op(enqueue, device, fn, graph_node=out is not None, first_use=first_use)
     return tensor_op(op, shape, dtype)
 
 

@@ -34,13 +34,15 @@ from .._dtypes import (
     dtype_info,
     dtype_name,
 )
+from .._first_use import launching
 from .._launch import builtin
 from .._launch.builtin import FILL_DTYPES, RANDOM_DTYPES
+from .._launch.kernel import Kernel
 from .._launch.twins import host_cast
 from .._tensor import Shape, Tensor, check_shape, check_writable
 from .._tensor import methods as tensor_methods
 from .._transfers.copies import _device_arg
-from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
+from .._transfers.device_copy import copy_kernel, copy_strided, kernel_copy, new_tensor
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .tensorop import TensorOp, tensor_op
@@ -184,11 +186,16 @@ def _random_dtype(dtype: Any, what: str) -> np.dtype[Any]:
 
 
 # -- the public ops --------------------------------------------------------------------
+def _fill_kernel(itemsize: int) -> Kernel:
+    """The kernel :func:`_enqueue_fill` launches for elements of ``itemsize`` bytes."""
+    return builtin.kernel("fill", str(itemsize))
+
+
 def _enqueue_fill(ctx: ExecutionContext, t: Tensor, bits: tuple[int, int]) -> None:
     if t.size == 0:
         return
     view_dtype = FILL_DTYPES[t.itemsize]
-    kernel = builtin.kernel("fill", str(t.itemsize))
+    kernel = _fill_kernel(t.itemsize)
     for sub, dims, strides, _ in builtin.chunks(t):
         bits_view = builtin.bit_view(sub, view_dtype)
         builtin.launch(ctx, kernel, sub.size, bits_view, sub.size, *dims, *strides, *bits)
@@ -202,7 +209,8 @@ def _fill_op(
         _enqueue_fill(ctx, t, bits)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, device, name), shape, dt)
+    first_use = launching(_fill_kernel(dt.itemsize))
+    return tensor_op(device_op(enqueue, device, name, first_use=first_use), shape, dt)
 
 
 def full(
@@ -256,7 +264,8 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
         _enqueue_fill(ctx, t, bits)
         return Output.ready(t)
 
-    return device_op(enqueue, t.device, "fill", graph_node=True)
+    first_use = launching(_fill_kernel(t.itemsize))
+    return device_op(enqueue, t.device, "fill", graph_node=True, first_use=first_use)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -309,7 +318,8 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
                 _enqueue_fill(ctx, diagonal, bits)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, device, "eye"), (n, m), dt)
+    first_use = launching(*([_fill_kernel(dt.itemsize)] if length and m else []))
+    return tensor_op(device_op(enqueue, device, "eye", first_use=first_use), (n, m), dt)
 
 
 def eye_rect(
@@ -389,7 +399,7 @@ def _ramp_op(
             builtin.launch(ctx, kernel, n, builtin.flat(t), *args)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, device, name), (n,), dt)
+    return tensor_op(device_op(enqueue, device, name, first_use=launching(kernel)), (n,), dt)
 
 
 def _arange_number(value: Any, argument: str) -> Any:
@@ -567,7 +577,8 @@ def arange(
             builtin.launch(ctx, kernel, n, builtin.flat(t), n, i0, i1, f0, f1)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, target, "arange"), (n,), dt)
+    op = device_op(enqueue, target, "arange", first_use=launching(kernel))
+    return tensor_op(op, (n,), dt)
 
 
 def linspace(
@@ -638,7 +649,13 @@ def convert(tensor: Tensor, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
                 kernel_copy(ctx, t, src)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, src.device, "convert"), src.shape, dt)
+    kernels = (
+        (_fill_kernel(4), builtin.kernel("convert_checked", dtype_name(dt)))
+        if checked
+        else (copy_kernel(dt),)
+    )
+    op = device_op(enqueue, src.device, "convert", first_use=launching(*kernels))
+    return tensor_op(op, src.shape, dt)
 
 
 def check_casting(src: np.dtype[Any], dt: np.dtype[Any], casting: Any) -> None:
@@ -744,7 +761,7 @@ def _random_op(
             builtin.launch(ctx, kernel, (n + per - 1) // per, builtin.flat(t), n, *args)
         return Output.ready(t)
 
-    return tensor_op(device_op(enqueue, device, family), dims, dt)
+    return tensor_op(device_op(enqueue, device, family, first_use=launching(kernel)), dims, dt)
 
 
 # Tensor.astype and TensorOp.astype (both modules sit below this one).

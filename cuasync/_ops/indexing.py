@@ -24,15 +24,17 @@ from typing import Any
 import numpy as np
 
 from .._core.context import ExecutionContext
+from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, partly_overlap
-from .._transfers.device_copy import kernel_copy, new_tensor
+from .._transfers.device_copy import copy_kernel, kernel_copy, memcpy_able, new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from .creation import _bits, _enqueue_fill, _representable
+from .creation import _bits, _enqueue_fill, _fill_kernel, _representable
 from .elementwise import check_out
 from .expr import Node
 from .joins import _copy_into
@@ -281,9 +283,16 @@ def _op(
     shape: Shape,
     out: Tensor | None,
     *operands: Any,
+    kernels: tuple[Kernel, ...] = (),
+    gathered: bool = True,
 ) -> TensorOp:
     """The op of ``enqueue``; the ``TensorOp`` operands among ``x`` and ``operands`` are
-    consumed now (every check has passed: a refused call leaves them to the caller)."""
+    consumed now (every check has passed: a refused call leaves them to the caller).
+
+    Its first use (prepared off the event loop by an ``await``): the operands' own, then
+    ``kernels`` (those ``enqueue`` launches) and the copy kernel of each operand tensor
+    that is not contiguous (:func:`_contiguous` gathers it; not ``gathered``: copied
+    with :func:`_copy_into`, a kernel gathers only a view the copy engines cannot read)."""
     if x.device is None:
         raise ArgumentError(f"{name}: x has no device (a TensorOp of scalars only)")
     if out is not None:
@@ -291,7 +300,18 @@ def _op(
     for v in (x, *operands):
         if isinstance(v, _Lazy):
             v.op._take()
-    pending = device_op(enqueue, x.device, name)
+    lazy = [v.op for v in (x, *operands) if isinstance(v, _Lazy)]
+    copies = [
+        copy_kernel(v.dtype)
+        for v in (x, *operands)
+        if isinstance(v, Tensor) and not (v.is_contiguous if gathered else memcpy_able(v))
+    ]
+
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+        mine = unprepared((*kernels, *copies), on)
+        return (*(pair for op in lazy for pair in op._first_use(on)), *mine)
+
+    pending = device_op(enqueue, x.device, name, first_use=first_use)
     pending._take()
     return TensorOp(Node("pending", name, shape, x.dtype, pending, device=x.device), out)
 
@@ -380,7 +400,7 @@ def gather(
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out, indices)
+    return _op(name, enqueue, x, shape, out, indices, kernels=(kernel,))
 
 
 def _along_shapes(
@@ -462,7 +482,12 @@ def take_along_axis(
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out, indices)
+    broadcasts = [  # (the copies that broadcast x and the indices)
+        copy_kernel(v.dtype)
+        for v, to in ((x, x_shape), (indices, shape))
+        if v.size != math.prod(to)
+    ]
+    return _op(name, enqueue, x, shape, out, indices, kernels=(kernel, *broadcasts))
 
 
 # -- scatter ------------------------------------------------------------------------------
@@ -552,7 +577,15 @@ def scatter(
             builtin.launch(ctx, kernel, n, *views, n, nidx, dim, inner, code)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, x.shape, out, indices, upd)
+    values = (  # (the updates made a contiguous tensor of x's dtype: filled, or a copy)
+        [_fill_kernel(x.dtype.itemsize)]
+        if isinstance(upd, np.ndarray)
+        else [copy_kernel(x.dtype)]
+        if upd.shape != shape or upd.dtype != x.dtype
+        else []
+    )
+    wide = [copy_kernel(indices.dtype)] if indices.shape != shape else []
+    return _op(name, enqueue, x, x.shape, out, indices, upd, kernels=(kernel, *values, *wide))
 
 
 def _updates(updates: Any, x: Operand, shape: Shape, name: str) -> Any:
@@ -685,7 +718,11 @@ def dynamic_slice(
                 _launch_window(ctx, src, result, _device(st)[0], 0)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out, start)
+    device_starts = (
+        [] if window is not None else [window_kernel(x.dtype.itemsize, dtype_name(start.dtype))]
+    )
+    kernels = tuple(device_starts)
+    return _op(name, enqueue, x, shape, out, start, kernels=kernels, gathered=window is None)
 
 
 def _device(start: Any) -> tuple[Tensor, ...]:
@@ -761,7 +798,13 @@ def dynamic_update_slice(
                 _launch_window(ctx, result, small, _device(st)[0], 1)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, x.shape, out, update, start)
+    device_starts = (
+        [] if window is not None else [window_kernel(x.dtype.itemsize, dtype_name(start.dtype))]
+    )
+    converts = [copy_kernel(x.dtype)] if update.dtype != x.dtype else []
+    kernels = (*device_starts, *converts)
+    gathered = window is None
+    return _op(name, enqueue, x, x.shape, out, update, start, kernels=kernels, gathered=gathered)
 
 
 # -- pad ----------------------------------------------------------------------------------
@@ -840,7 +883,8 @@ def pad(
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out)
+    filled = kernel if x.size else _fill_kernel(x.dtype.itemsize)  # (an empty x: all padding)
+    return _op(name, enqueue, x, shape, out, kernels=(filled,))
 
 
 def indexing_kernels() -> list[Kernel]:

@@ -20,11 +20,13 @@ from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
+from .._first_use import launching
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Tensor
 from .._transfers.device_copy import (
     byte_strides,
+    copy_kernel,
     copy_strided,
     kernel_copy,
     memcpy_able,
@@ -223,7 +225,9 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wr
         builtin.launch(ctx, kernel, n, *views, flat_idx, n, indices.size, dim, inner, code)
         return Output.ready(out)
 
-    return tensor_op(device_op(enqueue, x.device, "take"), shape, x.dtype)
+    copies = [copy_kernel(t.dtype) for t in (x, indices) if not t.is_contiguous]
+    op = device_op(enqueue, x.device, "take", first_use=launching(kernel, *copies))
+    return tensor_op(op, shape, x.dtype)
 
 
 # -- tril / triu --------------------------------------------------------------------------
@@ -265,7 +269,9 @@ def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
         builtin.launch(ctx, kernel, out.size, *views, out.size, rows, cols, int(k), int(upper))
         return Output.ready(out)
 
-    return tensor_op(device_op(enqueue, x.device, name), x.shape, x.dtype)
+    copies = [] if x.is_contiguous else [copy_kernel(x.dtype)]
+    op = device_op(enqueue, x.device, name, first_use=launching(kernel, *copies))
+    return tensor_op(op, x.shape, x.dtype)
 
 
 def tril(x: Tensor, k: int = 0) -> TensorOp:

@@ -30,6 +30,7 @@ from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
+from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import DevicePointer, Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
@@ -45,8 +46,10 @@ from .tensorop import (
     _broadcast_strides,
     _resolve_pending,
     _scalar_specs,
+    first_uses,
     leaf,
     merge_axes,
+    planned,
 )
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
@@ -180,15 +183,19 @@ def reduce_op(
             _launch(ctx, _resolve_pending(node, ctx), spec, axes, result, keepdims)
         return Output.ready(result)
 
-    def first_use(on: Device) -> tuple[tuple[Kernel, Device], ...]:
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
         if math.prod(shape) == 0:
             return ()
         strides = out.strides if out is not None else contiguous_strides(shape)
         try:
-            kernel = _layout(node, spec, axes, strides, keepdims)[-1]
-        except ValueError:  # a pending operand: it runs first, the kernel is prepared then
+            return unprepared([_layout(node, spec, axes, strides, keepdims)[-1]], on)
+        except ValueError:  # pending operands: they run first, their kernels come first
+            standin, pending = planned(node)
+        try:
+            kernel = _layout(standin, spec, axes, strides, keepdims)[-1]
+        except ValueError:
             return ()
-        return () if on.ordinal in kernel._prepared else ((kernel, on),)
+        return (*first_uses(pending, on), *unprepared([kernel], on))
 
     pending = device_op(enqueue, device, name, first_use=first_use)
     pending._take()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import builtins
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,15 +33,17 @@ from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
+from .._transfers.copies import empty
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .codegen import _prelude, ctype, rounded
 from .creation import full
-from .joins import take
+from .joins import take, take_kernel
 from .reductions import normalize_axes
 from .scan import _flatten, _kept, _operand, on_tensor
 from .tensorop import TensorOp, tensor_op
@@ -509,6 +511,7 @@ def searchsorted(
             )
         x1 = take(x1, sorter)
     shape, right = x2.shape, int(side == "right")
+    searches = _searches(x1, dt, len(shape))
 
     def with_values(v: Tensor) -> TensorOp:
         def with_sorted(s: Tensor) -> TensorOp:
@@ -527,11 +530,29 @@ def searchsorted(
                     op._enqueue(ctx)
                 return Output.ready(out)
 
-            return tensor_op(device_op(enqueue, s.device, "searchsorted"), shape, np.int64)
+            op = device_op(enqueue, s.device, "searchsorted", first_use=searches[0])
+            return tensor_op(op, shape, np.int64)
 
-        return on_tensor(x1, "searchsorted", shape, np.int64, with_sorted)
+        return on_tensor(x1, "searchsorted", shape, np.int64, with_sorted, searches[0])
 
-    return on_tensor(x2, "searchsorted", shape, np.int64, with_values)
+    return on_tensor(x2, "searchsorted", shape, np.int64, with_values, searches[1])
+
+
+def _searches(
+    x1: Tensor | TensorOp, dt: str, nd: int, *more: Kernel
+) -> tuple[Callable[[Device], tuple[tuple[Any, Device], ...]], ...]:
+    """The first uses of a binary search over the sorted ``x1`` for values of ``nd``
+    axes (and of ``more`` kernels launched with it): once ``x1`` has run, and before
+    (where ``x1`` is an op, its own first use too)."""
+
+    def searching(on: Device) -> tuple[tuple[Any, Device], ...]:
+        return unprepared((search_kernel(dt, nd), *more), on)
+
+    def before(on: Device) -> tuple[tuple[Any, Device], ...]:
+        first = x1._first_use(on) if isinstance(x1, TensorOp) else ()
+        return (*first, *searching(on))
+
+    return searching, before
 
 
 def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = False) -> TensorOp:
@@ -558,8 +579,21 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
                 v._take()  # (nothing to compute from it)
         return full(shape, bool(invert), dtype="bool")
     ordered = sort(_flatten(x2), axis=0)
+    searches = _searches(ordered, dt, len(shape), take_kernel(x2.dtype.itemsize, "int64"))
+    test = elementwise.not_equal if invert else elementwise.equal
+
+    def compared(values: Tensor | None, on: Device) -> Sequence[tuple[Any, Device]]:
+        """The comparison's kernel: of the new tensor ``take`` makes and ``values`` (x1's
+        output; None: a new tensor too), planned on stand-ins, never executed."""
+        made = [empty(shape, x1.dtype, device=on) for _ in range(1 if values is not None else 2)]
+        probe = test(made[0], values if values is not None else made[1])
+        probe._take()
+        return probe._first_use(on)
 
     def with_values(v: Tensor) -> TensorOp:
+        def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+            return (*searches[0](on), *compared(v, on))
+
         def with_sorted(s: Tensor) -> TensorOp:
             def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
                 where = searchsorted(s, v)
@@ -567,13 +601,16 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
                 found = take(s, where._enqueue(ctx).get(), mode="clip")
                 found._take()
                 near = found._enqueue(ctx).get()
-                test = elementwise.not_equal if invert else elementwise.equal
                 result = test(near, v)
                 result._take()
                 return result._enqueue(ctx)
 
-            return tensor_op(device_op(enqueue, s.device, "isin"), shape, np.bool_)
+            op = device_op(enqueue, s.device, "isin", first_use=first_use)
+            return tensor_op(op, shape, np.bool_)
 
-        return on_tensor(ordered, "isin", shape, np.bool_, with_sorted)
+        return on_tensor(ordered, "isin", shape, np.bool_, with_sorted, first_use)
 
-    return on_tensor(x1, "isin", shape, np.bool_, with_values)
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+        return (*searches[1](on), *compared(None, on))
+
+    return on_tensor(x1, "isin", shape, np.bool_, with_values, first_use)

@@ -15,11 +15,13 @@ standard's); float16 squares and sums in float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._core.context import ExecutionContext
+from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import dtype_name
@@ -80,6 +82,10 @@ def count_nonzero(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool =
     return reduce_op("count_nonzero", "sum", _truth(x), axes, dtype="int64", keepdims=keepdims)
 
 
+#: The var/std layouts whose kernels are all prepared (on a device): first uses skipped.
+_READY: set[tuple[Any, ...]] = set()
+
+
 def _moment(name: str, x: Any, axis: Any, correction: Any, keepdims: Any, root: bool) -> TensorOp:
     x = _operand(x, name)
     dt = dtype_name(x.dtype)
@@ -100,34 +106,42 @@ def _moment(name: str, x: Any, axis: Any, correction: Any, keepdims: Any, root: 
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
     divisor = float(max(n - float(correction), 0.0))  # numpy's: 0 gives inf or nan
 
+    def moment(t: Tensor, mean: Tensor | TensorOp) -> TensorOp:
+        """The result's op, from ``t`` and its mean over ``axes`` (kept as axes of 1)."""
+        dev = elementwise.subtract(t, mean)._absorb("x")  # in acc
+        square = Node(
+            "op", "vdot", t.shape, np.dtype(acc), None, (dev, dev), (np.dtype(acc),) * 2, t.device
+        )
+        total = reduce_op(name, "sum", TensorOp(square), axes, dtype=acc, keepdims=bool(keepdims))
+        result: TensorOp = elementwise.divide(total, divisor)
+        if root:
+            result = elementwise.sqrt(result)
+        if acc != dt:
+            result = result.astype(dt)
+        result._take()
+        return result
+
     def build(t: Tensor) -> TensorOp:
         def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
             mean = reduce_op(name, "mean", t, axes, dtype=acc, keepdims=True)
             mean._take()
-            m = mean._enqueue(ctx).get()
-            dev = elementwise.subtract(t, m)._absorb("x")  # in acc
-            square = Node(
-                "op",
-                "vdot",
-                t.shape,
-                np.dtype(acc),
-                None,
-                (dev, dev),
-                (np.dtype(acc),) * 2,
-                t.device,
-            )
-            total = reduce_op(
-                name, "sum", TensorOp(square), axes, dtype=acc, keepdims=bool(keepdims)
-            )
-            result: TensorOp = elementwise.divide(total, divisor)
-            if root:
-                result = elementwise.sqrt(result)
-            if acc != dt:
-                result = result.astype(dt)
-            result._take()
-            return result._enqueue(ctx)
+            return moment(t, mean._enqueue(ctx).get())._enqueue(ctx)
 
-        return tensor_op(device_op(enqueue, t.device, name), shape, x.dtype)
+        def first_use(on: Device) -> Sequence[tuple[Any, Device]]:
+            key = (on.ordinal, name, t.shape, t.strides, dt, axes, bool(keepdims), root)
+            if key in _READY:  # (building the ops again costs as much as running them)
+                return ()
+            # the same ops of the mean op itself (never executed): the kernels are those
+            # of a mean that is a new contiguous tensor, as the one enqueue makes
+            mean = reduce_op(name, "mean", t, axes, dtype=acc, keepdims=True)
+            pairs = moment(t, mean)._first_use(on)
+            if not pairs:
+                if len(_READY) >= 4096:  # (shapes computed per call: stay bounded)
+                    _READY.clear()
+                _READY.add(key)
+            return pairs
+
+        return tensor_op(device_op(enqueue, t.device, name, first_use=first_use), shape, x.dtype)
 
     return on_tensor(x, name, shape, x.dtype, build)
 

@@ -23,6 +23,7 @@ from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
+from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
@@ -33,7 +34,7 @@ from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_
 from .expr import Node, check_dtype, is_ml_scalar
 from .operators import TensorOperators
 
-__all__ = ["TensorOp", "leaf", "tensor_op"]
+__all__ = ["TensorOp", "first_uses", "leaf", "planned", "tensor_op"]
 
 
 def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
@@ -71,6 +72,55 @@ def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
         return node
     children = tuple(_resolve_pending(c, ctx) for c in node.children)
     return Node("op", node.name, node.shape, node.dtype, None, children, node.ins, node.device)
+
+
+class _NewTensor(NamedTuple):
+    """What a pending op will output, as planning sees it: a new contiguous tensor."""
+
+    shape: Shape
+    dtype: Any
+    strides: Shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def planned(node: Node) -> tuple[Node, list[Any]]:
+    """``node`` with each pending leaf standing for the new contiguous tensor its op will
+    make (for :func:`layout` to name the kernel before anything runs), and those ops.
+
+    An op that outputs another layout (an ``out=`` view) makes the kernel chosen here a
+    guess: the one :func:`run` needs is then prepared when it is enqueued.
+    """
+    if node.kind == "pending":
+        t = _NewTensor(node.shape, node.dtype, contiguous_strides(node.shape))
+        return Node("tensor", node.name, node.shape, node.dtype, t, device=node.device), [
+            node.value
+        ]
+    if node.kind != "op":
+        return node, []
+    pending: list[Any] = []
+    children = []
+    for child in node.children:
+        standin, ops = planned(child)
+        children.append(standin)
+        pending += ops
+    if not pending:
+        return node, []
+    kids = tuple(children)
+    return Node("op", node.name, node.shape, node.dtype, None, kids, node.ins, node.device), pending
+
+
+def first_uses(ops: Sequence[Any], device: Device) -> list[tuple[Any, Device]]:
+    """The first uses of ``ops`` (:func:`planned`'s pending ops) on ``device``; an op that
+    names no kernels (an upload) has none."""
+    found: list[tuple[Any, Device]] = []
+    for op in ops:
+        first_use = getattr(op, "_first_use", None)
+        if first_use is not None:
+            found += first_use(device)
+    return found
 
 
 class Layout(NamedTuple):
@@ -220,8 +270,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
 
     def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
         """The expression's kernel where it is not yet prepared for ``device`` (its
-        layout, kept for :meth:`_enqueue`); none for an expression with pending operands
-        (they run first: its kernel is prepared when it is enqueued)."""
+        layout, kept for :meth:`_enqueue`), after those of its pending operands (ops that
+        run first; the kernel is chosen for the new contiguous tensors they make:
+        :func:`planned`)."""
         node = self._node
         if node.kind == "pending":  # a wrapped op, or an upload (no kernel: no method)
             first_use = getattr(node.value, "_first_use", None)
@@ -233,9 +284,14 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
         strides = contiguous_strides(shape) if out is None else out.strides
         try:
             lay = self._planned = layout(node, shape, strides)
-        except ValueError:
-            return ()
-        return () if device.ordinal in lay.kernel._prepared else ((lay.kernel, device),)
+        except ValueError:  # pending operands: planned on stand-ins, only to name the kernel
+            standin, pending = planned(node)
+            try:
+                lay = layout(standin, shape, strides)
+            except ValueError:
+                return ()
+            return (*first_uses(pending, device), *unprepared([lay.kernel], device))
+        return unprepared([lay.kernel], device)
 
     def reshape(self, shape: Any) -> TensorOp:
         """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).

@@ -14,9 +14,10 @@ import numpy as np
 from .._backends import get_backend
 from .._core.context import ExecutionContext
 from .._core.device import Device, _check_ordinal, get_default_device
-from .._core.op import DeviceOp, device_op
+from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
+from .._first_use import launching
 from .._ops.expr import Node
 from .._ops.tensorop import TensorOp, tensor_op
 from .._ops.views import flip
@@ -27,6 +28,7 @@ from ..errors import AliasingError, ArgumentError, DTypeError, ShapeError
 from .device_copy import (
     byte_strides,
     contiguous_byte_strides,
+    copy_kernel,
     copy_strided,
     kernel_copy,
     memcpy_able,
@@ -152,7 +154,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
         ctx.retain(block)
         return Output.ready(block.array(t.dtype, t.shape))
 
-    return device_op(enqueue, t.device, "to_host")
+    return device_op(enqueue, t.device, "to_host", first_use=_gathering(t))
 
 
 def dup(tensor: Tensor) -> TensorOp:
@@ -177,7 +179,14 @@ def dup(tensor: Tensor) -> TensorOp:
         )
         return Output.ready(out)
 
-    return _tensor_op(device_op(enqueue, t.device, "dup"), t.shape, t.dtype)
+    op = device_op(enqueue, t.device, "dup", first_use=_gathering(t))
+    return _tensor_op(op, t.shape, t.dtype)
+
+
+def _gathering(t: Tensor) -> FirstUse | None:
+    """The first use of an op that copies ``t``: the kernel that gathers a view the copy
+    engines cannot read (prepared off the event loop by the op's ``await``)."""
+    return launching(copy_kernel(t.dtype)) if not memcpy_able(t) else None
 
 
 def to_device(tensor: Tensor, device: int | Device) -> DeviceOp[Tensor]:
@@ -240,6 +249,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             "memcpy",
             graph_node=True,
         )
+    first_use = _gathering(s)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         if gather:  # a reversed or broadcast source: a kernel gathers it
@@ -268,7 +278,7 @@ def memcpy(dst: Tensor, src: Tensor) -> DeviceOp[Tensor]:
             get_backend().memcpy_dtod_async(dp, sp, source.nbytes, ctx.handle)
         return Output.ready(result)
 
-    return device_op(enqueue, d.device, "memcpy", graph_node=True)
+    return device_op(enqueue, d.device, "memcpy", graph_node=True, first_use=first_use)
 
 
 def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:

@@ -19,12 +19,14 @@ from .._core.context import ExecutionContext
 from .._core.memory import Allocation
 from .._dtypes import dtype_info, dtype_name
 from .._launch import builtin
+from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
 from ..errors import OutOfMemoryError
 
 __all__ = [
     "byte_strides",
     "contiguous_byte_strides",
+    "copy_kernel",
     "copy_strided",
     "kernel_copy",
     "memcpy_able",
@@ -94,10 +96,16 @@ def memcpy_able(t: Tensor) -> bool:
     return t.size == 0 or all(s > 0 for s, d in zip(t.strides, t.shape, strict=True) if d > 1)
 
 
+def copy_kernel(dtype: np.dtype[Any]) -> Kernel:
+    """The kernel :func:`kernel_copy` launches to write elements of ``dtype`` (an op
+    that may copy with it declares it as its first use)."""
+    return builtin.kernel("convert", dtype_name(dtype))
+
+
 def kernel_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     """Enqueue a kernel copying any view ``src`` into the contiguous ``dst``, converting
     it to ``dst``'s dtype (``ndarray.astype``'s rules) where that differs."""
-    kernel = builtin.kernel("convert", dtype_name(dst.dtype))
+    kernel = copy_kernel(dst.dtype)
     code = dtype_info(src.dtype).code
     flat = builtin.flat(dst)
     for sub, dims, strides, first in builtin.chunks(src):

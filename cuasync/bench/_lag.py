@@ -1,6 +1,7 @@
 """A 1 ms ticker's lateness on an event loop: idle, while long kernels are in flight,
-woken by a plain socket at the very moments cuasync woke it (the control), and while the
-first await of a new expression compiles (:func:`first_use_lag`).
+woken by a plain socket at the very moments cuasync woke it (the control), while the
+first await of a new expression compiles (:func:`first_use_lag`), and while a new
+process's first ops of every kernel family compile (:func:`fresh_families_lag`).
 
 The control separates what cuasync costs the loop from what any wake-up costs it:
 asyncio's selector waits in whole milliseconds, rounded up, so a wake-up shortly before
@@ -13,7 +14,11 @@ a timer is due makes that timer up to a millisecond late, whoever woke the loop.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +30,16 @@ import cuasync
 from cuasync import kernel_cache
 from cuasync._core.completion import get_hub
 
-__all__ = ["FirstUseLag", "FlightLag", "first_use_lag", "flight_lag", "idle_lag", "replayed_lag"]
+__all__ = [
+    "FirstUseLag",
+    "FlightLag",
+    "families_lag",
+    "first_use_lag",
+    "flight_lag",
+    "fresh_families_lag",
+    "idle_lag",
+    "replayed_lag",
+]
 
 
 class _Ticker:
@@ -210,3 +224,83 @@ async def first_use_lag(rounds: int, inline: bool = False) -> FirstUseLag:
         len(lags),
         float(np.median(times)) * 1e3,
     )
+
+
+def _families(x: cuasync.Tensor, m: cuasync.Tensor, i: cuasync.Tensor) -> list[Any]:
+    """One op of each family of kernels cuasync generates or builds in (x: float32 (24,),
+    m: x as (4, 6), i: int32 indices): what a service's first requests may launch."""
+    return [
+        cuasync.full((256,), 2.5, dtype="float32"),  # fill
+        cuasync.arange(256, dtype="float32"),  # ramps
+        cuasync.rand((256,), dtype="float32", seed=1),  # random numbers
+        x.astype("float16"),  # conversions and gathering copies
+        cuasync.exp(x * 0.5 + 1.0),  # a fused elementwise expression
+        cuasync.sum(m * 2.0, axis=1),  # a reduction, the expression fused in
+        cuasync.cumsum(m, axis=1),  # a scan
+        cuasync.sort(x),  # a sort's four kernels
+        cuasync.searchsorted(x, x),  # a binary search
+        cuasync.take(x, i),  # take, gather
+        cuasync.gather(m, i, axis=1, mode="clip"),
+        cuasync.scatter(x, i, 9.0, axis=0),
+        cuasync.pad(x, 2),
+        cuasync.tril(m),
+        cuasync.matmul(i.reshape((2, 3)), i.reshape((3, 2))),  # integer matmul
+    ]
+
+
+async def families_lag(inline: bool = False) -> FirstUseLag:
+    """The ticker while the first op of each kernel family (:func:`_families`) runs, one
+    after the other, 2 ms apart: awaited, or (``inline``) run with
+    ``.sync(allow_in_loop=True)``, which prepares its kernels on the loop thread (the
+    control). Meant for a process that has prepared none of them
+    (:func:`fresh_families_lag`)."""
+    x = await cuasync.from_host(np.linspace(-2, 2, 24, dtype=np.float32))
+    m = x.reshape((4, 6))
+    i = await cuasync.from_host(np.array([3, 0, 5, 1, 3, 2], np.int32))
+    ticker = _Ticker()
+    await asyncio.sleep(0.01)
+    times: list[float] = []
+    start = time.perf_counter()
+    for op in _families(x, m, i):
+        t0 = time.perf_counter()
+        if inline:
+            op.sync(allow_in_loop=True)
+        else:
+            await op
+        times.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.002)
+    end = time.perf_counter()
+    await ticker.stop()
+    lags = np.asarray([lag for t0, lag in ticker.lags if start <= t0 <= end]) * 1e6
+    if not len(lags):
+        lags = np.asarray([(end - start) * 1e6])
+    return FirstUseLag(
+        float(np.percentile(lags, 99)), float(lags.max()), len(lags), float(np.median(times)) * 1e3
+    )
+
+
+_FRESH = """
+import json, sys
+from dataclasses import asdict
+from cuasync.bench import _lag, _util
+lag = _util.run_loop(sys.argv[1], lambda: _lag.families_lag(sys.argv[2] == "inline"))
+print(json.dumps(asdict(lag)))
+"""
+
+
+def fresh_families_lag(kind: str, inline: bool = False) -> FirstUseLag:
+    """:func:`families_lag` on a loop of ``kind`` in a new Python process with the disk
+    cache off (``CUASYNC_KERNEL_CACHE=off``): nothing is prepared there, every kernel
+    compiles, as in a service's first requests without a warm-up or a warm cache."""
+    env = {**os.environ, "CUASYNC_KERNEL_CACHE": "off"}
+    how = "inline" if inline else "awaited"
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH, kind, how],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"the first-use probe failed: {done.stderr.strip()[-2000:]}")
+    return FirstUseLag(**json.loads(done.stdout.strip().splitlines()[-1]))

@@ -60,6 +60,15 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
             "awaited",
             "compiled inline by .sync() (control)",
         }
+        # a new process's first op of each kernel family: awaited against the 5 ms target,
+        # and run inline (the control) on the first loop
+        families = [r for r in rows if "first op of 15 kernel families" in r["name"]]
+        assert {r["name"].rsplit(", ", 1)[1] for r in families} >= {
+            "awaited",
+            "run inline by .sync() (control)",
+        }
+        for r in families:
+            assert ("target <= 5 ms" in r["note"]) == r["name"].endswith("awaited"), r
         targets = [r for r in rows if r["name"].startswith("asyncio: spin-0 p50 - raw p50")]
         assert len(targets) == raw  # (the ratios need the raw loop: a GPU)
         for target in targets:

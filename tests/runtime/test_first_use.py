@@ -11,8 +11,9 @@ a second process with a warm disk cache compiles nothing.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,18 @@ import cuasync
 from cuasync import _first_use
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
+from cuasync._launch import builtin
 from cuasync._launch.nvrtc import nvrtc_problem
-from cuasync._ops import codegen, reduce_codegen
+from cuasync._ops import (
+    codegen,
+    igemm,
+    indexing,
+    joins,
+    reduce_codegen,
+    scan,
+    sorting,
+    statistics,
+)
 from cuasync.errors import ArgumentError, KernelCompileError
 
 pytestmark = pytest.mark.anyio
@@ -236,12 +247,117 @@ def test_a_second_process_with_a_warm_disk_cache_compiles_nothing(tmp_path: Path
             x = await cuasync.from_host(np.ones(32, np.float32))
             await cuasync.Kernel(SRC, "k", emulate=twin)[1, 32](x, 32)
             y = await cuasync.tanh(x * 0.25 - 3.0)
-            print(kernel_cache.stats().compiles, float((await y.to_host())[0]))
+            # built-in and generated kernels of other families too
+            i = await cuasync.arange(4, dtype="int64")
+            z = await cuasync.sum(cuasync.take(await cuasync.sort(y * -1.0), i) + 1.0)
+            print(kernel_cache.stats().compiles, float((await y.to_host())[0]), float(await z.to_host()))
 
         asyncio.run(main())
     """
     env: dict[str, Any] = {"CUASYNC_KERNEL_CACHE": str(tmp_path / "kernels")}
     first = run_script(code, **env).stdout.split()
     second = run_script(code, **env).stdout.split()
-    assert int(first[0]) >= 2  # the kernel and the expression, at least
-    assert second == ["0", first[1]]
+    assert int(first[0]) >= 2 + 1 + 4 + 1 + 1  # kernel, expressions, arange, sort, take, sum
+    assert second == ["0", *first[1:]]
+
+
+@pytest.fixture
+def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every generated and built-in kernel made anew (so none is prepared yet: their
+    caches are emptied for the test; the compiled images stay cached in memory)."""
+    for module in (codegen, reduce_codegen, builtin, sorting, scan):
+        monkeypatch.setattr(module, "_kernels", {})
+    monkeypatch.setattr(sorting, "_search_kernels", {})
+    for files in (joins._KERNELS, indexing._KERNELS):
+        monkeypatch.setattr(files, "_made", {})
+    monkeypatch.setattr(igemm, "kernel", functools.cache(igemm.kernel.__wrapped__))
+    monkeypatch.setattr(statistics, "_READY", set())
+
+
+F32 = np.linspace(-2.0, 2.0, 24, dtype=np.float32)
+I32 = np.array([3, 0, 5, 1, 3, 7], dtype=np.int32)
+
+#: One op of each family of kernels cuasync generates or builds in, with numpy's answer:
+#: ``make(x, m, idx)`` with x = F32, m = F32 as (4, 6), idx = I32 (device tensors).
+FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
+    "full": (lambda x, m, i: cuasync.full((5,), 2.5, dtype="float32"), lambda: np.full(5, 2.5)),
+    "arange": (lambda x, m, i: cuasync.arange(6, dtype="int16"), lambda: np.arange(6)),
+    "linspace": (
+        lambda x, m, i: cuasync.linspace(0.0, 1.0, 5, dtype="float32"),
+        lambda: np.linspace(0, 1, 5),
+    ),
+    "astype": (lambda x, m, i: x.astype("int8"), lambda: F32.astype(np.int8)),
+    "expression of an op": (
+        lambda x, m, i: cuasync.exp(cuasync.arange(4, dtype="float32") - 1.0),
+        lambda: np.exp(np.arange(4, dtype=np.float32) - 1),
+    ),
+    "reduction of an op": (
+        lambda x, m, i: cuasync.sum(m.astype("float64"), axis=1),
+        lambda: F32.reshape(4, 6).astype(np.float64).sum(axis=1),
+    ),
+    "var": (
+        lambda x, m, i: cuasync.var(m, axis=0),
+        lambda: F32.reshape(4, 6).astype(np.float64).var(axis=0),
+    ),
+    "cumsum": (lambda x, m, i: cuasync.cumsum(m, axis=1), lambda: F32.reshape(4, 6).cumsum(1)),
+    "sort": (lambda x, m, i: cuasync.sort(x * -1.0), lambda: np.sort(-F32)),
+    "searchsorted": (
+        lambda x, m, i: cuasync.searchsorted(x, x[::5]),
+        lambda: np.searchsorted(F32, F32[::5]),
+    ),
+    "isin": (
+        lambda x, m, i: cuasync.isin(i, i[:3]),
+        lambda: np.isin(I32, I32[:3]),
+    ),
+    "take": (lambda x, m, i: cuasync.take(x, i), lambda: F32[I32]),
+    "gather": (
+        lambda x, m, i: cuasync.gather(m, i[:3], axis=1),
+        lambda: F32.reshape(4, 6)[:, I32[:3]],
+    ),
+    "scatter": (
+        lambda x, m, i: cuasync.scatter(x, i, 9.0, axis=0),
+        lambda: np.where(np.isin(np.arange(24), I32), np.float32(9), F32),
+    ),
+    "pad": (lambda x, m, i: cuasync.pad(x[:4], 1), lambda: np.pad(F32[:4], 1)),
+    "tril": (lambda x, m, i: cuasync.tril(m), lambda: np.tril(F32.reshape(4, 6))),
+    "integer matmul": (
+        lambda x, m, i: cuasync.matmul(i.reshape((2, 3)), i.reshape((3, 2))),
+        lambda: I32.reshape(2, 3) @ I32.reshape(3, 2),
+    ),
+    "dup of a broadcast": (
+        lambda x, m, i: cuasync.broadcast_to(x[:3], (2, 3)).dup(),
+        lambda: np.broadcast_to(F32[:3], (2, 3)),
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+async def test_every_kernel_family_is_prepared_off_the_loop(
+    anyio_backend: Any, held: Held, nothing_prepared: None, family: str
+) -> None:
+    x = await cuasync.from_host(F32)
+    m = x.reshape((4, 6))
+    i = await cuasync.from_host(I32)
+    make, expected = FAMILIES[family]
+    out, made = await _ticking_while(held, make(x, m, i))
+    _assert_prepared_off_the_loop(held, made)
+    np.testing.assert_allclose(await out.to_host(), expected(), rtol=1e-6)
+    # a second op of the same kind prepares nothing
+    handed, prepared = _first_use.stats(), len(held.threads)
+    await make(x, m, i)
+    assert (_first_use.stats(), len(held.threads)) == (handed, prepared)
+
+
+async def test_warmup_of_an_op_prepares_every_kernel_it_launches(
+    anyio_backend: Any, held: Held, nothing_prepared: None
+) -> None:
+    x = await cuasync.from_host(F32)
+    i = await cuasync.from_host(I32)
+    held.release()
+    await cuasync.warmup(cuasync.take(x, i), cuasync.sort(x), cuasync.full((3,), 1, dtype="uint8"))
+    assert len(held.threads) == 1 + 4 + 1  # take, the sort's four passes, fill
+    assert all(t.startswith("cuasync-compile") for t in held.threads)
+    prepared = len(held.threads)
+    np.testing.assert_array_equal(await (await cuasync.take(x, i)).to_host(), F32[I32])
+    await cuasync.sort(x)
+    assert len(held.threads) == prepared
