@@ -23,6 +23,10 @@ import numpy as np
 
 from .errors import DTypeError
 
+#: A dtype as users spell one: a name (``"float32"``), a numpy dtype or scalar type
+#: (``cuasync.float32``, ``np.int8``), or None where the function picks one.
+DTypeLike = str | np.dtype[Any] | type[Any] | None
+
 
 @dataclass(frozen=True)
 class DType:
