@@ -54,6 +54,9 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(await x.to(0), Tensor)
     assert_type(cuasync.zeros((4,)).sync(), Tensor)
     assert_type(cuasync.asarray(x), Tensor)
+    assert_type(cuasync.asarray(x, dtype="float16"), TensorOp)
+    assert_type(cuasync.asarray([[1.0, 2.0]]), TensorOp)
+    assert_type(cuasync.asarray(host, dtype=cuasync.int8, copy=None), TensorOp)
     assert_type(cuasync.from_dlpack(x), Tensor)
     assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
     # the indexing family (#33): TensorOps; starts may be device tensors

@@ -29,6 +29,7 @@ from .._core.output import Output
 from .._dtypes import (
     DEFAULT_FLOAT,
     SUPPORTED,
+    DTypeLike,
     as_dtype,
     default_dtype,
     dtype_info,
@@ -43,7 +44,7 @@ from .._transfers.copies import _device_arg
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
-from .tensorop import TensorOp, tensor_op
+from .tensorop import ShapeLike, TensorOp, tensor_op
 
 __all__ = [
     "arange",
@@ -206,29 +207,36 @@ def _fill_op(
 
 
 def full(
-    shape: Any, value: Any, dtype: Any = None, *, device: int | Device | None = None
+    shape: ShapeLike,
+    fill_value: complex | np.number[Any] | np.bool_,
+    dtype: DTypeLike = None,
+    *,
+    device: int | Device | None = None,
 ) -> TensorOp:
-    """An op allocating a tensor of ``shape`` with every element ``value``.
+    """An op allocating a tensor of ``shape`` with every element ``fill_value``.
 
-    ``dtype`` None is ``value``'s: bool for a bool, int64 for an int, float32 (the
+    ``dtype`` None is ``fill_value``'s: bool for a bool, int64 for an int, float32 (the
     default float dtype) for a float, complex64 for a complex, a numpy scalar's own.
-    ``value`` must be representable in ``dtype`` (an int in range for integer dtypes, a
-    finite float that does not overflow, ...), else :class:`~cuasync.errors.ArgumentError`.
+    ``fill_value`` must be representable in ``dtype`` (an int in range for integer
+    dtypes, a finite float that does not overflow, ...), else
+    :class:`~cuasync.errors.ArgumentError`.
 
     >>> t = await cuasync.full((2, 3), 7, "int32")
     >>> m = await cuasync.full((2, 3), False)          # bool
     """
     dims = check_shape(shape)
-    if dtype is None and isinstance(value, (bool, int, float, complex, np.generic)):
-        dt = default_dtype(value)
+    if dtype is None and isinstance(fill_value, (bool, int, float, complex, np.generic)):
+        dt = default_dtype(fill_value)
     else:
         dt = as_dtype(DEFAULT_FLOAT if dtype is None else dtype)
-    bits = _bits(_representable(value, dt, "value"))
+    bits = _bits(_representable(fill_value, dt, "fill_value"))
     return _fill_op(dims, dt, bits, _device_arg(device), "full")
 
 
-def ones(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
-    """An op allocating a tensor of ones.
+def ones(
+    shape: ShapeLike, dtype: DTypeLike = None, *, device: int | Device | None = None
+) -> TensorOp:
+    """An op allocating a tensor of ones (``dtype`` None: float32, the default float dtype).
 
     >>> t = await cuasync.ones((4, 4), "float16")
     """
@@ -571,20 +579,22 @@ def arange(
 
 
 def linspace(
-    start: Any,
-    stop: Any,
-    n: Any,
-    dtype: Any = "float32",
+    start: float | np.integer[Any] | np.floating[Any],
+    stop: float | np.integer[Any] | np.floating[Any],
+    num: int | np.integer[Any],
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
     endpoint: bool = True,
 ) -> TensorOp:
-    """An op allocating ``n`` evenly spaced values from ``start`` to ``stop``, inclusive
-    (``endpoint=False``: ``stop`` excluded, the step ``(stop - start) / n``).
+    """An op allocating ``num`` evenly spaced values from ``start`` to ``stop``, inclusive
+    (``endpoint=False``: ``stop`` excluded, the step ``(stop - start) / num``), as the
+    array API's ``linspace(start, stop, /, num, *, dtype=None, device=None,
+    endpoint=True)``; ``dtype`` None is float32, the default float dtype.
 
-    Same values as ``numpy.linspace(start, stop, n, endpoint, dtype=dtype)`` (computed in
-    float64, floored for integer dtypes). ``start`` and ``stop`` are finite real numbers
-    that fit in ``dtype``.
+    Same values as ``numpy.linspace(start, stop, num, endpoint, dtype=dtype)`` (computed
+    in float64, floored for integer dtypes). ``start`` and ``stop`` are finite real
+    numbers that fit in ``dtype`` (complex ones are not built).
 
     >>> t = await cuasync.linspace(0.0, 1.0, 5)                   # 0, .25, .5, .75, 1
     >>> h = await cuasync.linspace(0.0, 1.0, 4, endpoint=False)   # 0, .25, .5, .75
@@ -593,7 +603,7 @@ def linspace(
         raise ArgumentError(f"linspace: endpoint must be a bool, got {endpoint!r}"[:200])
     a = _real(start, "start")
     b = _real(stop, "stop")
-    k = _count(n, "n")
+    k = _count(num, "num")
     dt = as_dtype(dtype)
     for value, argument in ((a, "start"), (b, "stop")):
         _representable(math.floor(value) if dtype_info(dt).kind in "iu" else value, dt, argument)

@@ -33,7 +33,7 @@ from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_
 from .expr import Node, check_dtype, is_ml_scalar
 from .operators import TensorOperators
 
-__all__ = ["Operand", "TensorOp", "leaf", "tensor_op"]
+__all__ = ["Operand", "ShapeLike", "TensorOp", "leaf", "tensor_op"]
 
 
 def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
@@ -359,3 +359,7 @@ def leaf(value: Any, argument: str) -> Node:
 #: :class:`TensorOp` (absorbed into the expression) or a Python or numpy scalar
 #: (``bool`` and ``int`` are ``complex`` to a type checker).
 Operand = Tensor | TensorOp | complex | np.number[Any] | np.bool_
+
+#: A shape as the creation functions take one: an int or a sequence of ints (numpy's
+#: integers too).
+ShapeLike = int | np.integer[Any] | Sequence[int | np.integer[Any]]

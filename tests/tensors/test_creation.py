@@ -588,16 +588,16 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
     t8 = cuasync.zeros((4,), "int8").sync()
     return [
         ("negative dim", lambda: cuasync.ones((2, -1)), ShapeError, "shape"),
-        ("float dim", lambda: cuasync.full((2.5,), 1), ShapeError, "shape"),
+        ("float dim", lambda: cuasync.full((2.5,), 1), ShapeError, "shape"),  # type: ignore[arg-type]
         ("bool dim", lambda: cuasync.ones((True, 2)), ShapeError, "shape"),
-        ("dict shape", lambda: cuasync.full({}, 1), ShapeError, "shape must be an int or a tuple"),
+        ("dict shape", lambda: cuasync.full({}, 1), ShapeError, "shape must be an int or a tuple"),  # type: ignore[arg-type]
         ("set shape", lambda: cuasync.rand({2, 3}), ShapeError, "shape must be an int or a tuple"),
         ("str shape", lambda: cuasync.randn("4"), ShapeError, "shape must be an int or a tuple"),
         ("unknown dtype", lambda: cuasync.ones(3, "float8"), DTypeError, "dtype"),
         ("int overflow", lambda: cuasync.full(3, 300, "int8"), ArgumentError, "value=300"),
         ("not an integer", lambda: cuasync.full(3, 1.5, "int32"), ArgumentError, "value=1.5"),
         ("nan for int", lambda: cuasync.full(3, math.nan, "int64"), ArgumentError, "value"),
-        ("string value", lambda: cuasync.full(3, "x"), ArgumentError, "value must be a number"),
+        ("string value", lambda: cuasync.full(3, "x"), ArgumentError, "value must be a number"),  # type: ignore[arg-type]
         ("half overflow", lambda: cuasync.full(3, 1e6, "float16"), ArgumentError, "overflows"),
         ("huge int", lambda: cuasync.full(3, 10**400, "float64"), ArgumentError, "overflows"),
         ("bool value", lambda: cuasync.full(3, 2, "bool"), ArgumentError, "bool"),
@@ -631,10 +631,10 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("arange dtype", lambda: cuasync.arange(3, dtype="float128"), DTypeError, "dtype"),
         ("arange both", lambda: cuasync.arange(3, "int8", dtype="int8"), ArgumentError, "stop="),
         ("arange n twice", lambda: cuasync.arange(3, n=3), ArgumentError, "old name"),  # type: ignore[call-arg]
-        ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "n must be"),
-        ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),
+        ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "num must be"),
+        ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),  # type: ignore[arg-type]
         ("linspace stop inf", lambda: cuasync.linspace(0, math.inf, 3), ArgumentError, "stop"),
-        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),
+        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),  # type: ignore[arg-type]
         ("linspace range", lambda: cuasync.linspace(0, 1000, 3, "int8"), ArgumentError, "stop"),
         ("linspace dtype", lambda: cuasync.linspace(0, 1, 3, "nope"), DTypeError, "dtype"),
         ("eye n", lambda: cuasync.eye(-1), ShapeError, "N must be"),
