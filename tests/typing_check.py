@@ -188,6 +188,8 @@ async def array_api_names(x: Tensor, op: TensorOp) -> None:
     assert_type(cuasync.isin(x, op, invert=True), TensorOp)
     # data-dependent shapes: coroutine functions
     assert_type(await cuasync.nonzero(x), tuple[Tensor, ...])
+    assert_type(await cuasync.where(x), tuple[Tensor, ...])
+    assert_type(await cuasync.where(x > 0), tuple[Tensor, ...])
     assert_type(await cuasync.unique_values(x), Tensor)
     assert_type((await cuasync.unique_counts(x)).counts, Tensor)
     assert_type((await cuasync.unique_inverse(x)).inverse_indices, Tensor)
