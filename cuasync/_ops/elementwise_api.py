@@ -10,8 +10,9 @@ functions.
 Beyond the standard, as numpy: the float functions take integers (computed in the
 default float dtype, float32, as ``exp`` does), the bitwise and logical ones take bools,
 ``square`` takes bool. Complex operands: ``square``, ``reciprocal``, ``round``,
-``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``; the inverse
-trigonometric and hyperbolic functions and ``tan`` raise
+``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``, and the inverse
+trigonometric and hyperbolic functions with numpy's branch cuts (``asin(2+0j)`` and
+``asin(2-0j)`` on either side of the cut); ``tan`` raises
 :class:`~cuasync.errors.DTypeError` for them (not built for complex yet).
 
 >>> y = await cuasync.hypot(cuasync.floor(a), b)       # one kernel
