@@ -245,7 +245,7 @@ def ones(
     return _fill_op(dims, dt, _bits(_representable(1, dt, "value")), _device_arg(device), "ones")
 
 
-def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
+def fill(tensor: Tensor, value: complex | np.number[Any] | np.bool_) -> DeviceOp[Tensor]:
     """An op setting every element of ``tensor`` (any view, strided too) to ``value``.
 
     Writes in place and outputs ``tensor``; it allocates nothing, so it can be recorded
@@ -321,7 +321,11 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
 
 
 def eye_rect(
-    rows: Any, cols: Any, dtype: Any = "float32", *, device: int | Device | None = None
+    rows: int | np.integer[Any],
+    cols: int | np.integer[Any],
+    dtype: DTypeLike = "float32",
+    *,
+    device: int | Device | None = None,
 ) -> TensorOp:
     """An op allocating a ``rows`` x ``cols`` matrix with ones on the main diagonal.
 
@@ -336,10 +340,10 @@ def eye_rect(
 
 @_renamed("n", "N")
 def eye(
-    N: Any,
-    M: Any = None,
-    k: Any = 0,
-    dtype: Any = None,
+    N: int | np.integer[Any],
+    M: int | np.integer[Any] | None = None,
+    k: int | np.integer[Any] = 0,
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -487,10 +491,10 @@ def _arange_ends(start: Any, step: Any, n: int, dt: np.dtype[Any]) -> tuple[int,
 
 @_renamed("n", "start")
 def arange(
-    start: Any = None,
-    stop: Any = None,
-    step: Any = None,
-    dtype: Any = None,
+    start: float | np.integer[Any] | np.floating[Any] | None = None,
+    stop: float | np.integer[Any] | np.floating[Any] | None = None,
+    step: float | np.integer[Any] | np.floating[Any] | None = None,
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -614,7 +618,7 @@ def linspace(
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe", "checked")
 
 
-def convert(tensor: Tensor, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+def convert(tensor: Tensor, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
     """An op producing a new contiguous tensor: ``tensor`` cast to ``dtype``.
 
     numpy's casting rules (``ndarray.astype``): floats to integers truncate toward zero,
@@ -697,9 +701,9 @@ def _checked_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
 
 
 def rand(
-    shape: Any,
-    seed: Any = None,
-    dtype: Any = "float32",
+    shape: ShapeLike,
+    seed: int | np.integer[Any] | None = None,
+    dtype: DTypeLike = "float32",
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -716,11 +720,11 @@ def rand(
 
 
 def randn(
-    shape: Any,
-    mean: Any = 0.0,
-    std: Any = 1.0,
-    seed: Any = None,
-    dtype: Any = "float32",
+    shape: ShapeLike,
+    mean: float | np.integer[Any] | np.floating[Any] = 0.0,
+    std: float | np.integer[Any] | np.floating[Any] = 1.0,
+    seed: int | np.integer[Any] | None = None,
+    dtype: DTypeLike = "float32",
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
