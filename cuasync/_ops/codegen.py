@@ -144,6 +144,9 @@ _ZUNARY = {
     "cosh": "ca_zcosh",
     "sinh": "ca_zsinh",
     "tanh": "ca_ztanh",
+    "sin": "ca_zsin",
+    "cos": "ca_zcos",
+    "tan": "ca_ztan",
 }
 
 #: Bitwise and logical binary ops: (integers, bools). A bool is 0 or 1: ``!=`` is xor.

@@ -12,8 +12,7 @@ default float dtype, float32, as ``exp`` does), the bitwise and logical ones tak
 ``square`` takes bool. Complex operands: ``square``, ``reciprocal``, ``round``,
 ``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``, and the inverse
 trigonometric and hyperbolic functions with numpy's branch cuts (``asin(2+0j)`` and
-``asin(2-0j)`` on either side of the cut); ``tan`` raises
-:class:`~cuasync.errors.DTypeError` for them (not built for complex yet).
+``asin(2-0j)`` on either side of the cut), and ``tan``.
 
 >>> y = await cuasync.hypot(cuasync.floor(a), b)       # one kernel
 >>> m = await cuasync.logical_and(cuasync.isfinite(a), a > 0)

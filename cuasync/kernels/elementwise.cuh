@@ -302,7 +302,7 @@ __device__ __forceinline__ Z ca_zlog10(Z a) {
                     ca_rmul(l.y, (R)0.434294481903251827651128918916605082));
 }
 
-// -- complex inverse trigonometric and hyperbolic functions (issue 34) --------------------
+// -- complex trigonometric and hyperbolic functions and their inverses (issue 34) ---------
 // numpy's branch cuts and special values (C99 Annex G, as npymath): asin, acos and atanh
 // cut the real axis outside [-1, 1], acosh below 1, asinh and atan the imaginary axis
 // outside [-i, i]; the sign of a zero on a cut picks its side. Computed in double (a
@@ -440,6 +440,19 @@ __device__ __forceinline__ double2 ca_ztanh(double2 a) {
     double den = 1.0 + beta * s * s;
     return make_double2(beta * rho * s / den, t / den);
 }
+// sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz): C99's definitions
+__device__ __forceinline__ double2 ca_zsin(double2 a) {
+    if (isinf(a.y) && !isfinite(a.x)) return make_double2(a.x - a.x, fabs(a.y));  // numpy's
+    double2 s = ca_zsinh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
+__device__ __forceinline__ double2 ca_zcos(double2 a) {
+    return ca_zcosh(make_double2(-a.y, a.x));
+}
+__device__ __forceinline__ double2 ca_ztan(double2 a) {
+    double2 s = ca_ztanh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
 // complex64: the same functions in double, rounded once
 #define CA_Z64_BY_DOUBLE(f) \
     __device__ __forceinline__ float2 f(float2 a) { return ca_zc64(f(ca_zc128(a))); }
@@ -452,4 +465,7 @@ CA_Z64_BY_DOUBLE(ca_zatanh)
 CA_Z64_BY_DOUBLE(ca_zsinh)
 CA_Z64_BY_DOUBLE(ca_zcosh)
 CA_Z64_BY_DOUBLE(ca_ztanh)
+CA_Z64_BY_DOUBLE(ca_zsin)
+CA_Z64_BY_DOUBLE(ca_zcos)
+CA_Z64_BY_DOUBLE(ca_ztan)
 #undef CA_Z64_BY_DOUBLE
