@@ -206,6 +206,37 @@ def _fill_op(
     return tensor_op(device_op(enqueue, device, name), shape, dt)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _renamed(old: str, new: str, position: int = 0) -> Callable[[F], F]:
+    """Let the wrapped creation op still take the keyword ``old`` (0.1's name of its
+    parameter number ``position``, now ``new``), with a DeprecationWarning; the signature
+    shows ``new`` only."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if len(args) > position or new in kwargs:
+                    raise ArgumentError(
+                        f"{fn.__name__}: {old}= is the old name of {new}; pass {new} once"
+                    )
+                warnings.warn(
+                    f"cuasync.{fn.__name__}({old}=...) is deprecated: the parameter is named "
+                    f"{new} now (numpy's name); pass it positionally or as {new}=",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return cast(F, call)
+
+    return wrap
+
+
+@_renamed("value", "fill_value", position=1)
 def full(
     shape: ShapeLike,
     fill_value: complex | np.number[Any] | np.bool_,
@@ -265,35 +296,6 @@ def fill(tensor: Tensor, value: complex | np.number[Any] | np.bool_) -> DeviceOp
         return Output.ready(t)
 
     return device_op(enqueue, t.device, "fill", graph_node=True)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _renamed(old: str, new: str) -> Callable[[F], F]:
-    """Let the wrapped creation op still take the keyword ``old`` (0.1's name of its first
-    parameter, now ``new``), with a DeprecationWarning; the signature shows ``new`` only."""
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if old in kwargs:
-                if args or new in kwargs:
-                    raise ArgumentError(
-                        f"{fn.__name__}: {old}= is the old name of {new}; pass {new} once"
-                    )
-                warnings.warn(
-                    f"cuasync.{fn.__name__}({old}=...) is deprecated: the parameter is named "
-                    f"{new} now (numpy's name); pass it positionally or as {new}=",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-                kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-
-        return cast(F, call)
-
-    return wrap
 
 
 def _is_dtype_like(value: Any) -> bool:
@@ -582,6 +584,7 @@ def arange(
     return tensor_op(device_op(enqueue, target, "arange"), (n,), dt)
 
 
+@_renamed("n", "num", position=2)
 def linspace(
     start: float | np.integer[Any] | np.floating[Any],
     stop: float | np.integer[Any] | np.floating[Any],

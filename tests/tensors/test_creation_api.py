@@ -108,3 +108,14 @@ async def test_asarray_converts_a_device_array_to_dtype(anyio_backend: str) -> N
     assert same is not x and (await same.to_host()).tolist() == [0.0, 1.0, 2.0, 3.0]
     with pytest.raises(ArgumentError, match="copy=False"):
         cuasync.asarray(x, dtype="int32", copy=False)
+
+
+def test_the_old_keyword_names_still_work_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"linspace\(n=\.\.\.\) is deprecated"):
+        op = cuasync.linspace(0.0, 1.0, n=3)  # type: ignore[call-arg]
+    assert op.sync().to_host().sync().tolist() == [0.0, 0.5, 1.0]
+    with pytest.warns(DeprecationWarning, match=r"full\(value=\.\.\.\) is deprecated"):
+        op = cuasync.full((2,), value=7)  # type: ignore[call-arg]
+    assert op.sync().to_host().sync().tolist() == [7, 7]
+    with pytest.raises(ArgumentError, match="pass num once"):
+        cuasync.linspace(0.0, 1.0, 3, n=3)  # type: ignore[call-arg]
