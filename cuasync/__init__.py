@@ -107,7 +107,6 @@ from ._ops.elementwise import sin as sin
 from ._ops.elementwise import sqrt as sqrt
 from ._ops.elementwise import subtract as subtract
 from ._ops.elementwise import tanh as tanh
-from ._ops.elementwise import where as where
 from ._ops.indexing import dynamic_slice as dynamic_slice
 from ._ops.indexing import dynamic_update_slice as dynamic_update_slice
 from ._ops.indexing import gather as gather
@@ -156,6 +155,7 @@ from ._ops.sets import unique_all as unique_all
 from ._ops.sets import unique_counts as unique_counts
 from ._ops.sets import unique_inverse as unique_inverse
 from ._ops.sets import unique_values as unique_values
+from ._ops.sets import where as where
 from ._ops.sorting import argsort as argsort
 from ._ops.sorting import isin as isin
 from ._ops.sorting import searchsorted as searchsorted

@@ -12,7 +12,10 @@ import numpy as np
 
 from .errors import ArgumentError, IndexOutOfRangeError
 
-__all__ = ["normalize_axis"]
+__all__ = ["Axes", "normalize_axis"]
+
+#: What a reduction's ``axis`` may be: None (every axis), an int or a tuple of ints.
+Axes = int | tuple[int, ...] | None
 
 
 def normalize_axis(a: Any, ndim: int, name: str, argument: str = "axis") -> int:

@@ -23,6 +23,10 @@ import numpy as np
 
 from .errors import DTypeError
 
+#: A dtype as users spell one: a name (``"float32"``), a numpy dtype or scalar type
+#: (``cuasync.float32``, ``np.int8``), or None where the function picks one.
+DTypeLike = str | np.dtype[Any] | type[Any] | None
+
 
 @dataclass(frozen=True)
 class DType:
@@ -168,7 +172,10 @@ def _name_of(dtype: Any) -> str | None:
 
 
 def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
-    """Normalize ``dtype`` (a name, a numpy type or dtype) or raise :class:`DTypeError`."""
+    """Normalize ``dtype`` (a name, a numpy type or dtype; None is the default float
+    dtype, float32, where numpy's None is float64) or raise :class:`DTypeError`."""
+    if dtype is None:
+        dtype = DEFAULT_FLOAT
     if isinstance(dtype, str):
         found = SUPPORTED._table.get(dtype)  # (the common case: one dict lookup)
         if found is not None:

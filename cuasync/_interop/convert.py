@@ -1,18 +1,23 @@
-"""``cuasync.asarray``: any device array another library made, as a cuasync tensor.
+"""``cuasync.asarray``: any device array another library made, as a cuasync tensor; host
+data (the array API's nested sequences and scalars) as an upload op.
 
 >>> x = cuasync.asarray(cupy.arange(4))         # DLPack, zero-copy
 >>> cuasync.asarray(x) is x
 True
+>>> y = await cuasync.asarray([[1.0, 2.0]], dtype=cuasync.float16)   # an upload
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from .._core.device import Device, Stream
+from .._dtypes import DTypeLike, as_dtype
+from .._ops.tensorop import TensorOp
 from .._tensor import Tensor
+from .._transfers.copies import from_host
 from ..errors import ArgumentError
 from .cai import from_cuda_array_interface
 from .dlpack import from_dlpack
@@ -20,15 +25,58 @@ from .dlpack import from_dlpack
 __all__ = ["asarray"]
 
 
+#: Host data ``asarray`` uploads: what the array API's ``asarray`` takes besides arrays.
+HostData = np.ndarray | np.generic | list[Any] | tuple[Any, ...] | complex
+
+_HOST = (np.ndarray, np.generic, list, tuple, int, float, complex)
+
+
+@overload
 def asarray(
-    obj: Any,
+    obj: HostData,
+    /,
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
     stream: Stream | None = None,
     copy: bool | None = None,
-) -> Tensor:
+) -> TensorOp: ...
+@overload
+def asarray(
+    obj: Any,
+    /,
+    dtype: None = None,
+    *,
+    device: int | Device | None = None,
+    stream: Stream | None = None,
+    copy: bool | None = None,
+) -> Tensor: ...
+@overload
+def asarray(
+    obj: Any,
+    /,
+    dtype: str | np.dtype[Any] | type[Any],
+    *,
+    device: int | Device | None = None,
+    stream: Stream | None = None,
+    copy: bool | None = None,
+) -> TensorOp: ...
+def asarray(
+    obj: Any,
+    /,
+    dtype: DTypeLike = None,
+    *,
+    device: int | Device | None = None,
+    stream: Stream | None = None,
+    copy: bool | None = None,
+) -> Tensor | TensorOp:
     """``obj`` as a :class:`Tensor`, zero-copy: a cuasync tensor (returned as is), a
-    DLPack producer, or an object with ``__cuda_array_interface__``.
+    DLPack producer, or an object with ``__cuda_array_interface__``; with ``dtype``, an
+    op converting it (a new tensor, as :func:`cuasync.astype` makes; ``copy=False``
+    refuses a conversion). Host data (a numpy array or scalar, nested lists or tuples,
+    a Python scalar) is uploaded: an op, as :func:`cuasync.from_host` (``dtype`` None:
+    the data's, a Python float's the default float dtype; ``copy=False`` is refused, an
+    upload is a copy).
 
     The producer's pending work is ordered before every cuasync op that uses the
     result (``stream``: the cuasync stream that waits for it, by default a private one
@@ -39,7 +87,37 @@ def asarray(
     >>> x = cuasync.asarray(torch.ones(3, device="cuda"))
     >>> await x.to_host()
     array([1., 1., 1.], dtype=float32)
+    >>> h = await cuasync.asarray(x, dtype="float16")          # converted: a new tensor
+    >>> m = await cuasync.asarray([[True, False]])              # uploaded: bool, 1 x 2
     """
+    if isinstance(obj, _HOST):
+        return _upload(obj, dtype, device, copy)
+    adopted = _adopt(obj, device, stream, None if dtype is not None else copy)
+    if dtype is None:
+        return adopted
+    target = as_dtype(dtype)
+    if copy is False and target != adopted.dtype:
+        raise ArgumentError(
+            f"asarray: copy=False, but x is {adopted.dtype} and dtype={target} needs a "
+            "conversion, which is a new tensor; pass copy=None"
+        )
+    return adopted.astype(target)
+
+
+def _upload(obj: Any, dtype: DTypeLike, device: int | Device | None, copy: bool | None) -> TensorOp:
+    if copy is False:
+        raise ArgumentError(
+            f"asarray: copy=False, but {type(obj).__name__} is host data, which only a copy "
+            "brings to the device; pass copy=None (or await cuasync.from_host(x))"
+        )
+    if dtype is not None:
+        obj = np.asarray(obj, dtype=as_dtype(dtype))
+    return from_host(obj, device=device)
+
+
+def _adopt(
+    obj: Any, device: int | Device | None, stream: Stream | None, copy: bool | None
+) -> Tensor:
     if isinstance(obj, Tensor) or hasattr(obj, "__dlpack__"):
         return from_dlpack(obj, device=device, stream=stream, copy=copy)
     if hasattr(obj, "__cuda_array_interface__"):
@@ -49,11 +127,6 @@ def asarray(
                 "and copy it: `await cuasync.asarray(x).dup()`"
             )
         return from_cuda_array_interface(obj, device=device, stream=stream)
-    if isinstance(obj, (np.ndarray, np.generic, list, tuple, int, float, complex)):
-        raise ArgumentError(
-            f"asarray adopts device memory; {type(obj).__name__} is host data: copy it to the "
-            "device with `await cuasync.from_host(x)`"
-        )
     raise ArgumentError(
         f"{type(obj).__name__} is not a device array: it has neither __dlpack__ nor "
         "__cuda_array_interface__"

@@ -135,6 +135,18 @@ _ZUNARY = {
     "isnan": "ca_zisnan",
     "log2": "ca_zlog2",
     "log10": "ca_zlog10",
+    "acos": "ca_zacos",
+    "acosh": "ca_zacosh",
+    "asin": "ca_zasin",
+    "asinh": "ca_zasinh",
+    "atan": "ca_zatan",
+    "atanh": "ca_zatanh",
+    "cosh": "ca_zcosh",
+    "sinh": "ca_zsinh",
+    "tanh": "ca_ztanh",
+    "sin": "ca_zsin",
+    "cos": "ca_zcos",
+    "tan": "ca_ztan",
 }
 
 #: Bitwise and logical binary ops: (integers, bools). A bool is 0 or 1: ``!=`` is xor.

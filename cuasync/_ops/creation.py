@@ -29,6 +29,7 @@ from .._core.output import Output
 from .._dtypes import (
     DEFAULT_FLOAT,
     SUPPORTED,
+    DTypeLike,
     as_dtype,
     default_dtype,
     dtype_info,
@@ -45,7 +46,7 @@ from .._transfers.copies import _device_arg
 from .._transfers.device_copy import copy_kernel, copy_strided, kernel_copy, new_tensor
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
-from .tensorop import TensorOp, tensor_op
+from .tensorop import ShapeLike, TensorOp, tensor_op
 
 __all__ = [
     "arange",
@@ -213,30 +214,68 @@ def _fill_op(
     return tensor_op(device_op(enqueue, device, name, first_use=first_use), shape, dt)
 
 
-def full(
-    shape: Any, value: Any, dtype: Any = None, *, device: int | Device | None = None
-) -> TensorOp:
-    """An op allocating a tensor of ``shape`` with every element ``value``.
+F = TypeVar("F", bound=Callable[..., Any])
 
-    ``dtype`` None is ``value``'s: bool for a bool, int64 for an int, float32 (the
+
+def _renamed(old: str, new: str, position: int = 0) -> Callable[[F], F]:
+    """Let the wrapped creation op still take the keyword ``old`` (0.1's name of its
+    parameter number ``position``, now ``new``), with a DeprecationWarning; the signature
+    shows ``new`` only."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if len(args) > position or new in kwargs:
+                    raise ArgumentError(
+                        f"{fn.__name__}: {old}= is the old name of {new}; pass {new} once"
+                    )
+                warnings.warn(
+                    f"cuasync.{fn.__name__}({old}=...) is deprecated: the parameter is named "
+                    f"{new} now (numpy's name); pass it positionally or as {new}=",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return cast(F, call)
+
+    return wrap
+
+
+@_renamed("value", "fill_value", position=1)
+def full(
+    shape: ShapeLike,
+    fill_value: complex | np.number[Any] | np.bool_,
+    dtype: DTypeLike = None,
+    *,
+    device: int | Device | None = None,
+) -> TensorOp:
+    """An op allocating a tensor of ``shape`` with every element ``fill_value``.
+
+    ``dtype`` None is ``fill_value``'s: bool for a bool, int64 for an int, float32 (the
     default float dtype) for a float, complex64 for a complex, a numpy scalar's own.
-    ``value`` must be representable in ``dtype`` (an int in range for integer dtypes, a
-    finite float that does not overflow, ...), else :class:`~cuasync.errors.ArgumentError`.
+    ``fill_value`` must be representable in ``dtype`` (an int in range for integer
+    dtypes, a finite float that does not overflow, ...), else
+    :class:`~cuasync.errors.ArgumentError`.
 
     >>> t = await cuasync.full((2, 3), 7, "int32")
     >>> m = await cuasync.full((2, 3), False)          # bool
     """
     dims = check_shape(shape)
-    if dtype is None and isinstance(value, (bool, int, float, complex, np.generic)):
-        dt = default_dtype(value)
+    if dtype is None and isinstance(fill_value, (bool, int, float, complex, np.generic)):
+        dt = default_dtype(fill_value)
     else:
         dt = as_dtype(DEFAULT_FLOAT if dtype is None else dtype)
-    bits = _bits(_representable(value, dt, "value"))
+    bits = _bits(_representable(fill_value, dt, "fill_value"))
     return _fill_op(dims, dt, bits, _device_arg(device), "full")
 
 
-def ones(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
-    """An op allocating a tensor of ones.
+def ones(
+    shape: ShapeLike, dtype: DTypeLike = None, *, device: int | Device | None = None
+) -> TensorOp:
+    """An op allocating a tensor of ones (``dtype`` None: float32, the default float dtype).
 
     >>> t = await cuasync.ones((4, 4), "float16")
     """
@@ -245,7 +284,7 @@ def ones(shape: Any, dtype: Any = "float32", *, device: int | Device | None = No
     return _fill_op(dims, dt, _bits(_representable(1, dt, "value")), _device_arg(device), "ones")
 
 
-def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
+def fill(tensor: Tensor, value: complex | np.number[Any] | np.bool_) -> DeviceOp[Tensor]:
     """An op setting every element of ``tensor`` (any view, strided too) to ``value``.
 
     Writes in place and outputs ``tensor``; it allocates nothing, so it can be recorded
@@ -266,35 +305,6 @@ def fill(tensor: Tensor, value: Any) -> DeviceOp[Tensor]:
 
     first_use = launching(_fill_kernel(t.itemsize))
     return device_op(enqueue, t.device, "fill", graph_node=True, first_use=first_use)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _renamed(old: str, new: str) -> Callable[[F], F]:
-    """Let the wrapped creation op still take the keyword ``old`` (0.1's name of its first
-    parameter, now ``new``), with a DeprecationWarning; the signature shows ``new`` only."""
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if old in kwargs:
-                if args or new in kwargs:
-                    raise ArgumentError(
-                        f"{fn.__name__}: {old}= is the old name of {new}; pass {new} once"
-                    )
-                warnings.warn(
-                    f"cuasync.{fn.__name__}({old}=...) is deprecated: the parameter is named "
-                    f"{new} now (numpy's name); pass it positionally or as {new}=",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-                kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-
-        return cast(F, call)
-
-    return wrap
 
 
 def _is_dtype_like(value: Any) -> bool:
@@ -323,7 +333,11 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
 
 
 def eye_rect(
-    rows: Any, cols: Any, dtype: Any = "float32", *, device: int | Device | None = None
+    rows: int | np.integer[Any],
+    cols: int | np.integer[Any],
+    dtype: DTypeLike = "float32",
+    *,
+    device: int | Device | None = None,
 ) -> TensorOp:
     """An op allocating a ``rows`` x ``cols`` matrix with ones on the main diagonal.
 
@@ -338,10 +352,10 @@ def eye_rect(
 
 @_renamed("n", "N")
 def eye(
-    N: Any,
-    M: Any = None,
-    k: Any = 0,
-    dtype: Any = None,
+    N: int | np.integer[Any],
+    M: int | np.integer[Any] | None = None,
+    k: int | np.integer[Any] = 0,
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -489,10 +503,10 @@ def _arange_ends(start: Any, step: Any, n: int, dt: np.dtype[Any]) -> tuple[int,
 
 @_renamed("n", "start")
 def arange(
-    start: Any = None,
-    stop: Any = None,
-    step: Any = None,
-    dtype: Any = None,
+    start: float | np.integer[Any] | np.floating[Any] | None = None,
+    stop: float | np.integer[Any] | np.floating[Any] | None = None,
+    step: float | np.integer[Any] | np.floating[Any] | None = None,
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -581,21 +595,24 @@ def arange(
     return tensor_op(op, (n,), dt)
 
 
+@_renamed("n", "num", position=2)
 def linspace(
-    start: Any,
-    stop: Any,
-    n: Any,
-    dtype: Any = "float32",
+    start: float | np.integer[Any] | np.floating[Any],
+    stop: float | np.integer[Any] | np.floating[Any],
+    num: int | np.integer[Any],
+    dtype: DTypeLike = None,
     *,
     device: int | Device | None = None,
     endpoint: bool = True,
 ) -> TensorOp:
-    """An op allocating ``n`` evenly spaced values from ``start`` to ``stop``, inclusive
-    (``endpoint=False``: ``stop`` excluded, the step ``(stop - start) / n``).
+    """An op allocating ``num`` evenly spaced values from ``start`` to ``stop``, inclusive
+    (``endpoint=False``: ``stop`` excluded, the step ``(stop - start) / num``), as the
+    array API's ``linspace(start, stop, /, num, *, dtype=None, device=None,
+    endpoint=True)``; ``dtype`` None is float32, the default float dtype.
 
-    Same values as ``numpy.linspace(start, stop, n, endpoint, dtype=dtype)`` (computed in
-    float64, floored for integer dtypes). ``start`` and ``stop`` are finite real numbers
-    that fit in ``dtype``.
+    Same values as ``numpy.linspace(start, stop, num, endpoint, dtype=dtype)`` (computed
+    in float64, floored for integer dtypes). ``start`` and ``stop`` are finite real
+    numbers that fit in ``dtype`` (complex ones are not built).
 
     >>> t = await cuasync.linspace(0.0, 1.0, 5)                   # 0, .25, .5, .75, 1
     >>> h = await cuasync.linspace(0.0, 1.0, 4, endpoint=False)   # 0, .25, .5, .75
@@ -604,7 +621,7 @@ def linspace(
         raise ArgumentError(f"linspace: endpoint must be a bool, got {endpoint!r}"[:200])
     a = _real(start, "start")
     b = _real(stop, "stop")
-    k = _count(n, "n")
+    k = _count(num, "num")
     dt = as_dtype(dtype)
     for value, argument in ((a, "start"), (b, "stop")):
         _representable(math.floor(value) if dtype_info(dt).kind in "iu" else value, dt, argument)
@@ -615,7 +632,7 @@ def linspace(
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe", "checked")
 
 
-def convert(tensor: Tensor, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+def convert(tensor: Tensor, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
     """An op producing a new contiguous tensor: ``tensor`` cast to ``dtype``.
 
     numpy's casting rules (``ndarray.astype``): floats to integers truncate toward zero,
@@ -704,9 +721,9 @@ def _checked_copy(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
 
 
 def rand(
-    shape: Any,
-    seed: Any = None,
-    dtype: Any = "float32",
+    shape: ShapeLike,
+    seed: int | np.integer[Any] | None = None,
+    dtype: DTypeLike = "float32",
     *,
     device: int | Device | None = None,
 ) -> TensorOp:
@@ -723,11 +740,11 @@ def rand(
 
 
 def randn(
-    shape: Any,
-    mean: Any = 0.0,
-    std: Any = 1.0,
-    seed: Any = None,
-    dtype: Any = "float32",
+    shape: ShapeLike,
+    mean: float | np.integer[Any] | np.floating[Any] = 0.0,
+    std: float | np.integer[Any] | np.floating[Any] = 1.0,
+    seed: int | np.integer[Any] | None = None,
+    dtype: DTypeLike = "float32",
     *,
     device: int | Device | None = None,
 ) -> TensorOp:

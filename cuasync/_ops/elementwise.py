@@ -14,7 +14,6 @@ or view of exactly the result's shape and dtype, allocating nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import operators
 from .expr import Node, is_ml_scalar, op_node
-from .tensorop import TensorOp, leaf
+from .tensorop import Operand, TensorOp, leaf
 
 __all__ = [
     "abs",
@@ -169,83 +168,250 @@ def _preview(name: str, operands: dict[str, Any]) -> _Preview:
     return _Preview(op_node(name, nodes))
 
 
-def _unary(name: str, doc: str) -> Any:
-    def fn(x: Any, *, out: Tensor | None = None) -> TensorOp:
-        return _apply(name, {"x": x}, out)
+def negative(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``-x`` elementwise (integers wrap; not defined for bool).
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"{doc}\n\n>>> y = await cuasync.{name}(x)\n"
-    return fn
-
-
-def _binary(name: str, doc: str) -> Any:
-    def fn(x1: Any, x2: Any, *, out: Tensor | None = None) -> TensorOp:
-        return _apply(name, {"x1": x1, "x2": x2}, out)
-
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"{doc}\n\n>>> y = await cuasync.{name}(a, b)\n"
-    return fn
+    >>> y = await cuasync.negative(x)
+    """
+    return _apply("negative", {"x": x}, out)
 
 
-negative = _unary("negative", "``-x`` elementwise (integers wrap; not defined for bool).")
-abs = _unary("abs", "``|x|`` elementwise (``abs(INT_MIN)`` is ``INT_MIN``, as in numpy).")
-sign = _unary(
-    "sign", "-1, 0 or 1 by the sign of each element (``sign(-0.0)`` is +0; NaN stays NaN)."
-)
-exp = _unary(
-    "exp",
-    "``e**x`` (integers: in the float numpy picks, float32 where that is float64).",
-)
-log = _unary("log", "The natural logarithm.")
-sin = _unary("sin", "The sine (radians).")
-cos = _unary("cos", "The cosine (radians).")
-tanh = _unary("tanh", "The hyperbolic tangent.")
-sqrt = _unary("sqrt", "The square root.")
-rsqrt = _unary("rsqrt", "``1 / sqrt(x)`` (dtype as ``sqrt``).")
-expm1 = _unary("expm1", "``exp(x) - 1``, accurate near 0.")
-log1p = _unary("log1p", "``log(1 + x)``, accurate near 0.")
+def abs(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``|x|`` elementwise (``abs(INT_MIN)`` is ``INT_MIN``, as in numpy).
 
-#: What the generated unary functions are (typed for the ones added in 0.2).
-Unary = Callable[..., TensorOp]
-
-conj: Unary = _unary("conj", "The complex conjugate (a real operand is returned as it is).")
-real: Unary = _unary(
-    "real", "The real part: float32 for complex64, float64 for complex128; a real x itself."
-)
-imag: Unary = _unary("imag", "The imaginary part (zeros of x's dtype for a real x).")
-angle: Unary = _unary(
-    "angle",
-    "The argument ``atan2(imag, real)`` in radians, in (-pi, pi] (the imaginary part's "
-    "sign of zero picks -pi or pi on the negative reals); float of the part's dtype.",
-)
-
-add = _binary("add", "``x1 + x2`` (bool: logical or; integers wrap).")
-subtract = _binary("subtract", "``x1 - x2`` (not defined for two bools).")
-multiply = _binary("multiply", "``x1 * x2`` (bool: logical and; integers wrap).")
-divide = _binary(
-    "divide", "``x1 / x2``, true division (integers give float32, the default float dtype)."
-)
-remainder = _binary(
-    "remainder",
-    "``x1 % x2`` with the sign of ``x2`` (numpy's ``remainder``); ``x % 0`` is 0 for "
-    "integers (numpy also warns) and NaN for floats.",
-)
-power = _binary(
-    "power",
-    "``x1 ** x2``; integers wrap, and a negative integer exponent gives 0, for base 0 "
-    "too (1 or -1 for bases 1 and -1) where numpy raises.",
-)
-maximum = _binary("maximum", "The larger element (NaN propagates).")
-minimum = _binary("minimum", "The smaller element (NaN propagates).")
-equal = _binary("equal", "``x1 == x2`` as a bool tensor.")
-not_equal = _binary("not_equal", "``x1 != x2`` as a bool tensor.")
-less = _binary("less", "``x1 < x2`` as a bool tensor.")
-less_equal = _binary("less_equal", "``x1 <= x2`` as a bool tensor.")
-greater = _binary("greater", "``x1 > x2`` as a bool tensor.")
-greater_equal = _binary("greater_equal", "``x1 >= x2`` as a bool tensor.")
+    >>> y = await cuasync.abs(x)
+    """
+    return _apply("abs", {"x": x}, out)
 
 
-def where(condition: Any, x1: Any, x2: Any, *, out: Tensor | None = None) -> TensorOp:
+def sign(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """-1, 0 or 1 by the sign of each element (``sign(-0.0)`` is +0; NaN stays NaN).
+
+    >>> y = await cuasync.sign(x)
+    """
+    return _apply("sign", {"x": x}, out)
+
+
+def exp(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``e**x`` (integers: in the float numpy picks, float32 where that is float64).
+
+    >>> y = await cuasync.exp(x)
+    """
+    return _apply("exp", {"x": x}, out)
+
+
+def log(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The natural logarithm.
+
+    >>> y = await cuasync.log(x)
+    """
+    return _apply("log", {"x": x}, out)
+
+
+def sin(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The sine (radians).
+
+    >>> y = await cuasync.sin(x)
+    """
+    return _apply("sin", {"x": x}, out)
+
+
+def cos(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The cosine (radians).
+
+    >>> y = await cuasync.cos(x)
+    """
+    return _apply("cos", {"x": x}, out)
+
+
+def tanh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The hyperbolic tangent.
+
+    >>> y = await cuasync.tanh(x)
+    """
+    return _apply("tanh", {"x": x}, out)
+
+
+def sqrt(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The square root.
+
+    >>> y = await cuasync.sqrt(x)
+    """
+    return _apply("sqrt", {"x": x}, out)
+
+
+def rsqrt(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``1 / sqrt(x)`` (dtype as ``sqrt``).
+
+    >>> y = await cuasync.rsqrt(x)
+    """
+    return _apply("rsqrt", {"x": x}, out)
+
+
+def expm1(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``exp(x) - 1``, accurate near 0.
+
+    >>> y = await cuasync.expm1(x)
+    """
+    return _apply("expm1", {"x": x}, out)
+
+
+def log1p(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``log(1 + x)``, accurate near 0.
+
+    >>> y = await cuasync.log1p(x)
+    """
+    return _apply("log1p", {"x": x}, out)
+
+
+def conj(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The complex conjugate (a real operand is returned as it is).
+
+    >>> y = await cuasync.conj(x)
+    """
+    return _apply("conj", {"x": x}, out)
+
+
+def real(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The real part: float32 for complex64, float64 for complex128; a real x itself.
+
+    >>> y = await cuasync.real(x)
+    """
+    return _apply("real", {"x": x}, out)
+
+
+def imag(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The imaginary part (zeros of x's dtype for a real x).
+
+    >>> y = await cuasync.imag(x)
+    """
+    return _apply("imag", {"x": x}, out)
+
+
+def angle(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The argument ``atan2(imag, real)`` in radians, in (-pi, pi] (the imaginary part's
+    sign of zero picks -pi or pi on the negative reals); float of the part's dtype.
+
+    >>> y = await cuasync.angle(x)
+    """
+    return _apply("angle", {"x": x}, out)
+
+
+def add(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 + x2`` (bool: logical or; integers wrap).
+
+    >>> y = await cuasync.add(a, b)
+    """
+    return _apply("add", {"x1": x1, "x2": x2}, out)
+
+
+def subtract(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 - x2`` (not defined for two bools).
+
+    >>> y = await cuasync.subtract(a, b)
+    """
+    return _apply("subtract", {"x1": x1, "x2": x2}, out)
+
+
+def multiply(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 * x2`` (bool: logical and; integers wrap).
+
+    >>> y = await cuasync.multiply(a, b)
+    """
+    return _apply("multiply", {"x1": x1, "x2": x2}, out)
+
+
+def divide(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 / x2``, true division (integers give float32, the default float dtype).
+
+    >>> y = await cuasync.divide(a, b)
+    """
+    return _apply("divide", {"x1": x1, "x2": x2}, out)
+
+
+def remainder(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 % x2`` with the sign of ``x2`` (numpy's ``remainder``); ``x % 0`` is 0 for
+    integers (numpy also warns) and NaN for floats.
+
+    >>> y = await cuasync.remainder(a, b)
+    """
+    return _apply("remainder", {"x1": x1, "x2": x2}, out)
+
+
+def power(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 ** x2``; integers wrap, and a negative integer exponent gives 0, for base 0 too
+    (1 or -1 for bases 1 and -1) where numpy raises.
+
+    >>> y = await cuasync.power(a, b)
+    """
+    return _apply("power", {"x1": x1, "x2": x2}, out)
+
+
+def maximum(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The larger element (NaN propagates).
+
+    >>> y = await cuasync.maximum(a, b)
+    """
+    return _apply("maximum", {"x1": x1, "x2": x2}, out)
+
+
+def minimum(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """The smaller element (NaN propagates).
+
+    >>> y = await cuasync.minimum(a, b)
+    """
+    return _apply("minimum", {"x1": x1, "x2": x2}, out)
+
+
+def equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 == x2`` as a bool tensor.
+
+    >>> y = await cuasync.equal(a, b)
+    """
+    return _apply("equal", {"x1": x1, "x2": x2}, out)
+
+
+def not_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 != x2`` as a bool tensor.
+
+    >>> y = await cuasync.not_equal(a, b)
+    """
+    return _apply("not_equal", {"x1": x1, "x2": x2}, out)
+
+
+def less(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 < x2`` as a bool tensor.
+
+    >>> y = await cuasync.less(a, b)
+    """
+    return _apply("less", {"x1": x1, "x2": x2}, out)
+
+
+def less_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 <= x2`` as a bool tensor.
+
+    >>> y = await cuasync.less_equal(a, b)
+    """
+    return _apply("less_equal", {"x1": x1, "x2": x2}, out)
+
+
+def greater(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 > x2`` as a bool tensor.
+
+    >>> y = await cuasync.greater(a, b)
+    """
+    return _apply("greater", {"x1": x1, "x2": x2}, out)
+
+
+def greater_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    """``x1 >= x2`` as a bool tensor.
+
+    >>> y = await cuasync.greater_equal(a, b)
+    """
+    return _apply("greater_equal", {"x1": x1, "x2": x2}, out)
+
+
+def where(condition: Operand, x1: Operand, x2: Operand, *, out: Tensor | None = None) -> TensorOp:
     """``x1`` where ``condition`` is true (non-zero), else ``x2``; dtype ``result_type(x1, x2)``.
 
     >>> relu = await cuasync.where(x > 0, x, 0.0)
@@ -253,7 +419,9 @@ def where(condition: Any, x1: Any, x2: Any, *, out: Tensor | None = None) -> Ten
     return _apply("where", {"condition": condition, "x1": x1, "x2": x2}, out)
 
 
-def clip(x: Any, lo: Any = None, hi: Any = None, *, out: Tensor | None = None) -> TensorOp:
+def clip(
+    x: Operand, lo: Operand | None = None, hi: Operand | None = None, *, out: Tensor | None = None
+) -> TensorOp:
     """``minimum(maximum(x, lo), hi)``, as ``numpy.clip``; one kernel. A bound that is
     None is not applied (the array API's ``clip(x, min=None, max=None)``).
 
@@ -273,10 +441,9 @@ def clip(x: Any, lo: Any = None, hi: Any = None, *, out: Tensor | None = None) -
         probe = _preview("minimum", {"x": probe, "hi": hi})
     if out is not None:
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
-    if lo is None:
-        return minimum(x, hi, out=out)
-    if hi is None:
-        return maximum(x, lo, out=out)
+    if lo is None or hi is None:  # one bound
+        (bound,) = bounds.values()
+        return (maximum if hi is None else minimum)(x, bound, out=out)
     return minimum(maximum(x, lo), hi, out=out)
 
 

@@ -10,9 +10,9 @@ functions.
 Beyond the standard, as numpy: the float functions take integers (computed in the
 default float dtype, float32, as ``exp`` does), the bitwise and logical ones take bools,
 ``square`` takes bool. Complex operands: ``square``, ``reciprocal``, ``round``,
-``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``; the inverse
-trigonometric and hyperbolic functions and ``tan`` raise
-:class:`~cuasync.errors.DTypeError` for them (not built for complex yet).
+``isfinite``, ``isinf``, ``isnan``, ``positive``, ``log2``, ``log10``, and the inverse
+trigonometric and hyperbolic functions with numpy's branch cuts (``asin(2+0j)`` and
+``asin(2-0j)`` on either side of the cut), and ``tan``.
 
 >>> y = await cuasync.hypot(cuasync.floor(a), b)       # one kernel
 >>> m = await cuasync.logical_and(cuasync.isfinite(a), a > 0)
@@ -20,12 +20,10 @@ trigonometric and hyperbolic functions and ``tan`` raise
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._tensor import Tensor
 from . import operators
 from .elementwise import _apply
-from .tensorop import TensorOp
+from .tensorop import Operand, TensorOp
 
 __all__ = [
     "acos",
@@ -80,7 +78,7 @@ __all__ = [
 ]
 
 
-def acos(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def acos(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse cosine, in [0, pi] (NaN outside [-1, 1]).
 
     >>> y = await cuasync.acos(x)
@@ -88,7 +86,7 @@ def acos(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("acos", {"x": x}, out)
 
 
-def acosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def acosh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic cosine (NaN below 1).
 
     >>> y = await cuasync.acosh(x)
@@ -96,7 +94,7 @@ def acosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("acosh", {"x": x}, out)
 
 
-def asin(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def asin(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).
 
     >>> y = await cuasync.asin(x)
@@ -104,7 +102,7 @@ def asin(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("asin", {"x": x}, out)
 
 
-def asinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def asinh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic sine.
 
     >>> y = await cuasync.asinh(x)
@@ -112,7 +110,7 @@ def asinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("asinh", {"x": x}, out)
 
 
-def atan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def atan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse tangent, in [-pi/2, pi/2].
 
     >>> y = await cuasync.atan(x)
@@ -120,7 +118,7 @@ def atan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("atan", {"x": x}, out)
 
 
-def atanh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def atanh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic tangent (±inf at ±1, NaN outside [-1, 1]).
 
     >>> y = await cuasync.atanh(x)
@@ -128,7 +126,7 @@ def atanh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("atanh", {"x": x}, out)
 
 
-def cosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def cosh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The hyperbolic cosine.
 
     >>> y = await cuasync.cosh(x)
@@ -136,7 +134,7 @@ def cosh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("cosh", {"x": x}, out)
 
 
-def sinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def sinh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The hyperbolic sine.
 
     >>> y = await cuasync.sinh(x)
@@ -144,7 +142,7 @@ def sinh(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("sinh", {"x": x}, out)
 
 
-def tan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def tan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The tangent (radians).
 
     >>> y = await cuasync.tan(x)
@@ -152,7 +150,7 @@ def tan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("tan", {"x": x}, out)
 
 
-def log2(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def log2(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The base-2 logarithm (complex: ``log(x) * log2(e)``, as numpy).
 
     >>> y = await cuasync.log2(x)
@@ -160,7 +158,7 @@ def log2(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("log2", {"x": x}, out)
 
 
-def log10(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def log10(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The base-10 logarithm (complex: ``log(x) * log10(e)``, as numpy).
 
     >>> y = await cuasync.log10(x)
@@ -168,7 +166,7 @@ def log10(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("log10", {"x": x}, out)
 
 
-def ceil(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def ceil(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The smallest integer value not less than each element (integers and bools: ``x``
     itself, in its dtype).
 
@@ -177,7 +175,7 @@ def ceil(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("ceil", {"x": x}, out)
 
 
-def floor(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def floor(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The largest integer value not greater than each element (integers and bools:
     ``x`` itself, in its dtype).
 
@@ -186,7 +184,7 @@ def floor(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("floor", {"x": x}, out)
 
 
-def trunc(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def trunc(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Each element rounded toward zero (integers and bools: ``x`` itself).
 
     >>> y = await cuasync.trunc(x)
@@ -194,7 +192,7 @@ def trunc(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("trunc", {"x": x}, out)
 
 
-def round(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def round(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Each element rounded to the nearest integer value, halves to even (``round(2.5)``
     is 2.0); complex: each part; integers and bools: ``x`` itself.
 
@@ -203,7 +201,7 @@ def round(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("round", {"x": x}, out)
 
 
-def isfinite(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def isfinite(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is finite (not NaN or ±inf; complex: both parts); a bool
     tensor, all true for integers.
 
@@ -212,7 +210,7 @@ def isfinite(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("isfinite", {"x": x}, out)
 
 
-def isinf(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def isinf(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is +inf or -inf (complex: either part); a bool tensor.
 
     >>> y = await cuasync.isinf(x)
@@ -220,7 +218,7 @@ def isinf(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("isinf", {"x": x}, out)
 
 
-def isnan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def isnan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is NaN (complex: either part); a bool tensor.
 
     >>> y = await cuasync.isnan(x)
@@ -228,7 +226,7 @@ def isnan(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("isnan", {"x": x}, out)
 
 
-def signbit(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def signbit(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element's sign bit is set (true for -0.0 and a negative NaN); a bool
     tensor.
 
@@ -237,7 +235,7 @@ def signbit(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("signbit", {"x": x}, out)
 
 
-def positive(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def positive(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``+x``: the values of ``x`` in a new tensor (not defined for bool).
 
     >>> y = await cuasync.positive(x)
@@ -245,7 +243,7 @@ def positive(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("positive", {"x": x}, out)
 
 
-def square(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def square(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x * x`` (integers wrap; bool gives int8, as numpy).
 
     >>> y = await cuasync.square(x)
@@ -253,7 +251,7 @@ def square(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("square", {"x": x}, out)
 
 
-def reciprocal(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def reciprocal(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``1 / x`` (integers: in the default float dtype, as ``divide(1, x)`` would; ``1 /
     ±0`` is ±inf).
 
@@ -262,7 +260,7 @@ def reciprocal(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("reciprocal", {"x": x}, out)
 
 
-def bitwise_invert(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_invert(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``~x``: each bit flipped (integers); logical not for bool.
 
     >>> y = await cuasync.bitwise_invert(i)
@@ -270,7 +268,7 @@ def bitwise_invert(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("bitwise_invert", {"x": x}, out)
 
 
-def logical_not(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def logical_not(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``not x`` of each element's truth value (non-zero, NaN included, is true); a bool
     tensor.
 
@@ -279,7 +277,7 @@ def logical_not(x: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("logical_not", {"x": x}, out)
 
 
-def atan2(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def atan2(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The angle of the point (``x2``, ``x1``), in [-pi, pi], with the signs of zeros
     and infinities as C's ``atan2`` (``atan2(+0.0, -0.0)`` is pi).
 
@@ -288,7 +286,7 @@ def atan2(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("atan2", {"x1": x1, "x2": x2}, out)
 
 
-def copysign(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def copysign(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``|x1|`` with the sign bit of ``x2`` (``copysign(1.0, -0.0)`` is -1.0).
 
     >>> y = await cuasync.copysign(a, b)
@@ -296,7 +294,7 @@ def copysign(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("copysign", {"x1": x1, "x2": x2}, out)
 
 
-def hypot(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def hypot(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``sqrt(x1**2 + x2**2)`` without overflow or underflow on the way (±inf with a NaN
     is +inf).
 
@@ -305,7 +303,7 @@ def hypot(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("hypot", {"x1": x1, "x2": x2}, out)
 
 
-def logaddexp(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def logaddexp(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``log(exp(x1) + exp(x2))`` without overflow (``logaddexp(inf, inf)`` is inf).
 
     >>> y = await cuasync.logaddexp(a, b)
@@ -313,7 +311,7 @@ def logaddexp(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("logaddexp", {"x1": x1, "x2": x2}, out)
 
 
-def nextafter(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def nextafter(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The next representable value after ``x1`` toward ``x2``, in the result's own
     precision (float16 and bfloat16 step their own bits); ``x2`` where they are equal.
 
@@ -322,7 +320,7 @@ def nextafter(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("nextafter", {"x1": x1, "x2": x2}, out)
 
 
-def floor_divide(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def floor_divide(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 // x2``, rounded toward -inf (numpy's: integer ``x // 0`` is 0 and ``MIN //
     -1`` wraps to MIN; float ``x // 0`` is ``x / 0``).
 
@@ -331,7 +329,7 @@ def floor_divide(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("floor_divide", {"x1": x1, "x2": x2}, out)
 
 
-def bitwise_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_and(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 & x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_and(i, j)
@@ -339,7 +337,7 @@ def bitwise_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("bitwise_and", {"x1": x1, "x2": x2}, out)
 
 
-def bitwise_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_or(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 | x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_or(i, j)
@@ -347,7 +345,7 @@ def bitwise_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("bitwise_or", {"x1": x1, "x2": x2}, out)
 
 
-def bitwise_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_xor(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 ^ x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_xor(i, j)
@@ -355,7 +353,7 @@ def bitwise_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("bitwise_xor", {"x1": x1, "x2": x2}, out)
 
 
-def bitwise_left_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_left_shift(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 << x2`` (integers; wraps; a shift by the width or more, or by a negative
     amount, gives 0, as numpy).
 
@@ -364,7 +362,7 @@ def bitwise_left_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> Ten
     return _apply("bitwise_left_shift", {"x1": x1, "x2": x2}, out)
 
 
-def bitwise_right_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def bitwise_right_shift(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 >> x2``, arithmetic for signed integers (a shift by the width or more gives
     0, or -1 for a negative ``x1``, as numpy).
 
@@ -373,7 +371,7 @@ def bitwise_right_shift(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> Te
     return _apply("bitwise_right_shift", {"x1": x1, "x2": x2}, out)
 
 
-def logical_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def logical_and(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 and x2`` of each pair's truth values; a bool tensor.
 
     >>> y = await cuasync.logical_and(m, n)
@@ -381,7 +379,7 @@ def logical_and(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("logical_and", {"x1": x1, "x2": x2}, out)
 
 
-def logical_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def logical_or(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 or x2`` of each pair's truth values; a bool tensor.
 
     >>> y = await cuasync.logical_or(m, n)
@@ -389,7 +387,7 @@ def logical_or(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
     return _apply("logical_or", {"x1": x1, "x2": x2}, out)
 
 
-def logical_xor(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def logical_xor(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether exactly one of each pair is true; a bool tensor.
 
     >>> y = await cuasync.logical_xor(m, n)
@@ -410,7 +408,7 @@ left_shift = bitwise_left_shift
 right_shift = bitwise_right_shift
 
 
-def pow(x1: Any, x2: Any, /, *, out: Tensor | None = None) -> TensorOp:
+def pow(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 ** x2``: the array API's name of :func:`cuasync.power` (the same op).
 
     >>> y = await cuasync.pow(a, 2.0)

@@ -109,7 +109,7 @@ UFUNCS: dict[str, Any] = {
 }
 
 #: The ops complex operands take (the array API's: no ordering, no rounding functions;
-#: ``sin``, ``power``, ... are not built for complex yet).
+#: ``expm1``, ``power``, ... are not built for complex yet).
 COMPLEX_OPS = frozenset(
     (
         "add",
@@ -137,6 +137,9 @@ COMPLEX_OPS = frozenset(
         "isnan",
         "log2",
         "log10",
+        # numpy's branch cuts (kernels/elementwise.cuh: Kahan's formulas, in double)
+        *("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tanh"),
+        *("sin", "cos", "tan"),
     )
 )
 _ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximum", "minimum"))

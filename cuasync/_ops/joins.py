@@ -12,6 +12,7 @@ built; bad arguments raise then (``ArgumentError`` naming the argument).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -85,7 +86,7 @@ def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     copy_strided(ctx, "dtod", dp, byte_strides(dst), sp, byte_strides(src), src.shape, src.itemsize)
 
 
-def concatenate(arrays: Any, axis: int | None = 0) -> TensorOp:
+def concatenate(arrays: Sequence[Tensor], axis: int | None = 0) -> TensorOp:
     """The tensors joined along an existing ``axis`` (other axes equal), or with
     ``axis=None`` each flattened (C order) and joined. Mixed dtypes promote as the array
     API says (``result_type``).
@@ -133,7 +134,7 @@ def concatenate(arrays: Any, axis: int | None = 0) -> TensorOp:
     return tensor_op(device_op(enqueue, first.device, "concatenate"), shape, dt)
 
 
-def stack(arrays: Any, axis: int = 0) -> TensorOp:
+def stack(arrays: Sequence[Tensor], axis: int = 0) -> TensorOp:
     """The tensors (all of one shape) joined along a new ``axis``; mixed dtypes promote
     as in :func:`concatenate`.
 

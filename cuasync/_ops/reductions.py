@@ -25,11 +25,19 @@ from typing import Any
 
 import numpy as np
 
+from .._axes import Axes
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import DEFAULT_FLOAT, STORAGE_ONLY, as_dtype, dtype_name, storage_only_message
+from .._dtypes import (
+    DEFAULT_FLOAT,
+    STORAGE_ONLY,
+    DTypeLike,
+    as_dtype,
+    dtype_name,
+    storage_only_message,
+)
 from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import DevicePointer, Kernel
@@ -318,76 +326,76 @@ def vector_rows(x: Tensor, kept: Shape, reduced: Shape, width: int) -> bool:
     )
 
 
-def _make(op: str, doc: str, with_dtype: bool) -> Any:
-    if with_dtype:
-
-        def fn(
-            x: Any,
-            axis: Any = None,
-            dtype: Any = None,
-            out: Tensor | None = None,
-            keepdims: bool = False,
-        ) -> TensorOp:
-            return reduce_op(op, op, x, axis, dtype=dtype, out=out, keepdims=keepdims)
-
-    else:
-
-        def fn(  # type: ignore[misc]
-            x: Any, axis: Any = None, out: Tensor | None = None, keepdims: bool = False
-        ) -> TensorOp:
-            return reduce_op(op, op, x, axis, out=out, keepdims=keepdims)
-
-    fn.__name__ = fn.__qualname__ = op
-    fn.__doc__ = doc
-    return fn
-
-
-sum = _make(
-    "sum",
+def sum(
+    x: Tensor | TensorOp,
+    axis: Axes = None,
+    dtype: DTypeLike = None,
+    out: Tensor | None = None,
+    keepdims: bool = False,
+) -> TensorOp:
     """The sum over ``axis`` (None: all); small integers sum as int64 (uint64), as numpy.
 
     >>> s = await cuasync.sum(x, axis=-1, keepdims=True)
-    """,
-    True,
-)
-prod = _make(
-    "prod",
+    """
+    return reduce_op("sum", "sum", x, axis, dtype=dtype, out=out, keepdims=keepdims)
+
+
+def prod(
+    x: Tensor | TensorOp,
+    axis: Axes = None,
+    dtype: DTypeLike = None,
+    out: Tensor | None = None,
+    keepdims: bool = False,
+) -> TensorOp:
     """The product over ``axis`` (None: all); integers wrap around as numpy's.
 
     >>> p = await cuasync.prod(x, axis=0, dtype="float64")
-    """,
-    True,
-)
-mean = _make(
-    "mean",
+    """
+    return reduce_op("prod", "prod", x, axis, dtype=dtype, out=out, keepdims=keepdims)
+
+
+def mean(
+    x: Tensor | TensorOp,
+    axis: Axes = None,
+    dtype: DTypeLike = None,
+    out: Tensor | None = None,
+    keepdims: bool = False,
+) -> TensorOp:
     """The arithmetic mean over ``axis``: float32 (the default float dtype, accumulated
     in float64) for integers and bools, float16 computed in float32.
 
     >>> m = await cuasync.mean(x, axis=(0, 1))
-    """,
-    True,
-)
-max = _make(
-    "max",
+    """
+    return reduce_op("mean", "mean", x, axis, dtype=dtype, out=out, keepdims=keepdims)
+
+
+def max(
+    x: Tensor | TensorOp, axis: Axes = None, out: Tensor | None = None, keepdims: bool = False
+) -> TensorOp:
     """The largest element over ``axis``; NaN propagates; empty axes raise ArgumentError.
     Complex numbers compare as in numpy: by real part, then by imaginary part.
 
     >>> hi = await cuasync.max(x, axis=1)
-    """,
-    False,
-)
-min = _make(
-    "min",
+    """
+    return reduce_op("max", "max", x, axis, out=out, keepdims=keepdims)
+
+
+def min(
+    x: Tensor | TensorOp, axis: Axes = None, out: Tensor | None = None, keepdims: bool = False
+) -> TensorOp:
     """The smallest element over ``axis``; NaN propagates; empty axes raise ArgumentError.
 
     >>> lo = await cuasync.min(x)
-    """,
-    False,
-)
+    """
+    return reduce_op("min", "min", x, axis, out=out, keepdims=keepdims)
 
 
 def argmax(
-    x: Any, axis: Any = None, out: Tensor | None = None, *, keepdims: bool = False
+    x: Tensor | TensorOp,
+    axis: int | None = None,
+    out: Tensor | None = None,
+    *,
+    keepdims: bool = False,
 ) -> TensorOp:
     """int64 index of the first largest element along ``axis`` (None: of the flattened
     tensor, in C order); a NaN counts as the largest, as in numpy.
@@ -398,7 +406,11 @@ def argmax(
 
 
 def argmin(
-    x: Any, axis: Any = None, out: Tensor | None = None, *, keepdims: bool = False
+    x: Tensor | TensorOp,
+    axis: int | None = None,
+    out: Tensor | None = None,
+    *,
+    keepdims: bool = False,
 ) -> TensorOp:
     """int64 index of the first smallest element along ``axis`` (None: flattened, C order).
 
@@ -407,7 +419,7 @@ def argmin(
     return reduce_op("argmin", "argmin", x, axis, out=out, keepdims=keepdims)
 
 
-def vdot(a: Any, b: Any) -> TensorOp:
+def vdot(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:
     """The dot product of ``a`` and ``b`` flattened (same size): a 0-d tensor of their
     product's dtype, ``sum(conj(a) * b)`` in one kernel, as ``numpy.vdot``.
 

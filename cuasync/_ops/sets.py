@@ -1,5 +1,6 @@
-"""Functions whose output shape depends on the data: ``nonzero`` and the array API
-standard's ``unique_values``, ``unique_counts``, ``unique_inverse``, ``unique_all``.
+"""Functions whose output shape depends on the data: ``nonzero`` (and numpy's one-argument
+``where(condition)``, the same) and the array API standard's ``unique_values``,
+``unique_counts``, ``unique_inverse``, ``unique_all``.
 
 The contract: the output's shape is unknown until the data is known, so these are
 coroutine functions, not lazy ops: ``await cuasync.nonzero(x)``. Each enqueues its
@@ -13,13 +14,15 @@ NaNs are distinct in ``unique_*`` (NaN != NaN, as the standard says); -0.0 and 0
 one value. Indices are int64.
 
 >>> rows, cols = await cuasync.nonzero(m)
+>>> rows, cols = await cuasync.where(m > 0.5)     # numpy's one-argument where
 >>> values, counts = await cuasync.unique_counts(x)
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from collections.abc import Coroutine
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -32,6 +35,7 @@ from .creation import full
 from .joins import concatenate, take
 from .scan import _flatten, cumsum
 from .sorting import _check_sortable, argsort, sort
+from .tensorop import Operand, TensorOp
 from .views import _tensor
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "unique_counts",
     "unique_inverse",
     "unique_values",
+    "where",
 ]
 
 
@@ -152,6 +157,48 @@ async def nonzero(x: Tensor) -> tuple[Tensor, ...]:
     pos, total = await _positions(truth)
     coords = await _compact(pos, total, x.shape)
     return tuple(coords[j] for j in range(x.ndim))
+
+
+@overload
+def where(
+    condition: Tensor | TensorOp, x1: None = None, x2: None = None, *, out: None = None
+) -> Coroutine[Any, Any, tuple[Tensor, ...]]: ...
+@overload
+def where(
+    condition: Operand, x1: Operand, x2: Operand, *, out: Tensor | None = None
+) -> TensorOp: ...
+def where(
+    condition: Any, x1: Any = None, x2: Any = None, *, out: Tensor | None = None
+) -> TensorOp | Coroutine[Any, Any, tuple[Tensor, ...]]:
+    """``x1`` where ``condition`` is true (non-zero), else ``x2``: an elementwise op (one
+    kernel, fused; dtype ``result_type(x1, x2)``). With ``condition`` alone, numpy's
+    one-argument ``where``: :func:`nonzero` of it, under nonzero's contract (the shape
+    depends on the data: a coroutine, the count read back awaited, never blocking).
+
+    >>> relu = await cuasync.where(x > 0, x, 0.0)
+    >>> rows, cols = await cuasync.where(m > 0.5)      # as await cuasync.nonzero(m > 0.5)
+    """
+    if x1 is None and x2 is None:
+        if out is not None:
+            raise ArgumentError("where: out= is for where(condition, x1, x2), not where(condition)")
+        if isinstance(condition, Tensor):
+            return nonzero(condition)
+        if isinstance(condition, TensorOp):
+            return _nonzero_of(condition)
+        raise ArgumentError(
+            "where(condition): condition must be a cuasync.Tensor or TensorOp, got "
+            f"{type(condition).__name__}"
+        )
+    if x1 is None or x2 is None:
+        raise ArgumentError(
+            "where: pass both x1 and x2 (an elementwise choice) or neither (the indices of "
+            f"the true elements), got {'x2' if x1 is None else 'x1'} alone"
+        )
+    return elementwise.where(condition, x1, x2, out=out)
+
+
+async def _nonzero_of(condition: TensorOp) -> tuple[Tensor, ...]:
+    return await nonzero(await condition)
 
 
 class _Groups(NamedTuple):

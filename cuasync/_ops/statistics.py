@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._axes import Axes
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
@@ -49,7 +50,7 @@ def _check_axis(x: Tensor | TensorOp, axis: Any, name: str) -> tuple[int, ...]:
     return normalize_axes(axis, x.ndim, name)
 
 
-def all(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool = False) -> TensorOp:
+def all(x: Tensor | TensorOp, /, *, axis: Axes = None, keepdims: bool = False) -> TensorOp:
     """Whether every element over ``axis`` (None: all) is nonzero: a bool tensor; True
     for an empty axis.
 
@@ -61,7 +62,7 @@ def all(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool = False) ->
     return reduce_op("all", "prod", _truth(x), axes, dtype="bool", keepdims=keepdims)
 
 
-def any(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool = False) -> TensorOp:
+def any(x: Tensor | TensorOp, /, *, axis: Axes = None, keepdims: bool = False) -> TensorOp:
     """Whether some element over ``axis`` (None: all) is nonzero: a bool tensor; False
     for an empty axis.
 
@@ -72,7 +73,9 @@ def any(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool = False) ->
     return reduce_op("any", "sum", _truth(x), axes, dtype="bool", keepdims=keepdims)
 
 
-def count_nonzero(x: Tensor | TensorOp, /, *, axis: Any = None, keepdims: bool = False) -> TensorOp:
+def count_nonzero(
+    x: Tensor | TensorOp, /, *, axis: Axes = None, keepdims: bool = False
+) -> TensorOp:
     """The number of nonzero elements over ``axis`` (None: all), int64.
 
     >>> n = await cuasync.count_nonzero(x > 0.5, axis=0)
@@ -150,7 +153,7 @@ def var(
     x: Tensor | TensorOp,
     /,
     *,
-    axis: Any = None,
+    axis: Axes = None,
     correction: float = 0.0,
     keepdims: bool = False,
 ) -> TensorOp:
@@ -167,7 +170,7 @@ def std(
     x: Tensor | TensorOp,
     /,
     *,
-    axis: Any = None,
+    axis: Axes = None,
     correction: float = 0.0,
     keepdims: bool = False,
 ) -> TensorOp:
@@ -212,11 +215,11 @@ def diff(
         raise ArgumentError(f"diff: n must be an int >= 0, got {n!r}"[:200])
     (a,) = normalize_axes(axis, x.ndim, "diff", allow_tuple=False)
     if prepend is not None or append is not None:
-        parts = [p for p in (prepend, x, append) if p is not None]
         if not isinstance(x, Tensor):
             raise ArgumentError(
                 "diff: prepend= and append= take a tensor x; await the TensorOp first"
             )
+        parts = [p for p in (prepend, x, append) if p is not None]
         x = concatenate(parts, axis=a)
     n = int(n)
     if n == 0:

@@ -34,7 +34,7 @@ from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_
 from .expr import Node, check_dtype, is_ml_scalar
 from .operators import TensorOperators
 
-__all__ = ["TensorOp", "first_uses", "leaf", "planned", "tensor_op"]
+__all__ = ["Operand", "ShapeLike", "TensorOp", "first_uses", "leaf", "planned", "tensor_op"]
 
 
 def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
@@ -409,3 +409,13 @@ def leaf(value: Any, argument: str) -> Node:
         f"{argument} must be a cuasync.Tensor, a TensorOp or a number, got "
         f"{type(value).__name__} {value!r}"[:200]
     )
+
+
+#: What the elementwise functions take as an operand: a tensor (or view), a lazy
+#: :class:`TensorOp` (absorbed into the expression) or a Python or numpy scalar
+#: (``bool`` and ``int`` are ``complex`` to a type checker).
+Operand = Tensor | TensorOp | complex | np.number[Any] | np.bool_
+
+#: A shape as the creation functions take one: an int or a sequence of ints (numpy's
+#: integers too).
+ShapeLike = int | np.integer[Any] | Sequence[int | np.integer[Any]]

@@ -15,11 +15,12 @@ offset, inside the allocation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .._axes import normalize_axis
+from .._axes import Axes, normalize_axis
 from .._tensor import Shape, Tensor, check_shape, derived_view
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, ShapeError
@@ -54,7 +55,7 @@ def permute(x: Tensor, axes: Any, name: str = "permute_dims") -> Tensor:
     )
 
 
-def permute_dims(x: Tensor, axes: Any) -> Tensor:
+def permute_dims(x: Tensor, axes: Sequence[int]) -> Tensor:
     """The axes of ``x`` permuted (the array API's name for ``transpose``), zero-copy.
 
     >>> cuasync.permute_dims(t, (2, 0, 1)).shape     # t: (2, 3, 4)
@@ -63,7 +64,7 @@ def permute_dims(x: Tensor, axes: Any) -> Tensor:
     return permute(_tensor(x, "permute_dims"), axes)
 
 
-def broadcast_to(x: Tensor, shape: Any) -> Tensor:
+def broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
     """A read-only-in-spirit view of ``x`` broadcast to ``shape`` (stride 0 where repeated).
 
     >>> cuasync.broadcast_to(row, (3, 4)).strides    # row: (4,)
@@ -82,7 +83,7 @@ def broadcast_to(x: Tensor, shape: Any) -> Tensor:
     return Tensor(x.allocation, new, x.dtype, tuple(strides), x.offset)
 
 
-def expand_dims(x: Tensor, axis: Any) -> Tensor:
+def expand_dims(x: Tensor, axis: int | tuple[int, ...]) -> Tensor:
     """``x`` with new length-1 axes at ``axis`` (an int or tuple, positions in the result).
 
     >>> cuasync.expand_dims(t, (0, -1)).shape        # t: (3, 4)
@@ -107,7 +108,7 @@ def expand_dims(x: Tensor, axis: Any) -> Tensor:
     return Tensor(x.allocation, tuple(shape), x.dtype, tuple(out_strides), x.offset)
 
 
-def squeeze(x: Tensor, axis: Any = None) -> Tensor:
+def squeeze(x: Tensor, axis: Axes = None) -> Tensor:
     """``x`` without length-1 axes (all of them, or those of ``axis``, which must be 1).
 
     >>> cuasync.squeeze(t).shape                     # t: (1, 3, 1)
@@ -157,7 +158,7 @@ def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tens
     return derived_view(x, shape, strides, start)
 
 
-def flip(x: Tensor, axis: Any = None) -> Tensor:
+def flip(x: Tensor, axis: Axes = None) -> Tensor:
     """``x`` reversed along ``axis`` (an int, a tuple, or None for every axis), zero-copy
     (numpy's ``flip`` is a view too).
 

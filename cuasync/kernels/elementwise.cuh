@@ -301,3 +301,171 @@ __device__ __forceinline__ Z ca_zlog10(Z a) {
     return ca_zmake(ca_rmul(l.x, (R)0.434294481903251827651128918916605082),
                     ca_rmul(l.y, (R)0.434294481903251827651128918916605082));
 }
+
+// -- complex trigonometric and hyperbolic functions and their inverses (issue 34) ---------
+// numpy's branch cuts and special values (C99 Annex G, as npymath): asin, acos and atanh
+// cut the real axis outside [-1, 1], acosh below 1, asinh and atan the imaginary axis
+// outside [-i, i]; the sign of a zero on a cut picks its side. Computed in double (a
+// complex64 is widened and rounded once), by Kahan's formulas ("Branch cuts for complex
+// elementary functions", 1987): products of principal square roots, which keep the
+// signs of zeros and lose no accuracy near the cuts; then asinh(z) = i asin(-iz) and
+// atan(z) = -i atanh(iz), C99's own definitions.
+__device__ __forceinline__ double2 ca_zasin_finite(double x, double y) {
+    double2 m = ca_zsqrt(make_double2(1.0 - x, -y));  // sqrt(1 - z)
+    double2 p = ca_zsqrt(make_double2(1.0 + x, y));   // sqrt(1 + z)
+    return make_double2(atan(x / (m.x * p.x - m.y * p.y)), asinh(m.x * p.y - m.y * p.x));
+}
+__device__ __forceinline__ double2 ca_zacos_finite(double x, double y) {
+    double2 m = ca_zsqrt(make_double2(1.0 - x, -y));
+    double2 p = ca_zsqrt(make_double2(1.0 + x, y));
+    return make_double2(2.0 * atan(m.x / p.x), asinh(p.x * m.y - p.y * m.x));
+}
+// The value of a function whose argument has an infinite or NaN part, from the large-|z|
+// form log(2z) (asinh, and acosh on the right half-plane), as C99's tables give it.
+__device__ __forceinline__ double2 ca_zlog_big(double x, double y) {
+    return make_double2(log(hypot(x, y)) + 0.693147180559945309417232121458176568, atan2(y, x));
+}
+__device__ __forceinline__ double2 ca_zasinh(double2 a) {
+    double x = a.x, y = a.y;
+    if (isfinite(x) && isfinite(y)) {
+        double2 s = ca_zasin_finite(y, -x);  // asinh(z) = i asin(-iz)
+        return make_double2(-s.y, s.x);
+    }
+    if (isnan(x) && y == 0) return a;
+    if (isnan(x) || isnan(y)) {
+        if (isinf(x)) return make_double2(x, y);        // inf + i NaN, with x's sign
+        if (isinf(y)) return make_double2(fabs(y), x);  // NaN + i inf: +inf + i NaN
+        return make_double2(x + y, x + y);
+    }
+    double2 r = ca_zlog_big(fabs(x), y);  // an infinite part, no NaN
+    return make_double2(copysign(r.x, x), r.y);
+}
+__device__ __forceinline__ double2 ca_zasin(double2 a) {  // asin(z) = -i asinh(iz)
+    if (isnan(a.x) && isinf(a.y)) return a;                                 // numpy's
+    if (isinf(a.x) && isnan(a.y)) return make_double2(a.y, fabs(a.x));  // NaN + i inf
+    double2 s = ca_zasinh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
+__device__ __forceinline__ double2 ca_zacos(double2 a) {
+    double x = a.x, y = a.y;
+    if (isfinite(x) && isfinite(y)) return ca_zacos_finite(x, y);
+    if (isnan(x) || isnan(y)) {
+        if (isinf(y)) return make_double2(x + y - y, -y);
+        if (isinf(x)) return make_double2(x - x + y, -fabs(x));  // NaN - i inf
+        if (x == 0) return make_double2(1.570796326794896619231321691639751442, y);
+        return make_double2(x + y, x + y);
+    }
+    double2 r = ca_zlog_big(x, y);  // acos(z) = -i log(z + i sqrt(1 - z^2)) for large z
+    return make_double2(fabs(r.y), -copysign(r.x, y));
+}
+__device__ __forceinline__ double2 ca_zacosh(double2 a) {
+    double x = a.x, y = a.y;
+    if (isfinite(x) && isfinite(y)) {
+        double2 m = ca_zsqrt(make_double2(x - 1.0, y));  // sqrt(z - 1)
+        double2 p = ca_zsqrt(make_double2(x + 1.0, y));  // sqrt(z + 1)
+        return make_double2(asinh(m.x * p.x + m.y * p.y), 2.0 * atan(m.y / p.x));
+    }
+    // acosh(z) = ±i acos(z), the sign that makes the real part >= 0 (C99's tables)
+    if (x == 0 && isnan(y)) return make_double2(y, 1.570796326794896619231321691639751442);
+    double2 c = ca_zacos(a);
+    if (!isinf(c.x) && !isinf(c.y) && (isnan(c.x) || isnan(c.y))) {
+        return make_double2(x + y, x + y);
+    }
+    return make_double2(fabs(c.y), copysign(c.x, y));
+}
+__device__ __forceinline__ double2 ca_zatanh(double2 a) {
+    const double half_pi = 1.570796326794896619231321691639751442;
+    double x = a.x, y = a.y, ax = fabs(x);
+    if (isnan(x) || isnan(y)) {
+        if (isinf(y)) return make_double2(copysign(0.0, x), copysign(half_pi, y));
+        if (isinf(x) || x == 0) return make_double2(copysign(0.0, x), y + x - x);
+        return make_double2(x + y, x + y);
+    }
+    if (isinf(x) || isinf(y)) return make_double2(copysign(0.0, x), copysign(half_pi, y));
+    if (ax > 1e150 || fabs(y) > 1e150) {  // (1 - x)^2 + y^2 would overflow: ~1/z
+        double s = fmax(ax, fabs(y)), u = ax / s, v = y / s;
+        return make_double2(copysign(u / (u * u + v * v) / s, x), copysign(half_pi, y));
+    }
+    // atanh(-z) = -atanh(z): the real part computed for |x|, without cancellation
+    double d = (1.0 - ax) * (1.0 - ax) + y * y;
+    double re = 0.25 * log1p(4.0 * ax / d);
+    double im = 0.5 * atan2(2.0 * y, (1.0 - ax) * (1.0 + ax) - y * y);
+    return make_double2(copysign(re, x), im);
+}
+__device__ __forceinline__ double2 ca_zatan(double2 a) {  // atan(z) = -i atanh(iz)
+    double2 s = ca_zatanh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
+// sinh, cosh: the products of the real functions, a zero part kept exactly (numpy's
+// csinh/ccosh for finite values); tanh: Kahan's form (as npymath's ctanh), 1 for a large
+// real part, where sinh and cosh overflow.
+__device__ __forceinline__ double2 ca_zsinh(double2 a) {
+    double x = a.x, y = a.y;
+    if (y == 0) return make_double2(sinh(x), y);
+    if (!isfinite(y)) {
+        if (x == 0) return make_double2(x, y - y);
+        if (isinf(x)) return make_double2(fabs(x), y - y);
+        return make_double2(y - y, y - y);
+    }
+    if (isinf(x)) return make_double2(x * cos(y), fabs(x) * sin(y));
+    if (x == 0) return make_double2(x * cos(y), sin(y));
+    return make_double2(sinh(x) * cos(y), cosh(x) * sin(y));
+}
+__device__ __forceinline__ double2 ca_zcosh(double2 a) {
+    double x = a.x, y = a.y;
+    if (y == 0) return make_double2(cosh(x), isnan(x) ? y : copysign(0.0, x) * y);
+    if (!isfinite(y)) {
+        if (x == 0) return make_double2(y - y, 0.0);
+        if (isinf(x)) return make_double2(x * x, y - y);
+        return make_double2(y - y, y - y);
+    }
+    if (isinf(x)) return make_double2(x * x * cos(y), x * sin(y));
+    if (x == 0) return make_double2(cos(y), x * sin(y));
+    return make_double2(cosh(x) * cos(y), sinh(x) * sin(y));
+}
+__device__ __forceinline__ double2 ca_ztanh(double2 a) {
+    double x = a.x, y = a.y;
+    if (y == 0) return make_double2(tanh(x), y);
+    if (isnan(x)) return make_double2(x, x);
+    if (isinf(x)) {
+        double zero = isfinite(y) ? copysign(0.0, sin(y) * cos(y)) : copysign(0.0, y);
+        return make_double2(copysign(1.0, x), zero);
+    }
+    if (!isfinite(y)) return make_double2(x == 0 ? x : y - y, y - y);
+    if (fabs(x) >= 22) {  // tanh(x) is 1 in double; the imaginary part ~ 4 e^-2|x| sin cos
+        double e = exp(-fabs(x));
+        return make_double2(copysign(1.0, x), 4.0 * sin(y) * cos(y) * e * e);
+    }
+    double t = tan(y), beta = 1.0 + t * t, s = sinh(x), rho = sqrt(1.0 + s * s);
+    double den = 1.0 + beta * s * s;
+    return make_double2(beta * rho * s / den, t / den);
+}
+// sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz): C99's definitions
+__device__ __forceinline__ double2 ca_zsin(double2 a) {
+    if (isinf(a.y) && !isfinite(a.x)) return make_double2(a.x - a.x, fabs(a.y));  // numpy's
+    double2 s = ca_zsinh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
+__device__ __forceinline__ double2 ca_zcos(double2 a) {
+    return ca_zcosh(make_double2(-a.y, a.x));
+}
+__device__ __forceinline__ double2 ca_ztan(double2 a) {
+    double2 s = ca_ztanh(make_double2(-a.y, a.x));
+    return make_double2(s.y, -s.x);
+}
+// complex64: the same functions in double, rounded once
+#define CA_Z64_BY_DOUBLE(f) \
+    __device__ __forceinline__ float2 f(float2 a) { return ca_zc64(f(ca_zc128(a))); }
+CA_Z64_BY_DOUBLE(ca_zasin)
+CA_Z64_BY_DOUBLE(ca_zacos)
+CA_Z64_BY_DOUBLE(ca_zatan)
+CA_Z64_BY_DOUBLE(ca_zasinh)
+CA_Z64_BY_DOUBLE(ca_zacosh)
+CA_Z64_BY_DOUBLE(ca_zatanh)
+CA_Z64_BY_DOUBLE(ca_zsinh)
+CA_Z64_BY_DOUBLE(ca_zcosh)
+CA_Z64_BY_DOUBLE(ca_ztanh)
+CA_Z64_BY_DOUBLE(ca_zsin)
+CA_Z64_BY_DOUBLE(ca_zcos)
+CA_Z64_BY_DOUBLE(ca_ztan)
+#undef CA_Z64_BY_DOUBLE

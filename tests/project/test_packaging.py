@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import cuasync
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -70,3 +72,54 @@ def test_users_see_precise_types(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _asserted_names(path: Path) -> set[str]:
+    """The ``cuasync.NAME`` (or ``from cuasync import NAME``) names inside ``assert_type``
+    calls of ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "cuasync"
+        for a in node.names
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "assert_type":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and getattr(sub.value, "id", None) == "cuasync":
+                    found.add(sub.attr)
+                elif isinstance(sub, ast.Name) and sub.id in imported:
+                    found.add(sub.id)
+    return found
+
+
+def test_every_public_name_has_an_assert_type_line() -> None:
+    missing = sorted(set(cuasync.__all__) - _asserted_names(ROOT / "tests" / "typing_check.py"))
+    assert not missing, f"tests/typing_check.py has no assert_type line for {missing}"
+
+
+def test_no_public_name_is_any_to_mypy(tmp_path: Path) -> None:
+    """mypy's ``reveal_type`` of each public name: never ``Any``, no ``(*Any, **Any)``
+    signature and no ``Any`` result (``cuasync.sum(x).item()`` with the await forgotten must
+    fail type-checking, and the API reference shows real signatures)."""
+    pytest.importorskip("mypy")
+    names = list(cuasync.__all__)
+    probe = tmp_path / "reveal_public_names.py"
+    probe.write_text("import cuasync\n" + "".join(f"reveal_type(cuasync.{n})\n" for n in names))
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), str(probe)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    revealed = re.findall(r":(\d+): note: Revealed type is \"(.*)\"$", result.stdout, re.M)
+    assert len(revealed) == len(names), result.stdout + result.stderr
+    vague = [
+        f"{names[int(line) - 2]}: {kind}"
+        for line, kind in revealed
+        if kind == "Any" or kind.startswith("def (*Any, **Any)") or kind.endswith("-> Any")
+    ]
+    assert not vague, "\n".join(vague)

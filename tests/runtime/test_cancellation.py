@@ -298,7 +298,7 @@ async def test_cancelled_work_gives_its_memory_back_when_it_lands_without_a_coll
     gc.collect()  # (the collector stays off from here)
     base = dev.memory_stats().live_bytes
 
-    async def one(make: Callable[[], cuasync.DeviceOp[object]]) -> None:
+    async def one(make: Callable[[], cuasync.DeviceOp[cuasync.Tensor]]) -> None:
         await make()
 
     with ct.gate():

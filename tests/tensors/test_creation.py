@@ -229,22 +229,22 @@ def test_arange_of_one_int_keeps_float32_for_now_and_says_so() -> None:
 
 def test_positional_dtype_and_n_keyword_still_work_with_a_deprecation_warning() -> None:
     with pytest.warns(DeprecationWarning, match=r"write cuasync\.arange\(stop, dtype='int32'\)"):
-        op = cuasync.arange(4, "int32")
+        op = cuasync.arange(4, "int32")  # type: ignore[arg-type]
     same(host(op.sync()), np.arange(4, dtype=np.int32))
     with pytest.warns(DeprecationWarning, match="second positional"):
-        same(host(cuasync.arange(3, np.float64).sync()), np.arange(3, dtype=np.float64))
+        same(host(cuasync.arange(3, np.float64).sync()), np.arange(3, dtype=np.float64))  # type: ignore[arg-type]
     with pytest.warns(DeprecationWarning, match=r"arange\(n=\.\.\.\) is deprecated"):
         op = cuasync.arange(n=3, dtype="int8")  # type: ignore[call-arg]
     same(host(op.sync()), np.arange(3, dtype=np.int8))
     with pytest.warns(DeprecationWarning, match=r"write cuasync\.eye\(N, dtype='float64'\)"):
-        op = cuasync.eye(3, "float64")
+        op = cuasync.eye(3, "float64")  # type: ignore[arg-type]
     same(host(op.sync()), np.eye(3))
     with pytest.warns(DeprecationWarning, match=r"eye\(n=\.\.\.\)"):
         op = cuasync.eye(n=2)  # type: ignore[call-arg]
     same(host(op.sync()), np.eye(2, dtype=np.float32))
     # the warning points at the caller's line, not at cuasync
     with pytest.warns(DeprecationWarning) as record:
-        cuasync.arange(2, "int8").sync()
+        cuasync.arange(2, "int8").sync()  # type: ignore[arg-type]
     assert record[0].filename == __file__
 
 
@@ -588,16 +588,16 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
     t8 = cuasync.zeros((4,), "int8").sync()
     return [
         ("negative dim", lambda: cuasync.ones((2, -1)), ShapeError, "shape"),
-        ("float dim", lambda: cuasync.full((2.5,), 1), ShapeError, "shape"),
+        ("float dim", lambda: cuasync.full((2.5,), 1), ShapeError, "shape"),  # type: ignore[arg-type]
         ("bool dim", lambda: cuasync.ones((True, 2)), ShapeError, "shape"),
-        ("dict shape", lambda: cuasync.full({}, 1), ShapeError, "shape must be an int or a tuple"),
-        ("set shape", lambda: cuasync.rand({2, 3}), ShapeError, "shape must be an int or a tuple"),
-        ("str shape", lambda: cuasync.randn("4"), ShapeError, "shape must be an int or a tuple"),
+        ("dict shape", lambda: cuasync.full({}, 1), ShapeError, "shape must be an int or a tuple"),  # type: ignore[arg-type]
+        ("set shape", lambda: cuasync.rand({2, 3}), ShapeError, "shape must be an int or a tuple"),  # type: ignore[arg-type]
+        ("str shape", lambda: cuasync.randn("4"), ShapeError, "shape must be an int or a tuple"),  # type: ignore[arg-type]
         ("unknown dtype", lambda: cuasync.ones(3, "float8"), DTypeError, "dtype"),
         ("int overflow", lambda: cuasync.full(3, 300, "int8"), ArgumentError, "value=300"),
         ("not an integer", lambda: cuasync.full(3, 1.5, "int32"), ArgumentError, "value=1.5"),
         ("nan for int", lambda: cuasync.full(3, math.nan, "int64"), ArgumentError, "value"),
-        ("string value", lambda: cuasync.full(3, "x"), ArgumentError, "value must be a number"),
+        ("string value", lambda: cuasync.full(3, "x"), ArgumentError, "value must be a number"),  # type: ignore[arg-type]
         ("half overflow", lambda: cuasync.full(3, 1e6, "float16"), ArgumentError, "overflows"),
         ("huge int", lambda: cuasync.full(3, 10**400, "float64"), ArgumentError, "overflows"),
         ("bool value", lambda: cuasync.full(3, 2, "bool"), ArgumentError, "bool"),
@@ -606,9 +606,9 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("fill overflow", lambda: cuasync.fill(t8, 1000), ArgumentError, "value=1000"),
         ("arange no stop", lambda: cuasync.arange(), ArgumentError, "needs stop"),
         ("arange bool n", lambda: cuasync.arange(True), ArgumentError, "start must be a real"),
-        ("arange list", lambda: cuasync.arange(0, [5], 1), ArgumentError, "stop must be a real"),
-        ("arange str", lambda: cuasync.arange(0, "5", 1), ArgumentError, "not a number"),
-        ("arange complex", lambda: cuasync.arange(0, 5, 1j), ArgumentError, "step must be a real"),
+        ("arange list", lambda: cuasync.arange(0, [5], 1), ArgumentError, "stop must be a real"),  # type: ignore[arg-type]
+        ("arange str", lambda: cuasync.arange(0, "5", 1), ArgumentError, "not a number"),  # type: ignore[arg-type]
+        ("arange complex", lambda: cuasync.arange(0, 5, 1j), ArgumentError, "step must be a real"),  # type: ignore[arg-type]
         ("arange nan", lambda: cuasync.arange(0, math.nan), ArgumentError, "stop must be finite"),
         ("arange inf", lambda: cuasync.arange(-math.inf, 0), ArgumentError, "start must be"),
         (
@@ -629,29 +629,29 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
             "overflows",
         ),
         ("arange dtype", lambda: cuasync.arange(3, dtype="float128"), DTypeError, "dtype"),
-        ("arange both", lambda: cuasync.arange(3, "int8", dtype="int8"), ArgumentError, "stop="),
+        ("arange both", lambda: cuasync.arange(3, "int8", dtype="int8"), ArgumentError, "stop="),  # type: ignore[arg-type]
         ("arange n twice", lambda: cuasync.arange(3, n=3), ArgumentError, "old name"),  # type: ignore[call-arg]
-        ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "n must be"),
-        ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),
+        ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "num must be"),
+        ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),  # type: ignore[arg-type]
         ("linspace stop inf", lambda: cuasync.linspace(0, math.inf, 3), ArgumentError, "stop"),
-        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),
+        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),  # type: ignore[arg-type]
         ("linspace range", lambda: cuasync.linspace(0, 1000, 3, "int8"), ArgumentError, "stop"),
         ("linspace dtype", lambda: cuasync.linspace(0, 1, 3, "nope"), DTypeError, "dtype"),
         ("eye n", lambda: cuasync.eye(-1), ShapeError, "N must be"),
         ("eye m", lambda: cuasync.eye(2, -1), ShapeError, "M must be"),
-        ("eye m float", lambda: cuasync.eye(2, 3.0), ShapeError, "M must be"),
-        ("eye k", lambda: cuasync.eye(2, k=0.5), ArgumentError, "k must be an int"),
+        ("eye m float", lambda: cuasync.eye(2, 3.0), ShapeError, "M must be"),  # type: ignore[arg-type]
+        ("eye k", lambda: cuasync.eye(2, k=0.5), ArgumentError, "k must be an int"),  # type: ignore[arg-type]
         ("eye k bool", lambda: cuasync.eye(2, k=True), ArgumentError, "k must be an int"),
-        ("eye both", lambda: cuasync.eye(2, "int8", dtype="int8"), ArgumentError, "M="),
+        ("eye both", lambda: cuasync.eye(2, "int8", dtype="int8"), ArgumentError, "M="),  # type: ignore[arg-type]
         ("eye cols", lambda: cuasync.eye_rect(2, -3), ShapeError, "cols"),
-        ("eye rows", lambda: cuasync.eye_rect(1.0, 3), ShapeError, "rows"),
+        ("eye rows", lambda: cuasync.eye_rect(1.0, 3), ShapeError, "rows"),  # type: ignore[arg-type]
         ("eye dtype", lambda: cuasync.eye(2, dtype="x"), DTypeError, "dtype"),
         ("convert non-tensor", lambda: cuasync.convert([1], "int8"), ArgumentError, "tensor"),  # type: ignore[arg-type]
         ("convert dtype", lambda: cuasync.convert(t8, "float128"), DTypeError, "dtype"),
         ("rand int dtype", lambda: cuasync.rand(2, dtype="int32"), DTypeError, "dtype must be"),
         ("rand seed <0", lambda: cuasync.rand(2, seed=-1), ArgumentError, "seed"),
         ("rand seed big", lambda: cuasync.rand(2, seed=2**64), ArgumentError, "seed"),
-        ("rand seed float", lambda: cuasync.rand(2, seed=1.5), ArgumentError, "seed"),
+        ("rand seed float", lambda: cuasync.rand(2, seed=1.5), ArgumentError, "seed"),  # type: ignore[arg-type]
         ("randn std", lambda: cuasync.randn(2, std=-1.0), ArgumentError, "std"),
         ("randn mean", lambda: cuasync.randn(2, mean=math.nan), ArgumentError, "mean"),
         ("randn shape", lambda: cuasync.randn((-2,)), ShapeError, "shape"),

@@ -247,7 +247,7 @@ async def test_errors_raise_when_built(anyio_backend: str) -> None:
     with pytest.raises(ArgumentError, match="repeats axis 1"):
         cuasync.sum(x, axis=(1, -1))
     with pytest.raises(ArgumentError, match="axis must be None or an int"):
-        cuasync.argmax(x, axis=(0, 1))
+        cuasync.argmax(x, axis=(0, 1))  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="out has shape"):
         cuasync.sum(x, axis=0, out=await cuasync.zeros((3,)))
     with pytest.raises(DTypeError, match="out has dtype"):
@@ -255,7 +255,7 @@ async def test_errors_raise_when_built(anyio_backend: str) -> None:
     with pytest.raises(DTypeError, match="storage-only"):
         cuasync.sum(x, dtype="float8_e5m2")
     with pytest.raises(ArgumentError, match="numpy array"):
-        cuasync.sum(np.ones(3))
+        cuasync.sum(np.ones(3))  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="same number"):
         cuasync.vdot(x, x[0])
     op = x * 2.0

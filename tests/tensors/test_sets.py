@@ -139,6 +139,58 @@ async def test_nonzero_awaits_its_count_without_blocking_the_loop(anyio_backend:
     assert (await found["unique"].to_host()).tolist() == [0, 1, 2, 3]
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_property_one_argument_where_is_numpys(data: Any, dtype: str) -> None:
+    a, x = draw(data, dtype)
+    if a.ndim == 0:  # as nonzero: the standard refuses 0-d
+        with pytest.raises(ArgumentError, match="0-d"):
+            run(cuasync.where(x))
+        return
+    want = np.where(a)
+    for condition in (x, x != 0):  # a tensor, or a TensorOp awaited first
+        got = run(cuasync.where(condition))
+        assert len(got) == a.ndim
+        for g, w in zip(got, want, strict=True):
+            same(host_of(g), w)
+
+
+async def test_one_argument_where_awaits_its_count_without_blocking_the_loop(
+    anyio_backend: str,
+) -> None:
+    x = await cuasync.from_host(np.array([[0.0, 1.5], [2.0, 0.0]], np.float32))
+    await cuasync.where(x > 1.0)  # its kernels loaded before the gate closes
+    found: list[tuple[cuasync.Tensor, ...]] = []
+
+    async def indices() -> None:
+        found.append(await cuasync.where(x > 1.0))
+
+    async with anyio.create_task_group() as tg:
+        with ct.gate():  # the policy's streams held: the count cannot land
+            tg.start_soon(indices)
+            for _ in range(50):  # the loop keeps running other tasks meanwhile
+                await anyio.sleep(0)
+            assert not found, "the count was read before its kernels ran"
+    rows, cols = found[0]
+    assert ((await rows.to_host()).tolist(), (await cols.to_host()).tolist()) == ([0, 1], [1, 0])
+    # three arguments: still the elementwise op, lazy and fusable
+    op = cuasync.where(x > 1.0, x, 0.0)
+    assert isinstance(op, cuasync.TensorOp)
+    assert (await op.to_host()).tolist() == [[0.0, 1.5], [2.0, 0.0]]
+
+
+def test_where_takes_both_choices_or_neither() -> None:
+    x = cuasync.zeros((3,)).sync()
+    with pytest.raises(ArgumentError, match="both x1 and x2"):
+        cuasync.where(x, x)  # type: ignore[call-overload]
+    with pytest.raises(ArgumentError, match="both x1 and x2"):
+        cuasync.where(x, x2=x)  # type: ignore[call-overload]
+    with pytest.raises(ArgumentError, match="must be a cuasync.Tensor or TensorOp"):
+        cuasync.where(np.zeros(3))  # type: ignore[call-overload]
+    with pytest.raises(ArgumentError, match="out="):
+        cuasync.where(x, out=x)  # type: ignore[call-overload]
+
+
 def test_bad_arguments_raise_typed_errors() -> None:
     with pytest.raises(DTypeError, match="complex64"):
         run(cuasync.unique_values(cuasync.zeros((3,), dtype="complex64").sync()))

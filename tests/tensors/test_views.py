@@ -184,7 +184,7 @@ async def test_astype_item_like_and_repr(anyio_backend: str) -> None:
     assert (e.shape, e.dtype, e.device) == (x.shape, x.dtype, x.device)
     await e
     with pytest.raises(ArgumentError, match="x must be"):
-        cuasync.zeros_like(np.zeros(3))
+        cuasync.zeros_like(np.zeros(3))  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(cuasync.device_count() < 2, reason="needs two devices")
