@@ -33,6 +33,7 @@ SHIMS = r"""
 #include <cstring>
 using std::cos; using std::fabs; using std::floor; using std::fmod; using std::log;
 using std::rint; using std::sin; using std::sqrt; using std::copysign;
+using std::isfinite; using std::isinf; using std::isnan;
 #define __device__
 #define __global__
 #define __forceinline__ inline
@@ -473,7 +474,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
     lib = _compiled(
         tmp_path,
         f"contiguous_{dtype}",
-        SHIMS.replace("#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;")
+        SHIMS
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
         f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
@@ -484,9 +485,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
     grid = _compiled(
         tmp_path,
         f"contiguous_grid_{dtype}",
-        BLOCK_SHIMS.replace(
-            "#include <cmath>", "#include <cmath>\nusing std::isinf; using std::isnan;"
-        )
+        BLOCK_SHIMS
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
         f"{{ ca_run_grid(3, 1, 32, [=] {{ ca_elementwise(({s}*)o, (const {s}*)a, "
