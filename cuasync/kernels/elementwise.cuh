@@ -393,6 +393,11 @@ __device__ __forceinline__ double2 ca_zatanh(double2 a) {
     return make_double2(copysign(re, x), im);
 }
 __device__ __forceinline__ double2 ca_zatan(double2 a) {  // atan(z) = -i atanh(iz)
+    // atan(+-inf + i NaN) = +-pi/2 + 0i, numpy's: not through atanh(-NaN + i inf), whose
+    // real part's sign would be the NaN's, and a NaN's sign does not survive negation on
+    // every device (PTX neg: "NaN inputs yield an unspecified NaN")
+    if (isinf(a.x) && isnan(a.y))
+        return make_double2(copysign(1.570796326794896619231321691639751442, a.x), 0.0);
     double2 s = ca_zatanh(make_double2(-a.y, a.x));
     return make_double2(s.y, -s.x);
 }
