@@ -46,20 +46,30 @@ ContextCore = _reactor.ContextCore
 OutputCore = _reactor.OutputCore
 FutureCore = _reactor.FutureCore
 CompletionCore = _reactor.CompletionCore
+TensorOpCore = _reactor.TensorOpCore
+UploadOpCore = _reactor.UploadOpCore
+NodeCore = _reactor.NodeCore
+UploadWorkCore = _reactor.UploadWorkCore
+BlockCore = _reactor.BlockCore
 
 __all__ = [
     "ABI",
     "NATIVE",
     "AllocationCore",
     "BackendCore",
+    "BlockCore",
     "CompletionCore",
     "ContextCore",
     "FutureCore",
     "HubCore",
+    "NodeCore",
     "LaunchCore",
     "OpCore",
     "OutputCore",
     "PreparedCore",
     "StreamCore",
     "TensorCore",
+    "TensorOpCore",
+    "UploadOpCore",
+    "UploadWorkCore",
 ]

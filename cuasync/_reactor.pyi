@@ -387,6 +387,52 @@ class CompletionCore:
     address: int
     armed_at: float
 
+@disjoint_base
+class TensorOpCore(OpCore):
+    """The fields of a ``TensorOp`` (its base type), read by the native core."""
+
+    _node: Any
+    _out: Any
+    _planned: Any
+    _absorbed: Any
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+@disjoint_base
+class UploadOpCore(TensorOpCore):
+    """The field of a ``from_host`` op (its base type) the native core sets."""
+
+    _output: Any
+
+@disjoint_base
+class NodeCore:
+    """The fields of an expression ``Node`` (its base type), read by the native core."""
+
+    kind: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: Any
+    children: tuple[Any, ...]
+    ins: Any
+    device: Any
+    value: Any
+
+@disjoint_base
+class UploadWorkCore:
+    """The fields of a ``from_host``'s pending value (its base type)."""
+
+    source: Any
+    dtype: np.dtype[Any]
+
+@disjoint_base
+class BlockCore:
+    """The fields of a ``PinnedBlock`` (its base type), read by the native core."""
+
+    address: int
+    capacity: int
+    size_class: int
+    _pool: Any
+
 def set_tracing(on: object, /) -> None: ...
 def tracing() -> bool: ...
 

@@ -28,6 +28,7 @@ from ._core import express
 from ._core.completion import Completion
 from ._core.device import Stream
 from ._core.op import DeviceOp
+from ._native import UploadOpCore
 from ._ops.tensorop import TensorOp
 from ._tensor import Tensor
 from ._transfers import pageable as _pageable
@@ -40,7 +41,7 @@ __all__ = ["SMALL_MAX", "HostUploadOp", "enqueue"]
 SMALL_MAX = 64 * 1024
 
 
-class HostUploadOp(TensorOp):
+class HostUploadOp(TensorOp, UploadOpCore):
     """The op :func:`cuasync.from_host` returns: a :class:`TensorOp` whose ``await``,
     ``sync()`` and futures take the express path when the source is small.
 
@@ -48,8 +49,7 @@ class HostUploadOp(TensorOp):
     >>> t = await op                                             # or op.sync()
     """
 
-    __slots__ = ("_output",)
-    _output: Tensor  # (set by enqueue: the new tensor)
+    __slots__ = ()  # _output (the new tensor, set by enqueue): the native base's
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
         if notify:  # a future

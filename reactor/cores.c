@@ -57,6 +57,11 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 #define ContextCore_EXTRA_SLOTS
 #define OutputCore_EXTRA_SLOTS
 #define FutureCore_EXTRA_SLOTS
+#define TensorOpCore_EXTRA_SLOTS
+#define UploadOpCore_EXTRA_SLOTS
+#define NodeCore_EXTRA_SLOTS
+#define UploadWorkCore_EXTRA_SLOTS
+#define BlockCore_EXTRA_SLOTS
 #define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new},
 static PyObject *CompletionCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 
@@ -227,6 +232,43 @@ CORE_TYPE_N(CompletionCore, 5, "CompletionCore",
             {"armed_at", T_DOUBLE, offsetof(CompletionCore, armed_at), 0,
              "time.monotonic() when it was armed."});
 
+CORE_TYPE(TensorOpCore, "TensorOpCore",
+          "The fields of a TensorOp (its base type, under OpCore's): its expression node, "
+          "out= tensor, planned layout, absorbed ops, and its output's dtype and shape.",
+          MEMBER(TensorOpCore, node, "_node", "The expression's root Node."),
+          MEMBER(TensorOpCore, out, "_out", "The out= tensor, or None."),
+          MEMBER(TensorOpCore, planned, "_planned", "The output's planned layout, or None."),
+          MEMBER(TensorOpCore, absorbed, "_absorbed", "Ops fused into this one."),
+          MEMBER(TensorOpCore, dtype, "dtype", "The output's dtype."),
+          MEMBER(TensorOpCore, shape, "shape", "The output's shape."));
+
+CORE_TYPE(UploadOpCore, "UploadOpCore",
+          "The fields of a from_host op (its base type, under TensorOpCore's): its output.",
+          MEMBER(UploadOpCore, output, "_output", "The new tensor, once submitted."));
+
+CORE_TYPE(NodeCore, "NodeCore",
+          "The fields of an expression Node (its base type).",
+          MEMBER(NodeCore, kind, "kind", "'tensor', 'scalar', 'pending' or 'op'."),
+          MEMBER(NodeCore, name, "name", "The op's or the leaf's name."),
+          MEMBER(NodeCore, shape, "shape", "The node's shape."),
+          MEMBER(NodeCore, dtype, "dtype", "Its dtype (None: a weak scalar)."),
+          MEMBER(NodeCore, children, "children", "The operands, a tuple of Nodes."),
+          MEMBER(NodeCore, ins, "ins", "An op's loop dtypes."),
+          MEMBER(NodeCore, device, "device", "The Device, or None."),
+          MEMBER(NodeCore, value, "value", "A leaf's tensor, scalar or pending value."));
+
+CORE_TYPE(UploadWorkCore, "UploadWorkCore",
+          "The fields of a from_host's pending value (its base type): the source and dtype.",
+          MEMBER(UploadWorkCore, source, "source", "The numpy array uploaded."),
+          MEMBER(UploadWorkCore, dtype, "dtype", "The tensor's dtype."));
+
+CORE_TYPE(BlockCore, "BlockCore",
+          "The fields of a PinnedBlock (its base type): address, capacity, size class, pool.",
+          MEMBER(BlockCore, address, "address", "The pinned host address, an int."),
+          MEMBER(BlockCore, capacity, "capacity", "Its bytes."),
+          MEMBER(BlockCore, size_class, "size_class", "Its size class."),
+          MEMBER(BlockCore, pool, "_pool", "The StagingPool it returns to, or None."));
+
 int cuasync_tracing = 0;
 
 static PyObject *
@@ -283,6 +325,11 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"OutputCore", OutputCore_dealloc},
         {"FutureCore", FutureCore_dealloc},
         {"CompletionCore", CompletionCore_dealloc},
+        {"TensorOpCore", TensorOpCore_dealloc},
+        {"UploadOpCore", UploadOpCore_dealloc},
+        {"NodeCore", NodeCore_dealloc},
+        {"UploadWorkCore", UploadWorkCore_dealloc},
+        {"BlockCore", BlockCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)

@@ -104,6 +104,41 @@ typedef struct {
 /* Whether NVTX tracing is on (process-wide: cuasync.trace; cores.c). */
 extern int cuasync_tracing;
 
+/* TensorOp (OpCore's fields, then): _node, _out, _planned, _absorbed, dtype, shape */
+typedef struct {
+    OpCore op;
+    PyObject *node, *out, *planned, *absorbed, *dtype, *shape;
+} TensorOpCore;
+
+/* HostUploadOp (TensorOpCore's fields, then): _output */
+typedef struct {
+    TensorOpCore top;
+    PyObject *output;
+} UploadOpCore;
+
+/* Node (an expression's): kind, name, shape, dtype, children, ins, device, value */
+typedef struct {
+    PyObject_HEAD
+    PyObject *kind, *name, *shape, *dtype, *children, *ins, *device, *value;
+} NodeCore;
+
+/* _HostUpload (a from_host's pending value): source, dtype */
+typedef struct {
+    PyObject_HEAD
+    PyObject *source, *dtype;
+} UploadWorkCore;
+
+/* PinnedBlock: address, capacity, size_class, _pool */
+typedef struct {
+    PyObject_HEAD
+    PyObject *address, *capacity, *size_class, *pool;
+} BlockCore;
+
+#define TENSOR_OP(o) ((TensorOpCore *)(o))
+#define UPLOAD_OP(o) ((UploadOpCore *)(o))
+#define NODE(o) ((NodeCore *)(o))
+#define UPLOAD_WORK(o) ((UploadWorkCore *)(o))
+#define BLOCK(o) ((BlockCore *)(o))
 #define OP(o) ((OpCore *)(o))
 #define LAUNCH(o) ((LaunchCore *)(o))
 #define STREAM(o) ((StreamCore *)(o))
@@ -126,7 +161,8 @@ int core_subtype_check(PyObject *t, const char *core, const char *what);
 
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
-    OutputCore_spec, FutureCore_spec, CompletionCore_spec;
+    OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
+    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec;
 extern PyMethodDef cores_methods[];
 
 #endif

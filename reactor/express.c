@@ -53,24 +53,6 @@ queued_release(queued_launch *q)
     }
 }
 
-/* The offset of the __slots__ entry ``name`` of type t (a member descriptor). */
-int
-slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off)
-{
-    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
-    if (d == NULL)
-        return -1;
-    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-    if (ok)
-        *off = ((PyMemberDescrObject *)d)->d_member->offset;
-    Py_DECREF(d);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ entry", t->tp_name, name);
-        return -1;
-    }
-    return 0;
-}
 
 
 /* A tensor's device address (Tensor.ptr: alloc.ptr + offset * dtype.itemsize). */

@@ -65,7 +65,6 @@ typedef struct {
     PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
     PyObject *acquire, *upload_failed, *upload_abandon, *pageable_dict, *lease_t;
     PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
-    Py_ssize_t u_node, u_output, u_device, n_value, w_source, w_dtype, b_address;
     PyObject *s_shape, *s_forced, *s_copy_and_write, *s_native_copy, *s_host_remap;
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */

@@ -828,6 +828,8 @@ module_exec(PyObject *m)
         {"HubCore", &HubCore_spec}, {"BackendCore", &BackendCore_spec},
         {"ContextCore", &ContextCore_spec}, {"OutputCore", &OutputCore_spec},
         {"FutureCore", &FutureCore_spec}, {"CompletionCore", &CompletionCore_spec},
+        {"NodeCore", &NodeCore_spec}, {"UploadWorkCore", &UploadWorkCore_spec},
+        {"BlockCore", &BlockCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -835,13 +837,23 @@ module_exec(PyObject *m)
         express_added = t != NULL && PyModule_AddObjectRef(m, core_types[i].name, t) == 0;
         Py_XDECREF(t);
     }
-    /* LaunchCore: under OpCore */
-    PyObject *op_core = express_added ? PyObject_GetAttrString(m, "OpCore") : NULL;
-    PyObject *launch_core = op_core == NULL ? NULL
-                                            : PyType_FromModuleAndSpec(m, &LaunchCore_spec, op_core);
-    express_added = launch_core != NULL && PyModule_AddObjectRef(m, "LaunchCore", launch_core) == 0;
-    Py_XDECREF(op_core);
-    Py_XDECREF(launch_core);
+    /* the types under another: LaunchCore and TensorOpCore under OpCore, UploadOpCore
+     * under TensorOpCore */
+    static struct {
+        const char *name, *base;
+        PyType_Spec *spec;
+    } derived[] = {
+        {"LaunchCore", "OpCore", &LaunchCore_spec},
+        {"TensorOpCore", "OpCore", &TensorOpCore_spec},
+        {"UploadOpCore", "TensorOpCore", &UploadOpCore_spec},
+    };
+    for (size_t i = 0; i < sizeof derived / sizeof derived[0] && express_added; i++) {
+        PyObject *base = PyObject_GetAttrString(m, derived[i].base);
+        PyObject *t = base == NULL ? NULL : PyType_FromModuleAndSpec(m, derived[i].spec, base);
+        express_added = t != NULL && PyModule_AddObjectRef(m, derived[i].name, t) == 0;
+        Py_XDECREF(base);
+        Py_XDECREF(t);
+    }
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||
         st->submitter_type == NULL ||
         PyModule_AddObjectRef(m, "LoopQueue", (PyObject *)st->queue_type) < 0 ||

@@ -278,14 +278,6 @@ int get_copy_entry_points(uintptr_t *mh, uintptr_t *wv);
 int is_launch_packed(PyObject *f);
 /* -- the native op core's helpers (express.c) ------------------------------------ */
 
-/* The __slots__ entry at ``off`` of an object of a type whose offsets were looked up with
- * slot_offset: borrowed, NULL when unset. */
-static inline PyObject *
-slot_get(PyObject *o, Py_ssize_t off)
-{
-    return *(PyObject **)((char *)o + off);
-}
-
 /* cuasync.get_default_device()'s common case: the Device of the ordinal the ContextVar
  * var holds, among those made (devices: Device._instances). A new reference; NULL with
  * no error set when it is not made yet (get_default_device makes it), NULL with the
@@ -301,18 +293,6 @@ made_default_device(PyObject *var, PyObject *devices)
     return Py_XNewRef(device);
 }
 
-/* Replace it (v: a new reference, stolen). */
-static inline void
-slot_set(PyObject *o, Py_ssize_t off, PyObject *v)
-{
-    PyObject **p = (PyObject **)((char *)o + off);
-    PyObject *old = *p;
-    *p = v;
-    Py_XDECREF(old);
-}
-
-/* The offset of the __slots__ entry ``name`` of type t (its member descriptor's). */
-int slot_offset(PyTypeObject *t, const char *name, Py_ssize_t *off);
 /* tp_descr_get of a method-descriptor type: bound to obj, or itself from the class. */
 PyObject *bind_to(PyObject *self, PyObject *obj, PyObject *type);
 

@@ -101,14 +101,10 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "acquire, failed and abandon must be callable");
         return NULL;
     }
-    Py_ssize_t node, output, device, value, source, dtype, address;
-    if (slot_offset((PyTypeObject *)op_t, "_node", &node) < 0 ||
-        slot_offset((PyTypeObject *)op_t, "_output", &output) < 0 ||
-        slot_offset((PyTypeObject *)op_t, "_device", &device) < 0 ||
-        slot_offset((PyTypeObject *)node_t, "value", &value) < 0 ||
-        slot_offset((PyTypeObject *)work_t, "source", &source) < 0 ||
-        slot_offset((PyTypeObject *)work_t, "dtype", &dtype) < 0 ||
-        slot_offset((PyTypeObject *)block_t, "address", &address) < 0)
+    if (!core_subtype_check(op_t, "UploadOpCore", "op") ||
+        !core_subtype_check(node_t, "NodeCore", "node") ||
+        !core_subtype_check(work_t, "UploadWorkCore", "work") ||
+        !core_subtype_check(block_t, "BlockCore", "block"))
         return NULL;
     alloc_shape *shape = alloc_shape_new((PyObject *)self->alloc_t, (PyObject *)self->stream_t,
                                          cache, backends);
@@ -142,9 +138,6 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
     self->pageable_dict = Py_NewRef(PyModule_GetDict(pageable));
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         self->blocks[i] = blocks[i];
-    self->u_node = node, self->u_output = output, self->u_device = device;
-    self->n_value = value, self->w_source = source, self->w_dtype = dtype;
-    self->b_address = address;
     self->shape = shape;
     self->pool_var = Py_NewRef(pools);
     Py_RETURN_NONE;
@@ -242,9 +235,6 @@ struct upload_builder {
     PyObject *default_device; /* device._default_device (a ContextVar of an ordinal) */
     PyObject *devices;        /* Device._instances: ordinal -> Device */
     PyObject *config_dict;    /* cuasync._config's globals (_debug_origins) */
-    /* (op_node, op_device: u_*) */
-    Py_ssize_t op_consumed, op_out, op_planned, op_dtype, op_shape;
-    Py_ssize_t n_kind, n_name, n_shape, n_dtype, n_children, n_ins, n_device;
     PyObject *s_dtype, *s_debug_origins, *pending, *from_host;
 };
 
@@ -305,18 +295,7 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
     struct upload_builder *b = PyMem_Calloc(1, sizeof *b);
     if (b == NULL)
         return PyErr_NoMemory();
-    PyTypeObject *op = self->upload_t, *node = self->node_t;
-    if (slot_offset(op, "_consumed", &b->op_consumed) < 0 ||
-        slot_offset(op, "_out", &b->op_out) < 0 ||
-        slot_offset(op, "_planned", &b->op_planned) < 0 ||
-        slot_offset(op, "dtype", &b->op_dtype) < 0 ||
-        slot_offset(op, "shape", &b->op_shape) < 0 ||
-        slot_offset(node, "kind", &b->n_kind) < 0 || slot_offset(node, "name", &b->n_name) < 0 ||
-        slot_offset(node, "shape", &b->n_shape) < 0 ||
-        slot_offset(node, "dtype", &b->n_dtype) < 0 ||
-        slot_offset(node, "children", &b->n_children) < 0 ||
-        slot_offset(node, "ins", &b->n_ins) < 0 || slot_offset(node, "device", &b->n_device) < 0 ||
-        (b->s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+    if ((b->s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
         (b->s_debug_origins = PyUnicode_InternFromString("_debug_origins")) == NULL ||
         (b->pending = PyUnicode_InternFromString("pending")) == NULL ||
         (b->from_host = PyUnicode_InternFromString("from_host")) == NULL) {
@@ -368,26 +347,26 @@ Express_build_upload(Express *self, PyObject *array)
         return known == 0 ? Py_NewRef(Py_None) : NULL; /* (a dtype Python words the error of) */
     }
     /* _HostUpload(source, dtype) */
-    slot_set(work, self->w_source, Py_NewRef(array));
-    slot_set(work, self->w_dtype, Py_NewRef(dtype));
+    field_set(&UPLOAD_WORK(work)->source, Py_NewRef(array));
+    field_set(&UPLOAD_WORK(work)->dtype, Py_NewRef(dtype));
     /* Node("pending", "from_host", shape, dtype, work, (), (), device) */
     PyObject *empty = PyTuple_New(0); /* (the empty tuple: never fails) */
-    slot_set(node, b->n_kind, Py_NewRef(b->pending));
-    slot_set(node, b->n_name, Py_NewRef(b->from_host));
-    slot_set(node, b->n_shape, Py_NewRef(shape));
-    slot_set(node, b->n_dtype, Py_NewRef(dtype));
-    slot_set(node, self->n_value, work);
-    slot_set(node, b->n_children, Py_NewRef(empty));
-    slot_set(node, b->n_ins, empty);
-    slot_set(node, b->n_device, Py_NewRef(device));
+    field_set(&NODE(node)->kind, Py_NewRef(b->pending));
+    field_set(&NODE(node)->name, Py_NewRef(b->from_host));
+    field_set(&NODE(node)->shape, Py_NewRef(shape));
+    field_set(&NODE(node)->dtype, Py_NewRef(dtype));
+    field_set(&NODE(node)->value, work);
+    field_set(&NODE(node)->children, Py_NewRef(empty));
+    field_set(&NODE(node)->ins, empty);
+    field_set(&NODE(node)->device, Py_NewRef(device));
     /* HostUploadOp(node): DeviceOp.__init__(device), then TensorOp's */
-    slot_set(op, b->op_consumed, Py_NewRef(Py_False));
-    slot_set(op, self->u_device, device);
-    slot_set(op, self->u_node, node);
-    slot_set(op, b->op_out, Py_NewRef(Py_None));
-    slot_set(op, b->op_planned, Py_NewRef(Py_None));
-    slot_set(op, b->op_shape, shape);
-    slot_set(op, b->op_dtype, dtype);
+    field_set(&OP(op)->consumed, Py_NewRef(Py_False));
+    field_set(&OP(op)->device, device);
+    field_set(&TENSOR_OP(op)->node, node);
+    field_set(&TENSOR_OP(op)->out, Py_NewRef(Py_None));
+    field_set(&TENSOR_OP(op)->planned, Py_NewRef(Py_None));
+    field_set(&TENSOR_OP(op)->shape, shape);
+    field_set(&TENSOR_OP(op)->dtype, dtype);
     return op;
 }
 
@@ -452,7 +431,7 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
                PyObject *block, Py_ssize_t nbytes, uintptr_t address, uint32_t gen)
 {
     PyObject *handle = STREAM(stream)->handle;
-    PyObject *src = slot_get(block, self->b_address);
+    PyObject *src = BLOCK(block)->address;
     unsigned long long h, s;
     if (handle == NULL || src == NULL || get_u64(handle, &h) < 0 || get_u64(src, &s) < 0)
         return -1;
@@ -498,7 +477,7 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
 static int
 upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
 {
-    PyObject *mine = slot_get(op, self->u_device);
+    PyObject *mine = OP(op)->device;
     if (mine == NULL || (mine != Py_None && mine != device) ||
         STREAM(stream)->capturing != Py_False)
         return 0;
@@ -540,13 +519,13 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         return generic(self);
     if (!Py_IS_TYPE(op, self->upload_t) || !Py_IS_TYPE(stream, self->stream_t))
         return generic(self);
-    PyObject *node = slot_get(op, self->u_node);
-    PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? slot_get(node, self->n_value)
+    PyObject *node = TENSOR_OP(op)->node;
+    PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? NODE(node)->value
                                                                      : NULL;
     PyObject *device = STREAM(stream)->device;
     if (work == NULL || !Py_IS_TYPE(work, self->work_t) || device == NULL)
         return generic(self);
-    PyObject *source = slot_get(work, self->w_source), *dtype = slot_get(work, self->w_dtype);
+    PyObject *source = UPLOAD_WORK(work)->source, *dtype = UPLOAD_WORK(work)->dtype;
     if (source == NULL || dtype == NULL)
         return generic(self);
     int t = upload_allowed(self, op, stream, device);
@@ -592,7 +571,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
     }
     /* read now (from_host's contract: the source is read during submission) */
-    PyObject *staged = slot_get(block, self->b_address);
+    PyObject *staged = BLOCK(block)->address;
     unsigned long long staged_at;
     if (staged == NULL || get_u64(staged, &staged_at) < 0) {
         if (!PyErr_Occurred())
@@ -689,7 +668,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     if (tensor != NULL) {
         /* (the op's, and ours until returned: Python runs, and the GIL is released,
          * before the tensor is handed back) */
-        slot_set(op, self->u_output, Py_NewRef(tensor));
+        field_set(&UPLOAD_OP(op)->output, Py_NewRef(tensor));
         long long spin_us = 0;
         PyObject *spin_obj = NULL;
         PyObject *completed = STREAM(stream)->completed;
@@ -734,8 +713,8 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
          * held once the copy lands; if even that fails, they are kept for good */
         saved_error e;
         save_error(&e);
-        if (slot_get(op, self->u_output) == NULL) /* (the completion's output: none) */
-            slot_set(op, self->u_output, Py_NewRef(Py_None));
+        if (UPLOAD_OP(op)->output == NULL) /* (the completion's output: none) */
+            field_set(&UPLOAD_OP(op)->output, Py_NewRef(Py_None));
         PyObject *addr = PyLong_FromUnsignedLongLong(address);
         PyObject *r = NULL;
         if (addr != NULL) {

@@ -26,6 +26,7 @@ from .._dtypes import (
     storage_only_message,
 )
 from .._dtypes import DTYPES as ALL_DTYPES
+from .._native import NodeCore
 from .._tensor import Shape
 from ..errors import (
     ArgumentError,
@@ -150,14 +151,14 @@ _PART_OPS = frozenset(("real", "imag", "angle"))
 DTYPES = frozenset(name for name, d in ALL_DTYPES.items() if d.arithmetic)
 
 
-class Node:
+class Node(NodeCore):
     """One node of an expression: ``kind`` is "tensor", "scalar", "pending" or "op".
 
     ``dtype`` is None for a weak (Python) scalar; ``ins`` are an op's loop dtypes: what
     each child is cast to before the op computes.
     """
 
-    __slots__ = ("children", "device", "dtype", "ins", "kind", "name", "shape", "value")
+    __slots__ = ()  # its fields are the native base's (``NodeCore``)
 
     def __init__(
         self,

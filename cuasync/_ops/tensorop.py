@@ -26,6 +26,7 @@ from .._dtypes import as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
+from .._native import TensorOpCore
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
@@ -220,7 +221,7 @@ def _scalar_specs(plan: Any) -> tuple[str, ...]:
     return tuple(found[k] for k in sorted(found))
 
 
-class TensorOp(TensorOperators, DeviceOp[Tensor]):
+class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
     """A :class:`DeviceOp` producing a tensor whose ``shape``, ``dtype`` and ``device``
     are known when the op is built; operators on it build bigger (fused) expressions.
 
@@ -230,7 +231,8 @@ class TensorOp(TensorOperators, DeviceOp[Tensor]):
     >>> y = await op
     """
 
-    __slots__ = ("_absorbed", "_node", "_out", "_planned", "dtype", "shape")
+    # _node, _out, _planned, _absorbed, dtype and shape: the native base's (``TensorOpCore``)
+    __slots__ = ()
 
     _public_name = "TensorOp"
 

@@ -18,6 +18,7 @@ from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
 from .._first_use import launching
+from .._native import UploadWorkCore
 from .._ops.expr import Node
 from .._ops.tensorop import TensorOp, tensor_op
 from .._ops.views import flip
@@ -110,11 +111,11 @@ def _default_floats(source: np.ndarray) -> np.ndarray:
 _build: Callable[[Any], TensorOp | None] | None = None
 
 
-class _HostUpload:
+class _HostUpload(UploadWorkCore):
     """What a ``from_host`` op enqueues: the pending value of its ``TensorOp``'s node
     (one object, not an op wrapped in an op: building it is on every upload's path)."""
 
-    __slots__ = ("dtype", "source")
+    __slots__ = ()  # source, dtype: the native base's (``UploadWorkCore``)
 
     def __init__(self, source: np.ndarray, dtype: np.dtype[Any]) -> None:
         self.source = source

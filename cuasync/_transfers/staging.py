@@ -35,6 +35,7 @@ from .._config import CONFIG
 from .._core import completion
 from .._core.completion import get_hub, work_in_flight
 from .._exceptions import report_once
+from .._native import BlockCore
 
 log = logging.getLogger("cuasync.staging")
 
@@ -51,14 +52,15 @@ def size_class(nbytes: int) -> int:
     return max(_MIN_CLASS, (max(nbytes, 1) - 1).bit_length())
 
 
-class PinnedBlock:
+class PinnedBlock(BlockCore):
     """``capacity`` bytes of pinned host memory at ``address``.
 
     Pooled blocks go back to their pool's free list when collected; a block without a
     pool frees its memory with the backend's ``host_free``.
     """
 
-    __slots__ = ("__weakref__", "_pool", "address", "capacity", "size_class")
+    # address, capacity, size_class and _pool: the native base's (``BlockCore``)
+    __slots__ = ("__weakref__",)
 
     def __init__(
         self, pool: StagingPool | None, address: int, size_class: int, capacity: int | None = None
