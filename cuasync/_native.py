@@ -1,9 +1,11 @@
-"""The native module, ``cuasync._reactor``: required, and checked to match these sources.
+"""The native module, ``cuasync._reactor``: required, and checked to match its sources.
 
-It owns the types the hot path touches (the slot ledger, the reactor, the op core) and
-is built by ``pip install`` (a C compiler is needed, as for uvloop). A build left over
-from other sources fails the import with the command that rebuilds it, instead of
-running half-matched code.
+It owns the types the hot path touches (the slot ledger, the base types below, the
+reactor, the op core) and is built by ``pip install`` (a C compiler is needed, as for
+uvloop). The build stamps it with a hash of ``reactor/*.[ch]`` (``SOURCE_HASH``, see
+setup.py); where those sources are present (a checkout, an editable install), a build of
+other sources fails the import with the command that rebuilds it, instead of running
+half-matched code. An installed wheel has no sources beside it, and nothing to compare.
 
 >>> from cuasync._native import NATIVE
 >>> NATIVE.SlotLedger
@@ -12,12 +14,22 @@ running half-matched code.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
-#: The interface version of ``reactor/*.c`` this Python code calls (the module's ``ABI``).
-ABI = 5
-
 _REBUILD = "rebuild it: pip install -e . (or python3 setup.py build_ext --inplace)"
+#: Where a checkout keeps the native sources (absent in an installed wheel).
+_SOURCES = Path(__file__).resolve().parent.parent / "reactor"
+
+
+def source_hash(folder: Path) -> str:
+    """The hash setup.py stamps the build with: every .c and .h file of ``folder``, by name."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.[ch]")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
 
 try:
     from . import _reactor
@@ -25,11 +37,13 @@ except ImportError as exc:  # built without a C compiler, or not built at all
     raise ImportError(
         f"cuasync's native module cuasync._reactor could not be imported ({exc}); {_REBUILD}"
     ) from exc
-if getattr(_reactor, "ABI", 1) != ABI:  # a build left over from another checkout
-    raise ImportError(
-        f"cuasync._reactor at {_reactor.__file__} is a build of other sources (interface "
-        f"{getattr(_reactor, 'ABI', 1)}, this code needs {ABI}); {_REBUILD}"
-    )
+if _SOURCES.is_dir():
+    _built, _here = getattr(_reactor, "SOURCE_HASH", "unknown"), source_hash(_SOURCES)
+    if _built != _here:  # a build left over from other sources
+        raise ImportError(
+            f"cuasync._reactor at {_reactor.__file__} is a build of other sources (built from "
+            f"{_built}, the sources here are {_here}); {_REBUILD}"
+        )
 
 NATIVE: Any = _reactor
 
@@ -53,7 +67,6 @@ UploadWorkCore = _reactor.UploadWorkCore
 BlockCore = _reactor.BlockCore
 
 __all__ = [
-    "ABI",
     "NATIVE",
     "AllocationCore",
     "BackendCore",
@@ -62,8 +75,8 @@ __all__ = [
     "ContextCore",
     "FutureCore",
     "HubCore",
-    "NodeCore",
     "LaunchCore",
+    "NodeCore",
     "OpCore",
     "OutputCore",
     "PreparedCore",
@@ -72,4 +85,5 @@ __all__ = [
     "TensorOpCore",
     "UploadOpCore",
     "UploadWorkCore",
+    "source_hash",
 ]

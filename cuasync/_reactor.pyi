@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from cuasync._core.memory import Allocation
     from cuasync._core.pools import MemoryPool
 
-ABI: Final[int]
-"""The interface version of the module (``cuasync._native.ABI`` must match it)."""
+SOURCE_HASH: Final[str]
+"""The hash of the sources it was built from (``setup.py``; ``cuasync._native`` compares it
+with the checkout's, where the sources are present)."""
 
 HAVE_EVENTFD: Final[int]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""

@@ -874,7 +874,7 @@ module_exec(PyObject *m)
     Py_XDECREF(fn);
     if (rc < 0)
         return -1;
-    if (PyModule_AddIntConstant(m, "ABI", CUASYNC_REACTOR_ABI) < 0)
+    if (PyModule_AddStringConstant(m, "SOURCE_HASH", CUASYNC_SOURCE_HASH) < 0)
         return -1;
 #ifdef CUASYNC_HAVE_EVENTFD
     return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);

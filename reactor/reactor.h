@@ -220,8 +220,11 @@ void slab_unregister(const void *owner);
 
 #ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
 
-/* The interface version (the module's ABI): cuasync/_native.py refuses another. */
-#define CUASYNC_REACTOR_ABI 5
+/* The hash of the sources the module was built from (setup.py defines it; the module's
+ * SOURCE_HASH): cuasync/_native.py refuses a build of other sources. */
+#ifndef CUASYNC_SOURCE_HASH
+#define CUASYNC_SOURCE_HASH "unknown"
+#endif
 
 /* The destructor of cuasync's DLPack capsules (dlpack.c): calls the managed tensor's
  * deleter unless the capsule was consumed; keeps an exception already set. */

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import shutil
 import textwrap
 import threading
 import time
 import traceback
 import weakref
+from pathlib import Path
 from typing import cast
 
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, reactor_path, run_script
+from helpers import ON_EMULATOR, reactor_path, run_python, run_script
 
 import cuasync
 import cuasync.testing as ct
@@ -355,6 +357,21 @@ def test_missing_native_module_fails_the_import_saying_how_to_build_it() -> None
     )
     assert r.stdout.startswith("ImportError: cuasync's native module cuasync._reactor")
     assert "pip install -e ." in r.stdout
+
+
+def test_a_build_of_other_sources_fails_the_import(tmp_path) -> None:
+    # A checkout updated without rebuilding: its native module was stamped with the hash of
+    # other sources (SOURCE_HASH), and running it half-matched is refused.
+    root = Path(cuasync.__file__).parent.parent
+    shutil.copytree(
+        root / "cuasync", tmp_path / "cuasync", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(root / "reactor", tmp_path / "reactor")
+    with open(tmp_path / "reactor" / "ledger.c", "a") as f:
+        f.write("/* a change made after the build */\n")
+    code = "try:\n    import cuasync\nexcept ImportError as exc:\n    print('ImportError:', exc)"
+    r = run_python("-c", code, timeout=120, cwd=str(tmp_path))  # (the copy comes first)
+    assert "is a build of other sources" in r.stdout and "pip install -e ." in r.stdout
 
 
 def test_native_module_in_use_shows_in_stats() -> None:
