@@ -37,7 +37,7 @@ except ImportError as exc:  # built without a C compiler, or not built at all
     raise ImportError(
         f"cuasync's native module cuasync._reactor could not be imported ({exc}); {_REBUILD}"
     ) from exc
-if _SOURCES.is_dir():
+if (_SOURCES / "cores.h").is_file() and (_SOURCES / "module.c").is_file():  # (a checkout's)
     _built, _here = getattr(_reactor, "SOURCE_HASH", "unknown"), source_hash(_SOURCES)
     if _built != _here:  # a build left over from other sources
         raise ImportError(
