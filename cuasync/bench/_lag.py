@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,23 +197,28 @@ async def first_use_lag(rounds: int, inline: bool = False) -> FirstUseLag:
     x = await cuasync.from_host(np.ones(1024, np.float32))
     cached = kernel_cache.stats().path
     kernel_cache.disable()
+    try:
+        return await _ticked((_new_structure(x) for _ in range(rounds)), inline)
+    finally:
+        if cached is not None:
+            kernel_cache.enable(cached)
+
+
+async def _ticked(ops: Iterable[Any], inline: bool) -> FirstUseLag:
+    """The ticker while each of ``ops`` (built as it is reached) runs, 2 ms apart:
+    awaited, or (``inline``) with ``.sync(allow_in_loop=True)``."""
     ticker = _Ticker()
     await asyncio.sleep(0.01)
     times: list[float] = []
     start = time.perf_counter()
-    try:
-        for _ in range(rounds):
-            op = _new_structure(x)
-            t0 = time.perf_counter()
-            if inline:
-                op.sync(allow_in_loop=True)
-            else:
-                await op
-            times.append(time.perf_counter() - t0)
-            await asyncio.sleep(0.002)  # (a tick between them: each stall counts once)
-    finally:
-        if cached is not None:
-            kernel_cache.enable(cached)
+    for op in ops:
+        t0 = time.perf_counter()
+        if inline:
+            op.sync(allow_in_loop=True)
+        else:
+            await op
+        times.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.002)  # (a tick between them: each stall counts once)
     end = time.perf_counter()
     await ticker.stop()
     lags = np.asarray([lag for t0, lag in ticker.lags if start <= t0 <= end]) * 1e6
@@ -257,26 +263,7 @@ async def families_lag(inline: bool = False) -> FirstUseLag:
     x = await cuasync.from_host(np.linspace(-2, 2, 24, dtype=np.float32))
     m = x.reshape((4, 6))
     i = await cuasync.from_host(np.array([3, 0, 5, 1, 3, 2], np.int32))
-    ticker = _Ticker()
-    await asyncio.sleep(0.01)
-    times: list[float] = []
-    start = time.perf_counter()
-    for op in _families(x, m, i):
-        t0 = time.perf_counter()
-        if inline:
-            op.sync(allow_in_loop=True)
-        else:
-            await op
-        times.append(time.perf_counter() - t0)
-        await asyncio.sleep(0.002)
-    end = time.perf_counter()
-    await ticker.stop()
-    lags = np.asarray([lag for t0, lag in ticker.lags if start <= t0 <= end]) * 1e6
-    if not len(lags):
-        lags = np.asarray([(end - start) * 1e6])
-    return FirstUseLag(
-        float(np.percentile(lags, 99)), float(lags.max()), len(lags), float(np.median(times)) * 1e3
-    )
+    return await _ticked(_families(x, m, i), inline)
 
 
 _FRESH = """
