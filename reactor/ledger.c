@@ -47,17 +47,28 @@ ledger_arm(SlotLedger *l, Py_ssize_t slot, PyObject *completion)
     return 0;
 }
 
-int
-ledger_release(SlotLedger *l, Py_ssize_t slot)
+/* A claimed slot's completion forgotten and its state set to ``state`` (SLOT_FREE: back
+ * on the free list, SLOT_RETIRED: never reused). 0, or -1 with an error set. */
+static int
+unclaim(SlotLedger *l, Py_ssize_t slot, uint8_t state)
 {
     if (claimed(l, slot) < 0)
         return -1;
     PyObject *completion = l->table[slot];
     l->table[slot] = NULL; /* before the slot is free: the next claimer's entry stays */
-    l->state[slot] = SLOT_FREE;
-    l->free[l->nfree++] = slot;
+    l->state[slot] = state;
+    if (state == SLOT_FREE)
+        l->free[l->nfree++] = slot;
+    else
+        l->retired++;
     Py_XDECREF(completion);
     return 0;
+}
+
+int
+ledger_release(SlotLedger *l, Py_ssize_t slot)
+{
+    return unclaim(l, slot, SLOT_FREE);
 }
 
 static PyObject *
@@ -182,13 +193,8 @@ static PyObject *
 SlotLedger_retire(SlotLedger *self, PyObject *arg)
 {
     Py_ssize_t slot;
-    if (slot_arg(self, arg, &slot) < 0 || claimed(self, slot) < 0)
+    if (slot_arg(self, arg, &slot) < 0 || unclaim(self, slot, SLOT_RETIRED) < 0)
         return NULL;
-    PyObject *completion = self->table[slot];
-    self->table[slot] = NULL;
-    self->state[slot] = SLOT_RETIRED;
-    self->retired++;
-    Py_XDECREF(completion);
     Py_RETURN_NONE;
 }
 
