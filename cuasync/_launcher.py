@@ -11,7 +11,7 @@ pointer, a numpy scalar, a value out of range) goes to the kernel's full checks
 parameters replaced since, to ``kernel._launch``. ``tests/kernels/test_kernel.py`` holds
 it to the full checks.
 
-Without it (no native module, ``CUASYNC_NATIVE=off``), :func:`make_launcher` returns
+With ``CUASYNC_NATIVE=off``, :func:`make_launcher` returns
 None and ``kernel[grid, block]`` is a launcher calling ``kernel._launch``: the same
 plan's checks in Python, then the full ones (the generic path).
 """
@@ -33,11 +33,10 @@ def make_launcher(
     kernel: Any, launch: type, grid: Any, block: Any, shared_mem: int
 ) -> Callable[..., Any] | None:
     """The native launcher of ``kernel[grid, block, shared_mem]`` (``grid`` given);
-    ``launch`` is the op class it builds. None without the native module, with
-    ``CUASYNC_NATIVE=off``, or where the plan takes no fast path for one of the
-    parameters (every launch then needs the full checks)."""
-    native = getattr(NATIVE, "Launcher", None)
-    if native is None or not _config.CONFIG.native:
+    ``launch`` is the op class it builds. None with ``CUASYNC_NATIVE=off``, or where the
+    plan takes no fast path for one of the parameters (every launch then needs the full
+    checks)."""
+    if not _config.CONFIG.native:
         return None
     plan = kernel._plan_now()
     if any(not pointer and low > high for _, pointer, _, low, high in plan):
@@ -48,7 +47,7 @@ def make_launcher(
         else (_SCALAR_KINDS.get(type(high), "o"), low, high, param, False)
         for param, pointer, dtype, low, high in plan
     )
-    launcher: Callable[..., Any] = native(
+    launcher: Callable[..., Any] = NATIVE.Launcher(
         kernel=kernel, params=kernel.params, plan=entries, launch=launch, tensor=Tensor,
         grid=grid, block=block, shared_mem=shared_mem, default_device=get_default_device,
         name=f"{kernel.name}[{grid}, {block}, {shared_mem}]",

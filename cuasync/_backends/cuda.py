@@ -341,18 +341,11 @@ class _CudaKernel(PreparedKernel):
         self.params = ParamBlock(kernel.params)
 
 
-class _Current(threading.local):
-    """The ordinal whose primary context this backend last made current on this thread."""
-
-    ordinal: int = -1
-
-
 def _current() -> Any:
-    """A :class:`_Current`: the native module's ``CurrentOrdinal`` (a C int per thread,
-    which the express core reads without a lookup) where it is built."""
-
-    kind = getattr(NATIVE, "CurrentOrdinal", None)
-    return kind() if kind is not None else _Current()
+    """The ordinal whose primary context this backend last made current on this thread
+    (``.ordinal``, -1 at first): the native module's ``CurrentOrdinal``, a C int per
+    thread, which the express core reads without a lookup."""
+    return NATIVE.CurrentOrdinal()
 
 
 class CudaBackend(Backend):
@@ -425,9 +418,6 @@ class CudaBackend(Backend):
         Calling them from C skips the bindings' per-call argument wrapping (several
         microseconds for cuLaunchKernel): the two calls on the path of every await.
         """
-
-        if _reactor is None:
-            return None
         names = ["cuStreamWriteValue32", "cuLaunchKernel", "cuCtxSetCurrent", "cuStreamSynchronize"]
         entry = self.driver_entry_points([*names, "cuMemcpyHtoDAsync"])
         if "cuStreamWriteValue32" not in entry or "cuLaunchKernel" not in entry:

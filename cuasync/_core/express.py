@@ -334,8 +334,6 @@ def launch_awaiter(fallback: Callable[..., Any]) -> Any:
     """``_Launch.__await__``: the native module's (``_reactor.LaunchAwait``: the preamble
     of :func:`await_launch` and the hub's core's launch in C), else ``fallback``."""
     native = _completion._reactor
-    if native is None or not hasattr(native, "LaunchAwait"):
-        return fallback
     import asyncio
 
     return native.LaunchAwait(
@@ -353,9 +351,8 @@ def make_core(hub: Any) -> Any:
     on every call, so flipping ``use_reactor`` or the spin budget takes effect at once."""
     native = hub.native
     if (
-        native is None
+        native is None  # (a hub without the reactor)
         or hub.reactor is None
-        or not hasattr(native, "Express")
         or not _config.CONFIG.native  # CUASYNC_NATIVE=off: the generic path for every op
     ):
         return None

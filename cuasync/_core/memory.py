@@ -177,17 +177,15 @@ _python_del = Allocation.__del__
 
 
 def _native_finalizer() -> None:
-    """``Allocation.__del__``'s common case in C where the native module is built: a
+    """``Allocation.__del__``'s common case in C: a
     small block whose last use is its write on an owned stream of its device goes back
     to the block cache there, with no Python frame (``_reactor.AllocFinalizer``; the
     Python ``__del__`` above does everything else)."""
 
-    kind = getattr(NATIVE, "AllocFinalizer", None)
-    if kind is not None:
-        Allocation.__del__ = kind(  # type: ignore[method-assign]
-            allocation=Allocation, stream=Stream, cache=block_cache, backends=_backends,
-            fallback=Allocation.__del__,
-        )  # fmt: skip
+    Allocation.__del__ = NATIVE.AllocFinalizer(  # type: ignore[method-assign]
+        allocation=Allocation, stream=Stream, cache=block_cache, backends=_backends,
+        fallback=Allocation.__del__,
+    )  # fmt: skip
 
 
 _native_finalizer()

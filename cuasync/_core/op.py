@@ -510,10 +510,9 @@ def _origin() -> str:
     return "".join(traceback.format_list(frames[-8:]))
 
 
-# The finalizer of every op in C where the native module is built: an executed op (nearly
-# every one) is dropped without a call into Python; others get the method above.
-if getattr(_completion._reactor, "OpFinalizer", None) is not None:
-    DeviceOp.__del__ = _completion._reactor.OpFinalizer(op=DeviceOp, warn=DeviceOp.__del__)  # type: ignore[method-assign]
+# The finalizer of every op in C: an executed op (nearly every one) is dropped without a
+# call into Python; others get the method above.
+DeviceOp.__del__ = NATIVE.OpFinalizer(op=DeviceOp, warn=DeviceOp.__del__)  # type: ignore[method-assign]
 
 
 def _warn_never_executed(op: DeviceOp[Any]) -> None:

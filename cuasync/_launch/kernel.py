@@ -686,10 +686,9 @@ class _Launchable(Generic[R]):
                 ctx.write(tensor._alloc, param.name)
 
 
-# ``kernel[grid, block]`` in C where the native module is built: two ints are a lookup
-# of the launcher cache; anything else (and a miss) is the method above.
-if getattr(NATIVE, "ConfigLookup", None) is not None:
-    _Launchable.__getitem__ = NATIVE.ConfigLookup(fallback=_Launchable.__getitem__)  # type: ignore[method-assign]
+# ``kernel[grid, block]`` in C: two ints are a lookup of the launcher cache; anything
+# else (and a miss) is the method above.
+_Launchable.__getitem__ = NATIVE.ConfigLookup(fallback=_Launchable.__getitem__)  # type: ignore[method-assign]
 
 
 class _Launch(_NativeLaunchBase[Any], LaunchCore):
