@@ -329,6 +329,13 @@ def _store32(address: int, value: int) -> None:
     ctypes.c_uint32.from_address(address).value = value
 
 
+def _zero(address: int, nbytes: int) -> None:
+    """Fill ``nbytes`` of host memory at ``address`` with zeros (the hub's new slab)."""
+    import ctypes
+
+    ctypes.memset(address, 0, nbytes)
+
+
 class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
     fallback, waiting (spin, arm, finish, hand-over) and fault detection.
@@ -349,6 +356,10 @@ class Hub(HubCore):
         self.lock = threading.RLock()  # reentrant: finalizers may run inside its sections
         self.nslots = CONFIG.slots
         self.slab = backend.host_alloc(4 * self.nslots)
+        # Every slot's generations start at 0, and a wait for generation g is a cyclic
+        # greater-or-equal: a word left over in recycled pinned memory could satisfy it
+        # before the GPU writes it (a gate open at once, a completion landed early).
+        _zero(self.slab, 4 * self.nslots)
         #: The slab's slots: the one owner of claiming, arming and releasing them (its
         #: calls run under the GIL, so without a lock; the native core shares it).
         self.slots = _ledger_type(self.slab, self.nslots)
