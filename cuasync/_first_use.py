@@ -28,11 +28,16 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ._backends import get_backend
+
 if TYPE_CHECKING:
     from ._backends.base import PreparedKernel
     from ._core.device import Device
 
-__all__ = ["Unprepared", "launching", "prepare_now", "prepare_off_loop", "stats", "unprepared"]
+__all__ = [
+    "CUBLAS", "Library", "Unprepared", "launching", "prepare_now", "prepare_off_loop", "stats",
+    "unprepared",
+]  # fmt: skip
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -97,6 +102,37 @@ class Unprepared:
 
     def __repr__(self) -> str:
         return f"<unprepared {self.name} on device {self.device.ordinal}>"
+
+
+class Library:
+    """A library an op calls, named in its first use as a kernel is: loading it and
+    making its handle for a device (``prepare``, the backend's) takes hundreds of
+    milliseconds once per process, which a first ``await`` hands to the compile thread.
+
+    >>> unprepared([copy_kernel(dtype), CUBLAS], device)   # a first matmul's first use
+    """
+
+    __slots__ = ("_prepare_on", "_prepared", "name")
+
+    def __init__(self, name: str, prepare: Callable[[int], None]) -> None:
+        self.name = name
+        self._prepare_on = prepare
+        #: The ordinals it is ready on (what :func:`unprepared` reads of a kernel).
+        self._prepared: dict[int, bool] = {}
+
+    def _prepare(self, device: Device) -> bool:
+        if device.ordinal not in self._prepared:
+            self._prepare_on(device.ordinal)
+            self._prepared[device.ordinal] = True
+        return True
+
+    def __repr__(self) -> str:
+        return f"<library {self.name}>"
+
+
+#: cuBLAS (every matrix product but the integer kernels'): its libraries and the
+#: device's handle (:meth:`Backend.prepare_gemm`).
+CUBLAS = Library("cuBLAS", lambda ordinal: get_backend().prepare_gemm(ordinal))
 
 
 def unprepared(kernels: Iterable[Any], device: Device) -> tuple[tuple[Any, Device], ...]:

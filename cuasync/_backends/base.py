@@ -497,6 +497,12 @@ class Backend(BackendCore, ABC):
         major, minor = self.device_compute_capability(ordinal)
         return f"sm_{major}{minor}"
 
+    def prepare_gemm(self, ordinal: int) -> None:
+        """Load what :meth:`gemm` needs on device ``ordinal`` before its first call (CUDA:
+        cuBLAS's libraries and handle, hundreds of milliseconds once per process), so a
+        first matrix product's ``await`` can do it on the compile thread. Nothing here.
+        """
+
     @abstractmethod
     def prepare_kernel(
         self, ordinal: int, kernel: KernelCode, *, compile_only: bool = False

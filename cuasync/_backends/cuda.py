@@ -1504,6 +1504,31 @@ class CudaBackend(Backend):
             self.write_value32(stream, flag_address, flag_value)
 
     # -- contractions ----------------------------------------------------------------
+    def _gemm_ready(self, ordinal: int) -> tuple[Blas, bool]:
+        """cuBLAS made (once per process) and whether ``ordinal`` is sm_90 or newer
+        (which wants a bigger workspace); the device's context current."""
+        blas = self._blas
+        if blas is None:
+            with self._lock:
+                if self._blas is None:
+                    self._blas = Blas(
+                        self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
+                    )
+                blas = self._blas
+        hopper = self._hopper.get(ordinal)
+        if hopper is None:
+            hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
+        return blas, hopper
+
+    def prepare_gemm(self, ordinal: int) -> None:
+        caller = self._switch(ordinal)
+        try:
+            blas, _ = self._gemm_ready(ordinal)
+            blas.handle(ordinal)  # (loads libcublas and libcublasLt, then makes the handle)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+
     def gemm(
         self,
         stream: int,
@@ -1519,17 +1544,7 @@ class CudaBackend(Backend):
             self._submitter.fence()
         ordinal, caller = self._enter(stream)
         try:
-            blas = self._blas
-            if blas is None:
-                with self._lock:
-                    if self._blas is None:
-                        self._blas = Blas(
-                            self.mem_alloc_async, self.mem_free_async, self.stream_is_capturing
-                        )
-                    blas = self._blas
-            hopper = self._hopper.get(ordinal)
-            if hopper is None:  # sm_90 and newer want a bigger workspace
-                hopper = self._hopper[ordinal] = self.device_compute_capability(ordinal)[0] >= 9
+            blas, hopper = self._gemm_ready(ordinal)
             blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
         finally:
             if caller is not None:

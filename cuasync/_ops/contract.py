@@ -26,7 +26,7 @@ from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
-from .._first_use import unprepared
+from .._first_use import CUBLAS, unprepared
 from .._tensor import Shape, Tensor, partly_overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -215,9 +215,11 @@ def _build(
         copy_into(ctx, tc, staged)
         return Output.ready(tc)
 
-    kernels = [copy_kernel(dtype) for x in inputs if x.dtype != dtype]  # (_promoted's)
+    kernels: list[Any] = [copy_kernel(dtype) for x in inputs if x.dtype != dtype]  # (_promoted's)
     if dtype.kind in "iu":
         kernels.append(igemm.kernel(dtype_name(dtype)))  # (int8 may take cuBLAS instead)
+    if dtype.kind not in "iu" or dtype_name(dtype) == "int8":
+        kernels.append(CUBLAS)
 
     def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
         first = [pair for x in inputs if isinstance(x, TensorOp) for pair in x._first_use(on)]

@@ -251,6 +251,7 @@ def _families(x: cuasync.Tensor, m: cuasync.Tensor, i: cuasync.Tensor) -> list[A
         cuasync.pad(x, 2),
         cuasync.tril(m),
         cuasync.matmul(i.reshape((2, 3)), i.reshape((3, 2))),  # integer matmul
+        cuasync.matmul(m, m.mT),  # cuBLAS: its libraries and the device's handle
     ]
 
 

@@ -438,7 +438,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         for inline in (False, True) if kind == loops[0] else (False,):
             fresh = _lag.fresh_families_lag(kind, inline)
             how = "run inline by .sync() (control)" if inline else "awaited"
-            families = "a new process's first op of 15 kernel families"
+            families = "a new process's first op of 16 kernel families"
             report.value(
                 SUITE,
                 f"{kind}: 1 ms ticker lag p99, {families}, {how}",
@@ -447,7 +447,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
                 f"max {fresh.max_us:.0f} us, {fresh.ticks} ticks, one first op "
                 f"{fresh.first_use_ms:.0f} ms (fill, ramp, random, convert, elementwise, "
                 "reduction, scan, sort, search, take, gather, scatter, pad, tril, integer "
-                "matmul; NVRTC and the module loads, disk cache off)"
+                "matmul, cuBLAS matmul; NVRTC, the module loads and cuBLAS, disk cache off)"
                 + ("" if inline else f"; target <= 5 ms: {fresh.p99_us / 5000:.2f} x"),
             )
     report.value(

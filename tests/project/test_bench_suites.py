@@ -62,7 +62,7 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         }
         # a new process's first op of each kernel family: awaited against the 5 ms target,
         # and run inline (the control) on the first loop
-        families = [r for r in rows if "first op of 15 kernel families" in r["name"]]
+        families = [r for r in rows if "first op of 16 kernel families" in r["name"]]
         assert {r["name"].rsplit(", ", 1)[1] for r in families} >= {
             "awaited",
             "run inline by .sync() (control)",

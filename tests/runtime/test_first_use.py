@@ -89,6 +89,16 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
         return real(ordinal, kernel, **kw)
 
     monkeypatch.setattr(backend, "prepare_kernel", prepare_kernel)
+    real_gemm = backend.prepare_gemm
+
+    def prepare_gemm(ordinal: int) -> None:  # (cuBLAS's libraries and handle)
+        state.threads.append(threading.current_thread().name)
+        state.entered.set()
+        if not state.released.wait(HOLD_S):
+            state.gave_up += 1
+        real_gemm(ordinal)
+
+    monkeypatch.setattr(backend, "prepare_gemm", prepare_gemm)
     try:
         yield state
     finally:
@@ -272,6 +282,7 @@ def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(files, "_made", {})
     monkeypatch.setattr(igemm, "kernel", functools.cache(igemm.kernel.__wrapped__))
     monkeypatch.setattr(statistics, "_READY", set())
+    monkeypatch.setattr(_first_use.CUBLAS, "_prepared", {})
 
 
 F32 = np.linspace(-2.0, 2.0, 24, dtype=np.float32)
@@ -323,6 +334,10 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
     "integer matmul": (
         lambda x, m, i: cuasync.matmul(i.reshape((2, 3)), i.reshape((3, 2))),
         lambda: I32.reshape(2, 3) @ I32.reshape(3, 2),
+    ),
+    "matmul (cuBLAS)": (
+        lambda x, m, i: cuasync.matmul(m, m.mT),
+        lambda: F32.reshape(4, 6) @ F32.reshape(4, 6).T,
     ),
     "dup of a broadcast": (
         lambda x, m, i: cuasync.broadcast_to(x[:3], (2, 3)).dup(),

@@ -67,6 +67,16 @@ def cases(n: int) -> dict[str, Callable[[], Any]]:
         torch.cuda.synchronize()
         rows["DLPack import: cuasync.from_dlpack(torch_tensor)"] = lambda: cuasync.from_dlpack(tt)
         rows["DLPack export: torch.from_dlpack(cuasync_tensor)"] = lambda: torch.from_dlpack(x)
+        import cupy
+
+        ca = cupy.arange(1024, dtype=cupy.float32)
+        rows["DLPack export: torch.from_dlpack(cupy_array)"] = lambda: torch.from_dlpack(ca)
+        rows["DLPack export: x.__dlpack__(stream=1, max_version=(1, 0))"] = lambda: x.__dlpack__(
+            stream=1, max_version=(1, 0)
+        )
+        rows["DLPack export: ca.__dlpack__(stream=1, max_version=(1, 0))"] = lambda: ca.__dlpack__(
+            stream=1, max_version=(1, 0)
+        )
     else:
         producer = StandIn(4 * n + 1000)
         rows["DLPack import: cuasync.from_dlpack(stand-in)"] = lambda: cuasync.from_dlpack(producer)
@@ -92,7 +102,37 @@ def count_backend_calls() -> Counter[str]:
     return calls
 
 
+def consumer_calls() -> None:
+    """What torch passes to ``__dlpack__`` (of a cuasync tensor, of a CuPy array) and
+    which DLPack hooks each producer type offers (a C exchange API skips the calls)."""
+    try:
+        import cupy
+        import torch
+    except ImportError:
+        return
+    if not get_backend().driver_handles:
+        return
+
+    class Spy:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            print(f"  torch -> {type(self.inner).__name__}.__dlpack__({kwargs})")
+            return self.inner.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self) -> Any:
+            return self.inner.__dlpack_device__()
+
+    ca = cupy.arange(1024, dtype=cupy.float32)
+    for inner in (x, ca):
+        torch.from_dlpack(Spy(inner))
+        hooks = [a for a in dir(type(inner)) if "dlpack" in a.lower()]
+        print(f"  {type(inner).__name__}: {hooks}")
+
+
 def main() -> None:
+    consumer_calls()
     n = 2000
     rows = cases(n)
     per_call: dict[str, float] = {}
