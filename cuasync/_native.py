@@ -65,6 +65,7 @@ UploadOpCore = _reactor.UploadOpCore
 NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
 BlockCore = _reactor.BlockCore
+DeviceCore = _reactor.DeviceCore
 
 __all__ = [
     "NATIVE",
@@ -73,6 +74,7 @@ __all__ = [
     "BlockCore",
     "CompletionCore",
     "ContextCore",
+    "DeviceCore",
     "FutureCore",
     "HubCore",
     "LaunchCore",

@@ -17,6 +17,8 @@ SOURCE_HASH: Final[str]
 with the checkout's, where the sources are present)."""
 
 HAVE_EVENTFD: Final[int]
+#: cuasync's execution lock (``context.LOCK``), which native code takes too.
+EXEC_LOCK: Final[ExecLock]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
 
 HOST_SIGNAL_FN: Final[int]
@@ -284,16 +286,35 @@ class AllocationCore:
     _reads: dict[Stream, int]
     _pool: MemoryPool | None
     _class: int
+    readonly: bool
+
+@disjoint_base
+class DeviceCore:
+    """The fields of a ``cuasync.Device`` (its base type): its ordinal and its legacy
+    default stream, once a DLPack or CAI exchange made it."""
+
+    ordinal: int
+    _legacy: Stream | None
 
 @disjoint_base
 class TensorCore:
-    """The fields of a ``cuasync.Tensor`` (its base type), read by the native core."""
+    """The fields of a ``cuasync.Tensor`` (its base type), read by the native core, and
+    the DLPack protocol (the common export in C, the rest in ``_interop.dlpack``)."""
 
     _alloc: Allocation
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     strides: tuple[int, ...]
     offset: int
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
 
 @disjoint_base
 class PreparedCore:

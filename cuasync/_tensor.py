@@ -53,8 +53,6 @@ class Methods:
     to_host: Callable[[Tensor], DeviceOp[np.ndarray]]  # cuasync/_transfers/copies.py
     dup: Callable[[Tensor], TensorOp]  # (same)
     to_device: Callable[[Tensor, Any], DeviceOp[Tensor]]  # (same)
-    dlpack_export: Callable[..., Any]  # cuasync/_interop/dlpack.py
-    dlpack_device: Callable[[Tensor], tuple[int, int]]  # (same)
     cai_export: Callable[[Tensor], dict[str, Any]]  # cuasync/_interop/cai.py
 
 
@@ -634,28 +632,8 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         return self.to(device)
 
     # -- interop ---------------------------------------------------------------------------
-    def __dlpack__(
-        self,
-        *,
-        stream: int | None = None,
-        max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None,
-        copy: bool | None = None,
-    ) -> Any:
-        """A DLPack capsule viewing this tensor (zero-copy), for ``torch.from_dlpack`` & co.
-
-        ``stream`` is the consumer's: None or 1 the legacy default stream, 2 the
-        per-thread default stream, -1 no synchronization, else a stream handle; it is
-        made to wait (on the device) for cuasync's pending work on the tensor. The
-        memory stays alive until the consumer releases it; see docs/interop.md.
-
-        >>> y = torch.from_dlpack(t)
-        """
-        return methods.dlpack_export(self, stream, max_version, dl_device, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."""
-        return methods.dlpack_device(self)
+    # __dlpack__ and __dlpack_device__ are the native base's (TensorCore: the common
+    # export in C, the rest in cuasync/_interop/dlpack.py).
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

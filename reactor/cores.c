@@ -48,7 +48,8 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
 #define StreamCore_EXTRA_SLOTS
 #define AllocationCore_EXTRA_SLOTS
-#define TensorCore_EXTRA_SLOTS
+#define TensorCore_EXTRA_SLOTS {Py_tp_methods, TensorCore_methods},
+#define DeviceCore_EXTRA_SLOTS
 #define PreparedCore_EXTRA_SLOTS
 #define OpCore_EXTRA_SLOTS
 #define LaunchCore_EXTRA_SLOTS
@@ -108,16 +109,25 @@ CORE_TYPE(StreamCore, "StreamCore",
           MEMBER(StreamCore, completed, "_completed", "The highest one known completed."),
           MEMBER(StreamCore, alive, "_alive", "[True] until an owned handle is destroyed."));
 
-CORE_TYPE(AllocationCore, "AllocationCore",
+CORE_TYPE_N(AllocationCore, 7, "AllocationCore",
           "The fields of a cuasync Allocation (its base type): address, size, device, the "
-          "last write and the reads since, its pool and size class.",
+          "last write and the reads since, its pool and size class, whether it is read-only.",
           MEMBER(AllocationCore, ptr, "ptr", "The device address, an int."),
           MEMBER(AllocationCore, nbytes, "nbytes", "The bytes asked for."),
           MEMBER(AllocationCore, device, "device", "The cuasync.Device holding it."),
           MEMBER(AllocationCore, write, "_write", "(stream, seq) of the last write, or None."),
           MEMBER(AllocationCore, reads, "_reads", "{stream: seq} of the reads since."),
           MEMBER(AllocationCore, pool, "_pool", "The memory pool it came from, or None."),
-          MEMBER(AllocationCore, cls, "_class", "Its block-cache size class, or -1."));
+          MEMBER(AllocationCore, cls, "_class", "Its block-cache size class, or -1."),
+          {"readonly", T_BOOL, offsetof(AllocationCore, readonly), 0,
+           "Whether cuasync ops may only read it (memory a producer exported read-only)."});
+
+CORE_TYPE(DeviceCore, "DeviceCore",
+          "The fields of a cuasync.Device (its base type): its ordinal and its legacy default "
+          "stream (what a DLPack or CAI consumer on the default stream uses), once made.",
+          MEMBER(DeviceCore, ordinal, "ordinal", "The device's ordinal, an int."),
+          OPTIONAL(DeviceCore, legacy, "_legacy",
+                   "Its legacy default stream as a cuasync.Stream, or None until made."));
 
 CORE_TYPE(TensorCore, "TensorCore",
           "The fields of a cuasync.Tensor (its base type): its allocation, shape, dtype, "
@@ -330,6 +340,7 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"NodeCore", NodeCore_dealloc},
         {"UploadWorkCore", UploadWorkCore_dealloc},
         {"BlockCore", BlockCore_dealloc},
+        {"DeviceCore", DeviceCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)
@@ -341,4 +352,22 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
     }
     PyErr_Format(PyExc_SystemError, "no core type %s", core);
     return 0;
+}
+
+int
+is_allocation(PyObject *o)
+{
+    return derives_from(Py_TYPE(o), AllocationCore_dealloc);
+}
+
+int
+is_device(PyObject *o)
+{
+    return derives_from(Py_TYPE(o), DeviceCore_dealloc);
+}
+
+int
+is_stream(PyObject *o)
+{
+    return derives_from(Py_TYPE(o), StreamCore_dealloc);
 }

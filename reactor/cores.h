@@ -15,11 +15,18 @@ typedef struct {
     PyObject *handle, *device, *owned, *capturing, *submitted, *completed, *alive;
 } StreamCore;
 
-/* Allocation: ptr, nbytes, device, _write, _reads, _pool, _class */
+/* Allocation: ptr, nbytes, device, _write, _reads, _pool, _class; readonly */
 typedef struct {
     PyObject_HEAD
     PyObject *ptr, *nbytes, *device, *write, *reads, *pool, *cls;
+    char readonly;
 } AllocationCore;
+
+/* Device: ordinal, _legacy (its legacy default stream, once made) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ordinal, *legacy;
+} DeviceCore;
 
 /* Tensor: _alloc, shape, dtype, strides, offset */
 typedef struct {
@@ -145,6 +152,13 @@ typedef struct {
 #define ALLOCATION(o) ((AllocationCore *)(o))
 #define TENSOR(o) ((TensorCore *)(o))
 #define PREPARED(o) ((PreparedCore *)(o))
+#define DEVICE(o) ((DeviceCore *)(o))
+
+/* Whether o's type derives from AllocationCore, DeviceCore, StreamCore (the types are
+ * per module: each is known by its deallocator). */
+int is_allocation(PyObject *o);
+int is_device(PyObject *o);
+int is_stream(PyObject *o);
 
 /* Replace a field (v: a new reference, stolen; the old value dropped after). */
 static inline void
@@ -162,7 +176,22 @@ int core_subtype_check(PyObject *t, const char *core, const char *what);
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
-    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec;
+    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, DeviceCore_spec;
 extern PyMethodDef cores_methods[];
+/* TensorCore's methods: the DLPack protocol (dlpack.c) */
+extern PyMethodDef TensorCore_methods[];
+/* DLPack's (code, bits) of the dtypes exported so far, by identity (numpy's dtypes of
+ * the built-in types are singletons): a module's, filled by dlpack.c. */
+#define DLPACK_CODES 16
+typedef struct {
+    PyObject *dtype[DLPACK_CODES]; /* strong references */
+    unsigned char code[DLPACK_CODES], bits[DLPACK_CODES];
+    int n;
+} dlpack_codes;
+
+/* The module's execution lock (EXEC_LOCK, context.LOCK) and its DLPack code cache, for a
+ * type it made: borrowed, or NULL with an error set (module.c). */
+PyObject *module_exec_lock(PyTypeObject *defining_class);
+dlpack_codes *module_dlpack_codes(PyTypeObject *defining_class);
 
 #endif

@@ -19,6 +19,12 @@
 #include <string.h>
 
 #include "reactor.h"
+#include "cores.h"
+
+/* (express.c) the execution lock taken with one compare-and-swap: 1 taken, 0 held, -1
+ * not an ExecLock; and given back */
+int exec_lock_try(PyObject *o);
+void exec_lock_release(PyObject *o);
 
 /* The two layouts of dlpack.h, as far as the deleter: DLTensor is 48 bytes on LP64. */
 typedef struct {
@@ -98,13 +104,18 @@ dlpack_capsule_destructor(PyObject *capsule)
  * them), not read (its shape array may be garbage). */
 #define DLPACK_MAX_NDIM 64
 
-/* What a packed capsule's manager_ctx points to: release(arg) is its owner's call. */
+/* What a packed capsule's manager_ctx points to: release(arg) is its owner's call
+ * (dlpack_pack's capsules); or, for Tensor.__dlpack__'s (release NULL), arg is the
+ * exported allocation, and legacy, where set, the legacy default stream the consumer
+ * reads it on, recorded as its reader at the release under lock (the execution lock). */
 typedef struct {
-    PyObject *release, *arg;
+    PyObject *release, *arg, *lock, *legacy;
 } owner_pair;
 
-/* ``ctx`` (the pair dlpack_pack kept) called once and dropped, from any thread. At exit
- * nothing is called: the memory goes away with the process. */
+static int record_legacy_read(owner_pair *owner);
+
+/* ``ctx`` (the pair kept) called once and dropped, from any thread. At exit nothing is
+ * called: the memory goes away with the process. */
 static void
 release_ctx(void *ctx)
 {
@@ -113,13 +124,19 @@ release_ctx(void *ctx)
     owner_pair *owner = ctx;
     PyGILState_STATE gil = PyGILState_Ensure();
     SAVE_ERROR(pending);
-    PyObject *r = PyObject_CallOneArg(owner->release, owner->arg);
-    if (r == NULL)
-        PyErr_WriteUnraisable(owner->release);
-    else
-        Py_DECREF(r);
+    if (owner->release != NULL) {
+        PyObject *r = PyObject_CallOneArg(owner->release, owner->arg);
+        if (r == NULL)
+            PyErr_WriteUnraisable(owner->release);
+        else
+            Py_DECREF(r);
+    }
+    else if (owner->legacy != NULL && record_legacy_read(owner) < 0)
+        PyErr_WriteUnraisable(owner->arg);
     Py_CLEAR(owner->release);
     Py_CLEAR(owner->arg);
+    Py_CLEAR(owner->lock);
+    Py_CLEAR(owner->legacy);
     RESTORE_ERROR(pending);
     PyGILState_Release(gil);
 }
@@ -161,46 +178,33 @@ fill_i64(PyObject *tuple, int64_t *out, Py_ssize_t n, const char *what)
     return 0;
 }
 
-/* dlpack_pack(release, arg, data, device_id, shape, strides, code, bits, flags,
- * versioned) */
+/* A capsule of CUDA memory at data owned by *owner (its references stolen: moved into
+ * the capsule, or dropped on failure). */
 static PyObject *
-dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+pack_capsule(owner_pair *owner, unsigned long long data, long long device_id, PyObject *shape,
+             PyObject *strides, long long code, long long bits, unsigned long long flags,
+             int versioned)
 {
-    (void)self;
-    if (check_nargs("dlpack_pack", nargs, 10) < 0)
-        return NULL;
-    PyObject *release = args[0], *arg = args[1], *shape = args[4], *strides = args[5];
-    unsigned long long data, flags;
-    long long device_id, code, bits;
-    if (!PyCallable_Check(release)) {
-        PyErr_SetString(PyExc_TypeError, "dlpack_pack: release must be callable");
-        return NULL;
-    }
-    if (get_u64(args[2], &data) < 0 || get_i64(args[3], &device_id) < 0 ||
-        get_i64(args[6], &code) < 0 || get_i64(args[7], &bits) < 0 ||
-        get_u64(args[8], &flags) < 0)
-        return NULL;
-    int versioned = PyObject_IsTrue(args[9]);
-    if (versioned < 0)
-        return NULL;
+    PyObject *capsule = NULL;
+    char *block = NULL;
     if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > DLPACK_MAX_NDIM) {
         PyErr_Format(PyExc_TypeError, "dlpack_pack: shape must be a tuple of at most %d ints",
                      DLPACK_MAX_NDIM);
-        return NULL;
+        goto fail;
     }
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     size_t head = versioned ? sizeof(versioned_managed) : sizeof(legacy_managed);
     head = (head + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
     size_t pair_bytes = (sizeof(owner_pair) + 7) / 8 * 8;
-    char *block = malloc(head + pair_bytes + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
-    if (block == NULL)
-        return PyErr_NoMemory();
-    owner_pair *owner = (owner_pair *)(block + head);
-    int64_t *dims = (int64_t *)(block + head + pair_bytes), *steps = dims + ndim;
-    if (fill_i64(shape, dims, ndim, "shape") < 0 || fill_i64(strides, steps, ndim, "strides") < 0) {
-        free(block);
-        return NULL;
+    block = malloc(head + pair_bytes + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
+    if (block == NULL) {
+        PyErr_NoMemory();
+        goto fail;
     }
+    owner_pair *kept = (owner_pair *)(block + head);
+    int64_t *dims = (int64_t *)(block + head + pair_bytes), *steps = dims + ndim;
+    if (fill_i64(shape, dims, ndim, "shape") < 0 || fill_i64(strides, steps, ndim, "strides") < 0)
+        goto fail;
     dl_tensor *t;
     if (versioned) {
         versioned_managed *m = (versioned_managed *)block;
@@ -227,19 +231,49 @@ dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     t->shape = dims;
     t->strides = steps;
     t->byte_offset = 0;
-    PyObject *capsule = PyCapsule_New(block, versioned ? "dltensor_versioned" : "dltensor",
-                                      dlpack_capsule_destructor);
-    if (capsule == NULL) {
-        free(block);
+    capsule = PyCapsule_New(block, versioned ? "dltensor_versioned" : "dltensor",
+                            dlpack_capsule_destructor);
+    if (capsule == NULL)
+        goto fail;
+    *kept = *owner; /* (the references move into the capsule) */
+    if (versioned)
+        ((versioned_managed *)block)->manager_ctx = kept;
+    else
+        ((legacy_managed *)block)->manager_ctx = kept;
+    return capsule;
+fail:
+    free(block);
+    Py_CLEAR(owner->release);
+    Py_CLEAR(owner->arg);
+    Py_CLEAR(owner->lock);
+    Py_CLEAR(owner->legacy);
+    return NULL;
+}
+
+/* dlpack_pack(release, arg, data, device_id, shape, strides, code, bits, flags,
+ * versioned) */
+static PyObject *
+dlpack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (check_nargs("dlpack_pack", nargs, 10) < 0)
+        return NULL;
+    PyObject *release = args[0], *arg = args[1];
+    unsigned long long data, flags;
+    long long device_id, code, bits;
+    if (!PyCallable_Check(release)) {
+        PyErr_SetString(PyExc_TypeError, "dlpack_pack: release must be callable");
         return NULL;
     }
-    owner->release = Py_NewRef(release);
-    owner->arg = Py_NewRef(arg);
-    if (versioned)
-        ((versioned_managed *)block)->manager_ctx = owner;
-    else
-        ((legacy_managed *)block)->manager_ctx = owner;
-    return capsule;
+    if (get_u64(args[2], &data) < 0 || get_i64(args[3], &device_id) < 0 ||
+        get_i64(args[6], &code) < 0 || get_i64(args[7], &bits) < 0 ||
+        get_u64(args[8], &flags) < 0)
+        return NULL;
+    int versioned = PyObject_IsTrue(args[9]);
+    if (versioned < 0)
+        return NULL;
+    owner_pair owner = {Py_NewRef(release), Py_NewRef(arg), NULL, NULL};
+    return pack_capsule(&owner, data, device_id, args[4], args[5], code, bits, flags, versioned);
 }
 
 static PyObject *
@@ -438,6 +472,253 @@ dlpack_delete(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_RETURN_NONE;
 }
+
+/* -- Tensor.__dlpack__ and Tensor.__dlpack_device__ (TensorCore's methods) -----------
+ *
+ * The call torch and CuPy make (the legacy default stream or -1, no device other than
+ * the tensor's, no copy) of a tensor of cuasync's memory is answered here: nothing of
+ * cuasync's pending on another stream, no Python runs, at the export or at the release.
+ * Anything else (another stream to order, a dtype without a cached code, a first export
+ * on a device: its legacy stream not made yet, a lock taken at the release) takes the
+ * Python functions of cuasync/_interop/dlpack.py, export and _release_to_legacy. */
+
+/* cuasync._interop.dlpack.<name>(*args) */
+static PyObject *
+call_python(const char *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *module = PyImport_ImportModule("cuasync._interop.dlpack");
+    if (module == NULL)
+        return NULL;
+    PyObject *fn = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    if (fn == NULL)
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+    Py_DECREF(fn);
+    return r;
+}
+
+/* The legacy stream recorded as the reader of the allocation (owner->arg): the next
+ * sequence number of that stream, under the execution lock; where the lock is taken
+ * (this thread's then() runs, or another thread submits), Python's release, which
+ * knows which. 0, or -1 with an error set. */
+static int
+record_legacy_read(owner_pair *owner)
+{
+    PyObject *alloc = owner->arg, *legacy = owner->legacy;
+    if (exec_lock_try(owner->lock) != 1) {
+        PyObject *r = call_python("_release_to_legacy", &alloc, 1);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int rc = -1;
+    StreamCore *stream = STREAM(legacy);
+    long long last = stream->submitted != NULL ? PyLong_AsLongLong(stream->submitted) : 0;
+    PyObject *next = last == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(last + 1);
+    if (next != NULL) {
+        field_set(&stream->submitted, Py_NewRef(next));
+        rc = PyDict_SetItem(ALLOCATION(alloc)->reads, legacy, next);
+        Py_DECREF(next);
+    }
+    exec_lock_release(owner->lock);
+    return rc;
+}
+
+/* Whether work up to seq may still be pending on stream: 1, 0, or -1 where that cannot
+ * be told here (not a cuasync stream, not ints). */
+static int
+pending_on(PyObject *stream, PyObject *seq)
+{
+    if (!is_stream(stream))
+        return -1;
+    PyObject *completed = STREAM(stream)->completed;
+    if (completed == NULL || !PyLong_CheckExact(completed) || !PyLong_CheckExact(seq))
+        return -1;
+    int later = PyObject_RichCompareBool(seq, completed, Py_GT);
+    if (later < 0)
+        PyErr_Clear();
+    return later;
+}
+
+/* foreign.only_legacy_uses: whether no stream but legacy may still be using alloc (a
+ * consumer on legacy owes nothing then); 0 also where that cannot be told here. */
+static int
+only_legacy_uses(AllocationCore *alloc, PyObject *legacy)
+{
+    PyObject *write = alloc->write;
+    if (write != NULL && write != Py_None) {
+        if (!PyTuple_CheckExact(write) || PyTuple_GET_SIZE(write) != 2)
+            return 0;
+        PyObject *stream = PyTuple_GET_ITEM(write, 0);
+        if (stream != legacy && pending_on(stream, PyTuple_GET_ITEM(write, 1)) != 0)
+            return 0;
+    }
+    if (alloc->reads == NULL || !PyDict_CheckExact(alloc->reads))
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *stream, *seq;
+    while (PyDict_Next(alloc->reads, &pos, &stream, &seq)) /* (no Python code runs) */
+        if (stream != legacy && pending_on(stream, seq) != 0)
+            return 0;
+    return 1;
+}
+
+/* DLPack's (code, bits) of dtype (a numpy dtype: its kind and itemsize, then cached):
+ * 1, or 0 where the Python export knows better (bfloat16, FP8, others). -1: an error. */
+static int
+dtype_code(dlpack_codes *codes, PyObject *dtype, long long *code, long long *bits)
+{
+    for (int i = 0; i < codes->n; i++)
+        if (codes->dtype[i] == dtype) {
+            *code = codes->code[i];
+            *bits = codes->bits[i];
+            return 1;
+        }
+    PyObject *kind = PyObject_GetAttrString(dtype, "kind");
+    PyObject *size = kind == NULL ? NULL : PyObject_GetAttrString(dtype, "itemsize");
+    int found = 0;
+    if (size != NULL && PyUnicode_Check(kind) && PyUnicode_GET_LENGTH(kind) == 1) {
+        long itemsize = PyLong_AsLong(size);
+        /* DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6 */
+        Py_UCS4 k = PyUnicode_READ_CHAR(kind, 0);
+        long long c = k == 'i' ? 0 : k == 'u' ? 1 : k == 'f' ? 2 : k == 'c' ? 5 : k == 'b' ? 6 : -1;
+        if (c >= 0 && itemsize > 0 && itemsize <= 16 && !(c == 2 && itemsize < 2)) {
+            *code = c;
+            *bits = itemsize * 8;
+            found = 1;
+            if (codes->n < DLPACK_CODES) {
+                codes->dtype[codes->n] = Py_NewRef(dtype);
+                codes->code[codes->n] = (unsigned char)c;
+                codes->bits[codes->n] = (unsigned char)(itemsize * 8);
+                codes->n++;
+            }
+        }
+    }
+    Py_XDECREF(kind);
+    Py_XDECREF(size);
+    if (PyErr_Occurred())
+        return -1;
+    return found;
+}
+
+/* an exact int's value into *v: 1, or 0 (not an exact int, or out of range) */
+static int
+exact_int(PyObject *o, long long *v)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    *v = PyLong_AsLongLong(o);
+    if (*v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,
+              Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs != 0) {
+        PyErr_Format(PyExc_TypeError, "__dlpack__() takes keyword arguments only (%zd given "
+                     "by position)", nargs);
+        return NULL;
+    }
+    /* stream, max_version, dl_device, copy */
+    PyObject *given[4] = {Py_None, Py_None, Py_None, Py_None};
+    static const char *names[4] = {"stream", "max_version", "dl_device", "copy"};
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int j = 0;
+        while (j < 4 && PyUnicode_CompareWithASCIIString(name, names[j]) != 0)
+            j++;
+        if (j == 4) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R",
+                         name);
+            return NULL;
+        }
+        given[j] = args[i];
+    }
+    PyObject *stream = given[0], *max_version = given[1], *dl_device = given[2];
+    long long handle = 1, major = 0, minor = 0, code, bits;
+    int versioned = 0;
+    if (stream != Py_None && !(exact_int(stream, &handle) && (handle == 1 || handle == -1)))
+        goto python;
+    if (max_version != Py_None) {
+        if (!PyTuple_CheckExact(max_version) || PyTuple_GET_SIZE(max_version) != 2 ||
+            !exact_int(PyTuple_GET_ITEM(max_version, 0), &major) ||
+            !exact_int(PyTuple_GET_ITEM(max_version, 1), &minor) || major < 1)
+            goto python;
+        versioned = 1;
+    }
+    if (given[3] != Py_None && given[3] != Py_False)
+        goto python;
+    TensorCore *t = TENSOR(self);
+    if (t->alloc == NULL || !is_allocation(t->alloc))
+        goto python;
+    AllocationCore *alloc = ALLOCATION(t->alloc);
+    if (alloc->device == NULL || !is_device(alloc->device))
+        goto python;
+    DeviceCore *device = DEVICE(alloc->device);
+    long long ordinal, kind, id, ptr, offset;
+    if (device->ordinal == NULL || !exact_int(device->ordinal, &ordinal))
+        goto python;
+    if (dl_device != Py_None &&
+        !(PyTuple_CheckExact(dl_device) && PyTuple_GET_SIZE(dl_device) == 2 &&
+          exact_int(PyTuple_GET_ITEM(dl_device, 0), &kind) && kind == 2 &&
+          exact_int(PyTuple_GET_ITEM(dl_device, 1), &id) && id == ordinal))
+        goto python;
+    PyObject *legacy = device->legacy;
+    if (handle == 1 &&
+        (legacy == NULL || !is_stream(legacy) || !only_legacy_uses(alloc, legacy)))
+        goto python;
+    dlpack_codes *codes = module_dlpack_codes(defining_class);
+    int known = codes == NULL || t->dtype == NULL ? -1 : dtype_code(codes, t->dtype, &code, &bits);
+    if (known < 0)
+        return NULL;
+    if (!known || alloc->ptr == NULL || t->offset == NULL || !exact_int(alloc->ptr, &ptr) ||
+        !exact_int(t->offset, &offset) || t->shape == NULL || t->strides == NULL)
+        goto python;
+    PyObject *lock = NULL;
+    if (handle == 1 && (lock = module_exec_lock(defining_class)) == NULL)
+        return NULL;
+    owner_pair owner = {NULL, Py_NewRef(t->alloc), Py_XNewRef(lock),
+                        handle == 1 ? Py_NewRef(legacy) : NULL};
+    return pack_capsule(&owner, (unsigned long long)(ptr + offset * (bits / 8)),
+                        ordinal, t->shape, t->strides, code, bits,
+                        versioned && alloc->readonly ? 1 : 0, versioned);
+python:;
+    PyObject *call[5] = {self, stream, max_version, dl_device, given[3]};
+    return call_python("export", call, 5);
+}
+
+static PyObject *
+tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(arg))
+{
+    TensorCore *t = TENSOR(self);
+    if (t->alloc != NULL && is_allocation(t->alloc)) {
+        PyObject *device = ALLOCATION(t->alloc)->device;
+        if (device != NULL && is_device(device) && DEVICE(device)->ordinal != NULL)
+            return Py_BuildValue("(iO)", 2, DEVICE(device)->ordinal); /* kDLCUDA */
+    }
+    return call_python("dlpack_device", &self, 1);
+}
+
+PyMethodDef TensorCore_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack,
+     METH_METHOD | METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule viewing this tensor (zero-copy), for ``torch.from_dlpack`` & co.\n\n"
+     "``stream`` is the consumer's: None or 1 the legacy default stream, 2 the per-thread "
+     "default stream, -1 no synchronization, else a stream handle; it is made to wait (on "
+     "the device) for cuasync's pending work on the tensor. The memory stays alive until "
+     "the consumer releases it; see docs/interop.md.\n\n>>> y = torch.from_dlpack(t)"},
+    {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\n"
+     "``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."},
+    {NULL, NULL, 0, NULL},
+};
 
 PyMethodDef dlpack_methods[] = {
     {"dlpack_pack", (PyCFunction)(void (*)(void))dlpack_pack, METH_FASTCALL,

@@ -18,7 +18,25 @@ typedef struct {
     PyTypeObject *reactor_type;
     PyTypeObject *queue_type;
     PyTypeObject *submitter_type;
+    PyObject *exec_lock; /* EXEC_LOCK: cuasync's execution lock (context.LOCK) */
+    dlpack_codes codes;  /* (dlpack.c) */
 } modstate;
+
+dlpack_codes *
+module_dlpack_codes(PyTypeObject *defining_class)
+{
+    modstate *st = (modstate *)PyType_GetModuleState(defining_class);
+    return st == NULL ? NULL : &st->codes;
+}
+
+PyObject *
+module_exec_lock(PyTypeObject *defining_class)
+{
+    modstate *st = (modstate *)PyType_GetModuleState(defining_class);
+    if (st != NULL && st->exec_lock == NULL)
+        PyErr_SetString(PyExc_SystemError, "the module has no execution lock");
+    return st == NULL ? NULL : st->exec_lock;
+}
 
 /* -- LoopQueue --------------------------------------------------------------------- */
 
@@ -829,7 +847,7 @@ module_exec(PyObject *m)
         {"ContextCore", &ContextCore_spec}, {"OutputCore", &OutputCore_spec},
         {"FutureCore", &FutureCore_spec}, {"CompletionCore", &CompletionCore_spec},
         {"NodeCore", &NodeCore_spec}, {"UploadWorkCore", &UploadWorkCore_spec},
-        {"BlockCore", &BlockCore_spec},
+        {"BlockCore", &BlockCore_spec}, {"DeviceCore", &DeviceCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -876,6 +894,13 @@ module_exec(PyObject *m)
         return -1;
     if (PyModule_AddStringConstant(m, "SOURCE_HASH", CUASYNC_SOURCE_HASH) < 0)
         return -1;
+    /* the one execution lock (context.LOCK), which C code that is handed no lock (a
+     * DLPack capsule's release) takes too */
+    PyObject *lock_t = PyObject_GetAttrString(m, "ExecLock");
+    st->exec_lock = lock_t == NULL ? NULL : PyObject_CallNoArgs(lock_t);
+    Py_XDECREF(lock_t);
+    if (st->exec_lock == NULL || PyModule_AddObjectRef(m, "EXEC_LOCK", st->exec_lock) < 0)
+        return -1;
 #ifdef CUASYNC_HAVE_EVENTFD
     return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);
 #else
@@ -891,6 +916,9 @@ module_traverse(PyObject *m, visitproc visit, void *arg)
         Py_VISIT(st->queue_type);
         Py_VISIT(st->reactor_type);
         Py_VISIT(st->submitter_type);
+        Py_VISIT(st->exec_lock);
+        for (int i = 0; i < st->codes.n; i++)
+            Py_VISIT(st->codes.dtype[i]);
     }
     return 0;
 }
@@ -903,6 +931,10 @@ module_clear(PyObject *m)
         Py_CLEAR(st->queue_type);
         Py_CLEAR(st->reactor_type);
         Py_CLEAR(st->submitter_type);
+        Py_CLEAR(st->exec_lock);
+        for (int i = 0; i < st->codes.n; i++)
+            Py_CLEAR(st->codes.dtype[i]);
+        st->codes.n = 0;
     }
     return 0;
 }

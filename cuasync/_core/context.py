@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
 #: The execution lock, and the per-thread flag saying the thread holds it. Submission
 #: paths take them inline (``with LOCK: LOCAL.active = True ...``): a context manager
-#: around them costs more than the rest of a small submission. With the native module
-#: it is its ``ExecLock`` (threading.Lock's methods), which the native express core
-#: takes without a method call.
-LOCK: Any = NATIVE.ExecLock() if hasattr(NATIVE, "ExecLock") else threading.Lock()
+#: around them costs more than the rest of a small submission. It is the native
+#: module's ``EXEC_LOCK`` (an ``ExecLock``: threading.Lock's methods), which native code
+#: takes without a method call (the express core, a DLPack capsule's release).
+LOCK: Any = NATIVE.EXEC_LOCK
 
 
 class _Local(threading.local):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
-from .._native import StreamCore
+from .._native import DeviceCore, StreamCore
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from . import block_cache
 from .context import LOCK, submitting
@@ -116,7 +116,7 @@ class SchedulingPolicy(ABC):
         """The stream for the next op."""
 
 
-class Device:
+class Device(DeviceCore):
     """A GPU (or emulated device), identified by its ordinal.
 
     ``Device(i)`` always returns the same object for the same ordinal, ``i`` its
@@ -132,7 +132,8 @@ class Device:
     #: on devices and streams, so cuasync/_core/scheduling.py fills this when imported.
     _default_policy: ClassVar[Callable[[Device], SchedulingPolicy]]
 
-    ordinal: int
+    # ordinal and _legacy (its legacy default stream, made by the first DLPack or CAI
+    # exchange on it) are the native base's fields (``DeviceCore``)
     _used: int
     _peak: int
     _count: int
@@ -165,6 +166,7 @@ class Device:
                 device._cc = None
                 device._properties = None
                 device._utility = None
+                device._legacy = None
                 cls._instances[ordinal] = device
         return device
 

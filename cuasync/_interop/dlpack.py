@@ -31,7 +31,6 @@ from .._core.device import Device, Stream, _check_ordinal
 from .._core.memory import Allocation
 from .._dtypes import SUPPORTED, dtype_name
 from .._tensor import Tensor, contiguous_strides
-from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import capsules
 from .foreign import (
@@ -182,11 +181,10 @@ def export(
 ) -> Any:
     """``tensor.__dlpack__(...)``: a capsule viewing the tensor's memory (never a copy).
 
-    The call torch and CuPy make (the legacy default stream, DLPack 1.0 or the legacy
-    protocol, no device or copy asked) takes the first branch: nothing pending elsewhere,
-    it takes no lock and makes no Python object but the capsule. So does ``stream=-1``
-    (no synchronization): nothing is ordered, and its release owes nothing (a C function
-    is called, no Python).
+    ``Tensor.__dlpack__`` (TensorCore's, in C) answers the call torch and CuPy make (the
+    legacy default stream or -1, no device but the tensor's, no copy) with nothing
+    pending on another stream, and calls this for the rest: an export to order, the
+    first on a device (its legacy stream made here), dtypes it has no code for.
     """
     if (
         (stream is None or (type(stream) is int and (stream == LEGACY_STREAM or stream == -1)))
@@ -391,8 +389,3 @@ def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) ->
     readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
-
-
-# Tensor.__dlpack__ and Tensor.__dlpack_device__ (the tensor module sits below this one).
-tensor_methods.dlpack_export = export
-tensor_methods.dlpack_device = dlpack_device

@@ -128,7 +128,7 @@ class ForeignAllocation(Allocation):
     streams are ordered after it.
     """
 
-    __slots__ = ("_release", "owner", "readonly")
+    __slots__ = ("_release", "owner")
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class ForeignAllocation(Allocation):
         self.ptr = ptr
         self.nbytes = nbytes
         self.owner = owner
-        self.readonly = readonly
+        self.readonly = bool(readonly)
         self._release = release
         self._reads: dict[Stream, int] = {}
         self._write: tuple[Stream, int] | None = None
@@ -198,9 +198,9 @@ def only_legacy_uses(alloc: Allocation, legacy: Stream) -> bool:
 def legacy_stream(device: Device) -> Stream:
     """The legacy default stream of ``device`` (:data:`LEGACY_STREAM`), one object per
     device: :func:`foreign_stream` for the handle DLPack and CuPy default to."""
-    stream = _defaults.get(device.ordinal)
+    stream = device._legacy
     if stream is None:
-        stream = _defaults[device.ordinal] = Stream._new(LEGACY_STREAM, device, owned=False)
+        stream = device._legacy = Stream._new(LEGACY_STREAM, device, owned=False)
     return stream
 
 
@@ -217,10 +217,14 @@ def foreign_stream(handle: int, device: Device, owner: Any = None) -> Stream:
     return Stream._new(handle, device, owned=False, owner=owner)
 
 
-#: The legacy default stream of each device, as a :class:`Stream` (a forked child makes
-#: its own: the parent's carry its sequence numbers and events).
-_defaults: dict[int, Stream] = {}
-os.register_at_fork(after_in_child=_defaults.clear)
+def _forget_legacy_streams() -> None:
+    """A forked child makes its own legacy streams (``Device._legacy``): the parent's
+    carry its sequence numbers and events."""
+    for device in Device._instances.values():
+        device._legacy = None
+
+
+os.register_at_fork(after_in_child=_forget_legacy_streams)
 
 
 def wait_for_foreign(stream: Stream, handle: int) -> None:

@@ -553,6 +553,93 @@ def test_export_arguments_are_checked() -> None:
         t.__dlpack__(copy=True)
     assert name_of(t.__dlpack__(dl_device=(2, 0), copy=False)) == "dltensor"
 
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        t.__dlpack__(1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'streams'"):
+        t.__dlpack__(streams=1)  # type: ignore[call-arg]
+
+
+# -- the common export in C ---------------------------------------------------------------
+def _python_calls(fn: Any) -> list[str]:
+    """The Python functions ``fn()`` calls (sys.setprofile)."""
+    import sys
+
+    called: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            called.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return called[1:]  # (fn itself)
+
+
+@pytest.mark.parametrize("stream", [None, 1, -1])
+@pytest.mark.parametrize("max_version", [None, (1, 0), (1, 3)])
+def test_the_exports_torch_and_cupy_ask_for_run_no_python(stream: Any, max_version: Any) -> None:
+    """The export torch and CuPy make (the legacy default stream or -1), and its release,
+    run no Python code: the capsule is built, and the consumer recorded as a reader, in
+    C (issue #32: DLPack at CuPy's cost)."""
+    t = cuasync.zeros((64,)).sync()
+    t.__dlpack__(stream=1)  # (the first on a device makes its legacy stream, in Python)
+
+    def export_and_release() -> None:
+        capsule = t.__dlpack__(stream=stream, max_version=max_version)
+        del capsule
+
+    assert _python_calls(export_and_release) == []
+
+
+def test_the_release_records_the_consumer_as_a_reader() -> None:
+    from cuasync._interop.foreign import legacy_stream
+
+    t = cuasync.zeros((64,)).sync()
+    legacy = legacy_stream(t.device)
+    before = legacy._submitted
+    capsule = t.__dlpack__(stream=1, max_version=(1, 0))
+    assert legacy not in t.allocation._reads  # (recorded when the consumer is done)
+    del capsule
+    assert t.allocation._reads[legacy] == legacy._submitted == before + 1
+    capsule = t.__dlpack__(stream=-1)  # (no synchronization: nothing owed)
+    del capsule
+    assert t.allocation._reads[legacy] == legacy._submitted == before + 1
+
+
+def test_a_release_inside_then_records_the_read_without_waiting_for_itself() -> None:
+    """A capsule released while this thread holds the execution lock (inside a then()
+    function) is recorded by Python's release, which knows the thread holds it; the
+    native one, which cannot take the lock then, hands it over rather than wait."""
+    from cuasync._interop.foreign import legacy_stream
+
+    t = cuasync.zeros((64,)).sync()
+    legacy = legacy_stream(t.device)
+    held = [t.__dlpack__(stream=1)]
+    before = legacy._submitted
+
+    def drop(_: Any) -> Any:
+        held.clear()  # the capsule's release runs here
+        return cuasync.zeros((1,))
+
+    cuasync.zeros((1,)).then(drop).sync()
+    assert t.allocation._reads[legacy] == before + 1
+
+
+def test_an_export_with_work_pending_elsewhere_is_ordered_in_python() -> None:
+    """An export whose tensor another stream is still writing takes the Python path,
+    which makes the consumer's stream wait (the C path answers only when nothing is
+    owed)."""
+    s1 = cuasync.Device(0).new_stream()
+    t = cuasync.zeros((64,)).sync()
+    t.__dlpack__(stream=1)
+    with ct.gate(s1):
+        cuasync.fill(t, 5.0).submit_on(s1)
+        called = _python_calls(lambda: t.__dlpack__(stream=1, max_version=(1, 0)))
+        assert "export" in called and "order_foreign_after" in called
+
 
 # -- GPU round trips (run with CUASYNC_BACKEND=cuda) --------------------------------------
 gpu = pytest.mark.skipif(ON_EMULATOR, reason="needs a GPU: the emulator's memory is not CUDA's")
