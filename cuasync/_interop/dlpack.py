@@ -285,13 +285,12 @@ def _device_of(obj: Any, device: int | Device | None) -> Device:
 
 
 def _capsule(obj: Any, handle: int, copy: bool | None) -> Any:
-    try:
-        if copy is None:
-            return obj.__dlpack__(stream=handle, max_version=VERSION)
+    """The producer's capsule; ``copy`` None asks as the legacy protocol allows too."""
+    if copy is not None:  # (DLPack 1.0 producers only: the legacy protocol has no copy)
         return obj.__dlpack__(stream=handle, max_version=VERSION, copy=copy)
+    try:
+        return obj.__dlpack__(stream=handle, max_version=VERSION)
     except TypeError:  # a producer of the legacy protocol: no max_version
-        if copy is not None:
-            raise
         return obj.__dlpack__(stream=handle)
 
 
@@ -339,7 +338,7 @@ def from_dlpack(
         return obj
     own = _device_of(obj, device)
     if stream is None:  # what CuPy asks for too: torch's and CuPy's own default stream
-        stream = legacy_stream(own)
+        stream = own._legacy or legacy_stream(own)
     elif not isinstance(stream, Stream):
         raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
     elif stream.device is not own:
@@ -347,7 +346,13 @@ def from_dlpack(
             f"stream is on device {stream.device.ordinal} but {type(obj).__name__} lives on "
             f"device {own.ordinal}; pass a stream of device {own.ordinal}"
         )
-    capsule = _capsule(obj, stream.handle, copy)
+    try:  # (_capsule, inline: one frame less on every import)
+        if copy is None:
+            capsule = obj.__dlpack__(stream=stream.handle, max_version=VERSION)
+        else:
+            capsule = obj.__dlpack__(stream=stream.handle, max_version=VERSION, copy=copy)
+    except TypeError:
+        capsule = _capsule(obj, stream.handle, copy)  # (the legacy protocol's producers)
     fields = capsules.unpack(capsule)  # (see capsules.Fields)
     if fields is None or (fields[1] and fields[2] != VERSION[0]):
         _refuse(capsule, fields)

@@ -154,11 +154,14 @@ class ForeignAllocation(Allocation):
         self._write: tuple[Stream, int] | None = None
         if producer is None:
             return
+        # (producer._next_seq(), inline)
         if LOCAL.active:  # (inside a ``then``: this thread holds the lock)
-            self._write = (producer, producer._next_seq())
+            producer._submitted += 1
+            self._write = (producer, producer._submitted)
         else:
             with LOCK:
-                self._write = (producer, producer._next_seq())
+                producer._submitted += 1
+                self._write = (producer, producer._submitted)
 
     def __repr__(self) -> str:
         return (
