@@ -185,7 +185,7 @@ class Completion(CompletionCore):
     abandoned = False  # nobody will read the output: drop it at finish
     raised = False  # the error was raised once: raise fresh copies from now on
     trace: Any = None  # the NVTX range of the work in flight, while tracing (see .trace)
-    _waiters: list[Waiter] | None = None
+    _waiters: Waiter | list[Waiter] | None = None  # (one alone: no list, as most have)
     _lock = _STATE_LOCK
 
     def __init__(self, ctx: ExecutionContext, out: Output[Any]) -> None:
@@ -226,12 +226,23 @@ class Completion(CompletionCore):
         """Call ``waiter(self)`` once finished (now, if it already is)."""
         with self._lock:
             if self.state < DONE:
-                if self._waiters is None:
-                    self._waiters = [waiter]
+                waiters = self._waiters
+                if waiters is None:
+                    self._waiters = waiter
+                elif isinstance(waiters, list):
+                    waiters.append(waiter)
                 else:
-                    self._waiters.append(waiter)
+                    self._waiters = [waiters, waiter]
                 return
         waiter(self)
+
+    def _wake(self, waiters: Waiter | list[Waiter] | None) -> None:
+        """Call the waiters taken from ``_waiters`` (finished: outside the lock)."""
+        if isinstance(waiters, list):
+            for waiter in waiters:
+                waiter(self)
+        elif waiters is not None:
+            waiters(self)
 
     def result(self) -> Any:
         if self.state == FAILED:
@@ -288,9 +299,7 @@ class Completion(CompletionCore):
             self.value, self.error, self.path = value, error, path
             self.state = DONE if error is None else FAILED
             waiters, self._waiters = self._waiters, None
-        if waiters:
-            for waiter in waiters:
-                waiter(self)
+        self._wake(waiters)
 
     def fail(self, error: BaseException) -> None:
         """The work will never complete (device fault): resolve with ``error``.
@@ -314,8 +323,7 @@ class Completion(CompletionCore):
         hub = _hub
         if hub is not None:
             hub.forget(self)
-        for waiter in waiters or ():
-            waiter(self)
+        self._wake(waiters)
 
 
 #: Objects used by work that faulted: kept forever rather than freed under a dead context.

@@ -92,21 +92,7 @@ class AsyncioAdapter:
         loop = self._loop()
         assert loop is not None  # running: the caller holds it
         fut: asyncio.Future[None] = loop.create_future()
-        loop_thread = threading.get_ident()
-
-        def wake(_: Completion) -> None:
-            if threading.get_ident() == loop_thread:
-                _resolve(fut)
-                return
-            with self._lock:
-                if self._closed:
-                    return  # nobody is waiting any more
-                try:
-                    loop.call_soon_threadsafe(_resolve, fut)
-                except RuntimeError:  # closed without cuasync's close(): as above
-                    pass
-
-        return wake, fut.__await__
+        return _Wake(self, loop, fut), fut.__await__
 
     def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
         loop = self._loop()
@@ -134,6 +120,41 @@ def current_tasks_table() -> dict[Any, Any] | None:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class _Wake:
+    """The wake-up of a task parked on an asyncio or uvloop loop future
+    (``AsyncioAdapter.park``), callable from any thread.
+
+    One object per parked await, where a closure would be a function, its cells and
+    their tuple: every parked await's objects live until it wakes, and the cyclic GC
+    counts each (a gather of thousands of them triggers its full passes).
+
+    >>> wake = _Wake(adapter, loop, fut); wake(comp)   # fut resolved on its loop
+    """
+
+    __slots__ = ("adapter", "fut", "loop", "thread")
+
+    def __init__(
+        self, adapter: AsyncioAdapter, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]
+    ) -> None:
+        self.adapter = adapter
+        self.loop = loop
+        self.fut = fut
+        self.thread = threading.get_ident()  # the loop's: park runs on it
+
+    def __call__(self, _: Completion) -> None:
+        if threading.get_ident() == self.thread:
+            _resolve(self.fut)
+            return
+        adapter = self.adapter
+        with adapter._lock:
+            if adapter._closed:
+                return  # nobody is waiting any more
+            try:
+                self.loop.call_soon_threadsafe(_resolve, self.fut)
+            except RuntimeError:  # closed without cuasync's close(): as above
+                pass
 
 
 def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -> None:

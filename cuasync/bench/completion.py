@@ -209,6 +209,33 @@ def _paired_rounds(
     return [m for m, _ in pairs], [b for _, b in pairs]
 
 
+class _Collections:
+    """The cyclic GC's collections by generation while the block runs (``gc.callbacks``).
+
+    >>> with _Collections() as c: ...
+    >>> c.per_round(5)
+    '22.8/2.0/0.60'
+    """
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            self.count[info["generation"]] += 1
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def per_round(self, rounds: int) -> str:
+        young, middle, full = (n / rounds for n in self.count)
+        return f"{young:.1f}/{middle:.1f}/{full:.2f}"
+
+
 def _sequential_raw(count: int, stream: cuasync.Stream) -> float:
     raw = _raw_launcher(stream)
     t0 = time.perf_counter()
@@ -383,19 +410,29 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         ]
         if gc.get_freeze_count():  # the same gather with the start-up heap collectable
             gc.unfreeze()
+            gc.collect()  # (so the next full pass is due as in a process that never froze)
             try:
-                ops = run_loop(kind, lambda: _concurrent(concurrent))
+                with _Collections() as collections:
+                    thawed, raws = _paired_rounds(
+                        lambda: run_loop(kind, lambda: _concurrent(concurrent)),  # noqa: B023
+                        lambda: _sequential_raw(concurrent, stream),
+                    )
             finally:
                 gc.collect()
                 gc.freeze()
+            ops, rounds = _median_of(thawed)
             report.value(
                 SUITE,
                 f"{kind}: {concurrent} concurrent cuasync awaits, heap not frozen",
                 ops,
                 "ops/s",
-                "one round; the cyclic GC's full passes over every object the process "
-                "imported (torch, CuPy) are triggered by the gather's objects",
+                f"rounds {rounds}, one after the other after a full collection; cyclic GC "
+                f"collections per round by generation {collections.per_round(len(thawed))} "
+                "(a full pass traverses every object the process imported: torch, CuPy)",
             )
+            base[f"{kind}-thawed/raw"] = sorted(g / r for g, r in zip(thawed, raws, strict=True))[
+                len(thawed) // 2
+            ]
         ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
     ops, rounds = _rounds(lambda: _sequential_raw(concurrent, stream))
@@ -566,6 +603,15 @@ def _ratios(
                 "x",
                 "median of the rounds' ratios, each gather to the raw round after it",
             )
+            thawed = base.get(f"{kind}-thawed/raw")
+            if thawed is not None:
+                report.value(
+                    SUITE,
+                    f"{kind}: concurrent, heap not frozen / sequential raw (target >= 1.0)",
+                    thawed,
+                    "x",
+                    "median of the rounds' ratios, each gather to the raw round after it",
+                )
             report.value(
                 SUITE,
                 f"{kind}: concurrent / run_in_executor (target >= 5)",

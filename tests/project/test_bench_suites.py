@@ -34,6 +34,9 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         assert "asyncio: whole await, driver stubbed (inline)" in names
         concurrent = next(r for r in rows if "concurrent cuasync awaits" in r["name"])
         assert "spins skipped" in concurrent["note"]
+        # the same gather with the start-up heap left to the cyclic GC, its passes counted
+        thawed = next(r for r in rows if r["name"].endswith("awaits, heap not frozen"))
+        assert "collections per round by generation" in thawed["note"]
         # the default-spin awaits of every loop, with the paths they completed by
         # (interleaved with the raw loop where there is one: a GPU)
         awaits = [

@@ -123,6 +123,28 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
         assert 1 <= after.reactor_batches - before.reactor_batches < woken
 
 
+async def test_a_future_awaited_by_several_tasks_wakes_each_of_them(anyio_backend) -> None:
+    import anyio
+
+    results: list[float] = []
+    parked = 0
+    with ct.gate() as gate:
+        fut = cuasync.from_host(np.arange(3.0)).then(lambda t: t.to_host()).submit()
+
+        async def one() -> None:
+            nonlocal parked
+            parked += 1  # in the step that spins on the held work and parks
+            results.append(float((await fut)[2]))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(one)
+            await wait_until(lambda: parked == 3 and awaited_completions() > 0)
+            assert not results
+            gate.open()
+    assert results == [2.0, 2.0, 2.0]
+
+
 def test_several_loops_in_several_threads_each_get_their_own_completions() -> None:
     errors: list[BaseException] = []
     got: dict[int, list[float]] = {}
