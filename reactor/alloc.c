@@ -36,7 +36,7 @@ struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
     PyObject *cache_dict, *backends_dict; /* block_cache's and cuasync._backends' globals */
     PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_used,
-        *n_count, *n_peak, *n_limit, *n_utility, *n_ordinal, *n_backend, *n_fault_seen,
+        *n_count, *n_peak, *n_limit, *n_utility, *n_backend, *n_fault_seen,
         *n_acquire, *n_release, *n_min_class;
     /* the C functions of an RLock's acquire and release, called directly (lock_acquire,
      * lock_release) for a lock of type rlock_t: found on the first lock's type */
@@ -71,7 +71,6 @@ shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cach
     NAME(n_peak, "_peak")
     NAME(n_limit, "_limit")
     NAME(n_utility, "_utility")
-    NAME(n_ordinal, "ordinal")
     NAME(n_backend, "_backend")
     NAME(n_fault_seen, "fault_seen")
     NAME(n_acquire, "acquire")
@@ -98,7 +97,7 @@ shape_clear(alloc_shape *a)
     Py_CLEAR(a->no_wait);
     PyObject **names[] = {&a->n_lock,    &a->n_blocks,     &a->n_bytes,  &a->n_taking,
                           &a->n_device_max, &a->n_per_key, &a->n_used,   &a->n_count,
-                          &a->n_peak,    &a->n_limit,      &a->n_utility, &a->n_ordinal,
+                          &a->n_peak,    &a->n_limit,      &a->n_utility,
                           &a->n_backend, &a->n_fault_seen, &a->n_acquire, &a->n_release,
                           &a->n_min_class};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -320,7 +319,7 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     PyObject *dd = dictp != NULL ? *dictp : NULL;
     PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
     PyObject *limit = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_limit);
-    PyObject *ordinal = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_ordinal);
+    PyObject *ordinal = is_device(device) ? DEVICE(device)->ordinal : NULL; /* (DeviceCore's) */
     PyObject *min_class = PyDict_GetItemWithError(a->cache_dict, a->n_min_class);
     if (utility == NULL || utility == Py_None || limit != Py_None || ordinal == NULL ||
         min_class == NULL || STREAM(stream)->owned != Py_True || nbytes <= 0)
@@ -411,7 +410,7 @@ keep_block(AllocFinalizer *f, PyObject *self)
     PyObject **dictp = _PyObject_GetDictPtr(device);
     PyObject *dd = dictp != NULL ? *dictp : NULL;
     PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
-    PyObject *ordinal = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_ordinal);
+    PyObject *ordinal = is_device(device) ? DEVICE(device)->ordinal : NULL; /* (DeviceCore's) */
     if (utility == NULL || utility == stream || ordinal == NULL)
         return PyErr_Occurred() ? -1 : 0;
     /* the backend has seen no fault (a faulted device's memory is leaked, in Python) */
