@@ -35,6 +35,9 @@ import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
+from cuasync._launch import builtin
+from cuasync._ops.reduce_codegen import ReduceSpec, kernel_for
+from cuasync._tensor import Tensor
 from cuasync.bench._api import _drive, _run
 
 ROUNDS = 5
@@ -512,6 +515,9 @@ def _axis0(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             ("cols4 float4, 32 splits, 1 launch, 32 regs (8/SM)", (4, 32, True, "8/SM ")),
         ):
             variants[name], outs[name] = cols(*args)
+        for splits in (8, 16, 32):  # 8: what the op picks for (8192, 8192)
+            name = f"current kernel, raw launches, {splits} splits"
+            variants[name], outs[name] = _current_kernel(op, x, 1, splits, stream)
         which = {"sum": "sum", "max": "amax", "min": "amin"}[op]
         tname = f"torch x.{which}(dim=0)"
         method = getattr(xt, which)
@@ -520,6 +526,39 @@ def _axis0(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
         on_ones = getattr(tones, which)
         variants["torch on ones (diagnostic)"] = _torch_call(ext, partial(on_ones, dim=0))
         table.add(row, r * n * 4, variants, outs, tname, stream)
+
+
+def _current_kernel(
+    op: str, x: cuasync.Tensor, nk: int, splits: int, stream: cuasync.Stream
+) -> tuple[Variant, Any]:
+    """The op's own generated kernel (``reduce_codegen.kernel_for``) launched as the op
+    launches it, its workspace made once (the op allocates it each call), ``splits``
+    passed explicitly: ``nk`` 1, axis 0 of a matrix (``mode 1``, a block 32 columns by 8
+    groups, grid (columns / 32, splits)); ``nk`` 0, all of a vector (``mode 2``, 16-byte
+    loads, ``splits`` blocks). Phase 1 combines the partials in a second launch."""
+    kernel = kernel_for(("x", 0, "float32"), ReduceSpec(op, "float32", "float32"), nk, 1)
+    if nk:
+        r, n = x.shape
+        m, k, mode, grid, rows = n, r, 1, (n // 32, splits, 1), (n // 32, 1, 1)
+        dims: tuple[int, ...] = (n, r, 1, 1, n)  # da0, db0, os0, x0a0 (kept), x0b0 (reduced)
+    else:
+        m, k, mode, grid, rows = 1, x.size, 2, (splits, 1, 1), (1, 1, 1)
+        dims = (x.size, 1)  # db0, x0b0
+    chunk = -(-k // splits)
+    chunk = -(-chunk // 4) * 4
+    out = cuasync.full((m,), 0.0, "float32").sync()
+    ws = cuasync.full((m * splits,), 0.0, "float32").sync()
+
+    # x seen as the op passes it: (kept, reduced), strides in elements
+    strides = (1, x.shape[1]) if nk else (1,)
+    view = builtin.storage_view(Tensor(x.allocation, (m, k)[-1 - nk :], x.dtype, strides, x.offset))
+
+    def call() -> Any:
+        head = (out, ws, view, m, k, splits, chunk)
+        kernel.launch(*head, 0, mode, *dims, grid=grid, block=BLOCK).submit_on(stream)
+        return kernel.launch(*head, 1, mode, *dims, grid=rows, block=BLOCK)
+
+    return call, out
 
 
 _KS: dict[str, cuasync.Kernel] = {}
@@ -575,6 +614,8 @@ def _whole(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             (f"float4 x4 in flight, {16 * sms} blocks, 1 launch", (4, 16 * sms, True)),
         ):
             variants[name], outs[name] = whole(*args)
+        name = "current kernel, raw launches (no allocations)"
+        variants[name], outs[name] = _current_kernel(op, x, 0, 2048, stream)
         tname = f"torch x.a{op}()"
         method = getattr(xt, f"a{op}")
         outs[tname] = method()
