@@ -146,8 +146,8 @@ __global__ void cols_finish(const float* partp, float* outp, long long N, int sp
 
 # All of a contiguous array: L float4 loads in flight a thread, a block's L * blockDim
 # vectors contiguous, the grid striding over the array; each lane of a float4 its own
-# chain of combines. Block results combine in one launch (the last block to finish) or,
-# without one_pass, in whole_finish.
+# chain of combines; 32 registers (8 blocks of 256 an SM, no spills). Block results
+# combine in one launch (the last block to finish) or, without one_pass, in whole_finish.
 _WHOLE = r"""
 __device__ __forceinline__ float block_comb(float s) {
     __shared__ float w[32];
@@ -164,8 +164,8 @@ __device__ __forceinline__ float block_comb(float s) {
 }
 
 template <int L>
-__global__ void whole(const float* xp, float* out, float* part, int* count, long long n,
-                      int one_pass) {
+__global__ void __launch_bounds__(256, 8)
+whole(const float* xp, float* out, float* part, int* count, long long n, int one_pass) {
     const float4* x = (const float4*)xp;
     const long long n4 = n / 4, T = blockDim.x, step = (long long)gridDim.x * T * L;
     float4 a = ident<float4>();
