@@ -43,6 +43,18 @@ struct float2 { float x, y; };
 struct double2 { double x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 static inline double2 make_double2(double x, double y) { return {x, y}; }
+// (the float4 reductions: run one block at a time, so a fence orders nothing more)
+#define __launch_bounds__(...)
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline void __threadfence() {}
+template <typename T>
+static inline T __ldcg(const T* p) { return *p; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) {  // (thread 0 of a block)
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
 static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline long long __double_as_longlong(double d) {
@@ -699,19 +711,6 @@ def test_reduction_blocks_match_numpy(
 
 
 # -- float32 reductions read in float4 (ca_cols4, ca_whole4), run by blocks of threads -------
-FLOAT4_SHIMS = r"""
-#define __launch_bounds__(...)
-struct alignas(16) float4 { float x, y, z, w; };
-static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
-static inline void __threadfence() {}
-template <typename T>
-static inline T __ldcg(const T* p) { return *p; }
-static inline unsigned atomicAdd(unsigned* p, unsigned v) {  // (thread 0, one block at a time)
-    unsigned old = *p;
-    *p = old + v;
-    return old;
-}
-"""
 FLOAT4_OPS = ("sum", "mean", "prod", "max", "min")
 
 
@@ -719,7 +718,7 @@ FLOAT4_OPS = ("sum", "mean", "prod", "max", "min")
 def float4_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from cuasync._ops import reduce_codegen as rc
 
-    parts = [BLOCK_SHIMS, FLOAT4_SHIMS, rc.prelude()]
+    parts = [BLOCK_SHIMS, rc.prelude()]
     for op in FLOAT4_OPS:
         parts.append(f"namespace o_{op} {{\n{rc.op4_struct(op)}\n}}")
         parts.append(
