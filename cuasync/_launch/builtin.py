@@ -149,17 +149,29 @@ def builtin_kernels() -> list[Kernel]:
 
 
 # -- launching -------------------------------------------------------------------------
-def _blocks(work: int) -> int:
-    return max(1, min((work + _BLOCK - 1) // _BLOCK, _MAX_BLOCKS))
+def _blocks(work: int, block: int = _BLOCK, most: int = _MAX_BLOCKS) -> int:
+    return max(1, min((work + block - 1) // block, most))
 
 
-def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None:
+def launch(
+    ctx: ExecutionContext,
+    kernel: Kernel,
+    work: int,
+    *args: Any,
+    block: int = _BLOCK,
+    most: int = _MAX_BLOCKS,
+) -> None:
     """Enqueue one launch of ``kernel`` in this op's execution context (the arguments
     are cuasync's own: only scalars are converted, see ``Kernel._enqueue_trusted``);
-    none where there is no work (an empty view's pointer is never handed to a kernel)."""
+    none where there is no work (an empty view's pointer is never handed to a kernel).
+    ``work`` threads in blocks of ``block``, at most ``most`` blocks (the kernels'
+    grid-stride loops do the rest).
+
+    >>> launch(ctx, kernel, n, out, x, n)
+    """
     if work == 0:
         return
-    kernel._enqueue_trusted(ctx, (_blocks(work), 1, 1), (_BLOCK, 1, 1), args)
+    kernel._enqueue_trusted(ctx, (_blocks(work, block, most), 1, 1), (block, 1, 1), args)
 
 
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:

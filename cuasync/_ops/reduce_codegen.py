@@ -18,6 +18,12 @@ layout allows. One generated ``__global__`` has up to three layouts and two phas
 * ``phase 1`` combines the per-split partials (a second launch, only when a row was
   split across blocks) and stores the result.
 
+float32 sum/mean/prod/max/min of one tensor have two more kernels, templates of
+``reduce.cuh`` around an ``Op`` struct (:func:`float4_kernel`), each one launch: the
+first axis with contiguous columns (``ca_cols4``: float4 across 128 columns a block, the
+rows in splits, the last block of a column strip combining the partials) and max/min of
+a whole aligned array (``ca_whole4``: 8 float4 loads in flight, 8 blocks an SM).
+
 >>> k = kernel_for(plan, ReduceSpec("sum", "float32", "float32"), nk=1, nr=1)
 """
 
@@ -499,6 +505,94 @@ def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
                 wsi[...] = ids.reshape(-1)
 
     return run
+
+
+# -- float32 read in float4: the first axis (ca_cols4) and whole arrays (ca_whole4) ------
+#: The ops of :func:`float4_kernel`, and the C++ of their ``Op`` struct's functions
+#: (ident, comb, fin); max and min keep the first NaN and the first of equal values,
+#: as :func:`_combine`'s.
+FLOAT4_OPS = {
+    "sum": ("0.0f", "a + b", "a"),
+    "mean": ("0.0f", "a + b", "a / (float)K"),
+    "prod": ("1.0f", "a * b", "a"),
+    "max": (_inf("float32", True), "(a >= b || a != a) ? a : b", "a"),
+    "min": (_inf("float32", False), "(a <= b || a != a) ? a : b", "a"),
+}
+#: float4 loads in flight a thread of ``ca_whole4``.
+WHOLE_LOADS = 8
+
+
+def float4_source(op: str) -> str:
+    """The CUDA C++ of ``ca_cols4<ca_op4>`` and ``ca_whole4<ca_op4, L>`` for ``op``."""
+    return "\n".join([prelude(), op4_struct(op)])
+
+
+def op4_struct(op: str) -> str:
+    """``struct ca_op4`` of ``op``: the ``Op`` of ``ca_cols4`` and ``ca_whole4``.
+
+    >>> "a + b" in op4_struct("sum")
+    True
+    """
+    ident, comb, fin = FLOAT4_OPS[op]
+    return "\n".join(
+        [
+            "struct ca_op4 {",
+            f"    static __device__ __forceinline__ float ident() {{ return {ident}; }}",
+            "    static __device__ __forceinline__ float comb(float a, float b) {",
+            f"        return {comb};",
+            "    }",
+            "    static __device__ __forceinline__ float fin(float a, long long K) {",
+            f"        return {fin};",
+            "    }",
+            "};",
+        ]
+    )
+
+
+def _float4_twin(op: str, whole: bool) -> Callable[..., None]:
+    """The numpy function the emulator runs for ``ca_cols4`` (``whole``: ``ca_whole4``)
+    of ``op``: partials of each split, combined in split order."""
+    ufunc = _NP_REDUCE[op]
+
+    def run(out: np.ndarray, part: Any, count: Any, x: np.ndarray, *args: Any) -> None:
+        with np.errstate(all="ignore"):
+            if whole:
+                v = ufunc.reduce(x.reshape(-1), dtype=np.float32)
+                k = x.size
+            else:
+                k, _, _, rows, splits = (int(a) for a in args)
+                parts = [
+                    ufunc.reduce(x[s * rows : (s + 1) * rows], axis=0, dtype=np.float32)
+                    for s in range(splits)
+                ]
+                v = ufunc.reduce(np.stack(parts), axis=0, dtype=np.float32)
+            if op == "mean":
+                v = v / np.float32(k)
+            out.view(np.float32)[...] = np.asarray(v, np.float32).reshape(out.shape)
+
+    return run
+
+
+_float4_kernels: dict[tuple[str, bool], Kernel] = {}
+
+
+def float4_kernel(op: str, whole: bool) -> Kernel:
+    """The compiled-once ``ca_cols4`` (first axis) or, ``whole``, ``ca_whole4`` (all of
+    a contiguous array) of float32 ``op`` (a key of :data:`FLOAT4_OPS`).
+
+    >>> k = float4_kernel("max", whole=True)
+    """
+    key = (op, whole)
+    found = _float4_kernels.get(key)
+    if found is None:
+        with _lock:
+            found = _float4_kernels.get(key)
+            if found is None:
+                name = f"ca_whole4<ca_op4, {WHOLE_LOADS}>" if whole else "ca_cols4<ca_op4>"
+                twin_fn = _float4_twin(op, whole)
+                found = Kernel(float4_source(op), name, emulate=twin_fn)
+                _float4_kernels[key] = found
+    return found
 
 
 # -- the cache ----------------------------------------------------------------------------

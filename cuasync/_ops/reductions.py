@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._axes import Axes
+from .._backends import get_backend
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import device_op
@@ -48,7 +49,14 @@ from . import elementwise
 from .codegen import make_plan, scalar_arg
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
-from .reduce_codegen import ARG_OPS, ReduceSpec, kernel_for, row_vector_width
+from .reduce_codegen import (
+    ARG_OPS,
+    FLOAT4_OPS,
+    ReduceSpec,
+    float4_kernel,
+    kernel_for,
+    row_vector_width,
+)
 from .tensorop import (
     TensorOp,
     _broadcast_strides,
@@ -260,6 +268,8 @@ def _launch(
         node, spec, axes, result.strides, keepdims
     )
     m, k = math.prod(kdims), math.prod(rdims)
+    if _float4_launch(ctx, plan, spec, tensors[0], result, kdims, kstr, rdims, rstr):
+        return
     # A thread per output where the kept axis is the contiguous one (coalesced loads
     # across a warp), or where rows are too short to keep a block of threads busy.
     column = (
@@ -309,6 +319,99 @@ def _launch(
     if splits > 1:
         rows = blocks if column else builtins.min(m, 1 << 20)
         launch(1, (rows, 1, 1))
+
+
+#: Blocks ``ca_cols4`` aims at (16 splits of the 64 column strips of (8192, 8192)), and
+#: rows a split holds at least (8 warps, 8 rows in flight each).
+_COLS4_BLOCKS = 1024
+_COLS4_ROWS = 64
+#: Blocks of ``ca_whole4`` an SM (256 threads of at most 32 registers each).
+_WHOLE4_PER_SM = 8
+
+
+def _float4_launch(
+    ctx: ExecutionContext,
+    plan: Any,
+    spec: ReduceSpec,
+    x: Tensor,
+    result: Tensor,
+    kdims: Shape,
+    kstr: list[Shape],
+    rdims: Shape,
+    rstr: list[Shape],
+) -> bool:
+    """Launch the float4 kernel of a float32 sum/mean/prod/max/min of one tensor where
+    its layout allows, and say whether it did: ``ca_cols4`` for the first axis (one kept
+    dimension, contiguous in ``x`` and the result, a multiple of 4 long, at least 128;
+    rows 16-byte aligned), ``ca_whole4`` for max/min of a whole contiguous, 16-byte
+    aligned array. One launch each; its workspace (partials, and the counters of the
+    last block, zeroed on the stream) is the launch's own, so launches on other streams
+    never share it."""
+    if (
+        spec.op not in FLOAT4_OPS
+        or spec.acc != "float32"
+        or spec.out != "float32"
+        or plan != ("x", 0, "float32")
+        or len(rdims) != 1
+        or x.ptr % 16
+    ):
+        return False
+    m, k = math.prod(kdims), rdims[0]
+    if len(kdims) == 0 and spec.op in ("max", "min") and tuple(rstr[0]) == (1,):
+        return _whole4(ctx, spec, x, result, k)
+    ld = rstr[0][0]
+    if (
+        len(kdims) != 1
+        or tuple(kstr[0]) != (1,)
+        or tuple(kstr[1]) != (1,)
+        or m % 4
+        or m < 128
+        or ld % 4
+        or result.ptr % 16
+    ):
+        return False
+    strips = -(-m // 128)
+    splits = builtins.max(1, builtins.min(-(-_COLS4_BLOCKS // strips), k // _COLS4_ROWS, 1024))
+    rows = builtins.max(1, -(-k // splits))
+    splits = builtins.max(1, -(-k // rows)) if k else 1
+    view = builtin.storage_view(Tensor(x.allocation, (k, m), x.dtype, (ld, 1), x.offset))
+    out = builtin.storage_view(Tensor(result.allocation, (m,), result.dtype, (1,), result.offset))
+    part, count = _workspace(ctx, splits * m if splits > 1 else 0, strips)
+    kernel = float4_kernel(spec.op, whole=False)
+    op = kernel.launch(
+        out, part, count, view, k, m, ld, rows, splits, grid=(strips, splits, 1), block=256
+    )
+    op._take()
+    op._enqueue(ctx)
+    return True
+
+
+def _whole4(ctx: ExecutionContext, spec: ReduceSpec, x: Tensor, result: Tensor, n: int) -> bool:
+    """``ca_whole4``: ``n`` float32 of ``x`` (contiguous, 16-byte aligned) into ``result``."""
+    sms = ctx.device.properties.multiprocessor_count
+    blocks = builtins.max(1, builtins.min(_WHOLE4_PER_SM * sms, -(-n // (4 * 256 * 8))))
+    view = builtin.storage_view(Tensor(x.allocation, (n,), x.dtype, (1,), x.offset))
+    out = builtin.storage_view(Tensor(result.allocation, (), result.dtype, (), result.offset))
+    part, count = _workspace(ctx, blocks if blocks > 1 else 0, 1)
+    kernel = float4_kernel(spec.op, whole=True)
+    op = kernel.launch(out, part, count, view, n, grid=(blocks, 1, 1), block=256)
+    op._take()
+    op._enqueue(ctx)
+    return True
+
+
+def _workspace(ctx: ExecutionContext, floats: int, counters: int) -> tuple[Any, Any]:
+    """``floats`` float32 partials and ``counters`` uint32 counters, zeroed on ``ctx``'s
+    stream before the launch; none (null pointers) where there are no partials. A
+    workspace of each launch's own: launches on other streams, and later launches
+    reusing its memory, never see another's counts."""
+    if not floats:
+        return DevicePointer(0), DevicePointer(0)
+    ws = new_tensor(ctx, (floats + counters,), np.dtype(np.float32), "reduction partials")
+    part = Tensor(ws.allocation, (floats,), ws.dtype, (1,), ws.offset)
+    count = Tensor(ws.allocation, (counters,), np.dtype(np.uint32), (1,), ws.offset + floats)
+    get_backend().memset_d8_async(count.ptr, 0, counters * 4, ctx.handle)
+    return part, count
 
 
 def vector_rows(x: Tensor, kept: Shape, reduced: Shape, width: int) -> bool:

@@ -31,7 +31,7 @@ from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
-from .codegen import UNROLL, VECTORS, kernel_for, make_plan, scalar_arg, vector_width
+from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, kernel_for, make_plan, scalar_arg, vector_width
 from .expr import Node, check_dtype, is_ml_scalar
 from .operators import TensorOperators
 
@@ -198,8 +198,12 @@ def run(
     if lay.contiguous:
         # 16-byte accesses where every operand is aligned to them, else one element each
         vec = vector_access(views, lay.width)
-        per_thread = lay.width * VECTORS if vec else UNROLL
-        builtin.launch(ctx, lay.kernel, -(-n // per_thread), *views, *args, n, int(vec))
+        if vec:  # a vector a thread, one pass of the grid (up to 2**20 blocks)
+            work = -(-n // (lay.width * VECTORS))
+            tail = (*args, n, 1)
+            builtin.launch(ctx, lay.kernel, work, *views, *tail, block=VECTOR_BLOCK, most=1 << 20)
+            return result
+        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0)
         return result
     flat_strides = [x for s in lay.strides for x in s]
     builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)

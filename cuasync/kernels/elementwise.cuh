@@ -33,6 +33,20 @@ __device__ __forceinline__ unsigned short ca_bf16_exact(float x) {
     if (x != x) return (unsigned short)(((bits >> 16) & 0x8000u) | 0x7fc0u);
     return (unsigned short)(bits >> 16);
 }
+// Two floats rounded to bfloat16 (nearest even) in one instruction (cvt.rn.bf16x2.f32,
+// sm_80 and later), lo in the low half: the bits of ca_bf16_exact(ca_br(x)) for each,
+// a NaN made cuasync's (quiet, its sign kept) where cvt gives its canonical 0x7fff.
+__device__ __forceinline__ unsigned ca_bf16x2_rn(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    if (lo != lo) r = (r & 0xffff0000u) | ca_bf16_exact(lo);
+    if (hi != hi) r = (r & 0xffffu) | ((unsigned)ca_bf16_exact(hi) << 16);
+    return r;
+#else
+    return ca_bf16_exact(ca_br(lo)) | ((unsigned)ca_bf16_exact(ca_br(hi)) << 16);
+#endif
+}
 __device__ __forceinline__ float ca_br(double x) { return ca_br(ca_to_f32_odd(ca_real(x))); }
 __device__ __forceinline__ float ca_br(long long x) {
     return ca_br(ca_to_f32_odd(ca_signed(x)));

@@ -113,3 +113,155 @@ __device__ __forceinline__ double2 ca_to_c128(double2 v) { return v; }
 __device__ __forceinline__ double2 ca_to_c128(float2 v) { return make_double2(v.x, v.y); }
 template <typename T>
 __device__ __forceinline__ double2 ca_to_c128(T v) { return make_double2((double)v, 0.0); }
+
+// -- float32 reductions read in float4 (cuasync/_ops/reduce_codegen.py: cols4_kernel,
+// whole4_kernel). Op is a struct of static functions: ident(), comb(a, b) (a the earlier
+// elements: sums keep their order, max/min keep the first of equal values and the first
+// NaN, as the generic kernel does) and fin(a, K), the value stored for K elements.
+template <typename Op>
+__device__ __forceinline__ float4 ca_comb4(float4 a, float4 b) {
+    return make_float4(Op::comb(a.x, b.x), Op::comb(a.y, b.y), Op::comb(a.z, b.z),
+                       Op::comb(a.w, b.w));
+}
+template <typename Op>
+__device__ __forceinline__ float4 ca_ident4() {
+    return make_float4(Op::ident(), Op::ident(), Op::ident(), Op::ident());
+}
+
+// The first axis of R rows of N float32 (row stride ld, x and ld 16-byte aligned, N a
+// multiple of 4), kept columns contiguous: a block is 32 threads across 128 columns (a
+// float4 each: a warp reads 512 contiguous bytes of a row) by 8 warps. blockIdx.y is a
+// split of rows_per_split rows; warp ty reads its own contiguous part of them, eight
+// rows in flight a thread; the 8 warps combine in shared memory, in order. With one
+// split the block stores the result. Otherwise it writes its partial, and the last
+// block of a column strip to finish (count[blockIdx.x], zero before the launch: the op
+// zeroes it in the launch's own workspace, and that block sets it back to zero) combines
+// the strip's partials in split order and stores the result: one launch.
+template <typename Op>
+__global__ void __launch_bounds__(256)
+ca_cols4(float* out, float* partp, unsigned* count, const float* xp, long long R,
+         long long N, long long ld, long long rows_per_split, int splits) {
+    const float4* x = (const float4*)xp;
+    float4* part = (float4*)partp;
+    const long long nv = N / 4, lv = ld / 4;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const long long c = (long long)blockIdx.x * 32 + tx;
+    const long long lo = (long long)blockIdx.y * rows_per_split;
+    const long long hi = ca_min_ll(R, lo + rows_per_split);
+    const long long sub = (rows_per_split + 7) / 8;
+    const long long wlo = lo + ty * sub, whi = ca_min_ll(hi, wlo + sub);
+    float4 a = ca_ident4<Op>();
+    if (c < nv) {
+        long long r = wlo;
+        for (; r + 7 < whi; r += 8) {
+            float4 v[8];
+            #pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = x[(r + u) * lv + c];
+            a = ca_comb4<Op>(a, ca_comb4<Op>(
+                ca_comb4<Op>(ca_comb4<Op>(v[0], v[1]), ca_comb4<Op>(v[2], v[3])),
+                ca_comb4<Op>(ca_comb4<Op>(v[4], v[5]), ca_comb4<Op>(v[6], v[7]))));
+        }
+        for (; r < whi; r++) a = ca_comb4<Op>(a, x[r * lv + c]);
+    }
+    __shared__ float4 sh[8][32];
+    __shared__ int last;
+    sh[ty][tx] = a;
+    __syncthreads();
+    if (ty == 0 && c < nv) {
+        for (int g = 1; g < 8; g++) a = ca_comb4<Op>(a, sh[g][tx]);
+        if (splits == 1) {
+            const long long K = R;
+            ((float4*)out)[c] = make_float4(Op::fin(a.x, K), Op::fin(a.y, K),
+                                            Op::fin(a.z, K), Op::fin(a.w, K));
+        } else {
+            part[(long long)blockIdx.y * nv + c] = a;
+        }
+    }
+    if (splits == 1) return;
+    __threadfence();  // (each writer's partial visible before the count says it is there)
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // warp ty combines the splits [ty q, (ty + 1) q) in order, then the warps in order
+    const int q = (splits + 7) / 8;
+    a = ca_ident4<Op>();
+    if (c < nv) {
+        const int s1 = ty * q + q < splits ? ty * q + q : splits;
+        for (int s = ty * q; s < s1; s++) a = ca_comb4<Op>(a, __ldcg(&part[(long long)s * nv + c]));
+    }
+    sh[ty][tx] = a;
+    __syncthreads();
+    if (ty == 0 && c < nv) {
+        for (int g = 1; g < 8; g++) a = ca_comb4<Op>(a, sh[g][tx]);
+        const long long K = R;
+        ((float4*)out)[c] = make_float4(Op::fin(a.x, K), Op::fin(a.y, K), Op::fin(a.z, K),
+                                        Op::fin(a.w, K));
+    }
+    if (threadIdx.x == 0) count[blockIdx.x] = 0;
+}
+
+// The combination of a block's floats (blockDim.x a multiple of 32), in thread 0.
+template <typename Op>
+__device__ float ca_block_comb(float s) {
+    __shared__ float w[32];
+    #pragma unroll
+    for (int d = 16; d > 0; d >>= 1) s = Op::comb(s, __shfl_down_sync(0xffffffffu, s, d));
+    if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = s;
+    __syncthreads();
+    s = (int)threadIdx.x < (int)(blockDim.x >> 5) ? w[threadIdx.x] : Op::ident();
+    if (threadIdx.x < 32) {
+        #pragma unroll
+        for (int d = 16; d > 0; d >>= 1) s = Op::comb(s, __shfl_down_sync(0xffffffffu, s, d));
+    }
+    __syncthreads();  // (w may be used again)
+    return s;
+}
+
+// All n float32 of a contiguous, 16-byte aligned array: L float4 loads in flight a
+// thread, a block's L * blockDim vectors contiguous, the grid (8 blocks an SM, each of
+// 256 threads at most 32 registers) striding over the array; each lane of a float4 its
+// own chain of combines. Block results go to part[blockIdx.x]; the last block to finish
+// (count[0], zero before the launch, set back to zero by that block) combines them and
+// stores the result: one launch.
+template <typename Op, int L>
+__global__ void __launch_bounds__(256, 8)
+ca_whole4(float* out, float* part, unsigned* count, const float* xp, long long n) {
+    const float4* x = (const float4*)xp;
+    const long long n4 = n / 4, T = blockDim.x, step = (long long)gridDim.x * T * L;
+    float4 a = ca_ident4<Op>();
+    long long i = (long long)blockIdx.x * T * L + threadIdx.x;
+    for (; i + (L - 1) * T < n4; i += step) {
+        float4 v[L];
+        #pragma unroll
+        for (int u = 0; u < L; u++) v[u] = x[i + u * T];
+        #pragma unroll
+        for (int u = 0; u < L; u++) a = ca_comb4<Op>(a, v[u]);
+    }
+    #pragma unroll
+    for (int u = 0; u < L; u++) {
+        if (i + u * T < n4) a = ca_comb4<Op>(a, x[i + u * T]);
+    }
+    float s = Op::comb(Op::comb(a.x, a.y), Op::comb(a.z, a.w));
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) s = Op::comb(s, xp[n4 * 4 + threadIdx.x]);
+    s = ca_block_comb<Op>(s);
+    __shared__ int last;
+    if (gridDim.x == 1) {
+        if (threadIdx.x == 0) out[0] = Op::fin(s, n);
+        return;
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+    __threadfence();
+    if (threadIdx.x == 0) last = atomicAdd(count, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    s = Op::ident();
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) s = Op::comb(s, __ldcg(&part[b]));
+    s = ca_block_comb<Op>(s);
+    if (threadIdx.x == 0) {
+        out[0] = Op::fin(s, n);
+        count[0] = 0;
+    }
+}

@@ -43,6 +43,18 @@ struct float2 { float x, y; };
 struct double2 { double x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 static inline double2 make_double2(double x, double y) { return {x, y}; }
+// (the float4 reductions: run one block at a time, so a fence orders nothing more)
+#define __launch_bounds__(...)
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline void __threadfence() {}
+template <typename T>
+static inline T __ldcg(const T* p) { return *p; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) {  // (thread 0 of a block)
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
 static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline long long __double_as_longlong(double d) {
@@ -696,3 +708,142 @@ def test_reduction_blocks_match_numpy(
             tol = 2.0**-7 if dtype == "bfloat16" else 1e-5
             err = np.abs(got.astype(np.float64) - want)
             assert (err <= tol * (np.abs(wide).sum(axis=1) + 1)).all(), (label, got, want)
+
+
+# -- float32 reductions read in float4 (ca_cols4, ca_whole4), run by blocks of threads -------
+FLOAT4_OPS = ("sum", "mean", "prod", "max", "min")
+
+
+@pytest.fixture(scope="module")
+def float4_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from cuasync._ops import reduce_codegen as rc
+
+    parts = [BLOCK_SHIMS, rc.prelude()]
+    for op in FLOAT4_OPS:
+        parts.append(f"namespace o_{op} {{\n{rc.op4_struct(op)}\n}}")
+        parts.append(
+            f'extern "C" void cols_{op}(float* out, float* part, unsigned* count, '
+            "const float* x, long long R, long long N, long long ld, long long rows, "
+            "int splits) {\n"
+            "    unsigned gx = (unsigned)((N / 4 + 31) / 32);\n"
+            "    ca_run_grid(gx, (unsigned)splits, 256, [=] {\n"
+            f"        ca_cols4<o_{op}::ca_op4>(out, part, count, x, R, N, ld, rows, splits);\n"
+            "    });\n}"
+        )
+        parts.append(
+            f'extern "C" void whole_{op}(float* out, float* part, unsigned* count, '
+            "const float* x, long long n, unsigned blocks) {\n"
+            "    ca_run_grid(blocks, 1, 256, [=] {\n"
+            f"        ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(out, part, count, x, n);\n"
+            "    });\n}"
+        )
+    return _compiled(tmp_path_factory.mktemp("float4_reductions"), "float4", "\n".join(parts))
+
+
+def _first_wins(op: str, values: np.ndarray) -> np.ndarray:
+    """max/min along axis 0 in row order, the first of equal values (a -0.0 before a
+    0.0) and the first NaN (its bits) kept, a NaN beating any number: the generic
+    kernel's combine, sequentially."""
+    best = values[0].copy()
+    for row in values[1:]:
+        with np.errstate(invalid="ignore"):
+            better = row > best if op == "max" else row < best
+        take = (better | np.isnan(row)) & ~np.isnan(best)
+        best[take] = row[take]
+    return best
+
+
+def _float4_values(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Values with zeros of both signs, NaNs of both signs and payloads, and infinities."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(shape).astype(np.float32)
+    flat = v.reshape(-1)
+    if flat.size >= 64:
+        picks = rng.choice(flat.size, 12, replace=False)
+        bits = np.array([0x7FC00001, 0xFFC00002, 0x7FC00003], np.uint32).view(np.float32)
+        flat[picks[:3]] = bits
+        flat[picks[3:6]] = -0.0
+        flat[picks[6:9]] = 0.0
+        flat[picks[9]], flat[picks[10]] = np.inf, -np.inf
+    return v
+
+
+def _check_float4(op: str, got: np.ndarray, values: np.ndarray, label: str) -> None:
+    if op in ("max", "min"):
+        want = _first_wins(op, values)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), label)
+        return
+    with np.errstate(all="ignore"):
+        wide = values.astype(np.float64)
+        want = {"sum": wide.sum(0), "mean": wide.sum(0) / len(values), "prod": wide.prod(0)}[op]
+        scale = np.abs(wide).sum(0) / (max(len(values), 1) if op == "mean" else 1)
+        if op == "prod":
+            scale = np.abs(want)
+        ok = np.isclose(got, want, rtol=1e-5, atol=0, equal_nan=True) | (
+            np.abs(got - want) <= 1e-5 * (scale + 1)
+        )
+    assert ok.all(), (label, got, want)
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "pad", "splits"),
+    [
+        (40, 132, 0, 3),  # 2 strips, the second 1 of 32 threads; 3 partials a column
+        (33, 260, 4, 4),  # rows 264 floats apart (a view); splits of 9 rows, the last 6
+        (1, 128, 0, 1),  # one row: stored by the block, no partials
+        (0, 128, 0, 1),  # no rows: the identity (sum, prod), NaN (mean: 0 / 0)
+        (200, 8, 0, 8),  # one strip, 2 of its 32 threads with columns
+    ],
+)
+def test_first_axis_float4_kernel_matches_numpy(
+    float4_reductions: Any, rows: int, cols: int, pad: int, splits: int
+) -> None:
+    # ca_cols4's warps each reduce a contiguous part of a split, in order, and the last
+    # block of a strip combines the partials in split order: max/min keep the first NaN
+    # (its payload) and the first of -0.0/0.0, exactly; sums within float32 rounding.
+    # The strip counters are back to zero afterwards (the next launch may reuse them).
+    for i, op in enumerate(FLOAT4_OPS):
+        if rows == 0 and op in ("max", "min"):
+            continue
+        values = _float4_values((rows, cols), 40 + i)
+        x = np.zeros((rows, cols + pad), np.float32)
+        x[:, :cols] = values
+        per = -(-rows // splits) if rows else 1
+        assert rows == 0 or -(-rows // per) == splits
+        strips = -(-cols // 128)
+        out = np.full(cols, 7.0, np.float32)
+        part = np.zeros(max(splits * cols, 1), np.float32)
+        count = np.zeros(strips, np.uint32)
+        fn = getattr(float4_reductions, f"cols_{op}")
+        fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_longlong] * 4 + [ctypes.c_int]
+        ptrs = (out.ctypes.data, part.ctypes.data, count.ctypes.data, x.ctypes.data)
+        fn(*ptrs, rows, cols, cols + pad, per, splits)
+        label = f"{op} over axis 0 of ({rows}, {cols}), rows {cols + pad} apart, {splits} splits"
+        _check_float4(op, out, values, label)
+        assert (count == 0).all(), label
+
+
+@pytest.mark.parametrize(("n", "blocks"), [(4 * 256 * 8 * 3 + 7, 3), (5, 1), (70001, 16)])
+def test_whole_array_float4_kernel_matches_numpy(
+    float4_reductions: Any, n: int, blocks: int
+) -> None:
+    # ca_whole4: 8 float4 loads in flight a thread, the grid striding, the last < 4
+    # elements by block 0, the last block to finish combining the block results (and
+    # setting its counter back to zero). max/min: the value, a NaN anywhere wins.
+    for i, op in enumerate(("max", "min")):
+        values = _float4_values((n,), 70 + i)
+        for with_nan in (True, False):
+            v = values.copy() if with_nan else values[~np.isnan(values)].copy()
+            out = np.zeros(1, np.float32)
+            part = np.zeros(blocks, np.float32)
+            count = np.zeros(1, np.uint32)
+            fn = getattr(float4_reductions, f"whole_{op}")
+            fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_longlong, ctypes.c_uint]
+            ptrs = (out.ctypes.data, part.ctypes.data, count.ctypes.data, v.ctypes.data)
+            fn(*ptrs, v.size, blocks)
+            want = getattr(np, op)(v)
+            label = f"{op} of {v.size}, {blocks} blocks"
+            assert np.isnan(out[0]) == np.isnan(want), label
+            if not np.isnan(want):
+                assert out[0] == want, label
+            assert count[0] == 0, label

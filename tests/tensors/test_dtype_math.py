@@ -117,6 +117,44 @@ def test_property_bfloat16_broadcast_views_and_out(data: Any) -> None:
     exact(out.to_host().sync(), want)
 
 
+def _bf16_bits_of(f: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 bits as cuasync rounds: nearest even, a NaN
+    quiet with its sign kept."""
+    u = f.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (((u >> 16) & 0x8000) | 0x7FC0).astype(np.uint16)
+    return np.where(np.isnan(f), nan, rounded)
+
+
+async def test_bfloat16_add_of_aligned_vectors_rounds_pairs_as_each_value(
+    anyio_backend: str,
+) -> None:
+    # The contiguous, aligned bfloat16 add rounds its float32 sums two at a time (one
+    # cvt.rn.bf16x2 on a GPU): ties to even, overflow to inf, subnormals, inf - inf and
+    # NaNs of either sign (quiet, the sign kept: cuasync's rule, not cvt's 0x7fff), in
+    # every lane of a vector, lengths with a tail past the last vector.
+    special = np.array(
+        [1.0, 2**-8, 3.3895314e38, 3.3895314e38, np.inf, -np.inf, 1e-39, 1e-39, -0.0, 0.0],
+        np.float32,
+    )
+    other = np.array(
+        [2**-8, 1.0, 3.3895314e38, -1.0, -np.inf, np.inf, 2e-39, -1e-39, -0.0, -0.0],
+        np.float32,
+    )
+    nans = np.array([0x7FC00000, 0xFFC00000, 0xFF800001, 0x7F800001], np.uint32).view(np.float32)
+    for n in (8 * 40 + 3, 16):
+        rng = np.random.default_rng(n)
+        a = (rng.standard_normal(n) * 3).astype(np.float32)
+        b = (rng.standard_normal(n) * 3).astype(np.float32)
+        a[: len(special)], b[: len(other)] = special, other
+        a[10:14], b[14:16] = nans, nans[1:3]
+        with np.errstate(all="ignore"):
+            a, b = a.astype(BF16), b.astype(BF16)  # (the NaNs stay NaNs of their sign)
+            want = _bf16_bits_of(a.astype(np.float32) + b.astype(np.float32))
+        value = await got(await dev(a) + await dev(b))
+        np.testing.assert_array_equal(value.view(np.uint16), want)
+
+
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
 def test_bfloat16_sources_compile() -> None:
     x = cuasync.zeros((4, 3), BF16).sync()

@@ -362,6 +362,25 @@ def test_every_reduction_source_compiles() -> None:
     assert compiled.image[:4] == b"\x7fELF"
 
 
+@pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
+def test_float4_reduction_sources_compile() -> None:
+    # ca_cols4 and ca_whole4 of every op they serve, in one NVRTC compile (each op's
+    # struct in a namespace, each kernel instantiated explicitly).
+    parts = [rc.prelude()]
+    for op in rc.FLOAT4_OPS:
+        parts.append(f"namespace o_{op} {{\n{rc.op4_struct(op)}\n}}")
+        parts.append(
+            f"template __global__ void ca_cols4<o_{op}::ca_op4>(float*, float*, unsigned*, "
+            "const float*, long long, long long, long long, long long, int);"
+        )
+        parts.append(
+            f"template __global__ void ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(float*, "
+            "float*, unsigned*, const float*, long long);"
+        )
+    compiled = compile_cubin("\n".join(parts), "ca_cols4<o_max::ca_op4>", "sm_90", [])
+    assert compiled.image[:4] == b"\x7fELF"
+
+
 def rc_dtypes(op: str, dtype: str) -> tuple[str, str]:
     from cuasync._ops.reductions import _result_dtypes
 
@@ -560,3 +579,141 @@ async def test_first_axis_in_blocks_of_columns(op: str, shape: Any, anyio_backen
     a = host(shape, "float32", 4, op)
     got = await (await getattr(cuasync, op)(await dev(a), axis=0)).to_host()
     check(got, *numpy_reduce(op, a, axis=0))
+
+
+@pytest.fixture
+def float4_routes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each reduction launched took a float4 kernel (ca_cols4 / ca_whole4)."""
+    from cuasync._ops import reductions
+
+    routes: list[bool] = []
+    real = reductions._float4_launch
+
+    def spy(*args: Any) -> bool:
+        took = real(*args)
+        routes.append(took)
+        return took
+
+    monkeypatch.setattr(reductions, "_float4_launch", spy)
+    return routes
+
+
+FLOAT4_OPS = ["sum", "mean", "prod", "max", "min"]
+
+
+@pytest.mark.parametrize("op", FLOAT4_OPS)
+@pytest.mark.parametrize("shape", [(8192 + 5, 300), (1, 260), (3, 128), (70, 4096 + 4)])
+async def test_first_axis_of_float32_in_float4_columns(
+    op: str, shape: Any, float4_routes: list[bool], anyio_backend: str
+) -> None:
+    # float32 over the first axis, columns a multiple of 4 (of 128 or not), one row or
+    # many (split, the last block of each column strip combining in the same launch;
+    # one row is a copy, by the generic kernel):
+    # numpy's values; NaN propagates through max/min, zeros of either sign compare equal.
+    a = host(shape, "float32", 5, op)
+    if op in ("max", "min"):
+        a[shape[0] // 2, 7] = np.nan
+        a[:, 9] = 0.0
+        a[::2, 9] = -0.0
+    got = await (await getattr(cuasync, op)(await dev(a), axis=0)).to_host()
+    check(got, *numpy_reduce(op, a, axis=0))
+    assert float4_routes == [shape[0] > 1]  # (one row: no reduced axis is left)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "prod"])
+async def test_first_axis_of_no_rows_in_float4_columns(
+    op: str, float4_routes: list[bool], anyio_backend: str
+) -> None:
+    a = np.zeros((0, 256), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's mean of nothing
+        want = numpy_reduce(op, a, axis=0)
+    check(await (await getattr(cuasync, op)(await dev(a), axis=0)).to_host(), *want)
+    assert float4_routes == [True]
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+async def test_float4_columns_only_where_aligned(
+    op: str, float4_routes: list[bool], anyio_backend: str
+) -> None:
+    # Views whose rows start 16 bytes apart (a column slice of 260 of 264) take the
+    # float4 kernel; a view 4 bytes off, columns not a multiple of 4, fewer than 128
+    # columns, a kept axis that is not contiguous, float64 and argmax fall back to the
+    # generic kernel: numpy's values every time.
+    a = host((300, 264), "float32", 6, op)
+    x = await dev(a)
+    cases = [
+        (x[:, :260], a[:, :260], True),
+        (x[:, 1:261], a[:, 1:261], False),
+        (x[:, :258], a[:, :258], False),
+        (x[:, :124], a[:, :124], False),
+        (x[:, ::2], a[:, ::2], False),
+    ]
+    for view, want, fast in cases:
+        float4_routes.clear()
+        got = await (await getattr(cuasync, op)(view, axis=0)).to_host()
+        check(got, *numpy_reduce(op, want, axis=0))
+        assert float4_routes == [fast], view.shape
+    wide = await dev(a.astype(np.float64))
+    float4_routes.clear()
+    check(
+        await (await getattr(cuasync, op)(wide, axis=0)).to_host(),
+        *numpy_reduce(op, a.astype(np.float64), axis=0),
+    )
+    float4_routes.clear()
+    check(await (await cuasync.argmax(x, axis=0)).to_host(), *numpy_reduce("argmax", a, axis=0))
+    assert float4_routes in ([], [False])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+async def test_whole_array_max_min_in_float4_blocks(
+    op: str, float4_routes: list[bool], anyio_backend: str
+) -> None:
+    # max/min of a whole contiguous float32 array, 16-byte aligned: one launch of 8
+    # float4 loads in flight a thread (lengths around a vector and a block's share, the
+    # grid of 8 blocks an SM); a NaN anywhere wins; x[1:] falls back.
+    for n in (5, 4 * 256 * 8 + 3, 70001, 1 << 20):
+        a = host((n + 1,), "float32", n, op)
+        x = await dev(a)
+        float4_routes.clear()
+        check(await (await getattr(cuasync, op)(x[:n])).to_host(), *numpy_reduce(op, a[:n]))
+        check(await (await getattr(cuasync, op)(x[1:])).to_host(), *numpy_reduce(op, a[1:]))
+        assert float4_routes == [True, False]
+        a[n // 3] = np.nan
+        x = await dev(a)
+        got = await (await getattr(cuasync, op)(x[:n])).to_host()
+        assert np.isnan(got)
+
+
+async def test_float4_reductions_on_several_streams_at_once(anyio_backend: str) -> None:
+    # Each launch has a workspace (partials, last-block counters) of its own: first-axis
+    # sums and whole-array maxima in flight on four streams together give each its own
+    # result.
+    dev0 = cuasync.Device(0)
+    streams = [dev0.new_stream() for _ in range(4)]
+    arrays = [host((4096, 512), "float32", 20 + i) for i in range(4)]
+    xs = [await dev(a) for a in arrays]
+    sums = [cuasync.sum(x, axis=0).submit_on(s) for x, s in zip(xs, streams, strict=True)]
+    tops = [cuasync.max(x).submit_on(s) for x, s in zip(xs, streams, strict=True)]
+    for a, op in zip(arrays, sums, strict=True):
+        check(await (await op).to_host(), *numpy_reduce("sum", a, axis=0))
+    for a, op in zip(arrays, tops, strict=True):
+        check(await (await op).to_host(), *numpy_reduce("max", a))
+
+
+async def test_float4_columns_in_graph_capture(anyio_backend: str) -> None:
+    # A first-axis reduction of one split (few rows) allocates nothing: a graph node,
+    # replayed on new values. Split ones allocate their partials and counters, which a
+    # graph cannot replay: CaptureError, as for every allocating op.
+    from cuasync.errors import CaptureError
+
+    a = host((40, 256), "float32", 8)
+    x = await dev(a)
+    out = await cuasync.zeros((256,))
+    graph = cuasync.max(x, axis=0, out=out).graph()
+    await cuasync.fill(x, -3.0)
+    await graph.launch()
+    check(await out.to_host(), np.full(256, -3.0, np.float32))
+    big = await dev(host((4096, 256), "float32", 9))
+    with pytest.raises(CaptureError):
+        cuasync.sum(big, axis=0, out=out).graph()

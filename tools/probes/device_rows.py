@@ -17,6 +17,15 @@ ones and takes the max of uniform values) to tell data from kernel.
     python tools/probes/device_rows.py            # a GPU (CUASYNC_BACKEND=cuda), torch
     python tools/probes/device_rows.py --only add # rows whose name contains "add"
 
+Since phase 2 (2026-12-03) the ``current (cuasync op)`` variants run the ported kernels
+(``ca_cols4`` for the axis-0 rows, ``ca_whole4`` for whole max/min, 1 vector a thread in
+blocks of 128 for the adds, bfloat16 rounded in cvt.rn.bf16x2 pairs with NaN lanes made
+cuasync's); ``current kernel, raw launches`` is the generic reduction kernel they
+replaced (still the fallback). New candidates: float32 add with ld.global.nc
+L1::no_allocate loads and st.global.cs stores, and a looping grid of 8 blocks an SM;
+bfloat16 add 2 x 8 a thread in blocks of 128, the nc/cs variant, and the 8/SM loop; a
+whole-array sum through ``ca_whole4`` beside the max/min rows.
+
 On the emulator it says that it needs a GPU, parses every kernel source through
 ``cuasync.Kernel`` (and compiles it for sm_90 where NVRTC is installed) and exits 0.
 """
@@ -36,7 +45,7 @@ import numpy as np
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._launch import builtin
-from cuasync._ops.reduce_codegen import ReduceSpec, kernel_for
+from cuasync._ops.reduce_codegen import ReduceSpec, float4_kernel, kernel_for
 from cuasync._tensor import Tensor
 from cuasync.bench._api import _drive, _run
 
@@ -242,6 +251,56 @@ __global__ void add4(const float* a, const float* b, float* c, long long n) {
         c[i] = a[i] + b[i];
     }
 }
+
+// loads through the non-coherent path, not kept in L1 (each byte is read once)
+__device__ __forceinline__ float4 ld_nc(const float4* p) {
+    float4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+}
+
+// 1 float4 of each operand a thread, one pass, ld.global.nc.L1::no_allocate loads and
+// st.global.cs stores
+__global__ void add4_nc(const float* a, const float* b, float* c, long long n) {
+    const long long n4 = n / 4, j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n4) {
+        const float4 x = ld_nc((const float4*)a + j), y = ld_nc((const float4*)b + j);
+        __stcs(&((float4*)c)[j], make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
+        const long long i = n4 * 4 + threadIdx.x;
+        c[i] = a[i] + b[i];
+    }
+}
+
+// a grid of exactly 8 blocks an SM looping over the array, V float4 of each operand in
+// flight a thread an iteration
+template <int V>
+__global__ void __launch_bounds__(256, 8) add4_loop(const float* a, const float* b, float* c,
+                                                    long long n) {
+    const long long n4 = n / 4, T = blockDim.x, step = (long long)gridDim.x * T * V;
+    for (long long base = (long long)blockIdx.x * T * V + threadIdx.x; base < n4; base += step) {
+        float4 x[V], y[V];
+        #pragma unroll
+        for (int u = 0; u < V; u++) {
+            const long long j = base + u * T;
+            if (j < n4) { x[u] = ((const float4*)a)[j]; y[u] = ((const float4*)b)[j]; }
+        }
+        #pragma unroll
+        for (int u = 0; u < V; u++) {
+            const long long j = base + u * T;
+            if (j < n4) {
+                ((float4*)c)[j] = make_float4(x[u].x + y[u].x, x[u].y + y[u].y,
+                                              x[u].z + y[u].z, x[u].w + y[u].w);
+            }
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
+        const long long i = n4 * 4 + threadIdx.x;
+        c[i] = a[i] + b[i];
+    }
+}
 """
 
 # c = a + b, bfloat16: 8 elements a 16-byte load (uint4), computed in float32 (a
@@ -266,6 +325,76 @@ __device__ __forceinline__ unsigned bf_add2(unsigned p, unsigned q) {
     if (R) return bf_pair_cvt(lo, hi);
     return bf_bits(lo) | (bf_bits(hi) << 16);
 }
+// as cuasync's op: cvt.rn.bf16x2 pairs, a NaN lane made quiet with its sign kept
+__device__ __forceinline__ unsigned bf_add2_fix(unsigned p, unsigned q) {
+    const float lo = __uint_as_float(p << 16) + __uint_as_float(q << 16);
+    const float hi = __uint_as_float(p & 0xffff0000u) + __uint_as_float(q & 0xffff0000u);
+    unsigned r = bf_pair_cvt(lo, hi);
+    if (lo != lo) r = (r & 0xffff0000u) | bf_bits(lo);
+    if (hi != hi) r = (r & 0xffffu) | (bf_bits(hi) << 16);
+    return r;
+}
+__device__ __forceinline__ uint4 ld_nc_u4(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 bf_add8(uint4 x, uint4 y) {
+    return make_uint4(bf_add2_fix(x.x, y.x), bf_add2_fix(x.y, y.y), bf_add2_fix(x.z, y.z),
+                      bf_add2_fix(x.w, y.w));
+}
+__device__ __forceinline__ void bf_tail(const void* ap, const void* bp, void* cp, long long n) {
+    const long long n8 = n / 8;
+    if (blockIdx.x == 0 && threadIdx.x < n - n8 * 8) {  // the last < 8 elements
+        const long long i = n8 * 8 + threadIdx.x;
+        const float f = __uint_as_float((unsigned)((const unsigned short*)ap)[i] << 16) +
+                        __uint_as_float((unsigned)((const unsigned short*)bp)[i] << 16);
+        ((unsigned short*)cp)[i] = (unsigned short)bf_bits(f);
+    }
+}
+
+// V x 8 bf16 a thread, one pass; NC: ld.global.nc.L1::no_allocate loads; CS: st.global.cs
+template <int V, int NC, int CS>
+__global__ void addbf_fix(const void* ap, const void* bp, void* cp, long long n) {
+    const uint4* a = (const uint4*)ap;
+    const uint4* b = (const uint4*)bp;
+    uint4* c = (uint4*)cp;
+    const long long n8 = n / 8, T = blockDim.x;
+    const long long base = (long long)blockIdx.x * T * V + threadIdx.x;
+    uint4 x[V], y[V];
+    #pragma unroll
+    for (int u = 0; u < V; u++) {
+        const long long j = base + u * T;
+        if (j < n8) {
+            x[u] = NC ? ld_nc_u4(a + j) : a[j];
+            y[u] = NC ? ld_nc_u4(b + j) : b[j];
+        }
+    }
+    #pragma unroll
+    for (int u = 0; u < V; u++) {
+        const long long j = base + u * T;
+        if (j >= n8) break;
+        const uint4 r = bf_add8(x[u], y[u]);
+        if (CS) __stcs(c + j, r);
+        else c[j] = r;
+    }
+    bf_tail(ap, bp, cp, n);
+}
+
+// a grid of exactly 8 blocks of 256 an SM looping, 1 x 8 bf16 a thread an iteration
+__global__ void __launch_bounds__(256, 8) addbf_loop(const void* ap, const void* bp, void* cp,
+                                                     long long n) {
+    const uint4* a = (const uint4*)ap;
+    const uint4* b = (const uint4*)bp;
+    uint4* c = (uint4*)cp;
+    const long long n8 = n / 8, step = (long long)gridDim.x * blockDim.x;
+    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n8; j += step) {
+        c[j] = bf_add8(a[j], b[j]);
+    }
+    bf_tail(ap, bp, cp, n);
+}
+
 template <int V, int R>
 __global__ void addbf(const void* ap, const void* bp, void* cp, long long n) {
     const uint4* a = (const uint4*)ap;
@@ -319,9 +448,14 @@ def kernels() -> dict[str, cuasync.Kernel]:
     add = _source(_ADD)
     for v, cs in ((1, 0), (2, 0), (4, 0), (2, 1)):
         ks[f"add4 {v} {cs}"] = cuasync.Kernel(add, f"add4<{v}, {cs}>")
+    ks["add4_nc"] = cuasync.Kernel(add, "add4_nc")
+    ks["add4_loop 2"] = cuasync.Kernel(add, "add4_loop<2>")
     bf = _source(_ADD_BF16)
     for v, r in ((1, 1), (2, 1), (2, 0)):
         ks[f"addbf {v} {r}"] = cuasync.Kernel(bf, f"addbf<{v}, {r}>")
+    for v, nc, cs in ((2, 0, 0), (1, 1, 1)):
+        ks[f"addbf_fix {v} {nc} {cs}"] = cuasync.Kernel(bf, f"addbf_fix<{v}, {nc}, {cs}>")
+    ks["addbf_loop"] = cuasync.Kernel(bf, "addbf_loop")
     return ks
 
 
@@ -515,7 +649,9 @@ def _axis0(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             ("cols4 float4, 32 splits, 1 launch, 32 regs (8/SM)", (4, 32, True, "8/SM ")),
         ):
             variants[name], outs[name] = cols(*args)
-        for splits in (8, 16, 32):  # 8: what the op picks for (8192, 8192)
+        name = "ca_cols4 (the op's kernel), raw launch, 16 splits"
+        variants[name], outs[name] = _cols4_raw(op, x, 16)
+        for splits in (8, 16, 32):  # 8: what the generic kernel picks for (8192, 8192)
             name = f"current kernel, raw launches, {splits} splits"
             variants[name], outs[name] = _current_kernel(op, x, 1, splits, stream)
         which = {"sum": "sum", "max": "amax", "min": "amin"}[op]
@@ -559,6 +695,31 @@ def _current_kernel(
         return kernel.launch(*head, 1, mode, *dims, grid=rows, block=BLOCK)
 
     return call, out
+
+
+def _cols4_raw(op: str, x: cuasync.Tensor, splits: int) -> tuple[Variant, Any]:
+    """The op's ``ca_cols4`` over axis 0 of ``x`` launched raw: its workspace made once
+    (no allocation and no counter memset a call, which the op does), to tell the kernel
+    from what the op adds around it."""
+    r, n = x.shape
+    kernel = float4_kernel(op, whole=False)
+    out = cuasync.full((n,), 0.0, "float32").sync()
+    part = cuasync.full((splits * n,), 0.0, "float32").sync()
+    count = cuasync.full((-(-n // 128),), 0, "uint32").sync()
+    rows = -(-r // splits)
+    grid = (-(-n // 128), splits, 1)
+    call = partial(kernel.launch, out, part, count, x, r, n, n, rows, splits, grid=grid, block=256)
+    return call, out
+
+
+def _whole4_sum(x: cuasync.Tensor, blocks: int) -> Variant:
+    """The production ``ca_whole4`` (``reduce_codegen.float4_kernel``) summing ``x``, its
+    workspace made once (its counter starts at zero; the last block sets it back)."""
+    kernel = float4_kernel("sum", whole=True)
+    out = cuasync.full((1,), 0.0, "float32").sync()
+    part = cuasync.full((blocks,), 0.0, "float32").sync()
+    count = cuasync.full((1,), 0, "uint32").sync()
+    return partial(kernel.launch, out, part, count, x, x.size, grid=(blocks, 1, 1), block=256)
 
 
 _KS: dict[str, cuasync.Kernel] = {}
@@ -616,6 +777,9 @@ def _whole(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             variants[name], outs[name] = whole(*args)
         name = "current kernel, raw launches (no allocations)"
         variants[name], outs[name] = _current_kernel(op, x, 0, 2048, stream)
+        # would a sum of all take ca_whole4 too? (the op's sums of all do not, unmeasured)
+        name = f"ca_whole4 sum, {8 * sms} blocks, raw launch (diagnostic)"
+        variants[name] = _whole4_sum(x, 8 * sms)
         tname = f"torch x.a{op}()"
         method = getattr(xt, f"a{op}")
         outs[tname] = method()
@@ -642,6 +806,23 @@ def _add32(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             name = f"{v} float4/thread, block {block}, {grid} blocks{', st.cs' if cs else ''}"
             k = ks[f"add4 {v} {cs}"]
             variants[name] = partial(k.launch, a, b, out, n, grid=(grid, 1, 1), block=block)
+            outs[name] = out
+        # new candidates (2026-12-03, phase 2): the op is now 1 float4/thread, block 128
+        grid = -(-(n // 4) // 128)
+        for name, k, shape in (
+            (
+                f"1 float4/thread, block 128, ld.nc no_allocate + st.cs, {grid} blocks",
+                ks["add4_nc"],
+                (grid, 128),
+            ),
+            (
+                f"2 float4/thread/iteration, {8 * sms} blocks of 256 (8/SM) looping",
+                ks["add4_loop 2"],
+                (8 * sms, 256),
+            ),
+        ):
+            out = cuasync.full((n,), 0.0, "float32").sync()
+            variants[name] = partial(k.launch, a, b, out, n, grid=(shape[0], 1, 1), block=shape[1])
             outs[name] = out
         tname = "torch.add(a, b, out=c)"
         outs[tname] = tc
@@ -672,6 +853,27 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
         name = f"{v} x 8 bf16/thread, block {block}, {how}"
         k = ks[f"addbf {v} {rn}"]
         variants[name] = partial(k.launch, a, b, out, n, grid=(grid, 1, 1), block=block)
+        outs[name] = out
+    # new candidates (2026-12-03, phase 2): the op is now 1 x 8 a thread, block 128,
+    # cvt.rn.bf16x2 pairs with NaN lanes fixed up; these keep that rounding
+    n8 = n // 8
+    for name, key, grid, block in (
+        ("2 x 8 bf16/thread, block 128, pairs + NaN fix", "addbf_fix 2 0 0", -(-n8 // 256), 128),
+        (
+            "1 x 8 bf16/thread, block 128, ld.nc no_allocate + st.cs",
+            "addbf_fix 1 1 1",
+            -(-n8 // 128),
+            128,
+        ),
+        (
+            f"1 x 8 bf16/thread/iteration, {8 * sms} blocks of 256 (8/SM) looping",
+            "addbf_loop",
+            8 * sms,
+            256,
+        ),
+    ):
+        out = cuasync.full((n,), 0.0, "bfloat16").sync()
+        variants[name] = partial(ks[key].launch, a, b, out, n, grid=(grid, 1, 1), block=block)
         outs[name] = out
     tname = "torch.add(a, b, out=c)"
     torch.add(ta, tb, out=tc)
