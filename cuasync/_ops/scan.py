@@ -29,7 +29,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import FirstUse, device_op
 from .._core.output import Output
-from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._dtypes import DTYPES, SUPPORTED, DTypeLike, dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
@@ -306,7 +306,7 @@ def cumulative_sum(
     /,
     *,
     axis: int | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike = None,
     include_initial: bool = False,
 ) -> TensorOp:
     """The running sum along ``axis`` (optional for a 1-d ``x``), as the array API
@@ -323,7 +323,7 @@ def cumulative_prod(
     /,
     *,
     axis: int | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike = None,
     include_initial: bool = False,
 ) -> TensorOp:
     """The running product along ``axis`` (optional for a 1-d ``x``); integers wrap
@@ -334,7 +334,7 @@ def cumulative_prod(
     return _scan("cumulative_prod", "prod", x, axis, dtype, include_initial)
 
 
-def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> TensorOp:
+def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
     """numpy's ``cumsum``: along ``axis``, or over ``a`` flattened (C order) when it is None.
 
     >>> c = await cuasync.cumsum(x)              # 1-d, x.size elements
@@ -346,7 +346,7 @@ def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> 
     return _scan("cumsum", "sum", a, axis, dtype, False)
 
 
-def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> TensorOp:
+def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
     """numpy's ``cumprod``: along ``axis``, or over ``a`` flattened when it is None.
 
     >>> p = await cuasync.cumprod(x, axis=1)

@@ -419,5 +419,10 @@ def leaf(value: Any, argument: str) -> Node:
 Operand = Tensor | TensorOp | complex | np.number[Any] | np.bool_
 
 #: A shape as the creation functions take one: an int or a sequence of ints (numpy's
-#: integers too).
-ShapeLike = int | np.integer[Any] | Sequence[int | np.integer[Any]]
+#: integers too), or a numpy array of integers.
+ShapeLike = (
+    int
+    | np.integer[Any]
+    | Sequence[int | np.integer[Any]]
+    | np.ndarray[Any, np.dtype[np.integer[Any]]]
+)
