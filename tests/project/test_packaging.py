@@ -151,4 +151,11 @@ def test_public_parameters_are_not_any() -> None:
         for p in inspect.signature(obj).parameters.values():
             if p.kind is not p.VAR_KEYWORD and bare.search(str(p.annotation)):
                 vague.append(f"{name}({p.name}: {p.annotation})")
+    for cls in (cuasync.Tensor, cuasync.TensorOp):  # the methods too
+        for name, obj in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_") or name in ("send", "throw"):  # (a coroutine's protocol)
+                continue
+            for p in inspect.signature(obj).parameters.values():
+                if p.kind is not p.VAR_KEYWORD and bare.search(str(p.annotation)):
+                    vague.append(f"{cls.__name__}.{name}({p.name}: {p.annotation})")
     assert not vague, "\n".join(vague)

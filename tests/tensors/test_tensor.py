@@ -205,9 +205,9 @@ def test_reshape_and_view(grid: cuasync.Tensor) -> None:
 )
 def test_bad_reshape_targets(grid: cuasync.Tensor, shape: object, message: str) -> None:
     with pytest.raises(ShapeError, match=message):
-        grid.reshape(shape)
+        grid.reshape(shape)  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match=message):
-        grid.view(shape)
+        grid.view(shape)  # type: ignore[arg-type]
 
 
 def test_reinterpret_checks_size_and_alignment(grid: cuasync.Tensor) -> None:
