@@ -147,8 +147,8 @@ COMPLEX_OPS = frozenset(
     )
 )
 _ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximum", "minimum"))
-#: The ops the array API defines for real operands only (besides the ordering ones):
-#: complex operands raise saying so, before numpy's loop resolution is asked.
+#: The ops the array API defines for real operands only (besides the ordering ones), as
+#: numpy: complex operands raise saying so, where numpy's loop resolution fails.
 _REAL_ONLY = frozenset(
     (
         *("ceil", "floor", "trunc", "signbit", "remainder", "floor_divide"),
@@ -289,8 +289,6 @@ def _parts(op: str, child: Node) -> tuple[tuple[np.dtype[Any], ...], np.dtype[An
 
 
 def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
-    if (op in _REAL_ONLY or op in _ORDERING) and any(_is_complex(c) for c in children):
-        _refuse_complex(op, children)
     if op in _PART_OPS:
         return _parts(op, children[0])
     if op == "where":
@@ -308,6 +306,8 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
     try:
         loop = UFUNCS[op].resolve_dtypes((*keys[1:], None))
     except TypeError as exc:
+        if op in _REAL_ONLY and any(_is_complex(c) for c in children):
+            _refuse_complex(op, children)  # (saying why, not numpy's loop message)
         listing = ", ".join(
             f"{c.name}: {dtype_name(c.dtype) if c.dtype is not None else type(c.value).__name__}"
             for c in children
