@@ -7,7 +7,7 @@ copy; the allocation is freed, stream-ordered, when the last view goes away.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from ._core.device import Device
 from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
-from ._dtypes import as_dtype, dtype_name
+from ._dtypes import DTypeLike, as_dtype, dtype_name
 from ._native import TensorCore
 from ._ops.operators import TensorOperators
 from .errors import (
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._core.op import DeviceOp
     from ._launch.kernel import DevicePointer
     from ._launch.partition import Partition
-    from ._ops.tensorop import TensorOp
+    from ._ops.tensorop import ShapeLike, TensorOp
 
 __all__ = ["Tensor", "check_shape", "is_size"]
 
@@ -348,7 +348,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
             "compare `t is not None`, or test the data: `(await t.to_host()).any()`"
         )
 
-    def __setitem__(self, index: Any, value: Any) -> None:
+    def __setitem__(self, index: object, value: object) -> None:
         raise TypeError(
             "tensors do not support item assignment (it would enqueue work outside an op); "
             "write with ops: `await cuasync.fill(t[index], value)` for a scalar, "
@@ -377,7 +377,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
     def _resolve_shape(self, shape: Any) -> Shape:
         return resolve_shape(self.size, shape)
 
-    def reshape(self, shape: Any) -> Tensor:
+    def reshape(self, shape: ShapeLike) -> Tensor:
         """The same elements in another shape, zero-copy (contiguous tensors only; -1 infers)."""
         new = self._resolve_shape(shape)
         if not self.is_contiguous:
@@ -387,11 +387,11 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
             )
         return Tensor(self._alloc, new, self.dtype, None, self.offset)
 
-    def view(self, shape: Any) -> Tensor:
+    def view(self, shape: ShapeLike) -> Tensor:
         """Alias of :meth:`reshape`: a zero-copy view in another shape."""
         return self.reshape(shape)
 
-    def reinterpret(self, dtype: Any, shape: Any = None) -> Tensor:
+    def reinterpret(self, dtype: DTypeLike, shape: ShapeLike | None = None) -> Tensor:
         """The same bytes seen as ``dtype`` (and ``shape``); sizes and alignment are checked.
 
         >>> bits = t.reinterpret("uint32")      # float32 -> its bit patterns
@@ -425,7 +425,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
             )
         return Tensor(self._alloc, new, dt, None, byte_offset // dt.itemsize)
 
-    def transpose(self, *axes: Any) -> Tensor:
+    def transpose(self, *axes: int | Sequence[int]) -> Tensor:
         """The axes permuted, zero-copy: reversed without arguments (numpy's rules).
 
         >>> t.transpose().shape, t.transpose(1, 0, 2).shape, t.transpose((2, 0, 1)).shape
@@ -547,14 +547,14 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         start, stop, step = slice(lo, hi, int(step)).indices(dim)
         return start, len(range(start, stop, step)), step
 
-    def partition(self, tile_shape: Any) -> Partition:
+    def partition(self, tile_shape: ShapeLike) -> Partition:
         """Split into tiles of ``tile_shape`` for a kernel launch (one tile per block).
 
         >>> out = cuasync.zeros((64, 64)).sync().partition((16, 16))   # grid (4, 4)
         """
         return methods.partition(self, tile_shape)
 
-    def partition_prefix(self, tile_shape: Any) -> Partition:
+    def partition_prefix(self, tile_shape: ShapeLike) -> Partition:
         """As :meth:`partition`, but a launch may cover a per-axis prefix of the tiles:
         an explicit grid of at most the tile grid on each axis (``partition`` wants it equal).
 
@@ -574,7 +574,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         return methods.device_pointer(self)
 
     # -- ops on the tensor (lazy) ---------------------------------------------------------
-    def astype(self, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+    def astype(self, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
         """An op producing a contiguous copy cast to ``dtype`` (:func:`cuasync.convert`):
         ``casting`` is numpy's ("no", "equiv", "safe", "same_kind", "unsafe"), or
         "checked" (:class:`~cuasync.errors.CastOverflowError` where a value does not fit).
@@ -618,7 +618,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         """
         return methods.to_device(self, device)
 
-    def to_device(self, device: int | Device, /, *, stream: Any = None) -> DeviceOp[Tensor]:
+    def to_device(self, device: int | Device, /, *, stream: object = None) -> DeviceOp[Tensor]:
         """The array API's name of :meth:`to`: an op copying the tensor to ``device``
         (``stream`` must be None: the copy runs on a stream of ``device``'s policy).
 

@@ -73,7 +73,7 @@ def _device(device: int | Device | None) -> Device:
     return get_default_device() if device is None else Device(_check_ordinal(device, "device"))
 
 
-def wait(x: Any, *, device: int | Device | None = None) -> DeviceOp[None]:
+def wait(x: Stream | Event | int | object, *, device: int | Device | None = None) -> DeviceOp[None]:
     """An op that completes when the work enqueued on ``x`` so far is done.
 
     ``x`` is a cuasync :class:`Stream` or :class:`Event`, an object with

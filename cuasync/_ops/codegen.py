@@ -95,8 +95,13 @@ def _dtype_of(plan: Plan) -> str:
 
 def _convert_from(expr: str, src: str, to: str) -> str:
     """``expr``, a value of dtype ``src``, as one of ``to``; nothing to do where they are
-    the same dtype (a float16 or bfloat16 value is exact already: no rounding again)."""
-    return expr if src == to else _round(expr, to)
+    the same dtype (a float16 or bfloat16 value is exact already: no rounding again). A
+    complex value as a bool is its truth (numpy's logical functions loop in bool)."""
+    if src == to:
+        return expr
+    if to == "bool" and (src in _TO_COMPLEX or src == "complex"):  # (a weak complex too)
+        return f"ca_znonzero({expr})"
+    return _round(expr, to)
 
 
 def _round(expr: str, dt: str) -> str:
@@ -116,7 +121,13 @@ def _round(expr: str, dt: str) -> str:
 _TO_COMPLEX = {"complex64": "ca_zc64", "complex128": "ca_zc128"}
 
 #: Complex arithmetic (kernels/elementwise.cuh, templated on float2 / double2).
-_ZARITH = {"add": "ca_zadd", "subtract": "ca_zsub", "multiply": "ca_zmul", "divide": "ca_zdiv"}
+_ZARITH = {
+    "add": "ca_zadd",
+    "subtract": "ca_zsub",
+    "multiply": "ca_zmul",
+    "divide": "ca_zdiv",
+    "power": "ca_zpow",
+}
 
 #: Complex unary functions: the name in elementwise.cuh.
 _ZUNARY = {
@@ -147,6 +158,9 @@ _ZUNARY = {
     "sin": "ca_zsin",
     "cos": "ca_zcos",
     "tan": "ca_ztan",
+    "expm1": "ca_zexpm1",
+    "log1p": "ca_zlog1p",
+    "sign": "ca_zsign",
 }
 
 #: Bitwise and logical binary ops: (integers, bools). A bool is 0 or 1: ``!=`` is xor.
@@ -173,6 +187,8 @@ def _binary(name: str, a: str, b: str, ins: tuple[str, ...], out: str) -> str:
     if kind == "c":  # (numpy's loops take two operands of one complex dtype)
         if name in ("equal", "not_equal"):
             return f"({'' if name == 'equal' else '!'}ca_zeq({a}, {b}))"
+        if name in _LOGICAL:
+            return f"(ca_znonzero({a}) {_LOGICAL[name]} ca_znonzero({b}))"
         return f"{_ZARITH[name]}({a}, {b})"
     if name in _CMP:
         sym = _CMP[name]
@@ -237,6 +253,10 @@ def _unary(name: str, a: str, dt: str) -> str:
     if kind == "c":
         if name in ("real", "imag"):
             return f"({a}).{'x' if name == 'real' else 'y'}"
+        if name == "logical_not":
+            return f"(!ca_znonzero({a}))"
+        if name == "rsqrt":
+            return f"ca_zrecip(ca_zsqrt({a}))"
         return f"{_ZUNARY[name]}({a})"
     if name in ("real", "conj"):
         return a

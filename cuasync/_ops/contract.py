@@ -35,6 +35,15 @@ from .elementwise import check_out
 from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
 from .tensorop import TensorOp, tensor_op
 
+#: An axis, or a sequence of axes (numpy's integers too).
+AxesLike = int | np.integer[Any] | Sequence[int | np.integer[Any]]
+#: ``(a's axes, b's axes)``: ``dot_general``'s ``contracting`` and ``batch``.
+AxesPair = Sequence[AxesLike]
+#: ``tensordot``'s ``axes``: a count of axes, or ``(a's axes, b's axes)``.
+TensordotAxes = int | np.integer[Any] | AxesPair
+#: ``alpha`` and ``beta``: a Python or numpy number.
+Scale = float | complex | np.number[Any]
+
 __all__ = ["dot_general", "matmul", "tensordot"]
 
 #: The dtypes contractions take (integers wrap around, as numpy's).
@@ -235,8 +244,8 @@ def matmul(
     b: Operand,
     *,
     out: Tensor | None = None,
-    alpha: Any = 1.0,
-    beta: Any = 0.0,
+    alpha: Scale = 1.0,
+    beta: Scale = 0.0,
     precision: str = "highest",
 ) -> TensorOp:
     """The matrix product with numpy's rules (``a @ b``): batch axes broadcast, a 1-D
@@ -302,11 +311,11 @@ def dot_general(
     a: Operand,
     b: Operand,
     *,
-    contracting: Any,
-    batch: Any = ((), ()),
+    contracting: AxesPair,
+    batch: AxesPair = ((), ()),
     out: Tensor | None = None,
-    alpha: Any = 1.0,
-    beta: Any = 0.0,
+    alpha: Scale = 1.0,
+    beta: Scale = 0.0,
     precision: str = "highest",
 ) -> TensorOp:
     """Contract the axes ``contracting[0]`` of ``a`` with ``contracting[1]`` of ``b``,
@@ -332,11 +341,11 @@ def dot_general(
 def tensordot(
     a: Operand,
     b: Operand,
-    axes: Any = 2,
+    axes: TensordotAxes = 2,
     *,
     out: Tensor | None = None,
-    alpha: Any = 1.0,
-    beta: Any = 0.0,
+    alpha: Scale = 1.0,
+    beta: Scale = 0.0,
     precision: str = "highest",
 ) -> TensorOp:
     """``numpy.tensordot``: ``axes=N`` contracts the last N axes of ``a`` with the first

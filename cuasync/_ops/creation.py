@@ -27,6 +27,7 @@ from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import (
+    DEFAULT_COMPLEX,
     DEFAULT_FLOAT,
     SUPPORTED,
     DTypeLike,
@@ -46,6 +47,7 @@ from .._transfers.copies import _device_arg
 from .._transfers.device_copy import copy_kernel, copy_strided, kernel_copy, new_tensor
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
+from .elementwise import where
 from .tensorop import ShapeLike, TensorOp, tensor_op
 
 __all__ = [
@@ -597,8 +599,8 @@ def arange(
 
 @_renamed("n", "num", position=2)
 def linspace(
-    start: float | np.integer[Any] | np.floating[Any],
-    stop: float | np.integer[Any] | np.floating[Any],
+    start: complex | np.number[Any],
+    stop: complex | np.number[Any],
     num: int | np.integer[Any],
     dtype: DTypeLike = None,
     *,
@@ -611,14 +613,21 @@ def linspace(
     endpoint=True)``; ``dtype`` None is float32, the default float dtype.
 
     Same values as ``numpy.linspace(start, stop, num, endpoint, dtype=dtype)`` (computed
-    in float64, floored for integer dtypes). ``start`` and ``stop`` are finite real
-    numbers that fit in ``dtype`` (complex ones are not built).
+    in float64, floored for integer dtypes). ``start`` and ``stop`` are finite numbers
+    that fit in ``dtype``; a complex one makes the result complex (``dtype`` None:
+    complex64, the default complex dtype; a real ``dtype`` raises ``DTypeError``), with
+    numpy's complex128 steps rounded once.
 
     >>> t = await cuasync.linspace(0.0, 1.0, 5)                   # 0, .25, .5, .75, 1
     >>> h = await cuasync.linspace(0.0, 1.0, 4, endpoint=False)   # 0, .25, .5, .75
+    >>> z = await cuasync.linspace(0, 1 + 2j, 3)                  # 0, .5+1j, 1+2j
     """
     if not isinstance(endpoint, (bool, np.bool_)):
         raise ArgumentError(f"linspace: endpoint must be a bool, got {endpoint!r}"[:200])
+    if isinstance(start, (complex, np.complexfloating)) or isinstance(
+        stop, (complex, np.complexfloating)
+    ):
+        return _complex_linspace(start, stop, _count(num, "num"), dtype, device, bool(endpoint))
     a = _real(start, "start")
     b = _real(stop, "stop")
     k = _count(num, "num")
@@ -626,6 +635,49 @@ def linspace(
     for value, argument in ((a, "start"), (b, "stop")):
         _representable(math.floor(value) if dtype_info(dt).kind in "iu" else value, dt, argument)
     return _ramp_op(k, dt, a, b, _device_arg(device), "linspace", bool(endpoint))
+
+
+def _complex_linspace(
+    start: Any, stop: Any, k: int, dtype: DTypeLike, device: Any, endpoint: bool
+) -> TensorOp:
+    """numpy's complex ``linspace``, its steps as numpy takes them: ``arange(num) * step +
+    start`` in complex128, or complex64 for a numpy complex64 endpoint (``step = (stop -
+    start) / div``, computed by numpy on the
+    host; ``arange(num) / div * delta`` where the step underflows to 0), the last element
+    ``stop`` with the endpoint, rounded once to ``dtype``."""
+    parts = []
+    for value, argument in ((start, "start"), (stop, "stop")):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, complex, np.number)
+        ):
+            raise ArgumentError(f"{argument} must be a number, got {type(value).__name__}")
+        z = complex(value)
+        if not (math.isfinite(z.real) and math.isfinite(z.imag)):
+            raise ArgumentError(f"{argument} must be finite, got {value!r}")
+        parts.append(value)
+    # numpy's: complex128 for Python numbers, a numpy complex64 endpoint keeps complex64
+    ct = np.result_type(*parts, 1.0)
+    parts = [ct.type(p) for p in parts]
+    dt = as_dtype(DEFAULT_COMPLEX if dtype is None else dtype)
+    if dtype_info(dt).kind != "c":
+        raise DTypeError(
+            f"linspace: start={start!r} or stop={stop!r} is complex but dtype is "
+            f"{dtype_name(dt)}; pass a complex dtype (or real endpoints)"
+        )
+    a, b = parts
+    delta, div = b - a, k - 1 if endpoint else k
+    i = arange(k, dtype=ct, device=device)
+    with np.errstate(all="ignore"):  # (numpy's own steps, its own warnings aside)
+        step = delta / div if div > 0 else None
+    if step is None:
+        y = i * complex(delta) + complex(a)
+    elif step == 0:
+        y = i / div * complex(delta) + complex(a)
+    else:
+        y = i * complex(step) + complex(a)
+    if endpoint and k > 1:  # (i is taken over by y: its own arange to compare)
+        y = where(arange(k, dtype=ct, device=device) == div, complex(b), y)
+    return y if dt == ct else y.astype(dt)
 
 
 #: ``convert``'s ``casting`` values: numpy's names, and "checked".

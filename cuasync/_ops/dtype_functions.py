@@ -20,16 +20,23 @@ dtype('int16')
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .._core.device import Device
-from .._dtypes import DTYPES, SUPPORTED, as_dtype, dtype_name, load_ml_dtypes
+from .._dtypes import DTYPES, SUPPORTED, DTypeLike, as_dtype, dtype_name, load_ml_dtypes
 from .._tensor import Tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError
 from .expr import Node, _resolve
 from .tensorop import TensorOp
+
+#: A dtype, or what has one (a tensor, a TensorOp): ``finfo``, ``iinfo``, ``can_cast``.
+DTypeOrArray = DTypeLike | Tensor | TensorOp
+#: ``isdtype``'s ``kind``: a dtype, a kind name ("integral", ...), or a tuple of those.
+DTypeKind = DTypeLike | tuple[DTypeLike, ...]
+#: ``result_type``'s operands: dtypes, tensors and TensorOps, Python scalars (weak).
+PromotionOperand = DTypeOrArray | bool | int | float | complex
 
 __all__ = [
     "astype",
@@ -87,14 +94,14 @@ class iinfo_object:
     dtype: np.dtype[Any]
 
 
-def _dtype_of(value: Any, argument: str) -> np.dtype[Any]:
+def _dtype_of(value: DTypeOrArray, argument: str) -> np.dtype[Any]:
     """The dtype of a dtype, a dtype name, a Tensor or a TensorOp."""
     if isinstance(value, (Tensor, TensorOp)):
         return value.dtype
     return as_dtype(value, argument)
 
 
-def finfo(type: Any, /) -> finfo_object:
+def finfo(type: DTypeOrArray, /) -> finfo_object:
     """The limits of a floating-point dtype (``type``: a dtype, its name, or a tensor).
 
     >>> f = cuasync.finfo(x)                    # x: float32
@@ -127,7 +134,7 @@ def finfo(type: Any, /) -> finfo_object:
     )
 
 
-def iinfo(type: Any, /) -> iinfo_object:
+def iinfo(type: DTypeOrArray, /) -> iinfo_object:
     """The range of an integer dtype (``type``: a dtype, its name, or a tensor).
 
     >>> cuasync.iinfo(cuasync.int8).min
@@ -143,7 +150,7 @@ def iinfo(type: Any, /) -> iinfo_object:
     return iinfo_object(bits=int(info.bits), max=int(info.max), min=int(info.min), dtype=dt)
 
 
-def isdtype(dtype: Any, kind: Any) -> bool:
+def isdtype(dtype: DTypeLike, kind: DTypeKind) -> bool:
     """Whether ``dtype`` is of ``kind``: a dtype, one of the array API's kind names
     ("bool", "signed integer", "unsigned integer", "integral", "real floating",
     "complex floating", "numeric"), or a tuple of those (any of them). float16 and
@@ -165,16 +172,17 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     return dt == as_dtype(kind, "kind")
 
 
-def _node(value: Any, argument: str) -> Node:
+def _node(value: PromotionOperand, argument: str) -> Node:
     """What promotion sees of an operand: a dtype, or a Python scalar (weak)."""
     if type(value) in (int, float, complex):
         return Node("scalar", argument, (), None, value)
     if isinstance(value, bool):
         return Node("scalar", argument, (), np.dtype(bool), np.bool_(value))
-    return Node("tensor", argument, (), _dtype_of(value, argument))
+    # (a numpy scalar, a float subclass, is not weak: its dtype, through as_dtype)
+    return Node("tensor", argument, (), _dtype_of(cast(DTypeOrArray, value), argument))
 
 
-def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
+def result_type(*arrays_and_dtypes: PromotionOperand) -> np.dtype[Any]:
     """The dtype elementwise arithmetic on these operands gives: tensors, TensorOps,
     dtypes, and Python scalars (weak: ``result_type(int8, 1)`` is int8). At least one
     must not be a Python scalar.
@@ -197,7 +205,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
     return acc.dtype
 
 
-def can_cast(from_: Any, to: Any, /) -> bool:
+def can_cast(from_: DTypeOrArray, to: DTypeLike, /) -> bool:
     """Whether promotion keeps ``to`` for ``from_`` (a dtype or tensor) and ``to``: a
     cast that loses nothing (``int8`` to ``int16``, ``float32`` to ``complex64``).
 
@@ -212,7 +220,12 @@ def can_cast(from_: Any, to: Any, /) -> bool:
 
 
 def astype(
-    x: Tensor | TensorOp, dtype: Any, /, *, copy: bool = True, device: Device | None = None
+    x: Tensor | TensorOp,
+    dtype: DTypeLike,
+    /,
+    *,
+    copy: bool = True,
+    device: Device | None = None,
 ) -> TensorOp:
     """An op producing ``x`` cast to ``dtype``, a new tensor (the array API's function
     form of :meth:`Tensor.astype`; ``copy=False`` copies too: results are always new

@@ -435,10 +435,13 @@ def clip(
     if not bounds:  # nothing to clip: x's values, still a new tensor (or out=)
         return where(True, x, x, out=out)
     probe: Any = x
-    if lo is not None:
-        probe = _preview("maximum", {"x": probe, "lo": lo})
-    if hi is not None:
-        probe = _preview("minimum", {"x": probe, "hi": hi})
+    try:
+        if lo is not None:
+            probe = _preview("maximum", {"x": probe, "lo": lo})
+        if hi is not None:
+            probe = _preview("minimum", {"x": probe, "hi": hi})
+    except DTypeError as exc:  # (complex operands: no order, so no clip either)
+        raise DTypeError(f"clip(x, lo, hi) is minimum(maximum(x, lo), hi): {exc}") from None
     if out is not None:
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
     if lo is None or hi is None:  # one bound

@@ -109,14 +109,15 @@ UFUNCS: dict[str, Any] = {
     "logical_xor": np.logical_xor,
 }
 
-#: The ops complex operands take (the array API's: no ordering, no rounding functions;
-#: ``expm1``, ``power``, ... are not built for complex yet).
+#: The ops complex operands take: every one the array API defines for complex, and
+#: numpy's ``angle``, ``rsqrt`` and truth values (``logical_*``).
 COMPLEX_OPS = frozenset(
     (
         "add",
         "subtract",
         "multiply",
         "divide",
+        "power",
         "equal",
         "not_equal",
         "negative",
@@ -141,9 +142,19 @@ COMPLEX_OPS = frozenset(
         # numpy's branch cuts (kernels/elementwise.cuh: Kahan's formulas, in double)
         *("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tanh"),
         *("sin", "cos", "tan"),
+        *("expm1", "log1p", "sign", "rsqrt"),
+        *("logical_and", "logical_or", "logical_xor", "logical_not"),
     )
 )
 _ORDERING = frozenset(("less", "less_equal", "greater", "greater_equal", "maximum", "minimum"))
+#: The ops the array API defines for real operands only (besides the ordering ones), as
+#: numpy: complex operands raise saying so, where numpy's loop resolution fails.
+_REAL_ONLY = frozenset(
+    (
+        *("ceil", "floor", "trunc", "signbit", "remainder", "floor_divide"),
+        *("atan2", "copysign", "hypot", "logaddexp", "nextafter"),
+    )
+)
 #: The ops that are not numpy ufuncs: their dtypes are resolved here (:func:`_parts`).
 _PART_OPS = frozenset(("real", "imag", "angle"))
 
@@ -295,6 +306,8 @@ def _resolve(op: str, children: list[Node]) -> tuple[tuple[np.dtype[Any], ...], 
     try:
         loop = UFUNCS[op].resolve_dtypes((*keys[1:], None))
     except TypeError as exc:
+        if op in _REAL_ONLY and any(_is_complex(c) for c in children):
+            _refuse_complex(op, children)  # (saying why, not numpy's loop message)
         listing = ", ".join(
             f"{c.name}: {dtype_name(c.dtype) if c.dtype is not None else type(c.value).__name__}"
             for c in children
@@ -362,6 +375,11 @@ def op_node(op: str, children: list[Node]) -> Node:
     return Node("op", op, shape, out, None, fitted, ins, device)
 
 
+def _is_complex(c: Node) -> bool:
+    """Whether ``c`` is a complex operand: a complex dtype, or a Python complex."""
+    return c.dtype.kind == "c" if c.dtype is not None else isinstance(c.value, complex)
+
+
 def _refuse_complex(op: str, children: list[Node]) -> None:
     listing = ", ".join(
         f"{c.name}: {dtype_name(c.dtype) if c.dtype is not None else type(c.value).__name__}"
@@ -372,6 +390,12 @@ def _refuse_complex(op: str, children: list[Node]) -> None:
             f"{op} is not defined for complex operands ({listing}): complex numbers have no "
             "order (the array API's rule; numpy orders them lexicographically). Compare "
             "cuasync.real(x) and cuasync.imag(x), or cuasync.abs(x), instead"
+        )
+    if op in _REAL_ONLY:
+        raise DTypeError(
+            f"{op} is not defined for complex operands ({listing}): the array API defines "
+            f"it for real numbers only (as numpy). Apply it to cuasync.real(x) and "
+            "cuasync.imag(x) separately where that is what you mean"
         )
     raise DTypeError(
         f"{op} does not take complex operands yet ({listing}); complex elementwise ops: "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,16 @@ from .creation import _bits, _enqueue_fill, _fill_kernel, _representable
 from .elementwise import check_out
 from .expr import Node
 from .joins import _copy_into
+from .tensorop import Operand as ValueOperand  # (Operand here: the checks' view, below)
 from .tensorop import TensorOp
 from .views import _axis, broadcast_to
+
+#: An int, numpy's integers too.
+IntLike = int | np.integer[Any]
+#: ``dynamic_slice``'s starts: one int per axis, or an int32/int64 device tensor.
+StartIndices = Sequence[IntLike] | Tensor | TensorOp
+#: numpy's ``pad_width``: ``n``, ``(n,)``, ``(before, after)`` or a pair per axis.
+PadWidth = IntLike | Sequence[IntLike] | Sequence[Sequence[IntLike]]
 
 __all__ = [
     "dynamic_slice",
@@ -506,7 +514,7 @@ def scatter_kernel(dtype: Any, index: str, mode: str) -> Kernel:
 def scatter(
     x: Tensor | TensorOp,
     indices: Tensor | TensorOp,
-    updates: Any,
+    updates: ValueOperand,
     axis: int | None = -1,
     *,
     mode: str = "set",
@@ -689,7 +697,11 @@ def _launch_window(
 
 
 def dynamic_slice(
-    x: Tensor | TensorOp, start_indices: Any, sizes: Any, *, out: Tensor | None = None
+    x: Tensor | TensorOp,
+    start_indices: StartIndices,
+    sizes: Sequence[IntLike],
+    *,
+    out: Tensor | None = None,
 ) -> TensorOp:
     """The window of ``x`` of shape ``sizes`` starting at ``start_indices``: XLA's
     ``DynamicSlice``.
@@ -755,7 +767,7 @@ def _sizes(sizes: Any, x: Operand, name: str) -> Shape:
 def dynamic_update_slice(
     x: Tensor | TensorOp,
     update: Tensor | TensorOp,
-    start_indices: Any,
+    start_indices: StartIndices,
     *,
     out: Tensor | None = None,
 ) -> TensorOp:
@@ -836,10 +848,10 @@ def _pad_width(pad_width: Any, ndim: int, name: str) -> tuple[tuple[int, int], .
 
 def pad(
     x: Tensor | TensorOp,
-    pad_width: Any,
+    pad_width: PadWidth,
     mode: str = "constant",
     *,
-    constant_values: Any = 0,
+    constant_values: complex | np.number[Any] | np.bool_ = 0,
     out: Tensor | None = None,
 ) -> TensorOp:
     """``x`` with ``pad_width`` elements added before and after each axis: numpy's

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._axes import normalize_axis
+from .._axes import Axes, normalize_axis
+from .._dtypes import DTypeLike
 from ..errors import ShapeError
 
 if TYPE_CHECKING:
@@ -44,35 +45,41 @@ class ArrayMethods:
 
     __slots__ = ()
 
-    def sum(self, axis: Any = None, dtype: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def sum(
+        self, axis: Axes = None, dtype: DTypeLike = None, *, keepdims: bool = False
+    ) -> TensorOp:
         """:func:`cuasync.sum` of this tensor.
 
         >>> s = await x.sum(axis=-1)
         """
         return _fn("sum")(self, axis, dtype=dtype, keepdims=keepdims)
 
-    def prod(self, axis: Any = None, dtype: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def prod(
+        self, axis: Axes = None, dtype: DTypeLike = None, *, keepdims: bool = False
+    ) -> TensorOp:
         """:func:`cuasync.prod` of this tensor.
 
         >>> p = await x.prod(axis=0)
         """
         return _fn("prod")(self, axis, dtype=dtype, keepdims=keepdims)
 
-    def mean(self, axis: Any = None, dtype: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def mean(
+        self, axis: Axes = None, dtype: DTypeLike = None, *, keepdims: bool = False
+    ) -> TensorOp:
         """:func:`cuasync.mean` of this tensor.
 
         >>> m = await x.mean(axis=(0, 1))
         """
         return _fn("mean")(self, axis, dtype=dtype, keepdims=keepdims)
 
-    def max(self, axis: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def max(self, axis: Axes = None, *, keepdims: bool = False) -> TensorOp:
         """:func:`cuasync.max` of this tensor.
 
         >>> hi = await x.max(axis=1)
         """
         return _fn("max")(self, axis, keepdims=keepdims)
 
-    def min(self, axis: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def min(self, axis: Axes = None, *, keepdims: bool = False) -> TensorOp:
         """:func:`cuasync.min` of this tensor.
 
         >>> lo = await x.min()
@@ -95,7 +102,7 @@ class ArrayMethods:
 
     def var(
         self,
-        axis: Any = None,
+        axis: Axes = None,
         ddof: float = 0,
         *,
         keepdims: bool = False,
@@ -110,7 +117,7 @@ class ArrayMethods:
 
     def std(
         self,
-        axis: Any = None,
+        axis: Axes = None,
         ddof: float = 0,
         *,
         keepdims: bool = False,
@@ -123,28 +130,28 @@ class ArrayMethods:
         c = ddof if correction is None else correction
         return _fn("std")(self, axis=axis, correction=c, keepdims=keepdims)
 
-    def all(self, axis: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def all(self, axis: Axes = None, *, keepdims: bool = False) -> TensorOp:
         """:func:`cuasync.all` of this tensor: whether every element is nonzero.
 
         >>> ok = await (x > 0).all()
         """
         return _fn("all")(self, axis=axis, keepdims=keepdims)
 
-    def any(self, axis: Any = None, *, keepdims: bool = False) -> TensorOp:
+    def any(self, axis: Axes = None, *, keepdims: bool = False) -> TensorOp:
         """:func:`cuasync.any` of this tensor: whether some element is nonzero.
 
         >>> hit = await (x > 3).any(axis=0)
         """
         return _fn("any")(self, axis=axis, keepdims=keepdims)
 
-    def cumsum(self, axis: int | None = None, dtype: Any = None) -> TensorOp:
+    def cumsum(self, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
         """:func:`cuasync.cumsum` of this tensor (None: flattened, numpy's).
 
         >>> c = await x.cumsum(axis=1)
         """
         return _fn("cumsum")(self, axis, dtype)
 
-    def cumprod(self, axis: int | None = None, dtype: Any = None) -> TensorOp:
+    def cumprod(self, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
         """:func:`cuasync.cumprod` of this tensor (None: flattened, numpy's).
 
         >>> p = await x.cumprod(axis=0)
@@ -176,7 +183,7 @@ class ArrayMethods:
         """
         return self.flatten()
 
-    def squeeze(self: _S, axis: Any = None) -> _S:
+    def squeeze(self: _S, axis: Axes = None) -> _S:
         """:func:`cuasync.squeeze`: without length-1 axes (all, or those of ``axis``); a
         tensor gives a view, a ``TensorOp`` an op whose output is reshaped.
 

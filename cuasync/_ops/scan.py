@@ -6,8 +6,9 @@ scanned axis walks the row in tiles of ``blockDim.x`` elements; each tile is sca
 shared memory (Hillis-Steele, a fixed order: results are deterministic), and the running
 total of the tiles before it (the carry) is added. Small integers accumulate in int64
 (uint64 when unsigned) as ``sum`` does, float16 and bfloat16 in float32 (each output
-rounded once); integers wrap around as numpy's. Float results differ from numpy's
-sequential sums by rounding only (the tile scan adds in another order).
+rounded once); integers wrap around as numpy's; complex ones add and multiply as the
+elementwise kernels do. Float results differ from numpy's sequential sums by rounding
+only (the tile scan adds in another order).
 
 >>> c = await cuasync.cumulative_sum(x, axis=1)                  # same shape as x
 >>> c = await cuasync.cumulative_sum(x, axis=0, include_initial=True)  # one row more
@@ -28,12 +29,12 @@ from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import FirstUse, device_op
 from .._core.output import Output
-from .._dtypes import DTYPES, SUPPORTED, dtype_name
+from .._dtypes import DTYPES, SUPPORTED, DTypeLike, dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
-from ..errors import ArgumentError, DTypeError
+from ..errors import ArgumentError
 from . import methods
 from .codegen import _prelude, ctype, rounded
 from .reductions import _result_dtypes, check_dtype, normalize_axes
@@ -97,11 +98,6 @@ def on_tensor(
 def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bool) -> TensorOp:
     x = _operand(x, name)
     check_dtype(x.dtype, "x", name)
-    if x.dtype.kind == "c":
-        raise DTypeError(
-            f"{name}: x is {dtype_name(x.dtype)}; cumulative sums and products of complex "
-            "tensors are not built yet"
-        )
     if not isinstance(include_initial, (bool, np.bool_)):
         raise ArgumentError(
             f"{name}: include_initial must be a bool, got {include_initial!r}"[:200]
@@ -117,8 +113,6 @@ def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bo
         axis = 0
     (a,) = normalize_axes(axis, x.ndim, name, allow_tuple=False)
     res, acc = _result_dtypes(op, x.dtype, dtype, name)
-    if np.dtype(res).kind == "c":
-        raise DTypeError(f"{name}: dtype={res} is complex; complex scans are not built yet")
     shape = tuple(d + (1 if include_initial and j == a else 0) for j, d in enumerate(x.shape))
     spec = (op, dtype_name(x.dtype), acc, res)
 
@@ -190,7 +184,14 @@ def _launch(
 
 
 # -- the kernel ---------------------------------------------------------------------------
+#: A complex accumulator's conversion (elementwise.cuh; any value, real ones with 0j).
+_TO_COMPLEX = {"complex64": "ca_zc64", "complex128": "ca_zc128"}
+
+
 def _load(dt: str, v: str, acc: str) -> str:
+    if acc in _TO_COMPLEX:
+        narrow = dt in ("float16", "bfloat16")
+        return f"{_TO_COMPLEX[acc]}({_load(dt, v, 'float64') if narrow else v})"
     if dt == "float16":
         return f"({ctype(acc)})ca_half_to_double({v})"
     if dt == "bfloat16":
@@ -207,6 +208,11 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
     if DTYPES[acc].kind in "iu":  # wrap around as numpy does (signed overflow is UB in C++)
         comb = f"({c})((ca_u64)(a) {sym} (ca_u64)(b))"
     ident = f"(({c}){1 if op == 'prod' else 0})"
+    store: Callable[[str, str], str] = rounded
+    if acc in _TO_COMPLEX:  # numpy's complex arithmetic (elementwise.cuh), no FMA
+        comb = f"{'ca_zmul' if op == 'prod' else 'ca_zadd'}(a, b)"
+        ident = f"{_TO_COMPLEX[acc]}({1 if op == 'prod' else 0})"
+        store = _complex_store
     params = [
         f"{DTYPES[out].storage}* out", f"const {DTYPES[dt].storage}* x",
         "long long M", "long long K",
@@ -227,7 +233,7 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
             "    for (long long m = blockIdx.x; m < M; m += gridDim.x) {",
             "        long long r = m, c, xo = 0, oo = 0;",
             *rows,
-            f"        if (initial && tid == 0) out[oo] = {rounded(out, ident)};",
+            f"        if (initial && tid == 0) out[oo] = {store(out, ident)};",
             "        if (initial) oo += ok;",
             f"        {c} carry = {ident};",
             "        for (long long t0 = 0; t0 < K; t0 += bs) {",
@@ -241,7 +247,7 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
             "                __syncthreads();",
             "            }",
             "            if (k < K)",
-            f"                out[oo + k * ok] = {rounded(out, 'ca_scan_comb(carry, buf[tid])')};",
+            f"                out[oo + k * ok] = {store(out, 'ca_scan_comb(carry, buf[tid])')};",
             "            carry = ca_scan_comb(carry, buf[bs - 1]);",
             "            __syncthreads();",
             "        }",
@@ -249,6 +255,11 @@ def body(op: str, dt: str, acc: str, out: str, nk: int) -> str:
             "}",
         ]
     )
+
+
+def _complex_store(out: str, value: str) -> str:
+    """``value`` (complex) as the complex ``out`` stores it."""
+    return f"{_TO_COMPLEX[out]}({value})"
 
 
 def source(op: str, dt: str, acc: str, out: str, nk: int) -> str:
@@ -295,7 +306,7 @@ def cumulative_sum(
     /,
     *,
     axis: int | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike = None,
     include_initial: bool = False,
 ) -> TensorOp:
     """The running sum along ``axis`` (optional for a 1-d ``x``), as the array API
@@ -312,7 +323,7 @@ def cumulative_prod(
     /,
     *,
     axis: int | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike = None,
     include_initial: bool = False,
 ) -> TensorOp:
     """The running product along ``axis`` (optional for a 1-d ``x``); integers wrap
@@ -323,7 +334,7 @@ def cumulative_prod(
     return _scan("cumulative_prod", "prod", x, axis, dtype, include_initial)
 
 
-def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> TensorOp:
+def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
     """numpy's ``cumsum``: along ``axis``, or over ``a`` flattened (C order) when it is None.
 
     >>> c = await cuasync.cumsum(x)              # 1-d, x.size elements
@@ -335,7 +346,7 @@ def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> 
     return _scan("cumsum", "sum", a, axis, dtype, False)
 
 
-def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: Any = None) -> TensorOp:
+def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = None) -> TensorOp:
     """numpy's ``cumprod``: along ``axis``, or over ``a`` flattened when it is None.
 
     >>> p = await cuasync.cumprod(x, axis=1)

@@ -168,7 +168,11 @@ def where(
     condition: Operand, x1: Operand, x2: Operand, *, out: Tensor | None = None
 ) -> TensorOp: ...
 def where(
-    condition: Any, x1: Any = None, x2: Any = None, *, out: Tensor | None = None
+    condition: Operand,
+    x1: Operand | None = None,
+    x2: Operand | None = None,
+    *,
+    out: Tensor | None = None,
 ) -> TensorOp | Coroutine[Any, Any, tuple[Tensor, ...]]:
     """``x1`` where ``condition`` is true (non-zero), else ``x2``: an elementwise op (one
     kernel, fused; dtype ``result_type(x1, x2)``). With ``condition`` alone, numpy's

@@ -22,7 +22,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
@@ -299,7 +299,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             return (*first_uses(pending, device), *unprepared([lay.kernel], device))
         return unprepared([lay.kernel], device)
 
-    def reshape(self, shape: Any) -> TensorOp:
+    def reshape(self, shape: ShapeLike) -> TensorOp:
         """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).
 
         The shape is checked now; the view is taken when the op runs.
@@ -319,7 +319,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
         return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
 
-    def astype(self, dtype: Any, *, casting: str = "unsafe") -> TensorOp:
+    def astype(self, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
         """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`,
         whose ``casting`` this takes).
 
@@ -423,5 +423,10 @@ def leaf(value: Any, argument: str) -> Node:
 Operand = Tensor | TensorOp | complex | np.number[Any] | np.bool_
 
 #: A shape as the creation functions take one: an int or a sequence of ints (numpy's
-#: integers too).
-ShapeLike = int | np.integer[Any] | Sequence[int | np.integer[Any]]
+#: integers too), or a numpy array of integers.
+ShapeLike = (
+    int
+    | np.integer[Any]
+    | Sequence[int | np.integer[Any]]
+    | np.ndarray[Any, np.dtype[np.integer[Any]]]
+)

@@ -10,17 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._backends import get_backend
 from .._core.context import ExecutionContext
 from .._core.device import Device, _check_ordinal, get_default_device
 from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
-from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, as_dtype, dtype_name
+from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, DTypeLike, as_dtype, dtype_name
 from .._first_use import launching
 from .._native import UploadWorkCore
 from .._ops.expr import Node
-from .._ops.tensorop import TensorOp, tensor_op
+from .._ops.tensorop import ShapeLike, TensorOp, tensor_op
 from .._ops.views import flip
 from .._small_upload import HostUploadOp
 from .._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
@@ -56,7 +57,7 @@ def _check_tensor(t: Any, argument: str) -> Tensor:
     return t
 
 
-def from_host(array: Any, *, device: int | Device | None = None) -> TensorOp:
+def from_host(array: npt.ArrayLike, *, device: int | Device | None = None) -> TensorOp:
     """An op copying a numpy array (or anything ``np.asarray`` accepts) to a new tensor.
 
     The array is read while the op runs: arrays below 16 MiB during submission (on the
@@ -295,7 +296,9 @@ def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
     return flip(dst, back), flip(src, back)
 
 
-def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
+def empty(
+    shape: ShapeLike, dtype: DTypeLike = "float32", *, device: int | Device | None = None
+) -> TensorOp:
     """An op allocating an uninitialized tensor.
 
     >>> buf = await cuasync.empty((1024,), "uint8")
@@ -310,7 +313,9 @@ def empty(shape: Any, dtype: Any = "float32", *, device: int | Device | None = N
     return _tensor_op(device_op(enqueue, target, "empty"), dims, dt)
 
 
-def zeros(shape: Any, dtype: Any = "float32", *, device: int | Device | None = None) -> TensorOp:
+def zeros(
+    shape: ShapeLike, dtype: DTypeLike = "float32", *, device: int | Device | None = None
+) -> TensorOp:
     """An op allocating a tensor filled with zeros.
 
     >>> z = await cuasync.zeros((16, 16), "float16")

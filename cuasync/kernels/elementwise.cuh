@@ -175,20 +175,31 @@ __device__ __forceinline__ double ca_zabs(double2 a) { return hypot(a.x, a.y); }
 __device__ __forceinline__ float ca_zarg(float2 a) { return atan2f(a.y, a.x); }
 __device__ __forceinline__ double ca_zarg(double2 a) { return atan2(a.y, a.x); }
 
-// exp(a) = e^re (cos im, sin im); an imaginary part of 0 stays exactly 0 (numpy's cexp).
-__device__ __forceinline__ float2 ca_zexp(float2 a) {
-    float e = expf(a.x);
-    if (a.y == 0.0f) return make_float2(e, a.y);
-    float s, c;
-    sincosf(a.y, &s, &c);
-    return make_float2(e * c, e * s);
-}
-__device__ __forceinline__ double2 ca_zexp(double2 a) {
-    double e = exp(a.x);
-    if (a.y == 0.0) return make_double2(e, a.y);
-    double s, c;
-    sincos(a.y, &s, &c);
-    return make_double2(e * c, e * s);
+// exp(a) = e^re (cos im, sin im): an imaginary part of 0 stays exactly 0; a real part
+// past exp's range is taken in steps (e^x sin y may be finite where e^x is not, as
+// glibc's cexp); an infinite real part with a non-finite imaginary one gives C99's
+// values (+inf: inf + i NaN; -inf: 0 with the imaginary part's sign), as numpy's.
+__device__ __forceinline__ void ca_sincos(float y, float* s, float* c) { sincosf(y, s, c); }
+__device__ __forceinline__ void ca_sincos(double y, double* s, double* c) { sincos(y, s, c); }
+template <typename Z>
+__device__ __forceinline__ Z ca_zexp(Z a) {
+    typedef decltype(a.x) R;
+    R x = a.x;
+    if (a.y == 0) return ca_zmake(exp(x), a.y);
+    if (isinf(x) && !isfinite(a.y)) {
+        return x > 0 ? ca_zmake(x, a.y - a.y) : ca_zmake((R)0, copysign((R)0, a.y));
+    }
+    R s, c;
+    ca_sincos(a.y, &s, &c);
+    // the largest exponent times ln 2: e^t is finite
+    const R t = sizeof(R) == 4 ? (R)88.0296919311130543 : (R)709.089565712824051;
+    if (x > t && isfinite(x)) {
+        R et = exp(t);
+        x -= t, s *= et, c *= et;
+        if (x > t) x -= t, s *= et, c *= et;
+    }
+    R e = exp(x);
+    return ca_zmake(e * c, e * s);
 }
 // log(a) = (log |a|, arg a): the cut along the negative reals, -0 imaginary below it.
 template <typename Z>
@@ -203,7 +214,7 @@ __device__ __forceinline__ Z ca_zsqrt(Z a) {
     R re = a.x, im = a.y;
     if (re == 0 && im == 0) return ca_zmake((R)0, im);
     if (isinf(im)) return ca_zmake(fabs(im), im);
-    if (isnan(re)) return ca_zmake(re, im - im);
+    if (isnan(re)) return ca_zmake(re, re);  // NaN + i NaN for a finite im (C99's)
     if (isinf(re)) {
         if (re > 0) return ca_zmake(re, isnan(im) ? im : copysign((R)0, im));
         return ca_zmake(isnan(im) ? im : (R)0, copysign(-re, im));
@@ -488,3 +499,102 @@ CA_Z64_BY_DOUBLE(ca_zsin)
 CA_Z64_BY_DOUBLE(ca_zcos)
 CA_Z64_BY_DOUBLE(ca_ztan)
 #undef CA_Z64_BY_DOUBLE
+
+// -- complex expm1, log1p, sign, power and truth values (issue 34) ------------------------
+// numpy's formulas, computed in the operand's own precision as numpy's loops compute them
+// (so both round alike where a formula cancels): expm1(z) = (expm1(x) cos y - 2 sin^2(y/2),
+// e^x sin y); log1p(z) = (log |z + 1|, arg(z + 1)); sign(z) = z / |z|, 0 for 0, ±1 along
+// the one infinite part (NaN for two), as numpy's.
+template <typename Z>
+__device__ __forceinline__ Z ca_zexpm1(Z a) {
+    typedef decltype(a.x) R;
+    R h = sin(a.y / (R)2);
+    return ca_zmake(ca_rsub(ca_rmul(expm1(a.x), cos(a.y)), ca_rmul(ca_rmul((R)2, h), h)),
+                    ca_rmul(exp(a.x), sin(a.y)));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zlog1p(Z a) {
+    typedef decltype(a.x) R;
+    R re = ca_radd(a.x, (R)1);
+    return ca_zmake(log(hypot(re, a.y)), atan2(a.y, re));
+}
+template <typename Z>
+__device__ __forceinline__ Z ca_zsign(Z a) {
+    typedef decltype(a.x) R;
+    R m = hypot(a.x, a.y);
+    if (isnan(m)) return ca_zmake(m, m);
+    if (isinf(m)) {
+        if (isinf(a.x) && isinf(a.y)) return ca_zmake(m - m, m - m);
+        if (isinf(a.x)) return ca_zmake(copysign((R)1, a.x), (R)0);
+        return ca_zmake((R)0, copysign((R)1, a.y));
+    }
+    if (m == 0) return ca_zmake((R)0, (R)0);
+    return ca_zmake(a.x / m, a.y / m);
+}
+// a * b with C99's recovery of infinities (Annex G: a product NaN in both parts whose
+// operand has an infinite part is an infinity), as C compilers multiply complex numbers.
+template <typename Z>
+__device__ __forceinline__ Z ca_zmul_c99(Z p, Z q) {
+    typedef decltype(p.x) R;
+    R a = p.x, b = p.y, c = q.x, d = q.y;
+    R ac = ca_rmul(a, c), bd = ca_rmul(b, d), ad = ca_rmul(a, d), bc = ca_rmul(b, c);
+    R x = ca_rsub(ac, bd), y = ca_radd(ad, bc);
+    if (!isnan(x) || !isnan(y)) return ca_zmake(x, y);
+    bool again = false;
+    if (isinf(a) || isinf(b)) {  // p is infinite: box it, its partner's NaNs made 0
+        a = copysign(isinf(a) ? (R)1 : (R)0, a);
+        b = copysign(isinf(b) ? (R)1 : (R)0, b);
+        if (isnan(c)) c = copysign((R)0, c);
+        if (isnan(d)) d = copysign((R)0, d);
+        again = true;
+    }
+    if (isinf(c) || isinf(d)) {
+        c = copysign(isinf(c) ? (R)1 : (R)0, c);
+        d = copysign(isinf(d) ? (R)1 : (R)0, d);
+        if (isnan(a)) a = copysign((R)0, a);
+        if (isnan(b)) b = copysign((R)0, b);
+        again = true;
+    }
+    if (!again && (isinf(ac) || isinf(bd) || isinf(ad) || isinf(bc))) {  // overflowed
+        if (isnan(a)) a = copysign((R)0, a);
+        if (isnan(b)) b = copysign((R)0, b);
+        if (isnan(c)) c = copysign((R)0, c);
+        if (isnan(d)) d = copysign((R)0, d);
+        again = true;
+    }
+    if (!again) return ca_zmake(x, y);
+    const R inf = (R)__int_as_float(0x7f800000);
+    return ca_zmake(inf * ca_rsub(ca_rmul(a, c), ca_rmul(b, d)),
+                    inf * ca_radd(ca_rmul(a, d), ca_rmul(b, c)));
+}
+// a ** b as numpy's npy_cpow: 1 for b == 0; for a == 0, 0 where re(b) > 0 else NaN; an
+// integral real b in (-100, 100) by repeated squaring (1 / the power for a negative b);
+// otherwise exp(b log a).
+template <typename Z>
+__device__ __forceinline__ Z ca_zpow(Z a, Z b) {
+    typedef decltype(a.x) R;
+    if (b.x == 0 && b.y == 0) return ca_zmake((R)1, (R)0);
+    if (a.x == 0 && a.y == 0) {
+        if (b.x > 0) return ca_zmake((R)0, (R)0);
+        const R nan = (R)__int_as_float(0x7fc00000);
+        return ca_zmake(nan, nan);
+    }
+    if (b.y == 0 && fabs(b.x) < 100 && b.x == trunc(b.x)) {
+        int n = (int)b.x;
+        if (n == 1) return a;
+        if (n == 2) return ca_zmul(a, a);
+        if (n == 3) return ca_zmul(a, ca_zmul(a, a));
+        int m = n < 0 ? -n : n;
+        Z acc = ca_zmake((R)1, (R)0), p = a;
+        for (int mask = 1;; mask <<= 1) {
+            if (m & mask) acc = ca_zmul(acc, p);
+            if (m < (mask << 1)) break;
+            p = ca_zmul(p, p);
+        }
+        return n < 0 ? ca_zdiv(ca_zmake((R)1, (R)0), acc) : acc;
+    }
+    return ca_zexp(ca_zmul_c99(b, ca_zlog(a)));
+}
+// The truth value of a complex number (numpy's: either part nonzero; NaN is true).
+template <typename Z>
+__device__ __forceinline__ bool ca_znonzero(Z a) { return a.x != 0 || a.y != 0; }

@@ -355,7 +355,7 @@ def test_bad_dtypes_and_arguments() -> None:
     with pytest.raises(DTypeError, match="alpha=1j is complex"):
         cuasync.matmul(x, x.reshape((6, 4)), alpha=1j)
     with pytest.raises(ArgumentError, match="alpha must be a number"):
-        cuasync.matmul(x, x.reshape((6, 4)), alpha="2")
+        cuasync.matmul(x, x.reshape((6, 4)), alpha="2")  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(

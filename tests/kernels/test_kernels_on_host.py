@@ -34,6 +34,9 @@ SHIMS = r"""
 using std::cos; using std::fabs; using std::floor; using std::fmod; using std::log;
 using std::rint; using std::sin; using std::sqrt; using std::copysign;
 using std::isfinite; using std::isinf; using std::isnan;
+using std::atan; using std::atan2; using std::asinh; using std::cosh; using std::exp;
+using std::expm1; using std::fmax; using std::hypot; using std::log1p; using std::sinh;
+using std::tan; using std::tanh; using std::trunc;
 #define __device__
 #define __global__
 #define __forceinline__ inline
@@ -428,6 +431,135 @@ def test_generated_sign_gives_positive_zero_for_either_zero(tmp_path: Path) -> N
         got = np.array([fn(float(v)) for v in values], dt)
         want = np.array([0.0, 0.0, np.nan, -1.0, 1.0, -1.0, 1.0], dt)
         _same_bits(got, want, f"sign {dt}")
+
+
+#: The complex functions of the generated kernels (codegen's ``_ZUNARY`` and the binary
+#: ones), with numpy's; ``rsqrt`` is ``reciprocal(sqrt(x))``, as the emulator's twin.
+COMPLEX_UNARY = {
+    **{n: getattr(np, n) for n in ("negative", "conj", "exp", "log", "sqrt", "square")},
+    **{n: getattr(np, n) for n in ("isfinite", "isinf", "isnan", "log2", "log10", "sign")},
+    **{n: getattr(np, n) for n in ("cosh", "sinh", "tanh", "sin", "cos", "tan", "expm1")},
+    **{n: getattr(np, n) for n in ("reciprocal", "log1p", "logical_not")},
+    **{n: getattr(np, "arc" + n[1:]) for n in ("acos", "acosh", "asin", "asinh", "atan")},
+    "atanh": np.arctanh,
+    "abs": np.abs,
+    "angle": np.angle,
+    "round": np.rint,
+    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
+}
+COMPLEX_BINARY = {
+    **{n: getattr(np, n) for n in ("add", "subtract", "multiply", "divide", "power")},
+    **{n: getattr(np, n) for n in ("equal", "not_equal", "logical_and", "logical_or")},
+    "logical_xor": np.logical_xor,
+}
+
+
+def _complex_values(dtype: str) -> np.ndarray:
+    """Every pair of special and ordinary parts (zeros of both signs, ±1, infinities,
+    NaN, huge and tiny), then random values."""
+    parts = [-np.inf, -40.0, -3.0, -1.5, -1.0, -0.5, -1e-30, -0.0, 0.0, 1e-30, 0.5, 1.0]
+    parts += [1.5, 3.0, 40.0, 1e30, np.inf, np.nan]
+    re, im = np.meshgrid(parts, parts)
+    rng = np.random.default_rng(5)
+    z = np.empty(re.size + 400, dtype)
+    z.real = np.concatenate([re.ravel(), rng.standard_normal(400) * 3])
+    z.imag = np.concatenate([im.ravel(), rng.standard_normal(400) * 3])
+    return z
+
+
+def _complex_close(
+    got: np.ndarray, want: np.ndarray, rtol: Any, label: str, *inputs: np.ndarray
+) -> None:
+    """Each part NaN, infinite (with its sign) or a zero's sign where numpy's is; the
+    finite values within ``rtol`` of numpy's magnitude (the host's libm and numpy's loops
+    may differ in the last bits)."""
+    if want.dtype.kind == "b":
+        np.testing.assert_array_equal(got, want, err_msg=label)
+        return
+    if want.dtype.kind == "c" and label.split()[0] in ("square", "multiply", "power"):
+        # a product of parts past the dtype's range: numpy's SIMD loops contract it into
+        # an FMA where the host has one (-inf where the kernel's rounded steps make NaN)
+        big = np.finfo(want.dtype).max ** 0.5
+        over = [(np.abs(x.real) > big) | (np.abs(x.imag) > big) for x in inputs]
+        keep = ~np.logical_or.reduce(over)
+        got, want, inputs = got[keep], want[keep], tuple(x[keep] for x in inputs)
+        rtol = rtol[keep] if np.ndim(rtol) else rtol
+    g, w = got.astype(np.complex128), want.astype(np.complex128)
+    scale = np.abs(w)
+    bad = np.zeros(g.shape, bool)
+    for part in (np.real, np.imag) if want.dtype.kind == "c" else (np.real,):
+        gp, wp = part(g), part(w)
+        bad |= np.isnan(gp) != np.isnan(wp)
+        inf = np.isinf(wp) | np.isinf(gp)
+        bad |= inf & (gp != wp) & ~np.isnan(wp)
+        finite = np.isfinite(gp) & np.isfinite(wp)
+        bad |= finite & (np.abs(gp - wp) > rtol * np.where(np.isfinite(scale), scale, 0) + 1e-300)
+        # (a zero's sign: not where the tolerance is past 1, an angle b arg(a) of a power
+        # with a huge b, where an ulp of arg(a) is any angle)
+        signed = np.asarray(rtol) < 1
+        bad |= finite & (wp == 0) & (gp == 0) & (np.signbit(gp) != np.signbit(wp)) & signed
+    where = [x[bad][:6] for x in inputs]
+    assert not bad.any(), f"{label}{where}: {bad.sum()} differ: {got[bad][:6]} vs {want[bad][:6]}"
+
+
+def _run_complex_kernel(folder: Path, plan: Any, out: str, arrays: list[np.ndarray]) -> Any:
+    """The generated strided kernel of ``plan`` (one dimension) run on the host."""
+    from cuasync._ops import codegen
+
+    n = arrays[0].size
+    so = DTYPES[out].storage
+    ins = [DTYPES[a.dtype.name].storage for a in arrays]
+    params = ", ".join(f"const void* x{k}" for k in range(len(arrays)))
+    args = ", ".join(f"(const {s}*)x{k}" for k, s in enumerate(ins))
+    strides = ", ".join(["1"] * (len(arrays) + 1))
+    lib = _compiled(
+        folder,
+        f"z_{plan[1]}_{plan[2][0]}",  # (a path loads once: one per function and dtype)
+        SHIMS
+        + codegen.source(plan, out, 1)
+        + f'\nextern "C" void run(void* o, {params}, long long n) '
+        f"{{ ca_elementwise(({so}*)o, {args}, n, n, {strides}); }}\n",
+    )
+    lib.run.argtypes = [ctypes.c_void_p] * (len(arrays) + 1) + [ctypes.c_longlong]
+    result = np.zeros(n, SUPPORTED[out])
+    lib.run(result.ctypes.data, *(a.ctypes.data for a in arrays), n)
+    return result
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_generated_complex_kernels_match_numpy(tmp_path: Path, dtype: str) -> None:
+    # issue 34: the C++ of every complex function the GPU runs (kernels/elementwise.cuh,
+    # numpy's formulas and branch cuts), run on the host over every pair of special parts:
+    # the emulator's twins are numpy itself, so only this shows the kernels' values.
+    from cuasync._ops.expr import UFUNCS
+
+    z = _complex_values(dtype)
+    rtol = {"complex64": 4e-6, "complex128": 1e-13}[dtype]
+    for name, fn in sorted(COMPLEX_UNARY.items()):
+        with np.errstate(all="ignore"):
+            want = np.asarray(fn(z))
+        out = "bool" if want.dtype.kind == "b" else want.dtype.name
+        plan: Any = ("op", name, (dtype,), out, ("x", 0, dtype))
+        got = _run_complex_kernel(tmp_path, plan, out, [z])
+        _complex_close(got, want, rtol, f"{name} {dtype}", z)
+    rng = np.random.default_rng(6)
+    exponents = np.array([0, 1, 2, 3, 4, -1, -2, -3, 7, -9, 99, 0.5, 2.5, -0.0, 1j, 1 + 1j])
+    b = np.concatenate([exponents, z[rng.permutation(z.size)][: z.size - exponents.size]])
+    b = b.astype(dtype)
+    for name, fn in sorted(COMPLEX_BINARY.items()):
+        for x1, x2 in ((z, b), (b, z)):
+            with np.errstate(all="ignore"):
+                want = np.asarray(fn(x1, x2))
+            out = "bool" if want.dtype.kind == "b" else want.dtype.name
+            assert UFUNCS[name].resolve_dtypes((x1.dtype, x2.dtype, None))[0] == x1.dtype
+            plan = ("op", name, (dtype, dtype), out, ("x", 0, dtype), ("x", 1, dtype))
+            got = _run_complex_kernel(tmp_path, plan, out, [x1, x2])
+            tol: Any = rtol
+            if name == "power":  # exp(b log a): log's error grows by |b log a|
+                with np.errstate(all="ignore"):
+                    tol = rtol * (1 + np.abs(x2 * np.log(np.abs(x1))).astype("float64"))
+                tol = np.where(np.isfinite(tol), tol, rtol)
+            _complex_close(got, want, tol, f"{name} {dtype}", x1, x2)
 
 
 def test_bfloat16_rounding_in_place_matches_the_conversions(tmp_path: Path) -> None:

@@ -634,7 +634,7 @@ def _bad_inputs() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
         ("linspace n", lambda: cuasync.linspace(0, 1, -2), ShapeError, "num must be"),
         ("linspace start", lambda: cuasync.linspace("a", 1, 3), ArgumentError, "start"),  # type: ignore[arg-type]
         ("linspace stop inf", lambda: cuasync.linspace(0, math.inf, 3), ArgumentError, "stop"),
-        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3), ArgumentError, "start"),  # type: ignore[arg-type]
+        ("linspace complex", lambda: cuasync.linspace(1j, 2, 3, "int8"), DTypeError, "complex"),
         ("linspace range", lambda: cuasync.linspace(0, 1000, 3, "int8"), ArgumentError, "stop"),
         ("linspace dtype", lambda: cuasync.linspace(0, 1, 3, "nope"), DTypeError, "dtype"),
         ("eye n", lambda: cuasync.eye(-1), ShapeError, "N must be"),

@@ -67,6 +67,41 @@ async def test_linspace_takes_num_and_endpoint(
     np.testing.assert_allclose(await t.to_host(), np.asarray(strict), rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("start", "stop"),
+    [(0, 1 + 2j), (1 - 1j, -3 + 0.3j), (2j, 2j), (np.complex64(1 + 1j), 2.5),
+     (np.float32(1), -2j), (1e-320 + 1j, 3e-320 + 1j)],
+)  # fmt: skip
+@pytest.mark.parametrize("num", [0, 1, 2, 7])
+@pytest.mark.parametrize("endpoint", [True, False])
+@pytest.mark.parametrize("dtype", [None, "complex64", "complex128"])
+async def test_linspace_takes_complex_endpoints(
+    anyio_backend: str, start: Any, stop: Any, num: int, endpoint: bool, dtype: Any
+) -> None:
+    """The standard's complex linspace: numpy's bits (its complex128 steps, or complex64
+    for a numpy complex64 endpoint, rounded once); dtype None is complex64, the default
+    complex dtype; a real dtype raises."""
+    t = await cuasync.linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
+    with np.errstate(all="ignore"):
+        expected = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype or "complex64")
+    got = await t.to_host()
+    assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    part = f"u{got.itemsize // 2}"
+    np.testing.assert_array_equal(got.view(part), expected.view(part))  # the same bits
+    if isinstance(start, complex) and isinstance(stop, complex):
+        strict = xps.linspace(start, stop, num=num, endpoint=endpoint, dtype=xps.complex128)
+        np.testing.assert_allclose(got, np.asarray(strict), rtol=1e-6)
+
+
+async def test_complex_linspace_refuses_a_real_dtype(anyio_backend: str) -> None:
+    from cuasync.errors import DTypeError
+
+    with pytest.raises(DTypeError, match="is complex but dtype is float32"):
+        cuasync.linspace(0, 1j, 3, dtype="float32")
+    with pytest.raises(ArgumentError, match="must be finite"):
+        cuasync.linspace(complex(float("inf"), 0), 1j, 3)
+
+
 async def test_like_functions_take_dtype_and_device(anyio_backend: str) -> None:
     x = await cuasync.from_host(np.arange(6, dtype=np.int16).reshape(2, 3))
     dev = x.device

@@ -351,7 +351,7 @@ def test_dynamic_slice_errors() -> None:
     with pytest.raises(ShapeError, match="has 1 starts, x has 2 axes"):
         cuasync.dynamic_slice(x, (0,), (1, 1))
     with pytest.raises(ArgumentError, match="start_indices must be"):
-        cuasync.dynamic_slice(x, 1.5, (1, 1))
+        cuasync.dynamic_slice(x, 1.5, (1, 1))  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="update of shape"):
         cuasync.dynamic_update_slice(x, dev(host((1, 5), "float32")), (0, 0))
     big = dev(np.zeros((1,) * 7, np.float32))

@@ -53,7 +53,7 @@ def test_unknown_dtype_names_the_choices() -> None:
 )
 def test_bad_shapes(shape: object) -> None:
     with pytest.raises(ShapeError, match="shape"):
-        cuasync.zeros(shape)
+        cuasync.zeros(shape)  # type: ignore[arg-type]
 
 
 def test_numpy_integers_are_sizes_everywhere(grid: cuasync.Tensor) -> None:
@@ -205,9 +205,9 @@ def test_reshape_and_view(grid: cuasync.Tensor) -> None:
 )
 def test_bad_reshape_targets(grid: cuasync.Tensor, shape: object, message: str) -> None:
     with pytest.raises(ShapeError, match=message):
-        grid.reshape(shape)
+        grid.reshape(shape)  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match=message):
-        grid.view(shape)
+        grid.view(shape)  # type: ignore[arg-type]
 
 
 def test_reinterpret_checks_size_and_alignment(grid: cuasync.Tensor) -> None:

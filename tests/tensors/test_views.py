@@ -261,7 +261,7 @@ EMPTY_OPS: dict[str, Any] = {  # a name: (the op on a view, the same on numpy's 
         lambda a: np.matmul(*(m.astype("float32") for m in _k0_pair(a))),
     ),
     "tensordot-every-axis": (
-        lambda x: cuasync.tensordot(*[cuasync.convert(x, "float32")] * 2, axes=x.ndim),  # type: ignore[misc]
+        lambda x: cuasync.tensordot(*[cuasync.convert(x, "float32")] * 2, axes=x.ndim),  # type: ignore[misc, arg-type]
         lambda a: np.tensordot(*[a.astype("float32")] * 2, axes=a.ndim),  # type: ignore[call-overload]
     ),
 }

@@ -111,7 +111,7 @@ def test_empty_and_zeros_refuse_what_is_not_a_shape() -> None:
     for shape in ({}, {3: 1}, {2, 3}, "3", (2, True), np.float64(3), (np.float32(2),)):
         for make in (cuasync.empty, cuasync.zeros):
             with pytest.raises(ShapeError, match="shape"):
-                make(shape)
+                make(shape)  # type: ignore[arg-type]
 
 
 def test_tensors_on_several_devices_live_apart() -> None:

@@ -389,7 +389,7 @@ def test_the_native_core_builds_from_hosts_op_as_python_does(
     for source in sources:
         native = core.build_upload(source)
         monkeypatch.setattr(_copies, "_build", None)
-        python = cuasync.from_host(source)
+        python = cuasync.from_host(source)  # type: ignore[arg-type]
         monkeypatch.undo()
         assert type(native) is type(python) is _small_upload.HostUploadOp
         mine, theirs = _slots(native), _slots(python)
