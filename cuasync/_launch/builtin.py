@@ -52,7 +52,8 @@ FILL_DTYPES: dict[int, str] = {
     SUPPORTED[name].itemsize: name for name in ("uint8", "uint16", "uint32", "uint64", "complex128")
 }
 
-_BLOCK = 256
+#: Threads per block of the built-in and generated kernels' launches.
+BLOCK = 256
 _MAX_BLOCKS = 1 << 16
 
 
@@ -149,8 +150,10 @@ def builtin_kernels() -> list[Kernel]:
 
 
 # -- launching -------------------------------------------------------------------------
-def _blocks(work: int) -> int:
-    return max(1, min((work + _BLOCK - 1) // _BLOCK, _MAX_BLOCKS))
+def blocks(work: int) -> int:
+    """Blocks of :data:`BLOCK` threads for ``work`` threads' worth (at most 65536: the
+    kernels loop over the rest)."""
+    return max(1, min((work + BLOCK - 1) // BLOCK, _MAX_BLOCKS))
 
 
 def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None:
@@ -159,7 +162,7 @@ def launch(ctx: ExecutionContext, kernel: Kernel, work: int, *args: Any) -> None
     none where there is no work (an empty view's pointer is never handed to a kernel)."""
     if work == 0:
         return
-    kernel._enqueue_trusted(ctx, (_blocks(work), 1, 1), (_BLOCK, 1, 1), args)
+    kernel._enqueue_trusted(ctx, (blocks(work), 1, 1), (BLOCK, 1, 1), args)
 
 
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:

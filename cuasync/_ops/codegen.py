@@ -82,6 +82,27 @@ def scalar_arg(value: Any, spec: str) -> Any:
     return float(value) if spec in ("float16", "bfloat16") else value.item()
 
 
+@functools.lru_cache(maxsize=4096)
+def scalar_specs(plan: Plan) -> tuple[str, ...]:
+    """The spec of each scalar parameter of ``plan``, in parameter order.
+
+    >>> scalar_specs(("op", "add", ("float32",) * 2, "float32", ("x", 0, "float32"),
+    ...     ("s", 0, "float")))
+    ('float',)
+    """
+    found: dict[int, str] = {}
+
+    def walk(p: Any) -> None:
+        if p[0] == "s":
+            found[p[1]] = p[2]
+        elif p[0] == "op":
+            for c in p[4:]:
+                walk(c)
+
+    walk(plan)
+    return tuple(found[k] for k in sorted(found))
+
+
 # -- C++ ----------------------------------------------------------------------------------
 def ctype(name: str) -> str:
     """The C type a value of dtype ``name`` is computed in."""
