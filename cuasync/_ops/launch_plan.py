@@ -183,13 +183,13 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
 
 
 def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
-    """The launch op (taken) computing ``node`` into ``out`` or a new tensor allocated
+    """The launch op (not yet taken) computing ``node`` into ``out`` or a new tensor allocated
     on ``stream``, or None where the long way must run it: a pending leaf (an op to run
     first), no elements, a kernel not yet prepared for the stream's device (its first
     use prepares it off the loop). Its output is the result tensor.
 
     >>> launch = express_launch(op._node, op._out, stream)
-    >>> launch._start(stream, True)           # a raw launch's submission
+    >>> future = launch.submit_on(stream)       # a raw launch's submission
     """
     try:
         plan, tensors, scalars = make_plan(node)
@@ -230,5 +230,4 @@ def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
     else:
         launch = found.launch(*views, *args, *found.tail, 0)
     launch._output = result
-    launch._consumed = True
     return launch

@@ -22,7 +22,7 @@ from .._core import express
 from .._core.completion import Completion
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
-from .._core.op import DeviceOp, device_op
+from .._core.op import DeviceFuture, DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import as_dtype, dtype_name
 from .._first_use import unprepared
@@ -204,12 +204,14 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._start(self, stream, notify)
+        launch._consumed = True
         return launch._start(stream, notify)
 
     def _sync(self, stream: Stream) -> Tensor:
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._sync(self, stream)
+        launch._consumed = True
         result: Tensor = launch._sync(stream)
         return result
 
@@ -217,8 +219,30 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         launch = self._express(stream)
         if launch is None:
             return (yield from DeviceOp._await_on(self, stream, adapter))
-        # the raw launch's await: the native core's submission and inline spin
+        launch._consumed = True  # the raw launch's await: the core's submission and spin
         return (yield from express._submit_await(launch, stream, adapter, None))
+
+    def submit(self) -> DeviceFuture[Tensor]:
+        """See :meth:`DeviceOp.submit`."""
+        if self._consumed:
+            self._take()  # raises
+        return self._submit_to(self._pick_stream())
+
+    def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """See :meth:`DeviceOp.submit_on`."""
+        if self._consumed or not isinstance(stream, Stream):
+            return DeviceOp.submit_on(self, stream)  # raises
+        return self._submit_to(stream)
+
+    def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """Take this op and submit it on ``stream``: a seen expression as its raw launch
+        (the core makes the future in one call), else the long way."""
+        launch = self._express(stream)
+        self._consumed = True
+        if launch is None:
+            return DeviceFuture(DeviceOp._start(self, stream, True))
+        future: DeviceFuture[Tensor] = express.submit_future(launch, stream)
+        return future
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
@@ -311,12 +335,22 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     def _absorb(self, argument: str) -> Node:
         """This op as an operand of a bigger expression: consumed now, never run alone."""
-        self._take()
-        self._absorbed = True
+        node = self._operand_node(argument)
+        self._absorb_into()
+        return node
+
+    def _operand_node(self, argument: str) -> Node:
+        """The node standing for this op in a bigger expression (nothing is consumed):
+        its own tree, or where it writes out=, a pending leaf (it runs first, in the same
+        submission, then out is read)."""
         if self._out is None:
             return self._node
-        # It writes out=: it runs first (in the same submission), then out is read.
         return Node("pending", argument, self.shape, self.dtype, self, device=self._node.device)
+
+    def _absorb_into(self) -> None:
+        """Consumed by the bigger expression holding its :meth:`_operand_node`."""
+        self._take()
+        self._absorbed = True
 
     def __bool__(self) -> bool:
         self._consumed = True  # dropped here: no "never executed" warning on top
