@@ -129,7 +129,8 @@ class LaunchPlan(NamedTuple):
     ``kernel``, its launchers for vector and element accesses (``vec_launch`` is None
     for a strided kernel), the output's ``dtype`` and bytes, the scalars' ``specs``
     (None: all weak, passed as they are), whether an operand needs its storage view
-    (``bits``: float16, bfloat16), the vector ``width`` and the arguments after the
+    (``bits``: float16, bfloat16), the bytes each operand's pointer must be a multiple
+    of for vector accesses (``aligns``, the output's first) and the arguments after the
     scalars (``tail``: the element count and the strided kernel's dims and strides)."""
 
     kernel: Kernel
@@ -139,7 +140,7 @@ class LaunchPlan(NamedTuple):
     nbytes: int
     specs: tuple[str, ...] | None
     bits: bool
-    width: int
+    aligns: tuple[int, ...]
     tail: tuple[int, ...]
 
 
@@ -177,7 +178,7 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         nbytes=math.prod(shape) * node.dtype.itemsize,
         specs=None if all(s in _WEAK for s in specs) else specs,
         bits=bits,
-        width=lay.width,
+        aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
         tail=tail,
     )
 
@@ -225,9 +226,12 @@ def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
     vec_launch = found.vec_launch
     if vec_launch is None:
         launch = found.launch(*views, *args, *found.tail)
-    elif vector_access(views, found.width):
-        launch = vec_launch(*views, *args, *found.tail, 1)
     else:
-        launch = found.launch(*views, *args, *found.tail, 0)
+        vec = 1  # (vector_access, with the plan's alignments)
+        for view, align in zip(views, found.aligns, strict=True):
+            if view.ptr % align:
+                vec = 0
+                break
+        launch = (vec_launch if vec else found.launch)(*views, *args, *found.tail, vec)
     launch._output = result
     return launch
