@@ -284,7 +284,12 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         if self._consumed:
             self._take()  # raises
         self._consumed = True
-        stream = self._pick_stream()
+        return (yield from self._await_on(self._pick_stream(), adapter))
+
+    def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, T]:
+        """The rest of ``await op`` once taken and its stream chosen: its kernels
+        prepared, then submitted and the task suspended until done (an op with a shorter
+        submission overrides it: a TensorOp of a seen expression)."""
         first = self._first_use(stream.device)
         if first:  # kernels to compile and load: on the compile thread, the task parked
             yield from prepare_off_loop(first, adapter)

@@ -52,7 +52,8 @@ FILL_DTYPES: dict[int, str] = {
     SUPPORTED[name].itemsize: name for name in ("uint8", "uint16", "uint32", "uint64", "complex128")
 }
 
-_BLOCK = 256
+#: Threads per block of the built-in and generated kernels' launches.
+BLOCK = 256
 _MAX_BLOCKS = 1 << 16
 
 
@@ -149,7 +150,9 @@ def builtin_kernels() -> list[Kernel]:
 
 
 # -- launching -------------------------------------------------------------------------
-def _blocks(work: int, block: int = _BLOCK, most: int = _MAX_BLOCKS) -> int:
+def blocks(work: int, block: int = BLOCK, most: int = _MAX_BLOCKS) -> int:
+    """Blocks of ``block`` threads (:data:`BLOCK`) for ``work`` threads' worth (at most
+    ``most``, 65536 by default: the kernels loop over the rest)."""
     return max(1, min((work + block - 1) // block, most))
 
 
@@ -158,7 +161,7 @@ def launch(
     kernel: Kernel,
     work: int,
     *args: Any,
-    block: int = _BLOCK,
+    block: int = BLOCK,
     most: int = _MAX_BLOCKS,
 ) -> None:
     """Enqueue one launch of ``kernel`` in this op's execution context (the arguments
@@ -171,7 +174,7 @@ def launch(
     """
     if work == 0:
         return
-    kernel._enqueue_trusted(ctx, (_blocks(work, block, most), 1, 1), (block, 1, 1), args)
+    kernel._enqueue_trusted(ctx, (blocks(work, block, most), 1, 1), (block, 1, 1), args)
 
 
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:

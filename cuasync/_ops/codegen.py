@@ -61,18 +61,31 @@ def _plan(n: Node, tensors: list[Tensor], scalars: list[Any]) -> Plan:
     cell, a reference cycle that kept the tensors it saw (a ``then`` chain's intermediate
     outputs) alive until the cyclic garbage collector ran.
     """
-    if n.kind == "tensor":
+    kind = n.kind
+    if kind == "op":
+        ins = _INS.get(n.ins)
+        if ins is None:
+            ins = _INS[n.ins] = tuple([dtype_name(d) for d in n.ins])
+        out: Any = n.dtype
+        return (
+            "op",
+            n.name,
+            ins,
+            dtype_name(out),
+            *[_plan(c, tensors, scalars) for c in n.children],
+        )
+    if kind == "tensor":
         tensors.append(n.value)
         return ("x", len(tensors) - 1, dtype_name(n.value.dtype))
-    if n.kind == "scalar":
+    if kind == "scalar":
         scalars.append(n.value)
         spec = type(n.value).__name__ if n.dtype is None else dtype_name(n.dtype)
         return ("s", len(scalars) - 1, spec)
-    if n.kind != "op":
-        raise ValueError(f"make_plan: a {n.kind} node is left; execute it first")
-    ins = tuple(dtype_name(d) for d in n.ins)
-    out: Any = n.dtype
-    return ("op", n.name, ins, dtype_name(out), *(_plan(c, tensors, scalars) for c in n.children))
+    raise ValueError(f"make_plan: a {kind} node is left; execute it first")
+
+
+#: An op node's loop dtypes by name, as plans hold them (every expression asks).
+_INS: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
 
 def scalar_arg(value: Any, spec: str) -> Any:
@@ -80,6 +93,27 @@ def scalar_arg(value: Any, spec: str) -> Any:
     if spec in _WEAK_C:
         return value
     return float(value) if spec in ("float16", "bfloat16") else value.item()
+
+
+@functools.lru_cache(maxsize=4096)
+def scalar_specs(plan: Plan) -> tuple[str, ...]:
+    """The spec of each scalar parameter of ``plan``, in parameter order.
+
+    >>> scalar_specs(("op", "add", ("float32",) * 2, "float32", ("x", 0, "float32"),
+    ...     ("s", 0, "float")))
+    ('float',)
+    """
+    found: dict[int, str] = {}
+
+    def walk(p: Any) -> None:
+        if p[0] == "s":
+            found[p[1]] = p[2]
+        elif p[0] == "op":
+            for c in p[4:]:
+                walk(c)
+
+    walk(plan)
+    return tuple(found[k] for k in sorted(found))
 
 
 # -- C++ ----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from .._dtypes import dtype_name
 from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import operators
-from .expr import Node, is_ml_scalar, op_node
+from .expr import Node, check_dtype, is_ml_scalar, op_node
 from .tensorop import Operand, TensorOp, leaf
 
 __all__ = [
@@ -91,25 +91,28 @@ def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | No
 
 
 def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
-    pending = False
-    for v in operands.values():
-        if isinstance(v, TensorOp):
+    # A TensorOp operand's node is taken as it is and the op absorbed only once the
+    # result (and out=) checked out: an error must leave the caller's ops unconsumed.
+    nodes = []
+    absorbed = None
+    for arg, v in operands.items():
+        if v.__class__ is Tensor:  # the common operand: leaf()'s first case
+            check_dtype(v.dtype, arg)
+            nodes.append(Node("tensor", arg, v.shape, v.dtype, v, device=v.device))
+        elif isinstance(v, TensorOp):
             if v._consumed:
                 v._take()  # raises OpConsumedError
-            pending = True
-    if pending:
-        # Validate every operand (and out=) before absorbing any TensorOp: an error
-        # must leave the caller's ops unconsumed.
-        probe = _preview(name, operands)
-        if out is not None:
-            check_out(out, name, probe.shape, probe.dtype, probe.device)
-            _check_overlap(out, operands, name)
-        nodes = [leaf(v, arg) for arg, v in operands.items()]
-        return TensorOp(op_node(name, nodes), out)
-    node = op_node(name, [leaf(v, arg) for arg, v in operands.items()])
+            nodes.append(v._operand_node(arg))
+            absorbed = [v] if absorbed is None else [*absorbed, v]
+        else:
+            nodes.append(leaf(v, arg))
+    node = op_node(name, nodes)
     if out is not None:
         check_out(out, name, node.shape, node.dtype, node.device)
         _check_overlap(out, operands, name)
+    if absorbed is not None:
+        for v in absorbed:
+            v._absorb_into()
     return TensorOp(node, out)
 
 

@@ -46,9 +46,10 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
-from .codegen import make_plan, scalar_arg
+from .codegen import make_plan, scalar_arg, scalar_specs
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
+from .launch_plan import broadcast_strides, merge_axes
 from .reduce_codegen import (
     ARG_OPS,
     FLOAT4_OPS,
@@ -57,16 +58,7 @@ from .reduce_codegen import (
     kernel_for,
     row_vector_width,
 )
-from .tensorop import (
-    TensorOp,
-    _broadcast_strides,
-    _resolve_pending,
-    _scalar_specs,
-    first_uses,
-    leaf,
-    merge_axes,
-    planned,
-)
+from .tensorop import TensorOp, _resolve_pending, first_uses, leaf, planned
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
 
@@ -244,7 +236,7 @@ def _layout(
     shape = node.shape
     kept = [j for j in range(len(shape)) if j not in axes]
     out_strides = [strides[j] for j in kept] if keepdims else list(strides)
-    loads = [_broadcast_strides(t, shape) for t in tensors]
+    loads = [broadcast_strides(t, shape) for t in tensors]
     kdims, kstr = merge_axes(
         tuple(shape[j] for j in kept),
         [tuple(out_strides), *(tuple(s[j] for j in kept) for s in loads)],
@@ -296,7 +288,7 @@ def _launch(
     out_view = builtin.storage_view(
         Tensor(result.allocation, kdims, result.dtype, kstr[0], result.offset)
     )
-    args = [scalar_arg(v, s) for v, s in zip(scalars, _scalar_specs(plan), strict=True)]
+    args = [scalar_arg(v, s) for v, s in zip(scalars, scalar_specs(plan), strict=True)]
     arg = spec.op in ARG_OPS
     if splits > 1:
         wsv: Any = new_tensor(ctx, (m * splits,), np.dtype(spec.acc), "reduction partials")

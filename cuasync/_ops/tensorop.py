@@ -11,57 +11,43 @@ expression runs as one generated kernel; executed, it allocates its output (or w
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._backends import get_backend
+from .._core import express
+from .._core.completion import Completion
 from .._core.context import ExecutionContext
-from .._core.device import Device
-from .._core.op import DeviceOp, device_op
+from .._core.device import Device, Stream
+from .._core.op import DeviceFuture, DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
-from .._launch.kernel import Kernel
-from .._native import TensorOpCore
+from .._native import NATIVE, TensorOpCore
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
-from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, kernel_for, make_plan, scalar_arg, vector_width
+from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, scalar_arg, scalar_specs
 from .expr import Node, check_dtype, is_ml_scalar
+from .launch_plan import Layout, express_launch, layout, merge_axes, vector_access
 from .operators import TensorOperators
 
-__all__ = ["Operand", "ShapeLike", "TensorOp", "first_uses", "leaf", "planned", "tensor_op"]
-
-
-def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
-    """Drop length-1 axes and merge axes that are contiguous in every operand."""
-    dims: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for j, d in enumerate(shape):
-        if d == 1:
-            continue
-        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
-            dims[-1] *= d
-            for m, s in zip(merged, strides, strict=True):
-                m[-1] = s[j]
-            continue
-        dims.append(d)
-        for m, s in zip(merged, strides, strict=True):
-            m.append(s[j])
-    return tuple(dims), [tuple(m) for m in merged]
-
-
-def _broadcast_strides(t: Tensor, shape: Shape) -> Shape:
-    lead = len(shape) - t.ndim
-    return (0,) * lead + tuple(
-        0 if d == 1 and n != 1 else s
-        for d, s, n in zip(t.shape, t.strides, shape[lead:], strict=True)
-    )
+__all__ = [
+    "Operand",
+    "ShapeLike",
+    "TensorOp",
+    "first_uses",
+    "leaf",
+    "merge_axes",
+    "planned",
+    "tensor_op",
+    "vector_access",
+]
 
 
 def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
@@ -124,59 +110,6 @@ def first_uses(ops: Sequence[Any], device: Device) -> list[tuple[Any, Device]]:
     return found
 
 
-class Layout(NamedTuple):
-    """How one elementwise kernel covers its output: ``plan`` and its ``tensors`` and
-    ``scalars`` (:func:`~.codegen.make_plan`), the merged ``dims``, each operand's
-    ``strides`` over them (the output's first), whether they are all ``contiguous``, the
-    ``kernel``, and the elements of its vector accesses (``width``, contiguous only)."""
-
-    plan: Any
-    tensors: list[Tensor]
-    scalars: list[Any]
-    dims: Shape
-    strides: list[Shape]
-    contiguous: bool
-    kernel: Kernel
-    width: int
-
-
-def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
-    """The :class:`Layout` of ``node`` (an op whose leaves are tensors and scalars)
-    writing an output of ``shape`` and ``strides``; nothing is enqueued. A pending leaf
-    raises ``ValueError`` (:func:`run` executes those first)."""
-    plan, tensors, scalars = make_plan(node)
-    dense = contiguous_strides(node.shape)
-    dims: Shape
-    if (
-        shape == node.shape
-        and strides == dense
-        and all(t.shape == shape and t.strides == dense for t in tensors)
-    ):  # the common case
-        dims = (math.prod(shape),)
-        merged: list[Shape] = [(1,)] * (len(tensors) + 1)
-    else:
-        dims, merged = merge_axes(
-            node.shape, [strides, *(_broadcast_strides(t, node.shape) for t in tensors)]
-        )
-    contiguous = not dims or (len(dims) == 1 and all(s == (1,) for s in merged))
-    assert node.dtype is not None  # (an op node's)
-    out = dtype_name(node.dtype)
-    kernel = kernel_for(plan, out, 0 if contiguous else len(dims))
-    width = vector_width(plan, out) if contiguous else 1
-    return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel, width)
-
-
-def vector_access(views: Sequence[Tensor], width: int) -> bool:
-    """Whether a contiguous kernel may move every operand of ``views`` (the output's
-    first) ``width`` elements an access: each pointer aligned to that many of its
-    elements (``x[1:]`` of a float32 ``x`` is not, for 4 of them: one element an access).
-
-    >>> vector_access([out, x], 4)       # both at the start of an allocation
-    True
-    """
-    return all(v.ptr % (width * v.itemsize) == 0 for v in views)
-
-
 def run(
     ctx: ExecutionContext, node: Node, out: Tensor | None, planned: Layout | None = None
 ) -> Tensor:
@@ -192,7 +125,7 @@ def run(
         builtin.storage_view(Tensor(t.allocation, lay.dims, t.dtype, s, t.offset))
         for t, s in zip([result, *lay.tensors], lay.strides, strict=True)
     ]
-    specs = _scalar_specs(lay.plan)
+    specs = scalar_specs(lay.plan)
     args = [scalar_arg(v, spec) for v, spec in zip(lay.scalars, specs, strict=True)]
     n = math.prod(lay.dims)
     if lay.contiguous:
@@ -208,21 +141,6 @@ def run(
     flat_strides = [x for s in lay.strides for x in s]
     builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)
     return result
-
-
-@functools.lru_cache(maxsize=4096)
-def _scalar_specs(plan: Any) -> tuple[str, ...]:
-    found: dict[int, str] = {}
-
-    def walk(p: Any) -> None:
-        if p[0] == "s":
-            found[p[1]] = p[2]
-        elif p[0] == "op":
-            for c in p[4:]:
-                walk(c)
-
-    walk(plan)
-    return tuple(found[k] for k in sorted(found))
 
 
 class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
@@ -268,6 +186,67 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             f"<cuasync.TensorOp {self._node.name} shape={self.shape} "
             f"dtype={dtype_name(self.dtype)}{consumed}>"
         )
+
+    # -- execution: a seen expression as a raw launch (launch_plan), else the long way --
+    def _express(self, stream: Stream) -> Any:
+        """This op's launch op on ``stream`` (:func:`~.launch_plan.express_launch`), or
+        None for the long way: a wrapped op, a capturing stream (no allocation may be
+        baked into a graph), another device's stream, tracing (NVTX names the op), a
+        device fault seen (the long way words it)."""
+        node = self._node
+        if (
+            node.kind != "op"
+            or stream._capturing
+            or stream.device is not node.device
+            or NATIVE.tracing()
+            or get_backend().fault_seen
+        ):
+            return None
+        return express_launch(node, self._out, stream)
+
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        launch = self._express(stream)
+        if launch is None:
+            return DeviceOp._start(self, stream, notify)
+        launch._consumed = True
+        return launch._start(stream, notify)
+
+    def _sync(self, stream: Stream) -> Tensor:
+        launch = self._express(stream)
+        if launch is None:
+            return DeviceOp._sync(self, stream)
+        launch._consumed = True
+        result: Tensor = launch._sync(stream)
+        return result
+
+    def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
+        launch = self._express(stream)
+        if launch is None:
+            return (yield from DeviceOp._await_on(self, stream, adapter))
+        launch._consumed = True  # the raw launch's await: the core's submission and spin
+        return (yield from express._submit_await(launch, stream, adapter, None))
+
+    def submit(self) -> DeviceFuture[Tensor]:
+        """See :meth:`DeviceOp.submit`."""
+        if self._consumed:
+            self._take()  # raises
+        return self._submit_to(self._pick_stream())
+
+    def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """See :meth:`DeviceOp.submit_on`."""
+        if self._consumed or not isinstance(stream, Stream):
+            return DeviceOp.submit_on(self, stream)  # raises
+        return self._submit_to(stream)
+
+    def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """Take this op and submit it on ``stream``: a seen expression as its raw launch
+        (the core makes the future in one call), else the long way."""
+        launch = self._express(stream)
+        self._consumed = True
+        if launch is None:
+            return DeviceFuture(DeviceOp._start(self, stream, True))
+        future: DeviceFuture[Tensor] = express.submit_future(launch, stream)
+        return future
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
@@ -360,12 +339,22 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     def _absorb(self, argument: str) -> Node:
         """This op as an operand of a bigger expression: consumed now, never run alone."""
-        self._take()
-        self._absorbed = True
+        node = self._operand_node(argument)
+        self._absorb_into()
+        return node
+
+    def _operand_node(self, argument: str) -> Node:
+        """The node standing for this op in a bigger expression (nothing is consumed):
+        its own tree, or where it writes out=, a pending leaf (it runs first, in the same
+        submission, then out is read)."""
         if self._out is None:
             return self._node
-        # It writes out=: it runs first (in the same submission), then out is read.
         return Node("pending", argument, self.shape, self.dtype, self, device=self._node.device)
+
+    def _absorb_into(self) -> None:
+        """Consumed by the bigger expression holding its :meth:`_operand_node`."""
+        self._take()
+        self._absorbed = True
 
     def __bool__(self) -> bool:
         self._consumed = True  # dropped here: no "never executed" warning on top

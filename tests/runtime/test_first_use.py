@@ -33,6 +33,7 @@ from cuasync._ops import (
     igemm,
     indexing,
     joins,
+    launch_plan,
     reduce_codegen,
     scan,
     sorting,
@@ -159,6 +160,7 @@ async def test_the_loop_runs_while_a_new_expression_compiles(
 ) -> None:
     x = await cuasync.from_host(np.arange(16, dtype=np.float32))
     monkeypatch.setattr(codegen, "_kernels", {})  # every structure is new
+    monkeypatch.setattr(launch_plan, "_plans", {})  # (and so every launch plan)
     monkeypatch.setattr(reduce_codegen, "_kernels", {})
     expected = np.exp(np.arange(16, dtype=np.float32) * np.float32(0.5) + np.float32(1.0))
     op: Any = cuasync.exp(x * 0.5 + 1.0)
@@ -220,6 +222,7 @@ async def test_warmup_prepares_kernels_and_expressions_ahead(
 ) -> None:
     x = await cuasync.from_host(np.arange(8, dtype=np.float32))
     monkeypatch.setattr(codegen, "_kernels", {})
+    monkeypatch.setattr(launch_plan, "_plans", {})
     k = _fresh_bump()
     held.release()
     devices = list(range(cuasync.device_count()))
@@ -277,6 +280,7 @@ def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
     caches are emptied for the test; the compiled images stay cached in memory)."""
     for module in (codegen, reduce_codegen, builtin, sorting, scan):
         monkeypatch.setattr(module, "_kernels", {})
+    monkeypatch.setattr(launch_plan, "_plans", {})  # (the elementwise kernels they hold)
     monkeypatch.setattr(sorting, "_search_kernels", {})
     for files in (joins._KERNELS, indexing._KERNELS):
         monkeypatch.setattr(files, "_made", {})

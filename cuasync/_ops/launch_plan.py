@@ -1,0 +1,238 @@
+"""How an elementwise kernel covers its output (:func:`layout`), and the launch plan
+cached per seen layout (:func:`express_launch`).
+
+Executing an expression the long way walks its tree into a :func:`~.codegen.make_plan`,
+resolves broadcasting and strides into merged dimensions, picks the kernel, builds
+storage views and converts scalars, inside an :class:`~cuasync._core.context.ExecutionContext`.
+A :class:`LaunchPlan` keeps all of that but the arguments, keyed by what decides it: the
+plan (the tree's structure, its dtypes and which leaves are scalars of which kind), the
+output's shape and strides (None: a new contiguous tensor), and each tensor operand's
+shape and strides (its broadcast layout and contiguity). A seen expression is then a
+lookup, the output's allocation and a launch op from the kernel's own launcher
+(``kernel[grid, block]``, the native ``Launcher``): the same launch op
+(:class:`~cuasync._launch.kernel._Launch`) a raw kernel launch makes, submitted by the
+same native core. Scalars are kernel
+parameters, so a new scalar value reuses the plan; pointers are checked for vector
+alignment on every launch.
+
+>>> launch = express_launch(node, None, stream)   # a _Launch, or None: the long way
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from .._core.device import Stream
+from .._core.memory import Allocation
+from .._dtypes import dtype_name
+from .._launch import builtin
+from .._launch.kernel import Kernel
+from .._tensor import Shape, Tensor, contiguous_strides
+from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, kernel_for, make_plan, scalar_arg, scalar_specs, vector_width
+from .expr import Node
+
+__all__ = [
+    "LaunchPlan",
+    "Layout",
+    "broadcast_strides",
+    "express_launch",
+    "layout",
+    "merge_axes",
+    "vector_access",
+]
+
+
+def merge_axes(shape: Shape, strides: list[Shape]) -> tuple[Shape, list[Shape]]:
+    """Drop length-1 axes and merge axes that are contiguous in every operand."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(m[-1] == s[j] * d for m, s in zip(merged, strides, strict=True)):
+            dims[-1] *= d
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[j]
+            continue
+        dims.append(d)
+        for m, s in zip(merged, strides, strict=True):
+            m.append(s[j])
+    return tuple(dims), [tuple(m) for m in merged]
+
+
+def broadcast_strides(t: Tensor, shape: Shape) -> Shape:
+    """``t``'s strides over ``shape`` (it broadcasts to): 0 along its broadcast axes."""
+    lead = len(shape) - t.ndim
+    return (0,) * lead + tuple(
+        0 if d == 1 and n != 1 else s
+        for d, s, n in zip(t.shape, t.strides, shape[lead:], strict=True)
+    )
+
+
+class Layout(NamedTuple):
+    """How one elementwise kernel covers its output: ``plan`` and its ``tensors`` and
+    ``scalars`` (:func:`~.codegen.make_plan`), the merged ``dims``, each operand's
+    ``strides`` over them (the output's first), whether they are all ``contiguous``, the
+    ``kernel``, and the elements of its vector accesses (``width``, contiguous only)."""
+
+    plan: Any
+    tensors: list[Tensor]
+    scalars: list[Any]
+    dims: Shape
+    strides: list[Shape]
+    contiguous: bool
+    kernel: Kernel
+    width: int
+
+
+def layout(node: Node, shape: Shape, strides: Shape) -> Layout:
+    """The :class:`Layout` of ``node`` (an op whose leaves are tensors and scalars)
+    writing an output of ``shape`` and ``strides``; nothing is enqueued. A pending leaf
+    raises ``ValueError`` (:func:`run` executes those first)."""
+    plan, tensors, scalars = make_plan(node)
+    dense = contiguous_strides(node.shape)
+    dims: Shape
+    if (
+        shape == node.shape
+        and strides == dense
+        and all(t.shape == shape and t.strides == dense for t in tensors)
+    ):  # the common case
+        dims = (math.prod(shape),)
+        merged: list[Shape] = [(1,)] * (len(tensors) + 1)
+    else:
+        dims, merged = merge_axes(
+            node.shape, [strides, *(broadcast_strides(t, node.shape) for t in tensors)]
+        )
+    contiguous = not dims or (len(dims) == 1 and all(s == (1,) for s in merged))
+    assert node.dtype is not None  # (an op node's)
+    out = dtype_name(node.dtype)
+    kernel = kernel_for(plan, out, 0 if contiguous else len(dims))
+    width = vector_width(plan, out) if contiguous else 1
+    return Layout(plan, tensors, scalars, dims, merged, contiguous, kernel, width)
+
+
+def vector_access(views: Sequence[Tensor], width: int) -> bool:
+    """Whether a contiguous kernel may move every operand of ``views`` (the output's
+    first) ``width`` elements an access: each pointer aligned to that many of its
+    elements (``x[1:]`` of a float32 ``x`` is not, for 4 of them: one element an access).
+
+    >>> vector_access([out, x], 4)       # both at the start of an allocation
+    True
+    """
+    return all(v.ptr % (width * v.itemsize) == 0 for v in views)
+
+
+class LaunchPlan(NamedTuple):
+    """What launching one seen layout of an expression needs besides its arguments: the
+    ``kernel``, its launchers for vector and element accesses (``vec_launch`` is None
+    for a strided kernel), the output's ``dtype`` and bytes, the scalars' ``specs``
+    (None: all weak, passed as they are), whether an operand needs its storage view
+    (``bits``: float16, bfloat16), the bytes each operand's pointer must be a multiple
+    of for vector accesses (``aligns``, the output's first) and the arguments after the
+    scalars (``tail``: the element count and the strided kernel's dims and strides)."""
+
+    kernel: Kernel
+    vec_launch: Callable[..., Any] | None
+    launch: Callable[..., Any]
+    dtype: Any
+    nbytes: int
+    specs: tuple[str, ...] | None
+    bits: bool
+    aligns: tuple[int, ...]
+    tail: tuple[int, ...]
+
+
+#: Plans by (plan, output shape, output strides or None, operand shapes, operand strides).
+_plans: dict[tuple[Any, ...], LaunchPlan] = {}
+
+#: Plans kept before the cache starts over (shapes computed per request stay bounded).
+PLAN_CACHE_SIZE = 4096
+
+#: The specs of scalars passed to the kernel as they are (Python's bool, int, float).
+_WEAK = frozenset(("bool", "int", "float", "complex"))
+
+
+def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) -> LaunchPlan:
+    lay = layout(node, shape, strides)
+    n = math.prod(lay.dims)
+    specs = scalar_specs(lay.plan)
+    bits = any(builtin.BIT_DTYPES.get(dtype_name(t.dtype)) for t in tensors) or bool(
+        builtin.BIT_DTYPES.get(dtype_name(node.dtype))
+    )
+    kernel, block = lay.kernel, builtin.BLOCK
+    if lay.contiguous:  # (vectors: one a thread, one pass of the grid, as tensorop.run)
+        vec_work = -(-n // (lay.width * VECTORS))
+        vec_launch = kernel[builtin.blocks(vec_work, VECTOR_BLOCK, 1 << 20), VECTOR_BLOCK]
+        launch = kernel[builtin.blocks(-(-n // UNROLL)), block]
+        tail: tuple[int, ...] = (n,)
+    else:
+        vec_launch = None
+        launch = kernel[builtin.blocks(n), block]
+        tail = (n, *lay.dims, *(x for s in lay.strides for x in s))
+    return LaunchPlan(
+        kernel=lay.kernel,
+        vec_launch=vec_launch,
+        launch=launch,
+        dtype=node.dtype,
+        nbytes=math.prod(shape) * node.dtype.itemsize,
+        specs=None if all(s in _WEAK for s in specs) else specs,
+        bits=bits,
+        aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
+        tail=tail,
+    )
+
+
+def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
+    """The launch op (not yet taken) computing ``node`` into ``out`` or a new tensor allocated
+    on ``stream``, or None where the long way must run it: a pending leaf (an op to run
+    first), no elements, a kernel not yet prepared for the stream's device (its first
+    use prepares it off the loop). Its output is the result tensor.
+
+    >>> launch = express_launch(op._node, op._out, stream)
+    >>> future = launch.submit_on(stream)       # a raw launch's submission
+    """
+    try:
+        plan, tensors, scalars = make_plan(node)
+    except ValueError:  # a pending leaf
+        return None
+    shape = node.shape
+    key = (
+        plan,
+        shape,
+        None if out is None else out.strides,
+        tuple([t.shape for t in tensors]),
+        tuple([t.strides for t in tensors]),
+    )
+    found = _plans.get(key)
+    if found is None:
+        if math.prod(shape) == 0:
+            return None
+        strides = contiguous_strides(shape) if out is None else out.strides
+        if len(_plans) >= PLAN_CACHE_SIZE:
+            _plans.clear()
+        found = _plans[key] = _make_plan(node, shape, strides, tensors)
+    device = stream.device
+    if found.kernel._prepared.get(device.ordinal) is None:
+        return None
+    result = out
+    if result is None:
+        result = Tensor(Allocation(device, found.nbytes, stream), shape, found.dtype)
+    views = [result, *tensors]
+    if found.bits:
+        views = [builtin.storage_view(v) for v in views]
+    specs = found.specs
+    args = scalars if specs is None else map(scalar_arg, scalars, specs)
+    vec_launch = found.vec_launch
+    if vec_launch is None:
+        launch = found.launch(*views, *args, *found.tail)
+    else:
+        vec = 1  # (vector_access, with the plan's alignments)
+        for view, align in zip(views, found.aligns, strict=True):
+            if view.ptr % align:
+                vec = 0
+                break
+        launch = (vec_launch if vec else found.launch)(*views, *args, *found.tail, vec)
+    launch._output = result
+    return launch

@@ -1,0 +1,232 @@
+"""The launch plan of a seen elementwise expression (cuasync._ops.launch_plan).
+
+A seen expression runs as the raw launch of its kernel: its plan is looked up by
+structure, dtypes, broadcast layout, contiguity and whether it writes ``out=``; a new
+scalar value reuses the plan and is bound as the kernel's parameter. What it holds in
+flight is what a raw launch of that kernel holds (plus its new output), and nothing per
+op stays behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cuasync
+import cuasync.testing
+from cuasync._core.memory import Allocation
+from cuasync._ops import codegen, launch_plan
+from cuasync._tensor import Tensor
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
+    """The plans made from now on (their op, shape and strides: the cache's misses),
+    starting from an empty cache."""
+    found: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(launch_plan, "_plans", {})
+    make = launch_plan._make_plan
+
+    def spy(node: Any, shape: Any, strides: Any, tensors: Any) -> Any:
+        found.append((node.name, shape, strides))
+        return make(node, shape, strides, tensors)
+
+    monkeypatch.setattr(launch_plan, "_make_plan", spy)
+    yield found
+
+
+async def upload(a: np.ndarray) -> cuasync.Tensor:
+    return await cuasync.from_host(a)
+
+
+async def test_a_seen_expression_reuses_its_plan_and_binds_new_scalars(
+    anyio_backend: Any, made: list[Any]
+) -> None:
+    a = np.arange(12, dtype=np.float32)
+    x = await upload(a)
+    await cuasync.exp(x * 0.5 + 1.0)  # first use: the plan is made
+    assert [m[0] for m in made] == ["exp"]
+    for scale, shift in ((2.0, -1.0), (0.25, 3.0), (-1.0, 0.0)):
+        y = await cuasync.exp(x * scale + shift)
+        want = np.exp(a * np.float32(scale) + np.float32(shift))
+        np.testing.assert_allclose(await y.to_host(), want, rtol=2e-6)
+    assert len(made) == 1  # the same plan, the values bound anew
+
+
+async def test_the_plan_differs_with_dtype_layout_contiguity_and_out(
+    anyio_backend: Any, made: list[Any]
+) -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = await upload(a)
+    x64 = await upload(a.astype(np.float64))
+    row = await upload(a[:1])  # (1, 4): broadcast down the rows
+    o = cuasync.empty((3, 4), "float32").sync(allow_in_loop=True)
+    cases: list[tuple[Callable[[], Any], np.ndarray]] = [
+        (lambda: cuasync.add(x, 1.0), a + 1),
+        (lambda: cuasync.add(x64, 1.0), a.astype(np.float64) + 1),  # another dtype
+        (lambda: cuasync.add(x, row), a + a[:1]),  # another broadcast layout
+        (lambda: cuasync.add(x[:, ::2], 1.0), a[:, ::2] + 1),  # a strided view
+        (lambda: cuasync.add(x.T, 1.0), a.T + 1),  # a transposed one
+        (lambda: cuasync.add(x, 1.0, out=o), a + 1),  # out=
+    ]
+    for make, want in cases:
+        got = await make()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(await got.to_host(), want)
+    assert len(made) == len(cases)  # each a plan of its own
+    for make, want in cases:  # seen: no plan made, the same values
+        np.testing.assert_array_equal(await (await make()).to_host(), want)
+    assert len(made) == len(cases)
+
+
+async def test_a_plan_writes_each_out_it_is_given(anyio_backend: Any, made: list[Any]) -> None:
+    a = np.arange(8, dtype=np.float32)
+    x = await upload(a)
+    outs = [cuasync.empty((8,), "float32").sync(allow_in_loop=True) for _ in range(3)]
+    for k, o in enumerate(outs):
+        got = await cuasync.multiply(x, float(k), out=o)
+        assert got is o
+    assert len(made) == 1
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(await o.to_host(), a * k)
+    await cuasync.add(x, 1.0, out=x)  # in place: the very same view is allowed
+    np.testing.assert_array_equal(await x.to_host(), a + 1)
+
+
+async def test_unaligned_views_share_the_plan_and_take_element_accesses(
+    anyio_backend: Any, made: list[Any]
+) -> None:
+    a = np.arange(20, dtype=np.float32)
+    x = await upload(a)
+    for start in (0, 1, 2, 4):  # x[1:] is not aligned to a 16-byte vector
+        v = x[start : start + 16]
+        np.testing.assert_array_equal(
+            await (await cuasync.add(v, 1.0)).to_host(), a[start:][:16] + 1
+        )
+    assert len(made) == 1  # one layout: contiguous (16,); alignment is checked per launch
+
+
+async def test_half_precision_and_weak_ints_through_the_plan(
+    anyio_backend: Any, made: list[Any]
+) -> None:
+    a = np.linspace(-2, 2, 16).astype(np.float16)
+    h = await upload(a)
+    for k in (1, 3):
+        got = await (await (h * float(k))).to_host()
+        np.testing.assert_array_equal(got, a * np.float16(k))
+    i = await upload(np.arange(6, dtype=np.int8))
+    for k in (1, 100):
+        got = await (await cuasync.add(i, k)).to_host()
+        np.testing.assert_array_equal(got, np.arange(6, dtype=np.int8) + np.int8(k))
+    with pytest.raises(cuasync.errors.ScalarOverflowError):
+        cuasync.add(i, 300)  # still fitted by value, though the loop is known
+    assert len(made) == 2
+
+
+async def test_a_pending_operand_takes_the_long_way(anyio_backend: Any) -> None:
+    a = np.arange(6, dtype=np.float32)
+    x = await upload(a)
+    o = cuasync.empty((6,), "float32").sync(allow_in_loop=True)
+    inner = cuasync.add(x, 1.0, out=o)  # runs first, then o is read
+    got = await cuasync.multiply(inner, 2.0)
+    np.testing.assert_array_equal(await got.to_host(), (a + 1) * 2)
+
+
+def _in_flight_blocks(make: Callable[[], Any], stream: cuasync.Stream, n: int) -> float:
+    """Python blocks held per op while ``n`` ops submitted on ``stream`` wait at a gate.
+
+    A full collection before each count empties CPython's free lists (the tuples and
+    floats an op's own build freed, kept for reuse): what is left is what the ops hold.
+    """
+    futures: list[Any] = [None] * n
+    with cuasync.testing.gate(stream):
+        gc.collect()
+        before = sys.getallocatedblocks()
+        for k in range(n):
+            futures[k] = make().submit_on(stream)
+        gc.collect()  # (the ops make no cycles: _left_behind; it frees no op's object)
+        held = sys.getallocatedblocks() - before
+    for f in futures:
+        f.wait()
+        f.result()
+    return held / n
+
+
+def _left_behind(make: Callable[[], Any], stream: cuasync.Stream, n: int) -> int:
+    """Python blocks left once ``n`` ops ran one by one and were dropped (no collector:
+    an op making a reference cycle leaves it here)."""
+    stream.synchronize()  # (the backend's queue and the watcher's reports drained, both times)
+    cuasync.testing.settle()
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getallocatedblocks()
+        for _ in range(n):
+            make().submit_on(stream).wait()
+        stream.synchronize()
+        cuasync.testing.settle()
+        return sys.getallocatedblocks() - before
+    finally:
+        gc.enable()
+
+
+def _raw_launch(op: Any, out: Callable[[], cuasync.Tensor]) -> Callable[[], Any]:
+    """The raw launch of ``op``'s kernel (contiguous float32) with its arguments, into
+    ``out()`` (``op`` is taken: it only names them)."""
+    op._take()
+    plan, tensors, scalars = codegen.make_plan(op._node)
+    kernel = codegen.kernel_for(plan, "float32", 0)
+    n = op.size
+    return lambda: kernel[1, 256](out(), *tensors, *scalars, n, 1)  # (grid-stride: any grid)
+
+
+def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
+    """Counts Python allocations per op. In flight, an expression of a seen plan is the
+    raw launch of its kernel: it may hold no more blocks than that launch with the same
+    arguments (the launch op, its argument lists, the future and completion, what the
+    queue behind the gate keeps; a new output allocated as the plan does), plus 1 of
+    slack (a list over-allocated now and then), 3 with a new output (what the block
+    cache and the backend keep of an allocation depends on what they hold already: 1-2
+    blocks an op either way between runs). Its TensorOps and expression
+    nodes are garbage once submitted. Run to completion and dropped, it leaves nothing
+    behind, without the cyclic collector: < 1 block per 20 ops (free lists and the slot
+    ledger growing to their sizes, not per op)."""
+    n = 400
+    stream = cuasync.get_default_device().new_stream()
+    a = np.arange(1024, dtype=np.float32)
+    x = cuasync.from_host(a).sync()
+    o = cuasync.empty((1024,), "float32").sync()
+    f32 = np.dtype(np.float32)
+
+    def new() -> cuasync.Tensor:  # what a plan allocates for a new output
+        return Tensor(Allocation(stream.device, 4096, stream), (1024,), f32)
+
+    ops: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
+        "add out=": (lambda: cuasync.add(x, 1.0, out=o), lambda: cuasync.add(x, 1.0), lambda: o),
+        "exp(x * 2 + 1) out=": (
+            lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+            lambda: cuasync.exp(x * 2.0 + 1.0),
+            lambda: o,
+        ),
+        "add": (lambda: cuasync.add(x, 1.0), lambda: cuasync.add(x, 1.0), new),
+    }
+    for name, (make, like, out) in ops.items():
+        raw = _raw_launch(like(), out)
+        for _ in range(3 * n):  # warm: plans made, pools and the ledger at their sizes
+            make().submit_on(stream).wait()
+            raw().submit_on(stream).wait()
+        held, raw_held = (_in_flight_blocks(f, stream, n) for f in (make, raw))
+        slack = 1 if "out=" in name else 3  # (see the docstring)
+        assert held <= raw_held + slack, (name, held, raw_held)
+        left = _left_behind(make, stream, 4 * n)
+        assert left < 4 * n / 20, (name, left)
+    raw = _raw_launch(cuasync.add(x, 1.0), lambda: o)
+    raw().sync()
+    np.testing.assert_array_equal(o.to_host().sync(), a + 1)  # the last raw launch's
