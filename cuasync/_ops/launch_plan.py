@@ -30,7 +30,16 @@ from .._dtypes import dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
-from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, kernel_for, make_plan, scalar_arg, scalar_specs, vector_width
+from .codegen import (
+    UNROLL,
+    VECTOR_BLOCK,
+    VECTORS,
+    kernel_for,
+    make_plan,
+    scalar_arg,
+    scalar_specs,
+    vector_width,
+)
 from .expr import Node
 
 __all__ = [
