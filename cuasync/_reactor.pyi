@@ -344,7 +344,10 @@ class BackendCore:
 
     fast_launch: Any
     current: Any
+    _context_handles: dict[int, int]
+    _host_remap: list[tuple[int, int, int]]
     fault_seen: bool
+    _native_copy: bool
 
 @disjoint_base
 class ContextCore:

@@ -171,15 +171,23 @@ CORE_TYPE_N(HubCore, 2, "HubCore",
             {"step_aside", T_BOOL, offsetof(HubCore, step_aside), 0,
              "Whether an await in a burst steps aside, its launch queued."});
 
-CORE_TYPE_N(BackendCore, 2, "BackendCore",
+CORE_TYPE_N(BackendCore, 4, "BackendCore",
             "What a backend (its base type) tells every submission: its native launch, its "
-            "record of this thread's current context, whether a device has faulted.",
+            "record of this thread's current context, its driver contexts, its remapped "
+            "pinned ranges, whether a device has faulted and whether the native copy may be "
+            "made.",
             OPTIONAL(BackendCore, fast_launch, "fast_launch",
                      "The backend's native launch with its flag write, or None."),
             OPTIONAL(BackendCore, current, "current",
                      "Its record of this thread's current context (.ordinal), or None."),
+            MEMBER(BackendCore, context_handles, "_context_handles",
+                   "{ordinal: CUcontext} the submitter's thread makes current (a cache)."),
+            MEMBER(BackendCore, host_remap, "_host_remap",
+                   "[(host, nbytes, device)] of pinned ranges whose device address differs."),
             {"fault_seen", T_BOOL, offsetof(BackendCore, fault_seen), 0,
-             "Whether any device of this backend has faulted."});
+             "Whether any device of this backend has faulted."},
+            {"_native_copy", T_BOOL, offsetof(BackendCore, native_copy), 0,
+             "Whether the native module makes a small upload's copy (cuMemcpyHtoDAsync)."});
 
 CORE_TYPE(ContextCore, "ContextCore",
           "The fields of an ExecutionContext (its base type): one submission's stream, "

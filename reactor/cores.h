@@ -56,12 +56,13 @@ typedef struct {
     char use_reactor, step_aside;
 } HubCore;
 
-/* Backend: the native launch, this thread's current-context record, whether a device
- * has faulted */
+/* Backend: the native launch, this thread's current-context record, its driver
+ * contexts by ordinal, its remapped pinned ranges; whether a device has faulted, whether
+ * the native copy may be made */
 typedef struct {
     PyObject_HEAD
-    PyObject *fast_launch, *current;
-    char fault_seen;
+    PyObject *fast_launch, *current, *context_handles, *host_remap;
+    char fault_seen, native_copy;
 } BackendCore;
 
 /* ExecutionContext: stream, fuse, deferred, device, retained, errors, checks,

@@ -500,8 +500,8 @@ burst_target(Express *self, const native_launch *nl, PyObject *ordinal, subcore 
     subcore *fence = launch_fence();
     if (fence == NULL || nl->n > SUB_PARAMS_MAX || nl->extent > SUB_BLOCK_MAX)
         return 0;
-    /* (the backend's cache, an instance attribute where it has one) */
-    PyObject *handles = PyDict_GetItemWithError(self->backend_dict, self->s_context_handles);
+    /* (the backend's cache, where it keeps one) */
+    PyObject *handles = BACKEND(self->backend)->context_handles;
     PyObject *h = handles != NULL && PyDict_CheckExact(handles)
                       ? PyDict_GetItemWithError(handles, ordinal) : NULL;
     Py_XINCREF(h);
@@ -948,7 +948,6 @@ intern_names(Express *self)
     NAME(s_readonly, "readonly")
     NAME(s_itemsize, "itemsize")
     NAME(s_long_ops, "long_ops")
-    NAME(s_completed_inline, "completed_inline")
     NAME(s_acquire, "acquire")
     NAME(s_release, "release")
     NAME(s_active, "active")
@@ -956,12 +955,9 @@ intern_names(Express *self)
     NAME(s_launch_failed, "launch_failed")
     NAME(s_use, "use")
     NAME(s_context_handle, "context_handle")
-    NAME(s_context_handles, "_context_handles")
     NAME(s_shape, "shape")
     NAME(s_forced, "_forced")
     NAME(s_copy_and_write, "copy_and_write")
-    NAME(s_native_copy, "_native_copy")
-    NAME(s_host_remap, "_host_remap")
 #undef NAME
     return 0;
 }
@@ -1117,13 +1113,12 @@ Express_dealloc(Express *self)
     Express_clear(self);
     PyObject **names[] = {&self->s_ordinal,
                           &self->s_const, &self->s_readonly, &self->s_itemsize,
-                          &self->s_long_ops, &self->s_completed_inline,
+                          &self->s_long_ops,
                           &self->s_acquire, &self->s_release, &self->s_active,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
                           &self->minus_one, &self->no_args,
-                          &self->s_context_handle, &self->s_context_handles, &self->s_shape,
-                          &self->s_forced, &self->s_copy_and_write, &self->s_native_copy,
-                          &self->s_host_remap};
+                          &self->s_context_handle, &self->s_shape,
+                          &self->s_forced, &self->s_copy_and_write};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);

@@ -55,17 +55,16 @@ typedef struct {
     PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
     PyObject *no_args;
     /* interned names of the attributes read on every call */
-    PyObject *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_long_ops,
-        *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
-        *s_launch_failed, *s_use;
-    PyObject *s_context_handle, *s_context_handles;
+    PyObject *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_long_ops, *s_acquire,
+        *s_release, *s_active, *s_launch_kernel, *s_launch_failed, *s_use;
+    PyObject *s_context_handle;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;
     /* a small upload's (upload.c; Express.set_upload) */
     PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
     PyObject *acquire, *upload_failed, *upload_abandon, *pageable_dict, *lease_t;
     PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
-    PyObject *s_shape, *s_forced, *s_copy_and_write, *s_native_copy, *s_host_remap;
+    PyObject *s_shape, *s_forced, *s_copy_and_write;
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;

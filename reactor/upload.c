@@ -440,11 +440,10 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     PyObject *own = PyDict_GetItemWithError(self->backend_dict, self->s_copy_and_write);
     int native = own == NULL && !PyErr_Occurred() && get_copy_entry_points(&mh, &wv);
     if (native) {
-        PyObject *copy = PyDict_GetItemWithError(self->backend_dict, self->s_native_copy);
-        PyObject *remap = PyDict_GetItemWithError(self->backend_dict, self->s_host_remap);
+        PyObject *remap = BACKEND(self->backend)->host_remap;
         PyObject *current = BACKEND(self->backend)->current;
         PyObject *ordinal = PyErr_Occurred() ? NULL : PyObject_GetAttr(device, self->s_ordinal);
-        native = copy == Py_True && remap != NULL && PyList_CheckExact(remap) &&
+        native = BACKEND(self->backend)->native_copy && remap != NULL && PyList_CheckExact(remap) &&
                  PyList_GET_SIZE(remap) == 0 && current != NULL && ordinal != NULL &&
                  PyLong_CheckExact(ordinal) &&
                  current_ordinal_of(current) == PyLong_AsLong(ordinal) &&
