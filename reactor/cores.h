@@ -15,10 +15,11 @@ typedef struct {
     PyObject *handle, *device, *owned, *capturing, *submitted, *completed, *alive;
 } StreamCore;
 
-/* Allocation: ptr, nbytes, device, _write, _reads, _pool, _class */
+/* Allocation: ptr, nbytes, device, _write, _reads, _pool, _class; readonly */
 typedef struct {
     PyObject_HEAD
     PyObject *ptr, *nbytes, *device, *write, *reads, *pool, *cls;
+    char readonly;
 } AllocationCore;
 
 /* Tensor: _alloc, shape, dtype, strides, offset */
@@ -49,10 +50,11 @@ typedef struct {
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,
- * whether awaits in a burst step aside, the inline spin budget) */
+ * whether awaits in a burst step aside, the inline spin budget), and what the core is
+ * made of (the backend, the slot ledger, the counters, the stream-memops answers) */
 typedef struct {
     PyObject_HEAD
-    PyObject *express, *spin_budget_us;
+    PyObject *express, *spin_budget_us, *backend, *slots, *stats, *memops;
     char use_reactor, step_aside;
 } HubCore;
 
@@ -135,6 +137,49 @@ typedef struct {
     PyObject *address, *capacity, *size_class, *pool;
 } BlockCore;
 
+/* A loop adapter (loops.AsyncioAdapter, TrioAdapter): asyncio's ready queue (None:
+ * none), the first task to await in this loop iteration (uvloop); whether another task
+ * awaited in it, whether the last await found long work, whether a task may step aside */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ready, *tick_task;
+    char tick_shared, long_ops, steps_aside;
+} AdapterCore;
+
+/* Whether o is an AdapterCore (of a subclass): 1 or 0. */
+int is_adapter(PyObject *o);
+
+/* Device: ordinal, _lock, _used, _count, _peak, _limit, _utility, _policy */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ordinal, *lock, *used, *count, *peak, *limit, *utility, *policy;
+} DeviceCore;
+
+/* Whether o is a DeviceCore (of a subclass), or a BackendCore: 1 or 0. */
+int is_device(PyObject *o);
+int is_backend(PyObject *o);
+
+#define DEVICE(o) ((DeviceCore *)(o))
+
+/* StreamPoolRoundRobin: _streams, _counter, num_streams; SingleStream: stream */
+typedef struct {
+    PyObject_HEAD
+    PyObject *streams, *counter, *num_streams;
+} RoundRobinCore;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *stream;
+} SingleStreamCore;
+
+#define ROUND_ROBIN(o) ((RoundRobinCore *)(o))
+#define SINGLE_STREAM(o) ((SingleStreamCore *)(o))
+
+/* This thread's submission flags (ThreadFlags, context.LOCAL): whether it holds the
+ * execution lock (``active``), whether it is inside a traced submission (``traced``). */
+extern _Thread_local char cuasync_active, cuasync_traced;
+
+#define ADAPTER(o) ((AdapterCore *)(o))
 #define TENSOR_OP(o) ((TensorOpCore *)(o))
 #define UPLOAD_OP(o) ((UploadOpCore *)(o))
 #define NODE(o) ((NodeCore *)(o))
@@ -146,6 +191,18 @@ typedef struct {
 #define ALLOCATION(o) ((AllocationCore *)(o))
 #define TENSOR(o) ((TensorCore *)(o))
 #define PREPARED(o) ((PreparedCore *)(o))
+
+/* The Python class declared directly on each of these core types, which the native
+ * core makes, or recognizes by its exact type: recorded by the core type's
+ * __init_subclass__ when the class is declared (cuasync's, the first: a later one is not
+ * recorded, and its objects take the generic path); NULL until then. A class derived
+ * from the recorded one (ForeignAllocation) is not recorded either. */
+enum {
+    REG_STREAM, REG_ALLOCATION, REG_TENSOR, REG_PREPARED, REG_LAUNCH, REG_CONTEXT, REG_OUTPUT,
+    REG_FUTURE, REG_COMPLETION, REG_ROUND_ROBIN, REG_SINGLE_STREAM, REG_COUNT
+};
+extern PyTypeObject *cuasync_registered[REG_COUNT];
+#define REGISTERED(which) (cuasync_registered[REG_##which])
 
 /* Replace a field (v: a new reference, stolen; the old value dropped after). */
 static inline void
@@ -163,7 +220,8 @@ int core_subtype_check(PyObject *t, const char *core, const char *what);
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
-    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec;
+    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
+    DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec;
 extern PyMethodDef cores_methods[];
 
 #endif

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
-from .._native import StreamCore
+from .._native import DeviceCore, StreamCore
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from . import block_cache
 from .context import LOCK, submitting
@@ -116,7 +116,7 @@ class SchedulingPolicy(ABC):
         """The stream for the next op."""
 
 
-class Device:
+class Device(DeviceCore):
     """A GPU (or emulated device), identified by its ordinal.
 
     ``Device(i)`` always returns the same object for the same ordinal, ``i`` its
@@ -132,17 +132,11 @@ class Device:
     #: on devices and streams, so cuasync/_core/scheduling.py fills this when imported.
     _default_policy: ClassVar[Callable[[Device], SchedulingPolicy]]
 
-    ordinal: int
-    _used: int
-    _peak: int
-    _count: int
-    _limit: int | None
-    _policy: SchedulingPolicy | None
-    _lock: threading.RLock
+    # ordinal, _lock, _used, _count, _peak, _limit, _utility and _policy are the native
+    # base's fields (``DeviceCore``: the native core reads them)
     _name: str | None
     _cc: tuple[int, int] | None
     _properties: DeviceProperties | None
-    _utility: Stream | None
 
     def __new__(cls, ordinal: int | Device = 0) -> Device:
         known = cls._instances.get(ordinal) if type(ordinal) is int else None
