@@ -65,10 +65,14 @@ UploadOpCore = _reactor.UploadOpCore
 NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
 BlockCore = _reactor.BlockCore
+AdapterCore = _reactor.AdapterCore
 DeviceCore = _reactor.DeviceCore
+RoundRobinCore = _reactor.RoundRobinCore
+SingleStreamCore = _reactor.SingleStreamCore
 
 __all__ = [
     "NATIVE",
+    "AdapterCore",
     "AllocationCore",
     "BackendCore",
     "BlockCore",
@@ -82,6 +86,8 @@ __all__ = [
     "OpCore",
     "OutputCore",
     "PreparedCore",
+    "RoundRobinCore",
+    "SingleStreamCore",
     "StreamCore",
     "TensorCore",
     "TensorOpCore",

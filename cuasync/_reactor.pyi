@@ -1,14 +1,16 @@
 """Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
 
 from typing_extensions import disjoint_base
 
 if TYPE_CHECKING:
+    import threading
+
     import numpy as np
 
-    from cuasync._core.device import Device, Stream
+    from cuasync._core.device import Device, SchedulingPolicy, Stream
     from cuasync._core.memory import Allocation
     from cuasync._core.pools import MemoryPool
 
@@ -289,14 +291,6 @@ class AllocationCore:
     readonly: bool
 
 @disjoint_base
-class DeviceCore:
-    """The fields of a ``cuasync.Device`` (its base type): its ordinal and its legacy
-    default stream, once a DLPack or CAI exchange made it."""
-
-    ordinal: int
-    _legacy: Stream | None
-
-@disjoint_base
 class TensorCore:
     """The fields of a ``cuasync.Tensor`` (its base type), read by the native core, and
     the DLPack protocol (the common export in C, the rest in ``_interop.dlpack``)."""
@@ -356,6 +350,10 @@ class HubCore:
 
     express: Any
     spin_budget_us: int
+    backend: Any
+    slots: SlotLedger
+    stats: Any
+    _memops: dict[int, bool]
     use_reactor: bool
     step_aside: bool
 
@@ -365,7 +363,10 @@ class BackendCore:
 
     fast_launch: Any
     current: Any
+    _context_handles: dict[int, int]
+    _host_remap: list[tuple[int, int, int]]
     fault_seen: bool
+    _native_copy: bool
 
 @disjoint_base
 class ContextCore:
@@ -455,6 +456,51 @@ class BlockCore:
     size_class: int
     _pool: Any
 
+@disjoint_base
+class AdapterCore:
+    """The fields of a loop adapter (its base type) that an await reads."""
+
+    _ready: Any
+    _tick_task: Any
+    _tick_shared: bool
+    long_ops: bool
+    steps_aside: bool
+
+@disjoint_base
+class DeviceCore:
+    """The fields of a ``Device`` (its base type) that the native core reads."""
+
+    ordinal: int
+    _lock: threading.RLock
+    _used: int
+    _count: int
+    _peak: int
+    _limit: int | None
+    _utility: Stream | None
+    _policy: SchedulingPolicy | None
+    _legacy: Stream | None
+
+@disjoint_base
+class RoundRobinCore:
+    """The fields of a ``StreamPoolRoundRobin`` (its base type) that an await reads."""
+
+    _streams: list[Stream]
+    _counter: Iterator[int]
+    num_streams: int
+
+@disjoint_base
+class SingleStreamCore:
+    """The field of a ``SingleStream`` (its base type): its stream."""
+
+    stream: Stream
+
+@final
+class ThreadFlags:
+    """This thread's submission flags (``context.LOCAL``), thread-locals of the native core."""
+
+    active: bool
+    traced: bool
+
 def set_tracing(on: object, /) -> None: ...
 def tracing() -> bool: ...
 
@@ -493,22 +539,11 @@ class Express:
         *,
         hub: Any,
         lock: Any,
-        local: Any,
-        trace: Any,
-        launch: type,
-        stream: type,
-        tensor: type,
-        allocation: type,
-        prepared: type,
         box: Callable[[], list[BaseException]],
         generic: object,
         spin_us: Callable[..., int | None],
         failed: Callable[..., None],
         abandon: Callable[..., None],
-        completion: type,
-        context: type,
-        ready: type,
-        future: type,
     ) -> Express: ...
     def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking
@@ -597,8 +632,6 @@ class LaunchAwait:
         policy: Any,
         stream_for: Callable[[Any], Any],
         current_tasks: dict[Any, Any] | None,
-        round_robin: type | None,
-        single_stream: type | None,
     ) -> LaunchAwait: ...
     def __call__(self, op: Any, /) -> Any: ...
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...

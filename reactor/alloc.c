@@ -14,7 +14,7 @@
  *     a memory limit, a pool selected, and it is left to Python's Allocation().
  *
  * Both read block_cache's module globals (_lock, _blocks, _bytes, _taking, DEVICE_MAX,
- * PER_KEY) and the Device's instance dict (_lock, _used, _count, _peak, _limit,
+ * PER_KEY) and the Device's fields (DeviceCore: _lock, _used, _count, _peak, _limit,
  * _utility) and take the same locks as the Python code (an RLock's acquire and
  * release); tests/transfers/test_block_cache.py and tests/transfers/test_small_upload.py hold the two to
  * the same accounting.
@@ -35,8 +35,7 @@
 struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
     PyObject *cache_dict, *backends_dict; /* block_cache's and cuasync._backends' globals */
-    PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_used,
-        *n_count, *n_peak, *n_limit, *n_utility, *n_backend, *n_fault_seen,
+    PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_backend,
         *n_acquire, *n_release, *n_min_class;
     /* the C functions of an RLock's acquire and release, called directly (lock_acquire,
      * lock_release) for a lock of type rlock_t: found on the first lock's type */
@@ -66,13 +65,7 @@ shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cach
     NAME(n_taking, "_taking")
     NAME(n_device_max, "DEVICE_MAX")
     NAME(n_per_key, "PER_KEY")
-    NAME(n_used, "_used")
-    NAME(n_count, "_count")
-    NAME(n_peak, "_peak")
-    NAME(n_limit, "_limit")
-    NAME(n_utility, "_utility")
     NAME(n_backend, "_backend")
-    NAME(n_fault_seen, "fault_seen")
     NAME(n_acquire, "acquire")
     NAME(n_release, "release")
     NAME(n_min_class, "MIN_CLASS")
@@ -95,11 +88,9 @@ shape_clear(alloc_shape *a)
     Py_CLEAR(a->backends_dict);
     Py_CLEAR(a->rlock_t);
     Py_CLEAR(a->no_wait);
-    PyObject **names[] = {&a->n_lock,    &a->n_blocks,     &a->n_bytes,  &a->n_taking,
-                          &a->n_device_max, &a->n_per_key, &a->n_used,   &a->n_count,
-                          &a->n_peak,    &a->n_limit,      &a->n_utility,
-                          &a->n_backend, &a->n_fault_seen, &a->n_acquire, &a->n_release,
-                          &a->n_min_class};
+    PyObject **names[] = {&a->n_lock,       &a->n_blocks,  &a->n_bytes,   &a->n_taking,
+                          &a->n_device_max, &a->n_per_key, &a->n_backend, &a->n_acquire,
+                          &a->n_release,    &a->n_min_class};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
 }
@@ -236,30 +227,46 @@ dict_add(PyObject *d, PyObject *key, long long delta)
     return r;
 }
 
+/* *field += delta (an int field of a device); -1 an error. */
+static int
+field_add(PyObject **field, long long delta)
+{
+    PyObject *v = *field;
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        PyErr_SetString(PyExc_TypeError, "a device's count is not an int");
+        return -1;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *n = PyLong_FromLongLong(x + delta);
+    if (n == NULL)
+        return -1;
+    field_set(field, n);
+    return 0;
+}
+
 /* Device._charge(nbytes) (+1) or _discharge(nbytes) (-1) under the device's lock, for a
  * device without a memory limit (the caller checked _limit). -1 an error. */
 static int
 device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
 {
-    PyObject **dictp = _PyObject_GetDictPtr(device);
-    PyObject *d = dictp != NULL ? *dictp : NULL;
-    PyObject *lock = d == NULL ? NULL : PyDict_GetItemWithError(d, a->n_lock);
+    DeviceCore *dev = DEVICE(device);
+    PyObject *lock = dev->lock;
     if (lock == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "a device without its lock");
+        PyErr_SetString(PyExc_TypeError, "a device without its lock");
         return -1;
     }
     Py_INCREF(lock);
     int r = lock_acquire(a, lock, 1) < 0 ? -1 : 0;
     if (r == 0) {
-        r = dict_add(d, a->n_used, sign * nbytes) < 0 || dict_add(d, a->n_count, sign) < 0
-                ? -1 : 0;
+        r = field_add(&dev->used, sign * nbytes) < 0 || field_add(&dev->count, sign) < 0 ? -1 : 0;
         if (r == 0 && sign > 0) { /* the peak */
-            PyObject *used = PyDict_GetItemWithError(d, a->n_used);
-            PyObject *peak = PyDict_GetItemWithError(d, a->n_peak);
-            int higher = used == NULL || peak == NULL ? -1
-                                                      : PyObject_RichCompareBool(used, peak, Py_GT);
-            if (higher < 0 || (higher && PyDict_SetItem(d, a->n_peak, used) < 0))
+            int higher = dev->peak == NULL ? -1
+                                           : PyObject_RichCompareBool(dev->used, dev->peak, Py_GT);
+            if (higher > 0)
+                field_set(&dev->peak, Py_NewRef(dev->used));
+            else if (higher < 0)
                 r = -1;
         }
         if (release_after(a, lock) < 0)
@@ -315,11 +322,10 @@ PyObject *
 alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
             PyObject *seq, PyObject *pool_var)
 {
-    PyObject **dictp = _PyObject_GetDictPtr(device);
-    PyObject *dd = dictp != NULL ? *dictp : NULL;
-    PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
-    PyObject *limit = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_limit);
-    PyObject *ordinal = is_device(device) ? DEVICE(device)->ordinal : NULL; /* (DeviceCore's) */
+    int dev = is_device(device);
+    PyObject *utility = dev ? DEVICE(device)->utility : NULL;
+    PyObject *limit = dev ? DEVICE(device)->limit : NULL;
+    PyObject *ordinal = dev ? DEVICE(device)->ordinal : NULL;
     PyObject *min_class = PyDict_GetItemWithError(a->cache_dict, a->n_min_class);
     if (utility == NULL || utility == Py_None || limit != Py_None || ordinal == NULL ||
         min_class == NULL || STREAM(stream)->owned != Py_True || nbytes <= 0)
@@ -407,26 +413,17 @@ keep_block(AllocFinalizer *f, PyObject *self)
     if (alive == NULL || !PyList_CheckExact(alive) || PyList_GET_SIZE(alive) < 1 ||
         PyList_GET_ITEM(alive, 0) != Py_True)
         return 0;
-    PyObject **dictp = _PyObject_GetDictPtr(device);
-    PyObject *dd = dictp != NULL ? *dictp : NULL;
-    PyObject *utility = dd == NULL ? NULL : PyDict_GetItemWithError(dd, a->n_utility);
-    PyObject *ordinal = is_device(device) ? DEVICE(device)->ordinal : NULL; /* (DeviceCore's) */
+    int dev = is_device(device);
+    PyObject *utility = dev ? DEVICE(device)->utility : NULL;
+    PyObject *ordinal = dev ? DEVICE(device)->ordinal : NULL;
     if (utility == NULL || utility == stream || ordinal == NULL)
         return PyErr_Occurred() ? -1 : 0;
     /* the backend has seen no fault (a faulted device's memory is leaked, in Python) */
     PyObject *backend = PyDict_GetItemWithError(a->backends_dict, a->n_backend);
     if (backend == NULL || backend == Py_None)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject **bdictp = _PyObject_GetDictPtr(backend);
-    PyObject *fault = bdictp != NULL && *bdictp != NULL
-                          ? PyDict_GetItemWithError(*bdictp, a->n_fault_seen) : NULL;
-    if (fault == NULL && !PyErr_Occurred()) { /* (the class's False, until one is seen) */
-        PyObject *seen = PyObject_GetAttr(backend, a->n_fault_seen);
-        fault = seen; /* (borrowed past here: False is immortal enough) */
-        Py_XDECREF(seen);
-    }
-    if (fault != Py_False)
-        return PyErr_Occurred() ? -1 : 0;
+    if (!is_backend(backend) || BACKEND(backend)->fault_seen)
+        return 0;
     /* block_cache.put: never waits for the lock; the key's list must exist already */
     PyObject *d = a->cache_dict;
     PyObject *lock = PyDict_GetItemWithError(d, a->n_lock);

@@ -45,25 +45,87 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
 /* (None while unset) */
 #define OPTIONAL(T, field, name, doc) {name, T_OBJECT, offsetof(T, field), 0, doc}
 
+PyTypeObject *cuasync_registered[REG_COUNT];
+
+/* __init_subclass__ of a core type that records its one Python class (cores.h): cls is
+ * recorded as cuasync_registered[which] when the core type is one of its direct bases. */
+static PyObject *
+register_subclass(PyTypeObject *defining, PyObject *cls, Py_ssize_t which,
+                  PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* super().__init_subclass__(**kwargs) first: the next base's (typing.Generic's) */
+    PyObject *sup = PyObject_CallFunctionObjArgs((PyObject *)&PySuper_Type, defining, cls, NULL);
+    PyObject *next = sup == NULL ? NULL : PyObject_GetAttrString(sup, "__init_subclass__");
+    Py_XDECREF(sup);
+    PyObject *r = next == NULL ? NULL : PyObject_Vectorcall(next, args, nargs, kwnames);
+    Py_XDECREF(next);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    PyObject *bases = PyType_Check(cls) ? ((PyTypeObject *)cls)->tp_bases : NULL;
+    int direct = 0;
+    for (Py_ssize_t i = 0; bases != NULL && i < PyTuple_GET_SIZE(bases); i++)
+        direct |= PyTuple_GET_ITEM(bases, i) == (PyObject *)defining;
+    /* (the first only: cuasync's, declared when cuasync is imported; another class
+     * declared on the core type later, stubtest's probe, is not the native core's, and
+     * its objects take the generic path) */
+    if (!direct || cuasync_registered[which] != NULL)
+        Py_RETURN_NONE;
+    cuasync_registered[which] = (PyTypeObject *)Py_NewRef(cls);
+    Py_RETURN_NONE;
+}
+
+#define REGISTERING(T, WHICH) REGISTERING_WITH(T, WHICH, /* no other methods */)
+/* (EXTRA: the type's other PyMethodDef entries, each followed by a comma) */
+#define REGISTERING_WITH(T, WHICH, EXTRA)                                                     \
+    static PyObject *T##_init_subclass(PyObject *cls, PyTypeObject *defining,                \
+                                       PyObject *const *args, Py_ssize_t nargs,               \
+                                       PyObject *kwnames)                                     \
+    {                                                                                         \
+        return register_subclass(defining, cls, WHICH, args, PyVectorcall_NARGS(nargs),       \
+                                 kwnames);                                                    \
+    }                                                                                         \
+    static PyMethodDef T##_methods[] = {                                                      \
+        {"__init_subclass__", (PyCFunction)(void (*)(void))T##_init_subclass,                \
+         METH_METHOD | METH_FASTCALL | METH_KEYWORDS | METH_CLASS,                            \
+         "Record the class declared on this type, the one the native core makes."},          \
+        EXTRA{NULL, NULL, 0, NULL},                                                           \
+    };
+
+REGISTERING(StreamCore, REG_STREAM)
+REGISTERING(AllocationCore, REG_ALLOCATION)
+REGISTERING_WITH(TensorCore, REG_TENSOR, TENSOR_DLPACK_METHODS)
+REGISTERING(PreparedCore, REG_PREPARED)
+REGISTERING(LaunchCore, REG_LAUNCH)
+REGISTERING(ContextCore, REG_CONTEXT)
+REGISTERING(OutputCore, REG_OUTPUT)
+REGISTERING(FutureCore, REG_FUTURE)
+REGISTERING(CompletionCore, REG_COMPLETION)
+REGISTERING(RoundRobinCore, REG_ROUND_ROBIN)
+REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
+
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
-#define StreamCore_EXTRA_SLOTS
-#define AllocationCore_EXTRA_SLOTS
+#define StreamCore_EXTRA_SLOTS {Py_tp_methods, StreamCore_methods},
+#define AllocationCore_EXTRA_SLOTS {Py_tp_methods, AllocationCore_methods},
 #define TensorCore_EXTRA_SLOTS {Py_tp_methods, TensorCore_methods},
-#define DeviceCore_EXTRA_SLOTS
-#define PreparedCore_EXTRA_SLOTS
+#define PreparedCore_EXTRA_SLOTS {Py_tp_methods, PreparedCore_methods},
 #define OpCore_EXTRA_SLOTS
-#define LaunchCore_EXTRA_SLOTS
+#define LaunchCore_EXTRA_SLOTS {Py_tp_methods, LaunchCore_methods},
 #define HubCore_EXTRA_SLOTS
 #define BackendCore_EXTRA_SLOTS
-#define ContextCore_EXTRA_SLOTS
-#define OutputCore_EXTRA_SLOTS
-#define FutureCore_EXTRA_SLOTS
+#define ContextCore_EXTRA_SLOTS {Py_tp_methods, ContextCore_methods},
+#define OutputCore_EXTRA_SLOTS {Py_tp_methods, OutputCore_methods},
+#define FutureCore_EXTRA_SLOTS {Py_tp_methods, FutureCore_methods},
 #define TensorOpCore_EXTRA_SLOTS
 #define UploadOpCore_EXTRA_SLOTS
 #define NodeCore_EXTRA_SLOTS
 #define UploadWorkCore_EXTRA_SLOTS
 #define BlockCore_EXTRA_SLOTS
-#define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new},
+#define AdapterCore_EXTRA_SLOTS
+#define DeviceCore_EXTRA_SLOTS
+#define RoundRobinCore_EXTRA_SLOTS {Py_tp_methods, RoundRobinCore_methods},
+#define SingleStreamCore_EXTRA_SLOTS {Py_tp_methods, SingleStreamCore_methods},
+#define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new}, {Py_tp_methods, CompletionCore_methods},
 static PyObject *CompletionCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 
 #define CORE_TYPE(T, NAME, DOC, ...) CORE_TYPE_N(T, NFIELDS(T), NAME, DOC, __VA_ARGS__)
@@ -122,13 +184,6 @@ CORE_TYPE_N(AllocationCore, 7, "AllocationCore",
           {"readonly", T_BOOL, offsetof(AllocationCore, readonly), 0,
            "Whether cuasync ops may only read it (memory a producer exported read-only)."});
 
-CORE_TYPE(DeviceCore, "DeviceCore",
-          "The fields of a cuasync.Device (its base type): its ordinal and its legacy default "
-          "stream (what a DLPack or CAI consumer on the default stream uses), once made.",
-          MEMBER(DeviceCore, ordinal, "ordinal", "The device's ordinal, an int."),
-          OPTIONAL(DeviceCore, legacy, "_legacy",
-                   "Its legacy default stream as a cuasync.Stream, or None until made."));
-
 CORE_TYPE(TensorCore, "TensorCore",
           "The fields of a cuasync.Tensor (its base type): its allocation, shape, dtype, "
           "strides and offset in elements.",
@@ -170,26 +225,41 @@ CORE_TYPE(LaunchCore, "LaunchCore",
           OPTIONAL(LaunchCore, cancel_word, "_cancel_word",
                    "The cancellation word of the op's scope, or None."));
 
-CORE_TYPE_N(HubCore, 2, "HubCore",
-            "The switches of the completion hub (its base type) that every submission reads.",
+CORE_TYPE_N(HubCore, 6, "HubCore",
+            "The fields of the completion hub (its base type) that the native core reads: "
+            "the switches every submission reads, its backend, slot ledger, counters and "
+            "the backends' answers on stream memory operations.",
             OPTIONAL(HubCore, express, "express",
                      "The native op core (an Express), or None: every op takes the generic path."),
             MEMBER(HubCore, spin_budget_us, "spin_budget_us",
                    "Inline spin before suspending, in microseconds (CUASYNC_SPIN_BUDGET_US)."),
+            MEMBER(HubCore, backend, "backend", "The Backend every submission goes to."),
+            MEMBER(HubCore, slots, "slots", "The SlotLedger of the slab's completion slots."),
+            MEMBER(HubCore, stats, "stats", "The hub's counters (Stats)."),
+            MEMBER(HubCore, memops, "_memops",
+                   "{ordinal: bool}: whether the device has stream memory operations."),
             {"use_reactor", T_BOOL, offsetof(HubCore, use_reactor), 0,
              "Whether awaits use flag slots (else host callbacks)."},
             {"step_aside", T_BOOL, offsetof(HubCore, step_aside), 0,
              "Whether an await in a burst steps aside, its launch queued."});
 
-CORE_TYPE_N(BackendCore, 2, "BackendCore",
+CORE_TYPE_N(BackendCore, 4, "BackendCore",
             "What a backend (its base type) tells every submission: its native launch, its "
-            "record of this thread's current context, whether a device has faulted.",
+            "record of this thread's current context, its driver contexts, its remapped "
+            "pinned ranges, whether a device has faulted and whether the native copy may be "
+            "made.",
             OPTIONAL(BackendCore, fast_launch, "fast_launch",
                      "The backend's native launch with its flag write, or None."),
             OPTIONAL(BackendCore, current, "current",
                      "Its record of this thread's current context (.ordinal), or None."),
+            MEMBER(BackendCore, context_handles, "_context_handles",
+                   "{ordinal: CUcontext} the submitter's thread makes current (a cache)."),
+            MEMBER(BackendCore, host_remap, "_host_remap",
+                   "[(host, nbytes, device)] of pinned ranges whose device address differs."),
             {"fault_seen", T_BOOL, offsetof(BackendCore, fault_seen), 0,
-             "Whether any device of this backend has faulted."});
+             "Whether any device of this backend has faulted."},
+            {"_native_copy", T_BOOL, offsetof(BackendCore, native_copy), 0,
+             "Whether the native module makes a small upload's copy (cuMemcpyHtoDAsync)."});
 
 CORE_TYPE(ContextCore, "ContextCore",
           "The fields of an ExecutionContext (its base type): one submission's stream, "
@@ -279,6 +349,115 @@ CORE_TYPE(BlockCore, "BlockCore",
           MEMBER(BlockCore, size_class, "size_class", "Its size class."),
           MEMBER(BlockCore, pool, "_pool", "The StagingPool it returns to, or None."));
 
+CORE_TYPE_N(AdapterCore, 2, "AdapterCore",
+            "The fields of a loop adapter (its base type) that an await reads: asyncio's "
+            "ready queue, this loop iteration's first awaiting task and whether another "
+            "awaited, whether the last await found long work, whether a task may step aside.",
+            OPTIONAL(AdapterCore, ready, "_ready", "asyncio's ready queue (a deque), or None."),
+            OPTIONAL(AdapterCore, tick_task, "_tick_task",
+                     "The first task to await in this loop iteration, or None."),
+            {"_tick_shared", T_BOOL, offsetof(AdapterCore, tick_shared), 0,
+             "Whether another task awaited in this loop iteration."},
+            {"long_ops", T_BOOL, offsetof(AdapterCore, long_ops), 0,
+             "Whether the last await's work outlasted its spin (the next one may not spin)."},
+            {"steps_aside", T_BOOL, offsetof(AdapterCore, steps_aside), 0,
+             "Whether a task may step aside with a bare yield (asyncio's, uvloop's)."});
+
+CORE_TYPE(DeviceCore, "DeviceCore",
+          "The fields of a cuasync.Device (its base type) that the native core reads: its "
+          "ordinal, the lock of its accounting, the bytes and blocks in use and their peak, "
+          "its memory limit, its utility stream, its scheduling policy and its legacy default "
+          "stream.",
+          MEMBER(DeviceCore, ordinal, "ordinal", "The device's ordinal, an int."),
+          MEMBER(DeviceCore, lock, "_lock", "The lock of its accounting (an RLock)."),
+          MEMBER(DeviceCore, used, "_used", "Bytes allocated through cuasync now."),
+          MEMBER(DeviceCore, count, "_count", "Allocations live now."),
+          MEMBER(DeviceCore, peak, "_peak", "The most bytes allocated at once."),
+          MEMBER(DeviceCore, limit, "_limit", "The memory limit in bytes, or None."),
+          MEMBER(DeviceCore, utility, "_utility", "Its private utility Stream, or None."),
+          MEMBER(DeviceCore, policy, "_policy", "Its scheduling policy once made, or None."),
+          OPTIONAL(DeviceCore, legacy, "_legacy",
+                   "Its legacy default stream as a cuasync.Stream (what a DLPack or CAI "
+                   "consumer on the default stream uses), or None until made."));
+
+CORE_TYPE(RoundRobinCore, "RoundRobinCore",
+          "The fields of a StreamPoolRoundRobin (its base type) that an await's rotation reads.",
+          MEMBER(RoundRobinCore, streams, "_streams", "The pool's streams (empty until made)."),
+          MEMBER(RoundRobinCore, counter, "_counter", "The rotation's counter (itertools.count)."),
+          MEMBER(RoundRobinCore, num_streams, "num_streams", "How many streams the pool has."));
+
+CORE_TYPE(SingleStreamCore, "SingleStreamCore",
+          "The field of a SingleStream (its base type): its stream.",
+          MEMBER(SingleStreamCore, stream, "stream", "The Stream every op goes to."));
+
+/* whether o's type derives from the core type whose deallocator is dealloc */
+static inline int
+instance_of(PyObject *o, destructor dealloc)
+{
+    for (PyTypeObject *t = Py_TYPE(o); t != NULL; t = t->tp_base)
+        if (t->tp_dealloc == dealloc)
+            return 1;
+    return 0;
+}
+
+int
+is_adapter(PyObject *o)
+{
+    return instance_of(o, AdapterCore_dealloc);
+}
+
+int
+is_device(PyObject *o)
+{
+    return instance_of(o, DeviceCore_dealloc);
+}
+
+int
+is_backend(PyObject *o)
+{
+    return instance_of(o, BackendCore_dealloc);
+}
+
+_Thread_local char cuasync_active = 0, cuasync_traced = 0;
+
+static PyObject *
+flag_get(PyObject *Py_UNUSED(self), void *which)
+{
+    return PyBool_FromLong(which != NULL ? cuasync_traced : cuasync_active);
+}
+
+static int
+flag_set(PyObject *Py_UNUSED(self), PyObject *v, void *which)
+{
+    int t = v == NULL ? 0 : PyObject_IsTrue(v); /* (deleted: False) */
+    if (t < 0)
+        return -1;
+    *(which != NULL ? &cuasync_traced : &cuasync_active) = (char)t;
+    return 0;
+}
+
+static PyGetSetDef ThreadFlags_getset[] = {
+    {"active", flag_get, flag_set, "Whether this thread holds the execution lock.", NULL},
+    {"traced", flag_get, flag_set, "Whether this thread is inside a traced submission.",
+     (void *)1},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot ThreadFlags_slots[] = {
+    {Py_tp_doc, "This thread's submission flags (context.LOCAL): each instance reads and "
+                "writes the same per-thread flags, which the native core reads as C "
+                "thread-locals."},
+    {Py_tp_getset, ThreadFlags_getset},
+    {0, NULL},
+};
+
+PyType_Spec ThreadFlags_spec = {
+    .name = "cuasync._reactor.ThreadFlags",
+    .basicsize = sizeof(PyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = ThreadFlags_slots,
+};
+
 int cuasync_tracing = 0;
 
 static PyObject *
@@ -340,7 +519,10 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"NodeCore", NodeCore_dealloc},
         {"UploadWorkCore", UploadWorkCore_dealloc},
         {"BlockCore", BlockCore_dealloc},
+        {"AdapterCore", AdapterCore_dealloc},
         {"DeviceCore", DeviceCore_dealloc},
+        {"RoundRobinCore", RoundRobinCore_dealloc},
+        {"SingleStreamCore", SingleStreamCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)
@@ -358,12 +540,6 @@ int
 is_allocation(PyObject *o)
 {
     return derives_from(Py_TYPE(o), AllocationCore_dealloc);
-}
-
-int
-is_device(PyObject *o)
-{
-    return derives_from(Py_TYPE(o), DeviceCore_dealloc);
 }
 
 int

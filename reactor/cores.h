@@ -22,12 +22,6 @@ typedef struct {
     char readonly;
 } AllocationCore;
 
-/* Device: ordinal, _legacy (its legacy default stream, once made) */
-typedef struct {
-    PyObject_HEAD
-    PyObject *ordinal, *legacy;
-} DeviceCore;
-
 /* Tensor: _alloc, shape, dtype, strides, offset */
 typedef struct {
     PyObject_HEAD
@@ -56,19 +50,21 @@ typedef struct {
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,
- * whether awaits in a burst step aside, the inline spin budget) */
+ * whether awaits in a burst step aside, the inline spin budget), and what the core is
+ * made of (the backend, the slot ledger, the counters, the stream-memops answers) */
 typedef struct {
     PyObject_HEAD
-    PyObject *express, *spin_budget_us;
+    PyObject *express, *spin_budget_us, *backend, *slots, *stats, *memops;
     char use_reactor, step_aside;
 } HubCore;
 
-/* Backend: the native launch, this thread's current-context record, whether a device
- * has faulted */
+/* Backend: the native launch, this thread's current-context record, its driver
+ * contexts by ordinal, its remapped pinned ranges; whether a device has faulted, whether
+ * the native copy may be made */
 typedef struct {
     PyObject_HEAD
-    PyObject *fast_launch, *current;
-    char fault_seen;
+    PyObject *fast_launch, *current, *context_handles, *host_remap;
+    char fault_seen, native_copy;
 } BackendCore;
 
 /* ExecutionContext: stream, fuse, deferred, device, retained, errors, checks,
@@ -141,6 +137,50 @@ typedef struct {
     PyObject *address, *capacity, *size_class, *pool;
 } BlockCore;
 
+/* A loop adapter (loops.AsyncioAdapter, TrioAdapter): asyncio's ready queue (None:
+ * none), the first task to await in this loop iteration (uvloop); whether another task
+ * awaited in it, whether the last await found long work, whether a task may step aside */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ready, *tick_task;
+    char tick_shared, long_ops, steps_aside;
+} AdapterCore;
+
+/* Whether o is an AdapterCore (of a subclass): 1 or 0. */
+int is_adapter(PyObject *o);
+
+/* Device: ordinal, _lock, _used, _count, _peak, _limit, _utility, _policy, _legacy (its
+ * legacy default stream, once a DLPack or CAI exchange made it) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ordinal, *lock, *used, *count, *peak, *limit, *utility, *policy, *legacy;
+} DeviceCore;
+
+/* Whether o is a DeviceCore (of a subclass), or a BackendCore: 1 or 0. */
+int is_device(PyObject *o);
+int is_backend(PyObject *o);
+
+#define DEVICE(o) ((DeviceCore *)(o))
+
+/* StreamPoolRoundRobin: _streams, _counter, num_streams; SingleStream: stream */
+typedef struct {
+    PyObject_HEAD
+    PyObject *streams, *counter, *num_streams;
+} RoundRobinCore;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *stream;
+} SingleStreamCore;
+
+#define ROUND_ROBIN(o) ((RoundRobinCore *)(o))
+#define SINGLE_STREAM(o) ((SingleStreamCore *)(o))
+
+/* This thread's submission flags (ThreadFlags, context.LOCAL): whether it holds the
+ * execution lock (``active``), whether it is inside a traced submission (``traced``). */
+extern _Thread_local char cuasync_active, cuasync_traced;
+
+#define ADAPTER(o) ((AdapterCore *)(o))
 #define TENSOR_OP(o) ((TensorOpCore *)(o))
 #define UPLOAD_OP(o) ((UploadOpCore *)(o))
 #define NODE(o) ((NodeCore *)(o))
@@ -152,13 +192,23 @@ typedef struct {
 #define ALLOCATION(o) ((AllocationCore *)(o))
 #define TENSOR(o) ((TensorCore *)(o))
 #define PREPARED(o) ((PreparedCore *)(o))
-#define DEVICE(o) ((DeviceCore *)(o))
 
-/* Whether o's type derives from AllocationCore, DeviceCore, StreamCore (the types are
- * per module: each is known by its deallocator). */
+/* Whether o's type derives from AllocationCore, StreamCore (the types are per module:
+ * each is known by its deallocator; is_device above). */
 int is_allocation(PyObject *o);
-int is_device(PyObject *o);
 int is_stream(PyObject *o);
+
+/* The Python class declared directly on each of these core types, which the native
+ * core makes, or recognizes by its exact type: recorded by the core type's
+ * __init_subclass__ when the class is declared (cuasync's, the first: a later one is not
+ * recorded, and its objects take the generic path); NULL until then. A class derived
+ * from the recorded one (ForeignAllocation) is not recorded either. */
+enum {
+    REG_STREAM, REG_ALLOCATION, REG_TENSOR, REG_PREPARED, REG_LAUNCH, REG_CONTEXT, REG_OUTPUT,
+    REG_FUTURE, REG_COMPLETION, REG_ROUND_ROBIN, REG_SINGLE_STREAM, REG_COUNT
+};
+extern PyTypeObject *cuasync_registered[REG_COUNT];
+#define REGISTERED(which) (cuasync_registered[REG_##which])
 
 /* Replace a field (v: a new reference, stolen; the old value dropped after). */
 static inline void
@@ -176,10 +226,27 @@ int core_subtype_check(PyObject *t, const char *core, const char *what);
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
-    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, DeviceCore_spec;
+    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
+    DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec;
 extern PyMethodDef cores_methods[];
-/* TensorCore's methods: the DLPack protocol (dlpack.c) */
-extern PyMethodDef TensorCore_methods[];
+/* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
+ * its method table (cores.c) */
+PyObject *tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames);
+PyObject *tensor_dlpack_device(PyObject *self, PyObject *unused);
+#define TENSOR_DLPACK_METHODS                                                                \
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack,                               \
+     METH_METHOD | METH_FASTCALL | METH_KEYWORDS,                                            \
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n"   \
+     "--\n\nA DLPack capsule viewing this tensor (zero-copy), for ``torch.from_dlpack`` & "  \
+     "co.\n\n``stream`` is the consumer's: None or 1 the legacy default stream, 2 the "       \
+     "per-thread default stream, -1 no synchronization, else a stream handle; it is made "   \
+     "to wait (on the device) for cuasync's pending work on the tensor. The memory stays "  \
+     "alive until the consumer releases it; see docs/interop.md.\n\n"                        \
+     ">>> y = torch.from_dlpack(t)"},                                                        \
+    {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,                    \
+     "__dlpack_device__($self, /)\n--\n\n"                                                   \
+     "``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."},
 /* DLPack's (code, bits) of the dtypes exported so far, by identity (numpy's dtypes of
  * the built-in types are singletons): a module's, filled by dlpack.c. */
 #define DLPACK_CODES 16

@@ -499,14 +499,15 @@ call_python(const char *name, PyObject *const *args, size_t nargs)
 }
 
 /* The legacy stream recorded as the reader of the allocation (owner->arg): the next
- * sequence number of that stream, under the execution lock; where the lock is taken
- * (this thread's then() runs, or another thread submits), Python's release, which
- * knows which. 0, or -1 with an error set. */
+ * sequence number of that stream, under the execution lock (held already where this
+ * thread runs a then() function); where another thread holds it, Python's release,
+ * which waits for it with the GIL released. 0, or -1 with an error set. */
 static int
 record_legacy_read(owner_pair *owner)
 {
     PyObject *alloc = owner->arg, *legacy = owner->legacy;
-    if (exec_lock_try(owner->lock) != 1) {
+    int mine = cuasync_active; /* (this thread holds it: inside a then()) */
+    if (!mine && exec_lock_try(owner->lock) != 1) {
         PyObject *r = call_python("_release_to_legacy", &alloc, 1);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
@@ -520,7 +521,8 @@ record_legacy_read(owner_pair *owner)
         rc = PyDict_SetItem(ALLOCATION(alloc)->reads, legacy, next);
         Py_DECREF(next);
     }
-    exec_lock_release(owner->lock);
+    if (!mine)
+        exec_lock_release(owner->lock);
     return rc;
 }
 
@@ -615,7 +617,7 @@ exact_int(PyObject *o, long long *v)
     return 1;
 }
 
-static PyObject *
+PyObject *
 tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,
               Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -693,7 +695,7 @@ python:;
     return call_python("export", call, 5);
 }
 
-static PyObject *
+PyObject *
 tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(arg))
 {
     TensorCore *t = TENSOR(self);
@@ -705,20 +707,6 @@ tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(arg))
     return call_python("dlpack_device", &self, 1);
 }
 
-PyMethodDef TensorCore_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack,
-     METH_METHOD | METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
-     "A DLPack capsule viewing this tensor (zero-copy), for ``torch.from_dlpack`` & co.\n\n"
-     "``stream`` is the consumer's: None or 1 the legacy default stream, 2 the per-thread "
-     "default stream, -1 no synchronization, else a stream handle; it is made to wait (on "
-     "the device) for cuasync's pending work on the tensor. The memory stays alive until "
-     "the consumer releases it; see docs/interop.md.\n\n>>> y = torch.from_dlpack(t)"},
-    {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,
-     "__dlpack_device__($self, /)\n--\n\n"
-     "``(2, ordinal)``: kDLCUDA, also on the emulator, which models a CUDA device."},
-    {NULL, NULL, 0, NULL},
-};
 
 PyMethodDef dlpack_methods[] = {
     {"dlpack_pack", (PyCFunction)(void (*)(void))dlpack_pack, METH_FASTCALL,

@@ -7,8 +7,8 @@
  * its flag write, the spin, and (landed) the slot given back.  There is no copy of them
  * in Python: cuasync/_core/express.py holds what this core calls back into (the rest of
  * an await that did not land, the failure and abandon handlers).  Express.launch does
- * them reading the objects' slots at offsets it looks up once from their types' member
- * descriptors (exact types only), and returns:
+ * them reading the objects' fields as members of their native base types (cores.h;
+ * the classes it knows by exact type are those recorded when declared), and returns:
  *
  *   - the op's output: the work landed within the spin and is settled;
  *   - a tuple, express.Sent: submitted, and still to be finished by Python;
@@ -17,7 +17,7 @@
  *
  * No Python code runs while it holds the execution lock, except where Python does the
  * launch (no native launch: the emulator, a stubbed driver), which it does with
- * ``LOCAL.active`` set, as the generic path does.  GC-tracked objects it needs under the
+ * ``LOCAL.active`` (the C thread-local cuasync_active) set, as the generic path does.  GC-tracked objects it needs under the
  * lock (the access records' tuples) are made before it takes the lock, so that no
  * collection (no finalizer) runs inside.
  */
@@ -127,23 +127,13 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2 ||
         STREAM(stream)->owned != Py_True)
         return BY_LAUNCH_KERNEL;
-    long mine = current_ordinal_of(current); /* (a CurrentOrdinal: no lookup) */
-    int same;
-    if (mine != -2) {
-        PyObject *want = PREPARED(prepared)->ordinal;
-        long wanted = want != NULL && PyLong_CheckExact(want) ? PyLong_AsLong(want) : -3;
-        same = mine == wanted;
-    }
-    else {
-        PyObject *ordinal = PyObject_GetAttr(current, self->s_ordinal);
-        same = ordinal == NULL ? -1
-                               : PyObject_RichCompareBool(ordinal,
-                                                          PREPARED(prepared)->ordinal,
-                                                          Py_EQ);
-        Py_XDECREF(ordinal);
-    }
-    if (same <= 0)
-        return same < 0 ? -1 : BY_LAUNCH_KERNEL;
+    /* (the backend's current context: a CurrentOrdinal, read without a lookup; any
+     * other record, the backend's own launch) */
+    long mine = current_ordinal_of(current);
+    PyObject *want = PREPARED(prepared)->ordinal;
+    long wanted = want != NULL && PyLong_CheckExact(want) ? PyLong_AsLong(want) : -3;
+    if (mine == -2 || mine != wanted)
+        return BY_LAUNCH_KERNEL;
     if (!is_launch_packed(fast_launch))
         return BY_FAST_LAUNCH;
     unsigned int *g = self->dims, *b = self->dims + 3;
@@ -179,7 +169,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
     for (Py_ssize_t i = 0; i < nl->n; i++) {
         PyObject *a = PyList_GET_ITEM(args, i);
         unsigned char *dst = pointer_slot(recs, i, nl->block);
-        if (dst != NULL && Py_IS_TYPE(a, self->tensor_t)) {
+        if (dst != NULL && Py_IS_TYPE(a, REGISTERED(TENSOR))) {
             unsigned long long ptr;
             if (tensor_ptr(self, a, &ptr) < 0)
                 return -1;
@@ -213,20 +203,17 @@ check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
             return 0;
         PyObject *tensor = PyTuple_GET_ITEM(pair, 0);
-        if (!Py_IS_TYPE(tensor, self->tensor_t))
+        if (!Py_IS_TYPE(tensor, REGISTERED(TENSOR)))
             return 0;
         PyObject *alloc = TENSOR(tensor)->alloc;
-        if (alloc == NULL || !PyObject_TypeCheck(alloc, self->alloc_t) ||
+        if (alloc == NULL || !PyObject_TypeCheck(alloc, REGISTERED(ALLOCATION)) ||
             ALLOCATION(alloc)->device != device)
             return 0;
         int is_const = attr_true(PyTuple_GET_ITEM(pair, 1), self->s_const);
         if (is_const < 0)
             return -1;
-        if (!is_const && !Py_IS_TYPE(alloc, self->alloc_t)) {
-            int ro = attr_true(alloc, self->s_readonly);
-            if (ro != 0)
-                return ro < 0 ? -1 : 0;
-        }
+        if (!is_const && ALLOCATION(alloc)->readonly)
+            return 0;
         allocs[i] = alloc;
         uses[i] = (char)(is_const ? USE_READ : USE_WRITE);
     }
@@ -282,8 +269,7 @@ static int
 python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject *fast_launch,
               PyObject *box, PyObject *address, PyObject *gen)
 {
-    if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0)
-        return -1;
+    cuasync_active = 1;
     PyObject *prepared = LAUNCH(op)->prepared, *grid = LAUNCH(op)->grid;
     PyObject *block = LAUNCH(op)->block, *shared = LAUNCH(op)->shared_mem;
     PyObject *handle = STREAM(stream)->handle, *args = LAUNCH(op)->args;
@@ -428,7 +414,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
         PyObject *pair = PyList_GET_ITEM(tensors, i);
         PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
                                ? PyTuple_GET_ITEM(pair, 0) : NULL;
-        PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, self->tensor_t)
+        PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, REGISTERED(TENSOR))
                               ? TENSOR(tensor)->alloc : NULL;
         if (alloc == NULL) {
             Py_DECREF(retained);
@@ -437,7 +423,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
         }
         PyList_SET_ITEM(retained, i, Py_NewRef(alloc));
     }
-    PyObject *ctx = self->context_t->tp_alloc(self->context_t, 0);
+    PyObject *ctx = REGISTERED(CONTEXT)->tp_alloc(REGISTERED(CONTEXT), 0);
     if (ctx == NULL) {
         Py_DECREF(retained);
         goto held;
@@ -455,10 +441,10 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     field_set(&c->checks, Py_NewRef(Py_None));
     field_set(&c->seq, Py_NewRef(seq));
     PyObject *out = NULL, *comp = NULL;
-    if ((out = self->ready_t->tp_alloc(self->ready_t, 0)) == NULL)
+    if ((out = REGISTERED(OUTPUT)->tp_alloc(REGISTERED(OUTPUT), 0)) == NULL)
         goto done;
     field_set(&OUTPUT(out)->value, Py_NewRef(output));
-    if ((comp = self->completion_t->tp_new(self->completion_t, self->no_args, NULL)) == NULL)
+    if ((comp = REGISTERED(COMPLETION)->tp_new(REGISTERED(COMPLETION), self->no_args, NULL)) == NULL)
         goto done;
     CompletionCore *k = COMPLETION(comp);
     field_set(&k->ctx, Py_NewRef(ctx));
@@ -474,7 +460,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
      * completion to the watcher, which frees the slot that _core_abandon frees too */
     if (ledger_arm(self->slots, s, comp) < 0)
         goto done;
-    if ((future = self->future_t->tp_alloc(self->future_t, 0)) == NULL)
+    if ((future = REGISTERED(FUTURE)->tp_alloc(REGISTERED(FUTURE), 0)) == NULL)
         goto done;
     field_set(&FUTURE(future)->comp, Py_NewRef(comp));
 done:
@@ -500,8 +486,8 @@ burst_target(Express *self, const native_launch *nl, PyObject *ordinal, subcore 
     subcore *fence = launch_fence();
     if (fence == NULL || nl->n > SUB_PARAMS_MAX || nl->extent > SUB_BLOCK_MAX)
         return 0;
-    /* (the backend's cache, an instance attribute where it has one) */
-    PyObject *handles = PyDict_GetItemWithError(self->backend_dict, self->s_context_handles);
+    /* (the backend's cache, where it keeps one) */
+    PyObject *handles = BACKEND(self->backend)->context_handles;
     PyObject *h = handles != NULL && PyDict_CheckExact(handles)
                       ? PyDict_GetItemWithError(handles, ordinal) : NULL;
     Py_XINCREF(h);
@@ -605,11 +591,11 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
                int *settled, queued_launch *queued)
 {
     *settled = 0;
-    if (self->hub == NULL || self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
+    if (self->hub == NULL) { /* (cleared: interpreter shutdown) */
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
     }
-    if (!Py_IS_TYPE(op, self->launch_t) || !Py_IS_TYPE(stream, self->stream_t))
+    if (!Py_IS_TYPE(op, REGISTERED(LAUNCH)) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
         return generic(self);
     PyObject *device = OP(op)->device;
     PyObject *prepared = LAUNCH(op)->prepared;
@@ -617,7 +603,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *output = LAUNCH(op)->output;
     PyObject *submitted = STREAM(stream)->submitted;
     if (device == NULL || STREAM(stream)->device != device || prepared == NULL ||
-        !PyObject_TypeCheck(prepared, self->prepared_t) || tensors == NULL ||
+        !PyObject_TypeCheck(prepared, REGISTERED(PREPARED)) || tensors == NULL ||
         !PyList_CheckExact(tensors) || output == NULL || submitted == NULL ||
         !PyLong_CheckExact(submitted) || STREAM(stream)->capturing != Py_False ||
         PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
@@ -699,7 +685,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         budget_us = PyLong_AsLongLong(budget);
         if (budget_us == -1 && PyErr_Occurred())
             goto done;
-        if (mode == MODE_AWAIT && budget_us && (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
+        if (mode == MODE_AWAIT && budget_us && (long_ops = adapter_long_ops(adapter)) < 0)
             goto done;
     }
     PyObject *slot;
@@ -734,13 +720,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         }
         PyObject *reads = ALLOCATION(alloc)->reads;
         if (order) { /* another stream to order after: Python records it */
-            if (!active) {
-                if (PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) {
-                    failed = 1;
-                    break;
-                }
-                active = 1;
-            }
+            cuasync_active = 1;
+            active = 1;
             PyObject *a[4] = {alloc, stream, seq, uses[i] == USE_WRITE ? Py_True : Py_False};
             PyObject *r = PyObject_VectorcallMethod(self->s_use, a,
                                                     4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -775,7 +756,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             PyObject *addr = PyLong_FromUnsignedLongLong(address);
             PyObject *genv = PyLong_FromUnsignedLong(gen);
             failed = addr == NULL || genv == NULL ||
-                     (!active && PyObject_SetAttr(self->local, self->s_active, Py_True) < 0) ||
+                     (cuasync_active = 1, 0) ||
                      launch_failed(self, op, stream, rc, addr, genv) < 0;
             active = 1;
             Py_XDECREF(addr);
@@ -791,8 +772,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         Py_XDECREF(addr);
         Py_XDECREF(genv);
     }
-    if (!failed && active && PyObject_SetAttr(self->local, self->s_active, Py_False) < 0)
-        failed = 1;
+    if (!failed && active)
+        cuasync_active = 0;
     if (failed) { /* express._core_failed gives the slot back, releases what the op holds */
         saved_error exc;
         save_error(&exc);
@@ -804,8 +785,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             Py_XDECREF(r);
         }
         PyErr_Clear(); /* the launch's error is the one raised */
-        PyObject_SetAttr(self->local, self->s_active, Py_False);
-        PyErr_Clear();
+        cuasync_active = 0;
         unlock(self);
         PyErr_Clear();
         restore_error(&exc);
@@ -862,8 +842,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     }
     int landed = spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
-        if (long_ops_was && PyObject_SetAttr(adapter, self->s_long_ops, Py_False) < 0)
-            goto unsettled_error; /* (only when it was set: the common await reads it only) */
+        if (long_ops_was) /* (only when it was set: the common await reads it only) */
+            ADAPTER(adapter)->long_ops = 0;
         if (settle_inline(self, stream, s, seqv, seq) < 0)
             goto unsettled_error;
         Py_DECREF(seq);
@@ -943,34 +923,31 @@ intern_names(Express *self)
 #define NAME(field, text)                                                                     \
     if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
         return -1;
-    NAME(s_ordinal, "ordinal")
     NAME(s_const, "const")
-    NAME(s_readonly, "readonly")
     NAME(s_itemsize, "itemsize")
-    NAME(s_long_ops, "long_ops")
-    NAME(s_completed_inline, "completed_inline")
     NAME(s_acquire, "acquire")
     NAME(s_release, "release")
-    NAME(s_active, "active")
     NAME(s_launch_kernel, "launch_kernel")
     NAME(s_launch_failed, "launch_failed")
     NAME(s_use, "use")
     NAME(s_context_handle, "context_handle")
-    NAME(s_context_handles, "_context_handles")
     NAME(s_shape, "shape")
     NAME(s_forced, "_forced")
     NAME(s_copy_and_write, "copy_and_write")
-    NAME(s_native_copy, "_native_copy")
-    NAME(s_host_remap, "_host_remap")
 #undef NAME
     return 0;
 }
 
+/* A field of the hub (HubCore's), checked: a new reference, or NULL with an error. */
 static PyObject *
-hub_attr(PyObject *hub, const char *name, PyTypeObject *type)
+hub_field(PyObject *v, const char *name, PyTypeObject *type)
 {
-    PyObject *v = PyObject_GetAttrString(hub, name);
-    if (v != NULL && type != NULL && !Py_IS_TYPE(v, type)) {
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "the hub has no %s yet", name);
+        return NULL;
+    }
+    Py_INCREF(v);
+    if (type != NULL && !Py_IS_TYPE(v, type)) {
         PyErr_Format(PyExc_TypeError, "hub.%s must be a %.50s, not %.100s", name, type->tp_name,
                      Py_TYPE(v)->tp_name);
         Py_CLEAR(v);
@@ -982,26 +959,23 @@ hub_attr(PyObject *hub, const char *name, PyTypeObject *type)
 static PyObject *
 Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"hub", "lock", "local", "launch", "stream", "tensor",
-                             "allocation", "prepared", "box", "generic", "spin_us", "failed",
-                             "abandon", "completion", "context", "ready", "future", NULL};
-    PyObject *hub, *lock, *local, *launch, *stream, *tensor, *alloc, *prepared, *box,
-        *gen, *spin_us, *failed, *abandon, *completion, *context, *ready, *future;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOO:Express", kwlist, &hub,
-                                     &lock, &local, &launch, &stream, &tensor, &alloc,
-                                     &prepared, &box, &gen, &spin_us, &failed, &abandon,
-                                     &completion, &context, &ready, &future))
+    static char *kwlist[] = {"hub", "lock", "box", "generic", "spin_us", "failed", "abandon",
+                             NULL};
+    PyObject *hub, *lock, *box, *gen, *spin_us, *failed, *abandon;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOO:Express", kwlist, &hub, &lock, &box,
+                                     &gen, &spin_us, &failed, &abandon))
         return NULL;
-    if (!core_subtype_check(launch, "LaunchCore", "launch") ||
-        !core_subtype_check(stream, "StreamCore", "stream") ||
-        !core_subtype_check(tensor, "TensorCore", "tensor") ||
-        !core_subtype_check(alloc, "AllocationCore", "allocation") ||
-        !core_subtype_check(prepared, "PreparedCore", "prepared") ||
-        !core_subtype_check(completion, "CompletionCore", "completion") ||
-        !core_subtype_check(context, "ContextCore", "context") ||
-        !core_subtype_check(ready, "OutputCore", "ready") ||
-        !core_subtype_check(future, "FutureCore", "future"))
-        return NULL;
+    /* (the classes the core makes and recognizes: declared on their core types) */
+    static const char *declared[REG_COUNT] = {
+        "Stream", "Allocation", "Tensor", "PreparedKernel", "the launch op", "ExecutionContext",
+        "Output", "DeviceFuture", "Completion"};
+    for (int i = 0; i < REG_COUNT; i++) {
+        if (cuasync_registered[i] == NULL) {
+            PyErr_Format(PyExc_RuntimeError, "%s is not declared yet (import cuasync first)",
+                         declared[i]);
+            return NULL;
+        }
+    }
     if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed) ||
         !PyCallable_Check(abandon)) {
         PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
@@ -1014,16 +988,6 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->hub = Py_NewRef(hub);
     self->lock = Py_NewRef(lock);
-    self->local = Py_NewRef(local);
-    self->launch_t = (PyTypeObject *)Py_NewRef(launch);
-    self->stream_t = (PyTypeObject *)Py_NewRef(stream);
-    self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
-    self->alloc_t = (PyTypeObject *)Py_NewRef(alloc);
-    self->prepared_t = (PyTypeObject *)Py_NewRef(prepared);
-    self->completion_t = (PyTypeObject *)Py_NewRef(completion);
-    self->context_t = (PyTypeObject *)Py_NewRef(context);
-    self->ready_t = (PyTypeObject *)Py_NewRef(ready);
-    self->future_t = (PyTypeObject *)Py_NewRef(future);
     self->box_type = Py_NewRef(box);
     self->generic = Py_NewRef(gen);
     self->spin_us = Py_NewRef(spin_us);
@@ -1032,13 +996,13 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *slots = NULL;
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
-        (self->backend = hub_attr(hub, "backend", NULL)) == NULL ||
+        (self->backend = hub_field(HUB(hub)->backend, "backend", NULL)) == NULL ||
         !core_subtype_check((PyObject *)Py_TYPE(self->backend), "BackendCore", "hub.backend's type") ||
         (self->backend_dict = PyObject_GenericGetDict(self->backend, NULL)) == NULL ||
-        (self->stats = hub_attr(hub, "stats", NULL)) == NULL ||
-        (slots = hub_attr(hub, "slots", NULL)) == NULL || !ledger_check(slots, "hub.slots") ||
-        (self->no_args = PyTuple_New(0)) == NULL ||
-        (self->memops = hub_attr(hub, "_memops", &PyDict_Type)) == NULL)
+        (self->stats = hub_field(HUB(hub)->stats, "stats", NULL)) == NULL ||
+        (slots = hub_field(HUB(hub)->slots, "slots", NULL)) == NULL ||
+        !ledger_check(slots, "hub.slots") || (self->no_args = PyTuple_New(0)) == NULL ||
+        (self->memops = hub_field(HUB(hub)->memops, "_memops", &PyDict_Type)) == NULL)
         goto fail;
     self->slots = (SlotLedger *)Py_NewRef(slots);
     Py_DECREF(slots);
@@ -1059,22 +1023,12 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->slots);
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
-    Py_VISIT(self->local);
     Py_VISIT(self->backend_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
     Py_VISIT(self->spin_us);
     Py_VISIT(self->failed);
     Py_VISIT(self->abandon);
-    Py_VISIT(self->launch_t);
-    Py_VISIT(self->stream_t);
-    Py_VISIT(self->tensor_t);
-    Py_VISIT(self->alloc_t);
-    Py_VISIT(self->prepared_t);
-    Py_VISIT(self->completion_t);
-    Py_VISIT(self->context_t);
-    Py_VISIT(self->ready_t);
-    Py_VISIT(self->future_t);
     return upload_traverse(self, visit, arg);
 }
 
@@ -1089,22 +1043,12 @@ Express_clear(Express *self)
     Py_CLEAR(self->slots);
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
-    Py_CLEAR(self->local);
     Py_CLEAR(self->backend_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
     Py_CLEAR(self->spin_us);
     Py_CLEAR(self->failed);
     Py_CLEAR(self->abandon);
-    Py_CLEAR(self->launch_t);
-    Py_CLEAR(self->stream_t);
-    Py_CLEAR(self->tensor_t);
-    Py_CLEAR(self->alloc_t);
-    Py_CLEAR(self->prepared_t);
-    Py_CLEAR(self->completion_t);
-    Py_CLEAR(self->context_t);
-    Py_CLEAR(self->ready_t);
-    Py_CLEAR(self->future_t);
     upload_clear(self);
     return 0;
 }
@@ -1115,15 +1059,12 @@ Express_dealloc(Express *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Express_clear(self);
-    PyObject **names[] = {&self->s_ordinal,
-                          &self->s_const, &self->s_readonly, &self->s_itemsize,
-                          &self->s_long_ops, &self->s_completed_inline,
-                          &self->s_acquire, &self->s_release, &self->s_active,
+    PyObject **names[] = {&self->s_const, &self->s_itemsize,
+                          &self->s_acquire, &self->s_release,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
                           &self->minus_one, &self->no_args,
-                          &self->s_context_handle, &self->s_context_handles, &self->s_shape,
-                          &self->s_forced, &self->s_copy_and_write, &self->s_native_copy,
-                          &self->s_host_remap};
+                          &self->s_context_handle, &self->s_shape,
+                          &self->s_forced, &self->s_copy_and_write};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
@@ -1153,11 +1094,11 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
     if (check_nargs("submit", nargs, 2) < 0)
         return NULL;
     PyObject *op = args[0];
-    if (self->launch_t == NULL) { /* (cleared: interpreter shutdown) */
+    if (self->hub == NULL) { /* (cleared: interpreter shutdown) */
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
     }
-    if (!Py_IS_TYPE(op, self->launch_t))
+    if (!Py_IS_TYPE(op, REGISTERED(LAUNCH)))
         return generic(self);
     if (OP(op)->consumed != Py_False) /* (not declined: never considered) */
         return Py_NewRef(self->generic);
@@ -1244,11 +1185,10 @@ static PyType_Slot Express_slots[] = {
     {Py_tp_clear, (void *)Express_clear},
     {Py_tp_methods, Express_methods},
     {Py_tp_getset, Express_getset},
-    {Py_tp_doc, (void *)"Express(*, hub, lock, local, trace, launch, stream, tensor, "
-                        "allocation, prepared, box, generic, spin_us, failed, abandon, "
-                        "completion, context, ready, future)\n--\n\n"
+    {Py_tp_doc, (void *)"Express(*, hub, lock, box, generic, spin_us, failed, abandon)\n--\n\n"
                         "The express submission of a kernel launch op in one native call "
-                        "(cuasync._core.express makes one per hub)."},
+                        "(cuasync._core.express makes one per hub). The classes it makes and "
+                        "recognizes are those declared on the core types."},
     {0, NULL},
 };
 
@@ -1281,11 +1221,8 @@ typedef struct {
     PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
         *policy_var, *stream_for, *done_t, *core_t, *completion_dict, *loops_dict;
     PyObject *s_hub, *s_last, *s_policy, *s_next_stream;
-    PyObject *s_steps_aside, *s_others_ready, *s_ready, *s_tick_task, *s_tick_shared;
+    PyObject *s_others_ready;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
-    PyTypeObject *round_robin; /* scheduling.StreamPoolRoundRobin, or NULL */
-    PyTypeObject *single;      /* scheduling.SingleStream, or NULL */
-    PyObject *s_policy_slot, *s_streams, *s_counter, *s_num_streams, *s_single_stream;
     unsigned long long inline_awaits;
 } LaunchAwait;
 
@@ -1345,72 +1282,63 @@ call_one(PyObject *f, PyObject *arg)
 /* Whether an await on adapter's loop is in a burst: the loop lets a task step aside
  * (asyncio's and uvloop's), and the submitter has launches queued (a launch made here
  * would wait for them) or other tasks of the loop are ready to run: adapter.others_ready(),
- * whose common cases are read here from the adapter's __dict__ (loops.AsyncioAdapter:
- * asyncio's ready queue; on uvloop, whether another task than this loop iteration's
- * first has awaited in it, the task running ``loop`` read from asyncio's table of
- * current tasks). 1, 0, or -1 an error. */
+ * whose common cases are read here from the adapter's fields (AdapterCore: asyncio's
+ * ready queue; on uvloop, whether another task than this loop iteration's first has
+ * awaited in it, the task running ``loop`` read from asyncio's table of current tasks).
+ * 1, 0, or -1 an error. */
 static int
 in_burst(LaunchAwait *self, PyObject *adapter, PyObject *loop)
 {
-    int t = attr_true(adapter, self->s_steps_aside);
-    if (t <= 0)
-        return t;
+    if (!is_adapter(adapter)) {
+        PyErr_Format(PyExc_TypeError, "an await's loop adapter must be an AdapterCore, not %.100s",
+                     Py_TYPE(adapter)->tp_name);
+        return -1;
+    }
+    AdapterCore *a = ADAPTER(adapter);
+    if (!a->steps_aside)
+        return 0;
     subcore *fence = launch_fence();
     if (fence != NULL && subcore_pending(fence) > 0)
         return 1;
-    PyObject **dictp = _PyObject_GetDictPtr(adapter);
-    PyObject *dict = dictp != NULL ? *dictp : NULL;
-    if (dict != NULL && PyDict_CheckExact(dict)) {
-        PyObject *ready = PyDict_GetItemWithError(dict, self->s_ready);
-        if (ready != NULL && ready != Py_None) {
-            Py_ssize_t n = PyObject_Length(ready);
-            return n < 0 ? -1 : n > 0;
-        }
-        PyObject *first = ready == NULL ? NULL : PyDict_GetItemWithError(dict, self->s_tick_task);
-        if (first != NULL && first != Py_None && loop != NULL && self->current_tasks != NULL) {
-            PyObject *task = PyDict_GetItemWithError(self->current_tasks, loop);
-            if (task == NULL && PyErr_Occurred())
-                return -1;
-            if (task != first && PyDict_SetItem(dict, self->s_tick_shared, Py_True) < 0)
-                return -1;
-            PyObject *shared = PyDict_GetItemWithError(dict, self->s_tick_shared);
-            if (shared != NULL)
-                return PyObject_IsTrue(shared);
-        }
-        if (PyErr_Occurred())
+    PyObject *ready = a->ready;
+    if (ready != NULL && ready != Py_None) {
+        Py_ssize_t n = PyObject_Length(ready);
+        return n < 0 ? -1 : n > 0;
+    }
+    PyObject *first = a->tick_task;
+    if (first != NULL && first != Py_None && loop != NULL && self->current_tasks != NULL) {
+        PyObject *task = PyDict_GetItemWithError(self->current_tasks, loop);
+        if (task == NULL && PyErr_Occurred())
             return -1;
+        if (task != first)
+            a->tick_shared = 1;
+        return a->tick_shared;
     }
     PyObject *r = PyObject_CallMethodNoArgs(adapter, self->s_others_ready);
     if (r == NULL)
         return -1;
-    t = PyObject_IsTrue(r);
+    int t = PyObject_IsTrue(r);
     Py_DECREF(r);
     return t;
 }
 
 /* The stream of an await: policy.next_stream(), where policy is the context's policy or
- * else the device's (device.policy). StreamPoolRoundRobin's rotation is done here for
- * that exact type (its __dict__: _streams, _counter, num_streams), as its next_stream
- * does it; a new reference, or NULL with an error. */
+ * else the device's (device.policy). For a SingleStream and a StreamPoolRoundRobin of
+ * exactly those types (recorded when declared), their stream and rotation are read here
+ * from their fields (RoundRobinCore: _streams, _counter, num_streams), as their
+ * next_stream does it; a new reference, or NULL with an error. */
 static PyObject *
 next_stream_of(LaunchAwait *self, PyObject *policy)
 {
-    if (self->single != NULL && Py_IS_TYPE(policy, self->single)) { /* its stream attribute */
-        PyObject **dictp = _PyObject_GetDictPtr(policy);
-        PyObject *stream = dictp != NULL && *dictp != NULL
-                               ? PyDict_GetItemWithError(*dictp, self->s_single_stream)
-                               : NULL;
+    if (Py_IS_TYPE(policy, REGISTERED(SINGLE_STREAM))) { /* its stream */
+        PyObject *stream = SINGLE_STREAM(policy)->stream;
         if (stream != NULL)
             return Py_NewRef(stream);
-        if (PyErr_Occurred())
-            return NULL;
     }
-    if (self->round_robin != NULL && Py_IS_TYPE(policy, self->round_robin)) {
-        PyObject **dictp = _PyObject_GetDictPtr(policy);
-        PyObject *d = dictp != NULL ? *dictp : NULL;
-        PyObject *streams = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_streams);
-        PyObject *counter = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_counter);
-        PyObject *num = d == NULL ? NULL : PyDict_GetItemWithError(d, self->s_num_streams);
+    if (Py_IS_TYPE(policy, REGISTERED(ROUND_ROBIN))) {
+        PyObject *streams = ROUND_ROBIN(policy)->streams;
+        PyObject *counter = ROUND_ROBIN(policy)->counter;
+        PyObject *num = ROUND_ROBIN(policy)->num_streams;
         if (streams != NULL && PyList_CheckExact(streams) && counter != NULL && num != NULL &&
             PyLong_CheckExact(num)) {
             Py_ssize_t m = PyLong_AsSsize_t(num);
@@ -1517,7 +1445,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         return PYGEN_ERROR;
     Express *x = (Express *)core;
     if (core == NULL || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
-        !Py_IS_TYPE(op, x->launch_t)) { /* (a core replaced: a test's spy) */
+        !Py_IS_TYPE(op, REGISTERED(LAUNCH))) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
         *result = call_one(self->fallback, op);
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
@@ -1557,11 +1485,10 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         goto done;
     if (policy == NULL || policy == Py_None) {
         Py_XDECREF(policy);
-        /* (device.policy: its _policy once made) */
-        policy = PyObject_GetAttr(device, self->s_policy_slot);
+        /* (device.policy: its _policy once made; the property makes the default) */
+        policy = is_device(device) ? Py_XNewRef(DEVICE(device)->policy) : NULL;
         if (policy == NULL || policy == Py_None) {
             Py_XDECREF(policy);
-            PyErr_Clear();
             if ((policy = PyObject_GetAttr(device, self->s_policy)) == NULL)
                 goto done;
         }
@@ -1569,7 +1496,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     stream = next_stream_of(self, policy);
     if (stream == NULL)
         goto done;
-    if (!Py_IS_TYPE(stream, x->stream_t) || STREAM(stream)->device != device) {
+    if (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || STREAM(stream)->device != device) {
         Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
         if (stream == NULL)
             goto done;
@@ -1721,10 +1648,9 @@ queued_step(LaunchIter *self, PyObject **result)
         (q->box != NULL && PyList_GET_SIZE(q->box) != 0))
         return queued_hand_over(self, result);
     /* landed: settled as express._finish_await settles it */
-    int long_ops = attr_true(self->adapter, x->s_long_ops);
-    if (long_ops < 0 ||
-        (long_ops && PyObject_SetAttr(self->adapter, x->s_long_ops, Py_False) < 0))
+    if (adapter_long_ops(self->adapter) < 0)
         goto fail;
+    ADAPTER(self->adapter)->long_ops = 0;
     PyObject *completed = STREAM(self->stream)->completed;
     int later = completed == NULL || !PyLong_CheckExact(completed)
                     ? 1 : PyObject_RichCompareBool(completed, q->seq, Py_LT);
@@ -2052,19 +1978,13 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"core", "fallback", "finish", "completion", "loops",
                              "get_running_loop", "running_adapter", "policy", "stream_for",
-                             "current_tasks", "round_robin", "single_stream", NULL};
+                             "current_tasks", NULL};
     PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for,
-        *current_tasks, *round_robin, *single;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOOOO:LaunchAwait", kwlist,
+        *current_tasks;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOO:LaunchAwait", kwlist,
                                      &PyType_Type, &core_t, &fallback, &finish, &completion,
-                                     &loops, &grl, &ra, &policy, &stream_for, &current_tasks,
-                                     &round_robin, &single))
+                                     &loops, &grl, &ra, &policy, &stream_for, &current_tasks))
         return NULL;
-    if ((round_robin != Py_None && !PyType_Check(round_robin)) ||
-        (single != Py_None && !PyType_Check(single))) {
-        PyErr_SetString(PyExc_TypeError, "round_robin and single_stream must be types or None");
-        return NULL;
-    }
     if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
         PyErr_SetString(PyExc_TypeError, "current_tasks must be a dict or None");
         return NULL;
@@ -2087,8 +2007,6 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->stream_for = Py_NewRef(stream_for);
     self->core_t = Py_NewRef(core_t);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
-    self->round_robin = round_robin == Py_None ? NULL : (PyTypeObject *)Py_NewRef(round_robin);
-    self->single = single == Py_None ? NULL : (PyTypeObject *)Py_NewRef(single);
     if (!PyModule_Check(completion) || !PyModule_Check(loops)) {
         PyErr_SetString(PyExc_TypeError, "completion and loops must be modules");
         goto fail;
@@ -2105,16 +2023,7 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_last, "_last")
     NAME(s_policy, "policy")
     NAME(s_next_stream, "next_stream")
-    NAME(s_steps_aside, "steps_aside")
     NAME(s_others_ready, "others_ready")
-    NAME(s_ready, "_ready")
-    NAME(s_tick_task, "_tick_task")
-    NAME(s_tick_shared, "_tick_shared")
-    NAME(s_policy_slot, "_policy")
-    NAME(s_streams, "_streams")
-    NAME(s_counter, "_counter")
-    NAME(s_num_streams, "num_streams")
-    NAME(s_single_stream, "stream")
 #undef NAME
     return (PyObject *)self;
 fail:
@@ -2139,8 +2048,6 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->completion_dict);
     Py_VISIT(self->loops_dict);
     Py_VISIT(self->current_tasks);
-    Py_VISIT(self->round_robin);
-    Py_VISIT(self->single);
     return 0;
 }
 
@@ -2160,8 +2067,6 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->completion_dict);
     Py_CLEAR(self->loops_dict);
     Py_CLEAR(self->current_tasks);
-    Py_CLEAR(self->round_robin);
-    Py_CLEAR(self->single);
     return 0;
 }
 
@@ -2175,16 +2080,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     Py_CLEAR(self->s_last);
     Py_CLEAR(self->s_policy);
     Py_CLEAR(self->s_next_stream);
-    Py_CLEAR(self->s_steps_aside);
     Py_CLEAR(self->s_others_ready);
-    Py_CLEAR(self->s_ready);
-    Py_CLEAR(self->s_tick_task);
-    Py_CLEAR(self->s_tick_shared);
-    Py_CLEAR(self->s_policy_slot);
-    Py_CLEAR(self->s_streams);
-    Py_CLEAR(self->s_single_stream);
-    Py_CLEAR(self->s_counter);
-    Py_CLEAR(self->s_num_streams);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -2217,7 +2113,7 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_members, LaunchAwait_members},
     {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "
                         "get_running_loop, running_adapter, policy, stream_for, "
-                        "current_tasks, round_robin, single_stream)\n--\n\n"
+                        "current_tasks)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator."},
     {0, NULL},

@@ -46,26 +46,22 @@ typedef struct alloc_shape alloc_shape;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *hub, *backend, *stats, *memops, *lock, *local; /* hub: a HubCore, backend a BackendCore */
+    PyObject *hub, *backend, *stats, *memops, *lock; /* hub: a HubCore, backend a BackendCore */
     SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
     PyObject *backend_dict; /* the backend's __dict__ */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
-    PyTypeObject *launch_t, *stream_t, *tensor_t, *alloc_t, *prepared_t;
-    /* what a future is made of (Express.submit): express._completion_of's types */
-    PyTypeObject *completion_t, *context_t, *ready_t, *future_t;
     PyObject *no_args;
     /* interned names of the attributes read on every call */
-    PyObject *s_ordinal, *s_const, *s_readonly, *s_itemsize, *s_long_ops,
-        *s_completed_inline, *s_acquire, *s_release, *s_active, *s_launch_kernel,
+    PyObject *s_const, *s_itemsize, *s_acquire, *s_release, *s_launch_kernel,
         *s_launch_failed, *s_use;
-    PyObject *s_context_handle, *s_context_handles;
+    PyObject *s_context_handle;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;
     /* a small upload's (upload.c; Express.set_upload) */
     PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
     PyObject *acquire, *upload_failed, *upload_abandon, *pageable_dict, *lease_t;
     PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
-    PyObject *s_shape, *s_forced, *s_copy_and_write, *s_native_copy, *s_host_remap;
+    PyObject *s_shape, *s_forced, *s_copy_and_write;
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
@@ -87,6 +83,19 @@ attr_true(PyObject *o, PyObject *name)
 }
 
 long current_ordinal_of(PyObject *o);
+
+/* An await's loop adapter's long_ops (the adapter an AdapterCore): 1, 0, or -1 with a
+ * TypeError. */
+static inline int
+adapter_long_ops(PyObject *adapter)
+{
+    if (!is_adapter(adapter)) {
+        PyErr_Format(PyExc_TypeError, "an await's loop adapter must be an AdapterCore, not %.100s",
+                     Py_TYPE(adapter)->tp_name);
+        return -1;
+    }
+    return ADAPTER(adapter)->long_ops;
+}
 
 /* What every launch reads of the hub and the backend (their native base types' fields)
  * and the tracing switch: *allows, 1 when flag slots are in use, tracing is off and no

@@ -41,7 +41,7 @@ typedef struct {
     Py_ssize_t n, npointers, noutputs;
     plan_entry *plan;
     /* slots of the op, the tensor and the allocation */
-    PyObject *s_params, *s_prepared, *s_prepare, *s_ordinal, *s_launch, *s_launch_checked,
+    PyObject *s_params, *s_prepared, *s_prepare, *s_launch, *s_launch_checked,
         *s_check_aliasing, *s_device_of;
 } Launcher;
 
@@ -194,7 +194,11 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         goto fail;
     /* prepared = kernel._prepared.get(device.ordinal) or kernel._prepare_launch(device) */
     PyObject *cache = PyObject_GetAttr(self->kernel, self->s_prepared);
-    PyObject *ordinal = cache == NULL ? NULL : PyObject_GetAttr(device, self->s_ordinal);
+    if (cache != NULL && !is_device(device))
+        PyErr_Format(PyExc_TypeError, "a launch's device must be a cuasync.Device, not %.100s",
+                     Py_TYPE(device)->tp_name);
+    PyObject *ordinal = cache == NULL || PyErr_Occurred() ? NULL
+                                                          : Py_XNewRef(DEVICE(device)->ordinal);
     if (ordinal != NULL && PyDict_Check(cache)) {
         prepared = PyDict_GetItemWithError(cache, ordinal);
         Py_XINCREF(prepared);
@@ -370,7 +374,6 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     NAME(s_params, "params")
     NAME(s_prepared, "_prepared")
     NAME(s_prepare, "_prepare_launch")
-    NAME(s_ordinal, "ordinal")
     NAME(s_launch, "_launch")
     NAME(s_launch_checked, "_launch_checked")
     NAME(s_check_aliasing, "_check_aliasing")
@@ -442,7 +445,6 @@ Launcher_dealloc(Launcher *self)
     Py_CLEAR(self->s_params);
     Py_CLEAR(self->s_prepared);
     Py_CLEAR(self->s_prepare);
-    Py_CLEAR(self->s_ordinal);
     Py_CLEAR(self->s_launch);
     Py_CLEAR(self->s_launch_checked);
     Py_CLEAR(self->s_check_aliasing);

@@ -847,7 +847,9 @@ module_exec(PyObject *m)
         {"ContextCore", &ContextCore_spec}, {"OutputCore", &OutputCore_spec},
         {"FutureCore", &FutureCore_spec}, {"CompletionCore", &CompletionCore_spec},
         {"NodeCore", &NodeCore_spec}, {"UploadWorkCore", &UploadWorkCore_spec},
-        {"BlockCore", &BlockCore_spec}, {"DeviceCore", &DeviceCore_spec},
+        {"BlockCore", &BlockCore_spec}, {"AdapterCore", &AdapterCore_spec},
+        {"ThreadFlags", &ThreadFlags_spec}, {"DeviceCore", &DeviceCore_spec},
+        {"RoundRobinCore", &RoundRobinCore_spec}, {"SingleStreamCore", &SingleStreamCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -106,7 +106,7 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
         !core_subtype_check(work_t, "UploadWorkCore", "work") ||
         !core_subtype_check(block_t, "BlockCore", "block"))
         return NULL;
-    alloc_shape *shape = alloc_shape_new((PyObject *)self->alloc_t, (PyObject *)self->stream_t,
+    alloc_shape *shape = alloc_shape_new((PyObject *)REGISTERED(ALLOCATION), (PyObject *)REGISTERED(STREAM),
                                          cache, backends);
     if (shape == NULL)
         return NULL;
@@ -440,16 +440,14 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     PyObject *own = PyDict_GetItemWithError(self->backend_dict, self->s_copy_and_write);
     int native = own == NULL && !PyErr_Occurred() && get_copy_entry_points(&mh, &wv);
     if (native) {
-        PyObject *copy = PyDict_GetItemWithError(self->backend_dict, self->s_native_copy);
-        PyObject *remap = PyDict_GetItemWithError(self->backend_dict, self->s_host_remap);
+        PyObject *remap = BACKEND(self->backend)->host_remap;
         PyObject *current = BACKEND(self->backend)->current;
-        PyObject *ordinal = PyErr_Occurred() ? NULL : PyObject_GetAttr(device, self->s_ordinal);
-        native = copy == Py_True && remap != NULL && PyList_CheckExact(remap) &&
+        PyObject *ordinal = is_device(device) ? DEVICE(device)->ordinal : NULL;
+        native = BACKEND(self->backend)->native_copy && remap != NULL && PyList_CheckExact(remap) &&
                  PyList_GET_SIZE(remap) == 0 && current != NULL && ordinal != NULL &&
                  PyLong_CheckExact(ordinal) &&
                  current_ordinal_of(current) == PyLong_AsLong(ordinal) &&
                  STREAM(stream)->owned == Py_True;
-        Py_XDECREF(ordinal);
         if (PyErr_Occurred())
             return -1;
     }
@@ -487,9 +485,9 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     PyObject *forced = PyDict_GetItemWithError(self->pageable_dict, self->s_forced);
     if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *ordinal = PyObject_GetAttr(device, self->s_ordinal);
-    if (ordinal == NULL)
-        return -1;
+    if (!is_device(device))
+        return 0;
+    PyObject *ordinal = Py_NewRef(DEVICE(device)->ordinal);
     PyObject *memops = PyDict_GetItemWithError(self->memops, ordinal);
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first upload on the device): asked here, as a
@@ -517,7 +515,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (self->hub == NULL || self->upload_t == NULL) /* (cleared, or set_upload not called) */
         return generic(self);
-    if (!Py_IS_TYPE(op, self->upload_t) || !Py_IS_TYPE(stream, self->stream_t))
+    if (!Py_IS_TYPE(op, self->upload_t) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
         return generic(self);
     PyObject *node = TENSOR_OP(op)->node;
     PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? NODE(node)->value
@@ -567,7 +565,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         if (mode == MODE_AWAIT && budget_us &&
-            (long_ops = attr_true(adapter, self->s_long_ops)) < 0)
+            (long_ops = adapter_long_ops(adapter)) < 0)
             goto done;
     }
     /* read now (from_host's contract: the source is read during submission) */
@@ -612,7 +610,8 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     field_set(&STREAM(stream)->submitted, Py_NewRef(seq));
     PyObject *genobj = PyLong_FromUnsignedLong(gen);
     PyObject *alloc = NULL;
-    int failed = genobj == NULL || PyObject_SetAttr(self->local, self->s_active, Py_True) < 0;
+    cuasync_active = 1;
+    int failed = genobj == NULL;
     if (!failed) {
         /* the new tensor's memory (its write on this stream, seq, recorded as it is made):
          * a block of the block cache here, else Allocation() */
@@ -622,7 +621,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         if (alloc == Py_None) {
             Py_DECREF(alloc);
             PyObject *a[3] = {device, nbytes_obj, stream};
-            alloc = PyObject_Vectorcall((PyObject *)self->alloc_t, a, 3, NULL);
+            alloc = PyObject_Vectorcall((PyObject *)REGISTERED(ALLOCATION), a, 3, NULL);
         }
         PyObject *ptr = alloc == NULL ? NULL : ALLOCATION(alloc)->ptr;
         unsigned long long dst;
@@ -643,8 +642,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
             Py_INCREF(held);
         Py_XDECREF(r);
         PyErr_Clear(); /* (the copy's error is the one raised) */
-        PyObject_SetAttr(self->local, self->s_active, Py_False);
-        PyErr_Clear();
+        cuasync_active = 0;
         unlock(self);
         PyErr_Clear();
         restore_error(&exc);
@@ -654,16 +652,13 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(slot);
         goto done;
     }
-    int unlocked = PyObject_SetAttr(self->local, self->s_active, Py_False);
-    if (unlocked < 0)
-        unlock_keeping_error(self);
-    else
-        unlocked = unlock(self);
+    cuasync_active = 0;
+    int unlocked = unlock(self);
     self->uploads++;
     /* the output, and the spin, outside the lock */
     PyObject *a3[3] = {alloc, shape, dtype};
     PyObject *tensor = unlocked < 0 ? NULL
-                                    : PyObject_Vectorcall((PyObject *)self->tensor_t, a3, 3, NULL);
+                                    : PyObject_Vectorcall((PyObject *)REGISTERED(TENSOR), a3, 3, NULL);
     Py_DECREF(alloc);
     if (tensor != NULL) {
         /* (the op's, and ours until returned: Python runs, and the GIL is released,
@@ -689,9 +684,9 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         if (landed && mode != MODE_NO_SPIN) {
             /* landed within the spin: settled here, and the output returned (what
              * held keeps is released below: the copy has read the block) */
-            if ((mode != MODE_AWAIT || !long_ops ||
-                 PyObject_SetAttr(adapter, self->s_long_ops, Py_False) == 0) &&
-                settle_inline(self, stream, s, seqv, seq) == 0)
+            if (mode == MODE_AWAIT && long_ops)
+                ADAPTER(adapter)->long_ops = 0;
+            if (settle_inline(self, stream, s, seqv, seq) == 0)
                 result = Py_NewRef(tensor);
         }
         else if (!PyErr_Occurred()) {

@@ -594,8 +594,8 @@ class Backend(BackendCore, ABC):
     def context_handle(self, ordinal: int) -> int:
         """The driver context (an integer handle) that the submitter's thread makes
         current for launches on device ``ordinal``; 0 where the backend has none (this
-        default). A backend that caches them in a ``_context_handles`` dict has them read
-        from there by the native core."""
+        default). A backend that caches them in its ``_context_handles`` dict (a field of
+        ``BackendCore``) has them read from there by the native core."""
         return 0
 
     def queued_error(self, submitter: Any, slot: int, stream: int) -> BaseException | None:

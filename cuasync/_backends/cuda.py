@@ -401,14 +401,14 @@ class CudaBackend(Backend):
         self._functions_lock = threading.Lock()
         # Pinned allocations whose device pointer differs from the host address
         # (never on 64-bit Linux with UVA; kept sorted by host address).
-        self._host_remap: list[tuple[int, int, int]] = []  # (host, nbytes, device)
+        self._host_remap = []  # (host, nbytes, device): BackendCore's
         self._has_stream_get_device = hasattr(driver, "cuStreamGetDevice")
         self._has_ctx_get_device_v2 = hasattr(driver, "cuCtxGetDevice_v2")
         self._native: Any = self._native_entry_points()
         if self._native is not None:
             self.fast_launch = self._native.launch_packed
         self._submitter: Any = None  # see make_submitter
-        self._context_handles: dict[int, int] = {}  # ordinal -> int(CUcontext)
+        self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
 
@@ -1231,9 +1231,6 @@ class CudaBackend(Backend):
         finally:
             if caller is not None:
                 self._put_back(caller)
-
-    #: Whether the native module has cuMemcpyHtoDAsync (set by _native_entry_points).
-    _native_copy = False
 
     def copy_and_write(
         self, dst: int, src: int, nbytes: int, stream: int, address: int, value: int

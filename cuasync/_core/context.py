@@ -28,15 +28,10 @@ if TYPE_CHECKING:
 LOCK: Any = NATIVE.EXEC_LOCK
 
 
-class _Local(threading.local):
-    """Per-thread submission state: ``active`` while the thread holds :data:`LOCK`,
-    ``traced`` inside a traced submission (class defaults: read without ``getattr``)."""
-
-    active = False
-    traced = False
-
-
-LOCAL = _Local()
+#: Per-thread submission state: ``active`` while the thread holds :data:`LOCK`,
+#: ``traced`` inside a traced submission; thread-locals of the native module
+#: (``ThreadFlags``), which the native core sets without an attribute lookup.
+LOCAL: Any = NATIVE.ThreadFlags()
 
 
 def submitting() -> bool:

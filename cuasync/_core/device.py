@@ -132,18 +132,12 @@ class Device(DeviceCore):
     #: on devices and streams, so cuasync/_core/scheduling.py fills this when imported.
     _default_policy: ClassVar[Callable[[Device], SchedulingPolicy]]
 
-    # ordinal and _legacy (its legacy default stream, made by the first DLPack or CAI
-    # exchange on it) are the native base's fields (``DeviceCore``)
-    _used: int
-    _peak: int
-    _count: int
-    _limit: int | None
-    _policy: SchedulingPolicy | None
-    _lock: threading.RLock
+    # ordinal, _lock, _used, _count, _peak, _limit, _utility, _policy and _legacy (its
+    # legacy default stream, made by the first DLPack or CAI exchange on it) are the
+    # native base's fields (``DeviceCore``: the native core reads them)
     _name: str | None
     _cc: tuple[int, int] | None
     _properties: DeviceProperties | None
-    _utility: Stream | None
 
     def __new__(cls, ordinal: int | Device = 0) -> Device:
         known = cls._instances.get(ordinal) if type(ordinal) is int else None

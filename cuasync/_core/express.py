@@ -43,12 +43,12 @@ from .._first_use import Unprepared, prepare_off_loop
 from . import completion as _completion
 from . import loops as _loops
 from .completion import INLINE, Completion, await_spin_us, suspend
-from .context import LOCAL, LOCK, ExecutionContext
+from .context import LOCK, ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
 from .op import DeviceFuture, DeviceOp, _release_when_drained, await_started, synchronize
 from .output import Output, _Ready
-from .scheduling import SingleStream, StreamPoolRoundRobin, _policy, stream_for
+from .scheduling import _policy, stream_for
 
 __all__ = [
     "GENERIC",
@@ -340,8 +340,7 @@ def launch_awaiter(fallback: Callable[..., Any]) -> Any:
         core=native.Express, fallback=fallback, finish=_finish_await, completion=_completion,
         loops=_loops, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
-        current_tasks=_loops.current_tasks_table(), round_robin=StreamPoolRoundRobin,
-        single_stream=SingleStream,
+        current_tasks=_loops.current_tasks_table(),
     )  # fmt: skip
 
 
@@ -356,16 +355,11 @@ def make_core(hub: Any) -> Any:
         or not _config.CONFIG.native  # CUASYNC_NATIVE=off: the generic path for every op
     ):
         return None
-    from .._backends.base import PreparedKernel
-    from .._launch.kernel import _Launch
-    from .._tensor import Tensor
-    from .memory import Allocation
-
+    # (the classes it makes and recognizes, Stream, Tensor, the launch op, Completion and
+    # the rest, it knows by their core types: each recorded when it was declared)
     return native.Express(
-        hub=hub, lock=LOCK, local=LOCAL, launch=_Launch, stream=Stream,
-        tensor=Tensor, allocation=Allocation, prepared=PreparedKernel, box=_Box,
-        generic=GENERIC, spin_us=await_spin_us, failed=_core_failed, abandon=_core_abandon,
-        completion=Completion, context=ExecutionContext, ready=_Ready, future=DeviceFuture,
+        hub=hub, lock=LOCK, box=_Box, generic=GENERIC, spin_us=await_spin_us,
+        failed=_core_failed, abandon=_core_abandon,
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
+from .._native import AdapterCore
 from ..errors import SyncInEventLoopError
 from .completion import Completion, Waiter, get_hub
 
@@ -32,10 +33,12 @@ __all__ = ["check_blocking_allowed", "in_running_loop", "in_thread", "running_ad
 Suspend = Callable[[], Generator[Any, Any, Any]]
 
 
-class AsyncioAdapter:
+class AsyncioAdapter(AdapterCore):
     """An asyncio or uvloop loop: ``add_reader`` on the fd, a loop future to park on.
 
     The loop is held weakly (the adapter lives in a weak mapping keyed by the loop).
+    ``_ready``, ``_tick_task``, ``_tick_shared``, ``long_ops`` and ``steps_aside`` are
+    the native base's fields (``AdapterCore``: an await reads them).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -50,17 +53,16 @@ class AsyncioAdapter:
         # asyncio's ready queue (a deque) tells whether other callbacks wait to run;
         # uvloop has no view of its own, so the tasks awaiting in one loop iteration
         # tell instead (see others_ready).
-        self._ready: Any = getattr(loop, "_ready", None)
+        self._ready = getattr(loop, "_ready", None)
         if not isinstance(self._ready, collections.deque):
             self._ready = None
-        self._tick_task: Any = None
+        self._tick_task = None
         self._tick_shared = False
         self.long_ops = False
         self.skips = 0
-
-    #: A task may step aside with a bare ``yield`` (asyncio runs it again after the other
-    #: ready tasks): an await in a burst queues its launch and lets them submit theirs.
-    steps_aside = True
+        # A task may step aside with a bare ``yield`` (asyncio runs it again after the
+        # other ready tasks): an await in a burst queues its launch and lets them submit.
+        self.steps_aside = True
 
     def others_ready(self) -> bool:
         """Whether other work on this loop is ready to run now (then a long await parks at once).
@@ -204,7 +206,7 @@ def _asyncio_adapter(loop: asyncio.AbstractEventLoop) -> AsyncioAdapter:
     return adapter
 
 
-class TrioAdapter:
+class TrioAdapter(AdapterCore):
     """A trio run: a system task on ``wait_readable``, ``wait_task_rescheduled`` to park."""
 
     def __init__(self) -> None:
@@ -216,9 +218,8 @@ class TrioAdapter:
         self.queue: Any = None
         self.long_ops = False
         self.skips = 0
-
-    #: trio has no bare yield: an await in a burst launches and spins as any other.
-    steps_aside = False
+        # trio has no bare yield: an await in a burst launches and spins as any other.
+        self.steps_aside = False
 
     def others_ready(self) -> bool:
         """Whether other trio tasks are runnable now (then a long await parks at once)."""

@@ -46,9 +46,9 @@ def _default_pool_alloc(device: Device, size: int, stream: Stream) -> int:
 class Allocation(ProcessLocal, AllocationCore):
     """``nbytes`` of device memory on ``device`` at address ``ptr``."""
 
-    # ptr, nbytes, device, _write, _reads, _pool, _class and readonly (whether cuasync
-    # ops may only read it: memory a producer exported read-only; False unless set) are
-    # the native base's fields (``AllocationCore``: the native core reads them)
+    # ptr, nbytes, device, _write, _reads, _pool, _class and readonly (whether cuasync ops
+    # may only read it: memory a producer exported read-only) are the native base's
+    # fields (``AllocationCore``: the native core reads them)
     __slots__ = ("__weakref__",)
 
     def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:

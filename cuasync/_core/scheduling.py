@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .._native import RoundRobinCore, SingleStreamCore
 from ..errors import ArgumentError, SchedulingError
 from .device import Device, SchedulingPolicy, Stream, get_default_device
 from .priority import check_priority
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-class StreamPoolRoundRobin(SchedulingPolicy):
+class StreamPoolRoundRobin(SchedulingPolicy, RoundRobinCore):
     """Rotates through ``num_streams`` streams of ``device`` (default: the default device).
 
     ``priority`` gives the streams a priority (see :meth:`Device.new_stream`): with
@@ -55,7 +56,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         self.num_streams = num_streams
         #: The priority of the pool's streams (None: the default).
         self.priority = None if priority is None else check_priority(self.device.ordinal, priority)
-        self._streams: list[Stream] = []
+        self._streams = []  # (_streams, _counter, num_streams: RoundRobinCore's)
         self._counter = itertools.count()
         self._lock = threading.Lock()
 
@@ -82,7 +83,7 @@ class StreamPoolRoundRobin(SchedulingPolicy):
         )
 
 
-class SingleStream(SchedulingPolicy):
+class SingleStream(SchedulingPolicy, SingleStreamCore):
     """Every op on one stream (in order), ``stream``.
 
     >>> with cuasync.use_policy(cuasync.SingleStream(stream)): await op

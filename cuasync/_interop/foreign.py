@@ -128,7 +128,7 @@ class ForeignAllocation(Allocation):
     streams are ordered after it.
     """
 
-    __slots__ = ("_release", "owner")
+    __slots__ = ("_release", "owner")  # (readonly: AllocationCore's)
 
     def __init__(
         self,

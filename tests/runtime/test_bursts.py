@@ -220,15 +220,15 @@ def native_submitter(monkeypatch: pytest.MonkeyPatch, stepping_aside: None) -> A
         pytest.skip("on a GPU the tests above take this path with the driver's entry points")
     hub = get_hub()
     if hub.express is None or not hub.use_reactor:
-        pytest.skip(
-            "needs the native core (off with CUASYNC_NATIVE=off, or not built) and flag slots"
-        )
+        pytest.skip("needs the native core (off with CUASYNC_NATIVE=off) and flag slots")
     native = hub.native
     prepared = bump._prepare(cuasync.Device(0))
     monkeypatch.setattr(prepared, "fast", (0xF00D, _layout(["Q", "i"], [0])))
     backend = get_hub().backend
     monkeypatch.setattr(backend, "fast_launch", native.launch_packed, raising=False)
-    monkeypatch.setattr(backend, "current", type("Current", (), {"ordinal": 0})(), raising=False)
+    current = native.CurrentOrdinal()  # (the backend's record of this thread's context)
+    current.ordinal = 0
+    monkeypatch.setattr(backend, "current", current, raising=False)
     native.set_entry_points(**native.stub_entry_points())
     submitter = native.Submitter(hub.reactor)
     monkeypatch.setattr(hub, "submitter", submitter)

@@ -611,8 +611,7 @@ def test_the_release_records_the_consumer_as_a_reader() -> None:
 
 def test_a_release_inside_then_records_the_read_without_waiting_for_itself() -> None:
     """A capsule released while this thread holds the execution lock (inside a then()
-    function) is recorded by Python's release, which knows the thread holds it; the
-    native one, which cannot take the lock then, hands it over rather than wait."""
+    function) is recorded without waiting for the lock: the thread holds it already."""
     from cuasync._interop.foreign import legacy_stream
 
     t = cuasync.zeros((64,)).sync()

@@ -30,10 +30,7 @@ pytestmark = pytest.mark.anyio
 
 
 #: Why a test of the native core skips where a run has none.
-NO_CORE = (
-    "the native core is off (CUASYNC_NATIVE=off, or the native module is not built): "
-    "every upload takes the generic path"
-)
+NO_CORE = "the native core is off (CUASYNC_NATIVE=off): every upload takes the generic path"
 
 
 class Path:
@@ -313,9 +310,7 @@ def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
     if not ON_EMULATOR:
         pytest.skip("on a GPU the other tests take this path with the driver's entry points")
     if hub.express is None or not hub.use_reactor:
-        pytest.skip(
-            "needs the native core (off with CUASYNC_NATIVE=off, or not built) and flag slots"
-        )
+        pytest.skip("needs the native core (off with CUASYNC_NATIVE=off) and flag slots")
     backend: Any = hub.backend
     assert "copy_and_write" not in vars(backend)  # (no test's override left behind)
     monkeypatch.setattr(backend, "_native_copy", True, raising=False)
