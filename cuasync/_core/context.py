@@ -8,7 +8,6 @@ a deadlock or interleaved streams. ``then_unchecked`` releases the lock for its 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
