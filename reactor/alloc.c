@@ -211,15 +211,7 @@ static int
 dict_add(PyObject *d, PyObject *key, long long delta)
 {
     PyObject *v = PyDict_GetItemWithError(d, key);
-    if (v == NULL || !PyLong_CheckExact(v)) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "%R is not an int", key);
-        return -1;
-    }
-    long long x = PyLong_AsLongLong(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *n = PyLong_FromLongLong(x + delta);
+    PyObject *n = v == NULL && PyErr_Occurred() ? NULL : int_plus(v, delta, "a cached count");
     if (n == NULL)
         return -1;
     int r = PyDict_SetItem(d, key, n);
@@ -231,15 +223,7 @@ dict_add(PyObject *d, PyObject *key, long long delta)
 static int
 field_add(PyObject **field, long long delta)
 {
-    PyObject *v = *field;
-    if (v == NULL || !PyLong_CheckExact(v)) {
-        PyErr_SetString(PyExc_TypeError, "a device's count is not an int");
-        return -1;
-    }
-    long long x = PyLong_AsLongLong(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *n = PyLong_FromLongLong(x + delta);
+    PyObject *n = int_plus(*field, delta, "a device's count");
     if (n == NULL)
         return -1;
     field_set(field, n);

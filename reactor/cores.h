@@ -210,6 +210,20 @@ enum {
 extern PyTypeObject *cuasync_registered[REG_COUNT];
 #define REGISTERED(which) (cuasync_registered[REG_##which])
 
+/* The exact int v plus delta: a new reference, or NULL with an error set (a TypeError
+ * naming what, where v is not an exact int). */
+static inline PyObject *
+int_plus(PyObject *v, long long delta, const char *what)
+{
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%s is not an int", what);
+        return NULL;
+    }
+    long long x = PyLong_AsLongLong(v);
+    return x == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(x + delta);
+}
+
 /* Replace a field (v: a new reference, stolen; the old value dropped after). */
 static inline void
 field_set(PyObject **field, PyObject *v)

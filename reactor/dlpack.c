@@ -514,8 +514,7 @@ record_legacy_read(owner_pair *owner)
     }
     int rc = -1;
     StreamCore *stream = STREAM(legacy);
-    long long last = stream->submitted != NULL ? PyLong_AsLongLong(stream->submitted) : 0;
-    PyObject *next = last == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(last + 1);
+    PyObject *next = int_plus(stream->submitted, 1, "a stream's _submitted");
     if (next != NULL) {
         field_set(&stream->submitted, Py_NewRef(next));
         rc = PyDict_SetItem(ALLOCATION(alloc)->reads, legacy, next);

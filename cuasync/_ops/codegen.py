@@ -411,6 +411,9 @@ UNROLL = 4
 VECTOR_BYTES = 16
 VECTORS = 1
 VECTOR_BLOCK = 128
+#: Blocks of a vector launch at most: one pass of the grid up to 2 GiB an operand (2**20
+#: blocks of 128 threads, 16 bytes each); the kernel loops over what is past that.
+VECTOR_GRID = 1 << 20
 
 
 @functools.cache

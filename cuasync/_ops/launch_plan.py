@@ -33,6 +33,7 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from .codegen import (
     UNROLL,
     VECTOR_BLOCK,
+    VECTOR_GRID,
     VECTORS,
     kernel_for,
     make_plan,
@@ -173,7 +174,7 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
     kernel, block = lay.kernel, builtin.BLOCK
     if lay.contiguous:  # (vectors: one a thread, one pass of the grid, as tensorop.run)
         vec_work = -(-n // (lay.width * VECTORS))
-        vec_launch = kernel[builtin.blocks(vec_work, VECTOR_BLOCK, 1 << 20), VECTOR_BLOCK]
+        vec_launch = kernel[builtin.blocks(vec_work, VECTOR_BLOCK, VECTOR_GRID), VECTOR_BLOCK]
         launch = kernel[builtin.blocks(-(-n // UNROLL)), block]
         tail: tuple[int, ...] = (n,)
     else:

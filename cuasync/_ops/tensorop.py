@@ -32,7 +32,7 @@ from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
-from .codegen import UNROLL, VECTOR_BLOCK, VECTORS, scalar_arg, scalar_specs
+from .codegen import UNROLL, VECTOR_BLOCK, VECTOR_GRID, VECTORS, scalar_arg, scalar_specs
 from .expr import Node, check_dtype, is_ml_scalar
 from .launch_plan import Layout, express_launch, layout, merge_axes, vector_access
 from .operators import TensorOperators
@@ -134,7 +134,9 @@ def run(
         if vec:  # a vector a thread, one pass of the grid (up to 2**20 blocks)
             work = -(-n // (lay.width * VECTORS))
             tail = (*args, n, 1)
-            builtin.launch(ctx, lay.kernel, work, *views, *tail, block=VECTOR_BLOCK, most=1 << 20)
+            builtin.launch(
+                ctx, lay.kernel, work, *views, *tail, block=VECTOR_BLOCK, most=VECTOR_GRID
+            )
             return result
         builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0)
         return result
