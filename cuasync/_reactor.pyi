@@ -1,4 +1,4 @@
-"""Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
+"""Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final

@@ -4,7 +4,7 @@
 layers (an :class:`~._core.context.ExecutionContext`, the new tensor's declaration,
 the route choice, ``Hub.attach``, a :class:`~._core.completion.Completion` and its
 finish), not in the copy. For a source of at most :data:`SMALL_MAX` bytes, the native
-module's core (``Express.upload``, reactor/upload.c) does what the single route does in
+module's core (``Express.upload``, reactor/python/upload.c) does what the single route does in
 one call, as it does for a launch: the memcpy into a pooled pinned block (before the
 execution lock), then under it the stream's sequence number, a completion slot, the new
 tensor's stream-ordered allocation, the DMA and the flag write; the spin after the

@@ -66,7 +66,8 @@ _STEPS_MAX = 16
 
 #: The native core's modes (``Express.launch``, ``Express.upload``): no spin (a future),
 #: an await's spin, a blocking ``sync()``'s, or (a launch only) an await in a burst, its
-#: launch queued for the native submitter where it can be (reactor/express.h's ``MODE_*``).
+#: launch queued for the native submitter where it can be (``MODE_*`` of
+#: reactor/python/express.h).
 NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 4
 
 

@@ -7,7 +7,7 @@ the tensor, which keeps its device allocation alive until the consumer calls the
 deleter; the deleter is a C function that any thread may call at any time (it takes the
 GIL, drops the reference, and makes the allocation's eventual free wait for the
 consumer's default stream where that stream is known). A capsule nobody consumed calls
-the deleter when it is collected, from a C destructor (``reactor/dlpack.c``) that keeps
+the deleter when it is collected, from a C destructor (``reactor/python/dlpack.c``) that keeps
 an exception the consumer has set meanwhile (a refused capsule is dropped while its
 consumer raises); a consumed one (renamed ``used_dltensor...``) is its consumer's
 business.

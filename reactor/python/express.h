@@ -1,7 +1,7 @@
 /*
  * What the native op core's files share (express.c: launches, upload.c: small uploads):
  * the Express object, the submission modes, and the small helpers both use. Included
- * after Python.h and reactor.h.
+ * after Python.h and module.h.
  */
 #ifndef CUASYNC_EXPRESS_H
 #define CUASYNC_EXPRESS_H

@@ -22,7 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "express.h"
 
 #include <string.h>

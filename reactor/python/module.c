@@ -6,7 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "ledger.h"
 #include "cores.h"
 
