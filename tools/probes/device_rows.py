@@ -24,7 +24,8 @@ cuasync's); ``current kernel, raw launches`` is the generic reduction kernel the
 replaced (still the fallback). New candidates: float32 add with ld.global.nc
 L1::no_allocate loads and st.global.cs stores, and a looping grid of 8 blocks an SM;
 bfloat16 add 2 x 8 a thread in blocks of 128, the nc/cs variant, and the 8/SM loop; a
-whole-array sum through ``ca_whole4`` beside the max/min rows.
+whole-array sum through ``ca_whole4`` beside the max/min rows. The add rows also time
+the op on torch's buffers and torch's add on cuasync's (through DLPack): memory or kernel.
 
 On the emulator it says that it needs a GPU, parses every kernel source through
 ``cuasync.Kernel`` (and compiles it for sm_90 where NVRTC is installed) and exits 0.
@@ -824,10 +825,38 @@ def _add32(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             out = cuasync.full((n,), 0.0, "float32").sync()
             variants[name] = partial(k.launch, a, b, out, n, grid=(shape[0], 1, 1), block=shape[1])
             outs[name] = out
+        _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "float32")
         tname = "torch.add(a, b, out=c)"
         outs[tname] = tc
         variants[tname] = _torch_call(ext, partial(torch.add, ta, tb, out=tc))
         table.add(row, 3 * n * 4, variants, outs, tname, stream)
+
+
+def _swapped_buffers(
+    variants: dict[str, Variant],
+    outs: dict[str, Any],
+    ext: Any,
+    ours: tuple,
+    theirs: tuple,
+    dtype: str,
+) -> None:
+    """The op on torch's operands (and a torch output) and torch's add on cuasync's
+    (and a cuasync output), shared through DLPack: tells the memory (allocator,
+    placement) from the kernel."""
+    import torch
+
+    (a, b), (ta, tb) = ours, theirs
+    n = a.shape[0]
+    xa, xb = (cuasync.from_dlpack(t) for t in (ta, tb))
+    xc = cuasync.from_dlpack(torch.zeros(n, dtype=ta.dtype, device="cuda"))
+    name = "current (cuasync op) on torch's buffers"
+    variants[name] = lambda: cuasync.add(xa, xb, out=xc)
+    outs[name] = xc
+    c2 = cuasync.full((n,), 0.0, dtype).sync()
+    sa, sb, sc = (torch.from_dlpack(t) for t in (a, b, c2))
+    name = "torch.add on cuasync's buffers"
+    variants[name] = _torch_call(ext, lambda: torch.add(sa, sb, out=sc))
+    outs[name] = c2
 
 
 def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
@@ -875,6 +904,7 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
         out = cuasync.full((n,), 0.0, "bfloat16").sync()
         variants[name] = partial(ks[key].launch, a, b, out, n, grid=(grid, 1, 1), block=block)
         outs[name] = out
+    _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "bfloat16")
     tname = "torch.add(a, b, out=c)"
     torch.add(ta, tb, out=tc)
     outs[tname] = tc

@@ -113,7 +113,7 @@ def blocking_event(n: int = 60) -> None:
                 wall += time.perf_counter() - w0
             t0 = time.perf_counter_ns()
             kernel[1, 1](work_ns).submit_on(stream)
-            stream.synchronize()
+            stream.synchronize(allow_in_loop=True)
             if i >= 3:
                 syncs.append(time.perf_counter_ns() - t0)
         return awaits, syncs, cpu / wall * 100
