@@ -66,16 +66,24 @@ UploadOpCore = _reactor.UploadOpCore
 NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
 BlockCore = _reactor.BlockCore
+BlockCacheCore = _reactor.BlockCacheCore
 AdapterCore = _reactor.AdapterCore
 DeviceCore = _reactor.DeviceCore
 RoundRobinCore = _reactor.RoundRobinCore
 SingleStreamCore = _reactor.SingleStreamCore
+ProcessCore = _reactor.ProcessCore
+#: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
+#: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
+#: adapter (``loops``).
+PROCESS = _reactor.PROCESS
 
 __all__ = [
     "NATIVE",
+    "PROCESS",
     "AdapterCore",
     "AllocationCore",
     "BackendCore",
+    "BlockCacheCore",
     "BlockCore",
     "CompletionCore",
     "ContextCore",
@@ -87,6 +95,7 @@ __all__ = [
     "OpCore",
     "OutputCore",
     "PreparedCore",
+    "ProcessCore",
     "RoundRobinCore",
     "SingleStreamCore",
     "StreamCore",

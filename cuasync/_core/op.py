@@ -21,7 +21,7 @@ from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
-from .._native import NATIVE, FutureCore, OpCore
+from .._native import NATIVE, PROCESS, FutureCore, OpCore
 from .._tensor import Tensor
 from ..errors import (
     ArgumentError,
@@ -30,7 +30,6 @@ from ..errors import (
     OpConsumedError,
     SchedulingError,
 )
-from . import completion as _completion
 from . import trace
 from .completion import (
     BLOCKING,
@@ -189,7 +188,7 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
             try:
                 out = self._enqueue(ctx)
                 if notify:
-                    return (_completion._hub or get_hub()).attach(ctx, out)
+                    return (PROCESS.hub or get_hub()).attach(ctx, out)
                 return Completion(ctx, out)
             except BaseException:
                 _release_when_drained(ctx)
