@@ -9,9 +9,13 @@ True
 
 from __future__ import annotations
 
-from typing import Any, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 from .._core.device import Device, Stream
 from .._dtypes import DTypeLike, as_dtype
@@ -19,21 +23,38 @@ from .._ops.tensorop import TensorOp
 from .._tensor import Tensor
 from .._transfers.copies import from_host
 from ..errors import ArgumentError
-from .cai import from_cuda_array_interface
-from .dlpack import from_dlpack
+from .cai import SupportsCudaArrayInterface, from_cuda_array_interface
+from .dlpack import SupportsDLPack, from_dlpack
 
 __all__ = ["asarray"]
 
 
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class NestedSequence(Protocol[_T_co]):
+    """A sequence of ``_T_co`` or of such sequences (lists of lists of floats): the
+    array API standard's ``NestedSequence``."""
+
+    def __getitem__(self, key: int, /) -> _T_co | NestedSequence[_T_co]: ...
+    def __len__(self, /) -> int: ...
+
+
+#: A Python scalar ``asarray`` uploads.
+Scalar = bool | int | float | complex
 #: Host data ``asarray`` uploads: what the array API's ``asarray`` takes besides arrays.
-HostData = np.ndarray | np.generic | list[Any] | tuple[Any, ...] | complex
+HostData = np.ndarray | np.generic | Scalar | NestedSequence[Scalar]
+#: A device array ``asarray`` adopts, zero-copy.
+DeviceArray = Tensor | SupportsDLPack | SupportsCudaArrayInterface
 
-_HOST = (np.ndarray, np.generic, list, tuple, int, float, complex)
+# (str and bytes are sequences too: from_host refuses their dtypes, saying so)
+_HOST = (np.ndarray, np.generic, int, float, complex, Sequence)
 
 
+# (a numpy array has __dlpack__ too: it is uploaded, the first overload, as at run time)
 @overload
-def asarray(
-    obj: HostData,
+def asarray(  # type: ignore[overload-overlap]
+    obj: np.ndarray | np.generic | Scalar,
     /,
     dtype: DTypeLike = None,
     *,
@@ -41,9 +62,10 @@ def asarray(
     stream: Stream | None = None,
     copy: bool | None = None,
 ) -> TensorOp: ...
+# (a Tensor or a DLPack producer indexes like a nested sequence: adopted, as at run time)
 @overload
-def asarray(
-    obj: Any,
+def asarray(  # type: ignore[overload-overlap]
+    obj: DeviceArray,
     /,
     dtype: None = None,
     *,
@@ -53,7 +75,7 @@ def asarray(
 ) -> Tensor: ...
 @overload
 def asarray(
-    obj: Any,
+    obj: DeviceArray,
     /,
     dtype: str | np.dtype[Any] | type[Any],
     *,
@@ -61,8 +83,18 @@ def asarray(
     stream: Stream | None = None,
     copy: bool | None = None,
 ) -> TensorOp: ...
+@overload
 def asarray(
-    obj: Any,
+    obj: NestedSequence[Scalar],
+    /,
+    dtype: DTypeLike = None,
+    *,
+    device: int | Device | None = None,
+    stream: Stream | None = None,
+    copy: bool | None = None,
+) -> TensorOp: ...
+def asarray(
+    obj: HostData | DeviceArray,
     /,
     dtype: DTypeLike = None,
     *,
@@ -73,7 +105,7 @@ def asarray(
     """``obj`` as a :class:`Tensor`, zero-copy: a cuasync tensor (returned as is), a
     DLPack producer, or an object with ``__cuda_array_interface__``; with ``dtype``, an
     op converting it (a new tensor, as :func:`cuasync.astype` makes; ``copy=False``
-    refuses a conversion). Host data (a numpy array or scalar, nested lists or tuples,
+    refuses a conversion). Host data (a numpy array or scalar, nested sequences (lists, tuples),
     a Python scalar) is uploaded: an op, as :func:`cuasync.from_host` (``dtype`` None:
     the data's, a Python float's the default float dtype; ``copy=False`` is refused, an
     upload is a copy).
@@ -92,7 +124,7 @@ def asarray(
     """
     if isinstance(obj, _HOST):
         return _upload(obj, dtype, device, copy)
-    adopted = _adopt(obj, device, stream, None if dtype is not None else copy)
+    adopted = _adopt(cast(DeviceArray, obj), device, stream, None if dtype is not None else copy)
     if dtype is None:
         return adopted
     target = as_dtype(dtype)
@@ -104,22 +136,24 @@ def asarray(
     return adopted.astype(target)
 
 
-def _upload(obj: Any, dtype: DTypeLike, device: int | Device | None, copy: bool | None) -> TensorOp:
+def _upload(
+    obj: HostData, dtype: DTypeLike, device: int | Device | None, copy: bool | None
+) -> TensorOp:
     if copy is False:
         raise ArgumentError(
             f"asarray: copy=False, but {type(obj).__name__} is host data, which only a copy "
             "brings to the device; pass copy=None (or await cuasync.from_host(x))"
         )
     if dtype is not None:
-        obj = np.asarray(obj, dtype=as_dtype(dtype))
-    return from_host(obj, device=device)
+        return from_host(np.asarray(obj, dtype=as_dtype(dtype)), device=device)
+    return from_host(cast("ArrayLike", obj), device=device)
 
 
 def _adopt(
-    obj: Any, device: int | Device | None, stream: Stream | None, copy: bool | None
+    obj: DeviceArray, device: int | Device | None, stream: Stream | None, copy: bool | None
 ) -> Tensor:
     if isinstance(obj, Tensor) or hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, device=device, stream=stream, copy=copy)
+        return from_dlpack(cast(SupportsDLPack, obj), device=device, stream=stream, copy=copy)
     if hasattr(obj, "__cuda_array_interface__"):
         if copy:
             raise ArgumentError(

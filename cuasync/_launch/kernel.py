@@ -278,7 +278,7 @@ class _Launchable(Generic[R]):
 
     name: str
     params: list[Param]
-    emulate: Callable[..., Any] | None
+    emulate: Callable[..., object] | None
     #: The handle of the loaded module holding the function, or 0 (compile the source).
     module_handle: int = 0
     #: The handle of a borrowed function (``Module.kernel_from_handle``), or 0.
@@ -903,7 +903,7 @@ class Kernel(_Launchable[R]):
         source: str,
         name: str,
         *,
-        emulate: Callable[..., Any] | None = None,
+        emulate: Callable[..., object] | None = None,
         options: CompileOptions | None = None,
     ) -> None:
         if not isinstance(source, str) or not source.strip():

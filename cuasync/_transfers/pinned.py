@@ -29,7 +29,7 @@ import numpy as np
 from .._backends import get_backend
 from .._config import CONFIG
 from .._core.process_local import ProcessLocal
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._tensor import check_shape, is_size
 from ..errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
 from .staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
@@ -89,7 +89,7 @@ def _check_nbytes(nbytes: Any) -> int:
     return int(nbytes)
 
 
-def _check_dtype(dtype: Any, nbytes: int) -> np.dtype[Any] | None:
+def _check_dtype(dtype: DTypeLike, nbytes: int) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     dt = as_dtype(dtype)
@@ -123,7 +123,7 @@ class PinnedHostBuffer(ProcessLocal):
     #: The element type the buffer holds, or None for raw bytes (any dtype may use it).
     dtype: np.dtype[Any] | None
 
-    def __init__(self, nbytes: int, dtype: Any = None) -> None:
+    def __init__(self, nbytes: int, dtype: DTypeLike = None) -> None:
         n = _check_nbytes(nbytes)
         dt = _check_dtype(dtype, n)
         address = get_backend().host_alloc(max(n, 1))

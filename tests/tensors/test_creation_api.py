@@ -5,6 +5,7 @@ compared with array-api-strict where the standard defines the answer."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import array_api_strict as xps
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import cuasync
-from cuasync.errors import ArgumentError
+from cuasync.errors import ArgumentError, DTypeError
 
 pytestmark = pytest.mark.anyio
 
@@ -129,6 +130,16 @@ async def test_asarray_uploads_host_data(anyio_backend: str) -> None:
     assert (await cuasync.asarray(np.float64(0.5))).dtype == cuasync.float64
     with pytest.raises(ArgumentError, match="copy=False"):
         cuasync.asarray([1, 2], copy=False)
+
+
+async def test_asarray_uploads_any_nested_sequence(anyio_backend: str) -> None:
+    """The standard's ``NestedSequence``: any sequence, not lists and tuples alone."""
+    t = await cuasync.asarray(range(3))
+    assert (t.dtype, (await t.to_host()).tolist()) == (cuasync.int64, [0, 1, 2])
+    rows = collections.deque([(1.5, 2.5)])
+    assert (await (await cuasync.asarray(rows)).to_host()).tolist() == [[1.5, 2.5]]
+    with pytest.raises(DTypeError, match="U2"):  # (a str is a sequence of str)
+        cuasync.asarray("ab")
 
 
 async def test_asarray_converts_a_device_array_to_dtype(anyio_backend: str) -> None:
