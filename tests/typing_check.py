@@ -75,6 +75,7 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.asarray(rows), TensorOp)
     assert_type(cuasync.asarray((True, 1, 2.5j)), TensorOp)
     assert_type(cuasync.asarray(np.float32(1.5)), TensorOp)
+    assert_type(cuasync.asarray(bytearray(b"ab")), TensorOp)  # the buffer protocol
     assert_type(cuasync.asarray(Producer()), Tensor)
     assert_type(cuasync.asarray(Producer(), dtype="int8"), TensorOp)
     assert_type(cuasync.from_dlpack(Producer()), Tensor)

@@ -16,6 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+    from typing_extensions import Buffer
 
 from .._core.device import Device, Stream
 from .._dtypes import DTypeLike, as_dtype
@@ -54,7 +55,7 @@ _HOST = (np.ndarray, np.generic, int, float, complex, Sequence)
 # (a numpy array has __dlpack__ too: it is uploaded, the first overload, as at run time)
 @overload
 def asarray(  # type: ignore[overload-overlap]
-    obj: np.ndarray | np.generic | Scalar,
+    obj: np.ndarray | np.generic | Scalar | Buffer,
     /,
     dtype: DTypeLike = None,
     *,
@@ -94,7 +95,7 @@ def asarray(
     copy: bool | None = None,
 ) -> TensorOp: ...
 def asarray(
-    obj: HostData | DeviceArray,
+    obj: HostData | Buffer | DeviceArray,
     /,
     dtype: DTypeLike = None,
     *,
@@ -105,10 +106,11 @@ def asarray(
     """``obj`` as a :class:`Tensor`, zero-copy: a cuasync tensor (returned as is), a
     DLPack producer, or an object with ``__cuda_array_interface__``; with ``dtype``, an
     op converting it (a new tensor, as :func:`cuasync.astype` makes; ``copy=False``
-    refuses a conversion). Host data (a numpy array or scalar, nested sequences (lists, tuples),
-    a Python scalar) is uploaded: an op, as :func:`cuasync.from_host` (``dtype`` None:
-    the data's, a Python float's the default float dtype; ``copy=False`` is refused, an
-    upload is a copy).
+    refuses a conversion). Host data (a numpy array or scalar, nested sequences such as
+    lists and tuples, a Python scalar, an object with the buffer protocol) is uploaded:
+    an op, as :func:`cuasync.from_host` (``dtype`` None: the data's, a Python float's
+    the default float dtype, a buffer's format's; ``copy=False`` is refused, an upload
+    is a copy).
 
     The producer's pending work is ordered before every cuasync op that uses the
     result (``stream``: the cuasync stream that waits for it, by default a private one
@@ -125,6 +127,8 @@ def asarray(
     if isinstance(obj, _HOST):
         return _upload(obj, dtype, device, copy)
     adopted = _adopt(cast(DeviceArray, obj), device, stream, None if dtype is not None else copy)
+    if adopted is None:  # not a device array: host memory by the buffer protocol, or refused
+        return _upload(_buffer(obj), dtype, device, copy)
     if dtype is None:
         return adopted
     target = as_dtype(dtype)
@@ -149,9 +153,24 @@ def _upload(
     return from_host(cast("ArrayLike", obj), device=device)
 
 
+def _buffer(obj: object) -> np.ndarray:
+    """The memory of an object speaking the buffer protocol (the standard's
+    ``SupportsBufferProtocol``), as numpy reads it: the dtype of its format."""
+    try:
+        view = memoryview(cast("Buffer", obj))
+    except TypeError:
+        raise ArgumentError(
+            f"{type(obj).__name__} is neither host data (a number, a sequence, an object with "
+            "the buffer protocol) nor a device array (it has neither __dlpack__ nor "
+            "__cuda_array_interface__)"
+        ) from None
+    return np.asarray(view)
+
+
 def _adopt(
     obj: DeviceArray, device: int | Device | None, stream: Stream | None, copy: bool | None
-) -> Tensor:
+) -> Tensor | None:
+    """``obj`` adopted zero-copy, or None if it is no device array."""
     if isinstance(obj, Tensor) or hasattr(obj, "__dlpack__"):
         return from_dlpack(cast(SupportsDLPack, obj), device=device, stream=stream, copy=copy)
     if hasattr(obj, "__cuda_array_interface__"):
@@ -161,7 +180,4 @@ def _adopt(
                 "and copy it: `await cuasync.asarray(x).dup()`"
             )
         return from_cuda_array_interface(obj, device=device, stream=stream)
-    raise ArgumentError(
-        f"{type(obj).__name__} is not a device array: it has neither __dlpack__ nor "
-        "__cuda_array_interface__"
-    )
+    return None

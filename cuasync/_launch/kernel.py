@@ -48,6 +48,9 @@ from .signature import Param, parse_params
 __all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
 Dim3 = tuple[int, int, int]
+#: A launch's ``grid`` or ``block`` as users give one: an int (or numpy integer), or a
+#: tuple or list of 1 to 3 of them.
+Dim3Like = int | np.integer[Any] | tuple[int | np.integer[Any], ...] | list[int]
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -363,8 +366,8 @@ class _Launchable(Generic[R]):
     def launch(
         self,
         *args: Any,
-        grid: Any = None,
-        block: Any = None,
+        grid: Dim3Like | None = None,
+        block: Dim3Like | None = None,
         shared_mem: int | np.integer[Any] = 0,
     ) -> DeviceOp[R]:
         """An op launching the kernel; its output is the tensor(s) bound to non-const pointers.

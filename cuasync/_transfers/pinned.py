@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from .._core.completion import Completion
     from .._core.device import Stream
+    from .._ops.tensorop import ShapeLike
 
 __all__ = ["PinnedHostBuffer", "PinnedPool", "PoolStats"]
 
@@ -194,7 +195,7 @@ class PinnedHostBuffer(ProcessLocal):
         return block
 
     # -- access ------------------------------------------------------------------------------
-    def array(self, dtype: Any = None, shape: Any = None) -> np.ndarray:
+    def array(self, dtype: DTypeLike = None, shape: ShapeLike | None = None) -> np.ndarray:
         """A writable numpy view of the whole buffer.
 
         ``dtype`` defaults to the buffer's dtype (``uint8`` for raw buffers) and ``shape``
@@ -316,7 +317,7 @@ class PinnedPool(ProcessLocal):
                     cls._default = pool
         return pool
 
-    def acquire(self, nbytes: int, dtype: Any = None) -> PinnedHostBuffer:
+    def acquire(self, nbytes: int, dtype: DTypeLike = None) -> PinnedHostBuffer:
         """A buffer of ``nbytes`` (optionally typed), reusing an idle block if there is one."""
         n = _check_nbytes(nbytes)
         dt = _check_dtype(dtype, n) if dtype is not None else None

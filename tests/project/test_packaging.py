@@ -200,6 +200,19 @@ def _any_parameters(name: str, obj: Callable[..., object]) -> list[str]:
     ]
 
 
+#: Public methods' parameters that may still be ``Any``, each with why.
+ANY_PARAMETERS = {
+    # cuasync/_core/op.py (the op core: another area's; DeviceOp.__getitem__ refuses any
+    # index, reshape takes a ShapeLike): TensorOp overrides __getitem__ with Never
+    "DeviceOp.__getitem__(item": "cuasync._core",
+    "DeviceOp.reshape(shape": "cuasync._core",
+    "SharedOp.__getitem__(item": "cuasync._core",
+    "SharedOp.reshape(shape": "cuasync._core",
+    # a kernel's arguments: whatever its C signature takes, checked when it is launched
+    "Kernel.launch(args": "the kernel's parameters",
+}
+
+
 def test_public_parameters_are_not_any() -> None:
     """Every parameter of a public function, class constructor and method has a precise
     type (issue 34): a bare ``Any`` (``dtype: Any``, ``obj: Any``) accepts anything
@@ -210,13 +223,14 @@ def test_public_parameters_are_not_any() -> None:
         obj = getattr(cuasync, name)
         if inspect.isfunction(obj):
             vague += _any_parameters(name, obj)
-        elif inspect.isclass(obj) and inspect.isfunction(obj.__init__):  # (not object's)
-            vague += _any_parameters(f"{name}.__init__", obj.__init__)
-    for cls in (cuasync.Tensor, cuasync.TensorOp):  # the methods too
-        for name, obj in inspect.getmembers(cls, inspect.isfunction):
-            if name.startswith("_") and name not in ("__getitem__", "__setitem__"):
-                continue
-            if name in ("send", "throw"):  # (a coroutine's protocol)
-                continue
-            vague += _any_parameters(f"{cls.__name__}.{name}", obj)
+        elif inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for method, fn in inspect.getmembers(obj, inspect.isfunction):
+                if method.startswith("_") and method not in ("__init__", "__getitem__"):
+                    continue
+                if method in ("send", "throw"):  # (a coroutine's protocol)
+                    continue
+                vague += _any_parameters(f"{name}.{method}", fn)
+    stale = set(ANY_PARAMETERS) - {v.split(":")[0] for v in vague}
+    assert not stale, f"no longer Any: drop them from ANY_PARAMETERS: {sorted(stale)}"
+    vague = [v for v in vague if v.split(":")[0] not in ANY_PARAMETERS]
     assert not vague, "\n".join(vague)
