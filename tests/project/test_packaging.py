@@ -202,12 +202,6 @@ def _any_parameters(name: str, obj: Callable[..., object]) -> list[str]:
 
 #: Public methods' parameters that may still be ``Any``, each with why.
 ANY_PARAMETERS = {
-    # cuasync/_core/op.py (the op core: another area's; DeviceOp.__getitem__ refuses any
-    # index, reshape takes a ShapeLike): TensorOp overrides __getitem__ with Never
-    "DeviceOp.__getitem__(item": "cuasync._core",
-    "DeviceOp.reshape(shape": "cuasync._core",
-    "SharedOp.__getitem__(item": "cuasync._core",
-    "SharedOp.reshape(shape": "cuasync._core",
     # a kernel's arguments: whatever its C signature takes, checked when it is launched
     "Kernel.launch(args": "the kernel's parameters",
 }
