@@ -275,6 +275,23 @@ __global__ void add4_nc(const float* a, const float* b, float* c, long long n) {
     }
 }
 
+// 1 float4 of each operand a thread, one pass, __ldg loads (ld.global.nc, what a
+// compiler makes of const __restrict__ inputs); CS: st.global.cs stores
+template <int CS>
+__global__ void add4_ldg(const float* a, const float* b, float* c, long long n) {
+    const long long n4 = n / 4, j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n4) {
+        const float4 x = __ldg((const float4*)a + j), y = __ldg((const float4*)b + j);
+        const float4 r = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+        if (CS) __stcs(&((float4*)c)[j], r);
+        else ((float4*)c)[j] = r;
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
+        const long long i = n4 * 4 + threadIdx.x;
+        c[i] = a[i] + b[i];
+    }
+}
+
 // a grid of exactly 8 blocks an SM looping over the array, V float4 of each operand in
 // flight a thread an iteration
 template <int V>
@@ -355,7 +372,8 @@ __device__ __forceinline__ void bf_tail(const void* ap, const void* bp, void* cp
     }
 }
 
-// V x 8 bf16 a thread, one pass; NC: ld.global.nc.L1::no_allocate loads; CS: st.global.cs
+// V x 8 bf16 a thread, one pass; NC 1: ld.global.nc.L1::no_allocate loads, 2: __ldg
+// (ld.global.nc); CS: st.global.cs
 template <int V, int NC, int CS>
 __global__ void addbf_fix(const void* ap, const void* bp, void* cp, long long n) {
     const uint4* a = (const uint4*)ap;
@@ -368,8 +386,8 @@ __global__ void addbf_fix(const void* ap, const void* bp, void* cp, long long n)
     for (int u = 0; u < V; u++) {
         const long long j = base + u * T;
         if (j < n8) {
-            x[u] = NC ? ld_nc_u4(a + j) : a[j];
-            y[u] = NC ? ld_nc_u4(b + j) : b[j];
+            x[u] = NC == 1 ? ld_nc_u4(a + j) : NC == 2 ? __ldg(a + j) : a[j];
+            y[u] = NC == 1 ? ld_nc_u4(b + j) : NC == 2 ? __ldg(b + j) : b[j];
         }
     }
     #pragma unroll
@@ -450,11 +468,13 @@ def kernels() -> dict[str, cuasync.Kernel]:
     for v, cs in ((1, 0), (2, 0), (4, 0), (2, 1)):
         ks[f"add4 {v} {cs}"] = cuasync.Kernel(add, f"add4<{v}, {cs}>")
     ks["add4_nc"] = cuasync.Kernel(add, "add4_nc")
+    for cs in (0, 1):
+        ks[f"add4_ldg {cs}"] = cuasync.Kernel(add, f"add4_ldg<{cs}>")
     ks["add4_loop 2"] = cuasync.Kernel(add, "add4_loop<2>")
     bf = _source(_ADD_BF16)
     for v, r in ((1, 1), (2, 1), (2, 0)):
         ks[f"addbf {v} {r}"] = cuasync.Kernel(bf, f"addbf<{v}, {r}>")
-    for v, nc, cs in ((2, 0, 0), (1, 1, 1)):
+    for v, nc, cs in ((2, 0, 0), (1, 1, 1), (1, 2, 0), (1, 2, 1), (1, 0, 1), (2, 2, 0)):
         ks[f"addbf_fix {v} {nc} {cs}"] = cuasync.Kernel(bf, f"addbf_fix<{v}, {nc}, {cs}>")
     ks["addbf_loop"] = cuasync.Kernel(bf, "addbf_loop")
     return ks
@@ -821,6 +841,17 @@ def _add32(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
                 ks["add4_loop 2"],
                 (8 * sms, 256),
             ),
+            (
+                f"1 float4/thread, block 128, __ldg loads, {grid} blocks",
+                ks["add4_ldg 0"],
+                (grid, 128),
+            ),
+            (
+                f"1 float4/thread, block 128, __ldg + st.cs, {grid} blocks",
+                ks["add4_ldg 1"],
+                (grid, 128),
+            ),
+            ("2 float4/thread, block 128", ks["add4 2 0"], (-(-(n // 4) // 256), 128)),
         ):
             out = cuasync.full((n,), 0.0, "float32").sync()
             variants[name] = partial(k.launch, a, b, out, n, grid=(shape[0], 1, 1), block=shape[1])
@@ -894,6 +925,10 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             -(-n8 // 128),
             128,
         ),
+        ("1 x 8 bf16/thread, block 128, __ldg loads", "addbf_fix 1 2 0", -(-n8 // 128), 128),
+        ("1 x 8 bf16/thread, block 128, __ldg + st.cs", "addbf_fix 1 2 1", -(-n8 // 128), 128),
+        ("1 x 8 bf16/thread, block 128, st.cs", "addbf_fix 1 0 1", -(-n8 // 128), 128),
+        ("2 x 8 bf16/thread, block 128, __ldg loads", "addbf_fix 2 2 0", -(-n8 // 256), 128),
         (
             f"1 x 8 bf16/thread/iteration, {8 * sms} blocks of 256 (8/SM) looping",
             "addbf_loop",
