@@ -789,6 +789,39 @@ def _launch_window(
     builtin.launch(ctx, kernel, n, *args)
 
 
+def _window_call(dtype: Any, start: Any, write: int) -> Call:
+    """``ca_window``'s body reading a fused ``big`` (``write`` 0) or ``small`` (1)."""
+    s_c, i_c = builtin.storage(dtype.itemsize), _index_c(dtype_name(start.dtype))
+    axes = _longs(" ".join(f"{c}{j}" for c in "bz" for j in range(MAX_AXES)))
+    big, small = (None, f"{s_c}* small") if write == 0 else (f"{s_c}* big", None)
+    params = (big, small, f"const {i_c}* start", "long long n", "int lead", *axes)
+    return Call(
+        f"ca_window_body<{write}, {i_c}>", params, s_c, functools.partial(_window_twin_w, write)
+    )
+
+
+def _window_twin_w(write: int, *args: Any) -> None:
+    """:func:`_window_twin` as the fused kernels call it (``write`` fixed)."""
+    _window_twin(*args, write)
+
+
+def _fused_window(
+    ctx: ExecutionContext,
+    kernel: Kernel,
+    bits: Tensor,
+    big: Shape,
+    small: Shape,
+    start: Tensor,
+    tail: list[Any],
+) -> None:
+    """Launch a fused window kernel: ``bits`` the tensor it writes (the window, or where
+    the fused update goes), ``big`` and ``small`` the shapes."""
+    lead = MAX_AXES - len(big)
+    b, z = (1,) * lead + big, (1,) * lead + small
+    n = math.prod(small)
+    builtin.launch(ctx, kernel, n, _flat_bits(bits), _flat(start), n, lead, *b, *z, *tail)
+
+
 def dynamic_slice(
     x: Tensor | TensorOp,
     start_indices: StartIndices,
@@ -811,8 +844,16 @@ def dynamic_slice(
     start = _starts(start_indices, x, name)
     shape = _sizes(sizes, x, name)
     window = _window(start, x.shape, shape)
+    fx = _fuse(x, x.dtype) if window is None else None  # (device starts: the window kernel)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fx is not None:  # x computed where the window kernel reads it
+            st = _run(ctx, start)
+            fk, reads, tail = fx.prepare(ctx, _window_call(x.dtype, start, 0), x.shape)
+            result = _target(ctx, out, shape, x.dtype, name, *reads, st)
+            if result.size:
+                _fused_window(ctx, fk, result, x.shape, shape, st, tail)
+            return _deliver(ctx, result, out)
         xt, st = _run(ctx, x), _run(ctx, start)
         result = _target(ctx, out, shape, xt.dtype, name, xt, *_device(st))
         if result.size:
@@ -827,6 +868,9 @@ def dynamic_slice(
         [] if window is not None else [window_kernel(x.dtype.itemsize, dtype_name(start.dtype))]
     )
     kernels = tuple(device_starts)
+    if fx is not None:
+        first = functools.partial(fx.first_use, _window_call(x.dtype, start, 0), x.shape)
+        return _op(name, enqueue, x, shape, out, start, fused=first)
     return _op(name, enqueue, x, shape, out, start, kernels=kernels, gathered=window is None)
 
 
@@ -888,8 +932,20 @@ def dynamic_update_slice(
         )
     window = _window(start, x.shape, update.shape)
     in_place = _same_view(out, x)
+    fu = _fuse(update, x.dtype) if window is None else None  # (device starts)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fu is not None:  # the update computed where the window kernel reads it
+            xt, st = _run(ctx, x), _run(ctx, start)
+            call = _window_call(x.dtype, start, 1)
+            fk, fused_reads, tail = fu.prepare(ctx, call, update.shape)
+            reads = (*fused_reads, st, *(() if in_place else (xt,)))
+            result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
+            if not (in_place and result is out) and result.size:
+                _copy_into(ctx, result, xt)
+            if update.size:
+                _fused_window(ctx, fk, result, xt.shape, update.shape, st, tail)
+            return _deliver(ctx, result, out)
         xt, ut, st = _run(ctx, x), _run(ctx, update), _run(ctx, start)
         reads = (ut, *_device(st), *(() if in_place else (xt,)))
         result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
@@ -909,6 +965,9 @@ def dynamic_update_slice(
     converts = [copy_kernel(x.dtype)] if update.dtype != x.dtype else []
     kernels = (*device_starts, *converts)
     gathered = window is None
+    if fu is not None:
+        first = functools.partial(fu.first_use, _window_call(x.dtype, start, 1), update.shape)
+        return _op(name, enqueue, x, x.shape, out, update, start, gathered=False, fused=first)
     return _op(name, enqueue, x, x.shape, out, update, start, kernels=kernels, gathered=gathered)
 
 

@@ -225,11 +225,15 @@ __global__ void ca_scatter_narrow(unsigned short* out, const I* idx, const unsig
 // the device (start[d - lead] for axis d >= lead; the first lead axes start at 0), each
 // start clamped to [0, b - z] as XLA clamps. write 0 copies the window into small, 1
 // copies small into the window.
-template <typename S, typename I>
-__global__ void ca_window(S* big, S* small, const I* start, long long n, int lead,
-                          long long b0, long long b1, long long b2, long long b3,
-                          long long b4, long long b5, long long z0, long long z1,
-                          long long z2, long long z3, long long z4, long long z5, int write) {
+// ca_window's body: W 0 reads the window of big into small, 1 writes small into it (the
+// operand read, big or small, may be a fused accessor).
+template <int W, typename I, typename B, typename Z>
+__device__ __forceinline__ void ca_window_body(B big, Z small, const I* start, long long n,
+                                               int lead, long long b0, long long b1,
+                                               long long b2, long long b3, long long b4,
+                                               long long b5, long long z0, long long z1,
+                                               long long z2, long long z3, long long z4,
+                                               long long z5) {
     const long long b[6] = {b0, b1, b2, b3, b4, b5};
     const long long z[6] = {z0, z1, z2, z3, z4, z5};
     long long base = 0;
@@ -246,11 +250,24 @@ __global__ void ca_window(S* big, S* small, const I* start, long long n, int lea
             r /= z[d];
             step *= b[d];
         }
-        if (write) {
+        if constexpr (W == 1) {
             big[base + off] = small[i];
         } else {
             small[i] = big[base + off];
         }
+    }
+}
+template <typename S, typename I>
+__global__ void ca_window(S* big, S* small, const I* start, long long n, int lead,
+                          long long b0, long long b1, long long b2, long long b3,
+                          long long b4, long long b5, long long z0, long long z1,
+                          long long z2, long long z3, long long z4, long long z5, int write) {
+    if (write) {
+        ca_window_body<1>(big, (const S*)small, start, n, lead, b0, b1, b2, b3, b4, b5, z0, z1,
+                          z2, z3, z4, z5);
+    } else {
+        ca_window_body<0>((const S*)big, small, start, n, lead, b0, b1, b2, b3, b4, b5, z0, z1,
+                          z2, z3, z4, z5);
     }
 }
 

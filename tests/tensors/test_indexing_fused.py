@@ -109,6 +109,26 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
     for got in both(lambda v: cuasync.pad(v, width, mode)):
         np.testing.assert_array_equal(got, np.pad(want_x, width, mode))
 
+    # the dynamic slices with device starts (clamped): the window of the expression, and
+    # an update that is one
+    starts = np.array([data.draw(st.integers(-1, d)) for d in shape], np.int64)
+    sizes = tuple(data.draw(st.integers(0, d)) for d in shape)
+    window = tuple(
+        slice(c, c + z)
+        for c, z in (
+            (min(max(s, 0), d - z), z) for s, d, z in zip(starts, shape, sizes, strict=True)
+        )
+    )
+    for got in both(lambda v: cuasync.dynamic_slice(v, dev(starts), sizes)):
+        np.testing.assert_array_equal(got, want_x[window])
+    dst, block = host(shape, dtype, 5), host(sizes, dtype, 6)
+    part = dev(block)
+    for update in (expression(part, part), expression(part, part).sync()):
+        got = back(cuasync.dynamic_update_slice(dev(dst), update, dev(starts)))
+        want_u = dst.copy()
+        want_u[window] = expression(block, block)
+        np.testing.assert_array_equal(got, want_u)
+
     # scatter: the updates (over the indices' broadcast shape) are an expression
     target = host(shape, dtype, 3)
     combine = "add" if dtype in ("int64", "float16", "bfloat16", "float32", "float64") else "set"
@@ -190,6 +210,13 @@ def test_fused_kernels_compile_and_run(dtype: str) -> None:
     got = back(cuasync.gather(x * y + scalar, dev(np.array([2, 0], np.int32)), axis=0))
     np.testing.assert_array_equal(got, want_x[[2, 0]])
     np.testing.assert_array_equal(back(cuasync.pad(x * y + scalar, 1)), np.pad(want_x, 1))
+    pos = dev(np.array([1, 1], np.int32))
+    got = back(cuasync.dynamic_slice(x * y + scalar, pos, (2, 2)))
+    np.testing.assert_array_equal(got, want_x[1:3, 1:3])
+    got = back(cuasync.dynamic_update_slice(x, y[:2].reshape((1, 2)) * y[:2], pos))
+    want = a.copy()
+    want[1:2, 1:3] = b[:2] * b[:2]
+    np.testing.assert_array_equal(got, want)
     mode = "add" if dtype in ("float16", "bfloat16", "float64", "complex64") else "set"
     got = back(cuasync.scatter(x, dev(np.array([[2], [0], [1]])), y[:1] * y[:1], mode=mode))
     want = a.copy()
