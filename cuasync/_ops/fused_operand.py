@@ -46,7 +46,7 @@ from .codegen import (
 from .codegen import twin as expression_twin
 from .expr import Node
 from .launch_plan import broadcast_strides, merge_axes
-from .tensorop import TensorOp, _resolve_pending, first_uses, planned
+from .tensorop import TensorOp, _resolve_pending, first_uses, planned, run
 
 __all__ = ["Call", "Fused", "fusable"]
 
@@ -99,6 +99,35 @@ class Fused:
         flat = [x for s in strides for x in s]
         kernel = fused_kernel(call, plan, dtype_name(node.dtype), len(dims))
         return kernel, tensors, [*views, *args, *dims, *flat]
+
+    def window(
+        self, ctx: ExecutionContext, window: tuple[slice, ...]
+    ) -> tuple[Callable[[Tensor], None], list[Tensor]]:
+        """The expression over ``window`` (host slices of its shape, as the dynamic slices
+        with host starts take): a function writing it into a tensor of the window's
+        shape with one elementwise kernel (each leaf sliced where it spans an axis), and
+        the tensors it reads. Pending leaves run here, first."""
+        node = _window(_resolve_pending(self.node, ctx), self.node.shape, window)
+        _, tensors, _ = make_plan(node)
+
+        def write(out: Tensor) -> None:
+            run(ctx, node, out)
+
+        return write, tensors
+
+
+def _window(n: Node, full: Shape, window: tuple[slice, ...]) -> Node:
+    """``n`` (a node of an expression of shape ``full``) over ``window`` of ``full``."""
+    if n.kind == "scalar":
+        return n
+    lead = len(full) - len(n.shape)
+    cut = tuple(slice(None) if d == 1 else window[lead + j] for j, d in enumerate(n.shape))
+    shape = tuple(1 if d == 1 else c.stop - c.start for d, c in zip(n.shape, cut, strict=True))
+    if n.kind == "tensor":
+        t = n.value[cut]
+        return Node("tensor", n.name, t.shape, t.dtype, t, device=n.device)
+    children = tuple(_window(c, full, window) for c in n.children)
+    return Node("op", n.name, shape, n.dtype, None, children, n.ins, n.device)
 
 
 def fusable(op: TensorOp) -> Fused | None:

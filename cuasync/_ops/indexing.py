@@ -844,9 +844,15 @@ def dynamic_slice(
     start = _starts(start_indices, x, name)
     shape = _sizes(sizes, x, name)
     window = _window(start, x.shape, shape)
-    fx = _fuse(x, x.dtype) if window is None else None  # (device starts: the window kernel)
+    fx = _fuse(x, x.dtype)  # (host starts: the window of the expression, one kernel)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fx is not None and window is not None:  # the expression over the window
+            write, reads = fx.window(ctx, window)
+            result = _target(ctx, out, shape, x.dtype, name, *reads)
+            if result.size:
+                write(result)
+            return _deliver(ctx, result, out)
         if fx is not None:  # x computed where the window kernel reads it
             st = _run(ctx, start)
             fk, reads, tail = fx.prepare(ctx, _window_call(x.dtype, start, 0), x.shape)
@@ -868,9 +874,11 @@ def dynamic_slice(
         [] if window is not None else [window_kernel(x.dtype.itemsize, dtype_name(start.dtype))]
     )
     kernels = tuple(device_starts)
-    if fx is not None:
+    if fx is not None and window is None:
         first = functools.partial(fx.first_use, _window_call(x.dtype, start, 0), x.shape)
         return _op(name, enqueue, x, shape, out, start, fused=first)
+    if fx is not None:  # (its kernel is named when it runs: the window's layout)
+        return _op(name, enqueue, x, shape, out, start, fused=lambda on: ())
     return _op(name, enqueue, x, shape, out, start, kernels=kernels, gathered=window is None)
 
 
@@ -932,9 +940,19 @@ def dynamic_update_slice(
         )
     window = _window(start, x.shape, update.shape)
     in_place = _same_view(out, x)
-    fu = _fuse(update, x.dtype) if window is None else None  # (device starts)
+    fu = _fuse(update, x.dtype)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fu is not None and window is not None:  # the update's kernel writes the window
+            xt = _run(ctx, x)
+            write, fused_reads = fu.window(ctx, tuple(slice(0, d) for d in update.shape))
+            reads = (*fused_reads, *(() if in_place else (xt,)))
+            result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
+            if not (in_place and result is out) and result.size:
+                _copy_into(ctx, result, xt)
+            if update.size:
+                write(result[window])
+            return _deliver(ctx, result, out)
         if fu is not None:  # the update computed where the window kernel reads it
             xt, st = _run(ctx, x), _run(ctx, start)
             call = _window_call(x.dtype, start, 1)
@@ -965,9 +983,13 @@ def dynamic_update_slice(
     converts = [copy_kernel(x.dtype)] if update.dtype != x.dtype else []
     kernels = (*device_starts, *converts)
     gathered = window is None
-    if fu is not None:
+    if fu is not None and window is None:
         first = functools.partial(fu.first_use, _window_call(x.dtype, start, 1), update.shape)
         return _op(name, enqueue, x, x.shape, out, update, start, gathered=False, fused=first)
+    if fu is not None:  # (its kernel is named when it runs: the window's layout)
+        return _op(
+            name, enqueue, x, x.shape, out, update, start, gathered=False, fused=lambda on: ()
+        )
     return _op(name, enqueue, x, x.shape, out, update, start, kernels=kernels, gathered=gathered)
 
 

@@ -109,8 +109,8 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
     for got in both(lambda v: cuasync.pad(v, width, mode)):
         np.testing.assert_array_equal(got, np.pad(want_x, width, mode))
 
-    # the dynamic slices with device starts (clamped): the window of the expression, and
-    # an update that is one
+    # the dynamic slices with device or host starts (clamped): the window of the
+    # expression, and an update that is one
     starts = np.array([data.draw(st.integers(-1, d)) for d in shape], np.int64)
     sizes = tuple(data.draw(st.integers(0, d)) for d in shape)
     window = tuple(
@@ -119,12 +119,18 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
             (min(max(s, 0), d - z), z) for s, d, z in zip(starts, shape, sizes, strict=True)
         )
     )
-    for got in both(lambda v: cuasync.dynamic_slice(v, dev(starts), sizes)):
-        np.testing.assert_array_equal(got, want_x[window])
+    host_starts = tuple(int(c) for c in starts)
+    for begin in (dev(starts), host_starts):
+        for got in both(lambda v, begin=begin: cuasync.dynamic_slice(v, begin, sizes)):
+            np.testing.assert_array_equal(got, want_x[window])
     dst, block = host(shape, dtype, 5), host(sizes, dtype, 6)
     part = dev(block)
-    for update in (expression(part, part), expression(part, part).sync()):
-        got = back(cuasync.dynamic_update_slice(dev(dst), update, dev(starts)))
+    for update, at in (
+        (expression(part, part), dev(starts)),
+        (expression(part, part), host_starts),
+        (expression(part, part).sync(), host_starts),
+    ):
+        got = back(cuasync.dynamic_update_slice(dev(dst), update, at))
         want_u = dst.copy()
         want_u[window] = expression(block, block)
         np.testing.assert_array_equal(got, want_u)
