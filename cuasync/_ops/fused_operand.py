@@ -9,7 +9,9 @@ stride 0), computes the expression (:func:`~.codegen._emit`, the elementwise ker
 own code: same dtype rules, float16/bfloat16 rounded as there) and stores it in the
 expression's dtype: one launch, no intermediate tensor. Kernels are cached per body,
 expression plan, dtype and number of merged dimensions; the emulator runs the
-expression's numpy twin into a host array, then the family's twin.
+expression's numpy twin into a host array, then the family's twin. The dynamic slices
+with host starts need no indexing kernel: :meth:`Fused.window` runs the expression's
+own kernel over the window (its leaves sliced), into the result or its window.
 
 >>> f = fusable(op)                       # op: an elementwise TensorOp, or None
 >>> kernel, reads, args = f.prepare(ctx, call, x_shape)
