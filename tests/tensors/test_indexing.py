@@ -476,33 +476,47 @@ def test_aliasing_out_is_computed_apart() -> None:
 
 
 def test_lazy_operands_run_first_and_a_refused_call_leaves_them() -> None:
-    # Every operand may be a TensorOp (an elementwise expression, a creation op): it runs
-    # first, on the op's stream, as part of the same submission.
+    # An operand that is not fused (tests/tensors/test_indexing_fused.py) may be any
+    # TensorOp: it runs first, on the op's stream, as part of the same submission. That is
+    # the indices and starts, a creation op, an expression writing out=, updates of
+    # another dtype than x.
     a = host((3, 4), "float32")
     x, i = dev(a), dev(np.array([[3, 0], [1, 1], [2, -1]]))
-    got = back(cuasync.take_along_axis(x * 2, i + 0, axis=1))
+    got = back(cuasync.take_along_axis(cuasync.add(x, 0.0, out=dev(a * 0)) * 2, i + 0, axis=1))
     np.testing.assert_array_equal(
         got, np.take_along_axis(a * 2, np.array([[3, 0], [1, 1], [2, -1]]), 1)
     )
     np.testing.assert_array_equal(
-        back(cuasync.gather(x + 1, i[:, 0] + 0, 1)), np.take(a + 1, [3, 1, 2], 1)
+        back(cuasync.gather(cuasync.full((3, 4), 1.0), i[:, 0] + 0, 1)), np.ones((3, 3))
     )
     hist = back(
         cuasync.scatter(
-            cuasync.zeros(5), dev(np.array([0, 3, 3])), cuasync.ones(3) * 2, 0, mode="add"
+            cuasync.zeros(5, "float64"),
+            dev(np.array([0, 3, 3])),
+            cuasync.ones(3) * 2,
+            0,
+            mode="add",
         )
     )
     np.testing.assert_array_equal(hist, [2, 0, 0, 4, 0])
     pos = dev(np.array([1, 2]))
     np.testing.assert_array_equal(
-        back(cuasync.dynamic_slice(x - 1, pos + 0, (2, 2))), a[1:3, 2:4] - 1
+        back(cuasync.dynamic_slice(cuasync.add(x, -1.0, out=dev(a)), (1, 2), (2, 2))),
+        a[1:3, 2:4] - 1,
+    )
+    np.testing.assert_array_equal(
+        back(cuasync.dynamic_slice(cuasync.ones((3, 4)), pos + 0, (2, 2))), np.ones((2, 2))
     )
     got = back(cuasync.dynamic_update_slice(cuasync.zeros((3, 4)), cuasync.ones((1, 2)), pos * 1))
     want = np.zeros((3, 4), np.float32)
     want[1, 2:4] = 1
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(back(cuasync.pad(x * 0 + 1, 1)), np.pad(a * 0 + 1, 1))
+    np.testing.assert_array_equal(back(cuasync.pad(cuasync.ones((3, 4)), 1)), np.pad(a * 0 + 1, 1))
     lazy = x * 3
     with pytest.raises(ShapeError):
         cuasync.dynamic_slice(lazy, (0, 0), (9, 9))
     np.testing.assert_array_equal(back(lazy), a * 3)  # not consumed by the refused call
+    lazy = x * 3  # (nor by a refused call that would fuse it)
+    with pytest.raises(ShapeError):
+        cuasync.take_along_axis(lazy, dev(np.zeros((3, 4, 1), np.int64)), axis=1)
+    np.testing.assert_array_equal(back(lazy), a * 3)
