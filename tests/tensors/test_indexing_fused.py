@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import COMPLETION
+from helpers import COMPLETION, on_device, on_host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,17 +38,9 @@ def host(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
     return values.astype(SUPPORTED[dtype])
 
 
-def dev(a: np.ndarray) -> cuasync.Tensor:
-    return cuasync.from_host(a).sync()
-
-
-def back(op: Any) -> np.ndarray:
-    return op.sync().to_host().sync()
-
-
 def views(a: np.ndarray, flip: bool, transpose: bool) -> tuple[np.ndarray, cuasync.Tensor]:
     """``a`` uploaded, as a reversed and/or transposed view (the host copy alike)."""
-    t = dev(np.ascontiguousarray(a.T) if transpose else a)
+    t = on_device(np.ascontiguousarray(a.T) if transpose else a)
     if transpose:
         t = t.T
     if flip and a.ndim:
@@ -85,7 +77,7 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
 
     def both(fn: Any) -> tuple[np.ndarray, np.ndarray]:
         """Fused, and with the expression's tensor (what running it first gives)."""
-        return back(fn(expression(x, y))), back(fn(expression(x, y).sync()))
+        return on_host(fn(expression(x, y))), on_host(fn(expression(x, y).sync()))
 
     axis = data.draw(st.integers(-ndim, ndim - 1))
     dim = shape[axis]
@@ -96,13 +88,13 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
     idx = np.array(values, np.int64).reshape(ishape)
     full = tuple(ishape[d] if d == axis % ndim else shape[d] for d in range(ndim))
     want = np.take_along_axis(want_x, np.broadcast_to(idx, full), axis=axis)
-    for got in both(lambda v: cuasync.take_along_axis(v, dev(idx), axis=axis)):
+    for got in both(lambda v: cuasync.take_along_axis(v, on_device(idx), axis=axis)):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     flat = idx.ravel().astype(np.int32)
-    for got in both(lambda v: cuasync.gather(v, dev(flat), axis=axis)):
+    for got in both(lambda v: cuasync.gather(v, on_device(flat), axis=axis)):
         np.testing.assert_array_equal(got, np.take(want_x, flat, axis=axis))
-    for got in both(lambda v: cuasync.take_along_axis(v, dev(flat), axis=None)):
+    for got in both(lambda v: cuasync.take_along_axis(v, on_device(flat), axis=None)):
         np.testing.assert_array_equal(got, np.take(want_x.ravel(), flat))
     width = tuple((data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))) for _ in shape)
     mode = data.draw(st.sampled_from(["constant", "edge", "reflect"]))
@@ -120,17 +112,17 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
         )
     )
     host_starts = tuple(int(c) for c in starts)
-    for begin in (dev(starts), host_starts):
+    for begin in (on_device(starts), host_starts):
         for got in both(lambda v, begin=begin: cuasync.dynamic_slice(v, begin, sizes)):
             np.testing.assert_array_equal(got, want_x[window])
     dst, block = host(shape, dtype, 5), host(sizes, dtype, 6)
-    part = dev(block)
+    part = on_device(block)
     for update, at in (
-        (expression(part, part), dev(starts)),
+        (expression(part, part), on_device(starts)),
         (expression(part, part), host_starts),
         (expression(part, part).sync(), host_starts),
     ):
-        got = back(cuasync.dynamic_update_slice(dev(dst), update, at))
+        got = on_host(cuasync.dynamic_update_slice(on_device(dst), update, at))
         want_u = dst.copy()
         want_u[window] = expression(block, block)
         np.testing.assert_array_equal(got, want_u)
@@ -152,11 +144,15 @@ def test_property_fused_operands_match_numpy_and_the_run_first_path(data: Any) -
     else:
         want_s[where] = upd
     for updates in ((expression(u, y) if fit else u * u) for _ in range(2)):
-        got = back(cuasync.scatter(dev(target), dev(idx), updates, axis=axis, mode=combine))
+        got = on_host(
+            cuasync.scatter(on_device(target), on_device(idx), updates, axis=axis, mode=combine)
+        )
         assert got.dtype == target.dtype
         np.testing.assert_array_equal(got, want_s)
     first = (expression(u, y) if fit else u * u).sync()
-    got = back(cuasync.scatter(dev(target), dev(idx), first, axis=axis, mode=combine))
+    got = on_host(
+        cuasync.scatter(on_device(target), on_device(idx), first, axis=axis, mode=combine)
+    )
     np.testing.assert_array_equal(got, want_s)
 
 
@@ -166,10 +162,10 @@ def test_narrow_floats_are_rounded_once_as_the_expression_stores_them() -> None:
     # the value the indexing kernel reads is the expression's stored value, bit for bit
     for dtype in ("float16", "bfloat16"):
         a = (np.random.default_rng(5).standard_normal((4, 33)) * 1000).astype(SUPPORTED[dtype])
-        x = dev(a)
+        x = on_device(a)
         idx = np.random.default_rng(6).integers(-33, 33, size=(4, 7))
-        want = back(cuasync.take_along_axis((x * 1.001 + 0.1).sync(), dev(idx), axis=1))
-        got = back(cuasync.take_along_axis(x * 1.001 + 0.1, dev(idx), axis=1))
+        want = on_host(cuasync.take_along_axis((x * 1.001 + 0.1).sync(), on_device(idx), axis=1))
+        got = on_host(cuasync.take_along_axis(x * 1.001 + 0.1, on_device(idx), axis=1))
         assert got.dtype == want.dtype == SUPPORTED[dtype]
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
@@ -177,7 +173,7 @@ def test_narrow_floats_are_rounded_once_as_the_expression_stores_them() -> None:
 def test_a_fused_operand_is_one_launch_and_no_intermediate(enqueued: list[str]) -> None:
     a = np.arange(32, dtype=np.float32).reshape(4, 8)
     rows = np.array([[7, 0, 3]] * 4)
-    x, idx = dev(a), dev(rows)
+    x, idx = on_device(a), on_device(rows)
     cuasync.take_along_axis(x * 2.0 + 1.0, idx, axis=1).sync()  # compiled and loaded
 
     def work(op: Any) -> tuple[list[str], cuasync.Tensor]:
@@ -192,7 +188,7 @@ def test_a_fused_operand_is_one_launch_and_no_intermediate(enqueued: list[str]) 
     # scatter's updates: one kernel too (beside copying x into the result); updates of
     # another dtype than x run first: their own kernel and tensor, then a conversion
     for target, fused_launches in ((np.float32, 1), (np.float64, 3)):
-        z = dev(np.zeros(8, target))
+        z = on_device(np.zeros(8, target))
         cuasync.scatter(z, idx[0], x[0, :3] * 2.0, axis=0).sync()
         done, t = work(cuasync.scatter(z, idx[0], x[0, :3] * 2.0, axis=0))
         launches = [c for c in done if c in LAUNCHES]
@@ -207,24 +203,26 @@ def test_fused_kernels_compile_and_run(dtype: str) -> None:
     # the emulator compiles each kernel's CUDA C++ (NVRTC, where installed) before running
     # its twin: every family's fused kernel, with a weak scalar and a broadcast leaf
     a, b = host((3, 4), dtype, 7), host((4,), dtype, 8)
-    x, y = dev(a), dev(b)
+    x, y = on_device(a), on_device(b)
     scalar = True if dtype == "bool" else 2
     want_x = a * b + scalar
     idx = np.array([[3, 0], [1, 1], [2, -1]])
-    got = back(cuasync.take_along_axis(x * y + scalar, dev(idx), axis=1))
+    got = on_host(cuasync.take_along_axis(x * y + scalar, on_device(idx), axis=1))
     np.testing.assert_array_equal(got, np.take_along_axis(want_x, idx, 1))
-    got = back(cuasync.gather(x * y + scalar, dev(np.array([2, 0], np.int32)), axis=0))
+    got = on_host(cuasync.gather(x * y + scalar, on_device(np.array([2, 0], np.int32)), axis=0))
     np.testing.assert_array_equal(got, want_x[[2, 0]])
-    np.testing.assert_array_equal(back(cuasync.pad(x * y + scalar, 1)), np.pad(want_x, 1))
-    pos = dev(np.array([1, 1], np.int32))
-    got = back(cuasync.dynamic_slice(x * y + scalar, pos, (2, 2)))
+    np.testing.assert_array_equal(on_host(cuasync.pad(x * y + scalar, 1)), np.pad(want_x, 1))
+    pos = on_device(np.array([1, 1], np.int32))
+    got = on_host(cuasync.dynamic_slice(x * y + scalar, pos, (2, 2)))
     np.testing.assert_array_equal(got, want_x[1:3, 1:3])
-    got = back(cuasync.dynamic_update_slice(x, y[:2].reshape((1, 2)) * y[:2], pos))
+    got = on_host(cuasync.dynamic_update_slice(x, y[:2].reshape((1, 2)) * y[:2], pos))
     want = a.copy()
     want[1:2, 1:3] = b[:2] * b[:2]
     np.testing.assert_array_equal(got, want)
     mode = "add" if dtype in ("float16", "bfloat16", "float64", "complex64") else "set"
-    got = back(cuasync.scatter(x, dev(np.array([[2], [0], [1]])), y[:1] * y[:1], mode=mode))
+    got = on_host(
+        cuasync.scatter(x, on_device(np.array([[2], [0], [1]])), y[:1] * y[:1], mode=mode)
+    )
     want = a.copy()
     if mode == "add":
         want[[0, 1, 2], [2, 0, 1]] += b[0] * b[0]
