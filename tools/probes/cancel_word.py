@@ -51,6 +51,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from kernel_check import offline_check
 
 import cuasync
 from cuasync._backends import get_backend
@@ -421,15 +422,7 @@ def queue(
 def main() -> int:
     ks = kernels()
     if not get_backend().driver_handles:
-        name = cuasync.backend_name()
-        print(f"cancel_word: needs a GPU (backend: {name}); {len(ks)} kernel sources parsed")
-        try:
-            for k in ks.values():
-                k.compile_image("sm_90")
-            print(f"cancel_word: all {len(ks)} compiled for sm_90 (NVRTC)")
-        except Exception as e:  # NVRTC missing or not usable here
-            print(f"cancel_word: not compiled here ({type(e).__name__}: {str(e)[:200]})")
-        return 0
+        return offline_check("cancel_word", ks)
     start = time.perf_counter()
     dev = cuasync.Device(0)
     major, minor = dev.compute_capability

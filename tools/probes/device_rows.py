@@ -42,6 +42,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from kernel_check import offline_check
 
 import cuasync
 from cuasync._backends import get_backend
@@ -559,17 +560,7 @@ def main() -> int:
     only = parser.parse_args().only
     ks = kernels_cache()
     if not get_backend().driver_handles:
-        print(
-            f"device_rows: needs a GPU (backend: {cuasync.backend_name()}); "
-            f"{len(ks)} kernel sources parsed"
-        )
-        try:
-            for k in ks.values():
-                k.compile_image("sm_90")
-            print(f"device_rows: all {len(ks)} compiled for sm_90 (NVRTC)")
-        except Exception as e:  # NVRTC missing or not usable here
-            print(f"device_rows: not compiled here ({type(e).__name__}: {str(e)[:200]})")
-        return 0
+        return offline_check("device_rows", ks)
     import torch
 
     start = time.perf_counter()
