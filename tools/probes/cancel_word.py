@@ -51,16 +51,14 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from kernel_check import offline_check
+from gpu_probe import offline_check, time_row
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync.bench._api import _drive, _run
 from cuasync.lowlevel import DevicePointer
 from cuasync.testing import gate
 
 ROUNDS = 5
-REPS = 32  # per-call timed calls of each variant a round (two gated batches of 16)
 BATCH = 200  # tiny launches between two events
 BIG = 16 << 20  # float32 elements: 64 MiB an operand
 TINY = 4096
@@ -198,15 +196,6 @@ class Words:
 
 
 # -- (a) the cost of the check -------------------------------------------------------------
-def time_row(variants: dict[str, Callable[[], Any]], stream: cuasync.Stream) -> dict[str, float]:
-    """Median over ROUNDS rounds of each variant's median call (us), per-call events."""
-    names = list(variants)
-    per: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names if r % 2 == 0 else names[::-1]:
-            [times] = _drive(_run([variants[name]], 2, REPS, stream), stream)
-            per[name].append(statistics.median(times) * 1e3)
-    return {name: statistics.median(ts) for name, ts in per.items()}
 
 
 def time_batches(

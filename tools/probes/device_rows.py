@@ -34,7 +34,6 @@ On the emulator it says that it needs a GPU, parses every kernel source through
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -42,17 +41,14 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from kernel_check import offline_check
+from gpu_probe import offline_check, time_row
 
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._launch import builtin
 from cuasync._ops.reduce_codegen import ReduceSpec, float4_kernel, kernel_for
 from cuasync._tensor import Tensor
-from cuasync.bench._api import _drive, _run
 
-ROUNDS = 5
-REPS = 32  # calls of each variant a round (two gated batches of 16)
 BLOCK = 256
 
 # -- kernel sources -----------------------------------------------------------------------
@@ -483,19 +479,6 @@ def kernels() -> dict[str, cuasync.Kernel]:
 
 # -- timing -------------------------------------------------------------------------------
 Variant = Callable[[], Any]  # enqueues one call on STREAM; returns the last op or None
-
-
-def time_row(variants: dict[str, Variant], stream: cuasync.Stream) -> dict[str, float]:
-    """Median over ROUNDS rounds of each variant's median call (us); in a round every
-    variant is timed in turn (``cuasync.bench``'s gated runs: 16 calls a gate, each
-    between two events), the order reversed every other round (the GPU's clocks drift)."""
-    names = list(variants)
-    per: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names if r % 2 == 0 else names[::-1]:
-            [times] = _drive(_run([variants[name]], 2, REPS, stream), stream)
-            per[name].append(statistics.median(times) * 1e3)
-    return {name: statistics.median(ts) for name, ts in per.items()}
 
 
 def _host(t: Any) -> np.ndarray:
