@@ -442,6 +442,114 @@ __global__ void addbf(const void* ap, const void* bp, void* cp, long long n) {
 }
 """
 
+# torch-like (2026-12-03, session 35): 32-bit indices, blocks of 128, each thread LOOPS
+# vectors of VB bytes of each operand, vector i of thread t at the block's start + t +
+# i * 128 vectors; a block whose span is whole takes the vector path with no bounds
+# checks, the last block goes element by element. BF 0: float32, 1: bfloat16 (pairs
+# rounded with cvt.rn.bf16x2, NaN lanes fixed up as the op does). LD 1:
+# ld.global.nc.L1::no_allocate loads; CS 1: st.global.cs stores.
+_ADD_T = _ADD_BF16 + r"""
+template <int VB> struct __align__(VB) vw { unsigned w[VB / 4]; };
+
+template <int VB, int LD>
+__device__ __forceinline__ vw<VB> ld_v(const vw<VB>* p) {
+    vw<VB> v;
+    if constexpr (LD == 1 && VB == 16) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
+    } else if constexpr (LD == 1 && VB == 8) {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                     : "=r"(v.w[0]), "=r"(v.w[1]) : "l"(p));
+    } else {
+        v = *p;
+    }
+    return v;
+}
+
+template <int VB, int CS>
+__device__ __forceinline__ void st_v(vw<VB>* p, const vw<VB>& r) {
+    if constexpr (VB == 16) {
+        const uint4 u = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+        if constexpr (CS) __stcs((uint4*)p, u); else *(uint4*)p = u;
+    } else {
+        const uint2 u = make_uint2(r.w[0], r.w[1]);
+        if constexpr (CS) __stcs((uint2*)p, u); else *(uint2*)p = u;
+    }
+}
+
+template <int BF>
+__device__ __forceinline__ unsigned add_w(unsigned p, unsigned q) {
+    if constexpr (BF) return bf_add2_fix(p, q);
+    else return __float_as_uint(__uint_as_float(p) + __uint_as_float(q));
+}
+
+template <int BF, int VB, int LOOPS, int LD, int CS>
+__global__ void __launch_bounds__(128) add_t(const void* ap, const void* bp, void* cp, int n) {
+    constexpr int ES = BF ? 2 : 4;
+    constexpr int BW = 128 * (VB / ES) * LOOPS;
+    const int start = blockIdx.x * BW;
+    const int remaining = n - start;
+    if (remaining >= BW) {
+        const vw<VB>* a = (const vw<VB>*)((const char*)ap + (size_t)start * ES) + threadIdx.x;
+        const vw<VB>* b = (const vw<VB>*)((const char*)bp + (size_t)start * ES) + threadIdx.x;
+        vw<VB>* c = (vw<VB>*)((char*)cp + (size_t)start * ES) + threadIdx.x;
+        vw<VB> x[LOOPS], y[LOOPS];
+        #pragma unroll
+        for (int i = 0; i < LOOPS; i++) {
+            x[i] = ld_v<VB, LD>(a + i * 128);
+            y[i] = ld_v<VB, LD>(b + i * 128);
+        }
+        #pragma unroll
+        for (int i = 0; i < LOOPS; i++) {
+            vw<VB> r;
+            #pragma unroll
+            for (int k = 0; k < VB / 4; k++) r.w[k] = add_w<BF>(x[i].w[k], y[i].w[k]);
+            st_v<VB, CS>(c + i * 128, r);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < remaining; i += 128) {  // the last block
+        const int e = start + i;
+        if constexpr (BF) {
+            const float f = __uint_as_float((unsigned)((const unsigned short*)ap)[e] << 16) +
+                            __uint_as_float((unsigned)((const unsigned short*)bp)[e] << 16);
+            ((unsigned short*)cp)[e] = (unsigned short)bf_bits(f);
+        } else {
+            ((float*)cp)[e] = ((const float*)ap)[e] + ((const float*)bp)[e];
+        }
+    }
+}
+"""
+
+# (bf, vector bytes, vectors a thread, loads, stores) of the torch-like candidates
+ADD_T = {
+    "float32": ((0, 16, 1, 0, 0), (0, 16, 1, 1, 1), (0, 8, 2, 0, 0), (0, 16, 2, 0, 0)),
+    "bfloat16": (
+        (1, 16, 1, 0, 0),
+        (1, 8, 2, 0, 0),
+        (1, 16, 2, 0, 0),
+        (1, 16, 1, 1, 1),
+        (1, 8, 1, 0, 0),
+        (1, 8, 2, 1, 1),
+    ),
+}
+
+
+def _add_t(
+    dtype: str, a: Any, b: Any, n: int, variants: dict[str, Variant], outs: dict[str, Any]
+) -> None:
+    """The torch-like candidates of ``dtype`` into ``variants`` and ``outs``."""
+    ks = kernels_cache()
+    es = 2 if dtype == "bfloat16" else 4
+    for bf, vb, loops, ld, cs in ADD_T[dtype]:
+        out = cuasync.full((n,), 0.0, dtype).sync()
+        grid = -(-n // (128 * (vb // es) * loops))
+        how = ("ld.nc " if ld else "") + ("st.cs " if cs else "")
+        name = f"torch-like int32, {loops} x {vb} B/thread, block 128 {how}".rstrip()
+        k = ks[f"add_t {bf} {vb} {loops} {ld} {cs}"]
+        variants[name] = partial(k.launch, a, b, out, n, grid=(grid, 1, 1), block=128)
+        outs[name] = out
+
 
 def _source(body: str, op: str = "sum") -> str:
     return f"#define COMB c_{op}\n#define IDENT {_IDENT[op]}\n{_COMMON}{body}"
@@ -474,6 +582,10 @@ def kernels() -> dict[str, cuasync.Kernel]:
     for v, nc, cs in ((2, 0, 0), (1, 1, 1), (1, 2, 0), (1, 2, 1), (1, 0, 1), (2, 2, 0)):
         ks[f"addbf_fix {v} {nc} {cs}"] = cuasync.Kernel(bf, f"addbf_fix<{v}, {nc}, {cs}>")
     ks["addbf_loop"] = cuasync.Kernel(bf, "addbf_loop")
+    torchlike = _source(_ADD_T)
+    for spec in (*ADD_T["float32"], *ADD_T["bfloat16"]):
+        args = ", ".join(map(str, spec))
+        ks["add_t " + " ".join(map(str, spec))] = cuasync.Kernel(torchlike, f"add_t<{args}>")
     return ks
 
 
@@ -830,6 +942,7 @@ def _add32(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             out = cuasync.full((n,), 0.0, "float32").sync()
             variants[name] = partial(k.launch, a, b, out, n, grid=(shape[0], 1, 1), block=shape[1])
             outs[name] = out
+        _add_t("float32", a, b, n, variants, outs)
         _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "float32")
         tname = "torch.add(a, b, out=c)"
         outs[tname] = tc
@@ -913,6 +1026,7 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
         out = cuasync.full((n,), 0.0, "bfloat16").sync()
         variants[name] = partial(ks[key].launch, a, b, out, n, grid=(grid, 1, 1), block=block)
         outs[name] = out
+    _add_t("bfloat16", a, b, n, variants, outs)
     _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "bfloat16")
     tname = "torch.add(a, b, out=c)"
     torch.add(ta, tb, out=tc)
