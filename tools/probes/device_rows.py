@@ -448,7 +448,9 @@ __global__ void addbf(const void* ap, const void* bp, void* cp, long long n) {
 # checks, the last block goes element by element. BF 0: float32, 1: bfloat16 (pairs
 # rounded with cvt.rn.bf16x2, NaN lanes fixed up as the op does). LD 1:
 # ld.global.nc.L1::no_allocate loads; CS 1: st.global.cs stores.
-_ADD_T = _ADD_BF16 + r"""
+_ADD_T = (
+    _ADD_BF16
+    + r"""
 template <int VB> struct __align__(VB) vw { unsigned w[VB / 4]; };
 
 template <int VB, int LD>
@@ -520,6 +522,7 @@ __global__ void __launch_bounds__(128) add_t(const void* ap, const void* bp, voi
     }
 }
 """
+)
 
 # (bf, vector bytes, vectors a thread, loads, stores) of the torch-like candidates
 ADD_T = {
