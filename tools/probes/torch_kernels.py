@@ -2,6 +2,12 @@
 issue #32's float32 adds): each kernel's name (its template arguments say its vector
 width), grid, block, registers and shared memory, from torch's profiler (CUPTI).
 
+Then where the device rows' last 5 % go: the kernel itself or the completion flag that
+follows each submitted op (a ``cuStreamWriteValue32`` on the stream, inside the timing
+events of ``cuasync.bench``; torch's calls have none). The same adds timed with the
+events, torch's with and without such a write after it (default flags, and
+``CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER``), and every kernel's own duration from CUPTI.
+
     python3 tools/probes/torch_kernels.py    # on a machine with a GPU and torch
 """
 
@@ -13,6 +19,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
+
+import cuasync
 
 
 def calls() -> dict[str, Callable[[], Any]]:
@@ -74,7 +82,71 @@ def main() -> int:
                 f"shared {args.get('shared memory')} dur {e.get('dur')} us "
                 f"occupancy {args.get('est. achieved occupancy %')}"
             )
+    flag_cost()
     return 0
+
+
+def flag_cost() -> None:
+    """Event-timed adds with and without a flag write after them, and CUPTI's durations."""
+    import statistics
+
+    import torch
+    from cuda.bindings import driver
+    from gpu_probe import time_row
+
+    from cuasync._backends import get_backend
+
+    backend: Any = get_backend()
+    block = backend.host_alloc(64)
+    word = backend.host_device_pointer(block)
+    stream = cuasync.Device(0).new_stream()
+    ext = torch.cuda.ExternalStream(stream.handle)
+    no_barrier = driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+    print("flag cost: event-timed us per call (median of alternated rounds)")
+    for label, dtype, n in (
+        ("float32 add 64 MiB", "float32", 16 << 20),
+        ("bfloat16 add 64 MiB", "bfloat16", 32 << 20),
+        ("float32 add 4 KiB", "float32", 1 << 10),
+    ):
+        a, b, c = (cuasync.full((n,), 1.0, dtype).sync() for _ in range(3))
+        ta, tb, tc = (torch.from_dlpack(t) for t in (a, b, cuasync.full((n,), 0.0, dtype).sync()))
+
+        def torch_add(flags: int | None, ta: Any = ta, tb: Any = tb, tc: Any = tc) -> None:
+            with torch.cuda.stream(ext):
+                torch.add(ta, tb, out=tc)
+            if flags is not None:
+                (err,) = driver.cuStreamWriteValue32(stream.handle, word, 1, flags)
+                assert int(err) == 0, err
+
+        variants = {
+            "cuasync.add (kernel + completion flag)": lambda a=a, b=b, c=c: cuasync.add(
+                a, b, out=c
+            ),
+            "torch.add": lambda: torch_add(None),
+            "torch.add + cuStreamWriteValue32 (flags 0)": lambda: torch_add(0),
+            "torch.add + cuStreamWriteValue32 (no barrier)": lambda: torch_add(int(no_barrier)),
+        }
+        us = time_row(variants, stream)
+        for name, t in us.items():
+            print(f"  {label:<22} {name:<48} {t:8.2f}  x torch {us['torch.add'] / t:6.3f}")
+        # CUPTI: every kernel's own duration, the same calls
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                for fn in variants.values():
+                    op = fn()
+                    if op is not None:
+                        op.submit_on(stream)
+            stream.synchronize()
+        durs: dict[str, list[float]] = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                t = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
+                durs.setdefault(e.name[:60], []).append(t)
+        for name, ds in durs.items():
+            print(f"  {label:<22} CUPTI {name:<60} {statistics.median(ds):8.2f} us (n={len(ds)})")
+    print()
 
 
 if __name__ == "__main__":
