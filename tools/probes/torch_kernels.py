@@ -5,8 +5,9 @@ width), grid, block, registers and shared memory, from torch's profiler (CUPTI).
 Then where the device rows' last 5 % go: the kernel itself or the completion flag that
 follows each submitted op (a ``cuStreamWriteValue32`` on the stream, inside the timing
 events of ``cuasync.bench``; torch's calls have none). The same adds timed with the
-events, torch's with and without such a write after it (default flags, and
-``CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER``), and every kernel's own duration from CUPTI.
+events, torch's with and without such a write after it, and every kernel's own duration
+from CUPTI. (``CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`` is refused with
+``CUDA_ERROR_INVALID_VALUE`` on the H200's driver: the v2 memops take no such flag.)
 
     python3 tools/probes/torch_kernels.py    # on a machine with a GPU and torch
 """
@@ -101,7 +102,6 @@ def flag_cost() -> None:
     word = backend.host_device_pointer(block)
     stream = cuasync.Device(0).new_stream()
     ext = torch.cuda.ExternalStream(stream.handle)
-    no_barrier = driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
     print("flag cost: event-timed us per call (median of alternated rounds)")
     for label, dtype, n in (
         ("float32 add 64 MiB", "float32", 16 << 20),
@@ -124,7 +124,6 @@ def flag_cost() -> None:
             ),
             "torch.add": lambda: torch_add(None),
             "torch.add + cuStreamWriteValue32 (flags 0)": lambda: torch_add(0),
-            "torch.add + cuStreamWriteValue32 (no barrier)": lambda: torch_add(int(no_barrier)),
         }
         us = time_row(variants, stream)
         for name, t in us.items():
