@@ -9,9 +9,14 @@ Each row names the call it times and the sizes, and gives the median device time
 bandwidth (bytes read and written / time), for cuasync and, side by side where installed
 and on a GPU, CuPy and PyTorch; the ``-- targets`` lines put them in ratio. Every library
 is timed the same way: :func:`~._api.do_bench` on one stream of cuasync's (torch's and
-CuPy's calls made with it as their current stream, an external stream), each call
-between two events, the calls of a batch held behind a gate (host time left out), the
-median call. ``--only`` runs some parts (:data:`PARTS`). The rows
+CuPy's calls made with it as their current stream, an external stream), :data:`CALLS`
+calls back to back between two events (cuasync's zipped into one submitted op, so one
+completion flag for them all), the batches held behind a gate (host time left out), the
+median batch over :data:`CALLS`. A submitted op ends with a completion flag written on
+its stream (``cuStreamWriteValue32``, about 2.8 us of stream time after a 64 MiB add on
+the H200), which torch's and CuPy's calls do not write: the adds also print a row of
+cuasync's op submitted alone, each between two events, to show that cost. ``--only`` runs
+some parts (:data:`PARTS`). The rows
 with a target are taken in rounds (:func:`_rounds`): every library timed in turn each
 round, the median round kept. On the emulator (numpy) the sizes shrink; the rows say so.
 """
@@ -32,6 +37,11 @@ from ._util import Report, size_name
 
 SUITE = "ops"
 MiB = 1 << 20
+
+#: Calls of one library back to back between two timing events: the device time of one
+#: call is the batch's over this (cuasync's calls zipped into one submitted op, whose
+#: completion flag is then a tenth of a percent of a 64 MiB add).
+CALLS = 10
 
 #: The candidates of one comparison: each row's name (library and call), and a function
 #: giving that call's device time in ms.
@@ -77,9 +87,9 @@ def _foreign_ms(
     make: Callable[[], Any], run: Callable[[Any], Any], lib: Any, reps: int, stream: cuasync.Stream
 ) -> float:
     """The median device time of ``run(make())`` timed as cuasync's ops are
-    (:func:`~._api.do_bench`: each call between two events on ``stream``, the calls of a
-    batch held behind a gate so host time is left out), ``stream`` the library's current
-    stream (``lib`` is ``torch.cuda`` or ``cupy.cuda``)."""
+    (:func:`~._api.do_bench`: :data:`CALLS` calls between two events on ``stream``, the
+    batches held behind a gate so host time is left out), ``stream`` the library's
+    current stream (``lib`` is ``torch.cuda`` or ``cupy.cuda``)."""
     x = make()
     enter = _on_stream(lib, stream)
     if hasattr(lib, "synchronize"):  # the inputs, made on the library's own stream
@@ -89,9 +99,10 @@ def _foreign_ms(
 
     def call() -> None:
         with enter():
-            run(x)
+            for _ in range(CALLS):
+                run(x)
 
-    return do_bench(call, warmup=3, rep=reps, stream=stream).median_ms
+    return do_bench(call, warmup=1, rep=_batches(reps), stream=stream).median_ms / CALLS
 
 
 def _timer(
@@ -104,8 +115,26 @@ def _timer(
 def _cuasync_timer(
     build: Callable[[], Any], reps: int, stream: cuasync.Stream
 ) -> Callable[[], float]:
-    """The median of ``do_bench`` over the op ``build()`` makes, on ``stream``."""
+    """The median of ``do_bench`` over :data:`CALLS` ops ``build()`` makes, zipped into
+    one submitted op, on ``stream``, over :data:`CALLS`."""
+
+    def batch() -> Any:
+        return cuasync.zip(*(build() for _ in range(CALLS)))
+
+    return lambda: do_bench(batch, warmup=1, rep=_batches(reps), stream=stream).median_ms / CALLS
+
+
+def _alone_timer(
+    build: Callable[[], Any], reps: int, stream: cuasync.Stream
+) -> Callable[[], float]:
+    """The median of ``do_bench`` over the op ``build()`` makes, submitted alone (each
+    call between two events: its kernel and its completion flag)."""
     return lambda: do_bench(build, warmup=3, rep=reps, stream=stream).median_ms
+
+
+def _batches(reps: int) -> int:
+    """Timed batches of :data:`CALLS` calls for about ``reps`` calls."""
+    return max(3, reps // CALLS * 2)
 
 
 def _rounds(timers: Timers, rounds: int) -> dict[str, list[float]]:
@@ -271,6 +300,13 @@ def _adds(report: Report, cuda: bool, reps: int, rounds: int, stream: cuasync.St
             )
         }
         torch_name = _add_others(timers, n, dtype, reps, stream) if cuda else None
+        timers["cuasync add(a, b, out=c), one op submitted alone (kernel + completion flag)"] = (
+            _alone_timer(
+                lambda: cuasync.add(a, b, out=c),  # noqa: B023 (timed in this iteration)
+                reps,
+                stream,
+            )
+        )
         sizes = f"{dtype}, {n:,} elements ({size_name(nbytes)} each operand)"
         medians = _report_rounds(report, sizes, timers, rounds, 3 * nbytes)
         what = f"{dtype} add of {size_name(nbytes)} bandwidth"
@@ -416,19 +452,15 @@ def _elementwise(report: Report, cuda: bool, reps: int, stream: cuasync.Stream) 
     cuasync.exp(a * b + c, out=out).sync()  # compiles the fused kernel
     if not np.allclose(out.to_host().sync()[:4], 1.0):
         raise AssertionError("ops bench: exp(a * b + c) gave wrong values")
-    add_ms = do_bench(
-        lambda: cuasync.add(a, b, out=out), warmup=3, rep=reps, stream=stream
-    ).median_ms
-    fused_ms = do_bench(
-        lambda: cuasync.exp(a * b + c, out=out), warmup=3, rep=reps, stream=stream
-    ).median_ms
+    add_ms = _cuasync_timer(lambda: cuasync.add(a, b, out=out), reps, stream)()
+    fused_ms = _cuasync_timer(lambda: cuasync.exp(a * b + c, out=out), reps, stream)()
 
     def unfused() -> Any:  # one kernel and one full-size temporary per node
         return cuasync.zip(
             cuasync.multiply(a, b, out=tmp), cuasync.add(tmp, c, out=tmp), cuasync.exp(tmp, out=out)
         )
 
-    unfused_ms = do_bench(unfused, warmup=3, rep=reps, stream=stream).median_ms
+    unfused_ms = _cuasync_timer(unfused, reps, stream)()
     label = f"{nbytes // MiB} MiB float32"
     add_gbps = 3 * nbytes / (add_ms / 1e3) / 1e9
     report.value(SUITE, f"cuasync add of {label}", add_ms * 1e3, "us", f"{add_gbps:,.0f} GB/s")
