@@ -5,8 +5,8 @@ width), grid, block, registers and shared memory, from torch's profiler (CUPTI).
 Then where the device rows' last 5 % go: the kernel itself or the completion flag that
 follows each submitted op (a ``cuStreamWriteValue32`` on the stream, inside the timing
 events of ``cuasync.bench``; torch's calls have none). The same adds timed with the
-events, torch's with and without such a write after it, and every kernel's own duration
-from CUPTI. (``CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`` is refused with
+events, torch's with and without such a write (or an event record) after it, and every
+kernel's own duration from CUPTI. (``CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`` is refused with
 ``CUDA_ERROR_INVALID_VALUE`` on the H200's driver: the v2 memops take no such flag.)
 
     python3 tools/probes/torch_kernels.py    # on a machine with a GPU and torch
@@ -102,6 +102,8 @@ def flag_cost() -> None:
     word = backend.host_device_pointer(block)
     stream = cuasync.Device(0).new_stream()
     ext = torch.cuda.ExternalStream(stream.handle)
+    err, marker = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    assert int(err) == 0, err
     print("flag cost: event-timed us per call (median of alternated rounds)")
     for label, dtype, n in (
         ("float32 add 64 MiB", "float32", 16 << 20),
@@ -118,12 +120,19 @@ def flag_cost() -> None:
                 (err,) = driver.cuStreamWriteValue32(stream.handle, word, 1, flags)
                 assert int(err) == 0, err
 
+        def torch_add_event(ta: Any = ta, tb: Any = tb, tc: Any = tc) -> None:
+            with torch.cuda.stream(ext):
+                torch.add(ta, tb, out=tc)
+            (err,) = driver.cuEventRecord(marker, stream.handle)
+            assert int(err) == 0, err
+
         variants = {
             "cuasync.add (kernel + completion flag)": lambda a=a, b=b, c=c: cuasync.add(
                 a, b, out=c
             ),
             "torch.add": lambda: torch_add(None),
             "torch.add + cuStreamWriteValue32 (flags 0)": lambda: torch_add(0),
+            "torch.add + cuEventRecord (timing disabled)": torch_add_event,
         }
         us = time_row(variants, stream)
         for name, t in us.items():
