@@ -65,7 +65,8 @@ class KernelCode(Protocol):
     """What a backend prepares: a kernel, as :class:`cuasync.Kernel` describes one.
 
     ``compile_image(arch)`` compiles the source for ``arch`` (``"sm_90"``) and returns the
-    cubin and the function's lowered name; a kernel of a loaded :class:`cuasync.Module`
+    cubin and the function's lowered name, ``check_compiles(arch)`` only finds a source's
+    errors (the emulator's check); a kernel of a loaded :class:`cuasync.Module`
     has that module's handle as ``module_handle`` instead, and a borrowed function its
     handle as ``function_handle`` (both 0 otherwise). ``emulate`` is the numpy twin the
     emulator runs.
@@ -87,6 +88,8 @@ class KernelCode(Protocol):
     def function_handle(self) -> int: ...
 
     def compile_image(self, arch: str) -> tuple[bytes, str]: ...
+
+    def check_compiles(self, arch: str) -> None: ...
 
 
 class DeviceArray(Protocol):

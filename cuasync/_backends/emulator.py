@@ -1166,7 +1166,7 @@ class EmulatorBackend(Backend):
         # The twin runs, but a source that NVRTC rejects must fail here as it would on
         # a GPU, or broken device code passes CI.
         if self._compiles():
-            kernel.compile_image(self.arch(ordinal))
+            kernel.check_compiles(self.arch(ordinal))
         if kernel.emulate is None and not compile_only:
             raise LaunchError(
                 f"kernel {kernel.name!r} has no emulate= function, so it cannot run on the "

@@ -41,7 +41,7 @@ from .._native import NATIVE, LaunchCore
 from .._tensor import Tensor, is_size, partly_overlap
 from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
-from .nvrtc import compile_cubin
+from .nvrtc import compile_cubin, nvrtc_version
 from .partition import Partition
 from .signature import Param, parse_params
 
@@ -290,6 +290,10 @@ class _Launchable(Generic[R]):
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         raise NotImplementedError
+
+    def check_compiles(self, arch: str) -> None:
+        """Compile for ``arch`` only to find errors (:meth:`Kernel.check_compiles`)."""
+        self.compile_image(arch)
 
     def _prepare(self, device: Device) -> PreparedKernel:
         """This kernel made launchable on ``device`` by the backend, once per device."""
@@ -875,6 +879,15 @@ def _check_op_args(kernel: _Launchable[Any], args: tuple[Any, ...], grid: Dim3 |
     return devices[0][1] if devices else get_default_device()
 
 
+def _check_flags(options: CompileOptions) -> list[str] | None:
+    """The NVRTC options of a compile that only checks a source: ``options``' with
+    ``--Ofast-compile=max`` for the optimization level, or None where that cannot be
+    (NVRTC before 12.8; debug, line info or user flags, which it may conflict with)."""
+    if options.debug or options.line_info or options.extra or nvrtc_version() < (12, 8):
+        return None
+    return ["--Ofast-compile=max", *options.flags()[1:]]
+
+
 #: Compiled images by ``(source, name expression, options, arch)``, shared by every
 #: Kernel: a source is compiled once per process, whether for a GPU, for the emulator's
 #: check or by ``compile_image``.
@@ -983,17 +996,35 @@ class Kernel(_Launchable[R]):
         Each source is compiled once per process, and read back from the on-disk cache
         (:mod:`cuasync.kernel_cache`, on by default) where an earlier process compiled it.
         """
-        key = self._key(arch)
+        return self._image(self._key(arch), arch, self.options.flags())
+
+    def check_compiles(self, arch: str) -> None:
+        """Compile for ``arch`` only to find errors in the source, as fast as NVRTC can:
+        the emulator's check of each kernel it runs (``CUASYNC_EMU_COMPILE``).
+
+        With the default code-generation settings and NVRTC 12.8 or later,
+        ``--Ofast-compile=max`` takes the place of the optimization level: the same
+        front end and assembler find the same errors in half NVRTC's time; the image,
+        never loaded, is kept (in this process and the disk cache) only as the check's.
+
+        >>> k.check_compiles("sm_90")   # KernelCompileError with NVRTC's log, if any
+        """
+        flags = _check_flags(self.options)
+        if flags is None:
+            self.compile_image(arch)
+        else:
+            self._image((*self._key(arch), "check"), arch, flags)
+
+    def _image(self, key: tuple[Any, ...], arch: str, flags: list[str]) -> tuple[bytes, str]:
         found = _images.get(key)
         if found is None:
             with _images_lock:
                 found = _images.get(key)
                 if found is None:
-                    found = _images[key] = self._compile(arch)
+                    found = _images[key] = self._compile(arch, flags)
         return found
 
-    def _compile(self, arch: str) -> tuple[bytes, str]:
-        flags = self.options.flags()
+    def _compile(self, arch: str, flags: list[str]) -> tuple[bytes, str]:
         key = kernel_cache.key_for(self.source, self.name, flags, arch)  # None when disabled
         if key is not None and (hit := kernel_cache.lookup(key)) is not None:
             return hit

@@ -684,14 +684,36 @@ def test_each_source_compiles_once_per_process(monkeypatch) -> None:
         k[1, 32](tensor, 2.0, 8).sync()
         k[1, 32](tensor, 2.0, 8).sync()
     assert compiled == [f"scale<float> {arch}"]
-    k.compile_image(arch)
-    assert len(compiled) == 1, "compile_image shares the launches' compiles"
+    # the call the backend made is shared: the emulator checks the source
+    # (check_compiles, a faster compile than a GPU's image), a GPU loads compile_image's
+    (k.check_compiles if ON_EMULATOR else k.compile_image)(arch)
+    assert len(compiled) == 1, "a later call shares the launches' compile"
     tuned = cuasync.Kernel(
-        source, "scale<float>", emulate=scale_twin, options=cuasync.CompileOptions(opt_level=2)
+        source,
+        "scale<float>",
+        emulate=scale_twin,
+        options=cuasync.CompileOptions(max_registers=32),
     )
     tuned[1, 32](x, 2.0, 8).sync()
     assert len(compiled) == 2, "other options are another compile"
     np.testing.assert_array_equal(x.to_host().sync(), ramp(8) * 2**5)  # 2 kernels x 2, then tuned
+
+
+@pytest.mark.emulator_only(reason="the emulator's compile check of each kernel it runs")
+@needs_nvrtc
+def test_the_emulators_check_is_a_fast_compile_that_still_finds_assembler_errors() -> None:
+    bad_asm = (
+        'extern "C" __global__ void bogus(float* x) {\n'
+        '    asm volatile("ld.global.bogus.f32 %0, [%1];" : "=f"(x[0]) : "l"(x));\n}\n'
+    )
+    k = cuasync.Kernel(bad_asm, "bogus", emulate=lambda x: None)
+    with pytest.raises(KernelCompileError, match="bogus"):  # ptxas's error, not the front end's
+        k[1, 1](cuasync.zeros(4).sync()).sync()
+    debug = cuasync.Kernel(SCALE, "scale<float>", options=cuasync.CompileOptions(debug=True))
+    assert _kernel._check_flags(debug.options) is None, "debug builds are checked as built"
+    fast = _kernel._check_flags(cuasync.CompileOptions())
+    if _nvrtc.nvrtc_version() >= (12, 8):
+        assert fast is not None and fast[0] == "--Ofast-compile=max"
 
 
 @pytest.mark.emulator_only(reason="CUASYNC_EMU_COMPILE is the emulator's own setting")
