@@ -49,6 +49,14 @@ class EmulatedTrap(EmulatedFault):
 HOST_TASK_BLOCKING = 0
 HOST_TASK_SPINWAIT = 1
 
+#: The name of a kernel's trailing cancel-word parameter (``unsigned long long``: 0, or a
+#: word's address in its low 48 bits and a scope's generation in the high 16; see
+#: ``cuasync/kernels/cancel.cuh``). A backend skips a launch whose word, read when the
+#: kernel runs, holds that generation: the GPU's kernels return at once (they check it
+#: per block), the emulator does not run the twin, which never receives the parameter.
+CANCEL_PARAM = "cuasync_cancel_word_"
+CANCEL_ADDRESS_BITS = 48
+
 #: Stream handles with a meaning of their own: the legacy default stream (one per
 #: context) and the per-thread default stream, which names a different stream on each
 #: thread that uses it.

@@ -69,6 +69,8 @@ from ..errors import (
     driver_error,
 )
 from .base import (
+    CANCEL_ADDRESS_BITS,
+    CANCEL_PARAM,
     CAPTURE_RELAXED,
     Backend,
     DeviceArray,
@@ -347,7 +349,7 @@ def to_tf32(x: np.ndarray) -> np.ndarray:
 class _EmulatedKernel(PreparedKernel):
     """A kernel's numpy twin, its pointer parameters and the numpy type of each scalar one."""
 
-    __slots__ = ("pointers", "scalars", "twin")
+    __slots__ = ("cancel", "pointers", "scalars", "twin")
 
     def __init__(
         self, kernel: KernelCode, ordinal: int, twin: Callable[..., Any] | None = None
@@ -357,6 +359,17 @@ class _EmulatedKernel(PreparedKernel):
         params = kernel.params
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
+        #: Whether the last parameter is a cancel word (CANCEL_PARAM), not the twin's.
+        self.cancel = bool(params) and params[-1].name == CANCEL_PARAM
+
+
+def _cancelled(word: int) -> bool:
+    """Whether a launch's cancel word (see ``cuasync/kernels/cancel.cuh``) is set, read
+    when the kernel runs, as every block of a GPU kernel reads it when it starts."""
+    if not word:
+        return False
+    address = word & ((1 << CANCEL_ADDRESS_BITS) - 1)
+    return ctypes.c_uint32.from_address(address).value == word >> CANCEL_ADDRESS_BITS
 
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -367,13 +380,13 @@ _host_function = threading.local()
 
 class _Counts:
     """What the emulator counts for tests: commands accepted (for tests that check
-    laziness), ``memcpy_peer_async`` calls, and copies with a host side outside pinned
-    memory."""
+    laziness), ``memcpy_peer_async`` calls, copies with a host side outside pinned
+    memory, and launches skipped by their cancel word."""
 
-    __slots__ = ("enqueued", "pageable_copies", "peer_copies")
+    __slots__ = ("enqueued", "pageable_copies", "peer_copies", "skipped")
 
     def __init__(self) -> None:
-        self.enqueued = self.peer_copies = self.pageable_copies = 0
+        self.enqueued = self.peer_copies = self.pageable_copies = self.skipped = 0
 
 
 class EmulatorBackend(Backend):
@@ -1250,9 +1263,14 @@ class EmulatorBackend(Backend):
                 f"{device.ordinal}",
             )
 
+        cancel = kernel.cancel
+
         def run() -> None:
             try:
                 call = list(values)  # a graph replays this command: values stay as given
+                if cancel and _cancelled(int(call.pop())):
+                    self.counts.skipped += 1  # the kernel returned at once: no work done
+                    return
                 for i in pointers:
                     if not isinstance(call[i], int):  # an int is a raw address: as it is
                         call[i] = array(call[i])

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._backends import get_backend
+from .._cancel_var import current_word, detached
 from .._core import express
 from .._core.completion import Completion
 from .._core.context import ExecutionContext
@@ -242,7 +243,14 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
         """Take this op and submit it on ``stream``: a seen expression as its raw launch
-        (the core makes the future in one call), else the long way."""
+        (the core makes the future in one call), else the long way. A future is never
+        skipped (others may await it): inside a cancel scope it is built outside it."""
+        if current_word():
+            with detached():
+                return self._submit_now(stream)
+        return self._submit_now(stream)
+
+    def _submit_now(self, stream: Stream) -> DeviceFuture[Tensor]:
         launch = self._express(stream)
         self._consumed = True
         if launch is None:

@@ -518,7 +518,7 @@ def _run_complex_kernel(folder: Path, plan: Any, out: str, arrays: list[np.ndarr
         SHIMS
         + codegen.source(plan, out, 1)
         + f'\nextern "C" void run(void* o, {params}, long long n) '
-        f"{{ ca_elementwise(({so}*)o, {args}, n, n, {strides}); }}\n",
+        f"{{ ca_elementwise(({so}*)o, {args}, n, n, {strides}, 0); }}\n",  # 0: no cancel word
     )
     lib.run.argtypes = [ctypes.c_void_p] * (len(arrays) + 1) + [ctypes.c_longlong]
     result = np.zeros(n, SUPPORTED[out])
@@ -621,7 +621,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
         SHIMS
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
-        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
+        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec, 0); }}\n",
     )
     lib.run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_int]
     # the same kernel run by a grid of 3 blocks of 32 host threads: each thread's vectors
@@ -633,7 +633,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
         f"{{ ca_run_grid(3, 1, 32, [=] {{ ca_elementwise(({s}*)o, (const {s}*)a, "
-        f"(const {s}*)b, n, vec); }}); }}\n",
+        f"(const {s}*)b, n, vec, 0); }}); }}\n",
     )
     grid.run.argtypes = lib.run.argtypes
     per_thread = width * codegen.VECTORS

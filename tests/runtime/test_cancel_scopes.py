@@ -1,0 +1,241 @@
+"""Cancel scopes: work a cancelled scope still had queued is skipped on the device, its
+memory comes back only after the skipped work passed, and work others may await runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import wait_until
+
+import cuasync
+import cuasync.testing as ct
+
+pytestmark = pytest.mark.anyio
+
+
+def _marks(n: int = 4) -> cuasync.Tensor:
+    return cuasync.zeros((n,), "uint32").sync(allow_in_loop=True)
+
+
+def _host(t: cuasync.Tensor) -> list[Any]:
+    return np.asarray(t.to_host().sync(allow_in_loop=True)).tolist()
+
+
+async def _cancel_while_queued(body: Callable[[], Any]) -> cuasync.CancelScope:
+    """Run ``body()`` (a coroutine function) in a task inside a cancel scope, behind a
+    gate on every stream of the policy; cancel the task once it awaits; open the gate
+    and wait for the device. Returns the scope."""
+    import anyio
+
+    scopes: list[cuasync.CancelScope] = []
+    started: list[bool] = []
+
+    async def task() -> None:
+        with cuasync.cancel_scope() as scope:
+            scopes.append(scope)
+            started.append(True)  # in the step that submits: no yield between
+            await body()
+
+    with ct.gate():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task)
+            await wait_until(lambda: bool(started))
+            await anyio.sleep(0.01)  # (the task waits on its work: the gate is closed)
+            tg.cancel_scope.cancel()
+    await cuasync.get_default_device().synchronized()
+    return scopes[0]
+
+
+def _load(x: cuasync.Tensor) -> None:
+    """Compile the kernels the tests queue while the gate is open (a GPU may synchronize
+    the context to load a module)."""
+    ct.mark(_marks(1), 0).sync(allow_in_loop=True)
+    (x + x).sync(allow_in_loop=True)
+    (x * 2).sync(allow_in_loop=True)
+    cuasync.add(x, x, out=cuasync.empty_like(x).sync(allow_in_loop=True)).sync(allow_in_loop=True)
+
+
+async def test_queued_work_of_a_cancelled_scope_does_not_run(anyio_backend, baseline) -> None:
+    marks = _marks()
+    x = cuasync.full((1 << 12,), 1.0, "float32").sync(allow_in_loop=True)
+    out = cuasync.full((1 << 12,), 7.0, "float32").sync(allow_in_loop=True)
+    _load(x)
+
+    async def body() -> None:  # three launches in one await: a mark, a mark, an add
+        await (
+            ct.mark(marks, 0)
+            .then(lambda _: ct.mark(marks, 1))
+            .then(lambda _: cuasync.add(x, x, out=out))
+        )
+
+    scope = await _cancel_while_queued(body)
+    assert scope.cancelled
+    assert _host(marks) == [0, 0, 0, 0]  # neither mark ran
+    assert set(_host(out)) == {7.0}  # the generated add returned before writing
+    # the device and the scope's kernels are fine afterwards
+    await ct.mark(marks, 3)
+    assert _host(marks) == [0, 0, 0, 1]
+    assert set(_host(await cuasync.add(x, x))) == {2.0}
+
+
+async def test_work_outside_the_scope_and_futures_run(anyio_backend, baseline) -> None:
+    marks = _marks()
+    x = cuasync.full((64,), 1.0, "float32").sync(allow_in_loop=True)
+    out = cuasync.full((64,), 7.0, "float32").sync(allow_in_loop=True)
+    _load(x)
+    futures: list[cuasync.DeviceFuture[Any]] = []
+
+    async def body() -> None:
+        # futures may be awaited by others: never skipped, scope or not
+        futures.append(ct.mark(marks, 0).submit())
+        futures.append(cuasync.add(x, x, out=out).submit())
+        await ct.mark(marks, 1)
+
+    ct.mark(marks, 2).submit()  # (outside any scope, queued behind the same gate below)
+    await _cancel_while_queued(body)
+    for fut in futures:
+        await fut
+    assert _host(marks) == [1, 0, 1, 0]
+    assert set(_host(out)) == {2.0}
+
+
+async def test_a_kernel_without_the_header_runs_to_completion(anyio_backend, baseline) -> None:
+    source = """
+    __global__ void bump(unsigned int* m) { if (threadIdx.x == 0) m[0] += 1; }
+    """
+
+    def twin(m: Any) -> None:
+        m[0] += 1
+
+    bump = cuasync.Kernel(source, "bump", emulate=twin)
+    marks = _marks(1)
+    await bump[1, 32](marks)
+    await _cancel_while_queued(lambda: bump[1, 32](marks))
+    assert _host(marks) == [2]  # it cannot see the word: it ran
+
+
+async def test_a_user_kernel_with_the_header_skips(anyio_backend, baseline) -> None:
+    source = """
+    #include <cuasync/cancel.cuh>
+    __global__ void scale(float* x, float a, int n) {
+        if (cuasync_block_cancelled()) return;
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] *= a;
+    }
+    """
+
+    def twin(x: Any, a: Any, n: Any) -> None:
+        x[: int(n)] *= a
+
+    scale = cuasync.Kernel(source, "scale", emulate=twin)
+    x = cuasync.full((256,), 1.0, "float32").sync(allow_in_loop=True)
+    await scale[2, 128](x, 3.0, 256)  # outside a scope: it runs
+    assert set(_host(x)) == {3.0}
+    with cuasync.cancel_scope():
+        await scale[2, 128](x, 2.0, 256)  # inside one not cancelled: it runs
+    assert set(_host(x)) == {6.0}
+    await _cancel_while_queued(lambda: scale[2, 128](x, 5.0, 256))
+    assert set(_host(x)) == {6.0}
+
+
+async def test_new_outputs_of_skipped_work_are_freed_after_it_passed(
+    anyio_backend, baseline
+) -> None:
+    import anyio
+
+    dev = cuasync.Device(0)
+    x = cuasync.full((1 << 16,), 1.0, "float32").sync(allow_in_loop=True)
+    _load(x)
+    used = dev.memory_info().used
+    started: list[bool] = []
+
+    async def task() -> None:
+        with cuasync.cancel_scope():
+            started.append(True)
+            await (x + x).then(lambda y: y * 2)  # two new tensors of 256 KiB
+
+    with ct.gate():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task)
+            await wait_until(lambda: bool(started))
+            await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        # cancelled, skipped once they start, but not passed yet: still held
+        assert dev.memory_info().used >= used + 2 * x.nbytes
+    ct.settle()  # the gate is open: the skipped kernels pass, their memory comes back
+    assert dev.memory_info().used == used
+
+
+async def test_a_reused_word_keeps_old_work_skipped(anyio_backend, baseline) -> None:
+    import anyio
+
+    marks = _marks(2)
+    _load(cuasync.full((4,), 1.0, "float32").sync(allow_in_loop=True))
+    words: list[int] = []
+    mask = (1 << 48) - 1
+
+    async def cancelled() -> None:
+        with cuasync.cancel_scope() as scope:
+            words.append(scope.word)
+            await ct.mark(marks, 0)
+
+    async def queued() -> None:
+        await ct.mark(marks, 1)
+
+    async with anyio.create_task_group() as outer:
+        with ct.gate():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancelled)
+                await wait_until(lambda: bool(words))
+                await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+            # the same word claimed again, by a scope that is not cancelled, while the
+            # cancelled scope's mark is still queued
+            for _ in range(10_000):
+                scope = cuasync.cancel_scope().__enter__()
+                if scope.word & mask == words[0] & mask:
+                    break
+                scope.__exit__(None, None, None)
+            assert scope.word & mask == words[0] & mask and scope.word != words[0]
+            outer.start_soon(queued)  # (a child task: it runs in the new scope)
+            await anyio.sleep(0.01)
+        # the gate opens: the outer group waits for the new scope's mark
+    scope.__exit__(None, None, None)
+    await cuasync.get_default_device().synchronized()
+    assert _host(marks) == [0, 1]  # the old scope's mark stayed skipped; the new one's ran
+
+
+def test_leaving_a_scope_by_cancellation_or_timeout_cancels_it(baseline) -> None:
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.001):
+                with cuasync.cancel_scope() as timed:
+                    await asyncio.sleep(1)
+        assert timed.cancelled
+        with pytest.raises(ValueError), cuasync.cancel_scope() as failed:
+            raise ValueError("not a cancellation")
+        assert not failed.cancelled  # its work (futures, say) is not given up
+        async with cuasync.cancel_scope() as explicit:
+            explicit.cancel()
+        assert explicit.cancelled
+        assert "cancelled" in repr(explicit)
+
+    asyncio.run(main())
+
+
+def test_ops_built_after_a_scope_closed_carry_no_word(baseline) -> None:
+    from cuasync._cancel_var import current_word
+
+    async def main() -> None:
+        with cuasync.cancel_scope() as scope:
+            assert current_word() == scope.word != 0
+            child = asyncio.create_task(asyncio.sleep(0, result=None))
+            await child
+        assert current_word() == 0
+        assert scope.word == 0  # a task started inside and outliving it: no word either
+
+    asyncio.run(main())
