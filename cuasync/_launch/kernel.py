@@ -28,7 +28,7 @@ from .. import kernel_cache
 from .._backends import get_backend
 from .._backends._params import bfloat16_bits, fp8_bits
 from .._backends.base import PreparedKernel
-from .._cancel_var import current_word, detached
+from .._cancel_var import SCOPE, current_word, detached
 from .._core import express
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream, get_default_device
@@ -484,7 +484,8 @@ class _Launchable(Generic[R]):
         elif outputs:
             output = tuple(outputs)
         prepared = self._prepared.get(device.ordinal) or self._prepare_launch(device)
-        return _Launch(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
+        op_type = _CancellableLaunch if self._cancel else _Launch
+        return op_type(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
 
     def _where(self, param: Param) -> str:
         return f"{self.name}() parameter {param.name!r} ({param.describe()})"
@@ -826,8 +827,11 @@ class _CancellableLaunch(_Launch):
 def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp[Any]]:
     """``launcher`` (of a kernel taking a cancel word) given the current scope's word."""
 
+    get = SCOPE.get  # (current_word inlined: this is on every launch of the kernel)
+
     def launch(*args: Any) -> DeviceOp[Any]:
-        return launcher(*args, current_word())
+        scope = get()
+        return launcher(*args, 0 if scope is None else scope.word)
 
     return launch
 

@@ -239,3 +239,46 @@ def test_ops_built_after_a_scope_closed_carry_no_word(baseline) -> None:
         assert scope.word == 0  # a task started inside and outliving it: no word either
 
     asyncio.run(main())
+
+
+_OP_LAYER = (
+    "issue 36, open: the op layer (cuasync/_core/op.py) must enqueue a future's work and a "
+    "shared op's first execution inside cuasync._cancel_var.detached()"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_OP_LAYER)
+def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:
+    def run() -> list[Any]:
+        marks = _marks(2)
+        ct.mark(marks, 0).sync()
+        with ct.gate(), cuasync.cancel_scope() as scope:
+            fut = ct.mark(marks, 0).then(lambda _: ct.mark(marks, 1)).submit()
+            scope.cancel()
+        fut.wait()
+        return _host(marks)
+
+    assert run() == [2, 1]  # (no tensor in this frame: a failure here keeps none alive)
+
+
+@pytest.mark.xfail(strict=True, reason=_OP_LAYER)
+def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
+    async def main() -> list[Any]:
+        marks = _marks(1)
+        await ct.mark(marks, 0)
+        shared = ct.mark(marks, 0).shared()
+
+        async def first() -> None:
+            with cuasync.cancel_scope():
+                await shared
+
+        with ct.gate():
+            task = asyncio.create_task(first())
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await shared  # another awaiter: the work ran for it
+        return _host(marks)
+
+    assert asyncio.run(main()) == [2]
