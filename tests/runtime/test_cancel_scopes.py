@@ -282,3 +282,17 @@ def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
         return _host(marks)
 
     assert asyncio.run(main()) == [2]
+
+
+async def test_a_graph_captured_in_a_scope_does_not_bake_in_its_word(
+    anyio_backend, baseline
+) -> None:
+    marks = _marks(1)
+    await ct.mark(marks, 0)
+    with cuasync.cancel_scope() as scope:
+        graph = ct.mark(marks, 0).graph()
+        scope.cancel()
+    await graph.launch()  # the replay runs: the captured launch carries no word
+    await graph.launch()
+    assert _host(marks) == [3]
+    del graph
