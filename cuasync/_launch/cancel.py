@@ -31,7 +31,7 @@ from typing import Any
 from .._backends import get_backend
 from .._backends.base import CANCEL_ADDRESS_BITS
 from .._cancel_var import SCOPE
-from ..errors import InternalError
+from ..errors import InternalError, UsageError
 
 __all__ = ["CancelScope", "cancel_scope"]
 
@@ -123,7 +123,7 @@ class CancelScope:
     >>> scope.cancel()                     # any work of it still queued is skipped
     """
 
-    __slots__ = ("_address", "_cancelled", "_generation", "_token", "_view", "word")
+    __slots__ = ("_address", "_cancelled", "_generation", "_task", "_token", "_view", "word")
 
     def __init__(self) -> None:
         self._address = 0
@@ -131,13 +131,18 @@ class CancelScope:
         self._view: ctypes.c_uint32 | None = None
         self._token: Token[Any] | None = None
         self._cancelled = False
+        self._task: asyncio.Task[Any] | None = None
         self.word = 0
 
     def __enter__(self) -> CancelScope:
         if self._address:
-            raise InternalError("a cancel scope is entered once")
+            raise UsageError("a cancel scope is entered once; make a new one")
         words = _words_of_backend()
         self._address, self._generation, self._view = words.claim()
+        try:
+            self._task = asyncio.current_task()
+        except RuntimeError:  # no asyncio loop in this thread (trio, or none)
+            self._task = None
         self.word = self._address | (self._generation << CANCEL_ADDRESS_BITS)
         self._token = SCOPE.set(self)
         return self
@@ -154,6 +159,7 @@ class CancelScope:
         if _is_cancellation(exc):
             self.cancel()
         self.word = 0  # ops built later (a child task's) carry no word
+        self._view = None  # the word is another scope's next: cancel() no longer stores
         _words_of_backend().release(self._address, self._generation)
 
     async def __aenter__(self) -> CancelScope:
@@ -170,11 +176,41 @@ class CancelScope:
     def cancel(self) -> None:
         """Skip the scope's work that has not started on the device: one host store.
 
+        Work skipped must never deliver a value, so the asyncio task that entered the
+        scope is cancelled first (its awaits raise ``CancelledError``; from another
+        thread, both happen on its loop, in that order), and ops built in the scope
+        afterwards carry no word. Once the scope is left (its word may belong to
+        another scope), it does nothing. On trio, cancel trio's scope around it instead.
+
         >>> scope.cancel()
         """
+        if self._view is None or self._cancelled:
+            return
+        self._cancelled = True
+        task = self._task
+        if task is None or task.done():
+            self._store()
+            return
+        loop = task.get_loop()
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            if task is not asyncio.current_task():
+                task.cancel()
+            self._store()
+        else:
+            loop.call_soon_threadsafe(self._cancel_on_loop, task)
+
+    def _cancel_on_loop(self, task: asyncio.Task[Any]) -> None:
+        task.cancel()
+        self._store()
+
+    def _store(self) -> None:
         view = self._view
-        if view is not None and not self._cancelled:
-            self._cancelled = True
+        self.word = 0  # later ops of the scope run (their values are delivered)
+        if view is not None:
             view.value = self._generation
 
     @property

@@ -296,3 +296,51 @@ async def test_a_graph_captured_in_a_scope_does_not_bake_in_its_word(
     await graph.launch()
     assert _host(marks) == [3]
     del graph
+
+
+def test_cancelling_a_closed_scope_leaves_its_reused_word_alone(baseline) -> None:
+    with cuasync.cancel_scope() as old:
+        word = old.word
+    mask = (1 << 48) - 1
+    for _ in range(10_000):  # the next scope on the same word
+        new = cuasync.cancel_scope().__enter__()
+        if new.word & mask == word & mask:
+            break
+        new.__exit__(None, None, None)
+    new.cancel()
+    old.cancel()  # closed: no store (it would overwrite the new scope's generation)
+    assert not old.cancelled and new.cancelled
+    assert new.word == 0  # ops the scope builds after cancel() run (their values count)
+    new.__exit__(None, None, None)
+    with pytest.raises(cuasync.errors.UsageError, match="entered once"):
+        old.__enter__()
+
+
+@pytest.mark.parametrize("where", ["another task", "another thread"])
+def test_cancel_cancels_the_task_that_entered_the_scope(where: str, baseline) -> None:
+    async def main() -> list[Any]:
+        marks = _marks(1)
+        await ct.mark(marks, 0)
+        scopes: list[cuasync.CancelScope] = []
+        got: list[Any] = []
+
+        async def handler() -> None:
+            with cuasync.cancel_scope() as scope:
+                scopes.append(scope)
+                got.append(await ct.mark(marks, 0))
+
+        with ct.gate():
+            task = asyncio.create_task(handler())
+            await wait_until(lambda: bool(scopes))
+            await asyncio.sleep(0.01)
+            if where == "another task":
+                scopes[0].cancel()
+            else:
+                await asyncio.to_thread(scopes[0].cancel)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await cuasync.get_default_device().synchronized()
+        assert got == []  # the skipped work delivered nothing
+        return _host(marks)
+
+    assert asyncio.run(main()) == [1]  # only the first mark ran
