@@ -13,10 +13,11 @@ NATIVE = Path(__file__).parent / "reactor"
 
 
 def source_hash(folder: Path) -> str:
-    """The hash cuasync/_native.py compares: every .c and .h file of ``folder``, by name."""
+    """The hash cuasync/_native.py compares: every .c and .h file under ``folder``, by path."""
     digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.[ch]")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(folder.rglob("*.[ch]")):
+        name = path.relative_to(folder).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -25,13 +26,18 @@ setup(
         Extension(
             "cuasync._reactor",
             sources=[
-                f"reactor/{name}.c"
-                for name in (
-                    *("module", "reactor", "queue", "driver", "submit"),
-                    *("ledger", "cores", "express", "upload", "alloc", "launcher", "dlpack"),
-                )
+                # the reactor proper: never includes Python.h
+                *(f"reactor/core/{name}.c" for name in ("reactor", "queue", "submit")),
+                # the CPython types, the module and the driver fast paths
+                *(
+                    f"reactor/python/{name}.c"
+                    for name in (
+                        *("module", "driver", "ledger", "cores", "express", "upload"),
+                        *("alloc", "launcher", "dlpack"),
+                    )
+                ),
             ],
-            depends=[str(p) for p in sorted(NATIVE.glob("*.h"))],
+            depends=[str(p) for p in sorted(NATIVE.rglob("*.h"))],
             define_macros=[("CUASYNC_SOURCE_HASH", f'"{source_hash(NATIVE)}"')],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             libraries=["pthread"],

@@ -2,7 +2,7 @@
 
 It owns the types the hot path touches (the slot ledger, the base types below, the
 reactor, the op core) and is built by ``pip install`` (a C compiler is needed, as for
-uvloop). The build stamps it with a hash of ``reactor/*.[ch]`` (``SOURCE_HASH``, see
+uvloop). The build stamps it with a hash of ``reactor/**/*.[ch]`` (``SOURCE_HASH``, see
 setup.py); where those sources are present (a checkout, an editable install), a build of
 other sources fails the import with the command that rebuilds it, instead of running
 half-matched code. An installed wheel has no sources beside it, and nothing to compare.
@@ -24,10 +24,11 @@ _SOURCES = Path(__file__).resolve().parent.parent / "reactor"
 
 
 def source_hash(folder: Path) -> str:
-    """The hash setup.py stamps the build with: every .c and .h file of ``folder``, by name."""
+    """The hash setup.py stamps the build with: every .c and .h file under ``folder``, by path."""
     digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.[ch]")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(folder.rglob("*.[ch]")):
+        name = path.relative_to(folder).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -37,7 +38,7 @@ except ImportError as exc:  # built without a C compiler, or not built at all
     raise ImportError(
         f"cuasync's native module cuasync._reactor could not be imported ({exc}); {_REBUILD}"
     ) from exc
-if (_SOURCES / "cores.h").is_file() and (_SOURCES / "module.c").is_file():  # (a checkout's)
+if (_SOURCES / "core" / "reactor.h").is_file() and (_SOURCES / "python" / "module.c").is_file():
     _built, _here = getattr(_reactor, "SOURCE_HASH", "unknown"), source_hash(_SOURCES)
     if _built != _here:  # a build left over from other sources
         raise ImportError(
@@ -65,16 +66,24 @@ UploadOpCore = _reactor.UploadOpCore
 NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
 BlockCore = _reactor.BlockCore
+BlockCacheCore = _reactor.BlockCacheCore
 AdapterCore = _reactor.AdapterCore
 DeviceCore = _reactor.DeviceCore
 RoundRobinCore = _reactor.RoundRobinCore
 SingleStreamCore = _reactor.SingleStreamCore
+ProcessCore = _reactor.ProcessCore
+#: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
+#: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
+#: adapter (``loops``).
+PROCESS = _reactor.PROCESS
 
 __all__ = [
     "NATIVE",
+    "PROCESS",
     "AdapterCore",
     "AllocationCore",
     "BackendCore",
+    "BlockCacheCore",
     "BlockCore",
     "CompletionCore",
     "ContextCore",
@@ -86,6 +95,7 @@ __all__ = [
     "OpCore",
     "OutputCore",
     "PreparedCore",
+    "ProcessCore",
     "RoundRobinCore",
     "SingleStreamCore",
     "StreamCore",

@@ -1,4 +1,4 @@
-"""Types of the native completion reactor (``reactor/*.c``; design notes in reactor/README.md)."""
+"""Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
@@ -22,6 +22,9 @@ HAVE_EVENTFD: Final[int]
 #: cuasync's execution lock (``context.LOCK``), which native code takes too.
 EXEC_LOCK: Final[ExecLock]
 """1 where ``LoopQueue.fileno()`` is an eventfd (Linux), 0 where it is a pipe's read end."""
+
+#: The process's state an await reads (``completion``'s hub, ``loops``' last loop).
+PROCESS: Final[ProcessCore]
 
 HOST_SIGNAL_FN: Final[int]
 """Address of a C host function (``void fn(void *data)``, for ``cuLaunchHostFunc``) that
@@ -354,6 +357,11 @@ class HubCore:
     slots: SlotLedger
     stats: Any
     _memops: dict[int, bool]
+    _box_type: Callable[[], list[BaseException]]
+    _generic: Any
+    _await_spin_us: Callable[[Any, Any, Any, int], int | None]
+    _core_failed: Callable[..., None]
+    _core_abandon: Callable[..., None]
     use_reactor: bool
     step_aside: bool
 
@@ -494,6 +502,26 @@ class SingleStreamCore:
 
     stream: Stream
 
+@disjoint_base
+class ProcessCore:
+    """The process's state an await reads (the module's one ``PROCESS``)."""
+
+    hub: Any
+    backend: Any
+    last: tuple[Callable[[], Any], Any]
+
+@disjoint_base
+class BlockCacheCore:
+    """The block cache's state (``block_cache.CACHE``), which the native core reads."""
+
+    lock: threading.RLock
+    blocks: dict[tuple[int, int], list[int]]
+    bytes: dict[int, int]
+    device_max: int
+    per_key: int
+    min_class: int
+    taking: bool
+
 @final
 class ThreadFlags:
     """This thread's submission flags (``context.LOCAL``), thread-locals of the native core."""
@@ -534,17 +562,7 @@ class Express:
     """The express submission of a kernel launch op in one native call (one per hub:
     ``cuasync._core.express.make_core``)."""
 
-    def __new__(
-        cls,
-        *,
-        hub: Any,
-        lock: Any,
-        box: Callable[[], list[BaseException]],
-        generic: object,
-        spin_us: Callable[..., int | None],
-        failed: Callable[..., None],
-        abandon: Callable[..., None],
-    ) -> Express: ...
+    def __new__(cls, hub: HubCore) -> Express: ...
     def launch(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """Submit ``op`` on ``stream`` (mode 0: no spin, 1: an await's, 2: a blocking
         sync's, 4: an await in a burst, its launch queued for the submitter where it can
@@ -567,8 +585,7 @@ class Express:
         failed: Callable[..., None],
         abandon: Callable[..., None],
         pageable: Any,
-        blocks: Any,
-        backends: Any,
+        cache: BlockCacheCore,
         pools: Any,
     ) -> None:
         """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
@@ -608,7 +625,7 @@ class AllocFinalizer:
     stream; everything else calls ``fallback`` (the Python ``__del__``)."""
 
     def __new__(
-        cls, *, allocation: type, stream: type, cache: Any, backends: Any, fallback: Any
+        cls, *, allocation: type, stream: type, cache: BlockCacheCore, fallback: Any
     ) -> AllocFinalizer: ...
     def __call__(self, allocation: Any, /) -> None: ...
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
@@ -622,11 +639,8 @@ class LaunchAwait:
     def __new__(
         cls,
         *,
-        core: type,
         fallback: Callable[[Any], Any],
         finish: Callable[..., Any],
-        completion: Any,
-        loops: Any,
         get_running_loop: Callable[[], Any],
         running_adapter: Callable[[], Any],
         policy: Any,

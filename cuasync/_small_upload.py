@@ -4,7 +4,7 @@
 layers (an :class:`~._core.context.ExecutionContext`, the new tensor's declaration,
 the route choice, ``Hub.attach``, a :class:`~._core.completion.Completion` and its
 finish), not in the copy. For a source of at most :data:`SMALL_MAX` bytes, the native
-module's core (``Express.upload``, reactor/upload.c) does what the single route does in
+module's core (``Express.upload``, reactor/python/upload.c) does what the single route does in
 one call, as it does for a launch: the memcpy into a pooled pinned block (before the
 execution lock), then under it the stream's sequence number, a completion slot, the new
 tensor's stream-ordered allocation, the DMA and the flag write; the spin after the
@@ -23,12 +23,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from ._core import completion as _completion
 from ._core import express
 from ._core.completion import Completion
 from ._core.device import Stream
 from ._core.op import DeviceOp
-from ._native import UploadOpCore
+from ._native import PROCESS, UploadOpCore
 from ._ops.tensorop import TensorOp
 from ._tensor import Tensor
 from ._transfers import pageable as _pageable
@@ -83,7 +82,7 @@ def enqueue(
     or it declines the op (not the common case: a source of more than :data:`SMALL_MAX`
     bytes, a route forced for benchmarks, the cases of a launch's): the generic path
     (``DeviceOp._start``, ``DeviceOp._sync``) then runs it."""
-    hub = _completion._hub
+    hub = PROCESS.hub
     core = hub.express if hub is not None else None
     if core is None:
         return None
@@ -100,7 +99,6 @@ _configured: Any = None
 def _configure(core: Any) -> None:
     """Give the native core what ``Express.upload`` reads and calls."""
     global _configured
-    from . import _backends
     from ._core import block_cache
     from ._core.pools import _selected
     from ._ops.expr import Node
@@ -110,7 +108,7 @@ def _configure(core: Any) -> None:
     core.set_upload(
         op=HostUploadOp, work=_HostUpload, node=Node, block=PinnedBlock,
         acquire=_acquire, failed=express.release_failed, abandon=express._core_abandon,
-        pageable=_pageable, blocks=block_cache, backends=_backends, pools=_selected,
+        pageable=_pageable, cache=block_cache.CACHE, pools=_selected,
     )  # fmt: skip
     staging_pool().add_keeper(core)
     _configure_builder(core)

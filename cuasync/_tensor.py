@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard
 
 import numpy as np
 
@@ -35,6 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["Tensor", "check_shape", "is_size"]
 
 Shape = tuple[int, ...]
+#: One item of a basic index: an int (or any ``__index__`` object: a numpy integer), a
+#: slice, ``...``, or None (``numpy.newaxis``, a new axis of length 1).
+IndexItem = SupportsIndex | slice | EllipsisType | None
+#: What ``Tensor.__getitem__`` takes: a basic index item or a tuple of them.
+Index = IndexItem | tuple[IndexItem, ...]
 
 
 class Methods:
@@ -455,7 +461,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         axes = (*range(self.ndim - 2), self.ndim - 1, self.ndim - 2)
         return methods.permute(self, axes, "mT")
 
-    def __getitem__(self, index: Any) -> Tensor:
+    def __getitem__(self, index: Index) -> Tensor:
         """numpy-style basic indexing, zero-copy: ints, slices (negative steps too), ``...``,
         None (``numpy.newaxis``).
 
@@ -467,7 +473,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         >>> t[1:5, ::2].shape, t[None, 0].shape, t[..., -1].shape, t[::-1].strides
         ((4, 4), (1, 8), (6,), (-8, 1))
         """
-        items = index if type(index) is tuple else (index,)
+        items = index if isinstance(index, tuple) else (index,)
         consumed = self._check_items(items)
         if consumed > self.ndim:
             raise IndexOutOfRangeError(
@@ -508,7 +514,7 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         return derived_view(self, tuple(shape), tuple(strides), offset)
 
     @staticmethod
-    def _check_items(items: tuple[Any, ...]) -> int:
+    def _check_items(items: tuple[IndexItem, ...]) -> int:
         """The number of axes ``items`` index; raises for anything but basic indices."""
         consumed = 0
         ellipsis = False

@@ -22,8 +22,13 @@ from hypothesis import settings
 # Two emulated devices, so that multi-device behaviour is tested in CI (ignored on cuda).
 os.environ.setdefault("CUASYNC_EMU_DEVICES", "2")
 # The kernel cache is on by default, in the user's home (~/.cache/cuasync): the suite
-# keeps its own in a temporary directory (its subprocesses inherit it), never the real one.
-os.environ["CUASYNC_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="cuasync-test-kernels-")
+# keeps its own in a temporary directory, never the real one, one for the whole run: the
+# process that makes it (xdist's controller) removes it at exit, and its xdist workers and
+# their subprocesses (a nested pytest run too) inherit it, so that a kernel one of them
+# compiled is read back by the others (NVRTC is most of the emulator's time).
+os.environ["CUASYNC_KERNEL_CACHE"] = os.environ.get(
+    "CUASYNC_TEST_RUN_KERNEL_CACHE"
+) or tempfile.mkdtemp(prefix="cuasync-test-kernels-")
 
 from helpers import BACKEND, ON_EMULATOR, STREAM_COMMANDS, settle
 
@@ -32,7 +37,9 @@ import cuasync.testing
 from cuasync._backends import get_backend
 from cuasync._core import block_cache
 
-atexit.register(shutil.rmtree, os.environ["CUASYNC_KERNEL_CACHE"], ignore_errors=True)
+if "CUASYNC_TEST_RUN_KERNEL_CACHE" not in os.environ:  # (made above, by this process)
+    os.environ["CUASYNC_TEST_RUN_KERNEL_CACHE"] = os.environ["CUASYNC_KERNEL_CACHE"]
+    atexit.register(shutil.rmtree, os.environ["CUASYNC_KERNEL_CACHE"], ignore_errors=True)
 
 # Property tests draw the same examples on every run: a run fails only on a change, never
 # on a draw no earlier run made. ``--hypothesis-profile=explore`` draws fresh ones, to
@@ -54,8 +61,15 @@ def _kernels_loaded_before_any_gate():
     or a fused kernel first loaded behind a gate)."""
     from cuasync._launch.builtin import builtin_kernels
 
+    # Each xdist worker starts at its own place in the list: what the others compiled
+    # meanwhile it reads from the run's kernel cache.
+    kernels = builtin_kernels()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    start = len(kernels) * int(worker.removeprefix("gw")) // workers
+    kernels = kernels[start:] + kernels[:start]
     for ordinal in range(cuasync.device_count()):
-        for kernel in builtin_kernels():
+        for kernel in kernels:
             kernel.compile(ordinal)
         cuasync.testing._device_ops.load(cuasync.Device(ordinal))  # the sleep and trap kernels
     if not ON_EMULATOR:

@@ -174,3 +174,19 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the condition"
         await anyio.sleep(0)
+
+
+def on_device(a: Any) -> cuasync.Tensor:
+    """The host array ``a`` uploaded (blocking: test set-up).
+
+    >>> x = on_device(np.arange(4.0))
+    """
+    return cuasync.from_host(a).sync()
+
+
+def on_host(op: Any) -> Any:
+    """What ``op`` computes, run and brought back as a numpy array (blocking).
+
+    >>> np.testing.assert_array_equal(on_host(cuasync.add(x, 1.0)), want)
+    """
+    return op.sync().to_host().sync()

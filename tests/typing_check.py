@@ -28,6 +28,18 @@ from cuasync import (
 Array = np.ndarray
 
 
+class Producer:
+    """A DLPack producer as torch's and CuPy's are typed: the protocol's keywords."""
+
+    def __dlpack__(
+        self, *, stream: int | None = None, max_version: tuple[int, int] | None = None
+    ) -> object:
+        return None
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
 async def creation_and_copies(host: Array) -> None:
     x = await cuasync.from_host(host)
     assert_type(x, Tensor)
@@ -58,6 +70,25 @@ async def creation_and_copies(host: Array) -> None:
     assert_type(cuasync.asarray([[1.0, 2.0]]), TensorOp)
     assert_type(cuasync.asarray(host, dtype=cuasync.int8, copy=None), TensorOp)
     assert_type(cuasync.from_dlpack(x), Tensor)
+    # precise parameter types (#34): host data, DLPack producers, basic indices
+    rows: list[list[float]] = [[1.0, 2.0]]
+    assert_type(cuasync.asarray(rows), TensorOp)
+    assert_type(cuasync.asarray((True, 1, 2.5j)), TensorOp)
+    assert_type(cuasync.asarray(np.float32(1.5)), TensorOp)
+    assert_type(cuasync.asarray(bytearray(b"ab")), TensorOp)  # the buffer protocol
+    assert_type(cuasync.asarray(Producer()), Tensor)
+    assert_type(cuasync.asarray(Producer(), dtype="int8"), TensorOp)
+    assert_type(cuasync.from_dlpack(Producer()), Tensor)
+    cuasync.from_dlpack([1.0])  # type: ignore[arg-type]
+    assert_type(x[0, 1:, None, ...], Tensor)
+    assert_type(x[np.int64(1)], Tensor)
+    assert_type(x[()], Tensor)
+    x[[0, 1]]  # type: ignore[index]
+    (x + 1.0)[0]  # type: ignore[index]  # (a TensorOp: the await forgotten)
+    assert_type(cuasync.Partition(x, (2, 2)), cuasync.Partition)
+    assert_type(PinnedHostBuffer(16, np.float32).dtype, np.dtype[Any] | None)
+    await cuasync.warmup(x.dup(), devices=(0, cuasync.Device(0)))
+    await cuasync.warmup(cuasync.add)  # type: ignore[arg-type]
     assert_type(await cuasync.wait(cuasync.Device(0).new_stream()), None)
     # the indexing family (#33): TensorOps; starts may be device tensors
     assert_type(cuasync.take_along_axis(x, x, axis=1, mode="clip"), TensorOp)
@@ -432,7 +463,7 @@ async def every_public_name(x: Tensor, op: TensorOp, buf: PinnedHostBuffer) -> N
     assert_type(cuasync.trace(False), None)
     assert_type(cuasync.tracing(), bool)
     assert_type(cuasync.backend_name(), str)
-    assert_type(await cuasync.warmup(cuasync.add), None)
+    assert_type(await cuasync.warmup(x * 2.0, devices=[0]), None)
     assert_type(cuasync.__version__, str)
     # modules, dtypes, info objects
     assert_type(cuasync.errors, types.ModuleType)

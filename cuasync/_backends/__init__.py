@@ -7,11 +7,13 @@ import threading
 from typing import Any, NoReturn
 
 from .._config import CONFIG
+from .._native import PROCESS
 from ..errors import BackendUnavailableError
 from .base import Backend
 
 _lock = threading.Lock()
-_backend: Backend | None = None
+#: The process's backend is ``PROCESS.backend`` (None until :func:`get_backend` chooses
+#: it): a field of the native module's ``PROCESS``, which the native core reads.
 
 
 def _make_emulator() -> Backend:
@@ -37,23 +39,23 @@ def _make_cuda() -> Backend:
 
 
 def get_backend() -> Backend:
-    """The process's backend, created on first use."""
-    global _backend
-    backend = _backend
+    """The process's backend, created on first use (``PROCESS.backend``)."""
+    backend: Backend | None = PROCESS.backend
     if backend is not None:
         return backend
     with _lock:
-        if _backend is None:
+        if PROCESS.backend is None:
             if CONFIG.backend == "cuda":
-                _backend = _make_cuda()
+                PROCESS.backend = _make_cuda()
             elif CONFIG.backend == "emulator":
-                _backend = _make_emulator()
+                PROCESS.backend = _make_emulator()
             else:
                 try:
-                    _backend = _make_cuda()
+                    PROCESS.backend = _make_cuda()
                 except BackendUnavailableError:
-                    _backend = _make_emulator()
-        return _backend
+                    PROCESS.backend = _make_emulator()
+        made: Backend = PROCESS.backend
+        return made
 
 
 FORKED_MESSAGE = (
@@ -72,9 +74,8 @@ class _ForkedBackend:
 
 
 def _after_fork_in_child() -> None:
-    global _backend
-    if _backend is not None:
-        _backend = _ForkedBackend()  # type: ignore[assignment]
+    if PROCESS.backend is not None:
+        PROCESS.backend = _ForkedBackend()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -82,7 +83,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def forked() -> bool:
     """Whether this process was forked after cuasync was initialized in its parent."""
-    return isinstance(_backend, _ForkedBackend)
+    return isinstance(PROCESS.backend, _ForkedBackend)
 
 
 def backend_name() -> str:

@@ -10,7 +10,10 @@ before is ordered before it on that stream (a free first orders its stream after
 other streams that still read it, as a free to the driver does).
 
 Bounds: :data:`DEVICE_MAX` bytes per device and :data:`PER_KEY` blocks per stream and
-class; beyond them a block is freed as before. Cached blocks are freed to the driver
+class (in force: ``CACHE.device_max`` and ``CACHE.per_key``); beyond them a block is
+freed as before. The cache's state is :data:`CACHE`, a native ``BlockCacheCore``, whose
+fields ``Allocation``'s native fast paths read and write under its lock as this module
+does. Cached blocks are freed to the driver
 (stream-ordered, on their stream) when their stream is destroyed, when an allocation
 runs out of memory (then retried), by :meth:`Device.trim_pool`, and never reused after
 a fault; a forked child forgets them. They are not live allocations: ``memory_info()``,
@@ -31,11 +34,13 @@ import weakref
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
+from .._native import BlockCacheCore
 
 if TYPE_CHECKING:
     from .device import Device, Stream
 
 __all__ = [
+    "CACHE",
     "DEVICE_MAX",
     "MIN_CLASS",
     "PER_KEY",
@@ -55,30 +60,34 @@ DEVICE_MAX = 32 * 1024 * 1024
 #: Cached blocks per stream and size class, at most.
 PER_KEY = 256
 
-#: Reentrant: a collection inside a critical section may finalize a stream, whose
-#: finalizer drops its blocks (drop_stream) on this same thread.
-_lock = threading.RLock()
-#: (stream handle, size class) -> pointers; per device ordinal: cached bytes.
-_blocks: dict[tuple[int, int], list[int]] = {}
-_bytes: dict[int, int] = {}
+#: The cache's state: ``lock``, reentrant (a collection inside a critical section may
+#: finalize a stream, whose finalizer drops its blocks, drop_stream, on this same
+#: thread); ``blocks``, (stream handle, size class) -> pointers; ``bytes``, per device
+#: ordinal, the cached bytes; ``taking``, True while _take_all runs (a block freed inside
+#: it, by a collection on this thread, is not kept, else it could land under a stream
+#: whose owner entry is being removed); the bounds.
+CACHE = BlockCacheCore()
+
+
+CACHE.lock = threading.RLock()
+CACHE.blocks, CACHE.bytes, CACHE.taking = {}, {}, False
+CACHE.device_max, CACHE.per_key, CACHE.min_class = DEVICE_MAX, PER_KEY, MIN_CLASS
 #: stream handle -> (device ordinal, weak reference to the Stream): to free a stream's
 #: blocks when it goes, and to keep it alive while :func:`flush` frees them on it.
 _owners: dict[int, tuple[int, weakref.ref[Stream]]] = {}
-#: True while _take_all runs: a block freed inside it (a collection on this thread) is
-#: not kept, else it could land under a stream whose owner entry is being removed.
-_taking = False
 
 
 def take(device: Device, stream: Stream, cls: int) -> int:
     """A cached block of class ``cls`` last used on ``stream``, or 0."""
-    if not _blocks:
+    blocks = CACHE.blocks
+    if not blocks:
         return 0
     key = (stream.handle, cls)
-    with _lock:
-        free = _blocks.get(key)
+    with CACHE.lock:
+        free = blocks.get(key)
         if not free:
             return 0
-        _bytes[device.ordinal] -= 1 << cls
+        CACHE.bytes[device.ordinal] -= 1 << cls
         return free.pop()
 
 
@@ -87,30 +96,32 @@ def put(device: Device, stream: Stream, cls: int, ptr: int) -> bool:
     cannot be (a bound reached, or the cache busy: called from ``__del__``, it never
     waits for the lock), and the caller frees it."""
     key = (stream.handle, cls)
-    if not _lock.acquire(blocking=False):
+    lock = CACHE.lock
+    if not lock.acquire(blocking=False):
         return False
     try:
-        if _taking:
+        if CACHE.taking:
             return False
-        held = _bytes.get(device.ordinal, 0)
+        blocks, counted = CACHE.blocks, CACHE.bytes
+        held = counted.get(device.ordinal, 0)
         size = 1 << cls
-        free = _blocks.get(key)
-        if held + size > DEVICE_MAX or (free is not None and len(free) >= PER_KEY):
+        free = blocks.get(key)
+        if held + size > CACHE.device_max or (free is not None and len(free) >= CACHE.per_key):
             return False
         if free is None:
-            free = _blocks[key] = []
+            free = blocks[key] = []
             _owners[key[0]] = (device.ordinal, weakref.ref(stream))
         free.append(ptr)
-        _bytes[device.ordinal] = held + size
+        counted[device.ordinal] = held + size
         return True
     finally:
-        _lock.release()
+        lock.release()
 
 
 def drop_stream(stream: int) -> None:
     """Free the blocks cached on the stream of handle ``stream`` (its finalizer: it is
     destroyed right after), on it."""
-    with _lock:
+    with CACHE.lock:
         taken = _take_all({stream}) if stream in _owners else []
     _free(taken)
 
@@ -120,7 +131,7 @@ def flush(device: Device) -> int:
 
     The streams are held while their blocks are freed on them, so that none is destroyed
     meanwhile; a stream already being finalized is left to its finalizer."""
-    with _lock:
+    with CACHE.lock:
         held = []
         for ordinal, ref in list(_owners.values()):
             stream = ref() if ordinal == device.ordinal else None
@@ -135,23 +146,23 @@ def flush(device: Device) -> int:
 def _take_all(streams: set[int]) -> list[tuple[int, int, int]]:
     """Remove the blocks cached on ``streams``: ``(stream, class, pointer)`` (lock held;
     a finalizer may run inside and drop some first, and nothing is kept meanwhile)."""
-    global _taking
     out: list[tuple[int, int, int]] = []
-    outer, _taking = _taking, True
+    blocks, counted = CACHE.blocks, CACHE.bytes
+    outer, CACHE.taking = CACHE.taking, True
     try:
-        for key in [k for k in _blocks if k[0] in streams]:
+        for key in [k for k in blocks if k[0] in streams]:
             stream, cls = key
-            ptrs = _blocks.pop(key, None)
+            ptrs = blocks.pop(key, None)
             if ptrs is None:
                 continue  # (dropped by a finalizer inside)
             owner = _owners.get(stream)
             if owner is not None:
-                _bytes[owner[0]] -= len(ptrs) << cls
+                counted[owner[0]] -= len(ptrs) << cls
             out += [(stream, cls, p) for p in ptrs]
         for stream in streams:
             _owners.pop(stream, None)
     finally:
-        _taking = outer
+        CACHE.taking = outer
     return out
 
 
@@ -165,11 +176,8 @@ def _free(taken: list[tuple[int, int, int]]) -> int:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _taking
-    _lock = threading.RLock()
-    _taking = False
-    _blocks.clear()
-    _bytes.clear()
+    CACHE.lock = threading.RLock()
+    CACHE.blocks, CACHE.bytes, CACHE.taking = {}, {}, False
     _owners.clear()
 
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .device import Device
 
 from .._native import NATIVE as _reactor
-from .._native import CompletionCore, HubCore
+from .._native import PROCESS, CompletionCore, HubCore
 
 _ledger_type = _reactor.SlotLedger
 
@@ -217,7 +217,7 @@ class Completion(CompletionCore):
             if self.landed():
                 self.finish(INLINE)
             else:
-                hub = _hub
+                hub = PROCESS.hub
                 if hub is not None:
                     hub.check_fault(self)
         return self.state >= DONE
@@ -292,7 +292,7 @@ class Completion(CompletionCore):
         del ctx, out  # releases every retained object now that the device is done with them
         if self.abandoned:
             value = None
-        hub = _hub
+        hub = PROCESS.hub
         if hub is not None:
             hub.release(self, path)
         with self._lock:
@@ -320,7 +320,7 @@ class Completion(CompletionCore):
             waiters, self._waiters = self._waiters, None
         if self.trace is not None:
             end_flight(self)
-        hub = _hub
+        hub = PROCESS.hub
         if hub is not None:
             hub.forget(self)
         self._wake(waiters)
@@ -934,7 +934,8 @@ class Hub(HubCore):
 #: What a query of a stream that is capturing (or whose capture failed) returns.
 _CAPTURE_CODES = frozenset({Code.STREAM_CAPTURE_UNSUPPORTED, Code.STREAM_CAPTURE_INVALIDATED})
 
-_hub: Hub | None = None
+#: The process's hub is ``PROCESS.hub`` (None until :func:`get_hub` makes it): a field
+#: of the native module's ``PROCESS``, which an await reads in C.
 _hub_lock = threading.Lock()
 #: Hubs of the parent process, kept (never freed) in a forked child: freeing one would
 #: join a reactor thread that does not exist in the child.
@@ -942,9 +943,9 @@ _forked_hubs: list[Hub] = []
 
 
 def _after_fork_in_child() -> None:
-    global _hub, _hub_lock
+    global _hub_lock
     _hub_lock = threading.Lock()  # another thread of the parent may have held it
-    hub, _hub = _hub, None
+    hub, PROCESS.hub = PROCESS.hub, None
     if hub is not None:
         _forked_hubs.append(hub)
         if hub.reactor is not None:
@@ -978,13 +979,13 @@ def _host_task_mode(backend: Backend, host_sync: str) -> int | None:
 
 
 def get_hub() -> Hub:
-    global _hub
-    hub = _hub
+    """The process's completion hub, made at the first call (``PROCESS.hub``)."""
+    hub = PROCESS.hub
     if hub is None:
         with _hub_lock:
-            if _hub is None:
-                _hub = Hub()
-            hub = _hub
+            if PROCESS.hub is None:
+                PROCESS.hub = Hub()
+            hub = PROCESS.hub
     return hub
 
 
@@ -1002,7 +1003,7 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     A module function, not a method: it is the hottest path of the package.
     """
     if comp.state < DONE:
-        hub = _hub or get_hub()
+        hub = PROCESS.hub or get_hub()
         spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
         settled = hub.settle(comp, spin_us or 0)
         if spin_us is not None:
@@ -1051,7 +1052,7 @@ def suspend(hub: Hub, comp: Completion, adapter: LoopAdapter) -> Generator[Any, 
 def work_in_flight() -> bool:
     """Whether any submission is still pending (a flag slot armed or a host callback
     outstanding); False before the completion machinery exists (it is not created)."""
-    hub = _hub
+    hub = PROCESS.hub
     return hub is not None and (hub.slots_in_use() > 0 or bool(hub.callback_pending))
 
 
@@ -1063,7 +1064,7 @@ def raise_if_faulted(device: Device) -> None:
     """
     fault = get_backend().device_fault(device.ordinal)
     if fault is not None:
-        hub = _hub
+        hub = PROCESS.hub
         if hub is not None:
             hub.fail_device(device, fault)
         raise fresh(fault)

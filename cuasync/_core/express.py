@@ -40,10 +40,11 @@ from typing import Any
 
 from .. import _config
 from .._first_use import Unprepared, prepare_off_loop
+from .._native import PROCESS
 from . import completion as _completion
 from . import loops as _loops
 from .completion import INLINE, Completion, await_spin_us, suspend
-from .context import LOCK, ExecutionContext
+from .context import ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
 from .op import DeviceFuture, DeviceOp, _release_when_drained, await_started, synchronize
@@ -66,7 +67,8 @@ _STEPS_MAX = 16
 
 #: The native core's modes (``Express.launch``, ``Express.upload``): no spin (a future),
 #: an await's spin, a blocking ``sync()``'s, or (a launch only) an await in a burst, its
-#: launch queued for the native submitter where it can be (reactor/express.h's ``MODE_*``).
+#: launch queued for the native submitter where it can be (``MODE_*`` of
+#: reactor/python/express.h).
 NO_SPIN, AWAIT, BLOCK, BURST = 0, 1, 2, 4
 
 
@@ -86,7 +88,7 @@ class _Box(list[BaseException]):
 
 def _core() -> Any:
     """The hub's native core, or None (no hub yet, no core: the generic path)."""
-    hub = _completion._hub
+    hub = PROCESS.hub
     return hub.express if hub is not None else None
 
 
@@ -129,7 +131,7 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
     the op's output argument, and what the launch used is still held by the op.
     """
     # (running_adapter() and stream_for(), their common cases inline: every await)
-    ref, adapter = _loops._last
+    ref, adapter = PROCESS.last
     if ref() is not _get_running_loop() or adapter is None:
         adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
     if op._consumed:
@@ -156,7 +158,7 @@ def _submit_await(
         if sent is not None and sent.__class__ is not tuple:
             return sent
     else:
-        hub = _completion._hub
+        hub = PROCESS.hub
         if hub is None or hub.express is None:
             sent = None
         else:  # the native core: the whole submission, spin and settling
@@ -337,8 +339,7 @@ def launch_awaiter(fallback: Callable[..., Any]) -> Any:
     import asyncio
 
     return native.LaunchAwait(
-        core=native.Express, fallback=fallback, finish=_finish_await, completion=_completion,
-        loops=_loops, get_running_loop=asyncio._get_running_loop,
+        fallback=fallback, finish=_finish_await, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
         current_tasks=_loops.current_tasks_table(),
     )  # fmt: skip
@@ -356,11 +357,11 @@ def make_core(hub: Any) -> Any:
     ):
         return None
     # (the classes it makes and recognizes, Stream, Tensor, the launch op, Completion and
-    # the rest, it knows by their core types: each recorded when it was declared)
-    return native.Express(
-        hub=hub, lock=LOCK, box=_Box, generic=GENERIC, spin_us=await_spin_us,
-        failed=_core_failed, abandon=_core_abandon,
-    )  # fmt: skip
+    # the rest, it knows by their core types: each recorded when it was declared; what it
+    # hands back to Python, it reads from the hub's fields; its lock is context.LOCK)
+    hub._box_type, hub._generic, hub._await_spin_us = _Box, GENERIC, await_spin_us
+    hub._core_failed, hub._core_abandon = _core_failed, _core_abandon
+    return native.Express(hub)
 
 
 def _core_failed(hub: Any, op: Any, stream: Stream, seq: int, slot: int, box: _Box) -> None:

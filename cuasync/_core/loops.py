@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-from .._native import AdapterCore
+from .._native import PROCESS, AdapterCore
 from ..errors import SyncInEventLoopError
 from .completion import Completion, Waiter, get_hub
 
@@ -170,10 +170,9 @@ def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -
 
     def close() -> None:
         if not loop.is_closed() and not loop.is_running():
-            global _last
             if _asyncio_adapters.get(loop) is adapter:
                 del _asyncio_adapters[loop]
-                _last = _NO_LAST
+                PROCESS.last = _NO_LAST
             with adapter._lock:
                 adapter._closed = True
             try:
@@ -191,18 +190,18 @@ def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -
 
 _asyncio_adapters: weakref.WeakKeyDictionary[Any, AsyncioAdapter] = weakref.WeakKeyDictionary()
 _NO_LAST: tuple[Callable[[], Any], Any] = (lambda: None, None)
-#: The last loop looked up and its adapter: ``(weakref to the loop, adapter)``, one
-#: tuple so that threads running other loops read a consistent pair.
-_last: tuple[Callable[[], Any], Any] = _NO_LAST
+#: The last loop looked up and its adapter, ``PROCESS.last``: ``(weakref to the loop,
+#: adapter)``, one tuple so that threads running other loops read a consistent pair (a
+#: field of the native module's ``PROCESS``, which an await reads in C).
+PROCESS.last = _NO_LAST
 
 
 def _asyncio_adapter(loop: asyncio.AbstractEventLoop) -> AsyncioAdapter:
-    global _last
     adapter = _asyncio_adapters.get(loop)
     if adapter is None:
         adapter = _asyncio_adapters[loop] = AsyncioAdapter(loop)
         _detach_on_close(loop, adapter)
-    _last = (weakref.ref(loop), adapter)
+    PROCESS.last = (weakref.ref(loop), adapter)
     return adapter
 
 
@@ -284,7 +283,7 @@ def running_adapter() -> AsyncioAdapter | TrioAdapter:
     """
     loop = asyncio._get_running_loop()
     if loop is not None:
-        ref, adapter = _last
+        ref, adapter = PROCESS.last
         if ref() is loop:
             return adapter
         return _asyncio_adapter(loop)

@@ -14,7 +14,6 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from .. import _backends
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
 from .._exceptions import report_once, warn_leak
@@ -181,7 +180,7 @@ def _native_finalizer() -> None:
     Python ``__del__`` above does everything else)."""
 
     Allocation.__del__ = NATIVE.AllocFinalizer(  # type: ignore[method-assign]
-        allocation=Allocation, stream=Stream, cache=block_cache, backends=_backends,
+        allocation=Allocation, stream=Stream, cache=block_cache.CACHE,
         fallback=Allocation.__del__,
     )  # fmt: skip
 

@@ -15,13 +15,13 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Never, NoReturn, TypeVar, overload
 
 from .._backends import get_backend
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
-from .._native import NATIVE, FutureCore, OpCore
+from .._native import NATIVE, PROCESS, FutureCore, OpCore
 from .._tensor import Tensor
 from ..errors import (
     ArgumentError,
@@ -30,7 +30,6 @@ from ..errors import (
     OpConsumedError,
     SchedulingError,
 )
-from . import completion as _completion
 from . import trace
 from .completion import (
     BLOCKING,
@@ -52,6 +51,7 @@ from .scheduling import SchedulingPolicy, stream_for, stream_from
 if TYPE_CHECKING:
     import numpy as np
 
+    from .._ops.tensorop import ShapeLike
     from .._tensor import Tensor
     from .graph import CudaGraph
 
@@ -130,7 +130,9 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         name = self._public_name
         raise self._not_awaited(f"numpy cannot convert a {name}", "`np.asarray(await op)`")
 
-    def __getitem__(self, item: Any) -> Any:
+    def __getitem__(self, item: Never) -> NoReturn:
+        """Refused with :class:`~cuasync.errors.NotAwaitedError` (a forgotten await?):
+        to mypy no index fits; index the result: ``(await op)[0]``."""
         name = self._public_name
         raise self._not_awaited(f"a {name} cannot be indexed", "`(await op)[...]`")
 
@@ -189,7 +191,7 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
             try:
                 out = self._enqueue(ctx)
                 if notify:
-                    return (_completion._hub or get_hub()).attach(ctx, out)
+                    return (PROCESS.hub or get_hub()).attach(ctx, out)
                 return Completion(ctx, out)
             except BaseException:
                 _release_when_drained(ctx)
@@ -386,7 +388,7 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         """
         return _Then(self, lambda t: _tensor_output(t, "to_host").to_host(), unchecked=False)
 
-    def reshape(self: DeviceOp[Tensor], shape: Any) -> DeviceOp[Tensor]:
+    def reshape(self: DeviceOp[Tensor], shape: ShapeLike) -> DeviceOp[Tensor]:
         """An op running this one, then viewing its output tensor in another shape,
         zero-copy (:meth:`Tensor.reshape`; -1 infers). The shape is checked against the
         tensor when the op runs (a :class:`~cuasync.TensorOp` checks it now).

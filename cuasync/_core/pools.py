@@ -36,8 +36,8 @@ from contextlib import contextmanager
 
 from .._backends import get_backend
 from .._exceptions import report_once
+from .._native import PROCESS
 from ..errors import ArgumentError
-from . import completion
 from .completion import get_hub
 from .device import Device, MemoryStats, _check_nbytes, get_default_device
 
@@ -212,7 +212,7 @@ class _Graveyard:
         self._chore_soon()
 
     def _chore_soon(self) -> None:
-        hub = completion._hub
+        hub = PROCESS.hub
         if hub is not None:
             hub.background.kick()
 

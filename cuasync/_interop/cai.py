@@ -16,7 +16,8 @@ for with an event on a cuasync stream at the import.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from .foreign import (
     wait_for_foreign,
 )
 
-__all__ = ["export", "from_cuda_array_interface"]
+__all__ = ["SupportsCudaArrayInterface", "export", "from_cuda_array_interface"]
 
 
 def _stream(tensor: Tensor) -> int | None:
@@ -107,8 +108,20 @@ def _device(ptr: int, device: int | Device | None, owner: Any) -> Device:
     return Device(known) if known >= 0 else get_default_device()
 
 
+class SupportsCudaArrayInterface(Protocol):
+    """An object describing its device memory by ``__cuda_array_interface__`` (a
+    mapping: ``shape``, ``typestr``, ``data``, ``version``, ...; CuPy, Numba and torch
+    arrays): what :func:`from_cuda_array_interface` adopts."""
+
+    @property
+    def __cuda_array_interface__(self) -> Mapping[str, object]: ...
+
+
 def from_cuda_array_interface(
-    obj: Any, *, device: int | Device | None = None, stream: Stream | None = None
+    obj: SupportsCudaArrayInterface,
+    *,
+    device: int | Device | None = None,
+    stream: Stream | None = None,
 ) -> Tensor:
     """Adopt the memory ``obj.__cuda_array_interface__`` describes, zero-copy, now.
 

@@ -2,7 +2,7 @@
 
 :func:`pack` makes a capsule viewing CUDA memory, :func:`unpack` reads a producer's,
 :func:`take` marks one consumed and :func:`delete` calls a consumed tensor's deleter.
-The native module does each in one C call (``reactor/dlpack.c``). Nothing here checks
+The native module does each in one C call (``reactor/python/dlpack.c``). Nothing here checks
 what a capsule says: :mod:`.dlpack` does, and words the errors.
 
 >>> capsule = pack(release, alloc, ptr, 0, (4,), (1,), 2, 32, 0, True)

@@ -7,7 +7,7 @@ the tensor, which keeps its device allocation alive until the consumer calls the
 deleter; the deleter is a C function that any thread may call at any time (it takes the
 GIL, drops the reference, and makes the allocation's eventual free wait for the
 consumer's default stream where that stream is known). A capsule nobody consumed calls
-the deleter when it is collected, from a C destructor (``reactor/dlpack.c``) that keeps
+the deleter when it is collected, from a C destructor (``reactor/python/dlpack.c``) that keeps
 an exception the consumer has set meanwhile (a refused capsule is dropped while its
 consumer raises); a consumed one (renamed ``used_dltensor...``) is its consumer's
 business.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from .foreign import (
     order_free_after_foreign,
 )
 
-__all__ = ["KDL_CPU", "KDL_CUDA", "dlpack_device", "export", "from_dlpack"]
+__all__ = ["KDL_CPU", "KDL_CUDA", "SupportsDLPack", "dlpack_device", "export", "from_dlpack"]
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -307,8 +307,18 @@ def _refuse(capsule: Any, fields: capsules.Fields | None) -> NoReturn:
     )
 
 
+class SupportsDLPack(Protocol):
+    """A DLPack producer, what :func:`from_dlpack` takes: an object with ``__dlpack__``
+    (called with ``stream=`` and the other keywords of the protocol) and
+    ``__dlpack_device__`` (torch, CuPy and JAX arrays, a :class:`~cuasync.Tensor`).
+    The array API standard's ``SupportsDLPack``, with the device query it relies on."""
+
+    def __dlpack__(self, /, *, stream: None = None) -> object: ...
+    def __dlpack_device__(self, /) -> tuple[int, int]: ...
+
+
 def from_dlpack(
-    obj: Any,
+    obj: SupportsDLPack,
     *,
     device: int | Device | None = None,
     stream: Stream | None = None,
@@ -346,11 +356,14 @@ def from_dlpack(
             f"stream is on device {stream.device.ordinal} but {type(obj).__name__} lives on "
             f"device {own.ordinal}; pass a stream of device {own.ordinal}"
         )
+    # The 2023 protocol's keywords: a producer refusing them (TypeError) speaks the
+    # legacy one; SupportsDLPack names only what every producer takes.
+    producer: Any = obj
     try:  # (_capsule, inline: one frame less on every import)
         if copy is None:
-            capsule = obj.__dlpack__(stream=stream.handle, max_version=VERSION)
+            capsule = producer.__dlpack__(stream=stream.handle, max_version=VERSION)
         else:
-            capsule = obj.__dlpack__(stream=stream.handle, max_version=VERSION, copy=copy)
+            capsule = producer.__dlpack__(stream=stream.handle, max_version=VERSION, copy=copy)
     except TypeError:
         capsule = _capsule(obj, stream.handle, copy)  # (the legacy protocol's producers)
     fields = capsules.unpack(capsule)  # (see capsules.Fields)

@@ -49,6 +49,9 @@ from .signature import Param, parse_params, with_cancel_word
 __all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
 Dim3 = tuple[int, int, int]
+#: A launch's ``grid`` or ``block`` as users give one: an int (or numpy integer), or a
+#: tuple or list of 1 to 3 of them.
+Dim3Like = int | np.integer[Any] | tuple[int | np.integer[Any], ...] | list[int]
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -279,7 +282,7 @@ class _Launchable(Generic[R]):
 
     name: str
     params: list[Param]
-    emulate: Callable[..., Any] | None
+    emulate: Callable[..., object] | None
     #: The handle of the loaded module holding the function, or 0 (compile the source).
     module_handle: int = 0
     #: The handle of a borrowed function (``Module.kernel_from_handle``), or 0.
@@ -371,8 +374,8 @@ class _Launchable(Generic[R]):
     def launch(
         self,
         *args: Any,
-        grid: Any = None,
-        block: Any = None,
+        grid: Dim3Like | None = None,
+        block: Dim3Like | None = None,
         shared_mem: int | np.integer[Any] = 0,
     ) -> DeviceOp[R]:
         """An op launching the kernel; its output is the tensor(s) bound to non-const pointers.
@@ -959,7 +962,7 @@ class Kernel(_Launchable[R]):
         source: str,
         name: str,
         *,
-        emulate: Callable[..., Any] | None = None,
+        emulate: Callable[..., object] | None = None,
         options: CompileOptions | None = None,
     ) -> None:
         if not isinstance(source, str) or not source.strip():

@@ -11,11 +11,14 @@ launch its grid and its checks, and marks the tensor as the kernel's output.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._tensor import Tensor, check_shape
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, LaunchError, ShapeError
+
+if TYPE_CHECKING:
+    from .._ops.tensorop import ShapeLike
 
 __all__ = ["MappedPartition", "Partition"]
 
@@ -42,7 +45,7 @@ class Partition:
 
     __slots__ = ("grid", "prefix", "tensor", "tile_shape")
 
-    def __init__(self, tensor: Tensor, tile_shape: Any, *, prefix: bool = False) -> None:
+    def __init__(self, tensor: Tensor, tile_shape: ShapeLike, *, prefix: bool = False) -> None:
         if not isinstance(tensor, Tensor):
             raise ArgumentError(f"tensor must be a cuasync.Tensor, got {type(tensor).__name__}")
         tile = check_shape(tile_shape, "tile_shape")
@@ -99,7 +102,7 @@ class Partition:
                 "launch a prefix of the tiles"
             )
 
-    def map(self, map_shape: Any, num_tile_blocks: int) -> MappedPartition:
+    def map(self, map_shape: ShapeLike, num_tile_blocks: int) -> MappedPartition:
         """This partition for a persistent kernel: ``num_tile_blocks`` blocks (the launch
         grid is ``(num_tile_blocks, 1, 1)``) that loop over the tiles, visited as the index
         space ``map_shape`` (holding exactly :attr:`tiles` tiles).
@@ -137,7 +140,7 @@ class MappedPartition(Partition):
 
     __slots__ = ("map_shape", "num_tile_blocks")
 
-    def __init__(self, partition: Partition, map_shape: Any, num_tile_blocks: int) -> None:
+    def __init__(self, partition: Partition, map_shape: ShapeLike, num_tile_blocks: int) -> None:
         super().__init__(partition.tensor, partition.tile_shape, prefix=partition.prefix)
         shape = check_shape(map_shape, "map_shape")
         if math.prod(shape) != self.tiles:

@@ -5,7 +5,7 @@ calling task waits.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 from .._backends.base import PreparedKernel
@@ -29,19 +29,27 @@ class _OffLoop:
         return prepare_off_loop(self.pairs, running_adapter())
 
 
-def _devices(devices: Any) -> list[Device] | None:
+#: What :func:`warmup` prepares: a kernel (``Kernel``, a ``Module``'s kernel) or an
+#: example op.
+Warmable = _Launchable[Any] | DeviceOp[Any]
+#: The devices :func:`warmup` prepares on: one (an ordinal or a ``Device``) or several.
+Devices = int | Device | Sequence[int | Device] | None
+
+
+def _devices(devices: Devices) -> list[Device] | None:
     if devices is None:
         return None
-    many = devices if isinstance(devices, (list, tuple)) else [devices]
-    if not many or any(isinstance(d, bool) or not isinstance(d, (int, Device)) for d in many):
+    many: list[object] = list(devices) if isinstance(devices, (list, tuple)) else [devices]
+    found = [d for d in many if isinstance(d, (int, Device)) and not isinstance(d, bool)]
+    if not many or len(found) != len(many):
         raise ArgumentError(
             "devices must be a device (an int or a cuasync.Device), a list or tuple of them, "
             f"or None, got {devices!r}"[:200]
         )
-    return [Device(d) for d in many]
+    return [Device(d) for d in found]
 
 
-def _pairs(things: Iterable[Any], devices: list[Device] | None) -> list[tuple[Any, Device]]:
+def _pairs(things: Iterable[Warmable], devices: list[Device] | None) -> list[tuple[Any, Device]]:
     """The ``(kernel, device)`` pairs to prepare for ``things`` on ``devices``."""
     pairs: list[tuple[Any, Device]] = []
     for i, thing in enumerate(things):
@@ -64,7 +72,7 @@ def _pairs(things: Iterable[Any], devices: list[Device] | None) -> list[tuple[An
     return list(unique.values())
 
 
-async def warmup(*things: Any, devices: Any = None) -> None:
+async def warmup(*things: Warmable, devices: Devices = None) -> None:
     """Compile and load, ahead of traffic, the kernels ``things`` would launch, on the
     compile thread while this task waits (the loop goes on): their first awaits then
     compile and load nothing.

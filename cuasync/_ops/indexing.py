@@ -16,6 +16,7 @@ for an index out of range, so each op says what it does with one (``mode`` /
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .creation import _bits, _enqueue_fill, _fill_kernel, _representable
 from .elementwise import check_out
 from .expr import Node
+from .fused_operand import Call, Fused, fusable
 from .joins import _copy_into
 from .tensorop import Operand as ValueOperand  # (Operand here: the checks' view, below)
 from .tensorop import TensorOp
@@ -82,6 +84,11 @@ _KERNELS = builtin.KernelFiles(*FILES)
 
 def _index_c(index: str) -> str:
     return "int" if index == "int32" else "long long"
+
+
+def _longs(names: str, sign: str = "") -> tuple[str, ...]:
+    """C declarations of ``long long`` parameters, for a fused kernel's :class:`Call`."""
+    return tuple(f"{sign}long long {n}" for n in names.split())
 
 
 # -- the numpy twins (the emulator runs these for the kernels) ----------------------------
@@ -178,13 +185,14 @@ class _Lazy:
     """A ``TensorOp`` operand: its shape, dtype and device for the checks; it is consumed
     when the op is built (:func:`_op`) and runs first, in the op's execution context."""
 
-    __slots__ = ("device", "dtype", "op", "shape")
+    __slots__ = ("device", "dtype", "fused", "op", "shape")
     is_contiguous = True  # a new tensor
 
     def __init__(self, op: TensorOp) -> None:
         if op._consumed:
             op._take()  # raises OpConsumedError
         self.op = op
+        self.fused: Fused | None = None  # (set by _fuse: computed where the kernel reads it)
         self.shape: Shape = op.shape
         self.dtype = op.dtype
         self.device = op._node.device
@@ -204,6 +212,16 @@ class _Lazy:
 
 #: An operand as the checks see it.
 Operand = Any  # Tensor | _Lazy
+
+
+def _fuse(value: Operand, dtype: Any) -> Fused | None:
+    """``value``'s expression where the kernel reading it elementwise computes it there
+    (an elementwise TensorOp of ``dtype``, :mod:`.fused_operand`), else None: it runs
+    first."""
+    if not isinstance(value, _Lazy) or value.dtype != dtype:
+        return None
+    value.fused = fusable(value.op)
+    return value.fused
 
 
 def _run(ctx: ExecutionContext, value: Any) -> Any:
@@ -293,6 +311,7 @@ def _op(
     *operands: Any,
     kernels: tuple[Kernel, ...] = (),
     gathered: bool = True,
+    fused: Callable[[Device], tuple[tuple[Any, Device], ...]] | None = None,
 ) -> TensorOp:
     """The op of ``enqueue``; the ``TensorOp`` operands among ``x`` and ``operands`` are
     consumed now (every check has passed: a refused call leaves them to the caller).
@@ -300,7 +319,8 @@ def _op(
     Its first use (prepared off the event loop by an ``await``): the operands' own, then
     ``kernels`` (those ``enqueue`` launches) and the copy kernel of each operand tensor
     that is not contiguous (:func:`_contiguous` gathers it; not ``gathered``: copied
-    with :func:`_copy_into`, a kernel gathers only a view the copy engines cannot read)."""
+    with :func:`_copy_into`, a kernel gathers only a view the copy engines cannot read).
+    A fused operand's first use is ``fused``'s (the kernel computing it where read)."""
     if x.device is None:
         raise ArgumentError(f"{name}: x has no device (a TensorOp of scalars only)")
     if out is not None:
@@ -308,7 +328,7 @@ def _op(
     for v in (x, *operands):
         if isinstance(v, _Lazy):
             v.op._take()
-    lazy = [v.op for v in (x, *operands) if isinstance(v, _Lazy)]
+    lazy = [v.op for v in (x, *operands) if isinstance(v, _Lazy) and v.fused is None]
     copies = [
         copy_kernel(v.dtype)
         for v in (x, *operands)
@@ -317,7 +337,8 @@ def _op(
 
     def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
         mine = unprepared((*kernels, *copies), on)
-        return (*(pair for op in lazy for pair in op._first_use(on)), *mine)
+        ahead = fused(on) if fused is not None else ()
+        return (*(pair for op in lazy for pair in op._first_use(on)), *ahead, *mine)
 
     pending = device_op(enqueue, x.device, name, first_use=first_use)
     pending._take()
@@ -396,11 +417,28 @@ def gather(
     nidx = math.prod(indices.shape[nb:])
     inner = math.prod(x.shape[ax + 1 :])
     kernel = gather_kernel(x.dtype.itemsize, dtype_name(indices.dtype), False)
+    fx = _fuse(x, x.dtype)
+    s_c, i_c = builtin.storage(x.dtype.itemsize), _index_c(dtype_name(indices.dtype))
+    call = Call(
+        f"ca_gather_body<{s_c}, {i_c}>",
+        (f"{s_c}* out", None, f"const {i_c}* idx", *_longs("n pre nidx dim inner"), "int mode"),
+        s_c,
+        _gather_twin,
+    )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        xt, it = _run(ctx, x), _run(ctx, indices)
+        it = _run(ctx, indices)
+        n = math.prod(shape)
+        if fx is not None:  # x computed where the kernel reads it
+            fk, reads, tail = fx.prepare(ctx, call, x.shape)
+            result = _target(ctx, out, shape, x.dtype, name, *reads, it)
+            if n:
+                idx = _contiguous(ctx, it, it.shape, it.dtype, name)
+                args = (n, pre, nidx, dim, inner, code, *tail)
+                builtin.launch(ctx, fk, n, _flat_bits(result), _flat(idx), *args)
+            return _deliver(ctx, result, out)
+        xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt, it)
-        n = result.size
         if n:
             src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
             idx = _contiguous(ctx, it, it.shape, it.dtype, name)
@@ -408,7 +446,10 @@ def gather(
             builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
         return _deliver(ctx, result, out)
 
-    return _op(name, enqueue, x, shape, out, indices, kernels=(kernel,))
+    if fx is None:
+        return _op(name, enqueue, x, shape, out, indices, kernels=(kernel,))
+    fused = functools.partial(fx.first_use, call, x.shape)
+    return _op(name, enqueue, x, shape, out, indices, fused=fused)
 
 
 def _along_shapes(
@@ -475,11 +516,30 @@ def take_along_axis(
     x_shape = (*shape[:ax], dim, *shape[ax + 1 :])
     nidx, inner = shape[ax], math.prod(shape[ax + 1 :])
     kernel = gather_kernel(x.dtype.itemsize, dtype_name(indices.dtype), True)
+    fx = _fuse(x, x.dtype)
+    s_c, i_c = builtin.storage(x.dtype.itemsize), _index_c(dtype_name(indices.dtype))
+    call = Call(
+        f"ca_gather_along_body<{s_c}, {i_c}>",
+        (f"{s_c}* out", None, f"const {i_c}* idx", *_longs("n nidx dim inner"), "int mode"),
+        s_c,
+        _gather_along_twin,
+    )
+    # the fused x is read over x_shape (broadcast), or flattened: its own shape
+    read_shape = x.shape if axis is None else x_shape
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        xt, it = _run(ctx, x), _run(ctx, indices)
+        it = _run(ctx, indices)
+        n = math.prod(shape)
+        if fx is not None:  # x computed where the kernel reads it
+            fk, reads, tail = fx.prepare(ctx, call, read_shape)
+            result = _target(ctx, out, shape, x.dtype, name, *reads, it)
+            if n:
+                idx = _contiguous(ctx, it, shape, it.dtype, name)
+                args = (n, nidx, dim, inner, code, *tail)
+                builtin.launch(ctx, fk, n, _flat_bits(result), _flat(idx), *args)
+            return _deliver(ctx, result, out)
+        xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt, it)
-        n = result.size
         if n:
             src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
             if axis is None:
@@ -493,9 +553,12 @@ def take_along_axis(
     broadcasts = [  # (the copies that broadcast x and the indices)
         copy_kernel(v.dtype)
         for v, to in ((x, x_shape), (indices, shape))
-        if v.size != math.prod(to)
+        if v.size != math.prod(to) and not (v is x and fx is not None)
     ]
-    return _op(name, enqueue, x, shape, out, indices, kernels=(kernel, *broadcasts))
+    if fx is None:
+        return _op(name, enqueue, x, shape, out, indices, kernels=(kernel, *broadcasts))
+    fused = functools.partial(fx.first_use, call, read_shape)
+    return _op(name, enqueue, x, shape, out, indices, kernels=tuple(broadcasts), fused=fused)
 
 
 # -- scatter ------------------------------------------------------------------------------
@@ -569,18 +632,30 @@ def scatter(
     nidx, inner = shape[ax], math.prod(shape[ax + 1 :])
     kernel = scatter_kernel(x.dtype, dtype_name(indices.dtype), mode)
     in_place = _same_view(out, x)
+    fu = _fuse(upd, x.dtype)
+    call = _scatter_call(x.dtype, dtype_name(indices.dtype), mode)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        xt, it, ut = _run(ctx, x), _run(ctx, indices), _run(ctx, upd)
-        reads = (it, *([ut] if isinstance(ut, Tensor) else []))
+        xt, it = _run(ctx, x), _run(ctx, indices)
+        if fu is not None:  # the updates computed where the kernel reads them
+            fk, fused_reads, tail = fu.prepare(ctx, call, shape)
+        else:
+            ut = _run(ctx, upd)
+            fused_reads = [ut] if isinstance(ut, Tensor) else []
+        reads = (it, *fused_reads)
         result = _target(ctx, out, xt.shape, xt.dtype, name, *reads, *(() if in_place else (xt,)))
         if not (in_place and result is out) and result.size:
             _copy_into(ctx, result, xt)
         n = math.prod(shape)
         if n:
             idx = _contiguous(ctx, it, shape, it.dtype, name)
-            values = _updates_tensor(ctx, ut, xt, shape, name)
             flat = _flat_bits if mode == "set" else builtin.flat
+            if fu is not None:
+                builtin.launch(
+                    ctx, fk, n, flat(result), _flat(idx), n, nidx, dim, inner, code, *tail
+                )
+                return _deliver(ctx, result, out)
+            values = _updates_tensor(ctx, ut, xt, shape, name)
             views = (flat(result), _flat(idx), flat(values))
             builtin.launch(ctx, kernel, n, *views, n, nidx, dim, inner, code)
         return _deliver(ctx, result, out)
@@ -593,7 +668,25 @@ def scatter(
         else []
     )
     wide = [copy_kernel(indices.dtype)] if indices.shape != shape else []
-    return _op(name, enqueue, x, x.shape, out, indices, upd, kernels=(kernel, *values, *wide))
+    if fu is None:
+        return _op(name, enqueue, x, x.shape, out, indices, upd, kernels=(kernel, *values, *wide))
+    fused = functools.partial(fu.first_use, call, shape)
+    return _op(name, enqueue, x, x.shape, out, indices, upd, kernels=tuple(wide), fused=fused)
+
+
+def _scatter_call(dtype: Any, index: str, mode: str) -> Call:
+    """:func:`scatter_kernel`'s body, as a kernel with fused updates calls it."""
+    combine = _SCATTER_MODES.index(mode)
+    narrow = _NARROW.get(dtype_name(dtype))
+    i_c = _index_c(index)
+    if combine and narrow is not None:
+        body, t_c = f"ca_scatter_narrow_body<{i_c}, {combine}, {narrow}>", "unsigned short"
+        twin = _scatter_twin(combine, dtype)
+    else:
+        t_c = builtin.storage(dtype.itemsize) if combine == 0 else DTYPES[dtype_name(dtype)].storage
+        body, twin = f"ca_scatter_body<{t_c}, {i_c}, {combine}>", _scatter_twin(combine, None)
+    params = (f"{t_c}* out", f"const {i_c}* idx", None, *_longs("n nidx dim inner"), "int mode")
+    return Call(body, params, t_c, twin)
 
 
 def _updates(updates: Any, x: Operand, shape: Shape, name: str) -> Any:
@@ -696,6 +789,39 @@ def _launch_window(
     builtin.launch(ctx, kernel, n, *args)
 
 
+def _window_call(dtype: Any, start: Any, write: int) -> Call:
+    """``ca_window``'s body reading a fused ``big`` (``write`` 0) or ``small`` (1)."""
+    s_c, i_c = builtin.storage(dtype.itemsize), _index_c(dtype_name(start.dtype))
+    axes = _longs(" ".join(f"{c}{j}" for c in "bz" for j in range(MAX_AXES)))
+    big, small = (None, f"{s_c}* small") if write == 0 else (f"{s_c}* big", None)
+    params = (big, small, f"const {i_c}* start", "long long n", "int lead", *axes)
+    return Call(
+        f"ca_window_body<{write}, {i_c}>", params, s_c, functools.partial(_window_twin_w, write)
+    )
+
+
+def _window_twin_w(write: int, *args: Any) -> None:
+    """:func:`_window_twin` as the fused kernels call it (``write`` fixed)."""
+    _window_twin(*args, write)
+
+
+def _fused_window(
+    ctx: ExecutionContext,
+    kernel: Kernel,
+    bits: Tensor,
+    big: Shape,
+    small: Shape,
+    start: Tensor,
+    tail: list[Any],
+) -> None:
+    """Launch a fused window kernel: ``bits`` the tensor it writes (the window, or where
+    the fused update goes), ``big`` and ``small`` the shapes."""
+    lead = MAX_AXES - len(big)
+    b, z = (1,) * lead + big, (1,) * lead + small
+    n = math.prod(small)
+    builtin.launch(ctx, kernel, n, _flat_bits(bits), _flat(start), n, lead, *b, *z, *tail)
+
+
 def dynamic_slice(
     x: Tensor | TensorOp,
     start_indices: StartIndices,
@@ -718,8 +844,22 @@ def dynamic_slice(
     start = _starts(start_indices, x, name)
     shape = _sizes(sizes, x, name)
     window = _window(start, x.shape, shape)
+    fx = _fuse(x, x.dtype)  # (host starts: the window of the expression, one kernel)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fx is not None and window is not None:  # the expression over the window
+            write, reads = fx.window(ctx, window)
+            result = _target(ctx, out, shape, x.dtype, name, *reads)
+            if result.size:
+                write(result)
+            return _deliver(ctx, result, out)
+        if fx is not None:  # x computed where the window kernel reads it
+            st = _run(ctx, start)
+            fk, reads, tail = fx.prepare(ctx, _window_call(x.dtype, start, 0), x.shape)
+            result = _target(ctx, out, shape, x.dtype, name, *reads, st)
+            if result.size:
+                _fused_window(ctx, fk, result, x.shape, shape, st, tail)
+            return _deliver(ctx, result, out)
         xt, st = _run(ctx, x), _run(ctx, start)
         result = _target(ctx, out, shape, xt.dtype, name, xt, *_device(st))
         if result.size:
@@ -734,6 +874,11 @@ def dynamic_slice(
         [] if window is not None else [window_kernel(x.dtype.itemsize, dtype_name(start.dtype))]
     )
     kernels = tuple(device_starts)
+    if fx is not None and window is None:
+        first = functools.partial(fx.first_use, _window_call(x.dtype, start, 0), x.shape)
+        return _op(name, enqueue, x, shape, out, start, fused=first)
+    if fx is not None:  # (its kernel is named when it runs: the window's layout)
+        return _op(name, enqueue, x, shape, out, start, fused=lambda on: ())
     return _op(name, enqueue, x, shape, out, start, kernels=kernels, gathered=window is None)
 
 
@@ -795,8 +940,30 @@ def dynamic_update_slice(
         )
     window = _window(start, x.shape, update.shape)
     in_place = _same_view(out, x)
+    fu = _fuse(update, x.dtype)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fu is not None and window is not None:  # the update's kernel writes the window
+            xt = _run(ctx, x)
+            write, fused_reads = fu.window(ctx, tuple(slice(0, d) for d in update.shape))
+            reads = (*fused_reads, *(() if in_place else (xt,)))
+            result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
+            if not (in_place and result is out) and result.size:
+                _copy_into(ctx, result, xt)
+            if update.size:
+                write(result[window])
+            return _deliver(ctx, result, out)
+        if fu is not None:  # the update computed where the window kernel reads it
+            xt, st = _run(ctx, x), _run(ctx, start)
+            call = _window_call(x.dtype, start, 1)
+            fk, fused_reads, tail = fu.prepare(ctx, call, update.shape)
+            reads = (*fused_reads, st, *(() if in_place else (xt,)))
+            result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
+            if not (in_place and result is out) and result.size:
+                _copy_into(ctx, result, xt)
+            if update.size:
+                _fused_window(ctx, fk, result, xt.shape, update.shape, st, tail)
+            return _deliver(ctx, result, out)
         xt, ut, st = _run(ctx, x), _run(ctx, update), _run(ctx, start)
         reads = (ut, *_device(st), *(() if in_place else (xt,)))
         result = _target(ctx, out, xt.shape, xt.dtype, name, *reads)
@@ -816,6 +983,13 @@ def dynamic_update_slice(
     converts = [copy_kernel(x.dtype)] if update.dtype != x.dtype else []
     kernels = (*device_starts, *converts)
     gathered = window is None
+    if fu is not None and window is None:
+        first = functools.partial(fu.first_use, _window_call(x.dtype, start, 1), update.shape)
+        return _op(name, enqueue, x, x.shape, out, update, start, gathered=False, fused=first)
+    if fu is not None:  # (its kernel is named when it runs: the window's layout)
+        return _op(
+            name, enqueue, x, x.shape, out, update, start, gathered=False, fused=lambda on: ()
+        )
     return _op(name, enqueue, x, x.shape, out, update, start, kernels=kernels, gathered=gathered)
 
 
@@ -882,8 +1056,30 @@ def pad(
     ps = (0,) * lead + tuple(a for a, _ in widths)
     os_ = (1,) * lead + shape
     kernel = pad_kernel(x.dtype.itemsize)
+    fx = _fuse(x, x.dtype) if x.size else None  # (an empty x: all padding, nothing read)
+    s_c = builtin.storage(x.dtype.itemsize)
+    axes = " ".join(f"{c}{j}" for c in "xpo" for j in range(MAX_AXES))
+    call = Call(
+        f"ca_pad_body<{s_c}>",
+        (
+            f"{s_c}* out",
+            None,
+            "long long n",
+            "int mode",
+            *_longs(axes),
+            *_longs("lo hi", "unsigned "),
+        ),
+        s_c,
+        _pad_twin,
+    )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        if fx is not None:  # x computed where the kernel reads it
+            fk, reads, tail = fx.prepare(ctx, call, x.shape)
+            result = _target(ctx, out, shape, x.dtype, name, *reads)
+            args = (result.size, code, *xs, *ps, *os_, *bits, *tail)
+            builtin.launch(ctx, fk, result.size, _flat_bits(result), *args)
+            return _deliver(ctx, result, out)
         xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt)
         n = result.size
@@ -896,7 +1092,9 @@ def pad(
         return _deliver(ctx, result, out)
 
     filled = kernel if x.size else _fill_kernel(x.dtype.itemsize)  # (an empty x: all padding)
-    return _op(name, enqueue, x, shape, out, kernels=(filled,))
+    if fx is None:
+        return _op(name, enqueue, x, shape, out, kernels=(filled,))
+    return _op(name, enqueue, x, shape, out, fused=functools.partial(fx.first_use, call, x.shape))
 
 
 def indexing_kernels() -> list[Kernel]:

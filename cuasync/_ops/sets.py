@@ -11,7 +11,10 @@ outputs of that length, and awaits them. They cannot be fused into other express
 chained with ``then()``, or captured in a graph; every other op stays lazy.
 
 NaNs are distinct in ``unique_*`` (NaN != NaN, as the standard says); -0.0 and 0.0 are
-one value. Indices are int64.
+one value. Indices are int64. Complex values are in numpy's order: those without a NaN
+part lexicographically (real part, then imaginary), then those whose imaginary part is
+NaN (by real part), whose real part is NaN (by imaginary part), and both; a complex value
+with a NaN part is distinct from every other, as a real NaN is.
 
 >>> rows, cols = await cuasync.nonzero(m)
 >>> rows, cols = await cuasync.where(m > 0.5)     # numpy's one-argument where
@@ -30,7 +33,7 @@ from .._launch.kernel import Kernel
 from .._tensor import Tensor
 from .._transfers.copies import empty
 from ..errors import ArgumentError
-from . import elementwise
+from . import elementwise, elementwise_api
 from .creation import full
 from .joins import concatenate, take
 from .scan import _flatten, cumsum
@@ -217,14 +220,34 @@ class _Groups(NamedTuple):
     total: int
 
 
+async def _complex_order(flat: Tensor) -> Tensor:
+    """The stable permutation sorting complex ``flat`` in numpy's order (the module's
+    docstring): a stable sort by each key, least significant first (a radix sort's
+    passes): the imaginary part, the real part, then which parts are NaN (0: neither,
+    1: the imaginary part, 2: the real part, 3: both). Sorting puts NaN keys last."""
+    re, im = await elementwise.real(flat), await elementwise.imag(flat)
+    nan_parts = await elementwise.add(
+        elementwise_api.isnan(re).astype("int8") * 2, elementwise_api.isnan(im).astype("int8")
+    )
+    perm = await argsort(im)
+    for key in (re, nan_parts):
+        perm = await take(perm, await argsort(await take(key, perm)))
+    return perm
+
+
 async def _sorted_groups(x: Tensor, name: str) -> _Groups:
 
     x = _tensor(x, name)
-    _check_sortable(x, name)
+    if x.dtype.kind != "c":
+        _check_sortable(x, name)
     flat = _flatten(x)
     flat_t = flat if isinstance(flat, Tensor) else await flat
-    perm = await argsort(flat_t)
-    s = await sort(flat_t)
+    if x.dtype.kind == "c":
+        perm = await _complex_order(flat_t)
+        s = await take(flat_t, perm)
+    else:
+        perm = await argsort(flat_t)
+        s = await sort(flat_t)
     n = s.shape[0]
     if n == 0:
         none = await empty((0,), dtype="int64")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Never, NoReturn
 
 import numpy as np
 
@@ -182,6 +182,13 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
     def size(self) -> int:
         """The number of elements of the output."""
         return math.prod(self.shape)
+
+    def __getitem__(self, item: Never) -> NoReturn:
+        """Refused with :class:`~cuasync.errors.NotAwaitedError`: the tensor does not
+        exist until the op runs (a forgotten await?). To mypy no index fits (``Never``),
+        so ``op[0]`` fails type-checking too; index the result: ``(await op)[0]``."""
+        super().__getitem__(item)  # (DeviceOp's: raises)
+        raise AssertionError("unreachable")
 
     def __repr__(self) -> str:
         consumed = " (consumed)" if self._consumed else ""

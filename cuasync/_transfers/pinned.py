@@ -29,7 +29,7 @@ import numpy as np
 from .._backends import get_backend
 from .._config import CONFIG
 from .._core.process_local import ProcessLocal
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._tensor import check_shape, is_size
 from ..errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
 from .staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from .._core.completion import Completion
     from .._core.device import Stream
+    from .._ops.tensorop import ShapeLike
 
 __all__ = ["PinnedHostBuffer", "PinnedPool", "PoolStats"]
 
@@ -89,7 +90,7 @@ def _check_nbytes(nbytes: Any) -> int:
     return int(nbytes)
 
 
-def _check_dtype(dtype: Any, nbytes: int) -> np.dtype[Any] | None:
+def _check_dtype(dtype: DTypeLike, nbytes: int) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     dt = as_dtype(dtype)
@@ -123,7 +124,7 @@ class PinnedHostBuffer(ProcessLocal):
     #: The element type the buffer holds, or None for raw bytes (any dtype may use it).
     dtype: np.dtype[Any] | None
 
-    def __init__(self, nbytes: int, dtype: Any = None) -> None:
+    def __init__(self, nbytes: int, dtype: DTypeLike = None) -> None:
         n = _check_nbytes(nbytes)
         dt = _check_dtype(dtype, n)
         address = get_backend().host_alloc(max(n, 1))
@@ -194,7 +195,7 @@ class PinnedHostBuffer(ProcessLocal):
         return block
 
     # -- access ------------------------------------------------------------------------------
-    def array(self, dtype: Any = None, shape: Any = None) -> np.ndarray:
+    def array(self, dtype: DTypeLike = None, shape: ShapeLike | None = None) -> np.ndarray:
         """A writable numpy view of the whole buffer.
 
         ``dtype`` defaults to the buffer's dtype (``uint8`` for raw buffers) and ``shape``
@@ -316,7 +317,7 @@ class PinnedPool(ProcessLocal):
                     cls._default = pool
         return pool
 
-    def acquire(self, nbytes: int, dtype: Any = None) -> PinnedHostBuffer:
+    def acquire(self, nbytes: int, dtype: DTypeLike = None) -> PinnedHostBuffer:
         """A buffer of ``nbytes`` (optionally typed), reusing an idle block if there is one."""
         n = _check_nbytes(nbytes)
         dt = _check_dtype(dtype, n) if dtype is not None else None

@@ -32,10 +32,9 @@ import numpy as np
 
 from .._backends import get_backend
 from .._config import CONFIG
-from .._core import completion
 from .._core.completion import get_hub, work_in_flight
 from .._exceptions import report_once
-from .._native import BlockCore
+from .._native import PROCESS, BlockCore
 
 log = logging.getLogger("cuasync.staging")
 
@@ -271,7 +270,7 @@ class StagingPool:
             if wake:
                 self._due = now + self.idle_timeout  # type: ignore[operator]
         if wake and self._watched:
-            hub = completion._hub  # never creates the hub (and its thread) from here
+            hub = PROCESS.hub  # never creates the hub (and its thread) from here
             if hub is not None:
                 hub.background.kick()
 

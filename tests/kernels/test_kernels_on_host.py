@@ -677,20 +677,40 @@ BLOCK_SHIMS = (
         "",
     )
     + r"""
-#include <condition_variable>
+#include <atomic>
+#include <climits>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 static ca_dim3 blockIdx, blockDim, gridDim;
 static thread_local ca_dim3 threadIdx;
+// The last of n threads to arrive releases the others. On Linux they sleep on a futex,
+// which the release wakes at once: a condition variable's waiters would each retake its
+// mutex, one after the other, at every barrier of every block (most of the test's time).
 struct ca_barrier {
-    std::mutex m; std::condition_variable cv; int n = 0, waiting = 0; long gen = 0;
+    std::atomic<int> waiting{0}, gen{0};
+    int n = 0;
+#ifdef __linux__
+    void sleep(int g) { syscall(SYS_futex, &gen, FUTEX_WAIT_PRIVATE, g, nullptr, nullptr, 0); }
+    void wake() { syscall(SYS_futex, &gen, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0); }
+#else
+    void sleep(int) { std::this_thread::yield(); }
+    void wake() {}
+#endif
     void wait() {
-        std::unique_lock<std::mutex> lock(m);
-        long g = gen;
-        if (++waiting == n) { waiting = 0; gen++; cv.notify_all(); return; }
-        cv.wait(lock, [&] { return gen != g; });
+        int g = gen.load();
+        if (waiting.fetch_add(1) + 1 == n) {
+            waiting.store(0);
+            gen.fetch_add(1);  // (seq_cst: each thread's writes before it are seen after)
+            wake();
+            return;
+        }
+        while (gen.load() == g) sleep(g);
     }
 };
 static ca_barrier block_barrier, warp_barrier[32];
@@ -714,16 +734,23 @@ static void ca_run_grid(unsigned gx, unsigned gy, unsigned bx, const std::functi
     blockDim = {bx, 1, 1};
     block_barrier.n = (int)bx;
     for (auto& w : warp_barrier) w.n = 32;
-    for (unsigned y = 0; y < gy; y++) {
-        for (unsigned x = 0; x < gx; x++) {
-            blockIdx = {x, y, 0};
-            std::vector<std::thread> threads;
-            for (unsigned t = 0; t < bx; t++) {
-                threads.emplace_back([&fn, t] { threadIdx = {t, 0, 0}; fn(); });
+    // one team of bx threads runs the blocks one after the other: thread 0 sets the next
+    // blockIdx once every thread is done with the last block, and all start it together
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < bx; t++) {
+        threads.emplace_back([&fn, gx, gy, t] {
+            threadIdx = {t, 0, 0};
+            for (unsigned y = 0; y < gy; y++) {
+                for (unsigned x = 0; x < gx; x++) {
+                    if (t == 0) blockIdx = {x, y, 0};
+                    block_barrier.wait();
+                    fn();
+                    block_barrier.wait();
+                }
             }
-            for (auto& th : threads) th.join();
-        }
+        });
     }
+    for (auto& th : threads) th.join();
 }
 """
 )

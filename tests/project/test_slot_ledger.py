@@ -1,7 +1,7 @@
 """The slot ledger is the only owner of the completion slab's slots.
 
 Every await, blocking wait, upload, readback, gate and cancellation claims, arms,
-releases and retires its flag slot through ``SlotLedger`` (``reactor/ledger.c``): the
+releases and retires its flag slot through ``SlotLedger`` (``reactor/python/ledger.c``): the
 native core through ``ledger.h``'s functions, Python through ``hub.slots``. These tests
 read the sources: no other C file touches the ledger's fields, and no Python module
 keeps a free list, generations or a table of its own.
@@ -19,12 +19,12 @@ from cuasync._core import completion
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A read or write of the ledger's own fields (``SlotLedger`` in reactor/ledger.h).
+#: A read or write of the ledger's own fields (``SlotLedger`` in reactor/python/ledger.h).
 _FIELDS = re.compile(r"(slots|ledger|\bl)->(gens|state|free|nfree|table|retired|claims)\b")
 
 
 def test_no_c_file_but_the_ledger_touches_its_fields() -> None:
-    for path in sorted((ROOT / "reactor").glob("*.[ch]")):
+    for path in sorted((ROOT / "reactor").rglob("*.[ch]")):
         if path.name not in ("ledger.c", "ledger.h"):
             hits = [m.group(0) for m in _FIELDS.finditer(path.read_text())]
             assert not hits, f"{path.name} touches the slot ledger's fields: {hits}"
@@ -33,7 +33,7 @@ def test_no_c_file_but_the_ledger_touches_its_fields() -> None:
 def test_claiming_and_releasing_go_through_the_ledger_in_c() -> None:
     callers = {
         path.name
-        for path in (ROOT / "reactor").glob("*.[ch]")
+        for path in (ROOT / "reactor").rglob("*.[ch]")
         if re.search(r"\bledger_(claim|release|arm)\(", path.read_text())
     }
     assert callers <= {"ledger.c", "ledger.h", "express.c", "express.h", "upload.c"}

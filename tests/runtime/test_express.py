@@ -696,9 +696,9 @@ def test_the_native_await_refuses_to_be_closed_from_inside_its_own_step(
 
     native = get_hub().native
     mine = native.LaunchAwait(
-        core=native.Express, fallback=fallback, finish=fallback, completion=express._completion,
-        loops=express._loops, get_running_loop=lambda: None, running_adapter=lambda: None,
-        policy=express._policy, stream_for=lambda device: None, current_tasks=None,
+        fallback=fallback, finish=fallback, get_running_loop=lambda: None,
+        running_adapter=lambda: None, policy=express._policy, stream_for=lambda device: None,
+        current_tasks=None,
     )  # fmt: skip
     monkeypatch.setattr(get_hub(), "express", None)  # no core: the fallback takes the op
     holder.append(mine(object()))

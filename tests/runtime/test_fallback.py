@@ -18,6 +18,7 @@ from helpers import await_held
 import cuasync
 import cuasync.testing as ct
 from cuasync._core import completion
+from cuasync._native import PROCESS
 
 pytestmark = pytest.mark.anyio
 
@@ -26,14 +27,14 @@ pytestmark = pytest.mark.anyio
 def fallback() -> Iterator[completion.Hub]:
     """A hub without the reactor, installed for this module's tests."""
     ct.settle()  # every completion of the native hub is finished before the swap
-    saved = completion._hub
+    saved = PROCESS.hub
     hub = completion.Hub(native=None)
-    completion._hub = hub
+    PROCESS.hub = hub
     try:
         yield hub
         assert ct.settle()
     finally:
-        completion._hub = saved
+        PROCESS.hub = saved
 
 
 async def test_awaits_complete_through_host_functions(anyio_backend, fallback) -> None:

@@ -236,9 +236,9 @@ async def test_warmup_prepares_kernels_and_expressions_ahead(
     np.testing.assert_array_equal(await y.to_host(), np.arange(8, dtype=np.float32) * 7 - 1)
     await cuasync.warmup(k)  # nothing left to do
     with pytest.raises(ArgumentError, match="argument 0 must be a cuasync.Kernel"):
-        await cuasync.warmup(3)
+        await cuasync.warmup(3)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="devices must be"):
-        await cuasync.warmup(k, devices="0")
+        await cuasync.warmup(k, devices="0")  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(

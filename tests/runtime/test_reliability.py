@@ -367,7 +367,7 @@ def test_a_build_of_other_sources_fails_the_import(tmp_path) -> None:
         root / "cuasync", tmp_path / "cuasync", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copytree(root / "reactor", tmp_path / "reactor")
-    with open(tmp_path / "reactor" / "ledger.c", "a") as f:
+    with open(tmp_path / "reactor" / "python" / "ledger.c", "a") as f:
         f.write("/* a change made after the build */\n")
     code = "try:\n    import cuasync\nexcept ImportError as exc:\n    print('ImportError:', exc)"
     r = run_python("-c", code, timeout=120, cwd=str(tmp_path))  # (the copy comes first)

@@ -176,3 +176,14 @@ async def test_result_type_is_the_dtype_the_ops_give(anyio_backend: str) -> None
             operands = [c.value if c.kind == "scalar" else c.dtype for c in op._node.children]
             assert op.dtype == cuasync.result_type(*operands)
         await op
+
+
+def test_every_name_of_the_standards_main_namespace_exists() -> None:
+    """Issue 34: every function, constant and dtype of the standard's main namespace
+    (array-api-strict's, less its own flag helpers and the ``fft`` extension) is a name
+    of ``cuasync``; generic array code finds what it reaches for."""
+    own = {"ArrayAPIStrictFlags", "fft"}
+    names = {n for n in xps.__all__ if n not in own and "array_api_strict_flags" not in n}
+    assert len(names) > 150
+    assert sorted(n for n in names if not hasattr(cuasync, n)) == []
+    assert sorted(n for n in names - {"linalg"} if n not in cuasync.__all__) == []

@@ -5,6 +5,8 @@ compared with array-api-strict where the standard defines the answer."""
 
 from __future__ import annotations
 
+import collections
+import ctypes
 from typing import Any
 
 import array_api_strict as xps
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 import cuasync
-from cuasync.errors import ArgumentError
+from cuasync.errors import ArgumentError, DTypeError
 
 pytestmark = pytest.mark.anyio
 
@@ -129,6 +131,30 @@ async def test_asarray_uploads_host_data(anyio_backend: str) -> None:
     assert (await cuasync.asarray(np.float64(0.5))).dtype == cuasync.float64
     with pytest.raises(ArgumentError, match="copy=False"):
         cuasync.asarray([1, 2], copy=False)
+
+
+async def test_asarray_uploads_any_nested_sequence(anyio_backend: str) -> None:
+    """The standard's ``NestedSequence``: any sequence, not lists and tuples alone."""
+    t = await cuasync.asarray(range(3))
+    assert (t.dtype, (await t.to_host()).tolist()) == (cuasync.int64, [0, 1, 2])
+    rows = collections.deque([(1.5, 2.5)])
+    assert (await (await cuasync.asarray(rows)).to_host()).tolist() == [[1.5, 2.5]]
+    with pytest.raises(DTypeError, match="U2"):  # (a str is a sequence of str)
+        cuasync.asarray("ab")
+
+
+async def test_asarray_uploads_an_object_with_the_buffer_protocol(anyio_backend: str) -> None:
+    """The standard's ``SupportsBufferProtocol``: the dtype of the buffer's format, as
+    array-api-strict's (``ctypes`` arrays are no sequences; ``bytearray`` is both)."""
+    floats = (ctypes.c_float * 3)(1.5, 2.5, 3.5)
+    t = await cuasync.asarray(floats)
+    assert (t.dtype, (await t.to_host()).tolist()) == (cuasync.float32, [1.5, 2.5, 3.5])
+    h = await cuasync.asarray((ctypes.c_int16 * 2)(7, -8), dtype="float64")
+    assert (h.dtype, (await h.to_host()).tolist()) == (cuasync.float64, [7.0, -8.0])
+    b = await cuasync.asarray(bytearray(b"ab"))
+    assert (b.dtype, (await b.to_host()).tolist()) == (cuasync.uint8, [97, 98])
+    with pytest.raises(ArgumentError, match="copy=False"):
+        cuasync.asarray(floats, copy=False)
 
 
 async def test_asarray_converts_a_device_array_to_dtype(anyio_backend: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import array_api_strict as xp
 import numpy as np
 import pytest
+from helpers import on_device
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,10 +27,6 @@ def host(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
     if np.dtype(dtype).kind in "iu":
         return rng.integers(0, 5, shape).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
-
-
-def dev(a: np.ndarray) -> cuasync.Tensor:
-    return cuasync.from_host(a).sync()
 
 
 def close(got: Any, want: Any, scale: Any = None) -> None:
@@ -51,8 +48,8 @@ def test_property_vecdot_vs_array_api_strict(data: Any, dtype: str) -> None:
     a, b = host((*lead, n), dtype, 1), host((n,), dtype, 2)
     want = xp.vecdot(xp.asarray(a), xp.asarray(b))
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64) if n else 0.0
-    close(cuasync.vecdot(dev(a), dev(b)), want, scale)
-    close(cuasync.vecdot(dev(a) * 1, dev(b)), want, scale)  # a fused operand
+    close(cuasync.vecdot(on_device(a), on_device(b)), want, scale)
+    close(cuasync.vecdot(on_device(a) * 1, on_device(b)), want, scale)  # a fused operand
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
@@ -65,7 +62,14 @@ def test_dot_inner_outer_as_numpy(dtype: str) -> None:
     )
     c = host((2, 4, 5), dtype, 5)
     s = np.asarray(a.dtype.type(3))
-    x, y, u, t, z, k = dev(a), dev(b), dev(v), dev(w), dev(c), dev(s)
+    x, y, u, t, z, k = (
+        on_device(a),
+        on_device(b),
+        on_device(v),
+        on_device(w),
+        on_device(c),
+        on_device(s),
+    )
 
     def scale(p: Any, q: Any, fn: Any) -> Any:
         return fn(np.abs(p).astype(np.float64), np.abs(q).astype(np.float64))
@@ -98,17 +102,17 @@ def test_einsum_as_numpy(spec: str, shapes: list[tuple[int, ...]]) -> None:
     arrays = [host(s, "float64", i) for i, s in enumerate(shapes)]
     want = np.einsum(spec, *arrays)
     scale = np.einsum(spec, *(np.abs(a) for a in arrays))
-    close(cuasync.einsum(spec, *(dev(a) for a in arrays)), want, scale)
+    close(cuasync.einsum(spec, *(on_device(a) for a in arrays)), want, scale)
 
 
 def test_bad_arguments_raise_typed_errors() -> None:
-    x = dev(host((3, 4), "float32", 0))
+    x = on_device(host((3, 4), "float32", 0))
     with pytest.raises(ShapeError, match="differ along axis"):
-        cuasync.vecdot(x, dev(host((3,), "float32", 1)))
+        cuasync.vecdot(x, on_device(host((3,), "float32", 1)))
     with pytest.raises(IndexOutOfRangeError):
         cuasync.vecdot(x, x, axis=-3)
     with pytest.raises(ArgumentError, match="repeats a letter"):
-        cuasync.einsum("ii->i", dev(host((3, 3), "float32", 0)))
+        cuasync.einsum("ii->i", on_device(host((3, 3), "float32", 0)))
     with pytest.raises(ArgumentError, match="ellipses"):
         cuasync.einsum("...i->i", x)
     with pytest.raises(ArgumentError, match="one or two operands"):

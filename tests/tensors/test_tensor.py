@@ -105,7 +105,7 @@ def test_new_axes_are_zero_copy_views(grid: cuasync.Tensor) -> None:
 )
 def test_bad_slices(grid: cuasync.Tensor, index: tuple[object, ...], message: str) -> None:
     with pytest.raises(ShapeError, match=message):
-        grid[index]
+        grid[index]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_out_of_range_indices_are_index_errors(
     # an IndexError as in numpy (iteration relies on it), still a ShapeError
     for error in (IndexOutOfRangeError, IndexError, ShapeError):
         with pytest.raises(error, match=message):
-            grid[index]
+            grid[index]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_out_of_range_indices_are_index_errors(
 )
 def test_array_indices_point_to_take_and_where(grid: cuasync.Tensor, index: object) -> None:
     with pytest.raises(UnsupportedIndexError, match=r"cuasync\.take\(.*cuasync\.where\("):
-        grid[index]
+        grid[index]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_array_indices_point_to_take_and_where(grid: cuasync.Tensor, index: obje
 )
 def test_other_junk_indices_are_typed(grid: cuasync.Tensor, index: object) -> None:
     with pytest.raises(UnsupportedIndexError) as info:
-        grid[index]
+        grid[index]  # type: ignore[index]
     assert isinstance(info.value, IndexError) and isinstance(info.value, ShapeError)
 
 

@@ -44,7 +44,7 @@ def _python_del(self: Allocation) -> None:
 
 def _cached(stream: cuasync.Stream) -> int:
     """Blocks cached on ``stream``."""
-    return sum(len(v) for (s, _), v in block_cache._blocks.items() if s == stream.handle)
+    return sum(len(v) for (s, _), v in block_cache.CACHE.blocks.items() if s == stream.handle)
 
 
 def test_a_small_block_freed_on_a_stream_is_reused_there(baseline: Any, finalizer: Any) -> None:
@@ -117,7 +117,7 @@ def test_a_destroyed_stream_gives_its_blocks_back(baseline: Any) -> None:
     assert _cached(s) == 1
     del s
     gc.collect()
-    assert not [key for key in block_cache._blocks if key[0] == handle]
+    assert not [key for key in block_cache.CACHE.blocks if key[0] == handle]
     assert handle not in block_cache._owners
 
 
@@ -147,11 +147,11 @@ def test_running_out_of_memory_frees_the_cache_and_tries_again(
 def test_the_bounds_hold(baseline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     device = cuasync.Device(0)
     s = device.new_stream()
-    monkeypatch.setattr(block_cache, "PER_KEY", 2)
+    monkeypatch.setattr(block_cache.CACHE, "per_key", 2)
     blocks = [Allocation(device, 600, s) for _ in range(3)]
     del blocks
     assert _cached(s) == 2  # the third went to the driver
-    monkeypatch.setattr(block_cache, "DEVICE_MAX", block_cache._bytes[device.ordinal])
+    monkeypatch.setattr(block_cache.CACHE, "device_max", block_cache.CACHE.bytes[device.ordinal])
     Allocation(device, 100, s)  # another class: over the device's bound
     assert _cached(s) == 2
     device.trim_pool()
@@ -173,7 +173,7 @@ def test_a_stream_finalized_inside_the_caches_critical_section_does_not_deadlock
     del s
 
     def collect_inside() -> None:
-        with block_cache._lock:
+        with block_cache.CACHE.lock:
             streams.clear()  # the last reference: the finalizer runs here, lock held
             gc.collect()
 
@@ -248,8 +248,8 @@ def test_a_block_freed_during_a_flush_is_not_left_without_its_stream(baseline: A
             refused.append(not block_cache.put(device, s, 13, 0xDEAD))  # (as a __del__ would)
             return super().__iter__()
 
-    block_cache._blocks[key] = FreedInside(block_cache._blocks[key])
+    block_cache.CACHE.blocks[key] = FreedInside(block_cache.CACHE.blocks[key])
     block_cache.flush(device)
     assert refused == [True]
-    assert all(k[0] in block_cache._owners for k in block_cache._blocks)
+    assert all(k[0] in block_cache._owners for k in block_cache.CACHE.blocks)
     assert _cached(s) == 0

@@ -538,7 +538,7 @@ def test_host_and_other_devices_are_refused() -> None:
     with pytest.raises(InvalidDeviceError, match="OpenCL"):
         cuasync.from_dlpack(Elsewhere(4))
     with pytest.raises(ArgumentError, match="DLPack"):
-        cuasync.from_dlpack(object())
+        cuasync.from_dlpack(object())  # type: ignore[arg-type]
 
 
 def test_export_arguments_are_checked() -> None:

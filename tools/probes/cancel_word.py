@@ -51,15 +51,14 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from gpu_probe import offline_check, time_row
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync.bench._api import _drive, _run
 from cuasync.lowlevel import DevicePointer
 from cuasync.testing import gate
 
 ROUNDS = 5
-REPS = 32  # per-call timed calls of each variant a round (two gated batches of 16)
 BATCH = 200  # tiny launches between two events
 BIG = 16 << 20  # float32 elements: 64 MiB an operand
 TINY = 4096
@@ -197,15 +196,6 @@ class Words:
 
 
 # -- (a) the cost of the check -------------------------------------------------------------
-def time_row(variants: dict[str, Callable[[], Any]], stream: cuasync.Stream) -> dict[str, float]:
-    """Median over ROUNDS rounds of each variant's median call (us), per-call events."""
-    names = list(variants)
-    per: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names if r % 2 == 0 else names[::-1]:
-            [times] = _drive(_run([variants[name]], 2, REPS, stream), stream)
-            per[name].append(statistics.median(times) * 1e3)
-    return {name: statistics.median(ts) for name, ts in per.items()}
 
 
 def time_batches(
@@ -421,15 +411,7 @@ def queue(
 def main() -> int:
     ks = kernels()
     if not get_backend().driver_handles:
-        name = cuasync.backend_name()
-        print(f"cancel_word: needs a GPU (backend: {name}); {len(ks)} kernel sources parsed")
-        try:
-            for k in ks.values():
-                k.compile_image("sm_90")
-            print(f"cancel_word: all {len(ks)} compiled for sm_90 (NVRTC)")
-        except Exception as e:  # NVRTC missing or not usable here
-            print(f"cancel_word: not compiled here ({type(e).__name__}: {str(e)[:200]})")
-        return 0
+        return offline_check("cancel_word", ks)
     start = time.perf_counter()
     dev = cuasync.Device(0)
     major, minor = dev.compute_capability

@@ -13,6 +13,7 @@ import numpy as np
 
 import cuasync
 from cuasync._core import completion, op
+from cuasync._native import PROCESS
 from cuasync.bench import completion as suite
 from cuasync.bench._util import await_latency, run_loop
 
@@ -23,7 +24,7 @@ original = completion.wait
 def park_when_others_ready(comp, adapter):  # type: ignore[no-untyped-def]
     """completion.wait, skipping the spin whenever other work is ready (no long_ops)."""
     if comp.state < DONE:
-        hub = completion._hub or completion.get_hub()
+        hub = PROCESS.hub or completion.get_hub()
         if hub.spin_budget_us and adapter.others_ready():
             hub.stats.spins_skipped += 1
             settled = hub.settle(comp, 0)

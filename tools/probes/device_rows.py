@@ -24,7 +24,8 @@ cuasync's); ``current kernel, raw launches`` is the generic reduction kernel the
 replaced (still the fallback). New candidates: float32 add with ld.global.nc
 L1::no_allocate loads and st.global.cs stores, and a looping grid of 8 blocks an SM;
 bfloat16 add 2 x 8 a thread in blocks of 128, the nc/cs variant, and the 8/SM loop; a
-whole-array sum through ``ca_whole4`` beside the max/min rows.
+whole-array sum through ``ca_whole4`` beside the max/min rows. The add rows also time
+the op on torch's buffers and torch's add on cuasync's (through DLPack): memory or kernel.
 
 On the emulator it says that it needs a GPU, parses every kernel source through
 ``cuasync.Kernel`` (and compiles it for sm_90 where NVRTC is installed) and exits 0.
@@ -33,7 +34,6 @@ On the emulator it says that it needs a GPU, parses every kernel source through
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -41,16 +41,14 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from gpu_probe import offline_check, time_row
 
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._launch import builtin
 from cuasync._ops.reduce_codegen import ReduceSpec, float4_kernel, kernel_for
 from cuasync._tensor import Tensor
-from cuasync.bench._api import _drive, _run
 
-ROUNDS = 5
-REPS = 32  # calls of each variant a round (two gated batches of 16)
 BLOCK = 256
 
 # -- kernel sources -----------------------------------------------------------------------
@@ -274,6 +272,23 @@ __global__ void add4_nc(const float* a, const float* b, float* c, long long n) {
     }
 }
 
+// 1 float4 of each operand a thread, one pass, __ldg loads (ld.global.nc, what a
+// compiler makes of const __restrict__ inputs); CS: st.global.cs stores
+template <int CS>
+__global__ void add4_ldg(const float* a, const float* b, float* c, long long n) {
+    const long long n4 = n / 4, j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n4) {
+        const float4 x = __ldg((const float4*)a + j), y = __ldg((const float4*)b + j);
+        const float4 r = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+        if (CS) __stcs(&((float4*)c)[j], r);
+        else ((float4*)c)[j] = r;
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
+        const long long i = n4 * 4 + threadIdx.x;
+        c[i] = a[i] + b[i];
+    }
+}
+
 // a grid of exactly 8 blocks an SM looping over the array, V float4 of each operand in
 // flight a thread an iteration
 template <int V>
@@ -354,7 +369,8 @@ __device__ __forceinline__ void bf_tail(const void* ap, const void* bp, void* cp
     }
 }
 
-// V x 8 bf16 a thread, one pass; NC: ld.global.nc.L1::no_allocate loads; CS: st.global.cs
+// V x 8 bf16 a thread, one pass; NC 1: ld.global.nc.L1::no_allocate loads, 2: __ldg
+// (ld.global.nc); CS: st.global.cs
 template <int V, int NC, int CS>
 __global__ void addbf_fix(const void* ap, const void* bp, void* cp, long long n) {
     const uint4* a = (const uint4*)ap;
@@ -367,8 +383,8 @@ __global__ void addbf_fix(const void* ap, const void* bp, void* cp, long long n)
     for (int u = 0; u < V; u++) {
         const long long j = base + u * T;
         if (j < n8) {
-            x[u] = NC ? ld_nc_u4(a + j) : a[j];
-            y[u] = NC ? ld_nc_u4(b + j) : b[j];
+            x[u] = NC == 1 ? ld_nc_u4(a + j) : NC == 2 ? __ldg(a + j) : a[j];
+            y[u] = NC == 1 ? ld_nc_u4(b + j) : NC == 2 ? __ldg(b + j) : b[j];
         }
     }
     #pragma unroll
@@ -449,11 +465,13 @@ def kernels() -> dict[str, cuasync.Kernel]:
     for v, cs in ((1, 0), (2, 0), (4, 0), (2, 1)):
         ks[f"add4 {v} {cs}"] = cuasync.Kernel(add, f"add4<{v}, {cs}>")
     ks["add4_nc"] = cuasync.Kernel(add, "add4_nc")
+    for cs in (0, 1):
+        ks[f"add4_ldg {cs}"] = cuasync.Kernel(add, f"add4_ldg<{cs}>")
     ks["add4_loop 2"] = cuasync.Kernel(add, "add4_loop<2>")
     bf = _source(_ADD_BF16)
     for v, r in ((1, 1), (2, 1), (2, 0)):
         ks[f"addbf {v} {r}"] = cuasync.Kernel(bf, f"addbf<{v}, {r}>")
-    for v, nc, cs in ((2, 0, 0), (1, 1, 1)):
+    for v, nc, cs in ((2, 0, 0), (1, 1, 1), (1, 2, 0), (1, 2, 1), (1, 0, 1), (2, 2, 0)):
         ks[f"addbf_fix {v} {nc} {cs}"] = cuasync.Kernel(bf, f"addbf_fix<{v}, {nc}, {cs}>")
     ks["addbf_loop"] = cuasync.Kernel(bf, "addbf_loop")
     return ks
@@ -461,19 +479,6 @@ def kernels() -> dict[str, cuasync.Kernel]:
 
 # -- timing -------------------------------------------------------------------------------
 Variant = Callable[[], Any]  # enqueues one call on STREAM; returns the last op or None
-
-
-def time_row(variants: dict[str, Variant], stream: cuasync.Stream) -> dict[str, float]:
-    """Median over ROUNDS rounds of each variant's median call (us); in a round every
-    variant is timed in turn (``cuasync.bench``'s gated runs: 16 calls a gate, each
-    between two events), the order reversed every other round (the GPU's clocks drift)."""
-    names = list(variants)
-    per: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names if r % 2 == 0 else names[::-1]:
-            [times] = _drive(_run([variants[name]], 2, REPS, stream), stream)
-            per[name].append(statistics.median(times) * 1e3)
-    return {name: statistics.median(ts) for name, ts in per.items()}
 
 
 def _host(t: Any) -> np.ndarray:
@@ -538,17 +543,7 @@ def main() -> int:
     only = parser.parse_args().only
     ks = kernels_cache()
     if not get_backend().driver_handles:
-        print(
-            f"device_rows: needs a GPU (backend: {cuasync.backend_name()}); "
-            f"{len(ks)} kernel sources parsed"
-        )
-        try:
-            for k in ks.values():
-                k.compile_image("sm_90")
-            print(f"device_rows: all {len(ks)} compiled for sm_90 (NVRTC)")
-        except Exception as e:  # NVRTC missing or not usable here
-            print(f"device_rows: not compiled here ({type(e).__name__}: {str(e)[:200]})")
-        return 0
+        return offline_check("device_rows", ks)
     import torch
 
     start = time.perf_counter()
@@ -820,14 +815,53 @@ def _add32(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
                 ks["add4_loop 2"],
                 (8 * sms, 256),
             ),
+            (
+                f"1 float4/thread, block 128, __ldg loads, {grid} blocks",
+                ks["add4_ldg 0"],
+                (grid, 128),
+            ),
+            (
+                f"1 float4/thread, block 128, __ldg + st.cs, {grid} blocks",
+                ks["add4_ldg 1"],
+                (grid, 128),
+            ),
+            ("2 float4/thread, block 128", ks["add4 2 0"], (-(-(n // 4) // 256), 128)),
         ):
             out = cuasync.full((n,), 0.0, "float32").sync()
             variants[name] = partial(k.launch, a, b, out, n, grid=(shape[0], 1, 1), block=shape[1])
             outs[name] = out
+        _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "float32")
         tname = "torch.add(a, b, out=c)"
         outs[tname] = tc
         variants[tname] = _torch_call(ext, partial(torch.add, ta, tb, out=tc))
         table.add(row, 3 * n * 4, variants, outs, tname, stream)
+
+
+def _swapped_buffers(
+    variants: dict[str, Variant],
+    outs: dict[str, Any],
+    ext: Any,
+    ours: tuple,
+    theirs: tuple,
+    dtype: str,
+) -> None:
+    """The op on torch's operands (and a torch output) and torch's add on cuasync's
+    (and a cuasync output), shared through DLPack: tells the memory (allocator,
+    placement) from the kernel."""
+    import torch
+
+    (a, b), (ta, tb) = ours, theirs
+    n = a.shape[0]
+    xa, xb = (cuasync.from_dlpack(t) for t in (ta, tb))
+    xc = cuasync.from_dlpack(torch.zeros(n, dtype=ta.dtype, device="cuda"))
+    name = "current (cuasync op) on torch's buffers"
+    variants[name] = lambda: cuasync.add(xa, xb, out=xc)
+    outs[name] = xc
+    c2 = cuasync.full((n,), 0.0, dtype).sync()
+    sa, sb, sc = (torch.from_dlpack(t) for t in (a, b, c2))
+    name = "torch.add on cuasync's buffers"
+    variants[name] = _torch_call(ext, lambda: torch.add(sa, sb, out=sc))
+    outs[name] = c2
 
 
 def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
@@ -865,6 +899,10 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
             -(-n8 // 128),
             128,
         ),
+        ("1 x 8 bf16/thread, block 128, __ldg loads", "addbf_fix 1 2 0", -(-n8 // 128), 128),
+        ("1 x 8 bf16/thread, block 128, __ldg + st.cs", "addbf_fix 1 2 1", -(-n8 // 128), 128),
+        ("1 x 8 bf16/thread, block 128, st.cs", "addbf_fix 1 0 1", -(-n8 // 128), 128),
+        ("2 x 8 bf16/thread, block 128, __ldg loads", "addbf_fix 2 2 0", -(-n8 // 256), 128),
         (
             f"1 x 8 bf16/thread/iteration, {8 * sms} blocks of 256 (8/SM) looping",
             "addbf_loop",
@@ -875,6 +913,7 @@ def _add_bf16(table: Table, stream: Any, ext: Any, sms: int, only: str) -> None:
         out = cuasync.full((n,), 0.0, "bfloat16").sync()
         variants[name] = partial(ks[key].launch, a, b, out, n, grid=(grid, 1, 1), block=block)
         outs[name] = out
+    _swapped_buffers(variants, outs, ext, (a, b), (ta, tb), "bfloat16")
     tname = "torch.add(a, b, out=c)"
     torch.add(ta, tb, out=tc)
     outs[tname] = tc

@@ -9,8 +9,14 @@ thread's ``call_soon_threadsafe``, no GPU) and the process's CPU above idle whil
 awaits wait. With a short enough nap the reactor sees the flag within microseconds:
 what is left over ``.sync()`` is then the loop's wake, and the CPU the price of the scans.
 
+A last process measures the candidate that costs no scans: the op submitted on a stream,
+a ``CU_EVENT_BLOCKING_SYNC`` event recorded after it, and one waiter thread blocked in
+``cuEventSynchronize`` (the GIL released) that wakes the loop with
+``call_soon_threadsafe``: its ``await - .sync()`` and CPU are that design's floor.
+
     python3 tools/probes/wake_parts.py              # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one setting, this process
+    python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
 """
 
 from __future__ import annotations
@@ -51,9 +57,86 @@ def measure(backoff_ns: int, n: int = 60) -> None:
             )
 
 
+def blocking_event(n: int = 60) -> None:
+    """``await - .sync()`` and CPU of the blocking-sync event waiter (see the docstring)."""
+    import asyncio
+    import queue
+    import threading
+    import time
+
+    import numpy as np
+    from cuda.bindings import driver
+
+    import cuasync
+    from cuasync.bench import completion
+    from cuasync.bench._util import run_loop
+
+    def check(result: tuple) -> object:  # (err, value...) of a cuda.bindings call
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"driver error {result[0]}")
+        return result[1] if len(result) == 2 else None
+
+    stream = cuasync.Device(0).new_stream()
+    stream.synchronize()
+    ctx = check(driver.cuDevicePrimaryCtxRetain(check(driver.cuDeviceGet(0))))
+    flags = (
+        driver.CUevent_flags.CU_EVENT_BLOCKING_SYNC | driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    )
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def waiter() -> None:
+        check(driver.cuCtxSetCurrent(ctx))
+        while (job := jobs.get()) is not None:
+            event, loop, fut = job
+            check(driver.cuEventSynchronize(event))
+            loop.call_soon_threadsafe(fut.set_result, None)
+
+    threading.Thread(target=waiter, daemon=True).start()
+    events = [check(driver.cuEventCreate(flags)) for _ in range(2)]
+
+    async def measure_one(work_ns: int) -> tuple[list[int], list[int], float]:
+        loop = asyncio.get_running_loop()
+        kernel = completion.spin_ns
+        awaits, syncs, cpu, wall = [], [], 0.0, 0.0
+        for i in range(n + 3):
+            c0, w0, t0 = time.process_time(), time.perf_counter(), time.perf_counter_ns()
+            kernel[1, 1](work_ns).submit_on(stream)
+            event = events[i % 2]
+            check(driver.cuEventRecord(event, stream.handle))
+            fut = loop.create_future()
+            jobs.put((event, loop, fut))
+            await fut
+            t1 = time.perf_counter_ns()
+            if i >= 3:
+                awaits.append(t1 - t0)
+                cpu += time.process_time() - c0
+                wall += time.perf_counter() - w0
+            t0 = time.perf_counter_ns()
+            kernel[1, 1](work_ns).submit_on(stream)
+            stream.synchronize(allow_in_loop=True)
+            if i >= 3:
+                syncs.append(time.perf_counter_ns() - t0)
+        return awaits, syncs, cpu / wall * 100
+
+    idle = completion._idle_cpu(0.2)
+    for label, work_ns in (("0.3 ms", 300_000), ("5 ms", 5_000_000)):
+        for kind in ("asyncio", "uvloop"):
+            awaits, syncs, cpu = run_loop(kind, lambda: measure_one(work_ns))  # noqa: B023
+            over = (np.median(awaits) - np.median(syncs)) / 1e3
+            print(
+                f"blocking event  {label:>6} {kind:<8} await - sync {over:7.1f} us   "
+                f"CPU above idle {cpu - idle:5.1f} % of a core",
+                flush=True,
+            )
+    jobs.put(None)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if sys.argv[1:] == ["event"]:
+        blocking_event()
+    elif len(sys.argv) > 1:
         measure(int(sys.argv[1]))
     else:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
+        subprocess.run([sys.executable, __file__, "event"], check=False)

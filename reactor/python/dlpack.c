@@ -18,7 +18,7 @@
 #include <Python.h>
 #include <string.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "cores.h"
 
 /* (express.c) the execution lock taken with one compare-and-swap: 1 taken, 0 held, -1

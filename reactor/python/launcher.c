@@ -16,7 +16,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "cores.h"
 
 /* one plan entry: what an argument must be to take the fast path */

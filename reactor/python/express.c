@@ -24,7 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "express.h"
 
 #include <errno.h>
@@ -925,8 +925,6 @@ intern_names(Express *self)
         return -1;
     NAME(s_const, "const")
     NAME(s_itemsize, "itemsize")
-    NAME(s_acquire, "acquire")
-    NAME(s_release, "release")
     NAME(s_launch_kernel, "launch_kernel")
     NAME(s_launch_failed, "launch_failed")
     NAME(s_use, "use")
@@ -956,14 +954,14 @@ hub_field(PyObject *v, const char *name, PyTypeObject *type)
 }
 
 
+/* Express(hub): what it is made of and hands work back to, read from the hub's fields
+ * (HubCore's) once; the lock is the module's EXEC_LOCK. */
 static PyObject *
 Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"hub", "lock", "box", "generic", "spin_us", "failed", "abandon",
-                             NULL};
-    PyObject *hub, *lock, *box, *gen, *spin_us, *failed, *abandon;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOO:Express", kwlist, &hub, &lock, &box,
-                                     &gen, &spin_us, &failed, &abandon))
+    static char *kwlist[] = {"hub", NULL};
+    PyObject *hub;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Express", kwlist, &hub))
         return NULL;
     /* (the classes the core makes and recognizes: declared on their core types) */
     static const char *declared[REG_COUNT] = {
@@ -976,23 +974,33 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    if (!PyCallable_Check(box) || !PyCallable_Check(spin_us) || !PyCallable_Check(failed) ||
-        !PyCallable_Check(abandon)) {
-        PyErr_SetString(PyExc_TypeError, "box, spin_us, failed and abandon must be callable");
-        return NULL;
-    }
     if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "hub's type"))
         return NULL;
+    HubCore *h = HUB(hub);
+    PyObject *hooks[] = {h->box_type, h->await_spin_us, h->core_failed, h->core_abandon};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        if (hooks[i] == NULL || !PyCallable_Check(hooks[i])) {
+            PyErr_SetString(PyExc_TypeError, "the hub's _box_type, _await_spin_us, _core_failed "
+                                             "and _core_abandon must be callable");
+            return NULL;
+        }
+    }
+    PyObject *lock = module_exec_lock(type);
+    if (lock == NULL || h->generic == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "the hub has no _generic");
+        return NULL;
+    }
     Express *self = (Express *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
     self->hub = Py_NewRef(hub);
     self->lock = Py_NewRef(lock);
-    self->box_type = Py_NewRef(box);
-    self->generic = Py_NewRef(gen);
-    self->spin_us = Py_NewRef(spin_us);
-    self->failed = Py_NewRef(failed);
-    self->abandon = Py_NewRef(abandon);
+    self->box_type = Py_NewRef(h->box_type);
+    self->generic = Py_NewRef(h->generic);
+    self->spin_us = Py_NewRef(h->await_spin_us);
+    self->failed = Py_NewRef(h->core_failed);
+    self->abandon = Py_NewRef(h->core_abandon);
     PyObject *slots = NULL;
     if (intern_names(self) < 0 || (self->one = PyLong_FromLong(1)) == NULL ||
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
@@ -1060,7 +1068,6 @@ Express_dealloc(Express *self)
     PyObject_GC_UnTrack(self);
     Express_clear(self);
     PyObject **names[] = {&self->s_const, &self->s_itemsize,
-                          &self->s_acquire, &self->s_release,
                           &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
                           &self->minus_one, &self->no_args,
                           &self->s_context_handle, &self->s_shape,
@@ -1069,6 +1076,13 @@ Express_dealloc(Express *self)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
+}
+
+/* Whether o is an Express (of any interpreter's type: told by its dealloc function). */
+static inline int
+is_express(PyObject *o)
+{
+    return Py_TYPE(o)->tp_dealloc == (destructor)Express_dealloc;
 }
 
 static PyObject *
@@ -1127,11 +1141,11 @@ static PyMethodDef Express_methods[] = {
     {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
      METH_VARARGS | METH_KEYWORDS,
      "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, pageable, "
-     "blocks, backends, pools)\n--\n\n"
+     "cache, pools)\n--\n\n"
      "What upload uses: the op, work, node and pinned block types, the staging pool's "
      "acquire(nbytes), the handlers of a failed copy and of an error after it, the "
-     "cuasync._transfers.pageable, block_cache and _backends modules, and the ContextVar of the "
-     "selected memory pools."},
+     "cuasync._transfers.pageable module, the block cache (block_cache.CACHE) and the "
+     "ContextVar of the selected memory pools."},
     {"set_builder", (PyCFunction)(void (*)(void))Express_set_builder,
      METH_VARARGS | METH_KEYWORDS,
      "set_builder($self, /, *, ndarray, dtypes, default_device, devices, config)\n--\n\n"
@@ -1185,10 +1199,12 @@ static PyType_Slot Express_slots[] = {
     {Py_tp_clear, (void *)Express_clear},
     {Py_tp_methods, Express_methods},
     {Py_tp_getset, Express_getset},
-    {Py_tp_doc, (void *)"Express(*, hub, lock, box, generic, spin_us, failed, abandon)\n--\n\n"
+    {Py_tp_doc, (void *)"Express(hub)\n--\n\n"
                         "The express submission of a kernel launch op in one native call "
                         "(cuasync._core.express makes one per hub). The classes it makes and "
-                        "recognizes are those declared on the core types."},
+                        "recognizes are those declared on the core types; what it hands back "
+                        "to Python is read from the hub's fields (HubCore's), once; its lock "
+                        "is EXEC_LOCK."},
     {0, NULL},
 };
 
@@ -1212,15 +1228,16 @@ PyType_Spec Express_spec = {
  *     errors, or the generic path when the core declined;
  *   - ``fallback(op)`` (express.await_launch itself) when this is not the common case:
  *     no hub or no core (or one replaced, as tests do), bursts stepping aside, an op
- *     already taken (it raises there).  The loop's adapter is loops._last's when that is
+ *     already taken (it raises there).  The hub and the loop's adapter are read from the
+ *     module's PROCESS (a ProcessCore): its hub, and its last loop's adapter when that is
  *     the running asyncio loop, else running_adapter()'s (trio, another loop).
  */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *fallback, *finish, *completion, *loops, *get_running_loop, *running_adapter,
-        *policy_var, *stream_for, *done_t, *core_t, *completion_dict, *loops_dict;
-    PyObject *s_hub, *s_last, *s_policy, *s_next_stream;
+    PyObject *fallback, *finish, *get_running_loop, *running_adapter, *policy_var, *stream_for,
+        *done_t;
+    PyObject *process; /* the module's PROCESS: completion's hub, loops' last loop */
     PyObject *s_others_ready;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
     unsigned long long inline_awaits;
@@ -1322,14 +1339,22 @@ in_burst(LaunchAwait *self, PyObject *adapter, PyObject *loop)
     return t;
 }
 
-/* The stream of an await: policy.next_stream(), where policy is the context's policy or
- * else the device's (device.policy). For a SingleStream and a StreamPoolRoundRobin of
- * exactly those types (recorded when declared), their stream and rotation are read here
- * from their fields (RoundRobinCore: _streams, _counter, num_streams), as their
- * next_stream does it; a new reference, or NULL with an error. */
+/* The stream of an await on device: policy.next_stream(), where policy is the context's
+ * policy or else the device's (its _policy). For a SingleStream and a
+ * StreamPoolRoundRobin of exactly those types (recorded when declared), their stream
+ * and rotation are read here from their fields (RoundRobinCore: _streams, _counter,
+ * num_streams), as their next_stream does it; any other policy (or none: the device's
+ * default is made by its property) is asked by stream_for(device), which calls its
+ * next_stream, and checks its answer (*checked set). A new reference, or NULL with an
+ * error. */
 static PyObject *
-next_stream_of(LaunchAwait *self, PyObject *policy)
+next_stream_of(LaunchAwait *self, PyObject *policy, PyObject *device, int *checked)
 {
+    *checked = 0;
+    if (policy == NULL) {
+        *checked = 1;
+        return call_one(self->stream_for, device);
+    }
     if (Py_IS_TYPE(policy, REGISTERED(SINGLE_STREAM))) { /* its stream */
         PyObject *stream = SINGLE_STREAM(policy)->stream;
         if (stream != NULL)
@@ -1356,8 +1381,10 @@ next_stream_of(LaunchAwait *self, PyObject *policy)
                 }
                 if (i >= 0 && PyList_GET_SIZE(streams) >= m)
                     stream = Py_NewRef(PyList_GET_ITEM(streams, i % m));
-                else if (n == NULL && !PyErr_Occurred()) /* (an exhausted counter) */
-                    stream = PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+                else if (n == NULL && !PyErr_Occurred()) { /* (an exhausted counter) */
+                    *checked = 1;
+                    stream = call_one(self->stream_for, device);
+                }
                 else if (!PyErr_Occurred())
                     PyErr_SetString(PyExc_RuntimeError, "a stream pool changed while in use");
                 Py_XDECREF(n);
@@ -1369,7 +1396,8 @@ next_stream_of(LaunchAwait *self, PyObject *policy)
         if (PyErr_Occurred())
             return NULL;
     }
-    return PyObject_CallMethodNoArgs(policy, self->s_next_stream);
+    *checked = 1;
+    return call_one(self->stream_for, device);
 }
 
 /* Whether the weak reference w refers to o (PyWeakref_GET_OBJECT is deprecated in 3.13). */
@@ -1391,19 +1419,17 @@ weakref_is(PyObject *w, PyObject *o)
 }
 
 /* The hub's core (a new reference; NULL, no error, when there is no hub or no core) and
- * its step_aside: completion._hub's, read now (its fields: the hub is a HubCore). 0, or
- * -1 with an error set. */
+ * its step_aside: PROCESS.hub's, read now (its fields: the hub is a HubCore). 0, or -1
+ * with an error set. */
 static int
 await_core(LaunchAwait *self, PyObject **core, int *step_aside)
 {
     *core = NULL;
     *step_aside = 0;
-    PyObject *hub = PyDict_GetItemWithError(self->completion_dict, self->s_hub);
-    if (hub == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (hub == Py_None)
+    PyObject *hub = PROCESS(self->process)->hub;
+    if (hub == NULL || hub == Py_None)
         return 0;
-    if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "completion._hub's type"))
+    if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "PROCESS.hub's type"))
         return -1;
     PyObject *c = HUB(hub)->express;
     if (c != NULL && c != Py_None) {
@@ -1413,14 +1439,12 @@ await_core(LaunchAwait *self, PyObject **core, int *step_aside)
     return 0;
 }
 
-/* loops._last, read now: a new reference, or NULL with an error set. */
+/* PROCESS.last, read now: a new reference (None while unset). */
 static PyObject *
 await_last(LaunchAwait *self)
 {
-    PyObject *last = PyDict_GetItemWithError(self->loops_dict, self->s_last);
-    if (last == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_AttributeError, "cuasync._core.loops has no _last");
-    return Py_XNewRef(last);
+    PyObject *last = PROCESS(self->process)->last;
+    return Py_NewRef(last != NULL ? last : Py_None);
 }
 
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
@@ -1435,7 +1459,7 @@ static int
 launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIter *it)
 {
     *result = NULL;
-    if (self->completion_dict == NULL || self->fallback == NULL) {
+    if (self->process == NULL || self->fallback == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
         return PYGEN_ERROR;
     }
@@ -1444,13 +1468,13 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     if (await_core(self, &core, &step_aside) < 0)
         return PYGEN_ERROR;
     Express *x = (Express *)core;
-    if (core == NULL || !Py_IS_TYPE(core, (PyTypeObject *)self->core_t) ||
+    if (core == NULL || !is_express(core) ||
         !Py_IS_TYPE(op, REGISTERED(LAUNCH))) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
         *result = call_one(self->fallback, op);
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
-    /* the loop's adapter: loops._last, the common case of running_adapter() */
+    /* the loop's adapter: PROCESS.last's, the common case of running_adapter() */
     PyObject *last = await_last(self);
     PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
     PyObject *adapter = NULL;
@@ -1485,18 +1509,17 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         goto done;
     if (policy == NULL || policy == Py_None) {
         Py_XDECREF(policy);
-        /* (device.policy: its _policy once made; the property makes the default) */
+        /* (device.policy: its _policy once made; else NULL, and stream_for makes it) */
         policy = is_device(device) ? Py_XNewRef(DEVICE(device)->policy) : NULL;
-        if (policy == NULL || policy == Py_None) {
-            Py_XDECREF(policy);
-            if ((policy = PyObject_GetAttr(device, self->s_policy)) == NULL)
-                goto done;
-        }
+        if (policy == Py_None)
+            Py_CLEAR(policy);
     }
-    stream = next_stream_of(self, policy);
+    int checked;
+    stream = next_stream_of(self, policy, device, &checked);
     if (stream == NULL)
         goto done;
-    if (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || STREAM(stream)->device != device) {
+    if (!checked &&
+        (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || STREAM(stream)->device != device)) {
         Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
         if (stream == NULL)
             goto done;
@@ -1976,14 +1999,11 @@ bind_to(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
 static PyObject *
 LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"core", "fallback", "finish", "completion", "loops",
-                             "get_running_loop", "running_adapter", "policy", "stream_for",
-                             "current_tasks", NULL};
-    PyObject *core_t, *fallback, *finish, *completion, *loops, *grl, *ra, *policy, *stream_for,
-        *current_tasks;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!OOOOOOOOO:LaunchAwait", kwlist,
-                                     &PyType_Type, &core_t, &fallback, &finish, &completion,
-                                     &loops, &grl, &ra, &policy, &stream_for, &current_tasks))
+    static char *kwlist[] = {"fallback", "finish", "get_running_loop", "running_adapter",
+                             "policy", "stream_for", "current_tasks", NULL};
+    PyObject *fallback, *finish, *grl, *ra, *policy, *stream_for, *current_tasks;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOO:LaunchAwait", kwlist, &fallback,
+                                     &finish, &grl, &ra, &policy, &stream_for, &current_tasks))
         return NULL;
     if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
         PyErr_SetString(PyExc_TypeError, "current_tasks must be a dict or None");
@@ -1993,42 +2013,28 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "policy must be a ContextVar");
         return NULL;
     }
+    PyObject *process = module_process(type);
+    if (process == NULL)
+        return NULL;
     LaunchAwait *self = (LaunchAwait *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
     self->vectorcall = (vectorcallfunc)LaunchAwait_vectorcall;
     self->fallback = Py_NewRef(fallback);
     self->finish = Py_NewRef(finish);
-    self->completion = Py_NewRef(completion);
-    self->loops = Py_NewRef(loops);
     self->get_running_loop = Py_NewRef(grl);
     self->running_adapter = Py_NewRef(ra);
     self->policy_var = Py_NewRef(policy);
     self->stream_for = Py_NewRef(stream_for);
-    self->core_t = Py_NewRef(core_t);
+    self->process = Py_NewRef(process);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
-    if (!PyModule_Check(completion) || !PyModule_Check(loops)) {
-        PyErr_SetString(PyExc_TypeError, "completion and loops must be modules");
-        goto fail;
-    }
-    self->completion_dict = Py_NewRef(PyModule_GetDict(completion));
-    self->loops_dict = Py_NewRef(PyModule_GetDict(loops));
     self->done_t = PyType_FromSpec(&LaunchIter_spec);
-    if (self->done_t == NULL)
-        goto fail;
-#define NAME(field, text)                                                                     \
-    if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
-        goto fail;
-    NAME(s_hub, "_hub")
-    NAME(s_last, "_last")
-    NAME(s_policy, "policy")
-    NAME(s_next_stream, "next_stream")
-    NAME(s_others_ready, "others_ready")
-#undef NAME
+    if (self->done_t == NULL ||
+        (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
-fail:
-    Py_DECREF(self);
-    return NULL;
 }
 
 static int
@@ -2037,16 +2043,12 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->fallback);
     Py_VISIT(self->finish);
-    Py_VISIT(self->completion);
-    Py_VISIT(self->loops);
     Py_VISIT(self->get_running_loop);
     Py_VISIT(self->running_adapter);
     Py_VISIT(self->policy_var);
     Py_VISIT(self->stream_for);
     Py_VISIT(self->done_t);
-    Py_VISIT(self->core_t);
-    Py_VISIT(self->completion_dict);
-    Py_VISIT(self->loops_dict);
+    Py_VISIT(self->process);
     Py_VISIT(self->current_tasks);
     return 0;
 }
@@ -2056,16 +2058,12 @@ LaunchAwait_clear(LaunchAwait *self)
 {
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->finish);
-    Py_CLEAR(self->completion);
-    Py_CLEAR(self->loops);
     Py_CLEAR(self->get_running_loop);
     Py_CLEAR(self->running_adapter);
     Py_CLEAR(self->policy_var);
     Py_CLEAR(self->stream_for);
     Py_CLEAR(self->done_t);
-    Py_CLEAR(self->core_t);
-    Py_CLEAR(self->completion_dict);
-    Py_CLEAR(self->loops_dict);
+    Py_CLEAR(self->process);
     Py_CLEAR(self->current_tasks);
     return 0;
 }
@@ -2076,10 +2074,6 @@ LaunchAwait_dealloc(LaunchAwait *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     LaunchAwait_clear(self);
-    Py_CLEAR(self->s_hub);
-    Py_CLEAR(self->s_last);
-    Py_CLEAR(self->s_policy);
-    Py_CLEAR(self->s_next_stream);
     Py_CLEAR(self->s_others_ready);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -2111,9 +2105,8 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_getset, LaunchAwait_getset},
     {Py_tp_members, LaunchAwait_members},
-    {Py_tp_doc, (void *)"LaunchAwait(*, core, fallback, finish, completion, loops, "
-                        "get_running_loop, running_adapter, policy, stream_for, "
-                        "current_tasks)\n--\n\n"
+    {Py_tp_doc, (void *)"LaunchAwait(*, fallback, finish, get_running_loop, running_adapter, "
+                        "policy, stream_for, current_tasks)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator."},
     {0, NULL},

@@ -1,7 +1,7 @@
 /*
  * What the native op core's files share (express.c: launches, upload.c: small uploads):
  * the Express object, the submission modes, and the small helpers both use. Included
- * after Python.h and reactor.h.
+ * after Python.h and module.h.
  */
 #ifndef CUASYNC_EXPRESS_H
 #define CUASYNC_EXPRESS_H
@@ -46,14 +46,14 @@ typedef struct alloc_shape alloc_shape;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *hub, *backend, *stats, *memops, *lock; /* hub: a HubCore, backend a BackendCore */
+    PyObject *hub, *backend, *stats, *memops; /* hub: a HubCore, backend a BackendCore */
+    PyObject *lock; /* the module's EXEC_LOCK (an ExecLock) */
     SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
     PyObject *backend_dict; /* the backend's __dict__ */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyObject *no_args;
     /* interned names of the attributes read on every call */
-    PyObject *s_const, *s_itemsize, *s_acquire, *s_release, *s_launch_kernel,
-        *s_launch_failed, *s_use;
+    PyObject *s_const, *s_itemsize, *s_launch_kernel, *s_launch_failed, *s_use;
     PyObject *s_context_handle;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;
@@ -165,62 +165,32 @@ int exec_lock_try(PyObject *o);
 void exec_lock_release(PyObject *o);
 int is_exec_lock(PyObject *o);
 
-/* lock.acquire(blocking), ``acquire`` the interned method name: 1 taken, 0 not (not
- * blocking), -1 an error. (A blocking acquire passes no argument: threading's locks
- * parse their arguments by keyword, and an empty tuple is the cheapest to parse.) */
-static inline int
-call_acquire(PyObject *acquire, PyObject *lock, int blocking)
-{
-    PyObject *args[2] = {lock, Py_False};
-    PyObject *r = PyObject_VectorcallMethod(acquire, args,
-                                            (blocking ? 1 : 2) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            NULL);
-    if (r == NULL)
-        return -1;
-    int got = r == Py_True;
-    Py_DECREF(r);
-    return got;
-}
-
+/* The execution lock (an ExecLock) without a method call: 1 taken, 0 held elsewhere. */
 static inline int
 try_lock(Express *self)
 {
-    int fast = exec_lock_try(self->lock); /* an ExecLock: no method call */
-    return fast >= 0 ? fast : call_acquire(self->s_acquire, self->lock, 0);
+    return exec_lock_try(self->lock);
 }
 
-static inline int unlock(Express *self);
-
-/* unlock() with an error already set: that error is the one that stays. */
-static inline void
-unlock_keeping_error(Express *self)
-{
-    saved_error e;
-    save_error(&e);
-    if (unlock(self) < 0)
-        PyErr_Clear();
-    restore_error(&e);
-}
-
+/* 0 (releasing an ExecLock cannot fail). */
 static inline int
 unlock(Express *self)
 {
-    if (is_exec_lock(self->lock)) {
-        exec_lock_release(self->lock);
-        return 0;
-    }
-    PyObject *r = PyObject_VectorcallMethod(self->s_release, &self->lock,
-                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
+    exec_lock_release(self->lock);
     return 0;
+}
+
+/* unlock() with an error already set: that error stays. */
+static inline void
+unlock_keeping_error(Express *self)
+{
+    unlock(self);
 }
 
 /* Native fast paths of Allocation (alloc.c): what they read, and a small upload's
  * allocation from the block cache (Py_None: not the case, the caller calls Allocation). */
 alloc_shape *alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
-                             PyObject *backends);
+                             PyObject *process);
 void alloc_shape_free(alloc_shape *a);
 int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
 PyObject *alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,

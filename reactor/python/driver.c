@@ -12,7 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 
 #include <limits.h>
 #include <math.h>

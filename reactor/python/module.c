@@ -6,7 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "ledger.h"
 #include "cores.h"
 
@@ -19,6 +19,7 @@ typedef struct {
     PyTypeObject *queue_type;
     PyTypeObject *submitter_type;
     PyObject *exec_lock; /* EXEC_LOCK: cuasync's execution lock (context.LOCK) */
+    PyObject *process;   /* PROCESS: the state an await reads (a ProcessCore) */
     dlpack_codes codes;  /* (dlpack.c) */
 } modstate;
 
@@ -36,6 +37,15 @@ module_exec_lock(PyTypeObject *defining_class)
     if (st != NULL && st->exec_lock == NULL)
         PyErr_SetString(PyExc_SystemError, "the module has no execution lock");
     return st == NULL ? NULL : st->exec_lock;
+}
+
+PyObject *
+module_process(PyTypeObject *defining_class)
+{
+    modstate *st = (modstate *)PyType_GetModuleState(defining_class);
+    if (st != NULL && st->process == NULL)
+        PyErr_SetString(PyExc_SystemError, "the module has no PROCESS");
+    return st == NULL ? NULL : st->process;
 }
 
 /* -- LoopQueue --------------------------------------------------------------------- */
@@ -850,6 +860,7 @@ module_exec(PyObject *m)
         {"BlockCore", &BlockCore_spec}, {"AdapterCore", &AdapterCore_spec},
         {"ThreadFlags", &ThreadFlags_spec}, {"DeviceCore", &DeviceCore_spec},
         {"RoundRobinCore", &RoundRobinCore_spec}, {"SingleStreamCore", &SingleStreamCore_spec},
+        {"ProcessCore", &ProcessCore_spec}, {"BlockCacheCore", &BlockCacheCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -903,6 +914,13 @@ module_exec(PyObject *m)
     Py_XDECREF(lock_t);
     if (st->exec_lock == NULL || PyModule_AddObjectRef(m, "EXEC_LOCK", st->exec_lock) < 0)
         return -1;
+    /* the state an await reads (completion's hub, loops' last loop): Python owns the
+     * values, the module the one object that holds them */
+    PyObject *process_t = PyObject_GetAttrString(m, "ProcessCore");
+    st->process = process_t == NULL ? NULL : PyObject_CallNoArgs(process_t);
+    Py_XDECREF(process_t);
+    if (st->process == NULL || PyModule_AddObjectRef(m, "PROCESS", st->process) < 0)
+        return -1;
 #ifdef CUASYNC_HAVE_EVENTFD
     return PyModule_AddIntConstant(m, "HAVE_EVENTFD", 1);
 #else
@@ -919,6 +937,7 @@ module_traverse(PyObject *m, visitproc visit, void *arg)
         Py_VISIT(st->reactor_type);
         Py_VISIT(st->submitter_type);
         Py_VISIT(st->exec_lock);
+        Py_VISIT(st->process);
         for (int i = 0; i < st->codes.n; i++)
             Py_VISIT(st->codes.dtype[i]);
     }
@@ -934,6 +953,7 @@ module_clear(PyObject *m)
         Py_CLEAR(st->reactor_type);
         Py_CLEAR(st->submitter_type);
         Py_CLEAR(st->exec_lock);
+        Py_CLEAR(st->process);
         for (int i = 0; i < st->codes.n; i++)
             Py_CLEAR(st->codes.dtype[i]);
         st->codes.n = 0;

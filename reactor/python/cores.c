@@ -225,10 +225,11 @@ CORE_TYPE(LaunchCore, "LaunchCore",
           OPTIONAL(LaunchCore, cancel_word, "_cancel_word",
                    "The cancellation word of the op's scope, or None."));
 
-CORE_TYPE_N(HubCore, 6, "HubCore",
+CORE_TYPE_N(HubCore, 11, "HubCore",
             "The fields of the completion hub (its base type) that the native core reads: "
-            "the switches every submission reads, its backend, slot ledger, counters and "
-            "the backends' answers on stream memory operations.",
+            "the switches every submission reads, its backend, slot ledger, counters, "
+            "the backends' answers on stream memory operations, and the Python the core "
+            "hands work back to (read once, when the core is made).",
             OPTIONAL(HubCore, express, "express",
                      "The native op core (an Express), or None: every op takes the generic path."),
             MEMBER(HubCore, spin_budget_us, "spin_budget_us",
@@ -238,6 +239,18 @@ CORE_TYPE_N(HubCore, 6, "HubCore",
             MEMBER(HubCore, stats, "stats", "The hub's counters (Stats)."),
             MEMBER(HubCore, memops, "_memops",
                    "{ordinal: bool}: whether the device has stream memory operations."),
+            MEMBER(HubCore, box_type, "_box_type",
+                   "The type of an express launch's error box (a list; express._Box)."),
+            MEMBER(HubCore, generic, "_generic",
+                   "What the core returns for an op it declines (express.GENERIC)."),
+            MEMBER(HubCore, await_spin_us, "_await_spin_us",
+                   "(hub, adapter, stream, seq) -> an await's spin in microseconds, or None: "
+                   "the spin policy (completion.await_spin_us)."),
+            MEMBER(HubCore, core_failed, "_core_failed",
+                   "(hub, op, stream, seq, slot, box): a launch that failed, under the lock."),
+            MEMBER(HubCore, core_abandon, "_core_abandon",
+                   "(hub, op, stream, box, slot, gen, address, seq[, held]): work the core "
+                   "made and could not settle, to the background watcher."),
             {"use_reactor", T_BOOL, offsetof(HubCore, use_reactor), 0,
              "Whether awaits use flag slots (else host callbacks)."},
             {"step_aside", T_BOOL, offsetof(HubCore, step_aside), 0,
@@ -348,6 +361,34 @@ CORE_TYPE(BlockCore, "BlockCore",
           MEMBER(BlockCore, capacity, "capacity", "Its bytes."),
           MEMBER(BlockCore, size_class, "size_class", "Its size class."),
           MEMBER(BlockCore, pool, "_pool", "The StagingPool it returns to, or None."));
+
+#define ProcessCore_EXTRA_SLOTS
+CORE_TYPE(ProcessCore, "ProcessCore",
+          "The process's state the native core reads (the module's one PROCESS): the "
+          "completion hub, the backend, and the last loop looked up with its adapter.",
+          OPTIONAL(ProcessCore, hub, "hub", "The completion hub, or None until it is made."),
+          OPTIONAL(ProcessCore, backend, "backend",
+                   "The Backend, or None until get_backend() chooses it."),
+          OPTIONAL(ProcessCore, last, "last",
+                   "(weakref to the loop, adapter) of the last loop looked up, or None."));
+
+#define BlockCacheCore_EXTRA_SLOTS
+CORE_TYPE_N(BlockCacheCore, 3, "BlockCacheCore",
+            "The block cache's state (block_cache.CACHE), which Allocation's native fast "
+            "paths read and write under its lock as the Python code does.",
+            MEMBER(BlockCacheCore, lock, "lock",
+                   "The RLock every read and write of the cache holds."),
+            MEMBER(BlockCacheCore, blocks, "blocks",
+                   "{(stream handle, size class): [pointer, ...]}: the cached blocks."),
+            MEMBER(BlockCacheCore, bytes, "bytes", "{device ordinal: cached bytes}."),
+            {"device_max", T_LONGLONG, offsetof(BlockCacheCore, device_max), 0,
+             "Cached bytes per device, at most."},
+            {"per_key", T_LONGLONG, offsetof(BlockCacheCore, per_key), 0,
+             "Cached blocks per stream and size class, at most."},
+            {"min_class", T_INT, offsetof(BlockCacheCore, min_class), 0,
+             "The smallest size class (log2 of its bytes)."},
+            {"taking", T_BOOL, offsetof(BlockCacheCore, taking), 0,
+             "Whether a removal runs: a block freed meanwhile is not kept."});
 
 CORE_TYPE_N(AdapterCore, 2, "AdapterCore",
             "The fields of a loop adapter (its base type) that an await reads: asyncio's "
@@ -523,6 +564,8 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"DeviceCore", DeviceCore_dealloc},
         {"RoundRobinCore", RoundRobinCore_dealloc},
         {"SingleStreamCore", SingleStreamCore_dealloc},
+        {"ProcessCore", ProcessCore_dealloc},
+        {"BlockCacheCore", BlockCacheCore_dealloc},
     };
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
         if (strcmp(cores[i].name, core) != 0)

@@ -13,16 +13,17 @@
  *     (Device._charge), the object's slots set as __init__ sets them; no cached block,
  *     a memory limit, a pool selected, and it is left to Python's Allocation().
  *
- * Both read block_cache's module globals (_lock, _blocks, _bytes, _taking, DEVICE_MAX,
- * PER_KEY) and the Device's fields (DeviceCore: _lock, _used, _count, _peak, _limit,
- * _utility) and take the same locks as the Python code (an RLock's acquire and
+ * Both read the block cache's fields (block_cache.CACHE, a BlockCacheCore: lock,
+ * blocks, bytes, taking, device_max, per_key, min_class), the backend's (PROCESS.backend,
+ * a BackendCore) and the Device's (DeviceCore: _lock, _used, _count, _peak, _limit,
+ * _utility), and take the same locks as the Python code (an RLock's acquire and
  * release); tests/transfers/test_block_cache.py and tests/transfers/test_small_upload.py hold the two to
  * the same accounting.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "express.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
@@ -34,9 +35,9 @@
 /* What both paths read: set once (AllocFinalizer's constructor, Express.set_upload). */
 struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
-    PyObject *cache_dict, *backends_dict; /* block_cache's and cuasync._backends' globals */
-    PyObject *n_lock, *n_blocks, *n_bytes, *n_taking, *n_device_max, *n_per_key, *n_backend,
-        *n_acquire, *n_release, *n_min_class;
+    PyObject *cache;   /* block_cache.CACHE, a BlockCacheCore */
+    PyObject *process; /* the module's PROCESS: its backend */
+    PyObject *n_acquire, *n_release; /* (an RLock's methods: a foreign type's API) */
     /* the C functions of an RLock's acquire and release, called directly (lock_acquire,
      * lock_release) for a lock of type rlock_t: found on the first lock's type */
     PyTypeObject *rlock_t;
@@ -47,35 +48,21 @@ struct alloc_shape {
 
 static int
 shape_init(alloc_shape *a, PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
-           PyObject *backends)
+           PyObject *process)
 {
     if (!core_subtype_check(alloc_t, "AllocationCore", "allocation") ||
-        !core_subtype_check(stream_t, "StreamCore", "stream"))
+        !core_subtype_check(stream_t, "StreamCore", "stream") ||
+        !core_subtype_check((PyObject *)Py_TYPE(cache), "BlockCacheCore", "cache's type") ||
+        !core_subtype_check((PyObject *)Py_TYPE(process), "ProcessCore", "process's type"))
         return -1;
-    if (!PyModule_Check(cache) || !PyModule_Check(backends)) {
-        PyErr_SetString(PyExc_TypeError, "cache and backends must be modules");
-        return -1;
-    }
-#define NAME(field, text)                                                                     \
-    if ((a->field = PyUnicode_InternFromString(text)) == NULL)                                \
-        return -1;
-    NAME(n_lock, "_lock")
-    NAME(n_blocks, "_blocks")
-    NAME(n_bytes, "_bytes")
-    NAME(n_taking, "_taking")
-    NAME(n_device_max, "DEVICE_MAX")
-    NAME(n_per_key, "PER_KEY")
-    NAME(n_backend, "_backend")
-    NAME(n_acquire, "acquire")
-    NAME(n_release, "release")
-    NAME(n_min_class, "MIN_CLASS")
-#undef NAME
-    if ((a->no_wait = PyTuple_Pack(1, Py_False)) == NULL)
+    if ((a->n_acquire = PyUnicode_InternFromString("acquire")) == NULL ||
+        (a->n_release = PyUnicode_InternFromString("release")) == NULL ||
+        (a->no_wait = PyTuple_Pack(1, Py_False)) == NULL)
         return -1;
     a->alloc_t = (PyTypeObject *)Py_NewRef(alloc_t);
     a->stream_t = (PyTypeObject *)Py_NewRef(stream_t);
-    a->cache_dict = Py_NewRef(PyModule_GetDict(cache));
-    a->backends_dict = Py_NewRef(PyModule_GetDict(backends));
+    a->cache = Py_NewRef(cache);
+    a->process = Py_NewRef(process);
     return 0;
 }
 
@@ -84,26 +71,23 @@ shape_clear(alloc_shape *a)
 {
     Py_CLEAR(a->alloc_t);
     Py_CLEAR(a->stream_t);
-    Py_CLEAR(a->cache_dict);
-    Py_CLEAR(a->backends_dict);
+    Py_CLEAR(a->cache);
+    Py_CLEAR(a->process);
     Py_CLEAR(a->rlock_t);
     Py_CLEAR(a->no_wait);
-    PyObject **names[] = {&a->n_lock,       &a->n_blocks,  &a->n_bytes,   &a->n_taking,
-                          &a->n_device_max, &a->n_per_key, &a->n_backend, &a->n_acquire,
-                          &a->n_release,    &a->n_min_class};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        Py_CLEAR(*names[i]);
+    Py_CLEAR(a->n_acquire);
+    Py_CLEAR(a->n_release);
 }
 
 alloc_shape *
-alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache, PyObject *backends)
+alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache, PyObject *process)
 {
     alloc_shape *a = PyMem_Calloc(1, sizeof *a);
     if (a == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
-    if (shape_init(a, alloc_t, stream_t, cache, backends) < 0) {
+    if (shape_init(a, alloc_t, stream_t, cache, process) < 0) {
         shape_clear(a);
         PyMem_Free(a);
         return NULL;
@@ -126,8 +110,8 @@ alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg)
     if (a != NULL) {
         Py_VISIT(a->alloc_t);
         Py_VISIT(a->stream_t);
-        Py_VISIT(a->cache_dict);
-        Py_VISIT(a->backends_dict);
+        Py_VISIT(a->cache);
+        Py_VISIT(a->process);
         Py_VISIT(a->rlock_t);
     }
     return 0;
@@ -158,6 +142,23 @@ direct_rlock(alloc_shape *a, PyObject *lock)
         a->rlock_t = (PyTypeObject *)Py_NewRef(t);
     }
     return Py_IS_TYPE(lock, a->rlock_t) && a->rlock_acquire != NULL && a->rlock_release != NULL;
+}
+
+/* lock.acquire(blocking), ``acquire`` the interned method name: 1 taken, 0 not (not
+ * blocking), -1 an error. (A blocking acquire passes no argument: threading's locks
+ * parse their arguments by keyword, and an empty tuple is the cheapest to parse.) */
+static int
+call_acquire(PyObject *acquire, PyObject *lock, int blocking)
+{
+    PyObject *args[2] = {lock, Py_False};
+    PyObject *r = PyObject_VectorcallMethod(acquire, args,
+                                            (blocking ? 1 : 2) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
 }
 
 /* An RLock's acquire(blocking): 1 taken, 0 not (not blocking), -1 an error. Its C
@@ -267,19 +268,19 @@ device_account(alloc_shape *a, PyObject *device, long long nbytes, int sign)
 static PyObject *
 cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
 {
-    PyObject *d = a->cache_dict;
-    PyObject *blocks = PyDict_GetItemWithError(d, a->n_blocks);
-    PyObject *lock = PyDict_GetItemWithError(d, a->n_lock);
-    PyObject *bytes = PyDict_GetItemWithError(d, a->n_bytes);
+    BlockCacheCore *c = CACHE(a->cache);
+    PyObject *blocks = c->blocks, *lock = c->lock, *bytes = c->bytes;
     if (blocks == NULL || !PyDict_CheckExact(blocks) || PyDict_GET_SIZE(blocks) == 0 ||
         lock == NULL || bytes == NULL || !PyDict_CheckExact(bytes))
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return Py_NewRef(Py_None);
     PyObject *clso = PyLong_FromLong(cls);
     PyObject *key = clso == NULL ? NULL : PyTuple_Pack(2, handle, clso);
     Py_XDECREF(clso);
     if (key == NULL)
         return NULL;
-    Py_INCREF(lock);
+    Py_INCREF(lock); /* (held, with the dicts: acquiring may run other threads) */
+    Py_INCREF(blocks);
+    Py_INCREF(bytes);
     PyObject *ptr = NULL;
     int got = lock_acquire(a, lock, 1);
     if (got > 0) {
@@ -298,6 +299,8 @@ cache_take(alloc_shape *a, PyObject *handle, long cls, PyObject *ordinal)
             Py_CLEAR(ptr);
     }
     Py_DECREF(lock);
+    Py_DECREF(blocks);
+    Py_DECREF(bytes);
     Py_DECREF(key);
     return ptr;
 }
@@ -310,9 +313,9 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     PyObject *utility = dev ? DEVICE(device)->utility : NULL;
     PyObject *limit = dev ? DEVICE(device)->limit : NULL;
     PyObject *ordinal = dev ? DEVICE(device)->ordinal : NULL;
-    PyObject *min_class = PyDict_GetItemWithError(a->cache_dict, a->n_min_class);
+    int min_class = CACHE(a->cache)->min_class;
     if (utility == NULL || utility == Py_None || limit != Py_None || ordinal == NULL ||
-        min_class == NULL || STREAM(stream)->owned != Py_True || nbytes <= 0)
+        min_class < 0 || min_class > 62 || STREAM(stream)->owned != Py_True || nbytes <= 0)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     PyObject *selected = NULL; /* (pools.current_pool: a pool selected for this context) */
     if (PyContextVar_Get(pool_var, Py_None, &selected) < 0)
@@ -321,7 +324,7 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     Py_DECREF(selected);
     if (!plain)
         return Py_NewRef(Py_None);
-    long cls = PyLong_AsLong(min_class);
+    long cls = min_class;
     while ((1LL << cls) < (long long)nbytes)
         cls++;
     PyObject *handle = STREAM(stream)->handle;
@@ -403,22 +406,17 @@ keep_block(AllocFinalizer *f, PyObject *self)
     if (utility == NULL || utility == stream || ordinal == NULL)
         return PyErr_Occurred() ? -1 : 0;
     /* the backend has seen no fault (a faulted device's memory is leaked, in Python) */
-    PyObject *backend = PyDict_GetItemWithError(a->backends_dict, a->n_backend);
-    if (backend == NULL || backend == Py_None)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!is_backend(backend) || BACKEND(backend)->fault_seen)
+    PyObject *backend = PROCESS(a->process)->backend;
+    if (backend == NULL || backend == Py_None || !is_backend(backend) ||
+        BACKEND(backend)->fault_seen)
         return 0;
     /* block_cache.put: never waits for the lock; the key's list must exist already */
-    PyObject *d = a->cache_dict;
-    PyObject *lock = PyDict_GetItemWithError(d, a->n_lock);
-    PyObject *blocks = PyDict_GetItemWithError(d, a->n_blocks);
-    PyObject *bytes = PyDict_GetItemWithError(d, a->n_bytes);
-    PyObject *maxo = PyDict_GetItemWithError(d, a->n_device_max);
-    PyObject *per_key = PyDict_GetItemWithError(d, a->n_per_key);
+    BlockCacheCore *c = CACHE(a->cache);
+    PyObject *lock = c->lock, *blocks = c->blocks, *bytes = c->bytes;
     if (lock == NULL || blocks == NULL || !PyDict_CheckExact(blocks) || bytes == NULL ||
-        !PyDict_CheckExact(bytes) || maxo == NULL || per_key == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    long long device_max = PyLong_AsLongLong(maxo), keep_max = PyLong_AsLongLong(per_key);
+        !PyDict_CheckExact(bytes))
+        return 0;
+    long long device_max = c->device_max, keep_max = c->per_key;
     PyObject *handle = STREAM(stream)->handle;
     if (handle == NULL || PyErr_Occurred())
         return PyErr_Occurred() ? -1 : 0;
@@ -430,14 +428,16 @@ keep_block(AllocFinalizer *f, PyObject *self)
         Py_XDECREF(size);
         return -1;
     }
-    Py_INCREF(lock);
+    Py_INCREF(lock); /* (held, with the dicts, while the lock is) */
+    Py_INCREF(blocks);
+    Py_INCREF(bytes);
     int done = 0, got = lock_acquire(a, lock, 0);
     if (got > 0) {
-        PyObject *taking = PyDict_GetItemWithError(d, a->n_taking);
+        int taking = c->taking;
         PyObject *held = PyDict_GetItemWithError(bytes, ordinal);
         PyObject *free = PyDict_GetItemWithError(blocks, key);
         long long h = held == NULL ? 0 : PyLong_AsLongLong(held);
-        if (taking == Py_False && free != NULL && PyList_CheckExact(free) &&
+        if (!taking && free != NULL && PyList_CheckExact(free) &&
             !PyErr_Occurred() && h + (1LL << cls) <= device_max &&
             PyList_GET_SIZE(free) < keep_max) {
             PyObject *total = PyLong_FromLongLong(h + (1LL << cls));
@@ -457,6 +457,8 @@ keep_block(AllocFinalizer *f, PyObject *self)
         restore_error(&e);
     }
     Py_DECREF(lock);
+    Py_DECREF(blocks);
+    Py_DECREF(bytes);
     Py_DECREF(key);
     Py_DECREF(size);
     if (done == 0) {
@@ -496,17 +498,20 @@ AllocFinalizer_vectorcall(AllocFinalizer *self, PyObject *const *args, size_t na
 static PyObject *
 AllocFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"allocation", "stream", "cache", "backends", "fallback", NULL};
-    PyObject *alloc_t, *stream_t, *cache, *backends, *fallback;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOO:AllocFinalizer", kwlist, &alloc_t,
-                                     &stream_t, &cache, &backends, &fallback))
+    static char *kwlist[] = {"allocation", "stream", "cache", "fallback", NULL};
+    PyObject *alloc_t, *stream_t, *cache, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO:AllocFinalizer", kwlist, &alloc_t,
+                                     &stream_t, &cache, &fallback))
+        return NULL;
+    PyObject *process = module_process(type);
+    if (process == NULL)
         return NULL;
     AllocFinalizer *self = (AllocFinalizer *)PyType_GenericAlloc(type, 0);
     if (self == NULL)
         return NULL;
     self->vectorcall = (vectorcallfunc)AllocFinalizer_vectorcall;
     self->fallback = Py_NewRef(fallback);
-    if (shape_init(&self->a, alloc_t, stream_t, cache, backends) < 0) {
+    if (shape_init(&self->a, alloc_t, stream_t, cache, process) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -565,7 +570,7 @@ static PyType_Slot AllocFinalizer_slots[] = {
     {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_getset, AllocFinalizer_getset},
     {Py_tp_members, AllocFinalizer_members},
-    {Py_tp_doc, (void *)"AllocFinalizer(*, allocation, stream, cache, backends, fallback)\n--\n\n"
+    {Py_tp_doc, (void *)"AllocFinalizer(*, allocation, stream, cache, fallback)\n--\n\n"
                         "Allocation.__del__ in C for a small block going back to the block "
                         "cache on its stream; everything else calls fallback (the Python "
                         "__del__)."},

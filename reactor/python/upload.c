@@ -22,7 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "reactor.h"
+#include "module.h"
 #include "express.h"
 
 #include <string.h>
@@ -73,26 +73,29 @@ static PyType_Spec StagingLease_spec = {
 
 /* -- set_upload --------------------------------------------------------------------------- */
 
-/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, pageable): what
+/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, pageable, cache,
+ * pools): what
  * Express.upload uses (cuasync._small_upload sets it): the types it reads, the staging
  * pool's acquire(nbytes), the handlers of a failed copy and of an error after it. */
 PyObject *
 Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"op",       "work",     "node",   "block", "acquire", "failed",
-                             "abandon",  "pageable", "blocks", "backends", "pools", NULL};
+                             "abandon",  "pageable", "cache",  "pools", NULL};
     PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *pageable,
-        *cache, *backends, *pools;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!O!O!O:set_upload", kwlist,
+        *cache, *pools;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!OO:set_upload", kwlist,
                                      &PyType_Type, &op_t, &PyType_Type, &work_t, &PyType_Type,
                                      &node_t, &PyType_Type, &block_t, &acquire, &failed,
-                                     &abandon, &PyModule_Type, &pageable, &PyModule_Type,
-                                     &cache, &PyModule_Type, &backends, &pools))
+                                     &abandon, &PyModule_Type, &pageable, &cache, &pools))
         return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 11) {
-        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 11 arguments by keyword");
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 10) {
+        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 10 arguments by keyword");
         return NULL;
     }
+    PyObject *process = module_process(Py_TYPE(self));
+    if (process == NULL)
+        return NULL;
     if (!PyContextVar_CheckExact(pools)) {
         PyErr_SetString(PyExc_TypeError, "pools must be the ContextVar of the selected pools");
         return NULL;
@@ -107,7 +110,7 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
         !core_subtype_check(block_t, "BlockCore", "block"))
         return NULL;
     alloc_shape *shape = alloc_shape_new((PyObject *)REGISTERED(ALLOCATION), (PyObject *)REGISTERED(STREAM),
-                                         cache, backends);
+                                         cache, process);
     if (shape == NULL)
         return NULL;
     PyObject *lease_t = self->lease_t;

@@ -50,11 +50,15 @@ typedef struct {
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,
- * whether awaits in a burst step aside, the inline spin budget), and what the core is
- * made of (the backend, the slot ledger, the counters, the stream-memops answers) */
+ * whether awaits in a burst step aside, the inline spin budget), what the core is made
+ * of (the backend, the slot ledger, the counters, the stream-memops answers), and where
+ * the core hands work back to Python (express.py's: the error box's type, the declined
+ * sentinel, the spin policy, the failure and abandon handlers; the core reads them once,
+ * when it is made) */
 typedef struct {
     PyObject_HEAD
     PyObject *express, *spin_budget_us, *backend, *slots, *stats, *memops;
+    PyObject *box_type, *generic, *await_spin_us, *core_failed, *core_abandon;
     char use_reactor, step_aside;
 } HubCore;
 
@@ -145,6 +149,30 @@ typedef struct {
     PyObject *ready, *tick_task;
     char tick_shared, long_ops, steps_aside;
 } AdapterCore;
+
+/* The process's state the native core reads (one instance, the module's PROCESS): the
+ * completion hub (None until made), the backend (None until chosen), and the last loop
+ * looked up and its adapter, (weakref to the loop, adapter), one tuple so that threads
+ * running other loops read a consistent pair. Python's completion, _backends and loops
+ * modules own the values. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hub, *backend, *last;
+} ProcessCore;
+
+/* The block cache's state (block_cache.CACHE): its RLock, the cached pointers by
+ * (stream handle, size class), the cached bytes by device ordinal, whether a removal
+ * runs (nothing is kept meanwhile), and its bounds. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lock, *blocks, *bytes;
+    long long device_max, per_key;
+    int min_class;
+    char taking;
+} BlockCacheCore;
+
+#define PROCESS(o) ((ProcessCore *)(o))
+#define CACHE(o) ((BlockCacheCore *)(o))
 
 /* Whether o is an AdapterCore (of a subclass): 1 or 0. */
 int is_adapter(PyObject *o);
@@ -241,7 +269,8 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
     NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
-    DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec;
+    DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
+    BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
  * its method table (cores.c) */
@@ -273,6 +302,9 @@ typedef struct {
 /* The module's execution lock (EXEC_LOCK, context.LOCK) and its DLPack code cache, for a
  * type it made: borrowed, or NULL with an error set (module.c). */
 PyObject *module_exec_lock(PyTypeObject *defining_class);
+/* The module's PROCESS (a ProcessCore), for a type it made: borrowed, or NULL with an
+ * error set (module.c). */
+PyObject *module_process(PyTypeObject *defining_class);
 dlpack_codes *module_dlpack_codes(PyTypeObject *defining_class);
 
 #endif

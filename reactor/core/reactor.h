@@ -1,16 +1,17 @@
 /*
- * Shared declarations of cuasync._reactor (design notes: reactor/README.md).
+ * The reactor proper of cuasync._reactor (reactor/core/; design notes: reactor/README.md):
+ * what runs on its own threads or under its own mutexes, with no Python API.
  *
  *   reactor.c  the reactor: armed slots, the scan/spin/backoff/park thread, orphan
  *              routing, the memory-ordering argument.
  *   queue.c    queue cores: the completed/stale lists and eventfd behind a LoopQueue.
  *   submit.c   the submitter: the thread that makes queued launches and flag writes.
- *   module.c   the Python types LoopQueue, Reactor and Submitter, and the module.
- *   driver.c   argument converters, the registry of live slabs, the word helpers
- *              (load32, store32, spin_wait) and the driver fast paths.
  *
- * reactor.c, queue.c and submit.c never include Python.h, so the compiler enforces that
- * nothing running on their threads or under their mutexes calls the Python API.
+ * Nothing under reactor/core includes Python.h, directly or through a header (a project
+ * test checks it; the CPython types are in reactor/python/, module.h their shared
+ * header), so the compiler enforces that nothing running on these threads or under
+ * these mutexes calls the Python API. The slab registry's and the driver entry points'
+ * declarations below are plain C, defined in reactor/python/driver.c.
  */
 #ifndef CUASYNC_REACTOR_H
 #define CUASYNC_REACTOR_H
@@ -218,100 +219,4 @@ void subcore_drop(subcore *c); /* a reference taken by subcore_new or subcore_re
 int slab_register(const void *owner, uintptr_t lo, uintptr_t hi); /* -1: out of memory */
 void slab_unregister(const void *owner);
 
-#ifdef Py_PYTHON_H /* -- Python-facing helpers (driver.c) -------------------------- */
-
-/* The hash of the sources the module was built from (setup.py defines it; the module's
- * SOURCE_HASH): cuasync/_native.py refuses a build of other sources. */
-#ifndef CUASYNC_SOURCE_HASH
-#define CUASYNC_SOURCE_HASH "unknown"
-#endif
-
-/* The destructor of cuasync's DLPack capsules (dlpack.c): calls the managed tensor's
- * deleter unless the capsule was consumed; keeps an exception already set. */
-void dlpack_capsule_destructor(PyObject *capsule);
-/* dlpack_pack, dlpack_unpack, dlpack_take, dlpack_delete (dlpack.c) */
-extern PyMethodDef dlpack_methods[];
-
-int get_u64(PyObject *o, unsigned long long *out);
-int get_i64(PyObject *o, long long *out);
-int get_u32(PyObject *o, const char *what, uint32_t *out);
-int conv_u64(PyObject *o, void *out); /* the same as an "O&" converter */
-int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected);
-
-/* The launch configuration of launch_and_write, launch_packed and Submitter.push: their
- * first nine arguments (function, grid, block, shared memory, stream). */
-typedef struct {
-    unsigned long long function, stream;
-    unsigned int gx, gy, gz, bx, by, bz, shmem;
-} launch_config;
-int get_launch_config(PyObject *const *args, launch_config *c);
-
-/* The submitter that every native launch and flag write waits for (set_launch_fence;
- * read with the GIL held), or NULL. */
-subcore *launch_fence(void);
-
-/* The entry points last given to set_entry_points (0 where unset). */
-sub_entry driver_entry_points(void);
-
-/* launch_packed's parameters: check a layout against its args, then pack them into
- * block (PARAM_BLOCK_MAX bytes, 16-aligned), slots[i] pointing at parameter i. */
-enum { PARAM_BLOCK_MAX = 4096, PARAM_COUNT_MAX = 256 };
-int check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n);
-int pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
-                void **slots);
-/* One argument of a checked layout packed (as pack_params packs it); the slot of a
- * pointer parameter, or NULL. */
-int pack_one(const char *layout, Py_ssize_t i, PyObject *a, unsigned char *block, void **slot);
-unsigned char *pointer_slot(const char *layout, Py_ssize_t i, unsigned char *block);
-/* The entry points a launch needs (the write's only with a flag address); RuntimeError
- * when one is not set. */
-int get_launch_entry_points(unsigned long long address, uintptr_t *lk, uintptr_t *wv);
-/* cuLaunchKernel and its flag write with the GIL released: 0, the launch's CUresult, or
- * minus the write's. */
-long launch_write(uintptr_t lk, uintptr_t wv, const launch_config *c, void **params,
-                  unsigned long long address, uint32_t value);
-/* cuMemcpyHtoDAsync_v2 from pinned src and its flag write, with the GIL released (after
- * the launch fence): 0, the copy's CUresult (nothing enqueued), or minus the write's.
- * The entry points: 1 when both are set (get_copy_entry_points). */
-long copy_write(uintptr_t mh, uintptr_t wv, unsigned long long dst, unsigned long long src,
-                unsigned long long nbytes, unsigned long long stream, unsigned long long address,
-                uint32_t value);
-int get_copy_entry_points(uintptr_t *mh, uintptr_t *wv);
-/* Whether f is this module's launch_packed (the cuda backend's fast_launch). */
-int is_launch_packed(PyObject *f);
-/* -- the native op core's helpers (express.c) ------------------------------------ */
-
-/* cuasync.get_default_device()'s common case: the Device of the ordinal the ContextVar
- * var holds, among those made (devices: Device._instances). A new reference; NULL with
- * no error set when it is not made yet (get_default_device makes it), NULL with the
- * error set on a failure. */
-static inline PyObject *
-made_default_device(PyObject *var, PyObject *devices)
-{
-    PyObject *ordinal = NULL;
-    if (PyContextVar_Get(var, NULL, &ordinal) < 0)
-        return NULL;
-    PyObject *device = ordinal == NULL ? NULL : PyDict_GetItemWithError(devices, ordinal);
-    Py_XDECREF(ordinal);
-    return Py_XNewRef(device);
-}
-
-/* tp_descr_get of a method-descriptor type: bound to obj, or itself from the class. */
-PyObject *bind_to(PyObject *self, PyObject *obj, PyObject *type);
-
-/* The express core's type (express.c) and the launchers' (launcher.c). */
-extern PyType_Spec Express_spec;
-extern PyType_Spec LaunchAwait_spec;
-extern PyType_Spec ExecLock_spec;
-extern PyType_Spec CurrentOrdinal_spec;
-extern PyType_Spec Launcher_spec;
-extern PyType_Spec ConfigLookup_spec;
-extern PyType_Spec OpFinalizer_spec;
-extern PyType_Spec AllocFinalizer_spec;
-/* The end of the last parameter of a checked layout, in bytes. */
-uint32_t layout_extent(const char *layout, Py_ssize_t n);
-
-extern PyMethodDef cuasync_driver_methods[];
-
-#endif
 #endif
