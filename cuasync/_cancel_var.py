@@ -21,20 +21,26 @@ __all__ = ["SCOPE", "current_word", "detached"]
 
 class _Scope(Protocol):
     word: int
+    ordinal: int
+
+    def word_for(self, ordinal: int) -> int: ...
 
 
 #: The scope entered last in this context (None: none, or stepped out by ``detached``).
 SCOPE: ContextVar[_Scope | None] = ContextVar("cuasync_cancel_scope", default=None)
 
 
-def current_word() -> int:
-    """The cancel-word parameter of a launch built now: the current scope's, else 0.
+def current_word(ordinal: int = -1) -> int:
+    """The cancel-word parameter of a launch built now on device ``ordinal`` (-1: the
+    scope's own device): the current scope's word there, else 0.
 
     >>> current_word()
     0
     """
     scope = SCOPE.get()
-    return 0 if scope is None else scope.word
+    if scope is None:
+        return 0
+    return scope.word if ordinal < 0 or ordinal == scope.ordinal else scope.word_for(ordinal)
 
 
 @contextmanager

@@ -452,6 +452,24 @@ class Backend(BackendCore, ABC):
         self.memcpy_htod_async(dst, src, nbytes, stream)
         self.write_value32(stream, address, value)
 
+    # -- cancel words (cuasync/_launch/cancel.py) -------------------------------------
+    @abstractmethod
+    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+        """``nbytes`` of zeroed device memory of ``ordinal`` outside every pool (never
+        freed: kernels still queued may read it), for words :meth:`write_device_word` sets.
+
+        >>> slab = backend.device_words_alloc(0, 4096)
+        """
+
+    @abstractmethod
+    def write_device_word(self, stream: int, address: int, value: int) -> None:
+        """Store ``value`` into the 32-bit *device* word at ``address`` (of
+        :meth:`device_words_alloc`) in stream order on ``stream``: an enqueue, never a
+        wait. (:meth:`write_value32` writes host words: its address is a host address.)
+
+        >>> backend.write_device_word(urgent, slab + 4 * i, generation)
+        """
+
     @abstractmethod
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         """Make later work on ``stream`` wait until the host word at ``address`` reaches

@@ -363,15 +363,6 @@ class _EmulatedKernel(PreparedKernel):
         self.cancel = bool(params) and params[-1].name == CANCEL_PARAM
 
 
-def _cancelled(word: int) -> bool:
-    """Whether a launch's cancel word (see ``cuasync/kernels/cancel.cuh``) is set, read
-    when the kernel runs, as every block of a GPU kernel reads it when it starts."""
-    if not word:
-        return False
-    address = word & ((1 << CANCEL_ADDRESS_BITS) - 1)
-    return ctypes.c_uint32.from_address(address).value == word >> CANCEL_ADDRESS_BITS
-
-
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 #: ``active`` while this thread runs a host function (``launch_host_func``).
@@ -823,7 +814,13 @@ class EmulatorBackend(Backend):
         return self._alloc(nbytes, stream, None)
 
     def _alloc(self, nbytes: int, stream: int, pool: _Pool | None) -> int:
-        device = self._stream(stream).device
+        return self._alloc_on(self._stream(stream).device, nbytes, pool)
+
+    def _alloc_on(
+        self, device: _Device, nbytes: int, pool: _Pool | None, pooled: bool = True
+    ) -> int:
+        """Device memory of ``pool`` (None: the default pool; ``pooled=False``: none,
+        as ``cuMemAlloc``)."""
         self._check(device)
         size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
         with device.lock:
@@ -835,7 +832,9 @@ class EmulatorBackend(Backend):
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
             ptr = device.next_address
-            if pool is None:
+            if not pooled:
+                pass
+            elif pool is None:
                 device.default_used += size
                 device.reserved = max(device.reserved, device.default_used)
             else:
@@ -1044,6 +1043,29 @@ class EmulatorBackend(Backend):
                 word.value = value
 
         self._enqueue(stream, write)
+
+    # -- cancel words --------------------------------------------------------------
+    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+        return self._alloc_on(self._device(ordinal), nbytes, None, pooled=False)  # zeroed
+
+    def write_device_word(self, stream: int, address: int, value: int) -> None:
+        word = self._resolve(address, 4, self._stream(stream).device).view(np.uint32)
+        value &= 0xFFFFFFFF
+
+        def write() -> None:
+            word[0] = value
+
+        self._enqueue(stream, write)
+
+    def _cancelled(self, word: int, device: _Device) -> bool:
+        """Whether a launch's cancel word (see ``cuasync/kernels/cancel.cuh``) holds its
+        generation, read when the kernel runs, as each block of a GPU kernel reads it
+        when it starts: a word in ``device``'s memory (another's is an illegal access)."""
+        if not word:
+            return False
+        address = word & ((1 << CANCEL_ADDRESS_BITS) - 1)
+        held = self._resolve(address, 4, device).view(np.uint32)[0]
+        return int(held) == word >> CANCEL_ADDRESS_BITS
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         word = ctypes.c_uint32.from_address(address)
@@ -1268,7 +1290,7 @@ class EmulatorBackend(Backend):
         def run() -> None:
             try:
                 call = list(values)  # a graph replays this command: values stay as given
-                if cancel and _cancelled(int(call.pop())):
+                if cancel and self._cancelled(int(call.pop()), device):
                     self.counts.skipped += 1  # the kernel returned at once: no work done
                     return
                 for i in pointers:

@@ -1,17 +1,19 @@
 """Cancel scopes: GPU work queued by a cancelled scope is skipped on the device.
 
-A scope owns a *cancel word*: 32 bits of pinned, device-mapped host memory. Every
-kernel launched inside the scope (generated elementwise kernels, and user kernels that
+A scope owns a *cancel word* per device it launches on: 32 bits of device memory. Every
+kernel launched inside the scope (generated and built-in kernels, and user kernels that
 include ``cuasync/cancel.cuh``) receives the word as its last parameter and checks it
-once per block before doing any work. Cancelling the scope is one host store into the
-word: no stream, no driver call, nothing that waits. Kernels already running finish;
-kernels still queued return at once when they start.
+once per block before doing any work (thread 0 loads it, ``__syncthreads``). Cancelling
+the scope enqueues one write of the word on the device's *urgent* stream (a stream of
+the greatest priority that carries nothing else): an enqueue, never a wait. Kernels
+already running finish; kernels still queued return at once when they start.
 
 Words are reused: the parameter packs the word's address (low 48 bits) with the scope's
 *generation* (high 16 bits), and a scope is cancelled when its word holds its
 generation. A word released by one scope goes back to a FIFO of free words; the next
 scope to claim it gets the next generation, so kernels of an earlier, cancelled scope
-that are still queued keep seeing their own generation, and stay skipped.
+that are still queued keep seeing their own generation, and stay skipped (until the
+word's next owner is cancelled: then they run, wasted but harmless).
 
 >>> with cuasync.cancel_scope() as scope:
 ...     y = await (x * 2 + 1)          # launched with scope's word
@@ -21,7 +23,6 @@ that are still queued keep seeing their own generation, and stay skipped.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import threading
 from collections import deque
 from contextvars import Token
@@ -31,69 +32,83 @@ from typing import Any
 from .._backends import get_backend
 from .._backends.base import CANCEL_ADDRESS_BITS
 from .._cancel_var import SCOPE
+from .._core.device import get_default_device
 from ..errors import InternalError, UsageError
 
 __all__ = ["CancelScope", "cancel_scope"]
 
 _GENERATIONS = 1 << (64 - CANCEL_ADDRESS_BITS)  # 16 bits: 1..65535 (0 is never a generation)
-_SLAB_WORDS = 1024  # words in one pinned block (4 KiB)
+_SLAB_WORDS = 1024  # words in one slab of device memory (4 KiB)
+
+
+def _next(generation: int) -> int:
+    return generation + 1 if generation + 1 < _GENERATIONS else 1
 
 
 class _Words:
-    """The cancel words of one backend: pinned blocks never freed (a queued kernel may
-    read any word at any time), a FIFO of free ``(address, generation)`` pairs."""
+    """The cancel words of one device: slabs of device memory never freed (a queued
+    kernel may read any word at any time), a FIFO of free ``(address, generation)``
+    pairs, what the host last wrote into each word, and the urgent stream it writes on.
+    """
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, ordinal: int) -> None:
         self.backend = backend
+        self.ordinal = ordinal
         self.unused: deque[tuple[int, int]] = deque()
+        self.stored: dict[int, int] = {}  # address -> the generation last written there
+        self.urgent = 0  # the stream of the greatest priority, made with the first slab
         self.lock = threading.Lock()
 
-    def claim(self) -> tuple[int, int, ctypes.c_uint32]:
-        """A free word, its next generation and the host's view of it."""
+    def claim(self) -> tuple[int, int]:
+        """A free word and its next generation (never the value the word holds)."""
         with self.lock:
             if not self.unused:
                 self._grow()
             address, generation = self.unused.popleft()
-        view = ctypes.c_uint32.from_address(address)
-        if view.value == generation:  # 65535 scopes ago: that scope's work has passed
-            view.value = 0
-        return address, generation, view
+            if self.stored.get(address) == generation:  # a scope 65535 owners ago cancelled
+                generation = _next(generation)
+        return address, generation
 
     def release(self, address: int, generation: int) -> None:
-        nxt = generation + 1 if generation + 1 < _GENERATIONS else 1
         with self.lock:
-            self.unused.append((address, nxt))
+            self.unused.append((address, _next(generation)))
+
+    def store(self, address: int, generation: int) -> None:
+        """Set the word on the urgent stream: seen by kernels that start after it lands."""
+        with self.lock:
+            self.stored[address] = generation
+        self.backend.write_device_word(self.urgent, address, generation)
 
     def _grow(self) -> None:
-        host = self.backend.host_alloc(_SLAB_WORDS * 4)
-        mapped = getattr(self.backend, "host_device_pointer", None)  # (the emulator: none)
-        device = host if mapped is None else mapped(host)
-        if device >> CANCEL_ADDRESS_BITS or host >> CANCEL_ADDRESS_BITS:
+        backend = self.backend
+        if not self.urgent:
+            _, greatest = backend.stream_priority_range(self.ordinal)
+            self.urgent = backend.stream_create(self.ordinal, greatest)
+        slab = backend.device_words_alloc(self.ordinal, _SLAB_WORDS * 4)
+        if slab >> CANCEL_ADDRESS_BITS:
             raise InternalError(
-                f"pinned memory at {host:#x} (device {device:#x}) lies above 2**48: the "
-                "cancel word's parameter cannot pack its address with a generation"
+                f"device memory at {slab:#x} lies above 2**48: the cancel word's parameter "
+                "cannot pack its address with a generation"
             )
-        ctypes.memset(host, 0, _SLAB_WORDS * 4)
-        # host and device addresses are the same under unified addressing (every 64-bit
-        # Linux system CUDA supports); the word is stored by the host, loaded by kernels
-        if device != host:
-            raise InternalError("cancel words need unified addressing (device == host)")
-        self.unused.extend((host + 4 * i, 1) for i in range(_SLAB_WORDS))
+        self.unused.extend((slab + 4 * i, 1) for i in range(_SLAB_WORDS))
 
 
-_words: _Words | None = None
+_words: dict[int, _Words] = {}  # ordinal -> its words, for the backend of _words_backend
+_words_backend: list[Any] = [None]
 _words_lock = threading.Lock()
 
 
-def _words_of_backend() -> _Words:
-    global _words
+def _words_of(ordinal: int) -> _Words:
     backend = get_backend()
-    words = _words
+    words = _words.get(ordinal)
     if words is None or words.backend is not backend:
         with _words_lock:
-            if _words is None or _words.backend is not backend:
-                _words = _Words(backend)
-            words = _words
+            if _words_backend[0] is not backend:  # (tests switch backends)
+                _words.clear()
+                _words_backend[0] = backend
+            words = _words.get(ordinal)
+            if words is None:
+                words = _words[ordinal] = _Words(backend, ordinal)
     return words
 
 
@@ -114,38 +129,58 @@ class CancelScope:
     Use it as a context manager (``with`` or ``async with``) around the awaits of one
     request. Leaving it by cancellation (the task cancelled, a timeout) cancels it;
     :meth:`cancel` does it explicitly, from any thread. Only *awaited* work carries the
-    word: an op submitted as a future (``submit()``, ``submit_on()``, ``shared()``) is
-    never skipped, since others may await it. ``word`` is the kernels' parameter: the
-    word's address and the scope's generation while it is open, 0 once closed.
+    word: an op submitted as a future (``submit()``, ``submit_on()``, ``schedule()``,
+    ``shared()``) is never skipped, since others may await it. ``word`` is the kernels'
+    parameter on the default device: the word's address and the scope's generation
+    while it is open, 0 once closed or cancelled (:meth:`word_for`: on another device).
 
     >>> with cuasync.cancel_scope() as scope:
     ...     await model_step(request)
     >>> scope.cancel()                     # any work of it still queued is skipped
     """
 
-    __slots__ = ("_address", "_cancelled", "_generation", "_task", "_token", "_view", "word")
+    __slots__ = ("_cancelled", "_claimed", "_entered", "_task", "_token", "ordinal", "word")
 
     def __init__(self) -> None:
-        self._address = 0
-        self._generation = 0
-        self._view: ctypes.c_uint32 | None = None
+        self._claimed: dict[int, tuple[_Words, int, int]] = {}  # ordinal -> its word
+        self._entered = False
         self._token: Token[Any] | None = None
         self._cancelled = False
         self._task: asyncio.Task[Any] | None = None
+        self.ordinal = -1
         self.word = 0
 
     def __enter__(self) -> CancelScope:
-        if self._address:
+        if self._entered:
             raise UsageError("a cancel scope is entered once; make a new one")
-        words = _words_of_backend()
-        self._address, self._generation, self._view = words.claim()
+        self._entered = True
+        self.ordinal = get_default_device().ordinal
+        self.word = self._claim(self.ordinal)
         try:
             self._task = asyncio.current_task()
         except RuntimeError:  # no asyncio loop in this thread (trio, or none)
             self._task = None
-        self.word = self._address | (self._generation << CANCEL_ADDRESS_BITS)
         self._token = SCOPE.set(self)
         return self
+
+    def _claim(self, ordinal: int) -> int:
+        words = _words_of(ordinal)
+        address, generation = words.claim()
+        self._claimed[ordinal] = (words, address, generation)
+        return address | (generation << CANCEL_ADDRESS_BITS)
+
+    def word_for(self, ordinal: int) -> int:
+        """The word parameter of a launch on device ``ordinal`` (claimed at its first
+        launch there); 0 once the scope is closed or cancelled.
+
+        >>> scope.word_for(1)
+        """
+        if ordinal == self.ordinal or not self.word:
+            return self.word
+        got = self._claimed.get(ordinal)
+        if got is None:
+            return self._claim(ordinal)
+        return got[1] | (got[2] << CANCEL_ADDRESS_BITS)
 
     def __exit__(
         self,
@@ -159,8 +194,9 @@ class CancelScope:
         if _is_cancellation(exc):
             self.cancel()
         self.word = 0  # ops built later (a child task's) carry no word
-        self._view = None  # the word is another scope's next: cancel() no longer stores
-        _words_of_backend().release(self._address, self._generation)
+        claimed, self._claimed = self._claimed, {}  # cancel() no longer stores: the
+        for words, address, generation in claimed.values():  # words are others' next
+            words.release(address, generation)
 
     async def __aenter__(self) -> CancelScope:
         return self.__enter__()
@@ -174,7 +210,8 @@ class CancelScope:
         self.__exit__(exc_type, exc, tb)
 
     def cancel(self) -> None:
-        """Skip the scope's work that has not started on the device: one host store.
+        """Skip the scope's work that has not started on the device: one write of its
+        word per device, enqueued on that device's urgent stream (nothing waits).
 
         Work skipped must never deliver a value, so the asyncio task that entered the
         scope is cancelled first (its awaits raise ``CancelledError``; from another
@@ -184,7 +221,7 @@ class CancelScope:
 
         >>> scope.cancel()
         """
-        if self._view is None or self._cancelled:
+        if not self._claimed or self._cancelled:
             return
         self._cancelled = True
         task = self._task
@@ -208,10 +245,9 @@ class CancelScope:
         self._store()
 
     def _store(self) -> None:
-        view = self._view
         self.word = 0  # later ops of the scope run (their values are delivered)
-        if view is not None:
-            view.value = self._generation
+        for words, address, generation in list(self._claimed.values()):
+            words.store(address, generation)
 
     @property
     def cancelled(self) -> bool:

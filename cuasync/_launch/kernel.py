@@ -677,7 +677,7 @@ class _Launchable(Generic[R]):
         """
         prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
         if self._cancel:  # (a graph being captured must not bake in one scope's word)
-            args = (*args, 0 if ctx.stream._capturing else current_word())
+            args = (*args, 0 if ctx.stream._capturing else current_word(ctx.device.ordinal))
         converted = []
         tensors = []
         for param, arg in zip(self.params, args, strict=True):
@@ -779,7 +779,7 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         if self._tensors:
             kernel._declare(ctx, self._tensors)
         if kernel._cancel:  # the word of the scope it is executed in; none in a graph
-            word = 0 if ctx.stream._capturing else current_word()
+            word = 0 if ctx.stream._capturing else current_word(ctx.device.ordinal)
             if self._args[-1] != word:
                 self._args = [*self._args[:-1], word]
         launch = (
@@ -834,7 +834,13 @@ def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp
 
     def launch(*args: Any) -> DeviceOp[Any]:
         scope = get()
-        return launcher(*args, 0 if scope is None else scope.word)
+        if scope is None or not scope.word:
+            return launcher(*args, 0)
+        op = launcher(*args, scope.word)
+        device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
+        if device is not None and device.ordinal != scope.ordinal:  # the word of its device
+            op._args = [*op._args[:-1], scope.word_for(device.ordinal)]  # type: ignore[attr-defined]
+        return op
 
     return launch
 

@@ -3,10 +3,11 @@
 // A launch made inside a cuasync cancel scope (cuasync.cancel_scope()) carries the
 // scope's cancel word as the kernel's last parameter, `unsigned long long
 // cuasync_cancel_word_`: 0 outside any scope, else the address of a 32-bit word in
-// pinned host-mapped memory (low 48 bits) and the scope's generation (high 16 bits).
-// The scope is cancelled when the word holds its generation. The host sets it at once
-// (a store, no stream); a kernel that checks it before working returns at once, so a
-// cancelled request's queued kernels give the GPU its time back.
+// device memory (low 48 bits) and the scope's generation (high 16 bits). The scope is
+// cancelled when the word holds its generation: cancelling enqueues that write on a
+// stream of the greatest priority, which carries nothing else; a kernel that checks the
+// word before working returns at once, so a cancelled request's queued kernels give the
+// GPU its time back.
 //
 // A kernel compiled through cuasync.Kernel that includes this header gets the parameter
 // added by cuasync (hidden: launches pass the same arguments as before) and may call

@@ -209,6 +209,40 @@ async def test_a_reused_word_keeps_old_work_skipped(anyio_backend, baseline) -> 
     assert _host(marks) == [0, 1]  # the old scope's mark stayed skipped; the new one's ran
 
 
+def test_a_released_word_never_skips_the_work_of_its_earlier_scope(baseline) -> None:
+    """A scope's word goes back to the free words when the scope closes, maybe with work
+    of a child task still queued: the word's next owner, cancelled, does not skip it."""
+    mask = (1 << 48) - 1
+
+    async def main() -> list[Any]:
+        marks = _marks(2)
+        await ct.mark(marks, 0)
+        launched: list[bool] = []
+
+        async def child() -> None:
+            launched.append(True)  # in the step that launches: no yield between
+            await ct.mark(marks, 0)
+
+        with ct.gate():
+            with cuasync.cancel_scope() as old:
+                word = old.word
+                task = asyncio.create_task(child())
+                await wait_until(lambda: bool(launched))
+            # the old scope closed with its child's mark queued; its word, claimed again
+            for _ in range(10_000):
+                new = cuasync.cancel_scope().__enter__()
+                if new.word & mask == word & mask:
+                    break
+                new.__exit__(None, None, None)
+            assert new.word & mask == word & mask
+            new.cancel()  # the word now holds the new scope's generation
+            new.__exit__(None, None, None)
+        await task  # its mark ran: the old scope was never cancelled
+        return _host(marks)
+
+    assert asyncio.run(main()) == [2, 0]
+
+
 def test_leaving_a_scope_by_cancellation_or_timeout_cancels_it(baseline) -> None:
     async def main() -> None:
         with pytest.raises(TimeoutError):
