@@ -18,7 +18,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -802,12 +802,32 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         return f"<cuasync.DeviceOp launch {self._kernel.name}{consumed}>"
 
 
+_LAUNCH_AWAIT: Any = _Launch.__dict__["__await__"]
+
+
 class _CancellableLaunch(_Launch):
-    """The launch of a kernel taking a cancel word (:mod:`cuasync._launch.cancel`):
-    submitted as a future it leaves its scope (others may await a future: it is never
-    skipped); awaited, it keeps the word it was built with."""
+    """The launch of a kernel taking a cancel word (:mod:`cuasync._launch.cancel`): it
+    carries the word of the scope it is *executed* in (built in one task, awaited in
+    another: the awaiting task's), none in a graph capture; submitted as a future it
+    leaves its scope (others may await a future: it is never skipped)."""
 
     __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """See :meth:`DeviceOp.__await__`."""
+        word = current_word(self._device.ordinal)
+        args = self._args
+        if args[-1] != word:
+            self._args = [*args[:-1], word]
+        awaiting: Generator[Any, Any, Any] = _LAUNCH_AWAIT.__get__(self, _Launch)()
+        return awaiting
+
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        word = 0 if stream._capturing else current_word(stream.device.ordinal)
+        args = self._args
+        if args[-1] != word:
+            self._args = [*args[:-1], word]
+        return _Launch._start(self, stream, notify)
 
     def submit(self) -> DeviceFuture[Any]:
         """See :meth:`DeviceOp.submit`; the launch runs to completion."""

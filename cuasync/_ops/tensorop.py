@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Never, NoReturn
 import numpy as np
 
 from .._backends import get_backend
-from .._cancel_var import current_word, detached
+from .._cancel_var import SCOPE, current_word, detached
 from .._core import express
 from .._core.completion import Completion
 from .._core.context import ExecutionContext
@@ -214,7 +214,19 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             return None
         return express_launch(node, self._out, stream)
 
+    def _in_place_in_scope(self) -> bool:
+        """Whether this op writes a tensor given to it (``out=``) inside a cancel scope:
+        then it carries no word and always runs, so that a tensor others may read is
+        never left half written by a cancelled scope (docs/cancellation.md)."""
+        return self._out is not None and SCOPE.get() is not None
+
     def _start(self, stream: Stream, notify: bool) -> Completion:
+        if self._in_place_in_scope():
+            with detached():
+                return self._start_now(stream, notify)
+        return self._start_now(stream, notify)
+
+    def _start_now(self, stream: Stream, notify: bool) -> Completion:
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._start(self, stream, notify)
@@ -222,6 +234,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return launch._start(stream, notify)
 
     def _sync(self, stream: Stream) -> Tensor:
+        if self._in_place_in_scope():
+            with detached():
+                return self._sync_now(stream)
+        return self._sync_now(stream)
+
+    def _sync_now(self, stream: Stream) -> Tensor:
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._sync(self, stream)
@@ -230,6 +248,15 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return result
 
     def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
+        if self._in_place_in_scope():  # (the task's own context: no other code sees it)
+            token = SCOPE.set(None)
+            try:
+                return (yield from self._await_now(stream, adapter))
+            finally:
+                SCOPE.reset(token)
+        return (yield from self._await_now(stream, adapter))
+
+    def _await_now(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
         launch = self._express(stream)
         if launch is None:
             return (yield from DeviceOp._await_on(self, stream, adapter))
@@ -266,6 +293,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return future
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        if self._in_place_in_scope():
+            with detached():
+                return self._enqueue_now(ctx)
+        return self._enqueue_now(ctx)
+
+    def _enqueue_now(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
             return self._node.value._enqueue(ctx)
         return Output.ready(run(ctx, self._node, self._out, self._planned))

@@ -62,24 +62,55 @@ def _load(x: cuasync.Tensor) -> None:
 async def test_queued_work_of_a_cancelled_scope_does_not_run(anyio_backend, baseline) -> None:
     marks = _marks()
     x = cuasync.full((1 << 12,), 1.0, "float32").sync(allow_in_loop=True)
-    out = cuasync.full((1 << 12,), 7.0, "float32").sync(allow_in_loop=True)
     _load(x)
+    made: list[cuasync.Tensor] = []
 
     async def body() -> None:  # three launches in one await: a mark, a mark, an add
-        await (
-            ct.mark(marks, 0)
-            .then(lambda _: ct.mark(marks, 1))
-            .then(lambda _: cuasync.add(x, x, out=out))
-        )
+        made.append(await ct.mark(marks, 0).then(lambda _: ct.mark(marks, 1)).then(lambda _: x + x))
 
     scope = await _cancel_while_queued(body)
     assert scope.cancelled
     assert _host(marks) == [0, 0, 0, 0]  # neither mark ran
-    assert set(_host(out)) == {7.0}  # the generated add returned before writing
+    assert made == []  # the generated add's new tensor was never delivered
     # the device and the scope's kernels are fine afterwards
     await ct.mark(marks, 3)
     assert _host(marks) == [0, 0, 0, 1]
     assert set(_host(await cuasync.add(x, x))) == {2.0}
+
+
+async def test_an_in_place_write_others_read_is_never_skipped(anyio_backend, baseline) -> None:
+    """``out=`` writes a tensor others may hold: inside a cancelled scope it still runs,
+    and an op of another task ordered after it reads the whole result."""
+    import anyio
+
+    marks = _marks(1)
+    x = cuasync.full((1 << 12,), 1.0, "float32").sync(allow_in_loop=True)
+    out = cuasync.full((1 << 12,), 7.0, "float32").sync(allow_in_loop=True)
+    _load(x)
+    started: list[bool] = []
+    got: list[cuasync.Tensor] = []
+
+    async def cancelled() -> None:
+        with cuasync.cancel_scope():
+            started.append(True)
+            await ct.mark(marks, 0).then(lambda _: cuasync.add(x, x, out=out))
+
+    async def reader() -> None:  # another task, outside any scope
+        got.append(await (out * 2))
+
+    async with anyio.create_task_group() as outer:
+        with ct.gate():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancelled)
+                await wait_until(lambda: bool(started))
+                await anyio.sleep(0.01)  # (the gate is closed: the chain waits on its mark)
+                outer.start_soon(reader)
+                await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        # the gate is open: the outer group waits for the reader
+    assert _host(marks) == [0]  # the mark (a user kernel that opted in) was skipped
+    assert set(_host(out)) == {2.0}  # the in-place add ran
+    assert set(_host(got[0])) == {4.0}  # the reader saw all of it
 
 
 async def test_work_outside_the_scope_and_futures_run(anyio_backend, baseline) -> None:
@@ -275,13 +306,6 @@ def test_ops_built_after_a_scope_closed_carry_no_word(baseline) -> None:
     asyncio.run(main())
 
 
-_OP_LAYER = (
-    "issue 36, open: the op layer (cuasync/_core/op.py) must enqueue a future's work and a "
-    "shared op's first execution inside cuasync._cancel_var.detached()"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_OP_LAYER)
 def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:
     def run() -> list[Any]:
         marks = _marks(2)
@@ -295,7 +319,6 @@ def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:
     assert run() == [2, 1]  # (no tensor in this frame: a failure here keeps none alive)
 
 
-@pytest.mark.xfail(strict=True, reason=_OP_LAYER)
 def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
     async def main() -> list[Any]:
         marks = _marks(1)
@@ -378,3 +401,26 @@ def test_cancel_cancels_the_task_that_entered_the_scope(where: str, baseline) ->
         return _host(marks)
 
     assert asyncio.run(main()) == [1]  # only the first mark ran
+
+
+def test_a_launch_takes_the_word_of_the_task_that_executes_it(baseline) -> None:
+    """Built inside a scope, awaited by a task outside it: the launch runs (its value is
+    delivered there); scheduled as a future inside a scope: it runs too."""
+
+    async def main() -> list[Any]:
+        marks = _marks(2)
+        await ct.mark(marks, 0)
+        stream = cuasync.get_default_device().new_stream()
+        policy = cuasync.SingleStream(stream)
+        with ct.gate(), ct.gate(stream):
+            with cuasync.cancel_scope() as scope:
+                built = ct.mark(marks, 0)  # built here, awaited by another task below
+                scheduled = ct.mark(marks, 1).schedule(policy)
+                scope.cancel()
+            task = asyncio.create_task(asyncio.wait_for(built, 10))
+            await asyncio.sleep(0)
+        await task
+        await scheduled
+        return _host(marks)
+
+    assert asyncio.run(main()) == [2, 1]
