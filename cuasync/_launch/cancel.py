@@ -131,8 +131,9 @@ class CancelScope:
     :meth:`cancel` does it explicitly, from any thread. Only *awaited* work carries the
     word: an op submitted as a future (``submit()``, ``submit_on()``, ``schedule()``,
     ``shared()``) is never skipped, since others may await it. ``word`` is the kernels'
-    parameter on the default device: the word's address and the scope's generation
-    while it is open, 0 once closed or cancelled (:meth:`word_for`: on another device).
+    parameter on ``ordinal``, the device current when the scope was entered: the word's
+    address and the scope's generation while it is open, 0 once closed or cancelled
+    (:meth:`word_for`: on another device).
 
     >>> with cuasync.cancel_scope() as scope:
     ...     await model_step(request)

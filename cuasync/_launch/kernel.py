@@ -383,6 +383,8 @@ class _Launchable(Generic[R]):
         ``grid`` may be omitted when a partition argument gives it (one block per tile);
         ``block`` defaults to 128 threads.
         """
+        if self._cancel:  # the hidden word: the current scope's (refilled when executed)
+            args = (*args, current_word())
         return self._launch(args, *self._spec(grid, block, shared_mem))
 
     def _launch(
@@ -667,17 +669,25 @@ class _Launchable(Generic[R]):
 
     # -- enqueuing --------------------------------------------------------------------------
     def _enqueue_trusted(
-        self, ctx: ExecutionContext, grid: Dim3, block: Dim3, args: Sequence[Any]
+        self,
+        ctx: ExecutionContext,
+        grid: Dim3,
+        block: Dim3,
+        args: Sequence[Any],
+        *,
+        scoped: bool = True,
     ) -> None:
         """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
         kernels): tensors of the right dtype and device, no aliasing the launch could
-        see. Only scalars are converted; no op object is made.
+        see. Only scalars are converted; no op object is made. A kernel taking a cancel
+        word gets the current scope's where ``scoped`` (else 0: it always runs).
 
         >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
         """
         prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
         if self._cancel:  # (a graph being captured must not bake in one scope's word)
-            args = (*args, 0 if ctx.stream._capturing else current_word(ctx.device.ordinal))
+            live = scoped and not ctx.stream._capturing
+            args = (*args, current_word(ctx.device.ordinal) if live else 0)
         converted = []
         tensors = []
         for param, arg in zip(self.params, args, strict=True):
@@ -815,7 +825,8 @@ class _CancellableLaunch(_Launch):
 
     def __await__(self) -> Generator[Any, Any, Any]:
         """See :meth:`DeviceOp.__await__`."""
-        word = current_word(self._device.ordinal)
+        device = self._device
+        word = current_word(-1 if device is None else device.ordinal)
         args = self._args
         if args[-1] != word:
             self._args = [*args[:-1], word]

@@ -122,6 +122,7 @@ def run(
     if result.size == 0:
         return result
     lay = planned or layout(node, result.shape, result.strides)
+    scoped = out is None  # a new tensor: skipped in a cancelled scope (out=: always runs)
     views = [
         builtin.storage_view(Tensor(t.allocation, lay.dims, t.dtype, s, t.offset))
         for t, s in zip([result, *lay.tensors], lay.strides, strict=True)
@@ -136,13 +137,20 @@ def run(
             work = -(-n // (lay.width * VECTORS))
             tail = (*args, n, 1)
             builtin.launch(
-                ctx, lay.kernel, work, *views, *tail, block=VECTOR_BLOCK, most=VECTOR_GRID
+                ctx,
+                lay.kernel,
+                work,
+                *views,
+                *tail,
+                block=VECTOR_BLOCK,
+                most=VECTOR_GRID,
+                scoped=scoped,
             )
             return result
-        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0)
+        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0, scoped=scoped)
         return result
     flat_strides = [x for s in lay.strides for x in s]
-    builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)
+    builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides, scoped=scoped)
     return result
 
 

@@ -111,7 +111,7 @@ def _wrappers() -> str:
         )
         lines.append(
             f'extern "C" void arange_{k}(void* out, long long n, long long i0, long long i1, '
-            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1); }}"
+            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1, 0); }}"
         )
     return "\n".join(lines)
 
@@ -325,7 +325,7 @@ def reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    blockIdx.y = split;\n"
             f"    n{i}::ca_reduce(({DTYPES[spec.out].storage}*)out, ({ctype(spec.acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}{x_args}, M, K, splits, chunk, phase, 1, "
-            f"M, K, 1, {strides});\n}}"
+            f"M, K, 1, {strides}, 0);\n}}"  # 0: no cancel word
         )
     return _compiled(tmp_path_factory.mktemp("host_reductions"), "reductions", "\n".join(parts))
 
@@ -783,7 +783,7 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    ca_run_grid(gx, gy, bx, [=] {\n"
             f"        v{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
-            "M, K, splits, chunk, phase, mode, K, xb);\n    });\n}"
+            "M, K, splits, chunk, phase, mode, K, xb, 0);\n    });\n}"
         )
         parts.append(
             f'extern "C" void r{i}(void* out, void* wsv, void* wsi, const void* x0, '
@@ -792,7 +792,7 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    ca_run_grid(gx, gy, bx, [=] {\n"
             f"        n{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
-            "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb);\n    });\n}"
+            "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb, 0);\n    });\n}"
         )
     return _compiled(tmp_path_factory.mktemp("block_reductions"), "blocks", "\n".join(parts))
 
@@ -886,14 +886,14 @@ def float4_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "int splits) {\n"
             "    unsigned gx = (unsigned)((N / 4 + 31) / 32);\n"
             "    ca_run_grid(gx, (unsigned)splits, 256, [=] {\n"
-            f"        ca_cols4<o_{op}::ca_op4>(out, part, count, x, R, N, ld, rows, splits);\n"
+            f"        ca_cols4<o_{op}::ca_op4>(out, part, count, x, R, N, ld, rows, splits, 0);\n"
             "    });\n}"
         )
         parts.append(
             f'extern "C" void whole_{op}(float* out, float* part, unsigned* count, '
             "const float* x, long long n, unsigned blocks) {\n"
             "    ca_run_grid(blocks, 1, 256, [=] {\n"
-            f"        ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(out, part, count, x, n);\n"
+            f"        ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(out, part, count, x, n, 0);\n"
             "    });\n}"
         )
     return _compiled(tmp_path_factory.mktemp("float4_reductions"), "float4", "\n".join(parts))

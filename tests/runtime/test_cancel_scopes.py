@@ -424,3 +424,72 @@ def test_a_launch_takes_the_word_of_the_task_that_executes_it(baseline) -> None:
         return _host(marks)
 
     assert asyncio.run(main()) == [2, 1]
+
+
+def _family(name: str, x: cuasync.Tensor, idx: cuasync.Tensor) -> Any:
+    """An op of a built-in kernel family making a new tensor, and numpy's answer."""
+    host = np.arange(64, dtype=np.float32).reshape(8, 8)
+    return {
+        "full": (lambda: cuasync.full((64,), 3.0, "float32"), np.full(64, 3.0, np.float32)),
+        "arange": (lambda: cuasync.arange(64, dtype="float32"), np.arange(64, dtype=np.float32)),
+        "linspace": (lambda: cuasync.linspace(0, 1, 64), np.linspace(0, 1, 64)),
+        "sum over an axis": (lambda: cuasync.sum(x, axis=1), host.sum(axis=1)),
+        "sum float4": (lambda: cuasync.sum(x, axis=0), host.sum(axis=0)),
+        "take": (lambda: cuasync.take(x, idx, axis=0), host[[1, 3]]),
+        "tril": (lambda: cuasync.tril(x), np.tril(host)),
+        "gather": (lambda: cuasync.gather(x, idx, axis=1), host[:, [1, 3]]),
+        "pad": (lambda: cuasync.pad(x, 1), np.pad(host, 1)),
+    }[name]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "full",
+        "arange",
+        "linspace",
+        "sum over an axis",
+        "sum float4",
+        "take",
+        "tril",
+        "gather",
+        "pad",
+    ],
+)
+def test_built_in_kernels_of_a_cancelled_scope_are_skipped(name: str, baseline) -> None:
+    """Creation, reduction and structural kernels making a new tensor check the word
+    once per block: queued in a cancelled scope they do no work (counted on the
+    emulator); the same ops afterwards are right."""
+    from cuasync._backends import get_backend
+
+    async def main() -> None:
+        marks = _marks(1)
+        x = await cuasync.asarray(np.arange(64, dtype=np.float32).reshape(8, 8))
+        idx = await cuasync.asarray(np.array([1, 3]))
+        make, want = _family(name, x, idx)
+        await make()  # (its kernels loaded before the gate)
+        await ct.mark(marks, 0)
+        counts = getattr(get_backend(), "counts", None)
+        before = counts.skipped if counts is not None else 0
+        launched: list[bool] = []
+        got: list[Any] = []
+
+        async def handler() -> None:
+            with cuasync.cancel_scope():
+                launched.append(True)
+                got.append(await ct.mark(marks, 0).then(lambda _: make()))
+
+        with ct.gate():
+            task = asyncio.create_task(handler())
+            await wait_until(lambda: bool(launched))
+            await asyncio.sleep(0.01)  # (the gate is closed: the chain waits on its mark)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await cuasync.get_default_device().synchronized()
+        assert got == [] and _host(marks) == [1]
+        if counts is not None:  # the mark and the family's kernel(s) returned at once
+            assert counts.skipped - before >= 2
+        np.testing.assert_allclose(_host(await make()), want, rtol=1e-6)
+
+    asyncio.run(main())
