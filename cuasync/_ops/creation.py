@@ -332,7 +332,7 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
             get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
             if length:
                 diagonal = Tensor(t.allocation, (length,), dt, (m + 1,), offset)
-                _enqueue_fill(ctx, diagonal, bits)
+                _enqueue_fill(ctx, diagonal, bits, scoped=True)
         return Output.ready(t)
 
     first_use = launching(*([_fill_kernel(dt.itemsize)] if length and m else []))

@@ -432,6 +432,7 @@ def _family(name: str, x: cuasync.Tensor, idx: cuasync.Tensor) -> Any:
     return {
         "full": (lambda: cuasync.full((64,), 3.0, "float32"), np.full(64, 3.0, np.float32)),
         "arange": (lambda: cuasync.arange(64, dtype="float32"), np.arange(64, dtype=np.float32)),
+        "eye": (lambda: cuasync.eye(8), np.eye(8)),
         "linspace": (lambda: cuasync.linspace(0, 1, 64), np.linspace(0, 1, 64)),
         "sum over an axis": (lambda: cuasync.sum(x, axis=1), host.sum(axis=1)),
         "sum float4": (lambda: cuasync.sum(x, axis=0), host.sum(axis=0)),
@@ -447,6 +448,7 @@ def _family(name: str, x: cuasync.Tensor, idx: cuasync.Tensor) -> Any:
     [
         "full",
         "arange",
+        "eye",
         "linspace",
         "sum over an axis",
         "sum float4",
