@@ -222,14 +222,13 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             return None
         return express_launch(node, self._out, stream)
 
-    def _in_place_in_scope(self) -> bool:
-        """Whether this op writes a tensor given to it (``out=``) inside a cancel scope:
-        then it carries no word and always runs, so that a tensor others may read is
-        never left half written by a cancelled scope (docs/cancellation.md)."""
-        return self._out is not None and SCOPE.get() is not None
+    # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
+    # outside the scope: it carries no word and always runs, so that a tensor others may
+    # read is never left half written by a cancelled scope (docs/cancellation.md). Each
+    # way of executing it checks ``self._out is not None and SCOPE.get() is not None``.
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
-        if self._in_place_in_scope():
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
             with detached():
                 return self._start_now(stream, notify)
         return self._start_now(stream, notify)
@@ -242,7 +241,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return launch._start(stream, notify)
 
     def _sync(self, stream: Stream) -> Tensor:
-        if self._in_place_in_scope():
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
             with detached():
                 return self._sync_now(stream)
         return self._sync_now(stream)
@@ -256,13 +255,17 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return result
 
     def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
-        if self._in_place_in_scope():  # (the task's own context: no other code sees it)
-            token = SCOPE.set(None)
-            try:
-                return (yield from self._await_now(stream, adapter))
-            finally:
-                SCOPE.reset(token)
-        return (yield from self._await_now(stream, adapter))
+        # (not a generator itself: no frame more on the await of every op)
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            return self._await_detached(stream, adapter)
+        return self._await_now(stream, adapter)
+
+    def _await_detached(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
+        token = SCOPE.set(None)  # (the task's own context: no other task's code sees it)
+        try:
+            return (yield from self._await_now(stream, adapter))
+        finally:
+            SCOPE.reset(token)
 
     def _await_now(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
         launch = self._express(stream)
@@ -301,7 +304,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return future
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
-        if self._in_place_in_scope():
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
             with detached():
                 return self._enqueue_now(ctx)
         return self._enqueue_now(ctx)
