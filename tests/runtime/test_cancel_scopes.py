@@ -43,8 +43,7 @@ async def _cancel_while_queued(body: Callable[[], Any]) -> cuasync.CancelScope:
     with ct.gate():
         async with anyio.create_task_group() as tg:
             tg.start_soon(task)
-            await wait_until(lambda: bool(started))
-            await anyio.sleep(0.01)  # (the task waits on its work: the gate is closed)
+            await wait_until(lambda: bool(started))  # its work queued behind the gate
             tg.cancel_scope.cancel()
     await cuasync.get_default_device().synchronized()
     return scopes[0]
@@ -95,17 +94,19 @@ async def test_an_in_place_write_others_read_is_never_skipped(anyio_backend, bas
             started.append(True)
             await ct.mark(marks, 0).then(lambda _: cuasync.add(x, x, out=out))
 
+    reading: list[bool] = []
+
     async def reader() -> None:  # another task, outside any scope
+        reading.append(True)  # in the step that enqueues its op: no yield between
         got.append(await (out * 2))
 
     async with anyio.create_task_group() as outer:
         with ct.gate():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(cancelled)
-                await wait_until(lambda: bool(started))
-                await anyio.sleep(0.01)  # (the gate is closed: the chain waits on its mark)
+                await wait_until(lambda: bool(started))  # the chain queued behind the gate
                 outer.start_soon(reader)
-                await anyio.sleep(0.01)
+                await wait_until(lambda: bool(reading))  # its op queued after the add
                 tg.cancel_scope.cancel()
         # the gate is open: the outer group waits for the reader
     assert _host(marks) == [0]  # the mark (a user kernel that opted in) was skipped
@@ -192,8 +193,7 @@ async def test_new_outputs_of_skipped_work_are_freed_after_it_passed(
     with ct.gate():
         async with anyio.create_task_group() as tg:
             tg.start_soon(task)
-            await wait_until(lambda: bool(started))
-            await anyio.sleep(0.01)
+            await wait_until(lambda: bool(started))  # both launches queued behind the gate
             tg.cancel_scope.cancel()
         # cancelled, skipped once they start, but not passed yet: still held
         assert dev.memory_info().used >= used + 2 * x.nbytes
@@ -214,15 +214,17 @@ async def test_a_reused_word_keeps_old_work_skipped(anyio_backend, baseline) -> 
             words.append(scope.word)
             await ct.mark(marks, 0)
 
+    enqueued: list[bool] = []
+
     async def queued() -> None:
+        enqueued.append(True)  # in the step that launches: no yield between
         await ct.mark(marks, 1)
 
     async with anyio.create_task_group() as outer:
         with ct.gate():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(cancelled)
-                await wait_until(lambda: bool(words))
-                await anyio.sleep(0.01)
+                await wait_until(lambda: bool(words))  # its mark queued behind the gate
                 tg.cancel_scope.cancel()
             # the same word claimed again, by a scope that is not cancelled, while the
             # cancelled scope's mark is still queued
@@ -233,7 +235,7 @@ async def test_a_reused_word_keeps_old_work_skipped(anyio_backend, baseline) -> 
                 scope.__exit__(None, None, None)
             assert scope.word & mask == words[0] & mask and scope.word != words[0]
             outer.start_soon(queued)  # (a child task: it runs in the new scope)
-            await anyio.sleep(0.01)
+            await wait_until(lambda: bool(enqueued))
         # the gate opens: the outer group waits for the new scope's mark
     scope.__exit__(None, None, None)
     await cuasync.get_default_device().synchronized()
@@ -325,13 +327,16 @@ def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
         await ct.mark(marks, 0)
         shared = ct.mark(marks, 0).shared()
 
+        executing: list[bool] = []
+
         async def first() -> None:
             with cuasync.cancel_scope():
+                executing.append(True)  # in the step that executes it: no yield between
                 await shared
 
         with ct.gate():
             task = asyncio.create_task(first())
-            await asyncio.sleep(0.01)
+            await wait_until(lambda: bool(executing))
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -388,8 +393,7 @@ def test_cancel_cancels_the_task_that_entered_the_scope(where: str, baseline) ->
 
         with ct.gate():
             task = asyncio.create_task(handler())
-            await wait_until(lambda: bool(scopes))
-            await asyncio.sleep(0.01)
+            await wait_until(lambda: bool(scopes))  # its mark queued behind the gate
             if where == "another task":
                 scopes[0].cancel()
             else:
@@ -483,8 +487,7 @@ def test_built_in_kernels_of_a_cancelled_scope_are_skipped(name: str, baseline) 
 
         with ct.gate():
             task = asyncio.create_task(handler())
-            await wait_until(lambda: bool(launched))
-            await asyncio.sleep(0.01)  # (the gate is closed: the chain waits on its mark)
+            await wait_until(lambda: bool(launched))  # the chain queued behind the gate
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
