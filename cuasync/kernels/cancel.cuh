@@ -23,7 +23,8 @@
 //       ...
 //   }
 //
-// Generated kernels (elementwise expressions) check once per block the same way.
+// cuasync's own kernels (generated elementwise and reduction kernels, creation and
+// structural ones) check once per block the same way, when they write a tensor the op made.
 #ifndef CUASYNC_CANCEL_CUH
 #define CUASYNC_CANCEL_CUH
 
