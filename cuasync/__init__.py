@@ -55,6 +55,8 @@ from ._dtypes import SUPPORTED as _SUPPORTED
 from ._interop.convert import asarray as asarray
 from ._interop.dlpack import from_dlpack as from_dlpack
 from ._interop.wait import wait as wait
+from ._launch.cancel import CancelScope as CancelScope
+from ._launch.cancel import cancel_scope as cancel_scope
 from ._launch.kernel import CompileOptions as CompileOptions
 from ._launch.kernel import Kernel as Kernel
 from ._launch.module import Module as Module
@@ -301,6 +303,7 @@ def __getattr__(name: str) -> _Any:
 
 
 __all__ = [
+    "CancelScope",
     "CompileOptions",
     "CudaGraph",
     "Device",
@@ -343,6 +346,7 @@ __all__ = [
     "broadcast_arrays",
     "broadcast_shapes",
     "broadcast_to",
+    "cancel_scope",
     "clip",
     "concat",
     "conj",

@@ -49,6 +49,14 @@ class EmulatedTrap(EmulatedFault):
 HOST_TASK_BLOCKING = 0
 HOST_TASK_SPINWAIT = 1
 
+#: The name of a kernel's trailing cancel-word parameter (``unsigned long long``: 0, or a
+#: word's address in its low 48 bits and a scope's generation in the high 16; see
+#: ``cuasync/kernels/cancel.cuh``). A backend skips a launch whose word, read when the
+#: kernel runs, holds that generation: the GPU's kernels return at once (they check it
+#: per block), the emulator does not run the twin, which never receives the parameter.
+CANCEL_PARAM = "cuasync_cancel_word_"
+CANCEL_ADDRESS_BITS = 48
+
 #: Stream handles with a meaning of their own: the legacy default stream (one per
 #: context) and the per-thread default stream, which names a different stream on each
 #: thread that uses it.
@@ -446,6 +454,24 @@ class Backend(BackendCore, ABC):
         """
         self.memcpy_htod_async(dst, src, nbytes, stream)
         self.write_value32(stream, address, value)
+
+    # -- cancel words (cuasync/_launch/cancel.py) -------------------------------------
+    @abstractmethod
+    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+        """``nbytes`` of zeroed device memory of ``ordinal`` outside every pool (never
+        freed: kernels still queued may read it), for words :meth:`write_device_word` sets.
+
+        >>> slab = backend.device_words_alloc(0, 4096)
+        """
+
+    @abstractmethod
+    def write_device_word(self, stream: int, address: int, value: int) -> None:
+        """Store ``value`` into the 32-bit *device* word at ``address`` (of
+        :meth:`device_words_alloc`) in stream order on ``stream``: an enqueue, never a
+        wait. (:meth:`write_value32` writes host words: its address is a host address.)
+
+        >>> backend.write_device_word(urgent, slab + 4 * i, generation)
+        """
 
     @abstractmethod
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:

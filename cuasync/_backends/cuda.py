@@ -411,6 +411,7 @@ class CudaBackend(Backend):
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
+        self._words_by_memset = False  # see write_device_word
 
     def _native_entry_points(self) -> Any:
         """The native module with the driver's launch and flag-write entry points set.
@@ -1255,6 +1256,40 @@ class CudaBackend(Backend):
         finally:
             if caller is not None:
                 self._put_back(caller)
+
+    # -- cancel words ----------------------------------------------------------------
+    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+        # cuMemAlloc, not the stream-ordered pool: a plain allocation that stream memory
+        # operations accept, and that no pool trim or release threshold touches.
+        self._device(ordinal)
+        caller = self._switch(ordinal)
+        try:
+            err, ptr = _d.cuMemAlloc(nbytes)
+            if err == _OUT_OF_MEMORY:
+                raise OutOfMemoryError(nbytes, "device memory (cancel words)")
+            self._check(err, "cuMemAlloc", ordinal)
+            (err,) = _d.cuMemsetD8(ptr, 0, nbytes)
+            self._check(err, "cuMemsetD8", ordinal)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+        return int(ptr)
+
+    def write_device_word(self, stream: int, address: int, value: int) -> None:
+        # A device address as it is (write_value32 maps host addresses). The stream
+        # memory operation needs no SM; where the driver refuses it for this memory,
+        # cuMemsetD32Async (a one-word memset) does the same store, from then on.
+        value &= 0xFFFFFFFF
+        if not self._words_by_memset:
+            try:
+                self._call_on(stream, "cuStreamWriteValue32", stream, address, value, 0)
+                return
+            except DriverError as exc:
+                if exc.code in STICKY:
+                    raise
+                self._words_by_memset = True
+                _memory_log.debug("cuStreamWriteValue32 of a device word: %s; memset", exc)
+        self._call_on(stream, "cuMemsetD32Async", address, value, 1, stream)
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         if self._host_remap:

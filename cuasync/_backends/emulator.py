@@ -69,6 +69,8 @@ from ..errors import (
     driver_error,
 )
 from .base import (
+    CANCEL_ADDRESS_BITS,
+    CANCEL_PARAM,
     CAPTURE_RELAXED,
     Backend,
     DeviceArray,
@@ -347,7 +349,7 @@ def to_tf32(x: np.ndarray) -> np.ndarray:
 class _EmulatedKernel(PreparedKernel):
     """A kernel's numpy twin, its pointer parameters and the numpy type of each scalar one."""
 
-    __slots__ = ("pointers", "scalars", "twin")
+    __slots__ = ("cancel", "pointers", "scalars", "twin")
 
     def __init__(
         self, kernel: KernelCode, ordinal: int, twin: Callable[..., Any] | None = None
@@ -357,6 +359,8 @@ class _EmulatedKernel(PreparedKernel):
         params = kernel.params
         self.pointers = tuple(i for i, p in enumerate(params) if p.pointer)
         self.scalars = [None if p.pointer or p.dtype is None else p.dtype.type for p in params]
+        #: Whether the last parameter is a cancel word (CANCEL_PARAM), not the twin's.
+        self.cancel = bool(params) and params[-1].name == CANCEL_PARAM
 
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -367,13 +371,13 @@ _host_function = threading.local()
 
 class _Counts:
     """What the emulator counts for tests: commands accepted (for tests that check
-    laziness), ``memcpy_peer_async`` calls, and copies with a host side outside pinned
-    memory."""
+    laziness), ``memcpy_peer_async`` calls, copies with a host side outside pinned
+    memory, and launches skipped by their cancel word."""
 
-    __slots__ = ("enqueued", "pageable_copies", "peer_copies")
+    __slots__ = ("enqueued", "pageable_copies", "peer_copies", "skipped")
 
     def __init__(self) -> None:
-        self.enqueued = self.peer_copies = self.pageable_copies = 0
+        self.enqueued = self.peer_copies = self.pageable_copies = self.skipped = 0
 
 
 class EmulatorBackend(Backend):
@@ -810,7 +814,13 @@ class EmulatorBackend(Backend):
         return self._alloc(nbytes, stream, None)
 
     def _alloc(self, nbytes: int, stream: int, pool: _Pool | None) -> int:
-        device = self._stream(stream).device
+        return self._alloc_on(self._stream(stream).device, nbytes, pool)
+
+    def _alloc_on(
+        self, device: _Device, nbytes: int, pool: _Pool | None, pooled: bool = True
+    ) -> int:
+        """Device memory of ``pool`` (None: the default pool; ``pooled=False``: none,
+        as ``cuMemAlloc``)."""
         self._check(device)
         size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
         with device.lock:
@@ -822,7 +832,9 @@ class EmulatorBackend(Backend):
                 raise OutOfMemoryError(nbytes, f"emulated device {device.ordinal} memory") from None
             device.used += size
             ptr = device.next_address
-            if pool is None:
+            if not pooled:
+                pass
+            elif pool is None:
                 device.default_used += size
                 device.reserved = max(device.reserved, device.default_used)
             else:
@@ -1031,6 +1043,29 @@ class EmulatorBackend(Backend):
                 word.value = value
 
         self._enqueue(stream, write)
+
+    # -- cancel words --------------------------------------------------------------
+    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+        return self._alloc_on(self._device(ordinal), nbytes, None, pooled=False)  # zeroed
+
+    def write_device_word(self, stream: int, address: int, value: int) -> None:
+        word = self._resolve(address, 4, self._stream(stream).device).view(np.uint32)
+        value &= 0xFFFFFFFF
+
+        def write() -> None:
+            word[0] = value
+
+        self._enqueue(stream, write)
+
+    def _cancelled(self, word: int, device: _Device) -> bool:
+        """Whether a launch's cancel word (see ``cuasync/kernels/cancel.cuh``) holds its
+        generation, read when the kernel runs, as each block of a GPU kernel reads it
+        when it starts: a word in ``device``'s memory (another's is an illegal access)."""
+        if not word:
+            return False
+        address = word & ((1 << CANCEL_ADDRESS_BITS) - 1)
+        held = self._resolve(address, 4, device).view(np.uint32)[0]
+        return int(held) == word >> CANCEL_ADDRESS_BITS
 
     def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
         word = ctypes.c_uint32.from_address(address)
@@ -1250,9 +1285,14 @@ class EmulatorBackend(Backend):
                 f"{device.ordinal}",
             )
 
+        cancel = kernel.cancel
+
         def run() -> None:
             try:
                 call = list(values)  # a graph replays this command: values stay as given
+                if cancel and self._cancelled(int(call.pop()), device):
+                    self.counts.skipped += 1  # the kernel returned at once: no work done
+                    return
                 for i in pointers:
                     if not isinstance(call[i], int):  # an int is a raw address: as it is
                         call[i] = array(call[i])

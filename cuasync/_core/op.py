@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Never, NoReturn, TypeVar, overload
 
 from .._backends import get_backend
+from .._cancel_var import SCOPE, detached
 from .._config import debug_origins
 from .._exceptions import fresh, report_unraisable
 from .._first_use import prepare_off_loop
@@ -248,9 +249,20 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         return synchronize(self._start(stream, notify=False), stream)
 
     def submit(self) -> DeviceFuture[T]:
-        """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`."""
+        """Enqueue now on the policy's next stream; returns an awaitable :class:`DeviceFuture`.
+
+        A future is never skipped by a cancel scope (others may await it): its work is
+        enqueued outside the current scope (docs/cancellation.md)."""
         self._take()
-        return DeviceFuture(self._start(self._pick_stream(), True))
+        return self._future_on(self._pick_stream())
+
+    def _future_on(self, stream: Stream) -> DeviceFuture[T]:
+        """A :class:`DeviceFuture` of this op (taken) enqueued on ``stream``, outside any
+        cancel scope."""
+        if SCOPE.get() is None:
+            return DeviceFuture(self._start(stream, True))
+        with detached():
+            return DeviceFuture(self._start(stream, True))
 
     def schedule(self, policy: SchedulingPolicy) -> DeviceFuture[T]:
         """Enqueue now on ``policy.next_stream()``; returns a :class:`DeviceFuture`."""
@@ -259,14 +271,14 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
                 f"policy must be a cuasync.SchedulingPolicy, got {type(policy).__name__}"
             )
         self._take()
-        return DeviceFuture(self._start(stream_from(policy, self._device), True))
+        return self._future_on(stream_from(policy, self._device))
 
     def submit_on(self, stream: Stream) -> DeviceFuture[T]:
         """Enqueue now on ``stream``; returns a :class:`DeviceFuture`."""
         if not isinstance(stream, Stream):
             raise ArgumentError(f"stream must be a cuasync.Stream, got {type(stream).__name__}")
         self._take()
-        return DeviceFuture(self._start(stream, True))
+        return self._future_on(stream)
 
     def __await__(self) -> Generator[Any, Any, T]:
         """Execute on the policy's next stream and suspend the task until done.
@@ -817,8 +829,12 @@ class SharedOp(DeviceOp[T]):
             if self._error is not None and self._producer is None:
                 raise fresh(self._error)
             if self._producer is None:
-                try:
-                    self._out = self._inner._enqueue(ctx)
+                try:  # never skipped: others may await it (outside any cancel scope)
+                    if SCOPE.get() is None:
+                        self._out = self._inner._enqueue(ctx)
+                    else:
+                        with detached():
+                            self._out = self._inner._enqueue(ctx)
                 except BaseException as exc:
                     self._error = exc
                     raise

@@ -30,6 +30,7 @@ from .kernel import Kernel
 #: The translation unit's files, in order: the shared code, then each family.
 _FILES = (
     "cast.cuh",
+    "cancel.cuh",
     "index.cuh",
     "fill.cu",
     "linspace.cu",
@@ -163,18 +164,22 @@ def launch(
     *args: Any,
     block: int = BLOCK,
     most: int = _MAX_BLOCKS,
+    scoped: bool = False,
 ) -> None:
     """Enqueue one launch of ``kernel`` in this op's execution context (the arguments
     are cuasync's own: only scalars are converted, see ``Kernel._enqueue_trusted``);
     none where there is no work (an empty view's pointer is never handed to a kernel).
     ``work`` threads in blocks of ``block``, at most ``most`` blocks (the kernels'
-    grid-stride loops do the rest).
+    grid-stride loops do the rest). ``scoped``: the kernel takes the current cancel
+    scope's word (a kernel that checks it, writing only a tensor the op made: a write
+    into a tensor others may hold always runs; docs/cancellation.md).
 
-    >>> launch(ctx, kernel, n, out, x, n)
+    >>> launch(ctx, kernel, n, out, x, n, scoped=True)
     """
     if work == 0:
         return
-    kernel._enqueue_trusted(ctx, (blocks(work, block, most), 1, 1), (block, 1, 1), args)
+    grid = (blocks(work, block, most), 1, 1)
+    kernel._enqueue_trusted(ctx, grid, (block, 1, 1), args, scoped=scoped)
 
 
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:

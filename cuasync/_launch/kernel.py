@@ -18,7 +18,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -28,6 +28,7 @@ from .. import kernel_cache
 from .._backends import get_backend
 from .._backends._params import bfloat16_bits, fp8_bits
 from .._backends.base import PreparedKernel
+from .._cancel_var import SCOPE, current_word, detached
 from .._core import express
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream, get_default_device
@@ -43,7 +44,7 @@ from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
 from .nvrtc import compile_cubin, nvrtc_version
 from .partition import Partition
-from .signature import Param, parse_params
+from .signature import Param, parse_params, with_cancel_word
 
 __all__ = ["CompileOptions", "DevicePointer", "Kernel"]
 
@@ -286,6 +287,9 @@ class _Launchable(Generic[R]):
     module_handle: int = 0
     #: The handle of a borrowed function (``Module.kernel_from_handle``), or 0.
     function_handle: int = 0
+    #: Whether the last parameter is the hidden cancel word (``Param.hidden``): launches
+    #: append the current cancel scope's word (:mod:`cuasync._launch.cancel`).
+    _cancel: bool = False
     _prepared: dict[int, PreparedKernel]
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
@@ -335,11 +339,15 @@ class _Launchable(Generic[R]):
             )
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
-        launcher = make_launcher(self, _Launch, *spec) if spec[0] is not None else None
+        op_type = _CancellableLaunch if self._cancel else _Launch
+        launcher = make_launcher(self, op_type, *spec) if spec[0] is not None else None
         if launcher is None:
 
             def launcher(*args: Any) -> DeviceOp[R]:
                 return self._launch(args, *spec)
+
+        if self._cancel:
+            launcher = _with_word(launcher)
 
         if cacheable:
             cache = self._launchers
@@ -379,6 +387,8 @@ class _Launchable(Generic[R]):
         ``grid`` may be omitted when a partition argument gives it (one block per tile);
         ``block`` defaults to 128 threads.
         """
+        if self._cancel:  # the hidden word: the current scope's (refilled when executed)
+            args = (*args, current_word())
         return self._launch(args, *self._spec(grid, block, shared_mem))
 
     def _launch(
@@ -454,10 +464,10 @@ class _Launchable(Generic[R]):
         self, args: tuple[Any, ...], grid: Dim3 | None, block: Dim3, shared_mem: int
     ) -> DeviceOp[R]:
         if len(args) != len(self.params):
-            sig = ", ".join(p.describe() for p in self.params)
-            raise LaunchError(
-                f"{self.name}() takes {len(self.params)} argument(s) ({sig}), got {len(args)}"
-            )
+            shown = [p for p in self.params if not p.hidden]
+            sig = ", ".join(p.describe() for p in shown)
+            given = len(args) - (len(self.params) - len(shown))
+            raise LaunchError(f"{self.name}() takes {len(shown)} argument(s) ({sig}), got {given}")
         if any(isinstance(a, DeviceOp) for a in args):  # lazy ops in place of tensors
             return _LaunchOfOps(self, args, grid, block, shared_mem)
         converted, tensors, outputs, partitions = self._convert(args)
@@ -483,7 +493,8 @@ class _Launchable(Generic[R]):
         elif outputs:
             output = tuple(outputs)
         prepared = self._prepared.get(device.ordinal) or self._prepare_launch(device)
-        return _Launch(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
+        op_type = _CancellableLaunch if self._cancel else _Launch
+        return op_type(self, prepared, device, converted, tensors, output, grid, block, shared_mem)
 
     def _where(self, param: Param) -> str:
         return f"{self.name}() parameter {param.name!r} ({param.describe()})"
@@ -662,15 +673,25 @@ class _Launchable(Generic[R]):
 
     # -- enqueuing --------------------------------------------------------------------------
     def _enqueue_trusted(
-        self, ctx: ExecutionContext, grid: Dim3, block: Dim3, args: Sequence[Any]
+        self,
+        ctx: ExecutionContext,
+        grid: Dim3,
+        block: Dim3,
+        args: Sequence[Any],
+        *,
+        scoped: bool = True,
     ) -> None:
         """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
         kernels): tensors of the right dtype and device, no aliasing the launch could
-        see. Only scalars are converted; no op object is made.
+        see. Only scalars are converted; no op object is made. A kernel taking a cancel
+        word gets the current scope's where ``scoped`` (else 0: it always runs).
 
         >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
         """
         prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
+        if self._cancel:  # (a graph being captured must not bake in one scope's word)
+            live = scoped and not ctx.stream._capturing
+            args = (*args, current_word(ctx.device.ordinal) if live else 0)
         converted = []
         tensors = []
         for param, arg in zip(self.params, args, strict=True):
@@ -771,6 +792,10 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
             prepared = self._prepared = prepared.resolve()
         if self._tensors:
             kernel._declare(ctx, self._tensors)
+        if kernel._cancel:  # the word of the scope it is executed in; none in a graph
+            word = 0 if ctx.stream._capturing else current_word(ctx.device.ordinal)
+            if self._args[-1] != word:
+                self._args = [*self._args[:-1], word]
         launch = (
             prepared,
             self._grid,
@@ -789,6 +814,70 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
     def __repr__(self) -> str:
         consumed = " (consumed)" if self._consumed else ""
         return f"<cuasync.DeviceOp launch {self._kernel.name}{consumed}>"
+
+
+_LAUNCH_AWAIT: Any = _Launch.__dict__["__await__"]
+
+
+class _CancellableLaunch(_Launch):
+    """The launch of a kernel taking a cancel word (:mod:`cuasync._launch.cancel`): it
+    carries the word of the scope it is *executed* in (built in one task, awaited in
+    another: the awaiting task's), none in a graph capture; submitted as a future it
+    leaves its scope (others may await a future: it is never skipped)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """See :meth:`DeviceOp.__await__`."""
+        device = self._device
+        word = current_word(-1 if device is None else device.ordinal)
+        args = self._args
+        if args[-1] != word:
+            self._args = [*args[:-1], word]
+        awaiting: Generator[Any, Any, Any] = _LAUNCH_AWAIT.__get__(self, _Launch)()
+        return awaiting
+
+    def _start(self, stream: Stream, notify: bool) -> Completion:
+        word = 0 if stream._capturing else current_word(stream.device.ordinal)
+        args = self._args
+        if args[-1] != word:
+            self._args = [*args[:-1], word]
+        return _Launch._start(self, stream, notify)
+
+    def submit(self) -> DeviceFuture[Any]:
+        """See :meth:`DeviceOp.submit`; the launch runs to completion."""
+        self._detach()
+        with detached():
+            return _Launch.submit(self)
+
+    def submit_on(self, stream: Stream) -> DeviceFuture[Any]:
+        """See :meth:`DeviceOp.submit_on`; the launch runs to completion."""
+        self._detach()
+        with detached():
+            return express.submit_future(self, stream)
+
+    def _detach(self) -> None:
+        args = self._args
+        if args and args[-1]:
+            self._args = [*args[:-1], 0]
+
+
+def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp[Any]]:
+    """``launcher`` (of a kernel taking a cancel word) given the current scope's word."""
+
+    get = SCOPE.get  # (current_word inlined: this is on every launch of the kernel)
+
+    def launch(*args: Any) -> DeviceOp[Any]:
+        scope = get()
+        if scope is None or not scope.word:
+            return launcher(*args, 0)
+        op = launcher(*args, scope.word)
+        device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
+        if device is not None and device.ordinal != scope.ordinal:  # the word of its device
+            op._args = [*op._args[:-1], scope.word_for(device.ordinal)]  # type: ignore[attr-defined]
+        return op
+
+    return launch
 
 
 class _LaunchOfOps(DeviceOp[Any]):
@@ -904,7 +993,11 @@ class Kernel(_Launchable[R]):
     emulated device memory (writes land in the tensors).
 
     ``source``, ``options`` (its :class:`CompileOptions`) and ``params`` (the parameters
-    parsed from the source) are kept as given and parsed.
+    parsed from the source) are kept as given and parsed. A source that includes
+    ``<cuasync/cancel.cuh>`` is kept with the header expanded and a hidden last
+    parameter added, the cancel word, which each launch fills: ``cuasync_cancelled()``
+    in the kernel then says whether the scope it was launched in was cancelled
+    (docs/cancellation.md).
 
     A launch produces the argument(s) bound to non-const pointers (None if there are
     none); the type parameter states it for type checkers (default ``Any``):
@@ -932,15 +1025,16 @@ class Kernel(_Launchable[R]):
             raise ArgumentError(
                 f"options must be a cuasync.CompileOptions, got {type(options).__name__}"
             )
-        self.source = source
         self.name = name.strip()
+        self.source = source = with_cancel_word(source, self.name)
         self.emulate = emulate
         self.options = options or CompileOptions()
         self.params = parse_params(source, self.name)
+        self._cancel = bool(self.params) and self.params[-1].hidden
         self._prepared = {}
 
     def __repr__(self) -> str:
-        sig = ", ".join(p.describe() for p in self.params)
+        sig = ", ".join(p.describe() for p in self.params if not p.hidden)
         return f"<cuasync.Kernel {self.name}({sig})>"
 
     def __getstate__(self) -> dict[str, Any]:
@@ -973,6 +1067,7 @@ class Kernel(_Launchable[R]):
         other.emulate = self.emulate
         other.options = options
         other.params = self.params  # parsed once: options cannot change the signature
+        other._cancel = self._cancel
         other._prepared = {}
         return other
 

@@ -4,16 +4,24 @@ Only what a launch needs: for each parameter its name, whether it is a pointer, 
 the pointee is ``const`` (const pointers are inputs, the others outputs) and the numpy
 dtype of the scalar or pointee when the C type is a known one. Template parameters are
 substituted from the name expression (``"axpy<float>"``).
+
+A source that includes ``<cuasync/cancel.cuh>`` gets the header's text in place of the
+include and a hidden trailing parameter, ``unsigned long long cuasync_cancel_word_``,
+added to the kernel's declarations (:func:`with_cancel_word`): launches fill it with
+the current cancel scope's word (:mod:`cuasync._launch.cancel`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from .._backends.base import CANCEL_PARAM
 from .._dtypes import DTYPES, SUPPORTED
 from ..errors import KernelCompileError
 
@@ -35,6 +43,11 @@ class Param:
     @property
     def is_output(self) -> bool:
         return self.pointer and not self.const
+
+    @property
+    def hidden(self) -> bool:
+        """Whether launches fill it themselves: the cancel word (``CANCEL_PARAM``)."""
+        return self.name == CANCEL_PARAM
 
     def describe(self) -> str:
         star = "*" if self.pointer else ""
@@ -122,3 +135,39 @@ def parse_params(source: str, name: str) -> list[Param]:
         dtype = SUPPORTED.get(dtype_name) if dtype_name else None
         params.append(Param(pname, ctype, pointer, const, dtype))
     return params
+
+
+_CANCEL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]cuasync/cancel\.cuh[>"][^\n]*$', re.M)
+
+
+@functools.cache
+def cancel_header() -> str:
+    """The text of ``cuasync/cancel.cuh`` (package data: ``cuasync/kernels/cancel.cuh``)."""
+    return resources.files("cuasync.kernels").joinpath("cancel.cuh").read_text(encoding="utf-8")
+
+
+def with_cancel_word(source: str, name: str) -> str:
+    """``source`` with ``#include <cuasync/cancel.cuh>`` expanded and the hidden cancel-word
+    parameter appended to every ``__global__`` declaration of ``name``; ``source`` as it
+    is when it does not include the header (or already declares the parameter).
+
+    >>> with_cancel_word('#include <cuasync/cancel.cuh>\n__global__ void k(int n) {}', "k")
+    '...__global__ void k(int n, unsigned long long cuasync_cancel_word_) {}'
+    """
+    if not _CANCEL_INCLUDE.search(source) or CANCEL_PARAM in source:
+        return source
+    text = source
+    base = re.escape(name.split("<", 1)[0].strip())
+    ends: list[tuple[int, bool]] = []  # the closing parenthesis of each declaration
+    for m in re.finditer(r"__global__[^;{]*?\b" + base + r"\s*\(", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        inner = _strip_comments(text[m.end() : i - 1]).strip()
+        ends.append((i - 1, inner in ("", "void")))
+    for end, empty in reversed(ends):
+        start = text.rindex("(", 0, end) + 1 if empty else end
+        head = "" if empty else ", "
+        text = f"{text[:start]}{head}unsigned long long {CANCEL_PARAM}{text[end:]}"
+    return _CANCEL_INCLUDE.sub(lambda _: cancel_header(), text)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._backends.base import CANCEL_PARAM
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._launch.kernel import Kernel
 from .._tensor import Tensor
@@ -389,7 +390,7 @@ def _leaves(plan: Plan, found: dict[str, dict[int, str]]) -> None:
 
 
 #: The files of ``cuasync/kernels`` each generated kernel starts with.
-PRELUDE_FILES = ("cast.cuh", "elementwise.cuh")
+PRELUDE_FILES = ("cast.cuh", "elementwise.cuh", "cancel.cuh")
 
 
 @functools.cache
@@ -454,6 +455,12 @@ def _store(result: str, out: str) -> str:
     return f"({DTYPES[out].storage})({result})"
 
 
+#: Every generated kernel's last parameter, the cancel word its launches fill
+#: (``cuasync/kernels/cancel.cuh``), and its check: once per block, before any work.
+CANCEL_WORD = f"unsigned long long {CANCEL_PARAM}"
+CANCEL_CHECK = f"    if (ca_block_cancelled({CANCEL_PARAM})) return;"
+
+
 def source(plan: Plan, out: str, ndim: int) -> str:
     """The CUDA C++ of ``plan`` storing dtype ``out``, over ``ndim`` (merged) dimensions.
 
@@ -486,7 +493,8 @@ def source(plan: Plan, out: str, ndim: int) -> str:
     return "\n".join(
         [
             _prelude(),
-            f"__global__ void ca_elementwise({', '.join(params)}) {{",
+            f"__global__ void ca_elementwise({', '.join([*params, CANCEL_WORD])}) {{",
+            CANCEL_CHECK,
             "    for (long long i = ca_first(); i < n; i += ca_stride()) {",
             *body,
             *lines,
@@ -582,7 +590,9 @@ def _contiguous_source(plan: Plan, out: str, params: list[str], xs: list[tuple[i
     return "\n".join(
         [
             _prelude(),
-            f"__global__ void ca_elementwise({', '.join([*params, 'long long n', 'int vec'])}) {{",
+            "__global__ void ca_elementwise("
+            f"{', '.join([*params, 'long long n', 'int vec', CANCEL_WORD])}) {{",
+            CANCEL_CHECK,
             "    if (vec) {",
             f"        const long long nv = n / {width}, bd = blockDim.x;  // whole vectors",
             f"        const long long step = (long long)gridDim.x * bd * {VECTORS};",

@@ -194,14 +194,19 @@ def _fill_kernel(itemsize: int) -> Kernel:
     return builtin.kernel("fill", str(itemsize))
 
 
-def _enqueue_fill(ctx: ExecutionContext, t: Tensor, bits: tuple[int, int]) -> None:
+def _enqueue_fill(
+    ctx: ExecutionContext, t: Tensor, bits: tuple[int, int], *, scoped: bool = False
+) -> None:
+    """Fill ``t`` with ``bits``; ``scoped``: ``t`` is the op's own (a new tensor), so a
+    cancelled scope may skip it."""
     if t.size == 0:
         return
     view_dtype = FILL_DTYPES[t.itemsize]
     kernel = _fill_kernel(t.itemsize)
     for sub, dims, strides, _ in builtin.chunks(t):
         bits_view = builtin.bit_view(sub, view_dtype)
-        builtin.launch(ctx, kernel, sub.size, bits_view, sub.size, *dims, *strides, *bits)
+        args = (sub.size, *dims, *strides, *bits)
+        builtin.launch(ctx, kernel, sub.size, bits_view, *args, scoped=scoped)
 
 
 def _fill_op(
@@ -209,7 +214,7 @@ def _fill_op(
 ) -> TensorOp:
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, shape, dt, name)
-        _enqueue_fill(ctx, t, bits)
+        _enqueue_fill(ctx, t, bits, scoped=True)
         return Output.ready(t)
 
     first_use = launching(_fill_kernel(dt.itemsize))
@@ -327,7 +332,7 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
             get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
             if length:
                 diagonal = Tensor(t.allocation, (length,), dt, (m + 1,), offset)
-                _enqueue_fill(ctx, diagonal, bits)
+                _enqueue_fill(ctx, diagonal, bits, scoped=True)
         return Output.ready(t)
 
     first_use = launching(*([_fill_kernel(dt.itemsize)] if length and m else []))
@@ -412,7 +417,7 @@ def _ramp_op(
         t = new_tensor(ctx, (n,), dt, name)
         if n:
             args = (n, start, stop, delta, step, div, floor_ints)
-            builtin.launch(ctx, kernel, n, builtin.flat(t), *args)
+            builtin.launch(ctx, kernel, n, builtin.flat(t), *args, scoped=True)
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, device, name, first_use=launching(kernel)), (n,), dt)
@@ -590,7 +595,7 @@ def arange(
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, (n,), dt, "arange")
         if n:
-            builtin.launch(ctx, kernel, n, builtin.flat(t), n, i0, i1, f0, f1)
+            builtin.launch(ctx, kernel, n, builtin.flat(t), n, i0, i1, f0, f1, scoped=True)
         return Output.ready(t)
 
     op = device_op(enqueue, target, "arange", first_use=launching(kernel))
@@ -827,7 +832,8 @@ def _random_op(
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, dims, dt, family)
         if n:
-            builtin.launch(ctx, kernel, (n + per - 1) // per, builtin.flat(t), n, *args)
+            work = (n + per - 1) // per
+            builtin.launch(ctx, kernel, work, builtin.flat(t), n, *args, scoped=True)
         return Output.ready(t)
 
     return tensor_op(device_op(enqueue, device, family, first_use=launching(kernel)), dims, dt)

@@ -35,6 +35,8 @@ from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor
 from .codegen import (
     _WEAK_C,
+    CANCEL_CHECK,
+    CANCEL_WORD,
     Plan,
     _emit,
     _leaves,
@@ -181,7 +183,8 @@ def source(call: Call, plan: Plan, dt: str, ndim: int) -> str:
             f"        return ca_bits_as<{call.storage}>({_store(result, dt)});",
             "    }",
             "};",
-            f"__global__ void ca_fused_index({', '.join([*head, *params])}) {{",
+            f"__global__ void ca_fused_index({', '.join([*head, *params, CANCEL_WORD])}) {{",
+            CANCEL_CHECK,
             f"    const ca_operand a = {{{', '.join(p.split()[-1] for p in params)}}};",
             f"    {call.body}({', '.join(names)});",
             "}",

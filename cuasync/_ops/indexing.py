@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: The files of ``cuasync/kernels`` this family is compiled from.
-FILES = ("cast.cuh", "index.cuh", "indexing.cu")
+FILES = ("cast.cuh", "cancel.cuh", "index.cuh", "indexing.cu")
 
 #: The axes the device-start window kernel and the pad kernel take at most.
 MAX_AXES = 6
@@ -435,7 +435,9 @@ def gather(
             if n:
                 idx = _contiguous(ctx, it, it.shape, it.dtype, name)
                 args = (n, pre, nidx, dim, inner, code, *tail)
-                builtin.launch(ctx, fk, n, _flat_bits(result), _flat(idx), *args)
+                builtin.launch(
+                    ctx, fk, n, _flat_bits(result), _flat(idx), *args, scoped=out is None
+                )
             return _deliver(ctx, result, out)
         xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt, it)
@@ -443,7 +445,16 @@ def gather(
             src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
             idx = _contiguous(ctx, it, it.shape, it.dtype, name)
             args = (n, pre, nidx, dim, inner, code)
-            builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
+            builtin.launch(
+                ctx,
+                kernel,
+                n,
+                _flat_bits(result),
+                _flat_bits(src),
+                _flat(idx),
+                *args,
+                scoped=out is None,
+            )
         return _deliver(ctx, result, out)
 
     if fx is None:
@@ -536,7 +547,9 @@ def take_along_axis(
             if n:
                 idx = _contiguous(ctx, it, shape, it.dtype, name)
                 args = (n, nidx, dim, inner, code, *tail)
-                builtin.launch(ctx, fk, n, _flat_bits(result), _flat(idx), *args)
+                builtin.launch(
+                    ctx, fk, n, _flat_bits(result), _flat(idx), *args, scoped=out is None
+                )
             return _deliver(ctx, result, out)
         xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt, it)
@@ -547,7 +560,16 @@ def take_along_axis(
             src = _contiguous(ctx, src, x_shape, xt.dtype, name)  # broadcast
             idx = _contiguous(ctx, it, shape, it.dtype, name)
             args = (n, nidx, dim, inner, code)
-            builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), _flat(idx), *args)
+            builtin.launch(
+                ctx,
+                kernel,
+                n,
+                _flat_bits(result),
+                _flat_bits(src),
+                _flat(idx),
+                *args,
+                scoped=out is None,
+            )
         return _deliver(ctx, result, out)
 
     broadcasts = [  # (the copies that broadcast x and the indices)
@@ -1078,7 +1100,7 @@ def pad(
             fk, reads, tail = fx.prepare(ctx, call, x.shape)
             result = _target(ctx, out, shape, x.dtype, name, *reads)
             args = (result.size, code, *xs, *ps, *os_, *bits, *tail)
-            builtin.launch(ctx, fk, result.size, _flat_bits(result), *args)
+            builtin.launch(ctx, fk, result.size, _flat_bits(result), *args, scoped=out is None)
             return _deliver(ctx, result, out)
         xt = _run(ctx, x)
         result = _target(ctx, out, shape, xt.dtype, name, xt)
@@ -1088,7 +1110,9 @@ def pad(
         elif n:
             src = _contiguous(ctx, xt, xt.shape, xt.dtype, name)
             args = (n, code, *xs, *ps, *os_, *bits)
-            builtin.launch(ctx, kernel, n, _flat_bits(result), _flat_bits(src), *args)
+            builtin.launch(
+                ctx, kernel, n, _flat_bits(result), _flat_bits(src), *args, scoped=out is None
+            )
         return _deliver(ctx, result, out)
 
     filled = kernel if x.size else _fill_kernel(x.dtype.itemsize)  # (an empty x: all padding)

@@ -152,7 +152,7 @@ def stack(arrays: Sequence[Tensor], axis: int = 0) -> TensorOp:
 
 # -- take ---------------------------------------------------------------------------------
 #: The files of ``cuasync/kernels`` the take and tril/triu kernels are compiled from.
-FILES = ("index.cuh", "joins.cu")
+FILES = ("cancel.cuh", "index.cuh", "joins.cu")
 _KERNELS = builtin.KernelFiles(*FILES)
 
 
@@ -223,7 +223,9 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wr
         flat_idx = Tensor(idx.allocation, (idx.size,), idx.dtype, None, idx.offset)
         views = [builtin.bit_view(builtin.flat(t), storage) for t in (out, src)]
         n = out.size
-        builtin.launch(ctx, kernel, n, *views, flat_idx, n, indices.size, dim, inner, code)
+        builtin.launch(
+            ctx, kernel, n, *views, flat_idx, n, indices.size, dim, inner, code, scoped=True
+        )
         return Output.ready(out)
 
     copies = [copy_kernel(t.dtype) for t in (x, indices) if not t.is_contiguous]
@@ -267,7 +269,8 @@ def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
             src = new_tensor(ctx, x.shape, x.dtype, name)
             kernel_copy(ctx, src, x)
         views = [builtin.bit_view(builtin.flat(t), storage) for t in (out, src)]
-        builtin.launch(ctx, kernel, out.size, *views, out.size, rows, cols, int(k), int(upper))
+        args = (out.size, rows, cols, int(k), int(upper))
+        builtin.launch(ctx, kernel, out.size, *views, *args, scoped=True)
         return Output.ready(out)
 
     copies = [] if x.is_contiguous else [copy_kernel(x.dtype)]

@@ -40,7 +40,18 @@ import numpy as np
 
 from .._dtypes import DTYPES, SUPPORTED
 from .._launch.kernel import Kernel
-from .codegen import _WEAK_C, Plan, _emit, _evaluate, _leaves, _prelude, ctype, rounded
+from .codegen import (
+    _WEAK_C,
+    CANCEL_CHECK,
+    CANCEL_WORD,
+    Plan,
+    _emit,
+    _evaluate,
+    _leaves,
+    _prelude,
+    ctype,
+    rounded,
+)
 
 #: Ops whose result carries the index of an element instead of a value.
 ARG_OPS = frozenset({"argmax", "argmin"})
@@ -262,7 +273,8 @@ def body(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> str:
             f"        {_combine(spec.op, spec.acc)}",
             "    }",
             "};",
-            f"__global__ void ca_reduce({', '.join(params)}) {{",
+            f"__global__ void ca_reduce({', '.join([*params, CANCEL_WORD])}) {{",
+            CANCEL_CHECK,
             "    const ca_combine comb;",
             f"    ca_acc ident; ident.v = {_ident(spec.op, spec.acc)}; "
             "ident.i = 9223372036854775807LL;",

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Never, NoReturn
 import numpy as np
 
 from .._backends import get_backend
+from .._cancel_var import SCOPE, current_word, detached
 from .._core import express
 from .._core.completion import Completion
 from .._core.context import ExecutionContext
@@ -121,6 +122,7 @@ def run(
     if result.size == 0:
         return result
     lay = planned or layout(node, result.shape, result.strides)
+    scoped = out is None  # a new tensor: skipped in a cancelled scope (out=: always runs)
     views = [
         builtin.storage_view(Tensor(t.allocation, lay.dims, t.dtype, s, t.offset))
         for t, s in zip([result, *lay.tensors], lay.strides, strict=True)
@@ -135,13 +137,20 @@ def run(
             work = -(-n // (lay.width * VECTORS))
             tail = (*args, n, 1)
             builtin.launch(
-                ctx, lay.kernel, work, *views, *tail, block=VECTOR_BLOCK, most=VECTOR_GRID
+                ctx,
+                lay.kernel,
+                work,
+                *views,
+                *tail,
+                block=VECTOR_BLOCK,
+                most=VECTOR_GRID,
+                scoped=scoped,
             )
             return result
-        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0)
+        builtin.launch(ctx, lay.kernel, -(-n // UNROLL), *views, *args, n, 0, scoped=scoped)
         return result
     flat_strides = [x for s in lay.strides for x in s]
-    builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides)
+    builtin.launch(ctx, lay.kernel, n, *views, *args, n, *lay.dims, *flat_strides, scoped=scoped)
     return result
 
 
@@ -213,7 +222,18 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             return None
         return express_launch(node, self._out, stream)
 
+    # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
+    # outside the scope: it carries no word and always runs, so that a tensor others may
+    # read is never left half written by a cancelled scope (docs/cancellation.md). Each
+    # way of executing it checks ``self._out is not None and SCOPE.get() is not None``.
+
     def _start(self, stream: Stream, notify: bool) -> Completion:
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            with detached():
+                return self._start_now(stream, notify)
+        return self._start_now(stream, notify)
+
+    def _start_now(self, stream: Stream, notify: bool) -> Completion:
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._start(self, stream, notify)
@@ -221,6 +241,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return launch._start(stream, notify)
 
     def _sync(self, stream: Stream) -> Tensor:
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            with detached():
+                return self._sync_now(stream)
+        return self._sync_now(stream)
+
+    def _sync_now(self, stream: Stream) -> Tensor:
         launch = self._express(stream)
         if launch is None:
             return DeviceOp._sync(self, stream)
@@ -229,6 +255,19 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return result
 
     def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
+        # (not a generator itself: no frame more on the await of every op)
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            return self._await_detached(stream, adapter)
+        return self._await_now(stream, adapter)
+
+    def _await_detached(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
+        token = SCOPE.set(None)  # (the task's own context: no other task's code sees it)
+        try:
+            return (yield from self._await_now(stream, adapter))
+        finally:
+            SCOPE.reset(token)
+
+    def _await_now(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
         launch = self._express(stream)
         if launch is None:
             return (yield from DeviceOp._await_on(self, stream, adapter))
@@ -249,7 +288,14 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
         """Take this op and submit it on ``stream``: a seen expression as its raw launch
-        (the core makes the future in one call), else the long way."""
+        (the core makes the future in one call), else the long way. A future is never
+        skipped (others may await it): inside a cancel scope it is built outside it."""
+        if current_word():
+            with detached():
+                return self._submit_now(stream)
+        return self._submit_now(stream)
+
+    def _submit_now(self, stream: Stream) -> DeviceFuture[Tensor]:
         launch = self._express(stream)
         self._consumed = True
         if launch is None:
@@ -258,6 +304,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return future
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            with detached():
+                return self._enqueue_now(ctx)
+        return self._enqueue_now(ctx)
+
+    def _enqueue_now(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._node.kind == "pending":  # a wrapped op (creation, copy, reshape)
             return self._node.value._enqueue(ctx)
         return Output.ready(run(ctx, self._node, self._out, self._planned))

@@ -1,7 +1,7 @@
 """``python -m cuasync.bench SUITE... [--json PATH] [--plot PATH]``.
 
 Suites: completion, launch, graphs, transfers, peer, matmul, priority, ops, interop,
-requests, all (``ops --only reductions,adds``: some parts of ops). On a terminal, with
+requests, cancel, all (``ops --only reductions,adds``: some parts of ops). On a terminal, with
 tqdm installed (the ``bench`` extra), a progress bar on stderr counts the suites.
 """
 
@@ -11,14 +11,26 @@ import argparse
 import gc
 import sys
 
-from . import completion, graphs, interop, launch, matmul, ops, peer, priority, requests, transfers
+from . import (
+    cancel,
+    completion,
+    graphs,
+    interop,
+    launch,
+    matmul,
+    ops,
+    peer,
+    priority,
+    requests,
+    transfers,
+)
 from ._plot import _pyplot, plot_latencies
 from ._progress import Progress
 from ._util import Report, machine_meta
 
 SUITES = (
     "completion", "launch", "graphs", "transfers", "peer", "matmul", "priority", "ops", "interop",
-    "requests",
+    "requests", "cancel",
 )  # fmt: skip
 
 
@@ -43,6 +55,8 @@ def _run(suite: str, report: Report, quick: bool, only: list[str] | None = None)
         interop.run(report, n=2000 if quick else 20000)
     elif suite == "requests":
         requests.run(report, quick=quick)
+    elif suite == "cancel":
+        cancel.run(report, quick=quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@
 // float too); f0, f1 are first and second, exact as doubles. Then stored in the dtype.
 template <typename S, int K>
 __global__ void ca_arange(S* out, long long n, long long i0, long long i1, double f0,
-                          double f1) {
+                          double f1, unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     for (long long i = ca_first(); i < n; i += ca_stride()) {
         if constexpr (K <= 8) {
             ca_u64 v = (ca_u64)i0 + (ca_u64)i * ((ca_u64)i1 - (ca_u64)i0);

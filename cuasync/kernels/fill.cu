@@ -4,7 +4,9 @@
 template <typename S>
 __global__ void ca_fill(S* out, long long n, long long d1, long long d2, long long d3,
                         long long s0, long long s1, long long s2, long long s3,
-                        unsigned long long lo, unsigned long long hi) {
+                        unsigned long long lo, unsigned long long hi,
+                        unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     S value;
     if constexpr (sizeof(S) == 16) {
         value = make_double2(__longlong_as_double((long long)lo),

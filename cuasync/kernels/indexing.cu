@@ -35,7 +35,9 @@ __device__ __forceinline__ void ca_gather_body(S* out, X x, const I* idx, long l
 }
 template <typename S, typename I>
 __global__ void ca_gather(S* out, const S* x, const I* idx, long long n, long long pre,
-                          long long nidx, long long dim, long long inner, int mode) {
+                          long long nidx, long long dim, long long inner, int mode,
+                          unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     ca_gather_body<S, I>(out, x, idx, n, pre, nidx, dim, inner, mode);
 }
 
@@ -60,7 +62,9 @@ __device__ __forceinline__ void ca_gather_along_body(S* out, X x, const I* idx, 
 }
 template <typename S, typename I>
 __global__ void ca_gather_along(S* out, const S* x, const I* idx, long long n, long long nidx,
-                                long long dim, long long inner, int mode) {
+                                long long dim, long long inner, int mode,
+                                unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     ca_gather_along_body<S, I>(out, x, idx, n, nidx, dim, inner, mode);
 }
 
@@ -322,7 +326,9 @@ __global__ void ca_pad(S* out, const S* x, long long n, int mode, long long x0, 
                        long long x2, long long x3, long long x4, long long x5, long long p0,
                        long long p1, long long p2, long long p3, long long p4, long long p5,
                        long long o0, long long o1, long long o2, long long o3, long long o4,
-                       long long o5, unsigned long long lo, unsigned long long hi) {
+                       long long o5, unsigned long long lo, unsigned long long hi,
+                       unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     ca_pad_body<S>(out, x, n, mode, x0, x1, x2, x3, x4, x5, p0, p1, p2, p3, p4, p5, o0, o1, o2, o3,
                  o4, o5, lo, hi);
 }

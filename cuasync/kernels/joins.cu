@@ -5,7 +5,9 @@
 // (mode 0: -1 is the last) or are clipped to [0, dim) (mode 1, numpy's "clip").
 template <typename S, typename I>
 __global__ void ca_take(S* out, const S* x, const I* idx, long long n, long long nidx,
-                        long long dim, long long inner, int mode) {
+                        long long dim, long long inner, int mode,
+                        unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     for (long long i = ca_first(); i < n; i += ca_stride()) {
         long long c = i % inner, r = i / inner;
         long long j = r % nidx, o = r / nidx;
@@ -25,7 +27,8 @@ __global__ void ca_take(S* out, const S* x, const I* idx, long long n, long long
 // triu (upper 1), else 0; x and out contiguous, (rows, cols) the last two axes.
 template <typename S>
 __global__ void ca_tri(S* out, const S* x, long long n, long long rows, long long cols,
-                       long long k, int upper) {
+                       long long k, int upper, unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     for (long long i = ca_first(); i < n; i += ca_stride()) {
         long long c = i % cols, r = (i / cols) % rows;
         bool keep = upper ? (c - r >= k) : (c - r <= k);

@@ -4,7 +4,9 @@
 // start, element div (the last, with the endpoint) is stop, integer dtypes take the floor.
 template <typename S, int K>
 __global__ void ca_linspace(S* out, long long n, double start, double stop, double delta,
-                            double step, long long div, int floor_ints) {
+                            double step, long long div, int floor_ints,
+                            unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     for (long long i = ca_first(); i < n; i += ca_stride()) {
         double y = (double)i;
         if (div > 0) {

@@ -31,7 +31,9 @@ __device__ __forceinline__ ca_u64 ca_join(unsigned lo, unsigned hi) {
 // dtype. float64 element i takes lanes 2(i % 2), 2(i % 2) + 1 of counter i / 2 as a
 // 64-bit word w (high lane on top): (w >> 11) * 2^-53.
 template <typename S, int K>
-__global__ void ca_rand(S* out, long long n, unsigned k0, unsigned k1) {
+__global__ void ca_rand(S* out, long long n, unsigned k0, unsigned k1,
+                        unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     const int per = K == 12 ? 2 : 4;
     const int p = K == 9 ? 11 : (K == 10 ? 8 : 24);
     long long counters = (n + per - 1) / per;
@@ -59,7 +61,8 @@ __global__ void ca_rand(S* out, long long n, unsigned k0, unsigned k1) {
 // rounded to the dtype.
 template <typename S, int K>
 __global__ void ca_randn(S* out, long long n, unsigned k0, unsigned k1, double mean,
-                         double std) {
+                         double std, unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     long long counters = (n + 1) / 2;
     for (long long c = ca_first(); c < counters; c += ca_stride()) {
         unsigned r[4];

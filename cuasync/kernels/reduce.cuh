@@ -140,7 +140,9 @@ __device__ __forceinline__ float4 ca_ident4() {
 template <typename Op>
 __global__ void __launch_bounds__(256)
 ca_cols4(float* out, float* partp, unsigned* count, const float* xp, long long R,
-         long long N, long long ld, long long rows_per_split, int splits) {
+         long long N, long long ld, long long rows_per_split, int splits,
+         unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     const float4* x = (const float4*)xp;
     float4* part = (float4*)partp;
     const long long nv = N / 4, lv = ld / 4;
@@ -227,7 +229,9 @@ __device__ float ca_block_comb(float s) {
 // stores the result: one launch.
 template <typename Op, int L>
 __global__ void __launch_bounds__(256, 8)
-ca_whole4(float* out, float* part, unsigned* count, const float* xp, long long n) {
+ca_whole4(float* out, float* part, unsigned* count, const float* xp, long long n,
+          unsigned long long cuasync_cancel_word_) {
+    if (ca_block_cancelled(cuasync_cancel_word_)) return;  // a cancelled scope's: skipped
     const float4* x = (const float4*)xp;
     const long long n4 = n / 4, T = blockDim.x, step = (long long)gridDim.x * T * L;
     float4 a = ca_ident4<Op>();

@@ -5,7 +5,8 @@ Tests that hold work in flight with these run unchanged on a GPU and on the emul
 * :func:`gate` holds streams until the host opens it (``cuStreamWaitValue32``);
 * :func:`sleep` keeps a stream busy for a given time (a ``%globaltimer`` kernel);
 * :func:`trap` faults the device (``__trap()``; run it in a subprocess);
-* :func:`no_leaks` / :func:`settle` check that memory and completion slots come back.
+* :func:`no_leaks` / :func:`settle` check that memory and completion slots come back;
+* :func:`mark` records that a cancellable kernel ran (skipped work leaves it unmoved).
 
 The pytest plugin (:mod:`cuasync.testing.pytest_plugin`, loaded automatically once
 cuasync is installed) wraps them as fixtures.
@@ -25,5 +26,6 @@ from ._gate import gate as gate
 from ._leaks import no_leaks as no_leaks
 from ._leaks import settle as settle
 from ._leaks import snapshot as snapshot
+from ._marks import mark as mark
 
-__all__ = ["Gate", "gate", "no_leaks", "settle", "sleep", "snapshot", "trap"]
+__all__ = ["Gate", "gate", "mark", "no_leaks", "settle", "sleep", "snapshot", "trap"]

@@ -111,7 +111,7 @@ def _wrappers() -> str:
         )
         lines.append(
             f'extern "C" void arange_{k}(void* out, long long n, long long i0, long long i1, '
-            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1); }}"
+            f"double f0, double f1) {{ ca_arange<{s}, {k}>(({s}*)out, n, i0, i1, f0, f1, 0); }}"
         )
     return "\n".join(lines)
 
@@ -325,7 +325,7 @@ def reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    blockIdx.y = split;\n"
             f"    n{i}::ca_reduce(({DTYPES[spec.out].storage}*)out, ({ctype(spec.acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}{x_args}, M, K, splits, chunk, phase, 1, "
-            f"M, K, 1, {strides});\n}}"
+            f"M, K, 1, {strides}, 0);\n}}"  # 0: no cancel word
         )
     return _compiled(tmp_path_factory.mktemp("host_reductions"), "reductions", "\n".join(parts))
 
@@ -518,7 +518,7 @@ def _run_complex_kernel(folder: Path, plan: Any, out: str, arrays: list[np.ndarr
         SHIMS
         + codegen.source(plan, out, 1)
         + f'\nextern "C" void run(void* o, {params}, long long n) '
-        f"{{ ca_elementwise(({so}*)o, {args}, n, n, {strides}); }}\n",
+        f"{{ ca_elementwise(({so}*)o, {args}, n, n, {strides}, 0); }}\n",  # 0: no cancel word
     )
     lib.run.argtypes = [ctypes.c_void_p] * (len(arrays) + 1) + [ctypes.c_longlong]
     result = np.zeros(n, SUPPORTED[out])
@@ -621,7 +621,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
         SHIMS
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
-        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec); }}\n",
+        f"{{ ca_elementwise(({s}*)o, (const {s}*)a, (const {s}*)b, n, vec, 0); }}\n",
     )
     lib.run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_int]
     # the same kernel run by a grid of 3 blocks of 32 host threads: each thread's vectors
@@ -633,7 +633,7 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
         + kernel
         + f'\nextern "C" void run(void* o, const void* a, const void* b, long long n, int vec) '
         f"{{ ca_run_grid(3, 1, 32, [=] {{ ca_elementwise(({s}*)o, (const {s}*)a, "
-        f"(const {s}*)b, n, vec); }}); }}\n",
+        f"(const {s}*)b, n, vec, 0); }}); }}\n",
     )
     grid.run.argtypes = lib.run.argtypes
     per_thread = width * codegen.VECTORS
@@ -783,7 +783,7 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    ca_run_grid(gx, gy, bx, [=] {\n"
             f"        v{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
-            "M, K, splits, chunk, phase, mode, K, xb);\n    });\n}"
+            "M, K, splits, chunk, phase, mode, K, xb, 0);\n    });\n}"
         )
         parts.append(
             f'extern "C" void r{i}(void* out, void* wsv, void* wsi, const void* x0, '
@@ -792,7 +792,7 @@ def block_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "    ca_run_grid(gx, gy, bx, [=] {\n"
             f"        n{i}::ca_reduce(({DTYPES[out].storage}*)out, ({ctype(acc)}*)wsv, "
             f"{'(long long*)wsi, ' if arg else ''}(const {DTYPES[dtype].storage}*)x0, "
-            "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb);\n    });\n}"
+            "M, K, splits, chunk, phase, mode, M, K, 1, xa, xb, 0);\n    });\n}"
         )
     return _compiled(tmp_path_factory.mktemp("block_reductions"), "blocks", "\n".join(parts))
 
@@ -886,14 +886,14 @@ def float4_reductions(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "int splits) {\n"
             "    unsigned gx = (unsigned)((N / 4 + 31) / 32);\n"
             "    ca_run_grid(gx, (unsigned)splits, 256, [=] {\n"
-            f"        ca_cols4<o_{op}::ca_op4>(out, part, count, x, R, N, ld, rows, splits);\n"
+            f"        ca_cols4<o_{op}::ca_op4>(out, part, count, x, R, N, ld, rows, splits, 0);\n"
             "    });\n}"
         )
         parts.append(
             f'extern "C" void whole_{op}(float* out, float* part, unsigned* count, '
             "const float* x, long long n, unsigned blocks) {\n"
             "    ca_run_grid(blocks, 1, 256, [=] {\n"
-            f"        ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(out, part, count, x, n);\n"
+            f"        ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(out, part, count, x, n, 0);\n"
             "    });\n}"
         )
     return _compiled(tmp_path_factory.mktemp("float4_reductions"), "float4", "\n".join(parts))

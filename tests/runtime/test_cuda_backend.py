@@ -510,3 +510,24 @@ def test_sticky_fault_is_remembered() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sync raised CUDA_ERROR_" in proc.stdout
     assert proc.stdout.rstrip().endswith("ok")
+
+
+def test_a_device_word_is_written_on_an_urgent_stream(
+    backend: cuda.CudaBackend, stream: int, pinned: Any
+) -> None:
+    """The cancel words' primitives: device memory outside the pool, zeroed, and a word
+    of it written in stream order on a stream of the greatest priority (issue 36: a pool
+    word given to write_value32 was refused on the H200)."""
+    _, greatest = backend.stream_priority_range(0)
+    urgent = backend.stream_create(0, greatest)
+    try:
+        slab = backend.device_words_alloc(0, 4096)
+        out = pinned(8)
+        out.bytes[:] = 0xFF
+        backend.write_device_word(urgent, slab + 4, 0xBEEF)
+        backend.stream_synchronize(urgent)
+        backend.memcpy_dtoh_async(out.ptr, slab, 8, stream)
+        backend.stream_synchronize(stream)
+        assert out.bytes.view(np.uint32).tolist() == [0, 0xBEEF]  # the rest stays zeroed
+    finally:
+        backend.stream_destroy(urgent)

@@ -371,11 +371,11 @@ def test_float4_reduction_sources_compile() -> None:
         parts.append(f"namespace o_{op} {{\n{rc.op4_struct(op)}\n}}")
         parts.append(
             f"template __global__ void ca_cols4<o_{op}::ca_op4>(float*, float*, unsigned*, "
-            "const float*, long long, long long, long long, long long, int);"
+            "const float*, long long, long long, long long, long long, int, unsigned long long);"
         )
         parts.append(
             f"template __global__ void ca_whole4<o_{op}::ca_op4, {rc.WHOLE_LOADS}>(float*, "
-            "float*, unsigned*, const float*, long long);"
+            "float*, unsigned*, const float*, long long, unsigned long long);"
         )
     compiled = compile_cubin("\n".join(parts), "ca_cols4<o_max::ca_op4>", "sm_90", [])
     assert compiled.image[:4] == b"\x7fELF"

@@ -21,7 +21,11 @@ also timed as 200 back-to-back launches between two events behind a gate (per la
    on; the host times from just before it sets the word to the acknowledgement, 20
    times per way of setting it: a host store to the mapped pinned word; and, on a
    separate stream of the greatest priority, ``cuStreamWriteValue32`` of the pinned word,
-   ``cuStreamWriteValue32`` of a device word, ``cuMemsetD32Async`` of a device word.
+   of a device word (``cuMemAlloc``, as cancel scopes hold theirs: the backend's
+   ``device_words_alloc``) and of a word in the stream-ordered pool (refused on the
+   H200 once: a way the driver refuses is printed and left out), ``cuMemsetD32Async``
+   of the device word, and the backend's ``write_device_word`` (what
+   ``CancelScope.cancel()`` enqueues).
 2. A queue: 200 float32 adds of 64 MiB (~50 us each on an H200) behind a gate, each
    checking the word once per block (thread 0, ``ld.volatile``) and marking whether its
    first block ran and whether its last block did; the gate opens, the host waits 2 ms
@@ -182,16 +186,20 @@ class Words:
         self.ack = DevicePointer(backend.host_device_pointer(self.block + 32))
         self.host_word = ctypes.c_uint32.from_address(self.block)
         self.host_ack = ctypes.c_uint32.from_address(self.block + 32)
-        self.dev_tensor = cuasync.full((1,), 0, "uint32").sync()
-        self.dev = DevicePointer(self.dev_tensor.ptr)
+        # the device word as cuasync's cancel scopes hold it (cuMemAlloc, outside the
+        # pool), and one in the stream-ordered pool (where cuStreamWriteValue32 was refused)
+        self.dev = DevicePointer(backend.device_words_alloc(0, 64))
+        self.pool_tensor = cuasync.full((1,), 0, "uint32").sync()
+        self.pool = DevicePointer(self.pool_tensor.ptr)
 
     def of(self, which: str) -> DevicePointer:
-        return self.host if which == "host" else self.dev
+        return {"host": self.host, "dev": self.dev, "pool": self.pool}[which]
 
     def reset(self, stream: cuasync.Stream) -> None:
         self.host_word.value = 0
         self.host_ack.value = 0
         get_backend().memset_d8_async(int(self.dev), 0, 4, stream.handle)
+        get_backend().memset_d8_async(int(self.pool), 0, 4, stream.handle)
         stream.synchronize()
 
 
@@ -256,8 +264,11 @@ def check_cost(ks: dict[str, cuasync.Kernel], words: Words, stream: cuasync.Stre
 
 
 # -- (b) how fast a set word is seen -------------------------------------------------------
-def setters(words: Words, urgent: cuasync.Stream) -> dict[str, tuple[str, Callable[[], None]]]:
-    """Ways of setting the word: name -> (the word the kernels read, the set)."""
+def setters(
+    words: Words, urgent: cuasync.Stream, stream: cuasync.Stream
+) -> dict[str, tuple[str, Callable[[], None]]]:
+    """Ways of setting the word: name -> (the word the kernels read, the set); a way the
+    driver refuses is printed once and left out."""
     backend: Any = get_backend()
 
     def host_store() -> None:
@@ -266,25 +277,42 @@ def setters(words: Words, urgent: cuasync.Stream) -> dict[str, tuple[str, Callab
     def write_host() -> None:
         backend.write_value32(urgent.handle, words.block, 1)
 
-    def write_dev() -> None:
-        backend.write_value32(urgent.handle, int(words.dev), 1)
+    def write(word: DevicePointer) -> Callable[[], None]:
+        def set_word() -> None:
+            backend._call_on(urgent.handle, "cuStreamWriteValue32", urgent.handle, int(word), 1, 0)
+
+        return set_word
 
     def memset_dev() -> None:
         backend._call_on(urgent.handle, "cuMemsetD32Async", int(words.dev), 1, 1, urgent.handle)
 
-    return {
+    def cuasync_way() -> None:  # what CancelScope.cancel() does
+        backend.write_device_word(urgent.handle, int(words.dev), 1)
+
+    ways: dict[str, tuple[str, Callable[[], None]]] = {
         "host store, pinned word": ("host", host_store),
         "cuStreamWriteValue32 (urgent stream), pinned word": ("host", write_host),
-        "cuStreamWriteValue32 (urgent stream), device word": ("dev", write_dev),
+        "cuStreamWriteValue32 (urgent stream), device word": ("dev", write(words.dev)),
+        "cuStreamWriteValue32 (urgent stream), pool word": ("pool", write(words.pool)),
         "cuMemsetD32Async (urgent stream), device word": ("dev", memset_dev),
+        "write_device_word (cuasync's), device word": ("dev", cuasync_way),
     }
+    for name, (_, set_word) in list(ways.items()):
+        try:
+            set_word()
+            urgent.synchronize()
+        except cuasync.errors.DriverError as e:
+            print(f"  ({name}: refused, {e}; left out)")
+            del ways[name]
+        words.reset(stream)
+    return ways
 
 
 def round_trips(
     ks: dict[str, cuasync.Kernel], words: Words, stream: cuasync.Stream, urgent: cuasync.Stream
 ) -> None:
     print("(b) 1. a spinning kernel sees the word: host time from the set to its ack (us)")
-    ways = setters(words, urgent)
+    ways = setters(words, urgent, stream)
     per: dict[str, list[float]] = {name: [] for name in ways}
     calls: dict[str, list[float]] = {name: [] for name in ways}
     failures: dict[str, int] = dict.fromkeys(ways, 0)
@@ -341,7 +369,7 @@ def queue(
         "not cancelled, pinned word": ("host", None),
         "not cancelled, device word": ("dev", None),
     }
-    ways.update(setters(words, urgent))
+    ways.update(setters(words, urgent, stream))
     rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in ways}
     backend = get_backend()
     for r in range(QUEUE_ROUNDS):
@@ -383,7 +411,7 @@ def queue(
             c.to_host().sync()  # (the adds' result, read: nothing left pending)
     bases = {
         which: statistics.median(row[0] for row in rows[f"not cancelled, {kind} word"])
-        for which, kind in (("host", "pinned"), ("dev", "device"))
+        for which, kind in (("host", "pinned"), ("dev", "device"), ("pool", "device"))
     }
     print(
         f"  {'way':<52} {'queue us':>9} {'x none':>7} {'ran':>5} {'finished':>8} "

@@ -1,0 +1,189 @@
+"""``cancel``: the GPU time a cancel scope gives back when requests are cancelled while
+their work is queued (issue 36).
+
+**Queue.** 64 requests, each one awaited chain of 20 generated kernels (``sum(a * b + c,
+axis=1)``: the elementwise expression fused into a reduction's loads, float32 operands of
+``ROWS x COLS``: 3 GiB read a kernel on a GPU, ~0.7 ms on an H200; a few elements on the
+emulator), all on one stream held by a gate until every request has queued its chain;
+then half of them (every other one) are cancelled (their tasks, as a client
+disconnecting does) and the gate opens. (A reduction, because a chain keeps what it
+made until it lands: 1280 elementwise results of 2 GiB cannot be alive at once.) Two
+ways, alternated in rounds in one run: **skip** (each request inside
+``cuasync.cancel_scope()``: the cancelled requests' queued kernels return at once) and
+**no skip** (no scope: they run to the end). Rows: the stream's time from its first
+kernel to its last (device events), and the surviving requests' p50 latency from the
+gate's opening, each way; ``-- targets``: skip over no skip, <= 0.55 for the stream,
+<= 0.6 for the survivors' p50.
+
+**Host cost of the word.** An await of a tiny generated op (``x + 1``, 1024 float32)
+inside an open scope against outside any, in alternated turns: the difference of the
+p50s (target <= 0.3 us).
+
+>>> python -m cuasync.bench cancel            # --quick: the emulator's sizes
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._backends import get_backend
+
+from ._util import Report
+
+SUITE = "cancel"
+REQUESTS = 64
+KERNELS = 20  # a request's chain
+ROWS, COLS = 1 << 16, 1 << 12  # float32 operands of 1 GiB on a GPU: 3 GiB read a kernel
+ROWS_EMULATED, COLS_EMULATED = 8, 128
+
+
+def _chain(a: cuasync.Tensor, b: cuasync.Tensor, c: cuasync.Tensor, n: int) -> Any:
+    """``n`` kernels ``sum(a * b + c, axis=1)``, chained: all enqueued by one await."""
+    op: Any = cuasync.sum(a * b + c, axis=1)
+    for _ in range(n - 1):
+        op = op.then(lambda _: cuasync.sum(a * b + c, axis=1))
+    return op
+
+
+async def _round(
+    skip: bool, stream: cuasync.Stream, ops: tuple[Any, ...]
+) -> tuple[float, float, int]:
+    """One queue: (the stream's first-to-last kernel time ms, the survivors' p50 ms,
+    survivors that finished)."""
+    launched: list[int] = []
+    finished: dict[int, float] = {}
+
+    async def request(i: int) -> None:
+        if skip:
+            with cuasync.cancel_scope():
+                launched.append(i)  # in the step that enqueues the chain
+                await _chain(ops[0], ops[1], ops[2], KERNELS)
+        else:
+            launched.append(i)
+            await _chain(ops[0], ops[1], ops[2], KERNELS)
+        finished[i] = time.perf_counter()
+
+    device = stream.device
+    with ct.gate(stream):
+        start = cuasync.Event(device, timing=True).record(stream)
+        tasks = [asyncio.create_task(request(i)) for i in range(REQUESTS)]
+        while len(launched) < REQUESTS:
+            await asyncio.sleep(0)
+        end = cuasync.Event(device, timing=True).record(stream)
+        gone = tasks[::2]  # clients that disconnect while their work is queued
+        for task in gone:
+            task.cancel()
+        await asyncio.gather(*gone, return_exceptions=True)  # (the scopes' words set)
+        opened = time.perf_counter()
+    await asyncio.gather(*tasks[1::2])
+    await cuasync.wait(end)
+    survivors = [(finished[i] - opened) * 1e3 for i in range(1, REQUESTS, 2)]
+    return start.elapsed_ms(end), statistics.median(survivors), len(survivors)
+
+
+async def _queue(report: Report, quick: bool) -> None:
+    device = cuasync.get_default_device()
+    emulated = not get_backend().driver_handles
+    shape = (ROWS_EMULATED, COLS_EMULATED) if emulated or quick else (ROWS, COLS)
+    a, b, c = [await cuasync.full(shape, v, "float32") for v in (1.0, 0.5, 0.25)]
+    ops = (a, b, c)
+    stream = device.new_stream()
+    rounds = 2 if quick or emulated else 3
+    ways: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        await _chain(*ops, 2)  # the kernel compiled and loaded before any gate
+        for skip in (True, False):  # (warm: the words' slab and urgent stream, the pool)
+            await _round(skip, stream, ops)
+        counts = getattr(get_backend(), "counts", None)
+        skipped = counts.skipped if counts is not None else 0
+        for r in range(rounds):
+            for skip in (True, False) if r % 2 == 0 else (False, True):
+                ways[skip].append(await _round(skip, stream, ops))
+    moved = 3 * shape[0] * shape[1] * 4 / (1 << 30)
+    note = f"{REQUESTS} requests x {KERNELS} kernels ({moved:.3g} GiB read each), half cancelled"
+    rows: dict[bool, tuple[float, float]] = {}
+    for skip, results in ways.items():
+        label = "skip" if skip else "no skip"
+        busy = statistics.median(r[0] for r in results)
+        p50 = statistics.median(r[1] for r in results)
+        rows[skip] = (busy, p50)
+        report.value(SUITE, f"cancel: stream first-to-last kernel, {label}", busy, "ms", note)
+        report.value(SUITE, f"cancel: surviving requests p50, {label}", p50, "ms")
+    if counts is not None:  # the emulator counts the kernels that returned at once
+        per_round = (counts.skipped - skipped) / rounds
+        report.value(SUITE, "cancel: kernels skipped a skip round (emulator)", per_round, "")
+    print("  -- targets")
+    busy_ratio = rows[True][0] / rows[False][0]
+    p50_ratio = rows[True][1] / rows[False][1]
+    report.value(SUITE, "cancel: stream time, skip / no skip", busy_ratio, "x", "target <= 0.55")
+    report.value(SUITE, "cancel: survivors' p50, skip / no skip", p50_ratio, "x", "target <= 0.6")
+
+
+def _build_ns(make: Any, scoped: bool, n: int) -> float:
+    """ns per op of ``n`` ops built by ``make()`` and taken unexecuted (host only)."""
+    clock = time.perf_counter_ns
+    if scoped:
+        with cuasync.cancel_scope():
+            t0 = clock()
+            for _ in range(n):
+                make()._take()
+            return (clock() - t0) / n
+    t0 = clock()
+    for _ in range(n):
+        make()._take()
+    return (clock() - t0) / n
+
+
+async def _host_cost(report: Report, quick: bool) -> None:
+    marks = await cuasync.zeros((1,), "uint32")
+    await ct.mark(marks, 0)
+    kernel = ct.mark.__globals__["_kernel"]()  # (the mark kernel: it takes the word)
+    launcher = kernel[1, 32]
+
+    def make() -> Any:
+        return launcher(marks, 0)
+
+    n, rounds = (2000, 5) if quick else (20000, 9)
+    built: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        for scoped in (True, False) if r % 2 == 0 else (False, True):
+            built[scoped].append(_build_ns(make, scoped, n))
+    b_in, b_out = (statistics.median(built[s]) / 1e3 for s in (True, False))
+    report.value(SUITE, "cancel: a launch op built, in a scope", b_in, "us")
+    report.value(SUITE, "cancel: a launch op built, no scope", b_out, "us")
+
+    x = await cuasync.full((1024,), 1.0, "float32")
+    clock = time.perf_counter_ns
+    awaited: dict[bool, list[int]] = {True: [], False: []}
+    for turn in range(30 if quick else 120):
+        scoped = turn % 2 == 0
+        with cuasync.cancel_scope() if scoped else contextlib.nullcontext():
+            for _ in range(25):
+                t0 = clock()
+                await (x + 1.0)
+                awaited[scoped].append(clock() - t0)
+    a_in, a_out = (float(np.percentile(awaited[s], 50)) / 1e3 for s in (True, False))
+    report.value(SUITE, "cancel: await x + 1 (1024 float32), in a scope", a_in, "us p50")
+    report.value(SUITE, "cancel: await x + 1 (1024 float32), no scope", a_out, "us p50")
+    report.value(
+        SUITE,
+        "cancel: host cost of carrying the word (build)",
+        b_in - b_out,
+        "us",
+        "target <= 0.3 (the await's difference is above, noisier)",
+    )
+
+
+def run(report: Report, quick: bool = False) -> None:
+    """The suite: the queue (skip against no skip), then the word's host cost."""
+    print(f"[{SUITE}]", flush=True)
+    asyncio.run(_queue(report, quick))
+    asyncio.run(_host_cost(report, quick))
