@@ -64,6 +64,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ._native import PROCESS
 from .errors import ArgumentError
 
 _BACKENDS = ("auto", "cuda", "emulator")
@@ -208,12 +209,11 @@ def _read_debug_origins() -> bool:
     return bool(sys.flags.dev_mode or os.environ.get("PYTHONASYNCIODEBUG"))
 
 
-_debug_origins: bool | None = None
-
-
 def debug_origins() -> bool:
-    """Whether ops record where they were built (for the "never executed" warning)."""
-    global _debug_origins
-    if _debug_origins is None:
-        _debug_origins = _read_debug_origins()
-    return _debug_origins
+    """Whether ops record where they were built (for the "never executed" warning): read
+    once, and kept in ``PROCESS.debug_origins``, which the native ``from_host`` builder
+    reads too (it leaves ops that record their origin to Python)."""
+    on = PROCESS.debug_origins
+    if on is None:
+        on = PROCESS.debug_origins = _read_debug_origins()
+    return on

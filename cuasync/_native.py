@@ -53,6 +53,7 @@ StreamCore = _reactor.StreamCore
 AllocationCore = _reactor.AllocationCore
 TensorCore = _reactor.TensorCore
 PreparedCore = _reactor.PreparedCore
+KernelCore = _reactor.KernelCore
 OpCore = _reactor.OpCore
 LaunchCore = _reactor.LaunchCore
 HubCore = _reactor.HubCore
@@ -90,6 +91,7 @@ __all__ = [
     "DeviceCore",
     "FutureCore",
     "HubCore",
+    "KernelCore",
     "LaunchCore",
     "NodeCore",
     "OpCore",

@@ -1,6 +1,6 @@
 """Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
 
 from typing_extensions import disjoint_base
@@ -323,6 +323,18 @@ class PreparedCore:
     fast: Any
 
 @disjoint_base
+class KernelCore:
+    """The fields of a kernel (its base type: ``Kernel``, a ``Module``'s kernel) that a
+    launch reads; ``kernel[grid, block]`` with two ints is a lookup of ``_launcher_cache``
+    in C, anything else (and a miss) ``PROCESS.kernel_configure(kernel, config)``."""
+
+    params: Any
+    _prepared: dict[int, Any]
+    _launcher_cache: dict[Any, Callable[..., Any]] | None
+    _plan: tuple[Any, tuple[Any, ...]] | None
+    def __getitem__(self, config: Any, /) -> Any: ...
+
+@disjoint_base
 class OpCore:
     """The fields of a ``cuasync.DeviceOp`` (its base type), read by the native core."""
 
@@ -346,6 +358,9 @@ class LaunchCore(OpCore):
     _shared_mem: int
     _plan: Any
     _cancel_word: Any
+    #: whether it writes each of ``_tensors`` (their parameters are not const)
+    _writes: tuple[bool, ...]
+    def __await__(self) -> Generator[Any, Any, Any]: ...
 
 @disjoint_base
 class HubCore:
@@ -509,6 +524,28 @@ class ProcessCore:
     hub: Any
     backend: Any
     last: tuple[Callable[[], Any], Any]
+    #: a kernel launch's Python paths (``_launch/kernel.py`` sets them once)
+    kernel_configure: Callable[[Any, Any], Any] | None
+    kernel_launch: Callable[..., Any] | None
+    kernel_launch_checked: Callable[..., Any] | None
+    kernel_check_aliasing: Callable[[Any, list[Any]], None] | None
+    kernel_device_of: Callable[[list[Any]], Any] | None
+    kernel_prepare: Callable[[Any, Any], Any] | None
+    #: what an op collected unexecuted calls (``op.py``'s warning)
+    op_unexecuted: Callable[[Any], None] | None
+    #: the route pageable copies are forced to, or None (``pageable.forced``)
+    forced_route: str | None
+    #: whether ops record where they were built (``_config.debug_origins``; None until read)
+    debug_origins: bool | None
+    #: the native op core of a new hub (``express.make_core``, set when it is imported)
+    make_core: Callable[[Any], Any] | None
+    #: Allocation's Python finalizer and the block cache its native one reads
+    alloc_release: Callable[[Any], None] | None
+    block_cache: BlockCacheCore | None
+    #: ``Allocation.use``, for an access that orders a stream after another's uses
+    alloc_use: Callable[[Any, Any, int, bool], None] | None
+    #: the await of a launch op (``LaunchCore.__await__`` calls it)
+    launch_await: LaunchAwait | None
 
 @disjoint_base
 class BlockCacheCore:
@@ -531,6 +568,7 @@ class ThreadFlags:
 
 def set_tracing(on: object, /) -> None: ...
 def tracing() -> bool: ...
+def blocks_kept() -> int: ...
 
 @final
 class SlotLedger:
@@ -584,14 +622,13 @@ class Express:
         acquire: Callable[[int], Any],
         failed: Callable[..., None],
         abandon: Callable[..., None],
-        pageable: Any,
         cache: BlockCacheCore,
         pools: Any,
     ) -> None:
         """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
     def set_builder(
         self, *, ndarray: type, dtypes: dict[Any, Any], default_device: Any,
-        devices: dict[int, Any], config: Any,
+        devices: dict[int, Any],
     ) -> None:  # fmt: skip
         """What :meth:`build_upload` reads (after :meth:`set_upload`)."""
     def build_upload(self, array: Any, /) -> Any:
@@ -618,19 +655,6 @@ class Express:
     def burst_queued(self) -> int: ...
     @property
     def burst_handed_over(self) -> int: ...
-
-@final
-class AllocFinalizer:
-    """``Allocation.__del__`` in C for a small block going back to the block cache on its
-    stream; everything else calls ``fallback`` (the Python ``__del__``)."""
-
-    def __new__(
-        cls, *, allocation: type, stream: type, cache: BlockCacheCore, fallback: Any
-    ) -> AllocFinalizer: ...
-    def __call__(self, allocation: Any, /) -> None: ...
-    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
-    @property
-    def kept(self) -> int: ...
 
 @final
 class LaunchAwait:
@@ -675,26 +699,6 @@ class Launcher:
     #: ``kernel[grid, block, shared_mem]``, as the generated Python launcher is named.
     __name__: str
     __qualname__: str
-
-@final
-class ConfigLookup:
-    """``_Launchable.__getitem__``: a cached launcher for two ints, else ``fallback``."""
-
-    def __new__(cls, *, fallback: Callable[[Any, Any], Any]) -> ConfigLookup: ...
-    def __call__(self, kernel: Any, config: Any, /) -> Any: ...
-    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
-    @property
-    def __wrapped__(self) -> Callable[..., Any]: ...
-
-@final
-class OpFinalizer:
-    """An op type's ``__del__``: ``warn(op)`` unless the op was executed."""
-
-    def __new__(cls, *, op: type, warn: Callable[[Any], None]) -> OpFinalizer: ...
-    def __call__(self, op: Any, /) -> None: ...
-    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
-    @property
-    def __wrapped__(self) -> Callable[..., Any]: ...
 
 @final
 class ExecLock:

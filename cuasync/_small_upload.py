@@ -30,7 +30,6 @@ from ._core.op import DeviceOp
 from ._native import PROCESS, UploadOpCore
 from ._ops.tensorop import TensorOp
 from ._tensor import Tensor
-from ._transfers import pageable as _pageable
 from ._transfers.staging import staging_pool
 
 __all__ = ["SMALL_MAX", "HostUploadOp", "enqueue"]
@@ -108,7 +107,7 @@ def _configure(core: Any) -> None:
     core.set_upload(
         op=HostUploadOp, work=_HostUpload, node=Node, block=PinnedBlock,
         acquire=_acquire, failed=express.release_failed, abandon=express._core_abandon,
-        pageable=_pageable, cache=block_cache.CACHE, pools=_selected,
+        cache=block_cache.CACHE, pools=_selected,
     )  # fmt: skip
     staging_pool().add_keeper(core)
     _configure_builder(core)
@@ -120,14 +119,13 @@ def _configure_builder(core: Any) -> None:
     (``Express.build_upload``; the Python build is the fallback)."""
     import numpy as np
 
-    from . import _config
     from ._core.device import Device, _default_device
     from ._dtypes import _BY_DTYPE
     from ._transfers import copies as _copies
 
     core.set_builder(
         ndarray=np.ndarray, dtypes=_BY_DTYPE, default_device=_default_device,
-        devices=Device._instances, config=_config,
+        devices=Device._instances,
     )  # fmt: skip
     _copies._build = core.build_upload
 

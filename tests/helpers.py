@@ -50,7 +50,7 @@ def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:
     monkeypatch.setattr(get_hub(), "express", None)
     monkeypatch.setattr(_copies, "_build", None)
     for kernel in kernels:
-        monkeypatch.delitem(kernel.__dict__, "_launcher_cache", raising=False)
+        monkeypatch.setattr(kernel, "_launcher_cache", None)
 
 
 def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from .._backends import get_backend
-from .._native import BlockCacheCore
+from .._native import PROCESS, BlockCacheCore
 
 if TYPE_CHECKING:
     from .device import Device, Stream
@@ -72,6 +72,7 @@ CACHE = BlockCacheCore()
 CACHE.lock = threading.RLock()
 CACHE.blocks, CACHE.bytes, CACHE.taking = {}, {}, False
 CACHE.device_max, CACHE.per_key, CACHE.min_class = DEVICE_MAX, PER_KEY, MIN_CLASS
+PROCESS.block_cache = CACHE  # (what Allocation's native finalizer keeps blocks in)
 #: stream handle -> (device ordinal, weak reference to the Stream): to free a stream's
 #: blocks when it goes, and to keep it alive while :func:`flush` frees them on it.
 _owners: dict[int, tuple[int, weakref.ref[Stream]]] = {}

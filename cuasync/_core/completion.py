@@ -407,13 +407,12 @@ class Hub(HubCore):
         self._faults_logged: set[int] = set()
         #: Per device: when a probe was last logged, and how many probes it has had.
         self._probes_logged: dict[int, tuple[float, int]] = {}
-        # The express core is built on the op layer above this module; the native types of
-        # issue 31 item 1 replace this wiring (see PENDING_REWRITE in test_import_graph).
-        from .express import make_core
-
         #: The native module's express submission of launches (``_reactor.Express``), or
-        #: None: every op then takes the generic path (see :mod:`.express`).
-        self.express = make_core(self)
+        #: None: every op then takes the generic path (see :mod:`.express`). The op
+        #: layer above this module makes it (``PROCESS.make_core``, handed over when
+        #: :mod:`.express` is imported, which attaches it to a hub made before).
+        make_core = PROCESS.make_core
+        self.express = None if make_core is None else make_core(self)
         self._core = self.express  # (its counters, even while a test swaps it out)
         # Last: it uses the reactor, and it is the one thread the hub starts.
         self.background = BackgroundWatcher(self)

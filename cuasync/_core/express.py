@@ -333,8 +333,10 @@ Enqueue = Callable[[Any, "Stream", int, Any], Any]
 
 
 def launch_awaiter(fallback: Callable[..., Any]) -> Any:
-    """``_Launch.__await__``: the native module's (``_reactor.LaunchAwait``: the preamble
-    of :func:`await_launch` and the hub's core's launch in C), else ``fallback``."""
+    """The await of a launch op: the native module's ``LaunchAwait`` (the preamble of
+    :func:`await_launch` and the hub's core's launch in C; ``fallback`` where it is not
+    its case). ``PROCESS.launch_await`` holds the one every launch op's ``__await__``
+    (``LaunchCore``'s) calls."""
     native = _completion._reactor
     import asyncio
 
@@ -402,3 +404,12 @@ def _core_abandon(
     )  # fmt: skip
     comp.abandon()
     hub.watch_in_background(comp)
+
+
+# The hub (below this layer) makes its native core with make_core, handed over once; a
+# hub made before this module was imported gets its core now. A launch op's await
+# (``LaunchCore``'s ``__await__``) is the one LaunchAwait made here.
+PROCESS.launch_await = launch_awaiter(await_launch)
+PROCESS.make_core = make_core
+if PROCESS.hub is not None and PROCESS.hub.express is None:
+    PROCESS.hub.express = PROCESS.hub._core = make_core(PROCESS.hub)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .._backends import get_backend
 from .._backends.base import LEGACY_STREAM
 from .._exceptions import report_once, warn_leak
-from .._native import NATIVE, AllocationCore
+from .._native import PROCESS, AllocationCore
 from ..errors import ArgumentError, OutOfMemoryError
 from . import block_cache
 from .device import Stream
@@ -120,7 +120,11 @@ class Allocation(ProcessLocal, AllocationCore):
             if (s.owned or s.handle == LEGACY_STREAM) and s._alive[0] and s._pending(q)
         ]
 
-    def __del__(self) -> None:
+    def _finalize(self) -> None:
+        """The Python finalizer: what the native one (``AllocationCore``'s, which this
+        class inherits: a small block back to the block cache on its stream, in C) does
+        not take. The device's accounting discharged, the memory freed on the stream of
+        its last use (or kept in the block cache there)."""
         try:
             device = self.device
             nbytes = self.nbytes  # AttributeError: the allocation failed, nothing to free
@@ -169,20 +173,9 @@ class Allocation(ProcessLocal, AllocationCore):
             report_once("cuasync.memory", "free device memory", exc)
 
 
-#: The Python ``__del__`` (the native finalizer's fallback; tests call it directly).
-_python_del = Allocation.__del__
-
-
-def _native_finalizer() -> None:
-    """``Allocation.__del__``'s common case in C: a
-    small block whose last use is its write on an owned stream of its device goes back
-    to the block cache there, with no Python frame (``_reactor.AllocFinalizer``; the
-    Python ``__del__`` above does everything else)."""
-
-    Allocation.__del__ = NATIVE.AllocFinalizer(  # type: ignore[method-assign]
-        allocation=Allocation, stream=Stream, cache=block_cache.CACHE,
-        fallback=Allocation.__del__,
-    )  # fmt: skip
-
-
-_native_finalizer()
+#: The Python finalizer (the native finalizer's fallback; tests call it directly).
+_python_del = Allocation._finalize
+# (what the native core calls into, handed over once: the finalizer's fallback, and the
+# access records that order a stream after another's uses)
+PROCESS.alloc_release = Allocation._finalize
+PROCESS.alloc_use = Allocation.use

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import operator
 import os
-import sys
 import threading
 import traceback
 import warnings
@@ -109,12 +108,6 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         self._device = device
         if debug_origins():
             self._origin = _origin()
-
-    def __del__(self) -> None:
-        # Like a coroutine that was never awaited: building an op does nothing, so an op
-        # collected unexecuted is almost always a forgotten ``await``.
-        if not getattr(self, "_consumed", True) and not sys.is_finalizing():
-            _warn_never_executed(self)
 
     def __repr__(self) -> str:
         consumed = " (consumed)" if getattr(self, "_consumed", False) else ""
@@ -529,12 +522,11 @@ def _origin() -> str:
     return "".join(traceback.format_list(frames[-8:]))
 
 
-# The finalizer of every op in C: an executed op (nearly every one) is dropped without a
-# call into Python; others get the method above.
-DeviceOp.__del__ = NATIVE.OpFinalizer(op=DeviceOp, warn=DeviceOp.__del__)  # type: ignore[method-assign]
-
-
 def _warn_never_executed(op: DeviceOp[Any]) -> None:
+    """Like a coroutine that was never awaited: building an op does nothing, so an op
+    collected unexecuted is almost always a forgotten ``await``. Every op's finalizer is
+    its native base's (``OpCore``): an executed op (nearly every one) costs no call, and
+    nothing is said at interpreter shutdown; an op collected unexecuted calls this."""
     origin = getattr(op, "_origin", None)
     where = (
         f"; it was built at (most recent call last):\n{origin}"
@@ -548,6 +540,10 @@ def _warn_never_executed(op: DeviceOp[Any]) -> None:
         stacklevel=2,
         source=op,
     )
+
+
+# (the native finalizer's one call into Python, handed over once)
+PROCESS.op_unexecuted = _warn_never_executed
 
 
 def _check_stream(stream: Stream, device: Device | None) -> None:

@@ -38,7 +38,7 @@ from .._core.output import Output, _Ready
 from .._dtypes import SUPPORTED, dtype_name
 from .._first_use import Unprepared
 from .._launcher import make_launcher
-from .._native import NATIVE, LaunchCore
+from .._native import PROCESS, KernelCore, LaunchCore
 from .._tensor import Tensor, is_size, partly_overlap
 from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
@@ -273,11 +273,14 @@ def _is_inf(value: Any) -> bool:
     return not isinstance(value, (int, np.integer)) and bool(np.isinf(value))
 
 
-class _Launchable(Generic[R]):
+class _Launchable(KernelCore, Generic[R]):
     """What ``Kernel`` and ``Module.kernel`` share: checking arguments and enqueuing launches.
 
     It is the backend's :class:`~cuasync._backends.base.KernelCode`: the backend prepares
     it once per device (compiles and loads it, or readies its numpy twin) and launches it.
+    Its ``params``, prepared kernels, launchers and launch plan are its native base's
+    fields (``KernelCore``), which the native launchers read; ``kernel[grid, block]`` is
+    the base's too (a lookup of the launchers in C, :meth:`_configure` on a miss).
     """
 
     name: str
@@ -291,6 +294,12 @@ class _Launchable(Generic[R]):
     #: append the current cancel scope's word (:mod:`cuasync._launch.cancel`).
     _cancel: bool = False
     _prepared: dict[int, PreparedKernel]
+
+    if TYPE_CHECKING:
+
+        def __getitem__(self, config: Any) -> Callable[..., DeviceOp[R]]:
+            """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher
+            (the native base's; see :meth:`_configure`)."""
 
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         raise NotImplementedError
@@ -320,15 +329,17 @@ class _Launchable(Generic[R]):
             return self._prepare(device)
         return Unprepared(self, device)
 
-    def __getitem__(self, config: Any) -> Callable[..., DeviceOp[R]]:
-        """``kernel[grid, block]`` or ``kernel[grid, block, shared_mem]`` → a launcher."""
+    def _configure(self, config: Any) -> Callable[..., DeviceOp[R]]:
+        """``kernel[config]`` where the native lookup (two ints, a cached launcher) has
+        none: the launcher of ``kernel[grid, block]`` or ``kernel[grid, block,
+        shared_mem]``, checked, made and cached."""
         cacheable = type(config) is tuple and (
             # kernel[int, int] checked inline: this is on every launch
             (len(config) == 2 and type(config[0]) is int and type(config[1]) is int)
             or _cacheable(config)
         )
         if cacheable:
-            cache = self.__dict__.get("_launcher_cache")  # (self._launchers, one frame less)
+            cache = self._launcher_cache  # (self._launchers, one frame less)
             cached = None if cache is None else cache.get(config)
             if cached is not None:
                 return cached
@@ -358,9 +369,9 @@ class _Launchable(Generic[R]):
 
     @property
     def _launchers(self) -> dict[Any, Callable[..., DeviceOp[R]]]:
-        cache: dict[Any, Callable[..., DeviceOp[R]]] | None = self.__dict__.get("_launcher_cache")
+        cache: dict[Any, Callable[..., DeviceOp[R]]] | None = self._launcher_cache
         if cache is None:
-            cache = self.__dict__["_launcher_cache"] = {}
+            cache = self._launcher_cache = {}
         return cache
 
     @staticmethod
@@ -428,7 +439,7 @@ class _Launchable(Generic[R]):
 
     def _plan_now(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
         """The plan of the current ``params`` (see :meth:`_make_plan`)."""
-        made = self.__dict__.get("_plan")
+        made = self._plan
         return made[1] if made is not None and made[0] is self.params else self._make_plan()
 
     def _make_plan(self) -> tuple[tuple[Param, bool, Any, Any, Any], ...]:
@@ -457,7 +468,7 @@ class _Launchable(Generic[R]):
                     low, high = _int_bounds(dtype)
             plan.append((param, param.pointer, dtype, low, high))
         frozen = tuple(plan)
-        self.__dict__["_plan"] = (params, frozen)
+        self._plan = (params, frozen)
         return frozen
 
     def _launch_checked(
@@ -714,9 +725,14 @@ class _Launchable(Generic[R]):
                 ctx.write(tensor._alloc, param.name)
 
 
-# ``kernel[grid, block]`` in C: two ints are a lookup of the launcher cache; anything
-# else (and a miss) is the method above.
-_Launchable.__getitem__ = NATIVE.ConfigLookup(fallback=_Launchable.__getitem__)  # type: ignore[method-assign]
+# The kernel's Python paths the native core calls (kernel[config] on a miss of the
+# launcher cache, and a Launcher's launches its plan does not take), handed over once.
+PROCESS.kernel_configure = _Launchable._configure
+PROCESS.kernel_launch = _Launchable._launch
+PROCESS.kernel_launch_checked = _Launchable._launch_checked
+PROCESS.kernel_check_aliasing = _Launchable._check_aliasing
+PROCESS.kernel_device_of = _Launchable._device_of
+PROCESS.kernel_prepare = _Launchable._prepare_launch
 
 
 class _Launch(_NativeLaunchBase[Any], LaunchCore):
@@ -744,6 +760,7 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         self._prepared = prepared
         self._args = args
         self._tensors = tensors
+        self._writes = tuple(not param.const for _, param in tensors)
         self._output = output
         self._grid = grid
         self._block = block
@@ -779,9 +796,9 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
     submit_on = express.submit_future
 
     #: See :meth:`DeviceOp.__await__`; a launch takes the express path when it can: the
-    #: native module's ``LaunchAwait`` where it is built, else the function itself (not a
-    #: method calling it: one frame less on every await).
-    __await__ = express.launch_awaiter(express.await_launch)
+    #: native base's (``LaunchCore``'s ``am_await``: ``PROCESS.launch_await``, the native
+    #: ``LaunchAwait``), named here so that it comes before ``DeviceOp``'s.
+    __await__ = LaunchCore.__await__
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
@@ -1042,11 +1059,17 @@ class Kernel(_Launchable[R]):
         this process made of it (functions loaded on its devices, cached launchers) does
         not: those handles mean nothing in another process, which prepares the kernel
         again on its first launch there (a Ray actor, a multiprocessing worker)."""
-        state = dict(self.__dict__)
-        state.pop("_launcher_cache", None)
-        state.pop("_plan", None)  # its dtypes must be this process's own (see _make_plan)
-        state["_prepared"] = {}
+        state = dict(self.__dict__)  # (no launchers, no plan: the native base's fields;
+        state["params"] = self.params  # a plan's dtypes must be this process's own)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The kernel of :meth:`__getstate__`'s state, prepared on no device yet."""
+        state = dict(state)
+        self.params = state.pop("params")
+        state.pop("_prepared", None)  # (a state pickled before the params were native)
+        self._prepared = {}
+        self.__dict__.update(state)
 
     def _key(self, arch: str) -> tuple[Any, ...]:
         return (self.source, self.name, self.options, arch)

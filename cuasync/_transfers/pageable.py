@@ -52,6 +52,7 @@ from .._backends import get_backend
 from .._core.completion import get_hub
 from .._core.context import ExecutionContext
 from .._core.device import Device
+from .._native import PROCESS
 from . import copy_threads as _copy_threads
 from .staging import PinnedBlock, staging_pool
 
@@ -90,7 +91,6 @@ MAX_CHUNKS = 128
 
 #: The memcpy of one chunk (a module attribute, so tests can make it fail or wait).
 _memcpy = np.copyto
-_forced: str | None = None
 _memops: dict[int, bool] = {}
 #: Guards the per-chunk state of the uploads in flight (a few list items each).
 _lock = threading.Lock()
@@ -100,14 +100,14 @@ _lock = threading.Lock()
 def forced_route(route: str | None) -> Iterator[None]:
     """Use ``route`` ("single" or "chunked") whatever the size, inside the block
     (benchmarks and tests); "chunked" still needs copy threads and stream memory ops."""
-    global _forced
     if route not in (None, "single", "chunked"):
         raise ValueError(f"route must be 'single', 'chunked' or None, got {route!r}")
-    before, _forced = _forced, route
+    # (PROCESS.forced_route: the native small upload reads it too, and declines then)
+    before, PROCESS.forced_route = PROCESS.forced_route, route
     try:
         yield
     finally:
-        _forced = before
+        PROCESS.forced_route = before
 
 
 def _chunkable(device: Device) -> bool:
@@ -127,7 +127,7 @@ def upload_route(nbytes: int, device: Device) -> str:
     >>> upload_route(4096, cuasync.Device(0))
     'single'
     """
-    want = _forced or ("chunked" if nbytes >= UPLOAD_CHUNKED_MIN else "single")
+    want = PROCESS.forced_route or ("chunked" if nbytes >= UPLOAD_CHUNKED_MIN else "single")
     return "chunked" if want == "chunked" and nbytes and _chunkable(device) else "single"
 
 
@@ -137,7 +137,7 @@ def download_route(nbytes: int, device: Device) -> str:
     >>> download_route(64 << 20, cuasync.Device(0))
     'chunked'
     """
-    want = _forced or ("chunked" if nbytes >= DOWNLOAD_CHUNKED_MIN else "single")
+    want = PROCESS.forced_route or ("chunked" if nbytes >= DOWNLOAD_CHUNKED_MIN else "single")
     return "chunked" if want == "chunked" and nbytes and _chunkable(device) else "single"
 
 
@@ -181,7 +181,7 @@ def upload(ctx: ExecutionContext, dst: int, source: np.ndarray) -> None:
     """Enqueue on ``ctx``'s stream a copy of ``source`` (any layout) into the contiguous
     device memory at ``dst``, by the route its size picks."""
     nbytes = source.nbytes
-    if (nbytes < UPLOAD_CHUNKED_MIN and _forced is None) or (  # the common case first
+    if (nbytes < UPLOAD_CHUNKED_MIN and PROCESS.forced_route is None) or (  # the common case first
         ctx.capturing or upload_route(nbytes, ctx.device) == "single"
     ):
         if nbytes:

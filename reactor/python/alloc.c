@@ -2,12 +2,13 @@
  * Native fast paths of cuasync._core.memory.Allocation, for small blocks of the device's
  * default pool (the ones cuasync._core.block_cache keeps for reuse):
  *
- *   - AllocFinalizer is Allocation.__del__: a block whose last use is its write on an
- *     owned stream of its device goes back to the block cache there (block_cache.put)
- *     and the device's accounting is discharged (Device._discharge), with no Python
- *     frame; anything else (a read on another stream, a pool, a fault, a full cache,
- *     interpreter shutdown, a subclass) calls the Python __del__, before anything is
- *     changed.
+ *   - alloc_finalize is AllocationCore's finalizer, which Allocation inherits: a block
+ *     whose last use is its write on an owned stream of its device goes back to the
+ *     block cache there (block_cache.put) and the device's accounting is discharged
+ *     (Device._discharge), with no Python frame; anything else (a read on another
+ *     stream, a pool, a fault, a full cache, interpreter shutdown, a subclass) calls
+ *     the Python finalizer (PROCESS.alloc_release: Allocation._finalize), before
+ *     anything is changed.
  *   - alloc_small (upload.c) makes the Allocation of a small upload from a block of the
  *     cache: the cache taken under its lock (block_cache.take), the device charged
  *     (Device._charge), the object's slots set as __init__ sets them; no cached block,
@@ -32,7 +33,8 @@
 #define IS_FINALIZING() _Py_IsFinalizing()
 #endif
 
-/* What both paths read: set once (AllocFinalizer's constructor, Express.set_upload). */
+/* What both paths read: set once (the finalizer's, in the module's state, when the first
+ * Allocation is finalized; Express.set_upload's). */
 struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
     PyObject *cache;   /* block_cache.CACHE, a BlockCacheCore */
@@ -364,23 +366,17 @@ alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *strea
     return alloc;
 }
 
-/* -- AllocFinalizer --------------------------------------------------------------------- */
+/* -- Allocation's finalizer -------------------------------------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *fallback; /* the Python __del__ */
-    alloc_shape a;
-    unsigned long long kept; /* blocks it put back in the cache */
-} AllocFinalizer;
+/* Blocks the finalizer put back in the cache itself (with the GIL held). */
+static unsigned long long blocks_kept;
 
 /* The block of ``self`` (an Allocation) kept in the cache, as block_cache.put and the
  * common case of Allocation.__del__ do it: 1 done, 0 not the case (nothing changed: the
  * Python __del__ runs), -1 an error after the block was kept (reported, not raised). */
 static int
-keep_block(AllocFinalizer *f, PyObject *self)
+keep_block(alloc_shape *a, PyObject *self)
 {
-    alloc_shape *a = &f->a;
     if (!Py_IS_TYPE(self, a->alloc_t) || IS_FINALIZING())
         return 0;
     PyObject *device = ALLOCATION(self)->device, *nbytes = ALLOCATION(self)->nbytes;
@@ -470,117 +466,61 @@ keep_block(AllocFinalizer *f, PyObject *self)
     long long n = PyLong_AsLongLong(nbytes);
     if (done < 0 || device_account(a, device, n, -1) < 0)
         return -1;
-    f->kept++;
+    blocks_kept++;
     return 1;
 }
 
-static PyObject *
-AllocFinalizer_vectorcall(AllocFinalizer *self, PyObject *const *args, size_t nargsf,
-                          PyObject *kwnames)
+/* The shape the finalizer reads: the module's, made once the classes and the block cache
+ * it reads exist (made again for another block cache); NULL, with no error set, before. */
+static alloc_shape *
+finalizer_shape(PyObject *process)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (self->fallback == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "AllocFinalizer is cleared (interpreter shutdown)");
+    alloc_shape **slot = module_alloc_shape(process);
+    PyObject *cache = PROCESS(process)->block_cache;
+    if (slot == NULL || cache == NULL || cache == Py_None || REGISTERED(ALLOCATION) == NULL ||
+        REGISTERED(STREAM) == NULL)
         return NULL;
+    if (*slot != NULL && (*slot)->cache != cache) {
+        alloc_shape_free(*slot);
+        *slot = NULL;
     }
-    if (nargs == 1 && kwnames == NULL && self->a.alloc_t != NULL) {
-        int r = keep_block(self, args[0]);
-        if (r > 0)
-            Py_RETURN_NONE;
-        if (r < 0) { /* (as the Python __del__ reports its errors: never raised) */
-            PyErr_WriteUnraisable(args[0]);
-            Py_RETURN_NONE;
-        }
+    if (*slot == NULL)
+        *slot = alloc_shape_new((PyObject *)REGISTERED(ALLOCATION),
+                                (PyObject *)REGISTERED(STREAM), cache, process);
+    return *slot;
+}
+
+void
+alloc_finalize(PyObject *self)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *process = process_of(self);
+    if (process == NULL) { /* (the module is gone: the process exits, the driver frees) */
+        PyErr_Clear();
+        goto done;
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-}
-
-static PyObject *
-AllocFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"allocation", "stream", "cache", "fallback", NULL};
-    PyObject *alloc_t, *stream_t, *cache, *fallback;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO:AllocFinalizer", kwlist, &alloc_t,
-                                     &stream_t, &cache, &fallback))
-        return NULL;
-    PyObject *process = module_process(type);
-    if (process == NULL)
-        return NULL;
-    AllocFinalizer *self = (AllocFinalizer *)PyType_GenericAlloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->vectorcall = (vectorcallfunc)AllocFinalizer_vectorcall;
-    self->fallback = Py_NewRef(fallback);
-    if (shape_init(&self->a, alloc_t, stream_t, cache, process) < 0) {
-        Py_DECREF(self);
-        return NULL;
+    Py_INCREF(process);
+    alloc_shape *a = finalizer_shape(process);
+    int kept = a == NULL ? 0 : keep_block(a, self);
+    if (kept < 0) /* (as the Python finalizer reports its errors: never raised) */
+        PyErr_WriteUnraisable(self);
+    else if (PyErr_Occurred()) /* (the shape not made: the Python finalizer runs) */
+        PyErr_Clear();
+    PyObject *release = PROCESS(process)->alloc_release;
+    if (kept == 0 && release != NULL && release != Py_None) {
+        PyObject *r = PyObject_CallOneArg(release, self);
+        if (r == NULL)
+            PyErr_WriteUnraisable(self);
+        Py_XDECREF(r);
     }
-    return (PyObject *)self;
+    Py_DECREF(process);
+done:
+    PyErr_Restore(type, value, tb);
 }
 
-static int
-AllocFinalizer_traverse(AllocFinalizer *self, visitproc visit, void *arg)
+PyObject *
+alloc_blocks_kept(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
 {
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->fallback);
-    return alloc_shape_traverse(&self->a, visit, arg);
+    return PyLong_FromUnsignedLongLong(blocks_kept);
 }
-
-static int
-AllocFinalizer_clear(AllocFinalizer *self)
-{
-    Py_CLEAR(self->fallback);
-    shape_clear(&self->a);
-    return 0;
-}
-
-static void
-AllocFinalizer_dealloc(AllocFinalizer *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    AllocFinalizer_clear(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
-
-static PyObject *
-AllocFinalizer_get_kept(AllocFinalizer *self, void *Py_UNUSED(c))
-{
-    return PyLong_FromUnsignedLongLong(self->kept);
-}
-
-static PyGetSetDef AllocFinalizer_getset[] = {
-    {"kept", (getter)AllocFinalizer_get_kept, NULL,
-     "blocks it put back in the block cache itself (no Python __del__)", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMemberDef AllocFinalizer_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(AllocFinalizer, vectorcall), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot AllocFinalizer_slots[] = {
-    {Py_tp_new, (void *)AllocFinalizer_new},
-    {Py_tp_dealloc, (void *)AllocFinalizer_dealloc},
-    {Py_tp_traverse, (void *)AllocFinalizer_traverse},
-    {Py_tp_clear, (void *)AllocFinalizer_clear},
-    {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)bind_to},
-    {Py_tp_getset, AllocFinalizer_getset},
-    {Py_tp_members, AllocFinalizer_members},
-    {Py_tp_doc, (void *)"AllocFinalizer(*, allocation, stream, cache, fallback)\n--\n\n"
-                        "Allocation.__del__ in C for a small block going back to the block "
-                        "cache on its stream; everything else calls fallback (the Python "
-                        "__del__)."},
-    {0, NULL},
-};
-
-PyType_Spec AllocFinalizer_spec = {
-    .name = "cuasync._reactor.AllocFinalizer",
-    .basicsize = sizeof(AllocFinalizer),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .slots = AllocFinalizer_slots,
-};

@@ -106,11 +106,14 @@ REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
 
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
 #define StreamCore_EXTRA_SLOTS {Py_tp_methods, StreamCore_methods},
-#define AllocationCore_EXTRA_SLOTS {Py_tp_methods, AllocationCore_methods},
+#define AllocationCore_EXTRA_SLOTS                                                            \
+    {Py_tp_methods, AllocationCore_methods}, {Py_tp_finalize, alloc_finalize},
 #define TensorCore_EXTRA_SLOTS {Py_tp_methods, TensorCore_methods},
 #define PreparedCore_EXTRA_SLOTS {Py_tp_methods, PreparedCore_methods},
-#define OpCore_EXTRA_SLOTS
-#define LaunchCore_EXTRA_SLOTS {Py_tp_methods, LaunchCore_methods},
+#define OpCore_EXTRA_SLOTS {Py_tp_finalize, OpCore_finalize},
+#define KernelCore_EXTRA_SLOTS {Py_mp_subscript, kernel_subscript},
+#define LaunchCore_EXTRA_SLOTS                                                                \
+    {Py_tp_methods, LaunchCore_methods}, {Py_am_await, launch_am_await},
 #define HubCore_EXTRA_SLOTS
 #define BackendCore_EXTRA_SLOTS
 #define ContextCore_EXTRA_SLOTS {Py_tp_methods, ContextCore_methods},
@@ -127,6 +130,38 @@ REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
 #define SingleStreamCore_EXTRA_SLOTS {Py_tp_methods, SingleStreamCore_methods},
 #define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new}, {Py_tp_methods, CompletionCore_methods},
 static PyObject *CompletionCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define IS_FINALIZING() Py_IsFinalizing()
+#else
+#define IS_FINALIZING() _Py_IsFinalizing()
+#endif
+
+/* A DeviceOp's finalizer (inherited by every op class): an op collected unexecuted
+ * calls PROCESS.op_unexecuted(op) (op.py's warning, like a coroutine never awaited);
+ * an executed one (nearly every one) costs no call. Nothing is said at interpreter
+ * shutdown. It starts no thread and takes no lock; an exception it meets is reported
+ * as unraisable, the one being raised (if any) kept. */
+static void
+OpCore_finalize(PyObject *self)
+{
+    if (OP(self)->consumed != Py_False || IS_FINALIZING())
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *process = process_of(self);
+    PyObject *warn = process == NULL ? NULL : PROCESS(process)->op_unexecuted;
+    if (warn != NULL && warn != Py_None) {
+        PyObject *r = PyObject_CallOneArg(warn, self);
+        if (r == NULL)
+            PyErr_WriteUnraisable(self);
+        Py_XDECREF(r);
+    }
+    else if (PyErr_Occurred()) {
+        PyErr_WriteUnraisable(self);
+    }
+    PyErr_Restore(type, value, tb);
+}
 
 #define CORE_TYPE(T, NAME, DOC, ...) CORE_TYPE_N(T, NFIELDS(T), NAME, DOC, __VA_ARGS__)
 /* (N: the object fields, first in the struct; any plain C fields follow them) */
@@ -201,6 +236,19 @@ CORE_TYPE(PreparedCore, "PreparedCore",
           MEMBER(PreparedCore, handle, "handle", "The driver's CUfunction (0 on the emulator)."),
           MEMBER(PreparedCore, fast, "fast", "What Backend.fast_launch takes for it, or None."));
 
+CORE_TYPE(KernelCore, "KernelCore",
+          "The fields of a kernel (its base type: Kernel, a Module's kernel) that a launch "
+          "reads: its parameters, the kernel prepared per device, its launchers per launch "
+          "configuration and its launch plan. kernel[grid, block] with two ints is a lookup "
+          "of the launchers in C; anything else, and a miss, goes to PROCESS.kernel_configure.",
+          MEMBER(KernelCore, params, "params", "The parameters, parsed from the signature."),
+          MEMBER(KernelCore, prepared, "_prepared",
+                 "{device ordinal: PreparedKernel}: the kernel made launchable there."),
+          OPTIONAL(KernelCore, launchers, "_launcher_cache",
+                   "{launch config: launcher} of configs of exact ints, or None."),
+          OPTIONAL(KernelCore, plan, "_plan",
+                   "(params, plan): the launch plan of those params, or None."));
+
 CORE_TYPE(OpCore, "OpCore",
           "The fields of a cuasync.DeviceOp (its base type): whether it was consumed, the "
           "device it was built for, where it was built, and its await while a task runs it.",
@@ -223,7 +271,10 @@ CORE_TYPE(LaunchCore, "LaunchCore",
           MEMBER(LaunchCore, shared_mem, "_shared_mem", "Dynamic shared memory, bytes."),
           OPTIONAL(LaunchCore, plan, "_plan", "A cached per-expression plan, or None."),
           OPTIONAL(LaunchCore, cancel_word, "_cancel_word",
-                   "The cancellation word of the op's scope, or None."));
+                   "The cancellation word of the op's scope, or None."),
+          MEMBER(LaunchCore, writes, "_writes",
+                 "Whether it writes each of its tensors (non-const parameters): a tuple of "
+                 "bools beside _tensors."));
 
 CORE_TYPE_N(HubCore, 11, "HubCore",
             "The fields of the completion hub (its base type) that the native core reads: "
@@ -370,7 +421,41 @@ CORE_TYPE(ProcessCore, "ProcessCore",
           OPTIONAL(ProcessCore, backend, "backend",
                    "The Backend, or None until get_backend() chooses it."),
           OPTIONAL(ProcessCore, last, "last",
-                   "(weakref to the loop, adapter) of the last loop looked up, or None."));
+                   "(weakref to the loop, adapter) of the last loop looked up, or None."),
+          OPTIONAL(ProcessCore, kernel_configure, "kernel_configure",
+                   "kernel[config] where the launcher cache has none: (kernel, config)."),
+          OPTIONAL(ProcessCore, kernel_launch, "kernel_launch",
+                   "A launch with the plan's checks: (kernel, args, grid, block, shared_mem)."),
+          OPTIONAL(ProcessCore, kernel_launch_checked, "kernel_launch_checked",
+                   "A launch with the full checks: (kernel, args, grid, block, shared_mem)."),
+          OPTIONAL(ProcessCore, kernel_check_aliasing, "kernel_check_aliasing",
+                   "The aliasing check of a launch's tensors: (kernel, [(tensor, param)])."),
+          OPTIONAL(ProcessCore, kernel_device_of, "kernel_device_of",
+                   "The device of a launch's tensors on several devices: ([(tensor, param)])."),
+          OPTIONAL(ProcessCore, kernel_prepare, "kernel_prepare",
+                   "What a launch built now holds for a kernel not prepared on its device: "
+                   "(kernel, device)."),
+          OPTIONAL(ProcessCore, op_unexecuted, "op_unexecuted",
+                   "What an op collected unexecuted calls: (op)."),
+          OPTIONAL(ProcessCore, forced_route, "forced_route",
+                   "The route pageable copies are forced to, or None (pageable.forced)."),
+          OPTIONAL(ProcessCore, debug_origins, "debug_origins",
+                   "Whether ops record where they were built (a bool; None until read)."),
+          OPTIONAL(ProcessCore, make_core, "make_core",
+                   "The native op core of a new hub: (hub) -> Express or None; set when "
+                   "cuasync._core.express is imported."),
+          OPTIONAL(ProcessCore, alloc_release, "alloc_release",
+                   "Allocation's Python finalizer, for what the native one does not take: "
+                   "(allocation)."),
+          OPTIONAL(ProcessCore, block_cache, "block_cache",
+                   "The block cache (block_cache.CACHE) Allocation's finalizer keeps "
+                   "blocks in."),
+          OPTIONAL(ProcessCore, alloc_use, "alloc_use",
+                   "Allocation.use, which the native core calls for an access that orders "
+                   "a stream after another's: (allocation, stream, seq, write)."),
+          OPTIONAL(ProcessCore, launch_await, "launch_await",
+                   "The await of a launch op (a LaunchAwait), which LaunchCore's __await__ "
+                   "calls; set when cuasync._core.express is imported."));
 
 #define BlockCacheCore_EXTRA_SLOTS
 CORE_TYPE_N(BlockCacheCore, 3, "BlockCacheCore",
@@ -520,6 +605,9 @@ mod_tracing(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(arg))
 PyMethodDef cores_methods[] = {
     {"set_tracing", (PyCFunction)mod_set_tracing, METH_O,
      "set_tracing($module, on, /)\n--\n\nTurn the NVTX tracing switch on or off (cuasync.trace)."},
+    {"blocks_kept", alloc_blocks_kept, METH_NOARGS,
+     "blocks_kept($module, /)\n--\n\nBlocks Allocation's native finalizer put back in the "
+     "block cache itself (no Python call)."},
     {"tracing", (PyCFunction)mod_tracing, METH_NOARGS,
      "tracing($module, /)\n--\n\nWhether NVTX tracing is on: submissions take the generic path."},
     {NULL, NULL, 0, NULL},
@@ -547,6 +635,7 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"AllocationCore", AllocationCore_dealloc},
         {"TensorCore", TensorCore_dealloc},
         {"PreparedCore", PreparedCore_dealloc},
+        {"KernelCore", KernelCore_dealloc},
         {"OpCore", OpCore_dealloc},
         {"LaunchCore", LaunchCore_dealloc},
         {"HubCore", HubCore_dealloc},

@@ -34,6 +34,18 @@ typedef struct {
     PyObject *name, *ordinal, *handle, *fast;
 } PreparedCore;
 
+/* A kernel (_Launchable: Kernel, a Module's kernel): params, _prepared (its
+ * PreparedKernels by device ordinal), _launcher_cache (its launchers by exact-int
+ * config, or NULL), _plan ((params, launch plan) of the params it was made for, or NULL) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *params, *prepared, *launchers, *plan;
+} KernelCore;
+
+/* kernel[config] (KernelCore's mp_subscript, launcher.c): a hit of the launcher cache
+ * for two exact ints, else the Python path (PROCESS.kernel_configure). */
+PyObject *kernel_subscript(PyObject *self, PyObject *config);
+
 /* DeviceOp: _consumed, _device, _origin, _running */
 typedef struct {
     PyObject_HEAD
@@ -41,12 +53,13 @@ typedef struct {
 } OpCore;
 
 /* A kernel launch op (OpCore's fields, then): _kernel, _prepared, _args, _tensors,
- * _output, _grid, _block, _shared_mem, and two held for later work: _plan (a cached
- * per-expression plan) and _cancel_word (the cancellation word of the op's scope). */
+ * _output, _grid, _block, _shared_mem, two held for later work: _plan (a cached
+ * per-expression plan) and _cancel_word (the cancellation word of the op's scope), and
+ * _writes (a tuple of bools beside _tensors: whether the launch writes each one). */
 typedef struct {
     OpCore op;
     PyObject *kernel, *prepared, *args, *tensors, *output, *grid, *block, *shared_mem, *plan,
-        *cancel_word;
+        *cancel_word, *writes;
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,
@@ -158,7 +171,48 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *last;
+    /* the Python paths of a kernel launch (_Launchable's methods; cuasync/_launch/kernel.py
+     * sets them once, when it is imported): kernel[config] on a cache miss, the launch
+     * with the plan's checks, the full checks, the aliasing check, the device of several
+     * tensors, the preparation of a kernel for a device */
+    PyObject *kernel_configure, *kernel_launch, *kernel_launch_checked, *kernel_check_aliasing,
+        *kernel_device_of, *kernel_prepare;
+    /* what an op collected unexecuted calls (op.py's warning; OpCore's finalizer) */
+    PyObject *op_unexecuted;
+    /* the route pageable copies are forced to (None: chosen by size; pageable.forced) and
+     * whether ops record where they were built (_config.debug_origins) */
+    PyObject *forced_route, *debug_origins;
+    /* the native op core of a new hub: express.make_core(hub), set when express.py is
+     * imported (the hub sits below the op layer that core hands work back to) */
+    PyObject *make_core;
+    /* Allocation's Python finalizer (memory.py: Allocation._finalize) and the block cache
+     * (block_cache.CACHE, a BlockCacheCore), which AllocationCore's finalizer reads */
+    PyObject *alloc_release, *block_cache;
+    /* Allocation.use (memory.py): an access the native core records where it orders a
+     * stream after another's uses */
+    PyObject *alloc_use;
+    /* the await of a launch op (a LaunchAwait express.py makes once, with the Python it
+     * hands work back to), which LaunchCore's am_await calls */
+    PyObject *launch_await;
 } ProcessCore;
+
+/* LaunchCore's am_await (express.c): PROCESS.launch_await(op). */
+PyObject *launch_am_await(PyObject *op);
+
+/* AllocationCore's finalizer (alloc.c): a small block back to the block cache in C, else
+ * PROCESS.alloc_release(allocation); and the count of blocks it kept itself. */
+void alloc_finalize(PyObject *self);
+PyObject *alloc_blocks_kept(PyObject *m, PyObject *unused);
+/* What the native fast paths of Allocation read (alloc.c): its class, Stream, the block
+ * cache, PROCESS; made, freed and visited. */
+typedef struct alloc_shape alloc_shape;
+alloc_shape *alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
+                             PyObject *process);
+void alloc_shape_free(alloc_shape *a);
+int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
+/* The slot of the finalizer's alloc_shape in the module of process (module.c), or NULL
+ * with an error set. */
+alloc_shape **module_alloc_shape(PyObject *process);
 
 /* The block cache's state (block_cache.CACHE): its RLock, the cached pointers by
  * (stream handle, size class), the cached bytes by device ordinal, whether a removal
@@ -172,6 +226,7 @@ typedef struct {
 } BlockCacheCore;
 
 #define PROCESS(o) ((ProcessCore *)(o))
+#define KERNEL(o) ((KernelCore *)(o))
 #define CACHE(o) ((BlockCacheCore *)(o))
 
 /* Whether o is an AdapterCore (of a subclass): 1 or 0. */
@@ -266,6 +321,7 @@ field_set(PyObject **field, PyObject *v)
 int core_subtype_check(PyObject *t, const char *core, const char *what);
 
 extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, PreparedCore_spec,
+    KernelCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
     NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
@@ -305,6 +361,9 @@ PyObject *module_exec_lock(PyTypeObject *defining_class);
 /* The module's PROCESS (a ProcessCore), for a type it made: borrowed, or NULL with an
  * error set (module.c). */
 PyObject *module_process(PyTypeObject *defining_class);
+/* The module's PROCESS for an instance of a Python class built on one of its types
+ * (found along the class's bases): borrowed, or NULL with an error set (module.c). */
+PyObject *process_of(PyObject *o);
 dlpack_codes *module_dlpack_codes(PyTypeObject *defining_class);
 
 #endif

@@ -191,13 +191,15 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
 enum { USE_READ = 0, USE_WRITE = 1 };
 
 /* The op's tensors, checked before the lock: each on ``device`` and writable where
- * written; uses[i] is USE_READ or USE_WRITE. 1 all can, 0 one cannot (the generic path
- * takes the op), -1 an error. */
+ * written (writes: the op's, whether it writes each); uses[i] is USE_READ or USE_WRITE.
+ * 1 all can, 0 one cannot (the generic path takes the op). */
 static int
-check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
+check_tensors(PyObject *tensors, PyObject *writes, PyObject *device, char *uses,
               PyObject **allocs)
 {
     Py_ssize_t n = PyList_GET_SIZE(tensors);
+    if (writes == NULL || !PyTuple_CheckExact(writes) || PyTuple_GET_SIZE(writes) != n)
+        return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(tensors, i);
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
@@ -209,9 +211,7 @@ check_tensors(Express *self, PyObject *tensors, PyObject *device, char *uses,
         if (alloc == NULL || !PyObject_TypeCheck(alloc, REGISTERED(ALLOCATION)) ||
             ALLOCATION(alloc)->device != device)
             return 0;
-        int is_const = attr_true(PyTuple_GET_ITEM(pair, 1), self->s_const);
-        if (is_const < 0)
-            return -1;
+        int is_const = PyTuple_GET_ITEM(writes, i) != Py_True;
         if (!is_const && ALLOCATION(alloc)->readonly)
             return 0;
         allocs[i] = alloc;
@@ -640,8 +640,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     char uses[PARAM_COUNT_MAX];
     PyObject *allocs[PARAM_COUNT_MAX];
     Py_ssize_t ntensors = PyList_GET_SIZE(tensors);
-    if ((t = check_tensors(self, tensors, device, uses, allocs)) <= 0)
-        EARLY_RETURN(t < 0 ? NULL : generic(self));
+    if (!check_tensors(tensors, LAUNCH(op)->writes, device, uses, allocs))
+        EARLY_RETURN(generic(self));
 #undef EARLY_RETURN
 
     /* made before the lock: what a native launch needs, and the access records */
@@ -723,8 +723,11 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             cuasync_active = 1;
             active = 1;
             PyObject *a[4] = {alloc, stream, seq, uses[i] == USE_WRITE ? Py_True : Py_False};
-            PyObject *r = PyObject_VectorcallMethod(self->s_use, a,
-                                                    4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            PyObject *use = PROCESS(self->process)->alloc_use; /* (Allocation.use) */
+            if (use == NULL || use == Py_None)
+                PyErr_SetString(PyExc_RuntimeError, "PROCESS.alloc_use is not set");
+            PyObject *r = use == NULL || use == Py_None ? NULL
+                                                       : PyObject_Vectorcall(use, a, 4, NULL);
             failed = r == NULL;
             Py_XDECREF(r);
         }
@@ -917,20 +920,26 @@ done:
 
 /* -- the type ------------------------------------------------------------------------ */
 
+/* The names the core still looks up, each for a reason (docs/design.md lists them):
+ * numpy's public attributes, a foreign type's API (``dtype.itemsize``: a tensor's element
+ * size; an array's ``shape``: a small upload's source), and the backend's hooks, the
+ * methods of the Backend protocol that a backend (and a test, on the instance) may
+ * replace: ``launch_kernel`` (a launch made by Python: no native launch),
+ * ``launch_failed`` (why a native launch failed), ``context_handle`` (a device's
+ * context, where the backend caches none) and ``copy_and_write`` (a copy made by
+ * Python). Everything of cuasync's own is a field: of the core types, of the hub, of
+ * PROCESS. */
 static int
 intern_names(Express *self)
 {
 #define NAME(field, text)                                                                     \
     if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
         return -1;
-    NAME(s_const, "const")
     NAME(s_itemsize, "itemsize")
     NAME(s_launch_kernel, "launch_kernel")
     NAME(s_launch_failed, "launch_failed")
-    NAME(s_use, "use")
     NAME(s_context_handle, "context_handle")
     NAME(s_shape, "shape")
-    NAME(s_forced, "_forced")
     NAME(s_copy_and_write, "copy_and_write")
 #undef NAME
     return 0;
@@ -985,8 +994,8 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    PyObject *lock = module_exec_lock(type);
-    if (lock == NULL || h->generic == NULL) {
+    PyObject *lock = module_exec_lock(type), *process = module_process(type);
+    if (lock == NULL || process == NULL || h->generic == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_AttributeError, "the hub has no _generic");
         return NULL;
@@ -996,6 +1005,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->hub = Py_NewRef(hub);
     self->lock = Py_NewRef(lock);
+    self->process = Py_NewRef(process);
     self->box_type = Py_NewRef(h->box_type);
     self->generic = Py_NewRef(h->generic);
     self->spin_us = Py_NewRef(h->await_spin_us);
@@ -1031,6 +1041,7 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->slots);
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
+    Py_VISIT(self->process);
     Py_VISIT(self->backend_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
@@ -1051,6 +1062,7 @@ Express_clear(Express *self)
     Py_CLEAR(self->slots);
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
+    Py_CLEAR(self->process);
     Py_CLEAR(self->backend_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
@@ -1067,11 +1079,11 @@ Express_dealloc(Express *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Express_clear(self);
-    PyObject **names[] = {&self->s_const, &self->s_itemsize,
-                          &self->s_launch_kernel, &self->s_launch_failed, &self->s_use, &self->one,
+    PyObject **names[] = {&self->s_itemsize,
+                          &self->s_launch_kernel, &self->s_launch_failed, &self->one,
                           &self->minus_one, &self->no_args,
                           &self->s_context_handle, &self->s_shape,
-                          &self->s_forced, &self->s_copy_and_write};
+                          &self->s_copy_and_write};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
@@ -1140,18 +1152,18 @@ static PyMethodDef Express_methods[] = {
      "done). set_upload must have been called."},
     {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
      METH_VARARGS | METH_KEYWORDS,
-     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, pageable, "
-     "cache, pools)\n--\n\n"
+     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, cache, "
+     "pools)\n--\n\n"
      "What upload uses: the op, work, node and pinned block types, the staging pool's "
-     "acquire(nbytes), the handlers of a failed copy and of an error after it, the "
-     "cuasync._transfers.pageable module, the block cache (block_cache.CACHE) and the "
-     "ContextVar of the selected memory pools."},
+     "acquire(nbytes), the handlers of a failed copy and of an error after it, the block "
+     "cache (block_cache.CACHE) and the ContextVar of the selected memory pools (a route "
+     "forced for pageable copies it reads from PROCESS.forced_route)."},
     {"set_builder", (PyCFunction)(void (*)(void))Express_set_builder,
      METH_VARARGS | METH_KEYWORDS,
-     "set_builder($self, /, *, ndarray, dtypes, default_device, devices, config)\n--\n\n"
+     "set_builder($self, /, *, ndarray, dtypes, default_device, devices)\n--\n\n"
      "What build_upload reads (after set_upload): numpy's ndarray type, the dtypes cuasync "
-     "knows, the ContextVar of the default device's ordinal, the Devices by ordinal and "
-     "the cuasync._config module."},
+     "knows, the ContextVar of the default device's ordinal and the Devices by ordinal "
+     "(whether origins are recorded it reads from PROCESS.debug_origins)."},
     {"build_upload", (PyCFunction)Express_build_upload, METH_O,
      "build_upload($self, array, /)\n--\n\n"
      "cuasync.from_host(array)'s op (a HostUploadOp), built in C for its common case (an "
@@ -1218,8 +1230,9 @@ PyType_Spec Express_spec = {
 /* -- the await of a launch ----------------------------------------------------------- */
 
 /*
- * LaunchAwait is ``_Launch.__await__`` (a method descriptor, as a def in the class body
- * is). It returns a LaunchIter; that iterator's first send runs express.await_launch's
+ * LaunchAwait is the await of a launch op (LaunchCore's am_await calls the one in
+ * PROCESS.launch_await; a method descriptor too, as a def in the class body is). It
+ * returns a LaunchIter; that iterator's first send runs express.await_launch's
  * preamble (the loop's adapter, the op taken, the policy's stream) and the hub's core's
  * launch (nothing is submitted before it, as with a generator), and its result is
  *
@@ -2119,6 +2132,25 @@ PyType_Spec LaunchAwait_spec = {
              Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .slots = LaunchAwait_slots,
 };
+
+/* LaunchCore's am_await, which the launch op inherits (``await op``, ``op.__await__()``):
+ * the module's one LaunchAwait (PROCESS.launch_await, made once by express.py with the
+ * Python it hands work back to) called with the op. */
+PyObject *
+launch_am_await(PyObject *op)
+{
+    PyObject *process = process_of(op);
+    if (process == NULL)
+        return NULL;
+    PyObject *awaiter = PROCESS(process)->launch_await;
+    if (awaiter == NULL || Py_TYPE(awaiter)->tp_dealloc != (destructor)LaunchAwait_dealloc) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "PROCESS.launch_await is not a LaunchAwait (cuasync._core.express "
+                        "sets it when imported)");
+        return NULL;
+    }
+    return LaunchAwait_vectorcall((LaunchAwait *)awaiter, &op, 1, NULL);
+}
 
 /* -- the execution lock ---------------------------------------------------------------- */
 

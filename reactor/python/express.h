@@ -41,27 +41,27 @@ restore_error(saved_error *e)
 #define UPLOAD_CLASSES 5
 #define UPLOAD_KEEP 4
 
-/* What the native fast paths of Allocation read (alloc.c). */
-typedef struct alloc_shape alloc_shape;
+/* (alloc_shape, what the native fast paths of Allocation read: cores.h) */
 
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *backend, *stats, *memops; /* hub: a HubCore, backend a BackendCore */
     PyObject *lock; /* the module's EXEC_LOCK (an ExecLock) */
+    PyObject *process; /* the module's PROCESS (a ProcessCore) */
     SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
     PyObject *backend_dict; /* the backend's __dict__ */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyObject *no_args;
     /* interned names of the attributes read on every call */
-    PyObject *s_const, *s_itemsize, *s_launch_kernel, *s_launch_failed, *s_use;
+    PyObject *s_itemsize, *s_launch_kernel, *s_launch_failed;
     PyObject *s_context_handle;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;
     /* a small upload's (upload.c; Express.set_upload) */
     PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
-    PyObject *acquire, *upload_failed, *upload_abandon, *pageable_dict, *lease_t;
+    PyObject *acquire, *upload_failed, *upload_abandon, *lease_t;
     PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
-    PyObject *s_shape, *s_forced, *s_copy_and_write;
+    PyObject *s_shape, *s_copy_and_write;
     alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
     PyObject *pool_var; /* pools._selected */
     unsigned long long uploads, staging_reuses;
@@ -189,10 +189,6 @@ unlock_keeping_error(Express *self)
 
 /* Native fast paths of Allocation (alloc.c): what they read, and a small upload's
  * allocation from the block cache (Py_None: not the case, the caller calls Allocation). */
-alloc_shape *alloc_shape_new(PyObject *alloc_t, PyObject *stream_t, PyObject *cache,
-                             PyObject *process);
-void alloc_shape_free(alloc_shape *a);
-int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
 PyObject *alloc_small(alloc_shape *a, PyObject *device, Py_ssize_t nbytes, PyObject *stream,
                       PyObject *seq, PyObject *pool_var);
 

@@ -1,16 +1,19 @@
 /*
- * Launchers of cuasync._reactor: ``kernel[grid, block]`` as a native callable.
+ * Launchers of cuasync._reactor: ``kernel[grid, block]`` as a native callable, and the
+ * lookup that finds it (KernelCore's mp_subscript).
  *
  * cuasync/_launcher.py makes one per kernel and launch configuration: for arguments
  * that pass the kernel's launch plan (tensors of the exact dtype, ints and floats of
  * the exact type within the bounds of their parameter) it builds the launch op at once,
- * by filling its __slots__ (the offsets looked up once from the op type's member
- * descriptors): the op is what ``_Launch(...)`` makes, its __init__ not called.
- * Anything else goes to the kernel's Python methods (without a Launcher they take
- * every launch: ``kernel._launch`` checks the same plan first):
- * ``kernel._launch_checked(args, grid, block, shared_mem)`` for arguments the plan does not take, ``kernel._launch(...)`` for the
- * wrong number of them or parameters replaced since, and ``kernel._check_aliasing`` /
- * ``kernel._device_of`` for launches of several tensors.
+ * filling its LaunchCore fields: the op is what ``_Launch(...)`` makes, its __init__ not
+ * called. The kernel is a KernelCore: its params and prepared kernels are read as
+ * fields. Anything else goes to the kernel's Python paths, which kernel.py hands the
+ * module once (PROCESS.kernel_*; without a Launcher they take every launch:
+ * ``_launch`` checks the same plan first): ``kernel_launch_checked(kernel, args, grid,
+ * block, shared_mem)`` for arguments the plan does not take, ``kernel_launch(...)`` for
+ * the wrong number of them or parameters replaced since, ``kernel_check_aliasing`` /
+ * ``kernel_device_of`` for launches of several tensors, ``kernel_prepare`` for a kernel
+ * not prepared on the launch's device yet.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,10 +43,21 @@ typedef struct {
     PyTypeObject *launch_t, *tensor_t;
     Py_ssize_t n, npointers, noutputs;
     plan_entry *plan;
-    /* slots of the op, the tensor and the allocation */
-    PyObject *s_params, *s_prepared, *s_prepare, *s_launch, *s_launch_checked,
-        *s_check_aliasing, *s_device_of;
+    PyObject *writes;  /* the ops' _writes: whether each tensor argument is written */
+    PyObject *process; /* the module's PROCESS: the kernel's Python paths */
 } Launcher;
+
+/* One of the kernel's Python paths (a PROCESS field): borrowed, or NULL with an error. */
+static PyObject *
+kernel_path(PyObject *path, const char *name)
+{
+    if (path == NULL || path == Py_None)
+        PyErr_Format(PyExc_RuntimeError,
+                     "PROCESS.%s is not set (cuasync._launch.kernel sets it when imported)",
+                     name);
+    return path == Py_None ? NULL : path;
+}
+#define PATH(process, field) kernel_path(PROCESS(process)->field, #field)
 
 /* The default device of this context (cuasync.get_default_device()): read from its
  * ContextVar and the Devices made, with no Python frame; the function is called when
@@ -59,17 +73,19 @@ default_device_of(Launcher *self)
     return PyObject_CallNoArgs(self->default_device);
 }
 
-/* kernel.<method>(args, GRID, BLOCK, SHARED_MEM): the Python paths */
+/* path(kernel, args, GRID, BLOCK, SHARED_MEM): the Python paths of a launch */
 static PyObject *
-call_kernel(Launcher *self, PyObject *method, PyObject *const *args, Py_ssize_t nargs)
+call_kernel(Launcher *self, PyObject *path, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (path == NULL)
+        return NULL;
     PyObject *tuple = PyTuple_New(nargs);
     if (tuple == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < nargs; i++)
         PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
     PyObject *a[5] = {self->kernel, tuple, self->grid, self->block, self->shared_mem};
-    PyObject *r = PyObject_VectorcallMethod(method, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = PyObject_Vectorcall(path, a, 5, NULL);
     Py_DECREF(tuple);
     return r;
 }
@@ -123,18 +139,16 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         PyErr_SetString(PyExc_RuntimeError, "this launcher is cleared (interpreter shutdown)");
         return NULL;
     }
-    PyObject *params = PyObject_GetAttr(self->kernel, self->s_params);
-    if (params == NULL)
-        return NULL;
-    Py_DECREF(params); /* (held by the kernel; compared by identity only) */
-    if (nargs != self->n || params != self->params)
-        return call_kernel(self, self->s_launch, args, nargs);
+    /* (the kernel's params, compared by identity only: replaced since, the plan is not
+     * theirs) */
+    if (nargs != self->n || KERNEL(self->kernel)->params != self->params)
+        return call_kernel(self, PATH(self->process, kernel_launch), args, nargs);
     for (Py_ssize_t i = 0; i < nargs; i++) {
         int ok = passes(self, &self->plan[i], args[i]);
         if (ok < 0)
             return NULL;
         if (!ok)
-            return call_kernel(self, self->s_launch_checked, args, nargs);
+            return call_kernel(self, PATH(self->process, kernel_launch_checked), args, nargs);
     }
     /* the op's lists: its arguments, and (tensor, param) of each tensor */
     PyObject *arglist = PyList_New(nargs);
@@ -167,9 +181,9 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         if (device == NULL)
             PyErr_SetString(PyExc_AttributeError, "a tensor's allocation has no device");
         if (device != NULL && self->npointers > 1) {
+            PyObject *check = PATH(self->process, kernel_check_aliasing);
             PyObject *a[2] = {self->kernel, tensors};
-            PyObject *r = PyObject_VectorcallMethod(self->s_check_aliasing, a,
-                                                    2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, a, 2, NULL);
             if (r == NULL)
                 goto fail;
             Py_DECREF(r);
@@ -182,9 +196,9 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
                     goto fail;
                 }
                 if (other != device) {
-                    Py_SETREF(device, PyObject_VectorcallMethod(
-                                          self->s_device_of, a,
-                                          2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
+                    PyObject *device_of = PATH(self->process, kernel_device_of);
+                    Py_SETREF(device, device_of == NULL ? NULL
+                                                        : PyObject_CallOneArg(device_of, tensors));
                     break;
                 }
             }
@@ -192,29 +206,27 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if (device == NULL)
         goto fail;
-    /* prepared = kernel._prepared.get(device.ordinal) or kernel._prepare_launch(device) */
-    PyObject *cache = PyObject_GetAttr(self->kernel, self->s_prepared);
-    if (cache != NULL && !is_device(device))
+    /* prepared = kernel._prepared.get(device.ordinal) or kernel_prepare(kernel, device) */
+    if (!is_device(device)) {
         PyErr_Format(PyExc_TypeError, "a launch's device must be a cuasync.Device, not %.100s",
                      Py_TYPE(device)->tp_name);
-    PyObject *ordinal = cache == NULL || PyErr_Occurred() ? NULL
-                                                          : Py_XNewRef(DEVICE(device)->ordinal);
-    if (ordinal != NULL && PyDict_Check(cache)) {
+        goto fail;
+    }
+    PyObject *cache = KERNEL(self->kernel)->prepared, *ordinal = DEVICE(device)->ordinal;
+    if (cache != NULL && ordinal != NULL && PyDict_Check(cache)) {
         prepared = PyDict_GetItemWithError(cache, ordinal);
         Py_XINCREF(prepared);
+        if (PyErr_Occurred())
+            goto fail;
     }
-    Py_XDECREF(cache);
-    Py_XDECREF(ordinal);
-    if (PyErr_Occurred())
-        goto fail;
     int usable = prepared == NULL ? 0 : PyObject_IsTrue(prepared);
     if (usable < 0)
         goto fail;
     if (!usable) {
         Py_XDECREF(prepared);
+        PyObject *prepare = PATH(self->process, kernel_prepare);
         PyObject *a[2] = {self->kernel, device};
-        prepared = PyObject_VectorcallMethod(self->s_prepare, a,
-                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        prepared = prepare == NULL ? NULL : PyObject_Vectorcall(prepare, a, 2, NULL);
         if (prepared == NULL)
             goto fail;
     }
@@ -247,6 +259,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     field_set(&LAUNCH(op)->grid, Py_NewRef(self->grid));
     field_set(&LAUNCH(op)->block, Py_NewRef(self->block));
     field_set(&LAUNCH(op)->shared_mem, Py_NewRef(self->shared_mem));
+    field_set(&LAUNCH(op)->writes, Py_NewRef(self->writes));
     return op;
 fail:
     Py_XDECREF(arglist);
@@ -368,19 +381,18 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->npointers += self->plan[i].kind == ARG_TENSOR;
         self->noutputs += self->plan[i].output;
     }
-#define NAME(field, text)                                                                     \
-    if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
+    if ((self->writes = PyTuple_New(self->npointers)) == NULL)
         goto fail;
-    NAME(s_params, "params")
-    NAME(s_prepared, "_prepared")
-    NAME(s_prepare, "_prepare_launch")
-    NAME(s_launch, "_launch")
-    NAME(s_launch_checked, "_launch_checked")
-    NAME(s_check_aliasing, "_check_aliasing")
-    NAME(s_device_of, "_device_of")
-#undef NAME
+    for (Py_ssize_t i = 0, k = 0; i < self->n; i++)
+        if (self->plan[i].kind == ARG_TENSOR)
+            PyTuple_SET_ITEM(self->writes, k++, PyBool_FromLong(self->plan[i].output));
+    PyObject *process = module_process(type);
+    if (process == NULL)
+        goto fail;
+    self->process = Py_NewRef(process);
     PyTypeObject *L = self->launch_t;
-    if (!core_subtype_check((PyObject *)self->tensor_t, "TensorCore", "tensor") ||
+    if (!core_subtype_check((PyObject *)Py_TYPE(kernel), "KernelCore", "kernel's type") ||
+        !core_subtype_check((PyObject *)self->tensor_t, "TensorCore", "tensor") ||
         !core_subtype_check((PyObject *)L, "LaunchCore", "launch"))
         goto fail;
     if (L->tp_dictoffset != 0) {
@@ -407,6 +419,8 @@ Launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->devices);
     Py_VISIT(self->launch_t);
     Py_VISIT(self->tensor_t);
+    Py_VISIT(self->process);
+    Py_VISIT(self->writes);
     if (self->plan != NULL) {
         for (Py_ssize_t i = 0; i < self->n; i++) {
             Py_VISIT(self->plan[i].dtype);
@@ -431,6 +445,8 @@ Launcher_clear(Launcher *self)
     Py_CLEAR(self->devices);
     Py_CLEAR(self->launch_t);
     Py_CLEAR(self->tensor_t);
+    Py_CLEAR(self->process);
+    Py_CLEAR(self->writes);
     plan_free(self);
     return 0;
 }
@@ -442,13 +458,6 @@ Launcher_dealloc(Launcher *self)
     PyObject_GC_UnTrack(self);
     Launcher_clear(self);
     Py_CLEAR(self->name);
-    Py_CLEAR(self->s_params);
-    Py_CLEAR(self->s_prepared);
-    Py_CLEAR(self->s_prepare);
-    Py_CLEAR(self->s_launch);
-    Py_CLEAR(self->s_launch_checked);
-    Py_CLEAR(self->s_check_aliasing);
-    Py_CLEAR(self->s_device_of);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -500,190 +509,30 @@ PyType_Spec Launcher_spec = {
     .slots = Launcher_slots,
 };
 
-/* -- kernel[grid, block] and an op's finalizer, as method descriptors ---------------- */
+/* -- kernel[grid, block] ---------------------------------------------------------- */
 
-/*
- * ConfigLookup is ``_Launchable.__getitem__``: ``kernel[grid, block]`` with two exact
- * ints is a lookup of the kernel's launcher cache (``kernel.__dict__["_launcher_cache"]``);
- * everything else, and a miss, is ``fallback(kernel, config)`` (the Python method, which
- * checks, words its errors and fills the cache).
- *
- * OpFinalizer is ``_Launch.__del__``: an op never executed is ``warn(op)``d (the Python
- * finalizer's check of interpreter shutdown included); an executed one costs no call.
- */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *fallback;
-    PyObject *s_cache;
-    PyTypeObject *op_type; /* OpFinalizer: the op type (an OpCore) */
-} MethodShim;
-
-static PyObject *
-shim_fallback(MethodShim *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* KernelCore's mp_subscript: kernel[grid, block] with two exact ints is a lookup of the
+ * kernel's launcher cache; everything else, and a miss, is
+ * PROCESS.kernel_configure(kernel, config) (the Python path, which checks, words its
+ * errors and fills the cache). */
+PyObject *
+kernel_subscript(PyObject *self, PyObject *config)
 {
-    if (self->fallback == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "this method is cleared (interpreter shutdown)");
-        return NULL;
+    if (PyTuple_CheckExact(config) && PyTuple_GET_SIZE(config) == 2 &&
+        PyLong_CheckExact(PyTuple_GET_ITEM(config, 0)) &&
+        PyLong_CheckExact(PyTuple_GET_ITEM(config, 1))) {
+        PyObject *cache = KERNEL(self)->launchers;
+        PyObject *hit = cache != NULL && PyDict_CheckExact(cache)
+                            ? PyDict_GetItemWithError(cache, config) : NULL;
+        if (hit != NULL)
+            return Py_NewRef(hit);
+        if (PyErr_Occurred())
+            return NULL;
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-}
-
-static PyObject *
-ConfigLookup_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
-                        PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 2 && kwnames == NULL) {
-        PyObject *config = args[1];
-        if (PyTuple_CheckExact(config) && PyTuple_GET_SIZE(config) == 2 &&
-            PyLong_CheckExact(PyTuple_GET_ITEM(config, 0)) &&
-            PyLong_CheckExact(PyTuple_GET_ITEM(config, 1))) {
-            PyObject *dict = PyObject_GenericGetDict(args[0], NULL);
-            if (dict == NULL)
-                return NULL;
-            PyObject *cache = PyDict_GetItemWithError(dict, self->s_cache);
-            PyObject *hit = cache != NULL && PyDict_CheckExact(cache)
-                                ? PyDict_GetItemWithError(cache, config) : NULL;
-            Py_XINCREF(hit);
-            Py_DECREF(dict);
-            if (hit != NULL)
-                return hit;
-            if (PyErr_Occurred())
-                return NULL;
-        }
-    }
-    return shim_fallback(self, args, nargsf, kwnames);
-}
-
-static PyObject *
-OpFinalizer_vectorcall(MethodShim *self, PyObject *const *args, size_t nargsf,
-                       PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 1 && kwnames == NULL && self->op_type != NULL &&
-        PyObject_TypeCheck(args[0], self->op_type) &&
-        OP(args[0])->consumed == Py_True)
-        Py_RETURN_NONE; /* executed: nothing to say */
-    return shim_fallback(self, args, nargsf, kwnames);
-}
-
-static PyObject *
-ConfigLookup_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"fallback", NULL};
-    PyObject *fallback;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O:ConfigLookup", kwlist, &fallback))
+    PyObject *process = process_of(self);
+    PyObject *configure = process == NULL ? NULL : PATH(process, kernel_configure);
+    if (configure == NULL)
         return NULL;
-    MethodShim *self = (MethodShim *)PyType_GenericAlloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->vectorcall = (vectorcallfunc)ConfigLookup_vectorcall;
-    self->fallback = Py_NewRef(fallback);
-    if ((self->s_cache = PyUnicode_InternFromString("_launcher_cache")) == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
+    PyObject *a[2] = {self, config};
+    return PyObject_Vectorcall(configure, a, 2, NULL);
 }
-
-static PyObject *
-OpFinalizer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"op", "warn", NULL};
-    PyObject *op, *warn;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!O:OpFinalizer", kwlist, &PyType_Type, &op,
-                                     &warn))
-        return NULL;
-    MethodShim *self = (MethodShim *)PyType_GenericAlloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->vectorcall = (vectorcallfunc)OpFinalizer_vectorcall;
-    self->fallback = Py_NewRef(warn);
-    self->op_type = (PyTypeObject *)Py_NewRef(op);
-    if (!core_subtype_check(op, "OpCore", "op")) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static int
-MethodShim_traverse(MethodShim *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->op_type);
-    return 0;
-}
-
-static int
-MethodShim_clear(MethodShim *self)
-{
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->op_type);
-    return 0;
-}
-
-static void
-MethodShim_dealloc(MethodShim *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    MethodShim_clear(self);
-    Py_CLEAR(self->s_cache);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
-
-static PyMemberDef MethodShim_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(MethodShim, vectorcall), READONLY, NULL},
-    {"__wrapped__", T_OBJECT_EX, offsetof(MethodShim, fallback), READONLY,
-     "the Python method this shim calls where it does not answer itself"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot ConfigLookup_slots[] = {
-    {Py_tp_new, (void *)ConfigLookup_new},
-    {Py_tp_dealloc, (void *)MethodShim_dealloc},
-    {Py_tp_traverse, (void *)MethodShim_traverse},
-    {Py_tp_clear, (void *)MethodShim_clear},
-    {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)bind_to},
-    {Py_tp_members, MethodShim_members},
-    {Py_tp_doc, (void *)"ConfigLookup(*, fallback)\n--\n\n"
-                        "kernel[grid, block] with two ints: the kernel's cached launcher, else "
-                        "fallback(kernel, config)."},
-    {0, NULL},
-};
-
-static PyType_Slot OpFinalizer_slots[] = {
-    {Py_tp_new, (void *)OpFinalizer_new},
-    {Py_tp_dealloc, (void *)MethodShim_dealloc},
-    {Py_tp_traverse, (void *)MethodShim_traverse},
-    {Py_tp_clear, (void *)MethodShim_clear},
-    {Py_tp_call, (void *)PyVectorcall_Call},
-    {Py_tp_descr_get, (void *)bind_to},
-    {Py_tp_members, MethodShim_members},
-    {Py_tp_doc, (void *)"OpFinalizer(*, op, warn)\n--\n\n"
-                        "An op type's __del__: warn(op) unless the op was executed."},
-    {0, NULL},
-};
-
-#define SHIM_FLAGS                                                                            \
-    (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |                      \
-     Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR)
-
-PyType_Spec ConfigLookup_spec = {
-    .name = "cuasync._reactor.ConfigLookup",
-    .basicsize = sizeof(MethodShim),
-    .flags = SHIM_FLAGS,
-    .slots = ConfigLookup_slots,
-};
-
-PyType_Spec OpFinalizer_spec = {
-    .name = "cuasync._reactor.OpFinalizer",
-    .basicsize = sizeof(MethodShim),
-    .flags = SHIM_FLAGS,
-    .slots = OpFinalizer_slots,
-};

@@ -21,6 +21,7 @@ typedef struct {
     PyObject *exec_lock; /* EXEC_LOCK: cuasync's execution lock (context.LOCK) */
     PyObject *process;   /* PROCESS: the state an await reads (a ProcessCore) */
     dlpack_codes codes;  /* (dlpack.c) */
+    alloc_shape *shape;  /* what Allocation's finalizer reads (alloc.c), once made */
 } modstate;
 
 dlpack_codes *
@@ -46,6 +47,26 @@ module_process(PyTypeObject *defining_class)
     if (st != NULL && st->process == NULL)
         PyErr_SetString(PyExc_SystemError, "the module has no PROCESS");
     return st == NULL ? NULL : st->process;
+}
+
+static struct PyModuleDef reactor_module;
+
+PyObject *
+process_of(PyObject *o)
+{
+    PyObject *m = PyType_GetModuleByDef(Py_TYPE(o), &reactor_module);
+    modstate *st = m == NULL ? NULL : (modstate *)PyModule_GetState(m);
+    if (st != NULL && st->process == NULL)
+        PyErr_SetString(PyExc_SystemError, "the module has no PROCESS");
+    return st == NULL ? NULL : st->process;
+}
+
+alloc_shape **
+module_alloc_shape(PyObject *process)
+{
+    PyObject *m = PyType_GetModuleByDef(Py_TYPE(process), &reactor_module);
+    modstate *st = m == NULL ? NULL : (modstate *)PyModule_GetState(m);
+    return st == NULL ? NULL : &st->shape;
 }
 
 /* -- LoopQueue --------------------------------------------------------------------- */
@@ -847,9 +868,9 @@ module_exec(PyObject *m)
         PyType_Spec *spec;
     } core_types[] = {
         {"Express", &Express_spec},         {"LaunchAwait", &LaunchAwait_spec},
-        {"Launcher", &Launcher_spec},       {"ConfigLookup", &ConfigLookup_spec},
-        {"OpFinalizer", &OpFinalizer_spec}, {"ExecLock", &ExecLock_spec},
-        {"CurrentOrdinal", &CurrentOrdinal_spec}, {"AllocFinalizer", &AllocFinalizer_spec},
+        {"Launcher", &Launcher_spec},       {"KernelCore", &KernelCore_spec},
+        {"ExecLock", &ExecLock_spec},
+        {"CurrentOrdinal", &CurrentOrdinal_spec},
         {"SlotLedger", &SlotLedger_spec}, {"StreamCore", &StreamCore_spec},
         {"AllocationCore", &AllocationCore_spec}, {"TensorCore", &TensorCore_spec},
         {"PreparedCore", &PreparedCore_spec}, {"OpCore", &OpCore_spec},
@@ -940,6 +961,8 @@ module_traverse(PyObject *m, visitproc visit, void *arg)
         Py_VISIT(st->process);
         for (int i = 0; i < st->codes.n; i++)
             Py_VISIT(st->codes.dtype[i]);
+        if (alloc_shape_traverse(st->shape, visit, arg) != 0)
+            return -1;
     }
     return 0;
 }
@@ -954,6 +977,8 @@ module_clear(PyObject *m)
         Py_CLEAR(st->submitter_type);
         Py_CLEAR(st->exec_lock);
         Py_CLEAR(st->process);
+        alloc_shape_free(st->shape);
+        st->shape = NULL;
         for (int i = 0; i < st->codes.n; i++)
             Py_CLEAR(st->codes.dtype[i]);
         st->codes.n = 0;

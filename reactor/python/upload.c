@@ -73,24 +73,23 @@ static PyType_Spec StagingLease_spec = {
 
 /* -- set_upload --------------------------------------------------------------------------- */
 
-/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, pageable, cache,
- * pools): what
+/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, cache, pools):
+ * what
  * Express.upload uses (cuasync._small_upload sets it): the types it reads, the staging
  * pool's acquire(nbytes), the handlers of a failed copy and of an error after it. */
 PyObject *
 Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"op",       "work",     "node",   "block", "acquire", "failed",
-                             "abandon",  "pageable", "cache",  "pools", NULL};
-    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *pageable,
-        *cache, *pools;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOO!OO:set_upload", kwlist,
+    static char *kwlist[] = {"op",      "work",  "node",  "block", "acquire",
+                             "failed",  "abandon", "cache", "pools", NULL};
+    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *cache, *pools;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOOO:set_upload", kwlist,
                                      &PyType_Type, &op_t, &PyType_Type, &work_t, &PyType_Type,
                                      &node_t, &PyType_Type, &block_t, &acquire, &failed,
-                                     &abandon, &PyModule_Type, &pageable, &cache, &pools))
+                                     &abandon, &cache, &pools))
         return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 10) {
-        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 10 arguments by keyword");
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 9) {
+        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 9 arguments by keyword");
         return NULL;
     }
     PyObject *process = module_process(Py_TYPE(self));
@@ -138,7 +137,6 @@ Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
     self->acquire = Py_NewRef(acquire);
     self->upload_failed = Py_NewRef(failed);
     self->upload_abandon = Py_NewRef(abandon);
-    self->pageable_dict = Py_NewRef(PyModule_GetDict(pageable));
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         self->blocks[i] = blocks[i];
     self->shape = shape;
@@ -157,7 +155,6 @@ upload_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->acquire);
     Py_VISIT(self->upload_failed);
     Py_VISIT(self->upload_abandon);
-    Py_VISIT(self->pageable_dict);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_VISIT(self->blocks[i]);
     Py_VISIT(self->pool_var);
@@ -176,7 +173,6 @@ upload_clear(Express *self)
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->upload_failed);
     Py_CLEAR(self->upload_abandon);
-    Py_CLEAR(self->pageable_dict);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_CLEAR(self->blocks[i]);
     Py_CLEAR(self->pool_var);
@@ -237,8 +233,8 @@ struct upload_builder {
     PyObject *dtypes;         /* _dtypes._BY_DTYPE: the dtypes cuasync knows */
     PyObject *default_device; /* device._default_device (a ContextVar of an ordinal) */
     PyObject *devices;        /* Device._instances: ordinal -> Device */
-    PyObject *config_dict;    /* cuasync._config's globals (_debug_origins) */
-    PyObject *s_dtype, *s_debug_origins, *pending, *from_host;
+    /* (an ndarray's dtype: numpy's public attribute; the Node's kind and name) */
+    PyObject *s_dtype, *pending, *from_host;
 };
 
 static void
@@ -250,9 +246,7 @@ builder_free(struct upload_builder *b)
     Py_CLEAR(b->dtypes);
     Py_CLEAR(b->default_device);
     Py_CLEAR(b->devices);
-    Py_CLEAR(b->config_dict);
     Py_CLEAR(b->s_dtype);
-    Py_CLEAR(b->s_debug_origins);
     Py_CLEAR(b->pending);
     Py_CLEAR(b->from_host);
     PyMem_Free(b);
@@ -266,25 +260,23 @@ builder_traverse(struct upload_builder *b, visitproc visit, void *arg)
         Py_VISIT(b->dtypes);
         Py_VISIT(b->default_device);
         Py_VISIT(b->devices);
-        Py_VISIT(b->config_dict);
     }
     return 0;
 }
 
-/* Express.set_builder(*, ndarray, dtypes, default_device, devices, config): what
+/* Express.set_builder(*, ndarray, dtypes, default_device, devices): what
  * build_upload reads (after set_upload, whose types it makes). */
 PyObject *
 Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"ndarray", "dtypes", "default_device", "devices", "config", NULL};
-    PyObject *ndarray, *dtypes, *default_device, *devices, *config;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!OO!O!:set_builder", kwlist,
-                                     &PyType_Type, &ndarray, &PyDict_Type, &dtypes,
-                                     &default_device, &PyDict_Type, &devices, &PyModule_Type,
-                                     &config))
+    static char *kwlist[] = {"ndarray", "dtypes", "default_device", "devices", NULL};
+    PyObject *ndarray, *dtypes, *default_device, *devices;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!OO!:set_builder", kwlist, &PyType_Type,
+                                     &ndarray, &PyDict_Type, &dtypes, &default_device,
+                                     &PyDict_Type, &devices))
         return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 5) {
-        PyErr_SetString(PyExc_TypeError, "set_builder() takes its 5 arguments by keyword");
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 4) {
+        PyErr_SetString(PyExc_TypeError, "set_builder() takes its 4 arguments by keyword");
         return NULL;
     }
     if (!PyContextVar_CheckExact(default_device)) {
@@ -299,7 +291,6 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
     if (b == NULL)
         return PyErr_NoMemory();
     if ((b->s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
-        (b->s_debug_origins = PyUnicode_InternFromString("_debug_origins")) == NULL ||
         (b->pending = PyUnicode_InternFromString("pending")) == NULL ||
         (b->from_host = PyUnicode_InternFromString("from_host")) == NULL) {
         builder_free(b);
@@ -309,7 +300,6 @@ Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
     b->dtypes = Py_NewRef(dtypes);
     b->default_device = Py_NewRef(default_device);
     b->devices = Py_NewRef(devices);
-    b->config_dict = Py_NewRef(PyModule_GetDict(config));
     struct upload_builder *old = self->builder; /* (detached before it is freed) */
     self->builder = b;
     builder_free(old);
@@ -330,9 +320,12 @@ Express_build_upload(Express *self, PyObject *array)
     struct upload_builder *b = self->builder;
     if (b == NULL || self->hub == NULL || !Py_IS_TYPE(array, b->ndarray_t))
         Py_RETURN_NONE;
-    PyObject *debug = PyDict_GetItemWithError(b->config_dict, b->s_debug_origins);
-    if (debug != Py_False) /* (recording origins, or not asked yet: Python asks) */
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *process = module_process(Py_TYPE(self));
+    if (process == NULL)
+        return NULL;
+    if (PROCESS(process)->debug_origins != Py_False) /* (recording origins, or not asked
+                                                      * yet: Python asks) */
+        Py_RETURN_NONE;
     PyObject *device = made_default_device(b->default_device, b->devices);
     if (device == NULL) /* (its Device not made yet: Python makes it) */
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
@@ -485,9 +478,12 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     int t = state_allows(self);
     if (t <= 0)
         return t;
-    PyObject *forced = PyDict_GetItemWithError(self->pageable_dict, self->s_forced);
-    if (forced == NULL || forced != Py_None) /* (a route forced for a benchmark) */
-        return PyErr_Occurred() ? -1 : 0;
+    PyObject *process = module_process(Py_TYPE(self));
+    if (process == NULL)
+        return -1;
+    PyObject *forced = PROCESS(process)->forced_route;
+    if (forced != NULL && forced != Py_None) /* (a route forced for a benchmark) */
+        return 0;
     if (!is_device(device))
         return 0;
     PyObject *ordinal = Py_NewRef(DEVICE(device)->ordinal);

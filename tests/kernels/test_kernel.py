@@ -25,7 +25,7 @@ from cuasync._launch import kernel as _kernel
 from cuasync._launch import nvrtc as _nvrtc
 from cuasync._launch.kernel import _Launch
 from cuasync._launcher import make_launcher
-from cuasync._native import NATIVE
+from cuasync._native import NATIVE, PROCESS
 from cuasync.errors import (
     AliasingError,
     ArgumentError,
@@ -424,32 +424,34 @@ def test_kernel_config_is_the_native_launcher_where_the_module_is_built(
     assert make_launcher(k, _Launch, *spec) is None and type(k[2, 32]) is not native
 
 
-def test_the_launch_plan_follows_the_kernel() -> None:
+def test_the_launch_plan_follows_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     k = cuasync.Kernel(MIXED, "mixed", emulate=mixed_twin)
     out, x = cuasync.zeros(8).sync(), cuasync.zeros(8).sync()
     args = (out, x, 8, 1.5, 2.5, 1, 1.0)
     op = k[2, 32](*args)
     op._consumed = True
-    plan = k.__dict__["_plan"]
+    plan = k._plan
     op = k[2, 32](*args)
     op._consumed = True
-    assert k.__dict__["_plan"] is plan  # made once, not per launch
+    assert k._plan is plan  # made once, not per launch
     # An unpickled kernel (a Ray or multiprocessing worker's) makes its own plan, with
     # this process's dtype objects: its tensors still take the fast path.
     copy = pickle.loads(pickle.dumps(k))
-    assert "_plan" not in copy.__dict__
-    copy._launch_checked = lambda *a: pytest.fail("took the full checks")
-    op = copy[2, 32](*args)
-    op._consumed = True
+    assert copy._plan is None
+    with monkeypatch.context() as patched:  # (the native launcher's path, and the kernel's)
+        patched.setattr(PROCESS, "kernel_launch_checked", lambda *a: pytest.fail("full checks"))
+        patched.setattr(copy, "_launch_checked", lambda *a: pytest.fail("took the full checks"))
+        op = copy[2, 32](*args)
+        op._consumed = True
     # Parameters replaced: the plan is made again for them.
     k.params = _kernel.parse_params(MIXED.replace("const float* x", "const double* x"), "mixed")
     with pytest.raises(LaunchError, match="double"):
         k[2, 32](*args)
     none = cuasync.Kernel('extern "C" __global__ void none() {}', "none", emulate=lambda: None)
     none[1, 1]().sync()
-    plan = none.__dict__["_plan"]
+    plan = none._plan
     none[1, 1]().sync()
-    assert none.__dict__["_plan"] is plan  # no parameters: an empty plan, made once too
+    assert none._plan is plan  # no parameters: an empty plan, made once too
 
 
 SCALARS = r"""

@@ -102,7 +102,7 @@ def test_a_launched_kernel_pickles_without_this_process_s_handles() -> None:
     assert kernel._prepared and kernel._launchers  # prepared for device 0, launcher cached
 
     clone = pickle.loads(pickle.dumps(kernel))
-    assert clone._prepared == {} and "_launcher_cache" not in vars(clone)
+    assert clone._prepared == {} and clone._launcher_cache is None and clone._plan is None
     assert kernel._prepared  # the original keeps its own
     assert (clone.source, clone.name, clone.options) == (kernel.source, kernel.name, kernel.options)
     assert [p.describe() for p in clone.params] == [p.describe() for p in kernel.params]

@@ -23,6 +23,7 @@ import cuasync.testing as ct
 from cuasync import _small_upload
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
+from cuasync._native import PROCESS
 from cuasync._transfers.staging import staging_pool
 from cuasync.errors import DriverError
 
@@ -405,7 +406,7 @@ def test_the_native_core_builds_from_hosts_op_as_python_does(
     ]
     for array in not_its_case:
         assert core.build_upload(array) is None
-    monkeypatch.setattr(_config, "_debug_origins", True)
+    monkeypatch.setattr(PROCESS, "debug_origins", True)
     assert core.build_upload(np.ones(4, np.float32)) is None  # (Python records the origin)
 
 

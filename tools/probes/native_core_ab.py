@@ -53,7 +53,7 @@ def variant(name: str) -> Iterator[None]:
     hub = get_hub()
     core, config = hub.express, _config.CONFIG
     for kernel in (tiny, bump):
-        kernel.__dict__.pop("_launcher_cache", None)
+        kernel._launcher_cache = None
     if name != "native":
         hub.express = None
         _config.CONFIG = dataclasses.replace(_config.config(), native=False)
@@ -62,7 +62,7 @@ def variant(name: str) -> Iterator[None]:
     finally:
         hub.express, _config.CONFIG = core, config
         for kernel in (tiny, bump):
-            kernel.__dict__.pop("_launcher_cache", None)
+            kernel._launcher_cache = None
 
 
 def main() -> None:
