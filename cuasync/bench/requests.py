@@ -209,9 +209,8 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
     return targets
 
 
-def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
-    """``await cuasync.wait(stream)`` after torch work, beside ``stream.synchronize()``."""
-    stream = torch.cuda.current_stream()
+def torch_cycles_per_ms(torch: Any) -> float:
+    """``torch.cuda._sleep`` cycles per millisecond on the current device, timed once."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1_000_000)  # (the first call loads its kernel: not timed)
     torch.cuda.synchronize()
@@ -219,7 +218,13 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
     torch.cuda._sleep(20_000_000)
     end.record()
     end.synchronize()
-    cycles_per_ms = 20_000_000 / start.elapsed_time(end)
+    return 20_000_000 / start.elapsed_time(end)
+
+
+def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
+    """``await cuasync.wait(stream)`` after torch work, beside ``stream.synchronize()``."""
+    stream = torch.cuda.current_stream()
+    cycles_per_ms = torch_cycles_per_ms(torch)
     targets = []
     for label, ms, n in (("0.3 ms", 0.3, 40 if quick else 300), ("5 ms", 5.0, 10 if quick else 60)):
         cycles = int(cycles_per_ms * ms)
