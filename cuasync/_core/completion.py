@@ -702,8 +702,11 @@ class Hub(HubCore):
             if comp.state != PENDING or comp.watcher is not adapter:
                 return  # finished, or moved to the background watcher since
             reported = not self.reactor.disarm(comp.slot)
+        if reported:  # the reactor saw it first: its report is drained now, not in the
+            self.drain(adapter.queue)  # loop's next pass (as "other work ready")
+            return
         spin_wait = self.native.spin_wait
-        if reported or spin_wait(comp.address, comp.gen, 0):
+        if spin_wait(comp.address, comp.gen, 0):
             comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
             return
         left = entry.until - time.monotonic_ns()

@@ -1,7 +1,7 @@
 """Where an await of real-length work spends its time over ``.sync()`` (issue #32 item 3):
-the reactor's backoff, or the loop's wake-up.
+the reactor's backoff, or the loop's wake-up; and the early wake that answers it.
 
-One process per reactor setting (its ``backoff_max_ns``, the longest nap between two
+``backoff``: one process per reactor setting (its ``backoff_max_ns``, the longest nap between two
 scans of the flag words while awaits are parked; cuasync's hub uses 100 us): for a kernel
 spinning 0.3 ms and 5 ms, on asyncio and uvloop, the p50 of ``await`` minus the p50 of
 ``.sync()`` of the same op (in turns), the loop's cross-thread wake floor (another
@@ -9,7 +9,7 @@ thread's ``call_soon_threadsafe``, no GPU) and the process's CPU above idle whil
 awaits wait. With a short enough nap the reactor sees the flag within microseconds:
 what is left over ``.sync()`` is then the loop's wake, and the CPU the price of the scans.
 
-A last process measures the candidate that costs no scans: the op submitted on a stream,
+A last process (``event``) measures the candidate that costs no scans: the op submitted on a stream,
 a ``CU_EVENT_BLOCKING_SYNC`` event recorded after it, and one waiter thread blocked in
 ``cuEventSynchronize`` (the GIL released) that wakes the loop with
 ``call_soon_threadsafe``: its ``await - .sync()`` and CPU are that design's floor.
@@ -144,7 +144,7 @@ POLICIES = ("today", "early wake")
 ROUNDS = 5
 
 
-def ab(n_short: int = 200, n_long: int = 40) -> None:
+def ab(n_short: int = 300, n_long: int = 60) -> None:
     """Today's park and the early wake, alternated in ``ROUNDS`` rounds on one loop."""
     import numpy as np
 
