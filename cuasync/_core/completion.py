@@ -698,7 +698,7 @@ class Hub(HubCore):
         await find "other work ready" and skip its spin.
         """
         comp, adapter = entry.comp, entry.adapter
-        with comp._lock:
+        with comp._lock:  # (no spin while other work on the loop is ready to run)
             if comp.state != PENDING or comp.watcher is not adapter:
                 return  # finished, or moved to the background watcher since
             reported = not self.reactor.disarm(comp.slot)
@@ -709,13 +709,18 @@ class Hub(HubCore):
         if spin_wait(comp.address, comp.gen, 0):
             comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
             return
-        left = entry.until - time.monotonic_ns()
+        if adapter.others_ready():  # a spin would hold them up (many awaits at once)
+            entry.due = 0  # (learnt from as an await without a wake)
+            left = 0
+        else:
+            left = entry.until - time.monotonic_ns()
         if left > 0 and spin_wait(comp.address, comp.gen, left):
             entry.seen = time.monotonic_ns()
             comp.finish(EARLY)
             return
-        entry.lo = time.monotonic_ns()
-        self.stats.early_misses += 1
+        if entry.due:
+            entry.lo = time.monotonic_ns()
+            self.stats.early_misses += 1
         with comp._lock:
             if comp.state == PENDING and comp.watcher is adapter:
                 self.arm(comp, adapter.queue)  # the reactor reports it, as any parked await
