@@ -35,7 +35,10 @@ from typing import Any
 
 from .._config import CONFIG
 
-__all__ = ["POLICY", "Estimate", "Pending", "Policy", "Timer", "cancel", "plan", "resumed"]
+__all__ = [
+    "POLICY", "Estimate", "Pending", "Policy", "Timer",
+    "cancel", "estimate", "forget", "plan", "resumed", "start",
+]  # fmt: skip
 
 
 class Policy:
@@ -78,6 +81,9 @@ class Policy:
         self.max_keys = 4096
         #: The lateness a loop's timer is assumed to have before it is measured.
         self.late_ns = 40_000
+        #: How much later than the landing the reactor's report reaches the task, at
+        #: least (its nap and the loop's wake): a missed window learns from the report.
+        self.report_lag_ns = 60_000
 
 
 #: Whether ``timerfd`` is there (Linux), through libc: ``os.timerfd_*`` is Python 3.13+.
@@ -108,9 +114,11 @@ class Estimate:
 
     An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
     seen only after the fact (the wake ran after it) is taken as a sample a deviation
-    below what was expected, and a window that ended before the landing as one a
-    deviation above its end, each half of the way: a mis-estimate is corrected in a few
-    awaits, and one noisy sample moves it little.
+    below what was expected, and a window that ended before the landing as one between
+    its end and the reactor's later report; these move it half of the way, or all of it
+    when they are more than twice or less than half of it (the same kernel and grid
+    doing other work now): a mis-estimate is corrected in one to a few awaits, and one
+    noisy sample moves it little.
 
     >>> e = Estimate(300_000); e.exact(340_000); e.ns
     310000
@@ -123,9 +131,12 @@ class Estimate:
         self.dev = ns >> 4
 
     def _toward(self, sample: int, shift: int) -> None:
-        err = sample - self.ns
-        self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 1)
+        err = max(sample, 0) - self.ns
         self.ns += err >> shift
+        if shift == 0:  # other work now: its deviation is not known yet
+            self.dev = self.ns >> 4
+        else:  # (at most a quarter of it: a wake is never set absurdly early)
+            self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 2)
 
     def exact(self, d: int) -> None:
         """A spin saw it land ``d`` ns after parking."""
@@ -133,16 +144,19 @@ class Estimate:
 
     def early(self, by: int) -> None:
         """It had landed by ``by`` ns after parking, before the wake looked."""
-        self._toward(min(self.ns, by) - max(self.dev, POLICY.lead_ns), 1)
+        sample = min(self.ns, by) - max(self.dev, POLICY.lead_ns)
+        self._toward(sample, 0 if 2 * sample < self.ns else 1)  # (far off: all the way)
 
-    def missed(self, after: int) -> None:
-        """It had not landed ``after`` ns after parking, when the wake's window ended."""
-        self._toward(max(self.ns, after) + max(self.dev, POLICY.lead_ns), 1)
+    def missed(self, after: int, by: int) -> None:
+        """It had not landed ``after`` ns after parking, when the wake's window ended,
+        and the reactor's report of it came ``by`` ns after parking."""
+        sample = max(after + max(self.dev, POLICY.lead_ns), by - POLICY.report_lag_ns)
+        self._toward(sample, 0 if sample > 2 * self.ns else 1)  # (far off: all the way)
 
     def unplanned(self, by: int) -> None:
-        """It landed by ``by`` ns (seen by the reactor) and had no wake: an estimate below
-        :attr:`Policy.min_estimate_ns` creeps up toward it (``by`` is late by the
-        reactor's own wake, so not all the way)."""
+        """It landed by ``by`` ns (seen by the reactor) and no wake spun for it (none was
+        set, or other work was ready): an estimate below it creeps up toward it (``by``
+        is late by the reactor's own wake, so not all the way)."""
         if by > self.ns:
             self.ns += (by - self.ns) >> 2
 
@@ -224,7 +238,7 @@ def resumed(entry: Pending) -> None:
     elif entry.seen:
         est.exact(entry.seen - entry.parked)
     elif entry.lo:
-        est.missed(entry.lo - entry.parked)
+        est.missed(entry.lo - entry.parked, now - entry.parked)
     elif entry.due:
         est.early(now - entry.parked)
     else:

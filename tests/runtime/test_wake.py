@@ -146,6 +146,22 @@ async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
     assert cuasync.stats().early_misses == misses  # no early wake was set
 
 
+def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
+    """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
+    e = wake.Estimate(300_000)
+    e.missed(700_000, 5_100_000)  # the window ended at 0.7 ms, the reactor saw 5.1 ms
+    for _ in range(3):
+        e.exact(5_000_000)
+    assert 4_500_000 < e.ns < 5_200_000
+    e.early(400_000)  # landed 0.4 ms after parking, long before the wake
+    for _ in range(3):
+        e.exact(300_000)
+    assert 150_000 < e.ns < 450_000
+    for _ in range(100):  # one sample that says nothing new never drives it below 0
+        e.early(0)
+    assert e.ns >= 0 and e.dev >= 0
+
+
 @pytest.mark.parametrize("ns", [100_000, 60_000_000_000], ids=["too-early", "too-late"])
 def test_a_fault_resolves_an_await_with_an_estimate(ns: int) -> None:
     """Too early or too late, an await whose device faults raises the fault (no hang)."""

@@ -23,6 +23,7 @@ torch on a GPU, the same for ``await cuasync.wait(torch_stream)`` after ``torch.
 work beside ``stream.synchronize()``.
 
     python3 tools/probes/wake_parts.py              # the A/B (today's park, early wake)
+    python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
@@ -247,9 +248,72 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
                 )
 
 
+def timeline(n: int = 100) -> None:
+    """Per await of the early wake, the median times from the await's start (parked,
+    timer due, flag seen by the spin, task resumed, await ended) by the path it took,
+    beside ``.sync()`` of the same op; asyncio."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    from cuasync._core import wake
+    from cuasync.bench import completion
+
+    kernel = completion.spin_ns
+    kernel.compile()
+    seen: dict[str, int] = {}
+    learn = wake.resumed
+
+    def resumed(entry: wake.Pending) -> None:  # (the hook: the entry's times, then learn)
+        if not entry.due:
+            path = "no wake set"
+        elif entry.seen:
+            path = "seen by the spin"
+        elif entry.lo:
+            path = "window ended first"
+        else:
+            path = "landed before the timer"
+        seen.update(path=path, parked=entry.parked, due=entry.due, seen=entry.seen)
+        seen["resumed"] = time.monotonic_ns()
+        learn(entry)
+
+    wake.resumed = resumed  # type: ignore[assignment]
+
+    async def run(work_ns: int) -> None:
+        rows: dict[str, list[tuple[int, ...]]] = {}
+        syncs = []
+        for i in range(n + 5):
+            seen.clear()
+            t0 = time.monotonic_ns()
+            await kernel[1, 1](work_ns)
+            t1 = time.monotonic_ns()
+            if i >= 5 and seen:
+                since = [
+                    seen[k] - t0 if seen[k] else 0 for k in ("parked", "due", "seen", "resumed")
+                ]
+                rows.setdefault(str(seen["path"]), []).append((*since, t1 - t0))
+            t0 = time.monotonic_ns()
+            kernel[1, 1](work_ns).sync(allow_in_loop=True)
+            syncs.append(time.monotonic_ns() - t0)
+        print(f"{work_ns / 1e6:g} ms: .sync() p50 {np.median(syncs) / 1e3:.0f} us", flush=True)
+        for path, times in rows.items():
+            parked, due, flag, back, end = np.median(np.array(times), axis=0) / 1e3
+            print(
+                f"  {path:<24} {len(times) / n * 100:3.0f} %: parked {parked:.0f}, due "
+                f"{due:.0f}, seen {flag:.0f}, resumed {back:.0f}, ended {end:.0f} us",
+                flush=True,
+            )
+
+    for work_ns in (300_000, 5_000_000):
+        asyncio.run(run(work_ns))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
+    elif sys.argv[1:] == ["timeline"]:
+        timeline()
     elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
