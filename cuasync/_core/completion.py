@@ -698,6 +698,7 @@ class Hub(HubCore):
         await find "other work ready" and skip its spin.
         """
         comp, adapter = entry.comp, entry.adapter
+        entry.looked = time.monotonic_ns()
         with comp._lock:  # (no spin while other work on the loop is ready to run)
             if comp.state != PENDING or comp.watcher is not adapter:
                 return  # finished, or moved to the background watcher since

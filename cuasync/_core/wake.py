@@ -115,10 +115,9 @@ class Estimate:
     An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
     seen only after the fact (the wake ran after it) is taken as a sample a deviation
     below what was expected, and a window that ended before the landing as one between
-    its end and the reactor's later report; these move it half of the way, or all of it
-    when they are more than twice or less than half of it (the same kernel and grid
-    doing other work now): a mis-estimate is corrected in one to a few awaits, and one
-    noisy sample moves it little.
+    its end and the reactor's later report; these move it half of the way. Work that got
+    16 times longer or shorter (the same kernel and grid doing other work) is re-learnt
+    in about four awaits, and one noisy sample (a late thread) moves it at most halfway.
 
     >>> e = Estimate(300_000); e.exact(340_000); e.ns
     310000
@@ -133,10 +132,8 @@ class Estimate:
     def _toward(self, sample: int, shift: int) -> None:
         err = max(sample, 0) - self.ns
         self.ns += err >> shift
-        if shift == 0:  # other work now: its deviation is not known yet
-            self.dev = self.ns >> 4
-        else:  # (at most a quarter of it: a wake is never set absurdly early)
-            self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 2)
+        # (at most a quarter of it: a wake is never set absurdly early)
+        self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 2)
 
     def exact(self, d: int) -> None:
         """A spin saw it land ``d`` ns after parking."""
@@ -144,14 +141,12 @@ class Estimate:
 
     def early(self, by: int) -> None:
         """It had landed by ``by`` ns after parking, before the wake looked."""
-        sample = min(self.ns, by) - max(self.dev, POLICY.lead_ns)
-        self._toward(sample, 0 if 2 * sample < self.ns else 1)  # (far off: all the way)
+        self._toward(min(self.ns, by) - max(self.dev, POLICY.lead_ns), 1)
 
     def missed(self, after: int, by: int) -> None:
         """It had not landed ``after`` ns after parking, when the wake's window ended,
         and the reactor's report of it came ``by`` ns after parking."""
-        sample = max(after + max(self.dev, POLICY.lead_ns), by - POLICY.report_lag_ns)
-        self._toward(sample, 0 if sample > 2 * self.ns else 1)  # (far off: all the way)
+        self._toward(max(after + max(self.dev, POLICY.lead_ns), by - POLICY.report_lag_ns), 1)
 
     def unplanned(self, by: int) -> None:
         """It landed by ``by`` ns (seen by the reactor) and no wake spun for it (none was
@@ -169,7 +164,8 @@ class Pending:
     """One parked await the policy follows: its completion, key and times (monotonic ns)."""
 
     __slots__ = (
-        "adapter", "comp", "due", "hub", "key", "lo", "parked", "seen", "timer", "until",
+        "adapter", "comp", "due", "hub", "key", "lo", "looked", "parked", "seen", "timer",
+        "until",
     )  # fmt: skip
 
     def __init__(self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int) -> None:
@@ -179,6 +175,7 @@ class Pending:
         self.until = 0  # when its spin gives up
         self.lo = 0  # it had not landed at this time (a window ended first)
         self.seen = 0  # a spin saw it land at this time (0: not seen by a spin)
+        self.looked = 0  # when its wake ran (0: it did not run)
         self.timer: Timer | None = None
 
     def __lt__(self, other: Pending) -> bool:  # (heap order)
@@ -239,8 +236,8 @@ def resumed(entry: Pending) -> None:
         est.exact(entry.seen - entry.parked)
     elif entry.lo:
         est.missed(entry.lo - entry.parked, now - entry.parked)
-    elif entry.due:
-        est.early(now - entry.parked)
+    elif entry.due:  # landed before the wake looked (or the reactor's report came first)
+        est.early((entry.looked or now - POLICY.report_lag_ns) - entry.parked)
     else:
         est.unplanned(now - entry.parked)
 

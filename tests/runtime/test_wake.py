@@ -149,13 +149,11 @@ async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
 def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
     """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
     e = wake.Estimate(300_000)
-    e.missed(700_000, 5_100_000)  # the window ended at 0.7 ms, the reactor saw 5.1 ms
-    for _ in range(3):
-        e.exact(5_000_000)
-    assert 4_500_000 < e.ns < 5_200_000
-    e.early(400_000)  # landed 0.4 ms after parking, long before the wake
-    for _ in range(3):
-        e.exact(300_000)
+    for _ in range(4):  # each window ends before the landing the reactor reports at 5.1 ms
+        e.missed(e.ns + 100_000, 5_100_000)
+    assert 4_000_000 < e.ns < 5_100_000
+    for _ in range(5):  # landed 0.3 ms after parking, long before each wake
+        e.early(300_000)
     assert 150_000 < e.ns < 450_000
     for _ in range(100):  # one sample that says nothing new never drives it below 0
         e.early(0)
