@@ -13,7 +13,9 @@ CuPy where they are installed; candidates are taken in turns (:func:`_turns`). R
   uvloop, beside ``.sync()`` of the same op, and the cross-thread wake floor of that loop
   (a thread's ``call_soon_threadsafe`` to the awaiting task, no GPU), with the process's
   CPU above idle while awaiting; ``await cuasync.wait(torch_stream)`` after torch work of
-  the same lengths, beside ``stream.synchronize()``.
+  the same lengths, beside ``stream.synchronize()``. These run with the wake policy in
+  force (``CUASYNC_WAKE``: by default the early wake; ``tools/probes/wake_parts.py``
+  prints it beside today's park in one run).
 
 The ``-- targets`` lines put them in ratio (small ops: cuasync over torch, target
 ``<= 1.0``; waking: the await's extra over ``.sync()``, target ``<= 25 us``, and over
