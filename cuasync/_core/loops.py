@@ -75,6 +75,8 @@ class AsyncioAdapter(AdapterCore):
         """
         ready = self._ready
         if ready is not None:
+            if len(ready) == 1 and self.timer is not None:  # (not its own early wake)
+                return getattr(ready[0], "_callback", None) != self.timer.fire
             return bool(ready)
         task = _current_task(self._loop())
         first = self._tick_task

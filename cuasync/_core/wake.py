@@ -303,7 +303,13 @@ class Timer:
             if heap[0].due != self.armed:
                 self._set(heap[0].due)
         elif self.armed:
+            expired = self.armed <= monotonic_ns()
             self._set(0)  # (an all-zero value disarms)
+            if expired:  # (read, so that the loop is not woken for nothing)
+                try:
+                    os.read(self.fd, 8)
+                except BlockingIOError:
+                    pass
 
     def add(self, entry: Pending) -> None:
         heapq.heappush(self.heap, entry)
