@@ -113,8 +113,8 @@ class Estimate:
     """The learned time from parking to landing of one key, and its mean deviation.
 
     An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
-    seen only after the fact (the wake ran after it) is taken as a sample a deviation
-    below what was expected, and a window that ended before the landing as one between
+    seen only after the fact (the wake ran after it) is taken as a sample a lead before
+    the time the wake looked, and a window that ended before the landing as one between
     its end and the reactor's later report; these move it half of the way. Work that got
     16 times longer or shorter (the same kernel and grid doing other work) is re-learnt
     in about four awaits, and one noisy sample (a late thread) moves it at most halfway.
@@ -141,12 +141,12 @@ class Estimate:
 
     def early(self, by: int) -> None:
         """It had landed by ``by`` ns after parking, before the wake looked."""
-        self._toward(min(self.ns, by) - max(self.dev, POLICY.lead_ns), 1)
+        self._toward(min(self.ns, by) - POLICY.lead_ns, 1)
 
     def missed(self, after: int, by: int) -> None:
         """It had not landed ``after`` ns after parking, when the wake's window ended,
         and the reactor's report of it came ``by`` ns after parking."""
-        self._toward(max(after + max(self.dev, POLICY.lead_ns), by - POLICY.report_lag_ns), 1)
+        self._toward(max(after + POLICY.lead_ns, by - POLICY.report_lag_ns), 1)
 
     def unplanned(self, by: int) -> None:
         """It landed by ``by`` ns (seen by the reactor) and no wake spun for it (none was
