@@ -16,6 +16,11 @@
                                (NVRTC required) or ``off`` (only the ``emulate=`` twin runs)
 ``CUASYNC_SPIN_BUDGET_US``     inline spin before suspending an ``await`` (default 20; 0 off;
                                at most 1 s)
+``CUASYNC_WAKE``               how a parked await of real-length work is woken: ``timer``
+                               (default: its loop's thread wakes itself shortly before the
+                               work's learned duration and spins briefly; see
+                               ``cuasync/_core/wake.py``) or ``reactor`` (the reactor wakes
+                               the loop once it sees the flag)
 ``CUASYNC_SLOTS``              flag slots in the reactor slab (default 16384; 1 to 2**20)
 ``CUASYNC_HOST_SYNC``          completion path: ``reactor`` (default), ``callback``
                                (``cuLaunchHostFunc`` for every await), ``callback-spin`` /
@@ -72,6 +77,7 @@ _HOST_SYNC = ("reactor", "callback", "callback-spin", "callback-block")
 _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")
+_WAKE = ("timer", "reactor")
 
 
 #: The numeric variables' ranges, both ends included: a value outside raises
@@ -141,6 +147,7 @@ class Config:
     emu_peer: bool
     emu_compile: str
     spin_budget_us: int
+    wake: str
     slots: int
     host_sync: str
     submitter: bool
@@ -161,6 +168,7 @@ def _read() -> Config:
         emu_peer=_choice("CUASYNC_EMU_PEER", "on", _ON_OFF) == "on",
         emu_compile=_choice("CUASYNC_EMU_COMPILE", "auto", _EMU_COMPILE),
         spin_budget_us=number("CUASYNC_SPIN_BUDGET_US", 20),
+        wake=_choice("CUASYNC_WAKE", "timer", _WAKE),
         slots=number("CUASYNC_SLOTS", 16384),
         host_sync=_choice("CUASYNC_HOST_SYNC", "reactor", _HOST_SYNC),
         submitter=_choice("CUASYNC_SUBMITTER", "on", _ON_OFF) == "on",

@@ -35,7 +35,7 @@ from helpers import BACKEND, ON_EMULATOR, STREAM_COMMANDS, settle
 import cuasync
 import cuasync.testing
 from cuasync._backends import get_backend
-from cuasync._core import block_cache
+from cuasync._core import block_cache, wake
 
 if "CUASYNC_TEST_RUN_KERNEL_CACHE" not in os.environ:  # (made above, by this process)
     os.environ["CUASYNC_TEST_RUN_KERNEL_CACHE"] = os.environ["CUASYNC_KERNEL_CACHE"]
@@ -184,6 +184,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     return request.param
+
+
+@pytest.fixture
+def reactor_wake() -> Iterator[None]:
+    """Today's park for one test: a parked await is woken by the reactor alone (the early
+    wake of ``cuasync/_core/wake.py`` off), for tests of the reactor's own path."""
+    saved = wake.POLICY.on
+    wake.POLICY.on = False
+    try:
+        yield
+    finally:
+        wake.POLICY.on = saved
 
 
 @pytest.fixture

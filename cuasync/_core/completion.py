@@ -50,6 +50,7 @@ from .._config import CONFIG
 from .._curesult import Code
 from .._exceptions import fresh, warn_leak
 from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
+from . import wake as _wake
 from .output import Output
 from .trace import end_flight
 from .watcher import BackgroundWatcher
@@ -71,6 +72,8 @@ PROBE_LOG_INTERVAL = 1.0
 
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
+#: Finished by its loop's early wake (:mod:`.wake`): parked, then seen by the loop's spin.
+EARLY = "early_wake"
 
 
 @dataclass
@@ -78,7 +81,8 @@ class Stats:
     """Counters of the completion machinery (see :func:`cuasync.stats`).
 
     Completions by the path that finished them: ``completed_inline`` (the spin saw the
-    flag), ``completed_reactor`` (the native reactor woke the loop),
+    flag), ``completed_reactor`` (the native reactor woke the loop), ``early_wakes``
+    (the loop woke itself before the expected landing and its spin saw the flag),
     ``completed_host_callback`` (a host function signalled it), ``completed_blocking``
     (a blocking wait, ``sync()`` or ``fut.wait()``). ``reactor_wakeups``: times the
     reactor woke a loop; ``reactor_batches``: drains of a loop's queue that finished
@@ -91,7 +95,9 @@ class Stats:
     and stepped aside (their launch queued for the native submitter thread, or made at
     once on the emulator) while those ran; ``launches_queued``: launches the submitter
     thread made; ``burst_handed_over``: awaits in a burst whose work had not landed after
-    their steps aside (they then spin and park as any await); ``faults``: device faults
+    their steps aside (they then spin and park as any await); ``early_wakes`` /
+    ``early_misses``: parked awaits whose loop woke itself before the expected landing
+    and saw the flag land / ended its spin first (``CUASYNC_WAKE``); ``faults``: device faults
     that failed pending work; ``stale_probes``: checks of a slot that made no progress;
     ``reactor``: whether awaits use flag slots; ``host_sync``: the ``CUASYNC_HOST_SYNC``
     mode in force; ``native``: whether the native module is loaded.
@@ -120,6 +126,11 @@ class Stats:
     #: Awaits in a burst whose work had not landed after their steps aside: they then
     #: spin and park as any await (a long kernel, a held stream).
     burst_handed_over: int = 0
+    #: Parked awaits their loop's own timer woke shortly before the expected landing
+    #: and whose spin saw the flag land (:mod:`cuasync._core.wake`: the completions of
+    #: that path), and those whose spin ended first (the reactor reported them).
+    early_wakes: int = 0
+    early_misses: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False
@@ -676,6 +687,44 @@ class Hub(HubCore):
                 return
         self.watch_in_background(comp)
 
+    def spin_early(self, entry: Any) -> None:
+        """The early wake of ``entry.comp``'s loop (:mod:`.wake`, on its thread): spin on
+        the flag until ``entry.until`` and finish the completion here if it lands (its
+        ``seen`` time set when the spin saw the landing itself); else arm it again.
+
+        While the loop's thread spins the reactor does not watch the slot, so one landing
+        is not reported twice: a report would wake the loop again and make its next
+        await find "other work ready" and skip its spin.
+        """
+        comp, adapter = entry.comp, entry.adapter
+        entry.looked = time.monotonic_ns()
+        with comp._lock:  # (no spin while other work on the loop is ready to run)
+            if comp.state != PENDING or comp.watcher is not adapter:
+                return  # finished, or moved to the background watcher since
+            reported = not self.reactor.disarm(comp.slot)
+        if reported:  # the reactor saw it first: its report is drained now, not in the
+            self.drain(adapter.queue)  # loop's next pass (as "other work ready")
+            return
+        spin_wait = self.native.spin_wait
+        if spin_wait(comp.address, comp.gen, 0):
+            comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
+            return
+        if adapter.others_ready():  # a spin would hold them up (many awaits at once)
+            entry.due = 0  # (learnt from as an await without a wake)
+            left = 0
+        else:
+            left = entry.until - time.monotonic_ns()
+        if left > 0 and spin_wait(comp.address, comp.gen, left):
+            entry.seen = time.monotonic_ns()
+            comp.finish(EARLY)
+            return
+        if entry.due:
+            entry.lo = time.monotonic_ns()
+            self.stats.early_misses += 1
+        with comp._lock:
+            if comp.state == PENDING and comp.watcher is adapter:
+                self.arm(comp, adapter.queue)  # the reactor reports it, as any parked await
+
     def open_queue(self, adapter: LoopAdapter) -> Any:
         """The reactor queue of the loop of ``adapter``, made and watched at its first arm."""
         queue = self.native.LoopQueue()
@@ -881,6 +930,8 @@ class Hub(HubCore):
             stats.completed_inline += 1
         elif path == REACTOR:
             stats.completed_reactor += 1
+        elif path == EARLY:
+            stats.early_wakes += 1
         elif path == CALLBACK:
             stats.completed_host_callback += 1
         else:
@@ -1036,16 +1087,31 @@ def await_spin_us(hub: Hub, adapter: LoopAdapter, stream: Any, seq: int) -> int 
     return spin_us
 
 
-def suspend(hub: Hub, comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, None]:
+def suspend(
+    hub: Hub, comp: Completion, adapter: LoopAdapter, key: Any = None
+) -> Generator[Any, Any, None]:
     """Park the awaiting task until ``comp`` is finished (what ``wait`` does when the spin
-    did not see it land); a cancellation hands it to the background watcher."""
+    did not see it land); a cancellation hands it to the background watcher.
+
+    ``key`` names the work for the early wake (:mod:`.wake`: a kernel and its grid);
+    None: the stream's handle. The reactor is armed as always; where the policy has an
+    estimate for ``key``, the loop's own timer also wakes the loop shortly before the
+    expected landing and spins briefly, so that an awake thread sees the flag.
+    """
     wake, parked = adapter.park()
+    entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key)
     try:
         hub.watch(comp, adapter, wake)
+        if entry is not None and entry.due:
+            _wake.start(entry)
         yield from parked()
     except BaseException:
+        if entry is not None:
+            _wake.cancel(entry)
         hub.watch_in_background(comp)
         raise
+    if entry is not None:
+        _wake.resumed(entry)
 
 
 def work_in_flight() -> bool:

@@ -233,8 +233,10 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     else:
         if spin_us is not None:
             adapter.long_ops = True
+        prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
+        key = None if prepared is None else (prepared, op._grid)
         try:
-            yield from suspend(hub, comp, adapter)
+            yield from suspend(hub, comp, adapter, key)
         except BaseException:
             comp.abandon()
             raise

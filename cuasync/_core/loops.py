@@ -60,6 +60,8 @@ class AsyncioAdapter(AdapterCore):
         self._tick_shared = False
         self.long_ops = False
         self.skips = 0
+        #: The loop's early-wake timer (:class:`~.wake.Timer`), made at its first use.
+        self.timer: Any = None
         # A task may step aside with a bare ``yield`` (asyncio runs it again after the
         # other ready tasks): an await in a burst queues its launch and lets them submit.
         self.steps_aside = True
@@ -73,6 +75,8 @@ class AsyncioAdapter(AdapterCore):
         """
         ready = self._ready
         if ready is not None:
+            if len(ready) == 1 and self.timer is not None:  # (not its own early wake)
+                return getattr(ready[0], "_callback", None) != self.timer.fire
             return bool(ready)
         task = _current_task(self._loop())
         first = self._tick_task
@@ -101,6 +105,13 @@ class AsyncioAdapter(AdapterCore):
         assert loop is not None
         self._fd = fd
         loop.add_reader(fd, drain)
+
+    def watch_timer(self, timer: Any) -> None:
+        """Call ``timer.fire()`` whenever its fd expires (the early wake, :mod:`.wake`);
+        the loop's close closes it."""
+        loop = self._loop()
+        assert loop is not None
+        loop.add_reader(timer.fd, timer.fire)
 
 
 #: The task running on a loop: asyncio's own table where it has one (Python 3.11-3.13:
@@ -175,10 +186,16 @@ def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -
                 PROCESS.last = _NO_LAST
             with adapter._lock:
                 adapter._closed = True
+            timer = adapter.timer
             try:
                 if adapter._fd >= 0:
                     loop.remove_reader(adapter._fd)
+                if timer is not None:
+                    adapter.timer = None
+                    loop.remove_reader(timer.fd)
             finally:
+                if timer is not None:
+                    timer.close()  # (before detach: what waits on it is handed over)
                 get_hub().detach(adapter)
         original()
 
@@ -217,6 +234,7 @@ class TrioAdapter(AdapterCore):
         self.queue: Any = None
         self.long_ops = False
         self.skips = 0
+        self.timer: Any = None  # (as AsyncioAdapter's)
         # trio has no bare yield: an await in a burst launches and spins as any other.
         self.steps_aside = False
 
@@ -249,6 +267,19 @@ class TrioAdapter(AdapterCore):
 
     def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
         self._trio.lowlevel.spawn_system_task(self._dispatch, fd, drain, name="cuasync-dispatcher")
+
+    def watch_timer(self, timer: Any) -> None:
+        """Call ``timer.fire()`` whenever its fd expires (a system task, closed with the run)."""
+        self._trio.lowlevel.spawn_system_task(self._tick, timer, name="cuasync-wake-timer")
+
+    async def _tick(self, timer: Any) -> None:
+        try:
+            while True:
+                await self._trio.lowlevel.wait_readable(timer.fd)
+                timer.fire()
+        finally:  # the run is ending
+            self.timer = None
+            timer.close()
 
     async def _dispatch(self, fd: int, drain: Callable[[], None]) -> None:
         try:

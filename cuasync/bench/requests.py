@@ -13,7 +13,9 @@ CuPy where they are installed; candidates are taken in turns (:func:`_turns`). R
   uvloop, beside ``.sync()`` of the same op, and the cross-thread wake floor of that loop
   (a thread's ``call_soon_threadsafe`` to the awaiting task, no GPU), with the process's
   CPU above idle while awaiting; ``await cuasync.wait(torch_stream)`` after torch work of
-  the same lengths, beside ``stream.synchronize()``.
+  the same lengths, beside ``stream.synchronize()``. These run with the wake policy in
+  force (``CUASYNC_WAKE``: by default the early wake; ``tools/probes/wake_parts.py``
+  prints it beside today's park in one run).
 
 The ``-- targets`` lines put them in ratio (small ops: cuasync over torch, target
 ``<= 1.0``; waking: the await's extra over ``.sync()``, target ``<= 25 us``, and over
@@ -209,9 +211,8 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
     return targets
 
 
-def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
-    """``await cuasync.wait(stream)`` after torch work, beside ``stream.synchronize()``."""
-    stream = torch.cuda.current_stream()
+def torch_cycles_per_ms(torch: Any) -> float:
+    """``torch.cuda._sleep`` cycles per millisecond on the current device, timed once."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1_000_000)  # (the first call loads its kernel: not timed)
     torch.cuda.synchronize()
@@ -219,7 +220,13 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
     torch.cuda._sleep(20_000_000)
     end.record()
     end.synchronize()
-    cycles_per_ms = 20_000_000 / start.elapsed_time(end)
+    return 20_000_000 / start.elapsed_time(end)
+
+
+def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
+    """``await cuasync.wait(stream)`` after torch work, beside ``stream.synchronize()``."""
+    stream = torch.cuda.current_stream()
+    cycles_per_ms = torch_cycles_per_ms(torch)
     targets = []
     for label, ms, n in (("0.3 ms", 0.3, 40 if quick else 300), ("5 ms", 5.0, 10 if quick else 60)):
         cycles = int(cycles_per_ms * ms)

@@ -30,7 +30,7 @@ def run_script(code: str, **env: str) -> str:
 
 
 @reactor_path
-async def test_work_in_flight_goes_through_the_reactor(anyio_backend) -> None:
+async def test_work_in_flight_goes_through_the_reactor(anyio_backend, reactor_wake) -> None:
     before = cuasync.stats()
     out = await await_held(lambda: cuasync.from_host(np.arange(4.0)).then(lambda t: t.to_host()))
     after = cuasync.stats()
@@ -236,6 +236,7 @@ def test_spin_budget_zero_sends_every_await_through_the_reactor() -> None:
         asyncio.run(main())
         """,
         CUASYNC_SPIN_BUDGET_US="0",
+        CUASYNC_WAKE="reactor",  # (the early wake would finish most: test_wake.py)
     )
     # Work already finished when the await first looks completes inline even with no
     # spin; 2 ms of sleep kernel makes that impossible, so every one takes the reactor.

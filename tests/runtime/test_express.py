@@ -115,7 +115,7 @@ def _in_flight() -> int:
 
 
 def _completions(s: cuasync.Stats) -> int:
-    return s.completed_inline + s.completed_reactor + s.completed_host_callback
+    return s.completed_inline + s.completed_reactor + s.early_wakes + s.completed_host_callback
 
 
 async def test_an_awaited_launch_returns_its_output_and_settles_the_counters(

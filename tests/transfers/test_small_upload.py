@@ -67,7 +67,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def _completions(s: cuasync.Stats) -> int:
-    return s.completed_inline + s.completed_reactor + s.completed_host_callback
+    return s.completed_inline + s.completed_reactor + s.early_wakes + s.completed_host_callback
 
 
 def _pinned_in_use() -> int:

@@ -1,7 +1,7 @@
 """Where an await of real-length work spends its time over ``.sync()`` (issue #32 item 3):
-the reactor's backoff, or the loop's wake-up.
+the reactor's backoff, or the loop's wake-up; and the early wake that answers it.
 
-One process per reactor setting (its ``backoff_max_ns``, the longest nap between two
+``backoff``: one process per reactor setting (its ``backoff_max_ns``, the longest nap between two
 scans of the flag words while awaits are parked; cuasync's hub uses 100 us): for a kernel
 spinning 0.3 ms and 5 ms, on asyncio and uvloop, the p50 of ``await`` minus the p50 of
 ``.sync()`` of the same op (in turns), the loop's cross-thread wake floor (another
@@ -9,13 +9,23 @@ thread's ``call_soon_threadsafe``, no GPU) and the process's CPU above idle whil
 awaits wait. With a short enough nap the reactor sees the flag within microseconds:
 what is left over ``.sync()`` is then the loop's wake, and the CPU the price of the scans.
 
-A last process measures the candidate that costs no scans: the op submitted on a stream,
+A last process (``event``) measures the candidate that costs no scans: the op submitted on a stream,
 a ``CU_EVENT_BLOCKING_SYNC`` event recorded after it, and one waiter thread blocked in
 ``cuEventSynchronize`` (the GIL released) that wakes the loop with
 ``call_soon_threadsafe``: its ``await - .sync()`` and CPU are that design's floor.
 
-    python3 tools/probes/wake_parts.py              # 100 us, 20 us, 5 us, 1 us: a process each
-    python3 tools/probes/wake_parts.py 20000        # one setting, this process
+The default run is the A/B of the early wake (``cuasync/_core/wake.py``; docs/completion.md)
+in one process: today's park (``POLICY.on = False``: the reactor wakes the loop) and the
+early wake (the loop's own timerfd shortly before the learned duration, then a short
+spin), alternated in rounds on the same loop, for 0.3 ms and 5 ms of work on asyncio and
+uvloop, each printed with the loop's cross-thread wake floor and the CPU above idle; with
+torch on a GPU, the same for ``await cuasync.wait(torch_stream)`` after ``torch.cuda._sleep``
+work beside ``stream.synchronize()``.
+
+    python3 tools/probes/wake_parts.py              # the A/B (today's park, early wake)
+    python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
+    python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
+    python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
 """
 
@@ -131,12 +141,184 @@ def blocking_event(n: int = 60) -> None:
     jobs.put(None)
 
 
+POLICIES = ("today", "early wake")
+ROUNDS = 5
+
+
+def ab(n_short: int = 300, n_long: int = 60) -> None:
+    """Today's park and the early wake, alternated in ``ROUNDS`` rounds on one loop."""
+    import numpy as np
+
+    from cuasync._core import wake
+    from cuasync.bench import completion
+    from cuasync.bench._util import run_loop
+    from cuasync.bench.requests import _awaits_and_syncs, _wake_floor
+
+    completion.spin_ns.compile()
+    idle = completion._idle_cpu(0.2)
+
+    async def rounds(work_ns: int, n: int) -> dict[str, tuple[list[int], list[int], float]]:
+        out: dict[str, tuple[list[int], list[int], float]] = {}
+        for _ in range(ROUNDS):
+            for policy in POLICIES:
+                wake.POLICY.on = policy != "today"
+                samples, cpu = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                awaits, syncs, cpus = out.get(policy, ([], [], 0.0))
+                out[policy] = (awaits + samples["await"], syncs + samples[".sync()"], cpus + cpu)
+        wake.POLICY.on = True
+        return out
+
+    print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
+    for label, work_ns, n in (("0.3 ms", 300_000, n_short), ("5 ms", 5_000_000, n_long)):
+        for kind in ("asyncio", "uvloop"):
+            try:
+                out = run_loop(kind, lambda: rounds(work_ns, n))  # noqa: B023
+                floor = np.median(run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))) / 1e3  # noqa: B023
+            except ImportError:  # no uvloop
+                continue
+            for policy, (awaits, syncs, cpu) in out.items():
+                over = (np.median(awaits) - np.median(syncs)) / 1e3
+                print(
+                    f"{policy:<10} {label:>6} {kind:<8} await - .sync() {over:7.1f} us   "
+                    f"wake floor {floor:6.1f} us   over floor {over - floor:7.1f} us   "
+                    f"CPU above idle {cpu / ROUNDS - idle:5.1f} % of a core",
+                    flush=True,
+                )
+    torch_ab(n_short, n_long, idle)
+
+
+def torch_ab(n_short: int, n_long: int, idle: float) -> None:
+    """``await cuasync.wait(torch_stream)`` minus ``stream.synchronize()`` after torch work,
+    both policies alternated (skipped without torch on a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        return
+    import time
+
+    import numpy as np
+
+    import cuasync
+    from cuasync._core import wake
+    from cuasync.bench._util import run_loop
+    from cuasync.bench.requests import torch_cycles_per_ms
+
+    stream = torch.cuda.current_stream()
+    per_ms = torch_cycles_per_ms(torch)
+
+    async def rounds(cycles: int, n: int) -> dict[str, tuple[list[int], list[int], float]]:
+        clock = time.perf_counter_ns
+        waits: dict[str, list[int]] = {p: [] for p in POLICIES}
+        syncs: dict[str, list[int]] = {p: [] for p in POLICIES}
+        cpu = dict.fromkeys(POLICIES, 0.0)
+        wall = dict.fromkeys(POLICIES, 0.0)
+        for _ in range(ROUNDS):
+            for policy in POLICIES:
+                wake.POLICY.on = policy != "today"
+                for i in range(n // ROUNDS + 3):
+                    torch.cuda._sleep(cycles)
+                    t0, c0, w0 = clock(), time.process_time(), time.perf_counter()
+                    await cuasync.wait(stream)
+                    if i >= 3:
+                        waits[policy].append(clock() - t0)
+                        cpu[policy] += time.process_time() - c0
+                        wall[policy] += time.perf_counter() - w0
+                    torch.cuda._sleep(cycles)
+                    t0 = clock()
+                    stream.synchronize()
+                    if i >= 3:
+                        syncs[policy].append(clock() - t0)
+        wake.POLICY.on = True
+        return {p: (waits[p], syncs[p], cpu[p] / wall[p] * 100) for p in POLICIES}
+
+    for label, ms, n in (("0.3 ms", 0.3, n_short), ("5 ms", 5.0, n_long)):
+        for kind in ("asyncio", "uvloop"):
+            try:
+                out = run_loop(kind, lambda: rounds(int(per_ms * ms), n))  # noqa: B023
+            except ImportError:
+                continue
+            for policy, (waits, syncs, cpu) in out.items():
+                over = (np.median(waits) - np.median(syncs)) / 1e3
+                print(
+                    f"{policy:<10} {label:>6} {kind:<8} wait(torch_stream) - synchronize() "
+                    f"{over:7.1f} us   CPU above idle {cpu - idle:5.1f} % of a core",
+                    flush=True,
+                )
+
+
+def timeline(n: int = 100) -> None:
+    """Per await of the early wake, the median times from the await's start (parked,
+    timer due, flag seen by the spin, task resumed, await ended) by the path it took,
+    beside ``.sync()`` of the same op; asyncio."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    from cuasync._core import wake
+    from cuasync.bench import completion
+
+    kernel = completion.spin_ns
+    kernel.compile()
+    seen: dict[str, int] = {}
+    learn = wake.resumed
+
+    def resumed(entry: wake.Pending) -> None:  # (the hook: the entry's times, then learn)
+        if not entry.due:
+            path = "no wake set"
+        elif entry.seen:
+            path = "seen by the spin"
+        elif entry.lo:
+            path = "window ended first"
+        else:
+            path = "landed before the timer"
+        seen.update(path=path, parked=entry.parked, due=entry.due, seen=entry.seen)
+        seen["resumed"] = time.monotonic_ns()
+        learn(entry)
+
+    wake.resumed = resumed  # type: ignore[assignment]
+
+    async def run(work_ns: int) -> None:
+        rows: dict[str, list[tuple[int, ...]]] = {}
+        syncs = []
+        for i in range(n + 5):
+            seen.clear()
+            t0 = time.monotonic_ns()
+            await kernel[1, 1](work_ns)
+            t1 = time.monotonic_ns()
+            if i >= 5 and seen:
+                since = [
+                    seen[k] - t0 if seen[k] else 0 for k in ("parked", "due", "seen", "resumed")
+                ]
+                rows.setdefault(str(seen["path"]), []).append((*since, t1 - t0))
+            t0 = time.monotonic_ns()
+            kernel[1, 1](work_ns).sync(allow_in_loop=True)
+            syncs.append(time.monotonic_ns() - t0)
+        print(f"{work_ns / 1e6:g} ms: .sync() p50 {np.median(syncs) / 1e3:.0f} us", flush=True)
+        for path, times in rows.items():
+            parked, due, flag, back, end = np.median(np.array(times), axis=0) / 1e3
+            print(
+                f"  {path:<24} {len(times) / n * 100:3.0f} %: parked {parked:.0f}, due "
+                f"{due:.0f}, seen {flag:.0f}, resumed {back:.0f}, ended {end:.0f} us",
+                flush=True,
+            )
+
+    for work_ns in (300_000, 5_000_000):
+        asyncio.run(run(work_ns))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
-    elif len(sys.argv) > 1:
-        measure(int(sys.argv[1]))
-    else:
+    elif sys.argv[1:] == ["timeline"]:
+        timeline()
+    elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
         subprocess.run([sys.executable, __file__, "event"], check=False)
+    elif len(sys.argv) > 1:
+        measure(int(sys.argv[1]))
+    else:
+        ab()

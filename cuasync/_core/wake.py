@@ -1,0 +1,364 @@
+"""Waking an await of real-length work near its expected completion: the policy, in one place.
+
+An await whose work did not land within the inline spin parks. Left to the reactor, the
+loop's thread sleeps in ``epoll`` until the reactor sees the flag and writes the loop's
+eventfd: the reactor's nap plus a cross-thread wake, 90-170 us over ``.sync()`` on an
+H200 host. Here the loop's thread also wakes *itself* shortly before the work is expected
+to land, through a ``timerfd`` of its own loop (the kernel's high-resolution timer:
+nanosecond deadlines, no timer slack), and spins on the flag for a bounded window, so
+that the landing is seen by a thread already awake (docs/completion.md, "Waking for
+real-length work").
+
+The expected landing is learned per *key* (a kernel and its grid for a launch, the
+stream's handle for other awaits, ``cuasync.wait(torch_stream)`` included): the time
+from parking to landing, measured exactly when a spin saw the flag land and bounded
+otherwise (:class:`Estimate`). No estimate yet, earlier work pending on the stream, a
+platform without ``timerfd``, or ``CUASYNC_WAKE=reactor``: the await parks as before.
+The reactor is armed for every parked await, planned or not, so a mis-estimate is
+today's await: too early, the wake's window ends and the reactor reports the landing;
+too late, the reactor wakes the loop before the timer does; a fault is probed as before.
+Never a hang, never an unbounded spin (one window is at most :attr:`Policy.spin_max_ns`).
+
+>>> entry = plan(hub, comp, adapter, key)    # in completion.suspend, before parking
+>>> resumed(entry)                           # after the task resumes: learn
+"""
+
+from __future__ import annotations
+
+import ctypes
+import heapq
+import os
+import sys
+import weakref
+from time import monotonic_ns
+from typing import Any
+
+from .._config import CONFIG
+
+__all__ = [
+    "POLICY", "Estimate", "Pending", "Policy", "Timer",
+    "cancel", "estimate", "forget", "plan", "resumed", "start",
+]  # fmt: skip
+
+
+class Policy:
+    """The parameters of the early wake (every one here; ``POLICY`` is the process's).
+
+    ``on``: ``CUASYNC_WAKE=timer`` (the default; ``reactor``: today's park). Times in ns.
+
+    >>> POLICY.on = False     # the A/B of tools/probes/wake_parts.py: today's behaviour
+    """
+
+    _on: bool | None = None
+
+    @property
+    def on(self) -> bool:
+        """Whether awaits wake early (read from ``CUASYNC_WAKE`` at first use)."""
+        on = self._on
+        if on is None:
+            on = self._on = CONFIG.wake == "timer" and _LIBC is not None
+        return on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._on = bool(value) and _LIBC is not None
+
+    def __init__(self) -> None:
+        #: Work expected sooner than this after parking is left to the reactor (a timer
+        #: wake and a spin cost about what they save).
+        self.min_estimate_ns = 60_000
+        #: Wake this long before the expected landing, beyond the loop's measured timer
+        #: lateness (:attr:`Timer.late_ns`).
+        self.lead_ns = 15_000
+        #: The lead, lateness included, is at most this (it bounds the CPU per await).
+        self.lead_max_ns = 200_000
+        #: The spin goes on this long past the expected landing, at least (and twice the
+        #: estimate's deviation)...
+        self.tolerance_ns = 30_000
+        #: ...and one wake spins at most this long, whatever the estimate.
+        self.spin_max_ns = 400_000
+        #: Estimates kept; past it the table starts again (keys are kernels and streams).
+        self.max_keys = 4096
+        #: The lateness a loop's timer is assumed to have before it is measured.
+        self.late_ns = 40_000
+        #: How much later than the landing the reactor's report reaches the task, at
+        #: least (its nap and the loop's wake): a missed window learns from the report.
+        self.report_lag_ns = 60_000
+
+
+#: Whether ``timerfd`` is there (Linux), through libc: ``os.timerfd_*`` is Python 3.13+.
+_LIBC: Any = None
+if sys.platform.startswith("linux"):
+    try:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.timerfd_create, _LIBC.timerfd_settime  # noqa: B018 (both or neither)
+    except (OSError, AttributeError):  # pragma: no cover - a libc without them
+        _LIBC = None
+
+_CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC, _TFD_TIMER_ABSTIME = 1, 0o4000, 0o2000000, 1
+
+
+class _Spec(ctypes.Structure):
+    """``struct itimerspec``: no interval, one absolute expiry."""
+
+    _fields_ = [
+        ("interval_s", ctypes.c_long),
+        ("interval_ns", ctypes.c_long),
+        ("value_s", ctypes.c_long),
+        ("value_ns", ctypes.c_long),
+    ]
+
+
+class Estimate:
+    """The learned time from parking to landing of one key, and its mean deviation.
+
+    An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
+    seen only after the fact (the wake ran after it) is taken as a sample a lead before
+    the time the wake looked, and a window that ended before the landing as one between
+    its end and the reactor's later report; these move it half of the way. Work that got
+    16 times longer or shorter (the same kernel and grid doing other work) is re-learnt
+    in about four awaits, and one noisy sample (a late thread) moves it at most halfway.
+
+    >>> e = Estimate(300_000); e.exact(340_000); e.ns
+    310000
+    """
+
+    __slots__ = ("dev", "ns")
+
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+        self.dev = ns >> 4
+
+    def _toward(self, sample: int, shift: int) -> None:
+        err = max(sample, 0) - self.ns
+        self.ns += err >> shift
+        # (at most a quarter of it: a wake is never set absurdly early)
+        self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 2)
+
+    def exact(self, d: int) -> None:
+        """A spin saw it land ``d`` ns after parking."""
+        self._toward(d, 2)
+
+    def early(self, by: int) -> None:
+        """It had landed by ``by`` ns after parking, before the wake looked."""
+        self._toward(min(self.ns, by) - POLICY.lead_ns, 1)
+
+    def missed(self, after: int, by: int) -> None:
+        """It had not landed ``after`` ns after parking, when the wake's window ended,
+        and the reactor's report of it came ``by`` ns after parking."""
+        self._toward(max(after + POLICY.lead_ns, by - POLICY.report_lag_ns), 1)
+
+    def unplanned(self, by: int) -> None:
+        """It landed by ``by`` ns (seen by the reactor) and no wake spun for it (none was
+        set, or other work was ready): an estimate below it creeps up toward it (``by``
+        is late by the reactor's own wake, so not all the way)."""
+        if by > self.ns:
+            self.ns += (by - self.ns) >> 2
+
+
+#: key -> Estimate, for the whole process (an estimate is the work's, not the loop's).
+_estimates: dict[Any, Estimate] = {}
+
+
+class Pending:
+    """One parked await the policy follows: its completion, key and times (monotonic ns)."""
+
+    __slots__ = (
+        "adapter", "comp", "due", "hub", "key", "lo", "looked", "parked", "seen", "timer",
+        "until",
+    )  # fmt: skip
+
+    def __init__(self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int) -> None:
+        self.hub, self.comp, self.adapter, self.key = hub, comp, adapter, key
+        self.parked = parked
+        self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
+        self.until = 0  # when its spin gives up
+        self.lo = 0  # it had not landed at this time (a window ended first)
+        self.seen = 0  # a spin saw it land at this time (0: not seen by a spin)
+        self.looked = 0  # when its wake ran (0: it did not run)
+        self.timer: Timer | None = None
+
+    def __lt__(self, other: Pending) -> bool:  # (heap order)
+        return self.due < other.due
+
+
+def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
+    """Follow the await of ``comp`` about to park on ``adapter``'s loop (None: not
+    followed). Its ``due`` is set where ``key`` has an estimate: :func:`start` then sets
+    the loop's timer; without one, the await only teaches the estimate."""
+    if not POLICY.on or key is None or comp.slot < 0 or hub.reactor is None:
+        return None
+    stream = comp.stream
+    if stream._completed < comp.seq - 1:  # queued behind earlier work: not its own time
+        return None
+    now = monotonic_ns()
+    entry = Pending(hub, comp, adapter, key, now)
+    est = _estimates.get(key)
+    if est is not None and est.ns >= POLICY.min_estimate_ns:
+        timer = getattr(adapter, "timer", None)
+        if timer is None and hasattr(adapter, "watch_timer"):  # (a loop adapter's)
+            timer = Timer.open(adapter)
+        if timer is not None:
+            lead = min(timer.late_ns + POLICY.lead_ns, POLICY.lead_max_ns)
+            entry.timer = timer
+            entry.due = now + max(est.ns - lead - est.dev, 0)
+            entry.until = now + est.ns + max(POLICY.tolerance_ns, 2 * est.dev)
+            entry.until = min(entry.until, entry.due + POLICY.spin_max_ns)
+    return entry
+
+
+def start(entry: Pending) -> None:
+    """Set ``entry``'s wake on its loop's timer (after the reactor was armed for it)."""
+    assert entry.timer is not None
+    entry.timer.add(entry)
+
+
+def cancel(entry: Pending) -> None:
+    """The await was cancelled: take its wake off the timer, nothing of it left armed
+    there (the caller hands the completion to the background watcher)."""
+    if entry.timer is not None:
+        entry.timer.remove(entry)
+        entry.timer = None
+
+
+def resumed(entry: Pending) -> None:
+    """The await resumed (its work landed): take its wake off the timer and learn."""
+    now = monotonic_ns()
+    if entry.timer is not None:
+        entry.timer.remove(entry)
+        entry.timer = None
+    key = entry.key
+    est = _estimates.get(key)
+    if est is None:
+        d = (entry.seen or now) - entry.parked  # (the first: exact, or late by a wake)
+        _remember(key, Estimate(d))
+    elif entry.seen:
+        est.exact(entry.seen - entry.parked)
+    elif entry.lo:
+        est.missed(entry.lo - entry.parked, now - entry.parked)
+    elif entry.due:  # landed before the wake looked (or the reactor's report came first)
+        est.early((entry.looked or now - POLICY.report_lag_ns) - entry.parked)
+    else:
+        est.unplanned(now - entry.parked)
+
+
+def _remember(key: Any, est: Estimate) -> None:
+    if len(_estimates) >= POLICY.max_keys:
+        _estimates.clear()
+    _estimates[key] = est
+
+
+def forget() -> None:
+    """Drop every estimate (tests; a service whose work changed shape for good)."""
+    _estimates.clear()
+
+
+def estimate(key: Any) -> int | None:
+    """The learned time from parking to landing of ``key`` in ns, or None."""
+    est = _estimates.get(key)
+    return None if est is None else est.ns
+
+
+class Timer:
+    """One loop's ``timerfd``: the earliest wake of the awaits parked on that loop.
+
+    Watched by the loop (``adapter.watch_timer``); :meth:`fire` runs on the loop's
+    thread. ``late_ns`` follows how late its wakes run (its high side: up fast, down
+    slowly), which the lead of the next wakes covers.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.heap: list[Pending] = []
+        self.armed = 0  # the deadline the timerfd holds (0: disarmed)
+        self.late_ns = POLICY.late_ns
+        self._spec = _Spec()
+        self._close_fd = weakref.finalize(self, os.close, fd)
+        self.closed = False
+
+    @classmethod
+    def open(cls, adapter: Any) -> Timer | None:
+        """The timer of ``adapter``'s loop, made and watched now; None where it cannot be."""
+        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            return None
+        timer = cls(fd)
+        try:
+            adapter.watch_timer(timer)
+        except BaseException:
+            timer._close_fd()
+            raise
+        adapter.timer = timer
+        return timer
+
+    def _set(self, deadline: int) -> None:
+        spec = self._spec
+        spec.value_s, spec.value_ns = divmod(deadline, 1_000_000_000)
+        _LIBC.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+        self.armed = deadline
+
+    def _rearm(self) -> None:
+        heap = self.heap
+        if heap:
+            if heap[0].due != self.armed:
+                self._set(heap[0].due)
+        elif self.armed:
+            expired = self.armed <= monotonic_ns()
+            self._set(0)  # (an all-zero value disarms)
+            if expired:  # (read, so that the loop is not woken for nothing)
+                try:
+                    os.read(self.fd, 8)
+                except BlockingIOError:
+                    pass
+
+    def add(self, entry: Pending) -> None:
+        heapq.heappush(self.heap, entry)
+        if self.heap[0] is entry:
+            self._set(entry.due)
+
+    def remove(self, entry: Pending) -> None:
+        heap = self.heap
+        try:
+            heap.remove(entry)
+        except ValueError:
+            return
+        heapq.heapify(heap)
+        self._rearm()
+
+    def fire(self) -> None:
+        """The timerfd expired (on the loop's thread): spin on every wake that is due
+        (``Hub.spin_early``: a flag that lands within its window is finished here; a
+        window that ends first leaves it to the reactor)."""
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:  # re-armed since it became readable
+            pass
+        self.armed = 0
+        heap = self.heap
+        now = monotonic_ns()
+        if heap and heap[0].due <= now:
+            late = now - heap[0].due
+            if late > self.late_ns:
+                self.late_ns += (late - self.late_ns) >> 1
+            else:
+                self.late_ns -= (self.late_ns - late) >> 4
+        while heap and heap[0].due <= now:
+            entry = heapq.heappop(heap)
+            entry.timer = None
+            entry.hub.spin_early(entry)
+            now = monotonic_ns()
+        self._rearm()
+
+    def close(self) -> None:
+        """The loop is going away: its wakes are dropped (what they watched is armed in
+        the reactor, which the hub hands to the background watcher), the fd closed."""
+        if self.closed:
+            return
+        self.closed = True
+        for entry in self.heap:
+            entry.timer = None
+        self.heap = []
+        self._close_fd()
+
+
+POLICY = Policy()

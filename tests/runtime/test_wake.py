@@ -1,0 +1,191 @@
+"""The early wake of a parked await (``cuasync/_core/wake.py``): whatever its estimate
+(too early, too late, none), an await returns its work's value; a fault still resolves
+it; a cancelled await leaves no wake set on its loop's timer.
+
+Work is held with gates, never timed: an estimate is set by hand for the key of a
+generic await on a stream (the stream's handle), so the early wake's path is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+import anyio
+import helpers
+import numpy as np
+import pytest
+from helpers import awaited_completions, reactor_path, wait_until
+
+import cuasync
+import cuasync.testing as ct
+from cuasync._core import wake
+from cuasync._core.loops import running_adapter
+
+pytestmark = [pytest.mark.anyio, reactor_path]
+
+
+@pytest.fixture
+def stream() -> Iterator[cuasync.Stream]:
+    """A stream of its own as the policy, the early wake on and no estimates."""
+    s = cuasync.Device(0).new_stream()
+    saved = wake.POLICY.on
+    wake.POLICY.on = True
+    wake.forget()
+    try:
+        with cuasync.use_policy(cuasync.SingleStream(s)):
+            yield s
+    finally:
+        wake.POLICY.on = saved
+        wake.forget()
+
+
+def expect(stream: cuasync.Stream, ns: int) -> None:
+    """Make generic awaits on ``stream`` expect their work ``ns`` after they park."""
+    wake._remember(stream.handle, wake.Estimate(ns))
+
+
+async def held_wait(
+    stream: cuasync.Stream,
+    until: Callable[[], bool] | None = None,
+    make: Callable[[], Awaitable[object]] | None = None,
+) -> tuple[object, int]:
+    """``await make()`` (default: ``cuasync.wait(stream)``) behind a gate on ``stream``,
+    opened once the await has parked and ``until()`` holds; its value, and the wakes the
+    loop's timer still holds after it."""
+    results: list[object] = []
+
+    async def waiter() -> None:
+        results.append(await (make() if make is not None else cuasync.wait(stream)))
+
+    with ct.gate(stream) as gate:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await wait_until(lambda: awaited_completions() > 0)
+            if until is not None:
+                await wait_until(until)
+            assert not results
+            gate.open()
+    timer = running_adapter().timer
+    return results[0], 0 if timer is None else len(timer.heap)
+
+
+def woken() -> bool:
+    """Whether the loop's timer has fired for every wake set on it (none is left)."""
+    timer = running_adapter().timer
+    return timer is not None and not timer.heap
+
+
+async def test_an_estimate_too_early_ends_its_spin_and_the_reactor_finishes(
+    anyio_backend, stream
+) -> None:
+    expect(stream, 100_000)  # 0.1 ms: the gate holds the work far longer
+    value, left = await held_wait(stream, woken)
+    assert value is None
+    assert left == 0
+    assert (wake.estimate(stream.handle) or 0) > 100_000  # pushed up by the miss
+
+
+async def test_an_estimate_too_late_is_overtaken_by_the_reactor(anyio_backend, stream) -> None:
+    expect(stream, 60_000_000_000)  # a minute: the reactor wakes the loop first
+    before = cuasync.stats().completed_reactor
+    value, left = await held_wait(stream)
+    assert value is None
+    assert left == 0  # the minute-long wake was taken off the timer
+    assert cuasync.stats().completed_reactor == before + 1
+    assert (wake.estimate(stream.handle) or 0) < 60_000_000_000  # pulled down
+
+
+async def test_without_an_estimate_an_await_parks_and_teaches_one(anyio_backend, stream) -> None:
+    assert wake.estimate(stream.handle) is None
+    value, _ = await held_wait(stream)
+    assert value is None
+    assert wake.estimate(stream.handle) is not None
+
+
+async def test_values_come_back_whatever_the_estimate(anyio_backend, stream) -> None:
+    x = np.arange(1000.0)
+
+    def pipeline() -> Awaitable[object]:
+        return cuasync.from_host(x).then(lambda t: t * 2.0).then(lambda t: t.to_host())
+
+    await pipeline()  # (its kernels loaded before a gate holds the stream)
+    for ns in (0, 100_000, 1_000_000, 60_000_000_000):
+        wake.forget()
+        expect(stream, ns)
+        value, left = await held_wait(stream, make=pipeline)
+        np.testing.assert_array_equal(value, x * 2.0)
+        assert left == 0
+
+
+async def test_a_cancelled_await_leaves_no_wake_set(anyio_backend, stream) -> None:
+    expect(stream, 60_000_000_000)
+    with ct.gate(stream):
+        with anyio.move_on_after(60) as scope:  # (cancelled below, never by time)
+
+            async def cancel_when_parked() -> None:
+                await wait_until(lambda: awaited_completions() > 0)
+                timer = running_adapter().timer
+                assert timer is not None and len(timer.heap) == 1 and timer.armed
+                scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_when_parked)
+                await cuasync.wait(stream)
+        assert scope.cancelled_caught
+        timer = running_adapter().timer
+        assert timer.heap == [] and timer.armed == 0  # nothing left armed on the loop
+    assert ct.settle()
+
+
+async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
+    wake.POLICY.on = False
+    expect(stream, 100_000)
+    misses = cuasync.stats().early_misses
+    value, left = await held_wait(stream)
+    assert value is None and left == 0
+    assert cuasync.stats().early_misses == misses  # no early wake was set
+
+
+def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
+    """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
+    e = wake.Estimate(300_000)
+    for _ in range(4):  # each window ends before the landing the reactor reports at 5.1 ms
+        e.missed(e.ns + 100_000, 5_100_000)
+    assert 4_000_000 < e.ns < 5_100_000
+    for _ in range(5):  # landed 0.3 ms after parking, long before each wake
+        e.early(300_000)
+    assert 150_000 < e.ns < 450_000
+    for _ in range(100):  # one sample that says nothing new never drives it below 0
+        e.early(0)
+    assert e.ns >= 0 and e.dev >= 0
+
+
+@pytest.mark.parametrize("ns", [100_000, 60_000_000_000], ids=["too-early", "too-late"])
+def test_a_fault_resolves_an_await_with_an_estimate(ns: int) -> None:
+    """Too early or too late, an await whose device faults raises the fault (no hang)."""
+    out = helpers.run_script(
+        f"""
+        import asyncio, cuasync, cuasync.testing as ct
+        from cuasync._core import wake
+        from cuasync._core.completion import get_hub
+        from cuasync.errors import DeviceFaultError
+        async def main():
+            s = cuasync.Device(0).new_stream()
+            wake._remember(s.handle, wake.Estimate({ns}))
+            with ct.gate(s):
+                task = asyncio.ensure_future(cuasync.wait(s))
+                while not any(c._waiters for c in get_hub().slots.completions()):
+                    await asyncio.sleep(0)
+                try:
+                    await ct.trap()
+                except DeviceFaultError:
+                    pass
+                try:
+                    await task
+                except DeviceFaultError:
+                    print('fault')
+        asyncio.run(main())
+        """,
+        CUASYNC_HOST_SYNC="reactor",
+    ).stdout
+    assert out.strip() == "fault", out
