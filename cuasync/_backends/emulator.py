@@ -144,9 +144,10 @@ class _Device:
     # a Tensor's free) runs on whichever thread the cyclic GC interrupts, possibly one
     # inside a critical section of this lock.
     lock: threading.RLock = field(default_factory=threading.RLock)
-    #: Live streams created with a priority above the default (0): while there are none,
-    #: no stream has anything to yield to.
-    urgent: int = 0
+    #: Live streams created with a priority above the default (0), replaced (never
+    #: changed in place) under ``lock``: a command reads it without the lock, and while
+    #: it is empty no stream has anything to yield to.
+    urgent: tuple[_Stream, ...] = ()
     #: Kernels prepared on this device (a GPU loads each module once).
     loaded: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
@@ -247,8 +248,8 @@ class _Stream:
         device = self.device
         pause = 1e-5
         while device.fault is None:
-            with device.lock:
-                above = [s for s in device.streams if s.priority < self.priority]
+            # only the urgent streams (a device may have hundreds of others), read whole
+            above = [s for s in device.urgent if s.priority < self.priority]
             if not any(s.busy() for s in above):
                 return
             time.sleep(pause)  # a wait's condition changes without notice: poll
@@ -703,7 +704,8 @@ class EmulatorBackend(Backend):
             self._streams[handle] = stream
         with device.lock:
             device.streams.add(stream)
-            device.urgent += priority < 0
+            if priority < 0:
+                device.urgent = (*device.urgent, stream)
         return handle
 
     def stream_priority_range(self, ordinal: int) -> tuple[int, int]:
@@ -720,7 +722,8 @@ class EmulatorBackend(Backend):
             raise DriverError(Code.INVALID_HANDLE, "cuStreamDestroy", f"unknown stream {stream:#x}")
         with s.device.lock:
             s.device.streams.discard(s)
-            s.device.urgent -= s.priority < 0
+            if s.priority < 0:
+                s.device.urgent = tuple(u for u in s.device.urgent if u is not s)
         s.put(None)  # the worker drains what is queued, then exits
 
     def stream_device(self, stream: int) -> int:
