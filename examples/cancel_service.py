@@ -11,7 +11,7 @@ The load runs twice, without scopes and with them, and prints the stream's busy 
 (device events: its first kernel to its last) of each, and the GPU time the
 disconnected clients gave back::
 
-    python examples/cancel_service.py                   # a GPU: ~0.1 ms kernels
+    python examples/cancel_service.py                   # a GPU: ~0.5 ms kernels
     CUASYNC_BACKEND=emulator python examples/cancel_service.py --requests 16
 
 On the emulator the kernels are tiny and the timings say nothing about a GPU.
@@ -93,7 +93,10 @@ async def main() -> None:
     parser.add_argument("--patience", type=float, default=0.005, help="their patience (s)")
     args = parser.parse_args()
     emulated = cuasync.backend_name() == "emulator"
-    shape = (8, 128) if emulated else (1 << 14, 1 << 12)
+    # 2 GiB read a kernel on a GPU (~0.5 ms on an H200): the host enqueues a request's
+    # chain faster than the GPU runs it, so a queue builds up for the cancels to skip
+    # (with ~0.1 ms kernels the GPU keeps pace with the enqueues and nothing is queued)
+    shape = (8, 128) if emulated else (1 << 16, 1 << 12)
     device = cuasync.get_default_device()
     stream = device.new_stream()
     service = Service(shape, args.steps, stream)

@@ -4,16 +4,21 @@ their work is queued (issue 36).
 **Queue.** 64 requests, each one awaited chain of 20 generated kernels (``sum(a * b + c,
 axis=1)``: the elementwise expression fused into a reduction's loads, float32 operands of
 ``ROWS x COLS``: 3 GiB read a kernel on a GPU, ~0.7 ms on an H200; a few elements on the
-emulator), all on one stream held by a gate until every request has queued its chain;
-then half of them (every other one) are cancelled (their tasks, as a client
-disconnecting does) and the gate opens. (A reduction, because a chain keeps what it
-made until it lands: 1280 elementwise results of 2 GiB cannot be alive at once.) Two
-ways, alternated in rounds in one run: **skip** (each request inside
-``cuasync.cancel_scope()``: the cancelled requests' queued kernels return at once) and
-**no skip** (no scope: they run to the end). Rows: the stream's time from its first
-kernel to its last (device events), and the surviving requests' p50 latency from the
-gate's opening, each way; ``-- targets``: skip over no skip, <= 0.55 for the stream,
-<= 0.6 for the survivors' p50.
+emulator), all on one busy stream (a 20 ms sleep kernel ahead of them, then each other's
+work): the host enqueues a chain far faster than the device runs it, so the chains queue
+up. Every other request is cancelled (its task, as a client disconnecting does) as soon
+as its chain is on the stream: queued, not started. (Not all 1,280 kernels at once
+behind a closed gate: CUDA lets about 1,000 commands wait on a stream, and the enqueue
+after them blocks the host until the stream drains: behind a gate, forever. So the
+later chains queue as the stream makes room, the loop waiting in ``cuLaunchKernel``
+meanwhile, the same in both ways; ``tools/probes/enqueue_limit.py``.) (A reduction,
+because a chain keeps what it made until it lands: 1280 elementwise results of 2 GiB
+cannot be alive at once.) Two ways, alternated in rounds in one run: **skip** (each
+request inside ``cuasync.cancel_scope()``: the cancelled requests' queued kernels return
+at once) and **no skip** (no scope: they run to the end). Rows: the stream's time from
+its first request kernel to its last (device events), and the surviving requests' p50
+latency from the round's start, each way; ``-- targets``: skip over no skip, <= 0.55 for
+the stream, <= 0.6 for the survivors' p50.
 
 **Host cost of the word.** An await of a tiny generated op (``x + 1``, 1024 float32)
 inside an open scope against outside any, in alternated turns: the difference of the
@@ -43,6 +48,7 @@ REQUESTS = 64
 KERNELS = 20  # a request's chain
 ROWS, COLS = 1 << 16, 1 << 12  # float32 operands of 1 GiB on a GPU: 3 GiB read a kernel
 ROWS_EMULATED, COLS_EMULATED = 8, 128
+HEAD_US, HEAD_US_EMULATED = 20_000, 2_000  # the stream's work before the requests' (sleep)
 
 
 def _chain(a: cuasync.Tensor, b: cuasync.Tensor, c: cuasync.Tensor, n: int) -> Any:
@@ -54,10 +60,10 @@ def _chain(a: cuasync.Tensor, b: cuasync.Tensor, c: cuasync.Tensor, n: int) -> A
 
 
 async def _round(
-    skip: bool, stream: cuasync.Stream, ops: tuple[Any, ...]
+    skip: bool, stream: cuasync.Stream, ops: tuple[Any, ...], head_us: float
 ) -> tuple[float, float, int]:
-    """One queue: (the stream's first-to-last kernel time ms, the survivors' p50 ms,
-    survivors that finished)."""
+    """One queue: (the stream's first-to-last request kernel time ms, the survivors' p50
+    latency ms, survivors that finished)."""
     launched: list[int] = []
     finished: dict[int, float] = {}
 
@@ -72,20 +78,26 @@ async def _round(
         finished[i] = time.perf_counter()
 
     device = stream.device
-    with ct.gate(stream):
-        start = cuasync.Event(device, timing=True).record(stream)
-        tasks = [asyncio.create_task(request(i)) for i in range(REQUESTS)]
-        while len(launched) < REQUESTS:
-            await asyncio.sleep(0)
-        end = cuasync.Event(device, timing=True).record(stream)
-        gone = tasks[::2]  # clients that disconnect while their work is queued
-        for task in gone:
-            task.cancel()
-        await asyncio.gather(*gone, return_exceptions=True)  # (the scopes' words set)
-        opened = time.perf_counter()
-    await asyncio.gather(*tasks[1::2])
+    busy = ct.sleep(head_us, stream).submit()  # the stream is busy: the chains queue up
+    start = cuasync.Event(device, timing=True).record(stream)
+    began = time.perf_counter()
+    tasks = [asyncio.create_task(request(i)) for i in range(REQUESTS)]
+    gone = set(range(0, REQUESTS, 2))  # clients that disconnect while their work is queued
+    cancelled = 0
+    while len(launched) < REQUESTS or cancelled < len(launched):
+        for i in launched[cancelled:]:
+            if i in gone:
+                tasks[i].cancel()  # (its chain is on the stream: queued, not started)
+        cancelled = len(launched)
+        await asyncio.sleep(0)
+    end = cuasync.Event(device, timing=True).record(stream)
+    await asyncio.gather(*tasks, return_exceptions=True)
     await cuasync.wait(end)
-    survivors = [(finished[i] - opened) * 1e3 for i in range(1, REQUESTS, 2)]
+    await busy
+    for i in gone:
+        if not tasks[i].cancelled():
+            raise RuntimeError(f"request {i} finished before its cancellation (not queued)")
+    survivors = [(finished[i] - began) * 1e3 for i in range(REQUESTS) if i not in gone]
     return start.elapsed_ms(end), statistics.median(survivors), len(survivors)
 
 
@@ -97,16 +109,20 @@ async def _queue(report: Report, quick: bool) -> None:
     ops = (a, b, c)
     stream = device.new_stream()
     rounds = 2 if quick or emulated else 3
+    head_us = HEAD_US_EMULATED if emulated or quick else HEAD_US
     ways: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
     with cuasync.use_policy(cuasync.SingleStream(stream)):
-        await _chain(*ops, 2)  # the kernel compiled and loaded before any gate
+        await _chain(*ops, 2)  # the kernel compiled and loaded before the rounds
         for skip in (True, False):  # (warm: the words' slab and urgent stream, the pool)
-            await _round(skip, stream, ops)
+            await _round(skip, stream, ops, head_us)
         counts = getattr(get_backend(), "counts", None)
         skipped = counts.skipped if counts is not None else 0
         for r in range(rounds):
             for skip in (True, False) if r % 2 == 0 else (False, True):
-                ways[skip].append(await _round(skip, stream, ops))
+                busy, p50, _ = result = await _round(skip, stream, ops, head_us)
+                ways[skip].append(result)
+                print(f"    round {r + 1}/{rounds}, {'skip' if skip else 'no skip'}: stream "
+                      f"{busy:.2f} ms, survivors p50 {p50:.2f} ms", flush=True)  # fmt: skip
     moved = 3 * shape[0] * shape[1] * 4 / (1 << 30)
     note = f"{REQUESTS} requests x {KERNELS} kernels ({moved:.3g} GiB read each), half cancelled"
     rows: dict[bool, tuple[float, float]] = {}
