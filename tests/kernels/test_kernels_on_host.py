@@ -13,6 +13,8 @@ float-to-integer conversions, which are undefined anyway) is left out.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -123,15 +125,27 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _compiled(folder: Path, name: str, source: str) -> Any:
-    """``source`` (C++ with the shims) built into ``folder/name.so`` and loaded."""
-    path = folder / f"{name}.cpp"
-    path.write_text(source, encoding="utf-8")
-    library = folder / f"{name}.so"
+    """``source`` (C++ with the shims) built into ``folder/name.so`` and loaded.
+
+    A library is built once per test run: the run's kernel cache (conftest: shared by the
+    xdist workers, and by CI's second pass) keeps it under the hash of its source and
+    flags, so the workers that split a module's tests do not each run the compiler."""
     flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
-    done = subprocess.run(
-        [str(CXX), *flags, str(path), "-o", str(library)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    key = hashlib.sha256("\0".join([str(CXX), *flags, source]).encode()).hexdigest()[:24]
+    cache = Path(os.environ["CUASYNC_TEST_RUN_KERNEL_CACHE"]) / "host-kernels"
+    library = cache / f"{name}-{key}.so"
+    if not library.exists():
+        path = folder / f"{name}.cpp"
+        path.write_text(source, encoding="utf-8")
+        built = folder / f"{name}.so"
+        done = subprocess.run(
+            [str(CXX), *flags, str(path), "-o", str(built)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cache / f"{library.name}.{os.getpid()}"
+        shutil.copyfile(built, partial)
+        os.replace(partial, library)  # (atomic: another worker reads a whole library)
     return ctypes.CDLL(str(library))
 
 
