@@ -35,7 +35,7 @@ from .._cancel_var import SCOPE
 from .._core.device import get_default_device
 from ..errors import InternalError, UsageError
 
-__all__ = ["CancelScope", "cancel_scope"]
+__all__ = ["CancelScope", "cancel_scope", "wait_cancels_visible"]
 
 _GENERATIONS = 1 << (64 - CANCEL_ADDRESS_BITS)  # 16 bits: 1..65535 (0 is never a generation)
 _SLAB_WORDS = 1024  # words in one slab of device memory (4 KiB)
@@ -57,6 +57,7 @@ class _Words:
         self.unused: deque[tuple[int, int]] = deque()
         self.stored: dict[int, int] = {}  # address -> the generation last written there
         self.urgent = 0  # the stream of the greatest priority, made with the first slab
+        self.unseen = False  # a word was set since the urgent stream was last waited for
         self.lock = threading.Lock()
 
     def claim(self) -> tuple[int, int]:
@@ -77,7 +78,15 @@ class _Words:
         """Set the word on the urgent stream: seen by kernels that start after it lands."""
         with self.lock:
             self.stored[address] = generation
+            self.unseen = True
         self.backend.write_device_word(self.urgent, address, generation)
+
+    def wait_visible(self) -> None:
+        """Block until the words set so far are in device memory (a few microseconds: the
+        urgent stream carries nothing but these writes)."""
+        if self.unseen:
+            self.unseen = False
+            self.backend.stream_synchronize(self.urgent)
 
     def _grow(self) -> None:
         backend = self.backend
@@ -110,6 +119,22 @@ def _words_of(ordinal: int) -> _Words:
             if words is None:
                 words = _words[ordinal] = _Words(backend, ordinal)
     return words
+
+
+def wait_cancels_visible() -> None:
+    """Block until every cancel word set so far is visible to the device.
+
+    A cancel is an enqueue on an urgent stream that lands a few microseconds later; a
+    kernel that starts before it runs. ``cuasync.testing``'s gates open after this, so
+    that work cancelled behind a closed gate is skipped on both backends, every time.
+
+    >>> wait_cancels_visible()   # (then open the gate)
+    """
+    backend = _words_backend[0]
+    if backend is None or backend is not get_backend():
+        return
+    for words in list(_words.values()):
+        words.wait_visible()
 
 
 def _is_cancellation(exc: BaseException | None) -> bool:

@@ -17,7 +17,8 @@ from .._core.context import LOCK, check_not_submitting, no_capture
 from .._core.device import Stream
 from .._core.scheduling import SingleStream, StreamPoolRoundRobin, current_policy
 from .._exceptions import report_once
-from ..errors import ArgumentError
+from .._launch.cancel import wait_cancels_visible
+from ..errors import ArgumentError, DriverError
 from ._device_ops import load
 
 __all__ = ["Gate", "gate"]
@@ -45,7 +46,7 @@ class Gate:
                 for stream in streams:
                     backend.stream_wait_value32(stream.handle, address, value)
         except BaseException:
-            self.open()
+            self._release()
             raise
 
     @property
@@ -58,7 +59,20 @@ class Gate:
         return self._slot is None
 
     def open(self) -> None:
-        """Let the held streams go on (idempotent; never blocks)."""
+        """Let the held streams go on (idempotent).
+
+        Cancel words set before (``CancelScope.cancel()``, a cancelled task's scope) are
+        made visible to the device first: the gate waits, a few microseconds, for the
+        urgent stream that writes them, so that the work they skip is skipped every
+        time, not only when the write wins the race with the gate's opening."""
+        if self._slot is not None:
+            try:
+                wait_cancels_visible()
+            except DriverError:  # a faulted device: the work reports it, the gate opens
+                pass
+        self._release()
+
+    def _release(self) -> None:
         slot, self._slot = self._slot, None
         if slot is not None:
             get_hub().release_word(slot, self._value)
@@ -78,7 +92,7 @@ class Gate:
         # A gate nobody opens would hold its streams forever; the store never blocks.
         if getattr(self, "_slot", None) is not None:
             try:
-                self.open()
+                self._release()  # (no wait for cancel words: a finalizer never blocks)
             except Exception as exc:
                 report_once("cuasync.testing", "open a gate", exc)
 
