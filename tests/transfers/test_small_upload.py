@@ -314,7 +314,8 @@ def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
     if hub.express is None or not hub.use_reactor:
         pytest.skip("needs the native core (off with CUASYNC_NATIVE=off) and flag slots")
     backend: Any = hub.backend
-    assert "copy_and_write" not in vars(backend)  # (no test's override left behind)
+    # (no test's replacement left behind: the backend's own, bound by Backend.__init__)
+    assert getattr(backend.copy_and_write, "__self__", None) is backend
     monkeypatch.setattr(backend, "_native_copy", True, raising=False)
     monkeypatch.setattr(backend, "_host_remap", [], raising=False)
     current = hub.native.CurrentOrdinal()  # (as the cuda backend's: device 0 current)
@@ -353,6 +354,35 @@ async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
     assert core.completed_inline - settled == 40  # (by the core: no Python settled them)
     assert after.slots_armed == before.slots_armed and hub.slots.free == free
     assert core.staging_idle_bytes >= 4096
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_copy_and_write_set_on_the_backend_makes_every_express_copy(
+    anyio_backend: Any, baseline: Any, stub_copies: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The core makes a small upload's copy itself only with the backend's own
+    # copy_and_write; a callable set on the backend in its place (here the same copy,
+    # through Python) is what the core calls instead, for every upload it takes.
+    import functools
+
+    backend: Any = get_backend()
+    core, calls = get_hub().express, []
+
+    def recording(*args: int) -> None:
+        calls.append(args[2])  # (the bytes copied)
+        functools.partial(type(backend)._copy_and_write, backend)(*args)
+
+    source = np.arange(1024, dtype=np.float32)
+    await cuasync.from_host(source)  # (the machinery set up)
+    uploads, copies = core.uploads, stub_copies.stub_copies()
+    with monkeypatch.context() as m:
+        m.setattr(backend, "copy_and_write", recording)
+        tensors = [await cuasync.from_host(source + i) for i in range(3)]
+    assert calls == [source.nbytes] * 3
+    assert core.uploads - uploads == 3  # (the core took them: only the copy was Python's)
+    assert stub_copies.stub_copies() == copies  # (none made natively)
+    for i, t in enumerate(tensors):  # (the native stub copies nothing: these are Python's)
+        np.testing.assert_array_equal(await t.to_host(), source + i)
 
 
 def _slots(op: Any) -> dict[str, Any]:
