@@ -67,11 +67,15 @@ tensor_ptr(Express *self, PyObject *tensor, unsigned long long *out)
         PyErr_SetString(PyExc_TypeError, "a tensor argument is not fully made");
         return -1;
     }
-    PyObject *itemsize = PyObject_GetAttr(dtype, self->s_itemsize);
-    if (itemsize == NULL)
-        return -1;
-    long long size = PyLong_AsLongLong(itemsize), off = PyLong_AsLongLong(offset);
-    Py_DECREF(itemsize);
+    long long size = 0, off = PyLong_AsLongLong(offset);
+    if (off != 0) { /* (a view into its allocation: numpy's dtype.itemsize, read by name) */
+        PyObject *itemsize = off == -1 && PyErr_Occurred()
+                                 ? NULL : PyObject_GetAttr(dtype, self->s_itemsize);
+        if (itemsize == NULL)
+            return -1;
+        size = PyLong_AsLongLong(itemsize);
+        Py_DECREF(itemsize);
+    }
     unsigned long long base = PyLong_AsUnsignedLongLong(ptr);
     if (PyErr_Occurred())
         return -1;
