@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._native import PROCESS
 from .errors import DTypeError
 
 #: A dtype as users spell one: a name (``"float32"``), a numpy dtype or scalar type
@@ -138,6 +139,8 @@ SUPPORTED = _Supported()
 #: The name of each supported numpy dtype (bfloat16 and FP8 once :data:`SUPPORTED` has
 #: them). The native upload builder reads this dict: it is only ever added to.
 _BY_DTYPE: dict[np.dtype[Any], str] = {dt: name for name, dt in SUPPORTED._table.items()}
+# (what from_host's native build takes: an ndarray exactly, of a dtype of this dict)
+PROCESS.ndarray, PROCESS.dtypes = np.ndarray, _BY_DTYPE
 
 _ml_lock = threading.Lock()
 _ml_loaded: bool | None = None  # None: not tried yet

@@ -1,6 +1,7 @@
 """Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
 from collections.abc import Callable, Generator, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
 
 from typing_extensions import disjoint_base
@@ -388,6 +389,13 @@ class BackendCore:
     current: Any
     _context_handles: dict[int, int]
     _host_remap: list[tuple[int, int, int]]
+    #: the calls the native core makes of a backend: its ``_launch_kernel``,
+    #: ``_launch_failed``, ``_context_handle`` and ``_copy_and_write``, bound by
+    #: ``Backend.__init__`` (a callable set here instead is the one every path calls)
+    launch_kernel: Callable[..., None]
+    launch_failed: Callable[..., None]
+    context_handle: Callable[[int], int]
+    copy_and_write: Callable[[int, int, int, int, int, int], None]
     fault_seen: bool
     _native_copy: bool
 
@@ -546,6 +554,24 @@ class ProcessCore:
     alloc_use: Callable[[Any, Any, int, bool], None] | None
     #: the await of a launch op (``LaunchCore.__await__`` calls it)
     launch_await: LaunchAwait | None
+    #: what a small upload calls and reads: the staging pool's acquire (staging.py), the
+    #: handler of a failed copy (express.release_failed), the selected pools' ContextVar
+    staging_acquire: Callable[[int], Any] | None
+    upload_failed: Callable[..., None] | None
+    selected_pools: ContextVar[Any] | None
+    #: what ``build_upload`` reads: numpy's ndarray and the dtypes cuasync knows
+    #: (_dtypes.py), the default device's ContextVar and the Devices made (device.py)
+    ndarray: type | None
+    dtypes: dict[Any, str] | None
+    default_device: ContextVar[int] | None
+    devices: dict[int, Any] | None
+    #: ``Hub.stream_memops``, asked where the hub has no answer yet: (hub, ordinal)
+    stream_memops: Callable[[Any, int], bool] | None
+    #: the Python side of a DLPack export (cuasync/_interop/dlpack.py)
+    dlpack_export: Callable[..., Any] | None
+    dlpack_release: Callable[[Any], None] | None
+    dlpack_device: Callable[[Any], tuple[int, int]] | None
+    dlpack_codes: dict[Any, tuple[int, int]] | None
 
 @disjoint_base
 class BlockCacheCore:
@@ -567,6 +593,9 @@ class ThreadFlags:
     traced: bool
 
 def set_tracing(on: object, /) -> None: ...
+def build_upload(array: Any, /) -> Any:
+    """``cuasync.from_host(array)``'s op for its common case, built in C, else None."""
+
 def tracing() -> bool: ...
 def blocks_kept() -> int: ...
 
@@ -612,27 +641,6 @@ class Express:
     def upload(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """A small ``from_host`` op submitted on ``stream`` (modes as :meth:`launch`'s): an
         ``express.Sent`` tuple, or the ``generic`` sentinel (nothing done)."""
-    def set_upload(
-        self,
-        *,
-        op: type,
-        work: type,
-        node: type,
-        block: type,
-        acquire: Callable[[int], Any],
-        failed: Callable[..., None],
-        abandon: Callable[..., None],
-        cache: BlockCacheCore,
-        pools: Any,
-    ) -> None:
-        """What :meth:`upload` reads and calls (``cuasync._small_upload`` sets it)."""
-    def set_builder(
-        self, *, ndarray: type, dtypes: dict[Any, Any], default_device: Any,
-        devices: dict[int, Any],
-    ) -> None:  # fmt: skip
-        """What :meth:`build_upload` reads (after :meth:`set_upload`)."""
-    def build_upload(self, array: Any, /) -> Any:
-        """``cuasync.from_host(array)``'s op for its common case, else None."""
     def drop_staging(self) -> None:
         """The idle pinned blocks kept for small uploads go back to the staging pool."""
     @property

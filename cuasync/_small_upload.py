@@ -8,8 +8,10 @@ module's core (``Express.upload``, reactor/python/upload.c) does what the single
 one call, as it does for a launch: the memcpy into a pooled pinned block (before the
 execution lock), then under it the stream's sequence number, a completion slot, the new
 tensor's stream-ordered allocation, the DMA and the flag write; the spin after the
-lock. Work that lands within it needs no context and no completion. This module gives
-the core what it reads (:func:`_configure`) and makes :class:`HostUploadOp` call it.
+lock. Work that lands within it needs no context and no completion. This module makes
+:class:`HostUploadOp` call it; what the core reads are declared fields: the classes
+declared on its core types (``HostUploadOp`` on ``UploadOpCore``, ``Node``,
+``_HostUpload``, ``PinnedBlock``) and ``PROCESS``'s, each set by the module that owns it.
 
 Where there is no core (no native module, host-callback completions,
 ``CUASYNC_NATIVE=off``) or the op is not its common case (the same cases as a launch's,
@@ -30,7 +32,6 @@ from ._core.op import DeviceOp
 from ._native import PROCESS, UploadOpCore
 from ._ops.tensorop import TensorOp
 from ._tensor import Tensor
-from ._transfers.staging import staging_pool
 
 __all__ = ["SMALL_MAX", "HostUploadOp", "enqueue"]
 
@@ -85,51 +86,5 @@ def enqueue(
     core = hub.express if hub is not None else None
     if core is None:
         return None
-    if core is not _configured:
-        _configure(core)
     sent: Any = core.upload(op, stream, spin, adapter)
     return None if sent is express.GENERIC else sent
-
-
-#: The native core :func:`_configure` last set up (one per hub).
-_configured: Any = None
-
-
-def _configure(core: Any) -> None:
-    """Give the native core what ``Express.upload`` reads and calls."""
-    global _configured
-    from ._core import block_cache
-    from ._core.pools import _selected
-    from ._ops.expr import Node
-    from ._transfers.copies import _HostUpload
-    from ._transfers.staging import PinnedBlock
-
-    core.set_upload(
-        op=HostUploadOp, work=_HostUpload, node=Node, block=PinnedBlock,
-        acquire=_acquire, failed=express.release_failed, abandon=express._core_abandon,
-        cache=block_cache.CACHE, pools=_selected,
-    )  # fmt: skip
-    staging_pool().add_keeper(core)
-    _configure_builder(core)
-    _configured = core
-
-
-def _configure_builder(core: Any) -> None:
-    """Have ``from_host`` build its common case's op with the native core
-    (``Express.build_upload``; the Python build is the fallback)."""
-    import numpy as np
-
-    from ._core.device import Device, _default_device
-    from ._dtypes import _BY_DTYPE
-    from ._transfers import copies as _copies
-
-    core.set_builder(
-        ndarray=np.ndarray, dtypes=_BY_DTYPE, default_device=_default_device,
-        devices=Device._instances,
-    )  # fmt: skip
-    _copies._build = core.build_upload
-
-
-def _acquire(nbytes: int) -> Any:
-    """A pinned staging block of at least ``nbytes`` from the process's pool."""
-    return staging_pool().acquire(nbytes)

@@ -227,6 +227,19 @@ class Backend(BackendCore, ABC):
     # context) is the kernel's. ``fault_seen``: whether any device of this backend has
     # faulted: until one has, a submission's fault check (``raise_if_faulted``) is this
     # attribute alone.
+    #
+    # ``launch_kernel``, ``launch_failed``, ``context_handle`` and ``copy_and_write`` are
+    # fields of the native base too (the calls the native core makes of a backend): each
+    # is the backend's own method of that name with a leading underscore, bound here once,
+    # so that the core calls a declared field and a replacement set on the instance (a
+    # test's, a benchmark's stub) is the one both paths call. A backend implements the
+    # underscored methods.
+
+    def __init__(self) -> None:
+        self.launch_kernel = self._launch_kernel
+        self.launch_failed = self._launch_failed
+        self.context_handle = self._context_handle
+        self.copy_and_write = self._copy_and_write
 
     #: ``"cuda"`` or ``"emulator"``: for messages and reports; code asks for a capability.
     name: str = ""
@@ -444,11 +457,12 @@ class Backend(BackendCore, ABC):
     def write_value32(self, stream: int, address: int, value: int) -> None:
         """After prior work on ``stream``, store ``value`` into the host word at ``address``."""
 
-    def copy_and_write(
+    def _copy_and_write(
         self, dst: int, src: int, nbytes: int, stream: int, address: int, value: int
     ) -> None:
-        """:meth:`memcpy_htod_async`, then :meth:`write_value32` on the same stream (a small
-        upload's DMA and its completion flag; one native call where the backend has one).
+        """``copy_and_write``: :meth:`memcpy_htod_async`, then :meth:`write_value32` on the
+        same stream (a small upload's DMA and its completion flag; one native call where
+        the backend has one).
 
         >>> backend.copy_and_write(alloc.ptr, block.address, 4096, stream.handle, word, gen)
         """
@@ -547,7 +561,7 @@ class Backend(BackendCore, ABC):
         """
 
     @abstractmethod
-    def launch_kernel(
+    def _launch_kernel(
         self,
         kernel: Any,
         grid: tuple[int, int, int],
@@ -559,7 +573,7 @@ class Backend(BackendCore, ABC):
         flag_address: int = 0,
         flag_value: int = 0,
     ) -> None:
-        """Launch a :class:`PreparedKernel` of this backend on ``stream``.
+        """``launch_kernel``: launch a :class:`PreparedKernel` of this backend on ``stream``.
 
         ``args`` match the kernel's parameters: a :class:`DeviceArray` or an int address
         for each pointer, a Python scalar in range for each value. ``errors()`` gives the
@@ -570,7 +584,7 @@ class Backend(BackendCore, ABC):
         path of every launch: backends keep it to one call into the driver.
         """
 
-    def launch_failed(
+    def _launch_failed(
         self,
         rc: int,
         kernel: Any,
@@ -582,8 +596,8 @@ class Backend(BackendCore, ABC):
         flag_address: int = 0,
         flag_value: int = 0,
     ) -> None:
-        """Raise why :attr:`fast_launch` returned ``rc`` for this launch (backends that
-        have one say more; this default only has the code)."""
+        """``launch_failed``: raise why :attr:`fast_launch` returned ``rc`` for this launch
+        (backends that have one say more; this default only has the code)."""
         raise driver_error(abs(rc), "cuLaunchKernel" if rc > 0 else "cuStreamWriteValue32")
 
     # -- bursts of awaits (the native submitter) -----------------------------------------
@@ -620,10 +634,10 @@ class Backend(BackendCore, ABC):
         )
         return -1
 
-    def context_handle(self, ordinal: int) -> int:
-        """The driver context (an integer handle) that the submitter's thread makes
-        current for launches on device ``ordinal``; 0 where the backend has none (this
-        default). A backend that caches them in its ``_context_handles`` dict (a field of
+    def _context_handle(self, ordinal: int) -> int:
+        """``context_handle``: the driver context (an integer handle) that the submitter's
+        thread makes current for launches on device ``ordinal``; 0 where the backend has
+        none (this default). A backend that caches them in its ``_context_handles`` dict (a field of
         ``BackendCore``) has them read from there by the native core."""
         return 0
 

@@ -361,6 +361,7 @@ class CudaBackend(Backend):
     more_devices_hint = "CUDA_VISIBLE_DEVICES decides which GPUs this process sees"
 
     def __init__(self) -> None:
+        super().__init__()
         driver, reason = _init_driver()
         if reason is not None:
             raise BackendUnavailableError(f"the cuda backend cannot run here: {reason}")
@@ -490,7 +491,7 @@ class CudaBackend(Backend):
         )  # fmt: skip
         return ticket if ticket >= 0 else None  # (-1: full, or too many parameters)
 
-    def context_handle(self, ordinal: int) -> int:
+    def _context_handle(self, ordinal: int) -> int:
         context: int = self._context_handles.get(ordinal) or int(self._context(ordinal))
         self._context_handles[ordinal] = context
         return context
@@ -1233,7 +1234,7 @@ class CudaBackend(Backend):
             if caller is not None:
                 self._put_back(caller)
 
-    def copy_and_write(
+    def _copy_and_write(
         self, dst: int, src: int, nbytes: int, stream: int, address: int, value: int
     ) -> None:
         # A small upload's two calls in one native call (the bindings' argument wrapping
@@ -1245,11 +1246,11 @@ class CudaBackend(Backend):
                 caller = self._enter(stream)[1]
             native = self._native
             if native is None or not self._native_copy:
-                return Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+                return Backend._copy_and_write(self, dst, src, nbytes, stream, address, value)
             flag = self.host_device_pointer(address) if self._host_remap else address
             rc = native.copy_and_write(dst, src, nbytes, stream, flag, value)
             if rc > 0:  # nothing enqueued: the bindings' calls redo it (another context) or raise
-                Backend.copy_and_write(self, dst, src, nbytes, stream, address, value)
+                Backend._copy_and_write(self, dst, src, nbytes, stream, address, value)
             elif rc < 0:  # the copy is enqueued, the write failed: the same for the write
                 self.write_value32(stream, address, value)
             return None
@@ -1439,7 +1440,7 @@ class CudaBackend(Backend):
                     function = self._functions[key] = self.module_function(module, lowered)
         return function
 
-    def launch_kernel(
+    def _launch_kernel(
         self,
         kernel: _CudaKernel,
         grid: tuple[int, int, int],
@@ -1491,7 +1492,7 @@ class CudaBackend(Backend):
             if caller is not None:
                 self._put_back(caller)
 
-    def launch_failed(
+    def _launch_failed(
         self,
         rc: int,
         kernel: _CudaKernel,

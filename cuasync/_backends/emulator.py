@@ -390,6 +390,7 @@ class EmulatorBackend(Backend):
     def __init__(
         self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0, peer_access: bool = True
     ) -> None:
+        super().__init__()
         self._devices = [
             _Device(i, memory, next_address=(i + 1) * _DEVICE_WINDOW) for i in range(devices)
         ]
@@ -1253,7 +1254,7 @@ class EmulatorBackend(Backend):
             )
         return problem is None
 
-    def launch_kernel(
+    def _launch_kernel(
         self,
         kernel: _EmulatedKernel,
         grid: tuple[int, int, int],

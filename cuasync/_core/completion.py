@@ -1154,3 +1154,7 @@ def _run_checks(ctx: Any) -> None:
         except BaseException as exc:
             ctx.error_box().append(exc)
             return
+
+
+# (what the native core asks where the hub has no answer for a device yet)
+PROCESS.stream_memops = Hub.stream_memops

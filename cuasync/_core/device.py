@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._backends import get_backend
 from .._exceptions import report_once
-from .._native import DeviceCore, StreamCore
+from .._native import PROCESS, DeviceCore, StreamCore
 from ..errors import ArgumentError, InvalidDeviceError, OutOfMemoryError
 from . import block_cache
 from .context import LOCK, submitting
@@ -687,3 +687,9 @@ def _destroy_event(handle: int) -> None:
         get_backend().event_destroy(handle)
     except Exception as exc:
         report_once("cuasync.device", "destroy an event", exc)
+
+
+# What from_host's native build reads (``_reactor.build_upload``): the default device's
+# ContextVar and the Devices made, by ordinal (declared fields of PROCESS, set here once).
+PROCESS.default_device = _default_device
+PROCESS.devices = Device._instances

@@ -413,5 +413,6 @@ def _core_abandon(
 # (``LaunchCore``'s ``__await__``) is the one LaunchAwait made here.
 PROCESS.launch_await = launch_awaiter(await_launch)
 PROCESS.make_core = make_core
+PROCESS.upload_failed = release_failed  # (a small upload's failed copy: Express.upload)
 if PROCESS.hub is not None and PROCESS.hub.express is None:
     PROCESS.hub.express = PROCESS.hub._core = make_core(PROCESS.hub)

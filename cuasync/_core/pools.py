@@ -277,3 +277,7 @@ def current_pool(device: Device) -> MemoryPool | None:
     """The pool :func:`use_memory_pool` selected for ``device`` here; None: the default."""
     selected = _selected.get()
     return None if selected is None else selected.get(device.ordinal)
+
+
+#: (the selected pools' ContextVar, which a small upload's native allocation reads)
+PROCESS.selected_pools = _selected

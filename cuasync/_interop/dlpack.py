@@ -29,7 +29,8 @@ from .._backends.base import LEGACY_STREAM, PER_THREAD_STREAM
 from .._core.context import LOCAL, LOCK
 from .._core.device import Device, Stream, _check_ordinal
 from .._core.memory import Allocation
-from .._dtypes import SUPPORTED, dtype_name
+from .._dtypes import _BY_DTYPE, SUPPORTED, dtype_name
+from .._native import PROCESS
 from .._tensor import Tensor, contiguous_strides
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import capsules
@@ -137,7 +138,12 @@ def _dtype_code(tensor: Tensor) -> tuple[int, int]:
     return code
 
 
-_CODE_OF: dict[Any, tuple[int, int]] = {}
+#: DLPack's (code, bits) by dtype: the cache :func:`_dtype_code` fills, begun with the
+#: built-in numeric dtypes (``Tensor.__dlpack__``'s native export reads it:
+#: ``PROCESS.dlpack_codes``).
+_CODE_OF: dict[Any, tuple[int, int]] = {
+    dt: (_CODES[dt.kind], dt.itemsize * 8) for dt in _BY_DTYPE if dt.kind in _CODES
+}
 
 
 def _check_stream(stream: Any) -> int:
@@ -407,3 +413,9 @@ def _adopt(obj: Any, fields: capsules.Fields, device: Device, stream: Stream) ->
     readonly = versioned and bool(flags & _READ_ONLY)
     alloc = ForeignAllocation(device, ptr, nbytes, owner=obj, readonly=readonly, producer=stream)
     return Tensor(alloc, shape, dtype, strides, 0)
+
+
+# (the Python side of Tensor.__dlpack__ and __dlpack_device__, which their native
+# methods call for what they do not answer themselves)
+PROCESS.dlpack_export, PROCESS.dlpack_release = export, _release_to_legacy
+PROCESS.dlpack_device, PROCESS.dlpack_codes = dlpack_device, _CODE_OF

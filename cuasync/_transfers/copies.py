@@ -19,7 +19,7 @@ from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, DTypeLike, as_dtype, dtype_name
 from .._first_use import launching
-from .._native import UploadWorkCore
+from .._native import NATIVE, UploadWorkCore
 from .._ops.expr import Node
 from .._ops.tensorop import ShapeLike, TensorOp, tensor_op
 from .._ops.views import flip
@@ -107,9 +107,10 @@ def _default_floats(source: np.ndarray) -> np.ndarray:
     return narrow
 
 
-#: The native core's ``Express.build_upload`` (set by ``_small_upload`` once the hub has
-#: one): ``from_host``'s op for an ndarray of a known dtype on the default device, or None.
-_build: Callable[[Any], TensorOp | None] | None = None
+#: The native module's ``build_upload``: ``from_host``'s op for an ndarray of a known
+#: dtype on the default device, built in C where the hub has a native core (not with
+#: ``CUASYNC_NATIVE=off``), else None (then built here). (None: every op built here.)
+_build: Callable[[Any], TensorOp | None] | None = NATIVE.build_upload
 
 
 class _HostUpload(UploadWorkCore):

@@ -138,10 +138,6 @@ class StagingPool:
         self._watched = False  # whether the background watcher runs this pool's chore
         self.allocated_bytes = 0
         self.cached_bytes = 0
-        #: Keepers of idle blocks outside the free lists (the native core keeps a few for
-        #: small uploads): ``staging_idle_bytes`` counts as cached, ``staging_reuses``
-        #: among the reuses, ``drop_staging()`` gives them back (before a trim).
-        self._keepers: list[Any] = []
         self.allocations = 0
         self.reuses = 0
 
@@ -274,14 +270,10 @@ class StagingPool:
             if hub is not None:
                 hub.background.kick()
 
-    def add_keeper(self, keeper: Any) -> None:
-        """Count ``keeper``'s idle blocks as cached, and take them back before a trim."""
-        if keeper not in self._keepers:
-            self._keepers.append(keeper)
-
     def stats(self) -> PoolStats:
-        kept = sum(keeper.staging_idle_bytes for keeper in self._keepers)
-        reused = sum(keeper.staging_reuses for keeper in self._keepers)
+        keeper = _keeper(self)
+        kept = 0 if keeper is None else keeper.staging_idle_bytes
+        reused = 0 if keeper is None else keeper.staging_reuses
         with self._lock:
             cached = self.cached_bytes + kept
             return PoolStats(
@@ -296,7 +288,8 @@ class StagingPool:
         """Free idle memory with ``host_free``: every idle large block, and every chunk
         whose blocks are all idle; with ``idle_for``, only what has been idle that many
         seconds. Returns the bytes freed."""
-        for keeper in self._keepers:
+        keeper = _keeper(self)
+        if keeper is not None:
             keeper.drop_staging()  # (its blocks go idle here now)
         release: list[int] = []
         freed = 0
@@ -356,3 +349,22 @@ def staging_pool() -> StagingPool:
                 _pool = StagingPool(CONFIG.pinned_idle_s)
             pool = _pool
     return pool
+
+
+def _keeper(pool: StagingPool) -> Any:
+    """The keeper of ``pool``'s idle blocks outside its free lists, or None: for the
+    process's staging pool, the hub's native core (``hub.express``), which keeps a few
+    for small uploads (taken with :data:`PROCESS.staging_acquire <_acquire_block>`). Its
+    ``staging_idle_bytes`` count as cached, its ``staging_reuses`` among the reuses, and
+    ``drop_staging()`` gives them back (before a trim)."""
+    hub = PROCESS.hub
+    return None if hub is None or pool is not _pool else hub.express
+
+
+def _acquire_block(nbytes: int) -> PinnedBlock:
+    """A pinned staging block of at least ``nbytes`` from the process's pool (what the
+    native core's small uploads take when they keep none of the class)."""
+    return staging_pool().acquire(nbytes)
+
+
+PROCESS.staging_acquire = _acquire_block

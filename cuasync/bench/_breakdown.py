@@ -65,13 +65,15 @@ def stubbed_driver() -> Iterator[bool]:
     restore = getattr(backend, "_native_entry_points", None)
     if native_launch and restore is not None:
         native.set_entry_points(**native.stub_entry_points())
-    backend.launch_kernel = launch_kernel  # type: ignore[method-assign,assignment]
+    own_launch = backend.launch_kernel  # (a field of the native base: set back, not deleted)
+    backend.launch_kernel = launch_kernel
     backend.write_value32 = write_value32  # type: ignore[method-assign]
     backend.queue_launch = queue_launch  # type: ignore[method-assign,assignment]
     try:
         yield True
     finally:
-        del backend.launch_kernel, backend.write_value32, backend.queue_launch
+        backend.launch_kernel = own_launch
+        del backend.write_value32, backend.queue_launch
         if native_launch and restore is not None:
             restore()  # the driver's own entry points again
 

@@ -33,8 +33,8 @@
 #define IS_FINALIZING() _Py_IsFinalizing()
 #endif
 
-/* What both paths read: set once (the finalizer's, in the module's state, when the first
- * Allocation is finalized; Express.set_upload's). */
+/* What both paths read: made once, in the module's state (process_alloc_shape: when the
+ * first Allocation is finalized or the first small upload is allocated). */
 struct alloc_shape {
     PyTypeObject *alloc_t, *stream_t;
     PyObject *cache;   /* block_cache.CACHE, a BlockCacheCore */
@@ -470,10 +470,11 @@ keep_block(alloc_shape *a, PyObject *self)
     return 1;
 }
 
-/* The shape the finalizer reads: the module's, made once the classes and the block cache
- * it reads exist (made again for another block cache); NULL, with no error set, before. */
-static alloc_shape *
-finalizer_shape(PyObject *process)
+/* The shape the finalizer and a small upload read (cores.h): the module's, made once the
+ * classes and the block cache it reads exist (made again for another block cache); NULL,
+ * with no error set, before (or with an error set, where making it failed). */
+alloc_shape *
+process_alloc_shape(PyObject *process)
 {
     alloc_shape **slot = module_alloc_shape(process);
     PyObject *cache = PROCESS(process)->block_cache;
@@ -501,7 +502,7 @@ alloc_finalize(PyObject *self)
         goto done;
     }
     Py_INCREF(process);
-    alloc_shape *a = finalizer_shape(process);
+    alloc_shape *a = process_alloc_shape(process);
     int kept = a == NULL ? 0 : keep_block(a, self);
     if (kept < 0) /* (as the Python finalizer reports its errors: never raised) */
         PyErr_WriteUnraisable(self);

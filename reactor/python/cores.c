@@ -103,6 +103,10 @@ REGISTERING(FutureCore, REG_FUTURE)
 REGISTERING(CompletionCore, REG_COMPLETION)
 REGISTERING(RoundRobinCore, REG_ROUND_ROBIN)
 REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
+REGISTERING(UploadOpCore, REG_UPLOAD_OP)
+REGISTERING(NodeCore, REG_NODE)
+REGISTERING(UploadWorkCore, REG_UPLOAD_WORK)
+REGISTERING(BlockCore, REG_BLOCK)
 
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
 #define StreamCore_EXTRA_SLOTS {Py_tp_methods, StreamCore_methods},
@@ -120,10 +124,10 @@ REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
 #define OutputCore_EXTRA_SLOTS {Py_tp_methods, OutputCore_methods},
 #define FutureCore_EXTRA_SLOTS {Py_tp_methods, FutureCore_methods},
 #define TensorOpCore_EXTRA_SLOTS
-#define UploadOpCore_EXTRA_SLOTS
-#define NodeCore_EXTRA_SLOTS
-#define UploadWorkCore_EXTRA_SLOTS
-#define BlockCore_EXTRA_SLOTS
+#define UploadOpCore_EXTRA_SLOTS {Py_tp_methods, UploadOpCore_methods},
+#define NodeCore_EXTRA_SLOTS {Py_tp_methods, NodeCore_methods},
+#define UploadWorkCore_EXTRA_SLOTS {Py_tp_methods, UploadWorkCore_methods},
+#define BlockCore_EXTRA_SLOTS {Py_tp_methods, BlockCore_methods},
 #define AdapterCore_EXTRA_SLOTS
 #define DeviceCore_EXTRA_SLOTS
 #define RoundRobinCore_EXTRA_SLOTS {Py_tp_methods, RoundRobinCore_methods},
@@ -307,11 +311,11 @@ CORE_TYPE_N(HubCore, 11, "HubCore",
             {"step_aside", T_BOOL, offsetof(HubCore, step_aside), 0,
              "Whether an await in a burst steps aside, its launch queued."});
 
-CORE_TYPE_N(BackendCore, 4, "BackendCore",
+CORE_TYPE_N(BackendCore, 8, "BackendCore",
             "What a backend (its base type) tells every submission: its native launch, its "
             "record of this thread's current context, its driver contexts, its remapped "
-            "pinned ranges, whether a device has faulted and whether the native copy may be "
-            "made.",
+            "pinned ranges, the calls the native core makes of it, whether a device has "
+            "faulted and whether the native copy may be made.",
             OPTIONAL(BackendCore, fast_launch, "fast_launch",
                      "The backend's native launch with its flag write, or None."),
             OPTIONAL(BackendCore, current, "current",
@@ -320,6 +324,15 @@ CORE_TYPE_N(BackendCore, 4, "BackendCore",
                    "{ordinal: CUcontext} the submitter's thread makes current (a cache)."),
             MEMBER(BackendCore, host_remap, "_host_remap",
                    "[(host, nbytes, device)] of pinned ranges whose device address differs."),
+            OPTIONAL(BackendCore, launch_kernel, "launch_kernel",
+                     "Launch a PreparedKernel on a stream (Backend._launch_kernel, bound)."),
+            OPTIONAL(BackendCore, launch_failed, "launch_failed",
+                     "Raise why fast_launch failed (Backend._launch_failed, bound)."),
+            OPTIONAL(BackendCore, context_handle, "context_handle",
+                     "The driver context of a device (Backend._context_handle, bound)."),
+            OPTIONAL(BackendCore, copy_and_write, "copy_and_write",
+                     "A small upload's copy and flag write (Backend._copy_and_write, bound; "
+                     "another callable set here is called for every copy)."),
             {"fault_seen", T_BOOL, offsetof(BackendCore, fault_seen), 0,
              "Whether any device of this backend has faulted."},
             {"_native_copy", T_BOOL, offsetof(BackendCore, native_copy), 0,
@@ -455,7 +468,36 @@ CORE_TYPE(ProcessCore, "ProcessCore",
                    "a stream after another's: (allocation, stream, seq, write)."),
           OPTIONAL(ProcessCore, launch_await, "launch_await",
                    "The await of a launch op (a LaunchAwait), which LaunchCore's __await__ "
-                   "calls; set when cuasync._core.express is imported."));
+                   "calls; set when cuasync._core.express is imported."),
+          OPTIONAL(ProcessCore, staging_acquire, "staging_acquire",
+                   "A pinned staging block of at least nbytes from the process's pool: "
+                   "(nbytes) -> PinnedBlock."),
+          OPTIONAL(ProcessCore, upload_failed, "upload_failed",
+                   "What a small upload whose copy failed leaves (express.release_failed): "
+                   "(hub, stream, seq, slot, box, held)."),
+          OPTIONAL(ProcessCore, selected_pools, "selected_pools",
+                   "The ContextVar of the selected memory pools (pools._selected)."),
+          OPTIONAL(ProcessCore, ndarray, "ndarray",
+                   "numpy.ndarray: the type from_host's native build takes."),
+          OPTIONAL(ProcessCore, dtypes, "dtypes",
+                   "The dtypes cuasync knows (_dtypes._BY_DTYPE), a dict."),
+          OPTIONAL(ProcessCore, default_device, "default_device",
+                   "The ContextVar of the default device's ordinal (device._default_device)."),
+          OPTIONAL(ProcessCore, devices, "devices",
+                   "The Devices made, by ordinal (Device._instances), a dict."),
+          OPTIONAL(ProcessCore, stream_memops, "stream_memops",
+                   "Hub.stream_memops: (hub, ordinal) -> bool, where the hub has no answer "
+                   "yet."),
+          OPTIONAL(ProcessCore, dlpack_export, "dlpack_export",
+                   "The Python DLPack export (cuasync._interop.dlpack.export)."),
+          OPTIONAL(ProcessCore, dlpack_release, "dlpack_release",
+                   "The release recording a read by the legacy stream "
+                   "(cuasync._interop.dlpack._release_to_legacy): (allocation)."),
+          OPTIONAL(ProcessCore, dlpack_device, "dlpack_device",
+                   "The Python __dlpack_device__ (cuasync._interop.dlpack.dlpack_device): "
+                   "(tensor)."),
+          OPTIONAL(ProcessCore, dlpack_codes, "dlpack_codes",
+                   "{dtype: (DLPack code, bits)} of the dtypes DLPack has a code for."));
 
 #define BlockCacheCore_EXTRA_SLOTS
 CORE_TYPE_N(BlockCacheCore, 3, "BlockCacheCore",

@@ -76,11 +76,14 @@ typedef struct {
 } HubCore;
 
 /* Backend: the native launch, this thread's current-context record, its driver
- * contexts by ordinal, its remapped pinned ranges; whether a device has faulted, whether
- * the native copy may be made */
+ * contexts by ordinal, its remapped pinned ranges; the Python calls the core makes of it
+ * (launch_kernel, launch_failed, context_handle, copy_and_write: the backend's own,
+ * bound by Backend.__init__, or a replacement set on the instance, a test's); whether a
+ * device has faulted, whether the native copy may be made */
 typedef struct {
     PyObject_HEAD
     PyObject *fast_launch, *current, *context_handles, *host_remap;
+    PyObject *launch_kernel, *launch_failed, *context_handle, *copy_and_write;
     char fault_seen, native_copy;
 } BackendCore;
 
@@ -194,6 +197,22 @@ typedef struct {
     /* the await of a launch op (a LaunchAwait express.py makes once, with the Python it
      * hands work back to), which LaunchCore's am_await calls */
     PyObject *launch_await;
+    /* what a small upload (Express.upload, upload.c) calls and reads, each set by the
+     * module that owns it when it is imported: the staging pool's acquire(nbytes)
+     * (staging.py), the handler of a failed copy (express.release_failed), the
+     * ContextVar of the selected memory pools (pools._selected) */
+    PyObject *staging_acquire, *upload_failed, *selected_pools;
+    /* what from_host's native build (build_upload, upload.c) reads: numpy's ndarray and
+     * the dtypes cuasync knows (_dtypes.py), the default device's ContextVar and the
+     * Devices made, by ordinal (device.py) */
+    PyObject *ndarray, *dtypes, *default_device, *devices;
+    /* Hub.stream_memops (completion.py): (hub, ordinal), asked where the hub's answers
+     * have none yet */
+    PyObject *stream_memops;
+    /* the Python side of a DLPack export (cuasync/_interop/dlpack.py): the export, the
+     * release that records a read by the legacy stream, __dlpack_device__, and
+     * {dtype: (code, bits)} of the dtypes DLPack has a code for */
+    PyObject *dlpack_export, *dlpack_release, *dlpack_device, *dlpack_codes;
 } ProcessCore;
 
 /* LaunchCore's am_await (express.c): PROCESS.launch_await(op). */
@@ -213,6 +232,10 @@ int alloc_shape_traverse(alloc_shape *a, visitproc visit, void *arg);
 /* The slot of the finalizer's alloc_shape in the module of process (module.c), or NULL
  * with an error set. */
 alloc_shape **module_alloc_shape(PyObject *process);
+/* The module's alloc_shape (alloc.c), which Allocation's finalizer and a small upload read:
+ * made once the classes and PROCESS.block_cache exist (again for another block cache);
+ * NULL before, with no error set (or with one, where making it failed). */
+alloc_shape *process_alloc_shape(PyObject *process);
 
 /* The block cache's state (block_cache.CACHE): its RLock, the cached pointers by
  * (stream handle, size class), the cached bytes by device ordinal, whether a removal
@@ -288,8 +311,13 @@ int is_stream(PyObject *o);
  * from the recorded one (ForeignAllocation) is not recorded either. */
 enum {
     REG_STREAM, REG_ALLOCATION, REG_TENSOR, REG_PREPARED, REG_LAUNCH, REG_CONTEXT, REG_OUTPUT,
-    REG_FUTURE, REG_COMPLETION, REG_ROUND_ROBIN, REG_SINGLE_STREAM, REG_COUNT
+    REG_FUTURE, REG_COMPLETION, REG_ROUND_ROBIN, REG_SINGLE_STREAM,
+    /* (a small upload's: HostUploadOp, Node, _HostUpload, PinnedBlock; Express.upload
+     * and build_upload decline while one is not declared) */
+    REG_UPLOAD_OP, REG_NODE, REG_UPLOAD_WORK, REG_BLOCK, REG_COUNT
 };
+/* (the classes every Express needs declared before it is made) */
+#define REG_EXPRESS_NEEDS REG_UPLOAD_OP
 extern PyTypeObject *cuasync_registered[REG_COUNT];
 #define REGISTERED(which) (cuasync_registered[REG_##which])
 

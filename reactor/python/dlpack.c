@@ -482,21 +482,30 @@ dlpack_delete(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * on a device: its legacy stream not made yet, a lock taken at the release) takes the
  * Python functions of cuasync/_interop/dlpack.py, export and _release_to_legacy. */
 
-/* cuasync._interop.dlpack.<name>(*args) */
+/* A Python function of cuasync/_interop/dlpack.py, a field of PROCESS (process: borrowed,
+ * or NULL with an error set) that the module sets when it is imported, called. */
 static PyObject *
-call_python(const char *name, PyObject *const *args, size_t nargs)
+call_python(PyObject *process, PyObject *(*field)(ProcessCore *), const char *what,
+            PyObject *const *args, size_t nargs)
 {
-    PyObject *module = PyImport_ImportModule("cuasync._interop.dlpack");
-    if (module == NULL)
+    if (process == NULL)
         return NULL;
-    PyObject *fn = PyObject_GetAttrString(module, name);
-    Py_DECREF(module);
-    if (fn == NULL)
+    PyObject *fn = field(PROCESS(process));
+    if (fn == NULL || fn == Py_None) {
+        PyErr_Format(PyExc_RuntimeError, "PROCESS.%s is not set (import cuasync first)", what);
         return NULL;
+    }
+    Py_INCREF(fn); /* (held: the call may replace the field) */
     PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
     Py_DECREF(fn);
     return r;
 }
+
+static int exact_int(PyObject *o, long long *v);
+
+static PyObject *field_export(ProcessCore *p) { return p->dlpack_export; }
+static PyObject *field_release(ProcessCore *p) { return p->dlpack_release; }
+static PyObject *field_device(ProcessCore *p) { return p->dlpack_device; }
 
 /* The legacy stream recorded as the reader of the allocation (owner->arg): the next
  * sequence number of that stream, under the execution lock (held already where this
@@ -508,7 +517,7 @@ record_legacy_read(owner_pair *owner)
     PyObject *alloc = owner->arg, *legacy = owner->legacy;
     int mine = cuasync_active; /* (this thread holds it: inside a then()) */
     if (!mine && exec_lock_try(owner->lock) != 1) {
-        PyObject *r = call_python("_release_to_legacy", &alloc, 1);
+        PyObject *r = call_python(process_of(alloc), field_release, "dlpack_release", &alloc, 1);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
@@ -564,10 +573,12 @@ only_legacy_uses(AllocationCore *alloc, PyObject *legacy)
     return 1;
 }
 
-/* DLPack's (code, bits) of dtype (a numpy dtype: its kind and itemsize, then cached):
- * 1, or 0 where the Python export knows better (bfloat16, FP8, others). -1: an error. */
+/* DLPack's (code, bits) of dtype (a numpy dtype: its entry of PROCESS.dlpack_codes, the
+ * Python module's table, then cached here by identity): 1, or 0 where the Python export
+ * knows better (no entry, bfloat16, FP8, others). -1: an error. */
 static int
-dtype_code(dlpack_codes *codes, PyObject *dtype, long long *code, long long *bits)
+dtype_code(dlpack_codes *codes, PyObject *process, PyObject *dtype, long long *code,
+           long long *bits)
 {
     for (int i = 0; i < codes->n; i++)
         if (codes->dtype[i] == dtype) {
@@ -575,31 +586,29 @@ dtype_code(dlpack_codes *codes, PyObject *dtype, long long *code, long long *bit
             *bits = codes->bits[i];
             return 1;
         }
-    PyObject *kind = PyObject_GetAttrString(dtype, "kind");
-    PyObject *size = kind == NULL ? NULL : PyObject_GetAttrString(dtype, "itemsize");
-    int found = 0;
-    if (size != NULL && PyUnicode_Check(kind) && PyUnicode_GET_LENGTH(kind) == 1) {
-        long itemsize = PyLong_AsLong(size);
-        /* DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6 */
-        Py_UCS4 k = PyUnicode_READ_CHAR(kind, 0);
-        long long c = k == 'i' ? 0 : k == 'u' ? 1 : k == 'f' ? 2 : k == 'c' ? 5 : k == 'b' ? 6 : -1;
-        if (c >= 0 && itemsize > 0 && itemsize <= 16 && !(c == 2 && itemsize < 2)) {
-            *code = c;
-            *bits = itemsize * 8;
-            found = 1;
-            if (codes->n < DLPACK_CODES) {
-                codes->dtype[codes->n] = Py_NewRef(dtype);
-                codes->code[codes->n] = (unsigned char)c;
-                codes->bits[codes->n] = (unsigned char)(itemsize * 8);
-                codes->n++;
-            }
-        }
+    PyObject *table = PROCESS(process)->dlpack_codes;
+    if (table == NULL || !PyDict_CheckExact(table))
+        return 0;
+    PyObject *entry = PyDict_GetItemWithError(table, dtype); /* (borrowed) */
+    if (entry == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    long long c, b;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+        !exact_int(PyTuple_GET_ITEM(entry, 0), &c) || !exact_int(PyTuple_GET_ITEM(entry, 1), &b))
+        return 0;
+    /* DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6 */
+    if (!(c == 0 || c == 1 || c == 2 || c == 5 || c == 6) || b < 8 || b > 128 || b % 8 != 0 ||
+        (c == 2 && b < 16))
+        return 0;
+    *code = c;
+    *bits = b;
+    if (codes->n < DLPACK_CODES) {
+        codes->dtype[codes->n] = Py_NewRef(dtype);
+        codes->code[codes->n] = (unsigned char)c;
+        codes->bits[codes->n] = (unsigned char)b;
+        codes->n++;
     }
-    Py_XDECREF(kind);
-    Py_XDECREF(size);
-    if (PyErr_Occurred())
-        return -1;
-    return found;
+    return 1;
 }
 
 /* an exact int's value into *v: 1, or 0 (not an exact int, or out of range) */
@@ -675,7 +684,9 @@ tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *arg
         (legacy == NULL || !is_stream(legacy) || !only_legacy_uses(alloc, legacy)))
         goto python;
     dlpack_codes *codes = module_dlpack_codes(defining_class);
-    int known = codes == NULL || t->dtype == NULL ? -1 : dtype_code(codes, t->dtype, &code, &bits);
+    PyObject *process = module_process(defining_class);
+    int known = codes == NULL || process == NULL ? -1
+                : t->dtype == NULL ? 0 : dtype_code(codes, process, t->dtype, &code, &bits);
     if (known < 0)
         return NULL;
     if (!known || alloc->ptr == NULL || t->offset == NULL || !exact_int(alloc->ptr, &ptr) ||
@@ -691,7 +702,7 @@ tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *arg
                         versioned && alloc->readonly ? 1 : 0, versioned);
 python:;
     PyObject *call[5] = {self, stream, max_version, dl_device, given[3]};
-    return call_python("export", call, 5);
+    return call_python(module_process(defining_class), field_export, "dlpack_export", call, 5);
 }
 
 PyObject *
@@ -703,7 +714,7 @@ tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(arg))
         if (device != NULL && is_device(device) && DEVICE(device)->ordinal != NULL)
             return Py_BuildValue("(iO)", 2, DEVICE(device)->ordinal); /* kDLCUDA */
     }
-    return call_python("dlpack_device", &self, 1);
+    return call_python(process_of(self), field_device, "dlpack_device", &self, 1);
 }
 
 

@@ -67,11 +67,15 @@ tensor_ptr(Express *self, PyObject *tensor, unsigned long long *out)
         PyErr_SetString(PyExc_TypeError, "a tensor argument is not fully made");
         return -1;
     }
-    PyObject *itemsize = PyObject_GetAttr(dtype, self->s_itemsize);
-    if (itemsize == NULL)
-        return -1;
-    long long size = PyLong_AsLongLong(itemsize), off = PyLong_AsLongLong(offset);
-    Py_DECREF(itemsize);
+    long long size = 0, off = PyLong_AsLongLong(offset);
+    if (off != 0) { /* (a view into its allocation: numpy's dtype.itemsize, read by name) */
+        PyObject *itemsize = off == -1 && PyErr_Occurred()
+                                 ? NULL : PyObject_GetAttr(dtype, self->s_itemsize);
+        if (itemsize == NULL)
+            return -1;
+        size = PyLong_AsLongLong(itemsize);
+        Py_DECREF(itemsize);
+    }
     unsigned long long base = PyLong_AsUnsignedLongLong(ptr);
     if (PyErr_Occurred())
         return -1;
@@ -243,8 +247,9 @@ needs_ordering(PyObject *alloc, PyObject *stream, int write)
     return 0;
 }
 
-/* backend.launch_failed(rc, prepared, grid, block, shared_mem, stream, args, address,
- * gen): it raises why the launch failed (or, made again from Python, it launched). */
+/* The backend's launch_failed(rc, prepared, grid, block, shared_mem, stream, args,
+ * address, gen) (BackendCore's field): it raises why the launch failed (or, made again
+ * from Python, it launched). */
 static int
 launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *address,
               PyObject *gen)
@@ -252,12 +257,12 @@ launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *
     PyObject *code = PyLong_FromLong(rc);
     if (code == NULL)
         return -1;
-    PyObject *a[10] = {self->backend, code, LAUNCH(op)->prepared,
+    PyObject *a[10] = {NULL, code, LAUNCH(op)->prepared,
                        LAUNCH(op)->grid, LAUNCH(op)->block,
                        LAUNCH(op)->shared_mem, STREAM(stream)->handle,
                        LAUNCH(op)->args, address, gen};
-    PyObject *r = PyObject_VectorcallMethod(self->s_launch_failed, a,
-                                            10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = backend_call(BACKEND(self->backend)->launch_failed, "launch_failed", a + 1,
+                               9 | PY_VECTORCALL_ARGUMENTS_OFFSET);
     Py_DECREF(code);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -274,10 +279,10 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     PyObject *block = LAUNCH(op)->block, *shared = LAUNCH(op)->shared_mem;
     PyObject *handle = STREAM(stream)->handle, *args = LAUNCH(op)->args;
     if (kind == BY_LAUNCH_KERNEL) {
-        PyObject *a[10] = {self->backend, prepared, grid, block, shared, handle, args, box,
-                           address, gen};
-        PyObject *r = PyObject_VectorcallMethod(self->s_launch_kernel, a,
-                                                10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *a[10] = {NULL, prepared, grid, block, shared, handle, args, box, address,
+                           gen};
+        PyObject *r = backend_call(BACKEND(self->backend)->launch_kernel, "launch_kernel",
+                                   a + 1, 9 | PY_VECTORCALL_ARGUMENTS_OFFSET);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
@@ -475,7 +480,7 @@ held:
 }
 
 /* The submitter a burst's native launch goes to (retained in *sub), and the context its
- * thread makes current (backend.context_handle(ordinal), cached by the backend): 1 when
+ * thread makes current (the backend's context_handle(ordinal), cached by the backend): 1 when
  * the launch can be queued, 0 when it is made here (no submitter, too many or too large
  * parameters), -1 an error. Called before the lock. */
 static int
@@ -494,7 +499,9 @@ burst_target(Express *self, const native_launch *nl, PyObject *ordinal, subcore 
     if (h == NULL) {
         if (PyErr_Occurred())
             return -1;
-        h = PyObject_CallMethodOneArg(self->backend, self->s_context_handle, ordinal);
+        PyObject *a[2] = {NULL, ordinal};
+        h = backend_call(BACKEND(self->backend)->context_handle, "context_handle", a + 1,
+                         1 | PY_VECTORCALL_ARGUMENTS_OFFSET);
         if (h == NULL)
             return -1;
     }
@@ -629,11 +636,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first launch on the device): asked here, as
          * the generic path does, so that the first launch is not declined */
-        PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
-        if (answer == NULL)
+        memops = ask_memops(self, ordinal);
+        if (memops == NULL)
             EARLY_RETURN(NULL);
-        memops = answer == Py_True ? Py_True : Py_False; /* (immortal enough: a bool) */
-        Py_DECREF(answer);
     }
     if (memops != Py_True)
         EARLY_RETURN(PyErr_Occurred() ? NULL : generic(self));
@@ -922,13 +927,9 @@ done:
 
 /* The names the core still looks up, each for a reason (docs/design.md lists them):
  * numpy's public attributes, a foreign type's API (``dtype.itemsize``: a tensor's element
- * size; an array's ``shape``: a small upload's source), and the backend's hooks, the
- * methods of the Backend protocol that a backend (and a test, on the instance) may
- * replace: ``launch_kernel`` (a launch made by Python: no native launch),
- * ``launch_failed`` (why a native launch failed), ``context_handle`` (a device's
- * context, where the backend caches none) and ``copy_and_write`` (a copy made by
- * Python). Everything of cuasync's own is a field: of the core types, of the hub, of
- * PROCESS. */
+ * size; an array's ``shape``: a small upload's source), read without a numpy build
+ * dependency. Everything of cuasync's own is a field: of the core types (the backend's
+ * calls too: BackendCore's), of the hub, of PROCESS. */
 static int
 intern_names(Express *self)
 {
@@ -936,11 +937,7 @@ intern_names(Express *self)
     if ((self->field = PyUnicode_InternFromString(text)) == NULL)                             \
         return -1;
     NAME(s_itemsize, "itemsize")
-    NAME(s_launch_kernel, "launch_kernel")
-    NAME(s_launch_failed, "launch_failed")
-    NAME(s_context_handle, "context_handle")
     NAME(s_shape, "shape")
-    NAME(s_copy_and_write, "copy_and_write")
 #undef NAME
     return 0;
 }
@@ -976,7 +973,7 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static const char *declared[REG_COUNT] = {
         "Stream", "Allocation", "Tensor", "PreparedKernel", "the launch op", "ExecutionContext",
         "Output", "DeviceFuture", "Completion"};
-    for (int i = 0; i < REG_COUNT; i++) {
+    for (int i = 0; i < REG_EXPRESS_NEEDS; i++) {
         if (cuasync_registered[i] == NULL) {
             PyErr_Format(PyExc_RuntimeError, "%s is not declared yet (import cuasync first)",
                          declared[i]);
@@ -1016,11 +1013,11 @@ Express_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->minus_one = PyLong_FromLong(-1)) == NULL ||
         (self->backend = hub_field(HUB(hub)->backend, "backend", NULL)) == NULL ||
         !core_subtype_check((PyObject *)Py_TYPE(self->backend), "BackendCore", "hub.backend's type") ||
-        (self->backend_dict = PyObject_GenericGetDict(self->backend, NULL)) == NULL ||
         (self->stats = hub_field(HUB(hub)->stats, "stats", NULL)) == NULL ||
         (slots = hub_field(HUB(hub)->slots, "slots", NULL)) == NULL ||
         !ledger_check(slots, "hub.slots") || (self->no_args = PyTuple_New(0)) == NULL ||
-        (self->memops = hub_field(HUB(hub)->memops, "_memops", &PyDict_Type)) == NULL)
+        (self->memops = hub_field(HUB(hub)->memops, "_memops", &PyDict_Type)) == NULL ||
+        upload_init(self) < 0)
         goto fail;
     self->slots = (SlotLedger *)Py_NewRef(slots);
     Py_DECREF(slots);
@@ -1042,7 +1039,6 @@ Express_traverse(Express *self, visitproc visit, void *arg)
     Py_VISIT(self->memops);
     Py_VISIT(self->lock);
     Py_VISIT(self->process);
-    Py_VISIT(self->backend_dict);
     Py_VISIT(self->box_type);
     Py_VISIT(self->generic);
     Py_VISIT(self->spin_us);
@@ -1063,7 +1059,6 @@ Express_clear(Express *self)
     Py_CLEAR(self->memops);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->process);
-    Py_CLEAR(self->backend_dict);
     Py_CLEAR(self->box_type);
     Py_CLEAR(self->generic);
     Py_CLEAR(self->spin_us);
@@ -1079,11 +1074,8 @@ Express_dealloc(Express *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Express_clear(self);
-    PyObject **names[] = {&self->s_itemsize,
-                          &self->s_launch_kernel, &self->s_launch_failed, &self->one,
-                          &self->minus_one, &self->no_args,
-                          &self->s_context_handle, &self->s_shape,
-                          &self->s_copy_and_write};
+    PyObject **names[] = {&self->s_itemsize, &self->one, &self->minus_one, &self->no_args,
+                          &self->s_shape};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         Py_CLEAR(*names[i]);
     tp->tp_free((PyObject *)self);
@@ -1149,25 +1141,8 @@ static PyMethodDef Express_methods[] = {
      "The express submission of a small from_host op on stream (modes as launch's): an "
      "express.Sent tuple (Python parks it), the new tensor (an await's or a blocking "
      "call's copy that landed within the spin: settled), or the generic sentinel (nothing "
-     "done). set_upload must have been called."},
-    {"set_upload", (PyCFunction)(void (*)(void))Express_set_upload,
-     METH_VARARGS | METH_KEYWORDS,
-     "set_upload($self, /, *, op, work, node, block, acquire, failed, abandon, cache, "
-     "pools)\n--\n\n"
-     "What upload uses: the op, work, node and pinned block types, the staging pool's "
-     "acquire(nbytes), the handlers of a failed copy and of an error after it, the block "
-     "cache (block_cache.CACHE) and the ContextVar of the selected memory pools (a route "
-     "forced for pageable copies it reads from PROCESS.forced_route)."},
-    {"set_builder", (PyCFunction)(void (*)(void))Express_set_builder,
-     METH_VARARGS | METH_KEYWORDS,
-     "set_builder($self, /, *, ndarray, dtypes, default_device, devices)\n--\n\n"
-     "What build_upload reads (after set_upload): numpy's ndarray type, the dtypes cuasync "
-     "knows, the ContextVar of the default device's ordinal and the Devices by ordinal "
-     "(whether origins are recorded it reads from PROCESS.debug_origins)."},
-    {"build_upload", (PyCFunction)Express_build_upload, METH_O,
-     "build_upload($self, array, /)\n--\n\n"
-     "cuasync.from_host(array)'s op (a HostUploadOp), built in C for its common case (an "
-     "ndarray of a known dtype, the default device, no debug origins); else None."},
+     "done). Its classes and what it calls are declared: the core types' classes, PROCESS's "
+     "fields."},
     {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
      "drop_staging($self, /)\n--\n\n"
      "The idle pinned blocks kept for small uploads go back to the staging pool."},

@@ -49,25 +49,19 @@ typedef struct {
     PyObject *lock; /* the module's EXEC_LOCK (an ExecLock) */
     PyObject *process; /* the module's PROCESS (a ProcessCore) */
     SlotLedger *slots; /* hub.slots: the only owner of the slab's slots */
-    PyObject *backend_dict; /* the backend's __dict__ */
     PyObject *box_type, *generic, *spin_us, *failed, *abandon, *one, *minus_one;
     PyObject *no_args;
-    /* interned names of the attributes read on every call */
-    PyObject *s_itemsize, *s_launch_kernel, *s_launch_failed;
-    PyObject *s_context_handle;
+    /* interned names of numpy's attributes it reads (a foreign type's API) */
+    PyObject *s_itemsize, *s_shape;
     unsigned long long launches, native_launches, declined, completed_inline;
     unsigned long long burst_awaits, burst_queued, burst_handed_over;
-    /* a small upload's (upload.c; Express.set_upload) */
-    PyTypeObject *upload_t, *work_t, *node_t, *block_t; /* HostUploadOp, _HostUpload, ... */
-    PyObject *acquire, *upload_failed, *upload_abandon, *lease_t;
-    PyObject *blocks[UPLOAD_CLASSES]; /* idle pinned staging blocks, by size class */
-    PyObject *s_shape, *s_copy_and_write;
-    alloc_shape *shape; /* the allocation of an upload (NULL: Allocation() every time) */
-    PyObject *pool_var; /* pools._selected */
+    /* a small upload's (upload.c): the lease type, idle pinned staging blocks by size
+     * class */
+    PyObject *lease_t;
+    PyObject *blocks[UPLOAD_CLASSES];
     unsigned long long uploads, staging_reuses;
     PyObject *dims_grid, *dims_block; /* the last launch's grid and block tuples, */
     unsigned int dims[6];             /* read: a Launcher's are the same objects */
-    struct upload_builder *builder; /* from_host's op built in C (Express.set_builder) */
 } Express;
 
 /* An attribute's truth: 1, 0, or -1 with an error set. */
@@ -215,15 +209,53 @@ unclaim_keeping_error(Express *self, Py_ssize_t s)
  * passed; 1 landed. */
 int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
 
-/* Express.upload (upload.c) and the Express attributes it sets up (set_upload). */
+/* Express.upload (upload.c), and the Express attributes it makes (upload_init: the lease
+ * type and the staging blocks' free lists; 0, or -1 with an error set). */
 PyObject *Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *Express_set_upload(Express *self, PyObject *args, PyObject *kwds);
+int upload_init(Express *self);
 PyObject *Express_get_staging_idle(Express *self, void *closure);
 PyObject *Express_get_staging_reuses(Express *self, void *closure);
 PyObject *Express_drop_staging(Express *self, PyObject *arg);
-PyObject *Express_set_builder(Express *self, PyObject *args, PyObject *kwds);
-PyObject *Express_build_upload(Express *self, PyObject *array);
 int upload_traverse(Express *self, visitproc visit, void *arg);
 void upload_clear(Express *self);
+
+/* A call the core makes of its backend (fn: a field of BackendCore, borrowed; nargsf
+ * may have PY_VECTORCALL_ARGUMENTS_OFFSET): its result, or NULL with an error set. */
+static inline PyObject *
+backend_call(PyObject *fn, const char *what, PyObject *const *args, size_t nargsf)
+{
+    if (fn == NULL || fn == Py_None) {
+        PyErr_Format(PyExc_AttributeError, "the backend has no %s", what);
+        return NULL;
+    }
+    Py_INCREF(fn); /* (held: the call may replace the field) */
+    PyObject *r = PyObject_Vectorcall(fn, args, nargsf, NULL);
+    Py_DECREF(fn);
+    return r;
+}
+
+/* The hub's answer for device ordinal not made yet (a process's first submission on the
+ * device): PROCESS.stream_memops(hub, ordinal), as the generic path asks it, so that the
+ * first submission is not declined. Py_True or Py_False (borrowed: immortal enough), or
+ * NULL with an error set. */
+static inline PyObject *
+ask_memops(Express *self, PyObject *ordinal)
+{
+    PyObject *ask = PROCESS(self->process)->stream_memops;
+    if (ask == NULL || ask == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "PROCESS.stream_memops is not set");
+        return NULL;
+    }
+    Py_INCREF(ask);
+    PyObject *a[2] = {self->hub, ordinal};
+    PyObject *answer = PyObject_Vectorcall(ask, a, 2, NULL);
+    Py_DECREF(ask);
+    if (answer == NULL)
+        return NULL;
+    PyObject *memops = answer == Py_True ? Py_True : Py_False;
+    Py_DECREF(answer);
+    return memops;
+}
+
 
 #endif

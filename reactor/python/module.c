@@ -841,7 +841,24 @@ mod_set_host_signal_queue(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* build_upload(array): from_host(array)'s op built in C (upload.c), or None. */
+static PyObject *
+mod_build_upload(PyObject *m, PyObject *array)
+{
+    modstate *st = (modstate *)PyModule_GetState(m);
+    if (st == NULL || st->process == NULL) {
+        PyErr_SetString(PyExc_SystemError, "the module has no PROCESS");
+        return NULL;
+    }
+    return upload_build(st->process, array);
+}
+
 static PyMethodDef module_methods[] = {
+    {"build_upload", (PyCFunction)mod_build_upload, METH_O,
+     "build_upload($module, array, /)\n--\n\n"
+     "cuasync.from_host(array)'s op (a HostUploadOp), built in C for its common case (an "
+     "ndarray of a known dtype, the default device, no debug origins); else None. It reads "
+     "PROCESS's fields and the classes declared on the core types."},
     {"set_launch_fence", (PyCFunction)mod_set_launch_fence, METH_O,
      "set_launch_fence($module, submitter, /)\n--\n\n"
      "Make launch_and_write, launch_packed and write_value32 wait for the launches queued "

@@ -91,6 +91,9 @@ PyObject *bind_to(PyObject *self, PyObject *obj, PyObject *type);
 
 /* The express core's type (express.c) and the launchers' (launcher.c). */
 extern PyType_Spec Express_spec;
+/* from_host(array)'s op built in C for its common case (upload.c), or None: the module's
+ * build_upload, with the module's PROCESS (borrowed). */
+PyObject *upload_build(PyObject *process, PyObject *array);
 extern PyType_Spec LaunchAwait_spec;
 extern PyType_Spec ExecLock_spec;
 extern PyType_Spec CurrentOrdinal_spec;

@@ -12,7 +12,7 @@
  * work that did not land), or the generic sentinel, having done nothing, when the upload
  * is not its case (the generic path then takes it, and words any error).
  *
- * The staging blocks come from the process's staging pool (set_upload's ``acquire``) and
+ * The staging blocks come from the process's staging pool (PROCESS.staging_acquire) and
  * go back, once their copy has landed, to a short free list per size class kept here:
  * Sent's ``held`` list holds a StagingLease (with the new tensor's allocation), whose
  * dealloc puts its block back on that list, or drops it (to the pool) when the list is
@@ -26,10 +26,6 @@
 #include "express.h"
 
 #include <string.h>
-
-struct upload_builder;
-static void builder_free(struct upload_builder *b);
-static int builder_traverse(struct upload_builder *b, visitproc visit, void *arg);
 
 /* -- StagingLease --------------------------------------------------------------------- */
 
@@ -71,117 +67,34 @@ static PyType_Spec StagingLease_spec = {
     .slots = StagingLease_slots,
 };
 
-/* -- set_upload --------------------------------------------------------------------------- */
+/* -- the core's upload state ------------------------------------------------------ */
 
-/* Express.set_upload(*, op, work, node, block, acquire, failed, abandon, cache, pools):
- * what
- * Express.upload uses (cuasync._small_upload sets it): the types it reads, the staging
- * pool's acquire(nbytes), the handlers of a failed copy and of an error after it. */
-PyObject *
-Express_set_upload(Express *self, PyObject *args, PyObject *kwds)
+int
+upload_init(Express *self)
 {
-    static char *kwlist[] = {"op",      "work",  "node",  "block", "acquire",
-                             "failed",  "abandon", "cache", "pools", NULL};
-    PyObject *op_t, *work_t, *node_t, *block_t, *acquire, *failed, *abandon, *cache, *pools;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!O!O!OOOOO:set_upload", kwlist,
-                                     &PyType_Type, &op_t, &PyType_Type, &work_t, &PyType_Type,
-                                     &node_t, &PyType_Type, &block_t, &acquire, &failed,
-                                     &abandon, &cache, &pools))
-        return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 9) {
-        PyErr_SetString(PyExc_TypeError, "set_upload() takes its 9 arguments by keyword");
-        return NULL;
-    }
-    PyObject *process = module_process(Py_TYPE(self));
-    if (process == NULL)
-        return NULL;
-    if (!PyContextVar_CheckExact(pools)) {
-        PyErr_SetString(PyExc_TypeError, "pools must be the ContextVar of the selected pools");
-        return NULL;
-    }
-    if (!PyCallable_Check(acquire) || !PyCallable_Check(failed) || !PyCallable_Check(abandon)) {
-        PyErr_SetString(PyExc_TypeError, "acquire, failed and abandon must be callable");
-        return NULL;
-    }
-    if (!core_subtype_check(op_t, "UploadOpCore", "op") ||
-        !core_subtype_check(node_t, "NodeCore", "node") ||
-        !core_subtype_check(work_t, "UploadWorkCore", "work") ||
-        !core_subtype_check(block_t, "BlockCore", "block"))
-        return NULL;
-    alloc_shape *shape = alloc_shape_new((PyObject *)REGISTERED(ALLOCATION), (PyObject *)REGISTERED(STREAM),
-                                         cache, process);
-    if (shape == NULL)
-        return NULL;
-    PyObject *lease_t = self->lease_t;
-    if (lease_t == NULL && (lease_t = PyType_FromSpec(&StagingLease_spec)) == NULL) {
-        alloc_shape_free(shape);
-        return NULL;
-    }
-    PyObject *blocks[UPLOAD_CLASSES];
-    for (int i = 0; i < UPLOAD_CLASSES; i++) {
-        if ((blocks[i] = PyList_New(0)) == NULL) {
-            for (int j = 0; j < i; j++)
-                Py_DECREF(blocks[j]);
-            if (self->lease_t == NULL)
-                Py_DECREF(lease_t);
-            alloc_shape_free(shape);
-            return NULL;
-        }
-    }
-    upload_clear(self);
-    self->lease_t = lease_t;
-    self->upload_t = (PyTypeObject *)Py_NewRef(op_t);
-    self->work_t = (PyTypeObject *)Py_NewRef(work_t);
-    self->node_t = (PyTypeObject *)Py_NewRef(node_t);
-    self->block_t = (PyTypeObject *)Py_NewRef(block_t);
-    self->acquire = Py_NewRef(acquire);
-    self->upload_failed = Py_NewRef(failed);
-    self->upload_abandon = Py_NewRef(abandon);
+    if ((self->lease_t = PyType_FromSpec(&StagingLease_spec)) == NULL)
+        return -1;
     for (int i = 0; i < UPLOAD_CLASSES; i++)
-        self->blocks[i] = blocks[i];
-    self->shape = shape;
-    self->pool_var = Py_NewRef(pools);
-    Py_RETURN_NONE;
+        if ((self->blocks[i] = PyList_New(0)) == NULL)
+            return -1;
+    return 0;
 }
 
 int
 upload_traverse(Express *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->lease_t);
-    Py_VISIT(self->upload_t);
-    Py_VISIT(self->work_t);
-    Py_VISIT(self->node_t);
-    Py_VISIT(self->block_t);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->upload_failed);
-    Py_VISIT(self->upload_abandon);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_VISIT(self->blocks[i]);
-    Py_VISIT(self->pool_var);
-    int r = builder_traverse(self->builder, visit, arg);
-    return r != 0 ? r : alloc_shape_traverse(self->shape, visit, arg);
+    return 0;
 }
 
 void
 upload_clear(Express *self)
 {
     Py_CLEAR(self->lease_t);
-    Py_CLEAR(self->upload_t);
-    Py_CLEAR(self->work_t);
-    Py_CLEAR(self->node_t);
-    Py_CLEAR(self->block_t);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->upload_failed);
-    Py_CLEAR(self->upload_abandon);
     for (int i = 0; i < UPLOAD_CLASSES; i++)
         Py_CLEAR(self->blocks[i]);
-    Py_CLEAR(self->pool_var);
-    struct upload_builder *builder = self->builder;
-    self->builder = NULL;
-    builder_free(builder);
-    alloc_shape *shape = self->shape;
-    self->shape = NULL;
-    alloc_shape_free(shape);
 }
 
 /* Express.staging_idle_bytes: the bytes of the idle blocks kept here (the staging pool
@@ -218,7 +131,7 @@ Express_drop_staging(Express *self, PyObject *Py_UNUSED(arg))
     Py_RETURN_NONE;
 }
 
-/* -- Express.build_upload: from_host's op built in C ---------------------------------------- */
+/* -- build_upload: from_host's op built in C ------------------------------------------- */
 
 /*
  * cuasync.from_host(array) builds three objects (the op, its Node, its _HostUpload), each
@@ -227,84 +140,10 @@ Express_drop_staging(Express *self, PyObject *Py_UNUSED(arg))
  * named, no debug origins recorded, the default device made already) build_upload makes
  * them here, setting each slot as the __init__ chain sets it (tests/transfers/test_small_upload.py
  * holds the two to the same slots); anything else returns None and Python builds it.
+ * What it reads are PROCESS's fields (ndarray and dtypes: _dtypes.py's; default_device
+ * and devices: device.py's; the hub, which must have a native core) and the classes
+ * declared on the core types.
  */
-struct upload_builder {
-    PyTypeObject *ndarray_t;
-    PyObject *dtypes;         /* _dtypes._BY_DTYPE: the dtypes cuasync knows */
-    PyObject *default_device; /* device._default_device (a ContextVar of an ordinal) */
-    PyObject *devices;        /* Device._instances: ordinal -> Device */
-    /* (an ndarray's dtype: numpy's public attribute; the Node's kind and name) */
-    PyObject *s_dtype, *pending, *from_host;
-};
-
-static void
-builder_free(struct upload_builder *b)
-{
-    if (b == NULL)
-        return;
-    Py_CLEAR(b->ndarray_t);
-    Py_CLEAR(b->dtypes);
-    Py_CLEAR(b->default_device);
-    Py_CLEAR(b->devices);
-    Py_CLEAR(b->s_dtype);
-    Py_CLEAR(b->pending);
-    Py_CLEAR(b->from_host);
-    PyMem_Free(b);
-}
-
-static int
-builder_traverse(struct upload_builder *b, visitproc visit, void *arg)
-{
-    if (b != NULL) {
-        Py_VISIT(b->ndarray_t);
-        Py_VISIT(b->dtypes);
-        Py_VISIT(b->default_device);
-        Py_VISIT(b->devices);
-    }
-    return 0;
-}
-
-/* Express.set_builder(*, ndarray, dtypes, default_device, devices): what
- * build_upload reads (after set_upload, whose types it makes). */
-PyObject *
-Express_set_builder(Express *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"ndarray", "dtypes", "default_device", "devices", NULL};
-    PyObject *ndarray, *dtypes, *default_device, *devices;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!O!OO!:set_builder", kwlist, &PyType_Type,
-                                     &ndarray, &PyDict_Type, &dtypes, &default_device,
-                                     &PyDict_Type, &devices))
-        return NULL;
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 4) {
-        PyErr_SetString(PyExc_TypeError, "set_builder() takes its 4 arguments by keyword");
-        return NULL;
-    }
-    if (!PyContextVar_CheckExact(default_device)) {
-        PyErr_SetString(PyExc_TypeError, "default_device must be the ContextVar of an ordinal");
-        return NULL;
-    }
-    if (self->upload_t == NULL || self->node_t == NULL || self->work_t == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "set_builder() needs set_upload() first");
-        return NULL;
-    }
-    struct upload_builder *b = PyMem_Calloc(1, sizeof *b);
-    if (b == NULL)
-        return PyErr_NoMemory();
-    if ((b->s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
-        (b->pending = PyUnicode_InternFromString("pending")) == NULL ||
-        (b->from_host = PyUnicode_InternFromString("from_host")) == NULL) {
-        builder_free(b);
-        return NULL;
-    }
-    b->ndarray_t = (PyTypeObject *)Py_NewRef(ndarray);
-    b->dtypes = Py_NewRef(dtypes);
-    b->default_device = Py_NewRef(default_device);
-    b->devices = Py_NewRef(devices);
-    struct upload_builder *old = self->builder; /* (detached before it is freed) */
-    self->builder = b;
-    builder_free(old);
-    Py_RETURN_NONE;
-}
 
 /* An instance of t with no slot set (its __init__ not called), or NULL. */
 static inline PyObject *
@@ -313,28 +152,50 @@ bare(PyTypeObject *t)
     return t->tp_alloc(t, 0);
 }
 
-/* Express.build_upload(array): from_host(array)'s op, or None (Python builds it). */
+/* build_upload(array): from_host(array)'s op, or None (Python builds it). */
 PyObject *
-Express_build_upload(Express *self, PyObject *array)
+upload_build(PyObject *process, PyObject *array)
 {
-    struct upload_builder *b = self->builder;
-    if (b == NULL || self->hub == NULL || !Py_IS_TYPE(array, b->ndarray_t))
+    ProcessCore *p = PROCESS(process);
+    PyTypeObject *op_t = REGISTERED(UPLOAD_OP), *node_t = REGISTERED(NODE);
+    PyTypeObject *work_t = REGISTERED(UPLOAD_WORK);
+    if (op_t == NULL || node_t == NULL || work_t == NULL || p->ndarray == NULL ||
+        !Py_IS_TYPE(array, (PyTypeObject *)p->ndarray) || p->dtypes == NULL ||
+        !PyDict_CheckExact(p->dtypes) || p->default_device == NULL ||
+        !PyContextVar_CheckExact(p->default_device) || p->devices == NULL ||
+        !PyDict_CheckExact(p->devices))
         Py_RETURN_NONE;
-    PyObject *process = module_process(Py_TYPE(self));
-    if (process == NULL)
+    if (p->debug_origins != Py_False) /* (recording origins, or not asked yet: Python asks) */
+        Py_RETURN_NONE;
+    /* (only where the hub has a native core, which submits what is built here: not with
+     * CUASYNC_NATIVE=off, nor before the hub is made) */
+    PyObject *hub = p->hub;
+    if (hub == NULL || hub == Py_None)
+        Py_RETURN_NONE;
+    if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "PROCESS.hub's type"))
         return NULL;
-    if (PROCESS(process)->debug_origins != Py_False) /* (recording origins, or not asked
-                                                      * yet: Python asks) */
+    if (HUB(hub)->express == NULL || HUB(hub)->express == Py_None)
         Py_RETURN_NONE;
-    PyObject *device = made_default_device(b->default_device, b->devices);
+    PyObject *device = made_default_device(p->default_device, p->devices);
     if (device == NULL) /* (its Device not made yet: Python makes it) */
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    PyObject *dtype = PyObject_GetAttr(array, b->s_dtype);
-    int known = dtype == NULL ? -1 : PyDict_Contains(b->dtypes, dtype);
-    PyObject *shape = known == 1 ? PyObject_GetAttr(array, self->s_shape) : NULL;
+    /* (the names of numpy's public attributes it reads, a foreign type's API, and the
+     * Node's kind and name: made once, kept for the process) */
+    static PyObject *s_dtype, *s_shape, *pending, *from_host;
+    if (from_host == NULL &&
+        ((s_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+         (s_shape = PyUnicode_InternFromString("shape")) == NULL ||
+         (pending = PyUnicode_InternFromString("pending")) == NULL ||
+         (from_host = PyUnicode_InternFromString("from_host")) == NULL)) {
+        Py_DECREF(device);
+        return NULL;
+    }
+    PyObject *dtype = PyObject_GetAttr(array, s_dtype);
+    int known = dtype == NULL ? -1 : PyDict_Contains(p->dtypes, dtype);
+    PyObject *shape = known == 1 ? PyObject_GetAttr(array, s_shape) : NULL;
     PyObject *work = NULL, *node = NULL, *op = NULL;
-    if (shape == NULL || (work = bare(self->work_t)) == NULL || (node = bare(self->node_t)) == NULL ||
-        (op = bare(self->upload_t)) == NULL) {
+    if (shape == NULL || (work = bare(work_t)) == NULL || (node = bare(node_t)) == NULL ||
+        (op = bare(op_t)) == NULL) {
         Py_XDECREF(work);
         Py_XDECREF(node);
         Py_XDECREF(shape);
@@ -347,8 +208,8 @@ Express_build_upload(Express *self, PyObject *array)
     field_set(&UPLOAD_WORK(work)->dtype, Py_NewRef(dtype));
     /* Node("pending", "from_host", shape, dtype, work, (), (), device) */
     PyObject *empty = PyTuple_New(0); /* (the empty tuple: never fails) */
-    field_set(&NODE(node)->kind, Py_NewRef(b->pending));
-    field_set(&NODE(node)->name, Py_NewRef(b->from_host));
+    field_set(&NODE(node)->kind, Py_NewRef(pending));
+    field_set(&NODE(node)->name, Py_NewRef(from_host));
     field_set(&NODE(node)->shape, Py_NewRef(shape));
     field_set(&NODE(node)->dtype, Py_NewRef(dtype));
     field_set(&NODE(node)->value, work);
@@ -393,8 +254,15 @@ take_block(Express *self, int cls, PyObject *nbytes)
         self->staging_reuses++;
         return block;
     }
-    PyObject *block = PyObject_CallOneArg(self->acquire, nbytes);
-    if (block != NULL && !Py_IS_TYPE(block, self->block_t)) {
+    PyObject *acquire = PROCESS(self->process)->staging_acquire;
+    if (acquire == NULL || acquire == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "PROCESS.staging_acquire is not set");
+        return NULL;
+    }
+    Py_INCREF(acquire);
+    PyObject *block = PyObject_CallOneArg(acquire, nbytes);
+    Py_DECREF(acquire);
+    if (block != NULL && !Py_IS_TYPE(block, REGISTERED(BLOCK))) {
         PyErr_Format(PyExc_TypeError, "the staging pool gave a %.100s, not a PinnedBlock",
                      Py_TYPE(block)->tp_name);
         Py_CLEAR(block);
@@ -418,10 +286,11 @@ lease_of(Express *self, PyObject *block, int cls)
 }
 
 /* The copy and its flag write (under the lock): natively when the backend has the
- * native copy (and no copy_and_write of its own instance), the stream is its own, this
- * thread's current device is the stream's and flags need no remapping; else (or to redo
- * a call that failed: then the bindings raise why) backend.copy_and_write. 0, or -1
- * with the error set. */
+ * native copy (and its copy_and_write, BackendCore's field, is its own: a method bound to
+ * it, not a callable set there by a test), the stream is its own, this thread's current
+ * device is the stream's and flags need no remapping; else (or to redo a call that
+ * failed: then the bindings raise why) the backend's copy_and_write. 0, or -1 with the
+ * error set. */
 static int
 copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long long dst,
                PyObject *block, Py_ssize_t nbytes, uintptr_t address, uint32_t gen)
@@ -432,9 +301,11 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     if (handle == NULL || src == NULL || get_u64(handle, &h) < 0 || get_u64(src, &s) < 0)
         return -1;
     uintptr_t mh, wv;
-    /* (a copy_and_write set on the backend itself, a test's, is called: it decides) */
-    PyObject *own = PyDict_GetItemWithError(self->backend_dict, self->s_copy_and_write);
-    int native = own == NULL && !PyErr_Occurred() && get_copy_entry_points(&mh, &wv);
+    /* (another callable set as the backend's copy_and_write, a test's, is called: it
+     * decides) */
+    PyObject *call = BACKEND(self->backend)->copy_and_write;
+    int own = call != NULL && PyMethod_Check(call) && PyMethod_GET_SELF(call) == self->backend;
+    int native = own && get_copy_entry_points(&mh, &wv);
     if (native) {
         PyObject *remap = BACKEND(self->backend)->host_remap;
         PyObject *current = BACKEND(self->backend)->current;
@@ -450,14 +321,13 @@ copy_and_write(Express *self, PyObject *stream, PyObject *device, unsigned long 
     if (native && copy_write(mh, wv, dst, s, (unsigned long long)nbytes, h, address, gen) == 0)
         return 0;
     /* (not made natively, or made again through the bindings, which raise why) */
-    PyObject *a[7] = {self->backend, NULL, src, NULL, handle, NULL, NULL};
+    PyObject *a[7] = {NULL, NULL, src, NULL, handle, NULL, NULL};
     PyObject *d = PyLong_FromUnsignedLongLong(dst), *n = PyLong_FromSsize_t(nbytes);
     PyObject *f = PyLong_FromUnsignedLongLong(address), *g = PyLong_FromUnsignedLong(gen);
     PyObject *r = NULL;
     if (d != NULL && n != NULL && f != NULL && g != NULL) {
         a[1] = d, a[3] = n, a[5] = f, a[6] = g;
-        r = PyObject_VectorcallMethod(self->s_copy_and_write, a,
-                                      7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        r = backend_call(call, "copy_and_write", a + 1, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET);
     }
     Py_XDECREF(d);
     Py_XDECREF(n);
@@ -491,9 +361,7 @@ upload_allowed(Express *self, PyObject *op, PyObject *stream, PyObject *device)
     if (memops == NULL && !PyErr_Occurred()) {
         /* not asked yet (a process's first upload on the device): asked here, as a
          * launch asks it, so that the first upload is not declined */
-        PyObject *answer = PyObject_CallMethod(self->hub, "stream_memops", "O", ordinal);
-        memops = answer == NULL ? NULL : answer == Py_True ? Py_True : Py_False;
-        Py_XDECREF(answer);
+        memops = ask_memops(self, ordinal);
     }
     Py_DECREF(ordinal);
     return memops == Py_True ? 1 : PyErr_Occurred() ? -1 : 0;
@@ -512,15 +380,19 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "mode must be 0, 1 or 2, got %ld", mode);
         return NULL;
     }
-    if (self->hub == NULL || self->upload_t == NULL) /* (cleared, or set_upload not called) */
+    ProcessCore *process = PROCESS(self->process);
+    /* (cleared, or what it reads not declared yet) */
+    if (self->hub == NULL || REGISTERED(UPLOAD_OP) == NULL || REGISTERED(NODE) == NULL ||
+        REGISTERED(UPLOAD_WORK) == NULL || REGISTERED(BLOCK) == NULL ||
+        process->upload_failed == NULL || process->upload_failed == Py_None)
         return generic(self);
-    if (!Py_IS_TYPE(op, self->upload_t) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
+    if (!Py_IS_TYPE(op, REGISTERED(UPLOAD_OP)) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
         return generic(self);
     PyObject *node = TENSOR_OP(op)->node;
-    PyObject *work = node != NULL && Py_IS_TYPE(node, self->node_t) ? NODE(node)->value
-                                                                     : NULL;
+    PyObject *work = node != NULL && Py_IS_TYPE(node, REGISTERED(NODE)) ? NODE(node)->value
+                                                                          : NULL;
     PyObject *device = STREAM(stream)->device;
-    if (work == NULL || !Py_IS_TYPE(work, self->work_t) || device == NULL)
+    if (work == NULL || !Py_IS_TYPE(work, REGISTERED(UPLOAD_WORK)) || device == NULL)
         return generic(self);
     PyObject *source = UPLOAD_WORK(work)->source, *dtype = UPLOAD_WORK(work)->dtype;
     if (source == NULL || dtype == NULL)
@@ -614,9 +486,11 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
     if (!failed) {
         /* the new tensor's memory (its write on this stream, seq, recorded as it is made):
          * a block of the block cache here, else Allocation() */
-        alloc = self->shape != NULL
-                    ? alloc_small(self->shape, device, nbytes, stream, seq, self->pool_var)
-                    : Py_NewRef(Py_None);
+        alloc_shape *shape_of = process_alloc_shape(self->process);
+        alloc = shape_of != NULL && process->selected_pools != NULL &&
+                        PyContextVar_CheckExact(process->selected_pools)
+                    ? alloc_small(shape_of, device, nbytes, stream, seq, process->selected_pools)
+                    : PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
         if (alloc == Py_None) {
             Py_DECREF(alloc);
             PyObject *a[3] = {device, nbytes_obj, stream};
@@ -636,7 +510,9 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         saved_error exc;
         save_error(&exc);
         PyObject *a[6] = {self->hub, stream, seq, slot, box, held};
-        PyObject *r = PyObject_Vectorcall(self->upload_failed, a, 6, NULL);
+        PyObject *failed_call = Py_NewRef(process->upload_failed);
+        PyObject *r = PyObject_Vectorcall(failed_call, a, 6, NULL);
+        Py_DECREF(failed_call);
         if (r == NULL) /* (kept for good: the copy may still read the block) */
             Py_INCREF(held);
         Py_XDECREF(r);
@@ -713,7 +589,7 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *r = NULL;
         if (addr != NULL) {
             PyObject *a[9] = {self->hub, op, stream, box, slot, genobj, addr, seq, held};
-            r = PyObject_Vectorcall(self->upload_abandon, a, 9, NULL);
+            r = PyObject_Vectorcall(self->abandon, a, 9, NULL);
         }
         if (r == NULL) { /* (its slot is lost, as when _core_abandon fails for a launch) */
             PyErr_WriteUnraisable(op);

@@ -221,8 +221,9 @@ async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
     # call; a failure is told apart (the copy: nothing enqueued; the write: the copy
     # is), and only what did not happen is made again, through the bindings. (The core
     # calls it where it cannot make the copy itself, and always for a copy_and_write set
-    # on the backend instance, as here; the core's own copy is the next test's.)
-    import types
+    # on the backend that is not its own bound method, as here; the core's own copy is
+    # the next test's.)
+    import functools
 
     backend: Any = get_backend()
     if not getattr(backend, "_native_copy", False):
@@ -231,8 +232,8 @@ async def test_a_native_copy_the_driver_refuses_is_made_again_by_the_bindings(
         pytest.skip("every await completes through a host callback: no upload is express")
     if get_hub().express is None:
         pytest.skip(NO_CORE)
-    own = types.MethodType(type(backend).copy_and_write, backend)
-    monkeypatch.setitem(vars(backend), "copy_and_write", own)  # (out of it afterwards)
+    own = functools.partial(type(backend)._copy_and_write, backend)  # (not a bound method)
+    monkeypatch.setattr(backend, "copy_and_write", own)  # (the field back afterwards)
     real = backend._native
     calls: list[int] = []
 
@@ -313,7 +314,8 @@ def stub_copies(monkeypatch: pytest.MonkeyPatch) -> Any:
     if hub.express is None or not hub.use_reactor:
         pytest.skip("needs the native core (off with CUASYNC_NATIVE=off) and flag slots")
     backend: Any = hub.backend
-    assert "copy_and_write" not in vars(backend)  # (no test's override left behind)
+    # (no test's replacement left behind: the backend's own, bound by Backend.__init__)
+    assert getattr(backend.copy_and_write, "__self__", None) is backend
     monkeypatch.setattr(backend, "_native_copy", True, raising=False)
     monkeypatch.setattr(backend, "_host_remap", [], raising=False)
     current = hub.native.CurrentOrdinal()  # (as the cuda backend's: device 0 current)
@@ -354,6 +356,35 @@ async def test_uploads_that_land_within_the_spin_are_settled_by_the_core(
     assert core.staging_idle_bytes >= 4096
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_copy_and_write_set_on_the_backend_makes_every_express_copy(
+    anyio_backend: Any, baseline: Any, stub_copies: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The core makes a small upload's copy itself only with the backend's own
+    # copy_and_write; a callable set on the backend in its place (here the same copy,
+    # through Python) is what the core calls instead, for every upload it takes.
+    import functools
+
+    backend: Any = get_backend()
+    core, calls = get_hub().express, []
+
+    def recording(*args: int) -> None:
+        calls.append(args[2])  # (the bytes copied)
+        functools.partial(type(backend)._copy_and_write, backend)(*args)
+
+    source = np.arange(1024, dtype=np.float32)
+    await cuasync.from_host(source)  # (the machinery set up)
+    uploads, copies = core.uploads, stub_copies.stub_copies()
+    with monkeypatch.context() as m:
+        m.setattr(backend, "copy_and_write", recording)
+        tensors = [await cuasync.from_host(source + i) for i in range(3)]
+    assert calls == [source.nbytes] * 3
+    assert core.uploads - uploads == 3  # (the core took them: only the copy was Python's)
+    assert stub_copies.stub_copies() == copies  # (none made natively)
+    for i, t in enumerate(tensors):  # (the native stub copies nothing: these are Python's)
+        np.testing.assert_array_equal(await t.to_host(), source + i)
+
+
 def _slots(op: Any) -> dict[str, Any]:
     """Every ``__slots__`` entry of ``op``'s classes that is set, by name, and the same of
     its node and the node's pending work."""
@@ -369,21 +400,21 @@ def _slots(op: Any) -> dict[str, Any]:
 def test_the_native_core_builds_from_hosts_op_as_python_does(
     baseline: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # from_host's common case is built by the native core (Express.build_upload); the op
+    # from_host's common case is built by the native module (build_upload); the op
     # it makes has every slot Python's __init__ chain sets, with the same values, and runs
     # the same. What is not its case is left to Python (None).
     from cuasync import _config
     from cuasync._transfers import copies as _copies
 
-    core = get_hub().express
-    if core is None:
+    if get_hub().express is None:
         pytest.skip(NO_CORE)
-    cuasync.from_host(np.ones(4, np.float32)).sync()  # (the core set up for uploads)
+    cuasync.from_host(np.ones(4, np.float32)).sync()  # (the default device made)
     _config.debug_origins()  # (asked once: the core builds only when it is False)
-    assert _copies._build is not None
+    build = _copies._build
+    assert build is not None
     sources = [p.values[0] for p in SOURCES] + [np.ones((2, 0), np.int8)]
     for source in sources:
-        native = core.build_upload(source)
+        native = build(source)
         monkeypatch.setattr(_copies, "_build", None)
         python = cuasync.from_host(source)  # type: ignore[arg-type]
         monkeypatch.undo()
@@ -405,9 +436,12 @@ def test_the_native_core_builds_from_hosts_op_as_python_does(
         np.array(["a", "b"]),  # (a dtype cuasync does not know: Python words the error)
     ]
     for array in not_its_case:
-        assert core.build_upload(array) is None
+        assert build(array) is None
     monkeypatch.setattr(PROCESS, "debug_origins", True)
-    assert core.build_upload(np.ones(4, np.float32)) is None  # (Python records the origin)
+    assert build(np.ones(4, np.float32)) is None  # (Python records the origin)
+    monkeypatch.setattr(PROCESS, "debug_origins", False)
+    monkeypatch.setattr(get_hub(), "express", None)
+    assert build(np.ones(4, np.float32)) is None  # (no native core to submit it)
 
 
 async def test_larger_and_empty_sources_take_the_generic_path(
