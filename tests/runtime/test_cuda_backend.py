@@ -148,6 +148,9 @@ class _Function:
     def compile_image(self, arch: str) -> tuple[bytes, str]:
         raise AssertionError("a function of a loaded module is never compiled")
 
+    def check_compiles(self, arch: str) -> None:
+        raise AssertionError("a function of a loaded module is never compiled")
+
 
 def _kernel(backend: cuda.CudaBackend, module: int, name: str, signature: str = "") -> Any:
     """``name`` of ``module``, prepared for device 0 (prepare_kernel takes its handle)."""
