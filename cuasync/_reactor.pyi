@@ -122,7 +122,7 @@ class Submitter:
         stream: SupportsIndex,
         context: SupportsIndex,
         layout: bytes,
-        args: list[Any],
+        args: list[Any] | tuple[Any, ...],
         slot: SupportsIndex,
         value: SupportsIndex,
         /,
@@ -244,7 +244,7 @@ def launch_packed(
     shared_mem: SupportsIndex,
     stream: SupportsIndex,
     layout: bytes,
-    args: list[Any],
+    args: list[Any] | tuple[Any, ...],
     address: SupportsIndex,
     value: SupportsIndex,
     /,
@@ -350,8 +350,9 @@ class LaunchCore(OpCore):
 
     _kernel: Any
     _prepared: Any
-    _args: list[Any]
-    _tensors: list[tuple[Any, Any]]
+    #: the arguments, and (tensor, parameter) of each tensor (none: the shared ``()``)
+    _args: tuple[Any, ...]
+    _tensors: tuple[tuple[Any, Any], ...]
     _output: Any
     _grid: tuple[int, int, int]
     _block: tuple[int, int, int]

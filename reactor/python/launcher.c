@@ -150,28 +150,30 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         if (!ok)
             return call_kernel(self, PATH(self->process, kernel_launch_checked), args, nargs);
     }
-    /* the op's lists: its arguments, and (tensor, param) of each tensor */
-    PyObject *arglist = PyList_New(nargs);
-    PyObject *tensors = PyList_New(self->npointers);
+    /* the op's tuples: its arguments, and (tensor, param) of each tensor (none: the
+     * shared empty tuple, so that a launch without them allocates no container; tuples
+     * of scalars only, the collector untracks) */
+    PyObject *arglist = PyTuple_New(nargs);
+    PyObject *tensors = PyTuple_New(self->npointers);
     PyObject *device = NULL, *prepared = NULL, *output = NULL, *op = NULL;
     if (arglist == NULL || tensors == NULL)
         goto fail;
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyList_SET_ITEM(arglist, i, Py_NewRef(args[i]));
+        PyTuple_SET_ITEM(arglist, i, Py_NewRef(args[i]));
         if (self->plan[i].kind != ARG_TENSOR)
             continue;
         PyObject *pair = PyTuple_Pack(2, args[i], self->plan[i].param);
         if (pair == NULL)
             goto fail;
-        PyList_SET_ITEM(tensors, k++, pair);
+        PyTuple_SET_ITEM(tensors, k++, pair);
     }
     /* the device: the first tensor's; several tensors checked as the full path does */
     if (self->npointers == 0) {
         device = default_device_of(self);
     }
     else {
-        PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
+        PyObject *first = PyTuple_GET_ITEM(PyTuple_GET_ITEM(tensors, 0), 0);
         PyObject *alloc = TENSOR(first)->alloc;
         if (alloc == NULL) {
             PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
@@ -188,7 +190,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
                 goto fail;
             Py_DECREF(r);
             for (Py_ssize_t j = 1; j < self->npointers; j++) {
-                PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
+                PyObject *t = PyTuple_GET_ITEM(PyTuple_GET_ITEM(tensors, j), 0);
                 PyObject *its = TENSOR(t)->alloc;
                 PyObject *other = its == NULL ? NULL : ALLOCATION(its)->device;
                 if (other == NULL) {
