@@ -350,9 +350,9 @@ class LaunchCore(OpCore):
 
     _kernel: Any
     _prepared: Any
-    #: the arguments, and (tensor, parameter) of each tensor (none: the shared ``()``)
+    #: the arguments, and the tensors among them (none: the shared ``()``)
     _args: tuple[Any, ...]
-    _tensors: tuple[tuple[Any, Any], ...]
+    _tensors: tuple[Any, ...]
     _output: Any
     _grid: tuple[int, int, int]
     _block: tuple[int, int, int]
@@ -361,6 +361,8 @@ class LaunchCore(OpCore):
     _cancel_word: Any
     #: whether it writes each of ``_tensors`` (their parameters are not const)
     _writes: tuple[bool, ...]
+    #: the parameter each of ``_tensors`` is passed as
+    _params: tuple[Any, ...]
     def __await__(self) -> Generator[Any, Any, Any]: ...
 
 @disjoint_base

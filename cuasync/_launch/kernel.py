@@ -18,7 +18,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -717,7 +717,7 @@ class _Launchable(KernelCore, Generic[R]):
             prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
         )
 
-    def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
+    def _declare(self, ctx: ExecutionContext, tensors: Iterable[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:
             if param.const:
                 ctx.read(tensor._alloc, param.name)
@@ -759,8 +759,9 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         self._kernel = kernel
         self._prepared = prepared
         self._args = tuple(args)  # (tuples, as the native launcher makes them)
-        self._tensors = tuple(tensors)
-        self._writes = tuple(not param.const for _, param in tensors)
+        self._tensors = tuple(tensor for tensor, _ in tensors)
+        self._params = tuple(param for _, param in tensors)
+        self._writes = tuple(not param.const for param in self._params)
         self._output = output
         self._grid = grid
         self._block = block
@@ -808,7 +809,7 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         elif prepared.__class__ is Unprepared:  # built in a loop, executed otherwise
             prepared = self._prepared = prepared.resolve()
         if self._tensors:
-            kernel._declare(ctx, self._tensors)
+            kernel._declare(ctx, zip(self._tensors, self._params, strict=True))
         if kernel._cancel:  # the word of the scope it is executed in; none in a graph
             word = 0 if ctx.stream._capturing else current_word(ctx.device.ordinal)
             if self._args[-1] != word:

@@ -201,10 +201,7 @@ check_tensors(PyObject *tensors, PyObject *writes, PyObject *device, char *uses,
     if (writes == NULL || !PyTuple_CheckExact(writes) || PyTuple_GET_SIZE(writes) != n)
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(tensors, i);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
-            return 0;
-        PyObject *tensor = PyTuple_GET_ITEM(pair, 0);
+        PyObject *tensor = PyTuple_GET_ITEM(tensors, i);
         if (!Py_IS_TYPE(tensor, REGISTERED(TENSOR)))
             return 0;
         PyObject *alloc = TENSOR(tensor)->alloc;
@@ -411,11 +408,8 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     if (retained == NULL)
         goto held;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(tensors, i);
-        PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
-                               ? PyTuple_GET_ITEM(pair, 0) : NULL;
-        PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, REGISTERED(TENSOR))
-                              ? TENSOR(tensor)->alloc : NULL;
+        PyObject *tensor = PyTuple_GET_ITEM(tensors, i);
+        PyObject *alloc = Py_IS_TYPE(tensor, REGISTERED(TENSOR)) ? TENSOR(tensor)->alloc : NULL;
         if (alloc == NULL) {
             Py_DECREF(retained);
             PyErr_SetString(PyExc_SystemError, "a launch op's tensors changed while submitted");

@@ -338,7 +338,7 @@ def _launch_outcome(launch: Callable[[], Any]) -> Any:
     except Exception as exc:
         return type(exc), str(exc)
     op._consumed = True  # built only to compare: never executed
-    tensors = [(id(t), p.name) for t, p in op._tensors]
+    tensors = [(id(t), p.name) for t, p in zip(op._tensors, op._params, strict=True)]
     out = op._output
     outputs = [id(o) for o in (out if isinstance(out, tuple) else (out,))]
     return op._args, tensors, outputs, op._device, op._grid, op._block, op._shared_mem
