@@ -123,7 +123,7 @@ class Submitter:
         stream: SupportsIndex,
         context: SupportsIndex,
         layout: bytes,
-        args: list[Any],
+        args: list[Any] | tuple[Any, ...],
         slot: SupportsIndex,
         value: SupportsIndex,
         /,
@@ -245,7 +245,7 @@ def launch_packed(
     shared_mem: SupportsIndex,
     stream: SupportsIndex,
     layout: bytes,
-    args: list[Any],
+    args: list[Any] | tuple[Any, ...],
     address: SupportsIndex,
     value: SupportsIndex,
     /,
@@ -351,8 +351,9 @@ class LaunchCore(OpCore):
 
     _kernel: Any
     _prepared: Any
-    _args: list[Any]
-    _tensors: list[tuple[Any, Any]]
+    #: the arguments, and the tensors among them (none: the shared ``()``)
+    _args: tuple[Any, ...]
+    _tensors: tuple[Any, ...]
     _output: Any
     _grid: tuple[int, int, int]
     _block: tuple[int, int, int]
@@ -361,6 +362,8 @@ class LaunchCore(OpCore):
     _cancel_word: Any
     #: whether it writes each of ``_tensors`` (their parameters are not const)
     _writes: tuple[bool, ...]
+    #: the parameter each of ``_tensors`` is passed as
+    _params: tuple[Any, ...]
     def __await__(self) -> Generator[Any, Any, Any]: ...
 
 @disjoint_base

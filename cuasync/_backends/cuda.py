@@ -487,7 +487,7 @@ class CudaBackend(Backend):
         context = self.context_handle(ordinal)
         ticket: int = submitter.push(
             kernel.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, context, layout,
-            args if type(args) is list else list(args), slot, value,
+            args if type(args) in (tuple, list) else list(args), slot, value,
         )  # fmt: skip
         return ticket if ticket >= 0 else None  # (-1: full, or too many parameters)
 
@@ -1472,7 +1472,8 @@ class CudaBackend(Backend):
                 if layout is not None:
                     rc = native.launch_packed(
                         function, gx, gy, gz, bx, by, bz, shared_mem, stream, layout,
-                        args if type(args) is list else list(args), flag_address, flag_value,
+                        args if type(args) in (tuple, list) else list(args),
+                        flag_address, flag_value,
                     )  # fmt: skip
                 else:
                     rc = native.launch_and_write(

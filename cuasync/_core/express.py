@@ -301,7 +301,7 @@ def _completion_of(
     flag has landed, whether the submitter's launch failed (``Backend.queued_error``):
     then it raises why. (A burst's launch made at once has no status word of its own.)
     """
-    retained = [tensor._alloc for tensor, _ in op._tensors]
+    retained = [tensor._alloc for tensor in op._tensors]
     if held:
         retained += held
     output = op._output
@@ -372,7 +372,7 @@ def _core_failed(hub: Any, op: Any, stream: Stream, seq: int, slot: int, box: _B
     """What a launch the native core submitted and that failed leaves (called under the
     lock, as ``_enqueue``'s own handler): the slot back, and the op's tensors released
     once the stream's earlier work has drained."""
-    release_failed(hub, stream, seq, slot, box, [t._alloc for t, _ in op._tensors])
+    release_failed(hub, stream, seq, slot, box, [t._alloc for t in op._tensors])
 
 
 def release_failed(

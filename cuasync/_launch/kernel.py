@@ -18,7 +18,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -717,7 +717,7 @@ class _Launchable(KernelCore, Generic[R]):
             prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
         )
 
-    def _declare(self, ctx: ExecutionContext, tensors: list[tuple[Tensor, Param]]) -> None:
+    def _declare(self, ctx: ExecutionContext, tensors: Iterable[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:
             if param.const:
                 ctx.read(tensor._alloc, param.name)
@@ -747,8 +747,8 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         kernel: _Launchable[Any],
         prepared: PreparedKernel | Unprepared,
         device: Device,
-        args: list[Any],
-        tensors: list[tuple[Tensor, Param]],
+        args: Sequence[Any],
+        tensors: Sequence[tuple[Tensor, Param]],
         output: Any,
         grid: Dim3,
         block: Dim3,
@@ -758,9 +758,10 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         self._device = device
         self._kernel = kernel
         self._prepared = prepared
-        self._args = args
-        self._tensors = tensors
-        self._writes = tuple(not param.const for _, param in tensors)
+        self._args = tuple(args)  # (tuples, as the native launcher makes them)
+        self._tensors = tuple(tensor for tensor, _ in tensors)
+        self._params = tuple(param for _, param in tensors)
+        self._writes = tuple(not param.const for param in self._params)
         self._output = output
         self._grid = grid
         self._block = block
@@ -808,11 +809,11 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         elif prepared.__class__ is Unprepared:  # built in a loop, executed otherwise
             prepared = self._prepared = prepared.resolve()
         if self._tensors:
-            kernel._declare(ctx, self._tensors)
+            kernel._declare(ctx, zip(self._tensors, self._params, strict=True))
         if kernel._cancel:  # the word of the scope it is executed in; none in a graph
             word = 0 if ctx.stream._capturing else current_word(ctx.device.ordinal)
             if self._args[-1] != word:
-                self._args = [*self._args[:-1], word]
+                self._args = (*self._args[:-1], word)
         launch = (
             prepared,
             self._grid,
@@ -850,7 +851,7 @@ class _CancellableLaunch(_Launch):
         word = current_word(-1 if device is None else device.ordinal)
         args = self._args
         if args[-1] != word:
-            self._args = [*args[:-1], word]
+            self._args = (*args[:-1], word)
         awaiting: Generator[Any, Any, Any] = _LAUNCH_AWAIT.__get__(self, _Launch)()
         return awaiting
 
@@ -858,7 +859,7 @@ class _CancellableLaunch(_Launch):
         word = 0 if stream._capturing else current_word(stream.device.ordinal)
         args = self._args
         if args[-1] != word:
-            self._args = [*args[:-1], word]
+            self._args = (*args[:-1], word)
         return _Launch._start(self, stream, notify)
 
     def submit(self) -> DeviceFuture[Any]:
@@ -876,7 +877,7 @@ class _CancellableLaunch(_Launch):
     def _detach(self) -> None:
         args = self._args
         if args and args[-1]:
-            self._args = [*args[:-1], 0]
+            self._args = (*args[:-1], 0)
 
 
 def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp[Any]]:
@@ -891,7 +892,7 @@ def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp
         op = launcher(*args, scope.word)
         device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
         if device is not None and device.ordinal != scope.ordinal:  # the word of its device
-            op._args = [*op._args[:-1], scope.word_for(device.ordinal)]  # type: ignore[attr-defined]
+            op._args = (*op._args[:-1], scope.word_for(device.ordinal))  # type: ignore[attr-defined]
         return op
 
     return launch

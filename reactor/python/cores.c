@@ -268,7 +268,7 @@ CORE_TYPE(LaunchCore, "LaunchCore",
           MEMBER(LaunchCore, kernel, "_kernel", "The Kernel launched."),
           MEMBER(LaunchCore, prepared, "_prepared", "Its PreparedKernel (or Unprepared)."),
           MEMBER(LaunchCore, args, "_args", "The launch's arguments, checked."),
-          MEMBER(LaunchCore, tensors, "_tensors", "[(tensor, param)] of its tensor arguments."),
+          MEMBER(LaunchCore, tensors, "_tensors", "Its tensor arguments, a tuple."),
           MEMBER(LaunchCore, output, "_output", "What the op delivers."),
           MEMBER(LaunchCore, grid, "_grid", "The grid, a 3-tuple."),
           MEMBER(LaunchCore, block, "_block", "The block, a 3-tuple."),
@@ -278,7 +278,9 @@ CORE_TYPE(LaunchCore, "LaunchCore",
                    "The cancellation word of the op's scope, or None."),
           MEMBER(LaunchCore, writes, "_writes",
                  "Whether it writes each of its tensors (non-const parameters): a tuple of "
-                 "bools beside _tensors."));
+                 "bools beside _tensors."),
+          MEMBER(LaunchCore, params, "_params",
+                 "The parameter each of its tensors is passed as: a tuple beside _tensors."));
 
 CORE_TYPE_N(HubCore, 11, "HubCore",
             "The fields of the completion hub (its base type) that the native core reads: "

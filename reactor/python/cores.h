@@ -52,14 +52,15 @@ typedef struct {
     PyObject *consumed, *device, *origin, *running;
 } OpCore;
 
-/* A kernel launch op (OpCore's fields, then): _kernel, _prepared, _args, _tensors,
- * _output, _grid, _block, _shared_mem, two held for later work: _plan (a cached
- * per-expression plan) and _cancel_word (the cancellation word of the op's scope), and
- * _writes (a tuple of bools beside _tensors: whether the launch writes each one). */
+/* A kernel launch op (OpCore's fields, then): _kernel, _prepared, _args, _tensors (its
+ * tensor arguments, a tuple), _output, _grid, _block, _shared_mem, two held for later
+ * work: _plan (a cached per-expression plan) and _cancel_word (the cancellation word of
+ * the op's scope), and beside _tensors, tuples a launcher's ops share: _writes (bools:
+ * whether the launch writes each one) and _params (the parameter each is passed as). */
 typedef struct {
     OpCore op;
     PyObject *kernel, *prepared, *args, *tensors, *output, *grid, *block, *shared_mem, *plan,
-        *cancel_word, *writes;
+        *cancel_word, *writes, *params;
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,

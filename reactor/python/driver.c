@@ -626,13 +626,14 @@ pointer_slot(const char *layout, Py_ssize_t i, unsigned char *block)
     return rec.code == 'P' ? block + rec.offset : NULL;
 }
 
-/* Pack ``args`` into ``block`` by ``recs``; ``slots[i]`` points at parameter i. */
+/* Pack ``args`` (a list or tuple, checked) into ``block`` by ``recs``; ``slots[i]``
+ * points at parameter i. */
 int
 pack_params(const char *layout, Py_ssize_t n, PyObject *args, unsigned char *block,
             void **slots)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (pack_one(layout, i, PyList_GET_ITEM(args, i), block, &slots[i]) < 0)
+        if (pack_one(layout, i, PySequence_Fast_ITEMS(args)[i], block, &slots[i]) < 0)
             return -1;
     }
     return 0;
@@ -646,15 +647,15 @@ check_layout(PyObject *layout, PyObject *args, const char **recs, Py_ssize_t *n)
         PyErr_SetString(PyExc_TypeError, "layout must be bytes of 8-byte records");
         return -1;
     }
-    if (!PyList_Check(args)) {
-        PyErr_SetString(PyExc_TypeError, "args must be a list");
+    if (!PyList_Check(args) && !PyTuple_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "args must be a list or a tuple");
         return -1;
     }
     *n = PyBytes_GET_SIZE(layout) / (Py_ssize_t)sizeof(layout_rec);
     *recs = PyBytes_AS_STRING(layout);
-    if (*n > PARAM_COUNT_MAX || PyList_GET_SIZE(args) != *n) {
+    if (*n > PARAM_COUNT_MAX || PySequence_Fast_GET_SIZE(args) != *n) {
         PyErr_Format(PyExc_ValueError, "%zd arguments for a layout of %zd parameters (at most %d)",
-                     PyList_GET_SIZE(args), *n, PARAM_COUNT_MAX);
+                     PySequence_Fast_GET_SIZE(args), *n, PARAM_COUNT_MAX);
         return -1;
     }
     for (Py_ssize_t i = 0; i < *n; i++) {

@@ -171,7 +171,7 @@ launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
         return -1;
     nl->extent = layout_extent(recs, nl->n);
     for (Py_ssize_t i = 0; i < nl->n; i++) {
-        PyObject *a = PyList_GET_ITEM(args, i);
+        PyObject *a = PySequence_Fast_ITEMS(args)[i]; /* (a tuple; a list, set by Python) */
         unsigned char *dst = pointer_slot(recs, i, nl->block);
         if (dst != NULL && Py_IS_TYPE(a, REGISTERED(TENSOR))) {
             unsigned long long ptr;
@@ -201,14 +201,11 @@ static int
 check_tensors(PyObject *tensors, PyObject *writes, PyObject *device, char *uses,
               PyObject **allocs)
 {
-    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    Py_ssize_t n = PyTuple_GET_SIZE(tensors);
     if (writes == NULL || !PyTuple_CheckExact(writes) || PyTuple_GET_SIZE(writes) != n)
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyList_GET_ITEM(tensors, i);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
-            return 0;
-        PyObject *tensor = PyTuple_GET_ITEM(pair, 0);
+        PyObject *tensor = PyTuple_GET_ITEM(tensors, i);
         if (!Py_IS_TYPE(tensor, REGISTERED(TENSOR)))
             return 0;
         PyObject *alloc = TENSOR(tensor)->alloc;
@@ -403,7 +400,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     PyObject *tensors = LAUNCH(op)->tensors;
     PyObject *output = LAUNCH(op)->output;
     PyObject *device = STREAM(stream)->device;
-    if (tensors == NULL || !PyList_CheckExact(tensors) || output == NULL || device == NULL) {
+    if (tensors == NULL || !PyTuple_CheckExact(tensors) || output == NULL || device == NULL) {
         PyErr_SetString(PyExc_SystemError, "a launch op changed while it was submitted");
         return NULL;
     }
@@ -411,16 +408,13 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     Py_INCREF(output);
     Py_INCREF(device);
     PyObject *future = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    Py_ssize_t n = PyTuple_GET_SIZE(tensors);
     PyObject *retained = PyList_New(n);
     if (retained == NULL)
         goto held;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyList_GET_ITEM(tensors, i);
-        PyObject *tensor = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
-                               ? PyTuple_GET_ITEM(pair, 0) : NULL;
-        PyObject *alloc = tensor != NULL && Py_IS_TYPE(tensor, REGISTERED(TENSOR))
-                              ? TENSOR(tensor)->alloc : NULL;
+        PyObject *tensor = PyTuple_GET_ITEM(tensors, i);
+        PyObject *alloc = Py_IS_TYPE(tensor, REGISTERED(TENSOR)) ? TENSOR(tensor)->alloc : NULL;
         if (alloc == NULL) {
             Py_DECREF(retained);
             PyErr_SetString(PyExc_SystemError, "a launch op's tensors changed while submitted");
@@ -611,9 +605,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
     PyObject *submitted = STREAM(stream)->submitted;
     if (device == NULL || STREAM(stream)->device != device || prepared == NULL ||
         !PyObject_TypeCheck(prepared, REGISTERED(PREPARED)) || tensors == NULL ||
-        !PyList_CheckExact(tensors) || output == NULL || submitted == NULL ||
+        !PyTuple_CheckExact(tensors) || output == NULL || submitted == NULL ||
         !PyLong_CheckExact(submitted) || STREAM(stream)->capturing != Py_False ||
-        PyList_GET_SIZE(tensors) > PARAM_COUNT_MAX)
+        PyTuple_GET_SIZE(tensors) > PARAM_COUNT_MAX)
         return generic(self);
     int t;
     PyObject *fast_launch, *current, *budget; /* (launch_state's: dropped on the way out) */
@@ -644,7 +638,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         EARLY_RETURN(PyErr_Occurred() ? NULL : generic(self));
     char uses[PARAM_COUNT_MAX];
     PyObject *allocs[PARAM_COUNT_MAX];
-    Py_ssize_t ntensors = PyList_GET_SIZE(tensors);
+    Py_ssize_t ntensors = PyTuple_GET_SIZE(tensors);
     if (!check_tensors(tensors, LAUNCH(op)->writes, device, uses, allocs))
         EARLY_RETURN(generic(self));
 #undef EARLY_RETURN

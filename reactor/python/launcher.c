@@ -44,6 +44,7 @@ typedef struct {
     Py_ssize_t n, npointers, noutputs;
     plan_entry *plan;
     PyObject *writes;  /* the ops' _writes: whether each tensor argument is written */
+    PyObject *tensor_params; /* the ops' _params: the parameter of each tensor argument */
     PyObject *process; /* the module's PROCESS: the kernel's Python paths */
 } Launcher;
 
@@ -150,28 +151,26 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         if (!ok)
             return call_kernel(self, PATH(self->process, kernel_launch_checked), args, nargs);
     }
-    /* the op's lists: its arguments, and (tensor, param) of each tensor */
-    PyObject *arglist = PyList_New(nargs);
-    PyObject *tensors = PyList_New(self->npointers);
-    PyObject *device = NULL, *prepared = NULL, *output = NULL, *op = NULL;
+    /* the op's tuples: its arguments, and its tensor arguments (none: the shared empty
+     * tuple, so that a launch without them allocates no container; a tuple of scalars
+     * only, the collector untracks); their parameters are the launcher's tuple */
+    PyObject *arglist = PyTuple_New(nargs);
+    PyObject *tensors = PyTuple_New(self->npointers);
+    PyObject *device = NULL, *prepared = NULL, *output = NULL, *op = NULL, *pairs = NULL;
     if (arglist == NULL || tensors == NULL)
         goto fail;
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyList_SET_ITEM(arglist, i, Py_NewRef(args[i]));
-        if (self->plan[i].kind != ARG_TENSOR)
-            continue;
-        PyObject *pair = PyTuple_Pack(2, args[i], self->plan[i].param);
-        if (pair == NULL)
-            goto fail;
-        PyList_SET_ITEM(tensors, k++, pair);
+        PyTuple_SET_ITEM(arglist, i, Py_NewRef(args[i]));
+        if (self->plan[i].kind == ARG_TENSOR)
+            PyTuple_SET_ITEM(tensors, k++, Py_NewRef(args[i]));
     }
     /* the device: the first tensor's; several tensors checked as the full path does */
     if (self->npointers == 0) {
         device = default_device_of(self);
     }
     else {
-        PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, 0), 0);
+        PyObject *first = PyTuple_GET_ITEM(tensors, 0);
         PyObject *alloc = TENSOR(first)->alloc;
         if (alloc == NULL) {
             PyErr_SetString(PyExc_AttributeError, "a tensor argument has no allocation");
@@ -181,14 +180,24 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         if (device == NULL)
             PyErr_SetString(PyExc_AttributeError, "a tensor's allocation has no device");
         if (device != NULL && self->npointers > 1) {
+            /* [(tensor, param)] of each, for the Python checks (made for them only) */
+            if ((pairs = PyList_New(self->npointers)) == NULL)
+                goto fail;
+            for (Py_ssize_t j = 0; j < self->npointers; j++) {
+                PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(tensors, j),
+                                              PyTuple_GET_ITEM(self->tensor_params, j));
+                if (pair == NULL)
+                    goto fail;
+                PyList_SET_ITEM(pairs, j, pair);
+            }
             PyObject *check = PATH(self->process, kernel_check_aliasing);
-            PyObject *a[2] = {self->kernel, tensors};
+            PyObject *a[2] = {self->kernel, pairs};
             PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, a, 2, NULL);
             if (r == NULL)
                 goto fail;
             Py_DECREF(r);
             for (Py_ssize_t j = 1; j < self->npointers; j++) {
-                PyObject *t = PyTuple_GET_ITEM(PyList_GET_ITEM(tensors, j), 0);
+                PyObject *t = PyTuple_GET_ITEM(tensors, j);
                 PyObject *its = TENSOR(t)->alloc;
                 PyObject *other = its == NULL ? NULL : ALLOCATION(its)->device;
                 if (other == NULL) {
@@ -198,7 +207,7 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
                 if (other != device) {
                     PyObject *device_of = PATH(self->process, kernel_device_of);
                     Py_SETREF(device, device_of == NULL ? NULL
-                                                        : PyObject_CallOneArg(device_of, tensors));
+                                                        : PyObject_CallOneArg(device_of, pairs));
                     break;
                 }
             }
@@ -260,8 +269,11 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     field_set(&LAUNCH(op)->block, Py_NewRef(self->block));
     field_set(&LAUNCH(op)->shared_mem, Py_NewRef(self->shared_mem));
     field_set(&LAUNCH(op)->writes, Py_NewRef(self->writes));
+    field_set(&LAUNCH(op)->params, Py_NewRef(self->tensor_params));
+    Py_XDECREF(pairs);
     return op;
 fail:
+    Py_XDECREF(pairs);
     Py_XDECREF(arglist);
     Py_XDECREF(tensors);
     Py_XDECREF(device);
@@ -381,11 +393,14 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->npointers += self->plan[i].kind == ARG_TENSOR;
         self->noutputs += self->plan[i].output;
     }
-    if ((self->writes = PyTuple_New(self->npointers)) == NULL)
+    if ((self->writes = PyTuple_New(self->npointers)) == NULL ||
+        (self->tensor_params = PyTuple_New(self->npointers)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0, k = 0; i < self->n; i++)
-        if (self->plan[i].kind == ARG_TENSOR)
-            PyTuple_SET_ITEM(self->writes, k++, PyBool_FromLong(self->plan[i].output));
+        if (self->plan[i].kind == ARG_TENSOR) {
+            PyTuple_SET_ITEM(self->writes, k, PyBool_FromLong(self->plan[i].output));
+            PyTuple_SET_ITEM(self->tensor_params, k++, Py_NewRef(self->plan[i].param));
+        }
     PyObject *process = module_process(type);
     if (process == NULL)
         goto fail;
@@ -421,6 +436,7 @@ Launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->tensor_t);
     Py_VISIT(self->process);
     Py_VISIT(self->writes);
+    Py_VISIT(self->tensor_params);
     if (self->plan != NULL) {
         for (Py_ssize_t i = 0; i < self->n; i++) {
             Py_VISIT(self->plan[i].dtype);
@@ -447,6 +463,7 @@ Launcher_clear(Launcher *self)
     Py_CLEAR(self->tensor_t);
     Py_CLEAR(self->process);
     Py_CLEAR(self->writes);
+    Py_CLEAR(self->tensor_params);
     plan_free(self);
     return 0;
 }

@@ -338,7 +338,7 @@ def _launch_outcome(launch: Callable[[], Any]) -> Any:
     except Exception as exc:
         return type(exc), str(exc)
     op._consumed = True  # built only to compare: never executed
-    tensors = [(id(t), p.name) for t, p in op._tensors]
+    tensors = [(id(t), p.name) for t, p in zip(op._tensors, op._params, strict=True)]
     out = op._output
     outputs = [id(o) for o in (out if isinstance(out, tuple) else (out,))]
     return op._args, tensors, outputs, op._device, op._grid, op._block, op._shared_mem
@@ -399,7 +399,7 @@ def test_the_launch_fast_path_agrees_with_the_full_checks() -> None:
         outcome = _launch_outcome(lambda: k._launch(tuple(args), *k._spec(2, 32, 0)))  # noqa: B023
         assert (name in checked) == (name not in fast), name
         if name in ("common", "bounds", "upper bounds", "in place"):
-            assert isinstance(outcome[0], list), (name, outcome)  # built: not an error
+            assert isinstance(outcome[0], tuple), (name, outcome)  # built: not an error class
 
 
 def test_kernel_config_is_the_native_launcher_where_the_module_is_built(

@@ -11,12 +11,16 @@ runs after them, a cancelled await lets its work land and releases it, a failed 
 raises from its await, and nothing leaks. Gates hold the work, so every test runs on a
 GPU too. trio has no bare yield: its awaits launch and spin as always (the counters say
 so). The last tests run the native core's bursts against a real submitter thread on the
-emulator (over the module's stub driver table).
+emulator (over the module's stub driver table), and count what an await in a burst keeps
+alive for the cyclic GC (what a gather of thousands of them makes it traverse).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any
 
 import anyio
@@ -419,3 +423,101 @@ async def test_a_lone_launch_the_native_core_submits_completes(
     assert bump[1, 64](x, 64).sync(allow_in_loop=True) is x
     fut = bump[1, 64](x, 64).submit()
     assert await fut is x
+
+
+# -- what an await in a burst keeps alive for the cyclic GC ----------------------------
+
+NOP = 'extern "C" __global__ void cuasync_nop() {}'
+
+
+def _nop_twin() -> None:
+    """The numpy twin of ``nop`` (module-level: kernels pickle)."""
+
+
+nop = cuasync.Kernel(NOP, "cuasync_nop", emulate=_nop_twin)
+
+
+@pytest.fixture
+def native_launches(monkeypatch: pytest.MonkeyPatch, stepping_aside: None) -> Iterator[None]:
+    """The native core's await of a launch, as on a GPU: there, as it is; on the emulator,
+    ``nop`` packed and launched natively against the module's stub driver table (the
+    launch lands at once; the emulator launches in Python otherwise, with an error box
+    per launch and its own queued work)."""
+    from helpers import ON_EMULATOR
+
+    from cuasync._backends._params import _layout
+
+    hub = get_hub()
+    if hub.express is None or not hub.use_reactor:
+        pytest.skip("counts the native core's await (off with CUASYNC_NATIVE=off) over flags")
+    device = cuasync.Device(0)
+    nop._prepare(device)
+    if not ON_EMULATOR:
+        yield
+        return
+    native, backend = hub.native, hub.backend
+    monkeypatch.setattr(nop._prepare(device), "fast", (0xF00D, _layout([], [])))
+    monkeypatch.setattr(backend, "fast_launch", native.launch_packed, raising=False)
+    current = native.CurrentOrdinal()  # (the backend's record of this thread's context)
+    current.ordinal = 0
+    monkeypatch.setattr(backend, "current", current, raising=False)
+    monkeypatch.setattr(hub, "submitter", None)  # (no fence: each launch made at once)
+    native.set_entry_points(**native.stub_entry_points())
+    try:
+        yield
+    finally:
+        native.set_entry_points()  # (the stub table off: the emulator launches in Python)
+
+
+@types.coroutine
+def _step_aside() -> Generator[None, None, None]:
+    yield  # (the bare yield of an await in a burst)
+
+
+async def _alive_per_task(task: Callable[[], Awaitable[None]], n: int) -> tuple[float, float]:
+    """(GC-tracked objects alive per task when each of ``n`` gathered tasks has taken its
+    first step, less those alive before; those only a collection frees, per task), with
+    the collector off (a last task counts them)."""
+    alive: list[int] = []
+
+    async def count() -> None:
+        alive.append(len(gc.get_objects()))
+
+    await asyncio.sleep(0)  # (a loop step: asyncio lets go of an earlier gather's tasks)
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        await asyncio.gather(*(task() for _ in range(n)), count())
+        await asyncio.sleep(0)
+    finally:
+        gc.enable()
+    cyclic = gc.collect()
+    return (alive[0] - before) / n, cyclic / n
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_await_in_a_burst_keeps_only_its_op_alive_beyond_a_bare_step_aside(
+    anyio_backend: Any, baseline: Any, native_launches: None
+) -> None:
+    # What makes the cyclic GC cost a gather of thousands of awaits is what each keeps
+    # alive (tracked) while it steps aside: the collector's young passes run per 700 of
+    # them, and those promoted make the full passes over the whole heap. Beside a task
+    # that steps aside once through a generator (its one iterator), an await of a seen
+    # launch keeps only the op alive: its iterator is the generator's peer, and the op's
+    # arguments, none here, are the shared empty tuple (not two lists); no cycle is
+    # left for a collection to free.
+    async def step() -> None:
+        await _step_aside()
+
+    async def launch() -> None:
+        await nop[1, 32]()
+
+    await launch()  # (seen: its launcher made)
+    n = 1000
+    control, control_cyclic = await _alive_per_task(step, n)
+    before = cuasync.stats()
+    awaits, cyclic = await _alive_per_task(launch, n)
+    assert cuasync.stats().burst_awaits - before.burst_awaits >= n - 1  # each stepped aside
+    assert awaits - control <= 1.05  # the op (and a first await that parked, at most)
+    assert cyclic == control_cyclic == 0

@@ -1449,9 +1449,14 @@ def test_launch_packed_packs_as_the_python_param_block(slab, entry_points):
         _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, [0] * 12, 0, 0)
     with pytest.raises(ValueError, match="record 0"):
         _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, b"e\0\0\0\0\0\0\0", [1.0], 0, 0)
+    # a tuple (a launch op's arguments) packs as the list does; anything else is refused
+    assert (
+        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, tuple(cases[0]), 0, 0) == 0
+    )
+    assert seen[-1] == _param_bytes(block.pack(cases[0]), sizes)
     with pytest.raises(TypeError):
-        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, tuple(cases[0]), 0, 0)
-    assert len(seen) == len(cases)  # nothing launched for a bad argument
+        _reactor.launch_packed(1, 1, 1, 1, 1, 1, 1, 0, 0, block.layout, iter(cases[0]), 0, 0)
+    assert len(seen) == len(cases) + 1  # nothing launched for a bad argument
 
 
 def test_launch_packed_writes_the_flag_after_the_launch(

@@ -19,15 +19,16 @@ between (the suite's row: its last full pass was over the small unfrozen part, s
 ``long_lived_total`` below), and with the collector off. Each row: ops/s, collections
 per generation in the gather (``gc.callbacks``), and the time spent in them.
 
-Then a census of one gather (collector off): the GC-tracked objects alive when every
-task has taken its first step (a last task counts them: ``gc.get_objects()`` by type,
-less those alive before), per await; those left after the gather; and those only a
-collection frees (cyclic garbage). Last, the model: CPython 3.11-3.13 collect the
-oldest generation when more than ``threshold2`` (10) young collections of generation 1
-have run since the last full one *and* the objects promoted into it since
-(``long_lived_pending``) exceed a quarter of those it held after the last full one
-(``long_lived_total``); a gather whose tasks keep K tracked objects alive each promotes
-about 8192 * K of them, so it pays a full pass when 8192 * K > heap / 4.
+Collections are also given per 1000 awaits. Then a census of one gather (collector off):
+the GC-tracked objects alive when every task has taken its first step (a last task
+counts them: ``gc.get_objects()`` by type, less those alive before), per await; those
+left after the gather; and those only a collection frees (cyclic garbage); and the
+census of awaits of a launch with arguments (``bump[1, 256](x, n)``). Last, the model:
+CPython 3.11-3.13 collect the oldest generation when more than ``threshold2`` (10) young
+collections of generation 1 have run since the last full one *and* the objects promoted
+into it since (``long_lived_pending``) exceed a quarter of those it held after the last
+full one (``long_lived_total``); a gather whose tasks keep K tracked objects alive each
+promotes about 8192 * K of them, so it pays a full pass when 8192 * K > heap / 4.
 
 Run: ``python3 tools/probes/gc_gather.py [--heap N] [--rounds R] [--tasks T]
 [--generic]`` (any backend, after ``pip install -e .``; on a GPU the stub still
@@ -55,6 +56,7 @@ import cuasync.testing
 from cuasync._core.completion import get_hub
 from cuasync.bench._util import run_loop
 from cuasync.bench.completion import tiny
+from cuasync.bench.launch import bump
 
 
 class GcLog:
@@ -199,15 +201,17 @@ def timed(kind: str, mode: str, task: Task, tasks: int, count: int) -> list[Any]
         gc.set_threshold(*thresholds)
 
 
-def summary(got: list[tuple[float, float, GcLog]]) -> str:
+def summary(got: list[tuple[float, float, GcLog]], tasks: int) -> str:
     cpu = statistics.median(r[1] for r in got)
     wall = statistics.median(r[0] for r in got)
     gens = [sum(r[2].count[g] for r in got) / len(got) for g in range(3)]
     ms = [sum(r[2].seconds[g] for r in got) / len(got) * 1e3 for g in range(3)]
+    per_k = [g * 1000 / tasks for g in gens]
     return (
         f"{cpu / 1e3:6.1f}k ops/CPU-s ({wall / 1e3:5.1f}k wall) of {len(got)}; per gather: "
-        f"collections {gens[0]:5.1f}/{gens[1]:5.2f}/{gens[2]:4.2f}, in them {sum(ms):6.1f} ms "
-        f"CPU (full {ms[2]:6.1f})"
+        f"collections {gens[0]:5.1f}/{gens[1]:5.2f}/{gens[2]:4.2f} "
+        f"({per_k[0]:4.1f}/{per_k[1]:4.2f}/{per_k[2]:5.3f} per 1000 awaits), in them "
+        f"{sum(ms):6.1f} ms CPU (full {ms[2]:6.1f})"
     )
 
 
@@ -249,7 +253,7 @@ def main() -> None:
                     got = timed(kind, mode, one, args.tasks, args.gathers)
                     results.setdefault((kind, mode), []).extend(got)
         for (kind, mode), got in results.items():
-            print(f"  {kind:7} {mode:27} {summary(got)}")
+            print(f"  {kind:7} {mode:27} {summary(got, args.tasks)}")
         if core is not None and before is not None:
             print(f"  native launches {core.native_launches - before}")
         survivors = {}
@@ -264,6 +268,17 @@ def main() -> None:
             print(f"  {kind} census: left after the gather {rows(after, args.tasks)}")
             cyclic_per = cyclic / args.tasks
             print(f"  {kind} census: freed only by a collection {cyclic_per:.2f} per await")
+        x = cuasync.zeros((256,), "float32").sync_on(stream)
+
+        async def with_args() -> None:  # (a tensor and an int: the op's tuples and a pair)
+            await bump[1, 256](x, 256)
+
+        gc.disable()
+        try:
+            peak, _, cyclic = run_loop(loops[0], lambda: census(with_args, args.tasks))
+        finally:
+            gc.enable()
+        print(f"  {loops[0]} census of bump[1, 256](x, n): alive {rows(peak, args.tasks)}")
     if args.generic:  # (the stub lands every launch at once: no await parks)
         gc.disable()
         try:
@@ -287,7 +302,8 @@ def main() -> None:
         got = []
         for _ in range(args.rounds):
             got += timed(loops[0], "not frozen", task, args.tasks, args.gathers)
-        print(f"    k={k}: {sum(peak.values()) / args.tasks:5.2f} alive per await; {summary(got)}")
+        alive = sum(peak.values()) / args.tasks
+        print(f"    k={k}: {alive:5.2f} alive per await; {summary(got, args.tasks)}")
     del heap
 
 
