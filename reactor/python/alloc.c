@@ -27,12 +27,6 @@
 #include "module.h"
 #include "express.h"
 
-#if PY_VERSION_HEX >= 0x030D0000
-#define IS_FINALIZING() Py_IsFinalizing()
-#else
-#define IS_FINALIZING() _Py_IsFinalizing()
-#endif
-
 /* What both paths read: made once, in the module's state (process_alloc_shape: when the
  * first Allocation is finalized or the first small upload is allocated). */
 struct alloc_shape {

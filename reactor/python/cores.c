@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cores.h"
+#include "module.h"
 
 /* traverse, clear and dealloc over the n object fields after the header */
 #define FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))
@@ -134,12 +135,6 @@ REGISTERING(BlockCore, REG_BLOCK)
 #define SingleStreamCore_EXTRA_SLOTS {Py_tp_methods, SingleStreamCore_methods},
 #define CompletionCore_EXTRA_SLOTS {Py_tp_new, CompletionCore_new}, {Py_tp_methods, CompletionCore_methods},
 static PyObject *CompletionCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-
-#if PY_VERSION_HEX >= 0x030D0000
-#define IS_FINALIZING() Py_IsFinalizing()
-#else
-#define IS_FINALIZING() _Py_IsFinalizing()
-#endif
 
 /* A DeviceOp's finalizer (inherited by every op class): an op collected unexecuted
  * calls PROCESS.op_unexecuted(op) (op.py's warning, like a coroutine never awaited);

@@ -61,12 +61,6 @@ typedef struct versioned_managed {
 #define RESTORE_ERROR(saved) PyErr_Restore(saved##_type, saved##_value, saved##_tb)
 #endif
 
-#if PY_VERSION_HEX >= 0x030D0000
-#define IS_FINALIZING() Py_IsFinalizing()
-#else
-#define IS_FINALIZING() _Py_IsFinalizing()
-#endif
-
 void
 dlpack_capsule_destructor(PyObject *capsule)
 {

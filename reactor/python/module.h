@@ -12,6 +12,14 @@
 
 /* The hash of the sources the module was built from (setup.py defines it; the module's
  * SOURCE_HASH): cuasync/_native.py refuses a build of other sources. */
+/* Whether the interpreter is shutting down (a finalizer then neither calls into Python
+ * nor blocks): the public name from 3.13, the private one before. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define IS_FINALIZING() Py_IsFinalizing()
+#else
+#define IS_FINALIZING() _Py_IsFinalizing()
+#endif
+
 #ifndef CUASYNC_SOURCE_HASH
 #define CUASYNC_SOURCE_HASH "unknown"
 #endif
