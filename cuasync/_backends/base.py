@@ -471,11 +471,13 @@ class Backend(BackendCore, ABC):
 
     # -- cancel words (cuasync/_launch/cancel.py) -------------------------------------
     @abstractmethod
-    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
-        """``nbytes`` of zeroed device memory of ``ordinal`` outside every pool (never
-        freed: kernels still queued may read it), for words :meth:`write_device_word` sets.
+    def device_words_alloc(self, ordinal: int, nbytes: int, stream: int) -> int:
+        """``nbytes`` of device memory of ``ordinal`` outside every pool (never freed:
+        kernels still queued may read it), for words :meth:`write_device_word` sets;
+        zeroed on ``stream`` (the urgent stream the words are written on) before it
+        returns: a wait for one memset, on a stream that carries nothing else.
 
-        >>> slab = backend.device_words_alloc(0, 4096)
+        >>> slab = backend.device_words_alloc(0, 4096, urgent)
         """
 
     @abstractmethod

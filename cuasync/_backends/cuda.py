@@ -1259,9 +1259,12 @@ class CudaBackend(Backend):
                 self._put_back(caller)
 
     # -- cancel words ----------------------------------------------------------------
-    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+    def device_words_alloc(self, ordinal: int, nbytes: int, stream: int) -> int:
         # cuMemAlloc, not the stream-ordered pool: a plain allocation that stream memory
-        # operations accept, and that no pool trim or release threshold touches.
+        # operations accept, and that no pool trim or release threshold touches. Zeroed
+        # on `stream` and waited for: cuMemsetD8 would run on the legacy stream, which
+        # non-blocking streams do not wait for, so a word written on the urgent stream
+        # could land before the zeroing and be wiped (seen on the H200).
         self._device(ordinal)
         caller = self._switch(ordinal)
         try:
@@ -1269,8 +1272,10 @@ class CudaBackend(Backend):
             if err == _OUT_OF_MEMORY:
                 raise OutOfMemoryError(nbytes, "device memory (cancel words)")
             self._check(err, "cuMemAlloc", ordinal)
-            (err,) = _d.cuMemsetD8(ptr, 0, nbytes)
-            self._check(err, "cuMemsetD8", ordinal)
+            (err,) = _d.cuMemsetD8Async(ptr, 0, nbytes, stream)
+            self._check(err, "cuMemsetD8Async", ordinal)
+            (err,) = _d.cuStreamSynchronize(stream)
+            self._check(err, "cuStreamSynchronize", ordinal)
         finally:
             if caller is not None:
                 self._put_back(caller)

@@ -1049,7 +1049,8 @@ class EmulatorBackend(Backend):
         self._enqueue(stream, write)
 
     # -- cancel words --------------------------------------------------------------
-    def device_words_alloc(self, ordinal: int, nbytes: int) -> int:
+    def device_words_alloc(self, ordinal: int, nbytes: int, stream: int) -> int:
+        self._stream(stream)  # (checked as a GPU's call would)
         return self._alloc_on(self._device(ordinal), nbytes, None, pooled=False)  # zeroed
 
     def write_device_word(self, stream: int, address: int, value: int) -> None:

@@ -93,7 +93,7 @@ class _Words:
         if not self.urgent:
             _, greatest = backend.stream_priority_range(self.ordinal)
             self.urgent = backend.stream_create(self.ordinal, greatest)
-        slab = backend.device_words_alloc(self.ordinal, _SLAB_WORDS * 4)
+        slab = backend.device_words_alloc(self.ordinal, _SLAB_WORDS * 4, self.urgent)
         if slab >> CANCEL_ADDRESS_BITS:
             raise InternalError(
                 f"device memory at {slab:#x} lies above 2**48: the cancel word's parameter "

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import numpy as np
 import pytest
@@ -674,7 +675,9 @@ def test_compile_error_comes_before_anything_is_enqueued(enqueued) -> None:
 
 @needs_nvrtc
 def test_each_source_compiles_once_per_process(monkeypatch) -> None:
-    source = SCALE + "// compiled once by test_each_source_compiles_once_per_process\n"
+    # (a source of this process alone: the disk cache of an earlier process, another
+    # mode of gpu-check's, never has it)
+    source = SCALE + f"// compiled once by test_each_source_compiles_once_per_process {uuid4()}\n"
     arch = get_backend().arch(0)  # sm_90 on the emulator (compute capability 9.0)
     x = cuasync.arange(8, dtype="float32").sync()
     tensors = [x, x]

@@ -524,7 +524,7 @@ def test_a_device_word_is_written_on_an_urgent_stream(
     _, greatest = backend.stream_priority_range(0)
     urgent = backend.stream_create(0, greatest)
     try:
-        slab = backend.device_words_alloc(0, 4096)
+        slab = backend.device_words_alloc(0, 4096, urgent)
         out = pinned(8)
         out.bytes[:] = 0xFF
         backend.write_device_word(urgent, slab + 4, 0xBEEF)

@@ -197,12 +197,12 @@ async def test_a_refused_copy_raises_and_leaks_nothing(
     def refuse(*args: Any) -> None:
         raise DriverError(1, "cuMemcpyHtoDAsync")
 
-    # (in the instance's dict, and out of it afterwards: monkeypatch.setattr would leave
-    # the class's method there, bound, and the native core takes a copy_and_write found
-    # there for a test's own, going through Python for the rest of the process)
+    # (memcpy_htod_async in the instance's dict, and out of it afterwards: setattr would
+    # leave the class's method there, bound; copy_and_write is the backend core's field,
+    # which the native core calls when it is not the backend's own: set, then put back)
     with monkeypatch.context() as m:  # (undone here; the path's set-up stays)
         m.setitem(vars(backend), "memcpy_htod_async", refuse)
-        m.setitem(vars(backend), "copy_and_write", refuse)  # (the copy with its flag)
+        m.setattr(backend, "copy_and_write", refuse)  # (the copy with its flag)
         with pytest.raises(DriverError) as caught:
             await cuasync.from_host(source)
         assert caught.value.call == "cuMemcpyHtoDAsync"

@@ -188,7 +188,8 @@ class Words:
         self.host_ack = ctypes.c_uint32.from_address(self.block + 32)
         # the device word as cuasync's cancel scopes hold it (cuMemAlloc, outside the
         # pool), and one in the stream-ordered pool (where cuStreamWriteValue32 was refused)
-        self.dev = DevicePointer(backend.device_words_alloc(0, 64))
+        zeroing = cuasync.get_default_device().new_stream()  # (zeroed there, waited for)
+        self.dev = DevicePointer(backend.device_words_alloc(0, 64, zeroing.handle))
         self.pool_tensor = cuasync.full((1,), 0, "uint32").sync()
         self.pool = DevicePointer(self.pool_tensor.ptr)
 
