@@ -80,6 +80,13 @@ def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+#: How many ops (each a kernel and its completion) a test may hold behind a closed gate.
+#: CUDA blocks the enqueue after about 1,000 commands wait on a stream, and after 56
+#: (kernel, host function) pairs (tools/probes/enqueue_limit.py, H200): past that a
+#: gated test hangs on a GPU, though the emulator has no such limit.
+GATE_CAPACITY = 40 if os.environ.get("CUASYNC_HOST_SYNC") == "callback" else 400
+
+
 #: Backend calls that put a command on a stream (or, for allocations, order one there).
 STREAM_COMMANDS = (
     "mem_alloc_async",
