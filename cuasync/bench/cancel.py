@@ -26,7 +26,7 @@ outside any, and an await of a tiny generated op (``x + 1``, 1024 float32) the s
 in alternated turns of 25: the differences (the await's: the median over pairs of
 turns of their p50s' difference), each against the target <= 0.3 us.
 
->>> python -m cuasync.bench cancel            # --quick: the emulator's sizes
+>>> python -m cuasync.bench cancel            # --quick: 16 requests of 5, one round
 """
 
 from __future__ import annotations
@@ -62,10 +62,12 @@ def _chain(a: cuasync.Tensor, b: cuasync.Tensor, c: cuasync.Tensor, n: int) -> A
 
 
 async def _round(
-    skip: bool, stream: cuasync.Stream, ops: tuple[Any, ...], head_us: float
+    skip: bool, stream: cuasync.Stream, ops: tuple[Any, ...], head_us: float, size: tuple[int, int]
 ) -> tuple[float, float, int]:
     """One queue: (the stream's first-to-last request kernel time ms, the survivors' p50
-    latency ms, the requests cancelled before they finished)."""
+    latency ms, the requests cancelled before they finished). ``size``: (requests,
+    kernels a request)."""
+    requests, kernels = size
     launched: list[int] = []
     finished: dict[int, float] = {}
 
@@ -73,19 +75,19 @@ async def _round(
         if skip:
             with cuasync.cancel_scope():
                 launched.append(i)  # in the step that enqueues the chain
-                await _chain(ops[0], ops[1], ops[2], KERNELS)
+                await _chain(ops[0], ops[1], ops[2], kernels)
         else:
             launched.append(i)
-            await _chain(ops[0], ops[1], ops[2], KERNELS)
+            await _chain(ops[0], ops[1], ops[2], kernels)
         finished[i] = time.perf_counter()
 
     device = stream.device
     busy = ct.sleep(head_us, stream).submit()  # the stream is busy: the chains queue up
     start = cuasync.Event(device, timing=True).record(stream)
     began = time.perf_counter()
-    gone = set(range(0, REQUESTS, 2))  # clients that disconnect while their work is queued
+    gone = set(range(0, requests, 2))  # clients that disconnect while their work is queued
     tasks: list[asyncio.Task[None]] = []
-    for i in range(REQUESTS):  # the requests arrive one after the other
+    for i in range(requests):  # the requests arrive one after the other
         tasks.append(asyncio.create_task(request(i)))
         while len(launched) <= i:
             await asyncio.sleep(0)
@@ -96,7 +98,7 @@ async def _round(
     await cuasync.wait(end)
     await busy
     caught = sum(tasks[i].cancelled() for i in gone)  # (not finished before the cancel)
-    survivors = [(finished[i] - began) * 1e3 for i in range(REQUESTS) if i not in gone]
+    survivors = [(finished[i] - began) * 1e3 for i in range(requests) if i not in gone]
     return start.elapsed_ms(end), statistics.median(survivors), caught
 
 
@@ -107,24 +109,25 @@ async def _queue(report: Report, quick: bool) -> None:
     a, b, c = [await cuasync.full(shape, v, "float32") for v in (1.0, 0.5, 0.25)]
     ops = (a, b, c)
     stream = device.new_stream()
-    rounds = 2 if quick or emulated else 3
+    rounds = 1 if quick else 2 if emulated else 3
+    size = (16, 5) if quick else (REQUESTS, KERNELS)  # (--quick: a smoke test)
     head_us = HEAD_US_EMULATED if emulated or quick else HEAD_US
     ways: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
     with cuasync.use_policy(cuasync.SingleStream(stream)):
         await _chain(*ops, 2)  # the kernel compiled and loaded before the rounds
         for skip in (True, False):  # (warm: the words' slab and urgent stream, the pool)
-            await _round(skip, stream, ops, head_us)
+            await _round(skip, stream, ops, head_us, size)
         counts = getattr(get_backend(), "counts", None)
         skipped = counts.skipped if counts is not None else 0
         for r in range(rounds):
             for skip in (True, False) if r % 2 == 0 else (False, True):
-                busy, p50, caught = result = await _round(skip, stream, ops, head_us)
+                busy, p50, caught = result = await _round(skip, stream, ops, head_us, size)
                 ways[skip].append(result)
                 print(f"    round {r + 1}/{rounds}, {'skip' if skip else 'no skip'}: stream "
                       f"{busy:.2f} ms, survivors p50 {p50:.2f} ms, {caught} cancelled "
                       "while queued", flush=True)  # fmt: skip
     moved = 3 * shape[0] * shape[1] * 4 / (1 << 30)
-    note = f"{REQUESTS} requests x {KERNELS} kernels ({moved:.3g} GiB read each), half cancelled"
+    note = f"{size[0]} requests x {size[1]} kernels ({moved:.3g} GiB read each), half cancelled"
     rows: dict[bool, tuple[float, float]] = {}
     for skip, results in ways.items():
         label = "skip" if skip else "no skip"
@@ -139,7 +142,7 @@ async def _queue(report: Report, quick: bool) -> None:
             f"cancel: requests cancelled while queued, {label}",
             caught_median,
             "",
-            f"of {REQUESTS // 2} (the others finished first: the stream was not busy enough)",
+            f"of {size[0] // 2} (the others finished first: the stream was not busy enough)",
         )
     if counts is not None:  # the emulator counts the kernels that returned at once
         per_round = (counts.skipped - skipped) / rounds
