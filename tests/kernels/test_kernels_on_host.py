@@ -124,13 +124,13 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return _compiled(folder, "kernels", "\n".join([SHIMS, _builtin.source(), _wrappers()]))
 
 
-def _compiled(folder: Path, name: str, source: str) -> Any:
+def _compiled(folder: Path, name: str, source: str, opt: str = "-O1") -> Any:
     """``source`` (C++ with the shims) built into ``folder/name.so`` and loaded.
 
     A library is built once per test run: the run's kernel cache (conftest: shared by the
     xdist workers, and by CI's second pass) keeps it under the hash of its source and
     flags, so the workers that split a module's tests do not each run the compiler."""
-    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"]
+    flags = ["-std=c++17", opt, "-shared", "-fPIC", "-ffp-contract=off", "-w"]
     key = hashlib.sha256("\0".join([str(CXX), *flags, source]).encode()).hexdigest()[:24]
     cache = Path(os.environ["CUASYNC_TEST_RUN_KERNEL_CACHE"]) / "host-kernels"
     library = cache / f"{name}-{key}.so"
@@ -607,6 +607,7 @@ extern "C" long long bf16_mismatches() {
     return bad;
 }
 """,
+        opt="-O2",  # (every float bit pattern: 2**32 iterations)
     )
     lib.bf16_mismatches.restype = ctypes.c_longlong
     assert lib.bf16_mismatches() == 0

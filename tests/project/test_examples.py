@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ELSEWHERE = {
     "torch_service.py": "a server: tests/project/test_service_example.py drives it",
     "load.py": "starts servers: tests/project/test_service_example.py runs it on the emulator",
+    # (a fresh interpreter of it starts a Ray cluster of its own: 15 s of the suite's time)
+    "ray_workers.py": "tests/project/test_ray.py runs its main() over the suite's Ray cluster",
 }
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in ELSEWHERE)
 
