@@ -25,7 +25,10 @@ from cuasync.errors import KernelCompileError
 ARCHS = ("sm_80", "sm_90")
 
 PROBLEM = nvrtc_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+pytestmark = [
+    pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or ""),
+    pytest.mark.path_independent,  # (compiles sources: no op path)
+]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in _builtin.builtin_kernels()}
 #: The indexing family (gather, take_along_axis, scatter, dynamic slices, pad): one

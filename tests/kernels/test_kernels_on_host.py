@@ -27,7 +27,10 @@ from cuasync._dtypes import DTYPES, SUPPORTED
 from cuasync._launch import builtin as _builtin
 
 CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (g++ or clang++)")
+pytestmark = [
+    pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (g++ or clang++)"),
+    pytest.mark.path_independent,  # (kernel sources run on the host: no op path)
+]
 
 #: The CUDA built-ins the kernels use, for the host (exact IEEE arithmetic, no FMA).
 SHIMS = r"""

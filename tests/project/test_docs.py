@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from helpers import run_script
 
+pytestmark = pytest.mark.path_independent  # (the documentation and its site: no op path)
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 

@@ -30,6 +30,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.path_independent  # (the package's import graph: no op path)
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "cuasync"
 
