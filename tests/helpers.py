@@ -24,9 +24,12 @@ import cuasync.testing
 BACKEND = cuasync.backend_name()
 ON_EMULATOR = BACKEND == "emulator"
 
+#: Whether this run completes every await through host callbacks (no flag writes).
+HOST_CALLBACKS = os.environ.get("CUASYNC_HOST_SYNC") == "callback"
+
 #: For tests of the flag-write reactor itself (a run with host callbacks has none).
 reactor_path = pytest.mark.skipif(
-    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
+    HOST_CALLBACKS,
     reason="about the flag-write reactor; this run uses CUASYNC_HOST_SYNC=callback",
 )
 
@@ -84,7 +87,7 @@ def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
 #: CUDA blocks the enqueue after about 1,000 commands wait on a stream, and after 56
 #: (kernel, host function) pairs (tools/probes/enqueue_limit.py, H200): past that a
 #: gated test hangs on a GPU, though the emulator has no such limit.
-GATE_CAPACITY = 40 if os.environ.get("CUASYNC_HOST_SYNC") == "callback" else 400
+GATE_CAPACITY = 40 if HOST_CALLBACKS else 400
 
 
 #: Backend calls that put a command on a stream (or, for allocations, order one there).

@@ -7,12 +7,11 @@ this suite's backend.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_python, run_script
+from helpers import HOST_CALLBACKS, run_python, run_script
 
 from cuasync._backends import get_backend
 from cuasync._backends.base import HOST_TASK_SPINWAIT
@@ -22,10 +21,7 @@ from cuasync.errors import BackendUnavailableError
 TESTS = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(
-    os.environ.get("CUASYNC_HOST_SYNC") == "callback",
-    reason="this whole run already uses CUASYNC_HOST_SYNC=callback",
-)
+@pytest.mark.skipif(HOST_CALLBACKS, reason="this whole run already uses CUASYNC_HOST_SYNC=callback")
 def test_ops_and_cancellation_suites_pass_with_host_callbacks() -> None:
     suites = [
         "tensors/test_ops.py", "runtime/test_cancellation.py",
