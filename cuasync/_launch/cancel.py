@@ -78,8 +78,8 @@ class _Words:
         """Set the word on the urgent stream: seen by kernels that start after it lands."""
         with self.lock:
             self.stored[address] = generation
-            self.unseen = True
         self.backend.write_device_word(self.urgent, address, generation)
+        self.unseen = True  # (after the enqueue: a wait that sees it covers this write)
 
     def wait_visible(self) -> None:
         """Block until the words set so far are in device memory (a few microseconds: the
