@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(HOST_CALLBACKS, reason="this whole run already uses CUASYNC_HOST_SYNC=callback")
 def test_ops_and_cancellation_suites_pass_with_host_callbacks() -> None:
     suites = [
-        "tensors/test_ops.py", "runtime/test_cancellation.py",
+        "runtime/test_ops.py", "runtime/test_cancellation.py",
         "runtime/test_cross_stream.py", "runtime/test_graph.py",
     ]  # fmt: skip
     r = run_python(

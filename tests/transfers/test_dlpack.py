@@ -686,5 +686,5 @@ def test_the_free_waits_for_the_legacy_stream_of_the_consumer() -> None:
     # (its free waited for the legacy stream on a stream of cuasync's own, whose block
     # cache may keep it for the next allocation there: flushed, it is freed)
     block_cache.flush(cuasync.Device(0))
-    settle()
+    cuasync.Device(0).synchronize()  # (the flush's free is stream-ordered: done once it ran)
     assert ptr not in buffers
