@@ -81,7 +81,9 @@ def test_stats_fields() -> None:
     assert s.slots_total >= 4096
 
 
-async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend, baseline) -> None:
+async def test_many_concurrent_awaits_resolve_and_free_their_slots(
+    anyio_backend, baseline, reactor_wake
+) -> None:
     import anyio
 
     # Behind a closed gate the driver blocks the enqueuing thread once about 56 commands
@@ -119,7 +121,8 @@ async def test_many_concurrent_awaits_resolve_and_free_their_slots(anyio_backend
     if after.reactor:
         # Released by one gate, the n landings are finished a batch per drain of the
         # loop's queue, not one wake-up each.
-        assert woken >= n
+        # (reactor_wake: the loop's early wake, which may finish one first, is off)
+        assert woken >= n, (before, after)
         assert 1 <= after.reactor_batches - before.reactor_batches < woken
 
 

@@ -147,6 +147,8 @@ def _in_flight_blocks(make: Callable[[], Any], stream: cuasync.Stream, n: int) -
     floats an op's own build freed, kept for reuse): what is left is what the ops hold.
     """
     futures: list[Any] = [None] * n
+    stream.synchronize()  # what ran before is released first (the watcher may still
+    cuasync.testing.settle()  # be finishing it: blocks freed while this one counts)
     with cuasync.testing.gate(stream):
         gc.collect()
         before = sys.getallocatedblocks()
