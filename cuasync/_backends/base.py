@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._curesult import Code
@@ -673,7 +674,20 @@ class Backend(BackendCore, ABC):
         """
         raise NotImplementedError(f"the {self.name} backend has no matrix products")
 
-    # -- graphs --------------------------------------------------------------------
+    # -- guarded regions and graphs ---------------------------------------------------
+    def guarded(self, stream: int, word: int, guard: int) -> AbstractContextManager[None]:
+        """A region of ``stream`` that runs only if the cancel word ``word`` (see
+        ``cuasync/kernels/cancel.cuh``) is unset when it starts on the device: what the
+        block enqueues on ``stream`` is held back and enqueued as one unit in its place
+        (on a GPU, the body of a conditional graph node whose condition the kernel
+        ``guard``, a ``CUfunction`` of ``ca_cancel_guard``, sets). Nothing else may be
+        enqueued on ``stream`` meanwhile; a block that raises enqueues nothing.
+
+        >>> with backend.guarded(stream, word, guard):
+        ...     backend.memset_d8_async(ptr, 0, nbytes, stream)
+        """
+        raise NotImplementedError
+
     @abstractmethod
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None: ...
 

@@ -29,11 +29,12 @@ machine without an NVIDIA driver.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._curesult import STICKY, Code
@@ -58,6 +59,9 @@ from .base import (
     PreparedKernel,
     check_device_attribute,
 )
+from .conditional import ENTRY_POINTS as _CONDITIONAL_ENTRY_POINTS
+from .conditional import ConditionalGraph
+from .conditional import Driver as _ConditionalDriver
 from .cublas import Blas
 
 __all__ = ["CudaBackend", "probe"]
@@ -409,6 +413,7 @@ class CudaBackend(Backend):
         if self._native is not None:
             self.fast_launch = self._native.launch_packed
         self._submitter: Any = None  # see make_submitter
+        self._conditional: _ConditionalDriver | None = None  # see guarded
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
@@ -1585,6 +1590,39 @@ class CudaBackend(Backend):
         try:
             blas, hopper = self._gemm_ready(ordinal)
             blas.gemm(ordinal, stream, hopper, a, b, c, alpha, beta, precision)
+        finally:
+            if caller is not None:
+                self._put_back(caller)
+
+    # -- guarded regions (conditional graph nodes) -------------------------------------
+    @contextlib.contextmanager
+    def guarded(self, stream: int, word: int, guard: int) -> Iterator[None]:
+        ordinal = self.stream_device(stream)
+        if self._submitter is not None:  # (its queued launches must not join the capture)
+            self._submitter.fence()
+        driver = self._conditional
+        if driver is None:
+            addresses = self.driver_entry_points(_CONDITIONAL_ENTRY_POINTS)
+            driver = self._conditional = _ConditionalDriver(
+                addresses, lambda err, call: self._check(err, call, ordinal)
+            )
+        region = ConditionalGraph(driver, self._context_handle(ordinal), stream, guard, word)
+        with self._context_of(ordinal):
+            region.__enter__()
+        try:
+            yield
+        except BaseException as exc:
+            with self._context_of(ordinal):
+                region.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        with self._context_of(ordinal):
+            region.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _context_of(self, ordinal: int) -> Iterator[None]:
+        caller = self._use(ordinal)
+        try:
+            yield
         finally:
             if caller is not None:
                 self._put_back(caller)

@@ -40,6 +40,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import itertools
 import threading
@@ -47,7 +48,7 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -373,7 +374,7 @@ _host_function = threading.local()
 class _Counts:
     """What the emulator counts for tests: commands accepted (for tests that check
     laziness), ``memcpy_peer_async`` calls, copies with a host side outside pinned
-    memory, and launches skipped by their cancel word."""
+    memory, and launches and guarded regions skipped by their cancel word."""
 
     __slots__ = ("enqueued", "pageable_copies", "peer_copies", "skipped")
 
@@ -1360,7 +1361,33 @@ class EmulatorBackend(Backend):
         """Run ``fn`` as device work on ``stream``; an exception faults the device."""
         self._enqueue(stream, fn)
 
-    # -- graphs --------------------------------------------------------------------
+    # -- guarded regions and graphs -----------------------------------------------
+    @contextlib.contextmanager
+    def guarded(self, stream: int, word: int, guard: int) -> Iterator[None]:
+        # The GPU's conditional node: the region's commands held back, run as one command
+        # that first reads the word (as the guard kernel does when the graph starts).
+        s = self._stream(stream)
+        self._check(s.device)
+        if s.capture is not None:
+            raise DriverError(
+                Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCaptureToGraph", "already capturing"
+            )
+        s.capture = []
+        try:
+            yield
+        finally:
+            body, s.capture = s.capture, None
+        device = s.device
+
+        def region() -> None:
+            if self._cancelled(word, device):
+                self.counts.skipped += 1
+                return
+            for command in body:
+                command()
+
+        self._enqueue(stream, region)
+
     def stream_begin_capture(self, stream: int, mode: int = CAPTURE_RELAXED) -> None:
         s = self._stream(stream)
         self._check(s.device)

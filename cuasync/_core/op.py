@@ -948,6 +948,11 @@ class _FnOp(DeviceOp[T]):
         return () if self._first is None else self._first(device)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[T]:
+        if self._graph_node and SCOPE.get() is not None:
+            # It writes a tensor it was given, which others may read: it always runs,
+            # and so do the pending ops it reads (a skipped one would leave it garbage).
+            with detached():
+                return self._fn(ctx)
         return self._fn(ctx)
 
     def __repr__(self) -> str:

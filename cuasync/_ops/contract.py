@@ -214,7 +214,7 @@ def _build(
             return Output.ready(tc)
         va, vb, vc = views(ctx, ta, tb, tc)
         if vc is not None:
-            gemm(ctx, va, vb, vc, alpha, beta, precision)
+            gemm(ctx, va, vb, vc, alpha, beta, precision, skippable=out is None)
             return Output.ready(tc)
         staged = new_tensor(ctx, tc.shape, dtype, f"{fn} result")
         if beta != 0:

@@ -39,6 +39,7 @@ from .._dtypes import (
 from .._first_use import launching
 from .._launch import builtin
 from .._launch.builtin import FILL_DTYPES, RANDOM_DTYPES
+from .._launch.guard import guarded
 from .._launch.kernel import Kernel
 from .._launch.twins import host_cast
 from .._tensor import Shape, Tensor, check_shape, check_writable
@@ -329,7 +330,8 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, (n, m), dt, "eye")
         if t.nbytes:
-            get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
+            with guarded(ctx, nbytes=t.nbytes):  # (a cancelled scope skips it)
+                get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
             if length:
                 diagonal = Tensor(t.allocation, (length,), dt, (m + 1,), offset)
                 _enqueue_fill(ctx, diagonal, bits, scoped=True)

@@ -19,6 +19,7 @@ from .._backends import get_backend
 from .._backends.base import matrix_layout
 from .._core.context import ExecutionContext
 from .._dtypes import SUPPORTED, dtype_name
+from .._launch.guard import guarded
 from .._tensor import Shape, Tensor
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
@@ -66,9 +67,13 @@ def gemm(
     alpha: complex,
     beta: complex,
     precision: str,
+    *,
+    skippable: bool = False,
 ) -> None:
     """Enqueue ``c = alpha * a @ b + beta * c`` for views ``(*batch, m, k)``,
-    ``(*batch, k, n)``, ``(*batch, m, n)`` of one batch shape (0 strides broadcast)."""
+    ``(*batch, k, n)``, ``(*batch, m, n)`` of one batch shape (0 strides broadcast).
+    ``skippable``: ``c`` is a tensor the op made, so a cancelled scope may skip the
+    cuBLAS calls (:func:`~cuasync._launch.guard.guarded`)."""
     *batch, _, k = a.shape
     n = b.shape[-1]
     if c.size == 0:
@@ -100,15 +105,21 @@ def gemm(
     count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))
     backend = get_backend()
     outer = [range(d) for d in dims[:-1]]
-    for index in itertools.product(*outer):
-        offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
-        xs = [
-            Tensor(
-                t.allocation, (count, *t.shape[-2:]), t.dtype, (s, *t.strides[-2:]), t.offset + o
-            )
-            for t, s, o in zip((a, b, target), step, offsets, strict=True)
-        ]
-        backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
+    flops = 8 * math.prod(target.shape) * k if skippable else 0  # (a complex product: 8)
+    with guarded(ctx, flops=flops):
+        for index in itertools.product(*outer):
+            offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
+            xs = [
+                Tensor(
+                    t.allocation,
+                    (count, *t.shape[-2:]),
+                    t.dtype,
+                    (s, *t.strides[-2:]),
+                    t.offset + o,
+                )
+                for t, s, o in zip((a, b, target), step, offsets, strict=True)
+            ]
+            backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
     if target is not c:
         copy_into(ctx, c, target)
 

@@ -19,6 +19,7 @@ from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, DTypeLike, as_dtype, dtype_name
 from .._first_use import launching
+from .._launch.guard import guarded
 from .._native import NATIVE, UploadWorkCore
 from .._ops.expr import Node
 from .._ops.tensorop import ShapeLike, TensorOp, tensor_op
@@ -328,7 +329,8 @@ def zeros(
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         tensor = new_tensor(ctx, dims, dt, "zeros")
         if tensor.nbytes:
-            get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
+            with guarded(ctx, nbytes=tensor.nbytes):  # (a cancelled scope skips it)
+                get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
         return Output.ready(tensor)
 
     return _tensor_op(device_op(enqueue, target, "zeros"), dims, dt)

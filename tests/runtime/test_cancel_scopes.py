@@ -498,3 +498,135 @@ def test_built_in_kernels_of_a_cancelled_scope_are_skipped(name: str, baseline) 
         np.testing.assert_allclose(_host(await make()), want, rtol=1e-6)
 
     asyncio.run(main())
+
+
+# -- guarded regions: library calls and memsets (conditional graph nodes on a GPU) ----------
+@pytest.fixture
+def guard_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guard every region, however small (the policy guards only long work)."""
+    from cuasync._launch import guard
+
+    monkeypatch.setattr(guard.POLICY, "min_ns", 0.0)
+
+
+def _memset(t: cuasync.Tensor, value: int) -> cuasync.DeviceOp[None]:
+    """An op setting every byte of ``t`` (which it did not make) in a guarded region: what
+    a cuBLAS call or a memset into a new tensor gets, observable here."""
+    from cuasync._backends import get_backend
+    from cuasync._core.op import device_op
+    from cuasync._core.output import Output
+    from cuasync._launch.guard import guarded
+
+    def enqueue(ctx: Any) -> Any:
+        ctx.write(t.allocation, "t")  # (its waits first: a region holds only the memset)
+        with guarded(ctx, nbytes=t.nbytes):
+            get_backend().memset_d8_async(t.ptr, value, t.nbytes, ctx.handle)
+        return Output.ready(None)
+
+    return device_op(enqueue, t.device, "guarded memset")
+
+
+def test_a_guarded_region_runs_only_while_its_scope_is_not_cancelled(
+    guard_everything, baseline
+) -> None:
+    async def main() -> tuple[list[Any], list[Any]]:
+        marks = _marks(1)
+        skipped = await cuasync.full((256,), 7, "uint8")
+        ran = await cuasync.full((256,), 7, "uint8")
+        await _memset(ran, 7)  # (the guard kernel and the mark loaded before the gate)
+        await ct.mark(marks, 0)
+        launched: list[bool] = []
+
+        async def handler(t: cuasync.Tensor) -> None:
+            with cuasync.cancel_scope():
+                launched.append(True)
+                await ct.mark(marks, 0).then(lambda _: _memset(t, 0))
+
+        with ct.gate():
+            task = asyncio.create_task(handler(skipped))
+            await wait_until(lambda: bool(launched))  # the chain queued behind the gate
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await handler(ran)  # the same region, its scope not cancelled: it runs
+        await cuasync.get_default_device().synchronized()
+        return _host(skipped), _host(ran)
+
+    skipped, ran = asyncio.run(main())
+    assert set(skipped) == {7}  # the memset never ran
+    assert set(ran) == {0}
+
+
+@pytest.mark.parametrize("name", ["matmul", "zeros", "eye"])
+def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
+    name: str, guard_everything, baseline
+) -> None:
+    """A float matmul (cuBLAS) or a memset making a new tensor, queued in a cancelled
+    scope, never runs (counted on the emulator) and never delivers; afterwards the same
+    op is right, and memory and slots are back (baseline)."""
+    from cuasync._backends import get_backend
+
+    host = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+
+    async def main() -> None:
+        marks = _marks(1)
+        x = await cuasync.asarray(host)
+        make, want = {
+            "matmul": (lambda: cuasync.matmul(x, x), host @ host),
+            "zeros": (lambda: cuasync.zeros((8, 8)), np.zeros((8, 8))),
+            "eye": (lambda: cuasync.eye(8), np.eye(8)),
+        }[name]
+        await make()  # (cuBLAS and the guard kernel loaded before the gate)
+        await ct.mark(marks, 0)
+        counts = getattr(get_backend(), "counts", None)
+        before = counts.skipped if counts is not None else 0
+        launched: list[bool] = []
+        got: list[Any] = []
+
+        async def handler() -> None:
+            with cuasync.cancel_scope():
+                launched.append(True)
+                got.append(await ct.mark(marks, 0).then(lambda _: make()))
+
+        with ct.gate():
+            task = asyncio.create_task(handler())
+            await wait_until(lambda: bool(launched))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await cuasync.get_default_device().synchronized()
+        assert got == [] and _host(marks) == [1]
+        if counts is not None:  # the mark and the guarded region
+            assert counts.skipped - before >= 2
+        np.testing.assert_allclose(_host(await make()), want, rtol=1e-6)
+
+    asyncio.run(main())
+
+
+def test_a_matmul_into_a_given_tensor_runs_in_a_cancelled_scope(
+    guard_everything, baseline
+) -> None:
+    """``out=`` names a tensor others may read: its cuBLAS call is never guarded."""
+    host = np.eye(8, dtype=np.float32) * 2
+
+    async def main() -> list[Any]:
+        x = await cuasync.asarray(host)
+        out = await cuasync.zeros((8, 8))
+        await cuasync.matmul(x, x * 2, out=out)  # (its kernels loaded before the gate)
+        launched: list[bool] = []
+
+        async def handler() -> None:  # the product and the pending x * 3 it reads run
+            with cuasync.cancel_scope():
+                launched.append(True)
+                await cuasync.matmul(x, x * 3, out=out)
+
+        with ct.gate():
+            task = asyncio.create_task(handler())
+            await wait_until(lambda: bool(launched))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await cuasync.get_default_device().synchronized()
+        return np.asarray(_host(out)).ravel().tolist()
+
+    assert asyncio.run(main()) == (host @ (host * 3)).ravel().tolist()

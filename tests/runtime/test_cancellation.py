@@ -295,8 +295,6 @@ async def test_cancelled_work_gives_its_memory_back_when_it_lands_without_a_coll
     reduction = lambda: cuasync.sum(cuasync.zeros((n,)) * 2.0)  # noqa: E731
     for make in (chain, reduction):  # their kernels loaded before the gate
         await make()
-    # (with host callbacks the background watcher that delivered the last result may still
-    # hold it for a moment: wait until it is done with every completion)
     await wait_until(lambda: not work_in_flight())
     gc.collect()  # (the collector stays off from here)
     base = dev.memory_stats().live_bytes
@@ -312,8 +310,11 @@ async def test_cancelled_work_gives_its_memory_back_when_it_lands_without_a_coll
             assert dev.memory_stats().live_bytes - base >= 3 * 4 * n
             tg.cancel_scope.cancel()
     # The gate is open: the work lands and the background watcher releases what it used.
+    # (At most what was live before: in a worker that ran other tests first, a few bytes
+    # of theirs were seen released meanwhile, with host callbacks, in a nested run on
+    # CI and on an H200; 16 MiB kept by a cycle would exceed it.)
     await wait_until(lambda: not work_in_flight())
-    assert dev.memory_stats().live_bytes == base
+    assert dev.memory_stats().live_bytes <= base
 
 
 ASYNCIO_LOOPS = [

@@ -1,0 +1,59 @@
+"""Guarded regions: library calls and memsets that a cancelled scope skips on the device.
+
+cuBLAS calls and memsets cannot check a cancel word themselves. Inside a cancel scope, an
+op that writes only tensors it made encloses them in :func:`guarded`: on a GPU they
+become the body of a conditional graph node (CUDA 12.4+) whose condition a one-thread
+kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
+:mod:`cuasync._backends.conditional`); on the emulator, one command that reads the word
+first. A region costs a graph built, instantiated and launched in its place, so only
+work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded.
+
+>>> with guarded(ctx, flops=2 * m * n * k):
+...     backend.gemm(ctx.handle, a, b, c, 1.0, 0.0, "highest", ctx.error_box)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .._backends import get_backend
+from .._cancel_var import current_word
+from .._core.context import ExecutionContext
+from .builtin import kernel
+
+__all__ = ["POLICY", "GuardPolicy", "guarded"]
+
+
+@dataclass
+class GuardPolicy:
+    """When a region is worth guarding: its expected device time (``flops`` at
+    ``flops_per_ns``, ``nbytes`` written at ``bytes_per_ns``: an H200's float32 cuBLAS
+    and memset rates, rounded down) at least ``min_ns``, the host time a guard costs on
+    an H200 (docs/cancellation.md) times ten. Tests set ``min_ns = 0``."""
+
+    min_ns: float = 200_000.0
+    flops_per_ns: float = 40_000.0
+    bytes_per_ns: float = 2_000.0
+
+
+POLICY = GuardPolicy()
+
+
+@contextmanager
+def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> Iterator[None]:
+    """Enclose what the block enqueues on ``ctx``'s stream in a guarded region when the
+    current scope has a word on its device, the stream does not capture a graph (a
+    captured graph never bakes in a scope's word), and the work is worth it. The block
+    enqueues nothing but the guarded work (no waits: read and write its tensors first).
+    """
+    word = current_word(ctx.device.ordinal)
+    policy = POLICY
+    worth = flops / policy.flops_per_ns + nbytes / policy.bytes_per_ns >= policy.min_ns
+    if not word or not worth or ctx.stream._capturing:
+        yield
+        return
+    guard = kernel("guard", "")._prepare(ctx.device).handle
+    with get_backend().guarded(ctx.handle, word, guard):
+        yield
