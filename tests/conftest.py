@@ -60,6 +60,7 @@ def _kernels_loaded_before_any_gate():
     given the same start, so that it flags exactly what would hang a GPU (a test's own
     or a fused kernel first loaded behind a gate)."""
     from cuasync._launch.builtin import builtin_kernels
+    from cuasync._launch.guard import guard_kernel
 
     # Each xdist worker starts at its own place in the list: what the others compiled
     # meanwhile it reads from the run's kernel cache.
@@ -72,6 +73,7 @@ def _kernels_loaded_before_any_gate():
         for kernel in kernels:
             kernel.compile(ordinal)
         cuasync.testing._device_ops.load(cuasync.Device(ordinal))  # the sleep and trap kernels
+        guard_kernel().compile(ordinal)  # (a guarded region's, in a cancel scope)
     if not ON_EMULATOR:
         # The first stream-ordered allocation of a process grows the device's memory
         # pool, which took 5 ms in the driver on an H200: tests that time an await

@@ -37,7 +37,6 @@ _FILES = (
     "arange.cu",
     "convert.cu",
     "random.cu",
-    "guard.cu",
 )
 
 #: The float dtypes ``rand`` and ``randn`` make (not FP8: storage only).
@@ -116,13 +115,7 @@ _TWINS = {
 }
 
 
-def _guard_twin(*args: Any) -> None:
-    """(Never run: the emulator's guarded region reads the word itself.)"""
-
-
 def _make(family: str, key: str) -> Kernel:
-    if family == "guard":  # (one kernel, no dtype)
-        return Kernel(source(), "ca_cancel_guard", emulate=_guard_twin)
     if family == "fill":
         storage = DTYPES[FILL_DTYPES[int(key)]].storage
         return Kernel(source(), f"ca_fill<{storage}>", emulate=_twins.fill_twin)
@@ -154,7 +147,7 @@ def builtin_kernels() -> list[Kernel]:
     keys += [
         (family, name) for family in ("rand", "randn") for name in RANDOM_DTYPES if name in names
     ]
-    return [kernel(family, key) for family, key in keys] + [kernel("guard", "")]
+    return [kernel(family, key) for family, key in keys]
 
 
 # -- launching -------------------------------------------------------------------------

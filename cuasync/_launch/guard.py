@@ -21,9 +21,24 @@ from dataclasses import dataclass
 from .._backends import get_backend
 from .._cancel_var import current_word
 from .._core.context import ExecutionContext
-from .builtin import kernel
+from .builtin import KernelFiles
+from .kernel import Kernel
 
-__all__ = ["POLICY", "GuardPolicy", "guarded"]
+__all__ = ["FILES", "POLICY", "GuardPolicy", "guard_kernel", "guarded"]
+
+#: The files of its translation unit (``cuasync/kernels``).
+FILES = ("cancel.cuh", "guard.cu")
+_KERNELS = KernelFiles(*FILES)
+
+
+def _twin(*args: object) -> None:
+    """(Never run: the emulator's guarded region reads the word itself.)"""
+
+
+def guard_kernel() -> Kernel:
+    """The kernel that sets a guarded region's condition (loaded at the first region;
+    ``kernel.compile(device)`` loads it ahead)."""
+    return _KERNELS.kernel("ca_cancel_guard", _twin)
 
 
 @dataclass
@@ -54,6 +69,6 @@ def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> It
     if not word or not worth or ctx.stream._capturing:
         yield
         return
-    guard = kernel("guard", "")._prepare(ctx.device).handle
+    guard = guard_kernel()._prepare(ctx.device).handle
     with get_backend().guarded(ctx.handle, word, guard):
         yield

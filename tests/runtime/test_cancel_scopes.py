@@ -603,9 +603,7 @@ def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
     asyncio.run(main())
 
 
-def test_a_matmul_into_a_given_tensor_runs_in_a_cancelled_scope(
-    guard_everything, baseline
-) -> None:
+def test_a_matmul_into_a_given_tensor_runs_in_a_cancelled_scope(guard_everything, baseline) -> None:
     """``out=`` names a tensor others may read: its cuBLAS call is never guarded."""
     host = np.eye(8, dtype=np.float32) * 2
 
