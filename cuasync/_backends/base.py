@@ -675,6 +675,9 @@ class Backend(BackendCore, ABC):
         raise NotImplementedError(f"the {self.name} backend has no matrix products")
 
     # -- guarded regions and graphs ---------------------------------------------------
+    #: Whether :meth:`guarded` regions are used (a backend may have them off).
+    guards = True
+
     def guarded(self, stream: int, word: int, guard: int) -> AbstractContextManager[None]:
         """A region of ``stream`` that runs only if the cancel word ``word`` (see
         ``cuasync/kernels/cancel.cuh``) is unset when it starts on the device: what the

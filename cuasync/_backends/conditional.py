@@ -5,8 +5,8 @@ A guarded region is one executable graph, launched on the stream in the region's
 a guard kernel (``cuasync/kernels/guard.cu``) reads the word and sets the condition of
 an IF node, whose body holds what the region enqueued, captured into it with
 ``cuStreamBeginCaptureToGraph``. The graph is made, instantiated and launched per
-region, then destroyed (the driver frees an executable graph still in flight once it
-has run). The calls go through ``cuGetProcAddress`` addresses with ``ctypes``: the node
+region; its executable is destroyed once it has run (destroying one in flight waits for
+it). The calls go through ``cuGetProcAddress`` addresses with ``ctypes``: the node
 parameters are a tagged union that the Python bindings do not spell the same way in
 every version.
 
@@ -117,6 +117,10 @@ class ConditionalGraph:
         self.driver, self.context, self.stream = driver, context, stream
         self.guard, self.word = guard, word
         self.graph = _p()
+        #: The executable graph launched, for the caller to destroy once it has run
+        #: (``cuGraphExecDestroy`` of one in flight waits for it: on an H200 it hung
+        #: behind a gate).
+        self.launched: Any = None
 
     def __enter__(self) -> None:
         d = self.driver
@@ -146,10 +150,8 @@ class ConditionalGraph:
             if kind is None:
                 graph_exec = _p()
                 d("cuGraphInstantiateWithFlags", ctypes.byref(graph_exec), self.graph, 0)
-                try:
-                    d("cuGraphLaunch", graph_exec, self.stream)
-                finally:
-                    d("cuGraphExecDestroy", graph_exec)  # (freed once it has run)
+                self.launched = graph_exec
+                d("cuGraphLaunch", graph_exec, self.stream)
         finally:
             d.fn["cuGraphDestroy"](self.graph)
 

@@ -414,6 +414,11 @@ class CudaBackend(Backend):
             self.fast_launch = self._native.launch_packed
         self._submitter: Any = None  # see make_submitter
         self._conditional: _ConditionalDriver | None = None  # see guarded
+        self._guard_execs: list[tuple[Any, int, int]] = []  # (graph exec, event, ordinal)
+        #: Whether :meth:`guarded` regions are used (cuasync._launch.guard). Off until the
+        #: conditional graph nodes have passed the suite on a GPU (issue 36, item 4):
+        #: their first version hung there (see _reap_guards).
+        self.guards = False
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0
@@ -1617,6 +1622,24 @@ class CudaBackend(Backend):
             raise
         with self._context_of(ordinal):
             region.__exit__(None, None, None)
+            if region.launched is not None:  # destroyed once it has run (see _reap_guards)
+                event = self.event_create(ordinal)
+                self.event_record(event, stream)
+                self._guard_execs.append((region.launched, event, ordinal))
+        self._reap_guards()
+
+    def _reap_guards(self) -> None:
+        """Destroy the guarded regions' executable graphs that have run (a query each:
+        destroying one in flight would wait for it)."""
+        kept = []
+        for graph_exec, event, ordinal in self._guard_execs:
+            if self.event_query(event):
+                with self._context_of(ordinal):
+                    _d.cuGraphExecDestroy(graph_exec.value)
+                self.event_destroy(event)
+            else:
+                kept.append((graph_exec, event, ordinal))
+        self._guard_execs = kept
 
     @contextlib.contextmanager
     def _context_of(self, ordinal: int) -> Iterator[None]:

@@ -66,9 +66,10 @@ def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> It
     word = current_word(ctx.device.ordinal)
     policy = POLICY
     worth = flops / policy.flops_per_ns + nbytes / policy.bytes_per_ns >= policy.min_ns
-    if not word or not worth or ctx.stream._capturing:
+    backend = get_backend()
+    if not word or not worth or ctx.stream._capturing or not backend.guards:
         yield
         return
     guard = guard_kernel()._prepare(ctx.device).handle
-    with get_backend().guarded(ctx.handle, word, guard):
+    with backend.guarded(ctx.handle, word, guard):
         yield

@@ -509,6 +509,19 @@ def guard_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(guard.POLICY, "min_ns", 0.0)
 
 
+def _guards_on() -> bool:
+    from cuasync._backends import get_backend
+
+    return bool(get_backend().guards)
+
+
+needs_guards = pytest.mark.skipif(
+    not _guards_on(),
+    reason="guarded regions are off on this backend: the CUDA backend's are until they "
+    "pass on a GPU (issue 36, item 4; CudaBackend.guards)",
+)
+
+
 def _memset(t: cuasync.Tensor, value: int) -> cuasync.DeviceOp[None]:
     """An op setting every byte of ``t`` (which it did not make) in a guarded region: what
     a cuBLAS call or a memset into a new tensor gets, observable here."""
@@ -526,6 +539,7 @@ def _memset(t: cuasync.Tensor, value: int) -> cuasync.DeviceOp[None]:
     return device_op(enqueue, t.device, "guarded memset")
 
 
+@needs_guards
 def test_a_guarded_region_runs_only_while_its_scope_is_not_cancelled(
     guard_everything, baseline
 ) -> None:
@@ -557,6 +571,7 @@ def test_a_guarded_region_runs_only_while_its_scope_is_not_cancelled(
     assert set(ran) == {0}
 
 
+@needs_guards
 @pytest.mark.parametrize("name", ["matmul", "zeros", "eye"])
 def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
     name: str, guard_everything, baseline
