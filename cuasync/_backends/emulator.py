@@ -1366,13 +1366,8 @@ class EmulatorBackend(Backend):
     def guarded(self, stream: int, word: int, guard: int) -> Iterator[None]:
         # The GPU's conditional node: the region's commands held back, run as one command
         # that first reads the word (as the guard kernel does when the graph starts).
+        self.stream_begin_capture(stream)
         s = self._stream(stream)
-        self._check(s.device)
-        if s.capture is not None:
-            raise DriverError(
-                Code.STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCaptureToGraph", "already capturing"
-            )
-        s.capture = []
         try:
             yield
         finally:

@@ -99,27 +99,11 @@ def gemm(
         ctx.read(a.allocation, "a")
         ctx.read(b.allocation, "b")
     ctx.write(target.allocation, "out")
-    dims, (sa, sb, sc) = merge_axes(
-        tuple(batch), [a.strides[:-2], b.strides[:-2], target.strides[:-2]]
-    )
-    count, step = (dims[-1], (sa[-1], sb[-1], sc[-1])) if dims else (1, (0, 0, 0))
     backend = get_backend()
-    outer = [range(d) for d in dims[:-1]]
     flops = 8 * math.prod(target.shape) * k if skippable else 0  # (a complex product: 8)
     with guarded(ctx, flops=flops):
-        for index in itertools.product(*outer):
-            offsets = [sum(i * s for i, s in zip(index, st, strict=False)) for st in (sa, sb, sc)]
-            xs = [
-                Tensor(
-                    t.allocation,
-                    (count, *t.shape[-2:]),
-                    t.dtype,
-                    (s, *t.strides[-2:]),
-                    t.offset + o,
-                )
-                for t, s, o in zip((a, b, target), step, offsets, strict=True)
-            ]
-            backend.gemm(ctx.handle, xs[0], xs[1], xs[2], alpha, beta, precision, ctx.error_box)
+        for xa, xb, xc in _batches(a, b, target):
+            backend.gemm(ctx.handle, xa, xb, xc, alpha, beta, precision, ctx.error_box)
     if target is not c:
         copy_into(ctx, c, target)
 

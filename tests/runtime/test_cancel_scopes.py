@@ -430,6 +430,34 @@ def test_a_launch_takes_the_word_of_the_task_that_executes_it(baseline) -> None:
     assert asyncio.run(main()) == [2, 1]
 
 
+async def _skipped_after_a_mark(make: Callable[[], Any], marks: cuasync.Tensor) -> None:
+    """Await ``mark(marks, 0)`` then ``make()`` as one chain in a task's cancel scope,
+    queued behind a gate; cancel the task: neither runs (the mark stays at 1, where the
+    caller's own mark left it; on the emulator both count as skipped), nothing delivered."""
+    from cuasync._backends import get_backend
+
+    counts = getattr(get_backend(), "counts", None)
+    before = counts.skipped if counts is not None else 0
+    launched: list[bool] = []
+    got: list[Any] = []
+
+    async def handler() -> None:
+        with cuasync.cancel_scope():
+            launched.append(True)
+            got.append(await ct.mark(marks, 0).then(lambda _: make()))
+
+    with ct.gate():
+        task = asyncio.create_task(handler())
+        await wait_until(lambda: bool(launched))  # the chain queued behind the gate
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await cuasync.get_default_device().synchronized()
+    assert got == [] and _host(marks) == [1]
+    if counts is not None:  # the mark and what make() enqueued returned at once
+        assert counts.skipped - before >= 2
+
+
 def _family(name: str, x: cuasync.Tensor, idx: cuasync.Tensor) -> Any:
     """An op of a built-in kernel family making a new tensor, and numpy's answer."""
     host = np.arange(64, dtype=np.float32).reshape(8, 8)
@@ -466,7 +494,6 @@ def test_built_in_kernels_of_a_cancelled_scope_are_skipped(name: str, baseline) 
     """Creation, reduction and structural kernels making a new tensor check the word
     once per block: queued in a cancelled scope they do no work (counted on the
     emulator); the same ops afterwards are right."""
-    from cuasync._backends import get_backend
 
     async def main() -> None:
         marks = _marks(1)
@@ -475,26 +502,7 @@ def test_built_in_kernels_of_a_cancelled_scope_are_skipped(name: str, baseline) 
         make, want = _family(name, x, idx)
         await make()  # (its kernels loaded before the gate)
         await ct.mark(marks, 0)
-        counts = getattr(get_backend(), "counts", None)
-        before = counts.skipped if counts is not None else 0
-        launched: list[bool] = []
-        got: list[Any] = []
-
-        async def handler() -> None:
-            with cuasync.cancel_scope():
-                launched.append(True)
-                got.append(await ct.mark(marks, 0).then(lambda _: make()))
-
-        with ct.gate():
-            task = asyncio.create_task(handler())
-            await wait_until(lambda: bool(launched))  # the chain queued behind the gate
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        await cuasync.get_default_device().synchronized()
-        assert got == [] and _host(marks) == [1]
-        if counts is not None:  # the mark and the family's kernel(s) returned at once
-            assert counts.skipped - before >= 2
+        await _skipped_after_a_mark(make, marks)  # the family's kernel(s) returned at once
         np.testing.assert_allclose(_host(await make()), want, rtol=1e-6)
 
     asyncio.run(main())
@@ -579,7 +587,6 @@ def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
     """A float matmul (cuBLAS) or a memset making a new tensor, queued in a cancelled
     scope, never runs (counted on the emulator) and never delivers; afterwards the same
     op is right, and memory and slots are back (baseline)."""
-    from cuasync._backends import get_backend
 
     host = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
 
@@ -593,26 +600,7 @@ def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
         }[name]
         await make()  # (cuBLAS and the guard kernel loaded before the gate)
         await ct.mark(marks, 0)
-        counts = getattr(get_backend(), "counts", None)
-        before = counts.skipped if counts is not None else 0
-        launched: list[bool] = []
-        got: list[Any] = []
-
-        async def handler() -> None:
-            with cuasync.cancel_scope():
-                launched.append(True)
-                got.append(await ct.mark(marks, 0).then(lambda _: make()))
-
-        with ct.gate():
-            task = asyncio.create_task(handler())
-            await wait_until(lambda: bool(launched))
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        await cuasync.get_default_device().synchronized()
-        assert got == [] and _host(marks) == [1]
-        if counts is not None:  # the mark and the guarded region
-            assert counts.skipped - before >= 2
+        await _skipped_after_a_mark(make, marks)  # the guarded region did nothing
         np.testing.assert_allclose(_host(await make()), want, rtol=1e-6)
 
     asyncio.run(main())
