@@ -6,7 +6,9 @@ become the body of a conditional graph node (CUDA 12.4+) whose condition a one-t
 kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
 :mod:`cuasync._backends.conditional`); on the emulator, one command that reads the word
 first. A region costs a graph built, instantiated and launched in its place, so only
-work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded.
+work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A backend may
+have them off (``backend.guards``): the CUDA backend's are, until they have passed the
+suite on a GPU (docs/cancellation.md), so there the work runs unguarded.
 
 >>> with guarded(ctx, flops=2 * m * n * k):
 ...     backend.gemm(ctx.handle, a, b, c, 1.0, 0.0, "highest", ctx.error_box)
@@ -45,8 +47,8 @@ def guard_kernel() -> Kernel:
 class GuardPolicy:
     """When a region is worth guarding: its expected device time (``flops`` at
     ``flops_per_ns``, ``nbytes`` written at ``bytes_per_ns``: an H200's float32 cuBLAS
-    and memset rates, rounded down) at least ``min_ns``, the host time a guard costs on
-    an H200 (docs/cancellation.md) times ten. Tests set ``min_ns = 0``."""
+    and memset rates, rounded down) at least ``min_ns``: a first estimate, to be set from
+    the guard's cost measured on a GPU (docs/cancellation.md). Tests set ``min_ns = 0``."""
 
     min_ns: float = 200_000.0
     flops_per_ns: float = 40_000.0
