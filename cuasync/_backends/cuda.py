@@ -415,6 +415,7 @@ class CudaBackend(Backend):
         self._submitter: Any = None  # see make_submitter
         self._conditional: _ConditionalDriver | None = None  # see guarded
         self._guard_execs: list[tuple[Any, int, int]] = []  # (graph exec, event, ordinal)
+        self._guard_lock = threading.Lock()
         #: Whether :meth:`guarded` regions are used (cuasync._launch.guard). Off until the
         #: conditional graph nodes have passed the suite on a GPU (issue 36, item 4):
         #: their first version hung there (see _reap_guards).
@@ -1625,21 +1626,26 @@ class CudaBackend(Backend):
             if region.launched is not None:  # destroyed once it has run (see _reap_guards)
                 event = self.event_create(ordinal)
                 self.event_record(event, stream)
-                self._guard_execs.append((region.launched, event, ordinal))
+                with self._guard_lock:
+                    self._guard_execs.append((region.launched, event, ordinal))
         self._reap_guards()
 
     def _reap_guards(self) -> None:
         """Destroy the guarded regions' executable graphs that have run (a query each:
-        destroying one in flight would wait for it)."""
+        destroying one in flight would wait for it). Loops of several threads share the
+        list: each takes it whole and puts back what has not run."""
+        with self._guard_lock:
+            pending, self._guard_execs = self._guard_execs, []
         kept = []
-        for graph_exec, event, ordinal in self._guard_execs:
+        for graph_exec, event, ordinal in pending:
             if self.event_query(event):
                 with self._context_of(ordinal):
                     _d.cuGraphExecDestroy(graph_exec.value)
                 self.event_destroy(event)
             else:
                 kept.append((graph_exec, event, ordinal))
-        self._guard_execs = kept
+        with self._guard_lock:
+            self._guard_execs += kept
 
     @contextlib.contextmanager
     def _context_of(self, ordinal: int) -> Iterator[None]:
