@@ -183,17 +183,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 #: The event loops an async test runs on: all three where the loop is the subject (awaits,
-#: completion, cancellation, wake-ups, copies that wake a loop from another thread).
-#: Where it is not, a folder's conftest or a module narrows it to asyncio alone
-#: (``tests/tensors/conftest.py``): an op's result does not depend on the loop awaiting it.
+#: completion, cancellation, wake-ups, copies that wake a loop from another thread), and
+#: asyncio alone in the folders listed: an op's result does not depend on the loop that
+#: awaits it. (A module with an ``anyio_backend`` fixture of its own picks its loops.)
 LOOPS = [
     pytest.param(("asyncio", {}), id="asyncio"),
     pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
     pytest.param(("trio", {}), id="trio"),
 ]
+ONE_LOOP_FOLDERS = ("tensors",)
 
 
-@pytest.fixture(params=LOOPS)
+def _picks_its_loops(metafunc: pytest.Metafunc) -> bool:
+    """Whether a test names its loops itself: a module fixture, the plugin's marker, or a
+    ``parametrize`` of ``anyio_backend``."""
+    if hasattr(metafunc.module, "anyio_backend"):
+        return True
+    if metafunc.definition.get_closest_marker("cuasync_loops") is not None:
+        return True
+    return any(
+        "anyio_backend" in str(mark.args[0])
+        for mark in metafunc.definition.iter_markers("parametrize")
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "anyio_backend" not in metafunc.fixturenames or _picks_its_loops(metafunc):
+        return
+    one = metafunc.definition.path.parent.name in ONE_LOOP_FOLDERS
+    metafunc.parametrize("anyio_backend", LOOPS[:1] if one else LOOPS, indirect=True)
+
+
+@pytest.fixture
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     return request.param
 

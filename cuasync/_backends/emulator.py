@@ -1368,10 +1368,11 @@ class EmulatorBackend(Backend):
         # that first reads the word (as the guard kernel does when the graph starts).
         self.stream_begin_capture(stream)
         s = self._stream(stream)
+        body: list[Command] = []
         try:
             yield
         finally:
-            body, s.capture = s.capture, None
+            body, s.capture = s.capture or [], None
         device = s.device
 
         def region() -> None:

@@ -27,7 +27,6 @@ def p50(fn, turns: int = 20, rounds: int = 10) -> tuple[float, float]:
 
 
 def main() -> None:
-    dev = cuasync.get_default_device()
     x = cuasync.ones((64, 64)).sync()
     with cuasync.cancel_scope():
         for label, fn in (
@@ -37,7 +36,8 @@ def main() -> None:
         ):
             fn()
             on, off = p50(fn)
-            print(f"{label:<34} guarded p50 {on:8.1f} us   unguarded {off:8.1f} us   +{on - off:.1f} us")
+            print(f"{label:<34} guarded p50 {on:8.1f} us   unguarded {off:8.1f} us", end="")
+            print(f"   +{on - off:.1f} us")
 
 
 if __name__ == "__main__":
