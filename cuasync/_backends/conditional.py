@@ -183,5 +183,6 @@ class ConditionalGraph:
         self.driver(
             "cuGraphAddNode", ctypes.byref(node), self.graph, deps, None, 1, ctypes.byref(params)
         )
-        # (the driver writes the body's handle where phGraph_out points)
-        return params.conditional.phGraph_out[0] or body
+        # (the driver writes the body's handle where phGraph_out points, or points it at
+        # an array of its own: either way it is the first entry there)
+        return params.conditional.phGraph_out[0]

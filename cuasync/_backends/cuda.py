@@ -1609,9 +1609,8 @@ class CudaBackend(Backend):
         driver = self._conditional
         if driver is None:
             addresses = self.driver_entry_points(_CONDITIONAL_ENTRY_POINTS)
-            driver = self._conditional = _ConditionalDriver(
-                addresses, lambda err, call: self._check(err, call, ordinal)
-            )
+            # (errors name the device whose context is current: each region's own)
+            driver = self._conditional = _ConditionalDriver(addresses, self._check)
         region = ConditionalGraph(driver, self._context_handle(ordinal), stream, guard, word)
         with self._context_of(ordinal):
             region.__enter__()
@@ -1637,10 +1636,11 @@ class CudaBackend(Backend):
         with self._guard_lock:
             pending, self._guard_execs = self._guard_execs, []
         kept = []
+        driver = self._conditional
         for graph_exec, event, ordinal in pending:
-            if self.event_query(event):
+            if driver is not None and self.event_query(event):
                 with self._context_of(ordinal):
-                    _d.cuGraphExecDestroy(graph_exec.value)
+                    driver("cuGraphExecDestroy", graph_exec)
                 self.event_destroy(event)
             else:
                 kept.append((graph_exec, event, ordinal))
