@@ -184,14 +184,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: The event loops an async test runs on: all three where the loop is the subject (awaits,
 #: completion, cancellation, wake-ups, copies that wake a loop from another thread), and
-#: asyncio alone in the folders listed: an op's result does not depend on the loop that
-#: awaits it. (A module with an ``anyio_backend`` fixture of its own picks its loops.)
+#: asyncio alone in the folders and modules listed: an op's result, or the bytes a copy
+#: between devices moves, do not depend on the loop that awaits it. (A module with an
+#: ``anyio_backend`` fixture of its own picks its loops.)
 LOOPS = [
     pytest.param(("asyncio", {}), id="asyncio"),
     pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
     pytest.param(("trio", {}), id="trio"),
 ]
-ONE_LOOP_FOLDERS = ("tensors",)
+ONE_LOOP = ("tensors", "test_multi_device.py")  # folders and modules
 
 
 def _picks_its_loops(metafunc: pytest.Metafunc) -> bool:
@@ -210,7 +211,8 @@ def _picks_its_loops(metafunc: pytest.Metafunc) -> bool:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "anyio_backend" not in metafunc.fixturenames or _picks_its_loops(metafunc):
         return
-    one = metafunc.definition.path.parent.name in ONE_LOOP_FOLDERS
+    path = metafunc.definition.path
+    one = path.parent.name in ONE_LOOP or path.name in ONE_LOOP
     metafunc.parametrize("anyio_backend", LOOPS[:1] if one else LOOPS, indirect=True)
 
 

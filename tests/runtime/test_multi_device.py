@@ -36,13 +36,6 @@ needs_two = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, object]]:
-    """asyncio alone: the bytes a copy between devices moves do not depend on the loop
-    awaiting it (the loops' own paths are the subject of the other runtime tests)."""
-    return ("asyncio", {})
-
-
 @pytest.fixture(params=["machine", "staged"])
 def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """``machine``: whatever route this machine's topology gives (peer where the devices
