@@ -52,6 +52,10 @@
                                (:mod:`cuasync.kernel_cache`): ``on`` (default:
                                ``$XDG_CACHE_HOME/cuasync/kernels``, else
                                ``~/.cache/cuasync/kernels``), ``off``, or a directory
+``CUASYNC_GUARDS``             guarded regions (library calls and memsets a cancelled scope
+                               skips; :mod:`cuasync._launch.guard`): ``auto`` (default: the
+                               backend's choice, off on CUDA until they have passed the
+                               suite on a GPU), ``on`` or ``off``
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
@@ -78,6 +82,7 @@ _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")
 _WAKE = ("timer", "reactor")
+_GUARDS = ("auto", "on", "off")
 
 
 #: The numeric variables' ranges, both ends included: a value outside raises
@@ -157,6 +162,7 @@ class Config:
     pinned_idle_s: float | None
     staging_threads: int
     kernel_cache: str
+    guards: str
 
 
 def _read() -> Config:
@@ -178,6 +184,7 @@ def _read() -> Config:
         pinned_idle_s=number("CUASYNC_PINNED_IDLE_S", 60.0, kind=float, off=True),
         staging_threads=number("CUASYNC_STAGING_THREADS", _default_staging_threads()),
         kernel_cache=os.environ.get("CUASYNC_KERNEL_CACHE", "").strip(),
+        guards=_choice("CUASYNC_GUARDS", "auto", _GUARDS),
     )
 
 

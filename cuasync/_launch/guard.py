@@ -9,6 +9,7 @@ first. A region costs a graph built, instantiated and launched in its place, so 
 work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A backend may
 have them off (``backend.guards``): the CUDA backend's are, until they have passed the
 suite on a GPU (docs/cancellation.md), so there the work runs unguarded.
+``CUASYNC_GUARDS=on`` / ``off`` overrides the backend's choice.
 
 >>> with guarded(ctx, flops=2 * m * n * k):
 ...     backend.gemm(ctx.handle, a, b, c, 1.0, 0.0, "highest", ctx.error_box)
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 
 from .._backends import get_backend
 from .._cancel_var import current_word
+from .._config import CONFIG
 from .._core.context import ExecutionContext
 from .builtin import KernelFiles
 from .kernel import Kernel
 
-__all__ = ["FILES", "POLICY", "GuardPolicy", "guard_kernel", "guarded"]
+__all__ = ["FILES", "POLICY", "GuardPolicy", "guard_kernel", "guarded", "guards_on"]
 
 #: The files of its translation unit (``cuasync/kernels``).
 FILES = ("cancel.cuh", "guard.cu")
@@ -58,6 +60,13 @@ class GuardPolicy:
 POLICY = GuardPolicy()
 
 
+def guards_on(backend: object) -> bool:
+    """Whether regions are guarded: ``CUASYNC_GUARDS`` if ``on``/``off``, else the
+    backend's own choice (``backend.guards``)."""
+    choice = CONFIG.guards
+    return bool(getattr(backend, "guards", False)) if choice == "auto" else choice == "on"
+
+
 @contextmanager
 def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> Iterator[None]:
     """Enclose what the block enqueues on ``ctx``'s stream in a guarded region when the
@@ -69,7 +78,7 @@ def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> It
     policy = POLICY
     worth = flops / policy.flops_per_ns + nbytes / policy.bytes_per_ns >= policy.min_ns
     backend = get_backend()
-    if not word or not worth or ctx.stream._capturing or not backend.guards:
+    if not word or not worth or ctx.stream._capturing or not guards_on(backend):
         yield
         return
     guard = guard_kernel()._prepare(ctx.device).handle

@@ -519,14 +519,15 @@ def guard_everything(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _guards_on() -> bool:
     from cuasync._backends import get_backend
+    from cuasync._launch.guard import guards_on
 
-    return bool(get_backend().guards)
+    return guards_on(get_backend())
 
 
 needs_guards = pytest.mark.skipif(
     not _guards_on(),
     reason="guarded regions are off on this backend: the CUDA backend's are until they "
-    "pass on a GPU (issue 36, item 4; CudaBackend.guards)",
+    "pass on a GPU (issue 36, item 4; CudaBackend.guards; CUASYNC_GUARDS=on turns them on)",
 )
 
 
