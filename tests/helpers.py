@@ -63,6 +63,15 @@ def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
     return run_python("-c", textwrap.dedent(code), timeout=timeout, **env)
 
 
+def _device_memory() -> str:
+    """(For a child's failure: a context it could not create may mean a full device.)"""
+    try:
+        info = cuasync.Device(0).memory_info()
+    except Exception as exc:
+        return f"\n(device 0's memory unknown: {exc!r})"
+    return f"\n(device 0, seen from the test process: {info.used} of {info.total} bytes in use)"
+
+
 def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
     """``python -X faulthandler *args`` on this suite's backend; fails on a non-zero exit.
 
@@ -79,7 +88,7 @@ def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):
             proc.send_signal(signal.SIGABRT)
             out, err = proc.communicate()
             pytest.fail(f"still running after {timeout} s; its stacks:\n{out[-4000:]}{err}")
-    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    assert proc.returncode == 0, out[-4000:] + err[-4000:] + _device_memory()
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
@@ -182,8 +191,21 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
 
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        if time.monotonic() >= deadline:  # (where every thread was: a blocked one is why)
+            pytest.fail(f"timed out waiting for the condition; the threads:\n{thread_stacks()}")
         await anyio.sleep(0)
+
+
+def thread_stacks() -> str:
+    """Every thread's Python stack, innermost call last (for a failure's message)."""
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"-- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)[-8:])
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 def on_device(a: Any) -> cuasync.Tensor:
