@@ -263,7 +263,9 @@ class Device(DeviceCore):
         check_blocking_allowed(
             "Device.synchronize()", allow_in_loop, "use 'await device.synchronized()'"
         )
+        covered = self._enqueued_on_streams()
         get_backend().device_synchronize(self.ordinal)
+        _mark_completed(covered)
 
     async def synchronized(self) -> None:
         """Wait, without blocking the event loop, until all work on this device (every
@@ -275,7 +277,22 @@ class Device(DeviceCore):
         >>> del batch                      # its free is stream-ordered
         >>> await dev.synchronized()       # landed: trim_pool() can give it back
         """
+        covered = self._enqueued_on_streams()
         await in_thread(functools.partial(get_backend().device_synchronize, self.ordinal))
+        _mark_completed(covered)
+
+    def _enqueued_on_streams(self) -> list[tuple[Stream, int]]:
+        """For each stream with host-callback completions pending on this device, the
+        last sequence number enqueued there: a device synchronization covers them, so
+        their futures are done once it returns, not when the callback's signal reaches
+        the background watcher (the flag slots' words have landed by then anyway)."""
+        hub = PROCESS.hub
+        if hub is None or not hub.callback_pending:
+            return []
+        with hub.lock:
+            pending = [c.stream for c in hub.callback_pending if c.device.ordinal == self.ordinal]
+        streams = {id(stream): stream for stream in pending}
+        return [(stream, stream._enqueued()) for stream in streams.values()]
 
     def memory_info(self) -> MemoryInfo:
         """Bytes of cuasync's live allocations on this device, and the device's total.
@@ -427,6 +444,11 @@ def _destroy_stream(handle: int, alive: list[bool]) -> None:
         get_backend().stream_destroy(handle)
     except Exception as exc:  # a faulted context, or shutdown: leak it
         report_once("cuasync.device", "destroy a stream", exc)
+
+
+def _mark_completed(covered: list[tuple[Stream, int]]) -> None:
+    for stream, seq in covered:
+        stream._mark_completed(seq)
 
 
 class Stream(ProcessLocal, StreamCore):
