@@ -49,10 +49,11 @@ def guard_kernel() -> Kernel:
 class GuardPolicy:
     """When a region is worth guarding: its expected device time (``flops`` at
     ``flops_per_ns``, ``nbytes`` written at ``bytes_per_ns``: an H200's float32 cuBLAS
-    and memset rates, rounded down) at least ``min_ns``: a first estimate, to be set from
-    the guard's cost measured on a GPU (docs/cancellation.md). Tests set ``min_ns = 0``."""
+    and memset rates, rounded down) at least ``min_ns``: 1 ms, about five times a
+    region's price measured on an H200 (+183-335 µs: docs/cancellation.md). Tests set
+    ``min_ns = 0``."""
 
-    min_ns: float = 200_000.0
+    min_ns: float = 1_000_000.0
     flops_per_ns: float = 40_000.0
     bytes_per_ns: float = 2_000.0
 
