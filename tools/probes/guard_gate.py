@@ -39,10 +39,12 @@ def main() -> None:
     def memset() -> None:
         b.memset_d8_async(target.ptr, 7, target.nbytes, held.handle)
 
-    def conditional(word_set: bool) -> None:
-        word = words.ptr + 4 * (8 if word_set else 9)
-        b.write_device_word(held.handle, word, 1 if word_set else 0)  # (before the region)
-        with b.guarded(held.handle, word, guard):
+    def conditional(cancelled: bool) -> None:
+        # The guard's word packs the address (low 48 bits) with the scope's generation
+        # (high 16): the scope is cancelled when the word holds its generation.
+        address, generation = words.ptr + 4 * (8 if cancelled else 9), 5
+        b.write_device_word(held.handle, address, generation if cancelled else 0)
+        with b.guarded(held.handle, address | generation << 48, guard):
             memset()
 
     def plain_graph() -> None:
@@ -55,8 +57,8 @@ def main() -> None:
         "nothing": lambda: None,
         "memset": memset,
         "plain graph": plain_graph,
-        "conditional graph, word unset (body runs)": lambda: conditional(False),
-        "conditional graph, word set (body skipped)": lambda: conditional(True),
+        "conditional graph, scope cancelled (skipped)": lambda: conditional(True),
+        "conditional graph, scope not cancelled (runs)": lambda: conditional(False),
     }
     conditional(False)  # (the guard kernel and the driver's graph machinery loaded)
     held.synchronize()
