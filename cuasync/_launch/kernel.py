@@ -856,11 +856,20 @@ class _CancellableLaunch(_Launch):
         return awaiting
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
+        self._take_word(stream)
+        return _Launch._start(self, stream, notify)
+
+    def _sync(self, stream: Stream) -> Any:
+        self._take_word(stream)
+        return _Launch._sync(self, stream)
+
+    def _take_word(self, stream: Stream) -> None:
+        """The word of the scope it is executed in on ``stream`` as its last argument
+        (none in a graph capture): the native core launches the arguments as they are."""
         word = 0 if stream._capturing else current_word(stream.device.ordinal)
         args = self._args
         if args[-1] != word:
             self._args = (*args[:-1], word)
-        return _Launch._start(self, stream, notify)
 
     def submit(self) -> DeviceFuture[Any]:
         """See :meth:`DeviceOp.submit`; the launch runs to completion."""

@@ -585,6 +585,17 @@ spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
     return landed;
 }
 
+/* Whether the core takes op as a launch: cuasync's launch type (registered) or a subclass
+ * of it, the launch of a kernel taking a cancel word (kernel.py's _CancellableLaunch),
+ * whose Python puts the word of the scope it is executed in as its last argument before
+ * it calls the core (an await, a blocking sync; none for a future). */
+static inline int
+is_launch_op(PyObject *op)
+{
+    PyTypeObject *launch = REGISTERED(LAUNCH);
+    return launch != NULL && PyObject_TypeCheck(op, launch);
+}
+
 /* Express.launch's work (see the module comment). */
 /* (*settled: 1 when the result is the output of work that landed and was settled) */
 static PyObject *
@@ -596,7 +607,7 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
     }
-    if (!Py_IS_TYPE(op, REGISTERED(LAUNCH)) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
+    if (!is_launch_op(op) || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
         return generic(self);
     PyObject *device = OP(op)->device;
     PyObject *prepared = LAUNCH(op)->prepared;
@@ -1110,7 +1121,7 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
         return NULL;
     }
-    if (!Py_IS_TYPE(op, REGISTERED(LAUNCH)))
+    if (!is_launch_op(op))
         return generic(self);
     if (OP(op)->consumed != Py_False) /* (not declined: never considered) */
         return Py_NewRef(self->generic);
@@ -1451,7 +1462,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         return PYGEN_ERROR;
     Express *x = (Express *)core;
     if (core == NULL || !is_express(core) ||
-        !Py_IS_TYPE(op, REGISTERED(LAUNCH))) { /* (a core replaced: a test's spy) */
+        !is_launch_op(op)) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
         *result = call_one(self->fallback, op);
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;

@@ -241,3 +241,51 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     raw = _raw_launch(cuasync.add(x, 1.0), lambda: o)
     raw().sync()
     np.testing.assert_array_equal(o.to_host().sync(), a + 1)  # the last raw launch's
+
+
+def _express_core() -> Any:
+    from cuasync._core import express
+
+    return express._core()
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["no scope", "in a cancel scope"])
+def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
+    """Generated kernels take a cancel word (their launch op is a subclass of the raw
+    launch's): an await, a blocking sync and a future of a seen expression, and of the
+    raw launch of its kernel, are each taken by the native core, in a scope or not (they
+    all went the generic Python way once, at twice the host cost, unnoticed)."""
+    import asyncio
+    import contextlib
+
+    x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
+    o = cuasync.empty((1024,), "float32").sync()
+    core = _express_core()
+    if core is None:
+        pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
+    raw = _raw_launch(cuasync.add(x, 1.0), lambda: o)
+    makers = {"add": lambda: cuasync.add(x, 1.0), "add out=": lambda: cuasync.add(x, 1.0, out=o)}
+    makers["raw launch"] = raw
+    for make in makers.values():  # seen: plans made, kernels prepared
+        make().sync()
+
+    async def run_all() -> list[str]:
+        missed = []
+        with cuasync.cancel_scope() if scoped else contextlib.nullcontext():
+            for name, make in makers.items():
+                for way, run in (
+                    ("await", None),
+                    ("sync", lambda op: op.sync(allow_in_loop=True)),
+                    ("submit_on", lambda op: op.submit_on(stream).wait(allow_in_loop=True)),
+                ):
+                    before = core.launches
+                    if run is None:
+                        await make()
+                    else:
+                        run(make())
+                    if core.launches != before + 1:
+                        missed.append(f"{way} of {name}")
+        return missed
+
+    stream = cuasync.get_default_device().new_stream()
+    assert asyncio.run(run_all()) == []
