@@ -16,6 +16,10 @@ from cuasync._backends import get_backend
 from cuasync._launch.guard import guard_kernel
 
 
+def _us(value: float | None) -> str:
+    return "HELD" if value is None else f"{value:.0f} us"
+
+
 def main() -> None:
     b = get_backend()
     dev = cuasync.Device(0)
@@ -71,12 +75,8 @@ def main() -> None:
         done = held.query() or (time.sleep(0.5) or held.query())
         print(f"{label:<44}", end="")
         for name in streams:
-            during, later = seen[name], after[name]
-            print(
-                f"  {name}: {'%.0f us' % during if during is not None else 'HELD':>9}"
-                f" / open {'%.0f us' % later if later is not None else 'HELD':>8}",
-                end="",
-            )
+            during, later = (_us(seen[name]), _us(after[name]))
+            print(f"  {name}: {during:>9} / open {later:>8}", end="")
         print(f"  held stream done after: {done}")
 
 
