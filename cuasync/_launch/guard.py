@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .. import _config
 from .._backends import get_backend
 from .._cancel_var import current_word
-from .._config import CONFIG
 from .._core.context import ExecutionContext
 from .builtin import KernelFiles
 from .kernel import Kernel
@@ -64,7 +64,7 @@ POLICY = GuardPolicy()
 def guards_on(backend: object) -> bool:
     """Whether regions are guarded: ``CUASYNC_GUARDS`` if ``on``/``off``, else the
     backend's own choice (``backend.guards``)."""
-    choice = CONFIG.guards
+    choice = _config.CONFIG.guards
     return bool(getattr(backend, "guards", False)) if choice == "auto" else choice == "on"
 
 
