@@ -15,11 +15,16 @@ Three cases:
   where what the server spends per request shows.
 
 Each case runs until ``--requests`` requests or ``--duration`` seconds, whichever comes
-first; the defaults take about 4 minutes on an H200 (server starts included)::
+first; the defaults take about 4 minutes on an H200 (server starts included).
+``--rounds N`` repeats every mode N times, the modes alternated in each round, and the
+table gives each figure's median over the rounds. Below the table, issue 32's targets
+as ratios: ``latency`` cuasync p50 / sync p50 (<= 1.02); ``anchor`` cuasync req/s over
+the best other mode's (>= 0.98) and its ``/health`` p99 over theirs::
 
     python examples/load.py                       # torch + CUDA: POST /infer
     python examples/load.py --backend emulator    # no GPU: POST /compute on the emulator
     python examples/load.py --modes cuasync,sync --cases anchor --duration 20
+    python examples/load.py --cases anchor,latency --rounds 3   # issue 32's rows
 
 With ``--backend emulator`` the cases drive the cuasync-only route ``/compute`` instead,
 and each emulated device command takes ``--emu-delay-us`` (``anchor``, ``latency``) or
@@ -368,8 +373,45 @@ def format_row(values: list[str]) -> str:
     return " ".join(f"{value:{align}}" for value, (_, align) in zip(values, COLUMNS, strict=True))
 
 
+def median(values: list[float]) -> float:
+    """The median of ``values`` (NaN for none)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass
+class Summary:
+    """One (case, mode)'s figures: the median over its rounds of each round's figure."""
+
+    completed: int
+    per_second: float
+    p50_s: float
+    p99_s: float
+    health_p99_s: float
+    cpu_per_1000: float
+    errors: int
+
+    @classmethod
+    def of(cls, rounds: list[Result]) -> Summary:
+        def each(f: Callable[[Result], float]) -> float:
+            return median([f(r) for r in rounds])
+
+        return cls(
+            completed=sum(r.completed for r in rounds),
+            per_second=each(lambda r: r.per_second),
+            p50_s=each(lambda r: percentile(r.latencies_s, 50)),
+            p99_s=each(lambda r: percentile(r.latencies_s, 99)),
+            health_p99_s=each(lambda r: percentile(r.health_s, 99)),
+            cpu_per_1000=each(lambda r: r.cpu_per_1000),
+            errors=sum(r.errors for r in rounds),
+        )
+
+
 def format_table(
-    cases: list[Case], modes: list[str], results: dict[tuple[str, str], Result]
+    cases: list[Case], modes: list[str], results: dict[tuple[str, str], Summary]
 ) -> str:
     """One row per (case, mode), the modes of a case next to each other."""
     header = format_row([title for title, _ in COLUMNS])
@@ -377,13 +419,38 @@ def format_table(
     for case in cases:
         for mode in modes:
             r = results[case.name, mode]
-            ms = [1000 * percentile(r.latencies_s, 50), 1000 * percentile(r.latencies_s, 99)]
-            health_ms = 1000 * percentile(r.health_s, 99)
             values = [case.name, mode, str(case.concurrency), str(r.completed)]
-            values += [f"{r.per_second:.1f}", f"{ms[0]:.2f}", f"{ms[1]:.2f}", f"{health_ms:.2f}"]
-            values += [f"{r.cpu_per_1000:.3f}", str(r.errors)]
+            values += [f"{r.per_second:.1f}", f"{1000 * r.p50_s:.2f}", f"{1000 * r.p99_s:.2f}"]
+            values += [f"{1000 * r.health_p99_s:.2f}", f"{r.cpu_per_1000:.3f}", str(r.errors)]
             lines.append(format_row(values))
     return "\n".join(lines)
+
+
+def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) -> list[str]:
+    """Issue 32's targets for the service, as ratios of this run's figures (the cases and
+    modes it ran: none without cuasync and another mode)."""
+    lines = []
+    latency, sync = results.get(("latency", "cuasync")), results.get(("latency", "sync"))
+    if latency is not None and sync is not None:
+        ratio = latency.p50_s / sync.p50_s
+        lines.append(f"latency, 1 at a time: cuasync p50 / sync p50 = {ratio:.3f} (target <= 1.02)")
+    anchor = results.get(("anchor", "cuasync"))
+    others = {
+        m: results[("anchor", m)] for m in modes if m != "cuasync" and ("anchor", m) in results
+    }
+    if anchor is not None and others:
+        best = max(others, key=lambda m: others[m].per_second)
+        ratio = anchor.per_second / others[best].per_second
+        lines.append(
+            f"anchor: cuasync req/s / the best other mode's ({best}) = {ratio:.3f} (target >= 0.98)"
+        )
+        calm = min(others, key=lambda m: others[m].health_p99_s)
+        ratio = anchor.health_p99_s / others[calm].health_p99_s
+        lines.append(
+            f"anchor: cuasync /health p99 / the best other mode's ({calm}) = {ratio:.3f}"
+            " (target: unaffected, <= 1.0)"
+        )
+    return lines
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -398,26 +465,36 @@ async def run(args: argparse.Namespace) -> int:
     )
     for case in cases:
         print(f"  {case.name:<8} {case.server.description}; {case.concurrency} at a time")
-    results: dict[tuple[str, str], Result] = {}
+    rounds: dict[tuple[str, str], list[Result]] = {}
     servers = list(dict.fromkeys(case.server for case in cases))  # in order, each once
-    for spec in servers:
-        for mode in modes:
-            server = Server(spec, mode, args.host)
-            try:
-                health = await server.ready()
-                if args.backend == "torch" and health.get("model") is None:
-                    raise SystemExit(f"the service runs no torch model:\n{server.output()}")
-                for case in (c for c in cases if c.server == spec):
-                    results[case.name, mode] = result = await measure(server, case, args)
-                    print(
-                        f"  done: {case.name} {mode} ({result.completed} requests, {result.elapsed_s:.1f} s)",
-                        flush=True,
-                    )
-            finally:
-                server.stop()
+    for turn in range(args.rounds):
+        for spec in servers:
+            for mode in modes:  # (alternated: each round runs every mode once)
+                server = Server(spec, mode, args.host)
+                try:
+                    health = await server.ready()
+                    if args.backend == "torch" and health.get("model") is None:
+                        raise SystemExit(f"the service runs no torch model:\n{server.output()}")
+                    for case in (c for c in cases if c.server == spec):
+                        result = await measure(server, case, args)
+                        rounds.setdefault((case.name, mode), []).append(result)
+                        print(
+                            f"  done: {case.name} {mode}, round {turn + 1} of {args.rounds}"
+                            f" ({result.completed} requests, {result.elapsed_s:.1f} s)",
+                            flush=True,
+                        )
+                finally:
+                    server.stop()
+    results = {key: Summary.of(runs) for key, runs in rounds.items()}
     print()
+    if args.rounds > 1:
+        print(f"(each figure: the median over {args.rounds} rounds; requests, errors: their sum)")
     print(format_table(cases, modes, results))
-    failures = [(key, r.first_error) for key, r in results.items() if r.errors]
+    targets = format_targets(results, modes)
+    if targets:
+        print("\n-- targets (issue 32)")
+        print("\n".join(targets))
+    failures = [(key, r.first_error) for key, runs in rounds.items() for r in runs if r.errors]
     for (case_name, mode), error in failures:
         print(f"{case_name} {mode}: first error: {error}")
     return 1 if failures else 0
@@ -437,6 +514,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--requests", type=int, default=20000, help="requests per case at most (default 20000)")
     add("--duration", type=float, default=8.0, help="seconds per case at most (default 8)")
     add("--warmup", type=int, default=64, help="requests before measuring (default 64)")
+    add("--rounds", type=int, default=1, help="runs of every mode, alternated (default 1)")
     add("--concurrency", type=int, default=32, help="anchor: requests at a time (default 32)")
     add("--small-concurrency", type=int, default=64, help="small: requests at a time (default 64)")
     add("--hidden", type=int, default=4096)
@@ -469,6 +547,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         check_loopback(args.host)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more; got {args.rounds}")
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for value, allowed, option in ((args.modes, MODES, "--modes"), (args.cases, CASES, "--cases")):

@@ -27,11 +27,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 X = [-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0]
 
 
-def load_service() -> ModuleType:
-    """examples/torch_service.py as a module (examples/ is not a package)."""
-    name = "cuasync_example_torch_service"
+def load_example(file: str) -> ModuleType:
+    """examples/``file`` as a module (examples/ is not a package)."""
+    name = "cuasync_example_" + file.removesuffix(".py")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, EXAMPLES / "torch_service.py")
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES / file)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up there
@@ -39,7 +39,7 @@ def load_service() -> ModuleType:
     return sys.modules[name]
 
 
-service = load_service()
+service = load_example("torch_service.py")
 
 
 @pytest.fixture(
@@ -144,6 +144,32 @@ def test_load_script_runs_end_to_end_on_the_emulator() -> None:
             row = [r for r in rows if r[1] == mode]
             assert len(row) == 1, out
             assert int(row[0][3]) > 0 and row[0][-1] == "0", out  # requests done, no errors
+    # issue 32's targets, as ratios of this run's own figures
+    targets = out.split("-- targets (issue 32)\n", 1)[1].splitlines()
+    assert targets[0].startswith("latency, 1 at a time: cuasync p50 / sync p50 = "), out
+    assert targets[1].startswith("anchor: cuasync req/s / the best other mode's (sync) = "), out
+    assert targets[2].startswith("anchor: cuasync /health p99 / the best other mode's (sync)"), out
+    for line in targets[:3]:
+        assert float(line.split(" = ")[1].split()[0]) > 0, line
+
+
+def test_load_script_takes_the_median_of_alternated_rounds() -> None:
+    load = load_example("load.py")
+    Result, Summary, format_targets = load.Result, load.Summary, load.format_targets
+
+    def result(per_second: float, p50_ms: float) -> Result:
+        return Result(int(per_second), 1.0, [p50_ms / 1000] * 3, [0.001], 0.5, 0, None)
+
+    runs = [result(100, 5.0), result(300, 1.0), result(200, 3.0)]
+    summary = Summary.of(runs)
+    assert (summary.completed, summary.per_second, summary.p50_s) == (600, 200.0, 0.003)
+    results = {
+        ("latency", "cuasync"): Summary.of([result(10, 4.0)]),
+        ("latency", "sync"): Summary.of([result(10, 5.0)]),
+    }
+    assert format_targets(results, ["cuasync", "sync"]) == [
+        "latency, 1 at a time: cuasync p50 / sync p50 = 0.800 (target <= 1.02)"
+    ]
 
 
 def test_load_script_refuses_other_hosts() -> None:
