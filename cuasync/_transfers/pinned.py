@@ -32,7 +32,7 @@ from .._core.process_local import ProcessLocal
 from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._tensor import check_shape, is_size
 from ..errors import ArgumentError, BusyResourceError, OutOfMemoryError, ShapeError
-from .staging import PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
+from .staging import ORPHANS, PinnedBlock, PoolStats, StagingPool, size_class, staging_pool
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -105,7 +105,9 @@ def _check_dtype(dtype: DTypeLike, nbytes: int) -> np.dtype[Any] | None:
 class PinnedHostBuffer(ProcessLocal):
     """``nbytes`` of page-locked host memory, optionally typed with ``dtype``.
 
-    Made directly, it owns its memory and frees it (``host_free``) when collected; taken
+    Made directly, it owns its memory and frees it (``host_free``) when collected, or,
+    collected while cuasync work is in flight, the background watcher frees it once
+    nothing is (the free waits for the device: it must not hold an event loop); taken
     from a :class:`PinnedPool`, the memory goes back to the pool instead. Either way the
     memory is kept while a numpy view of it or an in-flight transfer still uses it.
     ``release()`` (or leaving a ``with`` block) gives it back as soon as nothing uses it
@@ -127,6 +129,7 @@ class PinnedHostBuffer(ProcessLocal):
     def __init__(self, nbytes: int, dtype: DTypeLike = None) -> None:
         n = _check_nbytes(nbytes)
         dt = _check_dtype(dtype, n)
+        ORPHANS.watch()  # (its free may be left to the background watcher)
         address = get_backend().host_alloc(max(n, 1))
         self._setup(PinnedBlock(None, address, size_class(n), max(n, 1)), n, dt, None)
 

@@ -4,8 +4,10 @@
 Allocating page-locked memory costs milliseconds for large sizes, so pooled blocks return
 to a per-size-class free list when the last reference to them goes away (a numpy view of
 a block keeps it alive). A block made without a pool owns its memory and frees it with
-``host_free`` when collected. Copies between device and pageable memory are never
-issued: they would block the calling thread (the event loop) until the stream drains.
+``host_free`` when collected, or, collected while work is in flight, has the background
+watcher free it once nothing is (:data:`ORPHANS`: the free would wait for the device).
+Copies between device and pageable memory are never issued: they would block the
+calling thread (the event loop) until the stream drains.
 
 The process's :func:`staging_pool` serves ``from_host``/``to_host`` staging and
 :meth:`cuasync.PinnedPool.default` alike, so both draw on one set of pinned blocks.
@@ -93,11 +95,69 @@ class PinnedBlock(BlockCore):
         try:
             pool = self._pool
             if pool is None:
-                get_backend().host_free(self.address)
+                ORPHANS.free(self.address)
             else:
                 pool._give_back(self.address, self.size_class)
         except Exception as exc:  # shutdown: the process is releasing everything anyway
             report_once("cuasync.staging", "free a pinned host block", exc)
+
+
+class _Orphans:
+    """Blocks without a pool collected while cuasync had work in flight.
+
+    ``cuMemFreeHost`` waits for the device: called from a destructor then, it would
+    hold whatever thread dropped the block (an event loop's, the background watcher's)
+    until that work landed, or for ever behind a host-side wait (a gate, a foreign
+    event). Such frees wait here instead, for the background watcher to make once
+    nothing is in flight; with nothing in flight a block is freed at once.
+    """
+
+    def __init__(self) -> None:
+        self.addresses: list[int] = []
+        self.lock = threading.Lock()
+        self.watcher: Any = None  # the background watcher running our chore
+
+    def watch(self) -> None:
+        """Have the process's background watcher run :meth:`chore` (called when a block
+        without a pool is made, never from a destructor: it may start the watcher)."""
+        background = get_hub().background
+        if self.watcher is background:
+            return
+        with self.lock:
+            if self.watcher is background:
+                return
+            self.watcher = background
+        background.add_chore(self.chore)
+
+    def free(self, address: int) -> None:
+        """(From a destructor.) Free ``address`` now, or once nothing is in flight."""
+        watcher = self.watcher
+        if watcher is None or not work_in_flight():
+            get_backend().host_free(address)
+            return
+        with self.lock:
+            self.addresses.append(address)
+        watcher.kick()
+
+    def chore(self) -> float | None:
+        """On the watcher's thread: free what waits, once nothing is in flight."""
+        with self.lock:
+            if not self.addresses:
+                return None
+            if work_in_flight():
+                return _BUSY_RETRY_S
+            addresses, self.addresses = self.addresses, []
+        backend = get_backend()
+        for address in addresses:
+            try:
+                backend.host_free(address)
+            except Exception as exc:
+                report_once("cuasync.staging", "free a pinned host block", exc)
+        return None
+
+
+#: The process's blocks without a pool waiting to be freed.
+ORPHANS = _Orphans()
 
 
 class PoolStats(NamedTuple):

@@ -105,6 +105,25 @@ def test_standalone_buffer_is_freed_when_collected(freed: list[int]) -> None:
     assert freed == [address]
 
 
+@pytest.mark.anyio
+async def test_a_buffer_collected_while_work_is_in_flight_is_freed_once_it_lands(
+    anyio_backend, freed: list[int]
+) -> None:
+    """Freeing pinned memory waits for the device: a buffer dropped while work is held
+    behind a gate must not hold the thread that dropped it (the event loop here) until
+    the gate opens. The background watcher frees it once nothing is in flight."""
+    buf = cuasync.PinnedHostBuffer(8192)
+    address = buf.address
+    stream = cuasync.Device(0).new_stream()
+    with ct.gate(stream):
+        held = ct.sleep(100, stream=stream).submit()
+        del buf
+        gc.collect()
+        assert freed == []  # (had it been freed here, this thread would wait on a GPU)
+    await held
+    await wait_until(lambda: freed == [address])
+
+
 def test_a_view_keeps_the_memory_alive(freed: list[int]) -> None:
     buf = cuasync.PinnedHostBuffer(8192)
     address = buf.address
