@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from helpers import run_script
 
 import cuasync
 import cuasync.testing as ct
@@ -113,3 +114,44 @@ async def test_a_cancelled_device_synchronized_leaves_the_work_running(anyio_bac
             await dev.synchronized()
         assert scope.cancelled_caught and not fut.done()
     np.testing.assert_array_equal(await (await fut).to_host(), np.full(64, 2.0, np.float32))
+
+
+DONE_AFTER_A_DEVICE_SYNC = """
+import asyncio, threading, cuasync
+from cuasync._core.completion import get_hub
+
+class Busy:  # a chore that holds the background watcher while armed
+    def __init__(self):
+        self.armed, self.entered, self.release = False, threading.Event(), threading.Event()
+    def chore(self):
+        if self.armed:
+            self.entered.set()
+            self.release.wait(30)
+        return None
+
+dev = cuasync.Device(0)
+x = cuasync.zeros((1024,)).sync()
+busy = Busy()
+get_hub().background.add_chore(busy.chore)
+busy.armed = True
+get_hub().background.kick()
+assert busy.entered.wait(10)
+futures = [(x + 1).submit(), (x + 2).submit()]
+dev.synchronize()
+print(futures[0].done())
+later = (x + 3).submit()
+asyncio.run(dev.synchronized())
+print(later.done())
+busy.armed = False
+busy.release.set()
+print(float(futures[1].result().to_host().sync()[0]), float(later.result().to_host().sync()[0]))
+"""
+
+
+def test_futures_are_done_once_a_device_synchronization_returns() -> None:
+    """With host-callback completions, a callback's signal reaches the background watcher
+    after the device has finished; a device synchronization covers the work, so its
+    futures are done when it returns, even with the watcher held (on the H200, `done()`
+    was False right after ``await dev.synchronized()``)."""
+    out = run_script(DONE_AFTER_A_DEVICE_SYNC, CUASYNC_HOST_SYNC="callback").stdout.split()
+    assert out == ["True", "True", "2.0", "3.0"]
