@@ -196,6 +196,7 @@ class _Stream:
 
     def _run(self) -> None:
         backend = self.backend
+        _device_thread.active = True  # (what runs here is the device's: see host_free)
         while True:
             with self.cond:
                 while not self.commands:
@@ -369,6 +370,8 @@ _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 #: ``active`` while this thread runs a host function (``launch_host_func``).
 _host_function = threading.local()
+#: ``active`` on a stream's worker thread: the emulated device's (see ``host_free``).
+_device_thread = threading.local()
 
 
 class _Counts:
@@ -944,6 +947,15 @@ class EmulatorBackend(Backend):
 
     def host_free(self, ptr: int) -> None:
         self._refuse_in_host_function("cuMemFreeHost")
+        # As the driver: freeing page-locked memory waits until the devices have finished
+        # the work queued before it (a synchronizing call), so a free made with work held
+        # behind a host-side wait blocks its thread here too. Not on a stream's own
+        # thread: a finalizer the emulated work's Python set off (a collection inside a
+        # numpy twin), which no GPU would run, must not wait for that work.
+        if not getattr(_device_thread, "active", False):
+            for device in self._devices:
+                for stream in list(device.streams):
+                    stream.wait_idle()
         with self._lock:
             if self._host.pop(ptr, None) is None:
                 raise DriverError(
