@@ -105,10 +105,11 @@ def _check_dtype(dtype: DTypeLike, nbytes: int) -> np.dtype[Any] | None:
 class PinnedHostBuffer(ProcessLocal):
     """``nbytes`` of page-locked host memory, optionally typed with ``dtype``.
 
-    Made directly, it owns its memory and frees it (``host_free``) when collected, or,
-    collected while cuasync work is in flight, the background watcher frees it once
-    nothing is (the free waits for the device: it must not hold an event loop); taken
-    from a :class:`PinnedPool`, the memory goes back to the pool instead. Either way the
+    Made directly, it owns its memory, which cuasync's background watcher frees
+    (``host_free``) once the buffer is collected or released and nothing of cuasync's is
+    in flight (the free waits for the device: it must not hold an event loop;
+    ``cuasync.testing.settle()`` waits for it); taken from a :class:`PinnedPool`, the
+    memory goes back to the pool instead. Either way the
     memory is kept while a numpy view of it or an in-flight transfer still uses it.
     ``release()`` (or leaving a ``with`` block) gives it back as soon as nothing uses it
     and makes the buffer unusable.

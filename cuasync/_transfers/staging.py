@@ -4,8 +4,8 @@
 Allocating page-locked memory costs milliseconds for large sizes, so pooled blocks return
 to a per-size-class free list when the last reference to them goes away (a numpy view of
 a block keeps it alive). A block made without a pool owns its memory and frees it with
-``host_free`` when collected, or, collected while work is in flight, has the background
-watcher free it once nothing is (:data:`ORPHANS`: the free would wait for the device).
+``host_free``: when collected, through the background watcher (:data:`ORPHANS`: the free
+waits for the device, so a destructor never makes it).
 Copies between device and pageable memory are never issued: they would block the
 calling thread (the event loop) until the stream drains.
 
@@ -103,13 +103,14 @@ class PinnedBlock(BlockCore):
 
 
 class _Orphans:
-    """Blocks without a pool collected while cuasync had work in flight.
+    """Blocks without a pool, collected: the background watcher frees them.
 
-    ``cuMemFreeHost`` waits for the device: called from a destructor then, it would
-    hold whatever thread dropped the block (an event loop's, the background watcher's)
-    until that work landed, or for ever behind a host-side wait (a gate, a foreign
-    event). Such frees wait here instead, for the background watcher to make once
-    nothing is in flight; with nothing in flight a block is freed at once.
+    ``cuMemFreeHost`` waits for the device: called from a destructor, it would hold
+    whatever thread dropped the block (an event loop's) until the work queued before
+    it landed (cuasync's or another library's), or for ever behind a host-side wait (a
+    gate, a foreign event). So a destructor only hands the address over; the watcher
+    frees it once cuasync has nothing in flight. ``cuasync.testing.settle()`` waits for
+    these frees too.
     """
 
     def __init__(self) -> None:
@@ -130,14 +131,18 @@ class _Orphans:
         background.add_chore(self.chore)
 
     def free(self, address: int) -> None:
-        """(From a destructor.) Free ``address`` now, or once nothing is in flight."""
+        """(From a destructor.) Have the watcher free ``address``: never blocks."""
         watcher = self.watcher
-        if watcher is None or not work_in_flight():
+        if watcher is None:  # (no block of ours was made in this process's hub)
             get_backend().host_free(address)
             return
         with self.lock:
             self.addresses.append(address)
         watcher.kick()
+
+    def pending(self) -> int:
+        """How many frees wait for the watcher."""
+        return len(self.addresses)
 
     def chore(self) -> float | None:
         """On the watcher's thread: free what waits, once nothing is in flight."""

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from .._core.completion import stats, work_in_flight
 from .._core.device import Device, device_count
+from .._transfers.staging import ORPHANS
 
 __all__ = ["Snapshot", "no_leaks", "settle", "snapshot"]
 
@@ -16,12 +17,14 @@ Snapshot = tuple[tuple[int, ...], int]
 
 
 def settle(timeout: float = 10.0) -> bool:
-    """Wait until every submitted completion has been observed and released.
+    """Wait until every submitted completion has been observed and released, and the
+    pinned buffers collected have been freed.
 
     Work nobody awaits any more (cancelled tasks, futures dropped unawaited) is finished
-    by cuasync's background watcher; this waits for that, for at most ``timeout``
-    seconds, and returns whether everything settled (work held behind a gate that is
-    never opened does not). Never call it from an event loop thread: it blocks.
+    by cuasync's background watcher, which also frees collected pinned buffers; this
+    waits for both, for at most ``timeout`` seconds, and returns whether everything
+    settled (work held behind a gate that is never opened does not). Never call it
+    from an event loop thread: it blocks.
 
     >>> cuasync.testing.settle()
     True
@@ -31,7 +34,8 @@ def settle(timeout: float = 10.0) -> bool:
         gc.collect()
         if not work_in_flight():
             gc.collect()  # after the last completion too: it may free tasks holding outputs
-            return True
+            if not ORPHANS.pending():
+                return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.001)  # polling a condition with a deadline
