@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,7 +158,7 @@ def test_load_script_takes_the_median_of_alternated_rounds() -> None:
     load = load_example("load.py")
     Result, Summary, format_targets = load.Result, load.Summary, load.format_targets
 
-    def result(per_second: float, p50_ms: float) -> Result:
+    def result(per_second: float, p50_ms: float) -> Any:
         return Result(int(per_second), 1.0, [p50_ms / 1000] * 3, [0.001], 0.5, 0, None)
 
     runs = [result(100, 5.0), result(300, 1.0), result(200, 3.0)]
