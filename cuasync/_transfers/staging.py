@@ -109,12 +109,18 @@ class _Orphans:
     whatever thread dropped the block (an event loop's) until the work queued before
     it landed (cuasync's or another library's), or for ever behind a host-side wait (a
     gate, a foreign event). So a destructor only hands the address over; the watcher
-    frees it once cuasync has nothing in flight. ``cuasync.testing.settle()`` waits for
-    these frees too.
+    frees it once cuasync has nothing in flight, or after :attr:`patience_s` anyway.
+    ``cuasync.testing.settle()`` waits for these frees too.
     """
+
+    #: How long frees may wait for a moment with nothing in flight before the watcher
+    #: makes them anyway (waiting for the device there): a service with work always in
+    #: flight would otherwise never give the memory back.
+    patience_s = 5.0
 
     def __init__(self) -> None:
         self.addresses: list[int] = []
+        self.since = 0.0  # when the oldest waiting free was handed over (monotonic)
         self.lock = threading.Lock()
         self.watcher: Any = None  # the background watcher running our chore
 
@@ -137,6 +143,8 @@ class _Orphans:
             get_backend().host_free(address)
             return
         with self.lock:
+            if not self.addresses:
+                self.since = time.monotonic()
             self.addresses.append(address)
         watcher.kick()
 
@@ -145,12 +153,14 @@ class _Orphans:
         return len(self.addresses)
 
     def chore(self) -> float | None:
-        """On the watcher's thread: free what waits, once nothing is in flight."""
+        """On the watcher's thread: free what waits, once nothing is in flight (or, past
+        :attr:`patience_s`, anyway)."""
         with self.lock:
             if not self.addresses:
                 return None
-            if work_in_flight():
-                return _BUSY_RETRY_S
+            waited = time.monotonic() - self.since
+            if work_in_flight() and waited < self.patience_s:
+                return min(_BUSY_RETRY_S, self.patience_s - waited)
             addresses, self.addresses = self.addresses, []
         backend = get_backend()
         for address in addresses:

@@ -124,6 +124,27 @@ async def test_a_buffer_collected_while_work_is_in_flight_is_freed_once_it_lands
     await wait_until(lambda: freed == [address])
 
 
+@pytest.mark.anyio
+async def test_frees_that_wait_too_long_for_a_quiet_moment_are_made_anyway(
+    anyio_backend, freed: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service with work always in flight must get collected buffers' memory back:
+    past ``ORPHANS.patience_s`` the background watcher frees them anyway (it may wait
+    for the device there; no event loop does)."""
+    from cuasync._transfers.staging import ORPHANS
+
+    monkeypatch.setattr(ORPHANS, "patience_s", 0.05)
+    buf = cuasync.PinnedHostBuffer(8192)
+    address = buf.address
+    stream = cuasync.Device(0).new_stream()
+    with ct.gate(stream):
+        held = ct.sleep(100, stream=stream).submit()
+        del buf
+        gc.collect()
+        await wait_until(lambda: freed == [address])  # (the gate still closed)
+    await held
+
+
 def test_a_view_keeps_the_memory_alive(freed: list[int]) -> None:
     buf = cuasync.PinnedHostBuffer(8192)
     address = buf.address
