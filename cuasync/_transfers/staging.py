@@ -121,6 +121,7 @@ class _Orphans:
     def __init__(self) -> None:
         self.addresses: list[int] = []
         self.since = 0.0  # when the oldest waiting free was handed over (monotonic)
+        self.freeing = 0  # frees the watcher has taken and not finished
         self.lock = threading.Lock()
         self.watcher: Any = None  # the background watcher running our chore
 
@@ -149,8 +150,9 @@ class _Orphans:
         watcher.kick()
 
     def pending(self) -> int:
-        """How many frees wait for the watcher."""
-        return len(self.addresses)
+        """How many frees wait for the watcher or are being made."""
+        with self.lock:
+            return len(self.addresses) + self.freeing
 
     def chore(self) -> float | None:
         """On the watcher's thread: free what waits, once nothing is in flight (or, past
@@ -162,12 +164,17 @@ class _Orphans:
             if work_in_flight() and waited < self.patience_s:
                 return min(_BUSY_RETRY_S, self.patience_s - waited)
             addresses, self.addresses = self.addresses, []
+            self.freeing = len(addresses)
         backend = get_backend()
-        for address in addresses:
-            try:
-                backend.host_free(address)
-            except Exception as exc:
-                report_once("cuasync.staging", "free a pinned host block", exc)
+        try:
+            for address in addresses:
+                try:
+                    backend.host_free(address)
+                except Exception as exc:
+                    report_once("cuasync.staging", "free a pinned host block", exc)
+        finally:
+            with self.lock:
+                self.freeing = 0
         return None
 
 
