@@ -20,13 +20,15 @@ CHUNK = 1 << 20  # pinned chunk that blocks below 64 KiB are carved from
 
 @pytest.fixture
 def freed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Addresses handed to the backend's ``host_free`` during the test.
+    """Addresses handed to the backend's ``host_free`` during the test (what earlier
+    tests left to the background watcher freed first).
 
     The process's staging pool keeps its own background sweep out of them: in a long
     run, blocks it cached in earlier tests reach its idle timeout (60 s) and would be
     freed during this one (the native core's small uploads no longer draw on the pool
     every time, so its idle blocks do age)."""
     monkeypatch.setattr(staging_pool(), "idle_timeout", None)  # (its chore then sleeps)
+    assert ct.settle()  # (earlier tests' collected buffers freed before we listen)
     backend = get_backend()
     original = backend.host_free
     calls: list[int] = []
