@@ -3,12 +3,23 @@ behind a wait-value gate on one stream, does a word written on another stream (t
 cancel words' urgent stream, or a plain one) land? Each case polls for 2 s, then opens
 the gate and polls again. Never synchronizes (a hang would stop the probe).
 
-    CUASYNC_BACKEND=cuda python3 tools/probes/guard_gate.py
+Session 38 saw the fifth case hang in ``_reap_guards``: ``cuGraphExecDestroy`` of the
+fourth case's executable (its completion event seen) while the fifth's graph waited
+behind the gate. So the probe runs each way of reaping executables in a process of its
+own, stopped after 30 s with every thread's stack: ``event`` (the backend's: once an
+event after the region has completed), ``idle`` (once the region's stream is idle as
+well) and ``never`` (none destroyed during the cases).
+
+    CUASYNC_BACKEND=cuda CUASYNC_GUARDS=on python3 tools/probes/guard_gate.py
+    ... python3 tools/probes/guard_gate.py idle        # one way, in this process
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from typing import Any
 
 import cuasync
 import cuasync.testing as ct
@@ -20,10 +31,27 @@ def _us(value: float | None) -> str:
     return "HELD" if value is None else f"{value:.0f} us"
 
 
-def main() -> None:
+REAPS = ("event", "idle", "never")
+
+
+def _reaping(b: Any, way: str, stream: int) -> None:
+    """Make ``b._reap_guards`` reap the ``way`` the probe tries (see the module)."""
+    original = getattr(b, "_reap_guards", None)  # (the CUDA backend's: none to reap here)
+    if way == "event" or original is None:
+        return
+
+    def reap() -> None:
+        if way == "idle" and b.stream_query(stream):
+            original()
+
+    b._reap_guards = reap
+
+
+def run(way: str) -> None:
     b = get_backend()
     dev = cuasync.Device(0)
     held = dev.new_stream()
+    _reaping(b, way, held.handle)
     words = cuasync.zeros((64,), "uint32").sync()
     target = cuasync.zeros((1 << 16,), "uint8").sync()
     guard = guard_kernel()._prepare(dev).handle
@@ -78,6 +106,27 @@ def main() -> None:
             during, later = (_us(seen[name]), _us(after[name]))
             print(f"  {name}: {during:>9} / open {later:>8}", end="")
         print(f"  held stream done after: {done}")
+
+
+def main() -> None:
+    """Each way of reaping in a process of its own (``faulthandler`` names where a
+    stopped one hung), or the one way named on the command line in this process."""
+    if len(sys.argv) > 1:
+        run(sys.argv[1])
+        return
+    for way in REAPS:
+        print(f"== reap: {way}", flush=True)
+        code = (
+            "import faulthandler, sys; faulthandler.dump_traceback_later(30, exit=True); "
+            f"sys.argv = [sys.argv[0], {way!r}]; "
+            "import runpy; runpy.run_path(" + repr(__file__) + ", run_name='__main__')"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        print(done.stdout, end="")
+        if done.returncode:
+            err = done.stderr.splitlines()
+            lines = [line for line in err if "cuasync" in line or "Thread" in line] or err[-6:]
+            print(f"  exit {done.returncode}; where it stood:\n  " + "\n  ".join(lines[:12]))
 
 
 if __name__ == "__main__":
