@@ -12,7 +12,7 @@ of it: launches read :func:`current_word`; futures are built inside :func:`detac
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -43,13 +43,24 @@ def current_word(ordinal: int = -1) -> int:
     return scope.word if ordinal < 0 or ordinal == scope.ordinal else scope.word_for(ordinal)
 
 
-@contextmanager
-def detached() -> Iterator[None]:
+def detached() -> AbstractContextManager[None]:
     """Build and enqueue ops outside any scope for the block's duration (futures).
+    Outside any scope there is nothing to leave: a shared no-op (futures are built on
+    every submit, so this is on a hot path).
 
     >>> with detached():
     ...     fut = op.submit()
     """
+    if SCOPE.get() is None:
+        return _NOTHING_TO_LEAVE
+    return _outside_the_scope()
+
+
+_NOTHING_TO_LEAVE: AbstractContextManager[None] = nullcontext()
+
+
+@contextmanager
+def _outside_the_scope() -> Iterator[None]:
     token = SCOPE.set(None)
     try:
         yield

@@ -874,16 +874,12 @@ class _CancellableLaunch(_Launch):
     def submit(self) -> DeviceFuture[Any]:
         """See :meth:`DeviceOp.submit`; the launch runs to completion."""
         self._detach()
-        if SCOPE.get() is None:  # (the common case: no scope to leave)
-            return _Launch.submit(self)
         with detached():
             return _Launch.submit(self)
 
     def submit_on(self, stream: Stream) -> DeviceFuture[Any]:
         """See :meth:`DeviceOp.submit_on`; the launch runs to completion."""
         self._detach()
-        if SCOPE.get() is None:
-            return express.submit_future(self, stream)
         with detached():  # (the generic path, where the core declines, reads the scope)
             return express.submit_future(self, stream)
 
