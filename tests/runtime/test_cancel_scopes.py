@@ -4,7 +4,7 @@ memory comes back only after the skipped work passed, and work others may await 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -321,6 +321,20 @@ def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:
     assert run() == [2, 1]  # (no tensor in this frame: a failure here keeps none alive)
 
 
+async def _cancelled_while_queued(
+    run: Callable[[], Coroutine[Any, Any, Any]], queued: list[bool]
+) -> None:
+    """Run ``run()`` in a task behind a closed gate, wait until ``queued`` says it has
+    queued its work there (set in the step that executes it: no yield between), cancel
+    the task and see it raise ``CancelledError``; then the gate opens."""
+    with ct.gate():
+        task = asyncio.create_task(run())
+        await wait_until(lambda: bool(queued))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
     async def main() -> list[Any]:
         marks = _marks(1)
@@ -334,12 +348,7 @@ def test_a_shared_op_is_never_skipped_by_one_awaiters_scope() -> None:
                 executing.append(True)  # in the step that executes it: no yield between
                 await shared
 
-        with ct.gate():
-            task = asyncio.create_task(first())
-            await wait_until(lambda: bool(executing))
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        await _cancelled_while_queued(first, executing)
         await shared  # another awaiter: the work ran for it
         return _host(marks)
 
@@ -446,12 +455,7 @@ async def _skipped_after_a_mark(make: Callable[[], Any], marks: cuasync.Tensor) 
             launched.append(True)
             got.append(await ct.mark(marks, 0).then(lambda _: make()))
 
-    with ct.gate():
-        task = asyncio.create_task(handler())
-        await wait_until(lambda: bool(launched))  # the chain queued behind the gate
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await _cancelled_while_queued(handler, launched)
     await cuasync.get_default_device().synchronized()
     assert got == [] and _host(marks) == [1]
     if counts is not None:  # the mark and what make() enqueued returned at once
@@ -565,12 +569,7 @@ def test_a_guarded_region_runs_only_while_its_scope_is_not_cancelled(
                 launched.append(True)
                 await ct.mark(marks, 0).then(lambda _: _memset(t, 0))
 
-        with ct.gate():
-            task = asyncio.create_task(handler(skipped))
-            await wait_until(lambda: bool(launched))  # the chain queued behind the gate
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        await _cancelled_while_queued(lambda: handler(skipped), launched)
         await handler(ran)  # the same region, its scope not cancelled: it runs
         await cuasync.get_default_device().synchronized()
         return _host(skipped), _host(ran)
@@ -622,12 +621,7 @@ def test_a_matmul_into_a_given_tensor_runs_in_a_cancelled_scope(guard_everything
                 launched.append(True)
                 await cuasync.matmul(x, x * 3, out=out)
 
-        with ct.gate():
-            task = asyncio.create_task(handler())
-            await wait_until(lambda: bool(launched))
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        await _cancelled_while_queued(handler, launched)
         await cuasync.get_default_device().synchronized()
         return np.asarray(_host(out)).ravel().tolist()
 
