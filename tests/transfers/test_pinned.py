@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Iterator
 
@@ -107,13 +108,11 @@ def test_standalone_buffer_is_freed_when_collected(freed: list[int]) -> None:
     assert freed == [address]
 
 
-@pytest.mark.anyio
-async def test_a_buffer_collected_while_work_is_in_flight_is_freed_once_it_lands(
-    anyio_backend, freed: list[int]
-) -> None:
-    """Freeing pinned memory waits for the device: a buffer dropped while work is held
-    behind a gate must not hold the thread that dropped it (the event loop here) until
-    the gate opens. The background watcher frees it once nothing is in flight."""
+@contextlib.contextmanager
+def _collected_behind_a_gate() -> Iterator[tuple[int, cuasync.DeviceFuture[None]]]:
+    """A pinned buffer without a pool, made and collected while a gate holds a sleep on
+    a stream: its address and the held sleep, for the caller to await after the block
+    (the gate opens as it ends)."""
     buf = cuasync.PinnedHostBuffer(8192)
     address = buf.address
     stream = cuasync.Device(0).new_stream()
@@ -121,6 +120,17 @@ async def test_a_buffer_collected_while_work_is_in_flight_is_freed_once_it_lands
         held = ct.sleep(100, stream=stream).submit()
         del buf
         gc.collect()
+        yield address, held
+
+
+@pytest.mark.anyio
+async def test_a_buffer_collected_while_work_is_in_flight_is_freed_once_it_lands(
+    anyio_backend, freed: list[int]
+) -> None:
+    """Freeing pinned memory waits for the device: a buffer dropped while work is held
+    behind a gate must not hold the thread that dropped it (the event loop here) until
+    the gate opens. The background watcher frees it once nothing is in flight."""
+    with _collected_behind_a_gate() as (address, held):
         assert freed == []  # (had it been freed here, this thread would wait on a GPU)
     await held
     await wait_until(lambda: freed == [address])
@@ -136,13 +146,7 @@ async def test_frees_that_wait_too_long_for_a_quiet_moment_are_made_anyway(
     from cuasync._transfers.staging import ORPHANS
 
     monkeypatch.setattr(ORPHANS, "patience_s", 0.05)
-    buf = cuasync.PinnedHostBuffer(8192)
-    address = buf.address
-    stream = cuasync.Device(0).new_stream()
-    with ct.gate(stream):
-        held = ct.sleep(100, stream=stream).submit()
-        del buf
-        gc.collect()
+    with _collected_behind_a_gate() as (address, held):
         await wait_until(lambda: freed == [address])  # (the gate still closed)
     await held
 
