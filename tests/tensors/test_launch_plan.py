@@ -243,12 +243,6 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     np.testing.assert_array_equal(o.to_host().sync(), a + 1)  # the last raw launch's
 
 
-def _express_core() -> Any:
-    from cuasync._core import express
-
-    return express._core()
-
-
 @pytest.mark.parametrize("scoped", [False, True], ids=["no scope", "in a cancel scope"])
 def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
     """Generated kernels take a cancel word (their launch op is a subclass of the raw
@@ -258,14 +252,19 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
     import asyncio
     import contextlib
 
+    from cuasync._core import express
+
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
-    core = _express_core()
+    core = express._core()
     if core is None:
         pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
-    raw = _raw_launch(cuasync.add(x, 1.0), lambda: o)
-    makers = {"add": lambda: cuasync.add(x, 1.0), "add out=": lambda: cuasync.add(x, 1.0, out=o)}
-    makers["raw launch"] = raw
+    stream = cuasync.get_default_device().new_stream()
+    makers = {
+        "add": lambda: cuasync.add(x, 1.0),
+        "add out=": lambda: cuasync.add(x, 1.0, out=o),
+        "raw launch": _raw_launch(cuasync.add(x, 1.0), lambda: o),
+    }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()
 
@@ -287,5 +286,4 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
                         missed.append(f"{way} of {name}")
         return missed
 
-    stream = cuasync.get_default_device().new_stream()
     assert asyncio.run(run_all()) == []
