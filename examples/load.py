@@ -45,6 +45,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -375,11 +376,7 @@ def format_row(values: list[str]) -> str:
 
 def median(values: list[float]) -> float:
     """The median of ``values`` (NaN for none)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return statistics.median(values) if values else math.nan
 
 
 @dataclass
