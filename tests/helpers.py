@@ -64,12 +64,23 @@ def run_script(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
 
 
 def _device_memory() -> str:
-    """(For a child's failure: a context it could not create may mean a full device.)"""
+    """(For a child's failure: a context it could not create may mean a full device, held
+    by other processes: the driver's free bytes and, where there is one, nvidia-smi's
+    list of the processes on the GPU; cuasync's own accounting cannot see those.)"""
     try:
-        info = cuasync.Device(0).memory_info()
+        stats = cuasync.Device(0).memory_stats()
+        seen = f"driver: {stats.driver_free} of {stats.driver_total} bytes free"
     except Exception as exc:
-        return f"\n(device 0's memory unknown: {exc!r})"
-    return f"\n(device 0, seen from the test process: {info.used} of {info.total} bytes in use)"
+        seen = f"memory unknown: {exc!r}"
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip().replace("\n", "; ")
+    except (OSError, subprocess.SubprocessError):
+        smi = ""
+    apps = f"; processes on the GPU (pid, memory): {smi}" if smi else ""
+    return f"\n(device 0, seen from the test process: {seen}{apps})"
 
 
 def run_python(*args: str, timeout: float, cwd: str | None = None, **env: str):

@@ -414,7 +414,8 @@ class CudaBackend(Backend):
             self.fast_launch = self._native.launch_packed
         self._submitter: Any = None  # see make_submitter
         self._conditional: _ConditionalDriver | None = None  # see guarded
-        self._guard_execs: list[tuple[Any, int, int]] = []  # (graph exec, event, ordinal)
+        # (graph exec, its completion event, ordinal, stream): see _reap_guards
+        self._guard_execs: list[tuple[Any, int, int, int]] = []
         self._guard_lock = threading.Lock()
         #: Whether :meth:`guarded` regions are used (cuasync._launch.guard). Off until the
         #: conditional graph nodes have passed the suite on a GPU (issue 36, item 4):
@@ -1626,24 +1627,30 @@ class CudaBackend(Backend):
                 event = self.event_create(ordinal)
                 self.event_record(event, stream)
                 with self._guard_lock:
-                    self._guard_execs.append((region.launched, event, ordinal))
+                    self._guard_execs.append((region.launched, event, ordinal, stream))
         self._reap_guards()
 
     def _reap_guards(self) -> None:
-        """Destroy the guarded regions' executable graphs that have run (a query each:
-        destroying one in flight would wait for it). Loops of several threads share the
-        list: each takes it whole and puts back what has not run."""
+        """Destroy the guarded regions' executable graphs once none is in flight anywhere
+        and each one's stream is idle (or gone). On an H200, ``cuGraphExecDestroy`` of a
+        region that had run (its event seen) blocked while a later region waited behind
+        a host-side wait on the stream (``tools/probes/guard_gate.py``: reaped on the
+        event alone it hung; once the stream was idle it never did). Loops of several
+        threads share the list: each takes it whole and puts back what it keeps."""
         with self._guard_lock:
             pending, self._guard_execs = self._guard_execs, []
-        kept = []
         driver = self._conditional
-        for graph_exec, event, ordinal in pending:
-            if driver is not None and self.event_query(event):
+        if driver is None or not all(self.event_query(event) for _, event, _, _ in pending):
+            kept = pending
+        else:
+            kept = []
+            for graph_exec, event, ordinal, stream in pending:
+                if stream in self._streams and not self.stream_query(stream):
+                    kept.append((graph_exec, event, ordinal, stream))
+                    continue
                 with self._context_of(ordinal):
                     driver("cuGraphExecDestroy", graph_exec)
                 self.event_destroy(event)
-            else:
-                kept.append((graph_exec, event, ordinal))
         with self._guard_lock:
             self._guard_execs += kept
 

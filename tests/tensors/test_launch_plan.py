@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import GATE_CAPACITY
+from helpers import GATE_CAPACITY, reactor_path
 
 import cuasync
 import cuasync.testing
@@ -243,6 +243,7 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     np.testing.assert_array_equal(o.to_host().sync(), a + 1)  # the last raw launch's
 
 
+@reactor_path  # (host-callback completions take the generic path by design)
 @pytest.mark.parametrize("scoped", [False, True], ids=["no scope", "in a cancel scope"])
 def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
     """Generated kernels take a cancel word (their launch op is a subclass of the raw

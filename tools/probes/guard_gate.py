@@ -5,13 +5,15 @@ the gate and polls again. Never synchronizes (a hang would stop the probe).
 
 Session 38 saw the fifth case hang in ``_reap_guards``: ``cuGraphExecDestroy`` of the
 fourth case's executable (its completion event seen) while the fifth's graph waited
-behind the gate. So the probe runs each way of reaping executables in a process of its
-own, stopped after 30 s with every thread's stack: ``event`` (the backend's: once an
-event after the region has completed), ``idle`` (once the region's stream is idle as
-well) and ``never`` (none destroyed during the cases).
+behind the gate; session 39 ran each way of reaping in a process of its own, stopped
+after 30 s with every thread's stack: on the event alone the fifth case hung again, once
+the stream was idle it never did, and neither did never destroying. So the backend
+now destroys them once no region is in flight and the stream is idle. The probe runs
+``backend`` (that rule), ``event`` (the old rule, kept here to show the hang) and
+``never``.
 
     CUASYNC_BACKEND=cuda CUASYNC_GUARDS=on python3 tools/probes/guard_gate.py
-    ... python3 tools/probes/guard_gate.py idle        # one way, in this process
+    ... python3 tools/probes/guard_gate.py never       # one way, in this process
 """
 
 from __future__ import annotations
@@ -31,27 +33,35 @@ def _us(value: float | None) -> str:
     return "HELD" if value is None else f"{value:.0f} us"
 
 
-REAPS = ("event", "idle", "never")
+REAPS = ("backend", "event", "never")
 
 
-def _reaping(b: Any, way: str, stream: int) -> None:
+def _reaping(b: Any, way: str) -> None:
     """Make ``b._reap_guards`` reap the ``way`` the probe tries (see the module)."""
-    original = getattr(b, "_reap_guards", None)  # (the CUDA backend's: none to reap here)
-    if way == "event" or original is None:
+    if way == "backend" or not hasattr(b, "_reap_guards"):  # (the emulator has none)
         return
 
-    def reap() -> None:
-        if way == "idle" and b.stream_query(stream):
-            original()
+    def on_the_event() -> None:  # the rule of session 38, which hung
+        with b._guard_lock:
+            pending, b._guard_execs = b._guard_execs, []
+        for entry in pending:
+            graph_exec, event, ordinal, _ = entry
+            if b.event_query(event):
+                with b._context_of(ordinal):
+                    b._conditional("cuGraphExecDestroy", graph_exec)
+                b.event_destroy(event)
+            else:
+                with b._guard_lock:
+                    b._guard_execs.append(entry)
 
-    b._reap_guards = reap
+    b._reap_guards = on_the_event if way == "event" else lambda: None
 
 
 def run(way: str) -> None:
     b = get_backend()
     dev = cuasync.Device(0)
     held = dev.new_stream()
-    _reaping(b, way, held.handle)
+    _reaping(b, way)
     words = cuasync.zeros((64,), "uint32").sync()
     target = cuasync.zeros((1 << 16,), "uint8").sync()
     guard = guard_kernel()._prepare(dev).handle
