@@ -73,10 +73,16 @@ def _device_memory() -> str:
     except Exception as exc:
         seen = f"memory unknown: {exc!r}"
     try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
-        ).stdout.strip().replace("\n", "; ")
+        smi = (
+            subprocess.run(
+                ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            .stdout.strip()
+            .replace("\n", "; ")
+        )
     except (OSError, subprocess.SubprocessError):
         smi = ""
     apps = f"; processes on the GPU (pid, memory): {smi}" if smi else ""
