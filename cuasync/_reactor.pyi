@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, SupportsIndex, final
+from typing import TYPE_CHECKING, Any, Final, Self, SupportsIndex, final
 
 from typing_extensions import disjoint_base
 
@@ -463,7 +463,8 @@ class UploadOpCore(TensorOpCore):
 
 @disjoint_base
 class NodeCore:
-    """The fields of an expression ``Node`` (its base type), read by the native core."""
+    """The fields of an expression ``Node`` (its base type), read by the native core,
+    which also constructs it (no Python ``__init__``)."""
 
     kind: str
     name: str
@@ -473,6 +474,17 @@ class NodeCore:
     ins: Any
     device: Any
     value: Any
+    def __new__(
+        cls,
+        kind: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: Any,
+        value: Any = None,
+        children: tuple[Any, ...] = (),
+        ins: Any = (),
+        device: Any = None,
+    ) -> Self: ...
 
 @disjoint_base
 class UploadWorkCore:
@@ -600,6 +612,11 @@ def build_upload(array: Any, /) -> Any:
     """``cuasync.from_host(array)``'s op for its common case, built in C, else None."""
 
 def tracing() -> bool: ...
+def plan_key(
+    node: Any, out_strides: tuple[int, ...] | None, /
+) -> tuple[tuple[Any, ...], list[Any], list[Any]] | None:
+    """The key of ``node``'s launch plan, its tensors and scalars; None: the long way."""
+
 def blocks_kept() -> int: ...
 
 @final

@@ -166,30 +166,11 @@ class Node(NodeCore):
     """One node of an expression: ``kind`` is "tensor", "scalar", "pending" or "op".
 
     ``dtype`` is None for a weak (Python) scalar; ``ins`` are an op's loop dtypes: what
-    each child is cast to before the op computes.
+    each child is cast to before the op computes. Constructed by the native base
+    (``Node(kind, name, shape, dtype, value=None, children=(), ins=(), device=None)``).
     """
 
     __slots__ = ()  # its fields are the native base's (``NodeCore``)
-
-    def __init__(
-        self,
-        kind: str,
-        name: str,
-        shape: Shape,
-        dtype: np.dtype[Any] | None,
-        value: Any = None,
-        children: tuple[Node, ...] = (),
-        ins: tuple[np.dtype[Any], ...] = (),
-        device: Device | None = None,
-    ) -> None:
-        self.kind = kind
-        self.name = name
-        self.shape = shape
-        self.dtype = dtype
-        self.value = value
-        self.children = children
-        self.ins = ins
-        self.device = device
 
 
 def check_dtype(dt: np.dtype[Any], argument: str) -> None:

@@ -5,9 +5,10 @@ Executing an expression the long way walks its tree into a :func:`~.codegen.make
 resolves broadcasting and strides into merged dimensions, picks the kernel, builds
 storage views and converts scalars, inside an :class:`~cuasync._core.context.ExecutionContext`.
 A :class:`LaunchPlan` keeps all of that but the arguments, keyed by what decides it: the
-plan (the tree's structure, its dtypes and which leaves are scalars of which kind), the
-output's shape and strides (None: a new contiguous tensor), and each tensor operand's
-shape and strides (its broadcast layout and contiguity). A seen expression is then a
+tree's structure and dtypes, which leaves are scalars of which kind, the output's shape
+and strides (None: a new contiguous tensor), and each tensor operand's shape and strides
+(its broadcast layout and contiguity), walked in C (``plan_key``, ``reactor/python/plan.c``;
+the plan itself is made here, on a miss). A seen expression is then a
 lookup, the output's allocation and a launch op from the kernel's own launcher
 (``kernel[grid, block]``, the native ``Launcher``): the same launch op
 (:class:`~cuasync._launch.kernel._Launch`) a raw kernel launch makes, submitted by the
@@ -29,6 +30,7 @@ from .._core.memory import Allocation
 from .._dtypes import dtype_name
 from .._launch import builtin
 from .._launch.kernel import Kernel
+from .._native import NATIVE
 from .._tensor import Shape, Tensor, contiguous_strides
 from .codegen import (
     UNROLL,
@@ -42,6 +44,8 @@ from .codegen import (
     vector_width,
 )
 from .expr import Node
+
+plan_key = NATIVE.plan_key
 
 __all__ = [
     "LaunchPlan",
@@ -154,7 +158,10 @@ class LaunchPlan(NamedTuple):
     tail: tuple[int, ...]
 
 
-#: Plans by (plan, output shape, output strides or None, operand shapes, operand strides).
+#: Plans by the native ``plan_key`` of the expression: what decides them (each op's name,
+#: loop dtypes, dtype and arity; each tensor operand's dtype, shape and strides, its
+#: broadcast layout and contiguity; each scalar's dtype or weak type; the output's shape
+#: and strides, None for a new tensor), in ``make_plan``'s order.
 _plans: dict[tuple[Any, ...], LaunchPlan] = {}
 
 #: Plans kept before the cache starts over (shapes computed per request stay bounded).
@@ -203,19 +210,12 @@ def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
     >>> launch = express_launch(op._node, op._out, stream)
     >>> future = launch.submit_on(stream)       # a raw launch's submission
     """
-    try:
-        plan, tensors, scalars = make_plan(node)
-    except ValueError:  # a pending leaf
+    walked = plan_key(node, None if out is None else out.strides)
+    if walked is None:  # a pending leaf
         return None
-    shape = node.shape
-    key = (
-        plan,
-        shape,
-        None if out is None else out.strides,
-        tuple([t.shape for t in tensors]),
-        tuple([t.strides for t in tensors]),
-    )
+    key, tensors, scalars = walked
     found = _plans.get(key)
+    shape = node.shape
     if found is None:
         if math.prod(shape) == 0:
             return None

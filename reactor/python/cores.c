@@ -126,7 +126,7 @@ REGISTERING(BlockCore, REG_BLOCK)
 #define FutureCore_EXTRA_SLOTS {Py_tp_methods, FutureCore_methods},
 #define TensorOpCore_EXTRA_SLOTS
 #define UploadOpCore_EXTRA_SLOTS {Py_tp_methods, UploadOpCore_methods},
-#define NodeCore_EXTRA_SLOTS {Py_tp_methods, NodeCore_methods},
+#define NodeCore_EXTRA_SLOTS {Py_tp_methods, NodeCore_methods}, {Py_tp_new, NodeCore_new},
 #define UploadWorkCore_EXTRA_SLOTS {Py_tp_methods, UploadWorkCore_methods},
 #define BlockCore_EXTRA_SLOTS {Py_tp_methods, BlockCore_methods},
 #define AdapterCore_EXTRA_SLOTS

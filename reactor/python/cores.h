@@ -357,6 +357,9 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
     BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];
+/* plan.c: NodeCore's constructor (its tp_new) and plan_key */
+PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+extern PyMethodDef plan_methods[];
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
  * its method table (cores.c) */
 PyObject *tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,

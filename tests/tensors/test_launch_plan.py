@@ -76,6 +76,11 @@ async def test_the_plan_differs_with_dtype_layout_contiguity_and_out(
         (lambda: cuasync.add(x[:, ::2], 1.0), a[:, ::2] + 1),  # a strided view
         (lambda: cuasync.add(x.T, 1.0), a.T + 1),  # a transposed one
         (lambda: cuasync.add(x, 1.0, out=o), a + 1),  # out=
+        (lambda: cuasync.subtract(x, 1.0), a - 1),  # another op
+        (lambda: cuasync.add(1.0, x), 1 + a),  # the operands the other way round
+        (lambda: cuasync.add(x, 1), a + 1),  # a weak int, not a weak float
+        (lambda: cuasync.add(x, np.float32(1.0)), a + 1),  # a float32 scalar, not weak
+        (lambda: cuasync.add(x * 1.0, 1.0), a * 1 + 1),  # a deeper tree
     ]
     for make, want in cases:
         got = await make()
