@@ -694,7 +694,8 @@ class _Launchable(KernelCore, Generic[R]):
     ) -> None:
         """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
         kernels): tensors of the right dtype and device, no aliasing the launch could
-        see. Only scalars are converted; no op object is made. A kernel taking a cancel
+        see (or a null ``DevicePointer``). Only scalars are converted; no op object is
+        made. A kernel taking a cancel
         word gets the current scope's where ``scoped`` (else 0: it always runs).
 
         >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
@@ -705,9 +706,15 @@ class _Launchable(KernelCore, Generic[R]):
             args = (*args, current_word(ctx.device.ordinal) if live else 0)
         converted = []
         tensors = []
-        for param, arg in zip(self.params, args, strict=True):
-            if param.pointer:
-                tensors.append((arg, param))
+        plan = self._plan_now()
+        if len(plan) != len(args):
+            raise LaunchError(f"{self.name}: {len(args)} arguments for {len(plan)} parameters")
+        for (param, pointer, _, low, high), arg in zip(plan, args):  # noqa: B905
+            if pointer:
+                if not isinstance(arg, int):  # (a DevicePointer: a null workspace, untracked)
+                    tensors.append((arg, param))
+                converted.append(arg)
+            elif type(arg) is high.__class__ and low <= arg <= high:  # (see _make_plan)
                 converted.append(arg)
             else:
                 converted.append(self._scalar(param, arg))

@@ -300,9 +300,7 @@ def _launch(
     def launch(phase: int, grid: tuple[int, int, int]) -> None:
         head = [out_view, wsv, *([wsi] if arg else []), *views, *args]
         tail = [m, k, splits, chunk, phase, mode, *kdims, *rdims, *kstr[0], *flat]
-        op = kernel.launch(*head, *tail, grid=grid, block=_BLOCK)
-        op._take()
-        op._enqueue(ctx)
+        kernel._enqueue_trusted(ctx, grid, (_BLOCK, 1, 1), [*head, *tail])
 
     if column:
         launch(0, (blocks, splits, 1))
@@ -370,11 +368,8 @@ def _float4_launch(
     out = builtin.storage_view(Tensor(result.allocation, (m,), result.dtype, (1,), result.offset))
     part, count = _workspace(ctx, splits * m if splits > 1 else 0, strips)
     kernel = float4_kernel(spec.op, whole=False)
-    op = kernel.launch(
-        out, part, count, view, k, m, ld, rows, splits, grid=(strips, splits, 1), block=256
-    )
-    op._take()
-    op._enqueue(ctx)
+    args = (out, part, count, view, k, m, ld, rows, splits)
+    kernel._enqueue_trusted(ctx, (strips, splits, 1), (256, 1, 1), args)
     return True
 
 
@@ -386,9 +381,7 @@ def _whole4(ctx: ExecutionContext, spec: ReduceSpec, x: Tensor, result: Tensor, 
     out = builtin.storage_view(Tensor(result.allocation, (), result.dtype, (), result.offset))
     part, count = _workspace(ctx, blocks if blocks > 1 else 0, 1)
     kernel = float4_kernel(spec.op, whole=True)
-    op = kernel.launch(out, part, count, view, n, grid=(blocks, 1, 1), block=256)
-    op._take()
-    op._enqueue(ctx)
+    kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, part, count, view, n))
     return True
 
 
