@@ -1,0 +1,108 @@
+"""Where an awaited small op's time goes (issue 32 item 1): each row awaits one op 2000
+times on asyncio and prints its p50, the completion path its awaits took (``cuasync.stats``:
+inline spin, reactor, host callback) and, beside it, the p50 of building and submitting
+the same op without waiting (``submit_on``, then one synchronize per 50) and of its
+``.sync()``. The ops: a raw launch of a tiny kernel, ``cuasync.add(x, 1.0)`` (a new
+output), ``cuasync.add(x, 1.0, out=o)``, the raw launch of add's own kernel into ``o``,
+``cuasync.exp(x * 2.0 + 1.0, out=o)`` and ``cuasync.sum(x)``; x (1024,) float32.
+
+    CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import cuasync
+from cuasync._ops import codegen
+
+N = 2000
+
+
+def _p50(samples: list[int]) -> float:
+    return statistics.median(samples) / 1000
+
+
+def _raw_add(x: cuasync.Tensor, o: cuasync.Tensor) -> Callable[[], Any]:
+    op = cuasync.add(x, 1.0)
+    op._take()  # (it only names the kernel and its arguments)
+    plan, tensors, scalars = codegen.make_plan(op._node)
+    launch = codegen.kernel_for(plan, "float32", 0)[1, 256]
+    return lambda: launch(o, *tensors, *scalars, o.size, 1)
+
+
+async def _awaited(make: Callable[[], Any]) -> list[int]:
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(N):
+        t0 = clock()
+        await make()
+        out.append(clock() - t0)
+    return out
+
+
+def _submitted(make: Callable[[], Any], stream: cuasync.Stream) -> list[int]:
+    clock = time.perf_counter_ns
+    out = []
+    for i in range(N):
+        t0 = clock()
+        make().submit_on(stream)
+        out.append(clock() - t0)
+        if i % 50 == 49:
+            stream.synchronize()
+    stream.synchronize()
+    return out
+
+
+def _synced(make: Callable[[], Any]) -> list[int]:
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(N):
+        t0 = clock()
+        make().sync()
+        out.append(clock() - t0)
+    return out
+
+
+def main() -> None:
+    x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
+    o = cuasync.empty((1024,), "float32").sync()
+    stream = cuasync.get_default_device().new_stream()
+    from cuasync.bench.completion import tiny
+
+    rows: dict[str, Callable[[], Any]] = {
+        "tiny[1, 32]()": lambda: tiny[1, 32](),
+        "cuasync.add(x, 1.0)": lambda: cuasync.add(x, 1.0),
+        "cuasync.add(x, 1.0, out=o)": lambda: cuasync.add(x, 1.0, out=o),
+        "raw launch of add's kernel into o": _raw_add(x, o),
+        "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+        "cuasync.sum(x)": lambda: cuasync.sum(x),
+    }
+    for make in rows.values():  # (compiled, planned, pools warm)
+        for _ in range(100):
+            make().sync()
+    print(f"{'op':<36}{'await':>9}{'submit':>9}{'sync':>9}   paths of the awaits")
+    for name, make in rows.items():
+        before = cuasync.stats()
+        awaited = asyncio.run(_awaited(make))
+        after = cuasync.stats()
+        paths = (
+            f"inline {after.completed_inline - before.completed_inline}, "
+            f"reactor {after.completed_reactor - before.completed_reactor}, "
+            f"callback {after.completed_host_callback - before.completed_host_callback}"
+        )
+        submitted, synced = _submitted(make, stream), _synced(make)
+        print(
+            f"{name:<36}{_p50(awaited):>7.1f}us{_p50(submitted):>7.1f}us"
+            f"{_p50(synced):>7.1f}us   {paths}"
+        )
+
+
+if __name__ == "__main__":
+    main()
