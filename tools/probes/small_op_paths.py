@@ -7,12 +7,19 @@ output), ``cuasync.add(x, 1.0, out=o)``, the raw launch of add's own kernel into
 ``cuasync.exp(x * 2.0 + 1.0, out=o)`` and ``cuasync.sum(x)``; x (1024,) float32.
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
+    CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
+
+``profile NAME...``: the functions taking the most time (``cProfile``, own time) over 2000
+``submit_on`` of each named op (``add``, ``add_out``, ``exp_out``, ``sum``, ``matmul``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import pstats
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,7 +77,34 @@ def _synced(make: Callable[[], Any]) -> list[int]:
     return out
 
 
+def _profile(names: list[str]) -> None:
+    x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
+    o = cuasync.empty((1024,), "float32").sync()
+    m = cuasync.from_host(np.ones((64, 64), dtype=np.float32)).sync()
+    stream = cuasync.get_default_device().new_stream()
+    ops: dict[str, Callable[[], Any]] = {
+        "add": lambda: cuasync.add(x, 1.0),
+        "add_out": lambda: cuasync.add(x, 1.0, out=o),
+        "exp_out": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+        "sum": lambda: cuasync.sum(x),
+        "matmul": lambda: cuasync.matmul(m, m),
+    }
+    for name in names:
+        make = ops[name]
+        for _ in range(100):
+            make().sync()
+        profile = cProfile.Profile()
+        profile.enable()
+        _submitted(make, stream)
+        profile.disable()
+        print(f"== {name}: 2000 x submit_on, by own time")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["profile"]:
+        _profile(sys.argv[2:])
+        return
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
     stream = cuasync.get_default_device().new_stream()
