@@ -49,7 +49,7 @@ from . import elementwise
 from .codegen import make_plan, scalar_arg, scalar_specs
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
-from .launch_plan import broadcast_strides, merge_axes
+from .launch_plan import broadcast_strides, merge_axes, plan_key
 from .reduce_codegen import (
     ARG_OPS,
     FLOAT4_OPS,
@@ -231,7 +231,36 @@ def _layout(
     """How the reduction of ``node`` into an output of ``strides`` runs: its plan, tensors
     and scalars, the kept and reduced axes merged (``kdims``, ``kstr``: the output's
     strides first; ``rdims``, ``rstr``) and the kernel. Nothing is enqueued (a pending
-    leaf raises ``ValueError``: it runs first)."""
+    leaf raises ``ValueError``: it runs first).
+
+    What does not depend on the leaves' values is kept per seen layout (:data:`_LAYOUTS`,
+    keyed by the tree's native ``plan_key`` and the reduction's): an await computes it
+    twice (its first use names the kernel, the launch needs the rest)."""
+    walked = plan_key(node, strides)
+    if walked is None:  # a pending leaf (or a stand-in of planning): worked out in full
+        return _work_out(node, spec, axes, strides, keepdims)
+    key, tensors, scalars = walked
+    key = (key, spec, axes, keepdims)
+    known = _LAYOUTS.get(key)
+    if known is None:
+        if len(_LAYOUTS) >= 4096:  # (shapes computed per request: stay bounded)
+            _LAYOUTS.clear()
+        plan, _, _, kdims, kstr, rdims, rstr, kernel = _work_out(
+            node, spec, axes, strides, keepdims
+        )
+        known = _LAYOUTS[key] = (plan, kdims, kstr, rdims, rstr, kernel)  # (no leaf kept)
+    plan, kdims, kstr, rdims, rstr, kernel = known
+    return plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel
+
+
+#: :func:`_layout`'s results by layout, without the leaves (no tensor is kept alive).
+_LAYOUTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _work_out(
+    node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
+) -> tuple[Any, list[Tensor], list[Any], Shape, list[Shape], Shape, list[Shape], Kernel]:
+    """:func:`_layout` worked out from the tree."""
     plan, tensors, scalars = make_plan(node)
     shape = node.shape
     kept = [j for j in range(len(shape)) if j not in axes]

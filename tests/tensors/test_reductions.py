@@ -724,3 +724,21 @@ async def test_float4_columns_in_graph_capture(anyio_backend: str) -> None:
     big = await dev(host((4096, 256), "float32", 9))
     with pytest.raises(CaptureError):
         cuasync.sum(big, axis=0, out=out).graph()
+
+
+async def test_a_seen_reduction_layout_keeps_no_tensor_alive(anyio_backend: Any) -> None:
+    """The layouts reductions keep per seen shape hold no operand: a tensor reduced
+    (the first time and again) is freed once the caller drops it."""
+    import gc
+    import weakref
+
+    refs = []
+    for k in range(3):  # the first (the layout worked out and kept), then seen ones
+        x = await cuasync.asarray(np.full((4, 8), k + 1, np.float32))
+        got = await (await cuasync.sum(x, axis=1)).to_host()
+        np.testing.assert_array_equal(got, np.full(4, 8 * (k + 1), np.float32))
+        refs.append(weakref.ref(x))
+        del x
+    ct.settle()
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
