@@ -695,8 +695,8 @@ class _Launchable(KernelCore, Generic[R]):
         """Launch in ``ctx`` with arguments cuasync built itself (built-in and generated
         kernels): tensors of the right dtype and device, no aliasing the launch could
         see (or a null ``DevicePointer``). Only scalars are converted; no op object is
-        made. A kernel taking a cancel
-        word gets the current scope's where ``scoped`` (else 0: it always runs).
+        made. A kernel taking a cancel word gets the current scope's where ``scoped``
+        (else 0: it always runs).
 
         >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
         """
@@ -704,25 +704,47 @@ class _Launchable(KernelCore, Generic[R]):
         if self._cancel:  # (a graph being captured must not bake in one scope's word)
             live = scoped and not ctx.stream._capturing
             args = (*args, current_word(ctx.device.ordinal) if live else 0)
-        converted = []
-        tensors = []
-        plan = self._plan_now()
-        if len(plan) != len(args):
-            raise LaunchError(f"{self.name}: {len(args)} arguments for {len(plan)} parameters")
-        for (param, pointer, _, low, high), arg in zip(plan, args):  # noqa: B905
-            if pointer:
-                if not isinstance(arg, int):  # (a DevicePointer: a null workspace, untracked)
-                    tensors.append((arg, param))
-                converted.append(arg)
-            elif type(arg) is high.__class__ and low <= arg <= high:  # (see _make_plan)
-                converted.append(arg)
-            else:
-                converted.append(self._scalar(param, arg))
+        converted, tensors = self._trusted(args)
         if tensors:
             self._declare(ctx, tensors)
         get_backend().launch_kernel(
             prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
         )
+
+    def _trusted_launch(
+        self, device: Device, grid: Dim3, block: Dim3, args: Sequence[Any], output: Any
+    ) -> DeviceOp[R]:
+        """The launch op of arguments cuasync built itself (as :meth:`_enqueue_trusted`
+        takes them), for the native core to submit; its output is ``output``. A kernel
+        taking a cancel word gets the current scope's (replaced when it is executed in
+        another: ``_CancellableLaunch``).
+
+        >>> launch = kernel._trusted_launch(device, grid, (256, 1, 1), (out, x, n), out)
+        """
+        if self._cancel:
+            args = (*args, current_word(device.ordinal))
+        converted, tensors = self._trusted(args)
+        return self._launch_op(device, converted, tensors, [output], grid, block, 0)
+
+    def _trusted(self, args: Sequence[Any]) -> tuple[list[Any], list[tuple[Tensor, Param]]]:
+        """``args`` (cuasync's own) as the launch passes them, and the tensors among them
+        with their parameters: scalars in range pass as they are (see :meth:`_make_plan`),
+        others are converted; a null ``DevicePointer`` is no tensor (nothing to order)."""
+        plan = self._plan_now()
+        if len(plan) != len(args):
+            raise LaunchError(f"{self.name}: {len(args)} arguments for {len(plan)} parameters")
+        converted = []
+        tensors = []
+        for (param, pointer, _, low, high), arg in zip(plan, args):  # noqa: B905
+            if pointer:
+                if not isinstance(arg, int):
+                    tensors.append((arg, param))
+                converted.append(arg)
+            elif type(arg) is high.__class__ and low <= arg <= high:
+                converted.append(arg)
+            else:
+                converted.append(self._scalar(param, arg))
+        return converted, tensors
 
     def _declare(self, ctx: ExecutionContext, tensors: Iterable[tuple[Tensor, Param]]) -> None:
         for tensor, param in tensors:

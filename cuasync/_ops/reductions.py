@@ -20,15 +20,17 @@ order as numpy does (real part, then imaginary part; NaN wins).
 from __future__ import annotations
 
 import builtins
+import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._axes import Axes
 from .._backends import get_backend
 from .._core.context import ExecutionContext
-from .._core.device import Device
+from .._core.device import Device, Stream
+from .._core.memory import Allocation
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import (
@@ -205,9 +207,55 @@ def reduce_op(
             return ()
         return (*first_uses(pending, on), *unprepared([kernel], on))
 
-    pending = device_op(enqueue, device, name, first_use=first_use)
+    def express(stream: Stream) -> Any:  # (the same work as one launch op, where it is)
+        return _express(stream, node, spec, axes, keepdims, out, shape, np.dtype(res))
+
+    pending = device_op(enqueue, device, name, first_use=first_use, express=express)
     pending._take()
     return TensorOp(Node("pending", name, shape, np.dtype(res), pending, device=device), out)
+
+
+def _express(
+    stream: Stream,
+    node: Node,
+    spec: ReduceSpec,
+    axes: tuple[int, ...],
+    keepdims: bool,
+    out: Tensor | None,
+    shape: Shape,
+    dtype: np.dtype[Any],
+) -> Any:
+    """The reduction as the launch op of the generic kernel (not yet taken; its output
+    ``out`` or a new tensor allocated on ``stream``), the same launch :func:`_launch`
+    enqueues; None where it is not one launch of a kernel prepared on ``stream``'s
+    device: a pending operand, no elements, a float4 kernel or split rows (a workspace
+    zeroed first, partials combined after), an ``out=`` sharing an operand's memory."""
+    if math.prod(shape) == 0:
+        return None
+    strides = out.strides if out is not None else contiguous_strides(shape)
+    try:
+        plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel = _layout(
+            node, spec, axes, strides, keepdims
+        )
+    except ValueError:  # a pending operand: it runs first
+        return None
+    device = stream.device
+    if kernel._prepared.get(device.ordinal) is None:
+        return None
+    result_ptr = 0 if out is None else out.ptr  # (a new allocation: 256-byte aligned)
+    if _float4_kind(plan, spec, tensors[0].ptr, result_ptr, kdims, kstr, rdims, rstr):
+        return None
+    if out is not None and any(t.allocation is out.allocation for t in tensors):
+        return None
+    if _geometries(plan, kdims, kstr, rdims, rstr)[0].partials:
+        return None
+    result = out
+    if result is None:
+        result = Tensor(Allocation(device, math.prod(shape) * dtype.itemsize, stream), shape, dtype)
+    g = _generic(plan, spec, tensors, scalars, kdims, kstr, rdims, rstr, result)
+    null = DevicePointer(0)
+    args = _arguments(g, spec, 0, null, null)
+    return kernel._trusted_launch(device, g.grids[0], (_BLOCK, 1, 1), args, result)
 
 
 def _leaf(x: Tensor | TensorOp, argument: str) -> Node:
@@ -274,7 +322,107 @@ def _work_out(
         tuple(shape[j] for j in axes), [tuple(s[j] for j in axes) for s in loads]
     )
     kernel = kernel_for(plan, spec, len(kdims), len(rdims))
-    return plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel
+    return plan, tensors, scalars, kdims, tuple(kstr), rdims, tuple(rstr), kernel
+
+
+class _Launches(NamedTuple):
+    """The generic kernel's launches for one layout and output: ``grids`` (a second one,
+    where the rows are split, combines the partials), the output's view (before the
+    workspace), the arguments after the workspace (``rest``: the operands' views, the
+    scalars), those before the phase (``sizes``), those after it (``dims``: the mode,
+    the dimensions and strides) and the workspace's elements (``partials``, 0: none)."""
+
+    grids: tuple[tuple[int, int, int], ...]
+    out_view: Tensor
+    rest: list[Any]
+    sizes: tuple[int, ...]
+    dims: tuple[int, ...]
+    partials: int
+
+
+def _generic(
+    plan: Any,
+    spec: ReduceSpec,
+    tensors: list[Tensor],
+    scalars: list[Any],
+    kdims: Shape,
+    kstr: tuple[Shape, ...],
+    rdims: Shape,
+    rstr: tuple[Shape, ...],
+    result: Tensor,
+) -> _Launches:
+    """How the generic reduction kernel runs into ``result`` (see :class:`_Launches`)."""
+    views = [
+        builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
+        for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
+    ]
+    by_element, by_vector, width = _geometries(plan, kdims, kstr, rdims, rstr)
+    g = by_element
+    if by_vector is not None and vector_rows(views[0], kstr[1], rstr[0], width):
+        g = by_vector
+    out_view = builtin.storage_view(
+        Tensor(result.allocation, kdims, result.dtype, kstr[0], result.offset)
+    )
+    args = [scalar_arg(v, s) for v, s in zip(scalars, scalar_specs(plan), strict=True)]
+    return _Launches(g.grids, out_view, [*views, *args], g.sizes, g.dims, g.partials)
+
+
+class _Geometry(NamedTuple):
+    """The generic kernel's grids and size arguments for one layout (:class:`_Launches`)."""
+
+    grids: tuple[tuple[int, int, int], ...]
+    sizes: tuple[int, ...]
+    dims: tuple[int, ...]
+    partials: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometries(
+    plan: Any, kdims: Shape, kstr: tuple[Shape, ...], rdims: Shape, rstr: tuple[Shape, ...]
+) -> tuple[_Geometry, _Geometry | None, int]:
+    """A layout's geometry reading elements one by one, the one reading rows in vectors
+    of ``width`` elements (None: no vector kernel for it), and ``width``; which one runs
+    is :func:`vector_rows`'s to say, per launch (the first operand's alignment)."""
+    m, k = math.prod(kdims), math.prod(rdims)
+    # A thread per output where the kept axis is the contiguous one (coalesced loads
+    # across a warp), or where rows are too short to keep a block of threads busy.
+    column = (
+        m >= _BLOCK
+        and bool(rdims)
+        and (k <= 32 or (builtins.abs(kstr[1][-1]) == 1 and builtins.abs(rstr[0][-1]) != 1))
+    )
+    blocks = 0
+    if column:  # blocks of _COLUMNS rows, each split in _BLOCK // _COLUMNS parts
+        blocks = builtins.min(-(-m // _COLUMNS), 1 << 16)
+        splits = _splits(m, k, 32 * (_BLOCK // _COLUMNS), blocks)
+    else:
+        splits = _splits(m, k, 8 * _BLOCK, m)
+    chunk = builtins.max(1, -(-k // splits))
+    flat = tuple(x for ks, rs in zip(kstr[1:], rstr, strict=True) for x in (*ks, *rs))
+
+    def geometry(mode: int, chunk: int) -> _Geometry:
+        splits = builtins.max(1, -(-k // chunk)) if k else 1
+        first = (blocks, splits, 1) if column else (builtins.min(m * splits, 1 << 20), 1, 1)
+        grids = [first]
+        if splits > 1:
+            grids.append((blocks if column else builtins.min(m, 1 << 20), 1, 1))
+        return _Geometry(
+            grids=tuple(grids),
+            sizes=(m, k, splits, chunk),
+            dims=(mode, *kdims, *rdims, *kstr[0], *flat),
+            partials=m * splits if splits > 1 else 0,
+        )
+
+    width = 0 if column else row_vector_width(plan, len(kdims), len(rdims))
+    # rows read in 16-byte vectors: each split a whole number of them
+    by_vector = geometry(2, -(-chunk // width) * width) if width else None
+    return geometry(1 if column else 0, chunk), by_vector, width
+
+
+def _arguments(g: _Launches, spec: ReduceSpec, phase: int, wsv: Any, wsi: Any) -> list[Any]:
+    """The arguments of launch ``phase`` of ``g`` (its workspaces ``wsv``, ``wsi``)."""
+    head = [g.out_view, wsv, *([wsi] if spec.op in ARG_OPS else []), *g.rest]
+    return [*head, *g.sizes, phase, *g.dims]
 
 
 def _launch(
@@ -288,56 +436,17 @@ def _launch(
     plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel = _layout(
         node, spec, axes, result.strides, keepdims
     )
-    m, k = math.prod(kdims), math.prod(rdims)
     if _float4_launch(ctx, plan, spec, tensors[0], result, kdims, kstr, rdims, rstr):
         return
-    # A thread per output where the kept axis is the contiguous one (coalesced loads
-    # across a warp), or where rows are too short to keep a block of threads busy.
-    column = (
-        m >= _BLOCK
-        and bool(rdims)
-        and (k <= 32 or (builtins.abs(kstr[1][-1]) == 1 and builtins.abs(rstr[0][-1]) != 1))
-    )
-    mode = 1 if column else 0
-    if column:  # blocks of _COLUMNS rows, each split in _BLOCK // _COLUMNS parts
-        blocks = builtins.min(-(-m // _COLUMNS), 1 << 16)
-        splits = _splits(m, k, 32 * (_BLOCK // _COLUMNS), blocks)
-    else:
-        splits = _splits(m, k, 8 * _BLOCK, m)
-    chunk = builtins.max(1, -(-k // splits))
-    views = [
-        builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
-        for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
-    ]
-    width = 0 if column else row_vector_width(plan, len(kdims), len(rdims))
-    if width and vector_rows(views[0], kstr[1], rstr[0], width):
-        mode = 2  # rows read in 16-byte vectors: each split a whole number of them
-        chunk = -(-chunk // width) * width
-    splits = builtins.max(1, -(-k // chunk)) if k else 1
-    out_view = builtin.storage_view(
-        Tensor(result.allocation, kdims, result.dtype, kstr[0], result.offset)
-    )
-    args = [scalar_arg(v, s) for v, s in zip(scalars, scalar_specs(plan), strict=True)]
-    arg = spec.op in ARG_OPS
-    if splits > 1:
-        wsv: Any = new_tensor(ctx, (m * splits,), np.dtype(spec.acc), "reduction partials")
-        wsi: Any = new_tensor(ctx, (m * splits,), np.dtype(np.int64), "reduction partials")
+    g = _generic(plan, spec, tensors, scalars, kdims, kstr, rdims, rstr, result)
+    if g.partials:
+        wsv: Any = new_tensor(ctx, (g.partials,), np.dtype(spec.acc), "reduction partials")
+        wsi: Any = new_tensor(ctx, (g.partials,), np.dtype(np.int64), "reduction partials")
     else:
         wsv = wsi = DevicePointer(0)
-    flat = [x for ks, rs in zip(kstr[1:], rstr, strict=True) for x in (*ks, *rs)]
-
-    def launch(phase: int, grid: tuple[int, int, int]) -> None:
-        head = [out_view, wsv, *([wsi] if arg else []), *views, *args]
-        tail = [m, k, splits, chunk, phase, mode, *kdims, *rdims, *kstr[0], *flat]
-        kernel._enqueue_trusted(ctx, grid, (_BLOCK, 1, 1), [*head, *tail])
-
-    if column:
-        launch(0, (blocks, splits, 1))
-    else:
-        launch(0, (builtins.min(m * splits, 1 << 20), 1, 1))
-    if splits > 1:
-        rows = blocks if column else builtins.min(m, 1 << 20)
-        launch(1, (rows, 1, 1))
+    for phase, grid in enumerate(g.grids):
+        args = _arguments(g, spec, phase, wsv, wsi)
+        kernel._enqueue_trusted(ctx, grid, (_BLOCK, 1, 1), args)
 
 
 #: Blocks ``ca_cols4`` aims at (16 splits of the 64 column strips of (8192, 8192)), and
@@ -366,29 +475,13 @@ def _float4_launch(
     aligned array. One launch each; its workspace (partials, and the counters of the
     last block, zeroed on the stream) is the launch's own, so launches on other streams
     never share it."""
-    if (
-        spec.op not in FLOAT4_OPS
-        or spec.acc != "float32"
-        or spec.out != "float32"
-        or plan != ("x", 0, "float32")
-        or len(rdims) != 1
-        or x.ptr % 16
-    ):
+    kind = _float4_kind(plan, spec, x.ptr, result.ptr, kdims, kstr, rdims, rstr)
+    if kind is None:
         return False
     m, k = math.prod(kdims), rdims[0]
-    if len(kdims) == 0 and spec.op in ("max", "min") and tuple(rstr[0]) == (1,):
+    if kind == "whole":
         return _whole4(ctx, spec, x, result, k)
     ld = rstr[0][0]
-    if (
-        len(kdims) != 1
-        or tuple(kstr[0]) != (1,)
-        or tuple(kstr[1]) != (1,)
-        or m % 4
-        or m < 128
-        or ld % 4
-        or result.ptr % 16
-    ):
-        return False
     strips = -(-m // 128)
     splits = builtins.max(1, builtins.min(-(-_COLS4_BLOCKS // strips), k // _COLS4_ROWS, 1024))
     rows = builtins.max(1, -(-k // splits))
@@ -400,6 +493,43 @@ def _float4_launch(
     args = (out, part, count, view, k, m, ld, rows, splits)
     kernel._enqueue_trusted(ctx, (strips, splits, 1), (256, 1, 1), args)
     return True
+
+
+def _float4_kind(
+    plan: Any,
+    spec: ReduceSpec,
+    x_ptr: int,
+    result_ptr: int,
+    kdims: Shape,
+    kstr: list[Shape],
+    rdims: Shape,
+    rstr: list[Shape],
+) -> str | None:
+    """Which float4 kernel takes the reduction (``"whole"``: ``ca_whole4``, ``"cols"``:
+    ``ca_cols4``; see :func:`_float4_launch`), or None: the generic kernel."""
+    if (
+        spec.op not in FLOAT4_OPS
+        or spec.acc != "float32"
+        or spec.out != "float32"
+        or plan != ("x", 0, "float32")
+        or len(rdims) != 1
+        or x_ptr % 16
+    ):
+        return None
+    if len(kdims) == 0 and spec.op in ("max", "min") and tuple(rstr[0]) == (1,):
+        return "whole"
+    m = math.prod(kdims)
+    if (
+        len(kdims) != 1
+        or tuple(kstr[0]) != (1,)
+        or tuple(kstr[1]) != (1,)
+        or m % 4
+        or m < 128
+        or rstr[0][0] % 4
+        or result_ptr % 16
+    ):
+        return None
+    return "cols"
 
 
 def _whole4(ctx: ExecutionContext, spec: ReduceSpec, x: Tensor, result: Tensor, n: int) -> bool:

@@ -207,20 +207,23 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     # -- execution: a seen expression as a raw launch (launch_plan), else the long way --
     def _express(self, stream: Stream) -> Any:
-        """This op's launch op on ``stream`` (:func:`~.launch_plan.express_launch`), or
-        None for the long way: a wrapped op, a capturing stream (no allocation may be
-        baked into a graph), another device's stream, tracing (NVTX names the op), a
-        device fault seen (the long way words it)."""
+        """This op's launch op on ``stream`` (:func:`~.launch_plan.express_launch`; a
+        wrapped op's own, where it has one: a reduction's single launch), or None for
+        the long way: another wrapped op, a capturing stream (no allocation may be baked
+        into a graph), another device's stream, tracing (NVTX names the op), a device
+        fault seen (the long way words it)."""
         node = self._node
         if (
-            node.kind != "op"
-            or stream._capturing
+            stream._capturing
             or stream.device is not node.device
             or NATIVE.tracing()
             or get_backend().fault_seen
         ):
             return None
-        return express_launch(node, self._out, stream)
+        if node.kind == "op":
+            return express_launch(node, self._out, stream)
+        express = getattr(node.value, "_express", None)  # (a pending node's op)
+        return None if express is None else express(stream)
 
     # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
     # outside the scope: it carries no word and always runs, so that a tensor others may

@@ -252,9 +252,10 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
 @pytest.mark.parametrize("scoped", [False, True], ids=["no scope", "in a cancel scope"])
 def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
     """Generated kernels take a cancel word (their launch op is a subclass of the raw
-    launch's): an await, a blocking sync and a future of a seen expression, and of the
-    raw launch of its kernel, are each taken by the native core, in a scope or not (they
-    all went the generic Python way once, at twice the host cost, unnoticed)."""
+    launch's): an await, a blocking sync and a future of a seen expression, of a
+    reduction (one launch) and of the raw launch of a kernel, are each taken by the
+    native core, in a scope or not (they all went the generic Python way once, at twice
+    the host cost, unnoticed)."""
     import asyncio
     import contextlib
 
@@ -270,6 +271,8 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         "add": lambda: cuasync.add(x, 1.0),
         "add out=": lambda: cuasync.add(x, 1.0, out=o),
         "raw launch": _raw_launch(cuasync.add(x, 1.0), lambda: o),
+        "sum": lambda: cuasync.sum(x),  # (a reduction: its single launch)
+        "sum of an expression": lambda: cuasync.sum(x * 2.0),
     }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()

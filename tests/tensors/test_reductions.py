@@ -590,18 +590,23 @@ async def test_first_axis_in_blocks_of_columns(op: str, shape: Any, anyio_backen
 
 @pytest.fixture
 def float4_routes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each reduction launched took a float4 kernel (ca_cols4 / ca_whole4)."""
+    """Whether each reduction launched took a float4 kernel (ca_cols4 / ca_whole4) or
+    the generic one, on either path (the express launch or the long way)."""
     from cuasync._ops import reductions
 
     routes: list[bool] = []
-    real = reductions._float4_launch
+    float4, generic = reductions.float4_kernel, reductions._generic
 
-    def spy(*args: Any) -> bool:
-        took = real(*args)
-        routes.append(took)
-        return took
+    def float4_spy(*args: Any, **kwargs: Any) -> Any:
+        routes.append(True)
+        return float4(*args, **kwargs)
 
-    monkeypatch.setattr(reductions, "_float4_launch", spy)
+    def generic_spy(*args: Any) -> Any:
+        routes.append(False)
+        return generic(*args)
+
+    monkeypatch.setattr(reductions, "float4_kernel", float4_spy)
+    monkeypatch.setattr(reductions, "_generic", generic_spy)
     return routes
 
 
