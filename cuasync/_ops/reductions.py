@@ -258,6 +258,13 @@ def _express(
     return kernel._trusted_launch(device, g.grids[0], (_BLOCK, 1, 1), args, result)
 
 
+#: A reduction's layout (:func:`_layout`): its plan, tensors and scalars, the kept axes'
+#: merged dimensions and strides (the output's first), the reduced axes' and the kernel.
+_Layout = tuple[
+    Any, list[Tensor], list[Any], Shape, tuple[Shape, ...], Shape, tuple[Shape, ...], Kernel
+]
+
+
 def _leaf(x: Tensor | TensorOp, argument: str) -> Node:
     """The node of a reduction's operand; a tensor of a dtype elementwise ops do not take
     (bfloat16, complex) is loaded as it is."""
@@ -275,7 +282,7 @@ def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
 
 def _layout(
     node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
-) -> tuple[Any, list[Tensor], list[Any], Shape, list[Shape], Shape, list[Shape], Kernel]:
+) -> _Layout:
     """How the reduction of ``node`` into an output of ``strides`` runs: its plan, tensors
     and scalars, the kept and reduced axes merged (``kdims``, ``kstr``: the output's
     strides first; ``rdims``, ``rstr``) and the kernel. Nothing is enqueued (a pending
@@ -307,7 +314,7 @@ _LAYOUTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 def _work_out(
     node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
-) -> tuple[Any, list[Tensor], list[Any], Shape, list[Shape], Shape, list[Shape], Kernel]:
+) -> _Layout:
     """:func:`_layout` worked out from the tree."""
     plan, tensors, scalars = make_plan(node)
     shape = node.shape
@@ -464,9 +471,9 @@ def _float4_launch(
     x: Tensor,
     result: Tensor,
     kdims: Shape,
-    kstr: list[Shape],
+    kstr: tuple[Shape, ...],
     rdims: Shape,
-    rstr: list[Shape],
+    rstr: tuple[Shape, ...],
 ) -> bool:
     """Launch the float4 kernel of a float32 sum/mean/prod/max/min of one tensor where
     its layout allows, and say whether it did: ``ca_cols4`` for the first axis (one kept
@@ -501,9 +508,9 @@ def _float4_kind(
     x_ptr: int,
     result_ptr: int,
     kdims: Shape,
-    kstr: list[Shape],
+    kstr: tuple[Shape, ...],
     rdims: Shape,
-    rstr: list[Shape],
+    rstr: tuple[Shape, ...],
 ) -> str | None:
     """Which float4 kernel takes the reduction (``"whole"``: ``ca_whole4``, ``"cols"``:
     ``ca_cols4``; see :func:`_float4_launch`), or None: the generic kernel."""
