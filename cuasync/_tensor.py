@@ -161,7 +161,7 @@ def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
     Traceback (most recent call last):
     cuasync.errors.ShapeError: add: out is a broadcast view ...
     """
-    if t.size:
+    if 0 in t.strides and t.size:  # (no zero stride: nothing to look at)
         for axis, (d, s) in enumerate(zip(t.shape, t.strides, strict=True)):
             if s == 0 and d > 1:
                 raise ShapeError(

@@ -120,6 +120,8 @@ def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
     """``out`` may be an operand itself (in place), not partly overlap one: the kernel
     would read elements it has already overwritten."""
     for arg, v in operands.items():
+        if v.__class__ is Tensor and v._alloc is not out._alloc:
+            continue  # (the common operand: another allocation, no overlap)
         for t in _tensors_read(v):
             if partly_overlap(out, t):
                 where = arg if t is v else f"a tensor {arg} reads"
