@@ -83,13 +83,15 @@ walk(PyObject *node, PyObject *items, PyObject *tensors, PyObject *scalars)
     if (!Py_IS_TYPE(node, REGISTERED(NODE)))
         return LONG_WAY;
     NodeCore *n = NODE(node);
-    if (!PyUnicode_Check(n->kind))
+    if (n->kind == NULL || !PyUnicode_Check(n->kind))
         return LONG_WAY;
     if (PyUnicode_CompareWithASCIIString(n->kind, "tensor") == 0) {
         PyObject *t = n->value;
         if (!Py_IS_TYPE(t, REGISTERED(TENSOR)))
             return LONG_WAY;
         TensorCore *tc = TENSOR(t);
+        if (tc->dtype == NULL || tc->shape == NULL || tc->strides == NULL)
+            return LONG_WAY; /* (a tensor not yet initialized: the long way words it) */
         if (PyList_Append(items, Py_True) < 0 || PyList_Append(items, tc->dtype) < 0 ||
             PyList_Append(items, tc->shape) < 0 || PyList_Append(items, tc->strides) < 0 ||
             PyList_Append(tensors, t) < 0)
@@ -97,13 +99,16 @@ walk(PyObject *node, PyObject *items, PyObject *tensors, PyObject *scalars)
         return WALKED;
     }
     if (PyUnicode_CompareWithASCIIString(n->kind, "scalar") == 0) {
+        if (n->dtype == NULL || n->value == NULL)
+            return LONG_WAY;
         PyObject *spec = n->dtype != Py_None ? n->dtype : (PyObject *)Py_TYPE(n->value);
         if (PyList_Append(items, Py_False) < 0 || PyList_Append(items, spec) < 0 ||
             PyList_Append(scalars, n->value) < 0)
             return FAILED;
         return WALKED;
     }
-    if (PyUnicode_CompareWithASCIIString(n->kind, "op") != 0 || !PyTuple_Check(n->children))
+    if (PyUnicode_CompareWithASCIIString(n->kind, "op") != 0 || n->children == NULL ||
+        !PyTuple_Check(n->children) || n->name == NULL || n->ins == NULL || n->dtype == NULL)
         return LONG_WAY;
     Py_ssize_t arity = PyTuple_GET_SIZE(n->children);
     PyObject *count = PyLong_FromSsize_t(arity);
@@ -133,10 +138,13 @@ mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     int r = items == NULL || tensors == NULL || scalars == NULL
                 ? FAILED
                 : walk(node, items, tensors, scalars);
+    if (r == WALKED && NODE(node)->shape == NULL)
+        r = LONG_WAY;
     if (r == LONG_WAY) {
         result = Py_NewRef(Py_None);
-    } else if (r == WALKED && PyList_Append(items, NODE(node)->shape) == 0 &&
-               PyList_Append(items, out_strides) == 0) {
+    }
+    else if (r == WALKED && PyList_Append(items, NODE(node)->shape) == 0 &&
+             PyList_Append(items, out_strides) == 0) {
         PyObject *key = PyList_AsTuple(items);
         result = key == NULL ? NULL : PyTuple_Pack(3, key, tensors, scalars);
         Py_XDECREF(key);
