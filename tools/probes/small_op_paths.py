@@ -1,10 +1,12 @@
 """Where an awaited small op's time goes (issue 32 item 1): each row awaits one op 2000
 times on asyncio and prints its p50, the completion path its awaits took (``cuasync.stats``:
 inline spin, reactor, host callback) and, beside it, the p50 of building and submitting
-the same op without waiting (``submit_on``, then one synchronize per 50) and of its
-``.sync()``. The ops: a raw launch of a tiny kernel, ``cuasync.add(x, 1.0)`` (a new
-output), ``cuasync.add(x, 1.0, out=o)``, the raw launch of add's own kernel into ``o``,
-``cuasync.exp(x * 2.0 + 1.0, out=o)`` and ``cuasync.sum(x)``; x (1024,) float32.
+the same op without waiting (``submit_on``, then one synchronize per 50), the same with
+the driver stubbed (``bench._breakdown.stubbed_driver``: on a GPU, what the real driver
+adds to the host's work is the difference), and of its ``.sync()``. The ops: a raw
+launch of a tiny kernel, ``cuasync.add(x, 1.0)`` (a new output), ``cuasync.add(x, 1.0,
+out=o)``, the raw launch of add's own kernel into ``o``, ``cuasync.exp(x * 2.0 + 1.0,
+out=o)`` and ``cuasync.sum(x)``; x (1024,) float32.
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
@@ -28,6 +30,7 @@ import numpy as np
 
 import cuasync
 from cuasync._ops import codegen
+from cuasync.bench._breakdown import stubbed_driver
 
 N = 2000
 
@@ -121,7 +124,8 @@ def main() -> None:
     for make in rows.values():  # (compiled, planned, pools warm)
         for _ in range(100):
             make().sync()
-    print(f"{'op':<36}{'await':>9}{'submit':>9}{'sync':>9}   paths of the awaits")
+    header = f"{'op':<36}{'await':>9}{'submit':>9}{'stubbed':>9}{'sync':>9}"
+    print(f"{header}   paths of the awaits")
     for name, make in rows.items():
         before = cuasync.stats()
         awaited = asyncio.run(_awaited(make))
@@ -132,9 +136,11 @@ def main() -> None:
             f"callback {after.completed_host_callback - before.completed_host_callback}"
         )
         submitted, synced = _submitted(make, stream), _synced(make)
+        with stubbed_driver():  # the same submissions, the driver doing nothing
+            stubbed = _submitted(make, stream)
         print(
             f"{name:<36}{_p50(awaited):>7.1f}us{_p50(submitted):>7.1f}us"
-            f"{_p50(synced):>7.1f}us   {paths}"
+            f"{_p50(stubbed):>7.1f}us{_p50(synced):>7.1f}us   {paths}"
         )
 
 
