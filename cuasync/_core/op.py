@@ -925,7 +925,7 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_express", "_first", "_fn", "_graph_node", "_name")
+    __slots__ = ("_as_launch", "_first", "_fn", "_graph_node", "_name")
 
     def __init__(
         self,
@@ -941,7 +941,7 @@ class _FnOp(DeviceOp[T]):
         self._name = name
         self._graph_node = graph_node
         self._first = first_use
-        self._express = express
+        self._as_launch = express  # (TensorOp._express asks for it)
 
     def _trace_name(self) -> str:
         return self._name

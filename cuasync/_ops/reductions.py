@@ -182,13 +182,14 @@ def reduce_op(
         )
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
     spec = ReduceSpec(op, acc, res)
+    dtype = np.dtype(res)
     if out is not None:
-        elementwise.check_out(out, name, shape, np.dtype(res), x.device)
+        elementwise.check_out(out, name, shape, dtype, x.device)
     node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     device = node.device
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = out if out is not None else new_tensor(ctx, shape, np.dtype(res), name)
+        result = out if out is not None else new_tensor(ctx, shape, dtype, name)
         if result.size:
             _launch(ctx, _resolve_pending(node, ctx), spec, axes, result, keepdims)
         return Output.ready(result)
@@ -208,11 +209,11 @@ def reduce_op(
         return (*first_uses(pending, on), *unprepared([kernel], on))
 
     def express(stream: Stream) -> Any:  # (the same work as one launch op, where it is)
-        return _express(stream, node, spec, axes, keepdims, out, shape, np.dtype(res))
+        return _express(stream, node, spec, axes, keepdims, out, shape, dtype)
 
     pending = device_op(enqueue, device, name, first_use=first_use, express=express)
     pending._take()
-    return TensorOp(Node("pending", name, shape, np.dtype(res), pending, device=device), out)
+    return TensorOp(Node("pending", name, shape, dtype, pending, device=device), out)
 
 
 def _express(
@@ -247,12 +248,13 @@ def _express(
         return None
     if out is not None and any(t.allocation is out.allocation for t in tensors):
         return None
-    if _geometries(plan, kdims, kstr, rdims, rstr)[0].partials:
+    geometries = _geometries(plan, kdims, kstr, rdims, rstr)
+    if geometries[0].partials:
         return None
     result = out
     if result is None:
         result = Tensor(Allocation(device, math.prod(shape) * dtype.itemsize, stream), shape, dtype)
-    g = _generic(plan, spec, tensors, scalars, kdims, kstr, rdims, rstr, result)
+    g = _generic(geometries, plan, tensors, scalars, kdims, kstr, rdims, rstr, result)
     null = DevicePointer(0)
     args = _arguments(g, spec, 0, null, null)
     return kernel._trusted_launch(device, g.grids[0], (_BLOCK, 1, 1), args, result)
@@ -348,8 +350,8 @@ class _Launches(NamedTuple):
 
 
 def _generic(
+    geometries: tuple[_Geometry, _Geometry | None, int],
     plan: Any,
-    spec: ReduceSpec,
     tensors: list[Tensor],
     scalars: list[Any],
     kdims: Shape,
@@ -358,12 +360,13 @@ def _generic(
     rstr: tuple[Shape, ...],
     result: Tensor,
 ) -> _Launches:
-    """How the generic reduction kernel runs into ``result`` (see :class:`_Launches`)."""
+    """How the generic reduction kernel runs into ``result`` (see :class:`_Launches`),
+    with the layout's ``geometries`` (:func:`_geometries`)."""
     views = [
         builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
         for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
     ]
-    by_element, by_vector, width = _geometries(plan, kdims, kstr, rdims, rstr)
+    by_element, by_vector, width = geometries
     g = by_element
     if by_vector is not None and vector_rows(views[0], kstr[1], rstr[0], width):
         g = by_vector
@@ -445,7 +448,8 @@ def _launch(
     )
     if _float4_launch(ctx, plan, spec, tensors[0], result, kdims, kstr, rdims, rstr):
         return
-    g = _generic(plan, spec, tensors, scalars, kdims, kstr, rdims, rstr, result)
+    geometries = _geometries(plan, kdims, kstr, rdims, rstr)
+    g = _generic(geometries, plan, tensors, scalars, kdims, kstr, rdims, rstr, result)
     if g.partials:
         wsv: Any = new_tensor(ctx, (g.partials,), np.dtype(spec.acc), "reduction partials")
         wsi: Any = new_tensor(ctx, (g.partials,), np.dtype(np.int64), "reduction partials")

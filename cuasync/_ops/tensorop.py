@@ -222,8 +222,8 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             return None
         if node.kind == "op":
             return express_launch(node, self._out, stream)
-        express = getattr(node.value, "_express", None)  # (a pending node's op)
-        return None if express is None else express(stream)
+        as_launch = getattr(node.value, "_as_launch", None)  # (device_op's express=)
+        return None if as_launch is None else as_launch(stream)
 
     # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
     # outside the scope: it carries no word and always runs, so that a tensor others may
