@@ -20,10 +20,11 @@ import numpy as np
 
 from .._core.device import Device
 from .._dtypes import dtype_name
+from .._native import NATIVE
 from .._tensor import Shape, Tensor, check_writable, partly_overlap
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import operators
-from .expr import Node, check_dtype, is_ml_scalar, op_node
+from .expr import NODES, Node, check_dtype, is_ml_scalar, op_node
 from .tensorop import Operand, TensorOp, leaf
 
 __all__ = [
@@ -90,30 +91,22 @@ def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | No
     return check_writable(out, "out", name)
 
 
-def _apply(name: str, operands: dict[str, Any], out: Any) -> TensorOp:
-    # A TensorOp operand's node is taken as it is and the op absorbed only once the
-    # result (and out=) checked out: an error must leave the caller's ops unconsumed.
-    nodes = []
-    absorbed = None
-    for arg, v in operands.items():
-        if v.__class__ is Tensor:  # the common operand: leaf()'s first case
-            check_dtype(v.dtype, arg)
-            nodes.append(Node("tensor", arg, v.shape, v.dtype, v, device=v.device))
-        elif isinstance(v, TensorOp):
-            if v._consumed:
-                v._take()  # raises OpConsumedError
-            nodes.append(v._operand_node(arg))
-            absorbed = [v] if absorbed is None else [*absorbed, v]
-        else:
-            nodes.append(leaf(v, arg))
-    node = op_node(name, nodes)
-    if out is not None:
-        check_out(out, name, node.shape, node.dtype, node.device)
-        _check_overlap(out, operands, name)
-    if absorbed is not None:
-        for v in absorbed:
-            v._absorb_into()
-    return TensorOp(node, out)
+def _check_out_of(out: Any, operands: dict[str, Any], name: str, node: Node) -> None:
+    """Raise where ``out`` may not take ``node``'s result (:func:`check_out`) or partly
+    overlaps an operand (:func:`_check_overlap`): what :data:`_apply` asks where it cannot
+    accept ``out`` at once."""
+    check_out(out, name, node.shape, node.dtype, node.device)
+    _check_overlap(out, operands, name)
+
+
+#: ``_apply(name, operands, out)``: the TensorOp applying the elementwise op ``name`` to
+#: ``operands`` (by argument name), writing ``out`` (None: a new tensor). Built natively
+#: (``reactor/python/apply.c``): each operand's node (a tensor's, a Python number's, a
+#: TensorOp's own tree; anything else :func:`~.tensorop.leaf`'s), the op node
+#: (:func:`~.expr.op_node`), ``out=`` accepted where nothing can be wrong (else
+#: :func:`_check_out_of` decides), then the TensorOp operands absorbed: an error leaves
+#: the caller's ops unconsumed.
+_apply = NATIVE.ElementwiseApply(NODES, Tensor, TensorOp, leaf, check_dtype, _check_out_of).apply
 
 
 def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:

@@ -26,7 +26,7 @@ from .._dtypes import (
     storage_only_message,
 )
 from .._dtypes import DTYPES as ALL_DTYPES
-from .._native import NodeCore
+from .._native import NATIVE, NodeCore
 from .._tensor import Shape
 from ..errors import (
     ArgumentError,
@@ -344,42 +344,25 @@ def _fit_scalar(c: Node, dt: np.dtype[Any], op: str) -> Node:
     return Node("scalar", c.name, (), dt, value)
 
 
-def op_node(op: str, children: list[Node]) -> Node:
-    """The node applying ``op`` to ``children``: shape, dtype and device checked now.
-
-    What the operands' dtypes (a weak scalar's type) and shapes decide, the broadcast
-    shape and the loop, is looked up once seen (:data:`_NODES`); a weak int is still
-    fitted to its loop dtype by value, and the devices compared, every time.
-    """
-    key = (op, *[(c.dtype if c.dtype is not None else type(c.value), c.shape) for c in children])
-    known = _NODES.get(key)
-    if known is None:
-        device = _device(children, op)
-        shape = _broadcast(children, op)
-        ins, out = _resolve(op, children)
-        if op not in COMPLEX_OPS and any(dt.kind == "c" for dt in ins):
-            _refuse_complex(op, children)
-        check_dtype(out, f"the result of {op}")
-        weak_int = any(k[0] is int for k in key[1:])
-        if len(_NODES) >= 4096:  # shapes computed per request: stay bounded
-            _NODES.clear()
-        if op != "where" or not weak_int:  # (where's loop depends on a weak int's value)
-            _NODES[key] = shape, ins, out, weak_int
-    else:
-        shape, ins, out, weak_int = known
-        device = None
-        for c in children:
-            if c.device is not None and c.device is not device:
-                if device is not None:
-                    _device(children, op)  # raises: different devices
-                device = c.device
-        if device is None:
-            device = _device(children, op)  # raises: no tensor
-    if weak_int:
-        fitted = tuple(_fit_scalar(c, dt, op) for c, dt in zip(children, ins, strict=True))
-    else:
-        fitted = tuple(children)
-    return Node("op", op, shape, out, None, fitted, ins, device)
+def _resolve_node(
+    op: str, children: list[Node], key: tuple[Any, ...]
+) -> tuple[Shape, tuple[np.dtype[Any], ...], np.dtype[Any], bool]:
+    """:func:`op_node`'s rules for operands not seen before (``key``: their op and each
+    one's dtype or weak type, and shape): the broadcast shape, the loop dtypes, the
+    result's dtype and whether a weak int is among them, checked (errors in this order:
+    devices, shapes, dtypes) and recorded in :data:`_NODES`."""
+    _device(children, op)
+    shape = _broadcast(children, op)
+    ins, out = _resolve(op, children)
+    if op not in COMPLEX_OPS and any(dt.kind == "c" for dt in ins):
+        _refuse_complex(op, children)
+    check_dtype(out, f"the result of {op}")
+    weak_int = any(k[0] is int for k in key[1:])
+    if len(_NODES) >= 4096:  # shapes computed per request: stay bounded
+        _NODES.clear()
+    if op != "where" or not weak_int:  # (where's loop depends on a weak int's value)
+        _NODES[key] = shape, ins, out, weak_int
+    return shape, ins, out, weak_int
 
 
 def _is_complex(c: Node) -> bool:
@@ -391,6 +374,15 @@ def _is_complex(c: Node) -> bool:
 #: shape), numpy's broadcasting and dtype resolution costing microseconds, and whether a
 #: weak int is among them (fitted to its loop dtype by value).
 _NODES: dict[tuple[Any, ...], tuple[Shape, tuple[np.dtype[Any], ...], np.dtype[Any], bool]] = {}
+
+#: The builder of op nodes (``reactor/python/apply.c``): the lookup in :data:`_NODES`, the
+#: devices compared and weak ints fitted there; the rules above on a miss.
+NODES = NATIVE.OpNodes(Node, _NODES, _resolve_node, _fit_scalar, _device)
+
+#: ``op_node(op, children)``: the node applying ``op`` to ``children``, its shape, dtype
+#: and device checked now (what the operands' dtypes and shapes decide is looked up once
+#: seen; a weak int is still fitted to its loop dtype by value, the devices compared).
+op_node = NODES.op_node
 
 
 def _refuse_complex(op: str, children: list[Node]) -> None:

@@ -360,6 +360,8 @@ extern PyMethodDef cores_methods[];
 /* plan.c: NodeCore's constructor (its tp_new) and plan_key */
 PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 extern PyMethodDef plan_methods[];
+/* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply) */
+extern PyType_Spec OpNodes_spec, ElementwiseApply_spec;
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
  * its method table (cores.c) */
 PyObject *tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,

@@ -1,0 +1,612 @@
+/*
+ * How an elementwise op is built: its operands' nodes, the op node over them (numpy's
+ * broadcasting and dtype rules, looked up per seen structure) and the TensorOp, owned
+ * here. Python keeps the rules themselves and the error wording, which this file calls
+ * where it meets what it has not seen:
+ *
+ *   OpNodes (expr.py's op_node): the op node over children. The key of what decides the
+ *   node (the op, each child's dtype or a weak scalar's type, and shape) is looked up in
+ *   expr._NODES; a miss calls expr._resolve_node, which checks, resolves and records it.
+ *   A weak int child is fitted to its loop dtype by expr._fit_scalar; different devices
+ *   or none are worded by expr._device.
+ *
+ *   ElementwiseApply (elementwise.py's _apply): each operand's node (a Tensor's and a
+ *   Python number's here; a TensorOp's own tree; anything else tensorop.leaf's), the op
+ *   node, the out= checks (accepted here where nothing can be wrong, else
+ *   elementwise._check_out_of decides and words), the absorbed TensorOps consumed, and
+ *   the TensorOp, with the slots TensorOp.__init__ sets (tests/ops/test_apply.py holds
+ *   the two to the same slots; with debug origins on, TensorOp(node, out) itself).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "cores.h"
+#include "module.h"
+
+/* An op takes at most this many operands (where: 3). */
+enum { MAX_OPERANDS = 8, MAX_DTYPES = 32 };
+
+static PyObject *s_tensor, *s_scalar, *s_op, *s_take, *s_operand_node, *s_absorb_into;
+
+static int
+intern_names(void)
+{
+    if (s_absorb_into != NULL)
+        return 0;
+    return (s_tensor = PyUnicode_InternFromString("tensor")) == NULL ||
+                   (s_scalar = PyUnicode_InternFromString("scalar")) == NULL ||
+                   (s_op = PyUnicode_InternFromString("op")) == NULL ||
+                   (s_take = PyUnicode_InternFromString("_take")) == NULL ||
+                   (s_operand_node = PyUnicode_InternFromString("_operand_node")) == NULL ||
+                   (s_absorb_into = PyUnicode_InternFromString("_absorb_into")) == NULL
+               ? -1
+               : 0;
+}
+
+/* Whether s is the interned name (a kind Python wrote: compared by value where it is
+ * another object). */
+static inline int
+is_name(PyObject *s, PyObject *interned)
+{
+    return s == interned ||
+           (s != NULL && PyUnicode_Check(s) && PyUnicode_Compare(s, interned) == 0);
+}
+
+/* A Node with its fields set (each a new reference, stolen; NULL: None). */
+static PyObject *
+new_node(PyTypeObject *node_t, PyObject *kind, PyObject *name, PyObject *shape, PyObject *dtype,
+         PyObject *value, PyObject *children, PyObject *ins, PyObject *device)
+{
+    PyObject *node = node_t->tp_alloc(node_t, 0);
+    PyObject *fields[] = {kind, name, shape, dtype, value, children, ins, device};
+    if (node == NULL) {
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    NodeCore *n = NODE(node);
+    n->kind = kind;
+    n->name = name;
+    n->shape = shape;
+    n->dtype = dtype != NULL ? dtype : Py_NewRef(Py_None);
+    n->value = value != NULL ? value : Py_NewRef(Py_None);
+    n->children = children;
+    n->ins = ins;
+    n->device = device != NULL ? device : Py_NewRef(Py_None);
+    if (n->children == NULL || n->ins == NULL || n->kind == NULL || n->name == NULL ||
+        n->shape == NULL) {
+        Py_DECREF(node);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "a Node field is missing");
+        return NULL;
+    }
+    return node;
+}
+
+/* -- OpNodes ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *node_t, *seen, *resolve, *fit, *device_of;
+} OpNodes;
+
+static int
+OpNodes_traverse(OpNodes *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->node_t);
+    Py_VISIT(self->seen);
+    Py_VISIT(self->resolve);
+    Py_VISIT(self->fit);
+    Py_VISIT(self->device_of);
+    return 0;
+}
+
+static int
+OpNodes_clear(OpNodes *self)
+{
+    Py_CLEAR(self->node_t);
+    Py_CLEAR(self->seen);
+    Py_CLEAR(self->resolve);
+    Py_CLEAR(self->fit);
+    Py_CLEAR(self->device_of);
+    return 0;
+}
+
+static void
+OpNodes_dealloc(OpNodes *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    OpNodes_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+OpNodes_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"node", "seen", "resolve", "fit", "device_of", NULL};
+    PyObject *node_t, *seen, *resolve, *fit, *device_of;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO:OpNodes", names, &PyType_Type,
+                                     &node_t, &PyDict_Type, &seen, &resolve, &fit, &device_of))
+        return NULL;
+    if (!core_subtype_check(node_t, "NodeCore", "node") || intern_names() < 0)
+        return NULL;
+    OpNodes *self = (OpNodes *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->node_t = Py_NewRef(node_t);
+    self->seen = Py_NewRef(seen);
+    self->resolve = Py_NewRef(resolve);
+    self->fit = Py_NewRef(fit);
+    self->device_of = Py_NewRef(device_of);
+    return (PyObject *)self;
+}
+
+/* A list of the n children (what the Python helpers take). */
+static PyObject *
+as_list(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++)
+        PyList_SET_ITEM(list, i, Py_NewRef(items[i]));
+    return list;
+}
+
+/* The one device of the children, else expr._device's error (or its answer): new ref. */
+static PyObject *
+device_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
+{
+    PyObject *device = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = NODE(kids[i])->device;
+        if (d == NULL || d == Py_None)
+            continue;
+        if (device != NULL && d != device) {
+            device = NULL;
+            break; /* (different devices: Python words it) */
+        }
+        device = d;
+    }
+    if (device != NULL)
+        return Py_NewRef(device);
+    PyObject *list = as_list(kids, n);
+    PyObject *r = list == NULL ? NULL : PyObject_CallFunctionObjArgs(self->device_of, list, op, NULL);
+    Py_XDECREF(list);
+    return r;
+}
+
+/* Whether the node is a weak int scalar (a Python int, fitted to its loop dtype). */
+static inline int
+is_weak_int(NodeCore *c)
+{
+    return c->dtype == Py_None && c->value != NULL && PyLong_CheckExact(c->value) &&
+           is_name(c->kind, s_scalar);
+}
+
+/* The op node applying op to the n children (Node instances, checked): a new reference. */
+static PyObject *
+op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
+{
+    PyTypeObject *node_t = (PyTypeObject *)self->node_t;
+    PyObject *key = PyTuple_New(n + 1);
+    if (key == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(kids[i], node_t)) {
+            Py_DECREF(key);
+            return PyErr_Format(PyExc_TypeError, "op_node: child %zd is a %.100s, not a Node",
+                                i, Py_TYPE(kids[i])->tp_name);
+        }
+        NodeCore *c = NODE(kids[i]);
+        if (c->dtype == NULL || c->shape == NULL || c->value == NULL || c->device == NULL) {
+            Py_DECREF(key);
+            return PyErr_Format(PyExc_TypeError, "op_node: child %zd is not initialized", i);
+        }
+        PyObject *k = c->dtype != Py_None ? c->dtype : (PyObject *)Py_TYPE(c->value);
+        PyObject *pair = PyTuple_Pack(2, k, c->shape);
+        if (pair == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i + 1, pair);
+    }
+    PyObject *known = PyDict_GetItemWithError(self->seen, key); /* (borrowed) */
+    if (known != NULL) {
+        Py_INCREF(known);
+    }
+    else if (!PyErr_Occurred()) { /* not seen: the rules check and record it */
+        PyObject *list = as_list(kids, n);
+        known = list == NULL ? NULL
+                             : PyObject_CallFunctionObjArgs(self->resolve, op, list, key, NULL);
+        Py_XDECREF(list);
+    }
+    Py_DECREF(key);
+    if (known == NULL)
+        return NULL;
+    if (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 4 ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(known, 1)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(known, 1)) != n) {
+        Py_DECREF(known);
+        return PyErr_Format(PyExc_TypeError,
+                            "op_node: the resolved node is not (shape, ins, dtype, weak_int)");
+    }
+    PyObject *shape = PyTuple_GET_ITEM(known, 0), *ins = PyTuple_GET_ITEM(known, 1);
+    PyObject *out = PyTuple_GET_ITEM(known, 2);
+    int weak = PyObject_IsTrue(PyTuple_GET_ITEM(known, 3));
+    PyObject *device = weak < 0 ? NULL : device_of(self, op, kids, n);
+    PyObject *fitted = device == NULL ? NULL : PyTuple_New(n);
+    for (Py_ssize_t i = 0; fitted != NULL && i < n; i++) {
+        PyObject *c = kids[i];
+        c = weak && is_weak_int(NODE(c))
+                ? PyObject_CallFunctionObjArgs(self->fit, c, PyTuple_GET_ITEM(ins, i), op, NULL)
+                : Py_NewRef(c);
+        if (c == NULL)
+            Py_CLEAR(fitted);
+        else
+            PyTuple_SET_ITEM(fitted, i, c);
+    }
+    PyObject *node = NULL;
+    if (fitted != NULL)
+        node = new_node(node_t, Py_NewRef(s_op), Py_NewRef(op), Py_NewRef(shape), Py_NewRef(out),
+                        NULL, fitted, Py_NewRef(ins), Py_NewRef(device));
+    Py_XDECREF(device);
+    Py_DECREF(known);
+    return node;
+}
+
+static PyObject *
+OpNodes_op_node(OpNodes *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "op_node takes 2 arguments (%zd given)", nargs);
+    PyObject *seq = PySequence_Fast(args[1], "op_node: children must be a sequence of Nodes");
+    if (seq == NULL)
+        return NULL;
+    PyObject *node = op_node_of(self, args[0], PySequence_Fast_ITEMS(seq),
+                                PySequence_Fast_GET_SIZE(seq));
+    Py_DECREF(seq);
+    return node;
+}
+
+static PyMethodDef OpNodes_methods[] = {
+    {"op_node", (PyCFunction)(void (*)(void))OpNodes_op_node, METH_FASTCALL,
+     "op_node($self, op, children, /)\n--\n\n"
+     "The node applying ``op`` to ``children``: shape, dtype and device checked now.\n\n"
+     "What the operands' dtypes (a weak scalar's type) and shapes decide, the broadcast "
+     "shape and the loop, is looked up once seen (expr._NODES; expr._resolve_node on a "
+     "miss); a weak int is still fitted to its loop dtype by value, and the devices "
+     "compared, every time.\n\n"
+     ">>> n = op_node(\"add\", [leaf(t, \"x1\"), leaf(1.5, \"x2\")])"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot OpNodes_slots[] = {
+    {Py_tp_doc, "OpNodes(node, seen, resolve, fit, device_of)\n--\n\n"
+                "The builder of elementwise op nodes (expr.op_node is its op_node): the Node "
+                "class, the nodes seen by structure, and the Python rules it calls on a miss, "
+                "for a weak int and for a device error."},
+    {Py_tp_new, OpNodes_new},
+    {Py_tp_traverse, OpNodes_traverse},
+    {Py_tp_clear, OpNodes_clear},
+    {Py_tp_dealloc, OpNodes_dealloc},
+    {Py_tp_methods, OpNodes_methods},
+    {0, NULL},
+};
+
+PyType_Spec OpNodes_spec = {
+    .name = "cuasync._reactor.OpNodes",
+    .basicsize = sizeof(OpNodes),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = OpNodes_slots,
+};
+
+/* -- ElementwiseApply --------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *nodes, *tensor_t, *op_t, *leaf, *check_dtype, *check_out, *process;
+    /* the dtypes check_dtype accepted (numpy's dtypes: compared by identity) */
+    PyObject *dtypes[MAX_DTYPES];
+    int ndtypes;
+} ElementwiseApply;
+
+static int
+Apply_traverse(ElementwiseApply *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->nodes);
+    Py_VISIT(self->tensor_t);
+    Py_VISIT(self->op_t);
+    Py_VISIT(self->leaf);
+    Py_VISIT(self->check_dtype);
+    Py_VISIT(self->check_out);
+    Py_VISIT(self->process);
+    for (int i = 0; i < self->ndtypes; i++)
+        Py_VISIT(self->dtypes[i]);
+    return 0;
+}
+
+static int
+Apply_clear(ElementwiseApply *self)
+{
+    Py_CLEAR(self->nodes);
+    Py_CLEAR(self->tensor_t);
+    Py_CLEAR(self->op_t);
+    Py_CLEAR(self->leaf);
+    Py_CLEAR(self->check_dtype);
+    Py_CLEAR(self->check_out);
+    Py_CLEAR(self->process);
+    for (int i = 0; i < self->ndtypes; i++)
+        Py_CLEAR(self->dtypes[i]);
+    self->ndtypes = 0;
+    return 0;
+}
+
+static void
+Apply_dealloc(ElementwiseApply *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Apply_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+Apply_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"nodes", "tensor", "op", "leaf", "check_dtype", "check_out", NULL};
+    PyObject *nodes, *tensor_t, *op_t, *leaf, *check_dtype, *check_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!OOO:ElementwiseApply", names, &nodes,
+                                     &PyType_Type, &tensor_t, &PyType_Type, &op_t, &leaf,
+                                     &check_dtype, &check_out))
+        return NULL;
+    PyObject *process = module_process(type);
+    if (process == NULL || !core_subtype_check(tensor_t, "TensorCore", "tensor") ||
+        !core_subtype_check(op_t, "TensorOpCore", "op") || intern_names() < 0)
+        return NULL;
+    PyObject *module = PyType_GetModule(type);
+    PyObject *nodes_t = module == NULL ? NULL : PyObject_GetAttrString(module, "OpNodes");
+    int is_nodes = nodes_t == NULL ? -1 : PyObject_IsInstance(nodes, nodes_t);
+    Py_XDECREF(nodes_t);
+    if (is_nodes != 1)
+        return is_nodes < 0 ? NULL
+                            : PyErr_Format(PyExc_TypeError, "nodes must be an OpNodes, not %.100s",
+                                           Py_TYPE(nodes)->tp_name);
+    ElementwiseApply *self = (ElementwiseApply *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->nodes = Py_NewRef(nodes);
+    self->tensor_t = Py_NewRef(tensor_t);
+    self->op_t = Py_NewRef(op_t);
+    self->leaf = Py_NewRef(leaf);
+    self->check_dtype = Py_NewRef(check_dtype);
+    self->check_out = Py_NewRef(check_out);
+    self->process = Py_NewRef(process);
+    return (PyObject *)self;
+}
+
+/* 0 where elementwise ops take dtype (check_dtype raised nothing), else -1 (its error). */
+static int
+dtype_taken(ElementwiseApply *self, PyObject *dtype, PyObject *argument)
+{
+    for (int i = 0; i < self->ndtypes; i++)
+        if (self->dtypes[i] == dtype)
+            return 0;
+    PyObject *r = PyObject_CallFunctionObjArgs(self->check_dtype, dtype, argument, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (self->ndtypes < MAX_DTYPES)
+        self->dtypes[self->ndtypes++] = Py_NewRef(dtype);
+    return 0;
+}
+
+/* The device of an exact Tensor (its allocation's): borrowed, or NULL (none to read). */
+static inline PyObject *
+tensor_device(PyObject *t)
+{
+    PyObject *alloc = TENSOR(t)->alloc;
+    return alloc != NULL && is_allocation(alloc) ? ALLOCATION(alloc)->device : NULL;
+}
+
+/* The node of one operand (a new reference); *op set to v where v is a TensorOp whose
+ * node it is (absorbed once the op checks out). */
+static PyObject *
+operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject **op)
+{
+    PyTypeObject *node_t = (PyTypeObject *)((OpNodes *)self->nodes)->node_t;
+    *op = NULL;
+    if (Py_IS_TYPE(v, (PyTypeObject *)self->tensor_t)) { /* the common operand */
+        TensorCore *t = TENSOR(v);
+        PyObject *device = tensor_device(v);
+        if (t->dtype != NULL && t->shape != NULL && device != NULL) {
+            if (dtype_taken(self, t->dtype, argument) < 0)
+                return NULL;
+            return new_node(node_t, Py_NewRef(s_tensor), Py_NewRef(argument),
+                            Py_NewRef(t->shape), Py_NewRef(t->dtype), Py_NewRef(v),
+                            PyTuple_New(0), PyTuple_New(0), Py_NewRef(device));
+        }
+    }
+    else if (PyObject_TypeCheck(v, (PyTypeObject *)self->op_t)) {
+        TensorOpCore *top = TENSOR_OP(v);
+        if (OP(v)->consumed != Py_False) { /* (raises OpConsumedError) */
+            PyObject *r = PyObject_CallMethodNoArgs(v, s_take);
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+        }
+        *op = v;
+        if (top->out == Py_None && top->node != NULL && Py_IS_TYPE(v, (PyTypeObject *)self->op_t))
+            return Py_NewRef(top->node);
+        return PyObject_CallMethodOneArg(v, s_operand_node, argument);
+    }
+    else if (PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyComplex_CheckExact(v)) {
+        return new_node(node_t, Py_NewRef(s_scalar), Py_NewRef(argument), PyTuple_New(0), NULL,
+                        Py_NewRef(v), PyTuple_New(0), PyTuple_New(0), NULL);
+    }
+    return PyObject_CallFunctionObjArgs(self->leaf, v, argument, NULL);
+}
+
+/* 1 where no leaf under node shares out's allocation (nothing to check), 0 where one
+ * may (elementwise._check_out_of looks), -1 on error. */
+static int
+reads_apart(ElementwiseApply *self, PyObject *node, PyObject *alloc)
+{
+    NodeCore *n = NODE(node);
+    if (is_name(n->kind, s_scalar))
+        return 1;
+    if (is_name(n->kind, s_tensor))
+        return n->value != NULL && Py_IS_TYPE(n->value, (PyTypeObject *)self->tensor_t) &&
+               TENSOR(n->value)->alloc != alloc;
+    if (!is_name(n->kind, s_op) || n->children == NULL || !PyTuple_Check(n->children))
+        return 0; /* (a pending op: it runs first, and out may be what it writes) */
+    if (Py_EnterRecursiveCall(" in an out= check"))
+        return -1;
+    int apart = 1;
+    for (Py_ssize_t i = 0; apart == 1 && i < PyTuple_GET_SIZE(n->children); i++)
+        apart = reads_apart(self, PyTuple_GET_ITEM(n->children, i), alloc);
+    Py_LeaveRecursiveCall();
+    return apart;
+}
+
+/* 1 where out may take node's result as it is: an exact Tensor of its shape, dtype and
+ * device, no zero stride, apart from every operand; 0 where Python must look; -1. */
+static int
+out_fits(ElementwiseApply *self, PyObject *out, PyObject *node, PyObject *const *kids,
+         Py_ssize_t n)
+{
+    if (!Py_IS_TYPE(out, (PyTypeObject *)self->tensor_t))
+        return 0;
+    TensorCore *t = TENSOR(out);
+    NodeCore *r = NODE(node);
+    if (t->dtype != r->dtype || t->shape == NULL || t->strides == NULL ||
+        !PyTuple_Check(t->strides) || tensor_device(out) != r->device)
+        return 0;
+    int same = t->shape == r->shape ? 1 : PyObject_RichCompareBool(t->shape, r->shape, Py_EQ);
+    if (same != 1)
+        return same;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->strides); i++) {
+        PyObject *s = PyTuple_GET_ITEM(t->strides, i);
+        if (!PyLong_CheckExact(s) || PyLong_AsLong(s) == 0) /* (a broadcast view?) */
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int apart = reads_apart(self, kids[i], t->alloc);
+        if (apart != 1)
+            return apart;
+    }
+    return 1;
+}
+
+/* A TensorOp of node writing out (None: a new tensor), as TensorOp(node, out) makes it. */
+static PyObject *
+new_op(ElementwiseApply *self, PyObject *node, PyObject *out)
+{
+    PyTypeObject *op_t = (PyTypeObject *)self->op_t;
+    if (PROCESS(self->process)->debug_origins != Py_False) /* (its __init__ records where) */
+        return PyObject_CallFunctionObjArgs((PyObject *)op_t, node, out, NULL);
+    PyObject *op = op_t->tp_alloc(op_t, 0);
+    if (op == NULL)
+        return NULL;
+    NodeCore *n = NODE(node);
+    PyObject *shape = out != Py_None ? TENSOR(out)->shape : n->shape;
+    field_set(&OP(op)->consumed, Py_NewRef(Py_False));
+    field_set(&OP(op)->device, Py_NewRef(n->device));
+    field_set(&TENSOR_OP(op)->node, Py_NewRef(node));
+    field_set(&TENSOR_OP(op)->out, Py_NewRef(out));
+    field_set(&TENSOR_OP(op)->planned, Py_NewRef(Py_None));
+    field_set(&TENSOR_OP(op)->shape, Py_NewRef(shape));
+    field_set(&TENSOR_OP(op)->dtype, Py_NewRef(n->dtype));
+    return op;
+}
+
+static PyObject *
+Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "apply takes 3 arguments (%zd given)", nargs);
+    PyObject *name = args[0], *operands = args[1], *out = args[2];
+    if (!PyDict_CheckExact(operands) || PyDict_GET_SIZE(operands) > MAX_OPERANDS ||
+        PyDict_GET_SIZE(operands) == 0)
+        return PyErr_Format(PyExc_TypeError,
+                            "apply: operands must be a dict of 1 to %d operands by name",
+                            MAX_OPERANDS);
+    PyObject *kids[MAX_OPERANDS], *ops[MAX_OPERANDS];
+    Py_ssize_t n = 0, pos = 0;
+    PyObject *argument, *v, *node = NULL, *result = NULL;
+    int failed = 0;
+    while (!failed && PyDict_Next(operands, &pos, &argument, &v)) {
+        kids[n] = operand_node(self, argument, v, &ops[n]);
+        failed = kids[n] == NULL;
+        n += !failed;
+    }
+    if (!failed)
+        node = op_node_of((OpNodes *)self->nodes, name, kids, n);
+    if (node != NULL && out != Py_None) {
+        int fits = out_fits(self, out, node, kids, n);
+        if (fits == 0) { /* (Python decides and words what is wrong) */
+            PyObject *r = PyObject_CallFunctionObjArgs(self->check_out, out, operands, name,
+                                                       node, NULL);
+            fits = r == NULL ? -1 : 1;
+            Py_XDECREF(r);
+        }
+        if (fits < 0)
+            Py_CLEAR(node);
+    }
+    for (Py_ssize_t i = 0; node != NULL && i < n; i++) { /* the absorbed ops consumed */
+        if (ops[i] == NULL)
+            continue;
+        if (Py_IS_TYPE(ops[i], (PyTypeObject *)self->op_t) && OP(ops[i])->consumed == Py_False) {
+            field_set(&OP(ops[i])->consumed, Py_NewRef(Py_True));
+            field_set(&TENSOR_OP(ops[i])->absorbed, Py_NewRef(Py_True));
+            continue;
+        }
+        /* (another op's own way; or the same op twice among the operands: its second
+         * _take raises, as the first took it) */
+        PyObject *r = PyObject_CallMethodNoArgs(ops[i], s_absorb_into);
+        if (r == NULL)
+            Py_CLEAR(node);
+        Py_XDECREF(r);
+    }
+    if (node != NULL)
+        result = new_op(self, node, out);
+    Py_XDECREF(node);
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(kids[i]);
+    return result;
+}
+
+static PyMethodDef Apply_methods[] = {
+    {"apply", (PyCFunction)(void (*)(void))Apply_apply, METH_FASTCALL,
+     "apply($self, name, operands, out, /)\n--\n\n"
+     "The TensorOp applying the elementwise op ``name`` to ``operands`` (a dict by "
+     "argument name: tensors, TensorOps, which it absorbs, and scalars), writing ``out`` "
+     "(None: a new tensor). Errors come before any operand is consumed.\n\n"
+     ">>> op = apply(\"add\", {\"x1\": x, \"x2\": 1.0}, None)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Apply_slots[] = {
+    {Py_tp_doc, "ElementwiseApply(nodes, tensor, op, leaf, check_dtype, check_out)\n--\n\n"
+                "The builder of elementwise ops (elementwise._apply is its apply): the "
+                "OpNodes it builds op nodes with, the Tensor and TensorOp classes, and the "
+                "Python it calls for an unusual operand (leaf), a dtype not seen "
+                "(check_dtype) and an out= it cannot accept at once (check_out)."},
+    {Py_tp_new, Apply_new},
+    {Py_tp_traverse, Apply_traverse},
+    {Py_tp_clear, Apply_clear},
+    {Py_tp_dealloc, Apply_dealloc},
+    {Py_tp_methods, Apply_methods},
+    {0, NULL},
+};
+
+PyType_Spec ElementwiseApply_spec = {
+    .name = "cuasync._reactor.ElementwiseApply",
+    .basicsize = sizeof(ElementwiseApply),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Apply_slots,
+};

@@ -1,0 +1,155 @@
+"""How an elementwise op is built (``reactor/python/apply.c``: ``_apply`` and ``op_node``).
+
+The native builder makes the TensorOp with every slot ``TensorOp(node, out)`` sets; it
+looks seen structures up, and hands what it has not seen (a new structure, an unusual
+operand, a dtype, an ``out=`` it cannot accept at once) to the Python rules, which word
+the errors. These tests hold it to what a user relies on: the same op, the same errors
+on a seen structure as on a new one, and operands left unconsumed by an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cuasync
+from cuasync._ops import expr
+from cuasync._ops.tensorop import TensorOp
+from cuasync.errors import (
+    AliasingError,
+    ArgumentError,
+    DTypeError,
+    InvalidDeviceError,
+    OpConsumedError,
+    ScalarOverflowError,
+    ShapeError,
+)
+
+
+def _slots(op: Any) -> dict[str, Any]:
+    """Every ``__slots__`` entry of ``op``'s classes that is set, by name."""
+    out: dict[str, Any] = {}
+    for cls in type(op).__mro__:
+        for name in cls.__dict__.get("__slots__", ()):
+            if name != "__weakref__" and hasattr(op, name):
+                out[name] = getattr(op, name)
+    return out
+
+
+def _tensor(values: Any, dtype: str = "float32", device: int = 0) -> cuasync.Tensor:
+    return cuasync.from_host(np.asarray(values, dtype=dtype), device=device).sync()
+
+
+def test_the_native_op_has_the_slots_tensorops_init_sets() -> None:
+    x = _tensor(np.arange(6).reshape(2, 3))
+    o = cuasync.empty((2, 3), "float32").sync()
+    for native in (
+        cuasync.add(x, 1.0),
+        cuasync.add(x, 1.0, out=o),
+        cuasync.exp(x * 2.0 + 1),
+        cuasync.where(x > 2, x, 0.0),
+    ):
+        python = TensorOp(native._node, native._out)
+        assert type(native) is type(python) is TensorOp
+        mine, theirs = _slots(native), _slots(python)
+        assert mine.keys() == theirs.keys()
+        for name, value in theirs.items():
+            assert value is mine[name] or value == mine[name], (name, mine[name], value)
+        python._take()
+        got = native.sync().to_host().sync()
+        np.testing.assert_array_equal(got, TensorOp(native._node, None).sync().to_host().sync())
+
+
+def test_seen_and_new_structures_give_the_same_node() -> None:
+    x = _tensor([1, 2, 3], "int8")
+    expr._NODES.clear()
+    ops = [cuasync.add(x, 2) for _ in range(2)]  # a miss, then a hit
+    for op in ops:
+        op._take()
+        node = op._node
+        assert (node.kind, node.name, node.shape, node.dtype) == ("op", "add", (3,), np.int8)
+        assert node.ins == (np.dtype(np.int8), np.dtype(np.int8))
+        assert [c.kind for c in node.children] == ["tensor", "scalar"]
+        assert node.children[0].value is x and node.children[1].value == 2
+        assert node.device is x.device
+
+
+def test_a_seen_structure_still_checks_each_weak_int_by_value() -> None:
+    x = _tensor([1, 2, 3], "int8")
+    cuasync.add(x, 1)._take()  # (the structure seen: int8 with a weak int)
+    with pytest.raises(ScalarOverflowError, match="300 does not fit in int8"):
+        cuasync.add(x, 300)
+    big = cuasync.add(_tensor([1.0]), 2**70)  # past a C long long: a float32 scalar
+    assert big._node.children[1].dtype == np.float32
+    np.testing.assert_array_equal(big.sync().to_host().sync(), [np.float32(2.0**70)])
+
+
+def test_a_seen_structure_still_compares_devices() -> None:
+    if cuasync.device_count() < 2:
+        pytest.skip("needs two devices (the emulator has two)")
+    x0, x1 = _tensor([1.0]), _tensor([1.0], device=1)
+    cuasync.add(x0, x0)._take()
+    for _ in range(2):  # (a miss, then a hit)
+        with pytest.raises(InvalidDeviceError, match="different devices"):
+            cuasync.add(x0, x1)
+    with pytest.raises(ArgumentError, match="at least one operand must be a tensor"):
+        expr.op_node("add", [expr.Node("scalar", "x1", (), None, 1.0)] * 2)
+
+
+def test_an_unsupported_dtype_is_refused_every_time() -> None:
+    t = cuasync.empty((2,), "float8_e4m3fn").sync()
+    for _ in range(2):
+        with pytest.raises(DTypeError, match="float8_e4m3fn"):
+            cuasync.add(t, 1.0)
+
+
+def test_an_error_leaves_every_operand_unconsumed() -> None:
+    x = _tensor([1.0, 2.0, 3.0])
+    op = x * 2.0
+    wrong = cuasync.empty((2,), "float32").sync()
+    with pytest.raises(ShapeError, match="out has shape"):
+        cuasync.add(op, 1.0, out=wrong)
+    with pytest.raises(ShapeError, match="cannot be broadcast"):
+        cuasync.add(op, wrong)
+    with pytest.raises(ArgumentError, match="numpy array"):
+        cuasync.add(op, np.ones(3))
+    np.testing.assert_array_equal(op.sync().to_host().sync(), [2.0, 4.0, 6.0])
+
+
+def test_an_op_used_twice_in_one_expression_is_refused() -> None:
+    op = _tensor([1.0]) * 2.0
+    with pytest.raises(OpConsumedError):
+        cuasync.add(op, op)
+
+
+def test_out_is_accepted_at_once_only_where_nothing_can_be_wrong() -> None:
+    x = _tensor(np.arange(8))
+    row = _tensor(np.arange(4))
+    with pytest.raises(ShapeError, match="broadcast view"):
+        cuasync.add(row, 1.0, out=cuasync.broadcast_to(x[:1], (4,)))
+    inner = x[1:] * 2.0
+    with pytest.raises(AliasingError, match="out overlaps a tensor x1 reads"):
+        cuasync.add(inner, 1.0, out=x[:-1])
+    inner._take()  # (left unconsumed by the error)
+    with pytest.raises(DTypeError, match="out has dtype int32"):
+        cuasync.add(x, 1.0, out=cuasync.empty((8,), "int32").sync())
+    with pytest.raises(ArgumentError, match="out must be a cuasync.Tensor"):
+        cuasync.add(x, 1.0, out=np.empty(8, np.float32))  # type: ignore[arg-type]
+    cuasync.add(x * 2.0, x, out=x).sync()  # in place, through a fused operand: allowed
+    np.testing.assert_array_equal(x.to_host().sync(), np.arange(8) * 3)
+
+
+def test_unusual_operands_take_the_python_rules() -> None:
+    x = _tensor([1.0, 2.0])
+    cases = ((True, np.float32), (np.float64(2), np.float64), (np.int8(3), np.float32))
+    for scalar, dtype in cases:
+        op = cuasync.multiply(x, scalar)
+        assert op.dtype == dtype
+        np.testing.assert_allclose(op.sync().to_host().sync(), np.multiply([1.0, 2.0], scalar))
+
+
+def test_op_node_refuses_what_is_not_a_node() -> None:
+    with pytest.raises(TypeError, match="not a Node"):
+        expr.op_node("add", [1.0, 2.0])
