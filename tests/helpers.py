@@ -38,6 +38,13 @@ reactor_path = pytest.mark.skipif(
 NATIVE_ON = os.environ.get("CUASYNC_NATIVE", "on").strip().lower() in ("", "on")
 
 
+def emptied(monkeypatch: pytest.MonkeyPatch, cache: dict[Any, Any]) -> None:
+    """Empty ``cache`` for the test, in place (the native builders hold the dict itself:
+    ``launch_plan._plans``, ``expr._NODES``); ``monkeypatch`` puts its entries back."""
+    for key in list(cache):
+        monkeypatch.delitem(cache, key)
+
+
 def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:
     """Set this process up in-process as ``CUASYNC_NATIVE=off`` sets one up: no native
     core on the hub, no native ``from_host`` builder, no native ``Launcher`` for launchers

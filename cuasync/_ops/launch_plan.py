@@ -8,15 +8,15 @@ A :class:`LaunchPlan` keeps all of that but the arguments, keyed by what decides
 tree's structure and dtypes, which leaves are scalars of which kind, the output's shape
 and strides (None: a new contiguous tensor), and each tensor operand's shape and strides
 (its broadcast layout and contiguity), walked in C (``plan_key``, ``reactor/python/plan.c``;
-the plan itself is made here, on a miss). A seen expression is then a
-lookup, the output's allocation and a launch op from the kernel's own launcher
-(``kernel[grid, block]``, the native ``Launcher``): the same launch op
-(:class:`~cuasync._launch.kernel._Launch`) a raw kernel launch makes, submitted by the
-same native core. Scalars are kernel
+the plan itself is made here, on a miss). A seen expression is then a lookup, the
+output's allocation and a launch op from the kernel's own launcher (``kernel[grid,
+block]``, the native ``Launcher``), all in C (:func:`express_launch`,
+``reactor/python/launches.c``): the same launch op (:class:`~cuasync._launch.kernel._Launch`)
+a raw kernel launch makes, submitted by the same native core. Scalars are kernel
 parameters, so a new scalar value reuses the plan; pointers are checked for vector
 alignment on every launch.
 
->>> launch = express_launch(node, None, stream)   # a _Launch, or None: the long way
+>>> launch = express_launch(op, stream)   # a _Launch, or None: the long way
 """
 
 from __future__ import annotations
@@ -144,8 +144,10 @@ class LaunchPlan(NamedTuple):
     for a strided kernel), the output's ``dtype`` and bytes, the scalars' ``specs``
     (None: all weak, passed as they are), whether an operand needs its storage view
     (``bits``: float16, bfloat16), the bytes each operand's pointer must be a multiple
-    of for vector accesses (``aligns``, the output's first) and the arguments after the
-    scalars (``tail``: the element count and the strided kernel's dims and strides)."""
+    of for vector accesses (``aligns``, the output's first), the arguments after the
+    scalars (``tail``: the element count and the strided kernel's dims and strides) and
+    each operand's element size (``itemsizes``, the output's first). Read natively
+    (``reactor/python/launches.c``), by these names."""
 
     kernel: Kernel
     vec_launch: Callable[..., Any] | None
@@ -156,6 +158,7 @@ class LaunchPlan(NamedTuple):
     bits: bool
     aligns: tuple[int, ...]
     tail: tuple[int, ...]
+    itemsizes: tuple[int, ...]
 
 
 #: Plans by the native ``plan_key`` of the expression: what decides them (each op's name,
@@ -198,51 +201,54 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         bits=bits,
         aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
         tail=tail,
+        itemsizes=tuple(dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
     )
 
 
-def express_launch(node: Node, out: Tensor | None, stream: Stream) -> Any:
-    """The launch op (not yet taken) computing ``node`` into ``out`` or a new tensor allocated
-    on ``stream``, or None where the long way must run it: a pending leaf (an op to run
-    first), no elements, a kernel not yet prepared for the stream's device (its first
-    use prepares it off the loop). Its output is the result tensor.
-
-    >>> launch = express_launch(op._node, op._out, stream)
-    >>> future = launch.submit_on(stream)       # a raw launch's submission
-    """
-    walked = plan_key(node, None if out is None else out.strides)
-    if walked is None:  # a pending leaf
-        return None
-    key, tensors, scalars = walked
-    found = _plans.get(key)
+def _plan_for(
+    node: Node, out: Tensor | None, key: tuple[Any, ...], tensors: list[Tensor]
+) -> LaunchPlan | None:
+    """The plan of a layout not seen before (``key``: ``plan_key``'s), made and recorded;
+    None where the output has no elements (the long way runs nothing)."""
     shape = node.shape
-    if found is None:
-        if math.prod(shape) == 0:
-            return None
-        strides = contiguous_strides(shape) if out is None else out.strides
-        if len(_plans) >= PLAN_CACHE_SIZE:
-            _plans.clear()
-        found = _plans[key] = _make_plan(node, shape, strides, tensors)
-    device = stream.device
-    if found.kernel._prepared.get(device.ordinal) is None:
+    if math.prod(shape) == 0:
         return None
-    result = out
-    if result is None:
-        result = Tensor(Allocation(device, found.nbytes, stream), shape, found.dtype)
-    views = [result, *tensors]
-    if found.bits:
-        views = [builtin.storage_view(v) for v in views]
-    specs = found.specs
-    args = scalars if specs is None else map(scalar_arg, scalars, specs)
-    vec_launch = found.vec_launch
-    if vec_launch is None:
-        launch = found.launch(*views, *args, *found.tail)
-    else:
-        vec = 1  # (vector_access, with the plan's alignments)
-        for view, align in zip(views, found.aligns, strict=True):
-            if view.ptr % align:
-                vec = 0
-                break
-        launch = (vec_launch if vec else found.launch)(*views, *args, *found.tail, vec)
-    launch._output = result
-    return launch
+    strides = contiguous_strides(shape) if out is None else out.strides
+    if len(_plans) >= PLAN_CACHE_SIZE:
+        _plans.clear()
+    found = _plans[key] = _make_plan(node, shape, strides, tensors)
+    return found
+
+
+def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:
+    """A new contiguous tensor of ``plan``'s dtype, allocated on ``stream``."""
+    return Tensor(Allocation(stream.device, plan.nbytes, stream), shape, plan.dtype)
+
+
+def _wrapped_launch(node: Node, stream: Stream) -> Any:
+    """A wrapped op's own launch op on ``stream`` (``device_op(..., express=)``: a
+    reduction's single launch), or None: the long way."""
+    as_launch = getattr(node.value, "_as_launch", None)
+    return None if as_launch is None else as_launch(stream)
+
+
+#: TensorOps as raw launches (``reactor/python/launches.c``): :func:`express_launch`.
+LAUNCHES = NATIVE.ExpressLaunches(
+    LaunchPlan,
+    _plans,
+    _plan_for,
+    _new_output,
+    builtin.storage_view,
+    scalar_arg,
+    _wrapped_launch,
+)
+
+#: ``express_launch(op, stream)``: the launch op (not yet taken) computing the TensorOp
+#: ``op`` on ``stream`` into its ``out=`` or a new tensor allocated there, or None where
+#: the long way must run it (a capturing stream, another device's stream, tracing, a
+#: device fault seen, a pending leaf, no elements, a kernel not yet prepared for the
+#: device: its first use prepares it off the loop). A wrapped op gives its own launch.
+#:
+#: >>> launch = express_launch(op, stream)
+#: >>> future = launch.submit_on(stream)       # a raw launch's submission
+express_launch = LAUNCHES.launch

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple, Never, NoReturn
 
 import numpy as np
 
-from .._backends import get_backend
 from .._cancel_var import SCOPE, current_word, detached
 from .._core import express
 from .._core.completion import Completion
@@ -28,7 +27,7 @@ from .._core.output import Output
 from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
-from .._native import NATIVE, TensorOpCore
+from .._native import TensorOpCore
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
@@ -205,26 +204,8 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             f"dtype={dtype_name(self.dtype)}{consumed}>"
         )
 
-    # -- execution: a seen expression as a raw launch (launch_plan), else the long way --
-    def _express(self, stream: Stream) -> Any:
-        """This op's launch op on ``stream`` (:func:`~.launch_plan.express_launch`; a
-        wrapped op's own, where it has one: a reduction's single launch), or None for
-        the long way: another wrapped op, a capturing stream (no allocation may be baked
-        into a graph), another device's stream, tracing (NVTX names the op), a device
-        fault seen (the long way words it)."""
-        node = self._node
-        if (
-            stream._capturing
-            or stream.device is not node.device
-            or NATIVE.tracing()
-            or get_backend().fault_seen
-        ):
-            return None
-        if node.kind == "op":
-            return express_launch(node, self._out, stream)
-        as_launch = getattr(node.value, "_as_launch", None)  # (device_op's express=)
-        return None if as_launch is None else as_launch(stream)
-
+    # -- execution: a seen expression as a raw launch (launch_plan.express_launch: the
+    # launch op, or None for the long way), else the long way --
     # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
     # outside the scope: it carries no word and always runs, so that a tensor others may
     # read is never left half written by a cancelled scope (docs/cancellation.md). Each
@@ -237,7 +218,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return self._start_now(stream, notify)
 
     def _start_now(self, stream: Stream, notify: bool) -> Completion:
-        launch = self._express(stream)
+        launch = express_launch(self, stream)
         if launch is None:
             return DeviceOp._start(self, stream, notify)
         launch._consumed = True
@@ -250,7 +231,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return self._sync_now(stream)
 
     def _sync_now(self, stream: Stream) -> Tensor:
-        launch = self._express(stream)
+        launch = express_launch(self, stream)
         if launch is None:
             return DeviceOp._sync(self, stream)
         launch._consumed = True
@@ -271,7 +252,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             SCOPE.reset(token)
 
     def _await_now(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
-        launch = self._express(stream)
+        launch = express_launch(self, stream)
         if launch is None:
             return (yield from DeviceOp._await_on(self, stream, adapter))
         launch._consumed = True  # the raw launch's await: the core's submission and spin
@@ -299,7 +280,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return self._submit_now(stream)
 
     def _submit_now(self, stream: Stream) -> DeviceFuture[Tensor]:
-        launch = self._express(stream)
+        launch = express_launch(self, stream)
         self._consumed = True
         if launch is None:
             return DeviceFuture(DeviceOp._start(self, stream, True))

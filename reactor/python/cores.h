@@ -357,11 +357,15 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
     BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];
-/* plan.c: NodeCore's constructor (its tp_new) and plan_key */
+/* plan.c: NodeCore's constructor (its tp_new) and plan_key; plan_walk(node, out_strides):
+ * (key, tensors, scalars) of node's launch plan, or None (the long way) */
 PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+PyObject *plan_walk(PyObject *node, PyObject *out_strides);
 extern PyMethodDef plan_methods[];
 /* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply) */
 extern PyType_Spec OpNodes_spec, ElementwiseApply_spec;
+/* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */
+extern PyType_Spec ExpressLaunches_spec;
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
  * its method table (cores.c) */
 PyObject *tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,

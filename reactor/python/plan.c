@@ -125,14 +125,11 @@ walk(PyObject *node, PyObject *items, PyObject *tensors, PyObject *scalars)
     return r;
 }
 
-static PyObject *
-mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+/* (key, tensors, scalars) of node's plan writing an output of out_strides (None: a new
+ * tensor), or None (the long way): a new reference, or NULL with an error set. */
+PyObject *
+plan_walk(PyObject *node, PyObject *out_strides)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "plan_key takes 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *node = args[0], *out_strides = args[1];
     PyObject *items = PyList_New(0), *tensors = PyList_New(0), *scalars = PyList_New(0);
     PyObject *result = NULL;
     int r = items == NULL || tensors == NULL || scalars == NULL
@@ -153,6 +150,16 @@ mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     Py_XDECREF(tensors);
     Py_XDECREF(scalars);
     return result;
+}
+
+static PyObject *
+mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "plan_key takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return plan_walk(args[0], args[1]);
 }
 
 PyMethodDef plan_methods[] = {

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, run_script
+from helpers import ON_EMULATOR, emptied, run_script
 
 import cuasync
 from cuasync import _first_use
@@ -161,7 +161,7 @@ async def test_the_loop_runs_while_a_new_expression_compiles(
 ) -> None:
     x = await cuasync.from_host(np.arange(16, dtype=np.float32))
     monkeypatch.setattr(codegen, "_kernels", {})  # every structure is new
-    monkeypatch.setattr(launch_plan, "_plans", {})  # (and so every launch plan)
+    emptied(monkeypatch, launch_plan._plans)  # (and so every launch plan)
     monkeypatch.setattr(reduce_codegen, "_kernels", {})
     monkeypatch.setattr(reductions, "_LAYOUTS", {})  # (the layouts of seen reductions)
     expected = np.exp(np.arange(16, dtype=np.float32) * np.float32(0.5) + np.float32(1.0))
@@ -224,7 +224,7 @@ async def test_warmup_prepares_kernels_and_expressions_ahead(
 ) -> None:
     x = await cuasync.from_host(np.arange(8, dtype=np.float32))
     monkeypatch.setattr(codegen, "_kernels", {})
-    monkeypatch.setattr(launch_plan, "_plans", {})
+    emptied(monkeypatch, launch_plan._plans)
     k = _fresh_bump()
     held.release()
     devices = list(range(cuasync.device_count()))
@@ -282,7 +282,7 @@ def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
     caches are emptied for the test; the compiled images stay cached in memory)."""
     for module in (codegen, reduce_codegen, builtin, sorting, scan):
         monkeypatch.setattr(module, "_kernels", {})
-    monkeypatch.setattr(launch_plan, "_plans", {})  # (the elementwise kernels they hold)
+    emptied(monkeypatch, launch_plan._plans)  # (the elementwise kernels they hold)
     monkeypatch.setattr(sorting, "_search_kernels", {})
     for files in (joins._KERNELS, indexing._KERNELS):
         monkeypatch.setattr(files, "_made", {})

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import GATE_CAPACITY, reactor_path
+from helpers import GATE_CAPACITY, emptied, reactor_path
 
 import cuasync
 import cuasync.testing
@@ -32,7 +32,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
     """The plans made from now on (their op, shape and strides: the cache's misses),
     starting from an empty cache."""
     found: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(launch_plan, "_plans", {})
+    emptied(monkeypatch, launch_plan._plans)
     make = launch_plan._make_plan
 
     def spy(node: Any, shape: Any, strides: Any, tensors: Any) -> Any:

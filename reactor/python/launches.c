@@ -1,0 +1,342 @@
+/*
+ * A TensorOp as one raw launch (launch_plan.express_launch), owned here: whether the
+ * stream may take it that way, its launch plan looked up by plan_key's key (plan.c), its
+ * output, its arguments and the launch op from the kernel's own launcher (the same op a
+ * raw kernel[grid, block](...) makes, submitted by the same native core).
+ *
+ * ExpressLaunches holds what it reads and calls: the plans by key (launch_plan._plans:
+ * LaunchPlan tuples, whose fields it checks once by name), and the Python it hands work
+ * to: a plan not seen (launch_plan._plan_for makes and records it), a new output
+ * (launch_plan._new_output), the storage view of float16 and bfloat16 operands and a
+ * typed scalar's parameter (builtin.storage_view, codegen.scalar_arg), and a wrapped op's
+ * own launch (launch_plan._wrapped_launch: a reduction's).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "cores.h"
+#include "module.h"
+
+/* LaunchPlan's fields, in order (launch_plan.py). */
+enum {
+    P_KERNEL, P_VEC_LAUNCH, P_LAUNCH, P_DTYPE, P_NBYTES, P_SPECS, P_BITS, P_ALIGNS, P_TAIL,
+    P_ITEMSIZES, P_FIELDS
+};
+static const char *const plan_fields[P_FIELDS] = {
+    "kernel", "vec_launch", "launch", "dtype", "nbytes", "specs", "bits", "aligns", "tail",
+    "itemsizes",
+};
+
+/* A launch's arguments kept on the C stack (more: allocated). */
+enum { STACK_ARGS = 32 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped, *process;
+    PyObject *op_core_t, *launch_core_t, *one, *zero;
+} ExpressLaunches;
+
+static int
+Launches_traverse(ExpressLaunches *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->plans);
+    Py_VISIT(self->plan_for);
+    Py_VISIT(self->new_output);
+    Py_VISIT(self->storage_view);
+    Py_VISIT(self->scalar_arg);
+    Py_VISIT(self->wrapped);
+    Py_VISIT(self->process);
+    Py_VISIT(self->op_core_t);
+    Py_VISIT(self->launch_core_t);
+    Py_VISIT(self->one);
+    Py_VISIT(self->zero);
+    return 0;
+}
+
+static int
+Launches_clear(ExpressLaunches *self)
+{
+    Py_CLEAR(self->plans);
+    Py_CLEAR(self->plan_for);
+    Py_CLEAR(self->new_output);
+    Py_CLEAR(self->storage_view);
+    Py_CLEAR(self->scalar_arg);
+    Py_CLEAR(self->wrapped);
+    Py_CLEAR(self->process);
+    Py_CLEAR(self->op_core_t);
+    Py_CLEAR(self->launch_core_t);
+    Py_CLEAR(self->one);
+    Py_CLEAR(self->zero);
+    return 0;
+}
+
+static void
+Launches_dealloc(ExpressLaunches *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Launches_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* 0 where plan_t's _fields are plan_fields, else -1 with a TypeError. */
+static int
+check_fields(PyObject *plan_t)
+{
+    PyObject *fields = PyObject_GetAttrString(plan_t, "_fields");
+    int ok = fields != NULL && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == P_FIELDS;
+    for (Py_ssize_t i = 0; ok && i < P_FIELDS; i++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, i);
+        ok = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, plan_fields[i]) == 0;
+    }
+    Py_XDECREF(fields);
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "plan: a NamedTuple of the fields ExpressLaunches reads "
+                                         "(kernel, vec_launch, launch, dtype, nbytes, specs, "
+                                         "bits, aligns, tail, itemsizes)");
+    return ok ? 0 : -1;
+}
+
+static PyObject *
+Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"plan", "plans", "plan_for", "new_output", "storage_view",
+                            "scalar_arg", "wrapped", NULL};
+    PyObject *plan_t, *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOOOO:ExpressLaunches", names,
+                                     &PyType_Type, &plan_t, &PyDict_Type, &plans, &plan_for,
+                                     &new_output, &storage_view, &scalar_arg, &wrapped) ||
+        check_fields(plan_t) < 0)
+        return NULL;
+    PyObject *process = module_process(type);
+    PyObject *module = PyType_GetModule(type);
+    if (process == NULL || module == NULL)
+        return NULL;
+    ExpressLaunches *self = (ExpressLaunches *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->plans = Py_NewRef(plans);
+    self->plan_for = Py_NewRef(plan_for);
+    self->new_output = Py_NewRef(new_output);
+    self->storage_view = Py_NewRef(storage_view);
+    self->scalar_arg = Py_NewRef(scalar_arg);
+    self->wrapped = Py_NewRef(wrapped);
+    self->process = Py_NewRef(process);
+    self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
+    self->launch_core_t = PyObject_GetAttrString(module, "LaunchCore");
+    self->one = PyLong_FromLong(1);
+    self->zero = PyLong_FromLong(0);
+    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->one == NULL ||
+        self->zero == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* Whether view's first element sits at a multiple of align bytes (itemsize: its dtype's):
+ * 1, 0, or 0 where a field is not an exact int (element accesses are never wrong). */
+static int
+aligned(PyObject *view, PyObject *itemsize, PyObject *align)
+{
+    PyObject *alloc = TENSOR(view)->alloc, *offset = TENSOR(view)->offset;
+    if (alloc == NULL || !is_allocation(alloc) || ALLOCATION(alloc)->ptr == NULL ||
+        !PyLong_CheckExact(ALLOCATION(alloc)->ptr) || offset == NULL ||
+        !PyLong_CheckExact(offset) || !PyLong_CheckExact(itemsize) || !PyLong_CheckExact(align))
+        return 0;
+    unsigned long long ptr = PyLong_AsUnsignedLongLong(ALLOCATION(alloc)->ptr);
+    long long off = PyLong_AsLongLong(offset), size = PyLong_AsLongLong(itemsize);
+    long long a = PyLong_AsLongLong(align);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return a > 0 && (ptr + (unsigned long long)(off * size)) % (unsigned long long)a == 0;
+}
+
+/* The launch op of a seen layout (found: its LaunchPlan) writing result: a new reference,
+ * or NULL with an error set. */
+static PyObject *
+launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *tensors,
+          PyObject *scalars)
+{
+    PyObject *vec_launch = PyTuple_GET_ITEM(found, P_VEC_LAUNCH);
+    PyObject *specs = PyTuple_GET_ITEM(found, P_SPECS), *tail = PyTuple_GET_ITEM(found, P_TAIL);
+    PyObject *aligns = PyTuple_GET_ITEM(found, P_ALIGNS);
+    PyObject *itemsizes = PyTuple_GET_ITEM(found, P_ITEMSIZES);
+    int bits = PyObject_IsTrue(PyTuple_GET_ITEM(found, P_BITS));
+    Py_ssize_t nviews = 1 + PyList_GET_SIZE(tensors), nscalars = PyList_GET_SIZE(scalars);
+    if (bits < 0 || !PyTuple_Check(tail) || !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
+        PyTuple_GET_SIZE(aligns) != nviews || PyTuple_GET_SIZE(itemsizes) != nviews ||
+        (specs != Py_None && (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != nscalars)))
+        return bits < 0 ? NULL
+                        : PyErr_Format(PyExc_TypeError, "a LaunchPlan that does not fit its key");
+    int vec = vec_launch != Py_None;
+    Py_ssize_t nargs = nviews + nscalars + PyTuple_GET_SIZE(tail) + vec;
+    PyObject *on_stack[STACK_ARGS];
+    PyObject **stack = nargs <= STACK_ARGS ? on_stack : PyMem_New(PyObject *, nargs);
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t made = 0; /* (the new references at the stack's start) */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < nviews && !failed; i++) {
+        PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
+        if (vec && !aligned(v, PyTuple_GET_ITEM(itemsizes, i), PyTuple_GET_ITEM(aligns, i)))
+            vec = 0; /* (one element an access: the element launcher, told so) */
+        PyObject *a = bits ? PyObject_CallOneArg(self->storage_view, v) : Py_NewRef(v);
+        failed = a == NULL;
+        if (!failed)
+            stack[made++] = a;
+    }
+    for (Py_ssize_t i = 0; i < nscalars && !failed; i++) {
+        PyObject *v = PyList_GET_ITEM(scalars, i);
+        PyObject *a = specs == Py_None ? Py_NewRef(v)
+                                       : PyObject_CallFunctionObjArgs(self->scalar_arg, v,
+                                                                      PyTuple_GET_ITEM(specs, i),
+                                                                      NULL);
+        failed = a == NULL;
+        if (!failed)
+            stack[made++] = a;
+    }
+    PyObject *launch = NULL;
+    if (!failed) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tail); i++)
+            stack[made + i] = PyTuple_GET_ITEM(tail, i); /* (borrowed: the plan holds them) */
+        if (vec_launch != Py_None) /* (the kernel's int vec: 1 for its vector accesses) */
+            stack[nargs - 1] = vec ? self->one : self->zero;
+        PyObject *launcher = vec ? vec_launch : PyTuple_GET_ITEM(found, P_LAUNCH);
+        launch = PyObject_Vectorcall(launcher, stack, nargs, NULL);
+    }
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_DECREF(stack[i]);
+    if (stack != on_stack)
+        PyMem_Free(stack);
+    if (launch == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(launch, (PyTypeObject *)self->launch_core_t)) {
+        Py_DECREF(launch);
+        return PyErr_Format(PyExc_TypeError, "a launcher returned a %.100s, not a launch op",
+                            Py_TYPE(launch)->tp_name);
+    }
+    field_set(&LAUNCH(launch)->output, Py_NewRef(result));
+    return launch;
+}
+
+/* Whether the stream may take the op as a raw launch: not capturing (no allocation may
+ * be baked into a graph), the op's device, no tracing (NVTX names the op), no device
+ * fault seen (the long way words it). 1, 0, -1. */
+static int
+may_launch(ExpressLaunches *self, PyObject *stream, PyObject *node)
+{
+    StreamCore *st = STREAM(stream);
+    if (st->capturing == NULL || st->device == NULL || st->device != NODE(node)->device ||
+        !is_device(st->device) || cuasync_tracing)
+        return 0;
+    int capturing = PyObject_IsTrue(st->capturing);
+    if (capturing != 0)
+        return capturing < 0 ? -1 : 0;
+    PyObject *backend = PROCESS(self->process)->backend;
+    return backend != NULL && is_backend(backend) && !BACKEND(backend)->fault_seen;
+}
+
+static PyObject *
+Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "express_launch takes 2 arguments (%zd given)",
+                            nargs);
+    PyObject *op = args[0], *stream = args[1];
+    if (!PyObject_TypeCheck(op, (PyTypeObject *)self->op_core_t) || !is_stream(stream))
+        return PyErr_Format(PyExc_TypeError, "express_launch(op, stream): a TensorOp and a "
+                                             "Stream, not %.100s and %.100s",
+                            Py_TYPE(op)->tp_name, Py_TYPE(stream)->tp_name);
+    PyObject *node = TENSOR_OP(op)->node, *out = TENSOR_OP(op)->out;
+    if (node == NULL || out == NULL || !PyObject_TypeCheck(node, REGISTERED(NODE)))
+        Py_RETURN_NONE; /* (a TensorOp not initialized: the long way words it) */
+    int may = may_launch(self, stream, node);
+    if (may <= 0)
+        return may < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *kind = NODE(node)->kind;
+    if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "op"))
+        return PyObject_CallFunctionObjArgs(self->wrapped, node, stream, NULL);
+    PyObject *out_strides = out == Py_None ? Py_None : TENSOR(out)->strides;
+    if (out_strides == NULL)
+        Py_RETURN_NONE;
+    PyObject *walked = plan_walk(node, out_strides);
+    if (walked == NULL || walked == Py_None)
+        return walked;
+    PyObject *key = PyTuple_GET_ITEM(walked, 0), *tensors = PyTuple_GET_ITEM(walked, 1);
+    PyObject *scalars = PyTuple_GET_ITEM(walked, 2);
+    PyObject *found = PyDict_GetItemWithError(self->plans, key);
+    if (found != NULL)
+        Py_INCREF(found);
+    else if (!PyErr_Occurred()) /* (not seen: made and recorded, or None: no elements) */
+        found = PyObject_CallFunctionObjArgs(self->plan_for, node, out, key, tensors, NULL);
+    PyObject *launch = NULL;
+    if (found != NULL && found != Py_None) {
+        PyObject *kernel = PyTuple_Check(found) && PyTuple_GET_SIZE(found) == P_FIELDS
+                               ? PyTuple_GET_ITEM(found, P_KERNEL)
+                               : NULL;
+        PyObject *prepared = kernel != NULL ? KERNEL(kernel)->prepared : NULL;
+        PyObject *ordinal = DEVICE(STREAM(stream)->device)->ordinal;
+        PyObject *ready = NULL;
+        if (kernel == NULL)
+            PyErr_SetString(PyExc_TypeError, "_plans holds what is not a LaunchPlan");
+        else if (prepared != NULL && PyDict_Check(prepared) && ordinal != NULL)
+            ready = PyDict_GetItemWithError(prepared, ordinal); /* (borrowed) */
+        if (ready != NULL && ready != Py_None) { /* (else: its first use prepares it) */
+            PyObject *result = out != Py_None
+                                   ? Py_NewRef(out)
+                                   : PyObject_CallFunctionObjArgs(self->new_output, found,
+                                                                  NODE(node)->shape, stream, NULL);
+            launch = result == NULL ? NULL : launch_of(self, found, result, tensors, scalars);
+            Py_XDECREF(result);
+        }
+        else if (!PyErr_Occurred()) {
+            launch = Py_NewRef(Py_None);
+        }
+    }
+    else if (found == Py_None) {
+        launch = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(found);
+    Py_DECREF(walked);
+    return launch;
+}
+
+static PyMethodDef Launches_methods[] = {
+    {"launch", (PyCFunction)(void (*)(void))Launches_launch, METH_FASTCALL,
+     "launch($self, op, stream, /)\n--\n\n"
+     "The launch op (not yet taken) computing the TensorOp ``op`` on ``stream`` into its "
+     "out= or a new tensor allocated there, or None where the long way must run it: a "
+     "capturing stream, another device's stream, tracing, a device fault seen, a pending "
+     "leaf (an op to run first), no elements, a kernel not yet prepared for the device "
+     "(its first use prepares it off the loop). A wrapped op gives its own launch (a "
+     "reduction's), or None.\n\n"
+     ">>> launch = express_launch(op, stream)\n"
+     ">>> future = launch.submit_on(stream)       # a raw launch's submission"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Launches_slots[] = {
+    {Py_tp_doc, "ExpressLaunches(plan, plans, plan_for, new_output, storage_view, scalar_arg, "
+                "wrapped)\n--\n\n"
+                "TensorOps as raw launches (launch_plan.express_launch is its launch): the "
+                "LaunchPlan type, the plans by key, and the Python it calls for a plan not "
+                "seen, a new output, a storage view, a typed scalar and a wrapped op."},
+    {Py_tp_new, Launches_new},
+    {Py_tp_traverse, Launches_traverse},
+    {Py_tp_clear, Launches_clear},
+    {Py_tp_dealloc, Launches_dealloc},
+    {Py_tp_methods, Launches_methods},
+    {0, NULL},
+};
+
+PyType_Spec ExpressLaunches_spec = {
+    .name = "cuasync._reactor.ExpressLaunches",
+    .basicsize = sizeof(ExpressLaunches),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Launches_slots,
+};
