@@ -1,6 +1,6 @@
 """Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Self, SupportsIndex, final
 
@@ -485,6 +485,71 @@ class NodeCore:
         ins: Any = (),
         device: Any = None,
     ) -> Self: ...
+
+@final
+class OpNodes:
+    """The builder of elementwise op nodes (``expr.op_node`` is its ``op_node``): seen
+    structures looked up in ``seen``; ``resolve`` on a miss, ``fit`` for a weak int,
+    ``device_of`` for a device error (``reactor/python/apply.c``)."""
+
+    def __new__(
+        cls,
+        node: type[NodeCore],
+        seen: dict[Any, Any],
+        resolve: Callable[[str, list[Any], tuple[Any, ...]], Any],
+        fit: Callable[[Any, Any, str], Any],
+        device_of: Callable[[list[Any], str], Any],
+    ) -> Self: ...
+    def op_node(self, op: str, children: Sequence[Any], /) -> Any: ...
+
+@final
+class ElementwiseApply:
+    """The builder of elementwise ops (``elementwise._apply`` is its ``apply``)."""
+
+    def __new__(
+        cls,
+        nodes: OpNodes,
+        tensor: type[TensorCore],
+        op: type[TensorOpCore],
+        leaf: Callable[[Any, str], Any],
+        check_dtype: Callable[[Any, str], None],
+        check_out: Callable[[Any, dict[str, Any], str, Any], None],
+    ) -> Self: ...
+    def apply(self, name: str, operands: dict[str, Any], out: Any, /) -> Any: ...
+
+@final
+class Operator:
+    """A binary operator of ``Tensor`` and ``TensorOp`` (a method descriptor)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def reflected(self) -> bool: ...
+    def __new__(
+        cls,
+        name: str,
+        reflected: bool,
+        implementation: Any,
+        fallback: Callable[[Any, str, Any, bool], Any],
+    ) -> Self: ...
+    def __call__(self, me: Any, other: Any, /) -> Any: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+
+@final
+class ExpressLaunches:
+    """TensorOps as raw launches (``launch_plan.express_launch`` is its ``launch``)."""
+
+    def __new__(
+        cls,
+        plan: type[Any],
+        plans: dict[Any, Any],
+        plan_for: Callable[[Any, Any, tuple[Any, ...], list[Any]], Any],
+        new_output: Callable[[Any, tuple[int, ...], Any], Any],
+        storage_view: Callable[[Any], Any],
+        scalar_arg: Callable[[Any, str], Any],
+        wrapped: Callable[[Any, Any], Any],
+    ) -> Self: ...
+    def launch(self, op: Any, stream: Any, /) -> Any: ...
 
 @disjoint_base
 class UploadWorkCore:

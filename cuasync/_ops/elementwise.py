@@ -106,7 +106,8 @@ def _check_out_of(out: Any, operands: dict[str, Any], name: str, node: Node) -> 
 #: (:func:`~.expr.op_node`), ``out=`` accepted where nothing can be wrong (else
 #: :func:`_check_out_of` decides), then the TensorOp operands absorbed: an error leaves
 #: the caller's ops unconsumed.
-_apply = NATIVE.ElementwiseApply(NODES, Tensor, TensorOp, leaf, check_dtype, _check_out_of).apply
+APPLY = NATIVE.ElementwiseApply(NODES, Tensor, TensorOp, leaf, check_dtype, _check_out_of)
+_apply = APPLY.apply
 
 
 def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
@@ -451,6 +452,7 @@ def clip(
 # The operators of Tensor and TensorOp (``a + b``, ``-a``, ``abs(a)``) call these; their
 # module sits below this one (see operators.Implementation).
 operators.implementation.is_operand = is_operand
+operators.implementation.elementwise_apply = APPLY
 operators.implementation.elementwise = {
     "add": add,
     "subtract": subtract,

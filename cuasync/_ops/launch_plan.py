@@ -145,8 +145,9 @@ class LaunchPlan(NamedTuple):
     (None: all weak, passed as they are), whether an operand needs its storage view
     (``bits``: float16, bfloat16), the bytes each operand's pointer must be a multiple
     of for vector accesses (``aligns``, the output's first), the arguments after the
-    scalars (``tail``: the element count and the strided kernel's dims and strides) and
-    each operand's element size (``itemsizes``, the output's first). Read natively
+    scalars (``tail``: the element count and the strided kernel's dims and strides),
+    each operand's element size (``itemsizes``, the output's first) and the output's
+    ``strides`` (a new output's: contiguous). Read natively
     (``reactor/python/launches.c``), by these names."""
 
     kernel: Kernel
@@ -159,6 +160,7 @@ class LaunchPlan(NamedTuple):
     aligns: tuple[int, ...]
     tail: tuple[int, ...]
     itemsizes: tuple[int, ...]
+    strides: Shape
 
 
 #: Plans by the native ``plan_key`` of the expression: what decides them (each op's name,
@@ -202,6 +204,7 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
         tail=tail,
         itemsizes=tuple(dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
+        strides=strides,
     )
 
 
@@ -221,7 +224,8 @@ def _plan_for(
 
 
 def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:
-    """A new contiguous tensor of ``plan``'s dtype, allocated on ``stream``."""
+    """A new contiguous tensor of ``plan``'s dtype, allocated on ``stream`` (where the
+    native launch takes no block from the block cache)."""
     return Tensor(Allocation(stream.device, plan.nbytes, stream), shape, plan.dtype)
 
 

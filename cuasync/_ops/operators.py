@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._native import NATIVE
 from ..errors import HostArrayError
 from .methods import ArrayMethods
 
@@ -56,6 +57,9 @@ class Implementation:
     #: and the array API's), and whether a value can be their operand.
     elementwise: dict[str, Callable[..., TensorOp]]
     is_operand: Callable[[Any], bool]
+    #: The builder the binary operators apply their ops with (an ``ElementwiseApply``:
+    #: ``elementwise._apply``'s).
+    elementwise_apply: Any
     #: ``@``, and whether a value can be its operand.
     matmul: Callable[[Any, Any], TensorOp]
     is_matmul_operand: Callable[[Any], bool]
@@ -69,6 +73,27 @@ class Implementation:
 implementation = Implementation()
 
 
+def binary(self: Any, name: str, other: Any, reflected: bool) -> Any:
+    """The elementwise op ``name`` of ``self`` and ``other`` (``other`` first where
+    ``reflected``), as its function builds it; ``NotImplemented`` for what it cannot take,
+    :class:`~cuasync.errors.HostArrayError` for a host array (a 0-d one: its scalar).
+    The native operators call it for operands they do not take as they are."""
+    impl = implementation
+    if not impl.is_operand(other):
+        if isinstance(other, np.ndarray):
+            if other.ndim:
+                raise _host_array(name, other, self)
+            return binary(self, name, other[()], reflected)  # a 0-d array: its scalar
+        return NotImplemented
+    fn = impl.elementwise[name]
+    return fn(other, self) if reflected else fn(self, other)
+
+
+def _operator(name: str, reflected: bool) -> Any:
+    """The native binary operator applying ``name`` (see :class:`TensorOperators`)."""
+    return NATIVE.Operator(name, reflected, implementation, binary)
+
+
 class TensorOperators(ArrayMethods):
     """``+ - * / // % ** @ & | ^ << >>`` (and reflected), unary ``- + ~``, ``abs()`` and
     comparisons. No in-place forms: ``x += y`` rebinds ``x`` to the op ``x + y`` (a lazy
@@ -77,27 +102,16 @@ class TensorOperators(ArrayMethods):
     __slots__ = ()
     __hash__ = object.__hash__  # identity, although ``__eq__`` builds an op
 
-    def _binary(self, name: str, other: Any, reflected: bool = False) -> Any:
-        impl = implementation
-        if not impl.is_operand(other):
-            if isinstance(other, np.ndarray):
-                if other.ndim:
-                    raise _host_array(name, other, self)
-                return self._binary(name, other[()], reflected)  # a 0-d array: its scalar
-            return NotImplemented
-        fn = impl.elementwise[name]
-        return fn(other, self) if reflected else fn(self, other)
-
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """``np.float32(2) * t`` builds ``2 * t``; a host array or a numpy function raises
         :class:`~cuasync.errors.HostArrayError` with what to do instead."""
         name = _UFUNC_OPS.get(ufunc.__name__)
         if method == "__call__" and name is not None and not kwargs and len(inputs) == 2:
-            a, b = inputs  # (numpy hands a scalar over as a 0-d array: _binary takes those)
+            a, b = inputs  # (numpy hands a scalar over as a 0-d array: binary takes those)
             if a is self:
-                return self._binary(name, b)
+                return binary(self, name, b, False)
             if b is self:
-                return self._binary(name, a, reflected=True)
+                return binary(self, name, a, True)
         host = next((x for x in inputs if isinstance(x, np.ndarray) and x.ndim), None)
         if host is not None:
             raise _host_array(ufunc.__name__, host, self)
@@ -118,95 +132,72 @@ class TensorOperators(ArrayMethods):
         """``np.sum(t)``, ``np.concatenate([t, u])``: refused, naming cuasync's function."""
         raise _numpy_function(func.__name__, self)
 
-    def __add__(self, other: Any) -> TensorOp:
-        return self._binary("add", other)
+    # The binary operators: native (``reactor/python/apply.c``'s ``Operator``), each
+    # building its op through ``implementation.elementwise_apply`` for a tensor, a
+    # TensorOp or a Python number, and through :func:`binary` for anything else.
+    if TYPE_CHECKING:
 
-    def __radd__(self, other: Any) -> TensorOp:
-        return self._binary("add", other, True)
-
-    def __sub__(self, other: Any) -> TensorOp:
-        return self._binary("subtract", other)
-
-    def __rsub__(self, other: Any) -> TensorOp:
-        return self._binary("subtract", other, True)
-
-    def __mul__(self, other: Any) -> TensorOp:
-        return self._binary("multiply", other)
-
-    def __rmul__(self, other: Any) -> TensorOp:
-        return self._binary("multiply", other, True)
-
-    def __truediv__(self, other: Any) -> TensorOp:
-        return self._binary("divide", other)
-
-    def __rtruediv__(self, other: Any) -> TensorOp:
-        return self._binary("divide", other, True)
-
-    def __mod__(self, other: Any) -> TensorOp:
-        return self._binary("remainder", other)
-
-    def __rmod__(self, other: Any) -> TensorOp:
-        return self._binary("remainder", other, True)
-
-    def __floordiv__(self, other: Any) -> TensorOp:
-        return self._binary("floor_divide", other)
-
-    def __rfloordiv__(self, other: Any) -> TensorOp:
-        return self._binary("floor_divide", other, True)
-
-    def __and__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_and", other)
-
-    def __rand__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_and", other, True)
-
-    def __or__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_or", other)
-
-    def __ror__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_or", other, True)
-
-    def __xor__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_xor", other)
-
-    def __rxor__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_xor", other, True)
-
-    def __lshift__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_left_shift", other)
-
-    def __rlshift__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_left_shift", other, True)
-
-    def __rshift__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_right_shift", other)
-
-    def __rrshift__(self, other: Any) -> TensorOp:
-        return self._binary("bitwise_right_shift", other, True)
-
-    def __pow__(self, other: Any) -> TensorOp:
-        return self._binary("power", other)
-
-    def __rpow__(self, other: Any) -> TensorOp:
-        return self._binary("power", other, True)
-
-    def __eq__(self, other: object) -> TensorOp:  # type: ignore[override]
-        return self._binary("equal", other)
-
-    def __ne__(self, other: object) -> TensorOp:  # type: ignore[override]
-        return self._binary("not_equal", other)
-
-    def __lt__(self, other: Any) -> TensorOp:
-        return self._binary("less", other)
-
-    def __le__(self, other: Any) -> TensorOp:
-        return self._binary("less_equal", other)
-
-    def __gt__(self, other: Any) -> TensorOp:
-        return self._binary("greater", other)
-
-    def __ge__(self, other: Any) -> TensorOp:
-        return self._binary("greater_equal", other)
+        def __add__(self, other: Any) -> TensorOp: ...
+        def __radd__(self, other: Any) -> TensorOp: ...
+        def __sub__(self, other: Any) -> TensorOp: ...
+        def __rsub__(self, other: Any) -> TensorOp: ...
+        def __mul__(self, other: Any) -> TensorOp: ...
+        def __rmul__(self, other: Any) -> TensorOp: ...
+        def __truediv__(self, other: Any) -> TensorOp: ...
+        def __rtruediv__(self, other: Any) -> TensorOp: ...
+        def __mod__(self, other: Any) -> TensorOp: ...
+        def __rmod__(self, other: Any) -> TensorOp: ...
+        def __floordiv__(self, other: Any) -> TensorOp: ...
+        def __rfloordiv__(self, other: Any) -> TensorOp: ...
+        def __and__(self, other: Any) -> TensorOp: ...
+        def __rand__(self, other: Any) -> TensorOp: ...
+        def __or__(self, other: Any) -> TensorOp: ...
+        def __ror__(self, other: Any) -> TensorOp: ...
+        def __xor__(self, other: Any) -> TensorOp: ...
+        def __rxor__(self, other: Any) -> TensorOp: ...
+        def __lshift__(self, other: Any) -> TensorOp: ...
+        def __rlshift__(self, other: Any) -> TensorOp: ...
+        def __rshift__(self, other: Any) -> TensorOp: ...
+        def __rrshift__(self, other: Any) -> TensorOp: ...
+        def __pow__(self, other: Any) -> TensorOp: ...
+        def __rpow__(self, other: Any) -> TensorOp: ...
+        def __eq__(self, other: object) -> TensorOp: ...  # type: ignore[override]
+        def __ne__(self, other: object) -> TensorOp: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> TensorOp: ...
+        def __le__(self, other: Any) -> TensorOp: ...
+        def __gt__(self, other: Any) -> TensorOp: ...
+        def __ge__(self, other: Any) -> TensorOp: ...
+    else:
+        __add__ = _operator("add", False)
+        __radd__ = _operator("add", True)
+        __sub__ = _operator("subtract", False)
+        __rsub__ = _operator("subtract", True)
+        __mul__ = _operator("multiply", False)
+        __rmul__ = _operator("multiply", True)
+        __truediv__ = _operator("divide", False)
+        __rtruediv__ = _operator("divide", True)
+        __mod__ = _operator("remainder", False)
+        __rmod__ = _operator("remainder", True)
+        __floordiv__ = _operator("floor_divide", False)
+        __rfloordiv__ = _operator("floor_divide", True)
+        __and__ = _operator("bitwise_and", False)
+        __rand__ = _operator("bitwise_and", True)
+        __or__ = _operator("bitwise_or", False)
+        __ror__ = _operator("bitwise_or", True)
+        __xor__ = _operator("bitwise_xor", False)
+        __rxor__ = _operator("bitwise_xor", True)
+        __lshift__ = _operator("bitwise_left_shift", False)
+        __rlshift__ = _operator("bitwise_left_shift", True)
+        __rshift__ = _operator("bitwise_right_shift", False)
+        __rrshift__ = _operator("bitwise_right_shift", True)
+        __pow__ = _operator("power", False)
+        __rpow__ = _operator("power", True)
+        __eq__ = _operator("equal", False)
+        __ne__ = _operator("not_equal", False)
+        __lt__ = _operator("less", False)
+        __le__ = _operator("less_equal", False)
+        __gt__ = _operator("greater", False)
+        __ge__ = _operator("greater_equal", False)
 
     def __matmul__(self, other: Any) -> TensorOp:
         if not implementation.is_matmul_operand(other):

@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "cores.h"
 #include "module.h"
@@ -524,35 +525,37 @@ new_op(ElementwiseApply *self, PyObject *node, PyObject *out)
     return op;
 }
 
+/* The TensorOp applying name to the n operands (values, by argument names) writing out
+ * (None: a new tensor); operands: the same as a dict, or NULL (made where Python needs
+ * it: an out= it checks). A new reference, or NULL. */
 static PyObject *
-Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
+apply_to(ElementwiseApply *self, PyObject *name, PyObject *const *names, PyObject *const *values,
+         Py_ssize_t n, PyObject *out, PyObject *operands)
 {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "apply takes 3 arguments (%zd given)", nargs);
-    PyObject *name = args[0], *operands = args[1], *out = args[2];
-    if (!PyDict_CheckExact(operands) || PyDict_GET_SIZE(operands) > MAX_OPERANDS ||
-        PyDict_GET_SIZE(operands) == 0)
-        return PyErr_Format(PyExc_TypeError,
-                            "apply: operands must be a dict of 1 to %d operands by name",
-                            MAX_OPERANDS);
     PyObject *kids[MAX_OPERANDS], *ops[MAX_OPERANDS];
-    Py_ssize_t n = 0, pos = 0;
-    PyObject *argument, *v, *node = NULL, *result = NULL;
-    int failed = 0;
-    while (!failed && PyDict_Next(operands, &pos, &argument, &v)) {
-        kids[n] = operand_node(self, argument, v, &ops[n]);
-        failed = kids[n] == NULL;
-        n += !failed;
+    PyObject *node = NULL, *result = NULL;
+    Py_ssize_t made = 0;
+    while (made < n) {
+        kids[made] = operand_node(self, names[made], values[made], &ops[made]);
+        if (kids[made] == NULL)
+            break;
+        made++;
     }
-    if (!failed)
+    if (made == n)
         node = op_node_of((OpNodes *)self->nodes, name, kids, n);
     if (node != NULL && out != Py_None) {
         int fits = out_fits(self, out, node, kids, n);
         if (fits == 0) { /* (Python decides and words what is wrong) */
-            PyObject *r = PyObject_CallFunctionObjArgs(self->check_out, out, operands, name,
-                                                       node, NULL);
+            PyObject *dict = operands != NULL ? Py_NewRef(operands) : PyDict_New();
+            for (Py_ssize_t i = 0; dict != NULL && operands == NULL && i < n; i++)
+                if (PyDict_SetItem(dict, names[i], values[i]) < 0)
+                    Py_CLEAR(dict);
+            PyObject *r = dict == NULL ? NULL
+                                       : PyObject_CallFunctionObjArgs(self->check_out, out, dict,
+                                                                      name, node, NULL);
             fits = r == NULL ? -1 : 1;
             Py_XDECREF(r);
+            Py_XDECREF(dict);
         }
         if (fits < 0)
             Py_CLEAR(node);
@@ -575,10 +578,176 @@ Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
     if (node != NULL)
         result = new_op(self, node, out);
     Py_XDECREF(node);
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = 0; i < made; i++)
         Py_DECREF(kids[i]);
     return result;
 }
+
+static PyObject *
+Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "apply takes 3 arguments (%zd given)", nargs);
+    PyObject *name = args[0], *operands = args[1], *out = args[2];
+    if (!PyDict_CheckExact(operands) || PyDict_GET_SIZE(operands) > MAX_OPERANDS ||
+        PyDict_GET_SIZE(operands) == 0)
+        return PyErr_Format(PyExc_TypeError,
+                            "apply: operands must be a dict of 1 to %d operands by name",
+                            MAX_OPERANDS);
+    PyObject *names[MAX_OPERANDS], *values[MAX_OPERANDS];
+    Py_ssize_t n = 0, pos = 0;
+    while (PyDict_Next(operands, &pos, &names[n], &values[n]))
+        n++;
+    return apply_to(self, name, names, values, n, out, operands);
+}
+
+/* -- Operator --------------------------------------------------------------------------- */
+
+/*
+ * A binary operator of Tensor and TensorOp (operators.TensorOperators: __mul__, __radd__,
+ * ...): a method descriptor (called unbound with self, as a function is), which applies
+ * its op through the implementation's ElementwiseApply for the operands it takes as they
+ * are (a Tensor, a TensorOp, a Python float, int or complex), and hands anything else to
+ * operators.binary (NotImplemented, a host array's error, numpy scalars, bools).
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *implementation, *fallback;
+    char reflected;
+    vectorcallfunc vectorcall;
+} Operator;
+
+static PyObject *s_x1, *s_x2, *s_elementwise_apply;
+
+static PyObject *
+Operator_vectorcall(Operator *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
+        return PyErr_Format(PyExc_TypeError, "%U takes one operand", self->name);
+    PyObject *me = args[0], *other = args[1];
+    PyObject *apply = PyObject_GetAttr(self->implementation, s_elementwise_apply);
+    if (apply == NULL)
+        return NULL;
+    PyObject *result = NULL;
+    ElementwiseApply *a = (ElementwiseApply *)apply;
+    if (Py_TYPE(apply)->tp_dealloc == (destructor)Apply_dealloc &&
+        (Py_IS_TYPE(other, (PyTypeObject *)a->tensor_t) ||
+         PyObject_TypeCheck(other, (PyTypeObject *)a->op_t) || PyFloat_CheckExact(other) ||
+         PyLong_CheckExact(other) || PyComplex_CheckExact(other))) {
+        PyObject *names[2] = {s_x1, s_x2};
+        PyObject *values[2] = {self->reflected ? other : me, self->reflected ? me : other};
+        result = apply_to(a, self->name, names, values, 2, Py_None, NULL);
+    }
+    else {
+        PyObject *r = self->reflected ? Py_True : Py_False;
+        PyObject *call[4] = {me, self->name, other, r};
+        result = PyObject_Vectorcall(self->fallback, call, 4, NULL);
+    }
+    Py_DECREF(apply);
+    return result;
+}
+
+static PyObject *
+Operator_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    return obj == NULL || obj == Py_None ? Py_NewRef(self) : PyMethod_New(self, obj);
+}
+
+static PyObject *
+Operator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"name", "reflected", "implementation", "fallback", NULL};
+    PyObject *name, *implementation, *fallback;
+    int reflected;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UpOO:Operator", names, &name, &reflected,
+                                     &implementation, &fallback) ||
+        intern_names() < 0)
+        return NULL;
+    if (s_elementwise_apply == NULL &&
+        ((s_x1 = PyUnicode_InternFromString("x1")) == NULL ||
+         (s_x2 = PyUnicode_InternFromString("x2")) == NULL ||
+         (s_elementwise_apply = PyUnicode_InternFromString("elementwise_apply")) == NULL))
+        return NULL;
+    Operator *self = (Operator *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->name = Py_NewRef(name);
+    self->implementation = Py_NewRef(implementation);
+    self->fallback = Py_NewRef(fallback);
+    self->reflected = (char)reflected;
+    self->vectorcall = (vectorcallfunc)Operator_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+Operator_traverse(Operator *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->name);
+    Py_VISIT(self->implementation);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+Operator_clear(Operator *self)
+{
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->implementation);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+Operator_dealloc(Operator *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Operator_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+Operator_repr(Operator *self)
+{
+    return PyUnicode_FromFormat("<cuasync operator %U%s>", self->name,
+                                self->reflected ? " (reflected)" : "");
+}
+
+static PyMemberDef Operator_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Operator, vectorcall), READONLY, NULL},
+    {"name", T_OBJECT, offsetof(Operator, name), READONLY, "The elementwise op it applies."},
+    {"reflected", T_BOOL, offsetof(Operator, reflected), READONLY,
+     "Whether self is its second operand (__radd__, ...)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Operator_slots[] = {
+    {Py_tp_doc, "Operator(name, reflected, implementation, fallback)\n--\n\n"
+                "A binary operator of Tensor and TensorOp, applying the elementwise op "
+                "``name`` (``implementation.elementwise_apply``'s, for a Tensor, a TensorOp "
+                "or a Python number; ``fallback(self, name, other, reflected)`` for anything "
+                "else).\n\n>>> __mul__ = Operator(\"multiply\", False, implementation, binary)"},
+    {Py_tp_new, Operator_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, Operator_get},
+    {Py_tp_repr, Operator_repr},
+    {Py_tp_members, Operator_members},
+    {Py_tp_traverse, Operator_traverse},
+    {Py_tp_clear, Operator_clear},
+    {Py_tp_dealloc, Operator_dealloc},
+    {0, NULL},
+};
+
+PyType_Spec Operator_spec = {
+    .name = "cuasync._reactor.Operator",
+    .basicsize = sizeof(Operator),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = Operator_slots,
+};
 
 static PyMethodDef Apply_methods[] = {
     {"apply", (PyCFunction)(void (*)(void))Apply_apply, METH_FASTCALL,

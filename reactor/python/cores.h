@@ -362,8 +362,9 @@ extern PyMethodDef cores_methods[];
 PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 PyObject *plan_walk(PyObject *node, PyObject *out_strides);
 extern PyMethodDef plan_methods[];
-/* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply) */
-extern PyType_Spec OpNodes_spec, ElementwiseApply_spec;
+/* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
+ * and the binary operators of Tensor and TensorOp built on them */
+extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec;
 /* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */
 extern PyType_Spec ExpressLaunches_spec;
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of

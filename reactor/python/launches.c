@@ -15,16 +15,17 @@
 #include <Python.h>
 
 #include "cores.h"
+#include "express.h"
 #include "module.h"
 
 /* LaunchPlan's fields, in order (launch_plan.py). */
 enum {
     P_KERNEL, P_VEC_LAUNCH, P_LAUNCH, P_DTYPE, P_NBYTES, P_SPECS, P_BITS, P_ALIGNS, P_TAIL,
-    P_ITEMSIZES, P_FIELDS
+    P_ITEMSIZES, P_STRIDES, P_FIELDS
 };
 static const char *const plan_fields[P_FIELDS] = {
     "kernel", "vec_launch", "launch", "dtype", "nbytes", "specs", "bits", "aligns", "tail",
-    "itemsizes",
+    "itemsizes", "strides",
 };
 
 /* A launch's arguments kept on the C stack (more: allocated). */
@@ -95,7 +96,7 @@ check_fields(PyObject *plan_t)
     if (!ok && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "plan: a NamedTuple of the fields ExpressLaunches reads "
                                          "(kernel, vec_launch, launch, dtype, nbytes, specs, "
-                                         "bits, aligns, tail, itemsizes)");
+                                         "bits, aligns, tail, itemsizes, strides)");
     return ok ? 0 : -1;
 }
 
@@ -224,6 +225,49 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     return launch;
 }
 
+/* A new contiguous tensor of found's dtype and nbytes allocated on stream: a block of the
+ * block cache, made as Allocation() and Tensor() make them (the allocation's write
+ * recorded on stream at its last submission, as Allocation.__init__ records it), else
+ * launch_plan._new_output's. A new reference, or NULL. */
+static PyObject *
+new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *stream)
+{
+    ProcessCore *process = PROCESS(self->process);
+    PyTypeObject *tensor_t = REGISTERED(TENSOR);
+    PyObject *nbytes = PyTuple_GET_ITEM(found, P_NBYTES);
+    PyObject *submitted = STREAM(stream)->submitted;
+    Py_ssize_t n = PyLong_CheckExact(nbytes) ? PyLong_AsSsize_t(nbytes) : -1;
+    alloc_shape *shape_of = n > 0 ? process_alloc_shape(self->process) : NULL;
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *alloc = NULL;
+    if (tensor_t != NULL && shape_of != NULL && submitted != NULL &&
+        process->selected_pools != NULL && PyContextVar_CheckExact(process->selected_pools))
+        alloc = alloc_small(shape_of, STREAM(stream)->device, n, stream, submitted,
+                            process->selected_pools);
+    if (alloc == NULL && PyErr_Occurred())
+        return NULL;
+    if (alloc == NULL || alloc == Py_None) {
+        Py_XDECREF(alloc);
+        return PyObject_CallFunctionObjArgs(self->new_output, found, shape, stream, NULL);
+    }
+    PyObject *tensor = tensor_t->tp_alloc(tensor_t, 0);
+    PyObject *offset = PyLong_FromLong(0);
+    if (tensor == NULL || offset == NULL) {
+        Py_XDECREF(tensor);
+        Py_XDECREF(offset);
+        Py_DECREF(alloc);
+        return NULL;
+    }
+    /* (Tensor.__init__'s slots) */
+    field_set(&TENSOR(tensor)->alloc, alloc);
+    field_set(&TENSOR(tensor)->shape, Py_NewRef(shape));
+    field_set(&TENSOR(tensor)->dtype, Py_NewRef(PyTuple_GET_ITEM(found, P_DTYPE)));
+    field_set(&TENSOR(tensor)->strides, Py_NewRef(PyTuple_GET_ITEM(found, P_STRIDES)));
+    field_set(&TENSOR(tensor)->offset, offset);
+    return tensor;
+}
+
 /* Whether the stream may take the op as a raw launch: not capturing (no allocation may
  * be baked into a graph), the op's device, no tracing (NVTX names the op), no device
  * fault seen (the long way words it). 1, 0, -1. */
@@ -287,10 +331,8 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
         else if (prepared != NULL && PyDict_Check(prepared) && ordinal != NULL)
             ready = PyDict_GetItemWithError(prepared, ordinal); /* (borrowed) */
         if (ready != NULL && ready != Py_None) { /* (else: its first use prepares it) */
-            PyObject *result = out != Py_None
-                                   ? Py_NewRef(out)
-                                   : PyObject_CallFunctionObjArgs(self->new_output, found,
-                                                                  NODE(node)->shape, stream, NULL);
+            PyObject *result = out != Py_None ? Py_NewRef(out)
+                                              : new_output(self, found, NODE(node)->shape, stream);
             launch = result == NULL ? NULL : launch_of(self, found, result, tensors, scalars);
             Py_XDECREF(result);
         }

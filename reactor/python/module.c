@@ -900,7 +900,7 @@ module_exec(PyObject *m)
         {"RoundRobinCore", &RoundRobinCore_spec}, {"SingleStreamCore", &SingleStreamCore_spec},
         {"ProcessCore", &ProcessCore_spec}, {"BlockCacheCore", &BlockCacheCore_spec},
         {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
-        {"ExpressLaunches", &ExpressLaunches_spec},
+        {"ExpressLaunches", &ExpressLaunches_spec}, {"Operator", &Operator_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

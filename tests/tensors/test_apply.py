@@ -114,7 +114,7 @@ def test_an_error_leaves_every_operand_unconsumed() -> None:
     with pytest.raises(ShapeError, match="cannot be broadcast"):
         cuasync.add(op, wrong)
     with pytest.raises(ArgumentError, match="numpy array"):
-        cuasync.add(op, np.ones(3))
+        cuasync.add(op, np.ones(3))  # type: ignore[arg-type]
     np.testing.assert_array_equal(op.sync().to_host().sync(), [2.0, 4.0, 6.0])
 
 
@@ -153,3 +153,29 @@ def test_unusual_operands_take_the_python_rules() -> None:
 def test_op_node_refuses_what_is_not_a_node() -> None:
     with pytest.raises(TypeError, match="not a Node"):
         expr.op_node("add", [1.0, 2.0])
+
+
+def test_operators_take_tensors_ops_and_numbers_and_hand_the_rest_on() -> None:
+    a = np.array([1.0, 2.0, 4.0], np.float32)
+    x = _tensor(a)
+    cases = {
+        "x - 1.0": (lambda: x - 1.0, a - 1),
+        "3 - x": (lambda: 3 - x, 3 - a),  # reflected: x is the second operand
+        "(x * 2.0) / x": (lambda: (x * 2.0) / x, np.full(3, 2, np.float32)),
+        "2j * x": (lambda: 2j * x, 2j * a.astype(np.complex64)),
+        "x ** np.float32(2)": (lambda: x ** np.float32(2), a**2),  # numpy scalars: Python's way
+        "np.float32(2) * x": (lambda: np.float32(2) * x, 2 * a),
+        "x * np.array(2.0)": (lambda: x * np.array(2.0, np.float32), 2 * a),  # a 0-d array
+        "x + True": (lambda: x + True, a + 1),
+    }
+    for name, (make, want) in cases.items():
+        op = make()
+        assert op.dtype == want.dtype, name
+        np.testing.assert_allclose(op.sync().to_host().sync(), want, err_msg=name)
+    with pytest.raises(cuasync.errors.HostArrayError, match="upload the array first"):
+        x * np.ones(3)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        x - "2"
+    bound = x.__mul__
+    np.testing.assert_array_equal(bound(2.0).sync().to_host().sync(), 2 * a)
+    assert repr(type(x).__rsub__) == "<cuasync operator subtract (reflected)>"
