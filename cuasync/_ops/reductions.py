@@ -31,7 +31,7 @@ from .._backends import get_backend
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
 from .._core.memory import Allocation
-from .._core.op import device_op
+from .._core.op import DeviceOp
 from .._core.output import Output
 from .._dtypes import (
     DEFAULT_FLOAT,
@@ -169,6 +169,34 @@ def reduce_op(
         raise ArgumentError(
             f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}"
         )
+    # (what the arguments decide, checked once: keepdims=1 and axis=True are not keepdims=True
+    # and axis=1, so each one's type is part of the key; an axis list is not hashable)
+    key = (name, op, x.dtype, x.shape, axis, type(axis), dtype, keepdims, type(keepdims))
+    try:
+        known = _RESOLVED.get(key)
+    except TypeError:
+        known = None
+    if known is None:
+        known = _resolve(name, op, x, axis, dtype, keepdims)
+        try:
+            if len(_RESOLVED) >= 4096:  # (shapes computed per request: stay bounded)
+                _RESOLVED.clear()
+            _RESOLVED[key] = known
+        except TypeError:
+            pass
+    spec, axes, shape, dt = known
+    if out is not None:
+        elementwise.check_out(out, name, shape, dt, x.device)
+    node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
+    work = _Reduction(name, node, spec, axes, keepdims, out, shape, dt)
+    return TensorOp(Node("pending", name, shape, dt, work, device=node.device), out)
+
+
+def _resolve(
+    name: str, op: str, x: Tensor | TensorOp, axis: Any, dtype: Any, keepdims: Any
+) -> tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any]]:
+    """What :func:`reduce_op`'s arguments decide, checked: the spec, the reduced axes, the
+    result's shape and dtype."""
     check_dtype(x.dtype, "x", name)
     if not isinstance(keepdims, (bool, np.bool_)):
         raise ArgumentError(f"{name}: keepdims must be a bool, got {keepdims!r}"[:200])
@@ -181,39 +209,80 @@ def reduce_op(
             "elements is not defined"
         )
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
-    spec = ReduceSpec(op, acc, res)
-    dtype = np.dtype(res)
-    if out is not None:
-        elementwise.check_out(out, name, shape, dtype, x.device)
-    node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
-    device = node.device
+    return ReduceSpec(op, acc, res), axes, shape, np.dtype(res)
 
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        result = out if out is not None else new_tensor(ctx, shape, dtype, name)
+
+#: :func:`_resolve`'s answers by the arguments that decide them (see :func:`reduce_op`).
+_RESOLVED: dict[tuple[Any, ...], tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any]]] = {}
+
+
+class _Reduction(DeviceOp[Tensor]):
+    """A reduction's work, the pending value of its ``TensorOp``: enqueued the long way
+    (:meth:`_enqueue`), or as the one launch op of the generic kernel where it is one
+    (:meth:`_as_launch`, which the native core submits)."""
+
+    __slots__ = ("_axes", "_dtype", "_keepdims", "_name", "_node", "_out", "_shape", "_spec")
+
+    def __init__(
+        self,
+        name: str,
+        node: Node,
+        spec: ReduceSpec,
+        axes: tuple[int, ...],
+        keepdims: bool,
+        out: Tensor | None,
+        shape: Shape,
+        dtype: np.dtype[Any],
+    ) -> None:
+        super().__init__(node.device)
+        self._consumed = True  # (its TensorOp is what runs)
+        self._name = name
+        self._node = node
+        self._spec = spec
+        self._axes = axes
+        self._keepdims = keepdims
+        self._out = out
+        self._shape = shape
+        self._dtype = dtype
+
+    def _trace_name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp {self._name} (consumed)>"
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        out = self._out
+        result = out if out is not None else new_tensor(ctx, self._shape, self._dtype, self._name)
         if result.size:
-            _launch(ctx, _resolve_pending(node, ctx), spec, axes, result, keepdims)
+            node = _resolve_pending(self._node, ctx)
+            _launch(ctx, node, self._spec, self._axes, result, self._keepdims)
         return Output.ready(result)
 
-    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
-        if math.prod(shape) == 0:
+    def _first_use(self, on: Device) -> tuple[tuple[Any, Device], ...]:
+        if math.prod(self._shape) == 0:
             return ()
-        strides = out.strides if out is not None else contiguous_strides(shape)
+        out, spec, axes, keepdims = self._out, self._spec, self._axes, self._keepdims
+        strides = out.strides if out is not None else contiguous_strides(self._shape)
         try:
-            return unprepared([_layout(node, spec, axes, strides, keepdims)[-1]], on)
+            found = _generic_layout(self._node, spec, axes, strides, keepdims)
+            assert found is not None  # (stand-ins worked out)
+            return unprepared([found[0].kernel], on)
         except ValueError:  # pending operands: they run first, their kernels come first
-            standin, pending = planned(node)
+            standin, pending = planned(self._node)
         try:
-            kernel = _layout(standin, spec, axes, strides, keepdims)[-1]
+            found = _generic_layout(standin, spec, axes, strides, keepdims)
         except ValueError:
             return ()
-        return (*first_uses(pending, on), *unprepared([kernel], on))
+        assert found is not None
+        return (*first_uses(pending, on), *unprepared([found[0].kernel], on))
 
-    def express(stream: Stream) -> Any:  # (the same work as one launch op, where it is)
-        return _express(stream, node, spec, axes, keepdims, out, shape, dtype)
-
-    pending = device_op(enqueue, device, name, first_use=first_use, express=express)
-    pending._take()
-    return TensorOp(Node("pending", name, shape, dtype, pending, device=device), out)
+    def _as_launch(self, stream: Stream) -> Any:
+        """The same work as one launch op, where it is one (:func:`_express`)."""
+        return _express(
+            stream, self._node, self._spec, self._axes, self._keepdims, self._out, self._shape,
+            self._dtype,
+        )  # fmt: skip
 
 
 def _express(
@@ -228,40 +297,43 @@ def _express(
 ) -> Any:
     """The reduction as the launch op of the generic kernel (not yet taken; its output
     ``out`` or a new tensor allocated on ``stream``), the same launch :func:`_launch`
-    enqueues; None where it is not one launch of a kernel prepared on ``stream``'s
-    device: a pending operand, no elements, a float4 kernel or split rows (a workspace
-    zeroed first, partials combined after), an ``out=`` sharing an operand's memory."""
+    enqueues, as a trusted launch (cuasync built its arguments); None where it is not
+    one launch of a kernel prepared on ``stream``'s device: a pending operand, no
+    elements, a float4 kernel or split rows (a workspace zeroed first, partials
+    combined after), an ``out=`` sharing an operand's memory."""
     if math.prod(shape) == 0:
         return None
     strides = out.strides if out is not None else contiguous_strides(shape)
-    try:
-        plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel = _layout(
-            node, spec, axes, strides, keepdims
-        )
-    except ValueError:  # a pending operand: it runs first
+    found = _generic_layout(node, spec, axes, strides, keepdims, stand_ins=False)
+    if found is None:  # a pending operand: it runs first
         return None
+    layout, tensors, scalars = found
     device = stream.device
-    if kernel._prepared.get(device.ordinal) is None:
+    if layout.by_element.partials or layout.kernel._prepared.get(device.ordinal) is None:
         return None
-    result_ptr = 0 if out is None else out.ptr  # (a new allocation: 256-byte aligned)
-    if _float4_kind(plan, spec, tensors[0].ptr, result_ptr, kdims, kstr, rdims, rstr):
+    if layout.float4 and _float4_kind(
+        layout.plan, spec, tensors[0].ptr, 0 if out is None else out.ptr, *layout.merged
+    ):
         return None
     if out is not None and any(t.allocation is out.allocation for t in tensors):
         return None
-    geometries = _geometries(plan, kdims, kstr, rdims, rstr)
-    if geometries[0].partials:
-        return None
     result = out
     if result is None:
-        result = Tensor(Allocation(device, math.prod(shape) * dtype.itemsize, stream), shape, dtype)
-    g = _generic(geometries, plan, tensors, scalars, kdims, kstr, rdims, rstr, result)
-    null = DevicePointer(0)
-    args = _arguments(g, spec, 0, null, null)
-    return kernel._trusted_launch(device, g.grids[0], (_BLOCK, 1, 1), args, result)
+        nbytes = math.prod(shape) * dtype.itemsize
+        result = Tensor(Allocation(device, nbytes, stream), shape, dtype, strides)
+    g = _generic(layout, tensors, scalars, result)
+    args = _arguments(g, spec, 0, _NULL, _NULL)
+    return layout.kernel._trusted_launch(device, g.grids[0], _BLOCK3, args, result)
 
 
-#: A reduction's layout (:func:`_layout`): its plan, tensors and scalars, the kept axes'
-#: merged dimensions and strides (the output's first), the reduced axes' and the kernel.
+#: The workspace argument of a launch that has none, and a launch's block.
+_NULL = DevicePointer(0)
+_BLOCK3 = (_BLOCK, 1, 1)
+
+
+#: A reduction's layout worked out (:func:`_work_out`): its plan, tensors and scalars, the
+#: kept axes' merged dimensions and strides (the output's first), the reduced axes' and
+#: the kernel.
 _Layout = tuple[
     Any, list[Tensor], list[Any], Shape, tuple[Shape, ...], Shape, tuple[Shape, ...], Kernel
 ]
@@ -280,38 +352,6 @@ def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
         return 1
     want = -(-_TARGET_BLOCKS // builtins.max(rows_in_flight, 1))
     return builtins.max(1, builtins.min(want, -(-k // per_split), _MAX_SPLITS))
-
-
-def _layout(
-    node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
-) -> _Layout:
-    """How the reduction of ``node`` into an output of ``strides`` runs: its plan, tensors
-    and scalars, the kept and reduced axes merged (``kdims``, ``kstr``: the output's
-    strides first; ``rdims``, ``rstr``) and the kernel. Nothing is enqueued (a pending
-    leaf raises ``ValueError``: it runs first).
-
-    What does not depend on the leaves' values is kept per seen layout (:data:`_LAYOUTS`,
-    keyed by the tree's native ``plan_key`` and the reduction's): an await computes it
-    twice (its first use names the kernel, the launch needs the rest)."""
-    walked = plan_key(node, strides)
-    if walked is None:  # a pending leaf (or a stand-in of planning): worked out in full
-        return _work_out(node, spec, axes, strides, keepdims)
-    key, tensors, scalars = walked
-    key = (key, spec, axes, keepdims)
-    known = _LAYOUTS.get(key)
-    if known is None:
-        if len(_LAYOUTS) >= 4096:  # (shapes computed per request: stay bounded)
-            _LAYOUTS.clear()
-        plan, _, _, kdims, kstr, rdims, rstr, kernel = _work_out(
-            node, spec, axes, strides, keepdims
-        )
-        known = _LAYOUTS[key] = (plan, kdims, kstr, rdims, rstr, kernel)  # (no leaf kept)
-    plan, kdims, kstr, rdims, rstr, kernel = known
-    return plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel
-
-
-#: :func:`_layout`'s results by layout, without the leaves (no tensor is kept alive).
-_LAYOUTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def _work_out(
@@ -349,32 +389,113 @@ class _Launches(NamedTuple):
     partials: int
 
 
-def _generic(
-    geometries: tuple[_Geometry, _Geometry | None, int],
-    plan: Any,
-    tensors: list[Tensor],
-    scalars: list[Any],
-    kdims: Shape,
-    kstr: tuple[Shape, ...],
-    rdims: Shape,
-    rstr: tuple[Shape, ...],
-    result: Tensor,
-) -> _Launches:
-    """How the generic reduction kernel runs into ``result`` (see :class:`_Launches`),
-    with the layout's ``geometries`` (:func:`_geometries`)."""
-    views = [
-        builtin.storage_view(Tensor(t.allocation, kdims + rdims, t.dtype, ks + rs, t.offset))
-        for t, ks, rs in zip(tensors, kstr[1:], rstr, strict=True)
-    ]
-    by_element, by_vector, width = geometries
-    g = by_element
-    if by_vector is not None and vector_rows(views[0], kstr[1], rstr[0], width):
-        g = by_vector
-    out_view = builtin.storage_view(
-        Tensor(result.allocation, kdims, result.dtype, kstr[0], result.offset)
+class _GenericLayout(NamedTuple):
+    """What the generic kernel's launches of one layout are, without its operands: the
+    ``kernel``, its ``plan`` and the ``merged`` dimensions (kdims, kstr, rdims, rstr),
+    its geometries reading elements one by one and rows in vectors of ``width``
+    (``by_element``, ``by_vector``: None, none), the operands' view (``dims`` and each
+    one's ``strides``; the first one's ``kept`` and ``reduced`` strides decide the
+    vectors), the output's view (``out_dims``, ``out_strides``), the scalars' ``specs``
+    (None: passed as they are) and whether a float4 kernel may take it (``float4``: the
+    pointers decide)."""
+
+    kernel: Kernel
+    plan: Any
+    merged: tuple[Shape, tuple[Shape, ...], Shape, tuple[Shape, ...]]
+    by_element: _Geometry
+    by_vector: _Geometry | None
+    width: int
+    dims: Shape
+    strides: list[Shape]
+    kept: Shape
+    reduced: Shape
+    out_dims: Shape
+    out_strides: Shape
+    specs: tuple[str, ...] | None
+    float4: bool
+
+
+def _generic_layout(
+    node: Node,
+    spec: ReduceSpec,
+    axes: tuple[int, ...],
+    strides: Shape,
+    keepdims: bool,
+    stand_ins: bool = True,
+) -> tuple[_GenericLayout, list[Tensor], list[Any]] | None:
+    """The :class:`_GenericLayout` of reducing ``node`` into an output of ``strides``,
+    with its tensors and scalars; kept per seen layout (:data:`_GENERIC`, keyed by the
+    tree's native ``plan_key`` and the reduction's). A leaf ``plan_key`` does not take
+    (a stand-in) is worked out each time; ``stand_ins=False``: None for it instead. A
+    pending leaf raises ``ValueError`` (it runs first)."""
+    walked = plan_key(node, strides)
+    if walked is None:
+        if not stand_ins:
+            return None
+        worked = _work_out(node, spec, axes, strides, keepdims)
+        return _make_generic(spec, worked), worked[1], worked[2]
+    key, tensors, scalars = walked
+    key = (key, spec, axes, keepdims)
+    layout = _GENERIC.get(key)
+    if layout is None:
+        if len(_GENERIC) >= 4096:  # (shapes computed per request: stay bounded)
+            _GENERIC.clear()
+        worked = _work_out(node, spec, axes, strides, keepdims)
+        layout = _GENERIC[key] = _make_generic(spec, worked)  # (no leaf kept)
+    return layout, tensors, scalars
+
+
+def _make_generic(spec: ReduceSpec, worked: _Layout) -> _GenericLayout:
+    """The :class:`_GenericLayout` of a layout :func:`_work_out` worked out."""
+    plan, _, _, kdims, kstr, rdims, rstr, kernel = worked
+    by_element, by_vector, width = _geometries(plan, kdims, kstr, rdims, rstr)
+    specs = scalar_specs(plan)
+    return _GenericLayout(
+        kernel=kernel,
+        plan=plan,
+        merged=(kdims, kstr, rdims, rstr),
+        by_element=by_element,
+        by_vector=by_vector,
+        width=width,
+        dims=kdims + rdims,
+        strides=[ks + rs for ks, rs in zip(kstr[1:], rstr, strict=True)],
+        kept=kstr[1],
+        reduced=rstr[0],
+        out_dims=kdims,
+        out_strides=kstr[0],
+        specs=None if all(s in _WEAK for s in specs) else specs,
+        float4=_float4_kind(plan, spec, 0, 0, kdims, kstr, rdims, rstr) is not None,
     )
-    args = [scalar_arg(v, s) for v, s in zip(scalars, scalar_specs(plan), strict=True)]
-    return _Launches(g.grids, out_view, [*views, *args], g.sizes, g.dims, g.partials)
+
+
+#: :func:`_generic_layout`'s layouts, without the leaves (no tensor is kept alive).
+_GENERIC: dict[tuple[Any, ...], _GenericLayout] = {}
+#: The specs of scalars passed to the kernel as they are (Python's bool, int, float).
+_WEAK = frozenset(("bool", "int", "float", "complex"))
+
+
+def _generic(
+    layout: _GenericLayout, tensors: list[Tensor], scalars: list[Any], result: Tensor
+) -> _Launches:
+    """How the generic reduction kernel runs ``layout`` into ``result`` (see
+    :class:`_Launches`): the geometry reading rows in vectors where the first operand's
+    rows are aligned to them (:func:`vector_rows`)."""
+    dims = layout.dims
+    views = [
+        builtin.storage_view(Tensor(t.allocation, dims, t.dtype, s, t.offset))
+        for t, s in zip(tensors, layout.strides, strict=True)
+    ]
+    g = layout.by_element
+    vec = layout.by_vector
+    if vec is not None and vector_rows(views[0], layout.kept, layout.reduced, layout.width):
+        g = vec
+    out_view = builtin.storage_view(
+        Tensor(result.allocation, layout.out_dims, result.dtype, layout.out_strides, result.offset)
+    )
+    specs = layout.specs
+    if specs is not None:
+        scalars = [scalar_arg(v, s) for v, s in zip(scalars, specs, strict=True)]
+    return _Launches(g.grids, out_view, [*views, *scalars], g.sizes, g.dims, g.partials)
 
 
 class _Geometry(NamedTuple):
@@ -443,21 +564,20 @@ def _launch(
     result: Tensor,
     keepdims: bool,
 ) -> None:
-    plan, tensors, scalars, kdims, kstr, rdims, rstr, kernel = _layout(
-        node, spec, axes, result.strides, keepdims
-    )
-    if _float4_launch(ctx, plan, spec, tensors[0], result, kdims, kstr, rdims, rstr):
+    found = _generic_layout(node, spec, axes, result.strides, keepdims)
+    assert found is not None  # (stand-ins worked out)
+    layout, tensors, scalars = found
+    if _float4_launch(ctx, layout.plan, spec, tensors[0], result, *layout.merged):
         return
-    geometries = _geometries(plan, kdims, kstr, rdims, rstr)
-    g = _generic(geometries, plan, tensors, scalars, kdims, kstr, rdims, rstr, result)
+    g = _generic(layout, tensors, scalars, result)
     if g.partials:
         wsv: Any = new_tensor(ctx, (g.partials,), np.dtype(spec.acc), "reduction partials")
         wsi: Any = new_tensor(ctx, (g.partials,), np.dtype(np.int64), "reduction partials")
     else:
-        wsv = wsi = DevicePointer(0)
+        wsv = wsi = _NULL
     for phase, grid in enumerate(g.grids):
         args = _arguments(g, spec, phase, wsv, wsi)
-        kernel._enqueue_trusted(ctx, grid, (_BLOCK, 1, 1), args)
+        layout.kernel._enqueue_trusted(ctx, grid, _BLOCK3, args)
 
 
 #: Blocks ``ca_cols4`` aims at (16 splits of the 64 column strips of (8192, 8192)), and

@@ -163,7 +163,7 @@ async def test_the_loop_runs_while_a_new_expression_compiles(
     monkeypatch.setattr(codegen, "_kernels", {})  # every structure is new
     emptied(monkeypatch, launch_plan._plans)  # (and so every launch plan)
     monkeypatch.setattr(reduce_codegen, "_kernels", {})
-    monkeypatch.setattr(reductions, "_LAYOUTS", {})  # (the layouts of seen reductions)
+    monkeypatch.setattr(reductions, "_GENERIC", {})  # (the layouts of seen reductions)
     expected = np.exp(np.arange(16, dtype=np.float32) * np.float32(0.5) + np.float32(1.0))
     op: Any = cuasync.exp(x * 0.5 + 1.0)
     if form == "sum":
