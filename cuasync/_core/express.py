@@ -334,18 +334,25 @@ Sent = tuple[Any, _Box, int, int, int, int, "int | None", "bool | None", int, "l
 Enqueue = Callable[[Any, "Stream", int, Any], Any]
 
 
-def launch_awaiter(fallback: Callable[..., Any]) -> Any:
+def launch_awaiter(
+    fallback: Callable[..., Any],
+    tensor_launch: Callable[[Any, Stream], Any] | None = None,
+    scope: Any = None,
+) -> Any:
     """The await of a launch op: the native module's ``LaunchAwait`` (the preamble of
     :func:`await_launch` and the hub's core's launch in C; ``fallback`` where it is not
     its case). ``PROCESS.launch_await`` holds the one every launch op's ``__await__``
-    (``LaunchCore``'s) calls."""
+    (``LaunchCore``'s) calls. With ``tensor_launch`` (``launch_plan.express_launch``)
+    and ``scope`` (the cancel scope's ContextVar): the await of a TensorOp, whose raw
+    launch on the chosen stream the core launches (``TensorOp.__await__``)."""
     native = _completion._reactor
     import asyncio
 
+    extra = {} if tensor_launch is None else {"tensor_launch": tensor_launch, "scope": scope}
     return native.LaunchAwait(
         fallback=fallback, finish=_finish_await, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
-        current_tasks=_loops.current_tasks_table(),
+        current_tasks=_loops.current_tasks_table(), **extra,
     )  # fmt: skip
 
 

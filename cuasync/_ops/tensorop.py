@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple, Never, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, Never, NoReturn
 
 import numpy as np
 
@@ -237,6 +237,18 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         launch._consumed = True
         result: Tensor = launch._sync(stream)
         return result
+
+    #: See :meth:`DeviceOp.__await__`: native (``LaunchAwait``, ``reactor/python/express.c``):
+    #: the preamble, then the op's raw launch on the chosen stream
+    #: (:func:`~.launch_plan.express_launch`), launched by the core as a raw launch's
+    #: await is; the long way (:meth:`_await_on`) where it has none, and
+    #: ``DeviceOp.__await__`` for an op writing ``out=`` inside a cancel scope.
+    if TYPE_CHECKING:
+
+        def __await__(self) -> Generator[Any, Any, Tensor]: ...
+
+    else:
+        __await__ = express.launch_awaiter(DeviceOp.__await__, express_launch, SCOPE)
 
     def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
         # (not a generator itself: no frame more on the await of every op)

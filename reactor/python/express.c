@@ -1233,6 +1233,11 @@ typedef struct {
     PyObject *process; /* the module's PROCESS: completion's hub, loops' last loop */
     PyObject *s_others_ready;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
+    /* a TensorOp's await (NULL: a launch op's): its raw launch on a stream
+     * (launch_plan.express_launch), the cancel scope's ContextVar (_cancel_var.SCOPE),
+     * TensorOpCore */
+    PyObject *tensor_launch, *scope_var, *tensor_op_t;
+    PyObject *s_await_on;
     unsigned long long inline_awaits;
 } LaunchAwait;
 
@@ -1461,8 +1466,21 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     if (await_core(self, &core, &step_aside) < 0)
         return PYGEN_ERROR;
     Express *x = (Express *)core;
-    if (core == NULL || !is_express(core) ||
-        !is_launch_op(op)) { /* (a core replaced: a test's spy) */
+    int tensor = self->tensor_launch != NULL;
+    int own_way = tensor ? PyObject_TypeCheck(op, (PyTypeObject *)self->tensor_op_t) &&
+                               TENSOR_OP(op)->out != NULL
+                         : is_launch_op(op);
+    if (own_way && tensor && TENSOR_OP(op)->out != Py_None) {
+        /* out= inside a cancel scope: executed outside it, the Python way */
+        PyObject *scope = NULL;
+        if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) {
+            Py_XDECREF(core);
+            return PYGEN_ERROR;
+        }
+        own_way = scope == Py_None;
+        Py_DECREF(scope);
+    }
+    if (core == NULL || !is_express(core) || !own_way) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
         *result = call_one(self->fallback, op);
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
@@ -1496,7 +1514,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     }
     field_set(&OP(op)->consumed, Py_NewRef(Py_True));
     /* the policy's stream (express.await_launch's, as it words its checks) */
-    PyObject *policy = NULL, *stream = NULL;
+    PyObject *policy = NULL, *stream = NULL, *held = NULL;
     int status = PYGEN_ERROR;
     if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
         goto done;
@@ -1516,6 +1534,25 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
         if (stream == NULL)
             goto done;
+    }
+    if (tensor) { /* the TensorOp's raw launch on that stream, which the core launches */
+        PyObject *launch = PyObject_CallFunctionObjArgs(self->tensor_launch, op, stream, NULL);
+        if (launch == NULL)
+            goto done;
+        if (launch == Py_None) { /* the long way: the op's own await on that stream */
+            Py_DECREF(launch);
+            *result = PyObject_CallMethodObjArgs(op, self->s_await_on, stream, adapter, NULL);
+            status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
+            goto done;
+        }
+        if (!is_launch_op(launch) || OP(launch)->consumed != Py_False) {
+            PyErr_Format(PyExc_TypeError, "tensor_launch gave %.100s, not a launch op to take",
+                         Py_TYPE(launch)->tp_name);
+            Py_DECREF(launch);
+            goto done;
+        }
+        field_set(&OP(launch)->consumed, Py_NewRef(Py_True));
+        op = held = launch; /* (what the rest launches, queues and finishes) */
     }
     int burst = step_aside ? in_burst(self, adapter, loop) : 0;
     if (burst < 0)
@@ -1546,6 +1583,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     Py_DECREF(sent);
     status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
 done:
+    Py_XDECREF(held);
     Py_XDECREF(policy);
     Py_XDECREF(stream);
     Py_DECREF(adapter);
@@ -1993,11 +2031,25 @@ static PyObject *
 LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fallback", "finish", "get_running_loop", "running_adapter",
-                             "policy", "stream_for", "current_tasks", NULL};
-    PyObject *fallback, *finish, *grl, *ra, *policy, *stream_for, *current_tasks;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOO:LaunchAwait", kwlist, &fallback,
-                                     &finish, &grl, &ra, &policy, &stream_for, &current_tasks))
+                             "policy", "stream_for", "current_tasks", "tensor_launch", "scope",
+                             NULL};
+    PyObject *fallback = NULL, *finish = NULL, *grl = NULL, *ra = NULL, *policy = NULL;
+    PyObject *stream_for = NULL, *current_tasks = NULL;
+    PyObject *tensor_launch = Py_None, *scope = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOOO:LaunchAwait", kwlist, &fallback,
+                                     &finish, &grl, &ra, &policy, &stream_for, &current_tasks,
+                                     &tensor_launch, &scope))
         return NULL;
+    PyObject *required[] = {fallback, finish, grl, ra, policy, stream_for, current_tasks};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (required[i] == NULL)
+            return PyErr_Format(PyExc_TypeError, "LaunchAwait() missing keyword argument '%s'",
+                                kwlist[i]);
+    if ((tensor_launch == Py_None) != (scope == Py_None) ||
+        (scope != Py_None && !PyContextVar_CheckExact(scope))) {
+        PyErr_SetString(PyExc_TypeError, "tensor_launch and scope (a ContextVar) go together");
+        return NULL;
+    }
     if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
         PyErr_SetString(PyExc_TypeError, "current_tasks must be a dict or None");
         return NULL;
@@ -2021,9 +2073,21 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->stream_for = Py_NewRef(stream_for);
     self->process = Py_NewRef(process);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
+    if (tensor_launch != Py_None) {
+        PyObject *module = PyType_GetModule(type);
+        self->tensor_launch = Py_NewRef(tensor_launch);
+        self->scope_var = Py_NewRef(scope);
+        self->tensor_op_t =
+            module == NULL ? NULL : PyObject_GetAttrString(module, "TensorOpCore");
+        if (self->tensor_op_t == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
     self->done_t = PyType_FromSpec(&LaunchIter_spec);
     if (self->done_t == NULL ||
-        (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL) {
+        (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL ||
+        (self->s_await_on = PyUnicode_InternFromString("_await_on")) == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2043,6 +2107,9 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->done_t);
     Py_VISIT(self->process);
     Py_VISIT(self->current_tasks);
+    Py_VISIT(self->tensor_launch);
+    Py_VISIT(self->scope_var);
+    Py_VISIT(self->tensor_op_t);
     return 0;
 }
 
@@ -2058,6 +2125,9 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->done_t);
     Py_CLEAR(self->process);
     Py_CLEAR(self->current_tasks);
+    Py_CLEAR(self->tensor_launch);
+    Py_CLEAR(self->scope_var);
+    Py_CLEAR(self->tensor_op_t);
     return 0;
 }
 
@@ -2068,6 +2138,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     PyObject_GC_UnTrack(self);
     LaunchAwait_clear(self);
     Py_CLEAR(self->s_others_ready);
+    Py_CLEAR(self->s_await_on);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
