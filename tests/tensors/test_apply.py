@@ -179,3 +179,23 @@ def test_operators_take_tensors_ops_and_numbers_and_hand_the_rest_on() -> None:
     bound = x.__mul__
     np.testing.assert_array_equal(bound(2.0).sync().to_host().sync(), 2 * a)
     assert repr(type(x).__rsub__) == "<cuasync operator subtract (reflected)>"
+
+
+@pytest.mark.anyio
+async def test_an_awaited_op_takes_its_raw_launch_or_the_long_way(anyio_backend: str) -> None:
+    # TensorOp.__await__ is native: a seen expression is launched as its raw launch; a
+    # pending operand (an op writing out=, run first) takes the long way; an op awaited
+    # twice raises as any op does, and nothing is left half done.
+    a = np.arange(6, dtype=np.float32)
+    x = await cuasync.from_host(a)
+    o = await cuasync.empty((6,), "float32")
+    for _ in range(2):  # (the first use prepares the kernel: the long way)
+        got = await cuasync.exp(x * 0.5, out=o)
+        assert got is o
+    np.testing.assert_allclose(await o.to_host(), np.exp(a * 0.5), rtol=2e-6)
+    chained = cuasync.add(cuasync.multiply(x, 2.0, out=o), 1.0)  # o is written, then read
+    np.testing.assert_array_equal(await (await chained).to_host(), a * 2 + 1)
+    op = x + 1.0
+    await op
+    with pytest.raises(OpConsumedError, match="already used"):
+        await op
