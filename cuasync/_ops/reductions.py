@@ -278,52 +278,37 @@ class _Reduction(DeviceOp[Tensor]):
         return (*first_uses(pending, on), *unprepared([found[0].kernel], on))
 
     def _as_launch(self, stream: Stream) -> Any:
-        """The same work as one launch op, where it is one (:func:`_express`)."""
-        return _express(
-            stream, self._node, self._spec, self._axes, self._keepdims, self._out, self._shape,
-            self._dtype,
-        )  # fmt: skip
-
-
-def _express(
-    stream: Stream,
-    node: Node,
-    spec: ReduceSpec,
-    axes: tuple[int, ...],
-    keepdims: bool,
-    out: Tensor | None,
-    shape: Shape,
-    dtype: np.dtype[Any],
-) -> Any:
-    """The reduction as the launch op of the generic kernel (not yet taken; its output
-    ``out`` or a new tensor allocated on ``stream``), the same launch :func:`_launch`
-    enqueues, as a trusted launch (cuasync built its arguments); None where it is not
-    one launch of a kernel prepared on ``stream``'s device: a pending operand, no
-    elements, a float4 kernel or split rows (a workspace zeroed first, partials
-    combined after), an ``out=`` sharing an operand's memory."""
-    if math.prod(shape) == 0:
-        return None
-    strides = out.strides if out is not None else contiguous_strides(shape)
-    found = _generic_layout(node, spec, axes, strides, keepdims, stand_ins=False)
-    if found is None:  # a pending operand: it runs first
-        return None
-    layout, tensors, scalars = found
-    device = stream.device
-    if layout.by_element.partials or layout.kernel._prepared.get(device.ordinal) is None:
-        return None
-    if layout.float4 and _float4_kind(
-        layout.plan, spec, tensors[0].ptr, 0 if out is None else out.ptr, *layout.merged
-    ):
-        return None
-    if out is not None and any(t.allocation is out.allocation for t in tensors):
-        return None
-    result = out
-    if result is None:
-        nbytes = math.prod(shape) * dtype.itemsize
-        result = Tensor(Allocation(device, nbytes, stream), shape, dtype, strides)
-    g = _generic(layout, tensors, scalars, result)
-    args = _arguments(g, spec, 0, _NULL, _NULL)
-    return layout.kernel._trusted_launch(device, g.grids[0], _BLOCK3, args, result)
+        """The reduction as the launch op of the generic kernel (not yet taken; its output
+        ``out`` or a new tensor allocated on ``stream``), the same launch :func:`_launch`
+        enqueues, as a trusted launch (cuasync built its arguments), which the native core
+        submits; None where it is not one launch of a kernel prepared on ``stream``'s
+        device: a pending operand, no elements, a float4 kernel or split rows (a workspace
+        zeroed first, partials combined after), an ``out=`` sharing an operand's memory."""
+        node, spec, axes, keepdims = self._node, self._spec, self._axes, self._keepdims
+        out, shape, dtype = self._out, self._shape, self._dtype
+        if math.prod(shape) == 0:
+            return None
+        strides = out.strides if out is not None else contiguous_strides(shape)
+        found = _generic_layout(node, spec, axes, strides, keepdims, stand_ins=False)
+        if found is None:  # a pending operand: it runs first
+            return None
+        layout, tensors, scalars = found
+        device = stream.device
+        if layout.by_element.partials or layout.kernel._prepared.get(device.ordinal) is None:
+            return None
+        if layout.float4 and _float4_kind(
+            layout.plan, spec, tensors[0].ptr, 0 if out is None else out.ptr, *layout.merged
+        ):
+            return None
+        if out is not None and any(t.allocation is out.allocation for t in tensors):
+            return None
+        result = out
+        if result is None:
+            nbytes = math.prod(shape) * dtype.itemsize
+            result = Tensor(Allocation(device, nbytes, stream), shape, dtype, strides)
+        g = _generic(layout, tensors, scalars, result)
+        args = _arguments(g, spec, 0, _NULL, _NULL)
+        return layout.kernel._trusted_launch(device, g.grids[0], _BLOCK3, args, result)
 
 
 #: The workspace argument of a launch that has none, and a launch's block.

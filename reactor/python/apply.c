@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <structmember.h>
 
 #include "cores.h"
@@ -91,38 +92,7 @@ typedef struct {
     PyObject *node_t, *seen, *resolve, *fit, *device_of;
 } OpNodes;
 
-static int
-OpNodes_traverse(OpNodes *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->node_t);
-    Py_VISIT(self->seen);
-    Py_VISIT(self->resolve);
-    Py_VISIT(self->fit);
-    Py_VISIT(self->device_of);
-    return 0;
-}
-
-static int
-OpNodes_clear(OpNodes *self)
-{
-    Py_CLEAR(self->node_t);
-    Py_CLEAR(self->seen);
-    Py_CLEAR(self->resolve);
-    Py_CLEAR(self->fit);
-    Py_CLEAR(self->device_of);
-    return 0;
-}
-
-static void
-OpNodes_dealloc(OpNodes *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    OpNodes_clear(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
+FIELDS_GC_SLOTS(OpNodes, OBJECT_FIELDS(OpNodes))
 
 static PyObject *
 OpNodes_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -309,52 +279,17 @@ PyType_Spec OpNodes_spec = {
 typedef struct {
     PyObject_HEAD
     PyObject *nodes, *tensor_t, *op_t, *leaf, *check_dtype, *check_out, *process;
-    /* the dtypes check_dtype accepted (numpy's dtypes: compared by identity) */
+    /* the dtypes check_dtype accepted (numpy's dtypes: compared by identity; NULL past
+     * ndtypes), the last object fields */
     PyObject *dtypes[MAX_DTYPES];
     int ndtypes;
 } ElementwiseApply;
 
-static int
-Apply_traverse(ElementwiseApply *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->nodes);
-    Py_VISIT(self->tensor_t);
-    Py_VISIT(self->op_t);
-    Py_VISIT(self->leaf);
-    Py_VISIT(self->check_dtype);
-    Py_VISIT(self->check_out);
-    Py_VISIT(self->process);
-    for (int i = 0; i < self->ndtypes; i++)
-        Py_VISIT(self->dtypes[i]);
-    return 0;
-}
+/* (its object fields: the seven, then the dtypes) */
+#define APPLY_FIELDS ((Py_ssize_t)(offsetof(ElementwiseApply, ndtypes) - sizeof(PyObject)) / \
+                      (Py_ssize_t)sizeof(PyObject *))
 
-static int
-Apply_clear(ElementwiseApply *self)
-{
-    Py_CLEAR(self->nodes);
-    Py_CLEAR(self->tensor_t);
-    Py_CLEAR(self->op_t);
-    Py_CLEAR(self->leaf);
-    Py_CLEAR(self->check_dtype);
-    Py_CLEAR(self->check_out);
-    Py_CLEAR(self->process);
-    for (int i = 0; i < self->ndtypes; i++)
-        Py_CLEAR(self->dtypes[i]);
-    self->ndtypes = 0;
-    return 0;
-}
-
-static void
-Apply_dealloc(ElementwiseApply *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Apply_clear(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
+FIELDS_GC_SLOTS(Apply, APPLY_FIELDS)
 
 static PyObject *
 Apply_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -631,7 +566,7 @@ Operator_vectorcall(Operator *self, PyObject *const *args, size_t nargsf, PyObje
         return NULL;
     PyObject *result = NULL;
     ElementwiseApply *a = (ElementwiseApply *)apply;
-    if (Py_TYPE(apply)->tp_dealloc == (destructor)Apply_dealloc &&
+    if (Py_TYPE(apply)->tp_dealloc == Apply_dealloc &&
         (Py_IS_TYPE(other, (PyTypeObject *)a->tensor_t) ||
          PyObject_TypeCheck(other, (PyTypeObject *)a->op_t) || PyFloat_CheckExact(other) ||
          PyLong_CheckExact(other) || PyComplex_CheckExact(other))) {
@@ -680,34 +615,10 @@ Operator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static int
-Operator_traverse(Operator *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->name);
-    Py_VISIT(self->implementation);
-    Py_VISIT(self->fallback);
-    return 0;
-}
+/* (its object fields: name, implementation, fallback) */
+#define OPERATOR_FIELDS 3
 
-static int
-Operator_clear(Operator *self)
-{
-    Py_CLEAR(self->name);
-    Py_CLEAR(self->implementation);
-    Py_CLEAR(self->fallback);
-    return 0;
-}
-
-static void
-Operator_dealloc(Operator *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Operator_clear(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
+FIELDS_GC_SLOTS(Operator, OPERATOR_FIELDS)
 
 static PyObject *
 Operator_repr(Operator *self)

@@ -15,7 +15,7 @@
 /* traverse, clear and dealloc over the n object fields after the header */
 #define FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))
 
-static int
+int
 fields_traverse(PyObject *self, Py_ssize_t n, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
@@ -24,14 +24,14 @@ fields_traverse(PyObject *self, Py_ssize_t n, visitproc visit, void *arg)
     return 0;
 }
 
-static void
+void
 fields_clear(PyObject *self, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
         Py_CLEAR(FIELDS(self)[i]);
 }
 
-static void
+void
 fields_dealloc(PyObject *self, Py_ssize_t n)
 {
     PyTypeObject *tp = Py_TYPE(self);

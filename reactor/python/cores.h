@@ -345,6 +345,27 @@ field_set(PyObject **field, PyObject *v)
     Py_XDECREF(old);
 }
 
+/* The GC slots of a type whose first n fields after the object header are object
+ * references (NULL allowed), each visited, cleared and dropped (cores.c): traverse
+ * (the type too), clear, and dealloc (untracked, cleared, freed, the type dropped). */
+int fields_traverse(PyObject *self, Py_ssize_t n, visitproc visit, void *arg);
+void fields_clear(PyObject *self, Py_ssize_t n);
+void fields_dealloc(PyObject *self, Py_ssize_t n);
+/* The number of object fields of struct T when they are all it has after the header. */
+#define OBJECT_FIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
+/* P_traverse, P_clear and P_dealloc of such a type, over its first N object fields. */
+#define FIELDS_GC_SLOTS(P, N)                                                                \
+    static int P##_traverse(PyObject *self, visitproc visit, void *arg)                     \
+    {                                                                                        \
+        return fields_traverse(self, (N), visit, arg);                                       \
+    }                                                                                        \
+    static int P##_clear(PyObject *self)                                                     \
+    {                                                                                        \
+        fields_clear(self, (N));                                                             \
+        return 0;                                                                            \
+    }                                                                                        \
+    static void P##_dealloc(PyObject *self) { fields_dealloc(self, (N)); }
+
 /* Whether the type t derives from the core type named core ("StreamCore", ...): 1, or
  * 0 with a TypeError naming what. */
 int core_subtype_check(PyObject *t, const char *core, const char *what);

@@ -37,50 +37,7 @@ typedef struct {
     PyObject *op_core_t, *launch_core_t, *one, *zero;
 } ExpressLaunches;
 
-static int
-Launches_traverse(ExpressLaunches *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->plans);
-    Py_VISIT(self->plan_for);
-    Py_VISIT(self->new_output);
-    Py_VISIT(self->storage_view);
-    Py_VISIT(self->scalar_arg);
-    Py_VISIT(self->wrapped);
-    Py_VISIT(self->process);
-    Py_VISIT(self->op_core_t);
-    Py_VISIT(self->launch_core_t);
-    Py_VISIT(self->one);
-    Py_VISIT(self->zero);
-    return 0;
-}
-
-static int
-Launches_clear(ExpressLaunches *self)
-{
-    Py_CLEAR(self->plans);
-    Py_CLEAR(self->plan_for);
-    Py_CLEAR(self->new_output);
-    Py_CLEAR(self->storage_view);
-    Py_CLEAR(self->scalar_arg);
-    Py_CLEAR(self->wrapped);
-    Py_CLEAR(self->process);
-    Py_CLEAR(self->op_core_t);
-    Py_CLEAR(self->launch_core_t);
-    Py_CLEAR(self->one);
-    Py_CLEAR(self->zero);
-    return 0;
-}
-
-static void
-Launches_dealloc(ExpressLaunches *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Launches_clear(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
+FIELDS_GC_SLOTS(Launches, OBJECT_FIELDS(ExpressLaunches))
 
 /* 0 where plan_t's _fields are plan_fields, else -1 with a TypeError. */
 static int
