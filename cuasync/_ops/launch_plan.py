@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from .._core import block_cache
 from .._core.device import Stream
 from .._core.memory import Allocation
 from .._dtypes import dtype_name
@@ -245,6 +246,7 @@ LAUNCHES = NATIVE.ExpressLaunches(
     builtin.storage_view,
     scalar_arg,
     _wrapped_launch,
+    block_cache.SMALL_MAX,
 )
 
 #: ``express_launch(op, stream)``: the launch op (not yet taken) computing the TensorOp

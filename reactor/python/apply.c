@@ -157,6 +157,18 @@ is_weak_int(NodeCore *c)
 }
 
 /* The op node applying op to the n children (Node instances, checked): a new reference. */
+/* Whether the OpNodes was cleared (a cycle broken at interpreter shutdown): 1, with an
+ * error set. */
+static int
+cleared(OpNodes *self)
+{
+    if (self->node_t != NULL && self->seen != NULL && self->resolve != NULL &&
+        self->fit != NULL && self->device_of != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "OpNodes is cleared (interpreter shutdown)");
+    return 1;
+}
+
 static PyObject *
 op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
 {
@@ -233,12 +245,13 @@ OpNodes_op_node(OpNodes *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "op_node takes 2 arguments (%zd given)", nargs);
-    PyObject *seq = PySequence_Fast(args[1], "op_node: children must be a sequence of Nodes");
-    if (seq == NULL)
+    if (cleared(self))
         return NULL;
-    PyObject *node = op_node_of(self, args[0], PySequence_Fast_ITEMS(seq),
-                                PySequence_Fast_GET_SIZE(seq));
-    Py_DECREF(seq);
+    PyObject *kids = PySequence_Tuple(args[1]); /* (a tuple of its own: Python runs meanwhile) */
+    if (kids == NULL)
+        return NULL;
+    PyObject *node = op_node_of(self, args[0], &PyTuple_GET_ITEM(kids, 0), PyTuple_GET_SIZE(kids));
+    Py_DECREF(kids);
     return node;
 }
 
@@ -427,7 +440,9 @@ out_fits(ElementwiseApply *self, PyObject *out, PyObject *node, PyObject *const 
         return same;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->strides); i++) {
         PyObject *s = PyTuple_GET_ITEM(t->strides, i);
-        if (!PyLong_CheckExact(s) || PyLong_AsLong(s) == 0) /* (a broadcast view?) */
+        int overflow;
+        if (!PyLong_CheckExact(s) || (PyLong_AsLongLongAndOverflow(s, &overflow) == 0 &&
+                                      !overflow)) /* (a broadcast view?) */
             return PyErr_Occurred() ? -1 : 0;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -467,6 +482,15 @@ static PyObject *
 apply_to(ElementwiseApply *self, PyObject *name, PyObject *const *names, PyObject *const *values,
          Py_ssize_t n, PyObject *out, PyObject *operands)
 {
+    if (self->nodes == NULL || self->tensor_t == NULL || self->op_t == NULL ||
+        self->leaf == NULL || self->check_dtype == NULL || self->check_out == NULL ||
+        self->process == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "ElementwiseApply is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    if (cleared((OpNodes *)self->nodes))
+        return NULL;
     PyObject *kids[MAX_OPERANDS], *ops[MAX_OPERANDS];
     PyObject *node = NULL, *result = NULL;
     Py_ssize_t made = 0;
@@ -531,9 +555,17 @@ Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
                             MAX_OPERANDS);
     PyObject *names[MAX_OPERANDS], *values[MAX_OPERANDS];
     Py_ssize_t n = 0, pos = 0;
-    while (PyDict_Next(operands, &pos, &names[n], &values[n]))
+    while (PyDict_Next(operands, &pos, &names[n], &values[n])) {
+        Py_INCREF(names[n]); /* (held: Python runs meanwhile, and the dict is the caller's) */
+        Py_INCREF(values[n]);
         n++;
-    return apply_to(self, name, names, values, n, out, operands);
+    }
+    PyObject *op = apply_to(self, name, names, values, n, out, operands);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(names[i]);
+        Py_DECREF(values[i]);
+    }
+    return op;
 }
 
 /* -- Operator --------------------------------------------------------------------------- */
@@ -548,6 +580,7 @@ Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
 typedef struct {
     PyObject_HEAD
     PyObject *name, *implementation, *fallback;
+    PyObject *attribute, *qualname; /* (__set_name__'s: __add__, TensorOperators.__add__) */
     char reflected;
     vectorcallfunc vectorcall;
 } Operator;
@@ -566,7 +599,18 @@ Operator_vectorcall(Operator *self, PyObject *const *args, size_t nargsf, PyObje
         return NULL;
     PyObject *result = NULL;
     ElementwiseApply *a = (ElementwiseApply *)apply;
-    if (Py_TYPE(apply)->tp_dealloc == Apply_dealloc &&
+    int ours = Py_TYPE(apply)->tp_dealloc == Apply_dealloc && a->tensor_t != NULL &&
+               a->op_t != NULL;
+    if (ours && !PyObject_TypeCheck(me, (PyTypeObject *)a->tensor_t) &&
+        !PyObject_TypeCheck(me, (PyTypeObject *)a->op_t)) {
+        Py_DECREF(apply);
+        return PyErr_Format(PyExc_TypeError,
+                            "%U: its first operand must be a cuasync Tensor or TensorOp, not "
+                            "%.100s",
+                            self->qualname != NULL ? self->qualname : self->name,
+                            Py_TYPE(me)->tp_name);
+    }
+    if (ours &&
         (Py_IS_TYPE(other, (PyTypeObject *)a->tensor_t) ||
          PyObject_TypeCheck(other, (PyTypeObject *)a->op_t) || PyFloat_CheckExact(other) ||
          PyLong_CheckExact(other) || PyComplex_CheckExact(other))) {
@@ -615,10 +659,54 @@ Operator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-/* (its object fields: name, implementation, fallback) */
-#define OPERATOR_FIELDS 3
+/* (its object fields: name, implementation, fallback, attribute, qualname) */
+#define OPERATOR_FIELDS 5
 
 FIELDS_GC_SLOTS(Operator, OPERATOR_FIELDS)
+
+/* __set_name__(owner, name): the attribute it was assigned to, for __name__ and
+ * __qualname__ (as a function defined there has them). */
+static PyObject *
+Operator_set_name(Operator *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "__set_name__(owner, name)");
+    PyObject *owner = PyObject_GetAttrString(args[0], "__qualname__");
+    PyObject *qualname = owner == NULL ? NULL : PyUnicode_FromFormat("%U.%U", owner, args[1]);
+    Py_XDECREF(owner);
+    if (qualname == NULL)
+        return NULL;
+    field_set(&self->attribute, Py_NewRef(args[1]));
+    field_set(&self->qualname, qualname);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Operator_get_name(Operator *self, void *qual)
+{
+    PyObject *v = qual ? self->qualname : self->attribute;
+    return Py_NewRef(v != NULL ? v : self->name);
+}
+
+static PyObject *
+Operator_get_signature(Operator *Py_UNUSED(self), void *Py_UNUSED(c))
+{
+    return PyUnicode_FromString("($self, other, /)");
+}
+
+static PyGetSetDef Operator_getset[] = {
+    {"__name__", (getter)Operator_get_name, NULL, "The attribute it is (__add__, ...).", NULL},
+    {"__qualname__", (getter)Operator_get_name, NULL, "Its class's and attribute's name.",
+     (void *)1},
+    {"__text_signature__", (getter)Operator_get_signature, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Operator_methods[] = {
+    {"__set_name__", (PyCFunction)(void (*)(void))Operator_set_name, METH_FASTCALL,
+     "__set_name__($self, owner, name, /)\n--\n\nRecords the attribute's name."},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyObject *
 Operator_repr(Operator *self)
@@ -646,6 +734,8 @@ static PyType_Slot Operator_slots[] = {
     {Py_tp_descr_get, Operator_get},
     {Py_tp_repr, Operator_repr},
     {Py_tp_members, Operator_members},
+    {Py_tp_getset, Operator_getset},
+    {Py_tp_methods, Operator_methods},
     {Py_tp_traverse, Operator_traverse},
     {Py_tp_clear, Operator_clear},
     {Py_tp_dealloc, Operator_dealloc},

@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 
 #include "cores.h"
 #include "express.h"
@@ -34,10 +35,15 @@ enum { STACK_ARGS = 32 };
 typedef struct {
     PyObject_HEAD
     PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped, *process;
-    PyObject *op_core_t, *launch_core_t, *one, *zero;
+    PyObject *op_core_t, *launch_core_t, *kernel_core_t, *one, *zero;
+    Py_ssize_t small_max; /* (block_cache.SMALL_MAX: the largest block it keeps) */
 } ExpressLaunches;
 
-FIELDS_GC_SLOTS(Launches, OBJECT_FIELDS(ExpressLaunches))
+/* (its object fields: all but small_max) */
+#define LAUNCHES_FIELDS ((Py_ssize_t)(offsetof(ExpressLaunches, small_max) - sizeof(PyObject)) / \
+                         (Py_ssize_t)sizeof(PyObject *))
+
+FIELDS_GC_SLOTS(Launches, LAUNCHES_FIELDS)
 
 /* 0 where plan_t's _fields are plan_fields, else -1 with a TypeError. */
 static int
@@ -61,11 +67,13 @@ static PyObject *
 Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plan", "plans", "plan_for", "new_output", "storage_view",
-                            "scalar_arg", "wrapped", NULL};
+                            "scalar_arg", "wrapped", "small_max", NULL};
     PyObject *plan_t, *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOOOO:ExpressLaunches", names,
+    Py_ssize_t small_max;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOOOOn:ExpressLaunches", names,
                                      &PyType_Type, &plan_t, &PyDict_Type, &plans, &plan_for,
-                                     &new_output, &storage_view, &scalar_arg, &wrapped) ||
+                                     &new_output, &storage_view, &scalar_arg, &wrapped,
+                                     &small_max) ||
         check_fields(plan_t) < 0)
         return NULL;
     PyObject *process = module_process(type);
@@ -82,12 +90,14 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->scalar_arg = Py_NewRef(scalar_arg);
     self->wrapped = Py_NewRef(wrapped);
     self->process = Py_NewRef(process);
+    self->small_max = small_max;
     self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
     self->launch_core_t = PyObject_GetAttrString(module, "LaunchCore");
+    self->kernel_core_t = PyObject_GetAttrString(module, "KernelCore");
     self->one = PyLong_FromLong(1);
     self->zero = PyLong_FromLong(0);
-    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->one == NULL ||
-        self->zero == NULL) {
+    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL ||
+        self->one == NULL || self->zero == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -192,16 +202,21 @@ new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *st
     ProcessCore *process = PROCESS(self->process);
     PyTypeObject *tensor_t = REGISTERED(TENSOR);
     PyObject *nbytes = PyTuple_GET_ITEM(found, P_NBYTES);
-    PyObject *submitted = STREAM(stream)->submitted;
     Py_ssize_t n = PyLong_CheckExact(nbytes) ? PyLong_AsSsize_t(nbytes) : -1;
-    alloc_shape *shape_of = n > 0 ? process_alloc_shape(self->process) : NULL;
+    /* (a block the cache keeps: small ones only) */
+    alloc_shape *shape_of = n > 0 && n <= self->small_max ? process_alloc_shape(self->process)
+                                                          : NULL;
     if (PyErr_Occurred())
         return NULL;
+    /* (owned: the lock alloc_small waits on lets another thread submit on the stream,
+     * replacing its number) */
+    PyObject *submitted = Py_XNewRef(STREAM(stream)->submitted);
     PyObject *alloc = NULL;
     if (tensor_t != NULL && shape_of != NULL && submitted != NULL &&
         process->selected_pools != NULL && PyContextVar_CheckExact(process->selected_pools))
         alloc = alloc_small(shape_of, STREAM(stream)->device, n, stream, submitted,
                             process->selected_pools);
+    Py_XDECREF(submitted);
     if (alloc == NULL && PyErr_Occurred())
         return NULL;
     if (alloc == NULL || alloc == Py_None) {
@@ -242,6 +257,9 @@ may_launch(ExpressLaunches *self, PyObject *stream, PyObject *node)
     return backend != NULL && is_backend(backend) && !BACKEND(backend)->fault_seen;
 }
 
+static PyObject *launch_node(ExpressLaunches *self, PyObject *node, PyObject *out,
+                             PyObject *stream);
+
 static PyObject *
 Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -254,18 +272,31 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
                                              "Stream, not %.100s and %.100s",
                             Py_TYPE(op)->tp_name, Py_TYPE(stream)->tp_name);
     PyObject *node = TENSOR_OP(op)->node, *out = TENSOR_OP(op)->out;
-    if (node == NULL || out == NULL || !PyObject_TypeCheck(node, REGISTERED(NODE)))
-        Py_RETURN_NONE; /* (a TensorOp not initialized: the long way words it) */
+    PyTypeObject *tensor_t = REGISTERED(TENSOR);
+    if (node == NULL || out == NULL || !PyObject_TypeCheck(node, REGISTERED(NODE)) ||
+        (out != Py_None && (tensor_t == NULL || !PyObject_TypeCheck(out, tensor_t) ||
+                            TENSOR(out)->strides == NULL)))
+        Py_RETURN_NONE; /* (a TensorOp not initialized, an odd out=: the long way words it) */
     int may = may_launch(self, stream, node);
     if (may <= 0)
         return may < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *kind = NODE(node)->kind;
     if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "op"))
         return PyObject_CallFunctionObjArgs(self->wrapped, node, stream, NULL);
-    PyObject *out_strides = out == Py_None ? Py_None : TENSOR(out)->strides;
-    if (out_strides == NULL)
-        Py_RETURN_NONE;
-    PyObject *walked = plan_walk(node, out_strides);
+    /* (held: Python runs below, the plan's maker and the launchers) */
+    Py_INCREF(node);
+    Py_INCREF(out);
+    PyObject *launch = launch_node(self, node, out, stream);
+    Py_DECREF(node);
+    Py_DECREF(out);
+    return launch;
+}
+
+/* The launch of the op node node writing out (None: a new tensor) on stream, or None. */
+static PyObject *
+launch_node(ExpressLaunches *self, PyObject *node, PyObject *out, PyObject *stream)
+{
+    PyObject *walked = plan_walk(node, out == Py_None ? Py_None : TENSOR(out)->strides);
     if (walked == NULL || walked == Py_None)
         return walked;
     PyObject *key = PyTuple_GET_ITEM(walked, 0), *tensors = PyTuple_GET_ITEM(walked, 1);
@@ -280,6 +311,8 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *kernel = PyTuple_Check(found) && PyTuple_GET_SIZE(found) == P_FIELDS
                                ? PyTuple_GET_ITEM(found, P_KERNEL)
                                : NULL;
+        if (kernel != NULL && !PyObject_TypeCheck(kernel, (PyTypeObject *)self->kernel_core_t))
+            kernel = NULL;
         PyObject *prepared = kernel != NULL ? KERNEL(kernel)->prepared : NULL;
         PyObject *ordinal = DEVICE(STREAM(stream)->device)->ordinal;
         PyObject *ready = NULL;
@@ -321,10 +354,11 @@ static PyMethodDef Launches_methods[] = {
 
 static PyType_Slot Launches_slots[] = {
     {Py_tp_doc, "ExpressLaunches(plan, plans, plan_for, new_output, storage_view, scalar_arg, "
-                "wrapped)\n--\n\n"
+                "wrapped, small_max)\n--\n\n"
                 "TensorOps as raw launches (launch_plan.express_launch is its launch): the "
                 "LaunchPlan type, the plans by key, and the Python it calls for a plan not "
-                "seen, a new output, a storage view, a typed scalar and a wrapped op."},
+                "seen, a new output, a storage view, a typed scalar and a wrapped op, and the "
+                "largest block the block cache keeps."},
     {Py_tp_new, Launches_new},
     {Py_tp_traverse, Launches_traverse},
     {Py_tp_clear, Launches_clear},

@@ -185,7 +185,9 @@ def test_faulted_outputs_are_leaked_with_one_log_record() -> None:
         async def main():
             with ct.gate():  # the work waits on the policy's streams when the device faults
                 futs = [cuasync.from_host(np.ones(8)).then(lambda t: t.dup()).submit() for _ in range(5)]
-                trap = ct.trap(stream=cuasync.Device(0).new_stream()).submit()
+                s = cuasync.Device(0).new_stream()
+                with ct.gate(s):  # (the trap runs once its submission returned: a fault seen
+                    trap = ct.trap(stream=s).submit()  # by the submission would raise there)
                 res = await asyncio.gather(trap, *futs, return_exceptions=True)
             print(sorted({type(r).__name__ for r in res}))
         asyncio.run(main())

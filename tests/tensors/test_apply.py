@@ -9,6 +9,7 @@ on a seen structure as on a new one, and operands left unconsumed by an error.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -179,6 +180,10 @@ def test_operators_take_tensors_ops_and_numbers_and_hand_the_rest_on() -> None:
     bound = x.__mul__
     np.testing.assert_array_equal(bound(2.0).sync().to_host().sync(), 2 * a)
     assert repr(type(x).__rsub__) == "<cuasync operator subtract (reflected)>"
+    assert type(x).__mul__.__qualname__ == "TensorOperators.__mul__"
+    assert str(inspect.signature(type(x).__mul__)) == "(self, other, /)"
+    with pytest.raises(TypeError, match="first operand must be a cuasync Tensor or TensorOp"):
+        type(x).__add__(5, x)  # type: ignore[operator]
 
 
 @pytest.mark.anyio
