@@ -683,15 +683,16 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         goto done;
 
     /* the spin's inputs, read before the lock, so that nothing but running out of
-     * memory can fail once the work is launched */
+     * memory can fail once the work is launched (checked in every mode: a burst's await
+     * and a future spin later, in Python, on the same budget) */
     long long budget_us = 0;
     int long_ops = 0;
+    if (!PyLong_Check(budget)) {
+        PyErr_Format(PyExc_TypeError, "the hub's spin_budget_us must be an int, not %.100s",
+                     Py_TYPE(budget)->tp_name);
+        goto done;
+    }
     if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
-        if (!PyLong_Check(budget)) {
-            PyErr_Format(PyExc_TypeError, "the hub's spin_budget_us must be an int, not %.100s",
-                         Py_TYPE(budget)->tp_name);
-            goto done;
-        }
         budget_us = PyLong_AsLongLong(budget);
         if (budget_us == -1 && PyErr_Occurred())
             goto done;

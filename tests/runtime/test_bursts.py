@@ -96,6 +96,40 @@ async def test_a_burst_of_awaits_returns_each_output_in_stream_order(
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_bad_spin_budget_raises_in_a_burst_before_anything_is_submitted(
+    anyio_backend: Any, baseline: Any, stepping_aside: None
+) -> None:
+    # Awaits in a burst spin later, in Python: the core checks the budget in every mode,
+    # so a bad one is worded and takes no slot (it took one, then failed unworded).
+    if not _steps_aside(anyio_backend):
+        pytest.skip("awaits step aside on asyncio through the native core only")
+    x = await cuasync.zeros((64,), dtype="float32")
+    await bump[1, 64](x, 64)
+    hub = get_hub()
+    armed, bursts = cuasync.stats().slots_armed, cuasync.stats().burst_awaits
+    errors: list[str] = []
+
+    async def one() -> None:
+        try:
+            await bump[1, 64](x, 64)
+        except TypeError as exc:
+            errors.append(str(exc))
+
+    budget = hub.spin_budget_us
+    hub.spin_budget_us = 5.0  # type: ignore[assignment]  # (not an int)
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(one)
+    finally:
+        hub.spin_budget_us = budget
+    assert len(errors) == 20 and all("spin_budget_us must be an int" in e for e in errors)
+    assert cuasync.stats().slots_armed == armed
+    assert cuasync.stats().burst_awaits == bursts  # (none was launched to step aside)
+    np.testing.assert_array_equal(await x.to_host(), np.ones(64, np.float32))
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
 async def test_an_op_submitted_after_queued_launches_runs_after_them(
     anyio_backend: Any, baseline: Any
 ) -> None:
