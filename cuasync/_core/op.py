@@ -925,7 +925,7 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_as_launch", "_first", "_fn", "_graph_node", "_name")
+    __slots__ = ("_first", "_fn", "_graph_node", "_name")
 
     def __init__(
         self,
@@ -934,14 +934,12 @@ class _FnOp(DeviceOp[T]):
         name: str,
         graph_node: bool = False,
         first_use: FirstUse | None = None,
-        express: Express | None = None,
     ) -> None:
         super().__init__(device)
         self._fn = fn
         self._name = name
         self._graph_node = graph_node
         self._first = first_use
-        self._as_launch = express  # (TensorOp._express asks for it)
 
     def _trace_name(self) -> str:
         return self._name
@@ -964,10 +962,6 @@ class _FnOp(DeviceOp[T]):
 #: What an op's ``_first_use`` returns for a device: its kernels not yet prepared there.
 FirstUse = Callable[[Device], Sequence[tuple[Any, Device]]]
 
-#: An op's work on a stream as the launch op of its one kernel (not yet taken; its
-#: output the op's), or None where the long way must run it (``TensorOp._express``).
-Express = Callable[[Stream], Any]
-
 
 def device_op(
     fn: Callable[[ExecutionContext], Output[T]],
@@ -976,17 +970,14 @@ def device_op(
     *,
     graph_node: bool = False,
     first_use: FirstUse | None = None,
-    express: Express | None = None,
 ) -> DeviceOp[T]:
     """Build an op from ``fn(ctx) -> Output``: enqueue on ``ctx.stream``, declare every
     device allocation read or written with ``ctx.read``/``ctx.write``, retain host objects
     with ``ctx.retain``. ``graph_node``: the op only writes into existing tensors, so
     ``CudaGraph.update`` accepts it. ``first_use(device)``: the ``(kernel, device)``
     pairs ``fn`` would launch that are not yet prepared there, which an ``await``
-    prepares off the event loop first (cuasync's own ops). ``express(stream)``: the
-    same work as one kernel's launch op where it is one, which the native core submits
-    (a reduction wrapped in a ``TensorOp``; see :data:`Express`)."""
-    return _FnOp(fn, device, name, graph_node, first_use, express)
+    prepares off the event loop first (cuasync's own ops)."""
+    return _FnOp(fn, device, name, graph_node, first_use)
 
 
 class _NativeLaunchBase(DeviceOp[T]):

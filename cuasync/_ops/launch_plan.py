@@ -34,6 +34,7 @@ from .._launch.kernel import Kernel
 from .._native import NATIVE
 from .._tensor import Shape, Tensor, contiguous_strides
 from .codegen import (
+    _WEAK_C,
     UNROLL,
     VECTOR_BLOCK,
     VECTOR_GRID,
@@ -173,9 +174,6 @@ _plans: dict[tuple[Any, ...], LaunchPlan] = {}
 #: Plans kept before the cache starts over (shapes computed per request stay bounded).
 PLAN_CACHE_SIZE = 4096
 
-#: The specs of scalars passed to the kernel as they are (Python's bool, int, float).
-_WEAK = frozenset(("bool", "int", "float", "complex"))
-
 
 def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) -> LaunchPlan:
     lay = layout(node, shape, strides)
@@ -200,7 +198,7 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         launch=launch,
         dtype=node.dtype,
         nbytes=math.prod(shape) * node.dtype.itemsize,
-        specs=None if all(s in _WEAK for s in specs) else specs,
+        specs=None if all(s in _WEAK_C for s in specs) else specs,
         bits=bits,
         aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
         tail=tail,
@@ -231,8 +229,8 @@ def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:
 
 
 def _wrapped_launch(node: Node, stream: Stream) -> Any:
-    """A wrapped op's own launch op on ``stream`` (``device_op(..., express=)``: a
-    reduction's single launch), or None: the long way."""
+    """A wrapped op's own launch op on ``stream`` (its ``_as_launch``: a reduction's
+    single launch), or None: the long way."""
     as_launch = getattr(node.value, "_as_launch", None)
     return None if as_launch is None else as_launch(stream)
 

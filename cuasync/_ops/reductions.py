@@ -48,7 +48,7 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
-from .codegen import make_plan, scalar_arg, scalar_specs
+from .codegen import _WEAK_C, make_plan, scalar_arg, scalar_specs
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
 from .launch_plan import broadcast_strides, merge_axes, plan_key
@@ -184,19 +184,20 @@ def reduce_op(
             _RESOLVED[key] = known
         except TypeError:
             pass
-    spec, axes, shape, dt = known
+    spec, axes, shape, dt, strides = known
     if out is not None:
         elementwise.check_out(out, name, shape, dt, x.device)
+        strides = out.strides
     node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
-    work = _Reduction(name, node, spec, axes, keepdims, out, shape, dt)
+    work = _Reduction(name, node, spec, axes, keepdims, out, shape, dt, strides)
     return TensorOp(Node("pending", name, shape, dt, work, device=node.device), out)
 
 
 def _resolve(
     name: str, op: str, x: Tensor | TensorOp, axis: Any, dtype: Any, keepdims: Any
-) -> tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any]]:
+) -> tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any], Shape]:
     """What :func:`reduce_op`'s arguments decide, checked: the spec, the reduced axes, the
-    result's shape and dtype."""
+    result's shape, dtype and strides (a new tensor's)."""
     check_dtype(x.dtype, "x", name)
     if not isinstance(keepdims, (bool, np.bool_)):
         raise ArgumentError(f"{name}: keepdims must be a bool, got {keepdims!r}"[:200])
@@ -209,11 +210,13 @@ def _resolve(
             "elements is not defined"
         )
     shape = tuple(1 if j in axes else d for j, d in enumerate(x.shape) if keepdims or j not in axes)
-    return ReduceSpec(op, acc, res), axes, shape, np.dtype(res)
+    return ReduceSpec(op, acc, res), axes, shape, np.dtype(res), contiguous_strides(shape)
 
 
 #: :func:`_resolve`'s answers by the arguments that decide them (see :func:`reduce_op`).
-_RESOLVED: dict[tuple[Any, ...], tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any]]] = {}
+_RESOLVED: dict[
+    tuple[Any, ...], tuple[ReduceSpec, tuple[int, ...], Shape, np.dtype[Any], Shape]
+] = {}
 
 
 class _Reduction(DeviceOp[Tensor]):
@@ -221,7 +224,10 @@ class _Reduction(DeviceOp[Tensor]):
     (:meth:`_enqueue`), or as the one launch op of the generic kernel where it is one
     (:meth:`_as_launch`, which the native core submits)."""
 
-    __slots__ = ("_axes", "_dtype", "_keepdims", "_name", "_node", "_out", "_shape", "_spec")
+    __slots__ = (
+        *("_axes", "_dtype", "_keepdims", "_name", "_node", "_out", "_shape", "_spec"),
+        "_strides",
+    )
 
     def __init__(
         self,
@@ -233,9 +239,11 @@ class _Reduction(DeviceOp[Tensor]):
         out: Tensor | None,
         shape: Shape,
         dtype: np.dtype[Any],
+        strides: Shape,
     ) -> None:
         super().__init__(node.device)
         self._consumed = True  # (its TensorOp is what runs)
+        self._strides = strides  # (the output's: out's, or a new tensor's)
         self._name = name
         self._node = node
         self._spec = spec
@@ -262,8 +270,7 @@ class _Reduction(DeviceOp[Tensor]):
     def _first_use(self, on: Device) -> tuple[tuple[Any, Device], ...]:
         if math.prod(self._shape) == 0:
             return ()
-        out, spec, axes, keepdims = self._out, self._spec, self._axes, self._keepdims
-        strides = out.strides if out is not None else contiguous_strides(self._shape)
+        spec, axes, keepdims, strides = self._spec, self._axes, self._keepdims, self._strides
         try:
             found = _generic_layout(self._node, spec, axes, strides, keepdims)
             assert found is not None  # (stand-ins worked out)
@@ -285,10 +292,9 @@ class _Reduction(DeviceOp[Tensor]):
         device: a pending operand, no elements, a float4 kernel or split rows (a workspace
         zeroed first, partials combined after), an ``out=`` sharing an operand's memory."""
         node, spec, axes, keepdims = self._node, self._spec, self._axes, self._keepdims
-        out, shape, dtype = self._out, self._shape, self._dtype
+        out, shape, dtype, strides = self._out, self._shape, self._dtype, self._strides
         if math.prod(shape) == 0:
             return None
-        strides = out.strides if out is not None else contiguous_strides(shape)
         found = _generic_layout(node, spec, axes, strides, keepdims, stand_ins=False)
         if found is None:  # a pending operand: it runs first
             return None
@@ -342,7 +348,8 @@ def _splits(m: int, k: int, per_split: int, rows_in_flight: int) -> int:
 def _work_out(
     node: Node, spec: ReduceSpec, axes: tuple[int, ...], strides: Shape, keepdims: bool
 ) -> _Layout:
-    """:func:`_layout` worked out from the tree."""
+    """A reduction's layout (:data:`_Layout`) worked out from the tree; a pending leaf
+    raises ``ValueError`` (it runs first)."""
     plan, tensors, scalars = make_plan(node)
     shape = node.shape
     kept = [j for j in range(len(shape)) if j not in axes]
@@ -448,15 +455,13 @@ def _make_generic(spec: ReduceSpec, worked: _Layout) -> _GenericLayout:
         reduced=rstr[0],
         out_dims=kdims,
         out_strides=kstr[0],
-        specs=None if all(s in _WEAK for s in specs) else specs,
+        specs=None if all(s in _WEAK_C for s in specs) else specs,  # (weak: as they are)
         float4=_float4_kind(plan, spec, 0, 0, kdims, kstr, rdims, rstr) is not None,
     )
 
 
 #: :func:`_generic_layout`'s layouts, without the leaves (no tensor is kept alive).
 _GENERIC: dict[tuple[Any, ...], _GenericLayout] = {}
-#: The specs of scalars passed to the kernel as they are (Python's bool, int, float).
-_WEAK = frozenset(("bool", "int", "float", "complex"))
 
 
 def _generic(

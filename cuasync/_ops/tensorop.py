@@ -270,24 +270,23 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         launch._consumed = True  # the raw launch's await: the core's submission and spin
         return (yield from express._submit_await(launch, stream, adapter, None))
 
-    # A future is taken and submitted by _submit_now: a seen expression as its raw launch
-    # (the core makes the future in one call), else the long way. It is never skipped
-    # (others may await it): inside a cancel scope it is built outside it (detached).
-
     def submit(self) -> DeviceFuture[Tensor]:
         """See :meth:`DeviceOp.submit`."""
         if self._consumed:
             self._take()  # raises
-        if SCOPE.get() is not None and current_word():  # (see above)
-            with detached():
-                return self._submit_now(self._pick_stream())
-        return self._submit_now(self._pick_stream())
+        return self._submit_to(self._pick_stream())
 
     def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
         """See :meth:`DeviceOp.submit_on`."""
         if self._consumed or not isinstance(stream, Stream):
             return DeviceOp.submit_on(self, stream)  # raises
-        if SCOPE.get() is not None and current_word():  # (see above)
+        return self._submit_to(stream)
+
+    def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """Take this op and submit it on ``stream``: a seen expression as its raw launch
+        (the core makes the future in one call), else the long way. A future is never
+        skipped (others may await it): inside a cancel scope it is built outside it."""
+        if current_word():
             with detached():
                 return self._submit_now(stream)
         return self._submit_now(stream)
