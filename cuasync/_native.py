@@ -66,6 +66,7 @@ TensorOpCore = _reactor.TensorOpCore
 UploadOpCore = _reactor.UploadOpCore
 NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
+ReduceWorkCore = _reactor.ReduceWorkCore
 BlockCore = _reactor.BlockCore
 BlockCacheCore = _reactor.BlockCacheCore
 AdapterCore = _reactor.AdapterCore
@@ -98,6 +99,7 @@ __all__ = [
     "OutputCore",
     "PreparedCore",
     "ProcessCore",
+    "ReduceWorkCore",
     "RoundRobinCore",
     "SingleStreamCore",
     "StreamCore",

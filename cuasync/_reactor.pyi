@@ -552,9 +552,10 @@ class ExpressLaunches:
         new_output: Callable[[Any, tuple[int, ...], Any], Any],
         storage_view: Callable[[Any], Any],
         scalar_arg: Callable[[Any, str], Any],
-        wrapped: Callable[[Any, Any], Any],
         small_max: int,
     ) -> Self: ...
+    #: a reduction's plan not seen before (``reductions._reduce_plan_for``), or None
+    reduce_plan_for: Callable[[Any, None, tuple[Any, ...], list[Any]], Any] | None
     def launch(self, op: Any, stream: Any, /) -> Any: ...
 
 @disjoint_base
@@ -563,6 +564,16 @@ class UploadWorkCore:
 
     source: Any
     dtype: np.dtype[Any]
+
+@disjoint_base
+class ReduceWorkCore:
+    """The fields of a reduction's pending value (its base type), read by ``ExpressLaunches``."""
+
+    _node: Any
+    _key: tuple[Any, ...]
+    _out: Any
+    _strides: tuple[int, ...]
+    _shape: tuple[int, ...]
 
 @disjoint_base
 class BlockCore:
@@ -625,6 +636,8 @@ class ProcessCore:
     kernel_check_aliasing: Callable[[Any, list[Any]], None] | None
     kernel_device_of: Callable[[list[Any]], Any] | None
     kernel_prepare: Callable[[Any, Any], Any] | None
+    #: the null pointer of a pointer parameter a launch leaves unused (no tensor)
+    kernel_null: int | None
     #: what an op collected unexecuted calls (``op.py``'s warning)
     op_unexecuted: Callable[[Any], None] | None
     #: the route pageable copies are forced to, or None (``pageable.forced``)

@@ -104,6 +104,12 @@ class DevicePointer(int):
         return f"DevicePointer({int(self):#x}{typed})"
 
 
+#: The pointer cuasync passes for a pointer parameter a launch leaves unused (a
+#: reduction's workspace where it has none): no tensor, nothing to order; a launcher
+#: (``kernel[grid, block]``) takes this very object as such (``PROCESS.kernel_null``).
+NULL_POINTER = DevicePointer(0)
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """NVRTC options; part of the compile cache key.
@@ -711,21 +717,6 @@ class _Launchable(KernelCore, Generic[R]):
             prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
         )
 
-    def _trusted_launch(
-        self, device: Device, grid: Dim3, block: Dim3, args: Sequence[Any], output: Any
-    ) -> DeviceOp[R]:
-        """The launch op of arguments cuasync built itself (as :meth:`_enqueue_trusted`
-        takes them), for the native core to submit; its output is ``output``. A kernel
-        taking a cancel word gets the current scope's (replaced when it is executed in
-        another: ``_CancellableLaunch``).
-
-        >>> launch = kernel._trusted_launch(device, grid, (256, 1, 1), (out, x, n), out)
-        """
-        if self._cancel:
-            args = (*args, current_word(device.ordinal))
-        converted, tensors = self._trusted(args)
-        return self._launch_op(device, converted, tensors, [output], grid, block, 0)
-
     def _trusted(self, args: Sequence[Any]) -> tuple[list[Any], list[tuple[Tensor, Param]]]:
         """``args`` (cuasync's own) as the launch passes them, and the tensors among them
         with their parameters: scalars in range pass as they are (see :meth:`_make_plan`),
@@ -762,6 +753,7 @@ PROCESS.kernel_launch_checked = _Launchable._launch_checked
 PROCESS.kernel_check_aliasing = _Launchable._check_aliasing
 PROCESS.kernel_device_of = _Launchable._device_of
 PROCESS.kernel_prepare = _Launchable._prepare_launch
+PROCESS.kernel_null = NULL_POINTER
 
 
 class _Launch(_NativeLaunchBase[Any], LaunchCore):

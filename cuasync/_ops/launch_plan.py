@@ -50,12 +50,14 @@ from .expr import Node
 plan_key = NATIVE.plan_key
 
 __all__ = [
+    "LAUNCHES",
     "LaunchPlan",
     "Layout",
     "broadcast_strides",
     "express_launch",
     "layout",
     "merge_axes",
+    "record_plan",
     "vector_access",
 ]
 
@@ -141,16 +143,19 @@ def vector_access(views: Sequence[Tensor], width: int) -> bool:
 
 
 class LaunchPlan(NamedTuple):
-    """What launching one seen layout of an expression needs besides its arguments: the
-    ``kernel``, its launchers for vector and element accesses (``vec_launch`` is None
-    for a strided kernel), the output's ``dtype`` and bytes, the scalars' ``specs``
-    (None: all weak, passed as they are), whether an operand needs its storage view
-    (``bits``: float16, bfloat16), the bytes each operand's pointer must be a multiple
-    of for vector accesses (``aligns``, the output's first), the arguments after the
-    scalars (``tail``: the element count and the strided kernel's dims and strides),
+    """What launching one seen layout needs besides its arguments: the ``kernel``, its
+    launchers for vector and element accesses (``vec_launch`` is None where it has no
+    vector accesses), the output's ``dtype`` and bytes, the scalars' ``specs`` (None: all
+    weak, passed as they are), whether an operand needs its storage view (``bits``:
+    float16, bfloat16), the bytes each operand's pointer must be a multiple of for vector
+    accesses (``aligns``, the output's first), the null pointers passed after the output
+    (``nulls``: a reduction's unused workspace), the arguments after the scalars of the
+    element and the vector launch (``tail``, ``vec_tail``: an elementwise kernel's element
+    count, its strided kernel's dims and strides, its contiguous kernel's vec flag),
     each operand's element size (``itemsizes``, the output's first) and the output's
-    ``strides`` (a new output's: contiguous). Read natively
-    (``reactor/python/launches.c``), by these names."""
+    ``strides`` (a new output's: contiguous). Its arguments: the output, the nulls, the
+    operands, the scalars, the tail. Read natively (``reactor/python/launches.c``), by
+    these names; a reduction's is made by ``reductions._reduce_plan_for``."""
 
     kernel: Kernel
     vec_launch: Callable[..., Any] | None
@@ -160,7 +165,9 @@ class LaunchPlan(NamedTuple):
     specs: tuple[str, ...] | None
     bits: bool
     aligns: tuple[int, ...]
+    nulls: int
     tail: tuple[int, ...]
+    vec_tail: tuple[int, ...] | None
     itemsizes: tuple[int, ...]
     strides: Shape
 
@@ -168,8 +175,9 @@ class LaunchPlan(NamedTuple):
 #: Plans by the native ``plan_key`` of the expression: what decides them (each op's name,
 #: loop dtypes, dtype and arity; each tensor operand's dtype, shape and strides, its
 #: broadcast layout and contiguity; each scalar's dtype or weak type; the output's shape
-#: and strides, None for a new tensor), in ``make_plan``'s order.
-_plans: dict[tuple[Any, ...], LaunchPlan] = {}
+#: and strides, None for a new tensor), in ``make_plan``'s order; a reduction's by
+#: (its tree's key, its own key), None where the long way runs it.
+_plans: dict[tuple[Any, ...], LaunchPlan | None] = {}
 
 #: Plans kept before the cache starts over (shapes computed per request stay bounded).
 PLAN_CACHE_SIZE = 4096
@@ -183,11 +191,13 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         builtin.BIT_DTYPES.get(dtype_name(node.dtype))
     )
     kernel, block = lay.kernel, builtin.BLOCK
+    vec_tail: tuple[int, ...] | None = None
     if lay.contiguous:  # (vectors: one a thread, one pass of the grid, as tensorop.run)
         vec_work = -(-n // (lay.width * VECTORS))
         vec_launch = kernel[builtin.blocks(vec_work, VECTOR_BLOCK, VECTOR_GRID), VECTOR_BLOCK]
         launch = kernel[builtin.blocks(-(-n // UNROLL)), block]
-        tail: tuple[int, ...] = (n,)
+        tail: tuple[int, ...] = (n, 0)  # (the kernel's int vec: 1 for its vector accesses)
+        vec_tail = (n, 1)
     else:
         vec_launch = None
         launch = kernel[builtin.blocks(n), block]
@@ -201,7 +211,9 @@ def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) 
         specs=None if all(s in _WEAK_C for s in specs) else specs,
         bits=bits,
         aligns=tuple(lay.width * dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
+        nulls=0,
         tail=tail,
+        vec_tail=vec_tail,
         itemsizes=tuple(dt.itemsize for dt in [node.dtype, *(t.dtype for t in tensors)]),
         strides=strides,
     )
@@ -216,23 +228,22 @@ def _plan_for(
     if math.prod(shape) == 0:
         return None
     strides = contiguous_strides(shape) if out is None else out.strides
+    return record_plan(key, _make_plan(node, shape, strides, tensors))
+
+
+def record_plan(key: tuple[Any, ...], plan: LaunchPlan | None) -> LaunchPlan | None:
+    """``plan`` recorded as ``key``'s (None: the long way runs that layout), the cache
+    starting over at :data:`PLAN_CACHE_SIZE` plans."""
     if len(_plans) >= PLAN_CACHE_SIZE:
         _plans.clear()
-    found = _plans[key] = _make_plan(node, shape, strides, tensors)
-    return found
+    _plans[key] = plan
+    return plan
 
 
 def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:
     """A new contiguous tensor of ``plan``'s dtype, allocated on ``stream`` (where the
     native launch takes no block from the block cache)."""
     return Tensor(Allocation(stream.device, plan.nbytes, stream), shape, plan.dtype)
-
-
-def _wrapped_launch(node: Node, stream: Stream) -> Any:
-    """A wrapped op's own launch op on ``stream`` (its ``_as_launch``: a reduction's
-    single launch), or None: the long way."""
-    as_launch = getattr(node.value, "_as_launch", None)
-    return None if as_launch is None else as_launch(stream)
 
 
 #: TensorOps as raw launches (``reactor/python/launches.c``): :func:`express_launch`.
@@ -243,7 +254,6 @@ LAUNCHES = NATIVE.ExpressLaunches(
     _new_output,
     builtin.storage_view,
     scalar_arg,
-    _wrapped_launch,
     block_cache.SMALL_MAX,
 )
 
@@ -251,7 +261,8 @@ LAUNCHES = NATIVE.ExpressLaunches(
 #: ``op`` on ``stream`` into its ``out=`` or a new tensor allocated there, or None where
 #: the long way must run it (a capturing stream, another device's stream, tracing, a
 #: device fault seen, a pending leaf, no elements, a kernel not yet prepared for the
-#: device: its first use prepares it off the loop). A wrapped op gives its own launch.
+#: device: its first use prepares it off the loop). A reduction is its generic kernel's
+#: one launch (``reduce_plan_for``, set by ``reductions``), or None where it needs more.
 #:
 #: >>> launch = express_launch(op, stream)
 #: >>> future = launch.submit_on(stream)       # a raw launch's submission

@@ -460,25 +460,42 @@ def _finish(spec: ReduceSpec, v: np.ndarray, i: np.ndarray, k: int) -> np.ndarra
     return v.astype(spec.out)
 
 
-def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
-    """The numpy function the emulator runs for ``ca_reduce`` of ``plan`` and ``spec``."""
+def twin(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> Callable[..., None]:
+    """The numpy function the emulator runs for ``ca_reduce`` of ``plan`` and ``spec`` over
+    ``nk`` kept and ``nr`` reduced dims. As the kernel does, it reads each operand and
+    writes the output through the dims and strides it is passed (from the pointer: the
+    array's own shape is not the kernel's view)."""
     found: dict[str, dict[int, str]] = {"x": {}, "s": {}}
     _leaves(plan, found)
     xdt = [np.dtype(dt) for _, dt in sorted(found["x"].items())]
     specs = [s for _, s in sorted(found["s"].items())]
     acc, arg = np.dtype(spec.acc), spec.op in ARG_OPS
+    nd = nk + nr
 
-    def run(out: np.ndarray, wsv: Any, *args: Any) -> None:
+    def viewed(a: np.ndarray, dims: list[int], strides: list[int]) -> np.ndarray:
+        size = a.itemsize  # (the elements the tensor covers: the layout came from it)
+        return np.lib.stride_tricks.as_strided(
+            a, dims, [st * size for st in strides], writeable=True
+        )
+
+    def run(out_array: np.ndarray, wsv: Any, *args: Any) -> None:
         wsi, args = (args[0], args[1:]) if arg else (None, args)
-        nx = len(xdt)
-        xs = [a.view(dt) for a, dt in zip(args[:nx], xdt, strict=True)]
+        nx, ns = len(xdt), len(specs)
+        geometry = [int(a) for a in args[nx + ns + 6 :]]
+        dims, strides = geometry[:nd], geometry[nd + nk :]
+        kept = dims[:nk]
+        out = viewed(out_array.view(np.dtype(spec.out)), kept, geometry[nd : nd + nk])
+        xs = [
+            viewed(a.view(dt), dims, strides[i * nd : (i + 1) * nd])
+            for i, (a, dt) in enumerate(zip(args[:nx], xdt, strict=True))
+        ]
         ss = [
             {"bool": bool, "int": int, "float": float}[s](a.item())
             if s in _WEAK_C
             else np.dtype(s).type(a)
-            for a, s in zip(args[nx : nx + len(specs)], specs, strict=True)
+            for a, s in zip(args[nx : nx + ns], specs, strict=True)
         ]
-        m, k, splits, chunk, phase, mode = (int(a) for a in args[nx + len(specs) :][:6])
+        m, k, splits, chunk, phase, mode = (int(a) for a in args[nx + ns :][:6])
         with np.errstate(all="ignore"):
             if phase == 1:
                 shape = (m, splits) if mode != 1 else (splits, m)
@@ -490,9 +507,9 @@ def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
                     best, idx = v[np.arange(m), pick], i[np.arange(m), pick]
                 else:
                     best, idx = _part(spec.op, v, 0)
-                out.view(np.dtype(spec.out))[...] = _finish(spec, best, idx, k).reshape(out.shape)
+                out[...] = _finish(spec, best, idx, k).reshape(kept)
                 return
-            value = np.asarray(np.broadcast_to(_evaluate(plan, xs, ss), xs[0].shape))
+            value = np.asarray(np.broadcast_to(_evaluate(plan, xs, ss), dims))
             value = value.reshape(m, k)
             if spec.op == "norm" and value.dtype.kind == "c":  # |x|^2, real
                 re, im = value.real.astype(acc), value.imag.astype(acc)
@@ -503,7 +520,7 @@ def twin(plan: Plan, spec: ReduceSpec) -> Callable[..., None]:
                     v2 = v2 * v2
             if splits == 1:
                 v, i = _part(spec.op, v2, 0)
-                out.view(np.dtype(spec.out))[...] = _finish(spec, v, i, k).reshape(out.shape)
+                out[...] = _finish(spec, v, i, k).reshape(kept)
                 return
             parts = [
                 _part(spec.op, v2[:, s * chunk : (s + 1) * chunk], s * chunk) for s in range(splits)
@@ -620,6 +637,8 @@ def kernel_for(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> Kernel:
         with _lock:
             found = _kernels.get(key)
             if found is None:
-                found = Kernel(source(plan, spec, nk, nr), "ca_reduce", emulate=twin(plan, spec))
+                found = Kernel(
+                    source(plan, spec, nk, nr), "ca_reduce", emulate=twin(plan, spec, nk, nr)
+                )
                 _kernels[key] = found
     return found

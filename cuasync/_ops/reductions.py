@@ -29,9 +29,7 @@ import numpy as np
 from .._axes import Axes
 from .._backends import get_backend
 from .._core.context import ExecutionContext
-from .._core.device import Device, Stream
-from .._core.memory import Allocation
-from .._core.op import DeviceOp
+from .._core.device import Device
 from .._core.output import Output
 from .._dtypes import (
     DEFAULT_FLOAT,
@@ -43,7 +41,8 @@ from .._dtypes import (
 )
 from .._first_use import unprepared
 from .._launch import builtin
-from .._launch.kernel import DevicePointer, Kernel
+from .._launch.kernel import NULL_POINTER, Kernel
+from .._native import ReduceWorkCore
 from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -51,7 +50,7 @@ from . import elementwise
 from .codegen import _WEAK_C, make_plan, scalar_arg, scalar_specs
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
-from .launch_plan import broadcast_strides, merge_axes, plan_key
+from .launch_plan import LAUNCHES, LaunchPlan, broadcast_strides, merge_axes, plan_key, record_plan
 from .reduce_codegen import (
     ARG_OPS,
     FLOAT4_OPS,
@@ -219,15 +218,13 @@ _RESOLVED: dict[
 ] = {}
 
 
-class _Reduction(DeviceOp[Tensor]):
+class _Reduction(ReduceWorkCore):
     """A reduction's work, the pending value of its ``TensorOp``: enqueued the long way
-    (:meth:`_enqueue`), or as the one launch op of the generic kernel where it is one
-    (:meth:`_as_launch`, which the native core submits)."""
+    (:meth:`_enqueue`), or, where it is one launch of the generic kernel, launched by the
+    native core from its plan (``express_launch``, which reads the native base's fields:
+    the tree, the plan key's rest, out=, the output's strides and shape)."""
 
-    __slots__ = (
-        *("_axes", "_dtype", "_keepdims", "_name", "_node", "_out", "_shape", "_spec"),
-        "_strides",
-    )
+    __slots__ = ("_axes", "_dtype", "_keepdims", "_name", "_spec")
 
     def __init__(
         self,
@@ -241,23 +238,19 @@ class _Reduction(DeviceOp[Tensor]):
         dtype: np.dtype[Any],
         strides: Shape,
     ) -> None:
-        super().__init__(node.device)
-        self._consumed = True  # (its TensorOp is what runs)
-        self._strides = strides  # (the output's: out's, or a new tensor's)
-        self._name = name
         self._node = node
+        self._key = (spec, axes, keepdims)
+        self._out = out
+        self._strides = strides  # (the output's: out's, or a new tensor's)
+        self._shape = shape
+        self._name = name
         self._spec = spec
         self._axes = axes
         self._keepdims = keepdims
-        self._out = out
-        self._shape = shape
         self._dtype = dtype
 
-    def _trace_name(self) -> str:
-        return self._name
-
     def __repr__(self) -> str:
-        return f"<cuasync.DeviceOp {self._name} (consumed)>"
+        return f"<cuasync reduction {self._name}>"
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         out = self._out
@@ -284,41 +277,65 @@ class _Reduction(DeviceOp[Tensor]):
         assert found is not None
         return (*first_uses(pending, on), *unprepared([found[0].kernel], on))
 
-    def _as_launch(self, stream: Stream) -> Any:
-        """The reduction as the launch op of the generic kernel (not yet taken; its output
-        ``out`` or a new tensor allocated on ``stream``), the same launch :func:`_launch`
-        enqueues, as a trusted launch (cuasync built its arguments), which the native core
-        submits; None where it is not one launch of a kernel prepared on ``stream``'s
-        device: a pending operand, no elements, a float4 kernel or split rows (a workspace
-        zeroed first, partials combined after), an ``out=`` sharing an operand's memory."""
-        node, spec, axes, keepdims = self._node, self._spec, self._axes, self._keepdims
-        out, shape, dtype, strides = self._out, self._shape, self._dtype, self._strides
-        if math.prod(shape) == 0:
-            return None
-        found = _generic_layout(node, spec, axes, strides, keepdims, stand_ins=False)
-        if found is None:  # a pending operand: it runs first
-            return None
-        layout, tensors, scalars = found
-        device = stream.device
-        if layout.by_element.partials or layout.kernel._prepared.get(device.ordinal) is None:
-            return None
-        if layout.float4 and _float4_kind(
-            layout.plan, spec, tensors[0].ptr, 0 if out is None else out.ptr, *layout.merged
-        ):
-            return None
-        if out is not None and any(t.allocation is out.allocation for t in tensors):
-            return None
-        result = out
-        if result is None:
-            nbytes = math.prod(shape) * dtype.itemsize
-            result = Tensor(Allocation(device, nbytes, stream), shape, dtype, strides)
-        g = _generic(layout, tensors, scalars, result)
-        args = _arguments(g, spec, 0, _NULL, _NULL)
-        return layout.kernel._trusted_launch(device, g.grids[0], _BLOCK3, args, result)
+
+def _reduce_plan_for(
+    work: _Reduction, _: None, key: tuple[Any, ...], tensors: list[Tensor]
+) -> LaunchPlan | None:
+    """The launch plan of a reduction's layout not seen before (``key``: its tree's
+    ``plan_key`` and its own), made and recorded: the generic kernel's one launch, its
+    workspace the null pointer; None (recorded too) where the layout is not one launch
+    (split rows: a workspace zeroed first, partials combined after; a float4 kernel may
+    take it) or has no elements: the long way runs it."""
+    shape, strides = work._shape, work._strides
+    plan: LaunchPlan | None = None
+    if math.prod(shape) != 0:
+        spec = work._spec
+        worked = _work_out(work._node, spec, work._axes, strides, work._keepdims)
+        layout = _make_generic(spec, worked)
+        if not layout.by_element.partials and not layout.float4:
+            plan = _one_launch(layout, spec, work._dtype, shape, strides, tensors)
+    return record_plan(key, plan)
 
 
-#: The workspace argument of a launch that has none, and a launch's block.
-_NULL = DevicePointer(0)
+def _one_launch(
+    layout: _GenericLayout,
+    spec: ReduceSpec,
+    dtype: np.dtype[Any],
+    shape: Shape,
+    strides: Shape,
+    tensors: list[Tensor],
+) -> LaunchPlan:
+    """The :class:`LaunchPlan` of ``layout``'s one launch writing ``shape`` and ``strides``:
+    rows read in vectors where the first operand's rows are aligned for them (the layout
+    decides the strides, the pointer is checked per launch, as :func:`vector_rows`)."""
+    kernel, element, vector = layout.kernel, layout.by_element, layout.by_vector
+    if vector is not None and not (
+        layout.reduced == (1,) and all(s % layout.width == 0 for s in layout.kept)
+    ):
+        vector = None
+    dtypes = [dtype, *(t.dtype for t in tensors)]
+    first = tensors[0].itemsize * layout.width
+    return LaunchPlan(
+        kernel=kernel,
+        vec_launch=None if vector is None else kernel[vector.grids[0], _BLOCK3],
+        launch=kernel[element.grids[0], _BLOCK3],
+        dtype=dtype,
+        nbytes=math.prod(shape) * dtype.itemsize,
+        specs=layout.specs,
+        bits=any(builtin.BIT_DTYPES.get(dtype_name(dt)) for dt in dtypes),
+        aligns=(1, first, *(1 for _ in tensors[1:])),
+        nulls=2 if spec.op in ARG_OPS else 1,
+        tail=(*element.sizes, 0, *element.dims),
+        vec_tail=None if vector is None else (*vector.sizes, 0, *vector.dims),
+        itemsizes=tuple(dt.itemsize for dt in dtypes),
+        strides=strides,
+    )
+
+
+LAUNCHES.reduce_plan_for = _reduce_plan_for
+
+
+#: A launch's block.
 _BLOCK3 = (_BLOCK, 1, 1)
 
 
@@ -564,7 +581,7 @@ def _launch(
         wsv: Any = new_tensor(ctx, (g.partials,), np.dtype(spec.acc), "reduction partials")
         wsi: Any = new_tensor(ctx, (g.partials,), np.dtype(np.int64), "reduction partials")
     else:
-        wsv = wsi = _NULL
+        wsv = wsi = NULL_POINTER
     for phase, grid in enumerate(g.grids):
         args = _arguments(g, spec, phase, wsv, wsi)
         layout.kernel._enqueue_trusted(ctx, grid, _BLOCK3, args)
@@ -671,7 +688,7 @@ def _workspace(ctx: ExecutionContext, floats: int, counters: int) -> tuple[Any, 
     workspace of each launch's own: launches on other streams, and later launches
     reusing its memory, never see another's counts."""
     if not floats:
-        return DevicePointer(0), DevicePointer(0)
+        return NULL_POINTER, NULL_POINTER
     ws = new_tensor(ctx, (floats + counters,), np.dtype(np.float32), "reduction partials")
     part = Tensor(ws.allocation, (floats,), ws.dtype, (1,), ws.offset)
     count = Tensor(ws.allocation, (counters,), np.dtype(np.uint32), (1,), ws.offset + floats)

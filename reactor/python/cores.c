@@ -107,6 +107,7 @@ REGISTERING(SingleStreamCore, REG_SINGLE_STREAM)
 REGISTERING(UploadOpCore, REG_UPLOAD_OP)
 REGISTERING(NodeCore, REG_NODE)
 REGISTERING(UploadWorkCore, REG_UPLOAD_WORK)
+REGISTERING(ReduceWorkCore, REG_REDUCE_WORK)
 REGISTERING(BlockCore, REG_BLOCK)
 
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
@@ -128,6 +129,7 @@ REGISTERING(BlockCore, REG_BLOCK)
 #define UploadOpCore_EXTRA_SLOTS {Py_tp_methods, UploadOpCore_methods},
 #define NodeCore_EXTRA_SLOTS {Py_tp_methods, NodeCore_methods}, {Py_tp_new, NodeCore_new},
 #define UploadWorkCore_EXTRA_SLOTS {Py_tp_methods, UploadWorkCore_methods},
+#define ReduceWorkCore_EXTRA_SLOTS {Py_tp_methods, ReduceWorkCore_methods},
 #define BlockCore_EXTRA_SLOTS {Py_tp_methods, BlockCore_methods},
 #define AdapterCore_EXTRA_SLOTS
 #define DeviceCore_EXTRA_SLOTS
@@ -416,6 +418,16 @@ CORE_TYPE(UploadWorkCore, "UploadWorkCore",
           MEMBER(UploadWorkCore, source, "source", "The numpy array uploaded."),
           MEMBER(UploadWorkCore, dtype, "dtype", "The tensor's dtype."));
 
+CORE_TYPE(ReduceWorkCore, "ReduceWorkCore",
+          "The fields of a reduction's pending value (its base type), which ExpressLaunches "
+          "reads: the tree, the rest of its plan's key, out=, the output's strides and shape.",
+          MEMBER(ReduceWorkCore, node, "_node", "The Node of the tree it reduces."),
+          MEMBER(ReduceWorkCore, key, "_key", "(spec, axes, keepdims): with the tree's "
+                                              "plan_key, its launch plan's key."),
+          MEMBER(ReduceWorkCore, out, "_out", "Its out= tensor, or None."),
+          MEMBER(ReduceWorkCore, strides, "_strides", "The output's strides."),
+          MEMBER(ReduceWorkCore, shape, "_shape", "The output's shape."));
+
 CORE_TYPE(BlockCore, "BlockCore",
           "The fields of a PinnedBlock (its base type): address, capacity, size class, pool.",
           MEMBER(BlockCore, address, "address", "The pinned host address, an int."),
@@ -445,6 +457,9 @@ CORE_TYPE(ProcessCore, "ProcessCore",
           OPTIONAL(ProcessCore, kernel_prepare, "kernel_prepare",
                    "What a launch built now holds for a kernel not prepared on its device: "
                    "(kernel, device)."),
+          OPTIONAL(ProcessCore, kernel_null, "kernel_null",
+                   "The null pointer cuasync passes for a pointer parameter a launch leaves "
+                   "unused (kernel.NULL_POINTER): a launcher takes it as no tensor."),
           OPTIONAL(ProcessCore, op_unexecuted, "op_unexecuted",
                    "What an op collected unexecuted calls: (op)."),
           OPTIONAL(ProcessCore, forced_route, "forced_route",
@@ -687,6 +702,7 @@ core_subtype_check(PyObject *t, const char *core, const char *what)
         {"UploadOpCore", UploadOpCore_dealloc},
         {"NodeCore", NodeCore_dealloc},
         {"UploadWorkCore", UploadWorkCore_dealloc},
+        {"ReduceWorkCore", ReduceWorkCore_dealloc},
         {"BlockCore", BlockCore_dealloc},
         {"AdapterCore", AdapterCore_dealloc},
         {"DeviceCore", DeviceCore_dealloc},

@@ -152,6 +152,14 @@ typedef struct {
     PyObject *source, *dtype;
 } UploadWorkCore;
 
+/* _Reduction (a reduction's pending value): node (the tree it reduces), key (what else
+ * decides its launch: spec, axes, keepdims), out (its out= or None), strides (its
+ * output's), shape (its output's) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *node, *key, *out, *strides, *shape;
+} ReduceWorkCore;
+
 /* PinnedBlock: address, capacity, size_class, _pool */
 typedef struct {
     PyObject_HEAD
@@ -181,6 +189,9 @@ typedef struct {
      * tensors, the preparation of a kernel for a device */
     PyObject *kernel_configure, *kernel_launch, *kernel_launch_checked, *kernel_check_aliasing,
         *kernel_device_of, *kernel_prepare;
+    /* the null pointer cuasync passes for a pointer parameter a launch leaves unused (a
+     * reduction's workspace: kernel.NULL_POINTER), which a launcher takes as no tensor */
+    PyObject *kernel_null;
     /* what an op collected unexecuted calls (op.py's warning; OpCore's finalizer) */
     PyObject *op_unexecuted;
     /* the route pageable copies are forced to (None: chosen by size; pageable.forced) and
@@ -292,6 +303,7 @@ extern _Thread_local char cuasync_active, cuasync_traced;
 #define UPLOAD_OP(o) ((UploadOpCore *)(o))
 #define NODE(o) ((NodeCore *)(o))
 #define UPLOAD_WORK(o) ((UploadWorkCore *)(o))
+#define REDUCE_WORK(o) ((ReduceWorkCore *)(o))
 #define BLOCK(o) ((BlockCore *)(o))
 #define OP(o) ((OpCore *)(o))
 #define LAUNCH(o) ((LaunchCore *)(o))
@@ -315,7 +327,10 @@ enum {
     REG_FUTURE, REG_COMPLETION, REG_ROUND_ROBIN, REG_SINGLE_STREAM,
     /* (a small upload's: HostUploadOp, Node, _HostUpload, PinnedBlock; Express.upload
      * and build_upload decline while one is not declared) */
-    REG_UPLOAD_OP, REG_NODE, REG_UPLOAD_WORK, REG_BLOCK, REG_COUNT
+    REG_UPLOAD_OP, REG_NODE, REG_UPLOAD_WORK, REG_BLOCK,
+    /* (a reduction's pending value: ExpressLaunches takes the TensorOp the long way while
+     * it is not declared) */
+    REG_REDUCE_WORK, REG_COUNT
 };
 /* (the classes every Express needs declared before it is made) */
 #define REG_EXPRESS_NEEDS REG_UPLOAD_OP
@@ -374,7 +389,7 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     KernelCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
-    NodeCore_spec, UploadWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
+    NodeCore_spec, UploadWorkCore_spec, ReduceWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
     DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
     BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];

@@ -91,14 +91,16 @@ call_kernel(Launcher *self, PyObject *path, PyObject *const *args, Py_ssize_t na
     return r;
 }
 
-/* Whether argument a passes plan entry e: 1, 0, or -1 with an error. */
+/* Whether argument a passes plan entry e: 1, 0, or -1 with an error (null: the null
+ * pointer a pointer parameter may take, PROCESS.kernel_null, or NULL). */
 static int
-passes(Launcher *self, const plan_entry *e, PyObject *a)
+passes(Launcher *self, const plan_entry *e, PyObject *a, PyObject *null)
 {
     switch (e->kind) {
     case ARG_TENSOR:
-        return Py_IS_TYPE(a, self->tensor_t) &&
-               (e->dtype == NULL || TENSOR(a)->dtype == e->dtype);
+        return (Py_IS_TYPE(a, self->tensor_t) &&
+                (e->dtype == NULL || TENSOR(a)->dtype == e->dtype)) ||
+               a == null;
     case ARG_INT: {
         if (!PyLong_CheckExact(a))
             return 0;
@@ -144,29 +146,46 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
      * theirs) */
     if (nargs != self->n || KERNEL(self->kernel)->params != self->params)
         return call_kernel(self, PATH(self->process, kernel_launch), args, nargs);
+    PyObject *null = PROCESS(self->process)->kernel_null;
+    if (null == Py_None)
+        null = NULL;
+    Py_ssize_t nulls = 0; /* (pointer parameters passed the null pointer: no tensor) */
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        int ok = passes(self, &self->plan[i], args[i]);
+        int ok = passes(self, &self->plan[i], args[i], null);
         if (ok < 0)
             return NULL;
         if (!ok)
             return call_kernel(self, PATH(self->process, kernel_launch_checked), args, nargs);
+        nulls += args[i] == null && self->plan[i].kind == ARG_TENSOR;
     }
     /* the op's tuples: its arguments, and its tensor arguments (none: the shared empty
      * tuple, so that a launch without them allocates no container; a tuple of scalars
-     * only, the collector untracks); their parameters are the launcher's tuple */
+     * only, the collector untracks); their parameters are the launcher's tuple, or where
+     * a null pointer stands for a tensor, the op's own (the tensors' only) */
+    Py_ssize_t ntensors = self->npointers - nulls;
     PyObject *arglist = PyTuple_New(nargs);
-    PyObject *tensors = PyTuple_New(self->npointers);
+    PyObject *tensors = PyTuple_New(ntensors);
+    PyObject *writes = nulls ? PyTuple_New(ntensors) : Py_NewRef(self->writes);
+    PyObject *params = nulls ? PyTuple_New(ntensors) : Py_NewRef(self->tensor_params);
     PyObject *device = NULL, *prepared = NULL, *output = NULL, *op = NULL, *pairs = NULL;
-    if (arglist == NULL || tensors == NULL)
+    if (arglist == NULL || tensors == NULL || writes == NULL || params == NULL)
         goto fail;
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < nargs; i++) {
+    for (Py_ssize_t i = 0, k = 0, p = 0; i < nargs; i++) {
         PyTuple_SET_ITEM(arglist, i, Py_NewRef(args[i]));
-        if (self->plan[i].kind == ARG_TENSOR)
-            PyTuple_SET_ITEM(tensors, k++, Py_NewRef(args[i]));
+        if (self->plan[i].kind != ARG_TENSOR)
+            continue;
+        if (args[i] != null) {
+            PyTuple_SET_ITEM(tensors, k, Py_NewRef(args[i]));
+            if (nulls) {
+                PyTuple_SET_ITEM(writes, k, Py_NewRef(PyTuple_GET_ITEM(self->writes, p)));
+                PyTuple_SET_ITEM(params, k, Py_NewRef(PyTuple_GET_ITEM(self->tensor_params, p)));
+            }
+            k++;
+        }
+        p++;
     }
     /* the device: the first tensor's; several tensors checked as the full path does */
-    if (self->npointers == 0) {
+    if (ntensors == 0) {
         device = default_device_of(self);
     }
     else {
@@ -179,37 +198,44 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         device = Py_XNewRef(ALLOCATION(alloc)->device);
         if (device == NULL)
             PyErr_SetString(PyExc_AttributeError, "a tensor's allocation has no device");
-        if (device != NULL && self->npointers > 1) {
-            /* [(tensor, param)] of each, for the Python checks (made for them only) */
-            if ((pairs = PyList_New(self->npointers)) == NULL)
-                goto fail;
-            for (Py_ssize_t j = 0; j < self->npointers; j++) {
-                PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(tensors, j),
-                                              PyTuple_GET_ITEM(self->tensor_params, j));
-                if (pair == NULL)
-                    goto fail;
-                PyList_SET_ITEM(pairs, j, pair);
-            }
-            PyObject *check = PATH(self->process, kernel_check_aliasing);
-            PyObject *a[2] = {self->kernel, pairs};
-            PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, a, 2, NULL);
-            if (r == NULL)
-                goto fail;
-            Py_DECREF(r);
-            for (Py_ssize_t j = 1; j < self->npointers; j++) {
-                PyObject *t = PyTuple_GET_ITEM(tensors, j);
-                PyObject *its = TENSOR(t)->alloc;
-                PyObject *other = its == NULL ? NULL : ALLOCATION(its)->device;
-                if (other == NULL) {
+        if (device != NULL && ntensors > 1) {
+            /* the aliasing check: Python's (_check_aliasing), where two tensors share an
+             * allocation (views of different ones never overlap: its first rule) */
+            int shared = 0, elsewhere = 0;
+            for (Py_ssize_t j = 0; j < ntensors; j++) {
+                PyObject *its = TENSOR(PyTuple_GET_ITEM(tensors, j))->alloc;
+                if (its == NULL) {
                     PyErr_SetString(PyExc_AttributeError, "a tensor has no allocation");
                     goto fail;
                 }
-                if (other != device) {
-                    PyObject *device_of = PATH(self->process, kernel_device_of);
-                    Py_SETREF(device, device_of == NULL ? NULL
-                                                        : PyObject_CallOneArg(device_of, pairs));
-                    break;
+                elsewhere |= ALLOCATION(its)->device != device;
+                for (Py_ssize_t i = 0; i < j && !shared; i++)
+                    shared = TENSOR(PyTuple_GET_ITEM(tensors, i))->alloc == its;
+            }
+            if (shared || elsewhere) {
+                /* [(tensor, param)] of each, for the Python checks (made for them only) */
+                if ((pairs = PyList_New(ntensors)) == NULL)
+                    goto fail;
+                for (Py_ssize_t j = 0; j < ntensors; j++) {
+                    PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(tensors, j),
+                                                  PyTuple_GET_ITEM(params, j));
+                    if (pair == NULL)
+                        goto fail;
+                    PyList_SET_ITEM(pairs, j, pair);
                 }
+            }
+            if (shared) {
+                PyObject *check = PATH(self->process, kernel_check_aliasing);
+                PyObject *a[2] = {self->kernel, pairs};
+                PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, a, 2, NULL);
+                if (r == NULL)
+                    goto fail;
+                Py_DECREF(r);
+            }
+            if (elsewhere) { /* (tensors on several devices: Python's check words it) */
+                PyObject *device_of = PATH(self->process, kernel_device_of);
+                Py_SETREF(device, device_of == NULL ? NULL
+                                                    : PyObject_CallOneArg(device_of, pairs));
             }
         }
     }
@@ -239,18 +265,22 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         if (prepared == NULL)
             goto fail;
     }
-    /* the output: the one written tensor, a tuple of several, or None */
-    if (self->noutputs == 1) {
+    /* the output: the one written tensor, a tuple of several, or None (a null pointer is
+     * none) */
+    Py_ssize_t noutputs = self->noutputs;
+    for (Py_ssize_t i = 0; nulls && i < nargs; i++)
+        noutputs -= self->plan[i].output && args[i] == null;
+    if (noutputs == 1) {
         for (Py_ssize_t i = 0; i < nargs; i++)
-            if (self->plan[i].output)
+            if (self->plan[i].output && args[i] != null)
                 output = Py_NewRef(args[i]);
     }
-    else if (self->noutputs > 1) {
-        if ((output = PyTuple_New(self->noutputs)) == NULL)
+    else if (noutputs > 1) {
+        if ((output = PyTuple_New(noutputs)) == NULL)
             goto fail;
         Py_ssize_t j = 0;
         for (Py_ssize_t i = 0; i < nargs; i++)
-            if (self->plan[i].output)
+            if (self->plan[i].output && args[i] != null)
                 PyTuple_SET_ITEM(output, j++, Py_NewRef(args[i]));
     }
     else {
@@ -268,12 +298,14 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     field_set(&LAUNCH(op)->grid, Py_NewRef(self->grid));
     field_set(&LAUNCH(op)->block, Py_NewRef(self->block));
     field_set(&LAUNCH(op)->shared_mem, Py_NewRef(self->shared_mem));
-    field_set(&LAUNCH(op)->writes, Py_NewRef(self->writes));
-    field_set(&LAUNCH(op)->params, Py_NewRef(self->tensor_params));
+    field_set(&LAUNCH(op)->writes, writes);
+    field_set(&LAUNCH(op)->params, params);
     Py_XDECREF(pairs);
     return op;
 fail:
     Py_XDECREF(pairs);
+    Py_XDECREF(writes);
+    Py_XDECREF(params);
     Py_XDECREF(arglist);
     Py_XDECREF(tensors);
     Py_XDECREF(device);

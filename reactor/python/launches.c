@@ -6,14 +6,20 @@
  *
  * ExpressLaunches holds what it reads and calls: the plans by key (launch_plan._plans:
  * LaunchPlan tuples, whose fields it checks once by name), and the Python it hands work
- * to: a plan not seen (launch_plan._plan_for makes and records it), a new output
+ * to: a plan not seen (launch_plan._plan_for makes and records it; a reduction's:
+ * reductions._reduce_plan_for, set as reduce_plan_for), a new output
  * (launch_plan._new_output), the storage view of float16 and bfloat16 operands and a
- * typed scalar's parameter (builtin.storage_view, codegen.scalar_arg), and a wrapped op's
- * own launch (launch_plan._wrapped_launch: a reduction's).
+ * typed scalar's parameter (builtin.storage_view, codegen.scalar_arg).
+ *
+ * A reduction's TensorOp is a pending node whose value is its work (ReduceWorkCore): its
+ * plan is keyed by its tree's plan_key and its own key, and its launch is the generic
+ * kernel's one launch (a reduction needing more takes the long way), with the null
+ * pointer for its workspace (PROCESS.kernel_null).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <structmember.h>
 
 #include "cores.h"
 #include "express.h"
@@ -21,12 +27,12 @@
 
 /* LaunchPlan's fields, in order (launch_plan.py). */
 enum {
-    P_KERNEL, P_VEC_LAUNCH, P_LAUNCH, P_DTYPE, P_NBYTES, P_SPECS, P_BITS, P_ALIGNS, P_TAIL,
-    P_ITEMSIZES, P_STRIDES, P_FIELDS
+    P_KERNEL, P_VEC_LAUNCH, P_LAUNCH, P_DTYPE, P_NBYTES, P_SPECS, P_BITS, P_ALIGNS, P_NULLS,
+    P_TAIL, P_VEC_TAIL, P_ITEMSIZES, P_STRIDES, P_FIELDS
 };
 static const char *const plan_fields[P_FIELDS] = {
-    "kernel", "vec_launch", "launch", "dtype", "nbytes", "specs", "bits", "aligns", "tail",
-    "itemsizes", "strides",
+    "kernel", "vec_launch", "launch", "dtype", "nbytes", "specs", "bits", "aligns", "nulls",
+    "tail", "vec_tail", "itemsizes", "strides",
 };
 
 /* A launch's arguments kept on the C stack (more: allocated). */
@@ -34,7 +40,8 @@ enum { STACK_ARGS = 32 };
 
 typedef struct {
     PyObject_HEAD
-    PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped, *process;
+    PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *process;
+    PyObject *reduce_plan_for; /* (None until reductions.py sets it) */
     PyObject *op_core_t, *launch_core_t, *kernel_core_t, *one, *zero;
     Py_ssize_t small_max; /* (block_cache.SMALL_MAX: the largest block it keeps) */
 } ExpressLaunches;
@@ -59,7 +66,8 @@ check_fields(PyObject *plan_t)
     if (!ok && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "plan: a NamedTuple of the fields ExpressLaunches reads "
                                          "(kernel, vec_launch, launch, dtype, nbytes, specs, "
-                                         "bits, aligns, tail, itemsizes, strides)");
+                                         "bits, aligns, nulls, tail, vec_tail, itemsizes, "
+                                         "strides)");
     return ok ? 0 : -1;
 }
 
@@ -67,13 +75,12 @@ static PyObject *
 Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plan", "plans", "plan_for", "new_output", "storage_view",
-                            "scalar_arg", "wrapped", "small_max", NULL};
-    PyObject *plan_t, *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *wrapped;
+                            "scalar_arg", "small_max", NULL};
+    PyObject *plan_t, *plans, *plan_for, *new_output, *storage_view, *scalar_arg;
     Py_ssize_t small_max;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOOOOn:ExpressLaunches", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOOOn:ExpressLaunches", names,
                                      &PyType_Type, &plan_t, &PyDict_Type, &plans, &plan_for,
-                                     &new_output, &storage_view, &scalar_arg, &wrapped,
-                                     &small_max) ||
+                                     &new_output, &storage_view, &scalar_arg, &small_max) ||
         check_fields(plan_t) < 0)
         return NULL;
     PyObject *process = module_process(type);
@@ -88,7 +95,7 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->new_output = Py_NewRef(new_output);
     self->storage_view = Py_NewRef(storage_view);
     self->scalar_arg = Py_NewRef(scalar_arg);
-    self->wrapped = Py_NewRef(wrapped);
+    self->reduce_plan_for = Py_NewRef(Py_None);
     self->process = Py_NewRef(process);
     self->small_max = small_max;
     self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
@@ -125,24 +132,41 @@ aligned(PyObject *view, PyObject *itemsize, PyObject *align)
 }
 
 /* The launch op of a seen layout (found: its LaunchPlan) writing result: a new reference,
- * or NULL with an error set. */
+ * or NULL with an error set. Its arguments: the output, the plan's null pointers, the
+ * operands, the scalars, then the tail of the launcher taken (vector accesses where
+ * every pointer is aligned for them). */
 static PyObject *
 launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *tensors,
           PyObject *scalars)
 {
     PyObject *vec_launch = PyTuple_GET_ITEM(found, P_VEC_LAUNCH);
     PyObject *specs = PyTuple_GET_ITEM(found, P_SPECS), *tail = PyTuple_GET_ITEM(found, P_TAIL);
+    PyObject *vec_tail = PyTuple_GET_ITEM(found, P_VEC_TAIL);
     PyObject *aligns = PyTuple_GET_ITEM(found, P_ALIGNS);
     PyObject *itemsizes = PyTuple_GET_ITEM(found, P_ITEMSIZES);
+    PyObject *nulls_of = PyTuple_GET_ITEM(found, P_NULLS);
+    PyObject *null = PROCESS(self->process)->kernel_null;
+    Py_ssize_t nulls = PyLong_CheckExact(nulls_of) ? PyLong_AsSsize_t(nulls_of) : -1;
     int bits = PyObject_IsTrue(PyTuple_GET_ITEM(found, P_BITS));
     Py_ssize_t nviews = 1 + PyList_GET_SIZE(tensors), nscalars = PyList_GET_SIZE(scalars);
-    if (bits < 0 || !PyTuple_Check(tail) || !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
-        PyTuple_GET_SIZE(aligns) != nviews || PyTuple_GET_SIZE(itemsizes) != nviews ||
-        (specs != Py_None && (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != nscalars)))
-        return bits < 0 ? NULL
-                        : PyErr_Format(PyExc_TypeError, "a LaunchPlan that does not fit its key");
     int vec = vec_launch != Py_None;
-    Py_ssize_t nargs = nviews + nscalars + PyTuple_GET_SIZE(tail) + vec;
+    if (bits < 0 || !PyTuple_Check(tail) || (vec && !PyTuple_Check(vec_tail)) ||
+        !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
+        PyTuple_GET_SIZE(aligns) != nviews || PyTuple_GET_SIZE(itemsizes) != nviews ||
+        nulls < 0 || nulls > STACK_ARGS || (nulls && (null == NULL || null == Py_None)) ||
+        (specs != Py_None && (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != nscalars))) {
+        if (bits >= 0 && !PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "a LaunchPlan that does not fit its key");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nviews && vec; i++) {
+        PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
+        vec = aligned(v, PyTuple_GET_ITEM(itemsizes, i), PyTuple_GET_ITEM(aligns, i));
+    }
+    PyObject *launcher = vec ? vec_launch : PyTuple_GET_ITEM(found, P_LAUNCH);
+    if (vec)
+        tail = vec_tail;
+    Py_ssize_t nargs = nviews + nulls + nscalars + PyTuple_GET_SIZE(tail);
     PyObject *on_stack[STACK_ARGS];
     PyObject **stack = nargs <= STACK_ARGS ? on_stack : PyMem_New(PyObject *, nargs);
     if (stack == NULL)
@@ -151,12 +175,12 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     int failed = 0;
     for (Py_ssize_t i = 0; i < nviews && !failed; i++) {
         PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
-        if (vec && !aligned(v, PyTuple_GET_ITEM(itemsizes, i), PyTuple_GET_ITEM(aligns, i)))
-            vec = 0; /* (one element an access: the element launcher, told so) */
         PyObject *a = bits ? PyObject_CallOneArg(self->storage_view, v) : Py_NewRef(v);
         failed = a == NULL;
         if (!failed)
             stack[made++] = a;
+        for (Py_ssize_t j = 0; i == 0 && !failed && j < nulls; j++)
+            stack[made++] = Py_NewRef(null); /* (after the output) */
     }
     for (Py_ssize_t i = 0; i < nscalars && !failed; i++) {
         PyObject *v = PyList_GET_ITEM(scalars, i);
@@ -172,9 +196,6 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     if (!failed) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tail); i++)
             stack[made + i] = PyTuple_GET_ITEM(tail, i); /* (borrowed: the plan holds them) */
-        if (vec_launch != Py_None) /* (the kernel's int vec: 1 for its vector accesses) */
-            stack[nargs - 1] = vec ? self->one : self->zero;
-        PyObject *launcher = vec ? vec_launch : PyTuple_GET_ITEM(found, P_LAUNCH);
         launch = PyObject_Vectorcall(launcher, stack, nargs, NULL);
     }
     for (Py_ssize_t i = 0; i < made; i++)
@@ -240,6 +261,16 @@ new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *st
     return tensor;
 }
 
+/* Whether out is an op's out= the core takes: None, or a Tensor of cuasync's with its
+ * strides set. */
+static int
+is_out(PyObject *out)
+{
+    PyTypeObject *tensor_t = REGISTERED(TENSOR);
+    return out == Py_None || (tensor_t != NULL && PyObject_TypeCheck(out, tensor_t) &&
+                              TENSOR(out)->strides != NULL && TENSOR(out)->alloc != NULL);
+}
+
 /* Whether the stream may take the op as a raw launch: not capturing (no allocation may
  * be baked into a graph), the op's device, no tracing (NVTX names the op), no device
  * fault seen (the long way words it). 1, 0, -1. */
@@ -259,6 +290,7 @@ may_launch(ExpressLaunches *self, PyObject *stream, PyObject *node)
 
 static PyObject *launch_node(ExpressLaunches *self, PyObject *node, PyObject *out,
                              PyObject *stream);
+static PyObject *launch_reduction(ExpressLaunches *self, PyObject *work, PyObject *stream);
 
 static PyObject *
 Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
@@ -272,23 +304,84 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
                                              "Stream, not %.100s and %.100s",
                             Py_TYPE(op)->tp_name, Py_TYPE(stream)->tp_name);
     PyObject *node = TENSOR_OP(op)->node, *out = TENSOR_OP(op)->out;
-    PyTypeObject *tensor_t = REGISTERED(TENSOR);
     if (node == NULL || out == NULL || !PyObject_TypeCheck(node, REGISTERED(NODE)) ||
-        (out != Py_None && (tensor_t == NULL || !PyObject_TypeCheck(out, tensor_t) ||
-                            TENSOR(out)->strides == NULL)))
+        !is_out(out))
         Py_RETURN_NONE; /* (a TensorOp not initialized, an odd out=: the long way words it) */
     int may = may_launch(self, stream, node);
     if (may <= 0)
         return may < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *kind = NODE(node)->kind;
-    if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "op"))
-        return PyObject_CallFunctionObjArgs(self->wrapped, node, stream, NULL);
+    PyObject *kind = NODE(node)->kind, *value = NODE(node)->value;
+    if (kind == NULL || !PyUnicode_Check(kind))
+        Py_RETURN_NONE;
     /* (held: Python runs below, the plan's maker and the launchers) */
-    Py_INCREF(node);
-    Py_INCREF(out);
-    PyObject *launch = launch_node(self, node, out, stream);
-    Py_DECREF(node);
-    Py_DECREF(out);
+    PyObject *launch;
+    if (PyUnicode_CompareWithASCIIString(kind, "op") == 0) {
+        Py_INCREF(node);
+        Py_INCREF(out);
+        launch = launch_node(self, node, out, stream);
+        Py_DECREF(node);
+        Py_DECREF(out);
+    }
+    else if (value != NULL && REGISTERED(REDUCE_WORK) != NULL &&
+             Py_IS_TYPE(value, REGISTERED(REDUCE_WORK)) &&
+             PyUnicode_CompareWithASCIIString(kind, "pending") == 0) {
+        Py_INCREF(value);
+        launch = launch_reduction(self, value, stream);
+        Py_DECREF(value);
+    }
+    else { /* (another wrapped op: the long way runs it) */
+        launch = Py_NewRef(Py_None);
+    }
+    return launch;
+}
+
+/* The plan of key (borrowed tensors: walked's), found in the plans or made by maker(a,
+ * b, key, tensors): a new reference, None (the long way), or NULL. */
+static PyObject *
+plan_of(ExpressLaunches *self, PyObject *key, PyObject *maker, PyObject *a, PyObject *b,
+        PyObject *tensors)
+{
+    PyObject *found = PyDict_GetItemWithError(self->plans, key);
+    if (found != NULL)
+        return Py_NewRef(found);
+    if (PyErr_Occurred())
+        return NULL;
+    if (maker == Py_None) /* (reductions.py not imported: none was built) */
+        Py_RETURN_NONE;
+    Py_INCREF(maker); /* (a field: the call may replace it) */
+    found = PyObject_CallFunctionObjArgs(maker, a, b, key, tensors, NULL);
+    Py_DECREF(maker);
+    return found;
+}
+
+/* The launch of found (a plan, or None: the long way) writing out (None: a new tensor of
+ * shape) on stream, with the operands walked found them: a new reference (None where
+ * the plan's kernel is not prepared for the stream's device: its first use prepares it),
+ * or NULL. */
+static PyObject *
+launch_found(ExpressLaunches *self, PyObject *found, PyObject *out, PyObject *shape,
+             PyObject *stream, PyObject *walked)
+{
+    if (found == Py_None)
+        Py_RETURN_NONE;
+    PyObject *kernel = PyTuple_Check(found) && PyTuple_GET_SIZE(found) == P_FIELDS
+                           ? PyTuple_GET_ITEM(found, P_KERNEL)
+                           : NULL;
+    if (kernel == NULL || !PyObject_TypeCheck(kernel, (PyTypeObject *)self->kernel_core_t))
+        return PyErr_Format(PyExc_TypeError, "_plans holds what is not a LaunchPlan");
+    PyObject *prepared = KERNEL(kernel)->prepared;
+    PyObject *ordinal = DEVICE(STREAM(stream)->device)->ordinal;
+    PyObject *ready = NULL;
+    if (prepared != NULL && PyDict_Check(prepared) && ordinal != NULL)
+        ready = PyDict_GetItemWithError(prepared, ordinal); /* (borrowed) */
+    if (ready == NULL || ready == Py_None)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    PyObject *result = out != Py_None ? Py_NewRef(out) : new_output(self, found, shape, stream);
+    PyObject *launch = result == NULL ? NULL
+                                      : launch_of(self, found, result,
+                                                  PyTuple_GET_ITEM(walked, 1),
+                                                  PyTuple_GET_ITEM(walked, 2));
+    Py_XDECREF(result);
     return launch;
 }
 
@@ -299,42 +392,60 @@ launch_node(ExpressLaunches *self, PyObject *node, PyObject *out, PyObject *stre
     PyObject *walked = plan_walk(node, out == Py_None ? Py_None : TENSOR(out)->strides);
     if (walked == NULL || walked == Py_None)
         return walked;
-    PyObject *key = PyTuple_GET_ITEM(walked, 0), *tensors = PyTuple_GET_ITEM(walked, 1);
-    PyObject *scalars = PyTuple_GET_ITEM(walked, 2);
-    PyObject *found = PyDict_GetItemWithError(self->plans, key);
-    if (found != NULL)
-        Py_INCREF(found);
-    else if (!PyErr_Occurred()) /* (not seen: made and recorded, or None: no elements) */
-        found = PyObject_CallFunctionObjArgs(self->plan_for, node, out, key, tensors, NULL);
-    PyObject *launch = NULL;
-    if (found != NULL && found != Py_None) {
-        PyObject *kernel = PyTuple_Check(found) && PyTuple_GET_SIZE(found) == P_FIELDS
-                               ? PyTuple_GET_ITEM(found, P_KERNEL)
-                               : NULL;
-        if (kernel != NULL && !PyObject_TypeCheck(kernel, (PyTypeObject *)self->kernel_core_t))
-            kernel = NULL;
-        PyObject *prepared = kernel != NULL ? KERNEL(kernel)->prepared : NULL;
-        PyObject *ordinal = DEVICE(STREAM(stream)->device)->ordinal;
-        PyObject *ready = NULL;
-        if (kernel == NULL)
-            PyErr_SetString(PyExc_TypeError, "_plans holds what is not a LaunchPlan");
-        else if (prepared != NULL && PyDict_Check(prepared) && ordinal != NULL)
-            ready = PyDict_GetItemWithError(prepared, ordinal); /* (borrowed) */
-        if (ready != NULL && ready != Py_None) { /* (else: its first use prepares it) */
-            PyObject *result = out != Py_None ? Py_NewRef(out)
-                                              : new_output(self, found, NODE(node)->shape, stream);
-            launch = result == NULL ? NULL : launch_of(self, found, result, tensors, scalars);
-            Py_XDECREF(result);
-        }
-        else if (!PyErr_Occurred()) {
-            launch = Py_NewRef(Py_None);
-        }
-    }
-    else if (found == Py_None) {
-        launch = Py_NewRef(Py_None);
-    }
+    /* (not seen: made and recorded, or None: no elements) */
+    PyObject *found = plan_of(self, PyTuple_GET_ITEM(walked, 0), self->plan_for, node, out,
+                              PyTuple_GET_ITEM(walked, 1));
+    PyObject *launch = found == NULL ? NULL
+                                     : launch_found(self, found, out, NODE(node)->shape, stream,
+                                                    walked);
     Py_XDECREF(found);
     Py_DECREF(walked);
+    return launch;
+}
+
+/* The launch of a reduction's work (its one launch of the generic kernel) on stream, or
+ * None: its plan keyed by its tree's plan_key and its own key, made by reduce_plan_for
+ * (None where it is not one launch). An out= sharing an operand's memory takes the long
+ * way. */
+static PyObject *
+launch_reduction(ExpressLaunches *self, PyObject *work, PyObject *stream)
+{
+    ReduceWorkCore *w = REDUCE_WORK(work);
+    if (w->node == NULL || !PyObject_TypeCheck(w->node, REGISTERED(NODE)) || w->key == NULL ||
+        w->out == NULL || !is_out(w->out) || w->strides == NULL || w->shape == NULL)
+        Py_RETURN_NONE; /* (not initialized: the long way words it) */
+    /* (held: Python runs below, and may set the work's fields) */
+    PyObject *node = Py_NewRef(w->node), *key = Py_NewRef(w->key), *out = Py_NewRef(w->out);
+    PyObject *strides = Py_NewRef(w->strides), *shape = Py_NewRef(w->shape);
+    PyObject *launch = NULL, *plan_key = NULL, *found = NULL;
+    PyObject *walked = plan_walk(node, strides);
+    if (walked == NULL || walked == Py_None) {
+        launch = walked; /* (its reference, handed on) */
+        walked = NULL;
+        goto done;
+    }
+    PyObject *tensors = PyTuple_GET_ITEM(walked, 1);
+    for (Py_ssize_t i = 0; out != Py_None && i < PyList_GET_SIZE(tensors); i++) {
+        PyObject *t = PyList_GET_ITEM(tensors, i);
+        if (!PyObject_TypeCheck(t, REGISTERED(TENSOR)) || TENSOR(t)->alloc == TENSOR(out)->alloc) {
+            launch = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    plan_key = PyTuple_Pack(2, PyTuple_GET_ITEM(walked, 0), key);
+    if (plan_key != NULL)
+        found = plan_of(self, plan_key, self->reduce_plan_for, work, Py_None, tensors);
+    if (found != NULL)
+        launch = launch_found(self, found, out, shape, stream, walked);
+done:
+    Py_XDECREF(found);
+    Py_XDECREF(plan_key);
+    Py_XDECREF(walked);
+    Py_DECREF(node);
+    Py_DECREF(key);
+    Py_DECREF(out);
+    Py_DECREF(strides);
+    Py_DECREF(shape);
     return launch;
 }
 
@@ -345,19 +456,28 @@ static PyMethodDef Launches_methods[] = {
      "out= or a new tensor allocated there, or None where the long way must run it: a "
      "capturing stream, another device's stream, tracing, a device fault seen, a pending "
      "leaf (an op to run first), no elements, a kernel not yet prepared for the device "
-     "(its first use prepares it off the loop). A wrapped op gives its own launch (a "
-     "reduction's), or None.\n\n"
+     "(its first use prepares it off the loop). A reduction is the one launch of its "
+     "generic kernel, or None (one needing more launches, an out= sharing an operand's "
+     "memory); another wrapped op, None.\n\n"
      ">>> launch = express_launch(op, stream)\n"
      ">>> future = launch.submit_on(stream)       # a raw launch's submission"},
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef Launches_members[] = {
+    {"reduce_plan_for", T_OBJECT, offsetof(ExpressLaunches, reduce_plan_for), 0,
+     "The plan of a reduction's layout not seen before, made and recorded, or None (the long "
+     "way): (work, None, key, tensors); reductions.py sets it when imported."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot Launches_slots[] = {
+    {Py_tp_members, Launches_members},
     {Py_tp_doc, "ExpressLaunches(plan, plans, plan_for, new_output, storage_view, scalar_arg, "
-                "wrapped, small_max)\n--\n\n"
+                "small_max)\n--\n\n"
                 "TensorOps as raw launches (launch_plan.express_launch is its launch): the "
                 "LaunchPlan type, the plans by key, and the Python it calls for a plan not "
-                "seen, a new output, a storage view, a typed scalar and a wrapped op, and the "
+                "seen, a new output, a storage view and a typed scalar, and the "
                 "largest block the block cache keeps."},
     {Py_tp_new, Launches_new},
     {Py_tp_traverse, Launches_traverse},

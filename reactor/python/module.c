@@ -895,6 +895,7 @@ module_exec(PyObject *m)
         {"ContextCore", &ContextCore_spec}, {"OutputCore", &OutputCore_spec},
         {"FutureCore", &FutureCore_spec}, {"CompletionCore", &CompletionCore_spec},
         {"NodeCore", &NodeCore_spec}, {"UploadWorkCore", &UploadWorkCore_spec},
+        {"ReduceWorkCore", &ReduceWorkCore_spec},
         {"BlockCore", &BlockCore_spec}, {"AdapterCore", &AdapterCore_spec},
         {"ThreadFlags", &ThreadFlags_spec}, {"DeviceCore", &DeviceCore_spec},
         {"RoundRobinCore", &RoundRobinCore_spec}, {"SingleStreamCore", &SingleStreamCore_spec},

@@ -136,6 +136,61 @@ async def test_half_precision_and_weak_ints_through_the_plan(
     assert len(made) == 2
 
 
+def _taken(op: Any) -> Any:
+    """``op``, taken (its launch op is what runs: collected, it says nothing)."""
+    op._take()
+    return op
+
+
+async def test_a_reduction_is_the_one_launch_of_its_plan(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seen reduction that is one launch of its generic kernel is a raw launch of it:
+    the workspace it leaves unused is the null pointer, no tensor of the launch (nothing
+    to order or keep), which the native launcher takes (it once sent such launches to
+    the full Python checks); views at other alignments share the plan (their rows read
+    one element a load); argmax passes two nulls."""
+    from cuasync._launch.kernel import NULL_POINTER
+    from cuasync._native import PROCESS
+
+    def checked(*args: Any) -> Any:
+        raise AssertionError("a reduction's launch went to the full Python checks")
+
+    monkeypatch.setattr(PROCESS, "kernel_launch_checked", checked)
+
+    a = np.arange(1025, dtype=np.float32) % 7
+    x = await upload(a)
+    stream = cuasync.get_default_device().new_stream()
+    for view, want in ((x[:1024], a[:1024]), (x[1:], a[1:])):
+        assert float(await (await cuasync.sum(view)).to_host()) == want.sum()  # (seen after)
+        launch = launch_plan.express_launch(_taken(cuasync.sum(view)), stream)
+        assert launch is not None
+        assert launch._args[1] is NULL_POINTER
+        assert launch._tensors == (launch._output, view)
+        assert launch._writes == (True, False)
+        assert [p.const for p in launch._params] == [False, True]
+        assert float(await (await launch).to_host()) == want.sum()
+    m = a[:1020].reshape(10, 102)
+    xm = await upload(m)
+    np.testing.assert_array_equal(await (await cuasync.argmax(xm, axis=1)).to_host(), m.argmax(1))
+    launch = launch_plan.express_launch(_taken(cuasync.argmax(xm, axis=1)), stream)
+    assert launch is not None
+    assert launch._args[1] is NULL_POINTER and launch._args[2] is NULL_POINTER
+    assert len(launch._tensors) == len(launch._writes) == len(launch._params) == 2
+    np.testing.assert_array_equal(await (await launch).to_host(), m.argmax(1))
+
+
+async def test_a_reduction_into_an_operand_takes_the_long_way(anyio_backend: Any) -> None:
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x = await upload(a)
+    stream = cuasync.get_default_device().new_stream()
+    await cuasync.sum(x, axis=1)  # (seen)
+    column = x[:, 0]
+    assert launch_plan.express_launch(_taken(cuasync.sum(x, axis=1, out=column)), stream) is None
+    await cuasync.sum(x, axis=1, out=column)
+    np.testing.assert_array_equal(await column.to_host(), a.sum(axis=1))
+
+
 async def test_a_pending_operand_takes_the_long_way(anyio_backend: Any) -> None:
     a = np.arange(6, dtype=np.float32)
     x = await upload(a)
@@ -263,6 +318,8 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
 
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
+    m = cuasync.from_host(np.arange(96, dtype=np.float32).reshape(8, 12)).sync()
+    h = cuasync.from_host(np.ones((8, 12), np.float16)).sync()
     core = express._core()
     if core is None:
         pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
@@ -273,6 +330,8 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         "raw launch": _raw_launch(cuasync.add(x, 1.0), lambda: o),
         "sum": lambda: cuasync.sum(x),  # (a reduction: its single launch)
         "sum of an expression": lambda: cuasync.sum(x * 2.0),
+        "argmax over an axis": lambda: cuasync.argmax(m, axis=1),  # (two null workspaces)
+        "mean of float16 over a strided axis": lambda: cuasync.mean(h, axis=0),
     }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import still_pending
+from helpers import emptied, still_pending
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -591,11 +591,13 @@ async def test_first_axis_in_blocks_of_columns(op: str, shape: Any, anyio_backen
 @pytest.fixture
 def float4_routes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each reduction launched took a float4 kernel (ca_cols4 / ca_whole4) or
-    the generic one, on either path (the express launch or the long way)."""
-    from cuasync._ops import reductions
+    the generic one, on either path: the long way, or the native launch of a plan made in
+    the test (the plans are emptied; the launchers of those made are spied on)."""
+    from cuasync._ops import launch_plan, reductions
 
     routes: list[bool] = []
     float4, generic = reductions.float4_kernel, reductions._generic
+    make_plan = launch_plan.LAUNCHES.reduce_plan_for
 
     def float4_spy(*args: Any, **kwargs: Any) -> Any:
         routes.append(True)
@@ -605,8 +607,24 @@ def float4_routes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         routes.append(False)
         return generic(*args)
 
+    def spied(launcher: Any) -> Any:
+        def launch(*args: Any) -> Any:
+            routes.append(False)
+            return launcher(*args)
+
+        return None if launcher is None else launch
+
+    def plan_spy(work: Any, _: None, key: Any, tensors: Any) -> Any:
+        plan = make_plan(work, _, key, tensors)
+        if plan is not None:
+            plan = plan._replace(launch=spied(plan.launch), vec_launch=spied(plan.vec_launch))
+            launch_plan._plans[key] = plan
+        return plan
+
+    emptied(monkeypatch, launch_plan._plans)
     monkeypatch.setattr(reductions, "float4_kernel", float4_spy)
     monkeypatch.setattr(reductions, "_generic", generic_spy)
+    monkeypatch.setattr(launch_plan.LAUNCHES, "reduce_plan_for", plan_spy)
     return routes
 
 
