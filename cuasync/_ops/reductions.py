@@ -348,9 +348,10 @@ _Layout = tuple[
 
 
 def _leaf(x: Tensor | TensorOp, argument: str) -> Node:
-    """The node of a reduction's operand; a tensor of a dtype elementwise ops do not take
-    (bfloat16, complex) is loaded as it is."""
-    if isinstance(x, Tensor) and dtype_name(x.dtype) not in ELEMENTWISE_DTYPES:
+    """The node of a reduction's operand (its dtype checked: :func:`check_dtype`); a
+    tensor of any dtype reductions take (bfloat16 and complex too: elementwise ops do not
+    take them) is loaded as it is."""
+    if isinstance(x, Tensor):
         return Node("tensor", argument, x.shape, x.dtype, x, device=x.device)
     return leaf(x, argument)
 
