@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._core.context import ExecutionContext
 from .._core.device import Device
-from .._core.op import device_op
+from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
@@ -32,7 +32,7 @@ from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import igemm, operators
 from .elementwise import check_out
-from .gemm import broadcast_to, copy_into, fix, gemm, group, regroup, view
+from .gemm import broadcast_to, calls, copy_into, fix, gemm, group, one_call, regroup, view
 from .tensorop import TensorOp, tensor_op
 
 #: An axis, or a sequence of axes (numpy's integers too).
@@ -198,7 +198,10 @@ def _build(
     views: Views,
     scalars: tuple[complex, complex],
     precision: str,
+    seen: tuple[Any, ...] | None = None,
 ) -> TensorOp:
+    """The op of a contraction, checked; ``seen``: the key its kind is recorded as (in
+    :data:`_SEEN`) once it has run as one GEMM of its operands (:func:`_record`)."""
     a, b = operands
     alpha, beta = scalars
     inputs = [a] if a is b else [a, b]
@@ -214,6 +217,8 @@ def _build(
             return Output.ready(tc)
         va, vb, vc = views(ctx, ta, tb, tc)
         if vc is not None:
+            if seen is not None:  # (the operands themselves: a converted one is not)
+                _record(seen, fn, (resolved[0], resolved[-1], tc), (va, vb, vc), scalars, precision)
             gemm(ctx, va, vb, vc, alpha, beta, precision, skippable=out is None)
             return Output.ready(tc)
         staged = new_tensor(ctx, tc.shape, dtype, f"{fn} result")
@@ -238,6 +243,108 @@ def _build(
     return tensor_op(op, shape, dtype)
 
 
+# -- seen products: one GEMM of the operands' views --------------------------------------------
+class _Seen(NamedTuple):
+    """A product of a seen kind (:data:`_SEEN`): its name, the result's ``shape`` and
+    ``dtype``, the checked scalars and precision, and the one backend GEMM it is
+    (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new result as
+    (shape, strides, its offset past the tensor's), and the ``flops`` a cancelled scope
+    weighs before skipping it."""
+
+    fn: str
+    shape: Shape
+    dtype: np.dtype[Any]
+    scalars: tuple[complex, complex]
+    precision: str
+    views: tuple[tuple[Shape, Shape, int], ...]
+    flops: int
+
+
+#: Products of two tensors into a new one that are one GEMM of their views, by what
+#: decides that (``_seen_key``): a seen one is built and enqueued with no more checks
+#: or layout work (:class:`_SeenProduct`); its first run, the long way, records it.
+_SEEN: dict[tuple[Any, ...], _Seen] = {}
+
+
+def _seen_key(a: Any, b: Any, alpha: Any, beta: Any, precision: Any) -> tuple[Any, ...] | None:
+    """The key of a product of the tensors ``a`` and ``b`` into a new tensor (the scalars
+    with their types: ``1`` is not ``1.0``), or None (another kind of operand: never
+    recorded)."""
+    if type(a) is not Tensor or type(b) is not Tensor:
+        return None
+    scalars = (alpha, type(alpha), beta, type(beta), precision)
+    return (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, *scalars)
+
+
+def _record(
+    key: tuple[Any, ...],
+    fn: str,
+    tensors: tuple[Tensor, Tensor, Tensor],
+    views: tuple[Tensor, Tensor, Tensor],
+    scalars: tuple[complex, complex],
+    precision: str,
+) -> None:
+    """Record ``key``'s kind where its run is one GEMM of views of the operands and the
+    new result themselves (not converted, not copied)."""
+    one = one_call(*views)
+    if one is None or any(
+        v.allocation is not t.allocation or v.dtype != t.dtype
+        for v, t in zip(one, tensors, strict=True)
+    ):
+        return
+    if len(_SEEN) >= 4096:  # (shapes computed per request: stay bounded)
+        _SEEN.clear()
+    result = tensors[2]
+    _SEEN[key] = _Seen(
+        fn,
+        result.shape,
+        result.dtype,
+        scalars,
+        precision,
+        tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
+        8 * math.prod(one[2].shape) * one[0].shape[-1],  # (gemm's for a new result: skippable)
+    )
+
+
+class _SeenProduct(DeviceOp[Tensor]):
+    """A product of a seen kind (:class:`_Seen`) of the tensors ``a`` and ``b``: a new
+    result and the one GEMM of their views."""
+
+    __slots__ = ("_a", "_b", "_name", "_seen")
+
+    def __init__(self, seen: _Seen, a: Tensor, b: Tensor) -> None:
+        super().__init__(a.device)
+        self._seen, self._a, self._b, self._name = seen, a, b, seen.fn
+
+    def _trace_name(self) -> str:
+        return self._name
+
+    def _first_use(self, on: Device) -> Sequence[tuple[Any, Device]]:
+        return unprepared([CUBLAS], on)
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        seen = self._seen
+        tc = new_tensor(ctx, seen.shape, seen.dtype, seen.fn)
+        xa, xb, xc = (
+            Tensor(t.allocation, shape, seen.dtype, strides, t.offset + past)
+            for t, (shape, strides, past) in zip((self._a, self._b, tc), seen.views, strict=True)
+        )
+        calls(ctx, [(xa, xb, xc)], *seen.scalars, seen.precision, seen.flops)
+        return Output.ready(tc)
+
+
+def _seen_product(key: tuple[Any, ...] | None, a: Any, b: Any) -> TensorOp | None:
+    """The op of a product of a seen kind (``key``: :func:`_seen_key`'s) of ``a`` and ``b``
+    on one device, or None (not seen: the long way checks and runs it)."""
+    try:
+        seen = None if key is None else _SEEN.get(key)
+    except TypeError:  # (an unhashable argument: the long way words it)
+        return None
+    if seen is None or a.device is not b.device:
+        return None
+    return tensor_op(_SeenProduct(seen, a, b), seen.shape, seen.dtype)
+
+
 # -- the public functions ---------------------------------------------------------------------
 def matmul(
     a: Operand,
@@ -260,6 +367,10 @@ def matmul(
     >>> await cuasync.matmul(a, b, out=c, beta=1.0)         # c += a @ b
     """
     fn = "matmul"
+    key = None if out is not None else _seen_key(a, b, alpha, beta, precision)
+    found = _seen_product(key, a, b)
+    if found is not None:
+        return found
     a = _check_operand(a, "a", fn)
     b = _check_operand(b, "b", fn)
     dtype, device = _common(fn, a, b)
@@ -304,7 +415,7 @@ def matmul(
         vb = broadcast_to(fix(ctx, tb, "b"), batch)
         return va, vb, vc
 
-    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
+    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision, key)
 
 
 def dot_general(

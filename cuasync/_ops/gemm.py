@@ -26,7 +26,17 @@ from ..errors import LibraryError
 from . import igemm
 from .tensorop import merge_axes
 
-__all__ = ["broadcast_to", "copy_into", "fix", "gemm", "group", "regroup", "view"]
+__all__ = [
+    "broadcast_to",
+    "calls",
+    "copy_into",
+    "fix",
+    "gemm",
+    "group",
+    "one_call",
+    "regroup",
+    "view",
+]
 
 
 def view(t: Tensor, shape: Shape, strides: Shape) -> Tensor:
@@ -95,17 +105,44 @@ def gemm(
         target = new_tensor(ctx, c.shape, c.dtype, "matmul result")
         if beta != 0:
             copy_into(ctx, target, c)
-    if k:
-        ctx.read(a.allocation, "a")
-        ctx.read(b.allocation, "b")
-    ctx.write(target.allocation, "out")
-    backend = get_backend()
     flops = 8 * math.prod(target.shape) * k if skippable else 0  # (a complex product: 8)
-    with guarded(ctx, flops=flops):
-        for xa, xb, xc in _batches(a, b, target):
-            backend.gemm(ctx.handle, xa, xb, xc, alpha, beta, precision, ctx.error_box)
+    calls(ctx, _batches(a, b, target), alpha, beta, precision, flops)
     if target is not c:
         copy_into(ctx, c, target)
+
+
+def one_call(a: Tensor, b: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The batched views of the one backend GEMM :func:`gemm` makes of ``a``, ``b`` and
+    ``c``, where that is all it makes: a float or complex product with ``k > 0`` of views
+    BLAS reads in place whose batch axes merge into one (else None)."""
+    if a.dtype.kind in "iu" or a.shape[-1] == 0 or c.size == 0:
+        return None
+    if not (_readable(a) and _readable(b) and _readable(c)):
+        return None
+    found = _batches(a, b, c)
+    return found[0] if len(found) == 1 else None
+
+
+def calls(
+    ctx: ExecutionContext,
+    views: list[tuple[Tensor, Tensor, Tensor]],
+    alpha: complex,
+    beta: complex,
+    precision: str,
+    flops: int,
+) -> None:
+    """Enqueue the backend's GEMM of each ``(a, b, c)`` of ``views`` (batches of views of
+    one ``a``, ``b`` and ``c``; what they read and write declared), in a region a
+    cancelled scope may skip where ``flops`` says it is worth it (0: it always runs)."""
+    a, b, c = views[0]
+    if a.shape[-1]:
+        ctx.read(a.allocation, "a")
+        ctx.read(b.allocation, "b")
+    ctx.write(c.allocation, "out")
+    backend = get_backend()
+    with guarded(ctx, flops=flops):
+        for xa, xb, xc in views:
+            backend.gemm(ctx.handle, xa, xb, xc, alpha, beta, precision, ctx.error_box)
 
 
 def _batches(a: Tensor, b: Tensor, c: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:

@@ -401,6 +401,88 @@ def test_same_op_on_both_sides() -> None:
     check_matmul(get(op @ op), a, a, 1e-5)
 
 
+# -- seen products -----------------------------------------------------------------------------
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> dict[Any, Any]:
+    """matmul's seen kinds, emptied for the test (put back after)."""
+    from cuasync._ops import contract
+
+    monkeypatch.setattr(contract, "_SEEN", {})
+    return contract._SEEN
+
+
+def _is_seen(op: Any) -> bool:
+    from cuasync._ops.contract import _SeenProduct
+
+    return isinstance(op._node.value, _SeenProduct)
+
+
+@pytest.mark.parametrize(("sa", "sb"), SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
+def test_a_seen_product_is_one_gemm_of_other_tensors_alike(
+    sa: tuple[int, ...], sb: tuple[int, ...], seen: dict[Any, Any]
+) -> None:
+    # The first product of a kind runs the long way and records it; later ones of that
+    # kind (dtypes, shapes, strides, scalars) are one GEMM of their own views: other
+    # values, another offset in their allocations, the same operand twice.
+    a, b = host(sa, seed=1), host(sb, seed=2)
+    first = cuasync.matmul(dev(a), dev(b))
+    assert not _is_seen(first)
+    check_matmul(get(first), a, b, TOL["float32"])
+    groups = (sa, sb) == ((3, 1, 4, 5), (2, 5, 6))  # (batch axes broadcast in turn: 2 GEMMs)
+    assert len(seen) == (0 if groups else 1)
+    for seed in (3, 4):
+        a2, b2 = host(sa, seed=seed), host(sb, seed=seed + 10)
+        pad = dev(np.concatenate([np.zeros(3, np.float32), a2.ravel()]))
+        x = pad[3:].reshape(sa)  # (another offset: its rows not 16-byte aligned)
+        op = cuasync.matmul(x, dev(b2))
+        assert _is_seen(op) != groups and op.shape == first.shape and op.dtype == first.dtype
+        check_matmul(get(op), a2, b2, TOL["float32"])
+    y = dev(host((6, 6), seed=5))
+    cuasync.matmul(y, y).sync()
+    op = cuasync.matmul(y, y)
+    assert _is_seen(op)
+    square = host((6, 6), seed=5)
+    check_matmul(get(op), square, square, TOL["float32"])
+
+
+def test_products_that_are_more_than_one_gemm_are_not_recorded(seen: dict[Any, Any]) -> None:
+    # A converted operand, a copied (unreadable) view, several batch groups, out=, an
+    # integer product, k == 0 and an operand op each run the long way every time, and a
+    # kind differing in a scalar's value or type, or the precision, is another kind.
+    a, b = host((4, 6), seed=1), host((6, 3), seed=2)
+    x, y = dev(a), dev(b)
+    wide_b = dev(b.astype(np.float64))
+    unreadable = dev(host((8, 12), seed=3))[::2, ::2]  # (4, 6): no unit stride, copied
+    batches = dev(host((2, 3, 4, 6), seed=4))  # (its batch axes merge into one)
+    split = dev(host((2, 4, 4, 6), seed=5))[:, :3]  # (2, 3, 4, 6): two batch groups
+    o = dev(np.zeros((4, 3), np.float32))
+    cases = [
+        lambda: cuasync.matmul(x, wide_b),
+        lambda: cuasync.matmul(unreadable, y),
+        lambda: cuasync.matmul(split, y),
+        lambda: cuasync.matmul(x, y, out=o),
+        lambda: cuasync.matmul(dev(np.ones((4, 6), np.int8)), dev(np.ones((6, 3), np.int8))),
+        lambda: cuasync.matmul(dev(np.ones((4, 0), np.float32)), dev(np.ones((0, 3), np.float32))),
+        lambda: cuasync.matmul(x + 0.0, y),
+    ]
+    for make in cases:
+        for _ in range(2):
+            make().sync()
+        assert not seen, make
+    cuasync.matmul(batches, y).sync()  # (one strided batch: recorded)
+    assert len(seen) == 1
+    cuasync.matmul(x, y).sync()
+    for other in (
+        cuasync.matmul(x, y, alpha=2.0),
+        cuasync.matmul(x, y, alpha=1),
+        cuasync.matmul(x, y, precision="tf32"),
+    ):
+        assert not _is_seen(other)
+        other.sync()
+    assert len(seen) == 5
+    check_matmul(get(cuasync.matmul(x, y, alpha=2.0)), 2 * a, b, TOL["float32"])
+
+
 # -- GPU only: cuBLAS against numpy -----------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["highest", "tf32"])
