@@ -6,9 +6,11 @@ host itself (the completion lands at once), so what remains is cuasync's own Pyt
 The difference between the two is what the driver calls cost from Python.
 
 With the driver stubbed, the build and submission of a seen elementwise expression
-(``cuasync.add(x, 1.0)``, ``cuasync.exp(x * 2.0 + 1.0, out=o)``, x (1024,) float32) is
-timed beside the raw launch of its own kernel with the same arguments, in turns, and put
-in ratio (target ``<= 1.5``): what the tensor-op layer adds above a launch.
+(``cuasync.add(x, 1.0)``, ``cuasync.exp(x * 2.0 + 1.0, out=o)``, x (1024,) float32) and
+of a seen reduction (``cuasync.sum(x)``) is timed beside the raw launch of its own kernel
+with the same arguments, in turns, and put in ratio (target ``<= 1.5``): what the
+tensor-op layer adds above a launch. A seen ``cuasync.matmul(m, m)`` (64 x 64 float32) is
+timed beside them with the backend's GEMM stubbed too (no kernel to compare it with).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
-from cuasync._ops import codegen
+from cuasync._ops import codegen, launch_plan
 
 from ._util import Report, await_latency, run_loop
 
@@ -146,11 +148,29 @@ def _raw_of(op: Any, out: cuasync.Tensor) -> Callable[[], Any]:
     return lambda: launch(out, *tensors, *scalars, size, 1)
 
 
+def _raw_of_reduction(op: Any, out: cuasync.Tensor, stream: cuasync.Stream) -> Callable[[], Any]:
+    """The raw launch of the kernel the seen reduction ``op`` launches, with its
+    arguments, into ``out`` (``op`` is taken: its launch op only names them)."""
+    op._take()
+    launch = launch_plan.express_launch(op, stream)
+    assert launch is not None, "the reduction is not one launch of a seen plan"
+    launch._take()
+    launcher = launch._kernel[launch._grid, launch._block]
+    args = launch._args[1:-1]  # (the output replaced, the cancel word the launcher's own)
+    return lambda: launcher(out, *args)
+
+
 def _expressions(report: Report, stream: cuasync.Stream, n: int, turn: int = 50) -> None:
     """Build + ``submit_on`` of seen expressions beside the raw launch of their kernel
-    (driver stubbed), in turns of ``turn`` ops, and their ratios (target <= 1.5)."""
+    (driver stubbed), in turns of ``turn`` ops, and their ratios (target <= 1.5); a seen
+    matmul's beside them, its GEMM stubbed."""
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
+    m = cuasync.from_host(np.ones((64, 64), np.float32)).sync()
+    s = cuasync.empty((), "float32").sync()
+    for _ in range(2):  # (seen: plans made, kernels prepared)
+        cuasync.sum(x).sync()
+        cuasync.matmul(m, m).sync()
     rows: dict[str, Callable[[], Any]] = {
         "raw launch of add's kernel: k[1, 256](o, x, 1.0, 1024, 1)": _raw_of(
             cuasync.add(x, 1.0), o
@@ -159,7 +179,23 @@ def _expressions(report: Report, stream: cuasync.Stream, n: int, turn: int = 50)
         "cuasync.add(x, 1.0)": lambda: cuasync.add(x, 1.0),
         "raw launch of exp(x * 2.0 + 1.0)'s kernel": _raw_of(cuasync.exp(x * 2.0 + 1.0), o),
         "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+        "raw launch of sum(x)'s kernel": _raw_of_reduction(cuasync.sum(x), s, stream),
+        "cuasync.sum(x)": lambda: cuasync.sum(x),
+        "cuasync.matmul(m, m), 64 x 64 float32, its GEMM stubbed": lambda: cuasync.matmul(m, m),
     }
+    backend = get_backend()
+    backend.gemm = lambda *args: None  # type: ignore[method-assign]  # (put back below)
+    try:
+        _alternate(report, rows, stream, n, turn)
+    finally:
+        del backend.gemm
+
+
+def _alternate(
+    report: Report, rows: dict[str, Callable[[], Any]], stream: cuasync.Stream, n: int, turn: int
+) -> None:
+    """Time ``rows`` in turns (see :func:`_expressions`) and put each op in ratio to the
+    raw launch of its kernel, the row before it whose name starts with "raw"."""
     clock = time.perf_counter_ns
     samples: dict[str, list[int]] = {name: [] for name in rows}
     for make in rows.values():  # warm: plans made, pools at their sizes
@@ -180,12 +216,12 @@ def _expressions(report: Report, stream: cuasync.Stream, n: int, turn: int = 50)
         name: report.latency(SUITE, f"build + submit_on: {name} (driver stubbed)", t).p50_us
         for name, t in samples.items()
     }
-    raw_add, raw_exp = (p50[name] for name in rows if name.startswith("raw"))
+    raw = None
     for name, value in p50.items():
-        if name.startswith("raw") or not value:
+        if name.startswith("raw"):
+            raw = value
             continue
-        raw = raw_exp if "exp" in name else raw_add
-        if raw:
+        if raw and value and "stubbed" not in name:
             report.value(
                 SUITE,
                 f"{name} / its raw launch, driver stubbed (target <= 1.5)",
