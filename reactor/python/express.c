@@ -221,10 +221,32 @@ check_tensors(PyObject *tensors, PyObject *writes, PyObject *device, char *uses,
     return 1;
 }
 
+/* Whether use (another stream's, at sequence number seq) is known to have run: its
+ * stream's _completed reached seq (Stream._pending(seq) is false, and
+ * Stream._order_after orders nothing after it). 1 yes, 0 not known. */
+static int
+landed(PyObject *other, PyObject *seq)
+{
+    if (!Py_IS_TYPE(other, REGISTERED(STREAM)) || !PyLong_CheckExact(seq))
+        return 0;
+    PyObject *completed = STREAM(other)->completed;
+    if (completed == NULL || !PyLong_CheckExact(completed))
+        return 0;
+    int overflow_a, overflow_b;
+    long long done = PyLong_AsLongLongAndOverflow(completed, &overflow_a);
+    long long at = PyLong_AsLongLongAndOverflow(seq, &overflow_b);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow_a && !overflow_b && at <= done;
+}
+
 /* Under the lock (another thread may have used the tensor meanwhile): whether the
- * access of ``alloc`` needs Allocation.use itself, because its last uses were not all
- * on ``stream`` (then the stream must be ordered after the others'). 1 yes, 0 no, -1
- * an error. No Python code runs here (Stream has object's hash and equality). */
+ * access of ``alloc`` needs Allocation.use itself, because a last use on another stream
+ * may still be running (then the stream must be ordered after it). Uses that are known
+ * to have run order nothing: the core records the access as Allocation.use would. 1 yes,
+ * 0 no, -1 an error. No Python code runs here (Stream has object's hash and equality). */
 static int
 needs_ordering(PyObject *alloc, PyObject *stream, int write)
 {
@@ -232,15 +254,16 @@ needs_ordering(PyObject *alloc, PyObject *stream, int write)
     PyObject *reads = ALLOCATION(alloc)->reads;
     if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
         (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
-                          PyTuple_GET_ITEM(w, 0) != stream)))
+                          (PyTuple_GET_ITEM(w, 0) != stream &&
+                           !landed(PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1))))))
         return 1;
     if (!write)
         return 0;
-    Py_ssize_t nr = PyDict_GET_SIZE(reads);
-    if (nr > 1)
-        return 1;
-    if (nr == 1 && PyDict_GetItemWithError(reads, stream) == NULL)
-        return PyErr_Occurred() ? -1 : 1;
+    Py_ssize_t pos = 0;
+    PyObject *reader, *at;
+    while (PyDict_Next(reads, &pos, &reader, &at))
+        if (reader != stream && !landed(reader, at))
+            return 1;
     return 0;
 }
 

@@ -103,3 +103,39 @@ async def test_no_waits_once_earlier_work_is_known_complete(
     await x.to_host().submit_on(streams[1])
     # the copy and its completion only: no event record or wait for completed work
     assert enqueued[before:] in [["memcpy_dtoh_async", c] for c in COMPLETION]
+
+
+async def test_the_core_orders_after_uses_that_may_still_run_only(
+    anyio_backend, streams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A launch the native core submits is ordered after another stream's use of its
+    # tensors while that use may still run (Allocation.use, which makes the stream wait);
+    # after a use known to have run (its stream's work landed), nothing is ordered: the
+    # core records the use itself, with no Python call (each op on tensors made on
+    # another stream once paid one).
+    from cuasync._core import express
+    from cuasync._native import PROCESS
+
+    if express._core() is None:
+        pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
+    x = await cuasync.from_host(np.full(N, 1.0, np.float32)).submit_on(streams[0])
+    o = await cuasync.zeros((N,)).submit_on(streams[0])
+    await cuasync.add(x, 1.0, out=o).submit_on(streams[1])  # (seen: its plan, its kernel)
+    await cuasync.multiply(x, 2.0, out=o).submit_on(streams[1])
+    ordered: list[cuasync.Stream] = []
+    use = PROCESS.alloc_use
+    assert use is not None
+
+    def spy(alloc: Any, stream: Any, seq: int, write: bool) -> None:
+        ordered.append(stream)
+        use(alloc, stream, seq, write)
+
+    monkeypatch.setattr(PROCESS, "alloc_use", spy)
+    await cuasync.add(x, 2.0, out=o).submit_on(streams[2])  # x's, o's last uses landed
+    assert ordered == []
+    np.testing.assert_array_equal(await o.to_host(), np.full(N, 3.0))
+    await in_order(
+        (cuasync.add(x, 1.0, out=x), streams[0]), (cuasync.multiply(x, 2.0, out=o), streams[1])
+    )
+    assert streams[1] in ordered  # (x's write on streams[0] was held at the gate)
+    np.testing.assert_array_equal(await o.to_host(), np.full(N, 4.0))
