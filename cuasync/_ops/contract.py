@@ -246,7 +246,7 @@ def _build(
 # -- seen products: one GEMM of the operands' views --------------------------------------------
 class _Seen(NamedTuple):
     """A product of a seen kind (:data:`_SEEN`): its name, the result's ``shape`` and
-    ``dtype``, the checked scalars and precision, and the one backend GEMM it is
+    ``dtype``, the checked ``beta`` and precision, and the one backend GEMM it is
     (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new result as
     (shape, strides, its offset past the tensor's), and the ``flops`` a cancelled scope
     weighs before skipping it."""
@@ -254,7 +254,7 @@ class _Seen(NamedTuple):
     fn: str
     shape: Shape
     dtype: np.dtype[Any]
-    scalars: tuple[complex, complex]
+    beta: complex
     precision: str
     views: tuple[tuple[Shape, Shape, int], ...]
     flops: int
@@ -267,12 +267,13 @@ _SEEN: dict[tuple[Any, ...], _Seen] = {}
 
 
 def _seen_key(a: Any, b: Any, alpha: Any, beta: Any, precision: Any) -> tuple[Any, ...] | None:
-    """The key of a product of the tensors ``a`` and ``b`` into a new tensor (the scalars
-    with their types: ``1`` is not ``1.0``), or None (another kind of operand: never
-    recorded)."""
+    """The key of a product of the tensors ``a`` and ``b`` into a new tensor, or None
+    (another kind of operand: never recorded). ``alpha`` enters by its type only (what
+    its checks look at for the float and complex products recorded: its value is taken
+    per product), ``beta`` by its value and type (0: a new result takes no other)."""
     if type(a) is not Tensor or type(b) is not Tensor:
         return None
-    scalars = (alpha, type(alpha), beta, type(beta), precision)
+    scalars = (type(alpha), beta, type(beta), precision)
     return (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, *scalars)
 
 
@@ -299,7 +300,7 @@ def _record(
         fn,
         result.shape,
         result.dtype,
-        scalars,
+        scalars[1],
         precision,
         tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
         8 * math.prod(one[2].shape) * one[0].shape[-1],  # (gemm's for a new result: skippable)
@@ -310,14 +311,17 @@ class _SeenProduct(DeviceOp[Tensor]):
     """A product of a seen kind (:class:`_Seen`) of the tensors ``a`` and ``b``: a new
     result and the one GEMM of their views."""
 
-    __slots__ = ("_a", "_b", "_name", "_seen")
+    __slots__ = ("_a", "_alpha", "_b", "_name", "_seen")
 
-    def __init__(self, seen: _Seen, a: Tensor, b: Tensor) -> None:
+    def __init__(self, seen: _Seen, a: Tensor, b: Tensor, alpha: complex) -> None:
         super().__init__(a.device)
-        self._seen, self._a, self._b, self._name = seen, a, b, seen.fn
+        self._seen, self._a, self._b, self._alpha, self._name = seen, a, b, alpha, seen.fn
 
     def _trace_name(self) -> str:
         return self._name
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
 
     def _first_use(self, on: Device) -> Sequence[tuple[Any, Device]]:
         return unprepared([CUBLAS], on)
@@ -329,20 +333,20 @@ class _SeenProduct(DeviceOp[Tensor]):
             Tensor(t.allocation, shape, seen.dtype, strides, t.offset + past)
             for t, (shape, strides, past) in zip((self._a, self._b, tc), seen.views, strict=True)
         )
-        calls(ctx, [(xa, xb, xc)], *seen.scalars, seen.precision, seen.flops)
+        calls(ctx, [(xa, xb, xc)], self._alpha, seen.beta, seen.precision, seen.flops)
         return Output.ready(tc)
 
 
-def _seen_product(key: tuple[Any, ...] | None, a: Any, b: Any) -> TensorOp | None:
+def _seen_product(key: tuple[Any, ...] | None, a: Any, b: Any, alpha: Any) -> TensorOp | None:
     """The op of a product of a seen kind (``key``: :func:`_seen_key`'s) of ``a`` and ``b``
-    on one device, or None (not seen: the long way checks and runs it)."""
+    on one device, times ``alpha``, or None (not seen: the long way checks and runs it)."""
     try:
         seen = None if key is None else _SEEN.get(key)
     except TypeError:  # (an unhashable argument: the long way words it)
         return None
     if seen is None or a.device is not b.device:
         return None
-    return tensor_op(_SeenProduct(seen, a, b), seen.shape, seen.dtype)
+    return tensor_op(_SeenProduct(seen, a, b, complex(alpha)), seen.shape, seen.dtype)
 
 
 # -- the public functions ---------------------------------------------------------------------
@@ -368,7 +372,7 @@ def matmul(
     """
     fn = "matmul"
     key = None if out is not None else _seen_key(a, b, alpha, beta, precision)
-    found = _seen_product(key, a, b)
+    found = _seen_product(key, a, b, alpha)
     if found is not None:
         return found
     a = _check_operand(a, "a", fn)

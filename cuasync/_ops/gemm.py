@@ -119,8 +119,10 @@ def one_call(a: Tensor, b: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor] |
         return None
     if not (_readable(a) and _readable(b) and _readable(c)):
         return None
-    found = _batches(a, b, c)
-    return found[0] if len(found) == 1 else None
+    strides = [a.strides[:-2], b.strides[:-2], c.strides[:-2]]
+    if len(merge_axes(a.shape[:-2], strides)[0]) > 1:  # (several batch groups)
+        return None
+    return _batches(a, b, c)[0]
 
 
 def calls(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -460,6 +460,15 @@ def _finish(spec: ReduceSpec, v: np.ndarray, i: np.ndarray, k: int) -> np.ndarra
     return v.astype(spec.out)
 
 
+def _extent(dims: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
+    """The elements a view of ``dims`` and ``strides`` (elements, from its first) reaches:
+    how far below and above its first element (a view inside another reaches neither
+    further below nor further above)."""
+    low = sum(s * (d - 1) for d, s in zip(dims, strides, strict=True) if s < 0)
+    high = sum(s * (d - 1) for d, s in zip(dims, strides, strict=True) if s > 0)
+    return -low, high
+
+
 def twin(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> Callable[..., None]:
     """The numpy function the emulator runs for ``ca_reduce`` of ``plan`` and ``spec`` over
     ``nk`` kept and ``nr`` reduced dims. As the kernel does, it reads each operand and
@@ -473,7 +482,17 @@ def twin(plan: Plan, spec: ReduceSpec, nk: int, nr: int) -> Callable[..., None]:
     nd = nk + nr
 
     def viewed(a: np.ndarray, dims: list[int], strides: list[int]) -> np.ndarray:
-        size = a.itemsize  # (the elements the tensor covers: the layout came from it)
+        """``a`` (a tensor's elements) seen through ``dims`` and ``strides`` (elements), a
+        view that must stay inside them: the emulator resolved ``a`` to the tensor's
+        own memory, which ``as_strided`` does not check."""
+        low, high = _extent(dims, strides)
+        own_low, own_high = _extent(a.shape, [s // a.itemsize for s in a.strides])
+        if all(dims) and (low > own_low or high > own_high):
+            raise IndexError(
+                f"ca_reduce reads past its operand: dims {dims}, strides {strides} of an "
+                f"array of shape {a.shape}, strides {a.strides}"
+            )
+        size = a.itemsize
         return np.lib.stride_tricks.as_strided(
             a, dims, [st * size for st in strides], writeable=True
         )

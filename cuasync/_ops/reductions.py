@@ -266,7 +266,6 @@ class _Reduction(ReduceWorkCore):
         spec, axes, keepdims, strides = self._spec, self._axes, self._keepdims, self._strides
         try:
             found = _generic_layout(self._node, spec, axes, strides, keepdims)
-            assert found is not None  # (stand-ins worked out)
             return unprepared([found[0].kernel], on)
         except ValueError:  # pending operands: they run first, their kernels come first
             standin, pending = planned(self._node)
@@ -274,7 +273,6 @@ class _Reduction(ReduceWorkCore):
             found = _generic_layout(standin, spec, axes, strides, keepdims)
         except ValueError:
             return ()
-        assert found is not None
         return (*first_uses(pending, on), *unprepared([found[0].kernel], on))
 
 
@@ -431,17 +429,14 @@ def _generic_layout(
     axes: tuple[int, ...],
     strides: Shape,
     keepdims: bool,
-    stand_ins: bool = True,
-) -> tuple[_GenericLayout, list[Tensor], list[Any]] | None:
+) -> tuple[_GenericLayout, list[Tensor], list[Any]]:
     """The :class:`_GenericLayout` of reducing ``node`` into an output of ``strides``,
     with its tensors and scalars; kept per seen layout (:data:`_GENERIC`, keyed by the
     tree's native ``plan_key`` and the reduction's). A leaf ``plan_key`` does not take
-    (a stand-in) is worked out each time; ``stand_ins=False``: None for it instead. A
-    pending leaf raises ``ValueError`` (it runs first)."""
+    (a stand-in) is worked out each time. A pending leaf raises ``ValueError`` (it runs
+    first)."""
     walked = plan_key(node, strides)
     if walked is None:
-        if not stand_ins:
-            return None
         worked = _work_out(node, spec, axes, strides, keepdims)
         return _make_generic(spec, worked), worked[1], worked[2]
     key, tensors, scalars = walked
@@ -572,9 +567,7 @@ def _launch(
     result: Tensor,
     keepdims: bool,
 ) -> None:
-    found = _generic_layout(node, spec, axes, result.strides, keepdims)
-    assert found is not None  # (stand-ins worked out)
-    layout, tensors, scalars = found
+    layout, tensors, scalars = _generic_layout(node, spec, axes, result.strides, keepdims)
     if _float4_launch(ctx, layout.plan, spec, tensors[0], result, *layout.merged):
         return
     g = _generic(layout, tensors, scalars, result)

@@ -42,7 +42,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *process;
     PyObject *reduce_plan_for; /* (None until reductions.py sets it) */
-    PyObject *op_core_t, *launch_core_t, *kernel_core_t, *one, *zero;
+    PyObject *op_core_t, *launch_core_t, *kernel_core_t;
     Py_ssize_t small_max; /* (block_cache.SMALL_MAX: the largest block it keeps) */
 } ExpressLaunches;
 
@@ -101,10 +101,7 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
     self->launch_core_t = PyObject_GetAttrString(module, "LaunchCore");
     self->kernel_core_t = PyObject_GetAttrString(module, "KernelCore");
-    self->one = PyLong_FromLong(1);
-    self->zero = PyLong_FromLong(0);
-    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL ||
-        self->one == NULL || self->zero == NULL) {
+    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -145,20 +142,31 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     PyObject *aligns = PyTuple_GET_ITEM(found, P_ALIGNS);
     PyObject *itemsizes = PyTuple_GET_ITEM(found, P_ITEMSIZES);
     PyObject *nulls_of = PyTuple_GET_ITEM(found, P_NULLS);
-    PyObject *null = PROCESS(self->process)->kernel_null;
     Py_ssize_t nulls = PyLong_CheckExact(nulls_of) ? PyLong_AsSsize_t(nulls_of) : -1;
+    if (nulls < 0 || nulls > STACK_ARGS) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "a LaunchPlan's nulls is not a small int");
+        }
+        return NULL;
+    }
+    /* (held: Python runs below, the storage views, and could replace the field) */
+    PyObject *null = nulls ? PROCESS(self->process)->kernel_null : NULL;
+    if (nulls && (null == NULL || null == Py_None))
+        return PyErr_Format(PyExc_RuntimeError, "PROCESS.kernel_null is not set (cuasync."
+                                                "_launch.kernel sets it when imported)");
     int bits = PyObject_IsTrue(PyTuple_GET_ITEM(found, P_BITS));
     Py_ssize_t nviews = 1 + PyList_GET_SIZE(tensors), nscalars = PyList_GET_SIZE(scalars);
     int vec = vec_launch != Py_None;
     if (bits < 0 || !PyTuple_Check(tail) || (vec && !PyTuple_Check(vec_tail)) ||
         !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
         PyTuple_GET_SIZE(aligns) != nviews || PyTuple_GET_SIZE(itemsizes) != nviews ||
-        nulls < 0 || nulls > STACK_ARGS || (nulls && (null == NULL || null == Py_None)) ||
         (specs != Py_None && (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != nscalars))) {
-        if (bits >= 0 && !PyErr_Occurred())
+        if (bits >= 0)
             PyErr_Format(PyExc_TypeError, "a LaunchPlan that does not fit its key");
         return NULL;
     }
+    Py_XINCREF(null);
     for (Py_ssize_t i = 0; i < nviews && vec; i++) {
         PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
         vec = aligned(v, PyTuple_GET_ITEM(itemsizes, i), PyTuple_GET_ITEM(aligns, i));
@@ -169,8 +177,10 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     Py_ssize_t nargs = nviews + nulls + nscalars + PyTuple_GET_SIZE(tail);
     PyObject *on_stack[STACK_ARGS];
     PyObject **stack = nargs <= STACK_ARGS ? on_stack : PyMem_New(PyObject *, nargs);
-    if (stack == NULL)
+    if (stack == NULL) {
+        Py_XDECREF(null);
         return PyErr_NoMemory();
+    }
     Py_ssize_t made = 0; /* (the new references at the stack's start) */
     int failed = 0;
     for (Py_ssize_t i = 0; i < nviews && !failed; i++) {
@@ -202,6 +212,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
         Py_DECREF(stack[i]);
     if (stack != on_stack)
         PyMem_Free(stack);
+    Py_XDECREF(null);
     if (launch == NULL)
         return NULL;
     if (!PyObject_TypeCheck(launch, (PyTypeObject *)self->launch_core_t)) {
@@ -346,7 +357,7 @@ plan_of(ExpressLaunches *self, PyObject *key, PyObject *maker, PyObject *a, PyOb
         return Py_NewRef(found);
     if (PyErr_Occurred())
         return NULL;
-    if (maker == Py_None) /* (reductions.py not imported: none was built) */
+    if (maker == NULL || maker == Py_None) /* (reductions.py not imported, or deleted) */
         Py_RETURN_NONE;
     Py_INCREF(maker); /* (a field: the call may replace it) */
     found = PyObject_CallFunctionObjArgs(maker, a, b, key, tensors, NULL);

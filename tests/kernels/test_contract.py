@@ -448,7 +448,7 @@ def test_a_seen_product_is_one_gemm_of_other_tensors_alike(
 def test_products_that_are_more_than_one_gemm_are_not_recorded(seen: dict[Any, Any]) -> None:
     # A converted operand, a copied (unreadable) view, several batch groups, out=, an
     # integer product, k == 0 and an operand op each run the long way every time, and a
-    # kind differing in a scalar's value or type, or the precision, is another kind.
+    # kind differing in alpha's type, or the precision, is another kind.
     a, b = host((4, 6), seed=1), host((6, 3), seed=2)
     x, y = dev(a), dev(b)
     wide_b = dev(b.astype(np.float64))
@@ -473,14 +473,33 @@ def test_products_that_are_more_than_one_gemm_are_not_recorded(seen: dict[Any, A
     assert len(seen) == 1
     cuasync.matmul(x, y).sync()
     for other in (
-        cuasync.matmul(x, y, alpha=2.0),
         cuasync.matmul(x, y, alpha=1),
+        cuasync.matmul(x, y, alpha=np.float32(1)),
         cuasync.matmul(x, y, precision="tf32"),
     ):
         assert not _is_seen(other)
         other.sync()
     assert len(seen) == 5
-    check_matmul(get(cuasync.matmul(x, y, alpha=2.0)), 2 * a, b, TOL["float32"])
+
+
+def test_a_seen_product_takes_each_alpha_as_it_comes(seen: dict[Any, Any]) -> None:
+    # alpha's value is not part of the kind (a schedule of values makes one entry, not
+    # one each, nor a cache that starts over): each product is scaled by its own.
+    a, b = host((4, 6), seed=1), host((6, 3), seed=2)
+    x, y = dev(a), dev(b)
+    cuasync.matmul(x, y, alpha=0.5).sync()
+    for alpha in (2.0, -1.5, 0.0, 1e-3):
+        op = cuasync.matmul(x, y, alpha=alpha)
+        assert _is_seen(op)
+        check_matmul(get(op), np.float32(alpha) * a, b, TOL["float32"])
+    assert len(seen) == 1
+    z = host((4, 6), "complex64", 3)
+    w = host((6, 3), "complex64", 4)
+    zc, wc = dev(z), dev(w)
+    cuasync.matmul(zc, wc, alpha=1j).sync()
+    op = cuasync.matmul(zc, wc, alpha=2 - 1j)
+    assert _is_seen(op)
+    check_matmul(get(op), (2 - 1j) * z, w, TOL["complex64"])
 
 
 # -- GPU only: cuBLAS against numpy -----------------------------------------------------------------

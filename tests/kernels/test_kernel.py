@@ -1157,6 +1157,34 @@ def test_a_written_tensor_partly_overlapping_another_argument_is_refused() -> No
     np.testing.assert_array_equal(x.to_host().sync(), h)
 
 
+def test_the_launcher_asks_for_the_aliasing_check_only_where_tensors_share_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Views of different allocations never overlap (the check's first rule): the native
+    # launcher checks nothing for them, and asks Python for views of one allocation.
+    from cuasync._native import PROCESS
+
+    asked: list[int] = []
+    check = PROCESS.kernel_check_aliasing
+    assert check is not None
+
+    def spy(kernel: Any, pairs: list[Any]) -> None:
+        asked.append(len(pairs))
+        check(kernel, pairs)
+
+    monkeypatch.setattr(PROCESS, "kernel_check_aliasing", spy)
+    k = cuasync.Kernel(SAXPY, "saxpy", emulate=saxpy_twin)
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    y = cuasync.from_host(np.ones(8, dtype=np.float32)).sync()
+    k[1, 32](2.0, x, y, 8).sync()
+    k[1, 32](1.0, x[:4], x[4:], 4).sync()
+    with pytest.raises(AliasingError):
+        k[1, 32](1.0, x[:4], x[2:6], 4)
+    native = type(k[1, 32]).__name__ == "Launcher"  # (CUASYNC_NATIVE=off: Python checks all)
+    assert asked == ([2, 2] if native else [])
+    np.testing.assert_array_equal(y.to_host().sync(), 2 * np.arange(8) + 1)
+
+
 AXPY_STRIDED = r"""
 extern "C" __global__ void axpy_strided(float a, const float* x, float* y, int stride, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

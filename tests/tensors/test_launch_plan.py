@@ -180,6 +180,54 @@ async def test_a_reduction_is_the_one_launch_of_its_plan(
     np.testing.assert_array_equal(await (await launch).to_host(), m.argmax(1))
 
 
+async def test_a_reduction_plan_serves_new_outputs_and_out(anyio_backend: Any) -> None:
+    # A contiguous out= has a new output's layout: one plan for both, each launch
+    # writing its own output.
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x = await upload(a)
+    stream = cuasync.get_default_device().new_stream()
+    np.testing.assert_array_equal(await (await cuasync.sum(x, axis=0)).to_host(), a.sum(0))
+    o = cuasync.empty((6,), "float32").sync(allow_in_loop=True)
+    launch = launch_plan.express_launch(_taken(cuasync.sum(x, axis=0, out=o)), stream)
+    assert launch is not None and launch._output is o
+    await launch
+    np.testing.assert_array_equal(await o.to_host(), a.sum(0))
+
+
+async def test_without_a_reduction_plan_maker_reductions_take_the_long_way(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch, made: list[Any]
+) -> None:
+    stream = cuasync.get_default_device().new_stream()
+    a = np.arange(10, dtype=np.float32)
+    x = await upload(a)
+    for unset in (None, "deleted"):
+        if unset is None:
+            monkeypatch.setattr(launch_plan.LAUNCHES, "reduce_plan_for", None)
+        else:
+            monkeypatch.delattr(launch_plan.LAUNCHES, "reduce_plan_for")
+        assert launch_plan.express_launch(_taken(cuasync.sum(x)), stream) is None
+        assert float(await (await cuasync.sum(x)).to_host()) == a.sum()
+
+
+def test_the_reduction_twin_refuses_to_read_past_its_operand() -> None:
+    # As_strided checks nothing: a geometry past the operand would read other memory on
+    # the emulator, where the kernel would fault; the twin refuses it.
+    from cuasync._ops import reduce_codegen
+    from cuasync._ops.codegen import make_plan
+
+    x = cuasync.from_host(np.ones(16, np.float32)).sync()
+    plan = make_plan(_taken(cuasync.sum(x))._node.value._node)[0]
+    spec = reduce_codegen.ReduceSpec("sum", "float32", "float32")
+    run = reduce_codegen.twin(plan, spec, 0, 1)
+    out = np.zeros((), np.float32)
+    # (args: out, the workspace, x, then m, k, splits, chunk, phase, mode, the reduced
+    # dim and its stride: a 0-d output has no kept dims)
+    run(out, 0, np.ones(16, np.float32), 1, 16, 1, 16, 0, 0, 16, 1)
+    assert out == 16
+    with pytest.raises(IndexError, match="reads past its operand"):
+        run(out, 0, np.ones(16, np.float32), 1, 32, 1, 32, 0, 0, 32, 1)
+
+
 async def test_a_reduction_into_an_operand_takes_the_long_way(anyio_backend: Any) -> None:
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
     x = await upload(a)
