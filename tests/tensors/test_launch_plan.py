@@ -298,9 +298,22 @@ def _raw_launch(op: Any, out: Callable[[], cuasync.Tensor]) -> Callable[[], Any]
     return lambda: kernel[1, 256](out(), *tensors, *scalars, n, 1)  # (grid-stride: any grid)
 
 
+def _raw_reduction(
+    op: Any, out: Callable[[], cuasync.Tensor], stream: cuasync.Stream
+) -> Callable[[], Any]:
+    """The raw launch of the kernel the seen reduction ``op`` launches, with its
+    arguments, into ``out()`` (``op`` is taken: its launch op only names them)."""
+    launch = launch_plan.express_launch(_taken(op), stream)
+    assert launch is not None
+    launch._take()
+    launcher = launch._kernel[launch._grid, launch._block]
+    args = launch._args[1:-1]  # (the output replaced; the cancel word is the launcher's)
+    return lambda: launcher(out(), *args)
+
+
 def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
-    """Counts Python allocations per op. In flight, an expression of a seen plan is the
-    raw launch of its kernel: it may hold no more blocks than that launch with the same
+    """Counts Python allocations per op. In flight, an expression (or a reduction) of a
+    seen plan is the raw launch of its kernel: it may hold no more blocks than that launch with the same
     arguments (the launch op, its argument lists, the future and completion, what the
     queue behind the gate keeps; a new output allocated as the plan does), plus 1 of
     slack (a list over-allocated now and then), 3 with a new output (what the block
@@ -320,17 +333,23 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     def new() -> cuasync.Tensor:  # what a plan allocates for a new output
         return Tensor(Allocation(stream.device, 4096, stream), (1024,), f32)
 
-    ops: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
-        "add out=": (lambda: cuasync.add(x, 1.0, out=o), lambda: cuasync.add(x, 1.0), lambda: o),
+    def new_scalar() -> cuasync.Tensor:
+        return Tensor(Allocation(stream.device, 4, stream), (), f32)
+
+    cuasync.sum(x).sync()  # (seen: the raw launch of its kernel is taken from its plan)
+    ops: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "add out=": (
+            lambda: cuasync.add(x, 1.0, out=o),
+            _raw_launch(cuasync.add(x, 1.0), lambda: o),
+        ),
         "exp(x * 2 + 1) out=": (
             lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
-            lambda: cuasync.exp(x * 2.0 + 1.0),
-            lambda: o,
+            _raw_launch(cuasync.exp(x * 2.0 + 1.0), lambda: o),
         ),
-        "add": (lambda: cuasync.add(x, 1.0), lambda: cuasync.add(x, 1.0), new),
+        "add": (lambda: cuasync.add(x, 1.0), _raw_launch(cuasync.add(x, 1.0), new)),
+        "sum": (lambda: cuasync.sum(x), _raw_reduction(cuasync.sum(x), new_scalar, stream)),
     }
-    for name, (make, like, out) in ops.items():
-        raw = _raw_launch(like(), out)
+    for name, (make, raw) in ops.items():
         for _ in range(3 * n):  # warm: plans made, pools and the ledger at their sizes
             make().submit_on(stream).wait()
             raw().submit_on(stream).wait()
