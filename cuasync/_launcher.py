@@ -30,12 +30,19 @@ __all__ = ["make_launcher"]
 
 
 def make_launcher(
-    kernel: Any, launch: type, grid: Any, block: Any, shared_mem: int
+    kernel: Any,
+    launch: type,
+    grid: Any,
+    block: Any,
+    shared_mem: int,
+    cancel: tuple[Any, Callable[..., Any]] | None = None,
 ) -> Callable[..., Any] | None:
     """The native launcher of ``kernel[grid, block, shared_mem]`` (``grid`` given);
-    ``launch`` is the op class it builds. None with ``CUASYNC_NATIVE=off``, or where the
-    plan takes no fast path for one of the parameters (every launch then needs the full
-    checks)."""
+    ``launch`` is the op class it builds; ``cancel``, for a kernel taking a cancel word:
+    the scope's ContextVar and the launch in a scope (``scoped(launcher, *args)``: a call
+    outside any scope gets the word 0 natively). None with ``CUASYNC_NATIVE=off``, or
+    where the plan takes no fast path for one of the parameters (every launch then
+    needs the full checks)."""
     if not _config.CONFIG.native:
         return None
     plan = kernel._plan_now()
@@ -51,7 +58,7 @@ def make_launcher(
         kernel=kernel, params=kernel.params, plan=entries, launch=launch, tensor=Tensor,
         grid=grid, block=block, shared_mem=shared_mem, default_device=get_default_device,
         name=f"{kernel.name}[{grid}, {block}, {shared_mem}]",
-        devices=(_default_device, Device._instances),
+        devices=(_default_device, Device._instances), cancel=cancel,
     )  # fmt: skip
     return launcher
 

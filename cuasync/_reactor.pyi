@@ -806,8 +806,11 @@ class Launcher:
         default_device: Callable[[], Any],
         name: str,
         devices: tuple[Any, dict[int, Any]] | None,
+        cancel: tuple[Any, Callable[..., Any]] | None,
     ) -> Launcher: ...
     def __call__(self, *args: Any) -> Any: ...
+    #: the launch with every parameter given, a kernel's cancel word too
+    def with_word(self, *args: Any) -> Any: ...
     #: ``kernel[grid, block, shared_mem]``, as the generated Python launcher is named.
     __name__: str
     __qualname__: str

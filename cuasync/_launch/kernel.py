@@ -357,14 +357,14 @@ class _Launchable(KernelCore, Generic[R]):
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
         op_type = _CancellableLaunch if self._cancel else _Launch
-        launcher = make_launcher(self, op_type, *spec) if spec[0] is not None else None
+        cancel = (SCOPE, _scoped_launch) if self._cancel else None
+        launcher = make_launcher(self, op_type, *spec, cancel) if spec[0] is not None else None
         if launcher is None:
 
-            def launcher(*args: Any) -> DeviceOp[R]:
+            def launch(*args: Any) -> DeviceOp[R]:
                 return self._launch(args, *spec)
 
-        if self._cancel:
-            launcher = _with_word(launcher)
+            launcher = _with_word(launch) if self._cancel else launch
 
         if cacheable:
             cache = self._launchers
@@ -911,21 +911,33 @@ class _CancellableLaunch(_Launch):
 
 
 def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp[Any]]:
-    """``launcher`` (of a kernel taking a cancel word) given the current scope's word."""
-
-    get = SCOPE.get  # (current_word inlined: this is on every launch of the kernel)
+    """``launcher`` (a Python one, of a kernel taking a cancel word) given the current
+    scope's word (the native ``Launcher`` gives 0 itself outside any scope, and calls
+    :func:`_scoped_launch` in one)."""
 
     def launch(*args: Any) -> DeviceOp[Any]:
-        scope = get()
-        if scope is None or not scope.word:
-            return launcher(*args, 0)
-        op = launcher(*args, scope.word)
-        device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
-        if device is not None and device.ordinal != scope.ordinal:  # the word of its device
-            op._args = (*op._args[:-1], scope.word_for(device.ordinal))  # type: ignore[attr-defined]
-        return op
+        return _in_scope(launcher, args)
 
     return launch
+
+
+def _scoped_launch(launcher: Any, *args: Any) -> DeviceOp[Any]:
+    """A native ``Launcher``'s launch in a cancel scope (or with another number of
+    arguments: its checks word the error): its ``with_word``, given the scope's word."""
+    return _in_scope(launcher.with_word, args)
+
+
+def _in_scope(launch: Callable[..., DeviceOp[Any]], args: tuple[Any, ...]) -> DeviceOp[Any]:
+    """``launch(*args, word)``: the current scope's word (0 outside any scope), the word
+    of the op's device where it is another than the scope's."""
+    scope = SCOPE.get()
+    if scope is None or not scope.word:
+        return launch(*args, 0)
+    op = launch(*args, scope.word)
+    device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
+    if device is not None and device.ordinal != scope.ordinal:  # the word of its device
+        op._args = (*op._args[:-1], scope.word_for(device.ordinal))  # type: ignore[attr-defined]
+    return op
 
 
 class _LaunchOfOps(DeviceOp[Any]):

@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 #include "module.h"
 #include "cores.h"
@@ -46,6 +47,10 @@ typedef struct {
     PyObject *writes;  /* the ops' _writes: whether each tensor argument is written */
     PyObject *tensor_params; /* the ops' _params: the parameter of each tensor argument */
     PyObject *process; /* the module's PROCESS: the kernel's Python paths */
+    /* a kernel taking a cancel word (its hidden last parameter): the ContextVar of the
+     * current cancel scope, and the Python launch in a scope, scoped(launcher, *args);
+     * else NULL */
+    PyObject *scope, *scoped;
 } Launcher;
 
 /* One of the kernel's Python paths (a PROCESS field): borrowed, or NULL with an error. */
@@ -130,6 +135,11 @@ passes(Launcher *self, const plan_entry *e, PyObject *a, PyObject *null)
     return PyObject_RichCompareBool(a, e->hi, Py_LE);
 }
 
+static PyObject *launch_now(Launcher *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* (a launch's arguments on the C stack, the cancel word appended: more, allocated) */
+enum { WORD_STACK = 16 };
+
 static PyObject *
 Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -138,6 +148,54 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         PyErr_Format(PyExc_TypeError, "%U() takes no keyword arguments", self->name);
         return NULL;
     }
+    if (self->scope == NULL)
+        return launch_now(self, args, nargs);
+    /* a kernel taking a cancel word: outside any scope, the word 0 appended here; in a
+     * scope (or given another number of arguments), Python's scoped(launcher, *args) */
+    PyObject *scope = NULL;
+    if (nargs == self->n - 1 && PyContextVar_Get(self->scope, Py_None, &scope) < 0)
+        return NULL;
+    if (scope != Py_None) {
+        Py_XDECREF(scope);
+        PyObject *on_stack[WORD_STACK];
+        PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
+        if (a == NULL)
+            return PyErr_NoMemory();
+        a[0] = (PyObject *)self;
+        memcpy(a + 1, args, (size_t)nargs * sizeof(PyObject *));
+        PyObject *r = self->scoped == NULL
+                          ? PyErr_Format(PyExc_RuntimeError, "this launcher is cleared")
+                          : PyObject_Vectorcall(self->scoped, a, nargs + 1, NULL);
+        if (a != on_stack)
+            PyMem_Free(a);
+        return r;
+    }
+    Py_DECREF(scope);
+    PyObject *on_stack[WORD_STACK];
+    PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
+    if (a == NULL)
+        return PyErr_NoMemory();
+    memcpy(a, args, (size_t)nargs * sizeof(PyObject *));
+    a[nargs] = PyLong_FromLong(0); /* (a cached small int: it cannot fail) */
+    PyObject *r = launch_now(self, a, nargs + 1);
+    Py_DECREF(a[nargs]);
+    if (a != on_stack)
+        PyMem_Free(a);
+    return r;
+}
+
+/* Launcher.with_word(*args, word): the launch with every argument given, the cancel word
+ * too (what scoped() calls). */
+static PyObject *
+Launcher_with_word(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return launch_now(self, args, nargs);
+}
+
+/* The launch of args, all the kernel's parameters given. */
+static PyObject *
+launch_now(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
     if (self->kernel == NULL || self->plan == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "this launcher is cleared (interpreter shutdown)");
         return NULL;
@@ -378,14 +436,23 @@ static PyObject *
 Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"kernel", "params", "plan", "launch", "tensor", "grid", "block",
-                             "shared_mem", "default_device", "name", "devices", NULL};
+                             "shared_mem", "default_device", "name", "devices", "cancel", NULL};
     PyObject *kernel, *params, *plan, *launch, *tensor, *grid, *block, *shared_mem, *dflt,
-        *name, *devices;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOUO:Launcher", kwlist, &kernel,
+        *name, *devices, *cancel;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O!O!OOOOUOO:Launcher", kwlist, &kernel,
                                      &params, &PyTuple_Type, &plan, &PyType_Type, &launch,
                                      &PyType_Type, &tensor, &grid, &block, &shared_mem, &dflt,
-                                     &name, &devices))
+                                     &name, &devices, &cancel))
         return NULL;
+    /* cancel: (the ContextVar of the cancel scope, scoped(launcher, *args)), or None */
+    if (cancel != Py_None &&
+        (!PyTuple_CheckExact(cancel) || PyTuple_GET_SIZE(cancel) != 2 ||
+         !PyContextVar_CheckExact(PyTuple_GET_ITEM(cancel, 0)) ||
+         !PyCallable_Check(PyTuple_GET_ITEM(cancel, 1)))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "cancel must be (a ContextVar of the cancel scope, a callable) or None");
+        return NULL;
+    }
     /* devices: (the ContextVar of the default ordinal, Device._instances), or None */
     if (devices != Py_None &&
         (!PyTuple_CheckExact(devices) || PyTuple_GET_SIZE(devices) != 2 ||
@@ -411,6 +478,10 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->devices = Py_NewRef(PyTuple_GET_ITEM(devices, 1));
     }
     self->name = Py_NewRef(name);
+    if (cancel != Py_None) {
+        self->scope = Py_NewRef(PyTuple_GET_ITEM(cancel, 0));
+        self->scoped = Py_NewRef(PyTuple_GET_ITEM(cancel, 1));
+    }
     self->launch_t = (PyTypeObject *)Py_NewRef(launch);
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
     self->n = PyTuple_GET_SIZE(plan);
@@ -469,6 +540,8 @@ Launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->process);
     Py_VISIT(self->writes);
     Py_VISIT(self->tensor_params);
+    Py_VISIT(self->scope);
+    Py_VISIT(self->scoped);
     if (self->plan != NULL) {
         for (Py_ssize_t i = 0; i < self->n; i++) {
             Py_VISIT(self->plan[i].dtype);
@@ -496,6 +569,8 @@ Launcher_clear(Launcher *self)
     Py_CLEAR(self->process);
     Py_CLEAR(self->writes);
     Py_CLEAR(self->tensor_params);
+    Py_CLEAR(self->scope);
+    Py_CLEAR(self->scoped);
     plan_free(self);
     return 0;
 }
@@ -529,6 +604,14 @@ static PyGetSetDef Launcher_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMethodDef Launcher_methods[] = {
+    {"with_word", (PyCFunction)(void (*)(void))Launcher_with_word, METH_FASTCALL,
+     "with_word($self, /, *args)\n--\n\n"
+     "The launch with every parameter given, a kernel's cancel word too (the launch in a "
+     "scope passes its scope's word)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMemberDef Launcher_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Launcher, vectorcall), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
@@ -543,10 +626,14 @@ static PyType_Slot Launcher_slots[] = {
     {Py_tp_repr, (void *)Launcher_repr},
     {Py_tp_getset, Launcher_getset},
     {Py_tp_members, Launcher_members},
+    {Py_tp_methods, Launcher_methods},
     {Py_tp_doc, (void *)"Launcher(*, kernel, params, plan, launch, tensor, grid, block, "
-                        "shared_mem, default_device, name, devices)\n--\n\n"
+                        "shared_mem, default_device, name, devices, cancel)\n--\n\n"
                         "kernel[grid, block, shared_mem] as a native callable "
-                        "(cuasync._launcher.make_launcher makes one per configuration)."},
+                        "(cuasync._launcher.make_launcher makes one per configuration); "
+                        "cancel: (the cancel scope's ContextVar, scoped(launcher, *args)) "
+                        "for a kernel taking a cancel word, which a call outside any scope "
+                        "gets as 0."},
     {0, NULL},
 };
 

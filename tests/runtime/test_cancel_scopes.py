@@ -308,6 +308,47 @@ def test_ops_built_after_a_scope_closed_carry_no_word(baseline) -> None:
     asyncio.run(main())
 
 
+def test_a_launch_carries_its_scope_s_word_and_0_outside_any(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # kernel[grid, block] of a kernel taking a cancel word: the native launcher appends 0
+    # itself outside any scope (no Python on the way), and in a scope asks Python for
+    # the scope's word; the wrong number of arguments is worded as before.
+    from cuasync._launch import kernel as kernels
+    from cuasync._ops import codegen
+    from cuasync.errors import LaunchError
+
+    asked: list[int] = []
+    in_scope = kernels._in_scope
+
+    def spy(launch: Any, args: tuple[Any, ...]) -> Any:
+        asked.append(len(args))
+        return in_scope(launch, args)
+
+    monkeypatch.setattr(kernels, "_in_scope", spy)
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    o = cuasync.empty((8,), "float32").sync()
+    op = cuasync.add(x, 1.0)
+    op._take()
+    plan, tensors, scalars = codegen.make_plan(op._node)
+    launcher = codegen.kernel_for(plan, "float32", 0)[1, 32]
+    native = type(launcher).__name__ == "Launcher"  # (CUASYNC_NATIVE=off: Python's)
+
+    async def main() -> None:
+        outside = launcher(o, *tensors, *scalars, 8, 1)
+        assert outside._args[-1] == 0 and asked == ([] if native else [5])
+        await outside
+        with cuasync.cancel_scope() as scope:
+            inside = launcher(o, *tensors, *scalars, 8, 1)
+            assert inside._args[-1] == scope.word != 0
+            await inside
+        with pytest.raises(LaunchError, match=r"takes 5 argument\(s\) .* got 3"):
+            launcher(o, *tensors, 8)
+
+    asyncio.run(main())
+    np.testing.assert_array_equal(o.to_host().sync(), np.arange(8) + 1)
+
+
 def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:
     def run() -> list[Any]:
         marks = _marks(2)
