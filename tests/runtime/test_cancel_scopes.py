@@ -331,7 +331,7 @@ def test_a_launch_carries_its_scope_s_word_and_0_outside_any(
     op = cuasync.add(x, 1.0)
     op._take()
     plan, tensors, scalars = codegen.make_plan(op._node)
-    launcher = codegen.kernel_for(plan, "float32", 0)[1, 32]
+    launcher: Any = codegen.kernel_for(plan, "float32", 0)[1, 32]
     native = type(launcher).__name__ == "Launcher"  # (CUASYNC_NATIVE=off: Python's)
 
     async def main() -> None:
