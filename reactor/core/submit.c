@@ -159,6 +159,12 @@ run_record(subcore *c, const sub_rec *r, uintptr_t *current)
         ((pfn_stream_synchronize)c->entry.stream_synchronize)((void *)r->stream);
         rc = -w;
     }
+    else {
+        /* no launch, but the stream's earlier work may still run: the flag says "done"
+         * only once it has (the stream counts as completed up to this record, and other
+         * streams then order nothing after it) */
+        ((pfn_stream_synchronize)c->entry.stream_synchronize)((void *)r->stream);
+    }
     atomic_fetch_add_explicit(&c->failed, 1, memory_order_relaxed);
     atomic_store_explicit(&c->status[r->slot], rc, memory_order_relaxed);
     atomic_store_explicit(&c->words[r->slot], r->value, memory_order_release);

@@ -337,6 +337,23 @@ enum {
 extern PyTypeObject *cuasync_registered[REG_COUNT];
 #define REGISTERED(which) (cuasync_registered[REG_##which])
 
+/* Whether work up to seq may still be pending on stream (its _completed has not reached
+ * seq: Stream._pending): 1, 0, or -1 where that cannot be told here (not a cuasync
+ * stream, not exact ints). Runs no Python code. */
+static inline int
+stream_pending(PyObject *stream, PyObject *seq)
+{
+    if (!is_stream(stream))
+        return -1;
+    PyObject *completed = STREAM(stream)->completed;
+    if (completed == NULL || !PyLong_CheckExact(completed) || !PyLong_CheckExact(seq))
+        return -1;
+    int later = PyObject_RichCompareBool(seq, completed, Py_GT);
+    if (later < 0)
+        PyErr_Clear();
+    return later;
+}
+
 /* The exact int v plus delta: a new reference, or NULL with an error set (a TypeError
  * naming what, where v is not an exact int). */
 static inline PyObject *

@@ -528,21 +528,6 @@ record_legacy_read(owner_pair *owner)
     return rc;
 }
 
-/* Whether work up to seq may still be pending on stream: 1, 0, or -1 where that cannot
- * be told here (not a cuasync stream, not ints). */
-static int
-pending_on(PyObject *stream, PyObject *seq)
-{
-    if (!is_stream(stream))
-        return -1;
-    PyObject *completed = STREAM(stream)->completed;
-    if (completed == NULL || !PyLong_CheckExact(completed) || !PyLong_CheckExact(seq))
-        return -1;
-    int later = PyObject_RichCompareBool(seq, completed, Py_GT);
-    if (later < 0)
-        PyErr_Clear();
-    return later;
-}
 
 /* foreign.only_legacy_uses: whether no stream but legacy may still be using alloc (a
  * consumer on legacy owes nothing then); 0 also where that cannot be told here. */
@@ -554,7 +539,7 @@ only_legacy_uses(AllocationCore *alloc, PyObject *legacy)
         if (!PyTuple_CheckExact(write) || PyTuple_GET_SIZE(write) != 2)
             return 0;
         PyObject *stream = PyTuple_GET_ITEM(write, 0);
-        if (stream != legacy && pending_on(stream, PyTuple_GET_ITEM(write, 1)) != 0)
+        if (stream != legacy && stream_pending(stream, PyTuple_GET_ITEM(write, 1)) != 0)
             return 0;
     }
     if (alloc->reads == NULL || !PyDict_CheckExact(alloc->reads))
@@ -562,7 +547,7 @@ only_legacy_uses(AllocationCore *alloc, PyObject *legacy)
     Py_ssize_t pos = 0;
     PyObject *stream, *seq;
     while (PyDict_Next(alloc->reads, &pos, &stream, &seq)) /* (no Python code runs) */
-        if (stream != legacy && pending_on(stream, seq) != 0)
+        if (stream != legacy && stream_pending(stream, seq) != 0)
             return 0;
     return 1;
 }

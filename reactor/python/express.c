@@ -221,32 +221,12 @@ check_tensors(PyObject *tensors, PyObject *writes, PyObject *device, char *uses,
     return 1;
 }
 
-/* Whether use (another stream's, at sequence number seq) is known to have run: its
- * stream's _completed reached seq (Stream._pending(seq) is false, and
- * Stream._order_after orders nothing after it). 1 yes, 0 not known. */
-static int
-landed(PyObject *other, PyObject *seq)
-{
-    if (!Py_IS_TYPE(other, REGISTERED(STREAM)) || !PyLong_CheckExact(seq))
-        return 0;
-    PyObject *completed = STREAM(other)->completed;
-    if (completed == NULL || !PyLong_CheckExact(completed))
-        return 0;
-    int overflow_a, overflow_b;
-    long long done = PyLong_AsLongLongAndOverflow(completed, &overflow_a);
-    long long at = PyLong_AsLongLongAndOverflow(seq, &overflow_b);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return !overflow_a && !overflow_b && at <= done;
-}
-
 /* Under the lock (another thread may have used the tensor meanwhile): whether the
  * access of ``alloc`` needs Allocation.use itself, because a last use on another stream
  * may still be running (then the stream must be ordered after it). Uses that are known
- * to have run order nothing: the core records the access as Allocation.use would. 1 yes,
- * 0 no, -1 an error. No Python code runs here (Stream has object's hash and equality). */
+ * to have run (stream_pending) order nothing: the core records the access as
+ * Allocation.use would. 1 yes, 0 no, -1 an error. No Python code runs here (Stream has
+ * object's hash and equality). */
 static int
 needs_ordering(PyObject *alloc, PyObject *stream, int write)
 {
@@ -255,14 +235,14 @@ needs_ordering(PyObject *alloc, PyObject *stream, int write)
     if (w == NULL || reads == NULL || !PyDict_CheckExact(reads) ||
         (w != Py_None && (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 2 ||
                           (PyTuple_GET_ITEM(w, 0) != stream &&
-                           !landed(PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1))))))
+                           stream_pending(PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1)) != 0))))
         return 1;
     if (!write)
         return 0;
     Py_ssize_t pos = 0;
     PyObject *reader, *at;
     while (PyDict_Next(reads, &pos, &reader, &at))
-        if (reader != stream && !landed(reader, at))
+        if (reader != stream && stream_pending(reader, at) != 0)
             return 1;
     return 0;
 }
@@ -766,6 +746,10 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             Py_XDECREF(r);
         }
         else if (uses[i] == USE_WRITE) {
+            /* (the records dropped may be the last references to other streams: their
+             * finalizers run here, under the lock, with LOCAL.active set) */
+            cuasync_active = 1;
+            active = 1;
             if (PyDict_GET_SIZE(reads))
                 PyDict_Clear(reads);
             PyObject *rec = records[i];

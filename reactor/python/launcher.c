@@ -164,7 +164,8 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
         a[0] = (PyObject *)self;
         memcpy(a + 1, args, (size_t)nargs * sizeof(PyObject *));
         PyObject *r = self->scoped == NULL
-                          ? PyErr_Format(PyExc_RuntimeError, "this launcher is cleared")
+                          ? PyErr_Format(PyExc_RuntimeError,
+                                         "this launcher is cleared (interpreter shutdown)")
                           : PyObject_Vectorcall(self->scoped, a, nargs + 1, NULL);
         if (a != on_stack)
             PyMem_Free(a);

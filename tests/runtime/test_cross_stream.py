@@ -140,3 +140,33 @@ async def test_the_core_orders_after_uses_that_may_still_run_only(
     )
     assert streams[1] in ordered  # (x's write on streams[0] was held at the gate)
     np.testing.assert_array_equal(await o.to_host(), np.full(N, 4.0))
+
+
+@reactor_path  # (host-callback completions take the generic path by design)
+async def test_a_stream_the_core_lets_go_of_is_finalized_under_the_lock_as_marked(
+    anyio_backend,
+) -> None:
+    # Recording a write, the core drops the records of other streams' landed uses; one
+    # may hold a stream's last reference. Its finalizer runs there, under the execution
+    # lock, which it must see as held by this thread (LOCAL.active): code that takes the
+    # lock (a DLPack capsule's release, a stream's own destroy) would else wait for ever.
+    import gc
+    import weakref
+
+    from cuasync._core.context import LOCAL
+
+    dev = cuasync.Device(0)
+    t = dev.new_stream()
+    x = await cuasync.from_host(np.full(N, 1.0, np.float32)).submit_on(t)
+    o = await cuasync.zeros((N,)).submit_on(t)
+    await cuasync.add(x, 1.0, out=o).submit_on(t)  # (seen: its plan, its kernel)
+    s = dev.new_stream()
+    await cuasync.add(x, 1.0, out=o).submit_on(s)  # o written on s, x read there
+    marked: list[bool] = []
+    weakref.finalize(s, lambda: marked.append(bool(getattr(LOCAL, "active", False))))
+    del s
+    gc.collect()
+    await cuasync.add(o, 2.0, out=o).submit_on(t)  # o's write on s let go of
+    await cuasync.add(x, 2.0, out=x).submit_on(t)  # x's read on s: the stream's last
+    assert marked == [True]
+    np.testing.assert_array_equal(await o.to_host(), np.full(N, 4.0))
