@@ -200,13 +200,17 @@ def test_the_context_is_made_current_when_it_changes(rig: Any) -> None:
 
 
 def test_a_failed_launch_reports_its_code_and_the_host_writes_its_flag(rig: Any) -> None:
+    # ... once the stream's earlier work has run: the flag says its stream is done up to
+    # here, and other streams then order nothing after that work.
     sub, driver, slab = rig()
     driver.launch_rc = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
-    assert push(sub, 1, 3, 9)
+    assert push(sub, 0x66, 3, 9)
     sub.fence()
     assert int(slab[3]) == 9  # the waiter wakes ...
     assert sub.status(3) == 700  # ... and reads why
     assert driver.of("write") == [] and sub.failed == 1
+    assert [c[0] for c in driver.calls if c[0] != "ctx"] == ["launch", "sync"]
+    assert driver.of("sync") == [("sync", 0x66)]
     driver.launch_rc = 0
     assert push(sub, 1, 3, 10)  # the slot's next launch starts clean
     sub.fence()
