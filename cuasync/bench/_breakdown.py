@@ -25,6 +25,7 @@ import numpy as np
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._core.completion import get_hub
+from cuasync._launch.kernel import NULL_POINTER
 from cuasync._ops import codegen, launch_plan
 
 from ._util import Report, await_latency, run_loop
@@ -155,8 +156,12 @@ def _raw_of_reduction(op: Any, out: cuasync.Tensor, stream: cuasync.Stream) -> C
     launch = launch_plan.express_launch(op, stream)
     assert launch is not None, "the reduction is not one launch of a seen plan"
     launch._take()
-    launcher = launch._kernel[launch._grid, launch._block]
-    args = launch._args[1:-1]  # (the output replaced, the cancel word the launcher's own)
+    kernel = launch._kernel
+    launcher = kernel[launch._grid, launch._block]
+    args = [  # (the output replaced, the cancel word the launcher's own; a null pointer
+        NULL_POINTER if p.pointer and not isinstance(a, cuasync.Tensor) else a  # (the
+        for p, a in zip(kernel.params[1:], launch._args[1:-1], strict=False)  # Python
+    ]  # path's op holds it as 0)
     return lambda: launcher(out, *args)
 
 
