@@ -6,7 +6,10 @@ the driver stubbed (``bench._breakdown.stubbed_driver``: on a GPU, what the real
 adds to the host's work is the difference), and of its ``.sync()``. The ops: a raw
 launch of a tiny kernel, ``cuasync.add(x, 1.0)`` (a new output), ``cuasync.add(x, 1.0,
 out=o)``, the raw launch of add's own kernel into ``o``, ``cuasync.exp(x * 2.0 + 1.0,
-out=o)`` and ``cuasync.sum(x)``; x (1024,) float32.
+out=o)``, ``cuasync.sum(x)`` and ``cuasync.matmul(m, m)``; x (1024,) float32, m (64, 64)
+float32. Then the backend's GEMM alone (on a GPU: cuBLAS's three calls through ctypes),
+called again with the arguments matmul's submission gave it: what of a matmul's host time
+is the library call's.
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import cuasync
+from cuasync._backends import get_backend
 from cuasync._ops import codegen
 from cuasync.bench._breakdown import stubbed_driver
 
@@ -80,6 +84,34 @@ def _synced(make: Callable[[], Any]) -> list[int]:
     return out
 
 
+def _gemm_alone(m: cuasync.Tensor, stream: cuasync.Stream) -> list[int]:
+    """The backend's ``gemm`` called N times with the arguments a seen ``matmul(m, m)``
+    on ``stream`` gave it (its result written each time; a synchronize every 50)."""
+    backend = get_backend()
+    gemm = backend.gemm
+    given: list[tuple[Any, ...]] = []
+
+    def spy(*args: Any) -> None:
+        given.append(args)
+        gemm(*args)
+
+    backend.gemm = spy  # type: ignore[method-assign]
+    try:
+        cuasync.matmul(m, m).sync_on(stream)
+    finally:
+        del backend.gemm
+    clock = time.perf_counter_ns
+    out = []
+    for i in range(N):
+        t0 = clock()
+        gemm(*given[0])
+        out.append(clock() - t0)
+        if i % 50 == 49:
+            stream.synchronize()
+    stream.synchronize()
+    return out
+
+
 def _profile(names: list[str]) -> None:
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
@@ -110,6 +142,7 @@ def main() -> None:
         return
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
+    m = cuasync.from_host(np.ones((64, 64), dtype=np.float32)).sync()
     stream = cuasync.get_default_device().new_stream()
     from cuasync.bench.completion import tiny
 
@@ -120,6 +153,7 @@ def main() -> None:
         "raw launch of add's kernel into o": _raw_add(x, o),
         "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
         "cuasync.sum(x)": lambda: cuasync.sum(x),
+        "cuasync.matmul(m, m)": lambda: cuasync.matmul(m, m),
     }
     for make in rows.values():  # (compiled, planned, pools warm)
         for _ in range(100):
@@ -142,6 +176,8 @@ def main() -> None:
             f"{name:<36}{_p50(awaited):>7.1f}us{_p50(submitted):>7.1f}us"
             f"{_p50(stubbed):>7.1f}us{_p50(synced):>7.1f}us   {paths}"
         )
+    alone = _gemm_alone(m, stream)
+    print(f"{'the backend gemm of matmul(m, m)':<36}{'':>9}{_p50(alone):>7.1f}us   (called alone)")
 
 
 if __name__ == "__main__":
