@@ -33,6 +33,7 @@ from .device_copy import (
     contiguous_byte_strides,
     copy_kernel,
     copy_strided,
+    engine_copies,
     kernel_copy,
     memcpy_able,
     new_tensor,
@@ -165,9 +166,11 @@ def dup(tensor: Tensor) -> TensorOp:
     """An op producing a contiguous copy of ``tensor`` on its device."""
     t = _check_tensor(tensor, "tensor")
 
+    engines = engine_copies(t)
+
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, t.shape, t.dtype, "dup")
-        if not memcpy_able(t):  # a reversed or broadcast view: a kernel gathers it
+        if not engines:  # a transposed, reversed or broadcast view: a kernel gathers it
             kernel_copy(ctx, out, t)
             return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
@@ -183,14 +186,16 @@ def dup(tensor: Tensor) -> TensorOp:
         )
         return Output.ready(out)
 
-    op = device_op(enqueue, t.device, "dup", first_use=_gathering(t))
+    op = device_op(enqueue, t.device, "dup", first_use=_gathering(t, engines))
     return _tensor_op(op, t.shape, t.dtype)
 
 
-def _gathering(t: Tensor) -> FirstUse | None:
+def _gathering(t: Tensor, engines: bool | None = None) -> FirstUse | None:
     """The first use of an op that copies ``t``: the kernel that gathers a view the copy
-    engines cannot read (prepared off the event loop by the op's ``await``)."""
-    return launching(copy_kernel(t.dtype)) if not memcpy_able(t) else None
+    engines do not copy (``engines``; None: those they cannot read), prepared off the
+    event loop by the op's ``await``."""
+    engines = memcpy_able(t) if engines is None else engines
+    return launching(copy_kernel(t.dtype)) if not engines else None
 
 
 def to_device(tensor: Tensor, device: int | Device) -> DeviceOp[Tensor]:

@@ -3,7 +3,8 @@
 ``new_tensor`` allocates an op's output on its stream, ``copy_strided`` copies a strided
 block with as few driver calls as possible, and ``kernel_copy`` gathers any view (or
 converts its dtype) with a built-in kernel where the copy engines cannot read it
-(``memcpy_able``). The copy ops users call are in :mod:`.copies`, above the tensor ops.
+(``memcpy_able``), or would take many calls or narrow rows for it (``engine_copies``).
+The copy ops users call are in :mod:`.copies`, above the tensor ops.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "contiguous_byte_strides",
     "copy_kernel",
     "copy_strided",
+    "engine_copies",
     "kernel_copy",
     "memcpy_able",
     "new_tensor",
@@ -51,6 +53,53 @@ def copy_strided(
     if any(d == 0 for d in shape):
         return
     backend = get_backend()
+    plan = _copy_plan(shape, src_strides, dst_strides, itemsize)
+    if isinstance(plan, int):  # one contiguous block
+        getattr(backend, f"memcpy_{kind}_async")(dst, src, plan, ctx.handle)
+        return
+    width, height, src_pitch, dst_pitch, outer = plan
+    for index in itertools.product(*(range(d) for d, _, _ in outer)):
+        s_off = sum(i * s for i, (_, s, _) in zip(index, outer, strict=True))
+        d_off = sum(i * t for i, (_, _, t) in zip(index, outer, strict=True))
+        backend.memcpy_2d_async(
+            dst + d_off, dst_pitch, src + s_off, src_pitch, width, height, ctx.handle, kind
+        )
+
+
+#: The narrowest rows (bytes) a copy of a view into a contiguous tensor leaves to the copy
+#: engines (:func:`engine_copies`); narrower ones move a few bytes a transfer, where a
+#: kernel reads them coalesced. A choice, not yet measured on a GPU (bench transfers).
+ENGINE_ROW_BYTES = 128
+
+
+def engine_copies(t: Tensor) -> bool:
+    """Whether a contiguous copy of ``t`` is left to the copy engines: one driver call
+    (:func:`copy_strided`) of one block or of rows at least :data:`ENGINE_ROW_BYTES`
+    wide. Else (a transposed view: a call per column, rows of one element) one kernel
+    launch gathers it (:func:`kernel_copy`), as it does a view they cannot read.
+
+    >>> engine_copies(x[:, :256]), engine_copies(x.T)    # x (512, 512) float32
+    (True, False)
+    """
+    if not memcpy_able(t):
+        return False
+    if t.size == 0:
+        return True
+    size = t.itemsize
+    plan = _copy_plan(t.shape, byte_strides(t), contiguous_byte_strides(t.shape, size), size)
+    if isinstance(plan, int):
+        return True
+    width, height, _, _, outer = plan
+    return math.prod(d for d, _, _ in outer) == 1 and (height == 1 or width >= ENGINE_ROW_BYTES)
+
+
+def _copy_plan(
+    shape: Shape, src_strides: Shape, dst_strides: Shape, itemsize: int
+) -> int | tuple[int, int, int, int, list[tuple[int, int, int]]]:
+    """How :func:`copy_strided` copies a block of ``shape`` (no zero extent; strides in
+    bytes): the bytes of one contiguous block, or the rows of its 2D copies (width,
+    height, source and destination pitch) and the outer dimensions it loops over
+    (extent, source and destination stride), one call per index."""
     # Drop unit dimensions, then merge dimensions that are contiguous in both layouts.
     dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides, strict=True) if d != 1]
     merged: list[tuple[int, int, int]] = []
@@ -62,9 +111,7 @@ def copy_strided(
             merged.append((d, s, t))
     merged.reverse()  # outermost first
     if not merged or (len(merged) == 1 and merged[0][1] == merged[0][2] == itemsize):
-        nbytes = (merged[0][0] if merged else 1) * itemsize
-        getattr(backend, f"memcpy_{kind}_async")(dst, src, nbytes, ctx.handle)
-        return
+        return (merged[0][0] if merged else 1) * itemsize
     n0, s0, t0 = merged[-1]
     if s0 == t0 == itemsize:  # rows of contiguous bytes
         width = n0 * itemsize
@@ -82,12 +129,7 @@ def copy_strided(
         # source as if it were dense).
         outer = [*outer, (height, src_pitch, dst_pitch)]
         height, src_pitch, dst_pitch = 1, width, width
-    for index in itertools.product(*(range(d) for d, _, _ in outer)):
-        s_off = sum(i * s for i, (_, s, _) in zip(index, outer, strict=True))
-        d_off = sum(i * t for i, (_, _, t) in zip(index, outer, strict=True))
-        backend.memcpy_2d_async(
-            dst + d_off, dst_pitch, src + s_off, src_pitch, width, height, ctx.handle, kind
-        )
+    return width, height, src_pitch, dst_pitch, outer
 
 
 def memcpy_able(t: Tensor) -> bool:

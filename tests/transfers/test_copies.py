@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,50 @@ def test_dup_is_a_contiguous_copy() -> None:
     d = view.dup().sync()
     assert d.is_contiguous and d.allocation is not t.allocation
     np.testing.assert_array_equal(d.to_host().sync(), host[:, 1:3, ::2])
+
+
+def test_dup_leaves_the_copy_engines_only_one_call_of_wide_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A transposed view took a driver call per column, each copying one element a row;
+    # it is now one kernel launch, as are narrow rows and several calls. A block, or one
+    # call of wide rows, stays a copy-engine copy.
+    from cuasync._backends import get_backend
+    from cuasync._transfers import copies
+
+    host = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    t = cuasync.from_host(host).sync()
+    t3 = cuasync.from_host(host.reshape(4, 32, 32)).sync()
+    backend = get_backend()
+    copied: list[Any] = []
+    gathered: list[Any] = []
+    memcpy_2d, kernel_copy = backend.memcpy_2d_async, copies.kernel_copy
+
+    def copy_spy(*args: Any) -> None:
+        copied.append(args)
+        memcpy_2d(*args)
+
+    def kernel_spy(*args: Any) -> None:
+        gathered.append(args)
+        kernel_copy(*args)
+
+    monkeypatch.setattr(backend, "memcpy_2d_async", copy_spy)
+    monkeypatch.setattr(copies, "kernel_copy", kernel_spy)
+    kernel, rows, block = (1, 0), (0, 1), (0, 0)  # (kernel copies, 2D copy calls)
+    cases = [
+        (t.T, host.T, kernel),  # one element a row, a call per column
+        (t[:, :4], host[:, :4], kernel),  # rows of 16 bytes
+        (t3[:, :, :16], host.reshape(4, 32, 32)[:, :, :16], kernel),  # a call per batch
+        (t[:, :48], host[:, :48], rows),  # one call, rows of 192 bytes
+        (t[8:40], host[8:40], block),  # one contiguous block (a 1D copy)
+    ]
+    for view, want, way in cases:
+        copied.clear()
+        gathered.clear()
+        got = view.dup().sync()
+        assert (len(gathered), len(copied)) == way, (view.shape, view.strides)
+        assert got.is_contiguous
+        np.testing.assert_array_equal(got.to_host().sync(), want)
 
 
 def test_memcpy_checks_and_copies() -> None:
