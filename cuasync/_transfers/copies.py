@@ -138,11 +138,12 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     >>> a = await t.to_host()
     """
     t = _check_tensor(tensor, "tensor")
+    engines = engine_copies(t)
 
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
         block = staging_pool().acquire(t.nbytes)
         view = t
-        if not memcpy_able(t):  # a reversed or broadcast view: gather it first
+        if not engines:  # a transposed, reversed or broadcast view: gathered first
             view = new_tensor(ctx, t.shape, t.dtype, "to_host")
             kernel_copy(ctx, view, t)
         src = ctx.read(view.allocation) + view.offset * view.itemsize
@@ -159,7 +160,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
         ctx.retain(block)
         return Output.ready(block.array(t.dtype, t.shape))
 
-    return device_op(enqueue, t.device, "to_host", first_use=_gathering(t))
+    return device_op(enqueue, t.device, "to_host", first_use=_gathering(t, engines))
 
 
 def dup(tensor: Tensor) -> TensorOp:

@@ -66,12 +66,12 @@ def test_dup_is_a_contiguous_copy() -> None:
     np.testing.assert_array_equal(d.to_host().sync(), host[:, 1:3, ::2])
 
 
-def test_dup_leaves_the_copy_engines_only_one_call_of_wide_rows(
+def test_dup_and_to_host_leave_the_copy_engines_only_one_call_of_wide_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A transposed view took a driver call per column, each copying one element a row;
-    # it is now one kernel launch, as are narrow rows and several calls. A block, or one
-    # call of wide rows, stays a copy-engine copy.
+    # it is now one kernel launch (to host: then one copy), as are narrow rows and several
+    # calls. A block, or one call of wide rows, stays a copy-engine copy.
     from cuasync._backends import get_backend
     from cuasync._transfers import copies
 
@@ -108,6 +108,10 @@ def test_dup_leaves_the_copy_engines_only_one_call_of_wide_rows(
         assert (len(gathered), len(copied)) == way, (view.shape, view.strides)
         assert got.is_contiguous
         np.testing.assert_array_equal(got.to_host().sync(), want)
+        copied.clear()
+        gathered.clear()
+        np.testing.assert_array_equal(view.to_host().sync(), want)  # (the same way to host)
+        assert (len(gathered), len(copied)) == way, (view.shape, view.strides)
 
 
 def test_memcpy_checks_and_copies() -> None:
