@@ -138,20 +138,22 @@ def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
             )
 
 
-def _raw_of(op: Any, out: cuasync.Tensor) -> Callable[[], Any]:
-    """The raw launch of the elementwise ``op``'s kernel with its arguments, into
-    ``out`` (contiguous float32, aligned: the plan's vector launch)."""
-    op._take()  # (it only names the kernel and arguments)
+def raw_launch_of(op: Any, out: Callable[[], cuasync.Tensor]) -> Callable[[], Any]:
+    """The raw launch of the elementwise ``op``'s kernel (contiguous float32) with its
+    arguments, into ``out()`` (``op`` is taken: it only names the kernel and arguments)."""
+    op._take()
     plan, tensors, scalars = codegen.make_plan(op._node)
     kernel = codegen.kernel_for(plan, "float32", 0)
-    size = out.size
+    size = op.size
     launch = kernel[1, 256]  # (a grid-stride loop: any grid)
-    return lambda: launch(out, *tensors, *scalars, size, 1)
+    return lambda: launch(out(), *tensors, *scalars, size, 1)
 
 
-def _raw_of_reduction(op: Any, out: cuasync.Tensor, stream: cuasync.Stream) -> Callable[[], Any]:
+def raw_reduction_of(
+    op: Any, out: Callable[[], cuasync.Tensor], stream: cuasync.Stream
+) -> Callable[[], Any]:
     """The raw launch of the kernel the seen reduction ``op`` launches, with its
-    arguments, into ``out`` (``op`` is taken: its launch op only names them)."""
+    arguments, into ``out()`` (``op`` is taken: its launch op only names them)."""
     op._take()
     launch = launch_plan.express_launch(op, stream)
     assert launch is not None, "the reduction is not one launch of a seen plan"
@@ -162,7 +164,7 @@ def _raw_of_reduction(op: Any, out: cuasync.Tensor, stream: cuasync.Stream) -> C
         NULL_POINTER if p.pointer and not isinstance(a, cuasync.Tensor) else a  # (the
         for p, a in zip(kernel.params[1:], launch._args[1:-1], strict=False)  # Python
     ]  # path's op holds it as 0)
-    return lambda: launcher(out, *args)
+    return lambda: launcher(out(), *args)
 
 
 def _expressions(report: Report, stream: cuasync.Stream, n: int, turn: int = 50) -> None:
@@ -177,14 +179,16 @@ def _expressions(report: Report, stream: cuasync.Stream, n: int, turn: int = 50)
         cuasync.sum(x).sync()
         cuasync.matmul(m, m).sync()
     rows: dict[str, Callable[[], Any]] = {
-        "raw launch of add's kernel: k[1, 256](o, x, 1.0, 1024, 1)": _raw_of(
-            cuasync.add(x, 1.0), o
+        "raw launch of add's kernel: k[1, 256](o, x, 1.0, 1024, 1)": raw_launch_of(
+            cuasync.add(x, 1.0), lambda: o
         ),
         "cuasync.add(x, 1.0, out=o)": lambda: cuasync.add(x, 1.0, out=o),
         "cuasync.add(x, 1.0)": lambda: cuasync.add(x, 1.0),
-        "raw launch of exp(x * 2.0 + 1.0)'s kernel": _raw_of(cuasync.exp(x * 2.0 + 1.0), o),
+        "raw launch of exp(x * 2.0 + 1.0)'s kernel": raw_launch_of(
+            cuasync.exp(x * 2.0 + 1.0), lambda: o
+        ),
         "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
-        "raw launch of sum(x)'s kernel": _raw_of_reduction(cuasync.sum(x), s, stream),
+        "raw launch of sum(x)'s kernel": raw_reduction_of(cuasync.sum(x), lambda: s, stream),
         "cuasync.sum(x)": lambda: cuasync.sum(x),
         "cuasync.matmul(m, m), 64 x 64 float32, its GEMM stubbed": lambda: cuasync.matmul(m, m),
     }

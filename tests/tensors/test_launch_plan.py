@@ -21,8 +21,9 @@ from helpers import GATE_CAPACITY, emptied, reactor_path
 import cuasync
 import cuasync.testing
 from cuasync._core.memory import Allocation
-from cuasync._ops import codegen, launch_plan
+from cuasync._ops import launch_plan
 from cuasync._tensor import Tensor
+from cuasync.bench._breakdown import raw_launch_of, raw_reduction_of
 
 pytestmark = pytest.mark.anyio
 
@@ -290,35 +291,6 @@ def _left_behind(make: Callable[[], Any], stream: cuasync.Stream, n: int) -> int
         gc.enable()
 
 
-def _raw_launch(op: Any, out: Callable[[], cuasync.Tensor]) -> Callable[[], Any]:
-    """The raw launch of ``op``'s kernel (contiguous float32) with its arguments, into
-    ``out()`` (``op`` is taken: it only names them)."""
-    op._take()
-    plan, tensors, scalars = codegen.make_plan(op._node)
-    kernel = codegen.kernel_for(plan, "float32", 0)
-    n = op.size
-    return lambda: kernel[1, 256](out(), *tensors, *scalars, n, 1)  # (grid-stride: any grid)
-
-
-def _raw_reduction(
-    op: Any, out: Callable[[], cuasync.Tensor], stream: cuasync.Stream
-) -> Callable[[], Any]:
-    """The raw launch of the kernel the seen reduction ``op`` launches, with its
-    arguments, into ``out()`` (``op`` is taken: its launch op only names them)."""
-    from cuasync._launch.kernel import NULL_POINTER
-
-    launch = launch_plan.express_launch(_taken(op), stream)
-    assert launch is not None
-    launch._take()
-    kernel = launch._kernel
-    launcher = kernel[launch._grid, launch._block]
-    args = [  # (the output replaced; the cancel word is the launcher's; a null pointer
-        NULL_POINTER if p.pointer and not isinstance(a, Tensor) else a  # the Python
-        for p, a in zip(kernel.params[1:], launch._args[1:-1], strict=False)  # path's 0)
-    ]
-    return lambda: launcher(out(), *args)
-
-
 def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     """Counts Python allocations per op. In flight, an expression (or a reduction) of a
     seen plan is the raw launch of its kernel: it may hold no more blocks than that launch with the same
@@ -348,14 +320,14 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
     ops: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         "add out=": (
             lambda: cuasync.add(x, 1.0, out=o),
-            _raw_launch(cuasync.add(x, 1.0), lambda: o),
+            raw_launch_of(cuasync.add(x, 1.0), lambda: o),
         ),
         "exp(x * 2 + 1) out=": (
             lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
-            _raw_launch(cuasync.exp(x * 2.0 + 1.0), lambda: o),
+            raw_launch_of(cuasync.exp(x * 2.0 + 1.0), lambda: o),
         ),
-        "add": (lambda: cuasync.add(x, 1.0), _raw_launch(cuasync.add(x, 1.0), new)),
-        "sum": (lambda: cuasync.sum(x), _raw_reduction(cuasync.sum(x), new_scalar, stream)),
+        "add": (lambda: cuasync.add(x, 1.0), raw_launch_of(cuasync.add(x, 1.0), new)),
+        "sum": (lambda: cuasync.sum(x), raw_reduction_of(cuasync.sum(x), new_scalar, stream)),
     }
     for name, (make, raw) in ops.items():
         for _ in range(3 * n):  # warm: plans made, pools and the ledger at their sizes
@@ -373,7 +345,7 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
                 f"{name}: {left} blocks left by {4 * n} ops; a collection then found "
                 f"{found} objects in cycles and freed {freed} blocks"
             )
-    raw = _raw_launch(cuasync.add(x, 1.0), lambda: o)
+    raw = raw_launch_of(cuasync.add(x, 1.0), lambda: o)
     raw().sync()
     np.testing.assert_array_equal(o.to_host().sync(), a + 1)  # the last raw launch's
 
@@ -402,7 +374,7 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
     makers = {
         "add": lambda: cuasync.add(x, 1.0),
         "add out=": lambda: cuasync.add(x, 1.0, out=o),
-        "raw launch": _raw_launch(cuasync.add(x, 1.0), lambda: o),
+        "raw launch": raw_launch_of(cuasync.add(x, 1.0), lambda: o),
         "sum": lambda: cuasync.sum(x),  # (a reduction: its single launch)
         "sum of an expression": lambda: cuasync.sum(x * 2.0),
         "argmax over an axis": lambda: cuasync.argmax(m, axis=1),  # (two null workspaces)

@@ -33,22 +33,13 @@ import numpy as np
 
 import cuasync
 from cuasync._backends import get_backend
-from cuasync._ops import codegen
-from cuasync.bench._breakdown import stubbed_driver
+from cuasync.bench._breakdown import raw_launch_of, stubbed_driver
 
 N = 2000
 
 
 def _p50(samples: list[int]) -> float:
     return statistics.median(samples) / 1000
-
-
-def _raw_add(x: cuasync.Tensor, o: cuasync.Tensor) -> Callable[[], Any]:
-    op = cuasync.add(x, 1.0)
-    op._take()  # (it only names the kernel and its arguments)
-    plan, tensors, scalars = codegen.make_plan(op._node)
-    launch = codegen.kernel_for(plan, "float32", 0)[1, 256]
-    return lambda: launch(o, *tensors, *scalars, o.size, 1)
 
 
 async def _awaited(make: Callable[[], Any]) -> list[int]:
@@ -150,7 +141,7 @@ def main() -> None:
         "tiny[1, 32]()": lambda: tiny[1, 32](),
         "cuasync.add(x, 1.0)": lambda: cuasync.add(x, 1.0),
         "cuasync.add(x, 1.0, out=o)": lambda: cuasync.add(x, 1.0, out=o),
-        "raw launch of add's kernel into o": _raw_add(x, o),
+        "raw launch of add's kernel into o": raw_launch_of(cuasync.add(x, 1.0), lambda: o),
         "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
         "cuasync.sum(x)": lambda: cuasync.sum(x),
         "cuasync.matmul(m, m)": lambda: cuasync.matmul(m, m),
