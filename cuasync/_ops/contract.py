@@ -33,6 +33,7 @@ from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceErro
 from . import igemm, operators
 from .elementwise import check_out
 from .gemm import broadcast_to, calls, copy_into, fix, gemm, group, one_call, regroup, view
+from .seen import remember
 from .tensorop import TensorOp, tensor_op
 
 #: An axis, or a sequence of axes (numpy's integers too).
@@ -293,10 +294,8 @@ def _record(
         for v, t in zip(one, tensors, strict=True)
     ):
         return
-    if len(_SEEN) >= 4096:  # (shapes computed per request: stay bounded)
-        _SEEN.clear()
     result = tensors[2]
-    _SEEN[key] = _Seen(
+    seen = _Seen(
         fn,
         result.shape,
         result.dtype,
@@ -305,6 +304,7 @@ def _record(
         tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
         8 * math.prod(one[2].shape) * one[0].shape[-1],  # (gemm's for a new result: skippable)
     )
+    remember(_SEEN, key, seen)
 
 
 class _SeenProduct(DeviceOp[Tensor]):

@@ -46,6 +46,7 @@ from .codegen import (
     vector_width,
 )
 from .expr import Node
+from .seen import remember
 
 plan_key = NATIVE.plan_key
 
@@ -179,9 +180,6 @@ class LaunchPlan(NamedTuple):
 #: (its tree's key, its own key), None where the long way runs it.
 _plans: dict[tuple[Any, ...], LaunchPlan | None] = {}
 
-#: Plans kept before the cache starts over (shapes computed per request stay bounded).
-PLAN_CACHE_SIZE = 4096
-
 
 def _make_plan(node: Node, shape: Shape, strides: Shape, tensors: list[Tensor]) -> LaunchPlan:
     lay = layout(node, shape, strides)
@@ -232,12 +230,8 @@ def _plan_for(
 
 
 def record_plan(key: tuple[Any, ...], plan: LaunchPlan | None) -> LaunchPlan | None:
-    """``plan`` recorded as ``key``'s (None: the long way runs that layout), the cache
-    starting over at :data:`PLAN_CACHE_SIZE` plans."""
-    if len(_plans) >= PLAN_CACHE_SIZE:
-        _plans.clear()
-    _plans[key] = plan
-    return plan
+    """``plan`` recorded as ``key``'s (None: the long way runs that layout)."""
+    return remember(_plans, key, plan)
 
 
 def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:

@@ -59,6 +59,7 @@ from .reduce_codegen import (
     kernel_for,
     row_vector_width,
 )
+from .seen import remember
 from .tensorop import TensorOp, _resolve_pending, first_uses, leaf, planned
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
@@ -178,9 +179,7 @@ def reduce_op(
     if known is None:
         known = _resolve(name, op, x, axis, dtype, keepdims)
         try:
-            if len(_RESOLVED) >= 4096:  # (shapes computed per request: stay bounded)
-                _RESOLVED.clear()
-            _RESOLVED[key] = known
+            remember(_RESOLVED, key, known)
         except TypeError:
             pass
     spec, axes, shape, dt, strides = known
@@ -224,7 +223,7 @@ class _Reduction(ReduceWorkCore):
     native core from its plan (``express_launch``, which reads the native base's fields:
     the tree, the plan key's rest, out=, the output's strides and shape)."""
 
-    __slots__ = ("_axes", "_dtype", "_keepdims", "_name", "_spec")
+    __slots__ = ("_dtype", "_name")
 
     def __init__(
         self,
@@ -239,14 +238,11 @@ class _Reduction(ReduceWorkCore):
         strides: Shape,
     ) -> None:
         self._node = node
-        self._key = (spec, axes, keepdims)
+        self._key = (spec, axes, keepdims)  # (what the reduction is: its plan key's rest)
         self._out = out
         self._strides = strides  # (the output's: out's, or a new tensor's)
         self._shape = shape
         self._name = name
-        self._spec = spec
-        self._axes = axes
-        self._keepdims = keepdims
         self._dtype = dtype
 
     def __repr__(self) -> str:
@@ -256,14 +252,14 @@ class _Reduction(ReduceWorkCore):
         out = self._out
         result = out if out is not None else new_tensor(ctx, self._shape, self._dtype, self._name)
         if result.size:
-            node = _resolve_pending(self._node, ctx)
-            _launch(ctx, node, self._spec, self._axes, result, self._keepdims)
+            spec, axes, keepdims = self._key
+            _launch(ctx, _resolve_pending(self._node, ctx), spec, axes, result, keepdims)
         return Output.ready(result)
 
     def _first_use(self, on: Device) -> tuple[tuple[Any, Device], ...]:
         if math.prod(self._shape) == 0:
             return ()
-        spec, axes, keepdims, strides = self._spec, self._axes, self._keepdims, self._strides
+        (spec, axes, keepdims), strides = self._key, self._strides
         try:
             found = _generic_layout(self._node, spec, axes, strides, keepdims)
             return unprepared([found[0].kernel], on)
@@ -287,9 +283,8 @@ def _reduce_plan_for(
     shape, strides = work._shape, work._strides
     plan: LaunchPlan | None = None
     if math.prod(shape) != 0:
-        spec = work._spec
-        worked = _work_out(work._node, spec, work._axes, strides, work._keepdims)
-        layout = _make_generic(spec, worked)
+        spec, axes, keepdims = work._key
+        layout = _generic_layout(work._node, spec, axes, strides, keepdims)[0]
         if not layout.by_element.partials and not layout.float4:
             plan = _one_launch(layout, spec, work._dtype, shape, strides, tensors)
     return record_plan(key, plan)
@@ -307,9 +302,7 @@ def _one_launch(
     rows read in vectors where the first operand's rows are aligned for them (the layout
     decides the strides, the pointer is checked per launch, as :func:`vector_rows`)."""
     kernel, element, vector = layout.kernel, layout.by_element, layout.by_vector
-    if vector is not None and not (
-        layout.reduced == (1,) and all(s % layout.width == 0 for s in layout.kept)
-    ):
+    if vector is not None and not vector_strides(layout.kept, layout.reduced, layout.width):
         vector = None
     dtypes = [dtype, *(t.dtype for t in tensors)]
     first = tensors[0].itemsize * layout.width
@@ -443,10 +436,8 @@ def _generic_layout(
     key = (key, spec, axes, keepdims)
     layout = _GENERIC.get(key)
     if layout is None:
-        if len(_GENERIC) >= 4096:  # (shapes computed per request: stay bounded)
-            _GENERIC.clear()
         worked = _work_out(node, spec, axes, strides, keepdims)
-        layout = _GENERIC[key] = _make_generic(spec, worked)  # (no leaf kept)
+        layout = remember(_GENERIC, key, _make_generic(spec, worked))  # (no leaf kept)
     return layout, tensors, scalars
 
 
@@ -698,11 +689,13 @@ def vector_rows(x: Tensor, kept: Shape, reduced: Shape, width: int) -> bool:
     >>> vector_rows(flat_view, (), (1,), 4)      # a whole float32 array, 256-byte aligned
     True
     """
-    return (
-        tuple(reduced) == (1,)
-        and x.ptr % (width * x.itemsize) == 0
-        and all(s % width == 0 for s in kept)
-    )
+    return vector_strides(kept, reduced, width) and x.ptr % (width * x.itemsize) == 0
+
+
+def vector_strides(kept: Shape, reduced: Shape, width: int) -> bool:
+    """The strides' part of :func:`vector_rows` (what a layout decides): the reduced axis
+    contiguous, each row a whole number of ``width``-element vectors from the first."""
+    return tuple(reduced) == (1,) and all(s % width == 0 for s in kept)
 
 
 def sum(
