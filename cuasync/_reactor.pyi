@@ -70,8 +70,16 @@ class Reactor:
         long_ns: int = 10_000_000,
         long_backoff_max_ns: int = 2_000_000,
     ) -> Reactor: ...
-    def arm(self, slot: SupportsIndex, expected: SupportsIndex, queue: LoopQueue, /) -> None:
-        """Push ``slot`` onto ``queue`` once its word reaches ``expected``."""
+    def arm(
+        self,
+        slot: SupportsIndex,
+        expected: SupportsIndex,
+        queue: LoopQueue,
+        quiet_until: int = 0,
+        /,
+    ) -> None:
+        """Push ``slot`` onto ``queue`` once its word reaches ``expected``; not scanned
+        for before ``quiet_until`` (``time.monotonic_ns()``), while an early wake watches it."""
 
     def disarm(self, slot: SupportsIndex, /) -> bool:
         """Stop watching ``slot`` without notifying; True if it was armed."""

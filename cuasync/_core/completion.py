@@ -662,12 +662,16 @@ class Hub(HubCore):
             comp.finish(INLINE)
         return comp.state >= DONE
 
-    def watch(self, comp: Completion, adapter: LoopAdapter, waiter: Waiter) -> None:
+    def watch(
+        self, comp: Completion, adapter: LoopAdapter, waiter: Waiter, quiet_until: int = 0
+    ) -> None:
         """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
 
-        A flag slot is armed to the loop's queue; one already armed to another loop
-        moves to the background watcher, which wakes the waiters of every loop. A
-        host-callback completion needs no arming: the watcher finishes it.
+        A flag slot is armed to the loop's queue (not scanned for before
+        ``quiet_until``, a ``time.monotonic_ns()`` up to which the loop's early wake
+        watches it); one already armed to another loop moves to the background
+        watcher, which wakes the waiters of every loop. A host-callback completion needs
+        no arming: the watcher finishes it.
         """
         comp.add_waiter(waiter)
         if comp.slot < 0 or self.reactor is None:
@@ -681,7 +685,7 @@ class Hub(HubCore):
             watcher = comp.watcher
             if watcher is None:
                 comp.watcher = adapter
-                self.arm(comp, queue)  # under the lock: see arm
+                self.arm(comp, queue, quiet_until)  # under the lock: see arm
                 return
             if watcher is adapter or watcher is self.background:
                 return
@@ -776,15 +780,16 @@ class Hub(HubCore):
         # race with the close go to the background watcher (the reactor's orphan queue).
         self.handle_reports(*queue.close())
 
-    def arm(self, comp: Completion, queue: Any) -> None:
-        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land.
+    def arm(self, comp: Completion, queue: Any, quiet_until: int = 0) -> None:
+        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land
+        (``quiet_until``: see :meth:`watch`).
 
         Called under ``comp._lock`` with ``comp`` pending: :meth:`Completion.finish` leaves
         ``PENDING`` under that lock before :meth:`release` disarms, so no arm can follow
         the disarm and the slot goes back to the free list with nothing armed on it.
         """
         comp.armed_at = time.monotonic()
-        self.reactor.arm(comp.slot, comp.gen, queue)
+        self.reactor.arm(comp.slot, comp.gen, queue, quiet_until)
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
@@ -1096,12 +1101,14 @@ def suspend(
     ``key`` names the work for the early wake (:mod:`.wake`: a kernel and its grid);
     None: the stream's handle. The reactor is armed as always; where the policy has an
     estimate for ``key``, the loop's own timer also wakes the loop shortly before the
-    expected landing and spins briefly, so that an awake thread sees the flag.
+    expected landing and spins briefly, so that an awake thread sees the flag, and the
+    reactor leaves the slot alone until that spin ends (it neither spins nor scans for
+    it meanwhile: the CPU a long wait costs).
     """
     wake, parked = adapter.park()
     entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key)
     try:
-        hub.watch(comp, adapter, wake)
+        hub.watch(comp, adapter, wake, _wake.quiet_until(entry))
         if entry is not None and entry.due:
             _wake.start(entry)
         yield from parked()

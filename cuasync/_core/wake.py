@@ -37,7 +37,7 @@ from .._config import CONFIG
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer",
-    "cancel", "estimate", "forget", "plan", "resumed", "start",
+    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start",
 ]  # fmt: skip
 
 
@@ -84,6 +84,14 @@ class Policy:
         #: How much later than the landing the reactor's report reaches the task, at
         #: least (its nap and the loop's wake): a missed window learns from the report.
         self.report_lag_ns = 60_000
+        #: The reactor leaves a planned await's slot alone until its window ends (no
+        #: spin, no scans: the loop's timer watches it), when its estimate is steady
+        #: (deviation at most 1/8 of it); False: it scans as for any parked await.
+        self.quiet = True
+        #: ...for at most this long after parking (what work that got shorter than a
+        #: steady estimate can wait for its report; longer work is scanned for as
+        #: before, by the reactor's long naps).
+        self.quiet_max_ns = 20_000_000
 
 
 #: Whether ``timerfd`` is there (Linux), through libc: ``os.timerfd_*`` is Python 3.13+.
@@ -164,8 +172,8 @@ class Pending:
     """One parked await the policy follows: its completion, key and times (monotonic ns)."""
 
     __slots__ = (
-        "adapter", "comp", "due", "hub", "key", "lo", "looked", "parked", "seen", "timer",
-        "until",
+        "adapter", "comp", "due", "hub", "key", "lo", "looked", "parked", "quiet", "seen",
+        "timer", "until",
     )  # fmt: skip
 
     def __init__(self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int) -> None:
@@ -173,6 +181,7 @@ class Pending:
         self.parked = parked
         self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
         self.until = 0  # when its spin gives up
+        self.quiet = 0  # until when the reactor leaves it alone (0: it watches at once)
         self.lo = 0  # it had not landed at this time (a window ended first)
         self.seen = 0  # a spin saw it land at this time (0: not seen by a spin)
         self.looked = 0  # when its wake ran (0: it did not run)
@@ -204,7 +213,18 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
             entry.due = now + max(est.ns - lead - est.dev, 0)
             entry.until = now + est.ns + max(POLICY.tolerance_ns, 2 * est.dev)
             entry.until = min(entry.until, entry.due + POLICY.spin_max_ns)
+            if POLICY.quiet and est.dev <= est.ns >> 3:
+                entry.quiet = min(entry.until, now + POLICY.quiet_max_ns)
     return entry
+
+
+def quiet_until(entry: Pending | None) -> int:
+    """Until when the reactor may leave ``entry``'s slot alone (``time.monotonic_ns()``;
+    0: watch it at once): the end of its wake's window, where its estimate is steady,
+    at most :attr:`Policy.quiet_max_ns` after parking. The price: work that got shorter
+    than a steady estimate is reported when the wake looks (one late await; the next
+    estimate is no longer steady)."""
+    return 0 if entry is None else entry.quiet
 
 
 def start(entry: Pending) -> None:

@@ -29,6 +29,7 @@ struct armed_t {
     uint32_t slot, expected;
     qcore *q; /* holds a reference */
     uint64_t arm_ns, next_stale_ns, stale_interval_ns;
+    uint64_t quiet_until_ns; /* not scanned for before this (an early wake watches it) */
 };
 
 static void
@@ -124,6 +125,7 @@ typedef struct {
     size_t found;          /* completions pushed */
     uint64_t youngest_arm; /* latest arm time of the entries still armed */
     uint64_t next_stale;   /* their earliest stale deadline */
+    uint64_t watch_from;   /* their earliest quiet_until_ns (0: one is watched now) */
 } scan_t;
 
 /* One pass over the armed entries.  Completed ones leave, and so do the ones no open
@@ -131,7 +133,7 @@ typedef struct {
 static scan_t
 scan_locked(reactor *r, uint64_t t)
 {
-    scan_t sc = {0, 0, UINT64_MAX};
+    scan_t sc = {0, 0, UINT64_MAX, UINT64_MAX};
     atomic_fetch_add_explicit(&r->scans, 1, memory_order_relaxed);
     for (size_t i = 0; i < r->narmed;) {
         armed_t *e = &r->armed[i];
@@ -165,6 +167,8 @@ scan_locked(reactor *r, uint64_t t)
             sc.youngest_arm = e->arm_ns;
         if (r->p.stale_ns && e->next_stale_ns < sc.next_stale)
             sc.next_stale = e->next_stale_ns;
+        if (e->quiet_until_ns < sc.watch_from)
+            sc.watch_from = e->quiet_until_ns;
         i++;
     }
     return sc;
@@ -202,6 +206,7 @@ static void
 long_nap_locked(reactor *r, uint64_t ns)
 {
     r->long_nap = 1;
+    r->nap_until = now_ns() + ns;
 #ifdef __APPLE__
     struct timespec rel = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     pthread_cond_timedwait_relative_np(&r->cv, &r->mu, &rel);
@@ -250,14 +255,17 @@ reactor_main(void *arg)
             last_progress = t;
             backoff = 0;
         }
-        scan_t sc = {0, t, UINT64_MAX};
+        scan_t sc = {0, t, UINT64_MAX, 0};
         if (r->narmed)
             sc = scan_locked(r, t);
         if (sc.found) {
             last_progress = t;
             backoff = 0;
         }
-        int spinning = t - last_progress < r->p.spin_ns;
+        /* every entry left is watched by its loop's early wake until watch_from: no
+         * spin and no scan before then (nor past the next stale report) */
+        int quiet = r->narmed && sc.watch_from > t;
+        int spinning = !quiet && t - last_progress < r->p.spin_ns;
         if (r->narmed == 0 && !spinning) {
             /* Park only after the spin window, so that a back-to-back await loop does
              * not pay a futex wake-up per await. */
@@ -268,12 +276,16 @@ reactor_main(void *arg)
             continue;
         }
         uint64_t nap = 0;
-        if (!spinning) { /* armed but idle: back off, never past the next stale report */
+        if (quiet) {
+            backoff = 0;
+            nap = sc.watch_from - t;
+        }
+        else if (!spinning) { /* armed but idle: back off */
             backoff = next_backoff(r, backoff, t > sc.youngest_arm ? t - sc.youngest_arm : 0);
             nap = backoff;
-            if (sc.next_stale > t && sc.next_stale - t < nap)
-                nap = sc.next_stale - t;
         }
+        if (nap && sc.next_stale > t && sc.next_stale - t < nap)
+            nap = sc.next_stale - t; /* never past the next stale report */
         atomic_store_explicit(&r->backoff_ns, nap, memory_order_relaxed);
         if (nap > r->p.backoff_max_ns) {
             long_nap_locked(r, nap); /* Python threads had the mutex meanwhile */
@@ -377,7 +389,7 @@ reactor_destroy(reactor *r)
 
 /* a new entry at the end of armed[]; -1: out of memory */
 static int
-armed_append_locked(reactor *r, uint32_t slot, uint32_t expected, qcore *q)
+armed_append_locked(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until)
 {
     if (r->narmed == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 64;
@@ -388,16 +400,19 @@ armed_append_locked(reactor *r, uint32_t slot, uint32_t expected, qcore *q)
         r->cap = cap < r->nslots ? cap : r->nslots;
     }
     uint64_t t = now_ns();
-    r->armed[r->narmed] = (armed_t){slot, expected, q, t, t + r->p.stale_ns, r->p.stale_ns};
+    r->armed[r->narmed] =
+        (armed_t){slot, expected, q, t, t + r->p.stale_ns, r->p.stale_ns, quiet_until};
     qcore_incref(q);
     r->index[slot] = (int32_t)r->narmed++;
-    r->arm_seq++;
+    if (quiet_until <= t) /* a quiet entry opens no spin window */
+        r->arm_seq++;
     return 0;
 }
 
-/* Start the thread lazily, or wake it if it is parked or in a long nap. */
+/* Start the thread lazily, or wake it if it is parked, or in a long nap that ends
+ * after quiet_until (the time the new entry wants watching from; 0: now). */
 static int
-wake_locked(reactor *r)
+wake_locked(reactor *r, uint64_t quiet_until)
 {
     if (!r->started) {
         sigset_t all, old; /* the thread must never take process signals */
@@ -408,7 +423,7 @@ wake_locked(reactor *r)
         r->started = err == 0;
         return err;
     }
-    if (r->long_nap) { /* a long nap must not delay short work */
+    if (r->long_nap && quiet_until < r->nap_until) { /* it must not delay short work */
         r->long_nap = 0;
         atomic_fetch_add_explicit(&r->wakeups, 1, memory_order_relaxed);
         pthread_cond_signal(&r->cv);
@@ -420,7 +435,8 @@ wake_locked(reactor *r)
 }
 
 int
-reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, int *thread_err)
+reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until,
+            int *thread_err)
 {
     int err = ARM_OK;
     reactor_lock(r);
@@ -442,9 +458,9 @@ reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, int *thread_
             atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
         err = rc == PUSH_NOMEM ? ARM_NOMEM : ARM_OK;
     }
-    else if (armed_append_locked(r, slot, expected, q) < 0)
+    else if (armed_append_locked(r, slot, expected, q, quiet_until) < 0)
         err = ARM_NOMEM;
-    else if ((*thread_err = wake_locked(r)) != 0) {
+    else if ((*thread_err = wake_locked(r, quiet_until)) != 0) {
         armed_remove_locked(r, r->narmed - 1);
         err = ARM_THREAD;
     }

@@ -136,6 +136,7 @@ typedef struct {
     uint64_t arm_seq;
     int stop, closed, started;
     int long_nap;  /* the thread waits on cv longer than backoff_max_ns: arm() wakes it */
+    uint64_t nap_until; /* when that nap ends */
     qcore *orphan; /* receives reports of entries whose own queue is closed; may be NULL */
     qcore *stale_q; /* receives every stale report while open; NULL: each entry's own queue */
     pthread_t thread;
@@ -154,7 +155,10 @@ int reactor_init(reactor *r, _Atomic uint32_t *words, uint32_t nslots,
                  const reactor_params *p); /* -1: out of memory */
 void reactor_destroy(reactor *r);
 void reactor_shutdown(reactor *r); /* stop and join the thread; idempotent */
-int reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, int *thread_err);
+/* quiet_until: a monotonic time (now_ns) before which the entry is not scanned for,
+ * its loop's early wake watching it meanwhile; 0: at once */
+int reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until,
+                int *thread_err);
 int reactor_disarm(reactor *r, uint32_t slot);
 int reactor_set_orphan(reactor *r, qcore *q); /* -1 once closed */
 int reactor_set_stale_queue(reactor *r, qcore *q); /* -1 once closed */

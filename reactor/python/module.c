@@ -333,12 +333,25 @@ Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
 {
     uint32_t slot, expected;
     qcore *q;
+    unsigned long long quiet_until = 0;
     int thread_err = 0;
-    if (check_nargs("arm", nargs, 3) < 0 || parse_slot(self, args[0], &slot) < 0 ||
-        get_u32(args[1], "expected", &expected) < 0 ||
+    if (nargs != 3 && nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "arm() takes 3 or 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (parse_slot(self, args[0], &slot) < 0 || get_u32(args[1], "expected", &expected) < 0 ||
         (q = queue_core(self, args[2], "queue")) == NULL)
         return NULL;
-    switch (reactor_arm(&self->r, slot, expected, q, &thread_err)) {
+    if (nargs == 4) {
+        PyObject *n = PyNumber_Index(args[3]);
+        if (n == NULL)
+            return NULL;
+        quiet_until = PyLong_AsUnsignedLongLong(n); /* OverflowError if negative */
+        Py_DECREF(n);
+        if (quiet_until == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    switch (reactor_arm(&self->r, slot, expected, q, quiet_until, &thread_err)) {
     case ARM_OK:
         Py_RETURN_NONE;
     case ARM_CLOSED:
@@ -432,10 +445,12 @@ COUNTER(backoff_ns)
 
 static PyMethodDef Reactor_methods[] = {
     {"arm", (PyCFunction)(void (*)(void))Reactor_arm, METH_FASTCALL,
-     "arm($self, slot, expected, queue, /)\n--\n\n"
+     "arm($self, slot, expected, queue, quiet_until=0, /)\n--\n\n"
      "Watch slot until (int32)(word - expected) >= 0, then push it onto queue (pushed at once "
-     "if already reached). ValueError: slot out of range; RuntimeError: already armed or "
-     "closed; TypeError: queue is not a LoopQueue."},
+     "if already reached). quiet_until: a time.monotonic_ns() before which the slot need not "
+     "be scanned for (its loop's early wake watches it; while every armed slot is quiet the "
+     "thread neither spins nor scans). ValueError: slot out of range; RuntimeError: already "
+     "armed or closed; TypeError: queue is not a LoopQueue."},
     {"disarm", (PyCFunction)Reactor_disarm, METH_O,
      "disarm($self, slot, /)\n--\n\nStop watching slot without notifying; True if it was armed."},
     {"set_orphan_queue", (PyCFunction)Reactor_set_orphan_queue, METH_O,

@@ -619,6 +619,51 @@ def test_new_arm_wakes_a_long_nap(slab, make_reactor, make_queue):
         raise AssertionError("no arm woke the napping thread")
 
 
+def test_a_quiet_slot_is_neither_spun_nor_scanned_for_until_its_time(
+    slab, make_reactor, make_queue
+):
+    """A slot armed with ``quiet_until`` (its loop's early wake watches it) lets the
+    thread nap until that time, with no spin window; an unquiet arm wakes the thread,
+    whose scan then reports every landed slot, the quiet one included."""
+    r = make_reactor(backoff_max_ns=100_000)
+    q = make_queue()
+    r.arm(0, 1, q, time.monotonic_ns() + 60_000_000_000)  # a minute
+    wait_until(lambda: r.backoff_ns > 50_000_000_000, what="a nap until the quiet time")
+    scans = r.scans
+    slab.store(0, 1)  # landed: nobody looks yet
+    assert not readable(q, 0.05)
+    assert r.scans == scans  # (the thread napped through: no scan, no spin)
+    r.arm(1, 1, q)  # work that wants watching now
+    assert collect(q, 1) == ([0], [])
+    assert r.armed == 1
+    slab.store(1, 1)
+    assert collect(q, 1) == ([1], [])
+
+
+def test_a_quiet_arm_leaves_a_nap_that_ends_sooner_alone(slab, make_reactor, make_queue):
+    """Arming a slot quiet past the end of the thread's nap does not wake it (the nap's
+    end comes first); an arm quiet until before that end does."""
+    r = make_reactor(backoff_max_ns=100_000)
+    q = make_queue()
+    now = time.monotonic_ns()
+    r.arm(0, 1, q, now + 60_000_000_000)
+    wait_until(lambda: r.backoff_ns > 50_000_000_000, what="a nap until the quiet time")
+    woken = r.wakeups
+    r.arm(1, 1, q, now + 120_000_000_000)
+    assert r.wakeups == woken
+    r.arm(2, 1, q, time.monotonic_ns() + 1_000_000)  # 1 ms: sooner than the nap's end
+    assert r.wakeups == woken + 1
+    slab.store(2, 1)
+    assert collect(q, 1) == ([2], [])
+
+
+def test_quiet_slots_still_get_their_stale_reports(make_reactor, make_queue):
+    r = make_reactor(stale_ns=2_000_000, stale_max_ns=2_000_000)
+    q = make_queue()
+    r.arm(0, 1, q, time.monotonic_ns() + 60_000_000_000)
+    assert collect(q, 0, 2) == ([], [0, 0])  # every 2 ms, not after a minute
+
+
 def test_naps_never_pass_the_next_stale_report(make_reactor, make_queue):
     r = make_reactor(
         stale_ns=5_000_000, stale_max_ns=5_000_000, long_ns=0, long_backoff_max_ns=10**9
@@ -765,6 +810,13 @@ def test_argument_errors(slab, make_reactor, make_queue):
         r.arm(0, 1, object())
     with pytest.raises(TypeError):
         r.arm(0, 1)
+    with pytest.raises(TypeError):
+        r.arm(0, 1, q, 0, 0)
+    with pytest.raises(TypeError):
+        r.arm(0, 1, q, "soon")
+    with pytest.raises(OverflowError):
+        r.arm(0, 1, q, -1)
+    assert r.armed == 0
     r.arm(0, 1, q)
     with pytest.raises(RuntimeError):
         r.arm(0, 1, q)

@@ -19,6 +19,7 @@ from helpers import awaited_completions, reactor_path, wait_until
 import cuasync
 import cuasync.testing as ct
 from cuasync._core import wake
+from cuasync._core.completion import get_hub
 from cuasync._core.loops import running_adapter
 
 pytestmark = [pytest.mark.anyio, reactor_path]
@@ -144,6 +145,49 @@ async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
     value, left = await held_wait(stream)
     assert value is None and left == 0
     assert cuasync.stats().early_misses == misses  # no early wake was set
+
+
+@pytest.fixture
+def quiet_for_200ms() -> Iterator[None]:
+    saved = wake.POLICY.quiet_max_ns
+    wake.POLICY.quiet_max_ns = 200_000_000
+    try:
+        yield
+    finally:
+        wake.POLICY.quiet_max_ns = saved
+
+
+def reactor_naps_longer_than(ns: int) -> Callable[[], bool]:
+    reactor = get_hub().reactor
+    return lambda: reactor.backoff_ns > ns
+
+
+async def test_a_steady_estimate_lets_the_reactor_leave_the_slot_alone(
+    anyio_backend, stream, quiet_for_200ms
+) -> None:
+    """While a steadily estimated await waits for its wake, the reactor naps through
+    (no spin, no scans but the stale probes'; its longest nap otherwise is 2 ms), and
+    the value still comes back when the work lands long before the estimate (after
+    the quiet time at most)."""
+    expect(stream, 10_000_000_000)  # 10 s, deviation 1/16 of it: steady
+    value, left = await held_wait(stream, reactor_naps_longer_than(2_000_000))
+    assert value is None and left == 0
+
+
+async def test_an_unsteady_estimate_is_scanned_for_as_any_await(anyio_backend, stream) -> None:
+    est = wake.Estimate(10_000_000_000)
+    est.dev = est.ns >> 2  # work that varies: the wake is set, the reactor keeps watching
+    wake._remember(stream.handle, est)
+    reactor = get_hub().reactor
+    naps: list[int] = []
+
+    def sampled() -> bool:
+        naps.append(reactor.backoff_ns)
+        return len(naps) > 200
+
+    value, left = await held_wait(stream, sampled)
+    assert value is None and left == 0
+    assert max(naps) <= 2_000_000  # (the reactor's long-nap cap)
 
 
 def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:

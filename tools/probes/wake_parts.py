@@ -15,14 +15,16 @@ a ``CU_EVENT_BLOCKING_SYNC`` event recorded after it, and one waiter thread bloc
 ``call_soon_threadsafe``: its ``await - .sync()`` and CPU are that design's floor.
 
 The default run is the A/B of the early wake (``cuasync/_core/wake.py``; docs/completion.md)
-in one process: today's park (``POLICY.on = False``: the reactor wakes the loop) and the
+in one process: today's park (``POLICY.on = False``: the reactor wakes the loop), the
 early wake (the loop's own timerfd shortly before the learned duration, then a short
-spin), alternated in rounds on the same loop, for 0.3 ms and 5 ms of work on asyncio and
-uvloop, each printed with the loop's cross-thread wake floor and the CPU above idle; with
-torch on a GPU, the same for ``await cuasync.wait(torch_stream)`` after ``torch.cuda._sleep``
+spin) with the reactor scanning meanwhile, and the same with the reactor quiet until the
+wake's window ends (``POLICY.quiet``, the default), alternated in rounds on the same
+loop, for 0.3 ms and 5 ms of work on asyncio and uvloop, each printed with the loop's
+cross-thread wake floor, the CPU above idle and the reactor thread's share; with torch
+on a GPU, the same for ``await cuasync.wait(torch_stream)`` after ``torch.cuda._sleep``
 work beside ``stream.synchronize()``.
 
-    python3 tools/probes/wake_parts.py              # the A/B (today's park, early wake)
+    python3 tools/probes/wake_parts.py              # the A/B/C (today's park, early wake, quiet)
     python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
@@ -141,15 +143,32 @@ def blocking_event(n: int = 60) -> None:
     jobs.put(None)
 
 
-POLICIES = ("today", "early wake")
+POLICIES = ("today", "early wake", "quiet")
 ROUNDS = 5
+
+
+def use(policy: str) -> None:
+    """``today``: the reactor wakes the loop; ``early wake``: the loop's timer too, the
+    reactor scanning meanwhile; ``quiet``: the early wake, the reactor leaving the
+    slot alone until the wake's window ends (cuasync's default)."""
+    from cuasync._core import wake
+
+    wake.POLICY.on = policy != "today"
+    wake.POLICY.quiet = policy == "quiet"
+
+
+def reactor_cpu() -> float:
+    """CPU seconds of the reactor thread so far (0 before it exists)."""
+    from cuasync.bench import completion
+
+    tid = completion._reactor_thread()
+    return 0.0 if tid is None else completion._thread_usage(tid)[0]
 
 
 def ab(n_short: int = 300, n_long: int = 60) -> None:
     """Today's park and the early wake, alternated in ``ROUNDS`` rounds on one loop."""
     import numpy as np
 
-    from cuasync._core import wake
     from cuasync.bench import completion
     from cuasync.bench._util import run_loop
     from cuasync.bench.requests import _awaits_and_syncs, _wake_floor
@@ -157,15 +176,23 @@ def ab(n_short: int = 300, n_long: int = 60) -> None:
     completion.spin_ns.compile()
     idle = completion._idle_cpu(0.2)
 
-    async def rounds(work_ns: int, n: int) -> dict[str, tuple[list[int], list[int], float]]:
-        out: dict[str, tuple[list[int], list[int], float]] = {}
+    import time
+
+    async def rounds(work_ns: int, n: int) -> dict[str, tuple[list[int], list[int], float, float]]:
+        out: dict[str, tuple[list[int], list[int], float, float]] = {}
         for _ in range(ROUNDS):
             for policy in POLICIES:
-                wake.POLICY.on = policy != "today"
+                use(policy)
+                r0, w0 = reactor_cpu(), time.perf_counter()
                 samples, cpu = await _awaits_and_syncs(work_ns, n // ROUNDS)
-                awaits, syncs, cpus = out.get(policy, ([], [], 0.0))
-                out[policy] = (awaits + samples["await"], syncs + samples[".sync()"], cpus + cpu)
-        wake.POLICY.on = True
+                # (the reactor's share of the whole block, .sync() turns included: it is
+                # parked through those)
+                rcpu = (reactor_cpu() - r0) / (time.perf_counter() - w0) * 100
+                awaits, syncs, cpus, rcpus = out.get(policy, ([], [], 0.0, 0.0))
+                out[policy] = (
+                    awaits + samples["await"], syncs + samples[".sync()"], cpus + cpu, rcpus + rcpu
+                )  # fmt: skip
+        use("quiet")
         return out
 
     print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
@@ -176,12 +203,13 @@ def ab(n_short: int = 300, n_long: int = 60) -> None:
                 floor = np.median(run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))) / 1e3  # noqa: B023
             except ImportError:  # no uvloop
                 continue
-            for policy, (awaits, syncs, cpu) in out.items():
+            for policy, (awaits, syncs, cpu, rcpu) in out.items():
                 over = (np.median(awaits) - np.median(syncs)) / 1e3
                 print(
                     f"{policy:<10} {label:>6} {kind:<8} await - .sync() {over:7.1f} us   "
                     f"wake floor {floor:6.1f} us   over floor {over - floor:7.1f} us   "
-                    f"CPU above idle {cpu / ROUNDS - idle:5.1f} % of a core",
+                    f"CPU above idle {cpu / ROUNDS - idle:5.1f} % of a core "
+                    f"(reactor thread {rcpu / ROUNDS:4.1f} %)",
                     flush=True,
                 )
     torch_ab(n_short, n_long, idle)
@@ -201,7 +229,6 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
     import numpy as np
 
     import cuasync
-    from cuasync._core import wake
     from cuasync.bench._util import run_loop
     from cuasync.bench.requests import torch_cycles_per_ms
 
@@ -216,7 +243,7 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
         wall = dict.fromkeys(POLICIES, 0.0)
         for _ in range(ROUNDS):
             for policy in POLICIES:
-                wake.POLICY.on = policy != "today"
+                use(policy)
                 for i in range(n // ROUNDS + 3):
                     torch.cuda._sleep(cycles)
                     t0, c0, w0 = clock(), time.process_time(), time.perf_counter()
@@ -230,7 +257,7 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
                     stream.synchronize()
                     if i >= 3:
                         syncs[policy].append(clock() - t0)
-        wake.POLICY.on = True
+        use("quiet")
         return {p: (waits[p], syncs[p], cpu[p] / wall[p] * 100) for p in POLICIES}
 
     for label, ms, n in (("0.3 ms", 0.3, n_short), ("5 ms", 5.0, n_long)):
