@@ -55,7 +55,8 @@
 ``CUASYNC_GUARDS``             guarded regions (library calls and memsets a cancelled scope
                                skips; :mod:`cuasync._launch.guard`): ``auto`` (default: the
                                backend's choice, off on CUDA until they have passed the
-                               suite on a GPU), ``on`` or ``off``
+                               suite on a GPU), ``on``, ``off``, or ``memsets`` (memsets
+                               only, no library call)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer
@@ -82,7 +83,7 @@ _EMU_COMPILE = ("auto", "on", "off")
 _ON_OFF = ("on", "off")
 _PEER = ("auto", "off")
 _WAKE = ("timer", "reactor")
-_GUARDS = ("auto", "on", "off")
+_GUARDS = ("auto", "on", "off", "memsets")
 
 
 #: The numeric variables' ranges, both ends included: a value outside raises

@@ -675,8 +675,9 @@ class Backend(BackendCore, ABC):
         raise NotImplementedError(f"the {self.name} backend has no matrix products")
 
     # -- guarded regions and graphs ---------------------------------------------------
-    #: Whether :meth:`guarded` regions are used (a backend may have them off).
-    guards = True
+    #: The kinds of :meth:`guarded` region used (``cuasync._launch.guard.KINDS``: a
+    #: backend may have some or all off).
+    guards: frozenset[str] = frozenset(("memset", "library"))
 
     def guarded(self, stream: int, word: int, guard: int) -> AbstractContextManager[None]:
         """A region of ``stream`` that runs only if the cancel word ``word`` (see

@@ -9,9 +9,11 @@ first. A region costs a graph built, instantiated and launched in its place, so 
 work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A backend may
 have them off (``backend.guards``): the CUDA backend's are, until they have passed the
 suite on a GPU (docs/cancellation.md), so there the work runs unguarded.
-``CUASYNC_GUARDS=on`` / ``off`` overrides the backend's choice.
+A region is of one of :data:`KINDS`: ``"memset"`` or ``"library"`` (a cuBLAS call);
+``backend.guards`` is the set of kinds a backend guards. ``CUASYNC_GUARDS=on`` / ``off``
+overrides the backend's choice, and ``memsets`` guards memsets alone.
 
->>> with guarded(ctx, flops=2 * m * n * k):
+>>> with guarded(ctx, "library", flops=2 * m * n * k):
 ...     backend.gemm(ctx.handle, a, b, c, 1.0, 0.0, "highest", ctx.error_box)
 """
 
@@ -28,7 +30,10 @@ from .._core.context import ExecutionContext
 from .builtin import KernelFiles
 from .kernel import Kernel
 
-__all__ = ["FILES", "POLICY", "GuardPolicy", "guard_kernel", "guarded", "guards_on"]
+__all__ = ["FILES", "KINDS", "POLICY", "GuardPolicy", "guard_kernel", "guarded", "guards_on"]
+
+#: The kinds of guarded region: a memset, a library call (cuBLAS).
+KINDS = frozenset(("memset", "library"))
 
 #: The files of its translation unit (``cuasync/kernels``).
 FILES = ("cancel.cuh", "guard.cu")
@@ -61,25 +66,31 @@ class GuardPolicy:
 POLICY = GuardPolicy()
 
 
-def guards_on(backend: object) -> bool:
-    """Whether regions are guarded: ``CUASYNC_GUARDS`` if ``on``/``off``, else the
-    backend's own choice (``backend.guards``)."""
+def guards_on(backend: object, kind: str) -> bool:
+    """Whether regions of ``kind`` (one of :data:`KINDS`) are guarded: ``CUASYNC_GUARDS``
+    if ``on``, ``off`` or ``memsets``, else the backend's own choice (``backend.guards``,
+    the kinds it guards)."""
     choice = _config.CONFIG.guards
-    return bool(getattr(backend, "guards", False)) if choice == "auto" else choice == "on"
+    if choice == "auto":
+        return kind in getattr(backend, "guards", ())
+    return choice == "on" or (choice == "memsets" and kind == "memset")
 
 
 @contextmanager
-def guarded(ctx: ExecutionContext, *, flops: float = 0.0, nbytes: int = 0) -> Iterator[None]:
-    """Enclose what the block enqueues on ``ctx``'s stream in a guarded region when the
-    current scope has a word on its device, the stream does not capture a graph (a
-    captured graph never bakes in a scope's word), and the work is worth it. The block
-    enqueues nothing but the guarded work (no waits: read and write its tensors first).
+def guarded(
+    ctx: ExecutionContext, kind: str, *, flops: float = 0.0, nbytes: int = 0
+) -> Iterator[None]:
+    """Enclose what the block enqueues on ``ctx``'s stream (work of ``kind``, one of
+    :data:`KINDS`) in a guarded region when the current scope has a word on its device,
+    the stream does not capture a graph (a captured graph never bakes in a scope's
+    word), the backend guards that kind, and the work is worth it. The block enqueues
+    nothing but the guarded work (no waits: read and write its tensors first).
     """
     word = current_word(ctx.device.ordinal)
     policy = POLICY
     worth = flops / policy.flops_per_ns + nbytes / policy.bytes_per_ns >= policy.min_ns
     backend = get_backend()
-    if not word or not worth or ctx.stream._capturing or not guards_on(backend):
+    if not word or not worth or ctx.stream._capturing or not guards_on(backend, kind):
         yield
         return
     guard = guard_kernel()._prepare(ctx.device).handle

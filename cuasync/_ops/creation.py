@@ -330,7 +330,7 @@ def _eye_op(n: int, m: int, k: int, dt: np.dtype[Any], device: Device) -> Tensor
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, (n, m), dt, "eye")
         if t.nbytes:
-            with guarded(ctx, nbytes=t.nbytes):  # (a cancelled scope skips it)
+            with guarded(ctx, "memset", nbytes=t.nbytes):  # (a cancelled scope skips it)
                 get_backend().memset_d8_async(t.ptr, 0, t.nbytes, ctx.handle)
             if length:
                 diagonal = Tensor(t.allocation, (length,), dt, (m + 1,), offset)

@@ -142,7 +142,7 @@ def calls(
         ctx.read(b.allocation, "b")
     ctx.write(c.allocation, "out")
     backend = get_backend()
-    with guarded(ctx, flops=flops):
+    with guarded(ctx, "library", flops=flops):
         for xa, xb, xc in views:
             backend.gemm(ctx.handle, xa, xb, xc, alpha, beta, precision, ctx.error_box)
 

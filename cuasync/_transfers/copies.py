@@ -335,7 +335,7 @@ def zeros(
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         tensor = new_tensor(ctx, dims, dt, "zeros")
         if tensor.nbytes:
-            with guarded(ctx, nbytes=tensor.nbytes):  # (a cancelled scope skips it)
+            with guarded(ctx, "memset", nbytes=tensor.nbytes):  # (a cancelled scope skips it)
                 get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
         return Output.ready(tensor)
 

@@ -100,16 +100,23 @@ def test_guarded_regions_follow_the_backend_unless_told(monkeypatch) -> None:
 
     from cuasync._launch.guard import guards_on
 
-    on, off = types.SimpleNamespace(guards=True), types.SimpleNamespace(guards=False)
-    for raw, want in (
-        ("", (True, False)),
-        ("auto", (True, False)),
-        ("ON", (True, True)),
-        ("off", (False, False)),
+    on = types.SimpleNamespace(guards=frozenset(("memset", "library")))
+    memsets = types.SimpleNamespace(guards=frozenset(("memset",)))
+    off = types.SimpleNamespace(guards=frozenset())
+    backends = (on, memsets, off)
+    for raw, want in (  # (memset, library) for each backend
+        ("", ((True, True), (True, False), (False, False))),
+        ("auto", ((True, True), (True, False), (False, False))),
+        ("ON", ((True, True),) * 3),
+        ("off", ((False, False),) * 3),
+        ("memsets", ((True, False),) * 3),
     ):
         monkeypatch.setenv("CUASYNC_GUARDS", raw)
         monkeypatch.setattr(_config, "CONFIG", _config._read())
-        assert (guards_on(on), guards_on(off)) == want
+        got = tuple((guards_on(b, "memset"), guards_on(b, "library")) for b in backends)
+        assert got == want, raw
     monkeypatch.setenv("CUASYNC_GUARDS", "maybe")
-    with pytest.raises(ArgumentError, match="CUASYNC_GUARDS must be one of auto, on, off"):
+    with pytest.raises(
+        ArgumentError, match="CUASYNC_GUARDS must be one of auto, on, off, memsets"
+    ):
         _config._read()
