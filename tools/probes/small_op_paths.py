@@ -9,7 +9,8 @@ out=o)``, the raw launch of add's own kernel into ``o``, ``cuasync.exp(x * 2.0 +
 out=o)``, ``cuasync.sum(x)`` and ``cuasync.matmul(m, m)``; x (1024,) float32, m (64, 64)
 float32. Then the backend's GEMM alone (on a GPU: cuBLAS's three calls through ctypes),
 called again with the arguments matmul's submission gave it: what of a matmul's host time
-is the library call's.
+is the library call's; and on a GPU each step of that call (the submitter's fence, the
+context switch, ``plan`` and each cuBLAS call through ctypes).
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
@@ -103,6 +104,59 @@ def _gemm_alone(m: cuasync.Tensor, stream: cuasync.Stream) -> list[int]:
     return out
 
 
+def _gemm_parts(m: cuasync.Tensor, stream: cuasync.Stream) -> dict[str, float]:
+    """p50 (us) of each step of the backend's gemm for a seen ``matmul(m, m)`` on a GPU:
+    the submitter's fence, the context switch, and each cuBLAS call through ctypes (each
+    timed inside N whole gemms); {} off the CUDA backend."""
+    backend = get_backend()
+    blas = getattr(backend, "_blas", None)
+    if blas is None:
+        return {}
+    from cuasync._backends import cublas
+
+    lib = cublas.load()
+    clock = time.perf_counter_ns
+    times: dict[str, list[int]] = {}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            t0 = clock()
+            try:
+                return fn(*args)
+            finally:
+                times.setdefault(name, []).append(clock() - t0)
+
+        return call
+
+    calls = ("cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasGemmStridedBatchedEx")
+    saved = {name: getattr(lib, name) for name in calls}
+    for name in calls:
+        setattr(lib, name, timed(name, saved[name]))
+    parts = {"plan": cublas.plan, "Blas.gemm": blas.gemm}
+    try:
+        cublas.plan = timed("plan", parts["plan"])  # type: ignore[assignment]
+        blas.gemm = timed("Blas.gemm", parts["Blas.gemm"])
+        _gemm_alone(m, stream)
+    finally:
+        for name in calls:
+            setattr(lib, name, saved[name])
+        cublas.plan = parts["plan"]  # type: ignore[assignment]
+        del blas.gemm
+    submitter = getattr(backend, "_submitter", None)
+    if submitter is not None:
+        for _ in range(N):
+            t0 = clock()
+            submitter.fence()
+            times.setdefault("submitter.fence", []).append(clock() - t0)
+    for _ in range(N):
+        t0 = clock()
+        _, caller = backend._enter(stream.handle)
+        if caller is not None:
+            backend._put_back(caller)
+        times.setdefault("backend._enter", []).append(clock() - t0)
+    return {name: _p50(ns) for name, ns in times.items()}
+
+
 def _profile(names: list[str]) -> None:
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
@@ -169,6 +223,8 @@ def main() -> None:
         )
     alone = _gemm_alone(m, stream)
     print(f"{'the backend gemm of matmul(m, m)':<36}{'':>9}{_p50(alone):>7.1f}us   (called alone)")
+    for part, us in _gemm_parts(m, stream).items():
+        print(f"  of which {part:<27}{'':>9}{us:>7.1f}us")
 
 
 if __name__ == "__main__":
