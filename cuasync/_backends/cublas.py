@@ -212,6 +212,12 @@ class Blas:
         self._lock = threading.Lock()
         self._handles: dict[int, int] = {}  # ordinal -> cublasHandle_t
         self._workspaces: dict[int, tuple[int, int]] = {}  # stream -> (pointer, bytes)
+        #: ordinal -> (stream, workspace pointer, bytes) its handle is bound to now. A
+        #: handle is one state shared by every thread: binding and the call it is for
+        #: happen under ``_bind_lock`` (ctypes releases the GIL in each call), and a
+        #: call on the stream already bound skips binding.
+        self._bound: dict[int, tuple[int, int, int]] = {}
+        self._bind_lock = threading.Lock()
 
     def _check(self, lib: ctypes.CDLL, status: int, call: str) -> None:
         if status:
@@ -244,7 +250,13 @@ class Blas:
         return ws
 
     def forget_stream(self, stream: int) -> None:
-        """Free ``stream``'s workspace after its work (before the stream is destroyed)."""
+        """Free ``stream``'s workspace after its work (before the stream is destroyed);
+        a handle bound to it binds again at its next call (a new stream may reuse the
+        handle's number)."""
+        with self._bind_lock:
+            for ordinal, bound in list(self._bound.items()):
+                if bound[0] == stream:
+                    del self._bound[ordinal]
         ws = self._workspaces.pop(stream, None)
         if ws is not None:
             self._free(ws[0], stream)
@@ -277,14 +289,20 @@ class Blas:
             al, be = pair(alpha.real, alpha.imag), pair(beta.real, beta.imag)
         handle = self.handle(ordinal)
         ws, nbytes = self.workspace(stream, hopper)
-        self._check(lib, lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
-        # SetStream resets the workspace to cuBLAS's own: bind this stream's again.
-        self._check(lib, lib.cublasSetWorkspace_v2(handle, ws, nbytes), "cublasSetWorkspace")
-        status = lib.cublasGemmStridedBatchedEx(
-            handle, args.transa, args.transb, args.m, args.n, args.k,
-            ctypes.byref(al), args.a, dtype, args.lda, args.stride_a,
-            args.b, dtype, args.ldb, args.stride_b,
-            ctypes.byref(be), args.c, ctype, args.ldc, args.stride_c,
-            args.batch, compute, _GEMM_DEFAULT,
-        )  # fmt: skip
+        binding = (stream, ws, nbytes)
+        with self._bind_lock:
+            if self._bound.get(ordinal) != binding:
+                self._bound.pop(ordinal, None)  # (unknown until both calls succeed)
+                self._check(lib, lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+                # SetStream resets the workspace to cuBLAS's own: bind this stream's again.
+                status = lib.cublasSetWorkspace_v2(handle, ws, nbytes)
+                self._check(lib, status, "cublasSetWorkspace")
+                self._bound[ordinal] = binding
+            status = lib.cublasGemmStridedBatchedEx(
+                handle, args.transa, args.transb, args.m, args.n, args.k,
+                ctypes.byref(al), args.a, dtype, args.lda, args.stride_a,
+                args.b, dtype, args.ldb, args.stride_b,
+                ctypes.byref(be), args.c, ctype, args.ldc, args.stride_c,
+                args.batch, compute, _GEMM_DEFAULT,
+            )  # fmt: skip
         self._check(lib, status, "cublasGemmStridedBatchedEx")

@@ -143,14 +143,13 @@ def test_blas_binds_the_stream_and_its_workspace(fake: FakeLib) -> None:
     assert names.count("cublasCreate_v2") == 1  # one handle for the device
     assert allocated == [(32 << 20, 10), (4 << 20, 20)]  # one workspace per stream
     sets = [args for n, args in fake.calls if n == "cublasSetWorkspace_v2"]
-    assert [s[1:] for s in sets] == [
-        (0x9000 + 10, 32 << 20),
+    assert [s[1:] for s in sets] == [  # bound again only when the stream changes
         (0x9000 + 10, 32 << 20),
         (0x9000 + 20, 4 << 20),
         (0, 0),
     ]
     streams = [args[1] for n, args in fake.calls if n == "cublasSetStream_v2"]
-    assert streams == [10, 10, 20, 30]
+    assert streams == [10, 20, 30]
     for i, name in enumerate(names):  # the workspace is bound after the stream, each time
         if name == "cublasSetStream_v2":
             assert names[i + 1] == "cublasSetWorkspace_v2"
@@ -162,6 +161,56 @@ def test_blas_binds_the_stream_and_its_workspace(fake: FakeLib) -> None:
     blas.forget_stream(10)
     blas.forget_stream(30)
     assert freed == [(0x9000 + 10, 10)]
+    # A new stream with a forgotten one's number gets its own workspace, bound again.
+    fake.calls.clear()
+    blas.gemm(0, 30, True, a, b, c, 1, 0, "highest")
+    blas.gemm(0, 30, True, a, b, c, 1, 0, "highest")
+    names = [n for n, _ in fake.calls]
+    assert names.count("cublasSetStream_v2") == 1 and names.count("cublasSetWorkspace_v2") == 1
+
+
+def test_blas_binds_and_calls_as_one_step_across_threads(fake: FakeLib) -> None:
+    """A handle is shared by every thread, and ctypes lets go of the GIL in each call:
+    another thread's binding never lands between a thread's binding and its GEMM."""
+    import sys
+    import threading
+
+    bound: list[int] = []
+    wrong: list[tuple[int, int]] = []
+
+    def set_stream(handle: int, stream: int) -> int:
+        bound.append(stream)
+        return 0
+
+    def gemm(*args: Any) -> int:
+        stream = args[7] - 0x100  # (cuBLAS's A is our b: its pointer names the stream)
+        if bound[-1] != stream:
+            wrong.append((bound[-1], stream))
+        return 0
+
+    fake.cublasSetStream_v2 = set_stream  # type: ignore[method-assign]
+    fake.cublasGemmStridedBatchedEx = gemm  # type: ignore[method-assign]
+    blas = cublas.Blas(lambda n, s: 0x9000 + s, lambda p, s: None, lambda s: False)
+    a = View(0, (1, 2, 2), (4, 2, 1))
+    start = threading.Barrier(4)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (switch threads as often as possible)
+
+    def worker(stream: int) -> None:
+        b = View(0x100 + stream, (1, 2, 2), (4, 2, 1))
+        start.wait()
+        for _ in range(300):
+            blas.gemm(0, stream, True, a, b, a, 1, 0, "highest")
+
+    try:
+        threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2, 3, 4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
 
 
 def test_blas_status_becomes_library_error(fake: FakeLib) -> None:
