@@ -54,9 +54,9 @@
                                ``~/.cache/cuasync/kernels``), ``off``, or a directory
 ``CUASYNC_GUARDS``             guarded regions (library calls and memsets a cancelled scope
                                skips; :mod:`cuasync._launch.guard`): ``auto`` (default: the
-                               backend's choice, off on CUDA until they have passed the
-                               suite on a GPU), ``on``, ``off``, or ``memsets`` (memsets
-                               only, no library call)
+                               backend's choice: on CUDA memsets only, until the cuBLAS
+                               region passes on a GPU), ``on``, ``off``, or ``memsets``
+                               (memsets only, no library call)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer

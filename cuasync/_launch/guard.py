@@ -7,8 +7,9 @@ kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
 :mod:`cuasync._backends.conditional`); on the emulator, one command that reads the word
 first. A region costs a graph built, instantiated and launched in its place, so only
 work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A backend may
-have them off (``backend.guards``): the CUDA backend's are, until they have passed the
-suite on a GPU (docs/cancellation.md), so there the work runs unguarded.
+have some kinds off (``backend.guards``): the CUDA backend guards memsets and not cuBLAS
+calls, whose region still blocks another stream on a GPU (docs/cancellation.md), so
+there those run unguarded.
 A region is of one of :data:`KINDS`: ``"memset"`` or ``"library"`` (a cuBLAS call);
 ``backend.guards`` is the set of kinds a backend guards. ``CUASYNC_GUARDS=on`` / ``off``
 overrides the backend's choice, and ``memsets`` guards memsets alone.

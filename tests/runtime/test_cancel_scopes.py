@@ -570,7 +570,7 @@ def needs_guards(kind: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         not guards_on(get_backend(), kind),
         reason=f"{kind} regions are not guarded here (backend.guards, CUASYNC_GUARDS; the "
-        "CUDA backend guards none until they pass on a GPU: issue 36, item 4)",
+        "CUDA backend guards memsets only: a cuBLAS region still blocks there, issue 36)",
     )
 
 

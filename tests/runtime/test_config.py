@@ -94,8 +94,8 @@ def test_cuasync_native_is_on_or_off(monkeypatch) -> None:
 
 
 def test_guarded_regions_follow_the_backend_unless_told(monkeypatch) -> None:
-    """``CUASYNC_GUARDS``: ``auto`` keeps each backend's choice (off on CUDA until the
-    regions pass on a GPU), ``on``/``off`` override it; anything else is refused."""
+    """``CUASYNC_GUARDS``: ``auto`` keeps each backend's choice (memsets only on CUDA),
+    ``on``/``off``/``memsets`` override it; anything else is refused."""
     import types
 
     from cuasync._launch.guard import guards_on
