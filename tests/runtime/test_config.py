@@ -116,7 +116,5 @@ def test_guarded_regions_follow_the_backend_unless_told(monkeypatch) -> None:
         got = tuple((guards_on(b, "memset"), guards_on(b, "library")) for b in backends)
         assert got == want, raw
     monkeypatch.setenv("CUASYNC_GUARDS", "maybe")
-    with pytest.raises(
-        ArgumentError, match="CUASYNC_GUARDS must be one of auto, on, off, memsets"
-    ):
+    with pytest.raises(ArgumentError, match="CUASYNC_GUARDS must be one of auto, on, off, memsets"):
         _config._read()

@@ -188,8 +188,8 @@ def test_blas_binds_and_calls_as_one_step_across_threads(fake: FakeLib) -> None:
             wrong.append((bound[-1], stream))
         return 0
 
-    fake.cublasSetStream_v2 = set_stream  # type: ignore[method-assign]
-    fake.cublasGemmStridedBatchedEx = gemm  # type: ignore[method-assign]
+    fake.cublasSetStream_v2 = set_stream  # type: ignore[attr-defined]
+    fake.cublasGemmStridedBatchedEx = gemm  # type: ignore[attr-defined]
     blas = cublas.Blas(lambda n, s: 0x9000 + s, lambda p, s: None, lambda s: False)
     a = View(0, (1, 2, 2), (4, 2, 1))
     start = threading.Barrier(4)
