@@ -12,9 +12,12 @@ matrix product, never at import: where it is missing that product raises
 * :class:`Blas` owns the handles (one per device, created lazily on first use in that
   device's current context, kept for the process as the primary context is) and one
   workspace per stream, allocated stream-ordered from the device's pool and freed
-  stream-ordered when cuasync destroys the stream. Each call binds the handle to the
-  op's stream (``cublasSetStream``) and to that stream's workspace; nothing here
-  blocks, and nothing is released from a destructor.
+  stream-ordered when cuasync destroys the stream. A real floating product goes through
+  ``cublasLtMatmul`` with the descriptors and algorithm of its kind, made once
+  (:mod:`.cublaslt`); the others bind the handle to the op's stream (``cublasSetStream``,
+  once per change of stream) and to that stream's workspace, and call
+  ``cublasGemmStridedBatchedEx``. Nothing here blocks, and nothing is released from a
+  destructor.
 
 >>> args = plan(a, b, c)   # views of shapes (2, 4, 3), (2, 3, 5), (2, 4, 5), contiguous
 >>> args.m, args.n, args.k, args.transa, args.transb   # C^T = B^T A^T
@@ -27,13 +30,16 @@ import ctypes
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._dtypes import dtype_name
 from ..errors import LibraryError, LibraryUnavailableError, ShapeError
 from .base import DeviceArray, matrix_layout
 
-__all__ = ["Blas", "GemmArgs", "load", "plan"]
+if TYPE_CHECKING:
+    from .cublaslt import LtKinds
+
+__all__ = ["Blas", "GemmArgs", "load", "plan", "status_name"]
 
 _OP_N, _OP_T = 0, 1  # cublasOperation_t
 _GEMM_DEFAULT = -1  # cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT
@@ -195,6 +201,12 @@ def load() -> ctypes.CDLL:
         return _lib
 
 
+def status_name(status: int) -> str:
+    """cuBLAS's name of a ``cublasStatus_t`` (cuBLASLt's too)."""
+    name = load().cublasGetStatusName(status)
+    return name.decode() if name else "CUBLAS_STATUS_?"
+
+
 class Blas:
     """The cuBLAS state of one :class:`~cuasync._backends.cuda.CudaBackend`.
 
@@ -218,11 +230,13 @@ class Blas:
         #: call on the stream already bound skips binding.
         self._bound: dict[int, tuple[int, int, int]] = {}
         self._bind_lock = threading.Lock()
+        #: cuBLASLt's handles and the kinds of product seen (None: no libcublasLt).
+        self._lt: LtKinds | None = None
+        self._lt_loaded = False
 
     def _check(self, lib: ctypes.CDLL, status: int, call: str) -> None:
         if status:
-            name = lib.cublasGetStatusName(status)
-            raise LibraryError(status, name.decode() if name else "CUBLAS_STATUS_?", call)
+            raise LibraryError(status, status_name(status), call)
 
     def handle(self, ordinal: int) -> int:
         """The device's handle; its context must be current (the backend made it so)."""
@@ -237,6 +251,23 @@ class Blas:
                 self._check(lib, lib.cublasSetMathMode(h, _DEFAULT_MATH), "cublasSetMathMode")
                 self._handles[ordinal] = int(h.value or 0)
             return self._handles[ordinal]
+
+    def _load_lt(self) -> LtKinds | None:
+        from . import cublaslt  # (it imports this module)
+
+        lib = cublaslt.load()
+        with self._lock:
+            if not self._lt_loaded:
+                self._lt = None if lib is None else cublaslt.LtKinds(lib)
+                self._lt_loaded = True
+        return self._lt
+
+    def prepare(self, ordinal: int) -> None:
+        """Load the libraries and make the device's handles (its context current)."""
+        self.handle(ordinal)
+        kinds = self._lt if self._lt_loaded else self._load_lt()
+        if kinds is not None:
+            kinds.handle(ordinal)
 
     def workspace(self, stream: int, hopper: bool) -> tuple[int, int]:
         """``stream``'s workspace, allocated on it at first use; none while it captures."""
@@ -273,9 +304,20 @@ class Blas:
         beta: complex,
         precision: str,
     ) -> None:
-        """Enqueue the product on ``stream`` (its device's context current)."""
+        """Enqueue the product on ``stream`` (its device's context current): through
+        ``cublasLtMatmul`` with the descriptors and algorithm of its kind where it has
+        them (:mod:`.cublaslt`), else ``cublasGemmStridedBatchedEx``."""
         lib = load()
         args = plan(a, b, c)
+        ws, nbytes = self.workspace(stream, hopper)
+        kinds = self._lt if self._lt_loaded else self._load_lt()
+        if kinds is not None:
+            kind = kinds.get(ordinal, dtype_name(c.dtype), precision, args, nbytes)
+            if kind is not None:
+                lt_handle = kinds.handle(ordinal)
+                with self._bind_lock:  # (one call into the library at a time, as below)
+                    kind.matmul(lt_handle, args, alpha, beta, ws, nbytes, stream)
+                return
         if dtype_name(a.dtype) == "int8":  # int8 in, int32 out and accumulated
             dtype, ctype, compute = _R_8I, _R_32I, _COMPUTE_32I
             al: Any = ctypes.c_int(int(alpha.real))
@@ -288,7 +330,6 @@ class Blas:
             pair = scalar * 2  # real scalars use the first, complex ones both
             al, be = pair(alpha.real, alpha.imag), pair(beta.real, beta.imag)
         handle = self.handle(ordinal)
-        ws, nbytes = self.workspace(stream, hopper)
         binding = (stream, ws, nbytes)
         with self._bind_lock:
             if self._bound.get(ordinal) != binding:

@@ -1575,7 +1575,7 @@ class CudaBackend(Backend):
         caller = self._switch(ordinal)
         try:
             blas, _ = self._gemm_ready(ordinal)
-            blas.handle(ordinal)  # (loads libcublas and libcublasLt, then makes the handle)
+            blas.prepare(ordinal)  # (loads libcublas and libcublasLt, makes the handles)
         finally:
             if caller is not None:
                 self._put_back(caller)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cuasync._backends import cublas
+from cuasync._backends import cublas, cublaslt
 from cuasync._backends.base import matrix_layout
 from cuasync.errors import BackendUnavailableError, LibraryError, LibraryUnavailableError
 
@@ -117,9 +117,87 @@ class FakeLib:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeLib:
+    """A fake libcublas, and no libcublasLt (products take cublasGemmStridedBatchedEx)."""
     lib = FakeLib()
     monkeypatch.setattr(cublas, "_lib", lib)
+    monkeypatch.setattr(cublaslt, "_lib", None)
+    monkeypatch.setattr(cublaslt, "_load_error", "not here")
     return lib
+
+
+class FakeLt:
+    """Records the cuBLASLt calls; descriptors and layouts are numbered objects whose
+    attributes it keeps, so that a numpy model can run what cublasLtMatmul was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.objects: dict[Any, dict[Any, Any]] = {}
+        self.status = 0
+        self.algorithms = 1  # what the heuristic finds
+        self.matmuls: list[tuple[Any, ...]] = []
+
+    def _new(self, out: Any, **fields: Any) -> int:
+        handle = 0x100 + len(self.objects)
+        self.objects[handle] = fields
+        out._obj.value = handle
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any) -> int:
+            self.calls.append(name)
+            if name == "cublasLtCreate":
+                return self._new(args[0], kind="handle")
+            if name == "cublasLtMatmulDescCreate":
+                return self._new(args[0], kind="desc", compute=args[1], scale=args[2])
+            if name == "cublasLtMatrixLayoutCreate":
+                return self._new(
+                    args[0], kind="layout", type=args[1], rows=args[2], cols=args[3], ld=args[4]
+                )
+            if name == "cublasLtMatmulPreferenceCreate":
+                return self._new(args[0], kind="pref")
+            if name.endswith("SetAttribute"):
+                target = args[0].value if isinstance(args[0], ctypes.c_void_p) else args[0]
+                self.objects[target][args[1]] = args[2]._obj.value
+            if name == "cublasLtMatmulAlgoGetHeuristic":
+                args[9]._obj.value = self.algorithms
+            if name == "cublasLtMatmul":
+                self.matmuls.append(args)
+                return self.status
+            return 0
+
+        return call
+
+
+@pytest.fixture
+def fake_lt(monkeypatch: pytest.MonkeyPatch, fake: FakeLib) -> FakeLt:
+    lt = FakeLt()
+    monkeypatch.setattr(cublaslt, "_lib", lt)
+    monkeypatch.setattr(cublaslt, "_load_error", None)
+    return lt
+
+
+def lt_model(buf: np.ndarray, lt: FakeLt, call: tuple[Any, ...]) -> None:
+    """What cublasLtMatmul computes (column-major, D = alpha op(A) op(B) + beta C, D = C
+    here), read from the descriptor and layouts it was given."""
+    desc = lt.objects[call[1]]
+    alpha, beta = call[2]._obj.value, call[7]._obj.value
+    la, lb, lc = (lt.objects[call[k]] for k in (4, 6, 9))
+    assert call[8] == call[10] and call[9] == call[11]  # in place: D is C
+
+    def mats(ptr: int, layout: dict[Any, Any]) -> list[np.ndarray]:
+        batch, stride = layout.get(5, 1), layout.get(6, 0)
+        rows, cols, ld = layout["rows"], layout["cols"], layout["ld"]
+        assert ld >= max(1, rows)
+        out = []
+        for i in range(batch):
+            base = ptr // ITEM + i * stride
+            out.append(base + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld)
+        return out
+
+    for ia, ib, ic in zip(mats(call[3], la), mats(call[5], lb), mats(call[8], lc), strict=True):
+        a = buf[ia] if desc.get(3, 0) == 0 else buf[ia].T
+        b = buf[ib] if desc.get(4, 0) == 0 else buf[ib].T
+        buf[ic] = alpha * (a @ b) + (beta * buf[ic] if beta else 0)
 
 
 def test_blas_binds_the_stream_and_its_workspace(fake: FakeLib) -> None:
@@ -211,6 +289,86 @@ def test_blas_binds_and_calls_as_one_step_across_threads(fake: FakeLib) -> None:
     finally:
         sys.setswitchinterval(interval)
     assert wrong == []
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(3, 4, 5), (1, 4, 5), (3, 4, 1)])
+def test_lt_kinds_compute_the_row_major_products(
+    m: int, k: int, n: int, fake_lt: FakeLt, fake: FakeLib
+) -> None:
+    """cuBLASLt's descriptors and layouts, run through a numpy model of cublasLtMatmul,
+    give numpy's products for every layout the plan test covers, batched too."""
+    rng = np.random.default_rng(0)
+    blas = cublas.Blas(lambda n, s: 0x9000, lambda p, s: None, lambda s: False)
+    for batch in (1, 2):
+        for (sa, na), (sb, nb), (sc, nc) in itertools.product(
+            layouts(m, k), layouts(k, n), layouts(m, n)
+        ):
+            buf = rng.standard_normal(4 * (na + nb + nc) * batch + 64)
+            a = View(0, (batch, m, k), (na, *sa))
+            b = View(ITEM * na * batch, (batch, k, n), (nb, *sb))
+            c = View(ITEM * (na + nb) * batch, (batch, m, n), (nc, *sc))
+            want = np.matmul(a.read(buf), b.read(buf)) * 2.0
+            blas.gemm(0, 10, True, a, b, c, 2.0, 0.0, "highest")
+            lt_model(buf, fake_lt, fake_lt.matmuls[-1])
+            np.testing.assert_allclose(c.read(buf), want, rtol=1e-12, atol=1e-12)
+    assert "cublasGemmStridedBatchedEx" not in [name for name, _ in fake.calls]
+
+
+def test_a_seen_kind_is_one_lt_call(fake_lt: FakeLt, fake: FakeLib) -> None:
+    """The descriptor, layouts and algorithm are made once per kind; each product then
+    makes one cublasLtMatmul call (on its own stream and workspace: no binding)."""
+    blas = cublas.Blas(lambda n, s: 0x9000 + s, lambda p, s: None, lambda s: False)
+    x = View(0, (1, 8, 8), (64, 8, 1), np.dtype(np.float32))
+    for stream in (10, 10, 10):
+        blas.gemm(0, stream, True, x, x, x, 1.0, 0.0, "highest")
+    assert fake_lt.calls.count("cublasLtMatmulDescCreate") == 1
+    assert fake_lt.calls.count("cublasLtMatrixLayoutCreate") == 3
+    assert fake_lt.calls.count("cublasLtMatmulAlgoGetHeuristic") == 1
+    assert fake_lt.calls.count("cublasLtMatmul") == 3
+    assert fake_lt.calls.count("cublasLtCreate") == 1
+    assert [n for n, _ in fake.calls if n != "cublasCreate_v2"] == []  # no binding, no GemmEx
+    call = fake_lt.matmuls[-1]
+    assert call[13:] == (0x9000 + 10, 32 << 20, 10)  # the stream's workspace, the stream
+    shifted = View(4, (1, 8, 8), (64, 8, 1), np.dtype(np.float32))  # 4-byte aligned
+    blas.gemm(0, 10, True, x, x, shifted, 1.0, 0.0, "highest")  # an algorithm for it
+    assert fake_lt.calls.count("cublasLtMatmulAlgoGetHeuristic") == 2
+    pref = [o for o in fake_lt.objects.values() if o["kind"] == "pref"][-1]
+    assert (pref[1], pref[5], pref[6], pref[7], pref[8]) == (32 << 20, 256, 256, 4, 4)
+    blas.gemm(0, 10, True, x, x, x, 1.0, 0.0, "tf32")  # another kind: another descriptor
+    assert fake_lt.calls.count("cublasLtMatmulDescCreate") == 3
+    desc = fake_lt.objects[fake_lt.matmuls[-1][1]]
+    assert (desc["compute"], desc["scale"]) == (77, 0)  # CUBLAS_COMPUTE_32F_FAST_TF32
+
+
+@pytest.mark.parametrize(
+    ("dtype", "why"),
+    [("complex64", "complex"), ("int8", "int8 in, int32 out"), ("float32", "no algorithm")],
+)
+def test_kinds_cublaslt_does_not_take_use_gemm_ex(
+    dtype: str, why: str, fake_lt: FakeLt, fake: FakeLib
+) -> None:
+    blas = cublas.Blas(lambda n, s: 0x9000, lambda p, s: None, lambda s: False)
+    dt = np.dtype(dtype)
+    x = View(0, (1, 4, 4), (16, 4, 1), dt)
+    out = View(0, (1, 4, 4), (16, 4, 1), np.dtype(np.int32) if dtype == "int8" else dt)
+    if why == "no algorithm":
+        fake_lt.algorithms = 0
+    for _ in range(2):
+        blas.gemm(0, 10, True, x, x, out, 1, 0, "highest")
+    assert [n for n, _ in fake.calls].count("cublasGemmStridedBatchedEx") == 2
+    assert fake_lt.matmuls == []
+    if why == "no algorithm":  # asked once, and what it made destroyed
+        assert fake_lt.calls.count("cublasLtMatmulAlgoGetHeuristic") == 1
+        assert fake_lt.calls.count("cublasLtMatrixLayoutDestroy") == 3
+        assert fake_lt.calls.count("cublasLtMatmulDescDestroy") == 1
+
+
+def test_lt_status_becomes_library_error(fake_lt: FakeLt, fake: FakeLib) -> None:
+    fake_lt.status = 7
+    blas = cublas.Blas(lambda n, s: 1, lambda p, s: None, lambda s: False)
+    a = View(0, (1, 2, 2), (4, 2, 1))
+    with pytest.raises(LibraryError, match="cublasLtMatmul: CUBLAS_STATUS_INVALID"):
+        blas.gemm(0, 1, True, a, a, a, 1, 0, "highest")
 
 
 def test_blas_status_becomes_library_error(fake: FakeLib) -> None:
