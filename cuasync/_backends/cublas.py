@@ -30,14 +30,13 @@ import ctypes
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._dtypes import dtype_name
 from ..errors import LibraryError, LibraryUnavailableError, ShapeError
+from . import cublaslt
 from .base import DeviceArray, matrix_layout
-
-if TYPE_CHECKING:
-    from .cublaslt import LtKinds
+from .cublaslt import LtKinds
 
 __all__ = ["Blas", "GemmArgs", "load", "plan", "status_name"]
 
@@ -253,12 +252,10 @@ class Blas:
             return self._handles[ordinal]
 
     def _load_lt(self) -> LtKinds | None:
-        from . import cublaslt  # (it imports this module)
-
         lib = cublaslt.load()
         with self._lock:
             if not self._lt_loaded:
-                self._lt = None if lib is None else cublaslt.LtKinds(lib)
+                self._lt = None if lib is None else LtKinds(lib, status_name)
                 self._lt_loaded = True
         return self._lt
 

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LibraryError
-from .cublas import GemmArgs
 
-__all__ = ["LIMIT", "LtKind", "LtKinds", "load"]
+if TYPE_CHECKING:
+    from .cublas import GemmArgs
+
+__all__ = ["LIMIT", "LtKind", "LtKinds", "StatusName", "load"]
 
 #: Kinds of product kept; later kinds take cublasGemmStridedBatchedEx.
 LIMIT = 4096
@@ -141,18 +144,20 @@ def _alignment(ptr: int) -> int:
     return min(ptr & -ptr, 256) if ptr else 256
 
 
-def _check(status: int, call: str) -> None:
-    if status:
-        from .cublas import status_name
+#: A ``cublasStatus_t``'s name (``cublas.status_name``: cuBLAS names cuBLASLt's statuses).
+StatusName = Callable[[int], str]
 
-        raise LibraryError(status, status_name(status), call)
+
+def _check(status: int, call: str, name: StatusName) -> None:
+    if status:
+        raise LibraryError(status, name(status), call)
 
 
 class LtKind:
     """One kind of product: its descriptor, layouts and algorithm (made by
     :meth:`LtKinds.get`). :meth:`matmul` enqueues it on given pointers and scales."""
 
-    __slots__ = ("_algo", "_heuristic", "_lib", "a", "b", "c", "desc", "scale")
+    __slots__ = ("_algo", "_heuristic", "_lib", "_name", "a", "b", "c", "desc", "scale")
 
     def __init__(
         self,
@@ -161,8 +166,10 @@ class LtKind:
         layouts: tuple[int, int, int],
         heuristic: _Heuristic,
         scale: Any,
+        name: StatusName,
     ) -> None:
         self._lib = lib
+        self._name = name
         self.desc = desc
         self.a, self.b, self.c = layouts
         self._heuristic = heuristic  # (kept alive: the algorithm is read from it)
@@ -186,18 +193,22 @@ class LtKind:
             ctypes.byref(be), args.c, self.c, args.c, self.c, self._algo,
             workspace, workspace_bytes, stream,
         )  # fmt: skip
-        _check(status, "cublasLtMatmul")
+        _check(status, "cublasLtMatmul", self._name)
 
 
 class LtKinds:
     """The cuBLASLt state of one ``cublas.Blas``: a handle per device and the kinds of
     product seen, each made once (None: that kind takes cublasGemmStridedBatchedEx)."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, name: StatusName) -> None:
         self._lib = lib
+        self._name = name
         self._lock = threading.Lock()
         self._handles: dict[int, int] = {}
         self._kinds: dict[tuple[Any, ...], LtKind | None] = {}  # (never emptied: see LIMIT)
+
+    def _check(self, status: int, call: str) -> None:
+        _check(status, call, self._name)
 
     def handle(self, ordinal: int) -> int:
         """The device's cuBLASLt handle (its context current: the backend made it so)."""
@@ -207,7 +218,7 @@ class LtKinds:
         with self._lock:
             if ordinal not in self._handles:
                 h = _P()
-                _check(self._lib.cublasLtCreate(ctypes.byref(h)), "cublasLtCreate")
+                self._check(self._lib.cublasLtCreate(ctypes.byref(h)), "cublasLtCreate")
                 self._handles[ordinal] = int(h.value or 0)
             return self._handles[ordinal]
 
@@ -253,13 +264,13 @@ class LtKinds:
         if precision == "tf32" and compute == 68:
             compute = _COMPUTE_32F_FAST_TF32
         desc = _P()
-        _check(
+        self._check(
             lib.cublasLtMatmulDescCreate(ctypes.byref(desc), compute, scale_type),
             "cublasLtMatmulDescCreate",
         )
         for attr, op in ((_DESC_TRANSA, args.transa), (_DESC_TRANSB, args.transb)):
             value = ctypes.c_int32(op)
-            _check(
+            self._check(
                 lib.cublasLtMatmulDescSetAttribute(desc, attr, ctypes.byref(value), 4),
                 "cublasLtMatmulDescSetAttribute",
             )
@@ -273,7 +284,7 @@ class LtKinds:
             ((args.m, args.n), args.ldc, args.stride_c),
         ):
             layout = _P()
-            _check(
+            self._check(
                 lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), dtype, rows, cols, ld),
                 "cublasLtMatrixLayoutCreate",
             )
@@ -284,7 +295,7 @@ class LtKinds:
                     (_LAYOUT_BATCH_COUNT, count, 4),
                     (_LAYOUT_BATCH_STRIDE, offset, 8),
                 ):
-                    _check(
+                    self._check(
                         lib.cublasLtMatrixLayoutSetAttribute(
                             layout, attr, ctypes.byref(value), size
                         ),
@@ -292,7 +303,7 @@ class LtKinds:
                     )
             layouts.append(int(layout.value or 0))
         pref = _P()
-        _check(
+        self._check(
             lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate"
         )
         try:
@@ -308,7 +319,7 @@ class LtKinds:
                 status = lib.cublasLtMatmulPreferenceSetAttribute(
                     pref, attr, ctypes.byref(value), ctypes.sizeof(value)
                 )
-                _check(status, "cublasLtMatmulPreferenceSetAttribute")
+                self._check(status, "cublasLtMatmulPreferenceSetAttribute")
             found, heuristic = _I(0), _Heuristic()
             a, b, c = layouts
             status = lib.cublasLtMatmulAlgoGetHeuristic(
@@ -321,4 +332,4 @@ class LtKinds:
                 lib.cublasLtMatrixLayoutDestroy(layout_handle)
             lib.cublasLtMatmulDescDestroy(desc)
             return None
-        return LtKind(lib, int(desc.value or 0), (a, b, c), heuristic, scale)
+        return LtKind(lib, int(desc.value or 0), (a, b, c), heuristic, scale, self._name)
