@@ -524,6 +524,9 @@ class ElementwiseApply:
         check_out: Callable[[Any, dict[str, Any], str, Any], None],
     ) -> Self: ...
     def apply(self, name: str, operands: dict[str, Any], out: Any, /) -> Any: ...
+    def tensor_op(self, node: Any, out: Any, /) -> Any:
+        """The TensorOp of ``node`` writing ``out`` (None: a new tensor), as
+        ``TensorOp(node, out)`` makes it."""
 
 @final
 class Operator:

@@ -32,9 +32,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,12 +56,12 @@ from .codegen import (
 ARG_OPS = frozenset({"argmax", "argmin"})
 
 
-@dataclass(frozen=True)
-class ReduceSpec:
+class ReduceSpec(NamedTuple):
     """What a reduction computes: ``op``, the dtype it accumulates in, the result dtype.
 
     ``op`` is one of sum, prod, max, min, mean, argmax, argmin, or norm (the square
-    root of the sum of squares).
+    root of the sum of squares). A named tuple: hashed and compared in C, as it is on
+    every launch of a seen reduction (part of its plan's key).
     """
 
     op: str

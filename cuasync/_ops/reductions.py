@@ -188,7 +188,8 @@ def reduce_op(
         strides = out.strides
     node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     work = _Reduction(name, node, spec, axes, keepdims, out, shape, dt, strides)
-    return TensorOp(Node("pending", name, shape, dt, work, device=node.device), out)
+    pending = Node("pending", name, shape, dt, work, device=node.device)
+    return elementwise.APPLY.tensor_op(pending, out)
 
 
 def _resolve(

@@ -32,6 +32,7 @@ from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
+from . import operators
 from .codegen import UNROLL, VECTOR_BLOCK, VECTOR_GRID, VECTORS, scalar_arg, scalar_specs
 from .expr import Node, check_dtype, is_ml_scalar
 from .launch_plan import Layout, express_launch, layout, merge_axes, vector_access
@@ -428,7 +429,8 @@ def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
     op._take()
     dev: Device | None = op.device
     label = str(getattr(op, "_name", "op"))
-    return TensorOp(Node("pending", label, shape, np.dtype(dtype), op, device=dev))
+    pending = Node("pending", label, shape, np.dtype(dtype), op, device=dev)
+    return operators.implementation.elementwise_apply.tensor_op(pending, None)
 
 
 def leaf(value: Any, argument: str) -> Node:

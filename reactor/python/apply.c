@@ -750,7 +750,45 @@ PyType_Spec Operator_spec = {
     .slots = Operator_slots,
 };
 
+/* tensor_op(node, out): new_op for Python's builders of TensorOps (reductions, wrapped
+ * ops), which would otherwise run TensorOp.__init__'s frames */
+static PyObject *
+Apply_tensor_op(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "tensor_op() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (self->op_t == NULL || self->tensor_t == NULL || self->process == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "ElementwiseApply is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    PyObject *node = args[0], *out = args[1];
+    PyTypeObject *node_t = REGISTERED(NODE);
+    if (node_t == NULL || Py_TYPE(node) != node_t) {
+        PyErr_Format(PyExc_TypeError, "tensor_op: node must be a Node, not %.100s",
+                     Py_TYPE(node)->tp_name);
+        return NULL;
+    }
+    if (out != Py_None && !PyObject_TypeCheck(out, (PyTypeObject *)self->tensor_t)) {
+        PyErr_Format(PyExc_TypeError, "tensor_op: out must be a Tensor or None, not %.100s",
+                     Py_TYPE(out)->tp_name);
+        return NULL;
+    }
+    if (NODE(node)->dtype == NULL || NODE(node)->dtype == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "tensor_op: the node has no dtype");
+        return NULL;
+    }
+    return new_op(self, node, out);
+}
+
 static PyMethodDef Apply_methods[] = {
+    {"tensor_op", (PyCFunction)(void (*)(void))Apply_tensor_op, METH_FASTCALL,
+     "tensor_op($self, node, out, /)\n--\n\n"
+     "The TensorOp of ``node`` writing ``out`` (None: a new tensor), as "
+     "``TensorOp(node, out)`` makes it, without its Python frames.\n\n"
+     ">>> op = APPLY.tensor_op(Node(\"pending\", \"sum\", shape, dtype, work), None)"},
     {"apply", (PyCFunction)(void (*)(void))Apply_apply, METH_FASTCALL,
      "apply($self, name, operands, out, /)\n--\n\n"
      "The TensorOp applying the elementwise op ``name`` to ``operands`` (a dict by "

@@ -63,6 +63,38 @@ def test_the_native_op_has_the_slots_tensorops_init_sets() -> None:
         np.testing.assert_array_equal(got, TensorOp(native._node, None).sync().to_host().sync())
 
 
+def test_reductions_and_wrapped_ops_get_the_slots_tensorops_init_sets() -> None:
+    """``tensor_op(node, out)`` (the native ``new_op``) gives reductions and wrapped ops
+    (creation, copies) what ``TensorOp(node, out)`` would, and refuses what is not a
+    Node or an ``out`` that is not a Tensor."""
+    from cuasync._ops.elementwise import APPLY
+
+    x = _tensor(np.arange(6).reshape(2, 3))
+    s = cuasync.empty((3,), "float32").sync()
+    for native, want in (
+        (cuasync.sum(x, axis=0), np.arange(6).reshape(2, 3).sum(axis=0)),
+        (cuasync.sum(x, axis=0, out=s), np.arange(6).reshape(2, 3).sum(axis=0)),
+        (cuasync.zeros((2, 3)), np.zeros((2, 3))),
+        (x.astype("float16"), np.arange(6).reshape(2, 3)),
+    ):
+        python = TensorOp(native._node, native._out)
+        mine, theirs = _slots(native), _slots(python)
+        assert type(native) is TensorOp and mine.keys() == theirs.keys()
+        for name, value in theirs.items():
+            assert value is mine[name] or value == mine[name], (name, mine[name], value)
+        python._take()
+        np.testing.assert_array_equal(native.sync().to_host().sync(), want)
+    op = cuasync.sum(x)
+    node = op._node
+    op._take()  # (built only for its node)
+    with pytest.raises(TypeError, match="node must be a Node"):
+        APPLY.tensor_op("sum", None)
+    with pytest.raises(TypeError, match="out must be a Tensor or None"):
+        APPLY.tensor_op(node, np.zeros(3))
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        APPLY.tensor_op(node)
+
+
 def test_seen_and_new_structures_give_the_same_node() -> None:
     x = _tensor([1, 2, 3], "int8")
     expr._NODES.clear()
