@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Never, NoReturn
 
 import numpy as np
 
-from .._cancel_var import SCOPE, current_word, detached
+from .._cancel_var import SCOPE, detached
 from .._core import express
 from .._core.completion import Completion
 from .._core.context import ExecutionContext
@@ -287,7 +287,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         """Take this op and submit it on ``stream``: a seen expression as its raw launch
         (the core makes the future in one call), else the long way. A future is never
         skipped (others may await it): inside a cancel scope it is built outside it."""
-        if current_word():
+        if SCOPE.get() is not None:
             with detached():
                 return self._submit_now(stream)
         return self._submit_now(stream)
