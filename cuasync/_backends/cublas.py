@@ -37,6 +37,7 @@ from ..errors import LibraryError, LibraryUnavailableError, ShapeError
 from . import cublaslt
 from .base import DeviceArray, matrix_layout
 from .cublaslt import LtKinds
+from .nvlib import open_nvidia
 
 __all__ = ["Blas", "GemmArgs", "load", "plan", "status_name"]
 
@@ -143,19 +144,7 @@ _load_error: str | None = None
 
 
 def _open() -> ctypes.CDLL:
-    problems = []
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-    except Exception as exc:  # not installed as a wheel: try the system's loader path
-        problems.append(f"cuda.pathfinder: {type(exc).__name__}: {exc}")
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError as exc:
-            problems.append(str(exc))
-    raise OSError("; ".join(problems))
+    return open_nvidia("cublas")
 
 
 def _declare(lib: ctypes.CDLL) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LibraryError
+from .nvlib import open_nvidia
 
 if TYPE_CHECKING:
     from .cublas import GemmArgs
@@ -71,19 +72,7 @@ _load_error: str | None = None
 
 
 def _open() -> ctypes.CDLL:
-    problems = []
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublasLt").abs_path)
-    except Exception as exc:  # not installed as a wheel: try the system's loader path
-        problems.append(f"cuda.pathfinder: {type(exc).__name__}: {exc}")
-    for name in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError as exc:
-            problems.append(str(exc))
-    raise OSError("; ".join(problems))
+    return open_nvidia("cublasLt")
 
 
 def _declare(lib: ctypes.CDLL) -> None:

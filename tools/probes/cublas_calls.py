@@ -27,6 +27,8 @@ import numpy as np
 
 import cuasync
 from cuasync._backends import cublas, get_backend
+from cuasync._backends.cublaslt import _Heuristic as HeuristicResult
+from cuasync._backends.nvlib import open_nvidia
 
 N = 2000
 SIZE = 64
@@ -52,27 +54,6 @@ def timed(call: Callable[[], Any], stream: cuasync.Stream) -> float:
 def check(status: int, what: str) -> None:
     if status:
         raise RuntimeError(f"{what}: status {status}")
-
-
-class HeuristicResult(ctypes.Structure):
-    """``cublasLtMatmulHeuristicResult_t``."""
-
-    _fields_ = [
-        ("algo", ctypes.c_uint64 * 8),
-        ("workspace_size", sz),
-        ("state", i),
-        ("waves", ctypes.c_float),
-        ("reserved", i * 4),
-    ]
-
-
-def open_lt() -> ctypes.CDLL:
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublasLt").abs_path)
-    except Exception:
-        return ctypes.CDLL("libcublasLt.so.13")
 
 
 def main() -> None:
@@ -143,7 +124,7 @@ def main() -> None:
 
     @section("cublasLtMatmul, descriptors and algorithm made once")
     def _lt() -> Callable[[], Any]:
-        lt = open_lt()
+        lt = open_nvidia("cublasLt")
         lt.cublasLtCreate.argtypes = [ctypes.POINTER(p)]
         lt.cublasLtMatmulDescCreate.argtypes = [ctypes.POINTER(p), i, i]
         lt.cublasLtMatrixLayoutCreate.argtypes = [ctypes.POINTER(p), i, u64, u64, i64]
