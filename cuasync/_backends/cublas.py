@@ -269,11 +269,15 @@ class Blas:
     def forget_stream(self, stream: int) -> None:
         """Free ``stream``'s workspace after its work (before the stream is destroyed);
         a handle bound to it binds again at its next call (a new stream may reuse the
-        handle's number)."""
-        with self._bind_lock:
-            for ordinal, bound in list(self._bound.items()):
-                if bound[0] == stream:
-                    del self._bound[ordinal]
+        handle's number).
+
+        Never takes ``_bind_lock``: a stream's finalizer calls this, and a collection
+        can run it on a thread that holds the lock (inside a gemm of another stream).
+        Without the lock is safe: no gemm runs on a stream being destroyed, and each
+        entry goes in one atomic ``pop``."""
+        for ordinal, bound in list(self._bound.items()):
+            if bound[0] == stream:
+                self._bound.pop(ordinal, None)
         ws = self._workspaces.pop(stream, None)
         if ws is not None:
             self._free(ws[0], stream)

@@ -206,12 +206,12 @@ static void
 long_nap_locked(reactor *r, uint64_t ns)
 {
     r->long_nap = 1;
-    r->nap_until = now_ns() + ns;
+    r->nap_until = now_ns() + ns; /* (ns is bounded: see QUIET_MAX_NS) */
 #ifdef __APPLE__
     struct timespec rel = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     pthread_cond_timedwait_relative_np(&r->cv, &r->mu, &rel);
 #else
-    uint64_t at = now_ns() + ns; /* cv runs on CLOCK_MONOTONIC (reactor_init) */
+    uint64_t at = r->nap_until; /* cv runs on CLOCK_MONOTONIC (reactor_init) */
     struct timespec abs = {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)};
     pthread_cond_timedwait(&r->cv, &r->mu, &abs);
 #endif
@@ -434,11 +434,20 @@ wake_locked(reactor *r, uint64_t quiet_until)
     return 0;
 }
 
+/* The furthest ahead an arm may be quiet (a later time is taken as this): keeps every
+ * nap's end within the clock's range. */
+#define QUIET_MAX_NS 60000000000ull
+
 int
 reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until,
             int *thread_err)
 {
     int err = ARM_OK;
+    if (quiet_until) {
+        uint64_t latest = now_ns() + QUIET_MAX_NS;
+        if (quiet_until > latest)
+            quiet_until = latest;
+    }
     reactor_lock(r);
     if (qcore_is_closed(q))
         q = live_orphan_locked(r);

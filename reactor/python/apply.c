@@ -776,8 +776,14 @@ Apply_tensor_op(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
                      Py_TYPE(out)->tp_name);
         return NULL;
     }
-    if (NODE(node)->dtype == NULL || NODE(node)->dtype == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "tensor_op: the node has no dtype");
+    NodeCore *n = NODE(node);
+    if (n->dtype == NULL || n->dtype == Py_None || n->device == NULL) {
+        PyErr_SetString(PyExc_ValueError, "tensor_op: the node has no dtype or no device");
+        return NULL;
+    }
+    /* (a field deleted, or a Tensor never initialized: what new_op reads must be set) */
+    if ((out == Py_None ? n->shape : TENSOR(out)->shape) == NULL) {
+        PyErr_SetString(PyExc_ValueError, "tensor_op: the output's shape is not set");
         return NULL;
     }
     return new_op(self, node, out);

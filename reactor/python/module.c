@@ -449,7 +449,7 @@ static PyMethodDef Reactor_methods[] = {
      "Watch slot until (int32)(word - expected) >= 0, then push it onto queue (pushed at once "
      "if already reached). quiet_until: a time.monotonic_ns() before which the slot need not "
      "be scanned for (its loop's early wake watches it; while every armed slot is quiet the "
-     "thread neither spins nor scans). ValueError: slot out of range; RuntimeError: already "
+     "thread neither spins nor scans; at most a minute ahead: a later time is taken as that). ValueError: slot out of range; RuntimeError: already "
      "armed or closed; TypeError: queue is not a LoopQueue."},
     {"disarm", (PyCFunction)Reactor_disarm, METH_O,
      "disarm($self, slot, /)\n--\n\nStop watching slot without notifying; True if it was armed."},

@@ -657,6 +657,23 @@ def test_a_quiet_arm_leaves_a_nap_that_ends_sooner_alone(slab, make_reactor, mak
     assert collect(q, 1) == ([2], [])
 
 
+def test_a_quiet_time_past_a_minute_is_taken_as_a_minute(slab, make_reactor, make_queue):
+    """``quiet_until`` near the clock's end (a "quiet forever") must not wrap a nap's end
+    into the past, which would make the thread loop without sleeping."""
+    r = make_reactor(backoff_max_ns=100_000)
+    q = make_queue()
+    r.arm(0, 1, q, 2**64 - 1)
+    wait_until(lambda: r.backoff_ns > 50_000_000_000, what="a nap of about a minute")
+    assert r.backoff_ns <= 60_000_000_000
+    scans = r.scans
+    assert not readable(q, 0.05)
+    assert r.scans - scans <= 1  # napping, not looping
+    r.arm(1, 1, q)
+    slab.store(0, 1)
+    slab.store(1, 1)
+    assert sorted(collect(q, 2)[0]) == [0, 1]
+
+
 def test_quiet_slots_still_get_their_stale_reports(make_reactor, make_queue):
     r = make_reactor(stale_ns=2_000_000, stale_max_ns=2_000_000)
     q = make_queue()

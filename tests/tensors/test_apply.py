@@ -93,6 +93,17 @@ def test_reductions_and_wrapped_ops_get_the_slots_tensorops_init_sets() -> None:
         APPLY.tensor_op(node, np.zeros(3))
     with pytest.raises(TypeError, match="takes 2 arguments"):
         APPLY.tensor_op(node)
+    # what the native constructor reads must be set: an error, never a crash
+    with pytest.raises(ValueError, match="the output's shape is not set"):
+        APPLY.tensor_op(node, cuasync.Tensor.__new__(cuasync.Tensor))
+    broken = expr.Node("pending", "sum", (), node.dtype, None, device=node.device)
+    del broken.device
+    with pytest.raises(ValueError, match="no device"):
+        APPLY.tensor_op(broken, None)
+    shapeless = expr.Node("pending", "sum", (), node.dtype, None, device=node.device)
+    del shapeless.shape
+    with pytest.raises(ValueError, match="the output's shape is not set"):
+        APPLY.tensor_op(shapeless, None)
 
 
 def test_seen_and_new_structures_give_the_same_node() -> None:

@@ -247,6 +247,19 @@ def test_blas_binds_the_stream_and_its_workspace(fake: FakeLib) -> None:
     assert names.count("cublasSetStream_v2") == 1 and names.count("cublasSetWorkspace_v2") == 1
 
 
+def test_forgetting_a_stream_never_waits_for_the_binding_lock(fake: FakeLib) -> None:
+    """A stream's finalizer forgets it, and a collection can run that on a thread inside
+    a gemm (holding the binding lock): forgetting must not take that lock."""
+    blas = cublas.Blas(lambda n, s: 0x9000 + s, lambda p, s: None, lambda s: False)
+    a = View(0, (1, 2, 2), (4, 2, 1))
+    blas.gemm(0, 10, True, a, a, a, 1, 0, "highest")
+    with blas._bind_lock:  # (as inside a gemm)
+        blas.forget_stream(10)
+    fake.calls.clear()
+    blas.gemm(0, 10, True, a, a, a, 1, 0, "highest")  # a new stream 10: bound again
+    assert [n for n, _ in fake.calls].count("cublasSetStream_v2") == 1
+
+
 def test_blas_binds_and_calls_as_one_step_across_threads(fake: FakeLib) -> None:
     """A handle is shared by every thread, and ctypes lets go of the GIL in each call:
     another thread's binding never lands between a thread's binding and its GEMM."""
