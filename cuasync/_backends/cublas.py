@@ -240,18 +240,20 @@ class Blas:
                 self._handles[ordinal] = int(h.value or 0)
             return self._handles[ordinal]
 
-    def _load_lt(self) -> LtKinds | None:
-        lib = cublaslt.load()
-        with self._lock:
-            if not self._lt_loaded:
-                self._lt = None if lib is None else LtKinds(lib, status_name)
-                self._lt_loaded = True
+    def _lt_kinds(self) -> LtKinds | None:
+        """cuBLASLt's state, made at the first call (None: no libcublasLt)."""
+        if not self._lt_loaded:
+            lib = cublaslt.load()
+            with self._lock:
+                if not self._lt_loaded:
+                    self._lt = None if lib is None else LtKinds(lib, status_name)
+                    self._lt_loaded = True
         return self._lt
 
     def prepare(self, ordinal: int) -> None:
         """Load the libraries and make the device's handles (its context current)."""
         self.handle(ordinal)
-        kinds = self._lt if self._lt_loaded else self._load_lt()
+        kinds = self._lt_kinds()
         if kinds is not None:
             kinds.handle(ordinal)
 
@@ -300,7 +302,7 @@ class Blas:
         lib = load()
         args = plan(a, b, c)
         ws, nbytes = self.workspace(stream, hopper)
-        kinds = self._lt if self._lt_loaded else self._load_lt()
+        kinds = self._lt_kinds()
         if kinds is not None:
             kind = kinds.get(ordinal, dtype_name(c.dtype), precision, args, nbytes)
             if kind is not None:
