@@ -33,7 +33,7 @@ setup(
                     f"reactor/python/{name}.c"
                     for name in (
                         *("module", "driver", "ledger", "cores", "express", "upload"),
-                        *("alloc", "launcher", "dlpack", "plan", "apply", "launches"),
+                        *("alloc", "launcher", "dlpack", "plan", "apply", "launches", "memo"),
                     )
                 ),
             ],

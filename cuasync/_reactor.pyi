@@ -495,6 +495,16 @@ class NodeCore:
     ) -> Self: ...
 
 @final
+class Memo:
+    """Recent answers of a dict of seen kinds, found by a key compared by identity (exact
+    ints by value, exact tuples item by item) without building it; ``len()``: the
+    entries kept (``reactor/python/memo.c``)."""
+
+    def __new__(cls) -> Self: ...
+    def __len__(self) -> int: ...
+    def clear(self) -> None: ...
+
+@final
 class OpNodes:
     """The builder of elementwise op nodes (``expr.op_node`` is its ``op_node``): seen
     structures looked up in ``seen``; ``resolve`` on a miss, ``fit`` for a weak int,
@@ -508,6 +518,8 @@ class OpNodes:
         fit: Callable[[Any, Any, str], Any],
         device_of: Callable[[list[Any], str], Any],
     ) -> Self: ...
+    @property
+    def memo(self) -> Memo: ...
     def op_node(self, op: str, children: Sequence[Any], /) -> Any: ...
 
 @final
@@ -567,6 +579,8 @@ class ExpressLaunches:
     ) -> Self: ...
     #: a reduction's plan not seen before (``reductions._reduce_plan_for``), or None
     reduce_plan_for: Callable[[Any, None, tuple[Any, ...], list[Any]], Any] | None
+    @property
+    def memo(self) -> Memo: ...
     def launch(self, op: Any, stream: Any, /) -> Any: ...
 
 @disjoint_base

@@ -23,35 +23,24 @@
 #include <structmember.h>
 
 #include "cores.h"
+#include "memo.h"
 #include "module.h"
 
 /* An op takes at most this many operands (where: 3). */
 enum { MAX_OPERANDS = 8, MAX_DTYPES = 32 };
 
-static PyObject *s_tensor, *s_scalar, *s_op, *s_take, *s_operand_node, *s_absorb_into;
+static PyObject *s_take, *s_operand_node, *s_absorb_into;
 
 static int
 intern_names(void)
 {
     if (s_absorb_into != NULL)
         return 0;
-    return (s_tensor = PyUnicode_InternFromString("tensor")) == NULL ||
-                   (s_scalar = PyUnicode_InternFromString("scalar")) == NULL ||
-                   (s_op = PyUnicode_InternFromString("op")) == NULL ||
-                   (s_take = PyUnicode_InternFromString("_take")) == NULL ||
+    return (s_take = PyUnicode_InternFromString("_take")) == NULL ||
                    (s_operand_node = PyUnicode_InternFromString("_operand_node")) == NULL ||
                    (s_absorb_into = PyUnicode_InternFromString("_absorb_into")) == NULL
                ? -1
                : 0;
-}
-
-/* Whether s is the interned name (a kind Python wrote: compared by value where it is
- * another object). */
-static inline int
-is_name(PyObject *s, PyObject *interned)
-{
-    return s == interned ||
-           (s != NULL && PyUnicode_Check(s) && PyUnicode_Compare(s, interned) == 0);
 }
 
 /* A Node with its fields set (each a new reference, stolen; NULL: None). */
@@ -90,6 +79,7 @@ new_node(PyTypeObject *node_t, PyObject *kind, PyObject *name, PyObject *shape, 
 typedef struct {
     PyObject_HEAD
     PyObject *node_t, *seen, *resolve, *fit, *device_of;
+    PyObject *memo; /* (seen's recent answers: memo.c) */
 } OpNodes;
 
 FIELDS_GC_SLOTS(OpNodes, OBJECT_FIELDS(OpNodes))
@@ -112,6 +102,11 @@ OpNodes_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->resolve = Py_NewRef(resolve);
     self->fit = Py_NewRef(fit);
     self->device_of = Py_NewRef(device_of);
+    self->memo = memo_new(PyType_GetModule(type));
+    if (self->memo == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -153,7 +148,7 @@ static inline int
 is_weak_int(NodeCore *c)
 {
     return c->dtype == Py_None && c->value != NULL && PyLong_CheckExact(c->value) &&
-           is_name(c->kind, s_scalar);
+           node_kind(c->kind) == NODE_SCALAR;
 }
 
 /* The op node applying op to the n children (Node instances, checked): a new reference. */
@@ -163,40 +158,46 @@ static int
 cleared(OpNodes *self)
 {
     if (self->node_t != NULL && self->seen != NULL && self->resolve != NULL &&
-        self->fit != NULL && self->device_of != NULL)
+        self->fit != NULL && self->device_of != NULL && self->memo != NULL)
         return 0;
     PyErr_SetString(PyExc_RuntimeError, "OpNodes is cleared (interpreter shutdown)");
     return 1;
 }
 
+/* The key of op over the n children (op, then each child's dtype or weak scalar's type
+ * and shape, in pairs): expr._NODES's key is (op, (k1, shape1), ...). */
 static PyObject *
-op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
+seen_key(PyObject *const *items, Py_ssize_t n)
 {
-    PyTypeObject *node_t = (PyTypeObject *)self->node_t;
     PyObject *key = PyTuple_New(n + 1);
     if (key == NULL)
         return NULL;
-    PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(items[0]));
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyObject_TypeCheck(kids[i], node_t)) {
-            Py_DECREF(key);
-            return PyErr_Format(PyExc_TypeError, "op_node: child %zd is a %.100s, not a Node",
-                                i, Py_TYPE(kids[i])->tp_name);
-        }
-        NodeCore *c = NODE(kids[i]);
-        if (c->dtype == NULL || c->shape == NULL || c->value == NULL || c->device == NULL) {
-            Py_DECREF(key);
-            return PyErr_Format(PyExc_TypeError, "op_node: child %zd is not initialized", i);
-        }
-        PyObject *k = c->dtype != Py_None ? c->dtype : (PyObject *)Py_TYPE(c->value);
-        PyObject *pair = PyTuple_Pack(2, k, c->shape);
+        PyObject *pair = PyTuple_Pack(2, items[1 + 2 * i], items[2 + 2 * i]);
         if (pair == NULL) {
             Py_DECREF(key);
             return NULL;
         }
         PyTuple_SET_ITEM(key, i + 1, pair);
     }
-    PyObject *known = PyDict_GetItemWithError(self->seen, key); /* (borrowed) */
+    return key;
+}
+
+/* What expr._NODES holds for the key items (its memo first), else what the rules
+ * resolve and record: (shape, ins, dtype, weak_int), a new reference. */
+static PyObject *
+known_node(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n,
+           PyObject *const *items)
+{
+    Py_hash_t hash = memo_hash(items, 1 + 2 * n);
+    PyObject *known = memo_find(self->memo, items, 1 + 2 * n, hash);
+    if (known != NULL)
+        return Py_NewRef(known);
+    PyObject *key = seen_key(items, n);
+    if (key == NULL)
+        return NULL;
+    known = PyDict_GetItemWithError(self->seen, key); /* (borrowed) */
     if (known != NULL) {
         Py_INCREF(known);
     }
@@ -206,7 +207,65 @@ op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
                              : PyObject_CallFunctionObjArgs(self->resolve, op, list, key, NULL);
         Py_XDECREF(list);
     }
+    /* (kept only as the dict holds it: a hit is then the dict's own answer; by the key's
+     * items, which Python, run meanwhile, cannot have replaced) */
+    PyObject *held = known == NULL ? NULL : PyDict_GetItemWithError(self->seen, key);
+    int failed = 0;
+    if (held == known && known != NULL) {
+        PyObject **keyed = PyMem_New(PyObject *, 1 + 2 * n);
+        failed = keyed == NULL;
+        for (Py_ssize_t i = 0; !failed && i <= n; i++) {
+            PyObject *part = PyTuple_GET_ITEM(key, i);
+            if (i == 0) {
+                keyed[0] = part;
+                continue;
+            }
+            keyed[2 * i - 1] = PyTuple_GET_ITEM(part, 0);
+            keyed[2 * i] = PyTuple_GET_ITEM(part, 1);
+        }
+        failed = failed ? (PyErr_NoMemory(), 1)
+                        : memo_keep(self->memo, keyed, 1 + 2 * n, hash, known) < 0;
+        PyMem_Free(keyed);
+    }
     Py_DECREF(key);
+    if (failed || PyErr_Occurred()) {
+        Py_XDECREF(known);
+        return NULL;
+    }
+    return known;
+}
+
+static PyObject *
+op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
+{
+    PyTypeObject *node_t = (PyTypeObject *)self->node_t;
+    /* (borrowed: the children hold them) */
+    PyObject *on_stack[1 + 2 * MAX_OPERANDS];
+    PyObject **items = n <= MAX_OPERANDS ? on_stack : PyMem_New(PyObject *, 1 + 2 * n);
+    if (items == NULL)
+        return PyErr_NoMemory();
+    items[0] = op;
+    PyObject *known = NULL;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (i == n) {
+            known = known_node(self, op, kids, n, items);
+            break;
+        }
+        if (!PyObject_TypeCheck(kids[i], node_t)) {
+            PyErr_Format(PyExc_TypeError, "op_node: child %zd is a %.100s, not a Node", i,
+                         Py_TYPE(kids[i])->tp_name);
+            break;
+        }
+        NodeCore *c = NODE(kids[i]);
+        if (c->dtype == NULL || c->shape == NULL || c->value == NULL || c->device == NULL) {
+            PyErr_Format(PyExc_TypeError, "op_node: child %zd is not initialized", i);
+            break;
+        }
+        items[1 + 2 * i] = c->dtype != Py_None ? c->dtype : (PyObject *)Py_TYPE(c->value);
+        items[2 + 2 * i] = c->shape;
+    }
+    if (items != on_stack)
+        PyMem_Free(items);
     if (known == NULL)
         return NULL;
     if (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 4 ||
@@ -233,7 +292,7 @@ op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
     }
     PyObject *node = NULL;
     if (fitted != NULL)
-        node = new_node(node_t, Py_NewRef(s_op), Py_NewRef(op), Py_NewRef(shape), Py_NewRef(out),
+        node = new_node(node_t, Py_NewRef(kind_names[NODE_OP]), Py_NewRef(op), Py_NewRef(shape), Py_NewRef(out),
                         NULL, fitted, Py_NewRef(ins), Py_NewRef(device));
     Py_XDECREF(device);
     Py_DECREF(known);
@@ -254,6 +313,12 @@ OpNodes_op_node(OpNodes *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(kids);
     return node;
 }
+
+static PyMemberDef OpNodes_members[] = {
+    {"memo", T_OBJECT_EX, offsetof(OpNodes, memo), READONLY,
+     "The recent answers of ``seen`` (a Memo): cleared where ``seen`` is emptied."},
+    {NULL, 0, 0, 0, NULL},
+};
 
 static PyMethodDef OpNodes_methods[] = {
     {"op_node", (PyCFunction)(void (*)(void))OpNodes_op_node, METH_FASTCALL,
@@ -277,6 +342,7 @@ static PyType_Slot OpNodes_slots[] = {
     {Py_tp_clear, OpNodes_clear},
     {Py_tp_dealloc, OpNodes_dealloc},
     {Py_tp_methods, OpNodes_methods},
+    {Py_tp_members, OpNodes_members},
     {0, NULL},
 };
 
@@ -375,7 +441,7 @@ operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject *
         if (t->dtype != NULL && t->shape != NULL && device != NULL) {
             if (dtype_taken(self, t->dtype, argument) < 0)
                 return NULL;
-            return new_node(node_t, Py_NewRef(s_tensor), Py_NewRef(argument),
+            return new_node(node_t, Py_NewRef(kind_names[NODE_TENSOR]), Py_NewRef(argument),
                             Py_NewRef(t->shape), Py_NewRef(t->dtype), Py_NewRef(v),
                             PyTuple_New(0), PyTuple_New(0), Py_NewRef(device));
         }
@@ -394,7 +460,7 @@ operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject *
         return PyObject_CallMethodOneArg(v, s_operand_node, argument);
     }
     else if (PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyComplex_CheckExact(v)) {
-        return new_node(node_t, Py_NewRef(s_scalar), Py_NewRef(argument), PyTuple_New(0), NULL,
+        return new_node(node_t, Py_NewRef(kind_names[NODE_SCALAR]), Py_NewRef(argument), PyTuple_New(0), NULL,
                         Py_NewRef(v), PyTuple_New(0), PyTuple_New(0), NULL);
     }
     return PyObject_CallFunctionObjArgs(self->leaf, v, argument, NULL);
@@ -406,12 +472,13 @@ static int
 reads_apart(ElementwiseApply *self, PyObject *node, PyObject *alloc)
 {
     NodeCore *n = NODE(node);
-    if (is_name(n->kind, s_scalar))
+    int kind = node_kind(n->kind);
+    if (kind == NODE_SCALAR)
         return 1;
-    if (is_name(n->kind, s_tensor))
+    if (kind == NODE_TENSOR)
         return n->value != NULL && Py_IS_TYPE(n->value, (PyTypeObject *)self->tensor_t) &&
                TENSOR(n->value)->alloc != alloc;
-    if (!is_name(n->kind, s_op) || n->children == NULL || !PyTuple_Check(n->children))
+    if (kind != NODE_OP || n->children == NULL || !PyTuple_Check(n->children))
         return 0; /* (a pending op: it runs first, and out may be what it writes) */
     if (Py_EnterRecursiveCall(" in an out= check"))
         return -1;

@@ -410,10 +410,30 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
     BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];
-/* plan.c: NodeCore's constructor (its tp_new) and plan_key; plan_walk(node, out_strides):
- * (key, tensors, scalars) of node's launch plan, or None (the long way) */
+/* plan.c: NodeCore's constructor (its tp_new) and plan_key. plan_walk(node, out_strides,
+ * w): the key items of node's launch plan (borrowed from the tree), its tensors and its
+ * scalars (owned: plan_walked_release) into w; PLAN_WALKED, PLAN_LONG_WAY (nothing
+ * held: a pending leaf, a tree past the arrays) or PLAN_FAILED (an error set). */
+enum { PLAN_ITEMS_MAX = 256, PLAN_LEAVES_MAX = 64 };
+enum { PLAN_WALKED = 0, PLAN_LONG_WAY = 1, PLAN_FAILED = -1 };
+typedef struct {
+    Py_ssize_t nitems, ntensors, nscalars;
+    PyObject *items[PLAN_ITEMS_MAX];
+    PyObject *tensors[PLAN_LEAVES_MAX], *scalars[PLAN_LEAVES_MAX];
+} plan_walked;
 PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-PyObject *plan_walk(PyObject *node, PyObject *out_strides);
+/* A node's kind: node_kind(kind) is NODE_TENSOR, ... for the kind's name (compared by
+ * identity with kind_names' interned names first, the names the builders write), else
+ * NODE_OTHER (not a str, or another name). node_kinds_init: once, at module exec. */
+enum { NODE_OTHER, NODE_TENSOR, NODE_SCALAR, NODE_OP, NODE_PENDING, NODE_KINDS };
+extern PyObject *kind_names[NODE_KINDS];
+int node_kinds_init(void);
+int node_kind(PyObject *kind);
+int plan_walk(PyObject *node, PyObject *out_strides, plan_walked *w);
+void plan_walked_release(plan_walked *w);
+/* A new tuple or list of the n objects. */
+PyObject *objects_tuple(PyObject *const *items, Py_ssize_t n);
+PyObject *objects_list(PyObject *const *items, Py_ssize_t n);
 extern PyMethodDef plan_methods[];
 /* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
  * and the binary operators of Tensor and TensorOp built on them */

@@ -19,10 +19,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <string.h>
 #include <structmember.h>
 
 #include "cores.h"
 #include "express.h"
+#include "memo.h"
 #include "module.h"
 
 /* LaunchPlan's fields, in order (launch_plan.py). */
@@ -43,6 +45,7 @@ typedef struct {
     PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *process;
     PyObject *reduce_plan_for; /* (None until reductions.py sets it) */
     PyObject *op_core_t, *launch_core_t, *kernel_core_t;
+    PyObject *memo; /* (the plans' recent answers: memo.c) */
     Py_ssize_t small_max; /* (block_cache.SMALL_MAX: the largest block it keeps) */
 } ExpressLaunches;
 
@@ -101,7 +104,9 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
     self->launch_core_t = PyObject_GetAttrString(module, "LaunchCore");
     self->kernel_core_t = PyObject_GetAttrString(module, "KernelCore");
-    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL) {
+    self->memo = memo_new(module);
+    if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL ||
+        self->memo == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -133,9 +138,9 @@ aligned(PyObject *view, PyObject *itemsize, PyObject *align)
  * operands, the scalars, then the tail of the launcher taken (vector accesses where
  * every pointer is aligned for them). */
 static PyObject *
-launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *tensors,
-          PyObject *scalars)
+launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, const plan_walked *w)
 {
+    PyObject *const *tensors = w->tensors, *const *scalars = w->scalars;
     PyObject *vec_launch = PyTuple_GET_ITEM(found, P_VEC_LAUNCH);
     PyObject *specs = PyTuple_GET_ITEM(found, P_SPECS), *tail = PyTuple_GET_ITEM(found, P_TAIL);
     PyObject *vec_tail = PyTuple_GET_ITEM(found, P_VEC_TAIL);
@@ -156,7 +161,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
         return PyErr_Format(PyExc_RuntimeError, "PROCESS.kernel_null is not set (cuasync."
                                                 "_launch.kernel sets it when imported)");
     int bits = PyObject_IsTrue(PyTuple_GET_ITEM(found, P_BITS));
-    Py_ssize_t nviews = 1 + PyList_GET_SIZE(tensors), nscalars = PyList_GET_SIZE(scalars);
+    Py_ssize_t nviews = 1 + w->ntensors, nscalars = w->nscalars;
     int vec = vec_launch != Py_None;
     if (bits < 0 || !PyTuple_Check(tail) || (vec && !PyTuple_Check(vec_tail)) ||
         !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
@@ -168,7 +173,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     }
     Py_XINCREF(null);
     for (Py_ssize_t i = 0; i < nviews && vec; i++) {
-        PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
+        PyObject *v = i == 0 ? result : tensors[i - 1];
         vec = aligned(v, PyTuple_GET_ITEM(itemsizes, i), PyTuple_GET_ITEM(aligns, i));
     }
     PyObject *launcher = vec ? vec_launch : PyTuple_GET_ITEM(found, P_LAUNCH);
@@ -184,7 +189,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
     Py_ssize_t made = 0; /* (the new references at the stack's start) */
     int failed = 0;
     for (Py_ssize_t i = 0; i < nviews && !failed; i++) {
-        PyObject *v = i == 0 ? result : PyList_GET_ITEM(tensors, i - 1);
+        PyObject *v = i == 0 ? result : tensors[i - 1];
         PyObject *a = bits ? PyObject_CallOneArg(self->storage_view, v) : Py_NewRef(v);
         failed = a == NULL;
         if (!failed)
@@ -193,7 +198,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, PyObject *te
             stack[made++] = Py_NewRef(null); /* (after the output) */
     }
     for (Py_ssize_t i = 0; i < nscalars && !failed; i++) {
-        PyObject *v = PyList_GET_ITEM(scalars, i);
+        PyObject *v = scalars[i];
         PyObject *a = specs == Py_None ? Py_NewRef(v)
                                        : PyObject_CallFunctionObjArgs(self->scalar_arg, v,
                                                                       PyTuple_GET_ITEM(specs, i),
@@ -321,12 +326,11 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
     int may = may_launch(self, stream, node);
     if (may <= 0)
         return may < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *kind = NODE(node)->kind, *value = NODE(node)->value;
-    if (kind == NULL || !PyUnicode_Check(kind))
-        Py_RETURN_NONE;
+    int kind = node_kind(NODE(node)->kind);
+    PyObject *value = NODE(node)->value;
     /* (held: Python runs below, the plan's maker and the launchers) */
     PyObject *launch;
-    if (PyUnicode_CompareWithASCIIString(kind, "op") == 0) {
+    if (kind == NODE_OP) {
         Py_INCREF(node);
         Py_INCREF(out);
         launch = launch_node(self, node, out, stream);
@@ -335,7 +339,7 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
     }
     else if (value != NULL && REGISTERED(REDUCE_WORK) != NULL &&
              Py_IS_TYPE(value, REGISTERED(REDUCE_WORK)) &&
-             PyUnicode_CompareWithASCIIString(kind, "pending") == 0) {
+             kind == NODE_PENDING) {
         Py_INCREF(value);
         launch = launch_reduction(self, value, stream);
         Py_DECREF(value);
@@ -346,22 +350,69 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
     return launch;
 }
 
-/* The plan of key (borrowed tensors: walked's), found in the plans or made by maker(a,
- * b, key, tensors): a new reference, None (the long way), or NULL. */
-static PyObject *
-plan_of(ExpressLaunches *self, PyObject *key, PyObject *maker, PyObject *a, PyObject *b,
-        PyObject *tensors)
+/* The memo's key of a plan: the tree's m items, then for a reduction (extra: its own
+ * key) that key and a mark no elementwise key holds, copied into buf (room for
+ * PLAN_ITEMS_MAX + 2); its length in *n. */
+static PyObject *const *
+memo_key(PyObject **buf, PyObject *const *tree, Py_ssize_t m, PyObject *extra, Py_ssize_t *n)
 {
-    PyObject *found = PyDict_GetItemWithError(self->plans, key);
+    *n = m;
+    if (extra == NULL)
+        return tree;
+    memcpy(buf, tree, (size_t)m * sizeof *tree);
+    buf[m] = extra;
+    buf[m + 1] = Py_Ellipsis;
+    *n = m + 2;
+    return buf;
+}
+
+/* The plan of w's key (its items, then extra where not NULL: a reduction's own key,
+ * the dict's key being (items, extra)), found in the memo, the plans, or made by
+ * maker(a, b, key, tensors): a new reference, None (the long way), or NULL. */
+static PyObject *
+plan_of(ExpressLaunches *self, const plan_walked *w, PyObject *extra, PyObject *maker,
+        PyObject *a, PyObject *b)
+{
+    PyObject *buf[PLAN_ITEMS_MAX + 2];
+    Py_ssize_t n;
+    PyObject *const *items = memo_key(buf, w->items, w->nitems, extra, &n);
+    Py_hash_t hash = memo_hash(items, n);
+    PyObject *found = memo_find(self->memo, items, n, hash);
     if (found != NULL)
         return Py_NewRef(found);
-    if (PyErr_Occurred())
+    PyObject *tree = objects_tuple(w->items, w->nitems);
+    PyObject *key = tree == NULL || extra == NULL ? Py_XNewRef(tree) : PyTuple_Pack(2, tree, extra);
+    if (key == NULL) {
+        Py_XDECREF(tree);
         return NULL;
-    if (maker == NULL || maker == Py_None) /* (reductions.py not imported, or deleted) */
-        Py_RETURN_NONE;
-    Py_INCREF(maker); /* (a field: the call may replace it) */
-    found = PyObject_CallFunctionObjArgs(maker, a, b, key, tensors, NULL);
-    Py_DECREF(maker);
+    }
+    found = PyDict_GetItemWithError(self->plans, key);
+    if (found != NULL) {
+        Py_INCREF(found);
+    }
+    else if (!PyErr_Occurred() && maker != NULL && maker != Py_None) {
+        PyObject *tensors = objects_list(w->tensors, w->ntensors);
+        Py_INCREF(maker); /* (a field: the call may replace it) */
+        found = tensors == NULL ? NULL
+                                : PyObject_CallFunctionObjArgs(maker, a, b, key, tensors, NULL);
+        Py_DECREF(maker);
+        Py_XDECREF(tensors);
+    }
+    else if (!PyErr_Occurred()) { /* (reductions.py not imported, or deleted) */
+        found = Py_NewRef(Py_None);
+    }
+    /* (kept only as the dict holds it; by the items of the key, held: Python ran) */
+    PyObject *held = found == NULL ? NULL : PyDict_GetItemWithError(self->plans, key);
+    if (held == found && found != NULL) {
+        items = memo_key(buf, &PyTuple_GET_ITEM(tree, 0), PyTuple_GET_SIZE(tree), extra, &n);
+        if (memo_keep(self->memo, items, n, hash, found) < 0)
+            Py_CLEAR(found);
+    }
+    else if (PyErr_Occurred()) {
+        Py_CLEAR(found);
+    }
+    Py_DECREF(tree);
+    Py_DECREF(key);
     return found;
 }
 
@@ -371,7 +422,7 @@ plan_of(ExpressLaunches *self, PyObject *key, PyObject *maker, PyObject *a, PyOb
  * or NULL. */
 static PyObject *
 launch_found(ExpressLaunches *self, PyObject *found, PyObject *out, PyObject *shape,
-             PyObject *stream, PyObject *walked)
+             PyObject *stream, const plan_walked *w)
 {
     if (found == Py_None)
         Py_RETURN_NONE;
@@ -388,10 +439,7 @@ launch_found(ExpressLaunches *self, PyObject *found, PyObject *out, PyObject *sh
     if (ready == NULL || ready == Py_None)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     PyObject *result = out != Py_None ? Py_NewRef(out) : new_output(self, found, shape, stream);
-    PyObject *launch = result == NULL ? NULL
-                                      : launch_of(self, found, result,
-                                                  PyTuple_GET_ITEM(walked, 1),
-                                                  PyTuple_GET_ITEM(walked, 2));
+    PyObject *launch = result == NULL ? NULL : launch_of(self, found, result, w);
     Py_XDECREF(result);
     return launch;
 }
@@ -400,17 +448,17 @@ launch_found(ExpressLaunches *self, PyObject *found, PyObject *out, PyObject *sh
 static PyObject *
 launch_node(ExpressLaunches *self, PyObject *node, PyObject *out, PyObject *stream)
 {
-    PyObject *walked = plan_walk(node, out == Py_None ? Py_None : TENSOR(out)->strides);
-    if (walked == NULL || walked == Py_None)
-        return walked;
+    plan_walked w;
+    int r = plan_walk(node, out == Py_None ? Py_None : TENSOR(out)->strides, &w);
+    if (r != PLAN_WALKED)
+        return r == PLAN_FAILED ? NULL : Py_NewRef(Py_None);
     /* (not seen: made and recorded, or None: no elements) */
-    PyObject *found = plan_of(self, PyTuple_GET_ITEM(walked, 0), self->plan_for, node, out,
-                              PyTuple_GET_ITEM(walked, 1));
+    PyObject *found = plan_of(self, &w, NULL, self->plan_for, node, out);
     PyObject *launch = found == NULL ? NULL
                                      : launch_found(self, found, out, NODE(node)->shape, stream,
-                                                    walked);
+                                                    &w);
     Py_XDECREF(found);
-    Py_DECREF(walked);
+    plan_walked_release(&w);
     return launch;
 }
 
@@ -421,37 +469,34 @@ launch_node(ExpressLaunches *self, PyObject *node, PyObject *out, PyObject *stre
 static PyObject *
 launch_reduction(ExpressLaunches *self, PyObject *work, PyObject *stream)
 {
-    ReduceWorkCore *w = REDUCE_WORK(work);
-    if (w->node == NULL || !PyObject_TypeCheck(w->node, REGISTERED(NODE)) || w->key == NULL ||
-        w->out == NULL || !is_out(w->out) || w->strides == NULL || w->shape == NULL)
+    ReduceWorkCore *rw = REDUCE_WORK(work);
+    if (rw->node == NULL || !PyObject_TypeCheck(rw->node, REGISTERED(NODE)) || rw->key == NULL ||
+        rw->out == NULL || !is_out(rw->out) || rw->strides == NULL || rw->shape == NULL)
         Py_RETURN_NONE; /* (not initialized: the long way words it) */
     /* (held: Python runs below, and may set the work's fields) */
-    PyObject *node = Py_NewRef(w->node), *key = Py_NewRef(w->key), *out = Py_NewRef(w->out);
-    PyObject *strides = Py_NewRef(w->strides), *shape = Py_NewRef(w->shape);
-    PyObject *launch = NULL, *plan_key = NULL, *found = NULL;
-    PyObject *walked = plan_walk(node, strides);
-    if (walked == NULL || walked == Py_None) {
-        launch = walked; /* (its reference, handed on) */
-        walked = NULL;
+    PyObject *node = Py_NewRef(rw->node), *key = Py_NewRef(rw->key), *out = Py_NewRef(rw->out);
+    PyObject *strides = Py_NewRef(rw->strides), *shape = Py_NewRef(rw->shape);
+    PyObject *launch = NULL, *found = NULL;
+    plan_walked w;
+    int r = plan_walk(node, strides, &w);
+    if (r != PLAN_WALKED) {
+        launch = r == PLAN_FAILED ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *tensors = PyTuple_GET_ITEM(walked, 1);
-    for (Py_ssize_t i = 0; out != Py_None && i < PyList_GET_SIZE(tensors); i++) {
-        PyObject *t = PyList_GET_ITEM(tensors, i);
+    for (Py_ssize_t i = 0; out != Py_None && i < w.ntensors; i++) {
+        PyObject *t = w.tensors[i];
         if (!PyObject_TypeCheck(t, REGISTERED(TENSOR)) || TENSOR(t)->alloc == TENSOR(out)->alloc) {
             launch = Py_NewRef(Py_None);
-            goto done;
+            break;
         }
     }
-    plan_key = PyTuple_Pack(2, PyTuple_GET_ITEM(walked, 0), key);
-    if (plan_key != NULL)
-        found = plan_of(self, plan_key, self->reduce_plan_for, work, Py_None, tensors);
+    if (launch == NULL)
+        found = plan_of(self, &w, key, self->reduce_plan_for, work, Py_None);
     if (found != NULL)
-        launch = launch_found(self, found, out, shape, stream, walked);
+        launch = launch_found(self, found, out, shape, stream, &w);
+    plan_walked_release(&w);
 done:
     Py_XDECREF(found);
-    Py_XDECREF(plan_key);
-    Py_XDECREF(walked);
     Py_DECREF(node);
     Py_DECREF(key);
     Py_DECREF(out);
@@ -476,6 +521,8 @@ static PyMethodDef Launches_methods[] = {
 };
 
 static PyMemberDef Launches_members[] = {
+    {"memo", T_OBJECT_EX, offsetof(ExpressLaunches, memo), READONLY,
+     "The recent answers of the plans (a Memo): cleared where the plans are emptied."},
     {"reduce_plan_for", T_OBJECT, offsetof(ExpressLaunches, reduce_plan_for), 0,
      "The plan of a reduction's layout not seen before, made and recorded, or None (the long "
      "way): (work, None, key, tensors); reductions.py sets it when imported."},

@@ -6,6 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "memo.h"
 #include "module.h"
 #include "ledger.h"
 #include "cores.h"
@@ -891,6 +892,8 @@ static int
 module_exec(PyObject *m)
 {
     modstate *st = (modstate *)PyModule_GetState(m);
+    if (node_kinds_init() < 0)
+        return -1;
     st->queue_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &LoopQueue_spec, NULL);
     st->reactor_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Reactor_spec, NULL);
     st->submitter_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Submitter_spec, NULL);
@@ -915,7 +918,7 @@ module_exec(PyObject *m)
         {"ThreadFlags", &ThreadFlags_spec}, {"DeviceCore", &DeviceCore_spec},
         {"RoundRobinCore", &RoundRobinCore_spec}, {"SingleStreamCore", &SingleStreamCore_spec},
         {"ProcessCore", &ProcessCore_spec}, {"BlockCacheCore", &BlockCacheCore_spec},
-        {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
+        {"Memo", &Memo_spec}, {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
         {"ExpressLaunches", &ExpressLaunches_spec}, {"Operator", &Operator_spec},
     };
     int express_added = 1;

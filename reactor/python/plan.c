@@ -73,83 +73,149 @@ NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return self;
 }
 
-enum { WALKED = 0, LONG_WAY = 1, FAILED = -1 };
+PyObject *kind_names[NODE_KINDS];
 
-/* Append node's record and its subtree's to items, its leaves to tensors and scalars.
- * LONG_WAY: a leaf the plan cannot take (a pending op, a value not a cuasync Tensor). */
+int
+node_kinds_init(void)
+{
+    static const char *const names[NODE_KINDS] = {NULL, "tensor", "scalar", "op", "pending"};
+    for (int k = NODE_TENSOR; k < NODE_KINDS; k++)
+        if (kind_names[k] == NULL && (kind_names[k] = PyUnicode_InternFromString(names[k])) == NULL)
+            return -1;
+    return 0;
+}
+
+int
+node_kind(PyObject *kind)
+{
+    for (int k = NODE_TENSOR; k < NODE_KINDS; k++)
+        if (kind == kind_names[k])
+            return k;
+    if (kind == NULL || !PyUnicode_Check(kind))
+        return NODE_OTHER;
+    for (int k = NODE_TENSOR; k < NODE_KINDS; k++)
+        if (PyUnicode_Compare(kind, kind_names[k]) == 0)
+            return k;
+    return NODE_OTHER;
+}
+
+/* (the arity items: small ints, held for the module's life) */
+static PyObject *arities[PLAN_LEAVES_MAX + 1];
+
 static int
-walk(PyObject *node, PyObject *items, PyObject *tensors, PyObject *scalars)
+add_item(plan_walked *w, PyObject *item)
+{
+    if (w->nitems == PLAN_ITEMS_MAX)
+        return PLAN_LONG_WAY;
+    w->items[w->nitems++] = item;
+    return PLAN_WALKED;
+}
+
+static int
+add_leaf(PyObject **leaves, Py_ssize_t *n, PyObject *leaf)
+{
+    if (*n == PLAN_LEAVES_MAX)
+        return PLAN_LONG_WAY;
+    leaves[(*n)++] = Py_NewRef(leaf);
+    return PLAN_WALKED;
+}
+
+/* Append node's record and its subtree's to w's items, its leaves to its tensors and
+ * scalars. PLAN_LONG_WAY: a leaf the plan cannot take (a pending op, a value not a
+ * cuasync Tensor), or a tree past the arrays. */
+static int
+walk(PyObject *node, plan_walked *w)
 {
     if (!Py_IS_TYPE(node, REGISTERED(NODE)))
-        return LONG_WAY;
+        return PLAN_LONG_WAY;
     NodeCore *n = NODE(node);
-    if (n->kind == NULL || !PyUnicode_Check(n->kind))
-        return LONG_WAY;
-    if (PyUnicode_CompareWithASCIIString(n->kind, "tensor") == 0) {
+    int kind = node_kind(n->kind);
+    if (kind == NODE_TENSOR) {
         PyObject *t = n->value;
         if (!Py_IS_TYPE(t, REGISTERED(TENSOR)))
-            return LONG_WAY;
+            return PLAN_LONG_WAY;
         TensorCore *tc = TENSOR(t);
         if (tc->dtype == NULL || tc->shape == NULL || tc->strides == NULL)
-            return LONG_WAY; /* (a tensor not yet initialized: the long way words it) */
-        if (PyList_Append(items, Py_True) < 0 || PyList_Append(items, tc->dtype) < 0 ||
-            PyList_Append(items, tc->shape) < 0 || PyList_Append(items, tc->strides) < 0 ||
-            PyList_Append(tensors, t) < 0)
-            return FAILED;
-        return WALKED;
+            return PLAN_LONG_WAY; /* (a tensor not yet initialized: the long way words it) */
+        int r = add_item(w, Py_True);
+        r = r ? r : add_item(w, tc->dtype);
+        r = r ? r : add_item(w, tc->shape);
+        r = r ? r : add_item(w, tc->strides);
+        return r ? r : add_leaf(w->tensors, &w->ntensors, t);
     }
-    if (PyUnicode_CompareWithASCIIString(n->kind, "scalar") == 0) {
+    if (kind == NODE_SCALAR) {
         if (n->dtype == NULL || n->value == NULL)
-            return LONG_WAY;
+            return PLAN_LONG_WAY;
         PyObject *spec = n->dtype != Py_None ? n->dtype : (PyObject *)Py_TYPE(n->value);
-        if (PyList_Append(items, Py_False) < 0 || PyList_Append(items, spec) < 0 ||
-            PyList_Append(scalars, n->value) < 0)
-            return FAILED;
-        return WALKED;
+        int r = add_item(w, Py_False);
+        r = r ? r : add_item(w, spec);
+        return r ? r : add_leaf(w->scalars, &w->nscalars, n->value);
     }
-    if (PyUnicode_CompareWithASCIIString(n->kind, "op") != 0 || n->children == NULL ||
+    if (kind != NODE_OP || n->children == NULL ||
         !PyTuple_Check(n->children) || n->name == NULL || n->ins == NULL || n->dtype == NULL)
-        return LONG_WAY;
+        return PLAN_LONG_WAY;
     Py_ssize_t arity = PyTuple_GET_SIZE(n->children);
-    PyObject *count = PyLong_FromSsize_t(arity);
-    int failed = count == NULL || PyList_Append(items, n->name) < 0 ||
-                 PyList_Append(items, n->ins) < 0 || PyList_Append(items, n->dtype) < 0 ||
-                 PyList_Append(items, count) < 0;
-    Py_XDECREF(count);
-    if (failed || Py_EnterRecursiveCall(" in plan_key"))
-        return FAILED;
-    int r = WALKED;
-    for (Py_ssize_t i = 0; i < arity && r == WALKED; i++)
-        r = walk(PyTuple_GET_ITEM(n->children, i), items, tensors, scalars);
+    if (arity > PLAN_LEAVES_MAX)
+        return PLAN_LONG_WAY;
+    if (arities[arity] == NULL && (arities[arity] = PyLong_FromSsize_t(arity)) == NULL)
+        return PLAN_FAILED;
+    int r = add_item(w, n->name);
+    r = r ? r : add_item(w, n->ins);
+    r = r ? r : add_item(w, n->dtype);
+    r = r ? r : add_item(w, arities[arity]);
+    if (r)
+        return r;
+    if (Py_EnterRecursiveCall(" in plan_key"))
+        return PLAN_FAILED;
+    /* (the children tuple held: a leaf's reference is taken as it is walked) */
+    PyObject *children = Py_NewRef(n->children);
+    for (Py_ssize_t i = 0; i < arity && r == PLAN_WALKED; i++)
+        r = walk(PyTuple_GET_ITEM(children, i), w);
+    Py_DECREF(children);
     Py_LeaveRecursiveCall();
     return r;
 }
 
-/* (key, tensors, scalars) of node's plan writing an output of out_strides (None: a new
- * tensor), or None (the long way): a new reference, or NULL with an error set. */
-PyObject *
-plan_walk(PyObject *node, PyObject *out_strides)
+int
+plan_walk(PyObject *node, PyObject *out_strides, plan_walked *w)
 {
-    PyObject *items = PyList_New(0), *tensors = PyList_New(0), *scalars = PyList_New(0);
-    PyObject *result = NULL;
-    int r = items == NULL || tensors == NULL || scalars == NULL
-                ? FAILED
-                : walk(node, items, tensors, scalars);
-    if (r == WALKED && NODE(node)->shape == NULL)
-        r = LONG_WAY;
-    if (r == LONG_WAY) {
-        result = Py_NewRef(Py_None);
-    }
-    else if (r == WALKED && PyList_Append(items, NODE(node)->shape) == 0 &&
-             PyList_Append(items, out_strides) == 0) {
-        PyObject *key = PyList_AsTuple(items);
-        result = key == NULL ? NULL : PyTuple_Pack(3, key, tensors, scalars);
-        Py_XDECREF(key);
-    }
-    Py_XDECREF(items);
-    Py_XDECREF(tensors);
-    Py_XDECREF(scalars);
-    return result;
+    w->nitems = w->ntensors = w->nscalars = 0;
+    int r = walk(node, w);
+    if (r == PLAN_WALKED && NODE(node)->shape == NULL)
+        r = PLAN_LONG_WAY;
+    r = r ? r : add_item(w, NODE(node)->shape);
+    r = r ? r : add_item(w, out_strides);
+    if (r != PLAN_WALKED)
+        plan_walked_release(w);
+    return r;
+}
+
+void
+plan_walked_release(plan_walked *w)
+{
+    for (Py_ssize_t i = 0; i < w->ntensors; i++)
+        Py_DECREF(w->tensors[i]);
+    for (Py_ssize_t i = 0; i < w->nscalars; i++)
+        Py_DECREF(w->scalars[i]);
+    w->nitems = w->ntensors = w->nscalars = 0;
+}
+
+PyObject *
+objects_tuple(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+    return t;
+}
+
+PyObject *
+objects_list(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++)
+        PyList_SET_ITEM(list, i, Py_NewRef(items[i]));
+    return list;
 }
 
 static PyObject *
@@ -159,7 +225,23 @@ mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_Format(PyExc_TypeError, "plan_key takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
-    return plan_walk(args[0], args[1]);
+    plan_walked *w = PyMem_Malloc(sizeof *w);
+    if (w == NULL)
+        return PyErr_NoMemory();
+    int r = plan_walk(args[0], args[1], w);
+    PyObject *result = r == PLAN_LONG_WAY ? Py_NewRef(Py_None) : NULL;
+    if (r == PLAN_WALKED) {
+        PyObject *key = objects_tuple(w->items, w->nitems);
+        PyObject *tensors = key == NULL ? NULL : objects_list(w->tensors, w->ntensors);
+        PyObject *scalars = tensors == NULL ? NULL : objects_list(w->scalars, w->nscalars);
+        result = scalars == NULL ? NULL : PyTuple_Pack(3, key, tensors, scalars);
+        Py_XDECREF(key);
+        Py_XDECREF(tensors);
+        Py_XDECREF(scalars);
+        plan_walked_release(w);
+    }
+    PyMem_Free(w);
+    return result;
 }
 
 PyMethodDef plan_methods[] = {
