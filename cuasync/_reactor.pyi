@@ -583,6 +583,33 @@ class ExpressLaunches:
     def memo(self) -> Memo: ...
     def launch(self, op: Any, stream: Any, /) -> Any: ...
 
+@final
+class ReduceApply:
+    """The builder of reductions (``reductions.reduce_op`` is its ``reduce_op``): natively
+    for a tensor reduced into a new tensor with arguments seen before, else ``long_way``
+    (``reactor/python/reduce.c``)."""
+
+    def __new__(
+        cls,
+        apply: ElementwiseApply,
+        resolved: dict[Any, Any],
+        long_way: Callable[[str, str, Any, Any, Any, Any, Any], Any],
+        work: type[ReduceWorkCore],
+    ) -> Self: ...
+    @property
+    def memo(self) -> Memo: ...
+    def reduce_op(
+        self,
+        name: str,
+        op: str,
+        x: Any,
+        axis: Any = None,
+        *,
+        dtype: Any = None,
+        out: Any = None,
+        keepdims: Any = False,
+    ) -> Any: ...
+
 @disjoint_base
 class UploadWorkCore:
     """The fields of a ``from_host``'s pending value (its base type)."""
@@ -599,6 +626,8 @@ class ReduceWorkCore:
     _out: Any
     _strides: tuple[int, ...]
     _shape: tuple[int, ...]
+    _name: str
+    _dtype: Any
 
 @disjoint_base
 class BlockCore:

@@ -40,14 +40,14 @@ NATIVE_ON = os.environ.get("CUASYNC_NATIVE", "on").strip().lower() in ("", "on")
 
 def emptied(monkeypatch: pytest.MonkeyPatch, cache: dict[Any, Any]) -> None:
     """Empty ``cache`` for the test, in place (the native builders hold the dict itself:
-    ``launch_plan._plans``, ``expr._NODES``), and the memos of recent answers in front of
-    those two; ``monkeypatch`` puts the dict's entries back."""
-    from cuasync._ops import expr, launch_plan
+    ``launch_plan._plans``, ``expr._NODES``, ``reductions._RESOLVED``), and the memos of
+    recent answers in front of those; ``monkeypatch`` puts the dict's entries back."""
+    from cuasync._ops import expr, launch_plan, reductions
 
     for key in list(cache):
         monkeypatch.delitem(cache, key)
-    launch_plan.LAUNCHES.memo.clear()
-    expr.NODES.memo.clear()
+    for memo in (launch_plan.LAUNCHES.memo, expr.NODES.memo, reductions.REDUCE.memo):
+        memo.clear()
 
 
 def generic_path(monkeypatch: pytest.MonkeyPatch, *kernels: Any) -> None:

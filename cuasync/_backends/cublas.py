@@ -258,14 +258,20 @@ class Blas:
             kinds.handle(ordinal)
 
     def workspace(self, stream: int, hopper: bool) -> tuple[int, int]:
-        """``stream``'s workspace, allocated on it at first use; none while it captures."""
+        """``stream``'s workspace, allocated on it at first use; none while it captures.
+
+        Two threads may both allocate one for a new stream (the allocation lets go of the
+        GIL): the first published is the stream's, the other is freed at once."""
         found = self._workspaces.get(stream)
         if found is not None:
             return found
         if self._capturing(stream):  # an allocation would be baked into the graph
             return 0, 0
         nbytes = WORKSPACE_BYTES[hopper]
-        ws = self._workspaces[stream] = (self._alloc(nbytes, stream), nbytes)
+        mine = (self._alloc(nbytes, stream), nbytes)
+        ws = self._workspaces.setdefault(stream, mine)
+        if ws is not mine:
+            self._free(mine[0], stream)
         return ws
 
     def forget_stream(self, stream: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -42,7 +43,7 @@ from .._dtypes import (
 from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import NULL_POINTER, Kernel
-from .._native import ReduceWorkCore
+from .._native import NATIVE, ReduceWorkCore
 from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -148,17 +149,11 @@ def _result_dtypes(op: str, x: np.dtype[Any], dtype: Any, name: str) -> tuple[st
     return dtype_name(res), _accumulator(res)
 
 
-def reduce_op(
-    name: str,
-    op: str,
-    x: Any,
-    axis: Any = None,
-    *,
-    dtype: Any = None,
-    out: Tensor | None = None,
-    keepdims: bool = False,
+def _reduce_op(
+    name: str, op: str, x: Any, axis: Any, dtype: Any, out: Tensor | None, keepdims: bool
 ) -> TensorOp:
-    """The ``TensorOp`` reducing ``x`` (a tensor or TensorOp) with ``op`` over ``axis``."""
+    """:data:`reduce_op`'s long way: checked, worded, resolved and recorded in
+    :data:`_RESOLVED` (what the native builder finds again)."""
     if isinstance(x, TensorOp) and x._consumed:
         x._take()  # raises OpConsumedError
     if not isinstance(x, (Tensor, TensorOp)):
@@ -222,9 +217,10 @@ class _Reduction(ReduceWorkCore):
     """A reduction's work, the pending value of its ``TensorOp``: enqueued the long way
     (:meth:`_enqueue`), or, where it is one launch of the generic kernel, launched by the
     native core from its plan (``express_launch``, which reads the native base's fields:
-    the tree, the plan key's rest, out=, the output's strides and shape)."""
+    the tree, the plan key's rest, out=, the output's strides and shape). The native
+    builder (:data:`reduce_op`) sets the fields ``__init__`` sets."""
 
-    __slots__ = ("_dtype", "_name")
+    __slots__ = ()  # its fields are the native base's (``ReduceWorkCore``)
 
     def __init__(
         self,
@@ -271,6 +267,16 @@ class _Reduction(ReduceWorkCore):
         except ValueError:
             return ()
         return (*first_uses(pending, on), *unprepared([found[0].kernel], on))
+
+
+#: ``reduce_op(name, op, x, axis=None, *, dtype=None, out=None, keepdims=False)``: the
+#: ``TensorOp`` reducing ``x`` (a tensor or TensorOp) with ``op`` over ``axis``. Native
+#: (``ReduceApply``, ``reactor/python/reduce.c``) for a tensor reduced into a new tensor
+#: with arguments seen before; else :func:`_reduce_op`.
+#:
+#: >>> s = reduce_op("sum", "sum", x, None, keepdims=True)
+REDUCE = NATIVE.ReduceApply(elementwise.APPLY, _RESOLVED, _reduce_op, _Reduction)
+reduce_op: Callable[..., TensorOp] = REDUCE.reduce_op
 
 
 def _reduce_plan_for(

@@ -43,37 +43,6 @@ intern_names(void)
                : 0;
 }
 
-/* A Node with its fields set (each a new reference, stolen; NULL: None). */
-static PyObject *
-new_node(PyTypeObject *node_t, PyObject *kind, PyObject *name, PyObject *shape, PyObject *dtype,
-         PyObject *value, PyObject *children, PyObject *ins, PyObject *device)
-{
-    PyObject *node = node_t->tp_alloc(node_t, 0);
-    PyObject *fields[] = {kind, name, shape, dtype, value, children, ins, device};
-    if (node == NULL) {
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-            Py_XDECREF(fields[i]);
-        return NULL;
-    }
-    NodeCore *n = NODE(node);
-    n->kind = kind;
-    n->name = name;
-    n->shape = shape;
-    n->dtype = dtype != NULL ? dtype : Py_NewRef(Py_None);
-    n->value = value != NULL ? value : Py_NewRef(Py_None);
-    n->children = children;
-    n->ins = ins;
-    n->device = device != NULL ? device : Py_NewRef(Py_None);
-    if (n->children == NULL || n->ins == NULL || n->kind == NULL || n->name == NULL ||
-        n->shape == NULL) {
-        Py_DECREF(node);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_SystemError, "a Node field is missing");
-        return NULL;
-    }
-    return node;
-}
-
 /* -- OpNodes ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -292,7 +261,7 @@ op_node_of(OpNodes *self, PyObject *op, PyObject *const *kids, Py_ssize_t n)
     }
     PyObject *node = NULL;
     if (fitted != NULL)
-        node = new_node(node_t, Py_NewRef(kind_names[NODE_OP]), Py_NewRef(op), Py_NewRef(shape), Py_NewRef(out),
+        node = node_with(node_t, Py_NewRef(kind_names[NODE_OP]), Py_NewRef(op), Py_NewRef(shape), Py_NewRef(out),
                         NULL, fitted, Py_NewRef(ins), Py_NewRef(device));
     Py_XDECREF(device);
     Py_DECREF(known);
@@ -441,7 +410,7 @@ operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject *
         if (t->dtype != NULL && t->shape != NULL && device != NULL) {
             if (dtype_taken(self, t->dtype, argument) < 0)
                 return NULL;
-            return new_node(node_t, Py_NewRef(kind_names[NODE_TENSOR]), Py_NewRef(argument),
+            return node_with(node_t, Py_NewRef(kind_names[NODE_TENSOR]), Py_NewRef(argument),
                             Py_NewRef(t->shape), Py_NewRef(t->dtype), Py_NewRef(v),
                             PyTuple_New(0), PyTuple_New(0), Py_NewRef(device));
         }
@@ -460,7 +429,7 @@ operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject *
         return PyObject_CallMethodOneArg(v, s_operand_node, argument);
     }
     else if (PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyComplex_CheckExact(v)) {
-        return new_node(node_t, Py_NewRef(kind_names[NODE_SCALAR]), Py_NewRef(argument), PyTuple_New(0), NULL,
+        return node_with(node_t, Py_NewRef(kind_names[NODE_SCALAR]), Py_NewRef(argument), PyTuple_New(0), NULL,
                         Py_NewRef(v), PyTuple_New(0), PyTuple_New(0), NULL);
     }
     return PyObject_CallFunctionObjArgs(self->leaf, v, argument, NULL);
@@ -819,6 +788,18 @@ PyType_Spec Operator_spec = {
 
 /* tensor_op(node, out): new_op for Python's builders of TensorOps (reductions, wrapped
  * ops), which would otherwise run TensorOp.__init__'s frames */
+PyObject *
+apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out)
+{
+    ElementwiseApply *self = (ElementwiseApply *)apply;
+    if (Py_TYPE(apply)->tp_dealloc != Apply_dealloc || self->op_t == NULL ||
+        self->process == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "apply_tensor_op: not a live ElementwiseApply");
+        return NULL;
+    }
+    return new_op(self, node, out);
+}
+
 static PyObject *
 Apply_tensor_op(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
 {

@@ -426,7 +426,9 @@ CORE_TYPE(ReduceWorkCore, "ReduceWorkCore",
                                               "plan_key, its launch plan's key."),
           MEMBER(ReduceWorkCore, out, "_out", "Its out= tensor, or None."),
           MEMBER(ReduceWorkCore, strides, "_strides", "The output's strides."),
-          MEMBER(ReduceWorkCore, shape, "_shape", "The output's shape."));
+          MEMBER(ReduceWorkCore, shape, "_shape", "The output's shape."),
+          MEMBER(ReduceWorkCore, name, "_name", "The reduction's name (sum, mean, ...)."),
+          MEMBER(ReduceWorkCore, dtype, "_dtype", "The output's dtype."));
 
 CORE_TYPE(BlockCore, "BlockCore",
           "The fields of a PinnedBlock (its base type): address, capacity, size class, pool.",

@@ -154,10 +154,10 @@ typedef struct {
 
 /* _Reduction (a reduction's pending value): node (the tree it reduces), key (what else
  * decides its launch: spec, axes, keepdims), out (its out= or None), strides (its
- * output's), shape (its output's) */
+ * output's), shape (its output's), name (the op's), dtype (its output's) */
 typedef struct {
     PyObject_HEAD
-    PyObject *node, *key, *out, *strides, *shape;
+    PyObject *node, *key, *out, *strides, *shape, *name, *dtype;
 } ReduceWorkCore;
 
 /* PinnedBlock: address, capacity, size_class, _pool */
@@ -429,6 +429,11 @@ enum { NODE_OTHER, NODE_TENSOR, NODE_SCALAR, NODE_OP, NODE_PENDING, NODE_KINDS }
 extern PyObject *kind_names[NODE_KINDS];
 int node_kinds_init(void);
 int node_kind(PyObject *kind);
+/* A Node of node_t with its fields set (each a new reference, stolen; NULL: None for
+ * dtype, value and device), or NULL with an error set (the fields released). */
+PyObject *node_with(PyTypeObject *node_t, PyObject *kind, PyObject *name, PyObject *shape,
+                    PyObject *dtype, PyObject *value, PyObject *children, PyObject *ins,
+                    PyObject *device);
 int plan_walk(PyObject *node, PyObject *out_strides, plan_walked *w);
 void plan_walked_release(plan_walked *w);
 /* A new tuple or list of the n objects. */
@@ -438,6 +443,11 @@ extern PyMethodDef plan_methods[];
 /* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
  * and the binary operators of Tensor and TensorOp built on them */
 extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec;
+/* The TensorOp of node writing out (None: a new tensor) as the ElementwiseApply apply
+ * makes it (its tensor_op, node and out checked by the caller): a new reference. */
+PyObject *apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out);
+/* reduce.c: the builder of reductions (reductions.reduce_op) */
+extern PyType_Spec ReduceApply_spec;
 /* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */
 extern PyType_Spec ExpressLaunches_spec;
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of

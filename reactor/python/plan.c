@@ -73,6 +73,36 @@ NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return self;
 }
 
+PyObject *
+node_with(PyTypeObject *node_t, PyObject *kind, PyObject *name, PyObject *shape,
+          PyObject *dtype, PyObject *value, PyObject *children, PyObject *ins, PyObject *device)
+{
+    PyObject *node = node_t->tp_alloc(node_t, 0);
+    PyObject *fields[] = {kind, name, shape, dtype, value, children, ins, device};
+    if (node == NULL) {
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    NodeCore *n = NODE(node);
+    n->kind = kind;
+    n->name = name;
+    n->shape = shape;
+    n->dtype = dtype != NULL ? dtype : Py_NewRef(Py_None);
+    n->value = value != NULL ? value : Py_NewRef(Py_None);
+    n->children = children;
+    n->ins = ins;
+    n->device = device != NULL ? device : Py_NewRef(Py_None);
+    if (n->children == NULL || n->ins == NULL || n->kind == NULL || n->name == NULL ||
+        n->shape == NULL) {
+        Py_DECREF(node);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "a Node field is missing");
+        return NULL;
+    }
+    return node;
+}
+
 PyObject *kind_names[NODE_KINDS];
 
 int

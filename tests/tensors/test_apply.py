@@ -248,3 +248,79 @@ async def test_an_awaited_op_takes_its_raw_launch_or_the_long_way(anyio_backend:
     await op
     with pytest.raises(OpConsumedError, match="already used"):
         await op
+
+
+def _work_fields(op: Any) -> dict[str, Any]:
+    work = op._node.value
+    return {
+        name: getattr(work, name)
+        for name in ("_key", "_out", "_strides", "_shape", "_name", "_dtype")
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("sum", {}),
+        ("sum", {"axis": 1}),
+        ("sum", {"axis": (0, 1), "keepdims": True}),
+        ("max", {"axis": -1}),
+        ("mean", {"axis": 0}),
+        ("argmax", {"axis": 1}),
+        ("sum", {"dtype": "float64"}),
+    ],
+)
+def test_a_seen_reduction_is_built_natively_as_the_long_way_builds_it(
+    name: str, kwargs: dict[str, Any]
+) -> None:
+    """The native ``reduce_op`` (``reactor/python/reduce.c``) of arguments seen before
+    gives the node, work and TensorOp that ``reductions._reduce_op`` gives."""
+    from cuasync._ops import reductions
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = _tensor(a)
+    fn = getattr(cuasync, name)
+    fn(x, **kwargs)._take()  # seen: recorded in _RESOLVED
+    reductions.REDUCE.memo.clear()
+    ops = [fn(x, **kwargs) for _ in range(2)]  # from _RESOLVED, then from the memo
+    assert len(reductions.REDUCE.memo) >= 1
+    axis, dtype = kwargs.get("axis"), kwargs.get("dtype")
+    long_way = reductions._reduce_op(
+        name, name, x, axis, dtype, None, kwargs.get("keepdims", False)
+    )
+    for native in ops:
+        assert type(native) is TensorOp and type(native._node.value) is reductions._Reduction
+        mine, theirs = _slots(native), _slots(long_way)
+        assert mine.keys() == theirs.keys()
+        assert (native.shape, native.dtype) == (long_way.shape, long_way.dtype)
+        assert _work_fields(native) == _work_fields(long_way)
+        pending, leaf = native._node, native._node.value._node
+        want_pending, want_leaf = long_way._node, long_way._node.value._node
+        for node, want in ((pending, want_pending), (leaf, want_leaf)):
+            fields = ("kind", "name", "shape", "dtype", "children", "ins", "device")
+            assert [getattr(node, f) for f in fields] == [getattr(want, f) for f in fields]
+        assert leaf.value is x
+        want = getattr(np, name)(a, **{k: v for k, v in kwargs.items() if k != "dtype"})
+        np.testing.assert_allclose(native.sync().to_host().sync(), want, rtol=1e-6)
+    long_way._take()
+
+
+def test_a_reduction_the_native_builder_does_not_take_goes_the_long_way() -> None:
+    """A TensorOp to reduce, an ``out=``, an axis list and a keepdims that is not a bool
+    take ``reductions._reduce_op``: its results, and its errors worded as before."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = _tensor(a)
+    s = cuasync.empty((3,), "float32").sync()
+    for _ in range(2):  # (seen, the second time)
+        np.testing.assert_allclose(
+            cuasync.sum(x * 2.0, axis=0).sync().to_host().sync(), (a * 2).sum(0)
+        )
+        np.testing.assert_allclose(cuasync.sum(x, axis=0, out=s).sync().to_host().sync(), a.sum(0))
+        with pytest.raises(ArgumentError, match="keepdims must be a bool"):
+            cuasync.sum(x, keepdims=1)  # type: ignore[arg-type]
+        with pytest.raises(ArgumentError):
+            cuasync.sum(x, axis=[0])  # type: ignore[arg-type]
+        with pytest.raises(ArgumentError, match="numpy array"):
+            cuasync.sum(a)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'axes'"):
+        cuasync._ops.reductions.reduce_op("sum", "sum", x, axes=0)

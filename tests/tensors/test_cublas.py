@@ -247,6 +247,29 @@ def test_blas_binds_the_stream_and_its_workspace(fake: FakeLib) -> None:
     assert names.count("cublasSetStream_v2") == 1 and names.count("cublasSetWorkspace_v2") == 1
 
 
+def test_two_threads_making_a_streams_workspace_leak_neither(fake: FakeLib) -> None:
+    """The allocation lets go of the GIL: another thread may make the same stream's
+    workspace meanwhile (here: from inside the first allocation). One is the stream's,
+    the other is freed; both threads use the one kept."""
+    allocated: list[int] = []
+    freed: list[int] = []
+    blas: cublas.Blas
+
+    def alloc(nbytes: int, stream: int) -> int:
+        allocated.append(ptr := 0x9000 + len(allocated))
+        if len(allocated) == 1:  # (another thread, in between)
+            inner.append(blas.workspace(stream, True))
+        return ptr
+
+    inner: list[tuple[int, int]] = []
+    blas = cublas.Blas(alloc, lambda p, s: freed.append(p), lambda s: False)
+    outer = blas.workspace(10, True)
+    assert outer == inner[0] == blas.workspace(10, True)
+    assert len(allocated) == 2 and freed == [a for a in allocated if a != outer[0]]
+    blas.forget_stream(10)
+    assert sorted(freed) == sorted(allocated)  # nothing left allocated
+
+
 def test_forgetting_a_stream_never_waits_for_the_binding_lock(fake: FakeLib) -> None:
     """A stream's finalizer forgets it, and a collection can run that on a thread inside
     a gemm (holding the binding lock): forgetting must not take that lock."""
