@@ -275,24 +275,17 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         """See :meth:`DeviceOp.submit`."""
         if self._consumed:
             self._take()  # raises
-        return self._submit_to(self._pick_stream())
+        return self.submit_on(self._pick_stream())
 
     def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
-        """See :meth:`DeviceOp.submit_on`."""
+        """See :meth:`DeviceOp.submit_on`: a seen expression as its raw launch (the core
+        makes the future in one call), else the long way. A future is never skipped
+        (others may await it): inside a cancel scope it is built outside it."""
         if self._consumed or not isinstance(stream, Stream):
             return DeviceOp.submit_on(self, stream)  # raises
-        return self._submit_to(stream)
-
-    def _submit_to(self, stream: Stream) -> DeviceFuture[Tensor]:
-        """Take this op and submit it on ``stream``: a seen expression as its raw launch
-        (the core makes the future in one call), else the long way. A future is never
-        skipped (others may await it): inside a cancel scope it is built outside it."""
         if SCOPE.get() is not None:
             with detached():
-                return self._submit_now(stream)
-        return self._submit_now(stream)
-
-    def _submit_now(self, stream: Stream) -> DeviceFuture[Tensor]:
+                return self.submit_on(stream)
         launch = express_launch(self, stream)
         self._consumed = True
         if launch is None:

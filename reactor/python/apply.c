@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <structmember.h>
 
 #include "cores.h"
@@ -27,7 +28,7 @@
 #include "module.h"
 
 /* An op takes at most this many operands (where: 3). */
-enum { MAX_OPERANDS = 8, MAX_DTYPES = 32 };
+enum { MAX_OPERANDS = 8, MAX_DTYPES = 32, SCALAR_LEAVES = 16 };
 
 static PyObject *s_take, *s_operand_node, *s_absorb_into;
 
@@ -328,12 +329,16 @@ typedef struct {
     PyObject_HEAD
     PyObject *nodes, *tensor_t, *op_t, *leaf, *check_dtype, *check_out, *process;
     /* the dtypes check_dtype accepted (numpy's dtypes: compared by identity; NULL past
-     * ndtypes), the last object fields */
+     * ndtypes) */
     PyObject *dtypes[MAX_DTYPES];
+    /* recent scalar leaves, (argument, value, node) by the value's and argument's
+     * pointers: a constant operand (x * 2.0) shares its leaf, as nodes are never changed;
+     * the last object fields */
+    PyObject *scalar_leaves[3 * SCALAR_LEAVES];
     int ndtypes;
 } ElementwiseApply;
 
-/* (its object fields: the seven, then the dtypes) */
+/* (its object fields: the seven, the dtypes, the scalar leaves) */
 #define APPLY_FIELDS ((Py_ssize_t)(offsetof(ElementwiseApply, ndtypes) - sizeof(PyObject)) / \
                       (Py_ssize_t)sizeof(PyObject *))
 
@@ -397,6 +402,29 @@ tensor_device(PyObject *t)
     return alloc != NULL && is_allocation(alloc) ? ALLOCATION(alloc)->device : NULL;
 }
 
+/* The leaf of the Python number v passed as argument: a recent one's, else made and
+ * kept (a new reference). */
+static PyObject *
+scalar_leaf(ElementwiseApply *self, PyTypeObject *node_t, PyObject *argument, PyObject *v)
+{
+    uintptr_t h = ((uintptr_t)v >> 4) ^ ((uintptr_t)argument >> 6);
+    PyObject **entry = &self->scalar_leaves[3 * (h % SCALAR_LEAVES)];
+    if (entry[0] == argument && entry[1] == v && entry[2] != NULL)
+        return Py_NewRef(entry[2]);
+    PyObject *leaf = node_with(node_t, Py_NewRef(kind_names[NODE_SCALAR]), Py_NewRef(argument),
+                               PyTuple_New(0), NULL, Py_NewRef(v), PyTuple_New(0),
+                               PyTuple_New(0), NULL);
+    if (leaf == NULL)
+        return NULL;
+    PyObject *old[3] = {entry[0], entry[1], entry[2]}; /* (released once replaced) */
+    entry[0] = Py_NewRef(argument);
+    entry[1] = Py_NewRef(v);
+    entry[2] = Py_NewRef(leaf);
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(old[i]);
+    return leaf;
+}
+
 /* The node of one operand (a new reference); *op set to v where v is a TensorOp whose
  * node it is (absorbed once the op checks out). */
 static PyObject *
@@ -429,8 +457,7 @@ operand_node(ElementwiseApply *self, PyObject *argument, PyObject *v, PyObject *
         return PyObject_CallMethodOneArg(v, s_operand_node, argument);
     }
     else if (PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyComplex_CheckExact(v)) {
-        return node_with(node_t, Py_NewRef(kind_names[NODE_SCALAR]), Py_NewRef(argument), PyTuple_New(0), NULL,
-                        Py_NewRef(v), PyTuple_New(0), PyTuple_New(0), NULL);
+        return scalar_leaf(self, node_t, argument, v);
     }
     return PyObject_CallFunctionObjArgs(self->leaf, v, argument, NULL);
 }
@@ -617,6 +644,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *name, *implementation, *fallback;
     PyObject *attribute, *qualname; /* (__set_name__'s: __add__, TensorOperators.__add__) */
+    PyObject *apply; /* (implementation.elementwise_apply once set: it is set once, at import) */
     char reflected;
     vectorcallfunc vectorcall;
 } Operator;
@@ -630,9 +658,17 @@ Operator_vectorcall(Operator *self, PyObject *const *args, size_t nargsf, PyObje
     if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
         return PyErr_Format(PyExc_TypeError, "%U takes one operand", self->name);
     PyObject *me = args[0], *other = args[1];
-    PyObject *apply = PyObject_GetAttr(self->implementation, s_elementwise_apply);
-    if (apply == NULL)
-        return NULL;
+    PyObject *apply = self->apply;
+    if (apply == NULL) {
+        apply = PyObject_GetAttr(self->implementation, s_elementwise_apply);
+        if (apply == NULL)
+            return NULL;
+        if (Py_TYPE(apply)->tp_dealloc == Apply_dealloc && self->apply == NULL)
+            self->apply = Py_NewRef(apply);
+    }
+    else {
+        Py_INCREF(apply);
+    }
     PyObject *result = NULL;
     ElementwiseApply *a = (ElementwiseApply *)apply;
     int ours = Py_TYPE(apply)->tp_dealloc == Apply_dealloc && a->tensor_t != NULL &&
@@ -695,8 +731,8 @@ Operator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-/* (its object fields: name, implementation, fallback, attribute, qualname) */
-#define OPERATOR_FIELDS 5
+/* (its object fields: name, implementation, fallback, attribute, qualname, apply) */
+#define OPERATOR_FIELDS 6
 
 FIELDS_GC_SLOTS(Operator, OPERATOR_FIELDS)
 

@@ -27,7 +27,18 @@ int
 get_u64(PyObject *o, unsigned long long *out)
 {
     unsigned long long v;
-    if (PyLong_Check(o)) {
+    if (PyLong_CheckExact(o)) { /* (a pointer below 2**63: no byte array made) */
+        int overflow = 0;
+        long long small = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && small >= 0) {
+            *out = (unsigned long long)small;
+            return 0;
+        }
+        if (small == -1 && PyErr_Occurred())
+            return -1;
+        v = PyLong_AsUnsignedLongLong(o); /* (2**63 and over; a negative raises) */
+    }
+    else if (PyLong_Check(o)) {
         v = PyLong_AsUnsignedLongLong(o);
     }
     else {

@@ -123,7 +123,11 @@ aligned(PyObject *view, PyObject *itemsize, PyObject *align)
         !PyLong_CheckExact(ALLOCATION(alloc)->ptr) || offset == NULL ||
         !PyLong_CheckExact(offset) || !PyLong_CheckExact(itemsize) || !PyLong_CheckExact(align))
         return 0;
-    unsigned long long ptr = PyLong_AsUnsignedLongLong(ALLOCATION(alloc)->ptr);
+    unsigned long long ptr = 0;
+    if (get_u64(ALLOCATION(alloc)->ptr, &ptr) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
     long long off = PyLong_AsLongLong(offset), size = PyLong_AsLongLong(itemsize);
     long long a = PyLong_AsLongLong(align);
     if (PyErr_Occurred()) {

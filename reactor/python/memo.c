@@ -31,23 +31,11 @@ typedef struct {
     uint64_t tick;
 } Memo;
 
-/* An exact int's value (1), or 0 where it is not one or does not fit. */
-static inline int
-small_int(PyObject *o, long long *v)
-{
-    if (!PyLong_CheckExact(o))
-        return 0;
-    int overflow = 0;
-    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    return !overflow;
-}
-
 static Py_uhash_t
 item_hash(PyObject *o, int depth)
 {
-    long long v;
-    if (small_int(o, &v))
-        return (Py_uhash_t)v * (Py_uhash_t)0x9E3779B97F4A7C15ull;
+    if (PyLong_CheckExact(o)) /* (int's own hash: by value, and never fails) */
+        return (Py_uhash_t)PyLong_Type.tp_hash(o);
     if (depth < DEPTH_MAX && PyTuple_CheckExact(o)) {
         Py_uhash_t h = (Py_uhash_t)0x345678 + (Py_uhash_t)PyTuple_GET_SIZE(o);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
@@ -64,9 +52,14 @@ item_equal(PyObject *a, PyObject *b, int depth)
 {
     if (a == b)
         return 1;
-    long long x, y;
-    if (small_int(a, &x))
-        return small_int(b, &y) && x == y;
+    if (PyLong_CheckExact(a)) { /* (two ints compare in C: no Python runs, no error) */
+        if (!PyLong_CheckExact(b))
+            return 0;
+        PyObject *eq = PyLong_Type.tp_richcompare(a, b, Py_EQ);
+        int same = eq == Py_True;
+        Py_XDECREF(eq);
+        return same;
+    }
     if (depth >= DEPTH_MAX || !PyTuple_CheckExact(a) || !PyTuple_CheckExact(b) ||
         PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b))
         return 0;

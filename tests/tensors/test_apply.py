@@ -324,3 +324,23 @@ def test_a_reduction_the_native_builder_does_not_take_goes_the_long_way() -> Non
             cuasync.sum(a)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unexpected keyword argument 'axes'"):
         cuasync._ops.reductions.reduce_op("sum", "sum", x, axes=0)
+
+
+def test_a_constant_operand_shares_its_leaf_and_each_value_is_its_own() -> None:
+    """A Python number passed again as the same argument shares its leaf node (nodes
+    are never changed); the same constant twice in one tree, and new values, still give
+    numpy's results."""
+    a = np.arange(6, dtype=np.float32)
+    x = _tensor(a)
+    c = 2.5
+    first, second = cuasync.multiply(x, c), cuasync.multiply(x, c)
+    assert first._node.children[1] is second._node.children[1]
+    for op in (first, second):
+        np.testing.assert_array_equal(op.sync().to_host().sync(), a * np.float32(c))
+    twice = (x * c + c) * c  # the leaf three times in one tree
+    want = (a * np.float32(c) + np.float32(c)) * np.float32(c)
+    np.testing.assert_array_equal(twice.sync().to_host().sync(), want)
+    for k in range(40):  # more values than the leaves kept: each bound as itself
+        v = float(k) / 3
+        got = cuasync.add(x * v, k).sync().to_host().sync()
+        np.testing.assert_allclose(got, a * np.float32(v) + k, rtol=1e-6)
