@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -30,6 +31,7 @@ os.environ["CUASYNC_KERNEL_CACHE"] = os.environ.get(
     "CUASYNC_TEST_RUN_KERNEL_CACHE"
 ) or tempfile.mkdtemp(prefix="cuasync-test-kernels-")
 
+import helpers
 from helpers import BACKEND, ON_EMULATOR, STREAM_COMMANDS, settle
 
 import cuasync
@@ -50,6 +52,34 @@ settings.load_profile("repeatable")
 
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
+    """The launch plans made from now on (their op, shape and strides: the plan cache's
+    misses), starting from an empty cache."""
+    from cuasync._ops import launch_plan
+
+    found: list[tuple[Any, ...]] = []
+    helpers.emptied(monkeypatch, launch_plan._plans)
+    make = launch_plan._make_plan
+
+    def spy(node: Any, shape: Any, strides: Any, tensors: Any) -> Any:
+        found.append((node.name, shape, strides))
+        return make(node, shape, strides, tensors)
+
+    monkeypatch.setattr(launch_plan, "_make_plan", spy)
+    yield found
+
+
+@pytest.fixture(autouse=True)
+def _memos_match_the_dicts() -> Iterator[None]:
+    """A test that emptied a seen-kind dict (``helpers.emptied``) leaves the native memos
+    holding what it made; once its entries are back, the memos are cleared too."""
+    yield
+    if helpers.EMPTIED_THIS_TEST[0]:
+        helpers.EMPTIED_THIS_TEST[0] = False
+        helpers.forget_memos()
 
 
 @pytest.fixture(scope="session", autouse=True)

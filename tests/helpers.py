@@ -42,10 +42,21 @@ def emptied(monkeypatch: pytest.MonkeyPatch, cache: dict[Any, Any]) -> None:
     """Empty ``cache`` for the test, in place (the native builders hold the dict itself:
     ``launch_plan._plans``, ``expr._NODES``, ``reductions._RESOLVED``), and the memos of
     recent answers in front of those; ``monkeypatch`` puts the dict's entries back."""
-    from cuasync._ops import expr, launch_plan, reductions
-
     for key in list(cache):
         monkeypatch.delitem(cache, key)
+    forget_memos()
+    EMPTIED_THIS_TEST[0] = True  # (the conftest forgets the memos again after the test)
+
+
+#: Whether this test emptied a cache (``emptied``): after it, the memos hold what the
+#: test made, no longer what the dicts (their entries put back) hold.
+EMPTIED_THIS_TEST = [False]
+
+
+def forget_memos() -> None:
+    """Clear the native memos of recent answers in front of the seen-kind dicts."""
+    from cuasync._ops import expr, launch_plan, reductions
+
     for memo in (launch_plan.LAUNCHES.memo, expr.NODES.memo, reductions.REDUCE.memo):
         memo.clear()
 

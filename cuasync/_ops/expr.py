@@ -360,6 +360,7 @@ def _resolve_node(
     weak_int = any(k[0] is int for k in key[1:])
     if len(_NODES) >= 4096:  # shapes computed per request: stay bounded
         _NODES.clear()
+        NODES.memo.clear()  # (it answers only what _NODES holds)
     if op != "where" or not weak_int:  # (where's loop depends on a weak int's value)
         _NODES[key] = shape, ins, out, weak_int
     return shape, ins, out, weak_int

@@ -231,7 +231,7 @@ def _plan_for(
 
 def record_plan(key: tuple[Any, ...], plan: LaunchPlan | None) -> LaunchPlan | None:
     """``plan`` recorded as ``key``'s (None: the long way runs that layout)."""
-    return remember(_plans, key, plan)
+    return remember(_plans, key, plan, LAUNCHES.memo)
 
 
 def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:

@@ -174,7 +174,7 @@ def _reduce_op(
     if known is None:
         known = _resolve(name, op, x, axis, dtype, keepdims)
         try:
-            remember(_RESOLVED, key, known)
+            remember(_RESOLVED, key, known, REDUCE.memo)
         except TypeError:
             pass
     spec, axes, shape, dt, strides = known

@@ -19,13 +19,16 @@ V = TypeVar("V")
 LIMIT = 4096
 
 
-def remember(cache: dict[Any, Any], key: Any, value: V) -> V:
+def remember(cache: dict[Any, Any], key: Any, value: V, memo: Any = None) -> V:
     """``value`` recorded as ``key``'s in ``cache`` (emptied first when it holds
-    :data:`LIMIT` entries), and returned.
+    :data:`LIMIT` entries, with ``memo``: the native ``Memo`` of its recent answers, which
+    only answers what the dict holds), and returned.
 
     >>> layout = remember(_GENERIC, key, make_layout())
     """
     if len(cache) >= LIMIT:
         cache.clear()
+        if memo is not None:
+            memo.clear()
     cache[key] = value
     return value

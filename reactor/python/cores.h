@@ -412,14 +412,18 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
 extern PyMethodDef cores_methods[];
 /* plan.c: NodeCore's constructor (its tp_new) and plan_key. plan_walk(node, out_strides,
  * w): the key items of node's launch plan (borrowed from the tree), its tensors and its
- * scalars (owned: plan_walked_release) into w; PLAN_WALKED, PLAN_LONG_WAY (nothing
- * held: a pending leaf, a tree past the arrays) or PLAN_FAILED (an error set). */
-enum { PLAN_ITEMS_MAX = 256, PLAN_LEAVES_MAX = 64 };
+ * scalars (owned) into w, each an object_run (in place while short, then on the heap:
+ * plan_walked_release frees both); PLAN_WALKED, PLAN_LONG_WAY (nothing held: a pending
+ * leaf, an op of more than PLAN_ARITY_MAX children) or PLAN_FAILED (an error set). */
+enum { PLAN_INLINE = 64, PLAN_ARITY_MAX = 64 };
 enum { PLAN_WALKED = 0, PLAN_LONG_WAY = 1, PLAN_FAILED = -1 };
 typedef struct {
-    Py_ssize_t nitems, ntensors, nscalars;
-    PyObject *items[PLAN_ITEMS_MAX];
-    PyObject *tensors[PLAN_LEAVES_MAX], *scalars[PLAN_LEAVES_MAX];
+    Py_ssize_t n, cap;
+    PyObject **at; /* (inline_, or the heap's) */
+    PyObject *inline_[PLAN_INLINE];
+} object_run;
+typedef struct {
+    object_run items, tensors, scalars;
 } plan_walked;
 PyObject *NodeCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 /* A node's kind: node_kind(kind) is NODE_TENSOR, ... for the kind's name (compared by

@@ -144,7 +144,7 @@ aligned(PyObject *view, PyObject *itemsize, PyObject *align)
 static PyObject *
 launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, const plan_walked *w)
 {
-    PyObject *const *tensors = w->tensors, *const *scalars = w->scalars;
+    PyObject *const *tensors = w->tensors.at, *const *scalars = w->scalars.at;
     PyObject *vec_launch = PyTuple_GET_ITEM(found, P_VEC_LAUNCH);
     PyObject *specs = PyTuple_GET_ITEM(found, P_SPECS), *tail = PyTuple_GET_ITEM(found, P_TAIL);
     PyObject *vec_tail = PyTuple_GET_ITEM(found, P_VEC_TAIL);
@@ -165,7 +165,7 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, const plan_w
         return PyErr_Format(PyExc_RuntimeError, "PROCESS.kernel_null is not set (cuasync."
                                                 "_launch.kernel sets it when imported)");
     int bits = PyObject_IsTrue(PyTuple_GET_ITEM(found, P_BITS));
-    Py_ssize_t nviews = 1 + w->ntensors, nscalars = w->nscalars;
+    Py_ssize_t nviews = 1 + w->tensors.n, nscalars = w->scalars.n;
     int vec = vec_launch != Py_None;
     if (bits < 0 || !PyTuple_Check(tail) || (vec && !PyTuple_Check(vec_tail)) ||
         !PyTuple_Check(aligns) || !PyTuple_Check(itemsizes) ||
@@ -356,17 +356,18 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* The memo's key of a plan: the tree's m items, then for a reduction (extra: its own
  * key) that key and a mark no elementwise key holds, copied into buf (room for
- * PLAN_ITEMS_MAX + 2); its length in *n. */
+ * MEMO_ITEMS_MAX); its length in *n, or NULL where it is longer than a memo keeps. */
 static PyObject *const *
 memo_key(PyObject **buf, PyObject *const *tree, Py_ssize_t m, PyObject *extra, Py_ssize_t *n)
 {
-    *n = m;
+    *n = extra == NULL ? m : m + 2;
+    if (*n > MEMO_ITEMS_MAX)
+        return NULL;
     if (extra == NULL)
         return tree;
     memcpy(buf, tree, (size_t)m * sizeof *tree);
     buf[m] = extra;
     buf[m + 1] = Py_Ellipsis;
-    *n = m + 2;
     return buf;
 }
 
@@ -377,14 +378,14 @@ static PyObject *
 plan_of(ExpressLaunches *self, const plan_walked *w, PyObject *extra, PyObject *maker,
         PyObject *a, PyObject *b)
 {
-    PyObject *buf[PLAN_ITEMS_MAX + 2];
+    PyObject *buf[MEMO_ITEMS_MAX];
     Py_ssize_t n;
-    PyObject *const *items = memo_key(buf, w->items, w->nitems, extra, &n);
-    Py_hash_t hash = memo_hash(items, n);
-    PyObject *found = memo_find(self->memo, items, n, hash);
+    PyObject *const *items = memo_key(buf, w->items.at, w->items.n, extra, &n);
+    Py_hash_t hash = items == NULL ? 0 : memo_hash(items, n);
+    PyObject *found = items == NULL ? NULL : memo_find(self->memo, items, n, hash);
     if (found != NULL)
         return Py_NewRef(found);
-    PyObject *tree = objects_tuple(w->items, w->nitems);
+    PyObject *tree = objects_tuple(w->items.at, w->items.n);
     PyObject *key = tree == NULL || extra == NULL ? Py_XNewRef(tree) : PyTuple_Pack(2, tree, extra);
     if (key == NULL) {
         Py_XDECREF(tree);
@@ -395,7 +396,7 @@ plan_of(ExpressLaunches *self, const plan_walked *w, PyObject *extra, PyObject *
         Py_INCREF(found);
     }
     else if (!PyErr_Occurred() && maker != NULL && maker != Py_None) {
-        PyObject *tensors = objects_list(w->tensors, w->ntensors);
+        PyObject *tensors = objects_list(w->tensors.at, w->tensors.n);
         Py_INCREF(maker); /* (a field: the call may replace it) */
         found = tensors == NULL ? NULL
                                 : PyObject_CallFunctionObjArgs(maker, a, b, key, tensors, NULL);
@@ -407,14 +408,13 @@ plan_of(ExpressLaunches *self, const plan_walked *w, PyObject *extra, PyObject *
     }
     /* (kept only as the dict holds it; by the items of the key, held: Python ran) */
     PyObject *held = found == NULL ? NULL : PyDict_GetItemWithError(self->plans, key);
-    if (held == found && found != NULL) {
-        items = memo_key(buf, &PyTuple_GET_ITEM(tree, 0), PyTuple_GET_SIZE(tree), extra, &n);
-        if (memo_keep(self->memo, items, n, hash, found) < 0)
-            Py_CLEAR(found);
-    }
-    else if (PyErr_Occurred()) {
+    items = held == found && found != NULL
+                ? memo_key(buf, &PyTuple_GET_ITEM(tree, 0), PyTuple_GET_SIZE(tree), extra, &n)
+                : NULL;
+    if (items != NULL && memo_keep(self->memo, items, n, hash, found) < 0)
         Py_CLEAR(found);
-    }
+    if (found != NULL && PyErr_Occurred())
+        Py_CLEAR(found);
     Py_DECREF(tree);
     Py_DECREF(key);
     return found;
@@ -487,8 +487,8 @@ launch_reduction(ExpressLaunches *self, PyObject *work, PyObject *stream)
         launch = r == PLAN_FAILED ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    for (Py_ssize_t i = 0; out != Py_None && i < w.ntensors; i++) {
-        PyObject *t = w.tensors[i];
+    for (Py_ssize_t i = 0; out != Py_None && i < w.tensors.n; i++) {
+        PyObject *t = w.tensors.at[i];
         if (!PyObject_TypeCheck(t, REGISTERED(TENSOR)) || TENSOR(t)->alloc == TENSOR(out)->alloc) {
             launch = Py_NewRef(Py_None);
             break;

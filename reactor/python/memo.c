@@ -229,6 +229,11 @@ PyObject *
 memo_new(PyObject *module)
 {
     PyObject *type = PyObject_GetAttrString(module, "Memo");
+    if (type != NULL && (!PyType_Check(type) ||
+                         ((PyTypeObject *)type)->tp_dealloc != Memo_dealloc)) {
+        PyErr_SetString(PyExc_TypeError, "the module's Memo is not the Memo type");
+        Py_CLEAR(type);
+    }
     PyObject *memo = type == NULL ? NULL : PyObject_CallNoArgs(type);
     Py_XDECREF(type);
     return memo;

@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #include "cores.h"
 #include "module.h"
@@ -130,29 +131,62 @@ node_kind(PyObject *kind)
 }
 
 /* (the arity items: small ints, held for the module's life) */
-static PyObject *arities[PLAN_LEAVES_MAX + 1];
+static PyObject *arities[PLAN_ARITY_MAX + 1];
+
+static void
+run_init(object_run *r)
+{
+    r->n = 0;
+    r->cap = PLAN_INLINE;
+    r->at = r->inline_;
+}
+
+static void
+run_free(object_run *r)
+{
+    if (r->at != r->inline_)
+        PyMem_Free(r->at);
+    run_init(r);
+}
+
+/* o appended (borrowed: the caller takes a reference where it keeps one). */
+static int
+run_add(object_run *r, PyObject *o)
+{
+    if (r->n == r->cap) {
+        PyObject **at = PyMem_New(PyObject *, 2 * r->cap);
+        if (at == NULL) {
+            PyErr_NoMemory();
+            return PLAN_FAILED;
+        }
+        memcpy(at, r->at, (size_t)r->n * sizeof *at);
+        if (r->at != r->inline_)
+            PyMem_Free(r->at);
+        r->at = at;
+        r->cap *= 2;
+    }
+    r->at[r->n++] = o;
+    return PLAN_WALKED;
+}
 
 static int
 add_item(plan_walked *w, PyObject *item)
 {
-    if (w->nitems == PLAN_ITEMS_MAX)
-        return PLAN_LONG_WAY;
-    w->items[w->nitems++] = item;
-    return PLAN_WALKED;
+    return run_add(&w->items, item);
 }
 
 static int
-add_leaf(PyObject **leaves, Py_ssize_t *n, PyObject *leaf)
+add_leaf(object_run *leaves, PyObject *leaf)
 {
-    if (*n == PLAN_LEAVES_MAX)
-        return PLAN_LONG_WAY;
-    leaves[(*n)++] = Py_NewRef(leaf);
-    return PLAN_WALKED;
+    int r = run_add(leaves, leaf);
+    if (r == PLAN_WALKED)
+        Py_INCREF(leaf);
+    return r;
 }
 
 /* Append node's record and its subtree's to w's items, its leaves to its tensors and
  * scalars. PLAN_LONG_WAY: a leaf the plan cannot take (a pending op, a value not a
- * cuasync Tensor), or a tree past the arrays. */
+ * cuasync Tensor), or an op of more children than PLAN_ARITY_MAX. */
 static int
 walk(PyObject *node, plan_walked *w)
 {
@@ -171,7 +205,7 @@ walk(PyObject *node, plan_walked *w)
         r = r ? r : add_item(w, tc->dtype);
         r = r ? r : add_item(w, tc->shape);
         r = r ? r : add_item(w, tc->strides);
-        return r ? r : add_leaf(w->tensors, &w->ntensors, t);
+        return r ? r : add_leaf(&w->tensors, t);
     }
     if (kind == NODE_SCALAR) {
         if (n->dtype == NULL || n->value == NULL)
@@ -179,13 +213,13 @@ walk(PyObject *node, plan_walked *w)
         PyObject *spec = n->dtype != Py_None ? n->dtype : (PyObject *)Py_TYPE(n->value);
         int r = add_item(w, Py_False);
         r = r ? r : add_item(w, spec);
-        return r ? r : add_leaf(w->scalars, &w->nscalars, n->value);
+        return r ? r : add_leaf(&w->scalars, n->value);
     }
     if (kind != NODE_OP || n->children == NULL ||
         !PyTuple_Check(n->children) || n->name == NULL || n->ins == NULL || n->dtype == NULL)
         return PLAN_LONG_WAY;
     Py_ssize_t arity = PyTuple_GET_SIZE(n->children);
-    if (arity > PLAN_LEAVES_MAX)
+    if (arity > PLAN_ARITY_MAX)
         return PLAN_LONG_WAY;
     if (arities[arity] == NULL && (arities[arity] = PyLong_FromSsize_t(arity)) == NULL)
         return PLAN_FAILED;
@@ -209,7 +243,9 @@ walk(PyObject *node, plan_walked *w)
 int
 plan_walk(PyObject *node, PyObject *out_strides, plan_walked *w)
 {
-    w->nitems = w->ntensors = w->nscalars = 0;
+    run_init(&w->items);
+    run_init(&w->tensors);
+    run_init(&w->scalars);
     int r = walk(node, w);
     if (r == PLAN_WALKED && NODE(node)->shape == NULL)
         r = PLAN_LONG_WAY;
@@ -223,11 +259,13 @@ plan_walk(PyObject *node, PyObject *out_strides, plan_walked *w)
 void
 plan_walked_release(plan_walked *w)
 {
-    for (Py_ssize_t i = 0; i < w->ntensors; i++)
-        Py_DECREF(w->tensors[i]);
-    for (Py_ssize_t i = 0; i < w->nscalars; i++)
-        Py_DECREF(w->scalars[i]);
-    w->nitems = w->ntensors = w->nscalars = 0;
+    for (Py_ssize_t i = 0; i < w->tensors.n; i++)
+        Py_DECREF(w->tensors.at[i]);
+    for (Py_ssize_t i = 0; i < w->scalars.n; i++)
+        Py_DECREF(w->scalars.at[i]);
+    run_free(&w->items);
+    run_free(&w->tensors);
+    run_free(&w->scalars);
 }
 
 PyObject *
@@ -261,9 +299,9 @@ mod_plan_key(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     int r = plan_walk(args[0], args[1], w);
     PyObject *result = r == PLAN_LONG_WAY ? Py_NewRef(Py_None) : NULL;
     if (r == PLAN_WALKED) {
-        PyObject *key = objects_tuple(w->items, w->nitems);
-        PyObject *tensors = key == NULL ? NULL : objects_list(w->tensors, w->ntensors);
-        PyObject *scalars = tensors == NULL ? NULL : objects_list(w->scalars, w->nscalars);
+        PyObject *key = objects_tuple(w->items.at, w->items.n);
+        PyObject *tensors = key == NULL ? NULL : objects_list(w->tensors.at, w->tensors.n);
+        PyObject *scalars = tensors == NULL ? NULL : objects_list(w->scalars.at, w->scalars.n);
         result = scalars == NULL ? NULL : PyTuple_Pack(3, key, tensors, scalars);
         Py_XDECREF(key);
         Py_XDECREF(tensors);

@@ -71,9 +71,9 @@ parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
 {
     static const char *const names[A_COUNT] = {"name", "op",    "x",       "axis",
                                                "dtype", "out", "keepdims"};
-    if (nargs < A_AXIS || nargs > A_POSITIONAL) {
-        PyErr_Format(PyExc_TypeError, "reduce_op() takes 3 or 4 positional arguments (%zd given)",
-                     nargs);
+    if (nargs > A_POSITIONAL) {
+        PyErr_Format(PyExc_TypeError, "reduce_op() takes at most 4 positional arguments (%zd "
+                                      "given)", nargs);
         return -1;
     }
     for (int i = 0; i < A_COUNT; i++)
@@ -81,7 +81,7 @@ parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int i = A_AXIS;
+        int i = 0;
         while (i < A_COUNT && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
             i++;
         if (i == A_COUNT || v[i] != NULL) {
@@ -93,6 +93,12 @@ parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
         }
         v[i] = args[nargs + k];
     }
+    for (int i = A_NAME; i < A_AXIS; i++)
+        if (v[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "reduce_op() missing required argument '%s'",
+                         names[i]);
+            return -1;
+        }
     static const int defaults_none[] = {A_AXIS, A_DTYPE, A_OUT};
     for (size_t j = 0; j < sizeof defaults_none / sizeof defaults_none[0]; j++)
         if (v[defaults_none[j]] == NULL)
@@ -122,8 +128,8 @@ resolved_for(ReduceApply *self, PyObject *const *v, PyObject *x)
                                  (PyObject *)Py_TYPE(v[A_KEEPDIMS]));
     if (key == NULL)
         return NULL;
-    PyObject *known = PyDict_GetItemWithError(self->resolved, key); /* (borrowed) */
-    if (known == NULL) {
+    PyObject *known = Py_XNewRef(PyDict_GetItemWithError(self->resolved, key));
+    if (known == NULL) { /* (held below: making tuples may collect, and run Python) */
         if (PyErr_ExceptionMatches(PyExc_TypeError)) /* an unhashable axis: the long way */
             PyErr_Clear();
         Py_DECREF(key);
@@ -150,6 +156,7 @@ resolved_for(ReduceApply *self, PyObject *const *v, PyObject *x)
                          PyTuple_GET_ITEM(key, 7)};
     if (value != NULL && memo_keep(self->memo, keyed, n, memo_hash(keyed, n), value) < 0)
         Py_CLEAR(value);
+    Py_DECREF(known);
     Py_DECREF(key);
     return value;
 }

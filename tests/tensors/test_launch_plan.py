@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import GATE_CAPACITY, emptied, reactor_path
+from helpers import GATE_CAPACITY, reactor_path
 
 import cuasync
 import cuasync.testing
@@ -26,22 +26,6 @@ from cuasync._tensor import Tensor
 from cuasync.bench._breakdown import raw_launch_of, raw_reduction_of
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
-    """The plans made from now on (their op, shape and strides: the cache's misses),
-    starting from an empty cache."""
-    found: list[tuple[Any, ...]] = []
-    emptied(monkeypatch, launch_plan._plans)
-    make = launch_plan._make_plan
-
-    def spy(node: Any, shape: Any, strides: Any, tensors: Any) -> Any:
-        found.append((node.name, shape, strides))
-        return make(node, shape, strides, tensors)
-
-    monkeypatch.setattr(launch_plan, "_make_plan", spy)
-    yield found
 
 
 async def upload(a: np.ndarray) -> cuasync.Tensor:

@@ -9,34 +9,16 @@ the dict it stands before holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import emptied
 
 import cuasync
 from cuasync._native import NATIVE
 from cuasync._ops import expr, launch_plan
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
-    """The launch plans made from now on (name, shape, strides), from empty caches."""
-    found: list[tuple[Any, ...]] = []
-    emptied(monkeypatch, launch_plan._plans)
-    emptied(monkeypatch, expr._NODES)
-    make = launch_plan._make_plan
-
-    def spy(node: Any, shape: Any, strides: Any, tensors: Any) -> Any:
-        found.append((node.name, shape, strides))
-        return make(node, shape, strides, tensors)
-
-    monkeypatch.setattr(launch_plan, "_make_plan", spy)
-    yield found
 
 
 async def upload(a: np.ndarray) -> cuasync.Tensor:
@@ -122,4 +104,73 @@ async def test_the_memo_keeps_only_what_the_dict_holds(anyio_backend: Any, made:
     for _ in range(3):
         got = await cuasync.add(nothing, 1.0)
         assert got.shape == (0,)
+    assert len(launch_plan.LAUNCHES.memo) == 0
+
+
+async def test_a_dict_emptied_when_full_empties_its_memo(
+    anyio_backend: Any, made: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seen-kind dicts start over at ``seen.LIMIT`` entries: their memos with them,
+    so that a memo answers only what its dict holds."""
+    from cuasync._ops import reductions, seen
+
+    a = np.arange(8, dtype=np.float32)
+    x = await upload(a)
+    for _ in range(2):
+        await cuasync.exp(x * 2.0)
+        await cuasync.sum(x)
+    memos = (launch_plan.LAUNCHES.memo, expr.NODES.memo, reductions.REDUCE.memo)
+    assert all(len(memo) for memo in memos)
+    monkeypatch.setattr(seen, "LIMIT", 0)  # the next record empties the dict first
+    await cuasync.exp(x * 3.0 + 1.0)  # a new plan recorded, the others gone
+    assert len(launch_plan._plans) == len(launch_plan.LAUNCHES.memo) == 1
+    await cuasync.sum(x, axis=0, keepdims=True)  # new arguments recorded
+    assert len(reductions.REDUCE.memo) == 0
+    filler = ((), (), np.dtype(np.float32), False)
+    expr._NODES.update({(object(),): filler for _ in range(4096)})  # full: the next empties it
+    await cuasync.exp(x - 1.0)
+    assert len(expr.NODES.memo) == 0
+    for got, want in (
+        (await cuasync.exp(x * 2.0), np.exp(a * 2)),
+        (await cuasync.sum(x), a.sum()),
+    ):
+        np.testing.assert_allclose(await got.to_host(), want, rtol=1e-6)
+
+
+async def test_the_native_reduce_op_takes_its_arguments_as_the_python_one_did(
+    anyio_backend: Any,
+) -> None:
+    from cuasync._ops.reductions import reduce_op
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = await upload(a)
+    for op in (
+        reduce_op("sum", "sum", x, 1),
+        reduce_op("sum", "sum", x, axis=1),
+        reduce_op(name="sum", op="sum", x=x, axis=1),
+        reduce_op("sum", "sum", x=x, axis=1, keepdims=False),
+    ):
+        np.testing.assert_allclose(await (await op).to_host(), a.sum(axis=1))
+    with pytest.raises(TypeError, match="missing required argument 'x'"):
+        reduce_op("sum", "sum")
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        reduce_op("sum", "sum", x, x=x)
+    with pytest.raises(TypeError, match="at most 4 positional"):
+        reduce_op("sum", "sum", x, 1, None)
+
+
+async def test_a_tree_longer_than_a_memo_keeps_is_still_planned_once(
+    anyio_backend: Any, made: list[Any]
+) -> None:
+    """A key past the memo's length (here 80 tensor leaves) is looked up in the dict
+    alone: planned once, launched from its plan after."""
+    a = np.arange(4, dtype=np.float32)
+    x = await upload(a)
+    for _ in range(2):
+        y = x * 1.0
+        for _ in range(79):
+            y = y + x
+        assert launch_plan.plan_key(y._node, None) is not None
+        np.testing.assert_allclose(await (await y).to_host(), a * 80, rtol=1e-6)
+    assert len(made) == 1
     assert len(launch_plan.LAUNCHES.memo) == 0
