@@ -149,33 +149,40 @@ run_free(object_run *r)
     run_init(r);
 }
 
-/* o appended (borrowed: the caller takes a reference where it keeps one). */
+/* r's room doubled (on the heap): 0, or PLAN_FAILED with MemoryError. */
 static int
+run_grow(object_run *r)
+{
+    PyObject **at = PyMem_New(PyObject *, 2 * r->cap);
+    if (at == NULL) {
+        PyErr_NoMemory();
+        return PLAN_FAILED;
+    }
+    memcpy(at, r->at, (size_t)r->n * sizeof *at);
+    if (r->at != r->inline_)
+        PyMem_Free(r->at);
+    r->at = at;
+    r->cap *= 2;
+    return PLAN_WALKED;
+}
+
+/* o appended (borrowed: the caller takes a reference where it keeps one). */
+static inline int
 run_add(object_run *r, PyObject *o)
 {
-    if (r->n == r->cap) {
-        PyObject **at = PyMem_New(PyObject *, 2 * r->cap);
-        if (at == NULL) {
-            PyErr_NoMemory();
-            return PLAN_FAILED;
-        }
-        memcpy(at, r->at, (size_t)r->n * sizeof *at);
-        if (r->at != r->inline_)
-            PyMem_Free(r->at);
-        r->at = at;
-        r->cap *= 2;
-    }
+    if (r->n == r->cap && run_grow(r) != PLAN_WALKED)
+        return PLAN_FAILED;
     r->at[r->n++] = o;
     return PLAN_WALKED;
 }
 
-static int
+static inline int
 add_item(plan_walked *w, PyObject *item)
 {
     return run_add(&w->items, item);
 }
 
-static int
+static inline int
 add_leaf(object_run *leaves, PyObject *leaf)
 {
     int r = run_add(leaves, leaf);

@@ -71,6 +71,11 @@ parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
 {
     static const char *const names[A_COUNT] = {"name", "op",    "x",       "axis",
                                                "dtype", "out", "keepdims"};
+    static PyObject *interned[A_COUNT]; /* (a call's keyword names are interned: compared
+                                         * by identity first) */
+    for (int i = 0; i < A_COUNT && interned[A_COUNT - 1] == NULL; i++)
+        if (interned[i] == NULL && (interned[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
     if (nargs > A_POSITIONAL) {
         PyErr_Format(PyExc_TypeError, "reduce_op() takes at most 4 positional arguments (%zd "
                                       "given)", nargs);
@@ -82,8 +87,11 @@ parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k);
         int i = 0;
-        while (i < A_COUNT && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
+        while (i < A_COUNT && key != interned[i])
             i++;
+        if (i == A_COUNT) /* (a name made at run time: compared by value) */
+            for (i = 0; i < A_COUNT && PyUnicode_CompareWithASCIIString(key, names[i]) != 0;)
+                i++;
         if (i == A_COUNT || v[i] != NULL) {
             PyErr_Format(PyExc_TypeError,
                          i == A_COUNT ? "reduce_op() got an unexpected keyword argument %R"
