@@ -35,6 +35,7 @@ from ..errors import (
     ScalarOverflowError,
     ShapeError,
 )
+from .seen import remember
 
 #: The numpy function of each op (the twin evaluates it; its dtype rules are the op's).
 UFUNCS: dict[str, Any] = {
@@ -358,11 +359,8 @@ def _resolve_node(
         _refuse_complex(op, children)
     check_dtype(out, f"the result of {op}")
     weak_int = any(k[0] is int for k in key[1:])
-    if len(_NODES) >= 4096:  # shapes computed per request: stay bounded
-        _NODES.clear()
-        NODES.memo.clear()  # (it answers only what _NODES holds)
     if op != "where" or not weak_int:  # (where's loop depends on a weak int's value)
-        _NODES[key] = shape, ins, out, weak_int
+        remember(_NODES, key, (shape, ins, out, weak_int), NODES.memo)
     return shape, ins, out, weak_int
 
 

@@ -157,12 +157,13 @@ resolved_for(ReduceApply *self, PyObject *const *v, PyObject *x)
         PyErr_SetString(PyExc_TypeError, "reductions._RESOLVED holds what is not "
                                          "(spec, axes, shape, dtype, strides)");
     }
-    /* (kept by the key's own items: Python may have run in the lookup) */
+    /* (kept by the key's own items, the same objects as the items hashed: Python may have
+     * run in the lookup) */
     PyObject *keyed[] = {PyTuple_GET_ITEM(key, 0), PyTuple_GET_ITEM(key, 1),
                          PyTuple_GET_ITEM(key, 2), PyTuple_GET_ITEM(key, 3),
                          PyTuple_GET_ITEM(key, 4), PyTuple_GET_ITEM(key, 6),
                          PyTuple_GET_ITEM(key, 7)};
-    if (value != NULL && memo_keep(self->memo, keyed, n, memo_hash(keyed, n), value) < 0)
+    if (value != NULL && memo_keep(self->memo, keyed, n, hash, value) < 0)
         Py_CLEAR(value);
     Py_DECREF(known);
     Py_DECREF(key);
