@@ -126,6 +126,11 @@ class Library:
             self._prepared[device.ordinal] = True
         return True
 
+    def prepared_on(self, ordinal: int) -> None:
+        """Record that it is ready on device ``ordinal``: a call made there outside an
+        ``await`` (``sync()``, ``submit()``) loaded it inline."""
+        self._prepared[ordinal] = True
+
     def __repr__(self) -> str:
         return f"<library {self.name}>"
 

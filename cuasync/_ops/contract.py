@@ -20,19 +20,34 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._cancel_var import SCOPE
 from .._core.context import ExecutionContext
-from .._core.device import Device
+from .._core.device import Device, Stream
+from .._core.memory import Allocation
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._first_use import CUBLAS, unprepared
+from .._launch.library_call import LibraryCall, library_call
 from .._tensor import Shape, Tensor, partly_overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import igemm, operators
 from .elementwise import check_out
-from .gemm import broadcast_to, calls, copy_into, fix, gemm, group, one_call, regroup, view
+from .gemm import (
+    broadcast_to,
+    calls,
+    copy_into,
+    fix,
+    gemm,
+    gemm_call,
+    group,
+    one_call,
+    regroup,
+    view,
+)
+from .launch_plan import LAUNCHES
 from .seen import remember
 from .tensorop import TensorOp, tensor_op
 
@@ -246,15 +261,16 @@ def _build(
 
 # -- seen products: one GEMM of the operands' views --------------------------------------------
 class _Seen(NamedTuple):
-    """A product of a seen kind (:data:`_SEEN`): its name, the result's ``shape`` and
-    ``dtype``, the checked ``beta`` and precision, and the one backend GEMM it is
-    (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new result as
-    (shape, strides, its offset past the tensor's), and the ``flops`` a cancelled scope
-    weighs before skipping it."""
+    """A product of a seen kind (:data:`_SEEN`): its name, the result's ``shape``,
+    ``dtype`` and size in bytes, the checked ``beta`` and precision, and the one backend
+    GEMM it is (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new
+    result as (shape, strides, its offset past the tensor's), and the ``flops`` a
+    cancelled scope weighs before skipping it."""
 
     fn: str
     shape: Shape
     dtype: np.dtype[Any]
+    nbytes: int
     beta: complex
     precision: str
     views: tuple[tuple[Shape, Shape, int], ...]
@@ -299,6 +315,7 @@ def _record(
         fn,
         result.shape,
         result.dtype,
+        result.size * result.itemsize,
         scalars[1],
         precision,
         tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
@@ -335,6 +352,33 @@ class _SeenProduct(DeviceOp[Tensor]):
         )
         calls(ctx, [(xa, xb, xc)], self._alpha, seen.beta, seen.precision, seen.flops)
         return Output.ready(tc)
+
+
+#: A seen product's GEMM reads ``a`` and ``b`` and writes the result.
+_WRITES_RESULT = (False, False, True)
+
+
+def _product_launch(product: _SeenProduct, stream: Stream) -> LibraryCall | None:
+    """The launch op of a seen product on ``stream`` (the native core's maker of a
+    TensorOp wrapping one, ``ExpressLaunches.pending_launches``): a new result, and the
+    backend's GEMM of the views as a library call the core submits as it submits a
+    kernel launch. None (the long way) inside a cancel scope (the long way guards the
+    call where the backend can) or before cuBLAS is loaded for the device."""
+    device = stream.device
+    if SCOPE.get() is not None or device.ordinal not in CUBLAS._prepared:
+        return None
+    seen = product._seen
+    dtype = seen.dtype
+    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, dtype)
+    xa, xb, xc = (
+        Tensor(t.allocation, shape, dtype, strides, t.offset + past)
+        for t, (shape, strides, past) in zip((product._a, product._b, tc), seen.views, strict=True)
+    )
+    args = (xa, xb, xc, product._alpha, seen.beta, seen.precision)
+    return library_call(gemm_call(device.ordinal), device, args, (xa, xb, xc), _WRITES_RESULT, tc)
+
+
+LAUNCHES.pending_launches[_SeenProduct] = _product_launch
 
 
 def _seen_product(key: tuple[Any, ...] | None, a: Any, b: Any, alpha: Any) -> TensorOp | None:

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from typing import Any
 
 from .._backends import get_backend
 from .._backends.base import matrix_layout
 from .._core.context import ExecutionContext
 from .._dtypes import SUPPORTED, dtype_name
+from .._first_use import CUBLAS
 from .._launch.guard import guarded
+from .._launch.library_call import PreparedCall
 from .._tensor import Shape, Tensor
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
@@ -32,6 +36,7 @@ __all__ = [
     "copy_into",
     "fix",
     "gemm",
+    "gemm_call",
     "group",
     "one_call",
     "regroup",
@@ -145,6 +150,41 @@ def calls(
     with guarded(ctx, "library", flops=flops):
         for xa, xb, xc in views:
             backend.gemm(ctx.handle, xa, xb, xc, alpha, beta, precision, ctx.error_box)
+    CUBLAS.prepared_on(ctx.device.ordinal)  # (loaded now, if its first use did not)
+
+
+def _gemm(
+    stream: int,
+    args: tuple[Any, ...],
+    errors: Callable[[], list[BaseException]],
+    flag_address: int,
+    flag_value: int,
+) -> None:
+    """A :class:`~cuasync._launch.library_call.PreparedCall`'s call: the backend's GEMM of
+    ``args`` (``(a, b, c, alpha, beta, precision)``, views :func:`one_call` made) on
+    ``stream``, then the flag write."""
+    a, b, c, alpha, beta, precision = args
+    backend = get_backend()
+    backend.gemm(stream, a, b, c, alpha, beta, precision, errors)
+    if flag_address:
+        backend.write_value32(stream, flag_address, flag_value)
+
+
+#: The GEMM as a library call, per device ordinal (:func:`gemm_call`).
+_GEMM_CALLS: dict[int, PreparedCall] = {}
+
+
+def gemm_call(ordinal: int) -> PreparedCall:
+    """The backend's GEMM on device ``ordinal`` as a launch op's prepared call: the op
+    :func:`~cuasync._launch.library_call.library_call` makes of a seen product's views,
+    ``args`` ``(a, b, c, alpha, beta, precision)``, submitted by the native core.
+
+    >>> library_call(gemm_call(0), device, (a, b, c, 1.0, 0.0, "highest"), ...)
+    """
+    found = _GEMM_CALLS.get(ordinal)
+    if found is None:
+        found = _GEMM_CALLS.setdefault(ordinal, PreparedCall("gemm", ordinal, _gemm))
+    return found
 
 
 def _batches(a: Tensor, b: Tensor, c: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:

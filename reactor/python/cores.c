@@ -235,7 +235,11 @@ CORE_TYPE(PreparedCore, "PreparedCore",
           MEMBER(PreparedCore, name, "name", "The kernel's name."),
           MEMBER(PreparedCore, ordinal, "ordinal", "The device ordinal it is loaded on."),
           MEMBER(PreparedCore, handle, "handle", "The driver's CUfunction (0 on the emulator)."),
-          MEMBER(PreparedCore, fast, "fast", "What Backend.fast_launch takes for it, or None."));
+          MEMBER(PreparedCore, fast, "fast", "What Backend.fast_launch takes for it, or None."),
+          OPTIONAL(PreparedCore, call, "call",
+                 "A library call made in place of a kernel launch, or None (a kernel): "
+                 "call(stream, args, errors, flag_address, flag_value) enqueues the work "
+                 "of args on stream, then the flag write where flag_address is not 0."));
 
 CORE_TYPE(KernelCore, "KernelCore",
           "The fields of a kernel (its base type: Kernel, a Module's kernel) that a launch "

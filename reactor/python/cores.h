@@ -28,10 +28,11 @@ typedef struct {
     PyObject *alloc, *shape, *dtype, *strides, *offset;
 } TensorCore;
 
-/* PreparedKernel: name, ordinal, handle, fast */
+/* PreparedKernel: name, ordinal, handle, fast; call (a library call made in place of a
+ * kernel launch, or NULL/None: see express.c's BY_CALL) */
 typedef struct {
     PyObject_HEAD
-    PyObject *name, *ordinal, *handle, *fast;
+    PyObject *name, *ordinal, *handle, *fast, *call;
 } PreparedCore;
 
 /* A kernel (_Launchable: Kernel, a Module's kernel): params, _prepared (its

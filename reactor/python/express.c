@@ -106,9 +106,10 @@ dim3(PyObject *t, unsigned int *out)
 }
 
 /* How the launch is made: packed here and launched natively; by the backend's
- * fast_launch from Python (a stub of it); or by backend.launch_kernel (no fast launch,
- * or the op cannot take it). */
-enum { BY_LAUNCH_KERNEL = 0, BY_FAST_LAUNCH, BY_NATIVE };
+ * fast_launch from Python (a stub of it); by backend.launch_kernel (no fast launch, or
+ * the op cannot take it); or, for a library call in place of a kernel (a GEMM: its
+ * PreparedCore's call is set), by that call from Python. */
+enum { BY_LAUNCH_KERNEL = 0, BY_FAST_LAUNCH, BY_NATIVE, BY_CALL };
 
 /* What a native launch needs, prepared outside the lock. */
 typedef struct {
@@ -125,6 +126,9 @@ static int
 launch_kind(Express *self, PyObject *op, PyObject *stream, PyObject *prepared,
             PyObject *fast_launch, PyObject *current, native_launch *nl)
 {
+    PyObject *call = PREPARED(prepared)->call;
+    if (call != NULL && call != Py_None)
+        return BY_CALL;
     if (fast_launch == Py_None)
         return BY_LAUNCH_KERNEL;
     PyObject *fast = PREPARED(prepared)->fast;
@@ -268,8 +272,9 @@ launch_failed(Express *self, PyObject *op, PyObject *stream, long rc, PyObject *
     return r == NULL ? -1 : 0;
 }
 
-/* The launch made by Python, under the lock with LOCAL.active set (BY_FAST_LAUNCH or
- * BY_LAUNCH_KERNEL; the caller clears LOCAL.active). 0, or -1 with the error set. */
+/* The launch made by Python, under the lock with LOCAL.active set (BY_FAST_LAUNCH,
+ * BY_LAUNCH_KERNEL or BY_CALL; the caller clears LOCAL.active). 0, or -1 with the error
+ * set. */
 static int
 python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject *fast_launch,
               PyObject *box, PyObject *address, PyObject *gen)
@@ -278,6 +283,13 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     PyObject *prepared = LAUNCH(op)->prepared, *grid = LAUNCH(op)->grid;
     PyObject *block = LAUNCH(op)->block, *shared = LAUNCH(op)->shared_mem;
     PyObject *handle = STREAM(stream)->handle, *args = LAUNCH(op)->args;
+    if (kind == BY_CALL) { /* call(stream, args, errors, flag_address, flag_value) */
+        PyObject *a[6] = {NULL, handle, args, box, address, gen};
+        PyObject *r = PyObject_Vectorcall(PREPARED(prepared)->call, a + 1,
+                                          5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
     if (kind == BY_LAUNCH_KERNEL) {
         PyObject *a[10] = {NULL, prepared, grid, block, shared, handle, args, box, address,
                            gen};

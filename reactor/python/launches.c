@@ -14,7 +14,8 @@
  * A reduction's TensorOp is a pending node whose value is its work (ReduceWorkCore): its
  * plan is keyed by its tree's plan_key and its own key, and its launch is the generic
  * kernel's one launch (a reduction needing more takes the long way), with the null
- * pointer for its workspace (PROCESS.kernel_null).
+ * pointer for its workspace (PROCESS.kernel_null). Another wrapped op's launch op is made
+ * by its type's maker (pending_launches: a seen matmul's library call, contract.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,6 +45,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *plans, *plan_for, *new_output, *storage_view, *scalar_arg, *process;
     PyObject *reduce_plan_for; /* (None until reductions.py sets it) */
+    PyObject *pending_launches; /* {type: maker(value, stream)}: other wrapped ops' */
     PyObject *op_core_t, *launch_core_t, *kernel_core_t;
     PyObject *memo; /* (the plans' recent answers: memo.c) */
     Py_ssize_t small_max; /* (block_cache.SMALL_MAX: the largest block it keeps) */
@@ -99,6 +101,7 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->storage_view = Py_NewRef(storage_view);
     self->scalar_arg = Py_NewRef(scalar_arg);
     self->reduce_plan_for = Py_NewRef(Py_None);
+    self->pending_launches = PyDict_New();
     self->process = Py_NewRef(process);
     self->small_max = small_max;
     self->op_core_t = PyObject_GetAttrString(module, "TensorOpCore");
@@ -106,7 +109,7 @@ Launches_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->kernel_core_t = PyObject_GetAttrString(module, "KernelCore");
     self->memo = memo_new(module);
     if (self->op_core_t == NULL || self->launch_core_t == NULL || self->kernel_core_t == NULL ||
-        self->memo == NULL) {
+        self->memo == NULL || self->pending_launches == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -348,6 +351,19 @@ Launches_launch(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
         launch = launch_reduction(self, value, stream);
         Py_DECREF(value);
     }
+    else if (kind == NODE_PENDING && value != NULL && PyDict_GET_SIZE(self->pending_launches)) {
+        /* (another wrapped op: its type's maker, where it has one, makes its launch op) */
+        PyObject *maker = PyDict_GetItemWithError(self->pending_launches,
+                                                  (PyObject *)Py_TYPE(value));
+        if (maker == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        PyObject *a[2] = {value, stream};
+        Py_INCREF(maker);
+        Py_INCREF(value);
+        launch = PyObject_Vectorcall(maker, a, 2, NULL);
+        Py_DECREF(value);
+        Py_DECREF(maker);
+    }
     else { /* (another wrapped op: the long way runs it) */
         launch = Py_NewRef(Py_None);
     }
@@ -518,7 +534,8 @@ static PyMethodDef Launches_methods[] = {
      "leaf (an op to run first), no elements, a kernel not yet prepared for the device "
      "(its first use prepares it off the loop). A reduction is the one launch of its "
      "generic kernel, or None (one needing more launches, an out= sharing an operand's "
-     "memory); another wrapped op, None.\n\n"
+     "memory); another wrapped op, what its type's maker in pending_launches makes (a "
+     "launch op or None), else None.\n\n"
      ">>> launch = express_launch(op, stream)\n"
      ">>> future = launch.submit_on(stream)       # a raw launch's submission"},
     {NULL, NULL, 0, NULL},
@@ -530,6 +547,9 @@ static PyMemberDef Launches_members[] = {
     {"reduce_plan_for", T_OBJECT, offsetof(ExpressLaunches, reduce_plan_for), 0,
      "The plan of a reduction's layout not seen before, made and recorded, or None (the long "
      "way): (work, None, key, tensors); reductions.py sets it when imported."},
+    {"pending_launches", T_OBJECT_EX, offsetof(ExpressLaunches, pending_launches), READONLY,
+     "{type: maker(value, stream)}: the launch op (not yet taken) of a TensorOp wrapping a "
+     "value of that type (a seen matmul's product: contract.py), or None (the long way)."},
     {NULL, 0, 0, 0, NULL},
 };
 

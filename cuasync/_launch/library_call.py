@@ -1,0 +1,105 @@
+"""A library routine (cuBLAS's GEMM) submitted as a launch op, by the native core.
+
+A :class:`LibraryCall` is a launch op (``LaunchCore``'s fields) whose prepared "kernel"
+is a :class:`PreparedCall`: a ``call`` made in place of a kernel launch. The native
+core (``reactor/python/express.c``, ``BY_CALL``) gives it what it gives a kernel
+launch (the checks, the execution lock, the stream's submission number, the access
+records of its tensors, a completion slot, the spin and the settling) and, where it
+would launch, calls ``call(stream, args, errors, flag_address, flag_value)``: the
+routine enqueues its work on ``stream``, then the flag write. A stream the core does
+not take runs :meth:`LibraryCall._enqueue` (the generic path): the same call with no
+flag (the completion writes its own).
+
+Ops of this kind are made only where they are submitted at once (a seen matmul's
+product: ``contract.py`` registers its maker in ``ExpressLaunches.pending_launches``),
+never on a capturing stream and never inside a cancel scope: the long way runs those
+(it guards a library call where the backend can; a call has no cancel word).
+
+>>> op = library_call(GEMM_CALL, device, (a, b, c, alpha, beta, "highest"), (a, b, c),
+...                   (False, False, True), c)
+>>> await op                                    # -> c, written by the GEMM
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._backends.base import PreparedKernel
+from .._core.context import ExecutionContext
+from .._core.device import Device
+from .._core.output import Output, _Ready
+from .kernel import _Launch
+
+__all__ = ["Call", "LibraryCall", "PreparedCall", "library_call"]
+
+#: ``call(stream, args, errors, flag_address, flag_value)``: enqueue the work of ``args``
+#: on ``stream`` (a handle), then ``write_value32`` of the flag where ``flag_address`` is
+#: not 0; ``errors()`` as in ``Backend.launch_kernel``.
+Call = Callable[[int, tuple[Any, ...], Callable[[], list[BaseException]], int, int], None]
+
+_ONE = (1, 1, 1)
+
+
+class PreparedCall(PreparedKernel):
+    """A library routine on one device, as a launch op's prepared kernel: its ``call``
+    (the native base's field, read by the core) is made where a kernel would launch.
+
+    >>> PreparedCall("cublas gemm", 0, gemm_call)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str, ordinal: int, call: Call) -> None:
+        super().__init__(name, ordinal)
+        self.call = call
+
+
+class LibraryCall(_Launch):
+    """One call of a library routine on its tensors, as a launch op (see the module)."""
+
+    __slots__ = ()
+
+    def _trace_name(self) -> str:
+        return str(self._prepared.name)
+
+    def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
+        return ()  # (made only once its library is loaded for the device)
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
+        for tensor, written in zip(self._tensors, self._writes, strict=True):
+            if written:
+                ctx.write(tensor._alloc)
+            else:
+                ctx.read(tensor._alloc)
+        self._prepared.call(ctx.stream.handle, self._args, ctx.error_box, 0, 0)
+        return _Ready(self._output)
+
+    def __repr__(self) -> str:
+        consumed = " (consumed)" if self._consumed else ""
+        return f"<cuasync.DeviceOp {self._prepared.name}{consumed}>"
+
+
+def library_call(
+    prepared: PreparedCall,
+    device: Device,
+    args: tuple[Any, ...],
+    tensors: tuple[Any, ...],
+    writes: tuple[bool, ...],
+    output: Any,
+) -> LibraryCall:
+    """The op calling ``prepared`` on ``args`` (on ``device``), reading ``tensors`` (or
+    writing those ``writes`` marks), whose result is ``output``. Not yet taken."""
+    op: LibraryCall = LibraryCall.__new__(LibraryCall)
+    op._consumed = False
+    op._device = device
+    op._kernel = None
+    op._prepared = prepared
+    op._args = args
+    op._tensors = tensors
+    op._params = ()
+    op._writes = writes
+    op._output = output
+    op._grid = op._block = _ONE
+    op._shared_mem = 0
+    return op

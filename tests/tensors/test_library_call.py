@@ -1,0 +1,177 @@
+"""A seen matmul submitted by the native core as a library call
+(``cuasync/_launch/library_call.py``, ``BY_CALL`` in ``reactor/python/express.c``): the
+core's counters show that it took the product; its result, its ordering after another
+stream's write, a failure of the call and the cases that take the long way (a cancel
+scope, cuBLAS not yet loaded on the device) behave as the long way's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import await_held, still_pending, wait_until
+
+import cuasync
+from cuasync import _first_use as first_use
+from cuasync._backends import get_backend
+from cuasync._core import block_cache
+from cuasync._core.completion import get_hub
+from cuasync._first_use import CUBLAS
+from cuasync._ops import contract
+from cuasync.errors import CaptureError, LibraryError
+
+pytestmark = pytest.mark.anyio
+
+
+def _core() -> Any:
+    """The native core, where products can take it (else the test skips)."""
+    hub = get_hub()
+    if hub.express is None:
+        pytest.skip("the native core is off (CUASYNC_NATIVE=off)")
+    if not hub.use_reactor:
+        pytest.skip("awaits complete through host callbacks: the core takes no launch")
+    return hub.express
+
+
+async def _pair(seed: int = 1) -> tuple[np.ndarray[Any, Any], cuasync.Tensor]:
+    a = np.random.default_rng(seed).standard_normal((32, 32)).astype(np.float32)
+    return a, await cuasync.from_host(a)
+
+
+async def _seen(m: cuasync.Tensor) -> None:
+    """matmul(m, m)'s kind seen: its first run (the long way) records it."""
+    await cuasync.matmul(m, m)
+    op = cuasync.matmul(m, m)
+    assert isinstance(op._node.value, contract._SeenProduct)
+    await op
+
+
+async def test_a_seen_matmul_is_one_library_call_of_the_core(anyio_backend: Any) -> None:
+    # awaited, synchronized and submitted: each product one submission of the core,
+    # none declined, and each result the product of its own operands
+    core = _core()
+    a, m = await _pair()
+    await _seen(m)
+    launches, declined = core.launches, core.declined
+    results = [
+        await cuasync.matmul(m, m),
+        cuasync.matmul(m, m).sync(allow_in_loop=True),
+        await cuasync.matmul(m, m).submit(),
+    ]
+    assert (core.launches - launches, core.declined - declined) == (3, 0)
+    for r in results:
+        np.testing.assert_allclose(await r.to_host(), a @ a, rtol=1e-4, atol=1e-4)
+    b, n = await _pair(seed=2)  # other tensors of the kind: their own product
+    np.testing.assert_allclose(
+        await (await cuasync.matmul(n, n)).to_host(), b @ b, rtol=1e-4, atol=1e-4
+    )
+
+
+async def test_a_library_call_waits_for_another_streams_write(anyio_backend: Any) -> None:
+    # the product on one stream reads what a copy on another wrote: the core orders it
+    # after that write (held behind a gate), and the product is of the copied values
+    _core()
+    _, m = await _pair()
+    await _seen(m)
+    b = np.full((32, 32), 0.5, np.float32)
+    src = await cuasync.from_host(b)
+    await cuasync.add(src, 0.0, out=await cuasync.empty_like(src))  # (its kernel loaded)
+    writer, reader = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()
+    with cuasync.testing.gate(writer) as gate:
+        written = cuasync.add(src, 0.0, out=m).submit_on(writer)
+        product = cuasync.matmul(m, m).submit_on(reader)
+        assert still_pending(product.done)
+        gate.open()
+        await written
+        result = await product
+    np.testing.assert_allclose(await result.to_host(), b @ b, rtol=1e-5)
+
+
+async def test_a_parked_library_call_lands_through_the_reactor(anyio_backend: Any) -> None:
+    # held behind a gate past the inline spin, the await parks and the reactor wakes it
+    core = _core()
+    a, m = await _pair()
+    await _seen(m)
+    launches = core.launches
+    result = await await_held(lambda: cuasync.matmul(m, m))
+    assert core.launches == launches + 1
+    np.testing.assert_allclose(await result.to_host(), a @ a, rtol=1e-4, atol=1e-4)
+
+
+async def test_a_failing_library_call_raises_and_holds_nothing(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the call raises: the await raises it, no slot or result memory is left held, and
+    # the next product runs
+    _core()
+    a, m = await _pair()
+    await _seen(m)
+    backend = get_backend()
+    device = m.device
+    block_cache.flush(device)
+    before = device.memory_info().used, cuasync.stats().slots_armed
+
+    def failing(*args: Any) -> None:
+        raise LibraryError(13, "CUBLAS_STATUS_EXECUTION_FAILED", "cublasLtMatmul")
+
+    monkeypatch.setattr(backend, "gemm", failing)
+    with pytest.raises(LibraryError, match="EXECUTION_FAILED"):
+        await cuasync.matmul(m, m)
+    with pytest.raises(LibraryError):
+        cuasync.matmul(m, m).submit()
+    monkeypatch.undo()
+
+    def released() -> bool:  # (once the stream's earlier work has drained)
+        block_cache.flush(device)
+        return (device.memory_info().used, cuasync.stats().slots_armed) == before
+
+    await wait_until(released)
+    np.testing.assert_allclose(
+        await (await cuasync.matmul(m, m)).to_host(), a @ a, rtol=1e-4, atol=1e-4
+    )
+
+
+async def test_in_a_cancel_scope_a_seen_matmul_takes_the_long_way(anyio_backend: Any) -> None:
+    # a library call carries no cancel word: inside a scope the long way runs it (and
+    # guards it where the backend can), so a cancelled scope's product never lands
+    core = _core()
+    a, m = await _pair()
+    await _seen(m)
+    launches = core.launches
+    with cuasync.CancelScope():
+        r = await cuasync.matmul(m, m)
+    assert core.launches == launches
+    np.testing.assert_allclose(await r.to_host(), a @ a, rtol=1e-4, atol=1e-4)
+
+
+async def test_before_cublas_is_loaded_on_a_device_its_await_loads_it_off_the_loop(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a kind seen on one device, multiplied on a device where cuBLAS is not loaded: the
+    # core does not take it until the await has loaded cuBLAS on the compile thread;
+    # synchronized there, it is loaded inline and recorded, and the core takes the next
+    core = _core()
+    a, m = await _pair()
+    await _seen(m)
+    monkeypatch.setattr(CUBLAS, "_prepared", {})
+    off_loop = first_use.stats()
+    r = await cuasync.matmul(m, m)
+    assert first_use.stats() == off_loop + 1 and m.device.ordinal in CUBLAS._prepared
+    np.testing.assert_allclose(await r.to_host(), a @ a, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(CUBLAS, "_prepared", {})
+    launches = core.launches
+    cuasync.matmul(m, m).sync(allow_in_loop=True)
+    assert core.launches == launches and m.device.ordinal in CUBLAS._prepared
+    await cuasync.matmul(m, m)
+    assert core.launches == launches + 1 and first_use.stats() == off_loop + 1
+
+
+async def test_a_seen_matmul_is_not_captured_into_a_graph(anyio_backend: Any) -> None:
+    # capture refuses a new result's allocation, as the long way always has: the core
+    # does not take a capturing stream
+    _core()
+    _, m = await _pair()
+    await _seen(m)
+    with pytest.raises(CaptureError, match="captur"):
+        cuasync.matmul(m, m).graph()
