@@ -330,6 +330,9 @@ class PreparedCore:
     ordinal: int
     handle: int
     fast: Any
+    #: a library call made in place of a kernel launch (``call(stream, args, errors,
+    #: flag_address, flag_value)``), or None: a kernel
+    call: Any
 
 @disjoint_base
 class KernelCore:
@@ -581,7 +584,34 @@ class ExpressLaunches:
     reduce_plan_for: Callable[[Any, None, tuple[Any, ...], list[Any]], Any] | None
     @property
     def memo(self) -> Memo: ...
+    #: {type: maker(value, stream)}: the launch op of a TensorOp wrapping a value of that
+    #: type (a seen matmul's product), or None
+    @property
+    def pending_launches(self) -> dict[type, Callable[[Any, Any], Any]]: ...
     def launch(self, op: Any, stream: Any, /) -> Any: ...
+
+@final
+class LtMatmul:
+    """One kind of cuBLASLt product called from C (``reactor/python/blas.c``): its
+    descriptor, the layouts of A, B and C, its algorithm, its scales' type; a call
+    passes what changes and returns cublasLtMatmul's status."""
+
+    def __new__(
+        cls, fn: int, desc: int, a: int, b: int, c: int, algo: bytes, scale_double: bool
+    ) -> Self: ...
+    def __call__(
+        self,
+        handle: int,
+        alpha: float,
+        beta: float,
+        a: int,
+        b: int,
+        c: int,
+        workspace: int,
+        workspace_bytes: int,
+        stream: int,
+        /,
+    ) -> int: ...
 
 @final
 class ReduceApply:

@@ -6,7 +6,10 @@ as an argument: :class:`LtKinds` makes, once per kind of product (device, types,
 transposes, sizes, leading dimensions, batch strides, workspace bound), the matmul
 descriptor, the three matrix layouts and the heuristic's first algorithm, and later
 products of that kind only call ``cublasLtMatmul`` (docs/performance.md measured 9.9
-against 18.0 µs of host time through ctypes on an H200 for 64 x 64 float32).
+against 18.0 µs of host time through ctypes on an H200 for 64 x 64 float32). That call
+is made from C (the native ``LtMatmul`` of each kind, ``reactor/python/blas.c``: its
+fixed arguments are its own fields), not through ctypes, which converted all sixteen
+arguments on every product.
 
 Real floating types only (float16, bfloat16, float32, float64; "highest" or "tf32"):
 complex and int8 products, a kind the heuristic has no algorithm for, a library
@@ -25,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._native import NATIVE
 from ..errors import LibraryError
 from .nvlib import open_nvidia
 
@@ -142,11 +146,17 @@ def _check(status: int, call: str, name: StatusName) -> None:
         raise LibraryError(status, name(status), call)
 
 
+def _address(fn: Any) -> int:
+    """The C address of a library's entry point (a ctypes function pointer)."""
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
 class LtKind:
     """One kind of product: its descriptor, layouts and algorithm (made by
-    :meth:`LtKinds.get`). :meth:`matmul` enqueues it on given pointers and scales."""
+    :meth:`LtKinds.get`). :meth:`matmul` enqueues it on given pointers and scales,
+    through its native ``LtMatmul`` (the call made from C)."""
 
-    __slots__ = ("_algo", "_heuristic", "_lib", "_name", "a", "b", "c", "desc", "scale")
+    __slots__ = ("_call", "_name", "a", "b", "c", "desc")
 
     def __init__(
         self,
@@ -157,13 +167,13 @@ class LtKind:
         scale: Any,
         name: StatusName,
     ) -> None:
-        self._lib = lib
         self._name = name
         self.desc = desc
         self.a, self.b, self.c = layouts
-        self._heuristic = heuristic  # (kept alive: the algorithm is read from it)
-        self._algo = ctypes.byref(heuristic.algo)
-        self.scale = scale  # the C type of alpha and beta
+        self._call = NATIVE.LtMatmul(
+            _address(lib.cublasLtMatmul), desc, *layouts, bytes(heuristic.algo),
+            scale is ctypes.c_double,
+        )  # fmt: skip
 
     def matmul(
         self,
@@ -176,13 +186,12 @@ class LtKind:
         stream: int,
     ) -> None:
         """``c = alpha * op(a) op(b) + beta * c`` on ``stream`` (pointers from ``args``)."""
-        al, be = self.scale(alpha.real), self.scale(beta.real)
-        status = self._lib.cublasLtMatmul(
-            handle, self.desc, ctypes.byref(al), args.a, self.a, args.b, self.b,
-            ctypes.byref(be), args.c, self.c, args.c, self.c, self._algo,
-            workspace, workspace_bytes, stream,
+        status = self._call(
+            handle, alpha.real, beta.real, args.a, args.b, args.c, workspace, workspace_bytes,
+            stream,
         )  # fmt: skip
-        _check(status, "cublasLtMatmul", self._name)
+        if status:
+            _check(status, "cublasLtMatmul", self._name)
 
 
 class LtKinds:

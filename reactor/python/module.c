@@ -920,7 +920,7 @@ module_exec(PyObject *m)
         {"ProcessCore", &ProcessCore_spec}, {"BlockCacheCore", &BlockCacheCore_spec},
         {"Memo", &Memo_spec}, {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
         {"ExpressLaunches", &ExpressLaunches_spec}, {"Operator", &Operator_spec},
-        {"ReduceApply", &ReduceApply_spec},
+        {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -106,6 +106,7 @@ extern PyType_Spec LaunchAwait_spec;
 extern PyType_Spec ExecLock_spec;
 extern PyType_Spec CurrentOrdinal_spec;
 extern PyType_Spec Launcher_spec;
+extern PyType_Spec LtMatmul_spec; /* blas.c */
 /* The end of the last parameter of a checked layout, in bytes. */
 uint32_t layout_extent(const char *layout, Py_ssize_t n);
 

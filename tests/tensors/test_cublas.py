@@ -125,9 +125,17 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeLib:
     return lib
 
 
+#: cublasLtMatmul's C type: cuasync calls it from C (the native LtMatmul), so the fake's
+#: is a C function pointer calling back into Python.
+_LT_MATMUL = ctypes.CFUNCTYPE(
+    ctypes.c_int, *[ctypes.c_void_p] * 14, ctypes.c_size_t, ctypes.c_void_p
+)
+
+
 class FakeLt:
     """Records the cuBLASLt calls; descriptors and layouts are numbered objects whose
-    attributes it keeps, so that a numpy model can run what cublasLtMatmul was given."""
+    attributes it keeps, so that a numpy model can run what cublasLtMatmul was given
+    (its arguments as ints, the scales read as the descriptor's scale type says)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -135,6 +143,15 @@ class FakeLt:
         self.status = 0
         self.algorithms = 1  # what the heuristic finds
         self.matmuls: list[tuple[Any, ...]] = []
+        self.cublasLtMatmul = _LT_MATMUL(self._matmul)
+
+    def _matmul(self, *pointers: int | None) -> int:
+        self.calls.append("cublasLtMatmul")
+        args = [p or 0 for p in pointers]  # (a null void* comes as None)
+        scale = ctypes.c_double if self.objects[args[1]]["scale"] == 1 else ctypes.c_float
+        alpha, beta = (ctypes.cast(args[i], ctypes.POINTER(scale))[0] for i in (2, 7))
+        self.matmuls.append((*args[:2], alpha, *args[3:7], beta, *args[8:]))
+        return self.status
 
     def _new(self, out: Any, **fields: Any) -> int:
         handle = 0x100 + len(self.objects)
@@ -160,9 +177,6 @@ class FakeLt:
                 self.objects[target][args[1]] = args[2]._obj.value
             if name == "cublasLtMatmulAlgoGetHeuristic":
                 args[9]._obj.value = self.algorithms
-            if name == "cublasLtMatmul":
-                self.matmuls.append(args)
-                return self.status
             return 0
 
         return call
@@ -180,7 +194,7 @@ def lt_model(buf: np.ndarray, lt: FakeLt, call: tuple[Any, ...]) -> None:
     """What cublasLtMatmul computes (column-major, D = alpha op(A) op(B) + beta C, D = C
     here), read from the descriptor and layouts it was given."""
     desc = lt.objects[call[1]]
-    alpha, beta = call[2]._obj.value, call[7]._obj.value
+    alpha, beta = call[2], call[7]
     la, lb, lc = (lt.objects[call[k]] for k in (4, 6, 9))
     assert call[8] == call[10] and call[9] == call[11]  # in place: D is C
 
@@ -437,3 +451,41 @@ def test_real_library_declares_its_prototypes(monkeypatch: pytest.MonkeyPatch) -
         pytest.skip("cuBLAS is not installed here (pip install nvidia-cublas)")
     assert lib.cublasGetStatusName(7) == b"CUBLAS_STATUS_INVALID_VALUE"
     assert lib.cublasGemmStridedBatchedEx.argtypes is not None
+
+
+def test_lt_matmul_passes_its_fields_and_the_calls_arguments() -> None:
+    """The native call of one kind: its own fields (descriptor, layouts, algorithm) and
+    each call's handle, scales (float or double, as the kind says), pointers, workspace
+    and stream reach cublasLtMatmul, C is D, and its status comes back."""
+    from cuasync._native import NATIVE
+
+    got: list[tuple[Any, ...]] = []
+    algo = bytes(range(64))
+
+    def entry(*pointers: int | None) -> int:
+        p = [x or 0 for x in pointers]
+        scale = ctypes.c_double if p[1] == 0xD0 else ctypes.c_float
+        alpha, beta = (ctypes.cast(p[i], ctypes.POINTER(scale))[0] for i in (2, 7))
+        seen_algo = bytes(ctypes.cast(p[12], ctypes.POINTER(ctypes.c_ubyte * 64))[0])
+        got.append((p[0], p[1], alpha, *p[3:7], beta, *p[8:12], seen_algo == algo, *p[13:]))
+        return 7 if alpha == 3.0 else 0
+
+    fn = _LT_MATMUL(entry)
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    single = NATIVE.LtMatmul(address, 0xF0, 0xA, 0xB, 0xC, algo, False)
+    double = NATIVE.LtMatmul(address, 0xD0, 0xA, 0xB, 0xC, algo, True)
+    assert single(0x1, 2.5, 0.0, 0x100, 0x200, 0x300, 0x900, 1 << 20, 0x77) == 0
+    assert double(0x1, 1 / 3, 1.0, 0x100, 0x200, 0x300, 0x900, 1 << 20, 0x77) == 0
+    assert single(0x1, 3.0, 0.0, 0x100, 0x200, 0x300, 0, 0, 0) == 7
+    tail = (0x300, 0xC, 0x300, 0xC, True, 0x900, 1 << 20, 0x77)
+    assert got[0] == (0x1, 0xF0, 2.5, 0x100, 0xA, 0x200, 0xB, 0.0, *tail)
+    assert got[1] == (0x1, 0xD0, 1 / 3, 0x100, 0xA, 0x200, 0xB, 1.0, *tail)
+    with pytest.raises(TypeError, match="9 arguments"):
+        single(0x1, 1.0, 0.0)
+    with pytest.raises(ValueError, match="64 bytes"):
+        NATIVE.LtMatmul(address, 0xF0, 0xA, 0xB, 0xC, algo[:8], False)
+    with pytest.raises(ValueError, match="not 0"):
+        NATIVE.LtMatmul(0, 0xF0, 0xA, 0xB, 0xC, algo, False)
+    with pytest.raises(TypeError):
+        single(0x1, "1.0", 0.0, 0x100, 0x200, 0x300, 0x900, 1 << 20, 0x77)
+    assert len(got) == 3
