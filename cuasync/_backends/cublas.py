@@ -306,16 +306,20 @@ class Blas:
         ``cublasLtMatmul`` with the descriptors and algorithm of its kind where it has
         them (:mod:`.cublaslt`), else ``cublasGemmStridedBatchedEx``."""
         lib = load()
-        args = plan(a, b, c)
         ws, nbytes = self.workspace(stream, hopper)
         kinds = self._lt_kinds()
         if kinds is not None:
-            kind = kinds.get(ordinal, dtype_name(c.dtype), precision, args, nbytes)
-            if kind is not None:
+            found = kinds.by_views(ordinal, a, b, c, precision, nbytes, plan)
+            if found is not None:
+                kind, swapped = found
+                first, second = (b, a) if swapped else (a, b)
                 lt_handle = kinds.handle(ordinal)
                 with self._bind_lock:  # (one call into the library at a time, as below)
-                    kind.matmul(lt_handle, args, alpha, beta, ws, nbytes, stream)
+                    kind.matmul(
+                        lt_handle, first.ptr, second.ptr, c.ptr, alpha, beta, ws, nbytes, stream
+                    )
                 return
+        args = plan(a, b, c)
         if dtype_name(a.dtype) == "int8":  # int8 in, int32 out and accumulated
             dtype, ctype, compute = _R_8I, _R_32I, _COMPUTE_32I
             al: Any = ctypes.c_int(int(alpha.real))

@@ -17,8 +17,10 @@ without ``libcublasLt``, and kinds past :data:`LIMIT` take ``cublasGemmStridedBa
 (``cublas.Blas.gemm``). The library comes from the ``nvidia-cublas`` wheel as
 ``libcublas`` does; descriptors live as long as the process (they hold no device memory).
 
->>> kind = kinds.get(ordinal, "float32", "highest", args, workspace_bytes)
->>> if kind is not None: kind.matmul(lt_handle, args, alpha, beta, ws, ws_bytes, stream)
+>>> found = kinds.by_views(ordinal, a, b, c, "highest", workspace_bytes, plan)
+>>> if found is not None:
+...     kind, swapped = found       # (cuBLAS's first operand is b where swapped)
+...     kind.matmul(lt_handle, b.ptr, a.ptr, c.ptr, alpha, beta, ws, ws_bytes, stream)
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._dtypes import dtype_name
 from .._native import NATIVE
 from ..errors import LibraryError
 from .nvlib import open_nvidia
 
 if TYPE_CHECKING:
+    from .base import DeviceArray
     from .cublas import GemmArgs
 
 __all__ = ["LIMIT", "LtKind", "LtKinds", "StatusName", "load"]
@@ -178,17 +182,19 @@ class LtKind:
     def matmul(
         self,
         handle: int,
-        args: GemmArgs,
+        a: int,
+        b: int,
+        c: int,
         alpha: complex,
         beta: complex,
         workspace: int,
         workspace_bytes: int,
         stream: int,
     ) -> None:
-        """``c = alpha * op(a) op(b) + beta * c`` on ``stream`` (pointers from ``args``)."""
+        """``c = alpha * op(a) op(b) + beta * c`` on ``stream`` (cuBLAS's column-major
+        operands: :class:`~.cublas.GemmArgs`'s ``a``, ``b`` and ``c``)."""
         status = self._call(
-            handle, alpha.real, beta.real, args.a, args.b, args.c, workspace, workspace_bytes,
-            stream,
+            handle, alpha.real, beta.real, a, b, c, workspace, workspace_bytes, stream
         )  # fmt: skip
         if status:
             _check(status, "cublasLtMatmul", self._name)
@@ -204,6 +210,8 @@ class LtKinds:
         self._lock = threading.Lock()
         self._handles: dict[int, int] = {}
         self._kinds: dict[tuple[Any, ...], LtKind | None] = {}  # (never emptied: see LIMIT)
+        #: (kind, swapped) by the views' geometry (never emptied: at most LIMIT)
+        self._by_views: dict[tuple[Any, ...], tuple[LtKind, bool] | None] = {}
 
     def _check(self, status: int, call: str) -> None:
         _check(status, call, self._name)
@@ -219,6 +227,36 @@ class LtKinds:
                 self._check(self._lib.cublasLtCreate(ctypes.byref(h)), "cublasLtCreate")
                 self._handles[ordinal] = int(h.value or 0)
             return self._handles[ordinal]
+
+    def by_views(
+        self,
+        ordinal: int,
+        a: DeviceArray,
+        b: DeviceArray,
+        c: DeviceArray,
+        precision: str,
+        workspace_bytes: int,
+        plan: Callable[[Any, Any, Any], GemmArgs],
+    ) -> tuple[LtKind, bool] | None:
+        """The kind of ``c = a @ b`` (batched views) and whether cuBLAS's first operand
+        is ``b`` (a row-major ``c`` is computed as ``c^T = b^T a^T``), found by the views'
+        dtype, shapes and strides and their pointers' alignments; ``plan`` (``cublas.plan``)
+        makes the arguments on a miss. None: the product takes GemmEx (see :meth:`get`)."""
+        key = (
+            ordinal, c.dtype, precision, workspace_bytes, a.shape, a.strides, b.shape,
+            b.strides, c.shape, c.strides,
+            _alignment(a.ptr), _alignment(b.ptr), _alignment(c.ptr),
+        )  # fmt: skip
+        try:
+            return self._by_views[key]
+        except KeyError:
+            pass
+        args = plan(a, b, c)
+        kind = self.get(ordinal, dtype_name(c.dtype), precision, args, workspace_bytes)
+        found = None if kind is None else (kind, args.a != a.ptr)
+        if len(self._by_views) < LIMIT:
+            self._by_views[key] = found
+        return found
 
     def get(
         self, ordinal: int, dtype: str, precision: str, args: GemmArgs, workspace_bytes: int

@@ -364,6 +364,31 @@ def test_lt_kinds_compute_the_row_major_products(
     assert "cublasGemmStridedBatchedEx" not in [name for name, _ in fake.calls]
 
 
+@pytest.mark.parametrize("c_order", ["row", "column"])
+def test_views_seen_before_are_not_planned_again(
+    c_order: str, fake_lt: FakeLt, fake: FakeLib, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Products of views of one geometry (dtype, shapes, strides, alignment) at other
+    addresses are planned once: later ones pass their own pointers, in cuBLAS's order
+    (b first for a row-major result), and compute numpy's products."""
+    planned: list[Any] = []
+    real = cublas.plan
+    monkeypatch.setattr(cublas, "plan", lambda *views: planned.append(views) or real(*views))
+    blas = cublas.Blas(lambda n, s: 0x9000, lambda p, s: None, lambda s: False)
+    rng = np.random.default_rng(1)
+    c_strides = (5, 1) if c_order == "row" else (1, 3)
+    for shift in (0, 32, 96):  # (float64 elements: 256 bytes apart, the same alignment)
+        buf = rng.standard_normal(512)
+        a = View(ITEM * shift, (1, 3, 4), (12, 4, 1))
+        b = View(ITEM * (shift + 16), (1, 4, 5), (20, 1, 4))
+        c = View(ITEM * (shift + 40), (1, 3, 5), (15, *c_strides))
+        want = np.matmul(a.read(buf), b.read(buf))
+        blas.gemm(0, 10, True, a, b, c, 1.0, 0.0, "highest")
+        lt_model(buf, fake_lt, fake_lt.matmuls[-1])
+        np.testing.assert_allclose(c.read(buf), want, rtol=1e-12, atol=1e-12)
+    assert len(planned) == 1 and len(fake_lt.matmuls) == 3
+
+
 def test_a_seen_kind_is_one_lt_call(fake_lt: FakeLt, fake: FakeLib) -> None:
     """The descriptor, layouts and algorithm are made once per kind; each product then
     makes one cublasLtMatmul call (on its own stream and workspace: no binding)."""
