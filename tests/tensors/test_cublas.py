@@ -373,7 +373,12 @@ def test_views_seen_before_are_not_planned_again(
     (b first for a row-major result), and compute numpy's products."""
     planned: list[Any] = []
     real = cublas.plan
-    monkeypatch.setattr(cublas, "plan", lambda *views: planned.append(views) or real(*views))
+
+    def counted(*views: Any) -> cublas.GemmArgs:
+        planned.append(views)
+        return real(*views)
+
+    monkeypatch.setattr(cublas, "plan", counted)
     blas = cublas.Blas(lambda n, s: 0x9000, lambda p, s: None, lambda s: False)
     rng = np.random.default_rng(1)
     c_strides = (5, 1) if c_order == "row" else (1, 3)
