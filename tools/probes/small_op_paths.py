@@ -10,7 +10,7 @@ out=o)``, ``cuasync.sum(x)`` and ``cuasync.matmul(m, m)``; x (1024,) float32, m 
 float32. Then the backend's GEMM alone (on a GPU: cuBLAS's three calls through ctypes),
 called again with the arguments matmul's submission gave it: what of a matmul's host time
 is the library call's; and on a GPU each step of that call (the submitter's fence, the
-context switch, ``plan`` and each cuBLAS(Lt) call through ctypes).
+context switch, ``plan``, each cuBLAS call through ctypes and the cuBLASLt call from C).
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
@@ -134,10 +134,8 @@ def _gemm_parts(m: cuasync.Tensor, stream: cuasync.Stream) -> dict[str, float]:
     saved = {name: getattr(lib, name) for name in calls}
     for name in calls:
         setattr(lib, name, timed(name, saved[name]))
-    lt = cublaslt.load()
-    lt_matmul = None if lt is None else lt.cublasLtMatmul
-    if lt is not None:
-        lt.cublasLtMatmul = timed("cublasLtMatmul", lt_matmul)
+    lt_matmul = cublaslt.LtKind.matmul  # (cublasLtMatmul, called from C)
+    setattr(cublaslt.LtKind, "matmul", timed("LtKind.matmul (cublasLtMatmul from C)", lt_matmul))  # noqa: B010
     parts = {"plan": cublas.plan, "Blas.gemm": blas.gemm}
     try:
         cublas.plan = timed("plan", parts["plan"])  # type: ignore[assignment]
@@ -146,8 +144,7 @@ def _gemm_parts(m: cuasync.Tensor, stream: cuasync.Stream) -> dict[str, float]:
     finally:
         for name in calls:
             setattr(lib, name, saved[name])
-        if lt is not None:
-            lt.cublasLtMatmul = lt_matmul
+        setattr(cublaslt.LtKind, "matmul", lt_matmul)  # noqa: B010
         cublas.plan = parts["plan"]  # type: ignore[assignment]
         del blas.gemm
     submitter = getattr(backend, "_submitter", None)
