@@ -71,7 +71,8 @@ _INSTALL = (
 
 @dataclass(frozen=True)
 class GemmArgs:
-    """The arguments of one ``cublasGemmStridedBatchedEx`` call, pointers in bytes."""
+    """The arguments of one ``cublasGemmStridedBatchedEx`` call, pointers in bytes;
+    ``swapped``: cuBLAS's first operand is ``b`` (a row-major result, ``c^T = b^T a^T``)."""
 
     transa: int
     transb: int
@@ -88,6 +89,7 @@ class GemmArgs:
     ldc: int
     stride_c: int
     batch: int
+    swapped: bool = False
 
 
 def _layout(x: DeviceArray, what: str) -> tuple[str, int]:
@@ -125,7 +127,7 @@ def plan(a: DeviceArray, b: DeviceArray, c: DeviceArray) -> GemmArgs:
             b.ptr, ldb, sb,
             a.ptr, lda, sa,
             c.ptr, ldc, sc,
-            batch,
+            batch, True,
         )  # fmt: skip
     return GemmArgs(  # c (m x n) = a (m x k) b (k x n)
         _OP_N if a_kind == "col" else _OP_T,

@@ -20,7 +20,8 @@ without ``libcublasLt``, and kinds past :data:`LIMIT` take ``cublasGemmStridedBa
 >>> found = kinds.by_views(ordinal, a, b, c, "highest", workspace_bytes, plan)
 >>> if found is not None:
 ...     kind, swapped = found       # (cuBLAS's first operand is b where swapped)
-...     kind.matmul(lt_handle, b.ptr, a.ptr, c.ptr, alpha, beta, ws, ws_bytes, stream)
+...     first, second = (b, a) if swapped else (a, b)
+...     kind.matmul(lt_handle, first.ptr, second.ptr, c.ptr, alpha, beta, ws, ws_bytes, stream)
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ class LtKinds:
             pass
         args = plan(a, b, c)
         kind = self.get(ordinal, dtype_name(c.dtype), precision, args, workspace_bytes)
-        found = None if kind is None else (kind, args.a != a.ptr)
+        found = None if kind is None else (kind, args.swapped)  # (never by pointers: a is b)
         if len(self._by_views) < LIMIT:
             self._by_views[key] = found
         return found

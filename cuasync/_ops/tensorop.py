@@ -27,7 +27,7 @@ from .._core.output import Output
 from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
-from .._native import TensorOpCore
+from .._native import NATIVE, TensorOpCore
 from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
@@ -35,7 +35,7 @@ from ..errors import ArgumentError, ShapeError
 from . import operators
 from .codegen import UNROLL, VECTOR_BLOCK, VECTOR_GRID, VECTORS, scalar_arg, scalar_specs
 from .expr import Node, check_dtype, is_ml_scalar
-from .launch_plan import Layout, express_launch, layout, merge_axes, vector_access
+from .launch_plan import LAUNCHES, Layout, express_launch, layout, merge_axes, vector_access
 from .operators import TensorOperators
 
 __all__ = [
@@ -277,21 +277,38 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             self._take()  # raises
         return self.submit_on(self._pick_stream())
 
-    def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
-        """See :meth:`DeviceOp.submit_on`: a seen expression as its raw launch (the core
-        makes the future in one call), else the long way. A future is never skipped
-        (others may await it): inside a cancel scope it is built outside it."""
+    def _submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """:meth:`submit_on` where the native one hands it over: an op already taken or
+        not a stream (raises), inside a cancel scope (a future is never skipped: others
+        may await it, so it is built outside the scope), no native core."""
         if self._consumed or not isinstance(stream, Stream):
             return DeviceOp.submit_on(self, stream)  # raises
         if SCOPE.get() is not None:
             with detached():
                 return self.submit_on(stream)
         launch = express_launch(self, stream)
-        self._consumed = True
         if launch is None:
-            return DeviceFuture(DeviceOp._start(self, stream, True))
+            return self._submit_generic(stream)
+        self._consumed = True
         future: DeviceFuture[Tensor] = express.submit_future(launch, stream)
         return future
+
+    def _submit_generic(self, stream: Stream) -> DeviceFuture[Tensor]:
+        """The op, with no raw launch, taken and submitted the generic way."""
+        self._consumed = True
+        return DeviceFuture(DeviceOp._start(self, stream, True))
+
+    if TYPE_CHECKING:
+
+        def submit_on(self, stream: Stream) -> DeviceFuture[Tensor]: ...
+
+    else:
+        #: See :meth:`DeviceOp.submit_on`: native (``TensorSubmit``,
+        #: ``reactor/python/launches.c``): a seen expression's raw launch, submitted by the
+        #: core as a future in one call; else :meth:`_submit_on`.
+        submit_on = NATIVE.TensorSubmit(
+            LAUNCHES, _submit_on, _submit_generic, express.submit_future, SCOPE
+        )
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         if self._out is not None and SCOPE.get() is not None:  # (see above)

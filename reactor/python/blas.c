@@ -102,8 +102,12 @@ LtMatmul_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwna
                             "workspace, workspace_bytes, stream), %zd given",
                             nargs);
     void *handle, *a, *b, *c, *workspace, *stream, *nbytes;
-    double alpha = PyFloat_AsDouble(args[1]), beta = PyFloat_AsDouble(args[2]);
-    if (PyErr_Occurred() || pointer_arg(args[0], &handle) < 0 || pointer_arg(args[3], &a) < 0 ||
+    double alpha = PyFloat_AsDouble(args[1]);
+    if (alpha == -1.0 && PyErr_Occurred())
+        return NULL;
+    double beta = PyFloat_AsDouble(args[2]);
+    if ((beta == -1.0 && PyErr_Occurred()) || pointer_arg(args[0], &handle) < 0 ||
+        pointer_arg(args[3], &a) < 0 ||
         pointer_arg(args[4], &b) < 0 || pointer_arg(args[5], &c) < 0 ||
         pointer_arg(args[6], &workspace) < 0 || pointer_arg(args[7], &nbytes) < 0 ||
         pointer_arg(args[8], &stream) < 0)

@@ -454,7 +454,7 @@ PyObject *apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out);
 /* reduce.c: the builder of reductions (reductions.reduce_op) */
 extern PyType_Spec ReduceApply_spec;
 /* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */
-extern PyType_Spec ExpressLaunches_spec;
+extern PyType_Spec ExpressLaunches_spec, TensorSubmit_spec;
 /* TensorCore's DLPack protocol (dlpack.c): __dlpack__ and __dlpack_device__, entries of
  * its method table (cores.c) */
 PyObject *tensor_dlpack(PyObject *self, PyTypeObject *defining_class, PyObject *const *args,

@@ -284,9 +284,15 @@ python_launch(Express *self, int kind, PyObject *op, PyObject *stream, PyObject 
     PyObject *block = LAUNCH(op)->block, *shared = LAUNCH(op)->shared_mem;
     PyObject *handle = STREAM(stream)->handle, *args = LAUNCH(op)->args;
     if (kind == BY_CALL) { /* call(stream, args, errors, flag_address, flag_value) */
+        PyObject *call = Py_XNewRef(PREPARED(prepared)->call); /* (read again: held) */
+        if (call == NULL || call == Py_None) {
+            Py_XDECREF(call);
+            PyErr_SetString(PyExc_RuntimeError, "a library call's prepared call was unset");
+            return -1;
+        }
         PyObject *a[6] = {NULL, handle, args, box, address, gen};
-        PyObject *r = PyObject_Vectorcall(PREPARED(prepared)->call, a + 1,
-                                          5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *r = PyObject_Vectorcall(call, a + 1, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(call);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
@@ -1151,6 +1157,26 @@ Express_submit(Express *self, PyObject *const *args, Py_ssize_t nargs)
     if (r == self->generic) /* nothing done: the op is not taken */
         field_set(&OP(op)->consumed, Py_NewRef(Py_False));
     return r;
+}
+
+/* Express.submit for C callers (launches.c's TensorSubmit): core an Express, else the
+ * generic sentinel is not known: NULL with a TypeError. */
+PyObject *
+express_submit(PyObject *core, PyObject *op, PyObject *stream)
+{
+    if (!is_express(core)) {
+        PyErr_SetString(PyExc_TypeError, "the hub's express is not an Express");
+        return NULL;
+    }
+    PyObject *args[2] = {op, stream};
+    return Express_submit((Express *)core, args, 2);
+}
+
+/* The generic sentinel of an Express (borrowed; core checked by the caller). */
+PyObject *
+express_generic(PyObject *core)
+{
+    return ((Express *)core)->generic;
 }
 
 static PyMethodDef Express_methods[] = {

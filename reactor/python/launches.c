@@ -575,3 +575,168 @@ PyType_Spec ExpressLaunches_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Launches_slots,
 };
+
+/*
+ * TensorSubmit: TensorOp.submit_on in C (a method descriptor): a seen expression's raw
+ * launch (Launches_launch) submitted as a future by the hub's core (Express.submit), in
+ * one native call. Python is called where this is not the common case: long_way(op,
+ * stream) (the op taken or not a TensorOp, not a Stream, inside a cancel scope, no
+ * core: TensorOp._submit_on, which raises or detaches), generic(op, stream) (no raw
+ * launch: the op taken, then the generic path) and submit_future(launch, stream) (the
+ * core declined the launch: express.submit_future's generic path).
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *launches, *long_way, *generic, *submit_future, *scope_var, *process;
+    PyObject *qualname; /* (__set_name__'s: TensorOp.submit_on) */
+    vectorcallfunc vectorcall;
+} TensorSubmit;
+
+/* (its object fields: all but vectorcall) */
+#define SUBMIT_FIELDS 7
+
+FIELDS_GC_SLOTS(Submit, SUBMIT_FIELDS)
+
+static PyObject *
+Submit_vectorcall(TensorSubmit *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
+        return PyObject_Vectorcall(self->long_way, args, nargsf, kwnames); /* (words it) */
+    PyObject *op = args[0], *stream = args[1];
+    ExpressLaunches *launches = (ExpressLaunches *)self->launches;
+    PyObject *hub = PROCESS(self->process)->hub;
+    PyObject *core = hub != NULL && hub != Py_None ? HUB(hub)->express : NULL;
+    PyObject *scope = NULL;
+    if (!PyObject_TypeCheck(op, (PyTypeObject *)launches->op_core_t) ||
+        OP(op)->consumed != Py_False || !Py_IS_TYPE(stream, REGISTERED(STREAM)) ||
+        core == NULL || core == Py_None || PyContextVar_Get(self->scope_var, Py_None, &scope) < 0)
+        return PyErr_Occurred() ? NULL : PyObject_Vectorcall(self->long_way, args, 2, NULL);
+    int scoped = scope != Py_None;
+    Py_DECREF(scope);
+    if (scoped) /* (inside a cancel scope: the long way builds the future outside it) */
+        return PyObject_Vectorcall(self->long_way, args, 2, NULL);
+    Py_INCREF(core);
+    PyObject *pair[2] = {op, stream};
+    PyObject *launch = Launches_launch(launches, pair, 2);
+    PyObject *result = NULL;
+    if (launch == NULL)
+        goto done;
+    if (launch == Py_None) { /* (no raw launch: the op taken, the generic path) */
+        result = PyObject_Vectorcall(self->generic, pair, 2, NULL);
+        goto done;
+    }
+    field_set(&OP(op)->consumed, Py_NewRef(Py_True));
+    result = express_submit(core, launch, stream);
+    if (result != NULL && result == express_generic(core)) { /* (declined: Python's way) */
+        Py_DECREF(result);
+        PyObject *a[2] = {launch, stream};
+        result = PyObject_Vectorcall(self->submit_future, a, 2, NULL);
+    }
+done:
+    Py_XDECREF(launch);
+    Py_DECREF(core);
+    return result;
+}
+
+static PyObject *
+Submit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"launches", "long_way", "generic", "submit_future", "scope", NULL};
+    PyObject *launches, *long_way, *generic, *submit_future, *scope;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:TensorSubmit", names, &launches,
+                                     &long_way, &generic, &submit_future, &scope))
+        return NULL;
+    if (Py_TYPE(launches)->tp_dealloc != Launches_dealloc || !PyContextVar_CheckExact(scope))
+        return PyErr_Format(PyExc_TypeError, "TensorSubmit: launches must be an "
+                                             "ExpressLaunches and scope a ContextVar");
+    PyObject *process = module_process(type);
+    if (process == NULL)
+        return NULL;
+    TensorSubmit *self = (TensorSubmit *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->launches = Py_NewRef(launches);
+    self->long_way = Py_NewRef(long_way);
+    self->generic = Py_NewRef(generic);
+    self->submit_future = Py_NewRef(submit_future);
+    self->scope_var = Py_NewRef(scope);
+    self->process = Py_NewRef(process);
+    self->vectorcall = (vectorcallfunc)Submit_vectorcall;
+    return (PyObject *)self;
+}
+
+/* __set_name__(owner, name): TensorOp.submit_on, for __qualname__ (as a method has). */
+static PyObject *
+Submit_set_name(TensorSubmit *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "__set_name__(owner, name)");
+    PyObject *owner = PyObject_GetAttrString(args[0], "__qualname__");
+    PyObject *qualname = owner == NULL ? NULL : PyUnicode_FromFormat("%U.%U", owner, args[1]);
+    Py_XDECREF(owner);
+    if (qualname == NULL)
+        return NULL;
+    field_set(&self->qualname, qualname);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Submit_get_name(TensorSubmit *self, void *qual)
+{
+    if (qual && self->qualname != NULL)
+        return Py_NewRef(self->qualname);
+    return PyUnicode_FromString("submit_on");
+}
+
+static PyObject *
+Submit_get_signature(TensorSubmit *Py_UNUSED(self), void *Py_UNUSED(c))
+{
+    return PyUnicode_FromString("($self, stream, /)");
+}
+
+static PyGetSetDef Submit_getset[] = {
+    {"__name__", (getter)Submit_get_name, NULL, "submit_on", NULL},
+    {"__qualname__", (getter)Submit_get_name, NULL, "TensorOp.submit_on", (void *)1},
+    {"__text_signature__", (getter)Submit_get_signature, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Submit_methods[] = {
+    {"__set_name__", (PyCFunction)(void (*)(void))Submit_set_name, METH_FASTCALL,
+     "__set_name__($self, owner, name, /)\n--\n\nRecords the class it is a method of."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Submit_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(TensorSubmit, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Submit_slots[] = {
+    {Py_tp_doc, "TensorSubmit(launches, long_way, generic, submit_future, scope)\n--\n\n"
+                "TensorOp.submit_on in C (a method): a seen expression's raw launch submitted "
+                "by the hub's core as a future in one call; long_way(op, stream) where that "
+                "is not the case (a taken op, not a Stream, a cancel scope, no core), "
+                "generic(op, stream) where the op has no raw launch, submit_future(launch, "
+                "stream) where the core declines it.\n\n"
+                ">>> future = op.submit_on(stream)"},
+    {Py_tp_new, Submit_new},
+    {Py_tp_traverse, Submit_traverse},
+    {Py_tp_clear, Submit_clear},
+    {Py_tp_dealloc, Submit_dealloc},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, bind_to},
+    {Py_tp_members, Submit_members},
+    {Py_tp_getset, Submit_getset},
+    {Py_tp_methods, Submit_methods},
+    {0, NULL},
+};
+
+PyType_Spec TensorSubmit_spec = {
+    .name = "cuasync._reactor.TensorSubmit",
+    .basicsize = sizeof(TensorSubmit),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = Submit_slots,
+};

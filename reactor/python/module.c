@@ -921,6 +921,7 @@ module_exec(PyObject *m)
         {"Memo", &Memo_spec}, {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
         {"ExpressLaunches", &ExpressLaunches_spec}, {"Operator", &Operator_spec},
         {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
+        {"TensorSubmit", &TensorSubmit_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

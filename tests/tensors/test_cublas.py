@@ -394,6 +394,34 @@ def test_views_seen_before_are_not_planned_again(
     assert len(planned) == 1 and len(fake_lt.matmuls) == 3
 
 
+@pytest.mark.parametrize(
+    ("sa", "sb"), [((1, 4, 4), (1, 4, 4)), ((1, 2, 3), (1, 3, 2))], ids=["square", "2x3 @ 3x2"]
+)
+def test_a_product_of_one_buffer_does_not_teach_the_wrong_operand_order(
+    sa: tuple[int, ...], sb: tuple[int, ...], fake_lt: FakeLt, fake: FakeLib
+) -> None:
+    """Operands at one address first (``x @ x``, two views of one buffer), then others
+    of the same geometry: each product is numpy's (the order cuBLAS takes them in is the
+    plan's, never told from the pointers, which cannot tell it when they are equal)."""
+    blas = cublas.Blas(lambda n, s: 0x9000, lambda p, s: None, lambda s: False)
+    rng = np.random.default_rng(2)
+    m, n = sa[1], sb[2]
+
+    def product(pa: int, pb: int, pc: int) -> None:
+        buf = rng.standard_normal(256)
+        a = View(ITEM * pa, sa, (sa[1] * sa[2], sa[2], 1))
+        b = View(ITEM * pb, sb, (sb[1] * sb[2], sb[2], 1))
+        c = View(ITEM * pc, (1, m, n), (m * n, n, 1))  # (row-major: cuBLAS takes b first)
+        want = np.matmul(a.read(buf), b.read(buf))
+        blas.gemm(0, 10, True, a, b, c, 1.0, 0.0, "highest")
+        lt_model(buf, fake_lt, fake_lt.matmuls[-1])
+        np.testing.assert_allclose(c.read(buf), want, rtol=1e-12, atol=1e-12)
+
+    product(0, 0, 64)  # (one buffer: a and b at one address)
+    product(0, 32, 64)  # (the same geometry and alignments, two buffers)
+    product(96, 128, 160)
+
+
 def test_a_seen_kind_is_one_lt_call(fake_lt: FakeLt, fake: FakeLib) -> None:
     """The descriptor, layouts and algorithm are made once per kind; each product then
     makes one cublasLtMatmul call (on its own stream and workspace: no binding)."""

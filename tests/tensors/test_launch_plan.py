@@ -386,3 +386,34 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         return missed
 
     assert asyncio.run(run_all()) == []
+
+
+def test_submit_on_hands_what_is_not_its_case_to_the_long_way() -> None:
+    """``TensorOp.submit_on`` is native (``TensorSubmit``): a seen expression's future in
+    one call; an op already taken, a stream that is not one, an expression with a
+    pending operand (no raw launch) and a missing argument go the long way, which
+    raises or runs them as before; it introspects as a method."""
+    import inspect
+
+    from cuasync.errors import ArgumentError, OpConsumedError
+
+    a = np.arange(8, dtype=np.float32)
+    x = cuasync.from_host(a).sync()
+    stream = cuasync.get_default_device().new_stream()
+    op = cuasync.add(x, 1.0)
+    np.testing.assert_array_equal(op.submit_on(stream).wait().to_host().sync(), a + 1)
+    with pytest.raises(OpConsumedError):
+        op.submit_on(stream)
+    not_a_stream = cuasync.add(x, 1.0)
+    with pytest.raises(ArgumentError, match="cuasync.Stream"):
+        not_a_stream.submit_on("stream")  # type: ignore[arg-type]
+    not_a_stream.sync()
+    pending = cuasync.add(cuasync.ones((8,)), x)  # (its operand runs first: the long way)
+    np.testing.assert_array_equal(pending.submit_on(stream).wait().to_host().sync(), a + 1)
+    no_stream = cuasync.add(x, 1.0)
+    with pytest.raises(TypeError):
+        no_stream.submit_on()  # type: ignore[call-arg]
+    no_stream.sync()
+    method = cuasync.TensorOp.submit_on
+    assert (method.__name__, method.__qualname__) == ("submit_on", "TensorOp.submit_on")
+    assert str(inspect.signature(method)) == "(self, stream, /)"
