@@ -591,6 +591,28 @@ class ExpressLaunches:
     def launch(self, op: Any, stream: Any, /) -> Any: ...
 
 @final
+class TensorSubmit:
+    """``TensorOp.submit_on`` in C (``reactor/python/launches.c``): a seen expression's
+    raw launch submitted by the hub's core as a future in one call; the Python it was
+    where that is not the case."""
+
+    def __new__(
+        cls,
+        launches: ExpressLaunches,
+        long_way: Callable[[Any, Any], Any],
+        generic: Callable[[Any, Any], Any],
+        submit_future: Callable[[Any, Any], Any],
+        scope: Any,
+    ) -> Self: ...
+    def __call__(self, op: Any, stream: Any, /) -> Any: ...
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
+    def __set_name__(self, owner: Any, name: str, /) -> None: ...
+    @property
+    def __name__(self) -> str: ...
+    @property
+    def __qualname__(self) -> str: ...
+
+@final
 class LtMatmul:
     """One kind of cuBLASLt product called from C (``reactor/python/blas.c``): its
     descriptor, the layouts of A, B and C, its algorithm, its scales' type; a call
