@@ -16,7 +16,7 @@ never on a capturing stream and never inside a cancel scope: the long way runs t
 (it guards a library call where the backend can; a call has no cancel word).
 
 >>> op = library_call(GEMM_CALL, device, (a, b, c, alpha, beta, "highest"), (a, b, c),
-...                   (False, False, True), c)
+...                   (False, False, True), c, kind)
 >>> await op                                    # -> c, written by the GEMM
 """
 
@@ -37,8 +37,6 @@ __all__ = ["Call", "LibraryCall", "PreparedCall", "library_call"]
 #: on ``stream`` (a handle), then ``write_value32`` of the flag where ``flag_address`` is
 #: not 0; ``errors()`` as in ``Backend.launch_kernel``.
 Call = Callable[[int, tuple[Any, ...], Callable[[], list[BaseException]], int, int], None]
-
-_ONE = (1, 1, 1)
 
 
 class PreparedCall(PreparedKernel):
@@ -87,9 +85,15 @@ def library_call(
     tensors: tuple[Any, ...],
     writes: tuple[bool, ...],
     output: Any,
+    kind: Any,
 ) -> LibraryCall:
     """The op calling ``prepared`` on ``args`` (on ``device``), reading ``tensors`` (or
-    writing those ``writes`` marks), whose result is ``output``. Not yet taken."""
+    writing those ``writes`` marks), whose result is ``output``. Not yet taken.
+
+    ``kind`` (hashable) is what the call's duration depends on (a product's sizes): an
+    await that parks wakes early by the time learned for ``(prepared, kind)``, as a
+    kernel's launch by its kernel and grid (``cuasync._core.wake``); it is kept as the
+    op's grid, which a call does not otherwise have."""
     op: LibraryCall = LibraryCall.__new__(LibraryCall)
     op._consumed = False
     op._device = device
@@ -100,6 +104,7 @@ def library_call(
     op._params = ()
     op._writes = writes
     op._output = output
-    op._grid = op._block = _ONE
+    op._grid = kind
+    op._block = None
     op._shared_mem = 0
     return op

@@ -375,7 +375,8 @@ def _product_launch(product: _SeenProduct, stream: Stream) -> LibraryCall | None
         for t, (shape, strides, past) in zip((product._a, product._b, tc), seen.views, strict=True)
     )
     args = (xa, xb, xc, product._alpha, seen.beta, seen.precision)
-    return library_call(gemm_call(device.ordinal), device, args, (xa, xb, xc), _WRITES_RESULT, tc)
+    views = (xa, xb, xc)
+    return library_call(gemm_call(device.ordinal), device, args, views, _WRITES_RESULT, tc, seen)
 
 
 LAUNCHES.pending_launches[_SeenProduct] = _product_launch

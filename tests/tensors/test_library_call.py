@@ -15,10 +15,11 @@ from helpers import await_held, still_pending, wait_until
 import cuasync
 from cuasync import _first_use as first_use
 from cuasync._backends import get_backend
-from cuasync._core import block_cache
+from cuasync._core import block_cache, wake
 from cuasync._core.completion import get_hub
 from cuasync._first_use import CUBLAS
 from cuasync._ops import contract
+from cuasync._ops.gemm import gemm_call
 from cuasync.errors import CaptureError, LibraryError
 
 pytestmark = pytest.mark.anyio
@@ -88,15 +89,28 @@ async def test_a_library_call_waits_for_another_streams_write(anyio_backend: Any
     np.testing.assert_allclose(await result.to_host(), b @ b, rtol=1e-5)
 
 
-async def test_a_parked_library_call_lands_through_the_reactor(anyio_backend: Any) -> None:
-    # held behind a gate past the inline spin, the await parks and the reactor wakes it
+async def test_a_parked_library_call_lands_and_teaches_its_kinds_wake(
+    anyio_backend: Any,
+) -> None:
+    # held behind a gate past the inline spin, the await parks and the reactor wakes it;
+    # the early wake learns the time of this kind of product (not of every GEMM alike)
     core = _core()
     a, m = await _pair()
     await _seen(m)
     launches = core.launches
-    result = await await_held(lambda: cuasync.matmul(m, m))
+    kinds: list[Any] = []
+
+    def product() -> Any:
+        op = cuasync.matmul(m, m)
+        kinds.append(op._node.value._seen)
+        return op
+
+    wake.forget()
+    result = await await_held(product)
     assert core.launches == launches + 1
     np.testing.assert_allclose(await result.to_host(), a @ a, rtol=1e-4, atol=1e-4)
+    if wake.POLICY.on:
+        assert wake.estimate((gemm_call(m.device.ordinal), kinds[0])) is not None
 
 
 async def test_a_failing_library_call_raises_and_holds_nothing(

@@ -11,8 +11,11 @@ import, a first plan) cancel out. Needs valgrind; the emulator's host, no GPU.
     python3 tools/probes/op_instructions.py raw add exp  # some
 
 The ops (x: 1024 float32, o: its out=, m: 64 x 64 float32, as ``bench completion``'s
-rows): ``raw`` (the raw launch of add's kernel), ``add_out``, ``add``, ``exp``
-(``exp(x * 2.0 + 1.0, out=o)``), ``sum``, ``matmul`` (its GEMM stubbed too).
+rows): ``raw`` (the raw launch of add's kernel), ``add_out``, ``add``, ``raw_exp`` (the
+raw launch of exp's kernel), ``exp`` (``exp(x * 2.0 + 1.0, out=o)``), ``raw_sum`` (the
+raw launch of sum's kernel), ``sum``, ``matmul`` (its GEMM stubbed too). Each op is
+given over ``raw`` and over the last ``raw*`` row before it (its own kernel's launch, as
+``bench completion`` puts them).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 import tempfile
 from typing import Any
 
-OPS = ("raw", "add_out", "add", "exp", "sum", "matmul")
+OPS = ("raw", "add_out", "add", "raw_exp", "exp", "raw_sum", "sum", "matmul")
 COUNTS = (5000, 10000)
 
 
@@ -40,12 +43,17 @@ def _loop(which: str, n: int) -> None:
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
     m = cuasync.from_host(np.ones((64, 64), np.float32)).sync()
+    s = cuasync.empty((), "float32").sync()
     with _breakdown.stubbed_driver():
+        for _ in range(2):  # (seen: the reduction's plan made, for its raw launch)
+            cuasync.sum(x).sync()
         makers: dict[str, Any] = {
             "raw": _breakdown.raw_launch_of(cuasync.add(x, 1.0), lambda: o),
             "add_out": lambda: cuasync.add(x, 1.0, out=o),
             "add": lambda: cuasync.add(x, 1.0),
+            "raw_exp": _breakdown.raw_launch_of(cuasync.exp(x * 2.0 + 1.0), lambda: o),
             "exp": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
+            "raw_sum": _breakdown.raw_reduction_of(cuasync.sum(x), lambda: s, stream),
             "sum": lambda: cuasync.sum(x),
             "matmul": lambda: cuasync.matmul(m, m),
         }
@@ -90,13 +98,18 @@ def main(ops: list[str]) -> None:
     if unknown:
         sys.exit(f"op_instructions: unknown ops {unknown}; choose from {', '.join(OPS)}")
     per_op: dict[str, float] = {}
+    own = None  # (the last raw* row's)
     with tempfile.TemporaryDirectory() as workdir:
         for which in ops:
             low, high = (_count(which, n, workdir) for n in COUNTS)
-            per_op[which] = (high - low) / (COUNTS[1] - COUNTS[0])
+            count = per_op[which] = (high - low) / (COUNTS[1] - COUNTS[0])
             raw = per_op.get("raw")
-            ratio = f"  {per_op[which] / raw:.2f} x the raw launch" if raw else ""
-            print(f"{which:8s} {per_op[which]:8.0f} instructions / op{ratio}", flush=True)
+            ratio = f"  {count / raw:.2f} x the raw launch" if raw else ""
+            if which.startswith("raw"):
+                own = which
+            elif own is not None and own != "raw":
+                ratio += f", {count / per_op[own]:.2f} x {own}"
+            print(f"{which:8s} {count:8.0f} instructions / op{ratio}", flush=True)
 
 
 if __name__ == "__main__":
