@@ -105,6 +105,6 @@ def library_call(
     op._writes = writes
     op._output = output
     op._grid = kind
-    op._block = None
+    op._block = (1, 1, 1)  # (unused: a call has no block)
     op._shared_mem = 0
     return op
