@@ -370,10 +370,11 @@ def _product_launch(product: _SeenProduct, stream: Stream) -> LibraryCall | None
     seen = product._seen
     dtype = seen.dtype
     tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, dtype)
-    xa, xb, xc = (
-        Tensor(t.allocation, shape, dtype, strides, t.offset + past)
-        for t, (shape, strides, past) in zip((product._a, product._b, tc), seen.views, strict=True)
-    )
+    (sa, ta, pa), (sb, tb, pb), (sc, tc_, pc) = seen.views  # (shape, strides, offset past)
+    a, b = product._a, product._b
+    xa = Tensor(a._alloc, sa, dtype, ta, a.offset + pa)
+    xb = Tensor(b._alloc, sb, dtype, tb, b.offset + pb)
+    xc = Tensor(tc._alloc, sc, dtype, tc_, pc)
     args = (xa, xb, xc, product._alpha, seen.beta, seen.precision)
     views = (xa, xb, xc)
     return library_call(gemm_call(device.ordinal), device, args, views, _WRITES_RESULT, tc, seen)
