@@ -14,7 +14,7 @@ The ops (x: 1024 float32, o: its out=, m: 64 x 64 float32, as ``bench completion
 rows): ``raw`` (the raw launch of add's kernel), ``add_out``, ``add``, ``raw_exp`` (the
 raw launch of exp's kernel), ``exp`` (``exp(x * 2.0 + 1.0, out=o)``), ``raw_sum`` (the
 raw launch of sum's kernel), ``sum``, ``matmul`` (its GEMM stubbed too). Each op is
-given over ``raw`` and over the last ``raw*`` row before it (its own kernel's launch, as
+given over ``raw`` and, where measured, over ``raw_<op>`` (its own kernel's launch, as
 ``bench completion`` puts them).
 """
 
@@ -98,17 +98,15 @@ def main(ops: list[str]) -> None:
     if unknown:
         sys.exit(f"op_instructions: unknown ops {unknown}; choose from {', '.join(OPS)}")
     per_op: dict[str, float] = {}
-    own = None  # (the last raw* row's)
     with tempfile.TemporaryDirectory() as workdir:
         for which in ops:
             low, high = (_count(which, n, workdir) for n in COUNTS)
             count = per_op[which] = (high - low) / (COUNTS[1] - COUNTS[0])
             raw = per_op.get("raw")
             ratio = f"  {count / raw:.2f} x the raw launch" if raw else ""
-            if which.startswith("raw"):
-                own = which
-            elif own is not None and own != "raw":
-                ratio += f", {count / per_op[own]:.2f} x {own}"
+            own = per_op.get(f"raw_{which}")  # (its own kernel's raw launch, measured)
+            if own:
+                ratio += f", {count / own:.2f} x raw_{which}"
             print(f"{which:8s} {count:8.0f} instructions / op{ratio}", flush=True)
 
 
