@@ -182,6 +182,18 @@ def launch(
     kernel._enqueue_trusted(ctx, grid, (block, 1, 1), args, scoped=scoped)
 
 
+def launch_op(
+    kernel: Kernel, work: int, *args: Any, block: int = BLOCK, most: int = _MAX_BLOCKS
+) -> Any:
+    """The launch op of :func:`launch`'s one launch (``kernel[grid, block](*args)``, not
+    yet taken, its cancel word the scope's where it takes one), for an op the native core
+    submits as a raw launch (``ExpressLaunches.pending_launches``); ``work`` > 0.
+
+    >>> op = launch_op(kernel, n, out, x, n)
+    """
+    return kernel[blocks(work, block, most), block](*args)
+
+
 def bit_view(t: Tensor, storage_dtype: str) -> Tensor:
     """``t`` as the unsigned integers a kernel stores (same layout, same allocation)."""
     dt = SUPPORTED[storage_dtype]
@@ -223,6 +235,9 @@ def chunks(t: Tensor) -> list[tuple[Tensor, list[int], list[int], int]]:
     strides = [s for _, s in padded]
     shape = tuple(d for d, _ in inner)
     size = math.prod(shape)
+    if not outer:  # (one sub-view: most tensors)
+        sub = Tensor(t.allocation, shape, t.dtype, tuple(s for _, s in inner), t.offset)
+        return [(sub, dims[1:], strides, 0)]
     out = []
     for k, index in enumerate(np.ndindex(*(d for d, _ in outer))):
         offset = t.offset + sum(i * s for i, (_, s) in zip(index, outer, strict=True))

@@ -23,7 +23,8 @@ import numpy as np
 
 from .._backends import get_backend
 from .._core.context import ExecutionContext
-from .._core.device import Device
+from .._core.device import Device, Stream
+from .._core.memory import Allocation
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import (
@@ -36,7 +37,7 @@ from .._dtypes import (
     dtype_info,
     dtype_name,
 )
-from .._first_use import launching
+from .._first_use import launching, unprepared
 from .._launch import builtin
 from .._launch.builtin import FILL_DTYPES, RANDOM_DTYPES
 from .._launch.guard import guarded
@@ -49,6 +50,7 @@ from .._transfers.device_copy import copy_kernel, copy_strided, kernel_copy, new
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .elementwise import where
+from .launch_plan import LAUNCHES
 from .tensorop import ShapeLike, TensorOp, tensor_op
 
 __all__ = [
@@ -195,6 +197,15 @@ def _fill_kernel(itemsize: int) -> Kernel:
     return builtin.kernel("fill", str(itemsize))
 
 
+def _fill_args(t: Tensor, bits: tuple[int, int]) -> list[tuple[int, tuple[Any, ...]]]:
+    """The fill kernel's launches filling ``t`` with ``bits``: (work, arguments) each."""
+    view_dtype = FILL_DTYPES[t.itemsize]
+    return [
+        (sub.size, (builtin.bit_view(sub, view_dtype), sub.size, *dims, *strides, *bits))
+        for sub, dims, strides, _ in builtin.chunks(t)
+    ]
+
+
 def _enqueue_fill(
     ctx: ExecutionContext, t: Tensor, bits: tuple[int, int], *, scoped: bool = False
 ) -> None:
@@ -202,24 +213,67 @@ def _enqueue_fill(
     cancelled scope may skip it."""
     if t.size == 0:
         return
-    view_dtype = FILL_DTYPES[t.itemsize]
     kernel = _fill_kernel(t.itemsize)
-    for sub, dims, strides, _ in builtin.chunks(t):
-        bits_view = builtin.bit_view(sub, view_dtype)
-        args = (sub.size, *dims, *strides, *bits)
-        builtin.launch(ctx, kernel, sub.size, bits_view, *args, scoped=scoped)
+    for work, args in _fill_args(t, bits):
+        builtin.launch(ctx, kernel, work, *args, scoped=scoped)
+
+
+class _Fill(DeviceOp[Tensor]):
+    """A new tensor of ``shape`` and dtype ``dt``, every element ``bits`` (``full``,
+    ``ones``): the fill kernel's launch. A seen one (its kernel prepared for the device,
+    one launch) is submitted by the native core as a raw launch (:func:`_fill_launch`)."""
+
+    __slots__ = ("_bits", "_dt", "_name", "_shape")
+
+    def __init__(
+        self, shape: Shape, dt: np.dtype[Any], bits: tuple[int, int], device: Device, name: str
+    ) -> None:
+        super().__init__(device)
+        self._shape, self._dt, self._bits, self._name = shape, dt, bits, name
+
+    def _trace_name(self) -> str:
+        return self._name
+
+    def _first_use(self, device: Device) -> Any:
+        return unprepared([_fill_kernel(self._dt.itemsize)], device)
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        t = new_tensor(ctx, self._shape, self._dt, self._name)
+        _enqueue_fill(ctx, t, self._bits, scoped=True)
+        return Output.ready(t)
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
+
+
+def _fill_launch(op: _Fill, stream: Stream) -> Any:
+    """The launch op of a fill on ``stream`` (``ExpressLaunches.pending_launches``): a new
+    tensor and the fill kernel's one launch into it (its cancel word the scope's, as the
+    long way's), or None: no elements, more than one launch, or the kernel not prepared
+    for the device (its first use, off the loop in an await, is the long way's)."""
+    dt = op._dt
+    kernel = _fill_kernel(dt.itemsize)
+    device = stream.device
+    nbytes = math.prod(op._shape) * dt.itemsize
+    if not nbytes or device.ordinal not in kernel._prepared:
+        return None
+    t = Tensor(Allocation(device, nbytes, stream), op._shape, dt)
+    launches = _fill_args(t, op._bits)
+    if len(launches) != 1:
+        return None
+    work, args = launches[0]
+    launch = builtin.launch_op(kernel, work, *args)
+    launch._output = t
+    return launch
+
+
+LAUNCHES.pending_launches[_Fill] = _fill_launch
 
 
 def _fill_op(
     shape: Shape, dt: np.dtype[Any], bits: tuple[int, int], device: Device, name: str
 ) -> TensorOp:
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        t = new_tensor(ctx, shape, dt, name)
-        _enqueue_fill(ctx, t, bits, scoped=True)
-        return Output.ready(t)
-
-    first_use = launching(_fill_kernel(dt.itemsize))
-    return tensor_op(device_op(enqueue, device, name, first_use=first_use), shape, dt)
+    return tensor_op(_Fill(shape, dt, bits, device, name), shape, dt)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -339,8 +339,8 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
 def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
     """Generated kernels take a cancel word (their launch op is a subclass of the raw
     launch's): an await, a blocking sync and a future of a seen expression, of a
-    reduction (one launch) and of the raw launch of a kernel, are each taken by the
-    native core, in a scope or not (they all went the generic Python way once, at twice
+    reduction (one launch), of a fill (``full``, ``ones``) and of the raw launch of a
+    kernel, are each taken by the native core, in a scope or not (they all went the generic Python way once, at twice
     the host cost, unnoticed)."""
     import asyncio
     import contextlib
@@ -363,6 +363,8 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         "sum of an expression": lambda: cuasync.sum(x * 2.0),
         "argmax over an axis": lambda: cuasync.argmax(m, axis=1),  # (two null workspaces)
         "mean of float16 over a strided axis": lambda: cuasync.mean(h, axis=0),
+        "full": lambda: cuasync.full((8, 12), 2.5),  # (a new tensor: the fill kernel's)
+        "ones of int8": lambda: cuasync.ones((5,), "int8"),
     }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()
