@@ -741,11 +741,7 @@ FIELDS_GC_SLOTS(Operator, OPERATOR_FIELDS)
 static PyObject *
 Operator_set_name(Operator *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[1]))
-        return PyErr_Format(PyExc_TypeError, "__set_name__(owner, name)");
-    PyObject *owner = PyObject_GetAttrString(args[0], "__qualname__");
-    PyObject *qualname = owner == NULL ? NULL : PyUnicode_FromFormat("%U.%U", owner, args[1]);
-    Py_XDECREF(owner);
+    PyObject *qualname = method_qualname(args, nargs);
     if (qualname == NULL)
         return NULL;
     field_set(&self->attribute, Py_NewRef(args[1]));

@@ -2073,6 +2073,17 @@ bind_to(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
     return PyMethod_New(self, obj);
 }
 
+PyObject *
+method_qualname(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "__set_name__(owner, name)");
+    PyObject *owner = PyObject_GetAttrString(args[0], "__qualname__");
+    PyObject *qualname = owner == NULL ? NULL : PyUnicode_FromFormat("%U.%U", owner, args[1]);
+    Py_XDECREF(owner);
+    return qualname;
+}
+
 static PyObject *
 LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {

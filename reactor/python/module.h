@@ -96,6 +96,9 @@ made_default_device(PyObject *var, PyObject *devices)
 
 /* tp_descr_get of a method-descriptor type: bound to obj, or itself from the class. */
 PyObject *bind_to(PyObject *self, PyObject *obj, PyObject *type);
+/* __set_name__'s arguments (owner, name) checked, and "Owner.name": a native method
+ * descriptor's __qualname__ (a new reference, or NULL with an error set) */
+PyObject *method_qualname(PyObject *const *args, Py_ssize_t nargs);
 
 /* The express core's type (express.c) and the launchers' (launcher.c). */
 extern PyType_Spec Express_spec;
