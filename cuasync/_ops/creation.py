@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import secrets
+import struct
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -51,6 +52,7 @@ from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .elementwise import where
 from .launch_plan import LAUNCHES
+from .seen import remember
 from .tensorop import ShapeLike, TensorOp, tensor_op
 
 __all__ = [
@@ -163,6 +165,36 @@ def _bits(value: np.ndarray) -> tuple[int, int]:
     """The little-endian bits of a 0-d array as two 64-bit words (zero padded)."""
     raw = value.tobytes().ljust(16, b"\0")
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+
+
+_DOUBLE = struct.Struct("<d").pack
+#: The bits of Python numbers seen as fill values, by :func:`_fill_key`.
+_FILL_BITS: dict[tuple[Any, ...], tuple[int, int]] = {}
+
+
+def _fill_key(value: Any, dt: np.dtype[Any]) -> tuple[Any, ...] | None:
+    """What decides a fill value's bits in ``dt``: its type and exact value (a float's own
+    bits: -0.0 is not 0.0, nor one NaN another); None for other types (not kept)."""
+    kind = type(value)
+    if kind is float:
+        return (dt, kind, _DOUBLE(value))
+    if kind is int or kind is bool:
+        return (dt, kind, value)
+    if kind is complex:
+        return (dt, kind, _DOUBLE(value.real), _DOUBLE(value.imag))
+    return None
+
+
+def _fill_bits(value: Any, dt: np.dtype[Any], argument: str) -> tuple[int, int]:
+    """``_bits(_representable(value, dt, argument))``, found again for a Python number
+    seen before (a service fills with the same few values); errors are never kept."""
+    key = _fill_key(value, dt)
+    found = None if key is None else _FILL_BITS.get(key)
+    if found is None:
+        found = _bits(_representable(value, dt, argument))
+        if key is not None:
+            remember(_FILL_BITS, key, found)
+    return found
 
 
 def _seed(seed: Any) -> tuple[int, int]:
@@ -330,7 +362,7 @@ def full(
         dt = default_dtype(fill_value)
     else:
         dt = as_dtype(DEFAULT_FLOAT if dtype is None else dtype)
-    bits = _bits(_representable(fill_value, dt, "fill_value"))
+    bits = _fill_bits(fill_value, dt, "fill_value")
     return _fill_op(dims, dt, bits, _device_arg(device), "full")
 
 
@@ -343,7 +375,7 @@ def ones(
     """
     dims = check_shape(shape)
     dt = as_dtype(dtype)
-    return _fill_op(dims, dt, _bits(_representable(1, dt, "value")), _device_arg(device), "ones")
+    return _fill_op(dims, dt, _fill_bits(1, dt, "value"), _device_arg(device), "ones")
 
 
 def fill(tensor: Tensor, value: complex | np.number[Any] | np.bool_) -> DeviceOp[Tensor]:

@@ -109,6 +109,24 @@ def test_full_nan_keeps_a_nan() -> None:
         assert np.isnan(out).all()
 
 
+def test_fill_values_seen_before_keep_their_own_bits() -> None:
+    # full keeps the bits of the Python numbers it has filled with (a service's few
+    # values): each value is its own, to the bit, and a value a dtype cannot hold is
+    # refused every time
+    for _ in range(2):
+        assert np.signbit(host(cuasync.full((3,), -0.0, "float32").sync())).all()
+        assert not np.signbit(host(cuasync.full((3,), 0.0, "float32").sync())).any()
+        assert (
+            host(cuasync.full((2,), -0.0, "complex64").sync()).view(np.uint32)
+            == [0x80000000, 0, 0x80000000, 0]
+        ).all()
+        same(host(cuasync.full((2,), True, "int8").sync()), np.ones(2, np.int8))
+        same(host(cuasync.full((2,), 1.0, "float16").sync()), np.ones(2, np.float16))
+        same(host(cuasync.full((2,), 1, "float64").sync()), np.ones(2, np.float64))
+        with pytest.raises(ArgumentError, match="does not fit"):
+            cuasync.full((2,), 300, "int8")
+
+
 async def test_fill_strided_views(anyio_backend) -> None:
     for name in ("float16", "float32", "int8", "complex128", "bool"):
         dt = np_dtype(name)
