@@ -601,7 +601,7 @@ class TensorSubmit:
         launches: ExpressLaunches,
         long_way: Callable[[Any, Any], Any],
         generic: Callable[[Any, Any], Any],
-        submit_future: Callable[[Any, Any], Any],
+        declined: Callable[[Any, Any], Any],
         scope: Any,
     ) -> Self: ...
     def __call__(self, op: Any, stream: Any, /) -> Any: ...

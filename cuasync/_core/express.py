@@ -55,6 +55,7 @@ __all__ = [
     "GENERIC",
     "await_launch",
     "finish_sync",
+    "generic_future",
     "make_core",
     "submit",
     "submit_future",
@@ -117,7 +118,13 @@ def submit_future(op: Any, stream: Stream) -> DeviceFuture[Any]:
     future = core.submit(op, stream)
     if future is not GENERIC:
         return future
-    op._take()  # (raises for a consumed op) the core declined it: the generic path
+    return generic_future(op, stream)
+
+
+def generic_future(op: Any, stream: Stream) -> DeviceFuture[Any]:
+    """The future of a launch op the core declined: taken (raises for a consumed op) and
+    submitted the generic way."""
+    op._take()
     return DeviceFuture(DeviceOp._start(op, stream, True))
 
 

@@ -22,7 +22,7 @@ never on a capturing stream and never inside a cancel scope: the long way runs t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from .._backends.base import PreparedKernel
@@ -85,7 +85,7 @@ def library_call(
     tensors: tuple[Any, ...],
     writes: tuple[bool, ...],
     output: Any,
-    kind: Any,
+    kind: Hashable,
 ) -> LibraryCall:
     """The op calling ``prepared`` on ``args`` (on ``device``), reading ``tensors`` (or
     writing those ``writes`` marks), whose result is ``output``. Not yet taken.
@@ -104,7 +104,7 @@ def library_call(
     op._params = ()
     op._writes = writes
     op._output = output
-    op._grid = kind
+    op._grid = kind  # type: ignore[assignment]  # (a call's grid is its kind)
     op._block = (1, 1, 1)  # (unused: a call has no block)
     op._shared_mem = 0
     return op

@@ -47,7 +47,7 @@ from .._launch.twins import host_cast
 from .._tensor import Shape, Tensor, check_shape, check_writable
 from .._tensor import methods as tensor_methods
 from .._transfers.copies import _device_arg
-from .._transfers.device_copy import copy_kernel, copy_strided, kernel_copy, new_tensor
+from .._transfers.device_copy import ADDRESSABLE, copy_kernel, copy_strided, kernel_copy, new_tensor
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .elementwise import where
@@ -281,13 +281,14 @@ class _Fill(DeviceOp[Tensor]):
 def _fill_launch(op: _Fill, stream: Stream) -> Any:
     """The launch op of a fill on ``stream`` (``ExpressLaunches.pending_launches``): a new
     tensor and the fill kernel's one launch into it (its cancel word the scope's, as the
-    long way's), or None: no elements, more than one launch, or the kernel not prepared
-    for the device (its first use, off the loop in an await, is the long way's)."""
+    long way's), or None: no elements, more than one launch, more bytes than a size_t
+    holds (the long way words it), or the kernel not prepared for the device (its first
+    use, off the loop in an await, is the long way's)."""
     dt = op._dt
     kernel = _fill_kernel(dt.itemsize)
     device = stream.device
     nbytes = math.prod(op._shape) * dt.itemsize
-    if not nbytes or device.ordinal not in kernel._prepared:
+    if not 0 < nbytes < ADDRESSABLE or device.ordinal not in kernel._prepared:
         return None
     t = Tensor(Allocation(device, nbytes, stream), op._shape, dt)
     launches = _fill_args(t, op._bits)

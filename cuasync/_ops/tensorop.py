@@ -307,7 +307,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         #: ``reactor/python/launches.c``): a seen expression's raw launch, submitted by the
         #: core as a future in one call; else :meth:`_submit_on`.
         submit_on = NATIVE.TensorSubmit(
-            LAUNCHES, _submit_on, _submit_generic, express.submit_future, SCOPE
+            LAUNCHES, _submit_on, _submit_generic, express.generic_future, SCOPE
         )
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:

@@ -25,6 +25,7 @@ from .._tensor import Shape, Tensor, contiguous_strides
 from ..errors import OutOfMemoryError
 
 __all__ = [
+    "ADDRESSABLE",
     "byte_strides",
     "contiguous_byte_strides",
     "copy_kernel",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 #: More bytes than any device can address.
-_ADDRESSABLE = 2**64
+ADDRESSABLE = 2**64
 
 
 def copy_strided(
@@ -162,7 +163,7 @@ def new_tensor(ctx: ExecutionContext, shape: Shape, dtype: np.dtype[Any], what: 
     """
     ctx.reject_in_capture(what)
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes >= _ADDRESSABLE:  # the driver's size_t could not even express it
+    if nbytes >= ADDRESSABLE:  # the driver's size_t could not even express it
         raise OutOfMemoryError(nbytes, f"device memory for a tensor of shape {shape}")
     alloc = Allocation(ctx.device, nbytes, ctx.stream)
     ctx.write(alloc)

@@ -1468,9 +1468,15 @@ weakref_is(PyObject *w, PyObject *o)
 static int
 await_core(LaunchAwait *self, PyObject **core, int *step_aside)
 {
+    return hub_core(self->process, core, step_aside);
+}
+
+int
+hub_core(PyObject *process, PyObject **core, int *step_aside)
+{
     *core = NULL;
     *step_aside = 0;
-    PyObject *hub = PROCESS(self->process)->hub;
+    PyObject *hub = PROCESS(process)->hub;
     if (hub == NULL || hub == Py_None)
         return 0;
     if (!core_subtype_check((PyObject *)Py_TYPE(hub), "HubCore", "PROCESS.hub's type"))

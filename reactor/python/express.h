@@ -212,6 +212,9 @@ int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
 /* Express.upload (upload.c), and the Express attributes it makes (upload_init: the lease
  * type and the staging blocks' free lists; 0, or -1 with an error set). */
 PyObject *Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs);
+/* The hub's core (PROCESS.hub's express: a new reference, or NULL with none) and whether
+ * awaits in a burst step aside; -1 with a TypeError where PROCESS.hub is not a Hub. */
+int hub_core(PyObject *process, PyObject **core, int *step_aside);
 /* Express.submit(op, stream) and the core's generic sentinel (borrowed), for launches.c */
 PyObject *express_submit(PyObject *core, PyObject *op, PyObject *stream);
 PyObject *express_generic(PyObject *core);

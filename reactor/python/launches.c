@@ -582,18 +582,19 @@ PyType_Spec ExpressLaunches_spec = {
  * one native call. Python is called where this is not the common case: long_way(op,
  * stream) (the op taken or not a TensorOp, not a Stream, inside a cancel scope, no
  * core: TensorOp._submit_on, which raises or detaches), generic(op, stream) (no raw
- * launch: the op taken, then the generic path) and submit_future(launch, stream) (the
- * core declined the launch: express.submit_future's generic path).
+ * launch: the op taken, then the generic path) and declined(launch, stream) (the core
+ * declined the launch: express.generic_future, the launch taken the generic way).
  */
 typedef struct {
     PyObject_HEAD
-    PyObject *launches, *long_way, *generic, *submit_future, *scope_var, *process;
+    PyObject *launches, *long_way, *generic, *declined, *scope_var, *process;
     PyObject *qualname; /* (__set_name__'s: TensorOp.submit_on) */
     vectorcallfunc vectorcall;
 } TensorSubmit;
 
 /* (its object fields: all but vectorcall) */
-#define SUBMIT_FIELDS 7
+#define SUBMIT_FIELDS ((Py_ssize_t)(offsetof(TensorSubmit, vectorcall) - sizeof(PyObject)) / \
+                       (Py_ssize_t)sizeof(PyObject *))
 
 FIELDS_GC_SLOTS(Submit, SUBMIT_FIELDS)
 
@@ -605,18 +606,25 @@ Submit_vectorcall(TensorSubmit *self, PyObject *const *args, size_t nargsf, PyOb
         return PyObject_Vectorcall(self->long_way, args, nargsf, kwnames); /* (words it) */
     PyObject *op = args[0], *stream = args[1];
     ExpressLaunches *launches = (ExpressLaunches *)self->launches;
-    PyObject *hub = PROCESS(self->process)->hub;
-    PyObject *core = hub != NULL && hub != Py_None ? HUB(hub)->express : NULL;
-    PyObject *scope = NULL;
     if (!PyObject_TypeCheck(op, (PyTypeObject *)launches->op_core_t) ||
-        OP(op)->consumed != Py_False || !Py_IS_TYPE(stream, REGISTERED(STREAM)) ||
-        core == NULL || core == Py_None || PyContextVar_Get(self->scope_var, Py_None, &scope) < 0)
-        return PyErr_Occurred() ? NULL : PyObject_Vectorcall(self->long_way, args, 2, NULL);
+        OP(op)->consumed != Py_False || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
+        return PyObject_Vectorcall(self->long_way, args, 2, NULL);
+    PyObject *core, *scope;
+    int step_aside;
+    if (hub_core(self->process, &core, &step_aside) < 0)
+        return NULL;
+    if (core == NULL) /* (no hub or no core: the long way) */
+        return PyObject_Vectorcall(self->long_way, args, 2, NULL);
+    if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) {
+        Py_DECREF(core);
+        return NULL;
+    }
     int scoped = scope != Py_None;
     Py_DECREF(scope);
-    if (scoped) /* (inside a cancel scope: the long way builds the future outside it) */
+    if (scoped) { /* (inside a cancel scope: the long way builds the future outside it) */
+        Py_DECREF(core);
         return PyObject_Vectorcall(self->long_way, args, 2, NULL);
-    Py_INCREF(core);
+    }
     PyObject *pair[2] = {op, stream};
     PyObject *launch = Launches_launch(launches, pair, 2);
     PyObject *result = NULL;
@@ -631,7 +639,7 @@ Submit_vectorcall(TensorSubmit *self, PyObject *const *args, size_t nargsf, PyOb
     if (result != NULL && result == express_generic(core)) { /* (declined: Python's way) */
         Py_DECREF(result);
         PyObject *a[2] = {launch, stream};
-        result = PyObject_Vectorcall(self->submit_future, a, 2, NULL);
+        result = PyObject_Vectorcall(self->declined, a, 2, NULL);
     }
 done:
     Py_XDECREF(launch);
@@ -642,10 +650,10 @@ done:
 static PyObject *
 Submit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"launches", "long_way", "generic", "submit_future", "scope", NULL};
-    PyObject *launches, *long_way, *generic, *submit_future, *scope;
+    static char *names[] = {"launches", "long_way", "generic", "declined", "scope", NULL};
+    PyObject *launches, *long_way, *generic, *declined, *scope;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:TensorSubmit", names, &launches,
-                                     &long_way, &generic, &submit_future, &scope))
+                                     &long_way, &generic, &declined, &scope))
         return NULL;
     if (Py_TYPE(launches)->tp_dealloc != Launches_dealloc || !PyContextVar_CheckExact(scope))
         return PyErr_Format(PyExc_TypeError, "TensorSubmit: launches must be an "
@@ -659,7 +667,7 @@ Submit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->launches = Py_NewRef(launches);
     self->long_way = Py_NewRef(long_way);
     self->generic = Py_NewRef(generic);
-    self->submit_future = Py_NewRef(submit_future);
+    self->declined = Py_NewRef(declined);
     self->scope_var = Py_NewRef(scope);
     self->process = Py_NewRef(process);
     self->vectorcall = (vectorcallfunc)Submit_vectorcall;
@@ -710,12 +718,12 @@ static PyMemberDef Submit_members[] = {
 };
 
 static PyType_Slot Submit_slots[] = {
-    {Py_tp_doc, "TensorSubmit(launches, long_way, generic, submit_future, scope)\n--\n\n"
+    {Py_tp_doc, "TensorSubmit(launches, long_way, generic, declined, scope)\n--\n\n"
                 "TensorOp.submit_on in C (a method): a seen expression's raw launch submitted "
                 "by the hub's core as a future in one call; long_way(op, stream) where that "
                 "is not the case (a taken op, not a Stream, a cancel scope, no core), "
-                "generic(op, stream) where the op has no raw launch, submit_future(launch, "
-                "stream) where the core declines it.\n\n"
+                "generic(op, stream) where the op has no raw launch, declined(launch, stream) "
+                "where the core declines it (the launch taken the generic way).\n\n"
                 ">>> future = op.submit_on(stream)"},
     {Py_tp_new, Submit_new},
     {Py_tp_traverse, Submit_traverse},

@@ -28,6 +28,7 @@ from cuasync.errors import (
     CaptureError,
     DTypeError,
     InvalidDeviceError,
+    OutOfMemoryError,
     ShapeError,
 )
 
@@ -125,6 +126,15 @@ def test_fill_values_seen_before_keep_their_own_bits() -> None:
         same(host(cuasync.full((2,), 1, "float64").sync()), np.ones(2, np.float64))
         with pytest.raises(ArgumentError, match="does not fit"):
             cuasync.full((2,), 300, "int8")
+
+
+def test_a_fill_past_any_device_is_out_of_memory_every_time() -> None:
+    # the fill's kernel seen (its one-launch path in use), a size no size_t holds is
+    # still the long way's OutOfMemoryError, not a conversion error from the driver
+    cuasync.full((4,), 1.0).sync()
+    for _ in range(2):
+        with pytest.raises(OutOfMemoryError):
+            cuasync.full((2**40, 2**30), 1.0).sync()
 
 
 async def test_fill_strided_views(anyio_backend) -> None:

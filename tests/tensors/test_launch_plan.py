@@ -419,3 +419,32 @@ def test_submit_on_hands_what_is_not_its_case_to_the_long_way() -> None:
     method = cuasync.TensorOp.submit_on
     assert (method.__name__, method.__qualname__) == ("submit_on", "TensorOp.submit_on")
     assert str(inspect.signature(method)) == "(self, stream, /)"
+
+
+def test_submit_on_with_a_hub_that_is_not_one_raises_and_a_declined_launch_is_asked_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The native ``submit_on`` checks ``PROCESS.hub`` as the native await does (a type
+    error, never a read of another object's memory); and a launch the core declines
+    (awaits through host callbacks) goes the generic way without being offered again."""
+    from cuasync._core import express
+    from cuasync._core.completion import get_hub
+    from cuasync._native import PROCESS
+
+    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    stream = cuasync.get_default_device().new_stream()
+    cuasync.add(x, 1.0).sync()  # (seen)
+    op = cuasync.add(x, 1.0)
+    monkeypatch.setattr(PROCESS, "hub", ("not", "a", "hub"))
+    with pytest.raises(TypeError, match="PROCESS.hub"):
+        op.submit_on(stream)
+    monkeypatch.undo()
+    op._consumed = True  # (not run: it raised before anything was taken)
+    core = express._core()
+    if core is None:
+        pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
+    monkeypatch.setattr(get_hub(), "use_reactor", False)  # (the core declines every launch)
+    declined = core.declined
+    future = cuasync.add(x, 1.0).submit_on(stream)
+    assert core.declined == declined + 1
+    np.testing.assert_array_equal(future.wait().to_host().sync(), np.arange(8) + 1.0)
