@@ -40,7 +40,7 @@ from typing import Any
 
 from .. import _config
 from .._first_use import Unprepared, prepare_off_loop
-from .._native import PROCESS
+from .._native import PROCESS, LaunchCore
 from . import completion as _completion
 from . import loops as _loops
 from .completion import INLINE, Completion, await_spin_us, suspend
@@ -218,6 +218,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
             comp.abandon()
             hub.watch_in_background(comp)
+            _let_go(op)
             raise
         hub.stats.burst_awaits += 1
         if not landed:  # launched, and still on the device: a short spin, as any await
@@ -246,8 +247,20 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             yield from suspend(hub, comp, adapter, key)
         except BaseException:
             comp.abandon()
+            _let_go(op)
             raise
     return comp.result()
+
+
+def _let_go(op: Any) -> None:
+    """A cancelled await's launch op lets go of its output and arguments: the await's
+    frames stay in the cancellation's traceback, often inside a reference cycle, and must
+    not keep the output alive until a collection. What the work uses (its tensors, the
+    output among them), its completion holds, and releases once the work lands. A small
+    upload's op (another kind) keeps its own."""
+    if isinstance(op, LaunchCore):
+        op._output = None
+        op._args = op._tensors = ()
 
 
 def sync_launch(op: Any, stream: Stream) -> Any:

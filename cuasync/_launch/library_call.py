@@ -31,7 +31,7 @@ from .._core.device import Device
 from .._core.output import Output, _Ready
 from .kernel import _Launch
 
-__all__ = ["Call", "LibraryCall", "PreparedCall", "library_call"]
+__all__ = ["Call", "Calls", "LibraryCall", "PreparedCall", "library_call"]
 
 #: ``call(stream, args, errors, flag_address, flag_value)``: enqueue the work of ``args``
 #: on ``stream`` (a handle), then ``write_value32`` of the flag where ``flag_address`` is
@@ -51,6 +51,30 @@ class PreparedCall(PreparedKernel):
     def __init__(self, name: str, ordinal: int, call: Call) -> None:
         super().__init__(name, ordinal)
         self.call = call
+
+
+class Calls:
+    """One library routine's :class:`PreparedCall` on each device, each made once.
+
+    >>> GEMM = Calls("gemm", _gemm)
+    >>> GEMM.on(0)                      # the PreparedCall of device 0
+    """
+
+    __slots__ = ("_by_ordinal", "call", "name")
+
+    def __init__(self, name: str, call: Call) -> None:
+        self.name = name
+        self.call = call
+        self._by_ordinal: dict[int, PreparedCall] = {}
+
+    def on(self, ordinal: int) -> PreparedCall:
+        """The routine's prepared call on device ``ordinal``."""
+        found = self._by_ordinal.get(ordinal)
+        if found is None:
+            found = self._by_ordinal.setdefault(
+                ordinal, PreparedCall(self.name, ordinal, self.call)
+            )
+        return found
 
 
 class LibraryCall(_Launch):

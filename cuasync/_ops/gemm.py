@@ -23,7 +23,7 @@ from .._core.context import ExecutionContext
 from .._dtypes import SUPPORTED, dtype_name
 from .._first_use import CUBLAS
 from .._launch.guard import guarded
-from .._launch.library_call import PreparedCall
+from .._launch.library_call import Calls, PreparedCall
 from .._tensor import Shape, Tensor
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
@@ -171,7 +171,7 @@ def _gemm(
 
 
 #: The GEMM as a library call, per device ordinal (:func:`gemm_call`).
-_GEMM_CALLS: dict[int, PreparedCall] = {}
+_GEMM_CALLS = Calls("gemm", _gemm)
 
 
 def gemm_call(ordinal: int) -> PreparedCall:
@@ -181,10 +181,7 @@ def gemm_call(ordinal: int) -> PreparedCall:
 
     >>> library_call(gemm_call(0), device, (a, b, c, 1.0, 0.0, "highest"), ...)
     """
-    found = _GEMM_CALLS.get(ordinal)
-    if found is None:
-        found = _GEMM_CALLS.setdefault(ordinal, PreparedCall("gemm", ordinal, _gemm))
-    return found
+    return _GEMM_CALLS.on(ordinal)
 
 
 def _batches(a: Tensor, b: Tensor, c: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:

@@ -6,6 +6,7 @@ and pageable memory would block the calling thread until the stream drains.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,15 +14,19 @@ import numpy as np
 import numpy.typing as npt
 
 from .._backends import get_backend
+from .._cancel_var import SCOPE
 from .._core.context import ExecutionContext
-from .._core.device import Device, _check_ordinal, get_default_device
+from .._core.device import Device, Stream, _check_ordinal, get_default_device
+from .._core.memory import Allocation
 from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, DTypeLike, as_dtype, dtype_name
 from .._first_use import launching
 from .._launch.guard import guarded
+from .._launch.library_call import Calls, LibraryCall, library_call
 from .._native import NATIVE, UploadWorkCore
 from .._ops.expr import Node
+from .._ops.launch_plan import LAUNCHES
 from .._ops.tensorop import ShapeLike, TensorOp, tensor_op
 from .._ops.views import flip
 from .._small_upload import HostUploadOp
@@ -29,6 +34,7 @@ from .._tensor import Shape, Tensor, check_shape, check_writable, partly_overlap
 from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, DTypeError, ShapeError
 from .device_copy import (
+    ADDRESSABLE,
     byte_strides,
     contiguous_byte_strides,
     copy_kernel,
@@ -304,6 +310,73 @@ def _forward(dst: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
     return flip(dst, back), flip(src, back)
 
 
+class _NewTensor(DeviceOp[Tensor]):
+    """A new tensor of ``shape`` and dtype ``dt``: as allocated (``empty``) or zeroed
+    (``zeros``: a memset, which a cancelled scope may skip). The native core submits it
+    as a library call (:func:`_new_tensor_launch`) where it can."""
+
+    __slots__ = ("_dt", "_name", "_shape", "_zeroed")
+
+    def __init__(self, shape: Shape, dt: np.dtype[Any], device: Device, zeroed: bool) -> None:
+        super().__init__(device)
+        self._shape, self._dt, self._zeroed = shape, dt, zeroed
+        self._name = "zeros" if zeroed else "empty"
+
+    def _trace_name(self) -> str:
+        return self._name
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
+        tensor = new_tensor(ctx, self._shape, self._dt, self._name)
+        if self._zeroed and tensor.nbytes:
+            with guarded(ctx, "memset", nbytes=tensor.nbytes):  # (a cancelled scope skips it)
+                get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
+        return Output.ready(tensor)
+
+    def __repr__(self) -> str:
+        return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
+
+
+def _zero_then_flag(
+    stream: int,
+    args: tuple[Any, ...],
+    errors: Callable[[], list[BaseException]],
+    flag_address: int,
+    flag_value: int,
+) -> None:
+    """A new tensor's call (``args``: the tensor, whether zeroed): its memset where it is
+    zeroed, then the flag (an empty tensor's whole work)."""
+    tensor, zeroed = args
+    backend = get_backend()
+    if zeroed:
+        backend.memset_d8_async(tensor.ptr, 0, tensor.nbytes, stream)
+    if flag_address:
+        backend.write_value32(stream, flag_address, flag_value)
+
+
+_NEW_TENSOR_CALLS = Calls("new tensor", _zero_then_flag)
+_WRITTEN = (True,)
+
+
+def _new_tensor_launch(op: _NewTensor, stream: Stream) -> LibraryCall | None:
+    """The launch op of a new tensor on ``stream`` (``ExpressLaunches.pending_launches``):
+    the tensor, and its call (a memset where zeroed, then the flag) made by the native
+    core; None (the long way) for no elements, more bytes than a size_t holds, and
+    zeros inside a cancel scope (the long way guards its memset)."""
+    if op._zeroed and SCOPE.get() is not None:
+        return None
+    dt = op._dt
+    nbytes = math.prod(op._shape) * dt.itemsize
+    if not 0 < nbytes < ADDRESSABLE:
+        return None
+    device = stream.device
+    t = Tensor(Allocation(device, nbytes, stream), op._shape, dt)
+    prepared = _NEW_TENSOR_CALLS.on(device.ordinal)
+    return library_call(prepared, device, (t, op._zeroed), (t,), _WRITTEN, t, (op._zeroed, nbytes))
+
+
+LAUNCHES.pending_launches[_NewTensor] = _new_tensor_launch
+
+
 def empty(
     shape: ShapeLike, dtype: DTypeLike = "float32", *, device: int | Device | None = None
 ) -> TensorOp:
@@ -313,12 +386,7 @@ def empty(
     """
     dims = check_shape(shape)
     dt = as_dtype(dtype)
-    target = _device_arg(device)
-
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        return Output.ready(new_tensor(ctx, dims, dt, "empty"))
-
-    return _tensor_op(device_op(enqueue, target, "empty"), dims, dt)
+    return _tensor_op(_NewTensor(dims, dt, _device_arg(device), False), dims, dt)
 
 
 def zeros(
@@ -330,16 +398,7 @@ def zeros(
     """
     dims = check_shape(shape)
     dt = as_dtype(dtype)
-    target = _device_arg(device)
-
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        tensor = new_tensor(ctx, dims, dt, "zeros")
-        if tensor.nbytes:
-            with guarded(ctx, "memset", nbytes=tensor.nbytes):  # (a cancelled scope skips it)
-                get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
-        return Output.ready(tensor)
-
-    return _tensor_op(device_op(enqueue, target, "zeros"), dims, dt)
+    return _tensor_op(_NewTensor(dims, dt, _device_arg(device), True), dims, dt)
 
 
 # Tensor.to_host, Tensor.dup and Tensor.to (the tensor module sits below the copies).

@@ -189,3 +189,45 @@ async def test_a_seen_matmul_is_not_captured_into_a_graph(anyio_backend: Any) ->
     await _seen(m)
     with pytest.raises(CaptureError, match="captur"):
         cuasync.matmul(m, m).graph()
+
+
+async def test_zeros_and_empty_are_one_library_call_of_the_core(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a new tensor, zeroed or not, is the core's library call (its memset, then its
+    # flag) awaited, synchronized or submitted; zeros inside a cancel scope takes the long
+    # way (which guards its memset), empty does not need to
+    core = _core()
+    made = [cuasync.zeros((64,), "int32"), cuasync.empty((64,), "int32")]
+    for op in made:
+        await op
+    backend = get_backend()
+    memsets: list[int] = []
+    real = backend.memset_d8_async
+
+    def counted(ptr: int, value: int, nbytes: int, stream: int) -> None:
+        memsets.append(nbytes)
+        real(ptr, value, nbytes, stream)
+
+    monkeypatch.setattr(backend, "memset_d8_async", counted)
+    for make, zeroed in ((cuasync.zeros, True), (cuasync.empty, False)):
+        launches, before = core.launches, len(memsets)
+        got = [
+            await make((64,), "int32"),
+            make((64,), "int32").sync(allow_in_loop=True),
+            await make((64,), "int32").submit(),
+        ]
+        assert core.launches == launches + 3
+        assert memsets[before:] == ([256] * 3 if zeroed else [])
+        for t in got:
+            assert (t.shape, t.dtype) == ((64,), np.dtype(np.int32))
+            if zeroed:
+                assert not (await t.to_host()).any()
+        launches = core.launches
+        with cuasync.CancelScope():
+            t = await make((64,), "int32")
+        assert core.launches == launches + (0 if zeroed else 1)
+        if zeroed:
+            assert not (await t.to_host()).any()
+    empty_ = await cuasync.empty((0,))  # (no elements: the long way, as before)
+    assert empty_.shape == (0,)
