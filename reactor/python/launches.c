@@ -15,7 +15,8 @@
  * plan is keyed by its tree's plan_key and its own key, and its launch is the generic
  * kernel's one launch (a reduction needing more takes the long way), with the null
  * pointer for its workspace (PROCESS.kernel_null). Another wrapped op's launch op is made
- * by its type's maker (pending_launches: a seen matmul's library call, contract.py).
+ * by its type's maker (pending_launches: a seen matmul's library call, contract.py; a
+ * fill's launch, creation.py; a new tensor's library call, copies.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
