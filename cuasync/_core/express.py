@@ -198,7 +198,11 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         yield from _first_use(op, adapter)
         return (yield from _submit_await(op, stream, adapter, None))
     if sent is None or sent is GENERIC:
-        return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
+        try:
+            return (yield from await_started(DeviceOp._start(op, stream, True), adapter))
+        except BaseException:  # (cancelled: see _let_go)
+            _let_go(op)
+            raise
     hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
     queued = landed is None
     if queued:  # a burst: the other ready tasks submit meanwhile
