@@ -1,7 +1,8 @@
 """A library routine (cuBLAS's GEMM) submitted as a launch op, by the native core.
 
 A :class:`LibraryCall` is a launch op (``LaunchCore``'s fields) whose prepared "kernel"
-is a :class:`PreparedCall`: a ``call`` made in place of a kernel launch. The native
+is a :class:`PreparedCall`: a ``call`` made in place of a kernel launch (:class:`Calls`
+makes it of a routine's work and the flag write after it). The native
 core (``reactor/python/express.c``, ``BY_CALL``) gives it what it gives a kernel
 launch (the checks, the execution lock, the stream's submission number, the access
 records of its tensors, a completion slot, the spin and the settling) and, where it
@@ -25,18 +26,21 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from .._backends import get_backend
 from .._backends.base import PreparedKernel
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.output import Output, _Ready
 from .kernel import _Launch
 
-__all__ = ["Call", "Calls", "LibraryCall", "PreparedCall", "library_call"]
+__all__ = ["Call", "Calls", "LibraryCall", "PreparedCall", "Work", "library_call"]
 
 #: ``call(stream, args, errors, flag_address, flag_value)``: enqueue the work of ``args``
 #: on ``stream`` (a handle), then ``write_value32`` of the flag where ``flag_address`` is
 #: not 0; ``errors()`` as in ``Backend.launch_kernel``.
 Call = Callable[[int, tuple[Any, ...], Callable[[], list[BaseException]], int, int], None]
+#: ``work(stream, args, errors)``: a routine's work on ``stream`` (a :class:`Calls`'s).
+Work = Callable[[int, tuple[Any, ...], Callable[[], list[BaseException]]], None]
 
 
 class PreparedCall(PreparedKernel):
@@ -54,18 +58,32 @@ class PreparedCall(PreparedKernel):
 
 
 class Calls:
-    """One library routine's :class:`PreparedCall` on each device, each made once.
+    """One library routine's :class:`PreparedCall` on each device, each made once; its
+    call is the routine's ``work`` on the stream, then the flag write.
 
-    >>> GEMM = Calls("gemm", _gemm)
+    >>> GEMM = Calls("gemm", _gemm)     # _gemm(stream, args, errors)
     >>> GEMM.on(0)                      # the PreparedCall of device 0
     """
 
-    __slots__ = ("_by_ordinal", "call", "name")
+    __slots__ = ("_by_ordinal", "name", "work")
 
-    def __init__(self, name: str, call: Call) -> None:
+    def __init__(self, name: str, work: Work) -> None:
         self.name = name
-        self.call = call
+        self.work = work
         self._by_ordinal: dict[int, PreparedCall] = {}
+
+    def call(
+        self,
+        stream: int,
+        args: tuple[Any, ...],
+        errors: Callable[[], list[BaseException]],
+        flag_address: int,
+        flag_value: int,
+    ) -> None:
+        """The routine's :data:`Call`: its work, then the flag where there is one."""
+        self.work(stream, args, errors)
+        if flag_address:
+            get_backend().write_value32(stream, flag_address, flag_value)
 
     def on(self, ordinal: int) -> PreparedCall:
         """The routine's prepared call on device ``ordinal``."""

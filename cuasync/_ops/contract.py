@@ -346,12 +346,22 @@ class _SeenProduct(DeviceOp[Tensor]):
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         seen = self._seen
         tc = new_tensor(ctx, seen.shape, seen.dtype, seen.fn)
-        xa, xb, xc = (
-            Tensor(t.allocation, shape, seen.dtype, strides, t.offset + past)
-            for t, (shape, strides, past) in zip((self._a, self._b, tc), seen.views, strict=True)
-        )
-        calls(ctx, [(xa, xb, xc)], self._alpha, seen.beta, seen.precision, seen.flops)
+        views = _views(self, tc)
+        calls(ctx, [views], self._alpha, seen.beta, seen.precision, seen.flops)
         return Output.ready(tc)
+
+
+def _views(product: _SeenProduct, tc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The views of a seen product's ``a``, ``b`` and new result ``tc`` its one GEMM takes."""
+    seen = product._seen
+    dtype = seen.dtype
+    (sa, ta, pa), (sb, tb, pb), (sc, tc_, pc) = seen.views  # (shape, strides, offset past)
+    a, b = product._a, product._b
+    return (
+        Tensor(a._alloc, sa, dtype, ta, a.offset + pa),
+        Tensor(b._alloc, sb, dtype, tb, b.offset + pb),
+        Tensor(tc._alloc, sc, dtype, tc_, tc.offset + pc),
+    )
 
 
 #: A seen product's GEMM reads ``a`` and ``b`` and writes the result.
@@ -368,15 +378,9 @@ def _product_launch(product: _SeenProduct, stream: Stream) -> LibraryCall | None
     if SCOPE.get() is not None or device.ordinal not in CUBLAS._prepared:
         return None
     seen = product._seen
-    dtype = seen.dtype
-    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, dtype)
-    (sa, ta, pa), (sb, tb, pb), (sc, tc_, pc) = seen.views  # (shape, strides, offset past)
-    a, b = product._a, product._b
-    xa = Tensor(a._alloc, sa, dtype, ta, a.offset + pa)
-    xb = Tensor(b._alloc, sb, dtype, tb, b.offset + pb)
-    xc = Tensor(tc._alloc, sc, dtype, tc_, pc)
-    args = (xa, xb, xc, product._alpha, seen.beta, seen.precision)
-    views = (xa, xb, xc)
+    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, seen.dtype)
+    views = _views(product, tc)
+    args = (*views, product._alpha, seen.beta, seen.precision)
     return library_call(gemm_call(device.ordinal), device, args, views, _WRITES_RESULT, tc, seen)
 
 

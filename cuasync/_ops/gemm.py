@@ -153,21 +153,12 @@ def calls(
     CUBLAS.prepared_on(ctx.device.ordinal)  # (loaded now, if its first use did not)
 
 
-def _gemm(
-    stream: int,
-    args: tuple[Any, ...],
-    errors: Callable[[], list[BaseException]],
-    flag_address: int,
-    flag_value: int,
-) -> None:
-    """A :class:`~cuasync._launch.library_call.PreparedCall`'s call: the backend's GEMM of
-    ``args`` (``(a, b, c, alpha, beta, precision)``, views :func:`one_call` made) on
-    ``stream``, then the flag write."""
+def _gemm(stream: int, args: tuple[Any, ...], errors: Callable[[], list[BaseException]]) -> None:
+    """The GEMM's work as a library call (:class:`~cuasync._launch.library_call.Calls`):
+    the backend's GEMM of ``args`` (``(a, b, c, alpha, beta, precision)``, views
+    :func:`one_call` made) on ``stream``."""
     a, b, c, alpha, beta, precision = args
-    backend = get_backend()
-    backend.gemm(stream, a, b, c, alpha, beta, precision, errors)
-    if flag_address:
-        backend.write_value32(stream, flag_address, flag_value)
+    get_backend().gemm(stream, a, b, c, alpha, beta, precision, errors)
 
 
 #: The GEMM as a library call, per device ordinal (:func:`gemm_call`).

@@ -329,31 +329,22 @@ class _NewTensor(DeviceOp[Tensor]):
         tensor = new_tensor(ctx, self._shape, self._dt, self._name)
         if self._zeroed and tensor.nbytes:
             with guarded(ctx, "memset", nbytes=tensor.nbytes):  # (a cancelled scope skips it)
-                get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, ctx.handle)
+                _zero(ctx.handle, (tensor, True), ctx.error_box)
         return Output.ready(tensor)
 
     def __repr__(self) -> str:
         return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
 
 
-def _zero_then_flag(
-    stream: int,
-    args: tuple[Any, ...],
-    errors: Callable[[], list[BaseException]],
-    flag_address: int,
-    flag_value: int,
-) -> None:
-    """A new tensor's call (``args``: the tensor, whether zeroed): its memset where it is
-    zeroed, then the flag (an empty tensor's whole work)."""
+def _zero(stream: int, args: tuple[Any, ...], errors: Callable[[], list[BaseException]]) -> None:
+    """A new tensor's work (``args``: the tensor, whether zeroed): its memset where it is
+    zeroed (an empty tensor's call is its flag alone)."""
     tensor, zeroed = args
-    backend = get_backend()
     if zeroed:
-        backend.memset_d8_async(tensor.ptr, 0, tensor.nbytes, stream)
-    if flag_address:
-        backend.write_value32(stream, flag_address, flag_value)
+        get_backend().memset_d8_async(tensor.ptr, 0, tensor.nbytes, stream)
 
 
-_NEW_TENSOR_CALLS = Calls("new tensor", _zero_then_flag)
+_NEW_TENSOR_CALLS = Calls("new tensor", _zero)
 _WRITTEN = (True,)
 
 
