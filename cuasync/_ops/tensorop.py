@@ -279,19 +279,12 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     def _submit_on(self, stream: Stream) -> DeviceFuture[Tensor]:
         """:meth:`submit_on` where the native one hands it over: an op already taken or
-        not a stream (raises), inside a cancel scope (a future is never skipped: others
-        may await it, so it is built outside the scope), no native core."""
-        if self._consumed or not isinstance(stream, Stream):
-            return DeviceOp.submit_on(self, stream)  # raises
-        if SCOPE.get() is not None:
-            with detached():
-                return self.submit_on(stream)
-        launch = express_launch(self, stream)
-        if launch is None:
-            return self._submit_generic(stream)
-        self._consumed = True
-        future: DeviceFuture[Tensor] = express.submit_future(launch, stream)
-        return future
+        not a stream (raises), and inside a cancel scope (a future is never skipped:
+        others may await it, so it is built outside the scope, natively again)."""
+        if self._consumed or not isinstance(stream, Stream) or SCOPE.get() is None:
+            return DeviceOp.submit_on(self, stream)  # raises (the native one's other cases)
+        with detached():
+            return self.submit_on(stream)
 
     def _submit_generic(self, stream: Stream) -> DeviceFuture[Tensor]:
         """The op, with no raw launch, taken and submitted the generic way."""

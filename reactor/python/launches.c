@@ -581,10 +581,10 @@ PyType_Spec ExpressLaunches_spec = {
  * TensorSubmit: TensorOp.submit_on in C (a method descriptor): a seen expression's raw
  * launch (Launches_launch) submitted as a future by the hub's core (Express.submit), in
  * one native call. Python is called where this is not the common case: long_way(op,
- * stream) (the op taken or not a TensorOp, not a Stream, inside a cancel scope, no
- * core: TensorOp._submit_on, which raises or detaches), generic(op, stream) (no raw
- * launch: the op taken, then the generic path) and declined(launch, stream) (the core
- * declined the launch: express.generic_future, the launch taken the generic way).
+ * stream) (the op taken or not a TensorOp, not a Stream, inside a cancel scope:
+ * TensorOp._submit_on, which raises or detaches), generic(op, stream) (no raw launch:
+ * the op taken, then the generic path) and declined(launch, stream) (no core, or the
+ * core declined the launch: express.generic_future, the launch taken the generic way).
  */
 typedef struct {
     PyObject_HEAD
@@ -608,24 +608,18 @@ Submit_vectorcall(TensorSubmit *self, PyObject *const *args, size_t nargsf, PyOb
     PyObject *op = args[0], *stream = args[1];
     ExpressLaunches *launches = (ExpressLaunches *)self->launches;
     if (!PyObject_TypeCheck(op, (PyTypeObject *)launches->op_core_t) ||
-        OP(op)->consumed != Py_False || !Py_IS_TYPE(stream, REGISTERED(STREAM)))
+        OP(op)->consumed != Py_False || !PyObject_TypeCheck(stream, REGISTERED(STREAM)))
         return PyObject_Vectorcall(self->long_way, args, 2, NULL);
     PyObject *core, *scope;
     int step_aside;
-    if (hub_core(self->process, &core, &step_aside) < 0)
+    if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0)
         return NULL;
-    if (core == NULL) /* (no hub or no core: the long way) */
-        return PyObject_Vectorcall(self->long_way, args, 2, NULL);
-    if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) {
-        Py_DECREF(core);
-        return NULL;
-    }
     int scoped = scope != Py_None;
     Py_DECREF(scope);
-    if (scoped) { /* (inside a cancel scope: the long way builds the future outside it) */
-        Py_DECREF(core);
+    if (scoped) /* (inside a cancel scope: the long way builds the future outside it) */
         return PyObject_Vectorcall(self->long_way, args, 2, NULL);
-    }
+    if (hub_core(self->process, &core, &step_aside) < 0) /* (core NULL: none) */
+        return NULL;
     PyObject *pair[2] = {op, stream};
     PyObject *launch = Launches_launch(launches, pair, 2);
     PyObject *result = NULL;
@@ -636,15 +630,16 @@ Submit_vectorcall(TensorSubmit *self, PyObject *const *args, size_t nargsf, PyOb
         goto done;
     }
     field_set(&OP(op)->consumed, Py_NewRef(Py_True));
-    result = express_submit(core, launch, stream);
-    if (result != NULL && result == express_generic(core)) { /* (declined: Python's way) */
-        Py_DECREF(result);
+    result = core == NULL ? NULL : express_submit(core, launch, stream);
+    if (core == NULL || (result != NULL && result == express_generic(core))) {
+        /* (no core, or the core declined it: the launch taken the generic way) */
+        Py_XDECREF(result);
         PyObject *a[2] = {launch, stream};
         result = PyObject_Vectorcall(self->declined, a, 2, NULL);
     }
 done:
     Py_XDECREF(launch);
-    Py_DECREF(core);
+    Py_XDECREF(core);
     return result;
 }
 
@@ -722,9 +717,9 @@ static PyType_Slot Submit_slots[] = {
     {Py_tp_doc, "TensorSubmit(launches, long_way, generic, declined, scope)\n--\n\n"
                 "TensorOp.submit_on in C (a method): a seen expression's raw launch submitted "
                 "by the hub's core as a future in one call; long_way(op, stream) where that "
-                "is not the case (a taken op, not a Stream, a cancel scope, no core), "
-                "generic(op, stream) where the op has no raw launch, declined(launch, stream) "
-                "where the core declines it (the launch taken the generic way).\n\n"
+                "is not the case (a taken op, not a Stream, a cancel scope), generic(op, "
+                "stream) where the op has no raw launch, declined(launch, stream) where "
+                "there is no core or it declines the launch (taken the generic way).\n\n"
                 ">>> future = op.submit_on(stream)"},
     {Py_tp_new, Submit_new},
     {Py_tp_traverse, Submit_traverse},
