@@ -858,6 +858,46 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
 _LAUNCH_AWAIT: Any = _Launch.__dict__["__await__"]
 
 
+def trusted_launch(
+    kernel: _Launchable[Any],
+    prepared: PreparedKernel,
+    device: Device,
+    args: tuple[Any, ...],
+    tensors: tuple[Tensor, ...],
+    params: tuple[Param, ...],
+    writes: tuple[bool, ...],
+    output: Any,
+    grid: Dim3,
+    block: Dim3,
+) -> _Launch:
+    """The launch op, not yet taken, of ``kernel`` (``prepared`` for ``device``) on
+    arguments cuasync built and checked itself: tensors of the parameters' dtypes on
+    ``device`` and nothing aliased (``tensors``, the pointer arguments in order, their
+    ``params`` and whether each ``writes``), scalars in range, the current scope's
+    cancel word last where the kernel takes one. Nothing is checked again (as a library
+    call's op is made: :func:`~cuasync._launch.library_call.library_call`): for ops the
+    native core submits as raw launches (``ExpressLaunches.pending_launches``).
+
+    >>> trusted_launch(k, k._prepared[0], device, (out, x, n), (out, x), k.params[:2],
+    ...                (True, False), out, (blocks, 1, 1), (256, 1, 1))
+    """
+    kind = _CancellableLaunch if kernel._cancel else _Launch
+    op: _Launch = kind.__new__(kind)
+    op._consumed = False
+    op._device = device
+    op._kernel = kernel
+    op._prepared = prepared
+    op._args = args
+    op._tensors = tensors
+    op._params = params
+    op._writes = writes
+    op._output = output
+    op._grid = grid
+    op._block = block
+    op._shared_mem = 0
+    return op
+
+
 class _CancellableLaunch(_Launch):
     """The launch of a kernel taking a cancel word (:mod:`cuasync._launch.cancel`): it
     carries the word of the scope it is *executed* in (built in one task, awaited in

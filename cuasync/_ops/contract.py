@@ -29,11 +29,11 @@ from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._first_use import CUBLAS, unprepared
-from .._launch.library_call import LibraryCall, library_call
+from .._launch.library_call import library_call
 from .._tensor import Shape, Tensor, partly_overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
-from . import igemm, operators
+from . import operators, tiled_gemm
 from .elementwise import check_out
 from .gemm import (
     broadcast_to,
@@ -214,10 +214,12 @@ def _build(
     views: Views,
     scalars: tuple[complex, complex],
     precision: str,
+    contracted: int,
     seen: tuple[Any, ...] | None = None,
 ) -> TensorOp:
-    """The op of a contraction, checked; ``seen``: the key its kind is recorded as (in
-    :data:`_SEEN`) once it has run as one GEMM of its operands (:func:`_record`)."""
+    """The op of a contraction, checked; ``contracted``: the length of its sums (``k``);
+    ``seen``: the key its kind is recorded as (in :data:`_SEEN`) once it has run as one
+    GEMM of its operands (:func:`_record`)."""
     a, b = operands
     alpha, beta = scalars
     inputs = [a] if a is b else [a, b]
@@ -246,9 +248,10 @@ def _build(
         return Output.ready(tc)
 
     kernels: list[Any] = [copy_kernel(dtype) for x in inputs if x.dtype != dtype]  # (_promoted's)
-    if dtype.kind in "iu":
-        kernels.append(igemm.kernel(dtype_name(dtype)))  # (int8 may take cuBLAS instead)
-    if dtype.kind not in "iu" or dtype_name(dtype) == "int8":
+    tiled = dtype.kind in "iu" or tiled_gemm.takes(dtype, math.prod(shape) * contracted, precision)
+    if tiled:
+        kernels.append(tiled_gemm.kernel(dtype_name(dtype)))  # (int8 may take cuBLAS instead)
+    if not tiled or dtype_name(dtype) == "int8":
         kernels.append(CUBLAS)
 
     def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
@@ -265,7 +268,8 @@ class _Seen(NamedTuple):
     ``dtype`` and size in bytes, the checked ``beta`` and precision, and the one backend
     GEMM it is (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new
     result as (shape, strides, its offset past the tensor's), and the ``flops`` a
-    cancelled scope weighs before skipping it."""
+    cancelled scope weighs before skipping it. A small float product is a launch of the
+    tiled kernel (:mod:`.tiled_gemm`), ``tiled``; the others, None, are cuBLAS's."""
 
     fn: str
     shape: Shape
@@ -275,6 +279,7 @@ class _Seen(NamedTuple):
     precision: str
     views: tuple[tuple[Shape, Shape, int], ...]
     flops: int
+    tiled: tiled_gemm.SeenLaunch | None
 
 
 #: Products of two tensors into a new one that are one GEMM of their views, by what
@@ -311,6 +316,7 @@ def _record(
     ):
         return
     result = tensors[2]
+    macs = math.prod(one[2].shape) * one[0].shape[2]
     seen = _Seen(
         fn,
         result.shape,
@@ -319,7 +325,8 @@ def _record(
         scalars[1],
         precision,
         tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
-        8 * math.prod(one[2].shape) * one[0].shape[-1],  # (gemm's for a new result: skippable)
+        8 * macs,  # (gemm's for a new result: skippable)
+        tiled_gemm.seen_launch(*one) if tiled_gemm.takes(result.dtype, macs, precision) else None,
     )
     remember(_SEEN, key, seen)
 
@@ -341,13 +348,17 @@ class _SeenProduct(DeviceOp[Tensor]):
         return f"<cuasync.DeviceOp {self._name}{' (consumed)' if self._consumed else ''}>"
 
     def _first_use(self, on: Device) -> Sequence[tuple[Any, Device]]:
-        return unprepared([CUBLAS], on)
+        tiled = self._seen.tiled
+        return unprepared([CUBLAS if tiled is None else tiled.kernel], on)
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Tensor]:
         seen = self._seen
         tc = new_tensor(ctx, seen.shape, seen.dtype, seen.fn)
         views = _views(self, tc)
-        calls(ctx, [views], self._alpha, seen.beta, seen.precision, seen.flops)
+        if seen.tiled is not None:
+            tiled_gemm.launch(ctx, *views, self._alpha, seen.beta, scoped=True)
+        else:
+            calls(ctx, [views], self._alpha, seen.beta, seen.precision, seen.flops)
         return Output.ready(tc)
 
 
@@ -368,20 +379,40 @@ def _views(product: _SeenProduct, tc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 _WRITES_RESULT = (False, False, True)
 
 
-def _product_launch(product: _SeenProduct, stream: Stream) -> LibraryCall | None:
+def _product_launch(product: _SeenProduct, stream: Stream) -> Any:
     """The launch op of a seen product on ``stream`` (the native core's maker of a
     TensorOp wrapping one, ``ExpressLaunches.pending_launches``): a new result, and the
-    backend's GEMM of the views as a library call the core submits as it submits a
-    kernel launch. None (the long way) inside a cancel scope (the long way guards the
-    call where the backend can) or before cuBLAS is loaded for the device."""
+    tiled kernel's launch (:func:`_tiled_launch`) or the backend's GEMM of the views as a
+    library call the core submits as it submits a kernel launch. None (the long way)
+    inside a cancel scope for a library call (the long way guards the call where the
+    backend can) or before cuBLAS is loaded for the device."""
     device = stream.device
+    seen = product._seen
+    if seen.tiled is not None:
+        return _tiled_launch(product, device, stream)
     if SCOPE.get() is not None or device.ordinal not in CUBLAS._prepared:
         return None
-    seen = product._seen
     tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, seen.dtype)
     views = _views(product, tc)
     args = (*views, product._alpha, seen.beta, seen.precision)
     return library_call(gemm_call(device.ordinal), device, args, views, _WRITES_RESULT, tc, seen)
+
+
+def _tiled_launch(product: _SeenProduct, device: Device, stream: Stream) -> Any:
+    """The launch op of a small float product: the tiled kernel's one launch into a new
+    result (:func:`.tiled_gemm.launch_op`), or None (the long way)."""
+    seen = product._seen
+    tiled = seen.tiled
+    assert tiled is not None
+    if device.ordinal not in tiled.kernel._prepared:
+        return None
+    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, seen.dtype)
+    if seen.views[0][2] or seen.views[1][2] or seen.views[2][2]:  # (offsets past theirs)
+        operands = _views(product, tc)
+        operands = (operands[2], operands[0], operands[1])
+    else:  # (the tensors themselves: the geometry indexes them from their first elements)
+        operands = (tc, product._a, product._b)
+    return tiled_gemm.launch_op(tiled, device, operands, product._alpha.real, seen.beta.real, tc)
 
 
 LAUNCHES.pending_launches[_SeenProduct] = _product_launch
@@ -469,7 +500,7 @@ def matmul(
         vb = broadcast_to(fix(ctx, tb, "b"), batch)
         return va, vb, vc
 
-    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision, key)
+    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision, k, key)
 
 
 def dot_general(
@@ -588,7 +619,8 @@ def _dot(
         vb = regroup(ctx, tb, bb + cb + fb, [*ones, len(cb), len(fb)])
         return va, vb, group(tc, out_groups)
 
-    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision)
+    contracted = math.prod(a.shape[i] for i in ca)
+    return _build(fn, (a, b), shape, dtype, device, out, views, scalars, precision, contracted)
 
 
 def _check_sizes(

@@ -5,7 +5,9 @@ A matrix BLAS can read in place is row- or column-major with any leading dimensi
 the op's submission. Batch axes that merge into one stride (0 for a broadcast operand)
 become one strided-batched call of the backend's ``gemm``; the rest loop. Integer
 products (numpy's wrapping ``matmul``) go to cuBLAS's int8 GEMM (int32 accumulation,
-then cast) where it applies, else to a tiled kernel (:mod:`cuasync._ops.igemm`).
+then cast) where it applies, else to a tiled kernel (:mod:`cuasync._ops.tiled_gemm`);
+so do small float32 and float64 products (:func:`~cuasync._ops.tiled_gemm.takes`),
+whose cuBLAS call would cost more host time than the product.
 
 >>> gemm(ctx, a3, b3, c3, 1.0, 0.0, "highest")   # (*batch, m, k) @ (*batch, k, n)
 """
@@ -27,7 +29,7 @@ from .._launch.library_call import Calls, PreparedCall
 from .._tensor import Shape, Tensor
 from .._transfers.device_copy import copy_strided, kernel_copy, new_tensor
 from ..errors import LibraryError
-from . import igemm
+from . import tiled_gemm
 from .tensorop import merge_axes
 
 __all__ = [
@@ -96,7 +98,11 @@ def gemm(
     if a.dtype.kind in "iu":
         for xa, xb, xc in _batches(a, b, c):
             if not _int8_blas(ctx, xa, xb, xc, alpha, beta):
-                igemm.launch(ctx, xa, xb, xc, alpha, beta)
+                tiled_gemm.launch(ctx, xa, xb, xc, alpha, beta)
+        return
+    if tiled_gemm.takes(c.dtype, c.size * k, precision):  # (any layout: no copies)
+        for xa, xb, xc in _batches(a, b, c):
+            tiled_gemm.launch(ctx, xa, xb, xc, alpha, beta, scoped=skippable)
         return
     if k == 0:  # nothing is read from a and b: give them any readable layout
         a = view(a, a.shape, (*(0 for _ in batch), 1, 1))

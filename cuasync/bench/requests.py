@@ -3,9 +3,11 @@
 Every row is host time per call (p50, p99) in this process, which imported torch and
 CuPy where they are installed; candidates are taken in turns (:func:`_turns`). Rows:
 
-- **small ops awaited**, x a (1024,) float32, m a (64, 64) float32:
+- **small ops awaited**, x a (1024,) float32, m a (64, 64) float32 (the tiled kernel's
+  product), mb a (256, 256) float32 (cuBLAS's):
   ``await cuasync.add(x, 1.0)``, ``await cuasync.exp(x * 2.0 + 1.0, out=o)``,
-  ``await cuasync.sum(x)``, ``await cuasync.matmul(m, m)``, each beside torch's eager
+  ``await cuasync.sum(x)``, ``await cuasync.matmul(m, m)``, ``await cuasync.matmul(mb,
+  mb)``, each beside torch's eager
   call(s) + ``torch.cuda.synchronize()`` and CuPy's + ``cupy.cuda.Device().synchronize()``;
   once with the start-up heap frozen (``gc.freeze()``, the bench's default) and once with
   the whole heap collectable (what a service has), both printed;
@@ -96,17 +98,20 @@ def _small_ops(report: Report, torch: Any, cupy: Any, n: int, heap: str) -> list
     x = cuasync.arange(1024, dtype="float32").sync()
     o = cuasync.zeros((1024,), "float32").sync()
     m = cuasync.ones((64, 64), "float32").sync()
+    mb = cuasync.ones((256, 256), "float32").sync()
     ops: dict[str, Callable[[], Awaitable[Any]]] = {
         "add": lambda: cuasync.add(x, 1.0),
         "exp(x * 2 + 1, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
         "sum": lambda: cuasync.sum(x),
         "matmul 64x64": lambda: cuasync.matmul(m, m),
+        "matmul 256x256 (cuBLAS)": lambda: cuasync.matmul(mb, mb),
     }
     peers: dict[str, dict[str, Callable[[], Any]]] = {name: {} for name in ops}
     if torch is not None:
         tx = torch.arange(1024, dtype=torch.float32, device="cuda")
         to = torch.zeros(1024, dtype=torch.float32, device="cuda")
         tm = torch.ones((64, 64), dtype=torch.float32, device="cuda")
+        tmb = torch.ones((256, 256), dtype=torch.float32, device="cuda")
         sync = torch.cuda.synchronize
         peers["add"]["torch"] = lambda: (torch.add(tx, 1.0), sync())
         peers["exp(x * 2 + 1, out=o)"]["torch"] = lambda: (
@@ -115,15 +120,18 @@ def _small_ops(report: Report, torch: Any, cupy: Any, n: int, heap: str) -> list
         )
         peers["sum"]["torch"] = lambda: (torch.sum(tx), sync())
         peers["matmul 64x64"]["torch"] = lambda: (torch.matmul(tm, tm), sync())
+        peers["matmul 256x256 (cuBLAS)"]["torch"] = lambda: (torch.matmul(tmb, tmb), sync())
     if cupy is not None:
         cx = cupy.arange(1024, dtype=cupy.float32)
         co = cupy.zeros(1024, dtype=cupy.float32)
         cm = cupy.ones((64, 64), dtype=cupy.float32)
+        cmb = cupy.ones((256, 256), dtype=cupy.float32)
         csync = cupy.cuda.Device().synchronize
         peers["add"]["cupy"] = lambda: (cupy.add(cx, 1.0), csync())
         peers["exp(x * 2 + 1, out=o)"]["cupy"] = lambda: (cupy.exp(cx * 2.0 + 1.0, out=co), csync())
         peers["sum"]["cupy"] = lambda: (cupy.sum(cx), csync())
         peers["matmul 64x64"]["cupy"] = lambda: (cupy.matmul(cm, cm), csync())
+        peers["matmul 256x256 (cuBLAS)"]["cupy"] = lambda: (cupy.matmul(cmb, cmb), csync())
     targets = []
     for name, make in ops.items():
         samples = asyncio.run(_turns({"cuasync": make}, peers[name], n))

@@ -17,7 +17,7 @@ from cuasync._dtypes import DTYPES, ML_DTYPES, SUPPORTED
 from cuasync._launch import builtin as _builtin
 from cuasync._launch import guard as _guard
 from cuasync._launch import signature as _signature
-from cuasync._ops import codegen, igemm, reduce_codegen
+from cuasync._ops import codegen, reduce_codegen, tiled_gemm
 from cuasync._ops import indexing as _indexing
 from cuasync._ops import joins as _joins
 
@@ -42,7 +42,7 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
     }
     # ... or in the generated elementwise and reduction kernels (cuasync/_ops/), or in
     # take and tril/triu (cuasync/_ops/joins.py), in the indexing family (cuasync/_ops/indexing.py),
-    # or in the integer matrix products (cuasync/_ops/igemm.py), or a guarded region's
+    # or in the tiled matrix products (cuasync/_ops/tiled_gemm.py), or a guarded region's
     # kernel (cuasync/_launch/guard.py)
     generated = {
         *_guard.FILES,
@@ -50,7 +50,7 @@ def test_every_kernels_file_is_in_the_translation_unit() -> None:
         *reduce_codegen.PRELUDE_FILES,
         *_joins.FILES,
         *_indexing.FILES,
-        *igemm.FILES,
+        *tiled_gemm.FILES,
     }
     assert shipped == set(_builtin._FILES) | generated
     # NVRTC gets the source alone: a file cannot #include another.

@@ -75,6 +75,18 @@ def check_matmul(got: np.ndarray, a: np.ndarray, b: np.ndarray, tol: float) -> N
     check(got, want, np.matmul(np.abs(wide(a)), np.abs(wide(b))), tol)
 
 
+@pytest.fixture(params=["tiled kernel", "cuBLAS"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Small float products take the tiled kernel; with ``"cuBLAS"``, none does (the same
+    layouts then run through cuBLAS). Seen kinds are emptied: they hold their route."""
+    from cuasync._ops import contract, tiled_gemm
+
+    monkeypatch.setattr(contract, "_SEEN", {})
+    if request.param == "cuBLAS":
+        monkeypatch.setattr(tiled_gemm, "SMALL_MACS", 0)
+    return str(request.param)
+
+
 # -- values ------------------------------------------------------------------------------------
 SHAPES = [
     ((4, 5), (5, 3)),
@@ -91,7 +103,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize(("sa", "sb"), SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
-def test_matmul_numpy_rules(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+def test_matmul_numpy_rules(sa: tuple[int, ...], sb: tuple[int, ...], route: str) -> None:
     a, b = host(sa, seed=1), host(sb, seed=2)
     op = cuasync.matmul(dev(a), dev(b))
     assert op.shape == np.matmul(a, b).shape and op.dtype == np.float32
@@ -99,7 +111,7 @@ def test_matmul_numpy_rules(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matmul_every_dtype(dtype: str) -> None:
+def test_matmul_every_dtype(dtype: str, route: str) -> None:
     a, b = host((3, 40, 24), dtype, 1), host((24, 16), dtype, 2)
     got = get(cuasync.matmul(dev(a), dev(b)))
     assert got.dtype == np_dtype(dtype)
@@ -117,7 +129,7 @@ def _sliced(data: st.DataObject, shape: tuple[int, ...], seed: int) -> tuple[Any
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_matmul_random_shapes_and_views(data: st.DataObject) -> None:
+def test_matmul_random_shapes_and_views(data: st.DataObject, route: str) -> None:
     m, k, n = (data.draw(st.integers(1, 6)) for _ in range(3))
     batch = data.draw(st.lists(st.integers(1, 3), max_size=2))
     ba = [d if data.draw(st.booleans()) else 1 for d in batch]
@@ -149,7 +161,7 @@ def test_operator_on_tensors_and_ops() -> None:
         a @ x  # a numpy array: upload it first
 
 
-def test_strided_and_transposed_views() -> None:
+def test_strided_and_transposed_views(route: str) -> None:
     a, b = host((8, 10), seed=1), host((12, 9), seed=2)
     x, y = dev(a), dev(b)
     # steps and offsets: copied or read through the leading dimension
@@ -199,7 +211,7 @@ def test_dot_general_like_einsum(spec: str, contracting: Any, batch: Any) -> Non
     check(got, want, np.einsum(spec, np.abs(wide(a)), np.abs(wide(b))), TOL["float32"])
 
 
-def test_out_and_accumulate() -> None:
+def test_out_and_accumulate(route: str) -> None:
     a, b, c = host((2, 4, 6), seed=1), host((2, 6, 5), seed=2), host((2, 4, 5), seed=3)
     x, y = dev(a), dev(b)
     out = dev(c)
@@ -234,7 +246,7 @@ def test_complex_scalars() -> None:
     check(get(out), want, np.abs(a) @ np.abs(b) + 3 * np.abs(c), 1e-5)
 
 
-def test_empty_and_k_zero() -> None:
+def test_empty_and_k_zero(route: str) -> None:
     got = get(cuasync.matmul(dev(np.ones((3, 0), np.float32)), dev(np.ones((0, 2), np.float32))))
     assert got.shape == (3, 2) and (got == 0).all()
     out = dev(np.full((3, 2), 4.0, np.float32))
@@ -287,16 +299,20 @@ def test_graph_replay_writes_out() -> None:
 
 
 # -- laziness -------------------------------------------------------------------------------------
-def test_building_enqueues_nothing(enqueued: list[str]) -> None:
-    x, y = dev(host((4, 6))), dev(host((6, 5)))
+@pytest.mark.parametrize(
+    ("k", "command"), [(6, "launch_kernel"), (160**2, "gemm")], ids=["tiled kernel", "cuBLAS"]
+)
+def test_building_enqueues_nothing(enqueued: list[str], k: int, command: str) -> None:
+    # a small product is one launch of the tiled kernel, a larger one cuBLAS's one GEMM
+    x, y = dev(host((4, k))), dev(host((k, 160)))
     enqueued.clear()
     op = cuasync.matmul(x, y)
     op2 = cuasync.dot_general(x, y, contracting=((1,), (0,)))
     op3 = x @ y
     assert enqueued == []
-    assert (op.shape, op2.shape, op3.shape) == ((4, 5), (4, 5), (4, 5))
+    assert (op.shape, op2.shape, op3.shape) == ((4, 160), (4, 160), (4, 160))
     op.sync()
-    assert enqueued.count("gemm") == 1
+    assert [c for c in enqueued if c in ("gemm", "launch_kernel")] == [command]
     op2.sync()
     op3.sync()
 
@@ -500,6 +516,37 @@ def test_a_seen_product_takes_each_alpha_as_it_comes(seen: dict[Any, Any]) -> No
     op = cuasync.matmul(zc, wc, alpha=2 - 1j)
     assert _is_seen(op)
     check_matmul(get(op), (2 - 1j) * z, w, TOL["complex64"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_small_seen_product_is_one_launch_of_the_tiled_kernel(
+    dtype: str, seen: dict[Any, Any]
+) -> None:
+    # cuBLAS's host work would cost more than a small product: its seen kind is one launch
+    # of the tiled kernel into the new result (what the native core submits as a raw
+    # launch), bit for bit the long way's, the same operand on both sides too
+    from cuasync._ops import contract, tiled_gemm
+
+    a, b = host((3, 24, 20), dtype, 1), host((20, 16), dtype, 2)
+    x, y = dev(a), dev(b)
+    first = get(cuasync.matmul(x, y, alpha=2.0))
+    check_matmul(first, 2 * a, b, TOL[dtype])
+    (kind,) = seen.values()
+    assert kind.tiled.kernel is tiled_gemm.kernel(dtype) and kind.tiled.grid == (1, 2, 3)
+    op = cuasync.matmul(x, y, alpha=2.0)
+    assert _is_seen(op)
+    stream = cuasync.Device(0).new_stream()
+    launch = contract._product_launch(op._node.value, stream)
+    assert launch._kernel is kind.tiled.kernel
+    np.testing.assert_array_equal(np.asarray(launch.sync_on(stream).to_host().sync()), first)
+    np.testing.assert_array_equal(get(op), first)
+    sq = host((20, 20), dtype, 3)
+    z = dev(sq)
+    want = get(z @ z)
+    op = z @ z
+    assert _is_seen(op)
+    np.testing.assert_array_equal(get(op), want)
+    check_matmul(want, sq, sq, TOL[dtype])
 
 
 # -- GPU only: cuBLAS against numpy -----------------------------------------------------------------

@@ -11,7 +11,6 @@ a second process with a warm disk cache compiles nothing.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from cuasync._launch import builtin
 from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import (
     codegen,
-    igemm,
+    contract,
     indexing,
     joins,
     launch_plan,
@@ -39,6 +38,7 @@ from cuasync._ops import (
     scan,
     sorting,
     statistics,
+    tiled_gemm,
 )
 from cuasync.errors import ArgumentError, KernelCompileError
 
@@ -283,10 +283,10 @@ def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (codegen, reduce_codegen, builtin, sorting, scan):
         monkeypatch.setattr(module, "_kernels", {})
     emptied(monkeypatch, launch_plan._plans)  # (the elementwise kernels they hold)
+    emptied(monkeypatch, contract._SEEN)  # (and the tiled kernels seen products hold)
     monkeypatch.setattr(sorting, "_search_kernels", {})
-    for files in (joins._KERNELS, indexing._KERNELS):
+    for files in (joins._KERNELS, indexing._KERNELS, tiled_gemm._KERNELS):
         monkeypatch.setattr(files, "_made", {})
-    monkeypatch.setattr(igemm, "kernel", functools.cache(igemm.kernel.__wrapped__))
     monkeypatch.setattr(statistics, "_READY", set())
     monkeypatch.setattr(_first_use.CUBLAS, "_prepared", {})
 
@@ -341,9 +341,13 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda x, m, i: cuasync.matmul(i.reshape((2, 3)), i.reshape((3, 2))),
         lambda: I32.reshape(2, 3) @ I32.reshape(3, 2),
     ),
-    "matmul (cuBLAS)": (
+    "matmul (tiled kernel)": (
         lambda x, m, i: cuasync.matmul(m, m.mT),
         lambda: F32.reshape(4, 6) @ F32.reshape(4, 6).T,
+    ),
+    "matmul (cuBLAS)": (  # (above tiled_gemm.SMALL_MACS: 160 x 160 x 160)
+        lambda x, m, i: cuasync.matmul(cuasync.ones((160, 160)), cuasync.ones((160, 160))),
+        lambda: np.full((160, 160), 160.0),
     ),
     "dup of a broadcast": (
         lambda x, m, i: cuasync.broadcast_to(x[:3], (2, 3)).dup(),

@@ -2,7 +2,7 @@
 
 ``int8 @ int8`` is int8 modulo 2**8, as numpy's ``matmul``: cuBLAS's int8 GEMM (int32
 accumulation, then cast) where it applies (the emulator's twin: numpy), a tiled kernel
-(``kernels/igemm.cu``) for every other integer dtype and layout.
+(``kernels/tiled_gemm.cu``) for every other integer dtype and layout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import cuasync
 from cuasync._backends import get_backend
 from cuasync._launch.nvrtc import nvrtc_problem
-from cuasync._ops import igemm
+from cuasync._ops import tiled_gemm
 from cuasync.errors import DTypeError, LibraryError
 
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
@@ -54,7 +54,7 @@ def test_integer_matmul_is_numpys_and_wraps(dtype: str) -> None:
 def test_int8_takes_cublas_where_it_applies_and_the_kernel_elsewhere(monkeypatch) -> None:
     backend = get_backend()
     calls: list[str] = []
-    real_gemm, real_launch = backend.gemm, igemm.launch
+    real_gemm, real_launch = backend.gemm, tiled_gemm.launch
 
     def gemm(*a: Any) -> Any:
         calls.append("blas")
@@ -65,7 +65,7 @@ def test_int8_takes_cublas_where_it_applies_and_the_kernel_elsewhere(monkeypatch
         return real_launch(*a)
 
     monkeypatch.setattr(backend, "gemm", gemm)
-    monkeypatch.setattr(igemm, "launch", launch)
+    monkeypatch.setattr(tiled_gemm, "launch", launch)
     a, b = host((8, 64), "int8", 3), host((64, 12), "int8", 4)
     exact(run(dev(a) @ dev(b)), a @ b)  # leading dimensions 64 and 12: multiples of 4
     assert calls == ["blas"]
@@ -128,7 +128,7 @@ def test_property_integer_matmul_vs_numpy(data: Any, dtype: str) -> None:
 
 
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
-@pytest.mark.parametrize("dtype", INTS)
-def test_igemm_kernel_compiles(dtype: str) -> None:
-    image, _ = igemm.kernel(dtype).compile_image("sm_90")
+@pytest.mark.parametrize("dtype", [*INTS, "float32", "float64"])
+def test_tiled_gemm_kernel_compiles(dtype: str) -> None:
+    image, _ = tiled_gemm.kernel(dtype).compile_image("sm_90")
     assert image[:4] == b"\x7fELF"

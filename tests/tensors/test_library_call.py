@@ -36,7 +36,8 @@ def _core() -> Any:
 
 
 async def _pair(seed: int = 1) -> tuple[np.ndarray[Any, Any], cuasync.Tensor]:
-    a = np.random.default_rng(seed).standard_normal((32, 32)).astype(np.float32)
+    # (160 x 160 x 160: cuBLAS's, above tiled_gemm.SMALL_MACS)
+    a = np.random.default_rng(seed).standard_normal((160, 160)).astype(np.float32)
     return a, await cuasync.from_host(a)
 
 
@@ -75,7 +76,7 @@ async def test_a_library_call_waits_for_another_streams_write(anyio_backend: Any
     _core()
     _, m = await _pair()
     await _seen(m)
-    b = np.full((32, 32), 0.5, np.float32)
+    b = np.full((160, 160), 0.5, np.float32)
     src = await cuasync.from_host(b)
     await cuasync.add(src, 0.0, out=await cuasync.empty_like(src))  # (its kernel loaded)
     writer, reader = cuasync.Device(0).new_stream(), cuasync.Device(0).new_stream()

@@ -6,17 +6,19 @@ the driver stubbed (``bench._breakdown.stubbed_driver``: on a GPU, what the real
 adds to the host's work is the difference), and of its ``.sync()``. The ops: a raw
 launch of a tiny kernel, ``cuasync.add(x, 1.0)`` (a new output), ``cuasync.add(x, 1.0,
 out=o)``, the raw launch of add's own kernel into ``o``, ``cuasync.exp(x * 2.0 + 1.0,
-out=o)``, ``cuasync.sum(x)`` and ``cuasync.matmul(m, m)``; x (1024,) float32, m (64, 64)
-float32. Then the backend's GEMM alone (on a GPU: cuBLAS's three calls through ctypes),
-called again with the arguments matmul's submission gave it: what of a matmul's host time
-is the library call's; and on a GPU each step of that call (the submitter's fence, the
-context switch, ``plan``, each cuBLAS call through ctypes and the cuBLASLt call from C).
+out=o)``, ``cuasync.sum(x)``, ``cuasync.matmul(m, m)`` (the tiled kernel's one launch) and
+``cuasync.matmul(mb, mb)`` (cuBLAS's); x (1024,) float32, m (64, 64) and mb (160, 160)
+float32. Then the backend's GEMM alone, called again with the arguments the submission of
+``matmul(mb, mb)`` gave it: what of a cuBLAS product's host time is the library call's;
+and on a GPU each step of that call (the submitter's fence, the context switch, ``plan``,
+each cuBLAS call through ctypes and the cuBLASLt call from C).
 
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py
     CUASYNC_BACKEND=cuda python3 tools/probes/small_op_paths.py profile sum matmul
 
 ``profile NAME...``: the functions taking the most time (``cProfile``, own time) over 2000
-``submit_on`` of each named op (``add``, ``add_out``, ``exp_out``, ``sum``, ``matmul``).
+``submit_on`` of each named op (``add``, ``add_out``, ``exp_out``, ``sum``, ``matmul``,
+``matmul_cublas``).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def _synced(make: Callable[[], Any]) -> list[int]:
 
 def _gemm_alone(m: cuasync.Tensor, stream: cuasync.Stream) -> list[int]:
     """The backend's ``gemm`` called N times with the arguments a seen ``matmul(m, m)``
-    on ``stream`` gave it (its result written each time; a synchronize every 50)."""
+    on ``stream`` gave it (``m`` too large for the tiled kernel; its result written each
+    time; a synchronize every 50)."""
     backend = get_backend()
     gemm = backend.gemm
     given: list[tuple[Any, ...]] = []
@@ -166,6 +169,7 @@ def _profile(names: list[str]) -> None:
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
     m = cuasync.from_host(np.ones((64, 64), dtype=np.float32)).sync()
+    mb = cuasync.from_host(np.ones((160, 160), dtype=np.float32)).sync()  # (above SMALL_MACS)
     stream = cuasync.get_default_device().new_stream()
     ops: dict[str, Callable[[], Any]] = {
         "add": lambda: cuasync.add(x, 1.0),
@@ -173,6 +177,7 @@ def _profile(names: list[str]) -> None:
         "exp_out": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
         "sum": lambda: cuasync.sum(x),
         "matmul": lambda: cuasync.matmul(m, m),
+        "matmul_cublas": lambda: cuasync.matmul(mb, mb),
     }
     for name in names:
         make = ops[name]
@@ -193,6 +198,7 @@ def main() -> None:
     x = cuasync.from_host(np.arange(1024, dtype=np.float32)).sync()
     o = cuasync.empty((1024,), "float32").sync()
     m = cuasync.from_host(np.ones((64, 64), dtype=np.float32)).sync()
+    mb = cuasync.from_host(np.ones((160, 160), dtype=np.float32)).sync()  # (above SMALL_MACS)
     stream = cuasync.get_default_device().new_stream()
     from cuasync.bench.completion import tiny
 
@@ -204,6 +210,7 @@ def main() -> None:
         "cuasync.exp(x * 2.0 + 1.0, out=o)": lambda: cuasync.exp(x * 2.0 + 1.0, out=o),
         "cuasync.sum(x)": lambda: cuasync.sum(x),
         "cuasync.matmul(m, m)": lambda: cuasync.matmul(m, m),
+        "cuasync.matmul(mb, mb) (cuBLAS)": lambda: cuasync.matmul(mb, mb),
     }
     for make in rows.values():  # (compiled, planned, pools warm)
         for _ in range(100):
@@ -226,9 +233,9 @@ def main() -> None:
             f"{name:<36}{_p50(awaited):>7.1f}us{_p50(submitted):>7.1f}us"
             f"{_p50(stubbed):>7.1f}us{_p50(synced):>7.1f}us   {paths}"
         )
-    alone = _gemm_alone(m, stream)
-    print(f"{'the backend gemm of matmul(m, m)':<36}{'':>9}{_p50(alone):>7.1f}us   (called alone)")
-    for part, us in _gemm_parts(m, stream).items():
+    alone = _gemm_alone(mb, stream)
+    print(f"{'the backend gemm of matmul(mb, mb)':<36}{'':>9}{_p50(alone):>7.1f}us   (alone)")
+    for part, us in _gemm_parts(mb, stream).items():
         print(f"  of which {part:<27}{'':>9}{us:>7.1f}us")
 
 
