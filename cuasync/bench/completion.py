@@ -5,8 +5,9 @@ PyTorch and CuPy equivalents, ``run_in_executor(synchronize)``, and cuasync ``aw
 asyncio and uvloop with the default inline spin, with spin 0 (every await through the
 reactor) and in host-callback mode; then 8192 concurrent awaits (and the sequential raw
 loop they are compared with: each the median of :data:`ROUNDS` rounds, every round
-printed, since the first gather of a process pays for what later ones reuse), the loop's lag while
-64 long kernels are in flight (beside the same loop woken by a plain socket at the same
+printed, since the first gather of a process pays for what later ones reuse), the same
+with the start-up heap collectable, beside 8192 tasks that do no GPU work (asyncio's own
+floor under the cyclic GC), the loop's lag while 64 long kernels are in flight (beside the same loop woken by a plain socket at the same
 moments: see ``_lag``), and the reactor's CPU use when idle and while one long command
 is pending.
 """
@@ -163,6 +164,14 @@ async def _concurrent(count: int) -> float:
 
 async def _one() -> None:
     await tiny[1, 32]()
+
+
+async def _idle_concurrent(count: int) -> float:
+    """ops/s of ``count`` concurrent tasks that suspend once and do nothing on the GPU:
+    what asyncio's tasks cost alone (the floor under :func:`_concurrent`)."""
+    t0 = time.perf_counter()
+    await asyncio.gather(*(asyncio.sleep(0) for _ in range(count)))
+    return count / (time.perf_counter() - t0)
 
 
 async def _executor_concurrent(count: int, stream: cuasync.Stream) -> float:
@@ -433,6 +442,29 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             base[f"{kind}-thawed/raw"] = sorted(g / r for g, r in zip(thawed, raws, strict=True))[
                 len(thawed) // 2
             ]
+            gc.unfreeze()  # the same with tasks that do no GPU work: asyncio's own floor
+            gc.collect()
+            try:
+                with _Collections() as collections:
+                    idle, raws = _paired_rounds(
+                        lambda: run_loop(kind, lambda: _idle_concurrent(concurrent)),  # noqa: B023
+                        lambda: _sequential_raw(concurrent, stream),
+                    )
+            finally:
+                gc.collect()
+                gc.freeze()
+            ops, rounds = _median_of(idle)
+            report.value(
+                SUITE,
+                f"{kind}: {concurrent} concurrent tasks, no GPU work, heap not frozen",
+                ops,
+                "ops/s",
+                f"rounds {rounds}; asyncio.sleep(0) each, no cuasync: asyncio's own floor; "
+                f"collections per round by generation {collections.per_round(len(idle))}",
+            )
+            base[f"{kind}-idle/raw"] = sorted(g / r for g, r in zip(idle, raws, strict=True))[
+                len(idle) // 2
+            ]
         ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
     ops, rounds = _rounds(lambda: _sequential_raw(concurrent, stream))
@@ -611,6 +643,15 @@ def _ratios(
                     thawed,
                     "x",
                     "median of the rounds' ratios, each gather to the raw round after it",
+                )
+            idle = base.get(f"{kind}-idle/raw")
+            if idle is not None:
+                report.value(
+                    SUITE,
+                    f"{kind}: tasks with no GPU work, heap not frozen / sequential raw",
+                    idle,
+                    "x",
+                    "asyncio's own ceiling for the line above: its tasks, no cuasync",
                 )
             report.value(
                 SUITE,
