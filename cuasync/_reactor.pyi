@@ -589,6 +589,15 @@ class ExpressLaunches:
     @property
     def pending_launches(self) -> dict[type, Callable[[Any, Any], Any]]: ...
     def launch(self, op: Any, stream: Any, /) -> Any: ...
+    def new_tensor(
+        self,
+        nbytes: int,
+        shape: tuple[int, ...],
+        dtype: Any,
+        strides: tuple[int, ...],
+        stream: Any,
+        /,
+    ) -> Any: ...
 
 @final
 class TensorSubmit:

@@ -23,14 +23,13 @@ import numpy as np
 from .._cancel_var import SCOPE
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
-from .._core.memory import Allocation
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._first_use import CUBLAS, unprepared
 from .._launch.library_call import library_call
-from .._tensor import Shape, Tensor, partly_overlap
+from .._tensor import Shape, Tensor, contiguous_strides, partly_overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import operators, tiled_gemm
@@ -47,7 +46,7 @@ from .gemm import (
     regroup,
     view,
 )
-from .launch_plan import LAUNCHES
+from .launch_plan import LAUNCHES, new_tensor_on
 from .seen import remember
 from .tensorop import TensorOp, tensor_op
 
@@ -265,14 +264,16 @@ def _build(
 # -- seen products: one GEMM of the operands' views --------------------------------------------
 class _Seen(NamedTuple):
     """A product of a seen kind (:data:`_SEEN`): its name, the result's ``shape``,
-    ``dtype`` and size in bytes, the checked ``beta`` and precision, and the one backend
-    GEMM it is (:func:`~.gemm.one_call`): each of its views of ``a``, ``b`` and the new
-    result as (shape, strides, its offset past the tensor's), and the ``flops`` a
-    cancelled scope weighs before skipping it. A small float product is a launch of the
-    tiled kernel (:mod:`.tiled_gemm`), ``tiled``; the others, None, are cuBLAS's."""
+    (contiguous) ``strides``, ``dtype`` and size in bytes, the checked ``beta`` and
+    precision, and the one GEMM it is (:func:`~.gemm.one_call`): each of its views of
+    ``a``, ``b`` and the new result as (shape, strides, its offset past the tensor's),
+    and the ``flops`` a cancelled scope weighs before skipping it. A small float product
+    is a launch of the tiled kernel (:mod:`.tiled_gemm`), ``tiled``; the others, None,
+    are cuBLAS's."""
 
     fn: str
     shape: Shape
+    strides: Shape
     dtype: np.dtype[Any]
     nbytes: int
     beta: complex
@@ -320,6 +321,7 @@ def _record(
     seen = _Seen(
         fn,
         result.shape,
+        contiguous_strides(result.shape),
         result.dtype,
         result.size * result.itemsize,
         scalars[1],
@@ -392,7 +394,7 @@ def _product_launch(product: _SeenProduct, stream: Stream) -> Any:
         return _tiled_launch(product, device, stream)
     if SCOPE.get() is not None or device.ordinal not in CUBLAS._prepared:
         return None
-    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, seen.dtype)
+    tc = new_tensor_on(stream, seen.nbytes, seen.shape, seen.dtype, seen.strides)
     views = _views(product, tc)
     args = (*views, product._alpha, seen.beta, seen.precision)
     return library_call(gemm_call(device.ordinal), device, args, views, _WRITES_RESULT, tc, seen)
@@ -406,7 +408,7 @@ def _tiled_launch(product: _SeenProduct, device: Device, stream: Stream) -> Any:
     assert tiled is not None
     if device.ordinal not in tiled.kernel._prepared:
         return None
-    tc = Tensor(Allocation(device, seen.nbytes, stream), seen.shape, seen.dtype)
+    tc = new_tensor_on(stream, seen.nbytes, seen.shape, seen.dtype, seen.strides)
     if seen.views[0][2] or seen.views[1][2] or seen.views[2][2]:  # (offsets past theirs)
         operands = _views(product, tc)
         operands = (operands[2], operands[0], operands[1])

@@ -25,7 +25,6 @@ import numpy as np
 from .._backends import get_backend
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
-from .._core.memory import Allocation
 from .._core.op import DeviceOp, device_op
 from .._core.output import Output
 from .._dtypes import (
@@ -51,7 +50,7 @@ from .._transfers.device_copy import ADDRESSABLE, copy_kernel, copy_strided, ker
 from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .elementwise import where
-from .launch_plan import LAUNCHES
+from .launch_plan import LAUNCHES, new_tensor_on
 from .seen import remember
 from .tensorop import ShapeLike, TensorOp, tensor_op
 
@@ -290,7 +289,7 @@ def _fill_launch(op: _Fill, stream: Stream) -> Any:
     nbytes = math.prod(op._shape) * dt.itemsize
     if not 0 < nbytes < ADDRESSABLE or device.ordinal not in kernel._prepared:
         return None
-    t = Tensor(Allocation(device, nbytes, stream), op._shape, dt)
+    t = new_tensor_on(stream, nbytes, op._shape, dt)
     launches = _fill_args(t, op._bits)
     if len(launches) != 1:
         return None

@@ -58,6 +58,7 @@ __all__ = [
     "express_launch",
     "layout",
     "merge_axes",
+    "new_tensor_on",
     "record_plan",
     "vector_access",
 ]
@@ -238,6 +239,24 @@ def _new_output(plan: LaunchPlan, shape: Shape, stream: Stream) -> Tensor:
     """A new contiguous tensor of ``plan``'s dtype, allocated on ``stream`` (where the
     native launch takes no block from the block cache)."""
     return Tensor(Allocation(stream.device, plan.nbytes, stream), shape, plan.dtype)
+
+
+def new_tensor_on(
+    stream: Stream, nbytes: int, shape: Shape, dtype: Any, strides: Shape | None = None
+) -> Tensor:
+    """A new contiguous tensor of ``nbytes`` on ``stream``, for the makers of
+    ``LAUNCHES.pending_launches``: a block of the block cache taken natively where it
+    gives one (``ExpressLaunches.new_tensor``), else ``Tensor(Allocation(...))``.
+    ``strides``: the shape's contiguous strides, where the caller has them.
+
+    >>> t = new_tensor_on(stream, 4096, (1024,), SUPPORTED["float32"])
+    """
+    if strides is None:
+        strides = contiguous_strides(shape)
+    found: Tensor | None = LAUNCHES.new_tensor(nbytes, shape, dtype, strides, stream)
+    if found is None:
+        found = Tensor(Allocation(stream.device, nbytes, stream), shape, dtype, strides)
+    return found
 
 
 #: TensorOps as raw launches (``reactor/python/launches.c``): :func:`express_launch`.

@@ -17,7 +17,6 @@ from .._backends import get_backend
 from .._cancel_var import SCOPE
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream, _check_ordinal, get_default_device
-from .._core.memory import Allocation
 from .._core.op import DeviceOp, FirstUse, device_op
 from .._core.output import Output
 from .._dtypes import _BY_DTYPE, DEFAULT_COMPLEX, DEFAULT_FLOAT, DTypeLike, as_dtype, dtype_name
@@ -26,7 +25,7 @@ from .._launch.guard import guarded
 from .._launch.library_call import Calls, LibraryCall, library_call
 from .._native import NATIVE, UploadWorkCore
 from .._ops.expr import Node
-from .._ops.launch_plan import LAUNCHES
+from .._ops.launch_plan import LAUNCHES, new_tensor_on
 from .._ops.tensorop import ShapeLike, TensorOp, tensor_op
 from .._ops.views import flip
 from .._small_upload import HostUploadOp
@@ -360,7 +359,7 @@ def _new_tensor_launch(op: _NewTensor, stream: Stream) -> LibraryCall | None:
     if not 0 < nbytes < ADDRESSABLE:
         return None
     device = stream.device
-    t = Tensor(Allocation(device, nbytes, stream), op._shape, dt)
+    t = new_tensor_on(stream, nbytes, op._shape, dt)
     prepared = _NEW_TENSOR_CALLS.on(device.ordinal)
     return library_call(prepared, device, (t, op._zeroed), (t,), _WRITTEN, t, (op._zeroed, nbytes))
 

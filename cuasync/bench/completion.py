@@ -7,9 +7,9 @@ reactor) and in host-callback mode; then 8192 concurrent awaits (and the sequent
 loop they are compared with: each the median of :data:`ROUNDS` rounds, every round
 printed, since the first gather of a process pays for what later ones reuse), the same
 with the start-up heap collectable, beside 8192 tasks that do no GPU work (asyncio's own
-floor under the cyclic GC), the loop's lag while 64 long kernels are in flight (beside the same loop woken by a plain socket at the same
-moments: see ``_lag``), and the reactor's CPU use when idle and while one long command
-is pending.
+floor under the cyclic GC); the loop's lag while 64 long kernels are in flight (beside
+the same loop woken by a plain socket at the same moments: see ``_lag``), and the
+reactor's CPU use when idle and while one long command is pending.
 """
 
 from __future__ import annotations

@@ -237,17 +237,18 @@ launch_of(ExpressLaunches *self, PyObject *found, PyObject *result, const plan_w
     return launch;
 }
 
-/* A new contiguous tensor of found's dtype and nbytes allocated on stream: a block of the
- * block cache, made as Allocation() and Tensor() make them (the allocation's write
- * recorded on stream at its last submission, as Allocation.__init__ records it), else
- * launch_plan._new_output's. A new reference, or NULL. */
+/* A new contiguous tensor of n bytes, shape, dtype and strides (the caller's: contiguous)
+ * on stream, from a block of the block cache, made as Allocation() and Tensor() make them
+ * (the allocation's write recorded on stream at its last submission, as
+ * Allocation.__init__ records it). A new reference; None where the cache gives no block
+ * (a large tensor, a pool selected, a memory limit reached, none kept: the caller makes it
+ * in Python); NULL with an error set. */
 static PyObject *
-new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *stream)
+cached_tensor(ExpressLaunches *self, Py_ssize_t n, PyObject *shape, PyObject *dtype,
+              PyObject *strides, PyObject *stream)
 {
     ProcessCore *process = PROCESS(self->process);
     PyTypeObject *tensor_t = REGISTERED(TENSOR);
-    PyObject *nbytes = PyTuple_GET_ITEM(found, P_NBYTES);
-    Py_ssize_t n = PyLong_CheckExact(nbytes) ? PyLong_AsSsize_t(nbytes) : -1;
     /* (a block the cache keeps: small ones only) */
     alloc_shape *shape_of = n > 0 && n <= self->small_max ? process_alloc_shape(self->process)
                                                           : NULL;
@@ -266,7 +267,7 @@ new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *st
         return NULL;
     if (alloc == NULL || alloc == Py_None) {
         Py_XDECREF(alloc);
-        return PyObject_CallFunctionObjArgs(self->new_output, found, shape, stream, NULL);
+        Py_RETURN_NONE;
     }
     PyObject *tensor = tensor_t->tp_alloc(tensor_t, 0);
     PyObject *offset = PyLong_FromLong(0);
@@ -279,10 +280,53 @@ new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *st
     /* (Tensor.__init__'s slots) */
     field_set(&TENSOR(tensor)->alloc, alloc);
     field_set(&TENSOR(tensor)->shape, Py_NewRef(shape));
-    field_set(&TENSOR(tensor)->dtype, Py_NewRef(PyTuple_GET_ITEM(found, P_DTYPE)));
-    field_set(&TENSOR(tensor)->strides, Py_NewRef(PyTuple_GET_ITEM(found, P_STRIDES)));
+    field_set(&TENSOR(tensor)->dtype, Py_NewRef(dtype));
+    field_set(&TENSOR(tensor)->strides, Py_NewRef(strides));
     field_set(&TENSOR(tensor)->offset, offset);
     return tensor;
+}
+
+/* A new contiguous tensor of found's dtype and nbytes allocated on stream: a block of the
+ * block cache (cached_tensor), else launch_plan._new_output's. A new reference, or NULL. */
+static PyObject *
+new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *stream)
+{
+    PyObject *nbytes = PyTuple_GET_ITEM(found, P_NBYTES);
+    Py_ssize_t n = PyLong_CheckExact(nbytes) ? PyLong_AsSsize_t(nbytes) : -1;
+    if (n < 0 && PyErr_Occurred())
+        return NULL;
+    PyObject *tensor = cached_tensor(self, n, shape, PyTuple_GET_ITEM(found, P_DTYPE),
+                                     PyTuple_GET_ITEM(found, P_STRIDES), stream);
+    if (tensor != Py_None)
+        return tensor;
+    Py_DECREF(tensor);
+    return PyObject_CallFunctionObjArgs(self->new_output, found, shape, stream, NULL);
+}
+
+/* ExpressLaunches.new_tensor(nbytes, shape, dtype, strides, stream): cached_tensor, for
+ * the makers of pending_launches (a new result without Allocation() and Tensor()). */
+static PyObject *
+Launches_new_tensor(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "new_tensor takes 5 arguments (%zd given)", nargs);
+    PyObject *nbytes = args[0], *shape = args[1], *strides = args[3], *stream = args[4];
+    if (!PyLong_CheckExact(nbytes) || !PyTuple_CheckExact(shape) ||
+        !PyTuple_CheckExact(strides) || PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides) ||
+        !is_stream(stream))
+        return PyErr_Format(PyExc_TypeError,
+                            "new_tensor(nbytes, shape, dtype, strides, stream): an int, two "
+                            "tuples of one length and a Stream, not %.100s, %.100s, %.100s "
+                            "and %.100s",
+                            Py_TYPE(nbytes)->tp_name, Py_TYPE(shape)->tp_name,
+                            Py_TYPE(strides)->tp_name, Py_TYPE(stream)->tp_name);
+    Py_ssize_t n = PyLong_AsSsize_t(nbytes);
+    if (n < 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyErr_Format(PyExc_ValueError, "new_tensor: nbytes must be >= 0, got %zd", n);
+    }
+    return cached_tensor(self, n, shape, args[2], strides, stream);
 }
 
 /* Whether out is an op's out= the core takes: None, or a Tensor of cuasync's with its
@@ -539,6 +583,14 @@ static PyMethodDef Launches_methods[] = {
      "launch op or None), else None.\n\n"
      ">>> launch = express_launch(op, stream)\n"
      ">>> future = launch.submit_on(stream)       # a raw launch's submission"},
+    {"new_tensor", (PyCFunction)(void (*)(void))Launches_new_tensor, METH_FASTCALL,
+     "new_tensor($self, nbytes, shape, dtype, strides, stream, /)\n--\n\n"
+     "A new tensor of ``nbytes``, ``shape``, ``dtype`` and ``strides`` (contiguous: the "
+     "caller's) on ``stream``, from a block of the block cache, as Allocation() and "
+     "Tensor() make one; None where the cache gives no block (a large tensor, a pool "
+     "selected, a memory limit reached): the caller makes it. For the makers of "
+     "pending_launches.\n\n"
+     ">>> t = LAUNCHES.new_tensor(256, (64,), float32, (1,), stream) or Tensor(...)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -261,3 +261,42 @@ def test_a_block_freed_during_a_flush_is_not_left_without_its_stream(baseline: A
     assert refused == [True]
     assert all(k[0] in block_cache._owners for k in block_cache.CACHE.blocks)
     assert _cached(s) == 0
+
+
+def test_a_makers_new_tensor_takes_a_cached_block_as_allocation_does(baseline: Any) -> None:
+    # LAUNCHES.new_tensor (the native core's makers' new result): a block of the cache,
+    # accounted and reused as Allocation's; none to give (too large, or a pool selected:
+    # None) and the maker makes it in Python; bad arguments are a TypeError
+    from cuasync._ops.launch_plan import LAUNCHES, new_tensor_on
+
+    device = cuasync.Device(0)
+    s = device.new_stream()
+    dt = np.dtype(np.float32)
+    first = Allocation(device, 4096, s)
+    ptr = first.ptr
+    del first  # (cached on s)
+    used = device.memory_info().used
+    t = LAUNCHES.new_tensor(4096, (32, 32), dt, (32, 1), s)
+    assert type(t) is cuasync.Tensor and t.allocation.ptr == ptr and _cached(s) == 0
+    assert (t.shape, t.strides, t.dtype, t.offset, t.device) == ((32, 32), (32, 1), dt, 0, device)
+    assert device.memory_info().used == used + 4096
+    del t
+    assert _cached(s) == 1 and device.memory_info().used == used
+    big = block_cache.SMALL_MAX + 1
+    assert LAUNCHES.new_tensor(big, (big,), np.dtype(np.uint8), (1,), s) is None
+    made = new_tensor_on(s, big, (big,), np.dtype(np.uint8))
+    assert made.allocation.nbytes == big and made.strides == (1,)
+    del made
+    pool = cuasync.lowlevel.MemoryPool(device)
+    with cuasync.lowlevel.use_memory_pool(pool):
+        assert LAUNCHES.new_tensor(4096, (1024,), dt, (1,), s) is None
+    for bad in [
+        (4096.0, (1024,), dt, (1,), s),
+        (4096, [1024], dt, (1,), s),
+        (4096, (1024,), dt, (1, 1), s),
+        (4096, (1024,), dt, (1,), 0),
+    ]:
+        with pytest.raises(TypeError):
+            LAUNCHES.new_tensor(*bad)
+    with pytest.raises(ValueError):
+        LAUNCHES.new_tensor(-1, (0,), dt, (1,), s)
