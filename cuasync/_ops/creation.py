@@ -51,6 +51,7 @@ from .._transfers.staging import staging_pool
 from ..errors import ArgumentError, CastOverflowError, DTypeError, ShapeError
 from .elementwise import where
 from .launch_plan import LAUNCHES, new_tensor_on
+from .one_launch import one_launch
 from .seen import remember
 from .tensorop import ShapeLike, TensorOp, tensor_op
 
@@ -801,6 +802,16 @@ def convert(tensor: Tensor, dtype: DTypeLike, *, casting: str = "unsafe") -> Ten
     dt = as_dtype(dtype)
     check_casting(src.dtype, dt, casting)
     checked = casting == "checked"
+    if not checked and src.size:
+        chunks = builtin.chunks(src)
+        if len(chunks) == 1:  # (one launch, kernel_copy's: the core's raw launch)
+            sub, dims, strides, _ = chunks[0]
+            view = builtin.storage_view(Tensor(src.allocation, (1,), dt)).dtype
+            tail = (sub, dtype_info(src.dtype).code, sub.size, *dims, *strides)
+            kernel = copy_kernel(dt)
+            return one_launch(
+                kernel, src.device, "convert", src.shape, dt, sub.shape, view, sub.size, tail
+            )
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         t = new_tensor(ctx, src.shape, dt, "convert")

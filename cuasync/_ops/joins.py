@@ -20,7 +20,7 @@ import numpy as np
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import SUPPORTED, as_dtype, dtype_name
 from .._first_use import launching
 from .._launch import builtin
 from .._launch.kernel import Kernel
@@ -34,6 +34,7 @@ from .._transfers.device_copy import (
     new_tensor,
 )
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from .one_launch import one_launch
 from .tensorop import TensorOp, tensor_op
 from .views import _axis, expand_dims
 
@@ -208,6 +209,12 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, *, mode: str = "wr
     kernel = take_kernel(x.itemsize, dtype_name(indices.dtype))
     storage = builtin.FILL_DTYPES[x.itemsize]
     code = 0 if mode == "wrap" else 1
+    if x.is_contiguous and indices.is_contiguous:  # (one launch: the core's raw launch)
+        n = math.prod(shape)
+        flat_idx = Tensor(indices.allocation, (indices.size,), indices.dtype, None, indices.offset)
+        tail = (builtin.bit_view(builtin.flat(x), storage), flat_idx, n, indices.size, dim, inner)
+        view = SUPPORTED[storage]
+        return one_launch(kernel, x.device, "take", shape, x.dtype, (n,), view, n, (*tail, code))
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, shape, x.dtype, "take")
@@ -259,6 +266,11 @@ def _tri(x: Tensor, k: int, upper: bool) -> TensorOp:
     kernel = tri_kernel(x.itemsize)
     storage = builtin.FILL_DTYPES[x.itemsize]
     rows, cols = x.shape[-2:]
+    if x.is_contiguous:  # (one launch: the core's raw launch)
+        n = x.size
+        tail = (builtin.bit_view(builtin.flat(x), storage), n, rows, cols, int(k), int(upper))
+        view = SUPPORTED[storage]
+        return one_launch(kernel, x.device, name, x.shape, x.dtype, (n,), view, n, tail)
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
         out = new_tensor(ctx, x.shape, x.dtype, name)

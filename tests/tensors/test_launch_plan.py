@@ -339,9 +339,10 @@ def test_a_seen_expression_holds_what_a_raw_launch_does() -> None:
 def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: bool) -> None:
     """Generated kernels take a cancel word (their launch op is a subclass of the raw
     launch's): an await, a blocking sync and a future of a seen expression, of a
-    reduction (one launch), of a fill (``full``, ``ones``) and of the raw launch of a
-    kernel, are each taken by the native core, in a scope or not (they all went the generic Python way once, at twice
-    the host cost, unnoticed)."""
+    reduction (one launch), of a fill (``full``, ``ones``), of a small matmul (the tiled
+    kernel), of ``tril``, ``take`` and ``astype`` (one launch into a new tensor) and of the
+    raw launch of a kernel, are each taken by the native core, in a scope or not (they
+    all went the generic Python way once, at twice the host cost, unnoticed)."""
     import asyncio
     import contextlib
 
@@ -351,6 +352,7 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
     o = cuasync.empty((1024,), "float32").sync()
     m = cuasync.from_host(np.arange(96, dtype=np.float32).reshape(8, 12)).sync()
     h = cuasync.from_host(np.ones((8, 12), np.float16)).sync()
+    i = cuasync.from_host(np.array([3, 0, 7, 1], np.int64)).sync()
     core = express._core()
     if core is None:
         pytest.skip("the native core is off (CUASYNC_NATIVE=off, or not built)")
@@ -365,6 +367,11 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         "mean of float16 over a strided axis": lambda: cuasync.mean(h, axis=0),
         "full": lambda: cuasync.full((8, 12), 2.5),  # (a new tensor: the fill kernel's)
         "ones of int8": lambda: cuasync.ones((5,), "int8"),
+        "a small matmul": lambda: cuasync.matmul(m, m.mT),  # (the tiled kernel's launch)
+        "tril": lambda: cuasync.tril(m, 1),  # (one launch into a new tensor: OneLaunch)
+        "take": lambda: cuasync.take(x, i),
+        "astype": lambda: x.astype("float64"),
+        "astype of a transposed view": lambda: m.mT.astype("int32"),  # (one strided chunk)
     }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()
