@@ -68,6 +68,9 @@ else:
 
     R = TypeVar("R")
 
+#: A launch op of some type (:func:`launch_fields` gives back the one it is given).
+LaunchOp = TypeVar("LaunchOp", bound="_Launch")
+
 #: Launchers cached per kernel (by exact-int launch config) before the cache is cleared.
 _LAUNCHER_CACHE_SIZE = 256
 
@@ -883,6 +886,28 @@ def trusted_launch(
     """
     kind = _CancellableLaunch if kernel._cancel else _Launch
     op: _Launch = kind.__new__(kind)
+    return launch_fields(
+        op, device, kernel, prepared, args, tensors, params, writes, output, grid, block
+    )
+
+
+def launch_fields(
+    op: LaunchOp,
+    device: Device,
+    kernel: _Launchable[Any] | None,
+    prepared: PreparedKernel,
+    args: tuple[Any, ...],
+    tensors: tuple[Tensor, ...],
+    params: tuple[Param, ...],
+    writes: tuple[bool, ...],
+    output: Any,
+    grid: Any,
+    block: Dim3,
+) -> LaunchOp:
+    """``op`` (a launch op made with ``__new__``, not yet taken) with every field of
+    ``LaunchCore`` set, as :meth:`_Launch.__init__` sets them from checked arguments:
+    for the launch ops cuasync makes of its own (:func:`trusted_launch`, a library
+    call's)."""
     op._consumed = False
     op._device = device
     op._kernel = kernel

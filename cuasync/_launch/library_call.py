@@ -31,7 +31,7 @@ from .._backends.base import PreparedKernel
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.output import Output, _Ready
-from .kernel import _Launch
+from .kernel import _Launch, launch_fields
 
 __all__ = ["Call", "Calls", "LibraryCall", "PreparedCall", "Work", "library_call"]
 
@@ -137,16 +137,7 @@ def library_call(
     kernel's launch by its kernel and grid (``cuasync._core.wake``); it is kept as the
     op's grid, which a call does not otherwise have."""
     op: LibraryCall = LibraryCall.__new__(LibraryCall)
-    op._consumed = False
-    op._device = device
-    op._kernel = None
-    op._prepared = prepared
-    op._args = args
-    op._tensors = tensors
-    op._params = ()
-    op._writes = writes
-    op._output = output
-    op._grid = kind  # type: ignore[assignment]  # (a call's grid is its kind)
-    op._block = (1, 1, 1)  # (unused: a call has no block)
-    op._shared_mem = 0
-    return op
+    # (a call's grid is its kind; it has no block)
+    return launch_fields(
+        op, device, None, prepared, args, tensors, (), writes, output, kind, (1, 1, 1)
+    )

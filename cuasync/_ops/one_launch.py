@@ -120,21 +120,12 @@ def _one_launch(op: OneLaunch, stream: Stream) -> Any:
 LAUNCHES.pending_launches[OneLaunch] = _one_launch
 
 
-def one_launch(
-    kernel: Kernel,
-    device: Device,
-    name: str,
-    shape: Shape,
-    dtype: np.dtype[Any],
-    view_shape: Shape,
-    view_dtype: np.dtype[Any],
-    work: int,
-    tail: tuple[Any, ...],
-) -> TensorOp:
-    """The TensorOp of a new tensor written by one launch (see :class:`OneLaunch`).
+def one_launch(*spec: Any) -> TensorOp:
+    """The TensorOp of a new tensor written by one launch: ``OneLaunch(*spec)``
+    (``kernel, device, name, shape, dtype, view_shape, view_dtype, work, tail``).
 
     >>> one_launch(tri_kernel(4), x.device, "tril", x.shape, x.dtype, (x.size,),
     ...            SUPPORTED["uint32"], x.size, (src, x.size, rows, cols, k, 0))
     """
-    op = OneLaunch(kernel, device, name, shape, dtype, view_shape, view_dtype, work, tail)
-    return tensor_op(op, shape, dtype)
+    op = OneLaunch(*spec)
+    return tensor_op(op, op._shape, op._dtype)

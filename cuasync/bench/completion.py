@@ -218,6 +218,23 @@ def _paired_rounds(
     return [m for m, _ in pairs], [b for _, b in pairs]
 
 
+def _collectable_rounds(
+    measure: Callable[[], float], baseline: Callable[[], float]
+) -> tuple[list[float], list[float], _Collections]:
+    """:func:`_paired_rounds` with the start-up heap collectable (after a full collection,
+    so the next full pass is due as in a process that never froze it), and the cyclic
+    GC's collections meanwhile; the heap frozen again after."""
+    gc.unfreeze()
+    gc.collect()
+    try:
+        with _Collections() as collections:
+            rates, raws = _paired_rounds(measure, baseline)
+    finally:
+        gc.collect()
+        gc.freeze()
+    return rates, raws, collections
+
+
 class _Collections:
     """The cyclic GC's collections by generation while the block runs (``gc.callbacks``).
 
@@ -418,53 +435,37 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
             len(gathers) // 2
         ]
         if gc.get_freeze_count():  # the same gather with the start-up heap collectable
-            gc.unfreeze()
-            gc.collect()  # (so the next full pass is due as in a process that never froze)
-            try:
-                with _Collections() as collections:
-                    thawed, raws = _paired_rounds(
-                        lambda: run_loop(kind, lambda: _concurrent(concurrent)),  # noqa: B023
-                        lambda: _sequential_raw(concurrent, stream),
-                    )
-            finally:
-                gc.collect()
-                gc.freeze()
-            ops, rounds = _median_of(thawed)
-            report.value(
-                SUITE,
-                f"{kind}: {concurrent} concurrent cuasync awaits, heap not frozen",
-                ops,
-                "ops/s",
-                f"rounds {rounds}, one after the other after a full collection; cyclic GC "
-                f"collections per round by generation {collections.per_round(len(thawed))} "
-                "(a full pass traverses every object the process imported: torch, CuPy)",
+            thawed = (  # ... and tasks that do no GPU work: asyncio's own floor
+                (
+                    "thawed",
+                    _concurrent,
+                    f"{concurrent} concurrent cuasync awaits, heap not frozen",
+                    "one after the other after a full collection",
+                ),
+                (
+                    "idle",
+                    _idle_concurrent,
+                    f"{concurrent} concurrent tasks, no GPU work, heap not frozen",
+                    "asyncio.sleep(0) each, no cuasync: asyncio's own floor",
+                ),
             )
-            base[f"{kind}-thawed/raw"] = sorted(g / r for g, r in zip(thawed, raws, strict=True))[
-                len(thawed) // 2
-            ]
-            gc.unfreeze()  # the same with tasks that do no GPU work: asyncio's own floor
-            gc.collect()
-            try:
-                with _Collections() as collections:
-                    idle, raws = _paired_rounds(
-                        lambda: run_loop(kind, lambda: _idle_concurrent(concurrent)),  # noqa: B023
-                        lambda: _sequential_raw(concurrent, stream),
-                    )
-            finally:
-                gc.collect()
-                gc.freeze()
-            ops, rounds = _median_of(idle)
-            report.value(
-                SUITE,
-                f"{kind}: {concurrent} concurrent tasks, no GPU work, heap not frozen",
-                ops,
-                "ops/s",
-                f"rounds {rounds}; asyncio.sleep(0) each, no cuasync: asyncio's own floor; "
-                f"collections per round by generation {collections.per_round(len(idle))}",
-            )
-            base[f"{kind}-idle/raw"] = sorted(g / r for g, r in zip(idle, raws, strict=True))[
-                len(idle) // 2
-            ]
+            for key, gather, name, what in thawed:
+                rates, raws, collections = _collectable_rounds(
+                    lambda: run_loop(kind, lambda: gather(concurrent)),  # noqa: B023
+                    lambda: _sequential_raw(concurrent, stream),
+                )
+                ops, rounds = _median_of(rates)
+                report.value(
+                    SUITE,
+                    f"{kind}: {name}",
+                    ops,
+                    "ops/s",
+                    f"rounds {rounds}; {what}; cyclic GC collections per round by generation "
+                    f"{collections.per_round(len(rates))} (a full pass traverses every object "
+                    "the process imported: torch, CuPy)",
+                )
+                ratios = sorted(g / r for g, r in zip(rates, raws, strict=True))
+                base[f"{kind}-{key}/raw"] = ratios[len(ratios) // 2]
         ops = run_loop(kind, lambda: _executor_concurrent(concurrent, stream))
         report.value(SUITE, f"{kind}: {concurrent} concurrent run_in_executor", ops, "ops/s")
     ops, rounds = _rounds(lambda: _sequential_raw(concurrent, stream))
