@@ -40,6 +40,7 @@ from .elementwise import check_out
 from .expr import Node
 from .fused_operand import Call, Fused, fusable
 from .joins import _copy_into
+from .one_launch import one_launch
 from .tensorop import Operand as ValueOperand  # (Operand here: the checks' view, below)
 from .tensorop import TensorOp
 from .views import _axis, broadcast_to
@@ -1078,6 +1079,11 @@ def pad(
     ps = (0,) * lead + tuple(a for a, _ in widths)
     os_ = (1,) * lead + shape
     kernel = pad_kernel(x.dtype.itemsize)
+    if out is None and type(x) is Tensor and x.size and x.is_contiguous:  # (one launch: the
+        n = math.prod(shape)  # core's raw launch)
+        view = SUPPORTED[builtin.FILL_DTYPES[x.itemsize]]
+        tail = (_flat_bits(x), n, code, *xs, *ps, *os_, *bits)
+        return one_launch(kernel, x.device, name, shape, x.dtype, (n,), view, n, tail)
     fx = _fuse(x, x.dtype) if x.size else None  # (an empty x: all padding, nothing read)
     s_c = builtin.storage(x.dtype.itemsize)
     axes = " ".join(f"{c}{j}" for c in "xpo" for j in range(MAX_AXES))

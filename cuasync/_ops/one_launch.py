@@ -1,6 +1,6 @@
 """Ops that are one launch of a built-in kernel into a new tensor, raw launches of the core.
 
-``tril``, ``take`` and ``astype`` of contiguous operands each make a new contiguous tensor
+``tril``, ``take``, ``pad`` and ``astype`` of contiguous tensors each make a new tensor
 and fill it with one launch: ``kernel(out, *tail)``, ``out`` the new tensor seen as the
 kernel writes it (a flat view of its storage type, or the shape of the source's one
 chunk). A :class:`OneLaunch` op holds that launch, so that the native core submits it

@@ -340,7 +340,7 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
     """Generated kernels take a cancel word (their launch op is a subclass of the raw
     launch's): an await, a blocking sync and a future of a seen expression, of a
     reduction (one launch), of a fill (``full``, ``ones``), of a small matmul (the tiled
-    kernel), of ``tril``, ``take`` and ``astype`` (one launch into a new tensor) and of the
+    kernel), of ``tril``, ``take``, ``pad`` and ``astype`` (one launch into a new tensor) and of the
     raw launch of a kernel, are each taken by the native core, in a scope or not (they
     all went the generic Python way once, at twice the host cost, unnoticed)."""
     import asyncio
@@ -372,6 +372,7 @@ def test_every_way_of_running_a_seen_expression_is_one_native_launch(scoped: boo
         "take": lambda: cuasync.take(x, i),
         "astype": lambda: x.astype("float64"),
         "astype of a transposed view": lambda: m.mT.astype("int32"),  # (one strided chunk)
+        "pad": lambda: cuasync.pad(x, 2),
     }
     for make in makers.values():  # seen: plans made, kernels prepared
         make().sync()
