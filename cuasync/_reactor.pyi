@@ -375,6 +375,9 @@ class LaunchCore(OpCore):
     _writes: tuple[bool, ...]
     #: the parameter each of ``_tensors`` is passed as
     _params: tuple[Any, ...]
+    #: the Stream an await runs it on (a wait's: the stream it waits for), or None: the
+    #: policy's next one
+    _stream: Any
     def __await__(self) -> Generator[Any, Any, Any]: ...
 
 @disjoint_base

@@ -1357,11 +1357,12 @@ class EmulatorBackend(Backend):
                     if precision == "tf32":
                         x, y = to_tf32(x), to_tf32(y)
                     r = np.matmul(x, y)
-                if alpha != 1:
-                    r = r * (alpha if np.iscomplexobj(r) else alpha.real)
-                if beta != 0:
-                    r = r + dst.astype(work) * (beta if np.iscomplexobj(r) else beta.real)
-                dst[...] = r.astype(dst.dtype)
+                with np.errstate(over="ignore"):  # (scales past the dtype: inf, as in C)
+                    if alpha != 1:
+                        r = r * (alpha if np.iscomplexobj(r) else alpha.real)
+                    if beta != 0:
+                        r = r + dst.astype(work) * (beta if np.iscomplexobj(r) else beta.real)
+                    dst[...] = r.astype(dst.dtype)
             except Exception as exc:
                 error = KernelError(f"the emulated matrix product raised {exc!r}")
                 error.__cause__ = exc

@@ -9,8 +9,9 @@ nanosecond deadlines, no timer slack), and spins on the flag for a bounded windo
 that the landing is seen by a thread already awake (docs/completion.md, "Waking for
 real-length work").
 
-The expected landing is learned per *key* (a kernel and its grid for a launch, the
-stream's handle for other awaits, ``cuasync.wait(torch_stream)`` included): the time
+The expected landing is learned per *key* (a kernel and its grid for a launch, a
+library call and its kind for a call: the stream waited for, for
+``cuasync.wait(torch_stream)``; the stream's handle for other awaits): the time
 from parking to landing, measured exactly when a spin saw the flag land and bounded
 otherwise (:class:`Estimate`). No estimate yet, earlier work pending on the stream, a
 platform without ``timerfd``, or ``CUASYNC_WAKE=reactor``: the await parks as before.

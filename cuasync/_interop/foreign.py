@@ -238,13 +238,18 @@ def wait_for_foreign(stream: Stream, handle: int) -> None:
     defines it): two driver calls per wait, no event made or destroyed. It is made on
     ``stream``'s device, where the default-stream handles 1 and 2 are looked up.
     """
+    wait_for_foreign_handle(stream.device.ordinal, stream.handle, handle)
+
+
+def wait_for_foreign_handle(ordinal: int, stream: int, handle: int) -> None:
+    """:func:`wait_for_foreign` of the stream handle ``stream`` of device ``ordinal``
+    (for work that has the handle alone: a library call's)."""
     backend = get_backend()
-    ordinal = stream.device.ordinal
     event = _wait_events.get(ordinal)
     if event is None:
         event = _wait_events[ordinal] = backend.event_create(ordinal)
     backend.event_record(event, handle)
-    backend.stream_wait_event(stream.handle, event)
+    backend.stream_wait_event(stream, event)
 
 
 #: The event :func:`wait_for_foreign` records, per device ordinal (lives as long as the

@@ -3,6 +3,9 @@
 The completion flag is enqueued on the foreign stream itself (for an event: on a
 cuasync stream made to wait for it), so the foreign stream is never blocked, the loop
 is never blocked, and cancelling the awaiting task leaves the foreign work untouched.
+A wait is a library call (:mod:`cuasync._launch.library_call`) whose work is nothing on
+the stream waited for (the flag after it is the wait): the native core submits and
+awaits it as it does a kernel launch, on that stream (the op's ``_stream``).
 
 >>> y = model(x)                                        # torch enqueues on its stream
 >>> await cuasync.wait(torch.cuda.current_stream())     # the loop keeps running
@@ -10,6 +13,7 @@ is never blocked, and cancelling the awaiting task leaves the foreign work untou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
@@ -17,51 +21,71 @@ from .._core.context import ExecutionContext
 from .._core.device import Device, Event, Stream, _check_ordinal, get_default_device
 from .._core.op import DeviceOp
 from .._core.output import Output
+from .._launch.library_call import Calls, LibraryCall, library_call
 from ..errors import ArgumentError, CaptureError
-from .foreign import LEGACY_STREAM, foreign_stream, wait_for_foreign
+from .foreign import LEGACY_STREAM, foreign_stream, wait_for_foreign_handle
 
 __all__ = ["wait"]
 
 
-class _Wait(DeviceOp[None]):
-    """Completes when the work enqueued on a stream (or before an event) is done."""
-
-    __slots__ = ("_event", "_owner", "_stream")
-
-    def __init__(
-        self, stream: Stream | None, event: int | None, owner: Any, device: Device
-    ) -> None:
-        super().__init__(device)
-        self._stream = stream
-        self._event = event
-        self._owner = owner
-
-    def _pick_stream(self) -> Stream:
-        # A stream's flag goes on that very stream; an event is waited for on the policy's.
-        return self._stream if self._stream is not None else super()._pick_stream()
-
-    def _enqueue(self, ctx: ExecutionContext) -> Output[None]:
-        backend = get_backend()
-        target = self._stream
-        # First, before anything is enqueued or retained: a failed submission that
-        # retained something would enqueue its release on the capturing stream.
-        if target is not None and backend.stream_is_capturing(target.handle):
+def _wait_work(stream: int, args: tuple[Any, ...], errors: Callable[[], list[Any]]) -> None:
+    """A wait's work on ``stream`` (a handle): nothing where it is the stream waited for
+    (the flag after it is the wait); another stream waits for that stream's work so far
+    (``submit_on`` another), or for the event. A stream being captured into a graph is
+    refused before anything is enqueued (its work only runs when the graph does)."""
+    target, event, _owner = args
+    backend = get_backend()
+    if target is not None:
+        if backend.stream_is_capturing(target.handle):
             raise CaptureError(
                 f"stream {target.handle:#x} is capturing a CUDA graph; its work only runs when "
                 "the graph is launched: await the launch instead (or wait once capture ended)"
             )
-        if self._owner is not None:
-            ctx.retain(self._owner)
-        if target is None:
-            if self._event:  # 0: a torch event never recorded, nothing to wait for
-                backend.stream_wait_event(ctx.handle, self._event)
-        elif ctx.stream is not target:  # submit_on() another stream: it waits for the target
-            wait_for_foreign(ctx.stream, target.handle)
-        return Output.ready(None)
+        if stream != target.handle:
+            wait_for_foreign_handle(backend.stream_device(stream), stream, target.handle)
+    elif event:  # (0: a torch event never recorded, nothing to wait for)
+        backend.stream_wait_event(stream, event)
+
+
+#: The wait as a library call, per device ordinal.
+_WAIT_CALLS = Calls("wait", _wait_work)
+
+
+class _Wait(LibraryCall):
+    """Completes when the work enqueued on a stream (or before an event) is done: its
+    arguments ``(stream or None, event handle or None, owner)``; an await runs it on the
+    stream (``_stream``), or for an event on the policy's."""
+
+    __slots__ = ()
+
+    def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
+        owner = self._args[2]
+        if owner is not None:  # (the foreign object, until the work has landed)
+            ctx.retain(owner)
+        return super()._enqueue(ctx)
 
     def __repr__(self) -> str:
-        what = f"event {self._event:#x}" if self._event is not None else repr(self._stream)
+        stream, event, _ = self._args
+        what = f"event {event:#x}" if event is not None else repr(stream)
         return f"<cuasync.DeviceOp wait for {what}{' (consumed)' if self._consumed else ''}>"
+
+
+def wake_key(stream: Stream) -> tuple[Any, int]:
+    """What an await of ``wait(stream)`` learns its work's length by (``cuasync._core.wake``):
+    the wait's call on the stream's device and the stream's handle.
+
+    >>> wake.estimate(wake_key(stream))       # ns from parking to landing, or None
+    """
+    return (_WAIT_CALLS.on(stream.device.ordinal), stream.handle)
+
+
+def _wait(stream: Stream | None, event: int | None, owner: Any, device: Device) -> _Wait:
+    key = stream.handle if stream is not None else event  # (the early wake's: wake_key)
+    op = library_call(
+        _WAIT_CALLS.on(device.ordinal), device, (stream, event, owner), (), (), None, key, _Wait
+    )
+    op._stream = stream
+    return op
 
 
 def _handle(value: Any) -> int:
@@ -89,21 +113,21 @@ def wait(x: Stream | Event | int | object, *, device: int | Device | None = None
     >>> await cuasync.wait(torch.cuda.current_stream())  # the loop stays responsive
     """
     if isinstance(x, Stream):
-        return _Wait(x, None, None, x.device)
+        return _wait(x, None, None, x.device)
     if isinstance(x, Event):
-        return _Wait(None, x.handle, x, x.device if device is None else _device(device))
+        return _wait(None, x.handle, x, x.device if device is None else _device(device))
     if hasattr(x, "__cuda_stream__"):
         stream = Stream.from_handle(x)
-        return _Wait(stream, None, x, stream.device)
+        return _wait(stream, None, x, stream.device)
     module = type(x).__module__.split(".")[0]
     name = type(x).__name__
     if hasattr(x, "cuda_stream") and module == "torch":  # torch.cuda.Stream
         return _foreign_stream(_handle(x.cuda_stream), x)
     if hasattr(x, "cuda_event") and module == "torch":  # torch.cuda.Event
-        return _Wait(None, int(x.cuda_event), x, _device(device))
+        return _wait(None, int(x.cuda_event), x, _device(device))
     if hasattr(x, "ptr") and module == "cupy":
         if "Event" in name:
-            return _Wait(None, int(x.ptr), x, _device(device))
+            return _wait(None, int(x.ptr), x, _device(device))
         if "Stream" in name:
             return _foreign_stream(_handle(x.ptr), x)
     if isinstance(x, int) and not isinstance(x, bool):
@@ -118,4 +142,4 @@ def wait(x: Stream | Event | int | object, *, device: int | Device | None = None
 
 def _foreign_stream(handle: int, owner: Any) -> _Wait:
     stream = foreign_stream(handle, Device(get_backend().stream_device(handle)), owner)
-    return _Wait(stream, None, owner, stream.device)
+    return _wait(stream, None, owner, stream.device)

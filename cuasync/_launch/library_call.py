@@ -29,8 +29,9 @@ from typing import Any
 from .._backends import get_backend
 from .._backends.base import PreparedKernel
 from .._core.context import ExecutionContext
-from .._core.device import Device
+from .._core.device import Device, Stream
 from .._core.output import Output, _Ready
+from .._core.scheduling import stream_for
 from .kernel import _Launch, launch_fields
 
 __all__ = ["Call", "Calls", "LibraryCall", "PreparedCall", "Work", "library_call"]
@@ -106,6 +107,12 @@ class LibraryCall(_Launch):
     def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
         return ()  # (made only once its library is loaded for the device)
 
+    def _pick_stream(self) -> Stream:
+        """Its own stream (``_stream``: a wait's, the stream it waits for), else the
+        policy's next one."""
+        own: Stream | None = self._stream
+        return own if own is not None else stream_for(self._device)
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         for tensor, written in zip(self._tensors, self._writes, strict=True):
             if written:
@@ -128,15 +135,17 @@ def library_call(
     writes: tuple[bool, ...],
     output: Any,
     kind: Hashable,
-) -> LibraryCall:
+    op_type: type[LibraryCall] = LibraryCall,
+) -> Any:
     """The op calling ``prepared`` on ``args`` (on ``device``), reading ``tensors`` (or
     writing those ``writes`` marks), whose result is ``output``. Not yet taken.
 
     ``kind`` (hashable) is what the call's duration depends on (a product's sizes): an
     await that parks wakes early by the time learned for ``(prepared, kind)``, as a
     kernel's launch by its kernel and grid (``cuasync._core.wake``); it is kept as the
-    op's grid, which a call does not otherwise have."""
-    op: LibraryCall = LibraryCall.__new__(LibraryCall)
+    op's grid, which a call does not otherwise have. ``op_type``: a subclass of
+    :class:`LibraryCall` to make."""
+    op = op_type.__new__(op_type)
     # (a call's grid is its kind; it has no block)
     return launch_fields(
         op, device, None, prepared, args, tensors, (), writes, output, kind, (1, 1, 1)

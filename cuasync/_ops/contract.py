@@ -247,7 +247,8 @@ def _build(
         return Output.ready(tc)
 
     kernels: list[Any] = [copy_kernel(dtype) for x in inputs if x.dtype != dtype]  # (_promoted's)
-    tiled = dtype.kind in "iu" or tiled_gemm.takes(dtype, math.prod(shape) * contracted, precision)
+    macs = math.prod(shape) * contracted
+    tiled = dtype.kind in "iu" or tiled_gemm.takes(dtype, macs, contracted, precision)
     if tiled:
         kernels.append(tiled_gemm.kernel(dtype_name(dtype)))  # (int8 may take cuBLAS instead)
     if not tiled or dtype_name(dtype) == "int8":
@@ -317,7 +318,16 @@ def _record(
     ):
         return
     result = tensors[2]
-    macs = math.prod(one[2].shape) * one[0].shape[2]
+    k = one[0].shape[2]
+    macs = math.prod(one[2].shape) * k
+    made = tuple(
+        (v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)
+    )
+    tiled = None
+    if tiled_gemm.takes(result.dtype, macs, k, precision):
+        if any(past for _, _, past in made):  # (its launch takes the tensors themselves)
+            return
+        tiled = tiled_gemm.seen_launch(*one)
     seen = _Seen(
         fn,
         result.shape,
@@ -326,9 +336,9 @@ def _record(
         result.size * result.itemsize,
         scalars[1],
         precision,
-        tuple((v.shape, v.strides, v.offset - t.offset) for v, t in zip(one, tensors, strict=True)),
+        made,
         8 * macs,  # (gemm's for a new result: skippable)
-        tiled_gemm.seen_launch(*one) if tiled_gemm.takes(result.dtype, macs, precision) else None,
+        tiled,
     )
     remember(_SEEN, key, seen)
 
@@ -402,19 +412,18 @@ def _product_launch(product: _SeenProduct, stream: Stream) -> Any:
 
 def _tiled_launch(product: _SeenProduct, device: Device, stream: Stream) -> Any:
     """The launch op of a small float product: the tiled kernel's one launch into a new
-    result (:func:`.tiled_gemm.launch_op`), or None (the long way)."""
+    result (:func:`.tiled_gemm.launch_op`), or None (the long way): the kernel not
+    prepared for the device yet, an ``alpha`` it does not take as it is."""
     seen = product._seen
     tiled = seen.tiled
     assert tiled is not None
-    if device.ordinal not in tiled.kernel._prepared:
+    alpha = product._alpha.real
+    if device.ordinal not in tiled.kernel._prepared or not tiled_gemm.takes_alpha(tiled, alpha):
         return None
     tc = new_tensor_on(stream, seen.nbytes, seen.shape, seen.dtype, seen.strides)
-    if seen.views[0][2] or seen.views[1][2] or seen.views[2][2]:  # (offsets past theirs)
-        operands = _views(product, tc)
-        operands = (operands[2], operands[0], operands[1])
-    else:  # (the tensors themselves: the geometry indexes them from their first elements)
-        operands = (tc, product._a, product._b)
-    return tiled_gemm.launch_op(tiled, device, operands, product._alpha.real, seen.beta.real, tc)
+    # (the tensors themselves: a seen kind's views start where they do, _record's check)
+    operands = (tc, product._a, product._b)
+    return tiled_gemm.launch_op(tiled, device, operands, alpha, seen.beta.real, tc)
 
 
 LAUNCHES.pending_launches[_SeenProduct] = _product_launch

@@ -100,7 +100,7 @@ def gemm(
             if not _int8_blas(ctx, xa, xb, xc, alpha, beta):
                 tiled_gemm.launch(ctx, xa, xb, xc, alpha, beta)
         return
-    if tiled_gemm.takes(c.dtype, c.size * k, precision):  # (any layout: no copies)
+    if tiled_gemm.takes(c.dtype, c.size * k, k, precision):  # (any layout: no copies)
         for xa, xb, xc in _batches(a, b, c):
             tiled_gemm.launch(ctx, xa, xb, xc, alpha, beta, scoped=skippable)
         return

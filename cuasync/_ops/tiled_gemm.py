@@ -17,6 +17,7 @@ Two kinds of product take it rather than cuBLAS:
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ from .._tensor import Tensor
 __all__ = [
     "BLOCK",
     "FILES",
+    "SMALL_K",
     "SMALL_MACS",
     "SeenLaunch",
     "args",
@@ -44,6 +46,7 @@ __all__ = [
     "launch_op",
     "seen_launch",
     "takes",
+    "takes_alpha",
 ]
 
 _TILE = 16
@@ -55,6 +58,9 @@ BLOCK = (_TILE, _TILE, 1)
 #: 128 x 128 x 128 product is a few microseconds of it, about what cuBLAS's host work
 #: for the call costs before its kernel starts.
 SMALL_MACS = 128**3
+#: The longest sum (``k``) it takes: each thread adds its ``k`` terms in turn, so a long
+#: sum over few outputs would be one slow block (cuBLAS splits it) and lose accuracy.
+SMALL_K = 256
 
 #: The float dtypes it takes (others, float16 and complex among them, stay on cuBLAS).
 _FLOATS = frozenset(("float32", "float64"))
@@ -65,11 +71,12 @@ FILES = ("cancel.cuh", "tiled_gemm.cu")
 _KERNELS = KernelFiles(*FILES)
 
 
-def takes(dtype: np.dtype[Any], macs: int, precision: str) -> bool:
-    """Whether a float product of ``dtype``, ``macs`` multiply-adds and ``precision``
-    takes this kernel (integer products always do: :func:`cuasync._ops.gemm.gemm`
-    decides those). ``"tf32"`` products stay on cuBLAS, whose tensor cores they ask for."""
-    return macs <= SMALL_MACS and dtype.name in _FLOATS and precision == "highest"
+def takes(dtype: np.dtype[Any], macs: int, k: int, precision: str) -> bool:
+    """Whether a float product of ``dtype``, ``macs`` multiply-adds, sums of ``k`` terms
+    and ``precision`` takes this kernel (integer products always do:
+    :func:`cuasync._ops.gemm.gemm` decides those). ``"tf32"`` products stay on cuBLAS,
+    whose tensor cores they ask for."""
+    return macs <= SMALL_MACS and k <= SMALL_K and dtype.name in _FLOATS and precision == "highest"
 
 
 def _twin(dt: np.dtype[Any]) -> Callable[..., None]:
@@ -132,6 +139,8 @@ def args(c: Tensor, a: Tensor, b: Tensor, alpha: complex, beta: complex) -> tupl
     if c.dtype.kind in "iu":
         mask = (1 << (64 if c.itemsize > 4 else 32)) - 1
         scalars: tuple[Any, Any] = (int(alpha.real) & mask, int(beta.real) & mask)
+    elif c.itemsize == 4:  # (as C converts them, as cuBLAS's float32 scalars: 1e39 is inf)
+        scalars = (ctypes.c_float(alpha.real).value, ctypes.c_float(beta.real).value)
     else:
         scalars = (alpha.real, beta.real)
     return (c, a, b, batch, m, n, k, *a.strides, *b.strides, *c.strides, *scalars)
@@ -195,6 +204,13 @@ def seen_launch(a: Tensor, b: Tensor, c: Tensor) -> SeenLaunch:
 _WRITES = (True, False, False)
 
 
+def takes_alpha(seen: SeenLaunch, alpha: float) -> bool:
+    """Whether :func:`launch_op` takes ``alpha`` as it is (a float in its parameter's
+    finite range; the long way converts the others)."""
+    low, high = seen.alphas
+    return type(alpha) is float and low <= alpha <= high
+
+
 def launch_op(
     seen: SeenLaunch,
     device: Device,
@@ -205,14 +221,10 @@ def launch_op(
 ) -> Any:
     """The launch op, not yet taken, of ``seen``'s product of ``operands`` (``(c, a, b)``:
     tensors its geometry indexes from their first elements) into ``output`` (``c``'s
-    tensor), its cancel word the scope's; None where the kernel is not prepared for
-    ``device`` yet or ``alpha`` is not one its parameter takes as it is (the long way
-    prepares it, or words the error)."""
+    tensor), its cancel word the scope's; the kernel prepared for ``device`` and
+    ``alpha`` one :func:`takes_alpha` takes (the caller checks both first)."""
     made = seen.kernel
-    prepared = made._prepared.get(device.ordinal)
-    low, high = seen.alphas
-    if prepared is None or type(alpha) is not float or not low <= alpha <= high:
-        return None
+    prepared = made._prepared[device.ordinal]
     args = (*operands, *seen.geometry, alpha, beta, current_word(device.ordinal))
     return trusted_launch(
         made, prepared, device, args, operands, seen.params, _WRITES, output, seen.grid, BLOCK

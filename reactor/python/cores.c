@@ -283,7 +283,10 @@ CORE_TYPE(LaunchCore, "LaunchCore",
                  "Whether it writes each of its tensors (non-const parameters): a tuple of "
                  "bools beside _tensors."),
           MEMBER(LaunchCore, params, "_params",
-                 "The parameter each of its tensors is passed as: a tuple beside _tensors."));
+                 "The parameter each of its tensors is passed as: a tuple beside _tensors."),
+          OPTIONAL(LaunchCore, stream, "_stream",
+                   "The Stream an await runs it on (a wait's: the stream it waits for), or "
+                   "None: the policy's next one."));
 
 CORE_TYPE_N(HubCore, 11, "HubCore",
             "The fields of the completion hub (its base type) that the native core reads: "

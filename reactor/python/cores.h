@@ -57,11 +57,13 @@ typedef struct {
  * tensor arguments, a tuple), _output, _grid, _block, _shared_mem, two held for later
  * work: _plan (a cached per-expression plan) and _cancel_word (the cancellation word of
  * the op's scope), and beside _tensors, tuples a launcher's ops share: _writes (bools:
- * whether the launch writes each one) and _params (the parameter each is passed as). */
+ * whether the launch writes each one) and _params (the parameter each is passed as);
+ * last _stream: the stream its await runs it on (a wait's: the stream it waits for),
+ * NULL or None for the policy's. */
 typedef struct {
     OpCore op;
     PyObject *kernel, *prepared, *args, *tensors, *output, *grid, *block, *shared_mem, *plan,
-        *cancel_word, *writes, *params;
+        *cancel_word, *writes, *params, *stream;
 } LaunchCore;
 
 /* Hub: the switches every submission reads (the core, whether awaits use flag slots,

@@ -1578,7 +1578,18 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
             Py_CLEAR(policy);
     }
     int checked;
-    stream = next_stream_of(self, policy, device, &checked);
+    PyObject *own = tensor ? NULL : LAUNCH(op)->stream;
+    if (own != NULL && own != Py_None) { /* its own stream (a wait's: the one it waits for) */
+        if (!is_stream(own) || STREAM(own)->device != device) {
+            PyErr_Format(PyExc_TypeError, "a launch op's _stream must be a Stream of its "
+                                          "device, not %.100s", Py_TYPE(own)->tp_name);
+            goto done;
+        }
+        stream = Py_NewRef(own);
+        checked = 1;
+    }
+    else
+        stream = next_stream_of(self, policy, device, &checked);
     if (stream == NULL)
         goto done;
     if (!checked &&

@@ -293,8 +293,11 @@ new_output(ExpressLaunches *self, PyObject *found, PyObject *shape, PyObject *st
 {
     PyObject *nbytes = PyTuple_GET_ITEM(found, P_NBYTES);
     Py_ssize_t n = PyLong_CheckExact(nbytes) ? PyLong_AsSsize_t(nbytes) : -1;
-    if (n < 0 && PyErr_Occurred())
-        return NULL;
+    if (n < 0 && PyErr_Occurred()) { /* (past a Py_ssize_t: Python words the error) */
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+    }
     PyObject *tensor = cached_tensor(self, n, shape, PyTuple_GET_ITEM(found, P_DTYPE),
                                      PyTuple_GET_ITEM(found, P_STRIDES), stream);
     if (tensor != Py_None)
@@ -322,8 +325,12 @@ Launches_new_tensor(ExpressLaunches *self, PyObject *const *args, Py_ssize_t nar
                             Py_TYPE(strides)->tp_name, Py_TYPE(stream)->tp_name);
     Py_ssize_t n = PyLong_AsSsize_t(nbytes);
     if (n < 0) {
-        if (PyErr_Occurred())
-            return NULL;
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return NULL;
+            PyErr_Clear(); /* (past a Py_ssize_t: no block of the cache; Python words it) */
+            Py_RETURN_NONE;
+        }
         return PyErr_Format(PyExc_ValueError, "new_tensor: nbytes must be >= 0, got %zd", n);
     }
     return cached_tensor(self, n, shape, args[2], strides, stream);
@@ -590,7 +597,8 @@ static PyMethodDef Launches_methods[] = {
      "Tensor() make one; None where the cache gives no block (a large tensor, a pool "
      "selected, a memory limit reached): the caller makes it. For the makers of "
      "pending_launches.\n\n"
-     ">>> t = LAUNCHES.new_tensor(256, (64,), float32, (1,), stream) or Tensor(...)"},
+     ">>> t = LAUNCHES.new_tensor(256, (64,), float32, (1,), stream)\n"
+     ">>> if t is None: t = Tensor(Allocation(device, 256, stream), (64,), float32)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -238,6 +238,17 @@ def test_out_and_accumulate(route: str) -> None:
     check_matmul(get(t).transpose(1, 0, 2), a, b, TOL["float32"])
 
 
+def test_scales_past_float32_become_inf_as_cublas_makes_them(route: str) -> None:
+    # alpha and beta of a float32 product are converted as C converts them (cuBLAS's
+    # float scalars): 1e39 is inf on either route, never a launch error
+    a, b = np.abs(host((4, 6), seed=1)) + 1, np.abs(host((6, 5), seed=2)) + 1
+    x, y = dev(a), dev(b)
+    assert np.isposinf(get(cuasync.matmul(x, y, alpha=1e39))).all()
+    out = dev(np.ones((4, 5), np.float32))
+    cuasync.matmul(x, y, out=out, beta=1e39).sync()
+    assert np.isposinf(get(out)).all()
+
+
 def test_complex_scalars() -> None:
     a, b, c = host((3, 4), "complex64", 1), host((4, 2), "complex64", 2), host((3, 2), "complex64")
     out = dev(c)
@@ -300,10 +311,14 @@ def test_graph_replay_writes_out() -> None:
 
 # -- laziness -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("k", "command"), [(6, "launch_kernel"), (160**2, "gemm")], ids=["tiled kernel", "cuBLAS"]
+    ("k", "command"),
+    [(6, "launch_kernel"), (160**2, "gemm"), (300, "gemm")],
+    ids=["tiled kernel", "cuBLAS", "long sums: cuBLAS"],
 )
 def test_building_enqueues_nothing(enqueued: list[str], k: int, command: str) -> None:
-    # a small product is one launch of the tiled kernel, a larger one cuBLAS's one GEMM
+    # a small product is one launch of the tiled kernel, a larger one cuBLAS's one GEMM,
+    # and so is a product of few outputs whose sums are longer than SMALL_K (a tiled
+    # kernel's thread adds them in turn: one slow block, less accurate)
     x, y = dev(host((4, k))), dev(host((k, 160)))
     enqueued.clear()
     op = cuasync.matmul(x, y)
@@ -547,6 +562,30 @@ def test_a_small_seen_product_is_one_launch_of_the_tiled_kernel(
     assert _is_seen(op)
     np.testing.assert_array_equal(get(op), want)
     check_matmul(want, sq, sq, TOL[dtype])
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((128, 128), (128, 128)),
+        ((2, 60, 256), (256, 68)),
+        ((256,), (256,)),
+        ((1, 256), (256, 300)),
+    ],
+    ids=["128 cubed", "batched, k 256", "a dot of 256", "a row of 256"],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_tiled_kernel_at_its_bounds(
+    sa: tuple[int, ...], sb: tuple[int, ...], dtype: str, seen: dict[Any, Any]
+) -> None:
+    # the largest products it takes (SMALL_MACS multiply-adds, sums of SMALL_K terms),
+    # partial tiles at the edges, on a GPU as on the emulator; the seen product alike
+    a, b = host(sa, dtype, 1), host(sb, dtype, 2)
+    x, y = dev(a), dev(b)
+    check_matmul(get(cuasync.matmul(x, y)), a, b, TOL[dtype])
+    (kind,) = seen.values()
+    assert kind.tiled is not None
+    check_matmul(get(cuasync.matmul(x, y)), a, b, TOL[dtype])
 
 
 # -- GPU only: cuBLAS against numpy -----------------------------------------------------------------

@@ -300,3 +300,16 @@ def test_a_makers_new_tensor_takes_a_cached_block_as_allocation_does(baseline: A
             LAUNCHES.new_tensor(*bad)
     with pytest.raises(ValueError):
         LAUNCHES.new_tensor(-1, (0,), dt, (1,), s)
+    assert LAUNCHES.new_tensor(2**63, (2**61,), dt, (1,), s) is None  # (past a ssize_t)
+
+
+@pytest.mark.parametrize("make", ["empty", "zeros", "full"])
+async def test_a_new_tensor_past_any_memory_raises_out_of_memory(
+    anyio_backend: Any, baseline: Any, make: str
+) -> None:
+    # sizes a maker of the core sees (under size_t, past a ssize_t) are refused as the
+    # long way refuses them: OutOfMemoryError, never a bare OverflowError
+    shape = (2**61,)
+    op = cuasync.full(shape, 1.0) if make == "full" else getattr(cuasync, make)(shape)
+    with pytest.raises(OutOfMemoryError):
+        await op
