@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
+from .._core.completion import get_hub
 from .._core.context import ExecutionContext
 from .._core.device import Device, Event, Stream, _check_ordinal, get_default_device
 from .._core.op import DeviceOp
@@ -70,12 +71,16 @@ class _Wait(LibraryCall):
         return f"<cuasync.DeviceOp wait for {what}{' (consumed)' if self._consumed else ''}>"
 
 
-def wake_key(stream: Stream) -> tuple[Any, int]:
+def wake_key(stream: Stream) -> Any:
     """What an await of ``wait(stream)`` learns its work's length by (``cuasync._core.wake``):
-    the wait's call on the stream's device and the stream's handle.
+    the wait's call on the stream's device and the stream's handle, where the native core
+    awaits it; the stream's handle on the generic path (no core: ``CUASYNC_NATIVE=off``,
+    host callbacks), as any generic op's.
 
     >>> wake.estimate(wake_key(stream))       # ns from parking to landing, or None
     """
+    if get_hub().express is None:  # (the hub made now, where no op has run yet)
+        return stream.handle
     return (_WAIT_CALLS.on(stream.device.ordinal), stream.handle)
 
 
