@@ -66,8 +66,12 @@ class _Wait(LibraryCall):
         return super()._enqueue(ctx)
 
     def __repr__(self) -> str:
-        stream, event, _ = self._args
-        what = f"event {event:#x}" if event is not None else repr(stream)
+        stream = self._stream
+        if stream is not None:
+            what = repr(stream)
+        else:  # (an event's; its arguments are gone once a cancelled await let go of them)
+            event = self._args[1] if self._args else None
+            what = "an event" if event is None else f"event {event:#x}"
         return f"<cuasync.DeviceOp wait for {what}{' (consumed)' if self._consumed else ''}>"
 
 

@@ -58,10 +58,12 @@ async def test_cancelling_a_wait_leaves_the_foreign_work_alone(
     t = await cuasync.zeros((64,))
     with ct.gate(stream):
         work = cuasync.fill(t, 4.0).submit_on(stream)  # "their" work, behind the gate
+        op = cuasync.wait(stream)
         with anyio.move_on_after(0.01) as scope:
-            await cuasync.wait(stream)
+            await op
         assert scope.cancelled_caught
         assert not work.done()
+        assert repr(op) == f"<cuasync.DeviceOp wait for {stream!r} (consumed)>"  # (let go of)
     await work
     np.testing.assert_array_equal(await t.to_host(), np.full(64, 4.0, np.float32))
 
