@@ -145,12 +145,16 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
         op._take()  # raises
     op._consumed = True
     device = op._device
-    policy = _policy.get()
-    if policy is None:
-        policy = (device or get_default_device()).policy
-    stream = policy.next_stream()
-    if type(stream) is not Stream or (device is not None and stream.device is not device):
-        stream = stream_for(device)  # (the checks, worded)
+    own = getattr(op, "_stream", None)  # (a launch op's own stream: a wait's, the one waited for)
+    if own is not None:
+        stream = own
+    else:
+        policy = _policy.get()
+        if policy is None:
+            policy = (device or get_default_device()).policy
+        stream = policy.next_stream()
+        if type(stream) is not Stream or (device is not None and stream.device is not device):
+            stream = stream_for(device)  # (the checks, worded)
     if enqueue is None and op._prepared.__class__ is Unprepared:  # a first use: off the loop
         yield from _first_use(op, adapter)
     return (yield from _submit_await(op, stream, adapter, enqueue))

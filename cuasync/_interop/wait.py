@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
+from .._config import debug_origins
 from .._core.completion import get_hub
 from .._core.context import ExecutionContext
 from .._core.device import Device, Event, Stream, _check_ordinal, get_default_device
-from .._core.op import DeviceOp
+from .._core.op import DeviceOp, _origin
 from .._core.output import Output
 from .._launch.library_call import Calls, LibraryCall, library_call
 from ..errors import ArgumentError, CaptureError
@@ -37,15 +38,20 @@ def _wait_work(stream: int, args: tuple[Any, ...], errors: Callable[[], list[Any
     target, event, _owner = args
     backend = get_backend()
     if target is not None:
-        if backend.stream_is_capturing(target.handle):
-            raise CaptureError(
-                f"stream {target.handle:#x} is capturing a CUDA graph; its work only runs when "
-                "the graph is launched: await the launch instead (or wait once capture ended)"
-            )
-        if stream != target.handle:
-            wait_for_foreign_handle(backend.stream_device(stream), stream, target.handle)
+        _refuse_capturing(target)
+        if stream != target.handle:  # (a stream of the op's device: the target's)
+            wait_for_foreign_handle(target.device.ordinal, stream, target.handle)
     elif event:  # (0: a torch event never recorded, nothing to wait for)
         backend.stream_wait_event(stream, event)
+
+
+def _refuse_capturing(target: Stream) -> None:
+    """Raise :class:`CaptureError` where ``target`` is being captured into a graph."""
+    if get_backend().stream_is_capturing(target.handle):
+        raise CaptureError(
+            f"stream {target.handle:#x} is capturing a CUDA graph; its work only runs when "
+            "the graph is launched: await the launch instead (or wait once capture ended)"
+        )
 
 
 #: The wait as a library call, per device ordinal.
@@ -60,10 +66,12 @@ class _Wait(LibraryCall):
     __slots__ = ()
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
-        owner = self._args[2]
-        if owner is not None:  # (the foreign object, until the work has landed)
-            ctx.retain(owner)
-        return super()._enqueue(ctx)
+        target, _, owner = self._args
+        if target is not None:  # first, before anything is retained: a failed submission
+            _refuse_capturing(target)  # that retained something would enqueue its release
+        if owner is not None:  # (the foreign object, until the work has landed; the core's
+            ctx.retain(owner)  # path holds a stream's through the stream, and an event's
+        return super()._enqueue(ctx)  # record is the driver's once waited for)
 
     def __repr__(self) -> str:
         stream = self._stream
@@ -94,6 +102,8 @@ def _wait(stream: Stream | None, event: int | None, owner: Any, device: Device) 
         _WAIT_CALLS.on(device.ordinal), device, (stream, event, owner), (), (), None, key, _Wait
     )
     op._stream = stream
+    if debug_origins():  # (where it was built, for a "never executed" warning)
+        op._origin = _origin()
     return op
 
 

@@ -11,10 +11,12 @@ routine enqueues its work on ``stream``, then the flag write. A stream the core 
 not take runs :meth:`LibraryCall._enqueue` (the generic path): the same call with no
 flag (the completion writes its own).
 
-Ops of this kind are made only where they are submitted at once (a seen matmul's
-product: ``contract.py`` registers its maker in ``ExpressLaunches.pending_launches``),
-never on a capturing stream and never inside a cancel scope: the long way runs those
-(it guards a library call where the backend can; a call has no cancel word).
+A seen matmul's cuBLAS product is made only where it is submitted at once
+(``contract.py`` registers its maker in ``ExpressLaunches.pending_launches``), never on
+a capturing stream and never inside a cancel scope: the long way runs those (it guards
+a library call where the backend can; a call has no cancel word). A wait
+(``cuasync.wait``) is one a user builds: its own stream (``_stream``) is the one waited
+for, and its work refuses a capturing one.
 
 >>> op = library_call(GEMM_CALL, device, (a, b, c, alpha, beta, "highest"), (a, b, c),
 ...                   (False, False, True), c, kind)

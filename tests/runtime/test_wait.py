@@ -142,14 +142,61 @@ def test_submitting_on_another_stream_still_waits(stream: cuasync.Stream) -> Non
     waiting.wait()
 
 
+class _Foreign:
+    """A foreign stream object (``__cuda_stream__``): a wait retains it as its owner."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
 def test_a_capturing_foreign_stream_is_refused(stream: cuasync.Stream) -> None:
+    # refused before anything is enqueued or retained: nothing joins the foreign capture
+    # (a release retained first would enqueue its completion's write into it)
     backend = get_backend()
     backend.stream_begin_capture(stream.handle)
     try:
-        with pytest.raises(CaptureError, match="capturing"):
-            cuasync.wait(stream.handle).sync()
+        for make in (
+            lambda: cuasync.wait(stream.handle),
+            lambda: cuasync.wait(_Foreign(stream.handle)),
+        ):
+            with pytest.raises(CaptureError, match="capturing"):
+                make().sync()
+            with pytest.raises(CaptureError, match="capturing"):
+                make().submit().wait()
     finally:
-        backend.graph_destroy(backend.stream_end_capture(stream.handle))
+        graph = backend.stream_end_capture(stream.handle)
+        captured = backend._graphs[graph].commands if ON_EMULATOR else []  # (its own record)
+        backend.graph_destroy(graph)
+    assert captured == []
+
+
+def test_a_wait_runs_on_the_stream_it_waits_for(
+    stream: cuasync.Stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # whatever the policy's next stream, an await, a sync and a future of a wait put the
+    # flag on the stream waited for: no other stream is made to wait for it (the generic
+    # path, CUASYNC_NATIVE=off, took the policy's stream once)
+    import asyncio
+
+    from cuasync._interop import wait as wait_module
+
+    made: list[tuple[int, ...]] = []
+    real = wait_module.wait_for_foreign_handle
+    monkeypatch.setattr(
+        wait_module, "wait_for_foreign_handle", lambda *a: (made.append(a), real(*a))[1]
+    )
+
+    async def main() -> None:
+        for _ in range(3):
+            await cuasync.wait(stream)
+        await cuasync.wait(stream).submit()
+
+    asyncio.run(main())
+    cuasync.wait(stream).sync()
+    assert made == []
 
 
 @pytest.mark.parametrize("bad", ["0x1000", 1.5, True, None, -1, object()])
