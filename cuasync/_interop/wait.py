@@ -17,11 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backends import get_backend
-from .._config import debug_origins
 from .._core.completion import get_hub
 from .._core.context import ExecutionContext
 from .._core.device import Device, Event, Stream, _check_ordinal, get_default_device
-from .._core.op import DeviceOp, _origin
+from .._core.op import DeviceOp
 from .._core.output import Output
 from .._launch.library_call import Calls, LibraryCall, library_call
 from ..errors import ArgumentError, CaptureError
@@ -66,12 +65,13 @@ class _Wait(LibraryCall):
     __slots__ = ()
 
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
-        target, _, owner = self._args
-        if target is not None:  # first, before anything is retained: a failed submission
-            _refuse_capturing(target)  # that retained something would enqueue its release
+        # The work first (it refuses a capturing stream): a failed submission that had
+        # retained something would enqueue its release on the capturing stream.
+        output = super()._enqueue(ctx)
+        owner = self._args[2]
         if owner is not None:  # (the foreign object, until the work has landed; the core's
             ctx.retain(owner)  # path holds a stream's through the stream, and an event's
-        return super()._enqueue(ctx)  # record is the driver's once waited for)
+        return output  # record is the driver's once waited for)
 
     def __repr__(self) -> str:
         stream = self._stream
@@ -102,8 +102,6 @@ def _wait(stream: Stream | None, event: int | None, owner: Any, device: Device) 
         _WAIT_CALLS.on(device.ordinal), device, (stream, event, owner), (), (), None, key, _Wait
     )
     op._stream = stream
-    if debug_origins():  # (where it was built, for a "never executed" warning)
-        op._origin = _origin()
     return op
 
 

@@ -29,11 +29,12 @@ from .._backends import get_backend
 from .._backends._params import bfloat16_bits, fp8_bits
 from .._backends.base import PreparedKernel
 from .._cancel_var import SCOPE, current_word, detached
+from .._config import debug_origins
 from .._core import express
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream, get_default_device
 from .._core.loops import in_running_loop
-from .._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase
+from .._core.op import DeviceFuture, DeviceOp, _NativeLaunchBase, _origin
 from .._core.output import Output, _Ready
 from .._dtypes import SUPPORTED, dtype_name
 from .._first_use import Unprepared
@@ -710,15 +711,23 @@ class _Launchable(KernelCore, Generic[R]):
         >>> kernel._enqueue_trusted(ctx, (blocks, 1, 1), (256, 1, 1), (out, x, n))
         """
         prepared = self._prepared.get(ctx.device.ordinal) or self._prepare(ctx.device)
-        if self._cancel:  # (a graph being captured must not bake in one scope's word)
-            live = scoped and not ctx.stream._capturing
-            args = (*args, current_word(ctx.device.ordinal) if live else 0)
-        converted, tensors = self._trusted(args)
+        # (a graph being captured must not bake in one scope's word)
+        live = scoped and not ctx.stream._capturing
+        converted, tensors = self._trusted_worded(args, ctx.device.ordinal, live)
         if tensors:
             self._declare(ctx, tensors)
         get_backend().launch_kernel(
             prepared, grid, block, 0, ctx.stream.handle, converted, ctx.error_box
         )
+
+    def _trusted_worded(
+        self, args: Sequence[Any], ordinal: int, live: bool
+    ) -> tuple[list[Any], list[tuple[Tensor, Param]]]:
+        """:meth:`_trusted` of ``args`` and, where the kernel takes a cancel word, the
+        current scope's on device ``ordinal`` (0 where not ``live``: it always runs)."""
+        if self._cancel:
+            args = (*args, current_word(ordinal) if live else 0)
+        return self._trusted(args)
 
     def _trusted(self, args: Sequence[Any]) -> tuple[list[Any], list[tuple[Tensor, Param]]]:
         """``args`` (cuasync's own) as the launch passes them, and the tensors among them
@@ -909,6 +918,8 @@ def launch_fields(
     for the launch ops cuasync makes of its own (:func:`trusted_launch`, a library
     call's)."""
     op._consumed = False
+    if debug_origins():  # (where it was built, for a "never executed" warning)
+        op._origin = _origin()
     op._device = device
     op._kernel = kernel
     op._prepared = prepared

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from .._cancel_var import current_word
 from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
 from .._core.op import DeviceOp
@@ -99,10 +98,7 @@ def _one_launch(op: OneLaunch, stream: Stream) -> Any:
     if prepared is None or not op._work or not op._nbytes < ADDRESSABLE:
         return None
     out = new_tensor_on(stream, op._nbytes, op._shape, op._dtype, op._strides)
-    args = (op._view(out), *op._tail)
-    if kernel._cancel:
-        args = (*args, current_word(device.ordinal))
-    converted, tensors = kernel._trusted(args)
+    converted, tensors = kernel._trusted_worded((op._view(out), *op._tail), device.ordinal, True)
     return trusted_launch(
         kernel,
         prepared,
