@@ -89,11 +89,22 @@ def run(way: str) -> None:
         with b.guarded(held.handle, address | generation << 48, guard):
             memset()
 
-    def plain_graph() -> None:
+    def plain_graph(body: Any = None) -> None:
         b.stream_begin_capture(held.handle)
-        memset()
+        (body or memset)()
         graph = b.stream_end_capture(held.handle)
         b.graph_launch(b.graph_instantiate(graph), held.handle)
+
+    ma, mb, mc = (cuasync.ones((8, 8), "float32").sync() for _ in range(3))
+
+    def gemm() -> None:  # the cuBLAS call a float matmul's region encloses
+        b.gemm(held.handle, ma, mb, mc, 1.0, 0.0, "highest", list)
+
+    def gemm_region(cancelled: bool) -> None:
+        address, generation = words.ptr + 4 * (10 if cancelled else 11), 5
+        b.write_device_word(held.handle, address, generation if cancelled else 0)
+        with b.guarded(held.handle, address | generation << 48, guard):
+            gemm()
 
     cases = {
         "nothing": lambda: None,
@@ -101,9 +112,15 @@ def run(way: str) -> None:
         "plain graph": plain_graph,
         "conditional graph, scope cancelled (skipped)": lambda: conditional(True),
         "conditional graph, scope not cancelled (runs)": lambda: conditional(False),
+        "cuBLAS call": gemm,
+        "cuBLAS call in a plain graph": lambda: plain_graph(gemm),
+        "cuBLAS region, scope cancelled (skipped)": lambda: gemm_region(True),
+        "cuBLAS region, scope not cancelled (runs)": lambda: gemm_region(False),
     }
     conditional(False)  # (the guard kernel and the driver's graph machinery loaded)
+    gemm_region(False)  # (cuBLAS loaded, its workspace made)
     held.synchronize()
+    census(b, held.handle, gemm)
     for label, enqueue in cases.items():
         gate = ct.gate(held)
         enqueue()
@@ -118,14 +135,33 @@ def run(way: str) -> None:
         print(f"  held stream done after: {done}")
 
 
+def census(b: Any, stream: int, body: Any) -> None:
+    """The node types of ``body`` captured alone (what a cuBLAS call adds to a graph)."""
+    from cuda.bindings import driver as d
+
+    b.stream_begin_capture(stream)
+    body()
+    graph = b.stream_end_capture(stream)
+    try:
+        _, nodes, count = d.cuGraphGetNodes(d.CUgraph(graph), 64)
+        kinds = [d.cuGraphNodeGetType(node)[1].name for node in nodes[:count]]
+        edges = d.cuGraphGetEdges(d.CUgraph(graph), 64)[-1]
+        print(f"captured cuBLAS call: {count} node(s) {kinds}, {edges} edge(s)")
+    except Exception as exc:  # (a census that fails must not hide the cases)
+        print(f"captured cuBLAS call: census failed: {exc!r}")
+
+
 def main() -> None:
     """Each way of reaping in a process of its own (``faulthandler`` names where a
     stopped one hung), or the one way named on the command line in this process."""
     if len(sys.argv) > 1:
         run(sys.argv[1])
         return
+    import os
+
+    connections = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "(default)")
     for way in REAPS:
-        print(f"== reap: {way}", flush=True)
+        print(f"== reap: {way}, CUDA_DEVICE_MAX_CONNECTIONS={connections}", flush=True)
         code = (
             "import faulthandler, sys; faulthandler.dump_traceback_later(30, exit=True); "
             f"sys.argv = [sys.argv[0], {way!r}]; "
