@@ -19,6 +19,7 @@ plan's checks in Python, then the full ones (the generic path).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from . import _config
@@ -35,12 +36,12 @@ def make_launcher(
     grid: Any,
     block: Any,
     shared_mem: int,
-    cancel: tuple[Any, Callable[..., Any]] | None = None,
+    cancel: ContextVar[Any] | None = None,
 ) -> Callable[..., Any] | None:
     """The native launcher of ``kernel[grid, block, shared_mem]`` (``grid`` given);
     ``launch`` is the op class it builds; ``cancel``, for a kernel taking a cancel word:
-    the scope's ContextVar and the launch in a scope (``scoped(launcher, *args)``: a call
-    outside any scope gets the word 0 natively). None with ``CUASYNC_NATIVE=off``, or
+    the cancel scope's ContextVar (each call appends the current scope's word, 0 outside
+    any). None with ``CUASYNC_NATIVE=off``, or
     where the plan takes no fast path for one of the parameters (every launch then
     needs the full checks)."""
     if not _config.CONFIG.native:

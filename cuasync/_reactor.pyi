@@ -810,6 +810,11 @@ class ThreadFlags:
     traced: bool
 
 def set_tracing(on: object, /) -> None: ...
+def scoped_launch(scope_var: ContextVar[Any], launch: Callable[..., Any], /, *args: Any) -> Any:
+    """``launch(*args, word)``: the cancel word of the scope current in ``scope_var`` (0
+    outside any; where the op's device is not the scope's, its device's word, set into
+    the op's ``_args``), for the Python launchers of a kernel taking a cancel word."""
+
 def build_upload(array: Any, /) -> Any:
     """``cuasync.from_host(array)``'s op for its common case, built in C, else None."""
 
@@ -924,7 +929,7 @@ class Launcher:
         default_device: Callable[[], Any],
         name: str,
         devices: tuple[Any, dict[int, Any]] | None,
-        cancel: tuple[Any, Callable[..., Any]] | None,
+        cancel: ContextVar[Any] | None,
     ) -> Launcher: ...
     def __call__(self, *args: Any) -> Any: ...
     #: the launch with every parameter given, a kernel's cancel word too

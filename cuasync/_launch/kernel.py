@@ -39,7 +39,7 @@ from .._core.output import Output, _Ready
 from .._dtypes import SUPPORTED, dtype_name
 from .._first_use import Unprepared
 from .._launcher import make_launcher
-from .._native import PROCESS, KernelCore, LaunchCore
+from .._native import NATIVE, PROCESS, KernelCore, LaunchCore
 from .._tensor import Tensor, is_size, partly_overlap
 from .._tensor import methods as tensor_methods
 from ..errors import AliasingError, ArgumentError, LaunchError
@@ -361,7 +361,7 @@ class _Launchable(KernelCore, Generic[R]):
         grid, block, *rest = config
         spec = self._spec(grid, block, rest[0] if rest else 0)
         op_type = _CancellableLaunch if self._cancel else _Launch
-        cancel = (SCOPE, _scoped_launch) if self._cancel else None
+        cancel = SCOPE if self._cancel else None
         launcher = make_launcher(self, op_type, *spec, cancel) if spec[0] is not None else None
         if launcher is None:
 
@@ -988,32 +988,14 @@ class _CancellableLaunch(_Launch):
 
 def _with_word(launcher: Callable[..., DeviceOp[Any]]) -> Callable[..., DeviceOp[Any]]:
     """``launcher`` (a Python one, of a kernel taking a cancel word) given the current
-    scope's word (the native ``Launcher`` gives 0 itself outside any scope, and calls
-    :func:`_scoped_launch` in one)."""
+    scope's word, as the native ``Launcher`` gives it (``scoped_launch``: 0 outside any
+    scope; the word of the op's device where it is another than the scope's)."""
+    scoped_launch = NATIVE.scoped_launch
 
     def launch(*args: Any) -> DeviceOp[Any]:
-        return _in_scope(launcher, args)
+        return scoped_launch(SCOPE, launcher, *args)
 
     return launch
-
-
-def _scoped_launch(launcher: Any, *args: Any) -> DeviceOp[Any]:
-    """A native ``Launcher``'s launch in a cancel scope (or with another number of
-    arguments: its checks word the error): its ``with_word``, given the scope's word."""
-    return _in_scope(launcher.with_word, args)
-
-
-def _in_scope(launch: Callable[..., DeviceOp[Any]], args: tuple[Any, ...]) -> DeviceOp[Any]:
-    """``launch(*args, word)``: the current scope's word (0 outside any scope), the word
-    of the op's device where it is another than the scope's."""
-    scope = SCOPE.get()
-    if scope is None or not scope.word:
-        return launch(*args, 0)
-    op = launch(*args, scope.word)
-    device = getattr(op, "_device", None)  # (a launch of lazy ops has none yet)
-    if device is not None and device.ordinal != scope.ordinal:  # the word of its device
-        op._args = (*op._args[:-1], scope.word_for(device.ordinal))  # type: ignore[attr-defined]
-    return op
 
 
 class _LaunchOfOps(DeviceOp[Any]):

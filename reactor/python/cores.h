@@ -447,6 +447,9 @@ void plan_walked_release(plan_walked *w);
 PyObject *objects_tuple(PyObject *const *items, Py_ssize_t n);
 PyObject *objects_list(PyObject *const *items, Py_ssize_t n);
 extern PyMethodDef plan_methods[];
+
+/* scoped_launch (launcher.c): a Python launcher's launch given its scope's cancel word */
+extern PyMethodDef launcher_methods[];
 /* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
  * and the binary operators of Tensor and TensorOp built on them */
 extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec;

@@ -48,9 +48,8 @@ typedef struct {
     PyObject *tensor_params; /* the ops' _params: the parameter of each tensor argument */
     PyObject *process; /* the module's PROCESS: the kernel's Python paths */
     /* a kernel taking a cancel word (its hidden last parameter): the ContextVar of the
-     * current cancel scope, and the Python launch in a scope, scoped(launcher, *args);
-     * else NULL */
-    PyObject *scope, *scoped;
+     * current cancel scope; else NULL */
+    PyObject *scope;
 } Launcher;
 
 /* One of the kernel's Python paths (a PROCESS field): borrowed, or NULL with an error. */
@@ -140,6 +139,168 @@ static PyObject *launch_now(Launcher *self, PyObject *const *args, Py_ssize_t na
 /* (a launch's arguments on the C stack, the cancel word appended: more, allocated) */
 enum { WORD_STACK = 16 };
 
+/* -- the cancel word of the current scope ----------------------------------------------
+ *
+ * A kernel taking a cancel word gets it as its hidden last argument, the word of the
+ * scope current when the launch is built (docs/cancellation.md): 0 outside any scope or
+ * while the scope holds no word; the scope's word where the op's device is the scope's;
+ * else scope.word_for(the op's ordinal), set into the op's _args once it is built (a
+ * launch learns its device from its arguments). One owner for the native launchers and
+ * the Python ones (scoped_launch below, kernel._with_word). */
+
+typedef PyObject *(*launch_fn)(void *ctx, PyObject *const *args, Py_ssize_t nargs);
+
+static PyObject *s_word, *s_ordinal, *s_word_for, *s_device, *s_args;
+
+/* getattr(o, name, None) as 3.11's API allows: 0 with *out a new reference or NULL
+ * (no such attribute), or -1 with an error. */
+static int
+optional_attr(PyObject *o, PyObject *name, PyObject **out)
+{
+    *out = PyObject_GetAttr(o, name);
+    if (*out != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return *out != NULL ? 0 : -1;
+    PyErr_Clear();
+    return 0;
+}
+
+static int
+intern_scope_names(void)
+{
+    if (s_args != NULL)
+        return 0;
+    return (s_word = PyUnicode_InternFromString("word")) == NULL ||
+                   (s_ordinal = PyUnicode_InternFromString("ordinal")) == NULL ||
+                   (s_word_for = PyUnicode_InternFromString("word_for")) == NULL ||
+                   (s_device = PyUnicode_InternFromString("_device")) == NULL ||
+                   (s_args = PyUnicode_InternFromString("_args")) == NULL
+               ? -1
+               : 0;
+}
+
+/* Where op's device is not scope's (ordinal: scope.ordinal), its _args' last item
+ * becomes scope.word_for(its ordinal). 0, or -1 with an error. */
+static int
+word_of_its_device(PyObject *op, PyObject *scope, PyObject *ordinal)
+{
+    PyTypeObject *launch_t = REGISTERED(LAUNCH);
+    PyObject *device = launch_t != NULL && PyObject_TypeCheck(op, launch_t)
+                           ? Py_XNewRef(OP(op)->device)
+                           : NULL;
+    if (device == NULL && optional_attr(op, s_device, &device) < 0)
+        return -1;
+    if (device == NULL || device == Py_None) { /* (a launch of lazy ops has none yet) */
+        Py_XDECREF(device);
+        return 0;
+    }
+    PyObject *its = is_device(device) ? Py_XNewRef(DEVICE(device)->ordinal) : NULL;
+    if (its == NULL && optional_attr(device, s_ordinal, &its) < 0) {
+        Py_DECREF(device);
+        return -1;
+    }
+    Py_DECREF(device);
+    int same = its == NULL ? 1 : PyObject_RichCompareBool(its, ordinal, Py_EQ);
+    if (same != 0) {
+        Py_XDECREF(its);
+        return same < 0 ? -1 : 0;
+    }
+    PyObject *word = PyObject_CallMethodOneArg(scope, s_word_for, its);
+    Py_DECREF(its);
+    PyObject *args = word == NULL ? NULL : PyObject_GetAttr(op, s_args);
+    int r = -1;
+    if (args != NULL && (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) == 0))
+        PyErr_SetString(PyExc_TypeError, "a launch in a scope has no word in its _args");
+    else if (args != NULL) {
+        Py_ssize_t n = PyTuple_GET_SIZE(args);
+        PyObject *fixed = PyTuple_GetSlice(args, 0, n - 1);
+        if (fixed != NULL && _PyTuple_Resize(&fixed, n) == 0) {
+            PyTuple_SET_ITEM(fixed, n - 1, Py_NewRef(word));
+            r = PyObject_SetAttr(op, s_args, fixed);
+        }
+        Py_XDECREF(fixed);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(word);
+    return r;
+}
+
+/* launch(ctx, args..., word): the word of scope (the ContextVar's value: a scope, or
+ * None) appended, as the module comment says. A new reference, or NULL. */
+static PyObject *
+launch_with_word(PyObject *scope, launch_fn launch, void *ctx, PyObject *const *args,
+                 Py_ssize_t nargs)
+{
+    if (intern_scope_names() < 0)
+        return NULL;
+    PyObject *word = scope == Py_None ? PyLong_FromLong(0) : PyObject_GetAttr(scope, s_word);
+    if (word == NULL)
+        return NULL;
+    int held = PyObject_IsTrue(word);
+    if (held <= 0) { /* (no word: 0, as outside any scope) */
+        Py_SETREF(word, held < 0 ? NULL : PyLong_FromLong(0));
+        if (word == NULL)
+            return NULL;
+    }
+    PyObject *on_stack[WORD_STACK];
+    PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
+    if (a == NULL) {
+        Py_DECREF(word);
+        return PyErr_NoMemory();
+    }
+    memcpy(a, args, (size_t)nargs * sizeof(PyObject *));
+    a[nargs] = word;
+    PyObject *op = launch(ctx, a, nargs + 1);
+    if (a != on_stack)
+        PyMem_Free(a);
+    Py_DECREF(word);
+    if (op != NULL && held > 0) {
+        PyObject *ordinal = PyObject_GetAttr(scope, s_ordinal);
+        if (ordinal == NULL || word_of_its_device(op, scope, ordinal) < 0)
+            Py_CLEAR(op);
+        Py_XDECREF(ordinal);
+    }
+    return op;
+}
+
+static PyObject *
+launch_now_fn(void *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return launch_now((Launcher *)self, args, nargs);
+}
+
+static PyObject *
+vectorcall_fn(void *callable, PyObject *const *args, Py_ssize_t nargs)
+{
+    return PyObject_Vectorcall((PyObject *)callable, args, (size_t)nargs, NULL);
+}
+
+/* scoped_launch(scope_var, launch, *args): launch(*args, word), the word of the scope
+ * current in scope_var (a ContextVar), for a Python launcher of a kernel taking a cancel
+ * word (kernel._with_word). */
+static PyObject *
+mod_scoped_launch(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || !PyContextVar_CheckExact(args[0]) || !PyCallable_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError,
+                            "scoped_launch(scope_var, launch, *args): a ContextVar and a "
+                            "callable first");
+    PyObject *scope;
+    if (PyContextVar_Get(args[0], Py_None, &scope) < 0)
+        return NULL;
+    PyObject *op = launch_with_word(scope, vectorcall_fn, args[1], args + 2, nargs - 2);
+    Py_DECREF(scope);
+    return op;
+}
+
+PyMethodDef launcher_methods[] = {
+    {"scoped_launch", (PyCFunction)(void (*)(void))mod_scoped_launch, METH_FASTCALL,
+     "scoped_launch($module, scope_var, launch, /, *args)\n--\n\n"
+     "launch(*args, word): the cancel word of the scope current in scope_var (0 outside "
+     "any scope; where the op's device is not the scope's, the word of its device, set "
+     "into the op's _args), for the Python launchers of a kernel taking a cancel word."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyObject *
 Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -150,43 +311,18 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if (self->scope == NULL)
         return launch_now(self, args, nargs);
-    /* a kernel taking a cancel word: outside any scope, the word 0 appended here; in a
-     * scope (or given another number of arguments), Python's scoped(launcher, *args) */
-    PyObject *scope = NULL;
-    if (nargs == self->n - 1 && PyContextVar_Get(self->scope, Py_None, &scope) < 0)
+    /* a kernel taking a cancel word: the current scope's, appended (a wrong number of
+     * arguments too: launch_now words it) */
+    PyObject *scope;
+    if (PyContextVar_Get(self->scope, Py_None, &scope) < 0)
         return NULL;
-    if (scope != Py_None) {
-        Py_XDECREF(scope);
-        PyObject *on_stack[WORD_STACK];
-        PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
-        if (a == NULL)
-            return PyErr_NoMemory();
-        a[0] = (PyObject *)self;
-        memcpy(a + 1, args, (size_t)nargs * sizeof(PyObject *));
-        PyObject *r = self->scoped == NULL
-                          ? PyErr_Format(PyExc_RuntimeError,
-                                         "this launcher is cleared (interpreter shutdown)")
-                          : PyObject_Vectorcall(self->scoped, a, nargs + 1, NULL);
-        if (a != on_stack)
-            PyMem_Free(a);
-        return r;
-    }
+    PyObject *op = launch_with_word(scope, launch_now_fn, self, args, nargs);
     Py_DECREF(scope);
-    PyObject *on_stack[WORD_STACK];
-    PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
-    if (a == NULL)
-        return PyErr_NoMemory();
-    memcpy(a, args, (size_t)nargs * sizeof(PyObject *));
-    a[nargs] = PyLong_FromLong(0); /* (a cached small int: it cannot fail) */
-    PyObject *r = launch_now(self, a, nargs + 1);
-    Py_DECREF(a[nargs]);
-    if (a != on_stack)
-        PyMem_Free(a);
-    return r;
+    return op;
 }
 
 /* Launcher.with_word(*args, word): the launch with every argument given, the cancel word
- * too (what scoped() calls). */
+ * too. */
 static PyObject *
 Launcher_with_word(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -445,13 +581,9 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &PyType_Type, &tensor, &grid, &block, &shared_mem, &dflt,
                                      &name, &devices, &cancel))
         return NULL;
-    /* cancel: (the ContextVar of the cancel scope, scoped(launcher, *args)), or None */
-    if (cancel != Py_None &&
-        (!PyTuple_CheckExact(cancel) || PyTuple_GET_SIZE(cancel) != 2 ||
-         !PyContextVar_CheckExact(PyTuple_GET_ITEM(cancel, 0)) ||
-         !PyCallable_Check(PyTuple_GET_ITEM(cancel, 1)))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "cancel must be (a ContextVar of the cancel scope, a callable) or None");
+    /* cancel: the ContextVar of the cancel scope, or None */
+    if (cancel != Py_None && !PyContextVar_CheckExact(cancel)) {
+        PyErr_SetString(PyExc_TypeError, "cancel must be the cancel scope's ContextVar or None");
         return NULL;
     }
     /* devices: (the ContextVar of the default ordinal, Device._instances), or None */
@@ -479,10 +611,8 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->devices = Py_NewRef(PyTuple_GET_ITEM(devices, 1));
     }
     self->name = Py_NewRef(name);
-    if (cancel != Py_None) {
-        self->scope = Py_NewRef(PyTuple_GET_ITEM(cancel, 0));
-        self->scoped = Py_NewRef(PyTuple_GET_ITEM(cancel, 1));
-    }
+    if (cancel != Py_None)
+        self->scope = Py_NewRef(cancel);
     self->launch_t = (PyTypeObject *)Py_NewRef(launch);
     self->tensor_t = (PyTypeObject *)Py_NewRef(tensor);
     self->n = PyTuple_GET_SIZE(plan);
@@ -542,7 +672,6 @@ Launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->writes);
     Py_VISIT(self->tensor_params);
     Py_VISIT(self->scope);
-    Py_VISIT(self->scoped);
     if (self->plan != NULL) {
         for (Py_ssize_t i = 0; i < self->n; i++) {
             Py_VISIT(self->plan[i].dtype);
@@ -571,7 +700,6 @@ Launcher_clear(Launcher *self)
     Py_CLEAR(self->writes);
     Py_CLEAR(self->tensor_params);
     Py_CLEAR(self->scope);
-    Py_CLEAR(self->scoped);
     plan_free(self);
     return 0;
 }
@@ -632,9 +760,9 @@ static PyType_Slot Launcher_slots[] = {
                         "shared_mem, default_device, name, devices, cancel)\n--\n\n"
                         "kernel[grid, block, shared_mem] as a native callable "
                         "(cuasync._launcher.make_launcher makes one per configuration); "
-                        "cancel: (the cancel scope's ContextVar, scoped(launcher, *args)) "
-                        "for a kernel taking a cancel word, which a call outside any scope "
-                        "gets as 0."},
+                        "cancel: the cancel scope's ContextVar, for a kernel taking a "
+                        "cancel word: each call appends the current scope's word (0 "
+                        "outside any)."},
     {0, NULL},
 };
 

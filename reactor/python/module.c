@@ -955,7 +955,8 @@ module_exec(PyObject *m)
         PyModule_AddFunctions(m, module_methods) < 0 ||
         PyModule_AddFunctions(m, dlpack_methods) < 0 ||
         PyModule_AddFunctions(m, cores_methods) < 0 ||
-        PyModule_AddFunctions(m, plan_methods) < 0)
+        PyModule_AddFunctions(m, plan_methods) < 0 ||
+        PyModule_AddFunctions(m, launcher_methods) < 0)
         return -1;
     PyObject *fn = PyLong_FromVoidPtr((void *)hostsig_fn);
     int rc = fn == NULL ? -1 : PyModule_AddObjectRef(m, "HOST_SIGNAL_FN", fn);

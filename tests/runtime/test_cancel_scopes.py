@@ -308,45 +308,46 @@ def test_ops_built_after_a_scope_closed_carry_no_word(baseline) -> None:
     asyncio.run(main())
 
 
-def test_a_launch_carries_its_scope_s_word_and_0_outside_any(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # kernel[grid, block] of a kernel taking a cancel word: the native launcher appends 0
-    # itself outside any scope (no Python on the way), and in a scope asks Python for
-    # the scope's word; the wrong number of arguments is worded as before.
-    from cuasync._launch import kernel as kernels
+def test_a_launch_carries_its_scope_s_word_and_0_outside_any() -> None:
+    # kernel[grid, block] of a kernel taking a cancel word appends the current scope's word
+    # (0 outside any; a launch on another device than the scope's, the scope's word
+    # there); the wrong number of arguments is worded as before. The same with the native
+    # launcher and the Python one (CUASYNC_NATIVE=off).
     from cuasync._ops import codegen
     from cuasync.errors import LaunchError
 
-    asked: list[int] = []
-    in_scope = kernels._in_scope
+    def operands(device: int) -> tuple[Any, Any, tuple[Any, ...], tuple[Any, ...]]:
+        with cuasync.use_device(device):
+            x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+            o = cuasync.empty((8,), "float32").sync()
+        op = cuasync.add(x, 1.0)
+        op._take()
+        plan, tensors, scalars = codegen.make_plan(op._node)
+        return o, codegen.kernel_for(plan, "float32", 0)[1, 32], tuple(tensors), tuple(scalars)
 
-    def spy(launch: Any, args: tuple[Any, ...]) -> Any:
-        asked.append(len(args))
-        return in_scope(launch, args)
-
-    monkeypatch.setattr(kernels, "_in_scope", spy)
-    x = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
-    o = cuasync.empty((8,), "float32").sync()
-    op = cuasync.add(x, 1.0)
-    op._take()
-    plan, tensors, scalars = codegen.make_plan(op._node)
-    launcher: Any = codegen.kernel_for(plan, "float32", 0)[1, 32]
-    native = type(launcher).__name__ == "Launcher"  # (CUASYNC_NATIVE=off: Python's)
+    o, launcher, tensors, scalars = operands(0)
+    other = operands(1) if cuasync.device_count() > 1 else None
 
     async def main() -> None:
         outside = launcher(o, *tensors, *scalars, 8, 1)
-        assert outside._args[-1] == 0 and asked == ([] if native else [5])
+        assert outside._args[-1] == 0
         await outside
         with cuasync.cancel_scope() as scope:
             inside = launcher(o, *tensors, *scalars, 8, 1)
             assert inside._args[-1] == scope.word != 0
             await inside
+            if other is not None:  # the scope's word on device 1, not device 0's
+                o1, launcher1, tensors1, scalars1 = other
+                there = launcher1(o1, *tensors1, *scalars1, 8, 1)
+                assert there._args[-1] == scope.word_for(1) not in (0, scope.word)
+                await there
         with pytest.raises(LaunchError, match=r"takes 5 argument\(s\) .* got 3"):
             launcher(o, *tensors, 8)
 
     asyncio.run(main())
     np.testing.assert_array_equal(o.to_host().sync(), np.arange(8) + 1)
+    if other is not None:
+        np.testing.assert_array_equal(other[0].to_host().sync(), np.arange(8) + 1)
 
 
 def test_a_chain_submitted_as_a_future_is_never_skipped() -> None:

@@ -168,7 +168,8 @@ def test_a_capturing_foreign_stream_is_refused(stream: cuasync.Stream) -> None:
                 make().submit().wait()
     finally:
         graph = backend.stream_end_capture(stream.handle)
-        captured = backend._graphs[graph].commands if ON_EMULATOR else []  # (its own record)
+        # (the emulator's own record of what the capture holds)
+        captured = backend._graphs[graph].commands if ON_EMULATOR else []  # type: ignore[attr-defined]
         backend.graph_destroy(graph)
     assert captured == []
 
@@ -185,9 +186,12 @@ def test_a_wait_runs_on_the_stream_it_waits_for(
 
     made: list[tuple[int, ...]] = []
     real = wait_module.wait_for_foreign_handle
-    monkeypatch.setattr(
-        wait_module, "wait_for_foreign_handle", lambda *a: (made.append(a), real(*a))[1]
-    )
+
+    def spy(*a: int) -> object:
+        made.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(wait_module, "wait_for_foreign_handle", spy)
 
     async def main() -> None:
         for _ in range(3):
