@@ -14,7 +14,9 @@ or view of exactly the result's shape and dtype, allocating nothing.
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -109,6 +111,44 @@ def _check_out_of(out: Any, operands: dict[str, Any], name: str, node: Node) -> 
 APPLY = NATIVE.ElementwiseApply(NODES, Tensor, TensorOp, leaf, check_dtype, _check_out_of)
 _apply = APPLY.apply
 
+_Function = TypeVar("_Function", bound=Callable[..., TensorOp])
+
+
+def elementwise_function(declaration: _Function, op: str | None = None) -> _Function:
+    """The function applying the elementwise op ``op`` (the def's name where None) that
+    ``declaration`` declares: its positional parameters are the operands and ``out=`` its
+    one keyword; its signature and docstring are the function's, its body (none) never
+    runs. The function is native (``ElementwiseFunction``: :data:`APPLY` without a Python
+    frame or a dict per call) and wraps the def (``__wrapped__``: ``inspect.signature``,
+    ``help()``); a call that does not fit the signature raises Python's own TypeError.
+
+    >>> @elementwise_function
+    ... def exp(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
+    ...     "``e**x``."
+    """
+    kinds = inspect.Parameter
+    params = inspect.signature(declaration).parameters.values()
+    operands = tuple(
+        p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    )
+    keywords = [p.name for p in params if p.kind is kinds.KEYWORD_ONLY]
+    if keywords != ["out"] or len(operands) != len(params) - 1:
+        raise TypeError(f"{declaration.__name__}: operands, then out= alone, keyword-only")
+    positional_only = sum(p.kind is kinds.POSITIONAL_ONLY for p in params)
+    function = NATIVE.ElementwiseFunction(
+        op or declaration.__name__, operands, positional_only, APPLY, declaration
+    )
+    return function
+
+
+def applying(op: str) -> Callable[[_Function], _Function]:
+    """:func:`elementwise_function` of the op ``op``, named otherwise (``pow``: ``power``).
+
+    >>> @applying("power")
+    ... def pow(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp: ...
+    """
+    return lambda declaration: elementwise_function(declaration, op)
+
 
 def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
     """``out`` may be an operand itself (in place), not partly overlap one: the kernel
@@ -167,255 +207,255 @@ def _preview(name: str, operands: dict[str, Any]) -> _Preview:
     return _Preview(op_node(name, nodes))
 
 
+@elementwise_function
 def negative(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``-x`` elementwise (integers wrap; not defined for bool).
 
     >>> y = await cuasync.negative(x)
     """
-    return _apply("negative", {"x": x}, out)
 
 
+@elementwise_function
 def abs(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``|x|`` elementwise (``abs(INT_MIN)`` is ``INT_MIN``, as in numpy).
 
     >>> y = await cuasync.abs(x)
     """
-    return _apply("abs", {"x": x}, out)
 
 
+@elementwise_function
 def sign(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """-1, 0 or 1 by the sign of each element (``sign(-0.0)`` is +0; NaN stays NaN).
 
     >>> y = await cuasync.sign(x)
     """
-    return _apply("sign", {"x": x}, out)
 
 
+@elementwise_function
 def exp(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``e**x`` (integers: in the float numpy picks, float32 where that is float64).
 
     >>> y = await cuasync.exp(x)
     """
-    return _apply("exp", {"x": x}, out)
 
 
+@elementwise_function
 def log(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The natural logarithm.
 
     >>> y = await cuasync.log(x)
     """
-    return _apply("log", {"x": x}, out)
 
 
+@elementwise_function
 def sin(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The sine (radians).
 
     >>> y = await cuasync.sin(x)
     """
-    return _apply("sin", {"x": x}, out)
 
 
+@elementwise_function
 def cos(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The cosine (radians).
 
     >>> y = await cuasync.cos(x)
     """
-    return _apply("cos", {"x": x}, out)
 
 
+@elementwise_function
 def tanh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The hyperbolic tangent.
 
     >>> y = await cuasync.tanh(x)
     """
-    return _apply("tanh", {"x": x}, out)
 
 
+@elementwise_function
 def sqrt(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The square root.
 
     >>> y = await cuasync.sqrt(x)
     """
-    return _apply("sqrt", {"x": x}, out)
 
 
+@elementwise_function
 def rsqrt(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``1 / sqrt(x)`` (dtype as ``sqrt``).
 
     >>> y = await cuasync.rsqrt(x)
     """
-    return _apply("rsqrt", {"x": x}, out)
 
 
+@elementwise_function
 def expm1(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``exp(x) - 1``, accurate near 0.
 
     >>> y = await cuasync.expm1(x)
     """
-    return _apply("expm1", {"x": x}, out)
 
 
+@elementwise_function
 def log1p(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``log(1 + x)``, accurate near 0.
 
     >>> y = await cuasync.log1p(x)
     """
-    return _apply("log1p", {"x": x}, out)
 
 
+@elementwise_function
 def conj(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The complex conjugate (a real operand is returned as it is).
 
     >>> y = await cuasync.conj(x)
     """
-    return _apply("conj", {"x": x}, out)
 
 
+@elementwise_function
 def real(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The real part: float32 for complex64, float64 for complex128; a real x itself.
 
     >>> y = await cuasync.real(x)
     """
-    return _apply("real", {"x": x}, out)
 
 
+@elementwise_function
 def imag(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The imaginary part (zeros of x's dtype for a real x).
 
     >>> y = await cuasync.imag(x)
     """
-    return _apply("imag", {"x": x}, out)
 
 
+@elementwise_function
 def angle(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The argument ``atan2(imag, real)`` in radians, in (-pi, pi] (the imaginary part's
     sign of zero picks -pi or pi on the negative reals); float of the part's dtype.
 
     >>> y = await cuasync.angle(x)
     """
-    return _apply("angle", {"x": x}, out)
 
 
+@elementwise_function
 def add(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 + x2`` (bool: logical or; integers wrap).
 
     >>> y = await cuasync.add(a, b)
     """
-    return _apply("add", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def subtract(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 - x2`` (not defined for two bools).
 
     >>> y = await cuasync.subtract(a, b)
     """
-    return _apply("subtract", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def multiply(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 * x2`` (bool: logical and; integers wrap).
 
     >>> y = await cuasync.multiply(a, b)
     """
-    return _apply("multiply", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def divide(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 / x2``, true division (integers give float32, the default float dtype).
 
     >>> y = await cuasync.divide(a, b)
     """
-    return _apply("divide", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def remainder(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 % x2`` with the sign of ``x2`` (numpy's ``remainder``); ``x % 0`` is 0 for
     integers (numpy also warns) and NaN for floats.
 
     >>> y = await cuasync.remainder(a, b)
     """
-    return _apply("remainder", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def power(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 ** x2``; integers wrap, and a negative integer exponent gives 0, for base 0 too
     (1 or -1 for bases 1 and -1) where numpy raises.
 
     >>> y = await cuasync.power(a, b)
     """
-    return _apply("power", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def maximum(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The larger element (NaN propagates).
 
     >>> y = await cuasync.maximum(a, b)
     """
-    return _apply("maximum", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def minimum(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The smaller element (NaN propagates).
 
     >>> y = await cuasync.minimum(a, b)
     """
-    return _apply("minimum", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 == x2`` as a bool tensor.
 
     >>> y = await cuasync.equal(a, b)
     """
-    return _apply("equal", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def not_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 != x2`` as a bool tensor.
 
     >>> y = await cuasync.not_equal(a, b)
     """
-    return _apply("not_equal", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def less(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 < x2`` as a bool tensor.
 
     >>> y = await cuasync.less(a, b)
     """
-    return _apply("less", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def less_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 <= x2`` as a bool tensor.
 
     >>> y = await cuasync.less_equal(a, b)
     """
-    return _apply("less_equal", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def greater(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 > x2`` as a bool tensor.
 
     >>> y = await cuasync.greater(a, b)
     """
-    return _apply("greater", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def greater_equal(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 >= x2`` as a bool tensor.
 
     >>> y = await cuasync.greater_equal(a, b)
     """
-    return _apply("greater_equal", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def where(condition: Operand, x1: Operand, x2: Operand, *, out: Tensor | None = None) -> TensorOp:
     """``x1`` where ``condition`` is true (non-zero), else ``x2``; dtype ``result_type(x1, x2)``.
 
     >>> relu = await cuasync.where(x > 0, x, 0.0)
     """
-    return _apply("where", {"condition": condition, "x1": x1, "x2": x2}, out)
 
 
 def clip(

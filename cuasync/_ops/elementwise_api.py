@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .._tensor import Tensor
 from . import operators
-from .elementwise import _apply
+from .elementwise import applying, elementwise_function
 from .tensorop import Operand, TensorOp
 
 __all__ = [
@@ -78,321 +78,321 @@ __all__ = [
 ]
 
 
+@elementwise_function
 def acos(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse cosine, in [0, pi] (NaN outside [-1, 1]).
 
     >>> y = await cuasync.acos(x)
     """
-    return _apply("acos", {"x": x}, out)
 
 
+@elementwise_function
 def acosh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic cosine (NaN below 1).
 
     >>> y = await cuasync.acosh(x)
     """
-    return _apply("acosh", {"x": x}, out)
 
 
+@elementwise_function
 def asin(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).
 
     >>> y = await cuasync.asin(x)
     """
-    return _apply("asin", {"x": x}, out)
 
 
+@elementwise_function
 def asinh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic sine.
 
     >>> y = await cuasync.asinh(x)
     """
-    return _apply("asinh", {"x": x}, out)
 
 
+@elementwise_function
 def atan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse tangent, in [-pi/2, pi/2].
 
     >>> y = await cuasync.atan(x)
     """
-    return _apply("atan", {"x": x}, out)
 
 
+@elementwise_function
 def atanh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The inverse hyperbolic tangent (±inf at ±1, NaN outside [-1, 1]).
 
     >>> y = await cuasync.atanh(x)
     """
-    return _apply("atanh", {"x": x}, out)
 
 
+@elementwise_function
 def cosh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The hyperbolic cosine.
 
     >>> y = await cuasync.cosh(x)
     """
-    return _apply("cosh", {"x": x}, out)
 
 
+@elementwise_function
 def sinh(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The hyperbolic sine.
 
     >>> y = await cuasync.sinh(x)
     """
-    return _apply("sinh", {"x": x}, out)
 
 
+@elementwise_function
 def tan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The tangent (radians).
 
     >>> y = await cuasync.tan(x)
     """
-    return _apply("tan", {"x": x}, out)
 
 
+@elementwise_function
 def log2(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The base-2 logarithm (complex: ``log(x) * log2(e)``, as numpy).
 
     >>> y = await cuasync.log2(x)
     """
-    return _apply("log2", {"x": x}, out)
 
 
+@elementwise_function
 def log10(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The base-10 logarithm (complex: ``log(x) * log10(e)``, as numpy).
 
     >>> y = await cuasync.log10(x)
     """
-    return _apply("log10", {"x": x}, out)
 
 
+@elementwise_function
 def ceil(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The smallest integer value not less than each element (integers and bools: ``x``
     itself, in its dtype).
 
     >>> y = await cuasync.ceil(x)
     """
-    return _apply("ceil", {"x": x}, out)
 
 
+@elementwise_function
 def floor(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The largest integer value not greater than each element (integers and bools:
     ``x`` itself, in its dtype).
 
     >>> y = await cuasync.floor(x)
     """
-    return _apply("floor", {"x": x}, out)
 
 
+@elementwise_function
 def trunc(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Each element rounded toward zero (integers and bools: ``x`` itself).
 
     >>> y = await cuasync.trunc(x)
     """
-    return _apply("trunc", {"x": x}, out)
 
 
+@elementwise_function
 def round(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Each element rounded to the nearest integer value, halves to even (``round(2.5)``
     is 2.0); complex: each part; integers and bools: ``x`` itself.
 
     >>> y = await cuasync.round(x)
     """
-    return _apply("round", {"x": x}, out)
 
 
+@elementwise_function
 def isfinite(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is finite (not NaN or ±inf; complex: both parts); a bool
     tensor, all true for integers.
 
     >>> y = await cuasync.isfinite(x)
     """
-    return _apply("isfinite", {"x": x}, out)
 
 
+@elementwise_function
 def isinf(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is +inf or -inf (complex: either part); a bool tensor.
 
     >>> y = await cuasync.isinf(x)
     """
-    return _apply("isinf", {"x": x}, out)
 
 
+@elementwise_function
 def isnan(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element is NaN (complex: either part); a bool tensor.
 
     >>> y = await cuasync.isnan(x)
     """
-    return _apply("isnan", {"x": x}, out)
 
 
+@elementwise_function
 def signbit(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether each element's sign bit is set (true for -0.0 and a negative NaN); a bool
     tensor.
 
     >>> y = await cuasync.signbit(x)
     """
-    return _apply("signbit", {"x": x}, out)
 
 
+@elementwise_function
 def positive(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``+x``: the values of ``x`` in a new tensor (not defined for bool).
 
     >>> y = await cuasync.positive(x)
     """
-    return _apply("positive", {"x": x}, out)
 
 
+@elementwise_function
 def square(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x * x`` (integers wrap; bool gives int8, as numpy).
 
     >>> y = await cuasync.square(x)
     """
-    return _apply("square", {"x": x}, out)
 
 
+@elementwise_function
 def reciprocal(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``1 / x`` (integers: in the default float dtype, as ``divide(1, x)`` would; ``1 /
     ±0`` is ±inf).
 
     >>> y = await cuasync.reciprocal(x)
     """
-    return _apply("reciprocal", {"x": x}, out)
 
 
+@elementwise_function
 def bitwise_invert(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``~x``: each bit flipped (integers); logical not for bool.
 
     >>> y = await cuasync.bitwise_invert(i)
     """
-    return _apply("bitwise_invert", {"x": x}, out)
 
 
+@elementwise_function
 def logical_not(x: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``not x`` of each element's truth value (non-zero, NaN included, is true); a bool
     tensor.
 
     >>> y = await cuasync.logical_not(m)
     """
-    return _apply("logical_not", {"x": x}, out)
 
 
+@elementwise_function
 def atan2(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The angle of the point (``x2``, ``x1``), in [-pi, pi], with the signs of zeros
     and infinities as C's ``atan2`` (``atan2(+0.0, -0.0)`` is pi).
 
     >>> y = await cuasync.atan2(a, b)
     """
-    return _apply("atan2", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def copysign(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``|x1|`` with the sign bit of ``x2`` (``copysign(1.0, -0.0)`` is -1.0).
 
     >>> y = await cuasync.copysign(a, b)
     """
-    return _apply("copysign", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def hypot(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``sqrt(x1**2 + x2**2)`` without overflow or underflow on the way (±inf with a NaN
     is +inf).
 
     >>> y = await cuasync.hypot(a, b)
     """
-    return _apply("hypot", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def logaddexp(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``log(exp(x1) + exp(x2))`` without overflow (``logaddexp(inf, inf)`` is inf).
 
     >>> y = await cuasync.logaddexp(a, b)
     """
-    return _apply("logaddexp", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def nextafter(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """The next representable value after ``x1`` toward ``x2``, in the result's own
     precision (float16 and bfloat16 step their own bits); ``x2`` where they are equal.
 
     >>> y = await cuasync.nextafter(a, b)
     """
-    return _apply("nextafter", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def floor_divide(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 // x2``, rounded toward -inf (numpy's: integer ``x // 0`` is 0 and ``MIN //
     -1`` wraps to MIN; float ``x // 0`` is ``x / 0``).
 
     >>> y = await cuasync.floor_divide(a, b)
     """
-    return _apply("floor_divide", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def bitwise_and(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 & x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_and(i, j)
     """
-    return _apply("bitwise_and", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def bitwise_or(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 | x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_or(i, j)
     """
-    return _apply("bitwise_or", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def bitwise_xor(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 ^ x2`` (integers and bools).
 
     >>> y = await cuasync.bitwise_xor(i, j)
     """
-    return _apply("bitwise_xor", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def bitwise_left_shift(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 << x2`` (integers; wraps; a shift by the width or more, or by a negative
     amount, gives 0, as numpy).
 
     >>> y = await cuasync.bitwise_left_shift(i, 3)
     """
-    return _apply("bitwise_left_shift", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def bitwise_right_shift(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 >> x2``, arithmetic for signed integers (a shift by the width or more gives
     0, or -1 for a negative ``x1``, as numpy).
 
     >>> y = await cuasync.bitwise_right_shift(i, 3)
     """
-    return _apply("bitwise_right_shift", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def logical_and(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 and x2`` of each pair's truth values; a bool tensor.
 
     >>> y = await cuasync.logical_and(m, n)
     """
-    return _apply("logical_and", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def logical_or(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 or x2`` of each pair's truth values; a bool tensor.
 
     >>> y = await cuasync.logical_or(m, n)
     """
-    return _apply("logical_or", {"x1": x1, "x2": x2}, out)
 
 
+@elementwise_function
 def logical_xor(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """Whether exactly one of each pair is true; a bool tensor.
 
     >>> y = await cuasync.logical_xor(m, n)
     """
-    return _apply("logical_xor", {"x1": x1, "x2": x2}, out)
 
 
 # numpy's names for the same functions
@@ -408,12 +408,12 @@ left_shift = bitwise_left_shift
 right_shift = bitwise_right_shift
 
 
+@applying("power")
 def pow(x1: Operand, x2: Operand, /, *, out: Tensor | None = None) -> TensorOp:
     """``x1 ** x2``: the array API's name of :func:`cuasync.power` (the same op).
 
     >>> y = await cuasync.pow(a, 2.0)
     """
-    return _apply("power", {"x1": x1, "x2": x2}, out)
 
 
 # The operators of Tensor and TensorOp beyond numpy's everyday ones (``//``, ``&``, ``|``,

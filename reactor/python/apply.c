@@ -818,6 +818,207 @@ PyType_Spec Operator_spec = {
     .slots = Operator_slots,
 };
 
+/* -- ElementwiseFunction ------------------------------------------------------------------
+ *
+ * cuasync.exp, cuasync.add, ...: a function applying one elementwise op through an
+ * ElementwiseApply, its positional parameters the operands and out= its one keyword,
+ * without a Python frame or a dict per call. It is made from the Python def that
+ * declares it (elementwise.elementwise_function: the signature and the docstring, whose
+ * body never runs), which it wraps: __wrapped__, __name__, __qualname__, __module__ and
+ * __doc__ are the def's, so inspect.signature, help() and the docs see the def; a call
+ * that does not fit the signature is handed to the def, whose own argument parsing
+ * raises the TypeError Python words. It pickles by name, as a function does.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *op, *params, *apply, *wrapped, *name, *qualname, *module, *doc;
+    vectorcallfunc vectorcall;
+    Py_ssize_t positional_only; /* (the first params: not to be given by keyword) */
+} ElementwiseFunction;
+
+#define FUNCTION_FIELDS 8
+
+FIELDS_GC_SLOTS(Function, FUNCTION_FIELDS)
+
+static PyObject *s_out;
+
+/* The operands of a call in values (borrowed, by parameter), out in *out: 1, or 0 where
+ * the call does not fit the signature (the def words it). */
+static int
+function_operands(ElementwiseFunction *self, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames, PyObject **values, PyObject **out)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(self->params);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs > n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        values[i] = i < nargs ? args[i] : NULL;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k), *value = args[nargs + k];
+        if (key == s_out || PyUnicode_Compare(key, s_out) == 0) {
+            *out = value;
+            continue;
+        }
+        if (PyErr_Occurred())
+            return -1;
+        Py_ssize_t j = nargs > self->positional_only ? nargs : self->positional_only;
+        while (j < n && PyUnicode_Compare(key, PyTuple_GET_ITEM(self->params, j)) != 0)
+            j++;
+        if (PyErr_Occurred())
+            return -1;
+        if (j == n || values[j] != NULL) /* (unknown, positional-only, or given twice) */
+            return 0;
+        values[j] = value;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (values[i] == NULL)
+            return 0;
+    return 1;
+}
+
+static PyObject *
+Function_vectorcall(ElementwiseFunction *self, PyObject *const *args, size_t nargsf,
+                    PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->wrapped == NULL || self->apply == NULL || self->params == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "this function is cleared (interpreter shutdown)");
+    PyObject *values[MAX_OPERANDS], *out = Py_None;
+    int fits = function_operands(self, args, nargs, kwnames, values, &out);
+    if (fits < 0)
+        return NULL;
+    if (!fits) { /* (the def's own parsing words it; a call it takes would return None) */
+        PyObject *r = PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        return PyErr_Format(PyExc_SystemError, "%U took arguments it cannot apply",
+                            self->qualname);
+    }
+    return apply_to((ElementwiseApply *)self->apply, self->op,
+                    &PyTuple_GET_ITEM(self->params, 0), values, PyTuple_GET_SIZE(self->params),
+                    out, NULL);
+}
+
+static PyObject *
+Function_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"op", "params", "positional_only", "apply", "wrapped", NULL};
+    PyObject *op, *params, *apply, *wrapped;
+    Py_ssize_t positional_only;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO!nOO:ElementwiseFunction", names, &op,
+                                     &PyTuple_Type, &params, &positional_only, &apply, &wrapped))
+        return NULL;
+    if (Py_TYPE(apply)->tp_dealloc != Apply_dealloc || !PyCallable_Check(wrapped) ||
+        PyTuple_GET_SIZE(params) == 0 || PyTuple_GET_SIZE(params) > MAX_OPERANDS ||
+        positional_only < 0 || positional_only > PyTuple_GET_SIZE(params))
+        return PyErr_Format(PyExc_TypeError,
+                            "ElementwiseFunction(op, params, positional_only, apply, wrapped): "
+                            "1 to %d parameter names, how many of the first are "
+                            "positional-only, an ElementwiseApply and the def it wraps",
+                            MAX_OPERANDS);
+    if (s_out == NULL && (s_out = PyUnicode_InternFromString("out")) == NULL)
+        return NULL;
+    PyObject *interned = PyTuple_New(PyTuple_GET_SIZE(params));
+    for (Py_ssize_t i = 0; interned != NULL && i < PyTuple_GET_SIZE(params); i++) {
+        PyObject *p = PyTuple_GET_ITEM(params, i);
+        if (!PyUnicode_CheckExact(p)) {
+            PyErr_SetString(PyExc_TypeError, "ElementwiseFunction: params must be str");
+            Py_CLEAR(interned);
+            break;
+        }
+        Py_INCREF(p);
+        PyUnicode_InternInPlace(&p);
+        PyTuple_SET_ITEM(interned, i, p);
+    }
+    if (interned == NULL)
+        return NULL;
+    ElementwiseFunction *self = (ElementwiseFunction *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(interned);
+        return NULL;
+    }
+    self->op = Py_NewRef(op);
+    self->params = interned;
+    self->apply = Py_NewRef(apply);
+    self->wrapped = Py_NewRef(wrapped);
+    self->vectorcall = (vectorcallfunc)Function_vectorcall;
+    self->positional_only = positional_only;
+    static const char *const copied[] = {"__name__", "__qualname__", "__module__", "__doc__"};
+    PyObject **fields[] = {&self->name, &self->qualname, &self->module, &self->doc};
+    for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++)
+        if ((*fields[i] = PyObject_GetAttrString(wrapped, copied[i])) == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    return (PyObject *)self;
+}
+
+static PyObject *
+Function_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    return obj == NULL || obj == Py_None ? Py_NewRef(self) : PyMethod_New(self, obj);
+}
+
+static PyObject *
+Function_repr(ElementwiseFunction *self)
+{
+    return PyUnicode_FromFormat("<cuasync function %U>", self->qualname);
+}
+
+/* pickled (and copied) by name, as a module's function is */
+static PyObject *
+Function_reduce(ElementwiseFunction *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef(self->qualname);
+}
+
+static PyMethodDef Function_methods[] = {
+    {"__reduce__", (PyCFunction)Function_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Function_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(ElementwiseFunction, vectorcall), READONLY,
+     NULL},
+    {"__wrapped__", T_OBJECT, offsetof(ElementwiseFunction, wrapped), READONLY,
+     "The def declaring it (its signature and docstring)."},
+    {"__name__", T_OBJECT, offsetof(ElementwiseFunction, name), READONLY, NULL},
+    {"__qualname__", T_OBJECT, offsetof(ElementwiseFunction, qualname), READONLY, NULL},
+    {"__module__", T_OBJECT, offsetof(ElementwiseFunction, module), READONLY, NULL},
+    {"__doc__", T_OBJECT, offsetof(ElementwiseFunction, doc), READONLY, NULL},
+    {"op", T_OBJECT, offsetof(ElementwiseFunction, op), READONLY,
+     "The elementwise op it applies."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Function_slots[] = {
+    /* (no tp_doc: the instances' __doc__ is each def's, a member; the type's doc would
+     * shadow it) ElementwiseFunction(op, params, positional_only, apply, wrapped): the
+     * elementwise op op applied to the operands params (names; the first
+     * positional_only of them positional-only) through apply, out= keyword-only,
+     * declared by wrapped. */
+    {Py_tp_new, Function_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, Function_get},
+    {Py_tp_repr, Function_repr},
+    {Py_tp_members, Function_members},
+    {Py_tp_methods, Function_methods},
+    {Py_tp_traverse, Function_traverse},
+    {Py_tp_clear, Function_clear},
+    {Py_tp_dealloc, Function_dealloc},
+    {0, NULL},
+};
+
+PyType_Spec ElementwiseFunction_spec = {
+    .name = "cuasync._reactor.ElementwiseFunction",
+    .basicsize = sizeof(ElementwiseFunction),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = Function_slots,
+};
+
 /* tensor_op(node, out): new_op for Python's builders of TensorOps (reductions, wrapped
  * ops), which would otherwise run TensorOp.__init__'s frames */
 PyObject *

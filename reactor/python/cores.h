@@ -452,7 +452,7 @@ extern PyMethodDef plan_methods[];
 extern PyMethodDef launcher_methods[];
 /* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
  * and the binary operators of Tensor and TensorOp built on them */
-extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec;
+extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec, ElementwiseFunction_spec;
 /* The TensorOp of node writing out (None: a new tensor) as the ElementwiseApply apply
  * makes it (its tensor_op, node and out checked by the caller): a new reference. */
 PyObject *apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out);

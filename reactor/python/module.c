@@ -920,6 +920,7 @@ module_exec(PyObject *m)
         {"ProcessCore", &ProcessCore_spec}, {"BlockCacheCore", &BlockCacheCore_spec},
         {"Memo", &Memo_spec}, {"OpNodes", &OpNodes_spec}, {"ElementwiseApply", &ElementwiseApply_spec},
         {"ExpressLaunches", &ExpressLaunches_spec}, {"Operator", &Operator_spec},
+        {"ElementwiseFunction", &ElementwiseFunction_spec},
         {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
         {"TensorSubmit", &TensorSubmit_spec},
     };

@@ -10,7 +10,7 @@ on a seen structure as on a new one, and operands left unconsumed by an error.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -344,3 +344,45 @@ def test_a_constant_operand_shares_its_leaf_and_each_value_is_its_own() -> None:
         v = float(k) / 3
         got = cuasync.add(x * v, k).sync().to_host().sync()
         np.testing.assert_allclose(got, a * np.float32(v) + k, rtol=1e-6)
+
+
+def test_elementwise_functions_are_their_declarations_applied_natively() -> None:
+    """``cuasync.exp``, ``cuasync.where``, ... are native (no Python frame a call) and
+    behave as the defs that declare them: signature, docstring and name, keyword operands
+    where the def allows them, Python's own errors for a call that does not fit, pickled
+    by name; and they apply their op (``pow`` applies ``power``)."""
+    import pickle
+
+    x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
+    where: Any = cuasync._ops.elementwise.where  # (cuasync.where is sets.where, which calls it)
+    for fn in (cuasync.exp, cuasync.add, where, cuasync.pow, cuasync.hypot):
+        declared = inspect.unwrap(fn)
+        assert inspect.isfunction(declared) and declared is not fn
+        assert inspect.signature(fn) == inspect.signature(declared)
+        assert fn.__doc__ == declared.__doc__ and fn.__doc__
+        assert (fn.__name__, fn.__qualname__, fn.__module__) == (
+            declared.__name__,
+            declared.__qualname__,
+            declared.__module__,
+        )
+        assert pickle.loads(pickle.dumps(fn)) is fn
+    assert cuasync.pow.op == "power"  # type: ignore[attr-defined]
+    want = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(cuasync.pow(x, 2).sync().to_host().sync(), want**2)
+    by_keyword = where(x > 1, x2=0.0, x1=x)
+    np.testing.assert_array_equal(by_keyword.sync().to_host().sync(), np.where(want > 1, want, 0))
+    out = cuasync.empty((4,)).sync()
+    assert cuasync.exp(x, out=out).sync() is out
+    np.testing.assert_allclose(out.to_host().sync(), np.exp(want), rtol=1e-6)
+    pending = x * 2.0
+    exp, add = cast(Any, cuasync.exp), cast(Any, cuasync.add)  # (calls mypy refuses too)
+    for call, words in [
+        (lambda: exp(pending, x), "takes 1 positional argument but 2 were given"),
+        (lambda: exp(x, outs=x), "unexpected keyword argument 'outs'"),
+        (lambda: exp(x=x), "positional-only arguments passed as keyword"),
+        (lambda: add(x), "missing 1 required positional argument: 'x2'"),
+        (lambda: where(x, x, x1=x), "multiple values for argument"),
+    ]:
+        with pytest.raises(TypeError, match=words):
+            call()
+    np.testing.assert_array_equal(pending.sync().to_host().sync(), want * 2)  # not consumed
