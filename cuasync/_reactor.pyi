@@ -810,6 +810,26 @@ class ThreadFlags:
     traced: bool
 
 def set_tracing(on: object, /) -> None: ...
+
+@final
+class ElementwiseFunction:
+    """A function applying the elementwise op ``op`` to its operands (``params``, the first
+    ``positional_only`` of them positional-only), ``out=`` keyword-only, through ``apply``
+    (an ElementwiseApply); declared by ``wrapped``, a def whose signature, docstring and
+    names it carries (``elementwise.elementwise_function``)."""
+
+    def __new__(
+        cls,
+        op: str,
+        params: tuple[str, ...],
+        positional_only: int,
+        apply: Any,
+        wrapped: Callable[..., Any],
+    ) -> ElementwiseFunction: ...
+    def __call__(self, *args: Any, out: Any = None) -> Any: ...
+    op: Final[str]
+    __wrapped__: Final[Callable[..., Any]]
+
 def scoped_launch(scope_var: ContextVar[Any], launch: Callable[..., Any], /, *args: Any) -> Any:
     """``launch(*args, word)``: the cancel word of the scope current in ``scope_var`` (0
     outside any; where the op's device is not the scope's, its device's word, set into

@@ -131,9 +131,16 @@ def elementwise_function(declaration: _Function, op: str | None = None) -> _Func
     operands = tuple(
         p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
     )
-    keywords = [p.name for p in params if p.kind is kinds.KEYWORD_ONLY]
-    if keywords != ["out"] or len(operands) != len(params) - 1:
-        raise TypeError(f"{declaration.__name__}: operands, then out= alone, keyword-only")
+    keywords = [p for p in params if p.kind is kinds.KEYWORD_ONLY]
+    if (
+        [p.name for p in keywords] != ["out"]
+        or keywords[0].default is not None
+        or len(operands) != len(params) - 1
+        or any(p.default is not p.empty for p in params if p.name != "out")
+    ):  # (what the native function binds: anything else would bind otherwise than the def)
+        raise TypeError(
+            f"{declaration.__name__}: operands without defaults, then out=None keyword-only"
+        )
     positional_only = sum(p.kind is kinds.POSITIONAL_ONLY for p in params)
     function = NATIVE.ElementwiseFunction(
         op or declaration.__name__, operands, positional_only, APPLY, declaration

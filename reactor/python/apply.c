@@ -834,11 +834,21 @@ typedef struct {
     PyObject *op, *params, *apply, *wrapped, *name, *qualname, *module, *doc;
     vectorcallfunc vectorcall;
     Py_ssize_t positional_only; /* (the first params: not to be given by keyword) */
+    PyObject *weakrefs;         /* (a def can be weakly referenced: so can it) */
 } ElementwiseFunction;
 
 #define FUNCTION_FIELDS 8
 
-FIELDS_GC_SLOTS(Function, FUNCTION_FIELDS)
+FIELDS_GC_SLOTS(FunctionFields, FUNCTION_FIELDS)
+
+static void
+Function_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (((ElementwiseFunction *)self)->weakrefs != NULL)
+        PyObject_ClearWeakRefs(self);
+    FunctionFields_dealloc(self);
+}
 
 static PyObject *s_out;
 
@@ -964,15 +974,32 @@ Function_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
 static PyObject *
 Function_repr(ElementwiseFunction *self)
 {
-    return PyUnicode_FromFormat("<cuasync function %U>", self->qualname);
+    return self->qualname == NULL ? PyUnicode_FromString("<cuasync function (cleared)>")
+                                  : PyUnicode_FromFormat("<cuasync function %U>", self->qualname);
 }
 
 /* pickled (and copied) by name, as a module's function is */
 static PyObject *
 Function_reduce(ElementwiseFunction *self, PyObject *Py_UNUSED(ignored))
 {
+    if (self->qualname == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "this function is cleared (interpreter shutdown)");
     return Py_NewRef(self->qualname);
 }
+
+/* __annotations__: the def's (typing.get_type_hints reads them) */
+static PyObject *
+Function_get_annotations(ElementwiseFunction *self, void *Py_UNUSED(c))
+{
+    if (self->wrapped == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "this function is cleared (interpreter shutdown)");
+    return PyObject_GetAttrString(self->wrapped, "__annotations__");
+}
+
+static PyGetSetDef Function_getset[] = {
+    {"__annotations__", (getter)Function_get_annotations, NULL, "The def's annotations.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyMethodDef Function_methods[] = {
     {"__reduce__", (PyCFunction)Function_reduce, METH_NOARGS, NULL},
@@ -990,6 +1017,7 @@ static PyMemberDef Function_members[] = {
     {"__doc__", T_OBJECT, offsetof(ElementwiseFunction, doc), READONLY, NULL},
     {"op", T_OBJECT, offsetof(ElementwiseFunction, op), READONLY,
      "The elementwise op it applies."},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ElementwiseFunction, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1005,8 +1033,9 @@ static PyType_Slot Function_slots[] = {
     {Py_tp_repr, Function_repr},
     {Py_tp_members, Function_members},
     {Py_tp_methods, Function_methods},
-    {Py_tp_traverse, Function_traverse},
-    {Py_tp_clear, Function_clear},
+    {Py_tp_getset, Function_getset},
+    {Py_tp_traverse, FunctionFields_traverse},
+    {Py_tp_clear, FunctionFields_clear},
     {Py_tp_dealloc, Function_dealloc},
     {0, NULL},
 };

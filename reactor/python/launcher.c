@@ -194,12 +194,10 @@ word_of_its_device(PyObject *op, PyObject *scope, PyObject *ordinal)
         return 0;
     }
     PyObject *its = is_device(device) ? Py_XNewRef(DEVICE(device)->ordinal) : NULL;
-    if (its == NULL && optional_attr(device, s_ordinal, &its) < 0) {
-        Py_DECREF(device);
-        return -1;
-    }
+    if (its == NULL)
+        its = PyObject_GetAttr(device, s_ordinal); /* (none: an error, as in Python) */
     Py_DECREF(device);
-    int same = its == NULL ? 1 : PyObject_RichCompareBool(its, ordinal, Py_EQ);
+    int same = its == NULL ? -1 : PyObject_RichCompareBool(its, ordinal, Py_EQ);
     if (same != 0) {
         Py_XDECREF(its);
         return same < 0 ? -1 : 0;

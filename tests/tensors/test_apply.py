@@ -352,6 +352,8 @@ def test_elementwise_functions_are_their_declarations_applied_natively() -> None
     where the def allows them, Python's own errors for a call that does not fit, pickled
     by name; and they apply their op (``pow`` applies ``power``)."""
     import pickle
+    import typing
+    import weakref
 
     x = cuasync.from_host(np.arange(4, dtype=np.float32)).sync()
     where: Any = cuasync._ops.elementwise.where  # (cuasync.where is sets.where, which calls it)
@@ -366,6 +368,8 @@ def test_elementwise_functions_are_their_declarations_applied_natively() -> None
             declared.__module__,
         )
         assert pickle.loads(pickle.dumps(fn)) is fn
+        assert weakref.ref(fn)() is fn
+        assert typing.get_type_hints(fn) == typing.get_type_hints(declared)
     assert cuasync.pow.op == "power"  # type: ignore[attr-defined]
     want = np.arange(4, dtype=np.float32)
     np.testing.assert_allclose(cuasync.pow(x, 2).sync().to_host().sync(), want**2)
