@@ -12,6 +12,12 @@ now destroys them once no region is in flight and the stream is idle. The probe 
 ``backend`` (that rule), ``event`` (the old rule, kept here to show the hang) and
 ``never``.
 
+Session 46 added cuBLAS cases (the call alone, in a plain captured graph, in a region
+skipped and run: session 39 saw a cuBLAS region behind a gate hold the urgent stream,
+where memset regions never did), the node census of a captured cuBLAS call (what it
+adds to a graph), and a run with ``CUDA_DEVICE_MAX_CONNECTIONS=32`` (:data:`RUNS`).
+Not yet run on a GPU.
+
     CUASYNC_BACKEND=cuda CUASYNC_GUARDS=on python3 tools/probes/guard_gate.py
     ... python3 tools/probes/guard_gate.py never       # one way, in this process
 """
@@ -151,24 +157,34 @@ def census(b: Any, stream: int, body: Any) -> None:
         print(f"captured cuBLAS call: census failed: {exc!r}")
 
 
+#: The runs of ``main``: (way of reaping, CUDA_DEVICE_MAX_CONNECTIONS or None for the
+#: driver's default, 8). 32 gives each stream more hardware queues to itself: if a
+#: region's wait holds other streams only through a queue they share, it stops holding.
+RUNS = [*((way, None) for way in REAPS), ("backend", "32")]
+
+
 def main() -> None:
-    """Each way of reaping in a process of its own (``faulthandler`` names where a
-    stopped one hung), or the one way named on the command line in this process."""
+    """Each run of :data:`RUNS` in a process of its own (``faulthandler`` names where a
+    stopped one hung, after 60 s), or the one way named on the command line in this
+    process."""
     if len(sys.argv) > 1:
         run(sys.argv[1])
         return
     import os
 
-    connections = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "(default)")
-    for way in REAPS:
-        print(f"== reap: {way}, CUDA_DEVICE_MAX_CONNECTIONS={connections}", flush=True)
+    for way, connections in RUNS:
+        env = dict(os.environ)
+        env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+        if connections is not None:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = connections
+        print(f"== reap: {way}, CUDA_DEVICE_MAX_CONNECTIONS={connections or '(default)'}")
         code = (
-            "import faulthandler, sys; faulthandler.dump_traceback_later(30, exit=True); "
+            "import faulthandler, sys; faulthandler.dump_traceback_later(60, exit=True); "
             f"sys.argv = [sys.argv[0], {way!r}]; "
             "import runpy; runpy.run_path(" + repr(__file__) + ", run_name='__main__')"
         )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        print(done.stdout, end="")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        print(done.stdout, end="", flush=True)
         if done.returncode:
             err = done.stderr.splitlines()
             lines = [line for line in err if "cuasync" in line or "Thread" in line] or err[-6:]
