@@ -23,7 +23,7 @@ import numpy as np
 
 from .._core.context import ExecutionContext
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
-from .._tensor import Tensor
+from .._tensor import Tensor, contiguous_strides
 from . import twins as _twins
 from .kernel import Kernel
 
@@ -219,6 +219,11 @@ def chunks(t: Tensor) -> list[tuple[Tensor, list[int], list[int], int]]:
 
     Returns ``(sub-view, [d1, d2, d3], [s0, s1, s2, s3], first linear index)`` for each.
     """
+    if t.strides == contiguous_strides(t.shape):  # (dense: one dimension, as merged below)
+        size = t.size
+        if size:
+            line = Tensor(t._alloc, (size,), t.dtype, (1,), t.offset)
+            return [(line, [1, 1, size], [0, 0, 0, 1], 0)]
     merged: list[tuple[int, int]] = []
     for d, s in zip(t.shape, t.strides, strict=True):
         if d == 1:

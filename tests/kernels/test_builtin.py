@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,3 +94,43 @@ def test_fill_has_an_instantiation_per_element_size() -> None:
     assert set(_builtin.FILL_DTYPES) == sizes
     for size, name in _builtin.FILL_DTYPES.items():
         assert SUPPORTED[name].itemsize == size
+
+
+@pytest.mark.parametrize(
+    "shape, view",
+    [
+        ((1024,), None),
+        ((32, 32), None),
+        ((2, 3, 4, 5, 6), None),  # five dense dimensions: still one chunk
+        ((), None),
+        ((7, 1, 3), None),
+        ((8, 6), (slice(None), slice(0, 4))),  # strided: rows of 4 in rows of 6
+        ((2, 3, 4, 5, 6), (slice(None), slice(None), slice(None), slice(0, 3))),
+        ((3, 3, 3, 3, 4), (slice(None, None, 2),) * 5),  # five dimensions that do not merge
+    ],
+)
+def test_chunks_cover_every_element_once(shape: tuple[int, ...], view: Any) -> None:
+    """What the strided kernels get from ``chunks``: sub-views of at most four merged
+    dimensions whose elements, at their ``[s0, s1, s2, s3]`` strides over ``[d1, d2, d3]``,
+    are each element of the view exactly once and in order (a dense view is one line)."""
+    import cuasync
+
+    base = cuasync.empty(shape).sync()
+    t = base if view is None else base[view]
+    want = np.arange(base.size).reshape(shape)
+    want = want if view is None else want[view]
+    got: list[int] = []
+    for sub, dims, strides, first in _builtin.chunks(t):
+        assert first == len(got) and len(dims) == 3 and len(strides) == 4
+        size = sub.size
+        for i in range(size):
+            rest, index = i, 0
+            for d, s in zip([size, *dims][::-1], strides[::-1], strict=True):
+                index += (rest % d) * s
+                rest //= d
+            got.append(sub.offset + index)
+    assert got == want.ravel().tolist()
+    if t.is_contiguous and t.size:
+        assert len(_builtin.chunks(t)) == 1
+    if view is not None and len(shape) == 5 and view[0].step:
+        assert len(_builtin.chunks(t)) == 2  # (the outer dimension split)
