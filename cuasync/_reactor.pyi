@@ -530,7 +530,8 @@ class OpNodes:
 
 @final
 class ElementwiseApply:
-    """The builder of elementwise ops (``elementwise._apply`` is its ``apply``)."""
+    """The builder of elementwise ops (``elementwise.APPLY``: the elementwise functions'
+    and the operators')."""
 
     def __new__(
         cls,
@@ -541,7 +542,6 @@ class ElementwiseApply:
         check_dtype: Callable[[Any, str], None],
         check_out: Callable[[Any, dict[str, Any], str, Any], None],
     ) -> Self: ...
-    def apply(self, name: str, operands: dict[str, Any], out: Any, /) -> Any: ...
     def tensor_op(self, node: Any, out: Any, /) -> Any:
         """The TensorOp of ``node`` writing ``out`` (None: a new tensor), as
         ``TensorOp(node, out)`` makes it."""
@@ -952,8 +952,6 @@ class Launcher:
         cancel: ContextVar[Any] | None,
     ) -> Launcher: ...
     def __call__(self, *args: Any) -> Any: ...
-    #: the launch with every parameter given, a kernel's cancel word too
-    def with_word(self, *args: Any) -> Any: ...
     #: ``kernel[grid, block, shared_mem]``, as the generated Python launcher is named.
     __name__: str
     __qualname__: str

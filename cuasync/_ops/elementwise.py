@@ -95,21 +95,19 @@ def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | No
 
 def _check_out_of(out: Any, operands: dict[str, Any], name: str, node: Node) -> None:
     """Raise where ``out`` may not take ``node``'s result (:func:`check_out`) or partly
-    overlaps an operand (:func:`_check_overlap`): what :data:`_apply` asks where it cannot
+    overlaps an operand (:func:`_check_overlap`): what :data:`APPLY` asks where it cannot
     accept ``out`` at once."""
     check_out(out, name, node.shape, node.dtype, node.device)
     _check_overlap(out, operands, name)
 
 
-#: ``_apply(name, operands, out)``: the TensorOp applying the elementwise op ``name`` to
-#: ``operands`` (by argument name), writing ``out`` (None: a new tensor). Built natively
-#: (``reactor/python/apply.c``): each operand's node (a tensor's, a Python number's, a
-#: TensorOp's own tree; anything else :func:`~.tensorop.leaf`'s), the op node
-#: (:func:`~.expr.op_node`), ``out=`` accepted where nothing can be wrong (else
-#: :func:`_check_out_of` decides), then the TensorOp operands absorbed: an error leaves
-#: the caller's ops unconsumed.
+#: The builder of elementwise ops, which the elementwise functions (:func:`elementwise_function`)
+#: and the operators apply their op with (``reactor/python/apply.c``): each operand's node (a
+#: tensor's, a Python number's, a TensorOp's own tree; anything else :func:`~.tensorop.leaf`'s),
+#: the op node (:func:`~.expr.op_node`), ``out=`` accepted where nothing can be wrong (else
+#: :func:`_check_out_of` decides), then the TensorOp operands absorbed: an error leaves the
+#: caller's ops unconsumed.
 APPLY = NATIVE.ElementwiseApply(NODES, Tensor, TensorOp, leaf, check_dtype, _check_out_of)
-_apply = APPLY.apply
 
 _Function = TypeVar("_Function", bound=Callable[..., TensorOp])
 

@@ -57,8 +57,8 @@ class Implementation:
     #: and the array API's), and whether a value can be their operand.
     elementwise: dict[str, Callable[..., TensorOp]]
     is_operand: Callable[[Any], bool]
-    #: The builder the binary operators apply their ops with (an ``ElementwiseApply``:
-    #: ``elementwise._apply``'s).
+    #: The builder the binary operators apply their ops with (``elementwise.APPLY``, an
+    #: ``ElementwiseApply``).
     elementwise_apply: Any
     #: ``@``, and whether a value can be its operand.
     matmul: Callable[[Any, Any], TensorOp]

@@ -10,7 +10,8 @@
  *   A weak int child is fitted to its loop dtype by expr._fit_scalar; different devices
  *   or none are worded by expr._device.
  *
- *   ElementwiseApply (elementwise.py's _apply): each operand's node (a Tensor's and a
+ *   ElementwiseApply (elementwise.py's APPLY, which ElementwiseFunction and Operator
+ *   call): each operand's node (a Tensor's and a
  *   Python number's here; a TensorOp's own tree; anything else tensorop.leaf's), the op
  *   node, the out= checks (accepted here where nothing can be wrong, else
  *   elementwise._check_out_of decides and words), the absorbed TensorOps consumed, and
@@ -539,11 +540,10 @@ new_op(ElementwiseApply *self, PyObject *node, PyObject *out)
 }
 
 /* The TensorOp applying name to the n operands (values, by argument names) writing out
- * (None: a new tensor); operands: the same as a dict, or NULL (made where Python needs
- * it: an out= it checks). A new reference, or NULL. */
+ * (None: a new tensor). A new reference, or NULL. */
 static PyObject *
 apply_to(ElementwiseApply *self, PyObject *name, PyObject *const *names, PyObject *const *values,
-         Py_ssize_t n, PyObject *out, PyObject *operands)
+         Py_ssize_t n, PyObject *out)
 {
     if (self->nodes == NULL || self->tensor_t == NULL || self->op_t == NULL ||
         self->leaf == NULL || self->check_dtype == NULL || self->check_out == NULL ||
@@ -568,8 +568,8 @@ apply_to(ElementwiseApply *self, PyObject *name, PyObject *const *names, PyObjec
     if (node != NULL && out != Py_None) {
         int fits = out_fits(self, out, node, kids, n);
         if (fits == 0) { /* (Python decides and words what is wrong) */
-            PyObject *dict = operands != NULL ? Py_NewRef(operands) : PyDict_New();
-            for (Py_ssize_t i = 0; dict != NULL && operands == NULL && i < n; i++)
+            PyObject *dict = PyDict_New(); /* (the operands by name, as Python takes them) */
+            for (Py_ssize_t i = 0; dict != NULL && i < n; i++)
                 if (PyDict_SetItem(dict, names[i], values[i]) < 0)
                     Py_CLEAR(dict);
             PyObject *r = dict == NULL ? NULL
@@ -603,32 +603,6 @@ apply_to(ElementwiseApply *self, PyObject *name, PyObject *const *names, PyObjec
     for (Py_ssize_t i = 0; i < made; i++)
         Py_DECREF(kids[i]);
     return result;
-}
-
-static PyObject *
-Apply_apply(ElementwiseApply *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "apply takes 3 arguments (%zd given)", nargs);
-    PyObject *name = args[0], *operands = args[1], *out = args[2];
-    if (!PyDict_CheckExact(operands) || PyDict_GET_SIZE(operands) > MAX_OPERANDS ||
-        PyDict_GET_SIZE(operands) == 0)
-        return PyErr_Format(PyExc_TypeError,
-                            "apply: operands must be a dict of 1 to %d operands by name",
-                            MAX_OPERANDS);
-    PyObject *names[MAX_OPERANDS], *values[MAX_OPERANDS];
-    Py_ssize_t n = 0, pos = 0;
-    while (PyDict_Next(operands, &pos, &names[n], &values[n])) {
-        Py_INCREF(names[n]); /* (held: Python runs meanwhile, and the dict is the caller's) */
-        Py_INCREF(values[n]);
-        n++;
-    }
-    PyObject *op = apply_to(self, name, names, values, n, out, operands);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_DECREF(names[i]);
-        Py_DECREF(values[i]);
-    }
-    return op;
 }
 
 /* -- Operator --------------------------------------------------------------------------- */
@@ -688,7 +662,7 @@ Operator_vectorcall(Operator *self, PyObject *const *args, size_t nargsf, PyObje
          PyLong_CheckExact(other) || PyComplex_CheckExact(other))) {
         PyObject *names[2] = {s_x1, s_x2};
         PyObject *values[2] = {self->reflected ? other : me, self->reflected ? me : other};
-        result = apply_to(a, self->name, names, values, 2, Py_None, NULL);
+        result = apply_to(a, self->name, names, values, 2, Py_None);
     }
     else {
         PyObject *r = self->reflected ? Py_True : Py_False;
@@ -908,7 +882,7 @@ Function_vectorcall(ElementwiseFunction *self, PyObject *const *args, size_t nar
     }
     return apply_to((ElementwiseApply *)self->apply, self->op,
                     &PyTuple_GET_ITEM(self->params, 0), values, PyTuple_GET_SIZE(self->params),
-                    out, NULL);
+                    out);
 }
 
 static PyObject *
@@ -1105,18 +1079,12 @@ static PyMethodDef Apply_methods[] = {
      "The TensorOp of ``node`` writing ``out`` (None: a new tensor), as "
      "``TensorOp(node, out)`` makes it, without its Python frames.\n\n"
      ">>> op = APPLY.tensor_op(Node(\"pending\", \"sum\", shape, dtype, work), None)"},
-    {"apply", (PyCFunction)(void (*)(void))Apply_apply, METH_FASTCALL,
-     "apply($self, name, operands, out, /)\n--\n\n"
-     "The TensorOp applying the elementwise op ``name`` to ``operands`` (a dict by "
-     "argument name: tensors, TensorOps, which it absorbs, and scalars), writing ``out`` "
-     "(None: a new tensor). Errors come before any operand is consumed.\n\n"
-     ">>> op = apply(\"add\", {\"x1\": x, \"x2\": 1.0}, None)"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyType_Slot Apply_slots[] = {
     {Py_tp_doc, "ElementwiseApply(nodes, tensor, op, leaf, check_dtype, check_out)\n--\n\n"
-                "The builder of elementwise ops (elementwise._apply is its apply): the "
+                "The builder of elementwise ops (the ElementwiseFunctions' and Operators'): the "
                 "OpNodes it builds op nodes with, the Tensor and TensorOp classes, and the "
                 "Python it calls for an unusual operand (leaf), a dtype not seen "
                 "(check_dtype) and an out= it cannot accept at once (check_out)."},

@@ -450,8 +450,9 @@ extern PyMethodDef plan_methods[];
 
 /* scoped_launch (launcher.c): a Python launcher's launch given its scope's cancel word */
 extern PyMethodDef launcher_methods[];
-/* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise._apply),
- * and the binary operators of Tensor and TensorOp built on them */
+/* apply.c: the builders of elementwise op nodes (expr.op_node) and ops (elementwise.APPLY),
+ * and the binary operators of Tensor and TensorOp and the elementwise functions built on
+ * them */
 extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec, ElementwiseFunction_spec;
 /* The TensorOp of node writing out (None: a new tensor) as the ElementwiseApply apply
  * makes it (its tensor_op, node and out checked by the caller): a new reference. */

@@ -230,15 +230,16 @@ launch_with_word(PyObject *scope, launch_fn launch, void *ctx, PyObject *const *
 {
     if (intern_scope_names() < 0)
         return NULL;
-    PyObject *word = scope == Py_None ? PyLong_FromLong(0) : PyObject_GetAttr(scope, s_word);
-    if (word == NULL)
+    PyObject *word = scope == Py_None ? NULL : PyObject_GetAttr(scope, s_word);
+    if (word == NULL && scope != Py_None)
         return NULL;
-    int held = PyObject_IsTrue(word);
-    if (held <= 0) { /* (no word: 0, as outside any scope) */
-        Py_SETREF(word, held < 0 ? NULL : PyLong_FromLong(0));
-        if (word == NULL)
-            return NULL;
+    int held = word == NULL ? 0 : PyObject_IsTrue(word);
+    if (held < 0) {
+        Py_DECREF(word);
+        return NULL;
     }
+    if (!held) /* (no word: 0, as outside any scope; a cached small int) */
+        Py_XSETREF(word, PyLong_FromLong(0));
     PyObject *on_stack[WORD_STACK];
     PyObject **a = nargs + 1 <= WORD_STACK ? on_stack : PyMem_New(PyObject *, nargs + 1);
     if (a == NULL) {
@@ -317,14 +318,6 @@ Launcher_vectorcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObje
     PyObject *op = launch_with_word(scope, launch_now_fn, self, args, nargs);
     Py_DECREF(scope);
     return op;
-}
-
-/* Launcher.with_word(*args, word): the launch with every argument given, the cancel word
- * too. */
-static PyObject *
-Launcher_with_word(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    return launch_now(self, args, nargs);
 }
 
 /* The launch of args, all the kernel's parameters given. */
@@ -731,13 +724,6 @@ static PyGetSetDef Launcher_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMethodDef Launcher_methods[] = {
-    {"with_word", (PyCFunction)(void (*)(void))Launcher_with_word, METH_FASTCALL,
-     "with_word($self, /, *args)\n--\n\n"
-     "The launch with every parameter given, a kernel's cancel word too (the launch in a "
-     "scope passes its scope's word)."},
-    {NULL, NULL, 0, NULL},
-};
 
 static PyMemberDef Launcher_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Launcher, vectorcall), READONLY, NULL},
@@ -753,7 +739,6 @@ static PyType_Slot Launcher_slots[] = {
     {Py_tp_repr, (void *)Launcher_repr},
     {Py_tp_getset, Launcher_getset},
     {Py_tp_members, Launcher_members},
-    {Py_tp_methods, Launcher_methods},
     {Py_tp_doc, (void *)"Launcher(*, kernel, params, plan, launch, tensor, grid, block, "
                         "shared_mem, default_device, name, devices, cancel)\n--\n\n"
                         "kernel[grid, block, shared_mem] as a native callable "

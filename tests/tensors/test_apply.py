@@ -1,4 +1,4 @@
-"""How an elementwise op is built (``reactor/python/apply.c``: ``_apply`` and ``op_node``).
+"""How an elementwise op is built (``reactor/python/apply.c``: ``APPLY`` and ``op_node``).
 
 The native builder makes the TensorOp with every slot ``TensorOp(node, out)`` sets; it
 looks seen structures up, and hands what it has not seen (a new structure, an unusual
