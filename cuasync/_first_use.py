@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from ._core.device import Device
 
 __all__ = [
-    "CUBLAS", "Library", "Unprepared", "launching", "prepare_now", "prepare_off_loop", "stats",
-    "unprepared",
+    "CUBLAS", "Library", "Unprepared", "launching", "prepare_now", "prepare_off_loop",
+    "prepare_then", "stats", "unprepared",
 ]  # fmt: skip
 
 _lock = threading.Lock()
@@ -185,6 +185,21 @@ def prepare_off_loop(
     future.add_done_callback(lambda _: wake(None))  # (from the compile thread)
     yield from parked()
     return future.result()
+
+
+def prepare_then(
+    pairs: Sequence[tuple[Any, Device]], done: Callable[[BaseException | None], None]
+) -> None:
+    """Prepare each ``(kernel, device)`` on the compile thread, then call ``done(error)``
+    there (None: prepared): an op watched as an asyncio future (``op_future``), which has
+    no task to park.
+
+    >>> prepare_then([(kernel, device)], lambda error: loop.call_soon_threadsafe(...))
+    """
+    global _off_loop
+    _off_loop += 1
+    future: Future[list[PreparedKernel]] = _compile_thread().submit(prepare_now, pairs)
+    future.add_done_callback(lambda f: done(f.exception()))
 
 
 def stats() -> int:

@@ -354,6 +354,7 @@ class OpCore:
     _device: Device | None
     _origin: Any
     _running: Any
+    _future: Any
 
 @disjoint_base
 class LaunchCore(OpCore):

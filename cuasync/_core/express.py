@@ -43,6 +43,7 @@ from .._first_use import Unprepared, prepare_off_loop
 from .._native import PROCESS, LaunchCore
 from . import completion as _completion
 from . import loops as _loops
+from . import op_future
 from .completion import INLINE, Completion, await_spin_us, suspend
 from .context import ExecutionContext
 from .device import Stream, get_default_device
@@ -57,8 +58,10 @@ __all__ = [
     "finish_sync",
     "generic_future",
     "make_core",
+    "settle_watched",
     "submit",
     "submit_future",
+    "submit_watched",
     "sync_launch",
 ]
 
@@ -137,6 +140,9 @@ def await_launch(op: Any, enqueue: Enqueue | None = None) -> Generator[Any, Any,
     Landed inline, nothing but the slot and the counters needs settling: the output is
     the op's output argument, and what the launch used is still held by the op.
     """
+    watched = op._future
+    if watched is not None:  # handed to asyncio as a future: that execution's outcome
+        return (yield from watched.waiting(op))
     # (running_adapter() and stream_for(), their common cases inline: every await)
     ref, adapter = PROCESS.last
     if ref() is not _get_running_loop() or adapter is None:
@@ -299,6 +305,32 @@ def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
         comp.finish(INLINE)
         return comp.result()
     return synchronize(comp, stream)
+
+
+def submit_watched(op: Any, stream: Stream) -> Sent | None:
+    """The core's launch, with no spin, of the launch op ``op`` (taken) handed to asyncio
+    as a future (:mod:`.op_future`): what the core returned, for
+    :func:`settle_watched` in the loop's next pass; None where the core declines it (the
+    op's ``_start`` submits it then)."""
+    core = _core()
+    if core is None:
+        return None
+    sent = core.launch(op, stream, NO_SPIN, None)
+    return None if sent is None or sent is GENERIC else sent
+
+
+def settle_watched(op: Any, stream: Stream, sent: Sent) -> tuple[Any, Completion | None]:
+    """The first look at the work :func:`submit_watched` launched: ``(output, None)``
+    where it landed (settled: no :class:`Completion`, as an await's spin), else
+    ``(None, its completion)`` to arm."""
+    hub, box, slot, gen, address, seq, _, _, _, held = sent
+    if not box and hub.native.spin_wait(address, gen, 0):
+        _settle(hub, stream, slot, seq)
+        return op._output, None
+    return None, _completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
+
+
+op_future.register_core(submit_watched, settle_watched, _let_go)
 
 
 def _settle(hub: Any, stream: Stream, slot: int, seq: int) -> None:

@@ -65,6 +65,11 @@ class AsyncioAdapter(AdapterCore):
         # A task may step aside with a bare ``yield`` (asyncio runs it again after the
         # other ready tasks): an await in a burst queues its launch and lets them submit.
         self.steps_aside = True
+        self.thread = threading.get_ident()  # the loop's (adapters are made on it)
+        #: Ops handed to asyncio as futures (:mod:`.op_future`): those to start in the
+        #: loop's next pass, and the batches started, to look at in the pass after.
+        self.starting: list[Any] = []
+        self.looking: list[list[Any]] = []
 
     def others_ready(self) -> bool:
         """Whether other work on this loop is ready to run now (then a long await parks at once).
@@ -105,6 +110,15 @@ class AsyncioAdapter(AdapterCore):
         assert loop is not None
         self._fd = fd
         loop.add_reader(fd, drain)
+
+    def abandon_handed_over(self) -> None:
+        """The loop is closing: ops handed to it as asyncio futures end unseen; what they
+        submitted goes to the background watcher (``op_future.Watched.abandon``)."""
+        batches = [self.starting, *self.looking]
+        self.starting, self.looking = [], []
+        for watched in batches:
+            for w in watched:
+                w.abandon()
 
     def watch_timer(self, timer: Any) -> None:
         """Call ``timer.fire()`` whenever its fd expires (the early wake, :mod:`.wake`);
@@ -196,6 +210,7 @@ def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -
             finally:
                 if timer is not None:
                     timer.close()  # (before detach: what waits on it is handed over)
+                adapter.abandon_handed_over()
                 get_hub().detach(adapter)
         original()
 

@@ -44,6 +44,7 @@ from .completion import (
 from .context import LOCAL, LOCK, ExecutionContext, check_not_submitting, no_capture, released
 from .device import Device, Stream
 from .loops import check_blocking_allowed, running_adapter
+from .op_future import AsyncioFuture
 from .output import Output
 from .process_local import ProcessLocal
 from .scheduling import SchedulingPolicy, stream_for, stream_from
@@ -68,12 +69,16 @@ E = TypeVar("E")
 F = TypeVar("F")
 
 
-class DeviceOp(ProcessLocal, OpCore, Generic[T]):
+class DeviceOp(ProcessLocal, OpCore, AsyncioFuture, Generic[T]):
     """A lazy device operation producing a ``T``; single-use, like a coroutine.
+
+    Inside an asyncio loop it is also an asyncio future (:mod:`.op_future`):
+    ``asyncio.gather(*ops)`` and ``as_completed`` watch it without a Task.
 
     >>> x = await cuasync.from_host(np.arange(4.0))          # asyncio, uvloop or trio
     >>> y = cuasync.from_host(np.ones(4)).map(lambda t: t.shape).sync()
     >>> fut = op.submit(); ...; result = await fut
+    >>> a, b = await asyncio.gather(cuasync.exp(x), cuasync.sum(x))
     """
 
     _local_hint = (
@@ -287,6 +292,9 @@ class DeviceOp(ProcessLocal, OpCore, Generic[T]):
         >>> with anyio.move_on_after(0.05):
         ...     t = await cuasync.zeros((1 << 20,))
         """
+        watched = self._future
+        if watched is not None:  # handed to asyncio as a future: that execution's outcome
+            return (yield from watched.waiting(self))
         adapter = running_adapter()  # before submitting: an unsupported loop leaks nothing
         if self._consumed:
             self._take()  # raises
@@ -766,6 +774,9 @@ class SharedOp(DeviceOp[T]):
     """An execute-once op that can be executed any number of times (see ``DeviceOp.shared``)."""
 
     _public_name = "SharedOp"
+    #: Never an asyncio future (asyncio runs it in a Task): cancelling a future cancels it
+    #: for every awaiter, and a shared op's other awaiters must not lose it.
+    _asyncio_future_blocking = None  # type: ignore[override]
 
     __slots__ = (
         "_error",

@@ -820,6 +820,10 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
     def _sync(self, stream: Stream) -> Any:
         return express.sync_launch(self, stream)
 
+    def _express_launch(self, stream: Stream) -> Any:
+        """Handed to asyncio as a future, the core launches it as it is."""
+        return self
+
     def submit(self) -> DeviceFuture[Any]:
         """See :meth:`DeviceOp.submit`: one native call where the express core takes it."""
         if self._consumed:
@@ -959,6 +963,10 @@ class _CancellableLaunch(_Launch):
     def _sync(self, stream: Stream) -> Any:
         self._take_word(stream)
         return _Launch._sync(self, stream)
+
+    def _express_launch(self, stream: Stream) -> Any:
+        self._take_word(stream)
+        return self
 
     def _take_word(self, stream: Stream) -> None:
         """The word of the scope it is executed in on ``stream`` as its last argument

@@ -225,6 +225,20 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         launch._consumed = True
         return launch._start(stream, notify)
 
+    def _express_launch(self, stream: Stream) -> Any:
+        """Handed to asyncio as a future: its raw launch (a seen expression), or None."""
+        if self._out is not None and SCOPE.get() is not None:  # (see above)
+            with detached():
+                return self._express_launch_now(stream)
+        return self._express_launch_now(stream)
+
+    def _express_launch_now(self, stream: Stream) -> Any:
+        launch = express_launch(self, stream)
+        if launch is None:
+            return None
+        launch._consumed = True
+        return launch._express_launch(stream)
+
     def _sync(self, stream: Stream) -> Tensor:
         if self._out is not None and SCOPE.get() is not None:  # (see above)
             with detached():

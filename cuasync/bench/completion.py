@@ -166,6 +166,14 @@ async def _one() -> None:
     await tiny[1, 32]()
 
 
+async def _gathered_ops(count: int) -> float:
+    """ops/s of ``count`` ops handed to ``asyncio.gather`` as they are: asyncio futures
+    (``cuasync._core.op_future``), no Task each."""
+    t0 = time.perf_counter()
+    await asyncio.gather(*(tiny[1, 32]() for _ in range(count)))
+    return count / (time.perf_counter() - t0)
+
+
 async def _idle_concurrent(count: int) -> float:
     """ops/s of ``count`` concurrent tasks that suspend once and do nothing on the GPU:
     what asyncio's tasks cost alone (the floor under :func:`_concurrent`)."""
@@ -443,6 +451,12 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
                     "one after the other after a full collection",
                 ),
                 (
+                    "futures",
+                    _gathered_ops,
+                    f"{concurrent} ops gathered as futures (no task each), heap not frozen",
+                    "asyncio.gather(*ops): each op an asyncio future, watched without a Task",
+                ),
+                (
                     "idle",
                     _idle_concurrent,
                     f"{concurrent} concurrent tasks, no GPU work, heap not frozen",
@@ -644,6 +658,16 @@ def _ratios(
                     thawed,
                     "x",
                     "median of the rounds' ratios, each gather to the raw round after it",
+                )
+            futures = base.get(f"{kind}-futures/raw")
+            if futures is not None:
+                report.value(
+                    SUITE,
+                    f"{kind}: ops gathered as futures, heap not frozen / sequential raw "
+                    "(target >= 1.0)",
+                    futures,
+                    "x",
+                    "median of the rounds' ratios; asyncio.gather(*ops), no Task per op",
                 )
             idle = base.get(f"{kind}-idle/raw")
             if idle is not None:

@@ -256,11 +256,15 @@ CORE_TYPE(KernelCore, "KernelCore",
 
 CORE_TYPE(OpCore, "OpCore",
           "The fields of a cuasync.DeviceOp (its base type): whether it was consumed, the "
-          "device it was built for, where it was built, and its await while a task runs it.",
+          "device it was built for, where it was built, its await while a task runs it, and "
+          "its asyncio-future side once handed to asyncio as a future.",
           MEMBER(OpCore, consumed, "_consumed", "Whether it was awaited, submitted or run."),
           MEMBER(OpCore, device, "_device", "The Device it was built for, or None."),
           MEMBER(OpCore, origin, "_origin", "Where it was built (for leak reports), or None."),
-          MEMBER(OpCore, running, "_running", "Its await while a task runs it, or None."));
+          MEMBER(OpCore, running, "_running", "Its await while a task runs it, or None."),
+          OPTIONAL(OpCore, future, "_future",
+                   "Its asyncio-future side (op_future.Watched) once handed to asyncio as a "
+                   "future (asyncio.gather, as_completed, ...), else None."));
 
 CORE_TYPE(LaunchCore, "LaunchCore",
           "The fields of a kernel launch op (its base type, under OpCore's): the kernel, "

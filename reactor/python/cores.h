@@ -47,10 +47,10 @@ typedef struct {
  * for two exact ints, else the Python path (PROCESS.kernel_configure). */
 PyObject *kernel_subscript(PyObject *self, PyObject *config);
 
-/* DeviceOp: _consumed, _device, _origin, _running */
+/* DeviceOp: _consumed, _device, _origin, _running, _future */
 typedef struct {
     PyObject_HEAD
-    PyObject *consumed, *device, *origin, *running;
+    PyObject *consumed, *device, *origin, *running, *future;
 } OpCore;
 
 /* A kernel launch op (OpCore's fields, then): _kernel, _prepared, _args, _tensors (its

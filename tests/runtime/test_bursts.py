@@ -1,5 +1,9 @@
 """Bursts of awaits: an await of a launch that finds other tasks ready steps aside.
 
+(Each op runs in a task of its own here, ``asyncio.create_task(op)``: handed to
+``asyncio.gather`` or ``ensure_future`` as it is, an op is an asyncio future, watched
+without a task: tests/runtime/test_op_futures.py.)
+
 With ``CUASYNC_SUBMITTER=on`` (the default: ``Hub.step_aside``; these tests turn it on
 whatever the setting, and one checks the setting), such an await on asyncio and uvloop
 queues its launch (on a GPU for the native submitter thread, which makes the driver
@@ -170,7 +174,7 @@ async def test_an_await_cancelled_while_stepping_aside_lets_its_work_land(
     await bump[1, 32](x, 32)
     before = cuasync.stats()
     with cuasync.use_policy(cuasync.SingleStream(stream)), ct.gate(stream) as gate:
-        tasks = [asyncio.ensure_future(bump[1, 32](x, 32)) for _ in range(4)]
+        tasks = [asyncio.create_task(bump[1, 32](x, 32)) for _ in range(4)]
         await asyncio.sleep(0)  # each has submitted (and stepped aside, or parked)
         for task in tasks:
             task.cancel()
@@ -215,7 +219,7 @@ _SCRIPT = (
     "async def main():\n"
     "    x = await cuasync.zeros((1,))\n"
     "    for rounds in range(1, 21):  # (an await steps aside only if its kernel lands soon)\n"
-    "        await asyncio.gather(*(k[1, 1](x) for _ in range(100)))\n"
+    "        await asyncio.gather(*(asyncio.create_task(k[1, 1](x)) for _ in range(100)))\n"
     "        if cuasync.stats().burst_awaits:\n"
     "            break\n"
     "    s = cuasync.stats()\n"
@@ -288,7 +292,7 @@ async def test_a_burst_through_the_native_submitter_returns_each_output(
     native = get_hub().native
     before, launches = cuasync.stats(), native.stub_launches()
     queued, settled = core.burst_queued, core.burst_awaits
-    results = await asyncio.gather(*(bump[1, 64](x, 64) for _ in range(200)))
+    results = await asyncio.gather(*(asyncio.create_task(bump[1, 64](x, 64)) for _ in range(200)))
     after = cuasync.stats()
     assert all(r is x for r in results)
     assert native.stub_launches() - launches == 200  # each launched once, by someone
@@ -331,7 +335,7 @@ async def test_awaits_cancelled_while_queued_let_their_work_land_and_free_it(
     x = await cuasync.zeros((32,), dtype="float32")
     core = get_hub().express
     queued, settled = core.burst_queued, core.burst_awaits
-    tasks = [asyncio.ensure_future(bump[1, 32](x, 32)) for _ in range(8)]
+    tasks = [asyncio.create_task(bump[1, 32](x, 32)) for _ in range(8)]
     await asyncio.sleep(0)  # each has queued its launch and stepped aside
     assert core.burst_queued - queued >= 7
     for task in tasks:
@@ -437,7 +441,7 @@ async def test_a_launch_made_at_once_is_not_failed_by_an_earlier_queued_launch(
             monkeypatch.setattr(backend, "fast_launch", None, raising=False)  # made at once
             handed = hub.express.burst_handed_over
             loop.call_soon(lambda: None)
-            task = asyncio.ensure_future(bump[1, 32](x, 32))  # (the same slot, reused)
+            task = asyncio.create_task(bump[1, 32](x, 32))  # (the same slot, reused)
             await wait_until(lambda: hub.express.burst_handed_over > handed)
             gate.open()
             assert await task is x

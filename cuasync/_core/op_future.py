@@ -1,0 +1,476 @@
+"""Ops as asyncio futures: ``asyncio.gather(*ops)`` without a Task per op.
+
+asyncio takes any object whose class has ``_asyncio_future_blocking`` as a future
+(``asyncio.isfuture``): ``gather``, ``as_completed``, ``shield``, ``ensure_future`` and
+``wait_for`` then watch it with ``add_done_callback`` instead of running it in a Task.
+Inside a running asyncio or uvloop loop a :class:`~cuasync.DeviceOp` is such a future
+(:class:`AsyncioFuture`, a base of ``DeviceOp``).
+
+>>> a, b = await asyncio.gather(cuasync.add(x, 1.0), cuasync.exp(x))
+>>> for next_done in asyncio.as_completed([step(r) for r in requests]): ...
+
+**Lifecycle.** asyncio asks whether an object is a future before it adopts it
+(``asyncio.isfuture``: ``ensure_future``, ``gather``, ``wait_for``, ``shield``,
+``as_completed``); an op it asks about, or whose ``add_done_callback`` is called, is
+taken and queued to start in the loop's next pass, as the first step of the Task asyncio
+used to wrap it in would be: ``asyncio.ensure_future(op)`` still starts it in the
+background. Cancelled before then (``asyncio.wait_for(op, 0)``), it submits nothing.
+The pass starts every op queued meanwhile, each in the context it was handed over in
+(its cancel scope), the launches one after the other; the pass after that looks at their
+flags. Work that has landed is
+settled there, with no :class:`~.completion.Completion`; the rest is armed to the
+reactor, which wakes the loop as it does for a parked await. Then the op's callbacks are
+scheduled. Per op that is one :class:`Watched` and its context, where a Task costs a
+Task, its context, its weak reference and the await's iterator, all alive until the work
+lands: a gather of thousands of them makes the cyclic GC's full passes over a large
+heap (torch's, CuPy's), the cost docs/performance.md measures.
+
+**Semantics.** An op handed over is still single-use: ``await op`` (what a Task does
+with it) waits for that one execution, ``op.result()`` reads it, and ``op.cancel()``
+cancels it as cancelling an awaiting task would (submitted work goes on, and is released
+when it lands; inside a cancel scope, leaving the scope by the cancellation skips what is
+still queued). Awaiting an op that was cancelled before it began raises
+:class:`~cuasync.errors.OpConsumedError`, as a closed coroutine would. Unlike ``await op``
+a watched op never spins (the fan-in case: others are ready). Outside a running asyncio
+loop (trio; ``loop.run_until_complete(op)`` before the loop runs) an op is not a future,
+and asyncio runs it in a Task as a coroutine, as before. A shared op (``.shared()``) is
+never a future: cancelling a future cancels it for every awaiter, and a shared op's
+other awaiters must not lose it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from asyncio import _get_running_loop
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from .._first_use import prepare_then
+from .._native import PROCESS
+from ..errors import OpConsumedError
+from .completion import DONE, Completion, get_hub
+from .loops import AsyncioAdapter, running_adapter
+
+__all__ = ["AsyncioFuture", "Watched", "register_core"]
+
+Callback = Callable[[Any], object]
+
+#: The native core's side (``express``, a layer above: it registers its functions with
+#: :func:`register_core` when imported): the launch of an op handed over, with no spin
+#: (None where the core declines it), the first look at it (its output, or its
+#: completion to arm), and what a cancelled launch lets go of.
+
+
+def _no_core(launch: Any, stream: Any) -> None:
+    """(Before ``express`` registers: no launch is the core's.)"""
+
+
+_submit: Callable[[Any, Any], Any] = _no_core
+_settle: Callable[[Any, Any, Any], tuple[Any, Completion | None]]
+_let_go: Callable[[Any], None]
+
+
+def register_core(
+    submit: Callable[[Any, Any], Any],
+    settle: Callable[[Any, Any, Any], tuple[Any, Completion | None]],
+    let_go: Callable[[Any], None],
+) -> None:
+    """Take the native core's submission, first look and let-go (``express``'s)."""
+    global _submit, _settle, _let_go
+    _submit, _settle, _let_go = submit, settle, let_go
+
+
+class Watched:
+    """The asyncio-future side of one op (``op._future``): its loop and context, its
+    launch between submitting and the first look, its completion where it had to be
+    armed, its callbacks, and how it ended. Called with the completion once it is
+    finished, from any thread (a completion's waiter).
+
+    >>> op.add_done_callback(fn)    # makes it: op._future.finished is False until it ends
+    """
+
+    __slots__ = (
+        "adapter", "blocking", "callbacks", "cancelled", "comp", "context", "error",
+        "finished", "launch", "loop", "message", "op", "sent", "started", "stream", "value",
+    )  # fmt: skip
+
+    def __init__(self, op: Any, loop: asyncio.AbstractEventLoop, adapter: Any) -> None:
+        self.op: Any = op  # (until it ends: the callbacks get it; a cycle broken then)
+        self.loop = loop
+        self.adapter = adapter
+        self.context: Any = None  # where it was handed over (its cancel scope)
+        #: fn, context of the first callback; then a list [fn, context, fn, context, ...]
+        self.callbacks: Any = None
+        self.sent: Any = None  # the core's submission, until its first look
+        self.launch: Any = None  # the launch op the core submitted, until then
+        self.stream: Any = None
+        self.comp: Completion | None = None  # armed to the reactor (not landed at the look)
+        self.value: Any = None  # its output, settled at the look
+        self.error: BaseException | None = None  # failed before it had a completion
+        self.started = False
+        self.finished = False  # ended: its callbacks are scheduled, done() is True
+        self.cancelled = False
+        self.message: Any = None
+        self.blocking = False
+
+    # -- starting (the loop's next pass) -------------------------------------------------
+    def start(self) -> None:
+        """Submit the op on its policy's stream (in its context), its kernels prepared
+        first on the compile thread where they are new."""
+        self.started = True
+        try:
+            op = self.op
+            stream = op._pick_stream()
+            first = op._first_use(stream.device)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        if first:
+            prepare_then(first, self._prepared)
+            self.stream = stream
+        else:
+            self.submit(stream)
+
+    def _prepared(self, error: BaseException | None) -> None:  # (on the compile thread)
+        with self.adapter._lock:
+            if not self.adapter._closed:
+                self.loop.call_soon_threadsafe(self._after_prepare, error)
+
+    def _after_prepare(self, error: BaseException | None) -> None:
+        if self.finished:
+            return  # cancelled meanwhile (the preparation is kept for the next use)
+        if error is not None:
+            self.fail(error)
+            return
+        self.context.run(self.submit, self.stream)
+        if self.sent is not None:
+            self.loop.call_soon(self.look)
+
+    def submit(self, stream: Any) -> None:
+        """Enqueue the op's work: the core's launch where it takes it (looked at in the
+        next pass), else a completion armed to the reactor at once."""
+        try:
+            launch = self.op._express_launch(stream)
+            if launch is not None:
+                sent = _submit(launch, stream)
+                if sent is not None:
+                    self.sent, self.launch, self.stream = sent, launch, stream
+                    return
+                comp = launch._start(stream, True)
+            else:
+                comp = self.op._start(stream, True)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self.watch(comp)
+
+    def look(self) -> None:
+        """The first look at a launch's flag: settled if it landed, else armed."""
+        sent = self.sent
+        if sent is None:
+            return  # cancelled since
+        self.sent = None
+        launch, self.launch = self.launch, None
+        value, comp = _settle(launch, self.stream, sent)
+        if comp is None:
+            self.value = value
+            self.end()
+        else:
+            self.watch(comp)
+
+    def watch(self, comp: Completion) -> None:
+        self.comp = comp
+        hub = PROCESS.hub or get_hub()
+        if hub.settle(comp, 0):
+            self.end()
+        else:
+            hub.watch(comp, self.adapter, self)
+
+    # -- ending --------------------------------------------------------------------------
+    def __call__(self, _: Completion) -> None:
+        """Its completion finished (any thread): end on the loop's thread."""
+        if self.finished:  # (cancelled meanwhile: nothing to say, no wake)
+            return
+        if threading.get_ident() == self.adapter.thread:
+            self.end()
+            return
+        adapter = self.adapter
+        with adapter._lock:
+            if adapter._closed:
+                self.op = None  # nobody watches any more (the loop is closed)
+                return
+            try:
+                self.loop.call_soon_threadsafe(self.end)
+            except RuntimeError:  # closed without cuasync's close(): as above
+                self.op = None
+
+    def end(self) -> None:
+        """Mark it done and schedule its callbacks (on the loop's thread, once)."""
+        if self.finished:
+            return
+        self.finished = True
+        op, self.op = self.op, None
+        callbacks, self.callbacks = self.callbacks, None
+        if callbacks is None:
+            return
+        call_soon = self.loop.call_soon
+        if type(callbacks) is tuple:
+            call_soon(callbacks[0], op, context=callbacks[1])
+            return
+        for i in range(0, len(callbacks), 2):
+            call_soon(callbacks[i], op, context=callbacks[i + 1])
+
+    def fail(self, error: BaseException) -> None:
+        """It failed without a completion (a compile error, no stream, a refused launch)."""
+        self.error = error
+        self.end()
+
+    def cancel(self, message: Any) -> bool:
+        if self.finished:
+            return False
+        self.cancelled, self.message = True, message
+        hub = PROCESS.hub or get_hub()
+        sent = self.sent
+        if sent is not None:  # submitted, not looked at yet
+            self.sent = None
+            launch, self.launch = self.launch, None
+            _, self.comp = _settle(launch, self.stream, sent)
+            _let_go(launch)
+        comp = self.comp
+        if comp is not None and comp.state < DONE:
+            comp.abandon()  # nobody can read the output now: released when it lands
+            hub.watch_in_background(comp)
+        self.value = None
+        self.end()
+        return True
+
+    def abandon(self) -> None:
+        """Its loop is closing: what it submitted goes to the background watcher."""
+        if self.sent is not None:
+            self.cancel(None)
+        comp = self.comp
+        if comp is not None and comp.state < DONE:
+            comp.abandon()
+            (PROCESS.hub or get_hub()).watch_in_background(comp)
+        self.op = None
+
+    # -- its state -----------------------------------------------------------------------
+    def add(self, fn: Callback, context: Any) -> None:
+        callbacks = self.callbacks
+        if callbacks is None:
+            self.callbacks = (fn, context)
+        elif type(callbacks) is tuple:
+            self.callbacks = [*callbacks, fn, context]
+        else:
+            callbacks += (fn, context)
+
+    def remove(self, fn: Callback) -> int:
+        callbacks = self.callbacks
+        if callbacks is None:
+            return 0
+        kept = [x for f, c in zip(callbacks[::2], callbacks[1::2], strict=True) if f != fn
+                for x in (f, c)]  # fmt: skip
+        removed = (len(callbacks) - len(kept)) // 2
+        self.callbacks = None if not kept else tuple(kept) if len(kept) == 2 else kept
+        return removed
+
+    def cancelled_error(self) -> asyncio.CancelledError:
+        return asyncio.CancelledError("" if self.message is None else self.message)
+
+    def outcome(self) -> Any:
+        """The output, or raise how it ended (finished only)."""
+        if self.cancelled:
+            raise self.cancelled_error()
+        if self.error is not None:
+            raise self.error
+        comp = self.comp
+        return self.value if comp is None else comp.result()
+
+    def waiting(self, op: Any) -> Generator[Any, Any, Any]:
+        """``await op`` once handed over: the task parks on the op itself (and watches it
+        with ``add_done_callback``); then the outcome."""
+        if self.cancelled and not self.started:
+            raise OpConsumedError(op._consumed_message())  # (as a closed coroutine would)
+        if not self.finished:
+            self.blocking = True
+            yield op
+        return self.outcome()
+
+
+def _start_pass(adapter: Any) -> None:
+    """The loop's pass that starts the ops handed over since the last one."""
+    watched, adapter.starting = adapter.starting, []
+    looks = False
+    for w in watched:
+        if not w.finished:  # (cancelled before it began: nothing submitted)
+            w.context.run(w.start)
+            looks |= w.sent is not None
+    if looks:
+        adapter.looking.append(watched)
+        watched[0].loop.call_soon(_look_pass, adapter)
+
+
+def _look_pass(adapter: Any) -> None:
+    """The next pass: the first look at each launch started in the one before."""
+    for watched in adapter.looking.pop(0):
+        if watched.sent is not None:
+            watched.look()
+
+
+class AsyncioFuture:
+    """asyncio's future protocol on :class:`~cuasync.DeviceOp` (see the module).
+
+    >>> results = await asyncio.gather(*(step(r) for r in batch))   # no Task per op
+    >>> op = cuasync.exp(x); asyncio.ensure_future(op) is op
+    True
+    """
+
+    __slots__ = ()
+    _future: Watched | None  # (the native base's fields: OpCore's)
+    _consumed: bool
+
+    if TYPE_CHECKING:
+
+        def _take(self) -> None: ...  # (DeviceOp's)
+
+    @property
+    def _asyncio_future_blocking(self) -> bool | None:
+        # asyncio's mark of a future (None: not one): a future inside a running asyncio
+        # loop, else a coroutine (trio, ``run_until_complete`` before the loop runs).
+        # asyncio asks before it adopts one (``isfuture``: ensure_future, gather,
+        # wait_for, shield, as_completed); an op it adopts is handed over then, to start
+        # in the loop's next pass, as the Task it used to get would have.
+        watched = self._future
+        if watched is not None:
+            return watched.blocking
+        if _get_running_loop() is None:
+            return None
+        if not self._consumed:
+            self._handed_over()
+        return False
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value: bool) -> None:
+        self._handed_over().blocking = value
+
+    def _handed_over(self) -> Watched:
+        """Its :class:`Watched`, made at the first call (the op taken, queued to start)."""
+        watched = self._future
+        if watched is not None:
+            return watched
+        adapter = running_adapter()
+        loop = _get_running_loop()
+        if loop is None or not isinstance(adapter, AsyncioAdapter):
+            raise RuntimeError("an op is an asyncio future only inside a running asyncio loop")
+        self._take()  # (raises for an op already used)
+        # (OpCore's field, which mypy does not see through this base's empty __slots__)
+        watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
+        watched.context = contextvars.copy_context()
+        starting = adapter.starting
+        starting.append(watched)
+        if len(starting) == 1:
+            loop.call_soon(_start_pass, adapter)
+        return watched
+
+    def _express_launch(self, stream: Any) -> Any:
+        """The raw launch op the native core submits for this op on ``stream`` when it is
+        handed over as a future, or None: it is submitted with ``_start``."""
+        return None
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop watching the op (asyncio's future protocol): the running loop."""
+        watched = self._future
+        return watched.loop if watched is not None else asyncio.get_running_loop()
+
+    def add_done_callback(
+        self, fn: Callback, *, context: contextvars.Context | None = None
+    ) -> None:
+        """Call ``fn(op)`` on the loop once the op is done (asyncio's future protocol);
+        the first call hands it over: it starts in the loop's next pass, in the context
+        of that call (its cancel scope). ``context``: where ``fn`` runs (default: that
+        same context).
+
+        >>> op.add_done_callback(lambda op: print(op.result()))
+        """
+        watched = self._handed_over()
+        if context is None:  # (asyncio's: a snapshot of the caller's; the handover's where
+            context = contextvars.copy_context()  # equal, as in gather: one per op)
+            if context == watched.context:
+                context = watched.context
+        if watched.finished:
+            watched.loop.call_soon(fn, self, context=context)
+        else:
+            watched.add(fn, context)
+
+    def remove_done_callback(self, fn: Callback) -> int:
+        """Remove every ``fn`` added; how many were removed."""
+        watched = self._future
+        return 0 if watched is None else watched.remove(fn)
+
+    def done(self) -> bool:
+        """Whether the op, handed to asyncio as a future, has ended (landed, failed or
+        cancelled); never blocks. False for an op not handed over."""
+        watched = self._future
+        return watched is not None and watched.finished
+
+    def cancelled(self) -> bool:
+        """Whether it was cancelled as a future (``op.cancel()``)."""
+        watched = self._future
+        return watched is not None and watched.cancelled
+
+    def result(self) -> Any:
+        """The output of an op handed to asyncio as a future, once done; raises its error,
+        ``CancelledError``, or ``InvalidStateError`` before it is done.
+
+        >>> done, _ = await asyncio.wait([asyncio.ensure_future(op)]); op.result()
+        """
+        watched = self._future
+        if watched is None or not watched.finished:
+            raise asyncio.InvalidStateError(_not_done(watched))
+        return watched.outcome()
+
+    def exception(self) -> BaseException | None:
+        """The error it ended with (None: it succeeded), once done; ``CancelledError`` if
+        cancelled, ``InvalidStateError`` before it is done."""
+        watched = self._future
+        if watched is None or not watched.finished:
+            raise asyncio.InvalidStateError(_not_done(watched))
+        if watched.cancelled:
+            raise watched.cancelled_error()
+        comp = watched.comp
+        return watched.error if comp is None else comp.error
+
+    def cancel(self, msg: object = None) -> bool:
+        """Cancel it as a future: its callbacks get ``CancelledError``; work it submitted
+        goes on (skipped where its cancel scope is cancelled) and is released when it
+        lands. An op not yet used is consumed without running. False once done, or if a
+        task awaits it as a coroutine (cancel that task instead)."""
+        watched = self._future
+        if watched is None:
+            if self._consumed:
+                return False
+            watched = self._handed_over()
+        return watched.cancel(msg)
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        # (what asyncio.gather asks a cancelled child for)
+        watched = self._future
+        assert watched is not None
+        return watched.cancelled_error()
+
+    @property
+    def _cancel_message(self) -> Any:
+        # (Python 3.11's gather reads it)
+        watched = self._future
+        return None if watched is None else watched.message
+
+
+def _not_done(watched: Watched | None) -> str:
+    if watched is None:
+        return (
+            "this op was not handed to asyncio as a future (gather, as_completed, "
+            "ensure_future): await it, or pass it to one of those first"
+        )
+    return "the op's work has not completed yet: await it, or check .done() first"

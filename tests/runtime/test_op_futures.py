@@ -1,0 +1,255 @@
+"""Ops as asyncio futures: ``asyncio.gather(*ops)``, ``as_completed``, ``ensure_future``,
+``wait_for`` and ``shield`` take an op without a Task (``cuasync._core.op_future``).
+
+What a user relies on: each op's output in order, work started in the loop's next pass
+(in the scope it was handed over in), nothing submitted for an op cancelled before then,
+cancelled work released once it lands, errors raised where they are awaited, callbacks in
+the handover's context, and nothing leaked when the loop closes with work in flight.
+Gates hold the work, so the tests run on a GPU too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import wait_until
+
+import cuasync
+import cuasync.testing as ct
+from cuasync.errors import DriverError, OpConsumedError
+
+pytestmark = pytest.mark.anyio
+
+#: The loops whose ops are asyncio futures (trio has none: an op stays a coroutine there).
+ASYNCIO = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+]
+
+
+def _tasks() -> int:
+    return len(asyncio.all_tasks())
+
+
+def _x() -> cuasync.Tensor:
+    """256 twos, and the kernels the tests run on them compiled (no first use)."""
+    t = cuasync.full((256,), 2.0, "float32").sync(allow_in_loop=True)
+    for warm in (t + t, t * 3.0, cuasync.exp(t), cuasync.sum(t)):  # compiled: no first use
+        warm.sync(allow_in_loop=True)
+    return t
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_gather_of_ops_returns_each_output_without_a_task_each(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    tasks_before = _tasks()
+    ops = [x + x, x * 3.0, cuasync.exp(x), cuasync.sum(x)] * 50
+    gathered = asyncio.gather(*ops)
+    assert _tasks() == tasks_before  # asyncio made no Task for them
+    results = await gathered
+    want: list[Any] = [np.full(256, 4.0), np.full(256, 6.0), np.full(256, np.exp(2.0)), 512.0]
+    for i, got in enumerate(results):
+        np.testing.assert_allclose(np.asarray(await got.to_host()), want[i % 4], rtol=1e-6)
+    assert all(op.done() and not op.cancelled() for op in ops)
+    assert ops[2].result() is results[2]
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_op_asyncio_adopts_starts_in_the_next_pass(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    op = x + x
+    assert asyncio.isfuture(op) and asyncio.ensure_future(op) is op
+    assert not op.done()
+    with pytest.raises(asyncio.InvalidStateError):
+        op.result()
+    with ct.gate() as gate:
+        await asyncio.sleep(0)  # the loop's next pass started it, behind the gate
+        assert cuasync.stats().slots_armed >= 1 and not op.done()
+        gate.open()
+        out = await op
+    assert op.done() and op.exception() is None and op.result() is out
+    assert set(np.asarray(await out.to_host()).tolist()) == {4.0}
+    with pytest.raises(OpConsumedError):
+        op.sync(allow_in_loop=True)  # still one execution
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_ops_cancelled_before_the_next_pass_submit_nothing(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    finished = cuasync.stats().completed_inline + cuasync.stats().completed_reactor
+    op = x + x
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(op, 0)
+    assert op.cancelled()
+    with pytest.raises(OpConsumedError):  # as a closed coroutine would
+        await op
+    never = cuasync.exp(x)
+    assert asyncio.ensure_future(never) is never
+    assert never.cancel() and never.cancelled() and not never.cancel()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert cuasync.stats().completed_inline + cuasync.stats().completed_reactor == finished
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_cancelling_a_gather_of_ops_in_flight_lets_their_work_land_and_frees_it(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    marks = cuasync.zeros((8,), "uint32").sync(allow_in_loop=True)
+    ct.mark(marks, 7).sync(allow_in_loop=True)
+    with ct.gate() as gate:
+        gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
+        await wait_until(lambda: cuasync.stats().slots_armed >= 4)  # submitted
+        gathered.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gathered
+        gate.open()
+    ct.settle()  # the background watcher saw them land, and released what they used
+    assert np.asarray(await marks.to_host()).tolist()[:4] == [1, 1, 1, 1]  # no scope: ran
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_ops_handed_over_in_a_cancel_scope_are_skipped_with_it(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    marks = cuasync.zeros((8,), "uint32").sync(allow_in_loop=True)
+    ct.mark(marks, 7).sync(allow_in_loop=True)
+    submitted = asyncio.Event()
+
+    async def handler() -> None:
+        with cuasync.cancel_scope():
+            gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
+            await asyncio.sleep(0)  # the next pass submitted them
+            submitted.set()
+            await gathered
+
+    with ct.gate():
+        task = asyncio.ensure_future(handler())
+        await submitted.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await cuasync.get_default_device().synchronized()
+    assert np.asarray(await marks.to_host()).tolist()[:4] == [0, 0, 0, 0]  # skipped
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_as_completed_and_shield_take_ops(anyio_backend: Any, baseline: Any) -> None:
+    x = _x()
+    ops = [x * 3.0 for _ in range(8)]
+    outs = [await next_done for next_done in asyncio.as_completed(ops)]
+    assert len(outs) == 8 and {float(np.asarray(await o.to_host())[0]) for o in outs} == {6.0}
+    shielded = await asyncio.shield(x + x)
+    assert float(np.asarray(await shielded.to_host())[0]) == 4.0
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_failed_op_raises_from_the_gather_and_the_others_still_land(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    from test_express import bump
+
+    y = await cuasync.zeros((32,), "float32")
+    await bump[1, 32](y, 32)
+    bad = bump[1, 32, 64 * 1024](y, 32)  # more dynamic shared memory than allowed
+    good = x + x
+    outcomes = await asyncio.gather(good, bad, return_exceptions=True)
+    assert isinstance(outcomes[1], DriverError) and isinstance(bad.exception(), DriverError)
+    landed = outcomes[0]
+    assert isinstance(landed, cuasync.Tensor)
+    assert float(np.asarray(await landed.to_host())[0]) == 4.0
+    with pytest.raises(DriverError):
+        await asyncio.gather(x * 3.0, bump[1, 32, 64 * 1024](y, 32))
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_callbacks_run_in_the_handover_context_once_done(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="loop")
+    seen: list[tuple[str, bool]] = []
+    var.set("handover")
+    op = x + x
+
+    def record(done: Any) -> None:
+        seen.append((var.get(), done is op and done.done()))
+
+    def dropped(_: Any) -> None:
+        seen.append(("dropped", False))
+
+    op.add_done_callback(record)
+    op.add_done_callback(dropped)
+    op.add_done_callback(dropped)
+    assert op.remove_done_callback(dropped) == 2
+    var.set("later")
+    await op
+    await asyncio.sleep(0)
+    assert seen == [("handover", True)]
+    op.add_done_callback(record)  # once done: scheduled at once
+    await asyncio.sleep(0)
+    assert seen[-1] == ("later", True)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_first_use_in_a_gather_compiles_off_the_loop(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    from cuasync import _first_use
+
+    source = 'extern "C" __global__ void fresh(float* x) { x[threadIdx.x] = 9.0f; }'
+    fresh = cuasync.Kernel(source, "fresh", emulate=lambda x: x.__setitem__(slice(0, 32), 9.0))
+    y = await cuasync.zeros((32,), "float32")
+    before = _first_use.stats()
+    await asyncio.gather(fresh[1, 32](y), cuasync.exp(y))
+    assert _first_use.stats() > before  # the new kernel was prepared on the compile thread
+    assert set(np.asarray(await y.to_host()).tolist()) == {9.0}
+
+
+def test_an_op_is_a_coroutine_outside_a_running_asyncio_loop(baseline: Any) -> None:
+    x = cuasync.full((8,), 1.0, "float32").sync()
+    op = x + x
+    assert not asyncio.isfuture(op)  # trio, or no loop yet: asyncio would run it in a Task
+    loop = asyncio.new_event_loop()
+    try:
+        out = loop.run_until_complete(op)  # (ensure_future before the loop runs: a Task)
+    finally:
+        loop.close()
+    assert set(np.asarray(out.to_host().sync()).tolist()) == {2.0}
+    shared = (x + x).shared()
+    assert not asyncio.isfuture(shared)  # never a future: see op_future
+    shared.sync()
+
+
+def test_closing_a_loop_with_ops_handed_over_releases_their_work(baseline: Any) -> None:
+    x = cuasync.full((64,), 1.0, "float32").sync()
+    (x + x).sync()
+    gate = ct.gate()
+
+    async def main() -> list[Any]:
+        ops = [x + x for _ in range(4)]
+        assert all(asyncio.ensure_future(op) is op for op in ops)
+        await asyncio.sleep(0)  # started, behind the gate
+        await asyncio.sleep(0)  # looked at: armed to the reactor
+        return [op for op in ops if not op.done()]
+
+    loop = asyncio.new_event_loop()
+    pending = loop.run_until_complete(main())
+    loop.close()  # with their work in flight
+    assert len(pending) == 4
+    gate.open()
+    del pending
+    gc.collect()
+    ct.settle()  # (the baseline fixture checks memory and slots came back)
