@@ -319,11 +319,20 @@ def submit_watched(op: Any, stream: Stream) -> Sent | None:
     return None if sent is None or sent is GENERIC else sent
 
 
-def settle_watched(op: Any, stream: Stream, sent: Sent) -> tuple[Any, Completion | None]:
-    """The first look at the work :func:`submit_watched` launched: ``(output, None)``
-    where it landed (settled: no :class:`Completion`, as an await's spin), else
-    ``(None, its completion)`` to arm."""
-    hub, box, slot, gen, address, seq, _, _, _, held = sent
+def settle_watched(
+    op: Any,
+    stream: Stream,
+    box: _Box | None,
+    slot: int,
+    gen: int,
+    address: int,
+    seq: int,
+    held: list[Any] | None,
+) -> tuple[Any, Completion | None]:
+    """The first look at the work :func:`submit_watched` launched (the fields of what it
+    returned): ``(output, None)`` where it landed (settled: no :class:`Completion`, as an
+    await's spin), else ``(None, its completion)`` to arm."""
+    hub = PROCESS.hub
     if not box and hub.native.spin_wait(address, gen, 0):
         _settle(hub, stream, slot, seq)
         return op._output, None
@@ -346,7 +355,7 @@ def _completion_of(
     op: Any,
     stream: Stream,
     hub: Any,
-    box: _Box,
+    box: _Box | None,
     slot: int,
     gen: int,
     address: int,
@@ -355,7 +364,8 @@ def _completion_of(
     held: list[Any] | None = None,
 ) -> Completion:
     """The completion of an express launch that did not land within its spin; it keeps
-    the op's tensors and what the submission ``held`` alive until it lands.
+    the op's tensors and what the submission ``held`` alive until it lands (``box``:
+    the launch's error box, None for a native launch, which reports none later).
 
     The output of a launch a burst ``queued`` for the native submitter checks, once its
     flag has landed, whether the submitter's launch failed (``Backend.queued_error``):
@@ -376,6 +386,8 @@ def _completion_of(
             return output
 
         out = Output(out_checked)
+    if box is None:
+        box = _Box()
     comp = Completion(ExecutionContext.submitted(stream, seq, retained, box), out)
     comp.slot, comp.gen, comp.address = slot, gen, address
     comp.armed_at = monotonic()
@@ -387,7 +399,9 @@ def _completion_of(
 #: slot, gen, flag address, seq, spin_us, landed, ticket, held)``. ``landed`` is None for
 #: a launch a burst queued (``ticket``: the submitter's, -1 where it was made at once);
 #: ``held``: what the work uses beyond the op's tensors (an upload's), or None.
-Sent = tuple[Any, _Box, int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"]
+Sent = tuple[
+    Any, "_Box | None", int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"
+]
 #: The core's submission of another kind of op: ``(op, stream, spin, adapter)`` to
 #: :data:`Sent`, None (declined: the generic path takes the op) or, for an upload the
 #: core settled within an await's or a blocking call's spin, the output itself.

@@ -68,13 +68,13 @@ def _no_core(launch: Any, stream: Any) -> None:
 
 
 _submit: Callable[[Any, Any], Any] = _no_core
-_settle: Callable[[Any, Any, Any], tuple[Any, Completion | None]]
+_settle: Callable[..., tuple[Any, Completion | None]]
 _let_go: Callable[[Any], None]
 
 
 def register_core(
     submit: Callable[[Any, Any], Any],
-    settle: Callable[[Any, Any, Any], tuple[Any, Completion | None]],
+    settle: Callable[..., tuple[Any, Completion | None]],
     let_go: Callable[[Any], None],
 ) -> None:
     """Take the native core's submission, first look and let-go (``express``'s)."""
@@ -92,8 +92,9 @@ class Watched:
     """
 
     __slots__ = (
-        "adapter", "blocking", "callbacks", "cancelled", "comp", "context", "error",
-        "finished", "launch", "loop", "message", "op", "sent", "started", "stream", "value",
+        "adapter", "address", "blocking", "box", "callbacks", "cancelled", "comp", "context",
+        "error", "finished", "gen", "held", "launch", "loop", "message", "op", "seq", "slot",
+        "started", "stream", "value",
     )  # fmt: skip
 
     def __init__(self, op: Any, loop: asyncio.AbstractEventLoop, adapter: Any) -> None:
@@ -101,10 +102,16 @@ class Watched:
         self.loop = loop
         self.adapter = adapter
         self.context: Any = None  # where it was handed over (its cancel scope)
-        #: fn, context of the first callback; then a list [fn, context, fn, context, ...]
+        #: its callbacks: one alone that runs in ``context`` (gather's: no object more),
+        #: else a list [fn, context, fn, context, ...]
         self.callbacks: Any = None
-        self.sent: Any = None  # the core's submission, until its first look
-        self.launch: Any = None  # the launch op the core submitted, until then
+        #: the launch op the core submitted, until the first look (None: not launched, or
+        #: looked at), and what the core's launch returned for it (its fields, not the
+        #: tuple: alive across a burst's passes, each object is one more for the GC)
+        self.launch: Any = None
+        self.box: Any = None
+        self.slot = self.gen = self.address = self.seq = 0
+        self.held: Any = None
         self.stream: Any = None
         self.comp: Completion | None = None  # armed to the reactor (not landed at the look)
         self.value: Any = None  # its output, settled at the look
@@ -145,7 +152,7 @@ class Watched:
             self.fail(error)
             return
         self.context.run(self.submit, self.stream)
-        if self.sent is not None:
+        if self.launch is not None:
             self.loop.call_soon(self.look)
 
     def submit(self, stream: Any) -> None:
@@ -156,7 +163,8 @@ class Watched:
             if launch is not None:
                 sent = _submit(launch, stream)
                 if sent is not None:
-                    self.sent, self.launch, self.stream = sent, launch, stream
+                    _, self.box, self.slot, self.gen, self.address, self.seq = sent[:6]
+                    self.held, self.launch, self.stream = sent[9], launch, stream
                     return
                 comp = launch._start(stream, True)
             else:
@@ -168,17 +176,21 @@ class Watched:
 
     def look(self) -> None:
         """The first look at a launch's flag: settled if it landed, else armed."""
-        sent = self.sent
-        if sent is None:
+        launch = self.launch
+        if launch is None:
             return  # cancelled since
-        self.sent = None
-        launch, self.launch = self.launch, None
-        value, comp = _settle(launch, self.stream, sent)
+        value, comp = self.settle(launch)
         if comp is None:
             self.value = value
             self.end()
         else:
             self.watch(comp)
+
+    def settle(self, launch: Any) -> tuple[Any, Completion | None]:
+        """The core's first look at its launch (``express.settle_watched``)."""
+        self.launch = None
+        box, held, self.box, self.held = self.box, self.held, None, None
+        return _settle(launch, self.stream, box, self.slot, self.gen, self.address, self.seq, held)
 
     def watch(self, comp: Completion) -> None:
         self.comp = comp
@@ -216,8 +228,8 @@ class Watched:
         if callbacks is None:
             return
         call_soon = self.loop.call_soon
-        if type(callbacks) is tuple:
-            call_soon(callbacks[0], op, context=callbacks[1])
+        if type(callbacks) is not list:
+            call_soon(callbacks, op, context=self.context)
             return
         for i in range(0, len(callbacks), 2):
             call_soon(callbacks[i], op, context=callbacks[i + 1])
@@ -232,11 +244,9 @@ class Watched:
             return False
         self.cancelled, self.message = True, message
         hub = PROCESS.hub or get_hub()
-        sent = self.sent
-        if sent is not None:  # submitted, not looked at yet
-            self.sent = None
-            launch, self.launch = self.launch, None
-            _, self.comp = _settle(launch, self.stream, sent)
+        launch = self.launch
+        if launch is not None:  # submitted, not looked at yet
+            _, self.comp = self.settle(launch)
             _let_go(launch)
         comp = self.comp
         if comp is not None and comp.state < DONE:
@@ -248,7 +258,7 @@ class Watched:
 
     def abandon(self) -> None:
         """Its loop is closing: what it submitted goes to the background watcher."""
-        if self.sent is not None:
+        if self.launch is not None:
             self.cancel(None)
         comp = self.comp
         if comp is not None and comp.state < DONE:
@@ -259,22 +269,25 @@ class Watched:
     # -- its state -----------------------------------------------------------------------
     def add(self, fn: Callback, context: Any) -> None:
         callbacks = self.callbacks
+        if callbacks is None and context is self.context:
+            self.callbacks = fn
+            return
         if callbacks is None:
-            self.callbacks = (fn, context)
-        elif type(callbacks) is tuple:
-            self.callbacks = [*callbacks, fn, context]
-        else:
-            callbacks += (fn, context)
+            callbacks = self.callbacks = []
+        elif type(callbacks) is not list:
+            callbacks = self.callbacks = [callbacks, self.context]
+        callbacks += (fn, context)
 
     def remove(self, fn: Callback) -> int:
         callbacks = self.callbacks
         if callbacks is None:
             return 0
+        if type(callbacks) is not list:
+            callbacks = [callbacks, self.context]
         kept = [x for f, c in zip(callbacks[::2], callbacks[1::2], strict=True) if f != fn
                 for x in (f, c)]  # fmt: skip
-        removed = (len(callbacks) - len(kept)) // 2
-        self.callbacks = None if not kept else tuple(kept) if len(kept) == 2 else kept
-        return removed
+        self.callbacks = kept or None
+        return (len(callbacks) - len(kept)) // 2
 
     def cancelled_error(self) -> asyncio.CancelledError:
         return asyncio.CancelledError("" if self.message is None else self.message)
@@ -306,7 +319,7 @@ def _start_pass(adapter: Any) -> None:
     for w in watched:
         if not w.finished:  # (cancelled before it began: nothing submitted)
             w.context.run(w.start)
-            looks |= w.sent is not None
+            looks |= w.launch is not None
     if looks:
         adapter.looking.append(watched)
         watched[0].loop.call_soon(_look_pass, adapter)
@@ -315,7 +328,7 @@ def _start_pass(adapter: Any) -> None:
 def _look_pass(adapter: Any) -> None:
     """The next pass: the first look at each launch started in the one before."""
     for watched in adapter.looking.pop(0):
-        if watched.sent is not None:
+        if watched.launch is not None:
             watched.look()
 
 

@@ -893,7 +893,10 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         *settled = 1;
         goto done;
     }
-    if (box == NULL && (box = PyObject_CallNoArgs(self->box_type)) == NULL)
+    /* (a native launch reports no error later: its box is made only for a future, whose
+     * completion holds it; the tuple says None, one object less per launch in flight) */
+    if (mode == MODE_FUTURE && box == NULL &&
+        (box = PyObject_CallNoArgs(self->box_type)) == NULL)
         goto unsettled_error;
     if (mode == MODE_FUTURE) {
         result = make_future(self, op, stream, box, s, gen, address, seq);
@@ -904,8 +907,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         PyObject *genv = PyLong_FromUnsignedLong(gen);
         if (spin_item && addr && genv) {
             /* ticket -1: made at once; held None: the op holds what its launch uses */
-            result = PyTuple_Pack(10, self->hub, box, slot, genv, addr, seq, spin_item,
-                                  landed ? Py_True : Py_False, self->minus_one, Py_None);
+            result = PyTuple_Pack(10, self->hub, box != NULL ? box : Py_None, slot, genv, addr,
+                                  seq, spin_item, landed ? Py_True : Py_False, self->minus_one,
+                                  Py_None);
         }
         Py_XDECREF(spin_item);
         Py_XDECREF(addr);
