@@ -44,7 +44,7 @@ from .._native import PROCESS, LaunchCore
 from . import completion as _completion
 from . import loops as _loops
 from . import op_future
-from .completion import INLINE, Completion, await_spin_us, suspend
+from .completion import INLINE, PENDING, Completion, await_spin_us, suspend
 from .context import ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
@@ -58,7 +58,7 @@ __all__ = [
     "finish_sync",
     "generic_future",
     "make_core",
-    "settle_watched",
+    "settle_look",
     "submit",
     "submit_future",
     "submit_watched",
@@ -229,30 +229,20 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
                 steps += 1
                 landed = look(address, gen, 0)
         except BaseException:  # cancelled while stepping aside: the work goes on
-            comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
-            comp.abandon()
-            hub.watch_in_background(comp)
+            left = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
+            left.abandon()
+            hub.watch_in_background(left)
             _let_go(op)
             raise
         hub.stats.burst_awaits += 1
         if not landed:  # launched, and still on the device: a short spin, as any await
             spin_us = await_spin_us(hub, adapter, stream, seq)
             landed = look(address, gen, (spin_us or 0) * 1000)
-        if landed and ticket >= 0:  # (made by the submitter: its status word says how)
-            error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
-            if error is not None:
-                box.append(error)  # finish raises it
-    if landed and not box:  # (_settle, inline: the path of most awaits)
+    output, comp = settle_look(op, stream, hub, box, slot, gen, address, seq, ticket, held, landed)
+    if comp is None:  # (the path of most awaits)
         adapter.long_ops = False
-        if seq > stream._completed:
-            stream._completed = seq
-        hub.slots.release(slot)
-        hub.stats.completed_inline += 1
-        return op._output
-    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
-    if landed or comp.landed():  # landed with errors (finish raises them), or after no spin
-        comp.finish(INLINE)
-    else:
+        return output
+    if comp.state == PENDING:  # not landed within the spin: parked
         if spin_us is not None:
             adapter.long_ops = True
         prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
@@ -264,6 +254,39 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             _let_go(op)
             raise
     return comp.result()
+
+
+def settle_look(
+    op: Any,
+    stream: Stream,
+    hub: Any,
+    box: _Box | None,
+    slot: int,
+    gen: int,
+    address: int,
+    seq: int,
+    ticket: int,
+    held: list[Any] | None,
+    landed: bool,
+) -> tuple[Any, Completion | None]:
+    """What a look at a core launch's flag found, settled (an await's, and a watched
+    op's: :mod:`.op_future`): ``(output, None)`` where it ``landed`` and nothing failed
+    (no :class:`Completion`: the stream's number, the slot and the counter settled
+    inline); else ``(None, its completion)``, finished where it landed (its ``result()``
+    raises the error), else pending. A launch the submitter made (``ticket`` >= 0) says in
+    its slot's status word whether it failed."""
+    if landed and ticket >= 0:
+        error = hub.backend.queued_error(hub.submitter, slot, stream.handle)
+        if error is not None:
+            box = _Box() if box is None else box
+            box.append(error)  # finish raises it
+    if landed and not box:
+        _settle(hub, stream, slot, seq)
+        return op._output, None
+    comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, ticket >= 0, held)
+    if landed or comp.landed():  # landed with errors (finish raises them), or since
+        comp.finish(INLINE)
+    return None, comp
 
 
 def _let_go(op: Any) -> None:
@@ -307,39 +330,21 @@ def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
     return synchronize(comp, stream)
 
 
-def submit_watched(op: Any, stream: Stream) -> Sent | None:
-    """The core's launch, with no spin, of the launch op ``op`` (taken) handed to asyncio
-    as a future (:mod:`.op_future`): what the core returned, for
-    :func:`settle_watched` in the loop's next pass; None where the core declines it (the
-    op's ``_start`` submits it then)."""
-    core = _core()
+def submit_watched(op: Any, stream: Stream, adapter: Any) -> Sent | None:
+    """The core's launch of the launch op ``op`` (taken) handed to asyncio as a future
+    (:mod:`.op_future`), queued for the native submitter as an await's in a burst is
+    (made at once, with no spin, where bursts are off or there is no submitter): what
+    the core returned, looked at from the loop's next pass on (:func:`settle_look`); None
+    where the core declines it (the generic path submits it then)."""
+    hub = PROCESS.hub
+    core = None if hub is None else hub.express
     if core is None:
         return None
-    sent = core.launch(op, stream, NO_SPIN, None)
+    sent = core.launch(op, stream, BURST if hub.step_aside else NO_SPIN, adapter)
     return None if sent is None or sent is GENERIC else sent
 
 
-def settle_watched(
-    op: Any,
-    stream: Stream,
-    box: _Box | None,
-    slot: int,
-    gen: int,
-    address: int,
-    seq: int,
-    held: list[Any] | None,
-) -> tuple[Any, Completion | None]:
-    """The first look at the work :func:`submit_watched` launched (the fields of what it
-    returned): ``(output, None)`` where it landed (settled: no :class:`Completion`, as an
-    await's spin), else ``(None, its completion)`` to arm."""
-    hub = PROCESS.hub
-    if not box and hub.native.spin_wait(address, gen, 0):
-        _settle(hub, stream, slot, seq)
-        return op._output, None
-    return None, _completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
-
-
-op_future.register_core(submit_watched, settle_watched, _let_go)
+op_future.register_core(submit_watched, settle_look, _let_go)
 
 
 def _settle(hub: Any, stream: Stream, slot: int, seq: int) -> None:

@@ -63,17 +63,17 @@ Callback = Callable[[Any], object]
 #: completion to arm), and what a cancelled launch lets go of.
 
 
-def _no_core(launch: Any, stream: Any) -> None:
+def _no_core(launch: Any, stream: Any, adapter: Any) -> None:
     """(Before ``express`` registers: no launch is the core's.)"""
 
 
-_submit: Callable[[Any, Any], Any] = _no_core
+_submit: Callable[[Any, Any, Any], Any] = _no_core
 _settle: Callable[..., tuple[Any, Completion | None]]
 _let_go: Callable[[Any], None]
 
 
 def register_core(
-    submit: Callable[[Any, Any], Any],
+    submit: Callable[[Any, Any, Any], Any],
     settle: Callable[..., tuple[Any, Completion | None]],
     let_go: Callable[[Any], None],
 ) -> None:
@@ -83,8 +83,8 @@ def register_core(
 
 
 class Watched:
-    """The asyncio-future side of one op (``op._future``): its loop and context, its
-    launch between submitting and the first look, its completion where it had to be
+    """The asyncio-future side of one op (``op._future``): its loop, its stream and
+    launch, the core's launch until it is settled, its completion where it had to be
     armed, its callbacks, and how it ended. Called with the completion once it is
     finished, from any thread (a completion's waiter).
 
@@ -93,28 +93,34 @@ class Watched:
 
     __slots__ = (
         "adapter", "address", "blocking", "box", "callbacks", "cancelled", "comp", "context",
-        "error", "finished", "gen", "held", "launch", "loop", "message", "op", "seq", "slot",
-        "started", "stream", "value",
+        "error", "finished", "first", "gen", "held", "launch", "launched", "looks", "loop",
+        "message", "op", "seq", "slot", "started", "stream", "ticket", "value",
     )  # fmt: skip
 
     def __init__(self, op: Any, loop: asyncio.AbstractEventLoop, adapter: Any) -> None:
         self.op: Any = op  # (until it ends: the callbacks get it; a cycle broken then)
         self.loop = loop
         self.adapter = adapter
-        self.context: Any = None  # where it was handed over (its cancel scope)
-        #: its callbacks: one alone that runs in ``context`` (gather's: no object more),
-        #: else a list [fn, context, fn, context, ...]
+        #: a snapshot of the handover's context, where one is needed: an op the core
+        #: does not launch is submitted in it, and a callback added without one runs in it
+        self.context: Any = None
+        #: its callbacks: one alone (gather's: no object more), else a list
+        #: [fn, context, fn, context, ...]
         self.callbacks: Any = None
-        #: the launch op the core submitted, until the first look (None: not launched, or
-        #: looked at), and what the core's launch returned for it (its fields, not the
-        #: tuple: alive across a burst's passes, each object is one more for the GC)
-        self.launch: Any = None
-        self.box: Any = None
-        self.slot = self.gen = self.address = self.seq = 0
-        self.held: Any = None
         self.stream: Any = None
-        self.comp: Completion | None = None  # armed to the reactor (not landed at the look)
-        self.value: Any = None  # its output, settled at the look
+        self.first: Any = ()  # kernels to prepare before it starts (a first use)
+        #: the raw launch the core submits for it (chosen at the handover, in its context:
+        #: its stream, its cancel scope's word), until it is settled; and what the core's
+        #: launch returned for it (its fields, not the tuple: alive across a burst's
+        #: passes, each object is one more for the GC)
+        self.launch: Any = None
+        self.launched = False
+        self.box: Any = None
+        self.slot = self.gen = self.address = self.seq = self.looks = 0
+        self.ticket = -1
+        self.held: Any = None
+        self.comp: Completion | None = None  # armed to the reactor (not landed at a look)
+        self.value: Any = None  # its output, settled at a look
         self.error: BaseException | None = None  # failed before it had a completion
         self.started = False
         self.finished = False  # ended: its callbacks are scheduled, done() is True
@@ -122,23 +128,35 @@ class Watched:
         self.message: Any = None
         self.blocking = False
 
-    # -- starting (the loop's next pass) -------------------------------------------------
-    def start(self) -> None:
-        """Submit the op on its policy's stream (in its context), its kernels prepared
-        first on the compile thread where they are new."""
-        self.started = True
+    # -- handed over (in the caller's context), started (the loop's next pass) ------------
+    def prepare(self) -> None:
+        """At the handover, in the caller's context: its stream (the policy's), the
+        kernels it needs prepared, and the raw launch the core will make; a snapshot of
+        the context where the op is not a core launch (it is submitted in it)."""
         try:
             op = self.op
-            stream = op._pick_stream()
-            first = op._first_use(stream.device)
+            stream = self.stream = op._pick_stream()
+            self.first = op._first_use(stream.device)
+            if not self.first:
+                self.launch = op._express_launch(stream)
         except Exception as exc:
-            self.fail(exc)
+            self.error = exc  # (raised where it is awaited; ended in the next pass)
             return
-        if first:
-            prepare_then(first, self._prepared)
-            self.stream = stream
+        if self.launch is None:
+            self.context = contextvars.copy_context()
+
+    def start(self) -> None:
+        """The loop's next pass: submit it (its kernels prepared first, on the compile
+        thread, where they are new)."""
+        self.started = True
+        if self.error is not None:
+            self.end()
+        elif self.first:
+            prepare_then(self.first, self._prepared)
+        elif self.launch is not None:
+            self.submit_launch()
         else:
-            self.submit(stream)
+            self.context.run(self.submit)
 
     def _prepared(self, error: BaseException | None) -> None:  # (on the compile thread)
         with self.adapter._lock:
@@ -151,46 +169,70 @@ class Watched:
         if error is not None:
             self.fail(error)
             return
-        self.context.run(self.submit, self.stream)
-        if self.launch is not None:
-            self.loop.call_soon(self.look)
+        self.first = ()
+        self.context.run(self.submit)
+        if self.launched:
+            _looking(self.adapter, [self])
 
-    def submit(self, stream: Any) -> None:
-        """Enqueue the op's work: the core's launch where it takes it (looked at in the
-        next pass), else a completion armed to the reactor at once."""
+    def submit(self) -> None:
+        """Submit it in this context: as a core launch where it is one (after a first
+        use), else as ``submit()`` would, its completion armed to the reactor."""
         try:
-            launch = self.op._express_launch(stream)
+            launch = self.launch = self.op._express_launch(self.stream)
             if launch is not None:
-                sent = _submit(launch, stream)
-                if sent is not None:
-                    _, self.box, self.slot, self.gen, self.address, self.seq = sent[:6]
-                    self.held, self.launch, self.stream = sent[9], launch, stream
-                    return
-                comp = launch._start(stream, True)
-            else:
-                comp = self.op._start(stream, True)
+                self.submit_launch()
+                return
+            comp = self.op._start(self.stream, True)
         except Exception as exc:
             self.fail(exc)
             return
         self.watch(comp)
 
-    def look(self) -> None:
-        """The first look at a launch's flag: settled if it landed, else armed."""
-        launch = self.launch
-        if launch is None:
-            return  # cancelled since
-        value, comp = self.settle(launch)
+    def submit_launch(self) -> None:
+        """The core's launch of it, queued for the native submitter as a burst's is;
+        looked at from the next pass on. Where the core declines it, the generic path."""
+        launch, stream = self.launch, self.stream
+        try:
+            sent = _submit(launch, stream, self.adapter)
+            if sent is None:
+                self.launch = None
+                comp = launch._submit_declined(stream)
+            else:
+                _, self.box, self.slot, self.gen, self.address, self.seq = sent[:6]
+                self.ticket, self.held, self.launched = sent[8], sent[9], True
+                return
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self.watch(comp)
+
+    def look(self, hub: Any) -> bool:
+        """A look at its launch's flag: settled where it landed, else armed to the
+        reactor; True where it is worth another look in the next pass (the submitter has
+        not made the launch yet, or only just)."""
+        landed = hub.native.spin_wait(self.address, self.gen, 0)
+        if not landed:
+            self.looks += 1
+            unmade = self.ticket >= 0 and hub.submitter.done <= self.ticket
+            if self.looks < (_LOOKS_UNMADE if unmade else _LOOKS_MADE):
+                return True
+        value, comp = self.settle(hub, landed)
         if comp is None:
             self.value = value
             self.end()
         else:
             self.watch(comp)
+        return False
 
-    def settle(self, launch: Any) -> tuple[Any, Completion | None]:
-        """The core's first look at its launch (``express.settle_watched``)."""
-        self.launch = None
-        box, held, self.box, self.held = self.box, self.held, None, None
-        return _settle(launch, self.stream, box, self.slot, self.gen, self.address, self.seq, held)
+    def settle(self, hub: Any, landed: bool) -> tuple[Any, Completion | None]:
+        """Its launch settled (``express.settle_look``): no longer looked at."""
+        launch, box, held = self.launch, self.box, self.held
+        self.launch = self.box = self.held = None
+        self.launched = False
+        return _settle(
+            launch, self.stream, hub, box, self.slot, self.gen, self.address, self.seq,
+            self.ticket, held, landed,
+        )  # fmt: skip
 
     def watch(self, comp: Completion) -> None:
         self.comp = comp
@@ -244,10 +286,12 @@ class Watched:
             return False
         self.cancelled, self.message = True, message
         hub = PROCESS.hub or get_hub()
-        launch = self.launch
-        if launch is not None:  # submitted, not looked at yet
-            _, self.comp = self.settle(launch)
+        if self.launched:  # submitted, not settled yet
+            launch = self.launch
+            hub = PROCESS.hub or get_hub()
+            _, self.comp = self.settle(hub, hub.native.spin_wait(self.address, self.gen, 0))
             _let_go(launch)
+        self.launch = None  # (an unsubmitted launch: its output is freed with it)
         comp = self.comp
         if comp is not None and comp.state < DONE:
             comp.abandon()  # nobody can read the output now: released when it lands
@@ -258,7 +302,7 @@ class Watched:
 
     def abandon(self) -> None:
         """Its loop is closing: what it submitted goes to the background watcher."""
-        if self.launch is not None:
+        if self.launched:
             self.cancel(None)
         comp = self.comp
         if comp is not None and comp.state < DONE:
@@ -312,24 +356,33 @@ class Watched:
         return self.outcome()
 
 
+#: Passes a launch handed over is looked at before it is armed to the reactor: while the
+#: submitter has not made it (a held stream stops it), and once it has (a tiny kernel
+#: lands within a pass or two; arming costs a Completion and a cross-thread wake).
+_LOOKS_UNMADE, _LOOKS_MADE = 16, 4
+
+
 def _start_pass(adapter: Any) -> None:
     """The loop's pass that starts the ops handed over since the last one."""
     watched, adapter.starting = adapter.starting, []
-    looks = False
     for w in watched:
         if not w.finished:  # (cancelled before it began: nothing submitted)
-            w.context.run(w.start)
-            looks |= w.launch is not None
-    if looks:
+            w.start()
+    _looking(adapter, [w for w in watched if w.launched])
+
+
+def _looking(adapter: Any, watched: list[Watched]) -> None:
+    """Look at the launches of ``watched`` in the loop's next pass."""
+    if watched:
         adapter.looking.append(watched)
         watched[0].loop.call_soon(_look_pass, adapter)
 
 
 def _look_pass(adapter: Any) -> None:
-    """The next pass: the first look at each launch started in the one before."""
-    for watched in adapter.looking.pop(0):
-        if watched.launch is not None:
-            watched.look()
+    """A pass looking at launches started in an earlier one (the oldest batch)."""
+    hub = PROCESS.hub
+    again = [w for w in adapter.looking.pop(0) if w.launched and w.look(hub)]
+    _looking(adapter, again)
 
 
 class AsyncioFuture:
@@ -380,7 +433,7 @@ class AsyncioFuture:
         self._take()  # (raises for an op already used)
         # (OpCore's field, which mypy does not see through this base's empty __slots__)
         watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
-        watched.context = contextvars.copy_context()
+        watched.prepare()
         starting = adapter.starting
         starting.append(watched)
         if len(starting) == 1:
@@ -391,6 +444,11 @@ class AsyncioFuture:
         """The raw launch op the native core submits for this op on ``stream`` when it is
         handed over as a future, or None: it is submitted with ``_start``."""
         return None
+
+    def _submit_declined(self, stream: Any) -> Any:
+        """This launch (an ``_express_launch``) submitted the generic way, as it was
+        handed over, where the core declined it: its completion."""
+        return self._start(stream, True)  # type: ignore[attr-defined]
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The loop watching the op (asyncio's future protocol): the running loop."""
@@ -408,10 +466,15 @@ class AsyncioFuture:
         >>> op.add_done_callback(lambda op: print(op.result()))
         """
         watched = self._handed_over()
-        if context is None:  # (asyncio's: a snapshot of the caller's; the handover's where
-            context = contextvars.copy_context()  # equal, as in gather: one per op)
-            if context == watched.context:
+        if context is None:
+            if getattr(fn, "__module__", None) == "asyncio.tasks":
+                # asyncio's own (gather's, as_completed's, wait's, shield's): they read no
+                # context variable, and a snapshot each would be one object more per op
                 context = watched.context
+            else:  # (asyncio's rule: a snapshot of the caller's)
+                context = contextvars.copy_context()
+                if context == watched.context:
+                    context = watched.context
         if watched.finished:
             watched.loop.call_soon(fn, self, context=context)
         else:

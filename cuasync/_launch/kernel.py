@@ -968,6 +968,9 @@ class _CancellableLaunch(_Launch):
         self._take_word(stream)
         return self
 
+    def _submit_declined(self, stream: Stream) -> Completion:
+        return _Launch._start(self, stream, True)  # (the word it was handed over with)
+
     def _take_word(self, stream: Stream) -> None:
         """The word of the scope it is executed in on ``stream`` as its last argument
         (none in a graph capture): the native core launches the arguments as they are."""

@@ -333,20 +333,21 @@ static PyObject *express_launch(Express *self, PyObject *op, PyObject *stream, l
                                  PyObject *adapter, int *settled, queued_launch *queued);
 
 /* The express.Sent of a launch a burst queued (q): landed None, the submitter's ticket
- * (-1: made at once, whose slot's status word is not its own), a box made where there
- * was none. A new reference, or NULL with an error set (q unchanged but its box). */
+ * (-1: made at once, whose slot's status word is not its own), its box (None for a
+ * native launch: it reports no error later; the submitter's status word says whether it
+ * failed, express.settle_look). A new reference, or NULL with an error set (q
+ * unchanged). */
 static PyObject *
 queued_sent(Express *x, queued_launch *q)
 {
     PyObject *genv = NULL, *addr = NULL, *ticket = NULL, *sent = NULL;
-    if ((q->box == NULL && (q->box = PyObject_CallNoArgs(x->box_type)) == NULL) ||
-        (genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
+    if ((genv = PyLong_FromUnsignedLong(q->gen)) == NULL ||
         (addr = PyLong_FromUnsignedLongLong(q->address)) == NULL ||
         (ticket = q->sub != NULL ? PyLong_FromUnsignedLongLong(q->ticket)
                                  : Py_NewRef(x->minus_one)) == NULL)
         goto done;
-    sent = PyTuple_Pack(10, x->hub, q->box, q->slot, genv, addr, q->seq, Py_None, Py_None,
-                        ticket, Py_None);
+    sent = PyTuple_Pack(10, x->hub, q->box != NULL ? q->box : Py_None, q->slot, genv, addr,
+                        q->seq, Py_None, Py_None, ticket, Py_None);
 done:
     Py_XDECREF(genv);
     Py_XDECREF(addr);

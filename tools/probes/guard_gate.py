@@ -101,7 +101,7 @@ def run(way: str) -> None:
         graph = b.stream_end_capture(held.handle)
         b.graph_launch(b.graph_instantiate(graph), held.handle)
 
-    ma, mb, mc = (cuasync.ones((8, 8), "float32").sync() for _ in range(3))
+    ma, mb, mc = (cuasync.ones((1, 8, 8), "float32").sync() for _ in range(3))  # (batch, m, k)
 
     def gemm() -> None:  # the cuBLAS call a float matmul's region encloses
         b.gemm(held.handle, ma, mb, mc, 1.0, 0.0, "highest", list)
