@@ -1,0 +1,82 @@
+"""What a gather of 8192 tiny launches costs with a large collectable heap (issue 32 item
+4): ops gathered as asyncio futures (``asyncio.gather(*ops)``), a coroutine awaiting each
+op (a Task per op), and ``asyncio.sleep(0)`` tasks; ops/s by round, the median and the
+rate over all rounds together, and the cyclic GC's collections by generation. A heap of
+550k tracked lists stands in for what torch and CuPy import. ``--stubbed``: launches do
+nothing and flags are written by the host (``_breakdown.stubbed_driver``), the host's
+share alone.
+
+    python tools/probes/gather_heap.py [--stubbed] [--asyncio] [futures|tasks|idle ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import sys
+import time
+
+import cuasync
+from cuasync.bench import _breakdown
+from cuasync.bench.completion import tiny
+
+COUNT, ROUNDS = 8192, 8
+HEAP = [[[] for _ in range(10)] for _ in range(50_000)]  # (kept alive: the point)
+
+
+async def _one() -> None:
+    await tiny[1, 32]()
+
+
+async def _round(kind: str) -> float:
+    t0 = time.perf_counter()
+    if kind == "futures":
+        await asyncio.gather(*(tiny[1, 32]() for _ in range(COUNT)))
+    elif kind == "tasks":
+        await asyncio.gather(*(_one() for _ in range(COUNT)))
+    else:
+        await asyncio.gather(*(asyncio.sleep(0) for _ in range(COUNT)))
+    return COUNT / (time.perf_counter() - t0)
+
+
+async def _rounds(kind: str) -> list[float]:
+    await tiny[1, 32]()
+    return [await _round(kind) for _ in range(ROUNDS)]
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    stubbed = "--stubbed" in args
+    run = asyncio.run if "--asyncio" in args else _uvloop_run()
+    kinds = [a for a in args if not a.startswith("--")] or ["futures", "tasks", "idle"]
+    with _breakdown.stubbed_driver() if stubbed else contextlib.nullcontext():
+        for kind in kinds:
+            counts = [0, 0, 0]
+
+            def count(phase: str, info: dict[str, int], counts: list[int] = counts) -> None:
+                if phase == "stop":
+                    counts[info["generation"]] += 1
+
+            gc.collect()
+            gc.callbacks.append(count)
+            rates = run(_rounds(kind))
+            gc.callbacks.remove(count)
+            overall = len(rates) / sum(1 / r for r in rates)
+            print(
+                f"{kind:8s} median {sorted(rates)[len(rates) // 2] / 1e3:6.1f}k ops/s, over all "
+                f"rounds {overall / 1e3:6.1f}k; rounds "
+                + ", ".join(f"{r / 1e3:.0f}k" for r in rates)
+                + f"; GC collections by generation {counts}"
+            )
+
+
+def _uvloop_run():  # type: ignore[no-untyped-def]
+    import uvloop
+
+    return uvloop.run
+
+
+if __name__ == "__main__":
+    print(f"backend {cuasync.get_default_device()!r}")
+    main()
