@@ -44,6 +44,14 @@ def _x() -> cuasync.Tensor:
     return t
 
 
+def _marks() -> cuasync.Tensor:
+    """Eight zeros for ``ct.mark`` (a kernel that sets its index when it runs), its kernel
+    loaded (a module load behind a closed gate would wait for the gate)."""
+    marks = cuasync.zeros((8,), "uint32").sync(allow_in_loop=True)
+    ct.mark(marks, 7).sync(allow_in_loop=True)
+    return marks
+
+
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
 async def test_gather_of_ops_returns_each_output_without_a_task_each(
     anyio_backend: Any, baseline: Any
@@ -106,8 +114,7 @@ async def test_ops_cancelled_before_the_next_pass_submit_nothing(
 async def test_cancelling_a_gather_of_ops_in_flight_lets_their_work_land_and_frees_it(
     anyio_backend: Any, baseline: Any
 ) -> None:
-    marks = cuasync.zeros((8,), "uint32").sync(allow_in_loop=True)
-    ct.mark(marks, 7).sync(allow_in_loop=True)
+    marks = _marks()
     with ct.gate() as gate:
         gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
         await wait_until(lambda: cuasync.stats().slots_armed >= 4)  # submitted
@@ -123,8 +130,7 @@ async def test_cancelling_a_gather_of_ops_in_flight_lets_their_work_land_and_fre
 async def test_ops_handed_over_in_a_cancel_scope_are_skipped_with_it(
     anyio_backend: Any, baseline: Any
 ) -> None:
-    marks = cuasync.zeros((8,), "uint32").sync(allow_in_loop=True)
-    ct.mark(marks, 7).sync(allow_in_loop=True)
+    marks = _marks()
     submitted = asyncio.Event()
 
     async def handler() -> None:
