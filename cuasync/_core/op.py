@@ -805,6 +805,13 @@ class SharedOp(DeviceOp[T]):
     def _take(self) -> None:
         self._consumed = True  # reusable: executing it (or building on it) counts as use
 
+    def _handed_over(self) -> NoReturn:
+        # (add_done_callback, cancel: a future's, which a shared op is not; see above)
+        raise TypeError(
+            "a shared op is not an asyncio future: cancelling a future cancels it for every "
+            "awaiter. Await it (asyncio.gather runs it in a Task), or submit() it"
+        )
+
     def shared(self) -> SharedOp[T]:
         """The op itself: it is already shared."""
         return self

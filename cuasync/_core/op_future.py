@@ -94,13 +94,14 @@ class Watched:
     __slots__ = (
         "adapter", "address", "blocking", "box", "callbacks", "cancelled", "comp", "context",
         "error", "finished", "first", "gen", "held", "launch", "launched", "looks", "loop",
-        "message", "op", "seq", "slot", "started", "stream", "ticket", "value",
+        "message", "op", "seq", "slot", "started", "stream", "thread", "ticket", "value",
     )  # fmt: skip
 
     def __init__(self, op: Any, loop: asyncio.AbstractEventLoop, adapter: Any) -> None:
         self.op: Any = op  # (until it ends: the callbacks get it; a cycle broken then)
         self.loop = loop
         self.adapter = adapter
+        self.thread = threading.get_ident()  # the loop's (it is handed over on it)
         #: a snapshot of the handover's context, where one is needed: an op the core
         #: does not launch is submitted in it, and a callback added without one runs in it
         self.context: Any = None
@@ -235,19 +236,25 @@ class Watched:
         )  # fmt: skip
 
     def watch(self, comp: Completion) -> None:
+        """Watch its completion from the loop (ended at once where it has landed)."""
         self.comp = comp
         hub = PROCESS.hub or get_hub()
-        if hub.settle(comp, 0):
-            self.end()
-        else:
-            hub.watch(comp, self.adapter, self)
+        try:
+            if hub.settle(comp, 0):
+                self.end()
+            else:
+                hub.watch(comp, self.adapter, self)
+        except Exception as exc:  # (out of memory arming it): the background takes it
+            comp.abandon()
+            hub.watch_in_background(comp)
+            self.fail(exc)
 
     # -- ending --------------------------------------------------------------------------
     def __call__(self, _: Completion) -> None:
         """Its completion finished (any thread): end on the loop's thread."""
         if self.finished:  # (cancelled meanwhile: nothing to say, no wake)
             return
-        if threading.get_ident() == self.adapter.thread:
+        if threading.get_ident() == self.thread:
             self.end()
             return
         adapter = self.adapter
@@ -267,11 +274,14 @@ class Watched:
         self.finished = True
         op, self.op = self.op, None
         callbacks, self.callbacks = self.callbacks, None
+        context, self.context = self.context, None
+        if not self.launched:
+            self.launch = None  # (one never submitted: its output freed with it)
         if callbacks is None:
             return
         call_soon = self.loop.call_soon
         if type(callbacks) is not list:
-            call_soon(callbacks, op, context=self.context)
+            call_soon(callbacks, op, context=context)
             return
         for i in range(0, len(callbacks), 2):
             call_soon(callbacks[i], op, context=callbacks[i + 1])
@@ -308,7 +318,7 @@ class Watched:
         if comp is not None and comp.state < DONE:
             comp.abandon()
             (PROCESS.hub or get_hub()).watch_in_background(comp)
-        self.op = None
+        self.op = self.launch = self.context = self.callbacks = None
 
     # -- its state -----------------------------------------------------------------------
     def add(self, fn: Callback, context: Any) -> None:
@@ -363,12 +373,29 @@ _LOOKS_UNMADE, _LOOKS_MADE = 16, 4
 
 
 def _start_pass(adapter: Any) -> None:
-    """The loop's pass that starts the ops handed over since the last one."""
+    """The loop's pass that starts the ops handed over since the last one (one that
+    fails fails alone: the others start, and are looked at)."""
     watched, adapter.starting = adapter.starting, []
-    for w in watched:
-        if not w.finished:  # (cancelled before it began: nothing submitted)
-            w.start()
-    _looking(adapter, [w for w in watched if w.launched])
+    try:
+        for w in watched:
+            if not w.finished:  # (cancelled before it began: nothing submitted)
+                _isolated(w, w.start)
+    finally:
+        _looking(adapter, [w for w in watched if w.launched])
+
+
+def _isolated(watched: Watched, step: Callable[..., Any], *args: Any) -> Any:
+    """``step(*args)`` of one op; an exception fails that op alone (its completion, if
+    it has one by then, goes to the background watcher)."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        comp = watched.comp
+        if comp is not None and comp.state < DONE:
+            comp.abandon()
+            (PROCESS.hub or get_hub()).watch_in_background(comp)
+        watched.fail(exc)
+        return False
 
 
 def _looking(adapter: Any, watched: list[Watched]) -> None:
@@ -381,8 +408,13 @@ def _looking(adapter: Any, watched: list[Watched]) -> None:
 def _look_pass(adapter: Any) -> None:
     """A pass looking at launches started in an earlier one (the oldest batch)."""
     hub = PROCESS.hub
-    again = [w for w in adapter.looking.pop(0) if w.launched and w.look(hub)]
-    _looking(adapter, again)
+    again: list[Watched] = []
+    try:
+        for w in adapter.looking.pop(0):
+            if w.launched and _isolated(w, w.look, hub):
+                again.append(w)
+    finally:
+        _looking(adapter, again)
 
 
 class AsyncioFuture:
@@ -467,14 +499,12 @@ class AsyncioFuture:
         """
         watched = self._handed_over()
         if context is None:
-            if getattr(fn, "__module__", None) == "asyncio.tasks":
-                # asyncio's own (gather's, as_completed's, wait's, shield's): they read no
-                # context variable, and a snapshot each would be one object more per op
+            if getattr(fn, "__module__", None) == "asyncio.tasks" and not watched.finished:
+                # asyncio's own (gather's, as_completed's, shield's, wait_for's): they read
+                # no context variable, and a snapshot each would be one object more per op
                 context = watched.context
             else:  # (asyncio's rule: a snapshot of the caller's)
                 context = contextvars.copy_context()
-                if context == watched.context:
-                    context = watched.context
         if watched.finished:
             watched.loop.call_soon(fn, self, context=context)
         else:
@@ -500,7 +530,7 @@ class AsyncioFuture:
         """The output of an op handed to asyncio as a future, once done; raises its error,
         ``CancelledError``, or ``InvalidStateError`` before it is done.
 
-        >>> done, _ = await asyncio.wait([asyncio.ensure_future(op)]); op.result()
+        >>> (out,) = await asyncio.gather(op); op.result() is out
         """
         watched = self._future
         if watched is None or not watched.finished:
@@ -515,8 +545,10 @@ class AsyncioFuture:
             raise asyncio.InvalidStateError(_not_done(watched))
         if watched.cancelled:
             raise watched.cancelled_error()
+        if watched.error is not None:  # (failed, with or without a completion)
+            return watched.error
         comp = watched.comp
-        return watched.error if comp is None else comp.error
+        return None if comp is None else comp.error
 
     def cancel(self, msg: object = None) -> bool:
         """Cancel it as a future: its callbacks get ``CancelledError``; work it submitted

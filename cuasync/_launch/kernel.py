@@ -821,7 +821,11 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         return express.sync_launch(self, stream)
 
     def _express_launch(self, stream: Stream) -> Any:
-        """Handed to asyncio as a future, the core launches it as it is."""
+        """Handed to asyncio as a future, the core launches it as it is (its kernel
+        prepared by then: a first use was prepared on the compile thread)."""
+        prepared = self._prepared
+        if prepared.__class__ is Unprepared:
+            self._prepared = prepared.resolve()
         return self
 
     def submit(self) -> DeviceFuture[Any]:
@@ -948,6 +952,9 @@ class _CancellableLaunch(_Launch):
 
     def __await__(self) -> Generator[Any, Any, Any]:
         """See :meth:`DeviceOp.__await__`."""
+        watched = self._future
+        if watched is not None:  # handed to asyncio as a future (its arguments let go of)
+            return watched.waiting(self)
         device = self._device
         word = current_word(-1 if device is None else device.ordinal)
         args = self._args

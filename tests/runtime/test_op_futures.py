@@ -259,3 +259,77 @@ def test_closing_a_loop_with_ops_handed_over_releases_their_work(baseline: Any) 
     del pending
     gc.collect()
     ct.settle()  # (the baseline fixture checks memory and slots came back)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_awaiting_an_op_cancelled_after_it_launched_raises_cancelled(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    marks = _marks()  # (ct.mark: a launch that takes its scope's word when executed)
+    op = ct.mark(marks, 0)
+    with ct.gate():
+        assert asyncio.ensure_future(op) is op
+        await asyncio.sleep(0)  # launched behind the gate
+        assert op.cancel() and op.cancelled()
+        with pytest.raises(asyncio.CancelledError):
+            await op
+    ct.settle()
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_op_failing_in_a_pass_fails_alone(
+    anyio_backend: Any, baseline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuasync._core.completion import get_hub
+
+    x = _x()
+    hub = get_hub()
+    watch = hub.watch
+    failed: list[bool] = []
+
+    def fail_once(*args: Any) -> None:  # arming a completion fails once (out of memory)
+        if not failed:
+            failed.append(True)
+            raise MemoryError("no memory to arm it")
+        watch(*args)
+
+    monkeypatch.setattr(hub, "watch", fail_once)
+    with ct.gate() as gate:  # (held: every op is armed, none lands at its looks)
+        gathered = asyncio.gather(
+            x + x, cuasync.from_host(np.ones(4, np.float32)), x * 3.0, return_exceptions=True
+        )
+        await wait_until(lambda: bool(failed))
+        gate.open()
+        outcomes = await gathered
+    assert sum(isinstance(o, MemoryError) for o in outcomes) == 1
+    assert sum(isinstance(o, cuasync.Tensor) for o in outcomes) == 2
+    ct.settle()  # (the baseline fixture: the failed one's slot and memory came back)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_shared_op_is_never_a_future(anyio_backend: Any, baseline: Any) -> None:
+    x = _x()
+    shared = (x + x).shared()
+    with pytest.raises(TypeError, match="not an asyncio future"):
+        shared.cancel()
+    first, second = await asyncio.gather(shared, shared)  # in Tasks, as coroutines
+    assert first is second and first is await shared
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_each_callback_gets_its_own_context(anyio_backend: Any, baseline: Any) -> None:
+    var: contextvars.ContextVar[int] = contextvars.ContextVar("var", default=0)
+    seen: list[int] = []
+    op = _x() + 1.0
+
+    def setter(_: Any) -> None:
+        var.set(7)
+
+    def reader(_: Any) -> None:
+        seen.append(var.get())
+
+    op.add_done_callback(setter)
+    op.add_done_callback(reader)
+    await op
+    await asyncio.sleep(0)
+    assert seen == [0]  # the setter's change stayed in its own copy
