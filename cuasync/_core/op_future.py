@@ -12,18 +12,20 @@ Inside a running asyncio or uvloop loop a :class:`~cuasync.DeviceOp` is such a f
 **Lifecycle.** asyncio asks whether an object is a future before it adopts it
 (``asyncio.isfuture``: ``ensure_future``, ``gather``, ``wait_for``, ``shield``,
 ``as_completed``); an op it asks about, or whose ``add_done_callback`` is called, is
-taken and queued to start in the loop's next pass, as the first step of the Task asyncio
-used to wrap it in would be: ``asyncio.ensure_future(op)`` still starts it in the
-background. Cancelled before then (``asyncio.wait_for(op, 0)``), it submits nothing.
-The pass starts every op queued meanwhile, each in the context it was handed over in
-(its cancel scope), the launches one after the other; the pass after that looks at their
-flags. Work that has landed is
-settled there, with no :class:`~.completion.Completion`; the rest is armed to the
-reactor, which wakes the loop as it does for a parked await. Then the op's callbacks are
-scheduled. Per op that is one :class:`Watched` and its context, where a Task costs a
-Task, its context, its weak reference and the await's iterator, all alive until the work
-lands: a gather of thousands of them makes the cyclic GC's full passes over a large
-heap (torch's, CuPy's), the cost docs/performance.md measures.
+handed over: taken, its stream, cancel word and raw launch chosen in the caller's
+context (a snapshot of it kept only for an op the core does not launch), and queued to
+start in the loop's next pass, as the first step of the Task asyncio used to wrap it in
+would be: ``asyncio.ensure_future(op)`` still starts it in the background. Cancelled
+before then (``asyncio.wait_for(op, 0)``), it submits nothing. The pass starts every op
+queued meanwhile: a core launch is queued for the native submitter thread, as an await's
+in a burst is; the passes after look at its flag (16 while the submitter has not made
+it, 4 once it has). Work that has landed is settled there, with no
+:class:`~.completion.Completion`; the rest is armed to the reactor, which wakes the loop
+as it does for a parked await. Then the op's callbacks are scheduled. Per op that is one
+:class:`Watched`, where a Task costs a Task, its context, its weak reference and the
+await's iterator, all alive until the work lands: a gather of thousands of them makes
+the cyclic GC's full passes over a large heap (torch's, CuPy's), the cost
+docs/performance.md measures. One op failing in a pass fails alone.
 
 **Semantics.** An op handed over is still single-use: ``await op`` (what a Task does
 with it) waits for that one execution, ``op.result()`` reads it, and ``op.cancel()``
