@@ -60,9 +60,9 @@ __all__ = ["AsyncioFuture", "Watched", "register_core"]
 Callback = Callable[[Any], object]
 
 #: The native core's side (``express``, a layer above: it registers its functions with
-#: :func:`register_core` when imported): the launch of an op handed over, with no spin
-#: (None where the core declines it), the first look at it (its output, or its
-#: completion to arm), and what a cancelled launch lets go of.
+#: :func:`register_core` when imported): the launch of an op handed over, queued for
+#: the native submitter (None where the core declines it), the settling of a look at it
+#: (its output, or its completion to arm), and what a cancelled launch lets go of.
 
 
 def _no_core(launch: Any, stream: Any, adapter: Any) -> None:
