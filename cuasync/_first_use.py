@@ -194,7 +194,7 @@ def prepare_then(
     there (None: prepared): an op watched as an asyncio future (``op_future``), which has
     no task to park.
 
-    >>> prepare_then([(kernel, device)], lambda error: loop.call_soon_threadsafe(...))
+    >>> prepare_then([(kernel, device)], lambda error: adapter.call_from_thread(then, error))
     """
     global _off_loop
     _off_loop += 1

@@ -65,7 +65,6 @@ class AsyncioAdapter(AdapterCore):
         # A task may step aside with a bare ``yield`` (asyncio runs it again after the
         # other ready tasks): an await in a burst queues its launch and lets them submit.
         self.steps_aside = True
-        self.thread = threading.get_ident()  # the loop's (adapters are made on it)
         #: Ops handed to asyncio as futures (:mod:`.op_future`): those to start in the
         #: loop's next pass, and the batches started, to look at in the pass after.
         self.starting: list[Any] = []
@@ -110,6 +109,24 @@ class AsyncioAdapter(AdapterCore):
         assert loop is not None
         self._fd = fd
         loop.add_reader(fd, drain)
+
+    def call_from_thread(self, callback: Callable[..., object], *args: Any) -> bool:
+        """Have the loop call ``callback(*args)``, from any thread; False (nothing done)
+        once the loop is closed: nobody waits on it any more. Wake-ups from other threads
+        hold ``_lock`` while they call ``call_soon_threadsafe``: ``close()`` sets
+        ``_closed`` under it before the loop closes its self-pipe.
+
+        >>> adapter.call_from_thread(_resolve, fut)   # from the reactor's drain, a pool
+        """
+        with self._lock:
+            loop = self._loop()
+            if self._closed or loop is None:
+                return False
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+            except RuntimeError:  # closed without cuasync's close(): as above
+                return False
+        return True
 
     def abandon_handed_over(self) -> None:
         """The loop is closing: ops handed to it as asyncio futures end unseen; what they
@@ -173,15 +190,8 @@ class _Wake:
     def __call__(self, _: Completion) -> None:
         if threading.get_ident() == self.thread:
             _resolve(self.fut)
-            return
-        adapter = self.adapter
-        with adapter._lock:
-            if adapter._closed:
-                return  # nobody is waiting any more
-            try:
-                self.loop.call_soon_threadsafe(_resolve, self.fut)
-            except RuntimeError:  # closed without cuasync's close(): as above
-                pass
+        else:
+            self.adapter.call_from_thread(_resolve, self.fut)
 
 
 def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -> None:

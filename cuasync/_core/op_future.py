@@ -162,9 +162,7 @@ class Watched:
             self.context.run(self.submit)
 
     def _prepared(self, error: BaseException | None) -> None:  # (on the compile thread)
-        with self.adapter._lock:
-            if not self.adapter._closed:
-                self.loop.call_soon_threadsafe(self._after_prepare, error)
+        self.adapter.call_from_thread(self._after_prepare, error)
 
     def _after_prepare(self, error: BaseException | None) -> None:
         if self.finished:
@@ -258,16 +256,8 @@ class Watched:
             return
         if threading.get_ident() == self.thread:
             self.end()
-            return
-        adapter = self.adapter
-        with adapter._lock:
-            if adapter._closed:
-                self.op = None  # nobody watches any more (the loop is closed)
-                return
-            try:
-                self.loop.call_soon_threadsafe(self.end)
-            except RuntimeError:  # closed without cuasync's close(): as above
-                self.op = None
+        elif not self.adapter.call_from_thread(self.end):
+            self.op = None  # nobody watches any more (the loop is closed)
 
     def end(self) -> None:
         """Mark it done and schedule its callbacks (on the loop's thread, once)."""
