@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._first_use import prepare_then
 from .._native import PROCESS
-from ..errors import OpConsumedError
+from ..errors import ArgumentError, OpConsumedError
 from .completion import DONE, Completion, get_hub
 from .loops import AsyncioAdapter, running_adapter
 
@@ -475,7 +475,11 @@ class AsyncioFuture:
         return self._start(stream, True)  # type: ignore[attr-defined]
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop watching the op (asyncio's future protocol): the running loop."""
+        """The loop watching the op (asyncio's future protocol): the running loop.
+
+        >>> op.get_loop() is asyncio.get_running_loop()
+        True
+        """
         watched = self._future
         return watched.loop if watched is not None else asyncio.get_running_loop()
 
@@ -489,6 +493,12 @@ class AsyncioFuture:
 
         >>> op.add_done_callback(lambda op: print(op.result()))
         """
+        if not callable(fn):  # (before the op is handed over: a bad call starts nothing)
+            raise ArgumentError(f"fn must be callable, got {type(fn).__name__}")
+        if context is not None and not isinstance(context, contextvars.Context):
+            raise ArgumentError(
+                f"context must be a contextvars.Context or None, got {type(context).__name__}"
+            )
         watched = self._handed_over()
         if context is None:
             if getattr(fn, "__module__", None) == "asyncio.tasks" and not watched.finished:
@@ -503,18 +513,29 @@ class AsyncioFuture:
             watched.add(fn, context)
 
     def remove_done_callback(self, fn: Callback) -> int:
-        """Remove every ``fn`` added; how many were removed."""
+        """Remove every ``fn`` added; how many were removed.
+
+        >>> op.add_done_callback(report); op.remove_done_callback(report)
+        1
+        """
         watched = self._future
         return 0 if watched is None else watched.remove(fn)
 
     def done(self) -> bool:
         """Whether the op, handed to asyncio as a future, has ended (landed, failed or
-        cancelled); never blocks. False for an op not handed over."""
+        cancelled); never blocks. False for an op not handed over.
+
+        >>> fut = asyncio.ensure_future(op); await asyncio.sleep(0.01); fut.done()
+        """
         watched = self._future
         return watched is not None and watched.finished
 
     def cancelled(self) -> bool:
-        """Whether it was cancelled as a future (``op.cancel()``)."""
+        """Whether it was cancelled as a future (``op.cancel()``, its gather cancelled).
+
+        >>> op.cancel(); op.cancelled()
+        True
+        """
         watched = self._future
         return watched is not None and watched.cancelled
 
@@ -531,7 +552,10 @@ class AsyncioFuture:
 
     def exception(self) -> BaseException | None:
         """The error it ended with (None: it succeeded), once done; ``CancelledError`` if
-        cancelled, ``InvalidStateError`` before it is done."""
+        cancelled, ``InvalidStateError`` before it is done.
+
+        >>> await asyncio.gather(op, return_exceptions=True); op.exception()
+        """
         watched = self._future
         if watched is None or not watched.finished:
             raise asyncio.InvalidStateError(_not_done(watched))
@@ -546,7 +570,11 @@ class AsyncioFuture:
         """Cancel it as a future: its callbacks get ``CancelledError``; work it submitted
         goes on (skipped where its cancel scope is cancelled) and is released when it
         lands. An op not yet used is consumed without running. False once done, or if a
-        task awaits it as a coroutine (cancel that task instead)."""
+        task awaits it as a coroutine (cancel that task instead).
+
+        >>> fut = asyncio.ensure_future(op); fut.cancel()   # before the next pass: no work
+        True
+        """
         watched = self._future
         if watched is None:
             if self._consumed:

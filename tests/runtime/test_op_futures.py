@@ -333,3 +333,16 @@ async def test_each_callback_gets_its_own_context(anyio_backend: Any, baseline: 
     await op
     await asyncio.sleep(0)
     assert seen == [0]  # the setter's change stayed in its own copy
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_bad_callback_is_refused_before_anything_starts(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    op = _x() + 1.0
+    with pytest.raises(cuasync.errors.ArgumentError, match="fn must be callable"):
+        op.add_done_callback(42)  # type: ignore[arg-type]
+    with pytest.raises(cuasync.errors.ArgumentError, match="context must be"):
+        op.add_done_callback(print, context={})  # type: ignore[arg-type]
+    assert op._future is None  # not handed over: still an op to await
+    assert float(np.asarray(await (await op).to_host())[0]) == 3.0
