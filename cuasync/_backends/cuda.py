@@ -417,10 +417,10 @@ class CudaBackend(Backend):
         # (graph exec, its completion event, ordinal, stream): see _reap_guards
         self._guard_execs: list[tuple[Any, int, int, int]] = []
         self._guard_lock = threading.Lock()
-        #: The kinds of :meth:`guarded` region used (cuasync._launch.guard): memsets,
-        #: whose regions passed the whole suite on an H200 (session 42); not cuBLAS
-        #: calls, whose region still blocks another stream there (docs/cancellation.md).
-        self.guards: frozenset[str] = frozenset(("memset",))
+        #: The kinds of :meth:`guarded` region used (cuasync._launch.guard): memsets
+        #: (the whole suite passed with them on an H200, session 42) and cuBLAS calls
+        #: (session 48, docs/cancellation.md).
+        self.guards: frozenset[str] = frozenset(("memset", "library"))
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0

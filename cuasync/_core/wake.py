@@ -82,6 +82,11 @@ class Policy:
         self.max_keys = 4096
         #: The lateness a loop's timer is assumed to have before it is measured.
         self.late_ns = 40_000
+        #: How a loop's measured lateness follows its wakes: a later one moves it up by
+        #: 1/2**``late_up_shift`` of the difference, an earlier one down by
+        #: 1/2**``late_down_shift`` (1 and 4: it follows the high side).
+        self.late_up_shift = 1
+        self.late_down_shift = 4
         #: How much later than the landing the reactor's report reaches the task, at
         #: least (its nap and the loop's wake): a missed window learns from the report.
         self.report_lag_ns = 60_000
@@ -360,9 +365,9 @@ class Timer:
         if heap and heap[0].due <= now:
             late = now - heap[0].due
             if late > self.late_ns:
-                self.late_ns += (late - self.late_ns) >> 1
+                self.late_ns += (late - self.late_ns) >> POLICY.late_up_shift
             else:
-                self.late_ns -= (self.late_ns - late) >> 4
+                self.late_ns -= (self.late_ns - late) >> POLICY.late_down_shift
         while heap and heap[0].due <= now:
             entry = heapq.heappop(heap)
             entry.timer = None

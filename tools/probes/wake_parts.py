@@ -26,6 +26,7 @@ work beside ``stream.synchronize()``.
 
     python3 tools/probes/wake_parts.py              # the A/B/C (today's park, early wake, quiet)
     python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
+    python3 tools/probes/wake_parts.py tune         # the early wake's lead and lateness settings
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 SETTINGS = (100_000, 20_000, 5_000, 1_000)
 
@@ -336,11 +338,105 @@ def timeline(n: int = 100) -> None:
         asyncio.run(run(work_ns))
 
 
+#: The early wake's settings ``tune`` alternates (:class:`cuasync._core.wake.Policy`'s
+#: fields): the lead before the expected landing, and how the loop's timer lateness is
+#: followed (1, 4: its high side, today; 3, 3: its mean).
+VARIANTS: dict[str, dict[str, int]] = {
+    "today": {"lead_ns": 15_000, "late_up_shift": 1, "late_down_shift": 4},
+    "lead 5": {"lead_ns": 5_000, "late_up_shift": 1, "late_down_shift": 4},
+    "mean late": {"lead_ns": 15_000, "late_up_shift": 3, "late_down_shift": 3},
+    "mean late, lead 5": {"lead_ns": 5_000, "late_up_shift": 3, "late_down_shift": 3},
+    "mean late, lead 0": {"lead_ns": 0, "late_up_shift": 3, "late_down_shift": 3},
+}
+
+
+def tune(n_short: int = 1000, n_long: int = 100) -> None:
+    """The early wake's settings (:data:`VARIANTS`) alternated in ``ROUNDS`` rounds on one
+    loop: per setting, ``await - .sync()`` p50 and p90, the CPU above idle, the share of
+    awaits whose wake saw the landing / ended its window first, the timer's lateness
+    (when the wake ran, after its due time) and the spin (from then to the landing)."""
+    import numpy as np
+
+    import cuasync
+    from cuasync._core import wake
+    from cuasync._core.loops import running_adapter
+    from cuasync.bench import completion
+    from cuasync.bench._util import run_loop
+    from cuasync.bench.requests import _awaits_and_syncs
+
+    completion.spin_ns.compile()
+    idle = completion._idle_cpu(0.2)
+    learn = wake.resumed
+    looks: list[tuple[int, int]] = []
+
+    def resumed(entry: wake.Pending) -> None:  # (the hook: the wake's times, then learn)
+        if entry.due and entry.looked:
+            spun = entry.seen - entry.looked if entry.seen else -1
+            looks.append((entry.looked - entry.due, spun))
+        learn(entry)
+
+    wake.resumed = resumed  # type: ignore[assignment]
+    defaults = {name: getattr(wake.POLICY, name) for name in VARIANTS["today"]}
+
+    async def rounds(work_ns: int, n: int) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {
+            v: {"a": [], "s": [], "cpu": 0.0, "looks": [], "seen": 0, "missed": 0} for v in VARIANTS
+        }
+        late: dict[str, int] = {}
+        for _ in range(ROUNDS):
+            for name, settings in VARIANTS.items():
+                for field, value in settings.items():
+                    setattr(wake.POLICY, field, value)
+                timer = running_adapter().timer
+                if timer is not None:  # (each setting keeps the lateness it measured)
+                    timer.late_ns = late.get(name, wake.POLICY.late_ns)
+                before = cuasync.stats()
+                looks.clear()
+                samples, cpu = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                after = cuasync.stats()
+                timer = running_adapter().timer
+                if timer is not None:
+                    late[name] = timer.late_ns
+                o = out[name]
+                o["a"] += samples["await"]
+                o["s"] += samples[".sync()"]
+                o["cpu"] += cpu / ROUNDS
+                o["looks"] += looks
+                o["seen"] += after.early_wakes - before.early_wakes
+                o["missed"] += after.early_misses - before.early_misses
+        for field, value in defaults.items():
+            setattr(wake.POLICY, field, value)
+        return out
+
+    print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
+    for label, work_ns, n in (("0.3 ms", 300_000, n_short), ("5 ms", 5_000_000, n_long)):
+        for kind in ("asyncio", "uvloop"):
+            try:
+                out = run_loop(kind, lambda: rounds(work_ns, n))  # noqa: B023
+            except ImportError:  # no uvloop
+                continue
+            for name, o in out.items():
+                a, s = np.array(o["a"]), np.median(o["s"])
+                p50, p90 = (np.median(a) - s) / 1e3, (np.percentile(a, 90) - s) / 1e3
+                lk = np.array(o["looks"] or [(0, 0)])
+                spun = lk[lk[:, 1] >= 0, 1]
+                print(
+                    f"{name:<18} {label:>6} {kind:<8} await - .sync() p50 {p50:6.1f} p90 {p90:6.1f}"
+                    f"  CPU {o['cpu'] - idle:5.1f} %  seen {o['seen'] / len(a) * 100:3.0f} %"
+                    f" missed {o['missed'] / len(a) * 100:3.0f} %  late p50/p90 "
+                    f"{np.median(lk[:, 0]) / 1e3:5.1f}/{np.percentile(lk[:, 0], 90) / 1e3:5.1f} us"
+                    f"  spin p50 {np.median(spun) / 1e3 if spun.size else 0:5.1f} us",
+                    flush=True,
+                )
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
     elif sys.argv[1:] == ["timeline"]:
         timeline()
+    elif sys.argv[1:] == ["tune"]:
+        tune()
     elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
