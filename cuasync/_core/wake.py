@@ -69,8 +69,10 @@ class Policy:
         #: wake and a spin cost about what they save).
         self.min_estimate_ns = 60_000
         #: Wake this long before the expected landing, beyond the loop's measured timer
-        #: lateness (:attr:`Timer.late_ns`).
-        self.lead_ns = 15_000
+        #: lateness (:attr:`Timer.late_ns`). (15 us until session 48: on an H100 host,
+        #: 5 us spun 9 us less per 0.3 ms await at the same p50 and p90,
+        #: ``tools/probes/wake_parts.py tune``.)
+        self.lead_ns = 5_000
         #: The lead, lateness included, is at most this (it bounds the CPU per await).
         self.lead_max_ns = 200_000
         #: The spin goes on this long past the expected landing, at least (and twice the

@@ -340,25 +340,36 @@ def timeline(n: int = 100) -> None:
 
 #: The early wake's settings ``tune`` alternates (:class:`cuasync._core.wake.Policy`'s
 #: fields): the lead before the expected landing, and how the loop's timer lateness is
-#: followed (1, 4: its high side, today; 3, 3: its mean).
+#: followed (1, 4: its high side, the default; 3, 3: its mean); ``spin_budget_us`` is the hub's
+#: inline spin (20 us, ``CUASYNC_SPIN_BUDGET_US``; 0: what an await skipping it pays).
 VARIANTS: dict[str, dict[str, int]] = {
-    "today": {"lead_ns": 15_000, "late_up_shift": 1, "late_down_shift": 4},
-    "lead 5": {"lead_ns": 5_000, "late_up_shift": 1, "late_down_shift": 4},
+    "lead 15": {"lead_ns": 15_000, "late_up_shift": 1, "late_down_shift": 4},
+    "lead 5 (default)": {"lead_ns": 5_000, "late_up_shift": 1, "late_down_shift": 4},
     "mean late": {"lead_ns": 15_000, "late_up_shift": 3, "late_down_shift": 3},
     "mean late, lead 5": {"lead_ns": 5_000, "late_up_shift": 3, "late_down_shift": 3},
     "mean late, lead 0": {"lead_ns": 0, "late_up_shift": 3, "late_down_shift": 3},
+    "lead 5, no spin": {
+        "lead_ns": 5_000,
+        "late_up_shift": 1,
+        "late_down_shift": 4,
+        "spin_budget_us": 0,
+    },
 }
 
 
 def tune(n_short: int = 1000, n_long: int = 100) -> None:
     """The early wake's settings (:data:`VARIANTS`) alternated in ``ROUNDS`` rounds on one
-    loop: per setting, ``await - .sync()`` p50 and p90, the CPU above idle, the share of
+    loop: per setting, ``await - .sync()`` p50 and p90, the CPU above idle (the reactor
+    thread's share), the share of
     awaits whose wake saw the landing / ended its window first, the timer's lateness
     (when the wake ran, after its due time) and the spin (from then to the landing)."""
+    import time
+
     import numpy as np
 
     import cuasync
     from cuasync._core import wake
+    from cuasync._core.completion import get_hub
     from cuasync._core.loops import running_adapter
     from cuasync.bench import completion
     from cuasync.bench._util import run_loop
@@ -376,23 +387,31 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
         learn(entry)
 
     wake.resumed = resumed  # type: ignore[assignment]
-    defaults = {name: getattr(wake.POLICY, name) for name in VARIANTS["today"]}
+    hub = get_hub()
+    defaults = {name: getattr(wake.POLICY, name) for name in VARIANTS["lead 15"]}
+    spin_us = hub.spin_budget_us
 
     async def rounds(work_ns: int, n: int) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {
-            v: {"a": [], "s": [], "cpu": 0.0, "looks": [], "seen": 0, "missed": 0} for v in VARIANTS
+            v: {"a": [], "s": [], "cpu": 0.0, "reactor": 0.0, "looks": [], "seen": 0, "missed": 0}
+            for v in VARIANTS
         }
         late: dict[str, int] = {}
         for _ in range(ROUNDS):
             for name, settings in VARIANTS.items():
                 for field, value in settings.items():
-                    setattr(wake.POLICY, field, value)
+                    if field != "spin_budget_us":
+                        setattr(wake.POLICY, field, value)
+                hub.spin_budget_us = settings.get("spin_budget_us", spin_us)
                 timer = running_adapter().timer
                 if timer is not None:  # (each setting keeps the lateness it measured)
                     timer.late_ns = late.get(name, wake.POLICY.late_ns)
                 before = cuasync.stats()
                 looks.clear()
+                r0, w0 = reactor_cpu(), time.perf_counter()
                 samples, cpu = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                # (the reactor's share of the whole block, as in ab)
+                rcpu = (reactor_cpu() - r0) / (time.perf_counter() - w0) * 100
                 after = cuasync.stats()
                 timer = running_adapter().timer
                 if timer is not None:
@@ -401,11 +420,13 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
                 o["a"] += samples["await"]
                 o["s"] += samples[".sync()"]
                 o["cpu"] += cpu / ROUNDS
+                o["reactor"] += rcpu / ROUNDS
                 o["looks"] += looks
                 o["seen"] += after.early_wakes - before.early_wakes
                 o["missed"] += after.early_misses - before.early_misses
         for field, value in defaults.items():
             setattr(wake.POLICY, field, value)
+        hub.spin_budget_us = spin_us
         return out
 
     print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
@@ -422,7 +443,8 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
                 spun = lk[lk[:, 1] >= 0, 1]
                 print(
                     f"{name:<18} {label:>6} {kind:<8} await - .sync() p50 {p50:6.1f} p90 {p90:6.1f}"
-                    f"  CPU {o['cpu'] - idle:5.1f} %  seen {o['seen'] / len(a) * 100:3.0f} %"
+                    f"  CPU {o['cpu'] - idle:5.1f} % (reactor {o['reactor']:4.1f})"
+                    f"  seen {o['seen'] / len(a) * 100:3.0f} %"
                     f" missed {o['missed'] / len(a) * 100:3.0f} %  late p50/p90 "
                     f"{np.median(lk[:, 0]) / 1e3:5.1f}/{np.percentile(lk[:, 0], 90) / 1e3:5.1f} us"
                     f"  spin p50 {np.median(spun) / 1e3 if spun.size else 0:5.1f} us",
