@@ -7,9 +7,9 @@ kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
 :mod:`cuasync._backends.conditional`); on the emulator, one command that reads the word
 first. A region costs a graph built, instantiated and launched in its place, so only
 work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A backend may
-have some kinds off (``backend.guards``): the CUDA backend guards memsets and not cuBLAS
-calls, whose region still blocks another stream on a GPU (docs/cancellation.md), so
-there those run unguarded.
+have some kinds off (``backend.guards``); the emulator and the CUDA backend guard both
+(on CUDA the cuBLAS regions since session 48, once the whole suite had passed on a GPU
+with them: docs/cancellation.md).
 A region is of one of :data:`KINDS`: ``"memset"`` or ``"library"`` (a cuBLAS call);
 ``backend.guards`` is the set of kinds a backend guards. ``CUASYNC_GUARDS=on`` / ``off``
 overrides the backend's choice, and ``memsets`` guards memsets alone.

@@ -570,8 +570,7 @@ def needs_guards(kind: str) -> pytest.MarkDecorator:
 
     return pytest.mark.skipif(
         not guards_on(get_backend(), kind),
-        reason=f"{kind} regions are not guarded here (backend.guards, CUASYNC_GUARDS; the "
-        "CUDA backend guards memsets only: a cuBLAS region still blocks there, issue 36)",
+        reason=f"{kind} regions are not guarded here (backend.guards, CUASYNC_GUARDS)",
     )
 
 
