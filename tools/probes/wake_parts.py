@@ -149,6 +149,21 @@ POLICIES = ("today", "early wake", "quiet")
 ROUNDS = 5
 
 
+def _cases(n_short: int, n_long: int, rounds: Any) -> Any:
+    """``(label, work_ns, n, kind, rounds(work_ns, n)'s result on that loop)`` for 0.3 ms
+    (``n_short`` awaits) and 5 ms (``n_long``) of work, on asyncio and uvloop (where
+    installed)."""
+    from cuasync.bench._util import run_loop
+
+    for label, work_ns, n in (("0.3 ms", 300_000, n_short), ("5 ms", 5_000_000, n_long)):
+        for kind in ("asyncio", "uvloop"):
+            try:
+                out = run_loop(kind, lambda: rounds(work_ns, n))  # noqa: B023
+            except ImportError:  # no uvloop
+                continue
+            yield label, work_ns, n, kind, out
+
+
 def use(policy: str) -> None:
     """``today``: the reactor wakes the loop; ``early wake``: the loop's timer too, the
     reactor scanning meanwhile; ``quiet``: the early wake, the reactor leaving the
@@ -198,22 +213,17 @@ def ab(n_short: int = 300, n_long: int = 60) -> None:
         return out
 
     print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
-    for label, work_ns, n in (("0.3 ms", 300_000, n_short), ("5 ms", 5_000_000, n_long)):
-        for kind in ("asyncio", "uvloop"):
-            try:
-                out = run_loop(kind, lambda: rounds(work_ns, n))  # noqa: B023
-                floor = np.median(run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))) / 1e3  # noqa: B023
-            except ImportError:  # no uvloop
-                continue
-            for policy, (awaits, syncs, cpu, rcpu) in out.items():
-                over = (np.median(awaits) - np.median(syncs)) / 1e3
-                print(
-                    f"{policy:<10} {label:>6} {kind:<8} await - .sync() {over:7.1f} us   "
-                    f"wake floor {floor:6.1f} us   over floor {over - floor:7.1f} us   "
-                    f"CPU above idle {cpu / ROUNDS - idle:5.1f} % of a core "
-                    f"(reactor thread {rcpu / ROUNDS:4.1f} %)",
-                    flush=True,
-                )
+    for label, work_ns, n, kind, out in _cases(n_short, n_long, rounds):
+        floor = np.median(run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))) / 1e3  # noqa: B023
+        for policy, (awaits, syncs, cpu, rcpu) in out.items():
+            over = (np.median(awaits) - np.median(syncs)) / 1e3
+            print(
+                f"{policy:<10} {label:>6} {kind:<8} await - .sync() {over:7.1f} us   "
+                f"wake floor {floor:6.1f} us   over floor {over - floor:7.1f} us   "
+                f"CPU above idle {cpu / ROUNDS - idle:5.1f} % of a core "
+                f"(reactor thread {rcpu / ROUNDS:4.1f} %)",
+                flush=True,
+            )
     torch_ab(n_short, n_long, idle)
 
 
@@ -372,7 +382,6 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
     from cuasync._core.completion import get_hub
     from cuasync._core.loops import running_adapter
     from cuasync.bench import completion
-    from cuasync.bench._util import run_loop
     from cuasync.bench.requests import _awaits_and_syncs
 
     completion.spin_ns.compile()
@@ -430,26 +439,21 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
         return out
 
     print(f"idle CPU {idle:.1f} % of a core; {ROUNDS} alternated rounds", flush=True)
-    for label, work_ns, n in (("0.3 ms", 300_000, n_short), ("5 ms", 5_000_000, n_long)):
-        for kind in ("asyncio", "uvloop"):
-            try:
-                out = run_loop(kind, lambda: rounds(work_ns, n))  # noqa: B023
-            except ImportError:  # no uvloop
-                continue
-            for name, o in out.items():
-                a, s = np.array(o["a"]), np.median(o["s"])
-                p50, p90 = (np.median(a) - s) / 1e3, (np.percentile(a, 90) - s) / 1e3
-                lk = np.array(o["looks"] or [(0, 0)])
-                spun = lk[lk[:, 1] >= 0, 1]
-                print(
-                    f"{name:<18} {label:>6} {kind:<8} await - .sync() p50 {p50:6.1f} p90 {p90:6.1f}"
-                    f"  CPU {o['cpu'] - idle:5.1f} % (reactor {o['reactor']:4.1f})"
-                    f"  seen {o['seen'] / len(a) * 100:3.0f} %"
-                    f" missed {o['missed'] / len(a) * 100:3.0f} %  late p50/p90 "
-                    f"{np.median(lk[:, 0]) / 1e3:5.1f}/{np.percentile(lk[:, 0], 90) / 1e3:5.1f} us"
-                    f"  spin p50 {np.median(spun) / 1e3 if spun.size else 0:5.1f} us",
-                    flush=True,
-                )
+    for label, _, _, kind, out in _cases(n_short, n_long, rounds):
+        for name, o in out.items():
+            a, s = np.array(o["a"]), np.median(o["s"])
+            p50, p90 = (np.median(a) - s) / 1e3, (np.percentile(a, 90) - s) / 1e3
+            lk = np.array(o["looks"] or [(0, 0)])
+            spun = lk[lk[:, 1] >= 0, 1]
+            print(
+                f"{name:<18} {label:>6} {kind:<8} await - .sync() p50 {p50:6.1f} p90 {p90:6.1f}"
+                f"  CPU {o['cpu'] - idle:5.1f} % (reactor {o['reactor']:4.1f})"
+                f"  seen {o['seen'] / len(a) * 100:3.0f} %"
+                f" missed {o['missed'] / len(a) * 100:3.0f} %  late p50/p90 "
+                f"{np.median(lk[:, 0]) / 1e3:5.1f}/{np.percentile(lk[:, 0], 90) / 1e3:5.1f} us"
+                f"  spin p50 {np.median(spun) / 1e3 if spun.size else 0:5.1f} us",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
