@@ -52,11 +52,10 @@
                                (:mod:`cuasync.kernel_cache`): ``on`` (default:
                                ``$XDG_CACHE_HOME/cuasync/kernels``, else
                                ``~/.cache/cuasync/kernels``), ``off``, or a directory
-``CUASYNC_GUARDS``             guarded regions (library calls and memsets a cancelled scope
-                               skips; :mod:`cuasync._launch.guard`): ``auto`` (default: the
-                               backend's choice: on CUDA memsets only, until the cuBLAS
-                               region passes on a GPU), ``on``, ``off``, or ``memsets``
-                               (memsets only, no library call)
+``CUASYNC_GUARDS``             guarded regions (library calls, memsets and device copies a
+                               cancelled scope skips; :mod:`cuasync._launch.guard`): ``auto``
+                               (default: the backend's choice, every kind on the emulator
+                               and on CUDA), ``on``, ``off``, or ``memsets`` (memsets only)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer

@@ -677,7 +677,7 @@ class Backend(BackendCore, ABC):
     # -- guarded regions and graphs ---------------------------------------------------
     #: The kinds of :meth:`guarded` region used (``cuasync._launch.guard.KINDS``: a
     #: backend may have some or all off).
-    guards: frozenset[str] = frozenset(("memset", "library"))
+    guards: frozenset[str] = frozenset(("memset", "library", "copy"))
 
     def guarded(self, stream: int, word: int, guard: int) -> AbstractContextManager[None]:
         """A region of ``stream`` that runs only if the cancel word ``word`` (see

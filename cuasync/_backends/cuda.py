@@ -418,9 +418,9 @@ class CudaBackend(Backend):
         self._guard_execs: list[tuple[Any, int, int, int]] = []
         self._guard_lock = threading.Lock()
         #: The kinds of :meth:`guarded` region used (cuasync._launch.guard): memsets
-        #: (the whole suite passed with them on an H200, session 42) and cuBLAS calls
-        #: (session 48, docs/cancellation.md).
-        self.guards: frozenset[str] = frozenset(("memset", "library"))
+        #: (the whole suite passed with them on an H200, session 42), cuBLAS calls and
+        #: device-to-device copies (session 48, docs/cancellation.md).
+        self.guards: frozenset[str] = frozenset(("memset", "library", "copy"))
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0

@@ -1,6 +1,6 @@
-"""Guarded regions: library calls and memsets that a cancelled scope skips on the device.
+"""Guarded regions: library calls, memsets and copies that a cancelled scope skips on the device.
 
-cuBLAS calls and memsets cannot check a cancel word themselves. Inside a cancel scope, an
+cuBLAS calls, memsets and the copy engines' copies cannot check a cancel word themselves. Inside a cancel scope, an
 op that writes only tensors it made encloses them in :func:`guarded`: on a GPU they
 become the body of a conditional graph node (CUDA 12.4+) whose condition a one-thread
 kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
@@ -10,7 +10,9 @@ work expected to take longer than :data:`POLICY`'s ``min_ns`` is guarded. A back
 have some kinds off (``backend.guards``); the emulator and the CUDA backend guard both
 (on CUDA the cuBLAS regions since session 48, once the whole suite had passed on a GPU
 with them: docs/cancellation.md).
-A region is of one of :data:`KINDS`: ``"memset"`` or ``"library"`` (a cuBLAS call);
+A region is of one of :data:`KINDS`: ``"memset"``, ``"library"`` (a cuBLAS call) or
+``"copy"`` (a copy from device memory to device memory of one device: a conditional
+node's body takes memcpy nodes; host transfers and peer copies are not guarded);
 ``backend.guards`` is the set of kinds a backend guards. ``CUASYNC_GUARDS=on`` / ``off``
 overrides the backend's choice, and ``memsets`` guards memsets alone.
 
@@ -33,8 +35,8 @@ from .kernel import Kernel
 
 __all__ = ["FILES", "KINDS", "POLICY", "GuardPolicy", "guard_kernel", "guarded", "guards_on"]
 
-#: The kinds of guarded region: a memset, a library call (cuBLAS).
-KINDS = frozenset(("memset", "library"))
+#: The kinds of guarded region: a memset, a library call (cuBLAS), a device-to-device copy.
+KINDS = frozenset(("memset", "library", "copy"))
 
 #: The files of its translation unit (``cuasync/kernels``).
 FILES = ("cancel.cuh", "guard.cu")
@@ -54,8 +56,8 @@ def guard_kernel() -> Kernel:
 @dataclass
 class GuardPolicy:
     """When a region is worth guarding: its expected device time (``flops`` at
-    ``flops_per_ns``, ``nbytes`` written at ``bytes_per_ns``: an H200's float32 cuBLAS
-    and memset rates, rounded down) at least ``min_ns``: 1 ms, about five times a
+    ``flops_per_ns``, ``nbytes`` moved at ``bytes_per_ns``: an H200's float32 cuBLAS
+    and memset rates, rounded down; a copy moves each byte twice) at least ``min_ns``: 1 ms, about five times a
     region's price measured on an H200 (+183-335 µs: docs/cancellation.md). Tests set
     ``min_ns = 0``."""
 

@@ -180,16 +180,17 @@ def dup(tensor: Tensor) -> TensorOp:
             kernel_copy(ctx, out, t)
             return Output.ready(out)
         src = ctx.read(t.allocation) + t.offset * t.itemsize
-        copy_strided(
-            ctx,
-            "dtod",
-            out.ptr,
-            contiguous_byte_strides(t.shape, t.itemsize),
-            src,
-            byte_strides(t),
-            t.shape,
-            t.itemsize,
-        )
+        with guarded(ctx, "copy", nbytes=2 * out.nbytes):  # (a cancelled scope skips it)
+            copy_strided(
+                ctx,
+                "dtod",
+                out.ptr,
+                contiguous_byte_strides(t.shape, t.itemsize),
+                src,
+                byte_strides(t),
+                t.shape,
+                t.itemsize,
+            )
         return Output.ready(out)
 
     op = device_op(enqueue, t.device, "dup", first_use=_gathering(t, engines))

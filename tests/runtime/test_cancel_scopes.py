@@ -625,15 +625,18 @@ def test_a_guarded_region_runs_only_while_its_scope_is_not_cancelled(
         pytest.param("matmul (cuBLAS)", marks=needs_guards("library")),
         pytest.param("zeros", marks=needs_guards("memset")),
         pytest.param("eye", marks=needs_guards("memset")),
+        pytest.param("dup", marks=needs_guards("copy")),
+        pytest.param("dup of a strided view", marks=needs_guards("copy")),
     ],
 )
-def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
+def test_library_calls_memsets_and_copies_of_a_cancelled_scope_are_skipped(
     name: str, guard_everything, baseline
 ) -> None:
     """A float matmul (a small one: the tiled kernel, which checks the word; a larger one:
-    cuBLAS, in a guarded region) or a memset making a new tensor, queued in a cancelled
-    scope, never runs (counted on the emulator) and never delivers; afterwards the same
-    op is right, and memory and slots are back (baseline)."""
+    cuBLAS, in a guarded region), a memset or a copy engines' copy (one block, or rows of
+    a view: cuMemcpy2DAsync) making a new tensor, queued in a cancelled scope, never runs
+    (counted on the emulator) and never delivers; afterwards the same op is right, and
+    memory and slots are back (baseline)."""
 
     host = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
     large = np.arange(160**2, dtype=np.float32).reshape(160, 160) / 160**2  # (cuBLAS's)
@@ -647,6 +650,8 @@ def test_library_calls_and_memsets_of_a_cancelled_scope_are_skipped(
             "matmul (cuBLAS)": (lambda: cuasync.matmul(y, y), large @ large),
             "zeros": (lambda: cuasync.zeros((8, 8)), np.zeros((8, 8))),
             "eye": (lambda: cuasync.eye(8), np.eye(8)),
+            "dup": (lambda: x.dup(), host),
+            "dup of a strided view": (lambda: y[::2, :64].dup(), large[::2, :64]),
         }[name]
         await make()  # (cuBLAS and the guard kernel loaded before the gate)
         await ct.mark(marks, 0)
