@@ -1,7 +1,8 @@
 """Guarded regions: library calls, memsets and copies that a cancelled scope skips on the device.
 
-cuBLAS calls, memsets and the copy engines' copies cannot check a cancel word themselves. Inside a cancel scope, an
-op that writes only tensors it made encloses them in :func:`guarded`: on a GPU they
+cuBLAS calls, memsets and the copy engines' copies cannot check a cancel word themselves.
+Inside a cancel scope, an op that writes only tensors it made encloses them in
+:func:`guarded`: on a GPU they
 become the body of a conditional graph node (CUDA 12.4+) whose condition a one-thread
 kernel sets from the word when the graph starts (``cuasync/kernels/guard.cu``,
 :mod:`cuasync._backends.conditional`); on the emulator, one command that reads the word
@@ -57,9 +58,9 @@ def guard_kernel() -> Kernel:
 class GuardPolicy:
     """When a region is worth guarding: its expected device time (``flops`` at
     ``flops_per_ns``, ``nbytes`` moved at ``bytes_per_ns``: an H200's float32 cuBLAS
-    and memset rates, rounded down; a copy moves each byte twice) at least ``min_ns``: 1 ms, about five times a
-    region's price measured on an H200 (+183-335 µs: docs/cancellation.md). Tests set
-    ``min_ns = 0``."""
+    and memset rates, rounded down; a copy moves each byte twice) at least ``min_ns``:
+    1 ms, about five times a region's price measured on an H200 (+183-335 µs:
+    docs/cancellation.md). Tests set ``min_ns = 0``."""
 
     min_ns: float = 1_000_000.0
     flops_per_ns: float = 40_000.0
