@@ -94,26 +94,26 @@ def test_cuasync_native_is_on_or_off(monkeypatch) -> None:
 
 
 def test_guarded_regions_follow_the_backend_unless_told(monkeypatch) -> None:
-    """``CUASYNC_GUARDS``: ``auto`` keeps each backend's choice (memsets only on CUDA),
-    ``on``/``off``/``memsets`` override it; anything else is refused."""
+    """``CUASYNC_GUARDS``: ``auto`` keeps each backend's choice (memsets and cuBLAS calls
+    on CUDA), ``on``/``off``/``memsets`` override it; anything else is refused."""
     import types
 
     from cuasync._launch.guard import guards_on
 
-    on = types.SimpleNamespace(guards=frozenset(("memset", "library")))
+    on = types.SimpleNamespace(guards=frozenset(("memset", "library", "copy")))
     memsets = types.SimpleNamespace(guards=frozenset(("memset",)))
     off = types.SimpleNamespace(guards=frozenset())
     backends = (on, memsets, off)
-    for raw, want in (  # (memset, library) for each backend
-        ("", ((True, True), (True, False), (False, False))),
-        ("auto", ((True, True), (True, False), (False, False))),
-        ("ON", ((True, True),) * 3),
-        ("off", ((False, False),) * 3),
-        ("memsets", ((True, False),) * 3),
+    for raw, want in (  # (memset, library, copy) for each backend
+        ("", ((True, True, True), (True, False, False), (False, False, False))),
+        ("auto", ((True, True, True), (True, False, False), (False, False, False))),
+        ("ON", ((True, True, True),) * 3),
+        ("off", ((False, False, False),) * 3),
+        ("memsets", ((True, False, False),) * 3),
     ):
         monkeypatch.setenv("CUASYNC_GUARDS", raw)
         monkeypatch.setattr(_config, "CONFIG", _config._read())
-        got = tuple((guards_on(b, "memset"), guards_on(b, "library")) for b in backends)
+        got = tuple(tuple(guards_on(b, k) for k in ("memset", "library", "copy")) for b in backends)
         assert got == want, raw
     monkeypatch.setenv("CUASYNC_GUARDS", "maybe")
     with pytest.raises(ArgumentError, match="CUASYNC_GUARDS must be one of auto, on, off, memsets"):
