@@ -178,9 +178,7 @@ def prepare_off_loop(
     A cancelled await raises at once; the preparation goes on and is kept (the next
     use finds the kernel ready).
     """
-    global _off_loop
-    _off_loop += 1
-    future: Future[list[PreparedKernel]] = _compile_thread().submit(prepare_now, pairs)
+    future = _on_compile_thread(pairs)
     wake, parked = adapter.park()
     future.add_done_callback(lambda _: wake(None))  # (from the compile thread)
     yield from parked()
@@ -196,10 +194,15 @@ def prepare_then(
 
     >>> prepare_then([(kernel, device)], lambda error: adapter.call_from_thread(then, error))
     """
+    _on_compile_thread(pairs).add_done_callback(lambda f: done(f.exception()))
+
+
+def _on_compile_thread(pairs: Sequence[tuple[Any, Device]]) -> Future[list[PreparedKernel]]:
+    """:func:`prepare_now` of ``pairs`` submitted to the compile thread (counted in
+    :func:`stats`)."""
     global _off_loop
     _off_loop += 1
-    future: Future[list[PreparedKernel]] = _compile_thread().submit(prepare_now, pairs)
-    future.add_done_callback(lambda f: done(f.exception()))
+    return _compile_thread().submit(prepare_now, pairs)
 
 
 def stats() -> int:

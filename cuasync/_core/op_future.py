@@ -287,17 +287,13 @@ class Watched:
         if self.finished:
             return False
         self.cancelled, self.message = True, message
-        hub = PROCESS.hub or get_hub()
         if self.launched:  # submitted, not settled yet
             launch = self.launch
             hub = PROCESS.hub or get_hub()
             _, self.comp = self.settle(hub, hub.native.spin_wait(self.address, self.gen, 0))
             _let_go(launch)
         self.launch = None  # (an unsubmitted launch: its output is freed with it)
-        comp = self.comp
-        if comp is not None and comp.state < DONE:
-            comp.abandon()  # nobody can read the output now: released when it lands
-            hub.watch_in_background(comp)
+        _to_background(self.comp)  # nobody can read the output now
         self.value = None
         self.end()
         return True
@@ -305,11 +301,9 @@ class Watched:
     def abandon(self) -> None:
         """Its loop is closing: what it submitted goes to the background watcher."""
         if self.launched:
-            self.cancel(None)
-        comp = self.comp
-        if comp is not None and comp.state < DONE:
-            comp.abandon()
-            (PROCESS.hub or get_hub()).watch_in_background(comp)
+            self.cancel(None)  # (its completion goes to the background there)
+        else:
+            _to_background(self.comp)
         self.op = self.launch = self.context = self.callbacks = None
 
     # -- its state -----------------------------------------------------------------------
@@ -382,12 +376,17 @@ def _isolated(watched: Watched, step: Callable[..., Any], *args: Any) -> Any:
     try:
         return step(*args)
     except Exception as exc:
-        comp = watched.comp
-        if comp is not None and comp.state < DONE:
-            comp.abandon()
-            (PROCESS.hub or get_hub()).watch_in_background(comp)
+        _to_background(watched.comp)
         watched.fail(exc)
         return False
+
+
+def _to_background(comp: Completion | None) -> None:
+    """A completion still pending that nobody will read: abandoned (what it holds is
+    released when it lands) and handed to the background watcher."""
+    if comp is not None and comp.state < DONE:
+        comp.abandon()
+        (PROCESS.hub or get_hub()).watch_in_background(comp)
 
 
 def _looking(adapter: Any, watched: list[Watched]) -> None:

@@ -12,7 +12,7 @@ expression runs as one generated kernel; executed, it allocates its output (or w
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Never, NoReturn
 
 import numpy as np
@@ -154,6 +154,11 @@ def run(
     return result
 
 
+def _no_launch(op: TensorOp, stream: Stream) -> None:
+    """An op that is not a seen expression, handed to asyncio as a future: no raw launch
+    (it is submitted with ``_start``)."""
+
+
 class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
     """A :class:`DeviceOp` producing a tensor whose ``shape``, ``dtype`` and ``device``
     are known when the op is built; operators on it build bigger (fused) expressions.
@@ -210,48 +215,38 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
     # An op writing a tensor given to it (``out=``) inside a cancel scope is executed
     # outside the scope: it carries no word and always runs, so that a tensor others may
     # read is never left half written by a cancelled scope (docs/cancellation.md). Each
-    # way of executing it checks ``self._out is not None and SCOPE.get() is not None``.
+    # way of executing it goes through :meth:`_execute`, which checks it.
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
-        if self._out is not None and SCOPE.get() is not None:  # (see above)
-            with detached():
-                return self._start_now(stream, notify)
-        return self._start_now(stream, notify)
-
-    def _start_now(self, stream: Stream, notify: bool) -> Completion:
-        launch = express_launch(self, stream)
-        if launch is None:
-            return DeviceOp._start(self, stream, notify)
-        launch._consumed = True
-        return launch._start(stream, notify)
+        result: Completion = self._execute("_start", DeviceOp._start, stream, notify)
+        return result
 
     def _express_launch(self, stream: Stream) -> Any:
         """Handed to asyncio as a future: its raw launch (a seen expression), or None."""
-        if self._out is not None and SCOPE.get() is not None:  # (see above)
-            with detached():
-                return self._express_launch_now(stream)
-        return self._express_launch_now(stream)
-
-    def _express_launch_now(self, stream: Stream) -> Any:
-        launch = express_launch(self, stream)
-        if launch is None:
-            return None
-        launch._consumed = True
-        return launch._express_launch(stream)
+        return self._execute("_express_launch", _no_launch, stream)
 
     def _sync(self, stream: Stream) -> Tensor:
-        if self._out is not None and SCOPE.get() is not None:  # (see above)
-            with detached():
-                return self._sync_now(stream)
-        return self._sync_now(stream)
+        result: Tensor = self._execute("_sync", DeviceOp._sync, stream)
+        return result
 
-    def _sync_now(self, stream: Stream) -> Tensor:
+    def _execute(self, how: str, long_way: Callable[..., Any], stream: Stream, *args: Any) -> Any:
+        """Execute it by ``how`` (``_start``, ``_sync``, ``_express_launch``) on
+        ``stream``: that method of its raw launch op where it is a seen expression, else
+        ``long_way(self, stream, *args)``; outside the cancel scope where it writes a
+        tensor given to it (see above)."""
+        if self._out is not None and SCOPE.get() is not None:
+            with detached():
+                return self._execute_now(how, long_way, stream, *args)
+        return self._execute_now(how, long_way, stream, *args)
+
+    def _execute_now(
+        self, how: str, long_way: Callable[..., Any], stream: Stream, *args: Any
+    ) -> Any:
         launch = express_launch(self, stream)
         if launch is None:
-            return DeviceOp._sync(self, stream)
+            return long_way(self, stream, *args)
         launch._consumed = True
-        result: Tensor = launch._sync(stream)
-        return result
+        return getattr(launch, how)(stream, *args)
 
     #: See :meth:`DeviceOp.__await__`: native (``LaunchAwait``, ``reactor/python/express.c``):
     #: the preamble, then the op's raw launch on the chosen stream
