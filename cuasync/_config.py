@@ -54,9 +54,9 @@
                                ``~/.cache/cuasync/kernels``), ``off``, or a directory
 ``CUASYNC_GUARDS``             guarded regions (library calls, memsets and device copies a
                                cancelled scope skips; :mod:`cuasync._launch.guard`): ``auto``
-                               (default: the backend's choice: every kind on the emulator,
-                               memsets and cuBLAS calls on CUDA), ``on``, ``off``, or
-                               ``memsets`` (memsets only)
+                               (default: the backend's choice: every kind, on the emulator
+                               and on CUDA), ``on``, ``off``, or ``memsets`` (memsets
+                               only)
 ``CUASYNC_PEER``               copies between devices: ``auto`` (default: device to device
                                where the two can access each other's memory) or ``off``
                                (always staged through pinned host memory, as where peer

@@ -333,6 +333,9 @@ class PreparedCore:
     #: a library call made in place of a kernel launch (``call(stream, args, errors,
     #: flag_address, flag_value)``), or None: a kernel
     call: Any
+    #: the grid whose awaits park at once, without the inline spin (their work is known
+    #: to outlast it: ``cuasync._core.wake``), or None
+    parked_grid: Any
 
 @disjoint_base
 class KernelCore:
@@ -911,6 +914,8 @@ class Express:
     def burst_queued(self) -> int: ...
     @property
     def burst_handed_over(self) -> int: ...
+    @property
+    def parked_at_once(self) -> int: ...
 
 @final
 class LaunchAwait:

@@ -418,10 +418,10 @@ class CudaBackend(Backend):
         self._guard_execs: list[tuple[Any, int, int, int]] = []
         self._guard_lock = threading.Lock()
         #: The kinds of :meth:`guarded` region used (cuasync._launch.guard): memsets
-        #: (the whole suite passed with them on an H200, session 42) and cuBLAS calls
-        #: (on an H100, session 48); not yet device copies, whose region has not run on
-        #: a GPU (``CUASYNC_GUARDS=on`` tries it; docs/cancellation.md).
-        self.guards: frozenset[str] = frozenset(("memset", "library"))
+        #: (the whole suite passed with them on an H200, session 42), cuBLAS calls (on
+        #: an H100, session 48) and device copies (on an H100 with ``CUASYNC_GUARDS=on``,
+        #: session 49): every kind (docs/cancellation.md).
+        self.guards: frozenset[str] = frozenset(("memset", "library", "copy"))
         self._context_handles = {}  # ordinal -> int(CUcontext): BackendCore's
         self._blas: Any = None  # cublas.Blas, made by the first matrix product
         self._hopper: dict[int, bool] = {}  # ordinal -> compute capability >= 9.0

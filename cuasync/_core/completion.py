@@ -91,14 +91,16 @@ class Stats:
     (``CUASYNC_SLOTS``); ``callbacks_pending``: completions waiting on a host callback;
     ``fallbacks``: awaits that found every slot in use and used a host callback;
     ``spins_skipped``: awaits that did not spin because other work on their loop was
-    ready to run; ``burst_awaits``: awaits of a kernel launch that found other tasks ready
-    and stepped aside (their launch queued for the native submitter thread, or made at
-    once on the emulator) while those ran; ``launches_queued``: launches the submitter
-    thread made; ``burst_handed_over``: awaits in a burst whose work had not landed after
-    their steps aside (they then spin and park as any await); ``early_wakes`` /
-    ``early_misses``: parked awaits whose loop woke itself before the expected landing
-    and saw the flag land / ended its spin first (``CUASYNC_WAKE``); ``faults``: device faults
-    that failed pending work; ``stale_probes``: checks of a slot that made no progress;
+    ready to run; ``spins_skipped_long``: awaits of a launch that parked without the
+    inline spin, their kernel and grid known to outlast it (:mod:`cuasync._core.wake`);
+    ``burst_awaits``: awaits of a kernel launch that found other tasks ready and stepped
+    aside (their launch queued for the native submitter thread, or made at once on the
+    emulator) while those ran; ``launches_queued``: launches the submitter thread made;
+    ``burst_handed_over``: awaits in a burst whose work had not landed after their steps
+    aside (they then spin and park as any await); ``early_wakes`` / ``early_misses``:
+    parked awaits whose loop woke itself before the expected landing and saw the flag
+    land / ended its spin first (``CUASYNC_WAKE``); ``faults``: device faults that
+    failed pending work; ``stale_probes``: checks of a slot that made no progress;
     ``reactor``: whether awaits use flag slots; ``host_sync``: the ``CUASYNC_HOST_SYNC``
     mode in force; ``native``: whether the native module is loaded.
 
@@ -119,6 +121,9 @@ class Stats:
     fallbacks: int = 0
     #: Awaits that did not spin because other work on their loop was ready to run.
     spins_skipped: int = 0
+    #: Awaits of a launch that parked at once, without the inline spin: the early wake's
+    #: steady estimate says their kernel and grid outlast it.
+    spins_skipped_long: int = 0
     #: Awaits of a launch that stepped aside in a burst (see :mod:`cuasync._core.express`).
     burst_awaits: int = 0
     #: Launches made by the native submitter thread (queued by bursts of awaits).
@@ -977,6 +982,7 @@ class Hub(HubCore):
             stats.completed_inline += self._core.completed_inline
             stats.burst_awaits += self._core.burst_awaits
             stats.burst_handed_over = self._core.burst_handed_over
+            stats.spins_skipped_long += self._core.parked_at_once
         stats.slots_armed = self.slots_in_use()
         stats.callbacks_pending = len(self.callback_pending)
         if self.reactor is not None:

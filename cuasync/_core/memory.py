@@ -49,6 +49,9 @@ class Allocation(ProcessLocal, AllocationCore):
     # may only read it: memory a producer exported read-only) are the native base's
     # fields (``AllocationCore``: the native core reads them)
     __slots__ = ("__weakref__",)
+    #: Whether another library allocated it (``ForeignAllocation``: adopted by DLPack or
+    #: ``__cuda_array_interface__``).
+    foreign = False
 
     def __init__(self, device: Device, nbytes: int, stream: Stream) -> None:
         if nbytes < 0:

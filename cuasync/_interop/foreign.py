@@ -129,6 +129,7 @@ class ForeignAllocation(Allocation):
     """
 
     __slots__ = ("_release", "owner")  # (readonly: AllocationCore's)
+    foreign = True
 
     def __init__(
         self,

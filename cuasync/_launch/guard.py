@@ -8,11 +8,11 @@ whose condition a one-thread kernel sets from the word when the graph starts
 one command that reads the word first. A region costs a graph built, instantiated and
 launched in its place, so only work expected to take longer than :data:`POLICY`'s
 ``min_ns`` is guarded. A backend may have some kinds off (``backend.guards``): the
-emulator guards every kind, the CUDA backend memsets and cuBLAS calls (the copy region
-has not run on a GPU yet: docs/cancellation.md).
+emulator and the CUDA backend guard every kind (docs/cancellation.md).
 A region is of one of :data:`KINDS`: ``"memset"``, ``"library"`` (a cuBLAS call) or
 ``"copy"`` (a copy from device memory to device memory of one device: a conditional
-node's body takes memcpy nodes; host transfers and peer copies are not guarded);
+node's body takes memcpy nodes; host transfers, peer copies and copies from memory
+another library allocated are not guarded);
 ``backend.guards`` is the set of kinds a backend guards. ``CUASYNC_GUARDS=on`` / ``off``
 overrides the backend's choice, and ``memsets`` guards memsets alone.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -182,7 +183,10 @@ def dup(tensor: Tensor) -> TensorOp:
         src = ctx.read(t.allocation) + t.offset * t.itemsize
         if not out.nbytes:
             return Output.ready(out)
-        with guarded(ctx, "copy", nbytes=2 * out.nbytes):  # (a cancelled scope skips it)
+        # (a cancelled scope skips it; memory another library allocated, managed memory
+        # perhaps, is copied unguarded: tools/probes/guard_managed.py)
+        foreign = t.allocation.foreign
+        with nullcontext() if foreign else guarded(ctx, "copy", nbytes=2 * out.nbytes):
             copy_strided(
                 ctx,
                 "dtod",

@@ -239,7 +239,11 @@ CORE_TYPE(PreparedCore, "PreparedCore",
           OPTIONAL(PreparedCore, call, "call",
                  "A library call made in place of a kernel launch, or None (a kernel): "
                  "call(stream, args, errors, flag_address, flag_value) enqueues the work "
-                 "of args on stream, then the flag write where flag_address is not 0."));
+                 "of args on stream, then the flag write where flag_address is not 0."),
+          OPTIONAL(PreparedCore, parked_grid, "parked_grid",
+                 "The grid whose awaits park at once, without the inline spin (its work is "
+                 "known to outlast it: the early wake's steady estimate, "
+                 "cuasync._core.wake), or None."));
 
 CORE_TYPE(KernelCore, "KernelCore",
           "The fields of a kernel (its base type: Kernel, a Module's kernel) that a launch "

@@ -29,10 +29,11 @@ typedef struct {
 } TensorCore;
 
 /* PreparedKernel: name, ordinal, handle, fast; call (a library call made in place of a
- * kernel launch, or NULL/None: see express.c's BY_CALL) */
+ * kernel launch, or NULL/None: see express.c's BY_CALL); parked_grid (the grid whose
+ * awaits park without the inline spin, or NULL/None: see express.c) */
 typedef struct {
     PyObject_HEAD
-    PyObject *name, *ordinal, *handle, *fast, *call;
+    PyObject *name, *ordinal, *handle, *fast, *call, *parked_grid;
 } PreparedCore;
 
 /* A kernel (_Launchable: Kernel, a Module's kernel): params, _prepared (its

@@ -583,6 +583,24 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s, 
     return 1;
 }
 
+/* Whether a launch on grid parks at once: grid is its kernel's parked_grid (the same
+ * object, or an equal tuple or int: comparing those runs no Python code). */
+static int
+parks_at_once(PyObject *parked, PyObject *grid)
+{
+    if (parked == grid)
+        return 1;
+    if (grid == NULL || Py_TYPE(parked) != Py_TYPE(grid) ||
+        !(PyTuple_CheckExact(grid) || PyLong_CheckExact(grid)))
+        return 0;
+    int equal = PyObject_RichCompareBool(parked, grid, Py_EQ);
+    if (equal < 0) { /* (tuples of ints and ints: not expected; then the spin) */
+        PyErr_Clear();
+        return 0;
+    }
+    return equal;
+}
+
 int
 spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
 {
@@ -864,7 +882,13 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
                              ? PyLong_AsLongLong(completed) : 0;
     if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
         spin_us = budget_us; /* (read before the lock: nothing can fail there after it) */
-        if (mode == MODE_AWAIT && spin_us) {
+        PyObject *parked = PREPARED(LAUNCH(op)->prepared)->parked_grid;
+        if (mode == MODE_AWAIT && spin_us && parked != NULL && parked != Py_None &&
+            done_seq >= seqv - 1 && parks_at_once(parked, LAUNCH(op)->grid)) {
+            spin_us = 0; /* known to outlast the spin: park at once (wake.py) */
+            self->parked_at_once++;
+        }
+        else if (mode == MODE_AWAIT && spin_us) {
             long_ops_was = long_ops;
             if (long_ops || done_seq < seqv - 1) {
                 PyObject *a[4] = {self->hub, adapter, stream, seq};
@@ -1135,6 +1159,7 @@ Express_get_counter(Express *self, void *which)
                            : which == (void *)4 ? self->burst_awaits
                            : which == (void *)5 ? self->burst_queued
                            : which == (void *)6 ? self->burst_handed_over
+                           : which == (void *)8 ? self->parked_at_once
                                                 : self->uploads;
     return PyLong_FromUnsignedLongLong(v);
 }
@@ -1232,6 +1257,9 @@ static PyGetSetDef Express_getset[] = {
      "small uploads served an idle pinned block kept here", NULL},
     {"uploads", (getter)Express_get_counter, NULL,
      "small from_host ops this core submitted (Express.upload)", (void *)7},
+    {"parked_at_once", (getter)Express_get_counter, NULL,
+     "awaits of a launch that parked without the inline spin, their kernel and grid known "
+     "to outlast it (in stats().spins_skipped_long)", (void *)8},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

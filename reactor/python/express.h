@@ -54,7 +54,7 @@ typedef struct {
     /* interned names of numpy's attributes it reads (a foreign type's API) */
     PyObject *s_itemsize, *s_shape;
     unsigned long long launches, native_launches, declined, completed_inline;
-    unsigned long long burst_awaits, burst_queued, burst_handed_over;
+    unsigned long long burst_awaits, burst_queued, burst_handed_over, parked_at_once;
     /* a small upload's (upload.c): the lease type, idle pinned staging blocks by size
      * class */
     PyObject *lease_t;

@@ -720,6 +720,43 @@ def test_library_calls_memsets_and_copies_of_a_cancelled_scope_are_skipped(
     asyncio.run(main())
 
 
+def test_a_dup_of_memory_another_library_allocated_is_not_guarded(
+    guard_everything, monkeypatch
+) -> None:
+    """Memory adopted from another library (``__cuda_array_interface__``, DLPack) may be
+    CUDA managed memory, which a conditional node's body may refuse to copy: its ``dup``
+    is copied unguarded (and right); a tensor cuasync allocated gets the region."""
+    from cuasync._interop.cai import from_cuda_array_interface
+    from cuasync._transfers import copies
+
+    regions: list[str] = []
+    real = copies.guarded
+
+    def spy(ctx: Any, kind: str, **size: Any) -> Any:
+        regions.append(kind)
+        return real(ctx, kind, **size)
+
+    monkeypatch.setattr(copies, "guarded", spy)
+    host = np.arange(64, dtype=np.float32)
+
+    class Adopted:  # (another library's array over the same memory)
+        def __init__(self, t: cuasync.Tensor) -> None:
+            self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+    async def main() -> tuple[list[str], list[str]]:
+        own = await cuasync.asarray(host)
+        adopted = from_cuda_array_interface(Adopted(own))
+        with cuasync.cancel_scope():
+            copy = await adopted.dup()
+            np.testing.assert_array_equal(_host(copy), host)
+            foreign, regions[:] = list(regions), []
+            await own.dup()
+        return foreign, list(regions)
+
+    foreign, own = asyncio.run(main())
+    assert foreign == [] and own == ["copy"]
+
+
 def test_a_matmul_into_a_given_tensor_runs_in_a_cancelled_scope(guard_everything, baseline) -> None:
     """``out=`` names a tensor others may read: its cuBLAS call is never guarded."""
     host = np.eye(8, dtype=np.float32) * 2

@@ -193,6 +193,86 @@ async def test_an_unsteady_estimate_is_scanned_for_as_any_await(anyio_backend, s
     assert max(naps) <= 2_000_000  # (the reactor's long-nap cap)
 
 
+@pytest.mark.skipif(not helpers.NATIVE_ON, reason="the native core's inline spin")
+async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend, stream) -> None:
+    """Where its kernel's ``parked_grid`` is its grid, an await parks at once and still
+    returns its value: in a burst of tasks (on asyncio: handed to Python after stepping
+    aside) and alone on its loop (the native core's await); without it, the await spins
+    first."""
+    prepared, grid = wake_key(stream)  # (cuasync.wait: a library call the core takes)
+    skipped = cuasync.stats().spins_skipped_long
+    prepared.parked_grid = grid
+    try:
+        expect(stream, 60_000_000_000)  # (the reactor finishes it: no wake set in time)
+        value, left = await held_wait(stream)
+        assert value is None and left == 0
+        assert cuasync.stats().spins_skipped_long == skipped + 1
+        assert prepared.parked_grid is None  # no spin saw it land: the next one spins
+        await cuasync.wait(stream)
+        assert cuasync.stats().spins_skipped_long == skipped + 1
+        prepared.parked_grid = grid
+        await cuasync.wait(stream)
+        assert cuasync.stats().spins_skipped_long == skipped + 2
+    finally:
+        prepared.parked_grid = None
+
+
+def _woken_entry(stream: cuasync.Stream, *, seen: bool) -> wake.Pending:
+    """A parked await of ``cuasync.wait(stream)`` whose wake ran: its spin saw the
+    landing (``seen``), or it had landed before the wake looked."""
+    entry = wake.Pending(get_hub(), None, None, wake_key(stream), parked=1_000)
+    entry.due, entry.looked = 200_000, 210_000
+    entry.seen = 300_000 if seen else 0
+    return entry
+
+
+@pytest.mark.skipif(not helpers.NATIVE_ON, reason="the native core's key (a library call)")
+def test_a_steady_long_estimate_lets_launches_park_at_once_until_one_lands_unseen(
+    stream,
+) -> None:
+    prepared, grid = wake_key(stream)
+    try:
+        expect(stream, 300_000)  # steady (deviation 1/16), 0.3 ms
+        wake.resumed(_woken_entry(stream, seen=True))
+        assert prepared.parked_grid == grid
+        wake.resumed(_woken_entry(stream, seen=False))  # it may have got short: spin again
+        assert prepared.parked_grid is None
+        wake.resumed(_woken_entry(stream, seen=True))  # (the estimate is unsteady now)
+        assert prepared.parked_grid is None
+        for _ in range(6):  # steady again
+            wake.resumed(_woken_entry(stream, seen=True))
+        assert prepared.parked_grid == grid
+        wake.forget()  # estimates gone: every launch spins again
+        assert prepared.parked_grid is None
+        expect(stream, 300_000)
+        wake.resumed(_woken_entry(stream, seen=True))
+        wake.POLICY.on = False  # no early wake: a skipped spin would cost a reactor wake
+        assert prepared.parked_grid is None
+        wake.POLICY.on = True
+        expect(stream, 30_000)  # shorter than the floor (100 us, four spin budgets)
+        wake.resumed(_woken_entry(stream, seen=True))
+        assert prepared.parked_grid is None
+    finally:
+        prepared.parked_grid = None
+
+
+def test_an_unsteady_estimate_gets_a_short_look_at_its_expected_landing() -> None:
+    """Work whose length varies (a stream shared with others' queued work) is not spun
+    for through its spread: the wake looks around the expected landing and the reactor
+    keeps scanning; a steady estimate's wake spins through its spread, the reactor quiet."""
+    lead = 20_000
+    steady = wake.Estimate(300_000)  # deviation 1/16
+    due, until, quiet = wake.window(steady, lead)
+    assert due == 300_000 - lead - steady.dev and until == 300_000 + 2 * steady.dev
+    assert quiet == wake.POLICY.quiet
+    unsteady = wake.Estimate(5_000_000)
+    unsteady.dev = 1_000_000  # a fifth of it
+    due, until, quiet = wake.window(unsteady, lead)
+    assert due == 5_000_000 - lead
+    assert until - due == lead + wake.POLICY.tolerance_ns  # 50 us, not 400
+    assert not quiet
+
+
 def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
     """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
     e = wake.Estimate(300_000)

@@ -27,6 +27,7 @@ work beside ``stream.synchronize()``.
     python3 tools/probes/wake_parts.py              # the A/B/C (today's park, early wake, quiet)
     python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
     python3 tools/probes/wake_parts.py tune         # the early wake's lead and lateness settings
+    python3 tools/probes/wake_parts.py cpu          # where an await's CPU goes, by phase and thread
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
@@ -467,6 +468,127 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
             )
 
 
+def _threads() -> dict[str, float]:
+    """CPU seconds of each thread of this process so far, by name (``comm``; threads of one
+    name summed)."""
+    import os
+
+    from cuasync.bench import completion
+
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            out[name] = out.get(name, 0.0) + completion._thread_usage(int(tid))[0]
+        except OSError:  # (a thread that ended meanwhile)
+            pass
+    return out
+
+
+def cpu(n: int = 600) -> None:
+    """Where the CPU of an await of 0.3 ms of work goes: the loop thread's CPU per await
+    split by phase (``time.thread_time`` at each step: the launch and inline spin up to
+    parking; parking up to the timer's wake, the loop's own iteration and ``epoll``
+    included; the wake's spin and finish; from there to the task's resumption; the
+    resumption up to the await's end), and every thread of the process by name; with the
+    inline spin (default) and without it, on asyncio and uvloop."""
+    import time
+
+    import numpy as np
+
+    from cuasync._core import express, wake
+    from cuasync._core.completion import get_hub
+    from cuasync.bench import completion
+    from cuasync.bench._util import run_loop
+
+    kernel = completion.spin_ns
+    kernel.compile()
+    idle = completion._idle_cpu(0.2)
+    clock = time.thread_time_ns
+    marks: dict[str, int] = {}
+    park = express.suspend
+    fire = wake.Timer.fire
+
+    def suspend(*args: Any) -> Any:  # (the hook: the parked await's two ends)
+        marks["park"] = clock()
+        yield from park(*args)
+        marks["back"] = clock()
+
+    def fired(self: wake.Timer) -> None:
+        marks["fire"] = clock()
+        fire(self)
+        marks["fired"] = clock()
+
+    express.suspend = suspend  # type: ignore[assignment]
+    wake.Timer.fire = fired  # type: ignore[method-assign]
+    hub = get_hub()
+    spin_us = hub.spin_budget_us
+    phases = ("launch+spin", "park..wake", "wake spin+finish", "wake..resumed", "resumed..end")
+
+    async def run(work_ns: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        try:
+            for _ in range(2):  # (two alternated rounds)
+                for label, spin in (("inline spin", spin_us), ("no inline spin", 0)):
+                    hub.spin_budget_us = spin
+                    for _ in range(10):
+                        await kernel[1, 1](work_ns)
+                    rows = []
+                    threads0, c0, w0 = _threads(), time.process_time(), time.perf_counter()
+                    for _ in range(n // 2):
+                        marks.clear()
+                        t0 = clock()
+                        await kernel[1, 1](work_ns)
+                        t1 = clock()
+                        if {"park", "fire", "fired", "back"} <= marks.keys():
+                            m = marks
+                            rows.append((m["park"] - t0, m["fire"] - m["park"],
+                                         m["fired"] - m["fire"], m["back"] - m["fired"],
+                                         t1 - m["back"]))  # fmt: skip
+                    wall = time.perf_counter() - w0
+                    proc = time.process_time() - c0
+                    threads1 = _threads()
+                    o = out.setdefault(label, {"rows": [], "proc": 0.0, "wall": 0.0, "t": {}})
+                    o["rows"] += rows
+                    o["proc"] += proc
+                    o["wall"] += wall
+                    for name, s in threads1.items():
+                        o["t"][name] = o["t"].get(name, 0.0) + s - threads0.get(name, 0.0)
+        finally:
+            hub.spin_budget_us = spin_us
+        return out
+
+    print(f"idle CPU {idle:.1f} % of a core", flush=True)
+    try:
+        for kind in ("asyncio", "uvloop"):
+            try:
+                out = run_loop(kind, lambda: run(300_000))
+            except ImportError:
+                continue
+            for label, o in out.items():
+                rows = np.array(o["rows"] or [(0,) * 5]) / 1e3
+                awaits = n // 2 * 2
+                print(
+                    f"{kind:<8} {label:<15} process CPU {o['proc'] / o['wall'] * 100 - idle:5.1f} %"
+                    f" = {o['proc'] / awaits * 1e6:6.1f} us/await ({len(o['rows'])} woken by the"
+                    " timer); loop thread p50 us: "
+                    + ", ".join(
+                        f"{p} {v:.1f}" for p, v in zip(phases, np.median(rows, axis=0), strict=True)
+                    ),
+                    flush=True,
+                )
+                busy = sorted(o["t"].items(), key=lambda kv: -kv[1])
+                print(
+                    "    threads, us/await: "
+                    + ", ".join(f"{name} {s / awaits * 1e6:.1f}" for name, s in busy if s > 0),
+                    flush=True,
+                )
+    finally:
+        express.suspend = park  # type: ignore[assignment]
+        wake.Timer.fire = fire  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
@@ -474,6 +596,8 @@ if __name__ == "__main__":
         timeline()
     elif sys.argv[1:] == ["tune"]:
         tune()
+    elif sys.argv[1:] == ["cpu"]:
+        cpu()
     elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
