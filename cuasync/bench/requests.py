@@ -14,7 +14,8 @@ CuPy where they are installed; candidates are taken in turns (:func:`_turns`). R
 - **waking for real work**: ``await`` of a kernel spinning 0.3 ms and 5 ms on asyncio and
   uvloop, beside ``.sync()`` of the same op, and the cross-thread wake floor of that loop
   (a thread's ``call_soon_threadsafe`` to the awaiting task, no GPU), with the process's
-  CPU above idle while awaiting; ``await cuasync.wait(torch_stream)`` after torch work of
+  CPU above idle while awaiting and each thread's share of it (``loop``: the awaiting
+  thread; by name, from ``/proc``); ``await cuasync.wait(torch_stream)`` after torch work of
   the same lengths, beside ``stream.synchronize()``. These run with the wake policy in
   force (``CUASYNC_WAKE``: by default the early wake; ``tools/probes/wake_parts.py``
   prints it beside today's park in one run).
@@ -163,12 +164,16 @@ async def _wake_floor(n: int, delay_s: float) -> list[int]:
     return out
 
 
-async def _awaits_and_syncs(ns_work: int, n: int) -> tuple[dict[str, list[int]], float]:
+async def _awaits_and_syncs(
+    ns_work: int, n: int, threads: dict[str, float] | None = None
+) -> tuple[dict[str, list[int]], float]:
     """The await and the ``.sync()`` of a kernel spinning ``ns_work`` (in turns), and the
-    process's CPU (% of a core) while the awaits waited."""
+    process's CPU (% of a core) while the awaits waited; ``threads``, where given, gets
+    each thread's share of it (% of a core, by name: ``completion.threads_cpu``)."""
     kernel = completion.spin_ns
     cpu = 0.0
     wall = 0.0
+    spent: dict[str, float] = {}
     awaits: list[int] = []
     syncs: list[int] = []
     clock = time.perf_counter_ns
@@ -177,6 +182,7 @@ async def _awaits_and_syncs(ns_work: int, n: int) -> tuple[dict[str, list[int]],
         kernel[1, 1](ns_work).sync(allow_in_loop=True)
     for done in range(0, n, 5):
         turn = min(5, n - done)
+        before = completion.threads_cpu() if threads is not None else {}
         c0, w0 = time.process_time(), time.perf_counter()
         for _ in range(turn):
             t0 = clock()
@@ -184,10 +190,15 @@ async def _awaits_and_syncs(ns_work: int, n: int) -> tuple[dict[str, list[int]],
             awaits.append(clock() - t0)
         cpu += time.process_time() - c0
         wall += time.perf_counter() - w0
+        if threads is not None:
+            for name, s in completion.threads_cpu().items():
+                spent[name] = spent.get(name, 0.0) + s - before.get(name, 0.0)
         for _ in range(turn):
             t0 = clock()
             kernel[1, 1](ns_work).sync(allow_in_loop=True)
             syncs.append(clock() - t0)
+    if threads is not None:
+        threads.update({name: s / wall * 100 for name, s in spent.items()})
     return {"await": awaits, ".sync()": syncs}, cpu / wall * 100
 
 
@@ -197,8 +208,9 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
     lengths = (("0.3 ms", 300_000, 40 if quick else 300), ("5 ms", 5_000_000, 10 if quick else 60))
     for label, work_ns, n in lengths:
         for kind in ("asyncio", "uvloop"):
+            threads: dict[str, float] = {}
             try:
-                samples, cpu = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n))  # noqa: B023
+                samples, cpu = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n, threads))  # noqa: B023
                 floor = run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))  # noqa: B023
             except ImportError:  # no uvloop
                 continue
@@ -208,8 +220,10 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
             p50["floor"] = _p50(
                 report.latency(SUITE, f"{kind}: cross-thread wake floor ({label} apart)", floor)
             )
+            busy = sorted(((s, name) for name, s in threads.items() if s >= 0.05), reverse=True)
+            shares = ", ".join(f"{name.replace('this thread', 'loop')} {s:.1f}" for s, name in busy)
             report.value(SUITE, f"{kind}: CPU above idle while awaiting {label} of work",
-                         cpu - idle, "% of a core", f"idle {idle:.1f} %")  # fmt: skip
+                         cpu - idle, "% of a core", f"idle {idle:.1f} %; {shares}")  # fmt: skip
             targets.append((f"{kind} {label}: await - .sync() (target <= 25 us)",
                             p50["await"] - p50[".sync()"]))  # fmt: skip
             targets.append((f"{kind} {label}: await - (.sync() + wake floor) (target <= 10 us)",

@@ -468,31 +468,14 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
             )
 
 
-def _threads() -> dict[str, float]:
-    """CPU seconds of each thread of this process so far, by name (``comm``; threads of one
-    name summed)."""
-    import os
-
-    from cuasync.bench import completion
-
-    out: dict[str, float] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip()
-            out[name] = out.get(name, 0.0) + completion._thread_usage(int(tid))[0]
-        except OSError:  # (a thread that ended meanwhile)
-            pass
-    return out
-
-
 def cpu(n: int = 600) -> None:
     """Where the CPU of an await of 0.3 ms of work goes: the loop thread's CPU per await
     split by phase (``time.thread_time`` at each step: the launch and inline spin up to
     parking; parking up to the timer's wake, the loop's own iteration and ``epoll``
     included; the wake's spin and finish; from there to the task's resumption; the
     resumption up to the await's end), and every thread of the process by name; with the
-    inline spin (default) and without it, on asyncio and uvloop."""
+    inline spin (the default: skipped once the estimate is steady and long) and without
+    it, on asyncio and uvloop."""
     import time
 
     import numpy as np
@@ -535,7 +518,8 @@ def cpu(n: int = 600) -> None:
                     for _ in range(10):
                         await kernel[1, 1](work_ns)
                     rows = []
-                    threads0, c0, w0 = _threads(), time.process_time(), time.perf_counter()
+                    threads0 = completion.threads_cpu()
+                    c0, w0 = time.process_time(), time.perf_counter()
                     for _ in range(n // 2):
                         marks.clear()
                         t0 = clock()
@@ -548,7 +532,7 @@ def cpu(n: int = 600) -> None:
                                          t1 - m["back"]))  # fmt: skip
                     wall = time.perf_counter() - w0
                     proc = time.process_time() - c0
-                    threads1 = _threads()
+                    threads1 = completion.threads_cpu()
                     o = out.setdefault(label, {"rows": [], "proc": 0.0, "wall": 0.0, "t": {}})
                     o["rows"] += rows
                     o["proc"] += proc
