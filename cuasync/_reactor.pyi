@@ -1,5 +1,6 @@
 """Types of the native module (``reactor/python/`` over ``reactor/core/``): reactor/README.md."""
 
+import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Self, SupportsIndex, final
@@ -76,10 +77,13 @@ class Reactor:
         expected: SupportsIndex,
         queue: LoopQueue,
         quiet_until: int = 0,
+        watched: bool = False,
         /,
     ) -> None:
         """Push ``slot`` onto ``queue`` once its word reaches ``expected``; not scanned
-        for before ``quiet_until`` (``time.monotonic_ns()``), while an early wake watches it."""
+        for before ``quiet_until`` (``time.monotonic_ns()``), while an early wake watches it;
+        ``watched``: that wake looks at it before then (and arms it again if it has not
+        landed), so a parked or napping thread is not woken for it."""
 
     def disarm(self, slot: SupportsIndex, /) -> bool:
         """Stop watching ``slot`` without notifying; True if it was armed."""
@@ -189,6 +193,11 @@ def set_launch_fence(submitter: Submitter | None, /) -> None:
 
 def set_host_signal_queue(queue: LoopQueue | None, /) -> None:
     """Make ``queue`` the one ``HOST_SIGNAL_FN`` pushes to (None: signals are dropped)."""
+
+if sys.platform == "linux":
+    def set_timer(fd: int, deadline_ns: int, /) -> bool:
+        """Set the timerfd ``fd`` to expire once at ``deadline_ns`` (``time.monotonic_ns()``;
+        0 disarms it); False where the kernel refused (a closed fd)."""
 
 def spin_wait(address: SupportsIndex, expected: SupportsIndex, budget_ns: SupportsIndex, /) -> bool:
     """Busy-wait (GIL released) until the slab word reaches ``expected`` or the budget ends."""

@@ -668,13 +668,19 @@ class Hub(HubCore):
         return comp.state >= DONE
 
     def watch(
-        self, comp: Completion, adapter: LoopAdapter, waiter: Waiter, quiet_until: int = 0
+        self,
+        comp: Completion,
+        adapter: LoopAdapter,
+        waiter: Waiter,
+        quiet_until: int = 0,
+        watched: bool = False,
     ) -> None:
         """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
 
         A flag slot is armed to the loop's queue (not scanned for before
         ``quiet_until``, a ``time.monotonic_ns()`` up to which the loop's early wake
-        watches it); one already armed to another loop moves to the background
+        watches it; ``watched``: that wake looks at it before then, so the reactor's
+        thread is not woken for it); one already armed to another loop moves to the background
         watcher, which wakes the waiters of every loop. A host-callback completion needs
         no arming: the watcher finishes it.
         """
@@ -690,7 +696,7 @@ class Hub(HubCore):
             watcher = comp.watcher
             if watcher is None:
                 comp.watcher = adapter
-                self.arm(comp, queue, quiet_until)  # under the lock: see arm
+                self.arm(comp, queue, quiet_until, watched)  # under the lock: see arm
                 return
             if watcher is adapter or watcher is self.background:
                 return
@@ -785,16 +791,18 @@ class Hub(HubCore):
         # race with the close go to the background watcher (the reactor's orphan queue).
         self.handle_reports(*queue.close())
 
-    def arm(self, comp: Completion, queue: Any, quiet_until: int = 0) -> None:
+    def arm(
+        self, comp: Completion, queue: Any, quiet_until: int = 0, watched: bool = False
+    ) -> None:
         """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land
-        (``quiet_until``: see :meth:`watch`).
+        (``quiet_until``, ``watched``: see :meth:`watch`).
 
         Called under ``comp._lock`` with ``comp`` pending: :meth:`Completion.finish` leaves
         ``PENDING`` under that lock before :meth:`release` disarms, so no arm can follow
         the disarm and the slot goes back to the free list with nothing armed on it.
         """
         comp.armed_at = time.monotonic()
-        self.reactor.arm(comp.slot, comp.gen, queue, quiet_until)
+        self.reactor.arm(comp.slot, comp.gen, queue, quiet_until, watched)
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
@@ -1114,7 +1122,7 @@ def suspend(
     wake, parked = adapter.park()
     entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key)
     try:
-        hub.watch(comp, adapter, wake, _wake.quiet_until(entry))
+        hub.watch(comp, adapter, wake, _wake.quiet_until(entry), _wake.watched(entry))
         if entry is not None and entry.due:
             _wake.start(entry)
         yield from parked()

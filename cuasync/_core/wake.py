@@ -38,11 +38,12 @@ from time import monotonic_ns
 from typing import Any
 
 from .._config import CONFIG
-from .._native import PreparedCore
+from .._native import NATIVE, PreparedCore
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer",
-    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start",
+    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start", "watched",
+    "window",
 ]  # fmt: skip
 
 
@@ -112,27 +113,17 @@ class Policy:
         self.quiet_max_ns = 20_000_000
 
 
-#: Whether ``timerfd`` is there (Linux), through libc: ``os.timerfd_*`` is Python 3.13+.
+#: Whether ``timerfd`` is there (Linux): made through libc (``os.timerfd_create`` is
+#: Python 3.13+; once per loop), set by the native module (on every planned await).
 _LIBC: Any = None
-if sys.platform.startswith("linux"):
+if sys.platform.startswith("linux") and hasattr(NATIVE, "set_timer"):
     try:
         _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.timerfd_create, _LIBC.timerfd_settime  # noqa: B018 (both or neither)
-    except (OSError, AttributeError):  # pragma: no cover - a libc without them
+        _LIBC.timerfd_create  # noqa: B018
+    except (OSError, AttributeError):  # pragma: no cover - a libc without it
         _LIBC = None
 
-_CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC, _TFD_TIMER_ABSTIME = 1, 0o4000, 0o2000000, 1
-
-
-class _Spec(ctypes.Structure):
-    """``struct itimerspec``: no interval, one absolute expiry."""
-
-    _fields_ = [
-        ("interval_s", ctypes.c_long),
-        ("interval_ns", ctypes.c_long),
-        ("value_s", ctypes.c_long),
-        ("value_ns", ctypes.c_long),
-    ]
+_CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC = 1, 0o4000, 0o2000000
 
 
 class Estimate:
@@ -265,6 +256,14 @@ def quiet_until(entry: Pending | None) -> int:
     return 0 if entry is None else entry.quiet
 
 
+def watched(entry: Pending | None) -> bool:
+    """Whether ``entry``'s wake looks at its slot before its quiet time ends (then the
+    reactor's thread, parked or napping, is not woken for it: the wake arms it again if
+    it has not landed). Not where the quiet time ends first (work expected after
+    :attr:`Policy.quiet_max_ns`): the reactor watches it from then on."""
+    return entry is not None and 0 < entry.due <= entry.quiet
+
+
 def start(entry: Pending) -> None:
     """Set ``entry``'s wake on its loop's timer (after the reactor was armed for it)."""
     assert entry.timer is not None
@@ -363,7 +362,6 @@ class Timer:
         self.heap: list[Pending] = []
         self.armed = 0  # the deadline the timerfd holds (0: disarmed)
         self.late_ns = POLICY.late_ns
-        self._spec = _Spec()
         self._close_fd = weakref.finalize(self, os.close, fd)
         self.closed = False
 
@@ -383,9 +381,7 @@ class Timer:
         return timer
 
     def _set(self, deadline: int) -> None:
-        spec = self._spec
-        spec.value_s, spec.value_ns = divmod(deadline, 1_000_000_000)
-        _LIBC.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+        NATIVE.set_timer(self.fd, deadline)  # (False, a closed fd: the reactor reports)
         self.armed = deadline
 
     def _rearm(self) -> None:

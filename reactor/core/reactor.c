@@ -410,9 +410,11 @@ armed_append_locked(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint
 }
 
 /* Start the thread lazily, or wake it if it is parked, or in a long nap that ends
- * after quiet_until (the time the new entry wants watching from; 0: now). */
+ * after quiet_until (the time the new entry wants watching from; 0: now); not for a
+ * watched entry (its loop looks at it before quiet_until, and arms it again, waking the
+ * thread, if it has not landed then): a thread parked or napping stays so. */
 static int
-wake_locked(reactor *r, uint64_t quiet_until)
+wake_locked(reactor *r, uint64_t quiet_until, int watched)
 {
     if (!r->started) {
         sigset_t all, old; /* the thread must never take process signals */
@@ -423,12 +425,15 @@ wake_locked(reactor *r, uint64_t quiet_until)
         r->started = err == 0;
         return err;
     }
+    if (watched)
+        return 0;
     if (r->long_nap && quiet_until < r->nap_until) { /* it must not delay short work */
         r->long_nap = 0;
         atomic_fetch_add_explicit(&r->wakeups, 1, memory_order_relaxed);
         pthread_cond_signal(&r->cv);
     }
-    else if (r->narmed == 1) { /* the empty -> armed edge: it may be parked */
+    else if (atomic_load_explicit(&r->parked, memory_order_relaxed)) {
+        /* (parked with nothing armed, or with watched entries only) */
         pthread_cond_signal(&r->cv);
     }
     return 0;
@@ -440,7 +445,7 @@ wake_locked(reactor *r, uint64_t quiet_until)
 
 int
 reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until,
-            int *thread_err)
+            int watched, int *thread_err)
 {
     int err = ARM_OK;
     if (quiet_until) {
@@ -469,7 +474,7 @@ reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t qui
     }
     else if (armed_append_locked(r, slot, expected, q, quiet_until) < 0)
         err = ARM_NOMEM;
-    else if ((*thread_err = wake_locked(r, quiet_until)) != 0) {
+    else if ((*thread_err = wake_locked(r, quiet_until, watched && quiet_until)) != 0) {
         armed_remove_locked(r, r->narmed - 1);
         err = ARM_THREAD;
     }

@@ -156,9 +156,11 @@ int reactor_init(reactor *r, _Atomic uint32_t *words, uint32_t nslots,
 void reactor_destroy(reactor *r);
 void reactor_shutdown(reactor *r); /* stop and join the thread; idempotent */
 /* quiet_until: a monotonic time (now_ns) before which the entry is not scanned for,
- * its loop's early wake watching it meanwhile; 0: at once */
+ * its loop's early wake watching it meanwhile; 0: at once. watched: that wake looks at
+ * it before quiet_until (and arms it again if it has not landed then): a parked or
+ * napping thread is not woken for it */
 int reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t quiet_until,
-                int *thread_err);
+                int watched, int *thread_err);
 int reactor_disarm(reactor *r, uint32_t slot);
 int reactor_set_orphan(reactor *r, qcore *q); /* -1 once closed */
 int reactor_set_stale_queue(reactor *r, qcore *q); /* -1 once closed */

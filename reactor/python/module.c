@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/timerfd.h>
+#endif
 
 typedef struct {
     PyTypeObject *reactor_type;
@@ -335,15 +338,17 @@ Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
     uint32_t slot, expected;
     qcore *q;
     unsigned long long quiet_until = 0;
-    int thread_err = 0;
-    if (nargs != 3 && nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "arm() takes 3 or 4 arguments (%zd given)", nargs);
+    int thread_err = 0, watched = 0;
+    if (nargs < 3 || nargs > 5) {
+        PyErr_Format(PyExc_TypeError, "arm() takes 3 to 5 arguments (%zd given)", nargs);
         return NULL;
     }
     if (parse_slot(self, args[0], &slot) < 0 || get_u32(args[1], "expected", &expected) < 0 ||
         (q = queue_core(self, args[2], "queue")) == NULL)
         return NULL;
-    if (nargs == 4) {
+    if (nargs == 5 && (watched = PyObject_IsTrue(args[4])) < 0)
+        return NULL;
+    if (nargs >= 4) {
         PyObject *n = PyNumber_Index(args[3]);
         if (n == NULL)
             return NULL;
@@ -352,7 +357,7 @@ Reactor_arm(Reactor *self, PyObject *const *args, Py_ssize_t nargs)
         if (quiet_until == (unsigned long long)-1 && PyErr_Occurred())
             return NULL;
     }
-    switch (reactor_arm(&self->r, slot, expected, q, quiet_until, &thread_err)) {
+    switch (reactor_arm(&self->r, slot, expected, q, quiet_until, watched, &thread_err)) {
     case ARM_OK:
         Py_RETURN_NONE;
     case ARM_CLOSED:
@@ -446,11 +451,14 @@ COUNTER(backoff_ns)
 
 static PyMethodDef Reactor_methods[] = {
     {"arm", (PyCFunction)(void (*)(void))Reactor_arm, METH_FASTCALL,
-     "arm($self, slot, expected, queue, quiet_until=0, /)\n--\n\n"
+     "arm($self, slot, expected, queue, quiet_until=0, watched=False, /)\n--\n\n"
      "Watch slot until (int32)(word - expected) >= 0, then push it onto queue (pushed at once "
      "if already reached). quiet_until: a time.monotonic_ns() before which the slot need not "
      "be scanned for (its loop's early wake watches it; while every armed slot is quiet the "
-     "thread neither spins nor scans; at most a minute ahead: a later time is taken as that). ValueError: slot out of range; RuntimeError: already "
+     "thread neither spins nor scans; at most a minute ahead: a later time is taken as that). "
+     "watched: the loop's early wake looks at the slot before quiet_until and arms it again "
+     "if it has not landed: a parked or napping thread is not woken for it. ValueError: slot "
+     "out of range; RuntimeError: already "
      "armed or closed; TypeError: queue is not a LoopQueue."},
     {"disarm", (PyCFunction)Reactor_disarm, METH_O,
      "disarm($self, slot, /)\n--\n\nStop watching slot without notifying; True if it was armed."},
@@ -869,7 +877,40 @@ mod_build_upload(PyObject *m, PyObject *array)
     return upload_build(st->process, array);
 }
 
+#ifdef __linux__
+/* set_timer(fd, deadline_ns): the early wake's timerfd (wake.Timer) set to expire once at
+ * deadline_ns on CLOCK_MONOTONIC (0: disarmed), on every await that plans a wake (a
+ * ctypes call took ~1 us). False where the kernel refused (a closed fd): as before, the
+ * reactor then reports the landing. */
+static PyObject *
+mod_set_timer(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "set_timer() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long at = PyLong_AsUnsignedLongLong(args[1]); /* OverflowError: < 0 */
+    if (at == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "fd must be a file descriptor, not %ld", fd);
+        return NULL;
+    }
+    struct itimerspec spec = {{0, 0}, {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)}};
+    return PyBool_FromLong(timerfd_settime((int)fd, TFD_TIMER_ABSTIME, &spec, NULL) == 0);
+}
+#endif
+
 static PyMethodDef module_methods[] = {
+#ifdef __linux__
+    {"set_timer", (PyCFunction)(void (*)(void))mod_set_timer, METH_FASTCALL,
+     "set_timer($module, fd, deadline_ns, /)\n--\n\n"
+     "Set the timerfd fd to expire once at deadline_ns (time.monotonic_ns(); 0 disarms "
+     "it); False where the kernel refused (a closed fd)."},
+#endif
     {"build_upload", (PyCFunction)mod_build_upload, METH_O,
      "build_upload($module, array, /)\n--\n\n"
      "cuasync.from_host(array)'s op (a HostUploadOp), built in C for its common case (an "

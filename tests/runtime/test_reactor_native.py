@@ -640,6 +640,30 @@ def test_a_quiet_slot_is_neither_spun_nor_scanned_for_until_its_time(
     assert collect(q, 1) == ([1], [])
 
 
+def test_a_watched_arm_leaves_a_parked_thread_parked(slab, make_reactor, make_queue):
+    """A quiet slot its loop's early wake looks at (``watched``) does not wake a parked
+    thread, even past its quiet time (the wake arms it again if it has not landed); a
+    disarm keeps the thread parked; an arm that wants watching wakes it, and its scan
+    reports every landed slot, the watched one included."""
+    r, q = make_reactor(long_ns=10**15), make_queue()
+    r.arm(0, 1, q)  # (starts the thread)
+    slab.store(0, 1)
+    assert collect(q, 1) == ([0], [])
+    wait_until(lambda: r.parked, what="park")
+    woken = r.wakeups
+    r.arm(1, 1, q, time.monotonic_ns() + 1_000_000, True)  # quiet for 1 ms, watched
+    assert r.disarm(1) is True  # (its wake saw it land: the common case)
+    r.arm(2, 1, q, time.monotonic_ns() + 1_000_000, True)
+    slab.store(2, 1)  # landed: nobody looks, the 1 ms passes
+    assert not readable(q, 0.05)
+    assert r.parked and r.wakeups == woken and r.armed == 1
+    r.arm(3, 1, q)  # work that wants watching now: parked with a slot armed, woken
+    assert collect(q, 1) == ([2], [])
+    assert r.wakeups == woken + 1
+    slab.store(3, 1)
+    assert collect(q, 1) == ([3], [])
+
+
 def test_a_quiet_arm_leaves_a_nap_that_ends_sooner_alone(slab, make_reactor, make_queue):
     """Arming a slot quiet past the end of the thread's nap does not wake it (the nap's
     end comes first); an arm quiet until before that end does."""
@@ -828,7 +852,7 @@ def test_argument_errors(slab, make_reactor, make_queue):
     with pytest.raises(TypeError):
         r.arm(0, 1)
     with pytest.raises(TypeError):
-        r.arm(0, 1, q, 0, 0)
+        r.arm(0, 1, q, 0, False, 0)
     with pytest.raises(TypeError):
         r.arm(0, 1, q, "soon")
     with pytest.raises(OverflowError):

@@ -273,6 +273,19 @@ def test_an_unsteady_estimate_gets_a_short_look_at_its_expected_landing() -> Non
     assert not quiet
 
 
+def test_a_wake_within_its_quiet_time_needs_no_reactor_wake() -> None:
+    """The reactor's thread is not woken for a slot whose wake looks before the slot's
+    quiet time ends; it is for one whose quiet time ends first (work expected after
+    ``quiet_max_ns``: the reactor watches it from then on) and for one with no wake."""
+    entry = wake.Pending(None, None, None, None, parked=0)
+    assert not wake.watched(entry) and not wake.watched(None)
+    entry.due, entry.quiet = 200_000, 300_000
+    assert wake.watched(entry)
+    entry.due = 30_000_000  # a 30 ms estimate: its quiet time ends at 20 ms
+    entry.quiet = wake.POLICY.quiet_max_ns
+    assert not wake.watched(entry)
+
+
 def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
     """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
     e = wake.Estimate(300_000)
@@ -316,3 +329,29 @@ def test_a_fault_resolves_an_await_with_an_estimate(ns: int) -> None:
         CUASYNC_HOST_SYNC="reactor",
     ).stdout
     assert out.strip() == "fault", out
+
+
+@pytest.mark.skipif(wake._LIBC is None, reason="timerfd is Linux's")
+def test_the_native_timer_set_expires_a_timerfd_at_its_deadline() -> None:
+    """``set_timer`` (the early wake's timer, set on every planned await) makes the fd
+    readable once its absolute deadline passes; a closed fd is refused, not raised."""
+    import os
+    import select
+    import time
+
+    from cuasync._native import NATIVE
+
+    fd = wake._LIBC.timerfd_create(wake._CLOCK_MONOTONIC, wake._TFD_NONBLOCK | wake._TFD_CLOEXEC)
+    assert fd >= 0
+    try:
+        assert NATIVE.set_timer(fd, time.monotonic_ns() + 1_000_000) is True
+        readable, _, _ = select.select([fd], [], [], 10)
+        assert readable == [fd]
+        assert int.from_bytes(os.read(fd, 8), "little") == 1  # (expired once)
+        with pytest.raises(OverflowError):
+            NATIVE.set_timer(fd, -1)
+        with pytest.raises(TypeError):
+            NATIVE.set_timer(fd)
+    finally:
+        os.close(fd)
+    assert NATIVE.set_timer(fd, 1) is False
