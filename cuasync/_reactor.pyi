@@ -342,9 +342,11 @@ class PreparedCore:
     #: a library call made in place of a kernel launch (``call(stream, args, errors,
     #: flag_address, flag_value)``), or None: a kernel
     call: Any
-    #: the grid whose awaits park at once, without the inline spin (their work is known
-    #: to outlast it: ``cuasync._core.wake``), or None
+    #: the grid whose awaits park at once, without the inline spin, while four spin
+    #: budgets are at most ``parked_ns`` (their work is known to outlast them:
+    #: ``cuasync._core.wake``), or None
     parked_grid: Any
+    parked_ns: int
 
 @disjoint_base
 class KernelCore:

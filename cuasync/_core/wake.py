@@ -76,8 +76,9 @@ class Policy:
         #: wake and a spin cost about what they save).
         self.min_estimate_ns = 60_000
         #: A launch whose kernel and grid (a library call and its kind) have a steady
-        #: estimate at least this long, and at least four inline spin budgets, parks at
-        #: once: the 20 us inline spin would only burn a fifth of a 0.3 ms await's CPU.
+        #: estimate at least this long parks at once, where it is also at least four
+        #: inline spin budgets (the budget in force at the await): the 20 us inline spin
+        #: would only burn a fifth of a 0.3 ms await's CPU.
         self.park_at_once_ns = 100_000
         #: Wake this long before the expected landing, beyond the loop's measured timer
         #: lateness (:attr:`Timer.late_ns`). (15 us until session 48: on an H100 host,
@@ -308,15 +309,16 @@ def _hint(key: tuple[Any, Any], entry: Pending) -> None:
     next one spin again, and its landing inline, if it is short now, keeps it so."""
     prepared, grid = key
     est = _estimates.get(key)
-    floor = max(POLICY.park_at_once_ns, 4_000 * entry.hub.spin_budget_us)
     long = (
         est is not None
-        and est.ns >= floor
+        and est.ns >= POLICY.park_at_once_ns
         and est.dev <= est.ns >> 3
         and (entry.seen or entry.lo or not entry.due)
     )
     parked = prepared.parked_grid
     if long:
+        assert est is not None
+        prepared.parked_ns = est.ns  # (the await compares it with four spin budgets)
         if parked is not grid:
             prepared.parked_grid = grid
     elif parked is not None and parked == grid:

@@ -229,7 +229,7 @@ CORE_TYPE(TensorCore, "TensorCore",
           MEMBER(TensorCore, strides, "strides", "The strides in elements, a tuple of ints."),
           MEMBER(TensorCore, offset, "offset", "The first element's offset, in elements."));
 
-CORE_TYPE(PreparedCore, "PreparedCore",
+CORE_TYPE_N(PreparedCore, 6, "PreparedCore",
           "The fields of a PreparedKernel (its base type): the kernel's name, the device "
           "ordinal, the driver's CUfunction and what the backend's fast launch takes.",
           MEMBER(PreparedCore, name, "name", "The kernel's name."),
@@ -241,9 +241,11 @@ CORE_TYPE(PreparedCore, "PreparedCore",
                  "call(stream, args, errors, flag_address, flag_value) enqueues the work "
                  "of args on stream, then the flag write where flag_address is not 0."),
           OPTIONAL(PreparedCore, parked_grid, "parked_grid",
-                 "The grid whose awaits park at once, without the inline spin (its work is "
-                 "known to outlast it: the early wake's steady estimate, "
-                 "cuasync._core.wake), or None."));
+                 "The grid whose awaits park at once, without the inline spin, while four "
+                 "spin budgets are at most parked_ns (its work is known to outlast them: "
+                 "the early wake's steady estimate, cuasync._core.wake), or None."),
+          {"parked_ns", T_LONGLONG, offsetof(PreparedCore, parked_ns), 0,
+           "The learnt time from parking to landing of parked_grid's work, in ns."});
 
 CORE_TYPE(KernelCore, "KernelCore",
           "The fields of a kernel (its base type: Kernel, a Module's kernel) that a launch "

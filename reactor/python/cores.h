@@ -30,10 +30,12 @@ typedef struct {
 
 /* PreparedKernel: name, ordinal, handle, fast; call (a library call made in place of a
  * kernel launch, or NULL/None: see express.c's BY_CALL); parked_grid (the grid whose
- * awaits park without the inline spin, or NULL/None: see express.c) */
+ * awaits park without the inline spin where its work, parked_ns, outlasts four spin
+ * budgets; NULL/None: see express.c) */
 typedef struct {
     PyObject_HEAD
     PyObject *name, *ordinal, *handle, *fast, *call, *parked_grid;
+    long long parked_ns;
 } PreparedCore;
 
 /* A kernel (_Launchable: Kernel, a Module's kernel): params, _prepared (its

@@ -884,7 +884,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         spin_us = budget_us; /* (read before the lock: nothing can fail there after it) */
         PyObject *parked = PREPARED(LAUNCH(op)->prepared)->parked_grid;
         if (mode == MODE_AWAIT && spin_us && parked != NULL && parked != Py_None &&
-            done_seq >= seqv - 1 && parks_at_once(parked, LAUNCH(op)->grid)) {
+            done_seq >= seqv - 1 &&
+            spin_us * 4000 <= PREPARED(LAUNCH(op)->prepared)->parked_ns &&
+            parks_at_once(parked, LAUNCH(op)->grid)) {
             spin_us = 0; /* known to outlast the spin: park at once (wake.py) */
             self->parked_at_once++;
         }

@@ -195,13 +195,13 @@ async def test_an_unsteady_estimate_is_scanned_for_as_any_await(anyio_backend, s
 
 @pytest.mark.skipif(not helpers.NATIVE_ON, reason="the native core's inline spin")
 async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend, stream) -> None:
-    """Where its kernel's ``parked_grid`` is its grid, an await parks at once and still
-    returns its value: in a burst of tasks (on asyncio: handed to Python after stepping
-    aside) and alone on its loop (the native core's await); without it, the await spins
-    first."""
+    """Where its kernel's ``parked_grid`` is its grid and four spin budgets are at most its
+    ``parked_ns``, an await parks at once and still returns its value: in a burst of
+    tasks (on asyncio: handed to Python after stepping aside) and alone on its loop (the
+    native core's await); a larger budget (one that says "spin") spins first."""
     prepared, grid = wake_key(stream)  # (cuasync.wait: a library call the core takes)
     skipped = cuasync.stats().spins_skipped_long
-    prepared.parked_grid = grid
+    prepared.parked_grid, prepared.parked_ns = grid, 1_000_000  # 1 ms: 50 budgets
     try:
         expect(stream, 60_000_000_000)  # (the reactor finishes it: no wake set in time)
         value, left = await held_wait(stream)
@@ -212,6 +212,14 @@ async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend,
         assert cuasync.stats().spins_skipped_long == skipped + 1
         prepared.parked_grid = grid
         await cuasync.wait(stream)
+        assert cuasync.stats().spins_skipped_long == skipped + 2
+        hub = get_hub()
+        saved = hub.spin_budget_us
+        hub.spin_budget_us = 2_000_000  # 2 s: four of them outlast any estimate here
+        try:
+            await cuasync.wait(stream)
+        finally:
+            hub.spin_budget_us = saved
         assert cuasync.stats().spins_skipped_long == skipped + 2
     finally:
         prepared.parked_grid = None
@@ -235,6 +243,7 @@ def test_a_steady_long_estimate_lets_launches_park_at_once_until_one_lands_unsee
         expect(stream, 300_000)  # steady (deviation 1/16), 0.3 ms
         wake.resumed(_woken_entry(stream, seen=True))
         assert prepared.parked_grid == grid
+        assert prepared.parked_ns == wake.estimate(wake_key(stream))
         wake.resumed(_woken_entry(stream, seen=False))  # it may have got short: spin again
         assert prepared.parked_grid is None
         wake.resumed(_woken_entry(stream, seen=True))  # (the estimate is unsteady now)
@@ -249,7 +258,7 @@ def test_a_steady_long_estimate_lets_launches_park_at_once_until_one_lands_unsee
         wake.POLICY.on = False  # no early wake: a skipped spin would cost a reactor wake
         assert prepared.parked_grid is None
         wake.POLICY.on = True
-        expect(stream, 30_000)  # shorter than the floor (100 us, four spin budgets)
+        expect(stream, 30_000)  # shorter than the floor (100 us)
         wake.resumed(_woken_entry(stream, seen=True))
         assert prepared.parked_grid is None
     finally:
