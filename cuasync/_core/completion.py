@@ -702,6 +702,13 @@ class Hub(HubCore):
                 return
         self.watch_in_background(comp)
 
+    def unquiet(self, comp: Completion, adapter: LoopAdapter) -> None:
+        """Have the reactor watch ``comp``'s slot at once (armed quiet and watched for a
+        loop's wake that could not be set)."""
+        with comp._lock:
+            if comp.state == PENDING and comp.watcher is adapter and self.reactor.disarm(comp.slot):
+                self.arm(comp, adapter.queue)
+
     def spin_early(self, entry: Any) -> None:
         """The early wake of ``entry.comp``'s loop (:mod:`.wake`, on its thread): spin on
         the flag until ``entry.until`` and finish the completion here if it lands (its
@@ -720,10 +727,21 @@ class Hub(HubCore):
         if reported:  # the reactor saw it first: its report is drained now, not in the
             self.drain(adapter.queue)  # loop's next pass (as "other work ready")
             return
+        try:
+            if self._spin_for(entry):
+                return
+        finally:  # not landed (or an error): the reactor reports it, as any parked await
+            with comp._lock:
+                if comp.state == PENDING and comp.watcher is adapter:
+                    self.arm(comp, adapter.queue)
+
+    def _spin_for(self, entry: Any) -> bool:
+        """``spin_early``'s spin, its slot disarmed: True once it finished the completion."""
+        comp, adapter = entry.comp, entry.adapter
         spin_wait = self.native.spin_wait
         if spin_wait(comp.address, comp.gen, 0):
             comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
-            return
+            return True
         if adapter.others_ready():  # a spin would hold them up (many awaits at once)
             entry.due = 0  # (learnt from as an await without a wake)
             left = 0
@@ -732,13 +750,11 @@ class Hub(HubCore):
         if left > 0 and spin_wait(comp.address, comp.gen, left):
             entry.seen = time.monotonic_ns()
             comp.finish(EARLY)
-            return
+            return True
         if entry.due:
             entry.lo = time.monotonic_ns()
             self.stats.early_misses += 1
-        with comp._lock:
-            if comp.state == PENDING and comp.watcher is adapter:
-                self.arm(comp, adapter.queue)  # the reactor reports it, as any parked await
+        return False
 
     def open_queue(self, adapter: LoopAdapter) -> Any:
         """The reactor queue of the loop of ``adapter``, made and watched at its first arm."""
@@ -1123,8 +1139,8 @@ def suspend(
     entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key)
     try:
         hub.watch(comp, adapter, wake, _wake.quiet_until(entry), _wake.watched(entry))
-        if entry is not None and entry.due:
-            _wake.start(entry)
+        if entry is not None and entry.due and not _wake.start(entry):
+            hub.unquiet(comp, adapter)  # (no timer looks at it: the reactor does)
         yield from parked()
     except BaseException:
         if entry is not None:

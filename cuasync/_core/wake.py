@@ -265,10 +265,15 @@ def watched(entry: Pending | None) -> bool:
     return entry is not None and 0 < entry.due <= entry.quiet
 
 
-def start(entry: Pending) -> None:
-    """Set ``entry``'s wake on its loop's timer (after the reactor was armed for it)."""
+def start(entry: Pending) -> bool:
+    """Set ``entry``'s wake on its loop's timer (after the reactor was armed for it);
+    False where the timer refused (the caller then has the reactor watch the slot)."""
     assert entry.timer is not None
-    entry.timer.add(entry)
+    if entry.timer.add(entry):
+        return True
+    entry.timer = None
+    entry.due = 0
+    return False
 
 
 def cancel(entry: Pending) -> None:
@@ -298,7 +303,7 @@ def resumed(entry: Pending) -> None:
         est.early((entry.looked or now - POLICY.report_lag_ns) - entry.parked)
     else:
         est.unplanned(now - entry.parked)
-    if type(key) is tuple and isinstance(key[0], PreparedCore):  # (a launch's)
+    if POLICY.on and type(key) is tuple and isinstance(key[0], PreparedCore):  # (a launch's)
         _hint(key, entry)
 
 
@@ -306,16 +311,19 @@ def _hint(key: tuple[Any, Any], entry: Pending) -> None:
     """Let the next awaits of ``key``'s launches park without the inline spin
     (``parked_grid``, which the native core reads) while its estimate is steady and long;
     a landing no spin saw (the work may have got short: it waited for the wake) lets the
-    next one spin again, and its landing inline, if it is short now, keeps it so."""
+    next one spin again, and its landing inline, if it is short now, keeps it so. Set
+    only on evidence: a spin saw the landing, or a window ended before it."""
     prepared, grid = key
     est = _estimates.get(key)
+    parked = prepared.parked_grid
     long = (
         est is not None
         and est.ns >= POLICY.park_at_once_ns
         and est.dev <= est.ns >> 3
-        and (entry.seen or entry.lo or not entry.due)
+        # a spin saw it land or a window ended first; an await with no wake (the first
+        # of its key, other work ready) only keeps a hint: its time includes a wake-up
+        and bool(entry.seen or entry.lo or (not entry.due and parked is grid))
     )
-    parked = prepared.parked_grid
     if long:
         assert est is not None
         prepared.parked_ns = est.ns  # (the await compares it with four spin budgets)
@@ -382,9 +390,11 @@ class Timer:
         adapter.timer = timer
         return timer
 
-    def _set(self, deadline: int) -> None:
-        NATIVE.set_timer(self.fd, deadline)  # (False, a closed fd: the reactor reports)
+    def _set(self, deadline: int) -> bool:
+        """Set the timerfd to ``deadline`` (0: disarmed); False where the kernel refused
+        (a closed fd)."""
         self.armed = deadline
+        return bool(NATIVE.set_timer(self.fd, deadline))
 
     def _rearm(self) -> None:
         heap = self.heap
@@ -400,10 +410,14 @@ class Timer:
                 except BlockingIOError:
                     pass
 
-    def add(self, entry: Pending) -> None:
+    def add(self, entry: Pending) -> bool:
+        """Set ``entry``'s wake; False where the timer could not be set (nothing then
+        looks at its slot: the caller has the reactor watch it)."""
         heapq.heappush(self.heap, entry)
-        if self.heap[0] is entry:
-            self._set(entry.due)
+        if self.heap[0] is entry and not self._set(entry.due):
+            self.remove(entry)
+            return False
+        return True
 
     def remove(self, entry: Pending) -> None:
         heap = self.heap
@@ -431,12 +445,14 @@ class Timer:
                 self.late_ns += (late - self.late_ns) >> POLICY.late_up_shift
             else:
                 self.late_ns -= (self.late_ns - late) >> POLICY.late_down_shift
-        while heap and heap[0].due <= now:
-            entry = heapq.heappop(heap)
-            entry.timer = None
-            entry.hub.spin_early(entry)
-            now = monotonic_ns()
-        self._rearm()
+        try:
+            while heap and heap[0].due <= now:
+                entry = heapq.heappop(heap)
+                entry.timer = None
+                entry.hub.spin_early(entry)
+                now = monotonic_ns()
+        finally:  # (the later wakes keep their timer whatever a spin raised)
+            self._rearm()
 
     def close(self) -> None:
         """The loop is going away: its wakes are dropped (what they watched is armed in

@@ -183,16 +183,19 @@ async def _awaits_and_syncs(
     for done in range(0, n, 5):
         turn = min(5, n - done)
         before = completion.threads_cpu() if threads is not None else {}
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, w0, l0 = time.process_time(), time.perf_counter(), time.thread_time()
         for _ in range(turn):
             t0 = clock()
             await kernel[1, 1](ns_work)
             awaits.append(clock() - t0)
+        mine = time.thread_time() - l0
         cpu += time.process_time() - c0
         wall += time.perf_counter() - w0
-        if threads is not None:
+        if threads is not None:  # (the loop's own: reading /proc costs it, not the others)
+            spent["this thread"] = spent.get("this thread", 0.0) + mine
             for name, s in completion.threads_cpu().items():
-                spent[name] = spent.get(name, 0.0) + s - before.get(name, 0.0)
+                if name != "this thread" and s > before.get(name, s):  # (none: one ended)
+                    spent[name] = spent.get(name, 0.0) + s - before[name]
         for _ in range(turn):
             t0 = clock()
             kernel[1, 1](ns_work).sync(allow_in_loop=True)

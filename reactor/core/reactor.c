@@ -454,8 +454,10 @@ reactor_arm(reactor *r, uint32_t slot, uint32_t expected, qcore *q, uint64_t qui
             quiet_until = latest;
     }
     reactor_lock(r);
-    if (qcore_is_closed(q))
+    if (qcore_is_closed(q)) {
         q = live_orphan_locked(r);
+        watched = 0; /* (no loop's wake looks at what the orphan queue receives) */
+    }
     if (r->closed)
         err = ARM_CLOSED;
     else if (r->index[slot] >= 0)

@@ -584,7 +584,7 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s, 
 }
 
 /* Whether a launch on grid parks at once: grid is its kernel's parked_grid (the same
- * object, or an equal tuple or int: comparing those runs no Python code). */
+ * object, or an equal tuple or int; a library call's kind may hold any hashable). */
 static int
 parks_at_once(PyObject *parked, PyObject *grid)
 {
@@ -593,8 +593,12 @@ parks_at_once(PyObject *parked, PyObject *grid)
     if (grid == NULL || Py_TYPE(parked) != Py_TYPE(grid) ||
         !(PyTuple_CheckExact(grid) || PyLong_CheckExact(grid)))
         return 0;
+    Py_INCREF(parked); /* (held: a tuple's items compare with Python code, which may */
+    Py_INCREF(grid);   /* set parked_grid again) */
     int equal = PyObject_RichCompareBool(parked, grid, Py_EQ);
-    if (equal < 0) { /* (tuples of ints and ints: not expected; then the spin) */
+    Py_DECREF(parked);
+    Py_DECREF(grid);
+    if (equal < 0) { /* (an item's __eq__ raised: then the spin) */
         PyErr_Clear();
         return 0;
     }

@@ -8,7 +8,9 @@ generic await on a stream (the stream's handle), so the early wake's path is kno
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import anyio
 import helpers
@@ -141,6 +143,31 @@ async def test_a_cancelled_await_leaves_no_wake_set(anyio_backend, stream) -> No
     assert ct.settle()
 
 
+async def test_a_wake_the_timer_refused_leaves_the_slot_to_the_reactor(
+    anyio_backend, stream, monkeypatch
+) -> None:
+    """A steady estimate's slot is armed for its loop's wake alone (the reactor is not
+    woken for it); where the loop's timer cannot be set, the reactor watches it."""
+    from cuasync._native import NATIVE
+
+    await cuasync.wait(stream)  # (the loop's timer made before set_timer refuses)
+    monkeypatch.setattr(NATIVE, "set_timer", lambda fd, deadline: False)
+    hub = get_hub()
+    arms: list[bool] = []
+    arm = hub.arm
+
+    def spy(comp: Any, queue: Any, quiet_until: int = 0, watched: bool = False) -> None:
+        arms.append(watched)
+        arm(comp, queue, quiet_until, watched)
+
+    monkeypatch.setattr(hub, "arm", spy)
+    expect(stream, 1_000_000)  # 1 ms, steady: quiet and watched
+    with anyio.fail_after(30):  # (a parked reactor not woken for it would hang here)
+        value, left = await held_wait(stream)
+    assert value is None and left == 0
+    assert arms == [True, False]  # armed for the wake, then for the reactor
+
+
 async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
     wake.POLICY.on = False
     expect(stream, 100_000)
@@ -213,6 +240,8 @@ async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend,
         prepared.parked_grid = grid
         await cuasync.wait(stream)
         assert cuasync.stats().spins_skipped_long == skipped + 2
+        assert prepared.parked_grid is None  # (its landing no spin saw, again)
+        prepared.parked_grid = grid
         hub = get_hub()
         saved = hub.spin_budget_us
         hub.spin_budget_us = 2_000_000  # 2 s: four of them outlast any estimate here
@@ -241,6 +270,10 @@ def test_a_steady_long_estimate_lets_launches_park_at_once_until_one_lands_unsee
     prepared, grid = wake_key(stream)
     try:
         expect(stream, 300_000)  # steady (deviation 1/16), 0.3 ms
+        parked = time.monotonic_ns() - 300_000  # (landed 0.3 ms after parking)
+        unwoken = wake.Pending(get_hub(), None, None, wake_key(stream), parked=parked)
+        wake.resumed(unwoken)  # no wake ran: its time says little (a wake-up's included)
+        assert prepared.parked_grid is None
         wake.resumed(_woken_entry(stream, seen=True))
         assert prepared.parked_grid == grid
         assert prepared.parked_ns == wake.estimate(wake_key(stream))
@@ -363,4 +396,9 @@ def test_the_native_timer_set_expires_a_timerfd_at_its_deadline() -> None:
             NATIVE.set_timer(fd)
     finally:
         os.close(fd)
-    assert NATIVE.set_timer(fd, 1) is False
+    r, w = os.pipe()  # (not a timerfd: refused)
+    try:
+        assert NATIVE.set_timer(r, 1) is False
+    finally:
+        os.close(r)
+        os.close(w)
