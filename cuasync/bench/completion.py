@@ -289,20 +289,25 @@ def _idle_cpu(seconds: float) -> float:
     return (time.process_time() - cpu0) / (time.perf_counter() - wall0) * 100
 
 
-def _reactor_thread() -> int | None:
-    """The native id of the reactor thread (the native module names it), or None."""
+def _thread_names() -> dict[int, str]:
+    """This process's threads, native id -> name (``comm``); empty where ``/proc`` is not."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:  # not Linux
-        return None
+        return {}
+    out = {}
     for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() == "cuasync-reactor":
-                    return int(tid)
-        except OSError:
+                out[int(tid)] = f.read().strip()
+        except OSError:  # (a thread that ended meanwhile)
             pass
-    return None
+    return out
+
+
+def _reactor_thread() -> int | None:
+    """The native id of the reactor thread (the native module names it), or None."""
+    return next((t for t, name in _thread_names().items() if name == "cuasync-reactor"), None)
 
 
 def threads_cpu() -> dict[str, float]:
@@ -314,17 +319,10 @@ def threads_cpu() -> dict[str, float]:
     """
     me = threading.get_native_id()
     out: dict[str, float] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:  # not Linux
-        return out
-    for tid in tids:
+    for tid, name in _thread_names().items():
+        name = "this thread" if tid == me else name
         try:
-            name = "this thread"
-            if int(tid) != me:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    name = f.read().strip()
-            out[name] = out.get(name, 0.0) + _thread_usage(int(tid))[0]
+            out[name] = out.get(name, 0.0) + _thread_usage(tid)[0]
         except OSError:  # (a thread that ended meanwhile)
             pass
     return out
