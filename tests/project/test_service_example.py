@@ -164,6 +164,15 @@ def test_load_script_takes_the_median_of_alternated_rounds() -> None:
     runs = [result(100, 5.0), result(300, 1.0), result(200, 3.0)]
     summary = Summary.of(runs)
     assert (summary.completed, summary.per_second, summary.p50_s) == (600, 200.0, 0.003)
+    assert summary.per_second_range == (100.0, 300.0)
+    anchor = {
+        ("anchor", "cuasync"): Summary.of([result(98, 4.0), result(104, 4.0)]),
+        ("anchor", "poll"): Summary.of([result(95, 4.0), result(105, 4.0)]),
+    }
+    assert format_targets(anchor, ["cuasync", "poll"])[0] == (
+        "anchor: cuasync req/s / the best other mode's (poll) = 1.010 (target >= 0.98;"
+        " rounds: cuasync 98.0-104.0, poll 95.0-105.0 req/s)"
+    )
     results = {
         ("latency", "cuasync"): Summary.of([result(10, 4.0)]),
         ("latency", "sync"): Summary.of([result(10, 5.0)]),
