@@ -903,6 +903,10 @@ class Express:
     def upload(self, op: Any, stream: Any, mode: SupportsIndex, adapter: Any, /) -> Any:
         """A small ``from_host`` op submitted on ``stream`` (modes as :meth:`launch`'s): an
         ``express.Sent`` tuple, or the ``generic`` sentinel (nothing done)."""
+    def parks_at_once(self, op: Any, spin_us: SupportsIndex, /) -> bool:
+        """Whether an await of the launch ``op``, spinning ``spin_us``, parks at once
+        instead: its kernel's ``parked_grid`` is its grid and four spins are at most its
+        ``parked_ns`` (the native await's test; ``cuasync._core.wake`` sets the hint)."""
     def drop_staging(self) -> None:
         """The idle pinned blocks kept for small uploads go back to the staging pool."""
     @property

@@ -237,7 +237,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         hub.stats.burst_awaits += 1
         if not landed:  # launched, and still on the device: a short spin, as any await
             spin_us = await_spin_us(hub, adapter, stream, seq)
-            if spin_us and _parks_at_once(op, spin_us):
+            if spin_us and hub.express.parks_at_once(op, spin_us):
                 spin_us = 0
                 hub.stats.spins_skipped_long += 1
             landed = look(address, gen, (spin_us or 0) * 1000)
@@ -257,14 +257,6 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             _let_go(op)
             raise
     return comp.result()
-
-
-def _parks_at_once(op: Any, spin_us: int) -> bool:
-    """Whether ``op``'s kernel and grid are known to outlast four inline spins of
-    ``spin_us`` (the native core's test for an await that is not in a burst: :mod:`.wake`)."""
-    prepared = op._prepared
-    parked = prepared.parked_grid
-    return parked is not None and parked == op._grid and spin_us * 4000 <= prepared.parked_ns
 
 
 def settle_look(

@@ -147,6 +147,12 @@ class Estimate:
         self.ns = ns
         self.dev = ns >> 4
 
+    @property
+    def steady(self) -> bool:
+        """Whether its deviation is at most an eighth of it (a kernel doing the same work
+        each time): looked for from its early side, the reactor quiet meanwhile."""
+        return self.dev <= self.ns >> 3
+
     def _toward(self, sample: int, shift: int) -> None:
         err = max(sample, 0) - self.ns
         self.ns += err >> shift
@@ -240,7 +246,7 @@ def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
     >>> window(Estimate(300_000), 20_000)       # steady: due, until, quiet
     (261250, 337500, True)
     """
-    if est.dev <= est.ns >> 3:
+    if est.steady:
         due = max(est.ns - lead - est.dev, 0)
         until = min(est.ns + max(POLICY.tolerance_ns, 2 * est.dev), due + POLICY.spin_max_ns)
         return due, until, POLICY.quiet
@@ -303,8 +309,13 @@ def resumed(entry: Pending) -> None:
         est.early((entry.looked or now - POLICY.report_lag_ns) - entry.parked)
     else:
         est.unplanned(now - entry.parked)
-    if POLICY.on and type(key) is tuple and isinstance(key[0], PreparedCore):  # (a launch's)
+    if POLICY.on and _is_launch(key):
         _hint(key, entry)
+
+
+def _is_launch(key: Any) -> bool:
+    """Whether ``key`` is a launch's (its kernel and grid; a library call and its kind)."""
+    return type(key) is tuple and isinstance(key[0], PreparedCore)
 
 
 def _hint(key: tuple[Any, Any], entry: Pending) -> None:
@@ -319,7 +330,7 @@ def _hint(key: tuple[Any, Any], entry: Pending) -> None:
     long = (
         est is not None
         and est.ns >= POLICY.park_at_once_ns
-        and est.dev <= est.ns >> 3
+        and est.steady
         # a spin saw it land or a window ended first; an await with no wake (the first
         # of its key, other work ready) only keeps a hint: its time includes a wake-up
         and bool(entry.seen or entry.lo or (not entry.due and parked is grid))
@@ -336,7 +347,7 @@ def _hint(key: tuple[Any, Any], entry: Pending) -> None:
 def _unhint_all() -> None:
     """Every launch spins before it parks again (estimates forgotten, the wake off)."""
     for key in _estimates:
-        if type(key) is tuple and isinstance(key[0], PreparedCore):
+        if _is_launch(key):
             key[0].parked_grid = None
 
 

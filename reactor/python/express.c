@@ -583,11 +583,17 @@ lock_and_claim(Express *self, PyObject *stream, PyObject **slot, Py_ssize_t *s, 
     return 1;
 }
 
-/* Whether a launch on grid parks at once: grid is its kernel's parked_grid (the same
- * object, or an equal tuple or int; a library call's kind may hold any hashable). */
+/* Whether an await of a launch of prepared on grid, spinning spin_us, parks at once
+ * instead (wake.py sets the hint): grid is the kernel's parked_grid (the same object, or
+ * an equal tuple or int; a library call's kind may hold any hashable) and four spins are
+ * at most parked_ns, its learnt time. */
 static int
-parks_at_once(PyObject *parked, PyObject *grid)
+parks_at_once(PyObject *prepared, PyObject *grid, long long spin_us)
 {
+    PyObject *parked = PREPARED(prepared)->parked_grid;
+    if (spin_us <= 0 || parked == NULL || parked == Py_None ||
+        spin_us * 4000 > PREPARED(prepared)->parked_ns)
+        return 0;
     if (parked == grid)
         return 1;
     if (grid == NULL || Py_TYPE(parked) != Py_TYPE(grid) ||
@@ -886,11 +892,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
                              ? PyLong_AsLongLong(completed) : 0;
     if (mode == MODE_AWAIT || mode == MODE_BLOCK) {
         spin_us = budget_us; /* (read before the lock: nothing can fail there after it) */
-        PyObject *parked = PREPARED(LAUNCH(op)->prepared)->parked_grid;
-        if (mode == MODE_AWAIT && spin_us && parked != NULL && parked != Py_None &&
-            done_seq >= seqv - 1 &&
-            spin_us * 4000 <= PREPARED(LAUNCH(op)->prepared)->parked_ns &&
-            parks_at_once(parked, LAUNCH(op)->grid)) {
+        if (mode == MODE_AWAIT && done_seq >= seqv - 1 &&
+            parks_at_once(LAUNCH(op)->prepared, LAUNCH(op)->grid, spin_us)) {
             spin_us = 0; /* known to outlast the spin: park at once (wake.py) */
             self->parked_at_once++;
         }
@@ -1170,6 +1173,23 @@ Express_get_counter(Express *self, void *which)
     return PyLong_FromUnsignedLongLong(v);
 }
 
+/* Express.parks_at_once(op, spin_us): the native await's test, for an await in a burst
+ * that spins in Python after stepping aside (express._finish_await) */
+static PyObject *
+Express_parks_at_once(Express *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("parks_at_once", nargs, 2) < 0)
+        return NULL;
+    long long spin_us = PyLong_AsLongLong(args[1]);
+    if (spin_us == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *op = args[0];
+    if (!is_launch_op(op) || LAUNCH(op)->prepared == NULL ||
+        !PyObject_TypeCheck(LAUNCH(op)->prepared, REGISTERED(PREPARED)))
+        Py_RETURN_FALSE;
+    return PyBool_FromLong(parks_at_once(LAUNCH(op)->prepared, LAUNCH(op)->grid, spin_us));
+}
+
 /* Express.submit: the op taken (its _consumed set) and launched with no spin, and its
  * DeviceFuture made here; the generic sentinel, the op left untaken, when it is not the
  * core's case (or already taken: the generic path raises why). */
@@ -1230,6 +1250,10 @@ static PyMethodDef Express_methods[] = {
      "call's copy that landed within the spin: settled), or the generic sentinel (nothing "
      "done). Its classes and what it calls are declared: the core types' classes, PROCESS's "
      "fields."},
+    {"parks_at_once", (PyCFunction)(void (*)(void))Express_parks_at_once, METH_FASTCALL,
+     "parks_at_once($self, op, spin_us, /)\n--\n\n"
+     "Whether an await of the launch op, spinning spin_us, parks at once instead: its "
+     "kernel's parked_grid is its grid, and four spins are at most its parked_ns."},
     {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
      "drop_staging($self, /)\n--\n\n"
      "The idle pinned blocks kept for small uploads go back to the staging pool."},
