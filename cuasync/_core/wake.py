@@ -42,8 +42,8 @@ from .._native import NATIVE, PreparedCore
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer",
-    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start", "watched",
-    "window",
+    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start", "timerfd",
+    "watched", "window",
 ]  # fmt: skip
 
 
@@ -125,6 +125,14 @@ if sys.platform.startswith("linux") and hasattr(NATIVE, "set_timer"):
         _LIBC = None
 
 _CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC = 1, 0o4000, 0o2000000
+
+
+def timerfd() -> int:
+    """A new non-blocking ``CLOCK_MONOTONIC`` timerfd, set with ``NATIVE.set_timer`` (-1:
+    none here, or the kernel refused). The caller closes it."""
+    if _LIBC is None:
+        return -1
+    return int(_LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
 
 
 class Estimate:
@@ -389,7 +397,7 @@ class Timer:
     @classmethod
     def open(cls, adapter: Any) -> Timer | None:
         """The timer of ``adapter``'s loop, made and watched now; None where it cannot be."""
-        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        fd = timerfd()
         if fd < 0:
             return None
         timer = cls(fd)

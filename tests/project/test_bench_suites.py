@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
         assert "asyncio: await of 5 ms of work" in names
         assert "asyncio: cross-thread wake floor (5 ms apart)" in names
         assert "asyncio 5 ms: await - .sync() (target <= 25 us)" in names
+        assert "asyncio 0.3 ms: CPU above idle while awaiting (target <= 10 %)" in names
+        if sys.platform.startswith("linux"):  # (timerfd) the CPU floor of any timer wake
+            floor = next(r for r in rows if r["name"].startswith("asyncio: CPU above idle, the"))
+            assert floor["name"].endswith("own timer wake every 0.3 ms (no GPU, no cuasync)")
     if suite == "cancel":  # the queue both ways, its targets, the word's host cost
         names = {r["name"] for r in rows}
         assert {

@@ -28,6 +28,7 @@ work beside ``stream.synchronize()``.
     python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
     python3 tools/probes/wake_parts.py tune         # the early wake's lead and lateness settings
     python3 tools/probes/wake_parts.py cpu          # where an await's CPU goes, by phase and thread
+    python3 tools/probes/wake_parts.py profile      # wait(torch_stream)'s own time; a bare wake
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
@@ -290,20 +291,25 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
 
 def timeline(n: int = 100) -> None:
     """Per await of the early wake, the median times from the await's start (parked,
-    timer due, flag seen by the spin, task resumed, await ended) by the path it took,
-    beside ``.sync()`` of the same op; asyncio."""
+    timer due, the wake looked, flag seen by the spin, task resumed, await ended) by the
+    path it took, beside ``.sync()`` of the same op; asyncio. With torch on a GPU, the
+    same for ``await cuasync.wait(torch_stream)`` after ``torch.cuda._sleep`` work,
+    beside ``stream.synchronize()``."""
     import asyncio
     import time
 
     import numpy as np
 
+    import cuasync
     from cuasync._core import wake
     from cuasync.bench import completion
+    from cuasync.bench.requests import torch_cycles_per_ms
 
     kernel = completion.spin_ns
     kernel.compile()
     seen: dict[str, int] = {}
     learn = wake.resumed
+    names = ("parked", "due", "looked", "seen", "resumed")
 
     def resumed(entry: wake.Pending) -> None:  # (the hook: the entry's times, then learn)
         if not entry.due:
@@ -313,40 +319,63 @@ def timeline(n: int = 100) -> None:
         elif entry.lo:
             path = "window ended first"
         else:
-            path = "landed before the timer"
+            path = "landed before the wake"
         seen.update(path=path, parked=entry.parked, due=entry.due, seen=entry.seen)
-        seen["resumed"] = time.monotonic_ns()
+        seen.update(looked=entry.looked, resumed=time.monotonic_ns())
         learn(entry)
 
     wake.resumed = resumed  # type: ignore[assignment]
 
-    async def run(work_ns: int) -> None:
+    async def run(label: str, start: Any, awaited: Any, synced: Any) -> None:
         rows: dict[str, list[tuple[int, ...]]] = {}
         syncs = []
         for i in range(n + 5):
             seen.clear()
+            start()
             t0 = time.monotonic_ns()
-            await kernel[1, 1](work_ns)
+            await awaited()
             t1 = time.monotonic_ns()
             if i >= 5 and seen:
-                since = [
-                    seen[k] - t0 if seen[k] else 0 for k in ("parked", "due", "seen", "resumed")
-                ]
+                since = [seen[k] - t0 if seen[k] else 0 for k in names]
                 rows.setdefault(str(seen["path"]), []).append((*since, t1 - t0))
+            start()
             t0 = time.monotonic_ns()
-            kernel[1, 1](work_ns).sync(allow_in_loop=True)
+            synced()
             syncs.append(time.monotonic_ns() - t0)
-        print(f"{work_ns / 1e6:g} ms: .sync() p50 {np.median(syncs) / 1e3:.0f} us", flush=True)
+        print(f"{label}: sync p50 {np.median(syncs) / 1e3:.0f} us", flush=True)
         for path, times in rows.items():
-            parked, due, flag, back, end = np.median(np.array(times), axis=0) / 1e3
+            parked, due, looked, flag, back, end = np.median(np.array(times), axis=0) / 1e3
             print(
                 f"  {path:<24} {len(times) / n * 100:3.0f} %: parked {parked:.0f}, due "
-                f"{due:.0f}, seen {flag:.0f}, resumed {back:.0f}, ended {end:.0f} us",
+                f"{due:.0f}, looked {looked:.0f}, seen {flag:.0f}, resumed {back:.0f}, "
+                f"ended {end:.0f} us",
                 flush=True,
             )
 
+    def nothing() -> None:
+        pass
+
     for work_ns in (300_000, 5_000_000):
-        asyncio.run(run(work_ns))
+        asyncio.run(run(
+            f"{work_ns / 1e6:g} ms, await kernel / .sync()", nothing,
+            lambda w=work_ns: kernel[1, 1](w),
+            lambda w=work_ns: kernel[1, 1](w).sync(allow_in_loop=True),
+        ))  # fmt: skip
+    try:
+        import torch
+    except ImportError:
+        return
+    if cuasync.backend_name() != "cuda" or not torch.cuda.is_available():
+        return
+    stream = torch.cuda.current_stream()
+    per_ms = torch_cycles_per_ms(torch)
+    for ms in (0.3, 5.0):
+        asyncio.run(run(
+            f"{ms:g} ms of torch work, await cuasync.wait(stream) / stream.synchronize()",
+            lambda c=int(per_ms * ms): torch.cuda._sleep(c),
+            lambda: cuasync.wait(stream),
+            stream.synchronize,
+        ))  # fmt: skip
 
 
 #: The early wake's settings ``tune`` alternates (:class:`cuasync._core.wake.Policy`'s
@@ -573,6 +602,85 @@ def cpu(n: int = 600) -> None:
         wake.Timer.fire = fire  # type: ignore[method-assign]
 
 
+def profile(n: int = 40) -> None:
+    """Where the loop thread's time goes in ``await cuasync.wait(torch_stream)`` after 0.3
+    ms and 5 ms of torch work (``cProfile``, the functions with the most own time per
+    await, the loop's sleep in ``epoll`` left out), and how long a bare timerfd wake (no
+    GPU, no cuasync) takes from its callback to the task's resumption after sleeping that
+    long: what a long sleep costs the code that runs after it on this host."""
+    import asyncio
+    import cProfile
+    import os
+    import pstats
+    import time
+
+    import numpy as np
+    import torch
+
+    import cuasync
+    from cuasync._core import wake
+    from cuasync._native import NATIVE
+    from cuasync.bench.requests import torch_cycles_per_ms
+
+    stream = torch.cuda.current_stream()
+    per_ms = torch_cycles_per_ms(torch)
+
+    async def waits(cycles: int) -> None:
+        for _ in range(5):
+            torch.cuda._sleep(cycles)
+            await cuasync.wait(stream)
+        builds, awaits = [], []
+        prof = cProfile.Profile()
+        for _ in range(n):
+            torch.cuda._sleep(cycles)
+            t0 = time.perf_counter_ns()
+            op = cuasync.wait(stream)
+            t1 = time.perf_counter_ns()
+            prof.enable()
+            await op
+            prof.disable()
+            builds.append(t1 - t0)
+            awaits.append(time.perf_counter_ns() - t1)
+            stream.synchronize()
+        print(f"  build p50 {np.median(builds) / 1e3:.1f} us, await p50 "
+              f"{np.median(awaits) / 1e3:.1f} us", flush=True)  # fmt: skip
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        rows = sorted(((v[2], v[1], f) for f, v in stats.items() if "poll" not in f[2]),
+                      reverse=True)  # fmt: skip
+        for own, calls, f in rows[:14]:
+            where = f"{f[0].rsplit('/', 1)[-1]}:{f[1]} {f[2]}"
+            print(f"    {own / n * 1e6:8.1f} us  {calls / n:5.2f} calls  {where}", flush=True)
+
+    async def bare(period_ns: int) -> None:
+        fd = wake.timerfd()
+        loop = asyncio.get_running_loop()
+        fired: list[int] = []
+        waiting: list[asyncio.Future[None]] = []
+
+        def fire() -> None:
+            os.read(fd, 8)
+            fired.append(time.perf_counter_ns())
+            waiting.pop().set_result(None)
+
+        loop.add_reader(fd, fire)
+        gaps = []
+        for _ in range(n):
+            fut = loop.create_future()
+            waiting.append(fut)
+            NATIVE.set_timer(fd, time.monotonic_ns() + period_ns)
+            await fut
+            gaps.append(time.perf_counter_ns() - fired[-1])
+        loop.remove_reader(fd)
+        os.close(fd)
+        print(f"  bare timerfd wake after {period_ns / 1e6:g} ms: callback to resumed p50 "
+              f"{np.median(gaps) / 1e3:.1f} us", flush=True)  # fmt: skip
+
+    for ms in (0.3, 5.0):
+        print(f"{ms:g} ms of torch work, await cuasync.wait(stream):", flush=True)
+        asyncio.run(waits(int(per_ms * ms)))
+        asyncio.run(bare(int(ms * 1e6)))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
@@ -582,6 +690,8 @@ if __name__ == "__main__":
         tune()
     elif sys.argv[1:] == ["cpu"]:
         cpu()
+    elif sys.argv[1:] == ["profile"]:
+        profile()
     elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
