@@ -25,8 +25,8 @@ CuPy where they are installed; candidates are taken in turns (:func:`_turns`). R
 
 The ``-- targets`` lines put them in ratio (small ops: cuasync over torch, target
 ``<= 1.0``; waking: the await's extra over ``.sync()``, target ``<= 25 us``, and over
-the wake floor, target ``<= 10 us``; the CPU above idle, target ``<= 10 %``). On the emulator (no torch, CuPy or device) the
-cuasync rows alone run, at smaller counts.
+the wake floor, target ``<= 10 us``; the CPU above idle, target ``<= 10 %``). On the
+emulator (no torch, CuPy or device) the cuasync rows alone run, at smaller counts.
 
 >>> python -m cuasync.bench requests
 """
