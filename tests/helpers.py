@@ -225,15 +225,19 @@ def awaited_completions() -> int:
     return sum(1 for c in pending if c._waiters)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Let the event loop run until ``condition()`` holds (e.g. every task is waiting)."""
+async def wait_until(
+    condition: Callable[[], bool], timeout: float = 10.0, between: float = 0.0
+) -> None:
+    """Let the event loop run until ``condition()`` holds (e.g. every task is waiting),
+    looking again after each ``between`` seconds (0: each pass of the loop; more: the
+    caller's task is not ready meanwhile, so another task's await is alone on its loop)."""
     import anyio
 
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:  # (where every thread was: a blocked one is why)
             pytest.fail(f"timed out waiting for the condition; the threads:\n{thread_stacks()}")
-        await anyio.sleep(0)
+        await anyio.sleep(between)
 
 
 def thread_stacks() -> str:

@@ -175,31 +175,58 @@ async def _timer_floor(period_ns: int, n: int) -> float:
     timerfd, each ``period_ns`` after it parked: no GPU, no cuasync on the loop (what
     any await that sleeps and wakes by its loop's timer pays at least; nan without
     ``timerfd``)."""
-    fd = wake.timerfd()
-    if fd < 0:
-        return float("nan")
-    loop = asyncio.get_running_loop()
-    waiting: list[asyncio.Future[None]] = []
+    cpu = float("nan")
 
-    def fire() -> None:
-        try:
-            os.read(fd, 8)
-        except BlockingIOError:
-            return
-        waiting.pop().set_result(None)
-
-    loop.add_reader(fd, fire)
-    try:
+    async def woken(wake: Callable[[], Awaitable[int]]) -> None:
+        nonlocal cpu
+        for _ in range(3):  # (warm, as the awaits' rows are)
+            await wake()
         c0, w0 = time.process_time(), time.perf_counter()
         for _ in range(n):
+            await wake()
+        cpu = (time.process_time() - c0) / (time.perf_counter() - w0) * 100
+
+    await timer_wakes(period_ns, woken)
+    return cpu
+
+
+async def timer_wakes(
+    period_ns: int, use: Callable[[Callable[[], Awaitable[int]]], Awaitable[None]]
+) -> bool:
+    """Call ``use(wake)`` where ``await wake()`` parks the task until the running loop's
+    own timerfd (a new one, closed after) expires ``period_ns`` later, and returns when
+    its reader ran (``time.perf_counter_ns()``); False, ``use`` not called, without one
+    (no ``timerfd``). What any await that sleeps and wakes by its loop's timer pays at
+    least: no GPU, no cuasync (``tools/probes/wake_parts.py profile`` too)."""
+    fd = wake.timerfd()
+    if fd < 0:
+        return False
+    try:
+        loop = asyncio.get_running_loop()
+        waiting: list[asyncio.Future[int]] = []
+
+        def fire() -> None:
+            try:
+                os.read(fd, 8)
+            except BlockingIOError:  # (not expired after all)
+                return
+            waiting.pop().set_result(time.perf_counter_ns())
+
+        async def woken() -> int:
             fut = loop.create_future()
             waiting.append(fut)
-            NATIVE.set_timer(fd, time.monotonic_ns() + period_ns)
-            await fut
-        return (time.process_time() - c0) / (time.perf_counter() - w0) * 100
+            if not NATIVE.set_timer(fd, time.monotonic_ns() + period_ns):
+                raise OSError(f"timerfd_settime refused fd {fd}")
+            return await fut
+
+        loop.add_reader(fd, fire)
+        try:
+            await use(woken)
+        finally:
+            loop.remove_reader(fd)
     finally:
-        loop.remove_reader(fd)
         os.close(fd)
+    return True
 
 
 async def _awaits_and_syncs(

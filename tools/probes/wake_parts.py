@@ -602,6 +602,11 @@ def cpu(n: int = 600) -> None:
         wake.Timer.fire = fire  # type: ignore[method-assign]
 
 
+def _sleep_or_profiler(where: tuple[str, int, str]) -> bool:
+    """Whether a cProfile entry is the loop's sleep in ``epoll`` or the profiler itself."""
+    return where[0] == "~" and ("epoll" in where[2] or "_lsprof" in where[2])
+
+
 def profile(n: int = 40) -> None:
     """Where the loop thread's time goes in ``await cuasync.wait(torch_stream)`` after 0.3
     ms and 5 ms of torch work (``cProfile``, the functions with the most own time per
@@ -610,18 +615,21 @@ def profile(n: int = 40) -> None:
     long: what a long sleep costs the code that runs after it on this host."""
     import asyncio
     import cProfile
-    import os
     import pstats
     import time
 
     import numpy as np
-    import torch
 
     import cuasync
-    from cuasync._core import wake
-    from cuasync._native import NATIVE
-    from cuasync.bench.requests import torch_cycles_per_ms
+    from cuasync.bench.requests import timer_wakes, torch_cycles_per_ms
 
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or cuasync.backend_name() != "cuda" or not torch.cuda.is_available():
+        print("profile: needs torch with a GPU (CUASYNC_BACKEND=cuda)")
+        return
     stream = torch.cuda.current_stream()
     per_ms = torch_cycles_per_ms(torch)
 
@@ -645,33 +653,21 @@ def profile(n: int = 40) -> None:
         print(f"  build p50 {np.median(builds) / 1e3:.1f} us, await p50 "
               f"{np.median(awaits) / 1e3:.1f} us", flush=True)  # fmt: skip
         stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-        rows = sorted(((v[2], v[1], f) for f, v in stats.items() if "poll" not in f[2]),
+        rows = sorted(((v[2], v[1], f) for f, v in stats.items() if not _sleep_or_profiler(f)),
                       reverse=True)  # fmt: skip
         for own, calls, f in rows[:14]:
             where = f"{f[0].rsplit('/', 1)[-1]}:{f[1]} {f[2]}"
             print(f"    {own / n * 1e6:8.1f} us  {calls / n:5.2f} calls  {where}", flush=True)
 
     async def bare(period_ns: int) -> None:
-        fd = wake.timerfd()
-        loop = asyncio.get_running_loop()
-        fired: list[int] = []
-        waiting: list[asyncio.Future[None]] = []
+        gaps: list[int] = []
 
-        def fire() -> None:
-            os.read(fd, 8)
-            fired.append(time.perf_counter_ns())
-            waiting.pop().set_result(None)
+        async def woken(wake: Any) -> None:
+            for _ in range(n):
+                fired = await wake()
+                gaps.append(time.perf_counter_ns() - fired)
 
-        loop.add_reader(fd, fire)
-        gaps = []
-        for _ in range(n):
-            fut = loop.create_future()
-            waiting.append(fut)
-            NATIVE.set_timer(fd, time.monotonic_ns() + period_ns)
-            await fut
-            gaps.append(time.perf_counter_ns() - fired[-1])
-        loop.remove_reader(fd)
-        os.close(fd)
+        await timer_wakes(period_ns, woken)
         print(f"  bare timerfd wake after {period_ns / 1e6:g} ms: callback to resumed p50 "
               f"{np.median(gaps) / 1e3:.1f} us", flush=True)  # fmt: skip
 
