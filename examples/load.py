@@ -20,7 +20,9 @@ first; the defaults take about 4 minutes on an H200 (server starts included).
 table gives each figure's median over the rounds. Below the table, issue 32's targets
 as ratios: ``latency`` cuasync p50 / sync p50 (<= 1.02); ``anchor`` cuasync req/s over
 the best other mode's (>= 0.98; with both modes' lowest and highest round, how far
-apart a round can be) and its ``/health`` p99 over theirs::
+apart a round can be) and its ``/health`` p99 over theirs. With several rounds each
+ratio is also given round by round (the median and range of the rounds' ratios: the
+modes of one round ran on the same host state, so a host that drifts moves both)::
 
     python examples/load.py                       # torch + CUDA: POST /infer
     python examples/load.py --backend emulator    # no GPU: POST /compute on the emulator
@@ -386,27 +388,35 @@ class Summary:
 
     completed: int
     per_second: float
-    #: The lowest and highest rate of its rounds (how far one round from another).
-    per_second_range: tuple[float, float]
+    #: Each round's rate, in the order the rounds ran (modes alternate in each round, so
+    #: two modes' round ``i`` ran on the same host state: their ratio is paired).
+    per_second_rounds: tuple[float, ...]
+    #: Each round's p50, in the same order.
+    p50_rounds: tuple[float, ...]
     p50_s: float
     p99_s: float
     health_p99_s: float
     cpu_per_1000: float
     errors: int
 
+    @property
+    def per_second_range(self) -> tuple[float, float]:
+        """The lowest and highest rate of its rounds (how far one round from another)."""
+        rates = self.per_second_rounds
+        return (min(rates), max(rates)) if rates else (math.nan, math.nan)
+
     @classmethod
     def of(cls, rounds: list[Result]) -> Summary:
         def each(f: Callable[[Result], float]) -> float:
             return median([f(r) for r in rounds])
 
+        p50s = tuple(percentile(r.latencies_s, 50) for r in rounds)
         return cls(
             completed=sum(r.completed for r in rounds),
             per_second=each(lambda r: r.per_second),
-            per_second_range=(
-                min((r.per_second for r in rounds), default=math.nan),
-                max((r.per_second for r in rounds), default=math.nan),
-            ),
-            p50_s=each(lambda r: percentile(r.latencies_s, 50)),
+            per_second_rounds=tuple(r.per_second for r in rounds),
+            p50_rounds=p50s,
+            p50_s=median(list(p50s)),
             p99_s=each(lambda r: percentile(r.latencies_s, 99)),
             health_p99_s=each(lambda r: percentile(r.health_s, 99)),
             cpu_per_1000=each(lambda r: r.cpu_per_1000),
@@ -430,6 +440,20 @@ def format_table(
     return "\n".join(lines)
 
 
+def paired(mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
+    """The ratio of two modes' figures round by round (the same round ran both on the same
+    host state, so a host that drifts between rounds moves both): the median and range of
+    the rounds' ratios, as a suffix of a target line; empty for fewer than two rounds.
+
+    >>> paired((2.0, 3.0, 4.0), (2.0, 2.0, 2.0))
+    '; round by round: median 1.500, 1.000-2.000'
+    """
+    ratios = [m / t for m, t in zip(mine, theirs, strict=False) if t]
+    if len(ratios) < 2:
+        return ""
+    return f"; round by round: median {median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f}"
+
+
 def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) -> list[str]:
     """Issue 32's targets for the service, as ratios of this run's figures (the cases and
     modes it ran: none without cuasync and another mode)."""
@@ -437,7 +461,10 @@ def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) ->
     latency, sync = results.get(("latency", "cuasync")), results.get(("latency", "sync"))
     if latency is not None and sync is not None:
         ratio = latency.p50_s / sync.p50_s
-        lines.append(f"latency, 1 at a time: cuasync p50 / sync p50 = {ratio:.3f} (target <= 1.02)")
+        lines.append(
+            f"latency, 1 at a time: cuasync p50 / sync p50 = {ratio:.3f} (target <= 1.02)"
+            + paired(latency.p50_rounds, sync.p50_rounds)
+        )
     anchor = results.get(("anchor", "cuasync"))
     others = {
         m: results[("anchor", m)] for m in modes if m != "cuasync" and ("anchor", m) in results
@@ -450,6 +477,7 @@ def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) ->
         lines.append(
             f"anchor: cuasync req/s / the best other mode's ({best}) = {ratio:.3f} (target >= 0.98;"
             f" rounds: cuasync {lo:.1f}-{hi:.1f}, {best} {blo:.1f}-{bhi:.1f} req/s)"
+            + paired(anchor.per_second_rounds, others[best].per_second_rounds)
         )
         calm = min(others, key=lambda m: others[m].health_p99_s)
         ratio = anchor.health_p99_s / others[calm].health_p99_s

@@ -165,6 +165,8 @@ def test_load_script_takes_the_median_of_alternated_rounds() -> None:
     summary = Summary.of(runs)
     assert (summary.completed, summary.per_second, summary.p50_s) == (600, 200.0, 0.003)
     assert summary.per_second_range == (100.0, 300.0)
+    assert summary.per_second_rounds == (100.0, 300.0, 200.0)  # (in the rounds' order)
+    # round by round: 98/95 and 104/105 (a host that drifted between the rounds)
     anchor = {
         ("anchor", "cuasync"): Summary.of([result(98, 4.0), result(104, 4.0)]),
         ("anchor", "poll"): Summary.of([result(95, 4.0), result(105, 4.0)]),
@@ -172,6 +174,7 @@ def test_load_script_takes_the_median_of_alternated_rounds() -> None:
     assert format_targets(anchor, ["cuasync", "poll"])[0] == (
         "anchor: cuasync req/s / the best other mode's (poll) = 1.010 (target >= 0.98;"
         " rounds: cuasync 98.0-104.0, poll 95.0-105.0 req/s)"
+        "; round by round: median 1.011, 0.990-1.032"
     )
     results = {
         ("latency", "cuasync"): Summary.of([result(10, 4.0)]),
@@ -179,7 +182,14 @@ def test_load_script_takes_the_median_of_alternated_rounds() -> None:
     }
     assert format_targets(results, ["cuasync", "sync"]) == [
         "latency, 1 at a time: cuasync p50 / sync p50 = 0.800 (target <= 1.02)"
-    ]
+    ]  # (one round: no round-by-round ratio)
+    results = {
+        ("latency", "cuasync"): Summary.of([result(10, 4.0), result(10, 6.0)]),
+        ("latency", "sync"): Summary.of([result(10, 5.0), result(10, 5.0)]),
+    }
+    assert format_targets(results, ["cuasync", "sync"])[0].endswith(
+        "; round by round: median 1.000, 0.800-1.200"
+    )
 
 
 def test_load_script_refuses_other_hosts() -> None:
