@@ -391,8 +391,9 @@ class Summary:
     #: Each round's rate, in the order the rounds ran (modes alternate in each round, so
     #: two modes' round ``i`` ran on the same host state: their ratio is paired).
     per_second_rounds: tuple[float, ...]
-    #: Each round's p50, in the same order.
+    #: Each round's p50 and ``/health`` p99, in the same order.
     p50_rounds: tuple[float, ...]
+    health_p99_rounds: tuple[float, ...]
     p50_s: float
     p99_s: float
     health_p99_s: float
@@ -411,6 +412,7 @@ class Summary:
             return median([f(r) for r in rounds])
 
         p50s = tuple(percentile(r.latencies_s, 50) for r in rounds)
+        healths = tuple(percentile(r.health_s, 99) for r in rounds)
         return cls(
             completed=sum(r.completed for r in rounds),
             per_second=each(lambda r: r.per_second),
@@ -418,7 +420,8 @@ class Summary:
             p50_rounds=p50s,
             p50_s=median(list(p50s)),
             p99_s=each(lambda r: percentile(r.latencies_s, 99)),
-            health_p99_s=each(lambda r: percentile(r.health_s, 99)),
+            health_p99_rounds=healths,
+            health_p99_s=median(list(healths)),
             cpu_per_1000=each(lambda r: r.cpu_per_1000),
             errors=sum(r.errors for r in rounds),
         )
@@ -484,6 +487,7 @@ def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) ->
         lines.append(
             f"anchor: cuasync /health p99 / the best other mode's ({calm}) = {ratio:.3f}"
             " (target: unaffected, <= 1.0)"
+            + paired(anchor.health_p99_rounds, others[calm].health_p99_rounds)
         )
     return lines
 
