@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import cuasync
 from cuasync._backends import get_backend
@@ -48,6 +48,8 @@ from cuasync._native import NATIVE
 
 from . import completion
 from ._util import Report, Row, run_loop
+
+T = TypeVar("T")
 
 SUITE = "requests"
 
@@ -175,35 +177,36 @@ async def _timer_floor(period_ns: int, n: int) -> float:
     timerfd, each ``period_ns`` after it parked: no GPU, no cuasync on the loop (what
     any await that sleeps and wakes by its loop's timer pays at least; nan without
     ``timerfd``)."""
-    cpu = float("nan")
 
-    async def woken(wake: Callable[[], Awaitable[int]]) -> None:
-        nonlocal cpu
+    async def cpu(wake: Callable[[], Awaitable[int]]) -> float:
         for _ in range(3):  # (warm, as the awaits' rows are)
             await wake()
         c0, w0 = time.process_time(), time.perf_counter()
         for _ in range(n):
             await wake()
-        cpu = (time.process_time() - c0) / (time.perf_counter() - w0) * 100
+        return (time.process_time() - c0) / (time.perf_counter() - w0) * 100
 
     try:
-        await timer_wakes(period_ns, woken)
+        spent = await timer_wakes(period_ns, cpu)
     except OSError:  # (the kernel refused the timer: no floor here)
         return float("nan")
-    return cpu
+    return float("nan") if spent is None else spent
 
 
 async def timer_wakes(
-    period_ns: int, use: Callable[[Callable[[], Awaitable[int]]], Awaitable[None]]
-) -> bool:
-    """Call ``use(wake)`` where ``await wake()`` parks the task until the running loop's
+    period_ns: int, use: Callable[[Callable[[], Awaitable[int]]], Awaitable[T]]
+) -> T | None:
+    """``await use(wake)``, where ``await wake()`` parks the task until the running loop's
     own timerfd (a new one, closed after) expires ``period_ns`` later, and returns when
-    its reader ran (``time.perf_counter_ns()``); False, ``use`` not called, without one
+    its reader ran (``time.perf_counter_ns()``); None, ``use`` not called, without one
     (no ``timerfd``). What any await that sleeps and wakes by its loop's timer pays at
-    least: no GPU, no cuasync (``tools/probes/wake_parts.py profile`` too)."""
+    least: no GPU, no cuasync (``tools/probes/wake_parts.py profile`` too).
+
+    >>> gaps = await timer_wakes(300_000, measure)   # measure(wake): awaits wake() n times
+    """
     fd = wake.timerfd()
     if fd < 0:
-        return False
+        return None
     try:
         loop = asyncio.get_running_loop()
         waiting: list[asyncio.Future[int]] = []
@@ -224,12 +227,11 @@ async def timer_wakes(
 
         loop.add_reader(fd, fire)
         try:
-            await use(woken)
+            return await use(woken)
         finally:
             loop.remove_reader(fd)
     finally:
         os.close(fd)
-    return True
 
 
 async def _awaits_and_syncs(
