@@ -129,7 +129,10 @@ _CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC = 1, 0o4000, 0o2000000
 
 def timerfd() -> int:
     """A new non-blocking ``CLOCK_MONOTONIC`` timerfd, set with ``NATIVE.set_timer`` (-1:
-    none here, or the kernel refused). The caller closes it."""
+    none here, or the kernel refused). The caller closes it.
+
+    >>> fd = timerfd(); NATIVE.set_timer(fd, time.monotonic_ns() + 300_000)
+    """
     if _LIBC is None:
         return -1
     return int(_LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
