@@ -131,7 +131,7 @@ def timerfd() -> int:
     """A new non-blocking ``CLOCK_MONOTONIC`` timerfd, set with ``NATIVE.set_timer`` (-1:
     none here, or the kernel refused). The caller closes it.
 
-    >>> fd = timerfd(); NATIVE.set_timer(fd, time.monotonic_ns() + 300_000)
+    >>> fd = timerfd(); NATIVE.set_timer(fd, monotonic_ns() + 300_000)
     """
     if _LIBC is None:
         return -1
