@@ -99,8 +99,9 @@ class Stats:
     ``burst_handed_over``: awaits in a burst whose work had not landed after their steps
     aside (they then spin and park as any await); ``early_wakes`` / ``early_misses``:
     parked awaits whose loop woke itself before the expected landing and saw the flag
-    land / ended its spin first (``CUASYNC_WAKE``); ``faults``: device faults that
-    failed pending work; ``stale_probes``: checks of a slot that made no progress;
+    land / ended its spin first (``CUASYNC_WAKE``), ``early_prewakes``: the wakes a
+    long wait's loop took shortly before those (to warm its thread); ``faults``: device
+    faults that failed pending work; ``stale_probes``: checks of a slot that made no progress;
     ``reactor``: whether awaits use flag slots; ``host_sync``: the ``CUASYNC_HOST_SYNC``
     mode in force; ``native``: whether the native module is loaded.
 
@@ -136,6 +137,9 @@ class Stats:
     #: that path), and those whose spin ended first (the reactor reported them).
     early_wakes: int = 0
     early_misses: int = 0
+    #: Pre-wakes of the loop's timer before the early wake of a long wait (they only set
+    #: the timer again: :attr:`cuasync._core.wake.Policy.prewake_ns`).
+    early_prewakes: int = 0
     faults: int = 0
     stale_probes: int = 0
     reactor: bool = False

@@ -15,6 +15,9 @@ library call and its kind for a call: the stream waited for, for
 from parking to landing, measured exactly when a spin saw the flag land and bounded
 otherwise (:class:`Estimate`). No estimate yet, earlier work pending on the stream, a
 platform without ``timerfd``, or ``CUASYNC_WAKE=reactor``: the await parks as before.
+A wake due milliseconds after parking is preceded by a pre-wake
+(:attr:`Policy.prewake_ns` before it), which only sets the timer again: a thread that
+slept that long runs its first Python several times slower on a busy host.
 A launch whose estimate is steady and long (:attr:`Policy.park_at_once_ns`) parks at
 once, without the inline spin (its kernel's ``parked_grid``, read by the native core);
 one whose landing no spin saw spins again the next time.
@@ -112,6 +115,13 @@ class Policy:
         #: steady estimate can wait for its report; longer work is scanned for as
         #: before, by the reactor's long naps).
         self.quiet_max_ns = 20_000_000
+        #: A wake due at least :attr:`prewake_min_ns` after parking is preceded by one
+        #: this long before it (0: none), which only sets the timer again: a thread that
+        #: slept milliseconds runs its first Python several times slower (its caches gone
+        #: cold on a busy host), and a landing seen by a thread that just woke from a
+        #: sleep that long is resumed that much later.
+        self.prewake_ns = 300_000
+        self.prewake_min_ns = 1_000_000
 
 
 #: Whether ``timerfd`` is there (Linux): made through libc (``os.timerfd_create`` is
@@ -199,14 +209,15 @@ class Pending:
     """One parked await the policy follows: its completion, key and times (monotonic ns)."""
 
     __slots__ = (
-        "adapter", "comp", "due", "hub", "key", "lo", "looked", "parked", "quiet", "seen",
-        "timer", "until",
+        "adapter", "at", "comp", "due", "hub", "key", "lo", "looked", "parked", "quiet",
+        "seen", "timer", "until",
     )  # fmt: skip
 
     def __init__(self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int) -> None:
         self.hub, self.comp, self.adapter, self.key = hub, comp, adapter, key
         self.parked = parked
         self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
+        self.at = 0  # when the timer fires for it next: its pre-wake, then ``due``
         self.until = 0  # when its spin gives up
         self.quiet = 0  # until when the reactor leaves it alone (0: it watches at once)
         self.lo = 0  # it had not landed at this time (a window ended first)
@@ -215,7 +226,7 @@ class Pending:
         self.timer: Timer | None = None
 
     def __lt__(self, other: Pending) -> bool:  # (heap order)
-        return self.due < other.due
+        return self.at < other.at
 
 
 def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
@@ -238,6 +249,8 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
             due, until, quiet = window(est, min(timer.late_ns + POLICY.lead_ns, POLICY.lead_max_ns))
             entry.timer = timer
             entry.due, entry.until = now + due, now + until
+            pre = POLICY.prewake_ns
+            entry.at = now + (due - pre if pre and due >= POLICY.prewake_min_ns else due)
             if quiet:
                 entry.quiet = min(entry.until, now + POLICY.quiet_max_ns)
     return entry
@@ -421,8 +434,8 @@ class Timer:
     def _rearm(self) -> None:
         heap = self.heap
         if heap:
-            if heap[0].due != self.armed:
-                self._set(heap[0].due)
+            if heap[0].at != self.armed:
+                self._set(heap[0].at)
         elif self.armed:
             expired = self.armed <= monotonic_ns()
             self._set(0)  # (an all-zero value disarms)
@@ -436,7 +449,7 @@ class Timer:
         """Set ``entry``'s wake; False where the timer could not be set (nothing then
         looks at its slot: the caller has the reactor watch it)."""
         heapq.heappush(self.heap, entry)
-        if self.heap[0] is entry and not self._set(entry.due):
+        if self.heap[0] is entry and not self._set(entry.at):
             self.remove(entry)
             return False
         return True
@@ -453,7 +466,8 @@ class Timer:
     def fire(self) -> None:
         """The timerfd expired (on the loop's thread): spin on every wake that is due
         (``Hub.spin_early``: a flag that lands within its window is finished here; a
-        window that ends first leaves it to the reactor)."""
+        window that ends first leaves it to the reactor); a pre-wake only sets the
+        timer again, for its wake."""
         try:
             os.read(self.fd, 8)
         except BlockingIOError:  # re-armed since it became readable
@@ -461,15 +475,23 @@ class Timer:
         self.armed = 0
         heap = self.heap
         now = monotonic_ns()
-        if heap and heap[0].due <= now:
-            late = now - heap[0].due
+        head = heap[0] if heap else None
+        # the lateness of a wake (not of a pre-wake: the wake's lead is for a warm thread)
+        if head is not None and head.at <= now and head.at == head.due:
+            late = now - head.at
             if late > self.late_ns:
                 self.late_ns += (late - self.late_ns) >> POLICY.late_up_shift
             else:
                 self.late_ns -= (self.late_ns - late) >> POLICY.late_down_shift
         try:
-            while heap and heap[0].due <= now:
-                entry = heapq.heappop(heap)
+            while heap and heap[0].at <= now:
+                entry = heap[0]
+                if entry.at < entry.due:  # its pre-wake: the wake itself stays set
+                    entry.at = entry.due
+                    heapq.heapreplace(heap, entry)
+                    entry.hub.stats.early_prewakes += 1
+                    continue
+                heapq.heappop(heap)
                 entry.timer = None
                 entry.hub.spin_early(entry)
                 now = monotonic_ns()

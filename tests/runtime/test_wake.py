@@ -179,6 +179,25 @@ async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
     assert cuasync.stats().early_misses == misses  # no early wake was set
 
 
+@pytest.mark.parametrize(
+    ("estimate_ns", "prewake_ns", "prewakes"),
+    [(3_000_000, 300_000, 1), (3_000_000, 0, 0), (300_000, 300_000, 0)],
+    ids=["long", "long, pre-wakes off", "short"],
+)
+async def test_a_long_waits_wake_is_preceded_by_one_pre_wake(
+    anyio_backend, stream, monkeypatch, estimate_ns, prewake_ns, prewakes
+) -> None:
+    """A wake due milliseconds after parking is preceded by a pre-wake (the thread warmed
+    before its spin), which only sets the timer again; a short wait gets none."""
+    monkeypatch.setattr(wake.POLICY, "prewake_ns", prewake_ns)
+    expect(stream, estimate_ns)  # (the gate holds the work past its window)
+    before = cuasync.stats()
+    value, left = await held_wait(stream, woken)
+    after = cuasync.stats()
+    assert value is None and left == 0  # (woken: the wake itself ran after its pre-wake)
+    assert after.early_prewakes - before.early_prewakes == prewakes
+
+
 @pytest.fixture
 def quiet_for_200ms() -> Iterator[None]:
     saved = wake.POLICY.quiet_max_ns

@@ -382,18 +382,12 @@ def timeline(n: int = 100) -> None:
 #: fields): the lead before the expected landing, and how the loop's timer lateness is
 #: followed (1, 4: its high side, the default; 3, 3: its mean); ``spin_budget_us`` is the hub's
 #: inline spin (20 us, ``CUASYNC_SPIN_BUDGET_US``; 0: what an await skipping it pays).
-VARIANTS: dict[str, dict[str, int]] = {
-    "lead 15": {"lead_ns": 15_000, "late_up_shift": 1, "late_down_shift": 4},
-    "lead 5 (default)": {"lead_ns": 5_000, "late_up_shift": 1, "late_down_shift": 4},
-    "mean late": {"lead_ns": 15_000, "late_up_shift": 3, "late_down_shift": 3},
-    "mean late, lead 5": {"lead_ns": 5_000, "late_up_shift": 3, "late_down_shift": 3},
-    "mean late, lead 0": {"lead_ns": 0, "late_up_shift": 3, "late_down_shift": 3},
-    "lead 5, no spin": {
-        "lead_ns": 5_000,
-        "late_up_shift": 1,
-        "late_down_shift": 4,
-        "spin_budget_us": 0,
-    },
+VARIANTS: dict[str, dict[str, int]] = {  # (each over the policy's defaults)
+    "default": {},
+    "no pre-wake": {"prewake_ns": 0},
+    "lead 15": {"lead_ns": 15_000},
+    "mean late, lead 5": {"late_up_shift": 3, "late_down_shift": 3},
+    "no inline spin": {"spin_budget_us": 0},
 }
 
 
@@ -428,7 +422,8 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
 
     wake.resumed = resumed  # type: ignore[assignment]
     hub = get_hub()
-    defaults = {name: getattr(wake.POLICY, name) for name in VARIANTS["lead 15"]}
+    fields = {name for settings in VARIANTS.values() for name in settings} - {"spin_budget_us"}
+    defaults = {name: getattr(wake.POLICY, name) for name in fields}
     spin_us = hub.spin_budget_us
 
     async def rounds(work_ns: int, n: int) -> dict[str, dict[str, Any]]:
@@ -447,7 +442,7 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
         late: dict[str, int] = {}
         for _ in range(ROUNDS):
             for name, settings in VARIANTS.items():
-                for field, value in settings.items():
+                for field, value in {**defaults, **settings}.items():
                     if field != "spin_budget_us":
                         setattr(wake.POLICY, field, value)
                 hub.spin_budget_us = settings.get("spin_budget_us", spin_us)
