@@ -28,6 +28,22 @@ modes of one round ran on the same host state, so a host that drifts moves both)
     python examples/load.py --backend emulator    # no GPU: POST /compute on the emulator
     python examples/load.py --modes cuasync,sync --cases anchor --duration 20
     python examples/load.py --cases anchor,latency --rounds 3   # issue 32's rows
+    python examples/load.py --cases anchor --rate 300 --rounds 3   # every mode at 300 req/s
+
+By default the load is a closed loop: each of a case's clients sends its next request when
+its last one answers, so a faster mode serves more requests, and the modes' ``/health``
+p99 are measured at unequal load. ``--rate R`` makes it an open loop instead: a case's
+requests are due on a fixed schedule, ``R`` per second (request ``i`` at ``i / R`` s from
+the start), and each starts at its due time (at once if that has passed), unless the
+case's concurrency are in flight: then it waits for one to answer, so a mode that cannot
+keep up queues requests rather than the client piling them up. Every mode then serves the
+same rate (the same ``R`` in each case: choose ``--cases`` to suit), and each latency
+counts from the request's due time, so the time it queued behind schedule is part of it.
+A request is *behind schedule* if it started more than one interval (``1 / R``, at least
+1 ms: the loop's timer resolution) after its due time, or not before the run's end; the
+table gives the count, and req/s counts the requests served over the schedule's span (the
+requests due / ``R``): ``R`` for a mode that keeps up. The targets then give each mode's
+rate and count behind instead of the throughput ratio.
 
 With ``--backend emulator`` the cases drive the cuasync-only route ``/compute`` instead,
 and each emulated device command takes ``--emu-delay-us`` (``anchor``, ``latency``) or
@@ -44,6 +60,7 @@ import argparse
 import asyncio
 import importlib.util
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -53,7 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +83,9 @@ CASES = ("anchor", "latency", "small")
 JSON_HEADERS = {"content-type": "application/json"}
 REQUEST_TIMEOUT_S = 120.0
 STARTUP_TIMEOUT_S = 300.0
+#: Under ``--rate``, the least lateness that counts as behind schedule: the event loop's
+#: timer resolution (uvloop's timers, and asyncio's epoll timeouts, count whole ms).
+LATE_FLOOR_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -99,10 +119,17 @@ class Result:
     cpu_s: float
     errors: int
     first_error: str | None
+    #: Under ``--rate``: the requests due before the run's end, those of them that started
+    #: behind schedule (or not at all), and the schedule's span (due / rate), over which
+    #: ``per_second`` counts instead of ``elapsed_s``.
+    due: int = 0
+    behind: int = 0
+    schedule_s: float | None = None
 
     @property
     def per_second(self) -> float:
-        return self.completed / self.elapsed_s if self.elapsed_s > 0 else math.nan
+        span = self.elapsed_s if self.schedule_s is None else self.schedule_s
+        return self.completed / span if span > 0 else math.nan
 
     @property
     def cpu_per_1000(self) -> float:
@@ -116,6 +143,17 @@ class Requests:
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
     first_error: str | None = None
+    #: Open loop only (``open_loop``): the requests due, and those behind schedule.
+    due: int = 0
+    behind: int = 0
+
+    def add(self, error: str | None, latency_s: float) -> None:
+        """One request's outcome: its latency if it succeeded (``error`` None)."""
+        if error is None:
+            self.latencies_s.append(latency_s)
+        else:
+            self.errors += 1
+            self.first_error = self.first_error or error
 
 
 def check_loopback(host: str) -> None:
@@ -235,11 +273,24 @@ class Server:
         self.log.close()
 
 
+async def post(client: httpx.AsyncClient, case: Case) -> str | None:
+    """One of ``case``'s requests: None if it answered 200, else what went wrong."""
+    try:
+        response = await client.post(case.path, content=case.body, headers=JSON_HEADERS)
+        return (
+            None
+            if response.status_code == 200
+            else f"{response.status_code}: {response.text[:200]}"
+        )
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 async def send_requests(
     client: httpx.AsyncClient, case: Case, count: int, deadline: float
 ) -> Requests:
     """``count`` requests (or as many as fit before ``deadline``), ``case.concurrency`` at a
-    time; the latency of each one that answered 200."""
+    time (a closed loop); the latency of each one that answered 200."""
     outcome = Requests()
     issued = 0
 
@@ -248,22 +299,64 @@ async def send_requests(
         while issued < count and time.perf_counter() < deadline:
             issued += 1
             start = time.perf_counter()
-            try:
-                response = await client.post(case.path, content=case.body, headers=JSON_HEADERS)
-                error = (
-                    None
-                    if response.status_code == 200
-                    else f"{response.status_code}: {response.text[:200]}"
-                )
-            except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            if error is None:
-                outcome.latencies_s.append(time.perf_counter() - start)
-            else:
-                outcome.errors += 1
-                outcome.first_error = outcome.first_error or error
+            error = await post(client, case)
+            outcome.add(error, time.perf_counter() - start)
 
     await asyncio.gather(*(worker() for _ in range(case.concurrency)))
+    return outcome
+
+
+def behind_after(rate: float) -> float:
+    """How late a request may start at ``rate`` per second and still be on schedule: one
+    interval, but at least the loop's timer resolution (``LATE_FLOOR_S``)."""
+    return max(1 / rate, LATE_FLOOR_S)
+
+
+async def open_loop(
+    send: Callable[[], Awaitable[str | None]],
+    count: int,
+    rate: float,
+    concurrency: int,
+    start: float,
+    deadline: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Requests:
+    """``send()`` on a schedule: request ``i`` is due at ``start + i / rate`` (``count`` of
+    them at most, those due before ``deadline``) and starts then, at once if that has
+    passed, or when one of the ``concurrency`` in flight answers (a server that cannot keep
+    up queues them). Each latency counts from the due time (or the start, if a timer woke
+    early), the time queued included. A request that has no slot by ``deadline`` and would
+    start behind schedule does not start; ``behind`` counts it and those that started more
+    than ``behind_after(rate)`` late. ``send`` gives None for a success, else the error."""
+    outcome = Requests()
+    slots = asyncio.Semaphore(concurrency)
+    late_s = behind_after(rate)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(begin: float) -> None:
+        try:
+            error = await send()
+            outcome.add(error, clock() - begin)
+        finally:
+            slots.release()
+
+    dues = itertools.takewhile(lambda t: t < deadline, (start + i / rate for i in range(count)))
+    for due in dues:
+        outcome.due += 1
+        if (wait := due - clock()) > 0:
+            await asyncio.sleep(wait)
+        await slots.acquire()  # (at once, unless `concurrency` are in flight)
+        now = clock()
+        late = now - due > late_s
+        if late and now >= deadline:  # the run is over: this one and the rest never start
+            slots.release()
+            rest = sum(1 for _ in dues)
+            outcome.due += rest
+            outcome.behind += 1 + rest
+            break
+        outcome.behind += late
+        tasks.add(asyncio.create_task(one(min(due, now))))
+    await asyncio.gather(*tasks)
     return outcome
 
 
@@ -297,7 +390,18 @@ async def measure(server: Server, case: Case, args: argparse.Namespace) -> Resul
         )
         cpu_before = cpu_seconds(server.pid)
         start = time.perf_counter()
-        outcome = await send_requests(client, case, args.requests, start + args.duration)
+        deadline = start + args.duration
+        if args.rate is None:
+            outcome = await send_requests(client, case, args.requests, deadline)
+        else:
+            outcome = await open_loop(
+                lambda: post(client, case),
+                args.requests,
+                args.rate,
+                case.concurrency,
+                start,
+                deadline,
+            )
         elapsed = time.perf_counter() - start
         cpu = cpu_seconds(server.pid) - cpu_before
         stop.set()
@@ -310,6 +414,9 @@ async def measure(server: Server, case: Case, args: argparse.Namespace) -> Resul
         cpu_s=cpu,
         errors=outcome.errors,
         first_error=outcome.first_error,
+        due=outcome.due,
+        behind=outcome.behind,
+        schedule_s=None if args.rate is None else outcome.due / args.rate,
     )
 
 
@@ -371,10 +478,12 @@ COLUMNS = (
     ("CPU s/1k req", ">12"),
     ("errors", ">6"),
 )
+#: Under ``--rate``: the same, and the requests behind schedule before the errors.
+OPEN_LOOP_COLUMNS = (*COLUMNS[:-1], ("behind", ">6"), COLUMNS[-1])
 
 
-def format_row(values: list[str]) -> str:
-    return " ".join(f"{value:{align}}" for value, (_, align) in zip(values, COLUMNS, strict=True))
+def format_row(values: list[str], columns: tuple[tuple[str, str], ...] = COLUMNS) -> str:
+    return " ".join(f"{value:{align}}" for value, (_, align) in zip(values, columns, strict=True))
 
 
 def median(values: list[float]) -> float:
@@ -399,6 +508,9 @@ class Summary:
     health_p99_s: float
     cpu_per_1000: float
     errors: int
+    #: Under ``--rate``: the requests due and those behind schedule, summed over the rounds.
+    due: int = 0
+    behind: int = 0
 
     @property
     def per_second_range(self) -> tuple[float, float]:
@@ -424,22 +536,30 @@ class Summary:
             health_p99_s=median(list(healths)),
             cpu_per_1000=each(lambda r: r.cpu_per_1000),
             errors=sum(r.errors for r in rounds),
+            due=sum(r.due for r in rounds),
+            behind=sum(r.behind for r in rounds),
         )
 
 
 def format_table(
-    cases: list[Case], modes: list[str], results: dict[tuple[str, str], Summary]
+    cases: list[Case],
+    modes: list[str],
+    results: dict[tuple[str, str], Summary],
+    rate: float | None = None,
 ) -> str:
-    """One row per (case, mode), the modes of a case next to each other."""
-    header = format_row([title for title, _ in COLUMNS])
+    """One row per (case, mode), the modes of a case next to each other; under ``rate``
+    (an open loop) with the requests behind schedule."""
+    columns = COLUMNS if rate is None else OPEN_LOOP_COLUMNS
+    header = format_row([title for title, _ in columns], columns)
     lines = [header, "-" * len(header)]
     for case in cases:
         for mode in modes:
             r = results[case.name, mode]
             values = [case.name, mode, str(case.concurrency), str(r.completed)]
             values += [f"{r.per_second:.1f}", f"{1000 * r.p50_s:.2f}", f"{1000 * r.p99_s:.2f}"]
-            values += [f"{1000 * r.health_p99_s:.2f}", f"{r.cpu_per_1000:.3f}", str(r.errors)]
-            lines.append(format_row(values))
+            values += [f"{1000 * r.health_p99_s:.2f}", f"{r.cpu_per_1000:.3f}"]
+            values += [str(r.errors)] if rate is None else [str(r.behind), str(r.errors)]
+            lines.append(format_row(values, columns))
     return "\n".join(lines)
 
 
@@ -457,31 +577,49 @@ def paired(mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
     return f"; round by round: median {median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f}"
 
 
-def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) -> list[str]:
+def format_targets(
+    results: dict[tuple[str, str], Summary], modes: list[str], rate: float | None = None
+) -> list[str]:
     """Issue 32's targets for the service, as ratios of this run's figures (the cases and
-    modes it ran: none without cuasync and another mode)."""
+    modes it ran: none without cuasync and another mode), after a line that says the load's
+    shape. Under ``rate`` (an open loop: every mode serves the same rate) the throughput
+    ratio gives way to each mode's rate and requests behind schedule."""
     lines = []
+
+    def served(case: str) -> str:
+        """Each mode's rate in ``case`` and its requests behind schedule."""
+        rows = [(m, results[case, m]) for m in modes if (case, m) in results]
+        each = [f"{m} {r.per_second:.1f} req/s ({r.behind} of {r.due} behind)" for m, r in rows]
+        return f"{case}, served: " + ", ".join(each)
+
     latency, sync = results.get(("latency", "cuasync")), results.get(("latency", "sync"))
     if latency is not None and sync is not None:
         ratio = latency.p50_s / sync.p50_s
+        at_a_time = "1 at a time" if rate is None else "at most 1 at a time"
         lines.append(
-            f"latency, 1 at a time: cuasync p50 / sync p50 = {ratio:.3f} (target <= 1.02)"
+            f"latency, {at_a_time}: cuasync p50 / sync p50 = {ratio:.3f} (target <= 1.02)"
             + paired(latency.p50_rounds, sync.p50_rounds)
         )
+        if rate is not None:
+            lines.append(served("latency"))
     anchor = results.get(("anchor", "cuasync"))
     others = {
         m: results[("anchor", m)] for m in modes if m != "cuasync" and ("anchor", m) in results
     }
     if anchor is not None and others:
-        best = max(others, key=lambda m: others[m].per_second)
-        ratio = anchor.per_second / others[best].per_second
-        lo, hi = anchor.per_second_range
-        blo, bhi = others[best].per_second_range
-        lines.append(
-            f"anchor: cuasync req/s / the best other mode's ({best}) = {ratio:.3f} (target >= 0.98;"
-            f" rounds: cuasync {lo:.1f}-{hi:.1f}, {best} {blo:.1f}-{bhi:.1f} req/s)"
-            + paired(anchor.per_second_rounds, others[best].per_second_rounds)
-        )
+        if rate is not None:  # every mode served the same rate: no throughput ratio
+            lines.append(served("anchor"))
+        else:
+            best = max(others, key=lambda m: others[m].per_second)
+            ratio = anchor.per_second / others[best].per_second
+            lo, hi = anchor.per_second_range
+            blo, bhi = others[best].per_second_range
+            lines.append(
+                f"anchor: cuasync req/s / the best other mode's ({best}) = {ratio:.3f}"
+                f" (target >= 0.98; rounds: cuasync {lo:.1f}-{hi:.1f},"
+                f" {best} {blo:.1f}-{bhi:.1f} req/s)"
+                + paired(anchor.per_second_rounds, others[best].per_second_rounds)
+            )
         calm = min(others, key=lambda m: others[m].health_p99_s)
         ratio = anchor.health_p99_s / others[calm].health_p99_s
         lines.append(
@@ -489,7 +627,16 @@ def format_targets(results: dict[tuple[str, str], Summary], modes: list[str]) ->
             " (target: unaffected, <= 1.0)"
             + paired(anchor.health_p99_rounds, others[calm].health_p99_rounds)
         )
-    return lines
+    if not lines:
+        return lines
+    shape = (
+        "closed loop (each client sends its next request when its last one answers)"
+        if rate is None
+        else f"open loop at {rate:g} req/s (requests start on schedule, at most the case's"
+        " concurrency in flight; latency from each one's due time; behind schedule:"
+        f" started over {1000 * behind_after(rate):.2f} ms late, or not at all)"
+    )
+    return [f"load: {shape}", *lines]
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -499,11 +646,13 @@ async def run(args: argparse.Namespace) -> int:
         for c in (emulator_cases(args) if args.backend == "emulator" else torch_cases(args))
         if c.name in args.cases
     ]
+    shape = "" if args.rate is None else f"; open loop at {args.rate:g} req/s"
     print(
-        f"backend: {args.backend}; modes: {', '.join(modes)}; each case: up to {args.requests} requests or {args.duration:g} s"
+        f"backend: {args.backend}; modes: {', '.join(modes)}; each case: up to {args.requests} requests or {args.duration:g} s{shape}"
     )
+    at_most = "" if args.rate is None else "at most "
     for case in cases:
-        print(f"  {case.name:<8} {case.server.description}; {case.concurrency} at a time")
+        print(f"  {case.name:<8} {case.server.description}; {at_most}{case.concurrency} at a time")
     rounds: dict[tuple[str, str], list[Result]] = {}
     servers = list(dict.fromkeys(case.server for case in cases))  # in order, each once
     for turn in range(args.rounds):
@@ -517,9 +666,14 @@ async def run(args: argparse.Namespace) -> int:
                     for case in (c for c in cases if c.server == spec):
                         result = await measure(server, case, args)
                         rounds.setdefault((case.name, mode), []).append(result)
+                        behind = (
+                            ""
+                            if args.rate is None
+                            else f", {result.behind} of {result.due} behind schedule"
+                        )
                         print(
                             f"  done: {case.name} {mode}, round {turn + 1} of {args.rounds}"
-                            f" ({result.completed} requests, {result.elapsed_s:.1f} s)",
+                            f" ({result.completed} requests, {result.elapsed_s:.1f} s{behind})",
                             flush=True,
                         )
                 finally:
@@ -527,9 +681,10 @@ async def run(args: argparse.Namespace) -> int:
     results = {key: Summary.of(runs) for key, runs in rounds.items()}
     print()
     if args.rounds > 1:
-        print(f"(each figure: the median over {args.rounds} rounds; requests, errors: their sum)")
-    print(format_table(cases, modes, results))
-    targets = format_targets(results, modes)
+        sums = "requests, errors" if args.rate is None else "requests, behind, errors"
+        print(f"(each figure: the median over {args.rounds} rounds; {sums}: their sum)")
+    print(format_table(cases, modes, results, args.rate))
+    targets = format_targets(results, modes, args.rate)
     if targets:
         print("\n-- targets (issue 32)")
         print("\n".join(targets))
@@ -556,6 +711,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--rounds", type=int, default=1, help="runs of every mode, alternated (default 1)")
     add("--concurrency", type=int, default=32, help="anchor: requests at a time (default 32)")
     add("--small-concurrency", type=int, default=64, help="small: requests at a time (default 64)")
+    add(
+        "--rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="an open loop: start R requests per second in each case, on a fixed schedule"
+        " (at most its concurrency in flight; latency counts from each request's due time,"
+        " queueing included); default: a closed loop",
+    )
     add("--hidden", type=int, default=4096)
     add("--layers", type=int, default=8)
     add("--batch", type=int, default=512)
@@ -588,6 +752,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(exc))
     if args.rounds < 1:
         parser.error(f"--rounds must be 1 or more; got {args.rounds}")
+    if args.rate is not None and not 0 < args.rate < math.inf:
+        parser.error(f"--rate must be a positive number of requests per second; got {args.rate}")
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for value, allowed, option in ((args.modes, MODES, "--modes"), (args.cases, CASES, "--cases")):
