@@ -251,7 +251,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
         key = None if prepared is None else (prepared, op._grid)
         try:
-            yield from suspend(hub, comp, adapter, key)
+            yield from suspend(hub, comp, adapter, key, (spin_us or 0) * 1000)
         except BaseException:
             comp.abandon()
             _let_go(op)

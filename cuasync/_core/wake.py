@@ -9,12 +9,14 @@ nanosecond deadlines, no timer slack), and spins on the flag for a bounded windo
 that the landing is seen by a thread already awake (docs/completion.md, "Waking for
 real-length work").
 
-The expected landing is learned per *key* (a kernel and its grid for a launch, a
-library call and its kind for a call: the stream waited for, for
-``cuasync.wait(torch_stream)``; the stream's handle for other awaits): the time
-from parking to landing, measured exactly when a spin saw the flag land and bounded
+The expected landing is learned per *key* (a kernel and its grid for a launch, a library
+call and its kind for a call: the stream waited for, for ``cuasync.wait(torch_stream)``;
+the stream's handle for other awaits): the time from the start of the wait (parking,
+less the inline spin before it: an await that spun and one that parked at once expect
+the same landing) to landing, measured exactly when a spin saw the flag land and bounded
 otherwise (:class:`Estimate`). No estimate yet, earlier work pending on the stream, a
 platform without ``timerfd``, or ``CUASYNC_WAKE=reactor``: the await parks as before.
+
 A wake due milliseconds after parking is preceded by a pre-wake
 (:attr:`Policy.prewake_ns` before it), which only sets the timer again: a thread that
 slept that long runs its first Python several times slower on a busy host.
@@ -149,7 +151,8 @@ def timerfd() -> int:
 
 
 class Estimate:
-    """The learned time from parking to landing of one key, and its mean deviation.
+    """The learned time from the start of a wait (:attr:`Pending.since`) to landing of
+    one key, and its mean deviation (below, "after parking" counts from there too).
 
     An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
     seen only after the fact (the wake ran after it) is taken as a sample a lead before
@@ -210,12 +213,17 @@ class Pending:
 
     __slots__ = (
         "adapter", "at", "comp", "due", "hub", "key", "lo", "looked", "parked", "quiet",
-        "seen", "timer", "until",
+        "seen", "since", "timer", "until",
     )  # fmt: skip
 
-    def __init__(self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int) -> None:
+    def __init__(
+        self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int, since: int | None = None
+    ) -> None:
         self.hub, self.comp, self.adapter, self.key = hub, comp, adapter, key
         self.parked = parked
+        #: when it began to wait: parked, less the inline spin before it (what the
+        #: estimate counts from, so that a spin or none before parking does not move it)
+        self.since = parked if since is None else since
         self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
         self.at = 0  # when the timer fires for it next: its pre-wake, then ``due``
         self.until = 0  # when its spin gives up
@@ -229,17 +237,19 @@ class Pending:
         return self.at < other.at
 
 
-def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
-    """Follow the await of ``comp`` about to park on ``adapter``'s loop (None: not
-    followed). Its ``due`` is set where ``key`` has an estimate: :func:`start` then sets
-    the loop's timer; without one, the await only teaches the estimate."""
+def plan(hub: Any, comp: Any, adapter: Any, key: Any, spun_ns: int = 0) -> Pending | None:
+    """Follow the await of ``comp`` about to park on ``adapter``'s loop after spinning
+    ``spun_ns`` on it (None: not followed). Its ``due`` is set where ``key`` has an
+    estimate: :func:`start` then sets the loop's timer; without one, the await only
+    teaches the estimate."""
     if not POLICY.on or key is None or comp.slot < 0 or hub.reactor is None:
         return None
     stream = comp.stream
     if stream._completed < comp.seq - 1:  # queued behind earlier work: not its own time
         return None
     now = monotonic_ns()
-    entry = Pending(hub, comp, adapter, key, now)
+    entry = Pending(hub, comp, adapter, key, now, now - spun_ns)
+    since = entry.since
     est = _estimates.get(key)
     if est is not None and est.ns >= POLICY.min_estimate_ns:
         timer = getattr(adapter, "timer", None)
@@ -248,9 +258,9 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any) -> Pending | None:
         if timer is not None:
             due, until, quiet = window(est, min(timer.late_ns + POLICY.lead_ns, POLICY.lead_max_ns))
             entry.timer = timer
-            entry.due, entry.until = now + due, now + until
+            entry.due, entry.until = since + due, since + until
             pre = POLICY.prewake_ns
-            entry.at = now + (due - pre if pre and due >= POLICY.prewake_min_ns else due)
+            entry.at = since + (due - pre if pre and due >= POLICY.prewake_min_ns else due)
             if quiet:
                 entry.quiet = min(entry.until, now + POLICY.quiet_max_ns)
     return entry
@@ -323,16 +333,16 @@ def resumed(entry: Pending) -> None:
     key = entry.key
     est = _estimates.get(key)
     if est is None:
-        d = (entry.seen or now) - entry.parked  # (the first: exact, or late by a wake)
+        d = (entry.seen or now) - entry.since  # (the first: exact, or late by a wake)
         _remember(key, Estimate(d))
     elif entry.seen:
-        est.exact(entry.seen - entry.parked)
+        est.exact(entry.seen - entry.since)
     elif entry.lo:
-        est.missed(entry.lo - entry.parked, now - entry.parked)
+        est.missed(entry.lo - entry.since, now - entry.since)
     elif entry.due:  # landed before the wake looked (or the reactor's report came first)
-        est.early((entry.looked or now - POLICY.report_lag_ns) - entry.parked)
+        est.early((entry.looked or now - POLICY.report_lag_ns) - entry.since)
     else:
-        est.unplanned(now - entry.parked)
+        est.unplanned(now - entry.since)
     if POLICY.on and _is_launch(key):
         _hint(key, entry)
 
@@ -389,7 +399,7 @@ def forget() -> None:
 
 
 def estimate(key: Any) -> int | None:
-    """The learned time from parking to landing of ``key`` in ns, or None."""
+    """The learned time from the start of a wait to landing of ``key`` in ns, or None."""
     est = _estimates.get(key)
     return None if est is None else est.ns
 

@@ -358,6 +358,32 @@ def test_a_wake_within_its_quiet_time_needs_no_reactor_wake() -> None:
     assert not wake.watched(entry)
 
 
+def test_an_await_that_spun_before_parking_expects_the_landing_of_one_that_did_not(
+    stream,
+) -> None:
+    """The estimate counts from the start of the wait, the inline spin included: an await
+    that spun 20 us and parked has its wake set 20 us sooner after parking than one that
+    parked at once, so both look at the same time after their launch; and what one
+    teaches counts from there too (a launch learnt long parks at once, and one whose hint
+    was dropped spins first: the same work either way)."""
+    from types import SimpleNamespace
+
+    hub = SimpleNamespace(reactor=object())
+    comp = SimpleNamespace(slot=0, seq=1, stream=SimpleNamespace(_completed=0))
+    adapter = SimpleNamespace(timer=SimpleNamespace(late_ns=10_000))
+    expect(stream, 300_000)
+    at_once = wake.plan(hub, comp, adapter, stream.handle)
+    spun = wake.plan(hub, comp, adapter, stream.handle, 20_000)
+    assert at_once is not None and spun is not None
+    assert at_once.since == at_once.parked and spun.since == spun.parked - 20_000
+    assert spun.due - spun.since == at_once.due - at_once.since > 200_000
+    assert spun.until - spun.since == at_once.until - at_once.since
+    learnt = wake.Pending(None, None, None, "key", parked=21_000, since=1_000)
+    learnt.seen = 301_000  # a spin saw it land 300 us after its wait began
+    wake.resumed(learnt)
+    assert wake.estimate("key") == 300_000
+
+
 def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
     """The same kernel and grid doing other work: a few awaits, not tens, re-learn it."""
     e = wake.Estimate(300_000)
