@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import cuasync
 from cuasync._backends import get_backend
+from cuasync._core import wake
 from cuasync._core.completion import get_hub
 
 from . import _breakdown, _lag
@@ -419,7 +420,11 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
         ):
             hub.spin_budget_us, hub.use_reactor = spin, reactor and hub.reactor is not None
             before = cuasync.stats()
-            samples, woken = run_loop(kind, lambda: await_latency_by_path(tiny, n, stream))
+            early, wake.POLICY.on = wake.POLICY.on, False  # (the reactor's wake, not the loop's)
+            try:
+                samples, woken = run_loop(kind, lambda: await_latency_by_path(tiny, n, stream))
+            finally:
+                wake.POLICY.on = early
             after = cuasync.stats()
             note = (
                 f"inline {after.completed_inline - before.completed_inline}, "
