@@ -1094,11 +1094,12 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     if comp.state < DONE:
         hub = PROCESS.hub or get_hub()
         spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
+        since = time.monotonic_ns()
         settled = hub.settle(comp, spin_us or 0)
         if spin_us is not None:
             adapter.long_ops = not settled
         if not settled:
-            yield from suspend(hub, comp, adapter, None, (spin_us or 0) * 1000)
+            yield from suspend(hub, comp, adapter, None, since)
     return comp.result()
 
 
@@ -1127,21 +1128,21 @@ def await_spin_us(hub: Hub, adapter: LoopAdapter, stream: Any, seq: int) -> int 
 
 
 def suspend(
-    hub: Hub, comp: Completion, adapter: LoopAdapter, key: Any = None, spun_ns: int = 0
+    hub: Hub, comp: Completion, adapter: LoopAdapter, key: Any = None, since: int = 0
 ) -> Generator[Any, Any, None]:
     """Park the awaiting task until ``comp`` is finished (what ``wait`` does when the spin
     did not see it land); a cancellation hands it to the background watcher.
 
     ``key`` names the work for the early wake (:mod:`.wake`: a kernel and its grid);
-    None: the stream's handle; ``spun_ns``: how long the await spun on it before
-    parking. The reactor is armed as always; where the policy has an estimate for
-    ``key``, the loop's own timer also wakes the loop shortly before the expected
-    landing and spins briefly, so that an awake thread sees the flag, and the reactor
-    leaves the slot alone until that spin ends (it neither spins nor scans for it
-    meanwhile: the CPU a long wait costs).
+    None: the stream's handle; ``since``: when the await began to wait for it (its
+    ``time.monotonic_ns()`` after the submission, before any spin; 0: now). The reactor
+    is armed as always; where the policy has an estimate for ``key``, the loop's own
+    timer also wakes the loop shortly before the expected landing and spins briefly, so
+    that an awake thread sees the flag, and the reactor leaves the slot alone until that
+    spin ends (it neither spins nor scans for it meanwhile: the CPU a long wait costs).
     """
     wake, parked = adapter.park()
-    entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key, spun_ns)
+    entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key, since)
     try:
         hub.watch(comp, adapter, wake, _wake.quiet_until(entry), _wake.watched(entry))
         if entry is not None and entry.due and not _wake.start(entry):

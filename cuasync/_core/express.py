@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from asyncio import _get_running_loop
 from collections.abc import Callable, Generator
-from time import monotonic
+from time import monotonic, monotonic_ns
 from typing import Any
 
 from .. import _config
@@ -214,6 +214,9 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             _let_go(op)
             raise
     hub, box, slot, gen, address, seq, spin_us, landed, ticket, held = sent
+    # when the wait began: the launch was just made, and spun on for spin_us (what the
+    # early wake's estimate counts from, whatever Python ran since)
+    since = monotonic_ns() - (spin_us or 0) * 1000
     queued = landed is None
     if queued:  # a burst: the other ready tasks submit meanwhile
         look = hub.native.spin_wait
@@ -240,6 +243,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             if spin_us and hub.express.parks_at_once(op, spin_us):
                 spin_us = 0
                 hub.stats.spins_skipped_long += 1
+            since = monotonic_ns()
             landed = look(address, gen, (spin_us or 0) * 1000)
     output, comp = settle_look(op, stream, hub, box, slot, gen, address, seq, ticket, held, landed)
     if comp is None:  # (the path of most awaits)
@@ -251,7 +255,7 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
         prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
         key = None if prepared is None else (prepared, op._grid)
         try:
-            yield from suspend(hub, comp, adapter, key, (spin_us or 0) * 1000)
+            yield from suspend(hub, comp, adapter, key, since)
         except BaseException:
             comp.abandon()
             _let_go(op)

@@ -11,11 +11,12 @@ real-length work").
 
 The expected landing is learned per *key* (a kernel and its grid for a launch, a library
 call and its kind for a call: the stream waited for, for ``cuasync.wait(torch_stream)``;
-the stream's handle for other awaits): the time from the start of the wait (parking,
-less the inline spin before it: an await that spun and one that parked at once expect
-the same landing) to landing, measured exactly when a spin saw the flag land and bounded
-otherwise (:class:`Estimate`). No estimate yet, earlier work pending on the stream, a
-platform without ``timerfd``, or ``CUASYNC_WAKE=reactor``: the await parks as before.
+the stream's handle for other awaits): the time from the start of the wait (the
+submission made, before any inline spin: an await that spun and one that parked at once
+expect the same landing, however long its Python took to park) to landing, measured
+exactly when a spin saw the flag land and bounded otherwise (:class:`Estimate`). No
+estimate yet, earlier work pending on the stream, a platform without ``timerfd``, or
+``CUASYNC_WAKE=reactor``: the await parks as before.
 
 A wake due milliseconds after parking is preceded by a pre-wake
 (:attr:`Policy.prewake_ns` before it), which only sets the timer again: a thread that
@@ -221,8 +222,9 @@ class Pending:
     ) -> None:
         self.hub, self.comp, self.adapter, self.key = hub, comp, adapter, key
         self.parked = parked
-        #: when it began to wait: parked, less the inline spin before it (what the
-        #: estimate counts from, so that a spin or none before parking does not move it)
+        #: when it began to wait: its submission made, before any inline spin (what the
+        #: estimate counts from, so that neither a spin nor the Python run before parking
+        #: moves it)
         self.since = parked if since is None else since
         self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
         self.at = 0  # when the timer fires for it next: its pre-wake, then ``due``
@@ -237,18 +239,18 @@ class Pending:
         return self.at < other.at
 
 
-def plan(hub: Any, comp: Any, adapter: Any, key: Any, spun_ns: int = 0) -> Pending | None:
-    """Follow the await of ``comp`` about to park on ``adapter``'s loop after spinning
-    ``spun_ns`` on it (None: not followed). Its ``due`` is set where ``key`` has an
-    estimate: :func:`start` then sets the loop's timer; without one, the await only
-    teaches the estimate."""
+def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending | None:
+    """Follow the await of ``comp`` about to park on ``adapter``'s loop, which began to
+    wait for it at ``since`` (``time.monotonic_ns()``; 0: now) (None: not followed). Its
+    ``due`` is set where ``key`` has an estimate: :func:`start` then sets the loop's
+    timer; without one, the await only teaches the estimate."""
     if not POLICY.on or key is None or comp.slot < 0 or hub.reactor is None:
         return None
     stream = comp.stream
     if stream._completed < comp.seq - 1:  # queued behind earlier work: not its own time
         return None
     now = monotonic_ns()
-    entry = Pending(hub, comp, adapter, key, now, now - spun_ns)
+    entry = Pending(hub, comp, adapter, key, now, since or now)
     since = entry.since
     est = _estimates.get(key)
     if est is not None and est.ns >= POLICY.min_estimate_ns:

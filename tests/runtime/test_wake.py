@@ -362,10 +362,10 @@ def test_an_await_that_spun_before_parking_expects_the_landing_of_one_that_did_n
     stream,
 ) -> None:
     """The estimate counts from the start of the wait, the inline spin included: an await
-    that spun 20 us and parked has its wake set 20 us sooner after parking than one that
-    parked at once, so both look at the same time after their launch; and what one
-    teaches counts from there too (a launch learnt long parks at once, and one whose hint
-    was dropped spins first: the same work either way)."""
+    that spun 20 us (or ran slow Python) before parking has its wake set 20 us sooner
+    after parking than one that parked at once, so both look at the same time after their
+    launch; and what one teaches counts from there too (a launch learnt long parks at
+    once, and one whose hint was dropped spins first: the same work either way)."""
     from types import SimpleNamespace
 
     hub = SimpleNamespace(reactor=object())
@@ -373,9 +373,9 @@ def test_an_await_that_spun_before_parking_expects_the_landing_of_one_that_did_n
     adapter = SimpleNamespace(timer=SimpleNamespace(late_ns=10_000))
     expect(stream, 300_000)
     at_once = wake.plan(hub, comp, adapter, stream.handle)
-    spun = wake.plan(hub, comp, adapter, stream.handle, 20_000)
+    spun = wake.plan(hub, comp, adapter, stream.handle, time.monotonic_ns() - 20_000)
     assert at_once is not None and spun is not None
-    assert at_once.since == at_once.parked and spun.since == spun.parked - 20_000
+    assert at_once.since == at_once.parked and spun.parked - spun.since >= 20_000
     assert spun.due - spun.since == at_once.due - at_once.since > 200_000
     assert spun.until - spun.since == at_once.until - at_once.since
     learnt = wake.Pending(None, None, None, "key", parked=21_000, since=1_000)
