@@ -106,8 +106,8 @@ class Policy:
         #: 1/2**``late_up_shift`` of the difference, an earlier one down by
         #: 1/2**``late_down_shift`` (3 and 3: it follows the mean; 1 and 4 until session
         #: 51, its high side, which spun up to 5 us longer an await at the same p50 on
-        #: five H100 runs of ``tools/probes/wake_parts.py tune``, and cost 2.3 % of a
-        #: core more at 0.3 ms on average, -0.3 to 7.1).
+        #: six H100 runs of ``tools/probes/wake_parts.py tune``, and cost 1.8 % of a
+        #: core more at 0.3 ms on average, -1.8 to 7.1).
         self.late_up_shift = 3
         self.late_down_shift = 3
         #: How much later than the landing the reactor's report reaches the task, at
