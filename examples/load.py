@@ -331,7 +331,6 @@ async def open_loop(
     outcome = Requests()
     slots = asyncio.Semaphore(concurrency)
     late_s = behind_after(rate)
-    tasks: set[asyncio.Task[None]] = set()
 
     async def one(begin: float) -> None:
         try:
@@ -341,22 +340,22 @@ async def open_loop(
             slots.release()
 
     dues = itertools.takewhile(lambda t: t < deadline, (start + i / rate for i in range(count)))
-    for due in dues:
-        outcome.due += 1
-        if (wait := due - clock()) > 0:
-            await asyncio.sleep(wait)
-        await slots.acquire()  # (at once, unless `concurrency` are in flight)
-        now = clock()
-        late = now - due > late_s
-        if late and now >= deadline:  # the run is over: this one and the rest never start
-            slots.release()
-            rest = sum(1 for _ in dues)
-            outcome.due += rest
-            outcome.behind += 1 + rest
-            break
-        outcome.behind += late
-        tasks.add(asyncio.create_task(one(min(due, now))))
-    await asyncio.gather(*tasks)
+    async with asyncio.TaskGroup() as requests:  # (cancelled or failed: none outlives it)
+        for due in dues:
+            outcome.due += 1
+            if (wait := due - clock()) > 0:
+                await asyncio.sleep(wait)
+            await slots.acquire()  # (at once, unless `concurrency` are in flight)
+            now = clock()
+            late = now - due > late_s
+            if late and now >= deadline:  # the run is over: this one and the rest never start
+                slots.release()
+                rest = sum(1 for _ in dues)
+                outcome.due += rest
+                outcome.behind += 1 + rest
+                break
+            outcome.behind += late
+            requests.create_task(one(min(due, now)))
     return outcome
 
 

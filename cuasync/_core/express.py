@@ -243,7 +243,10 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
             if spin_us and hub.express.parks_at_once(op, spin_us):
                 spin_us = 0
                 hub.stats.spins_skipped_long += 1
-            since = monotonic_ns()
+            # the wait of a launch the submitter made while this one stepped aside counts
+            # from here; one made at once (ticket -1), from before the steps
+            if ticket >= 0:
+                since = monotonic_ns()
             landed = look(address, gen, (spin_us or 0) * 1000)
     output, comp = settle_look(op, stream, hub, box, slot, gen, address, seq, ticket, held, landed)
     if comp is None:  # (the path of most awaits)

@@ -18,7 +18,7 @@ exactly when a spin saw the flag land and bounded otherwise (:class:`Estimate`).
 estimate yet, earlier work pending on the stream, a platform without ``timerfd``, or
 ``CUASYNC_WAKE=reactor``: the await parks as before.
 
-A wake due milliseconds after parking is preceded by a pre-wake
+A wake due milliseconds after the wait began is preceded by a pre-wake
 (:attr:`Policy.prewake_ns` before it), which only sets the timer again: a thread that
 slept that long runs its first Python several times slower on a busy host.
 A launch whose estimate is steady and long (:attr:`Policy.park_at_once_ns`) parks at
@@ -78,7 +78,7 @@ class Policy:
             _unhint_all()
 
     def __init__(self) -> None:
-        #: Work expected sooner than this after parking is left to the reactor (a timer
+        #: Work expected sooner than this after the wait began is left to the reactor (a timer
         #: wake and a spin cost about what they save).
         self.min_estimate_ns = 60_000
         #: A launch whose kernel and grid (a library call and its kind) have a steady
@@ -121,7 +121,7 @@ class Policy:
         #: steady estimate can wait for its report; longer work is scanned for as
         #: before, by the reactor's long naps).
         self.quiet_max_ns = 20_000_000
-        #: A wake due at least :attr:`prewake_min_ns` after parking is preceded by one
+        #: A wake due at least :attr:`prewake_min_ns` after the wait began is preceded by one
         #: this long before it (0: none), which only sets the timer again: a thread that
         #: slept milliseconds runs its first Python several times slower (its caches gone
         #: cold on a busy host), and a landing seen by a thread that just woke from a
@@ -265,15 +265,18 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending
             entry.timer = timer
             entry.due, entry.until = since + due, since + until
             pre = POLICY.prewake_ns
-            entry.at = since + (due - pre if pre and due >= POLICY.prewake_min_ns else due)
+            # (a pre-wake only where it is still ahead: one already due would be a wake
+            # for nothing)
+            early = pre and due >= POLICY.prewake_min_ns and entry.due - pre > now
+            entry.at = entry.due - pre if early else entry.due
             if quiet:
                 entry.quiet = min(entry.until, now + POLICY.quiet_max_ns)
     return entry
 
 
 def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
-    """When a wake for work expected ``est`` after parking looks, when its spin gives up
-    (both in ns after parking), and whether the reactor leaves the slot alone until then;
+    """When a wake for work expected ``est`` after the wait began looks, when its spin
+    gives up (both in ns after it began), and whether the reactor leaves the slot alone until then;
     ``lead``: how long before the expected landing to look, the timer's lateness included.
 
     A steady estimate (deviation at most 1/8 of it) is looked for from its early side and
@@ -421,6 +424,7 @@ class Timer:
         self.fd = fd
         self.heap: list[Pending] = []
         self.armed = 0  # the deadline the timerfd holds (0: disarmed)
+        self.set_ns = 0  # when it was set to it (a deadline already past fires from then)
         self.late_ns = POLICY.late_ns
         self._close_fd = weakref.finalize(self, os.close, fd)
         self.closed = False
@@ -444,6 +448,8 @@ class Timer:
         """Set the timerfd to ``deadline`` (0: disarmed); False where the kernel refused
         (a closed fd)."""
         self.armed = deadline
+        if deadline:
+            self.set_ns = monotonic_ns()
         return bool(NATIVE.set_timer(self.fd, deadline))
 
     def _rearm(self) -> None:
@@ -491,9 +497,10 @@ class Timer:
         heap = self.heap
         now = monotonic_ns()
         head = heap[0] if heap else None
-        # the lateness of a wake (not of a pre-wake: the wake's lead is for a warm thread)
+        # the lateness of a wake (not of a pre-wake: the wake's lead is for a warm thread),
+        # from its deadline or, for one already past when set, from then
         if head is not None and head.at <= now and head.at == head.due:
-            late = now - head.at
+            late = now - max(head.at, self.set_ns)
             if late > self.late_ns:
                 self.late_ns += (late - self.late_ns) >> POLICY.late_up_shift
             else:
@@ -501,11 +508,13 @@ class Timer:
         try:
             while heap and heap[0].at <= now:
                 entry = heap[0]
-                if entry.at < entry.due:  # its pre-wake: the wake itself stays set
+                if entry.at < entry.due:  # its pre-wake: the wake itself stays set...
                     entry.at = entry.due
-                    heapq.heapreplace(heap, entry)
                     entry.hub.stats.early_prewakes += 1
-                    continue
+                    if not entry.comp.landed():
+                        heapq.heapreplace(heap, entry)
+                        continue
+                    # ...unless its work landed already (it got shorter): finished now
                 heapq.heappop(heap)
                 entry.timer = None
                 entry.hub.spin_early(entry)

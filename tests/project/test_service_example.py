@@ -336,12 +336,13 @@ def open_loop_on_a_virtual_clock(
 
         async def send() -> str | None:
             nonlocal in_flight, peak
+            index = len(starts)
             starts.append(loop.time() - start)
             in_flight += 1
             peak = max(peak, in_flight)
             await asyncio.sleep(service_s)
             in_flight -= 1
-            return None if len(starts) != 2 else "503: the second request fails"
+            return None if index != 1 else "503: the second request fails"
 
         return await load.open_loop(
             send, count, rate, concurrency, start, start + duration, clock=loop.time

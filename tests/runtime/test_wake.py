@@ -21,7 +21,7 @@ from helpers import awaited_completions, reactor_path, wait_until
 import cuasync
 import cuasync.testing as ct
 from cuasync._core import wake
-from cuasync._core.completion import get_hub
+from cuasync._core.completion import Stats, get_hub
 from cuasync._core.loops import running_adapter
 from cuasync._interop.wait import wake_key
 
@@ -181,14 +181,15 @@ async def test_the_switch_selects_todays_park(anyio_backend, stream) -> None:
 
 @pytest.mark.parametrize(
     ("estimate_ns", "prewake_ns", "prewakes"),
-    [(3_000_000, 300_000, 1), (3_000_000, 0, 0), (300_000, 300_000, 0)],
+    [(10_000_000, 300_000, 1), (10_000_000, 0, 0), (300_000, 300_000, 0)],
     ids=["long", "long, pre-wakes off", "short"],
 )
 async def test_a_long_waits_wake_is_preceded_by_one_pre_wake(
     anyio_backend, stream, monkeypatch, estimate_ns, prewake_ns, prewakes
 ) -> None:
-    """A wake due milliseconds after parking is preceded by a pre-wake (the thread warmed
-    before its spin), which only sets the timer again; a short wait gets none."""
+    """A wake due milliseconds after the wait began is preceded by a pre-wake (the thread
+    warmed before its spin), which only sets the timer again; a short wait gets none.
+    (10 ms: a pre-wake is set only where it is still ahead when the await parks.)"""
     monkeypatch.setattr(wake.POLICY, "prewake_ns", prewake_ns)
     expect(stream, estimate_ns)  # (the gate holds the work past its window)
     before = cuasync.stats()
@@ -405,7 +406,7 @@ def test_a_fault_resolves_an_await_with_an_estimate(ns: int) -> None:
         f"""
         import asyncio, cuasync, cuasync.testing as ct
         from cuasync._core import wake
-        from cuasync._core.completion import get_hub
+        from cuasync._core.completion import Stats, get_hub
         from cuasync.errors import DeviceFaultError
         async def main():
             s = cuasync.Device(0).new_stream()
@@ -458,3 +459,81 @@ def test_the_native_timer_set_expires_a_timerfd_at_its_deadline() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+class _Hub:
+    """What a :class:`wake.Timer` asks of an entry's hub: its counters, its wake's spin."""
+
+    def __init__(self) -> None:
+        self.stats = Stats()
+        self.spun: list[str] = []
+
+    def spin_early(self, entry: wake.Pending) -> None:
+        self.spun.append(entry.key)
+
+
+class _Comp:
+    def __init__(self, landed: bool = False) -> None:
+        self._landed = landed
+
+    def landed(self) -> bool:
+        return self._landed
+
+
+def _entry(hub: _Hub, key: str, at: int, due: int, landed: bool = False) -> wake.Pending:
+    entry = wake.Pending(hub, _Comp(landed), None, key, parked=0)
+    entry.at, entry.due = at, due
+    return entry
+
+
+@pytest.fixture
+def timer() -> Iterator[wake.Timer]:
+    """A loop's timer, its fd real and nothing watching it (``fire`` is called by hand)."""
+    fd = wake.timerfd()
+    if fd < 0:
+        pytest.skip("no timerfd here")
+    t = wake.Timer(fd)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def test_a_pre_wake_sets_the_timer_again_for_its_wake(timer: wake.Timer) -> None:
+    """A pre-wake that is due only moves its entry to its wake (the other entries' wakes
+    run as before), and an entry taken off between the two leaves nothing set."""
+    hub, now = _Hub(), time.monotonic_ns()
+    pre = _entry(hub, "pre", at=now - 2_000, due=now + 60_000_000_000)
+    due = _entry(hub, "due", at=now - 1_000, due=now - 1_000)
+    later = _entry(hub, "later", at=now + 30_000_000_000, due=now + 30_000_000_000)
+    for entry in (later, pre, due):
+        assert timer.add(entry)
+    timer.fire()
+    assert hub.spun == ["due"]  # (the pre-wake spun nothing)
+    assert hub.stats.early_prewakes == 1
+    assert [e.key for e in sorted(timer.heap)] == ["later", "pre"]
+    assert pre.at == pre.due and timer.armed == later.at
+    timer.remove(later)
+    assert timer.armed == pre.due
+    timer.remove(pre)
+    assert timer.heap == [] and timer.armed == 0
+
+
+def test_a_pre_wake_that_finds_its_work_landed_finishes_it(timer: wake.Timer) -> None:
+    """Work that got shorter than its estimate is finished at its pre-wake, not left
+    for a wake 300 us later (the reactor leaves a steady estimate's slot alone)."""
+    hub, now = _Hub(), time.monotonic_ns()
+    assert timer.add(_entry(hub, "landed", at=now - 1_000, due=now + 60_000_000_000, landed=True))
+    timer.fire()
+    assert hub.spun == ["landed"] and timer.heap == []
+
+
+def test_a_wake_already_due_when_set_teaches_no_lateness(timer: wake.Timer) -> None:
+    """The loop's lateness counts from a wake's deadline, or from when the timer was set
+    where that deadline had passed (a wake set late is not a late loop)."""
+    hub, now = _Hub(), time.monotonic_ns()
+    timer.late_ns = 10_000
+    assert timer.add(_entry(hub, "old", at=now - 5_000_000_000, due=now - 5_000_000_000))
+    timer.fire()
+    assert hub.spun == ["old"]
+    assert timer.late_ns < 50_000_000  # (from the deadline: 625 ms, an eighth of 5 s)

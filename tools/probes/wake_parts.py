@@ -427,8 +427,10 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
     spin_us = hub.spin_budget_us
 
     async def rounds(work_ns: int, n: int) -> dict[str, dict[str, Any]]:
-        for _ in range(8):  # (the work's estimate re-learnt outside the first setting's
-            await completion.spin_ns[1, 1](work_ns)  # round: 0.3 ms came before 5 ms)
+        # the work's estimate re-learnt outside the first setting's round (0.3 ms came
+        # before 5 ms: each missed window halves the gap, about 8 awaits for 16 times)
+        for _ in range(20):
+            await completion.spin_ns[1, 1](work_ns)
         try:
             return await alternated(work_ns, n)
         finally:
