@@ -510,6 +510,10 @@ class Summary:
     #: Under ``--rate``: the requests due and those behind schedule, summed over the rounds.
     due: int = 0
     behind: int = 0
+    #: The ``/health`` p99 of every round's probes together (one round's p99 rests on its
+    #: few slowest probes), and how many rounds they came from.
+    health_p99_pooled_s: float = math.nan
+    rounds: int = 1
 
     @property
     def per_second_range(self) -> tuple[float, float]:
@@ -537,6 +541,8 @@ class Summary:
             errors=sum(r.errors for r in rounds),
             due=sum(r.due for r in rounds),
             behind=sum(r.behind for r in rounds),
+            health_p99_pooled_s=percentile([t for r in rounds for t in r.health_s], 99),
+            rounds=len(rounds),
         )
 
 
@@ -574,6 +580,16 @@ def paired(mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
     if len(ratios) < 2:
         return ""
     return f"; round by round: median {median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f}"
+
+
+def pooled(mine: Summary, theirs: Summary) -> str:
+    """The ratio of two modes' ``/health`` p99 over all their rounds' probes together, as a
+    suffix of a target line (steadier than one round's p99); empty for fewer than two
+    rounds."""
+    if min(mine.rounds, theirs.rounds) < 2 or not theirs.health_p99_pooled_s > 0:
+        return ""
+    ratio = mine.health_p99_pooled_s / theirs.health_p99_pooled_s
+    return f"; the rounds' probes pooled: {ratio:.3f}"
 
 
 def format_targets(
@@ -625,6 +641,7 @@ def format_targets(
             f"anchor: cuasync /health p99 / the best other mode's ({calm}) = {ratio:.3f}"
             " (target: unaffected, <= 1.0)"
             + paired(anchor.health_p99_rounds, others[calm].health_p99_rounds)
+            + pooled(anchor, others[calm])
         )
     if not lines:
         return lines

@@ -280,6 +280,27 @@ def test_load_script_under_a_rate_gives_each_modes_rate_not_a_ratio() -> None:
     assert load.behind_after(5000.0) == load.LATE_FLOOR_S == 0.001
 
 
+def test_load_script_pools_the_rounds_health_probes() -> None:
+    """One round's /health p99 rests on its few slowest probes; the target line also
+    gives the p99 of every round's probes together."""
+    load = load_example("load.py")
+
+    def one_round(slow: int, slow_ms: float) -> Any:
+        health = [0.001] * (100 - slow) + [slow_ms / 1000] * slow
+        return load.Result(100, 1.0, [0.004] * 3, health, 0.5, 0, None)
+
+    results = {  # cuasync: 2 slow probes a round; poll: 4 in one round, none in the other
+        ("anchor", "cuasync"): load.Summary.of([one_round(2, 9.0), one_round(2, 9.0)]),
+        ("anchor", "poll"): load.Summary.of([one_round(4, 5.0), one_round(0, 5.0)]),
+    }
+    assert results["anchor", "poll"].health_p99_s == pytest.approx(0.003)  # (5 and 1 ms)
+    assert load.format_targets(results, ["cuasync", "poll"])[2] == (
+        "anchor: cuasync /health p99 / the best other mode's (poll) = 3.000"
+        " (target: unaffected, <= 1.0); round by round: median 5.400, 1.800-9.000"
+        "; the rounds' probes pooled: 1.800"
+    )
+
+
 def test_load_script_refuses_a_rate_that_is_not_positive(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
