@@ -45,7 +45,7 @@ def stream() -> Iterator[cuasync.Stream]:
 
 def expect(stream: cuasync.Stream, ns: int) -> None:
     """Make generic awaits on ``stream``, and awaits of ``cuasync.wait(stream)`` (a library
-    call the core takes), expect their work ``ns`` after they park."""
+    call the core takes), expect their work ``ns`` after their wait began."""
     wake._remember(stream.handle, wake.Estimate(ns))
     wake._remember(wake_key(stream), wake.Estimate(ns))
 
