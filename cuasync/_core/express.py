@@ -244,7 +244,8 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
                 spin_us = 0
                 hub.stats.spins_skipped_long += 1
             # the wait of a launch the submitter made while this one stepped aside counts
-            # from here; one made at once (ticket -1), from before the steps
+            # from here; one made at once (ticket -1), from when this generator took it
+            # over (the native await's own steps aside before that are not counted)
             if ticket >= 0:
                 since = monotonic_ns()
             landed = look(address, gen, (spin_us or 0) * 1000)
