@@ -104,12 +104,14 @@ class Policy:
         self.late_ns = 40_000
         #: How a loop's measured lateness follows its wakes: a later one moves it up by
         #: 1/2**``late_up_shift`` of the difference, an earlier one down by
-        #: 1/2**``late_down_shift`` (3 and 3: it follows the mean; 1 and 4 until session
-        #: 51, its high side, which spun up to 5 us longer an await at the same p50 on
-        #: six H100 runs of ``tools/probes/wake_parts.py tune``, and cost 1.8 % of a
-        #: core more at 0.3 ms on average, -1.8 to 7.1).
-        self.late_up_shift = 3
-        self.late_down_shift = 3
+        #: 1/2**``late_down_shift`` (1 and 4: it follows the high side). Following the
+        #: mean (3 and 3) spun less: 1.8 % of a core at 0.3 ms on average over six H100
+        #: runs of ``tools/probes/wake_parts.py tune``, -1.8 to 7.1, at the same p50;
+        #: but where the lateness varies it wakes later than the landing more often
+        #: (the 2-core CI host, 5 ms of work: 44-61 % of awaits landed before their
+        #: wake, against 29-33 %), which is latency, the line still missed on busy hosts.
+        self.late_up_shift = 1
+        self.late_down_shift = 4
         #: How much later than the landing the reactor's report reaches the task, at
         #: least (its nap and the loop's wake): a missed window learns from the report.
         self.report_lag_ns = 60_000
@@ -416,8 +418,8 @@ class Timer:
     """One loop's ``timerfd``: the earliest wake of the awaits parked on that loop.
 
     Watched by the loop (``adapter.watch_timer``); :meth:`fire` runs on the loop's
-    thread. ``late_ns`` follows how late its wakes run (their mean: :attr:`Policy.late_up_shift`),
-    which the lead of the next wakes covers.
+    thread. ``late_ns`` follows how late its wakes run (their high side: up fast, down
+    slowly; :attr:`Policy.late_up_shift`), which the lead of the next wakes covers.
     """
 
     def __init__(self, fd: int) -> None:

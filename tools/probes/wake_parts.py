@@ -380,13 +380,13 @@ def timeline(n: int = 100) -> None:
 
 #: The early wake's settings ``tune`` alternates (:class:`cuasync._core.wake.Policy`'s
 #: fields): the lead before the expected landing, and how the loop's timer lateness is
-#: followed (3, 3: its mean, the default; 1, 4: its high side); ``spin_budget_us`` is the hub's
+#: followed (1, 4: its high side, the default; 3, 3: its mean); ``spin_budget_us`` is the hub's
 #: inline spin (20 us, ``CUASYNC_SPIN_BUDGET_US``; 0: what an await skipping it pays).
 VARIANTS: dict[str, dict[str, int]] = {  # (each over the policy's defaults)
     "default": {},
     "no pre-wake": {"prewake_ns": 0},
     "lead 15": {"lead_ns": 15_000},
-    "high-side late": {"late_up_shift": 1, "late_down_shift": 4},
+    "mean late": {"late_up_shift": 3, "late_down_shift": 3},
     "no inline spin": {"spin_budget_us": 0},
 }
 
