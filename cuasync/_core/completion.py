@@ -1094,11 +1094,11 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
     if comp.state < DONE:
         hub = PROCESS.hub or get_hub()
         spin_us = await_spin_us(hub, adapter, comp.stream, comp.seq)
-        since = time.monotonic_ns()
         settled = hub.settle(comp, spin_us or 0)
         if spin_us is not None:
             adapter.long_ops = not settled
-        if not settled:
+        if not settled:  # (its wait began before the spin, which ran its whole budget)
+            since = time.monotonic_ns() - (spin_us or 0) * 1000
             yield from suspend(hub, comp, adapter, None, since)
     return comp.result()
 
