@@ -132,16 +132,22 @@ async def test_health_answers_while_a_request_is_held_in_flight(
         assert (await client.get("/health")).json()["in_flight"] == 0
 
 
-def test_load_script_runs_end_to_end_on_the_emulator() -> None:
+def run_load_on_the_emulator(*args: str) -> str:
+    """What examples/load.py prints for a short run of cuasync and sync on the emulator."""
     proc = run_python(
         str(EXAMPLES / "load.py"),
         "--backend=emulator",
         "--quick",
         "--duration=0.4",
         "--modes=cuasync,sync",
+        *args,
         timeout=240,
     )
-    out = proc.stdout
+    return proc.stdout
+
+
+def test_load_script_runs_end_to_end_on_the_emulator() -> None:
+    out = run_load_on_the_emulator()
     for case in ("anchor", "latency", "small"):
         for mode in ("cuasync", "sync"):
             rows = [line.split() for line in out.splitlines() if line.startswith(f"{case} ")]
@@ -160,17 +166,7 @@ def test_load_script_runs_end_to_end_on_the_emulator() -> None:
 
 
 def test_load_script_runs_an_open_loop_on_the_emulator() -> None:
-    proc = run_python(
-        str(EXAMPLES / "load.py"),
-        "--backend=emulator",
-        "--quick",
-        "--duration=0.4",
-        "--modes=cuasync,sync",
-        "--cases=anchor,latency",
-        "--rate=50",
-        timeout=240,
-    )
-    out = proc.stdout
+    out = run_load_on_the_emulator("--cases=anchor,latency", "--rate=50")
     assert "; open loop at 50 req/s" in out.splitlines()[0], out
     header = next(line.split() for line in out.splitlines() if line.startswith("case "))
     assert header[-2:] == ["behind", "errors"], out
