@@ -78,8 +78,8 @@ class Policy:
             _unhint_all()
 
     def __init__(self) -> None:
-        #: Work expected sooner than this after the wait began is left to the reactor (a timer
-        #: wake and a spin cost about what they save).
+        #: Work expected sooner than this after the wait began is left to the reactor (a
+        #: timer wake and a spin cost about what they save).
         self.min_estimate_ns = 60_000
         #: A launch whose kernel and grid (a library call and its kind) have a steady
         #: estimate at least this long parks at once, where it is also at least four
@@ -123,8 +123,8 @@ class Policy:
         #: steady estimate can wait for its report; longer work is scanned for as
         #: before, by the reactor's long naps).
         self.quiet_max_ns = 20_000_000
-        #: A wake due at least :attr:`prewake_min_ns` after the wait began is preceded by one
-        #: this long before it (0: none), which only sets the timer again: a thread that
+        #: A wake due at least :attr:`prewake_min_ns` after the wait began is preceded by
+        #: one this long before it (0: none), which only sets the timer again: a thread that
         #: slept milliseconds runs its first Python several times slower (its caches gone
         #: cold on a busy host), and a landing seen by a thread that just woke from a
         #: sleep that long is resumed that much later.
@@ -278,8 +278,9 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending
 
 def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
     """When a wake for work expected ``est`` after the wait began looks, when its spin
-    gives up (both in ns after it began), and whether the reactor leaves the slot alone until then;
-    ``lead``: how long before the expected landing to look, the timer's lateness included.
+    gives up (both in ns after it began), and whether the reactor leaves the slot alone
+    until then; ``lead``: how long before the expected landing to look, the timer's
+    lateness included.
 
     A steady estimate (deviation at most 1/8 of it) is looked for from its early side and
     spun for through its spread, the reactor quiet meanwhile. An unsteady one (work
