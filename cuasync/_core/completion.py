@@ -99,8 +99,10 @@ class Stats:
     ``burst_handed_over``: awaits in a burst whose work had not landed after their steps
     aside (they then spin and park as any await); ``early_wakes`` / ``early_misses``:
     parked awaits whose loop woke itself before the expected landing and saw the flag
-    land / ended its spin first (``CUASYNC_WAKE``), ``early_prewakes``: the wakes a
-    long wait's loop took shortly before those (to warm its thread); ``faults``: device
+    land / ended its spin first (``CUASYNC_WAKE``), ``early_spin_ns`` and
+    ``early_spin_max_ns``: their spins' time in all and the longest one,
+    ``early_prewakes``: the wakes a long wait's loop took shortly before those (to warm
+    its thread); ``faults``: device
     faults that failed pending work; ``stale_probes``: checks of a slot that made no progress;
     ``reactor``: whether awaits use flag slots; ``host_sync``: the ``CUASYNC_HOST_SYNC``
     mode in force; ``native``: whether the native module is loaded.
@@ -137,6 +139,10 @@ class Stats:
     #: that path), and those whose spin ended first (the reactor reported them).
     early_wakes: int = 0
     early_misses: int = 0
+    #: The time those wakes' loops spent spinning on flags in all (ns), and the longest
+    #: one spin (a loop's other work, a ``/health`` probe, waits that long at most).
+    early_spin_ns: int = 0
+    early_spin_max_ns: int = 0
     #: Pre-wakes of the loop's timer before the early wake of a long wait (they only set
     #: the timer again: :attr:`cuasync._core.wake.Policy.prewake_ns`).
     early_prewakes: int = 0
@@ -748,16 +754,22 @@ class Hub(HubCore):
             return True
         if adapter.others_ready():  # a spin would hold them up (many awaits at once)
             entry.due = 0  # (learnt from as an await without a wake)
-            left = 0
-        else:
-            left = entry.until - time.monotonic_ns()
-        if left > 0 and spin_wait(comp.address, comp.gen, left):
-            entry.seen = time.monotonic_ns()
+            return False
+        start = time.monotonic_ns()
+        left = entry.until - start
+        landed = left > 0 and spin_wait(comp.address, comp.gen, left)
+        end = time.monotonic_ns()
+        stats = self.stats
+        stats.early_spin_ns += end - start
+        if end - start > stats.early_spin_max_ns:
+            stats.early_spin_max_ns = end - start
+        if landed:
+            entry.seen = end
             comp.finish(EARLY)
             return True
         if entry.due:
-            entry.lo = time.monotonic_ns()
-            self.stats.early_misses += 1
+            entry.lo = end
+            stats.early_misses += 1
         return False
 
     def open_queue(self, adapter: LoopAdapter) -> Any:

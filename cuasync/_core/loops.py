@@ -75,7 +75,8 @@ class AsyncioAdapter(AdapterCore):
 
         asyncio: its ready queue is not empty. uvloop: another task already awaited in
         this loop iteration (a burst such as ``gather``); one task awaiting again and
-        again, as a sequential loop does, still spins.
+        again, as a sequential loop does, still spins; asked from a callback (the early
+        wake's timer), whether two tasks awaited in this iteration.
         """
         ready = self._ready
         if ready is not None:
@@ -90,7 +91,7 @@ class AsyncioAdapter(AdapterCore):
             if loop is not None:
                 loop.call_soon(self._next_tick)
             return False
-        if first is not task:
+        if first is not task and task is not None:
             self._tick_shared = True
         return self._tick_shared
 

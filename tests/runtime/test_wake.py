@@ -68,9 +68,10 @@ async def held_wait(
     with ct.gate(stream) as gate:
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
-            await wait_until(lambda: awaited_completions() > 0, between=0.0005 if alone else 0)
+            between = 0.0005 if alone else 0
+            await wait_until(lambda: awaited_completions() > 0, between=between)
             if until is not None:
-                await wait_until(until)
+                await wait_until(until, between=between)
             assert not results
             gate.open()
     timer = running_adapter().timer
@@ -91,6 +92,34 @@ async def test_an_estimate_too_early_ends_its_spin_and_the_reactor_finishes(
     assert value is None
     assert left == 0
     assert (wake.estimate(wake_key(stream)) or 0) > 100_000  # pushed up by the miss
+
+
+async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monkeypatch) -> None:
+    """An early wake's spin (here one whose window ends before the work lands: the gate
+    opens only then) is counted in ``early_spin_ns``, and bounds ``early_spin_max_ns``."""
+    entries: list[wake.Pending] = []
+    hub = get_hub()
+    spin_for = hub._spin_for
+
+    with ct.gate(stream) as gate:
+
+        def spun(entry: wake.Pending) -> bool:
+            landed = spin_for(entry)
+            entries.append(entry)
+            gate.open()  # (after the window: the reactor then reports the landing)
+            return landed
+
+        monkeypatch.setattr(hub, "_spin_for", spun)
+        expect(stream, 100_000)  # 0.1 ms: the gate holds the work past the window
+        before = cuasync.stats()
+        await cuasync.wait(stream)  # (the only task: nothing else ready, so the wake spins)
+        after = cuasync.stats()
+    (entry,) = entries
+    assert entry.looked and entry.lo  # the wake looked, and its window ended first
+    spun_ns = after.early_spin_ns - before.early_spin_ns
+    assert 0 < spun_ns <= entry.lo - entry.looked  # (the spin began after the look)
+    assert after.early_spin_max_ns >= spun_ns
+    assert after.early_misses == before.early_misses + 1
 
 
 async def test_an_estimate_too_late_is_overtaken_by_the_reactor(anyio_backend, stream) -> None:
