@@ -125,6 +125,9 @@ class Result:
     due: int = 0
     behind: int = 0
     schedule_s: float | None = None
+    #: In ``cuasync`` mode: the server's early-wake counters over the run (``/health``'s
+    #: ``wake``: each the difference, but the longest spin, which is the server's so far).
+    wake: dict[str, int] | None = None
 
     @property
     def per_second(self) -> float:
@@ -383,6 +386,7 @@ async def measure(server: Server, case: Case, args: argparse.Namespace) -> Resul
         httpx.AsyncClient(base_url=server.url, timeout=REQUEST_TIMEOUT_S) as probe_client,
     ):
         await send_requests(client, case, args.warmup, math.inf)
+        wake_before = await wake_counters(probe_client)
         stop = asyncio.Event()
         probes = asyncio.create_task(
             probe_health(probe_client, stop, args.health_interval_ms / 1000)
@@ -405,6 +409,7 @@ async def measure(server: Server, case: Case, args: argparse.Namespace) -> Resul
         cpu = cpu_seconds(server.pid) - cpu_before
         stop.set()
         health = await probes
+        wake_after = await wake_counters(probe_client)
     return Result(
         completed=len(outcome.latencies_s),
         elapsed_s=elapsed,
@@ -416,6 +421,48 @@ async def measure(server: Server, case: Case, args: argparse.Namespace) -> Resul
         due=outcome.due,
         behind=outcome.behind,
         schedule_s=None if args.rate is None else outcome.due / args.rate,
+        wake=wake_change(wake_before, wake_after),
+    )
+
+
+async def wake_counters(client: httpx.AsyncClient) -> dict[str, int] | None:
+    """The server's early-wake counters (``/health``'s ``wake``; None: not cuasync mode)."""
+    response = await client.get("/health")
+    response.raise_for_status()
+    wake = response.json().get("wake")
+    return None if wake is None else {name: int(value) for name, value in wake.items()}
+
+
+def wake_change(
+    before: dict[str, int] | None, after: dict[str, int] | None
+) -> dict[str, int] | None:
+    """What the counters counted between two reads (the longest spin: as of the second)."""
+    if before is None or after is None:
+        return None
+    return {
+        name: value if name == "early_spin_max_ns" else value - before.get(name, 0)
+        for name, value in after.items()
+    }
+
+
+def format_wake(case: str, runs: list[Result]) -> str | None:
+    """What the loop's early wake did in ``case``'s ``cuasync`` runs (None: no counters):
+    its wakes and missed windows per request, the time it spun per request, its longest
+    spin (how long a ``/health`` probe could wait behind one)."""
+    wakes = [r.wake for r in runs if r.wake is not None]
+    requests = sum(r.completed for r in runs)
+    if not wakes or not requests:
+        return None
+
+    def total(name: str) -> int:
+        return sum(w.get(name, 0) for w in wakes)
+
+    longest = max(w.get("early_spin_max_ns", 0) for w in wakes)
+    return (
+        f"{case}, cuasync's early wake (the server's counters, every round):"
+        f" {total('early_wakes') / requests:.2f} wakes and {total('early_misses') / requests:.2f}"
+        f" missed windows a request, {total('early_spin_ns') / requests / 1e3:.1f} us spun a"
+        f" request, the longest spin {longest / 1e3:.0f} us"
     )
 
 
@@ -704,6 +751,10 @@ async def run(args: argparse.Namespace) -> int:
     if targets:
         print("\n-- targets (issue 32)")
         print("\n".join(targets))
+    wakes = [format_wake(case.name, rounds.get((case.name, "cuasync"), [])) for case in cases]
+    if any(wakes):
+        print("\n-- the loop's early wake in cuasync mode")
+        print("\n".join(line for line in wakes if line))
     failures = [(key, r.first_error) for key, runs in rounds.items() for r in runs if r.errors]
     for (case_name, mode), error in failures:
         print(f"{case_name} {mode}: first error: {error}")

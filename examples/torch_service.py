@@ -10,7 +10,9 @@ Routes:
   computation, ``tanh(x * scale + shift)`` (upload, one fused kernel, download), on any
   backend, the emulator included. Answers ``{"y": [numbers]}``.
 * ``GET /health``: answers at once while the loop is free, with ``in_flight`` (requests
-  being handled) and what this server runs.
+  being handled) and what this server runs; in ``cuasync`` mode also ``wake``, the
+  counters of the loop's early wakes (``cuasync.stats()``: how often the loop woke
+  itself for the GPU, and how long it spun on flags in all and at most).
 
 How a handler waits for the device is the *mode* (``--mode`` or ``CUASYNC_SERVICE_MODE``):
 
@@ -50,6 +52,10 @@ from starlette.routing import Route
 import cuasync
 
 MODES = ("cuasync", "sync", "executor", "poll")
+#: The counters of ``cuasync.stats()`` that ``/health`` gives in ``cuasync`` mode.
+WAKE_COUNTERS = (
+    "early_wakes", "early_misses", "early_prewakes", "early_spin_ns", "early_spin_max_ns",
+)  # fmt: skip
 MODE_VARIABLE = "CUASYNC_SERVICE_MODE"
 #: How long ``poll`` mode sleeps between two checks (the loop's timers have 1 ms grain).
 POLL_INTERVAL_S = 0.001
@@ -191,15 +197,17 @@ def create_app(mode: str = "cuasync", model: TorchModel | None = None) -> Starle
     in_flight = 0
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {
-                "ok": True,
-                "mode": mode,
-                "in_flight": in_flight,
-                "backend": cuasync.backend_name(),
-                "model": model.spec.describe() if model is not None else None,
-            }
-        )
+        answer: dict[str, Any] = {
+            "ok": True,
+            "mode": mode,
+            "in_flight": in_flight,
+            "backend": cuasync.backend_name(),
+            "model": model.spec.describe() if model is not None else None,
+        }
+        if mode == "cuasync":
+            stats = cuasync.stats()
+            answer["wake"] = {name: getattr(stats, name) for name in WAKE_COUNTERS}
+        return JSONResponse(answer)
 
     async def infer(request: Request) -> JSONResponse:
         nonlocal in_flight

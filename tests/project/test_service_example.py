@@ -78,6 +78,7 @@ async def test_compute_route_results(anyio_backend: object, mode: str) -> None:
         np.testing.assert_allclose(response.json()["y"], np.tanh([1.0, 2.0]), rtol=1e-6)
 
         health = (await client.get("/health")).json()
+        wake = health.pop("wake", None)
         assert health == {
             "ok": True,
             "mode": mode,
@@ -85,6 +86,12 @@ async def test_compute_route_results(anyio_backend: object, mode: str) -> None:
             "backend": cuasync.backend_name(),
             "model": None,
         }
+        if mode == "cuasync":  # the loop's early-wake counters, the process's so far
+            assert wake is not None and set(wake) == set(service.WAKE_COUNTERS), health
+            assert all(type(v) is int and v >= 0 for v in wake.values()), wake
+            assert wake["early_spin_max_ns"] <= wake["early_spin_ns"], wake
+        else:
+            assert wake is None, health
 
 
 async def test_bad_requests_get_400_and_infer_without_torch_503(anyio_backend: object) -> None:
@@ -163,6 +170,16 @@ def test_load_script_runs_end_to_end_on_the_emulator() -> None:
     for line in targets[1:4]:
         assert float(line.split(" = ")[1].split()[0]) > 0, line
     assert "behind" not in out, out  # (an open loop's column and counts)
+    # what the loop's early wake did in cuasync mode, from the server's own counters
+    wakes = out.split("-- the loop's early wake in cuasync mode\n", 1)[1].splitlines()
+    for line, case in zip(wakes, ("anchor", "latency", "small"), strict=False):
+        assert re.fullmatch(
+            rf"{case}, cuasync's early wake \(the server's counters, every round\):"
+            r" [\d.]+ wakes and [\d.]+ missed windows a request, [\d.]+ us spun a request,"
+            r" the longest spin \d+ us",
+            line,
+        ), out
+    assert len(wakes) >= 3, out
 
 
 def test_load_script_runs_an_open_loop_on_the_emulator() -> None:
