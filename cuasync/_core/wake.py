@@ -96,8 +96,12 @@ class Policy:
         #: The spin goes on this long past the expected landing, at least (and twice the
         #: estimate's deviation)...
         self.tolerance_ns = 30_000
-        #: ...and one wake spins at most this long, whatever the estimate.
-        self.spin_max_ns = 400_000
+        #: ...and one wake spins at most this long, whatever the estimate: a steady estimate
+        #: whose spread needs a longer window gets the short look of an unsteady one. (400 us
+        #: until session 52, the longer windows cut short: the torch service's waits of 4-8
+        #: ms of contended work, steady by their share of deviation, spun 250 us a wake,
+        #: half of them in vain, while its ``/health`` probes waited behind the spin.)
+        self.spin_max_ns = 200_000
         #: Estimates kept; past it the table starts again (keys are kernels and streams).
         self.max_keys = 4096
         #: The lateness a loop's timer is assumed to have before it is measured.
@@ -283,18 +287,21 @@ def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
     lateness included.
 
     A steady estimate (deviation at most 1/8 of it) is looked for from its early side and
-    spun for through its spread, the reactor quiet meanwhile. An unsteady one (work
-    sharing the device with other streams, queued behind others' work) gets a short look
-    around the expected landing, the reactor scanning as for any parked await: spinning
-    through its spread cost a loop serving 32 requests at a time most of its time.
+    spun for through its spread, the reactor quiet meanwhile, where that window is at most
+    :attr:`Policy.spin_max_ns` long. Any other (work sharing the device with other
+    streams, queued behind others' work, or steady but milliseconds long and spread over
+    hundreds of microseconds) gets a short look around the expected landing, the reactor
+    scanning as for any parked await: spinning through its spread cost a loop serving 32
+    requests at a time most of its time, and held up its other requests meanwhile.
 
     >>> window(Estimate(300_000), 20_000)       # steady: due, until, quiet
     (261250, 337500, True)
     """
     if est.steady:
         due = max(est.ns - lead - est.dev, 0)
-        until = min(est.ns + max(POLICY.tolerance_ns, 2 * est.dev), due + POLICY.spin_max_ns)
-        return due, until, POLICY.quiet
+        until = est.ns + max(POLICY.tolerance_ns, 2 * est.dev)
+        if until - due <= POLICY.spin_max_ns:
+            return due, until, POLICY.quiet
     due = max(est.ns - lead, 0)
     return due, due + lead + POLICY.tolerance_ns, False
 

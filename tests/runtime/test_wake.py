@@ -43,11 +43,15 @@ def stream() -> Iterator[cuasync.Stream]:
         wake.forget()
 
 
-def expect(stream: cuasync.Stream, ns: int) -> None:
+def expect(stream: cuasync.Stream, ns: int, dev: int | None = None) -> None:
     """Make generic awaits on ``stream``, and awaits of ``cuasync.wait(stream)`` (a library
-    call the core takes), expect their work ``ns`` after their wait began."""
-    wake._remember(stream.handle, wake.Estimate(ns))
-    wake._remember(wake_key(stream), wake.Estimate(ns))
+    call the core takes), expect their work ``ns`` after their wait began, give or take
+    ``dev`` (default: 1/16 of it, a new estimate's)."""
+    for key in (stream.handle, wake_key(stream)):
+        est = wake.Estimate(ns)
+        if dev is not None:
+            est.dev = dev
+        wake._remember(key, est)
 
 
 async def held_wait(
@@ -192,7 +196,7 @@ async def test_a_wake_the_timer_refused_leaves_the_slot_to_the_reactor(
         arm(comp, queue, quiet_until, watched)
 
     monkeypatch.setattr(hub, "arm", spy)
-    expect(stream, 1_000_000)  # 1 ms, steady: quiet and watched
+    expect(stream, 1_000_000, dev=10_000)  # 1 ms, steady: quiet and watched
     with anyio.fail_after(30):  # (a parked reactor not woken for it would hang here)
         value, left = await held_wait(stream)
     assert value is None and left == 0
@@ -250,7 +254,7 @@ async def test_a_steady_estimate_lets_the_reactor_leave_the_slot_alone(
     (no spin, no scans but the stale probes'; its longest nap otherwise is 2 ms), and
     the value still comes back when the work lands long before the estimate (after
     the quiet time at most)."""
-    expect(stream, 10_000_000_000)  # 10 s, deviation 1/16 of it: steady
+    expect(stream, 10_000_000_000, dev=10_000)  # 10 s, give or take 10 us: steady
     value, left = await held_wait(stream, reactor_naps_longer_than(2_000_000))
     assert value is None and left == 0
 
@@ -373,6 +377,11 @@ def test_an_unsteady_estimate_gets_a_short_look_at_its_expected_landing() -> Non
     assert due == 5_000_000 - lead
     assert until - due == lead + wake.POLICY.tolerance_ns  # 50 us, not 400
     assert not quiet
+    # steady by its share (a sixteenth), but its spread needs a window over spin_max_ns
+    spread = wake.Estimate(6_000_000)
+    assert spread.steady and 3 * spread.dev > wake.POLICY.spin_max_ns
+    due, until, quiet = wake.window(spread, lead)
+    assert (due, until - due, quiet) == (6_000_000 - lead, lead + wake.POLICY.tolerance_ns, False)
 
 
 def test_a_wake_within_its_quiet_time_needs_no_reactor_wake() -> None:
