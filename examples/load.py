@@ -447,8 +447,9 @@ def wake_change(
 
 def format_wake(case: str, runs: list[Result]) -> str | None:
     """What the loop's early wake did in ``case``'s ``cuasync`` runs (None: no counters):
-    its wakes and missed windows per request, the time it spun per request, its longest
-    spin (how long a ``/health`` probe could wait behind one)."""
+    its wakes and missed windows per request, the time it spun per request, and the
+    server's longest spin so far (how long a ``/health`` probe could wait behind one; the
+    server's counter, warm-ups and earlier cases on the same server included)."""
     wakes = [r.wake for r in runs if r.wake is not None]
     requests = sum(r.completed for r in runs)
     if not wakes or not requests:
@@ -462,7 +463,7 @@ def format_wake(case: str, runs: list[Result]) -> str | None:
         f"{case}, cuasync's early wake (the server's counters, every round):"
         f" {total('early_wakes') / requests:.2f} wakes and {total('early_misses') / requests:.2f}"
         f" missed windows a request, {total('early_spin_ns') / requests / 1e3:.1f} us spun a"
-        f" request, the longest spin {longest / 1e3:.0f} us"
+        f" request, the server's longest spin so far {longest / 1e3:.0f} us"
     )
 
 

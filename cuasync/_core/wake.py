@@ -27,7 +27,8 @@ one whose landing no spin saw spins again the next time.
 The reactor is armed for every parked await, planned or not, so a mis-estimate is
 today's await: too early, the wake's window ends and the reactor reports the landing;
 too late, the reactor wakes the loop before the timer does; a fault is probed as before.
-Never a hang, never an unbounded spin (one window is at most :attr:`Policy.spin_max_ns`).
+Never a hang, never an unbounded spin (one window is at most its lead, itself at most
+:attr:`Policy.lead_max_ns`, and :attr:`Policy.spin_max_ns`).
 
 >>> entry = plan(hub, comp, adapter, key)    # in completion.suspend, before parking
 >>> resumed(entry)                           # after the task resumes: learn
@@ -96,11 +97,12 @@ class Policy:
         #: The spin goes on this long past the expected landing, at least (and twice the
         #: estimate's deviation)...
         self.tolerance_ns = 30_000
-        #: ...and one wake spins at most this long, whatever the estimate: a steady estimate
-        #: whose spread needs a longer window gets the short look of an unsteady one. (400 us
-        #: until session 52, the longer windows cut short: the torch service's waits of 4-8
-        #: ms of contended work, steady by their share of deviation, spun 250 us a wake,
-        #: half of them in vain, while its ``/health`` probes waited behind the spin.)
+        #: ...and a steady estimate's window spans at most this much beyond its lead (the
+        #: estimate's spread: a deviation before it, the tolerance or two after it); a wider
+        #: spread gets the short look of an unsteady estimate. (Until session 52 the window,
+        #: lead included, was cut at 400 us: the torch service's waits of 4-8 ms of
+        #: contended work, steady by their share of deviation, spun 250 us a wake, half of
+        #: them in vain, while its ``/health`` probes waited behind the spin.)
         self.spin_max_ns = 200_000
         #: Estimates kept; past it the table starts again (keys are kernels and streams).
         self.max_keys = 4096
@@ -287,8 +289,9 @@ def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
     lateness included.
 
     A steady estimate (deviation at most 1/8 of it) is looked for from its early side and
-    spun for through its spread, the reactor quiet meanwhile, where that window is at most
-    :attr:`Policy.spin_max_ns` long. Any other (work sharing the device with other
+    spun for through its spread, the reactor quiet meanwhile, where that spread is at most
+    :attr:`Policy.spin_max_ns` (whatever the lead, which follows the loop's timer
+    lateness, not the work). Any other (work sharing the device with other
     streams, queued behind others' work, or steady but milliseconds long and spread over
     hundreds of microseconds) gets a short look around the expected landing, the reactor
     scanning as for any parked await: spinning through its spread cost a loop serving 32
@@ -297,11 +300,9 @@ def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
     >>> window(Estimate(300_000), 20_000)       # steady: due, until, quiet
     (261250, 337500, True)
     """
-    if est.steady:
-        due = max(est.ns - lead - est.dev, 0)
-        until = est.ns + max(POLICY.tolerance_ns, 2 * est.dev)
-        if until - due <= POLICY.spin_max_ns:
-            return due, until, POLICY.quiet
+    after = max(POLICY.tolerance_ns, 2 * est.dev)  # (how long after the estimate to spin)
+    if est.steady and est.dev + after <= POLICY.spin_max_ns:
+        return max(est.ns - lead - est.dev, 0), est.ns + after, POLICY.quiet
     due = max(est.ns - lead, 0)
     return due, due + lead + POLICY.tolerance_ns, False
 

@@ -89,7 +89,6 @@ async def test_compute_route_results(anyio_backend: object, mode: str) -> None:
         if mode == "cuasync":  # the loop's early-wake counters, the process's so far
             assert wake is not None and set(wake) == set(service.WAKE_COUNTERS), health
             assert all(type(v) is int and v >= 0 for v in wake.values()), wake
-            assert wake["early_spin_max_ns"] <= wake["early_spin_ns"], wake
         else:
             assert wake is None, health
 
@@ -176,7 +175,7 @@ def test_load_script_runs_end_to_end_on_the_emulator() -> None:
         assert re.fullmatch(
             rf"{case}, cuasync's early wake \(the server's counters, every round\):"
             r" [\d.]+ wakes and [\d.]+ missed windows a request, [\d.]+ us spun a request,"
-            r" the longest spin \d+ us",
+            r" the server's longest spin so far \d+ us",
             line,
         ), out
     assert len(wakes) >= 3, out

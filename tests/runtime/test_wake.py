@@ -116,7 +116,8 @@ async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monke
         monkeypatch.setattr(hub, "_spin_for", spun)
         expect(stream, 100_000)  # 0.1 ms: the gate holds the work past the window
         before = cuasync.stats()
-        await cuasync.wait(stream)  # (the only task: nothing else ready, so the wake spins)
+        with anyio.fail_after(30):  # (no wake set: nothing would open the gate)
+            await cuasync.wait(stream)  # (the only task: nothing else ready, so it spins)
         after = cuasync.stats()
     (entry,) = entries
     assert entry.looked and entry.lo  # the wake looked, and its window ended first
