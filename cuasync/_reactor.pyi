@@ -814,6 +814,7 @@ class BlockCacheCore:
     bytes: dict[int, int]
     device_max: int
     per_key: int
+    key_max: int
     min_class: int
     taking: bool
 

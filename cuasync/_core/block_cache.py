@@ -9,15 +9,16 @@ on the same stream takes it back with no driver call: everything that used the b
 before is ordered before it on that stream (a free first orders its stream after the
 other streams that still read it, as a free to the driver does).
 
-Bounds: :data:`DEVICE_MAX` bytes per device and :data:`PER_KEY` blocks per stream and
-class (in force: ``CACHE.device_max`` and ``CACHE.per_key``); beyond them a block is
-freed as before. The cache's state is :data:`CACHE`, a native ``BlockCacheCore``, whose
-fields ``Allocation``'s native fast paths read and write under its lock as this module
-does. Cached blocks are freed to the driver
-(stream-ordered, on their stream) when their stream is destroyed, when an allocation
-runs out of memory (then retried), by :meth:`Device.trim_pool`, and never reused after
-a fault; a forked child forgets them. They are not live allocations: ``memory_info()``,
-``live_bytes`` and memory limits leave them out, while the pool counts them as used.
+Bounds: :data:`DEVICE_MAX` bytes per device, and :data:`PER_KEY` blocks and
+:data:`KEY_MAX` bytes per stream and class (in force: ``CACHE.device_max``,
+``CACHE.per_key`` and ``CACHE.key_max``); beyond them a block is freed as before. The
+cache's state is :data:`CACHE`, a native ``BlockCacheCore``, whose fields
+``Allocation``'s native fast paths read and write under its lock as this module does.
+Cached blocks are freed to the driver (stream-ordered, on their stream) when their
+stream is destroyed, when an allocation runs out of memory (then retried), by
+:meth:`Device.trim_pool`, and never reused after a fault; a forked child forgets them.
+They are not live allocations: ``memory_info()``, ``live_bytes`` and memory limits
+leave them out, while the pool counts them as used.
 
 Classes are ``Allocation``'s: a request of ``n`` bytes gets ``1 << cls`` with ``cls`` the
 bit length of ``n - 1``, at least :data:`MIN_CLASS`.
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHE",
     "DEVICE_MAX",
+    "KEY_MAX",
     "MIN_CLASS",
     "PER_KEY",
     "SMALL_MAX",
@@ -60,8 +62,11 @@ SMALL_MAX = 1024 * 1024
 MIN_CLASS = 9
 #: Cached bytes per device, at most.
 DEVICE_MAX = 32 * 1024 * 1024
-#: Cached blocks per stream and size class, at most.
+#: Cached blocks per stream and size class, at most...
 PER_KEY = 256
+#: ...and cached bytes per stream and size class (a quarter of :data:`DEVICE_MAX`: one
+#: stream's blocks of one size never take the whole cache; 1 MiB blocks, 8 of them).
+KEY_MAX = DEVICE_MAX // 4
 
 #: The cache's state: ``lock``, reentrant (a collection inside a critical section may
 #: finalize a stream, whose finalizer drops its blocks, drop_stream, on this same
@@ -75,6 +80,7 @@ CACHE = BlockCacheCore()
 CACHE.lock = threading.RLock()
 CACHE.blocks, CACHE.bytes, CACHE.taking = {}, {}, False
 CACHE.device_max, CACHE.per_key, CACHE.min_class = DEVICE_MAX, PER_KEY, MIN_CLASS
+CACHE.key_max = KEY_MAX
 PROCESS.block_cache = CACHE  # (what Allocation's native finalizer keeps blocks in)
 #: stream handle -> (device ordinal, weak reference to the Stream): to free a stream's
 #: blocks when it goes, and to keep it alive while :func:`flush` frees them on it.
@@ -110,7 +116,12 @@ def put(device: Device, stream: Stream, cls: int, ptr: int) -> bool:
         held = counted.get(device.ordinal, 0)
         size = 1 << cls
         free = blocks.get(key)
-        if held + size > CACHE.device_max or (free is not None and len(free) >= CACHE.per_key):
+        kept = 0 if free is None else len(free)
+        if (
+            held + size > CACHE.device_max
+            or kept >= CACHE.per_key
+            or (kept + 1) * size > CACHE.key_max
+        ):
             return False
         if free is None:
             free = blocks[key] = []

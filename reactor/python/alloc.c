@@ -15,7 +15,7 @@
  *     a memory limit, a pool selected, and it is left to Python's Allocation().
  *
  * Both read the block cache's fields (block_cache.CACHE, a BlockCacheCore: lock,
- * blocks, bytes, taking, device_max, per_key, min_class), the backend's (PROCESS.backend,
+ * blocks, bytes, taking, device_max, per_key, key_max, min_class), the backend's (PROCESS.backend,
  * a BackendCore) and the Device's (DeviceCore: _lock, _used, _count, _peak, _limit,
  * _utility), and take the same locks as the Python code (an RLock's acquire and
  * release); tests/transfers/test_block_cache.py and tests/transfers/test_small_upload.py hold the two to
@@ -406,7 +406,7 @@ keep_block(alloc_shape *a, PyObject *self)
     if (lock == NULL || blocks == NULL || !PyDict_CheckExact(blocks) || bytes == NULL ||
         !PyDict_CheckExact(bytes))
         return 0;
-    long long device_max = c->device_max, keep_max = c->per_key;
+    long long device_max = c->device_max, keep_max = c->per_key, key_max = c->key_max;
     PyObject *handle = STREAM(stream)->handle;
     if (handle == NULL || PyErr_Occurred())
         return PyErr_Occurred() ? -1 : 0;
@@ -429,7 +429,8 @@ keep_block(alloc_shape *a, PyObject *self)
         long long h = held == NULL ? 0 : PyLong_AsLongLong(held);
         if (!taking && free != NULL && PyList_CheckExact(free) &&
             !PyErr_Occurred() && h + (1LL << cls) <= device_max &&
-            PyList_GET_SIZE(free) < keep_max) {
+            PyList_GET_SIZE(free) < keep_max &&
+            ((long long)PyList_GET_SIZE(free) + 1) << cls <= key_max) {
             PyObject *total = PyLong_FromLongLong(h + (1LL << cls));
             /* (append first: a failure then leaves nothing changed) */
             if (total != NULL && PyList_Append(free, ptr) == 0) {

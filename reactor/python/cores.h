@@ -261,7 +261,7 @@ alloc_shape *process_alloc_shape(PyObject *process);
 typedef struct {
     PyObject_HEAD
     PyObject *lock, *blocks, *bytes;
-    long long device_max, per_key;
+    long long device_max, per_key, key_max;
     int min_class;
     char taking;
 } BlockCacheCore;

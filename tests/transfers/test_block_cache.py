@@ -159,9 +159,14 @@ def test_the_bounds_hold(baseline: Any, monkeypatch: pytest.MonkeyPatch) -> None
     blocks = [Allocation(device, 600, s) for _ in range(3)]
     del blocks
     assert _cached(s) == 2  # the third went to the driver
+    monkeypatch.setattr(block_cache.CACHE, "per_key", 256)
+    monkeypatch.setattr(block_cache.CACHE, "key_max", 3 * 4096)  # three 4 KiB blocks a key
+    blocks = [Allocation(device, 3000, s) for _ in range(4)]  # (class 4 KiB, another key)
+    del blocks
+    assert _cached(s) == 2 + 3  # the fourth went to the driver
     monkeypatch.setattr(block_cache.CACHE, "device_max", block_cache.CACHE.bytes[device.ordinal])
     Allocation(device, 100, s)  # another class: over the device's bound
-    assert _cached(s) == 2
+    assert _cached(s) == 2 + 3
     device.trim_pool()
 
 
