@@ -282,12 +282,12 @@ def warm_ups(n: int) -> int:
     """The awaits a row of ``n`` makes before it measures: enough for the early wake to
     learn the work's length anew (the rows share one kernel and grid, whose estimate
     the previous row taught another length: relearnt in four to eight awaits, each of
-    them a missed window the reactor reports), at most a third of the row.
+    them a missed window the reactor reports), a third of a long row.
 
     >>> warm_ups(300), warm_ups(10)
-    (20, 3)
+    (20, 8)
     """
-    return max(3, min(20, n // 3))
+    return max(8, min(20, n // 3))
 
 
 def _missed(count: int, n: int) -> str:
