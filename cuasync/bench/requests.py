@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import cuasync
 from cuasync._backends import get_backend
@@ -234,13 +235,23 @@ async def timer_wakes(
         os.close(fd)
 
 
+class Waited(NamedTuple):
+    """What :func:`_awaits_and_syncs` measured: each await's and each ``.sync()``'s time
+    (ns), the process's CPU while the awaits waited (% of a core), how many of their wake
+    windows ended before the landing, and their early wakes' spin (ns an await)."""
+
+    samples: dict[str, list[int]]
+    cpu: float
+    missed: int
+    spin_ns: float
+
+
 async def _awaits_and_syncs(
     ns_work: int, n: int, threads: dict[str, float] | None = None
-) -> tuple[dict[str, list[int]], float, int]:
-    """The await and the ``.sync()`` of a kernel spinning ``ns_work`` (in turns), the
-    process's CPU (% of a core) while the awaits waited, and how many of their wake windows
-    ended before the landing (``stats().early_misses``); ``threads``, where given, gets
-    each thread's share of it (% of a core, by name: ``completion.threads_cpu``)."""
+) -> Waited:
+    """The await and the ``.sync()`` of a kernel spinning ``ns_work`` (in turns), measured
+    (:class:`Waited`); ``threads``, where given, gets each thread's share of the awaits'
+    CPU (% of a core, by name: ``completion.threads_cpu``)."""
     kernel = completion.spin_ns
     cpu = 0.0
     wall = 0.0
@@ -251,7 +262,7 @@ async def _awaits_and_syncs(
     for _ in range(warm_ups(n)):  # (the wake's estimate learnt for this length of work)
         await kernel[1, 1](ns_work)
         kernel[1, 1](ns_work).sync(allow_in_loop=True)
-    missed = cuasync.stats().early_misses
+    start = cuasync.stats()
     for done in range(0, n, 5):
         turn = min(5, n - done)
         before = completion.threads_cpu() if threads is not None else {}
@@ -274,8 +285,13 @@ async def _awaits_and_syncs(
             syncs.append(clock() - t0)
     if threads is not None:
         threads.update({name: s / wall * 100 for name, s in spent.items()})
-    missed = cuasync.stats().early_misses - missed
-    return {"await": awaits, ".sync()": syncs}, cpu / wall * 100, missed
+    end = cuasync.stats()
+    return Waited(
+        {"await": awaits, ".sync()": syncs},
+        cpu / wall * 100,
+        end.early_misses - start.early_misses,
+        (end.early_spin_ns - start.early_spin_ns) / n,
+    )
 
 
 def warm_ups(n: int) -> int:
@@ -296,16 +312,34 @@ def _missed(count: int, n: int) -> str:
     return f"{count} of {n} wake windows ended before the landing"
 
 
+def _submission_ns(n: int) -> float:
+    """The p50 host time of submitting the wake rows' kernel (``op.submit_on(stream)``,
+    no wait): what any await of it pays before its loop can sleep."""
+    kernel, stream = completion.spin_ns, cuasync.Device(0).new_stream()
+    ops = [kernel[1, 1](0) for _ in range(n)]
+    clock = time.perf_counter_ns
+    times, futures = [], []
+    for op in ops:
+        t0 = clock()
+        futures.append(op.submit_on(stream))
+        times.append(clock() - t0)
+    stream.synchronize()
+    for future in futures:
+        future.result()
+    return float(statistics.median(times))
+
+
 def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
     targets = []
     idle = completion._idle_cpu(0.2)
+    submit_ns = _submission_ns(50 if quick else 500)
     lengths = (("0.3 ms", 300_000, 40 if quick else 300), ("5 ms", 5_000_000, 10 if quick else 60))
     for label, work_ns, n in lengths:
         for kind in ("asyncio", "uvloop"):
             threads: dict[str, float] = {}
             try:
-                measured = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n, threads))  # noqa: B023
-                samples, cpu, missed = measured
+                waited = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n, threads))  # noqa: B023
+                samples, cpu, missed = waited.samples, waited.cpu, waited.missed
                 floor = run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))  # noqa: B023
                 timer_cpu = run_loop(kind, lambda: _timer_floor(work_ns, n)) - idle  # noqa: B023
             except ImportError:  # no uvloop
@@ -325,8 +359,18 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
                          cpu - idle, "% of a core", f"idle {idle:.1f} %; {shares}")  # fmt: skip
             report.value(SUITE, f"{kind}: CPU above idle, the loop's own timer wake every "
                          f"{label} (no GPU, no cuasync)", timer_cpu, "% of a core")  # fmt: skip
+            # what an await that lets its loop sleep and wakes it early pays at least: that
+            # timer wake, the submission, and the spin until the landing its wake needed
+            cycle = p50["await"] * 1e3
+            floor_cpu = timer_cpu + (submit_ns + waited.spin_ns) / cycle * 100
+            report.value(SUITE, f"{kind}: CPU floor of an early wake at {label}", floor_cpu,
+                         "% of a core", f"the timer wake {timer_cpu:.1f} % + the submission "
+                         f"{submit_ns / 1e3:.1f} us + the spin {waited.spin_ns / 1e3:.1f} us "
+                         f"an await of {cycle / 1e3:.0f} us")  # fmt: skip
             targets.append((f"{kind} {label}: CPU above idle while awaiting (target <= 10 %)",
                             cpu - idle))  # fmt: skip
+            targets.append((f"{kind} {label}: CPU above idle over the early wake's floor (%)",
+                            cpu - idle - floor_cpu))  # fmt: skip
             targets.append((f"{kind} {label}: await - .sync() (target <= 25 us)",
                             p50["await"] - p50[".sync()"]))  # fmt: skip
             targets.append((f"{kind} {label}: await - (.sync() + wake floor) (target <= 10 us)",

@@ -111,6 +111,11 @@ def test_a_bench_suite_runs_and_writes_its_rows(suite: str, tmp_path: Path) -> N
             "asyncio: CPU above idle, the loop's own timer wake every 0.3 ms (no GPU, no cuasync)"
         )
         assert floor in names  # (the CPU floor of any await that wakes by its loop's timer)
+        # ...and of an early wake: that, the submission and the spin, from the same run
+        assert "asyncio: CPU floor of an early wake at 0.3 ms" in names
+        assert "uvloop 5 ms: CPU above idle over the early wake's floor (%)" in names or (
+            "uvloop: await of 5 ms of work" not in names  # (no uvloop here)
+        )
         if sys.platform.startswith("linux"):  # (timerfd: measured, not nan)
             assert math.isfinite(next(r["value"] for r in rows if r["name"] == floor))
     if suite == "cancel":  # the queue both ways, its targets, the word's host cost

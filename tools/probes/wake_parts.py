@@ -62,7 +62,8 @@ def measure(backoff_ns: int, n: int = 60) -> None:
     idle = completion._idle_cpu(0.2)
     for label, work_ns in (("0.3 ms", 300_000), ("5 ms", 5_000_000)):
         for kind in ("asyncio", "uvloop"):
-            samples, cpu, _ = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n))  # noqa: B023
+            waited = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n))  # noqa: B023
+            samples, cpu = waited.samples, waited.cpu
             floor = run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))  # noqa: B023
             over = (np.median(samples["await"]) - np.median(samples[".sync()"])) / 1e3
             print(
@@ -203,7 +204,8 @@ def ab(n_short: int = 300, n_long: int = 60) -> None:
             for policy in POLICIES:
                 use(policy)
                 r0, w0 = reactor_cpu(), time.perf_counter()
-                samples, cpu, _ = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                waited = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                samples, cpu = waited.samples, waited.cpu
                 # (the reactor's share of the whole block, .sync() turns included: it is
                 # parked through those)
                 rcpu = (reactor_cpu() - r0) / (time.perf_counter() - w0) * 100
@@ -456,7 +458,8 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
                 before = cuasync.stats()
                 looks.clear()
                 r0, w0 = reactor_cpu(), time.perf_counter()
-                samples, cpu, _ = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                waited = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                samples, cpu = waited.samples, waited.cpu
                 # (the reactor's share of the whole block, as in ab)
                 rcpu = (reactor_cpu() - r0) / (time.perf_counter() - w0) * 100
                 after = cuasync.stats()
