@@ -271,7 +271,17 @@ class Completion(CompletionCore):
             waiters(self)
 
     def result(self) -> Any:
-        if self.state == FAILED:
+        """The output of finished work; raises its error. Read before the work finished
+        (which no path of cuasync's should do: an await resumes only once it is), it
+        raises rather than pass ``None`` off as an output."""
+        state = self.state
+        if state < DONE:
+            raise RuntimeError(
+                f"cuasync internal error: a completion's result was read while it was "
+                f"{'pending' if state == PENDING else 'finishing'} (slot {self.slot}); "
+                "please report this"
+            )
+        if state == FAILED:
             error = self.error
             assert error is not None
             if self.raised:

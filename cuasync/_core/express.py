@@ -44,7 +44,7 @@ from .._native import PROCESS, LaunchCore
 from . import completion as _completion
 from . import loops as _loops
 from . import op_future
-from .completion import INLINE, PENDING, Completion, await_spin_us, suspend
+from .completion import DONE, INLINE, Completion, await_spin_us, suspend
 from .context import ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
@@ -253,7 +253,8 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     if comp is None:  # (the path of most awaits)
         adapter.long_ops = False
         return output
-    if comp.state == PENDING:  # not landed within the spin: parked
+    if comp.state < DONE:  # not landed within the spin (or another thread is finishing
+        # it: a stale report of the slot drained elsewhere; that finish wakes it): parked
         if spin_us is not None:
             adapter.long_ops = True
         prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
@@ -337,6 +338,8 @@ def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
     comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
     if landed:
         comp.finish(INLINE)
+        if comp.state < DONE:  # (another thread is finishing it: wait for that)
+            hub.block(comp)
         return comp.result()
     return synchronize(comp, stream)
 

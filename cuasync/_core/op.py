@@ -518,6 +518,8 @@ def synchronize(comp: Completion, stream: Stream) -> Any:
         comp.fail(exc)
         raise
     comp.finish(BLOCKING)
+    if comp.state < DONE:  # (another thread is finishing it: wait for that)
+        get_hub().block(comp)
     return comp.result()
 
 

@@ -7,6 +7,7 @@ import contextlib
 import random
 import threading
 import time
+from typing import Any
 
 import helpers
 import numpy as np
@@ -616,3 +617,69 @@ def test_a_report_left_from_a_slots_last_user_never_leaves_the_slot_armed() -> N
             t.join()
         assert not errors, errors
         assert min(rounds) > 200  # every thread awaited and cancelled many times
+
+
+@reactor_path
+async def test_an_await_whose_completion_another_thread_is_finishing_waits_for_its_value(
+    anyio_backend: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale report of a reused slot, drained on another thread (a closed loop's go to
+    the background watcher), can be finishing an await's completion when the await
+    settles it: the await must wait for that finish, not read a result not yet there.
+    (The race gave ``None`` as a ``from_host``'s tensor, once, in the stress test above.)
+    Here the other thread's finish is held in the output's realization until the await
+    has parked."""
+    from cuasync._core import express
+    from cuasync._core.completion import DONE, FINISHING
+    from cuasync._core.loops import running_adapter
+
+    device = cuasync.Device(0)
+    stream = device.new_stream()
+    x = await cuasync.from_host(np.arange(8, dtype=np.float32))
+    await cuasync.add(x, 1.0)  # (its kernel loaded before the gate)
+    op = cuasync.add(x, 1.0)
+    with ct.gate(stream) as gate:
+        future = op.submit_on(stream)
+        comp = future._comp
+        gate.open()
+    await wait_until(comp.landed)
+    realize, held = comp.out, threading.Event()
+
+    class HeldOutput:  # (the other thread's finish waits here until the await has parked)
+        def get(self) -> object:
+            held.wait(30)
+            return realize.get()
+
+    comp.out = HeldOutput()
+    other = threading.Thread(target=comp.finish, args=("reactor",))
+    other.start()
+    await wait_until(lambda: comp.state == FINISHING)
+
+    def release_once_parked() -> None:  # (the await's waiter is in place: let it finish)
+        while comp._waiters is None and comp.state == FINISHING:
+            time.sleep(0.0005)
+        held.set()
+
+    releaser = threading.Thread(target=release_once_parked)
+    releaser.start()
+    sent = (get_hub(), None, comp.slot, comp.gen, comp.address, comp.seq, 0, True, -1, None)
+    monkeypatch.setattr(express, "settle_look", lambda *args: (None, comp))
+    try:
+        got = await _driven(express._finish_await(op, stream, running_adapter(), sent))
+    finally:
+        held.set()
+        other.join()
+        releaser.join()
+    assert comp.state == DONE
+    assert isinstance(got, cuasync.Tensor)
+    np.testing.assert_array_equal(await got.to_host(), np.arange(8, dtype=np.float32) + 1)
+
+
+class _driven:
+    """Await a generator-based coroutine body (``yield from`` style) from a test."""
+
+    def __init__(self, gen: Any) -> None:
+        self.gen = gen
+
+    def __await__(self) -> Any:
+        return (yield from self.gen)
