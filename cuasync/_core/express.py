@@ -336,10 +336,8 @@ def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
         _settle(hub, stream, slot, seq)
         return op._output
     comp = _completion_of(op, stream, hub, box, slot, gen, address, seq, held=held)
-    if landed:
-        comp.finish(INLINE)
-        if comp.state < DONE:  # (another thread is finishing it: wait for that)
-            hub.block(comp)
+    if landed:  # finished here, or by another thread already finishing it
+        hub.block(comp, 0)
         return comp.result()
     return synchronize(comp, stream)
 

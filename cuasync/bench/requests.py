@@ -48,6 +48,7 @@ from cuasync._core import wake
 from cuasync._native import NATIVE
 
 from . import completion
+from ._breakdown import _per_op
 from ._util import Report, Row, run_loop
 
 T = TypeVar("T")
@@ -316,13 +317,7 @@ def _submission_ns(n: int) -> float:
     """The p50 host time of submitting the wake rows' kernel (``op.submit_on(stream)``,
     no wait): what any await of it pays before its loop can sleep."""
     kernel, stream = completion.spin_ns, cuasync.Device(0).new_stream()
-    ops = [kernel[1, 1](0) for _ in range(n)]
-    clock = time.perf_counter_ns
-    times, futures = [], []
-    for op in ops:
-        t0 = clock()
-        futures.append(op.submit_on(stream))
-        times.append(clock() - t0)
+    times, futures = _per_op(lambda op: op.submit_on(stream), [kernel[1, 1](0) for _ in range(n)])
     stream.synchronize()
     for future in futures:
         future.result()
