@@ -447,7 +447,8 @@ def wake_change(
 
 def format_wake(case: str, runs: list[Result]) -> str | None:
     """What the loop's early wake did in ``case``'s ``cuasync`` runs (None: no counters):
-    its wakes and missed windows per request, the time it spun per request, and the
+    its wakes (those that looked only after the landing: late) and missed windows per
+    request, the time it spun per request, and the
     server's longest spin so far (how long a ``/health`` probe could wait behind one; the
     server's counter, warm-ups and earlier cases on the same server included)."""
     wakes = [r.wake for r in runs if r.wake is not None]
@@ -461,8 +462,8 @@ def format_wake(case: str, runs: list[Result]) -> str | None:
     longest = max(w.get("early_spin_max_ns", 0) for w in wakes)
     return (
         f"{case}, cuasync's early wake (the server's counters, every round):"
-        f" {total('early_wakes') / requests:.2f} wakes and {total('early_misses') / requests:.2f}"
-        f" missed windows a request, {total('early_spin_ns') / requests / 1e3:.1f} us spun a"
+        f" {total('early_wakes') / requests:.2f} wakes ({total('early_late') / requests:.2f}"
+        f" late) and {total('early_misses') / requests:.2f} missed windows a request, {total('early_spin_ns') / requests / 1e3:.1f} us spun a"
         f" request, the server's longest spin so far {longest / 1e3:.0f} us"
     )
 

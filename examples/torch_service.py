@@ -54,7 +54,8 @@ import cuasync
 MODES = ("cuasync", "sync", "executor", "poll")
 #: The counters of ``cuasync.stats()`` that ``/health`` gives in ``cuasync`` mode.
 WAKE_COUNTERS = (
-    "early_wakes", "early_misses", "early_prewakes", "early_spin_ns", "early_spin_max_ns",
+    "early_wakes", "early_late", "early_misses", "early_prewakes", "early_spin_ns",
+    "early_spin_max_ns",
 )  # fmt: skip
 MODE_VARIABLE = "CUASYNC_SERVICE_MODE"
 #: How long ``poll`` mode sleeps between two checks (the loop's timers have 1 ms grain).

@@ -100,7 +100,8 @@ class Stats:
     aside (they then spin and park as any await); ``early_wakes`` / ``early_misses``:
     parked awaits whose loop woke itself before the expected landing and saw the flag
     land / ended its spin first (``CUASYNC_WAKE``), ``early_spin_ns`` and
-    ``early_spin_max_ns``: their spins' time in all and the longest one,
+    ``early_spin_max_ns``: their spins' time in all and the longest one, ``early_late``:
+    those wakes that looked after their work had landed (the await paid the timer's lateness),
     ``early_prewakes``: the wakes a long wait's loop took shortly before those (to warm
     its thread); ``faults``: device
     faults that failed pending work; ``stale_probes``: checks of a slot that made no progress;
@@ -135,10 +136,13 @@ class Stats:
     #: spin and park as any await (a long kernel, a held stream).
     burst_handed_over: int = 0
     #: Parked awaits their loop's own timer woke shortly before the expected landing
-    #: and whose spin saw the flag land (:mod:`cuasync._core.wake`: the completions of
-    #: that path), and those whose spin ended first (the reactor reported them).
+    #: and that finished there (:mod:`cuasync._core.wake`: the completions of that path),
+    #: and those whose spin ended first (the reactor reported them).
     early_wakes: int = 0
     early_misses: int = 0
+    #: Of ``early_wakes``, those that looked only after their work had landed: the timer
+    #: woke the loop late (or the work got shorter), and the await paid the time between.
+    early_late: int = 0
     #: The time those wakes' loops spent spinning on flags in all (ns), and the longest
     #: one spin (a loop's other work, a ``/health`` probe, waits that long at most).
     early_spin_ns: int = 0
@@ -760,6 +764,7 @@ class Hub(HubCore):
         comp, adapter = entry.comp, entry.adapter
         spin_wait = self.native.spin_wait
         if spin_wait(comp.address, comp.gen, 0):
+            self.stats.early_late += 1
             comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
             return True
         if adapter.others_ready():  # a spin would hold them up (many awaits at once)

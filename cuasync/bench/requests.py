@@ -239,11 +239,13 @@ async def timer_wakes(
 class Waited(NamedTuple):
     """What :func:`_awaits_and_syncs` measured: each await's and each ``.sync()``'s time
     (ns), the process's CPU while the awaits waited (% of a core), how many of their wake
-    windows ended before the landing, and their early wakes' spin (ns an await)."""
+    windows ended before the landing, how many wakes looked only after it, and their
+    early wakes' spin (ns an await)."""
 
     samples: dict[str, list[int]]
     cpu: float
     missed: int
+    late: int
     spin_ns: float
 
 
@@ -291,6 +293,7 @@ async def _awaits_and_syncs(
         {"await": awaits, ".sync()": syncs},
         cpu / wall * 100,
         end.early_misses - start.early_misses,
+        end.early_late - start.early_late,
         (end.early_spin_ns - start.early_spin_ns) / n,
     )
 
@@ -307,10 +310,11 @@ def warm_ups(n: int) -> int:
     return max(8, min(20, n // 3))
 
 
-def _missed(count: int, n: int) -> str:
+def _wake_note(missed: int, late: int, n: int) -> str:
     """The note of an await row: how many of its ``n`` awaits' wake windows ended before
-    their work landed (each reported by the reactor instead)."""
-    return f"{count} of {n} wake windows ended before the landing"
+    their work landed (each reported by the reactor instead), and how many wakes looked
+    only after it (each await paid the time between: the timer's lateness)."""
+    return f"{missed} of {n} wake windows ended before the landing, {late} wakes looked after it"
 
 
 def _submission_ns(n: int) -> float:
@@ -334,14 +338,14 @@ def _waking(report: Report, torch: Any, quick: bool) -> list[tuple[str, float]]:
             threads: dict[str, float] = {}
             try:
                 waited = run_loop(kind, lambda: _awaits_and_syncs(work_ns, n, threads))  # noqa: B023
-                samples, cpu, missed = waited.samples, waited.cpu, waited.missed
+                samples, cpu = waited.samples, waited.cpu
                 floor = run_loop(kind, lambda: _wake_floor(n, work_ns / 1e9))  # noqa: B023
                 timer_cpu = run_loop(kind, lambda: _timer_floor(work_ns, n)) - idle  # noqa: B023
             except ImportError:  # no uvloop
                 continue
             p50 = {}
             for who, ns in samples.items():
-                note = _missed(missed, n) if who == "await" else ""
+                note = _wake_note(waited.missed, waited.late, n) if who == "await" else ""
                 p50[who] = _p50(
                     report.latency(SUITE, f"{kind}: {who} of {label} of work", ns, note)
                 )
@@ -394,10 +398,10 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
     targets = []
     for label, ms, n in (("0.3 ms", 0.3, 40 if quick else 300), ("5 ms", 5.0, 10 if quick else 60)):
         cycles = int(cycles_per_ms * ms)
-        missed = [0]  # (the row's awaits whose wake window ended first)
+        counts = [0, 0]  # (the row's wake windows that ended first, wakes after the landing)
 
         async def both(
-            cycles: int = cycles, n: int = n, missed: list[int] = missed
+            cycles: int = cycles, n: int = n, counts: list[int] = counts
         ) -> dict[str, list[int]]:
             waits: list[int] = []
             syncs: list[int] = []
@@ -406,7 +410,7 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
             for _ in range(warm_ups(n)):  # (as for a kernel: the stream's estimate learnt)
                 torch.cuda._sleep(cycles)
                 await cuasync.wait(stream)
-            missed[0] = cuasync.stats().early_misses
+            start = cuasync.stats()
             for _ in range(n):
                 torch.cuda._sleep(cycles)
                 t0 = clock()
@@ -416,7 +420,8 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
                 t0 = clock()
                 stream.synchronize()
                 syncs.append(clock() - t0)
-            missed[0] = cuasync.stats().early_misses - missed[0]
+            end = cuasync.stats()
+            counts[:] = end.early_misses - start.early_misses, end.early_late - start.early_late
             return out
 
         for kind in ("asyncio", "uvloop"):
@@ -424,7 +429,7 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
                 samples = run_loop(kind, both)
             except ImportError:
                 continue
-            notes = {"await cuasync.wait(torch_stream)": _missed(missed[0], n)}
+            notes = {"await cuasync.wait(torch_stream)": _wake_note(counts[0], counts[1], n)}
             p50 = {
                 w: _p50(report.latency(
                     SUITE, f"{kind}: {w} after {label} of torch work", ns, notes.get(w, "")

@@ -127,6 +127,33 @@ async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monke
     assert after.early_misses == before.early_misses + 1
 
 
+async def test_a_wake_that_looks_after_the_landing_is_counted_late(anyio_backend, stream) -> None:
+    """Work that lands well before its steady estimate (the gate opens once the await
+    parked; the reactor leaves the slot to the wake meanwhile) is finished by the wake,
+    which counts itself late in ``early_late``: that await paid the time between.
+
+    The reactor's first stale check (2 ms after parking) reports work landed by then, so
+    the estimate is 1.5 ms; on a loaded host the landing can still come after that check
+    (then the reactor finishes it, and nothing is counted late): up to five tries."""
+    finished_late = 0
+    for _ in range(5):
+        wake.forget()
+        expect(stream, 1_500_000, dev=1_000)  # steady: the work lands well before it
+        before = cuasync.stats()
+        value, left = await held_wait(stream)
+        after = cuasync.stats()
+        assert value is None
+        assert left == 0
+        by_wake = after.early_wakes - before.early_wakes
+        by_reactor = after.completed_reactor - before.completed_reactor
+        assert by_wake + by_reactor == 1
+        assert after.early_late - before.early_late == by_wake  # a wake after the landing
+        finished_late += by_wake
+        if finished_late:
+            break
+    assert finished_late == 1
+
+
 async def test_an_estimate_too_late_is_overtaken_by_the_reactor(anyio_backend, stream) -> None:
     expect(stream, 60_000_000_000)  # a minute: the reactor wakes the loop first
     before = cuasync.stats().completed_reactor
