@@ -200,7 +200,12 @@ if sys.platform == "linux":
         0 disarms it); False where the kernel refused (a closed fd)."""
 
 def spin_wait(address: SupportsIndex, expected: SupportsIndex, budget_ns: SupportsIndex, /) -> bool:
-    """Busy-wait (GIL released) until the slab word reaches ``expected`` or the budget ends."""
+    """Busy-wait until the slab word reaches ``expected`` or the budget ends, the GIL kept
+    for the first :func:`set_spin_hold` ns of it and released for the rest."""
+
+def set_spin_hold(ns: int, /) -> int:
+    """How long a spin on a flag word keeps the GIL before it releases it (ns; 0, the
+    default: at once); the previous value. Only where no Python thread writes the flags."""
 
 def load32(address: SupportsIndex, /) -> int:
     """Acquire load of a word of a live Reactor's slab."""

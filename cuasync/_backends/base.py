@@ -249,6 +249,11 @@ class Backend(BackendCore, ABC):
     #: ``CUfunction``): usable with ``cuda.bindings`` and other CUDA libraries.
     driver_handles: bool = False
 
+    #: Whether a Python thread writes the completion flag words (the emulator's device):
+    #: then a spin on them releases the GIL at once (else it keeps it for a while:
+    #: :data:`cuasync._core.completion.SPIN_HOLD_NS`).
+    python_writes_flags: bool = False
+
     #: How to get more devices than :meth:`device_count` gives, for error messages.
     more_devices_hint: str = ""
 

@@ -390,6 +390,7 @@ class EmulatorBackend(Backend):
 
     name = "emulator"
     more_devices_hint = "set CUASYNC_EMU_DEVICES for more"
+    python_writes_flags = True  # (its device is a Python thread)
 
     def __init__(
         self, devices: int = 1, memory: int = 1 << 30, delay_us: int = 0, peer_access: bool = True

@@ -160,6 +160,16 @@ class Stats:
     native: bool = False
 
 
+#: How long a spin on a flag word (the inline spin, the early wake's) keeps the GIL
+#: before it releases it for the rest of its budget, where only the device writes the
+#: flags (``NATIVE.set_spin_hold``; the emulator's flags are written by a Python thread:
+#: 0 there). A spin that released it at once handed it to any other Python thread waiting
+#: for it, and getting it back took up to that thread's switch interval (5 ms), where the
+#: work landed microseconds later: an early wake's spin of at most about 400 us overran
+#: its window by up to 5 ms beside a thread running Python. Longer than any early wake's
+#: window, short beside a switch interval: other threads wait at most this long.
+SPIN_HOLD_NS = 500_000
+
 Waiter = Callable[["Completion"], None]
 
 
@@ -419,6 +429,7 @@ class Hub(HubCore):
         self._last_signal = 0
         self.reactor: Any = None
         if native is not None:  # (None: a hub without the reactor, host callbacks only)
+            native.set_spin_hold(0 if backend.python_writes_flags else SPIN_HOLD_NS)
             self.reactor = native.Reactor(
                 self.slab,
                 self.nslots,

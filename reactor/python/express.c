@@ -614,25 +614,8 @@ parks_at_once(PyObject *prepared, PyObject *grid, long long spin_us)
 int
 spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
 {
-    _Atomic uint32_t *word = (_Atomic uint32_t *)address;
-    int landed = gen_reached(load_acquire(word), gen);
-    if (landed || budget_us <= 0)
-        return landed;
-    uint64_t budget_ns = (uint64_t)budget_us * 1000u;
-    Py_BEGIN_ALLOW_THREADS
-    uint64_t start = now_ns();
-    for (;;) {
-        for (int k = 0; k < 16 && !landed; k++) {
-            cpu_relax();
-            landed = gen_reached(load_acquire(word), gen);
-        }
-        if (landed || now_ns() - start >= budget_ns)
-            break;
-    }
-    if (!landed)
-        landed = gen_reached(load_acquire(word), gen);
-    Py_END_ALLOW_THREADS
-    return landed;
+    return spin_flag((_Atomic uint32_t *)address, gen,
+                     budget_us > 0 ? (uint64_t)budget_us * 1000u : 0u);
 }
 
 /* Whether the core takes op as a launch: cuasync's launch type (registered) or a subclass

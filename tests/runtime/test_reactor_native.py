@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import itertools
 import math
 import os
 import queue as thread_queue
@@ -500,6 +501,52 @@ def test_spin_wait_releases_the_gil(slab):
     assert work > 0
     assert out["reached"] is True
     assert out["elapsed"] < 4.0
+
+
+def test_spin_wait_keeps_the_gil_for_its_hold_then_releases_it(slab):
+    """Where only the device writes the flags, a spin keeps the GIL for its first
+    ``set_spin_hold`` ns (a thread waiting for the GIL no longer takes it for its whole
+    switch interval while the work lands), and releases it for the rest of its budget."""
+    addr = slab.addr(0)
+    stamps: list[int] = []
+    stop = threading.Event()
+
+    def counter() -> None:  # (runs only while this thread does not hold the GIL)
+        while not stop.is_set():
+            stamps.append(time.monotonic_ns())
+
+    previous = _reactor.set_spin_hold(50_000_000)
+    try:
+        t = threading.Thread(target=counter)
+        t.start()
+        while len(stamps) < 10:  # (it runs)
+            time.sleep(0.001)
+        assert _reactor.spin_wait(addr, 1, 50_000_000) is False  # held for all of it
+        stop.set()
+        t.join(TIMEOUT)
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        assert max(gaps) >= 50_000_000  # no other thread ran Python during the spin
+
+        _reactor.set_spin_hold(20_000_000)
+        go = threading.Event()
+
+        def writer() -> None:  # (stores the flag once it gets the GIL)
+            go.wait(TIMEOUT)
+            slab.store(0, 1)
+
+        w = threading.Thread(target=writer)
+        w.start()
+        go.set()
+        t0 = time.monotonic()
+        reached = _reactor.spin_wait(addr, 1, 10_000_000_000)
+        elapsed = time.monotonic() - t0
+        w.join(TIMEOUT)
+        assert reached is True
+        assert elapsed < 5.0  # released after the hold: the writer ran
+    finally:
+        assert _reactor.set_spin_hold(previous) in (20_000_000, 50_000_000)
+    with pytest.raises(ValueError, match=">= 0"):
+        _reactor.set_spin_hold(-1)
 
 
 # -- parking ----------------------------------------------------------------------------
