@@ -21,7 +21,7 @@ from cuasync._core.completion import SPIN_HOLD_NS, get_hub
 from cuasync._native import NATIVE
 from cuasync.bench import completion
 
-ROUNDS, N = 4, 150
+ROUNDS, N = 3, 60
 
 
 def main() -> None:
