@@ -199,13 +199,16 @@ if sys.platform == "linux":
         """Set the timerfd ``fd`` to expire once at ``deadline_ns`` (``time.monotonic_ns()``;
         0 disarms it); False where the kernel refused (a closed fd)."""
 
-def spin_wait(address: SupportsIndex, expected: SupportsIndex, budget_ns: SupportsIndex, /) -> bool:
+def spin_wait(
+    address: SupportsIndex,
+    expected: SupportsIndex,
+    budget_ns: SupportsIndex,
+    hold_ns: SupportsIndex = 0,
+    /,
+) -> bool:
     """Busy-wait until the slab word reaches ``expected`` or the budget ends, the GIL kept
-    for the first :func:`set_spin_hold` ns of it and released for the rest."""
-
-def set_spin_hold(ns: int, /) -> int:
-    """How long a spin on a flag word keeps the GIL before it releases it (ns; 0, the
-    default: at once); the previous value. Only where no Python thread writes the flags."""
+    for the first ``hold_ns`` of it (only where no Python thread can be what writes the
+    word) and released for the rest."""
 
 def load32(address: SupportsIndex, /) -> int:
     """Acquire load of a word of a live Reactor's slab."""

@@ -72,8 +72,9 @@ PROBE_LOG_INTERVAL = 1.0
 
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
-#: Finished by its loop's early wake (:mod:`.wake`): parked, then seen by the loop's spin.
-EARLY = "early_wake"
+#: Finished by its loop's early wake (:mod:`.wake`): parked, then seen by the loop's spin;
+#: ``EARLY_LATE``: the wake looked only after the work had landed.
+EARLY, EARLY_LATE = "early_wake", "early_wake_late"
 
 
 @dataclass
@@ -101,7 +102,8 @@ class Stats:
     parked awaits whose loop woke itself before the expected landing and saw the flag
     land / ended its spin first (``CUASYNC_WAKE``), ``early_spin_ns`` and
     ``early_spin_max_ns``: their spins' time in all and the longest one, ``early_late``:
-    those wakes that looked after their work had landed (the await paid the timer's lateness),
+    those wakes that looked after their work had landed (the timer's lateness past the
+    lead, or work that got shorter, found by a pre-wake too: those awaits paid the time between),
     ``early_prewakes``: the wakes a long wait's loop took shortly before those (to warm
     its thread); ``faults``: device
     faults that failed pending work; ``stale_probes``: checks of a slot that made no progress;
@@ -160,14 +162,15 @@ class Stats:
     native: bool = False
 
 
-#: How long a spin on a flag word (the inline spin, the early wake's) keeps the GIL
-#: before it releases it for the rest of its budget, where only the device writes the
-#: flags (``NATIVE.set_spin_hold``; the emulator's flags are written by a Python thread:
-#: 0 there). A spin that released it at once handed it to any other Python thread waiting
-#: for it, and getting it back took up to that thread's switch interval (5 ms), where the
-#: work landed microseconds later: an early wake's spin of at most about 400 us overran
-#: its window by up to 5 ms beside a thread running Python. Longer than any early wake's
-#: window, short beside a switch interval: other threads wait at most this long.
+#: How long the early wake's spin keeps the GIL before it releases it for the rest of
+#: its window (``spin_wait``'s ``hold_ns``), for a launch or a library call at the head of
+#: its stream: work that only the device does, where only the device writes the flag (not
+#: on the emulator, whose device is a Python thread: ``Backend.python_writes_flags``; not
+#: for other ops: an upload from pageable memory waits for cuasync's copy threads). A spin
+#: that released it at once handed it to any other Python thread waiting for it, and
+#: getting it back took up to that thread's switch interval (5 ms) where the work landed
+#: microseconds later: a window of at most about 400 us overran by up to 5 ms beside a
+#: thread running Python. Longer than any window: other threads wait at most one window.
 SPIN_HOLD_NS = 500_000
 
 Waiter = Callable[["Completion"], None]
@@ -428,8 +431,10 @@ class Hub(HubCore):
         self.signals: dict[int, Completion] = {}
         self._last_signal = 0
         self.reactor: Any = None
+        #: How long the early wake's spin for a launch or a library call keeps the GIL
+        #: (:data:`SPIN_HOLD_NS`; 0 where a Python thread writes the flags: the emulator).
+        self.spin_hold_ns = 0 if backend.python_writes_flags else SPIN_HOLD_NS
         if native is not None:  # (None: a hub without the reactor, host callbacks only)
-            native.set_spin_hold(0 if backend.python_writes_flags else SPIN_HOLD_NS)
             self.reactor = native.Reactor(
                 self.slab,
                 self.nslots,
@@ -775,15 +780,15 @@ class Hub(HubCore):
         comp, adapter = entry.comp, entry.adapter
         spin_wait = self.native.spin_wait
         if spin_wait(comp.address, comp.gen, 0):
-            self.stats.early_late += 1
-            comp.finish(EARLY)  # (landed before the wake: ``seen`` stays 0)
+            comp.finish(EARLY_LATE)  # (landed before the wake: ``seen`` stays 0)
             return True
         if adapter.others_ready():  # a spin would hold them up (many awaits at once)
             entry.due = 0  # (learnt from as an await without a wake)
             return False
         start = time.monotonic_ns()
         left = entry.until - start
-        landed = left > 0 and spin_wait(comp.address, comp.gen, left)
+        hold = self.spin_hold_ns if _wake.is_launch(entry.key) else 0
+        landed = left > 0 and spin_wait(comp.address, comp.gen, left, hold)
         end = time.monotonic_ns()
         stats = self.stats
         stats.early_spin_ns += end - start
@@ -1006,8 +1011,10 @@ class Hub(HubCore):
             stats.completed_inline += 1
         elif path == REACTOR:
             stats.completed_reactor += 1
-        elif path == EARLY:
+        elif path in (EARLY, EARLY_LATE):
             stats.early_wakes += 1
+            if path == EARLY_LATE:
+                stats.early_late += 1
         elif path == CALLBACK:
             stats.completed_host_callback += 1
         else:

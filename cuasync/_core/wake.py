@@ -48,7 +48,7 @@ from .._config import CONFIG
 from .._native import NATIVE, PreparedCore
 
 __all__ = [
-    "POLICY", "Estimate", "Pending", "Policy", "Timer",
+    "POLICY", "Estimate", "Pending", "Policy", "Timer", "is_launch",
     "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start", "timerfd",
     "watched", "window",
 ]  # fmt: skip
@@ -362,11 +362,11 @@ def resumed(entry: Pending) -> None:
         est.early((entry.looked or now - POLICY.report_lag_ns) - entry.since)
     else:
         est.unplanned(now - entry.since)
-    if POLICY.on and _is_launch(key):
+    if POLICY.on and is_launch(key):
         _hint(key, entry)
 
 
-def _is_launch(key: Any) -> bool:
+def is_launch(key: Any) -> bool:
     """Whether ``key`` is a launch's (its kernel and grid; a library call and its kind)."""
     return type(key) is tuple and isinstance(key[0], PreparedCore)
 
@@ -400,7 +400,7 @@ def _hint(key: tuple[Any, Any], entry: Pending) -> None:
 def _unhint_all() -> None:
     """Every launch spins before it parks again (estimates forgotten, the wake off)."""
     for key in _estimates:
-        if _is_launch(key):
+        if is_launch(key):
             key[0].parked_grid = None
 
 

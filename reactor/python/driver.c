@@ -223,14 +223,6 @@ get_word_address(PyObject *o, _Atomic uint32_t **out)
 
 /* -- spins on flag words ------------------------------------------------------------ */
 
-/* How long a spin on a flag word keeps the GIL before it releases it for the rest of its
- * budget (ns; 0: it releases it at once).  Set by the hub (set_spin_hold) where only the
- * device writes the flags (CUDA): a spin that releases the GIL hands it to any other
- * Python thread waiting for it, and getting it back can then take that thread's whole
- * switch interval (5 ms), where the work landed microseconds later.  The emulator's
- * flags are written by a Python thread, which needs the GIL: 0 there. */
-static _Atomic uint64_t spin_hold_ns = 0;
-
 /* Poll the word until gen is reached or the clock passes start + limit: 1 if reached. */
 static int
 poll_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t start, uint64_t limit)
@@ -247,19 +239,18 @@ poll_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t start, uint64_t limit)
 }
 
 int
-spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns)
+spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns, uint64_t hold_ns)
 {
     if (gen_reached(load_acquire(word), gen))
         return 1;
     if (budget_ns == 0)
         return 0;
     uint64_t start = now_ns();
-    uint64_t hold = atomic_load_explicit(&spin_hold_ns, memory_order_relaxed);
-    if (hold > budget_ns)
-        hold = budget_ns;
-    if (hold && poll_flag(word, gen, start, hold))
+    if (hold_ns > budget_ns)
+        hold_ns = budget_ns;
+    if (hold_ns && poll_flag(word, gen, start, hold_ns))
         return 1;
-    if (hold == budget_ns)
+    if (hold_ns == budget_ns)
         return 0;
     int landed;
     Py_BEGIN_ALLOW_THREADS
@@ -271,33 +262,21 @@ spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns)
 static PyObject *
 mod_spin_wait(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_nargs("spin_wait", nargs, 3) < 0)
+    if (nargs != 3 && nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "spin_wait() takes 3 or 4 arguments (%zd given)", nargs);
         return NULL;
+    }
     _Atomic uint32_t *p;
     uint32_t expected;
-    long long budget;
+    long long budget, hold = 0;
     if (get_word_address(args[0], &p) < 0 || get_u32(args[1], "expected", &expected) < 0 ||
-        get_i64(args[2], &budget) < 0)
+        get_i64(args[2], &budget) < 0 || (nargs == 4 && get_i64(args[3], &hold) < 0))
         return NULL;
-    if (budget < 0) {
-        PyErr_SetString(PyExc_ValueError, "budget_ns must be >= 0");
-        return NULL;
-    }
-    return PyBool_FromLong(spin_flag(p, expected, (uint64_t)budget));
-}
-
-static PyObject *
-mod_set_spin_hold(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    long long ns = PyLong_AsLongLong(arg);
-    if (ns == -1 && PyErr_Occurred())
-        return NULL;
-    if (ns < 0) {
-        PyErr_SetString(PyExc_ValueError, "set_spin_hold: ns must be >= 0");
+    if (budget < 0 || hold < 0) {
+        PyErr_SetString(PyExc_ValueError, "budget_ns and hold_ns must be >= 0");
         return NULL;
     }
-    uint64_t was = atomic_exchange_explicit(&spin_hold_ns, (uint64_t)ns, memory_order_relaxed);
-    return PyLong_FromUnsignedLongLong(was);
+    return PyBool_FromLong(spin_flag(p, expected, (uint64_t)budget, (uint64_t)hold));
 }
 
 static PyObject *
@@ -865,16 +844,11 @@ is_launch_packed(PyObject *f)
 }
 
 PyMethodDef cuasync_driver_methods[] = {
-    {"set_spin_hold", (PyCFunction)mod_set_spin_hold, METH_O,
-     "set_spin_hold($module, ns, /)\n--\n\n"
-     "How long a spin on a flag word keeps the GIL before it releases it (ns; 0: at once,\n"
-     "the default); returns the previous value. Only where no Python thread writes the\n"
-     "flags (the device does: CUDA)."},
     {"spin_wait", (PyCFunction)(void (*)(void))mod_spin_wait, METH_FASTCALL,
-     "spin_wait($module, address, expected, budget_ns, /)\n--\n\n"
+     "spin_wait($module, address, expected, budget_ns, hold_ns=0, /)\n--\n\n"
      "Busy-wait until the word reaches expected or the budget is spent, the GIL kept for\n"
-     "the first set_spin_hold ns of it and released for the rest. budget_ns == 0 checks\n"
-     "once. address: a word of a live Reactor's slab."},
+     "the first hold_ns of it and released for the rest. budget_ns == 0 checks once.\n"
+     "address: a word of a live Reactor's slab."},
     {"load32", (PyCFunction)mod_load32, METH_O,
      "load32($module, address, /)\n--\n\nAcquire load of a word of a live Reactor's slab."},
     {"store32", (PyCFunction)(void (*)(void))mod_store32, METH_FASTCALL,

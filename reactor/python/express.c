@@ -615,7 +615,7 @@ int
 spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
 {
     return spin_flag((_Atomic uint32_t *)address, gen,
-                     budget_us > 0 ? (uint64_t)budget_us * 1000u : 0u);
+                     budget_us > 0 ? (uint64_t)budget_us * 1000u : 0u, 0u);
 }
 
 /* Whether the core takes op as a launch: cuasync's launch type (registered) or a subclass

@@ -205,8 +205,8 @@ unclaim_keeping_error(Express *self, Py_ssize_t s)
     restore_error(&e);
 }
 
-/* Spin until the flag word at address reaches gen or budget_us have passed (spin_flag:
- * the GIL kept for the first set_spin_hold ns, released after); 1 landed. */
+/* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
+ * passed; 1 landed. */
 int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
 
 /* Express.upload (upload.c), and the Express attributes it makes (upload_init: the lease

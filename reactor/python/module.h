@@ -36,8 +36,8 @@ int get_u32(PyObject *o, const char *what, uint32_t *out);
 int conv_u64(PyObject *o, void *out); /* the same as an "O&" converter */
 int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected);
 /* Spin on a flag word until gen is reached or budget_ns passed: 1 if reached. The GIL
- * (held on entry) is kept for the first set_spin_hold ns and released for the rest. */
-int spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns);
+ * (held on entry) is kept for the first hold_ns and released for the rest. */
+int spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns, uint64_t hold_ns);
 
 /* The launch configuration of launch_and_write, launch_packed and Submitter.push: their
  * first nine arguments (function, grid, block, shared memory, stream). */

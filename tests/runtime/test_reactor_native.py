@@ -504,9 +504,9 @@ def test_spin_wait_releases_the_gil(slab):
 
 
 def test_spin_wait_keeps_the_gil_for_its_hold_then_releases_it(slab):
-    """Where only the device writes the flags, a spin keeps the GIL for its first
-    ``set_spin_hold`` ns (a thread waiting for the GIL no longer takes it for its whole
-    switch interval while the work lands), and releases it for the rest of its budget."""
+    """``spin_wait(..., hold_ns)`` keeps the GIL for the first ``hold_ns`` of its spin (a
+    thread waiting for the GIL does not take it for its whole switch interval while the
+    work lands), and releases it for the rest of its budget."""
     addr = slab.addr(0)
     stamps: list[int] = []
     stop = threading.Event()
@@ -515,38 +515,38 @@ def test_spin_wait_keeps_the_gil_for_its_hold_then_releases_it(slab):
         while not stop.is_set():
             stamps.append(time.monotonic_ns())
 
-    previous = _reactor.set_spin_hold(50_000_000)
+    t = threading.Thread(target=counter, daemon=True)
+    t.start()
     try:
-        t = threading.Thread(target=counter)
-        t.start()
-        while len(stamps) < 10:  # (it runs)
+        deadline = time.monotonic() + TIMEOUT
+        while len(stamps) < 10 and time.monotonic() < deadline:  # (it runs)
             time.sleep(0.001)
-        assert _reactor.spin_wait(addr, 1, 50_000_000) is False  # held for all of it
+        assert _reactor.spin_wait(addr, 1, 50_000_000, 50_000_000) is False  # held throughout
+    finally:
         stop.set()
         t.join(TIMEOUT)
-        gaps = [b - a for a, b in itertools.pairwise(stamps)]
-        assert max(gaps) >= 50_000_000  # no other thread ran Python during the spin
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert max(gaps) >= 50_000_000  # no other thread ran Python during the spin
 
-        _reactor.set_spin_hold(20_000_000)
-        go = threading.Event()
+    go = threading.Event()
 
-        def writer() -> None:  # (stores the flag once it gets the GIL)
-            go.wait(TIMEOUT)
-            slab.store(0, 1)
+    def writer() -> None:  # (stores the flag once it gets the GIL)
+        go.wait(TIMEOUT)
+        slab.store(0, 1)
 
-        w = threading.Thread(target=writer)
-        w.start()
-        go.set()
-        t0 = time.monotonic()
-        reached = _reactor.spin_wait(addr, 1, 10_000_000_000)
-        elapsed = time.monotonic() - t0
-        w.join(TIMEOUT)
-        assert reached is True
-        assert elapsed < 5.0  # released after the hold: the writer ran
-    finally:
-        assert _reactor.set_spin_hold(previous) in (20_000_000, 50_000_000)
+    w = threading.Thread(target=writer, daemon=True)
+    w.start()
+    go.set()
+    t0 = time.monotonic()
+    reached = _reactor.spin_wait(addr, 1, 10_000_000_000, 20_000_000)
+    elapsed = time.monotonic() - t0
+    w.join(TIMEOUT)
+    assert reached is True
+    assert elapsed < 5.0  # released after the hold: the writer ran
     with pytest.raises(ValueError, match=">= 0"):
-        _reactor.set_spin_hold(-1)
+        _reactor.spin_wait(addr, 1, 0, -1)
+    with pytest.raises(TypeError, match="3 or 4 arguments"):
+        _reactor.spin_wait(addr, 1)
 
 
 # -- parking ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import helpers
 import numpy as np
 import pytest
 
@@ -116,13 +117,8 @@ async def test_a_dict_emptied_when_full_empties_its_memo(
 
     # as in a fresh process: what earlier tests in this one made these kinds of calls
     # record would turn this test's records into hits (nothing then empties)
-    for cache, memo in (
-        (launch_plan._plans, launch_plan.LAUNCHES.memo),
-        (expr._NODES, expr.NODES.memo),
-        (reductions._RESOLVED, reductions.REDUCE.memo),
-    ):
-        cache.clear()
-        memo.clear()
+    for cache in (launch_plan._plans, expr._NODES, reductions._RESOLVED):
+        helpers.emptied(monkeypatch, cache)
     a = np.arange(8, dtype=np.float32)
     x = await upload(a)
     for _ in range(2):

@@ -1,4 +1,4 @@
-"""Whether a spin that keeps the GIL (``NATIVE.set_spin_hold``; the hub's default on CUDA:
+"""Whether an early wake's spin that keeps the GIL (``hub.spin_hold_ns``, on CUDA
 ``completion.SPIN_HOLD_NS``) shields an await from another Python thread's GIL: awaits of
 a tiny kernel and of 0.3 ms of work, on asyncio, with a thread running pure Python beside
 the loop and without one, the hold at 0 (the spin releases the GIL at once) and at its
@@ -18,7 +18,6 @@ import time
 
 import cuasync
 from cuasync._core.completion import SPIN_HOLD_NS, get_hub
-from cuasync._native import NATIVE
 from cuasync.bench import completion
 
 ROUNDS, N = 3, 60
@@ -48,36 +47,42 @@ def main() -> None:
 
     # (the emulator's flags are written by a Python thread: a held spin only starves it)
     holds = (0,) if hub.backend.python_writes_flags else (0, SPIN_HOLD_NS)
-    for _ in range(ROUNDS):
-        for other in ("alone", "beside a Python thread"):
-            for hold in holds:
-                for label, work_ns in (("tiny", 0), ("0.3 ms", 300_000)):
-                    NATIVE.set_spin_hold(hold)
-                    stop = threading.Event()
-                    count = [0]
+    default = hub.spin_hold_ns
+    try:
+        for _ in range(ROUNDS):
+            for other in ("alone", "beside a Python thread"):
+                for hold in holds:
+                    for label, work_ns in (("tiny", 0), ("0.3 ms", 300_000)):
+                        hub.spin_hold_ns = hold
+                        stop = threading.Event()
+                        count = [0]
 
-                    def churn(stop: threading.Event = stop, count: list[int] = count) -> None:
-                        while not stop.is_set():
-                            count[0] += 1
+                        def churn(stop: threading.Event = stop, count: list[int] = count) -> None:
+                            while not stop.is_set():
+                                count[0] += 1
 
-                    thread = threading.Thread(target=churn) if other != "alone" else None
-                    if thread is not None:
-                        thread.start()
-                    before = hub.stats.early_spin_max_ns
-                    hub.stats.early_spin_max_ns = 0
-                    w0 = time.perf_counter()
-                    awaits, syncs = asyncio.run(run(work_ns, N))
-                    wall = time.perf_counter() - w0
-                    stop.set()
-                    if thread is not None:
-                        thread.join()
-                    key = (label, other, f"hold {hold // 1000} us")
-                    out.setdefault(key, []).extend(awaits)
-                    out.setdefault((label, other, ".sync()"), []).extend(syncs)
-                    spun[key] = max(spun.get(key, 0), hub.stats.early_spin_max_ns)
-                    hub.stats.early_spin_max_ns = max(before, hub.stats.early_spin_max_ns)
-                    progress.setdefault(key, []).append(count[0] / wall)
-    NATIVE.set_spin_hold(holds[-1])
+                        thread = threading.Thread(target=churn) if other != "alone" else None
+                        if thread is not None:
+                            thread.start()
+                        before = hub.stats.early_spin_max_ns
+                        hub.stats.early_spin_max_ns = 0
+                        w0 = time.perf_counter()
+                        try:
+                            awaits, syncs = asyncio.run(run(work_ns, N))
+                        finally:
+                            stop.set()
+                            if thread is not None:
+                                thread.join()
+                        wall = time.perf_counter() - w0
+                        how = f"hold {hold // 1000} us"
+                        key = (label, other, how)
+                        out.setdefault(key, []).extend(awaits)
+                        out.setdefault((label, other, f"{how} .sync()"), []).extend(syncs)
+                        spun[key] = max(spun.get(key, 0), hub.stats.early_spin_max_ns)
+                        hub.stats.early_spin_max_ns = max(before, hub.stats.early_spin_max_ns)
+                        progress.setdefault(key, []).append(count[0] / wall)
+    finally:
+        hub.spin_hold_ns = default
     for key, ns in out.items():
         ns.sort()
         q = [ns[int(len(ns) * f)] / 1e3 for f in (0.5, 0.9, 0.99)]
@@ -89,7 +94,7 @@ def main() -> None:
                 f"  other thread {statistics.median(progress[key]) / 1e6:5.2f} M it/s"
             )
         print(
-            f"{label:>6} {other:<22} {how:<14} p50 {q[0]:8.1f} p90 {q[1]:8.1f}"
+            f"{label:>6} {other:<22} {how:<20} p50 {q[0]:8.1f} p90 {q[1]:8.1f}"
             f" p99 {q[2]:8.1f} us{extra}",
             flush=True,
         )
