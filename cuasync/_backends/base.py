@@ -251,7 +251,8 @@ class Backend(BackendCore, ABC):
 
     #: Whether a Python thread writes the completion flag words (the emulator's device):
     #: then every spin on them releases the GIL at once (else the early wake's spin for a
-    #: launch keeps it for a while: :data:`cuasync._core.completion.SPIN_HOLD_NS`).
+    #: launch or a library call keeps it for a while:
+    #: :data:`cuasync._core.completion.SPIN_HOLD_NS`).
     python_writes_flags: bool = False
 
     #: How to get more devices than :meth:`device_count` gives, for error messages.

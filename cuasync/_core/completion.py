@@ -163,14 +163,17 @@ class Stats:
 
 
 #: How long the early wake's spin keeps the GIL before it releases it for the rest of
-#: its window (``spin_wait``'s ``hold_ns``), for a launch or a library call at the head of
-#: its stream: work that only the device does, where only the device writes the flag (not
-#: on the emulator, whose device is a Python thread: ``Backend.python_writes_flags``; not
-#: for other ops: an upload from pageable memory waits for cuasync's copy threads). A spin
-#: that released it at once handed it to any other Python thread waiting for it, and
-#: getting it back took up to that thread's switch interval (5 ms) where the work landed
-#: microseconds later: a window of at most about 400 us overran by up to 5 ms beside a
-#: thread running Python. Longer than any window: other threads wait at most one window.
+#: its window (``spin_wait``'s ``hold_ns``), for a launch or a library call (waits
+#: included): work that is usually the device's alone, where only the device writes the
+#: flag (not on the emulator, whose device is a Python thread:
+#: ``Backend.python_writes_flags``; not for generic ops: an upload from pageable memory
+#: waits for cuasync's copy threads). A spin that released it at once handed it to any
+#: other Python thread waiting for it, and getting it back took up to that thread's switch
+#: interval (5 ms) where the work landed microseconds later: a window of at most about
+#: 400 us overran by up to 5 ms beside a thread running Python. Longer than any window of
+#: the default policy: other threads wait at most one window. Work that does wait for
+#: Python (another library's host function on a waited stream, a gate opened from another
+#: thread) lands after the window, and the reactor reports it: late by a window at most.
 SPIN_HOLD_NS = 500_000
 
 Waiter = Callable[["Completion"], None]

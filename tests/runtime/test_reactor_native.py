@@ -528,6 +528,24 @@ def test_spin_wait_keeps_the_gil_for_its_hold_then_releases_it(slab):
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert max(gaps) >= 50_000_000  # no other thread ran Python during the spin
 
+    # a hold shorter than the budget: held for the hold, then released for the rest
+    stamps.clear()
+    stop.clear()
+    t = threading.Thread(target=counter, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(stamps) < 10 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        start = time.monotonic_ns()
+        assert _reactor.spin_wait(addr, 1, 1_000_000_000, 50_000_000) is False
+        end = time.monotonic_ns()
+    finally:
+        stop.set()
+        t.join(TIMEOUT)
+    during = [x for x in stamps if start < x < end]
+    assert during and min(during) >= start + 50_000_000  # it ran only after the hold
+
     go = threading.Event()
 
     def writer() -> None:  # (stores the flag once it gets the GIL)

@@ -165,9 +165,13 @@ async def test_the_early_wake_keeps_the_gil_only_for_a_launch(
     A wake that runs after its window (a late timer on a loaded host) spins not at all:
     each part tries until one spun."""
     from cuasync._core import express
+    from cuasync._core.completion import SPIN_HOLD_NS
     from cuasync.bench.completion import spin_ns  # (a kernel that spins for ns)
 
     hub = get_hub()
+    # (the hub's own: none where a Python thread writes the flags, the emulator's)
+    assert hub.spin_hold_ns == (0 if hub.backend.python_writes_flags else SPIN_HOLD_NS)
+    assert hub.backend.python_writes_flags is (hub.backend.name == "emulator")
     monkeypatch.setattr(hub, "spin_hold_ns", 1)  # (1 ns: harmless where flags need the GIL)
     holds: list[tuple[str, int]] = []
     real, spin_for = hub.native.spin_wait, hub._spin_for

@@ -2,9 +2,11 @@
 ``completion.SPIN_HOLD_NS``) shields an await from another Python thread's GIL: awaits of
 a tiny kernel and of 0.3 ms of work, on asyncio, with a thread running pure Python beside
 the loop and without one, the hold at 0 (the spin releases the GIL at once) and at its
-default, alternated in rounds in one process. Per case: the await's p50 / p90 / p99, the
-early wake's longest spin, and the other thread's progress (loop iterations a second),
-beside ``.sync()`` of the same work (which releases the GIL in ``cuStreamSynchronize``).
+default, alternated in rounds in one process (with the native core: under
+``CUASYNC_NATIVE=off`` every await is generic, and no spin holds the GIL). Per case: the
+await's p50 / p90 / p99, the early wake's longest spin, and the other thread's progress
+(loop iterations a second), beside ``.sync()`` of the same work (which releases the GIL
+in ``cuStreamSynchronize``).
 
     python3 tools/probes/gil_spin.py
 """
