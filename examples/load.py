@@ -463,8 +463,9 @@ def format_wake(case: str, runs: list[Result]) -> str | None:
     return (
         f"{case}, cuasync's early wake (the server's counters, every round):"
         f" {total('early_wakes') / requests:.2f} wakes ({total('early_late') / requests:.2f}"
-        f" late) and {total('early_misses') / requests:.2f} missed windows a request, {total('early_spin_ns') / requests / 1e3:.1f} us spun a"
-        f" request, the server's longest spin so far {longest / 1e3:.0f} us"
+        f" late) and {total('early_misses') / requests:.2f} missed windows a request,"
+        f" {total('early_spin_ns') / requests / 1e3:.1f} us spun a request,"
+        f" the server's longest spin so far {longest / 1e3:.0f} us"
     )
 
 

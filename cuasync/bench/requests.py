@@ -292,8 +292,7 @@ async def _awaits_and_syncs(
     return Waited(
         {"await": awaits, ".sync()": syncs},
         cpu / wall * 100,
-        end.early_misses - start.early_misses,
-        end.early_late - start.early_late,
+        *_wake_counts(start, end),
         (end.early_spin_ns - start.early_spin_ns) / n,
     )
 
@@ -308,6 +307,12 @@ def warm_ups(n: int) -> int:
     (20, 8)
     """
     return max(8, min(20, n // 3))
+
+
+def _wake_counts(start: Any, end: Any) -> tuple[int, int]:
+    """The wake windows that ended before the landing, and the wakes that looked only
+    after it, between two ``cuasync.stats()``."""
+    return end.early_misses - start.early_misses, end.early_late - start.early_late
 
 
 def _wake_note(missed: int, late: int, n: int) -> str:
@@ -420,8 +425,7 @@ def _torch_waits(report: Report, torch: Any, quick: bool) -> list[tuple[str, flo
                 t0 = clock()
                 stream.synchronize()
                 syncs.append(clock() - t0)
-            end = cuasync.stats()
-            counts[:] = end.early_misses - start.early_misses, end.early_late - start.early_late
+            counts[:] = _wake_counts(start, cuasync.stats())
             return out
 
         for kind in ("asyncio", "uvloop"):

@@ -221,8 +221,6 @@ get_word_address(PyObject *o, _Atomic uint32_t **out)
 
 /* -- word helpers ------------------------------------------------------------------ */
 
-/* -- spins on flag words ------------------------------------------------------------ */
-
 /* Poll the word until gen is reached or the clock passes start + limit: 1 if reached. */
 static int
 poll_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t start, uint64_t limit)

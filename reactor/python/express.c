@@ -611,13 +611,6 @@ parks_at_once(PyObject *prepared, PyObject *grid, long long spin_us)
     return equal;
 }
 
-int
-spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us)
-{
-    return spin_flag((_Atomic uint32_t *)address, gen,
-                     budget_us > 0 ? (uint64_t)budget_us * 1000u : 0u, 0u);
-}
-
 /* Whether the core takes op as a launch: cuasync's launch type (registered) or a subclass
  * of it, the launch of a kernel taking a cancel word (kernel.py's _CancellableLaunch),
  * whose Python puts the word of the scope it is executed in as its last argument before
@@ -896,7 +889,9 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
             spin_us = 0;
         }
     }
-    int landed = spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
+    int landed = spin_us > 0 ? spin_flag((_Atomic uint32_t *)address, gen,
+                                         (uint64_t)spin_us * 1000u, 0)
+                             : 0;
     if (landed && (box == NULL || PyList_GET_SIZE(box) == 0)) { /* settled here */
         if (long_ops_was) /* (only when it was set: the common await reads it only) */
             ADAPTER(adapter)->long_ops = 0;

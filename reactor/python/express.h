@@ -205,10 +205,6 @@ unclaim_keeping_error(Express *self, Py_ssize_t s)
     restore_error(&e);
 }
 
-/* Spin (the GIL released) until the flag word at address reaches gen or budget_us have
- * passed; 1 landed. */
-int spin_on_flag(uintptr_t address, uint32_t gen, long long budget_us);
-
 /* Express.upload (upload.c), and the Express attributes it makes (upload_init: the lease
  * type and the staging blocks' free lists; 0, or -1 with an error set). */
 PyObject *Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs);

@@ -555,7 +555,9 @@ Express_upload(Express *self, PyObject *const *args, Py_ssize_t nargs)
         else if (mode == MODE_BLOCK && done_seq >= seqv - 1) {
             spin_us = budget_us;
         }
-        int landed = !PyErr_Occurred() && spin_us > 0 ? spin_on_flag(address, gen, spin_us) : 0;
+        int landed = !PyErr_Occurred() && spin_us > 0
+                         ? spin_flag((_Atomic uint32_t *)address, gen, (uint64_t)spin_us * 1000u, 0)
+                         : 0;
         if (landed && mode != MODE_NO_SPIN) {
             /* landed within the spin: settled here, and the output returned (what
              * held keeps is released below: the copy has read the block) */
