@@ -271,7 +271,8 @@ mod_spin_wait(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
         get_i64(args[2], &budget) < 0 || (nargs == 4 && get_i64(args[3], &hold) < 0))
         return NULL;
     if (budget < 0 || hold < 0) {
-        PyErr_SetString(PyExc_ValueError, "budget_ns and hold_ns must be >= 0");
+        PyErr_Format(PyExc_ValueError, "spin_wait: %s must be >= 0, got %lld",
+                     budget < 0 ? "budget_ns" : "hold_ns", budget < 0 ? budget : hold);
         return NULL;
     }
     return PyBool_FromLong(spin_flag(p, expected, (uint64_t)budget, (uint64_t)hold));

@@ -561,8 +561,10 @@ def test_spin_wait_keeps_the_gil_for_its_hold_then_releases_it(slab):
     w.join(TIMEOUT)
     assert reached is True
     assert elapsed < 5.0  # released after the hold: the writer ran
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match="hold_ns must be >= 0, got -1"):
         _reactor.spin_wait(addr, 1, 0, -1)
+    with pytest.raises(ValueError, match="budget_ns must be >= 0, got -2"):
+        _reactor.spin_wait(addr, 1, -2, 5)
     with pytest.raises(TypeError, match="3 or 4 arguments"):
         _reactor.spin_wait(addr, 1)
 
