@@ -501,16 +501,19 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
 
 def cpu(n: int = 600) -> None:
     """Where the CPU of an await of 0.3 ms of work goes: the loop thread's CPU per await
-    split by phase (``time.thread_time`` at each step: the launch and inline spin up to
-    parking; parking up to the timer's wake, the loop's own iteration and ``epoll``
-    included; the wake's spin and finish; from there to the task's resumption; the
-    resumption up to the await's end), and every thread of the process by name; with the
-    inline spin (the default: skipped once the estimate is steady and long) and without
-    it, on asyncio and uvloop."""
+    split by step (``time.thread_time`` at each: the launch and inline spin up to
+    parking (the completion made); the wake's plan, the reactor's arm, the timer set; the
+    loop's sleep in ``epoll`` and its own iteration up to the timer's wake; the wake up to
+    the finish (the slot disarmed, the spin); the finish (the output, the slot's release,
+    the waiter); the rest of the wake; the task's resumption; the learning; the rest of
+    the await), and every thread of the process by name; with the inline spin (the
+    default: skipped once the estimate is steady and long) and without it, on asyncio
+    and uvloop."""
     import time
 
     import numpy as np
 
+    from cuasync._core import completion as comp_mod
     from cuasync._core import express, wake
     from cuasync._core.completion import get_hub
     from cuasync.bench import completion
@@ -521,24 +524,44 @@ def cpu(n: int = 600) -> None:
     idle = completion._idle_cpu(0.2)
     clock = time.thread_time_ns
     marks: dict[str, int] = {}
+    hooked: list[tuple[Any, str, Any]] = []
+
+    def hook(owner: Any, name: str, before: str, after: str) -> None:
+        real = getattr(owner, name)
+        hooked.append((owner, name, real))
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            marks.setdefault(before, clock())
+            try:
+                return real(*args, **kwargs)
+            finally:
+                marks.setdefault(after, clock())
+
+        setattr(owner, name, timed)
+
     park = express.suspend
-    fire = wake.Timer.fire
 
     def suspend(*args: Any) -> Any:  # (the hook: the parked await's two ends)
         marks["park"] = clock()
         yield from park(*args)
         marks["back"] = clock()
 
-    def fired(self: wake.Timer) -> None:
-        marks["fire"] = clock()
-        fire(self)
-        marks["fired"] = clock()
-
     express.suspend = suspend  # type: ignore[assignment]
-    wake.Timer.fire = fired  # type: ignore[method-assign]
+    hook(wake, "plan", "plan", "planned")
+    hook(comp_mod.Hub, "watch", "watch", "watched")
+    hook(wake, "start", "start", "started")
+    hook(wake.Timer, "fire", "fire", "fired")
+    hook(comp_mod.Completion, "finish", "finish", "finished")
+    hook(wake, "resumed", "learn", "learnt")
+    steps = (
+        ("launch+spin", "t0", "park"), ("plan", "plan", "planned"), ("arm", "watch", "watched"),
+        ("timer set", "start", "started"), ("sleep..wake", "started", "fire"),
+        ("wake..finish", "fire", "finish"), ("finish", "finish", "finished"),
+        ("..wake end", "finished", "fired"), ("..resumed", "fired", "learn"),
+        ("learn", "learn", "learnt"), ("..end", "learnt", "t1"),
+    )  # fmt: skip
     hub = get_hub()
     spin_us = hub.spin_budget_us
-    phases = ("launch+spin", "park..wake", "wake spin+finish", "wake..resumed", "resumed..end")
 
     async def run(work_ns: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -550,24 +573,25 @@ def cpu(n: int = 600) -> None:
                         await kernel[1, 1](work_ns)
                     rows = []
                     threads0 = completion.threads_cpu()
+                    spun0 = hub.stats.early_spin_ns
                     c0, w0 = time.process_time(), time.perf_counter()
                     for _ in range(n // 2):
                         marks.clear()
-                        t0 = clock()
+                        marks["t0"] = clock()
                         await kernel[1, 1](work_ns)
-                        t1 = clock()
-                        if {"park", "fire", "fired", "back"} <= marks.keys():
-                            m = marks
-                            rows.append((m["park"] - t0, m["fire"] - m["park"],
-                                         m["fired"] - m["fire"], m["back"] - m["fired"],
-                                         t1 - m["back"]))  # fmt: skip
+                        marks["t1"] = clock()
+                        if all(a in marks and b in marks for _, a, b in steps):
+                            rows.append([marks[b] - marks[a] for _, a, b in steps])
                     wall = time.perf_counter() - w0
                     proc = time.process_time() - c0
                     threads1 = completion.threads_cpu()
-                    o = out.setdefault(label, {"rows": [], "proc": 0.0, "wall": 0.0, "t": {}})
+                    o = out.setdefault(
+                        label, {"rows": [], "proc": 0.0, "wall": 0.0, "t": {}, "spun": 0}
+                    )
                     o["rows"] += rows
                     o["proc"] += proc
                     o["wall"] += wall
+                    o["spun"] += hub.stats.early_spin_ns - spun0
                     for name, s in threads1.items():
                         o["t"][name] = o["t"].get(name, 0.0) + s - threads0.get(name, 0.0)
         finally:
@@ -582,14 +606,16 @@ def cpu(n: int = 600) -> None:
             except ImportError:
                 continue
             for label, o in out.items():
-                rows = np.array(o["rows"] or [(0,) * 5]) / 1e3
+                rows = np.array(o["rows"] or [(0,) * len(steps)]) / 1e3
                 awaits = n // 2 * 2
                 print(
                     f"{kind:<8} {label:<15} process CPU {o['proc'] / o['wall'] * 100 - idle:5.1f} %"
-                    f" = {o['proc'] / awaits * 1e6:6.1f} us/await ({len(o['rows'])} woken by the"
-                    " timer); loop thread p50 us: "
+                    f" = {o['proc'] / awaits * 1e6:6.1f} us/await ({len(o['rows'])} of {awaits}"
+                    f" woken by the timer; the wake's spin {o['spun'] / awaits / 1e3:.1f} us an"
+                    " await); loop thread p50 us: "
                     + ", ".join(
-                        f"{p} {v:.1f}" for p, v in zip(phases, np.median(rows, axis=0), strict=True)
+                        f"{p} {v:.1f}"
+                        for (p, _, _), v in zip(steps, np.median(rows, axis=0), strict=True)
                     ),
                     flush=True,
                 )
@@ -601,7 +627,8 @@ def cpu(n: int = 600) -> None:
                 )
     finally:
         express.suspend = park  # type: ignore[assignment]
-        wake.Timer.fire = fire  # type: ignore[method-assign]
+        for owner, name, real in hooked:
+            setattr(owner, name, real)
 
 
 def _sleep_or_profiler(where: tuple[str, int, str]) -> bool:
