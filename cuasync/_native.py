@@ -74,6 +74,8 @@ DeviceCore = _reactor.DeviceCore
 RoundRobinCore = _reactor.RoundRobinCore
 SingleStreamCore = _reactor.SingleStreamCore
 ProcessCore = _reactor.ProcessCore
+WakePolicyCore = _reactor.WakePolicyCore
+Estimate = _reactor.Estimate
 #: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
 #: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
 #: adapter (``loops``).
@@ -88,6 +90,7 @@ __all__ = [
     "BlockCacheCore",
     "BlockCore",
     "CompletionCore",
+    "Estimate",
     "ContextCore",
     "DeviceCore",
     "FutureCore",
@@ -107,5 +110,6 @@ __all__ = [
     "TensorOpCore",
     "UploadOpCore",
     "UploadWorkCore",
+    "WakePolicyCore",
     "source_hash",
 ]

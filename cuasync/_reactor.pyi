@@ -1005,3 +1005,42 @@ class CurrentOrdinal:
 
     def __new__(cls) -> CurrentOrdinal: ...
     ordinal: int
+
+@disjoint_base
+class WakePolicyCore:
+    """The early wake's parameters as native fields (``wake.Policy``'s base)."""
+
+    min_estimate_ns: int
+    park_at_once_ns: int
+    lead_ns: int
+    lead_max_ns: int
+    tolerance_ns: int
+    spin_max_ns: int
+    max_keys: int
+    late_ns: int
+    late_up_shift: int
+    late_down_shift: int
+    report_lag_ns: int
+    quiet_max_ns: int
+    prewake_ns: int
+    prewake_min_ns: int
+    quiet: bool
+
+@final
+class Estimate:
+    """The learned time from the start of a wait to landing of one key (ns) and its mean
+    deviation; the policy set by :func:`set_wake_policy` shapes how samples move it."""
+
+    ns: int
+    dev: int
+    def __new__(cls, ns: SupportsIndex) -> Estimate: ...
+    @property
+    def steady(self) -> bool: ...
+    def exact(self, d: SupportsIndex, /) -> None: ...
+    def early(self, by: SupportsIndex, /) -> None: ...
+    def missed(self, after: SupportsIndex, by: SupportsIndex, /) -> None: ...
+    def unplanned(self, by: SupportsIndex, /) -> None: ...
+    def window(self, lead: SupportsIndex, /) -> tuple[int, int, bool]: ...
+
+def set_wake_policy(policy: WakePolicyCore, /) -> None:
+    """Make ``policy`` the one :class:`Estimate` follows."""

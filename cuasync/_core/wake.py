@@ -45,7 +45,10 @@ from time import monotonic_ns
 from typing import Any
 
 from .._config import CONFIG
-from .._native import NATIVE, PreparedCore
+from .._native import NATIVE, Estimate, PreparedCore, WakePolicyCore
+
+# (``Estimate``, the learned time to landing of one key and its wake's window, is native:
+# the native core reads it; its docstrings say how samples move it.)
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer", "is_launch",
@@ -54,10 +57,12 @@ __all__ = [
 ]  # fmt: skip
 
 
-class Policy:
+class Policy(WakePolicyCore):
     """The parameters of the early wake (every one here; ``POLICY`` is the process's).
 
     ``on``: ``CUASYNC_WAKE=timer`` (the default; ``reactor``: today's park). Times in ns.
+    The numbers are native fields (``WakePolicyCore``), which :class:`Estimate`,
+    :func:`window` and the native core read.
 
     >>> POLICY.on = False     # the A/B of tools/probes/wake_parts.py: today's behaviour
     """
@@ -162,60 +167,6 @@ def timerfd() -> int:
     return int(_LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
 
 
-class Estimate:
-    """The learned time from the start of a wait (:attr:`Pending.since`) to landing of
-    one key, and its mean deviation (below, "after parking" counts from there too).
-
-    An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing
-    seen only after the fact (the wake ran after it) is taken as a sample a lead before
-    the time the wake looked, and a window that ended before the landing as one between
-    its end and the reactor's later report; these move it half of the way. Work that got
-    16 times longer or shorter (the same kernel and grid doing other work) is re-learnt
-    in about four awaits, and one noisy sample (a late thread) moves it at most halfway.
-
-    >>> e = Estimate(300_000); e.exact(340_000); e.ns
-    310000
-    """
-
-    __slots__ = ("dev", "ns")
-
-    def __init__(self, ns: int) -> None:
-        self.ns = ns
-        self.dev = ns >> 4
-
-    @property
-    def steady(self) -> bool:
-        """Whether its deviation is at most an eighth of it (a kernel doing the same work
-        each time): looked for from its early side, the reactor quiet meanwhile."""
-        return self.dev <= self.ns >> 3
-
-    def _toward(self, sample: int, shift: int) -> None:
-        err = max(sample, 0) - self.ns
-        self.ns += err >> shift
-        # (at most a quarter of it: a wake is never set absurdly early)
-        self.dev = min(self.dev + ((abs(err) - self.dev) >> 2), self.ns >> 2)
-
-    def exact(self, d: int) -> None:
-        """A spin saw it land ``d`` ns after parking."""
-        self._toward(d, 2)
-
-    def early(self, by: int) -> None:
-        """It had landed by ``by`` ns after parking, before the wake looked."""
-        self._toward(min(self.ns, by) - POLICY.lead_ns, 1)
-
-    def missed(self, after: int, by: int) -> None:
-        """It had not landed ``after`` ns after parking, when the wake's window ended,
-        and the reactor's report of it came ``by`` ns after parking."""
-        self._toward(max(after + POLICY.lead_ns, by - POLICY.report_lag_ns), 1)
-
-    def unplanned(self, by: int) -> None:
-        """It landed by ``by`` ns (seen by the reactor) and no wake spun for it (none was
-        set, or other work was ready): an estimate below it creeps up toward it (``by``
-        is late by the reactor's own wake, so not all the way)."""
-        if by > self.ns:
-            self.ns += (by - self.ns) >> 2
-
-
 #: key -> Estimate, for the whole process (an estimate is the work's, not the loop's).
 _estimates: dict[Any, Estimate] = {}
 
@@ -282,29 +233,17 @@ def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending
     return entry
 
 
-def window(est: Estimate, lead: int) -> tuple[int, int, bool]:
-    """When a wake for work expected ``est`` after the wait began looks, when its spin
-    gives up (both in ns after it began), and whether the reactor leaves the slot alone
-    until then; ``lead``: how long before the expected landing to look, the timer's
-    lateness included.
-
-    A steady estimate (deviation at most 1/8 of it) is looked for from its early side and
-    spun for through its spread, the reactor quiet meanwhile, where that spread is at most
-    :attr:`Policy.spin_max_ns` (whatever the lead, which follows the loop's timer
-    lateness, not the work). Any other (work sharing the device with other
-    streams, queued behind others' work, or steady but milliseconds long and spread over
-    hundreds of microseconds) gets a short look around the expected landing, the reactor
-    scanning as for any parked await: spinning through its spread cost a loop serving 32
-    requests at a time most of its time, and held up its other requests meanwhile.
-
-    >>> window(Estimate(300_000), 20_000)       # steady: due, until, quiet
-    (261250, 337500, True)
-    """
-    after = max(POLICY.tolerance_ns, 2 * est.dev)  # (how long after the estimate to spin)
-    if est.steady and est.dev + after <= POLICY.spin_max_ns:
-        return max(est.ns - lead - est.dev, 0), est.ns + after, POLICY.quiet
-    due = max(est.ns - lead, 0)
-    return due, due + lead + POLICY.tolerance_ns, False
+#: ``window(est, lead)``: a wake's ``(due, until, quiet)`` for work expected ``est`` after its
+#: wait began, ``lead`` before it (``Estimate.window``, native; it follows ``POLICY``).
+#: A steady estimate is looked for from its early side and spun for through its spread,
+#: the reactor quiet meanwhile, where that spread is at most :attr:`Policy.spin_max_ns`
+#: (whatever the lead, which follows the loop's timer lateness, not the work). Any other
+#: (work sharing the device with other streams, queued behind others' work, or steady
+#: but milliseconds long and spread over hundreds of microseconds) gets a short look
+#: around the expected landing, the reactor scanning as for any parked await: spinning
+#: through its spread cost a loop serving 32 requests at a time most of its time, and
+#: held up its other requests meanwhile.
+window = Estimate.window
 
 
 def quiet_until(entry: Pending | None) -> int:
@@ -546,3 +485,4 @@ class Timer:
 
 
 POLICY = Policy()
+NATIVE.set_wake_policy(POLICY)

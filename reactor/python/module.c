@@ -964,6 +964,7 @@ module_exec(PyObject *m)
         {"ElementwiseFunction", &ElementwiseFunction_spec},
         {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
         {"TensorSubmit", &TensorSubmit_spec},
+        {"WakePolicyCore", &WakePolicyCore_spec}, {"Estimate", &Estimate_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -998,6 +999,7 @@ module_exec(PyObject *m)
         PyModule_AddFunctions(m, dlpack_methods) < 0 ||
         PyModule_AddFunctions(m, cores_methods) < 0 ||
         PyModule_AddFunctions(m, plan_methods) < 0 ||
+        PyModule_AddFunctions(m, wake_methods) < 0 ||
         PyModule_AddFunctions(m, launcher_methods) < 0)
         return -1;
     PyObject *fn = PyLong_FromVoidPtr((void *)hostsig_fn);

@@ -17,6 +17,8 @@ import helpers
 import numpy as np
 import pytest
 from helpers import awaited_completions, reactor_path, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuasync
 import cuasync.testing as ct
@@ -525,6 +527,76 @@ def test_an_estimate_follows_work_that_got_longer_then_shorter() -> None:
     for _ in range(100):  # one sample that says nothing new never drives it below 0
         e.early(0)
     assert e.ns >= 0 and e.dev >= 0
+
+
+def _learnt(ns: int, samples: list[tuple[str, int, int]]) -> tuple[int, int]:
+    """What the estimate's documented rules make of ``samples`` from ``ns``, in Python's
+    integers (the native Estimate's arithmetic is int64 with Python's shifts)."""
+    dev = ns >> 4
+    lead, lag = wake.POLICY.lead_ns, wake.POLICY.report_lag_ns
+
+    def toward(sample: int, shift: int) -> None:
+        nonlocal ns, dev
+        err = max(sample, 0) - ns
+        ns += err >> shift
+        dev = min(dev + ((abs(err) - dev) >> 2), ns >> 2)
+
+    for kind, a, b in samples:
+        if kind == "exact":
+            toward(a, 2)
+        elif kind == "early":
+            toward(min(ns, a) - lead, 1)
+        elif kind == "missed":
+            toward(max(a + lead, b - lag), 1)
+        elif a > ns:
+            ns += (a - ns) >> 2
+    return ns, dev
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ns=st.integers(-(10**12), 10**12),
+    samples=st.lists(
+        st.tuples(
+            st.sampled_from(["exact", "early", "missed", "unplanned"]),
+            st.integers(-(10**12), 10**12),
+            st.integers(-(10**12), 10**12),
+        ),
+        max_size=12,
+    ),
+)
+def test_an_estimate_moves_as_its_rules_say(ns: int, samples: list[tuple[str, int, int]]) -> None:
+    """Every sample moves the (native) estimate as the rules in its docstring say, negative
+    errors rounded toward minus infinity as Python's shifts round them."""
+    e = wake.Estimate(ns)
+    for kind, a, b in samples:
+        if kind == "missed":
+            e.missed(a, b)
+        else:
+            getattr(e, kind)(a)
+    assert (e.ns, e.dev) == _learnt(ns, samples)
+    assert e.steady == (e.dev <= e.ns >> 3)
+
+
+def test_a_window_follows_the_policy_as_it_is_now() -> None:
+    """``window`` reads the process's policy at each call (a field set in Python is the
+    native one), and takes only an Estimate; an Estimate takes only an integer."""
+    est = wake.Estimate(6_000_000)  # steady, its spread past spin_max_ns: a short look
+    saved = wake.POLICY.tolerance_ns
+    try:
+        wake.POLICY.tolerance_ns = 50_000
+        due, until, quiet = wake.window(est, 20_000)
+        assert until - due == 20_000 + 50_000 and not quiet
+    finally:
+        wake.POLICY.tolerance_ns = saved
+    assert wake.window(est, 20_000)[1] - wake.window(est, 20_000)[0] == 20_000 + saved
+    with pytest.raises(TypeError, match="Estimate"):
+        wake.window((6_000_000, 375_000), 20_000)
+    with pytest.raises(TypeError):
+        wake.Estimate(3e5)
+    with pytest.raises(TypeError, match="WakePolicyCore"):
+        cuasync._native.NATIVE.set_wake_policy(object())
+    assert repr(wake.Estimate(320)) == "Estimate(ns=320, dev=20)"
 
 
 @pytest.mark.parametrize("ns", [100_000, 60_000_000_000], ids=["too-early", "too-late"])

@@ -1,0 +1,316 @@
+/*
+ * The early wake's numbers (cuasync/_core/wake.py): its policy's parameters
+ * (WakePolicyCore, the base of wake.Policy) and the learned time to landing of one
+ * key with the window of a wake for it (Estimate). Native so that a parked await's plan
+ * and learning run no Python frame of their own, and so that the native core can read
+ * them; the policy an estimate follows is the one set_wake_policy names (wake.POLICY,
+ * set once at import).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "cores.h"
+#include "module.h"
+
+/* -- WakePolicyCore ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    long long min_estimate_ns, park_at_once_ns, lead_ns, lead_max_ns, tolerance_ns,
+        spin_max_ns, max_keys, late_ns, late_up_shift, late_down_shift, report_lag_ns,
+        quiet_max_ns, prewake_ns, prewake_min_ns;
+    char quiet;
+} WakePolicyCore;
+
+/* The policy Estimate and window follow (set_wake_policy), or NULL. */
+static WakePolicyCore *g_policy;
+
+#define POLICY_NS(field, doc) {#field, T_LONGLONG, offsetof(WakePolicyCore, field), 0, doc}
+static PyMemberDef WakePolicyCore_members[] = {
+    POLICY_NS(min_estimate_ns, "Work expected sooner than this is left to the reactor."),
+    POLICY_NS(park_at_once_ns, "A launch with a steady estimate this long parks at once."),
+    POLICY_NS(lead_ns, "How long before the expected landing to wake, past the lateness."),
+    POLICY_NS(lead_max_ns, "The lead, lateness included, is at most this."),
+    POLICY_NS(tolerance_ns, "How long past the expected landing a window spins, at least."),
+    POLICY_NS(spin_max_ns, "A steady estimate's window spans at most this past its lead."),
+    POLICY_NS(max_keys, "Estimates kept; past it the table starts again."),
+    POLICY_NS(late_ns, "A loop's timer lateness before it is measured."),
+    POLICY_NS(late_up_shift, "How fast a loop's measured lateness follows a later wake."),
+    POLICY_NS(late_down_shift, "How fast it follows an earlier wake."),
+    POLICY_NS(report_lag_ns, "How much later than the landing the reactor's report comes."),
+    POLICY_NS(quiet_max_ns, "How long after parking the reactor may leave a slot alone."),
+    POLICY_NS(prewake_ns, "How long before a long wake its pre-wake comes (0: none)."),
+    POLICY_NS(prewake_min_ns, "Wakes due this long after the wait began get a pre-wake."),
+    {"quiet", T_BOOL, offsetof(WakePolicyCore, quiet), 0,
+     "Whether the reactor leaves a steady estimate's slot alone until its window ends."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static void
+WakePolicyCore_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (PyType_IS_GC(tp))
+        PyObject_GC_UnTrack(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot WakePolicyCore_slots[] = {
+    {Py_tp_doc, "WakePolicyCore()\n--\n\n"
+                "The early wake's parameters as native fields (all 0 until set): the base "
+                "of wake.Policy, which sets them and documents each."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, WakePolicyCore_dealloc},
+    {Py_tp_members, WakePolicyCore_members},
+    {0, NULL},
+};
+
+PyType_Spec WakePolicyCore_spec = {
+    .name = "cuasync._reactor.WakePolicyCore",
+    .basicsize = sizeof(WakePolicyCore),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = WakePolicyCore_slots,
+};
+
+static PyObject *
+mod_set_wake_policy(PyObject *module, PyObject *policy)
+{
+    PyObject *t = PyObject_GetAttrString(module, "WakePolicyCore");
+    if (t == NULL)
+        return NULL;
+    int ok = PyObject_TypeCheck(policy, (PyTypeObject *)t);
+    Py_DECREF(t);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "set_wake_policy() takes a WakePolicyCore, not %.100s",
+                     Py_TYPE(policy)->tp_name);
+        return NULL;
+    }
+    Py_XSETREF(g_policy, (WakePolicyCore *)Py_NewRef(policy));
+    Py_RETURN_NONE;
+}
+
+static WakePolicyCore *
+policy(void)
+{
+    if (g_policy == NULL)
+        PyErr_SetString(PyExc_RuntimeError, "no wake policy is set (set_wake_policy)");
+    return g_policy;
+}
+
+/* -- Estimate ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    long long ns, dev;
+} Estimate;
+
+/* v >> s as Python shifts ints: toward minus infinity */
+static inline long long
+shr(long long v, int s)
+{
+    return v >= 0 ? v >> s : ~(~v >> s);
+}
+
+static inline int
+is_steady(const Estimate *e)
+{
+    return e->dev <= shr(e->ns, 3);
+}
+
+/* a sample moves it 1/2**shift of the way; its deviation a quarter of the way toward
+ * the error, at most a quarter of it (a wake is never set absurdly early) */
+static void
+toward(Estimate *e, long long sample, int shift)
+{
+    long long err = (sample > 0 ? sample : 0) - e->ns;
+    e->ns += shr(err, shift);
+    long long dev = e->dev + shr((err < 0 ? -err : err) - e->dev, 2);
+    long long cap = shr(e->ns, 2);
+    e->dev = dev < cap ? dev : cap;
+}
+
+static int
+one_ns(PyObject *arg, long long *out)
+{
+    *out = PyLong_AsLongLong(arg);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+Estimate_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    long long ns;
+    static char *kwlist[] = {"ns", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L:Estimate", kwlist, &ns))
+        return NULL;
+    Estimate *self = (Estimate *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->ns = ns;
+    self->dev = shr(ns, 4);
+    return (PyObject *)self;
+}
+
+static void
+Estimate_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+Estimate_repr(Estimate *self)
+{
+    return PyUnicode_FromFormat("Estimate(ns=%lld, dev=%lld)", self->ns, self->dev);
+}
+
+static PyObject *
+Estimate_exact(Estimate *self, PyObject *d)
+{
+    long long v;
+    if (one_ns(d, &v) < 0)
+        return NULL;
+    toward(self, v, 2);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Estimate_early(Estimate *self, PyObject *by)
+{
+    long long v;
+    WakePolicyCore *p = policy();
+    if (p == NULL || one_ns(by, &v) < 0)
+        return NULL;
+    toward(self, (v < self->ns ? v : self->ns) - p->lead_ns, 1);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Estimate_missed(Estimate *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long after, by;
+    WakePolicyCore *p = policy();
+    if (p == NULL || check_nargs("missed", nargs, 2) < 0 || one_ns(args[0], &after) < 0 ||
+        one_ns(args[1], &by) < 0)
+        return NULL;
+    long long a = after + p->lead_ns, b = by - p->report_lag_ns;
+    toward(self, a > b ? a : b, 1);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Estimate_unplanned(Estimate *self, PyObject *by)
+{
+    long long v;
+    if (one_ns(by, &v) < 0)
+        return NULL;
+    if (v > self->ns)
+        self->ns += shr(v - self->ns, 2);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Estimate_window(Estimate *self, PyObject *lead_arg)
+{
+    long long lead;
+    WakePolicyCore *p = policy();
+    if (p == NULL || one_ns(lead_arg, &lead) < 0)
+        return NULL;
+    long long after = 2 * self->dev > p->tolerance_ns ? 2 * self->dev : p->tolerance_ns;
+    if (is_steady(self) && self->dev + after <= p->spin_max_ns) {
+        long long due = self->ns - lead - self->dev;
+        return Py_BuildValue("LLO", due > 0 ? due : 0, self->ns + after,
+                             p->quiet ? Py_True : Py_False);
+    }
+    long long due = self->ns - lead > 0 ? self->ns - lead : 0;
+    return Py_BuildValue("LLO", due, due + lead + p->tolerance_ns, Py_False);
+}
+
+static PyObject *
+Estimate_get_steady(Estimate *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(is_steady(self));
+}
+
+static PyMethodDef Estimate_methods[] = {
+    {"exact", (PyCFunction)Estimate_exact, METH_O,
+     "exact($self, d, /)\n--\n\nA spin saw it land ``d`` ns after the wait began: a quarter "
+     "of the way toward it."},
+    {"early", (PyCFunction)Estimate_early, METH_O,
+     "early($self, by, /)\n--\n\nIt had landed by ``by`` ns, before the wake looked: half of "
+     "the way toward a lead before that (or before the estimate, if sooner)."},
+    {"missed", (PyCFunction)(void (*)(void))Estimate_missed, METH_FASTCALL,
+     "missed($self, after, by, /)\n--\n\nIt had not landed ``after`` ns in, when the wake's "
+     "window ended, and the reactor's report came ``by`` ns in: half of the way toward "
+     "the later of a lead past the window's end and the report less its lag."},
+    {"window", (PyCFunction)Estimate_window, METH_O,
+     "window($self, lead, /)\n--\n\n"
+     "When a wake for work expected this long after the wait began looks, when its spin "
+     "gives up (both in ns after it began), and whether the reactor leaves the slot alone "
+     "until then; ``lead``: how long before the expected landing to look, the timer's "
+     "lateness included.\n\n"
+     "A steady estimate (deviation at most 1/8 of it) is looked for from its early side "
+     "and spun for through its spread, the reactor quiet meanwhile (the policy's "
+     "``quiet``), where that spread is at most the policy's ``spin_max_ns``. Any other "
+     "gets a short look around the expected landing (the lead and the policy's "
+     "``tolerance_ns``), the reactor scanning as for any parked await.\n\n"
+     ">>> Estimate(300_000).window(20_000)       # steady: due, until, quiet\n"
+     "(261250, 337500, True)"},
+    {"unplanned", (PyCFunction)Estimate_unplanned, METH_O,
+     "unplanned($self, by, /)\n--\n\nIt landed by ``by`` ns and no wake spun for it: an "
+     "estimate below that creeps a quarter of the way up (``by`` is late by a wake)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Estimate_members[] = {
+    {"ns", T_LONGLONG, offsetof(Estimate, ns), 0,
+     "The learned time from the start of a wait to landing, in ns."},
+    {"dev", T_LONGLONG, offsetof(Estimate, dev), 0, "Its mean deviation, in ns."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Estimate_getset[] = {
+    {"steady", (getter)Estimate_get_steady, NULL,
+     "Whether its deviation is at most an eighth of it (a kernel doing the same work each "
+     "time): looked for from its early side, the reactor quiet meanwhile.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Estimate_slots[] = {
+    {Py_tp_doc,
+     "Estimate(ns)\n--\n\n"
+     "The learned time from the start of a wait (``Pending.since``) to landing of one "
+     "key, and its mean deviation (1/16 of ``ns`` to begin with).\n\n"
+     "An exact sample (a spin saw the flag land) moves it a quarter of the way; a landing "
+     "seen only after the fact (the wake ran after it) is taken as a sample a lead before "
+     "the time the wake looked, and a window that ended before the landing as one between "
+     "its end and the reactor's later report; these move it half of the way. Work that "
+     "got 16 times longer or shorter is re-learnt in about four awaits, and one noisy "
+     "sample moves it at most halfway.\n\n"
+     ">>> e = Estimate(300_000); e.exact(340_000); e.ns\n310000"},
+    {Py_tp_new, Estimate_new},
+    {Py_tp_dealloc, Estimate_dealloc},
+    {Py_tp_repr, Estimate_repr},
+    {Py_tp_methods, Estimate_methods},
+    {Py_tp_members, Estimate_members},
+    {Py_tp_getset, Estimate_getset},
+    {0, NULL},
+};
+
+PyType_Spec Estimate_spec = {
+    .name = "cuasync._reactor.Estimate",
+    .basicsize = sizeof(Estimate),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Estimate_slots,
+};
+
+PyMethodDef wake_methods[] = {
+    {"set_wake_policy", (PyCFunction)mod_set_wake_policy, METH_O,
+     "set_wake_policy($module, policy, /)\n--\n\n"
+     "Make ``policy`` (a WakePolicyCore: wake.POLICY) the one Estimate follows."},
+    {NULL, NULL, 0, NULL},
+};
