@@ -76,6 +76,7 @@ SingleStreamCore = _reactor.SingleStreamCore
 ProcessCore = _reactor.ProcessCore
 WakePolicyCore = _reactor.WakePolicyCore
 Estimate = _reactor.Estimate
+Pending = _reactor.Pending
 #: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
 #: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
 #: adapter (``loops``).
@@ -100,6 +101,7 @@ __all__ = [
     "NodeCore",
     "OpCore",
     "OutputCore",
+    "Pending",
     "PreparedCore",
     "ProcessCore",
     "ReduceWorkCore",

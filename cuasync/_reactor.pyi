@@ -1042,5 +1042,36 @@ class Estimate:
     def unplanned(self, by: SupportsIndex, /) -> None: ...
     def window(self, lead: SupportsIndex, /) -> tuple[int, int, bool]: ...
 
+@final
+class Pending:
+    """One parked await the early wake follows: its completion, key and times (monotonic
+    ns), ordered by ``at`` for the loop's timer heap."""
+
+    hub: Any
+    comp: Any
+    adapter: Any
+    key: Any
+    timer: Any
+    parked: int
+    since: int
+    due: int
+    at: int
+    until: int
+    quiet: int
+    lo: int
+    seen: int
+    looked: int
+    def __new__(
+        cls,
+        hub: Any,
+        comp: Any,
+        adapter: Any,
+        key: Any,
+        parked: SupportsIndex,
+        since: SupportsIndex | None = None,
+    ) -> Pending: ...
+    def __lt__(self, other: Pending, /) -> bool: ...
+    def __gt__(self, other: Pending, /) -> bool: ...
+
 def set_wake_policy(policy: WakePolicyCore, /) -> None:
     """Make ``policy`` the one :class:`Estimate` follows."""

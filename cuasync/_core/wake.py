@@ -45,10 +45,11 @@ from time import monotonic_ns
 from typing import Any
 
 from .._config import CONFIG
-from .._native import NATIVE, Estimate, PreparedCore, WakePolicyCore
+from .._native import NATIVE, Estimate, Pending, PreparedCore, WakePolicyCore
 
-# (``Estimate``, the learned time to landing of one key and its wake's window, is native:
-# the native core reads it; its docstrings say how samples move it.)
+# (``Estimate``, the learned time to landing of one key and its wake's window, and
+# ``Pending``, one parked await's times, are native: the native core reads them; their
+# docstrings say how samples move an estimate and what each time is.)
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer", "is_launch",
@@ -169,36 +170,6 @@ def timerfd() -> int:
 
 #: key -> Estimate, for the whole process (an estimate is the work's, not the loop's).
 _estimates: dict[Any, Estimate] = {}
-
-
-class Pending:
-    """One parked await the policy follows: its completion, key and times (monotonic ns)."""
-
-    __slots__ = (
-        "adapter", "at", "comp", "due", "hub", "key", "lo", "looked", "parked", "quiet",
-        "seen", "since", "timer", "until",
-    )  # fmt: skip
-
-    def __init__(
-        self, hub: Any, comp: Any, adapter: Any, key: Any, parked: int, since: int | None = None
-    ) -> None:
-        self.hub, self.comp, self.adapter, self.key = hub, comp, adapter, key
-        self.parked = parked
-        #: when it began to wait: its submission made, before any inline spin (what the
-        #: estimate counts from, so that neither a spin nor the Python run before parking
-        #: moves it)
-        self.since = parked if since is None else since
-        self.due = 0  # when its timer wake is set (0: none, the reactor watches it)
-        self.at = 0  # when the timer fires for it next: its pre-wake, then ``due``
-        self.until = 0  # when its spin gives up
-        self.quiet = 0  # until when the reactor leaves it alone (0: it watches at once)
-        self.lo = 0  # it had not landed at this time (a window ended first)
-        self.seen = 0  # a spin saw it land at this time (0: not seen by a spin)
-        self.looked = 0  # when its wake ran (0: it did not run)
-        self.timer: Timer | None = None
-
-    def __lt__(self, other: Pending) -> bool:  # (heap order)
-        return self.at < other.at
 
 
 def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending | None:

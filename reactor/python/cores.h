@@ -463,7 +463,7 @@ PyObject *apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out);
 /* reduce.c: the builder of reductions (reductions.reduce_op) */
 extern PyType_Spec ReduceApply_spec;
 /* wake.c: the early wake's policy fields, estimates and windows (cuasync/_core/wake.py) */
-extern PyType_Spec WakePolicyCore_spec, Estimate_spec;
+extern PyType_Spec WakePolicyCore_spec, Estimate_spec, Pending_spec;
 extern PyMethodDef wake_methods[];
 /* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */
 extern PyType_Spec ExpressLaunches_spec, TensorSubmit_spec;

@@ -965,6 +965,7 @@ module_exec(PyObject *m)
         {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
         {"TensorSubmit", &TensorSubmit_spec},
         {"WakePolicyCore", &WakePolicyCore_spec}, {"Estimate", &Estimate_spec},
+        {"Pending", &Pending_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -1,7 +1,8 @@
 /*
  * The early wake's numbers (cuasync/_core/wake.py): its policy's parameters
  * (WakePolicyCore, the base of wake.Policy) and the learned time to landing of one
- * key with the window of a wake for it (Estimate). Native so that a parked await's plan
+ * key with the window of a wake for it (Estimate), and one parked await's times
+ * (Pending). Native so that a parked await's plan
  * and learning run no Python frame of their own, and so that the native core can read
  * them; the policy an estimate follows is the one set_wake_policy names (wake.POLICY,
  * set once at import).
@@ -306,6 +307,123 @@ PyType_Spec Estimate_spec = {
     .basicsize = sizeof(Estimate),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Estimate_slots,
+};
+
+/* -- Pending ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *hub, *comp, *adapter, *key, *timer; /* (timer: None while it has no wake set) */
+    long long parked, since, due, at, until, quiet, lo, seen, looked;
+} Pending;
+
+static PyObject *
+Pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *hub, *comp, *adapter, *key, *since = Py_None;
+    long long parked;
+    static char *kwlist[] = {"hub", "comp", "adapter", "key", "parked", "since", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOL|O:Pending", kwlist, &hub, &comp,
+                                     &adapter, &key, &parked, &since))
+        return NULL;
+    long long began = parked;
+    if (since != Py_None && one_ns(since, &began) < 0)
+        return NULL;
+    Pending *self = (Pending *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->hub = Py_NewRef(hub);
+    self->comp = Py_NewRef(comp);
+    self->adapter = Py_NewRef(adapter);
+    self->key = Py_NewRef(key);
+    self->timer = Py_NewRef(Py_None);
+    self->parked = parked;
+    self->since = began;
+    return (PyObject *)self;
+}
+
+static int
+Pending_traverse(Pending *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->hub);
+    Py_VISIT(self->comp);
+    Py_VISIT(self->adapter);
+    Py_VISIT(self->key);
+    Py_VISIT(self->timer);
+    return 0;
+}
+
+static int
+Pending_clear(Pending *self)
+{
+    Py_CLEAR(self->hub);
+    Py_CLEAR(self->comp);
+    Py_CLEAR(self->adapter);
+    Py_CLEAR(self->key);
+    Py_CLEAR(self->timer);
+    return 0;
+}
+
+static void
+Pending_dealloc(Pending *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Pending_clear(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* heap order: by when the timer fires for it next (at) */
+static PyObject *
+Pending_richcompare(PyObject *a, PyObject *b, int op)
+{
+    if (op != Py_LT || !Py_IS_TYPE(b, Py_TYPE(a)))
+        Py_RETURN_NOTIMPLEMENTED;
+    return PyBool_FromLong(((Pending *)a)->at < ((Pending *)b)->at);
+}
+
+#define PENDING_NS(field, doc) {#field, T_LONGLONG, offsetof(Pending, field), 0, doc}
+static PyMemberDef Pending_members[] = {
+    {"hub", T_OBJECT, offsetof(Pending, hub), READONLY, "The completion hub."},
+    {"comp", T_OBJECT, offsetof(Pending, comp), READONLY, "The completion awaited."},
+    {"adapter", T_OBJECT, offsetof(Pending, adapter), READONLY, "The loop's adapter."},
+    {"key", T_OBJECT, offsetof(Pending, key), READONLY, "What its estimate is learnt under."},
+    {"timer", T_OBJECT, offsetof(Pending, timer), 0,
+     "The loop's wake.Timer that holds its wake (None: none set)."},
+    PENDING_NS(parked, "When it parked."),
+    PENDING_NS(since, "When it began to wait: its submission made, before any inline spin "
+                      "(what the estimate counts from)."),
+    PENDING_NS(due, "When its timer wake is set (0: none, the reactor watches it)."),
+    PENDING_NS(at, "When the timer fires for it next: its pre-wake, then due."),
+    PENDING_NS(until, "When its spin gives up."),
+    PENDING_NS(quiet, "Until when the reactor leaves it alone (0: it watches at once)."),
+    PENDING_NS(lo, "It had not landed at this time (a window ended first; 0: not known)."),
+    PENDING_NS(seen, "A spin saw it land at this time (0: not seen by a spin)."),
+    PENDING_NS(looked, "When its wake ran (0: it did not run)."),
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Pending_slots[] = {
+    {Py_tp_doc, "Pending(hub, comp, adapter, key, parked, since=None)\n--\n\n"
+                "One parked await the early wake follows: its completion, key and times "
+                "(monotonic ns; ``since`` defaults to ``parked``; the others start at 0). "
+                "Ordered by ``at`` for the loop's timer heap."},
+    {Py_tp_new, Pending_new},
+    {Py_tp_dealloc, Pending_dealloc},
+    {Py_tp_traverse, Pending_traverse},
+    {Py_tp_clear, Pending_clear},
+    {Py_tp_richcompare, Pending_richcompare},
+    {Py_tp_members, Pending_members},
+    {0, NULL},
+};
+
+PyType_Spec Pending_spec = {
+    .name = "cuasync._reactor.Pending",
+    .basicsize = sizeof(Pending),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Pending_slots,
 };
 
 PyMethodDef wake_methods[] = {
