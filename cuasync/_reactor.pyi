@@ -1025,6 +1025,7 @@ class WakePolicyCore:
     prewake_ns: int
     prewake_min_ns: int
     quiet: bool
+    _on: int
 
 @final
 class Estimate:
@@ -1073,5 +1074,14 @@ class Pending:
     def __lt__(self, other: Pending, /) -> bool: ...
     def __gt__(self, other: Pending, /) -> bool: ...
 
-def set_wake_policy(policy: WakePolicyCore, /) -> None:
-    """Make ``policy`` the one :class:`Estimate` follows."""
+def set_wake_policy(
+    policy: WakePolicyCore, estimates: dict[Any, Estimate], forget: Callable[[], None], /
+) -> None:
+    """Make ``policy`` the one estimates follow, ``estimates`` the process's and
+    ``forget()`` what empties them when full."""
+
+def is_launch(key: object, /) -> bool:
+    """Whether ``key`` is a launch's: ``(prepared kernel, grid)``."""
+
+def resumed(entry: Pending, /) -> None:
+    """The await of ``entry`` resumed: its wake taken off its timer, its estimate learnt."""

@@ -45,7 +45,7 @@ from time import monotonic_ns
 from typing import Any
 
 from .._config import CONFIG
-from .._native import NATIVE, Estimate, Pending, PreparedCore, WakePolicyCore
+from .._native import NATIVE, Estimate, Pending, WakePolicyCore
 
 # (``Estimate``, the learned time to landing of one key and its wake's window, and
 # ``Pending``, one parked await's times, are native: the native core reads them; their
@@ -68,23 +68,22 @@ class Policy(WakePolicyCore):
     >>> POLICY.on = False     # the A/B of tools/probes/wake_parts.py: today's behaviour
     """
 
-    _on: bool | None = None
-
     @property
     def on(self) -> bool:
         """Whether awaits wake early (read from ``CUASYNC_WAKE`` at first use)."""
         on = self._on
-        if on is None:
-            on = self._on = CONFIG.wake == "timer" and _LIBC is not None
-        return on
+        if on < 0:
+            on = self._on = int(CONFIG.wake == "timer" and _LIBC is not None)
+        return bool(on)
 
     @on.setter
     def on(self, value: bool) -> None:
-        self._on = bool(value) and _LIBC is not None
+        self._on = int(bool(value) and _LIBC is not None)
         if not self._on:  # (no wake then: every await spins before it parks)
             _unhint_all()
 
     def __init__(self) -> None:
+        self._on = -1  # (read at first use: ``on``)
         #: Work expected sooner than this after the wait began is left to the reactor (a
         #: timer wake and a spin cost about what they save).
         self.min_estimate_ns = 60_000
@@ -253,58 +252,15 @@ def cancel(entry: Pending) -> None:
         entry.timer = None
 
 
-def resumed(entry: Pending) -> None:
-    """The await resumed (its work landed): take its wake off the timer and learn."""
-    now = monotonic_ns()
-    if entry.timer is not None:
-        entry.timer.remove(entry)
-        entry.timer = None
-    key = entry.key
-    est = _estimates.get(key)
-    if est is None:
-        d = (entry.seen or now) - entry.since  # (the first: exact, or late by a wake)
-        _remember(key, Estimate(d))
-    elif entry.seen:
-        est.exact(entry.seen - entry.since)
-    elif entry.lo:
-        est.missed(entry.lo - entry.since, now - entry.since)
-    elif entry.due:  # landed before the wake looked (or the reactor's report came first)
-        est.early((entry.looked or now - POLICY.report_lag_ns) - entry.since)
-    else:
-        est.unplanned(now - entry.since)
-    if POLICY.on and is_launch(key):
-        _hint(key, entry)
-
-
-def is_launch(key: Any) -> bool:
-    """Whether ``key`` is a launch's (its kernel and grid; a library call and its kind)."""
-    return type(key) is tuple and isinstance(key[0], PreparedCore)
-
-
-def _hint(key: tuple[Any, Any], entry: Pending) -> None:
-    """Let the next awaits of ``key``'s launches park without the inline spin
-    (``parked_grid``, which the native core reads) while its estimate is steady and long;
-    a landing no spin saw (the work may have got short: it waited for the wake) lets the
-    next one spin again, and its landing inline, if it is short now, keeps it so. Set
-    only on evidence: a spin saw the landing, or a window ended before it."""
-    prepared, grid = key
-    est = _estimates.get(key)
-    parked = prepared.parked_grid
-    long = (
-        est is not None
-        and est.ns >= POLICY.park_at_once_ns
-        and est.steady
-        # a spin saw it land or a window ended first; an await with no wake (the first
-        # of its key, other work ready) only keeps a hint: its time includes a wake-up
-        and bool(entry.seen or entry.lo or (not entry.due and parked is grid))
-    )
-    if long:
-        assert est is not None
-        prepared.parked_ns = est.ns  # (the await compares it with four spin budgets)
-        if parked is not grid:
-            prepared.parked_grid = grid
-    elif parked is not None and parked == grid:
-        prepared.parked_grid = None
+#: ``resumed(entry)``: the await of ``entry`` resumed (its work landed): its wake taken off
+#: the timer, and its key's estimate learnt from its times; for a launch's key, its
+#: kernel's ``parked_grid`` hint set while the estimate is steady and long (on evidence:
+#: a spin saw the landing, or a window ended before it) and dropped otherwise, so that a
+#: landing no spin saw (the work may have got short) lets the next await spin again.
+#: Native (``_reactor.resumed``), as ``is_launch(key)`` is: whether ``key`` is a launch's
+#: (its kernel and grid; a library call and its kind).
+resumed = NATIVE.resumed
+is_launch = NATIVE.is_launch
 
 
 def _unhint_all() -> None:
@@ -312,12 +268,6 @@ def _unhint_all() -> None:
     for key in _estimates:
         if is_launch(key):
             key[0].parked_grid = None
-
-
-def _remember(key: Any, est: Estimate) -> None:
-    if len(_estimates) >= POLICY.max_keys:
-        forget()
-    _estimates[key] = est
 
 
 def forget() -> None:
@@ -456,4 +406,4 @@ class Timer:
 
 
 POLICY = Policy()
-NATIVE.set_wake_policy(POLICY)
+NATIVE.set_wake_policy(POLICY, _estimates, forget)

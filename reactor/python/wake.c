@@ -22,10 +22,15 @@ typedef struct {
         spin_max_ns, max_keys, late_ns, late_up_shift, late_down_shift, report_lag_ns,
         quiet_max_ns, prewake_ns, prewake_min_ns;
     char quiet;
+    signed char on; /* -1: not read yet (wake.Policy.on reads CUASYNC_WAKE at first use) */
 } WakePolicyCore;
 
-/* The policy Estimate and window follow (set_wake_policy), or NULL. */
+/* What set_wake_policy named (NULL before): the policy Estimate follows, the process's
+ * estimates (key -> Estimate), what empties them when they are full (wake.forget), and
+ * the types a key and an estimate are told by. */
 static WakePolicyCore *g_policy;
+static PyObject *g_estimates, *g_forget;
+static PyTypeObject *g_prepared_t, *g_estimate_t, *g_pending_t;
 
 #define POLICY_NS(field, doc) {#field, T_LONGLONG, offsetof(WakePolicyCore, field), 0, doc}
 static PyMemberDef WakePolicyCore_members[] = {
@@ -45,6 +50,8 @@ static PyMemberDef WakePolicyCore_members[] = {
     POLICY_NS(prewake_min_ns, "Wakes due this long after the wait began get a pre-wake."),
     {"quiet", T_BOOL, offsetof(WakePolicyCore, quiet), 0,
      "Whether the reactor leaves a steady estimate's slot alone until its window ends."},
+    {"_on", T_BYTE, offsetof(WakePolicyCore, on), 0,
+     "Whether awaits wake early: 1, 0, or -1 until read (wake.Policy.on)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -75,21 +82,49 @@ PyType_Spec WakePolicyCore_spec = {
     .slots = WakePolicyCore_slots,
 };
 
-static PyObject *
-mod_set_wake_policy(PyObject *module, PyObject *policy)
+static PyTypeObject *
+module_type(PyObject *module, const char *name)
 {
-    PyObject *t = PyObject_GetAttrString(module, "WakePolicyCore");
-    if (t == NULL)
-        return NULL;
-    int ok = PyObject_TypeCheck(policy, (PyTypeObject *)t);
-    Py_DECREF(t);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "set_wake_policy() takes a WakePolicyCore, not %.100s",
-                     Py_TYPE(policy)->tp_name);
-        return NULL;
+    PyObject *t = PyObject_GetAttrString(module, name);
+    if (t != NULL && !PyType_Check(t)) {
+        PyErr_Format(PyExc_TypeError, "_reactor.%s is not a type", name);
+        Py_CLEAR(t);
     }
-    Py_XSETREF(g_policy, (WakePolicyCore *)Py_NewRef(policy));
-    Py_RETURN_NONE;
+    return (PyTypeObject *)t;
+}
+
+static PyObject *
+mod_set_wake_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("set_wake_policy", nargs, 3) < 0)
+        return NULL;
+    PyTypeObject *policy_t = module_type(module, "WakePolicyCore");
+    PyTypeObject *prepared_t = module_type(module, "PreparedCore");
+    PyTypeObject *estimate_t = module_type(module, "Estimate");
+    PyTypeObject *pending_t = module_type(module, "Pending");
+    PyObject *r = NULL;
+    if (policy_t == NULL || prepared_t == NULL || estimate_t == NULL || pending_t == NULL)
+        goto done;
+    if (!PyObject_TypeCheck(args[0], policy_t) || !PyDict_CheckExact(args[1]) ||
+        !PyCallable_Check(args[2])) {
+        PyErr_Format(PyExc_TypeError, "set_wake_policy() takes a WakePolicyCore, a dict and a "
+                     "callable, not %.100s, %.100s and %.100s", Py_TYPE(args[0])->tp_name,
+                     Py_TYPE(args[1])->tp_name, Py_TYPE(args[2])->tp_name);
+        goto done;
+    }
+    Py_XSETREF(g_policy, (WakePolicyCore *)Py_NewRef(args[0]));
+    Py_XSETREF(g_estimates, Py_NewRef(args[1]));
+    Py_XSETREF(g_forget, Py_NewRef(args[2]));
+    Py_XSETREF(g_prepared_t, (PyTypeObject *)Py_NewRef(prepared_t));
+    Py_XSETREF(g_estimate_t, (PyTypeObject *)Py_NewRef(estimate_t));
+    Py_XSETREF(g_pending_t, (PyTypeObject *)Py_NewRef(pending_t));
+    r = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(policy_t);
+    Py_XDECREF(prepared_t);
+    Py_XDECREF(estimate_t);
+    Py_XDECREF(pending_t);
+    return r;
 }
 
 static WakePolicyCore *
@@ -98,6 +133,19 @@ policy(void)
     if (g_policy == NULL)
         PyErr_SetString(PyExc_RuntimeError, "no wake policy is set (set_wake_policy)");
     return g_policy;
+}
+
+/* Whether awaits wake early (the policy's on, read through wake.Policy.on the first
+ * time): 1, 0, or -1 with an error set. */
+static int
+policy_on(WakePolicyCore *p)
+{
+    if (p->on >= 0)
+        return p->on;
+    PyObject *on = PyObject_GetAttrString((PyObject *)p, "on");
+    int r = on == NULL ? -1 : PyObject_IsTrue(on);
+    Py_XDECREF(on);
+    return r;
 }
 
 /* -- Estimate ---------------------------------------------------------------------- */
@@ -426,9 +474,146 @@ PyType_Spec Pending_spec = {
     .slots = Pending_slots,
 };
 
+/* -- learning ----------------------------------------------------------------------- */
+
+static int
+is_launch_key(PyObject *key)
+{
+    return PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2 &&
+           PyObject_TypeCheck(PyTuple_GET_ITEM(key, 0), g_prepared_t);
+}
+
+static PyObject *
+mod_is_launch(PyObject *Py_UNUSED(module), PyObject *key)
+{
+    if (policy() == NULL)
+        return NULL;
+    return PyBool_FromLong(is_launch_key(key));
+}
+
+/* The launches of key (a launch's) park without the inline spin while its estimate is
+ * steady and long (parked_grid, parked_ns), on evidence only; else the hint goes. */
+static int
+hint(WakePolicyCore *p, PyObject *key, Pending *entry)
+{
+    PyObject *prepared = PyTuple_GET_ITEM(key, 0), *grid = PyTuple_GET_ITEM(key, 1);
+    PreparedCore *pc = PREPARED(prepared);
+    PyObject *est = PyDict_GetItemWithError(g_estimates, key); /* (borrowed) */
+    if (est == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *parked = pc->parked_grid != NULL ? pc->parked_grid : Py_None;
+    const Estimate *e = est != NULL && Py_IS_TYPE(est, g_estimate_t) ? (Estimate *)est : NULL;
+    /* a spin saw it land or a window ended first; an await with no wake (the first of its
+     * key, other work ready) only keeps a hint: its time includes a wake-up */
+    int evidence = entry->seen || entry->lo || (!entry->due && parked == grid);
+    if (e != NULL && e->ns >= p->park_at_once_ns && is_steady(e) && evidence) {
+        pc->parked_ns = e->ns; /* (the await compares it with four spin budgets) */
+        if (parked != grid)
+            Py_XSETREF(pc->parked_grid, Py_NewRef(grid));
+        return 0;
+    }
+    if (parked == Py_None)
+        return 0;
+    int same = PyObject_RichCompareBool(parked, grid, Py_EQ);
+    if (same > 0)
+        Py_XSETREF(pc->parked_grid, Py_NewRef(Py_None));
+    return same < 0 ? -1 : 0;
+}
+
+static PyObject *
+mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    WakePolicyCore *p = policy();
+    if (p == NULL)
+        return NULL;
+    if (!Py_IS_TYPE(arg, g_pending_t)) {
+        PyErr_Format(PyExc_TypeError, "resumed() takes a Pending, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Pending *entry = (Pending *)Py_NewRef(arg);
+    long long now = (long long)now_ns(), since = entry->since;
+    PyObject *r = NULL, *key = Py_NewRef(entry->key), *est = NULL;
+    if (entry->timer != NULL && entry->timer != Py_None) { /* (its wake still set: off) */
+        PyObject *timer = Py_NewRef(entry->timer);
+        PyObject *done = PyObject_CallMethod(timer, "remove", "O", arg);
+        Py_DECREF(timer);
+        if (done == NULL)
+            goto done;
+        Py_DECREF(done);
+        Py_SETREF(entry->timer, Py_NewRef(Py_None));
+    }
+    est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key));
+    if (est == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        /* the first: exact, or late by a wake */
+        long long d = (entry->seen ? entry->seen : now) - since;
+        Estimate *e = (Estimate *)g_estimate_t->tp_alloc(g_estimate_t, 0);
+        if (e == NULL)
+            goto done;
+        e->ns = d;
+        e->dev = shr(d, 4);
+        est = (PyObject *)e;
+        if (PyDict_GET_SIZE(g_estimates) >= p->max_keys) { /* full: it starts again */
+            PyObject *forgot = PyObject_CallNoArgs(g_forget);
+            if (forgot == NULL)
+                goto done;
+            Py_DECREF(forgot);
+        }
+        if (PyDict_SetItem(g_estimates, key, est) < 0)
+            goto done;
+    }
+    else if (!Py_IS_TYPE(est, g_estimate_t)) {
+        PyErr_Format(PyExc_TypeError, "the estimate of %R is a %.100s, not an Estimate", key,
+                     Py_TYPE(est)->tp_name);
+        goto done;
+    }
+    else {
+        Estimate *e = (Estimate *)est;
+        if (entry->seen)
+            toward(e, entry->seen - since, 2);
+        else if (entry->lo) {
+            long long a = entry->lo - since + p->lead_ns, b = now - since - p->report_lag_ns;
+            toward(e, a > b ? a : b, 1);
+        }
+        else if (entry->due) { /* landed before the wake looked (or the reactor's report came
+                                  first) */
+            long long by = (entry->looked ? entry->looked : now - p->report_lag_ns) - since;
+            toward(e, (by < e->ns ? by : e->ns) - p->lead_ns, 1);
+        }
+        else if (now - since > e->ns)
+            e->ns += shr(now - since - e->ns, 2);
+    }
+    int on = policy_on(p);
+    if (on < 0 || (on && is_launch_key(key) && hint(p, key, entry) < 0))
+        goto done;
+    r = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(est);
+    Py_DECREF(key);
+    Py_DECREF(entry);
+    return r;
+}
+
 PyMethodDef wake_methods[] = {
-    {"set_wake_policy", (PyCFunction)mod_set_wake_policy, METH_O,
-     "set_wake_policy($module, policy, /)\n--\n\n"
-     "Make ``policy`` (a WakePolicyCore: wake.POLICY) the one Estimate follows."},
+    {"set_wake_policy", (PyCFunction)(void (*)(void))mod_set_wake_policy, METH_FASTCALL,
+     "set_wake_policy($module, policy, estimates, forget, /)\n--\n\n"
+     "Make ``policy`` (a WakePolicyCore: wake.POLICY) the one estimates follow, "
+     "``estimates`` (a dict: key -> Estimate) the process's, and ``forget()`` what "
+     "empties them when they hold ``policy.max_keys``."},
+    {"is_launch", (PyCFunction)mod_is_launch, METH_O,
+     "is_launch($module, key, /)\n--\n\n"
+     "Whether ``key`` is a launch's: ``(prepared kernel, grid)`` (a library call and its "
+     "kind)."},
+    {"resumed", (PyCFunction)mod_resumed, METH_O,
+     "resumed($module, entry, /)\n--\n\n"
+     "The await of ``entry`` (a Pending) resumed, its work landed: its wake taken off its "
+     "timer, and its key's estimate learnt from its times (the first made: exact, or late "
+     "by a wake; a spin saw it: ``exact``; a window ended first: ``missed``; it landed "
+     "before the wake looked: ``early``; no wake: ``unplanned``). Where the wake is on "
+     "and the key is a launch's, its kernel's ``parked_grid`` hint follows: set while "
+     "its estimate is steady and long, on evidence (a spin saw the landing, a window "
+     "ended first), and dropped otherwise."},
     {NULL, NULL, 0, NULL},
 };

@@ -53,7 +53,7 @@ def expect(stream: cuasync.Stream, ns: int, dev: int | None = None) -> None:
         est = wake.Estimate(ns)
         if dev is not None:
             est.dev = dev
-        wake._remember(key, est)
+        wake._estimates[key] = est
 
 
 async def held_wait(
@@ -354,7 +354,7 @@ async def test_a_steady_estimate_lets_the_reactor_leave_the_slot_alone(
 async def test_an_unsteady_estimate_is_scanned_for_as_any_await(anyio_backend, stream) -> None:
     est = wake.Estimate(10_000_000_000)
     est.dev = est.ns >> 2  # work that varies: the wake is set, the reactor keeps watching
-    wake._remember(stream.handle, est)
+    wake._estimates[stream.handle] = est
     reactor = get_hub().reactor
     naps: list[int] = []
 
@@ -578,9 +578,28 @@ def test_an_estimate_moves_as_its_rules_say(ns: int, samples: list[tuple[str, in
     assert e.steady == (e.dev <= e.ns >> 3)
 
 
+def test_a_full_table_of_estimates_starts_again() -> None:
+    """Past ``max_keys`` estimates the table is emptied before the next is learnt (keys
+    are kernels and streams: a process making new ones forever keeps a bounded table)."""
+    saved, kept = wake.POLICY.max_keys, dict(wake._estimates)
+    try:
+        wake.forget()
+        wake.POLICY.max_keys = 2
+        for i, key in enumerate(("a", "b", "c")):
+            entry = wake.Pending(None, None, None, key, parked=0, since=1_000)
+            entry.seen = 1_000 + 100_000 * (i + 1)
+            wake.resumed(entry)
+        assert wake._estimates.keys() == {"c"} and wake.estimate("c") == 300_000
+    finally:
+        wake.POLICY.max_keys = saved
+        wake.forget()
+        wake._estimates.update(kept)
+
+
 def test_a_window_follows_the_policy_as_it_is_now() -> None:
     """``window`` reads the process's policy at each call (a field set in Python is the
-    native one), and takes only an Estimate; an Estimate takes only an integer."""
+    native one), and takes only an Estimate; an Estimate takes only an integer, the
+    learning only a Pending."""
     est = wake.Estimate(6_000_000)  # steady, its spread past spin_max_ns: a short look
     saved = wake.POLICY.tolerance_ns
     try:
@@ -595,7 +614,9 @@ def test_a_window_follows_the_policy_as_it_is_now() -> None:
     with pytest.raises(TypeError):
         wake.Estimate(3e5)
     with pytest.raises(TypeError, match="WakePolicyCore"):
-        cuasync._native.NATIVE.set_wake_policy(object())
+        cuasync._native.NATIVE.set_wake_policy(object(), {}, wake.forget)
+    with pytest.raises(TypeError, match="Pending"):
+        wake.resumed(object())
     assert repr(wake.Estimate(320)) == "Estimate(ns=320, dev=20)"
 
 
@@ -610,7 +631,7 @@ def test_a_fault_resolves_an_await_with_an_estimate(ns: int) -> None:
         from cuasync.errors import DeviceFaultError
         async def main():
             s = cuasync.Device(0).new_stream()
-            wake._remember(s.handle, wake.Estimate({ns}))
+            wake._estimates[s.handle] = wake.Estimate({ns})
             with ct.gate(s):
                 task = asyncio.ensure_future(cuasync.wait(s))
                 while not any(c._waiters for c in get_hub().slots.completions()):
