@@ -1075,10 +1075,20 @@ class Pending:
     def __gt__(self, other: Pending, /) -> bool: ...
 
 def set_wake_policy(
-    policy: WakePolicyCore, estimates: dict[Any, Estimate], forget: Callable[[], None], /
+    policy: WakePolicyCore,
+    estimates: dict[Any, Estimate],
+    forget: Callable[[], None],
+    open_timer: Callable[[Any], Any],
+    /,
 ) -> None:
-    """Make ``policy`` the one estimates follow, ``estimates`` the process's and
-    ``forget()`` what empties them when full."""
+    """Make ``policy`` the one estimates follow, ``estimates`` the process's,
+    ``forget()`` what empties them when full and ``open_timer(adapter)`` what makes a
+    loop's timer."""
+
+def plan(
+    hub: Any, comp: Any, adapter: Any, key: Any, since: SupportsIndex = 0, /
+) -> Pending | None:
+    """The await of ``comp`` about to park, followed (None: not followed)."""
 
 def is_launch(key: object, /) -> bool:
     """Whether ``key`` is a launch's: ``(prepared kernel, grid)``."""

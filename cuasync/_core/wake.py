@@ -171,36 +171,12 @@ def timerfd() -> int:
 _estimates: dict[Any, Estimate] = {}
 
 
-def plan(hub: Any, comp: Any, adapter: Any, key: Any, since: int = 0) -> Pending | None:
-    """Follow the await of ``comp`` about to park on ``adapter``'s loop, which began to
-    wait for it at ``since`` (``time.monotonic_ns()``; 0: now) (None: not followed). Its
-    ``due`` is set where ``key`` has an estimate: :func:`start` then sets the loop's
-    timer; without one, the await only teaches the estimate."""
-    if not POLICY.on or key is None or comp.slot < 0 or hub.reactor is None:
-        return None
-    stream = comp.stream
-    if stream._completed < comp.seq - 1:  # queued behind earlier work: not its own time
-        return None
-    now = monotonic_ns()
-    entry = Pending(hub, comp, adapter, key, now, since or now)
-    since = entry.since
-    est = _estimates.get(key)
-    if est is not None and est.ns >= POLICY.min_estimate_ns:
-        timer = getattr(adapter, "timer", None)
-        if timer is None and hasattr(adapter, "watch_timer"):  # (a loop adapter's)
-            timer = Timer.open(adapter)
-        if timer is not None:
-            due, until, quiet = window(est, min(timer.late_ns + POLICY.lead_ns, POLICY.lead_max_ns))
-            entry.timer = timer
-            entry.due, entry.until = since + due, since + until
-            pre = POLICY.prewake_ns
-            # (a pre-wake only where it is still ahead: one already due would be a wake
-            # for nothing)
-            early = pre and due >= POLICY.prewake_min_ns and entry.due - pre > now
-            entry.at = entry.due - pre if early else entry.due
-            if quiet:
-                entry.quiet = min(entry.until, now + POLICY.quiet_max_ns)
-    return entry
+#: ``plan(hub, comp, adapter, key, since=0)``: follow the await of ``comp`` about to park on
+#: ``adapter``'s loop, which began to wait for it at ``since`` (``time.monotonic_ns()``; 0:
+#: now): its :class:`Pending`, or None (not followed). Its ``due`` is set where ``key`` has
+#: an estimate: :func:`start` then sets the loop's timer; without one, the await only
+#: teaches the estimate. Native (``_reactor.plan``; its docstring has the rules).
+plan = NATIVE.plan
 
 
 #: ``window(est, lead)``: a wake's ``(due, until, quiet)`` for work expected ``est`` after its
@@ -406,4 +382,4 @@ class Timer:
 
 
 POLICY = Policy()
-NATIVE.set_wake_policy(POLICY, _estimates, forget)
+NATIVE.set_wake_policy(POLICY, _estimates, forget, Timer.open)

@@ -26,10 +26,11 @@ typedef struct {
 } WakePolicyCore;
 
 /* What set_wake_policy named (NULL before): the policy Estimate follows, the process's
- * estimates (key -> Estimate), what empties them when they are full (wake.forget), and
- * the types a key and an estimate are told by. */
+ * estimates (key -> Estimate), what empties them when they are full (wake.forget), what
+ * makes a loop's timer (wake.Timer.open), and the types a key and an estimate are told
+ * by. */
 static WakePolicyCore *g_policy;
-static PyObject *g_estimates, *g_forget;
+static PyObject *g_estimates, *g_forget, *g_open_timer;
 static PyTypeObject *g_prepared_t, *g_estimate_t, *g_pending_t;
 
 #define POLICY_NS(field, doc) {#field, T_LONGLONG, offsetof(WakePolicyCore, field), 0, doc}
@@ -96,7 +97,7 @@ module_type(PyObject *module, const char *name)
 static PyObject *
 mod_set_wake_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_nargs("set_wake_policy", nargs, 3) < 0)
+    if (check_nargs("set_wake_policy", nargs, 4) < 0)
         return NULL;
     PyTypeObject *policy_t = module_type(module, "WakePolicyCore");
     PyTypeObject *prepared_t = module_type(module, "PreparedCore");
@@ -106,15 +107,17 @@ mod_set_wake_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (policy_t == NULL || prepared_t == NULL || estimate_t == NULL || pending_t == NULL)
         goto done;
     if (!PyObject_TypeCheck(args[0], policy_t) || !PyDict_CheckExact(args[1]) ||
-        !PyCallable_Check(args[2])) {
-        PyErr_Format(PyExc_TypeError, "set_wake_policy() takes a WakePolicyCore, a dict and a "
-                     "callable, not %.100s, %.100s and %.100s", Py_TYPE(args[0])->tp_name,
-                     Py_TYPE(args[1])->tp_name, Py_TYPE(args[2])->tp_name);
+        !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_Format(PyExc_TypeError, "set_wake_policy() takes a WakePolicyCore, a dict and two "
+                     "callables, not %.100s, %.100s, %.100s and %.100s",
+                     Py_TYPE(args[0])->tp_name, Py_TYPE(args[1])->tp_name,
+                     Py_TYPE(args[2])->tp_name, Py_TYPE(args[3])->tp_name);
         goto done;
     }
     Py_XSETREF(g_policy, (WakePolicyCore *)Py_NewRef(args[0]));
     Py_XSETREF(g_estimates, Py_NewRef(args[1]));
     Py_XSETREF(g_forget, Py_NewRef(args[2]));
+    Py_XSETREF(g_open_timer, Py_NewRef(args[3]));
     Py_XSETREF(g_prepared_t, (PyTypeObject *)Py_NewRef(prepared_t));
     Py_XSETREF(g_estimate_t, (PyTypeObject *)Py_NewRef(estimate_t));
     Py_XSETREF(g_pending_t, (PyTypeObject *)Py_NewRef(pending_t));
@@ -261,21 +264,34 @@ Estimate_unplanned(Estimate *self, PyObject *by)
     Py_RETURN_NONE;
 }
 
+/* A wake's times for work expected e after its wait began, lead before it (see
+ * Estimate.window): when it looks, when its spin gives up, whether the reactor is quiet. */
+static void
+window_of(const Estimate *e, const WakePolicyCore *p, long long lead, long long *due,
+          long long *until, int *quiet)
+{
+    long long after = 2 * e->dev > p->tolerance_ns ? 2 * e->dev : p->tolerance_ns;
+    if (is_steady(e) && e->dev + after <= p->spin_max_ns) {
+        *due = e->ns - lead - e->dev > 0 ? e->ns - lead - e->dev : 0;
+        *until = e->ns + after;
+        *quiet = p->quiet;
+        return;
+    }
+    *due = e->ns - lead > 0 ? e->ns - lead : 0;
+    *until = *due + lead + p->tolerance_ns;
+    *quiet = 0;
+}
+
 static PyObject *
 Estimate_window(Estimate *self, PyObject *lead_arg)
 {
-    long long lead;
+    long long lead, due, until;
+    int quiet;
     WakePolicyCore *p = policy();
     if (p == NULL || one_ns(lead_arg, &lead) < 0)
         return NULL;
-    long long after = 2 * self->dev > p->tolerance_ns ? 2 * self->dev : p->tolerance_ns;
-    if (is_steady(self) && self->dev + after <= p->spin_max_ns) {
-        long long due = self->ns - lead - self->dev;
-        return Py_BuildValue("LLO", due > 0 ? due : 0, self->ns + after,
-                             p->quiet ? Py_True : Py_False);
-    }
-    long long due = self->ns - lead > 0 ? self->ns - lead : 0;
-    return Py_BuildValue("LLO", due, due + lead + p->tolerance_ns, Py_False);
+    window_of(self, p, lead, &due, &until, &quiet);
+    return Py_BuildValue("LLO", due, until, quiet ? Py_True : Py_False);
 }
 
 static PyObject *
@@ -474,6 +490,151 @@ PyType_Spec Pending_spec = {
     .slots = Pending_slots,
 };
 
+/* -- planning ----------------------------------------------------------------------- */
+
+/* getattr(o, name) as a long long: 0, or -1 with an error set */
+static int
+attr_ns(PyObject *o, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int r = one_ns(v, out);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *s_slot, *s_reactor, *s_stream, *s_completed, *s_seq, *s_timer, *s_watch_timer,
+    *s_late_ns;
+
+static int
+intern_plan_names(void)
+{
+    if (s_late_ns != NULL)
+        return 0;
+    struct {
+        PyObject **at;
+        const char *name;
+    } names[] = {{&s_slot, "slot"},       {&s_reactor, "reactor"}, {&s_stream, "stream"},
+                 {&s_completed, "_completed"}, {&s_seq, "seq"},   {&s_timer, "timer"},
+                 {&s_watch_timer, "watch_timer"}, {&s_late_ns, "late_ns"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+/* The loop's timer of adapter (made and watched now where the adapter can watch one):
+ * a new reference, None where it has none, NULL with an error set. */
+/* getattr(o, name, None): a new reference, None where it has no such attribute, NULL
+ * with another error set */
+static PyObject *
+attr_or_none(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return v;
+    PyErr_Clear();
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *
+loop_timer(PyObject *adapter)
+{
+    PyObject *timer = attr_or_none(adapter, s_timer);
+    if (timer != Py_None)
+        return timer;
+    Py_DECREF(timer);
+    PyObject *watch = attr_or_none(adapter, s_watch_timer);
+    if (watch == NULL || watch == Py_None)
+        return watch;
+    Py_DECREF(watch);
+    return PyObject_CallOneArg(g_open_timer, adapter);
+}
+
+static PyObject *
+mod_plan(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    WakePolicyCore *p = policy();
+    if (p == NULL || intern_plan_names() < 0)
+        return NULL;
+    if (nargs != 4 && nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "plan() takes 4 or 5 arguments (%zd given)", nargs);
+    PyObject *hub = args[0], *comp = args[1], *adapter = args[2], *key = args[3];
+    long long since = 0, slot, completed, seq;
+    if (nargs == 5 && one_ns(args[4], &since) < 0)
+        return NULL;
+    int on = policy_on(p);
+    if (on <= 0 || key == Py_None)
+        return on < 0 ? NULL : Py_NewRef(Py_None);
+    if (attr_ns(comp, s_slot, &slot) < 0)
+        return NULL;
+    PyObject *reactor = slot < 0 ? NULL : PyObject_GetAttr(hub, s_reactor);
+    if (slot < 0 || reactor == NULL || reactor == Py_None) {
+        Py_XDECREF(reactor);
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    }
+    Py_DECREF(reactor);
+    PyObject *stream = PyObject_GetAttr(comp, s_stream);
+    int r = stream == NULL ? -1 : attr_ns(stream, s_completed, &completed);
+    Py_XDECREF(stream);
+    if (r < 0 || attr_ns(comp, s_seq, &seq) < 0)
+        return NULL;
+    if (completed < seq - 1) /* queued behind earlier work: not its own time */
+        Py_RETURN_NONE;
+    long long now = (long long)now_ns();
+    Pending *entry = (Pending *)g_pending_t->tp_alloc(g_pending_t, 0);
+    if (entry == NULL)
+        return NULL;
+    entry->hub = Py_NewRef(hub);
+    entry->comp = Py_NewRef(comp);
+    entry->adapter = Py_NewRef(adapter);
+    entry->key = Py_NewRef(key);
+    entry->timer = Py_NewRef(Py_None);
+    entry->parked = now;
+    entry->since = since = since ? since : now;
+    PyObject *est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key)), *timer = NULL;
+    if (est == NULL && PyErr_Occurred())
+        goto fail;
+    if (est != NULL && !Py_IS_TYPE(est, g_estimate_t)) {
+        PyErr_Format(PyExc_TypeError, "the estimate of %R is a %.100s, not an Estimate", key,
+                     Py_TYPE(est)->tp_name);
+        goto fail;
+    }
+    if (est == NULL || ((Estimate *)est)->ns < p->min_estimate_ns)
+        goto planned; /* no wake: the await only teaches the estimate */
+    if ((timer = loop_timer(adapter)) == NULL)
+        goto fail;
+    if (timer == Py_None)
+        goto planned;
+    long long late;
+    if (attr_ns(timer, s_late_ns, &late) < 0)
+        goto fail;
+    long long lead = late + p->lead_ns < p->lead_max_ns ? late + p->lead_ns : p->lead_max_ns;
+    long long due, until;
+    int quiet;
+    window_of((Estimate *)est, p, lead, &due, &until, &quiet);
+    Py_SETREF(entry->timer, Py_NewRef(timer));
+    entry->due = since + due;
+    entry->until = since + until;
+    long long pre = p->prewake_ns;
+    /* (a pre-wake only where it is still ahead: one already due would be a wake for
+     * nothing) */
+    int early = pre && due >= p->prewake_min_ns && entry->due - pre > now;
+    entry->at = early ? entry->due - pre : entry->due;
+    if (quiet)
+        entry->quiet = entry->until < now + p->quiet_max_ns ? entry->until : now + p->quiet_max_ns;
+planned:
+    Py_XDECREF(timer);
+    Py_XDECREF(est);
+    return (PyObject *)entry;
+fail:
+    Py_XDECREF(timer);
+    Py_XDECREF(est);
+    Py_DECREF(entry);
+    return NULL;
+}
+
 /* -- learning ----------------------------------------------------------------------- */
 
 static int
@@ -598,10 +759,22 @@ done:
 
 PyMethodDef wake_methods[] = {
     {"set_wake_policy", (PyCFunction)(void (*)(void))mod_set_wake_policy, METH_FASTCALL,
-     "set_wake_policy($module, policy, estimates, forget, /)\n--\n\n"
+     "set_wake_policy($module, policy, estimates, forget, open_timer, /)\n--\n\n"
      "Make ``policy`` (a WakePolicyCore: wake.POLICY) the one estimates follow, "
-     "``estimates`` (a dict: key -> Estimate) the process's, and ``forget()`` what "
-     "empties them when they hold ``policy.max_keys``."},
+     "``estimates`` (a dict: key -> Estimate) the process's, ``forget()`` what empties "
+     "them when they hold ``policy.max_keys``, and ``open_timer(adapter)`` what makes a "
+     "loop's timer (wake.Timer.open)."},
+    {"plan", (PyCFunction)(void (*)(void))mod_plan, METH_FASTCALL,
+     "plan($module, hub, comp, adapter, key, since=0, /)\n--\n\n"
+     "Follow the await of ``comp`` about to park on ``adapter``'s loop, which began to wait "
+     "for it at ``since`` (``time.monotonic_ns()``; 0: now): its Pending, or None (not "
+     "followed: the wake off, no key, no slot or no reactor, or work queued behind "
+     "earlier work on its stream). Its ``due`` is set where ``key`` has an estimate of at "
+     "least ``min_estimate_ns`` and the loop has a timer (made now where the adapter can "
+     "watch one): ``wake.start`` then sets it; a wake due ``prewake_min_ns`` or more after "
+     "the wait began fires first ``prewake_ns`` before it (``at``), and a quiet window "
+     "keeps the reactor off the slot until its end (``quiet``, at most "
+     "``quiet_max_ns`` after parking). Without an estimate the await only teaches it."},
     {"is_launch", (PyCFunction)mod_is_launch, METH_O,
      "is_launch($module, key, /)\n--\n\n"
      "Whether ``key`` is a launch's: ``(prepared kernel, grid)`` (a library call and its "

@@ -578,6 +578,44 @@ def test_an_estimate_moves_as_its_rules_say(ns: int, samples: list[tuple[str, in
     assert e.steady == (e.dev <= e.ns >> 3)
 
 
+def test_a_plan_follows_only_what_it_can_time() -> None:
+    """An await is followed only with the wake on, a key, a slot and a reactor, and work
+    not queued behind earlier work; it gets a wake only with an estimate of at least
+    ``min_estimate_ns`` and a loop timer: a long one a pre-wake, a steady one a quiet
+    reactor until its window ends (at most ``quiet_max_ns`` after parking)."""
+    from types import SimpleNamespace as NS
+
+    hub = NS(reactor=object())
+    comp = NS(slot=0, seq=5, stream=NS(_completed=4))
+    adapter = NS(timer=NS(late_ns=10_000))
+    kept = dict(wake._estimates)
+    try:
+        wake._estimates.update(short=wake.Estimate(50_000), long=wake.Estimate(3_000_000))
+        assert wake.plan(hub, comp, adapter, None) is None
+        assert wake.plan(NS(reactor=None), comp, adapter, "long") is None
+        assert wake.plan(hub, NS(slot=-1, seq=5, stream=comp.stream), adapter, "long") is None
+        assert wake.plan(hub, NS(slot=0, seq=6, stream=comp.stream), adapter, "long") is None
+        for key, timer_of in (("unknown", adapter), ("short", adapter), ("long", NS())):
+            entry = wake.plan(hub, comp, timer_of, key)
+            assert entry is not None and entry.due == 0 and entry.timer is None
+        entry = wake.plan(hub, comp, adapter, "long", 1_000)
+        assert entry is not None and entry.timer is adapter.timer and entry.since == 1_000
+        due, until, quiet = wake.window(wake._estimates["long"], 10_000 + wake.POLICY.lead_ns)
+        assert (entry.due, entry.until) == (1_000 + due, 1_000 + until)
+        assert entry.at == entry.due  # (its pre-wake would be due already: none)
+        assert entry.quiet == (
+            min(entry.until, entry.parked + wake.POLICY.quiet_max_ns) if quiet else 0
+        )
+        now = time.monotonic_ns()
+        entry = wake.plan(hub, comp, adapter, "long", now)
+        assert entry is not None and entry.at == entry.due - wake.POLICY.prewake_ns
+        with pytest.raises(TypeError):
+            wake.plan(hub, comp, adapter, "long", "now")
+    finally:
+        wake.forget()
+        wake._estimates.update(kept)
+
+
 def test_a_full_table_of_estimates_starts_again() -> None:
     """Past ``max_keys`` estimates the table is emptied before the next is learnt (keys
     are kernels and streams: a process making new ones forever keeps a bounded table)."""
@@ -614,7 +652,7 @@ def test_a_window_follows_the_policy_as_it_is_now() -> None:
     with pytest.raises(TypeError):
         wake.Estimate(3e5)
     with pytest.raises(TypeError, match="WakePolicyCore"):
-        cuasync._native.NATIVE.set_wake_policy(object(), {}, wake.forget)
+        cuasync._native.NATIVE.set_wake_policy(object(), {}, wake.forget, wake.Timer.open)
     with pytest.raises(TypeError, match="Pending"):
         wake.resumed(object())
     assert repr(wake.Estimate(320)) == "Estimate(ns=320, dev=20)"
