@@ -1073,6 +1073,7 @@ class Pending:
     ) -> Pending: ...
     def __lt__(self, other: Pending, /) -> bool: ...
     def __gt__(self, other: Pending, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 def set_wake_policy(
     policy: WakePolicyCore,
@@ -1085,7 +1086,7 @@ def set_wake_policy(
     ``forget()`` what empties them when full and ``open_timer(adapter)`` what makes a
     loop's timer."""
 
-def plan(
+def plan_wake(
     hub: Any, comp: Any, adapter: Any, key: Any, since: SupportsIndex = 0, /
 ) -> Pending | None:
     """The await of ``comp`` about to park, followed (None: not followed)."""

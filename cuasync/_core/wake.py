@@ -175,8 +175,8 @@ _estimates: dict[Any, Estimate] = {}
 #: ``adapter``'s loop, which began to wait for it at ``since`` (``time.monotonic_ns()``; 0:
 #: now): its :class:`Pending`, or None (not followed). Its ``due`` is set where ``key`` has
 #: an estimate: :func:`start` then sets the loop's timer; without one, the await only
-#: teaches the estimate. Native (``_reactor.plan``; its docstring has the rules).
-plan = NATIVE.plan
+#: teaches the estimate. Native (``_reactor.plan_wake``; its docstring has the rules).
+plan = NATIVE.plan_wake
 
 
 #: ``window(est, lead)``: a wake's ``(due, until, quiet)`` for work expected ``est`` after its

@@ -462,7 +462,8 @@ extern PyType_Spec OpNodes_spec, ElementwiseApply_spec, Operator_spec, Elementwi
 PyObject *apply_tensor_op(PyObject *apply, PyObject *node, PyObject *out);
 /* reduce.c: the builder of reductions (reductions.reduce_op) */
 extern PyType_Spec ReduceApply_spec;
-/* wake.c: the early wake's policy fields, estimates and windows (cuasync/_core/wake.py) */
+/* wake.c: the early wake's policy fields, estimates and windows, a parked await's plan and
+ * its learning (cuasync/_core/wake.py) */
 extern PyType_Spec WakePolicyCore_spec, Estimate_spec, Pending_spec;
 extern PyMethodDef wake_methods[];
 /* launches.c: a TensorOp as one raw launch (launch_plan.express_launch) */

@@ -1081,8 +1081,11 @@ module_free(void *m)
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, (void *)module_exec},
+/* (one interpreter: the classes the core makes, the wake's policy and estimates, the
+ * launch fence and the live slabs are process-wide; a subinterpreter's import fails
+ * rather than share them under another GIL) */
 #ifdef Py_mod_multiple_interpreters
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
 /* (no Py_mod_gil: the native op core relies on the GIL for the lists and slots it
  * reads, so a free-threaded build re-enables the GIL when it imports this module) */

@@ -1,8 +1,8 @@
 /*
  * The early wake's numbers (cuasync/_core/wake.py): its policy's parameters
- * (WakePolicyCore, the base of wake.Policy) and the learned time to landing of one
- * key with the window of a wake for it (Estimate), and one parked await's times
- * (Pending). Native so that a parked await's plan
+ * (WakePolicyCore, the base of wake.Policy), the learned time to landing of one key with
+ * the window of a wake for it (Estimate), one parked await's times (Pending), the plan of
+ * a parked await (plan_wake) and the learning when it resumes (resumed). Native so that a parked await's plan
  * and learning run no Python frame of their own, and so that the native core can read
  * them; the policy an estimate follows is the one set_wake_policy names (wake.POLICY,
  * set once at import).
@@ -22,7 +22,7 @@ typedef struct {
         spin_max_ns, max_keys, late_ns, late_up_shift, late_down_shift, report_lag_ns,
         quiet_max_ns, prewake_ns, prewake_min_ns;
     char quiet;
-    signed char on; /* -1: not read yet (wake.Policy.on reads CUASYNC_WAKE at first use) */
+    int on; /* -1: not read yet (wake.Policy.on reads CUASYNC_WAKE at first use) */
 } WakePolicyCore;
 
 /* What set_wake_policy named (NULL before): the policy Estimate follows, the process's
@@ -51,7 +51,7 @@ static PyMemberDef WakePolicyCore_members[] = {
     POLICY_NS(prewake_min_ns, "Wakes due this long after the wait began get a pre-wake."),
     {"quiet", T_BOOL, offsetof(WakePolicyCore, quiet), 0,
      "Whether the reactor leaves a steady estimate's slot alone until its window ends."},
-    {"_on", T_BYTE, offsetof(WakePolicyCore, on), 0,
+    {"_on", T_INT, offsetof(WakePolicyCore, on), 0,
      "Whether awaits wake early: 1, 0, or -1 until read (wake.Policy.on)."},
     {NULL, 0, 0, 0, NULL},
 };
@@ -165,6 +165,22 @@ shr(long long v, int s)
     return v >= 0 ? v >> s : ~(~v >> s);
 }
 
+/* a + b and a - b, saturated at the ends of int64 (Python's ints have none: a field set
+ * to "no cap" must not wrap) */
+static inline long long
+sat_add(long long a, long long b)
+{
+    long long r;
+    return __builtin_add_overflow(a, b, &r) ? (b > 0 ? LLONG_MAX : LLONG_MIN) : r;
+}
+
+static inline long long
+sat_sub(long long a, long long b)
+{
+    long long r;
+    return __builtin_sub_overflow(a, b, &r) ? (b < 0 ? LLONG_MAX : LLONG_MIN) : r;
+}
+
 static inline int
 is_steady(const Estimate *e)
 {
@@ -176,9 +192,9 @@ is_steady(const Estimate *e)
 static void
 toward(Estimate *e, long long sample, int shift)
 {
-    long long err = (sample > 0 ? sample : 0) - e->ns;
-    e->ns += shr(err, shift);
-    long long dev = e->dev + shr((err < 0 ? -err : err) - e->dev, 2);
+    long long err = sat_sub(sample > 0 ? sample : 0, e->ns);
+    e->ns = sat_add(e->ns, shr(err, shift));
+    long long dev = sat_add(e->dev, shr(sat_sub(err < 0 ? sat_sub(0, err) : err, e->dev), 2));
     long long cap = shr(e->ns, 2);
     e->dev = dev < cap ? dev : cap;
 }
@@ -236,7 +252,7 @@ Estimate_early(Estimate *self, PyObject *by)
     WakePolicyCore *p = policy();
     if (p == NULL || one_ns(by, &v) < 0)
         return NULL;
-    toward(self, (v < self->ns ? v : self->ns) - p->lead_ns, 1);
+    toward(self, sat_sub(v < self->ns ? v : self->ns, p->lead_ns), 1);
     Py_RETURN_NONE;
 }
 
@@ -248,7 +264,7 @@ Estimate_missed(Estimate *self, PyObject *const *args, Py_ssize_t nargs)
     if (p == NULL || check_nargs("missed", nargs, 2) < 0 || one_ns(args[0], &after) < 0 ||
         one_ns(args[1], &by) < 0)
         return NULL;
-    long long a = after + p->lead_ns, b = by - p->report_lag_ns;
+    long long a = sat_add(after, p->lead_ns), b = sat_sub(by, p->report_lag_ns);
     toward(self, a > b ? a : b, 1);
     Py_RETURN_NONE;
 }
@@ -260,7 +276,7 @@ Estimate_unplanned(Estimate *self, PyObject *by)
     if (one_ns(by, &v) < 0)
         return NULL;
     if (v > self->ns)
-        self->ns += shr(v - self->ns, 2);
+        self->ns = sat_add(self->ns, shr(sat_sub(v, self->ns), 2));
     Py_RETURN_NONE;
 }
 
@@ -270,15 +286,18 @@ static void
 window_of(const Estimate *e, const WakePolicyCore *p, long long lead, long long *due,
           long long *until, int *quiet)
 {
-    long long after = 2 * e->dev > p->tolerance_ns ? 2 * e->dev : p->tolerance_ns;
-    if (is_steady(e) && e->dev + after <= p->spin_max_ns) {
-        *due = e->ns - lead - e->dev > 0 ? e->ns - lead - e->dev : 0;
-        *until = e->ns + after;
+    long long twice = sat_add(e->dev, e->dev);
+    long long after = twice > p->tolerance_ns ? twice : p->tolerance_ns;
+    if (is_steady(e) && sat_add(e->dev, after) <= p->spin_max_ns) {
+        long long d = sat_sub(sat_sub(e->ns, lead), e->dev);
+        *due = d > 0 ? d : 0;
+        *until = sat_add(e->ns, after);
         *quiet = p->quiet;
         return;
     }
-    *due = e->ns - lead > 0 ? e->ns - lead : 0;
-    *until = *due + lead + p->tolerance_ns;
+    long long d = sat_sub(e->ns, lead);
+    *due = d > 0 ? d : 0;
+    *until = sat_add(sat_add(*due, lead), p->tolerance_ns);
     *quiet = 0;
 }
 
@@ -439,6 +458,13 @@ Pending_dealloc(Pending *self)
     Py_DECREF(tp);
 }
 
+/* by identity, as object's (tp_richcompare alone would leave it unhashable) */
+static Py_hash_t
+Pending_hash(PyObject *self)
+{
+    return PyBaseObject_Type.tp_hash(self);
+}
+
 /* heap order: by when the timer fires for it next (at) */
 static PyObject *
 Pending_richcompare(PyObject *a, PyObject *b, int op)
@@ -479,6 +505,7 @@ static PyType_Slot Pending_slots[] = {
     {Py_tp_traverse, Pending_traverse},
     {Py_tp_clear, Pending_clear},
     {Py_tp_richcompare, Pending_richcompare},
+    {Py_tp_hash, Pending_hash},
     {Py_tp_members, Pending_members},
     {0, NULL},
 };
@@ -524,8 +551,6 @@ intern_plan_names(void)
     return 0;
 }
 
-/* The loop's timer of adapter (made and watched now where the adapter can watch one):
- * a new reference, None where it has none, NULL with an error set. */
 /* getattr(o, name, None): a new reference, None where it has no such attribute, NULL
  * with another error set */
 static PyObject *
@@ -538,6 +563,8 @@ attr_or_none(PyObject *o, PyObject *name)
     return Py_NewRef(Py_None);
 }
 
+/* The loop's timer of adapter (made and watched now where the adapter can watch one):
+ * a new reference, None where it has none, NULL with an error set. */
 static PyObject *
 loop_timer(PyObject *adapter)
 {
@@ -553,20 +580,33 @@ loop_timer(PyObject *adapter)
 }
 
 static PyObject *
-mod_plan(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+plan_wake(WakePolicyCore *p, PyObject *const *args, Py_ssize_t nargs);
+
+static PyObject *
+mod_plan_wake(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     WakePolicyCore *p = policy();
     if (p == NULL || intern_plan_names() < 0)
         return NULL;
     if (nargs != 4 && nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "plan() takes 4 or 5 arguments (%zd given)", nargs);
+        return PyErr_Format(PyExc_TypeError, "plan_wake() takes 4 or 5 arguments (%zd given)",
+                            nargs);
+    Py_INCREF(p); /* (held: Python runs below) */
+    PyObject *r = plan_wake(p, args, nargs);
+    Py_DECREF(p);
+    return r;
+}
+
+static PyObject *
+plan_wake(WakePolicyCore *p, PyObject *const *args, Py_ssize_t nargs)
+{
     PyObject *hub = args[0], *comp = args[1], *adapter = args[2], *key = args[3];
     long long since = 0, slot, completed, seq;
-    if (nargs == 5 && one_ns(args[4], &since) < 0)
-        return NULL;
     int on = policy_on(p);
     if (on <= 0 || key == Py_None)
         return on < 0 ? NULL : Py_NewRef(Py_None);
+    if (nargs == 5 && one_ns(args[4], &since) < 0)
+        return NULL;
     if (attr_ns(comp, s_slot, &slot) < 0)
         return NULL;
     PyObject *reactor = slot < 0 ? NULL : PyObject_GetAttr(hub, s_reactor);
@@ -610,20 +650,22 @@ mod_plan(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     long long late;
     if (attr_ns(timer, s_late_ns, &late) < 0)
         goto fail;
-    long long lead = late + p->lead_ns < p->lead_max_ns ? late + p->lead_ns : p->lead_max_ns;
+    long long lead = sat_add(late, p->lead_ns) < p->lead_max_ns ? sat_add(late, p->lead_ns)
+                                                                 : p->lead_max_ns;
     long long due, until;
     int quiet;
     window_of((Estimate *)est, p, lead, &due, &until, &quiet);
     Py_SETREF(entry->timer, Py_NewRef(timer));
-    entry->due = since + due;
-    entry->until = since + until;
+    entry->due = sat_add(since, due);
+    entry->until = sat_add(since, until);
     long long pre = p->prewake_ns;
     /* (a pre-wake only where it is still ahead: one already due would be a wake for
      * nothing) */
     int early = pre && due >= p->prewake_min_ns && entry->due - pre > now;
     entry->at = early ? entry->due - pre : entry->due;
+    long long quiet_end = sat_add(now, p->quiet_max_ns);
     if (quiet)
-        entry->quiet = entry->until < now + p->quiet_max_ns ? entry->until : now + p->quiet_max_ns;
+        entry->quiet = entry->until < quiet_end ? entry->until : quiet_end;
 planned:
     Py_XDECREF(timer);
     Py_XDECREF(est);
@@ -681,35 +723,40 @@ hint(WakePolicyCore *p, PyObject *key, Pending *entry)
     return same < 0 ? -1 : 0;
 }
 
+static PyObject *s_remove;
+
 static PyObject *
 mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
 {
     WakePolicyCore *p = policy();
     if (p == NULL)
         return NULL;
+    if (s_remove == NULL && (s_remove = PyUnicode_InternFromString("remove")) == NULL)
+        return NULL;
     if (!Py_IS_TYPE(arg, g_pending_t)) {
         PyErr_Format(PyExc_TypeError, "resumed() takes a Pending, not %.100s",
                      Py_TYPE(arg)->tp_name);
         return NULL;
     }
+    Py_INCREF(p); /* (held: Python runs below) */
     Pending *entry = (Pending *)Py_NewRef(arg);
     long long now = (long long)now_ns(), since = entry->since;
     PyObject *r = NULL, *key = Py_NewRef(entry->key), *est = NULL;
     if (entry->timer != NULL && entry->timer != Py_None) { /* (its wake still set: off) */
         PyObject *timer = Py_NewRef(entry->timer);
-        PyObject *done = PyObject_CallMethod(timer, "remove", "O", arg);
+        PyObject *done = PyObject_CallMethodOneArg(timer, s_remove, arg);
         Py_DECREF(timer);
         if (done == NULL)
             goto done;
         Py_DECREF(done);
-        Py_SETREF(entry->timer, Py_NewRef(Py_None));
+        Py_XSETREF(entry->timer, Py_NewRef(Py_None));
     }
     est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key));
     if (est == NULL) {
         if (PyErr_Occurred())
             goto done;
         /* the first: exact, or late by a wake */
-        long long d = (entry->seen ? entry->seen : now) - since;
+        long long d = sat_sub(entry->seen ? entry->seen : now, since);
         Estimate *e = (Estimate *)g_estimate_t->tp_alloc(g_estimate_t, 0);
         if (e == NULL)
             goto done;
@@ -733,18 +780,20 @@ mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
     else {
         Estimate *e = (Estimate *)est;
         if (entry->seen)
-            toward(e, entry->seen - since, 2);
+            toward(e, sat_sub(entry->seen, since), 2);
         else if (entry->lo) {
-            long long a = entry->lo - since + p->lead_ns, b = now - since - p->report_lag_ns;
+            long long a = sat_add(sat_sub(entry->lo, since), p->lead_ns);
+            long long b = sat_sub(sat_sub(now, since), p->report_lag_ns);
             toward(e, a > b ? a : b, 1);
         }
         else if (entry->due) { /* landed before the wake looked (or the reactor's report came
                                   first) */
-            long long by = (entry->looked ? entry->looked : now - p->report_lag_ns) - since;
-            toward(e, (by < e->ns ? by : e->ns) - p->lead_ns, 1);
+            long long by = sat_sub(entry->looked ? entry->looked : sat_sub(now, p->report_lag_ns),
+                                   since);
+            toward(e, sat_sub(by < e->ns ? by : e->ns, p->lead_ns), 1);
         }
-        else if (now - since > e->ns)
-            e->ns += shr(now - since - e->ns, 2);
+        else if (sat_sub(now, since) > e->ns)
+            e->ns = sat_add(e->ns, shr(sat_sub(sat_sub(now, since), e->ns), 2));
     }
     int on = policy_on(p);
     if (on < 0 || (on && is_launch_key(key) && hint(p, key, entry) < 0))
@@ -754,6 +803,7 @@ done:
     Py_XDECREF(est);
     Py_DECREF(key);
     Py_DECREF(entry);
+    Py_DECREF(p);
     return r;
 }
 
@@ -764,8 +814,8 @@ PyMethodDef wake_methods[] = {
      "``estimates`` (a dict: key -> Estimate) the process's, ``forget()`` what empties "
      "them when they hold ``policy.max_keys``, and ``open_timer(adapter)`` what makes a "
      "loop's timer (wake.Timer.open)."},
-    {"plan", (PyCFunction)(void (*)(void))mod_plan, METH_FASTCALL,
-     "plan($module, hub, comp, adapter, key, since=0, /)\n--\n\n"
+    {"plan_wake", (PyCFunction)(void (*)(void))mod_plan_wake, METH_FASTCALL,
+     "plan_wake($module, hub, comp, adapter, key, since=0, /)\n--\n\n"
      "Follow the await of ``comp`` about to park on ``adapter``'s loop, which began to wait "
      "for it at ``since`` (``time.monotonic_ns()``; 0: now): its Pending, or None (not "
      "followed: the wake off, no key, no slot or no reactor, or work queued behind "
@@ -787,6 +837,7 @@ PyMethodDef wake_methods[] = {
      "before the wake looked: ``early``; no wake: ``unplanned``). Where the wake is on "
      "and the key is a launch's, its kernel's ``parked_grid`` hint follows: set while "
      "its estimate is steady and long, on evidence (a spin saw the landing, a window "
-     "ended first), and dropped otherwise."},
+     "ended first; an await with no wake keeps a hint already on its grid), and "
+     "dropped, where it is on this grid, otherwise."},
     {NULL, NULL, 0, NULL},
 };
