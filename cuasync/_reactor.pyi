@@ -853,6 +853,9 @@ class ElementwiseFunction:
     def __call__(self, *args: Any, out: Any = None) -> Any: ...
     op: Final[str]
     __wrapped__: Final[Callable[..., Any]]
+    #: The declaring def's names (``cuasync.exp.__name__`` is ``"exp"``; read-only).
+    __name__: Final[str]
+    __qualname__: Final[str]
 
 def scoped_launch(scope_var: ContextVar[Any], launch: Callable[..., Any], /, *args: Any) -> Any:
     """``launch(*args, word)``: the cancel word of the scope current in ``scope_var`` (0
