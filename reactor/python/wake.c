@@ -206,6 +206,40 @@ one_ns(PyObject *arg, long long *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* The rules a sample moves an estimate by (the methods below say each; the learning,
+ * resumed, applies them too) */
+static void
+est_early(Estimate *e, const WakePolicyCore *p, long long by)
+{
+    toward(e, sat_sub(by < e->ns ? by : e->ns, p->lead_ns), 1);
+}
+
+static void
+est_missed(Estimate *e, const WakePolicyCore *p, long long after, long long by)
+{
+    long long a = sat_add(after, p->lead_ns), b = sat_sub(by, p->report_lag_ns);
+    toward(e, a > b ? a : b, 1);
+}
+
+static void
+est_unplanned(Estimate *e, long long by)
+{
+    if (by > e->ns)
+        e->ns = sat_add(e->ns, shr(sat_sub(by, e->ns), 2));
+}
+
+/* A new estimate of ns (its deviation 1/16 of it), or NULL with an error set. */
+static PyObject *
+est_make(PyTypeObject *type, long long ns)
+{
+    Estimate *e = (Estimate *)type->tp_alloc(type, 0);
+    if (e != NULL) {
+        e->ns = ns;
+        e->dev = shr(ns, 4);
+    }
+    return (PyObject *)e;
+}
+
 static PyObject *
 Estimate_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -213,12 +247,7 @@ Estimate_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"ns", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "L:Estimate", kwlist, &ns))
         return NULL;
-    Estimate *self = (Estimate *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->ns = ns;
-    self->dev = shr(ns, 4);
-    return (PyObject *)self;
+    return est_make(type, ns);
 }
 
 static void
@@ -252,7 +281,7 @@ Estimate_early(Estimate *self, PyObject *by)
     WakePolicyCore *p = policy();
     if (p == NULL || one_ns(by, &v) < 0)
         return NULL;
-    toward(self, sat_sub(v < self->ns ? v : self->ns, p->lead_ns), 1);
+    est_early(self, p, v);
     Py_RETURN_NONE;
 }
 
@@ -264,8 +293,7 @@ Estimate_missed(Estimate *self, PyObject *const *args, Py_ssize_t nargs)
     if (p == NULL || check_nargs("missed", nargs, 2) < 0 || one_ns(args[0], &after) < 0 ||
         one_ns(args[1], &by) < 0)
         return NULL;
-    long long a = sat_add(after, p->lead_ns), b = sat_sub(by, p->report_lag_ns);
-    toward(self, a > b ? a : b, 1);
+    est_missed(self, p, after, by);
     Py_RETURN_NONE;
 }
 
@@ -275,8 +303,7 @@ Estimate_unplanned(Estimate *self, PyObject *by)
     long long v;
     if (one_ns(by, &v) < 0)
         return NULL;
-    if (v > self->ns)
-        self->ns = sat_add(self->ns, shr(sat_sub(v, self->ns), 2));
+    est_unplanned(self, v);
     Py_RETURN_NONE;
 }
 
@@ -400,6 +427,25 @@ typedef struct {
     long long parked, since, due, at, until, quiet, lo, seen, looked;
 } Pending;
 
+/* A new Pending of type: its objects, parked and since, no wake (timer None, times 0),
+ * or NULL with an error set. */
+static Pending *
+pending_make(PyTypeObject *type, PyObject *hub, PyObject *comp, PyObject *adapter,
+             PyObject *key, long long parked, long long since)
+{
+    Pending *self = (Pending *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->hub = Py_NewRef(hub);
+    self->comp = Py_NewRef(comp);
+    self->adapter = Py_NewRef(adapter);
+    self->key = Py_NewRef(key);
+    self->timer = Py_NewRef(Py_None);
+    self->parked = parked;
+    self->since = since;
+    return self;
+}
+
 static PyObject *
 Pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -412,50 +458,28 @@ Pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     long long began = parked;
     if (since != Py_None && one_ns(since, &began) < 0)
         return NULL;
-    Pending *self = (Pending *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->hub = Py_NewRef(hub);
-    self->comp = Py_NewRef(comp);
-    self->adapter = Py_NewRef(adapter);
-    self->key = Py_NewRef(key);
-    self->timer = Py_NewRef(Py_None);
-    self->parked = parked;
-    self->since = began;
-    return (PyObject *)self;
+    return (PyObject *)pending_make(type, hub, comp, adapter, key, parked, began);
+}
+
+/* its object fields, first after the header (cores.h's fields_* helpers) */
+#define PENDING_OBJECTS 5
+static int
+Pending_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    return fields_traverse(self, PENDING_OBJECTS, visit, arg);
 }
 
 static int
-Pending_traverse(Pending *self, visitproc visit, void *arg)
+Pending_clear(PyObject *self)
 {
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->hub);
-    Py_VISIT(self->comp);
-    Py_VISIT(self->adapter);
-    Py_VISIT(self->key);
-    Py_VISIT(self->timer);
-    return 0;
-}
-
-static int
-Pending_clear(Pending *self)
-{
-    Py_CLEAR(self->hub);
-    Py_CLEAR(self->comp);
-    Py_CLEAR(self->adapter);
-    Py_CLEAR(self->key);
-    Py_CLEAR(self->timer);
+    fields_clear(self, PENDING_OBJECTS);
     return 0;
 }
 
 static void
-Pending_dealloc(Pending *self)
+Pending_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Pending_clear(self);
-    tp->tp_free(self);
-    Py_DECREF(tp);
+    fields_dealloc(self, PENDING_OBJECTS);
 }
 
 /* by identity, as object's (tp_richcompare alone would leave it unhashable) */
@@ -623,16 +647,10 @@ plan_wake(WakePolicyCore *p, PyObject *const *args, Py_ssize_t nargs)
     if (completed < seq - 1) /* queued behind earlier work: not its own time */
         Py_RETURN_NONE;
     long long now = (long long)now_ns();
-    Pending *entry = (Pending *)g_pending_t->tp_alloc(g_pending_t, 0);
+    since = since ? since : now;
+    Pending *entry = pending_make(g_pending_t, hub, comp, adapter, key, now, since);
     if (entry == NULL)
         return NULL;
-    entry->hub = Py_NewRef(hub);
-    entry->comp = Py_NewRef(comp);
-    entry->adapter = Py_NewRef(adapter);
-    entry->key = Py_NewRef(key);
-    entry->timer = Py_NewRef(Py_None);
-    entry->parked = now;
-    entry->since = since = since ? since : now;
     PyObject *est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key)), *timer = NULL;
     if (est == NULL && PyErr_Occurred())
         goto fail;
@@ -756,13 +774,8 @@ mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
         if (PyErr_Occurred())
             goto done;
         /* the first: exact, or late by a wake */
-        long long d = sat_sub(entry->seen ? entry->seen : now, since);
-        Estimate *e = (Estimate *)g_estimate_t->tp_alloc(g_estimate_t, 0);
-        if (e == NULL)
+        if ((est = est_make(g_estimate_t, sat_sub(entry->seen ? entry->seen : now, since))) == NULL)
             goto done;
-        e->ns = d;
-        e->dev = shr(d, 4);
-        est = (PyObject *)e;
         if (PyDict_GET_SIZE(g_estimates) >= p->max_keys) { /* full: it starts again */
             PyObject *forgot = PyObject_CallNoArgs(g_forget);
             if (forgot == NULL)
@@ -779,21 +792,17 @@ mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
     }
     else {
         Estimate *e = (Estimate *)est;
-        if (entry->seen)
+        if (entry->seen) /* (exact) */
             toward(e, sat_sub(entry->seen, since), 2);
-        else if (entry->lo) {
-            long long a = sat_add(sat_sub(entry->lo, since), p->lead_ns);
-            long long b = sat_sub(sat_sub(now, since), p->report_lag_ns);
-            toward(e, a > b ? a : b, 1);
-        }
-        else if (entry->due) { /* landed before the wake looked (or the reactor's report came
-                                  first) */
-            long long by = sat_sub(entry->looked ? entry->looked : sat_sub(now, p->report_lag_ns),
-                                   since);
-            toward(e, sat_sub(by < e->ns ? by : e->ns, p->lead_ns), 1);
-        }
-        else if (sat_sub(now, since) > e->ns)
-            e->ns = sat_add(e->ns, shr(sat_sub(sat_sub(now, since), e->ns), 2));
+        else if (entry->lo)
+            est_missed(e, p, sat_sub(entry->lo, since), sat_sub(now, since));
+        else if (entry->due) /* landed before the wake looked (or the reactor's report came
+                                first) */
+            est_early(e, p,
+                      sat_sub(entry->looked ? entry->looked : sat_sub(now, p->report_lag_ns),
+                              since));
+        else
+            est_unplanned(e, sat_sub(now, since));
     }
     int on = policy_on(p);
     if (on < 0 || (on && is_launch_key(key) && hint(p, key, entry) < 0))
