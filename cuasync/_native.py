@@ -77,6 +77,7 @@ ProcessCore = _reactor.ProcessCore
 WakePolicyCore = _reactor.WakePolicyCore
 Estimate = _reactor.Estimate
 Pending = _reactor.Pending
+TimerCore = _reactor.TimerCore
 #: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
 #: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
 #: adapter (``loops``).
@@ -110,6 +111,7 @@ __all__ = [
     "StreamCore",
     "TensorCore",
     "TensorOpCore",
+    "TimerCore",
     "UploadOpCore",
     "UploadWorkCore",
     "WakePolicyCore",

@@ -37,15 +37,11 @@ Never a hang, never an unbounded spin (one window is at most its lead, itself at
 from __future__ import annotations
 
 import ctypes
-import heapq
-import os
 import sys
-import weakref
-from time import monotonic_ns
 from typing import Any
 
 from .._config import CONFIG
-from .._native import NATIVE, Estimate, Pending, WakePolicyCore
+from .._native import NATIVE, Estimate, Pending, TimerCore, WakePolicyCore
 
 # (``Estimate``, the learned time to landing of one key and its wake's window, and
 # ``Pending``, one parked await's times, are native: the native core reads them; their
@@ -259,22 +255,22 @@ def estimate(key: Any) -> int | None:
     return None if est is None else est.ns
 
 
-class Timer:
-    """One loop's ``timerfd``: the earliest wake of the awaits parked on that loop.
+class Timer(TimerCore):
+    """One loop's ``timerfd`` (``fd``, owned: :meth:`close` or the timer's collection
+    closes it) and the heap of the wakes parked on that loop, earliest first.
 
     Watched by the loop (``adapter.watch_timer``); :meth:`fire` runs on the loop's
-    thread. ``late_ns`` follows how late its wakes run (their high side: up fast, down
-    slowly; :attr:`Policy.late_up_shift`), which the lead of the next wakes covers.
-    """
+    thread: each due wake is spun for (``Hub.spin_early``: a flag that lands within its
+    window is finished there; a window that ends first leaves it to the reactor), a due
+    pre-wake only sets the timer again for its wake. ``late_ns`` follows how late its
+    wakes run (their high side: up fast, down slowly; :attr:`Policy.late_up_shift`),
+    which the lead of the next wakes covers. ``add``, ``remove``, ``fire`` and ``close``
+    are native (``TimerCore``): a parked await sets its wake, and the wake fires, with no
+    Python frame of their own.
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.heap: list[Pending] = []
-        self.armed = 0  # the deadline the timerfd holds (0: disarmed)
-        self.set_ns = 0  # when it was set to it (a deadline already past fires from then)
-        self.late_ns = POLICY.late_ns
-        self._close_fd = weakref.finalize(self, os.close, fd)
-        self.closed = False
+    >>> timer = Timer.open(adapter)      # plan() makes a loop's timer at its first wake
+    >>> timer.add(entry); timer.remove(entry)
+    """
 
     @classmethod
     def open(cls, adapter: Any) -> Timer | None:
@@ -286,99 +282,10 @@ class Timer:
         try:
             adapter.watch_timer(timer)
         except BaseException:
-            timer._close_fd()
+            timer.close()
             raise
         adapter.timer = timer
         return timer
-
-    def _set(self, deadline: int) -> bool:
-        """Set the timerfd to ``deadline`` (0: disarmed); False where the kernel refused
-        (a closed fd)."""
-        self.armed = deadline
-        if deadline:
-            self.set_ns = monotonic_ns()
-        return bool(NATIVE.set_timer(self.fd, deadline))
-
-    def _rearm(self) -> None:
-        heap = self.heap
-        if heap:
-            if heap[0].at != self.armed:
-                self._set(heap[0].at)
-        elif self.armed:
-            expired = self.armed <= monotonic_ns()
-            self._set(0)  # (an all-zero value disarms)
-            if expired:  # (read, so that the loop is not woken for nothing)
-                try:
-                    os.read(self.fd, 8)
-                except BlockingIOError:
-                    pass
-
-    def add(self, entry: Pending) -> bool:
-        """Set ``entry``'s wake; False where the timer could not be set (nothing then
-        looks at its slot: the caller has the reactor watch it)."""
-        heapq.heappush(self.heap, entry)
-        if self.heap[0] is entry and not self._set(entry.at):
-            self.remove(entry)
-            return False
-        return True
-
-    def remove(self, entry: Pending) -> None:
-        heap = self.heap
-        try:
-            heap.remove(entry)
-        except ValueError:
-            return
-        heapq.heapify(heap)
-        self._rearm()
-
-    def fire(self) -> None:
-        """The timerfd expired (on the loop's thread): spin on every wake that is due
-        (``Hub.spin_early``: a flag that lands within its window is finished here; a
-        window that ends first leaves it to the reactor); a pre-wake only sets the
-        timer again, for its wake."""
-        try:
-            os.read(self.fd, 8)
-        except BlockingIOError:  # re-armed since it became readable
-            pass
-        self.armed = 0
-        heap = self.heap
-        now = monotonic_ns()
-        head = heap[0] if heap else None
-        # the lateness of a wake (not of a pre-wake: the wake's lead is for a warm thread),
-        # from its deadline or, for one already past when set, from then
-        if head is not None and head.at <= now and head.at == head.due:
-            late = now - max(head.at, self.set_ns)
-            if late > self.late_ns:
-                self.late_ns += (late - self.late_ns) >> POLICY.late_up_shift
-            else:
-                self.late_ns -= (self.late_ns - late) >> POLICY.late_down_shift
-        try:
-            while heap and heap[0].at <= now:
-                entry = heap[0]
-                if entry.at < entry.due:  # its pre-wake: the wake itself stays set...
-                    entry.at = entry.due
-                    entry.hub.stats.early_prewakes += 1
-                    if not entry.comp.landed():
-                        heapq.heapreplace(heap, entry)
-                        continue
-                    # ...unless its work landed already (it got shorter): finished now
-                heapq.heappop(heap)
-                entry.timer = None
-                entry.hub.spin_early(entry)
-                now = monotonic_ns()
-        finally:  # (the later wakes keep their timer whatever a spin raised)
-            self._rearm()
-
-    def close(self) -> None:
-        """The loop is going away: its wakes are dropped (what they watched is armed in
-        the reactor, which the hub hands to the background watcher), the fd closed."""
-        if self.closed:
-            return
-        self.closed = True
-        for entry in self.heap:
-            entry.timer = None
-        self.heap = []
-        self._close_fd()
 
 
 POLICY = Policy()

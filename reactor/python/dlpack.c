@@ -51,16 +51,6 @@ typedef struct versioned_managed {
     dl_tensor dl_tensor;
 } versioned_managed;
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define SAVE_ERROR(saved) PyObject *saved = PyErr_GetRaisedException()
-#define RESTORE_ERROR(saved) PyErr_SetRaisedException(saved)
-#else
-#define SAVE_ERROR(saved)                                                                   \
-    PyObject *saved##_type, *saved##_value, *saved##_tb;                                    \
-    PyErr_Fetch(&saved##_type, &saved##_value, &saved##_tb)
-#define RESTORE_ERROR(saved) PyErr_Restore(saved##_type, saved##_value, saved##_tb)
-#endif
-
 void
 dlpack_capsule_destructor(PyObject *capsule)
 {

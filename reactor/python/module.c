@@ -8,16 +8,13 @@
 
 #include "memo.h"
 #include "module.h"
+#include "wake.h"
 #include "ledger.h"
 #include "cores.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#ifdef __linux__
-#include <sys/timerfd.h>
-#endif
-
 typedef struct {
     PyTypeObject *reactor_type;
     PyTypeObject *queue_type;
@@ -878,10 +875,10 @@ mod_build_upload(PyObject *m, PyObject *array)
 }
 
 #ifdef __linux__
-/* set_timer(fd, deadline_ns): the early wake's timerfd (wake.Timer) set to expire once at
- * deadline_ns on CLOCK_MONOTONIC (0: disarmed), on every await that plans a wake (a
- * ctypes call took ~1 us). False where the kernel refused (a closed fd): as before, the
- * reactor then reports the landing. */
+/* set_timer(fd, deadline_ns): a timerfd set to expire once at deadline_ns on
+ * CLOCK_MONOTONIC (0: disarmed); False where the kernel refused (a closed fd). The bench's
+ * bare timer wake sets its own with it (a loop's early-wake timer, timer.c, sets its fd
+ * itself). */
 static PyObject *
 mod_set_timer(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -899,8 +896,7 @@ mod_set_timer(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "fd must be a file descriptor, not %ld", fd);
         return NULL;
     }
-    struct itimerspec spec = {{0, 0}, {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)}};
-    return PyBool_FromLong(timerfd_settime((int)fd, TFD_TIMER_ABSTIME, &spec, NULL) == 0);
+    return PyBool_FromLong(set_timerfd((int)fd, at));
 }
 #endif
 
@@ -965,7 +961,7 @@ module_exec(PyObject *m)
         {"ReduceApply", &ReduceApply_spec}, {"LtMatmul", &LtMatmul_spec},
         {"TensorSubmit", &TensorSubmit_spec},
         {"WakePolicyCore", &WakePolicyCore_spec}, {"Estimate", &Estimate_spec},
-        {"Pending", &Pending_spec},
+        {"Pending", &Pending_spec}, {"TimerCore", &TimerCore_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {

@@ -20,6 +20,18 @@
 #define IS_FINALIZING() _Py_IsFinalizing()
 #endif
 
+/* Keep the exception being raised across calls that may raise or clear one (a finalizer,
+ * a clean-up after an error): SAVE_ERROR(saved) ... RESTORE_ERROR(saved). */
+#if PY_VERSION_HEX >= 0x030C0000
+#define SAVE_ERROR(saved) PyObject *saved = PyErr_GetRaisedException()
+#define RESTORE_ERROR(saved) PyErr_SetRaisedException(saved)
+#else
+#define SAVE_ERROR(saved)                                                                   \
+    PyObject *saved##_type, *saved##_value, *saved##_tb;                                    \
+    PyErr_Fetch(&saved##_type, &saved##_value, &saved##_tb)
+#define RESTORE_ERROR(saved) PyErr_Restore(saved##_type, saved##_value, saved##_tb)
+#endif
+
 #ifndef CUASYNC_SOURCE_HASH
 #define CUASYNC_SOURCE_HASH "unknown"
 #endif

@@ -13,17 +13,9 @@
 
 #include "cores.h"
 #include "module.h"
+#include "wake.h"
 
 /* -- WakePolicyCore ---------------------------------------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    long long min_estimate_ns, park_at_once_ns, lead_ns, lead_max_ns, tolerance_ns,
-        spin_max_ns, max_keys, late_ns, late_up_shift, late_down_shift, report_lag_ns,
-        quiet_max_ns, prewake_ns, prewake_min_ns;
-    char quiet;
-    int on; /* -1: not read yet (wake.Policy.on reads CUASYNC_WAKE at first use) */
-} WakePolicyCore;
 
 /* What set_wake_policy named (NULL before): the policy Estimate follows, the process's
  * estimates (key -> Estimate), what empties them when they are full (wake.forget), what
@@ -31,7 +23,7 @@ typedef struct {
  * by. */
 static WakePolicyCore *g_policy;
 static PyObject *g_estimates, *g_forget, *g_open_timer;
-static PyTypeObject *g_prepared_t, *g_estimate_t, *g_pending_t;
+static PyTypeObject *g_prepared_t, *g_estimate_t, *g_pending_t, *g_timer_t;
 
 #define POLICY_NS(field, doc) {#field, T_LONGLONG, offsetof(WakePolicyCore, field), 0, doc}
 static PyMemberDef WakePolicyCore_members[] = {
@@ -103,8 +95,10 @@ mod_set_wake_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyTypeObject *prepared_t = module_type(module, "PreparedCore");
     PyTypeObject *estimate_t = module_type(module, "Estimate");
     PyTypeObject *pending_t = module_type(module, "Pending");
+    PyTypeObject *timer_t = module_type(module, "TimerCore");
     PyObject *r = NULL;
-    if (policy_t == NULL || prepared_t == NULL || estimate_t == NULL || pending_t == NULL)
+    if (policy_t == NULL || prepared_t == NULL || estimate_t == NULL || pending_t == NULL ||
+        timer_t == NULL)
         goto done;
     if (!PyObject_TypeCheck(args[0], policy_t) || !PyDict_CheckExact(args[1]) ||
         !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
@@ -121,17 +115,31 @@ mod_set_wake_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(g_prepared_t, (PyTypeObject *)Py_NewRef(prepared_t));
     Py_XSETREF(g_estimate_t, (PyTypeObject *)Py_NewRef(estimate_t));
     Py_XSETREF(g_pending_t, (PyTypeObject *)Py_NewRef(pending_t));
+    Py_XSETREF(g_timer_t, (PyTypeObject *)Py_NewRef(timer_t));
     r = Py_NewRef(Py_None);
 done:
     Py_XDECREF(policy_t);
     Py_XDECREF(prepared_t);
     Py_XDECREF(estimate_t);
     Py_XDECREF(pending_t);
+    Py_XDECREF(timer_t);
     return r;
 }
 
-static WakePolicyCore *
-policy(void)
+int
+is_pending(PyObject *o)
+{
+    return g_pending_t != NULL && Py_IS_TYPE(o, g_pending_t);
+}
+
+int
+is_timer(PyObject *o)
+{
+    return g_timer_t != NULL && PyObject_TypeCheck(o, g_timer_t);
+}
+
+WakePolicyCore *
+wake_policy(void)
 {
     if (g_policy == NULL)
         PyErr_SetString(PyExc_RuntimeError, "no wake policy is set (set_wake_policy)");
@@ -278,7 +286,7 @@ static PyObject *
 Estimate_early(Estimate *self, PyObject *by)
 {
     long long v;
-    WakePolicyCore *p = policy();
+    WakePolicyCore *p = wake_policy();
     if (p == NULL || one_ns(by, &v) < 0)
         return NULL;
     est_early(self, p, v);
@@ -289,7 +297,7 @@ static PyObject *
 Estimate_missed(Estimate *self, PyObject *const *args, Py_ssize_t nargs)
 {
     long long after, by;
-    WakePolicyCore *p = policy();
+    WakePolicyCore *p = wake_policy();
     if (p == NULL || check_nargs("missed", nargs, 2) < 0 || one_ns(args[0], &after) < 0 ||
         one_ns(args[1], &by) < 0)
         return NULL;
@@ -333,7 +341,7 @@ Estimate_window(Estimate *self, PyObject *lead_arg)
 {
     long long lead, due, until;
     int quiet;
-    WakePolicyCore *p = policy();
+    WakePolicyCore *p = wake_policy();
     if (p == NULL || one_ns(lead_arg, &lead) < 0)
         return NULL;
     window_of(self, p, lead, &due, &until, &quiet);
@@ -421,11 +429,6 @@ PyType_Spec Estimate_spec = {
 
 /* -- Pending ----------------------------------------------------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *hub, *comp, *adapter, *key, *timer; /* (timer: None while it has no wake set) */
-    long long parked, since, due, at, until, quiet, lo, seen, looked;
-} Pending;
 
 /* A new Pending of type: its objects, parked and since, no wake (timer None, times 0),
  * or NULL with an error set. */
@@ -609,7 +612,7 @@ plan_wake(WakePolicyCore *p, PyObject *const *args, Py_ssize_t nargs);
 static PyObject *
 mod_plan_wake(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    WakePolicyCore *p = policy();
+    WakePolicyCore *p = wake_policy();
     if (p == NULL || intern_plan_names() < 0)
         return NULL;
     if (nargs != 4 && nargs != 5)
@@ -707,7 +710,7 @@ is_launch_key(PyObject *key)
 static PyObject *
 mod_is_launch(PyObject *Py_UNUSED(module), PyObject *key)
 {
-    if (policy() == NULL)
+    if (wake_policy() == NULL)
         return NULL;
     return PyBool_FromLong(is_launch_key(key));
 }
@@ -741,15 +744,11 @@ hint(WakePolicyCore *p, PyObject *key, Pending *entry)
     return same < 0 ? -1 : 0;
 }
 
-static PyObject *s_remove;
-
 static PyObject *
 mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
 {
-    WakePolicyCore *p = policy();
+    WakePolicyCore *p = wake_policy();
     if (p == NULL)
-        return NULL;
-    if (s_remove == NULL && (s_remove = PyUnicode_InternFromString("remove")) == NULL)
         return NULL;
     if (!Py_IS_TYPE(arg, g_pending_t)) {
         PyErr_Format(PyExc_TypeError, "resumed() takes a Pending, not %.100s",
@@ -762,11 +761,13 @@ mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
     PyObject *r = NULL, *key = Py_NewRef(entry->key), *est = NULL;
     if (entry->timer != NULL && entry->timer != Py_None) { /* (its wake still set: off) */
         PyObject *timer = Py_NewRef(entry->timer);
-        PyObject *done = PyObject_CallMethodOneArg(timer, s_remove, arg);
+        int removed = is_timer(timer) ? timer_remove(timer, entry) : -1;
+        if (removed < 0 && !PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "a Pending's timer must be a wake.Timer, not %.100s",
+                         Py_TYPE(timer)->tp_name);
         Py_DECREF(timer);
-        if (done == NULL)
+        if (removed < 0)
             goto done;
-        Py_DECREF(done);
         Py_XSETREF(entry->timer, Py_NewRef(Py_None));
     }
     est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key));

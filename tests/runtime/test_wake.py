@@ -275,10 +275,13 @@ async def test_a_wake_the_timer_refused_leaves_the_slot_to_the_reactor(
 ) -> None:
     """A steady estimate's slot is armed for its loop's wake alone (the reactor is not
     woken for it); where the loop's timer cannot be set, the reactor watches it."""
-    from cuasync._native import NATIVE
-
-    await cuasync.wait(stream)  # (the loop's timer made before set_timer refuses)
-    monkeypatch.setattr(NATIVE, "set_timer", lambda fd, deadline: False)
+    fd = wake.timerfd()
+    if fd < 0:
+        pytest.skip("no timerfd here")
+    refusing = wake.Timer(fd)
+    refusing.close()  # (a closed timer sets nothing: as one the kernel refused)
+    adapter = running_adapter()
+    monkeypatch.setattr(adapter, "timer", refusing)  # (the loop's own stays watched)
     hub = get_hub()
     arms: list[bool] = []
     arm = hub.arm
@@ -806,3 +809,111 @@ def test_a_wake_already_due_when_set_teaches_no_lateness(timer: wake.Timer) -> N
     timer.fire()
     assert hub.spun == ["old"]
     assert timer.late_ns < 50_000_000  # (from the deadline: 625 ms, an eighth of 5 s)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    ats=st.lists(st.integers(1, 1_000_000), min_size=1, max_size=40),
+    gone=st.lists(st.integers(0, 39), max_size=10),
+)
+def test_a_timer_fires_its_due_wakes_earliest_first(ats: list[int], gone: list[int]) -> None:
+    """Whatever order wakes are set in, and whichever are taken off, the due ones are
+    spun for earliest first, each once, and the timer holds the earliest left."""
+    fd = wake.timerfd()
+    if fd < 0:
+        pytest.skip("no timerfd here")
+    timer, hub = wake.Timer(fd), _Hub()
+    try:
+        now = time.monotonic_ns()
+        past = now - 2_000_000
+        entries = [_entry(hub, f"e{i}", at=past + at, due=past + at) for i, at in enumerate(ats)]
+        later = _entry(hub, "later", at=now + 60_000_000_000, due=now + 60_000_000_000)
+        for entry in [*entries, later]:
+            assert timer.add(entry) and entry.timer is None  # (plan sets it, not add)
+        removed = {entries[i].key for i in gone if i < len(entries)}
+        for entry in entries:
+            if entry.key in removed:
+                timer.remove(entry)
+                timer.remove(entry)  # (twice: nothing)
+        assert timer.armed == min(e.at for e in timer.heap)
+        timer.fire()
+        left = [e for e in entries if e.key not in removed]
+        assert hub.spun == [
+            e.key for e in sorted(left, key=lambda e: (e.at, hub.spun.index(e.key)))
+        ]
+        assert timer.heap == [later] and timer.armed == later.at
+    finally:
+        timer.close()
+
+
+def test_a_closed_timer_drops_its_wakes_and_sets_none(timer: wake.Timer) -> None:
+    """close() lets go of every wake (their ``timer`` is None: nothing of them left on
+    the loop) and closes the fd; a wake set after it is refused, firing does nothing."""
+    import os
+
+    hub, now = _Hub(), time.monotonic_ns()
+    entry = _entry(hub, "set", at=now + 60_000_000_000, due=now + 60_000_000_000)
+    entry.timer = timer
+    assert timer.add(entry)
+    fd = timer.fd
+    timer.close()
+    assert timer.closed and timer.heap == [] and entry.timer is None
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert timer.add(_entry(hub, "after", at=now, due=now)) is False
+    timer.fire()
+    timer.close()  # (twice: nothing)
+    assert hub.spun == []
+
+
+def test_a_timer_takes_only_pending_wakes() -> None:
+    """A wake of another type is refused with a TypeError, not read as one."""
+    fd = wake.timerfd()
+    if fd < 0:
+        pytest.skip("no timerfd here")
+    timer = wake.Timer(fd)
+    try:
+        with pytest.raises(TypeError, match="wake.Pending"):
+            timer.add(object())
+        with pytest.raises(TypeError, match="wake.Pending"):
+            timer.remove("x")
+        with pytest.raises(ValueError, match="timerfd"):
+            wake.Timer(-1)
+    finally:
+        timer.close()
+
+
+def test_a_collected_timer_closes_its_fd() -> None:
+    """A timer nobody closed (its loop dropped without closing) closes its fd when it is
+    collected: no fd leaks, and its dealloc neither blocks nor runs Python."""
+    import gc
+    import os
+
+    fd = wake.timerfd()
+    if fd < 0:
+        pytest.skip("no timerfd here")
+    timer, hub = wake.Timer(fd), _Hub()
+    entry = _entry(hub, "cycle", at=time.monotonic_ns() + 10**10, due=time.monotonic_ns() + 10**10)
+    entry.timer = timer  # (a cycle: the timer holds the entry, the entry the timer)
+    assert timer.add(entry)
+    del timer, entry
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_a_spin_that_raises_leaves_the_later_wakes_set(timer: wake.Timer) -> None:
+    """An error in one wake's spin propagates from fire(), and the wakes not yet due
+    keep the timer set for them."""
+
+    class Failing(_Hub):
+        def spin_early(self, entry: wake.Pending) -> None:
+            raise RuntimeError("spin failed")
+
+    now = time.monotonic_ns()
+    later = _entry(_Hub(), "later", at=now + 60_000_000_000, due=now + 60_000_000_000)
+    assert timer.add(_entry(Failing(), "due", at=now - 1_000, due=now - 1_000))
+    assert timer.add(later)
+    with pytest.raises(RuntimeError, match="spin failed"):
+        timer.fire()
+    assert timer.heap == [later] and timer.armed == later.at
