@@ -420,6 +420,9 @@ class HubCore:
     _core_abandon: Callable[..., None]
     use_reactor: bool
     step_aside: bool
+    def spin_early(self, entry: Pending, /) -> None:
+        """A due early wake of ``entry.comp``'s loop: spin until ``entry.until``, finish
+        it here where it lands, else arm it again for the reactor."""
 
 @disjoint_base
 class BackendCore:
@@ -1065,6 +1068,7 @@ class Pending:
     lo: int
     seen: int
     looked: int
+    hold: int
     def __new__(
         cls,
         hub: Any,

@@ -402,7 +402,9 @@ def _zero(address: int, nbytes: int) -> None:
 
 class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
-    fallback, waiting (spin, arm, finish, hand-over) and fault detection.
+    fallback, waiting (spin, arm, finish, hand-over) and fault detection. The early
+    wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls) is the native
+    base's (``HubCore``).
 
     >>> get_hub().block(comp)           # what fut.wait() does after its checks
     """
@@ -751,60 +753,6 @@ class Hub(HubCore):
         with comp._lock:
             if comp.state == PENDING and comp.watcher is adapter and self.reactor.disarm(comp.slot):
                 self.arm(comp, adapter.queue)
-
-    def spin_early(self, entry: Any) -> None:
-        """The early wake of ``entry.comp``'s loop (:mod:`.wake`, on its thread): spin on
-        the flag until ``entry.until`` and finish the completion here if it lands (its
-        ``seen`` time set when the spin saw the landing itself); else arm it again.
-
-        While the loop's thread spins the reactor does not watch the slot, so one landing
-        is not reported twice: a report would wake the loop again and make its next
-        await find "other work ready" and skip its spin.
-        """
-        comp, adapter = entry.comp, entry.adapter
-        entry.looked = time.monotonic_ns()
-        with comp._lock:  # (no spin while other work on the loop is ready to run)
-            if comp.state != PENDING or comp.watcher is not adapter:
-                return  # finished, or moved to the background watcher since
-            reported = not self.reactor.disarm(comp.slot)
-        if reported:  # the reactor saw it first: its report is drained now, not in the
-            self.drain(adapter.queue)  # loop's next pass (as "other work ready")
-            return
-        try:
-            if self._spin_for(entry):
-                return
-        finally:  # not landed (or an error): the reactor reports it, as any parked await
-            with comp._lock:
-                if comp.state == PENDING and comp.watcher is adapter:
-                    self.arm(comp, adapter.queue)
-
-    def _spin_for(self, entry: Any) -> bool:
-        """``spin_early``'s spin, its slot disarmed: True once it finished the completion."""
-        comp, adapter = entry.comp, entry.adapter
-        spin_wait = self.native.spin_wait
-        if spin_wait(comp.address, comp.gen, 0):
-            comp.finish(EARLY_LATE)  # (landed before the wake: ``seen`` stays 0)
-            return True
-        if adapter.others_ready():  # a spin would hold them up (many awaits at once)
-            entry.due = 0  # (learnt from as an await without a wake)
-            return False
-        start = time.monotonic_ns()
-        left = entry.until - start
-        hold = self.spin_hold_ns if _wake.is_launch(entry.key) else 0
-        landed = left > 0 and spin_wait(comp.address, comp.gen, left, hold)
-        end = time.monotonic_ns()
-        stats = self.stats
-        stats.early_spin_ns += end - start
-        if end - start > stats.early_spin_max_ns:
-            stats.early_spin_max_ns = end - start
-        if landed:
-            entry.seen = end
-            comp.finish(EARLY)
-            return True
-        if entry.due:
-            entry.lo = end
-            stats.early_misses += 1
-        return False
 
     def open_queue(self, adapter: LoopAdapter) -> Any:
         """The reactor queue of the loop of ``adapter``, made and watched at its first arm."""

@@ -260,7 +260,7 @@ class Timer(TimerCore):
     closes it) and the heap of the wakes parked on that loop, earliest first.
 
     Watched by the loop (``adapter.watch_timer``); :meth:`fire` runs on the loop's
-    thread: each due wake is spun for (``Hub.spin_early``: a flag that lands within its
+    thread: each due wake is spun for (``HubCore.spin_early``: a flag that lands within its
     window is finished there; a window that ends first leaves it to the reactor), a due
     pre-wake only sets the timer again for its wake. ``late_ns`` follows how late its
     wakes run (their high side: up fast, down slowly; :attr:`Policy.late_up_shift`),

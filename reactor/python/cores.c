@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cores.h"
+#include "wake.h"
 #include "module.h"
 
 /* traverse, clear and dealloc over the n object fields after the header */
@@ -120,7 +121,7 @@ REGISTERING(BlockCore, REG_BLOCK)
 #define KernelCore_EXTRA_SLOTS {Py_mp_subscript, kernel_subscript},
 #define LaunchCore_EXTRA_SLOTS                                                                \
     {Py_tp_methods, LaunchCore_methods}, {Py_am_await, launch_am_await},
-#define HubCore_EXTRA_SLOTS
+#define HubCore_EXTRA_SLOTS {Py_tp_methods, HubCore_methods},
 #define BackendCore_EXTRA_SLOTS
 #define ContextCore_EXTRA_SLOTS {Py_tp_methods, ContextCore_methods},
 #define OutputCore_EXTRA_SLOTS {Py_tp_methods, OutputCore_methods},

@@ -199,13 +199,10 @@ slab_word_ok(uintptr_t a, char *ranges, size_t size)
 /* The address of a uint32 flag word: an aligned word of a live Reactor's slab.
  * Anything else is refused, so that these helpers cannot write into arbitrary
  * memory (the interpreter's, say) by mistake. */
-static int
-get_word_address(PyObject *o, _Atomic uint32_t **out)
+int
+slab_word(unsigned long long v, _Atomic uint32_t **out)
 {
-    unsigned long long v;
     char ranges[256];
-    if (get_u64(o, &v) < 0)
-        return -1;
     if (v > (unsigned long long)UINTPTR_MAX || !slab_word_ok((uintptr_t)v, ranges, sizeof ranges)) {
         char msg[400]; /* PyErr_Format has no %llx before 3.12 */
         snprintf(msg, sizeof msg,
@@ -217,6 +214,13 @@ get_word_address(PyObject *o, _Atomic uint32_t **out)
     }
     *out = (_Atomic uint32_t *)(uintptr_t)v;
     return 0;
+}
+
+static int
+get_word_address(PyObject *o, _Atomic uint32_t **out)
+{
+    unsigned long long v;
+    return get_u64(o, &v) < 0 ? -1 : slab_word(v, out);
 }
 
 /* -- word helpers ------------------------------------------------------------------ */

@@ -21,15 +21,23 @@
 #endif
 
 /* Keep the exception being raised across calls that may raise or clear one (a finalizer,
- * a clean-up after an error): SAVE_ERROR(saved) ... RESTORE_ERROR(saved). */
+ * a clean-up after an error): SAVE_ERROR(saved) ... RESTORE_ERROR(saved), or DROP_ERROR(saved)
+ * where a later error replaces it. */
 #if PY_VERSION_HEX >= 0x030C0000
 #define SAVE_ERROR(saved) PyObject *saved = PyErr_GetRaisedException()
 #define RESTORE_ERROR(saved) PyErr_SetRaisedException(saved)
+#define DROP_ERROR(saved) Py_XDECREF(saved)
 #else
 #define SAVE_ERROR(saved)                                                                   \
     PyObject *saved##_type, *saved##_value, *saved##_tb;                                    \
     PyErr_Fetch(&saved##_type, &saved##_value, &saved##_tb)
 #define RESTORE_ERROR(saved) PyErr_Restore(saved##_type, saved##_value, saved##_tb)
+#define DROP_ERROR(saved)                                                                   \
+    do {                                                                                    \
+        Py_XDECREF(saved##_type);                                                           \
+        Py_XDECREF(saved##_value);                                                          \
+        Py_XDECREF(saved##_tb);                                                             \
+    } while (0)
 #endif
 
 #ifndef CUASYNC_SOURCE_HASH
@@ -47,6 +55,10 @@ int get_i64(PyObject *o, long long *out);
 int get_u32(PyObject *o, const char *what, uint32_t *out);
 int conv_u64(PyObject *o, void *out); /* the same as an "O&" converter */
 int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected);
+/* The flag word at address v, which must be a 4-byte aligned word of a live Reactor's
+ * slab (anything else is refused: these helpers never write into arbitrary memory): 0, or
+ * -1 with a ValueError naming the valid ranges. */
+int slab_word(unsigned long long v, _Atomic uint32_t **out);
 /* Spin on a flag word until gen is reached or budget_ns passed: 1 if reached. The GIL
  * (held on entry) is kept for the first hold_ns and released for the rest. */
 int spin_flag(_Atomic uint32_t *word, uint32_t gen, uint64_t budget_ns, uint64_t hold_ns);

@@ -15,6 +15,7 @@
 #include <sys/timerfd.h>
 #endif
 
+#include "cores.h"
 #include "module.h"
 #include "wake.h"
 
@@ -452,4 +453,259 @@ PyType_Spec TimerCore_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = TimerCore_slots,
+};
+
+/* -- the wake: a due entry's spin (HubCore.spin_early) --------------------------------- */
+
+/* (names the wake reads and calls: the completion's, the hub's, the adapter's, the
+ * counters', and the finish paths' labels, from completion.py) */
+static PyObject *s_lock, *s_state, *s_watcher, *s_reactor, *s_disarm, *s_drain, *s_queue,
+    *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns, *s_early_spin_ns, *s_early_spin_max_ns,
+    *s_early_misses, *s_acquire, *s_release, *s_early, *s_early_late;
+
+static int
+intern_wake_names(void)
+{
+    if (s_early_late != NULL)
+        return 0;
+    struct {
+        PyObject **at;
+        const char *name;
+    } names[] = {
+        {&s_lock, "_lock"}, {&s_state, "state"}, {&s_watcher, "watcher"},
+        {&s_reactor, "reactor"}, {&s_disarm, "disarm"}, {&s_drain, "drain"},
+        {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
+        {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
+        {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
+        {&s_early_misses, "early_misses"}, {&s_acquire, "acquire"}, {&s_release, "release"},
+        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+/* o.name(*args) with one or two arguments (b NULL: one), its result dropped: 0 or -1 */
+static int
+call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b)
+{
+    PyObject *args[3] = {o, a, b};
+    PyObject *r = PyObject_VectorcallMethod(name, args, (b == NULL ? 2 : 3) |
+                                                            PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Whether comp is still pending and watched by adapter (read under its lock): 1, 0, -1 */
+static int
+still_watched(PyObject *comp, PyObject *adapter)
+{
+    PyObject *state = PyObject_GetAttr(comp, s_state);
+    if (state == NULL)
+        return -1;
+    long pending = PyLong_Check(state) ? PyLong_AsLong(state) : -1;
+    Py_DECREF(state);
+    if (pending == -1 && PyErr_Occurred())
+        return -1;
+    if (pending != 0) /* (PENDING) */
+        return 0;
+    PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
+    if (watcher == NULL)
+        return -1;
+    Py_DECREF(watcher);
+    return watcher == adapter;
+}
+
+/* stats.name += by, or (as_max) stats.name = max(stats.name, by): 0 or -1 */
+static int
+count(PyObject *stats, PyObject *name, long long by, int as_max)
+{
+    PyObject *was = PyObject_GetAttr(stats, name);
+    if (was == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(was);
+    Py_DECREF(was);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (as_max && by <= v)
+        return 0;
+    PyObject *now = PyLong_FromLongLong(as_max ? by : v + by);
+    int r = now == NULL ? -1 : PyObject_SetAttr(stats, name, now);
+    Py_XDECREF(now);
+    return r;
+}
+
+/* The spin of a wake whose slot is disarmed: 1 once it finished the completion, 0 where
+ * its work did not land within its window (the caller arms it again), -1 an error. */
+static int
+spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
+{
+    PyObject *comp = entry->comp;
+    if (spin_flag(word, gen, 0, 0)) /* landed before the wake: ``seen`` stays 0 */
+        return call_method(comp, s_finish, s_early_late, NULL) < 0 ? -1 : 1;
+    PyObject *ready = PyObject_CallMethodNoArgs(entry->adapter, s_others_ready);
+    int others = ready == NULL ? -1 : PyObject_IsTrue(ready);
+    Py_XDECREF(ready);
+    if (others) { /* a spin would hold them up (many awaits at once) */
+        if (others > 0)
+            entry->due = 0; /* (learnt from as an await without a wake) */
+        return others < 0 ? -1 : 0;
+    }
+    long long hold = 0;
+    if (is_launch_key(entry->key)) { /* the device's work alone: the GIL kept a while */
+        PyObject *h = PyObject_GetAttr(hub, s_spin_hold_ns);
+        hold = h == NULL ? -1 : PyLong_AsLongLong(h);
+        Py_XDECREF(h);
+        if (hold == -1 && PyErr_Occurred())
+            return -1;
+        hold = hold < 0 ? 0 : hold;
+    }
+    entry->hold = hold;
+    long long start = (long long)now_ns(), left = entry->until - start;
+    int landed = left > 0 && spin_flag(word, gen, (uint64_t)left, (uint64_t)hold);
+    long long end = (long long)now_ns();
+    PyObject *stats = HUB(hub)->stats;
+    if (count(stats, s_early_spin_ns, end - start, 0) < 0 ||
+        count(stats, s_early_spin_max_ns, end - start, 1) < 0)
+        return -1;
+    if (landed) {
+        entry->seen = end;
+        return call_method(comp, s_finish, s_early, NULL) < 0 ? -1 : 1;
+    }
+    if (entry->due) {
+        entry->lo = end;
+        if (count(stats, s_early_misses, 1, 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* with comp._lock (an RLock: acquire, release): f(hub, comp, adapter), whose result it
+ * returns (-1 where the lock failed; the release runs whatever f returned) */
+typedef int (*locked_fn)(PyObject *hub, PyObject *comp, PyObject *adapter);
+
+static int
+with_lock(PyObject *hub, PyObject *comp, PyObject *adapter, locked_fn f)
+{
+    PyObject *lock = PyObject_GetAttr(comp, s_lock);
+    if (lock == NULL)
+        return -1;
+    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (got == NULL) {
+        Py_DECREF(lock);
+        return -1;
+    }
+    Py_DECREF(got);
+    int r = f(hub, comp, adapter);
+    SAVE_ERROR(saved);
+    PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_DECREF(lock);
+    if (released == NULL) {
+        DROP_ERROR(saved);
+        return -1;
+    }
+    Py_DECREF(released);
+    RESTORE_ERROR(saved);
+    return r;
+}
+
+/* (under the lock) where comp is still watched by adapter, its slot taken back from the
+ * reactor: 1 (now the wake's to spin on), 2 (the reactor saw the landing first: its
+ * report is in the loop's queue); 0 finished, or moved to the background watcher since */
+static int
+disarm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
+{
+    int watched = still_watched(comp, adapter);
+    if (watched <= 0)
+        return watched;
+    PyObject *reactor = PyObject_GetAttr(hub, s_reactor);
+    PyObject *slot = reactor == NULL ? NULL : PyLong_FromSsize_t(COMPLETION(comp)->slot);
+    PyObject *took = slot == NULL ? NULL : PyObject_CallMethodOneArg(reactor, s_disarm, slot);
+    int r = took == NULL ? -1 : PyObject_IsTrue(took);
+    Py_XDECREF(took);
+    Py_XDECREF(slot);
+    Py_XDECREF(reactor);
+    return r < 0 ? -1 : r ? 1 : 2;
+}
+
+/* (under the lock) where comp is still watched by adapter, its slot armed again to the
+ * loop's queue (the reactor reports it, as for any parked await): 0 or -1 */
+static int
+arm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
+{
+    int watched = still_watched(comp, adapter);
+    if (watched <= 0)
+        return watched;
+    PyObject *queue = PyObject_GetAttr(adapter, s_queue);
+    int r = queue == NULL ? -1 : call_method(hub, s_arm, comp, queue);
+    Py_XDECREF(queue);
+    return r;
+}
+
+/* HubCore.spin_early(entry): see its docstring (HubCore_methods) */
+static PyObject *
+HubCore_spin_early(PyObject *hub, PyObject *arg)
+{
+    if (check_pending("spin_early", arg) < 0 || intern_wake_names() < 0)
+        return NULL;
+    Pending *entry = (Pending *)Py_NewRef(arg);
+    PyObject *comp = Py_NewRef(entry->comp), *adapter = Py_NewRef(entry->adapter), *r = NULL;
+    PyTypeObject *completion_t = REGISTERED(COMPLETION);
+    if (completion_t == NULL || !PyObject_TypeCheck(comp, completion_t)) {
+        PyErr_Format(PyExc_TypeError, "spin_early: the entry's comp must be a Completion, not %.100s",
+                     Py_TYPE(comp)->tp_name);
+        goto done;
+    }
+    entry->looked = (long long)now_ns();
+    int mine = with_lock(hub, comp, adapter, disarm_if_watched);
+    if (mine < 0)
+        goto done;
+    if (mine == 2) { /* drained now, not in the loop's next pass (as "other work ready") */
+        PyObject *queue = PyObject_GetAttr(adapter, s_queue);
+        int drained = queue == NULL ? -1 : call_method(hub, s_drain, queue, NULL);
+        Py_XDECREF(queue);
+        if (drained < 0)
+            goto done;
+    }
+    else if (mine == 1) {
+        _Atomic uint32_t *word;
+        int spun = slab_word(COMPLETION(comp)->address, &word) < 0
+                       ? -1
+                       : spin_for(hub, entry, word, COMPLETION(comp)->gen);
+        if (spun != 1) { /* not landed (or an error): the reactor reports it */
+            SAVE_ERROR(saved);
+            if (with_lock(hub, comp, adapter, arm_if_watched) < 0) {
+                DROP_ERROR(saved);
+                goto done;
+            }
+            RESTORE_ERROR(saved);
+            if (spun < 0)
+                goto done;
+        }
+    }
+    r = Py_NewRef(Py_None);
+done:
+    Py_DECREF(adapter);
+    Py_DECREF(comp);
+    Py_DECREF(entry);
+    return r;
+}
+
+PyMethodDef HubCore_methods[] = {
+    {"spin_early", (PyCFunction)HubCore_spin_early, METH_O,
+     "spin_early($self, entry, /)\n--\n\n"
+     "The early wake of ``entry.comp``'s loop (wake.Timer.fire, on its thread): spin on "
+     "the flag until ``entry.until`` and finish the completion here if it lands (its "
+     "``seen`` time set where the spin saw the landing itself; ``looked`` when the wake "
+     "ran); else arm it again, for the reactor to report. No spin where other work on the "
+     "loop is ready to run (``entry.due`` set to 0: learnt from as an await without a "
+     "wake). While the loop's thread spins the reactor does not watch the slot, so that "
+     "one landing is not reported twice (a report would wake the loop again, and make its "
+     "next await find other work ready and skip its spin). The spin of a launch's wake "
+     "(its key a kernel and grid, a library call and its kind) keeps the GIL for the "
+     "hub's ``spin_hold_ns``; the counters ``early_spin_ns``, ``early_spin_max_ns`` and "
+     "``early_misses`` follow."},
+    {NULL, NULL, 0, NULL},
 };

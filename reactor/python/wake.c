@@ -519,6 +519,8 @@ static PyMemberDef Pending_members[] = {
     PENDING_NS(lo, "It had not landed at this time (a window ended first; 0: not known)."),
     PENDING_NS(seen, "A spin saw it land at this time (0: not seen by a spin)."),
     PENDING_NS(looked, "When its wake ran (0: it did not run)."),
+    PENDING_NS(hold, "How long its wake's spin kept the GIL at most (the hub's spin_hold_ns for "
+                     "a launch's key, else 0: released at once)."),
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -700,7 +702,7 @@ fail:
 
 /* -- learning ----------------------------------------------------------------------- */
 
-static int
+int
 is_launch_key(PyObject *key)
 {
     return PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2 &&

@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *comp, *adapter, *key, *timer; /* (timer: None while it has no wake set) */
-    long long parked, since, due, at, until, quiet, lo, seen, looked;
+    long long parked, since, due, at, until, quiet, lo, seen, looked, hold;
 } Pending;
 
 /* The policy set_wake_policy named (borrowed), or NULL with a RuntimeError set. */
@@ -31,6 +31,8 @@ int is_pending(PyObject *o);
 /* Set the timerfd fd to expire once at ``at`` (CLOCK_MONOTONIC ns; 0 disarms it): 1, or 0
  * where the kernel refused (a closed fd; no timerfd on this platform). */
 int set_timerfd(int fd, unsigned long long at);
+/* Whether key is a launch's: (prepared kernel, grid), a library call and its kind. */
+int is_launch_key(PyObject *key);
 /* timer.c: a loop's timerfd and the heap of its wakes (wake.Timer's base). */
 extern PyType_Spec TimerCore_spec;
 /* Take entry's wake off timer (a TimerCore: the caller checks it); 0, or -1 with an error
@@ -38,5 +40,7 @@ extern PyType_Spec TimerCore_spec;
 int timer_remove(PyObject *timer, Pending *entry);
 /* Whether o is a TimerCore (of this module's type). */
 int is_timer(PyObject *o);
+/* HubCore's methods (its spin_early: a due wake's spin) */
+extern PyMethodDef HubCore_methods[];
 
 #endif

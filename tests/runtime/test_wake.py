@@ -100,22 +100,40 @@ async def test_an_estimate_too_early_ends_its_spin_and_the_reactor_finishes(
     assert (wake.estimate(wake_key(stream)) or 0) > 100_000  # pushed up by the miss
 
 
+def rearmed_then(hub: Any, monkeypatch: Any, then: Callable[[], None]) -> None:
+    """Call ``then()`` each time an early wake's window ended before the landing (its
+    spin arms the slot again, for the reactor to report: ``hub.arm(comp, queue)``, where
+    parking arms it with its quiet time as well)."""
+    arm = hub.arm
+
+    def spy(comp: Any, queue: Any, *quiet: Any) -> None:
+        arm(comp, queue, *quiet)
+        if not quiet:
+            then()
+
+    monkeypatch.setattr(hub, "arm", spy)
+
+
+def learnt_entries(monkeypatch: Any) -> list[wake.Pending]:
+    """The parked awaits' entries from now on, as each resumed (``wake.resumed``)."""
+    entries: list[wake.Pending] = []
+    resumed = wake.resumed
+
+    def spy(entry: wake.Pending) -> None:
+        entries.append(entry)
+        resumed(entry)
+
+    monkeypatch.setattr(wake, "resumed", spy)
+    return entries
+
+
 async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monkeypatch) -> None:
     """An early wake's spin (here one whose window ends before the work lands: the gate
     opens only then) is counted in ``early_spin_ns``, and bounds ``early_spin_max_ns``."""
-    entries: list[wake.Pending] = []
     hub = get_hub()
-    spin_for = hub._spin_for
-
+    entries = learnt_entries(monkeypatch)
     with ct.gate(stream) as gate:
-
-        def spun(entry: wake.Pending) -> bool:
-            landed = spin_for(entry)
-            entries.append(entry)
-            gate.open()  # (after the window: the reactor then reports the landing)
-            return landed
-
-        monkeypatch.setattr(hub, "_spin_for", spun)
+        rearmed_then(hub, monkeypatch, gate.open)  # (the reactor then reports the landing)
         expect(stream, 100_000)  # 0.1 ms: the gate holds the work past the window
         before = cuasync.stats()
         with anyio.fail_after(30):  # (no wake set: nothing would open the gate)
@@ -159,10 +177,10 @@ async def test_a_wake_that_looks_after_the_landing_is_counted_late(anyio_backend
 async def test_the_early_wake_keeps_the_gil_only_for_a_launch(
     anyio_backend, stream, monkeypatch
 ) -> None:
-    """The early wake's spin passes the hub's hold (``spin_wait``'s ``hold_ns``: on CUDA
-    the GIL kept through the window) for a launch the native core awaits (its key: the
-    kernel and grid), whose work only the device does, and none for a generic op (an
-    upload from pageable memory waits for Python threads; every op without the core).
+    """The early wake's spin keeps the GIL for the hub's hold (``Pending.hold``: on CUDA
+    through the window) for a launch the native core awaits (its key: the kernel and
+    grid), whose work only the device does, and not at all for a generic op (an upload
+    from pageable memory waits for Python threads; every op without the core).
 
     A wake that runs after its window (a late timer on a loaded host) spins not at all:
     each part tries until one spun."""
@@ -175,47 +193,36 @@ async def test_the_early_wake_keeps_the_gil_only_for_a_launch(
     assert hub.spin_hold_ns == (0 if hub.backend.python_writes_flags else SPIN_HOLD_NS)
     assert hub.backend.python_writes_flags is (hub.backend.name == "emulator")
     monkeypatch.setattr(hub, "spin_hold_ns", 1)  # (1 ns: harmless where flags need the GIL)
-    holds: list[tuple[str, int]] = []
-    real, spin_for = hub.native.spin_wait, hub._spin_for
-    # (the key's kind of the wake spinning now, None outside one; the gate it opens)
-    what: list[Any] = [None, None]
+    entries = learnt_entries(monkeypatch)
+    gates: list[Any] = []
+    rearmed_then(hub, monkeypatch, lambda: gates and gates[-1].open())
 
-    def spy(address: int, gen: int, budget: int, hold: int = 0) -> bool:
-        if budget and what[0] is not None:  # (the wake's window, not an inline spin)
-            holds.append((what[0], hold))
-        return bool(real(address, gen, budget, hold))
-
-    def spun(entry: wake.Pending) -> bool:
-        what[0] = "launch" if wake.is_launch(entry.key) else "generic"
-        try:
-            landed = spin_for(entry)
-        finally:
-            what[0] = None
-        if what[1] is not None:
-            what[1].open()  # (after the window: the reactor reports the landing)
-        return landed
+    def holds() -> set[tuple[str, int]]:  # (each wake that spun: its key's kind, its hold)
+        return {
+            ("launch" if wake.is_launch(e.key) else "generic", e.hold)
+            for e in entries
+            if e.seen or e.lo
+        }
 
     x = np.arange(1000.0)
     await cuasync.from_host(x)  # (its path warm before a gate holds the stream)
-    monkeypatch.setattr(hub.native, "spin_wait", spy)
-    monkeypatch.setattr(hub, "_spin_for", spun)
     for _ in range(10):
         with ct.gate(stream) as gate:
-            what[1] = gate
+            gates.append(gate)  # (opened after the window: the reactor reports it)
             expect(stream, 1_000_000, dev=60_000)  # steady: a window of 200 us and more
             with anyio.fail_after(30):
                 await cuasync.from_host(x)  # (the only task: nothing else ready)
-        if holds:
+        if holds():
             break
-    what[1] = None
-    assert set(holds) == {("generic", 0)}
+    gates.clear()
+    assert holds() == {("generic", 0)}
     for _ in range(40):  # (the kernel's length learnt, then a wake that spins)
         await spin_ns[1, 1](2_000_000)
-        if len(holds) > 1:
+        if len(holds()) > 1:
             break
-    assert set(holds) <= {("generic", 0), ("launch", 1)}  # (each kind its own hold)
+    assert holds() <= {("generic", 0), ("launch", 1)}  # (each kind its own hold)
     if express._core() is not None:  # (with the core, a kernel's await is a launch's)
-        assert ("launch", 1) in holds
+        assert ("launch", 1) in holds()
 
 
 async def test_an_estimate_too_late_is_overtaken_by_the_reactor(anyio_backend, stream) -> None:
