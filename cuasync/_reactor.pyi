@@ -483,6 +483,9 @@ class CompletionCore:
     gen: int
     address: int
     armed_at: float
+    def finish(self, path: str, /) -> None:
+        """The work completed: realize the output, release what it used, call the
+        waiters (nothing where it is no longer pending)."""
 
 @disjoint_base
 class TensorOpCore(OpCore):

@@ -212,6 +212,17 @@ class LoopAdapter(Protocol):
 _STATE_LOCK = threading.RLock()
 
 
+def _run_checks(ctx: Any) -> None:
+    """Run ``ctx``'s checks (:meth:`ExecutionContext.check_when_done`); the first error
+    goes to its error box, where the submission and any op sharing it find it."""
+    for check in ctx.checks:
+        try:
+            check()
+        except BaseException as exc:
+            ctx.error_box().append(exc)
+            return
+
+
 class Completion(CompletionCore):
     """One submitted execution, tracked until its completion is observed.
 
@@ -220,7 +231,12 @@ class Completion(CompletionCore):
     """
 
     # ctx, out, stream, device, seq, slot (-1: none), gen, address and armed_at are the
-    # native base's fields (``CompletionCore``: the native core makes completions)
+    # native base's fields (``CompletionCore``: the native core makes completions), and
+    # ``finish(path)`` is its method: the work completed, so the output is realized,
+    # what it used released (``Hub.release``) and the waiters called (the trace's end
+    # and the context's checks, which it calls where there are any, are these two)
+    _end_flight = staticmethod(end_flight)
+    _run_checks = staticmethod(_run_checks)
     state = PENDING
     value: Any = None
     error: BaseException | None = None
@@ -321,42 +337,6 @@ class Completion(CompletionCore):
             self.value = None
 
     # -- resolution ----------------------------------------------------------------------
-    def finish(self, path: str) -> None:
-        """The work completed: realize the output, release what it used, wake waiters."""
-        with self._lock:
-            if self.state != PENDING:
-                return
-            self.state = FINISHING
-            ctx, out = self.ctx, self.out
-            self.ctx = self.out = None
-        assert ctx is not None and out is not None
-        if self.trace is not None:
-            end_flight(self)
-        stream, seq = self.stream, ctx.seq
-        if seq > stream._completed:  # (stream._mark_completed, inline: every op passes here)
-            stream._completed = seq
-        error: BaseException | None = None
-        if ctx.checks and not ctx.errors:
-            _run_checks(ctx)
-        if ctx.errors:
-            value, error = None, ctx.errors[0]
-        else:
-            try:
-                value = out.get()  # map/inspect functions run here, outside any lock
-            except BaseException as exc:
-                value, error = None, exc
-        del ctx, out  # releases every retained object now that the device is done with them
-        if self.abandoned:
-            value = None
-        hub = PROCESS.hub
-        if hub is not None:
-            hub.release(self, path)
-        with self._lock:
-            self.value, self.error, self.path = value, error, path
-            self.state = DONE if error is None else FAILED
-            waiters, self._waiters = self._waiters, None
-        self._wake(waiters)
-
     def fail(self, error: BaseException) -> None:
         """The work will never complete (device fault): resolve with ``error``.
 
@@ -1138,8 +1118,9 @@ def suspend(
     spin ends (it neither spins nor scans for it meanwhile: the CPU a long wait costs).
     """
     wake, parked = adapter.park()
-    entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key, since)
-    try:
+    entry = None
+    try:  # (a plan that raised leaves the completion to the background watcher too)
+        entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key, since)
         hub.watch(comp, adapter, wake, _wake.quiet_until(entry), _wake.watched(entry))
         if entry is not None and entry.due and not _wake.start(entry):
             hub.unquiet(comp, adapter)  # (no timer looks at it: the reactor does)
@@ -1182,17 +1163,6 @@ def stats() -> Stats:
     """
     hub = get_hub()
     return hub.snapshot()
-
-
-def _run_checks(ctx: Any) -> None:
-    """Run ``ctx``'s checks (:meth:`ExecutionContext.check_when_done`); the first error
-    goes to its error box, where the submission and any op sharing it find it."""
-    for check in ctx.checks:
-        try:
-            check()
-        except BaseException as exc:
-            ctx.error_box().append(exc)
-            return
 
 
 # (what the native core asks where the hub has no answer for a device yet)

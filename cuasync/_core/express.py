@@ -202,7 +202,15 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     returned; :data:`GENERIC`: the core declined it; None: there was no core): stepping
     aside in a burst, settling, parking, or the generic path. The native
     ``_Launch.__await__`` (``_reactor.LaunchAwait``) returns this for work that did not
-    land in its spin."""
+    land in its spin; where the core made its completion (:data:`Parked`: an await that
+    did not land in its spin), it only parks."""
+    if sent.__class__ is tuple and len(sent) == 3:  # (the common case of a parked await)
+        hub, comp, spin_us = sent
+        # when the wait began: the launch was just made, and spun on for spin_us
+        since = monotonic_ns() - (spin_us or 0) * 1000
+        if comp.landed():  # (since the spin)
+            comp.finish(INLINE)
+        return (yield from _park_launch(op, hub, comp, adapter, spin_us, since))
     if sent is GENERIC and op._prepared.__class__ is Unprepared:
         # a first use the core declined: prepared off the loop, then the core again
         yield from _first_use(op, adapter)
@@ -253,6 +261,16 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     if comp is None:  # (the path of most awaits)
         adapter.long_ops = False
         return output
+    return (yield from _park_launch(op, hub, comp, adapter, spin_us, since))
+
+
+def _park_launch(
+    op: Any, hub: Any, comp: Completion, adapter: Any, spin_us: int | None, since: int
+) -> Generator[Any, Any, Any]:
+    """Park the await of the launch ``op`` until ``comp`` is finished (not where it is
+    already), its wait begun at ``since`` after a spin of ``spin_us`` (None: skipped);
+    the output, or its error raised. Cancelled, the op lets go of what it holds and the
+    completion goes to the background watcher."""
     if comp.state < DONE:  # not landed within the spin (or another thread is finishing
         # it: a stale report of the slot drained elsewhere; that finish wakes it): parked
         if spin_us is not None:
@@ -419,6 +437,10 @@ def _completion_of(
 Sent = tuple[
     Any, "_Box | None", int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"
 ]
+#: What it returns for an await whose launch did not land within its spin (made at once,
+#: no error): ``(hub, completion, spin_us)``, the completion made in C, armed in the
+#: hub's table (:func:`_finish_await` parks on it).
+Parked = tuple[Any, Completion, "int | None"]
 #: The core's submission of another kind of op: ``(op, stream, spin, adapter)`` to
 #: :data:`Sent`, None (declined: the generic path takes the op) or, for an upload the
 #: core settled within an await's or a blocking call's spin, the output itself.

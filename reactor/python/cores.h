@@ -128,6 +128,11 @@ typedef struct {
 #define OUTPUT(o) ((OutputCore *)(o))
 #define FUTURE(o) ((FutureCore *)(o))
 #define COMPLETION(o) ((CompletionCore *)(o))
+
+/* CompletionCore.finish (completion.c): the work landed; its entry in the type's methods */
+PyObject *completion_finish(PyObject *self, PyObject *path);
+extern const char completion_finish_doc[];
+#define COMPLETION_METHODS {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},
 #define HUB(o) ((HubCore *)(o))
 #define BACKEND(o) ((BackendCore *)(o))
 

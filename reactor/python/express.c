@@ -411,12 +411,13 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
     return r;
 }
 
-/* The future of a launch submitted with no spin (MODE_FUTURE): express._completion_of
- * and DeviceFuture(comp), in C. Its Completion retains the op's allocations, has the
- * launch's error box as its context's errors, and takes slot s of the hub's table. */
+/* The Completion of a launch that did not land within its spin (express._completion_of,
+ * in C: a future's, MODE_FUTURE, and a parked await's): it retains the op's allocations,
+ * has the launch's error box as its context's errors, and takes slot s of the hub's
+ * table. A new reference, or NULL with an error set. */
 static PyObject *
-make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
-            Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
+make_completion(Express *self, PyObject *op, PyObject *stream, PyObject *box,
+                Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
 {
     /* (read again: Python may have run; held, since the allocations below may collect) */
     PyObject *tensors = LAUNCH(op)->tensors;
@@ -429,7 +430,7 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     Py_INCREF(tensors);
     Py_INCREF(output);
     Py_INCREF(device);
-    PyObject *future = NULL;
+    PyObject *made = NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(tensors);
     PyObject *retained = PyList_New(n);
     if (retained == NULL)
@@ -477,13 +478,12 @@ make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
     k->gen = gen;
     k->address = address;
     k->armed_at = (double)now_ns() / 1e9; /* (time.monotonic) */
-    /* hub.table[slot] = comp, before the future: a future dropped here would hand the
-     * completion to the watcher, which frees the slot that _core_abandon frees too */
+    /* hub.table[slot] = comp, before its future or its await's park: one dropped here
+     * would hand the completion to the watcher, which frees the slot that _core_abandon
+     * frees too */
     if (ledger_arm(self->slots, s, comp) < 0)
         goto done;
-    if ((future = REGISTERED(FUTURE)->tp_alloc(REGISTERED(FUTURE), 0)) == NULL)
-        goto done;
-    field_set(&FUTURE(future)->comp, Py_NewRef(comp));
+    made = Py_NewRef(comp);
 done:
     Py_DECREF(ctx);
     Py_XDECREF(out);
@@ -492,6 +492,23 @@ held:
     Py_DECREF(tensors);
     Py_DECREF(output);
     Py_DECREF(device);
+    return made;
+}
+
+/* The future of a launch submitted with no spin (MODE_FUTURE): DeviceFuture(comp) of
+ * its make_completion. */
+static PyObject *
+make_future(Express *self, PyObject *op, PyObject *stream, PyObject *box,
+            Py_ssize_t s, uint32_t gen, uintptr_t address, PyObject *seq)
+{
+    PyObject *comp = make_completion(self, op, stream, box, s, gen, address, seq);
+    if (comp == NULL)
+        return NULL;
+    PyObject *future = REGISTERED(FUTURE)->tp_alloc(REGISTERED(FUTURE), 0);
+    if (future != NULL)
+        field_set(&FUTURE(future)->comp, comp);
+    else
+        Py_DECREF(comp);
     return future;
 }
 
@@ -912,6 +929,23 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         goto unsettled_error;
     if (mode == MODE_FUTURE) {
         result = make_future(self, op, stream, box, s, gen, address, seq);
+    }
+    else if (mode == MODE_AWAIT && !landed) {
+        /* a parked await: its Completion made here, and (hub, comp, spin) for
+         * express._finish_await to park on (spin: the inline spin's microseconds, None
+         * where the spin policy skipped it) */
+        PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
+        PyObject *comp = NULL;
+        if (spin_item != NULL && (box != NULL || (box = PyObject_CallNoArgs(self->box_type)) != NULL))
+            comp = make_completion(self, op, stream, box, s, gen, address, seq);
+        if (comp != NULL)
+            result = PyTuple_Pack(3, self->hub, comp, spin_item);
+        Py_XDECREF(spin_item);
+        if (comp != NULL && result == NULL) { /* (armed in the table: the watcher's now) */
+            Py_DECREF(comp);
+            goto unsettled_error;
+        }
+        Py_XDECREF(comp);
     }
     else {
         PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);

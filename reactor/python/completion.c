@@ -1,0 +1,298 @@
+/*
+ * A Completion's finish (CompletionCore.finish, the base of cuasync/_core/completion.py's
+ * Completion): the work landed, so its output is realized, what it used is released
+ * (the hub's release: the counters, the slot back to the ledger) and its waiters are
+ * called. Every path that sees work land ends here (an inline spin, the reactor's report,
+ * the early wake, a host callback, a blocking wait), on the thread that saw it. Python
+ * runs only where the completion asks for it: its trace, its checks, an output with a
+ * function of its own, and the waiters.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "cores.h"
+#include "module.h"
+
+/* Completion states (completion.py: PENDING, FINISHING, DONE, FAILED) */
+enum { PENDING = 0, FINISHING = 1, DONE = 2, FAILED = 3 };
+
+static PyObject *s_lock, *s_acquire, *s_release, *s_state, *s_value, *s_error, *s_path,
+    *s_waiters, *s_abandoned, *s_trace, *s_end_flight, *s_run_checks, *s_get, *s_release_comp,
+    *s_seq, *s_checks, *s_errors, *s_completed;
+static PyObject *i_states[4];
+
+static int
+intern_finish_names(void)
+{
+    if (s_errors != NULL)
+        return 0;
+    struct {
+        PyObject **at;
+        const char *name;
+    } names[] = {
+        {&s_lock, "_lock"},         {&s_acquire, "acquire"},
+        {&s_release, "release"},    {&s_state, "state"},
+        {&s_value, "value"},        {&s_error, "error"},
+        {&s_path, "path"},          {&s_waiters, "_waiters"},
+        {&s_abandoned, "abandoned"}, {&s_trace, "trace"},
+        {&s_end_flight, "_end_flight"}, {&s_run_checks, "_run_checks"},
+        {&s_get, "get"},            {&s_release_comp, "release"},
+        {&s_seq, "seq"},            {&s_checks, "checks"},
+        {&s_errors, "errors"},      {&s_completed, "_completed"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    for (int i = 0; i < 4; i++)
+        if (i_states[i] == NULL && (i_states[i] = PyLong_FromLong(i)) == NULL)
+            return -1;
+    return 0;
+}
+
+/* lock.acquire() or lock.release(): 0 or -1 */
+static int
+lock_call(PyObject *lock, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(lock, name);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* The completion's state as a C int: 0..3, or -1 with an error set. */
+static int
+state_of(PyObject *self)
+{
+    PyObject *state = PyObject_GetAttr(self, s_state);
+    if (state == NULL)
+        return -1;
+    long v = PyLong_AsLong(state);
+    Py_DECREF(state);
+    return v == -1 && PyErr_Occurred() ? -1 : (int)v;
+}
+
+/* Step 1, under the lock: PENDING -> FINISHING, its ctx and out taken (new references in
+ * *ctx and *out). 1 taken, 0 not pending (someone else finishes it), -1 an error. */
+static int
+take_pending(PyObject *self, PyObject **ctx, PyObject **out)
+{
+    int state = state_of(self);
+    if (state != PENDING)
+        return state < 0 ? -1 : 0;
+    if (PyObject_SetAttr(self, s_state, i_states[FINISHING]) < 0)
+        return -1;
+    CompletionCore *c = COMPLETION(self);
+    *ctx = c->ctx != NULL ? c->ctx : Py_NewRef(Py_None);
+    *out = c->out != NULL ? c->out : Py_NewRef(Py_None);
+    c->ctx = Py_NewRef(Py_None);
+    c->out = Py_NewRef(Py_None);
+    return 1;
+}
+
+/* The work's output, or NULL with *error set to why not (a new reference: the context's
+ * first error, or what realizing the output raised); -1 on an error of finish's own. */
+static int
+realize(PyObject *self, PyObject *ctx, PyObject *out, PyObject **value, PyObject **error)
+{
+    *value = *error = NULL;
+    PyObject *checks = PyObject_GetAttr(ctx, s_checks);
+    if (checks == NULL)
+        return -1;
+    int any = PyObject_IsTrue(checks);
+    Py_DECREF(checks);
+    if (any < 0)
+        return -1;
+    PyObject *errors = PyObject_GetAttr(ctx, s_errors);
+    if (errors == NULL)
+        return -1;
+    int failed = PyObject_IsTrue(errors);
+    if (failed < 0) {
+        Py_DECREF(errors);
+        return -1;
+    }
+    if (any && !failed) { /* (completion._run_checks: the first error goes to its box) */
+        PyObject *run = PyObject_GetAttr(self, s_run_checks);
+        PyObject *r = run == NULL ? NULL : PyObject_CallOneArg(run, ctx);
+        Py_XDECREF(run);
+        if (r == NULL) {
+            Py_DECREF(errors);
+            return -1;
+        }
+        Py_DECREF(r);
+        Py_SETREF(errors, PyObject_GetAttr(ctx, s_errors)); /* (its box, made now) */
+        if (errors == NULL || (failed = PyObject_IsTrue(errors)) < 0) {
+            Py_XDECREF(errors);
+            return -1;
+        }
+    }
+    if (failed) {
+        *error = PySequence_GetItem(errors, 0);
+        Py_DECREF(errors);
+        return *error == NULL ? -1 : 0;
+    }
+    Py_DECREF(errors);
+    /* an output known at submission (the core's own Output, output._Ready: its value
+     * given, no function) is read here; any other runs its get(), whose error is kept as
+     * the work's */
+    PyTypeObject *output_t = REGISTERED(OUTPUT);
+    if (output_t != NULL && PyObject_TypeCheck(out, output_t) && OUTPUT(out)->fn == NULL &&
+        OUTPUT(out)->value != NULL) { /* (no function ever: its value was given) */
+        *value = Py_NewRef(OUTPUT(out)->value);
+        return 0;
+    }
+    *value = PyObject_CallMethodNoArgs(out, s_get);
+    if (*value == NULL) {
+        SAVE_ERROR(saved);
+#if PY_VERSION_HEX >= 0x030C0000
+        *error = saved;
+#else
+        PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
+        if (saved_tb != NULL)
+            PyException_SetTraceback(saved_value, saved_tb);
+        *error = saved_value;
+        Py_XDECREF(saved_type);
+        Py_XDECREF(saved_tb);
+#endif
+    }
+    return 0;
+}
+
+/* stream._completed = max(stream._completed, seq) (Stream._mark_completed): 0 or -1 */
+static int
+mark_completed(PyObject *stream, PyObject *seq)
+{
+    if (is_stream(stream)) {
+        PyObject *completed = STREAM(stream)->completed;
+        int later = completed == NULL ? 1 : PyObject_RichCompareBool(seq, completed, Py_GT);
+        if (later > 0)
+            field_set(&STREAM(stream)->completed, Py_NewRef(seq));
+        return later < 0 ? -1 : 0;
+    }
+    PyObject *completed = PyObject_GetAttr(stream, s_completed); /* (another kind of stream) */
+    int later = completed == NULL ? -1 : PyObject_RichCompareBool(seq, completed, Py_GT);
+    Py_XDECREF(completed);
+    return later > 0 ? PyObject_SetAttr(stream, s_completed, seq) : later;
+}
+
+/* The waiters taken from _waiters, called (one alone, or a list of them): 0 or -1 */
+static int
+wake_waiters(PyObject *self, PyObject *waiters)
+{
+    if (waiters == Py_None)
+        return 0;
+    if (!PyList_CheckExact(waiters)) {
+        PyObject *r = PyObject_CallOneArg(waiters, self);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
+        PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(waiters, i), self);
+        Py_XDECREF(r);
+        if (r == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Step 3, under the lock: the outcome stored, DONE or FAILED, the waiters taken (a new
+ * reference in *waiters). 0 or -1. */
+static int
+store_outcome(PyObject *self, PyObject *value, PyObject *error, PyObject *path,
+              PyObject **waiters)
+{
+    if (PyObject_SetAttr(self, s_value, value) < 0 ||
+        PyObject_SetAttr(self, s_error, error != NULL ? error : Py_None) < 0 ||
+        PyObject_SetAttr(self, s_path, path) < 0 ||
+        PyObject_SetAttr(self, s_state, i_states[error == NULL ? DONE : FAILED]) < 0)
+        return -1;
+    if ((*waiters = PyObject_GetAttr(self, s_waiters)) == NULL)
+        return -1;
+    return PyObject_SetAttr(self, s_waiters, Py_None);
+}
+
+PyObject *
+completion_finish(PyObject *self, PyObject *path)
+{
+    if (intern_finish_names() < 0)
+        return NULL;
+    PyObject *lock = PyObject_GetAttr(self, s_lock);
+    if (lock == NULL)
+        return NULL;
+    PyObject *ctx = NULL, *out = NULL, *value = NULL, *error = NULL, *waiters = NULL, *r = NULL;
+    Py_INCREF(self); /* (held: the waiters may drop the last reference) */
+    if (lock_call(lock, s_acquire) < 0)
+        goto done;
+    int taken = take_pending(self, &ctx, &out);
+    if (lock_call(lock, s_release) < 0 || taken < 0)
+        goto done;
+    if (!taken) {
+        r = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *trace = PyObject_GetAttr(self, s_trace);
+    if (trace == NULL)
+        goto done;
+    if (trace != Py_None) { /* (its NVTX range ends: trace.end_flight) */
+        PyObject *end = PyObject_GetAttr(self, s_end_flight);
+        PyObject *ended = end == NULL ? NULL : PyObject_CallOneArg(end, self);
+        Py_XDECREF(end);
+        Py_DECREF(trace);
+        if (ended == NULL)
+            goto done;
+        Py_DECREF(ended);
+    }
+    else
+        Py_DECREF(trace);
+    /* (stream._mark_completed, inline: every op passes here) */
+    PyObject *stream = COMPLETION(self)->stream;
+    PyObject *seq = PyObject_GetAttr(ctx, s_seq);
+    if (seq == NULL)
+        goto done;
+    int marked = stream == NULL ? 0 : mark_completed(stream, seq);
+    Py_DECREF(seq);
+    if (marked < 0)
+        goto done;
+    if (realize(self, ctx, out, &value, &error) < 0)
+        goto done;
+    Py_CLEAR(ctx); /* releases every retained object now that the device is done with them */
+    Py_CLEAR(out);
+    PyObject *abandoned = PyObject_GetAttr(self, s_abandoned);
+    int dropped = abandoned == NULL ? -1 : PyObject_IsTrue(abandoned);
+    Py_XDECREF(abandoned);
+    if (dropped < 0)
+        goto done;
+    if (dropped || value == NULL)
+        Py_XSETREF(value, Py_NewRef(Py_None));
+    PyObject *hub = PROCESS(process_of(self))->hub;
+    if (hub != NULL && hub != Py_None) {
+        Py_INCREF(hub);
+        PyObject *released = PyObject_CallMethodObjArgs(hub, s_release_comp, self, path, NULL);
+        Py_DECREF(hub);
+        if (released == NULL)
+            goto done;
+        Py_DECREF(released);
+    }
+    if (lock_call(lock, s_acquire) < 0)
+        goto done;
+    int stored = store_outcome(self, value, error, path, &waiters);
+    if (lock_call(lock, s_release) < 0 || stored < 0)
+        goto done;
+    if (wake_waiters(self, waiters) < 0)
+        goto done;
+    r = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(waiters);
+    Py_XDECREF(value);
+    Py_XDECREF(error);
+    Py_XDECREF(ctx);
+    Py_XDECREF(out);
+    Py_DECREF(lock);
+    Py_DECREF(self);
+    return r;
+}
+
+const char completion_finish_doc[] =
+    "finish($self, path, /)\n--\n\n"
+    "The work completed (``path``: how it was seen: inline, reactor, early_wake, ...): "
+    "realize the output (the context's first error instead, where it has one; its checks "
+    "run first), release what it used (``hub.release``), store the outcome and call the "
+    "waiters. Nothing where it is no longer pending.";
