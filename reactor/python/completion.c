@@ -262,7 +262,10 @@ completion_finish(PyObject *self, PyObject *path)
         goto done;
     if (dropped || value == NULL)
         Py_XSETREF(value, Py_NewRef(Py_None));
-    PyObject *hub = PROCESS(process_of(self))->hub;
+    PyObject *process = process_of(self);
+    if (process == NULL)
+        goto done;
+    PyObject *hub = PROCESS(process)->hub;
     if (hub != NULL && hub != Py_None) {
         Py_INCREF(hub);
         PyObject *released = PyObject_CallMethodObjArgs(hub, s_release_comp, self, path, NULL);

@@ -567,6 +567,10 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
     int landed = left > 0 && spin_flag(word, gen, (uint64_t)left, (uint64_t)hold);
     long long end = (long long)now_ns();
     PyObject *stats = HUB(hub)->stats;
+    if (stats == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "spin_early: the hub has no stats");
+        return -1;
+    }
     if (count(stats, s_early_spin_ns, end - start, 0) < 0 ||
         count(stats, s_early_spin_max_ns, end - start, 1) < 0)
         return -1;
