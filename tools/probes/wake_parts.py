@@ -32,6 +32,10 @@ work beside ``stream.synchronize()``.
     python3 tools/probes/wake_parts.py backoff      # 100 us, 20 us, 5 us, 1 us: a process each
     python3 tools/probes/wake_parts.py 20000        # one backoff setting, this process
     python3 tools/probes/wake_parts.py event        # the blocking-event waiter only
+    python3 tools/probes/wake_parts.py summarize F  # medians of cpu runs saved in F by side
+
+Two trees on one machine: ``tools/probes/tree_ab.sh BEFORE_DIR 3 -- python3
+tools/probes/wake_parts.py cpu > ab.txt``, then ``summarize ab.txt``.
 """
 
 from __future__ import annotations
@@ -709,6 +713,54 @@ def profile(n: int = 40) -> None:
         asyncio.run(bare(int(ms * 1e6)))
 
 
+def summarize(path: str) -> None:
+    """Medians of ``cpu`` runs saved in one file under ``## SIDE ...`` headers (as
+    ``tools/probes/tree_ab.sh`` writes them: before, after): per side, each loop and spin
+    case's process CPU and µs an await, and each step's loop-thread p50 over all cases
+    and rounds, side by side."""
+    import re
+    import statistics
+
+    line_re = re.compile(
+        r"(asyncio|uvloop)\s+(inline spin|no inline spin)\s+process CPU\s+([\d.]+) % =\s+"
+        r"([\d.]+) us/await.*?p50 us: (.*)"
+    )
+    cases: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    steps: dict[str, dict[str, list[float]]] = {}
+    side = None
+    with open(path) as f:
+        lines = f.readlines()
+    for line in lines:
+        head = re.match(r"## (\w+)", line)
+        if head:
+            side = head.group(1)
+            continue
+        m = line_re.match(line)
+        if m is None or side is None:
+            continue
+        cases.setdefault((side, m.group(1), m.group(2)), []).append(
+            (float(m.group(3)), float(m.group(4)))
+        )
+        for part in m.group(5).split(", "):
+            name, value = part.rsplit(" ", 1)
+            steps.setdefault(name, {}).setdefault(side, []).append(float(value))
+    sides = list(dict.fromkeys(s for s, _, _ in cases))  # (in the order they ran)
+    for key in sorted(cases, key=lambda k: (sides.index(k[0]), k[1], k[2])):
+        runs = cases[key]
+        print(
+            f"{key[0]:<8} {key[1]:<8} {key[2]:<15} process CPU median "
+            f"{statistics.median(r[0] for r in runs):5.1f} % "
+            f"({min(r[0] for r in runs):.1f}-{max(r[0] for r in runs):.1f}), "
+            f"{statistics.median(r[1] for r in runs):6.1f} us/await, {len(runs)} runs"
+        )
+    print("step (loop thread p50, us an await; median over cases and rounds): " + " / ".join(sides))
+    for name, by_side in steps.items():
+        cells = [
+            f"{statistics.median(by_side[s]):6.1f}" if s in by_side else "     -" for s in sides
+        ]
+        print(f"  {name:<14}" + "".join(cells))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["event"]:
         blocking_event()
@@ -720,6 +772,8 @@ if __name__ == "__main__":
         cpu()
     elif sys.argv[1:] == ["profile"]:
         profile()
+    elif sys.argv[1:2] == ["summarize"] and len(sys.argv) == 3:
+        summarize(sys.argv[2])
     elif sys.argv[1:] == ["backoff"]:
         for setting in SETTINGS:
             subprocess.run([sys.executable, __file__, str(setting)], check=False)
