@@ -423,6 +423,9 @@ class HubCore:
     def spin_early(self, entry: Pending, /) -> None:
         """A due early wake of ``entry.comp``'s loop: spin until ``entry.until``, finish
         it here where it lands, else arm it again for the reactor."""
+    def release(self, comp: Any, path: str, /) -> None:
+        """What the finished ``comp`` used, given back: ``path``'s counter, its slot
+        taken back from the reactor and returned to the ledger."""
 
 @disjoint_base
 class BackendCore:

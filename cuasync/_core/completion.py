@@ -936,35 +936,16 @@ class Hub(HubCore):
             comp.fail(fresh(error))  # one object per waiter: each is raised on its own
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def release(self, comp: Completion, path: str) -> None:
-        stats = self.stats
-        if path == INLINE:
-            stats.completed_inline += 1
-        elif path == REACTOR:
-            stats.completed_reactor += 1
-        elif path in (EARLY, EARLY_LATE):
-            stats.early_wakes += 1
-            if path == EARLY_LATE:
-                stats.early_late += 1
-        elif path == CALLBACK:
-            stats.completed_host_callback += 1
-        else:
-            stats.completed_blocking += 1
-        slot = comp.slot
-        if slot >= 0:
-            if comp.watcher is not None:
-                # It was armed: take it back before the slot is free, even on the reactor
-                # path. A drain can hold a report left over from the slot's previous
-                # user, which finishes this one once its own flag has landed but before
-                # the reactor has seen it: its entry is still armed then, and the slot's
-                # next user would find it so ("slot N is already armed").
-                self.reactor.disarm(slot)
-            self.slots.release(slot)
-        else:
-            with self.lock:
-                self.callback_pending.discard(comp)
-                if comp.signal:
-                    self.signals.pop(comp.signal, None)
+    # ``release(comp, path)`` is the native base's (``HubCore``): what a finished
+    # completion used, given back (the path's counter, the slot back to the ledger),
+    # called by its finish; a host-callback completion's entries go here:
+    def _release_callback(self, comp: Completion) -> None:
+        """A finished host-callback completion: out of the pending set and the signal
+        table."""
+        with self.lock:
+            self.callback_pending.discard(comp)
+            if comp.signal:
+                self.signals.pop(comp.signal, None)
 
     def forget(self, comp: Completion) -> None:
         """A failed completion: its slot is retired (its flag may never land)."""

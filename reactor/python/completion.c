@@ -11,15 +11,18 @@
 #include <Python.h>
 
 #include "cores.h"
+#include "ledger.h"
 #include "module.h"
 
 /* Completion states (completion.py: PENDING, FINISHING, DONE, FAILED) */
 enum { PENDING = 0, FINISHING = 1, DONE = 2, FAILED = 3 };
 
+/* -- CompletionCore.finish ----------------------------------------------------------- */
+
 static PyObject *s_lock, *s_acquire, *s_release, *s_state, *s_value, *s_error, *s_path,
     *s_waiters, *s_abandoned, *s_trace, *s_end_flight, *s_run_checks, *s_get, *s_release_comp,
     *s_seq, *s_checks, *s_errors, *s_completed;
-static PyObject *i_states[4];
+static PyObject *i_states[4], *i_one;
 
 static int
 intern_finish_names(void)
@@ -46,6 +49,8 @@ intern_finish_names(void)
     for (int i = 0; i < 4; i++)
         if (i_states[i] == NULL && (i_states[i] = PyLong_FromLong(i)) == NULL)
             return -1;
+    if (i_one == NULL && (i_one = PyLong_FromLong(1)) == NULL)
+        return -1;
     return 0;
 }
 
@@ -208,6 +213,135 @@ store_outcome(PyObject *self, PyObject *value, PyObject *error, PyObject *path,
         return -1;
     return PyObject_SetAttr(self, s_waiters, Py_None);
 }
+
+/* -- HubCore.release: what a finished completion used, given back ---------------------- */
+
+static PyObject *s_stats, *s_watcher, *s_reactor, *s_disarm, *s_release_callback,
+    *s_completed_inline, *s_completed_reactor, *s_early_wakes, *s_early_late,
+    *s_completed_host_callback, *s_completed_blocking;
+
+static int
+intern_release_names(void)
+{
+    if (s_completed_blocking != NULL)
+        return 0;
+    struct {
+        PyObject **at;
+        const char *name;
+    } names[] = {
+        {&s_stats, "stats"},
+        {&s_watcher, "watcher"},
+        {&s_reactor, "reactor"},
+        {&s_disarm, "disarm"},
+        {&s_release_callback, "_release_callback"},
+        {&s_completed_inline, "completed_inline"},
+        {&s_completed_reactor, "completed_reactor"},
+        {&s_early_wakes, "early_wakes"},
+        {&s_early_late, "early_late"},
+        {&s_completed_host_callback, "completed_host_callback"},
+        {&s_completed_blocking, "completed_blocking"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+/* stats.name += 1 (under the GIL, in one step: no other thread's count is lost): 0, -1 */
+static int
+count_one(PyObject *stats, PyObject *name)
+{
+    PyObject *was = PyObject_GetAttr(stats, name);
+    PyObject *now = was == NULL ? NULL : PyNumber_Add(was, i_one);
+    Py_XDECREF(was);
+    int r = now == NULL ? -1 : PyObject_SetAttr(stats, name, now);
+    Py_XDECREF(now);
+    return r;
+}
+
+/* The counter of a finish's path (completion.py's INLINE, REACTOR, EARLY, EARLY_LATE,
+ * CALLBACK; anything else a blocking wait's): 0 or -1 */
+static int
+count_path(PyObject *stats, PyObject *path)
+{
+    static const struct {
+        const char *path;
+        PyObject **counter;
+    } paths[] = {
+        {"inline", &s_completed_inline},        {"reactor", &s_completed_reactor},
+        {"early_wake", &s_early_wakes},         {"early_wake_late", &s_early_wakes},
+        {"host_callback", &s_completed_host_callback},
+    };
+    if (PyUnicode_Check(path))
+        for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+            if (PyUnicode_CompareWithASCIIString(path, paths[i].path) == 0) {
+                if (count_one(stats, *paths[i].counter) < 0)
+                    return -1;
+                return i == 3 ? count_one(stats, s_early_late) : 0; /* (late: both) */
+            }
+    return count_one(stats, s_completed_blocking);
+}
+
+PyObject *
+hub_release(PyObject *hub, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("release", nargs, 2) < 0 || intern_finish_names() < 0 ||
+        intern_release_names() < 0)
+        return NULL;
+    PyObject *comp = args[0], *path = args[1];
+    PyTypeObject *completion_t = REGISTERED(COMPLETION);
+    if (completion_t == NULL || !PyObject_TypeCheck(comp, completion_t))
+        return PyErr_Format(PyExc_TypeError, "release() takes a Completion, not %.100s",
+                            Py_TYPE(comp)->tp_name);
+    PyObject *stats = HUB(hub)->stats;
+    if (stats == NULL || count_path(stats, path) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "release: the hub has no stats");
+        return NULL;
+    }
+    Py_ssize_t slot = COMPLETION(comp)->slot;
+    if (slot < 0) { /* a host callback's: the hub's pending set and signal table (Python) */
+        PyObject *r = PyObject_CallMethodOneArg(hub, s_release_callback, comp);
+        return r;
+    }
+    PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
+    if (watcher == NULL)
+        return NULL;
+    Py_DECREF(watcher);
+    if (watcher != Py_None) {
+        /* It was armed: take it back before the slot is free, even on the reactor path. A
+         * drain can hold a report left over from the slot's previous user, which finishes
+         * this one once its own flag has landed but before the reactor has seen it: its
+         * entry is still armed then, and the slot's next user would find it so ("slot N is
+         * already armed"). */
+        PyObject *reactor = PyObject_GetAttr(hub, s_reactor);
+        PyObject *n = reactor == NULL ? NULL : PyLong_FromSsize_t(slot);
+        PyObject *r = n == NULL ? NULL : PyObject_CallMethodOneArg(reactor, s_disarm, n);
+        Py_XDECREF(n);
+        Py_XDECREF(reactor);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    PyObject *slots = HUB(hub)->slots;
+    if (slots == NULL || ledger_check(slots, "the hub's slots") < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "release: the hub has no slot ledger");
+        return NULL;
+    }
+    Py_INCREF(slots); /* (the dropped completion's last reference may run Python) */
+    int released = ledger_release((SlotLedger *)slots, slot);
+    Py_DECREF(slots);
+    return released < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+const char hub_release_doc[] =
+    "release($self, comp, path, /)\n--\n\n"
+    "What the finished ``comp`` used, given back (its finish calls it): the counter of "
+    "``path`` (``completed_inline``, ``completed_reactor``, ``early_wakes`` and "
+    "``early_late``, ``completed_host_callback``, else ``completed_blocking``) counted, "
+    "its slot taken back from the reactor where it was armed and returned to the ledger; "
+    "a host-callback completion's entries dropped (``_release_callback``).";
 
 PyObject *
 completion_finish(PyObject *self, PyObject *path)

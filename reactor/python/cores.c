@@ -122,6 +122,11 @@ REGISTERING(BlockCore, REG_BLOCK)
 #define LaunchCore_EXTRA_SLOTS                                                                \
     {Py_tp_methods, LaunchCore_methods}, {Py_am_await, launch_am_await},
 #define HubCore_EXTRA_SLOTS {Py_tp_methods, HubCore_methods},
+static PyMethodDef HubCore_methods[] = {
+    {"spin_early", (PyCFunction)hub_spin_early, METH_O, hub_spin_early_doc},
+    {"release", (PyCFunction)(void (*)(void))hub_release, METH_FASTCALL, hub_release_doc},
+    {NULL, NULL, 0, NULL},
+};
 #define BackendCore_EXTRA_SLOTS
 #define ContextCore_EXTRA_SLOTS {Py_tp_methods, ContextCore_methods},
 #define OutputCore_EXTRA_SLOTS {Py_tp_methods, OutputCore_methods},

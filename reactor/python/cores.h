@@ -129,6 +129,12 @@ typedef struct {
 #define FUTURE(o) ((FutureCore *)(o))
 #define COMPLETION(o) ((CompletionCore *)(o))
 
+/* HubCore's methods: spin_early (timer.c: a due early wake's spin) and release
+ * (completion.c: what a finished completion used, given back) */
+PyObject *hub_spin_early(PyObject *hub, PyObject *entry);
+PyObject *hub_release(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
+extern const char hub_spin_early_doc[], hub_release_doc[];
+
 /* CompletionCore.finish (completion.c): the work landed; its entry in the type's methods */
 PyObject *completion_finish(PyObject *self, PyObject *path);
 extern const char completion_finish_doc[];

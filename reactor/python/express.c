@@ -941,7 +941,8 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         if (comp != NULL)
             result = PyTuple_Pack(3, self->hub, comp, spin_item);
         Py_XDECREF(spin_item);
-        if (comp != NULL && result == NULL) { /* (armed in the table: the watcher's now) */
+        if (comp != NULL && result == NULL) { /* (_core_abandon's completion replaces it in
+                                                  the table, for the watcher) */
             Py_DECREF(comp);
             goto unsettled_error;
         }
@@ -1572,6 +1573,24 @@ await_last(LaunchAwait *self)
     return Py_NewRef(last != NULL ? last : Py_None);
 }
 
+/* A parked await's (hub, comp, spin) whose generator could not be made (an error set,
+ * kept): its completion, armed in the hub's table but watched by nobody, abandoned to the
+ * background watcher (comp.abandon(), hub.watch_in_background(comp)), which releases
+ * its slot and what it retains once the work lands. */
+static void
+abandon_parked(PyObject *sent)
+{
+    saved_error e;
+    save_error(&e);
+    PyObject *hub = PyTuple_GET_ITEM(sent, 0), *comp = PyTuple_GET_ITEM(sent, 1);
+    PyObject *r = PyObject_CallMethod(comp, "abandon", NULL);
+    Py_XDECREF(r);
+    r = r == NULL ? NULL : PyObject_CallMethod(hub, "watch_in_background", "O", comp);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    restore_error(&e);
+}
+
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
 #define START_QUEUED 2
 
@@ -1718,6 +1737,8 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     }
     PyObject *a[4] = {op, stream, adapter, sent};
     *result = PyObject_Vectorcall(self->finish, a, 4, NULL);
+    if (*result == NULL && PyTuple_CheckExact(sent) && PyTuple_GET_SIZE(sent) == 3)
+        abandon_parked(sent); /* (no generator to park it: the watcher's, as a cancel's) */
     Py_DECREF(sent);
     status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
 done:

@@ -164,11 +164,11 @@ TimerCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (fd < 0)
         return PyErr_Format(PyExc_ValueError, "a Timer's fd must be a timerfd, not %d", fd);
     WakePolicyCore *p = wake_policy();
-    if (p == NULL)
+    TimerCore *self = p == NULL ? NULL : (TimerCore *)type->tp_alloc(type, 0);
+    if (self == NULL) { /* (the fd was given to it: closed, as its dealloc would) */
+        close(fd);
         return NULL;
-    TimerCore *self = (TimerCore *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
+    }
     self->fd = fd;
     self->late_ns = p->late_ns;
     return (PyObject *)self;
@@ -228,6 +228,9 @@ TimerCore_add(PyObject *self, PyObject *arg)
     if (t->closed)
         Py_RETURN_FALSE;
     Pending *entry = (Pending *)arg;
+    if (entry->at <= 0)
+        return PyErr_Format(PyExc_ValueError, "Timer.add(): a wake's at must be a "
+                            "time.monotonic_ns() deadline, not %lld", entry->at);
     if (heap_push(t, entry) < 0)
         return NULL;
     if (t->heap[0] == entry && !fd_set_deadline(t, entry->at)) {
@@ -298,21 +301,14 @@ fire_one(TimerCore *t, Pending *entry)
 {
     if (entry->at < entry->due) { /* its pre-wake: the wake itself stays set... */
         entry->at = entry->due;
+        sift_down(t, 0); /* (in order again before any Python runs, which may raise) */
         if (count_prewake(entry->hub) < 0)
             return -1;
         PyObject *landed = PyObject_CallMethodNoArgs(entry->comp, s_landed);
         int is = landed == NULL ? -1 : PyObject_IsTrue(landed);
         Py_XDECREF(landed);
-        if (is < 0)
-            return -1;
-        if (!is) {
-            for (Py_ssize_t i = 0; i < t->n; i++) /* (where it is now: Python ran) */
-                if (t->heap[i] == entry) {
-                    sift_down(t, i);
-                    return 1;
-                }
-            return 1; /* (taken off meanwhile) */
-        }
+        if (is <= 0)
+            return is < 0 ? -1 : 1;
         /* ...unless its work landed already (it got shorter): finished now */
     }
     for (Py_ssize_t i = 0; i < t->n; i++)
@@ -648,9 +644,9 @@ arm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
     return r;
 }
 
-/* HubCore.spin_early(entry): see its docstring (HubCore_methods) */
-static PyObject *
-HubCore_spin_early(PyObject *hub, PyObject *arg)
+/* HubCore.spin_early(entry): see hub_spin_early_doc */
+PyObject *
+hub_spin_early(PyObject *hub, PyObject *arg)
 {
     if (check_pending("spin_early", arg) < 0 || intern_wake_names() < 0)
         return NULL;
@@ -697,19 +693,16 @@ done:
     return r;
 }
 
-PyMethodDef HubCore_methods[] = {
-    {"spin_early", (PyCFunction)HubCore_spin_early, METH_O,
-     "spin_early($self, entry, /)\n--\n\n"
-     "The early wake of ``entry.comp``'s loop (wake.Timer.fire, on its thread): spin on "
-     "the flag until ``entry.until`` and finish the completion here if it lands (its "
-     "``seen`` time set where the spin saw the landing itself; ``looked`` when the wake "
-     "ran); else arm it again, for the reactor to report. No spin where other work on the "
-     "loop is ready to run (``entry.due`` set to 0: learnt from as an await without a "
-     "wake). While the loop's thread spins the reactor does not watch the slot, so that "
-     "one landing is not reported twice (a report would wake the loop again, and make its "
-     "next await find other work ready and skip its spin). The spin of a launch's wake "
-     "(its key a kernel and grid, a library call and its kind) keeps the GIL for the "
-     "hub's ``spin_hold_ns``; the counters ``early_spin_ns``, ``early_spin_max_ns`` and "
-     "``early_misses`` follow."},
-    {NULL, NULL, 0, NULL},
-};
+const char hub_spin_early_doc[] =
+    "spin_early($self, entry, /)\n--\n\n"
+    "The early wake of ``entry.comp``'s loop (wake.Timer.fire, on its thread): spin on "
+    "the flag until ``entry.until`` and finish the completion here if it lands (its "
+    "``seen`` time set where the spin saw the landing itself; ``looked`` when the wake "
+    "ran); else arm it again, for the reactor to report. No spin where other work on the "
+    "loop is ready to run (``entry.due`` set to 0: learnt from as an await without a "
+    "wake). While the loop's thread spins the reactor does not watch the slot, so that "
+    "one landing is not reported twice (a report would wake the loop again, and make its "
+    "next await find other work ready and skip its spin). The spin of a launch's wake "
+    "(its key a kernel and grid, a library call and its kind) keeps the GIL for the "
+    "hub's ``spin_hold_ns``; the counters ``early_spin_ns``, ``early_spin_max_ns`` and "
+    "``early_misses`` follow.";

@@ -40,7 +40,6 @@ extern PyType_Spec TimerCore_spec;
 int timer_remove(PyObject *timer, Pending *entry);
 /* Whether o is a TimerCore (of this module's type). */
 int is_timer(PyObject *o);
-/* HubCore's methods (its spin_early: a due wake's spin) */
-extern PyMethodDef HubCore_methods[];
+
 
 #endif

@@ -924,3 +924,30 @@ def test_a_spin_that_raises_leaves_the_later_wakes_set(timer: wake.Timer) -> Non
     with pytest.raises(RuntimeError, match="spin failed"):
         timer.fire()
     assert timer.heap == [later] and timer.armed == later.at
+
+
+def test_a_pre_wake_that_raises_leaves_the_heap_in_order(timer: wake.Timer) -> None:
+    """A pre-wake whose look at its work raises has moved to its wake already: the timer
+    stays set for the earliest wake left, not for the failed one's far-off one."""
+
+    class Raising(_Comp):
+        def landed(self) -> bool:
+            raise RuntimeError("landed failed")
+
+    hub, now = _Hub(), time.monotonic_ns()
+    pre = wake.Pending(hub, Raising(), None, "pre", parked=0)
+    pre.at, pre.due = now - 1_000, now + 60_000_000_000
+    soon = _entry(hub, "soon", at=now + 1_000_000_000, due=now + 1_000_000_000)
+    assert timer.add(pre) and timer.add(soon)
+    with pytest.raises(RuntimeError, match="landed failed"):
+        timer.fire()
+    assert timer.heap[0] is soon and timer.armed == soon.at
+    assert sorted(timer.heap) == [soon, pre] and pre.at == pre.due
+
+
+def test_a_wake_must_have_a_deadline(timer: wake.Timer) -> None:
+    """A wake with no deadline (``at`` 0 or below) is refused, not taken as "disarm"."""
+    entry = _entry(_Hub(), "none", at=0, due=0)
+    with pytest.raises(ValueError, match="deadline"):
+        timer.add(entry)
+    assert timer.heap == [] and timer.armed == 0
