@@ -93,6 +93,23 @@ take_pending(PyObject *self, PyObject **ctx, PyObject **out)
     return 1;
 }
 
+/* The exception being raised, taken (cleared) as one object: a new reference. */
+static PyObject *
+take_error(void)
+{
+    SAVE_ERROR(saved);
+#if PY_VERSION_HEX >= 0x030C0000
+    return saved;
+#else
+    PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
+    if (saved_tb != NULL && saved_value != NULL)
+        PyException_SetTraceback(saved_value, saved_tb);
+    Py_XDECREF(saved_type);
+    Py_XDECREF(saved_tb);
+    return saved_value;
+#endif
+}
+
 /* The work's output, or NULL with *error set to why not (a new reference: the context's
  * first error, or what realizing the output raised); -1 on an error of finish's own. */
 static int
@@ -145,19 +162,8 @@ realize(PyObject *self, PyObject *ctx, PyObject *out, PyObject **value, PyObject
         return 0;
     }
     *value = PyObject_CallMethodNoArgs(out, s_get);
-    if (*value == NULL) {
-        SAVE_ERROR(saved);
-#if PY_VERSION_HEX >= 0x030C0000
-        *error = saved;
-#else
-        PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
-        if (saved_tb != NULL)
-            PyException_SetTraceback(saved_value, saved_tb);
-        *error = saved_value;
-        Py_XDECREF(saved_type);
-        Py_XDECREF(saved_tb);
-#endif
-    }
+    if (*value == NULL)
+        *error = take_error();
     return 0;
 }
 
@@ -364,14 +370,14 @@ completion_finish(PyObject *self, PyObject *path)
     }
     PyObject *trace = PyObject_GetAttr(self, s_trace);
     if (trace == NULL)
-        goto done;
+        goto failed;
     if (trace != Py_None) { /* (its NVTX range ends: trace.end_flight) */
         PyObject *end = PyObject_GetAttr(self, s_end_flight);
         PyObject *ended = end == NULL ? NULL : PyObject_CallOneArg(end, self);
         Py_XDECREF(end);
         Py_DECREF(trace);
         if (ended == NULL)
-            goto done;
+            goto failed;
         Py_DECREF(ended);
     }
     else
@@ -380,42 +386,63 @@ completion_finish(PyObject *self, PyObject *path)
     PyObject *stream = COMPLETION(self)->stream;
     PyObject *seq = PyObject_GetAttr(ctx, s_seq);
     if (seq == NULL)
-        goto done;
+        goto failed;
     int marked = stream == NULL ? 0 : mark_completed(stream, seq);
     Py_DECREF(seq);
     if (marked < 0)
-        goto done;
+        goto failed;
     if (realize(self, ctx, out, &value, &error) < 0)
-        goto done;
+        goto failed;
     Py_CLEAR(ctx); /* releases every retained object now that the device is done with them */
     Py_CLEAR(out);
     PyObject *abandoned = PyObject_GetAttr(self, s_abandoned);
     int dropped = abandoned == NULL ? -1 : PyObject_IsTrue(abandoned);
     Py_XDECREF(abandoned);
     if (dropped < 0)
-        goto done;
+        goto failed;
     if (dropped || value == NULL)
         Py_XSETREF(value, Py_NewRef(Py_None));
     PyObject *process = process_of(self);
     if (process == NULL)
-        goto done;
+        goto failed;
     PyObject *hub = PROCESS(process)->hub;
     if (hub != NULL && hub != Py_None) {
         Py_INCREF(hub);
         PyObject *released = PyObject_CallMethodObjArgs(hub, s_release_comp, self, path, NULL);
         Py_DECREF(hub);
         if (released == NULL)
-            goto done;
+            goto failed;
         Py_DECREF(released);
     }
     if (lock_call(lock, s_acquire) < 0)
-        goto done;
+        goto failed;
     int stored = store_outcome(self, value, error, path, &waiters);
     if (lock_call(lock, s_release) < 0 || stored < 0)
-        goto done;
-    if (wake_waiters(self, waiters) < 0)
-        goto done;
-    r = Py_NewRef(Py_None);
+        goto failed;
+    if (wake_waiters(self, waiters) >= 0) /* (a waiter that raised: the others are not
+                                               called, as in Python's loop) */
+        r = Py_NewRef(Py_None);
+    goto done;
+failed:
+    /* An error of finish's own once it took the completion (its trace's end, a check's
+     * lookup, the hub's release): the completion fails with it rather than stay
+     * FINISHING with its waiters never called (an await would hang); raised here too. */
+    {
+        PyObject *exc = take_error();
+        PyObject *left = NULL;
+        if (lock_call(lock, s_acquire) == 0) {
+            int stored = store_outcome(self, Py_None, exc, path, &left);
+            if (lock_call(lock, s_release) == 0 && stored == 0)
+                wake_waiters(self, left);
+        }
+        if (waiters != NULL) /* (taken before the step that failed: not called yet) */
+            wake_waiters(self, waiters);
+        Py_XDECREF(left);
+        PyErr_Clear();
+        if (exc != NULL)
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_XDECREF(exc);
+    }
 done:
     Py_XDECREF(waiters);
     Py_XDECREF(value);
@@ -432,4 +459,6 @@ const char completion_finish_doc[] =
     "The work completed (``path``: how it was seen: inline, reactor, early_wake, ...): "
     "realize the output (the context's first error instead, where it has one; its checks "
     "run first), release what it used (``hub.release``), store the outcome and call the "
-    "waiters. Nothing where it is no longer pending.";
+    "waiters. Nothing where it is no longer pending. An error of its own once it took "
+    "the completion fails the completion with that error (its waiters called) and is "
+    "raised.";

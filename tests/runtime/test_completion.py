@@ -683,3 +683,46 @@ class _driven:
 
     def __await__(self) -> Any:
         return (yield from self.gen)
+
+
+@reactor_path
+async def test_a_finish_that_fails_fails_its_completion_and_wakes_its_waiter(
+    anyio_backend: object, monkeypatch: pytest.MonkeyPatch, reactor_wake: None
+) -> None:
+    """An error of the finish itself once it took the completion (here the hub's release,
+    after giving back what the work used) fails the completion with that error: its
+    awaiting task raises it instead of waiting forever, and the finish raises it too
+    (here the reactor's report finishes it, and the loop's drain logs the error; an
+    early wake's would reach the loop's exception handler)."""
+    import anyio
+
+    hub = get_hub()
+    release = hub.release
+    with ct.gate() as gate:
+        fut = cuasync.from_host(np.arange(3.0)).submit()
+        comp = fut._comp
+
+        def failing(done: Any, path: str) -> None:
+            release(done, path)  # (nothing leaks)
+            if done is comp:
+                raise RuntimeError("release failed")
+
+        got: list[BaseException] = []
+
+        async def waiter() -> None:
+            try:
+                await fut
+            except RuntimeError as exc:
+                got.append(exc)
+
+        with anyio.fail_after(30):  # (a completion left finishing: the waiter never wakes)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await wait_until(lambda: comp._waiters is not None)
+                monkeypatch.setattr(hub, "release", failing)
+                gate.open()
+    assert [str(e) for e in got] == ["release failed"]
+    assert fut.done() and comp.state == 3  # (FAILED)
+    with pytest.raises(RuntimeError, match="release failed"):
+        comp.finish("inline")  # (not pending: nothing happens)
+        fut.result()
