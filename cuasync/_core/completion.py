@@ -73,7 +73,8 @@ PROBE_LOG_INTERVAL = 1.0
 PENDING, FINISHING, DONE, FAILED = 0, 1, 2, 3
 INLINE, REACTOR, CALLBACK, BLOCKING = "inline", "reactor", "host_callback", "blocking"
 #: Finished by its loop's early wake (:mod:`.wake`): parked, then seen by the loop's spin;
-#: ``EARLY_LATE``: the wake looked only after the work had landed.
+#: ``EARLY_LATE``: the wake looked only after the work had landed. (The native wake and
+#: ``HubCore.release``, reactor/python/timer.c and completion.c, spell these paths too.)
 EARLY, EARLY_LATE = "early_wake", "early_wake_late"
 
 
@@ -383,8 +384,9 @@ def _zero(address: int, nbytes: int) -> None:
 class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
     fallback, waiting (spin, arm, finish, hand-over) and fault detection. The early
-    wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls) is the native
-    base's (``HubCore``).
+    wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls) and the release of
+    what a finished completion used (``release``, which its finish calls) are the
+    native base's (``HubCore``).
 
     >>> get_hub().block(comp)           # what fut.wait() does after its checks
     """

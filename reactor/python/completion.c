@@ -17,40 +17,40 @@
 /* Completion states (completion.py: PENDING, FINISHING, DONE, FAILED) */
 enum { PENDING = 0, FINISHING = 1, DONE = 2, FAILED = 3 };
 
-/* -- CompletionCore.finish ----------------------------------------------------------- */
+/* -- the names the finish and the release read; the finish's steps ------------------------- */
 
+/* (names the finish and the release read and call: the completion's, its context's and
+ * output's, the hub's, the counters') */
 static PyObject *s_lock, *s_acquire, *s_release, *s_state, *s_value, *s_error, *s_path,
-    *s_waiters, *s_abandoned, *s_trace, *s_end_flight, *s_run_checks, *s_get, *s_release_comp,
-    *s_seq, *s_checks, *s_errors, *s_completed;
-static PyObject *i_states[4], *i_one;
+    *s_waiters, *s_abandoned, *s_trace, *s_end_flight, *s_run_checks, *s_get, *s_seq, *s_checks,
+    *s_errors, *s_completed, *s_stats, *s_watcher, *s_reactor, *s_disarm, *s_release_callback,
+    *s_completed_inline, *s_completed_reactor, *s_early_wakes, *s_early_late,
+    *s_completed_host_callback, *s_completed_blocking;
+static PyObject *i_states[4];
 
 static int
 intern_finish_names(void)
 {
-    if (s_errors != NULL)
-        return 0;
-    struct {
-        PyObject **at;
-        const char *name;
-    } names[] = {
-        {&s_lock, "_lock"},         {&s_acquire, "acquire"},
-        {&s_release, "release"},    {&s_state, "state"},
-        {&s_value, "value"},        {&s_error, "error"},
-        {&s_path, "path"},          {&s_waiters, "_waiters"},
-        {&s_abandoned, "abandoned"}, {&s_trace, "trace"},
-        {&s_end_flight, "_end_flight"}, {&s_run_checks, "_run_checks"},
-        {&s_get, "get"},            {&s_release_comp, "release"},
-        {&s_seq, "seq"},            {&s_checks, "checks"},
-        {&s_errors, "errors"},      {&s_completed, "_completed"},
+    static const interned_name names[] = {
+        {&s_lock, "_lock"}, {&s_acquire, "acquire"}, {&s_release, "release"},
+        {&s_state, "state"}, {&s_value, "value"}, {&s_error, "error"}, {&s_path, "path"},
+        {&s_waiters, "_waiters"}, {&s_abandoned, "abandoned"}, {&s_trace, "trace"},
+        {&s_end_flight, "_end_flight"}, {&s_run_checks, "_run_checks"}, {&s_get, "get"},
+        {&s_seq, "seq"}, {&s_checks, "checks"}, {&s_errors, "errors"},
+        {&s_completed, "_completed"}, {&s_stats, "stats"}, {&s_watcher, "watcher"},
+        {&s_reactor, "reactor"}, {&s_disarm, "disarm"},
+        {&s_release_callback, "_release_callback"}, {&s_completed_inline, "completed_inline"},
+        {&s_completed_reactor, "completed_reactor"}, {&s_early_wakes, "early_wakes"},
+        {&s_early_late, "early_late"}, {&s_completed_host_callback, "completed_host_callback"},
+        {&s_completed_blocking, "completed_blocking"},
     };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
-            return -1;
+    if (s_completed_blocking != NULL)
+        return 0;
+    if (INTERN_ALL(names) < 0)
+        return -1;
     for (int i = 0; i < 4; i++)
         if (i_states[i] == NULL && (i_states[i] = PyLong_FromLong(i)) == NULL)
             return -1;
-    if (i_one == NULL && (i_one = PyLong_FromLong(1)) == NULL)
-        return -1;
     return 0;
 }
 
@@ -222,49 +222,6 @@ store_outcome(PyObject *self, PyObject *value, PyObject *error, PyObject *path,
 
 /* -- HubCore.release: what a finished completion used, given back ---------------------- */
 
-static PyObject *s_stats, *s_watcher, *s_reactor, *s_disarm, *s_release_callback,
-    *s_completed_inline, *s_completed_reactor, *s_early_wakes, *s_early_late,
-    *s_completed_host_callback, *s_completed_blocking;
-
-static int
-intern_release_names(void)
-{
-    if (s_completed_blocking != NULL)
-        return 0;
-    struct {
-        PyObject **at;
-        const char *name;
-    } names[] = {
-        {&s_stats, "stats"},
-        {&s_watcher, "watcher"},
-        {&s_reactor, "reactor"},
-        {&s_disarm, "disarm"},
-        {&s_release_callback, "_release_callback"},
-        {&s_completed_inline, "completed_inline"},
-        {&s_completed_reactor, "completed_reactor"},
-        {&s_early_wakes, "early_wakes"},
-        {&s_early_late, "early_late"},
-        {&s_completed_host_callback, "completed_host_callback"},
-        {&s_completed_blocking, "completed_blocking"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
-            return -1;
-    return 0;
-}
-
-/* stats.name += 1 (under the GIL, in one step: no other thread's count is lost): 0, -1 */
-static int
-count_one(PyObject *stats, PyObject *name)
-{
-    PyObject *was = PyObject_GetAttr(stats, name);
-    PyObject *now = was == NULL ? NULL : PyNumber_Add(was, i_one);
-    Py_XDECREF(was);
-    int r = now == NULL ? -1 : PyObject_SetAttr(stats, name, now);
-    Py_XDECREF(now);
-    return r;
-}
-
 /* The counter of a finish's path (completion.py's INLINE, REACTOR, EARLY, EARLY_LATE,
  * CALLBACK; anything else a blocking wait's): 0 or -1 */
 static int
@@ -281,18 +238,17 @@ count_path(PyObject *stats, PyObject *path)
     if (PyUnicode_Check(path))
         for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
             if (PyUnicode_CompareWithASCIIString(path, paths[i].path) == 0) {
-                if (count_one(stats, *paths[i].counter) < 0)
+                if (stats_count(stats, *paths[i].counter, 1, 0) < 0)
                     return -1;
-                return i == 3 ? count_one(stats, s_early_late) : 0; /* (late: both) */
+                return i == 3 ? stats_count(stats, s_early_late, 1, 0) : 0; /* (late: both) */
             }
-    return count_one(stats, s_completed_blocking);
+    return stats_count(stats, s_completed_blocking, 1, 0);
 }
 
 PyObject *
 hub_release(PyObject *hub, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_nargs("release", nargs, 2) < 0 || intern_finish_names() < 0 ||
-        intern_release_names() < 0)
+    if (check_nargs("release", nargs, 2) < 0 || intern_finish_names() < 0)
         return NULL;
     PyObject *comp = args[0], *path = args[1];
     PyTypeObject *completion_t = REGISTERED(COMPLETION);
@@ -408,7 +364,7 @@ completion_finish(PyObject *self, PyObject *path)
     PyObject *hub = PROCESS(process)->hub;
     if (hub != NULL && hub != Py_None) {
         Py_INCREF(hub);
-        PyObject *released = PyObject_CallMethodObjArgs(hub, s_release_comp, self, path, NULL);
+        PyObject *released = PyObject_CallMethodObjArgs(hub, s_release, self, path, NULL);
         Py_DECREF(hub);
         if (released == NULL)
             goto failed;

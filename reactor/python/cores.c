@@ -42,6 +42,33 @@ fields_dealloc(PyObject *self, Py_ssize_t n)
     Py_DECREF(tp);
 }
 
+int
+intern_all(const interned_name *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+int
+stats_count(PyObject *stats, PyObject *name, long long by, int as_max)
+{
+    PyObject *was = PyObject_GetAttr(stats, name);
+    if (was == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(was);
+    Py_DECREF(was);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (as_max && by <= v)
+        return 0;
+    PyObject *now = PyLong_FromLongLong(as_max ? by : v + by);
+    int r = now == NULL ? -1 : PyObject_SetAttr(stats, name, now);
+    Py_XDECREF(now);
+    return r;
+}
+
 #define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 #define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
 /* (None while unset) */

@@ -400,6 +400,19 @@ field_set(PyObject **field, PyObject *v)
 int fields_traverse(PyObject *self, Py_ssize_t n, visitproc visit, void *arg);
 void fields_clear(PyObject *self, Py_ssize_t n);
 void fields_dealloc(PyObject *self, Py_ssize_t n);
+
+/* A name the native core reads or calls, interned once into *at (cores.c). */
+typedef struct {
+    PyObject **at;
+    const char *name;
+} interned_name;
+/* Intern each of the n names not interned yet: 0, or -1 with an error set. */
+int intern_all(const interned_name *names, size_t n);
+#define INTERN_ALL(names) intern_all((names), sizeof(names) / sizeof((names)[0]))
+/* A counter of stats (the hub's Stats): stats.name += by, or (as_max) stats.name =
+ * max(stats.name, by); one step under the GIL, so no other thread's count is lost. 0,
+ * or -1 with an error set (cores.c). */
+int stats_count(PyObject *stats, PyObject *name, long long by, int as_max);
 /* The number of object fields of struct T when they are all it has after the header. */
 #define OBJECT_FIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 /* P_traverse, P_clear and P_dealloc of such a type, over its first N object fields. */

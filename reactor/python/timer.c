@@ -262,33 +262,35 @@ TimerCore_remove(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *s_hub_stats, *s_early_prewakes, *s_landed, *s_spin_early;
+/* (names the timer and the wake read and call: the completion's, the hub's, the
+ * adapter's, the counters', and the finish paths' labels, from completion.py) */
+static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_lock, *s_state,
+    *s_watcher, *s_reactor, *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready,
+    *s_spin_hold_ns, *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_acquire,
+    *s_release, *s_early, *s_early_late;
 
 static int
-intern_fire_names(void)
+intern_wake_names(void)
 {
-    if (s_spin_early != NULL)
-        return 0;
-    return (s_hub_stats = PyUnicode_InternFromString("stats")) == NULL ||
-                   (s_early_prewakes = PyUnicode_InternFromString("early_prewakes")) == NULL ||
-                   (s_landed = PyUnicode_InternFromString("landed")) == NULL ||
-                   (s_spin_early = PyUnicode_InternFromString("spin_early")) == NULL
-               ? -1
-               : 0;
+    static const interned_name names[] = {
+        {&s_stats, "stats"}, {&s_early_prewakes, "early_prewakes"}, {&s_landed, "landed"},
+        {&s_spin_early, "spin_early"}, {&s_lock, "_lock"}, {&s_state, "state"},
+        {&s_watcher, "watcher"}, {&s_reactor, "reactor"}, {&s_disarm, "disarm"},
+        {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
+        {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
+        {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
+        {&s_early_misses, "early_misses"}, {&s_acquire, "acquire"}, {&s_release, "release"},
+        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
+    };
+    return s_early_late != NULL ? 0 : INTERN_ALL(names);
 }
 
 /* hub.stats.early_prewakes += 1: 0, or -1 with an error set */
 static int
 count_prewake(PyObject *hub)
 {
-    PyObject *stats = PyObject_GetAttr(hub, s_hub_stats);
-    PyObject *n = stats == NULL ? NULL : PyObject_GetAttr(stats, s_early_prewakes);
-    PyObject *one = n == NULL ? NULL : PyLong_FromLong(1);
-    PyObject *more = one == NULL ? NULL : PyNumber_Add(n, one);
-    Py_XDECREF(one);
-    int r = more == NULL ? -1 : PyObject_SetAttr(stats, s_early_prewakes, more);
-    Py_XDECREF(more);
-    Py_XDECREF(n);
+    PyObject *stats = PyObject_GetAttr(hub, s_stats);
+    int r = stats == NULL ? -1 : stats_count(stats, s_early_prewakes, 1, 0);
     Py_XDECREF(stats);
     return r;
 }
@@ -327,7 +329,7 @@ TimerCore_fire(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     TimerCore *t = TIMER(self);
     WakePolicyCore *p = wake_policy();
-    if (p == NULL || intern_fire_names() < 0)
+    if (p == NULL || intern_wake_names() < 0)
         return NULL;
     if (t->closed)
         Py_RETURN_NONE;
@@ -453,35 +455,6 @@ PyType_Spec TimerCore_spec = {
 
 /* -- the wake: a due entry's spin (HubCore.spin_early) --------------------------------- */
 
-/* (names the wake reads and calls: the completion's, the hub's, the adapter's, the
- * counters', and the finish paths' labels, from completion.py) */
-static PyObject *s_lock, *s_state, *s_watcher, *s_reactor, *s_disarm, *s_drain, *s_queue,
-    *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns, *s_early_spin_ns, *s_early_spin_max_ns,
-    *s_early_misses, *s_acquire, *s_release, *s_early, *s_early_late;
-
-static int
-intern_wake_names(void)
-{
-    if (s_early_late != NULL)
-        return 0;
-    struct {
-        PyObject **at;
-        const char *name;
-    } names[] = {
-        {&s_lock, "_lock"}, {&s_state, "state"}, {&s_watcher, "watcher"},
-        {&s_reactor, "reactor"}, {&s_disarm, "disarm"}, {&s_drain, "drain"},
-        {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
-        {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
-        {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
-        {&s_early_misses, "early_misses"}, {&s_acquire, "acquire"}, {&s_release, "release"},
-        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
-            return -1;
-    return 0;
-}
-
 /* o.name(*args) with one or two arguments (b NULL: one), its result dropped: 0 or -1 */
 static int
 call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b)
@@ -512,25 +485,6 @@ still_watched(PyObject *comp, PyObject *adapter)
         return -1;
     Py_DECREF(watcher);
     return watcher == adapter;
-}
-
-/* stats.name += by, or (as_max) stats.name = max(stats.name, by): 0 or -1 */
-static int
-count(PyObject *stats, PyObject *name, long long by, int as_max)
-{
-    PyObject *was = PyObject_GetAttr(stats, name);
-    if (was == NULL)
-        return -1;
-    long long v = PyLong_AsLongLong(was);
-    Py_DECREF(was);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (as_max && by <= v)
-        return 0;
-    PyObject *now = PyLong_FromLongLong(as_max ? by : v + by);
-    int r = now == NULL ? -1 : PyObject_SetAttr(stats, name, now);
-    Py_XDECREF(now);
-    return r;
 }
 
 /* The spin of a wake whose slot is disarmed: 1 once it finished the completion, 0 where
@@ -567,8 +521,8 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
         PyErr_SetString(PyExc_RuntimeError, "spin_early: the hub has no stats");
         return -1;
     }
-    if (count(stats, s_early_spin_ns, end - start, 0) < 0 ||
-        count(stats, s_early_spin_max_ns, end - start, 1) < 0)
+    if (stats_count(stats, s_early_spin_ns, end - start, 0) < 0 ||
+        stats_count(stats, s_early_spin_max_ns, end - start, 1) < 0)
         return -1;
     if (landed) {
         entry->seen = end;
@@ -576,7 +530,7 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
     }
     if (entry->due) {
         entry->lo = end;
-        if (count(stats, s_early_misses, 1, 0) < 0)
+        if (stats_count(stats, s_early_misses, 1, 0) < 0)
             return -1;
     }
     return 0;

@@ -566,18 +566,12 @@ static PyObject *s_slot, *s_reactor, *s_stream, *s_completed, *s_seq, *s_timer, 
 static int
 intern_plan_names(void)
 {
-    if (s_late_ns != NULL)
-        return 0;
-    struct {
-        PyObject **at;
-        const char *name;
-    } names[] = {{&s_slot, "slot"},       {&s_reactor, "reactor"}, {&s_stream, "stream"},
-                 {&s_completed, "_completed"}, {&s_seq, "seq"},   {&s_timer, "timer"},
-                 {&s_watch_timer, "watch_timer"}, {&s_late_ns, "late_ns"}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL)
-            return -1;
-    return 0;
+    static const interned_name names[] = {
+        {&s_slot, "slot"},       {&s_reactor, "reactor"},         {&s_stream, "stream"},
+        {&s_completed, "_completed"}, {&s_seq, "seq"},            {&s_timer, "timer"},
+        {&s_watch_timer, "watch_timer"}, {&s_late_ns, "late_ns"},
+    };
+    return s_late_ns != NULL ? 0 : INTERN_ALL(names);
 }
 
 /* getattr(o, name, None): a new reference, None where it has no such attribute, NULL
