@@ -426,6 +426,32 @@ class HubCore:
     def release(self, comp: Any, path: str, /) -> None:
         """What the finished ``comp`` used, given back: ``path``'s counter, its slot
         taken back from the reactor and returned to the ledger."""
+    def arm(
+        self, comp: Any, queue: Any, quiet_until: SupportsIndex = 0, watched: bool = False, /
+    ) -> None:
+        """Hand ``comp``'s slot to the reactor, reported to ``queue`` (under its lock)."""
+    def watch(
+        self,
+        comp: Any,
+        adapter: Any,
+        waiter: Callable[[Any], object],
+        quiet_until: SupportsIndex = 0,
+        watched: bool = False,
+        /,
+    ) -> None:
+        """Call ``waiter`` once ``comp`` is finished, its slot armed to the loop of
+        ``adapter`` (or moved to the background watcher)."""
+    def park(
+        self,
+        comp: Any,
+        adapter: Any,
+        waiter: Callable[[Any], object],
+        key: Any,
+        since: SupportsIndex,
+        /,
+    ) -> Pending | None:
+        """A parked await's set-up: its wake planned, ``waiter`` added and the slot
+        armed, the wake set on the loop's timer; its Pending, or None."""
 
 @disjoint_base
 class BackendCore:
@@ -486,6 +512,8 @@ class CompletionCore:
     gen: int
     address: int
     armed_at: float
+    def add_waiter(self, waiter: Callable[[Any], object], /) -> None:
+        """Call ``waiter(self)`` once finished (now, where it is already)."""
     def finish(self, path: str, /) -> None:
         """The work completed: realize the output, release what it used, call the
         waiters (nothing where it is no longer pending)."""
@@ -1075,6 +1103,9 @@ class Pending:
     seen: int
     looked: int
     hold: int
+    @property
+    def watched(self) -> bool:
+        """Whether its wake looks at its slot before its quiet time ends."""
     def __new__(
         cls,
         hub: Any,

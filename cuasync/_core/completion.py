@@ -285,20 +285,6 @@ class Completion(CompletionCore):
                     hub.check_fault(self)
         return self.state >= DONE
 
-    def add_waiter(self, waiter: Waiter) -> None:
-        """Call ``waiter(self)`` once finished (now, if it already is)."""
-        with self._lock:
-            if self.state < DONE:
-                waiters = self._waiters
-                if waiters is None:
-                    self._waiters = waiter
-                elif isinstance(waiters, list):
-                    waiters.append(waiter)
-                else:
-                    self._waiters = [waiters, waiter]
-                return
-        waiter(self)
-
     def _wake(self, waiters: Waiter | list[Waiter] | None) -> None:
         """Call the waiters taken from ``_waiters`` (finished: outside the lock)."""
         if isinstance(waiters, list):
@@ -694,41 +680,6 @@ class Hub(HubCore):
             comp.finish(INLINE)
         return comp.state >= DONE
 
-    def watch(
-        self,
-        comp: Completion,
-        adapter: LoopAdapter,
-        waiter: Waiter,
-        quiet_until: int = 0,
-        watched: bool = False,
-    ) -> None:
-        """Call ``waiter`` once ``comp`` is finished, observed by the loop of ``adapter``.
-
-        A flag slot is armed to the loop's queue (not scanned for before
-        ``quiet_until``, a ``time.monotonic_ns()`` up to which the loop's early wake
-        watches it; ``watched``: that wake looks at it before then, so the reactor's
-        thread is not woken for it); one already armed to another loop moves to the background
-        watcher, which wakes the waiters of every loop. A host-callback completion needs
-        no arming: the watcher finishes it.
-        """
-        comp.add_waiter(waiter)
-        if comp.slot < 0 or self.reactor is None:
-            return
-        queue = adapter.queue
-        if queue is None:  # the loop's first armed slot (outside the lock: it runs Python)
-            queue = self.open_queue(adapter)
-        with comp._lock:
-            if comp.state != PENDING:
-                return
-            watcher = comp.watcher
-            if watcher is None:
-                comp.watcher = adapter
-                self.arm(comp, queue, quiet_until, watched)  # under the lock: see arm
-                return
-            if watcher is adapter or watcher is self.background:
-                return
-        self.watch_in_background(comp)
-
     def unquiet(self, comp: Completion, adapter: LoopAdapter) -> None:
         """Have the reactor watch ``comp``'s slot at once (armed quiet and watched for a
         loop's wake that could not be set)."""
@@ -786,19 +737,6 @@ class Hub(HubCore):
         # Nothing is armed to it any more; what it still holds has landed. Reports that
         # race with the close go to the background watcher (the reactor's orphan queue).
         self.handle_reports(*queue.close())
-
-    def arm(
-        self, comp: Completion, queue: Any, quiet_until: int = 0, watched: bool = False
-    ) -> None:
-        """Hand ``comp`` to the reactor; ``queue`` is the LoopQueue that will see it land
-        (``quiet_until``, ``watched``: see :meth:`watch`).
-
-        Called under ``comp._lock`` with ``comp`` pending: :meth:`Completion.finish` leaves
-        ``PENDING`` under that lock before :meth:`release` disarms, so no arm can follow
-        the disarm and the slot goes back to the free list with nothing armed on it.
-        """
-        comp.armed_at = time.monotonic()
-        self.reactor.arm(comp.slot, comp.gen, queue, quiet_until, watched)
 
     def drain(self, queue: Any) -> None:
         """Finish what the reactor reported on ``queue`` (called by the queue's owner)."""
@@ -1102,11 +1040,8 @@ def suspend(
     """
     wake, parked = adapter.park()
     entry = None
-    try:  # (a plan that raised leaves the completion to the background watcher too)
-        entry = _wake.plan(hub, comp, adapter, comp.stream.handle if key is None else key, since)
-        hub.watch(comp, adapter, wake, _wake.quiet_until(entry), _wake.watched(entry))
-        if entry is not None and entry.due and not _wake.start(entry):
-            hub.unquiet(comp, adapter)  # (no timer looks at it: the reactor does)
+    try:  # (a set-up that raised leaves the completion to the background watcher too)
+        entry = hub.park(comp, adapter, wake, comp.stream.handle if key is None else key, since)
         yield from parked()
     except BaseException:
         if entry is not None:

@@ -30,8 +30,8 @@ too late, the reactor wakes the loop before the timer does; a fault is probed as
 Never a hang, never an unbounded spin (one window is at most its lead, itself at most
 :attr:`Policy.lead_max_ns`, and :attr:`Policy.spin_max_ns`).
 
->>> entry = plan(hub, comp, adapter, key)    # in completion.suspend, before parking
->>> resumed(entry)                           # after the task resumes: learn
+>>> entry = hub.park(comp, adapter, waiter, key, since)   # completion.suspend: plan, arm, set
+>>> resumed(entry)                                        # after the task resumes: learn
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ from .._native import NATIVE, Estimate, Pending, TimerCore, WakePolicyCore
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer", "is_launch",
-    "cancel", "estimate", "forget", "plan", "quiet_until", "resumed", "start", "timerfd",
-    "watched", "window",
+    "cancel", "estimate", "forget", "plan", "resumed", "timerfd", "window",
 ]  # fmt: skip
 
 
@@ -170,8 +169,12 @@ _estimates: dict[Any, Estimate] = {}
 #: ``plan(hub, comp, adapter, key, since=0)``: follow the await of ``comp`` about to park on
 #: ``adapter``'s loop, which began to wait for it at ``since`` (``time.monotonic_ns()``; 0:
 #: now): its :class:`Pending`, or None (not followed). Its ``due`` is set where ``key`` has
-#: an estimate: :func:`start` then sets the loop's timer; without one, the await only
-#: teaches the estimate. Native (``_reactor.plan_wake``; its docstring has the rules).
+#: an estimate, for the loop's timer; without one, the await only
+#: teaches the estimate. Native (``_reactor.plan_wake``; its docstring has the rules);
+#: ``HubCore.park`` plans, arms the slot (quiet until the entry's ``quiet`` time, not
+#: waking the reactor's thread where the entry is ``watched``) and sets the wake in one
+#: call. The price of the quiet time: work that got shorter than a steady estimate is
+#: reported when the wake looks (one late await; the next estimate is no longer steady).
 plan = NATIVE.plan_wake
 
 
@@ -186,34 +189,6 @@ plan = NATIVE.plan_wake
 #: through its spread cost a loop serving 32 requests at a time most of its time, and
 #: held up its other requests meanwhile.
 window = Estimate.window
-
-
-def quiet_until(entry: Pending | None) -> int:
-    """Until when the reactor may leave ``entry``'s slot alone (``time.monotonic_ns()``;
-    0: watch it at once): the end of its wake's window, where its estimate is steady,
-    at most :attr:`Policy.quiet_max_ns` after parking. The price: work that got shorter
-    than a steady estimate is reported when the wake looks (one late await; the next
-    estimate is no longer steady)."""
-    return 0 if entry is None else entry.quiet
-
-
-def watched(entry: Pending | None) -> bool:
-    """Whether ``entry``'s wake looks at its slot before its quiet time ends (then the
-    reactor's thread, parked or napping, is not woken for it: the wake arms it again if
-    it has not landed). Not where the quiet time ends first (work expected after
-    :attr:`Policy.quiet_max_ns`): the reactor watches it from then on."""
-    return entry is not None and 0 < entry.due <= entry.quiet
-
-
-def start(entry: Pending) -> bool:
-    """Set ``entry``'s wake on its loop's timer (after the reactor was armed for it);
-    False where the timer refused (the caller then has the reactor watch the slot)."""
-    assert entry.timer is not None
-    if entry.timer.add(entry):
-        return True
-    entry.timer = None
-    entry.due = 0
-    return False
 
 
 def cancel(entry: Pending) -> None:

@@ -63,11 +63,12 @@ lock_call(PyObject *lock, PyObject *name)
     return r == NULL ? -1 : 0;
 }
 
-/* The completion's state as a C int: 0..3, or -1 with an error set. */
-static int
-state_of(PyObject *self)
+int
+completion_state(PyObject *comp)
 {
-    PyObject *state = PyObject_GetAttr(self, s_state);
+    if (intern_finish_names() < 0)
+        return -1;
+    PyObject *state = PyObject_GetAttr(comp, s_state);
     if (state == NULL)
         return -1;
     long v = PyLong_AsLong(state);
@@ -75,12 +76,87 @@ state_of(PyObject *self)
     return v == -1 && PyErr_Occurred() ? -1 : (int)v;
 }
 
+int
+completion_locked(PyObject *comp, locked_fn f, void *arg)
+{
+    if (intern_finish_names() < 0)
+        return -1;
+    PyObject *lock = PyObject_GetAttr(comp, s_lock);
+    if (lock == NULL)
+        return -1;
+    if (lock_call(lock, s_acquire) < 0) {
+        Py_DECREF(lock);
+        return -1;
+    }
+    int r = f(comp, arg);
+    SAVE_ERROR(saved);
+    int released = lock_call(lock, s_release);
+    Py_DECREF(lock);
+    if (released < 0) {
+        DROP_ERROR(saved);
+        return -1;
+    }
+    RESTORE_ERROR(saved);
+    return r;
+}
+
+/* (under the lock) waiter appended to comp's _waiters where comp is not finished: 1;
+ * 0 finished (the caller calls it), -1 an error */
+static int
+keep_waiter(PyObject *comp, void *waiter)
+{
+    int state = completion_state(comp);
+    if (state >= DONE || state < 0)
+        return state < 0 ? -1 : 0;
+    PyObject *waiters = PyObject_GetAttr(comp, s_waiters);
+    if (waiters == NULL)
+        return -1;
+    int r;
+    if (waiters == Py_None) /* (one alone, as most are: no list) */
+        r = PyObject_SetAttr(comp, s_waiters, (PyObject *)waiter);
+    else if (PyList_CheckExact(waiters))
+        r = PyList_Append(waiters, (PyObject *)waiter);
+    else {
+        PyObject *both = PyList_New(2);
+        if (both != NULL) {
+            PyList_SET_ITEM(both, 0, Py_NewRef(waiters));
+            PyList_SET_ITEM(both, 1, Py_NewRef((PyObject *)waiter));
+        }
+        r = both == NULL ? -1 : PyObject_SetAttr(comp, s_waiters, both);
+        Py_XDECREF(both);
+    }
+    Py_DECREF(waiters);
+    return r < 0 ? -1 : 1;
+}
+
+int
+completion_add_waiter(PyObject *comp, PyObject *waiter)
+{
+    int kept = completion_locked(comp, keep_waiter, waiter);
+    if (kept != 0)
+        return kept < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallOneArg(waiter, comp); /* (finished: called now) */
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+PyObject *
+completion_add_waiter_method(PyObject *self, PyObject *waiter)
+{
+    return completion_add_waiter(self, waiter) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+const char completion_add_waiter_doc[] =
+    "add_waiter($self, waiter, /)\n--\n\n"
+    "Call ``waiter(self)`` once finished (now, where it is already): on the thread that "
+    "finishes it, outside its lock.";
+
 /* Step 1, under the lock: PENDING -> FINISHING, its ctx and out taken (new references in
  * *ctx and *out). 1 taken, 0 not pending (someone else finishes it), -1 an error. */
 static int
 take_pending(PyObject *self, PyObject **ctx, PyObject **out)
 {
-    int state = state_of(self);
+    int state = completion_state(self);
     if (state != PENDING)
         return state < 0 ? -1 : 0;
     if (PyObject_SetAttr(self, s_state, i_states[FINISHING]) < 0)

@@ -152,6 +152,9 @@ REGISTERING(BlockCore, REG_BLOCK)
 static PyMethodDef HubCore_methods[] = {
     {"spin_early", (PyCFunction)hub_spin_early, METH_O, hub_spin_early_doc},
     {"release", (PyCFunction)(void (*)(void))hub_release, METH_FASTCALL, hub_release_doc},
+    {"arm", (PyCFunction)(void (*)(void))hub_arm, METH_FASTCALL, hub_arm_doc},
+    {"watch", (PyCFunction)(void (*)(void))hub_watch, METH_FASTCALL, hub_watch_doc},
+    {"park", (PyCFunction)(void (*)(void))hub_park, METH_FASTCALL, hub_park_doc},
     {NULL, NULL, 0, NULL},
 };
 #define BackendCore_EXTRA_SLOTS

@@ -135,10 +135,32 @@ PyObject *hub_spin_early(PyObject *hub, PyObject *entry);
 PyObject *hub_release(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
 extern const char hub_spin_early_doc[], hub_release_doc[];
 
-/* CompletionCore.finish (completion.c): the work landed; its entry in the type's methods */
+/* CompletionCore.finish and .add_waiter (completion.c): the work landed; call a waiter
+ * once it has. Their entries in the type's methods. */
 PyObject *completion_finish(PyObject *self, PyObject *path);
-extern const char completion_finish_doc[];
-#define COMPLETION_METHODS {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},
+PyObject *completion_add_waiter_method(PyObject *self, PyObject *waiter);
+extern const char completion_finish_doc[], completion_add_waiter_doc[];
+#define COMPLETION_METHODS                                                                    \
+    {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},                 \
+        {"add_waiter", (PyCFunction)completion_add_waiter_method, METH_O,                      \
+         completion_add_waiter_doc},
+
+/* A completion's lock protocol (completion.c), for the C that reads or moves it:
+ * completion_state: comp.state as a C int (0..3: PENDING, FINISHING, DONE, FAILED), or -1
+ * with an error set; completion_locked: f(comp, arg) with comp._lock held (an error f
+ * raised kept over the release's), its result, -1 where the lock failed;
+ * completion_add_waiter: waiter(comp) called once comp is finished (now, where it is):
+ * 0 or -1. */
+typedef int (*locked_fn)(PyObject *comp, void *arg);
+int completion_state(PyObject *comp);
+int completion_locked(PyObject *comp, locked_fn f, void *arg);
+int completion_add_waiter(PyObject *comp, PyObject *waiter);
+
+/* HubCore.arm, .watch and .park (park.c): a parked await's set-up */
+PyObject *hub_arm(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hub_watch(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hub_park(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
+extern const char hub_arm_doc[], hub_watch_doc[], hub_park_doc[];
 #define HUB(o) ((HubCore *)(o))
 #define BACKEND(o) ((BackendCore *)(o))
 

@@ -219,26 +219,31 @@ check_pending(const char *method, PyObject *arg)
     return -1;
 }
 
+int
+timer_add(PyObject *self, Pending *entry)
+{
+    TimerCore *t = TIMER(self);
+    if (t->closed)
+        return 0;
+    if (entry->at <= 0) {
+        PyErr_Format(PyExc_ValueError, "Timer.add(): a wake's at must be a "
+                     "time.monotonic_ns() deadline, not %lld", entry->at);
+        return -1;
+    }
+    if (heap_push(t, entry) < 0)
+        return -1;
+    if (t->heap[0] == entry && !fd_set_deadline(t, entry->at))
+        return timer_remove(self, entry) < 0 ? -1 : 0;
+    return 1;
+}
+
 static PyObject *
 TimerCore_add(PyObject *self, PyObject *arg)
 {
-    TimerCore *t = TIMER(self);
     if (check_pending("add", arg) < 0)
         return NULL;
-    if (t->closed)
-        Py_RETURN_FALSE;
-    Pending *entry = (Pending *)arg;
-    if (entry->at <= 0)
-        return PyErr_Format(PyExc_ValueError, "Timer.add(): a wake's at must be a "
-                            "time.monotonic_ns() deadline, not %lld", entry->at);
-    if (heap_push(t, entry) < 0)
-        return NULL;
-    if (t->heap[0] == entry && !fd_set_deadline(t, entry->at)) {
-        if (timer_remove(self, entry) < 0)
-            return NULL;
-        Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    int added = timer_add(self, (Pending *)arg);
+    return added < 0 ? NULL : PyBool_FromLong(added);
 }
 
 int
@@ -264,23 +269,20 @@ TimerCore_remove(PyObject *self, PyObject *arg)
 
 /* (names the timer and the wake read and call: the completion's, the hub's, the
  * adapter's, the counters', and the finish paths' labels, from completion.py) */
-static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_lock, *s_state,
-    *s_watcher, *s_reactor, *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready,
-    *s_spin_hold_ns, *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_acquire,
-    *s_release, *s_early, *s_early_late;
+static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_watcher, *s_reactor,
+    *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns,
+    *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late;
 
 static int
 intern_wake_names(void)
 {
     static const interned_name names[] = {
         {&s_stats, "stats"}, {&s_early_prewakes, "early_prewakes"}, {&s_landed, "landed"},
-        {&s_spin_early, "spin_early"}, {&s_lock, "_lock"}, {&s_state, "state"},
-        {&s_watcher, "watcher"}, {&s_reactor, "reactor"}, {&s_disarm, "disarm"},
+        {&s_spin_early, "spin_early"}, {&s_watcher, "watcher"}, {&s_reactor, "reactor"}, {&s_disarm, "disarm"},
         {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
         {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
         {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
-        {&s_early_misses, "early_misses"}, {&s_acquire, "acquire"}, {&s_release, "release"},
-        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
+        {&s_early_misses, "early_misses"}, {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
     };
     return s_early_late != NULL ? 0 : INTERN_ALL(names);
 }
@@ -471,15 +473,9 @@ call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b)
 static int
 still_watched(PyObject *comp, PyObject *adapter)
 {
-    PyObject *state = PyObject_GetAttr(comp, s_state);
-    if (state == NULL)
-        return -1;
-    long pending = PyLong_Check(state) ? PyLong_AsLong(state) : -1;
-    Py_DECREF(state);
-    if (pending == -1 && PyErr_Occurred())
-        return -1;
-    if (pending != 0) /* (PENDING) */
-        return 0;
+    int state = completion_state(comp);
+    if (state != 0) /* (PENDING) */
+        return state < 0 ? -1 : 0;
     PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
     if (watcher == NULL)
         return -1;
@@ -536,41 +532,18 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
     return 0;
 }
 
-/* with comp._lock (an RLock: acquire, release): f(hub, comp, adapter), whose result it
- * returns (-1 where the lock failed; the release runs whatever f returned) */
-typedef int (*locked_fn)(PyObject *hub, PyObject *comp, PyObject *adapter);
-
-static int
-with_lock(PyObject *hub, PyObject *comp, PyObject *adapter, locked_fn f)
-{
-    PyObject *lock = PyObject_GetAttr(comp, s_lock);
-    if (lock == NULL)
-        return -1;
-    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
-    if (got == NULL) {
-        Py_DECREF(lock);
-        return -1;
-    }
-    Py_DECREF(got);
-    int r = f(hub, comp, adapter);
-    SAVE_ERROR(saved);
-    PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
-    Py_DECREF(lock);
-    if (released == NULL) {
-        DROP_ERROR(saved);
-        return -1;
-    }
-    Py_DECREF(released);
-    RESTORE_ERROR(saved);
-    return r;
-}
+/* (what the steps under a completion's lock read: the hub and the adapter) */
+typedef struct {
+    PyObject *hub, *adapter;
+} wake_of;
 
 /* (under the lock) where comp is still watched by adapter, its slot taken back from the
  * reactor: 1 (now the wake's to spin on), 2 (the reactor saw the landing first: its
  * report is in the loop's queue); 0 finished, or moved to the background watcher since */
 static int
-disarm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
+disarm_if_watched(PyObject *comp, void *arg)
 {
+    PyObject *hub = ((wake_of *)arg)->hub, *adapter = ((wake_of *)arg)->adapter;
     int watched = still_watched(comp, adapter);
     if (watched <= 0)
         return watched;
@@ -587,8 +560,9 @@ disarm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
 /* (under the lock) where comp is still watched by adapter, its slot armed again to the
  * loop's queue (the reactor reports it, as for any parked await): 0 or -1 */
 static int
-arm_if_watched(PyObject *hub, PyObject *comp, PyObject *adapter)
+arm_if_watched(PyObject *comp, void *arg)
 {
+    PyObject *hub = ((wake_of *)arg)->hub, *adapter = ((wake_of *)arg)->adapter;
     int watched = still_watched(comp, adapter);
     if (watched <= 0)
         return watched;
@@ -613,7 +587,8 @@ hub_spin_early(PyObject *hub, PyObject *arg)
         goto done;
     }
     entry->looked = (long long)now_ns();
-    int mine = with_lock(hub, comp, adapter, disarm_if_watched);
+    wake_of of = {hub, adapter};
+    int mine = completion_locked(comp, disarm_if_watched, &of);
     if (mine < 0)
         goto done;
     if (mine == 2) { /* drained now, not in the loop's next pass (as "other work ready") */
@@ -630,7 +605,7 @@ hub_spin_early(PyObject *hub, PyObject *arg)
                        : spin_for(hub, entry, word, COMPLETION(comp)->gen);
         if (spun != 1) { /* not landed (or an error): the reactor reports it */
             SAVE_ERROR(saved);
-            if (with_lock(hub, comp, adapter, arm_if_watched) < 0) {
+            if (completion_locked(comp, arm_if_watched, &of) < 0) {
                 DROP_ERROR(saved);
                 goto done;
             }

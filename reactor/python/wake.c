@@ -524,6 +524,28 @@ static PyMemberDef Pending_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+int
+pending_watched(const Pending *entry)
+{
+    return 0 < entry->due && entry->due <= entry->quiet;
+}
+
+static PyObject *
+Pending_get_watched(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(pending_watched((Pending *)self));
+}
+
+static PyGetSetDef Pending_getset[] = {
+    {"watched", Pending_get_watched, NULL,
+     "Whether its wake looks at its slot before its quiet time ends (then the reactor's "
+     "thread, parked or napping, is not woken for it: the wake arms it again if it has not "
+     "landed). Not where the quiet time ends first (work expected after "
+     "Policy.quiet_max_ns): the reactor watches it from then on.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyType_Slot Pending_slots[] = {
     {Py_tp_doc, "Pending(hub, comp, adapter, key, parked, since=None)\n--\n\n"
                 "One parked await the early wake follows: its completion, key and times "
@@ -536,6 +558,7 @@ static PyType_Slot Pending_slots[] = {
     {Py_tp_richcompare, Pending_richcompare},
     {Py_tp_hash, Pending_hash},
     {Py_tp_members, Pending_members},
+    {Py_tp_getset, Pending_getset},
     {0, NULL},
 };
 
@@ -607,6 +630,12 @@ plan_wake(WakePolicyCore *p, PyObject *const *args, Py_ssize_t nargs);
 
 static PyObject *
 mod_plan_wake(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    return wake_plan(args, nargs);
+}
+
+PyObject *
+wake_plan(PyObject *const *args, Py_ssize_t nargs)
 {
     WakePolicyCore *p = wake_policy();
     if (p == NULL || intern_plan_names() < 0)

@@ -23,6 +23,8 @@ typedef struct {
     long long parked, since, due, at, until, quiet, lo, seen, looked, hold;
 } Pending;
 
+/* Whether entry's wake looks at its slot before its quiet time ends (Pending.watched). */
+int pending_watched(const Pending *entry);
 /* The policy set_wake_policy named (borrowed), or NULL with a RuntimeError set. */
 WakePolicyCore *wake_policy(void);
 /* Whether o is a Pending (a type set_wake_policy looked up: 0 before). */
@@ -31,10 +33,17 @@ int is_pending(PyObject *o);
 /* Set the timerfd fd to expire once at ``at`` (CLOCK_MONOTONIC ns; 0 disarms it): 1, or 0
  * where the kernel refused (a closed fd; no timerfd on this platform). */
 int set_timerfd(int fd, unsigned long long at);
+/* wake.plan(hub, comp, adapter, key[, since]) (wake.c; its arguments checked there): the
+ * await's Pending, or None (not followed); NULL with an error set. */
+PyObject *wake_plan(PyObject *const *args, Py_ssize_t nargs);
 /* Whether key is a launch's: (prepared kernel, grid), a library call and its kind. */
 int is_launch_key(PyObject *key);
 /* timer.c: a loop's timerfd and the heap of its wakes (wake.Timer's base). */
 extern PyType_Spec TimerCore_spec;
+/* Set entry's wake on timer (a TimerCore: the caller checks it), at entry->at: 1; 0 where
+ * the timer could not be set (closed; the kernel refused: nothing looks at the slot
+ * then); -1 with an error set. */
+int timer_add(PyObject *timer, Pending *entry);
 /* Take entry's wake off timer (a TimerCore: the caller checks it); 0, or -1 with an error
  * set. */
 int timer_remove(PyObject *timer, Pending *entry);

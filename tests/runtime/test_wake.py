@@ -491,12 +491,12 @@ def test_a_wake_within_its_quiet_time_needs_no_reactor_wake() -> None:
     quiet time ends; it is for one whose quiet time ends first (work expected after
     ``quiet_max_ns``: the reactor watches it from then on) and for one with no wake."""
     entry = wake.Pending(None, None, None, None, parked=0)
-    assert not wake.watched(entry) and not wake.watched(None)
+    assert not entry.watched  # (no wake)
     entry.due, entry.quiet = 200_000, 300_000
-    assert wake.watched(entry)
+    assert entry.watched
     entry.due = 30_000_000  # a 30 ms estimate: its quiet time ends at 20 ms
     entry.quiet = wake.POLICY.quiet_max_ns
-    assert not wake.watched(entry)
+    assert not entry.watched
 
 
 def test_an_await_that_spun_before_parking_expects_the_landing_of_one_that_did_not(

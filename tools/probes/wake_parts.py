@@ -26,6 +26,7 @@ work beside ``stream.synchronize()``.
 
     python3 tools/probes/wake_parts.py              # the A/B/C (today's park, early wake, quiet)
     python3 tools/probes/wake_parts.py timeline     # the early wake's path and times, per await
+    python3 tools/probes/wake_parts.py cold         # Python after a long sleep, no GPU
     python3 tools/probes/wake_parts.py tune         # the early wake's lead and lateness settings
     python3 tools/probes/wake_parts.py cpu          # where an await's CPU goes, by phase and thread
     python3 tools/probes/wake_parts.py profile      # wait(torch_stream)'s own time; a bare wake
@@ -295,6 +296,20 @@ def torch_ab(n_short: int, n_long: int, idle: float) -> None:
                 )
 
 
+#: The timeline's cases: the work's length and the policy's fields changed for it. After 5 ms
+#: the steps from the landing seen to the task resumed ran twice as long as after 0.3 ms
+#: (H100, session 54; the emulator too): a thread back from a long sleep, its caches cold;
+#: whether the pre-wake (``prewake_ns``) or a longer spin before the landing (``lead_ns``)
+#: changes that, these say.
+TIMELINE_CASES: tuple[tuple[int, dict[str, int]], ...] = (
+    (300_000, {}),
+    (5_000_000, {}),
+    (5_000_000, {"prewake_ns": 0}),
+    (5_000_000, {"prewake_ns": 60_000}),
+    (5_000_000, {"lead_ns": 100_000}),
+)
+
+
 def timeline(n: int = 100) -> None:
     """Per await of the early wake, the median times from the await's start (parked,
     timer due, the wake looked, flag seen by the spin, task resumed, await ended) by the
@@ -307,7 +322,7 @@ def timeline(n: int = 100) -> None:
     import numpy as np
 
     import cuasync
-    from cuasync._core import wake
+    from cuasync._core import loops, wake
     from cuasync.bench import completion
     from cuasync.bench.requests import torch_cycles_per_ms
 
@@ -315,7 +330,14 @@ def timeline(n: int = 100) -> None:
     kernel.compile()
     seen: dict[str, int] = {}
     learn = wake.resumed
-    names = ("parked", "due", "looked", "seen", "resumed")
+    names = ("parked", "due", "looked", "seen", "woken", "resumed")
+    resolve = loops._resolve
+
+    def woken(fut: Any) -> None:  # (the waiter resolving the loop's future)
+        seen.setdefault("woken", time.monotonic_ns())
+        resolve(fut)
+
+    loops._resolve = woken
 
     def resumed(entry: wake.Pending) -> None:  # (the hook: the entry's times, then learn)
         if not entry.due:
@@ -350,23 +372,29 @@ def timeline(n: int = 100) -> None:
             syncs.append(time.monotonic_ns() - t0)
         print(f"{label}: sync p50 {np.median(syncs) / 1e3:.0f} us", flush=True)
         for path, times in rows.items():
-            parked, due, looked, flag, back, end = np.median(np.array(times), axis=0) / 1e3
+            parked, due, looked, flag, woke, back, end = np.median(np.array(times), axis=0) / 1e3
             print(
                 f"  {path:<24} {len(times) / n * 100:3.0f} %: parked {parked:.0f}, due "
-                f"{due:.0f}, looked {looked:.0f}, seen {flag:.0f}, resumed {back:.0f}, "
-                f"ended {end:.0f} us",
+                f"{due:.0f}, looked {looked:.0f}, seen {flag:.0f}, woken {woke:.0f}, "
+                f"resumed {back:.0f}, ended {end:.0f} us",
                 flush=True,
             )
 
     def nothing() -> None:
         pass
 
-    for work_ns in (300_000, 5_000_000):
+    policy = {name: getattr(wake.POLICY, name) for name in ("prewake_ns", "lead_ns")}
+    for work_ns, variant in TIMELINE_CASES:
+        for name, value in {**policy, **variant}.items():
+            setattr(wake.POLICY, name, value)
         asyncio.run(run(
-            f"{work_ns / 1e6:g} ms, await kernel / .sync()", nothing,
+            f"{work_ns / 1e6:g} ms{''.join(f', {k} {v}' for k, v in variant.items())}, "
+            "await kernel / .sync()", nothing,
             lambda w=work_ns: kernel[1, 1](w),
             lambda w=work_ns: kernel[1, 1](w).sync(allow_in_loop=True),
         ))  # fmt: skip
+    for name, value in policy.items():
+        setattr(wake.POLICY, name, value)
     try:
         import torch
     except ImportError:
@@ -382,6 +410,80 @@ def timeline(n: int = 100) -> None:
             lambda: cuasync.wait(stream),
             stream.synchronize,
         ))  # fmt: skip
+
+
+def cold(rounds: int = 3) -> None:
+    """Whether a thread back from a long sleep runs Python slower, with no GPU: an asyncio
+    loop sleeps ``S`` (0.3 ms, 5 ms) on a timerfd, spins ``spin`` (30 us, 300 us: the
+    early wake's window), then resolves a future a task awaits; the p50 from the future
+    resolved to the task resumed, and of a fixed Python workload run right after, beside
+    the same run again (warm). With the host's idle states and frequency governor
+    (cpu0's ``cpuidle``: a deep state flushes a core's private caches)."""
+    import asyncio
+    import json
+    import os
+    import pathlib
+    import time
+
+    import numpy as np
+
+    from cuasync._core.wake import timerfd
+    from cuasync._native import NATIVE
+
+    cpu = pathlib.Path("/sys/devices/system/cpu/cpu0")
+    for state in sorted(cpu.glob("cpuidle/state*")):
+        fields = [
+            (state / f).read_text().strip() for f in ("name", "latency", "residency", "disable")
+        ]
+        print("cpuidle {}: latency {} us, residency {} us, disabled {}".format(*fields))
+    governor = cpu / "cpufreq/scaling_governor"
+    print("governor:", governor.read_text().strip() if governor.exists() else "(none exposed)")
+    data = {"a": [1, 2, 3], "b": {"c": "d"}, "e": 1.5}
+
+    def workload() -> None:
+        json.loads(json.dumps(data))
+        sorted(str(i) for i in range(20))
+
+    fd = timerfd()
+    mono = time.monotonic_ns
+
+    async def trial(sleep_ns: int, spin_ns: int) -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        stamps: list[int] = []
+
+        def fire() -> None:
+            os.read(fd, 8)
+            until = mono() + spin_ns
+            while mono() < until:
+                pass
+            stamps.append(mono())
+            fut.set_result(None)
+
+        loop.add_reader(fd, fire)
+        NATIVE.set_timer(fd, mono() + sleep_ns)
+        await fut
+        back = mono()
+        loop.remove_reader(fd)
+        workload()
+        first = mono()
+        workload()
+        return back - stamps[0], first - back, mono() - first
+
+    for _ in range(rounds):
+        for sleep_ns in (300_000, 5_000_000):
+            for spin_ns in (30_000, 300_000):
+
+                async def run(s: int = sleep_ns, p: int = spin_ns) -> Any:
+                    return [await trial(s, p) for _ in range(40 if s > 1_000_000 else 300)]
+
+                resume, first, second = np.median(np.array(asyncio.run(run())), axis=0) / 1e3
+                print(
+                    f"sleep {sleep_ns / 1e6:g} ms, spin {spin_ns // 1000} us: resolved -> "
+                    f"resumed {resume:.1f} us; workload {first:.1f} us, again {second:.1f} us",
+                    flush=True,
+                )
+    os.close(fd)
 
 
 #: The early wake's settings ``tune`` alternates (:class:`cuasync._core.wake.Policy`'s
@@ -551,15 +653,13 @@ def cpu(n: int = 600) -> None:
         marks["back"] = clock()
 
     express.suspend = suspend  # type: ignore[assignment]
-    hook(wake, "plan", "plan", "planned")
-    hook(comp_mod.Hub, "watch", "watch", "watched")
-    hook(wake, "start", "start", "started")
+    hook(comp_mod.Hub, "park", "set-up", "set")  # (the plan, the arm and the timer: native)
     hook(wake.Timer, "fire", "fire", "fired")
     hook(comp_mod.Completion, "finish", "finish", "finished")
     hook(wake, "resumed", "learn", "learnt")
     steps = (
-        ("launch+spin", "t0", "park"), ("plan", "plan", "planned"), ("arm", "watch", "watched"),
-        ("timer set", "start", "started"), ("sleep..wake", "started", "fire"),
+        ("launch+spin", "t0", "park"), ("plan+arm+timer", "set-up", "set"),
+        ("sleep..wake", "set", "fire"),
         ("wake..finish", "fire", "finish"), ("finish", "finish", "finished"),
         ("..wake end", "finished", "fired"), ("..resumed", "fired", "learn"),
         ("learn", "learn", "learnt"), ("..end", "learnt", "t1"),
@@ -768,6 +868,8 @@ if __name__ == "__main__":
         timeline()
     elif sys.argv[1:] == ["tune"]:
         tune()
+    elif sys.argv[1:] == ["cold"]:
+        cold()
     elif sys.argv[1:] == ["cpu"]:
         cpu()
     elif sys.argv[1:] == ["profile"]:
