@@ -726,3 +726,40 @@ async def test_a_finish_that_fails_fails_its_completion_and_wakes_its_waiter(
     with pytest.raises(RuntimeError, match="release failed"):
         comp.finish("inline")  # (not pending: nothing happens)
         fut.result()
+
+
+async def test_waiters_are_called_once_in_the_order_added_and_late_ones_at_once(
+    anyio_backend: object,
+) -> None:
+    """``add_waiter``: the waiters of pending work are called once it finishes, each once,
+    in the order they were added (one alone, then a list); one added once it finished is
+    called at once, on the caller's thread."""
+    calls: list[tuple[str, Any]] = []
+    with ct.gate() as gate:
+        fut = cuasync.from_host(np.arange(3.0)).submit()
+        comp = fut._comp
+        for name in ("first", "second", "third"):
+            comp.add_waiter(lambda done, name=name: calls.append((name, done)))
+        assert calls == []  # (held by the gate: not finished)
+        gate.open()
+        np.testing.assert_array_equal(await (await fut).to_host(), np.arange(3.0))
+    assert calls == [("first", comp), ("second", comp), ("third", comp)]
+    comp.add_waiter(lambda done: calls.append(("late", done)))
+    assert calls[-1] == ("late", comp) and len(calls) == 4
+
+
+def test_a_parked_awaits_set_up_refuses_what_is_not_a_completion() -> None:
+    """``HubCore.park``, ``watch`` and ``arm`` check their completion (a TypeError naming
+    the method and what came) and their argument counts."""
+    hub = get_hub()
+    for call in (
+        lambda: hub.park("work", None, print, "key", 0),
+        lambda: hub.watch(3, None, print),
+        lambda: hub.arm(None, None),
+    ):
+        with pytest.raises(TypeError, match=r"(park|watch|arm)\(\) takes a Completion, not"):
+            call()
+    with pytest.raises(TypeError, match="watch"):
+        hub.watch(None, None)
+    with pytest.raises(TypeError, match="park"):
+        hub.park(None, None, None, None)

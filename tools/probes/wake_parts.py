@@ -307,6 +307,9 @@ TIMELINE_CASES: tuple[tuple[int, dict[str, int]], ...] = (
     (5_000_000, {"prewake_ns": 0}),
     (5_000_000, {"prewake_ns": 60_000}),
     (5_000_000, {"lead_ns": 100_000}),
+    (5_000_000, {"rehearse": 1}),
+    (5_000_000, {"rehearse": 1, "prewake_ns": 60_000}),
+    (5_000_000, {}),
 )
 
 
@@ -384,9 +387,20 @@ def timeline(n: int = 100) -> None:
         pass
 
     policy = {name: getattr(wake.POLICY, name) for name in ("prewake_ns", "lead_ns")}
+    fire = wake.Timer.fire
+    rehearsing = False
+
+    def fire_rehearsed(timer: Any) -> None:  # (every fire: the pre-wake's too)
+        if rehearsing:
+            rehearse(asyncio.get_running_loop())
+        fire(timer)
+
+    wake.Timer.fire = fire_rehearsed  # type: ignore[method-assign]
     for work_ns, variant in TIMELINE_CASES:
+        rehearsing = bool(variant.get("rehearse"))
         for name, value in {**policy, **variant}.items():
-            setattr(wake.POLICY, name, value)
+            if name != "rehearse":
+                setattr(wake.POLICY, name, value)
         asyncio.run(run(
             f"{work_ns / 1e6:g} ms{''.join(f', {k} {v}' for k, v in variant.items())}, "
             "await kernel / .sync()", nothing,
@@ -410,6 +424,24 @@ def timeline(n: int = 100) -> None:
             lambda: cuasync.wait(stream),
             stream.synchronize,
         ))  # fmt: skip
+
+
+def rehearse(loop: Any) -> None:
+    """Run, with no effect, the generic machinery a task's resumption runs (a loop future
+    resolved, a coroutine stepped through it, a dict and strings made): what ``cold`` and
+    the timeline's ``rehearse`` case run at a wake, before its spin, to warm the thread."""
+    fut = loop.create_future()
+    fut.set_result(None)
+
+    async def step() -> None:
+        await fut
+
+    coro = step()
+    try:
+        coro.send(None)
+    except StopIteration:
+        pass
+    {str(i): i for i in range(32)}.get("7")
 
 
 def cold(rounds: int = 3) -> None:
@@ -447,13 +479,15 @@ def cold(rounds: int = 3) -> None:
     fd = timerfd()
     mono = time.monotonic_ns
 
-    async def trial(sleep_ns: int, spin_ns: int) -> tuple[int, int, int]:
+    async def trial(sleep_ns: int, spin_ns: int, warm: bool) -> tuple[int, int, int]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         stamps: list[int] = []
 
         def fire() -> None:
             os.read(fd, 8)
+            if warm:
+                rehearse(loop)
             until = mono() + spin_ns
             while mono() < until:
                 pass
@@ -472,15 +506,16 @@ def cold(rounds: int = 3) -> None:
 
     for _ in range(rounds):
         for sleep_ns in (300_000, 5_000_000):
-            for spin_ns in (30_000, 300_000):
+            for spin_ns, warm in ((30_000, False), (30_000, True), (300_000, False)):
 
-                async def run(s: int = sleep_ns, p: int = spin_ns) -> Any:
-                    return [await trial(s, p) for _ in range(40 if s > 1_000_000 else 300)]
+                async def run(s: int = sleep_ns, p: int = spin_ns, w: bool = warm) -> Any:
+                    return [await trial(s, p, w) for _ in range(40 if s > 1_000_000 else 300)]
 
                 resume, first, second = np.median(np.array(asyncio.run(run())), axis=0) / 1e3
                 print(
-                    f"sleep {sleep_ns / 1e6:g} ms, spin {spin_ns // 1000} us: resolved -> "
-                    f"resumed {resume:.1f} us; workload {first:.1f} us, again {second:.1f} us",
+                    f"sleep {sleep_ns / 1e6:g} ms, {'rehearsal, ' if warm else ''}spin "
+                    f"{spin_ns // 1000} us: resolved -> resumed {resume:.1f} us; workload "
+                    f"{first:.1f} us, again {second:.1f} us",
                     flush=True,
                 )
     os.close(fd)
