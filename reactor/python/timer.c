@@ -271,7 +271,8 @@ TimerCore_remove(PyObject *self, PyObject *arg)
  * adapter's, the counters', and the finish paths' labels, from completion.py) */
 static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_watcher, *s_reactor,
     *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns,
-    *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late;
+    *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late,
+    *s_rehearsal;
 
 static int
 intern_wake_names(void)
@@ -282,9 +283,9 @@ intern_wake_names(void)
         {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
         {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
         {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
-        {&s_early_misses, "early_misses"}, {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
+        {&s_early_misses, "early_misses"}, {&s_early, "early_wake"}, {&s_rehearsal, "rehearsal"}, {&s_early_late, "early_wake_late"},
     };
-    return s_early_late != NULL ? 0 : INTERN_ALL(names);
+    return s_rehearsal != NULL ? 0 : INTERN_ALL(names);
 }
 
 /* hub.stats.early_prewakes += 1: 0, or -1 with an error set */
@@ -300,9 +301,31 @@ count_prewake(PyObject *hub)
 /* One due entry at the heap's top (a reference held by the caller): a pre-wake moves
  * it to its wake and leaves it in the heap (1), unless its work landed already; else it
  * is taken off and spun for (0). -1 with an error set. */
+/* A long wait's wake, before its spin: the policy's rehearsal (Policy.rehearsal, where
+ * set) run first, to warm the thread that slept (its error reported as unraisable: the
+ * wake goes on). 0, or -1 with an error set. */
 static int
-fire_one(TimerCore *t, Pending *entry)
+rehearse(WakePolicyCore *p, Pending *entry)
 {
+    if (entry->due - entry->since < p->prewake_min_ns)
+        return 0;
+    PyObject *rehearsal = PyObject_GetAttr((PyObject *)p, s_rehearsal);
+    if (rehearsal == NULL)
+        return -1;
+    if (rehearsal != Py_None) {
+        PyObject *r = PyObject_CallNoArgs(rehearsal);
+        if (r == NULL)
+            PyErr_WriteUnraisable(rehearsal);
+        Py_XDECREF(r);
+    }
+    Py_DECREF(rehearsal);
+    return 0;
+}
+
+static int
+fire_one(TimerCore *t, WakePolicyCore *p, Pending *entry)
+{
+    int woken = 1; /* (its wake: not a pre-wake that found its work landed) */
     if (entry->at < entry->due) { /* its pre-wake: the wake itself stays set... */
         entry->at = entry->due;
         sift_down(t, 0); /* (in order again before any Python runs, which may raise) */
@@ -313,7 +336,7 @@ fire_one(TimerCore *t, Pending *entry)
         Py_XDECREF(landed);
         if (is <= 0)
             return is < 0 ? -1 : 1;
-        /* ...unless its work landed already (it got shorter): finished now */
+        woken = 0; /* ...unless its work landed already (it got shorter): finished now */
     }
     for (Py_ssize_t i = 0; i < t->n; i++)
         if (t->heap[i] == entry) {
@@ -321,6 +344,8 @@ fire_one(TimerCore *t, Pending *entry)
             break;
         }
     Py_SETREF(entry->timer, Py_NewRef(Py_None));
+    if (woken && rehearse(p, entry) < 0)
+        return -1;
     PyObject *r = PyObject_CallMethodOneArg(entry->hub, s_spin_early, (PyObject *)entry);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -349,17 +374,19 @@ TimerCore_fire(PyObject *self, PyObject *Py_UNUSED(unused))
         else
             t->late_ns -= (t->late_ns - late) >> (down < 0 ? 0 : down > 62 ? 62 : down);
     }
-    Py_INCREF(self); /* (held: the spins run Python) */
+    Py_INCREF(self); /* (held, as the policy: the spins run Python) */
+    Py_INCREF(p);
     int failed = 0;
     while (!failed && t->n && t->heap[0]->at <= now) {
         Pending *entry = (Pending *)Py_NewRef(t->heap[0]);
-        int r = fire_one(t, entry);
+        int r = fire_one(t, p, entry);
         Py_DECREF(entry);
         failed = r < 0;
         if (r == 0)
             now = (long long)now_ns();
     }
     rearm(t); /* (the later wakes keep their timer whatever a spin raised) */
+    Py_DECREF(p);
     Py_DECREF(self);
     if (failed)
         return NULL;

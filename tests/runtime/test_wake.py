@@ -951,3 +951,34 @@ def test_a_wake_must_have_a_deadline(timer: wake.Timer) -> None:
     with pytest.raises(ValueError, match="deadline"):
         timer.add(entry)
     assert timer.heap == [] and timer.armed == 0
+
+
+async def test_a_long_waits_wake_runs_the_policys_rehearsal_once_before_its_spin(
+    anyio_backend, stream, monkeypatch
+) -> None:
+    """``Policy.rehearsal``: a wake due at least ``prewake_min_ns`` after its wait began
+    runs it once, before its spin (its pre-wake does not); a rehearsal that raises is
+    reported as unraisable and the wake goes on: the await returns its work's value.
+    A shorter wait's wake runs none."""
+    import sys
+
+    calls: list[int] = []
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    def rehearsal() -> None:
+        calls.append(len(calls))
+        wake.rehearse()
+        if len(calls) == 2:
+            raise RuntimeError("rehearsal failed")
+
+    monkeypatch.setattr(wake.POLICY, "rehearsal", rehearsal)
+    expect(stream, 2 * wake.POLICY.prewake_min_ns)  # a pre-wake, then the wake
+    for rehearsals in (1, 2):
+        value, left = await held_wait(stream, woken)
+        assert (value, left) == (None, 0)
+        assert len(calls) == rehearsals
+    assert [str(u.exc_value) for u in unraisable] == ["rehearsal failed"]
+    expect(stream, wake.POLICY.prewake_min_ns // 2)  # shorter: no rehearsal
+    value, left = await held_wait(stream, woken)
+    assert (value, left, len(calls)) == (None, 0, 2)

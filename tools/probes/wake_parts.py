@@ -387,17 +387,9 @@ def timeline(n: int = 100) -> None:
         pass
 
     policy = {name: getattr(wake.POLICY, name) for name in ("prewake_ns", "lead_ns")}
-    fire = wake.Timer.fire
-    rehearsing = False
-
-    def fire_rehearsed(timer: Any) -> None:  # (every fire: the pre-wake's too)
-        if rehearsing:
-            rehearse(asyncio.get_running_loop())
-        fire(timer)
-
-    wake.Timer.fire = fire_rehearsed  # type: ignore[method-assign]
+    rehearsal = wake.POLICY.rehearsal
     for work_ns, variant in TIMELINE_CASES:
-        rehearsing = bool(variant.get("rehearse"))
+        wake.POLICY.rehearsal = wake.rehearse if variant.get("rehearse") else None
         for name, value in {**policy, **variant}.items():
             if name != "rehearse":
                 setattr(wake.POLICY, name, value)
@@ -409,6 +401,7 @@ def timeline(n: int = 100) -> None:
         ))  # fmt: skip
     for name, value in policy.items():
         setattr(wake.POLICY, name, value)
+    wake.POLICY.rehearsal = rehearsal
     try:
         import torch
     except ImportError:
@@ -426,24 +419,6 @@ def timeline(n: int = 100) -> None:
         ))  # fmt: skip
 
 
-def rehearse(loop: Any) -> None:
-    """Run, with no effect, the generic machinery a task's resumption runs (a loop future
-    resolved, a coroutine stepped through it, a dict and strings made): what ``cold`` and
-    the timeline's ``rehearse`` case run at a wake, before its spin, to warm the thread."""
-    fut = loop.create_future()
-    fut.set_result(None)
-
-    async def step() -> None:
-        await fut
-
-    coro = step()
-    try:
-        coro.send(None)
-    except StopIteration:
-        pass
-    {str(i): i for i in range(32)}.get("7")
-
-
 def cold(rounds: int = 3) -> None:
     """Whether a thread back from a long sleep runs Python slower, with no GPU: an asyncio
     loop sleeps ``S`` (0.3 ms, 5 ms) on a timerfd, spins ``spin`` (30 us, 300 us: the
@@ -459,7 +434,7 @@ def cold(rounds: int = 3) -> None:
 
     import numpy as np
 
-    from cuasync._core.wake import timerfd
+    from cuasync._core import wake
     from cuasync._native import NATIVE
 
     cpu = pathlib.Path("/sys/devices/system/cpu/cpu0")
@@ -476,7 +451,7 @@ def cold(rounds: int = 3) -> None:
         json.loads(json.dumps(data))
         sorted(str(i) for i in range(20))
 
-    fd = timerfd()
+    fd = wake.timerfd()
     mono = time.monotonic_ns
 
     async def trial(sleep_ns: int, spin_ns: int, warm: bool) -> tuple[int, int, int]:
@@ -487,7 +462,7 @@ def cold(rounds: int = 3) -> None:
         def fire() -> None:
             os.read(fd, 8)
             if warm:
-                rehearse(loop)
+                wake.rehearse()
             until = mono() + spin_ns
             while mono() < until:
                 pass
