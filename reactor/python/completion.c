@@ -73,7 +73,13 @@ completion_state(PyObject *comp)
         return -1;
     long v = PyLong_AsLong(state);
     Py_DECREF(state);
-    return v == -1 && PyErr_Occurred() ? -1 : (int)v;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < PENDING || v > FAILED) {
+        PyErr_Format(PyExc_ValueError, "a completion's state is 0 to 3, not %ld", v);
+        return -1;
+    }
+    return (int)v;
 }
 
 int

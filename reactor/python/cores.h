@@ -147,10 +147,10 @@ extern const char completion_finish_doc[], completion_add_waiter_doc[];
 
 /* A completion's lock protocol (completion.c), for the C that reads or moves it:
  * completion_state: comp.state as a C int (0..3: PENDING, FINISHING, DONE, FAILED), or -1
- * with an error set; completion_locked: f(comp, arg) with comp._lock held (an error f
- * raised kept over the release's), its result, -1 where the lock failed;
- * completion_add_waiter: waiter(comp) called once comp is finished (now, where it is):
- * 0 or -1. */
+ * with an error set; completion_locked: f(comp, arg) with comp._lock held, its result,
+ * or -1 where the lock failed (an error of the release wins over f's, as in Python's
+ * ``with``); completion_add_waiter: waiter(comp) called once comp is finished (now,
+ * where it is): 0 or -1. */
 typedef int (*locked_fn)(PyObject *comp, void *arg);
 int completion_state(PyObject *comp);
 int completion_locked(PyObject *comp, locked_fn f, void *arg);

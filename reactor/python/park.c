@@ -41,7 +41,8 @@ check_completion(const char *method, PyObject *comp)
     return -1;
 }
 
-/* o.name(*args), its result dropped: 0 or -1 (args[0] is o; room before it for the call) */
+/* args[0].name(*args[1:n]), its result dropped: 0 or -1 (the callers keep a slot before
+ * args[0]: PY_VECTORCALL_ARGUMENTS_OFFSET lets the call use it) */
 static int
 call_dropped(PyObject *name, PyObject **args, size_t n)
 {
@@ -107,20 +108,23 @@ arm_unwatched(PyObject *comp, void *arg)
     PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
     if (watcher == NULL)
         return -1;
-    Py_DECREF(watcher); /* (compared only: the completion keeps it) */
     if (watcher == Py_None) {
+        Py_DECREF(watcher);
         if (PyObject_SetAttr(comp, s_watcher, a->adapter) < 0)
             return -1;
         PyObject *call[6] = {NULL, a->hub, comp, a->queue, a->quiet_until, a->watched};
         return call_dropped(s_arm, call + 1, 5);
     }
-    if (watcher == a->adapter)
-        return 0;
-    PyObject *background = PyObject_GetAttr(a->hub, s_background);
-    if (background == NULL)
+    int mine = watcher == a->adapter;
+    PyObject *background = mine ? NULL : PyObject_GetAttr(a->hub, s_background);
+    if (!mine && background == NULL) {
+        Py_DECREF(watcher);
         return -1;
-    Py_DECREF(background);
-    return watcher == background ? 0 : 1;
+    }
+    mine = mine || watcher == background;
+    Py_XDECREF(background);
+    Py_DECREF(watcher);
+    return mine ? 0 : 1;
 }
 
 /* hub.watch's steps (see hub_watch_doc): 0 or -1 */

@@ -279,11 +279,13 @@ intern_wake_names(void)
 {
     static const interned_name names[] = {
         {&s_stats, "stats"}, {&s_early_prewakes, "early_prewakes"}, {&s_landed, "landed"},
-        {&s_spin_early, "spin_early"}, {&s_watcher, "watcher"}, {&s_reactor, "reactor"}, {&s_disarm, "disarm"},
-        {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"}, {&s_finish, "finish"},
-        {&s_others_ready, "others_ready"}, {&s_spin_hold_ns, "spin_hold_ns"},
-        {&s_early_spin_ns, "early_spin_ns"}, {&s_early_spin_max_ns, "early_spin_max_ns"},
-        {&s_early_misses, "early_misses"}, {&s_early, "early_wake"}, {&s_rehearsal, "rehearsal"}, {&s_early_late, "early_wake_late"},
+        {&s_spin_early, "spin_early"}, {&s_watcher, "watcher"}, {&s_reactor, "reactor"},
+        {&s_disarm, "disarm"}, {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"},
+        {&s_finish, "finish"}, {&s_others_ready, "others_ready"},
+        {&s_spin_hold_ns, "spin_hold_ns"}, {&s_early_spin_ns, "early_spin_ns"},
+        {&s_early_spin_max_ns, "early_spin_max_ns"}, {&s_early_misses, "early_misses"},
+        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
+        {&s_rehearsal, "rehearsal"}, /* (last: the guard below reads it) */
     };
     return s_rehearsal != NULL ? 0 : INTERN_ALL(names);
 }
@@ -301,31 +303,9 @@ count_prewake(PyObject *hub)
 /* One due entry at the heap's top (a reference held by the caller): a pre-wake moves
  * it to its wake and leaves it in the heap (1), unless its work landed already; else it
  * is taken off and spun for (0). -1 with an error set. */
-/* A long wait's wake, before its spin: the policy's rehearsal (Policy.rehearsal, where
- * set) run first, to warm the thread that slept (its error reported as unraisable: the
- * wake goes on). 0, or -1 with an error set. */
 static int
-rehearse(WakePolicyCore *p, Pending *entry)
+fire_one(TimerCore *t, Pending *entry)
 {
-    if (entry->due - entry->since < p->prewake_min_ns)
-        return 0;
-    PyObject *rehearsal = PyObject_GetAttr((PyObject *)p, s_rehearsal);
-    if (rehearsal == NULL)
-        return -1;
-    if (rehearsal != Py_None) {
-        PyObject *r = PyObject_CallNoArgs(rehearsal);
-        if (r == NULL)
-            PyErr_WriteUnraisable(rehearsal);
-        Py_XDECREF(r);
-    }
-    Py_DECREF(rehearsal);
-    return 0;
-}
-
-static int
-fire_one(TimerCore *t, WakePolicyCore *p, Pending *entry)
-{
-    int woken = 1; /* (its wake: not a pre-wake that found its work landed) */
     if (entry->at < entry->due) { /* its pre-wake: the wake itself stays set... */
         entry->at = entry->due;
         sift_down(t, 0); /* (in order again before any Python runs, which may raise) */
@@ -336,7 +316,7 @@ fire_one(TimerCore *t, WakePolicyCore *p, Pending *entry)
         Py_XDECREF(landed);
         if (is <= 0)
             return is < 0 ? -1 : 1;
-        woken = 0; /* ...unless its work landed already (it got shorter): finished now */
+        /* ...unless its work landed already (it got shorter): finished now */
     }
     for (Py_ssize_t i = 0; i < t->n; i++)
         if (t->heap[i] == entry) {
@@ -344,8 +324,6 @@ fire_one(TimerCore *t, WakePolicyCore *p, Pending *entry)
             break;
         }
     Py_SETREF(entry->timer, Py_NewRef(Py_None));
-    if (woken && rehearse(p, entry) < 0)
-        return -1;
     PyObject *r = PyObject_CallMethodOneArg(entry->hub, s_spin_early, (PyObject *)entry);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -374,19 +352,17 @@ TimerCore_fire(PyObject *self, PyObject *Py_UNUSED(unused))
         else
             t->late_ns -= (t->late_ns - late) >> (down < 0 ? 0 : down > 62 ? 62 : down);
     }
-    Py_INCREF(self); /* (held, as the policy: the spins run Python) */
-    Py_INCREF(p);
+    Py_INCREF(self); /* (held: the spins run Python) */
     int failed = 0;
     while (!failed && t->n && t->heap[0]->at <= now) {
         Pending *entry = (Pending *)Py_NewRef(t->heap[0]);
-        int r = fire_one(t, p, entry);
+        int r = fire_one(t, entry);
         Py_DECREF(entry);
         failed = r < 0;
         if (r == 0)
             now = (long long)now_ns();
     }
     rearm(t); /* (the later wakes keep their timer whatever a spin raised) */
-    Py_DECREF(p);
     Py_DECREF(self);
     if (failed)
         return NULL;
@@ -510,6 +486,39 @@ still_watched(PyObject *comp, PyObject *adapter)
     return watcher == adapter;
 }
 
+/* A long wait's wake, about to spin: the policy's rehearsal (Policy.rehearsal, where
+ * the policy has one, not None) run first, to warm a thread back from a sleep of
+ * milliseconds. An Exception it raises (or its lookup) is reported as unraisable and the
+ * wake goes on: 0; -1 only for a BaseException that is not an Exception (a
+ * KeyboardInterrupt), raised through the wake. */
+static int
+rehearse(Pending *entry)
+{
+    WakePolicyCore *p = wake_policy();
+    if (p == NULL)
+        return -1;
+    if (entry->due - entry->parked < p->prewake_min_ns) /* (it did not sleep long) */
+        return 0;
+    Py_INCREF(p); /* (held: the lookup and the call run Python) */
+    PyObject *rehearsal = PyObject_GetAttr((PyObject *)p, s_rehearsal), *r = NULL;
+    if (rehearsal == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear(); /* (a policy with no rehearsal: none) */
+        Py_DECREF(p);
+        return 0;
+    }
+    if (rehearsal != NULL && rehearsal != Py_None)
+        r = PyObject_CallNoArgs(rehearsal);
+    else if (rehearsal != NULL)
+        r = Py_NewRef(Py_None);
+    int ok = r != NULL || PyErr_ExceptionMatches(PyExc_Exception);
+    if (r == NULL && ok)
+        PyErr_WriteUnraisable(rehearsal != NULL ? rehearsal : (PyObject *)p);
+    Py_XDECREF(r);
+    Py_XDECREF(rehearsal);
+    Py_DECREF(p);
+    return ok ? 0 : -1;
+}
+
 /* The spin of a wake whose slot is disarmed: 1 once it finished the completion, 0 where
  * its work did not land within its window (the caller arms it again), -1 an error. */
 static int
@@ -526,6 +535,8 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
             entry->due = 0; /* (learnt from as an await without a wake) */
         return others < 0 ? -1 : 0;
     }
+    if (entry->due && rehearse(entry) < 0)
+        return -1;
     long long hold = 0;
     if (is_launch_key(entry->key)) { /* the device's work alone: the GIL kept a while */
         PyObject *h = PyObject_GetAttr(hub, s_spin_hold_ns);

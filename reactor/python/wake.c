@@ -856,7 +856,7 @@ PyMethodDef wake_methods[] = {
      "followed: the wake off, no key, no slot or no reactor, or work queued behind "
      "earlier work on its stream). Its ``due`` is set where ``key`` has an estimate of at "
      "least ``min_estimate_ns`` and the loop has a timer (made now where the adapter can "
-     "watch one): ``wake.start`` then sets it; a wake due ``prewake_min_ns`` or more after "
+     "watch one), for ``HubCore.park`` to set there; a wake due ``prewake_min_ns`` or more after "
      "the wait began fires first ``prewake_ns`` before it (``at``), and a quiet window "
      "keeps the reactor off the slot until its end (``quiet``, at most "
      "``quiet_max_ns`` after parking). Without an estimate the await only teaches it."},

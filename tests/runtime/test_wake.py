@@ -957,28 +957,59 @@ async def test_a_long_waits_wake_runs_the_policys_rehearsal_once_before_its_spin
     anyio_backend, stream, monkeypatch
 ) -> None:
     """``Policy.rehearsal``: a wake due at least ``prewake_min_ns`` after its wait began
-    runs it once, before its spin (its pre-wake does not); a rehearsal that raises is
-    reported as unraisable and the wake goes on: the await returns its work's value.
-    A shorter wait's wake runs none."""
+    runs it once, just before its spin (its pre-wake does not): here the rehearsal opens
+    the gate that holds the work, and the spin after it runs. One that raises is reported
+    as unraisable and the wake goes on: the await returns its work's value. A shorter
+    wait's wake runs none."""
     import sys
 
-    calls: list[int] = []
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    hub = get_hub()
+    calls: list[int] = []
 
-    def rehearsal() -> None:
-        calls.append(len(calls))
-        wake.rehearse()
-        if len(calls) == 2:
-            raise RuntimeError("rehearsal failed")
+    async def rehearsed_wait(fails: bool) -> object:
+        spun = hub.stats.early_spin_ns
+        with ct.gate(stream) as gate:
 
-    monkeypatch.setattr(wake.POLICY, "rehearsal", rehearsal)
-    expect(stream, 2 * wake.POLICY.prewake_min_ns)  # a pre-wake, then the wake
-    for rehearsals in (1, 2):
-        value, left = await held_wait(stream, woken)
-        assert (value, left) == (None, 0)
-        assert len(calls) == rehearsals
+            def rehearsal() -> None:
+                assert hub.stats.early_spin_ns == spun  # (its spin has not run yet)
+                calls.append(len(calls))
+                wake.rehearse()
+                gate.open()
+                if fails:
+                    raise RuntimeError("rehearsal failed")
+
+            monkeypatch.setattr(wake.POLICY, "rehearsal", rehearsal)
+            with anyio.fail_after(30):
+                value = await cuasync.wait(stream)  # (alone on its loop: the wake spins)
+        assert hub.stats.early_spin_ns > spun  # (the spin ran, after it)
+        return value
+
+    expect(stream, 2 * wake.POLICY.prewake_min_ns, dev=1_000)  # a pre-wake, then the wake
+    assert await rehearsed_wait(fails=False) is None
+    assert calls == [0]
+    expect(stream, 2 * wake.POLICY.prewake_min_ns, dev=1_000)
+    assert await rehearsed_wait(fails=True) is None
+    assert calls == [0, 1]
     assert [str(u.exc_value) for u in unraisable] == ["rehearsal failed"]
-    expect(stream, wake.POLICY.prewake_min_ns // 2)  # shorter: no rehearsal
-    value, left = await held_wait(stream, woken)
-    assert (value, left, len(calls)) == (None, 0, 2)
+    expect(stream, wake.POLICY.prewake_min_ns // 2, dev=1_000)  # shorter: no rehearsal
+    assert await held_wait(stream, woken) == (None, 0)
+    assert calls == [0, 1]
+    # a policy without one: none, and the wake spins (the gate opened by the wake's look
+    # at its loop, just before: after the pre-wake)
+    monkeypatch.delattr(wake.POLICY, "rehearsal")
+    expect(stream, 2 * wake.POLICY.prewake_min_ns, dev=1_000)
+    adapter, prewakes, spun = running_adapter(), hub.stats.early_prewakes, hub.stats.early_spin_ns
+    others_ready = adapter.others_ready
+    with ct.gate(stream) as gate:
+
+        def opening() -> bool:
+            if hub.stats.early_prewakes > prewakes:
+                gate.open()
+            return bool(others_ready())
+
+        monkeypatch.setattr(adapter, "others_ready", opening)
+        with anyio.fail_after(30):
+            assert await cuasync.wait(stream) is None
+    assert hub.stats.early_spin_ns > spun and len(unraisable) == 1
