@@ -370,9 +370,9 @@ def _zero(address: int, nbytes: int) -> None:
 class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
     fallback, waiting (spin, arm, finish, hand-over) and fault detection. The early
-    wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls) and the release of
-    what a finished completion used (``release``, which its finish calls) are the
-    native base's (``HubCore``).
+    wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls), the release of
+    what a finished completion used (``release``, which its finish calls) and a parked
+    await's set-up (``park``, ``watch``, ``arm``) are the native base's (``HubCore``).
 
     >>> get_hub().block(comp)           # what fut.wait() does after its checks
     """

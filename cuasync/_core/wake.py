@@ -140,11 +140,12 @@ class Policy(WakePolicyCore):
         self.prewake_min_ns = 1_000_000
         #: Run by a wake due at least :attr:`prewake_min_ns` after its await parked, just
         #: before its spin (not where the spin is skipped; None: nothing;
-        #: :func:`rehearse`: the machinery a task's resumption runs, with no effect). On GPU hosts that are virtual machines a
-        #: thread back from a sleep of milliseconds ran Python two to four times slower
-        #: for its first tens of microseconds (``tools/probes/wake_parts.py cold``), and
-        #: the spin before the landing does not warm it; an ``Exception`` it raises is
-        #: reported as unraisable and the wake goes on. Off until measured on a GPU.
+        #: :func:`rehearse`: the machinery a task's resumption runs, with no effect). On
+        #: GPU hosts that are virtual machines a thread back from a sleep of milliseconds
+        #: ran Python three to five times slower for its first tens of microseconds
+        #: (``tools/probes/wake_parts.py cold``), and the spin before the landing does
+        #: not warm it; an ``Exception`` it raises is reported as unraisable and the wake
+        #: goes on. Off until measured on a GPU.
         self.rehearsal: Callable[[], object] | None = None
 
 

@@ -83,6 +83,18 @@ completion_state(PyObject *comp)
 }
 
 int
+completion_watcher(PyObject *comp, PyObject **watcher)
+{
+    *watcher = NULL;
+    int state = completion_state(comp);
+    if (state != PENDING)
+        return state < 0 ? -1 : 0;
+    if (intern_finish_names() < 0 || (*watcher = PyObject_GetAttr(comp, s_watcher)) == NULL)
+        return -1;
+    return 1;
+}
+
+int
 completion_locked(PyObject *comp, locked_fn f, void *arg)
 {
     if (intern_finish_names() < 0)

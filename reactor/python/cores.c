@@ -69,6 +69,14 @@ stats_count(PyObject *stats, PyObject *name, long long by, int as_max)
     return r;
 }
 
+int
+call_dropped(PyObject *name, PyObject *const *args, size_t n)
+{
+    PyObject *r = PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 #define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 #define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
 /* (None while unset) */

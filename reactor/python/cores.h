@@ -153,6 +153,10 @@ extern const char completion_finish_doc[], completion_add_waiter_doc[];
  * where it is): 0 or -1. */
 typedef int (*locked_fn)(PyObject *comp, void *arg);
 int completion_state(PyObject *comp);
+/* Where comp is pending (read under its lock): 1, its watcher (the adapter whose loop
+ * watches it, the hub's background watcher, or None) a new reference in *watcher; 0 not
+ * pending; -1 with an error set. */
+int completion_watcher(PyObject *comp, PyObject **watcher);
 int completion_locked(PyObject *comp, locked_fn f, void *arg);
 int completion_add_waiter(PyObject *comp, PyObject *waiter);
 
@@ -435,6 +439,8 @@ int intern_all(const interned_name *names, size_t n);
  * max(stats.name, by); one step under the GIL, so no other thread's count is lost. 0,
  * or -1 with an error set (cores.c). */
 int stats_count(PyObject *stats, PyObject *name, long long by, int as_max);
+/* args[0].name(*args[1:n]), its result dropped: 0, or -1 with an error set (cores.c). */
+int call_dropped(PyObject *name, PyObject *const *args, size_t n);
 /* The number of object fields of struct T when they are all it has after the header. */
 #define OBJECT_FIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 /* P_traverse, P_clear and P_dealloc of such a type, over its first N object fields. */

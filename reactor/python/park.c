@@ -41,16 +41,6 @@ check_completion(const char *method, PyObject *comp)
     return -1;
 }
 
-/* args[0].name(*args[1:n]), its result dropped: 0 or -1 (the callers keep a slot before
- * args[0]: PY_VECTORCALL_ARGUMENTS_OFFSET lets the call use it) */
-static int
-call_dropped(PyObject *name, PyObject **args, size_t n)
-{
-    PyObject *r = PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
-
 /* -- HubCore.arm ---------------------------------------------------------------------- */
 
 PyObject *
@@ -68,10 +58,10 @@ hub_arm(PyObject *hub, PyObject *const *args, Py_ssize_t nargs)
     int r = -1;
     if (slot != NULL && gen != NULL) {
         c->armed_at = (double)now_ns() / 1e9; /* (time.monotonic) */
-        PyObject *call[7] = {NULL, reactor, slot, gen, args[1], NULL, NULL};
+        PyObject *call[6] = {reactor, slot, gen, args[1], NULL, NULL};
         for (Py_ssize_t i = 2; i < nargs; i++)
-            call[i + 3] = args[i];
-        r = call_dropped(s_arm, call + 1, (size_t)nargs + 2);
+            call[i + 2] = args[i];
+        r = call_dropped(s_arm, call, (size_t)nargs + 2);
     }
     Py_XDECREF(gen);
     Py_XDECREF(slot);
@@ -102,18 +92,16 @@ static int
 arm_unwatched(PyObject *comp, void *arg)
 {
     arming *a = arg;
-    int state = completion_state(comp);
-    if (state != 0) /* (PENDING) */
-        return state < 0 ? -1 : 0;
-    PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
-    if (watcher == NULL)
-        return -1;
+    PyObject *watcher;
+    int pending = completion_watcher(comp, &watcher);
+    if (pending <= 0)
+        return pending;
     if (watcher == Py_None) {
         Py_DECREF(watcher);
         if (PyObject_SetAttr(comp, s_watcher, a->adapter) < 0)
             return -1;
-        PyObject *call[6] = {NULL, a->hub, comp, a->queue, a->quiet_until, a->watched};
-        return call_dropped(s_arm, call + 1, 5);
+        PyObject *call[5] = {a->hub, comp, a->queue, a->quiet_until, a->watched};
+        return call_dropped(s_arm, call, 5);
     }
     int mine = watcher == a->adapter;
     PyObject *background = mine ? NULL : PyObject_GetAttr(a->hub, s_background);
@@ -200,9 +188,8 @@ set_up(PyObject *hub, PyObject *comp, PyObject *adapter, PyObject *waiter, Pendi
     PyObject *quiet_until = PyLong_FromLongLong(quiet);
     if (quiet_until == NULL)
         return -1;
-    PyObject *call[7] = {NULL, hub, comp, adapter, waiter, quiet_until,
-                         watched ? Py_True : Py_False};
-    int r = call_dropped(s_watch, call + 1, 6);
+    PyObject *call[6] = {hub, comp, adapter, waiter, quiet_until, watched ? Py_True : Py_False};
+    int r = call_dropped(s_watch, call, 6);
     Py_DECREF(quiet_until);
     if (r < 0 || entry == NULL || !entry->due)
         return r;
@@ -216,8 +203,8 @@ set_up(PyObject *hub, PyObject *comp, PyObject *adapter, PyObject *waiter, Pendi
         return added < 0 ? -1 : 0;
     Py_SETREF(entry->timer, Py_NewRef(Py_None)); /* refused: no wake; the reactor looks */
     entry->due = 0;
-    PyObject *unquiet[4] = {NULL, hub, comp, adapter};
-    return call_dropped(s_unquiet, unquiet + 1, 3);
+    PyObject *unquiet[3] = {hub, comp, adapter};
+    return call_dropped(s_unquiet, unquiet, 3);
 }
 
 PyObject *

@@ -269,7 +269,7 @@ TimerCore_remove(PyObject *self, PyObject *arg)
 
 /* (names the timer and the wake read and call: the completion's, the hub's, the
  * adapter's, the counters', and the finish paths' labels, from completion.py) */
-static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_watcher, *s_reactor,
+static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_reactor,
     *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns,
     *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late,
     *s_rehearsal;
@@ -279,7 +279,7 @@ intern_wake_names(void)
 {
     static const interned_name names[] = {
         {&s_stats, "stats"}, {&s_early_prewakes, "early_prewakes"}, {&s_landed, "landed"},
-        {&s_spin_early, "spin_early"}, {&s_watcher, "watcher"}, {&s_reactor, "reactor"},
+        {&s_spin_early, "spin_early"}, {&s_reactor, "reactor"},
         {&s_disarm, "disarm"}, {&s_drain, "drain"}, {&s_queue, "queue"}, {&s_arm, "arm"},
         {&s_finish, "finish"}, {&s_others_ready, "others_ready"},
         {&s_spin_hold_ns, "spin_hold_ns"}, {&s_early_spin_ns, "early_spin_ns"},
@@ -460,28 +460,14 @@ PyType_Spec TimerCore_spec = {
 
 /* -- the wake: a due entry's spin (HubCore.spin_early) --------------------------------- */
 
-/* o.name(*args) with one or two arguments (b NULL: one), its result dropped: 0 or -1 */
-static int
-call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b)
-{
-    PyObject *args[3] = {o, a, b};
-    PyObject *r = PyObject_VectorcallMethod(name, args, (b == NULL ? 2 : 3) |
-                                                            PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            NULL);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
-
 /* Whether comp is still pending and watched by adapter (read under its lock): 1, 0, -1 */
 static int
 still_watched(PyObject *comp, PyObject *adapter)
 {
-    int state = completion_state(comp);
-    if (state != 0) /* (PENDING) */
-        return state < 0 ? -1 : 0;
-    PyObject *watcher = PyObject_GetAttr(comp, s_watcher);
-    if (watcher == NULL)
-        return -1;
+    PyObject *watcher;
+    int pending = completion_watcher(comp, &watcher);
+    if (pending <= 0)
+        return pending;
     Py_DECREF(watcher);
     return watcher == adapter;
 }
@@ -526,7 +512,7 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
 {
     PyObject *comp = entry->comp;
     if (spin_flag(word, gen, 0, 0)) /* landed before the wake: ``seen`` stays 0 */
-        return call_method(comp, s_finish, s_early_late, NULL) < 0 ? -1 : 1;
+        return call_dropped(s_finish, (PyObject *[]){comp, s_early_late}, 2) < 0 ? -1 : 1;
     PyObject *ready = PyObject_CallMethodNoArgs(entry->adapter, s_others_ready);
     int others = ready == NULL ? -1 : PyObject_IsTrue(ready);
     Py_XDECREF(ready);
@@ -560,7 +546,7 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
         return -1;
     if (landed) {
         entry->seen = end;
-        return call_method(comp, s_finish, s_early, NULL) < 0 ? -1 : 1;
+        return call_dropped(s_finish, (PyObject *[]){comp, s_early}, 2) < 0 ? -1 : 1;
     }
     if (entry->due) {
         entry->lo = end;
@@ -605,7 +591,7 @@ arm_if_watched(PyObject *comp, void *arg)
     if (watched <= 0)
         return watched;
     PyObject *queue = PyObject_GetAttr(adapter, s_queue);
-    int r = queue == NULL ? -1 : call_method(hub, s_arm, comp, queue);
+    int r = queue == NULL ? -1 : call_dropped(s_arm, (PyObject *[]){hub, comp, queue}, 3);
     Py_XDECREF(queue);
     return r;
 }
@@ -631,7 +617,7 @@ hub_spin_early(PyObject *hub, PyObject *arg)
         goto done;
     if (mine == 2) { /* drained now, not in the loop's next pass (as "other work ready") */
         PyObject *queue = PyObject_GetAttr(adapter, s_queue);
-        int drained = queue == NULL ? -1 : call_method(hub, s_drain, queue, NULL);
+        int drained = queue == NULL ? -1 : call_dropped(s_drain, (PyObject *[]){hub, queue}, 2);
         Py_XDECREF(queue);
         if (drained < 0)
             goto done;
