@@ -78,6 +78,8 @@ WakePolicyCore = _reactor.WakePolicyCore
 Estimate = _reactor.Estimate
 Pending = _reactor.Pending
 TimerCore = _reactor.TimerCore
+#: The parked await of a completion (``HubCore.suspend``'s iterator).
+Suspension = _reactor.Suspension
 #: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
 #: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
 #: adapter (``loops``).
@@ -108,6 +110,7 @@ __all__ = [
     "ReduceWorkCore",
     "RoundRobinCore",
     "SingleStreamCore",
+    "Suspension",
     "StreamCore",
     "TensorCore",
     "TensorOpCore",

@@ -452,6 +452,22 @@ class HubCore:
     ) -> Pending | None:
         """A parked await's set-up: its wake planned, ``waiter`` added and the slot
         armed, the wake set on the loop's timer; its Pending, or None."""
+    def suspend(
+        self, comp: Any, adapter: Any, since: SupportsIndex = 0, op: Any = None, /
+    ) -> Suspension:
+        """The parked await of ``comp`` (``yield from`` it): finished where it landed
+        since, else parked (``adapter.park()``, :meth:`park`) until it is; returns
+        ``comp.result()``. Cancelled or dropped unfinished: ``comp`` to the background
+        watcher (a launch ``op``'s output abandoned, its arguments let go)."""
+
+@final
+class Suspension(Generator[Any, Any, Any]):
+    """The parked await of a completion (:meth:`HubCore.suspend`'s)."""
+
+    def __next__(self) -> Any: ...
+    def send(self, value: Any, /) -> Any: ...
+    def throw(self, typ: Any, val: Any = ..., tb: Any = ..., /) -> Any: ...
+    def close(self) -> None: ...
 
 @disjoint_base
 class BackendCore:
@@ -514,6 +530,8 @@ class CompletionCore:
     armed_at: float
     def add_waiter(self, waiter: Callable[[Any], object], /) -> None:
         """Call ``waiter(self)`` once finished (now, where it is already)."""
+    def _wake(self, waiters: Any, /) -> None:
+        """Call the waiters taken from ``_waiters`` (one, a list, or None)."""
     def finish(self, path: str, /) -> None:
         """The work completed: realize the output, release what it used, call the
         waiters (nothing where it is no longer pending)."""
@@ -909,6 +927,8 @@ def plan_key(
     """The key of ``node``'s launch plan, its tensors and scalars; None: the long way."""
 
 def blocks_kept() -> int: ...
+def let_go(op: Any, /) -> None:
+    """A cancelled await's launch op lets go of its output and arguments."""
 
 @final
 class SlotLedger:
@@ -1102,6 +1122,7 @@ class Pending:
     lo: int
     seen: int
     looked: int
+    resumed: int
     hold: int
     @property
     def watched(self) -> bool:
@@ -1155,6 +1176,9 @@ def plan_wake(
 
 def is_launch(key: object, /) -> bool:
     """Whether ``key`` is a launch's: ``(prepared kernel, grid)``."""
+
+def cancel_wake(entry: Pending, /) -> None:
+    """The await of ``entry`` was cancelled: its wake taken off its timer."""
 
 def resumed(entry: Pending, /) -> None:
     """The await of ``entry`` resumed: its wake taken off its timer, its estimate learnt."""

@@ -50,7 +50,7 @@ from .._config import CONFIG
 from .._curesult import Code
 from .._exceptions import fresh, warn_leak
 from ..errors import BackendUnavailableError, DeviceError, DeviceFaultError, InternalError
-from . import wake as _wake
+from . import wake as _wake  # noqa: F401 (the early wake's policy, which park reads, set)
 from .output import Output
 from .trace import end_flight
 from .watcher import BackgroundWatcher
@@ -285,14 +285,6 @@ class Completion(CompletionCore):
                     hub.check_fault(self)
         return self.state >= DONE
 
-    def _wake(self, waiters: Waiter | list[Waiter] | None) -> None:
-        """Call the waiters taken from ``_waiters`` (finished: outside the lock)."""
-        if isinstance(waiters, list):
-            for waiter in waiters:
-                waiter(self)
-        elif waiters is not None:
-            waiters(self)
-
     def result(self) -> Any:
         """The output of finished work; raises its error. Read before the work finished
         (which no path of cuasync's should do: an await resumes only once it is), it
@@ -371,8 +363,9 @@ class Hub(HubCore):
     """Process-wide completion machinery: the slot slab, the reactor, the host-callback
     fallback, waiting (spin, arm, finish, hand-over) and fault detection. The early
     wake's spin (``spin_early``, which a loop's ``wake.Timer`` calls), the release of
-    what a finished completion used (``release``, which its finish calls) and a parked
-    await's set-up (``park``, ``watch``, ``arm``) are the native base's (``HubCore``).
+    what a finished completion used (``release``, which its finish calls), a parked
+    await's set-up (``park``, ``watch``, ``arm``) and its suspension (``suspend``) are the
+    native base's (``HubCore``).
 
     >>> get_hub().block(comp)           # what fut.wait() does after its checks
     """
@@ -996,7 +989,7 @@ def wait(comp: Completion, adapter: LoopAdapter) -> Generator[Any, Any, Any]:
             adapter.long_ops = not settled
         if not settled:  # (its wait began before the spin, which ran its whole budget)
             since = time.monotonic_ns() - (spin_us or 0) * 1000
-            yield from suspend(hub, comp, adapter, None, since)
+            return (yield from hub.suspend(comp, adapter, since))
     return comp.result()
 
 
@@ -1022,34 +1015,6 @@ def await_spin_us(hub: Hub, adapter: LoopAdapter, stream: Any, seq: int) -> int 
     if stream._completed < seq - 1:
         return 0
     return spin_us
-
-
-def suspend(
-    hub: Hub, comp: Completion, adapter: LoopAdapter, key: Any = None, since: int = 0
-) -> Generator[Any, Any, None]:
-    """Park the awaiting task until ``comp`` is finished (what ``wait`` does when the spin
-    did not see it land); a cancellation hands it to the background watcher.
-
-    ``key`` names the work for the early wake (:mod:`.wake`: a kernel and its grid);
-    None: the stream's handle; ``since``: when the await began to wait for it (its
-    ``time.monotonic_ns()`` after the submission, before any spin; 0: now). The reactor
-    is armed as always; where the policy has an estimate for ``key``, the loop's own
-    timer also wakes the loop shortly before the expected landing and spins briefly, so
-    that an awake thread sees the flag, and the reactor leaves the slot alone until that
-    spin ends (it neither spins nor scans for it meanwhile: the CPU a long wait costs).
-    """
-    wake, parked = adapter.park()
-    entry = None
-    try:  # (a set-up that raised leaves the completion to the background watcher too)
-        entry = hub.park(comp, adapter, wake, comp.stream.handle if key is None else key, since)
-        yield from parked()
-    except BaseException:
-        if entry is not None:
-            _wake.cancel(entry)
-        hub.watch_in_background(comp)
-        raise
-    if entry is not None:
-        _wake.resumed(entry)
 
 
 def work_in_flight() -> bool:

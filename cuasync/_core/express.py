@@ -11,7 +11,8 @@ own call on the same core (``Express.upload``: ``cuasync._small_upload``).
 
 There is one submission of each: the core's. This module holds what the core calls
 back into or leaves to Python: the rest of an await whose work did not land within the
-spin (:func:`_finish_await`: stepping aside in a burst, parking), of a ``sync()``
+spin (:func:`_finish_await`: stepping aside in a burst; parking is the hub's native
+``suspend``, which the core returns for an await it made a completion for), of a ``sync()``
 (:func:`finish_sync`), the :class:`Completion` of such work (:func:`_completion_of`),
 and the handlers of a submission that failed or was abandoned. Work that lands within
 the spin needs no :class:`~.context.ExecutionContext` and no :class:`Completion`.
@@ -40,11 +41,11 @@ from typing import Any
 
 from .. import _config
 from .._first_use import Unprepared, prepare_off_loop
-from .._native import PROCESS, LaunchCore
+from .._native import NATIVE, PROCESS, Suspension
 from . import completion as _completion
 from . import loops as _loops
 from . import op_future
-from .completion import DONE, INLINE, Completion, await_spin_us, suspend
+from .completion import DONE, INLINE, Completion, await_spin_us
 from .context import ExecutionContext
 from .device import Stream, get_default_device
 from .loops import running_adapter
@@ -183,6 +184,8 @@ def _submit_await(
             sent = hub.express.launch(op, stream, BURST if burst else AWAIT, adapter)
             if sent is op._output:  # landed within the spin, and settled
                 return sent
+            if sent.__class__ is Suspension:  # not landed: its completion made, to park on
+                return (yield from sent)
     return (yield from _finish_await(op, stream, adapter, sent))
 
 
@@ -201,16 +204,8 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     """The rest of ``await op`` once submitted (``sent``: what the core's submission
     returned; :data:`GENERIC`: the core declined it; None: there was no core): stepping
     aside in a burst, settling, parking, or the generic path. The native
-    ``_Launch.__await__`` (``_reactor.LaunchAwait``) returns this for work that did not
-    land in its spin; where the core made its completion (:data:`Parked`: an await that
-    did not land in its spin), it only parks."""
-    if sent.__class__ is tuple and len(sent) == 3:  # (the common case of a parked await)
-        hub, comp, spin_us = sent
-        # when the wait began: the launch was just made, and spun on for spin_us
-        since = monotonic_ns() - (spin_us or 0) * 1000
-        if comp.landed():  # (since the spin)
-            comp.finish(INLINE)
-        return (yield from _park_launch(op, hub, comp, adapter, spin_us, since))
+    ``_Launch.__await__`` (``_reactor.LaunchAwait``) returns this where its core did not
+    finish the await itself (a burst's launch it handed over, an error in its box)."""
     if sent is GENERIC and op._prepared.__class__ is Unprepared:
         # a first use the core declined: prepared off the loop, then the core again
         yield from _first_use(op, adapter)
@@ -261,29 +256,9 @@ def _finish_await(op: Any, stream: Stream, adapter: Any, sent: Any) -> Generator
     if comp is None:  # (the path of most awaits)
         adapter.long_ops = False
         return output
-    return (yield from _park_launch(op, hub, comp, adapter, spin_us, since))
-
-
-def _park_launch(
-    op: Any, hub: Any, comp: Completion, adapter: Any, spin_us: int | None, since: int
-) -> Generator[Any, Any, Any]:
-    """Park the await of the launch ``op`` until ``comp`` is finished (not where it is
-    already), its wait begun at ``since`` after a spin of ``spin_us`` (None: skipped);
-    the output, or its error raised. Cancelled, the op lets go of what it holds and the
-    completion goes to the background watcher."""
-    if comp.state < DONE:  # not landed within the spin (or another thread is finishing
-        # it: a stale report of the slot drained elsewhere; that finish wakes it): parked
-        if spin_us is not None:
-            adapter.long_ops = True
-        prepared = getattr(op, "_prepared", None)  # (a launch's: its kernel and grid)
-        key = None if prepared is None else (prepared, op._grid)
-        try:
-            yield from suspend(hub, comp, adapter, key, since)
-        except BaseException:
-            comp.abandon()
-            _let_go(op)
-            raise
-    return comp.result()
+    if spin_us is not None and comp.state < DONE:  # the spin ran out: parked
+        adapter.long_ops = True
+    return (yield from hub.suspend(comp, adapter, since, op))
 
 
 def settle_look(
@@ -319,15 +294,9 @@ def settle_look(
     return None, comp
 
 
-def _let_go(op: Any) -> None:
-    """A cancelled await's launch op lets go of its output and arguments: the await's
-    frames stay in the cancellation's traceback, often inside a reference cycle, and must
-    not keep the output alive until a collection. What the work uses (its tensors, the
-    output among them), its completion holds, and releases once the work lands. A small
-    upload's op (another kind) keeps its own."""
-    if isinstance(op, LaunchCore):
-        op._output = None
-        op._args = op._tensors = ()
+#: A cancelled await's launch op lets go of its output and arguments (native:
+#: ``_reactor.let_go``; the hub's ``suspend`` does it for a parked await).
+_let_go: Callable[[Any], None] = NATIVE.let_go
 
 
 def sync_launch(op: Any, stream: Stream) -> Any:
@@ -437,10 +406,6 @@ def _completion_of(
 Sent = tuple[
     Any, "_Box | None", int, int, int, int, "int | None", "bool | None", int, "list[Any] | None"
 ]
-#: What it returns for an await whose launch did not land within its spin (made at once,
-#: no error): ``(hub, completion, spin_us)``, the completion made in C, armed in the
-#: hub's table (:func:`_finish_await` parks on it).
-Parked = tuple[Any, Completion, "int | None"]
 #: The core's submission of another kind of op: ``(op, stream, spin, adapter)`` to
 #: :data:`Sent`, None (declined: the generic path takes the op) or, for an upload the
 #: core settled within an await's or a blocking call's spin, the output itself.

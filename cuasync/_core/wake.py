@@ -30,7 +30,7 @@ too late, the reactor wakes the loop before the timer does; a fault is probed as
 Never a hang, never an unbounded spin (one window is at most its lead, itself at most
 :attr:`Policy.lead_max_ns`, and :attr:`Policy.spin_max_ns`).
 
->>> entry = hub.park(comp, adapter, waiter, key, since)   # completion.suspend: plan, arm, set
+>>> entry = hub.park(comp, adapter, waiter, key, since)   # hub.suspend: plan, arm, set
 >>> resumed(entry)                                        # after the task resumes: learn
 """
 
@@ -228,12 +228,10 @@ async def _step(fut: asyncio.Future[None]) -> None:
 window = Estimate.window
 
 
-def cancel(entry: Pending) -> None:
-    """The await was cancelled: take its wake off the timer, nothing of it left armed
-    there (the caller hands the completion to the background watcher)."""
-    if entry.timer is not None:
-        entry.timer.remove(entry)
-        entry.timer = None
+#: ``cancel(entry)``: the await of ``entry`` was cancelled: its wake taken off the timer,
+#: nothing of it left armed there (the hub's ``suspend`` calls it, then hands the
+#: completion to the background watcher). Native (``_reactor.cancel_wake``).
+cancel = NATIVE.cancel_wake
 
 
 #: ``resumed(entry)``: the await of ``entry`` resumed (its work landed): its wake taken off

@@ -279,6 +279,20 @@ mark_completed(PyObject *stream, PyObject *seq)
 }
 
 /* The waiters taken from _waiters, called (one alone, or a list of them): 0 or -1 */
+static int wake_waiters(PyObject *self, PyObject *waiters);
+
+PyObject *
+completion_wake_method(PyObject *self, PyObject *waiters)
+{
+    return wake_waiters(self, waiters) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+const char completion_wake_doc[] =
+    "_wake($self, waiters, /)\n--\n\n"
+    "Call the waiters taken from ``_waiters`` (finished: outside the lock), each with this "
+    "completion: one alone, a list of them (in order; one that raises stops the rest, as "
+    "in a loop), or None.";
+
 static int
 wake_waiters(PyObject *self, PyObject *waiters)
 {

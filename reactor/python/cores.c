@@ -77,6 +77,58 @@ call_dropped(PyObject *name, PyObject *const *args, size_t n)
     return r == NULL ? -1 : 0;
 }
 
+int
+optional_attr(PyObject *o, PyObject *name, PyObject **out)
+{
+    *out = PyObject_GetAttr(o, name);
+    if (*out != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return *out != NULL ? 0 : -1;
+    PyErr_Clear();
+    return 0;
+}
+
+PyObject *
+iter_result(PySendResult r, PyObject *result, int as_next)
+{
+    if (r == PYGEN_NEXT)
+        return result;
+    if (r == PYGEN_RETURN) {
+        if (!as_next || result != Py_None) {
+            /* StopIteration(value), made explicitly: a tuple value must not become its args */
+            PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, result);
+            if (exc != NULL) {
+                PyErr_SetObject(PyExc_StopIteration, exc);
+                Py_DECREF(exc);
+            }
+        }
+        Py_DECREF(result);
+    }
+    return NULL; /* (as_next, a return of None: StopIteration without an exception set) */
+}
+
+PyObject *
+iter_raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        if (val != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
+            return NULL;
+        }
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    }
+    else if (PyExceptionClass_Check(typ)) {
+        if (val != Py_None)
+            PyErr_SetObject(typ, val);
+        else
+            PyErr_SetNone(typ);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
 #define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 #define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
 /* (None while unset) */
@@ -163,6 +215,7 @@ static PyMethodDef HubCore_methods[] = {
     {"arm", (PyCFunction)(void (*)(void))hub_arm, METH_FASTCALL, hub_arm_doc},
     {"watch", (PyCFunction)(void (*)(void))hub_watch, METH_FASTCALL, hub_watch_doc},
     {"park", (PyCFunction)(void (*)(void))hub_park, METH_FASTCALL, hub_park_doc},
+    {"suspend", (PyCFunction)(void (*)(void))hub_suspend, METH_FASTCALL, hub_suspend_doc},
     {NULL, NULL, 0, NULL},
 };
 #define BackendCore_EXTRA_SLOTS
@@ -648,6 +701,27 @@ instance_of(PyObject *o, destructor dealloc)
 }
 
 int
+launch_let_go(PyObject *op)
+{
+    if (!instance_of(op, LaunchCore_dealloc))
+        return 0;
+    LaunchCore *l = (LaunchCore *)op;
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL)
+        return -1;
+    Py_XSETREF(l->output, Py_NewRef(Py_None));
+    Py_XSETREF(l->args, Py_NewRef(empty));
+    Py_XSETREF(l->tensors, empty);
+    return 0;
+}
+
+static PyObject *
+mod_let_go(PyObject *Py_UNUSED(module), PyObject *op)
+{
+    return launch_let_go(op) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+int
 is_adapter(PyObject *o)
 {
     return instance_of(o, AdapterCore_dealloc);
@@ -729,6 +803,13 @@ PyMethodDef cores_methods[] = {
     {"blocks_kept", alloc_blocks_kept, METH_NOARGS,
      "blocks_kept($module, /)\n--\n\nBlocks Allocation's native finalizer put back in the "
      "block cache itself (no Python call)."},
+    {"let_go", (PyCFunction)mod_let_go, METH_O,
+     "let_go($module, op, /)\n--\n\n"
+     "A cancelled await's launch op (a LaunchCore; any other op: nothing) lets go of its "
+     "output and arguments: the await's frames stay in the cancellation's traceback, often "
+     "inside a reference cycle, and must not keep the output alive until a collection. What "
+     "the work uses (its tensors, the output among them), its completion holds, and releases "
+     "once the work lands."},
     {"tracing", (PyCFunction)mod_tracing, METH_NOARGS,
      "tracing($module, /)\n--\n\nWhether NVTX tracing is on: submissions take the generic path."},
     {NULL, NULL, 0, NULL},

@@ -139,11 +139,13 @@ extern const char hub_spin_early_doc[], hub_release_doc[];
  * once it has. Their entries in the type's methods. */
 PyObject *completion_finish(PyObject *self, PyObject *path);
 PyObject *completion_add_waiter_method(PyObject *self, PyObject *waiter);
-extern const char completion_finish_doc[], completion_add_waiter_doc[];
+PyObject *completion_wake_method(PyObject *self, PyObject *waiters);
+extern const char completion_finish_doc[], completion_add_waiter_doc[], completion_wake_doc[];
 #define COMPLETION_METHODS                                                                    \
     {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},                 \
         {"add_waiter", (PyCFunction)completion_add_waiter_method, METH_O,                      \
-         completion_add_waiter_doc},
+         completion_add_waiter_doc},                                                           \
+        {"_wake", (PyCFunction)completion_wake_method, METH_O, completion_wake_doc},
 
 /* A completion's lock protocol (completion.c), for the C that reads or moves it:
  * completion_state: comp.state as a C int (0..3: PENDING, FINISHING, DONE, FAILED), or -1
@@ -164,7 +166,18 @@ int completion_add_waiter(PyObject *comp, PyObject *waiter);
 PyObject *hub_arm(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hub_watch(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hub_park(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
-extern const char hub_arm_doc[], hub_watch_doc[], hub_park_doc[];
+/* HubCore.suspend (park.c): the parked await of a completion, a Suspension iterator;
+ * suspension_new makes one (op: a launch's, or NULL; since: when its wait began, in
+ * monotonic ns), park_types_init finds its type in the module once it is made. */
+PyObject *hub_suspend(PyObject *hub, PyObject *const *args, Py_ssize_t nargs);
+PyObject *suspension_new(PyObject *hub, PyObject *comp, PyObject *adapter, long long since,
+                         PyObject *op);
+int park_types_init(PyObject *module);
+extern PyType_Spec Suspension_spec;
+extern const char hub_arm_doc[], hub_watch_doc[], hub_park_doc[], hub_suspend_doc[];
+/* A cancelled await's launch op (a LaunchCore; another op: nothing) lets go of its output
+ * and arguments (_reactor.let_go): 0, or -1 with an error set. */
+int launch_let_go(PyObject *op);
 #define HUB(o) ((HubCore *)(o))
 #define BACKEND(o) ((BackendCore *)(o))
 
@@ -441,6 +454,15 @@ int intern_all(const interned_name *names, size_t n);
 int stats_count(PyObject *stats, PyObject *name, long long by, int as_max);
 /* args[0].name(*args[1:n]), its result dropped: 0, or -1 with an error set (cores.c). */
 int call_dropped(PyObject *name, PyObject *const *args, size_t n);
+/* getattr(o, name, None) as 3.11's API allows: 0 with *out a new reference or NULL (no
+ * such attribute), or -1 with an error. */
+int optional_attr(PyObject *o, PyObject *name, PyObject **out);
+/* An iterator's tp_iternext (as_next) or send() result from its am_send's: the yielded
+ * value; NULL with StopIteration(value) set for a return (tp_iternext's return of None:
+ * none set); NULL for an error. */
+PyObject *iter_result(PySendResult r, PyObject *result, int as_next);
+/* Raise throw()'s exception (an instance, or a class with an optional value): NULL. */
+PyObject *iter_raise_thrown(PyObject *const *args, Py_ssize_t nargs);
 /* The number of object fields of struct T when they are all it has after the header. */
 #define OBJECT_FIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 /* P_traverse, P_clear and P_dealloc of such a type, over its first N object fields. */

@@ -12,6 +12,8 @@
  *
  *   - the op's output: the work landed within the spin and is settled;
  *   - a tuple, express.Sent: submitted, and still to be finished by Python;
+ *   - for an await whose work did not land within its spin, its Suspension (park.c):
+ *     the completion made here, the await to delegate to it;
  *   - the ``generic`` sentinel, having done nothing: the op is not the common case
  *     (the generic path, DeviceOp._start, then takes it, and words any error).
  *
@@ -640,7 +642,8 @@ is_launch_op(PyObject *op)
 }
 
 /* Express.launch's work (see the module comment). */
-/* (*settled: 1 when the result is the output of work that landed and was settled) */
+/* (*settled: 1 when the result is the output of work that landed and was settled; 2: an
+ * await in a burst queued; 3: an await parked, the result its Suspension) */
 static PyObject *
 express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObject *adapter,
                int *settled, queued_launch *queued)
@@ -931,22 +934,26 @@ express_launch(Express *self, PyObject *op, PyObject *stream, long mode, PyObjec
         result = make_future(self, op, stream, box, s, gen, address, seq);
     }
     else if (mode == MODE_AWAIT && !landed) {
-        /* a parked await: its Completion made here, and (hub, comp, spin) for
-         * express._finish_await to park on (spin: the inline spin's microseconds, None
-         * where the spin policy skipped it) */
-        PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
+        /* a parked await: its Completion made here, and its suspension (HubCore.suspend's,
+         * park.c) to park on, its wait begun at the launch (before the spin); the spin ran
+         * out (unless the policy skipped it): the loop's awaits may skip theirs now */
         PyObject *comp = NULL;
-        if (spin_item != NULL && (box != NULL || (box = PyObject_CallNoArgs(self->box_type)) != NULL))
+        if (box != NULL || (box = PyObject_CallNoArgs(self->box_type)) != NULL)
             comp = make_completion(self, op, stream, box, s, gen, address, seq);
-        if (comp != NULL)
-            result = PyTuple_Pack(3, self->hub, comp, spin_item);
-        Py_XDECREF(spin_item);
+        if (comp != NULL) {
+            if (spin_obj != Py_None && adapter_long_ops(adapter) >= 0)
+                ADAPTER(adapter)->long_ops = 1;
+            if (!PyErr_Occurred())
+                result = suspension_new(self->hub, comp, adapter,
+                                        (long long)now_ns() - spin_us * 1000, op);
+        }
         if (comp != NULL && result == NULL) { /* (_core_abandon's completion replaces it in
                                                   the table, for the watcher) */
             Py_DECREF(comp);
             goto unsettled_error;
         }
         Py_XDECREF(comp);
+        *settled = 3;
     }
     else {
         PyObject *spin_item = spin_obj == Py_None ? Py_NewRef(Py_None) : PyLong_FromLongLong(spin_us);
@@ -1254,8 +1261,9 @@ static PyMethodDef Express_methods[] = {
      "The express submission of the launch op on stream (mode 0: no spin, 1: an await's "
      "spin, 2: a blocking sync's, 4: an await in a burst, queued for the submitter, no "
      "spin; adapter: the loop's, for modes 1 and 4). Returns the op's output (landed and "
-     "settled), an express.Sent tuple (submitted, not settled; landed None in mode 4), or "
-     "the generic sentinel (nothing done)."},
+     "settled), an express.Sent tuple (submitted, not settled; landed None in mode 4), "
+     "in mode 1 where the work did not land within the spin the await's suspension "
+     "(HubCore.suspend's: ``yield from`` it), or the generic sentinel (nothing done)."},
     {"upload", (PyCFunction)(void (*)(void))Express_upload, METH_FASTCALL,
      "upload($self, op, stream, mode, adapter, /)\n--\n\n"
      "The express submission of a small from_host op on stream (modes as launch's): an "
@@ -1397,18 +1405,6 @@ enum { ITER_FRESH = 0, ITER_DELEGATING = 1, ITER_DONE = 2, ITER_QUEUED = 3 };
 #define BURST_STEPS_MAX 16
 #define BURST_WAIT_STEPS_MAX 4096
 
-
-static PyObject *
-stop_with(PyObject *value)
-{
-    /* StopIteration(value), made explicitly: a tuple value must not become its args */
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, value);
-    if (exc != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
-}
 
 static PyObject *
 call_one(PyObject *f, PyObject *arg)
@@ -1573,24 +1569,6 @@ await_last(LaunchAwait *self)
     return Py_NewRef(last != NULL ? last : Py_None);
 }
 
-/* A parked await's (hub, comp, spin) whose generator could not be made (an error set,
- * kept): its completion, armed in the hub's table but watched by nobody, abandoned to the
- * background watcher (comp.abandon(), hub.watch_in_background(comp)), which releases
- * its slot and what it retains once the work lands. */
-static void
-abandon_parked(PyObject *sent)
-{
-    saved_error e;
-    save_error(&e);
-    PyObject *hub = PyTuple_GET_ITEM(sent, 0), *comp = PyTuple_GET_ITEM(sent, 1);
-    PyObject *r = PyObject_CallMethod(comp, "abandon", NULL);
-    Py_XDECREF(r);
-    r = r == NULL ? NULL : PyObject_CallMethod(hub, "watch_in_background", "O", comp);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    restore_error(&e);
-}
-
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
 #define START_QUEUED 2
 
@@ -1729,6 +1707,11 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         status = START_QUEUED;
         goto done;
     }
+    if (settled == 3) { /* parked: sent is its suspension, to delegate to */
+        *result = sent;
+        status = PYGEN_NEXT;
+        goto done;
+    }
     if (settled) { /* landed within the spin, and settled: sent is the output */
         self->inline_awaits++;
         *result = sent;
@@ -1737,8 +1720,6 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     }
     PyObject *a[4] = {op, stream, adapter, sent};
     *result = PyObject_Vectorcall(self->finish, a, 4, NULL);
-    if (*result == NULL && PyTuple_CheckExact(sent) && PyTuple_GET_SIZE(sent) == 3)
-        abandon_parked(sent); /* (no generator to park it: the watcher's, as a cancel's) */
     Py_DECREF(sent);
     status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
 done:
@@ -1948,14 +1929,7 @@ LaunchIter_iternext(LaunchIter *self)
 {
     PyObject *result;
     PySendResult r = LaunchIter_send(self, Py_None, &result);
-    if (r == PYGEN_NEXT)
-        return result;
-    if (r == PYGEN_RETURN) {
-        if (result != Py_None)
-            stop_with(result);
-        Py_DECREF(result);
-    }
-    return NULL; /* (PYGEN_RETURN of None: StopIteration without an exception set) */
+    return iter_result(r, result, 1);
 }
 
 static PyObject *
@@ -1963,37 +1937,7 @@ LaunchIter_send_method(LaunchIter *self, PyObject *arg)
 {
     PyObject *result;
     PySendResult r = LaunchIter_send(self, arg, &result);
-    if (r == PYGEN_NEXT)
-        return result;
-    if (r == PYGEN_RETURN) {
-        stop_with(result);
-        Py_DECREF(result);
-    }
-    return NULL;
-}
-
-/* Raise throw()'s exception here (typ, an instance or a class, with an optional value). */
-static PyObject *
-raise_thrown(PyObject *const *args, Py_ssize_t nargs)
-{
-    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ)) {
-        if (val != Py_None) {
-            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
-            return NULL;
-        }
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    }
-    else if (PyExceptionClass_Check(typ)) {
-        if (val != Py_None)
-            PyErr_SetObject(typ, val);
-        else
-            PyErr_SetNone(typ);
-    }
-    else {
-        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
-    }
-    return NULL;
+    return iter_result(r, result, 0);
 }
 
 static PyObject *
@@ -2011,13 +1955,13 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
         queued_abandon(self);
         self->running = 0;
         Py_DECREF(self);
-        return raise_thrown(args, nargs);
+        return iter_raise_thrown(args, nargs);
     }
     if (self->state != ITER_DELEGATING) { /* not started (or done): raised here, as a
                                             * generator raises it before its first line */
         self->state = ITER_DONE;
         Py_CLEAR(self->op);
-        return raise_thrown(args, nargs);
+        return iter_raise_thrown(args, nargs);
     }
     PyObject *name = PyUnicode_InternFromString("throw");
     if (name == NULL)

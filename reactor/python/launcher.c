@@ -152,18 +152,6 @@ typedef PyObject *(*launch_fn)(void *ctx, PyObject *const *args, Py_ssize_t narg
 
 static PyObject *s_word, *s_ordinal, *s_word_for, *s_device, *s_args;
 
-/* getattr(o, name, None) as 3.11's API allows: 0 with *out a new reference or NULL
- * (no such attribute), or -1 with an error. */
-static int
-optional_attr(PyObject *o, PyObject *name, PyObject **out)
-{
-    *out = PyObject_GetAttr(o, name);
-    if (*out != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
-        return *out != NULL ? 0 : -1;
-    PyErr_Clear();
-    return 0;
-}
-
 static int
 intern_scope_names(void)
 {

@@ -238,3 +238,441 @@ const char hub_park_doc[] =
     "reactor watches the slot at once: ``unquiet``). Returns the await's "
     "``wake.Pending``, or None where the wake does not follow it. On an error nothing of "
     "the wake is left set (the caller hands the completion to the background watcher).";
+
+/* -- The parked await: HubCore.suspend --------------------------------------------------
+ *
+ * The one suspension of every await whose work did not land in its spin (the generic
+ * path's completion.wait, a launch's await, the native LaunchAwait's): an iterator that
+ * parks on its first step (the completion finished where it has landed since; else the
+ * loop's wake-up and suspension from adapter.park(), the set-up in hub.park), then
+ * delegates to the loop's suspension (an asyncio future's iterator, trio's reschedule)
+ * until it returns, and returns the completion's result. Cancelled (throw, close), or
+ * dropped unfinished: the wake taken off its timer and the completion handed to the
+ * background watcher (the work goes on; what it uses is released once it lands); for a
+ * launch's await, its output also abandoned and the op letting go of its arguments. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *hub, *comp, *adapter, *op, *inner, *entry; /* (op, inner, entry: NULL while none) */
+    long long since;
+    char state, running;
+} Suspension;
+
+#define SUSPENSION_OBJECTS 6
+enum { SUSPENSION_FRESH, SUSPENSION_PARKED, SUSPENSION_DONE };
+
+static PyTypeObject *g_suspension_t;
+static PyObject *s_park, *s_finish, *s_inline, *s_result, *s_abandon, *s_handle, *s_stream,
+    *s_prepared, *s_grid, *s_close, *s_throw;
+
+static int
+intern_suspension_names(void)
+{
+    static const interned_name names[] = {
+        {&s_park, "park"},         {&s_finish, "finish"},     {&s_inline, "inline"},
+        {&s_result, "result"},     {&s_abandon, "abandon"},   {&s_handle, "handle"},
+        {&s_stream, "stream"},     {&s_prepared, "_prepared"}, {&s_grid, "_grid"},
+        {&s_close, "close"},       {&s_throw, "throw"},
+    };
+    return s_throw != NULL ? 0 : INTERN_ALL(names);
+}
+
+int
+park_types_init(PyObject *module)
+{
+    PyObject *t = PyObject_GetAttrString(module, "Suspension");
+    if (t == NULL)
+        return -1;
+    Py_XSETREF(g_suspension_t, (PyTypeObject *)t);
+    return 0;
+}
+
+PyObject *
+suspension_new(PyObject *hub, PyObject *comp, PyObject *adapter, long long since, PyObject *op)
+{
+    if (g_suspension_t == NULL || intern_park_names() < 0 || intern_suspension_names() < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the Suspension type is not made yet");
+        return NULL;
+    }
+    if (check_completion("suspend", comp) < 0)
+        return NULL;
+    Suspension *self = PyObject_GC_New(Suspension, g_suspension_t);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(g_suspension_t); /* (a heap type: its instances hold it) */
+    self->hub = Py_NewRef(hub);
+    self->comp = Py_NewRef(comp);
+    self->adapter = Py_NewRef(adapter);
+    self->op = op == NULL || op == Py_None ? NULL : Py_NewRef(op);
+    self->inner = self->entry = NULL;
+    self->since = since;
+    self->state = SUSPENSION_FRESH;
+    self->running = 0;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+/* (done: what it holds let go) */
+static void
+suspension_done(Suspension *self)
+{
+    self->state = SUSPENSION_DONE;
+    fields_clear((PyObject *)self, SUSPENSION_OBJECTS);
+}
+
+/* Cancelled, failed or dropped before its completion was read: its wake off the timer,
+ * the completion to the background watcher, and a launch's output abandoned, its op
+ * letting go of its arguments (express._let_go's reasons). The error set on entry (the
+ * cancellation) is kept; one of these steps' own is reported as unraisable. */
+static void
+suspension_let_go(Suspension *self)
+{
+    SAVE_ERROR(saved);
+    if (self->entry != NULL && self->entry != Py_None && wake_cancel(self->entry) < 0)
+        PyErr_WriteUnraisable((PyObject *)self);
+    PyObject *call[2] = {self->hub, self->comp};
+    if (self->hub != NULL && call_dropped(s_watch_in_background, call, 2) < 0)
+        PyErr_WriteUnraisable((PyObject *)self);
+    if (self->op != NULL) {
+        if (call_dropped(s_abandon, &self->comp, 1) < 0 || launch_let_go(self->op) < 0)
+            PyErr_WriteUnraisable((PyObject *)self);
+    }
+    suspension_done(self);
+    RESTORE_ERROR(saved);
+}
+
+/* The completion is finished: its result (the output, or the work's error raised). */
+static PySendResult
+suspension_result(Suspension *self, PyObject **result)
+{
+    *result = PyObject_CallMethodNoArgs(self->comp, s_result);
+    suspension_done(self);
+    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}
+
+/* The loop's suspension returned: the work landed (the wake learns its time). */
+static PySendResult
+suspension_resumed(Suspension *self, PyObject **result)
+{
+    Py_CLEAR(self->inner);
+    if (self->entry != NULL && self->entry != Py_None && wake_resumed(self->entry) < 0) {
+        suspension_done(self);
+        return PYGEN_ERROR;
+    }
+    return suspension_result(self, result);
+}
+
+/* What the early wake learns the work's length by: a launch's kernel and grid (its op's
+ * _prepared and _grid), else its stream's handle. A new reference, or NULL. */
+static PyObject *
+suspension_key(Suspension *self)
+{
+    if (self->op != NULL) {
+        PyObject *prepared;
+        if (optional_attr(self->op, s_prepared, &prepared) < 0)
+            return NULL;
+        if (prepared != NULL && prepared != Py_None) {
+            PyObject *grid = PyObject_GetAttr(self->op, s_grid);
+            PyObject *key = grid == NULL ? NULL : PyTuple_Pack(2, prepared, grid);
+            Py_XDECREF(grid);
+            Py_DECREF(prepared);
+            return key;
+        }
+        Py_XDECREF(prepared);
+    }
+    PyObject *stream = PyObject_GetAttr(self->comp, s_stream);
+    PyObject *handle = stream == NULL ? NULL : PyObject_GetAttr(stream, s_handle);
+    Py_XDECREF(stream);
+    return handle;
+}
+
+/* The completion's flag word shows it landed (its slot's; a host callback's: no): 1, 0,
+ * or -1 with an error set. */
+static int
+suspension_landed(Suspension *self)
+{
+    CompletionCore *c = COMPLETION(self->comp);
+    if (c->slot < 0)
+        return 0;
+    _Atomic uint32_t *word;
+    if (slab_word(c->address, &word) < 0)
+        return -1;
+    return gen_reached(load_acquire(word), c->gen);
+}
+
+static PySendResult suspension_step(Suspension *self, PyObject *arg, PyObject **result);
+
+/* The first step: finished where it has landed since the spin; else parked (the loop's
+ * wake-up and suspension, hub.park's set-up) and the loop's suspension's first step. */
+static PySendResult
+suspension_park(Suspension *self, PyObject **result)
+{
+    int state = completion_state(self->comp), landed = 0;
+    if (state == 0 && (landed = suspension_landed(self)) > 0) {
+        PyObject *call[2] = {self->comp, s_inline};
+        if (call_dropped(s_finish, call, 2) < 0)
+            goto fail;
+        state = completion_state(self->comp);
+    }
+    if (state < 0 || landed < 0)
+        goto fail;
+    if (state >= 2) /* (DONE, FAILED) */
+        return suspension_result(self, result);
+    PyObject *pair = PyObject_CallMethodNoArgs(self->adapter, s_park);
+    if (pair == NULL)
+        goto fail;
+    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_Format(PyExc_TypeError, "adapter.park() must return (waiter, suspend), not %.100s",
+                     Py_TYPE(pair)->tp_name);
+        Py_DECREF(pair);
+        goto fail;
+    }
+    PyObject *key = suspension_key(self), *since = PyLong_FromLongLong(self->since);
+    if (key != NULL && since != NULL) {
+        PyObject *call[6] = {self->hub, self->comp, self->adapter, PyTuple_GET_ITEM(pair, 0),
+                             key, since};
+        self->entry = PyObject_VectorcallMethod(s_park, call,
+                                                6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (self->entry != NULL)
+            self->inner = PyObject_CallNoArgs(PyTuple_GET_ITEM(pair, 1));
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(since);
+    Py_DECREF(pair);
+    if (self->inner == NULL)
+        goto fail;
+    self->state = SUSPENSION_PARKED;
+    return suspension_step(self, Py_None, result);
+fail:
+    suspension_let_go(self);
+    return PYGEN_ERROR;
+}
+
+/* A step of the loop's suspension: what it yields goes to the task; its return, the
+ * work landed; its error (a cancellation, the loop going away), the completion to the
+ * background watcher. */
+static PySendResult
+suspension_step(Suspension *self, PyObject *arg, PyObject **result)
+{
+    PyObject *inner = Py_NewRef(self->inner); /* (held while it runs) */
+    PySendResult r = PyIter_Send(inner, arg, result);
+    Py_DECREF(inner);
+    if (r == PYGEN_NEXT)
+        return r;
+    if (r == PYGEN_RETURN) {
+        Py_CLEAR(*result);
+        return suspension_resumed(self, result);
+    }
+    suspension_let_go(self);
+    return PYGEN_ERROR;
+}
+
+static int
+suspension_refuse_running(Suspension *self)
+{
+    if (!self->running)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "generator already executing");
+    return -1;
+}
+
+static PySendResult
+Suspension_send(Suspension *self, PyObject *arg, PyObject **result)
+{
+    *result = NULL;
+    if (suspension_refuse_running(self) < 0)
+        return PYGEN_ERROR;
+    if (self->state == SUSPENSION_DONE) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited suspension");
+        return PYGEN_ERROR;
+    }
+    if (self->state == SUSPENSION_FRESH && arg != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started awaitable");
+        return PYGEN_ERROR;
+    }
+    self->running = 1;
+    Py_INCREF(self); /* (alive while its step runs Python code) */
+    PySendResult r = self->state == SUSPENSION_FRESH ? suspension_park(self, result)
+                                                      : suspension_step(self, arg, result);
+    self->running = 0;
+    Py_DECREF(self);
+    return r;
+}
+
+static PyObject *
+Suspension_iternext(Suspension *self)
+{
+    PyObject *result;
+    PySendResult r = Suspension_send(self, Py_None, &result);
+    return iter_result(r, result, 1);
+}
+
+static PyObject *
+Suspension_send_method(Suspension *self, PyObject *arg)
+{
+    PyObject *result;
+    PySendResult r = Suspension_send(self, arg, &result);
+    return iter_result(r, result, 0);
+}
+
+/* throw() and close(): parked, the loop's suspension's own (it raises the exception,
+ * or yields again where it declines it, as trio's may), then let go; not yet parked,
+ * the completion is let go at once and the exception raised here. */
+static PyObject *
+Suspension_throw(Suspension *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3)
+        return PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments");
+    if (suspension_refuse_running(self) < 0)
+        return NULL;
+    if (self->state != SUSPENSION_PARKED) {
+        if (self->state == SUSPENSION_FRESH) {
+            self->running = 1;
+            Py_INCREF(self);
+            suspension_let_go(self);
+            self->running = 0;
+            Py_DECREF(self);
+        }
+        return iter_raise_thrown(args, nargs);
+    }
+    self->running = 1;
+    Py_INCREF(self);
+    PyObject *call[4] = {self->inner, args[0], nargs > 1 ? args[1] : NULL,
+                         nargs > 2 ? args[2] : NULL};
+    PyObject *r = PyObject_VectorcallMethod(s_throw, call,
+                                            (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    if (r == NULL) {
+        PyObject *value = NULL;
+        if (PyErr_ExceptionMatches(PyExc_StopIteration)) { /* (it returned: landed) */
+            PyErr_Clear();
+            PySendResult sent = suspension_resumed(self, &value);
+            r = iter_result(sent, value, 0);
+        }
+        else
+            suspension_let_go(self);
+    }
+    self->running = 0;
+    Py_DECREF(self);
+    return r;
+}
+
+static PyObject *
+Suspension_close(Suspension *self, PyObject *Py_UNUSED(arg))
+{
+    if (suspension_refuse_running(self) < 0)
+        return NULL;
+    if (self->state == SUSPENSION_DONE)
+        Py_RETURN_NONE;
+    self->running = 1;
+    Py_INCREF(self);
+    int failed = 0;
+    if (self->inner != NULL) {
+        PyObject *close = NULL;
+        failed = optional_attr(self->inner, s_close, &close) < 0;
+        PyObject *r = close == NULL ? NULL : PyObject_CallNoArgs(close);
+        failed = failed || (close != NULL && r == NULL);
+        Py_XDECREF(close);
+        Py_XDECREF(r);
+    }
+    suspension_let_go(self);
+    self->running = 0;
+    Py_DECREF(self);
+    return failed ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *
+Suspension_iter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static int
+Suspension_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    return fields_traverse(self, SUSPENSION_OBJECTS, visit, arg);
+}
+
+static int
+Suspension_clear(PyObject *self)
+{
+    ((Suspension *)self)->state = SUSPENSION_DONE;
+    fields_clear(self, SUSPENSION_OBJECTS);
+    return 0;
+}
+
+/* Dropped unfinished (a task destroyed while parked, a cycle collected): the work goes
+ * on, and the background watcher finishes it. */
+static void
+Suspension_finalize(PyObject *self)
+{
+    Suspension *s = (Suspension *)self;
+    if (s->state == SUSPENSION_DONE || s->running)
+        return;
+    SAVE_ERROR(saved);
+    suspension_let_go(s);
+    RESTORE_ERROR(saved);
+}
+
+static void
+Suspension_dealloc(PyObject *self)
+{
+    if (PyObject_CallFinalizerFromDealloc(self) < 0)
+        return; /* (resurrected) */
+    fields_dealloc(self, SUSPENSION_OBJECTS);
+}
+
+static PyMethodDef Suspension_methods[] = {
+    {"send", (PyCFunction)Suspension_send_method, METH_O, "Send a value into the await."},
+    {"throw", (PyCFunction)(void (*)(void))Suspension_throw, METH_FASTCALL,
+     "Raise an exception inside the await."},
+    {"close", (PyCFunction)Suspension_close, METH_NOARGS, "Close the await."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Suspension_slots[] = {
+    {Py_tp_dealloc, (void *)Suspension_dealloc},
+    {Py_tp_finalize, (void *)Suspension_finalize},
+    {Py_tp_traverse, (void *)Suspension_traverse},
+    {Py_tp_clear, (void *)Suspension_clear},
+    {Py_tp_iter, (void *)Suspension_iter},
+    {Py_tp_iternext, (void *)Suspension_iternext},
+    {Py_am_send, (void *)Suspension_send},
+    {Py_tp_methods, Suspension_methods},
+    {Py_tp_doc, (void *)"The parked await of a completion (HubCore.suspend's)."},
+    {0, NULL},
+};
+
+PyType_Spec Suspension_spec = {
+    .name = "cuasync._reactor.Suspension",
+    .basicsize = sizeof(Suspension),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Suspension_slots,
+};
+
+PyObject *
+hub_suspend(PyObject *hub, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || nargs > 4)
+        return PyErr_Format(PyExc_TypeError, "suspend() takes 2 to 4 arguments (%zd given)",
+                            nargs);
+    long long since = 0;
+    if (nargs > 2 && get_i64(args[2], &since) < 0)
+        return NULL;
+    return suspension_new(hub, args[0], args[1], since ? since : (long long)now_ns(),
+                          nargs > 3 ? args[3] : NULL);
+}
+
+const char hub_suspend_doc[] =
+    "suspend($self, comp, adapter, since=0, op=None, /)\n--\n\n"
+    "The parked await of ``comp`` on the loop of ``adapter`` (``yield from`` it: what "
+    "an await does when its spin did not see the work land), its wait begun at ``since`` "
+    "(``time.monotonic_ns()``; 0: now); returns ``comp.result()``. Its first step "
+    "finishes ``comp`` where it has landed since, else parks: ``adapter.park()``'s "
+    "wake-up and suspension, :meth:`park`'s set-up (the early wake's key: the launch "
+    "``op``'s kernel and grid, else the stream's handle). Cancelled, or dropped "
+    "unfinished: the wake off, ``comp`` to the background watcher, and for a launch "
+    "``op``, its output abandoned and its arguments let go.\n\n"
+    ">>> return (yield from hub.suspend(comp, adapter, since))";

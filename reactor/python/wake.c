@@ -519,6 +519,8 @@ static PyMemberDef Pending_members[] = {
     PENDING_NS(lo, "It had not landed at this time (a window ended first; 0: not known)."),
     PENDING_NS(seen, "A spin saw it land at this time (0: not seen by a spin)."),
     PENDING_NS(looked, "When its wake ran (0: it did not run)."),
+    PENDING_NS(resumed, "When its await resumed, its work landed (0: not yet; wake.resumed "
+                        "sets it)."),
     PENDING_NS(hold, "How long its wake's spin kept the GIL at most (the hub's spin_hold_ns for "
                      "a launch's key, else 0: released at once)."),
     {NULL, 0, 0, 0, NULL},
@@ -769,32 +771,72 @@ hint(WakePolicyCore *p, PyObject *key, Pending *entry)
     return same < 0 ? -1 : 0;
 }
 
+/* entry's wake taken off its timer, where one is set: 0, or -1 with an error set */
+static int
+wake_off(Pending *entry)
+{
+    if (entry->timer == NULL || entry->timer == Py_None)
+        return 0;
+    PyObject *timer = Py_NewRef(entry->timer);
+    int removed = is_timer(timer) ? timer_remove(timer, entry) : -1;
+    if (removed < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_TypeError, "a Pending's timer must be a wake.Timer, not %.100s",
+                     Py_TYPE(timer)->tp_name);
+    Py_DECREF(timer);
+    if (removed < 0)
+        return -1;
+    Py_XSETREF(entry->timer, Py_NewRef(Py_None));
+    return 0;
+}
+
+/* (a Pending argument, else a TypeError naming the function) */
+static int
+check_pending(const char *function, PyObject *arg)
+{
+    if (g_pending_t != NULL && Py_IS_TYPE(arg, g_pending_t))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes a Pending, not %.100s", function,
+                 Py_TYPE(arg)->tp_name);
+    return -1;
+}
+
+int
+wake_cancel(PyObject *entry)
+{
+    if (check_pending("cancel_wake", entry) < 0)
+        return -1;
+    Py_INCREF(entry); /* (held: the timer's heap may hold the last reference) */
+    int r = wake_off((Pending *)entry);
+    Py_DECREF(entry);
+    return r;
+}
+
+static PyObject *
+mod_cancel_wake(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    return wake_cancel(arg) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
 static PyObject *
 mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
 {
+    return wake_resumed(arg) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+int
+wake_resumed(PyObject *arg)
+{
     WakePolicyCore *p = wake_policy();
-    if (p == NULL)
-        return NULL;
-    if (!Py_IS_TYPE(arg, g_pending_t)) {
-        PyErr_Format(PyExc_TypeError, "resumed() takes a Pending, not %.100s",
-                     Py_TYPE(arg)->tp_name);
-        return NULL;
-    }
+    if (p == NULL || check_pending("resumed", arg) < 0)
+        return -1;
     Py_INCREF(p); /* (held: Python runs below) */
     Pending *entry = (Pending *)Py_NewRef(arg);
     long long now = (long long)now_ns(), since = entry->since;
-    PyObject *r = NULL, *key = Py_NewRef(entry->key), *est = NULL;
-    if (entry->timer != NULL && entry->timer != Py_None) { /* (its wake still set: off) */
-        PyObject *timer = Py_NewRef(entry->timer);
-        int removed = is_timer(timer) ? timer_remove(timer, entry) : -1;
-        if (removed < 0 && !PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "a Pending's timer must be a wake.Timer, not %.100s",
-                         Py_TYPE(timer)->tp_name);
-        Py_DECREF(timer);
-        if (removed < 0)
-            goto done;
-        Py_XSETREF(entry->timer, Py_NewRef(Py_None));
-    }
+    int r = -1;
+    PyObject *key = Py_NewRef(entry->key), *est = NULL;
+    entry->resumed = now;
+    if (wake_off(entry) < 0) /* (its wake still set: off) */
+        goto done;
     est = Py_XNewRef(PyDict_GetItemWithError(g_estimates, key));
     if (est == NULL) {
         if (PyErr_Occurred())
@@ -833,7 +875,7 @@ mod_resumed(PyObject *Py_UNUSED(module), PyObject *arg)
     int on = policy_on(p);
     if (on < 0 || (on && is_launch_key(key) && hint(p, key, entry) < 0))
         goto done;
-    r = Py_NewRef(Py_None);
+    r = 0;
 done:
     Py_XDECREF(est);
     Py_DECREF(key);
@@ -864,6 +906,10 @@ PyMethodDef wake_methods[] = {
      "is_launch($module, key, /)\n--\n\n"
      "Whether ``key`` is a launch's: ``(prepared kernel, grid)`` (a library call and its "
      "kind)."},
+    {"cancel_wake", (PyCFunction)mod_cancel_wake, METH_O,
+     "cancel_wake($module, entry, /)\n--\n\n"
+     "The await of ``entry`` (a Pending) was cancelled: its wake taken off its timer, where "
+     "one is set (the caller hands the completion to the background watcher)."},
     {"resumed", (PyCFunction)mod_resumed, METH_O,
      "resumed($module, entry, /)\n--\n\n"
      "The await of ``entry`` (a Pending) resumed, its work landed: its wake taken off its "

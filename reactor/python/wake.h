@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *hub, *comp, *adapter, *key, *timer; /* (timer: None while it has no wake set) */
-    long long parked, since, due, at, until, quiet, lo, seen, looked, hold;
+    long long parked, since, due, at, until, quiet, lo, seen, looked, resumed, hold;
 } Pending;
 
 /* Whether entry's wake looks at its slot before its quiet time ends (Pending.watched). */
@@ -36,6 +36,11 @@ int set_timerfd(int fd, unsigned long long at);
 /* wake.plan(hub, comp, adapter, key[, since]) (wake.c; its arguments checked there): the
  * await's Pending, or None (not followed); NULL with an error set. */
 PyObject *wake_plan(PyObject *const *args, Py_ssize_t nargs);
+/* wake.resumed(entry) and cancel_wake(entry) (wake.c; entry checked there): the await
+ * resumed (its key's estimate learnt), or was cancelled (its wake taken off its timer);
+ * 0, or -1 with an error set. */
+int wake_resumed(PyObject *entry);
+int wake_cancel(PyObject *entry);
 /* Whether key is a launch's: (prepared kernel, grid), a library call and its kind. */
 int is_launch_key(PyObject *key);
 /* timer.c: a loop's timerfd and the heap of its wakes (wake.Timer's base). */

@@ -766,3 +766,109 @@ def test_a_parked_awaits_set_up_refuses_what_is_not_a_completion() -> None:
     ):
         with pytest.raises(TypeError, match=rf"^{name}\(\) takes"):
             call()
+
+
+class _Awaiting:
+    """An awaitable over an iterator (``await _Awaiting(hub.suspend(...))``)."""
+
+    def __init__(self, it: Any) -> None:
+        self.it = it
+
+    def __await__(self) -> Any:
+        return self.it
+
+
+async def test_a_suspension_returns_the_result_and_is_spent(anyio_backend: object) -> None:
+    """``hub.suspend(comp, adapter)`` parks until ``comp`` is finished and returns its
+    result; work that landed before its first step is finished there without parking.
+    Spent, it refuses another step; a value sent into it before its first step is a
+    TypeError, as a generator's is."""
+    from cuasync._core.loops import running_adapter
+
+    hub = get_hub()
+    adapter = running_adapter()
+    with ct.gate() as gate:
+        fut = cuasync.from_host(np.arange(3.0)).submit()  # (held: a dropped one abandons)
+        comp = fut._comp
+        with pytest.raises(TypeError, match="non-None"):
+            hub.suspend(comp, adapter).send(1)  # (refused: nothing parked)
+        assert comp.watcher is hub.background  # (what the refused one had, handed over)
+        suspension = hub.suspend(comp, adapter)
+        gate.open()
+        tensor = await _Awaiting(suspension)
+    np.testing.assert_array_equal(await tensor.to_host(), np.arange(3.0))
+    with pytest.raises(RuntimeError, match="already awaited"):
+        suspension.send(None)
+    fut = cuasync.from_host(np.arange(2.0)).submit()
+    landed = fut._comp
+    await wait_until(landed.landed)
+    parks = []
+    park = hub.park
+    hub.park = lambda *args: parks.append(args) or park(*args)  # type: ignore[method-assign]
+    try:
+        assert (await _Awaiting(hub.suspend(landed, adapter))).shape == (2,)
+    finally:
+        del hub.park
+    assert parks == [] and landed.path == "inline"  # finished at its first step
+
+
+async def test_a_suspension_that_cannot_park_hands_the_work_over(
+    anyio_backend: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspension whose parking fails (here the loop's ``park()`` returns nothing it can
+    use), or that is closed or thrown into before its first step, raises there and hands
+    its completion to the background watcher: the work goes on, and its output reaches
+    whoever else awaits it."""
+    from cuasync._core.loops import running_adapter
+
+    hub = get_hub()
+    adapter = running_adapter()
+    with ct.gate() as gate:
+        futures = [cuasync.from_host(np.arange(3.0) + i).submit() for i in range(3)]
+        comps = [f._comp for f in futures]
+        monkeypatch.setattr(adapter, "park", lambda: "not a pair")
+        with pytest.raises(TypeError, match=r"adapter.park\(\) must return"):
+            await _Awaiting(hub.suspend(comps[0], adapter))
+        monkeypatch.undo()
+        hub.suspend(comps[1], adapter).close()
+        with pytest.raises(KeyError):
+            hub.suspend(comps[2], adapter).throw(KeyError("cancelled"))
+        assert [c.watcher for c in comps] == [hub.background] * 3 and not any(
+            c.landed() for c in comps
+        )
+        gate.open()
+        for i, fut in enumerate(futures):
+            with anyio_fail_after(30):
+                np.testing.assert_array_equal(await (await fut).to_host(), np.arange(3.0) + i)
+
+
+def anyio_fail_after(seconds: float) -> Any:
+    import anyio
+
+    return anyio.fail_after(seconds)
+
+
+async def test_a_cancelled_parked_launch_lets_go_of_its_output(anyio_backend: object) -> None:
+    """A launch await cancelled while parked (the native await's suspension) lets the op
+    go of its output and arguments at once (the cancellation's traceback keeps the
+    await's frames, often in a cycle), and the work goes on: it lands once the gate
+    opens, and the background watcher frees its slot."""
+    import anyio
+    from test_express import bump  # x[:n] += 1
+
+    hub = get_hub()
+    x = await cuasync.from_host(np.zeros(8, np.float32))
+    await bump[1, 8](x, 8)  # (its kernel loaded before a gate holds the stream)
+    slots = hub.slots_in_use()
+    with ct.gate() as gate:
+        launch = bump[1, 8](x, 8)
+        assert launch._output is x and launch._args
+        with anyio.move_on_after(0.05) as scope:
+            await launch  # (parked: the gate holds its work)
+        assert scope.cancelled_caught
+        assert launch._output is None and launch._args == () and launch._tensors == ()
+        assert hub.slots_in_use() > slots  # (its slot: the watcher's now)
+        gate.open()
+    with anyio.fail_after(30):
+        await wait_until(lambda: hub.slots_in_use() == slots)
+    np.testing.assert_array_equal(await x.to_host(), np.full(8, 2.0, np.float32))

@@ -114,16 +114,19 @@ def rearmed_then(hub: Any, monkeypatch: Any, then: Callable[[], None]) -> None:
     monkeypatch.setattr(hub, "arm", spy)
 
 
-def learnt_entries(monkeypatch: Any) -> list[wake.Pending]:
-    """The parked awaits' entries from now on, as each resumed (``wake.resumed``)."""
+def learnt_entries(hub: Any, monkeypatch: Any) -> list[wake.Pending]:
+    """The entries of the awaits that park from now on (``hub.park``'s, which the hub's
+    suspension calls by name); ``wake.resumed`` stamps ``resumed`` on each that resumed."""
     entries: list[wake.Pending] = []
-    resumed = wake.resumed
+    park = hub.park
 
-    def spy(entry: wake.Pending) -> None:
-        entries.append(entry)
-        resumed(entry)
+    def spy(*args: Any) -> wake.Pending | None:
+        entry = park(*args)
+        if entry is not None:
+            entries.append(entry)
+        return entry
 
-    monkeypatch.setattr(wake, "resumed", spy)
+    monkeypatch.setattr(hub, "park", spy)
     return entries
 
 
@@ -131,7 +134,7 @@ async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monke
     """An early wake's spin (here one whose window ends before the work lands: the gate
     opens only then) is counted in ``early_spin_ns``, and bounds ``early_spin_max_ns``."""
     hub = get_hub()
-    entries = learnt_entries(monkeypatch)
+    entries = learnt_entries(hub, monkeypatch)
     with ct.gate(stream) as gate:
         rearmed_then(hub, monkeypatch, gate.open)  # (the reactor then reports the landing)
         expect(stream, 100_000)  # 0.1 ms: the gate holds the work past the window
@@ -140,6 +143,7 @@ async def test_the_stats_count_the_time_a_wake_spun(anyio_backend, stream, monke
             await cuasync.wait(stream)  # (the only task: nothing else ready, so it spins)
         after = cuasync.stats()
     (entry,) = entries
+    assert entry.resumed >= entry.lo  # the await resumed, and learnt from these times
     assert entry.looked and entry.lo  # the wake looked, and its window ended first
     spun_ns = after.early_spin_ns - before.early_spin_ns
     assert 0 < spun_ns <= entry.lo - entry.looked  # (the spin began after the look)
@@ -193,7 +197,7 @@ async def test_the_early_wake_keeps_the_gil_only_for_a_launch(
     assert hub.spin_hold_ns == (0 if hub.backend.python_writes_flags else SPIN_HOLD_NS)
     assert hub.backend.python_writes_flags is (hub.backend.name == "emulator")
     monkeypatch.setattr(hub, "spin_hold_ns", 1)  # (1 ns: harmless where flags need the GIL)
-    entries = learnt_entries(monkeypatch)
+    entries = learnt_entries(hub, monkeypatch)
     gates: list[Any] = []
     rearmed_then(hub, monkeypatch, lambda: gates and gates[-1].open())
 
@@ -201,7 +205,7 @@ async def test_the_early_wake_keeps_the_gil_only_for_a_launch(
         return {
             ("launch" if wake.is_launch(e.key) else "generic", e.hold)
             for e in entries
-            if e.seen or e.lo
+            if e.resumed and (e.seen or e.lo)
         }
 
     x = np.arange(1000.0)

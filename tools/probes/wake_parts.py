@@ -326,15 +326,18 @@ def timeline(n: int = 100) -> None:
 
     import cuasync
     from cuasync._core import loops, wake
+    from cuasync._core.completion import get_hub
     from cuasync.bench import completion
     from cuasync.bench.requests import torch_cycles_per_ms
 
     kernel = completion.spin_ns
     kernel.compile()
     seen: dict[str, int] = {}
-    learn = wake.resumed
     names = ("parked", "due", "looked", "seen", "woken", "resumed")
     resolve = loops._resolve
+    hub = get_hub()
+    park = hub.park
+    entries: list[wake.Pending] = []
 
     def woken(fut: Any) -> None:  # (the waiter resolving the loop's future)
         seen.setdefault("woken", time.monotonic_ns())
@@ -342,7 +345,19 @@ def timeline(n: int = 100) -> None:
 
     loops._resolve = woken
 
-    def resumed(entry: wake.Pending) -> None:  # (the hook: the entry's times, then learn)
+    def parked(*args: Any) -> Any:  # (the hook: the hub's suspension calls it by name)
+        entry = park(*args)
+        if entry is not None:
+            entries.append(entry)
+        return entry
+
+    hub.park = parked  # type: ignore[method-assign]
+
+    def entry_times() -> None:  # (the awaited entry's times; wake.resumed stamps resumed)
+        if not entries:
+            return
+        entry = entries.pop()
+        entries.clear()
         if not entry.due:
             path = "no wake set"
         elif entry.seen:
@@ -352,10 +367,7 @@ def timeline(n: int = 100) -> None:
         else:
             path = "landed before the wake"
         seen.update(path=path, parked=entry.parked, due=entry.due, seen=entry.seen)
-        seen.update(looked=entry.looked, resumed=time.monotonic_ns())
-        learn(entry)
-
-    wake.resumed = resumed  # type: ignore[assignment]
+        seen.update(looked=entry.looked, resumed=entry.resumed)
 
     async def run(label: str, start: Any, awaited: Any, synced: Any) -> None:
         rows: dict[str, list[tuple[int, ...]]] = {}
@@ -366,7 +378,8 @@ def timeline(n: int = 100) -> None:
             t0 = time.monotonic_ns()
             await awaited()
             t1 = time.monotonic_ns()
-            if i >= 5 and seen:
+            entry_times()
+            if i >= 5 and "path" in seen:
                 since = [seen[k] - t0 if seen[k] else 0 for k in names]
                 rows.setdefault(str(seen["path"]), []).append((*since, t1 - t0))
             start()
@@ -410,13 +423,16 @@ def timeline(n: int = 100) -> None:
         return
     stream = torch.cuda.current_stream()
     per_ms = torch_cycles_per_ms(torch)
-    for ms in (0.3, 5.0):
+    for ms, rehearse in ((0.3, False), (5.0, False), (5.0, True), (5.0, False), (5.0, True)):
+        wake.POLICY.rehearsal = wake.rehearse if rehearse else None
         asyncio.run(run(
-            f"{ms:g} ms of torch work, await cuasync.wait(stream) / stream.synchronize()",
+            f"{ms:g} ms of torch work{', rehearse 1' if rehearse else ''}, "
+            "await cuasync.wait(stream) / stream.synchronize()",
             lambda c=int(per_ms * ms): torch.cuda._sleep(c),
             lambda: cuasync.wait(stream),
             stream.synchronize,
         ))  # fmt: skip
+    wake.POLICY.rehearsal = rehearsal
 
 
 def cold(rounds: int = 3) -> None:
@@ -529,17 +545,25 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
 
     completion.spin_ns.compile()
     idle = completion._idle_cpu(0.2)
-    learn = wake.resumed
     looks: list[tuple[int, int]] = []
-
-    def resumed(entry: wake.Pending) -> None:  # (the hook: the wake's times, then learn)
-        if entry.due and entry.looked:
-            spun = entry.seen - entry.looked if entry.seen else -1
-            looks.append((entry.looked - entry.due, spun))
-        learn(entry)
-
-    wake.resumed = resumed  # type: ignore[assignment]
+    entries: list[wake.Pending] = []
     hub = get_hub()
+    park = hub.park
+
+    def parked(*args: Any) -> Any:  # (the hook: the hub's suspension calls it by name)
+        entry = park(*args)
+        if entry is not None:
+            entries.append(entry)
+        return entry
+
+    def learnt() -> None:  # (the wake's times of the awaits that resumed since)
+        for entry in entries:
+            if entry.resumed and entry.due and entry.looked:
+                spun = entry.seen - entry.looked if entry.seen else -1
+                looks.append((entry.looked - entry.due, spun))
+        entries.clear()
+
+    hub.park = parked  # type: ignore[method-assign]
     fields = {name for settings in VARIANTS.values() for name in settings} - {"spin_budget_us"}
     defaults = {name: getattr(wake.POLICY, name) for name in fields}
     spin_us = hub.spin_budget_us
@@ -573,8 +597,10 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
                     timer.late_ns = late.get(name, wake.POLICY.late_ns)
                 before = cuasync.stats()
                 looks.clear()
+                entries.clear()
                 r0, w0 = reactor_cpu(), time.perf_counter()
                 waited = await _awaits_and_syncs(work_ns, n // ROUNDS)
+                learnt()
                 samples, cpu = waited.samples, waited.cpu
                 # (the reactor's share of the whole block, as in ab)
                 rcpu = (reactor_cpu() - r0) / (time.perf_counter() - w0) * 100
@@ -596,7 +622,7 @@ def tune(n_short: int = 1000, n_long: int = 100) -> None:
     try:
         cases = list(_cases(n_short, n_long, rounds))
     finally:
-        wake.resumed = learn  # type: ignore[assignment]
+        del hub.park
     for label, _, _, kind, out in cases:
         for name, o in out.items():
             a, s = np.array(o["a"]), np.median(o["s"])
@@ -630,7 +656,7 @@ def cpu(n: int = 600) -> None:
     import numpy as np
 
     from cuasync._core import completion as comp_mod
-    from cuasync._core import express, wake
+    from cuasync._core import wake
     from cuasync._core.completion import get_hub
     from cuasync.bench import completion
     from cuasync.bench._util import run_loop
@@ -655,24 +681,15 @@ def cpu(n: int = 600) -> None:
 
         setattr(owner, name, timed)
 
-    park = express.suspend
-
-    def suspend(*args: Any) -> Any:  # (the hook: the parked await's two ends)
-        marks["park"] = clock()
-        yield from park(*args)
-        marks["back"] = clock()
-
-    express.suspend = suspend  # type: ignore[assignment]
-    hook(comp_mod.Hub, "park", "set-up", "set")  # (the plan, the arm and the timer: native)
+    # (the hub's native suspension calls hub.park by name: the plan, the arm, the timer)
+    hook(comp_mod.Hub, "park", "set-up", "set")
     hook(wake.Timer, "fire", "fire", "fired")
     hook(comp_mod.Completion, "finish", "finish", "finished")
-    hook(wake, "resumed", "learn", "learnt")
     steps = (
-        ("launch+spin", "t0", "park"), ("plan+arm+timer", "set-up", "set"),
+        ("launch+spin", "t0", "set-up"), ("plan+arm+timer", "set-up", "set"),
         ("sleep..wake", "set", "fire"),
         ("wake..finish", "fire", "finish"), ("finish", "finish", "finished"),
-        ("..wake end", "finished", "fired"), ("..resumed", "fired", "learn"),
-        ("learn", "learn", "learnt"), ("..end", "learnt", "t1"),
+        ("..wake end", "finished", "fired"), ("..resumed+learnt+end", "fired", "t1"),
     )  # fmt: skip
     hub = get_hub()
     spin_us = hub.spin_budget_us
@@ -740,7 +757,6 @@ def cpu(n: int = 600) -> None:
                     flush=True,
                 )
     finally:
-        express.suspend = park  # type: ignore[assignment]
         for owner, name, real in hooked:
             setattr(owner, name, real)
 
