@@ -80,6 +80,8 @@ Pending = _reactor.Pending
 TimerCore = _reactor.TimerCore
 #: The parked await of a completion (``HubCore.suspend``'s iterator).
 Suspension = _reactor.Suspension
+#: The wake-up of a task parked on an asyncio loop future (``AsyncioAdapter.park``'s).
+FutureWaker = _reactor.FutureWaker
 #: The process's state an await reads in C (a ``ProcessCore``): ``hub``, the completion
 #: hub (``completion.get_hub`` makes it), and ``last``, the last loop looked up and its
 #: adapter (``loops``).
@@ -95,6 +97,7 @@ __all__ = [
     "BlockCore",
     "CompletionCore",
     "Estimate",
+    "FutureWaker",
     "ContextCore",
     "DeviceCore",
     "FutureCore",

@@ -461,6 +461,22 @@ class HubCore:
         watcher (a launch ``op``'s output abandoned, its arguments let go)."""
 
 @final
+class FutureWaker:
+    """The wake-up of a task parked on the loop future ``fut``: called with the finished
+    completion from any thread, it resolves ``fut`` at once on the loop's thread (the
+    one that made it), else through ``adapter.call_from_thread(resolve_future, fut)``."""
+
+    @property
+    def adapter(self) -> Any: ...
+    @property
+    def fut(self) -> Any: ...
+    def __new__(cls, adapter: Any, fut: Any, /) -> FutureWaker: ...
+    def __call__(self, comp: Any, /) -> None: ...
+
+def resolve_future(fut: Any, /) -> None:
+    """Resolve the loop future ``fut`` with None, unless it is done."""
+
+@final
 class Suspension(Generator[Any, Any, Any]):
     """The parked await of a completion (:meth:`HubCore.suspend`'s)."""
 

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-from .._native import PROCESS, AdapterCore
+from .._native import NATIVE, PROCESS, AdapterCore, FutureWaker
 from ..errors import SyncInEventLoopError
 from .completion import Completion, Waiter, get_hub
 
@@ -103,7 +103,7 @@ class AsyncioAdapter(AdapterCore):
         loop = self._loop()
         assert loop is not None  # running: the caller holds it
         fut: asyncio.Future[None] = loop.create_future()
-        return _Wake(self, loop, fut), fut.__await__
+        return FutureWaker(self, fut), fut.__await__
 
     def watch_fd(self, fd: int, drain: Callable[[], None]) -> None:
         loop = self._loop()
@@ -162,37 +162,9 @@ def current_tasks_table() -> dict[Any, Any] | None:
     return _current_tasks if isinstance(_current_tasks, dict) else None
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-class _Wake:
-    """The wake-up of a task parked on an asyncio or uvloop loop future
-    (``AsyncioAdapter.park``), callable from any thread.
-
-    One object per parked await, where a closure would be a function, its cells and
-    their tuple: every parked await's objects live until it wakes, and the cyclic GC
-    counts each (a gather of thousands of them triggers its full passes).
-
-    >>> wake = _Wake(adapter, loop, fut); wake(comp)   # fut resolved on its loop
-    """
-
-    __slots__ = ("adapter", "fut", "loop", "thread")
-
-    def __init__(
-        self, adapter: AsyncioAdapter, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]
-    ) -> None:
-        self.adapter = adapter
-        self.loop = loop
-        self.fut = fut
-        self.thread = threading.get_ident()  # the loop's: park runs on it
-
-    def __call__(self, _: Completion) -> None:
-        if threading.get_ident() == self.thread:
-            _resolve(self.fut)
-        else:
-            self.adapter.call_from_thread(_resolve, self.fut)
+#: Resolve a loop future with None unless it is done (native: what a ``FutureWaker`` has
+#: its loop call from another thread).
+_resolve: Callable[[asyncio.Future[None]], None] = NATIVE.resolve_future
 
 
 def _detach_on_close(loop: asyncio.AbstractEventLoop, adapter: AsyncioAdapter) -> None:

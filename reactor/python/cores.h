@@ -174,6 +174,10 @@ PyObject *suspension_new(PyObject *hub, PyObject *comp, PyObject *adapter, long 
                          PyObject *op);
 int park_types_init(PyObject *module);
 extern PyType_Spec Suspension_spec;
+/* FutureWaker (park.c): the waiter of a task parked on an asyncio loop future; and the
+ * module's resolve_future (park_methods). */
+extern PyType_Spec FutureWaker_spec;
+extern PyMethodDef park_methods[];
 extern const char hub_arm_doc[], hub_watch_doc[], hub_park_doc[], hub_suspend_doc[];
 /* A cancelled await's launch op (a LaunchCore; another op: nothing) lets go of its output
  * and arguments (_reactor.let_go): 0, or -1 with an error set. */

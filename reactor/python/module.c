@@ -962,7 +962,7 @@ module_exec(PyObject *m)
         {"TensorSubmit", &TensorSubmit_spec},
         {"WakePolicyCore", &WakePolicyCore_spec}, {"Estimate", &Estimate_spec},
         {"Pending", &Pending_spec}, {"TimerCore", &TimerCore_spec},
-        {"Suspension", &Suspension_spec},
+        {"Suspension", &Suspension_spec}, {"FutureWaker", &FutureWaker_spec},
     };
     int express_added = 1;
     for (size_t i = 0; i < sizeof core_types / sizeof core_types[0] && express_added; i++) {
@@ -987,7 +987,8 @@ module_exec(PyObject *m)
         Py_XDECREF(base);
         Py_XDECREF(t);
     }
-    if (express_added && park_types_init(m) < 0)
+    if (express_added &&
+        (PyModule_AddFunctions(m, park_methods) < 0 || park_types_init(m) < 0))
         return -1;
     if (!express_added || st->queue_type == NULL || st->reactor_type == NULL ||
         st->submitter_type == NULL ||

@@ -7,6 +7,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "cores.h"
 #include "module.h"
@@ -262,6 +263,7 @@ typedef struct {
 enum { SUSPENSION_FRESH, SUSPENSION_PARKED, SUSPENSION_DONE };
 
 static PyTypeObject *g_suspension_t;
+static PyObject *g_resolve_future; /* (_reactor.resolve_future: FutureWaker's, below) */
 static PyObject *s_park, *s_finish, *s_inline, *s_result, *s_abandon, *s_handle, *s_stream,
     *s_prepared, *s_grid, *s_close, *s_throw;
 
@@ -284,6 +286,10 @@ park_types_init(PyObject *module)
     if (t == NULL)
         return -1;
     Py_XSETREF(g_suspension_t, (PyTypeObject *)t);
+    PyObject *resolve = PyObject_GetAttrString(module, "resolve_future");
+    if (resolve == NULL)
+        return -1;
+    Py_XSETREF(g_resolve_future, resolve);
     return 0;
 }
 
@@ -676,3 +682,150 @@ const char hub_suspend_doc[] =
     "unfinished: the wake off, ``comp`` to the background watcher, and for a launch "
     "``op``, its output abandoned and its arguments let go.\n\n"
     ">>> return (yield from hub.suspend(comp, adapter, since))";
+
+/* -- The wake-up of a task parked on a loop future: FutureWaker ----------------------
+ *
+ * What an asyncio or uvloop loop's park() gives as the waiter of a parked await
+ * (loops.AsyncioAdapter.park): called with the finished completion, from any thread. On
+ * the loop's own thread (an early wake's finish, the loop's drain of the reactor's
+ * queue) it resolves the loop's future at once; from another (the background watcher,
+ * a pool's thread) through adapter.call_from_thread(resolve_future, fut), which does
+ * nothing once the loop is closed. Native: the finish of the work that landed calls it
+ * on the path to the task's resumption, with no Python frame. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *adapter, *fut;
+    unsigned long thread; /* (the loop's: park() runs on it) */
+} FutureWaker;
+
+#define FUTURE_WAKER_OBJECTS 2
+
+static PyObject *s_done, *s_set_result, *s_call_from_thread;
+
+static int
+intern_waker_names(void)
+{
+    static const interned_name names[] = {
+        {&s_done, "done"},
+        {&s_set_result, "set_result"},
+        {&s_call_from_thread, "call_from_thread"},
+    };
+    return s_call_from_thread != NULL ? 0 : INTERN_ALL(names);
+}
+
+/* fut resolved with None where it is not done yet (cancelled meanwhile: left alone): 0
+ * or -1 with an error set */
+static int
+resolve_future(PyObject *fut)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(fut, s_done);
+    if (done == NULL)
+        return -1;
+    int is_done = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    if (is_done != 0)
+        return is_done < 0 ? -1 : 0;
+    PyObject *call[2] = {fut, Py_None};
+    return call_dropped(s_set_result, call, 2);
+}
+
+static PyObject *
+mod_resolve_future(PyObject *Py_UNUSED(module), PyObject *fut)
+{
+    if (intern_waker_names() < 0 || resolve_future(fut) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+FutureWaker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *adapter, *fut;
+    if (!PyArg_ParseTuple(args, "OO:FutureWaker", &adapter, &fut) ||
+        (kwargs != NULL && !PyArg_ValidateKeywordArguments(kwargs)) || intern_waker_names() < 0)
+        return NULL;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "FutureWaker() takes no keyword arguments");
+        return NULL;
+    }
+    FutureWaker *self = (FutureWaker *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->adapter = Py_NewRef(adapter);
+    self->fut = Py_NewRef(fut);
+    self->thread = PyThread_get_thread_ident();
+    return (PyObject *)self;
+}
+
+static PyObject *
+FutureWaker_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    FutureWaker *self = (FutureWaker *)op;
+    if (PyTuple_GET_SIZE(args) != 1 || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "a FutureWaker takes one argument (the completion)");
+        return NULL;
+    }
+    if (self->fut == NULL) /* (cleared) */
+        Py_RETURN_NONE;
+    if (PyThread_get_thread_ident() == self->thread)
+        return resolve_future(self->fut) < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *call[3] = {self->adapter, g_resolve_future, self->fut};
+    return call_dropped(s_call_from_thread, call, 3) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static int
+FutureWaker_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    return fields_traverse(self, FUTURE_WAKER_OBJECTS, visit, arg);
+}
+
+static int
+FutureWaker_clear(PyObject *self)
+{
+    fields_clear(self, FUTURE_WAKER_OBJECTS);
+    return 0;
+}
+
+static void
+FutureWaker_dealloc(PyObject *self)
+{
+    fields_dealloc(self, FUTURE_WAKER_OBJECTS);
+}
+
+static PyMemberDef FutureWaker_members[] = {
+    {"adapter", T_OBJECT, offsetof(FutureWaker, adapter), READONLY, "The loop's adapter."},
+    {"fut", T_OBJECT, offsetof(FutureWaker, fut), READONLY, "The loop future it resolves."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot FutureWaker_slots[] = {
+    {Py_tp_doc, "FutureWaker(adapter, fut, /)\n--\n\n"
+                "The wake-up of a task parked on the loop future ``fut`` (made on the loop's "
+                "thread, as this is): called with the finished completion from any thread, "
+                "it resolves ``fut`` at once on that thread, else through "
+                "``adapter.call_from_thread(resolve_future, fut)``.\n\n"
+                ">>> waiter = FutureWaker(adapter, loop.create_future()); waiter(comp)"},
+    {Py_tp_new, FutureWaker_new},
+    {Py_tp_call, FutureWaker_call},
+    {Py_tp_dealloc, FutureWaker_dealloc},
+    {Py_tp_traverse, FutureWaker_traverse},
+    {Py_tp_clear, FutureWaker_clear},
+    {Py_tp_members, FutureWaker_members},
+    {0, NULL},
+};
+
+PyType_Spec FutureWaker_spec = {
+    .name = "cuasync._reactor.FutureWaker",
+    .basicsize = sizeof(FutureWaker),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = FutureWaker_slots,
+};
+
+PyMethodDef park_methods[] = {
+    {"resolve_future", (PyCFunction)mod_resolve_future, METH_O,
+     "resolve_future($module, fut, /)\n--\n\n"
+     "Resolve the loop future ``fut`` with None, unless it is done (cancelled meanwhile): "
+     "what a FutureWaker has its loop call from another thread."},
+    {NULL, NULL, 0, NULL},
+};

@@ -872,3 +872,36 @@ async def test_a_cancelled_parked_launch_lets_go_of_its_output(anyio_backend: ob
     with anyio.fail_after(30):
         await wait_until(lambda: hub.slots_in_use() == slots)
     np.testing.assert_array_equal(await x.to_host(), np.full(8, 2.0, np.float32))
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param(("asyncio", {}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    ],
+    indirect=True,
+)
+async def test_a_parked_tasks_waker_resolves_its_future_from_any_thread(
+    anyio_backend: object,
+) -> None:
+    """An asyncio loop's waiter of a parked await (``FutureWaker``) resolves the loop
+    future at once on the loop's thread, through the loop from another thread, and
+    leaves a future cancelled meanwhile alone."""
+    from cuasync._core.loops import running_adapter
+
+    adapter = running_adapter()
+    loop = asyncio.get_running_loop()
+    here, there, cancelled = (loop.create_future() for _ in range(3))
+    waker = type(adapter.park()[0])  # (its loop's: FutureWaker)
+    waiters = [waker(adapter, f) for f in (here, there, cancelled)]
+    waiters[0](None)
+    assert here.done() and here.result() is None  # (at once, on this thread)
+    thread = threading.Thread(target=waiters[1], args=(None,))
+    thread.start()
+    thread.join()
+    assert not there.done()  # (the loop resolves it on its next pass)
+    assert await there is None
+    cancelled.cancel()
+    waiters[2](None)
+    assert cancelled.cancelled()

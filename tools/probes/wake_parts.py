@@ -334,16 +334,24 @@ def timeline(n: int = 100) -> None:
     kernel.compile()
     seen: dict[str, int] = {}
     names = ("parked", "due", "looked", "seen", "woken", "resumed")
-    resolve = loops._resolve
     hub = get_hub()
     park = hub.park
     entries: list[wake.Pending] = []
 
-    def woken(fut: Any) -> None:  # (the waiter resolving the loop's future)
-        seen.setdefault("woken", time.monotonic_ns())
-        resolve(fut)
+    def woken(waiter: Any) -> Any:  # (the waiter resolving the loop's future, stamped)
+        def stamped(comp: Any) -> None:
+            seen.setdefault("woken", time.monotonic_ns())
+            waiter(comp)
 
-    loops._resolve = woken
+        return stamped
+
+    park_loop = loops.AsyncioAdapter.park
+
+    def park_stamped(adapter: Any) -> Any:
+        waiter, suspend = park_loop(adapter)
+        return woken(waiter), suspend
+
+    loops.AsyncioAdapter.park = park_stamped  # type: ignore[method-assign]
 
     def parked(*args: Any) -> Any:  # (the hook: the hub's suspension calls it by name)
         entry = park(*args)
