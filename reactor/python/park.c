@@ -340,8 +340,9 @@ suspension_let_go(Suspension *self)
     PyObject *call[2] = {self->hub, self->comp};
     if (self->hub != NULL && call_dropped(s_watch_in_background, call, 2) < 0)
         PyErr_WriteUnraisable((PyObject *)self);
-    if (self->op != NULL) {
-        if (call_dropped(s_abandon, &self->comp, 1) < 0 || launch_let_go(self->op) < 0)
+    if (self->op != NULL) { /* (a local array: the call may change its items for a while) */
+        PyObject *abandon[1] = {self->comp};
+        if (call_dropped(s_abandon, abandon, 1) < 0 || launch_let_go(self->op) < 0)
             PyErr_WriteUnraisable((PyObject *)self);
     }
     suspension_done(self);
