@@ -1,9 +1,11 @@
 /*
- * A parked await's set-up (HubCore.park, .watch and .arm, the base of completion.py's
- * Hub): its waiter added to the completion, its slot armed to the loop's reactor queue,
- * and its early wake planned and set on the loop's timer, in one call from the await's
- * generator (completion.suspend). The reactor is armed for every parked await; the wake
- * only makes an awake thread see the landing first (docs/completion.md).
+ * A parked await (HubCore's methods, the base of completion.py's Hub): its suspension
+ * (HubCore.suspend: the Suspension iterator every await that did not land in its spin
+ * delegates to), its set-up in one call from it (HubCore.park, .watch and .arm: its
+ * waiter added to the completion, its slot armed to the loop's reactor queue, its early
+ * wake planned and set on the loop's timer), and the waiter an asyncio loop's park()
+ * gives (FutureWaker). The reactor is armed for every parked await; the wake only makes
+ * an awake thread see the landing first (docs/completion.md).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -232,7 +234,7 @@ hub_park(PyObject *hub, PyObject *const *args, Py_ssize_t nargs)
 
 const char hub_park_doc[] =
     "park($self, comp, adapter, waiter, key, since, /)\n--\n\n"
-    "Set up the parked await of ``comp`` on the loop of ``adapter`` (completion.suspend, "
+    "Set up the parked await of ``comp`` on the loop of ``adapter`` (its suspension's, "
     "before it suspends): its early wake planned (``wake.plan(self, comp, adapter, key, "
     "since)``), ``waiter`` added and the slot armed (:meth:`watch`, quiet while the wake "
     "watches it), the wake set on the loop's timer (where the timer refuses it, the "

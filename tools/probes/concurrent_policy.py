@@ -31,7 +31,7 @@ def park_when_others_ready(comp, adapter):  # type: ignore[no-untyped-def]
         else:
             settled = hub.settle(comp)
         if not settled:
-            yield from completion.suspend(hub, comp, adapter)
+            return (yield from hub.suspend(comp, adapter))
     return comp.result()
 
 
