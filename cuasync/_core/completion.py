@@ -695,13 +695,14 @@ class Hub(HubCore):
         """Make sure ``comp`` is observed, and what it uses released, with nobody awaiting.
 
         Moves it from whichever loop watched it to the background watcher. Never blocks
-        and never starts a thread (destructors call it); does nothing once the
-        interpreter is finalizing (the process is exiting: the driver releases all).
+        and never starts a thread (destructors call it); does nothing once the process is
+        exiting (the reactor closed at exit, or the interpreter finalizing: the driver
+        releases all).
         """
         if comp.state != PENDING or comp.slot < 0 or self.reactor is None:
             return  # finished, or a host callback will finish it
-        if sys.is_finalizing():
-            return
+        if self.closed or sys.is_finalizing():
+            return  # (a closed reactor's flag words can no longer be read)
         background = self.background
         with comp._lock:
             if comp.state != PENDING:

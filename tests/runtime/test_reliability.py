@@ -55,6 +55,25 @@ def test_script_ending_with_work_in_flight_exits_promptly(last_lines: str) -> No
     assert time.monotonic() - start < 20
 
 
+def test_a_future_dropped_after_the_reactor_closed_at_exit_is_left_quietly() -> None:
+    """A future still pending when the hub's exit handler closed the reactor (its flag
+    words gone), dropped by a later exit handler, is left to the process's end: no
+    "Exception ignored" from its finalizer reading a word that is no longer there."""
+    r = run_script(
+        """
+        import atexit, cuasync, cuasync.testing as ct
+        keep = {}
+        atexit.register(keep.clear)  # before the hub's handler: runs after it
+        keep["gate"] = ct.gate()
+        keep["fut"] = cuasync.zeros((4,)).submit()
+        print("pending", not keep["fut"].done())
+        """,
+        timeout=30,
+    )
+    assert r.stdout.strip() == "pending True"
+    assert "Exception ignored" not in r.stderr, r.stderr
+
+
 # -- 3: the background watcher survives busy servers ------------------------------------
 def test_background_watcher_works_with_more_than_1024_open_fds() -> None:
     r = run_script(
