@@ -548,6 +548,8 @@ class CompletionCore:
         """Call ``waiter(self)`` once finished (now, where it is already)."""
     def _wake(self, waiters: Any, /) -> None:
         """Call the waiters taken from ``_waiters`` (one, a list, or None)."""
+    def result(self) -> Any:
+        """The output of finished work; raises its error (a fresh copy after the first)."""
     def finish(self, path: str, /) -> None:
         """The work completed: realize the output, release what it used, call the
         waiters (nothing where it is no longer pending)."""

@@ -233,11 +233,13 @@ class Completion(CompletionCore):
 
     # ctx, out, stream, device, seq, slot (-1: none), gen, address and armed_at are the
     # native base's fields (``CompletionCore``: the native core makes completions), and
-    # ``finish(path)`` is its method: the work completed, so the output is realized,
-    # what it used released (``Hub.release``) and the waiters called (the trace's end
-    # and the context's checks, which it calls where there are any, are these two)
+    # ``result()`` and ``finish(path)`` are its methods; the finish: the work completed,
+    # so the output is realized, what it used released (``Hub.release``) and the waiters
+    # called (the trace's end and the context's checks, which it calls where there are
+    # any, are these two)
     _end_flight = staticmethod(end_flight)
     _run_checks = staticmethod(_run_checks)
+    _fresh = staticmethod(fresh)  # (result() raises a fresh copy after the first raise)
     state = PENDING
     value: Any = None
     error: BaseException | None = None
@@ -284,26 +286,6 @@ class Completion(CompletionCore):
                 if hub is not None:
                     hub.check_fault(self)
         return self.state >= DONE
-
-    def result(self) -> Any:
-        """The output of finished work; raises its error. Read before the work finished
-        (which no path of cuasync's should do: an await resumes only once it is), it
-        raises rather than pass ``None`` off as an output."""
-        state = self.state
-        if state < DONE:
-            raise RuntimeError(
-                f"cuasync internal error: a completion's result was read while it was "
-                f"{'pending' if state == PENDING else 'finishing'} (slot {self.slot}); "
-                "please report this"
-            )
-        if state == FAILED:
-            error = self.error
-            assert error is not None
-            if self.raised:
-                raise fresh(error)
-            self.raised = True
-            raise error
-        return self.value
 
     def abandon(self) -> None:
         """Nobody will read the output: release it as soon as the work lands.

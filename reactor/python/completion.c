@@ -25,7 +25,7 @@ static PyObject *s_lock, *s_acquire, *s_release, *s_state, *s_value, *s_error, *
     *s_waiters, *s_abandoned, *s_trace, *s_end_flight, *s_run_checks, *s_get, *s_seq, *s_checks,
     *s_errors, *s_completed, *s_stats, *s_watcher, *s_reactor, *s_disarm, *s_release_callback,
     *s_completed_inline, *s_completed_reactor, *s_early_wakes, *s_early_late,
-    *s_completed_host_callback, *s_completed_blocking;
+    *s_completed_host_callback, *s_completed_blocking, *s_raised, *s_fresh;
 static PyObject *i_states[4];
 
 static int
@@ -42,9 +42,10 @@ intern_finish_names(void)
         {&s_release_callback, "_release_callback"}, {&s_completed_inline, "completed_inline"},
         {&s_completed_reactor, "completed_reactor"}, {&s_early_wakes, "early_wakes"},
         {&s_early_late, "early_late"}, {&s_completed_host_callback, "completed_host_callback"},
-        {&s_completed_blocking, "completed_blocking"},
+        {&s_completed_blocking, "completed_blocking"}, {&s_raised, "raised"},
+        {&s_fresh, "_fresh"},
     };
-    if (s_completed_blocking != NULL)
+    if (s_fresh != NULL)
         return 0;
     if (INTERN_ALL(names) < 0)
         return -1;
@@ -157,6 +158,51 @@ completion_add_waiter(PyObject *comp, PyObject *waiter)
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }
+
+PyObject *
+completion_result(PyObject *self, PyObject *Py_UNUSED(arg))
+{
+    int state = completion_state(self);
+    if (state < 0)
+        return NULL;
+    if (state < DONE)
+        return PyErr_Format(PyExc_RuntimeError,
+                            "cuasync internal error: a completion's result was read while it "
+                            "was %s (slot %zd); please report this",
+                            state == PENDING ? "pending" : "finishing", COMPLETION(self)->slot);
+    if (state == DONE)
+        return PyObject_GetAttr(self, s_value);
+    PyObject *error = PyObject_GetAttr(self, s_error);
+    if (error == NULL)
+        return NULL;
+    if (!PyExceptionInstance_Check(error)) {
+        PyErr_Format(PyExc_TypeError, "a failed completion's error is a %.100s, not an exception",
+                     Py_TYPE(error)->tp_name);
+        Py_DECREF(error);
+        return NULL;
+    }
+    PyObject *raised = PyObject_GetAttr(self, s_raised);
+    int again = raised == NULL ? -1 : PyObject_IsTrue(raised);
+    Py_XDECREF(raised);
+    if (again == 0 && PyObject_SetAttr(self, s_raised, Py_True) < 0)
+        again = -1;
+    if (again > 0) { /* (a fresh copy each time after the first: see _exceptions.fresh) */
+        PyObject *call[2] = {self, error};
+        Py_SETREF(error, PyObject_VectorcallMethod(s_fresh, call,
+                                                   2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
+    }
+    if (again >= 0 && error != NULL)
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+    Py_XDECREF(error);
+    return NULL;
+}
+
+const char completion_result_doc[] =
+    "result($self, /)\n--\n\n"
+    "The output of finished work; raises its error (the error itself the first time, a "
+    "fresh copy chained to it after that: ``_fresh``). Read before the work finished "
+    "(which no path of cuasync's should do: an await resumes only once it is), it raises "
+    "RuntimeError rather than pass None off as an output.";
 
 PyObject *
 completion_add_waiter_method(PyObject *self, PyObject *waiter)

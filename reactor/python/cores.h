@@ -140,12 +140,15 @@ extern const char hub_spin_early_doc[], hub_release_doc[];
 PyObject *completion_finish(PyObject *self, PyObject *path);
 PyObject *completion_add_waiter_method(PyObject *self, PyObject *waiter);
 PyObject *completion_wake_method(PyObject *self, PyObject *waiters);
-extern const char completion_finish_doc[], completion_add_waiter_doc[], completion_wake_doc[];
+PyObject *completion_result(PyObject *self, PyObject *unused);
+extern const char completion_finish_doc[], completion_add_waiter_doc[], completion_wake_doc[],
+    completion_result_doc[];
 #define COMPLETION_METHODS                                                                    \
     {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},                 \
         {"add_waiter", (PyCFunction)completion_add_waiter_method, METH_O,                      \
          completion_add_waiter_doc},                                                           \
-        {"_wake", (PyCFunction)completion_wake_method, METH_O, completion_wake_doc},
+        {"_wake", (PyCFunction)completion_wake_method, METH_O, completion_wake_doc},           \
+        {"result", (PyCFunction)completion_result, METH_NOARGS, completion_result_doc},
 
 /* A completion's lock protocol (completion.c), for the C that reads or moves it:
  * completion_state: comp.state as a C int (0..3: PENDING, FINISHING, DONE, FAILED), or -1

@@ -723,9 +723,21 @@ async def test_a_finish_that_fails_fails_its_completion_and_wakes_its_waiter(
                 gate.open()
     assert [str(e) for e in got] == ["release failed"]
     assert fut.done() and comp.state == 3  # (FAILED)
+    with pytest.raises(RuntimeError, match="release failed") as again:
+        comp.result()  # raised once already (to the waiter): a fresh copy, chained to it
+    assert again.value is not got[0] and again.value.__cause__ is got[0]
     with pytest.raises(RuntimeError, match="release failed"):
         comp.finish("inline")  # (not pending: nothing happens)
         fut.result()
+
+
+def test_a_completions_result_read_before_it_finished_is_an_internal_error() -> None:
+    """``result()`` of work still pending raises (never passes None off as the output)."""
+    with ct.gate():
+        fut = cuasync.from_host(np.arange(3.0)).submit()
+        with pytest.raises(RuntimeError, match=r"internal error: .* while it was pending"):
+            fut._comp.result()
+    np.testing.assert_array_equal(fut.wait().to_host().sync(), np.arange(3.0))  # (finished)
 
 
 async def test_waiters_are_called_once_in_the_order_added_and_late_ones_at_once(
