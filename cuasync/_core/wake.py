@@ -36,10 +36,8 @@ Never a hang, never an unbounded spin (one window is at most its lead, itself at
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from .._config import CONFIG
@@ -51,7 +49,7 @@ from .._native import NATIVE, Estimate, Pending, TimerCore, WakePolicyCore
 
 __all__ = [
     "POLICY", "Estimate", "Pending", "Policy", "Timer", "is_launch",
-    "cancel", "estimate", "forget", "plan", "rehearse", "resumed", "timerfd", "window",
+    "cancel", "estimate", "forget", "plan", "resumed", "timerfd", "window",
 ]  # fmt: skip
 
 
@@ -138,15 +136,6 @@ class Policy(WakePolicyCore):
         #: sleep that long is resumed that much later.
         self.prewake_ns = 300_000
         self.prewake_min_ns = 1_000_000
-        #: Run by a wake due at least :attr:`prewake_min_ns` after its await parked, just
-        #: before its spin (not where the spin is skipped; None: nothing;
-        #: :func:`rehearse`: the machinery a task's resumption runs, with no effect). On
-        #: GPU hosts that are virtual machines a thread back from a sleep of milliseconds
-        #: ran Python three to five times slower for its first tens of microseconds
-        #: (``tools/probes/wake_parts.py cold``), and the spin before the landing does
-        #: not warm it; an ``Exception`` it raises is reported as unraisable and the wake
-        #: goes on. Off until measured on a GPU.
-        self.rehearsal: Callable[[], object] | None = None
 
 
 #: Whether ``timerfd`` is there (Linux): made through libc (``os.timerfd_create`` is
@@ -187,32 +176,6 @@ _estimates: dict[Any, Estimate] = {}
 #: call. The price of the quiet time: work that got shorter than a steady estimate is
 #: reported when the wake looks (one late await; the next estimate is no longer steady).
 plan = NATIVE.plan_wake
-
-
-def rehearse() -> None:
-    """Run, with no effect, the generic machinery a task's resumption runs on the running
-    loop (a future made and resolved, a coroutine stepped through it, a dict and strings
-    made): :attr:`Policy.rehearsal`'s candidate, run by a long wait's wake before its spin
-    so that the landing's resumption finds the thread warm.
-
-    >>> POLICY.rehearsal = rehearse
-    """
-    try:
-        fut = asyncio.get_running_loop().create_future()
-    except RuntimeError:  # (no asyncio loop: trio's)
-        fut = None
-    if fut is not None:
-        fut.set_result(None)
-        coro = _step(fut)
-        try:
-            coro.send(None)
-        except StopIteration:
-            pass
-    {str(i): i for i in range(32)}.get("7")
-
-
-async def _step(fut: asyncio.Future[None]) -> None:
-    await fut
 
 
 #: ``window(est, lead)``: a wake's ``(due, until, quiet)`` for work expected ``est`` after its

@@ -271,8 +271,7 @@ TimerCore_remove(PyObject *self, PyObject *arg)
  * adapter's, the counters', and the finish paths' labels, from completion.py) */
 static PyObject *s_stats, *s_early_prewakes, *s_landed, *s_spin_early, *s_reactor,
     *s_disarm, *s_drain, *s_queue, *s_arm, *s_finish, *s_others_ready, *s_spin_hold_ns,
-    *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late,
-    *s_rehearsal;
+    *s_early_spin_ns, *s_early_spin_max_ns, *s_early_misses, *s_early, *s_early_late;
 
 static int
 intern_wake_names(void)
@@ -284,10 +283,10 @@ intern_wake_names(void)
         {&s_finish, "finish"}, {&s_others_ready, "others_ready"},
         {&s_spin_hold_ns, "spin_hold_ns"}, {&s_early_spin_ns, "early_spin_ns"},
         {&s_early_spin_max_ns, "early_spin_max_ns"}, {&s_early_misses, "early_misses"},
-        {&s_early, "early_wake"}, {&s_early_late, "early_wake_late"},
-        {&s_rehearsal, "rehearsal"}, /* (last: the guard below reads it) */
+        {&s_early, "early_wake"},
+        {&s_early_late, "early_wake_late"}, /* (last: the guard below reads it) */
     };
-    return s_rehearsal != NULL ? 0 : INTERN_ALL(names);
+    return s_early_late != NULL ? 0 : INTERN_ALL(names);
 }
 
 /* hub.stats.early_prewakes += 1: 0, or -1 with an error set */
@@ -472,39 +471,6 @@ still_watched(PyObject *comp, PyObject *adapter)
     return watcher == adapter;
 }
 
-/* A long wait's wake, about to spin: the policy's rehearsal (Policy.rehearsal, where
- * the policy has one, not None) run first, to warm a thread back from a sleep of
- * milliseconds. An Exception it raises (or its lookup) is reported as unraisable and the
- * wake goes on: 0; -1 only for a BaseException that is not an Exception (a
- * KeyboardInterrupt), raised through the wake. */
-static int
-rehearse(Pending *entry)
-{
-    WakePolicyCore *p = wake_policy();
-    if (p == NULL)
-        return -1;
-    if (entry->due - entry->parked < p->prewake_min_ns) /* (it did not sleep long) */
-        return 0;
-    Py_INCREF(p); /* (held: the lookup and the call run Python) */
-    PyObject *rehearsal = PyObject_GetAttr((PyObject *)p, s_rehearsal), *r = NULL;
-    if (rehearsal == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear(); /* (a policy with no rehearsal: none) */
-        Py_DECREF(p);
-        return 0;
-    }
-    if (rehearsal != NULL && rehearsal != Py_None)
-        r = PyObject_CallNoArgs(rehearsal);
-    else if (rehearsal != NULL)
-        r = Py_NewRef(Py_None);
-    int ok = r != NULL || PyErr_ExceptionMatches(PyExc_Exception);
-    if (r == NULL && ok)
-        PyErr_WriteUnraisable(rehearsal != NULL ? rehearsal : (PyObject *)p);
-    Py_XDECREF(r);
-    Py_XDECREF(rehearsal);
-    Py_DECREF(p);
-    return ok ? 0 : -1;
-}
-
 /* The spin of a wake whose slot is disarmed: 1 once it finished the completion, 0 where
  * its work did not land within its window (the caller arms it again), -1 an error. */
 static int
@@ -521,8 +487,6 @@ spin_for(PyObject *hub, Pending *entry, _Atomic uint32_t *word, uint32_t gen)
             entry->due = 0; /* (learnt from as an await without a wake) */
         return others < 0 ? -1 : 0;
     }
-    if (entry->due && rehearse(entry) < 0)
-        return -1;
     long long hold = 0;
     if (is_launch_key(entry->key)) { /* the device's work alone: the GIL kept a while */
         PyObject *h = PyObject_GetAttr(hub, s_spin_hold_ns);
