@@ -129,6 +129,62 @@ iter_raise_thrown(PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
+int
+iter_refuse_running(int running)
+{
+    if (!running)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "generator already executing");
+    return -1;
+}
+
+int
+iter_may_throw(int running, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return -1;
+    }
+    return iter_refuse_running(running);
+}
+
+static PyObject *s_iter_throw, *s_iter_close;
+
+static int
+intern_iter_names(void)
+{
+    static const interned_name names[] = {{&s_iter_throw, "throw"}, {&s_iter_close, "close"}};
+    return s_iter_close != NULL ? 0 : INTERN_ALL(names);
+}
+
+PyObject *
+iter_throw_into(PyObject *inner, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (intern_iter_names() < 0)
+        return NULL;
+    /* (a local array, inner held: the call may drop the caller's reference meanwhile) */
+    PyObject *call[4] = {Py_NewRef(inner), args[0], nargs > 1 ? args[1] : NULL,
+                         nargs > 2 ? args[2] : NULL};
+    PyObject *r = PyObject_VectorcallMethod(
+        s_iter_throw, call, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(inner);
+    return r;
+}
+
+int
+iter_close_inner(PyObject *inner)
+{
+    PyObject *close = NULL;
+    if (intern_iter_names() < 0 || optional_attr(inner, s_iter_close, &close) < 0)
+        return -1;
+    if (close == NULL)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(close);
+    Py_DECREF(close);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 #define NFIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 #define MEMBER(T, field, name, doc) {name, T_OBJECT_EX, offsetof(T, field), 0, doc}
 /* (None while unset) */

@@ -470,6 +470,16 @@ int optional_attr(PyObject *o, PyObject *name, PyObject **out);
 PyObject *iter_result(PySendResult r, PyObject *result, int as_next);
 /* Raise throw()'s exception (an instance, or a class with an optional value): NULL. */
 PyObject *iter_raise_thrown(PyObject *const *args, Py_ssize_t nargs);
+/* A native iterator's send, throw or close inside its own step (running) is refused: 0, or
+ * -1 with ValueError("generator already executing") set. */
+int iter_refuse_running(int running);
+/* throw()'s checks: 1 to 3 arguments, and not running: 0, or -1 with an error set. */
+int iter_may_throw(int running, Py_ssize_t nargs);
+/* inner.throw(*args[:nargs]), inner held through the call: what it yields, or NULL with its
+ * error (StopIteration where inner returned). */
+PyObject *iter_throw_into(PyObject *inner, PyObject *const *args, Py_ssize_t nargs);
+/* inner.close() where inner has one: 0, or -1 with its error set. */
+int iter_close_inner(PyObject *inner);
 /* The number of object fields of struct T when they are all it has after the header. */
 #define OBJECT_FIELDS(T) ((Py_ssize_t)((sizeof(T) - sizeof(PyObject)) / sizeof(PyObject *)))
 /* P_traverse, P_clear and P_dealloc of such a type, over its first N object fields. */

@@ -1732,15 +1732,6 @@ done:
 }
 
 
-static int
-refuse_running(LaunchIter *self)
-{
-    if (!self->running)
-        return 0;
-    PyErr_SetString(PyExc_ValueError, "generator already executing");
-    return -1;
-}
-
 static PySendResult LaunchIter_step(LaunchIter *self, PyObject *arg, PyObject **result);
 
 /* -- an await in a burst (ITER_QUEUED) --------------------------------------------------
@@ -1870,7 +1861,7 @@ static PySendResult
 LaunchIter_send(LaunchIter *self, PyObject *arg, PyObject **result)
 {
     *result = NULL;
-    if (refuse_running(self) < 0)
+    if (iter_refuse_running(self->running) < 0)
         return PYGEN_ERROR;
     self->running = 1;
     Py_INCREF(self); /* (alive while its step runs Python code) */
@@ -1943,11 +1934,7 @@ LaunchIter_send_method(LaunchIter *self, PyObject *arg)
 static PyObject *
 LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
-        return NULL;
-    }
-    if (refuse_running(self) < 0)
+    if (iter_may_throw(self->running, nargs) < 0)
         return NULL;
     if (self->state == ITER_QUEUED) { /* cancelled while stepping aside: the work goes on */
         self->running = 1;
@@ -1963,20 +1950,10 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
         Py_CLEAR(self->op);
         return iter_raise_thrown(args, nargs);
     }
-    PyObject *name = PyUnicode_InternFromString("throw");
-    if (name == NULL)
-        return NULL;
-    PyObject *delegate = Py_NewRef(self->delegate); /* (held while it runs) */
-    PyObject *call[4] = {delegate, args[0], nargs > 1 ? args[1] : NULL,
-                         nargs > 2 ? args[2] : NULL};
     self->running = 1;
     Py_INCREF(self);
-    PyObject *r = PyObject_VectorcallMethod(name, call,
-                                            (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            NULL);
+    PyObject *r = iter_throw_into(self->delegate, args, nargs);
     self->running = 0;
-    Py_DECREF(name);
-    Py_DECREF(delegate);
     if (r == NULL) {
         Py_CLEAR(self->delegate);
         self->state = ITER_DONE;
@@ -1988,7 +1965,7 @@ LaunchIter_throw(LaunchIter *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 LaunchIter_close(LaunchIter *self, PyObject *Py_UNUSED(arg))
 {
-    if (refuse_running(self) < 0)
+    if (iter_refuse_running(self->running) < 0)
         return NULL;
     if (self->state == ITER_QUEUED) {
         self->running = 1;
@@ -2004,9 +1981,9 @@ LaunchIter_close(LaunchIter *self, PyObject *Py_UNUSED(arg))
     Py_CLEAR(self->op);
     if (delegate == NULL)
         Py_RETURN_NONE;
-    PyObject *r = PyObject_CallMethod(delegate, "close", NULL);
+    int failed = iter_close_inner(delegate) < 0;
     Py_DECREF(delegate);
-    return r;
+    return failed ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *

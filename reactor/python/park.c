@@ -267,7 +267,7 @@ enum { SUSPENSION_FRESH, SUSPENSION_PARKED, SUSPENSION_DONE };
 static PyTypeObject *g_suspension_t;
 static PyObject *g_resolve_future; /* (_reactor.resolve_future: FutureWaker's, below) */
 static PyObject *s_park, *s_finish, *s_inline, *s_result, *s_abandon, *s_handle, *s_stream,
-    *s_prepared, *s_grid, *s_close, *s_throw;
+    *s_prepared, *s_grid;
 
 static int
 intern_suspension_names(void)
@@ -276,9 +276,8 @@ intern_suspension_names(void)
         {&s_park, "park"},         {&s_finish, "finish"},     {&s_inline, "inline"},
         {&s_result, "result"},     {&s_abandon, "abandon"},   {&s_handle, "handle"},
         {&s_stream, "stream"},     {&s_prepared, "_prepared"}, {&s_grid, "_grid"},
-        {&s_close, "close"},       {&s_throw, "throw"},
     };
-    return s_throw != NULL ? 0 : INTERN_ALL(names);
+    return s_grid != NULL ? 0 : INTERN_ALL(names);
 }
 
 int
@@ -477,20 +476,11 @@ suspension_step(Suspension *self, PyObject *arg, PyObject **result)
     return PYGEN_ERROR;
 }
 
-static int
-suspension_refuse_running(Suspension *self)
-{
-    if (!self->running)
-        return 0;
-    PyErr_SetString(PyExc_ValueError, "generator already executing");
-    return -1;
-}
-
 static PySendResult
 Suspension_send(Suspension *self, PyObject *arg, PyObject **result)
 {
     *result = NULL;
-    if (suspension_refuse_running(self) < 0)
+    if (iter_refuse_running(self->running) < 0)
         return PYGEN_ERROR;
     if (self->state == SUSPENSION_DONE) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited suspension");
@@ -531,9 +521,7 @@ Suspension_send_method(Suspension *self, PyObject *arg)
 static PyObject *
 Suspension_throw(Suspension *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || nargs > 3)
-        return PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments");
-    if (suspension_refuse_running(self) < 0)
+    if (iter_may_throw(self->running, nargs) < 0)
         return NULL;
     if (self->state != SUSPENSION_PARKED) {
         if (self->state == SUSPENSION_FRESH) {
@@ -547,11 +535,7 @@ Suspension_throw(Suspension *self, PyObject *const *args, Py_ssize_t nargs)
     }
     self->running = 1;
     Py_INCREF(self);
-    PyObject *call[4] = {self->inner, args[0], nargs > 1 ? args[1] : NULL,
-                         nargs > 2 ? args[2] : NULL};
-    PyObject *r = PyObject_VectorcallMethod(s_throw, call,
-                                            (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            NULL);
+    PyObject *r = iter_throw_into(self->inner, args, nargs);
     if (r == NULL) {
         PyObject *value = NULL;
         if (PyErr_ExceptionMatches(PyExc_StopIteration)) { /* (it returned: landed) */
@@ -570,21 +554,13 @@ Suspension_throw(Suspension *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 Suspension_close(Suspension *self, PyObject *Py_UNUSED(arg))
 {
-    if (suspension_refuse_running(self) < 0)
+    if (iter_refuse_running(self->running) < 0)
         return NULL;
     if (self->state == SUSPENSION_DONE)
         Py_RETURN_NONE;
     self->running = 1;
     Py_INCREF(self);
-    int failed = 0;
-    if (self->inner != NULL) {
-        PyObject *close = NULL;
-        failed = optional_attr(self->inner, s_close, &close) < 0;
-        PyObject *r = close == NULL ? NULL : PyObject_CallNoArgs(close);
-        failed = failed || (close != NULL && r == NULL);
-        Py_XDECREF(close);
-        Py_XDECREF(r);
-    }
+    int failed = self->inner != NULL && iter_close_inner(self->inner) < 0;
     suspension_let_go(self);
     self->running = 0;
     Py_DECREF(self);
