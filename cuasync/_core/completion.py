@@ -266,7 +266,13 @@ class Completion(CompletionCore):
         if self.state != PENDING:
             return True
         if self.slot >= 0:
-            word = _reactor.load32(self.address)
+            try:
+                word = _reactor.load32(self.address)
+            except ValueError:  # (not a live slab's word: the reactor closed at exit?)
+                hub = PROCESS.hub
+                if hub is None or not hub.closed:
+                    raise
+                return not self.stream._pending(self.seq) or self.stream.query()
             return ((word - self.gen) & 0xFFFFFFFF) < 0x80000000
         # A host callback's signal may still be on its way to the watcher after the
         # stream was seen idle (Stream.synchronize, Stream.query): that says it too.

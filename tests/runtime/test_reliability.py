@@ -74,6 +74,31 @@ def test_a_future_dropped_after_the_reactor_closed_at_exit_is_left_quietly() -> 
     assert "Exception ignored" not in r.stderr, r.stderr
 
 
+def test_a_future_asked_after_the_reactor_closed_at_exit_answers_from_its_stream() -> None:
+    """``done()`` in an exit handler that runs after the hub's (its flag words gone) asks
+    the stream instead: work a gate still holds is not done, finished work is."""
+    r = run_script(
+        """
+        import atexit, cuasync, cuasync.testing as ct
+        s = cuasync.Device(0).new_stream()
+        held = {}
+
+        def ask():
+            print("held", held["fut"].done(), "finished", held["other"].done())
+
+        atexit.register(ask)  # before the hub's handler: runs after it
+        held["gate"] = ct.gate(s)
+        held["fut"] = cuasync.zeros((4,)).submit_on(s)
+        other = cuasync.Device(0).new_stream()
+        held["other"] = cuasync.zeros((4,)).submit_on(other)
+        other.synchronize()  # (landed; its result not read yet)
+        """,
+        timeout=30,
+    )
+    assert r.stdout.strip() == "held False finished True"
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 # -- 3: the background watcher survives busy servers ------------------------------------
 def test_background_watcher_works_with_more_than_1024_open_fds() -> None:
     r = run_script(
