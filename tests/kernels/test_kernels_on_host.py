@@ -676,10 +676,11 @@ def test_contiguous_elementwise_kernel_covers_every_element(tmp_path: Path, dtyp
 
 
 # -- reductions run by a block of threads -----------------------------------------------------
-# The shims above run one thread; these run each block of a grid as blockDim.x host
-# threads (a barrier for __syncthreads, warp shuffles through a slot per thread), so the
-# block-level combines of the column layout (mode 1: 32 rows by 8 groups of threads) and
-# of rows read in vectors (mode 2) run as on a GPU, one block at a time.
+# The shims above run one thread; these run each block of a grid as blockDim.x threads
+# (fibers of one host thread: a barrier for __syncthreads, warp shuffles through a slot
+# per thread), so the block-level combines of the column layout (mode 1: 32 rows by 8
+# groups of threads) and of rows read in vectors (mode 2) run as on a GPU, one block at
+# a time.
 BLOCK_SHIMS = (
     SHIMS.replace("static inline void __syncthreads() {}\n", "")
     .replace(
@@ -695,42 +696,48 @@ BLOCK_SHIMS = (
         "",
     )
     + r"""
-#include <atomic>
-#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include <ucontext.h>
 static ca_dim3 blockIdx, blockDim, gridDim;
-static thread_local ca_dim3 threadIdx;
-// The last of n threads to arrive releases the others. On Linux they sleep on a futex,
-// which the release wakes at once: a condition variable's waiters would each retake its
-// mutex, one after the other, at every barrier of every block (most of the test's time).
+static ca_dim3 threadIdx;  // the running thread's (set as each fiber is switched in)
+// A block's threads run as fibers of one host thread (ucontext), switched only at their
+// barriers: host threads woken through a futex at every barrier of every block spent
+// most of these tests' time, two-thirds of it in the kernel. The last of n to arrive
+// releases the others and runs on; the rest wait, each until the generation it saw moves.
 struct ca_barrier {
-    std::atomic<int> waiting{0}, gen{0};
-    int n = 0;
-#ifdef __linux__
-    void sleep(int g) { syscall(SYS_futex, &gen, FUTEX_WAIT_PRIVATE, g, nullptr, nullptr, 0); }
-    void wake() { syscall(SYS_futex, &gen, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0); }
-#else
-    void sleep(int) { std::this_thread::yield(); }
-    void wake() {}
-#endif
-    void wait() {
-        int g = gen.load();
-        if (waiting.fetch_add(1) + 1 == n) {
-            waiting.store(0);
-            gen.fetch_add(1);  // (seq_cst: each thread's writes before it are seen after)
-            wake();
-            return;
-        }
-        while (gen.load() == g) sleep(g);
-    }
+    int waiting = 0, gen = 0, n = 0;
+    void wait();
 };
+struct ca_fiber {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    const ca_barrier* on = nullptr;  // the barrier it waits at (none: runnable)
+    int gen = 0;                     // ...for as long as its generation is this
+    bool done = false;
+};
+static ucontext_t ca_scheduler;
+static std::vector<ca_fiber> ca_fibers;
+static unsigned ca_current;
+static const std::function<void()>* ca_body;
+void ca_barrier::wait() {
+    if (++waiting == n) {
+        waiting = 0;
+        gen++;
+        return;
+    }
+    ca_fiber& f = ca_fibers[ca_current];
+    f.on = this;
+    f.gen = gen;
+    swapcontext(&f.ctx, &ca_scheduler);
+}
+static void ca_fiber_main() {
+    (*ca_body)();
+    ca_fibers[ca_current].done = true;  // (then back to the scheduler: uc_link)
+}
 static ca_barrier block_barrier, warp_barrier[32];
 static void __syncthreads() { block_barrier.wait(); }
 static long long shfl_slot[1024];
@@ -747,28 +754,58 @@ static T __shfl_down_sync(unsigned, T v, int d) {
     std::memcpy(&r, &got, sizeof(T));
     return r;
 }
+// One block: its bx fibers run in turn, each until it waits at a barrier or ends. A
+// block whose every unfinished thread waits at a barrier nobody else reaches would hang
+// on a GPU: it aborts here.
+static void ca_run_block(unsigned bx) {
+    for (unsigned t = 0; t < bx; t++) {
+        ca_fiber& f = ca_fibers[t];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = &ca_scheduler;
+        makecontext(&f.ctx, ca_fiber_main, 0);
+        f.on = nullptr;
+        f.done = false;
+    }
+    for (unsigned left = bx; left;) {
+        bool ran = false;
+        for (unsigned t = 0; t < bx; t++) {
+            ca_fiber& f = ca_fibers[t];
+            if (f.done || (f.on != nullptr && f.on->gen == f.gen))
+                continue;
+            f.on = nullptr;
+            ca_current = t;
+            threadIdx = {t, 0, 0};
+            swapcontext(&ca_scheduler, &f.ctx);
+            ran = true;
+            left -= f.done ? 1 : 0;
+        }
+        if (!ran) {
+            std::fprintf(stderr, "ca_run_block: every thread left waits at a barrier\n");
+            std::abort();
+        }
+    }
+}
 static void ca_run_grid(unsigned gx, unsigned gy, unsigned bx, const std::function<void()>& fn) {
     gridDim = {gx, gy, 1};
     blockDim = {bx, 1, 1};
+    block_barrier = ca_barrier{};
     block_barrier.n = (int)bx;
-    for (auto& w : warp_barrier) w.n = 32;
-    // one team of bx threads runs the blocks one after the other: thread 0 sets the next
-    // blockIdx once every thread is done with the last block, and all start it together
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < bx; t++) {
-        threads.emplace_back([&fn, gx, gy, t] {
-            threadIdx = {t, 0, 0};
-            for (unsigned y = 0; y < gy; y++) {
-                for (unsigned x = 0; x < gx; x++) {
-                    if (t == 0) blockIdx = {x, y, 0};
-                    block_barrier.wait();
-                    fn();
-                    block_barrier.wait();
-                }
-            }
-        });
+    for (auto& w : warp_barrier) {
+        w = ca_barrier{};
+        w.n = 32;
     }
-    for (auto& th : threads) th.join();
+    ca_fibers.resize(bx);
+    for (auto& f : ca_fibers)
+        if (f.stack.empty())
+            f.stack.resize(1 << 17);
+    ca_body = &fn;
+    for (unsigned y = 0; y < gy; y++)
+        for (unsigned x = 0; x < gx; x++) {
+            blockIdx = {x, y, 0};
+            ca_run_block(bx);
+        }
 }
 """
 )
