@@ -397,6 +397,9 @@ async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend,
     prepared, grid = wake_key(stream)  # (cuasync.wait: a library call the core takes)
     prepared.parked_grid, prepared.parked_ns = grid, 1_000_000  # 1 ms: 50 budgets
     adapter = running_adapter()
+    hub = get_hub()
+    saved = hub.spin_budget_us
+    hub.spin_budget_us = 20  # the default (a run with CUASYNC_SPIN_BUDGET_US=0 has none to skip)
     try:
         expect(stream, 60_000_000_000)  # (the reactor finishes it: no wake set in time)
         # Held behind a gate: on an idle stream a wait may land before the await's first
@@ -415,18 +418,14 @@ async def test_a_launch_learnt_long_parks_without_the_inline_spin(anyio_backend,
             await cuasync.wait(stream)
             assert cuasync.stats().spins_skipped_long == after.spins_skipped_long
             prepared.parked_grid = grid
-        hub = get_hub()
-        saved = hub.spin_budget_us
         hub.spin_budget_us = 2_000_000  # 2 s: four of them outlast any estimate here
         adapter.long_ops = False
-        try:
-            await cuasync.wait(stream)
-        finally:
-            hub.spin_budget_us = saved
+        await cuasync.wait(stream)
         last = cuasync.stats()
         assert last.spins_skipped_long == after.spins_skipped_long  # it spun
         assert last.spins_skipped == after.spins_skipped
     finally:
+        hub.spin_budget_us = saved
         prepared.parked_grid = None
 
 
