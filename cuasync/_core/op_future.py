@@ -449,10 +449,12 @@ class AsyncioFuture:
         watched = self._future
         if watched is not None:
             return watched
-        adapter = running_adapter()
         loop = _get_running_loop()
-        if loop is None or not isinstance(adapter, AsyncioAdapter):
-            raise RuntimeError("an op is an asyncio future only inside a running asyncio loop")
+        ref, adapter = PROCESS.last  # (running_adapter()'s common case, read here)
+        if loop is None or ref() is not loop:
+            adapter = running_adapter()
+            if loop is None or not isinstance(adapter, AsyncioAdapter):
+                raise RuntimeError("an op is an asyncio future only inside a running asyncio loop")
         self._take()  # (raises for an op already used)
         # (OpCore's field, which mypy does not see through this base's empty __slots__)
         watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
@@ -508,6 +510,8 @@ class AsyncioFuture:
                 context = contextvars.copy_context()
         if watched.finished:
             watched.loop.call_soon(fn, self, context=context)
+        elif watched.callbacks is None and context is watched.context:
+            watched.callbacks = fn  # (Watched.add's common case: gather's one callback)
         else:
             watched.add(fn, context)
 
