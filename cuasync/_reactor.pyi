@@ -994,6 +994,20 @@ class Express:
         """Whether an await of the launch ``op``, spinning ``spin_us``, parks at once
         instead: its kernel's ``parked_grid`` is its grid and four spins are at most its
         ``parked_ns`` (the native await's test; ``cuasync._core.wake`` sets the hint)."""
+    def look(
+        self,
+        stream: Any,
+        slot: SupportsIndex,
+        gen: SupportsIndex,
+        seq: SupportsIndex,
+        ticket: SupportsIndex,
+        /,
+    ) -> int:
+        """A look at the flag of a launch queued for an op handed to asyncio as a future
+        (``op_future.Watched.look``; the slot claimed with generation ``gen``, ``ticket``
+        the submitter's or -1): 1 landed and settled (the stream's completed number, the
+        slot, the counter), 0 not landed, -1 not landed and not made yet, 2 landed with a
+        failure in the submitter's status word (Python settles it)."""
     def drop_staging(self) -> None:
         """The idle pinned blocks kept for small uploads go back to the staging pool."""
     @property

@@ -210,14 +210,23 @@ class Watched:
     def look(self, hub: Any) -> bool:
         """A look at its launch's flag: settled where it landed, else armed to the
         reactor; True where it is worth another look in the next pass (the submitter has
-        not made the launch yet, or only just)."""
-        landed = hub.native.spin_wait(self.address, self.gen, 0)
-        if not landed:
+        not made the launch yet, or only just). The core looks, and settles what landed
+        without a failure (``Express.look``); Python settles the rest."""
+        if self.box:  # (a failure recorded at its launch: Python settles it once landed)
+            found = 2 if hub.native.spin_wait(self.address, self.gen, 0) else 0
+        else:
+            found = hub.express.look(self.stream, self.slot, self.gen, self.seq, self.ticket)
+        if found == 1:  # landed, settled
+            self.value = self.launch._output
+            self.launch = self.box = self.held = None
+            self.launched = False
+            self.end()
+            return False
+        if found <= 0:  # not landed (-1: not made yet)
             self.looks += 1
-            unmade = self.ticket >= 0 and hub.submitter.done <= self.ticket
-            if self.looks < (_LOOKS_UNMADE if unmade else _LOOKS_MADE):
+            if self.looks < (_LOOKS_UNMADE if found else _LOOKS_MADE):
                 return True
-        value, comp = self.settle(hub, landed)
+        value, comp = self.settle(hub, found == 2)
         if comp is None:
             self.value = value
             self.end()

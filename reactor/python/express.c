@@ -1255,6 +1255,60 @@ express_generic(PyObject *core)
     return ((Express *)core)->generic;
 }
 
+/*
+ * Express.look(stream, slot, gen, seq, ticket): a look at the flag of a launch this core
+ * queued for an op handed to asyncio as a future (op_future.Watched.look), and
+ * express.settle_look's common case done here: the flag is the slab word of the
+ * ledger's claimed slot (its generation gen: no address comes from Python). Returns
+ *   1  landed and settled (the stream's completed number, the slot freed, the counter),
+ *   0  not landed,
+ *  -1  not landed and not made yet (ticket >= 0: the submitter has not reached it),
+ *   2  landed, where the submitter's status word for the slot says it failed (or no
+ *      submitter to ask): Python settles it (express.settle_look raises it).
+ */
+static PyObject *
+Express_look(Express *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("look", nargs, 5) < 0)
+        return NULL;
+    PyObject *stream = args[0], *seq = args[3];
+    if (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || !PyLong_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "look(stream, slot, gen, seq, ticket): a Stream and ints");
+        return NULL;
+    }
+    SlotLedger *l = self->slots;
+    long long slot, ticket;
+    uint32_t gen;
+    if (l == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
+        return NULL;
+    }
+    if (get_i64(args[1], &slot) < 0 || get_u32(args[2], "gen", &gen) < 0 ||
+        get_i64(args[4], &ticket) < 0)
+        return NULL;
+    if (slot < 0 || slot >= l->nslots || l->state[slot] != SLOT_CLAIMED || l->gens[slot] != gen) {
+        PyErr_Format(PyExc_ValueError, "look: slot %lld is not claimed with generation %lu",
+                     slot, (unsigned long)gen);
+        return NULL;
+    }
+    _Atomic uint32_t *word = (_Atomic uint32_t *)(l->slab + 4 * (uintptr_t)slot);
+    if (!gen_reached(load_acquire(word), gen)) {
+        subcore *sub = ticket >= 0 ? launch_fence() : NULL;
+        return PyLong_FromLong(sub != NULL && subcore_done(sub) <= (uint64_t)ticket ? -1 : 0);
+    }
+    if (ticket >= 0) {
+        subcore *sub = launch_fence();
+        if (sub == NULL || subcore_status(sub, (uint32_t)slot) != 0)
+            return PyLong_FromLong(2);
+    }
+    long long seqv = PyLong_AsLongLong(seq);
+    if (seqv == -1 && PyErr_Occurred())
+        return NULL;
+    if (settle_inline(self, stream, (Py_ssize_t)slot, seqv, seq) < 0)
+        return NULL;
+    return PyLong_FromLong(1);
+}
+
 static PyMethodDef Express_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))Express_launch, METH_FASTCALL,
      "launch($self, op, stream, mode, adapter, /)\n--\n\n"
@@ -1275,6 +1329,13 @@ static PyMethodDef Express_methods[] = {
      "parks_at_once($self, op, spin_us, /)\n--\n\n"
      "Whether an await of the launch op, spinning spin_us, parks at once instead: its "
      "kernel's parked_grid is its grid, and four spins are at most its parked_ns."},
+    {"look", (PyCFunction)(void (*)(void))Express_look, METH_FASTCALL,
+     "look($self, stream, slot, gen, seq, ticket, /)\n--\n\n"
+     "A look at the flag of a launch queued for an op handed to asyncio as a future (slot "
+     "claimed with generation gen; ticket: the submitter's, or -1): 1 landed and settled "
+     "(the stream's number, the slot, the counter), 0 not landed, -1 not landed and not "
+     "made yet, 2 landed with a failure in the submitter's status word (Python settles "
+     "it)."},
     {"drop_staging", (PyCFunction)Express_drop_staging, METH_NOARGS,
      "drop_staging($self, /)\n--\n\n"
      "The idle pinned blocks kept for small uploads go back to the staging pool."},

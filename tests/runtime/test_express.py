@@ -871,3 +871,33 @@ def test_cuasync_native_off_takes_the_generic_path_with_the_same_completion() ->
         CUASYNC_NATIVE="off",
     ).stdout
     assert out.split() == ["True", "function", "True", "True", "3"], out
+
+
+def test_the_cores_look_reads_only_a_claimed_slots_word_and_settles_what_landed() -> None:
+    """``Express.look`` (a watched op's look): not landed until its word reaches the
+    generation; landed, it settles inline (the stream's completed number, the slot back on
+    the free list, the counter); a slot not claimed with that generation is refused
+    rather than read (no address comes from Python)."""
+    hub = get_hub()
+    _needs_flag_slots()
+    _needs_core()
+    core = hub.express
+    stream = cuasync.Device(0).new_stream()
+    slot, gen, address = hub.slots.claim()
+    settled = False
+    try:
+        seq = stream._completed + 1_000
+        assert core.look(stream, slot, gen, seq, -1) == 0  # (its word has not reached gen)
+        with pytest.raises(ValueError, match="not claimed"):
+            core.look(stream, slot, gen + 1, seq, -1)
+        before = core.completed_inline
+        hub.native.store32(address, gen)  # (as the GPU's flag write would)
+        settled = core.look(stream, slot, gen, seq, -1) == 1
+        assert settled
+        assert core.completed_inline == before + 1
+        assert stream._completed == seq
+        with pytest.raises(ValueError, match="not claimed"):  # (released: not read again)
+            core.look(stream, slot, gen, seq, -1)
+    finally:
+        if not settled:
+            hub.slots.release(slot)
