@@ -1286,12 +1286,9 @@ Express_look(Express *self, PyObject *const *args, Py_ssize_t nargs)
     if (get_i64(args[1], &slot) < 0 || get_u32(args[2], "gen", &gen) < 0 ||
         get_i64(args[4], &ticket) < 0)
         return NULL;
-    if (slot < 0 || slot >= l->nslots || l->state[slot] != SLOT_CLAIMED || l->gens[slot] != gen) {
-        PyErr_Format(PyExc_ValueError, "look: slot %lld is not claimed with generation %lu",
-                     slot, (unsigned long)gen);
+    _Atomic uint32_t *word = ledger_word(l, slot, gen);
+    if (word == NULL)
         return NULL;
-    }
-    _Atomic uint32_t *word = (_Atomic uint32_t *)(l->slab + 4 * (uintptr_t)slot);
     if (!gen_reached(load_acquire(word), gen)) {
         subcore *sub = ticket >= 0 ? launch_fence() : NULL;
         return PyLong_FromLong(sub != NULL && subcore_done(sub) <= (uint64_t)ticket ? -1 : 0);

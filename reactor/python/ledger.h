@@ -45,6 +45,20 @@ ledger_claim(SlotLedger *l, Py_ssize_t *slot, uint32_t *gen, uintptr_t *address)
     return 1;
 }
 
+/* The flag word of slot while it is claimed with generation gen (a watched op's look,
+ * Express.look), else NULL with a ValueError set: a stale or foreign claim is refused
+ * rather than read. */
+static inline _Atomic uint32_t *
+ledger_word(SlotLedger *l, long long slot, uint32_t gen)
+{
+    if (slot < 0 || slot >= l->nslots || l->state[slot] != SLOT_CLAIMED || l->gens[slot] != gen) {
+        PyErr_Format(PyExc_ValueError, "slot %lld is not claimed with generation %lu", slot,
+                     (unsigned long)gen);
+        return NULL;
+    }
+    return (_Atomic uint32_t *)(l->slab + 4 * (uintptr_t)slot);
+}
+
 /* The completion a reactor report of a claimed slot finishes (a strong reference kept
  * until the slot is released or retired). 0, or -1 with an error set. */
 int ledger_arm(SlotLedger *l, Py_ssize_t slot, PyObject *completion);
