@@ -167,6 +167,26 @@ class _Pool:
     used: int = 0
 
 
+def _raised_at(exc: BaseException, inner: int = 3, outer: int = 2) -> str:
+    """Where an emulated command raised: its innermost ``inner`` frames and, past them,
+    the ``outer`` frames it began in (" (raised in f, a.py:12 <- g, a.py:34 <- ... <-
+    cmd, b.py:5)"): a fault's message travels without its traceback (another process, a
+    log line), and a RecursionError's frames say what looped and what started it."""
+    stack = traceback.extract_tb(exc.__traceback__)[1:]  # (below the worker's own frame)
+    if not stack:
+        return ""
+
+    def name(f: traceback.FrameSummary) -> str:
+        return f"{f.name}, {f.filename.rsplit('/', 1)[-1]}:{f.lineno}"
+
+    shown = [name(f) for f in reversed(stack[-inner:])]
+    if len(stack) > inner:
+        first = stack[: min(outer, len(stack) - inner)]
+        gap = ["..."] if len(stack) > inner + outer else []
+        shown += gap + [name(f) for f in reversed(first)]
+    return f" (raised in {' <- '.join(shown)})"
+
+
 class _Stream:
     """A FIFO of commands run by one worker thread."""
 
@@ -216,10 +236,13 @@ class _Stream:
                 except EmulatedFault as exc:
                     detail = str(exc) or f"emulated kernel raised {type(exc).__name__}"
                     backend._fault(self.device, exc.code, detail)
-                except Exception as exc:
+                except Exception as exc:  # (the command itself is broken: say where)
                     detail = "".join(traceback.format_exception_only(exc)).strip()
                     backend._fault(
-                        self.device, Code.LAUNCH_FAILED, f"emulated kernel raised {detail}"
+                        self.device,
+                        Code.LAUNCH_FAILED,
+                        f"emulated kernel raised {detail}{_raised_at(exc)}",
+                        cause=exc,
                     )
             command = None  # drop what the command captured before waiting for the next
             with self.cond:
@@ -453,12 +476,15 @@ class EmulatorBackend(Backend):
     def inject_fault(self, ordinal: int, code: int = Code.ILLEGAL_INSTRUCTION) -> None:
         self._fault(self._device(ordinal), code, "injected by cuasync.emulator.inject_fault")
 
-    def _fault(self, device: _Device, code: int, detail: str) -> None:
+    def _fault(
+        self, device: _Device, code: int, detail: str, cause: BaseException | None = None
+    ) -> None:
         with device.lock:
             if device.fault is None:
                 error = driver_error(code, "emulated device", detail)
                 if not isinstance(error, DeviceFaultError):
                     error = DeviceFaultError(code, "emulated device", detail)
+                error.__cause__ = cause  # (its traceback: where the command failed)
                 device.fault = error
                 self.fault_seen = True
             streams = list(device.streams)

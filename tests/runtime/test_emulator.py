@@ -122,8 +122,12 @@ def test_emulated_kernel_raising_faults_the_device(be) -> None:
         raise ZeroDivisionError("boom")
 
     be.launch_emulated(s, kernel)
-    with pytest.raises(DeviceFaultError, match="ZeroDivisionError: boom"):
+    with pytest.raises(DeviceFaultError, match="ZeroDivisionError: boom") as info:
         be.stream_synchronize(s)
+    # where it raised, in the message (it may travel without its traceback: another
+    # process, a log line) and as the fault's cause
+    assert "raised in kernel, test_emulator.py:" in str(info.value)
+    assert isinstance(be.device_fault(0).__cause__, ZeroDivisionError)
 
 
 def test_capture_records_and_launch_replays(be) -> None:
