@@ -217,9 +217,7 @@ class Watched:
         else:
             found = hub.express.look(self.stream, self.slot, self.gen, self.seq, self.ticket)
         if found == 1:  # landed, settled
-            self.value = self.launch._output
-            self.launch = self.box = self.held = None
-            self.launched = False
+            self.value = self.let_launch_go()[0]._output
             self.end()
             return False
         if found <= 0:  # not landed (-1: not made yet)
@@ -234,11 +232,16 @@ class Watched:
             self.watch(comp)
         return False
 
-    def settle(self, hub: Any, landed: bool) -> tuple[Any, Completion | None]:
-        """Its launch settled (``express.settle_look``): no longer looked at."""
+    def let_launch_go(self) -> tuple[Any, Any, Any]:
+        """Its launch, error box and held objects, no longer kept (settled: not looked at)."""
         launch, box, held = self.launch, self.box, self.held
         self.launch = self.box = self.held = None
         self.launched = False
+        return launch, box, held
+
+    def settle(self, hub: Any, landed: bool) -> tuple[Any, Completion | None]:
+        """Its launch settled (``express.settle_look``): no longer looked at."""
+        launch, box, held = self.let_launch_go()
         return _settle(
             launch, self.stream, hub, box, self.slot, self.gen, self.address, self.seq,
             self.ticket, held, landed,
@@ -458,12 +461,10 @@ class AsyncioFuture:
         watched = self._future
         if watched is not None:
             return watched
+        adapter = running_adapter()
         loop = _get_running_loop()
-        ref, adapter = PROCESS.last  # (running_adapter()'s common case, read here)
-        if loop is None or ref() is not loop:
-            adapter = running_adapter()
-            if loop is None or not isinstance(adapter, AsyncioAdapter):
-                raise RuntimeError("an op is an asyncio future only inside a running asyncio loop")
+        if loop is None or not isinstance(adapter, AsyncioAdapter):
+            raise RuntimeError("an op is an asyncio future only inside a running asyncio loop")
         self._take()  # (raises for an op already used)
         # (OpCore's field, which mypy does not see through this base's empty __slots__)
         watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
@@ -519,8 +520,6 @@ class AsyncioFuture:
                 context = contextvars.copy_context()
         if watched.finished:
             watched.loop.call_soon(fn, self, context=context)
-        elif watched.callbacks is None and context is watched.context:
-            watched.callbacks = fn  # (Watched.add's common case: gather's one callback)
         else:
             watched.add(fn, context)
 
