@@ -34,7 +34,7 @@ setup(
                     for name in (
                         *("module", "driver", "ledger", "cores", "express", "upload"),
                         *("alloc", "launcher", "dlpack", "plan", "apply", "launches", "memo"),
-                        *("reduce", "blas", "wake", "timer", "completion", "park"),
+                        *("reduce", "blas", "wake", "timer", "completion", "park", "watched"),
                     )
                 ),
             ],

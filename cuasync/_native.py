@@ -68,6 +68,7 @@ NodeCore = _reactor.NodeCore
 UploadWorkCore = _reactor.UploadWorkCore
 ReduceWorkCore = _reactor.ReduceWorkCore
 BlockCore = _reactor.BlockCore
+WatchedCore = _reactor.WatchedCore
 BlockCacheCore = _reactor.BlockCacheCore
 AdapterCore = _reactor.AdapterCore
 DeviceCore = _reactor.DeviceCore
@@ -121,5 +122,6 @@ __all__ = [
     "UploadOpCore",
     "UploadWorkCore",
     "WakePolicyCore",
+    "WatchedCore",
     "source_hash",
 ]

@@ -799,6 +799,53 @@ class BlockCore:
     _pool: Any
 
 @disjoint_base
+class WatchedCore:
+    """The fields of an op handed to asyncio as a future (``op_future.Watched``, its base
+    type), and the steps the loop takes for every such op."""
+
+    op: Any
+    loop: Any
+    adapter: Any
+    context: Any
+    callbacks: Any
+    stream: Any
+    first: Any
+    launch: Any
+    box: Any
+    held: Any
+    comp: Any
+    value: Any
+    error: BaseException | None
+    message: Any
+    seq: int
+    @property
+    def thread(self) -> int: ...
+    slot: int
+    address: int
+    ticket: int
+    gen: int
+    looks: int
+    launched: bool
+    started: bool
+    finished: bool
+    cancelled: bool
+    blocking: bool
+    def __new__(cls, op: Any, loop: Any, adapter: Any, /) -> Self: ...
+    def add(self, fn: Callable[[Any], object], context: Any, /) -> None: ...
+    def end(self) -> None: ...
+    def let_launch_go(self) -> tuple[Any, Any, Any]: ...
+    def look(self, hub: Any, /) -> bool: ...
+    def submit_launch(self) -> None: ...
+    @staticmethod
+    def start_each(
+        batch: list[Any], failed: Callable[[Any, Exception], object], /
+    ) -> list[Any]: ...
+    @staticmethod
+    def look_each(
+        batch: list[Any], hub: Any, failed: Callable[[Any, Exception], object], /
+    ) -> list[Any]: ...
+
+@disjoint_base
 class AdapterCore:
     """The fields of a loop adapter (its base type) that an await reads."""
 
@@ -1047,8 +1094,12 @@ class LaunchAwait:
         policy: Any,
         stream_for: Callable[[Any], Any],
         current_tasks: dict[Any, Any] | None,
+        tensor_launch: Callable[[Any, Any], Any] | None = None,
+        scope: Any = None,
+        start_pass: Callable[[Any], object] | None = None,
     ) -> LaunchAwait: ...
     def __call__(self, op: Any, /) -> Any: ...
+    def hand_over(self, op: Any, /) -> Any: ...
     def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
     @property
     def inline_awaits(self) -> int: ...

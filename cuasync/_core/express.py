@@ -62,7 +62,6 @@ __all__ = [
     "settle_look",
     "submit",
     "submit_future",
-    "submit_watched",
     "sync_launch",
 ]
 
@@ -329,23 +328,6 @@ def finish_sync(op: Any, stream: Stream, sent: Sent | None) -> Any:
     return synchronize(comp, stream)
 
 
-def submit_watched(op: Any, stream: Stream, adapter: Any) -> Sent | None:
-    """The core's launch of the launch op ``op`` (taken) handed to asyncio as a future
-    (:mod:`.op_future`), queued for the native submitter as an await's in a burst is
-    (made at once, with no spin, where bursts are off or there is no submitter): what
-    the core returned, looked at from the loop's next pass on (:func:`settle_look`); None
-    where the core declines it (the generic path submits it then)."""
-    hub = PROCESS.hub
-    core = None if hub is None else hub.express
-    if core is None:
-        return None
-    sent = core.launch(op, stream, BURST if hub.step_aside else NO_SPIN, adapter)
-    return None if sent is None or sent is GENERIC else sent
-
-
-op_future.register_core(submit_watched, settle_look, _let_go)
-
-
 def _settle(hub: Any, stream: Stream, slot: int, seq: int) -> None:
     """What work that landed within the spin leaves to do: the stream's completed
     number, the slot (its table entry was never set) and the counter."""
@@ -426,7 +408,11 @@ def launch_awaiter(
     native = _completion._reactor
     import asyncio
 
-    extra = {} if tensor_launch is None else {"tensor_launch": tensor_launch, "scope": scope}
+    extra = (
+        {"start_pass": op_future.start_pass}  # (a launch op handed over: LaunchAwait.hand_over)
+        if tensor_launch is None
+        else {"tensor_launch": tensor_launch, "scope": scope}
+    )
     return native.LaunchAwait(
         fallback=fallback, finish=_finish_await, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
@@ -497,6 +483,7 @@ def _core_abandon(
 # hub made before this module was imported gets its core now. A launch op's await
 # (``LaunchCore``'s ``__await__``) is the one LaunchAwait made here.
 PROCESS.launch_await = launch_awaiter(await_launch)
+op_future.register_core(settle_look, _let_go, PROCESS.launch_await.hand_over)
 PROCESS.make_core = make_core
 PROCESS.upload_failed = release_failed  # (a small upload's failed copy: Express.upload)
 if PROCESS.hub is not None and PROCESS.hub.express is None:

@@ -50,7 +50,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from .._first_use import prepare_then
-from .._native import PROCESS
+from .._native import PROCESS, WatchedCore
 from ..errors import ArgumentError, OpConsumedError
 from .completion import DONE, Completion, get_hub
 from .loops import AsyncioAdapter, running_adapter
@@ -60,76 +60,43 @@ __all__ = ["AsyncioFuture", "Watched", "register_core"]
 Callback = Callable[[Any], object]
 
 #: The native core's side (``express``, a layer above: it registers its functions with
-#: :func:`register_core` when imported): the launch of an op handed over, queued for
-#: the native submitter (None where the core declines it), the settling of a look at it
-#: (its output, or its completion to arm), and what a cancelled launch lets go of.
+#: :func:`register_core` when imported): the settling of a look at an op handed over
+#: (its output, or its completion to arm), what a cancelled launch lets go of, and the
+#: handover of a launch op in C (``LaunchAwait.hand_over``: its Watched, or None where
+#: the Python path takes it). Its launch the native base makes (``submit_launch``).
 
 
-def _no_core(launch: Any, stream: Any, adapter: Any) -> None:
-    """(Before ``express`` registers: no launch is the core's.)"""
+def _no_hand_over(op: Any) -> None:
+    """(Before ``express`` registers: every op is handed over in Python.)"""
 
 
-_submit: Callable[[Any, Any, Any], Any] = _no_core
 _settle: Callable[..., tuple[Any, Completion | None]]
 _let_go: Callable[[Any], None]
+_hand_over: Callable[[Any], Watched | None] = _no_hand_over
 
 
 def register_core(
-    submit: Callable[[Any, Any, Any], Any],
     settle: Callable[..., tuple[Any, Completion | None]],
     let_go: Callable[[Any], None],
+    hand_over: Callable[[Any], Watched | None],
 ) -> None:
-    """Take the native core's submission, first look and let-go (``express``'s)."""
-    global _submit, _settle, _let_go
-    _submit, _settle, _let_go = submit, settle, let_go
+    """Take the native core's settling of a look, let-go and handover (``express``'s)."""
+    global _settle, _let_go, _hand_over
+    _settle, _let_go, _hand_over = settle, let_go, hand_over
 
 
-class Watched:
+class Watched(WatchedCore):
     """The asyncio-future side of one op (``op._future``): its loop, its stream and
     launch, the core's launch until it is settled, its completion where it had to be
     armed, its callbacks, and how it ended. Called with the completion once it is
-    finished, from any thread (a completion's waiter).
+    finished, from any thread (a completion's waiter). Its fields, and the steps the loop
+    takes for every op (``add``, ``look``, ``end``, ``let_launch_go``), are the native
+    base's (``WatchedCore``); the rest is here.
 
     >>> op.add_done_callback(fn)    # makes it: op._future.finished is False until it ends
     """
 
-    __slots__ = (
-        "adapter", "address", "blocking", "box", "callbacks", "cancelled", "comp", "context",
-        "error", "finished", "first", "gen", "held", "launch", "launched", "looks", "loop",
-        "message", "op", "seq", "slot", "started", "stream", "thread", "ticket", "value",
-    )  # fmt: skip
-
-    def __init__(self, op: Any, loop: asyncio.AbstractEventLoop, adapter: Any) -> None:
-        self.op: Any = op  # (until it ends: the callbacks get it; a cycle broken then)
-        self.loop = loop
-        self.adapter = adapter
-        self.thread = threading.get_ident()  # the loop's (it is handed over on it)
-        #: a snapshot of the handover's context, where one is needed: an op the core
-        #: does not launch is submitted in it, and a callback added without one runs in it
-        self.context: Any = None
-        #: its callbacks: one alone (gather's: no object more), else a list
-        #: [fn, context, fn, context, ...]
-        self.callbacks: Any = None
-        self.stream: Any = None
-        self.first: Any = ()  # kernels to prepare before it starts (a first use)
-        #: the raw launch the core submits for it (chosen at the handover, in its context:
-        #: its stream, its cancel scope's word), until it is settled; and what the core's
-        #: launch returned for it (its fields, not the tuple: alive across a burst's
-        #: passes, each object is one more for the GC)
-        self.launch: Any = None
-        self.launched = False
-        self.box: Any = None
-        self.slot = self.gen = self.address = self.seq = self.looks = 0
-        self.ticket = -1
-        self.held: Any = None
-        self.comp: Completion | None = None  # armed to the reactor (not landed at a look)
-        self.value: Any = None  # its output, settled at a look
-        self.error: BaseException | None = None  # failed before it had a completion
-        self.started = False
-        self.finished = False  # ended: its callbacks are scheduled, done() is True
-        self.cancelled = False
-        self.message: Any = None
-        self.blocking = False
+    __slots__ = ()
 
     # -- handed over (in the caller's context), started (the loop's next pass) ------------
     def prepare(self) -> None:
@@ -189,55 +156,26 @@ class Watched:
             return
         self.watch(comp)
 
-    def submit_launch(self) -> None:
-        """The core's launch of it, queued for the native submitter as a burst's is;
-        looked at from the next pass on. Where the core declines it, the generic path."""
-        launch, stream = self.launch, self.stream
+    def submit_declined(self, launch: Any) -> None:
+        """A launch the core declined (or no core): submitted the generic way, as it was
+        handed over (``submit_launch``'s other case), its completion armed."""
         try:
-            sent = _submit(launch, stream, self.adapter)
-            if sent is None:
-                self.launch = None
-                comp = launch._submit_declined(stream)
-            else:
-                _, self.box, self.slot, self.gen, self.address, self.seq = sent[:6]
-                self.ticket, self.held, self.launched = sent[8], sent[9], True
-                return
+            comp = launch._submit_declined(self.stream)
         except Exception as exc:
             self.fail(exc)
             return
         self.watch(comp)
 
-    def look(self, hub: Any) -> bool:
-        """A look at its launch's flag: settled where it landed, else armed to the
-        reactor; True where it is worth another look in the next pass (the submitter has
-        not made the launch yet, or only just). The core looks, and settles what landed
-        without a failure (``Express.look``); Python settles the rest."""
-        if self.box:  # (a failure recorded at its launch: Python settles it once landed)
-            found = 2 if hub.native.spin_wait(self.address, self.gen, 0) else 0
-        else:
-            found = hub.express.look(self.stream, self.slot, self.gen, self.seq, self.ticket)
-        if found == 1:  # landed, settled
-            self.value = self.let_launch_go()[0]._output
-            self.end()
-            return False
-        if found <= 0:  # not landed (-1: not made yet)
-            self.looks += 1
-            if self.looks < (_LOOKS_UNMADE if found else _LOOKS_MADE):
-                return True
-        value, comp = self.settle(hub, found == 2)
+    def settle_look(self, hub: Any, landed: bool) -> None:
+        """What a look (``WatchedCore.look``) leaves to Python: a launch that failed
+        (``landed``: its flag was written), or one not landed after its looks, which is
+        armed to the reactor."""
+        value, comp = self.settle(hub, landed)
         if comp is None:
             self.value = value
             self.end()
         else:
             self.watch(comp)
-        return False
-
-    def let_launch_go(self) -> tuple[Any, Any, Any]:
-        """Its launch, error box and held objects, no longer kept (settled: not looked at)."""
-        launch, box, held = self.launch, self.box, self.held
-        self.launch = self.box = self.held = None
-        self.launched = False
-        return launch, box, held
 
     def settle(self, hub: Any, landed: bool) -> tuple[Any, Completion | None]:
         """Its launch settled (``express.settle_look``): no longer looked at."""
@@ -271,25 +209,6 @@ class Watched:
         elif not self.adapter.call_from_thread(self.end):
             self.op = None  # nobody watches any more (the loop is closed)
 
-    def end(self) -> None:
-        """Mark it done and schedule its callbacks (on the loop's thread, once)."""
-        if self.finished:
-            return
-        self.finished = True
-        op, self.op = self.op, None
-        callbacks, self.callbacks = self.callbacks, None
-        context, self.context = self.context, None
-        if not self.launched:
-            self.launch = None  # (one never submitted: its output freed with it)
-        if callbacks is None:
-            return
-        call_soon = self.loop.call_soon
-        if type(callbacks) is not list:
-            call_soon(callbacks, op, context=context)
-            return
-        for i in range(0, len(callbacks), 2):
-            call_soon(callbacks[i], op, context=callbacks[i + 1])
-
     def fail(self, error: BaseException) -> None:
         """It failed without a completion (a compile error, no stream, a refused launch)."""
         self.error = error
@@ -319,17 +238,6 @@ class Watched:
         self.op = self.launch = self.context = self.callbacks = None
 
     # -- its state -----------------------------------------------------------------------
-    def add(self, fn: Callback, context: Any) -> None:
-        callbacks = self.callbacks
-        if callbacks is None and context is self.context:
-            self.callbacks = fn
-            return
-        if callbacks is None:
-            callbacks = self.callbacks = []
-        elif type(callbacks) is not list:
-            callbacks = self.callbacks = [callbacks, self.context]
-        callbacks += (fn, context)
-
     def remove(self, fn: Callback) -> int:
         callbacks = self.callbacks
         if callbacks is None:
@@ -364,33 +272,22 @@ class Watched:
         return self.outcome()
 
 
-#: Passes a launch handed over is looked at before it is armed to the reactor: while the
-#: submitter has not made it (a held stream stops it), and once it has (a tiny kernel
-#: lands within a pass or two; arming costs a Completion and a cross-thread wake).
-_LOOKS_UNMADE, _LOOKS_MADE = 16, 4
-
-
-def _start_pass(adapter: Any) -> None:
+def start_pass(adapter: Any) -> None:
     """The loop's pass that starts the ops handed over since the last one (one that
     fails fails alone: the others start, and are looked at)."""
     watched, adapter.starting = adapter.starting, []
+    launched = None
     try:
-        for w in watched:
-            if not w.finished:  # (cancelled before it began: nothing submitted)
-                _isolated(w, w.start)
-    finally:
-        _looking(adapter, [w for w in watched if w.launched])
+        launched = Watched.start_each(watched, _failed)
+    finally:  # (an error that is not an op's: those launched are still looked at)
+        _looking(adapter, launched if launched is not None else [w for w in watched if w.launched])
 
 
-def _isolated(watched: Watched, step: Callable[..., Any], *args: Any) -> Any:
-    """``step(*args)`` of one op; an exception fails that op alone (its completion, if
-    it has one by then, goes to the background watcher)."""
-    try:
-        return step(*args)
-    except Exception as exc:
-        _to_background(watched.comp)
-        watched.fail(exc)
-        return False
+def _failed(watched: Watched, error: Exception) -> None:
+    """A step of one op raised: that op fails alone (its completion, if it has one by
+    then, goes to the background watcher)."""
+    _to_background(watched.comp)
+    watched.fail(error)
 
 
 def _to_background(comp: Completion | None) -> None:
@@ -410,14 +307,12 @@ def _looking(adapter: Any, watched: list[Watched]) -> None:
 
 def _look_pass(adapter: Any) -> None:
     """A pass looking at launches started in an earlier one (the oldest batch)."""
-    hub = PROCESS.hub
-    again: list[Watched] = []
+    batch = adapter.looking.pop(0)
+    again = None
     try:
-        for w in adapter.looking.pop(0):
-            if w.launched and _isolated(w, w.look, hub):
-                again.append(w)
-    finally:
-        _looking(adapter, again)
+        again = Watched.look_each(batch, PROCESS.hub, _failed)
+    finally:  # (an error that is not an op's: those still launched are looked at again)
+        _looking(adapter, again if again is not None else [w for w in batch if w.launched])
 
 
 class AsyncioFuture:
@@ -461,6 +356,9 @@ class AsyncioFuture:
         watched = self._future
         if watched is not None:
             return watched
+        watched = _hand_over(self)  # (a launch op's common case, in C)
+        if watched is not None:
+            return watched
         adapter = running_adapter()
         loop = _get_running_loop()
         if loop is None or not isinstance(adapter, AsyncioAdapter):
@@ -472,7 +370,7 @@ class AsyncioFuture:
         starting = adapter.starting
         starting.append(watched)
         if len(starting) == 1:
-            loop.call_soon(_start_pass, adapter)
+            loop.call_soon(start_pass, adapter)
         return watched
 
     def _express_launch(self, stream: Any) -> Any:

@@ -253,6 +253,7 @@ REGISTERING(NodeCore, REG_NODE)
 REGISTERING(UploadWorkCore, REG_UPLOAD_WORK)
 REGISTERING(ReduceWorkCore, REG_REDUCE_WORK)
 REGISTERING(BlockCore, REG_BLOCK)
+REGISTERING_WITH(WatchedCore, REG_WATCHED, WATCHED_METHODS)
 
 /* (slots a type adds: none, unless T##_EXTRA_SLOTS says otherwise) */
 #define StreamCore_EXTRA_SLOTS {Py_tp_methods, StreamCore_methods},
@@ -284,6 +285,7 @@ static PyMethodDef HubCore_methods[] = {
 #define UploadWorkCore_EXTRA_SLOTS {Py_tp_methods, UploadWorkCore_methods},
 #define ReduceWorkCore_EXTRA_SLOTS {Py_tp_methods, ReduceWorkCore_methods},
 #define BlockCore_EXTRA_SLOTS {Py_tp_methods, BlockCore_methods},
+#define WatchedCore_EXTRA_SLOTS {Py_tp_new, watched_new}, {Py_tp_methods, WatchedCore_methods},
 #define AdapterCore_EXTRA_SLOTS
 #define DeviceCore_EXTRA_SLOTS
 #define RoundRobinCore_EXTRA_SLOTS {Py_tp_methods, RoundRobinCore_methods},
@@ -704,6 +706,46 @@ CORE_TYPE_N(BlockCacheCore, 3, "BlockCacheCore",
              "The smallest size class (log2 of its bytes)."},
             {"taking", T_BOOL, offsetof(BlockCacheCore, taking), 0,
              "Whether a removal runs: a block freed meanwhile is not kept."});
+
+#define WATCHED_FIELD(field, doc) MEMBER(WatchedCore, field, #field, doc)
+CORE_TYPE_N(WatchedCore, WATCHED_OBJECTS, "WatchedCore",
+            "WatchedCore(op, loop, adapter, /)\n--\n\n"
+            "The fields of an op handed to asyncio as a future (op_future.Watched, its base "
+            "type), and its steps the loop takes for every op: a callback added, a look at "
+            "its launch's flag, its end (its callbacks scheduled).",
+            WATCHED_FIELD(op, "The op, until it ends (its callbacks get it)."),
+            WATCHED_FIELD(loop, "The asyncio loop watching it."),
+            WATCHED_FIELD(adapter, "That loop's adapter."),
+            WATCHED_FIELD(context, "A snapshot of the handover's context, where one is needed."),
+            WATCHED_FIELD(callbacks, "Its callbacks: one, or a list [fn, context, ...]."),
+            WATCHED_FIELD(stream, "The stream it runs on."),
+            WATCHED_FIELD(first, "Kernels to prepare before it starts (a first use)."),
+            WATCHED_FIELD(launch, "The raw launch the core submits for it, until settled."),
+            WATCHED_FIELD(box, "The error box of the core's launch, until settled."),
+            WATCHED_FIELD(held, "What the core's launch holds, until settled."),
+            WATCHED_FIELD(comp, "Its Completion, where it was armed to the reactor."),
+            WATCHED_FIELD(value, "Its output, settled at a look."),
+            WATCHED_FIELD(error, "The error it failed with before it had a completion."),
+            WATCHED_FIELD(message, "The message it was cancelled with."),
+            WATCHED_FIELD(seq, "The sequence number of its launch on its stream."),
+            {"thread", T_ULONG, offsetof(WatchedCore, thread), READONLY,
+             "The loop's thread (threading.get_ident()): it was handed over on it."},
+            {"slot", T_PYSSIZET, offsetof(WatchedCore, slot), 0, "Its launch's flag slot."},
+            {"address", T_ULONGLONG, offsetof(WatchedCore, address), 0,
+             "The address of that slot's word."},
+            {"ticket", T_LONGLONG, offsetof(WatchedCore, ticket), 0,
+             "The submitter's ticket for its launch (-1: made at once)."},
+            {"gen", T_UINT, offsetof(WatchedCore, gen), 0, "The generation its flag reaches."},
+            {"looks", T_INT, offsetof(WatchedCore, looks), 0, "Looks at its flag so far."},
+            {"launched", T_BOOL, offsetof(WatchedCore, launched), 0,
+             "Whether the core launched it and it is not settled yet."},
+            {"started", T_BOOL, offsetof(WatchedCore, started), 0, "Whether it was started."},
+            {"finished", T_BOOL, offsetof(WatchedCore, finished), 0,
+             "Whether it ended: its callbacks are scheduled."},
+            {"cancelled", T_BOOL, offsetof(WatchedCore, cancelled), 0,
+             "Whether it was cancelled."},
+            {"blocking", T_BOOL, offsetof(WatchedCore, blocking), 0,
+             "asyncio's _asyncio_future_blocking: a task waits on it."});
 
 CORE_TYPE_N(AdapterCore, 2, "AdapterCore",
             "The fields of a loop adapter (its base type) that an await reads: asyncio's "

@@ -143,6 +143,53 @@ PyObject *completion_wake_method(PyObject *self, PyObject *waiters);
 PyObject *completion_result(PyObject *self, PyObject *unused);
 extern const char completion_finish_doc[], completion_add_waiter_doc[], completion_wake_doc[],
     completion_result_doc[];
+/* An op handed to asyncio as a future (op_future.Watched, its base type; watched.c): the
+ * op until it ends, its loop and the loop's adapter, a snapshot of the handover's context
+ * (where one is needed), its callbacks (one, or a list [fn, context, ...]), its stream,
+ * the kernels to prepare before it starts, the core's launch of it and what the core
+ * returned for it (its error box, the objects it holds, its sequence number), its
+ * completion where it was armed, its output, its error, its cancel message; then the
+ * loop's thread, its flag slot, the slot's word address, the submitter's ticket, the
+ * slot's generation, the looks at it so far, and whether it is launched (by the core,
+ * not yet settled), started, finished, cancelled, and blocking a task. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *op, *loop, *adapter, *context, *callbacks, *stream, *first, *launch, *box, *held,
+        *comp, *value, *error, *message, *seq;
+    unsigned long thread;
+    Py_ssize_t slot;
+    unsigned long long address;
+    long long ticket;
+    unsigned int gen;
+    int looks;
+    char launched, started, finished, cancelled, blocking;
+} WatchedCore;
+
+#define WATCHED_OBJECTS 15
+PyObject *watched_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+PyObject *watched_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *watched_end(PyObject *self, PyObject *unused);
+PyObject *watched_let_launch_go(PyObject *self, PyObject *unused);
+PyObject *watched_look(PyObject *self, PyObject *hub);
+PyObject *watched_submit_launch(PyObject *self, PyObject *unused);
+PyObject *watched_start_each(PyObject *cls, PyObject *const *args, Py_ssize_t nargs);
+PyObject *watched_look_each(PyObject *cls, PyObject *const *args, Py_ssize_t nargs);
+extern const char watched_add_doc[], watched_end_doc[], watched_let_launch_go_doc[],
+    watched_look_doc[], watched_submit_launch_doc[], watched_start_each_doc[],
+    watched_look_each_doc[];
+#define WATCHED_METHODS                                                                       \
+    {"add", (PyCFunction)(void (*)(void))watched_add, METH_FASTCALL, watched_add_doc},        \
+        {"end", (PyCFunction)watched_end, METH_NOARGS, watched_end_doc},                      \
+        {"let_launch_go", (PyCFunction)watched_let_launch_go, METH_NOARGS,                     \
+         watched_let_launch_go_doc},                                                          \
+        {"look", (PyCFunction)watched_look, METH_O, watched_look_doc},                        \
+        {"submit_launch", (PyCFunction)watched_submit_launch, METH_NOARGS,                     \
+         watched_submit_launch_doc},                                                          \
+        {"start_each", (PyCFunction)(void (*)(void))watched_start_each,                        \
+         METH_FASTCALL | METH_STATIC, watched_start_each_doc},                                \
+        {"look_each", (PyCFunction)(void (*)(void))watched_look_each,                          \
+         METH_FASTCALL | METH_STATIC, watched_look_each_doc},
+
 #define COMPLETION_METHODS                                                                    \
     {"finish", (PyCFunction)completion_finish, METH_O, completion_finish_doc},                 \
         {"add_waiter", (PyCFunction)completion_add_waiter_method, METH_O,                      \
@@ -393,7 +440,9 @@ enum {
     REG_UPLOAD_OP, REG_NODE, REG_UPLOAD_WORK, REG_BLOCK,
     /* (a reduction's pending value: ExpressLaunches takes the TensorOp the long way while
      * it is not declared) */
-    REG_REDUCE_WORK, REG_COUNT
+    REG_REDUCE_WORK,
+    /* (an op handed to asyncio as a future: op_future.Watched) */
+    REG_WATCHED, REG_COUNT
 };
 /* (the classes every Express needs declared before it is made) */
 #define REG_EXPRESS_NEEDS REG_UPLOAD_OP
@@ -503,7 +552,8 @@ extern PyType_Spec StreamCore_spec, AllocationCore_spec, TensorCore_spec, Prepar
     KernelCore_spec,
     OpCore_spec, LaunchCore_spec, HubCore_spec, BackendCore_spec, ContextCore_spec,
     OutputCore_spec, FutureCore_spec, CompletionCore_spec, TensorOpCore_spec, UploadOpCore_spec,
-    NodeCore_spec, UploadWorkCore_spec, ReduceWorkCore_spec, BlockCore_spec, AdapterCore_spec, ThreadFlags_spec,
+    NodeCore_spec, UploadWorkCore_spec, ReduceWorkCore_spec, BlockCore_spec, WatchedCore_spec,
+    AdapterCore_spec, ThreadFlags_spec,
     DeviceCore_spec, RoundRobinCore_spec, SingleStreamCore_spec, ProcessCore_spec,
     BlockCacheCore_spec;
 extern PyMethodDef cores_methods[];

@@ -32,6 +32,8 @@
 #include <errno.h>
 #include <string.h>
 
+static int is_express(PyObject *o);
+
 /* What a launch an await in a burst submitted (MODE_BURST) leaves to its await: the
  * slot to settle once its flag lands, and the submitter that makes it (retained; NULL:
  * launched at once). References are owned. */
@@ -385,6 +387,33 @@ queued_abandon_to(Express *x, PyObject *op, PyObject *stream, queued_launch *q,
     restore_error(&e);
 }
 
+/* Express.launch(op, stream, mode, adapter) on core (an Express, checked here), mode
+ * checked by the caller: the Sent, None, or the generic sentinel; NULL with an error. */
+PyObject *
+express_launch_sent(PyObject *core, PyObject *op, PyObject *stream, long mode, PyObject *adapter)
+{
+    if (!is_express(core)) {
+        PyErr_SetString(PyExc_TypeError, "the hub's express is not an Express");
+        return NULL;
+    }
+    Express *self = (Express *)core;
+    int settled;
+    if (mode != MODE_BURST)
+        return express_launch(self, op, stream, mode, adapter, &settled, NULL);
+    /* an await in a burst (express._submit_await), or an op handed to asyncio as a
+     * future (op_future): queued as LaunchAwait queues it, and left to the caller (its
+     * Sent, landed None) to step aside or look, and settle */
+    queued_launch q = {0};
+    PyObject *r = express_launch(self, op, stream, mode, adapter, &settled, &q);
+    if (r != NULL && settled == 2) {
+        Py_SETREF(r, queued_sent(self, &q));
+        if (r == NULL)
+            queued_abandon_to(self, op, stream, &q, (PyObject *)self);
+    }
+    queued_release(&q);
+    return r;
+}
+
 static PyObject *
 Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -397,20 +426,7 @@ Express_launch(Express *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "mode must be 0, 1, 2 or 4, got %ld", mode);
         return NULL;
     }
-    int settled;
-    if (mode != MODE_BURST)
-        return express_launch(self, args[0], args[1], mode, args[3], &settled, NULL);
-    /* an await in a burst (express._submit_await): queued as LaunchAwait queues it, and
-     * left to express._finish_await (its Sent, landed None) to step aside and settle */
-    queued_launch q = {0};
-    PyObject *r = express_launch(self, args[0], args[1], mode, args[3], &settled, &q);
-    if (r != NULL && settled == 2) {
-        Py_SETREF(r, queued_sent(self, &q));
-        if (r == NULL)
-            queued_abandon_to(self, args[0], args[1], &q, (PyObject *)self);
-    }
-    queued_release(&q);
-    return r;
+    return express_launch_sent((PyObject *)self, args[0], args[1], mode, args[3]);
 }
 
 /* The Completion of a launch that did not land within its spin (express._completion_of,
@@ -1266,44 +1282,58 @@ express_generic(PyObject *core)
  *   2  landed, where the submitter's status word for the slot says it failed (or no
  *      submitter to ask): Python settles it (express.settle_look raises it).
  */
+/* Express.look's look on core (an Express, checked here) as a C int: 1, 0, -1, 2 as
+ * there, or -3 with an error set (op_future's Watched.look calls it directly). */
+int
+express_look_at(PyObject *core, PyObject *stream, long long slot, uint32_t gen, PyObject *seq,
+                long long ticket)
+{
+    if (!is_express(core)) {
+        PyErr_SetString(PyExc_TypeError, "the hub's express is not an Express");
+        return -3;
+    }
+    if (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || !PyLong_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "look(stream, slot, gen, seq, ticket): a Stream and ints");
+        return -3;
+    }
+    Express *self = (Express *)core;
+    SlotLedger *l = self->slots;
+    if (l == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
+        return -3;
+    }
+    _Atomic uint32_t *word = ledger_word(l, slot, gen);
+    if (word == NULL)
+        return -3;
+    if (!gen_reached(load_acquire(word), gen)) {
+        subcore *sub = ticket >= 0 ? launch_fence() : NULL;
+        return sub != NULL && subcore_done(sub) <= (uint64_t)ticket ? -1 : 0;
+    }
+    if (ticket >= 0) {
+        subcore *sub = launch_fence();
+        if (sub == NULL || subcore_status(sub, (uint32_t)slot) != 0)
+            return 2;
+    }
+    long long seqv = PyLong_AsLongLong(seq);
+    if (seqv == -1 && PyErr_Occurred())
+        return -3;
+    if (settle_inline(self, stream, (Py_ssize_t)slot, seqv, seq) < 0)
+        return -3;
+    return 1;
+}
+
 static PyObject *
 Express_look(Express *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_nargs("look", nargs, 5) < 0)
         return NULL;
-    PyObject *stream = args[0], *seq = args[3];
-    if (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || !PyLong_CheckExact(seq)) {
-        PyErr_SetString(PyExc_TypeError, "look(stream, slot, gen, seq, ticket): a Stream and ints");
-        return NULL;
-    }
-    SlotLedger *l = self->slots;
     long long slot, ticket;
     uint32_t gen;
-    if (l == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "the express core is cleared");
-        return NULL;
-    }
     if (get_i64(args[1], &slot) < 0 || get_u32(args[2], "gen", &gen) < 0 ||
         get_i64(args[4], &ticket) < 0)
         return NULL;
-    _Atomic uint32_t *word = ledger_word(l, slot, gen);
-    if (word == NULL)
-        return NULL;
-    if (!gen_reached(load_acquire(word), gen)) {
-        subcore *sub = ticket >= 0 ? launch_fence() : NULL;
-        return PyLong_FromLong(sub != NULL && subcore_done(sub) <= (uint64_t)ticket ? -1 : 0);
-    }
-    if (ticket >= 0) {
-        subcore *sub = launch_fence();
-        if (sub == NULL || subcore_status(sub, (uint32_t)slot) != 0)
-            return PyLong_FromLong(2);
-    }
-    long long seqv = PyLong_AsLongLong(seq);
-    if (seqv == -1 && PyErr_Occurred())
-        return NULL;
-    if (settle_inline(self, stream, (Py_ssize_t)slot, seqv, seq) < 0)
-        return NULL;
-    return PyLong_FromLong(1);
+    int found = express_look_at((PyObject *)self, args[0], slot, gen, args[3], ticket);
+    return found == -3 ? NULL : PyLong_FromLong(found);
 }
 
 static PyMethodDef Express_methods[] = {
@@ -1425,7 +1455,9 @@ typedef struct {
      * (launch_plan.express_launch), the cancel scope's ContextVar (_cancel_var.SCOPE),
      * TensorOpCore */
     PyObject *tensor_launch, *scope_var, *tensor_op_t;
-    PyObject *s_await_on;
+    PyObject *s_await_on, *s_starting;
+    /* op_future._start_pass (NULL: hand_over declines every op) */
+    PyObject *start_pass;
     unsigned long long inline_awaits;
 } LaunchAwait;
 
@@ -1627,6 +1659,74 @@ await_last(LaunchAwait *self)
     return Py_NewRef(last != NULL ? last : Py_None);
 }
 
+/* The adapter of the loop running this thread (a new reference): PROCESS.last's, the
+ * common case of running_adapter(), else running_adapter()'s (another loop, or trio);
+ * *loop (borrowed: it runs) that loop, None (trio) or NULL. NULL with an error set where no
+ * loop cuasync can wait on runs. */
+static PyObject *
+loop_adapter(LaunchAwait *self, PyObject **loop)
+{
+    PyObject *last = await_last(self);
+    PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
+    PyObject *adapter = NULL;
+    if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
+        PyWeakref_CheckRef(PyTuple_GET_ITEM(last, 0)) &&
+        weakref_is(PyTuple_GET_ITEM(last, 0), running) &&
+        PyTuple_GET_ITEM(last, 1) != Py_None)
+        adapter = Py_NewRef(PyTuple_GET_ITEM(last, 1));
+    Py_XDECREF(last);
+    *loop = running; /* (borrowed past here; None: no asyncio loop) */
+    Py_XDECREF(running);
+    if (adapter == NULL && !PyErr_Occurred())
+        adapter = PyObject_CallNoArgs(self->running_adapter);
+    return adapter;
+}
+
+/* Whether op can be taken here: not taken yet, and bound to a device (else the Python
+ * path words why it cannot run). */
+static int
+takeable(PyObject *op)
+{
+    PyObject *device = OP(op)->device;
+    return OP(op)->consumed == Py_False && device != NULL && device != Py_None;
+}
+
+/* op (takeable) taken, and the stream it executes on: its own (a wait's: the one it
+ * waits for), else the policy's (express.await_launch's, as it words its checks). A new
+ * reference, or NULL with an error set (the op taken all the same). */
+static PyObject *
+take_with_stream(LaunchAwait *self, PyObject *op, int tensor)
+{
+    PyObject *device = OP(op)->device;
+    field_set(&OP(op)->consumed, Py_NewRef(Py_True));
+    PyObject *own = tensor ? NULL : LAUNCH(op)->stream;
+    if (own != NULL && own != Py_None) {
+        if (!is_stream(own) || STREAM(own)->device != device) {
+            PyErr_Format(PyExc_TypeError, "a launch op's _stream must be a Stream of its "
+                                          "device, not %.100s", Py_TYPE(own)->tp_name);
+            return NULL;
+        }
+        return Py_NewRef(own);
+    }
+    PyObject *policy = NULL;
+    if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
+        return NULL;
+    if (policy == NULL || policy == Py_None) {
+        Py_XDECREF(policy);
+        /* (device.policy: its _policy once made; else NULL, and stream_for makes it) */
+        policy = is_device(device) ? Py_XNewRef(DEVICE(device)->policy) : NULL;
+        if (policy == Py_None)
+            Py_CLEAR(policy);
+    }
+    int checked;
+    PyObject *stream = next_stream_of(self, policy, device, &checked);
+    Py_XDECREF(policy);
+    if (stream != NULL && !checked &&
+        (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || STREAM(stream)->device != device))
+        Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
+    return stream;
+}
+
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
 #define START_QUEUED 2
 
@@ -1667,67 +1767,22 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         *result = call_one(self->fallback, op);
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
-    /* the loop's adapter: PROCESS.last's, the common case of running_adapter() */
-    PyObject *last = await_last(self);
-    PyObject *running = last == NULL ? NULL : PyObject_CallNoArgs(self->get_running_loop);
-    PyObject *adapter = NULL;
-    if (running != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 &&
-        PyWeakref_CheckRef(PyTuple_GET_ITEM(last, 0)) &&
-        weakref_is(PyTuple_GET_ITEM(last, 0), running) &&
-        PyTuple_GET_ITEM(last, 1) != Py_None)
-        adapter = Py_NewRef(PyTuple_GET_ITEM(last, 1));
-    Py_XDECREF(last);
-    PyObject *loop = running; /* (borrowed past here: the loop running this await) */
-    Py_XDECREF(running);
-    if (adapter == NULL && !PyErr_Occurred()) /* another loop, or trio: looked up in Python */
-        adapter = PyObject_CallNoArgs(self->running_adapter);
+    PyObject *loop, *adapter = loop_adapter(self, &loop);
     if (adapter == NULL) { /* no loop it can wait on: raised before anything is submitted */
         Py_DECREF(core);
         return PYGEN_ERROR;
     }
-    PyObject *device = OP(op)->device;
-    if (OP(op)->consumed != Py_False || device == NULL || device == Py_None) {
+    if (!takeable(op)) {
         Py_DECREF(adapter);
         Py_DECREF(core);
-        if (PyErr_Occurred())
-            return PYGEN_ERROR;
         *result = call_one(self->fallback, op); /* (an op taken: it raises, worded) */
         return *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
     }
-    field_set(&OP(op)->consumed, Py_NewRef(Py_True));
-    /* the policy's stream (express.await_launch's, as it words its checks) */
-    PyObject *policy = NULL, *stream = NULL, *held = NULL;
+    PyObject *held = NULL;
     int status = PYGEN_ERROR;
-    if (PyContextVar_Get(self->policy_var, NULL, &policy) < 0)
-        goto done;
-    if (policy == NULL || policy == Py_None) {
-        Py_XDECREF(policy);
-        /* (device.policy: its _policy once made; else NULL, and stream_for makes it) */
-        policy = is_device(device) ? Py_XNewRef(DEVICE(device)->policy) : NULL;
-        if (policy == Py_None)
-            Py_CLEAR(policy);
-    }
-    int checked;
-    PyObject *own = tensor ? NULL : LAUNCH(op)->stream;
-    if (own != NULL && own != Py_None) { /* its own stream (a wait's: the one it waits for) */
-        if (!is_stream(own) || STREAM(own)->device != device) {
-            PyErr_Format(PyExc_TypeError, "a launch op's _stream must be a Stream of its "
-                                          "device, not %.100s", Py_TYPE(own)->tp_name);
-            goto done;
-        }
-        stream = Py_NewRef(own);
-        checked = 1;
-    }
-    else
-        stream = next_stream_of(self, policy, device, &checked);
+    PyObject *stream = take_with_stream(self, op, tensor);
     if (stream == NULL)
         goto done;
-    if (!checked &&
-        (!Py_IS_TYPE(stream, REGISTERED(STREAM)) || STREAM(stream)->device != device)) {
-        Py_SETREF(stream, call_one(self->stream_for, device)); /* (the checks, worded) */
-        if (stream == NULL)
-            goto done;
-    }
     if (tensor) { /* the TensorOp's raw launch on that stream, which the core launches */
         PyObject *launch = PyObject_CallFunctionObjArgs(self->tensor_launch, op, stream, NULL);
         if (launch == NULL)
@@ -1782,7 +1837,6 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
 done:
     Py_XDECREF(held);
-    Py_XDECREF(policy);
     Py_XDECREF(stream);
     Py_DECREF(adapter);
     Py_DECREF(core);
@@ -2181,13 +2235,13 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fallback", "finish", "get_running_loop", "running_adapter",
                              "policy", "stream_for", "current_tasks", "tensor_launch", "scope",
-                             NULL};
+                             "start_pass", NULL};
     PyObject *fallback = NULL, *finish = NULL, *grl = NULL, *ra = NULL, *policy = NULL;
     PyObject *stream_for = NULL, *current_tasks = NULL;
-    PyObject *tensor_launch = Py_None, *scope = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOOO:LaunchAwait", kwlist, &fallback,
+    PyObject *tensor_launch = Py_None, *scope = Py_None, *start_pass = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOOOO:LaunchAwait", kwlist, &fallback,
                                      &finish, &grl, &ra, &policy, &stream_for, &current_tasks,
-                                     &tensor_launch, &scope))
+                                     &tensor_launch, &scope, &start_pass))
         return NULL;
     PyObject *required[] = {fallback, finish, grl, ra, policy, stream_for, current_tasks};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
@@ -2222,6 +2276,7 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->stream_for = Py_NewRef(stream_for);
     self->process = Py_NewRef(process);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
+    self->start_pass = start_pass == Py_None ? NULL : Py_NewRef(start_pass);
     if (tensor_launch != Py_None) {
         PyObject *module = PyType_GetModule(type);
         self->tensor_launch = Py_NewRef(tensor_launch);
@@ -2236,7 +2291,8 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->done_t = PyType_FromSpec(&LaunchIter_spec);
     if (self->done_t == NULL ||
         (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL ||
-        (self->s_await_on = PyUnicode_InternFromString("_await_on")) == NULL) {
+        (self->s_await_on = PyUnicode_InternFromString("_await_on")) == NULL ||
+        (self->s_starting = PyUnicode_InternFromString("starting")) == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2259,6 +2315,7 @@ LaunchAwait_traverse(LaunchAwait *self, visitproc visit, void *arg)
     Py_VISIT(self->tensor_launch);
     Py_VISIT(self->scope_var);
     Py_VISIT(self->tensor_op_t);
+    Py_VISIT(self->start_pass);
     return 0;
 }
 
@@ -2277,6 +2334,7 @@ LaunchAwait_clear(LaunchAwait *self)
     Py_CLEAR(self->tensor_launch);
     Py_CLEAR(self->scope_var);
     Py_CLEAR(self->tensor_op_t);
+    Py_CLEAR(self->start_pass);
     return 0;
 }
 
@@ -2288,6 +2346,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     LaunchAwait_clear(self);
     Py_CLEAR(self->s_others_ready);
     Py_CLEAR(self->s_await_on);
+    Py_CLEAR(self->s_starting);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -2309,6 +2368,101 @@ static PyMemberDef LaunchAwait_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/*
+ * LaunchAwait.hand_over(op): a launch op handed to asyncio as a future (op_future's
+ * AsyncioFuture._handed_over), its common case done here with the await's preamble: the
+ * running asyncio loop's adapter, the op taken, its stream (the policy's), and its
+ * record, op_future.Watched (the class declared on WatchedCore), made with the op itself
+ * as the launch the core will make, set as op._future and queued in adapter.starting
+ * (the loop's next pass, start_pass, starts what is queued). Returns the Watched; or
+ * None, with nothing done, where this is not that case: a TensorOp's awaiter, a launch
+ * of another class (a cancellable one takes its scope's word in Python), a kernel not
+ * prepared yet (a first use), an op taken already or handed over, no asyncio loop
+ * running. An error picking the stream is the Watched's (raised where it is awaited),
+ * as Watched.prepare does.
+ */
+static PyObject *
+LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
+{
+    if (self->process == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
+        return NULL;
+    }
+    PyTypeObject *watched_t = REGISTERED(WATCHED), *launch_t = REGISTERED(LAUNCH);
+    PyTypeObject *prepared_t = REGISTERED(PREPARED);
+    if (self->start_pass == NULL || self->tensor_launch != NULL || watched_t == NULL ||
+        launch_t == NULL || prepared_t == NULL || !Py_IS_TYPE(op, launch_t) || !takeable(op) ||
+        (OP(op)->future != NULL && OP(op)->future != Py_None) ||
+        LAUNCH(op)->prepared == NULL || !PyObject_TypeCheck(LAUNCH(op)->prepared, prepared_t))
+        Py_RETURN_NONE;
+    PyObject *loop, *adapter = loop_adapter(self, &loop);
+    if (adapter == NULL)
+        return NULL;
+    PyObject *starting = NULL, *watched = NULL;
+    if (loop == NULL || loop == Py_None)
+        goto decline;
+    if (optional_attr(adapter, self->s_starting, &starting) < 0)
+        goto fail;
+    if (starting == NULL || !PyList_CheckExact(starting))
+        goto decline; /* (not an asyncio loop's adapter: the Python path says why) */
+    PyObject *stream = take_with_stream(self, op, 0), *exc = NULL;
+    if (stream == NULL) { /* (an Exception is the op's; anything else propagates) */
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            goto fail;
+        PyObject *type, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+    }
+    PyObject *a[3] = {op, loop, adapter};
+    watched = PyObject_Vectorcall((PyObject *)watched_t, a, 3, NULL);
+    if (watched == NULL) {
+        Py_XDECREF(stream);
+        Py_XDECREF(exc);
+        goto fail;
+    }
+    WatchedCore *w = (WatchedCore *)watched;
+    if (exc != NULL) {
+        Py_SETREF(w->error, exc); /* (raised where it is awaited; ended in the next pass) */
+    }
+    else {
+        Py_SETREF(w->stream, stream);
+        Py_SETREF(w->launch, Py_NewRef(op));
+    }
+    field_set(&OP(op)->future, Py_NewRef(watched));
+    if (PyList_Append(starting, watched) < 0)
+        goto fail;
+    if (PyList_GET_SIZE(starting) == 1) {
+        PyObject *r = PyObject_CallMethod(loop, "call_soon", "OO", self->start_pass, adapter);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_DECREF(starting);
+    Py_DECREF(adapter);
+    return watched;
+decline:
+    Py_XDECREF(starting);
+    Py_DECREF(adapter);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(watched);
+    Py_XDECREF(starting);
+    Py_DECREF(adapter);
+    return NULL;
+}
+
+static PyMethodDef LaunchAwait_methods[] = {
+    {"hand_over", (PyCFunction)LaunchAwait_hand_over, METH_O,
+     "hand_over($self, op, /)\n--\n\n"
+     "A launch op handed to asyncio as a future, its common case: its Watched, made and "
+     "queued to start; None where the Python path takes it."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_new, (void *)LaunchAwait_new},
     {Py_tp_dealloc, (void *)LaunchAwait_dealloc},
@@ -2318,10 +2472,14 @@ static PyType_Slot LaunchAwait_slots[] = {
     {Py_tp_descr_get, (void *)bind_to},
     {Py_tp_getset, LaunchAwait_getset},
     {Py_tp_members, LaunchAwait_members},
+    {Py_tp_methods, LaunchAwait_methods},
     {Py_tp_doc, (void *)"LaunchAwait(*, fallback, finish, get_running_loop, running_adapter, "
-                        "policy, stream_for, current_tasks)\n--\n\n"
+                        "policy, stream_for, current_tasks, tensor_launch=None, scope=None, "
+                        "start_pass=None)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
-                        "the hub's core's launch, returning an iterator."},
+                        "the hub's core's launch, returning an iterator; with tensor_launch "
+                        "and scope, a TensorOp's; with start_pass, hand_over takes a launch "
+                        "op handed to asyncio as a future."},
     {0, NULL},
 };
 

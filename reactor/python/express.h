@@ -214,6 +214,12 @@ int hub_core(PyObject *process, PyObject **core, int *step_aside);
 /* Express.submit(op, stream) and the core's generic sentinel (borrowed), for launches.c */
 PyObject *express_submit(PyObject *core, PyObject *op, PyObject *stream);
 PyObject *express_generic(PyObject *core);
+/* Express.launch(op, stream, mode, adapter) on core, mode checked by the caller */
+PyObject *express_launch_sent(PyObject *core, PyObject *op, PyObject *stream, long mode,
+                              PyObject *adapter);
+/* Express.look(stream, slot, gen, seq, ticket) on core as a C int (-3: an error set) */
+int express_look_at(PyObject *core, PyObject *stream, long long slot, uint32_t gen, PyObject *seq,
+                    long long ticket);
 int upload_init(Express *self);
 PyObject *Express_get_staging_idle(Express *self, void *closure);
 PyObject *Express_get_staging_reuses(Express *self, void *closure);
