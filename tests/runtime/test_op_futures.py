@@ -346,3 +346,75 @@ async def test_a_bad_callback_is_refused_before_anything_starts(
         op.add_done_callback(print, context={})  # type: ignore[arg-type]
     assert op._future is None  # not handed over: still an op to await
     assert float(np.asarray(await (await op).to_host())[0]) == 3.0
+
+
+def _bump() -> Any:
+    """A plain kernel launch (the native handover's case), its kernel prepared."""
+    from test_express import bump
+
+    return bump
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_gathered_launches_run_on_the_policy_in_force_at_the_handover(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    bump = _bump()
+    y = await cuasync.zeros((32,), "float32")
+    await bump[1, 32](y, 32)  # (prepared: no first use)
+    stream = cuasync.Device(0).new_stream()
+    submitted = stream._submitted
+    with cuasync.use_policy(cuasync.SingleStream(stream)):
+        ops = [bump[1, 32](y, 32) for _ in range(5)]
+        gathered = asyncio.gather(*ops)  # handed over here, in this policy's context
+    outputs = await gathered  # (started in the next pass, outside the block)
+    assert stream._submitted == submitted + 5  # every one ran on the policy's stream
+    assert all(op.done() and op.result() is out for op, out in zip(ops, outputs, strict=True))
+    assert set(np.asarray(await y.to_host()).tolist()) == {6.0}
+
+
+class _NotAStream(cuasync.SchedulingPolicy):
+    def next_stream(self) -> Any:
+        return "not a stream"
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_launch_whose_policy_fails_raises_where_it_is_awaited(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    bump = _bump()
+    y = await cuasync.zeros((32,), "float32")
+    await bump[1, 32](y, 32)
+    with cuasync.use_policy(_NotAStream()):
+        bad = bump[1, 32](y, 32)
+        assert asyncio.ensure_future(bad) is bad  # handed over: no error here
+    good = bump[1, 32](y, 32)
+    outcomes = await asyncio.gather(bad, good, return_exceptions=True)
+    assert isinstance(outcomes[0], cuasync.errors.SchedulingError)
+    assert "must return a cuasync.Stream" in str(outcomes[0])
+    assert isinstance(outcomes[1], cuasync.Tensor) and bad.done() and not bad.cancelled()
+    with pytest.raises(OpConsumedError):  # taken all the same: one execution
+        bad.sync(allow_in_loop=True)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_watched_op_with_a_field_deleted_raises_instead_of_crashing(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    from cuasync._core.completion import get_hub
+    from cuasync._core.op_future import Watched
+
+    bump = _bump()
+    y = await cuasync.zeros((32,), "float32")
+    op = bump[1, 32](y, 32)
+    watched = Watched(op, asyncio.get_running_loop(), None)
+    del watched.launch
+    for step in (watched.end, watched.let_launch_go, lambda: watched.look(get_hub())):
+        with pytest.raises(RuntimeError, match="deleted"):
+            step()
+    with pytest.raises(TypeError, match="Watched objects"):
+        Watched.start_each([object()], lambda w, e: None)
+    watched.launch = None
+    watched.end()  # (whole again: it ends)
+    assert watched.finished and watched.op is None
+    op._take()  # (never executed: it does not warn)
