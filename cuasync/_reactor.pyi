@@ -818,6 +818,7 @@ class WatchedCore:
     error: BaseException | None
     message: Any
     seq: int
+    behind: list[Any] | None
     @property
     def thread(self) -> int: ...
     slot: int

@@ -66,9 +66,12 @@ class AsyncioAdapter(AdapterCore):
         # other ready tasks): an await in a burst queues its launch and lets them submit.
         self.steps_aside = True
         #: Ops handed to asyncio as futures (:mod:`.op_future`): those to start in the
-        #: loop's next pass, and the batches started, to look at in the pass after.
+        #: loop's next pass, the batches started, to look at in the pass after, and the
+        #: ones armed to the reactor with others behind them on their stream (``behind``,
+        #: looked at again once the one ahead ends).
         self.starting: list[Any] = []
         self.looking: list[list[Any]] = []
+        self.parked: list[Any] = []
 
     def others_ready(self) -> bool:
         """Whether other work on this loop is ready to run now (then a long await parks at once).
@@ -132,8 +135,13 @@ class AsyncioAdapter(AdapterCore):
     def abandon_handed_over(self) -> None:
         """The loop is closing: ops handed to it as asyncio futures end unseen; what they
         submitted goes to the background watcher (``op_future.Watched.abandon``)."""
-        batches = [self.starting, *self.looking]
-        self.starting, self.looking = [], []
+        behind = []
+        for head in self.parked:  # (their heads end unseen: they wait for them no more)
+            if head.behind is not None:
+                behind.append(head.behind)
+                head.behind = None
+        batches = [self.starting, *self.looking, *behind]
+        self.starting, self.looking, self.parked = [], [], []
         for watched in batches:
             for w in watched:
                 w.abandon()

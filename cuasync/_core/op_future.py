@@ -18,10 +18,15 @@ start in the loop's next pass, as the first step of the Task asyncio used to wra
 would be: ``asyncio.ensure_future(op)`` still starts it in the background. Cancelled
 before then (``asyncio.wait_for(op, 0)``), it submits nothing. The pass starts every op
 queued meanwhile: a core launch is queued for the native submitter thread, as an await's
-in a burst is; the passes after look at its flag (16 while the submitter has not made
-it, 4 once it has). Work that has landed is settled there, with no
-:class:`~.completion.Completion`; the rest is armed to the reactor, which wakes the loop
-as it does for a parked await. Then the op's callbacks are scheduled. Per op that is one
+in a burst is; the passes after look at the flags, in the order the launches were
+submitted, up to the first on each stream that has not landed (its head: nothing behind
+it has). Work that has landed is settled there, with no
+:class:`~.completion.Completion`; a head not landed after its looks (16 while the
+submitter has not made it, 4 once it has) is armed to the reactor, which wakes the loop
+as it does for a parked await, and the ops behind it wait for it to end
+(``Watched.behind``). Then the op's callbacks are scheduled. The common steps are the
+native base's (``WatchedCore``, ``reactor/python/watched.c``), and a plain launch's
+handover is ``LaunchAwait.hand_over``, the await's own preamble. Per op that is one
 :class:`Watched`, where a Task costs a Task, its context, its weak reference and the
 await's iterator, all alive until the work lands: a gather of thousands of them makes
 the cyclic GC's full passes over a large heap (torch's, CuPy's), the cost
@@ -177,6 +182,14 @@ class Watched(WatchedCore):
         else:
             self.watch(comp)
 
+    def look_again(self, behind: list[Watched]) -> None:
+        """It was armed with ops behind it on its stream, and has ended (``end``): they are
+        looked at in the loop's next pass."""
+        parked = self.adapter.parked
+        if self in parked:
+            parked.remove(self)
+        _looking(self.adapter, behind)
+
     def settle(self, hub: Any, landed: bool) -> tuple[Any, Completion | None]:
         """Its launch settled (``express.settle_look``): no longer looked at."""
         launch, box, held = self.let_launch_go()
@@ -310,7 +323,8 @@ def _look_pass(adapter: Any) -> None:
     batch = adapter.looking.pop(0)
     again = None
     try:
-        again = Watched.look_each(batch, PROCESS.hub, _failed)
+        again, parked = Watched.look_each(batch, PROCESS.hub, _failed)
+        adapter.parked += parked
     finally:  # (an error that is not an op's: those still launched are looked at again)
         _looking(adapter, again if again is not None else [w for w in batch if w.launched])
 

@@ -245,6 +245,35 @@ def _collectable_rounds(
     return rates, raws, collections
 
 
+class _Settled:
+    """How the ops of measured rounds ended: settled at a look or an await's spin
+    (``completed_inline``), or woken by the reactor (``completed_reactor``).
+
+    >>> settled = _Settled(); rate = settled.around(measure)()
+    >>> str(settled)
+    'settled by the loop 40960, woken by the reactor 0'
+    """
+
+    def __init__(self) -> None:
+        self.inline = self.reactor = 0
+
+    def around(self, measure: Callable[[], float]) -> Callable[[], float]:
+        """``measure``, counting how its ops ended (outside its timed part)."""
+
+        def counted() -> float:
+            before = cuasync.stats()
+            rate = measure()
+            after = cuasync.stats()
+            self.inline += after.completed_inline - before.completed_inline
+            self.reactor += after.completed_reactor - before.completed_reactor
+            return rate
+
+        return counted
+
+    def __str__(self) -> str:
+        return f"settled by the loop {self.inline}, woken by the reactor {self.reactor}"
+
+
 class _Collections:
     """The cyclic GC's collections by generation while the block runs (``gc.callbacks``).
 
@@ -493,8 +522,9 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
                 ),
             )
             for key, gather, name, what in thawed:
+                settled = _Settled()
                 rates, raws, collections = _collectable_rounds(
-                    lambda: run_loop(kind, lambda: gather(concurrent)),  # noqa: B023
+                    settled.around(lambda: run_loop(kind, lambda: gather(concurrent))),  # noqa: B023
                     lambda: _sequential_raw(concurrent, stream),
                 )
                 ops, rounds = _median_of(rates)
@@ -505,7 +535,7 @@ def run(report: Report, n: int = 2000, concurrent: int = 8192) -> None:
                     "ops/s",
                     f"rounds {rounds}; {what}; cyclic GC collections per round by generation "
                     f"{collections.per_round(len(rates))} (a full pass traverses every object "
-                    "the process imported: torch, CuPy)",
+                    f"the process imported: torch, CuPy); {settled}",
                 )
                 ratios = sorted(g / r for g, r in zip(rates, raws, strict=True))
                 base[f"{kind}-{key}/raw"] = ratios[len(ratios) // 2]

@@ -728,6 +728,8 @@ CORE_TYPE_N(WatchedCore, WATCHED_OBJECTS, "WatchedCore",
             WATCHED_FIELD(error, "The error it failed with before it had a completion."),
             WATCHED_FIELD(message, "The message it was cancelled with."),
             WATCHED_FIELD(seq, "The sequence number of its launch on its stream."),
+            WATCHED_FIELD(behind, "Ops behind it on its stream waiting for it to land (a "
+                                  "list, where it was armed), looked at again once it ends."),
             {"thread", T_ULONG, offsetof(WatchedCore, thread), READONLY,
              "The loop's thread (threading.get_ident()): it was handed over on it."},
             {"slot", T_PYSSIZET, offsetof(WatchedCore, slot), 0, "Its launch's flag slot."},

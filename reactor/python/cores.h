@@ -148,14 +148,15 @@ extern const char completion_finish_doc[], completion_add_waiter_doc[], completi
  * (where one is needed), its callbacks (one, or a list [fn, context, ...]), its stream,
  * the kernels to prepare before it starts, the core's launch of it and what the core
  * returned for it (its error box, the objects it holds, its sequence number), its
- * completion where it was armed, its output, its error, its cancel message; then the
+ * completion where it was armed, its output, its error, its cancel message, the ops
+ * behind it on its stream that wait for it to land (a list, where it was armed); then the
  * loop's thread, its flag slot, the slot's word address, the submitter's ticket, the
  * slot's generation, the looks at it so far, and whether it is launched (by the core,
  * not yet settled), started, finished, cancelled, and blocking a task. */
 typedef struct {
     PyObject_HEAD
     PyObject *op, *loop, *adapter, *context, *callbacks, *stream, *first, *launch, *box, *held,
-        *comp, *value, *error, *message, *seq;
+        *comp, *value, *error, *message, *seq, *behind;
     unsigned long thread;
     Py_ssize_t slot;
     unsigned long long address;
@@ -165,7 +166,7 @@ typedef struct {
     char launched, started, finished, cancelled, blocking;
 } WatchedCore;
 
-#define WATCHED_OBJECTS 15
+#define WATCHED_OBJECTS 16
 PyObject *watched_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 PyObject *watched_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *watched_end(PyObject *self, PyObject *unused);

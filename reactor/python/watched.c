@@ -27,7 +27,7 @@
 #define LOOKS_MADE 4
 
 static PyObject *s_call_soon, *s_output, *s_native, *s_spin_wait, *s_settle_look, *s_start,
-    *s_fail, *s_submit_declined, *k_context;
+    *s_fail, *s_submit_declined, *s_look_again, *k_context;
 
 static int
 watched_names(void)
@@ -37,6 +37,7 @@ watched_names(void)
         {&s_native, "native"},         {&s_spin_wait, "spin_wait"},
         {&s_settle_look, "settle_look"}, {&s_start, "start"},
         {&s_fail, "fail"},             {&s_submit_declined, "submit_declined"},
+        {&s_look_again, "look_again"},
     };
     if (intern_all(names, sizeof names / sizeof names[0]) < 0)
         return -1;
@@ -58,6 +59,8 @@ intact(WatchedCore *w)
         }
     return 0;
 }
+
+static int call_method_one(PyObject *self, PyObject *name, PyObject *arg);
 
 /* *field = None, what it held let go of */
 static inline void
@@ -191,6 +194,12 @@ watched_end(PyObject *self, PyObject *Py_UNUSED(unused))
     Py_DECREF(op);
     Py_DECREF(callbacks);
     Py_DECREF(context);
+    if (status == 0 && w->behind != Py_None) { /* the ops that waited for it: looked at now */
+        PyObject *behind = w->behind;
+        w->behind = Py_NewRef(Py_None);
+        status = call_method_one(self, s_look_again, behind);
+        Py_DECREF(behind);
+    }
     if (status < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -501,9 +510,60 @@ watched_start_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t n
 
 const char watched_look_each_doc[] =
     "look_each(batch, hub, failed, /)\n--\n\n"
-    "The loop's pass looking at launches started in an earlier one (a list of Watched): "
-    "look(hub) at each still launched; one that raises an Exception fails alone "
-    "(failed(watched, exc)). Returns those worth another look in the next pass.";
+    "The loop's pass looking at launches started in an earlier one (a list of Watched, in "
+    "the order they were submitted): look(hub) at each still launched, up to the first "
+    "on each stream that has not landed (its head: a stream runs its work in order, so "
+    "nothing behind it has landed either); the ones behind a head wait without a look, "
+    "and where the head was armed to the reactor, they wait in its ``behind`` until it "
+    "ends (look_again). One that raises an Exception fails alone (failed(watched, exc)). "
+    "Returns (again, parked): those to look at in the next pass, and the heads armed with "
+    "ops behind them.";
+
+/* The streams whose head a pass found not landed (at most HEADS_MAX; the ops of a stream
+ * past those are each looked at, as heads), and that head. */
+#define HEADS_MAX 32
+typedef struct {
+    PyObject *stream[HEADS_MAX];
+    WatchedCore *head[HEADS_MAX];
+    int n;
+} heads;
+
+/* w's stream's head not landed in this pass (NULL: none found yet, or not tracked) */
+static WatchedCore *
+head_of(heads *h, WatchedCore *w)
+{
+    for (int i = 0; i < h->n; i++)
+        if (h->stream[i] == w->stream)
+            return h->head[i];
+    return NULL;
+}
+
+/* w, which did not land, is its stream's head for the rest of the pass (borrowed: the
+ * batch holds both) */
+static void
+set_head(heads *h, WatchedCore *w)
+{
+    if (h->n < HEADS_MAX) {
+        h->stream[h->n] = w->stream;
+        h->head[h->n++] = w;
+    }
+}
+
+/* w waits behind head, which was armed (its behind list, made at the first, when the
+ * head joins parked): 0 or -1 */
+static int
+wait_behind(WatchedCore *head, PyObject *w, PyObject *parked)
+{
+    if (head->behind == Py_None) {
+        PyObject *list = PyList_New(0);
+        if (list == NULL || PyList_Append(parked, (PyObject *)head) < 0) {
+            Py_XDECREF(list);
+            return -1;
+        }
+        Py_SETREF(head->behind, list);
+    }
+    return PyList_Append(head->behind, w);
+}
 
 PyObject *
 watched_look_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t nargs)
@@ -515,25 +575,47 @@ watched_look_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t na
     PyObject *batch = args[0], *hub = args[1], *failed = args[2];
     if (check_batch(batch) < 0)
         return NULL;
-    PyObject *again = PyList_New(0);
-    if (again == NULL)
+    PyObject *again = PyList_New(0), *parked = PyList_New(0);
+    if (again == NULL || parked == NULL) {
+        Py_XDECREF(again);
+        Py_XDECREF(parked);
         return NULL;
+    }
+    heads h = {.n = 0};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
         PyObject *item = Py_NewRef(PyList_GET_ITEM(batch, i));
         int ok = is_watched(item);
-        if (ok > 0 && W(item)->launched) {
+        WatchedCore *w = W(item), *head = ok > 0 && w->launched ? head_of(&h, w) : NULL;
+        if (ok <= 0 || !w->launched) {
+            /* (ended meanwhile: settled by a cancel, or failed) */
+        }
+        else if (head != NULL) { /* behind a head not landed: no look */
+            if (head->launched || head->finished)
+                ok = PyList_Append(again, item) < 0 ? -1 : 1;
+            else /* (the head was armed: this one waits for it to end) */
+                ok = wait_behind(head, item, parked) < 0 ? -1 : 1;
+        }
+        else {
             PyObject *r = watched_look(item, hub);
             if (r == NULL)
                 ok = isolate(failed, item) < 0 ? -1 : 1;
-            else if (r == Py_True && PyList_Append(again, item) < 0)
-                ok = -1;
+            else if (r == Py_True) { /* not landed yet: the head of its stream */
+                set_head(&h, w);
+                ok = PyList_Append(again, item) < 0 ? -1 : 1;
+            }
+            else if (!w->finished) /* armed to the reactor: the head, the rest wait for it */
+                set_head(&h, w);
             Py_XDECREF(r);
         }
         Py_DECREF(item);
         if (ok < 0) {
             Py_DECREF(again);
+            Py_DECREF(parked);
             return NULL;
         }
     }
-    return again;
+    PyObject *both = PyTuple_Pack(2, again, parked);
+    Py_DECREF(again);
+    Py_DECREF(parked);
+    return both;
 }

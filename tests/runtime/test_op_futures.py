@@ -418,3 +418,69 @@ async def test_a_watched_op_with_a_field_deleted_raises_instead_of_crashing(
     watched.end()  # (whole again: it ends)
     assert watched.finished and watched.op is None
     op._take()  # (never executed: it does not warn)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_ops_behind_a_held_one_on_its_stream_wait_for_it_without_being_armed(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    marks = _marks()
+    stream = cuasync.Device(0).new_stream()
+    with cuasync.use_policy(cuasync.SingleStream(stream)), ct.gate(stream) as gate:
+        ops = [ct.mark(marks, i) for i in range(6)]
+        gathered = asyncio.gather(*ops)
+        watched = [op._future for op in ops]
+        await wait_until(lambda: watched[0].comp is not None)  # the first, armed
+        for _ in range(40):  # passes go by: the others, behind it, get no completion
+            await asyncio.sleep(0)
+        assert [w.comp is not None for w in watched] == [True] + [False] * 5
+        assert watched[0].behind == watched[1:] and not any(op.done() for op in ops)
+        gate.open()
+        await gathered
+    assert np.asarray(await marks.to_host()).tolist()[:6] == [1] * 6
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_cancelling_the_op_others_wait_behind_lets_them_land(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    marks = _marks()
+    stream = cuasync.Device(0).new_stream()
+    with cuasync.use_policy(cuasync.SingleStream(stream)), ct.gate(stream) as gate:
+        ops = [ct.mark(marks, i) for i in range(4)]
+        assert all(asyncio.ensure_future(op) is op for op in ops)
+        first = ops[0]._future
+        await wait_until(lambda: first.behind is not None)  # armed, the others behind it
+        assert first.cancel(None)
+        await wait_until(lambda: ops[1]._future.behind is not None)  # the next one, armed
+        gate.open()
+        outputs = await asyncio.gather(*ops[1:])
+    assert all(op.result() is out for op, out in zip(ops[1:], outputs, strict=True))
+    ct.settle()
+    assert np.asarray(await marks.to_host()).tolist()[:4] == [1] * 4  # (the first ran too)
+
+
+def test_closing_a_loop_with_ops_waiting_behind_an_armed_one_releases_them(
+    baseline: Any,
+) -> None:
+    marks = cuasync.zeros((8,), "uint32").sync()
+    ct.mark(marks, 7).sync()
+    stream = cuasync.Device(0).new_stream()
+    gate = ct.gate(stream)
+
+    async def main() -> list[Any]:
+        with cuasync.use_policy(cuasync.SingleStream(stream)):
+            ops = [ct.mark(marks, i) for i in range(4)]
+            assert all(asyncio.ensure_future(op) is op for op in ops)
+        await wait_until(lambda: ops[0]._future.behind is not None)  # armed, 3 behind it
+        return [op for op in ops if not op.done()]
+
+    loop = asyncio.new_event_loop()
+    pending = loop.run_until_complete(main())
+    loop.close()  # with the first armed, the others waiting behind it
+    assert len(pending) == 4
+    gate.open()
+    del pending
+    gc.collect()
+    ct.settle()  # (the baseline fixture checks memory and slots came back)
+    assert np.asarray(marks.to_host().sync()).tolist()[:4] == [1] * 4  # (they ran)
