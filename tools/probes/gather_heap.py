@@ -1,7 +1,8 @@
 """What a gather of 8192 tiny launches costs with a large collectable heap (issue 32 item
 4): ops gathered as asyncio futures (``asyncio.gather(*ops)``), a coroutine awaiting each
 op (a Task per op), and ``asyncio.sleep(0)`` tasks; ops/s by round, the median and the
-rate over all rounds together, and the cyclic GC's collections by generation. A heap of
+rate over all rounds together, the cyclic GC's collections by generation, and how the ops
+ended (settled by the loop, or woken by the reactor). A heap of
 550k tracked lists stands in for what torch and CuPy import. ``--stubbed``: launches do
 nothing and flags are written by the host (``_breakdown.stubbed_driver``), the host's
 share alone.
@@ -60,14 +61,18 @@ def main() -> None:
 
             gc.collect()
             gc.callbacks.append(count)
+            before = cuasync.stats()
             rates = run(_rounds(kind))
+            after = cuasync.stats()
             gc.callbacks.remove(count)
             overall = len(rates) / sum(1 / r for r in rates)
             print(
                 f"{kind:8s} median {sorted(rates)[len(rates) // 2] / 1e3:6.1f}k ops/s, over all "
                 f"rounds {overall / 1e3:6.1f}k; rounds "
                 + ", ".join(f"{r / 1e3:.0f}k" for r in rates)
-                + f"; GC collections by generation {counts}"
+                + f"; GC collections by generation {counts}; settled by the loop "
+                f"{after.completed_inline - before.completed_inline}, woken by the reactor "
+                f"{after.completed_reactor - before.completed_reactor}"
             )
 
 
