@@ -121,15 +121,15 @@ class Watched(WatchedCore):
             self.context = contextvars.copy_context()
 
     def start(self) -> None:
-        """The loop's next pass: submit it (its kernels prepared first, on the compile
-        thread, where they are new)."""
+        """The loop's next pass, for an op that is not a core launch with nothing to
+        prepare (``start_each`` makes those itself, ``submit_launch``): ended where it
+        failed at the handover, its kernels prepared first on the compile thread where
+        they are new, else submitted in its context."""
         self.started = True
         if self.error is not None:
             self.end()
         elif self.first:
             prepare_then(self.first, self._prepared)
-        elif self.launch is not None:
-            self.submit_launch()
         else:
             self.context.run(self.submit)
 

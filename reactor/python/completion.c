@@ -233,23 +233,6 @@ take_pending(PyObject *self, PyObject **ctx, PyObject **out)
     return 1;
 }
 
-/* The exception being raised, taken (cleared) as one object: a new reference. */
-static PyObject *
-take_error(void)
-{
-    SAVE_ERROR(saved);
-#if PY_VERSION_HEX >= 0x030C0000
-    return saved;
-#else
-    PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
-    if (saved_tb != NULL && saved_value != NULL)
-        PyException_SetTraceback(saved_value, saved_tb);
-    Py_XDECREF(saved_type);
-    Py_XDECREF(saved_tb);
-    return saved_value;
-#endif
-}
-
 /* The work's output, or NULL with *error set to why not (a new reference: the context's
  * first error, or what realizing the output raised); -1 on an error of finish's own. */
 static int

@@ -2406,17 +2406,8 @@ LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
     if (starting == NULL || !PyList_CheckExact(starting))
         goto decline; /* (not an asyncio loop's adapter: the Python path says why) */
     PyObject *stream = take_with_stream(self, op, 0), *exc = NULL;
-    if (stream == NULL) { /* (an Exception is the op's; anything else propagates) */
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            goto fail;
-        PyObject *type, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        PyErr_NormalizeException(&type, &exc, &tb);
-        if (tb != NULL)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
-    }
+    if (stream == NULL && (exc = take_exception()) == NULL)
+        goto fail; /* (an Exception is the op's; anything else propagates) */
     PyObject *a[3] = {op, loop, adapter};
     watched = PyObject_Vectorcall((PyObject *)watched_t, a, 3, NULL);
     if (watched == NULL) {

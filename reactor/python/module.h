@@ -40,6 +40,32 @@
     } while (0)
 #endif
 
+/* The exception being raised, taken (cleared) as one object, its traceback attached: a
+ * new reference. */
+static inline PyObject *
+take_error(void)
+{
+    SAVE_ERROR(saved);
+#if PY_VERSION_HEX >= 0x030C0000
+    return saved;
+#else
+    PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
+    if (saved_tb != NULL && saved_value != NULL)
+        PyException_SetTraceback(saved_value, saved_tb);
+    Py_XDECREF(saved_type);
+    Py_XDECREF(saved_tb);
+    return saved_value;
+#endif
+}
+
+/* take_error() where what is raised is an Exception (an op's failure); NULL, the error
+ * left set, where it is not (KeyboardInterrupt, SystemExit: they propagate). */
+static inline PyObject *
+take_exception(void)
+{
+    return PyErr_ExceptionMatches(PyExc_Exception) ? take_error() : NULL;
+}
+
 #ifndef CUASYNC_SOURCE_HASH
 #define CUASYNC_SOURCE_HASH "unknown"
 #endif

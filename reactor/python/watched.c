@@ -17,6 +17,7 @@
 
 #include "cores.h"
 #include "express.h"
+#include "module.h"
 
 #define W(o) ((WatchedCore *)(o))
 
@@ -329,23 +330,6 @@ call_method_one(PyObject *self, PyObject *name, PyObject *arg)
     return r == NULL ? -1 : 0;
 }
 
-/* An Exception being raised, fetched, normalized (its traceback attached); NULL with
- * the error left set where what is raised is not an Exception (it propagates). */
-static PyObject *
-fetch_exception(void)
-{
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-        return NULL;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    return value;
-}
-
 /* The Sent of the core's launch kept in w's fields (its error box, slot, generation,
  * word address, sequence number, ticket, held objects): 0, or -1 with an error set */
 static int
@@ -403,7 +387,7 @@ submit_launch(PyObject *self)
     status = call_method_one(self, s_submit_declined, launch);
     goto done;
 failed:;
-    PyObject *exc = fetch_exception();
+    PyObject *exc = take_exception();
     status = exc == NULL ? -1 : call_method_one(self, s_fail, exc);
     Py_XDECREF(exc);
 done:
@@ -437,7 +421,7 @@ check_batch(PyObject *batch)
 static int
 isolate(PyObject *failed, PyObject *w)
 {
-    PyObject *exc = fetch_exception();
+    PyObject *exc = take_exception();
     if (exc == NULL)
         return -1;
     PyObject *a[2] = {w, exc};
@@ -463,7 +447,8 @@ const char watched_start_each_doc[] =
     "start_each(batch, failed, /)\n--\n\n"
     "The loop's pass starting the ops handed over since the last one (a list of Watched): "
     "each not finished yet started (submit_launch where it is a core launch with nothing "
-    "to prepare, else its start()); one that raises an Exception fails alone "
+    "to prepare, else its start(), which takes the other ways); one that raises an "
+    "Exception fails alone "
     "(failed(watched, exc)). Returns those launched by the core (to look at).";
 
 PyObject *
@@ -484,12 +469,15 @@ watched_start_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t n
         int ok = is_watched(item);
         if (ok > 0 && !W(item)->finished) {
             WatchedCore *w = W(item);
-            if (w->error == Py_None && PyTuple_CheckExact(w->first) &&
-                PyTuple_GET_SIZE(w->first) == 0 && w->launch != Py_None) {
-                w->started = 1; /* (start()'s common case) */
+            int first = w->error == Py_None ? PyObject_IsTrue(w->first) : 1;
+            if (first < 0) {
+                ok = -1;
+            }
+            else if (!first && w->launch != Py_None) { /* a core launch, nothing to prepare */
+                w->started = 1;
                 ok = submit_launch(item) < 0 ? -1 : 1;
             }
-            else {
+            else { /* (the other ways: start()) */
                 PyObject *r = PyObject_CallMethodNoArgs(item, s_start);
                 ok = r == NULL ? -1 : 1;
                 Py_XDECREF(r);

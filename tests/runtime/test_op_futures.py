@@ -165,10 +165,7 @@ async def test_a_failed_op_raises_from_the_gather_and_the_others_still_land(
     anyio_backend: Any, baseline: Any
 ) -> None:
     x = _x()
-    from test_express import bump
-
-    y = await cuasync.zeros((32,), "float32")
-    await bump[1, 32](y, 32)
+    bump, y = await _bumped()
     bad = bump[1, 32, 64 * 1024](y, 32)  # more dynamic shared memory than allowed
     good = x + x
     outcomes = await asyncio.gather(good, bad, return_exceptions=True)
@@ -348,20 +345,21 @@ async def test_a_bad_callback_is_refused_before_anything_starts(
     assert float(np.asarray(await (await op).to_host())[0]) == 3.0
 
 
-def _bump() -> Any:
-    """A plain kernel launch (the native handover's case), its kernel prepared."""
+async def _bumped() -> tuple[Any, cuasync.Tensor]:
+    """A plain kernel launch (the native handover's case), its kernel prepared by one
+    launch on the 32 zeros it returns beside it (ones now)."""
     from test_express import bump
 
-    return bump
+    y = await cuasync.zeros((32,), "float32")
+    await bump[1, 32](y, 32)
+    return bump, y
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
 async def test_gathered_launches_run_on_the_policy_in_force_at_the_handover(
     anyio_backend: Any, baseline: Any
 ) -> None:
-    bump = _bump()
-    y = await cuasync.zeros((32,), "float32")
-    await bump[1, 32](y, 32)  # (prepared: no first use)
+    bump, y = await _bumped()  # (prepared: no first use)
     stream = cuasync.Device(0).new_stream()
     submitted = stream._submitted
     with cuasync.use_policy(cuasync.SingleStream(stream)):
@@ -382,9 +380,7 @@ class _NotAStream(cuasync.SchedulingPolicy):
 async def test_a_launch_whose_policy_fails_raises_where_it_is_awaited(
     anyio_backend: Any, baseline: Any
 ) -> None:
-    bump = _bump()
-    y = await cuasync.zeros((32,), "float32")
-    await bump[1, 32](y, 32)
+    bump, y = await _bumped()
     with cuasync.use_policy(_NotAStream()):
         bad = bump[1, 32](y, 32)
         assert asyncio.ensure_future(bad) is bad  # handed over: no error here
@@ -404,8 +400,7 @@ async def test_a_watched_op_with_a_field_deleted_raises_instead_of_crashing(
     from cuasync._core.completion import get_hub
     from cuasync._core.op_future import Watched
 
-    bump = _bump()
-    y = await cuasync.zeros((32,), "float32")
+    bump, y = await _bumped()
     op = bump[1, 32](y, 32)
     watched = Watched(op, asyncio.get_running_loop(), None)
     del watched.launch
