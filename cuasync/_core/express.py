@@ -408,15 +408,12 @@ def launch_awaiter(
     native = _completion._reactor
     import asyncio
 
-    extra = (
-        {"start_pass": op_future.start_pass}  # (a launch op handed over: LaunchAwait.hand_over)
-        if tensor_launch is None
-        else {"tensor_launch": tensor_launch, "scope": scope}
-    )
+    extra = {} if tensor_launch is None else {"tensor_launch": tensor_launch, "scope": scope}
     return native.LaunchAwait(
         fallback=fallback, finish=_finish_await, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
-        current_tasks=_loops.current_tasks_table(), **extra,
+        current_tasks=_loops.current_tasks_table(), start_pass=op_future.start_pass,
+        **extra,
     )  # fmt: skip
 
 
@@ -482,8 +479,10 @@ def _core_abandon(
 # The hub (below this layer) makes its native core with make_core, handed over once; a
 # hub made before this module was imported gets its core now. A launch op's await
 # (``LaunchCore``'s ``__await__``) is the one LaunchAwait made here.
-PROCESS.launch_await = launch_awaiter(await_launch)
-op_future.register_core(settle_look, _let_go, PROCESS.launch_await.hand_over)
+PROCESS.launch_await = _LAUNCH_AWAIT = launch_awaiter(await_launch)
+#: A launch op handed to asyncio as a future, in C (``_Launch._hand_over``).
+hand_over_launch = _LAUNCH_AWAIT.hand_over
+op_future.register_core(settle_look, _let_go)
 PROCESS.make_core = make_core
 PROCESS.upload_failed = release_failed  # (a small upload's failed copy: Express.upload)
 if PROCESS.hub is not None and PROCESS.hub.express is None:

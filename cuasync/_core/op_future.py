@@ -25,8 +25,9 @@ it has). Work that has landed is settled there, with no
 submitter has not made it, 4 once it has) is armed to the reactor, which wakes the loop
 as it does for a parked await, and the ops behind it wait for it to end
 (``Watched.behind``). Then the op's callbacks are scheduled. The common steps are the
-native base's (``WatchedCore``, ``reactor/python/watched.c``), and a plain launch's
-handover is ``LaunchAwait.hand_over``, the await's own preamble. Per op that is one
+native base's (``WatchedCore``, ``reactor/python/watched.c``), and the handover of a
+launch or a TensorOp is ``LaunchAwait.hand_over``, the await's own preamble (a class's
+``_hand_over``). Per op that is one
 :class:`Watched`, where a Task costs a Task, its context, its weak reference and the
 await's iterator, all alive until the work lands: a gather of thousands of them makes
 the cyclic GC's full passes over a large heap (torch's, CuPy's), the cost
@@ -66,28 +67,21 @@ Callback = Callable[[Any], object]
 
 #: The native core's side (``express``, a layer above: it registers its functions with
 #: :func:`register_core` when imported): the settling of a look at an op handed over
-#: (its output, or its completion to arm), what a cancelled launch lets go of, and the
-#: handover of a launch op in C (``LaunchAwait.hand_over``: its Watched, or None where
-#: the Python path takes it). Its launch the native base makes (``submit_launch``).
-
-
-def _no_hand_over(op: Any) -> None:
-    """(Before ``express`` registers: every op is handed over in Python.)"""
+#: (its output, or its completion to arm) and what a cancelled launch lets go of. Its
+#: launch the native base makes (``submit_launch``); the handover in C is each op
+#: class's ``_hand_over`` (:class:`AsyncioFuture`).
 
 
 _settle: Callable[..., tuple[Any, Completion | None]]
 _let_go: Callable[[Any], None]
-_hand_over: Callable[[Any], Watched | None] = _no_hand_over
 
 
 def register_core(
-    settle: Callable[..., tuple[Any, Completion | None]],
-    let_go: Callable[[Any], None],
-    hand_over: Callable[[Any], Watched | None],
+    settle: Callable[..., tuple[Any, Completion | None]], let_go: Callable[[Any], None]
 ) -> None:
-    """Take the native core's settling of a look, let-go and handover (``express``'s)."""
-    global _settle, _let_go, _hand_over
-    _settle, _let_go, _hand_over = settle, let_go, hand_over
+    """Take the native core's settling of a look and its let-go (``express``'s)."""
+    global _settle, _let_go
+    _settle, _let_go = settle, let_go
 
 
 class Watched(WatchedCore):
@@ -105,17 +99,27 @@ class Watched(WatchedCore):
 
     # -- handed over (in the caller's context), started (the loop's next pass) ------------
     def prepare(self) -> None:
-        """At the handover, in the caller's context: its stream (the policy's), the
-        kernels it needs prepared, and the raw launch the core will make; a snapshot of
-        the context where the op is not a core launch (it is submitted in it)."""
+        """At the handover, in the caller's context: its stream (the policy's), then
+        :meth:`prepare_on` it."""
         try:
-            op = self.op
-            stream = self.stream = op._pick_stream()
-            self.first = op._first_use(stream.device)
-            if not self.first:
-                self.launch = op._express_launch(stream)
+            self.stream = self.op._pick_stream()
         except Exception as exc:
             self.error = exc  # (raised where it is awaited; ended in the next pass)
+            return
+        self.prepare_on()
+
+    def prepare_on(self) -> None:
+        """Its stream chosen, in the caller's context: the kernels it needs prepared, and
+        the raw launch the core will make; a snapshot of the context where the op is not
+        a core launch (it is submitted in it). (``LaunchAwait.hand_over`` calls it for a
+        TensorOp that has no raw launch yet: a first use, a library call.)"""
+        try:
+            op = self.op
+            self.first = op._first_use(self.stream.device)
+            if not self.first:
+                self.launch = op._express_launch(self.stream)
+        except Exception as exc:
+            self.error = exc
             return
         if self.launch is None:
             self.context = contextvars.copy_context()
@@ -341,6 +345,13 @@ class AsyncioFuture:
     _future: Watched | None  # (the native base's fields: OpCore's)
     _consumed: bool
 
+    @staticmethod
+    def _hand_over(op: Any) -> Watched | None:
+        """The handover of this class's ops in C: its Watched, made and queued, or None
+        where :meth:`_handed_over` goes on in Python (here: always). A launch and a
+        TensorOp set their await's ``LaunchAwait.hand_over``."""
+        return None
+
     if TYPE_CHECKING:
 
         def _take(self) -> None: ...  # (DeviceOp's)
@@ -370,7 +381,7 @@ class AsyncioFuture:
         watched = self._future
         if watched is not None:
             return watched
-        watched = _hand_over(self)  # (a launch op's common case, in C)
+        watched = self._hand_over(self)  # (a launch's or a TensorOp's common case, in C)
         if watched is not None:
             return watched
         adapter = running_adapter()

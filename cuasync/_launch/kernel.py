@@ -842,6 +842,10 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
     #: ``LaunchAwait``), named here so that it comes before ``DeviceOp``'s.
     __await__ = LaunchCore.__await__
 
+    #: Handed to asyncio as a future: ``LaunchAwait.hand_over`` (see
+    #: :class:`~cuasync._core.op_future.AsyncioFuture`), the await's preamble in C.
+    _hand_over = express.hand_over_launch
+
     def _enqueue(self, ctx: ExecutionContext) -> Output[Any]:
         kernel = self._kernel
         prepared = self._prepared
@@ -851,7 +855,10 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
             prepared = self._prepared = prepared.resolve()
         if self._tensors:
             kernel._declare(ctx, zip(self._tensors, self._params, strict=True))
-        if kernel._cancel:  # the word of the scope it is executed in; none in a graph
+        if kernel._cancel and ctx.fuse is not self:
+            # enqueued inside another op's submission: the word of the scope that one is
+            # executed in; none in a graph. (Started as a whole, it carries its own, taken
+            # where it was executed or handed to asyncio: ``_take_word``.)
             word = 0 if ctx.stream._capturing else current_word(ctx.device.ordinal)
             if self._args[-1] != word:
                 self._args = (*self._args[:-1], word)

@@ -259,6 +259,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
     else:
         __await__ = express.launch_awaiter(DeviceOp.__await__, express_launch, SCOPE)
+        #: Handed to asyncio as a future: its await's ``hand_over`` (a seen expression's
+        #: raw launch, taken in C; see :class:`~cuasync._core.op_future.AsyncioFuture`).
+        _hand_over = __await__.hand_over
 
     def _await_on(self, stream: Stream, adapter: Any) -> Generator[Any, Any, Tensor]:
         # (not a generator itself: no frame more on the await of every op)

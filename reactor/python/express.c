@@ -1455,7 +1455,7 @@ typedef struct {
      * (launch_plan.express_launch), the cancel scope's ContextVar (_cancel_var.SCOPE),
      * TensorOpCore */
     PyObject *tensor_launch, *scope_var, *tensor_op_t;
-    PyObject *s_await_on, *s_starting;
+    PyObject *s_await_on, *s_starting, *s_prepare_on;
     /* op_future._start_pass (NULL: hand_over declines every op) */
     PyObject *start_pass;
     unsigned long long inline_awaits;
@@ -1727,6 +1727,44 @@ take_with_stream(LaunchAwait *self, PyObject *op, int tensor)
     return stream;
 }
 
+/* Whether a TensorOp's awaiter takes op its own way (1): a TensorOp, not one writing a
+ * tensor given to it (out=) inside a cancel scope, which is executed outside the scope,
+ * the Python way (0, as for another type); -1 with an error set. */
+static int
+tensor_own_way(LaunchAwait *self, PyObject *op)
+{
+    if (!PyObject_TypeCheck(op, (PyTypeObject *)self->tensor_op_t) ||
+        TENSOR_OP(op)->out == NULL)
+        return 0;
+    if (TENSOR_OP(op)->out == Py_None)
+        return 1;
+    PyObject *scope = NULL;
+    if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0)
+        return -1;
+    int own = scope == Py_None;
+    Py_DECREF(scope);
+    return own;
+}
+
+/* The TensorOp op's raw launch on stream (tensor_launch's), taken: a new reference;
+ * None where it has none (the long way: a first use, a pending operand); NULL with an
+ * error set. */
+static PyObject *
+take_tensor_launch(LaunchAwait *self, PyObject *op, PyObject *stream)
+{
+    PyObject *launch = PyObject_CallFunctionObjArgs(self->tensor_launch, op, stream, NULL);
+    if (launch == NULL || launch == Py_None)
+        return launch;
+    if (!is_launch_op(launch) || OP(launch)->consumed != Py_False) {
+        PyErr_Format(PyExc_TypeError, "tensor_launch gave %.100s, not a launch op to take",
+                     Py_TYPE(launch)->tp_name);
+        Py_DECREF(launch);
+        return NULL;
+    }
+    field_set(&OP(launch)->consumed, Py_NewRef(Py_True));
+    return launch;
+}
+
 /* launch_await_start's result beside PySendResult's: queued in a burst (stepping aside) */
 #define START_QUEUED 2
 
@@ -1749,18 +1787,10 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
         return PYGEN_ERROR;
     Express *x = (Express *)core;
     int tensor = self->tensor_launch != NULL;
-    int own_way = tensor ? PyObject_TypeCheck(op, (PyTypeObject *)self->tensor_op_t) &&
-                               TENSOR_OP(op)->out != NULL
-                         : is_launch_op(op);
-    if (own_way && tensor && TENSOR_OP(op)->out != Py_None) {
-        /* out= inside a cancel scope: executed outside it, the Python way */
-        PyObject *scope = NULL;
-        if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) {
-            Py_XDECREF(core);
-            return PYGEN_ERROR;
-        }
-        own_way = scope == Py_None;
-        Py_DECREF(scope);
+    int own_way = tensor ? tensor_own_way(self, op) : is_launch_op(op);
+    if (own_way < 0) {
+        Py_XDECREF(core);
+        return PYGEN_ERROR;
     }
     if (core == NULL || !is_express(core) || !own_way) { /* (a core replaced: a test's spy) */
         Py_XDECREF(core);
@@ -1784,7 +1814,7 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
     if (stream == NULL)
         goto done;
     if (tensor) { /* the TensorOp's raw launch on that stream, which the core launches */
-        PyObject *launch = PyObject_CallFunctionObjArgs(self->tensor_launch, op, stream, NULL);
+        PyObject *launch = take_tensor_launch(self, op, stream);
         if (launch == NULL)
             goto done;
         if (launch == Py_None) { /* the long way: the op's own await on that stream */
@@ -1793,13 +1823,6 @@ launch_await_start(LaunchAwait *self, PyObject *op, PyObject **result, LaunchIte
             status = *result == NULL ? PYGEN_ERROR : PYGEN_NEXT;
             goto done;
         }
-        if (!is_launch_op(launch) || OP(launch)->consumed != Py_False) {
-            PyErr_Format(PyExc_TypeError, "tensor_launch gave %.100s, not a launch op to take",
-                         Py_TYPE(launch)->tp_name);
-            Py_DECREF(launch);
-            goto done;
-        }
-        field_set(&OP(launch)->consumed, Py_NewRef(Py_True));
         op = held = launch; /* (what the rest launches, queues and finishes) */
     }
     int burst = step_aside ? in_burst(self, adapter, loop) : 0;
@@ -1948,17 +1971,11 @@ queued_step(LaunchIter *self, PyObject **result)
     if (adapter_long_ops(self->adapter) < 0)
         goto fail;
     ADAPTER(self->adapter)->long_ops = 0;
-    PyObject *completed = STREAM(self->stream)->completed;
-    int later = completed == NULL || !PyLong_CheckExact(completed)
-                    ? 1 : PyObject_RichCompareBool(completed, q->seq, Py_LT);
-    if (later < 0)
+    long long seqv = PyLong_AsLongLong(q->seq);
+    if ((seqv == -1 && PyErr_Occurred()) ||
+        settle_inline(x, self->stream, (Py_ssize_t)q->index, seqv, q->seq) < 0)
         goto fail;
-    if (later)
-        field_set(&STREAM(self->stream)->completed, Py_NewRef(q->seq));
-    if (ledger_release(x->slots, (Py_ssize_t)q->index) < 0)
-        goto fail;
-    x->burst_awaits++;
-    x->completed_inline++; /* (Hub.snapshot adds both to stats()) */
+    x->burst_awaits++; /* (Hub.snapshot adds it to stats()) */
     PyObject *output = LAUNCH(self->op)->output;
     *result = Py_NewRef(output != NULL ? output : Py_None);
     self->state = ITER_DONE;
@@ -2292,7 +2309,8 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self->done_t == NULL ||
         (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL ||
         (self->s_await_on = PyUnicode_InternFromString("_await_on")) == NULL ||
-        (self->s_starting = PyUnicode_InternFromString("starting")) == NULL) {
+        (self->s_starting = PyUnicode_InternFromString("starting")) == NULL ||
+        (self->s_prepare_on = PyUnicode_InternFromString("prepare_on")) == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2347,6 +2365,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     Py_CLEAR(self->s_others_ready);
     Py_CLEAR(self->s_await_on);
     Py_CLEAR(self->s_starting);
+    Py_CLEAR(self->s_prepare_on);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -2369,18 +2388,53 @@ static PyMemberDef LaunchAwait_members[] = {
 };
 
 /*
- * LaunchAwait.hand_over(op): a launch op handed to asyncio as a future (op_future's
- * AsyncioFuture._handed_over), its common case done here with the await's preamble: the
- * running asyncio loop's adapter, the op taken, its stream (the policy's), and its
- * record, op_future.Watched (the class declared on WatchedCore), made with the op itself
- * as the launch the core will make, set as op._future and queued in adapter.starting
- * (the loop's next pass, start_pass, starts what is queued). Returns the Watched; or
- * None, with nothing done, where this is not that case: a TensorOp's awaiter, a launch
- * of another class (a cancellable one takes its scope's word in Python), a kernel not
- * prepared yet (a first use), an op taken already or handed over, no asyncio loop
- * running. An error picking the stream is the Watched's (raised where it is awaited),
- * as Watched.prepare does.
+ * LaunchAwait.hand_over(op): an op handed to asyncio as a future (op_future's
+ * AsyncioFuture._handed_over, through its class's _hand_over), its common case done
+ * here with the await's preamble: the running asyncio loop's adapter, the op taken, its
+ * stream (the policy's), and its record, op_future.Watched (the class declared on
+ * WatchedCore), made with the launch the core will make (a launch op: itself; a
+ * TensorOp: its raw launch, tensor_launch's, taken), set as op._future and queued in
+ * adapter.starting (the loop's next pass, start_pass, starts what is queued). A TensorOp
+ * with no raw kernel launch yet (a first use, a library call) is prepared by
+ * Watched.prepare_on, on the stream chosen here. Returns the Watched; or None, with
+ * nothing done, where this is not that case: a launch of another class (a cancellable
+ * one takes its scope's word in Python), a kernel not prepared yet (a first use), a
+ * TensorOp writing out= inside a cancel scope, an op taken already or handed over, no
+ * asyncio loop running. An error picking the stream or building the raw launch is the
+ * Watched's (raised where it is awaited), as Watched.prepare does.
  */
+
+/* Whether hand_over takes op (1; 0: None, the Python path; -1: an error set). */
+static int
+hands_over(LaunchAwait *self, PyObject *op)
+{
+    PyTypeObject *launch_t = REGISTERED(LAUNCH), *prepared_t = REGISTERED(PREPARED);
+    int tensor = self->tensor_launch != NULL;
+    if (self->start_pass == NULL || REGISTERED(WATCHED) == NULL || launch_t == NULL ||
+        prepared_t == NULL)
+        return 0;
+    int its_type = tensor ? PyObject_TypeCheck(op, (PyTypeObject *)self->tensor_op_t)
+                          : Py_IS_TYPE(op, launch_t) && LAUNCH(op)->prepared != NULL &&
+                                PyObject_TypeCheck(LAUNCH(op)->prepared, prepared_t);
+    if (!its_type || !takeable(op) || (OP(op)->future != NULL && OP(op)->future != Py_None))
+        return 0;
+    return tensor ? tensor_own_way(self, op) : 1;
+}
+
+/* The launch the core makes for op (taken) on stream: a new reference; None where
+ * Watched.prepare_on decides (a TensorOp's first use, or a raw launch that is not a
+ * kernel's, given back taken); NULL with an error set. */
+static PyObject *
+launch_handed_over(LaunchAwait *self, PyObject *op, PyObject *stream)
+{
+    if (self->tensor_launch == NULL)
+        return Py_NewRef(op);
+    PyObject *launch = take_tensor_launch(self, op, stream);
+    if (launch != NULL && launch != Py_None && !PyObject_TypeCheck(launch, REGISTERED(LAUNCH)))
+        Py_SETREF(launch, Py_NewRef(Py_None)); /* (taken: dropped without a warning) */
+    return launch;
+}
+
 static PyObject *
 LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
 {
@@ -2388,42 +2442,52 @@ LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
         PyErr_SetString(PyExc_RuntimeError, "LaunchAwait is cleared (interpreter shutdown)");
         return NULL;
     }
-    PyTypeObject *watched_t = REGISTERED(WATCHED), *launch_t = REGISTERED(LAUNCH);
-    PyTypeObject *prepared_t = REGISTERED(PREPARED);
-    if (self->start_pass == NULL || self->tensor_launch != NULL || watched_t == NULL ||
-        launch_t == NULL || prepared_t == NULL || !Py_IS_TYPE(op, launch_t) || !takeable(op) ||
-        (OP(op)->future != NULL && OP(op)->future != Py_None) ||
-        LAUNCH(op)->prepared == NULL || !PyObject_TypeCheck(LAUNCH(op)->prepared, prepared_t))
-        Py_RETURN_NONE;
+    int takes = hands_over(self, op);
+    if (takes <= 0)
+        return takes < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *loop, *adapter = loop_adapter(self, &loop);
     if (adapter == NULL)
         return NULL;
-    PyObject *starting = NULL, *watched = NULL;
+    PyObject *starting = NULL, *watched = NULL, *launch = NULL;
     if (loop == NULL || loop == Py_None)
         goto decline;
     if (optional_attr(adapter, self->s_starting, &starting) < 0)
         goto fail;
     if (starting == NULL || !PyList_CheckExact(starting))
         goto decline; /* (not an asyncio loop's adapter: the Python path says why) */
-    PyObject *stream = take_with_stream(self, op, 0), *exc = NULL;
-    if (stream == NULL && (exc = take_exception()) == NULL)
+    PyObject *stream = take_with_stream(self, op, self->tensor_launch != NULL), *exc = NULL;
+    if (stream != NULL)
+        launch = launch_handed_over(self, op, stream);
+    if ((stream == NULL || launch == NULL) && (exc = take_exception()) == NULL) {
+        Py_XDECREF(stream);
         goto fail; /* (an Exception is the op's; anything else propagates) */
+    }
     PyObject *a[3] = {op, loop, adapter};
-    watched = PyObject_Vectorcall((PyObject *)watched_t, a, 3, NULL);
+    watched = PyObject_Vectorcall((PyObject *)REGISTERED(WATCHED), a, 3, NULL);
     if (watched == NULL) {
         Py_XDECREF(stream);
         Py_XDECREF(exc);
         goto fail;
     }
     WatchedCore *w = (WatchedCore *)watched;
+    field_set(&OP(op)->future, Py_NewRef(watched));
     if (exc != NULL) {
         Py_SETREF(w->error, exc); /* (raised where it is awaited; ended in the next pass) */
+        Py_XDECREF(stream);
     }
     else {
         Py_SETREF(w->stream, stream);
-        Py_SETREF(w->launch, Py_NewRef(op));
+        if (launch != Py_None) {
+            Py_SETREF(w->launch, launch);
+            launch = NULL;
+        }
+        else { /* (a TensorOp's first use, or a library call: Python decides) */
+            PyObject *r = PyObject_CallMethodNoArgs(watched, self->s_prepare_on);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+        }
     }
-    field_set(&OP(op)->future, Py_NewRef(watched));
     if (PyList_Append(starting, watched) < 0)
         goto fail;
     if (PyList_GET_SIZE(starting) == 1) {
@@ -2432,14 +2496,16 @@ LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
             goto fail;
         Py_DECREF(r);
     }
+    Py_XDECREF(launch);
     Py_DECREF(starting);
     Py_DECREF(adapter);
     return watched;
 decline:
     Py_XDECREF(starting);
     Py_DECREF(adapter);
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 fail:
+    Py_XDECREF(launch);
     Py_XDECREF(watched);
     Py_XDECREF(starting);
     Py_DECREF(adapter);
@@ -2469,8 +2535,8 @@ static PyType_Slot LaunchAwait_slots[] = {
                         "start_pass=None)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator; with tensor_launch "
-                        "and scope, a TensorOp's; with start_pass, hand_over takes a launch "
-                        "op handed to asyncio as a future."},
+                        "and scope, a TensorOp's; with start_pass, hand_over takes its op "
+                        "handed to asyncio as a future."},
     {0, NULL},
 };
 

@@ -13,6 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import itertools
+import sys
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -148,6 +152,35 @@ async def test_ops_handed_over_in_a_cancel_scope_are_skipped_with_it(
             await task
     await cuasync.get_default_device().synchronized()
     assert np.asarray(await marks.to_host()).tolist()[:4] == [0, 0, 0, 0]  # skipped
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_ops_started_in_one_pass_keep_the_scope_each_was_handed_over_in(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    """Ops handed over in a cancelled scope and ops of no scope, started in the same pass
+    (the pass runs in the context of the first handover), each run with its own scope's
+    word, whichever way the core takes each: only the cancelled scope's are skipped."""
+    marks = _marks()
+    submitted = asyncio.Event()
+
+    async def handler() -> None:
+        with cuasync.cancel_scope():
+            gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
+            await asyncio.sleep(0)  # the pass below started them
+            submitted.set()
+            await gathered
+
+    with ct.gate():
+        task = asyncio.ensure_future(handler())  # (its first step runs before the pass)
+        free = asyncio.gather(ct.mark(marks, 4), ct.mark(marks, 5))  # queues the pass
+        await submitted.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await free
+    await cuasync.get_default_device().synchronized()
+    assert np.asarray(await marks.to_host()).tolist()[:6] == [0, 0, 0, 0, 1, 1]
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
@@ -376,21 +409,122 @@ class _NotAStream(cuasync.SchedulingPolicy):
         return "not a stream"
 
 
+async def _maker(kind: str) -> Callable[[], Any]:
+    """Ops of a kind the native handover takes: a plain kernel launch, or a TensorOp of a
+    seen expression (each kernel prepared)."""
+    if kind == "launch":
+        bump, y = await _bumped()
+        return lambda: bump[1, 32](y, 32)
+    x = _x()
+    return lambda: x + x
+
+
+@pytest.mark.parametrize("kind", ["launch", "tensor op"])
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
-async def test_a_launch_whose_policy_fails_raises_where_it_is_awaited(
-    anyio_backend: Any, baseline: Any
+async def test_an_op_whose_policy_fails_raises_where_it_is_awaited(
+    anyio_backend: Any, kind: str, baseline: Any
 ) -> None:
-    bump, y = await _bumped()
+    make = await _maker(kind)
     with cuasync.use_policy(_NotAStream()):
-        bad = bump[1, 32](y, 32)
+        bad = make()
         assert asyncio.ensure_future(bad) is bad  # handed over: no error here
-    good = bump[1, 32](y, 32)
+    good = make()
     outcomes = await asyncio.gather(bad, good, return_exceptions=True)
     assert isinstance(outcomes[0], cuasync.errors.SchedulingError)
     assert "must return a cuasync.Stream" in str(outcomes[0])
     assert isinstance(outcomes[1], cuasync.Tensor) and bad.done() and not bad.cancelled()
     with pytest.raises(OpConsumedError):  # taken all the same: one execution
         bad.sync(allow_in_loop=True)
+
+
+def _python_calls(fn: Callable[[], object]) -> set[str]:
+    """The names of the Python functions ``fn()`` calls (sys.setprofile)."""
+    called: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            called.add(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+_NEVER_SEEN = itertools.count(5)
+
+#: The Python handover's own steps (``Watched.prepare``): a seen expression skips them.
+_PYTHON_HANDOVER = {"prepare", "prepare_on", "_first_use", "_express_launch", "_pick_stream"}
+
+
+@pytest.mark.skipif(not NATIVE_ON, reason="the native handover (the generic path is Python's)")
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_seen_expression_is_handed_over_in_c_and_a_new_one_prepared_first(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    """A gathered TensorOp of a seen expression is taken with its raw launch in C (no plan
+    walked in Python per op: issue #32's tensor ops at launch cost); one never seen goes
+    through its first use (``Watched.prepare_on``) and still gives its output."""
+    x = _x()
+    seen = x * 3.0
+    assert not _PYTHON_HANDOVER & _python_calls(lambda: asyncio.ensure_future(seen))
+    fresh = cuasync.sqrt(x) * x
+    for _ in range(next(_NEVER_SEEN)):  # (a structure this process never ran)
+        fresh = cuasync.sqrt(fresh)
+    assert "prepare_on" in _python_calls(lambda: asyncio.ensure_future(fresh))
+    outs = await asyncio.gather(seen, fresh)
+    np.testing.assert_allclose(np.asarray(await outs[0].to_host()), 6.0)
+    assert np.asarray(await outs[1].to_host()).min() > 1.0  # (sqrt of 2 * sqrt 2, again)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_gathered_op_writing_out_in_a_cancelled_scope_still_writes_it(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    """A TensorOp writing a tensor given to it (``out=``) is executed outside its cancel
+    scope, gathered as awaited: a tensor others may read is never left half written."""
+    x, out = _x(), cuasync.zeros((256,), "float32").sync(allow_in_loop=True)
+    cuasync.add(x, 1.0, out=x).sync(allow_in_loop=True)  # (prepared: no first use; x 3s)
+    submitted = asyncio.Event()
+
+    async def handler() -> None:
+        with cuasync.cancel_scope():
+            op = cuasync.add(x, 1.0, out=out)
+            gathered = asyncio.gather(op)
+            await asyncio.sleep(0)  # the next pass submitted it
+            assert op._future is not None and op._future.started
+            submitted.set()
+            await gathered
+
+    with ct.gate():
+        task = asyncio.ensure_future(handler())
+        await submitted.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await cuasync.get_default_device().synchronized()
+    assert set(np.asarray(await out.to_host()).tolist()) == {4.0}  # written all the same
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_gathered_creation_ops_give_their_tensors_and_warn_of_nothing(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    """A TensorOp whose raw launch is a library call (``zeros``: a memset) is handed over
+    the Python way; the raw launch the native handover built and let go of is not
+    reported as an op never executed."""
+    await cuasync.zeros((16,), "float32")  # (seen: its raw launch is a library call)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zeros, full = await asyncio.gather(
+            cuasync.zeros((16,), "float32"), cuasync.full((16,), 3.0, "float32")
+        )
+        gc.collect()
+    assert not [w for w in caught if "never executed" in str(w.message)]
+    assert np.asarray(await zeros.to_host()).tolist() == [0.0] * 16
+    assert np.asarray(await full.to_host()).tolist() == [3.0] * 16
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)

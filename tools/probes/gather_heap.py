@@ -1,13 +1,14 @@
 """What a gather of 8192 tiny launches costs with a large collectable heap (issue 32 item
 4): ops gathered as asyncio futures (``asyncio.gather(*ops)``), a coroutine awaiting each
-op (a Task per op), and ``asyncio.sleep(0)`` tasks; ops/s by round, the median and the
+op (a Task per op), TensorOps ``cuasync.add(x, 1.0)`` (x 1024 float32) gathered as
+futures, and ``asyncio.sleep(0)`` tasks; ops/s by round, the median and the
 rate over all rounds together, the cyclic GC's collections by generation, and how the ops
 ended (settled by the loop, or woken by the reactor). A heap of
 550k tracked lists stands in for what torch and CuPy import. ``--stubbed``: launches do
 nothing and flags are written by the host (``_breakdown.stubbed_driver``), the host's
 share alone.
 
-    python tools/probes/gather_heap.py [--stubbed] [--asyncio] [futures|tasks|idle ...]
+    python tools/probes/gather_heap.py [--stubbed] [--asyncio] [futures|tasks|tensors|idle ...]
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ async def _one() -> None:
     await tiny[1, 32]()
 
 
-async def _round(kind: str) -> float:
+async def _round(kind: str, x: cuasync.Tensor) -> float:
     t0 = time.perf_counter()
     if kind == "futures":
         await asyncio.gather(*(tiny[1, 32]() for _ in range(COUNT)))
+    elif kind == "tensors":
+        await asyncio.gather(*(cuasync.add(x, 1.0) for _ in range(COUNT)))
     elif kind == "tasks":
         await asyncio.gather(*(_one() for _ in range(COUNT)))
     else:
@@ -43,14 +46,16 @@ async def _round(kind: str) -> float:
 
 async def _rounds(kind: str) -> list[float]:
     await tiny[1, 32]()
-    return [await _round(kind) for _ in range(ROUNDS)]
+    x = await cuasync.full((1024,), 1.0, "float32")
+    await cuasync.add(x, 1.0)  # (its kernel prepared: no first use in the rounds)
+    return [await _round(kind, x) for _ in range(ROUNDS)]
 
 
 def main() -> None:
     args = sys.argv[1:]
     stubbed = "--stubbed" in args
     run = asyncio.run if "--asyncio" in args else _uvloop_run()
-    kinds = [a for a in args if not a.startswith("--")] or ["futures", "tasks", "idle"]
+    kinds = [a for a in args if not a.startswith("--")] or ["futures", "tasks", "tensors", "idle"]
     with _breakdown.stubbed_driver() if stubbed else contextlib.nullcontext():
         for kind in kinds:
             counts = [0, 0, 0]
