@@ -35,6 +35,7 @@ setup(
                         *("module", "driver", "ledger", "cores", "express", "upload"),
                         *("alloc", "launcher", "dlpack", "plan", "apply", "launches", "memo"),
                         *("reduce", "blas", "wake", "timer", "completion", "park", "watched"),
+                        "op_future",
                     )
                 ),
             ],

@@ -25,9 +25,11 @@ it has). Work that has landed is settled there, with no
 submitter has not made it, 4 once it has) is armed to the reactor, which wakes the loop
 as it does for a parked await, and the ops behind it wait for it to end
 (``Watched.behind``). Then the op's callbacks are scheduled. The common steps are the
-native base's (``WatchedCore``, ``reactor/python/watched.c``), and the handover of a
-launch or a TensorOp is ``LaunchAwait.hand_over``, the await's own preamble (a class's
-``_hand_over``). Per op that is one
+native base's (``WatchedCore``, ``reactor/python/watched.c``), the protocol asyncio
+calls on the op (``done``, ``result``, ``add_done_callback``, ...) is ``OpCore``'s
+(``reactor/python/op_future.c``), and the handover of a launch or a TensorOp is
+``LaunchAwait.hand_over``, the await's own preamble (a class's ``_hand_over``). Per op
+that is one
 :class:`Watched`, where a Task costs a Task, its context, its weak reference and the
 await's iterator, all alive until the work lands: a gather of thousands of them makes
 the cyclic GC's full passes over a large heap (torch's, CuPy's), the cost
@@ -57,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._first_use import prepare_then
 from .._native import PROCESS, WatchedCore
-from ..errors import ArgumentError, OpConsumedError
+from ..errors import OpConsumedError
 from .completion import DONE, Completion, get_hub
 from .loops import AsyncioAdapter, running_adapter
 
@@ -334,7 +336,11 @@ def _look_pass(adapter: Any) -> None:
 
 
 class AsyncioFuture:
-    """asyncio's future protocol on :class:`~cuasync.DeviceOp` (see the module).
+    """The hooks of asyncio's future protocol on :class:`~cuasync.DeviceOp` (see the
+    module). The protocol itself (``_asyncio_future_blocking``, ``get_loop``,
+    ``add_done_callback``, ``remove_done_callback``, ``done``, ``cancelled``, ``result``,
+    ``exception``, ``cancel``) is the native base's, ``OpCore``'s
+    (``reactor/python/op_future.c``); what it calls back is here.
 
     >>> results = await asyncio.gather(*(step(r) for r in batch))   # no Task per op
     >>> op = cuasync.exp(x); asyncio.ensure_future(op) is op
@@ -343,45 +349,22 @@ class AsyncioFuture:
 
     __slots__ = ()
     _future: Watched | None  # (the native base's fields: OpCore's)
-    _consumed: bool
-
-    @staticmethod
-    def _hand_over(op: Any) -> Watched | None:
-        """The handover of this class's ops in C: its Watched, made and queued, or None
-        where :meth:`_handed_over` goes on in Python (here: always). A launch and a
-        TensorOp set their await's ``LaunchAwait.hand_over``."""
-        return None
 
     if TYPE_CHECKING:
 
         def _take(self) -> None: ...  # (DeviceOp's)
 
-    @property
-    def _asyncio_future_blocking(self) -> bool | None:
-        # asyncio's mark of a future (None: not one): a future inside a running asyncio
-        # loop, else a coroutine (trio, ``run_until_complete`` before the loop runs).
-        # asyncio asks before it adopts one (``isfuture``: ensure_future, gather,
-        # wait_for, shield, as_completed); an op it adopts is handed over then, to start
-        # in the loop's next pass, as the Task it used to get would have.
-        watched = self._future
-        if watched is not None:
-            return watched.blocking
-        if _get_running_loop() is None:
-            return None
-        if not self._consumed:
-            self._handed_over()
-        return False
-
-    @_asyncio_future_blocking.setter
-    def _asyncio_future_blocking(self, value: bool) -> None:
-        self._handed_over().blocking = value
+    @staticmethod
+    def _hand_over(op: Any) -> Watched | None:
+        """The handover of this class's ops in C: its Watched, made and queued, or None
+        where :meth:`_handed_over` hands it over in Python (here: always). A launch and a
+        TensorOp set their await's ``LaunchAwait.hand_over``."""
+        return None
 
     def _handed_over(self) -> Watched:
-        """Its :class:`Watched`, made at the first call (the op taken, queued to start)."""
+        """Its :class:`Watched`, made in Python (the op taken, queued to start), where the
+        class's :meth:`_hand_over` declined it."""
         watched = self._future
-        if watched is not None:
-            return watched
-        watched = self._hand_over(self)  # (a launch's or a TensorOp's common case, in C)
         if watched is not None:
             return watched
         adapter = running_adapter()
@@ -407,132 +390,3 @@ class AsyncioFuture:
         """This launch (an ``_express_launch``) submitted the generic way, as it was
         handed over, where the core declined it: its completion."""
         return self._start(stream, True)  # type: ignore[attr-defined]
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop watching the op (asyncio's future protocol): the running loop.
-
-        >>> op.get_loop() is asyncio.get_running_loop()
-        True
-        """
-        watched = self._future
-        return watched.loop if watched is not None else asyncio.get_running_loop()
-
-    def add_done_callback(
-        self, fn: Callback, *, context: contextvars.Context | None = None
-    ) -> None:
-        """Call ``fn(op)`` on the loop once the op is done (asyncio's future protocol);
-        the first call hands it over: it starts in the loop's next pass, in the context
-        of that call (its cancel scope). ``context``: where ``fn`` runs (default: that
-        same context).
-
-        >>> op.add_done_callback(lambda op: print(op.result()))
-        """
-        if not callable(fn):  # (before the op is handed over: a bad call starts nothing)
-            raise ArgumentError(f"fn must be callable, got {type(fn).__name__}")
-        if context is not None and not isinstance(context, contextvars.Context):
-            raise ArgumentError(
-                f"context must be a contextvars.Context or None, got {type(context).__name__}"
-            )
-        watched = self._handed_over()
-        if context is None:
-            if getattr(fn, "__module__", None) == "asyncio.tasks" and not watched.finished:
-                # asyncio's own (gather's, as_completed's, shield's, wait_for's): they read
-                # no context variable, and a snapshot each would be one object more per op
-                context = watched.context
-            else:  # (asyncio's rule: a snapshot of the caller's)
-                context = contextvars.copy_context()
-        if watched.finished:
-            watched.loop.call_soon(fn, self, context=context)
-        else:
-            watched.add(fn, context)
-
-    def remove_done_callback(self, fn: Callback) -> int:
-        """Remove every ``fn`` added; how many were removed.
-
-        >>> op.add_done_callback(report); op.remove_done_callback(report)
-        1
-        """
-        watched = self._future
-        return 0 if watched is None else watched.remove(fn)
-
-    def done(self) -> bool:
-        """Whether the op, handed to asyncio as a future, has ended (landed, failed or
-        cancelled); never blocks. False for an op not handed over.
-
-        >>> fut = asyncio.ensure_future(op); await asyncio.sleep(0.01); fut.done()
-        """
-        watched = self._future
-        return watched is not None and watched.finished
-
-    def cancelled(self) -> bool:
-        """Whether it was cancelled as a future (``op.cancel()``, its gather cancelled).
-
-        >>> op.cancel(); op.cancelled()
-        True
-        """
-        watched = self._future
-        return watched is not None and watched.cancelled
-
-    def result(self) -> Any:
-        """The output of an op handed to asyncio as a future, once done; raises its error,
-        ``CancelledError``, or ``InvalidStateError`` before it is done.
-
-        >>> (out,) = await asyncio.gather(op); op.result() is out
-        """
-        watched = self._future
-        if watched is None or not watched.finished:
-            raise asyncio.InvalidStateError(_not_done(watched))
-        return watched.outcome()
-
-    def exception(self) -> BaseException | None:
-        """The error it ended with (None: it succeeded), once done; ``CancelledError`` if
-        cancelled, ``InvalidStateError`` before it is done.
-
-        >>> await asyncio.gather(op, return_exceptions=True); op.exception()
-        """
-        watched = self._future
-        if watched is None or not watched.finished:
-            raise asyncio.InvalidStateError(_not_done(watched))
-        if watched.cancelled:
-            raise watched.cancelled_error()
-        if watched.error is not None:  # (failed, with or without a completion)
-            return watched.error
-        comp = watched.comp
-        return None if comp is None else comp.error
-
-    def cancel(self, msg: object = None) -> bool:
-        """Cancel it as a future: its callbacks get ``CancelledError``; work it submitted
-        goes on (skipped where its cancel scope is cancelled) and is released when it
-        lands. An op not yet used is consumed without running. False once done, or if a
-        task awaits it as a coroutine (cancel that task instead).
-
-        >>> fut = asyncio.ensure_future(op); fut.cancel()   # before the next pass: no work
-        True
-        """
-        watched = self._future
-        if watched is None:
-            if self._consumed:
-                return False
-            watched = self._handed_over()
-        return watched.cancel(msg)
-
-    def _make_cancelled_error(self) -> asyncio.CancelledError:
-        # (what asyncio.gather asks a cancelled child for)
-        watched = self._future
-        assert watched is not None
-        return watched.cancelled_error()
-
-    @property
-    def _cancel_message(self) -> Any:
-        # (Python 3.11's gather reads it)
-        watched = self._future
-        return None if watched is None else watched.message
-
-
-def _not_done(watched: Watched | None) -> str:
-    if watched is None:
-        return (
-            "this op was not handed to asyncio as a future (gather, as_completed, "
-            "ensure_future): await it, or pass it to one of those first"
-        )
-    return "the op's work has not completed yet: await it, or check .done() first"

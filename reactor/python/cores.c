@@ -261,7 +261,9 @@ REGISTERING_WITH(WatchedCore, REG_WATCHED, WATCHED_METHODS)
     {Py_tp_methods, AllocationCore_methods}, {Py_tp_finalize, alloc_finalize},
 #define TensorCore_EXTRA_SLOTS {Py_tp_methods, TensorCore_methods},
 #define PreparedCore_EXTRA_SLOTS {Py_tp_methods, PreparedCore_methods},
-#define OpCore_EXTRA_SLOTS {Py_tp_finalize, OpCore_finalize},
+#define OpCore_EXTRA_SLOTS                                                                    \
+    {Py_tp_finalize, OpCore_finalize}, {Py_tp_methods, op_future_methods},                    \
+        {Py_tp_getset, op_future_getset},
 #define KernelCore_EXTRA_SLOTS {Py_mp_subscript, kernel_subscript},
 #define LaunchCore_EXTRA_SLOTS                                                                \
     {Py_tp_methods, LaunchCore_methods}, {Py_am_await, launch_am_await},

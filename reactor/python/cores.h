@@ -167,6 +167,10 @@ typedef struct {
 } WatchedCore;
 
 #define WATCHED_OBJECTS 16
+/* OpCore's asyncio future protocol (op_future.c): get_loop, add_done_callback, done,
+ * result, ... and _asyncio_future_blocking, reading the op's Watched */
+extern PyMethodDef op_future_methods[];
+extern PyGetSetDef op_future_getset[];
 PyObject *watched_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 PyObject *watched_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *watched_end(PyObject *self, PyObject *unused);

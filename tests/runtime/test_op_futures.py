@@ -17,6 +17,7 @@ import itertools
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -437,12 +438,13 @@ async def test_an_op_whose_policy_fails_raises_where_it_is_awaited(
         bad.sync(allow_in_loop=True)
 
 
-def _python_calls(fn: Callable[[], object]) -> set[str]:
-    """The names of the Python functions ``fn()`` calls (sys.setprofile)."""
+def _cuasync_calls(fn: Callable[[], object]) -> set[str]:
+    """The names of cuasync's Python functions ``fn()`` calls (sys.setprofile)."""
     called: set[str] = set()
+    package = str(Path(cuasync.__file__).parent)
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
+        if event == "call" and frame.f_code.co_filename.startswith(package):
             called.add(frame.f_code.co_name)
 
     sys.setprofile(profile)
@@ -469,14 +471,48 @@ async def test_a_seen_expression_is_handed_over_in_c_and_a_new_one_prepared_firs
     through its first use (``Watched.prepare_on``) and still gives its output."""
     x = _x()
     seen = x * 3.0
-    assert not _PYTHON_HANDOVER & _python_calls(lambda: asyncio.ensure_future(seen))
+    assert not _PYTHON_HANDOVER & _cuasync_calls(lambda: asyncio.ensure_future(seen))
     fresh = cuasync.sqrt(x) * x
     for _ in range(next(_NEVER_SEEN)):  # (a structure this process never ran)
         fresh = cuasync.sqrt(fresh)
-    assert "prepare_on" in _python_calls(lambda: asyncio.ensure_future(fresh))
+    assert "prepare_on" in _cuasync_calls(lambda: asyncio.ensure_future(fresh))
     outs = await asyncio.gather(seen, fresh)
     np.testing.assert_allclose(np.asarray(await outs[0].to_host()), 6.0)
     assert np.asarray(await outs[1].to_host()).min() > 1.0  # (sqrt of 2 * sqrt 2, again)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_asyncio_reads_an_op_as_a_future_without_python_code(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    """What gather asks of each op (``_asyncio_future_blocking``, ``get_loop``,
+    ``add_done_callback``, then ``done``, ``cancelled``, ``exception``, ``result``) is
+    the native base's: a launch handed over runs no Python of cuasync's for them."""
+    make = await _maker("launch")
+    op = make()
+    seen: list[Any] = []
+
+    def asked() -> None:
+        assert op._asyncio_future_blocking is False  # (handed over here)
+        assert op.get_loop() is asyncio.get_running_loop() and not op.done()
+        op.add_done_callback(seen.append)
+
+    assert _cuasync_calls(asked) == set()
+    out = await op
+    await asyncio.sleep(0)
+    assert seen == [op]
+
+    def read() -> None:
+        assert op.done() and not op.cancelled() and op.exception() is None
+        assert op.result() is out
+
+    assert _cuasync_calls(read) == set()
+    with pytest.raises(TypeError, match="must be a Watched"):
+        other = make()
+        other._future = object()  # (a record that is not one: refused, no crash)
+        other.done()
+    other._future = None
+    other._take()  # (never executed: it does not warn)
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
