@@ -25,6 +25,8 @@ static PyObject *running_loop_fn, *get_running_loop_fn, *invalid_state, *argumen
 static int
 protocol_names(void)
 {
+    if (argument_error != NULL) /* (everything made: the common case) */
+        return 0;
     static const interned_name names[] = {
         {&s_hand_over, "_hand_over"},     {&s_handed_over, "_handed_over"},
         {&s_module, "__module__"},        {&s_asyncio_tasks, "asyncio.tasks"},
@@ -37,8 +39,6 @@ protocol_names(void)
         return -1;
     if (k_context == NULL && (k_context = PyTuple_Pack(1, s_context)) == NULL)
         return -1;
-    if (argument_error != NULL)
-        return 0;
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     PyObject *errors = asyncio == NULL ? NULL : PyImport_ImportModule("cuasync.errors");
     if (errors != NULL &&
