@@ -114,7 +114,7 @@ class Watched(WatchedCore):
         """Its stream chosen, in the caller's context: the kernels it needs prepared, and
         the raw launch the core will make; a snapshot of the context where the op is not
         a core launch (it is submitted in it). (``LaunchAwait.hand_over`` calls it for a
-        TensorOp that has no raw launch yet: a first use, a library call.)"""
+        TensorOp that has no raw launch yet: a first use, a pending operand.)"""
         try:
             op = self.op
             self.first = op._first_use(self.stream.device)

@@ -167,6 +167,7 @@ typedef struct {
 } WatchedCore;
 
 #define WATCHED_OBJECTS 16
+int watched_intact(WatchedCore *w);
 /* OpCore's asyncio future protocol (op_future.c): get_loop, add_done_callback, done,
  * result, ... and _asyncio_future_blocking, reading the op's Watched */
 extern PyMethodDef op_future_methods[];

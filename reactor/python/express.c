@@ -2421,18 +2421,14 @@ hands_over(LaunchAwait *self, PyObject *op)
     return tensor ? tensor_own_way(self, op) : 1;
 }
 
-/* The launch the core makes for op (taken) on stream: a new reference; None where
- * Watched.prepare_on decides (a TensorOp's first use, or a raw launch that is not a
- * kernel's, given back taken); NULL with an error set. */
+/* The launch the core makes for op (taken) on stream: a new reference (a launch op's
+ * itself; a TensorOp's raw launch, taken, as its await launches it: a kernel's or a
+ * library call's); None where Watched.prepare_on decides (a TensorOp's first use, a
+ * pending operand); NULL with an error set. */
 static PyObject *
 launch_handed_over(LaunchAwait *self, PyObject *op, PyObject *stream)
 {
-    if (self->tensor_launch == NULL)
-        return Py_NewRef(op);
-    PyObject *launch = take_tensor_launch(self, op, stream);
-    if (launch != NULL && launch != Py_None && !PyObject_TypeCheck(launch, REGISTERED(LAUNCH)))
-        Py_SETREF(launch, Py_NewRef(Py_None)); /* (taken: dropped without a warning) */
-    return launch;
+    return self->tensor_launch == NULL ? Py_NewRef(op) : take_tensor_launch(self, op, stream);
 }
 
 static PyObject *
@@ -2481,19 +2477,22 @@ LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
             Py_SETREF(w->launch, launch);
             launch = NULL;
         }
-        else { /* (a TensorOp's first use, or a library call: Python decides) */
+        else { /* (a TensorOp's first use: Python decides) */
             PyObject *r = PyObject_CallMethodNoArgs(watched, self->s_prepare_on);
             if (r == NULL)
-                goto fail;
+                goto unhand;
             Py_DECREF(r);
         }
     }
     if (PyList_Append(starting, watched) < 0)
-        goto fail;
+        goto unhand;
     if (PyList_GET_SIZE(starting) == 1) {
         PyObject *r = PyObject_CallMethod(loop, "call_soon", "OO", self->start_pass, adapter);
-        if (r == NULL)
-            goto fail;
+        if (r == NULL) {
+            PyList_SetSlice(starting, PyList_GET_SIZE(starting) - 1, PyList_GET_SIZE(starting),
+                            NULL); /* (never started: not queued) */
+            goto unhand;
+        }
         Py_DECREF(r);
     }
     Py_XDECREF(launch);
@@ -2504,6 +2503,8 @@ decline:
     Py_XDECREF(starting);
     Py_DECREF(adapter);
     return Py_NewRef(Py_None);
+unhand: /* (taken, never queued: no future, so that awaiting it raises, not hangs) */
+    field_set(&OP(op)->future, Py_NewRef(Py_None));
 fail:
     Py_XDECREF(launch);
     Py_XDECREF(watched);

@@ -139,10 +139,14 @@ static inline int
 settle_inline(Express *self, PyObject *stream, Py_ssize_t slot, long long seqv, PyObject *seq)
 {
     PyObject *completed = STREAM(stream)->completed;
-    if (completed == NULL || !PyLong_CheckExact(completed) || PyLong_AsLongLong(completed) < seqv)
-        field_set(&STREAM(stream)->completed, Py_NewRef(seq));
-    if (PyErr_Occurred() || ledger_release(self->slots, slot) < 0)
+    long long done = completed == NULL || !PyLong_CheckExact(completed)
+                         ? LLONG_MIN : PyLong_AsLongLong(completed);
+    if (done == -1 && PyErr_Occurred())
         return -1; /* (a completed number past 2**63: the slot stays out) */
+    if (done < seqv)
+        field_set(&STREAM(stream)->completed, Py_NewRef(seq));
+    if (ledger_release(self->slots, slot) < 0)
+        return -1;
     self->completed_inline++;
     return 0;
 }

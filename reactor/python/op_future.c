@@ -55,6 +55,31 @@ protocol_names(void)
     return argument_error == NULL ? -1 : 0;
 }
 
+/* o as a Watched with every field set (borrowed), or NULL with an error set. */
+static WatchedCore *
+as_watched(PyObject *o)
+{
+    PyTypeObject *watched_t = REGISTERED(WATCHED);
+    if (watched_t == NULL || !PyObject_TypeCheck(o, watched_t)) {
+        PyErr_Format(PyExc_TypeError, "an op's _future must be a Watched, not %.100s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return watched_intact((WatchedCore *)o) < 0 ? NULL : (WatchedCore *)o;
+}
+
+/* Whether the op was taken (its _consumed): 1, 0, -1 with an error set. */
+static int
+consumed(PyObject *self)
+{
+    PyObject *taken = OP(self)->consumed;
+    if (taken == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_consumed");
+        return -1;
+    }
+    return PyObject_IsTrue(taken);
+}
+
 /* The op's Watched into *w (borrowed): 1; 0 none (not handed over); -1 an error set
  * (names not made, or op._future set to something else). */
 static int
@@ -66,11 +91,8 @@ watched_of(PyObject *self, WatchedCore **w)
     PyObject *future = OP(self)->future;
     if (future == NULL || future == Py_None)
         return 0;
-    if (!PyObject_TypeCheck(future, REGISTERED(WATCHED))) {
-        PyErr_Format(PyExc_TypeError, "an op's _future must be a Watched, not %.100s",
-                     Py_TYPE(future)->tp_name);
+    if (as_watched(future) == NULL)
         return -1;
-    }
     *w = (WatchedCore *)future;
     return 1;
 }
@@ -87,10 +109,13 @@ handed_over(PyObject *self)
     PyObject *hand_over = PyObject_GetAttr((PyObject *)Py_TYPE(self), s_hand_over);
     PyObject *watched = hand_over == NULL ? NULL : PyObject_CallOneArg(hand_over, self);
     Py_XDECREF(hand_over);
-    if (watched == NULL || watched != Py_None)
-        return watched;
-    Py_DECREF(watched);
-    return PyObject_CallMethodNoArgs(self, s_handed_over); /* (the Python way) */
+    if (watched == Py_None) {
+        Py_DECREF(watched);
+        watched = PyObject_CallMethodNoArgs(self, s_handed_over); /* (the Python way) */
+    }
+    if (watched != NULL && as_watched(watched) == NULL)
+        Py_CLEAR(watched);
+    return watched;
 }
 
 /* The running asyncio loop (borrowed: it runs), Py_None where none runs; NULL with an
@@ -132,10 +157,10 @@ op_get_blocking(PyObject *self, void *Py_UNUSED(closure))
     PyObject *loop = running_loop();
     if (loop == NULL || loop == Py_None)
         return Py_XNewRef(loop);
-    int consumed = PyObject_IsTrue(OP(self)->consumed);
-    if (consumed < 0)
+    int taken = consumed(self);
+    if (taken < 0)
         return NULL;
-    if (!consumed) {
+    if (!taken) {
         PyObject *watched = handed_over(self);
         if (watched == NULL)
             return NULL;
@@ -268,7 +293,10 @@ op_remove_done_callback(PyObject *self, PyObject *fn)
     int has = watched_of(self, &w);
     if (has <= 0)
         return has < 0 ? NULL : PyLong_FromLong(0);
-    return PyObject_CallMethodOneArg((PyObject *)w, s_remove, fn);
+    PyObject *watched = Py_NewRef((PyObject *)w); /* (held while its method runs) */
+    PyObject *r = PyObject_CallMethodOneArg(watched, s_remove, fn);
+    Py_DECREF(watched);
+    return r;
 }
 
 static PyObject *
@@ -296,10 +324,38 @@ op_result(PyObject *self, PyObject *Py_UNUSED(unused))
         return NULL;
     if (!has || !w->finished)
         return not_done(w);
-    if (w->cancelled || w->error != Py_None) /* (raised by Watched.outcome) */
-        return PyObject_CallMethodNoArgs((PyObject *)w, s_outcome);
-    return w->comp == Py_None ? Py_NewRef(w->value)
-                              : PyObject_CallMethodNoArgs(w->comp, s_result);
+    PyObject *watched = Py_NewRef((PyObject *)w), *r; /* (held while Python runs) */
+    if (w->cancelled || w->error != Py_None) { /* (raised by Watched.outcome) */
+        r = PyObject_CallMethodNoArgs(watched, s_outcome);
+    }
+    else if (w->comp == Py_None) {
+        r = Py_NewRef(w->value);
+    }
+    else {
+        PyObject *comp = Py_NewRef(w->comp);
+        r = PyObject_CallMethodNoArgs(comp, s_result);
+        Py_DECREF(comp);
+    }
+    Py_DECREF(watched);
+    return r;
+}
+
+/* Raise the CancelledError of w (cancelled): NULL, the error set. */
+static PyObject *
+raise_cancelled(WatchedCore *w)
+{
+    PyObject *watched = Py_NewRef((PyObject *)w);
+    PyObject *error = PyObject_CallMethodNoArgs(watched, s_cancelled_error);
+    Py_DECREF(watched);
+    if (error == NULL)
+        return NULL;
+    if (PyExceptionInstance_Check(error))
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+    else
+        PyErr_Format(PyExc_TypeError, "cancelled_error() gave %.100s, not an exception",
+                     Py_TYPE(error)->tp_name);
+    Py_DECREF(error);
+    return NULL;
 }
 
 static PyObject *
@@ -311,17 +367,15 @@ op_exception(PyObject *self, PyObject *Py_UNUSED(unused))
         return NULL;
     if (!has || !w->finished)
         return not_done(w);
-    if (w->cancelled) {
-        PyObject *error = PyObject_CallMethodNoArgs((PyObject *)w, s_cancelled_error);
-        if (error != NULL) {
-            PyErr_SetObject((PyObject *)Py_TYPE(error), error);
-            Py_DECREF(error);
-        }
-        return NULL;
-    }
+    if (w->cancelled)
+        return raise_cancelled(w);
     if (w->error != Py_None) /* (failed, with or without a completion) */
         return Py_NewRef(w->error);
-    return w->comp == Py_None ? Py_NewRef(Py_None) : PyObject_GetAttr(w->comp, s_error);
+    if (w->comp == Py_None)
+        Py_RETURN_NONE;
+    PyObject *comp = Py_NewRef(w->comp), *error = PyObject_GetAttr(comp, s_error);
+    Py_DECREF(comp);
+    return error;
 }
 
 static PyObject *
@@ -345,9 +399,9 @@ op_cancel(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         watched = Py_NewRef((PyObject *)w);
     }
     else {
-        int consumed = PyObject_IsTrue(OP(self)->consumed);
-        if (consumed != 0)
-            return consumed < 0 ? NULL : Py_NewRef(Py_False);
+        int taken = consumed(self);
+        if (taken != 0)
+            return taken < 0 ? NULL : Py_NewRef(Py_False);
         if ((watched = handed_over(self)) == NULL)
             return NULL;
     }
@@ -364,7 +418,10 @@ op_make_cancelled_error(PyObject *self, PyObject *Py_UNUSED(unused))
     int has = watched_of(self, &w);
     if (has <= 0)
         return has < 0 ? NULL : not_done(NULL);
-    return PyObject_CallMethodNoArgs((PyObject *)w, s_cancelled_error);
+    PyObject *watched = Py_NewRef((PyObject *)w);
+    PyObject *error = PyObject_CallMethodNoArgs(watched, s_cancelled_error);
+    Py_DECREF(watched);
+    return error;
 }
 
 PyMethodDef op_future_methods[] = {

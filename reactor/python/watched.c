@@ -48,9 +48,9 @@ watched_names(void)
 }
 
 /* Whether every object field holds an object: 0, or -1 with an error set (one was
- * deleted from Python, or cleared by the cyclic GC). */
-static int
-intact(WatchedCore *w)
+ * deleted from Python, or cleared by the cyclic GC). (op_future.c's too: cores.h) */
+int
+watched_intact(WatchedCore *w)
 {
     PyObject **fields = &w->op;
     for (int i = 0; i < WATCHED_OBJECTS; i++)
@@ -114,7 +114,7 @@ watched_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     WatchedCore *w = W(self);
-    if (intact(w) < 0)
+    if (watched_intact(w) < 0)
         return NULL;
     PyObject *fn = args[0], *context = args[1];
     PyObject *own = w->context;
@@ -165,7 +165,7 @@ watched_end(PyObject *self, PyObject *Py_UNUSED(unused))
     WatchedCore *w = W(self);
     if (w->finished)
         Py_RETURN_NONE;
-    if (watched_names() < 0 || intact(w) < 0)
+    if (watched_names() < 0 || watched_intact(w) < 0)
         return NULL;
     w->finished = 1;
     PyObject *op = w->op, *callbacks = w->callbacks, *context = w->context;
@@ -224,7 +224,7 @@ PyObject *
 watched_let_launch_go(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     WatchedCore *w = W(self);
-    if (intact(w) < 0)
+    if (watched_intact(w) < 0)
         return NULL;
     PyObject *t = PyTuple_New(3);
     if (t == NULL)
@@ -267,7 +267,7 @@ PyObject *
 watched_look(PyObject *self, PyObject *hub)
 {
     WatchedCore *w = W(self);
-    if (watched_names() < 0 || intact(w) < 0)
+    if (watched_names() < 0 || watched_intact(w) < 0)
         return NULL;
     int found, boxed = w->box == Py_None ? 0 : PyObject_IsTrue(w->box);
     if (boxed < 0)
@@ -399,7 +399,7 @@ done:
 PyObject *
 watched_submit_launch(PyObject *self, PyObject *Py_UNUSED(unused))
 {
-    if (watched_names() < 0 || intact(W(self)) < 0 || submit_launch(self) < 0)
+    if (watched_names() < 0 || watched_intact(W(self)) < 0 || submit_launch(self) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -437,7 +437,7 @@ is_watched(PyObject *w)
 {
     PyTypeObject *t = REGISTERED(WATCHED);
     if (t != NULL && PyObject_TypeCheck(w, t))
-        return intact(W(w)) < 0 ? -1 : 1;
+        return watched_intact(W(w)) < 0 ? -1 : 1;
     PyErr_Format(PyExc_TypeError, "a batch holds Watched objects, not %.100s",
                  Py_TYPE(w)->tp_name);
     return -1;
