@@ -216,6 +216,30 @@ async def await_held(make_op: Callable[[], Any]) -> Any:
     return results[0]
 
 
+def python_calls(fn: Callable[[], object], within: str | None = None) -> list[str]:
+    """The names of the Python functions ``fn()`` calls, in order (``sys.setprofile``),
+    ``fn`` itself left out; ``within``: only those defined in files under that directory.
+
+    >>> python_calls(lambda: t.__dlpack__(stream=1))   # the export in C: []
+    """
+    called: list[str] = []
+    own = getattr(fn, "__code__", None)
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event != "call" or code is own:
+            return
+        if within is None or code.co_filename.startswith(within):
+            called.append(code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return called
+
+
 def awaited_completions() -> int:
     """Pending completions with a waiter: awaits parked on their work."""
     from cuasync._core.completion import get_hub

@@ -128,6 +128,18 @@ running_loop(void)
     return loop;
 }
 
+/* w.<name>(arg) (arg NULL: no argument), w held while its Python runs (which may drop
+ * the op's reference to it): a new reference, or NULL with an error set. */
+static PyObject *
+call_watched(WatchedCore *w, PyObject *name, PyObject *arg)
+{
+    PyObject *watched = Py_NewRef((PyObject *)w);
+    PyObject *r = arg == NULL ? PyObject_CallMethodNoArgs(watched, name)
+                              : PyObject_CallMethodOneArg(watched, name, arg);
+    Py_DECREF(watched);
+    return r;
+}
+
 static PyObject *
 not_done(WatchedCore *w)
 {
@@ -293,10 +305,7 @@ op_remove_done_callback(PyObject *self, PyObject *fn)
     int has = watched_of(self, &w);
     if (has <= 0)
         return has < 0 ? NULL : PyLong_FromLong(0);
-    PyObject *watched = Py_NewRef((PyObject *)w); /* (held while its method runs) */
-    PyObject *r = PyObject_CallMethodOneArg(watched, s_remove, fn);
-    Py_DECREF(watched);
-    return r;
+    return call_watched(w, s_remove, fn);
 }
 
 static PyObject *
@@ -324,19 +333,12 @@ op_result(PyObject *self, PyObject *Py_UNUSED(unused))
         return NULL;
     if (!has || !w->finished)
         return not_done(w);
-    PyObject *watched = Py_NewRef((PyObject *)w), *r; /* (held while Python runs) */
-    if (w->cancelled || w->error != Py_None) { /* (raised by Watched.outcome) */
-        r = PyObject_CallMethodNoArgs(watched, s_outcome);
-    }
-    else if (w->comp == Py_None) {
-        r = Py_NewRef(w->value);
-    }
-    else {
-        PyObject *comp = Py_NewRef(w->comp);
-        r = PyObject_CallMethodNoArgs(comp, s_result);
-        Py_DECREF(comp);
-    }
-    Py_DECREF(watched);
+    if (w->cancelled || w->error != Py_None) /* (raised by Watched.outcome) */
+        return call_watched(w, s_outcome, NULL);
+    if (w->comp == Py_None)
+        return Py_NewRef(w->value);
+    PyObject *comp = Py_NewRef(w->comp), *r = PyObject_CallMethodNoArgs(comp, s_result);
+    Py_DECREF(comp);
     return r;
 }
 
@@ -344,9 +346,7 @@ op_result(PyObject *self, PyObject *Py_UNUSED(unused))
 static PyObject *
 raise_cancelled(WatchedCore *w)
 {
-    PyObject *watched = Py_NewRef((PyObject *)w);
-    PyObject *error = PyObject_CallMethodNoArgs(watched, s_cancelled_error);
-    Py_DECREF(watched);
+    PyObject *error = call_watched(w, s_cancelled_error, NULL);
     if (error == NULL)
         return NULL;
     if (PyExceptionInstance_Check(error))
@@ -394,18 +394,15 @@ op_cancel(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     int has = watched_of(self, &w);
     if (has < 0)
         return NULL;
-    PyObject *watched;
-    if (has) {
-        watched = Py_NewRef((PyObject *)w);
-    }
-    else {
-        int taken = consumed(self);
-        if (taken != 0)
-            return taken < 0 ? NULL : Py_NewRef(Py_False);
-        if ((watched = handed_over(self)) == NULL)
-            return NULL;
-    }
-    PyObject *r = PyObject_CallMethodOneArg(watched, s_cancel, msg);
+    if (has)
+        return call_watched(w, s_cancel, msg);
+    int taken = consumed(self);
+    if (taken != 0)
+        return taken < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *watched = handed_over(self), *r;
+    if (watched == NULL)
+        return NULL;
+    r = call_watched((WatchedCore *)watched, s_cancel, msg);
     Py_DECREF(watched);
     return r;
 }
@@ -418,10 +415,7 @@ op_make_cancelled_error(PyObject *self, PyObject *Py_UNUSED(unused))
     int has = watched_of(self, &w);
     if (has <= 0)
         return has < 0 ? NULL : not_done(NULL);
-    PyObject *watched = Py_NewRef((PyObject *)w);
-    PyObject *error = PyObject_CallMethodNoArgs(watched, s_cancelled_error);
-    Py_DECREF(watched);
-    return error;
+    return call_watched(w, s_cancelled_error, NULL);
 }
 
 PyMethodDef op_future_methods[] = {

@@ -14,7 +14,6 @@ import asyncio
 import contextvars
 import gc
 import itertools
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import NATIVE_ON, wait_until
+from helpers import NATIVE_ON, python_calls, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -136,23 +135,38 @@ async def test_ops_handed_over_in_a_cancel_scope_are_skipped_with_it(
     anyio_backend: Any, baseline: Any
 ) -> None:
     marks = _marks()
+    await _gathered_in_a_cancelled_scope(lambda: [ct.mark(marks, i) for i in range(4)])
+    assert np.asarray(await marks.to_host()).tolist()[:4] == [0, 0, 0, 0]  # skipped
+
+
+async def _gathered_in_a_cancelled_scope(
+    make: Callable[[], list[Any]], beside: Callable[[], Any] | None = None
+) -> Any:
+    """Gather ``make()``'s ops in a task inside a cancel scope, behind a closed gate; once
+    the loop's next pass started them, cancel the task (it leaves the scope by the
+    cancellation), open the gate and wait for the device. ``beside()`` runs right after
+    the task is made: what it hands over joins that same pass (which runs in the context
+    of the first handover, ``beside``'s); its result is returned."""
     submitted = asyncio.Event()
 
     async def handler() -> None:
         with cuasync.cancel_scope():
-            gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
-            await asyncio.sleep(0)  # the next pass submitted them
+            ops = make()
+            gathered = asyncio.gather(*ops)
+            await asyncio.sleep(0)  # the next pass started them
+            assert all(op._future is not None and op._future.started for op in ops)
             submitted.set()
             await gathered
 
     with ct.gate():
-        task = asyncio.ensure_future(handler())
+        task = asyncio.ensure_future(handler())  # (its first step runs before the pass)
+        besides = None if beside is None else beside()
         await submitted.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
     await cuasync.get_default_device().synchronized()
-    assert np.asarray(await marks.to_host()).tolist()[:4] == [0, 0, 0, 0]  # skipped
+    return besides
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
@@ -163,24 +177,11 @@ async def test_ops_started_in_one_pass_keep_the_scope_each_was_handed_over_in(
     (the pass runs in the context of the first handover), each run with its own scope's
     word, whichever way the core takes each: only the cancelled scope's are skipped."""
     marks = _marks()
-    submitted = asyncio.Event()
-
-    async def handler() -> None:
-        with cuasync.cancel_scope():
-            gathered = asyncio.gather(*(ct.mark(marks, i) for i in range(4)))
-            await asyncio.sleep(0)  # the pass below started them
-            submitted.set()
-            await gathered
-
-    with ct.gate():
-        task = asyncio.ensure_future(handler())  # (its first step runs before the pass)
-        free = asyncio.gather(ct.mark(marks, 4), ct.mark(marks, 5))  # queues the pass
-        await submitted.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    free = await _gathered_in_a_cancelled_scope(
+        lambda: [ct.mark(marks, i) for i in range(4)],
+        beside=lambda: asyncio.gather(ct.mark(marks, 4), ct.mark(marks, 5)),  # (no scope)
+    )
     await free
-    await cuasync.get_default_device().synchronized()
     assert np.asarray(await marks.to_host()).tolist()[:6] == [0, 0, 0, 0, 1, 1]
 
 
@@ -438,21 +439,9 @@ async def test_an_op_whose_policy_fails_raises_where_it_is_awaited(
         bad.sync(allow_in_loop=True)
 
 
-def _cuasync_calls(fn: Callable[[], object]) -> set[str]:
-    """The names of cuasync's Python functions ``fn()`` calls (sys.setprofile)."""
-    called: set[str] = set()
-    package = str(Path(cuasync.__file__).parent)
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(package):
-            called.add(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return called
+def _cuasync_calls(fn: Callable[[], object]) -> list[str]:
+    """The names of cuasync's Python functions ``fn()`` calls."""
+    return python_calls(fn, within=str(Path(cuasync.__file__).parent))
 
 
 _NEVER_SEEN = itertools.count(5)
@@ -471,7 +460,7 @@ async def test_a_seen_expression_is_handed_over_in_c_and_a_new_one_prepared_firs
     through its first use (``Watched.prepare_on``) and still gives its output."""
     x = _x()
     seen = x * 3.0
-    assert not _PYTHON_HANDOVER & _cuasync_calls(lambda: asyncio.ensure_future(seen))
+    assert not _PYTHON_HANDOVER.intersection(_cuasync_calls(lambda: asyncio.ensure_future(seen)))
     fresh = cuasync.sqrt(x) * x
     for _ in range(next(_NEVER_SEEN)):  # (a structure this process never ran)
         fresh = cuasync.sqrt(fresh)
@@ -497,7 +486,7 @@ async def test_asyncio_reads_an_op_as_a_future_without_python_code(
         assert op.get_loop() is asyncio.get_running_loop() and not op.done()
         op.add_done_callback(seen.append)
 
-    assert _cuasync_calls(asked) == set()
+    assert _cuasync_calls(asked) == []
     out = await op
     await asyncio.sleep(0)
     assert seen == [op]
@@ -506,7 +495,7 @@ async def test_asyncio_reads_an_op_as_a_future_without_python_code(
         assert op.done() and not op.cancelled() and op.exception() is None
         assert op.result() is out
 
-    assert _cuasync_calls(read) == set()
+    assert _cuasync_calls(read) == []
     with pytest.raises(TypeError, match="must be a Watched"):
         other = make()
         other._future = object()  # (a record that is not one: refused, no crash)
@@ -523,24 +512,7 @@ async def test_a_gathered_op_writing_out_in_a_cancelled_scope_still_writes_it(
     scope, gathered as awaited: a tensor others may read is never left half written."""
     x, out = _x(), cuasync.zeros((256,), "float32").sync(allow_in_loop=True)
     cuasync.add(x, 1.0, out=x).sync(allow_in_loop=True)  # (prepared: no first use; x 3s)
-    submitted = asyncio.Event()
-
-    async def handler() -> None:
-        with cuasync.cancel_scope():
-            op = cuasync.add(x, 1.0, out=out)
-            gathered = asyncio.gather(op)
-            await asyncio.sleep(0)  # the next pass submitted it
-            assert op._future is not None and op._future.started
-            submitted.set()
-            await gathered
-
-    with ct.gate():
-        task = asyncio.ensure_future(handler())
-        await submitted.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    await cuasync.get_default_device().synchronized()
+    await _gathered_in_a_cancelled_scope(lambda: [cuasync.add(x, 1.0, out=out)])
     assert set(np.asarray(await out.to_host()).tolist()) == {4.0}  # written all the same
 
 

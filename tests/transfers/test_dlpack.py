@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, run_script, settle, still_pending
+from helpers import ON_EMULATOR, python_calls, run_script, settle, still_pending
 
 import cuasync
 import cuasync.testing as ct
@@ -560,24 +560,6 @@ def test_export_arguments_are_checked() -> None:
 
 
 # -- the common export in C ---------------------------------------------------------------
-def _python_calls(fn: Any) -> list[str]:
-    """The Python functions ``fn()`` calls (sys.setprofile)."""
-    import sys
-
-    called: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            called.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return called[1:]  # (fn itself)
-
-
 @pytest.mark.parametrize("stream", [None, 1, -1])
 @pytest.mark.parametrize("max_version", [None, (1, 0), (1, 3)])
 def test_the_exports_torch_and_cupy_ask_for_run_no_python(stream: Any, max_version: Any) -> None:
@@ -591,7 +573,7 @@ def test_the_exports_torch_and_cupy_ask_for_run_no_python(stream: Any, max_versi
         capsule = t.__dlpack__(stream=stream, max_version=max_version)
         del capsule
 
-    assert _python_calls(export_and_release) == []
+    assert python_calls(export_and_release) == []
 
 
 def test_the_release_records_the_consumer_as_a_reader() -> None:
@@ -636,7 +618,7 @@ def test_an_export_with_work_pending_elsewhere_is_ordered_in_python() -> None:
     t.__dlpack__(stream=1)
     with ct.gate(s1):
         cuasync.fill(t, 5.0).submit_on(s1)
-        called = _python_calls(lambda: t.__dlpack__(stream=1, max_version=(1, 0)))
+        called = python_calls(lambda: t.__dlpack__(stream=1, max_version=(1, 0)))
         assert "export" in called and "order_foreign_after" in called
 
 
