@@ -855,7 +855,7 @@ class WatchedCore:
     def submit_launch(self) -> None: ...
     @staticmethod
     def start_each(
-        batch: list[Any], failed: Callable[[Any, Exception], object], /
+        batch: list[Any], failed: Callable[[Any, BaseException], object], /
     ) -> list[Any]: ...
     @staticmethod
     def look_each(

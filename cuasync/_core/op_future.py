@@ -149,7 +149,11 @@ class Watched(WatchedCore):
             self.fail(error)
             return
         self.first = ()
-        self.context.run(self.submit)
+        try:
+            self.context.run(self.submit)
+        except BaseException as exc:  # (^C, SystemExit: it ends with it, as a Task would)
+            _failed(self, exc)
+            raise
         if self.launched:
             _looking(self.adapter, [self])
 
@@ -229,7 +233,10 @@ class Watched(WatchedCore):
             self.op = None  # nobody watches any more (the loop is closed)
 
     def fail(self, error: BaseException) -> None:
-        """It failed without a completion (a compile error, no stream, a refused launch)."""
+        """It failed without a completion (a compile error, no stream, a refused launch);
+        one that has ended already keeps how it ended."""
+        if self.finished:
+            return
         self.error = error
         self.end()
 
@@ -293,18 +300,35 @@ class Watched(WatchedCore):
 
 def start_pass(adapter: Any) -> None:
     """The loop's pass that starts the ops handed over since the last one (one that
-    fails fails alone: the others start, and are looked at)."""
+    fails fails alone: the others start, and are looked at). What stops the pass (^C,
+    SystemExit) ends the op it stopped in with it, and the ops after it start in the
+    next pass."""
     watched, adapter.starting = adapter.starting, []
     launched = None
     try:
         launched = Watched.start_each(watched, _failed)
     finally:  # (an error that is not an op's: those launched are still looked at)
+        if launched is None:
+            _to_start(adapter, [w for w in watched if not (w.started or w.finished)], first=True)
         _looking(adapter, launched if launched is not None else [w for w in watched if w.launched])
 
 
-def _failed(watched: Watched, error: Exception) -> None:
+def _to_start(adapter: Any, watched: list[Watched], first: bool = False) -> None:
+    """Queue ``watched`` to start in the loop's next pass (``first``: before those queued
+    already), scheduling the pass where none is."""
+    if watched:
+        starting = adapter.starting
+        if not starting:
+            watched[0].loop.call_soon(start_pass, adapter)
+        if first:
+            starting[:0] = watched
+        else:
+            starting.extend(watched)
+
+
+def _failed(watched: Watched, error: BaseException) -> None:
     """A step of one op raised: that op fails alone (its completion, if it has one by
-    then, goes to the background watcher)."""
+    then, goes to the background watcher); what stops a pass (^C) ends it too."""
     _to_background(watched.comp)
     watched.fail(error)
 
@@ -374,11 +398,12 @@ class AsyncioFuture:
         self._take()  # (raises for an op already used)
         # (OpCore's field, which mypy does not see through this base's empty __slots__)
         watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
-        watched.prepare()
-        starting = adapter.starting
-        starting.append(watched)
-        if len(starting) == 1:
-            loop.call_soon(start_pass, adapter)
+        try:
+            watched.prepare()
+            _to_start(adapter, [watched])
+        except BaseException:  # (^C: taken, never queued; awaiting it raises, not hangs)
+            self._future = None  # type: ignore[misc]
+            raise
         return watched
 
     def _express_launch(self, stream: Any) -> Any:

@@ -115,6 +115,11 @@ handed_over(PyObject *self)
     }
     if (watched != NULL && as_watched(watched) == NULL)
         Py_CLEAR(watched);
+    if (watched != NULL && OP(self)->future != watched) { /* (a handover sets the op's own) */
+        PyErr_Format(PyExc_TypeError, "%.100s's handover returned a Watched that is not its "
+                     "_future", Py_TYPE(self)->tp_name);
+        Py_CLEAR(watched);
+    }
     return watched;
 }
 

@@ -186,9 +186,14 @@ watched_end(PyObject *self, PyObject *Py_UNUSED(unused))
             status = call_soon(soon, callbacks, arg, context);
         }
         else {
-            for (Py_ssize_t i = 0; status == 0 && i + 1 < PyList_GET_SIZE(callbacks); i += 2)
-                status = call_soon(soon, PyList_GET_ITEM(callbacks, i), arg,
-                                   PyList_GET_ITEM(callbacks, i + 1));
+            for (Py_ssize_t i = 0; status == 0 && i + 1 < PyList_GET_SIZE(callbacks); i += 2) {
+                PyObject *fn = Py_NewRef(PyList_GET_ITEM(callbacks, i));
+                PyObject *fn_context = Py_NewRef(PyList_GET_ITEM(callbacks, i + 1));
+                status = call_soon(soon, fn, arg, fn_context); /* (held: a loop's call_soon
+                                                                  is anyone's Python) */
+                Py_DECREF(fn);
+                Py_DECREF(fn_context);
+            }
         }
         Py_XDECREF(soon);
     }
@@ -416,19 +421,26 @@ check_batch(PyObject *batch)
     return 0;
 }
 
-/* one op's step failed: failed(w, exc) where it raised an Exception (the op fails alone),
- * 0; -1 with the error set otherwise */
+/* one op's step raised: failed(w, exc). An Exception: the op fails alone, 0. Anything else
+ * (^C, SystemExit) stops the pass: -1 with it raised again; with `ends`, after failed(w,
+ * exc) too (a step that may have left the op half started ends it with what stopped it,
+ * as a Task's step does), else the op is left as it was (a look: looked at again). */
 static int
-isolate(PyObject *failed, PyObject *w)
+isolate(PyObject *failed, PyObject *w, int ends)
 {
-    PyObject *exc = take_exception();
+    int alone = PyErr_ExceptionMatches(PyExc_Exception);
+    if (!alone && !ends)
+        return -1;
+    PyObject *exc = take_error();
     if (exc == NULL)
         return -1;
     PyObject *a[2] = {w, exc};
     PyObject *r = PyObject_Vectorcall(failed, a, 2, NULL);
+    if (r != NULL && !alone)
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);
     Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
+    return r == NULL || !alone ? -1 : 0;
 }
 
 /* w, an item of a batch: 1 a Watched (op_future's, intact), else -1 with a TypeError */
@@ -448,8 +460,9 @@ const char watched_start_each_doc[] =
     "The loop's pass starting the ops handed over since the last one (a list of Watched): "
     "each not finished yet started (submit_launch where it is a core launch with nothing "
     "to prepare, else its start(), which takes the other ways); one that raises an "
-    "Exception fails alone "
-    "(failed(watched, exc)). Returns those launched by the core (to look at).";
+    "Exception fails alone (failed(watched, exc)); anything else (^C) is raised after "
+    "failed(watched, exc), the ops after it left unstarted. Returns those launched by the "
+    "core (to look at).";
 
 PyObject *
 watched_start_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t nargs)
@@ -483,7 +496,7 @@ watched_start_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t n
                 Py_XDECREF(r);
             }
             if (ok < 0)
-                ok = isolate(failed, item) < 0 ? -1 : 1;
+                ok = isolate(failed, item, 1) < 0 ? -1 : 1;
             if (ok > 0 && w->launched && PyList_Append(launched, item) < 0)
                 ok = -1;
         }
@@ -586,7 +599,7 @@ watched_look_each(PyObject *Py_UNUSED(cls), PyObject *const *args, Py_ssize_t na
         else {
             PyObject *r = watched_look(item, hub);
             if (r == NULL)
-                ok = isolate(failed, item) < 0 ? -1 : 1;
+                ok = isolate(failed, item, 0) < 0 ? -1 : 1;
             else if (r == Py_True) { /* not landed yet: the head of its stream */
                 set_head(&h, w);
                 ok = PyList_Append(again, item) < 0 ? -1 : 1;

@@ -439,6 +439,94 @@ async def test_an_op_whose_policy_fails_raises_where_it_is_awaited(
         bad.sync(allow_in_loop=True)
 
 
+class _Interrupting(cuasync.SchedulingPolicy):
+    """^C landing while a policy picks the stream."""
+
+    def next_stream(self) -> Any:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("kind", ["launch", "tensor op", "copy"])
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_op_whose_handover_is_interrupted_is_used_not_left_hanging(
+    anyio_backend: Any, kind: str, baseline: Any
+) -> None:
+    """^C during the handover propagates; the op is used (one execution) and awaiting it
+    raises at once, on the native handover (a launch, a TensorOp) and Python's (a copy)."""
+    make = await _maker("launch" if kind == "launch" else "tensor op")
+    op = _x().to_host() if kind == "copy" else make()
+    with cuasync.use_policy(_Interrupting()), pytest.raises(KeyboardInterrupt):
+        asyncio.isfuture(op)  # (asyncio's question hands it over)
+    with pytest.raises(OpConsumedError):
+        await asyncio.wait_for(op, 10)  # (a hang would time out instead)
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        return pytest.importorskip("uvloop").new_event_loop()
+    return asyncio.new_event_loop()
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_an_interrupt_in_the_start_pass_ends_its_op_and_the_rest_start_after(
+    kind: str, baseline: Any
+) -> None:
+    """^C while the pass starts an op stops the loop, as it would in a Task's step: that
+    op ends with it (its awaiters see it), and the ops queued after it start when the
+    loop runs again; nothing hangs, nothing leaks."""
+    x = _x()
+
+    def interrupted(_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    ops = [x + x, (x * 3.0).then(interrupted), cuasync.exp(x)]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*ops, return_exceptions=True)
+
+    loop = _new_loop(kind)
+    try:
+        task = loop.create_task(main())
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(task)
+        assert not ops[2].done()  # queued after the interrupted one: not started yet
+        outcomes = loop.run_until_complete(asyncio.wait_for(task, 10))  # (a hang: times out)
+        outputs = [np.asarray(loop.run_until_complete(outcomes[i].to_host())) for i in (0, 2)]
+    finally:
+        loop.close()
+    assert isinstance(outcomes[1], KeyboardInterrupt)
+    assert isinstance(ops[1].exception(), KeyboardInterrupt)
+    np.testing.assert_allclose(outputs[0], 4.0)
+    np.testing.assert_allclose(outputs[1], np.exp(2.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_a_handover_must_give_the_ops_own_watched(anyio_backend: Any, baseline: Any) -> None:
+    """An op class whose handover hook returns another op's Watched is refused (its
+    callbacks would be called with the other op, its own never done), and the op is
+    still unused."""
+    from cuasync._core.output import Output
+
+    other = _x() + 1.0
+    assert asyncio.ensure_future(other) is other
+
+    class Borrowing(cuasync.DeviceOp[int]):  # (the hook is cuasync's own op classes')
+        __slots__ = ()
+
+        def _enqueue(self, ctx: Any) -> Any:
+            return Output.ready(42)
+
+        @staticmethod
+        def _hand_over(op: Any) -> Any:
+            return other._future
+
+    mine = Borrowing(cuasync.Device(0))
+    with pytest.raises(TypeError, match="not its _future"):
+        asyncio.isfuture(mine)
+    await other
+    assert await mine == 42
+
+
 def _cuasync_calls(fn: Callable[[], object]) -> list[str]:
     """The names of cuasync's Python functions ``fn()`` calls."""
     return python_calls(fn, within=str(Path(cuasync.__file__).parent))
