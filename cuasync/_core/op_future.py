@@ -33,7 +33,9 @@ that is one
 :class:`Watched`, where a Task costs a Task, its context, its weak reference and the
 await's iterator, all alive until the work lands: a gather of thousands of them makes
 the cyclic GC's full passes over a large heap (torch's, CuPy's), the cost
-docs/performance.md measures. One op failing in a pass fails alone.
+docs/performance.md measures. One op failing in a pass fails alone; an interrupt (^C)
+stops the pass as it would a Task's step, ending the op it stopped in with it, and the
+ops after it start when the loop runs again.
 
 **Semantics.** An op handed over is still single-use: ``await op`` (what a Task does
 with it) waits for that one execution, ``op.result()`` reads it, and ``op.cancel()``
