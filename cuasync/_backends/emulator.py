@@ -54,6 +54,10 @@ from typing import Any
 
 import numpy as np
 
+# (numpy imports ctypeslib lazily: here, not on a device thread, which interpreter
+# shutdown may stop in the middle of an import, keeping the import lock for good)
+import numpy.ctypeslib
+
 from .. import _config
 from .._curesult import Code
 from .._exceptions import fresh, report_unraisable

@@ -451,6 +451,7 @@ class Hub(HubCore):
 
     def _close_at_exit(self) -> None:
         self.closed = True
+        self.background.kick()  # (it stops: see BackgroundWatcher._run)
         if self.submitter is not None:
             # What is queued is launched (at most a few ms); a thread stuck in the driver
             # (a stream held by a gate nobody opens) is left to the process's end.

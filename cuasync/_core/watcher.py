@@ -105,11 +105,17 @@ class BackgroundWatcher:
 
     def _run(self) -> None:
         stale = max(CONFIG.stale_us / 1e6, 0.005)
-        while True:
+        hub = self._hub
+        # Closed at exit (the hub's atexit handler): what is still pending is the process's
+        # end's. The thread stops there rather than go on finishing work while the
+        # interpreter tears down the streams it would query: a daemon thread stopped by
+        # the finalization in the middle of logging that would keep logging's lock
+        # forever, and the next finalizer to log (asyncio's "Task was destroyed") hang.
+        while not hub.closed:
             try:
                 self._step(stale)
             except Exception:
-                if self._hub.closed:  # the process is exiting: the slab is gone
+                if hub.closed:
                     return
                 log.exception("cuasync background watcher: unexpected error; it keeps running")
 
@@ -122,6 +128,8 @@ class BackgroundWatcher:
             if delay is not None and (timeout is None or delay * 1000 < timeout):
                 timeout = delay * 1000
         for fd, _ in self._poll.poll(timeout):
+            if hub.closed:
+                return
             if fd == self._wake_r:
                 try:
                     while os.read(self._wake_r, 4096):

@@ -99,6 +99,56 @@ def test_a_future_asked_after_the_reactor_closed_at_exit_answers_from_its_stream
     assert "Traceback" not in r.stderr, r.stderr
 
 
+def test_the_background_watcher_stops_when_the_hub_closes_at_exit() -> None:
+    """The hub's exit handler stops its watcher thread rather than leave it finishing
+    work while the interpreter tears down the streams it would ask about: a daemon thread
+    that the finalization stops in the middle of logging keeps logging's lock for good,
+    and the next finalizer to log (asyncio's "Task was destroyed") hangs the exit."""
+    r = run_script(
+        """
+        import cuasync
+        from cuasync._core.completion import get_hub
+        cuasync.zeros((4,)).sync()
+        hub = get_hub()
+        hub._close_at_exit()  # (what the exit handler does first)
+        hub.background.thread.join(10)
+        print("watcher running", hub.background.thread.is_alive())
+        """,
+        timeout=30,
+    )
+    assert r.stdout.strip() == "watcher running False"
+
+
+def test_cuasyncs_threads_import_nothing_while_ops_run() -> None:
+    """The finalization stops daemon threads where they stand: one stopped inside an
+    import keeps the import lock, and the exit hangs at the next import (a pending
+    Task's finalizer formatting its message). cuasync's threads (the emulator's device
+    threads, the watcher, the copy threads) import nothing while kernels, copies and
+    transfers run; their first use's compile does, on its own thread, before the work."""
+    r = run_script(
+        """
+        import sys, threading
+        imported = set()
+
+        def hook(event, args):
+            name = threading.current_thread().name
+            if event == "import" and name.startswith("cuasync-") and "compile" not in name:
+                imported.add(f"{args[0]} on {name.rsplit('-', 1)[0]}")
+
+        sys.addaudithook(hook)
+        import numpy as np
+        import cuasync
+        x = cuasync.from_host(np.arange(64, dtype=np.float32)).sync()
+        y = (cuasync.exp(x) + x).sync()
+        host = y.to_host().sync()
+        total = cuasync.sum(y).sync()
+        print("imported:", sorted(imported))
+        """,
+        timeout=60,
+    )
+    assert r.stdout.strip() == "imported: []", r.stdout
+
+
 # -- 3: the background watcher survives busy servers ------------------------------------
 def test_background_watcher_works_with_more_than_1024_open_fds() -> None:
     r = run_script(
