@@ -451,7 +451,9 @@ class Hub(HubCore):
 
     def _close_at_exit(self) -> None:
         self.closed = True
-        self.background.kick()  # (it stops: see BackgroundWatcher._run)
+        background = getattr(self, "background", None)  # (None: its __init__ failed first)
+        if background is not None:
+            background.kick()  # (it stops: see BackgroundWatcher._run)
         if self.submitter is not None:
             # What is queued is launched (at most a few ms); a thread stuck in the driver
             # (a stream held by a gate nobody opens) is left to the process's end.
