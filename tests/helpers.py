@@ -7,6 +7,7 @@ the conftest.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -164,6 +165,14 @@ STREAM_COMMANDS = (
 
 #: How an await learns about completion: a flag write (reactor) or a host function.
 COMPLETION = ("write_value32", "launch_host_signal", "launch_host_func")
+
+
+def new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """A new event loop of ``kind``, "asyncio" or "uvloop" (skips where uvloop is missing),
+    for a test that runs it itself (``run_until_complete``, then ``close``)."""
+    if kind == "uvloop":
+        return pytest.importorskip("uvloop").new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def settle() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import NATIVE_ON, python_calls, wait_until
+from helpers import NATIVE_ON, new_loop, python_calls, wait_until
 
 import cuasync
 import cuasync.testing as ct
@@ -461,12 +461,6 @@ async def test_an_op_whose_handover_is_interrupted_is_used_not_left_hanging(
         await asyncio.wait_for(op, 10)  # (a hang would time out instead)
 
 
-def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    if kind == "uvloop":
-        return pytest.importorskip("uvloop").new_event_loop()
-    return asyncio.new_event_loop()
-
-
 @pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
 def test_an_interrupt_in_the_start_pass_ends_its_op_and_the_rest_start_after(
     kind: str, baseline: Any
@@ -484,7 +478,7 @@ def test_an_interrupt_in_the_start_pass_ends_its_op_and_the_rest_start_after(
     async def main() -> list[Any]:
         return await asyncio.gather(*ops, return_exceptions=True)
 
-    loop = _new_loop(kind)
+    loop = new_loop(kind)
     try:
         task = loop.create_task(main())
         with pytest.raises(KeyboardInterrupt):

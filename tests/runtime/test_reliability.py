@@ -21,7 +21,7 @@ from typing import cast
 
 import numpy as np
 import pytest
-from helpers import ON_EMULATOR, reactor_path, run_python, run_script
+from helpers import ON_EMULATOR, new_loop, reactor_path, run_python, run_script
 
 import cuasync
 import cuasync.testing as ct
@@ -341,11 +341,7 @@ def test_future_awaited_from_two_loops_wakes_both_even_if_one_is_blocked(
 # -- 7: closing a loop hands its pending completions over -------------------------------
 @pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
 def test_closing_a_loop_with_tasks_awaiting_ops_releases_everything(kind: str) -> None:
-    if kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        loop = uvloop.new_event_loop()
-    else:
-        loop = asyncio.new_event_loop()
+    loop = new_loop(kind)
     ct.settle()
     before = ct.snapshot()
     s = cuasync.Device(0).new_stream()
