@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["SCOPE", "current_word", "detached"]
 
@@ -24,6 +24,8 @@ class _Scope(Protocol):
     ordinal: int
 
     def word_for(self, ordinal: int) -> int: ...
+
+    def _adopt(self, watched: Any) -> None: ...
 
 
 #: The scope entered last in this context (None: none, or stepped out by ``detached``).

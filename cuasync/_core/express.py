@@ -40,6 +40,7 @@ from time import monotonic, monotonic_ns
 from typing import Any
 
 from .. import _config
+from .._cancel_var import SCOPE
 from .._first_use import Unprepared, prepare_off_loop
 from .._native import NATIVE, PROCESS, Suspension
 from . import completion as _completion
@@ -397,23 +398,24 @@ Enqueue = Callable[[Any, "Stream", int, Any], Any]
 def launch_awaiter(
     fallback: Callable[..., Any],
     tensor_launch: Callable[[Any, Stream], Any] | None = None,
-    scope: Any = None,
 ) -> Any:
     """The await of a launch op: the native module's ``LaunchAwait`` (the preamble of
     :func:`await_launch` and the hub's core's launch in C; ``fallback`` where it is not
     its case). ``PROCESS.launch_await`` holds the one every launch op's ``__await__``
-    (``LaunchCore``'s) calls. With ``tensor_launch`` (``launch_plan.express_launch``)
-    and ``scope`` (the cancel scope's ContextVar): the await of a TensorOp, whose raw
-    launch on the chosen stream the core launches (``TensorOp.__await__``)."""
+    (``LaunchCore``'s) calls. With ``tensor_launch`` (``launch_plan.express_launch``):
+    the await of a TensorOp, whose raw launch on the chosen stream the core launches
+    (``TensorOp.__await__``). An op it hands to asyncio as a future is adopted by the
+    cancel scope current there (``scope``, the scope's ContextVar), as the Python
+    handover's are (``AsyncioFuture._handed_over``)."""
     native = _completion._reactor
     import asyncio
 
-    extra = {} if tensor_launch is None else {"tensor_launch": tensor_launch, "scope": scope}
+    extra = {} if tensor_launch is None else {"tensor_launch": tensor_launch}
     return native.LaunchAwait(
         fallback=fallback, finish=_finish_await, get_running_loop=asyncio._get_running_loop,
         running_adapter=running_adapter, policy=_policy, stream_for=stream_for,
         current_tasks=_loops.current_tasks_table(), start_pass=op_future.start_pass,
-        **extra,
+        scope=SCOPE, **extra,
     )  # fmt: skip
 
 

@@ -59,6 +59,7 @@ from asyncio import _get_running_loop
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from .._cancel_var import SCOPE
 from .._first_use import prepare_then
 from .._native import PROCESS, WatchedCore
 from ..errors import OpConsumedError
@@ -226,13 +227,17 @@ class Watched(WatchedCore):
 
     # -- ending --------------------------------------------------------------------------
     def __call__(self, _: Completion) -> None:
-        """Its completion finished (any thread): end on the loop's thread."""
+        """Its completion finished (any thread): end on the loop's thread; where the loop
+        has closed, it ends cancelled, unseen (:meth:`abandon`)."""
         if self.finished:  # (cancelled meanwhile: nothing to say, no wake)
             return
-        if threading.get_ident() == self.thread:
+        if threading.get_ident() != self.thread:
+            if not self.adapter.call_from_thread(self.end):
+                self.abandon()
+        elif self.adapter._closed:  # (a later loop of this thread finished it)
+            self.abandon()
+        else:
             self.end()
-        elif not self.adapter.call_from_thread(self.end):
-            self.op = None  # nobody watches any more (the loop is closed)
 
     def fail(self, error: BaseException) -> None:
         """It failed without a completion (a compile error, no stream, a refused launch);
@@ -258,12 +263,10 @@ class Watched(WatchedCore):
         return True
 
     def abandon(self) -> None:
-        """Its loop is closing: what it submitted goes to the background watcher."""
-        if self.launched:
-            self.cancel(None)  # (its completion goes to the background there)
-        else:
-            _to_background(self.comp)
-        self.op = self.launch = self.context = self.callbacks = None
+        """Its loop is closing or closed: it ends cancelled, its callbacks dropped (the loop
+        would never run them); what it submitted goes to the background watcher."""
+        self.callbacks = None
+        self.cancel(None)
 
     # -- its state -----------------------------------------------------------------------
     def remove(self, fn: Callback) -> int:
@@ -402,6 +405,9 @@ class AsyncioFuture:
         watched = self._future = Watched(self, loop, adapter)  # type: ignore[misc]
         try:
             watched.prepare()
+            scope = SCOPE.get()
+            if scope is not None:
+                scope._adopt(watched)  # (cancelled with it: it may skip the op's work)
             _to_start(adapter, [watched])
         except BaseException:  # (^C: taken, never queued; awaiting it raises, not hangs)
             self._future = None  # type: ignore[misc]

@@ -155,7 +155,9 @@ class CancelScope:
     request. Leaving it by cancellation (the task cancelled, a timeout) cancels it;
     :meth:`cancel` does it explicitly, from any thread. Only *awaited* work carries the
     word: an op submitted as a future (``submit()``, ``submit_on()``, ``schedule()``,
-    ``shared()``) is never skipped, since others may await it. ``word`` is the kernels'
+    ``shared()``) is never skipped, since others may await it. An op handed to asyncio
+    inside it (``gather``, ``ensure_future``, ``shield``) carries the word and is
+    cancelled with it, so that no awaiter reads what was skipped. ``word`` is the kernels'
     parameter on ``ordinal``, the device current when the scope was entered: the word's
     address and the scope's generation while it is open, 0 once closed or cancelled
     (:meth:`word_for`: on another device).
@@ -165,7 +167,9 @@ class CancelScope:
     >>> scope.cancel()                     # any work of it still queued is skipped
     """
 
-    __slots__ = ("_cancelled", "_claimed", "_entered", "_task", "_token", "ordinal", "word")
+    __slots__ = (
+        "_cancelled", "_claimed", "_entered", "_futures", "_task", "_token", "ordinal", "word",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._claimed: dict[int, tuple[_Words, int, int]] = {}  # ordinal -> its word
@@ -173,6 +177,7 @@ class CancelScope:
         self._token: Token[Any] | None = None
         self._cancelled = False
         self._task: asyncio.Task[Any] | None = None
+        self._futures: list[Any] = []  # the Watched of ops handed to asyncio inside it
         self.ordinal = -1
         self.word = 0
 
@@ -220,6 +225,7 @@ class CancelScope:
         if _is_cancellation(exc):
             self.cancel()
         self.word = 0  # ops built later (a child task's) carry no word
+        self._futures = []  # (not cancelled: they run, as they would have)
         claimed, self._claimed = self._claimed, {}  # cancel() no longer stores: the
         for words, address, generation in claimed.values():  # words are others' next
             words.release(address, generation)
@@ -271,9 +277,30 @@ class CancelScope:
         self._store()
 
     def _store(self) -> None:
+        """Cancel its ops handed to asyncio (before any can end with skipped work), then
+        write its words."""
         self.word = 0  # later ops of the scope run (their values are delivered)
+        futures, self._futures = self._futures, []
+        here = threading.get_ident()
+        for watched in futures:
+            if watched.finished:
+                continue
+            if watched.thread == here:
+                watched.cancel(_CANCELLED_WITH_SCOPE)
+            else:  # (another thread's loop, in a copy of this context: as soon as it can)
+                watched.adapter.call_from_thread(watched.cancel, _CANCELLED_WITH_SCOPE)
         for words, address, generation in list(self._claimed.values()):
             words.store(address, generation)
+
+    def _adopt(self, watched: Any) -> None:
+        """An op handed to asyncio as a future inside the scope (its ``op_future.Watched``,
+        at the handover): cancelled with the scope where it has not ended by then."""
+        if not self.word:  # (closed, or cancelled: it carries no word, and runs)
+            return
+        futures = self._futures
+        if len(futures) >= 64 and not len(futures) & (len(futures) - 1):  # (at 64, 128, ...)
+            futures[:] = [w for w in futures if not w.finished]
+        futures.append(watched)
 
     @property
     def cancelled(self) -> bool:
@@ -287,6 +314,10 @@ class CancelScope:
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "open" if self.word else "closed"
         return f"<cuasync.CancelScope {state}>"
+
+
+#: The message of the ``CancelledError`` an op handed over in a cancelled scope ends with.
+_CANCELLED_WITH_SCOPE = "its cancel scope was cancelled: the op's work may have been skipped"
 
 
 def cancel_scope() -> CancelScope:

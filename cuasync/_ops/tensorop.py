@@ -258,7 +258,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         def __await__(self) -> Generator[Any, Any, Tensor]: ...
 
     else:
-        __await__ = express.launch_awaiter(DeviceOp.__await__, express_launch, SCOPE)
+        __await__ = express.launch_awaiter(DeviceOp.__await__, express_launch)
         #: Handed to asyncio as a future: its await's ``hand_over`` (a seen expression's
         #: raw launch, taken in C; see :class:`~cuasync._core.op_future.AsyncioFuture`).
         _hand_over = __await__.hand_over

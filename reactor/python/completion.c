@@ -234,9 +234,12 @@ take_pending(PyObject *self, PyObject **ctx, PyObject **out)
 }
 
 /* The work's output, or NULL with *error set to why not (a new reference: the context's
- * first error, or what realizing the output raised); -1 on an error of finish's own. */
+ * first error, or what realizing the output raised); -1 on an error of finish's own.
+ * Dropped (the completion abandoned: nobody will read it), the checks run and the output
+ * is not realized: a cancelled await's map or inspect never runs (*value NULL). */
 static int
-realize(PyObject *self, PyObject *ctx, PyObject *out, PyObject **value, PyObject **error)
+realize(PyObject *self, PyObject *ctx, PyObject *out, int dropped, PyObject **value,
+        PyObject **error)
 {
     *value = *error = NULL;
     PyObject *checks = PyObject_GetAttr(ctx, s_checks);
@@ -275,6 +278,8 @@ realize(PyObject *self, PyObject *ctx, PyObject *out, PyObject **value, PyObject
         return *error == NULL ? -1 : 0;
     }
     Py_DECREF(errors);
+    if (dropped)
+        return 0;
     /* an output known at submission (the core's own Output, output._Ready: its value
      * given, no function) is read here; any other runs its get(), whose error is kept as
      * the work's */
@@ -484,15 +489,13 @@ completion_finish(PyObject *self, PyObject *path)
     Py_DECREF(seq);
     if (marked < 0)
         goto failed;
-    if (realize(self, ctx, out, &value, &error) < 0)
-        goto failed;
-    Py_CLEAR(ctx); /* releases every retained object now that the device is done with them */
-    Py_CLEAR(out);
     PyObject *abandoned = PyObject_GetAttr(self, s_abandoned);
     int dropped = abandoned == NULL ? -1 : PyObject_IsTrue(abandoned);
     Py_XDECREF(abandoned);
-    if (dropped < 0)
+    if (dropped < 0 || realize(self, ctx, out, dropped, &value, &error) < 0)
         goto failed;
+    Py_CLEAR(ctx); /* releases every retained object now that the device is done with them */
+    Py_CLEAR(out);
     if (dropped || value == NULL)
         Py_XSETREF(value, Py_NewRef(Py_None));
     PyObject *process = process_of(self);

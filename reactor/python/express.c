@@ -1452,10 +1452,10 @@ typedef struct {
     PyObject *s_others_ready;
     PyObject *current_tasks; /* asyncio's table of the task running each loop, or NULL */
     /* a TensorOp's await (NULL: a launch op's): its raw launch on a stream
-     * (launch_plan.express_launch), the cancel scope's ContextVar (_cancel_var.SCOPE),
-     * TensorOpCore */
-    PyObject *tensor_launch, *scope_var, *tensor_op_t;
-    PyObject *s_await_on, *s_starting, *s_prepare_on;
+     * (launch_plan.express_launch), TensorOpCore; the cancel scope's ContextVar
+     * (_cancel_var.SCOPE; NULL: none) */
+    PyObject *tensor_launch, *tensor_op_t, *scope_var;
+    PyObject *s_await_on, *s_starting, *s_prepare_on, *s_adopt;
     /* op_future._start_pass (NULL: hand_over declines every op) */
     PyObject *start_pass;
     unsigned long long inline_awaits;
@@ -2265,9 +2265,9 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (required[i] == NULL)
             return PyErr_Format(PyExc_TypeError, "LaunchAwait() missing keyword argument '%s'",
                                 kwlist[i]);
-    if ((tensor_launch == Py_None) != (scope == Py_None) ||
+    if ((tensor_launch != Py_None && scope == Py_None) ||
         (scope != Py_None && !PyContextVar_CheckExact(scope))) {
-        PyErr_SetString(PyExc_TypeError, "tensor_launch and scope (a ContextVar) go together");
+        PyErr_SetString(PyExc_TypeError, "tensor_launch needs scope (a ContextVar)");
         return NULL;
     }
     if (current_tasks != Py_None && !PyDict_CheckExact(current_tasks)) {
@@ -2294,10 +2294,10 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->process = Py_NewRef(process);
     self->current_tasks = current_tasks == Py_None ? NULL : Py_NewRef(current_tasks);
     self->start_pass = start_pass == Py_None ? NULL : Py_NewRef(start_pass);
+    self->scope_var = scope == Py_None ? NULL : Py_NewRef(scope);
     if (tensor_launch != Py_None) {
         PyObject *module = PyType_GetModule(type);
         self->tensor_launch = Py_NewRef(tensor_launch);
-        self->scope_var = Py_NewRef(scope);
         self->tensor_op_t =
             module == NULL ? NULL : PyObject_GetAttrString(module, "TensorOpCore");
         if (self->tensor_op_t == NULL) {
@@ -2310,7 +2310,8 @@ LaunchAwait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (self->s_others_ready = PyUnicode_InternFromString("others_ready")) == NULL ||
         (self->s_await_on = PyUnicode_InternFromString("_await_on")) == NULL ||
         (self->s_starting = PyUnicode_InternFromString("starting")) == NULL ||
-        (self->s_prepare_on = PyUnicode_InternFromString("prepare_on")) == NULL) {
+        (self->s_prepare_on = PyUnicode_InternFromString("prepare_on")) == NULL ||
+        (self->s_adopt = PyUnicode_InternFromString("_adopt")) == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2366,6 +2367,7 @@ LaunchAwait_dealloc(LaunchAwait *self)
     Py_CLEAR(self->s_await_on);
     Py_CLEAR(self->s_starting);
     Py_CLEAR(self->s_prepare_on);
+    Py_CLEAR(self->s_adopt);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -2431,6 +2433,23 @@ launch_handed_over(LaunchAwait *self, PyObject *op, PyObject *stream)
     return self->tensor_launch == NULL ? Py_NewRef(op) : take_tensor_launch(self, op, stream);
 }
 
+/* watched (handed over) adopted by the cancel scope current here, if any: cancelled with
+ * it (CancelScope._adopt). 0, or -1 with an error set. */
+static int
+adopt_in_scope(LaunchAwait *self, PyObject *watched)
+{
+    PyObject *scope = NULL;
+    if (self->scope_var == NULL)
+        return 0;
+    if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0)
+        return -1;
+    PyObject *r = scope == Py_None ? Py_NewRef(Py_None)
+                                   : PyObject_CallMethodOneArg(scope, self->s_adopt, watched);
+    Py_DECREF(scope);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 static PyObject *
 LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
 {
@@ -2484,7 +2503,7 @@ LaunchAwait_hand_over(LaunchAwait *self, PyObject *op)
             Py_DECREF(r);
         }
     }
-    if (PyList_Append(starting, watched) < 0)
+    if (adopt_in_scope(self, watched) < 0 || PyList_Append(starting, watched) < 0)
         goto unhand;
     if (PyList_GET_SIZE(starting) == 1) {
         PyObject *r = PyObject_CallMethod(loop, "call_soon", "OO", self->start_pass, adapter);
@@ -2536,8 +2555,9 @@ static PyType_Slot LaunchAwait_slots[] = {
                         "start_pass=None)\n--\n\n"
                         "_Launch.__await__ in C: the preamble of express.await_launch and "
                         "the hub's core's launch, returning an iterator; with tensor_launch "
-                        "and scope, a TensorOp's; with start_pass, hand_over takes its op "
-                        "handed to asyncio as a future."},
+                        "(and scope), a TensorOp's; with start_pass, hand_over takes its op "
+                        "handed to asyncio as a future (adopted by the cancel scope current "
+                        "there, scope's, if any)."},
     {0, NULL},
 };
 

@@ -69,6 +69,22 @@ async def test_timeouts_are_cancellation(anyio_backend, baseline) -> None:
                 await cuasync.zeros((64,)).then(lambda t: t.to_host())
 
 
+async def test_a_cancelled_await_never_runs_its_map_or_inspect(anyio_backend, baseline) -> None:
+    """A cancelled await's output is dropped unread: its host functions (``map``,
+    ``inspect``) never run, not when its work lands later, nor on another thread."""
+    import anyio
+
+    x = await cuasync.from_host(np.ones(1 << 12, np.float32))
+    await (x * 2.0).to_host()  # (compiled and loaded before the gate)
+    seen: list[object] = []
+    with ct.gate():  # the await below cannot complete
+        with anyio.move_on_after(0.005) as scope:
+            await (x * 2.0).to_host().inspect(seen.append).map(seen.append)
+        assert scope.cancelled_caught
+    settle()  # the work landed, and the background watcher finished it
+    assert seen == []
+
+
 async def test_timeout_on_long_device_work(anyio_backend, baseline) -> None:
     import anyio
 

@@ -170,6 +170,60 @@ async def _gathered_in_a_cancelled_scope(
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+@pytest.mark.parametrize("how", ["ensure_future", "shield"])
+@pytest.mark.parametrize("kind", ["expression", "launch"])
+async def test_an_op_handed_over_in_a_scope_is_cancelled_with_it_for_every_awaiter(
+    anyio_backend: Any, baseline: Any, how: str, kind: str
+) -> None:
+    """An op handed to asyncio inside a cancel scope carries the scope's word: once the
+    scope is cancelled (its task cancelled while it awaits something else, or the shield
+    it awaits), another task awaiting the op gets ``CancelledError``, never an output the
+    skipped work did not write (the expression through the native handover, the launch
+    through Python's)."""
+    x, marks = _x(), _marks()
+    make = {"expression": lambda: x * 3.0, "launch": lambda: ct.mark(marks, 0)}[kind]
+    handed = asyncio.Event()
+    ops: list[Any] = []
+
+    async def handler() -> None:
+        with cuasync.cancel_scope():
+            ops.append(make())
+            shielded = asyncio.shield(ops[0]) if how == "shield" else None
+            if shielded is None:
+                assert asyncio.ensure_future(ops[0]) is ops[0]
+            await asyncio.sleep(0)  # the next pass started it
+            assert ops[0]._future.started
+            handed.set()
+            await (shielded if shielded is not None else asyncio.Event().wait())
+
+    with ct.gate():
+        task = asyncio.ensure_future(handler())
+        await handed.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ops[0].cancelled()
+    with pytest.raises(asyncio.CancelledError, match="cancel scope"):
+        await ops[0]  # (another task's await: not the output of skipped work)
+    await cuasync.get_default_device().synchronized()
+    assert np.asarray(await marks.to_host()).tolist()[0] == 0  # (the launch: skipped)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
+async def test_an_op_handed_over_in_a_scope_left_normally_delivers_its_output(
+    anyio_backend: Any, baseline: Any
+) -> None:
+    x = _x()
+    with ct.gate(), cuasync.cancel_scope():
+        op = x * 3.0
+        assert asyncio.ensure_future(op) is op
+        await asyncio.sleep(0)  # started in the next pass, behind the gate
+        assert op._future.started
+    # the scope closed (before the gate opened) with its work queued: it runs, and delivers
+    np.testing.assert_allclose(np.asarray(await (await op).to_host()), 6.0)
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
 async def test_ops_started_in_one_pass_keep_the_scope_each_was_handed_over_in(
     anyio_backend: Any, baseline: Any
 ) -> None:
@@ -288,9 +342,13 @@ def test_closing_a_loop_with_ops_handed_over_releases_their_work(baseline: Any) 
     loop.close()  # with their work in flight
     assert len(pending) == 4
     gate.open()
+    ct.settle()  # (the baseline fixture checks memory and slots came back)
+    # each ended, cancelled (unseen: its loop is gone), once its work landed
+    assert all(op.done() and op.cancelled() for op in pending)
+    with pytest.raises(asyncio.CancelledError):
+        pending[0].result()
     del pending
     gc.collect()
-    ct.settle()  # (the baseline fixture checks memory and slots came back)
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)
@@ -706,7 +764,9 @@ def test_closing_a_loop_with_ops_waiting_behind_an_armed_one_releases_them(
     loop.close()  # with the first armed, the others waiting behind it
     assert len(pending) == 4
     gate.open()
+    ct.settle()  # (the baseline fixture checks memory and slots came back)
+    # each ended, cancelled (unseen): at the close, or the armed one once its work landed
+    assert all(op.done() and op.cancelled() for op in pending)
     del pending
     gc.collect()
-    ct.settle()  # (the baseline fixture checks memory and slots came back)
     assert np.asarray(marks.to_host().sync()).tolist()[:4] == [1] * 4  # (they ran)
