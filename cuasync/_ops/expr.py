@@ -242,7 +242,8 @@ def _default_float(
 ) -> tuple[tuple[np.dtype[Any], ...], np.dtype[Any]]:
     """numpy's loop, with the float64 it picks for no float operand of a float64 dtype
     (``int32 / int32``, ``int8 + 0.5``, ``exp(int64)``) made the default float dtype,
-    float32 (as ``from_host(0.5)`` and the creation ops); ``uint64 + int64`` stays float64."""
+    float32 (as ``from_host(0.5)`` and the creation ops); ``uint64 + int64`` and
+    ``uint64 / int64`` stay float64 (the operands' own promotion)."""
     if any(c.dtype is not None and _has_float(c.dtype) for c in children):
         return ins, out
     if out == _COMPLEX128 and any(c.dtype is None and type(c.value) is complex for c in children):
@@ -250,6 +251,9 @@ def _default_float(
         return tuple(z if dt == _COMPLEX128 else dt for dt in ins), z
     if out != _FLOAT64:
         return ins, out
+    typed = [c.dtype for c in children if c.dtype is not None]
+    if len(typed) > 1 and np.result_type(*typed) == _FLOAT64:
+        return ins, out  # (uint64 with a signed integer: numpy's float64, for any op)
     weak_float = any(c.dtype is None and type(c.value) is float for c in children)
     if not weak_float and op not in FLOAT_OPS:
         return ins, out

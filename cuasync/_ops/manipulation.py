@@ -239,13 +239,21 @@ def repeat(x: Tensor, repeats: int, /, *, axis: int | None = None) -> TensorOp:
     return _copied(wide, shape)
 
 
-def tile(x: Tensor, repetitions: Sequence[int], /) -> TensorOp:
+def tile(x: Tensor, repetitions: Sequence[int] | int, /) -> TensorOp:
     """``x`` repeated ``repetitions[j]`` times along each axis (numpy's ``tile``: the
-    shorter of ``x.shape`` and ``repetitions`` is padded with leading 1s).
+    shorter of ``x.shape`` and ``repetitions`` is padded with leading 1s; an int is one
+    repetition count, of the last axis).
 
     >>> t = await cuasync.tile(row, (3, 2))            # row: (4,) -> (3, 8)
     """
     x = _tensor(x, "tile")
+    if isinstance(repetitions, (int, np.integer)):
+        repetitions = (repetitions,)  # (numpy's; bools are refused by _count)
+    elif not isinstance(repetitions, Sequence | np.ndarray):
+        raise ArgumentError(
+            f"tile: repetitions must be an int or a sequence of ints, got "
+            f"{type(repetitions).__name__}"
+        )
     reps = tuple(_count(r, "tile", "repetitions") for r in repetitions)
     n = max(x.ndim, len(reps))
     reps = (1,) * (n - len(reps)) + reps

@@ -27,7 +27,7 @@ from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import dtype_name
 from .._tensor import Tensor
-from ..errors import ArgumentError, DTypeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .expr import Node
 from .joins import concatenate
@@ -192,6 +192,25 @@ def _step(t: Tensor, axis: int) -> TensorOp:
     return elementwise.subtract(hi, lo)
 
 
+def _joinable(part: Any, argument: str, x: Tensor, axis: int) -> None:
+    """Raise, worded as ``diff``'s, where ``part`` (``prepend``/``append``) cannot be joined
+    to ``x`` along ``axis``: not a tensor, or of another shape but along ``axis``."""
+    if part is None:
+        return
+    if not isinstance(part, Tensor):
+        raise ArgumentError(
+            f"diff: {argument} must be a cuasync.Tensor (the shape of x but along axis "
+            f"{axis}), got {type(part).__name__}; make one with cuasync.full"
+        )
+    if part.ndim != x.ndim or [d for j, d in enumerate(part.shape) if j != axis] != [
+        d for j, d in enumerate(x.shape) if j != axis
+    ]:
+        raise ShapeError(
+            f"diff: {argument} has shape {part.shape}, x has shape {x.shape}; they must "
+            f"match but along axis {axis}"
+        )
+
+
 def diff(
     x: Tensor | TensorOp,
     /,
@@ -219,6 +238,8 @@ def diff(
             raise ArgumentError(
                 "diff: prepend= and append= take a tensor x; await the TensorOp first"
             )
+        for part, argument in ((prepend, "prepend"), (append, "append")):
+            _joinable(part, argument, x, a)
         parts = [p for p in (prepend, x, append) if p is not None]
         x = concatenate(parts, axis=a)
     n = int(n)

@@ -471,6 +471,8 @@ def leaf(value: Any, argument: str) -> Node:
     if isinstance(value, complex):
         return leaf(complex(value), argument)
     if isinstance(value, np.ndarray):
+        if value.ndim == 0:  # its scalar, as the operators take it (numpy's, not weak)
+            return leaf(value[()], argument)
         raise ArgumentError(
             f"{argument} is a numpy array; upload it first: await cuasync.from_host(array)"
         )

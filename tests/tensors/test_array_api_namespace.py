@@ -178,6 +178,20 @@ async def test_result_type_is_the_dtype_the_ops_give(anyio_backend: str) -> None
         await op
 
 
+@pytest.mark.parametrize("other", ["int8", "int16", "int32", "int64"])
+async def test_uint64_with_a_signed_integer_is_float64_for_every_op(
+    anyio_backend: str, other: str
+) -> None:
+    """numpy promotes uint64 with a signed integer to float64, for ``+`` and ``/`` alike
+    (the default float, float32, is for ops that have no float to promote to)."""
+    big = np.array([2**53 + 2], np.uint64)
+    u, i = cuasync.from_host(big), cuasync.from_host(np.array([2], other))
+    u, i = await u, await i
+    for op, want in ((u + i, big + 2), (u / i, big / 2), (u - i, big - 2)):
+        assert op.dtype == cuasync.float64 == cuasync.result_type(u, i), op
+        np.testing.assert_array_equal(np.asarray(await (await op).to_host()), want)
+
+
 def test_every_name_of_the_standards_main_namespace_exists() -> None:
     """Issue 34: every function, constant and dtype of the standard's main namespace
     (array-api-strict's, less its own flag helpers and the ``fft`` extension) is a name

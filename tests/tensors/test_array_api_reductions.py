@@ -29,7 +29,7 @@ from cuasync._dtypes import SUPPORTED
 from cuasync._launch.kernel import compile_cubin
 from cuasync._launch.nvrtc import nvrtc_problem
 from cuasync._ops import codegen, scan
-from cuasync.errors import ArgumentError, DTypeError, OpConsumedError
+from cuasync.errors import ArgumentError, DTypeError, OpConsumedError, ShapeError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_emu_compile")]
 
@@ -361,6 +361,11 @@ def test_bad_arguments_raise_typed_errors() -> None:
         cuasync.cumulative_sum(cuasync.zeros((3,), dtype="complex64").sync(), dtype="float32")
     with pytest.raises(ArgumentError, match="n must be an int >= 0"):
         cuasync.diff(x, n=-1)
+    # prepend= and append= are worded as diff's, not as the concatenate it calls
+    with pytest.raises(ArgumentError, match="diff: prepend must be a cuasync.Tensor"):
+        cuasync.diff(x, prepend=cast(Any, 0.0))
+    with pytest.raises(ShapeError, match="diff: append has shape"):
+        cuasync.diff(x, append=cuasync.zeros((3, 3)).sync())
     with pytest.raises(ArgumentError, match="numpy array"):
         cuasync.any(cast(Any, np.zeros(3)))
     op = x * 2

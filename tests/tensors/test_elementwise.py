@@ -285,6 +285,11 @@ async def test_bad_inputs_raise_before_running(anyio_backend: str) -> None:
         cuasync.add(x, 1.0, out=await cuasync.zeros((3, 4), "float64"))
     with pytest.raises(ArgumentError, match="x2 is a numpy array"):
         cuasync.add(x, np.ones(3))  # type: ignore[arg-type]
+    # a 0-d array is its (typed) scalar, for the functions as for the operators
+    zero_d = np.array(1.0)
+    for op in (cuasync.add(x, zero_d), x + zero_d):  # type: ignore[arg-type]
+        assert op.dtype == cuasync.float64
+        check(await (await op).to_host(), (await x.to_host()) + zero_d)
     with pytest.raises(ArgumentError, match="at least one operand"):
         cuasync.exp(1.0)
     op = x * 2.0

@@ -71,6 +71,7 @@ def test_property_repeat_tile_roll_vs_numpy(data: Any, dtype: str) -> None:
     same(got(cuasync.roll(x, 3)), np.roll(a, 3))
     reps = tuple(data.draw(st.lists(st.integers(0, 3), max_size=4)))
     same(got(cuasync.tile(x, reps)), np.tile(a, reps))
+    same(got(cuasync.tile(x, r)), np.tile(a, r))  # an int: numpy's one count
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -145,6 +146,8 @@ def test_bad_arguments_raise_typed_errors() -> None:
         cuasync.repeat(x, [1, 2])  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="repetitions must be an int >= 0"):
         cuasync.tile(x, (-1,))
+    with pytest.raises(ArgumentError, match="an int or a sequence of ints, got float"):
+        cuasync.tile(x, 2.0)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="differ in length"):
         cuasync.roll(x, (1, 2, 3), axis=(0, 1))
     with pytest.raises(ShapeError, match="do not broadcast"):
