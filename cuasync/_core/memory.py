@@ -158,6 +158,10 @@ class Allocation(ProcessLocal, AllocationCore):
                     stream = write[0]
                 else:
                     stream = device._utility_stream()
+                    if not stream._alive[0]:
+                        # (destroyed: at exit, by the streams' finalizers' exit hook, before
+                        # the interpreter finalizes; the driver releases everything)
+                        return
                 for other, seq in pending:
                     stream._order_after(other, seq)
             cls = self._class

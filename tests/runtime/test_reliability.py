@@ -74,6 +74,26 @@ def test_a_future_dropped_after_the_reactor_closed_at_exit_is_left_quietly() -> 
     assert "Exception ignored" not in r.stderr, r.stderr
 
 
+def test_tensors_dropped_after_the_streams_were_destroyed_at_exit_are_left_quietly() -> None:
+    """Tensors dropped by an exit handler that runs after cuasync's streams were destroyed
+    (their finalizers' exit hook) are left to the process's end: no free enqueued on a
+    destroyed stream's handle ("could not free device memory ... unknown stream")."""
+    r = run_script(
+        """
+        import atexit, numpy as np, cuasync
+        keep = {}
+        atexit.register(keep.clear)  # before cuasync's handlers: runs after them
+        keep["big"] = cuasync.zeros((1 << 20,)).sync()
+        keep["sum"] = (keep["big"] + 1.0).sync()
+        keep["small"] = cuasync.from_host(np.ones(8)).sync()
+        print("kept", len(keep))
+        """,
+        timeout=30,
+    )
+    assert r.stdout.strip() == "kept 3"
+    assert "could not free" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_future_asked_after_the_reactor_closed_at_exit_answers_from_its_stream() -> None:
     """``done()`` in an exit handler that runs after the hub's (its flag words gone) asks
     the stream instead: work a gate still holds is not done, finished work is."""
