@@ -24,7 +24,7 @@ apart a round can be) and its ``/health`` p99 over theirs. With several rounds e
 ratio is also given round by round (the median and range of the rounds' ratios: the
 modes of one round ran on the same host state, so a host that drifts moves both)::
 
-    python examples/load.py                       # torch + CUDA: POST /infer
+    python examples/load.py                       # torch + CUDA: POST /infer (else as below)
     python examples/load.py --backend emulator    # no GPU: POST /compute on the emulator
     python examples/load.py --modes cuasync,sync --cases anchor --duration 20
     python examples/load.py --cases anchor,latency --rounds 3   # issue 32's rows
@@ -764,14 +764,29 @@ async def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def default_backend() -> str:
+    """``torch`` where torch is installed and sees a GPU, else ``emulator`` (said so)."""
+    try:
+        import torch
+    except ImportError:
+        why = "torch is not installed"
+    else:
+        if torch.cuda.is_available():
+            return "torch"
+        why = "torch sees no GPU"
+    print(f"({why}: the emulator's /compute; --backend torch to insist)")
+    return "emulator"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add(
         "--backend",
         choices=("torch", "emulator"),
-        default="torch",
-        help="torch: /infer on a GPU; emulator: /compute",
+        default=None,
+        help="torch: /infer on a GPU; emulator: /compute (default: torch where torch sees "
+        "a GPU, else emulator)",
     )
     add("--modes", default=",".join(MODES), help="comma-separated, from " + ",".join(MODES))
     add("--cases", default=",".join(CASES), help="comma-separated, from " + ",".join(CASES))
@@ -816,6 +831,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:  # shorter defaults; options given explicitly still win
         parser.set_defaults(duration=1.0, requests=300, warmup=8)
         args = parser.parse_args(argv)
+    if args.backend is None:
+        args.backend = default_backend()
     try:
         check_loopback(args.host)
     except ValueError as exc:

@@ -1281,7 +1281,8 @@ class EmulatorBackend(Backend):
                 f"kernel {name!r} is loaded for the first time while a gate holds streams of "
                 f"device {device.ordinal}; on a GPU, loading a kernel may synchronize the "
                 "device (CUDA lazy loading) and so wait for the gate forever. Load it "
-                "before closing the gate: run the op once, or call kernel.compile(device)"
+                "before closing the gate: run the op once, or `await cuasync.warmup(op)` "
+                "(an op like it: it is not run), or kernel.compile(device) for a Kernel"
             )
 
     @staticmethod

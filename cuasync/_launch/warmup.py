@@ -87,6 +87,17 @@ async def warmup(*things: Warmable, devices: Devices = None) -> None:
 
     >>> await cuasync.warmup(saxpy, x * 2.0 + 1.0, cuasync.exp(x), devices=[0, 1])
     """
-    pairs = _pairs(things, _devices(devices))
+    try:
+        pairs = _pairs(things, _devices(devices))
+    except BaseException:
+        _consume(things)  # (examples given to it: no "never executed" beside the error)
+        raise
     if pairs:
         await _OffLoop(pairs)
+
+
+def _consume(things: Iterable[Warmable]) -> None:
+    """Take the example ops among ``things`` (never executed, and not warned about)."""
+    for thing in things:
+        if isinstance(thing, DeviceOp) and not thing._consumed:
+            thing._take()

@@ -119,6 +119,9 @@ def run(report: Report, kernel: Any, stream: cuasync.Stream, n: int) -> None:
             except ImportError:
                 continue
             report.latency(SUITE, f"{kind}: whole await, driver stubbed (inline)", samples)
+    if not cuasync.stats().reactor:  # (host callbacks: no reactor wakes anything)
+        print("  (no reactor in this mode: no 'wake through the reactor' rows)")
+        return
     for kind in ("asyncio", "uvloop"):
         rows = {
             r.name.rsplit(", ", 1)[1]: r.p50_us

@@ -6,6 +6,7 @@ inside a scope, cancels the scope, opens the gate and reads which marks moved. T
 kernel checks its word through ``cuasync/cancel.cuh``, as a user kernel does; the
 emulator skips its twin the same way.
 
+>>> await cuasync.testing.mark(marks, 0)   # its kernel loaded before the gate (testing.md)
 >>> with cuasync.testing.gate():
 ...     with cuasync.cancel_scope() as scope:
 ...         task = asyncio.create_task(cuasync.testing.mark(marks, 0).__await__())
@@ -50,7 +51,9 @@ def load(device: Device | None = None) -> None:
 
 def mark(marks: Tensor, index: int) -> DeviceOp[Tensor]:
     """An op adding 1 to ``marks[index]`` (uint32) unless its cancel scope is cancelled
-    when it starts on the device: what ran and what was skipped, on both backends.
+    when it starts on the device: what ran and what was skipped, on both backends. Its
+    kernel loads at the first mark built on a device: build (or run) one before closing
+    a gate (a first load waits for a closed gate on a GPU; the emulator refuses it).
 
     >>> marks = cuasync.zeros((4,), "uint32").sync()
     >>> await cuasync.testing.mark(marks, 2)

@@ -241,6 +241,11 @@ async def test_warmup_prepares_kernels_and_expressions_ahead(
         await cuasync.warmup(3)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="devices must be"):
         await cuasync.warmup(k, devices="0")  # type: ignore[arg-type]
+    # refused, the example ops given to it are consumed: no "never executed" beside it
+    examples = [x * 2.0, cuasync.exp(x)]
+    with pytest.raises(cuasync.errors.InvalidDeviceError):
+        await cuasync.warmup(*examples, devices=[cuasync.device_count()])
+    assert all(op._consumed for op in examples)
 
 
 @pytest.mark.skipif(
