@@ -533,21 +533,15 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
 
     @staticmethod
     def _check_slice(item: slice, dim: int, axis: int) -> tuple[int, int, int]:
-        """``(start, length, step)`` of a slice whose bounds lie within the axis."""
+        """``(start, length, step)`` of a slice of an axis of size ``dim``; bounds past the
+        axis are clipped to it, as Python's and numpy's (``t[-100:]``: the last 100 at most)."""
         step = 1 if item.step is None else item.step
         if not is_size(step) or step == 0:
             raise ShapeError(f"slice step on axis {axis} must be a non-zero int, got {item.step!r}")
         for name, value in (("start", item.start), ("stop", item.stop)):
-            if value is None:
-                continue
-            if not is_size(value):
+            if value is not None and not is_size(value):
                 raise ShapeError(
                     f"slice {name} on axis {axis} must be an int or None, got {_given(value)}"
-                )
-            if not -dim <= int(value) <= dim:
-                raise ShapeError(
-                    f"slice {name}={int(value)} is out of range for axis {axis} with size {dim} "
-                    f"(expected {-dim}..{dim})"
                 )
         lo, hi = (None if v is None else int(v) for v in (item.start, item.stop))
         start, stop, step = slice(lo, hi, int(step)).indices(dim)
