@@ -102,8 +102,8 @@ def is_size(value: Any) -> TypeGuard[int | np.integer[Any]]:
 def refused_on_purpose(index: Any, shape: tuple[int, ...]) -> bool:
     """Whether basic zero-copy indexing documents a refusal of ``index`` (numpy may take it).
 
-    Arrays, lists and other non-basic items; slice steps that are not positive ints;
-    slice bounds that are not ints or lie past the axis (numpy would clamp them).
+    Arrays, lists and other non-basic items; slice steps and bounds that are not ints
+    (bounds past the axis are clipped, as numpy's; steps may be negative, not 0).
     """
     items = index if type(index) is tuple else (index,)
     basic = [i for i in items if i is not None and i is not Ellipsis]
@@ -117,10 +117,9 @@ def refused_on_purpose(index: Any, shape: tuple[int, ...]) -> bool:
             axis += len(shape) - len(basic)
             continue
         if type(item) is slice and axis < len(shape):
-            dim = shape[axis]
-            step_ok = item.step is None or (is_size(item.step) and item.step > 0)
+            step_ok = item.step is None or (is_size(item.step) and item.step != 0)
             bounds = [b for b in (item.start, item.stop) if b is not None]
-            if not step_ok or not all(is_size(b) and -dim <= b <= dim for b in bounds):
+            if not step_ok or not all(is_size(b) for b in bounds):
                 return True
         axis += 1
     return False
