@@ -90,12 +90,34 @@ def from_host(array: npt.ArrayLike, *, device: int | Device | None = None) -> Te
             source = np.asarray(array)
         except Exception as exc:
             raise ArgumentError(f"array must be convertible to a numpy array: {exc}") from None
-        if isinstance(array, (float, complex, list, tuple)) and not isinstance(array, np.generic):
-            source = _default_floats(source)  # (np.float64 is a float: it keeps its dtype)
+        if source.dtype.kind in "fc" and _python_floats(array):
+            source = _default_floats(source)
         dtype = as_dtype(source.dtype, "array.dtype")
     target = _device_arg(device)
     work = _HostUpload(source, dtype)
     return HostUploadOp(Node("pending", "from_host", source.shape, dtype, work, (), (), target))
+
+
+def _python_floats(data: Any) -> bool:
+    """Whether ``data`` (a scalar, or lists and tuples of them, nested) holds a Python
+    float or complex and nothing with a dtype of its own: a numpy scalar or array (whose
+    dtype it keeps, ``np.float64`` being a float too), or any other object.
+
+    >>> _python_floats([1, 2.5]), _python_floats([np.float64(0.1)]), _python_floats([1, 2])
+    (True, False, False)
+    """
+    found = False
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is list or kind is tuple:
+            pending.extend(item)
+        elif kind is float or kind is complex:
+            found = True
+        elif kind is not int and kind is not bool:  # (np.generic, ndarray, the rest)
+            return False
+    return found
 
 
 def _default_floats(source: np.ndarray) -> np.ndarray:

@@ -788,6 +788,14 @@ def test_one_default_float_dtype_float32() -> None:
     assert host(cuasync.from_host([1, 2]).sync()).dtype == np.int64
     for data in (np.float64(0.5), np.array([0.5]), np.array(0.5)):
         assert host(cuasync.from_host(data).sync()).dtype == np.float64
+    # lists and tuples of data with a dtype keep numpy's float64 (nothing narrowed), as do
+    # ints numpy can hold only in a float: the default float is for Python floats
+    wide = np.array([0.1, 1e-50, 16777217.0])
+    for data in ([np.float64(0.1), np.float64(16777217.0)], (wide, wide), [-1, 2**63 + 1]):
+        got = host(cuasync.from_host(data).sync())
+        assert got.dtype == np.float64, data
+        np.testing.assert_array_equal(got, np.asarray(data))
+    assert host(cuasync.asarray([np.float64(0.1)]).sync()).dtype == np.float64
     with pytest.raises(ArgumentError, match="past float32's range"):
         cuasync.from_host([1e300])
     same(host(cuasync.arange(0.0, 1.0, 0.25).sync()), np.arange(0.0, 1.0, 0.25, dtype=np.float32))
