@@ -4,8 +4,9 @@ NVRTC takes a few hundred milliseconds per kernel. A kernel compiled once for an
 architecture is read back from disk by later processes instead, as CuPy does with
 ``~/.cupy/kernel_cache``. Entries are keyed by a hash of everything that decides the
 cubin: the source, the name expression, the compile flags (:class:`cuasync.CompileOptions`),
-the architecture and the NVRTC version, so a changed kernel or a new NVRTC never gets a
-stale image.
+the headers it includes from the directories those flags name (``-I``, ``--include-path``,
+``--pre-include``: their contents, read at each compile), the architecture and the NVRTC
+version, so a changed kernel or header, or a new NVRTC, never gets a stale image.
 
 Where it lives: ``$XDG_CACHE_HOME/cuasync/kernels``, by default
 ``~/.cache/cuasync/kernels`` (:func:`default_path`), created ``0700`` at first use.
@@ -20,8 +21,9 @@ CacheStats(hits=0, misses=0, entries=12, path=PosixPath('/home/me/.cache/cuasync
 >>> kernel_cache.disable()                  # this process compiles every kernel itself
 
 Entries are written atomically (a temporary file renamed into place, mode ``0600``), so
-concurrent processes of one user can share the directory; an unreadable or truncated entry
-counts as a miss. Delete the directory (or call :func:`clear`) to drop everything.
+concurrent processes of one user can share the directory; an unreadable, truncated or
+damaged entry (each holds a SHA-256 of its image) counts as a miss. Delete the directory
+(or call :func:`clear`) to drop everything: the next entry stored makes it again.
 
 Trust: an entry is machine code that runs in this process's GPU context, where it can
 write any device memory and the host memory mapped into it. So, as CPython does for
@@ -36,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -62,9 +65,10 @@ __all__ = [
     "store",
 ]
 
-_MAGIC = b"CUASYNC-CUBIN-1\n"
+_MAGIC = b"CUASYNC-CUBIN-2\n"  # then: name length, image length, SHA-256 of name + image
 _SUFFIX = ".cubin"
-_FORMAT = 1  # bump when the key or the entry layout changes
+_FORMAT = 2  # bump when the key or the entry layout changes
+_DIGEST = 32
 
 
 @dataclass(frozen=True)
@@ -207,12 +211,21 @@ def clear() -> int:
     if path is None:
         return 0
     removed = 0
-    for entry in list(path.iterdir()):
+    try:
+        entries = list(path.iterdir())
+    except FileNotFoundError:  # (deleted: nothing to remove; the next store makes it again)
+        return 0
+    for entry in entries:
         if entry.suffix == _SUFFIX:
             with contextlib.suppress(OSError):
                 entry.unlink()
                 removed += 1
     return removed
+
+
+def _digest(body: bytes) -> bytes:
+    """An entry's check of its name and image (a damaged entry is a miss)."""
+    return hashlib.sha256(body).digest()
 
 
 def _nvrtc_version() -> tuple[int, int]:
@@ -230,14 +243,15 @@ def key_for(
 ) -> str | None:
     """The cache key of one compilation, or ``None`` while the cache is disabled.
 
-    A SHA-256 over the source, name expression, NVRTC flags, architecture and NVRTC
-    version (asked from NVRTC when not given).
+    A SHA-256 over the source, name expression, NVRTC flags, the headers the source
+    includes from the directories the flags name (each one's path and contents, read
+    now), architecture and NVRTC version (asked from NVRTC when not given).
     """
     if _path() is None:
         return None
     version = _nvrtc_version() if nvrtc_version is None else nvrtc_version
     h = hashlib.sha256()
-    fields = [
+    fields: list[str | bytes] = [
         str(_FORMAT),
         source,
         name_expression,
@@ -245,11 +259,66 @@ def key_for(
         arch,
         "{}.{}".format(*version),
     ]
+    for header, contents in _user_headers(source, flags):
+        fields += [header, contents]
     for f in fields:
-        data = f.encode()
+        data = f.encode() if isinstance(f, str) else f
         h.update(struct.pack("<Q", len(data)))
         h.update(data)
     return h.hexdigest()
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_HEADERS_MAX = 4096  # headers read for one key, at most (then the rest are named only)
+
+
+def _user_headers(source: str, flags: Sequence[str]) -> list[tuple[str, bytes]]:
+    """The headers ``source`` includes (and they include, in turn) that resolve in the
+    include directories ``flags`` name, and the files they pre-include: each one's path
+    and contents (``b"?"`` where it cannot be read). Headers found nowhere there (CUDA's
+    own) are left to the NVRTC version. Nothing to read without such flags."""
+    dirs: list[Path] = []
+    pre: list[Path] = []
+    items = iter(flags)
+    for flag in items:
+        for prefix, into in (("--include-path=", dirs), ("-I", dirs), ("--pre-include=", pre)):
+            if flag.startswith(prefix):
+                value = flag[len(prefix) :] or next(items, "")
+                if value:
+                    into.append(Path(value))
+                break
+        else:
+            if flag in ("--include-path", "--pre-include", "-include"):
+                value = next(items, "")
+                if value:
+                    (dirs if flag == "--include-path" else pre).append(Path(value))
+    if not dirs and not pre:
+        return []
+    found: list[tuple[str, bytes]] = []
+    seen: set[Path] = set()
+    pending: list[tuple[str, Path | None]] = [(str(p), None) for p in reversed(pre)]
+    pending += [(m.group(2), None) for m in reversed(list(_INCLUDE.finditer(source)))]
+    while pending and len(found) < _HEADERS_MAX:
+        name, beside = pending.pop()
+        where = [beside, *dirs] if beside is not None else dirs
+        path = next((d / name for d in where if (d / name).is_file()), None)
+        if path is None and Path(name).is_absolute() and Path(name).is_file():
+            path = Path(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        try:
+            contents = path.read_bytes()
+        except OSError:
+            found.append((str(path), b"?"))
+            continue
+        found.append((str(path), contents))
+        text = contents.decode(errors="replace")
+        pending += [
+            (m.group(2), path.parent if m.group(1) == '"' else None)
+            for m in reversed(list(_INCLUDE.finditer(text)))
+        ]
+    return found
 
 
 def _entry_path(key: str) -> Path | None:
@@ -331,16 +400,18 @@ def lookup(key: str) -> tuple[bytes, str] | None:
         data, problem = _read_trusted(entry)
     if problem is not None:
         _warn_once(entry.parent, problem)
-    if data.startswith(_MAGIC) and len(data) >= len(_MAGIC) + 12:
+    start = len(_MAGIC) + 12 + _DIGEST
+    if data.startswith(_MAGIC) and len(data) >= start:
         name_len, image_len = struct.unpack_from("<IQ", data, len(_MAGIC))
-        start = len(_MAGIC) + 12
-        if len(data) == start + name_len + image_len and image_len:
+        digest = data[start - _DIGEST : start]
+        body = data[start:]
+        if len(body) == name_len + image_len and image_len and _digest(body) == digest:
             try:
-                name = data[start : start + name_len].decode()
+                name = body[:name_len].decode()
             except UnicodeDecodeError:
                 name = ""
             if name:
-                found = (data[start + name_len :], name)
+                found = (body[name_len:], name)
     with _state.lock:
         if found is None:
             _state.misses += 1
@@ -366,10 +437,15 @@ def store(key: str, image: bytes, lowered_name: str) -> None:
     if _untrusted_directory(entry.parent) is not None:
         return  # lookups would refuse it anyway
     name = lowered_name.encode()
-    payload = _MAGIC + struct.pack("<IQ", len(name), len(image)) + name + bytes(image)
+    body = name + bytes(image)
+    payload = _MAGIC + struct.pack("<IQ", len(name), len(image)) + _digest(body) + body
     try:
         # mkstemp: a new file in the same directory (so the rename is atomic), mode 0600.
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        except FileNotFoundError:  # (the directory was deleted: made again, private)
+            entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)

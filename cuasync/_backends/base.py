@@ -147,16 +147,19 @@ class PreparedKernel(PreparedCore):
 
     ``handle`` is the driver's ``CUfunction`` where there is one (0 on the emulator);
     the rest belongs to the backend that made it. ``fast``: what the backend's
-    :attr:`Backend.fast_launch` takes for it, or None.
+    :attr:`Backend.fast_launch` takes for it, or None. ``kernel``: the kernel it was
+    prepared from (``Kernel._prepare`` sets it; None until then), which prepares it on
+    another device.
     """
 
-    __slots__ = ()  # name, ordinal, handle, fast: the native base's (``PreparedCore``)
+    __slots__ = ("kernel",)  # name, ordinal, handle, fast: the native base's (``PreparedCore``)
 
     def __init__(self, name: str, ordinal: int, handle: int = 0) -> None:
         self.name = name
         self.ordinal = ordinal
         self.handle = handle
         self.fast: Any = None
+        self.kernel: Any = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on device {self.ordinal}>"
@@ -715,7 +718,15 @@ class Backend(BackendCore, ABC):
     def graph_upload(self, graph_exec: int, stream: int) -> None: ...
 
     @abstractmethod
-    def graph_launch(self, graph_exec: int, stream: int) -> None: ...
+    def graph_launch(
+        self,
+        graph_exec: int,
+        stream: int,
+        errors: Callable[[], list[BaseException]] | None = None,
+    ) -> None:
+        """Launch an instantiated graph on ``stream``; ``errors``: the launch's error box
+        (where a backend reports a failure of a node it can tell, as the emulator a twin
+        that raised; the driver reports none there)."""
 
     @abstractmethod
     def graph_destroy(self, graph: int) -> None: ...

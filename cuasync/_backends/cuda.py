@@ -1698,8 +1698,13 @@ class CudaBackend(Backend):
     def graph_upload(self, graph_exec: int, stream: int) -> None:
         self._call_on(stream, "cuGraphUpload", graph_exec, stream)
 
-    def graph_launch(self, graph_exec: int, stream: int) -> None:
-        self._call_on(stream, "cuGraphLaunch", graph_exec, stream)
+    def graph_launch(
+        self,
+        graph_exec: int,
+        stream: int,
+        errors: Callable[[], list[BaseException]] | None = None,
+    ) -> None:
+        self._call_on(stream, "cuGraphLaunch", graph_exec, stream)  # (a fault is sticky)
 
     def graph_destroy(self, graph: int) -> None:
         ordinal = self._graphs.pop(graph, -1)

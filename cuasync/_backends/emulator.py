@@ -396,6 +396,32 @@ class _EmulatedKernel(PreparedKernel):
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 #: ``active`` while this thread runs a host function (``launch_host_func``).
+#: The error box of the graph launch a stream's worker is replaying now (``box``; none
+#: outside a replay): a command recorded in a capture reports there, not in the
+#: capture's own box, which nobody reads after it.
+_replay = threading.local()
+
+
+def _failed(box: list[BaseException], error: BaseException) -> None:
+    """A command's failure (a twin that raised), reported to its submission: the graph
+    launch replaying it, else the one that enqueued it."""
+    replaying = getattr(_replay, "box", None)
+    (box if replaying is None else replaying).append(error)
+
+
+def _replaying(command: Command, box: list[BaseException]) -> Command:
+    """``command`` (recorded in a graph) run for a launch of it whose error box is ``box``."""
+
+    def run() -> None:
+        _replay.box = box
+        try:
+            command()
+        finally:
+            _replay.box = None
+
+    return run
+
+
 _host_function = threading.local()
 #: ``active`` on a stream's worker thread: the emulated device's (see ``host_free``).
 _device_thread = threading.local()
@@ -1352,7 +1378,7 @@ class EmulatorBackend(Backend):
                 # only real faults (EmulatedFault: illegal address, trap) are sticky.
                 error = KernelError(f"the emulated kernel {name!r} raised {exc!r}")
                 error.__cause__ = exc
-                box.append(error)
+                _failed(box, error)
 
         self._enqueue(stream, run)
         if flag_address:
@@ -1398,7 +1424,7 @@ class EmulatorBackend(Backend):
             except Exception as exc:
                 error = KernelError(f"the emulated matrix product raised {exc!r}")
                 error.__cause__ = exc
-                box.append(error)
+                _failed(box, error)
 
         self._enqueue(stream, run)
 
@@ -1465,13 +1491,19 @@ class EmulatorBackend(Backend):
         if graph_exec not in self._execs:
             raise DriverError(Code.INVALID_HANDLE, "cuGraphUpload")
 
-    def graph_launch(self, graph_exec: int, stream: int) -> None:
+    def graph_launch(
+        self,
+        graph_exec: int,
+        stream: int,
+        errors: Callable[[], list[BaseException]] | None = None,
+    ) -> None:
         try:
             commands = self._execs[graph_exec]
         except KeyError:
             raise DriverError(Code.INVALID_HANDLE, "cuGraphLaunch") from None
+        box = None if errors is None else errors()
         for command in commands:
-            self._enqueue(stream, command)
+            self._enqueue(stream, command if box is None else _replaying(command, box))
 
     def graph_destroy(self, graph: int) -> None:
         if self._graphs.pop(graph, None) is None:

@@ -165,7 +165,7 @@ class _GraphLaunch(DeviceOp[T]):
                 ctx.read(alloc, "graph tensor")
         if ctx.capturing:
             raise CaptureError("a graph launch cannot be recorded into another graph")
-        get_backend().graph_launch(graph._exec, ctx.handle)
+        get_backend().graph_launch(graph._exec, ctx.handle, ctx.error_box)
         ctx.retain(graph)
         return Output.ready(graph._output)
 

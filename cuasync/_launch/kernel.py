@@ -322,9 +322,9 @@ class _Launchable(KernelCore, Generic[R]):
         """This kernel made launchable on ``device`` by the backend, once per device."""
         prepared = self._prepared.get(device.ordinal)
         if prepared is None:
-            prepared = self._prepared[device.ordinal] = get_backend().prepare_kernel(
-                device.ordinal, self
-            )
+            prepared = get_backend().prepare_kernel(device.ordinal, self)
+            prepared.kernel = self
+            self._prepared[device.ordinal] = prepared
         return prepared
 
     def _prepare_launch(self, device: Device) -> PreparedKernel | Unprepared:
@@ -804,11 +804,12 @@ class _Launch(_NativeLaunchBase[Any], LaunchCore):
         return self._prepared.name
 
     def _first_use(self, device: Device) -> Sequence[tuple[Any, Device]]:
-        """The kernel, where the launch was built in a loop before it was prepared."""
-        prepared = self._prepared
-        if isinstance(prepared, Unprepared):
-            return ((prepared.kernel, prepared.device),)
-        return ()
+        """Its kernel, where it is not prepared for ``device`` (the launch built in a
+        loop before it was; ``warmup(launch, devices=...)``: another device)."""
+        kernel = self._prepared.kernel
+        if kernel is None or device.ordinal in kernel._prepared:
+            return ()
+        return ((kernel, device),)
 
     def _start(self, stream: Stream, notify: bool) -> Completion:
         if notify:  # a future: the express path, when it can take the launch

@@ -122,19 +122,51 @@ def parse_params(source: str, name: str) -> list[Param]:
     params: list[Param] = []
     for decl in _split_top_level(raw):
         decl = decl.split("=", 1)[0].strip()
-        pointer = "*" in decl or "[" in decl
+        depth = decl.count("*") + decl.count("[")  # (levels of indirection)
         star = decl.find("*")
         before = decl[:star] if star >= 0 else decl
         const = "const" in before.split()
         words = [w for w in re.split(r"[\s*&\[\]]+", decl) if w]
-        pname = words[-1] if len(words) > 1 else f"arg{len(params)}"
-        type_words = [w for w in (words[:-1] if len(words) > 1 else words) if w not in _QUALIFIERS]
+        named = len(words) > 1 and not _unnamed(decl, words)
+        pname = words[-1] if named else f"arg{len(params)}"
+        type_words = [w for w in (words[:-1] if named else words) if w not in _QUALIFIERS]
         ctype = " ".join(bindings.get(w, w) for w in type_words)
-        ctype = " ".join(bindings.get(ctype, ctype).split())
+        ctype = _canonical(" ".join(bindings.get(ctype, ctype).split()))
         dtype_name = _C_TYPES.get(ctype)
+        if depth > 1:  # a pointer to pointers: its elements are device addresses
+            ctype, dtype_name = ctype + "*" * (depth - 1), "uint64"
         dtype = SUPPORTED.get(dtype_name) if dtype_name else None
-        params.append(Param(pname, ctype, pointer, const, dtype))
+        params.append(Param(pname, ctype, depth > 0, const, dtype))
     return params
+
+
+#: The words C spells its integer types with, in any order (``long unsigned int``).
+_INTEGER_WORDS = frozenset(("signed", "unsigned", "short", "long", "int", "char"))
+
+
+def _canonical(ctype: str) -> str:
+    """An integer type's spelling as :data:`_C_TYPES` has it (``long long int``: ``long
+    long``; ``signed``: ``int``; ``long unsigned int``: ``unsigned long``); another type
+    as it is."""
+    words = ctype.split()
+    if not words or not set(words) <= _INTEGER_WORDS:
+        return ctype
+    unsigned = "unsigned" in words
+    if "char" in words:
+        return "unsigned char" if unsigned else "signed char" if "signed" in words else "char"
+    size = "short" if "short" in words else " ".join(["long"] * words.count("long"))
+    if unsigned:
+        return f"unsigned {size or 'int'}"
+    return size or "int"
+
+
+def _unnamed(decl: str, words: list[str]) -> bool:
+    """Whether a parameter declaration gives no name (``const float*``, ``unsigned int``):
+    nothing after its last ``*``, or every word a type's."""
+    if "*" in decl and not decl.rsplit("*", 1)[1].strip():
+        return True
+    kept = [w for w in words if w not in _QUALIFIERS]
+    return bool(kept) and (set(kept) <= _INTEGER_WORDS or " ".join(kept) in _C_TYPES)
 
 
 _CANCEL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]cuasync/cancel\.cuh[>"][^\n]*$', re.M)

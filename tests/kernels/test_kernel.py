@@ -130,6 +130,28 @@ def test_kernel_parses_the_signature() -> None:
     assert "saxpy(float a, const float* x, float* y, int n)" in repr(k)
 
 
+def test_every_spelling_of_an_integer_type_and_pointers_to_pointers_are_parsed() -> None:
+    """C's integer spellings (``long long int``, ``long unsigned int``, ``signed``) are the
+    types they name; a pointer to pointers takes a uint64 tensor of device addresses (not
+    the pointee's data); a parameter without a name keeps its type."""
+    src = (
+        'extern "C" __global__ void g(const float* const* rows, long long int n, '
+        "long unsigned int m, short int s, signed q, const float*, unsigned int) {}"
+    )
+    k = cuasync.Kernel(src, "g", emulate=lambda *args: None)
+    got = [(p.name, p.dtype.name if p.dtype is not None else None, p.pointer) for p in k.params]
+    assert got == [
+        ("rows", "uint64", True), ("n", "int64", False), ("m", "uint64", False),
+        ("s", "int16", False), ("q", "int32", False), ("arg5", "float32", True),
+        ("arg6", "uint32", False),
+    ]  # fmt: skip
+    assert "g(const float** rows, long long n, unsigned long m" in repr(k)
+    addresses, data = cuasync.zeros((2,), "uint64").sync(), cuasync.zeros((2,)).sync()
+    k[1, 32](addresses, 1, 2, 3, 4, data, 5).sync()  # the addresses: taken
+    with pytest.raises(LaunchError, match=r"parameter 'rows'.*expects uint64 data"):
+        k[1, 32](data, 1, 2, 3, 4, data, 5)  # float data where addresses go: refused
+
+
 async def test_template_kernel_by_name_expression(anyio_backend) -> None:
     for name, dtype in (("scale<float>", np.float32), ("scale<double>", np.float64)):
         k = cuasync.Kernel(SCALE, name, emulate=scale_twin)
@@ -920,6 +942,36 @@ def test_cache_key_covers_everything_that_decides_the_cubin(cache: Path) -> None
     )
 
 
+def test_cache_key_covers_the_headers_the_source_includes(cache: Path, tmp_path: Path) -> None:
+    """A header included from a directory the flags name (and what it includes, and a
+    pre-included file) is part of the key: changed, the next compile misses, never
+    loading an image built from its old text; a CUDA header it does not find is not."""
+    inc = tmp_path / "inc"
+    (inc / "sub").mkdir(parents=True)
+    (inc / "myconst.h").write_text('#include "sub/more.h"\n#define MYVAL 1\n')
+    (inc / "sub" / "more.h").write_text("#define MORE 1\n")
+    (tmp_path / "pre.h").write_text("#define PRE 1\n")
+    src = '#include "myconst.h"\n#include <cuda_fp16.h>\n__global__ void f(int* y) {}'
+    flags = [f"-I{inc}", f"--pre-include={tmp_path / 'pre.h'}"]
+
+    def key() -> str | None:
+        return kernel_cache.key_for(src, "f", flags, "sm_90", (13, 0))
+
+    first = key()
+    assert key() == first  # (read again, unchanged: the same key)
+    seen = {first}
+    for path, text in (
+        (inc / "myconst.h", '#include "sub/more.h"\n#define MYVAL 2\n'),
+        (inc / "sub" / "more.h", "#define MORE 2\n"),  # (included by the included header)
+        (tmp_path / "pre.h", "#define PRE 2\n"),
+    ):
+        path.write_text(text)
+        seen.add(key())
+    assert len(seen) == 4
+    # without include directories nothing is read: the key of the text alone
+    assert kernel_cache.key_for(src, "f", [], "sm_90", (13, 0)) not in seen
+
+
 def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:
     key = kernel_cache.key_for("src", "k", [], "sm_90", (13, 0))
     assert key is not None
@@ -929,11 +981,20 @@ def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:
     stats = kernel_cache.stats()
     assert (stats.hits, stats.misses, stats.entries, stats.path) == (1, 1, 1, cache)
     assert [p.name for p in cache.iterdir()] == [f"{key}.cubin"]  # no temporary files left
-    # a truncated entry is a miss, never an error
+    # a damaged entry (its length intact) and a truncated one are misses, never errors
     entry = cache / f"{key}.cubin"
-    entry.write_bytes(entry.read_bytes()[:-3])
+    intact = entry.read_bytes()
+    entry.write_bytes(intact[:-4] + b"\xde\xad\xbe\xef")
+    assert kernel_cache.lookup(key) is None
+    entry.write_bytes(intact[:-3])
     assert kernel_cache.lookup(key) is None
     assert kernel_cache.clear() == 1 and kernel_cache.stats().entries == 0
+    # the directory deleted: clear() finds nothing, and the next entry makes it again
+    cache.rmdir()
+    assert kernel_cache.clear() == 0
+    kernel_cache.store(key, b"\x7fELF-image", "_Z1kv")
+    assert kernel_cache.lookup(key) == (b"\x7fELF-image", "_Z1kv")
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     with pytest.raises(ArgumentError, match="key must be"):
         kernel_cache.lookup("../../etc/passwd")
     with pytest.raises(ArgumentError, match="image must be"):

@@ -248,6 +248,26 @@ async def test_warmup_prepares_kernels_and_expressions_ahead(
     assert all(op._consumed for op in examples)
 
 
+async def test_warmup_of_a_launch_prepares_its_kernel_on_the_devices_asked(
+    anyio_backend: Any,
+) -> None:
+    """A kernel launch as ``warmup``'s example stands for its kernel: prepared on each of
+    ``devices`` (not only the device of the launch's tensors), so the first await there
+    compiles nothing."""
+    if cuasync.device_count() < 2:
+        pytest.skip("needs 2 devices (CUASYNC_EMU_DEVICES=2 on the emulator)")
+    k = _fresh_bump()
+    x0 = await cuasync.zeros((8,))
+    await cuasync.warmup(k[1, 32](x0, 8), devices=[1])
+    assert sorted(k._prepared) == [1]
+    with cuasync.use_device(1):
+        x1 = await cuasync.zeros((8,))
+    handed = _first_use.stats()
+    await k[1, 32](x1, 8)
+    assert _first_use.stats() == handed  # (prepared ahead: nothing handed to compile)
+    np.testing.assert_array_equal(await x1.to_host(), np.ones(8, np.float32))
+
+
 @pytest.mark.skipif(
     ON_EMULATOR and nvrtc_problem() is not None, reason="the emulator compiles with NVRTC"
 )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import still_pending
+from helpers import ON_EMULATOR, still_pending
 
 import cuasync
 import cuasync.testing as ct
-from cuasync.errors import ArgumentError, CaptureError
+from cuasync.errors import ArgumentError, CaptureError, KernelError
 
 pytestmark = pytest.mark.anyio
 
@@ -200,3 +200,25 @@ async def test_graph_launches_are_ordered_against_other_streams(anyio_backend) -
         assert still_pending(read.done), "the read did not wait for the launch"
     await launched
     np.testing.assert_array_equal(await read, host(1.0))
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="emulator only: a numpy twin raises there")
+async def test_each_replay_of_a_kernel_whose_twin_raises_fails_with_kernel_error(
+    anyio_backend,
+) -> None:
+    """A graph launch replaying a kernel whose twin raises fails that launch, as the
+    kernel's own launch does (the error is the replay's, not the capture's)."""
+
+    def twin(y: object, n: object) -> None:
+        raise ValueError("bug in twin")
+
+    inc = cuasync.Kernel(
+        'extern "C" __global__ void inc(float* y, int n) { if (threadIdx.x < n) y[threadIdx.x] += 1.0f; }',
+        "inc",
+        emulate=twin,
+    )
+    y = await cuasync.zeros(8)
+    graph = inc[1, 32](y, 8).graph()
+    for _ in range(2):  # (every replay: the box is each launch's own)
+        with pytest.raises(KernelError, match="bug in twin"):
+            await graph.launch()
