@@ -467,8 +467,8 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
 
         An int past its axis raises :class:`~cuasync.errors.IndexOutOfRangeError` (an
         ``IndexError``); arrays, lists and other objects raise
-        :class:`~cuasync.errors.UnsupportedIndexError`. Slice bounds past the axis raise
-        :class:`~cuasync.errors.ShapeError` rather than clamping.
+        :class:`~cuasync.errors.UnsupportedIndexError`. Slice bounds past the axis are
+        clipped to it, as Python's and numpy's.
 
         >>> t[1:5, ::2].shape, t[None, 0].shape, t[..., -1].shape, t[::-1].strides
         ((4, 4), (1, 8), (6,), (-8, 1))

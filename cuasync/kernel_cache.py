@@ -223,6 +223,19 @@ def clear() -> int:
     return removed
 
 
+def _normal(path: Path) -> Path:
+    """``path`` with its ``..`` folded in (two headers including each other through
+    ``../`` name one file each time, not a path growing without end)."""
+    return Path(os.path.normpath(path))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # (a name too long, a loop of links: not a header it can read)
+        return False
+
+
 def _digest(body: bytes) -> bytes:
     """An entry's check of its name and image (a damaged entry is a miss)."""
     return hashlib.sha256(body).digest()
@@ -301,9 +314,9 @@ def _user_headers(source: str, flags: Sequence[str]) -> list[tuple[str, bytes]]:
     while pending and len(found) < _HEADERS_MAX:
         name, beside = pending.pop()
         where = [beside, *dirs] if beside is not None else dirs
-        path = next((d / name for d in where if (d / name).is_file()), None)
-        if path is None and Path(name).is_absolute() and Path(name).is_file():
-            path = Path(name)
+        path = next((p for d in where if _is_file(p := _normal(d / name))), None)
+        if path is None and _is_file(_normal(Path(name))) and Path(name).is_absolute():
+            path = _normal(Path(name))
         if path is None or path in seen:
             continue
         seen.add(path)

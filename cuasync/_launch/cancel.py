@@ -23,6 +23,7 @@ word's next owner is cancelled: then they run, wasted but harmless).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import deque
 from contextvars import Token
@@ -39,6 +40,7 @@ __all__ = ["CancelScope", "cancel_scope", "wait_cancels_visible"]
 
 _GENERATIONS = 1 << (64 - CANCEL_ADDRESS_BITS)  # 16 bits: 1..65535 (0 is never a generation)
 _SLAB_WORDS = 1024  # words in one slab of device memory (4 KiB)
+log = logging.getLogger("cuasync.cancel")
 
 
 def _next(generation: int) -> int:
@@ -281,14 +283,8 @@ class CancelScope:
         write its words."""
         self.word = 0  # later ops of the scope run (their values are delivered)
         futures, self._futures = self._futures, []
-        here = threading.get_ident()
         for watched in futures:
-            if watched.finished:
-                continue
-            if watched.thread == here:
-                watched.cancel(_CANCELLED_WITH_SCOPE)
-            else:  # (another thread's loop, in a copy of this context: as soon as it can)
-                watched.adapter.call_from_thread(watched.cancel, _CANCELLED_WITH_SCOPE)
+            _cancel_adopted(watched)
         for words, address, generation in list(self._claimed.values()):
             words.store(address, generation)
 
@@ -299,8 +295,11 @@ class CancelScope:
             return
         futures = self._futures
         if len(futures) >= 64 and not len(futures) & (len(futures) - 1):  # (at 64, 128, ...)
-            futures[:] = [w for w in futures if not w.finished]
+            # (a new list: a cancel on another thread may be walking this one)
+            futures = self._futures = [w for w in futures if not w.finished]
         futures.append(watched)
+        if self._cancelled:  # (cancelled from another thread meanwhile: it may not see it)
+            _cancel_adopted(watched)
 
     @property
     def cancelled(self) -> bool:
@@ -318,6 +317,27 @@ class CancelScope:
 
 #: The message of the ``CancelledError`` an op handed over in a cancelled scope ends with.
 _CANCELLED_WITH_SCOPE = "its cancel scope was cancelled: the op's work may have been skipped"
+
+
+def _cancel_adopted(watched: Any) -> None:
+    """Cancel an op adopted by a scope being cancelled (its ``Watched``), before the
+    scope's words are written: marked cancelled at once, from any thread, so that
+    whatever ends it delivers no output (``outcome``, ``result()`` and ``cancelled()``
+    read the mark first); then cancelled on its loop's thread (its awaiters get
+    ``CancelledError``), here or as soon as that loop runs. A closed loop's ends when
+    its work lands (``Watched.abandon``)."""
+    if watched.finished:
+        return
+    watched.cancelled, watched.message = True, _CANCELLED_WITH_SCOPE
+    if watched.adapter._closed:
+        return
+    if watched.thread != threading.get_ident():
+        watched.adapter.call_from_thread(watched.cancel, _CANCELLED_WITH_SCOPE)
+        return
+    try:
+        watched.cancel(_CANCELLED_WITH_SCOPE)
+    except Exception:  # (its loop closing: marked already; the words must still be written)
+        log.exception("cuasync: cancelling an op of a cancelled scope failed")
 
 
 def cancel_scope() -> CancelScope:

@@ -121,8 +121,8 @@ def parse_params(source: str, name: str) -> list[Param]:
     bindings = _template_bindings(text, base, name)
     params: list[Param] = []
     for decl in _split_top_level(raw):
-        decl = decl.split("=", 1)[0].strip()
-        depth = decl.count("*") + decl.count("[")  # (levels of indirection)
+        decl = re.sub(r"\[[^\]]*\]", "[]", decl.split("=", 1)[0].strip())  # (x[4][4]: x)
+        depth = decl.count("*") + ("[" in decl)  # (levels of indirection: an array decays)
         star = decl.find("*")
         before = decl[:star] if star >= 0 else decl
         const = "const" in before.split()

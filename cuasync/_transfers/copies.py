@@ -99,25 +99,28 @@ def from_host(array: npt.ArrayLike, *, device: int | Device | None = None) -> Te
 
 
 def _python_floats(data: Any) -> bool:
-    """Whether ``data`` (a scalar, or lists and tuples of them, nested) holds a Python
-    float or complex and nothing with a dtype of its own: a numpy scalar or array (whose
-    dtype it keeps, ``np.float64`` being a float too), or any other object.
+    """Whether ``data`` (a scalar, or lists and tuples of them, nested) takes the default
+    float dtype: it holds a Python float or complex, or nothing at all (``[]``), and
+    nothing with a dtype of its own: a numpy scalar or array (whose dtype it keeps,
+    ``np.float64`` being a float too), or any other object.
 
     >>> _python_floats([1, 2.5]), _python_floats([np.float64(0.1)]), _python_floats([1, 2])
     (True, False, False)
     """
-    found = False
+    floats = scalars = False
     pending = [data]
     while pending:
         item = pending.pop()
         kind = type(item)
         if kind is list or kind is tuple:
             pending.extend(item)
-        elif kind is float or kind is complex:
-            found = True
+            continue
+        scalars = True
+        if kind is float or kind is complex:
+            floats = True
         elif kind is not int and kind is not bool:  # (np.generic, ndarray, the rest)
             return False
-    return found
+    return floats or not scalars
 
 
 def _default_floats(source: np.ndarray) -> np.ndarray:

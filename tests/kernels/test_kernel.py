@@ -136,20 +136,21 @@ def test_every_spelling_of_an_integer_type_and_pointers_to_pointers_are_parsed()
     the pointee's data); a parameter without a name keeps its type."""
     src = (
         'extern "C" __global__ void g(const float* const* rows, long long int n, '
-        "long unsigned int m, short int s, signed q, const float*, unsigned int) {}"
+        "long unsigned int m, short int s, signed q, const float*, unsigned int, "
+        "float tile[4][4]) {}"
     )
     k = cuasync.Kernel(src, "g", emulate=lambda *args: None)
     got = [(p.name, p.dtype.name if p.dtype is not None else None, p.pointer) for p in k.params]
     assert got == [
         ("rows", "uint64", True), ("n", "int64", False), ("m", "uint64", False),
         ("s", "int16", False), ("q", "int32", False), ("arg5", "float32", True),
-        ("arg6", "uint32", False),
+        ("arg6", "uint32", False), ("tile", "float32", True),  # (an array decays once)
     ]  # fmt: skip
     assert "g(const float** rows, long long n, unsigned long m" in repr(k)
     addresses, data = cuasync.zeros((2,), "uint64").sync(), cuasync.zeros((2,)).sync()
-    k[1, 32](addresses, 1, 2, 3, 4, data, 5).sync()  # the addresses: taken
+    k[1, 32](addresses, 1, 2, 3, 4, data, 5, data).sync()  # the addresses: taken
     with pytest.raises(LaunchError, match=r"parameter 'rows'.*expects uint64 data"):
-        k[1, 32](data, 1, 2, 3, 4, data, 5)  # float data where addresses go: refused
+        k[1, 32](data, 1, 2, 3, 4, data, 5, data)  # float data where addresses go: refused
 
 
 async def test_template_kernel_by_name_expression(anyio_backend) -> None:
@@ -970,6 +971,11 @@ def test_cache_key_covers_the_headers_the_source_includes(cache: Path, tmp_path:
     assert len(seen) == 4
     # without include directories nothing is read: the key of the text alone
     assert kernel_cache.key_for(src, "f", [], "sm_90", (13, 0)) not in seen
+    # two headers including each other through ../ are read once each (no endless path)
+    (inc / "sub" / "a.h").write_text('#pragma once\n#include "../sub/b.h"\n')
+    (inc / "sub" / "b.h").write_text('#pragma once\n#include "../sub/a.h"\n')
+    looped = kernel_cache.key_for('#include "sub/a.h"\n', "f", flags, "sm_90", (13, 0))
+    assert looped is not None and looped not in seen
 
 
 def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 import gc
 import itertools
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -207,6 +208,48 @@ async def test_an_op_handed_over_in_a_scope_is_cancelled_with_it_for_every_await
         await ops[0]  # (another task's await: not the output of skipped work)
     await cuasync.get_default_device().synchronized()
     assert np.asarray(await marks.to_host()).tolist()[0] == 0  # (the launch: skipped)
+
+
+def test_an_op_another_threads_loop_took_over_in_a_cancelled_scope_delivers_nothing(
+    baseline: Any,
+) -> None:
+    """A scope cancelled from another thread than the loop its op was handed to (a loop
+    running in a copy of the scope's context): the op is marked cancelled at once, so the
+    pass that finds its skipped work landed, queued on that loop before the cancel is,
+    ends it with ``CancelledError``, not with the output the device never wrote."""
+    marks = _marks()
+    handed, cancelled, landed = threading.Event(), threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    def other_loop() -> None:
+        async def main() -> None:
+            op = ct.mark(marks, 0)
+            assert asyncio.ensure_future(op) is op
+
+            def hold() -> None:  # (queued before the pass that looks at the op)
+                handed.set()
+                assert cancelled.wait(30) and landed.wait(30)
+
+            asyncio.get_running_loop().call_soon(hold)
+            try:
+                result["output"] = await op
+            except asyncio.CancelledError as exc:
+                result["error"] = exc
+
+        asyncio.run(main())
+
+    with ct.gate() as gate, cuasync.cancel_scope() as scope:
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(other_loop,))
+        thread.start()
+        assert handed.wait(30)  # started behind the gate, not looked at yet
+        scope.cancel()  # (this thread runs no loop: the op's loop cancels it later)
+        cancelled.set()
+        gate.open()
+    cuasync.Device(0).synchronize()  # the skipped launch's flag landed
+    landed.set()
+    thread.join(30)
+    assert "output" not in result and "cancel scope" in str(result["error"])
+    assert np.asarray(marks.to_host().sync()).tolist()[0] == 0  # (skipped)
 
 
 @pytest.mark.parametrize("anyio_backend", ASYNCIO, indirect=True)

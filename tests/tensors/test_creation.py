@@ -796,6 +796,8 @@ def test_one_default_float_dtype_float32() -> None:
         assert got.dtype == np.float64, data
         np.testing.assert_array_equal(got, np.asarray(data))
     assert host(cuasync.asarray([np.float64(0.1)]).sync()).dtype == np.float64
+    for empty in ([], [[], []], ()):  # nothing with a dtype of its own: the default float
+        assert host(cuasync.from_host(empty).sync()).dtype == np.float32
     with pytest.raises(ArgumentError, match="past float32's range"):
         cuasync.from_host([1e300])
     same(host(cuasync.arange(0.0, 1.0, 0.25).sync()), np.arange(0.0, 1.0, 0.25, dtype=np.float32))
