@@ -314,9 +314,8 @@ def _user_headers(source: str, flags: Sequence[str]) -> list[tuple[str, bytes]]:
     while pending and len(found) < _HEADERS_MAX:
         name, beside = pending.pop()
         where = [beside, *dirs] if beside is not None else dirs
-        path = next((p for d in where if _is_file(p := _normal(d / name))), None)
-        if path is None and _is_file(_normal(Path(name))) and Path(name).is_absolute():
-            path = _normal(Path(name))
+        tried = [Path(name)] if Path(name).is_absolute() else [d / name for d in where]
+        path = next((p for t in tried if _is_file(p := _normal(t))), None)
         if path is None or path in seen:
             continue
         seen.add(path)

@@ -395,7 +395,6 @@ class _EmulatedKernel(PreparedKernel):
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-#: ``active`` while this thread runs a host function (``launch_host_func``).
 #: The error box of the graph launch a stream's worker is replaying now (``box``; none
 #: outside a replay): a command recorded in a capture reports there, not in the
 #: capture's own box, which nobody reads after it.
@@ -422,6 +421,7 @@ def _replaying(command: Command, box: list[BaseException]) -> Command:
     return run
 
 
+#: ``active`` while this thread runs a host function (``launch_host_func``).
 _host_function = threading.local()
 #: ``active`` on a stream's worker thread: the emulated device's (see ``host_free``).
 _device_thread = threading.local()
