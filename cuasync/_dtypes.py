@@ -195,8 +195,17 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype[Any]:
     except TypeError:
         dt = None
     if dt is None or _name_of(dt) is None:
+        hint = ""
+        if dt is not None and not dt.isnative and _name_of(dt.newbyteorder("=")) is not None:
+            native = dt.newbyteorder("=")
+            order = "big" if dt.byteorder == ">" else "little"
+            hint = (
+                f" (it is {_name_of(native)} in {order}-endian byte order; use "
+                f"{native.str!r}: array.astype({native.str!r}) converts an array)"
+            )
         raise DTypeError(
-            f"{argument}={dtype!r} is not a supported dtype; expected one of {', '.join(SUPPORTED)}"
+            f"{argument}={dtype!r} is not a supported dtype; expected one of "
+            f"{', '.join(SUPPORTED)}{hint}"
         )
     return dt
 

@@ -22,6 +22,7 @@ emulator raises ``UsageError`` after its bounded wait, see ``docs/kernels.md``).
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -43,6 +44,10 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 #: Preparations handed to the compile thread by an await (for tests and the bench).
 _off_loop = 0
+#: The preparations queued or running on the compile thread, by their pairs' kernels
+#: and devices (the future keeps them alive, so an ``id`` is not reused meanwhile).
+_in_flight: dict[tuple[tuple[int, int], ...], Future[list[PreparedKernel]]] = {}
+_in_flight_lock = threading.Lock()
 
 
 def _compile_thread() -> ThreadPoolExecutor:
@@ -70,9 +75,11 @@ def _yield_cpu() -> None:
 
 def _forget_in_child() -> None:
     """A forked child has no compile thread: it starts its own when it needs one."""
-    global _pool, _lock
+    global _pool, _lock, _in_flight_lock
     _pool = None
     _lock = threading.Lock()
+    _in_flight.clear()
+    _in_flight_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -182,7 +189,7 @@ def prepare_off_loop(
     wake, parked = adapter.park()
     future.add_done_callback(lambda _: wake(None))  # (from the compile thread)
     yield from parked()
-    return future.result()
+    return _outcome(future)
 
 
 def prepare_then(
@@ -194,15 +201,45 @@ def prepare_then(
 
     >>> prepare_then([(kernel, device)], lambda error: adapter.call_from_thread(then, error))
     """
-    _on_compile_thread(pairs).add_done_callback(lambda f: done(f.exception()))
+    _on_compile_thread(pairs).add_done_callback(lambda f: done(_error(f)))
 
 
 def _on_compile_thread(pairs: Sequence[tuple[Any, Device]]) -> Future[list[PreparedKernel]]:
     """:func:`prepare_now` of ``pairs`` submitted to the compile thread (counted in
-    :func:`stats`)."""
+    :func:`stats`), or the preparation of the same pairs already queued or running
+    there: awaits of one new kernel share one compile, and one compile error (a kernel
+    that fails is compiled again only by an await that comes after the failure)."""
     global _off_loop
-    _off_loop += 1
-    return _compile_thread().submit(prepare_now, pairs)
+    key = tuple((id(kernel), device.ordinal) for kernel, device in pairs)
+    pool = _compile_thread()
+    with _in_flight_lock:
+        _off_loop += 1
+        future = _in_flight.get(key)
+        if future is not None:
+            return future
+        future = _in_flight[key] = pool.submit(prepare_now, pairs)
+    future.add_done_callback(lambda f: _landed(key, f))  # (at once if done already)
+    return future
+
+
+def _landed(key: tuple[tuple[int, int], ...], future: Future[Any]) -> None:
+    with _in_flight_lock:
+        if _in_flight.get(key) is future:
+            del _in_flight[key]
+
+
+def _error(future: Future[Any]) -> BaseException | None:
+    """The future's exception, a copy for each awaiter of a shared preparation (one
+    exception object raised by several tasks would gather all their tracebacks)."""
+    error = future.exception()
+    return None if error is None else copy.copy(error)
+
+
+def _outcome(future: Future[list[PreparedKernel]]) -> list[PreparedKernel]:
+    error = _error(future)
+    if error is not None:
+        raise error
+    return future.result()
 
 
 def stats() -> int:

@@ -67,6 +67,8 @@ __all__ = [
 
 _MAGIC = b"CUASYNC-CUBIN-2\n"  # then: name length, image length, SHA-256 of name + image
 _SUFFIX = ".cubin"
+#: The prefix of an entry being written (renamed into place once whole).
+_TEMPORARY = ".tmp-"
 _FORMAT = 2  # bump when the key or the entry layout changes
 _DIGEST = 32
 
@@ -206,7 +208,8 @@ def stats() -> CacheStats:
 
 
 def clear() -> int:
-    """Delete every entry of the cache in use; returns how many were removed."""
+    """Delete every entry of the cache in use, and what a writer that crashed left
+    (``.tmp-*``; one writing now stores nothing); returns how many entries were removed."""
     path = _path()
     if path is None:
         return 0
@@ -220,6 +223,9 @@ def clear() -> int:
             with contextlib.suppress(OSError):
                 entry.unlink()
                 removed += 1
+        elif entry.name.startswith(_TEMPORARY):
+            with contextlib.suppress(OSError):
+                entry.unlink()
     return removed
 
 
@@ -454,10 +460,10 @@ def store(key: str, image: bytes, lowered_name: str) -> None:
     try:
         # mkstemp: a new file in the same directory (so the rename is atomic), mode 0600.
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_TEMPORARY, dir=entry.parent)
         except FileNotFoundError:  # (the directory was deleted: made again, private)
             entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_TEMPORARY, dir=entry.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)

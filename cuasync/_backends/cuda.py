@@ -401,8 +401,10 @@ class CudaBackend(Backend):
         self._modules: dict[int, int] = {}
         self._graphs: dict[int, int] = {}
         self._graph_execs: dict[int, int] = {}
-        # (ordinal, lowered name, image) -> CUfunction, for prepare_kernel
+        # (ordinal, lowered name, image) -> CUfunction, and (ordinal, image) -> its
+        # module, for prepare_kernel (a program's kernels share one image: one module)
         self._functions: dict[tuple[int, str, bytes], int] = {}
+        self._image_modules: dict[tuple[int, bytes], int] = {}
         self._functions_lock = threading.Lock()
         # Pinned allocations whose device pointer differs from the host address
         # (never on 64-bit Linux with UVA; kept sorted by host address).
@@ -1445,8 +1447,8 @@ class CudaBackend(Backend):
     def _load_function(self, ordinal: int, image: bytes, lowered: str) -> int:
         """The function ``lowered`` of ``image`` on ``ordinal``, loaded once per process.
 
-        Kernels with the same source share the image (compiles are cached by source),
-        so they share its module too.
+        Kernels compiled in one program (:func:`~cuasync._launch.kernel.program_kernels`)
+        share its image, and so its module: loaded once.
         """
         key = (ordinal, lowered, image)
         function = self._functions.get(key)
@@ -1454,7 +1456,10 @@ class CudaBackend(Backend):
             with self._functions_lock:
                 function = self._functions.get(key)
                 if function is None:
-                    module = self.module_load(ordinal, image)
+                    module = self._image_modules.get((ordinal, image))
+                    if module is None:
+                        module = self.module_load(ordinal, image)
+                        self._image_modules[ordinal, image] = module
                     function = self._functions[key] = self.module_function(module, lowered)
         return function
 

@@ -18,7 +18,7 @@ import math
 import struct
 import sys
 import threading
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -47,7 +47,7 @@ from .nvrtc import compile_cubin, nvrtc_version
 from .partition import Partition
 from .signature import Param, parse_params, with_cancel_word
 
-__all__ = ["CompileOptions", "DevicePointer", "Kernel"]
+__all__ = ["CompileOptions", "DevicePointer", "Kernel", "program_kernels"]
 
 Dim3 = tuple[int, int, int]
 #: A launch's ``grid`` or ``block`` as users give one: an int (or numpy integer), or a
@@ -1121,10 +1121,11 @@ def _check_flags(options: CompileOptions) -> list[str] | None:
     return ["--Ofast-compile=max", *options.flags()[1:]]
 
 
-#: Compiled images by ``(source, name expression, options, arch)``, shared by every
-#: Kernel: a source is compiled once per process, whether for a GPU, for the emulator's
-#: check or by ``compile_image``.
-_images: dict[tuple[Any, ...], tuple[bytes, str]] = {}
+#: Compiled images and their kernels' lowered names by ``(source, name expression,
+#: options, arch)`` (a program's: its name expressions), shared by every Kernel: a source
+#: is compiled once per process, whether for a GPU, for the emulator's check or by
+#: ``compile_image``.
+_images: dict[tuple[Any, ...], tuple[bytes, tuple[str, ...]]] = {}
 _images_lock = threading.Lock()
 
 
@@ -1198,8 +1199,13 @@ class Kernel(_Launchable[R]):
         self._prepared = {}
         self.__dict__.update(state)
 
+    #: The name expressions compiled in one NVRTC program with this kernel's, its own
+    #: among them (:func:`program_kernels`: a source's kernels that launch together);
+    #: empty: compiled alone.
+    _together: tuple[str, ...] = ()
+
     def _key(self, arch: str) -> tuple[Any, ...]:
-        return (self.source, self.name, self.options, arch)
+        return (self.source, self._together or self.name, self.options, arch)
 
     def with_options(self, options: CompileOptions) -> Kernel[R]:
         """This kernel compiled with ``options`` instead: a new ``Kernel`` sharing the
@@ -1219,6 +1225,8 @@ class Kernel(_Launchable[R]):
         other.params = self.params  # parsed once: options cannot change the signature
         other._cancel = self._cancel
         other._prepared = {}
+        if self._together:
+            other._together = self._together
         return other
 
     def specialize(self, **defines: object) -> Kernel[R]:
@@ -1267,16 +1275,24 @@ class Kernel(_Launchable[R]):
                 found = _images.get(key)
                 if found is None:
                     found = _images[key] = self._compile(arch, flags)
-        return found
+        image, lowered = found
+        return image, lowered[self._together.index(self.name) if self._together else 0]
 
-    def _compile(self, arch: str, flags: list[str]) -> tuple[bytes, str]:
-        key = kernel_cache.key_for(self.source, self.name, flags, arch)  # None when disabled
+    def _compile(self, arch: str, flags: list[str]) -> tuple[bytes, tuple[str, ...]]:
+        """The image of this kernel's program and each of its kernels' lowered names: read
+        from the disk cache, else compiled (and stored there)."""
+        names = self._together or (self.name,)
+        joined = "\n".join(names)  # (no name expression holds a newline)
+        key = kernel_cache.key_for(self.source, joined, flags, arch)  # None when disabled
         if key is not None and (hit := kernel_cache.lookup(key)) is not None:
-            return hit
-        compiled = compile_cubin(self.source, self.name, arch, flags)
+            lowered = tuple(hit[1].split("\n"))
+            if len(lowered) == len(names):
+                return hit[0], lowered
+        compiled = compile_cubin(self.source, self._together or self.name, arch, flags)
+        lowered = compiled.lowered_names or (compiled.lowered_name,)
         if key is not None:
-            kernel_cache.store(key, compiled.image, compiled.lowered_name)
-        return compiled.image, compiled.lowered_name
+            kernel_cache.store(key, compiled.image, "\n".join(lowered))
+        return compiled.image, lowered
 
     def compile(self, device: int | Device | None = None) -> None:
         """Compile and load now for ``device`` (default: the default device), in this
@@ -1294,6 +1310,24 @@ class Kernel(_Launchable[R]):
             backend.prepare_kernel(dev.ordinal, self, compile_only=True)
         else:
             self._prepare(dev)
+
+
+def program_kernels(
+    source: str, twins: Mapping[str, Callable[..., object] | None]
+) -> dict[str, Kernel[Any]]:
+    """A :class:`Kernel` of ``source`` for each name expression of ``twins`` (with its
+    numpy twin), all compiled in one NVRTC program: the first use of any compiles them
+    all, once (a family's kernels that launch together: a sort's four).
+
+    >>> kernels = program_kernels(src, {"ca_sort_init": init_twin, "ca_sort_step": step_twin})
+    """
+    kernels = {name: Kernel(source, name, emulate=twin) for name, twin in twins.items()}
+    names = tuple(k.name for k in kernels.values())
+    # (a kernel taking a cancel word has a source of its own: it compiles alone)
+    if len(names) > 1 and len({k.source for k in kernels.values()}) == 1:
+        for k in kernels.values():
+            k._together = names
+    return kernels
 
 
 # Tensor.device_pointer (the tensor module sits below this one).

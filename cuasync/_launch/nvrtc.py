@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +13,10 @@ from ..errors import KernelCompileError
 @dataclass(frozen=True)
 class Compiled:
     image: bytes  # cubin
-    lowered_name: str
+    lowered_name: str  # the first name expression's
     log: str
+    #: Every name expression's lowered name, in the order given.
+    lowered_names: tuple[str, ...] = ()
 
 
 def _check(result: object, call: str, log: str = "") -> None:
@@ -77,31 +80,40 @@ def compiles() -> int:
     return _compiles
 
 
-def compile_cubin(source: str, name_expression: str, arch: str, flags: list[str]) -> Compiled:
-    """Compile ``source`` for ``arch`` (e.g. ``"sm_90"``) and return the cubin and lowered name."""
+def compile_cubin(
+    source: str, name_expression: str | Sequence[str], arch: str, flags: list[str]
+) -> Compiled:
+    """Compile ``source`` for ``arch`` (e.g. ``"sm_90"``) and return the cubin and lowered
+    name; several name expressions (a source's kernels) are compiled in one program, and
+    each one's lowered name returned (``lowered_names``)."""
     global _compiles
     _compiles += 1
+    names = [name_expression] if isinstance(name_expression, str) else list(name_expression)
     nvrtc = _load()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cuasync_kernel.cu", 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
-        (err,) = nvrtc.nvrtcAddNameExpression(prog, name_expression.encode())
-        _check(err, "nvrtcAddNameExpression")
+        for name in names:
+            (err,) = nvrtc.nvrtcAddNameExpression(prog, name.encode())
+            _check(err, "nvrtcAddNameExpression")
         options = [f"--gpu-architecture={arch}", *flags]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         log = _program_log(nvrtc, prog)
         if int(result):
+            what = repr(names[0]) if len(names) == 1 else f"{names!r} (one program)"
             raise KernelCompileError(
-                f"NVRTC could not compile {name_expression!r} for {arch}; its log follows", log
+                f"NVRTC could not compile {what} for {arch}; its log follows", log
             )
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize", log)
         image = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
         _check(err, "nvrtcGetCUBIN", log)
-        err, lowered = nvrtc.nvrtcGetLoweredName(prog, name_expression.encode())
-        _check(err, "nvrtcGetLoweredName", log)
-        lowered_name = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
-        return Compiled(bytes(image), lowered_name, log)
+        lowered_names = []
+        for name in names:
+            err, lowered = nvrtc.nvrtcGetLoweredName(prog, name.encode())
+            _check(err, "nvrtcGetLoweredName", log)
+            lowered_names.append(lowered.decode() if isinstance(lowered, bytes) else str(lowered))
+        return Compiled(bytes(image), lowered_names[0], log, tuple(lowered_names))
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

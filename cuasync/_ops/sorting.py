@@ -35,7 +35,7 @@ from .._core.output import Output
 from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
-from .._launch.kernel import Kernel
+from .._launch.kernel import Kernel, program_kernels
 from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.copies import empty
 from .._transfers.device_copy import new_tensor
@@ -273,12 +273,13 @@ def sort_kernels(dt: str, nk: int, values: bool) -> tuple[Kernel, Kernel, Kernel
         if found is None:
             src = "\n".join([_prelude(), body(dt, nk, values)])
             init, step, local, store = _twins(dt, values)
-            found = _kernels[key] = (
-                Kernel(src, "ca_sort_init", emulate=init),
-                Kernel(src, "ca_sort_step", emulate=step),
-                Kernel(src, "ca_sort_local", emulate=local),
-                Kernel(src, "ca_sort_store", emulate=store),
-            )
+            kernels = program_kernels(  # (one compile, one module for the four)
+                src,
+                {"ca_sort_init": init, "ca_sort_step": step, "ca_sort_local": local,
+                 "ca_sort_store": store},
+            )  # fmt: skip
+            k = list(kernels.values())
+            found = _kernels[key] = (k[0], k[1], k[2], k[3])
     return found
 
 

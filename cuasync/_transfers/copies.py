@@ -7,6 +7,7 @@ and pageable memory would block the calling thread until the stream drains.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -169,6 +170,7 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
     >>> a = await t.to_host()
     """
     t = _check_tensor(tensor, "tensor")
+    _check_numpy_can_hold(t)
     engines = engine_copies(t)
 
     def enqueue(ctx: ExecutionContext) -> Output[np.ndarray]:
@@ -192,6 +194,23 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
         return Output.ready(block.array(t.dtype, t.shape))
 
     return device_op(enqueue, t.device, "to_host", first_use=_gathering(t, engines))
+
+
+def _check_numpy_can_hold(t: Tensor) -> None:
+    """Refuse, with :class:`ShapeError`, an empty tensor whose shape numpy cannot make
+    (it multiplies the dimensions other than 0 and the item size: ``(0, 2**40, 2**40)``
+    is too big for it, as it is not for a tensor)."""
+    if t.size:
+        return  # (a tensor that holds elements fits a numpy array of its bytes)
+    extent = t.itemsize
+    for dim in t.shape:
+        extent *= dim or 1
+    if extent > sys.maxsize:
+        raise ShapeError(
+            f"to_host: numpy cannot make an array of shape {t.shape} and dtype "
+            f"{dtype_name(t.dtype)} (it refuses a shape whose dimensions other than 0, "
+            "times the item size, pass its largest size, even where the array is empty)"
+        )
 
 
 def dup(tensor: Tensor) -> TensorOp:

@@ -17,7 +17,7 @@ from .._core.context import ExecutionContext
 from .._core.device import Device, Stream
 from .._core.op import DeviceOp
 from .._core.output import Output
-from .._launch.kernel import Kernel
+from .._launch.kernel import Kernel, program_kernels
 from ..errors import ArgumentError
 
 __all__ = ["sleep", "trap"]
@@ -40,11 +40,8 @@ def _trap_twin() -> None:
 
 @functools.cache
 def _kernels() -> tuple[Kernel, Kernel]:
-    source = _source()
-    return (
-        Kernel(source, "cuasync_sleep", emulate=_sleep_twin),
-        Kernel(source, "cuasync_trap", emulate=_trap_twin),
-    )
+    kernels = program_kernels(_source(), {"cuasync_sleep": _sleep_twin, "cuasync_trap": _trap_twin})
+    return kernels["cuasync_sleep"], kernels["cuasync_trap"]
 
 
 def load(device: Device | None = None) -> None:

@@ -24,9 +24,10 @@ from cuasync._backends import get_backend
 from cuasync._dtypes import SUPPORTED
 from cuasync._launch import kernel as _kernel
 from cuasync._launch import nvrtc as _nvrtc
-from cuasync._launch.kernel import _Launch
+from cuasync._launch.kernel import _Launch, program_kernels
 from cuasync._launcher import make_launcher
 from cuasync._native import NATIVE, PROCESS
+from cuasync._ops import sorting
 from cuasync.errors import (
     AliasingError,
     ArgumentError,
@@ -994,7 +995,9 @@ def test_cache_store_lookup_stats_and_clear(cache: Path) -> None:
     assert kernel_cache.lookup(key) is None
     entry.write_bytes(intact[:-3])
     assert kernel_cache.lookup(key) is None
+    (cache / ".tmp-k2bcd0y1").write_bytes(b"CUASYNC-CUBIN-2\n")  # (a writer that crashed)
     assert kernel_cache.clear() == 1 and kernel_cache.stats().entries == 0
+    assert list(cache.iterdir()) == []
     # the directory deleted: clear() finds nothing, and the next entry makes it again
     cache.rmdir()
     assert kernel_cache.clear() == 0
@@ -1036,6 +1039,48 @@ def test_cache_round_trips_a_real_compilation(cache: Path, monkeypatch) -> None:
     compiled = _count_compiles(monkeypatch)
     assert k.compile_image("sm_90") == first and compiled == []
     assert kernel_cache.stats().hits == 1 and kernel_cache.stats().entries == 1
+
+
+TWO = r"""
+extern "C" __global__ void first_of_two(float* x) { x[0] = 1.0f; }
+template <typename T> __global__ void second_of_two(T* x) { x[0] = T(2); }
+"""
+
+
+@needs_nvrtc
+def test_program_kernels_compile_once_for_all_of_them(cache: Path, monkeypatch) -> None:
+    """A family's kernels made by ``program_kernels`` are one NVRTC program: the first
+    use of any compiles it once, each kernel keeping its own lowered name; a new process
+    reads the one cache entry; the emulator's check compiles the program once too."""
+    monkeypatch.setattr(_kernel, "_images", {})
+    compiled = _count_compiles(monkeypatch)
+    first, second = program_kernels(
+        TWO, {"first_of_two": None, "second_of_two<float>": None}
+    ).values()
+    image, lowered = second.compile_image("sm_90")
+    assert lowered.startswith("_Z") and "second_of_two" in lowered
+    assert first.compile_image("sm_90") == (image, "first_of_two")
+    assert len(compiled) == 1
+    monkeypatch.setattr(_kernel, "_images", {})  # as a new process would
+    assert first.compile_image("sm_90") == (image, "first_of_two")
+    assert second.compile_image("sm_90") == (image, lowered)
+    assert len(compiled) == 1 and kernel_cache.stats().entries == 1
+    first.check_compiles("sm_90")
+    second.check_compiles("sm_90")
+    assert len(compiled) == 2
+    # specialized, they stay one program (under their own key)
+    assert first.specialize(N=1).compile_image("sm_90")[1] == "first_of_two"
+    assert second.specialize(N=1).compile_image("sm_90")[1] == lowered
+    assert len(compiled) == 3
+
+
+@needs_nvrtc
+def test_a_sorts_four_kernels_compile_once(cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_kernel, "_images", {})
+    compiled = _count_compiles(monkeypatch)
+    for kernel in sorting.sort_kernels("int16", 1, True):
+        kernel.compile_image("sm_90")
+    assert len(compiled) == 1
 
 
 # -- the disk cache's trust model: only this user's private entries are loaded --------------

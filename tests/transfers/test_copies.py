@@ -51,6 +51,22 @@ def test_from_host_accepts_array_likes_and_scalars() -> None:
     assert empty.shape == (0, 3) and empty.to_host().sync().shape == (0, 3)
 
 
+def test_a_byte_swapped_array_is_refused_with_the_conversion_that_fixes_it() -> None:
+    data = np.arange(4, dtype=">f4")
+    with pytest.raises(DTypeError, match=r"float32 in big-endian byte order.*astype\('<f4'\)"):
+        cuasync.from_host(data)
+    fixed = cuasync.from_host(data.astype("<f4")).sync()
+    np.testing.assert_array_equal(fixed.to_host().sync(), data)
+
+
+def test_an_empty_tensor_numpy_cannot_shape_is_refused_by_to_host() -> None:
+    huge = cuasync.zeros((0, 2**40, 2**40)).sync()  # (holds nothing; numpy refuses it)
+    with pytest.raises(ShapeError, match=r"numpy cannot make an array of shape \(0, "):
+        huge.to_host()
+    fits = cuasync.zeros((0, 2**30, 2**30), dtype="int8").sync()
+    assert fits.to_host().sync().shape == (0, 2**30, 2**30)
+
+
 def test_from_host_refuses_a_tensor() -> None:
     t = cuasync.zeros((2,)).sync()
     with pytest.raises(ArgumentError, match="dup"):
