@@ -359,6 +359,7 @@ def _resolve_node(
     _device(children, op)
     shape = _broadcast(children, op)
     ins, out = _resolve(op, children)
+    ins = _compared_wide(op, children, ins)
     if op not in COMPLEX_OPS and any(dt.kind == "c" for dt in ins):
         _refuse_complex(op, children)
     check_dtype(out, f"the result of {op}")
@@ -366,6 +367,28 @@ def _resolve_node(
     if op != "where" or not weak_int:  # (where's loop depends on a weak int's value)
         remember(_NODES, key, (shape, ins, out, weak_int), NODES.memo)
     return shape, ins, out, weak_int
+
+
+#: The comparisons, which compare an integer operand with a Python int in int64.
+_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+_I64 = np.dtype(np.int64)
+
+
+def _compared_wide(
+    op: str, children: list[Node], ins: tuple[np.dtype[Any], ...]
+) -> tuple[np.dtype[Any], ...]:
+    """A comparison of an integer operand (int8 to int32, uint8 to uint32: each of their
+    values is an int64) with a Python int computes in int64, so that an int the
+    operand's dtype cannot hold compares as numpy 2 does (``int8_tensor == 300`` is all
+    False, ``< 300`` all True) rather than being refused. int64 and uint64 keep their
+    loop: an int past it is still :class:`~cuasync.errors.ScalarOverflowError`."""
+    if op not in _COMPARISONS or not any(
+        c.dtype is None and type(c.value) is int for c in children
+    ):
+        return ins
+    if all(dt.kind in "iu" and dt.itemsize < 8 for dt in ins):
+        return (_I64,) * len(ins)
+    return ins
 
 
 def _is_complex(c: Node) -> bool:

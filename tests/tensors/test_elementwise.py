@@ -442,6 +442,25 @@ async def test_python_int_too_large_raises_overflow_when_built(anyio_backend: st
         cuasync.multiply(f64, 2**1030)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32"])
+async def test_comparing_with_an_int_the_dtype_cannot_hold_answers_as_numpy(
+    dtype: str, anyio_backend: str
+) -> None:
+    # numpy 2 compares an integer array with any Python int (int8 == 300: False), where
+    # arithmetic with it raises; the operators and the functions, each comparison.
+    info = np.iinfo(dtype)
+    a = np.array([info.min, 0, 5, info.max], dtype)
+    x = await dev(a)
+    for value in (info.max + 1, info.min - 1, 2**40, -(2**40), 5, info.max):
+        for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
+            got = await (await getattr(cuasync, name)(x, value)).to_host()
+            check(got, getattr(np, name)(a, value))
+        check(await (await (value < x)).to_host(), value < a)  # (reflected)
+        check(await (await (x[::-1] == value)).to_host(), a[::-1] == value)  # (strided)
+    with pytest.raises(ScalarOverflowError):  # (arithmetic still refuses it)
+        cuasync.add(x, info.max + 1)
+
+
 async def test_integer_division_and_python_floats_make_the_default_float(anyio_backend) -> None:
     # One default float dtype, float32 (the creation ops'), where numpy picks float64
     # for lack of a float operand; a float64 operand still makes float64.
