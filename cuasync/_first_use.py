@@ -22,7 +22,6 @@ emulator raises ``UsageError`` after its bounded wait, see ``docs/kernels.md``).
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -30,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ._backends import get_backend
+from ._exceptions import fresh
 
 if TYPE_CHECKING:
     from ._backends.base import PreparedKernel
@@ -229,10 +229,11 @@ def _landed(key: tuple[tuple[int, int], ...], future: Future[Any]) -> None:
 
 
 def _error(future: Future[Any]) -> BaseException | None:
-    """The future's exception, a copy for each awaiter of a shared preparation (one
-    exception object raised by several tasks would gather all their tracebacks)."""
+    """The future's exception, a new one for each awaiter of a shared preparation,
+    chained to it (one exception object raised by several tasks would gather all their
+    tracebacks; the compile thread's stays on the original)."""
     error = future.exception()
-    return None if error is None else copy.copy(error)
+    return None if error is None else fresh(error)
 
 
 def _outcome(future: Future[list[PreparedKernel]]) -> list[PreparedKernel]:

@@ -378,10 +378,11 @@ def _compared_wide(
     op: str, children: list[Node], ins: tuple[np.dtype[Any], ...]
 ) -> tuple[np.dtype[Any], ...]:
     """A comparison of an integer operand (int8 to int32, uint8 to uint32: each of their
-    values is an int64) with a Python int computes in int64, so that an int the
+    values is an int64) with a Python int computes in int64, so that an int64 the
     operand's dtype cannot hold compares as numpy 2 does (``int8_tensor == 300`` is all
-    False, ``< 300`` all True) rather than being refused. int64 and uint64 keep their
-    loop: an int past it is still :class:`~cuasync.errors.ScalarOverflowError`."""
+    False, ``< 300`` all True) rather than being refused. An int past int64, and any
+    int past an int64 or uint64 operand's dtype (``uint64_tensor == -1``), is still
+    :class:`~cuasync.errors.ScalarOverflowError` (numpy 2 compares those too)."""
     if op not in _COMPARISONS or not any(
         c.dtype is None and type(c.value) is int for c in children
     ):

@@ -197,9 +197,18 @@ def to_host(tensor: Tensor) -> DeviceOp[np.ndarray]:
 
 
 def _check_numpy_can_hold(t: Tensor) -> None:
-    """Refuse, with :class:`ShapeError`, an empty tensor whose shape numpy cannot make
-    (it multiplies the dimensions other than 0 and the item size: ``(0, 2**40, 2**40)``
-    is too big for it, as it is not for a tensor)."""
+    """Refuse, with :class:`ShapeError`, a shape numpy cannot make: more dimensions than
+    it takes (64 in numpy 2), or an empty tensor's whose dimensions other than 0 and
+    item size multiply past its largest size (``(0, 2**40, 2**40)``, which a tensor
+    holds)."""
+    if t.ndim > 32:  # (numpy 1 takes 32)
+        try:
+            np.empty((0,) * t.ndim, np.uint8)
+        except ValueError:
+            raise ShapeError(
+                f"to_host: numpy cannot make an array of {t.ndim} dimensions (numpy 2 "
+                "makes 64 at most, numpy 1 32): reshape the tensor first"
+            ) from None
     if t.size:
         return  # (a tensor that holds elements fits a numpy array of its bytes)
     extent = t.itemsize

@@ -40,7 +40,7 @@ from cuasync._ops import (
     statistics,
     tiled_gemm,
 )
-from cuasync.errors import ArgumentError, KernelCompileError
+from cuasync.errors import ArgumentError, DriverError, KernelCompileError, driver_error
 
 pytestmark = pytest.mark.anyio
 
@@ -248,6 +248,29 @@ async def test_awaits_of_a_kernel_that_fails_share_one_compile(anyio_backend: An
     assert compiles() - before == 1
     await one()  # (tried again: a fixed header would be read now)
     assert compiles() - before == 2
+
+
+async def test_a_failed_load_reaches_each_awaiter_as_itself(
+    anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preparation failing with a driver error (a module without code for the GPU):
+    each await of the kernel raises that error, and so does an op gathered as an
+    asyncio future (it ends: nothing waits for a callback that failed)."""
+    x = await cuasync.zeros((1,), dtype="float32")
+
+    def failing(ordinal: int, kernel: Any, **kw: Any) -> Any:
+        raise driver_error(209, "cuModuleLoadData")
+
+    monkeypatch.setattr(get_backend(), "prepare_kernel", failing)
+    source = 'extern "C" __global__ void unloadable(float* x) { x[0] = 1.0f; }'
+    kernel = cuasync.Kernel(source, "unloadable", emulate=lambda x: None)
+    with pytest.raises(DriverError, match="NO_BINARY_FOR_GPU"):
+        await kernel[1, 1](x)
+    if anyio_backend[0] == "asyncio":
+        import asyncio
+
+        with pytest.raises(DriverError, match="NO_BINARY_FOR_GPU"):
+            await asyncio.wait_for(asyncio.gather(kernel[1, 1](x)), HOLD_S)
 
 
 async def test_warmup_prepares_kernels_and_expressions_ahead(

@@ -59,12 +59,16 @@ def test_a_byte_swapped_array_is_refused_with_the_conversion_that_fixes_it() -> 
     np.testing.assert_array_equal(fixed.to_host().sync(), data)
 
 
-def test_an_empty_tensor_numpy_cannot_shape_is_refused_by_to_host() -> None:
+def test_a_shape_numpy_cannot_make_is_refused_by_to_host() -> None:
     huge = cuasync.zeros((0, 2**40, 2**40)).sync()  # (holds nothing; numpy refuses it)
     with pytest.raises(ShapeError, match=r"numpy cannot make an array of shape \(0, "):
         huge.to_host()
     fits = cuasync.zeros((0, 2**30, 2**30), dtype="int8").sync()
     assert fits.to_host().sync().shape == (0, 2**30, 2**30)
+    many = cuasync.zeros((1,) * 65).sync()  # (numpy 2 makes 64 dimensions at most)
+    with pytest.raises(ShapeError, match="an array of 65 dimensions"):
+        many.to_host()
+    assert many.reshape((1,) * 64).to_host().sync().shape == (1,) * 64
 
 
 def test_from_host_refuses_a_tensor() -> None:
