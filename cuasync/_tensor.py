@@ -191,6 +191,54 @@ def partly_overlap(a: Tensor, b: Tensor) -> bool:
         return True
 
 
+def viewing_strides(shape: Shape, strides: Shape, new: Shape) -> Shape | None:
+    """The strides that see the elements of ``shape``/``strides`` in C order in the
+    shape ``new`` (the same size), or None where no strides can (a copy is needed).
+
+    Each run of old axes whose lengths multiply to those of a run of new axes must join
+    its elements without a gap (each axis's stride its inner neighbour's times its
+    length); the new axes of the run then step from the run's innermost stride.
+
+    >>> viewing_strides((4, 3), (6, 2), (12,))      # (x[:, ::2] of a (4, 6) x)
+    (2,)
+    >>> viewing_strides((3, 4), (1, 3), (12,)) is None     # (x.T of a (4, 3) x)
+    True
+    >>> viewing_strides((4, 3), (6, 1), (2, 2, 3))
+    (12, 6, 1)
+    """
+    if math.prod(shape) == 0:
+        return contiguous_strides(new)  # (no element to address)
+    old = [(d, s) for d, s in zip(shape, strides, strict=True) if d != 1]
+    found: list[int | None] = [None] * len(new)
+    i = j = 0
+    while j < len(new):
+        if new[j] == 1:
+            j += 1  # (given a stride below)
+            continue
+        last_old, last_new = i, j
+        have, want = old[i][0], new[j]
+        while have != want:  # (the shortest runs of equal size: both end together)
+            if have < want:
+                last_old += 1
+                have *= old[last_old][0]
+            else:
+                last_new += 1
+                want *= new[last_new]
+        if any(old[k][1] != old[k + 1][1] * old[k + 1][0] for k in range(i, last_old)):
+            return None
+        step = old[last_old][1]
+        for k in range(last_new, j - 1, -1):
+            found[k] = step
+            step *= new[k]
+        i, j = last_old + 1, last_new + 1
+    inner = 1  # (a length-1 axis: the stride a contiguous tensor would give it)
+    for k in range(len(new) - 1, -1, -1):
+        if found[k] is None:
+            found[k] = inner
+        inner = found[k] * new[k]  # type: ignore[operator]
+    return tuple(found)  # type: ignore[arg-type]
+
+
 def contiguous_strides(shape: Shape) -> Shape:
     if len(shape) == 1:
         return _ONE  # (the most common shape)
@@ -384,14 +432,22 @@ class Tensor(TensorOperators, ProcessLocal, TensorCore):
         return resolve_shape(self.size, shape)
 
     def reshape(self, shape: ShapeLike) -> Tensor:
-        """The same elements in another shape, zero-copy (contiguous tensors only; -1 infers)."""
+        """The same elements in another shape (-1 infers one length), zero-copy: a
+        contiguous tensor, or a view whose axes split or merge without gaps between the
+        elements they join (as numpy's views: ``x[:, ::2]`` flattens, ``x.T`` does not).
+
+        >>> m = t.reshape((2, -1))
+        """
         new = self._resolve_shape(shape)
-        if not self.is_contiguous:
+        if self.is_contiguous:
+            return Tensor(self._alloc, new, self.dtype, None, self.offset)
+        strides = viewing_strides(self.shape, self.strides, new)
+        if strides is None:
             raise ShapeError(
-                f"reshape of a non-contiguous view (shape {self.shape}, strides {self.strides}) "
+                f"reshape of a view (shape {self.shape}, strides {self.strides}) to {new} "
                 "cannot be zero-copy; make a contiguous copy first with .dup()"
             )
-        return Tensor(self._alloc, new, self.dtype, None, self.offset)
+        return Tensor(self._alloc, new, self.dtype, strides, self.offset)
 
     def view(self, shape: ShapeLike) -> Tensor:
         """Alias of :meth:`reshape`: a zero-copy view in another shape."""

@@ -24,7 +24,14 @@ from .._core.device import Device
 from .._dtypes import dtype_name
 from .._native import NATIVE
 from .._tensor import Shape, Tensor, check_writable, partly_overlap
-from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
+from ..errors import (
+    AliasingError,
+    ArgumentError,
+    DTypeError,
+    InvalidDeviceError,
+    ScalarOverflowError,
+    ShapeError,
+)
 from . import operators
 from .expr import NODES, Node, check_dtype, is_ml_scalar, op_node
 from .tensorop import Operand, TensorOp, leaf
@@ -475,6 +482,7 @@ def clip(
     for arg, v in (("x", x), ("lo", lo), ("hi", hi)):
         if not is_operand(v) and not (v is None and arg != "x"):
             leaf(v, arg)  # raises the typed error naming the argument
+    lo, hi = _reachable(x, lo, hi)
     bounds = {arg: v for arg, v in (("lo", lo), ("hi", hi)) if v is not None}
     if not bounds:  # nothing to clip: x's values, still a new tensor (or out=)
         return where(True, x, x, out=out)
@@ -486,12 +494,31 @@ def clip(
             probe = _preview("minimum", {"x": probe, "hi": hi})
     except DTypeError as exc:  # (complex operands: no order, so no clip either)
         raise DTypeError(f"clip(x, lo, hi) is minimum(maximum(x, lo), hi): {exc}") from None
+    except ScalarOverflowError as exc:  # (lo past x's largest value, hi below its least)
+        raise ScalarOverflowError(
+            f"clip(x, lo, hi) is minimum(maximum(x, lo), hi): {exc}"
+        ) from None
     if out is not None:
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
     if lo is None or hi is None:  # one bound
         (bound,) = bounds.values()
         return (maximum if hi is None else minimum)(x, bound, out=out)
     return minimum(maximum(x, lo), hi, out=out)
+
+
+def _reachable(x: Operand, lo: Operand | None, hi: Operand | None) -> tuple[Any, Any]:
+    """``lo`` and ``hi``, less a Python int bound an integer ``x`` never passes (below
+    its dtype's least value for ``lo``, above its largest for ``hi``): it clips nothing,
+    and numpy 2 takes it (``clip(uint8_x, -1, 1000)``)."""
+    dt = getattr(x, "dtype", None)
+    if not isinstance(dt, np.dtype) or dt.kind not in "iu":
+        return lo, hi
+    info = np.iinfo(dt)
+    if type(lo) is int and lo < info.min:
+        lo = None
+    if type(hi) is int and hi > info.max:
+        hi = None
+    return lo, hi
 
 
 # The operators of Tensor and TensorOp (``a + b``, ``-a``, ``abs(a)``) call these; their

@@ -229,9 +229,10 @@ def repeat(x: Tensor, repeats: int, /, *, axis: int | None = None) -> TensorOp:
         )
     r = _count(repeats, "repeat", "repeats")
     if axis is None:
-        x = x if x.ndim == 1 else (x.reshape((-1,)) if x.is_contiguous else None)  # type: ignore[assignment]
-        if x is None:
-            raise ShapeError("repeat: axis=None needs a contiguous x; copy it with .dup() first")
+        if x.ndim != 1 and not x.is_contiguous:  # (flattened by a copy, in the same submission)
+            size = x.size * r
+            return on_tensor(x.dup(), "repeat", (size,), x.dtype, lambda t: repeat(t, r))
+        x = x if x.ndim == 1 else x.reshape((-1,))
         axis = 0
     a = _axis(axis, x.ndim, "repeat")
     wide = broadcast_to(expand_dims(x, a + 1), (*x.shape[: a + 1], r, *x.shape[a + 1 :]))

@@ -20,7 +20,7 @@ from .manipulation import _view_op
 from .reductions import reduce_op
 from .scan import on_tensor
 from .tensorop import TensorOp
-from .views import expand_dims, permute
+from .views import permute
 
 __all__ = ["dot", "einsum", "inner", "outer", "vecdot"]
 
@@ -99,18 +99,16 @@ def outer(a: Tensor, b: Tensor) -> TensorOp:
 
     >>> o = await cuasync.outer(u, v)              # (m,), (n,) -> (m, n)
     """
-    flat = []
-    for v, arg in ((a, "a"), (b, "b")):
+    columns = []
+    for v, arg, shape in ((a, "a", (-1, 1)), (b, "b", (1, -1))):
         _shape(v, arg, "outer")
         if not isinstance(v, Tensor):
             raise ArgumentError(f"outer: {arg} must be a cuasync.Tensor (await the op first)")
-        if v.ndim != 1 and not v.is_contiguous:
-            raise ShapeError(
-                f"outer: {arg} (shape {v.shape}) is a non-contiguous view, which cannot be "
-                "flattened zero-copy; copy it first with .dup()"
-            )
-        flat.append(v if v.ndim == 1 else v.reshape((-1,)))
-    return elementwise.multiply(expand_dims(flat[0], 1), expand_dims(flat[1], 0))
+        # (a view that cannot be flattened in place is copied, in the same submission)
+        columns.append(
+            v.reshape(shape) if v.is_contiguous or v.ndim == 1 else v.dup().reshape(shape)
+        )
+    return elementwise.multiply(columns[0], columns[1])
 
 
 def _parse(subscripts: Any, count: int) -> tuple[list[str], str]:

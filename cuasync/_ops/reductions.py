@@ -61,7 +61,15 @@ from .reduce_codegen import (
     row_vector_width,
 )
 from .seen import remember
-from .tensorop import TensorOp, _resolve_pending, first_uses, leaf, planned
+from .tensorop import (
+    TensorOp,
+    _resolve_pending,
+    check_flattenable,
+    first_uses,
+    flattened,
+    leaf,
+    planned,
+)
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
 
@@ -816,15 +824,12 @@ def vdot(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:
             f"(shape {b.shape}); they must have the same number"
         )
     if None not in sizes and a.shape != b.shape:
-        for v, arg in ((a, "a"), (b, "b")):  # check both before consuming either
-            view = v if isinstance(v, Tensor) else v._out
-            if view is not None and not view.is_contiguous:
-                raise ShapeError(
-                    f"vdot: {arg} (shape {v.shape}) is a non-contiguous view and its shape "
-                    "differs from the other operand's, so it cannot be flattened zero-copy; "
-                    "copy it first with .dup()"
-                )
-        a, b = (v.reshape((-1,)) if v.ndim != 1 else v for v in (a, b))
+        for v, arg in ((a, "a"), (b, "b")):  # checked before either is consumed
+            if not isinstance(v, (Tensor, TensorOp)):
+                leaf(v, arg)
+            elif isinstance(v, TensorOp):
+                check_flattenable(v, "vdot")
+        a, b = (flattened(v, "vdot") for v in (a, b))
     for v, arg in ((a, "a"), (b, "b")):
         if not isinstance(v, (Tensor, TensorOp)):
             leaf(v, arg)  # the operand error elementwise ops give

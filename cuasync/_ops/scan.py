@@ -38,7 +38,7 @@ from ..errors import ArgumentError
 from . import methods
 from .codegen import _prelude, ctype, rounded
 from .reductions import _result_dtypes, check_dtype, normalize_axes
-from .tensorop import TensorOp, merge_axes, tensor_op
+from .tensorop import TensorOp, flattened, merge_axes, tensor_op
 
 __all__ = ["cumprod", "cumsum", "cumulative_prod", "cumulative_sum"]
 
@@ -56,15 +56,6 @@ def _operand(x: Any, name: str) -> Tensor | TensorOp:
             f"{name}: x is a numpy array; upload it first: await cuasync.from_host(array)"
         )
     raise ArgumentError(f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}")
-
-
-def _flatten(x: Tensor | TensorOp) -> Tensor | TensorOp:
-    """``x`` as one dimension (C order): zero-copy where it can be, else a copy."""
-    if x.ndim == 1:
-        return x
-    if isinstance(x, Tensor):
-        return x.reshape((-1,)) if x.is_contiguous else x.dup().reshape((-1,))
-    return x.reshape((-1,))
 
 
 def on_tensor(
@@ -341,7 +332,7 @@ def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = Non
     >>> c = await x.cumsum(axis=0)
     """
     if axis is None:
-        a = _flatten(_operand(a, "cumsum"))
+        a = flattened(_operand(a, "cumsum"), "cumsum")
         axis = 0
     return _scan("cumsum", "sum", a, axis, dtype, False)
 
@@ -352,7 +343,7 @@ def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = No
     >>> p = await cuasync.cumprod(x, axis=1)
     """
     if axis is None:
-        a = _flatten(_operand(a, "cumprod"))
+        a = flattened(_operand(a, "cumprod"), "cumprod")
         axis = 0
     return _scan("cumprod", "prod", a, axis, dtype, False)
 

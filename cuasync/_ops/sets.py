@@ -36,9 +36,9 @@ from ..errors import ArgumentError
 from . import elementwise, elementwise_api
 from .creation import full
 from .joins import concatenate, take
-from .scan import _flatten, cumsum
+from .scan import cumsum
 from .sorting import _check_sortable, argsort, sort
-from .tensorop import Operand, TensorOp
+from .tensorop import Operand, TensorOp, flattened
 from .views import _tensor
 
 __all__ = [
@@ -240,7 +240,7 @@ async def _sorted_groups(x: Tensor, name: str) -> _Groups:
     x = _tensor(x, name)
     if x.dtype.kind != "c":
         _check_sortable(x, name)
-    flat = _flatten(x)
+    flat = flattened(x, name)
     flat_t = flat if isinstance(flat, Tensor) else await flat
     if x.dtype.kind == "c":
         perm = await _complex_order(flat_t)

@@ -43,10 +43,12 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .codegen import _prelude, ctype, rounded
 from .creation import full
+from .dtype_functions import result_type
 from .joins import take, take_kernel
+from .manipulation import reshape
 from .reductions import normalize_axes
-from .scan import _flatten, _kept, _operand, on_tensor
-from .tensorop import TensorOp, tensor_op
+from .scan import _kept, _operand, on_tensor
+from .tensorop import TensorOp, flattened, tensor_op
 
 __all__ = ["argsort", "isin", "searchsorted", "sort"]
 
@@ -306,6 +308,8 @@ def _sort(name: str, x: Any, axis: Any, descending: Any, stable: Any, values: bo
             raise ArgumentError(f"{name}: {arg} must be a bool, got {flag!r}"[:200])
     if x.ndim == 0:
         raise ArgumentError(f"{name}: x is 0-d; sorting needs an axis")
+    if axis is None:  # (numpy's: x flattened)
+        x, axis = reshape(x, (-1,)), 0
     (a,) = normalize_axes(axis, x.ndim, name, allow_tuple=False)
     out_dtype = x.dtype if values else np.dtype(np.int64)
     shape = x.shape
@@ -377,10 +381,11 @@ def _launch(
 
 
 def sort(
-    x: Tensor | TensorOp, /, *, axis: int = -1, descending: bool = False, stable: bool = True
+    x: Tensor | TensorOp, /, *, axis: int | None = -1, descending: bool = False, stable: bool = True
 ) -> TensorOp:
-    """``x`` sorted along ``axis``: NaNs last (first when ``descending``); always
-    stable (equal elements keep their order), whatever ``stable`` says.
+    """``x`` sorted along ``axis`` (None: ``x`` flattened, as numpy's): NaNs last (first
+    when ``descending``); always stable (equal elements keep their order), whatever
+    ``stable`` says.
 
     >>> s = await cuasync.sort(x)                   # along the last axis
     >>> s = await cuasync.sort(x, axis=0, descending=True)
@@ -389,9 +394,10 @@ def sort(
 
 
 def argsort(
-    x: Tensor | TensorOp, /, *, axis: int = -1, descending: bool = False, stable: bool = True
+    x: Tensor | TensorOp, /, *, axis: int | None = -1, descending: bool = False, stable: bool = True
 ) -> TensorOp:
-    """The int64 indices that sort ``x`` along ``axis`` (:func:`sort`'s order; stable).
+    """The int64 indices that sort ``x`` along ``axis`` (:func:`sort`'s order; stable;
+    None: the indices into ``x`` flattened, as numpy's).
 
     >>> order = await cuasync.argsort(x, axis=-1)
     """
@@ -496,10 +502,7 @@ def searchsorted(
     if x1.ndim != 1:
         raise ShapeError(f"searchsorted: x1 must be 1-d, it has shape {x1.shape}")
     if x2.dtype != x1.dtype:
-        raise DTypeError(
-            f"searchsorted: x1 is {dt} and x2 {dtype_name(x2.dtype)}; convert x2 first, "
-            f"x2.astype('{dt}')"
-        )
+        raise _mixed("searchsorted", x1, x2)
     if side not in ("left", "right"):
         raise ArgumentError(f'searchsorted: side must be "left" or "right", got {side!r}'[:200])
     if sorter is not None:
@@ -556,6 +559,18 @@ def _searches(
     return searching, before
 
 
+def _mixed(name: str, x1: Any, x2: Any) -> DTypeError:
+    """The refusal of operands of two dtypes, advising their common dtype (converting
+    x2 to x1's would truncate floats or wrap integers, and answer wrongly)."""
+    a, b = dtype_name(x1.dtype), dtype_name(x2.dtype)
+    try:
+        common = dtype_name(result_type(x1.dtype, x2.dtype))
+    except DTypeError:
+        return DTypeError(f"{name}: x1 is {a} and x2 {b}, which have no common dtype")
+    fix = " and ".join(f"x{i}.astype('{common}')" for i, d in ((1, a), (2, b)) if d != common)
+    return DTypeError(f"{name}: x1 is {a} and x2 {b}; convert them to {common} first: {fix}")
+
+
 def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = False) -> TensorOp:
     """Whether each element of ``x1`` is among the elements of ``x2`` (a bool tensor of
     ``x1``'s shape; ``invert=True``: whether it is not), as the array API's (2025.12)
@@ -568,9 +583,7 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
     x1, x2 = _operand(x1, "isin"), _operand(x2, "isin")
     dt = _check_sortable(x1, "isin")
     if x2.dtype != x1.dtype:
-        raise DTypeError(
-            f"isin: x1 is {dt} and x2 {dtype_name(x2.dtype)}; convert x2 first, x2.astype('{dt}')"
-        )
+        raise _mixed("isin", x1, x2)
     if not isinstance(invert, (bool, np.bool_)):
         raise ArgumentError(f"isin: invert must be a bool, got {invert!r}"[:200])
     shape = x1.shape
@@ -579,7 +592,7 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
             if isinstance(v, TensorOp):
                 v._take()  # (nothing to compute from it)
         return full(shape, bool(invert), dtype="bool")
-    ordered = sort(_flatten(x2), axis=0)
+    ordered = sort(flattened(x2, "isin"), axis=0)
     searches = _searches(ordered, dt, len(shape), take_kernel(x2.dtype.itemsize, "int64"))
     test = elementwise.not_equal if invert else elementwise.equal
 

@@ -232,6 +232,8 @@ def diff(
         raise ArgumentError("diff: x is 0-d; differences need at least one axis")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ArgumentError(f"diff: n must be an int >= 0, got {n!r}"[:200])
+    if axis is None and x.ndim != 1:  # (None is one axis only of a vector)
+        raise ArgumentError(f"diff: axis must be an int for a {x.ndim}-d tensor, got None")
     (a,) = normalize_axes(axis, x.ndim, "diff", allow_tuple=False)
     if prepend is not None or append is not None:
         if not isinstance(x, Tensor):

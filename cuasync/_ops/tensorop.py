@@ -28,7 +28,7 @@ from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._native import NATIVE, TensorOpCore
-from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
+from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape, viewing_strides
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
@@ -446,6 +446,38 @@ def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
     label = str(getattr(op, "_name", "op"))
     pending = Node("pending", label, shape, np.dtype(dtype), op, device=dev)
     return operators.implementation.elementwise_apply.tensor_op(pending, None)
+
+
+def flattened(x: Tensor | TensorOp, name: str) -> Tensor | TensorOp:
+    """``x`` as one axis (C order): a view where its strides allow, else a copy in the
+    same submission; a TensorOp's output viewed so. A TensorOp writing an ``out=`` view
+    that no single stride walks is refused (:class:`ShapeError`) now, not when it runs.
+
+    >>> flat = flattened(x.T, "cumsum")          # a copy: x.T's rows are not adjacent
+    """
+    if x.ndim == 1:
+        return x
+    if isinstance(x, Tensor):
+        try:
+            return x.reshape((-1,))
+        except ShapeError:
+            return x.dup().reshape((-1,))
+    check_flattenable(x, name)
+    return x.reshape((-1,))
+
+
+def check_flattenable(x: TensorOp, name: str) -> None:
+    """:func:`flattened`'s refusal of ``x``, without consuming it."""
+    out = x._out
+    if (
+        out is not None
+        and out.size
+        and viewing_strides(out.shape, out.strides, (out.size,)) is None
+    ):
+        raise ShapeError(
+            f"{name}: the op writes an out= view (shape {out.shape}, strides {out.strides}) "
+            "that cannot be flattened; await it, then pass the tensor"
+        )
 
 
 def leaf(value: Any, argument: str) -> Node:

@@ -479,6 +479,19 @@ async def test_integer_division_and_python_floats_make_the_default_float(anyio_b
     check(await (await (await dev(u) + await dev(s))).to_host(), u + s)  # numpy's float64
 
 
+async def test_clip_takes_int_bounds_an_integer_x_never_passes(anyio_backend: str) -> None:
+    # numpy 2: a bound below uint8's least value (or above its largest) clips nothing;
+    # one that would clip every element to a value uint8 cannot hold raises.
+    a = np.array([0, 5, 200], "uint8")
+    x = await dev(a)
+    for lo, hi in ((-1, 1000), (-1, None), (None, 1000), (3, 1000), (-(2**70), 7)):
+        got = await (await cuasync.clip(x, lo, hi)).to_host()
+        check(got, np.clip(a, lo, hi))
+    for lo, hi in ((300, 1000), (-5, -1)):
+        with pytest.raises(ScalarOverflowError, match=r"clip\(x, lo, hi\)"):
+            cuasync.clip(x, lo, hi)
+
+
 async def test_clip_takes_none_for_a_missing_bound(anyio_backend: str) -> None:
     # The standard's clip(x, min=None, max=None); clip(x, None, 3) raised ArgumentError.
     a = np.array([-2.0, 0.5, 4.0, np.nan], "float32")

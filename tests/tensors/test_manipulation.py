@@ -66,8 +66,7 @@ def test_property_repeat_tile_roll_vs_numpy(data: Any, dtype: str) -> None:
         if a.ndim > 1:
             shifts = (shift, -1)
             same(got(cuasync.roll(x, shifts, axis=(0, -1))), np.roll(a, shifts, axis=(0, -1)))
-    if x.is_contiguous or a.ndim <= 1:
-        same(got(cuasync.repeat(x, r)), np.repeat(a, r))
+    same(got(cuasync.repeat(x, r)), np.repeat(a, r))  # (a view flattened by a copy)
     same(got(cuasync.roll(x, 3)), np.roll(a, 3))
     reps = tuple(data.draw(st.lists(st.integers(0, 3), max_size=4)))
     same(got(cuasync.tile(x, reps)), np.tile(a, reps))
@@ -127,6 +126,15 @@ def test_reshape_views_or_copies() -> None:
     same(got(cuasync.reshape(x.T, (-1,))), a.T.reshape(-1))  # a copy: x.T is not contiguous
     with pytest.raises(ShapeError, match="copy=False"):
         cuasync.reshape(x.T, (-1,), copy=False)
+    # a strided view whose axes join without gaps is viewed, as numpy's (copy=False too)
+    b = host((2, 3, 4), "float32")
+    y = cuasync.from_host(b).sync()
+    for v, h, shape in ((y[..., ::2], b[..., ::2], (12,)), (y[..., :1], b[..., :1], (6,)),
+                        (y[:, :1], b[:, :1], (2, 4)), (y[:, ::-1], b[:, ::-1], (2, 3, 2, 2))):  # fmt: skip
+        seen = cuasync.reshape(v, shape, copy=False).sync()
+        assert seen.ptr == v.ptr and seen.strides == tuple(s // 4 for s in h.reshape(shape).strides)
+        same(seen.to_host().sync(), h.reshape(shape))
+    assert y[..., ::2].reshape((2, -1)).strides == (12, 2)  # (Tensor.reshape: the same views)
     same(got(cuasync.reshape(x * 2, (2, 6))), (a * 2).reshape(2, 6))
     same(got(cuasync.concat([x, x], axis=None)), np.concatenate([a, a], axis=None))
     same(got(cuasync.concat([x, x], axis=1)), xp.concat([xp.asarray(a)] * 2, axis=1))

@@ -214,6 +214,15 @@ async def test_fused_input_vdot_and_norm(anyio_backend: str) -> None:
     flat = await dev(a.ravel()[::-1].copy())
     budget = np.asarray(np.abs(a.ravel() * a.ravel()[::-1]).sum())
     check(await cuasync.vdot(x, flat).to_host(), np.asarray(np.vdot(a, a.ravel()[::-1])), budget)
+    # a view flattened by a copy (x.T), or viewed (x[:, ::2]), as numpy's vdot takes them
+    t_budget = np.asarray(np.abs(a.T.ravel() * a.ravel()[::-1]).sum())
+    check(
+        await cuasync.vdot(x.T, flat).to_host(), np.asarray(np.vdot(a.T, a.ravel()[::-1])), t_budget
+    )
+    half, c = a[:, ::2], host((75,), "float32", 7)
+    h_budget = np.asarray(np.abs(half.ravel() * c).sum())
+    got = await cuasync.vdot(x[:, ::2], await dev(c))
+    check(await got.to_host(), np.asarray(np.vdot(half, c)), h_budget)
     ints = host((7,), "int8", 6)
     i = await dev(ints)
     check(await cuasync.vdot(i, i).to_host(), np.asarray(np.vdot(ints, ints)))  # int8, wraps

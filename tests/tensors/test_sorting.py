@@ -157,12 +157,29 @@ def test_bad_arguments_raise_typed_errors() -> None:
         cuasync.sort(x, descending="yes")  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="x1 must be 1-d"):
         cuasync.searchsorted(x, x)
-    with pytest.raises(DTypeError, match="convert x2"):
+    # (the advice is the common dtype: x2 converted to x1's would truncate 2.5 to 2)
+    with pytest.raises(DTypeError, match=r"to float64 first: x1.astype\('float64'\) and x2"):
         cuasync.searchsorted(x[0], cuasync.zeros((2,), dtype="int32").sync())
+    with pytest.raises(DTypeError, match=r"to float64 first: x1.astype\('float64'\)$"):
+        cuasync.isin(x[0], cuasync.zeros((2,), dtype="float64").sync())
+    with pytest.raises(ArgumentError, match="axis must be an int for a 2-d tensor, got None"):
+        cuasync.diff(x, axis=None)
     with pytest.raises(ArgumentError, match="side"):
         cuasync.searchsorted(x[0], x[0], side="middle")
     with pytest.raises(ArgumentError, match="sorter"):
         cuasync.searchsorted(x[0], x[0], sorter=x[1])
+
+
+async def test_axis_none_sorts_x_flattened_as_numpy(anyio_backend: Any) -> None:
+    a = np.array([[3.0, np.nan, 1.0], [2.0, 0.0, 1.0]], "float32")
+    x = await cuasync.from_host(a)
+    for view, host_view in ((x, a), (x.T, a.T), (x[::-1], a[::-1])):
+        got = await (await cuasync.sort(view, axis=None)).to_host()
+        np.testing.assert_array_equal(got, np.sort(host_view, axis=None))
+        order = await (await cuasync.argsort(view, axis=None)).to_host()
+        np.testing.assert_array_equal(order, np.argsort(host_view, axis=None, stable=True))
+    flat = await (await cuasync.sort(x * 2.0, axis=None, descending=True)).to_host()
+    np.testing.assert_array_equal(flat, np.sort(a * 2, axis=None)[::-1])  # (NaN first)
 
 
 @pytest.mark.skipif(nvrtc_problem() is not None, reason="needs NVRTC")
