@@ -485,6 +485,8 @@ def clip(
     lo, hi = _reachable(x, lo, hi)
     bounds = {arg: v for arg, v in (("lo", lo), ("hi", hi)) if v is not None}
     if not bounds:  # nothing to clip: x's values, still a new tensor (or out=)
+        if isinstance(x, TensorOp):  # (an op is read once: the other branch a zero)
+            return where(True, x, False if x.dtype.kind == "b" else 0, out=out)
         return where(True, x, x, out=out)
     probe: Any = x
     try:

@@ -24,7 +24,7 @@ import numpy as np
 from .._core.context import ExecutionContext
 from .._core.op import device_op
 from .._core.output import Output
-from .._tensor import Shape, Tensor, check_shape, resolve_shape
+from .._tensor import Shape, Tensor, check_shape, resolve_shape, viewing_strides
 from .._transfers.copies import empty
 from ..errors import ArgumentError, ShapeError
 from .joins import concatenate
@@ -181,11 +181,15 @@ def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None 
         raise ArgumentError(f"reshape: copy must be None, True or False, got {copy!r}"[:200])
     if isinstance(x, TensorOp):
         new = resolve_shape(x.size, shape)
-        if copy is False and x._out is not None and not x._out.is_contiguous:
+        out = x._out
+        if (
+            copy is False
+            and out is not None
+            and out.size
+            and viewing_strides(out.shape, out.strides, new) is None
+        ):
             raise ShapeError("reshape: copy=False, and the op's out= view cannot be reshaped")
-        if x._out is not None and not x._out.is_contiguous:
-            return on_tensor(x, "reshape", new, x.dtype, lambda t: t.dup().reshape(new))
-        return x.reshape(new)
+        return x.reshape(new)  # (a view of its output where the strides allow, else a copy)
     x = _tensor(x, "reshape")
     new = resolve_shape(x.size, shape)
     if copy is True:

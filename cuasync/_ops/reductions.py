@@ -64,7 +64,6 @@ from .seen import remember
 from .tensorop import (
     TensorOp,
     _resolve_pending,
-    check_flattenable,
     first_uses,
     flattened,
     leaf,
@@ -827,9 +826,7 @@ def vdot(a: Tensor | TensorOp, b: Tensor | TensorOp) -> TensorOp:
         for v, arg in ((a, "a"), (b, "b")):  # checked before either is consumed
             if not isinstance(v, (Tensor, TensorOp)):
                 leaf(v, arg)
-            elif isinstance(v, TensorOp):
-                check_flattenable(v, "vdot")
-        a, b = (flattened(v, "vdot") for v in (a, b))
+        a, b = (flattened(v) for v in (a, b))
     for v, arg in ((a, "a"), (b, "b")):
         if not isinstance(v, (Tensor, TensorOp)):
             leaf(v, arg)  # the operand error elementwise ops give

@@ -332,7 +332,7 @@ def cumsum(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = Non
     >>> c = await x.cumsum(axis=0)
     """
     if axis is None:
-        a = flattened(_operand(a, "cumsum"), "cumsum")
+        a = flattened(_operand(a, "cumsum"))
         axis = 0
     return _scan("cumsum", "sum", a, axis, dtype, False)
 
@@ -343,7 +343,7 @@ def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = No
     >>> p = await cuasync.cumprod(x, axis=1)
     """
     if axis is None:
-        a = flattened(_operand(a, "cumprod"), "cumprod")
+        a = flattened(_operand(a, "cumprod"))
         axis = 0
     return _scan("cumprod", "prod", a, axis, dtype, False)
 

@@ -240,7 +240,7 @@ async def _sorted_groups(x: Tensor, name: str) -> _Groups:
     x = _tensor(x, name)
     if x.dtype.kind != "c":
         _check_sortable(x, name)
-    flat = flattened(x, name)
+    flat = flattened(x)
     flat_t = flat if isinstance(flat, Tensor) else await flat
     if x.dtype.kind == "c":
         perm = await _complex_order(flat_t)

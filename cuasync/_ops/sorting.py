@@ -306,10 +306,10 @@ def _sort(name: str, x: Any, axis: Any, descending: Any, stable: Any, values: bo
     for flag, arg in ((descending, "descending"), (stable, "stable")):
         if not isinstance(flag, (bool, np.bool_)):
             raise ArgumentError(f"{name}: {arg} must be a bool, got {flag!r}"[:200])
+    if axis is None:  # (numpy's: x flattened, a 0-d x too)
+        x, axis = reshape(x, (-1,)), 0
     if x.ndim == 0:
         raise ArgumentError(f"{name}: x is 0-d; sorting needs an axis")
-    if axis is None:  # (numpy's: x flattened)
-        x, axis = reshape(x, (-1,)), 0
     (a,) = normalize_axes(axis, x.ndim, name, allow_tuple=False)
     out_dtype = x.dtype if values else np.dtype(np.int64)
     shape = x.shape
@@ -564,11 +564,20 @@ def _mixed(name: str, x1: Any, x2: Any) -> DTypeError:
     x2 to x1's would truncate floats or wrap integers, and answer wrongly)."""
     a, b = dtype_name(x1.dtype), dtype_name(x2.dtype)
     try:
-        common = dtype_name(result_type(x1.dtype, x2.dtype))
+        common = result_type(x1.dtype, x2.dtype)
     except DTypeError:
-        return DTypeError(f"{name}: x1 is {a} and x2 {b}, which have no common dtype")
-    fix = " and ".join(f"x{i}.astype('{common}')" for i, d in ((1, a), (2, b)) if d != common)
-    return DTypeError(f"{name}: x1 is {a} and x2 {b}; convert them to {common} first: {fix}")
+        common = None
+    if x1.dtype.kind in "iu" and x2.dtype.kind in "iu" and getattr(common, "kind", "") not in "iu":
+        return DTypeError(
+            f"{name}: x1 is {a} and x2 {b}, which have no common integer dtype (numpy's "
+            "float64 rounds integers past 2**53); convert one to the other's dtype where "
+            "its values fit"
+        )
+    if common is None or dtype_name(common) not in SORT_DTYPES:
+        return DTypeError(f"{name}: x1 is {a} and x2 {b}; convert them to one dtype {name} takes")
+    c = dtype_name(common)
+    fix = " and ".join(f"x{i}.astype('{c}')" for i, d in ((1, a), (2, b)) if d != c)
+    return DTypeError(f"{name}: x1 is {a} and x2 {b}; convert them to {c} first: {fix}")
 
 
 def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = False) -> TensorOp:
@@ -592,7 +601,7 @@ def isin(x1: Tensor | TensorOp, x2: Tensor | TensorOp, /, *, invert: bool = Fals
             if isinstance(v, TensorOp):
                 v._take()  # (nothing to compute from it)
         return full(shape, bool(invert), dtype="bool")
-    ordered = sort(flattened(x2, "isin"), axis=0)
+    ordered = sort(flattened(x2), axis=0)
     searches = _searches(ordered, dt, len(shape), take_kernel(x2.dtype.itemsize, "int64"))
     test = elementwise.not_equal if invert else elementwise.equal
 

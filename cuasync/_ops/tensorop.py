@@ -28,7 +28,7 @@ from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._native import NATIVE, TensorOpCore
-from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape, viewing_strides
+from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
 from .._tensor import methods as tensor_methods
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, ShapeError
@@ -352,22 +352,25 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         return unprepared([lay.kernel], device)
 
     def reshape(self, shape: ShapeLike) -> TensorOp:
-        """The output in another shape, zero-copy (:meth:`Tensor.reshape`; -1 infers).
+        """The output in another shape (-1 infers): a view of it (:meth:`Tensor.reshape`'s
+        rule), or, where its strides do not allow one (an ``out=`` view, a view op's
+        output), a copy made in the same submission.
 
         The shape is checked now; the view is taken when the op runs.
 
         >>> m = await cuasync.arange(12, dtype="float32").reshape((4, -1))  # shape (4, 3)
         """
         new = resolve_shape(self.size, shape)
-        if self._out is not None and not self._out.is_contiguous:
-            raise ShapeError(
-                f"reshape of an op writing a non-contiguous out= view (shape {self.shape}, "
-                f"strides {self._out.strides}) cannot be zero-copy"
-            )
         self._take()
 
         def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-            return Output.ready(self._enqueue(ctx).get().reshape(new))
+            out = self._enqueue(ctx).get()
+            try:
+                return Output.ready(out.reshape(new))
+            except ShapeError:
+                copy = out.dup()
+                copy._take()
+                return Output.ready(copy._enqueue(ctx).get().reshape(new))
 
         return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
 
@@ -448,12 +451,11 @@ def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
     return operators.implementation.elementwise_apply.tensor_op(pending, None)
 
 
-def flattened(x: Tensor | TensorOp, name: str) -> Tensor | TensorOp:
+def flattened(x: Tensor | TensorOp) -> Tensor | TensorOp:
     """``x`` as one axis (C order): a view where its strides allow, else a copy in the
-    same submission; a TensorOp's output viewed so. A TensorOp writing an ``out=`` view
-    that no single stride walks is refused (:class:`ShapeError`) now, not when it runs.
+    same submission (a TensorOp's output too: :meth:`TensorOp.reshape`).
 
-    >>> flat = flattened(x.T, "cumsum")          # a copy: x.T's rows are not adjacent
+    >>> flat = flattened(x.T)          # a copy: x.T's rows are not adjacent
     """
     if x.ndim == 1:
         return x
@@ -462,22 +464,7 @@ def flattened(x: Tensor | TensorOp, name: str) -> Tensor | TensorOp:
             return x.reshape((-1,))
         except ShapeError:
             return x.dup().reshape((-1,))
-    check_flattenable(x, name)
     return x.reshape((-1,))
-
-
-def check_flattenable(x: TensorOp, name: str) -> None:
-    """:func:`flattened`'s refusal of ``x``, without consuming it."""
-    out = x._out
-    if (
-        out is not None
-        and out.size
-        and viewing_strides(out.shape, out.strides, (out.size,)) is None
-    ):
-        raise ShapeError(
-            f"{name}: the op writes an out= view (shape {out.shape}, strides {out.strides}) "
-            "that cannot be flattened; await it, then pass the tensor"
-        )
 
 
 def leaf(value: Any, argument: str) -> Node:

@@ -390,10 +390,15 @@ async def test_tensorop_reshape_checks_the_shape_when_called(anyio_backend) -> N
     fused = (x * 2.0).reshape((2, 2))
     np.testing.assert_array_equal(await fused.to_host(), (np.arange(4.0) * 2).reshape(2, 2))
     buf = await cuasync.zeros((4, 2), "float64")
-    strided = cuasync.add(x, 1.0, out=buf[:, 0])
-    with pytest.raises(ShapeError, match="non-contiguous"):
-        strided.reshape((2, 2))
-    await strided  # the refused reshape left it usable
+    strided = cuasync.add(x, 1.0, out=buf[:, 0])  # (an out= view: viewed in the new shape)
+    viewed = await strided.reshape((2, 2))
+    assert viewed.allocation is buf.allocation and viewed.strides == (4, 2)
+    np.testing.assert_array_equal(await viewed.to_host(), (np.arange(4.0) + 1).reshape(2, 2))
+    m = await cuasync.from_host(np.arange(4.0).reshape(2, 2))
+    column = cuasync.add(m, 1.0, out=(await cuasync.zeros((2, 2), "float64")).T)
+    copied = await column.reshape((4,))  # (no stride walks a transposed out=: a copy)
+    assert copied.is_contiguous
+    np.testing.assert_array_equal(await copied.to_host(), np.arange(4.0) + 1)
 
 
 # -- issue 34: where cuasync disagreed with the array API standard --------------------------
@@ -490,6 +495,8 @@ async def test_clip_takes_int_bounds_an_integer_x_never_passes(anyio_backend: st
     for lo, hi in ((300, 1000), (-5, -1)):
         with pytest.raises(ScalarOverflowError, match=r"clip\(x, lo, hi\)"):
             cuasync.clip(x, lo, hi)
+    for lo, hi in ((-1, 1000), (-1, None), (None, 1000)):  # (an op: read once)
+        check(await (await cuasync.clip(x + 1, lo, hi)).to_host(), np.clip(a + 1, lo, hi))
 
 
 async def test_clip_takes_none_for_a_missing_bound(anyio_backend: str) -> None:

@@ -140,6 +140,28 @@ def test_reshape_views_or_copies() -> None:
     same(got(cuasync.concat([x, x], axis=1)), xp.concat([xp.asarray(a)] * 2, axis=1))
 
 
+def test_an_ops_output_reshapes_as_a_view_or_a_copy() -> None:
+    # An op's output may be a strided view (a reshape of a view, einsum's permutation, an
+    # out= view): reshaping or flattening it views it where the strides allow, else
+    # copies it in the same submission; it never fails when it runs.
+    a = host((4, 6), "float32")
+    x = cuasync.from_host(a).sync()
+    same(got(cuasync.cumsum(cuasync.reshape(x[:, :3], (4, 3, 1)))), np.cumsum(a[:, :3]))
+    same(got(cuasync.reshape(cuasync.reshape(x[:, :3], (4, 3, 1)), (-1,))), a[:, :3].ravel())
+    same(
+        got(cuasync.sort(cuasync.reshape(x[:, :3], (4, 3, 1)), axis=None)), np.sort(a[:, :3], None)
+    )
+    same(got(cuasync.einsum("ij->ji", x).reshape((-1,))), a.T.ravel())
+    for out in (cuasync.zeros((4, 12)).sync()[:, ::2], cuasync.zeros((6, 4)).sync().T):
+        same(got(cuasync.cumsum(cuasync.add(x, 1.0, out=out))), np.cumsum(a + 1))
+    transposed = cuasync.add(x, 1.0, out=cuasync.zeros((6, 4)).sync().T)
+    with pytest.raises(ShapeError, match="copy=False"):
+        cuasync.reshape(transposed, (-1,), copy=False)
+    same(transposed.sync().to_host().sync(), a + 1)  # (the refusal left it usable)
+    strided = cuasync.add(x, 1.0, out=cuasync.zeros((4, 12)).sync()[:, ::2])
+    same(got(cuasync.reshape(strided, (-1,), copy=False)), (a + 1).ravel())
+
+
 def test_bad_arguments_raise_typed_errors() -> None:
     x = cuasync.zeros((2, 3)).sync()
     with pytest.raises(IndexOutOfRangeError):

@@ -223,6 +223,14 @@ async def test_fused_input_vdot_and_norm(anyio_backend: str) -> None:
     h_budget = np.asarray(np.abs(half.ravel() * c).sum())
     got = await cuasync.vdot(x[:, ::2], await dev(c))
     check(await got.to_host(), np.asarray(np.vdot(half, c)), h_budget)
+    # ops, one writing an out= view of a transposed tensor (flattened by a copy)
+    into = (await cuasync.zeros((50, 3))).T
+    got = await cuasync.vdot(x * 2.0, cuasync.add(x.T.T, 1.0, out=into))
+    check(
+        await got.to_host(),
+        np.asarray(np.vdot(a * 2, a + 1)),
+        np.asarray(np.abs(a * 2 * (a + 1)).sum()),
+    )
     ints = host((7,), "int8", 6)
     i = await dev(ints)
     check(await cuasync.vdot(i, i).to_host(), np.asarray(np.vdot(ints, ints)))  # int8, wraps

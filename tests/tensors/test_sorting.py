@@ -164,6 +164,12 @@ def test_bad_arguments_raise_typed_errors() -> None:
         cuasync.isin(x[0], cuasync.zeros((2,), dtype="float64").sync())
     with pytest.raises(ArgumentError, match="axis must be an int for a 2-d tensor, got None"):
         cuasync.diff(x, axis=None)
+    # (int64 with uint64: numpy's float64 rounds past 2**53; complex: no order to sort by)
+    big = cuasync.from_host(np.array([2**53 + 1])).sync()
+    with pytest.raises(DTypeError, match="no common integer dtype"):
+        cuasync.isin(big, big.astype("uint64").sync())
+    with pytest.raises(DTypeError, match="convert them to one dtype isin takes"):
+        cuasync.isin(big, cuasync.zeros((2,), dtype="complex64").sync())
     with pytest.raises(ArgumentError, match="side"):
         cuasync.searchsorted(x[0], x[0], side="middle")
     with pytest.raises(ArgumentError, match="sorter"):
@@ -178,6 +184,8 @@ async def test_axis_none_sorts_x_flattened_as_numpy(anyio_backend: Any) -> None:
         np.testing.assert_array_equal(got, np.sort(host_view, axis=None))
         order = await (await cuasync.argsort(view, axis=None)).to_host()
         np.testing.assert_array_equal(order, np.argsort(host_view, axis=None, stable=True))
+    zero_d = await cuasync.from_host(np.array(3.0))
+    assert (await (await cuasync.argsort(zero_d, axis=None)).to_host()).tolist() == [0]
     flat = await (await cuasync.sort(x * 2.0, axis=None, descending=True)).to_host()
     np.testing.assert_array_equal(flat, np.sort(a * 2, axis=None)[::-1])  # (NaN first)
 
