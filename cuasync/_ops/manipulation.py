@@ -29,7 +29,7 @@ from .._transfers.copies import empty
 from ..errors import ArgumentError, ShapeError
 from .joins import concatenate
 from .scan import on_tensor
-from .tensorop import TensorOp, tensor_op
+from .tensorop import TensorOp, flattened, tensor_op
 from .views import _axis, _tensor, broadcast_to, expand_dims, permute
 
 __all__ = [
@@ -233,11 +233,10 @@ def repeat(x: Tensor, repeats: int, /, *, axis: int | None = None) -> TensorOp:
         )
     r = _count(repeats, "repeat", "repeats")
     if axis is None:
-        if x.ndim != 1 and not x.is_contiguous:  # (flattened by a copy, in the same submission)
-            size = x.size * r
-            return on_tensor(x.dup(), "repeat", (size,), x.dtype, lambda t: repeat(t, r))
-        x = x if x.ndim == 1 else x.reshape((-1,))
-        axis = 0
+        flat = flattened(x)  # (a view where the strides allow, else a copy)
+        if isinstance(flat, TensorOp):
+            return on_tensor(flat, "repeat", (x.size * r,), x.dtype, lambda t: repeat(t, r))
+        x, axis = flat, 0
     a = _axis(axis, x.ndim, "repeat")
     wide = broadcast_to(expand_dims(x, a + 1), (*x.shape[: a + 1], r, *x.shape[a + 1 :]))
     shape = tuple(d * r if j == a else d for j, d in enumerate(x.shape))

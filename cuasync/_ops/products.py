@@ -19,7 +19,7 @@ from .contract import dot_general, tensordot
 from .manipulation import _view_op
 from .reductions import reduce_op
 from .scan import on_tensor
-from .tensorop import TensorOp
+from .tensorop import TensorOp, flattened
 from .views import permute
 
 __all__ = ["dot", "einsum", "inner", "outer", "vecdot"]
@@ -104,10 +104,7 @@ def outer(a: Tensor, b: Tensor) -> TensorOp:
         _shape(v, arg, "outer")
         if not isinstance(v, Tensor):
             raise ArgumentError(f"outer: {arg} must be a cuasync.Tensor (await the op first)")
-        # (a view that cannot be flattened in place is copied, in the same submission)
-        columns.append(
-            v.reshape(shape) if v.is_contiguous or v.ndim == 1 else v.dup().reshape(shape)
-        )
+        columns.append(flattened(v).reshape(shape))  # (a view, or a copy where none is)
     return elementwise.multiply(columns[0], columns[1])
 
 

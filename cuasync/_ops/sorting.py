@@ -567,7 +567,8 @@ def _mixed(name: str, x1: Any, x2: Any) -> DTypeError:
         common = result_type(x1.dtype, x2.dtype)
     except DTypeError:
         common = None
-    if x1.dtype.kind in "iu" and x2.dtype.kind in "iu" and getattr(common, "kind", "") not in "iu":
+    integers = x1.dtype.kind in "iu" and x2.dtype.kind in "iu"
+    if integers and common is not None and common.kind not in "iu":
         return DTypeError(
             f"{name}: x1 is {a} and x2 {b}, which have no common integer dtype (numpy's "
             "float64 rounds integers past 2**53); convert one to the other's dtype where "
