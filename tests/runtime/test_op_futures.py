@@ -567,8 +567,10 @@ def test_an_interrupt_in_the_start_pass_ends_its_op_and_the_rest_start_after(
     kind: str, baseline: Any
 ) -> None:
     """^C while the pass starts an op stops the loop, as it would in a Task's step: that
-    op ends with it (its awaiters see it), and the ops queued after it start when the
-    loop runs again; nothing hangs, nothing leaks."""
+    op ends with it (its awaiters see it), and the ops queued after it start in the next
+    pass; nothing hangs, nothing leaks. (asyncio runs that pass when the loop runs again;
+    uvloop runs the callbacks ready by then once more before it stops, so there the next
+    pass may already have run, and its ops finished.)"""
     x = _x()
 
     def interrupted(_: Any) -> Any:
@@ -584,7 +586,8 @@ def test_an_interrupt_in_the_start_pass_ends_its_op_and_the_rest_start_after(
         task = loop.create_task(main())
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(task)
-        assert not ops[2].done()  # queued after the interrupted one: not started yet
+        if kind == "asyncio":  # (uvloop: see above)
+            assert not ops[2].done()  # queued after the interrupted one: not started yet
         outcomes = loop.run_until_complete(asyncio.wait_for(task, 10))  # (a hang: times out)
         outputs = [np.asarray(loop.run_until_complete(outcomes[i].to_host())) for i in (0, 2)]
     finally:
