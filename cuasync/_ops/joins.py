@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from .._core.context import ExecutionContext
+from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._dtypes import SUPPORTED, as_dtype, dtype_name
-from .._first_use import launching
+from .._first_use import launching, unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
 from .._tensor import Tensor
@@ -41,16 +42,25 @@ from .views import _axis, expand_dims
 __all__ = ["concatenate", "stack", "take", "tril", "triu"]
 
 
-def _tensors(arrays: Any, name: str) -> list[Tensor]:
-    if isinstance(arrays, Tensor) or not isinstance(arrays, (list, tuple)):
+def _tensors(arrays: Any, name: str) -> list[Tensor | TensorOp]:
+    """The tensors and TensorOps of ``arrays`` (the ops run first, in the same submission:
+    each must be unused, and appear once)."""
+    if isinstance(arrays, (Tensor, TensorOp)) or not isinstance(arrays, (list, tuple)):
         raise ArgumentError(f"{name}: arrays must be a list or tuple of tensors")
     if not arrays:
         raise ArgumentError(f"{name}: arrays must hold at least one tensor")
     for k, t in enumerate(arrays):
-        if not isinstance(t, Tensor):
+        if isinstance(t, TensorOp):
+            if t._consumed:
+                t._take()  # raises OpConsumedError
+            if any(t is u for u in arrays[:k]):
+                raise ArgumentError(
+                    f"{name}: arrays[{k}] is the TensorOp of an earlier item; an op runs once: "
+                    "await it first, or .shared() it"
+                )
+        elif not isinstance(t, Tensor):
             raise ArgumentError(
-                f"{name}: arrays[{k}] must be a cuasync.Tensor (await ops first), got "
-                f"{type(t).__name__}"
+                f"{name}: arrays[{k}] must be a cuasync.Tensor or TensorOp, got {type(t).__name__}"
             )
     first = arrays[0]
     for k, t in enumerate(arrays):
@@ -59,7 +69,7 @@ def _tensors(arrays: Any, name: str) -> list[Tensor]:
     return list(arrays)
 
 
-def _result_dtype(ts: list[Tensor], name: str) -> np.dtype[Any]:
+def _result_dtype(ts: list[Tensor | TensorOp], name: str) -> np.dtype[Any]:
     """The dtype the joined tensors promote to (the array API's type promotion, as
     numpy's ``result_type``: ``stack([float64, float32])`` is float64)."""
     dtypes = {t.dtype for t in ts}
@@ -87,10 +97,11 @@ def _copy_into(ctx: ExecutionContext, dst: Tensor, src: Tensor) -> None:
     copy_strided(ctx, "dtod", dp, byte_strides(dst), sp, byte_strides(src), src.shape, src.itemsize)
 
 
-def concatenate(arrays: Sequence[Tensor], axis: int | None = 0) -> TensorOp:
+def concatenate(arrays: Sequence[Tensor | TensorOp], axis: int | None = 0) -> TensorOp:
     """The tensors joined along an existing ``axis`` (other axes equal), or with
     ``axis=None`` each flattened (C order) and joined. Mixed dtypes promote as the array
-    API says (``result_type``).
+    API says (``result_type``). An item may be a TensorOp: it runs first, in the same
+    submission.
 
     >>> c = await cuasync.concatenate([a, b, a], axis=-1)
     >>> f = await cuasync.concatenate([a, b], axis=None)      # 1-d: a.size + b.size
@@ -117,10 +128,24 @@ def concatenate(arrays: Sequence[Tensor], axis: int | None = 0) -> TensorOp:
                 )
         shape = (*first.shape[:ax], sum(t.shape[ax] for t in ts), *first.shape[ax + 1 :])
 
+    ops = [t for t in ts if isinstance(t, TensorOp)]
+    for op in ops:
+        op._take()
+    # a kernel gathers (and converts) what the copy engines cannot copy as it is; a
+    # TensorOp's output taken as a new contiguous tensor
+    gathers = any(
+        t.dtype != dt or (isinstance(t, Tensor) and t.size and not memcpy_able(t)) for t in ts
+    )
+
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+        mine = unprepared([copy_kernel(dt)], on) if gathers else ()
+        return (*(pair for op in ops for pair in op._first_use(on)), *mine)
+
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
+        parts = [t if isinstance(t, Tensor) else t._enqueue(ctx).get() for t in ts]
         out = new_tensor(ctx, shape, dt, "concatenate")
         start = 0
-        for t in ts:
+        for t in parts:
             if axis is None:  # a contiguous run of out, in t's shape
                 n = t.size
                 dst = Tensor(out.allocation, t.shape, dt, None, out.offset + start)
@@ -132,12 +157,13 @@ def concatenate(arrays: Sequence[Tensor], axis: int | None = 0) -> TensorOp:
             start += n
         return Output.ready(out)
 
-    return tensor_op(device_op(enqueue, first.device, "concatenate"), shape, dt)
+    joined = device_op(enqueue, first.device, "concatenate", first_use=first_use)
+    return tensor_op(joined, shape, dt)
 
 
-def stack(arrays: Sequence[Tensor], axis: int = 0) -> TensorOp:
+def stack(arrays: Sequence[Tensor | TensorOp], axis: int = 0) -> TensorOp:
     """The tensors (all of one shape) joined along a new ``axis``; mixed dtypes promote
-    as in :func:`concatenate`.
+    and TensorOps run first as in :func:`concatenate`.
 
     >>> s = await cuasync.stack([a, b], axis=-1)          # a, b: (3, 4) -> (3, 4, 2)
     """
@@ -148,7 +174,13 @@ def stack(arrays: Sequence[Tensor], axis: int = 0) -> TensorOp:
                 f"stack: arrays[{k}] has shape {t.shape}, arrays[0] {ts[0].shape}; they must match"
             )
     ax = _axis(axis, ts[0].ndim + 1, "stack")
-    return concatenate([expand_dims(t, ax) for t in ts], ax)
+    parts: list[Tensor | TensorOp] = []  # (each a view: of a tensor, or of an op's output)
+    for t in ts:
+        if isinstance(t, Tensor):
+            parts.append(expand_dims(t, ax))
+        else:
+            parts.append(expand_dims(t, ax))
+    return concatenate(parts, ax)
 
 
 # -- take ---------------------------------------------------------------------------------

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 from .._core.context import ExecutionContext
+from .._core.device import Device
 from .._core.op import device_op
 from .._core.output import Output
 from .._tensor import Shape, Tensor, check_shape, resolve_shape, viewing_strides
 from .._transfers.copies import empty
 from ..errors import ArgumentError, ShapeError
 from .joins import concatenate
-from .scan import on_tensor
+from .on_output import X, first_use_of, of_output, on_tensor, standin, view_op, viewing
 from .tensorop import TensorOp, flattened, tensor_op
 from .views import _axis, _tensor, broadcast_to, expand_dims, permute
 
@@ -74,14 +75,17 @@ def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     return [broadcast_to(t, shape) for t in ts]
 
 
-def moveaxis(x: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+def moveaxis(x: X, source: int | Sequence[int], destination: int | Sequence[int]) -> X:
     """``x`` with the axes ``source`` moved to the positions ``destination``, the
     others in their order: a view.
 
     >>> cuasync.moveaxis(t, 0, -1).shape             # t: (2, 3, 4)
     (3, 4, 2)
     """
-    x = _tensor(x, "moveaxis")
+    return viewing(x, "moveaxis", lambda t: _moveaxis(t, source, destination))
+
+
+def _moveaxis(x: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
     src = (source,) if isinstance(source, (int, np.integer)) else tuple(source)
     dst = (destination,) if isinstance(destination, (int, np.integer)) else tuple(destination)
     if len(src) != len(dst):
@@ -99,13 +103,16 @@ def moveaxis(x: Tensor, source: int | Sequence[int], destination: int | Sequence
     return permute(x, order, "moveaxis")
 
 
-def matrix_transpose(x: Tensor) -> Tensor:
+def matrix_transpose(x: X) -> X:
     """``x`` with its last two axes swapped (a stack of matrices transposed): a view.
 
     >>> cuasync.matrix_transpose(t).shape            # t: (5, 2, 3)
     (5, 3, 2)
     """
-    x = _tensor(x, "matrix_transpose")
+    return viewing(x, "matrix_transpose", _matrix_transpose)
+
+
+def _matrix_transpose(x: Tensor) -> Tensor:
     if x.ndim < 2:
         raise ShapeError(f"matrix_transpose: x must have 2 or more axes, it has shape {x.shape}")
     return permute(x, [*range(x.ndim - 2), x.ndim - 1, x.ndim - 2], "matrix_transpose")
@@ -163,12 +170,6 @@ def concat(arrays: Sequence[Tensor], /, *, axis: int | None = 0) -> TensorOp:
     return concatenate(arrays, axis=axis)
 
 
-def _view_op(t: Tensor, name: str) -> TensorOp:
-    """An op whose output is ``t`` (a view of an existing tensor): nothing to run."""
-    op = device_op(lambda ctx: Output.ready(t), t.device, name)
-    return tensor_op(op, t.shape, t.dtype)
-
-
 def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None = None) -> TensorOp:
     """``x`` in another shape (-1 infers one length), in C order: the output is a view
     of ``x`` where the layout allows, else a copy (``copy=True``: a copy always;
@@ -203,7 +204,7 @@ def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None 
                 f"be viewed in shape {new}; pass copy=None to copy"
             ) from None
         return x.dup().reshape(new)
-    return _view_op(view, "reshape")
+    return view_op(view, "reshape")
 
 
 def _count(value: Any, name: str, argument: str) -> int:
@@ -219,12 +220,14 @@ def _copied(view: Tensor, shape: Shape) -> TensorOp:
     return view.dup().reshape(shape)
 
 
-def repeat(x: Tensor, repeats: int, /, *, axis: int | None = None) -> TensorOp:
+def repeat(x: Tensor | TensorOp, repeats: int, /, *, axis: int | None = None) -> TensorOp:
     """Each element repeated ``repeats`` times along ``axis`` (None: of ``x``
     flattened), as numpy's; one copy of a broadcast view.
 
     >>> r = await cuasync.repeat(x, 2, axis=0)          # (3, 4) -> (6, 4)
     """
+    if isinstance(x, TensorOp):
+        return of_output(x, "repeat", lambda t: repeat(t, repeats, axis=axis))
     x = _tensor(x, "repeat")
     if not isinstance(repeats, (int, np.integer)):
         raise ArgumentError(
@@ -243,13 +246,15 @@ def repeat(x: Tensor, repeats: int, /, *, axis: int | None = None) -> TensorOp:
     return _copied(wide, shape)
 
 
-def tile(x: Tensor, repetitions: Sequence[int] | int, /) -> TensorOp:
+def tile(x: Tensor | TensorOp, repetitions: Sequence[int] | int, /) -> TensorOp:
     """``x`` repeated ``repetitions[j]`` times along each axis (numpy's ``tile``: the
     shorter of ``x.shape`` and ``repetitions`` is padded with leading 1s; an int is one
     repetition count, of the last axis).
 
     >>> t = await cuasync.tile(row, (3, 2))            # row: (4,) -> (3, 8)
     """
+    if isinstance(x, TensorOp):
+        return of_output(x, "tile", lambda t: tile(t, repetitions))
     x = _tensor(x, "tile")
     if isinstance(repetitions, (int, np.integer)):
         repetitions = (repetitions,)  # (numpy's; bools are refused by _count)
@@ -271,7 +276,11 @@ def tile(x: Tensor, repetitions: Sequence[int] | int, /) -> TensorOp:
 
 
 def roll(
-    x: Tensor, /, shift: int | Sequence[int], *, axis: int | Sequence[int] | None = None
+    x: Tensor | TensorOp,
+    /,
+    shift: int | Sequence[int],
+    *,
+    axis: int | Sequence[int] | None = None,
 ) -> TensorOp:
     """The elements of ``x`` shifted by ``shift`` along ``axis`` (wrapping around);
     ``axis=None``: of ``x`` flattened, then reshaped back, as numpy's.
@@ -279,6 +288,8 @@ def roll(
     >>> r = await cuasync.roll(x, -1, axis=1)
     >>> r = await cuasync.roll(x, (1, 2), axis=(0, 1))
     """
+    if isinstance(x, TensorOp):
+        return of_output(x, "roll", lambda t: roll(t, shift, axis=axis))
     x = _tensor(x, "roll")
     if axis is None:
         if not isinstance(shift, (int, np.integer)):
@@ -309,18 +320,29 @@ def roll(
         return concatenate([t[(*lead, slice(-s, None))], t[(*lead, slice(None, -s))]], axis=j)
 
     items = sorted(moves.items())
+    first = step(x, *items[0])
     if len(items) == 1:
-        return step(x, *items[0])
+        return first
+    first._take()
 
     def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        cur = x
-        for j, s in items:
+        cur = first._enqueue(ctx).get()
+        for j, s in items[1:]:
             op = step(cur, j, s)
             op._take()
             cur = op._enqueue(ctx).get()
         return Output.ready(cur)
 
-    return tensor_op(device_op(enqueue, x.device, "roll"), x.shape, x.dtype)
+    def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+        """The steps' kernels: the first of x, the others of new contiguous tensors."""
+        later = standin(x.shape, x.dtype, on)
+        return (
+            *first._first_use(on),
+            *(pair for j, s in items[1:] for pair in first_use_of(step(later, j, s), on)),
+        )
+
+    op = device_op(enqueue, x.device, "roll", first_use=first_use)
+    return tensor_op(op, x.shape, x.dtype)
 
 
 def _reshaped(op: TensorOp, shape: Shape) -> TensorOp:

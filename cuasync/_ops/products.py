@@ -16,9 +16,8 @@ from .._tensor import Tensor
 from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError
 from . import elementwise
 from .contract import dot_general, tensordot
-from .manipulation import _view_op
+from .on_output import on_tensor, view_op
 from .reductions import reduce_op
-from .scan import on_tensor
 from .tensorop import TensorOp, flattened
 from .views import permute
 
@@ -153,7 +152,7 @@ def _permuted(op: TensorOp, have: str, want: str) -> TensorOp:
 
     perm = [have.index(c) for c in want]
     shape = tuple(op.shape[j] for j in perm)
-    return on_tensor(op, "einsum", shape, op.dtype, lambda t: _view_op(permute(t, perm), "einsum"))
+    return on_tensor(op, "einsum", shape, op.dtype, lambda t: view_op(permute(t, perm), "einsum"))
 
 
 def einsum(subscripts: str, *operands: Tensor | TensorOp) -> TensorOp:

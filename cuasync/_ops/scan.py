@@ -35,8 +35,8 @@ from .._launch.kernel import Kernel
 from .._tensor import Shape, Tensor, contiguous_strides
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError
-from . import methods
 from .codegen import _prelude, ctype, rounded
+from .on_output import on_tensor
 from .reductions import _result_dtypes, check_dtype, normalize_axes
 from .tensorop import TensorOp, flattened, merge_axes, tensor_op
 
@@ -56,34 +56,6 @@ def _operand(x: Any, name: str) -> Tensor | TensorOp:
             f"{name}: x is a numpy array; upload it first: await cuasync.from_host(array)"
         )
     raise ArgumentError(f"{name}: x must be a cuasync.Tensor or TensorOp, got {type(x).__name__}")
-
-
-def on_tensor(
-    x: Tensor | TensorOp,
-    name: str,
-    shape: tuple[int, ...],
-    dtype: Any,
-    build: Callable[[Tensor], TensorOp],
-    first_use: FirstUse | None = None,
-) -> TensorOp:
-    """``build(t)``, the op of a tensor ``t``: on ``x`` itself, or on a TensorOp's output
-    once it has run (in the same submission); ``shape`` and ``dtype`` are the result's;
-    ``first_use(device)``: the kernels ``build``'s op launches on a TensorOp's output
-    (they are prepared before it is enqueued, with the TensorOp's own)."""
-    if isinstance(x, Tensor):
-        return build(x)
-    x._take()
-
-    def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-        op = build(x._enqueue(ctx).get())
-        op._take()
-        return op._enqueue(ctx)
-
-    def prepare(on: Device) -> tuple[tuple[Any, Device], ...]:
-        mine = first_use(on) if first_use is not None else ()
-        return (*x._first_use(on), *mine)
-
-    return tensor_op(device_op(enqueue, x.device, name, first_use=prepare), shape, dtype)
 
 
 def _scan(name: str, op: str, x: Any, axis: Any, dtype: Any, include_initial: bool) -> TensorOp:
@@ -346,6 +318,3 @@ def cumprod(a: Tensor | TensorOp, axis: int | None = None, dtype: DTypeLike = No
         a = flattened(_operand(a, "cumprod"))
         axis = 0
     return _scan("cumprod", "prod", a, axis, dtype, False)
-
-
-methods.on_tensor = on_tensor  # (x.copy() of a TensorOp: the mixin is a layer below)

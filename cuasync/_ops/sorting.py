@@ -46,8 +46,9 @@ from .creation import full
 from .dtype_functions import result_type
 from .joins import take, take_kernel
 from .manipulation import reshape
+from .on_output import on_tensor
 from .reductions import normalize_axes
-from .scan import _kept, _operand, on_tensor
+from .scan import _kept, _operand
 from .tensorop import TensorOp, flattened, tensor_op
 
 __all__ = ["argsort", "isin", "searchsorted", "sort"]

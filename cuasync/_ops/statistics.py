@@ -31,8 +31,9 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .expr import Node
 from .joins import concatenate
+from .on_output import first_use_of, on_tensor, standin
 from .reductions import normalize_axes, reduce_op
-from .scan import _operand, on_tensor
+from .scan import _operand
 from .tensorop import TensorOp, tensor_op
 
 __all__ = ["all", "any", "count_nonzero", "diff", "std", "var"]
@@ -264,6 +265,17 @@ def diff(
                 cur = step._enqueue(ctx).get()
             return Output.ready(cur)
 
-        return tensor_op(device_op(enqueue, t.device, "diff"), shape, dtype)
+        def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+            """The steps' kernels: the first of t, the others of new contiguous tensors."""
+            pairs: list[tuple[Any, Device]] = []
+            cur = t
+            for _ in range(n):
+                step = _step(cur, a)
+                pairs += first_use_of(step, on)
+                cur = standin(step.shape, step.dtype, on)
+            return tuple(pairs)
+
+        op = device_op(enqueue, t.device, "diff", first_use=first_use)
+        return tensor_op(op, shape, dtype)
 
     return on_tensor(x, "diff", shape, dtype, build)

@@ -28,9 +28,9 @@ from .._dtypes import DTypeLike, as_dtype, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._native import NATIVE, TensorOpCore
-from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape
+from .._tensor import Shape, Tensor, contiguous_strides, resolve_shape, viewing_strides
 from .._tensor import methods as tensor_methods
-from .._transfers.device_copy import new_tensor
+from .._transfers.device_copy import copy_kernel, new_tensor
 from ..errors import ArgumentError, ShapeError
 from . import operators
 from .codegen import UNROLL, VECTOR_BLOCK, VECTOR_GRID, VECTORS, scalar_arg, scalar_specs
@@ -361,18 +361,20 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         >>> m = await cuasync.arange(12, dtype="float32").reshape((4, -1))  # shape (4, 3)
         """
         new = resolve_shape(self.size, shape)
-        self._take()
+        out = self._out
+        copies = out is not None and viewing_strides(out.shape, out.strides, new) is None
 
-        def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-            out = self._enqueue(ctx).get()
+        def reshaped(t: Tensor) -> TensorOp:
             try:
-                return Output.ready(out.reshape(new))
+                return view_op(t.reshape(new), "reshape")
             except ShapeError:
-                copy = out.dup()
-                copy._take()
-                return Output.ready(copy._enqueue(ctx).get().reshape(new))
+                return t.dup().reshape(new)
 
-        return tensor_op(device_op(enqueue, self.device, "reshape"), new, self.dtype)
+        def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
+            # (a new contiguous output always views; an out= view may not: a copy kernel)
+            return unprepared([copy_kernel(self.dtype)], on) if copies else ()
+
+        return on_tensor(self, "reshape", new, self.dtype, reshaped, first_use)
 
     def astype(self, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
         """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`,
@@ -383,14 +385,11 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         """
         dt = as_dtype(dtype)
         tensor_methods.check_casting(self.dtype, dt, casting)
-        self._take()
 
-        def enqueue(ctx: ExecutionContext) -> Output[Tensor]:
-            cast = tensor_methods.convert(self._enqueue(ctx).get(), dt, casting=casting)
-            cast._take()
-            return cast._enqueue(ctx)
+        def cast(t: Tensor) -> TensorOp:
+            return tensor_methods.convert(t, dt, casting=casting)
 
-        return tensor_op(device_op(enqueue, self.device, "astype"), self.shape, dt)
+        return on_tensor(self, "astype", self.shape, dt, cast)
 
     def item(self) -> DeviceOp[Any]:
         """An op running this one, then copying its one element to the host as a Python
@@ -449,6 +448,17 @@ def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
     label = str(getattr(op, "_name", "op"))
     pending = Node("pending", label, shape, np.dtype(dtype), op, device=dev)
     return operators.implementation.elementwise_apply.tensor_op(pending, None)
+
+
+def view_op(t: Tensor, name: str) -> TensorOp:
+    """An op whose output is ``t`` (a view of an existing tensor): nothing to run."""
+    op = device_op(lambda ctx: Output.ready(t), t.device, name)
+    return tensor_op(op, t.shape, t.dtype)
+
+
+#: ``on_output.on_tensor``, set by :mod:`.on_output`, which builds on this module (an
+#: op of a TensorOp's output: ``TensorOp.reshape`` and ``astype``).
+on_tensor: Any = None
 
 
 def flattened(x: Tensor | TensorOp) -> Tensor | TensorOp:

@@ -3,14 +3,16 @@ flip.
 
 Each returns a :class:`~cuasync.Tensor` sharing the input's allocation (strides change,
 no data moves), with numpy's rules and errors raised at once (``ArgumentError`` naming
-the argument). Broadcast views have stride 0 along the broadcast axes: read them freely;
-an op refuses one as its ``out=`` (its elements alias). An empty view keeps its base's
-offset, inside the allocation.
+the argument). Of a :class:`~cuasync.TensorOp`, each is a TensorOp whose output is
+that view of the op's output (checked when built; nothing more runs). Broadcast views
+have stride 0 along the broadcast axes: read them freely; an op refuses one as its
+``out=`` (its elements alias). An empty view keeps its base's offset, inside the allocation.
 
 >>> cuasync.permute_dims(t, (1, 0)).shape, cuasync.expand_dims(t, 0).shape
 ((4, 3), (1, 3, 4))
 >>> cuasync.diagonal(m).strides                      # m: a contiguous (4, 4) tensor
 (5,)
+>>> r = await cuasync.flip(cuasync.exp(t), 0)        # the view of exp's output
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from .._axes import Axes, normalize_axis
 from .._tensor import Shape, Tensor, check_shape, derived_view
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, ShapeError
+from .on_output import X, viewing
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
 
 def _tensor(x: Any, name: str) -> Tensor:
+    """``x`` where it is a tensor (the functions whose result is views of it, or whose
+    shape depends on its data, take no TensorOp), else an ArgumentError."""
     if not isinstance(x, Tensor):
         raise ArgumentError(
             f"{name}: x must be a cuasync.Tensor (await an op first), got {type(x).__name__}"
@@ -55,22 +60,25 @@ def permute(x: Tensor, axes: Any, name: str = "permute_dims") -> Tensor:
     )
 
 
-def permute_dims(x: Tensor, axes: Sequence[int]) -> Tensor:
+def permute_dims(x: X, axes: Sequence[int]) -> X:
     """The axes of ``x`` permuted (the array API's name for ``transpose``), zero-copy.
 
     >>> cuasync.permute_dims(t, (2, 0, 1)).shape     # t: (2, 3, 4)
     (4, 2, 3)
     """
-    return permute(_tensor(x, "permute_dims"), axes)
+    return viewing(x, "permute_dims", lambda t: permute(t, axes))
 
 
-def broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
+def broadcast_to(x: X, shape: int | Sequence[int]) -> X:
     """A read-only-in-spirit view of ``x`` broadcast to ``shape`` (stride 0 where repeated).
 
     >>> cuasync.broadcast_to(row, (3, 4)).strides    # row: (4,)
     (0, 1)
     """
-    x = _tensor(x, "broadcast_to")
+    return viewing(x, "broadcast_to", lambda t: _broadcast_to(t, shape))
+
+
+def _broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
     new = check_shape(shape)
     lead = len(new) - x.ndim
     if lead < 0:
@@ -83,13 +91,16 @@ def broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
     return Tensor(x.allocation, new, x.dtype, tuple(strides), x.offset)
 
 
-def expand_dims(x: Tensor, axis: int | tuple[int, ...]) -> Tensor:
+def expand_dims(x: X, axis: int | tuple[int, ...]) -> X:
     """``x`` with new length-1 axes at ``axis`` (an int or tuple, positions in the result).
 
     >>> cuasync.expand_dims(t, (0, -1)).shape        # t: (3, 4)
     (1, 3, 4, 1)
     """
-    x = _tensor(x, "expand_dims")
+    return viewing(x, "expand_dims", lambda t: _expand_dims(t, axis))
+
+
+def _expand_dims(x: Tensor, axis: int | tuple[int, ...]) -> Tensor:
     items = axis if isinstance(axis, tuple) else (axis,)
     ndim = x.ndim + len(items)
     where = [_axis(a, ndim, "expand_dims") for a in items]
@@ -108,13 +119,16 @@ def expand_dims(x: Tensor, axis: int | tuple[int, ...]) -> Tensor:
     return Tensor(x.allocation, tuple(shape), x.dtype, tuple(out_strides), x.offset)
 
 
-def squeeze(x: Tensor, axis: Axes = None) -> Tensor:
+def squeeze(x: X, axis: Axes = None) -> X:
     """``x`` without length-1 axes (all of them, or those of ``axis``, which must be 1).
 
     >>> cuasync.squeeze(t).shape                     # t: (1, 3, 1)
     (3,)
     """
-    x = _tensor(x, "squeeze")
+    return viewing(x, "squeeze", lambda t: _squeeze(t, axis))
+
+
+def _squeeze(x: Tensor, axis: Axes = None) -> Tensor:
     if axis is None:
         drop = {j for j, d in enumerate(x.shape) if d == 1}
     else:
@@ -128,14 +142,17 @@ def squeeze(x: Tensor, axis: Axes = None) -> Tensor:
     return Tensor(x.allocation, shape, x.dtype, tuple(x.strides[j] for j in keep), x.offset)
 
 
-def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+def diagonal(x: X, offset: int = 0, axis1: int = 0, axis2: int = 1) -> X:
     """The diagonal of ``x`` over ``axis1`` and ``axis2`` as a zero-copy view; the
     diagonal becomes the last axis (numpy's ``diagonal``, which is a read-only view).
 
     >>> cuasync.diagonal(m, offset=1).shape          # m: (4, 5)
     (4,)
     """
-    x = _tensor(x, "diagonal")
+    return viewing(x, "diagonal", lambda t: _diagonal(t, offset, axis1, axis2))
+
+
+def _diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
     if x.ndim < 2:
         raise ShapeError(f"diagonal: x must have at least 2 dimensions, got shape {x.shape}")
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
@@ -158,14 +175,17 @@ def diagonal(x: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tens
     return derived_view(x, shape, strides, start)
 
 
-def flip(x: Tensor, axis: Axes = None) -> Tensor:
+def flip(x: X, axis: Axes = None) -> X:
     """``x`` reversed along ``axis`` (an int, a tuple, or None for every axis), zero-copy
     (numpy's ``flip`` is a view too).
 
     >>> cuasync.flip(t, 0).strides                   # t: contiguous (3, 4)
     (-4, 1)
     """
-    x = _tensor(x, "flip")
+    return viewing(x, "flip", lambda t: _flip(t, axis))
+
+
+def _flip(x: Tensor, axis: Axes = None) -> Tensor:
     if axis is None:
         axes = set(range(x.ndim))
     else:

@@ -383,6 +383,38 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda: np.linspace(0, 1, 5),
     ),
     "astype": (lambda x, m, i: x.astype("int8"), lambda: F32.astype(np.int8)),
+    "astype of an op": (
+        lambda x, m, i: (x * 2.0).astype("int16"),
+        lambda: (F32 * 2).astype(np.int16),
+    ),
+    "reshape of an op": (
+        lambda x, m, i: (x - 1.5).reshape((6, 4)),
+        lambda: (F32 - 1.5).reshape(6, 4),
+    ),
+    "concat of a reversed view": (  # (a kernel gathers it: no copy engine reads it)
+        lambda x, m, i: cuasync.concat([x[::-1], x]),
+        lambda: np.concatenate([F32[::-1], F32]),
+    ),
+    "roll of a reversed view over two axes": (
+        lambda x, m, i: cuasync.roll(m[::-1], (1, 2), axis=(0, 1)),
+        lambda: np.roll(F32.reshape(4, 6)[::-1], (1, 2), axis=(0, 1)),
+    ),
+    "diff twice": (
+        lambda x, m, i: cuasync.diff(m, n=2, axis=1),
+        lambda: np.diff(F32.reshape(4, 6), n=2, axis=1),
+    ),
+    "var of an op": (  # (its kernels named on a stand-in for the op's output)
+        lambda x, m, i: cuasync.var(m * 2.0, axis=1),
+        lambda: (F32.reshape(4, 6) * 2).astype(np.float64).var(axis=1).astype(np.float32),
+    ),
+    "diff of an op": (
+        lambda x, m, i: cuasync.diff(x * 3.0),
+        lambda: np.diff(F32 * 3),
+    ),
+    "view of an op": (
+        lambda x, m, i: cuasync.flip(m - 2.0, 1),
+        lambda: np.flip(F32.reshape(4, 6) - 2, 1),
+    ),
     "expression of an op": (
         lambda x, m, i: cuasync.exp(cuasync.arange(4, dtype="float32") - 1.0),
         lambda: np.exp(np.arange(4, dtype=np.float32) - 1),

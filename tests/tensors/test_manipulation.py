@@ -163,6 +163,33 @@ def test_an_ops_output_reshapes_as_a_view_or_a_copy() -> None:
     same(got(cuasync.reshape(strided, (-1,), copy=False)), (a + 1).ravel())
 
 
+def test_copying_functions_take_ops(baseline: Any) -> None:
+    # concat, stack, repeat, tile and roll of TensorOps: each op runs first, in the same
+    # submission; bad arguments raise when built and leave the ops unused.
+    a = host((4, 6), "float32").round()
+    x = cuasync.from_host(a).sync()
+    same(
+        got(cuasync.concat([x + 1.0, x[::-1], x.astype("float64")])),
+        np.concatenate([a + 1, a[::-1], a.astype(np.float64)]),
+    )
+    same(got(cuasync.stack([x * 2.0, x], axis=1)), np.stack([a * 2, a], axis=1))
+    same(got(cuasync.repeat(x + 1.0, 2, axis=0)), np.repeat(a + 1, 2, axis=0))
+    same(got(cuasync.repeat(x + 1.0, 2)), np.repeat(a + 1, 2))
+    same(got(cuasync.tile(x - 1.0, (2, 1, 3))), np.tile(a - 1, (2, 1, 3)))
+    same(got(cuasync.roll(x * 3.0, (1, -2), axis=(0, 1))), np.roll(a * 3, (1, -2), axis=(0, 1)))
+    same(got(cuasync.roll(x * 3.0, 5)), np.roll(a * 3, 5))
+    op = x + 1.0
+    with pytest.raises(ArgumentError, match="an op runs once"):
+        cuasync.concat([op, op])
+    with pytest.raises(ShapeError, match="must match"):
+        cuasync.concat([op, x[:, :2]], axis=0)
+    with pytest.raises(ArgumentError, match="differ in length"):
+        cuasync.roll(op, (1, 2), axis=0)
+    with pytest.raises(ArgumentError, match="repetitions"):
+        cuasync.tile(op, (-1,))
+    same(got(op), a + 1)  # (still unused)
+
+
 def test_bad_arguments_raise_typed_errors() -> None:
     x = cuasync.zeros((2, 3)).sync()
     with pytest.raises(IndexOutOfRangeError):

@@ -413,3 +413,43 @@ def test_fill_and_memcpy_refuse_a_broadcast_destination() -> None:
     cuasync.fill(empty, 1.0).sync()
     cuasync.memcpy(empty, x[:, :0]).sync()
     cuasync.add(x[:, :0], 1.0, out=empty).sync()
+
+
+def test_views_of_an_op_view_its_output(cube: cuasync.Tensor, baseline: Any) -> None:
+    """Each view function takes a TensorOp: a TensorOp whose output is that view of the op's
+    output (an out= view's too), usable in bigger expressions; bad arguments raise when it
+    is built, and leave the op unused."""
+    host = HOST + 1
+    cases = [
+        (lambda v: cuasync.flip(v, 1), lambda a: np.flip(a, 1)),
+        (lambda v: cuasync.permute_dims(v, (2, 0, 1)), lambda a: a.transpose(2, 0, 1)),
+        (lambda v: cuasync.broadcast_to(v, (2, 3, 4, 5)), None),
+        (lambda v: cuasync.expand_dims(v, (0, -1)), lambda a: np.expand_dims(a, (0, -1))),
+        (lambda v: cuasync.squeeze(cuasync.expand_dims(v, 1)), lambda a: a),
+        (lambda v: cuasync.diagonal(v, 1, 2, 1), lambda a: np.diagonal(a, 1, 2, 1)),
+        (lambda v: cuasync.moveaxis(v, 0, -1), lambda a: np.moveaxis(a, 0, -1)),
+        (lambda v: cuasync.matrix_transpose(v), lambda a: np.swapaxes(a, -1, -2)),
+    ]
+    for view, want in cases:
+        wanted = np.broadcast_to(host, (2, 3, 4, 5)) if want is None else want(host)
+        op = view(cube + 1.0)
+        assert isinstance(op, cuasync.TensorOp) and op.shape == wanted.shape
+        np.testing.assert_array_equal(op.sync().to_host().sync(), wanted)
+    # of an op writing an out= view (transposed), and inside an expression
+    out = cuasync.zeros((5, 4, 3)).sync().T
+    flipped = cuasync.flip(cuasync.add(cube, 1.0, out=out), 0)
+    np.testing.assert_array_equal(flipped.sync().to_host().sync(), np.flip(host, 0))
+    doubled = cuasync.flip(cube + 1.0, 2) * 2.0
+    np.testing.assert_array_equal(doubled.sync().to_host().sync(), np.flip(host, 2) * 2)
+    op = cube + 1.0
+    with pytest.raises(ShapeError, match="not 1"):
+        cuasync.squeeze(op, axis=0)
+    with pytest.raises(ArgumentError, match="not a permutation"):
+        cuasync.permute_dims(op, (0, 0, 1))
+    np.testing.assert_array_equal(op.sync().to_host().sync(), host)  # (still unused)
+    with pytest.raises(cuasync.errors.OpConsumedError):
+        cuasync.flip(op)
+    pending = cube + 1.0
+    with pytest.raises(ArgumentError, match=r"x must be a cuasync.Tensor \(await an op first\)"):
+        cuasync.unstack(pending)  # type: ignore[arg-type]  # (its views are of one output)
+    pending.sync()
