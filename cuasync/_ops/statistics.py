@@ -39,7 +39,12 @@ from .tensorop import TensorOp, tensor_op
 __all__ = ["all", "any", "count_nonzero", "diff", "std", "var"]
 
 #: The dtypes ``var`` and ``std`` take, and the dtype each accumulates in.
-_MOMENT_ACC = {"float16": "float32", "float32": "float32", "float64": "float64"}
+_MOMENT_ACC = {
+    "float16": "float32",
+    "bfloat16": "float32",
+    "float32": "float32",
+    "float64": "float64",
+}
 
 
 def _truth(x: Tensor | TensorOp) -> Tensor | TensorOp:
@@ -96,8 +101,8 @@ def _moment(name: str, x: Any, axis: Any, correction: Any, keepdims: Any, root: 
     acc = _MOMENT_ACC.get(dt)
     if acc is None:
         raise DTypeError(
-            f"{name}: x has dtype {dt}; {name} takes float16, float32 and float64 tensors "
-            "(the array API standard's real floats): convert first, x.astype('float32')"
+            f"{name}: x has dtype {dt}; {name} takes float16, bfloat16, float32 and float64 "
+            "tensors (real floats): convert first, x.astype('float32')"
         )
     axes = _check_axis(x, axis, name)
     if isinstance(correction, bool) or not isinstance(correction, (int, float, np.number)):

@@ -17,6 +17,7 @@ import warnings
 from typing import Any, cast
 
 import array_api_strict as xp
+import ml_dtypes
 import numpy as np
 import pytest
 from helpers import still_pending
@@ -154,6 +155,20 @@ def test_property_var_std_vs_array_api_strict(data: Any, dtype: str, fn: str) ->
     same_kind(got, want)
     tol = float(RTOL[dtype] * (scale if fn == "var" else np.sqrt(scale)) + 1e-300)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=RTOL[dtype], atol=tol)
+
+
+@pytest.mark.parametrize("fn", ["var", "std"])
+def test_var_std_of_bfloat16_accumulate_in_float32(fn: str) -> None:
+    # (ml_dtypes' numpy answers in bfloat16; cuasync accumulates in float32 and rounds
+    # the result once, as for float16: within a bfloat16 ulp of the exact value)
+    a = (np.random.default_rng(3).standard_normal((6, 9)) * 3).astype(ml_dtypes.bfloat16)
+    x = cuasync.from_host(a).sync()
+    for view, axis in ((x, 1), (x[:, ::2], 0), (x.T, None)):
+        got = run(getattr(cuasync, fn)(view, axis=axis, correction=1))
+        wide = np.asarray(run(view.astype("float64")))
+        exact = getattr(np, fn)(wide, axis=axis, ddof=1)
+        assert got.dtype == ml_dtypes.bfloat16
+        np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-7)
 
 
 def test_var_of_too_few_elements_is_nan_or_inf_as_numpy() -> None:
