@@ -945,7 +945,7 @@ def zip(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
 class _FnOp(DeviceOp[T]):
     """An op whose work is one function of the execution context."""
 
-    __slots__ = ("_first", "_fn", "_graph_node", "_name")
+    __slots__ = ("_first", "_fn", "_graph_node", "_name", "_output")
 
     def __init__(
         self,
@@ -960,6 +960,9 @@ class _FnOp(DeviceOp[T]):
         self._name = name
         self._graph_node = graph_node
         self._first = first_use
+        #: the tensor it will output where known when built and not a new contiguous
+        #: one (a view op's view: ``cuasync._ops.standin.will_output``), else None
+        self._output: Any = None
 
     def _trace_name(self) -> str:
         return self._name

@@ -34,6 +34,7 @@ from ..errors import (
 )
 from . import operators
 from .expr import NODES, Node, check_dtype, is_ml_scalar, op_node
+from .standin import is_standin
 from .tensorop import Operand, TensorOp, leaf
 
 __all__ = [
@@ -193,8 +194,13 @@ def _tensors_read(operand: Any) -> list[Tensor]:
         node = stack.pop()
         if node.kind == "tensor":
             found.append(node.value)
-        elif node.kind == "pending" and isinstance(node.value, TensorOp):
-            found.extend(_tensors_read(node.value))
+        elif node.kind == "pending":
+            if isinstance(node.value, TensorOp):
+                found.extend(_tensors_read(node.value))
+            else:  # (a view op of an out= op's output: that view)
+                made = getattr(node.value, "_output", None)
+                if made is not None and not is_standin(made):
+                    found.append(made)
         stack.extend(node.children)
     return found
 

@@ -36,6 +36,7 @@ from .._transfers.device_copy import (
 )
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .one_launch import one_launch
+from .standin import will_output
 from .tensorop import TensorOp, tensor_op
 from .views import _axis, expand_dims
 
@@ -56,7 +57,7 @@ def _tensors(arrays: Any, name: str) -> list[Tensor | TensorOp]:
             if any(t is u for u in arrays[:k]):
                 raise ArgumentError(
                     f"{name}: arrays[{k}] is the TensorOp of an earlier item; an op runs once: "
-                    "await it first, or .shared() it"
+                    "await it first and join the tensor"
                 )
         elif not isinstance(t, Tensor):
             raise ArgumentError(
@@ -133,9 +134,8 @@ def concatenate(arrays: Sequence[Tensor | TensorOp], axis: int | None = 0) -> Te
         op._take()
     # a kernel gathers (and converts) what the copy engines cannot copy as it is; a
     # TensorOp's output taken as a new contiguous tensor
-    gathers = any(
-        t.dtype != dt or (isinstance(t, Tensor) and t.size and not memcpy_able(t)) for t in ts
-    )
+    made = [t if isinstance(t, Tensor) else will_output(t, first.device) for t in ts]
+    gathers = any(t.dtype != dt or (t.size and not memcpy_able(t)) for t in made)
 
     def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
         mine = unprepared([copy_kernel(dt)], on) if gathers else ()
@@ -174,13 +174,15 @@ def stack(arrays: Sequence[Tensor | TensorOp], axis: int = 0) -> TensorOp:
                 f"stack: arrays[{k}] has shape {t.shape}, arrays[0] {ts[0].shape}; they must match"
             )
     ax = _axis(axis, ts[0].ndim + 1, "stack")
-    parts: list[Tensor | TensorOp] = []  # (each a view: of a tensor, or of an op's output)
-    for t in ts:
-        if isinstance(t, Tensor):
-            parts.append(expand_dims(t, ax))
-        else:
-            parts.append(expand_dims(t, ax))
-    return concatenate(parts, ax)
+    _result_dtype(ts, "stack")  # (raises before the views take the ops)
+    return concatenate([_expanded(t, ax) for t in ts], ax)
+
+
+def _expanded(t: Tensor | TensorOp, axis: int) -> Tensor | TensorOp:
+    """``expand_dims(t, axis)``: a view of a tensor, or of a TensorOp's output."""
+    if isinstance(t, TensorOp):  # (one call for each type the view functions' TypeVar takes)
+        return expand_dims(t, axis)
+    return expand_dims(t, axis)
 
 
 # -- take ---------------------------------------------------------------------------------

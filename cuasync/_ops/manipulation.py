@@ -29,7 +29,8 @@ from .._tensor import Shape, Tensor, check_shape, resolve_shape, viewing_strides
 from .._transfers.copies import empty
 from ..errors import ArgumentError, ShapeError
 from .joins import concatenate
-from .on_output import X, first_use_of, of_output, on_tensor, standin, view_op, viewing
+from .on_output import X, first_use_of, frozen, of_output, on_tensor, view_op, viewing
+from .standin import is_standin, standin, will_output
 from .tensorop import TensorOp, flattened, tensor_op
 from .views import _axis, _tensor, broadcast_to, expand_dims, permute
 
@@ -82,7 +83,8 @@ def moveaxis(x: X, source: int | Sequence[int], destination: int | Sequence[int]
     >>> cuasync.moveaxis(t, 0, -1).shape             # t: (2, 3, 4)
     (3, 4, 2)
     """
-    return viewing(x, "moveaxis", lambda t: _moveaxis(t, source, destination))
+    src, dst = frozen(source), frozen(destination)
+    return viewing(x, "moveaxis", lambda t: _moveaxis(t, src, dst))
 
 
 def _moveaxis(x: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
@@ -182,14 +184,15 @@ def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None 
         raise ArgumentError(f"reshape: copy must be None, True or False, got {copy!r}"[:200])
     if isinstance(x, TensorOp):
         new = resolve_shape(x.size, shape)
-        out = x._out
-        if (
-            copy is False
-            and out is not None
-            and out.size
-            and viewing_strides(out.shape, out.strides, new) is None
-        ):
-            raise ShapeError("reshape: copy=False, and the op's out= view cannot be reshaped")
+        out = will_output(x, x.device)  # (its out=, the view a view op makes, or new)
+        if copy is False and out.size and viewing_strides(out.shape, out.strides, new) is None:
+            raise ShapeError(
+                f"reshape: copy=False, and the op's output (shape {out.shape}, strides "
+                f"{out.strides}: an out= or a view) cannot be viewed in shape {new}; pass "
+                "copy=None to copy"
+            )
+        if copy is True and not is_standin(out):  # (its output is a tensor someone holds)
+            return on_tensor(x, "reshape", new, x.dtype, lambda t: t.dup().reshape(new))
         return x.reshape(new)  # (a view of its output where the strides allow, else a copy)
     x = _tensor(x, "reshape")
     new = resolve_shape(x.size, shape)
@@ -227,8 +230,8 @@ def repeat(x: Tensor | TensorOp, repeats: int, /, *, axis: int | None = None) ->
     >>> r = await cuasync.repeat(x, 2, axis=0)          # (3, 4) -> (6, 4)
     """
     if isinstance(x, TensorOp):
-        return of_output(x, "repeat", lambda t: repeat(t, repeats, axis=axis))
-    x = _tensor(x, "repeat")
+        return of_output(x, "repeat", lambda t: repeat(t, repeats, axis=axis))  # (ints)
+    x = _tensor(x, "repeat", "a cuasync.Tensor or TensorOp")
     if not isinstance(repeats, (int, np.integer)):
         raise ArgumentError(
             "repeat: repeats must be an int; per-element counts (an array) give a "
@@ -254,8 +257,9 @@ def tile(x: Tensor | TensorOp, repetitions: Sequence[int] | int, /) -> TensorOp:
     >>> t = await cuasync.tile(row, (3, 2))            # row: (4,) -> (3, 8)
     """
     if isinstance(x, TensorOp):
-        return of_output(x, "tile", lambda t: tile(t, repetitions))
-    x = _tensor(x, "tile")
+        reps = frozen(repetitions)
+        return of_output(x, "tile", lambda t: tile(t, reps))
+    x = _tensor(x, "tile", "a cuasync.Tensor or TensorOp")
     if isinstance(repetitions, (int, np.integer)):
         repetitions = (repetitions,)  # (numpy's; bools are refused by _count)
     elif not isinstance(repetitions, Sequence | np.ndarray):
@@ -289,8 +293,9 @@ def roll(
     >>> r = await cuasync.roll(x, (1, 2), axis=(0, 1))
     """
     if isinstance(x, TensorOp):
-        return of_output(x, "roll", lambda t: roll(t, shift, axis=axis))
-    x = _tensor(x, "roll")
+        shifts, axes = frozen(shift), frozen(axis)
+        return of_output(x, "roll", lambda t: roll(t, shifts, axis=axes))
+    x = _tensor(x, "roll", "a cuasync.Tensor or TensorOp")
     if axis is None:
         if not isinstance(shift, (int, np.integer)):
             raise ArgumentError("roll: axis=None takes one int shift")

@@ -31,9 +31,10 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from . import elementwise
 from .expr import Node
 from .joins import concatenate
-from .on_output import first_use_of, on_tensor, standin
+from .on_output import first_use_of, on_tensor
 from .reductions import normalize_axes, reduce_op
 from .scan import _operand
+from .standin import standin
 from .tensorop import TensorOp, tensor_op
 
 __all__ = ["all", "any", "count_nonzero", "diff", "std", "var"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Never, NoReturn
+from typing import TYPE_CHECKING, Any, Never, NoReturn
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .codegen import UNROLL, VECTOR_BLOCK, VECTOR_GRID, VECTORS, scalar_arg, sca
 from .expr import Node, check_dtype, is_ml_scalar
 from .launch_plan import LAUNCHES, Layout, express_launch, layout, merge_axes, vector_access
 from .operators import TensorOperators
+from .standin import node_output, will_output
 
 __all__ = [
     "Operand",
@@ -62,27 +63,17 @@ def _resolve_pending(node: Node, ctx: ExecutionContext) -> Node:
     return Node("op", node.name, node.shape, node.dtype, None, children, node.ins, node.device)
 
 
-class _NewTensor(NamedTuple):
-    """What a pending op will output, as planning sees it: a new contiguous tensor."""
-
-    shape: Shape
-    dtype: Any
-    strides: Shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-
 def planned(node: Node) -> tuple[Node, list[Any]]:
-    """``node`` with each pending leaf standing for the new contiguous tensor its op will
-    make (for :func:`layout` to name the kernel before anything runs), and those ops.
+    """``node`` with each pending leaf standing for the tensor its op will output (for
+    :func:`layout` to name the kernel before anything runs), and those ops: its ``out=``
+    view, a view op's view, else a new contiguous tensor
+    (:func:`~cuasync._ops.standin.node_output`).
 
-    An op that outputs another layout (an ``out=`` view) makes the kernel chosen here a
+    An op that outputs another layout than it declares makes the kernel chosen here a
     guess: the one :func:`run` needs is then prepared when it is enqueued.
     """
-    if node.kind == "pending":
-        t = _NewTensor(node.shape, node.dtype, contiguous_strides(node.shape))
+    if node.kind == "pending":  # (its declared layout: an out= view's, a view op's)
+        t = node_output(node, node.device)
         return Node("tensor", node.name, node.shape, node.dtype, t, device=node.device), [
             node.value
         ]
@@ -361,8 +352,8 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         >>> m = await cuasync.arange(12, dtype="float32").reshape((4, -1))  # shape (4, 3)
         """
         new = resolve_shape(self.size, shape)
-        out = self._out
-        copies = out is not None and viewing_strides(out.shape, out.strides, new) is None
+        out = will_output(self, self.device)  # (an out= view or a view op's may not view)
+        strides = viewing_strides(out.shape, out.strides, new)
 
         def reshaped(t: Tensor) -> TensorOp:
             try:
@@ -372,9 +363,10 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
         def first_use(on: Device) -> tuple[tuple[Any, Device], ...]:
             # (a new contiguous output always views; an out= view may not: a copy kernel)
-            return unprepared([copy_kernel(self.dtype)], on) if copies else ()
+            return unprepared([copy_kernel(self.dtype)], on) if strides is None else ()
 
-        return on_tensor(self, "reshape", new, self.dtype, reshaped, first_use)
+        view = None if strides is None else out.reshape(new)
+        return on_tensor(self, "reshape", new, self.dtype, reshaped, first_use, view)
 
     def astype(self, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
         """The output cast to ``dtype`` (a new contiguous tensor; :func:`cuasync.convert`,

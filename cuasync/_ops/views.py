@@ -26,18 +26,17 @@ from .._axes import Axes, normalize_axis
 from .._tensor import Shape, Tensor, check_shape, derived_view
 from .._tensor import methods as tensor_methods
 from ..errors import ArgumentError, ShapeError
-from .on_output import X, viewing
+from .on_output import X, frozen, viewing
 
 __all__ = ["broadcast_to", "diagonal", "expand_dims", "flip", "permute_dims", "squeeze"]
 
 
-def _tensor(x: Any, name: str) -> Tensor:
+def _tensor(x: Any, name: str, takes: str = "a cuasync.Tensor (await an op first)") -> Tensor:
     """``x`` where it is a tensor (the functions whose result is views of it, or whose
-    shape depends on its data, take no TensorOp), else an ArgumentError."""
+    shape depends on its data, take no TensorOp), else an ArgumentError saying what the
+    function ``takes``."""
     if not isinstance(x, Tensor):
-        raise ArgumentError(
-            f"{name}: x must be a cuasync.Tensor (await an op first), got {type(x).__name__}"
-        )
+        raise ArgumentError(f"{name}: x must be {takes}, got {type(x).__name__}")
     return x
 
 
@@ -66,7 +65,8 @@ def permute_dims(x: X, axes: Sequence[int]) -> X:
     >>> cuasync.permute_dims(t, (2, 0, 1)).shape     # t: (2, 3, 4)
     (4, 2, 3)
     """
-    return viewing(x, "permute_dims", lambda t: permute(t, axes))
+    order = frozen(axes)
+    return viewing(x, "permute_dims", lambda t: permute(t, order))
 
 
 def broadcast_to(x: X, shape: int | Sequence[int]) -> X:
@@ -75,7 +75,8 @@ def broadcast_to(x: X, shape: int | Sequence[int]) -> X:
     >>> cuasync.broadcast_to(row, (3, 4)).strides    # row: (4,)
     (0, 1)
     """
-    return viewing(x, "broadcast_to", lambda t: _broadcast_to(t, shape))
+    new = frozen(shape)
+    return viewing(x, "broadcast_to", lambda t: _broadcast_to(t, new))
 
 
 def _broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:

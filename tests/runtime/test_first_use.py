@@ -415,6 +415,26 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda x, m, i: cuasync.flip(m - 2.0, 1),
         lambda: np.flip(F32.reshape(4, 6) - 2, 1),
     ),
+    "expression of a view of an op": (  # (the view's layout names the kernel)
+        lambda x, m, i: cuasync.flip(m - 2.0, 1) * 2.0,
+        lambda: np.flip(F32.reshape(4, 6) - 2, 1) * 2,
+    ),
+    "reshape of a view of an op": (  # (a copy: a reversed view does not reshape)
+        lambda x, m, i: cuasync.flip(m - 2.0, 1).reshape((24,)),
+        lambda: np.flip(F32.reshape(4, 6) - 2, 1).reshape(24),
+    ),
+    "concat of a view of an op": (
+        lambda x, m, i: cuasync.concat([cuasync.flip(m + 1.0, 0), m]),
+        lambda: np.concatenate([np.flip(F32.reshape(4, 6) + 1, 0), F32.reshape(4, 6)]),
+    ),
+    "roll of a view of an op": (
+        lambda x, m, i: cuasync.roll(cuasync.matrix_transpose(m + 1.0), 3),
+        lambda: np.roll((F32.reshape(4, 6) + 1).T, 3),
+    ),
+    "copy of a view of an op": (
+        lambda x, m, i: cuasync.flip(m * 3.0, 1).copy(),
+        lambda: np.flip(F32.reshape(4, 6) * 3, 1),
+    ),
     "expression of an op": (
         lambda x, m, i: cuasync.exp(cuasync.arange(4, dtype="float32") - 1.0),
         lambda: np.exp(np.arange(4, dtype=np.float32) - 1),

@@ -453,3 +453,36 @@ def test_views_of_an_op_view_its_output(cube: cuasync.Tensor, baseline: Any) -> 
     with pytest.raises(ArgumentError, match=r"x must be a cuasync.Tensor \(await an op first\)"):
         cuasync.unstack(pending)  # type: ignore[arg-type]  # (its views are of one output)
     pending.sync()
+
+
+def test_a_view_of_an_op_keeps_its_arguments_and_its_output_layout(
+    cube: cuasync.Tensor, baseline: Any
+) -> None:
+    """A view of an op holds the arguments it was built with (a list changed afterwards
+    changes nothing); what reads it sees the view's layout: an op writing into the
+    tensor it views raises AliasingError, and reshape(copy=False) refuses to copy it."""
+    host = HOST + 1
+    axes = [2, 0, 1]
+    permuted = cuasync.permute_dims(cube + 1.0, axes) * 1.0
+    axes[:] = [1, 0, 2]
+    np.testing.assert_array_equal(permuted.sync().to_host().sync(), host.transpose(2, 0, 1))
+    reps = [2, 1, 1]
+    tiled = cuasync.tile(cube + 1.0, reps)
+    reps[0] = 1
+    np.testing.assert_array_equal(tiled.sync().to_host().sync(), np.tile(host, (2, 1, 1)))
+    o = cuasync.zeros((8,)).sync()
+    y = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
+    reversed_o = cuasync.flip(cuasync.add(y, 0.0, out=o))
+    with pytest.raises(cuasync.errors.AliasingError, match="overlaps"):
+        cuasync.add(reversed_o, 1.0, out=o)  # (reversed reads of what it writes)
+    np.testing.assert_array_equal(reversed_o.sync().to_host().sync(), np.arange(8)[::-1])
+    flipped = cuasync.flip(cube + 1.0, 2)
+    with pytest.raises(ShapeError, match="copy=False"):
+        cuasync.reshape(flipped, (60,), copy=False)
+    np.testing.assert_array_equal(
+        cuasync.reshape(flipped, (60,)).sync().to_host().sync(), np.flip(host, 2).ravel()
+    )
+    out = cuasync.zeros((3, 4, 5)).sync()
+    copied = cuasync.reshape(cuasync.add(cube, 1.0, out=out), (60,), copy=True).sync()
+    assert copied.allocation is not out.allocation  # (copy=True: not a view of out)
+    np.testing.assert_array_equal(copied.to_host().sync(), host.ravel())
