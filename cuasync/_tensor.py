@@ -56,6 +56,7 @@ class Methods:
     device_pointer: Callable[[Tensor], DevicePointer]  # cuasync/_launch/kernel.py
     convert: Callable[..., TensorOp]  # cuasync/_ops/creation.py
     check_casting: Callable[[np.dtype[Any], np.dtype[Any], Any], None]  # (same)
+    convert_kernels: Callable[[np.dtype[Any], bool], tuple[Any, ...]]  # (same)
     to_host: Callable[[Tensor], DeviceOp[np.ndarray]]  # cuasync/_transfers/copies.py
     dup: Callable[[Tensor], TensorOp]  # (same)
     to_device: Callable[[Tensor, Any], DeviceOp[Tensor]]  # (same)

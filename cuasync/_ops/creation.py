@@ -778,6 +778,14 @@ def _complex_linspace(
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe", "checked")
 
 
+def convert_kernels(dt: np.dtype[Any], checked: bool) -> tuple[Kernel, ...]:
+    """The kernels a conversion to ``dt`` launches (``checked``: ``casting="checked"``'s,
+    the flag's fill and the checking copy); an op converting declares them."""
+    if checked:
+        return (_fill_kernel(4), builtin.kernel("convert_checked", dtype_name(dt)))
+    return (copy_kernel(dt),)
+
+
 def convert(tensor: Tensor, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
     """An op producing a new contiguous tensor: ``tensor`` cast to ``dtype``.
 
@@ -822,12 +830,9 @@ def convert(tensor: Tensor, dtype: DTypeLike, *, casting: str = "unsafe") -> Ten
                 kernel_copy(ctx, t, src)
         return Output.ready(t)
 
-    kernels = (
-        (_fill_kernel(4), builtin.kernel("convert_checked", dtype_name(dt)))
-        if checked
-        else (copy_kernel(dt),)
+    op = device_op(
+        enqueue, src.device, "convert", first_use=launching(*convert_kernels(dt, checked))
     )
-    op = device_op(enqueue, src.device, "convert", first_use=launching(*kernels))
     return tensor_op(op, src.shape, dt)
 
 
@@ -940,4 +945,5 @@ def _random_op(
 
 # Tensor.astype and TensorOp.astype (both modules sit below this one).
 tensor_methods.convert = convert
+tensor_methods.convert_kernels = convert_kernels
 tensor_methods.check_casting = check_casting

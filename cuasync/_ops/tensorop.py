@@ -352,8 +352,9 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         >>> m = await cuasync.arange(12, dtype="float32").reshape((4, -1))  # shape (4, 3)
         """
         new = resolve_shape(self.size, shape)
-        out = will_output(self, self.device)  # (an out= view or a view op's may not view)
-        strides = viewing_strides(out.shape, out.strides, new)
+        fresh = self._out is None and self._node.kind != "pending"  # (a new tensor: views)
+        out = None if fresh else will_output(self, self.device)  # (an out= or a view may not)
+        strides = new if out is None else viewing_strides(out.shape, out.strides, new)
 
         def reshaped(t: Tensor) -> TensorOp:
             try:
@@ -365,7 +366,7 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
             # (a new contiguous output always views; an out= view may not: a copy kernel)
             return unprepared([copy_kernel(self.dtype)], on) if strides is None else ()
 
-        view = None if strides is None else out.reshape(new)
+        view = None if out is None or strides is None else out.reshape(new)
         return on_tensor(self, "reshape", new, self.dtype, reshaped, first_use, view)
 
     def astype(self, dtype: DTypeLike, *, casting: str = "unsafe") -> TensorOp:
@@ -381,7 +382,8 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
         def cast(t: Tensor) -> TensorOp:
             return tensor_methods.convert(t, dt, casting=casting)
 
-        return on_tensor(self, "astype", self.shape, dt, cast)
+        kernels = tensor_methods.convert_kernels(dt, casting == "checked")
+        return on_tensor(self, "astype", self.shape, dt, cast, lambda on: unprepared(kernels, on))
 
     def item(self) -> DeviceOp[Any]:
         """An op running this one, then copying its one element to the host as a Python
