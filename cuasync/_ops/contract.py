@@ -259,6 +259,8 @@ def _build(
         return (*first, *unprepared(kernels, on))
 
     op = device_op(enqueue, device, fn, graph_node=out is not None, first_use=first_use)
+    if out is not None:  # (what it will output, declared: standin.will_output)
+        op._output = out  # type: ignore[attr-defined]  # (a device_op's: _FnOp's)
     return tensor_op(op, shape, dtype)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .._core.context import ExecutionContext
 from .._core.device import Device
 from .._core.op import FirstUse, device_op
@@ -133,9 +135,11 @@ def viewing(x: X, name: str, view: Callable[[Tensor], Tensor]) -> X:
 
 
 def frozen(value: Any) -> Any:
-    """``value`` with a list (or another mutable sequence) as a tuple: what an op of a
+    """``value`` with a list as a tuple and a numpy array copied: what an op of a
     TensorOp's output keeps to run later cannot change under it."""
-    return tuple(value) if isinstance(value, list) else value
+    if isinstance(value, list):
+        return tuple(value)
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 # (x.copy() of a TensorOp: the mixin is a layer below; TensorOp.reshape and astype)

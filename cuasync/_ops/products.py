@@ -16,7 +16,7 @@ from .._tensor import Tensor
 from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError
 from . import elementwise
 from .contract import dot_general, tensordot
-from .on_output import on_tensor, view_op
+from .on_output import viewing
 from .reductions import reduce_op
 from .tensorop import TensorOp, flattened
 from .views import permute
@@ -150,9 +150,8 @@ def _permuted(op: TensorOp, have: str, want: str) -> TensorOp:
     if have == want:
         return op
 
-    perm = [have.index(c) for c in want]
-    shape = tuple(op.shape[j] for j in perm)
-    return on_tensor(op, "einsum", shape, op.dtype, lambda t: view_op(permute(t, perm), "einsum"))
+    perm = tuple(have.index(c) for c in want)
+    return viewing(op, "einsum", lambda t: permute(t, perm, "einsum"))
 
 
 def einsum(subscripts: str, *operands: Tensor | TensorOp) -> TensorOp:

@@ -423,6 +423,10 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda x, m, i: cuasync.flip(m - 2.0, 1).reshape((24,)),
         lambda: np.flip(F32.reshape(4, 6) - 2, 1).reshape(24),
     ),
+    "expression of einsum's transpose": (  # (a view of the product's output)
+        lambda x, m, i: cuasync.einsum("ij->ji", m + 1.0) * 2.0,
+        lambda: (F32.reshape(4, 6) + 1).T * 2,
+    ),
     "concat of a view of an op": (
         lambda x, m, i: cuasync.concat([cuasync.flip(m + 1.0, 0), m]),
         lambda: np.concatenate([np.flip(F32.reshape(4, 6) + 1, 0), F32.reshape(4, 6)]),

@@ -470,6 +470,10 @@ def test_a_view_of_an_op_keeps_its_arguments_and_its_output_layout(
     tiled = cuasync.tile(cube + 1.0, reps)
     reps[0] = 1
     np.testing.assert_array_equal(tiled.sync().to_host().sync(), np.tile(host, (2, 1, 1)))
+    shifts = np.array([1, 2])
+    rolled = cuasync.roll(cube + 1.0, shifts, axis=(0, 1))
+    shifts[:] = 0
+    np.testing.assert_array_equal(rolled.sync().to_host().sync(), np.roll(host, (1, 2), (0, 1)))
     o = cuasync.zeros((8,)).sync()
     y = cuasync.from_host(np.arange(8, dtype=np.float32)).sync()
     reversed_o = cuasync.flip(cuasync.add(y, 0.0, out=o))
@@ -486,3 +490,14 @@ def test_a_view_of_an_op_keeps_its_arguments_and_its_output_layout(
     copied = cuasync.reshape(cuasync.add(cube, 1.0, out=out), (60,), copy=True).sync()
     assert copied.allocation is not out.allocation  # (copy=True: not a view of out)
     np.testing.assert_array_equal(copied.to_host().sync(), host.ravel())
+    # a product writing out=, and einsum's transpose (a view of its output), alike
+    m = cube[0]
+    square = cuasync.zeros((4, 4)).sync()
+    product = cuasync.flip(cuasync.matmul(m, m.mT, out=square))
+    with pytest.raises(cuasync.errors.AliasingError, match="overlaps"):
+        cuasync.add(product, 1.0, out=square)
+    transposed = cuasync.einsum("ij->ji", m + 1.0)
+    with pytest.raises(ShapeError, match="copy=False"):
+        cuasync.reshape(transposed, (20,), copy=False)
+    np.testing.assert_array_equal(transposed.sync().to_host().sync(), (HOST[0] + 1).T)
+    np.testing.assert_array_equal(product.sync().to_host().sync(), np.flip(HOST[0] @ HOST[0].T))
