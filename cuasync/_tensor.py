@@ -175,14 +175,18 @@ def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
 
 
 def partly_overlap(a: Tensor, b: Tensor) -> bool:
-    """Whether views of one allocation share a byte without being the very same view.
+    """Whether views of one allocation share a byte without being the very same view
+    (the same elements in the same places: a stride along an axis of length 1 moves to
+    no other element, so it may differ).
 
     >>> partly_overlap(x[1:], x[:-1]), partly_overlap(x, x), partly_overlap(x[::2], x[1::2])
     (True, False, False)
     """
     if a.allocation is not b.allocation or a.size == 0 or b.size == 0:
         return False
-    if (a.ptr, a.shape, a.strides, a.itemsize) == (b.ptr, b.shape, b.strides, b.itemsize):
+    if (a.ptr, a.shape, a.itemsize) == (b.ptr, b.shape, b.itemsize) and all(
+        s == t or d == 1 for d, s, t in zip(a.shape, a.strides, b.strides, strict=True)
+    ):
         return False
     try:
         # bounded work (numpy's stubs only name -1 and 0, but any bound is accepted)

@@ -252,6 +252,11 @@ async def test_out_partly_overlapping_an_operand_is_refused_when_built(anyio_bac
     want = a.copy()
     want[1::2] = a[::2] + 1
     check(await x.to_host(), want)
+    # the very same elements, an axis of length 1 given another stride: in place
+    row = x.reshape((2, 4))[:1]  # (strides (4, 1); its squeezed and expanded view: (0, 1))
+    await cuasync.add(cuasync.expand_dims(cuasync.squeeze(row, 0), 0), 1.0, out=row)
+    want[:4] += 1
+    check(await x.to_host(), want)
 
 
 async def test_out_partly_overlapping_a_fused_operand_is_refused_when_built(anyio_backend) -> None:
