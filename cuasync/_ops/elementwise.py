@@ -103,10 +103,10 @@ def check_out(out: Any, name: str, shape: Shape, dtype: Any, device: Device | No
 
 def _check_out_of(out: Any, operands: dict[str, Any], name: str, node: Node) -> None:
     """Raise where ``out`` may not take ``node``'s result (:func:`check_out`) or partly
-    overlaps an operand (:func:`check_overlap`): what :data:`APPLY` asks where it cannot
+    overlaps an operand (:func:`_check_overlap`): what :data:`APPLY` asks where it cannot
     accept ``out`` at once."""
     check_out(out, name, node.shape, node.dtype, node.device)
-    check_overlap(out, operands, name)
+    _check_overlap(out, operands, name)
 
 
 #: The builder of elementwise ops, which the elementwise functions (:func:`elementwise_function`)
@@ -163,12 +163,9 @@ def applying(op: str) -> Callable[[_Function], _Function]:
     return lambda declaration: elementwise_function(declaration, op)
 
 
-def check_overlap(
-    out: Tensor, operands: dict[str, Any], name: str, advice: str = " (or into the operand itself)"
-) -> None:
+def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
     """``out`` may be an operand itself (in place), not partly overlap one: the kernel
-    would read elements it has already overwritten. (``advice``: what the error adds to
-    "write to a new tensor".)"""
+    would read elements it has already overwritten."""
     for arg, v in operands.items():
         if v.__class__ is Tensor and v._alloc is not out._alloc:
             continue  # (the common operand: another allocation, no overlap)
@@ -178,7 +175,7 @@ def check_overlap(
                 raise AliasingError(
                     f"{name}: out overlaps {where} without being the very same view "
                     f"({out.shape}/{out.strides} and {t.shape}/{t.strides} views of one "
-                    f"allocation); write to a new tensor{advice}"
+                    "allocation); write to a new tensor (or into the operand itself)"
                 )
 
 

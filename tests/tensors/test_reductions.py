@@ -269,12 +269,6 @@ async def test_errors_raise_when_built(anyio_backend: str) -> None:
         cuasync.sum(x, axis=0, out=await cuasync.zeros((3,)))
     with pytest.raises(DTypeError, match="out has dtype"):
         cuasync.sum(x, axis=0, out=await cuasync.zeros((4,), "float64"))
-    with pytest.raises(cuasync.errors.AliasingError, match="out overlaps x"):
-        cuasync.sum(x, axis=0, out=x[0])  # (it would read elements it has written)
-    doubled = x * 2.0
-    with pytest.raises(cuasync.errors.AliasingError, match="a tensor x reads"):
-        cuasync.max(doubled, axis=0, out=x[1])
-    await doubled  # (still usable)
     with pytest.raises(DTypeError, match="storage-only"):
         cuasync.sum(x, dtype="float8_e5m2")
     with pytest.raises(ArgumentError, match="numpy array"):
