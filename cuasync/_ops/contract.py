@@ -259,9 +259,7 @@ def _build(
         return (*first, *unprepared(kernels, on))
 
     op = device_op(enqueue, device, fn, graph_node=out is not None, first_use=first_use)
-    if out is not None:  # (what it will output, declared: standin.will_output)
-        op._output = out  # type: ignore[attr-defined]  # (a device_op's: _FnOp's)
-    return tensor_op(op, shape, dtype)
+    return tensor_op(op, shape, dtype, out)  # (out: what it will output, declared)
 
 
 # -- seen products: one GEMM of the operands' views --------------------------------------------

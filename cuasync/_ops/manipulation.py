@@ -184,6 +184,8 @@ def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None 
         raise ArgumentError(f"reshape: copy must be None, True or False, got {copy!r}"[:200])
     if isinstance(x, TensorOp):
         new = resolve_shape(x.size, shape)
+        if copy is None:
+            return x.reshape(new)  # (a view of its output where the strides allow, else a copy)
         out = will_output(x, x.device)  # (its out=, the view a view op makes, or new)
         if copy is False and out.size and viewing_strides(out.shape, out.strides, new) is None:
             raise ShapeError(
@@ -193,7 +195,7 @@ def reshape(x: Tensor | TensorOp, /, shape: Sequence[int], *, copy: bool | None 
             )
         if copy is True and not is_standin(out):  # (its output is a tensor someone holds)
             return on_tensor(x, "reshape", new, x.dtype, lambda t: t.dup().reshape(new))
-        return x.reshape(new)  # (a view of its output where the strides allow, else a copy)
+        return x.reshape(new)
     x = _tensor(x, "reshape")
     new = resolve_shape(x.size, shape)
     if copy is True:

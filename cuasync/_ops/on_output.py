@@ -74,10 +74,7 @@ def on_tensor(
         mine = first_use(on) if first_use is not None else first_use_of(_built(x, build, on), on)
         return (*x._first_use(on), *mine)
 
-    made = device_op(enqueue, x.device, name, first_use=prepare)
-    if output is not None:
-        made._output = output  # type: ignore[attr-defined]  # (a device_op's: _FnOp's)
-    return tensor_op(made, shape, dtype)
+    return tensor_op(device_op(enqueue, x.device, name, first_use=prepare), shape, dtype, output)
 
 
 def _built(x: TensorOp, build: Callable[[Tensor], Any], device: Device) -> Any:

@@ -435,8 +435,14 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
     __hash__ = DeviceOp.__hash__  # identity: TensorOps key dicts (asyncio.gather, ...)
 
 
-def tensor_op(op: DeviceOp[Tensor], shape: Shape, dtype: Any) -> TensorOp:
-    """``op`` (which outputs a new tensor of ``shape`` and ``dtype``) as a ``TensorOp``."""
+def tensor_op(
+    op: DeviceOp[Tensor], shape: Shape, dtype: Any, output: Tensor | None = None
+) -> TensorOp:
+    """``op`` (which outputs a new tensor of ``shape`` and ``dtype``; ``output``: or that
+    tensor, known now, a ``device_op``'s ``out=`` or view: ``standin.will_output``) as a
+    ``TensorOp``."""
+    if output is not None:
+        op._output = output  # type: ignore[attr-defined]  # (a device_op's: _FnOp's)
     op._take()
     dev: Device | None = op.device
     label = str(getattr(op, "_name", "op"))
