@@ -295,8 +295,12 @@ class Watched(WatchedCore):
     def waiting(self, op: Any) -> Generator[Any, Any, Any]:
         """``await op`` once handed over: the task parks on the op itself (and watches it
         with ``add_done_callback``); then the outcome."""
-        if self.cancelled and not self.started:
-            raise OpConsumedError(op._consumed_message())  # (as a closed coroutine would)
+        if self.cancelled and not self.started:  # (as a closed coroutine would)
+            raise OpConsumedError(
+                f"this {op._public_name} was cancelled before it started (op.cancel(), a "
+                "wait_for timeout or a cancelled gather) and ran nothing; ops are "
+                "single-use, like coroutines: build it again to run the work"
+            )
         if not self.finished:
             self.blocking = True
             yield op

@@ -105,11 +105,15 @@ async def test_ops_cancelled_before_the_next_pass_submit_nothing(
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(op, 0)
     assert op.cancelled()
-    with pytest.raises(OpConsumedError):  # as a closed coroutine would
-        await op
+    with pytest.raises(OpConsumedError, match="cancelled before it started"):
+        await op  # as a closed coroutine would (loud: a CancelledError would end the task)
     never = cuasync.exp(x)
     assert asyncio.ensure_future(never) is never
     assert never.cancel() and never.cancelled() and not never.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        never.result()  # the future's protocol says how it ended
+    with pytest.raises(OpConsumedError, match="cancelled before it started"):
+        await never
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert cuasync.stats().completed_inline + cuasync.stats().completed_reactor == finished
