@@ -169,7 +169,7 @@ def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
     for arg, v in operands.items():
         if v.__class__ is Tensor and v._alloc is not out._alloc:
             continue  # (the common operand: another allocation, no overlap)
-        for t in _tensors_read(v):
+        for t in tensors_read(v):
             if partly_overlap(out, t):
                 where = arg if t is v else f"a tensor {arg} reads"
                 raise AliasingError(
@@ -179,7 +179,7 @@ def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
                 )
 
 
-def _tensors_read(operand: Any) -> list[Tensor]:
+def tensors_read(operand: Any) -> list[Tensor]:
     """The tensors the kernel reads for ``operand``: a fused TensorOp's leaves too (and
     the out= of one that runs first), not only a tensor passed directly."""
     if isinstance(operand, Tensor):
@@ -196,7 +196,7 @@ def _tensors_read(operand: Any) -> list[Tensor]:
             found.append(node.value)
         elif node.kind == "pending":
             if isinstance(node.value, TensorOp):
-                found.extend(_tensors_read(node.value))
+                found.extend(tensors_read(node.value))
             else:  # (a view op of an out= op's output: that view)
                 made = getattr(node.value, "_output", None)
                 if made is not None and not is_standin(made):

@@ -44,7 +44,8 @@ from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import NULL_POINTER, Kernel
 from .._native import NATIVE, ReduceWorkCore
-from .._tensor import Shape, Tensor, contiguous_strides
+from .._tensor import Shape, Tensor, contiguous_strides, partly_overlap
+from .._transfers.copies import memcpy
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import elementwise
@@ -52,6 +53,7 @@ from .codegen import _WEAK_C, make_plan, scalar_arg, scalar_specs
 from .expr import DTYPES as ELEMENTWISE_DTYPES
 from .expr import Node
 from .launch_plan import LAUNCHES, LaunchPlan, broadcast_strides, merge_axes, plan_key, record_plan
+from .on_output import on_tensor
 from .reduce_codegen import (
     ARG_OPS,
     FLOAT4_OPS,
@@ -68,6 +70,7 @@ from .tensorop import (
     flattened,
     leaf,
     planned,
+    tensor_op,
 )
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "norm", "prod", "sum", "vdot"]
@@ -187,11 +190,32 @@ def _reduce_op(
     spec, axes, shape, dt, strides = known
     if out is not None:
         elementwise.check_out(out, name, shape, dt, x.device)
+        if _reads_into(out, x):
+            return _through_new(name, op, x, axis, dtype, out, keepdims)
         strides = out.strides
     node = _leaf(x, "x")  # consumes a TensorOp: fused into the loads when elementwise
     work = _Reduction(name, node, spec, axes, keepdims, out, shape, dt, strides)
     pending = Node("pending", name, shape, dt, work, device=node.device)
     return elementwise.APPLY.tensor_op(pending, out)
+
+
+def _reads_into(out: Tensor, x: Tensor | TensorOp) -> bool:
+    """Whether ``out`` overlaps a tensor the reduction of ``x`` reads (other than being
+    the very same view): its blocks could read elements another block has written."""
+    return any(partly_overlap(out, t) for t in elementwise.tensors_read(x))
+
+
+def _through_new(
+    name: str, op: str, x: Any, axis: Any, dtype: Any, out: Tensor, keepdims: bool
+) -> TensorOp:
+    """The reduction into a new tensor, then copied into ``out`` (in one submission), as
+    numpy does where ``out`` overlaps what it reads (``sum(x, axis=1, out=x[0])``)."""
+    reduced = _reduce_op(name, op, x, axis, dtype, None, keepdims)
+
+    def into_out(t: Tensor) -> TensorOp:
+        return tensor_op(memcpy(out, t), out.shape, out.dtype, output=out)
+
+    return on_tensor(reduced, name, out.shape, out.dtype, into_out, output=out)
 
 
 def _resolve(

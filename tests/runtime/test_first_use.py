@@ -362,6 +362,7 @@ def nothing_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (codegen, reduce_codegen, builtin, sorting, scan):
         monkeypatch.setattr(module, "_kernels", {})
     emptied(monkeypatch, launch_plan._plans)  # (the elementwise kernels they hold)
+    emptied(monkeypatch, reductions._GENERIC)  # (the reduction kernels seen layouts hold)
     emptied(monkeypatch, contract._SEEN)  # (and the tiled kernels seen products hold)
     monkeypatch.setattr(sorting, "_search_kernels", {})
     for files in (joins._KERNELS, indexing._KERNELS, tiled_gemm._KERNELS):
@@ -446,6 +447,10 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
     "reduction of an op": (
         lambda x, m, i: cuasync.sum(m.astype("float64"), axis=1),
         lambda: F32.reshape(4, 6).astype(np.float64).sum(axis=1),
+    ),
+    "reduction into the tensor it reads": (  # (a new tensor, then copied into out)
+        lambda x, m, i: cuasync.sum(m * 2.0, axis=0, out=m[1]),
+        lambda: (F32.reshape(4, 6) * 2).sum(axis=0),
     ),
     "var": (
         lambda x, m, i: cuasync.var(m, axis=0),

@@ -204,6 +204,29 @@ async def test_dtype_keepdims_and_out(anyio_backend: str) -> None:
     check(await cuasync.sum(x, axis=()).to_host(), np.sum(a, axis=()))
 
 
+async def test_out_may_overlap_what_a_reduction_reads(anyio_backend: str) -> None:
+    # numpy's answer wherever out overlaps the reduced tensor: each case reads x as it
+    # was. (Where an output element lies outside its own reduced row, as x[0, :512] of
+    # rows reduced whole does, or in a row every output reads, the blocks of one launch
+    # would race on a GPU; such an out is written from a new tensor once the reduction
+    # has run.) Each case is called with m = cuasync and m = numpy; many blocks.
+    a = np.random.default_rng(4).integers(0, 4, (512, 1024)).astype(np.float32)
+    cases = {
+        "rows into row 0": lambda m, x: m.sum(x, axis=1, out=x[0, :512]),
+        "into the column it reduces": lambda m, x: m.sum(x, axis=1, out=x[:, 0]),
+        "columns into row 0": lambda m, x: m.max(x, axis=0, out=x[0]),
+        "a fused operand": lambda m, x: m.sum(x * 2.0, axis=1, out=x[1, 1:513]),
+        "a broadcast row": lambda m, x: m.sum(x[:, :512] + x[0, :512], axis=1, out=x[0, :512]),
+        "mean, keepdims": lambda m, x: m.mean(x, axis=1, keepdims=True, out=x[:, 3:4]),
+    }
+    for name, reduce in cases.items():
+        x, want = await dev(a), a.copy()
+        reduce(np, want)
+        got = await reduce(cuasync, x)
+        assert got.allocation is x.allocation, name  # (out itself)
+        np.testing.assert_array_equal(await x.to_host(), want, err_msg=name)
+
+
 async def test_fused_input_vdot_and_norm(anyio_backend: str) -> None:
     a, b = host((3, 50), "float32", 4), host((50,), "float32", 5)
     x, y = await dev(a), await dev(b)
