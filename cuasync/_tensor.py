@@ -182,11 +182,7 @@ def partly_overlap(a: Tensor, b: Tensor) -> bool:
     >>> partly_overlap(x[1:], x[:-1]), partly_overlap(x, x), partly_overlap(x[::2], x[1::2])
     (True, False, False)
     """
-    if a.allocation is not b.allocation or a.size == 0 or b.size == 0:
-        return False
-    if (a.ptr, a.shape, a.itemsize) == (b.ptr, b.shape, b.itemsize) and all(
-        s == t or d == 1 for d, s, t in zip(a.shape, a.strides, b.strides, strict=True)
-    ):
+    if a.allocation is not b.allocation or a.size == 0 or b.size == 0 or _same_view(a, b):
         return False
     try:
         # bounded work (numpy's stubs only name -1 and 0, but any bound is accepted)
@@ -194,6 +190,25 @@ def partly_overlap(a: Tensor, b: Tensor) -> bool:
         return bool(np.shares_memory(np.asarray(_Bytes(a)), np.asarray(_Bytes(b)), limit))
     except np.exceptions.TooHardError:  # cannot tell cheaply: refuse, as for an overlap
         return True
+
+
+def overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether views of one allocation share a byte, the very same view included.
+
+    >>> overlap(x, x), overlap(x[1:], x[:-1]), overlap(x[::2], x[1::2])
+    (True, True, False)
+    """
+    if a.allocation is not b.allocation or a.size == 0 or b.size == 0:
+        return False
+    return _same_view(a, b) or partly_overlap(a, b)
+
+
+def _same_view(a: Tensor, b: Tensor) -> bool:
+    """The same elements in the same places (a stride along an axis of length 1 moves to
+    no other element, so it may differ)."""
+    return (a.ptr, a.shape, a.itemsize) == (b.ptr, b.shape, b.itemsize) and all(
+        s == t or d == 1 for d, s, t in zip(a.shape, a.strides, b.strides, strict=True)
+    )
 
 
 def viewing_strides(shape: Shape, strides: Shape, new: Shape) -> Shape | None:

@@ -163,6 +163,13 @@ class DeviceOp(ProcessLocal, OpCore, AsyncioFuture, Generic[T]):
         self._consumed = True
 
     def _consumed_message(self) -> str:
+        watched = getattr(self, "_future", None)  # (handed to asyncio as a future)
+        if watched is not None and watched.cancelled and not watched.started:
+            return (
+                f"this {self._public_name} was cancelled before it started (op.cancel(), a "
+                "wait_for timeout or a cancelled gather) and ran nothing; ops are "
+                "single-use, like coroutines: build it again to run the work"
+            )
         return (
             f"this {self._public_name} was already used: executed (await, sync(), "
             "submit()) or built into another op (then(), map(), zip()); ops are single-use, "
@@ -689,8 +696,8 @@ class _Then(DeviceOp[U]):
     def __init__(self, inner: DeviceOp[Any], f: Callable[[Any], DeviceOp[U]], unchecked: bool):
         if not callable(f):
             raise ArgumentError(f"then() needs a callable, got {type(f).__name__}")
+        inner._take()  # (first: an op that raises here was never built, and never warns)
         super().__init__(inner.device)
-        inner._take()
         self._inner = inner
         self._f = f
         self._unchecked = unchecked
@@ -721,9 +728,9 @@ class _Map(DeviceOp[U]):
     def __init__(self, inner: DeviceOp[Any], f: Callable[[Any], U]) -> None:
         if not callable(f):
             raise ArgumentError(f"map() needs a callable, got {type(f).__name__}")
-        super().__init__(inner.device)
         if not isinstance(inner, SharedOp):
-            inner._take()
+            inner._take()  # (first, as then()'s)
+        super().__init__(inner.device)
         self._inner = inner
         self._f = f
 
@@ -745,9 +752,12 @@ class _Zip(DeviceOp[tuple[Any, ...]]):
                 f"{sorted(d.ordinal for d in devices)}; zip runs them on one stream, so they "
                 "must share a device (await them separately, e.g. with asyncio.gather)"
             )
-        super().__init__(devices.pop() if devices else None)
+        for op in ops:
+            if op._consumed:
+                op._take()  # raises, before any member is taken (they stay usable)
         for op in ops:
             op._take()
+        super().__init__(devices.pop() if devices else None)
         self._ops = tuple(ops)
 
     def _arity(self) -> int:

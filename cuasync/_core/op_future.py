@@ -296,11 +296,7 @@ class Watched(WatchedCore):
         """``await op`` once handed over: the task parks on the op itself (and watches it
         with ``add_done_callback``); then the outcome."""
         if self.cancelled and not self.started:  # (as a closed coroutine would)
-            raise OpConsumedError(
-                f"this {op._public_name} was cancelled before it started (op.cancel(), a "
-                "wait_for timeout or a cancelled gather) and ran nothing; ops are "
-                "single-use, like coroutines: build it again to run the work"
-            )
+            raise OpConsumedError(op._consumed_message())
         if not self.finished:
             self.blocking = True
             yield op

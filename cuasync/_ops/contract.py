@@ -29,11 +29,11 @@ from .._dtypes import DTYPES as ALL_DTYPES
 from .._dtypes import as_dtype, dtype_name
 from .._first_use import CUBLAS, unprepared
 from .._launch.library_call import library_call
-from .._tensor import Shape, Tensor, contiguous_strides, partly_overlap
+from .._tensor import Shape, Tensor, contiguous_strides, overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, new_tensor
 from ..errors import AliasingError, ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from . import operators, tiled_gemm
-from .elementwise import check_out
+from .elementwise import check_out, tensors_read
 from .gemm import (
     broadcast_to,
     calls,
@@ -156,17 +156,12 @@ def _check_rest(
     if out is not None:
         check_out(out, fn, shape, dtype, device)
         for x, arg in zip(operands, ("a", "b"), strict=True):
-            if isinstance(x, Tensor) and _overlap(out, x):
+            if any(overlap(out, t) for t in tensors_read(x)):
                 raise AliasingError(
                     f"{fn}: out overlaps {arg}; a product cannot be written over its input "
                     "(write into a new tensor, then copy)"
                 )
     return scalars[0], scalars[1]
-
-
-def _overlap(x: Tensor, y: Tensor) -> bool:
-    same = (x.ptr, x.shape, x.strides) == (y.ptr, y.shape, y.strides)
-    return x.allocation is y.allocation and x.size > 0 and (same or partly_overlap(x, y))
 
 
 def _axes(axes: Any, ndim: int, fn: str, argument: str) -> tuple[int, ...]:

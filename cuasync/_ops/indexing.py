@@ -32,7 +32,7 @@ from .._dtypes import DTYPES, SUPPORTED, dtype_name
 from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import Kernel
-from .._tensor import Shape, Tensor, partly_overlap
+from .._tensor import Shape, Tensor, overlap
 from .._transfers.device_copy import copy_kernel, kernel_copy, memcpy_able, new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
 from .creation import _bits, _enqueue_fill, _fill_kernel, _representable
@@ -266,14 +266,6 @@ def _check_mode(mode: Any, allowed: tuple[str, ...], name: str, argument: str = 
     return str(mode)
 
 
-def _overlaps(a: Tensor, b: Tensor) -> bool:
-    """Whether ``a`` and ``b`` share a byte (the very same view included)."""
-    if a.allocation is not b.allocation or not a.size or not b.size:
-        return False
-    same = (a.ptr, a.shape, a.strides) == (b.ptr, b.shape, b.strides)
-    return same or partly_overlap(a, b)
-
-
 def _contiguous(ctx: ExecutionContext, t: Tensor, shape: Shape, dtype: Any, name: str) -> Tensor:
     """``t`` (broadcast to ``shape``, converted to ``dtype``) as a contiguous tensor: ``t``
     itself where it is one, else a kernel's copy."""
@@ -290,7 +282,7 @@ def _target(
 ) -> Tensor:
     """Where a kernel writes the result: ``out`` where it is contiguous and overlaps
     nothing the kernel reads, else a new tensor (:func:`_deliver` copies it into ``out``)."""
-    if out is not None and out.is_contiguous and not any(_overlaps(out, t) for t in reads):
+    if out is not None and out.is_contiguous and not any(overlap(out, t) for t in reads):
         return out
     return new_tensor(ctx, shape, np.dtype(dtype), name)
 

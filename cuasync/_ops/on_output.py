@@ -47,13 +47,15 @@ def on_tensor(
     build: Callable[[Tensor], TensorOp],
     first_use: FirstUse | None = None,
     output: Tensor | None = None,
+    writes: bool = False,
 ) -> TensorOp:
     """``build(t)``, the op of a tensor ``t``: on ``x`` itself, or on a TensorOp's output
     once it has run (in the same submission); ``shape`` and ``dtype`` are the result's.
     The kernels ``build``'s op launches on a TensorOp's output are prepared before it is
     enqueued, with the TensorOp's own: ``first_use(device)`` where given, else those of
     ``build`` tried on what the TensorOp will output. ``output``: what the result will
-    be where that is known and not a new contiguous tensor (a view of ``x``'s output)."""
+    be where that is known and not a new contiguous tensor (a view of ``x``'s output);
+    ``writes``: ``build``'s op writes it (an ``out=``: :func:`~.tensorop.tensor_op`)."""
     if isinstance(x, Tensor):
         return build(x)
     x._take()
@@ -74,7 +76,8 @@ def on_tensor(
         mine = first_use(on) if first_use is not None else first_use_of(_built(x, build, on), on)
         return (*x._first_use(on), *mine)
 
-    return tensor_op(device_op(enqueue, x.device, name, first_use=prepare), shape, dtype, output)
+    op = device_op(enqueue, x.device, name, first_use=prepare)
+    return tensor_op(op, shape, dtype, output, writes=writes)
 
 
 def _built(x: TensorOp, build: Callable[[Tensor], Any], device: Device) -> Any:

@@ -44,7 +44,7 @@ from .._first_use import unprepared
 from .._launch import builtin
 from .._launch.kernel import NULL_POINTER, Kernel
 from .._native import NATIVE, ReduceWorkCore
-from .._tensor import Shape, Tensor, contiguous_strides, partly_overlap
+from .._tensor import Shape, Tensor, contiguous_strides, overlap
 from .._transfers.copies import memcpy
 from .._transfers.device_copy import new_tensor
 from ..errors import ArgumentError, DTypeError, InvalidDeviceError, ShapeError
@@ -200,22 +200,24 @@ def _reduce_op(
 
 
 def _reads_into(out: Tensor, x: Tensor | TensorOp) -> bool:
-    """Whether ``out`` overlaps a tensor the reduction of ``x`` reads (other than being
-    the very same view): its blocks could read elements another block has written."""
-    return any(partly_overlap(out, t) for t in elementwise.tensors_read(x))
+    """Whether ``out`` shares memory with a tensor the reduction of ``x`` reads: a block
+    could read elements another block has written (the very same view too: ``t`` of
+    ``sum(m + t, axis=1, out=t)`` is read whole by every row)."""
+    return any(overlap(out, t) for t in elementwise.tensors_read(x))
 
 
 def _through_new(
     name: str, op: str, x: Any, axis: Any, dtype: Any, out: Tensor, keepdims: bool
 ) -> TensorOp:
     """The reduction into a new tensor, then copied into ``out`` (in one submission), as
-    numpy does where ``out`` overlaps what it reads (``sum(x, axis=1, out=x[0])``)."""
+    numpy does where ``out`` overlaps what it reads (``sum(x, axis=1, out=x[0])``). It
+    writes ``out``, so it runs whole inside a cancelled scope, as any ``out=`` op."""
     reduced = _reduce_op(name, op, x, axis, dtype, None, keepdims)
 
     def into_out(t: Tensor) -> TensorOp:
-        return tensor_op(memcpy(out, t), out.shape, out.dtype, output=out)
+        return tensor_op(memcpy(out, t), out.shape, out.dtype, out, writes=True)
 
-    return on_tensor(reduced, name, out.shape, out.dtype, into_out, output=out)
+    return on_tensor(reduced, name, out.shape, out.dtype, into_out, output=out, writes=True)
 
 
 def _resolve(

@@ -436,24 +436,30 @@ class TensorOp(TensorOperators, DeviceOp[Tensor], TensorOpCore):
 
 
 def tensor_op(
-    op: DeviceOp[Tensor], shape: Shape, dtype: Any, output: Tensor | None = None
+    op: DeviceOp[Tensor],
+    shape: Shape,
+    dtype: Any,
+    output: Tensor | None = None,
+    *,
+    writes: bool = False,
 ) -> TensorOp:
     """``op`` (which outputs a new tensor of ``shape`` and ``dtype``; ``output``: or that
     tensor, known now, a ``device_op``'s ``out=`` or view: ``standin.will_output``) as a
-    ``TensorOp``."""
+    ``TensorOp``. ``writes``: ``op`` writes ``output`` (its ``out=``), which is then the
+    TensorOp's: it runs whole inside a cancelled scope (others may read ``output``)."""
     if output is not None:
         op._output = output  # type: ignore[attr-defined]  # (a device_op's: _FnOp's)
     op._take()
     dev: Device | None = op.device
     label = str(getattr(op, "_name", "op"))
     pending = Node("pending", label, shape, np.dtype(dtype), op, device=dev)
-    return operators.implementation.elementwise_apply.tensor_op(pending, None)
+    return operators.implementation.elementwise_apply.tensor_op(pending, output if writes else None)
 
 
 def view_op(t: Tensor, name: str) -> TensorOp:
     """An op whose output is ``t`` (a view of an existing tensor): nothing to run."""
     op = device_op(lambda ctx: Output.ready(t), t.device, name)
-    return tensor_op(op, t.shape, t.dtype)
+    return tensor_op(op, t.shape, t.dtype, t)  # (declared: what reads it sees the view)
 
 
 #: ``on_output.on_tensor``, set by :mod:`.on_output`, which builds on this module (an

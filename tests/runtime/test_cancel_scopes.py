@@ -77,28 +77,48 @@ async def test_queued_work_of_a_cancelled_scope_does_not_run(anyio_backend, base
     assert set(_host(await cuasync.add(x, x))) == {2.0}
 
 
-async def test_an_in_place_write_others_read_is_never_skipped(anyio_backend, baseline) -> None:
+#: Ops writing a tensor others may read: ``write(x, out)``, the tensor written, and
+#: its elements once written (x: 4096 ones, out: 4096 sevens).
+IN_PLACE = {
+    "add out=": (lambda x, out: cuasync.add(x, x, out=out), lambda x, out: out, 2.0),
+    # (out overlaps what it reduces: a new tensor first, then copied into out)
+    "a reduction into what it reads": (
+        lambda x, out: cuasync.sum(x.reshape((64, 64)), axis=1, out=x[:64]),
+        lambda x, out: x[:64],
+        64.0,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(IN_PLACE))
+async def test_an_in_place_write_others_read_is_never_skipped(
+    anyio_backend, baseline, case: str
+) -> None:
     """``out=`` writes a tensor others may hold: inside a cancelled scope it still runs,
     and an op of another task ordered after it reads the whole result."""
     import anyio
 
+    write, written, value = IN_PLACE[case]
     marks = _marks(1)
     x = cuasync.full((1 << 12,), 1.0, "float32").sync(allow_in_loop=True)
     out = cuasync.full((1 << 12,), 7.0, "float32").sync(allow_in_loop=True)
     _load(x)
+    target = written(x, out)
+    y = cuasync.full((1 << 12,), 1.0, "float32").sync(allow_in_loop=True)
+    write(y, cuasync.empty_like(y).sync(allow_in_loop=True)).sync(allow_in_loop=True)  # (loaded)
     started: list[bool] = []
     got: list[cuasync.Tensor] = []
 
     async def cancelled() -> None:
         with cuasync.cancel_scope():
             started.append(True)
-            await ct.mark(marks, 0).then(lambda _: cuasync.add(x, x, out=out))
+            await ct.mark(marks, 0).then(lambda _: write(x, out))
 
     reading: list[bool] = []
 
     async def reader() -> None:  # another task, outside any scope
         reading.append(True)  # in the step that enqueues its op: no yield between
-        got.append(await (out * 2))
+        got.append(await (target * 2))
 
     async with anyio.create_task_group() as outer:
         with ct.gate():
@@ -106,12 +126,12 @@ async def test_an_in_place_write_others_read_is_never_skipped(anyio_backend, bas
                 tg.start_soon(cancelled)
                 await wait_until(lambda: bool(started))  # the chain queued behind the gate
                 outer.start_soon(reader)
-                await wait_until(lambda: bool(reading))  # its op queued after the add
+                await wait_until(lambda: bool(reading))  # its op queued after the write
                 tg.cancel_scope.cancel()
         # the gate is open: the outer group waits for the reader
     assert _host(marks) == [0]  # the mark (a user kernel that opted in) was skipped
-    assert set(_host(out)) == {2.0}  # the in-place add ran
-    assert set(_host(got[0])) == {4.0}  # the reader saw all of it
+    assert set(_host(target)) == {value}  # the write ran
+    assert set(_host(got[0])) == {2 * value}  # the reader saw all of it
 
 
 async def test_work_outside_the_scope_and_futures_run(anyio_backend, baseline) -> None:

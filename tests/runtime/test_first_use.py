@@ -452,6 +452,14 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
         lambda x, m, i: cuasync.sum(m * 2.0, axis=0, out=m[1]),
         lambda: (F32.reshape(4, 6) * 2).sum(axis=0),
     ),
+    "expression of a reshaped view": (  # (reshape of a tensor: a view op, declared)
+        lambda x, m, i: cuasync.reshape(m[:, :4], (4, 2, 2)) * 2.0,
+        lambda: F32.reshape(4, 6)[:, :4].reshape(4, 2, 2) * 2,
+    ),
+    "copy of a reshaped view": (
+        lambda x, m, i: cuasync.reshape(m[:, :4], (4, 2, 2)).reshape((16,)),
+        lambda: F32.reshape(4, 6)[:, :4].ravel(),
+    ),
     "var": (
         lambda x, m, i: cuasync.var(m, axis=0),
         lambda: F32.reshape(4, 6).astype(np.float64).var(axis=0),

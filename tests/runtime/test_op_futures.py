@@ -114,6 +114,8 @@ async def test_ops_cancelled_before_the_next_pass_submit_nothing(
         never.result()  # the future's protocol says how it ended
     with pytest.raises(OpConsumedError, match="cancelled before it started"):
         await never
+    with pytest.raises(OpConsumedError, match="cancelled before it started"):
+        never.to_host()  # (any use of it says so)
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert cuasync.stats().completed_inline + cuasync.stats().completed_reactor == finished

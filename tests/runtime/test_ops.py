@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -39,6 +41,18 @@ async def test_ops_are_single_use(anyio_backend) -> None:
         await op
     with pytest.raises(OpConsumedError):
         op.submit()
+    # combinators of a used op raise, build nothing (no "never executed" warning when
+    # collected) and take none of the other members
+    other = cuasync.value(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for combine in (lambda: op.then(cuasync.value), lambda: op.map(str)):
+            with pytest.raises(OpConsumedError):
+                combine()
+        with pytest.raises(OpConsumedError):
+            cuasync.zip(other, op)
+        gc.collect()
+    assert await other == 2
 
 
 def test_sync_and_sync_on() -> None:

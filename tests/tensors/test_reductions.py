@@ -225,6 +225,18 @@ async def test_out_may_overlap_what_a_reduction_reads(anyio_backend: str) -> Non
         got = await reduce(cuasync, x)
         assert got.allocation is x.allocation, name  # (out itself)
         np.testing.assert_array_equal(await x.to_host(), want, err_msg=name)
+    # out the very same view as an operand every output reads whole (broadcast along
+    # the reduced axis), and an operand that is an op's view of out
+    for name, reduce in {
+        "a broadcast operand that is out": lambda m, y, t: m.sum(y + t, axis=1, out=t),
+        "mean of one": lambda m, y, t: m.mean(y - t, axis=-1, out=t),
+        "a reshape of out": lambda m, y, t: m.max(m.reshape(t, (512, 1)) * y, axis=1, out=t),
+    }.items():
+        y, t = await dev(a[:, :512]), await dev(a[0, :512])
+        want = a[0, :512].copy()
+        reduce(np, a[:, :512], want)
+        await reduce(cuasync, y, t)
+        np.testing.assert_array_equal(await t.to_host(), want, err_msg=name)
 
 
 async def test_fused_input_vdot_and_norm(anyio_backend: str) -> None:

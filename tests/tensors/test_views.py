@@ -501,3 +501,15 @@ def test_a_view_of_an_op_keeps_its_arguments_and_its_output_layout(
         cuasync.reshape(transposed, (20,), copy=False)
     np.testing.assert_array_equal(transposed.sync().to_host().sync(), (HOST[0] + 1).T)
     np.testing.assert_array_equal(product.sync().to_host().sync(), np.flip(HOST[0] @ HOST[0].T))
+    # a reshape of a tensor is a view op of it: what reads it sees that view, and a
+    # product writing into what it reads is refused, an operand op or not
+    flat = cuasync.from_host(np.arange(12, dtype=np.float32)).sync()
+    viewed = cuasync.reshape(flat, (3, 4))
+    with pytest.raises(cuasync.errors.AliasingError, match="overlaps"):
+        cuasync.add(viewed, 1.0, out=flat.reshape((3, 4))[::-1])
+    assert viewed.sync().allocation is flat.allocation  # (still usable: a view of flat)
+    grid = flat.reshape((3, 4))[:, :3]
+    scaled = grid * 1.0
+    with pytest.raises(cuasync.errors.AliasingError, match="overlaps"):
+        cuasync.matmul(scaled, cuasync.eye(3).sync(), out=cuasync.flip(grid, 0))
+    scaled.sync()
