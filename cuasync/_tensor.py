@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard
 
 import numpy as np
 
+from ._core.context import read_only_message
 from ._core.device import Device
 from ._core.memory import Allocation
 from ._core.process_local import ProcessLocal
@@ -153,16 +154,21 @@ def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
     """``t`` if an op may write it (``out=``, ``fill``'s tensor, ``memcpy``'s dst), else a
     ShapeError: the one check every op writing a tensor given to it makes.
 
-    A broadcast view (stride 0 along an axis longer than 1) is refused: its elements
-    alias one another, so what lands would depend on the order in which threads or copy
-    engines write (and differs between a GPU and the emulator). An empty view writes
-    nothing and is accepted.
+    A view whose elements alias one another is refused, a ShapeError: a broadcast view
+    (stride 0 along an axis longer than 1), or strides that step onto elements already
+    seen (``(3, 4)`` with strides ``(1, 1)``, as torch's ``unfold`` makes); what lands
+    would depend on the order in which threads or copy engines write. So is read-only
+    memory (imported so), an ArgumentError. An empty view writes nothing and is accepted.
 
     >>> check_writable(cuasync.broadcast_to(row, (3, 4)), "out", "add")
     Traceback (most recent call last):
     cuasync.errors.ShapeError: add: out is a broadcast view ...
     """
-    if 0 in t.strides and t.size:  # (no zero stride: nothing to look at)
+    if t.allocation.readonly:
+        raise ArgumentError(f"{name}: " + read_only_message(argument))
+    if not t.size:
+        return t
+    if 0 in t.strides:
         for axis, (d, s) in enumerate(zip(t.shape, t.strides, strict=True)):
             if s == 0 and d > 1:
                 raise ShapeError(
@@ -171,7 +177,29 @@ def check_writable(t: Tensor, argument: str, name: str) -> Tensor:
                     "alias one another, so what would land is undefined; write into a tensor "
                     "of its own (cuasync.empty(shape)) and broadcast that where it is read"
                 )
+    if not elements_distinct(t.shape, t.strides):
+        raise ShapeError(
+            f"{name}: {argument} (shape {t.shape}, strides {t.strides}) has elements that "
+            "overlap one another, so what would land is undefined; write into a tensor of "
+            "its own (cuasync.empty(shape))"
+        )
     return t
+
+
+def elements_distinct(shape: Shape, strides: Shape) -> bool:
+    """Whether a view's elements are provably distinct: its axes longer than 1, by
+    stride, each step past all the elements of those below (False may be a layout too
+    tangled to tell; the native ``out=`` check uses the same rule).
+
+    >>> elements_distinct((3, 4), (4, 1)), elements_distinct((3, 4), (1, 1))
+    (True, False)
+    """
+    spanned = 1  # (elements the axes below span, plus one)
+    for s, d in sorted((abs(s), d) for s, d in zip(strides, shape, strict=True) if d > 1):
+        if s < spanned:
+            return False
+        spanned += s * (d - 1)
+    return True
 
 
 def partly_overlap(a: Tensor, b: Tensor) -> bool:

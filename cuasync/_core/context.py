@@ -169,10 +169,7 @@ class ExecutionContext(ContextCore):
         if alloc.device is not self.device:
             self._check_device(alloc, argument)
         if alloc.readonly:
-            raise ArgumentError(
-                f"{argument} is read-only memory (its producer exported it read-only through "
-                "DLPack); write into a copy instead: `copy = await tensor.dup()`"
-            )
+            raise ArgumentError(read_only_message(argument))
         if self.accesses is None:
             alloc.use(self.stream, self.seq, True)
         else:
@@ -202,3 +199,12 @@ def no_capture(stream: Stream, what: str) -> None:
             f"{what} would wait for the device while stream {stream.handle:#x} is capturing a "
             "graph; record ops into the graph and wait on graph.launch() instead"
         )
+
+
+def read_only_message(argument: str) -> str:
+    """What an op writing read-only memory says (its producer exported it so)."""
+    return (
+        f"{argument} is read-only memory (its producer exported it read-only, through "
+        "DLPack or the CUDA array interface); write into a copy instead: "
+        "`copy = await tensor.dup()`"
+    )

@@ -174,9 +174,15 @@ def _check_overlap(out: Tensor, operands: dict[str, Any], name: str) -> None:
                 where = arg if t is v else f"a tensor {arg} reads"
                 raise AliasingError(
                     f"{name}: out overlaps {where} without being the very same view "
-                    f"({out.shape}/{out.strides} and {t.shape}/{t.strides} views of one "
-                    "allocation); write to a new tensor (or into the operand itself)"
+                    f"({_described(out)} and {_described(t)}: views of one allocation); "
+                    "write to a new tensor (or into the operand itself)"
                 )
+
+
+def _described(t: Tensor) -> str:
+    """A view's place in its allocation, for an aliasing error: where it starts (in
+    elements), its shape and strides."""
+    return f"shape {t.shape}, strides {t.strides} from element {t.offset}"
 
 
 def tensors_read(operand: Any) -> list[Tensor]:
@@ -506,8 +512,9 @@ def clip(
         raise ScalarOverflowError(
             f"clip(x, lo, hi) is minimum(maximum(x, lo), hi): {exc}"
         ) from None
-    if out is not None:
+    if out is not None:  # (checked before x is absorbed: an error leaves it usable)
         check_out(out, "clip", probe.shape, probe.dtype, probe.device)
+        _check_overlap(out, {"x": x, "lo": lo, "hi": hi}, "clip")
     if lo is None or hi is None:  # one bound
         (bound,) = bounds.values()
         return (maximum if hi is None else minimum)(x, bound, out=out)

@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <structmember.h>
@@ -486,8 +487,49 @@ reads_apart(ElementwiseApply *self, PyObject *node, PyObject *alloc)
     return apart;
 }
 
+/* 1 where the elements of a view are provably distinct (_tensor.elements_distinct's
+ * rule: its axes longer than 1, by stride, each step past all the elements of those
+ * below), 0 where Python must look (a zero stride, a tangled layout), -1 on error. */
+static int
+elements_distinct(PyObject *shape, PyObject *strides)
+{
+    enum { MAX_AXES = 64 };
+    long long step[MAX_AXES], len[MAX_AXES];
+    Py_ssize_t n = PyTuple_GET_SIZE(strides), k = 0;
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != n || n > MAX_AXES)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *length = PyTuple_GET_ITEM(shape, i), *stride = PyTuple_GET_ITEM(strides, i);
+        if (!PyLong_CheckExact(length) || !PyLong_CheckExact(stride))
+            return 0;
+        long long d = PyLong_AsLongLong(length), s = PyLong_AsLongLong(stride);
+        if ((d == -1 || s == -1) && PyErr_Occurred())
+            return -1;
+        if (d == 0)
+            return 1; /* (no element) */
+        if (d == 1)
+            continue;
+        s = s < 0 ? -s : s;
+        Py_ssize_t j = k++; /* (insertion by stride: a handful of axes) */
+        for (; j > 0 && step[j - 1] > s; j--) {
+            step[j] = step[j - 1];
+            len[j] = len[j - 1];
+        }
+        step[j] = s;
+        len[j] = d;
+    }
+    long long spanned = 1; /* (elements the axes below span, plus one) */
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (step[j] < spanned || step[j] > (LLONG_MAX - spanned) / (len[j] - 1))
+            return 0;
+        spanned += step[j] * (len[j] - 1);
+    }
+    return 1;
+}
+
 /* 1 where out may take node's result as it is: an exact Tensor of its shape, dtype and
- * device, no zero stride, apart from every operand; 0 where Python must look; -1. */
+ * device, writable (not read-only memory, its elements distinct), apart from every
+ * operand; 0 where Python must look (and word what is wrong); -1. */
 static int
 out_fits(ElementwiseApply *self, PyObject *out, PyObject *node, PyObject *const *kids,
          Py_ssize_t n)
@@ -502,13 +544,11 @@ out_fits(ElementwiseApply *self, PyObject *out, PyObject *node, PyObject *const 
     int same = t->shape == r->shape ? 1 : PyObject_RichCompareBool(t->shape, r->shape, Py_EQ);
     if (same != 1)
         return same;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->strides); i++) {
-        PyObject *s = PyTuple_GET_ITEM(t->strides, i);
-        int overflow;
-        if (!PyLong_CheckExact(s) || (PyLong_AsLongLongAndOverflow(s, &overflow) == 0 &&
-                                      !overflow)) /* (a broadcast view?) */
-            return PyErr_Occurred() ? -1 : 0;
-    }
+    if (t->alloc == NULL || !is_allocation(t->alloc) || ALLOCATION(t->alloc)->readonly)
+        return 0;
+    int distinct = elements_distinct(t->shape, t->strides);
+    if (distinct != 1)
+        return distinct;
     for (Py_ssize_t i = 0; i < n; i++) {
         int apart = reads_apart(self, kids[i], t->alloc);
         if (apart != 1)

@@ -271,6 +271,10 @@ async def test_out_partly_overlapping_a_fused_operand_is_refused_when_built(anyi
     with pytest.raises(cuasync.errors.AliasingError, match="out overlaps a tensor x reads"):
         cuasync.exp(reversed_x, out=x)
     check(await (await reversed_x).to_host(), a[::-1])  # the refusal left it unconsumed
+    doubled = x * 2.0  # clip is two ops: refused as one, before either is built
+    with pytest.raises(cuasync.errors.AliasingError, match=r"clip: .* from element 7 and"):
+        cuasync.clip(doubled, 1.0, 4.0, out=x[::-1])
+    check(await (await doubled).to_host(), a * 2)
     await cuasync.add(inner, x[1:], out=x[1:])  # the very same view (in place): allowed
     want = a.copy()
     want[1:] = a[1:] * 2 + a[1:]

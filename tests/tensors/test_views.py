@@ -402,6 +402,40 @@ def test_a_broadcast_out_is_refused_by_every_op(op: str) -> None:
     np.testing.assert_array_equal(pending.sync().to_host().sync(), x.to_host().sync())
 
 
+class _Interface:
+    """An object exporting ``interface`` as its CUDA array interface."""
+
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__cuda_array_interface__ = interface
+
+
+@pytest.mark.parametrize("op", OUT_OPS)
+def test_a_read_only_or_self_overlapping_out_is_refused_by_every_op(op: str) -> None:
+    """An ``out=`` of read-only memory, or whose elements overlap one another without a
+    zero stride (strides (1, 1), as torch's unfold makes), is refused when the op is
+    built, as a broadcast one is (read-only memory was refused only when the op ran,
+    its operand ops used up; the other was run, a race on a GPU)."""
+    x, y = _operands()
+    make = OUT_OPS[op]
+    want = make(x, y).sync()
+    base = cuasync.zeros((max(want.size, 1),), want.dtype).sync()
+    exported = base.__cuda_array_interface__
+    read_only = cuasync.asarray(
+        _Interface(dict(exported, shape=want.shape, data=(exported["data"][0], True)))
+    )
+    pending = x * 1.0
+    with pytest.raises(ArgumentError, match="out is read-only memory"):
+        make(pending, y, out=read_only)
+    if sum(d > 1 for d in want.shape) >= 2:
+        steps = (want.dtype.itemsize,) * want.ndim  # (each axis steps one element)
+        tangled = cuasync.asarray(_Interface(dict(exported, shape=want.shape, strides=steps)))
+        with pytest.raises(ShapeError, match="overlap one another"):
+            make(pending, y, out=tangled)
+        with pytest.raises(ShapeError, match="overlap one another"):
+            cuasync.fill(tangled, 1.0)
+    np.testing.assert_array_equal(pending.sync().to_host().sync(), x.to_host().sync())
+
+
 def test_fill_and_memcpy_refuse_a_broadcast_destination() -> None:
     x, _ = _operands()
     out = _broadcast_like((3, 4), np.float32)
