@@ -7,7 +7,7 @@ copy; the allocation is freed, stream-ordered, when the last view goes away.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard
 
@@ -194,11 +194,20 @@ def elements_distinct(shape: Shape, strides: Shape) -> bool:
     >>> elements_distinct((3, 4), (4, 1)), elements_distinct((3, 4), (1, 1))
     (True, False)
     """
-    spanned = 1  # (elements the axes below span, plus one)
-    for s, d in sorted((abs(s), d) for s, d in zip(strides, shape, strict=True) if d > 1):
-        if s < spanned:
-            return False
-        spanned += s * (d - 1)
+    if _spans_apart(zip(strides[::-1], shape[::-1], strict=True)):  # (C order: no sort)
+        return True
+    return _spans_apart(sorted((abs(s), d) for s, d in zip(strides, shape, strict=True)))
+
+
+def _spans_apart(axes: Iterable[tuple[int, int]]) -> bool:
+    """Whether each (stride, length) of ``axes`` longer than 1 steps past all the
+    elements of those before it."""
+    spanned = 1  # (elements the axes before span, plus one)
+    for s, d in axes:
+        if d > 1:
+            if abs(s) < spanned:
+                return False
+            spanned += abs(s) * (d - 1)
     return True
 
 
